@@ -1,0 +1,284 @@
+/* mxu.h — the one public header of mxu, a Keras-style training engine in C11.
+ * Everything the command line can do is reachable from here; nothing else
+ * under src/ is part of the API. */
+#ifndef MXU_H
+#define MXU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+typedef enum mxu_status {
+  MXU_OK = 0,
+  MXU_ERR_ARG,         /* a bad argument: a batch size of 0, an unknown name */
+  MXU_ERR_IO,          /* a file could not be opened, read or written */
+  MXU_ERR_FORMAT,      /* a file is truncated or corrupt */
+  MXU_ERR_SHAPE,       /* shapes that do not fit together */
+  MXU_ERR_NOMEM,       /* an allocation failed */
+  MXU_ERR_UNSUPPORTED, /* valid Keras, but not (yet) in mxu */
+  MXU_ERR_NUMERIC,     /* training diverged: a NaN or infinite loss */
+  MXU_ERR_BACKEND      /* the kernel library refused */
+} mxu_status;
+
+/* What the last failing call on this thread said, e.g.
+ * "idx: train-images-idx3-ubyte.gz: offset 16: file ends after 1000 of
+ * 47040000 pixel bytes". Never NULL. */
+const char *mxu_errmsg(void);
+const char *mxu_status_name(mxu_status status);
+
+/* ---- tensors ----------------------------------------------------------- */
+
+typedef enum mxu_dtype { MXU_FLOAT32 = 0, MXU_BFLOAT16 = 1 } mxu_dtype;
+
+#define MXU_MAX_RANK 6
+
+/* A shape without the batch dimension is how layers are described, as in
+ * Keras' input_shape; the batch dimension is fixed at compile. */
+typedef struct mxu_shape {
+  int rank;
+  int64_t dims[MXU_MAX_RANK];
+} mxu_shape;
+
+typedef struct mxu_tensor {
+  mxu_dtype dtype;
+  mxu_shape shape;
+  void *data;
+} mxu_tensor;
+
+mxu_shape mxu_shape_make(int rank, const int64_t *dims);
+int64_t mxu_shape_count(const mxu_shape *shape);
+size_t mxu_dtype_size(mxu_dtype dtype);
+
+/* ---- layers ------------------------------------------------------------ */
+
+typedef enum mxu_activation {
+  MXU_LINEAR = 0,
+  MXU_RELU,
+  MXU_SIGMOID,
+  MXU_TANH,
+  MXU_SOFTMAX
+} mxu_activation;
+
+typedef enum mxu_padding { MXU_VALID = 0, MXU_SAME } mxu_padding;
+
+/* Each config has a maker that fills in Keras' defaults; change fields
+ * after it. A NULL name gets Keras' automatic one (conv2d, conv2d_1, ...). */
+typedef struct mxu_conv2d_config {
+  const char *name;
+  int filters;
+  int kernel_size[2];
+  int strides[2];
+  mxu_padding padding;
+  mxu_activation activation;
+  int use_bias;
+} mxu_conv2d_config;
+
+typedef struct mxu_pool2d_config {
+  const char *name;
+  int pool_size[2];
+  int strides[2]; /* Keras: strides=None means pool_size */
+  mxu_padding padding;
+} mxu_pool2d_config;
+
+typedef struct mxu_dense_config {
+  const char *name;
+  int units;
+  mxu_activation activation;
+  int use_bias;
+} mxu_dense_config;
+
+typedef struct mxu_batchnorm_config {
+  const char *name;
+  float momentum;
+  float epsilon;
+  int center;
+  int scale;
+} mxu_batchnorm_config;
+
+mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w);
+mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w);
+mxu_dense_config mxu_dense_defaults(int units);
+mxu_batchnorm_config mxu_batchnorm_defaults(void);
+
+/* ---- model ------------------------------------------------------------- */
+
+typedef struct mxu_model mxu_model;
+
+/* A Keras Sequential model. Layers are added in order; the first must be
+ * the input. */
+mxu_model *mxu_sequential(const char *name);
+void mxu_model_free(mxu_model *model);
+
+mxu_status mxu_add_input(mxu_model *model, const char *name, mxu_shape shape);
+mxu_status mxu_add_conv2d(mxu_model *model, const mxu_conv2d_config *config);
+mxu_status mxu_add_max_pooling2d(mxu_model *model,
+                                 const mxu_pool2d_config *config);
+mxu_status mxu_add_average_pooling2d(mxu_model *model,
+                                     const mxu_pool2d_config *config);
+mxu_status mxu_add_activation(mxu_model *model, const char *name,
+                              mxu_activation activation);
+mxu_status mxu_add_flatten(mxu_model *model, const char *name);
+mxu_status mxu_add_dense(mxu_model *model, const mxu_dense_config *config);
+mxu_status mxu_add_dropout(mxu_model *model, const char *name, float rate);
+mxu_status mxu_add_batch_normalization(mxu_model *model,
+                                       const mxu_batchnorm_config *config);
+
+int mxu_model_layer_count(const mxu_model *model);
+/* Output shape of layer i, without the batch dimension. */
+mxu_shape mxu_model_layer_shape(const mxu_model *model, int layer);
+const char *mxu_model_layer_name(const mxu_model *model, int layer);
+int64_t mxu_model_param_count(const mxu_model *model, int trainable);
+
+/* Keras' model.summary() table. Writes to out (stdout if NULL). */
+void mxu_summary(const mxu_model *model, FILE *out);
+
+/* ---- compile ----------------------------------------------------------- */
+
+typedef enum mxu_optimizer_kind { MXU_ADAM = 0, MXU_SGD } mxu_optimizer_kind;
+
+typedef struct mxu_optimizer_config {
+  mxu_optimizer_kind kind;
+  float learning_rate;
+  float beta_1, beta_2, epsilon; /* Adam */
+  float momentum;                /* SGD */
+  int nesterov;                  /* SGD */
+} mxu_optimizer_config;
+
+/* Keras' defaults: Adam(1e-3, 0.9, 0.999, 1e-7); SGD(0.01, 0, false). */
+mxu_optimizer_config mxu_adam(float learning_rate);
+mxu_optimizer_config mxu_sgd(float learning_rate, float momentum,
+                             int nesterov);
+
+typedef enum mxu_loss {
+  MXU_SPARSE_CATEGORICAL_CROSSENTROPY = 0,
+  MXU_CATEGORICAL_CROSSENTROPY
+} mxu_loss;
+
+typedef enum mxu_backend_kind {
+  MXU_BACKEND_CPU = 0, /* oneDNN */
+  MXU_BACKEND_CPU_REF  /* plain C loops: the oracle, slow */
+} mxu_backend_kind;
+
+typedef struct mxu_compile_config {
+  mxu_optimizer_config optimizer;
+  mxu_loss loss;
+  int from_logits;
+  /* The accuracy metric that matches the loss (sparse_categorical_accuracy
+   * or categorical_accuracy) is always computed. */
+  int batch_size;
+  mxu_backend_kind backend;
+  uint64_t seed; /* initialisers */
+} mxu_compile_config;
+
+mxu_compile_config mxu_compile_defaults(void);
+
+/* Fixes every shape (the batch included), creates the parameters with
+ * Keras' initialisers, asks the backend for its primitives once and lays
+ * out every activation and gradient. */
+mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config);
+
+/* ---- data -------------------------------------------------------------- */
+
+/* An in-memory data set: float32 samples (channels_last) and int32 class
+ * labels. */
+typedef struct mxu_dataset mxu_dataset;
+
+typedef enum mxu_split { MXU_TRAIN = 0, MXU_TEST } mxu_split;
+
+/* IDX files (MNIST, Fashion-MNIST), plain or gzip. */
+mxu_status mxu_load_idx(const char *images_path, const char *labels_path,
+                        mxu_dataset **out);
+/* The four standard MNIST-style files in dir ({train,t10k}-{images-idx3,
+ * labels-idx1}-ubyte, with or without .gz). */
+mxu_status mxu_load_mnist_dir(const char *dir, mxu_split split,
+                              mxu_dataset **out);
+/* CIFAR binary batches (.bin or .bin.gz). label_bytes is 1 for CIFAR-10,
+ * 2 for CIFAR-100 (coarse then fine; the fine label is used). */
+mxu_status mxu_load_cifar(const char *const *paths, int path_count,
+                          int label_bytes, mxu_dataset **out);
+/* data_batch_1..5 or test_batch in dir (CIFAR-10), or train / test
+ * (CIFAR-100). */
+mxu_status mxu_load_cifar10_dir(const char *dir, mxu_split split,
+                                mxu_dataset **out);
+mxu_status mxu_load_cifar100_dir(const char *dir, mxu_split split,
+                                 mxu_dataset **out);
+/* Wraps copies of caller arrays: x is count * shape floats, labels count
+ * ints in [0, num_classes). */
+mxu_status mxu_dataset_from_arrays(const float *x, const int32_t *labels,
+                                   int64_t count, mxu_shape shape,
+                                   int num_classes, mxu_dataset **out);
+void mxu_dataset_free(mxu_dataset *dataset);
+
+int64_t mxu_dataset_count(const mxu_dataset *dataset);
+mxu_shape mxu_dataset_shape(const mxu_dataset *dataset);
+int mxu_dataset_num_classes(const mxu_dataset *dataset);
+const float *mxu_dataset_x(const mxu_dataset *dataset);
+const int32_t *mxu_dataset_labels(const mxu_dataset *dataset);
+/* Multiplies every sample value by scale (e.g. 1/255). */
+void mxu_dataset_rescale(mxu_dataset *dataset, float scale);
+/* A view of samples [first, first + count), sharing memory with parent. */
+mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
+                             int64_t count, mxu_dataset **out);
+
+/* ---- training ---------------------------------------------------------- */
+
+typedef struct mxu_fit_config {
+  int epochs;
+  int batch_size;      /* 0: Keras' inference from steps_per_epoch, or 32 */
+  int steps_per_epoch; /* 0: all full batches of the data set */
+  const mxu_dataset *validation;
+  int validation_freq; /* validate when epoch % freq == 0 (1-based) */
+  int shuffle;
+  uint64_t seed;
+  int verbose; /* 0 silent, 1 progress bar, 2 one line per epoch */
+  FILE *out;   /* where progress goes; stdout if NULL */
+} mxu_fit_config;
+
+mxu_fit_config mxu_fit_defaults(void);
+
+typedef struct mxu_epoch_log {
+  int epoch; /* 1-based */
+  double loss, accuracy;
+  double val_loss, val_accuracy; /* NaN when not validated */
+  double seconds;
+  int64_t samples;
+} mxu_epoch_log;
+
+typedef struct mxu_history {
+  int count;
+  mxu_epoch_log *epochs;
+} mxu_history;
+
+/* Trains; history may be NULL. The history's memory belongs to the model
+ * and lives until the next fit or mxu_model_free. */
+mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
+                   const mxu_fit_config *config, const mxu_history **history);
+
+/* Scores every sample exactly once (a partial last batch is padded and
+ * masked). batch_size 0 uses the compiled one. */
+mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
+                        int batch_size, double *loss, double *accuracy);
+
+/* Writes count * num_classes output values (the model's last layer) for the
+ * samples x (count * input shape floats). */
+mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
+                       float *out);
+
+/* ---- parameters -------------------------------------------------------- */
+
+/* Weights of layer `layer` in Keras order (kernel, bias; gamma, beta,
+ * moving_mean, moving_variance), Keras layouts. Valid after compile. */
+int mxu_layer_weight_count(const mxu_model *model, int layer);
+mxu_status mxu_layer_weight(const mxu_model *model, int layer, int index,
+                            mxu_tensor *out, const char **name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,24 @@
+/* backend.c — picks a kernel table and holds the shape arithmetic every
+ * backend and layer shares. */
+#include "backend/backend.h"
+
+const mxu_backend *mxu_backend_get(mxu_backend_kind kind) {
+  return kind == MXU_BACKEND_CPU_REF ? mxu_backend_cpu_ref()
+                                     : mxu_backend_cpu();
+}
+
+int mxu_conv_output_size(int in, int kernel, int stride, mxu_padding padding,
+                         int *pad_before, int *pad_after) {
+  int out, total;
+  if (padding == MXU_SAME) {
+    out = (in + stride - 1) / stride;
+    total = (out - 1) * stride + kernel - in;
+    if (total < 0) total = 0;
+  } else {
+    out = in < kernel ? 0 : (in - kernel) / stride + 1;
+    total = 0;
+  }
+  if (pad_before) *pad_before = total / 2;
+  if (pad_after) *pad_after = total - total / 2;
+  return out;
+}

@@ -1,0 +1,159 @@
+/* backend.h — the kernel table every backend fills in. A layer describes an
+ * op once at compile (a *_desc), the backend turns it into an mxu_op (for
+ * oneDNN: a primitive created once), and the training step only executes.
+ *
+ * Layouts are Keras': activations NHWC (channels_last), conv kernels HWIO
+ * (kh, kw, in, out), dense kernels (in, units). Backward kernels overwrite
+ * their outputs (no accumulation). Internal to libmxu. */
+#ifndef MXU_BACKEND_H
+#define MXU_BACKEND_H
+
+#include "mxu.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mxu_op mxu_op; /* a backend's private state for one op */
+
+/* Activations a conv or dense op may fuse after its bias. Softmax is never
+ * fused: the layer runs it with activation_* (and the loss may fuse it). */
+typedef struct mxu_conv2d_desc {
+  int n, in_h, in_w, in_c;
+  int out_h, out_w, out_c;
+  int kernel_h, kernel_w, stride_h, stride_w;
+  int pad_top, pad_left, pad_bottom, pad_right;
+  int has_bias;
+  mxu_activation activation; /* LINEAR, RELU, SIGMOID or TANH */
+} mxu_conv2d_desc;
+
+typedef struct mxu_dense_desc {
+  int n, in, out;
+  int has_bias;
+  mxu_activation activation; /* LINEAR, RELU, SIGMOID or TANH */
+} mxu_dense_desc;
+
+typedef struct mxu_pool2d_desc {
+  int n, in_h, in_w, c;
+  int out_h, out_w;
+  int pool_h, pool_w, stride_h, stride_w;
+  int pad_top, pad_left, pad_bottom, pad_right;
+  int is_max; /* else average, over the window's in-bounds pixels only */
+} mxu_pool2d_desc;
+
+/* Normalises over rows (n*h*w), per channel c; data is [rows, c]. */
+typedef struct mxu_batchnorm_desc {
+  int64_t rows;
+  int c;
+  float epsilon;
+} mxu_batchnorm_desc;
+
+/* Elementwise over rows*cols values; softmax runs over each row of cols. */
+typedef struct mxu_activation_desc {
+  mxu_activation activation;
+  int64_t rows;
+  int cols;
+} mxu_activation_desc;
+
+typedef struct mxu_backend {
+  const char *name;
+
+  void (*op_free)(mxu_op *op);
+
+  /* y = act(conv(x, w) + b). backward_* take dy with respect to the
+   * pre-activation output: the layer undoes the fused activation first
+   * with activation_backward. db may be NULL when there is no bias. */
+  mxu_status (*conv2d_create)(const mxu_conv2d_desc *desc, mxu_op **out);
+  void (*conv2d_forward)(mxu_op *op, const float *x, const float *w,
+                         const float *b, float *y);
+  void (*conv2d_backward_data)(mxu_op *op, const float *dy, const float *w,
+                               float *dx);
+  void (*conv2d_backward_weights)(mxu_op *op, const float *x, const float *dy,
+                                  float *dw, float *db);
+
+  /* y[n,out] = act(x[n,in] w[in,out] + b) */
+  mxu_status (*dense_create)(const mxu_dense_desc *desc, mxu_op **out);
+  void (*dense_forward)(mxu_op *op, const float *x, const float *w,
+                        const float *b, float *y);
+  void (*dense_backward_data)(mxu_op *op, const float *dy, const float *w,
+                              float *dx);
+  void (*dense_backward_weights)(mxu_op *op, const float *x, const float *dy,
+                                 float *dw, float *db);
+
+  /* Max pooling in training may record where the maxima were in a
+   * workspace of pool2d_workspace_bytes (which the caller owns, in its
+   * replica's arena); in inference workspace is NULL. Backward gets the
+   * forward's x, y and workspace and may use whichever it needs. */
+  mxu_status (*pool2d_create)(const mxu_pool2d_desc *desc, mxu_op **out);
+  size_t (*pool2d_workspace_bytes)(mxu_op *op);
+  void (*pool2d_forward)(mxu_op *op, int training, const float *x, float *y,
+                         void *workspace);
+  void (*pool2d_backward)(mxu_op *op, const float *x, const float *y,
+                          const float *dy, const void *workspace, float *dx);
+
+  /* Training: normalise with the batch mean and biased variance, which are
+   * written to mean and var. Inference: use the given mean and var.
+   * Backward: the batch-statistics gradient, from the training forward's
+   * mean and var. */
+  mxu_status (*batchnorm_create)(const mxu_batchnorm_desc *desc,
+                                 mxu_op **out);
+  void (*batchnorm_forward_training)(mxu_op *op, const float *x,
+                                     const float *gamma, const float *beta,
+                                     float *y, float *mean, float *var);
+  void (*batchnorm_forward_inference)(mxu_op *op, const float *x,
+                                      const float *gamma, const float *beta,
+                                      const float *mean, const float *var,
+                                      float *y);
+  void (*batchnorm_backward)(mxu_op *op, const float *x, const float *dy,
+                             const float *gamma, const float *mean,
+                             const float *var, float *dx, float *dgamma,
+                             float *dbeta);
+
+  /* Backward is computed from the forward's output y (every supported
+   * activation's derivative is a function of it). dx may alias dy. */
+  mxu_status (*activation_create)(const mxu_activation_desc *desc,
+                                  mxu_op **out);
+  void (*activation_forward)(mxu_op *op, const float *x, float *y);
+  void (*activation_backward)(mxu_op *op, const float *y, const float *dy,
+                              float *dx);
+
+  /* Softmax fused with cross-entropy, from logits [n, k]. Targets are
+   * either sparse labels or one-hot rows (the other pointer NULL). Writes
+   * probs, each row's loss (-log p[target]) and dlogits = (p - t) * scale;
+   * rows with mask[i] == 0 (mask may be NULL) get zero loss and gradient. */
+  void (*softmax_cross_entropy)(int64_t n, int k, const float *logits,
+                                const int32_t *labels, const float *onehot,
+                                const float *mask, float scale, float *probs,
+                                float *loss, float *dlogits);
+  /* Cross-entropy on probabilities (a model without a final softmax): each
+   * row is normalised to sum 1 and clipped to [1e-7, 1 - 1e-7] as Keras
+   * does; dprobs is the gradient of loss*scale through that. */
+  void (*cross_entropy)(int64_t n, int k, const float *probs,
+                        const int32_t *labels, const float *onehot,
+                        const float *mask, float scale, float *loss,
+                        float *dprobs);
+
+  /* y = a * b elementwise (dropout's mask). */
+  void (*multiply)(int64_t count, const float *a, const float *b, float *y);
+
+  /* Keras Adam, with the bias correction folded into lr_t:
+   * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr_t m / (sqrt(v) + eps).
+   */
+  void (*adam_update)(int64_t count, float *w, const float *g, float *m,
+                      float *v, float lr_t, float beta_1, float beta_2,
+                      float epsilon);
+  /* Keras SGD: v = momentum v - lr g; w += v (nesterov: w += momentum v -
+   * lr g). velocity is unused when momentum is 0. */
+  void (*sgd_update)(int64_t count, float *w, const float *g, float *velocity,
+                     float lr, float momentum, int nesterov);
+} mxu_backend;
+
+const mxu_backend *mxu_backend_cpu_ref(void);
+const mxu_backend *mxu_backend_cpu(void); /* oneDNN */
+const mxu_backend *mxu_backend_get(mxu_backend_kind kind);
+
+/* Keras' output size and padding split (the odd pixel of SAME goes to the
+ * bottom/right). Returns 0 when the input is too small. */
+int mxu_conv_output_size(int in, int kernel, int stride, mxu_padding padding,
+                         int *pad_before, int *pad_after);
+
+#endif

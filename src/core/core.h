@@ -1,0 +1,79 @@
+/* core.h — the pieces every module shares: error reporting, the arena,
+ * the counter-based RNG and small shape helpers. Internal to libmxu. */
+#ifndef MXU_CORE_H
+#define MXU_CORE_H
+
+#include "mxu.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Records a formatted message for mxu_errmsg() and returns status, so a
+ * failure reads: return mxu_fail(MXU_ERR_IO, "idx: %s: ...", path); */
+mxu_status mxu_fail(mxu_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prefixes the current message with context ("conv2d_1: " + message). */
+mxu_status mxu_fail_prefix(mxu_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define MXU_TRY(expr)                                                         \
+  do {                                                                        \
+    mxu_status mxu_try_status_ = (expr);                                      \
+    if (mxu_try_status_ != MXU_OK) return mxu_try_status_;                    \
+  } while (0)
+
+/* ---- arena: one allocation per replica, laid out at compile ----------- */
+
+/* Planning pass: reserve returns offsets; after mxu_arena_commit the
+ * pointers are valid. Every block is 64-byte aligned for AVX-512. */
+typedef struct mxu_arena {
+  size_t size;
+  unsigned char *base;
+} mxu_arena;
+
+size_t mxu_arena_reserve(mxu_arena *arena, size_t bytes);
+mxu_status mxu_arena_commit(mxu_arena *arena);
+void mxu_arena_release(mxu_arena *arena);
+static inline float *mxu_arena_floats(const mxu_arena *arena, size_t offset) {
+  return (float *)(void *)(arena->base + offset);
+}
+
+void *mxu_aligned_alloc(size_t bytes); /* zeroed, 64-byte aligned */
+void mxu_aligned_free(void *p);
+
+/* ---- RNG: Philox-4x32-10, counter based ------------------------------- */
+
+/* A stream is a key (seed) and a fixed prefix of the counter (stream ids:
+ * epoch, step, replica, layer, ...); the draw index fills the rest. Any
+ * draw can be recomputed without replaying the ones before it. */
+typedef struct mxu_rng {
+  uint32_t key[2];
+  uint32_t stream[2];
+} mxu_rng;
+
+mxu_rng mxu_rng_make(uint64_t seed, uint32_t id0, uint32_t id1, uint32_t id2,
+                     uint32_t id3);
+/* Four independent 32-bit words for draw index i. */
+void mxu_rng_block(const mxu_rng *rng, uint64_t index, uint32_t out[4]);
+/* Uniform floats in [0, 1) for draws first .. first+count-1. */
+void mxu_rng_uniform(const mxu_rng *rng, uint64_t first, float *out,
+                     size_t count);
+/* A uniform integer in [0, bound) for draw index i (unbiased). */
+uint32_t mxu_rng_below(const mxu_rng *rng, uint64_t index, uint32_t bound);
+
+/* Stream ids, so callers name what a stream is for. */
+enum {
+  MXU_STREAM_INIT = 1,
+  MXU_STREAM_SHUFFLE = 2,
+  MXU_STREAM_DROPOUT = 3,
+  MXU_STREAM_AUGMENT = 4
+};
+
+/* ---- misc -------------------------------------------------------------- */
+
+double mxu_now_seconds(void);
+/* Keras' snake_case of a class name: Conv2D -> conv2d,
+ * MaxPooling2D -> max_pooling2d, BatchNormalization -> batch_normalization. */
+void mxu_snake_case(const char *class_name, char *out, size_t out_size);
+
+#endif

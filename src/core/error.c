@@ -1,0 +1,45 @@
+/* error.c — mxu_status codes and the per-thread message behind
+ * mxu_errmsg(): the library never prints, it explains. */
+#include "core/core.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char error_message[1024];
+
+const char *mxu_errmsg(void) { return error_message; }
+
+const char *mxu_status_name(mxu_status status) {
+  switch (status) {
+  case MXU_OK: return "ok";
+  case MXU_ERR_ARG: return "invalid argument";
+  case MXU_ERR_IO: return "I/O error";
+  case MXU_ERR_FORMAT: return "bad file format";
+  case MXU_ERR_SHAPE: return "shape mismatch";
+  case MXU_ERR_NOMEM: return "out of memory";
+  case MXU_ERR_UNSUPPORTED: return "unsupported";
+  case MXU_ERR_NUMERIC: return "numeric error";
+  case MXU_ERR_BACKEND: return "backend error";
+  }
+  return "unknown status";
+}
+
+mxu_status mxu_fail(mxu_status status, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(error_message, sizeof error_message, fmt, args);
+  va_end(args);
+  return status;
+}
+
+mxu_status mxu_fail_prefix(mxu_status status, const char *fmt, ...) {
+  char prefix[256], previous[sizeof error_message];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(prefix, sizeof prefix, fmt, args);
+  va_end(args);
+  memcpy(previous, error_message, sizeof previous);
+  snprintf(error_message, sizeof error_message, "%s%s", prefix, previous);
+  return status;
+}

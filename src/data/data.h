@@ -1,0 +1,28 @@
+/* data.h — the in-memory data set behind mxu_dataset and the two things the
+ * training loop asks of it: a seeded order per epoch and a gather of a
+ * batch. Internal to libmxu. */
+#ifndef MXU_DATA_H
+#define MXU_DATA_H
+
+#include "mxu.h"
+
+struct mxu_dataset {
+  mxu_shape shape; /* one sample, channels_last */
+  int64_t count;
+  int num_classes;
+  float *x;        /* count * shape floats */
+  int32_t *labels; /* count labels in [0, num_classes) */
+  int owns;        /* 0 for a slice: memory belongs to the parent */
+};
+
+/* A permutation of [0, count) that depends only on (seed, epoch):
+ * Fisher-Yates driven by the counter-based RNG's MXU_STREAM_SHUFFLE. */
+void mxu_dataset_permutation(int64_t count, uint64_t seed, uint32_t epoch,
+                             int64_t *perm);
+
+/* Copies samples order[0..n) into x (n * sample floats) and labels (may be
+ * NULL). order NULL means samples first .. first+n-1. */
+void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
+                        int64_t first, int64_t n, float *x, int32_t *labels);
+
+#endif
