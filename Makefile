@@ -1,0 +1,36 @@
+# The front door: `make demo`, `make test`, `make bench`,
+# `make test-sanitize`. Each installs missing Debian packages first.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build demo test bench test-sanitize format clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/fashion_mnist /usr/share/datasets/fashion-mnist 5
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j 2
+
+bench: build
+	$(BUILD)/step_bench
+
+test-sanitize: deps
+	@cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DMXU_SANITIZE=ON >/dev/null
+	@cmake --build build-sanitize -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  MXU_TEST_QUICK=1 ctest --test-dir build-sanitize --output-on-failure -j 2
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) build-sanitize

@@ -1,0 +1,17 @@
+#!/bin/sh
+# deps.sh — installs the Debian packages mxu builds and tests with, only
+# those missing, with one apt-get update. Run by `make demo` and `make test`.
+set -e
+packages="build-essential cmake libdnnl-dev zlib1g-dev dataset-fashion-mnist"
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+    missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "deps: installing$missing"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends $missing

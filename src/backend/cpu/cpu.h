@@ -1,0 +1,89 @@
+/* cpu.h — what the oneDNN backend's files share: the op record (a few
+ * primitives built once at create), the global engine and stream, and the
+ * helpers that create primitives and run them on caller buffers.
+ * Internal to src/backend/cpu. */
+#ifndef MXU_BACKEND_CPU_H
+#define MXU_BACKEND_CPU_H
+
+#include "backend/backend.h"
+#include "core/core.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+#define CPU_MAX_ARGS 10
+#define CPU_MAX_PRIMS 3
+
+/* One primitive with its arguments. Every memory object is created at
+ * create time without a buffer (DNNL_MEMORY_NONE); running only points them
+ * at the caller's buffers. The scratchpad is ours (user mode), allocated
+ * once, so executing never allocates. */
+typedef struct cpu_prim {
+  dnnl_primitive_desc_t pd;
+  dnnl_primitive_t prim;
+  void *scratch;
+  int first_user; /* 1 when args[0] is the scratchpad */
+  int nargs;
+  dnnl_exec_arg_t args[CPU_MAX_ARGS];
+} cpu_prim;
+
+struct mxu_op {
+  cpu_prim prim[CPU_MAX_PRIMS];
+  int has_bias;              /* conv, dense: BIAS arguments exist */
+  mxu_activation activation; /* activation ops: LINEAR has no primitive */
+  int64_t count;             /* activation ops: values per tensor */
+  size_t workspace_bytes;    /* pooling: max pooling's training workspace */
+};
+
+/* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
+mxu_status cpu_check(dnnl_status_t status, const char *op, const char *call);
+#define CPU_TRY(op, fn, ...) MXU_TRY(cpu_check(fn(__VA_ARGS__), op, #fn))
+
+/* The process-wide CPU engine and stream, created once on first use. */
+mxu_status cpu_engine(const char *op, dnnl_engine_t *engine);
+
+mxu_status cpu_op_alloc(mxu_op **out, const char *op);
+void cpu_op_free(mxu_op *op);
+/* Hands op out when its build succeeded, else frees it: the tail of every
+ * *_create. */
+mxu_status cpu_op_finish(mxu_op *op, mxu_status status, mxu_op **out);
+
+/* A plain memory descriptor (f32). */
+mxu_status cpu_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
+                  dnnl_format_tag_t tag, const char *op);
+
+/* Creates the primitive descriptor and primitive for desc, with an
+ * optional fused eltwise post-op (dnnl_alg_kind_undef for none) and the
+ * forward primitive as hint for backward ones. */
+mxu_status cpu_prim_create(cpu_prim *p, const_dnnl_op_desc_t desc,
+                           dnnl_alg_kind_t post_eltwise, const cpu_prim *hint,
+                           const char *op, const char *what);
+/* Adds an execute argument; cpu_run takes the buffers in the same order. */
+mxu_status cpu_prim_arg(cpu_prim *p, int arg, const char *op);
+/* Points the arguments at buffers and executes (buffers[i] for the i-th
+ * argument added). A failure can only be recorded for mxu_errmsg(). */
+void cpu_run(cpu_prim *p, const void *const *buffers);
+
+/* Conv and dense are the same three primitives (forward with fused bias
+ * and activation, backward data, backward weights + bias) over different
+ * op descs; weighted.c builds and runs them for both. */
+typedef struct cpu_weighted_descs {
+  const_dnnl_op_desc_t forward, backward_data, backward_weights;
+  mxu_activation activation;
+  int has_bias;
+} cpu_weighted_descs;
+
+mxu_status cpu_weighted_create(const cpu_weighted_descs *descs, const char *op,
+                               mxu_op **out);
+void cpu_weighted_forward(mxu_op *op, const float *x, const float *w,
+                          const float *b, float *y);
+void cpu_weighted_backward_data(mxu_op *op, const float *dy, const float *w,
+                                float *dx);
+void cpu_weighted_backward_weights(mxu_op *op, const float *x,
+                                   const float *dy, float *dw, float *db);
+
+/* The post-op for a fused activation, or dnnl_alg_kind_undef for LINEAR;
+ * fails for SOFTMAX, which is never fused. */
+mxu_status cpu_fused_alg(mxu_activation activation, const char *op,
+                         dnnl_alg_kind_t *alg);
+
+#endif

@@ -1,0 +1,103 @@
+/* norm.c — batch normalisation on oneDNN over [rows, c] viewed as a 2-D
+ * 'nc' tensor (rows = n*h*w of an NHWC activation), with separate gamma
+ * (scale) and beta (shift) arrays: training, inference on given statistics,
+ * and the full backward with dgamma and dbeta. */
+#include "backend/cpu/cpu.h"
+
+enum { BN_TRAIN, BN_INFER, BN_BWD };
+
+static const char BN[] = "batchnorm";
+
+static const unsigned BN_FLAGS = dnnl_use_scale | dnnl_use_shift;
+
+/* oneDNN's training variance is the biased one (divided by rows), which
+ * is what Keras normalises with. */
+static mxu_status train_create(mxu_op *op, const dnnl_memory_desc_t *md,
+                               float epsilon) {
+  dnnl_batch_normalization_desc_t bd;
+  CPU_TRY(BN, dnnl_batch_normalization_forward_desc_init, &bd,
+          dnnl_forward_training, md, epsilon, BN_FLAGS);
+  cpu_prim *p = &op->prim[BN_TRAIN];
+  MXU_TRY(cpu_prim_create(p, &bd, dnnl_alg_kind_undef, NULL, BN,
+                          "forward_training"));
+  static const int args[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE, DNNL_ARG_SHIFT,
+                             DNNL_ARG_DST,  DNNL_ARG_MEAN,
+                             DNNL_ARG_VARIANCE};
+  for (size_t i = 0; i < sizeof args / sizeof *args; i++)
+    MXU_TRY(cpu_prim_arg(p, args[i], BN));
+  return MXU_OK;
+}
+
+static mxu_status infer_create(mxu_op *op, const dnnl_memory_desc_t *md,
+                               float epsilon) {
+  dnnl_batch_normalization_desc_t bd;
+  CPU_TRY(BN, dnnl_batch_normalization_forward_desc_init, &bd,
+          dnnl_forward_inference, md, epsilon,
+          BN_FLAGS | dnnl_use_global_stats);
+  cpu_prim *p = &op->prim[BN_INFER];
+  MXU_TRY(cpu_prim_create(p, &bd, dnnl_alg_kind_undef, NULL, BN,
+                          "forward_inference"));
+  static const int args[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE,
+                             DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
+                             DNNL_ARG_VARIANCE, DNNL_ARG_DST};
+  for (size_t i = 0; i < sizeof args / sizeof *args; i++)
+    MXU_TRY(cpu_prim_arg(p, args[i], BN));
+  return MXU_OK;
+}
+
+/* prop_kind backward (not backward_data) so dgamma and dbeta come out. */
+static mxu_status backward_create(mxu_op *op, const dnnl_memory_desc_t *md,
+                                  float epsilon) {
+  dnnl_batch_normalization_desc_t bd;
+  CPU_TRY(BN, dnnl_batch_normalization_backward_desc_init, &bd, dnnl_backward,
+          md, md, epsilon, BN_FLAGS);
+  cpu_prim *p = &op->prim[BN_BWD];
+  MXU_TRY(cpu_prim_create(p, &bd, dnnl_alg_kind_undef, &op->prim[BN_TRAIN],
+                          BN, "backward"));
+  static const int args[] = {DNNL_ARG_SRC,        DNNL_ARG_DIFF_DST,
+                             DNNL_ARG_SCALE,      DNNL_ARG_MEAN,
+                             DNNL_ARG_VARIANCE,   DNNL_ARG_DIFF_SRC,
+                             DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT};
+  for (size_t i = 0; i < sizeof args / sizeof *args; i++)
+    MXU_TRY(cpu_prim_arg(p, args[i], BN));
+  return MXU_OK;
+}
+
+static mxu_status bn_build(mxu_op *op, const mxu_batchnorm_desc *d) {
+  dnnl_dims_t dims = {d->rows, d->c};
+  dnnl_memory_desc_t md;
+  MXU_TRY(cpu_md(&md, 2, dims, dnnl_nc, BN));
+  MXU_TRY(train_create(op, &md, d->epsilon));
+  MXU_TRY(infer_create(op, &md, d->epsilon));
+  return backward_create(op, &md, d->epsilon);
+}
+
+mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc,
+                                mxu_op **out) {
+  mxu_op *op;
+  MXU_TRY(cpu_op_alloc(&op, BN));
+  return cpu_op_finish(op, bn_build(op, desc), out);
+}
+
+void cpu_batchnorm_forward_training(mxu_op *op, const float *x,
+                                    const float *gamma, const float *beta,
+                                    float *y, float *mean, float *var) {
+  cpu_run(&op->prim[BN_TRAIN],
+          (const void *[]){x, gamma, beta, y, mean, var});
+}
+
+void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
+                                     const float *gamma, const float *beta,
+                                     const float *mean, const float *var,
+                                     float *y) {
+  cpu_run(&op->prim[BN_INFER],
+          (const void *[]){x, gamma, beta, mean, var, y});
+}
+
+void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
+                            const float *gamma, const float *mean,
+                            const float *var, float *dx, float *dgamma,
+                            float *dbeta) {
+  cpu_run(&op->prim[BN_BWD],
+          (const void *[]){x, dy, gamma, mean, var, dx, dgamma, dbeta});
+}

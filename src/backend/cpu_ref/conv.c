@@ -1,0 +1,144 @@
+/* conv.c — cpu_ref's 2-D convolution: every output, input gradient and
+ * kernel gradient is its own direct sum over NHWC activations and HWIO
+ * kernels, accumulated in double so it is the most accurate answer around. */
+#include "backend/cpu_ref/ref.h"
+
+mxu_status mxu_ref_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
+  const mxu_conv2d_desc *d = desc;
+  *out = NULL;
+  if (d->n <= 0 || d->in_c <= 0 || d->out_c <= 0)
+    return mxu_fail(MXU_ERR_ARG, "cpu_ref: conv2d: batch %d, channels %d->%d",
+                    d->n, d->in_c, d->out_c);
+  MXU_TRY(mxu_ref_check_window("conv2d rows", d->in_h, d->out_h, d->kernel_h,
+                               d->stride_h, d->pad_top, d->pad_bottom));
+  MXU_TRY(mxu_ref_check_window("conv2d columns", d->in_w, d->out_w, d->kernel_w,
+                               d->stride_w, d->pad_left, d->pad_right));
+  MXU_TRY(mxu_ref_check_fused("conv2d", d->activation));
+  MXU_TRY(mxu_ref_op_new(out));
+  (*out)->desc.conv2d = *d;
+  return MXU_OK;
+}
+
+static int64_t x_at(const mxu_conv2d_desc *d, int n, int h, int w, int c) {
+  return mxu_ref_at4(n, h, w, c, d->in_h, d->in_w, d->in_c);
+}
+
+static int64_t y_at(const mxu_conv2d_desc *d, int n, int h, int w, int c) {
+  return mxu_ref_at4(n, h, w, c, d->out_h, d->out_w, d->out_c);
+}
+
+static int64_t w_at(const mxu_conv2d_desc *d, int kh, int kw, int ic, int oc) {
+  return mxu_ref_at4(kh, kw, ic, oc, d->kernel_w, d->in_c, d->out_c);
+}
+
+/* The input pixel that kernel tap (kh, kw) of output (oh, ow) reads, or -1
+ * in the padding. */
+static int in_row(const mxu_conv2d_desc *d, int oh, int kh) {
+  int ih = oh * d->stride_h - d->pad_top + kh;
+  return ih >= 0 && ih < d->in_h ? ih : -1;
+}
+
+static int in_col(const mxu_conv2d_desc *d, int ow, int kw) {
+  int iw = ow * d->stride_w - d->pad_left + kw;
+  return iw >= 0 && iw < d->in_w ? iw : -1;
+}
+
+/* The output that kernel tap k reads input i from, or -1 if none does
+ * (the stride skips it or it lies past the edge). */
+static int out_index(int i, int k, int pad, int stride, int out_size) {
+  int t = i + pad - k;
+  if (t < 0 || t % stride != 0 || t / stride >= out_size) return -1;
+  return t / stride;
+}
+
+static double conv_point(const mxu_conv2d_desc *d, const float *x,
+                         const float *w, int n, int oh, int ow, int oc) {
+  double sum = 0.0;
+  for (int kh = 0; kh < d->kernel_h; kh++) {
+    int ih = in_row(d, oh, kh);
+    for (int kw = 0; kw < d->kernel_w && ih >= 0; kw++) {
+      int iw = in_col(d, ow, kw);
+      if (iw < 0) continue;
+      for (int ic = 0; ic < d->in_c; ic++)
+        sum += (double)x[x_at(d, n, ih, iw, ic)] * w[w_at(d, kh, kw, ic, oc)];
+    }
+  }
+  return sum;
+}
+
+void mxu_ref_conv2d_forward(mxu_op *op, const float *x, const float *w,
+                            const float *b, float *y) {
+  const mxu_conv2d_desc *d = &op->desc.conv2d;
+  for (int n = 0; n < d->n; n++)
+    for (int oh = 0; oh < d->out_h; oh++)
+      for (int ow = 0; ow < d->out_w; ow++)
+        for (int oc = 0; oc < d->out_c; oc++) {
+          double sum = conv_point(d, x, w, n, oh, ow, oc);
+          if (d->has_bias) sum += b[oc];
+          y[y_at(d, n, oh, ow, oc)] =
+              mxu_ref_activate(d->activation, (float)sum);
+        }
+}
+
+/* dx at one input pixel gathers every (output, tap) pair that read it. */
+static double data_point(const mxu_conv2d_desc *d, const float *dy,
+                         const float *w, int n, int ih, int iw, int ic) {
+  double sum = 0.0;
+  for (int kh = 0; kh < d->kernel_h; kh++) {
+    int oh = out_index(ih, kh, d->pad_top, d->stride_h, d->out_h);
+    for (int kw = 0; kw < d->kernel_w && oh >= 0; kw++) {
+      int ow = out_index(iw, kw, d->pad_left, d->stride_w, d->out_w);
+      if (ow < 0) continue;
+      for (int oc = 0; oc < d->out_c; oc++)
+        sum += (double)dy[y_at(d, n, oh, ow, oc)] * w[w_at(d, kh, kw, ic, oc)];
+    }
+  }
+  return sum;
+}
+
+void mxu_ref_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
+                                  float *dx) {
+  const mxu_conv2d_desc *d = &op->desc.conv2d;
+  for (int n = 0; n < d->n; n++)
+    for (int ih = 0; ih < d->in_h; ih++)
+      for (int iw = 0; iw < d->in_w; iw++)
+        for (int ic = 0; ic < d->in_c; ic++)
+          dx[x_at(d, n, ih, iw, ic)] =
+              (float)data_point(d, dy, w, n, ih, iw, ic);
+}
+
+static double weight_point(const mxu_conv2d_desc *d, const float *x,
+                           const float *dy, int kh, int kw, int ic, int oc) {
+  double sum = 0.0;
+  for (int n = 0; n < d->n; n++)
+    for (int oh = 0; oh < d->out_h; oh++) {
+      int ih = in_row(d, oh, kh);
+      for (int ow = 0; ow < d->out_w && ih >= 0; ow++) {
+        int iw = in_col(d, ow, kw);
+        if (iw < 0) continue;
+        sum += (double)x[x_at(d, n, ih, iw, ic)] * dy[y_at(d, n, oh, ow, oc)];
+      }
+    }
+  return sum;
+}
+
+static double bias_point(const mxu_conv2d_desc *d, const float *dy, int oc) {
+  double sum = 0.0;
+  for (int n = 0; n < d->n; n++)
+    for (int oh = 0; oh < d->out_h; oh++)
+      for (int ow = 0; ow < d->out_w; ow++) sum += dy[y_at(d, n, oh, ow, oc)];
+  return sum;
+}
+
+void mxu_ref_conv2d_backward_weights(mxu_op *op, const float *x,
+                                     const float *dy, float *dw, float *db) {
+  const mxu_conv2d_desc *d = &op->desc.conv2d;
+  for (int kh = 0; kh < d->kernel_h; kh++)
+    for (int kw = 0; kw < d->kernel_w; kw++)
+      for (int ic = 0; ic < d->in_c; ic++)
+        for (int oc = 0; oc < d->out_c; oc++)
+          dw[w_at(d, kh, kw, ic, oc)] =
+              (float)weight_point(d, x, dy, kh, kw, ic, oc);
+  if (!db) return;
+  for (int oc = 0; oc < d->out_c; oc++) db[oc] = (float)bias_point(d, dy, oc);
+}

@@ -1,0 +1,97 @@
+/* norm.c — cpu_ref's batch normalisation over [rows, c] data, one channel
+ * at a time: two-pass batch statistics in double, and the closed-form
+ * gradient through the batch mean and variance. */
+#include "backend/cpu_ref/ref.h"
+
+#include <math.h>
+
+mxu_status mxu_ref_batchnorm_create(const mxu_batchnorm_desc *desc,
+                                    mxu_op **out) {
+  *out = NULL;
+  if (desc->rows <= 0 || desc->c <= 0 || !(desc->epsilon >= 0.0f))
+    return mxu_fail(MXU_ERR_ARG,
+                    "cpu_ref: batchnorm: %lld rows, %d channels, epsilon %g",
+                    (long long)desc->rows, desc->c, (double)desc->epsilon);
+  MXU_TRY(mxu_ref_op_new(out));
+  (*out)->desc.batchnorm = *desc;
+  return MXU_OK;
+}
+
+/* A missing gamma or beta (Keras' scale=False / center=False) acts as 1 or 0
+ * so a layer may pass NULL rather than a constant array. */
+static double gamma_of(const float *gamma, int ch) {
+  return gamma ? gamma[ch] : 1.0;
+}
+
+static double beta_of(const float *beta, int ch) {
+  return beta ? beta[ch] : 0.0;
+}
+
+static void normalise_channel(const mxu_batchnorm_desc *d, const float *x,
+                              double gamma, double beta, double mean,
+                              double var, int ch, float *y) {
+  double inv_std = 1.0 / sqrt(var + d->epsilon);
+  for (int64_t r = 0; r < d->rows; r++) {
+    int64_t i = r * d->c + ch;
+    y[i] = (float)(gamma * (x[i] - mean) * inv_std + beta);
+  }
+}
+
+void mxu_ref_batchnorm_forward_training(mxu_op *op, const float *x,
+                                        const float *gamma, const float *beta,
+                                        float *y, float *mean, float *var) {
+  const mxu_batchnorm_desc *d = &op->desc.batchnorm;
+  for (int ch = 0; ch < d->c; ch++) {
+    double sum = 0.0, squares = 0.0;
+    for (int64_t r = 0; r < d->rows; r++) sum += x[r * d->c + ch];
+    double mu = sum / (double)d->rows;
+    for (int64_t r = 0; r < d->rows; r++) {
+      double centred = x[r * d->c + ch] - mu;
+      squares += centred * centred;
+    }
+    double sigma2 = squares / (double)d->rows; /* biased, as Keras */
+    mean[ch] = (float)mu;
+    var[ch] = (float)sigma2;
+    normalise_channel(d, x, gamma_of(gamma, ch), beta_of(beta, ch), mu, sigma2,
+                      ch, y);
+  }
+}
+
+void mxu_ref_batchnorm_forward_inference(mxu_op *op, const float *x,
+                                         const float *gamma, const float *beta,
+                                         const float *mean, const float *var,
+                                         float *y) {
+  const mxu_batchnorm_desc *d = &op->desc.batchnorm;
+  for (int ch = 0; ch < d->c; ch++)
+    normalise_channel(d, x, gamma_of(gamma, ch), beta_of(beta, ch), mean[ch],
+                      var[ch], ch, y);
+}
+
+/* With xhat = (x - mean) / sqrt(var + eps) and N rows:
+ * dbeta = sum dy, dgamma = sum dy xhat,
+ * dx = gamma / sqrt(var + eps) / N * (N dy - dbeta - xhat dgamma). */
+void mxu_ref_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
+                                const float *gamma, const float *mean,
+                                const float *var, float *dx, float *dgamma,
+                                float *dbeta) {
+  const mxu_batchnorm_desc *d = &op->desc.batchnorm;
+  double rows = (double)d->rows;
+  for (int ch = 0; ch < d->c; ch++) {
+    double inv_std = 1.0 / sqrt((double)var[ch] + d->epsilon);
+    double sum_dy = 0.0, sum_dy_xhat = 0.0;
+    for (int64_t r = 0; r < d->rows; r++) {
+      int64_t i = r * d->c + ch;
+      sum_dy += dy[i];
+      sum_dy_xhat += dy[i] * (x[i] - (double)mean[ch]) * inv_std;
+    }
+    double g = gamma_of(gamma, ch);
+    for (int64_t r = 0; r < d->rows; r++) {
+      int64_t i = r * d->c + ch;
+      double xhat = (x[i] - (double)mean[ch]) * inv_std;
+      dx[i] = (float)(g * inv_std / rows *
+                      (rows * dy[i] - sum_dy - xhat * sum_dy_xhat));
+    }
+    if (dgamma) dgamma[ch] = (float)sum_dy_xhat;
+    if (dbeta) dbeta[ch] = (float)sum_dy;
+  }
+}

@@ -1,0 +1,196 @@
+/* dataset.c — the in-memory data set: samples and labels in two flat
+ * arrays, views that share them, and what the training loop asks of it:
+ * a seeded order per epoch and a gather of one batch. */
+#include "core/core.h"
+#include "data/data.h"
+#include "data/loader.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Floats in one sample; MXU_ERR_ARG for a shape no sample can have. */
+static mxu_status sample_floats(mxu_shape shape, int64_t *floats) {
+  if (shape.rank < 1 || shape.rank > MXU_MAX_RANK)
+    return mxu_fail(MXU_ERR_ARG, "dataset: sample rank %d outside 1..%d",
+                    shape.rank, MXU_MAX_RANK);
+  int64_t product = 1;
+  for (int i = 0; i < shape.rank; i++) {
+    int64_t dim = shape.dims[i];
+    if (dim < 1 || product > INT64_MAX / dim)
+      return mxu_fail(MXU_ERR_ARG, "dataset: sample dimension %d is %lld",
+                      i, (long long)dim);
+    product *= dim;
+  }
+  *floats = product;
+  return MXU_OK;
+}
+
+static mxu_status array_bytes(int64_t count, int64_t per_sample, size_t bytes,
+                              size_t *total) {
+  /* count * per_sample * bytes must fit both size_t and int64_t indexing. */
+  uint64_t limit = (uint64_t)(SIZE_MAX < INT64_MAX ? SIZE_MAX : INT64_MAX);
+  if (count < 0 || (count && (uint64_t)per_sample > limit / bytes / count))
+    return mxu_fail(MXU_ERR_NOMEM, "dataset: %lld samples of %lld values do "
+                    "not fit in memory", (long long)count,
+                    (long long)per_sample);
+  *total = (size_t)count * (size_t)per_sample * bytes;
+  return MXU_OK;
+}
+
+mxu_status mxu_dataset_alloc(mxu_shape shape, int64_t count, int num_classes,
+                             mxu_dataset **out) {
+  *out = NULL;
+  int64_t per_sample = 0;
+  size_t x_bytes = 0, label_bytes = 0;
+  MXU_TRY(sample_floats(shape, &per_sample));
+  if (num_classes < 1)
+    return mxu_fail(MXU_ERR_ARG, "dataset: num_classes %d (expected >= 1)",
+                    num_classes);
+  MXU_TRY(array_bytes(count, per_sample, sizeof(float), &x_bytes));
+  MXU_TRY(array_bytes(count, 1, sizeof(int32_t), &label_bytes));
+  mxu_dataset *dataset = calloc(1, sizeof *dataset);
+  /* malloc(0) may return NULL; an empty set still gets valid pointers. */
+  if (dataset) dataset->x = malloc(x_bytes ? x_bytes : 1);
+  if (dataset) dataset->labels = malloc(label_bytes ? label_bytes : 1);
+  if (!dataset || !dataset->x || !dataset->labels) {
+    if (dataset) dataset->owns = 1;
+    mxu_dataset_free(dataset);
+    return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory for %lld samples",
+                    (long long)count);
+  }
+  dataset->shape = shape;
+  dataset->count = count;
+  dataset->num_classes = num_classes;
+  dataset->owns = 1;
+  *out = dataset;
+  return MXU_OK;
+}
+
+static mxu_status check_labels(const int32_t *labels, int64_t count,
+                               int num_classes) {
+  for (int64_t i = 0; i < count; i++)
+    if (labels[i] < 0 || labels[i] >= num_classes)
+      return mxu_fail(MXU_ERR_ARG,
+                      "dataset: label %d of sample %lld out of range 0..%d",
+                      (int)labels[i], (long long)i, num_classes - 1);
+  return MXU_OK;
+}
+
+mxu_status mxu_dataset_from_arrays(const float *x, const int32_t *labels,
+                                   int64_t count, mxu_shape shape,
+                                   int num_classes, mxu_dataset **out) {
+  if (!out) return mxu_fail(MXU_ERR_ARG, "dataset: out is NULL");
+  *out = NULL;
+  if (count < 0 || (count > 0 && (!x || !labels)))
+    return mxu_fail(MXU_ERR_ARG, "dataset: %lld samples need x and labels",
+                    (long long)count);
+  if (num_classes < 1)
+    return mxu_fail(MXU_ERR_ARG, "dataset: num_classes %d (expected >= 1)",
+                    num_classes);
+  MXU_TRY(check_labels(labels, count, num_classes));
+  mxu_dataset *dataset = NULL;
+  MXU_TRY(mxu_dataset_alloc(shape, count, num_classes, &dataset));
+  size_t floats = (size_t)count * (size_t)mxu_shape_count(&shape);
+  if (count > 0) {
+    memcpy(dataset->x, x, floats * sizeof(float));
+    memcpy(dataset->labels, labels, (size_t)count * sizeof(int32_t));
+  }
+  *out = dataset;
+  return MXU_OK;
+}
+
+void mxu_dataset_free(mxu_dataset *dataset) {
+  if (!dataset) return;
+  if (dataset->owns) {
+    free(dataset->x);
+    free(dataset->labels);
+  }
+  free(dataset);
+}
+
+int64_t mxu_dataset_count(const mxu_dataset *dataset) {
+  return dataset ? dataset->count : 0;
+}
+
+mxu_shape mxu_dataset_shape(const mxu_dataset *dataset) {
+  mxu_shape none = {0};
+  return dataset ? dataset->shape : none;
+}
+
+int mxu_dataset_num_classes(const mxu_dataset *dataset) {
+  return dataset ? dataset->num_classes : 0;
+}
+
+const float *mxu_dataset_x(const mxu_dataset *dataset) {
+  return dataset ? dataset->x : NULL;
+}
+
+const int32_t *mxu_dataset_labels(const mxu_dataset *dataset) {
+  return dataset ? dataset->labels : NULL;
+}
+
+void mxu_dataset_rescale(mxu_dataset *dataset, float scale) {
+  if (!dataset) return;
+  size_t n = (size_t)dataset->count * (size_t)mxu_shape_count(&dataset->shape);
+  for (size_t i = 0; i < n; i++) dataset->x[i] *= scale;
+}
+
+mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
+                             int64_t count, mxu_dataset **out) {
+  if (!out) return mxu_fail(MXU_ERR_ARG, "dataset: out is NULL");
+  *out = NULL;
+  if (!parent) return mxu_fail(MXU_ERR_ARG, "dataset: slice of NULL");
+  /* Written so that first + count never overflows. */
+  if (first < 0 || count < 0 || first > parent->count ||
+      count > parent->count - first)
+    return mxu_fail(MXU_ERR_ARG,
+                    "dataset: slice of %lld samples from %lld is outside the "
+                    "%lld samples there are",
+                    (long long)count, (long long)first,
+                    (long long)parent->count);
+  mxu_dataset *view = malloc(sizeof *view);
+  if (!view) return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory");
+  *view = *parent;
+  view->x = parent->x + first * mxu_shape_count(&parent->shape);
+  view->labels = parent->labels + first;
+  view->count = count;
+  view->owns = 0;
+  *out = view;
+  return MXU_OK;
+}
+
+/* A uniform index in [0, i]. mxu_rng_below takes a 32-bit bound; past
+ * 2^32 samples the same multiply-shift runs on 64 bits. */
+static int64_t draw_at_most(const mxu_rng *rng, int64_t i) {
+  if (i < (int64_t)UINT32_MAX)
+    return mxu_rng_below(rng, (uint64_t)i, (uint32_t)(i + 1));
+  uint32_t block[4];
+  mxu_rng_block(rng, (uint64_t)i, block);
+  uint64_t r = ((uint64_t)block[0] << 32) | block[1];
+  return (int64_t)(((unsigned __int128)r * (uint64_t)(i + 1)) >> 64);
+}
+
+void mxu_dataset_permutation(int64_t count, uint64_t seed, uint32_t epoch,
+                             int64_t *perm) {
+  for (int64_t i = 0; i < count; i++) perm[i] = i;
+  /* Draw i is used for position i alone, so the order is a pure function
+   * of (seed, epoch), whatever ran before. */
+  mxu_rng rng = mxu_rng_make(seed, MXU_STREAM_SHUFFLE, epoch, 0, 0);
+  for (int64_t i = count - 1; i > 0; i--) {
+    int64_t j = draw_at_most(&rng, i);
+    int64_t kept = perm[i];
+    perm[i] = perm[j];
+    perm[j] = kept;
+  }
+}
+
+void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
+                        int64_t first, int64_t n, float *x, int32_t *labels) {
+  size_t floats = (size_t)mxu_shape_count(&dataset->shape);
+  for (int64_t k = 0; k < n; k++) {
+    int64_t sample = order ? order[first + k] : first + k;
+    memcpy(x + (size_t)k * floats, dataset->x + (size_t)sample * floats,
+           floats * sizeof(float));
+    if (labels) labels[k] = dataset->labels[sample];
+  }
+}

@@ -1,0 +1,220 @@
+/* core_layers.c — Keras' core family: Dense, Activation, Flatten and
+ * Dropout. */
+#include "model/layers/layers.h"
+
+#include <string.h>
+
+static int64_t batch_rows(const mxu_layer *layer, const mxu_shape *shape) {
+  /* Values per row of the last axis: activations and softmax act on it. */
+  return (int64_t)layer->batch * mxu_shape_count(shape) /
+         shape->dims[shape->rank - 1];
+}
+
+static size_t batch_bytes(const mxu_layer *layer, const mxu_shape *shape) {
+  return (size_t)layer->batch * (size_t)mxu_shape_count(shape) *
+         sizeof(float);
+}
+
+/* ---- Dense --------------------------------------------------------------
+ */
+
+static mxu_status dense_infer(mxu_layer *layer) {
+  char text[64];
+  mxu_shape_format(&layer->in_shape, text, sizeof text);
+  if (layer->in_shape.rank != 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: Dense on input %s of rank %d is not supported: add "
+                    "a Flatten layer before it",
+                    layer->name, text, layer->in_shape.rank);
+  if (layer->config.dense.units <= 0)
+    return mxu_fail(MXU_ERR_ARG, "%s: units must be positive, got %d",
+                    layer->name, layer->config.dense.units);
+  int64_t units = layer->config.dense.units;
+  layer->out_shape = mxu_shape_make(1, &units);
+  return MXU_OK;
+}
+
+static int dense_declare(const mxu_layer *layer, mxu_param_decl *decls) {
+  int64_t in = layer->in_shape.dims[0], out = layer->config.dense.units;
+  int64_t kernel[2] = {in, out};
+  decls[0] = (mxu_param_decl){"kernel", mxu_shape_make(2, kernel),
+                              MXU_INIT_GLOROT_UNIFORM, 1, in, out};
+  if (!layer->config.dense.use_bias) return 1;
+  decls[1] = (mxu_param_decl){"bias", mxu_shape_make(1, &out), MXU_INIT_ZEROS,
+                              1, 0, 0};
+  return 2;
+}
+
+static mxu_status dense_plan(mxu_layer *layer, const mxu_backend *backend,
+                             int batch, mxu_arena *layout) {
+  const mxu_dense_config *c = &layer->config.dense;
+  mxu_dense_desc d = {batch, (int)layer->in_shape.dims[0], c->units,
+                      c->use_bias, MXU_LINEAR};
+  MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, batch, c->units,
+                            layout, &d.activation));
+  return backend->dense_create(&d, &layer->ops[0]);
+}
+
+static void dense_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  mxu_activation act = layer->config.dense.activation;
+  run->backend->dense_forward(layer->ops[0], run->x, run->w[0],
+                              layer->config.dense.use_bias ? run->w[1] : NULL,
+                              mxu_epilogue_target(layer, act, run));
+  mxu_epilogue_forward(layer, act, run);
+}
+
+static void dense_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  const float *dz =
+      mxu_epilogue_backward(layer, layer->config.dense.activation, run);
+  run->backend->dense_backward_weights(
+      layer->ops[0], run->x, dz, run->dw[0],
+      layer->config.dense.use_bias ? run->dw[1] : NULL);
+  if (run->need_dx)
+    run->backend->dense_backward_data(layer->ops[0], dz, run->w[0], run->dx);
+}
+
+static const float *dense_logits(const mxu_layer *layer,
+                                 const mxu_layer_run *run) {
+  return mxu_epilogue_logits(layer, layer->config.dense.activation, run);
+}
+
+const mxu_layer_class mxu_dense_class = {
+    "Dense",       dense_infer,    dense_declare, dense_plan,
+    dense_forward, dense_backward, dense_logits,
+};
+
+/* ---- Activation ---------------------------------------------------------
+ */
+
+static mxu_status same_shape_infer(mxu_layer *layer) {
+  if (layer->in_shape.rank < 1)
+    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions",
+                    layer->name);
+  layer->out_shape = layer->in_shape;
+  return MXU_OK;
+}
+
+static int no_params(const mxu_layer *layer, mxu_param_decl *decls) {
+  (void)layer;
+  (void)decls;
+  return 0;
+}
+
+static mxu_status activation_plan(mxu_layer *layer,
+                                  const mxu_backend *backend, int batch,
+                                  mxu_arena *layout) {
+  (void)batch;
+  (void)layout;
+  const mxu_shape *s = &layer->in_shape;
+  mxu_activation_desc d = {layer->config.activation, batch_rows(layer, s),
+                           (int)s->dims[s->rank - 1]};
+  return backend->activation_create(&d, &layer->ops[0]);
+}
+
+static void activation_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  run->backend->activation_forward(layer->ops[0], run->x, run->y);
+}
+
+static void activation_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  if (run->fused_softmax)
+    memcpy(run->dx, run->dy, batch_bytes(layer, &layer->in_shape));
+  else
+    run->backend->activation_backward(layer->ops[0], run->y, run->dy,
+                                      run->dx);
+}
+
+static const float *activation_logits(const mxu_layer *layer,
+                                      const mxu_layer_run *run) {
+  return layer->config.activation == MXU_SOFTMAX ? run->x : NULL;
+}
+
+const mxu_layer_class mxu_activation_class = {
+    "Activation",       same_shape_infer,    no_params,         activation_plan,
+    activation_forward, activation_backward, activation_logits,
+};
+
+/* ---- Flatten ------------------------------------------------------------
+ */
+
+static mxu_status flatten_infer(mxu_layer *layer) {
+  int64_t count = mxu_shape_count(&layer->in_shape);
+  layer->out_shape = mxu_shape_make(1, &count);
+  return MXU_OK;
+}
+
+static mxu_status no_plan(mxu_layer *layer, const mxu_backend *backend,
+                          int batch, mxu_arena *layout) {
+  (void)layer;
+  (void)backend;
+  (void)batch;
+  (void)layout;
+  return MXU_OK;
+}
+
+/* channels_last memory is already (h, w, c) row-major: a copy. */
+static void flatten_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  memcpy(run->y, run->x, batch_bytes(layer, &layer->in_shape));
+}
+
+static void flatten_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->need_dx)
+    memcpy(run->dx, run->dy, batch_bytes(layer, &layer->in_shape));
+}
+
+const mxu_layer_class mxu_flatten_class = {
+    "Flatten",       flatten_infer,    no_params, no_plan,
+    flatten_forward, flatten_backward, NULL,
+};
+
+/* ---- Dropout ------------------------------------------------------------
+ */
+
+static mxu_status dropout_infer(mxu_layer *layer) {
+  float rate = layer->config.dropout.rate;
+  if (!(rate >= 0.0f && rate < 1.0f))
+    return mxu_fail(MXU_ERR_ARG, "%s: rate must be in [0, 1), got %g",
+                    layer->name, (double)rate);
+  return same_shape_infer(layer);
+}
+
+static mxu_status dropout_plan(mxu_layer *layer, const mxu_backend *backend,
+                               int batch, mxu_arena *layout) {
+  (void)backend;
+  (void)batch;
+  layer->scratch[0] =
+      mxu_arena_reserve(layout, batch_bytes(layer, &layer->in_shape));
+  return MXU_OK;
+}
+
+/* Inverted dropout: kept values are scaled by 1/(1-rate) in training, so
+ * inference is the identity. The mask is a pure function of this run's RNG
+ * stream, hence of (seed, epoch, step, replica, layer). */
+static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  int64_t count = layer->batch * mxu_shape_count(&layer->in_shape);
+  if (!run->training || layer->config.dropout.rate == 0.0f) {
+    if (run->y != run->x) memcpy(run->y, run->x, (size_t)count * 4);
+    return;
+  }
+  float *mask = (float *)(void *)(run->arena + layer->scratch[0]);
+  float rate = layer->config.dropout.rate, keep = 1.0f / (1.0f - rate);
+  mxu_rng_uniform(&run->rng, 0, mask, (size_t)count);
+  for (int64_t i = 0; i < count; i++) mask[i] = mask[i] >= rate ? keep : 0.0f;
+  run->backend->multiply(count, run->x, mask, run->y);
+}
+
+static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  int64_t count = layer->batch * mxu_shape_count(&layer->in_shape);
+  if (layer->config.dropout.rate == 0.0f) {
+    memcpy(run->dx, run->dy, (size_t)count * 4);
+    return;
+  }
+  const float *mask = (const float *)(void *)(run->arena + layer->scratch[0]);
+  run->backend->multiply(count, run->dy, mask, run->dx);
+}
+
+const mxu_layer_class mxu_dropout_class = {
+    "Dropout",       dropout_infer,    no_params, dropout_plan,
+    dropout_forward, dropout_backward, NULL,
+};

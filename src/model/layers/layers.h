@@ -1,0 +1,33 @@
+/* layers.h — helpers the layer families share: the activation epilogue of
+ * Conv2D and Dense, and shape formatting for error messages. */
+#ifndef MXU_LAYERS_H
+#define MXU_LAYERS_H
+
+#include "model/model.h"
+
+/* Conv2D and Dense fuse relu/sigmoid/tanh into the backend op; softmax
+ * runs as a separate activation op over rows of `cols`. The epilogue uses
+ * ops[1] and scratch[0] (pre-softmax values) and scratch[1] (the gradient
+ * before the activation). Returns the activation to fuse into the op. */
+mxu_status mxu_epilogue_plan(mxu_layer *layer, mxu_activation activation,
+                             const mxu_backend *backend, int64_t rows,
+                             int cols, mxu_arena *layout,
+                             mxu_activation *fused);
+/* Where the op writes: y, or the pre-softmax buffer. */
+float *mxu_epilogue_target(const mxu_layer *layer, mxu_activation activation,
+                           const mxu_layer_run *run);
+/* After the op: runs the softmax, if any. */
+void mxu_epilogue_forward(const mxu_layer *layer, mxu_activation activation,
+                          const mxu_layer_run *run);
+/* The gradient with respect to the op's output before the activation. */
+const float *mxu_epilogue_backward(const mxu_layer *layer,
+                                   mxu_activation activation,
+                                   const mxu_layer_run *run);
+const float *mxu_epilogue_logits(const mxu_layer *layer,
+                                 mxu_activation activation,
+                                 const mxu_layer_run *run);
+
+/* "(28, 28, 1)" */
+void mxu_shape_format(const mxu_shape *shape, char *out, size_t size);
+
+#endif

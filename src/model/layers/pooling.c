@@ -1,0 +1,89 @@
+/* pooling.c — MaxPooling2D and AveragePooling2D (pool size, strides,
+ * valid/same; average over in-bounds pixels as Keras does). */
+#include "model/layers/layers.h"
+
+static mxu_status pool2d_infer(mxu_layer *layer) {
+  const mxu_pool2d_config *c = &layer->config.pool;
+  char text[64];
+  mxu_shape_format(&layer->in_shape, text, sizeof text);
+  if (layer->in_shape.rank != 3)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: pooling expects (height, width, channels) input, "
+                    "got %s",
+                    layer->name, text);
+  if (c->pool_size[0] <= 0 || c->pool_size[1] <= 0 || c->strides[0] <= 0 ||
+      c->strides[1] <= 0)
+    return mxu_fail(MXU_ERR_ARG, "%s: pool_size and strides must be positive",
+                    layer->name);
+  int64_t out[3];
+  for (int i = 0; i < 2; i++) {
+    out[i] = mxu_conv_output_size((int)layer->in_shape.dims[i],
+                                  c->pool_size[i], c->strides[i], c->padding,
+                                  NULL, NULL);
+    if (out[i] <= 0)
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "%s: input %s is smaller than the %dx%d pool with "
+                      "'valid' padding",
+                      layer->name, text, c->pool_size[0], c->pool_size[1]);
+  }
+  out[2] = layer->in_shape.dims[2];
+  layer->out_shape = mxu_shape_make(3, out);
+  return MXU_OK;
+}
+
+static int pool2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
+  (void)layer;
+  (void)decls;
+  return 0;
+}
+
+static mxu_status pool2d_plan(mxu_layer *layer, const mxu_backend *backend,
+                              int batch, mxu_arena *layout) {
+  const mxu_pool2d_config *c = &layer->config.pool;
+  mxu_pool2d_desc d = {0};
+  d.n = batch;
+  d.in_h = (int)layer->in_shape.dims[0];
+  d.in_w = (int)layer->in_shape.dims[1];
+  d.c = (int)layer->in_shape.dims[2];
+  d.out_h = (int)layer->out_shape.dims[0];
+  d.out_w = (int)layer->out_shape.dims[1];
+  d.pool_h = c->pool_size[0];
+  d.pool_w = c->pool_size[1];
+  d.stride_h = c->strides[0];
+  d.stride_w = c->strides[1];
+  mxu_conv_output_size(d.in_h, d.pool_h, d.stride_h, c->padding, &d.pad_top,
+                       &d.pad_bottom);
+  mxu_conv_output_size(d.in_w, d.pool_w, d.stride_w, c->padding, &d.pad_left,
+                       &d.pad_right);
+  d.is_max = layer->is_max_pool;
+  MXU_TRY(backend->pool2d_create(&d, &layer->ops[0]));
+  size_t bytes = backend->pool2d_workspace_bytes(layer->ops[0]);
+  layer->scratch[0] = bytes ? mxu_arena_reserve(layout, bytes) : 0;
+  layer->scratch[1] = bytes; /* remembered: 0 means no workspace */
+  return MXU_OK;
+}
+
+static void *workspace(const mxu_layer *layer, const mxu_layer_run *run) {
+  return layer->scratch[1] ? run->arena + layer->scratch[0] : NULL;
+}
+
+static void pool2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  run->backend->pool2d_forward(layer->ops[0], run->training, run->x, run->y,
+                               run->training ? workspace(layer, run) : NULL);
+}
+
+static void pool2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->need_dx)
+    run->backend->pool2d_backward(layer->ops[0], run->x, run->y, run->dy,
+                                  workspace(layer, run), run->dx);
+}
+
+const mxu_layer_class mxu_max_pooling2d_class = {
+    "MaxPooling2D", pool2d_infer,    pool2d_declare, pool2d_plan,
+    pool2d_forward, pool2d_backward, NULL,
+};
+
+const mxu_layer_class mxu_average_pooling2d_class = {
+    "AveragePooling2D", pool2d_infer,    pool2d_declare, pool2d_plan,
+    pool2d_forward,     pool2d_backward, NULL,
+};

@@ -1,0 +1,259 @@
+/* fit.c — Keras' fit, evaluate and predict over the static plan: batches
+ * are gathered into the replica arena in a seeded order, a partial batch
+ * is padded and masked where every sample must count. */
+#include "data/data.h"
+#include "model/model.h"
+#include "train/progress.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+mxu_fit_config mxu_fit_defaults(void) {
+  mxu_fit_config config = {0};
+  config.epochs = 1;
+  config.validation_freq = 1;
+  config.shuffle = 1;
+  config.verbose = 1;
+  return config;
+}
+
+static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
+                             const char *what) {
+  if (!model || !model->compiled)
+    return mxu_fail(MXU_ERR_ARG, "%s: compile the model first", what);
+  if (!data) return mxu_fail(MXU_ERR_ARG, "%s: no data", what);
+  int64_t want = mxu_shape_count(&model->input_shape);
+  if (mxu_shape_count(&data->shape) != want ||
+      data->shape.rank != model->input_shape.rank) {
+    char a[64], b[64];
+    snprintf(a, sizeof a, "%lld values", (long long)mxu_shape_count(&data->shape));
+    snprintf(b, sizeof b, "%lld values", (long long)want);
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: the samples have rank %d (%s) but the model's input "
+                    "'%s' takes rank %d (%s)",
+                    what, data->shape.rank, a, model->input_name,
+                    model->input_shape.rank, b);
+  }
+  for (int i = 0; i < data->shape.rank; i++)
+    if (data->shape.dims[i] != model->input_shape.dims[i])
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "%s: sample dimension %d is %lld but the model's input "
+                      "takes %lld",
+                      what, i, (long long)data->shape.dims[i],
+                      (long long)model->input_shape.dims[i]);
+  int classes =
+      (int)model->layers[model->layer_count - 1].out_shape.dims[0];
+  if (data->num_classes > classes)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: the data has %d classes but the model outputs %d",
+                    what, data->num_classes, classes);
+  return MXU_OK;
+}
+
+static mxu_status ensure_batch(mxu_model *model, int batch) {
+  if (batch == model->plan.batch) return MXU_OK;
+  return mxu_plan_build(model, batch);
+}
+
+/* Copies samples [first, first+rows) of order (or of the data set) into
+ * the arena's input and targets; the rest of the batch is zeros. */
+static void load_batch(mxu_model *model, const mxu_dataset *data,
+                       const int64_t *order, int64_t first, int64_t rows) {
+  mxu_plan *plan = &model->plan;
+  float *x = mxu_plan_floats(model, plan->act[0]);
+  int32_t *labels = (int32_t *)(void *)mxu_plan_floats(model, plan->labels);
+  int64_t sample = mxu_shape_count(&data->shape);
+  mxu_dataset_gather(data, order, first, rows, x, labels);
+  int64_t batch = plan->batch;
+  memset(x + rows * sample, 0, (size_t)((batch - rows) * sample) * 4);
+  for (int64_t r = rows; r < batch; r++) labels[r] = 0;
+  if (model->compile.loss != MXU_CATEGORICAL_CROSSENTROPY) return;
+  int classes =
+      (int)model->layers[model->layer_count - 1].out_shape.dims[0];
+  float *onehot = mxu_plan_floats(model, plan->onehot);
+  memset(onehot, 0, (size_t)(batch * classes) * 4);
+  for (int64_t r = 0; r < rows; r++) onehot[r * classes + labels[r]] = 1.0f;
+}
+
+mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
+                        int batch_size, double *loss, double *accuracy) {
+  MXU_TRY(check_data(model, data, "evaluate"));
+  if (batch_size < 0)
+    return mxu_fail(MXU_ERR_ARG, "evaluate: batch size %d is negative",
+                    batch_size);
+  MXU_TRY(ensure_batch(model, batch_size ? batch_size : model->plan.batch));
+  int64_t batch = model->plan.batch;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t first = 0; first < data->count; first += batch) {
+    int64_t rows = data->count - first < batch ? data->count - first : batch;
+    load_batch(model, data, NULL, first, rows);
+    mxu_step_result r = mxu_step_run(model, 0, rows, 1.0f, 0, 0, 0);
+    loss_sum += r.loss_sum;
+    correct += r.correct;
+  }
+  double n = data->count ? (double)data->count : 1.0;
+  if (loss) *loss = loss_sum / n;
+  if (accuracy) *accuracy = (double)correct / n;
+  return MXU_OK;
+}
+
+mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
+                       float *out) {
+  if (!model || !model->compiled)
+    return mxu_fail(MXU_ERR_ARG, "predict: compile the model first");
+  if (!x || !out || count < 0)
+    return mxu_fail(MXU_ERR_ARG, "predict: x and out are required");
+  mxu_plan *plan = &model->plan;
+  int64_t sample = mxu_shape_count(&model->input_shape);
+  int n = model->layer_count;
+  int64_t classes = mxu_shape_count(&model->layers[n - 1].out_shape);
+  for (int64_t first = 0; first < count; first += plan->batch) {
+    int64_t rows = count - first < plan->batch ? count - first : plan->batch;
+    float *input = mxu_plan_floats(model, plan->act[0]);
+    memcpy(input, x + first * sample, (size_t)(rows * sample) * 4);
+    memset(input + rows * sample, 0,
+           (size_t)((plan->batch - rows) * sample) * 4);
+    memset(mxu_plan_floats(model, plan->labels), 0, (size_t)plan->batch * 4);
+    mxu_step_run(model, 0, rows, 1.0f, 0, 0, 0);
+    memcpy(out + first * classes, mxu_plan_floats(model, plan->act[n]),
+           (size_t)(rows * classes) * 4);
+  }
+  return MXU_OK;
+}
+
+/* Keras: with steps_per_epoch but no batch size, batch = ceil(n / steps);
+ * with neither, 32. */
+static mxu_status resolve_batch(const mxu_fit_config *c, int64_t count,
+                                int *batch, int *steps) {
+  if (c->epochs <= 0)
+    return mxu_fail(MXU_ERR_ARG, "fit: epochs must be at least 1, got %d",
+                    c->epochs);
+  if (c->batch_size < 0 || c->steps_per_epoch < 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "fit: batch size %d and steps per epoch %d must not be "
+                    "negative",
+                    c->batch_size, c->steps_per_epoch);
+  *batch = c->batch_size;
+  if (!*batch)
+    *batch = c->steps_per_epoch
+                 ? (int)((count + c->steps_per_epoch - 1) / c->steps_per_epoch)
+                 : 32;
+  if (*batch > count)
+    return mxu_fail(MXU_ERR_ARG,
+                    "fit: batch size %d is larger than the %lld training "
+                    "samples; use a batch size of at most %lld",
+                    *batch, (long long)count, (long long)count);
+  /* Static shapes: the last partial batch is dropped, as on a TPU. */
+  int64_t full = count / *batch;
+  *steps = c->steps_per_epoch ? c->steps_per_epoch : (int)full;
+  if (*steps > full)
+    return mxu_fail(MXU_ERR_ARG,
+                    "fit: %d steps of %d samples need %lld samples per epoch "
+                    "but the data set has %lld",
+                    *steps, *batch, (long long)*steps * *batch,
+                    (long long)count);
+  return MXU_OK;
+}
+
+typedef struct epoch_totals {
+  double loss_sum;
+  int64_t correct, samples;
+} epoch_totals;
+
+static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
+                              const mxu_fit_config *c, int epoch, int steps,
+                              int64_t *order, mxu_progress *progress,
+                              epoch_totals *totals) {
+  int64_t batch = model->plan.batch;
+  if (c->shuffle)
+    mxu_dataset_permutation(train->count, c->seed, (uint32_t)epoch, order);
+  const char *metric = model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY
+                           ? "categorical_accuracy"
+                           : "sparse_categorical_accuracy";
+  for (int step = 0; step < steps; step++) {
+    load_batch(model, train, c->shuffle ? order : NULL, step * batch, batch);
+    mxu_step_result r = mxu_step_run(model, 1, batch, 1.0f / (float)batch,
+                                     c->seed, (uint32_t)epoch, (uint32_t)step);
+    if (!isfinite(r.loss_sum))
+      return mxu_fail(MXU_ERR_NUMERIC,
+                      "fit: epoch %d, step %d: the loss is %s; training "
+                      "stopped before applying this step (lower the learning "
+                      "rate or rescale the inputs)",
+                      epoch + 1, step + 1, isnan(r.loss_sum) ? "NaN" : "inf");
+    mxu_optimizer_apply(model);
+    totals->loss_sum += r.loss_sum;
+    totals->correct += r.correct;
+    totals->samples += batch;
+    mxu_metric_value m[2] = {
+        {"loss", totals->loss_sum / (double)totals->samples},
+        {metric, (double)totals->correct / (double)totals->samples}};
+    mxu_progress_update(progress, step + 1, m, 2, 0);
+  }
+  return MXU_OK;
+}
+
+static mxu_status grow_history(mxu_model *model, int epochs) {
+  free(model->history.epochs);
+  model->history.count = 0;
+  model->history.epochs = calloc((size_t)epochs, sizeof(mxu_epoch_log));
+  if (!model->history.epochs)
+    return mxu_fail(MXU_ERR_NOMEM, "fit: out of memory");
+  return MXU_OK;
+}
+
+static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
+                             const mxu_fit_config *c, int steps,
+                             int64_t *order) {
+  FILE *out = c->out ? c->out : stdout;
+  const char *metric = model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY
+                           ? "categorical_accuracy"
+                           : "sparse_categorical_accuracy";
+  char val_metric[64];
+  snprintf(val_metric, sizeof val_metric, "val_%s", metric);
+  for (int epoch = 0; epoch < c->epochs; epoch++) {
+    mxu_progress progress;
+    mxu_progress_epoch(&progress, out, c->verbose, epoch + 1, c->epochs,
+                       steps);
+    epoch_totals totals = {0};
+    double start = mxu_now_seconds();
+    MXU_TRY(train_epoch(model, train, c, epoch, steps, order, &progress,
+                        &totals));
+    mxu_epoch_log *log = &model->history.epochs[model->history.count++];
+    log->epoch = epoch + 1;
+    log->loss = totals.loss_sum / (double)totals.samples;
+    log->accuracy = (double)totals.correct / (double)totals.samples;
+    log->samples = totals.samples;
+    log->val_loss = log->val_accuracy = NAN;
+    int freq = c->validation_freq > 0 ? c->validation_freq : 1;
+    if (c->validation && (epoch + 1) % freq == 0)
+      MXU_TRY(mxu_evaluate(model, c->validation, 0, &log->val_loss,
+                           &log->val_accuracy));
+    log->seconds = mxu_now_seconds() - start;
+    mxu_metric_value m[4] = {{"loss", log->loss},
+                             {metric, log->accuracy},
+                             {"val_loss", log->val_loss},
+                             {val_metric, log->val_accuracy}};
+    mxu_progress_update(&progress, steps, m, isnan(log->val_loss) ? 2 : 4, 1);
+  }
+  return MXU_OK;
+}
+
+mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
+                   const mxu_fit_config *config, const mxu_history **history) {
+  MXU_TRY(check_data(model, train, "fit"));
+  if (!config) return mxu_fail(MXU_ERR_ARG, "fit: config is NULL");
+  if (config->validation)
+    MXU_TRY(check_data(model, config->validation, "fit: validation data"));
+  int batch = 0, steps = 0;
+  MXU_TRY(resolve_batch(config, train->count, &batch, &steps));
+  MXU_TRY(ensure_batch(model, batch));
+  MXU_TRY(grow_history(model, config->epochs));
+  int64_t *order = malloc((size_t)train->count * sizeof *order);
+  if (!order) return mxu_fail(MXU_ERR_NOMEM, "fit: out of memory");
+  mxu_status status = run_epochs(model, train, config, steps, order);
+  free(order);
+  if (history) *history = &model->history;
+  return status;
+}
