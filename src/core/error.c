@@ -40,6 +40,13 @@ mxu_status mxu_fail_prefix(mxu_status status, const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, args);
   va_end(args);
   memcpy(previous, error_message, sizeof previous);
-  snprintf(error_message, sizeof error_message, "%s%s", prefix, previous);
+  /* Truncation keeps the front of the message, which names the place. */
+  size_t used = strlen(prefix);
+  if (used >= sizeof error_message) used = sizeof error_message - 1;
+  memcpy(error_message, prefix, used);
+  size_t room = sizeof error_message - 1 - used;
+  size_t rest = strlen(previous) < room ? strlen(previous) : room;
+  memcpy(error_message + used, previous, rest);
+  error_message[used + rest] = 0;
   return status;
 }

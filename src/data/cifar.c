@@ -36,13 +36,18 @@ static mxu_status count_records(cifar_file *file, size_t record) {
                     file->path, record);
   file->records = file->size / record;
   size_t rest = file->size % record;
-  if (rest)
-    return mxu_fail(MXU_ERR_FORMAT,
-                    "cifar: %s: record %zu (offset %zu): file ends after %zu "
-                    "of %zu record bytes (truncated download?)",
-                    file->path, file->records, file->records * record, rest,
-                    record);
-  return MXU_OK;
+  if (!rest) return MXU_OK;
+  /* A whole number of the other kind's records: the wrong label_bytes. */
+  size_t other = record == record_size(1) ? record_size(2) : record_size(1);
+  const char *hint = file->size % other ? "truncated download?"
+                     : other == record_size(2)
+                         ? "truncated, or a CIFAR-100 file read as CIFAR-10?"
+                         : "truncated, or a CIFAR-10 file read as CIFAR-100?";
+  return mxu_fail(MXU_ERR_FORMAT,
+                  "cifar: %s: record %zu (offset %zu): file ends after %zu "
+                  "of %zu record bytes (%s)",
+                  file->path, file->records, file->records * record, rest,
+                  record, hint);
 }
 
 static mxu_status check_label(const cifar_file *file, size_t index,
@@ -97,8 +102,10 @@ static void convert_file(const cifar_file *file, int label_bytes,
 static mxu_status check_args(const char *const *paths, int path_count,
                              int label_bytes) {
   if (label_bytes != 1 && label_bytes != 2)
-    return mxu_fail(MXU_ERR_ARG, "cifar: label_bytes %d (expected 1 for "
-                    "CIFAR-10, 2 for CIFAR-100)", label_bytes);
+    return mxu_fail(MXU_ERR_ARG,
+                    "cifar: label_bytes %d (expected 1 for "
+                    "CIFAR-10, 2 for CIFAR-100)",
+                    label_bytes);
   if (!paths || path_count < 1)
     return mxu_fail(MXU_ERR_ARG, "cifar: no files given");
   for (int i = 0; i < path_count; i++)
@@ -146,15 +153,15 @@ mxu_status mxu_load_cifar(const char *const *paths, int path_count,
 
 /* Finds each named file (plain or .gz) in dir, then loads them in order. */
 static mxu_status load_dir(const char *who, const char *dir,
-                           const char *const *names, int count,
-                           int label_bytes, mxu_dataset **out) {
+                           const char *const *names, int count, int label_bytes,
+                           mxu_dataset **out) {
   char *paths[5] = {0};
   mxu_status status = MXU_OK;
   for (int i = 0; i < count && status == MXU_OK; i++)
     status = mxu_find_data_file(who, dir, names[i], &paths[i]);
   if (status == MXU_OK)
-    status = mxu_load_cifar((const char *const *)paths, count, label_bytes,
-                            out);
+    status =
+        mxu_load_cifar((const char *const *)paths, count, label_bytes, out);
   for (int i = 0; i < count; i++) free(paths[i]);
   return status;
 }

@@ -20,7 +20,7 @@ struct mxu_dataset {
 void mxu_dataset_permutation(int64_t count, uint64_t seed, uint32_t epoch,
                              int64_t *perm);
 
-/* Copies samples order[0..n) into x (n * sample floats) and labels (may be
+/* Copies samples order[first .. first+n) into x (n * sample floats) and labels (may be
  * NULL). order NULL means samples first .. first+n-1. */
 void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
                         int64_t first, int64_t n, float *x, int32_t *labels);

@@ -17,8 +17,8 @@ static mxu_status sample_floats(mxu_shape shape, int64_t *floats) {
   for (int i = 0; i < shape.rank; i++) {
     int64_t dim = shape.dims[i];
     if (dim < 1 || product > INT64_MAX / dim)
-      return mxu_fail(MXU_ERR_ARG, "dataset: sample dimension %d is %lld",
-                      i, (long long)dim);
+      return mxu_fail(MXU_ERR_ARG, "dataset: sample dimension %d is %lld", i,
+                      (long long)dim);
     product *= dim;
   }
   *floats = product;
@@ -30,9 +30,10 @@ static mxu_status array_bytes(int64_t count, int64_t per_sample, size_t bytes,
   /* count * per_sample * bytes must fit both size_t and int64_t indexing. */
   uint64_t limit = (uint64_t)(SIZE_MAX < INT64_MAX ? SIZE_MAX : INT64_MAX);
   if (count < 0 || (count && (uint64_t)per_sample > limit / bytes / count))
-    return mxu_fail(MXU_ERR_NOMEM, "dataset: %lld samples of %lld values do "
-                    "not fit in memory", (long long)count,
-                    (long long)per_sample);
+    return mxu_fail(MXU_ERR_NOMEM,
+                    "dataset: %lld samples of %lld values do "
+                    "not fit in memory",
+                    (long long)count, (long long)per_sample);
   *total = (size_t)count * (size_t)per_sample * bytes;
   return MXU_OK;
 }

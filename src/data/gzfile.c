@@ -38,14 +38,15 @@ static mxu_status gz_failure(gzFile gz, const char *who, const char *path,
     return mxu_fail(MXU_ERR_IO, "%s: %s: offset %zu: read failed: %s", who,
                     path, offset, strerror(errno));
   case Z_MEM_ERROR:
-    return mxu_fail(MXU_ERR_NOMEM, "%s: %s: out of memory while reading",
-                    who, path);
+    return mxu_fail(MXU_ERR_NOMEM, "%s: %s: out of memory while reading", who,
+                    path);
   case Z_BUF_ERROR:
     /* zlib's soft error: the input ended inside a gzip stream. */
-    return mxu_fail(MXU_ERR_FORMAT,
-                    "%s: %s: offset %zu: gzip data ends early (truncated "
-                    "download?)",
-                    who, path, offset);
+    return mxu_fail(
+        MXU_ERR_FORMAT,
+        "%s: %s: offset %zu (unpacked): gzip data ends early (truncated "
+        "download?)",
+        who, path, offset);
   default:
     return mxu_fail(MXU_ERR_FORMAT,
                     "%s: %s: offset %zu: corrupt gzip data (%s); expected a "

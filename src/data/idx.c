@@ -33,14 +33,15 @@ static const char *kind_name(uint32_t magic) {
 }
 
 /* Why a wrong magic is wrong, when a likely reason can be told. */
-static void magic_hint(uint32_t got, uint32_t wanted, char *hint,
-                       size_t size) {
-  uint32_t other = wanted == IDX_IMAGES_MAGIC ? IDX_LABELS_MAGIC
-                                              : IDX_IMAGES_MAGIC;
+static void magic_hint(uint32_t got, uint32_t wanted, char *hint, size_t size) {
+  uint32_t other =
+      wanted == IDX_IMAGES_MAGIC ? IDX_LABELS_MAGIC : IDX_IMAGES_MAGIC;
   hint[0] = 0;
   if (got == other)
-    snprintf(hint, size, "; it is an IDX %s file (images and labels "
-             "swapped?)", kind_name(other));
+    snprintf(hint, size,
+             "; it is an IDX %s file (images and labels "
+             "swapped?)",
+             kind_name(other));
   else if (got >> 16 == 0 && (got >> 8 & 0xffu) != IDX_UBYTE)
     snprintf(hint, size, "; data type 0x%02X is not unsigned byte (0x08)",
              (unsigned)(got >> 8 & 0xffu));
@@ -48,12 +49,8 @@ static void magic_hint(uint32_t got, uint32_t wanted, char *hint,
 
 static mxu_status check_header(idx_file *file, uint32_t magic) {
   file->header = magic == IDX_IMAGES_MAGIC ? 16 : 8;
-  if (file->size < file->header)
-    return mxu_fail(MXU_ERR_FORMAT,
-                    "idx: %s: offset 0: file ends after %zu of %zu header "
-                    "bytes (truncated download?)",
-                    file->path, file->size, file->header);
-  uint32_t got = be32(file->data);
+  /* The magic first: a wrong kind of file says more than a short one. */
+  uint32_t got = file->size >= 4 ? be32(file->data) : magic;
   if (got != magic) {
     char hint[96];
     magic_hint(got, magic, hint, sizeof hint);
@@ -63,6 +60,11 @@ static mxu_status check_header(idx_file *file, uint32_t magic) {
                     file->path, (unsigned)got, kind_name(magic),
                     (unsigned)magic, hint);
   }
+  if (file->size < file->header)
+    return mxu_fail(MXU_ERR_FORMAT,
+                    "idx: %s: offset 0: file ends after %zu of %zu header "
+                    "bytes (truncated download?)",
+                    file->path, file->size, file->header);
   file->count = be32(file->data + 4);
   file->rows = file->cols = 1;
   if (magic == IDX_IMAGES_MAGIC) {
@@ -82,24 +84,25 @@ static mxu_status check_payload(const idx_file *file, const char *what) {
   uint64_t per_item = (uint64_t)file->rows * file->cols;
   uint64_t wanted = 0;
   if (file->count && per_item > UINT64_MAX / file->count)
-    return mxu_fail(MXU_ERR_FORMAT, "idx: %s: offset 4: %u items of %llu "
-                    "bytes overflow 64 bits (corrupt header?)", file->path,
-                    (unsigned)file->count, (unsigned long long)per_item);
+    return mxu_fail(MXU_ERR_FORMAT,
+                    "idx: %s: offset 4: %u items of %llu "
+                    "bytes overflow 64 bits (corrupt header?)",
+                    file->path, (unsigned)file->count,
+                    (unsigned long long)per_item);
   wanted = per_item * file->count;
   size_t have = file->size - file->header;
   if ((uint64_t)have < wanted)
     return mxu_fail(MXU_ERR_FORMAT,
                     "idx: %s: offset %zu: file ends after %zu of %llu %s "
                     "bytes (truncated download?)",
-                    file->path, file->header, have,
-                    (unsigned long long)wanted, what);
+                    file->path, file->header, have, (unsigned long long)wanted,
+                    what);
   if ((uint64_t)have > wanted)
     return mxu_fail(MXU_ERR_FORMAT,
                     "idx: %s: offset %llu: %llu bytes after the last of %u "
                     "items (expected the file to end there)",
                     file->path, (unsigned long long)(file->header + wanted),
-                    (unsigned long long)(have - wanted),
-                    (unsigned)file->count);
+                    (unsigned long long)(have - wanted), (unsigned)file->count);
   return MXU_OK;
 }
 
@@ -110,8 +113,7 @@ static mxu_status check_labels(const idx_file *file) {
       return mxu_fail(MXU_ERR_FORMAT,
                       "idx: %s: offset %zu: label %u of item %zu out of "
                       "range 0..%d",
-                      file->path, file->header + i, label, i,
-                      IDX_CLASSES - 1);
+                      file->path, file->header + i, label, i, IDX_CLASSES - 1);
   }
   return MXU_OK;
 }
@@ -124,8 +126,7 @@ static mxu_status read_idx(idx_file *file, uint32_t magic) {
   return images ? MXU_OK : check_labels(file);
 }
 
-static mxu_status match_counts(const idx_file *images,
-                               const idx_file *labels) {
+static mxu_status match_counts(const idx_file *images, const idx_file *labels) {
   if (images->count == labels->count) return MXU_OK;
   return mxu_fail(MXU_ERR_FORMAT,
                   "idx: %s: offset 4: %u labels, but %s has %u images at "
@@ -138,8 +139,8 @@ static mxu_status build(const idx_file *images, const idx_file *labels,
                         mxu_dataset **out) {
   int64_t dims[3] = {images->rows, images->cols, 1};
   mxu_dataset *dataset = NULL;
-  MXU_TRY(mxu_dataset_alloc(mxu_shape_make(3, dims), images->count,
-                            IDX_CLASSES, &dataset));
+  MXU_TRY(mxu_dataset_alloc(mxu_shape_make(3, dims), images->count, IDX_CLASSES,
+                            &dataset));
   const unsigned char *pixels = images->data + images->header;
   size_t n = (size_t)images->count * images->rows * images->cols;
   for (size_t i = 0; i < n; i++) dataset->x[i] = (float)pixels[i];
@@ -155,7 +156,7 @@ mxu_status mxu_load_idx(const char *images_path, const char *labels_path,
   *out = NULL;
   if (!images_path || !labels_path)
     return mxu_fail(MXU_ERR_ARG, "idx: an images and a labels path are "
-                    "needed");
+                                 "needed");
   idx_file images = {.path = images_path}, labels = {.path = labels_path};
   mxu_status status = read_idx(&images, IDX_IMAGES_MAGIC);
   if (status == MXU_OK) status = read_idx(&labels, IDX_LABELS_MAGIC);
@@ -180,8 +181,7 @@ mxu_status mxu_load_mnist_dir(const char *dir, mxu_split split,
   if (status == MXU_OK)
     status = mxu_find_data_file(
         "mnist", dir,
-        train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte",
-        &labels);
+        train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte", &labels);
   if (status == MXU_OK) status = mxu_load_idx(images, labels, out);
   free(images);
   free(labels);

@@ -32,8 +32,8 @@ mxu_status cpu_engine(const char *op, dnnl_engine_t *engine) {
 
 mxu_status cpu_check(dnnl_status_t status, const char *op, const char *call) {
   if (status == dnnl_success) return MXU_OK;
-  return mxu_fail(MXU_ERR_BACKEND, "onednn: %s: %s failed: status %d", op,
-                  call, (int)status);
+  return mxu_fail(MXU_ERR_BACKEND, "onednn: %s: %s failed: status %d", op, call,
+                  (int)status);
 }
 
 mxu_status cpu_op_alloc(mxu_op **out, const char *op) {
@@ -92,9 +92,9 @@ static mxu_status make_attr(dnnl_primitive_attr_t attr, dnnl_alg_kind_t post,
   if (post == dnnl_alg_kind_undef) return MXU_OK;
   dnnl_post_ops_t ops;
   CPU_TRY(op, dnnl_post_ops_create, &ops);
-  mxu_status status = cpu_check(
-      dnnl_post_ops_append_eltwise(ops, 1.0f, post, 0.0f, 0.0f), op,
-      "dnnl_post_ops_append_eltwise");
+  mxu_status status =
+      cpu_check(dnnl_post_ops_append_eltwise(ops, 1.0f, post, 0.0f, 0.0f), op,
+                "dnnl_post_ops_append_eltwise");
   if (status == MXU_OK)
     status = cpu_check(dnnl_primitive_attr_set_post_ops(attr, ops), op,
                        "dnnl_primitive_attr_set_post_ops");
@@ -130,8 +130,9 @@ static mxu_status create_scratchpad(cpu_prim *p, const char *op) {
   if (bytes == 0) return MXU_OK;
   p->scratch = mxu_aligned_alloc(bytes);
   if (!p->scratch)
-    return mxu_fail(MXU_ERR_NOMEM, "onednn: %s: no memory for a %zu-byte "
-                                   "scratchpad",
+    return mxu_fail(MXU_ERR_NOMEM,
+                    "onednn: %s: no memory for a %zu-byte "
+                    "scratchpad",
                     op, bytes);
   dnnl_engine_t engine;
   MXU_TRY(cpu_engine(op, &engine));

@@ -36,16 +36,16 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   MXU_TRY(conv_describe(desc, &m));
   const dnnl_memory_desc_t *bias = desc->has_bias ? &m.bias : NULL;
   dnnl_convolution_desc_t fwd, bwd_data, bwd_weights;
-  CPU_TRY(CONV, dnnl_convolution_forward_desc_init, &fwd,
-          dnnl_forward_training, dnnl_convolution_direct, &m.src, &m.weights,
-          bias, &m.dst, m.strides, m.pad_l, m.pad_r);
+  CPU_TRY(CONV, dnnl_convolution_forward_desc_init, &fwd, dnnl_forward_training,
+          dnnl_convolution_direct, &m.src, &m.weights, bias, &m.dst, m.strides,
+          m.pad_l, m.pad_r);
   CPU_TRY(CONV, dnnl_convolution_backward_data_desc_init, &bwd_data,
           dnnl_convolution_direct, &m.src, &m.weights, &m.dst, m.strides,
           m.pad_l, m.pad_r);
   CPU_TRY(CONV, dnnl_convolution_backward_weights_desc_init, &bwd_weights,
-          dnnl_convolution_direct, &m.src, &m.weights, bias, &m.dst,
-          m.strides, m.pad_l, m.pad_r);
-  cpu_weighted_descs descs = {&fwd, &bwd_data, &bwd_weights,
-                              desc->activation, desc->has_bias};
+          dnnl_convolution_direct, &m.src, &m.weights, bias, &m.dst, m.strides,
+          m.pad_l, m.pad_r);
+  cpu_weighted_descs descs = {&fwd, &bwd_data, &bwd_weights, desc->activation,
+                              desc->has_bias};
   return cpu_weighted_create(&descs, CONV, out);
 }

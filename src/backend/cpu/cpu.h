@@ -78,12 +78,57 @@ void cpu_weighted_forward(mxu_op *op, const float *x, const float *w,
                           const float *b, float *y);
 void cpu_weighted_backward_data(mxu_op *op, const float *dy, const float *w,
                                 float *dx);
-void cpu_weighted_backward_weights(mxu_op *op, const float *x,
-                                   const float *dy, float *dw, float *db);
+void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                   float *dw, float *db);
 
 /* The post-op for a fused activation, or dnnl_alg_kind_undef for LINEAR;
  * fails for SOFTMAX, which is never fused. */
 mxu_status cpu_fused_alg(mxu_activation activation, const char *op,
                          dnnl_alg_kind_t *alg);
+
+/* ---- the table's entries, by family file ------------------------------ */
+
+mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out);
+mxu_status cpu_dense_create(const mxu_dense_desc *desc, mxu_op **out);
+
+mxu_status cpu_pool2d_create(const mxu_pool2d_desc *desc, mxu_op **out);
+size_t cpu_pool2d_workspace_bytes(mxu_op *op);
+void cpu_pool2d_forward(mxu_op *op, int training, const float *x, float *y,
+                        void *workspace);
+void cpu_pool2d_backward(mxu_op *op, const float *x, const float *y,
+                         const float *dy, const void *workspace, float *dx);
+
+mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc, mxu_op **out);
+void cpu_batchnorm_forward_training(mxu_op *op, const float *x,
+                                    const float *gamma, const float *beta,
+                                    float *y, float *mean, float *var);
+void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
+                                     const float *gamma, const float *beta,
+                                     const float *mean, const float *var,
+                                     float *y);
+void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
+                            const float *gamma, const float *mean,
+                            const float *var, float *dx, float *dgamma,
+                            float *dbeta);
+
+mxu_status cpu_activation_create(const mxu_activation_desc *desc, mxu_op **out);
+void cpu_activation_forward(mxu_op *op, const float *x, float *y);
+void cpu_activation_backward(mxu_op *op, const float *y, const float *dy,
+                             float *dx);
+
+void cpu_softmax_cross_entropy(int64_t n, int k, const float *logits,
+                               const int32_t *labels, const float *onehot,
+                               const float *mask, float scale, float *probs,
+                               float *loss, float *dlogits);
+void cpu_cross_entropy(int64_t n, int k, const float *probs,
+                       const int32_t *labels, const float *onehot,
+                       const float *mask, float scale, float *loss,
+                       float *dprobs);
+void cpu_multiply(int64_t count, const float *a, const float *b, float *y);
+void cpu_adam_update(int64_t count, float *w, const float *g, float *m,
+                     float *v, float lr_t, float beta_1, float beta_2,
+                     float epsilon);
+void cpu_sgd_update(int64_t count, float *w, const float *g, float *velocity,
+                    float lr, float momentum, int nesterov);
 
 #endif

@@ -23,7 +23,7 @@ mxu_status cpu_dense_create(const mxu_dense_desc *desc, mxu_op **out) {
           &weights, &dst);
   CPU_TRY(DENSE, dnnl_inner_product_backward_weights_desc_init, &bwd_weights,
           &src, &weights, b, &dst);
-  cpu_weighted_descs descs = {&fwd, &bwd_data, &bwd_weights,
-                              desc->activation, desc->has_bias};
+  cpu_weighted_descs descs = {&fwd, &bwd_data, &bwd_weights, desc->activation,
+                              desc->has_bias};
   return cpu_weighted_create(&descs, DENSE, out);
 }

@@ -33,6 +33,13 @@ static int row_masked(const float *mask, int64_t i) {
 
 static int label_ok(int32_t label, int k) { return label >= 0 && label < k; }
 
+/* An out-of-range label poisons its row with NaN (as cpu_ref does), so a
+ * bad batch shows up as a non-finite loss rather than training on nothing. */
+static void bad_label_row(int k, float *loss, float *d) {
+  *loss = NAN;
+  for (int j = 0; j < k; j++) d[j] = NAN;
+}
+
 void cpu_softmax_cross_entropy(int64_t n, int k, const float *logits,
                                const int32_t *labels, const float *onehot,
                                const float *mask, float scale, float *probs,
@@ -49,8 +56,12 @@ void cpu_softmax_cross_entropy(int64_t n, int k, const float *logits,
     for (int j = 0; j < k; j++) d[j] = p[j] * scale;
     if (labels) {
       int32_t t = labels[i];
-      loss[i] = label_ok(t, k) ? lse - (z[t] - max) : 0.0f;
-      if (label_ok(t, k)) d[t] -= scale;
+      if (label_ok(t, k)) {
+        loss[i] = lse - (z[t] - max);
+        d[t] -= scale;
+      } else {
+        bad_label_row(k, &loss[i], d);
+      }
       continue;
     }
     const float *restrict t = onehot + i * k;
@@ -101,8 +112,11 @@ void cpu_cross_entropy(int64_t n, int k, const float *probs,
       continue;
     }
     int32_t label = labels ? labels[i] : -1;
-    loss[i] = cross_entropy_row(k, probs + i * k, onehot ? onehot + i * k
-                                                         : NULL,
-                                label, scale, d);
+    if (labels && !label_ok(label, k)) {
+      bad_label_row(k, &loss[i], d);
+      continue;
+    }
+    loss[i] = cross_entropy_row(
+        k, probs + i * k, onehot ? onehot + i * k : NULL, label, scale, d);
   }
 }

@@ -20,9 +20,8 @@ static mxu_status train_create(mxu_op *op, const dnnl_memory_desc_t *md,
   cpu_prim *p = &op->prim[BN_TRAIN];
   MXU_TRY(cpu_prim_create(p, &bd, dnnl_alg_kind_undef, NULL, BN,
                           "forward_training"));
-  static const int args[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE, DNNL_ARG_SHIFT,
-                             DNNL_ARG_DST,  DNNL_ARG_MEAN,
-                             DNNL_ARG_VARIANCE};
+  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_SCALE, DNNL_ARG_SHIFT,
+                             DNNL_ARG_DST, DNNL_ARG_MEAN,  DNNL_ARG_VARIANCE};
   for (size_t i = 0; i < sizeof args / sizeof *args; i++)
     MXU_TRY(cpu_prim_arg(p, args[i], BN));
   return MXU_OK;
@@ -37,9 +36,8 @@ static mxu_status infer_create(mxu_op *op, const dnnl_memory_desc_t *md,
   cpu_prim *p = &op->prim[BN_INFER];
   MXU_TRY(cpu_prim_create(p, &bd, dnnl_alg_kind_undef, NULL, BN,
                           "forward_inference"));
-  static const int args[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE,
-                             DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
-                             DNNL_ARG_VARIANCE, DNNL_ARG_DST};
+  static const int args[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE,    DNNL_ARG_SHIFT,
+                             DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_DST};
   for (size_t i = 0; i < sizeof args / sizeof *args; i++)
     MXU_TRY(cpu_prim_arg(p, args[i], BN));
   return MXU_OK;
@@ -52,12 +50,12 @@ static mxu_status backward_create(mxu_op *op, const dnnl_memory_desc_t *md,
   CPU_TRY(BN, dnnl_batch_normalization_backward_desc_init, &bd, dnnl_backward,
           md, md, epsilon, BN_FLAGS);
   cpu_prim *p = &op->prim[BN_BWD];
-  MXU_TRY(cpu_prim_create(p, &bd, dnnl_alg_kind_undef, &op->prim[BN_TRAIN],
-                          BN, "backward"));
-  static const int args[] = {DNNL_ARG_SRC,        DNNL_ARG_DIFF_DST,
-                             DNNL_ARG_SCALE,      DNNL_ARG_MEAN,
-                             DNNL_ARG_VARIANCE,   DNNL_ARG_DIFF_SRC,
-                             DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT};
+  MXU_TRY(cpu_prim_create(p, &bd, dnnl_alg_kind_undef, &op->prim[BN_TRAIN], BN,
+                          "backward"));
+  static const int args[] = {
+      DNNL_ARG_SRC,      DNNL_ARG_DIFF_DST,   DNNL_ARG_SCALE,
+      DNNL_ARG_SHIFT,    DNNL_ARG_MEAN,       DNNL_ARG_VARIANCE,
+      DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT};
   for (size_t i = 0; i < sizeof args / sizeof *args; i++)
     MXU_TRY(cpu_prim_arg(p, args[i], BN));
   return MXU_OK;
@@ -72,8 +70,7 @@ static mxu_status bn_build(mxu_op *op, const mxu_batchnorm_desc *d) {
   return backward_create(op, &md, d->epsilon);
 }
 
-mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc,
-                                mxu_op **out) {
+mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc, mxu_op **out) {
   mxu_op *op;
   MXU_TRY(cpu_op_alloc(&op, BN));
   return cpu_op_finish(op, bn_build(op, desc), out);
@@ -82,22 +79,23 @@ mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc,
 void cpu_batchnorm_forward_training(mxu_op *op, const float *x,
                                     const float *gamma, const float *beta,
                                     float *y, float *mean, float *var) {
-  cpu_run(&op->prim[BN_TRAIN],
-          (const void *[]){x, gamma, beta, y, mean, var});
+  cpu_run(&op->prim[BN_TRAIN], (const void *[]){x, gamma, beta, y, mean, var});
 }
 
 void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
                                      const float *gamma, const float *beta,
                                      const float *mean, const float *var,
                                      float *y) {
-  cpu_run(&op->prim[BN_INFER],
-          (const void *[]){x, gamma, beta, mean, var, y});
+  cpu_run(&op->prim[BN_INFER], (const void *[]){x, gamma, beta, mean, var, y});
 }
 
 void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
                             const float *gamma, const float *mean,
                             const float *var, float *dx, float *dgamma,
                             float *dbeta) {
+  /* oneDNN 2.6 counts SHIFT among the backward's inputs (execute fails
+   * with invalid_arguments without it) although no gradient depends on
+   * beta; gamma, of the same shape, stands in for it. */
   cpu_run(&op->prim[BN_BWD],
-          (const void *[]){x, dy, gamma, mean, var, dx, dgamma, dbeta});
+          (const void *[]){x, dy, gamma, gamma, mean, var, dx, dgamma, dbeta});
 }

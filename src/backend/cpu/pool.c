@@ -45,8 +45,7 @@ static mxu_status forward_create(mxu_op *op, const pool_mds *m, int which) {
           &m->src, &m->dst, m->strides, m->kernel, m->pad_l, m->pad_r);
   cpu_prim *p = &op->prim[which];
   MXU_TRY(cpu_prim_create(p, &pd, dnnl_alg_kind_undef, NULL, POOL,
-                          training ? "forward_training"
-                                   : "forward_inference"));
+                          training ? "forward_training" : "forward_inference"));
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_SRC, POOL));
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_DST, POOL));
   if (!training) return MXU_OK;
@@ -57,8 +56,8 @@ static mxu_status forward_create(mxu_op *op, const pool_mds *m, int which) {
 
 static mxu_status backward_create(mxu_op *op, const pool_mds *m) {
   dnnl_pooling_desc_t pd;
-  CPU_TRY(POOL, dnnl_pooling_backward_desc_init, &pd, m->alg, &m->src,
-          &m->dst, m->strides, m->kernel, m->pad_l, m->pad_r);
+  CPU_TRY(POOL, dnnl_pooling_backward_desc_init, &pd, m->alg, &m->src, &m->dst,
+          m->strides, m->kernel, m->pad_l, m->pad_r);
   cpu_prim *p = &op->prim[POOL_BWD];
   MXU_TRY(cpu_prim_create(p, &pd, dnnl_alg_kind_undef, &op->prim[POOL_TRAIN],
                           POOL, "backward"));

@@ -70,7 +70,7 @@ void cpu_weighted_backward_data(mxu_op *op, const float *dy, const float *w,
 }
 
 /* Without a bias there is no fourth argument, so db (NULL) is not read. */
-void cpu_weighted_backward_weights(mxu_op *op, const float *x,
-                                   const float *dy, float *dw, float *db) {
+void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                   float *dw, float *db) {
   cpu_run(&op->prim[BWD_WEIGHTS], (const void *[]){x, dy, dw, db});
 }

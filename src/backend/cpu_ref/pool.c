@@ -1,7 +1,6 @@
-/* pool.c — cpu_ref's max and average pooling. Padding is never a candidate:
- * max looks only at in-bounds pixels and average divides by their count, as
- * Keras does. Backward recomputes each window's maximum from x instead of
- * keeping a workspace, so the first maximum in row-major order wins ties. */
+/* pool.c — cpu_ref's max and average pooling. Padding never counts: max
+ * sees in-bounds pixels only and average divides by their number (Keras).
+ * Backward re-finds each maximum in x, so no workspace is needed. */
 #include "backend/cpu_ref/ref.h"
 
 #include <string.h>

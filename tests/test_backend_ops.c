@@ -1,0 +1,565 @@
+/* test_backend_ops.c — the oneDNN backend (cpu) against the oracle
+ * (cpu_ref), op by op: the same random inputs through both, forward and
+ * backward, compared with a relative tolerance. Shapes are deliberately
+ * odd (n=3, 7x5 images, 3 channels, 5 filters) and cover strides 1 and 2,
+ * valid and asymmetric same padding, and every fused activation. */
+#include "backend/backend.h"
+#include "check.h"
+#include "core/core.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define TOL_OPS 1e-4   /* elementwise kernels, losses, optimisers */
+#define TOL_LAYER 5e-4 /* sums over windows and channels */
+
+static const mxu_backend *backends[2];
+enum { CPU, REF };
+
+static const mxu_activation fused_acts[] = {MXU_LINEAR, MXU_RELU, MXU_SIGMOID,
+                                            MXU_TANH};
+static const char *const act_names[] = {"linear", "relu", "sigmoid", "tanh",
+                                        "softmax"};
+
+/* ---- buffers ----------------------------------------------------------- */
+
+static uint32_t stream_id;
+
+/* Uniform in [lo, hi); every call draws from a new stream. */
+static float *rnd(size_t n, float lo, float hi) {
+  float *p = malloc((n ? n : 1) * sizeof *p);
+  mxu_rng rng = mxu_rng_make(2024, ++stream_id, 0, 0, 0);
+  mxu_rng_uniform(&rng, 0, p, n);
+  for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * p[i];
+  return p;
+}
+
+static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+static float *dup(const float *src, size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof *p);
+  memcpy(p, src, n * sizeof *p);
+  return p;
+}
+
+static void free_pair(float *pair[2]) {
+  free(pair[0]);
+  free(pair[1]);
+}
+
+/* |got - want| <= tol * (|want| + mean |want|): relative where values are
+ * large, scaled to the buffer where they cancel towards 0. NaN fails. */
+static void expect_close(const char *what, const float *got, const float *want,
+                         size_t n, double tol) {
+  double mean = 1e-6, worst = 0.0;
+  for (size_t i = 0; i < n; i++) mean += fabs(want[i]) / (double)n;
+  size_t bad = n;
+  for (size_t i = 0; i < n; i++) {
+    double err = fabs((double)got[i] - want[i]) / (fabs(want[i]) + mean);
+    if (!(err <= tol) && bad == n) bad = i;
+    if (err > worst || err != err) worst = err;
+  }
+  CHECK_MSG(bad == n, "%s: [%zu] cpu %.9g, cpu_ref %.9g (worst error %.3g)",
+            what, bad, bad < n ? got[bad] : 0.0, bad < n ? want[bad] : 0.0,
+            worst);
+}
+
+static void expect_pair(const char *label, const char *what, float *pair[2],
+                        size_t n, double tol) {
+  char name[256];
+  snprintf(name, sizeof name, "%s: %s", label, what);
+  expect_close(name, pair[CPU], pair[REF], n, tol);
+}
+
+/* ---- conv2d ------------------------------------------------------------ */
+
+typedef struct conv_case {
+  int n, h, w, c, filters, kh, kw, sh, sw;
+  mxu_padding padding;
+} conv_case;
+
+static const conv_case conv_cases[] = {
+    {3, 7, 5, 3, 5, 3, 3, 1, 1, MXU_SAME},  /* pads 1/1 */
+    {3, 8, 6, 3, 5, 3, 3, 2, 2, MXU_SAME},  /* pads 0/1 both ways */
+    {3, 7, 5, 3, 5, 4, 4, 1, 1, MXU_SAME},  /* pads 1/2 both ways */
+    {2, 9, 7, 4, 8, 4, 4, 2, 2, MXU_SAME},  /* stride 2, pads 1/2 */
+    {3, 7, 5, 3, 5, 3, 2, 2, 2, MXU_VALID}, /* stride 2, drops a row */
+    {3, 7, 5, 3, 5, 2, 3, 1, 2, MXU_SAME},  /* mixed strides, 0/1 and 1/1 */
+    {4, 6, 6, 16, 32, 1, 1, 1, 1, MXU_VALID},
+    {4, 14, 14, 8, 16, 3, 3, 1, 1, MXU_SAME},
+};
+
+static mxu_conv2d_desc conv_desc(const conv_case *c, mxu_activation act,
+                                 int has_bias) {
+  mxu_conv2d_desc d = {0};
+  d.n = c->n, d.in_h = c->h, d.in_w = c->w, d.in_c = c->c;
+  d.out_c = c->filters, d.kernel_h = c->kh, d.kernel_w = c->kw;
+  d.stride_h = c->sh, d.stride_w = c->sw;
+  d.out_h = mxu_conv_output_size(c->h, c->kh, c->sh, c->padding, &d.pad_top,
+                                 &d.pad_bottom);
+  d.out_w = mxu_conv_output_size(c->w, c->kw, c->sw, c->padding, &d.pad_left,
+                                 &d.pad_right);
+  d.has_bias = has_bias;
+  d.activation = act;
+  return d;
+}
+
+static void conv_run(const mxu_conv2d_desc *d, const float *const in[4],
+                     float *const out[4], int which) {
+  const mxu_backend *be = backends[which];
+  mxu_op *op = NULL;
+  CHECK_OK(be->conv2d_create(d, &op));
+  if (!op) return;
+  const float *b = d->has_bias ? in[2] : NULL;
+  be->conv2d_forward(op, in[0], in[1], b, out[0]);
+  be->conv2d_backward_data(op, in[3], in[1], out[1]);
+  be->conv2d_backward_weights(op, in[0], in[3], out[2],
+                              d->has_bias ? out[3] : NULL);
+  be->op_free(op);
+}
+
+static void conv_check(const conv_case *c, mxu_activation act, int has_bias,
+                       int index) {
+  mxu_conv2d_desc d = conv_desc(c, act, has_bias);
+  size_t nx = (size_t)d.n * d.in_h * d.in_w * d.in_c;
+  size_t nw = (size_t)d.kernel_h * d.kernel_w * d.in_c * d.out_c;
+  size_t ny = (size_t)d.n * d.out_h * d.out_w * d.out_c;
+  float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(d.out_c, -1, 1);
+  float *dy = rnd(ny, -1, 1);
+  float *y[2], *dx[2], *dw[2], *db[2];
+  for (int k = 0; k < 2; k++) {
+    y[k] = zeros(ny), dx[k] = zeros(nx), dw[k] = zeros(nw);
+    db[k] = zeros(d.out_c);
+    conv_run(&d, (const float *[]){x, w, b, dy},
+             (float *[]){y[k], dx[k], dw[k], db[k]}, k);
+  }
+  char label[128];
+  snprintf(label, sizeof label, "conv2d case %d %s%s pads %d/%d,%d/%d", index,
+           act_names[act], has_bias ? "+bias" : "", d.pad_top, d.pad_bottom,
+           d.pad_left, d.pad_right);
+  expect_pair(label, "forward y", y, ny, TOL_LAYER);
+  expect_pair(label, "backward dx", dx, nx, TOL_LAYER);
+  expect_pair(label, "backward dw", dw, nw, TOL_LAYER);
+  if (has_bias) expect_pair(label, "backward db", db, d.out_c, TOL_LAYER);
+  free_pair(y), free_pair(dx), free_pair(dw), free_pair(db);
+  free(x), free(w), free(b), free(dy);
+}
+
+static void test_conv2d(void) {
+  int cases = (int)(sizeof conv_cases / sizeof *conv_cases);
+  for (int i = 0; i < cases; i++)
+    for (int a = 0; a < 4; a++)
+      conv_check(&conv_cases[i], fused_acts[a], (i + a) % 2 == 0, i);
+}
+
+/* A shape oneDNN must refuse comes back as MXU_ERR_BACKEND, named. */
+static void test_conv2d_error(void) {
+  mxu_conv2d_desc d = conv_desc(&conv_cases[0], MXU_RELU, 1);
+  d.out_h += 3;
+  mxu_op *op = NULL;
+  mxu_status status = backends[CPU]->conv2d_create(&d, &op);
+  CHECK(status == MXU_ERR_BACKEND);
+  CHECK(op == NULL);
+  CHECK_MSG(strncmp(mxu_errmsg(), "onednn: conv2d: ", 16) == 0, "%s",
+            mxu_errmsg());
+}
+
+/* ---- dense ------------------------------------------------------------- */
+
+typedef struct dense_case {
+  int n, in, out;
+} dense_case;
+
+static const dense_case dense_cases[] = {
+    {3, 7, 5}, {1, 1, 1}, {32, 64, 10}, {5, 33, 17}, {7, 128, 3}};
+
+static void dense_run(const mxu_dense_desc *d, const float *const in[4],
+                      float *const out[4], int which) {
+  const mxu_backend *be = backends[which];
+  mxu_op *op = NULL;
+  CHECK_OK(be->dense_create(d, &op));
+  if (!op) return;
+  be->dense_forward(op, in[0], in[1], d->has_bias ? in[2] : NULL, out[0]);
+  be->dense_backward_data(op, in[3], in[1], out[1]);
+  be->dense_backward_weights(op, in[0], in[3], out[2],
+                             d->has_bias ? out[3] : NULL);
+  be->op_free(op);
+}
+
+static void dense_check(const dense_case *c, mxu_activation act, int has_bias,
+                        int index) {
+  mxu_dense_desc d = {c->n, c->in, c->out, has_bias, act};
+  size_t nx = (size_t)c->n * c->in, nw = (size_t)c->in * c->out;
+  size_t ny = (size_t)c->n * c->out;
+  float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(c->out, -1, 1);
+  float *dy = rnd(ny, -1, 1);
+  float *y[2], *dx[2], *dw[2], *db[2];
+  for (int k = 0; k < 2; k++) {
+    y[k] = zeros(ny), dx[k] = zeros(nx), dw[k] = zeros(nw);
+    db[k] = zeros(c->out);
+    dense_run(&d, (const float *[]){x, w, b, dy},
+              (float *[]){y[k], dx[k], dw[k], db[k]}, k);
+  }
+  char label[128];
+  snprintf(label, sizeof label, "dense case %d %s%s", index, act_names[act],
+           has_bias ? "+bias" : "");
+  expect_pair(label, "forward y", y, ny, TOL_LAYER);
+  expect_pair(label, "backward dx", dx, nx, TOL_LAYER);
+  expect_pair(label, "backward dw", dw, nw, TOL_LAYER);
+  if (has_bias) expect_pair(label, "backward db", db, c->out, TOL_LAYER);
+  free_pair(y), free_pair(dx), free_pair(dw), free_pair(db);
+  free(x), free(w), free(b), free(dy);
+}
+
+static void test_dense(void) {
+  int cases = (int)(sizeof dense_cases / sizeof *dense_cases);
+  for (int i = 0; i < cases; i++)
+    for (int a = 0; a < 4; a++)
+      dense_check(&dense_cases[i], fused_acts[a], (i + a) % 2 == 0, i);
+}
+
+/* ---- pooling ----------------------------------------------------------- */
+
+static const conv_case pool_cases[] = {
+    /* n, h, w, c, (filters unused), ph, pw, sh, sw, padding */
+    {3, 7, 5, 3, 0, 2, 2, 2, 2, MXU_VALID},
+    {3, 7, 5, 3, 0, 2, 2, 2, 2, MXU_SAME}, /* pads 0/1 */
+    {3, 7, 5, 3, 0, 3, 3, 1, 1, MXU_SAME}, /* overlapping, pads 1/1 */
+    {2, 6, 6, 5, 0, 3, 3, 2, 2, MXU_SAME}, /* pads 0/1 */
+    {2, 7, 7, 4, 0, 4, 4, 1, 1, MXU_SAME}, /* pads 1/2 */
+    {2, 8, 8, 16, 0, 2, 2, 2, 2, MXU_VALID},
+    {3, 7, 5, 3, 0, 3, 2, 2, 1, MXU_VALID},
+};
+
+static mxu_pool2d_desc pool_desc(const conv_case *c, int is_max) {
+  mxu_pool2d_desc d = {0};
+  d.n = c->n, d.in_h = c->h, d.in_w = c->w, d.c = c->c;
+  d.pool_h = c->kh, d.pool_w = c->kw, d.stride_h = c->sh, d.stride_w = c->sw;
+  d.out_h = mxu_conv_output_size(c->h, c->kh, c->sh, c->padding, &d.pad_top,
+                                 &d.pad_bottom);
+  d.out_w = mxu_conv_output_size(c->w, c->kw, c->sw, c->padding, &d.pad_left,
+                                 &d.pad_right);
+  d.is_max = is_max;
+  return d;
+}
+
+/* out: training y, inference y, dx. */
+static void pool_run(const mxu_pool2d_desc *d, const float *x, const float *dy,
+                     float *const out[3], int which) {
+  const mxu_backend *be = backends[which];
+  mxu_op *op = NULL;
+  CHECK_OK(be->pool2d_create(d, &op));
+  if (!op) return;
+  size_t bytes = be->pool2d_workspace_bytes(op);
+  if (which == CPU) CHECK(d->is_max ? bytes > 0 : bytes == 0);
+  void *workspace = bytes ? mxu_aligned_alloc(bytes) : NULL;
+  be->pool2d_forward(op, 1, x, out[0], workspace);
+  be->pool2d_forward(op, 0, x, out[1], NULL);
+  be->pool2d_backward(op, x, out[0], dy, workspace, out[2]);
+  mxu_aligned_free(workspace);
+  be->op_free(op);
+}
+
+static void pool_check(const conv_case *c, int is_max, int index) {
+  mxu_pool2d_desc d = pool_desc(c, is_max);
+  size_t nx = (size_t)d.n * d.in_h * d.in_w * d.c;
+  size_t ny = (size_t)d.n * d.out_h * d.out_w * d.c;
+  float *x = rnd(nx, -1, 1), *dy = rnd(ny, -1, 1);
+  float *y[2], *yi[2], *dx[2];
+  for (int k = 0; k < 2; k++) {
+    y[k] = zeros(ny), yi[k] = zeros(ny), dx[k] = zeros(nx);
+    pool_run(&d, x, dy, (float *[]){y[k], yi[k], dx[k]}, k);
+  }
+  char label[128];
+  snprintf(label, sizeof label, "%s pool case %d pads %d/%d,%d/%d",
+           is_max ? "max" : "avg", index, d.pad_top, d.pad_bottom, d.pad_left,
+           d.pad_right);
+  expect_pair(label, "training y", y, ny, TOL_OPS);
+  expect_pair(label, "inference y", yi, ny, TOL_OPS);
+  expect_pair(label, "backward dx", dx, nx, TOL_OPS);
+  free_pair(y), free_pair(yi), free_pair(dx);
+  free(x), free(dy);
+}
+
+static void test_pool2d(void) {
+  int cases = (int)(sizeof pool_cases / sizeof *pool_cases);
+  for (int i = 0; i < cases; i++) {
+    pool_check(&pool_cases[i], 1, i);
+    pool_check(&pool_cases[i], 0, i);
+  }
+}
+
+/* ---- batch normalisation ----------------------------------------------- */
+
+typedef struct bn_case {
+  int64_t rows;
+  int c;
+  float epsilon;
+} bn_case;
+
+static const bn_case bn_cases[] = {{3 * 7 * 5, 3, 1e-3f},
+                                   {7, 5, 1e-3f},
+                                   {64, 16, 1e-5f},
+                                   {2 * 9 * 9, 32, 1e-3f}};
+
+typedef struct bn_inputs {
+  const float *x, *gamma, *beta, *dy, *mean, *var;
+} bn_inputs;
+
+/* out: y, mean, var (training); inference y; dx, dgamma, dbeta. */
+static void bn_run(const mxu_batchnorm_desc *d, const bn_inputs *in,
+                   float *const out[7], int which) {
+  const mxu_backend *be = backends[which];
+  mxu_op *op = NULL;
+  CHECK_OK(be->batchnorm_create(d, &op));
+  if (!op) return;
+  be->batchnorm_forward_training(op, in->x, in->gamma, in->beta, out[0], out[1],
+                                 out[2]);
+  be->batchnorm_forward_inference(op, in->x, in->gamma, in->beta, in->mean,
+                                  in->var, out[3]);
+  /* Both backwards start from the oracle's batch statistics, so the
+   * gradients are compared on identical inputs. */
+  be->batchnorm_backward(op, in->x, in->dy, in->gamma, out[1], out[2], out[4],
+                         out[5], out[6]);
+  be->op_free(op);
+}
+
+static void bn_check(const bn_case *c, int index) {
+  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon};
+  size_t n = (size_t)c->rows * c->c;
+  bn_inputs in = {rnd(n, -1, 3), rnd(c->c, 0.5f, 1.5f), rnd(c->c, -1, 1),
+                  rnd(n, -1, 1), rnd(c->c, -0.5f, 1),   rnd(c->c, 0.2f, 2)};
+  size_t sizes[7] = {n, c->c, c->c, n, n, c->c, c->c};
+  float *out[2][7];
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 7; j++) out[k][j] = zeros(sizes[j]);
+  bn_run(&d, &in, out[REF], REF);
+  /* The cpu backward gets the oracle's mean and var as its inputs. */
+  memcpy(out[CPU][1], out[REF][1], c->c * sizeof(float));
+  memcpy(out[CPU][2], out[REF][2], c->c * sizeof(float));
+  bn_run(&d, &in, out[CPU], CPU);
+  static const char *const what[7] = {
+      "training y", "mean", "variance", "inference y", "dx", "dgamma", "dbeta"};
+  char label[64];
+  snprintf(label, sizeof label, "batchnorm case %d", index);
+  for (int j = 0; j < 7; j++)
+    expect_pair(label, what[j], (float *[]){out[CPU][j], out[REF][j]}, sizes[j],
+                TOL_LAYER);
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 7; j++) free(out[k][j]);
+  free((void *)in.x), free((void *)in.gamma), free((void *)in.beta);
+  free((void *)in.dy), free((void *)in.mean), free((void *)in.var);
+}
+
+static void test_batchnorm(void) {
+  int cases = (int)(sizeof bn_cases / sizeof *bn_cases);
+  for (int i = 0; i < cases; i++) bn_check(&bn_cases[i], i);
+}
+
+/* ---- activations ------------------------------------------------------- */
+
+typedef struct act_case {
+  int64_t rows;
+  int cols;
+} act_case;
+
+static const act_case act_cases[] = {{3, 7}, {105, 5}, {4, 10}, {1, 1}};
+
+/* out: y, dx, dx computed in place over a copy of dy. */
+static void act_run(const mxu_activation_desc *d, const float *x,
+                    const float *y_ref, const float *dy, float *const out[3],
+                    int which) {
+  const mxu_backend *be = backends[which];
+  mxu_op *op = NULL;
+  CHECK_OK(be->activation_create(d, &op));
+  if (!op) return;
+  size_t n = (size_t)d->rows * d->cols;
+  be->activation_forward(op, x, out[0]);
+  /* Backward from the oracle's y, so only the backward is compared. */
+  be->activation_backward(op, y_ref ? y_ref : out[0], dy, out[1]);
+  memcpy(out[2], dy, n * sizeof *dy);
+  be->activation_backward(op, y_ref ? y_ref : out[0], out[2], out[2]);
+  be->op_free(op);
+}
+
+static void act_check(const act_case *c, mxu_activation act, int index) {
+  mxu_activation_desc d = {act, c->rows, c->cols};
+  size_t n = (size_t)c->rows * c->cols;
+  float *x = rnd(n, -3, 3), *dy = rnd(n, -1, 1);
+  float *y[2], *dx[2], *dx_in_place[2];
+  for (int k = 0; k < 2; k++)
+    y[k] = zeros(n), dx[k] = zeros(n), dx_in_place[k] = zeros(n);
+  act_run(&d, x, NULL, dy, (float *[]){y[REF], dx[REF], dx_in_place[REF]}, REF);
+  act_run(&d, x, y[REF], dy, (float *[]){y[CPU], dx[CPU], dx_in_place[CPU]},
+          CPU);
+  char label[64];
+  snprintf(label, sizeof label, "activation %s case %d", act_names[act], index);
+  expect_pair(label, "forward y", y, n, TOL_OPS);
+  expect_pair(label, "backward dx", dx, n, TOL_OPS);
+  expect_pair(label, "backward dx in place", dx_in_place, n, TOL_OPS);
+  free_pair(y), free_pair(dx), free_pair(dx_in_place);
+  free(x), free(dy);
+}
+
+static void test_activations(void) {
+  int cases = (int)(sizeof act_cases / sizeof *act_cases);
+  for (int i = 0; i < cases; i++)
+    for (int a = MXU_LINEAR; a <= MXU_SOFTMAX; a++)
+      act_check(&act_cases[i], (mxu_activation)a, i);
+}
+
+/* ---- losses ------------------------------------------------------------ */
+
+typedef struct loss_inputs {
+  int64_t n;
+  int k;
+  const int32_t *labels;
+  const float *onehot, *mask;
+} loss_inputs;
+
+static void sce_check(const loss_inputs *in, const float *logits,
+                      const char *label) {
+  size_t nk = (size_t)in->n * in->k;
+  float *probs[2], *loss[2], *dlogits[2];
+  for (int b = 0; b < 2; b++) {
+    probs[b] = zeros(nk), loss[b] = zeros(in->n), dlogits[b] = zeros(nk);
+    backends[b]->softmax_cross_entropy(
+        in->n, in->k, logits, in->labels, in->onehot, in->mask,
+        1.0f / (float)in->n, probs[b], loss[b], dlogits[b]);
+  }
+  expect_pair(label, "softmax_cross_entropy probs", probs, nk, TOL_OPS);
+  expect_pair(label, "softmax_cross_entropy loss", loss, in->n, TOL_OPS);
+  expect_pair(label, "softmax_cross_entropy dlogits", dlogits, nk, TOL_OPS);
+  free_pair(probs), free_pair(loss), free_pair(dlogits);
+}
+
+static void ce_check(const loss_inputs *in, const float *probs,
+                     const char *label) {
+  size_t nk = (size_t)in->n * in->k;
+  float *loss[2], *dprobs[2];
+  for (int b = 0; b < 2; b++) {
+    loss[b] = zeros(in->n), dprobs[b] = zeros(nk);
+    backends[b]->cross_entropy(in->n, in->k, probs, in->labels, in->onehot,
+                               in->mask, 0.5f, loss[b], dprobs[b]);
+  }
+  expect_pair(label, "cross_entropy loss", loss, in->n, TOL_OPS);
+  expect_pair(label, "cross_entropy dprobs", dprobs, nk, TOL_OPS);
+  free_pair(loss), free_pair(dprobs);
+}
+
+/* Soft one-hot rows (random, normalised), labels, and a mask with zeros. */
+static void loss_case(int64_t n, int k, int index) {
+  size_t nk = (size_t)n * k;
+  float *logits = rnd(nk, -5, 5), *probs = rnd(nk, 0.01f, 1);
+  float *onehot = rnd(nk, 0, 1), *mask = zeros(n);
+  int32_t *labels = malloc((size_t)n * sizeof *labels);
+  for (int64_t i = 0; i < n; i++) {
+    float sum = 0;
+    for (int j = 0; j < k; j++) sum += onehot[i * k + j];
+    for (int j = 0; j < k; j++) onehot[i * k + j] /= sum;
+    labels[i] = (int32_t)((i * 7 + 3) % k);
+    mask[i] = i % 3 == 1 ? 0.0f : 1.0f;
+  }
+  /* A target probability below the clip: loss -log(1e-7), no gradient. */
+  probs[labels[0]] = 1e-9f;
+  for (int variant = 0; variant < 4; variant++) {
+    loss_inputs in = {n, k, variant & 1 ? NULL : labels,
+                      variant & 1 ? onehot : NULL, variant & 2 ? mask : NULL};
+    char label[96];
+    snprintf(label, sizeof label, "loss case %d (%s%s)", index,
+             variant & 1 ? "one-hot" : "sparse", variant & 2 ? ", masked" : "");
+    sce_check(&in, logits, label);
+    ce_check(&in, probs, label);
+  }
+  free(logits), free(probs), free(onehot), free(mask), free(labels);
+}
+
+static void test_losses(void) {
+  loss_case(3, 7, 0);
+  loss_case(32, 10, 1);
+  loss_case(5, 1, 2);
+  loss_case(9, 100, 3);
+}
+
+/* ---- multiply and optimisers ------------------------------------------- */
+
+static void test_multiply(void) {
+  const size_t counts[] = {1, 37, 1000};
+  for (size_t c = 0; c < 3; c++) {
+    size_t n = counts[c];
+    float *a = rnd(n, -2, 2), *b = rnd(n, 0, 2), *y[2], *in_place[2];
+    for (int k = 0; k < 2; k++) {
+      y[k] = zeros(n), in_place[k] = dup(a, n);
+      backends[k]->multiply((int64_t)n, a, b, y[k]);
+      backends[k]->multiply((int64_t)n, in_place[k], b, in_place[k]);
+    }
+    expect_pair("multiply", "y", y, n, TOL_OPS);
+    expect_pair("multiply", "y in place", in_place, n, TOL_OPS);
+    free_pair(y), free_pair(in_place);
+    free(a), free(b);
+  }
+}
+
+#define STEPS 3
+
+static void test_adam(void) {
+  const size_t n = 1003; /* not a multiple of the vector width */
+  float *w0 = rnd(n, -1, 1), *m0 = rnd(n, -0.1f, 0.1f);
+  float *v0 = rnd(n, 0, 0.01f), *g[STEPS], *w[2], *m[2], *v[2];
+  for (int step = 0; step < STEPS; step++) g[step] = rnd(n, -1, 1);
+  for (int k = 0; k < 2; k++) {
+    w[k] = dup(w0, n), m[k] = dup(m0, n), v[k] = dup(v0, n);
+    for (int step = 0; step < STEPS; step++)
+      backends[k]->adam_update((int64_t)n, w[k], g[step], m[k], v[k],
+                               1e-3f * (float)(step + 1), 0.9f, 0.999f, 1e-7f);
+  }
+  expect_pair("adam", "w", w, n, TOL_OPS);
+  expect_pair("adam", "m", m, n, TOL_OPS);
+  expect_pair("adam", "v", v, n, TOL_OPS);
+  for (int step = 0; step < STEPS; step++) free(g[step]);
+  free_pair(w), free_pair(m), free_pair(v);
+  free(w0), free(m0), free(v0);
+}
+
+static void sgd_check(float momentum, int nesterov) {
+  const size_t n = 517;
+  float *w0 = rnd(n, -1, 1), *g[STEPS], *w[2], *vel[2];
+  for (int step = 0; step < STEPS; step++) g[step] = rnd(n, -1, 1);
+  for (int k = 0; k < 2; k++) {
+    w[k] = dup(w0, n);
+    vel[k] = momentum == 0.0f ? NULL : zeros(n); /* unused at momentum 0 */
+    for (int step = 0; step < STEPS; step++)
+      backends[k]->sgd_update((int64_t)n, w[k], g[step], vel[k], 0.01f,
+                              momentum, nesterov);
+  }
+  char label[64];
+  snprintf(label, sizeof label, "sgd momentum %.1f%s", momentum,
+           nesterov ? " nesterov" : "");
+  expect_pair(label, "w", w, n, TOL_OPS);
+  if (momentum != 0.0f) expect_pair(label, "velocity", vel, n, TOL_OPS);
+  for (int step = 0; step < STEPS; step++) free(g[step]);
+  free_pair(w), free_pair(vel), free(w0);
+}
+
+static void test_sgd(void) {
+  sgd_check(0.0f, 0);
+  sgd_check(0.9f, 0);
+  sgd_check(0.9f, 1);
+}
+
+int main(void) {
+  backends[CPU] = mxu_backend_cpu();
+  backends[REF] = mxu_backend_cpu_ref();
+  CHECK(strcmp(backends[CPU]->name, "cpu") == 0);
+  test_conv2d();
+  test_conv2d_error();
+  test_dense();
+  test_pool2d();
+  test_batchnorm();
+  test_activations();
+  test_losses();
+  test_multiply();
+  test_adam();
+  test_sgd();
+  return check_report("test_backend_ops");
+}
