@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test bench test-sanitize format clean
+.PHONY: all deps build demo test bench recipes test-sanitize format clean
 
 all: build
 
@@ -19,6 +19,11 @@ demo: build
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j 2
+
+# The full recipes, each exiting non-zero below its published bar.
+recipes: build
+	$(BUILD)/fashion_mnist /usr/share/datasets/fashion-mnist 5
+	$(BUILD)/cifar10 ../shared/data/cifar-10 2
 
 bench: build
 	$(BUILD)/step_bench

@@ -4,7 +4,7 @@
  * 1000), validated on the test set after epoch 5.
  *
  * usage: fashion_mnist [DATA_DIR] [EPOCHS] */
-#include <mxu.h>
+#include "recipes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,23 +14,6 @@ static int fail(const char *what) {
   return 1;
 }
 
-static mxu_model *build_model(void) {
-  mxu_model *model = mxu_sequential("sequential");
-  int64_t input[3] = {28, 28, 1};
-  mxu_conv2d_config conv = mxu_conv2d_defaults(64, 3, 3);
-  mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
-  mxu_dense_config dense = mxu_dense_defaults(10);
-  if (!model || mxu_add_input(model, NULL, mxu_shape_make(3, input)) ||
-      mxu_add_conv2d(model, &conv) || mxu_add_max_pooling2d(model, &pool) ||
-      mxu_add_activation(model, NULL, MXU_RELU) ||
-      mxu_add_flatten(model, NULL) || mxu_add_dense(model, &dense) ||
-      mxu_add_activation(model, NULL, MXU_SOFTMAX)) {
-    mxu_model_free(model);
-    return NULL;
-  }
-  return model;
-}
-
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
   int epochs = argc > 2 ? atoi(argv[2]) : 5;
@@ -38,7 +21,7 @@ int main(int argc, char **argv) {
   if (mxu_load_mnist_dir(dir, MXU_TRAIN, &train)) return fail("train data");
   if (mxu_load_mnist_dir(dir, MXU_TEST, &test)) return fail("test data");
 
-  mxu_model *model = build_model();
+  mxu_model *model = recipe_fashion_model();
   if (!model) return fail("model");
   mxu_compile_config compile = mxu_compile_defaults();
   compile.optimizer = mxu_adam(1e-3f);

@@ -61,6 +61,7 @@ static void prim_release(cpu_prim *p) {
 void cpu_op_free(mxu_op *op) {
   if (!op) return;
   for (int i = 0; i < CPU_MAX_PRIMS; i++) prim_release(&op->prim[i]);
+  for (int i = 0; i < 3; i++) mxu_aligned_free(op->blocked[i]);
   free(op);
 }
 
@@ -102,22 +103,29 @@ static mxu_status make_attr(dnnl_primitive_attr_t attr, dnnl_alg_kind_t post,
   return status;
 }
 
+/* desc NULL: a reorder from `from` to `to`; else an op desc. */
 static mxu_status create_pd(cpu_prim *p, const_dnnl_op_desc_t desc,
                             dnnl_alg_kind_t post, const cpu_prim *hint,
-                            const char *op, const char *what) {
+                            const dnnl_memory_desc_t *from,
+                            const dnnl_memory_desc_t *to, const char *op,
+                            const char *what) {
   dnnl_engine_t engine;
   MXU_TRY(cpu_engine(op, &engine));
   dnnl_primitive_attr_t attr;
   CPU_TRY(op, dnnl_primitive_attr_create, &attr);
   mxu_status status = make_attr(attr, post, op);
   if (status == MXU_OK) {
-    dnnl_status_t s = dnnl_primitive_desc_create(&p->pd, desc, attr, engine,
-                                                 hint ? hint->pd : NULL);
+    dnnl_status_t s =
+        desc ? dnnl_primitive_desc_create(&p->pd, desc, attr, engine,
+                                          hint ? hint->pd : NULL)
+             : dnnl_reorder_primitive_desc_create(&p->pd, from, engine, to,
+                                                  engine, attr);
     if (s != dnnl_success)
-      status = mxu_fail(MXU_ERR_BACKEND,
-                        "onednn: %s: dnnl_primitive_desc_create(%s) failed: "
-                        "status %d",
-                        op, what, (int)s);
+      status =
+          mxu_fail(MXU_ERR_BACKEND, "onednn: %s: %s(%s) failed: status %d", op,
+                   desc ? "dnnl_primitive_desc_create"
+                        : "dnnl_reorder_primitive_desc_create",
+                   what, (int)s);
   }
   dnnl_primitive_attr_destroy(attr);
   return status;
@@ -131,9 +139,8 @@ static mxu_status create_scratchpad(cpu_prim *p, const char *op) {
   p->scratch = mxu_aligned_alloc(bytes);
   if (!p->scratch)
     return mxu_fail(MXU_ERR_NOMEM,
-                    "onednn: %s: no memory for a %zu-byte "
-                    "scratchpad",
-                    op, bytes);
+                    "onednn: %s: no memory for a %zu-byte scratchpad", op,
+                    bytes);
   dnnl_engine_t engine;
   MXU_TRY(cpu_engine(op, &engine));
   dnnl_memory_t memory;
@@ -146,10 +153,20 @@ static mxu_status create_scratchpad(cpu_prim *p, const char *op) {
 mxu_status cpu_prim_create(cpu_prim *p, const_dnnl_op_desc_t desc,
                            dnnl_alg_kind_t post_eltwise, const cpu_prim *hint,
                            const char *op, const char *what) {
-  MXU_TRY(create_pd(p, desc, post_eltwise, hint, op, what));
+  MXU_TRY(create_pd(p, desc, post_eltwise, hint, NULL, NULL, op, what));
   MXU_TRY(create_scratchpad(p, op));
   CPU_TRY(op, dnnl_primitive_create, &p->prim, p->pd);
   return MXU_OK;
+}
+
+mxu_status cpu_reorder_create(cpu_prim *p, const dnnl_memory_desc_t *from,
+                              const dnnl_memory_desc_t *to, const char *op,
+                              const char *what) {
+  MXU_TRY(create_pd(p, NULL, dnnl_alg_kind_undef, NULL, from, to, op, what));
+  MXU_TRY(create_scratchpad(p, op));
+  CPU_TRY(op, dnnl_primitive_create, &p->prim, p->pd);
+  MXU_TRY(cpu_prim_arg(p, DNNL_ARG_FROM, op));
+  return cpu_prim_arg(p, DNNL_ARG_TO, op);
 }
 
 mxu_status cpu_prim_arg(cpu_prim *p, int arg, const char *op) {

