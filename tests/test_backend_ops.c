@@ -49,8 +49,11 @@ static void free_pair(float *pair[2]) {
 
 /* |got - want| <= tol * (|want| + mean |want|): relative where values are
  * large, scaled to the buffer where they cancel towards 0. NaN fails. */
+static int comparisons;
+
 static void expect_close(const char *what, const float *got, const float *want,
                          size_t n, double tol) {
+  comparisons++;
   double mean = 1e-6, worst = 0.0;
   for (size_t i = 0; i < n; i++) mean += fabs(want[i]) / (double)n;
   size_t bad = n;
@@ -574,5 +577,7 @@ int main(void) {
   test_multiply();
   test_adam();
   test_sgd();
+  printf("test_backend_ops: %d buffers compared, cpu against cpu_ref\n",
+         comparisons);
   return check_report("test_backend_ops");
 }

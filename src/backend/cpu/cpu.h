@@ -10,7 +10,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#define CPU_MAX_ARGS 10
+#define CPU_MAX_ARGS 12
 #define CPU_MAX_PRIMS 6
 
 /* One primitive with its arguments. Every memory object is created at
