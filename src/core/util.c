@@ -18,9 +18,7 @@ int64_t mxu_shape_count(const mxu_shape *shape) {
   return count;
 }
 
-size_t mxu_dtype_size(mxu_dtype dtype) {
-  return dtype == MXU_BFLOAT16 ? 2 : 4;
-}
+size_t mxu_dtype_size(mxu_dtype dtype) { return dtype == MXU_BFLOAT16 ? 2 : 4; }
 
 double mxu_now_seconds(void) {
   struct timespec ts;
@@ -28,19 +26,39 @@ double mxu_now_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Keras' generic_utils.to_snake_case: an underscore before each capital
- * that follows a lower-case letter or digit, or that starts a new word
- * after a run of capitals; then lower case. Conv2D -> conv2d. */
+/* Keras' to_snake_case, its two regular expressions as scans:
+ * (.)([A-Z][a-z0-9]+) -> \1_\2, then ([a-z])([A-Z]) -> \1_\2, then lower
+ * case. Conv2D -> conv2d, MaxPooling2D -> max_pooling2d, ConvLSTM2D ->
+ * conv_lst_m2d. */
+static int word_start(const char *s, size_t i) {
+  return isupper((unsigned char)s[i]) &&
+         (islower((unsigned char)s[i + 1]) || isdigit((unsigned char)s[i + 1]));
+}
+
 void mxu_snake_case(const char *name, char *out, size_t out_size) {
-  size_t j = 0, len = strlen(name);
-  for (size_t i = 0; i < len && j + 2 < out_size; i++) {
-    unsigned char c = (unsigned char)name[i];
-    if (i > 0 && isupper(c)) {
-      unsigned char prev = (unsigned char)name[i - 1];
-      int next_lower = i + 1 < len && islower((unsigned char)name[i + 1]);
-      if (islower(prev) || (isupper(prev) && next_lower)) out[j++] = '_';
+  char first[256];
+  size_t len = strlen(name), j = 0;
+  for (size_t i = 0; i < len && j + 2 < sizeof first;) {
+    if (i + 1 < len && word_start(name, i + 1)) {
+      /* The match consumes the character before and the whole word. */
+      first[j++] = name[i++];
+      first[j++] = '_';
+      first[j++] = name[i++];
+      while (
+          i < len && j + 1 < sizeof first &&
+          (islower((unsigned char)name[i]) || isdigit((unsigned char)name[i])))
+        first[j++] = name[i++];
+    } else {
+      first[j++] = name[i++];
     }
-    out[j++] = (char)tolower(c);
   }
-  out[j] = 0;
+  first[j] = 0;
+  size_t k = 0;
+  for (size_t i = 0; i < j && k + 2 < out_size; i++) {
+    if (i > 0 && isupper((unsigned char)first[i]) &&
+        islower((unsigned char)first[i - 1]))
+      out[k++] = '_';
+    out[k++] = (char)tolower((unsigned char)first[i]);
+  }
+  if (out_size) out[k < out_size ? k : out_size - 1] = 0;
 }

@@ -9,10 +9,14 @@
 #include <string.h>
 
 static const mxu_layer_class *const registry[] = {
-    &mxu_conv2d_class,           &mxu_max_pooling2d_class,
-    &mxu_average_pooling2d_class, &mxu_activation_class,
-    &mxu_flatten_class,          &mxu_dense_class,
-    &mxu_dropout_class,          &mxu_batch_normalization_class,
+    &mxu_conv2d_class,
+    &mxu_max_pooling2d_class,
+    &mxu_average_pooling2d_class,
+    &mxu_activation_class,
+    &mxu_flatten_class,
+    &mxu_dense_class,
+    &mxu_dropout_class,
+    &mxu_batch_normalization_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -21,16 +25,14 @@ const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
   return NULL;
 }
 
-mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h,
-                                      int kernel_w) {
-  return (mxu_conv2d_config){NULL,       filters,    {kernel_h, kernel_w},
-                             {1, 1},     MXU_VALID,  MXU_LINEAR,
-                             1};
+mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w) {
+  return (mxu_conv2d_config){
+      NULL, filters, {kernel_h, kernel_w}, {1, 1}, MXU_VALID, MXU_LINEAR, 1};
 }
 
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w) {
-  return (mxu_pool2d_config){NULL, {pool_h, pool_w}, {pool_h, pool_w},
-                             MXU_VALID};
+  return (mxu_pool2d_config){
+      NULL, {pool_h, pool_w}, {pool_h, pool_w}, MXU_VALID};
 }
 
 mxu_dense_config mxu_dense_defaults(int units) {
@@ -85,17 +87,26 @@ mxu_status mxu_add_input(mxu_model *model, const char *name, mxu_shape shape) {
 
 /* Keras' automatic name: the class in snake_case, then _1, _2, ... for
  * later layers of the same class. */
+static int name_taken(const mxu_model *model, const char *name) {
+  for (int i = 0; i < model->layer_count; i++)
+    if (strcmp(model->layers[i].name, name) == 0) return 1;
+  return 0;
+}
+
+/* Keras' automatic name: the class in snake_case, then _1, _2, ... for
+ * later layers of the same class, skipping names already taken. */
 static void auto_name(const mxu_model *model, const mxu_layer_class *cls,
                       char *out, size_t size) {
   char base[MXU_NAME_SIZE / 2];
   mxu_snake_case(cls->class_name, base, sizeof base);
-  int same = 0;
+  int suffix = 0;
   for (int i = 0; i < model->layer_count; i++)
-    if (model->layers[i].cls == cls) same++;
-  if (same)
-    snprintf(out, size, "%s_%d", base, same);
-  else
-    snprintf(out, size, "%s", base);
+    if (model->layers[i].cls == cls) suffix++;
+  snprintf(out, size, "%s", base);
+  while (suffix || name_taken(model, out)) {
+    snprintf(out, size, "%s_%d", base, suffix++);
+    if (!name_taken(model, out)) break;
+  }
 }
 
 static mxu_status add_layer(mxu_model *model, const mxu_layer_class *cls,
@@ -110,14 +121,14 @@ static mxu_status add_layer(mxu_model *model, const mxu_layer_class *cls,
                     "add %s: add the input first (mxu_add_input), so every "
                     "shape is known",
                     cls->class_name);
-  for (int i = 0; name && i < model->layer_count; i++)
-    if (strcmp(model->layers[i].name, name) == 0)
-      return mxu_fail(MXU_ERR_ARG, "add %s: the name '%s' is already used",
-                      cls->class_name, name);
+  if (name && name_taken(model, name))
+    return mxu_fail(MXU_ERR_ARG,
+                    "add %s: the name '%s' is already used; layer names must "
+                    "be unique",
+                    cls->class_name, name);
   if (model->layer_count == model->layer_capacity) {
     int capacity = model->layer_capacity ? 2 * model->layer_capacity : 8;
-    mxu_layer *grown =
-        realloc(model->layers, (size_t)capacity * sizeof *grown);
+    mxu_layer *grown = realloc(model->layers, (size_t)capacity * sizeof *grown);
     if (!grown) return mxu_fail(MXU_ERR_NOMEM, "add: out of memory");
     model->layers = grown;
     model->layer_capacity = capacity;
@@ -206,8 +217,7 @@ mxu_status mxu_add_batch_normalization(mxu_model *model,
   MXU_TRY(check_config(config, "BatchNormalization"));
   mxu_layer proto = {0};
   proto.config.batchnorm = *config;
-  return add_layer(model, &mxu_batch_normalization_class, config->name,
-                   &proto);
+  return add_layer(model, &mxu_batch_normalization_class, config->name, &proto);
 }
 
 int mxu_model_layer_count(const mxu_model *model) {

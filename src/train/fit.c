@@ -27,7 +27,8 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
   if (mxu_shape_count(&data->shape) != want ||
       data->shape.rank != model->input_shape.rank) {
     char a[64], b[64];
-    snprintf(a, sizeof a, "%lld values", (long long)mxu_shape_count(&data->shape));
+    snprintf(a, sizeof a, "%lld values",
+             (long long)mxu_shape_count(&data->shape));
     snprintf(b, sizeof b, "%lld values", (long long)want);
     return mxu_fail(MXU_ERR_SHAPE,
                     "%s: the samples have rank %d (%s) but the model's input "
@@ -42,8 +43,7 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                       "takes %lld",
                       what, i, (long long)data->shape.dims[i],
                       (long long)model->input_shape.dims[i]);
-  int classes =
-      (int)model->layers[model->layer_count - 1].out_shape.dims[0];
+  int classes = (int)model->layers[model->layer_count - 1].out_shape.dims[0];
   if (data->num_classes > classes)
     return mxu_fail(MXU_ERR_SHAPE,
                     "%s: the data has %d classes but the model outputs %d",
@@ -69,8 +69,7 @@ static void load_batch(mxu_model *model, const mxu_dataset *data,
   memset(x + rows * sample, 0, (size_t)((batch - rows) * sample) * 4);
   for (int64_t r = rows; r < batch; r++) labels[r] = 0;
   if (model->compile.loss != MXU_CATEGORICAL_CROSSENTROPY) return;
-  int classes =
-      (int)model->layers[model->layer_count - 1].out_shape.dims[0];
+  int classes = (int)model->layers[model->layer_count - 1].out_shape.dims[0];
   float *onehot = mxu_plan_floats(model, plan->onehot);
   memset(onehot, 0, (size_t)(batch * classes) * 4);
   for (int64_t r = 0; r < rows; r++) onehot[r * classes + labels[r]] = 1.0f;
@@ -145,9 +144,10 @@ static mxu_status resolve_batch(const mxu_fit_config *c, int64_t count,
                     "fit: batch size %d is larger than the %lld training "
                     "samples; use a batch size of at most %lld",
                     *batch, (long long)count, (long long)count);
-  /* Static shapes: the last partial batch is dropped, as on a TPU. */
+  /* Static shapes: the last partial batch is dropped, as on a TPU. When
+   * the batch was inferred from steps_per_epoch, that drops a step. */
   int64_t full = count / *batch;
-  *steps = c->steps_per_epoch ? c->steps_per_epoch : (int)full;
+  *steps = c->steps_per_epoch && c->batch_size ? c->steps_per_epoch : (int)full;
   if (*steps > full)
     return mxu_fail(MXU_ERR_ARG,
                     "fit: %d steps of %d samples need %lld samples per epoch "
@@ -214,12 +214,11 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
   snprintf(val_metric, sizeof val_metric, "val_%s", metric);
   for (int epoch = 0; epoch < c->epochs; epoch++) {
     mxu_progress progress;
-    mxu_progress_epoch(&progress, out, c->verbose, epoch + 1, c->epochs,
-                       steps);
+    mxu_progress_epoch(&progress, out, c->verbose, epoch + 1, c->epochs, steps);
     epoch_totals totals = {0};
     double start = mxu_now_seconds();
-    MXU_TRY(train_epoch(model, train, c, epoch, steps, order, &progress,
-                        &totals));
+    MXU_TRY(
+        train_epoch(model, train, c, epoch, steps, order, &progress, &totals));
     mxu_epoch_log *log = &model->history.epochs[model->history.count++];
     log->epoch = epoch + 1;
     log->loss = totals.loss_sum / (double)totals.samples;

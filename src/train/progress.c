@@ -18,7 +18,7 @@ void mxu_progress_epoch(mxu_progress *p, FILE *out, int verbose, int epoch,
   p->target = target;
   p->start = mxu_now_seconds();
   p->last_update = -1.0;
-  if (verbose) fprintf(out, "Epoch %d/%d\n", epoch, epochs);
+  if (verbose && epochs > 1) fprintf(out, "Epoch %d/%d\n", epoch, epochs);
 }
 
 static int append(char *line, int used, int size, const char *fmt, double a) {

@@ -10,8 +10,7 @@ enum { SCRATCH_MEAN, SCRATCH_VAR, SCRATCH_CONST, SCRATCH_DISCARD };
 static mxu_status batchnorm_infer(mxu_layer *layer) {
   const mxu_batchnorm_config *c = &layer->config.batchnorm;
   if (layer->in_shape.rank < 1)
-    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions",
-                    layer->name);
+    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions", layer->name);
   if (!(c->momentum >= 0.0f && c->momentum <= 1.0f) || !(c->epsilon > 0.0f))
     return mxu_fail(MXU_ERR_ARG,
                     "%s: momentum must be in [0, 1] and epsilon positive",
@@ -22,8 +21,8 @@ static mxu_status batchnorm_infer(mxu_layer *layer) {
 
 static int batchnorm_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   const mxu_batchnorm_config *c = &layer->config.batchnorm;
-  mxu_shape shape = mxu_shape_make(
-      1, &layer->in_shape.dims[layer->in_shape.rank - 1]);
+  mxu_shape shape =
+      mxu_shape_make(1, &layer->in_shape.dims[layer->in_shape.rank - 1]);
   int n = 0;
   if (c->scale)
     decls[n++] = (mxu_param_decl){"gamma", shape, MXU_INIT_ONES, 1, 0, 0};
@@ -67,8 +66,10 @@ typedef struct bn_views {
 static bn_views views(const mxu_layer *layer, const mxu_layer_run *run) {
   const mxu_batchnorm_config *c = &layer->config.batchnorm;
   int channel_count = channels(layer), i = 0;
-  float *constants = (float *)(void *)(run->arena + layer->scratch[SCRATCH_CONST]);
-  float *discard = (float *)(void *)(run->arena + layer->scratch[SCRATCH_DISCARD]);
+  float *constants =
+      (float *)(void *)(run->arena + layer->scratch[SCRATCH_CONST]);
+  float *discard =
+      (float *)(void *)(run->arena + layer->scratch[SCRATCH_DISCARD]);
   for (int k = 0; k < channel_count; k++) {
     constants[k] = 1.0f;
     constants[channel_count + k] = 0.0f;
@@ -95,10 +96,12 @@ static void batchnorm_forward(mxu_layer *layer, const mxu_layer_run *run) {
   }
   run->backend->batchnorm_forward_training(layer->ops[0], run->x, v.gamma,
                                            v.beta, run->y, v.mean, v.var);
-  /* tf.keras 2.x feeds the moving variance the unbiased batch variance. */
+  /* tf.keras 2.x feeds the moving variance the unbiased batch variance on
+   * 4-D inputs (its fused kernel), the biased one otherwise. */
   float momentum = layer->config.batchnorm.momentum;
   double n = (double)rows(layer);
-  float unbias = n > 1 ? (float)(n / (n - 1)) : 1.0f;
+  float unbias =
+      n > 1 && layer->in_shape.rank == 3 ? (float)(n / (n - 1)) : 1.0f;
   for (int k = 0; k < channels(layer); k++) {
     v.moving_mean[k] =
         v.moving_mean[k] * momentum + v.mean[k] * (1.0f - momentum);
@@ -116,7 +119,11 @@ static void batchnorm_backward(mxu_layer *layer, const mxu_layer_run *run) {
 }
 
 const mxu_layer_class mxu_batch_normalization_class = {
-    "BatchNormalization", batchnorm_infer,    batchnorm_declare,
-    batchnorm_plan,       batchnorm_forward,  batchnorm_backward,
+    "BatchNormalization",
+    batchnorm_infer,
+    batchnorm_declare,
+    batchnorm_plan,
+    batchnorm_forward,
+    batchnorm_backward,
     NULL,
 };
