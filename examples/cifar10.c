@@ -2,7 +2,7 @@
  * BatchNormalization-first CNN of RECIPES.md on raw 0..255 pixels,
  * Adam(1e-3), batch 1024; prints per-epoch and test accuracy.
  *
- * usage: cifar10 [DATA_DIR] [EPOCHS] [TRAIN_SAMPLES] */
+ * usage: cifar10 [DATA_DIR] [EPOCHS] [TRAIN_SAMPLES] [SEED] */
 #include "recipes.h"
 
 #include <stdio.h>
@@ -17,6 +17,7 @@ int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "../shared/data/cifar-10";
   int epochs = argc > 2 ? atoi(argv[2]) : 2;
   long limit = argc > 3 ? atol(argv[3]) : 0;
+  uint64_t seed = argc > 4 ? strtoull(argv[4], NULL, 10) : 1;
   mxu_dataset *all = NULL, *train = NULL, *test = NULL;
   if (mxu_load_cifar10_dir(dir, MXU_TRAIN, &all)) return fail("train data");
   if (mxu_load_cifar10_dir(dir, MXU_TEST, &test)) return fail("test data");
@@ -29,14 +30,14 @@ int main(int argc, char **argv) {
   if (!model) return fail("model");
   mxu_compile_config compile = mxu_compile_defaults();
   compile.batch_size = 1024;
-  compile.seed = 1;
+  compile.seed = seed;
   if (mxu_compile(model, &compile)) return fail("compile");
   mxu_summary(model, stdout);
 
   mxu_fit_config fit = mxu_fit_defaults();
   fit.epochs = epochs;
   fit.batch_size = 1024;
-  fit.seed = 1;
+  fit.seed = seed;
   fit.verbose = 2;
   const mxu_history *history = NULL;
   if (mxu_fit(model, train, &fit, &history)) return fail("fit");

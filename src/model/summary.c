@@ -14,26 +14,31 @@ static void rule(FILE *out, char c) {
   fputc('\n', out);
 }
 
-/* Prints the three cells, each starting with a space and wrapped to its
- * column, over as many lines as the longest needs. */
+/* Keras' print_row: each cell is cut to its column less two spaces (the
+ * last column to its full width), the first cell gets a leading space, and
+ * what is left of any cell goes on the next line. */
 static void row(FILE *out, const char *cells[3]) {
   size_t done[3] = {0, 0, 0};
-  for (;;) {
-    char line[LINE_LENGTH + 1];
-    memset(line, ' ', LINE_LENGTH);
-    line[LINE_LENGTH] = 0;
-    int more = 0, start = 0;
+  int more = 1;
+  while (more) {
+    char line[2 * LINE_LENGTH];
+    int used = 0, start = 0;
+    more = 0;
     for (int c = 0; c < 3; c++) {
-      int width = column_end[c] - start - 1 - (c == 0);
+      int space = c < 2 ? 2 : 0;
+      size_t cutoff = (size_t)(column_end[c] - start - space);
       size_t left = strlen(cells[c]) - done[c];
-      size_t take = left < (size_t)width ? left : (size_t)width;
-      memcpy(line + start + 1 - (c != 0), cells[c] + done[c], take);
+      size_t take = left < cutoff ? left : cutoff;
+      used +=
+          snprintf(line + used, sizeof line - (size_t)used, "%s%.*s%*s",
+                   c == 0 ? " " : "", (int)take, cells[c] + done[c], space, "");
       done[c] += take;
       more |= done[c] < strlen(cells[c]);
+      while (used < column_end[c]) line[used++] = ' ';
       start = column_end[c];
     }
+    line[used] = 0;
     fprintf(out, "%s\n", line);
-    if (!more) break;
   }
 }
 
@@ -66,17 +71,14 @@ void mxu_summary(const mxu_model *model, FILE *out) {
   for (int i = 0; i < model->layer_count; i++) {
     const mxu_layer *layer = &model->layers[i];
     char name[2 * MXU_NAME_SIZE], shape[96], params[32], dims[80];
-    snprintf(name, sizeof name, "%s (%s)", layer->name,
-             layer->cls->class_name);
+    snprintf(name, sizeof name, "%s (%s)", layer->name, layer->cls->class_name);
     mxu_shape_format(&layer->out_shape, dims, sizeof dims);
     snprintf(shape, sizeof shape, "(None, %s", dims + 1);
     snprintf(params, sizeof params, "%lld", (long long)layer_params(layer));
     const char *cells[3] = {name, shape, params};
     row(out, cells);
-    if (i + 1 < model->layer_count) {
-      const char *blank[3] = {"", "", ""};
-      row(out, blank);
-    }
+    const char *blank[3] = {"", "", ""};
+    row(out, blank); /* tf.keras >= 2.9 separates layers with a blank line */
   }
   rule(out, '=');
   char text[32];
