@@ -23,7 +23,7 @@ test: build
 # The full recipes, each exiting non-zero below its published bar.
 recipes: build
 	$(BUILD)/fashion_mnist /usr/share/datasets/fashion-mnist 5
-	$(BUILD)/cifar10 ../shared/data/cifar-10 2
+	$(BUILD)/cifar10 ../shared/data/cifar-10 2 3
 
 bench: build
 	$(BUILD)/step_bench
