@@ -38,21 +38,23 @@ static void fashion_one_epoch(void) {
   mxu_dataset_free(test);
 }
 
-static void cifar_few_steps(void) {
+static void cifar_one_short_epoch(void) {
   char dir[512];
   snprintf(dir, sizeof dir, "%s/cifar-10", check_shared_data());
   mxu_dataset *all = NULL, *train = NULL, *test = NULL;
   CHECK_OK(mxu_load_cifar10_dir(dir, MXU_TRAIN, &all));
   CHECK_OK(mxu_load_cifar10_dir(dir, MXU_TEST, &test));
   if (!all || !test) return;
-  CHECK_OK(mxu_dataset_slice(all, 0, 12 * 1024, &train));
+  /* The short version: one epoch over 12,800 images in batches of 128 (the
+   * per-core batch of the TPU run), 100 steps. */
+  CHECK_OK(mxu_dataset_slice(all, 0, 100 * 128, &train));
   mxu_model *model = recipe_cifar_model();
   mxu_compile_config compile = mxu_compile_defaults();
-  compile.batch_size = 1024;
+  compile.batch_size = 128;
   compile.seed = 1;
   CHECK_OK(mxu_compile(model, &compile));
   mxu_fit_config fit = mxu_fit_defaults();
-  fit.batch_size = 1024;
+  fit.batch_size = 128;
   fit.seed = 1;
   fit.verbose = 2;
   CHECK_OK(mxu_fit(model, train, &fit, NULL));
@@ -62,8 +64,8 @@ static void cifar_few_steps(void) {
   CHECK_OK(mxu_evaluate(model, test, 1024, &loss, &accuracy));
   double correct = accuracy * 10000.0;
   CHECK_NEAR(correct, (double)(int64_t)(correct + 0.5), 1e-6);
-  printf("cifar, 12 steps: test accuracy %.4f, loss %.4f\n", accuracy, loss);
-  CHECK(accuracy > 0.18); /* chance is 0.10 */
+  printf("cifar, 100 steps of 128: test accuracy %.4f, loss %.4f\n", accuracy, loss);
+  CHECK(accuracy > 0.20); /* chance is 0.10 */
   mxu_model_free(model);
   mxu_dataset_free(train);
   mxu_dataset_free(all);
@@ -72,6 +74,6 @@ static void cifar_few_steps(void) {
 
 int main(void) {
   fashion_one_epoch();
-  cifar_few_steps();
+  cifar_one_short_epoch();
   return check_report("test_recipes");
 }
