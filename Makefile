@@ -32,7 +32,7 @@ test-sanitize: deps
 	@cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DMXU_SANITIZE=ON >/dev/null
 	@cmake --build build-sanitize -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  MXU_TEST_QUICK=1 ctest --test-dir build-sanitize --output-on-failure -j 2
+	  ctest --test-dir build-sanitize --output-on-failure -j 2
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

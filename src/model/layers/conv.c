@@ -6,33 +6,11 @@
 
 static mxu_status conv2d_infer(mxu_layer *layer) {
   const mxu_conv2d_config *c = &layer->config.conv;
-  char text[64];
-  mxu_shape_format(&layer->in_shape, text, sizeof text);
-  if (layer->in_shape.rank != 3)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: Conv2D expects (height, width, channels) input, got "
-                    "%s",
-                    layer->name, text);
-  if (c->filters <= 0 || c->kernel_size[0] <= 0 || c->kernel_size[1] <= 0 ||
-      c->strides[0] <= 0 || c->strides[1] <= 0)
-    return mxu_fail(MXU_ERR_ARG,
-                    "%s: filters, kernel_size and strides must be positive",
-                    layer->name);
-  int64_t out[3];
-  for (int i = 0; i < 2; i++) {
-    out[i] = mxu_conv_output_size((int)layer->in_shape.dims[i],
-                                  c->kernel_size[i], c->strides[i],
-                                  c->padding, NULL, NULL);
-    if (out[i] <= 0)
-      return mxu_fail(MXU_ERR_SHAPE,
-                      "%s: input %s is smaller than the %dx%d kernel with "
-                      "'valid' padding (use 'same' or a larger input)",
-                      layer->name, text, c->kernel_size[0],
-                      c->kernel_size[1]);
-  }
-  out[2] = c->filters;
-  layer->out_shape = mxu_shape_make(3, out);
-  return MXU_OK;
+  if (c->filters <= 0)
+    return mxu_fail(MXU_ERR_ARG, "%s: filters must be positive, got %d",
+                    layer->name, c->filters);
+  return mxu_window_infer(layer, "kernel", c->kernel_size, c->strides,
+                          c->padding, c->filters);
 }
 
 static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
@@ -40,12 +18,15 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   int64_t kh = c->kernel_size[0], kw = c->kernel_size[1];
   int64_t in = layer->in_shape.dims[2], out = c->filters;
   int64_t kernel[4] = {kh, kw, in, out};
-  decls[0] = (mxu_param_decl){"kernel", mxu_shape_make(4, kernel),
-                              MXU_INIT_GLOROT_UNIFORM, 1, kh * kw * in,
+  decls[0] = (mxu_param_decl){"kernel",
+                              mxu_shape_make(4, kernel),
+                              MXU_INIT_GLOROT_UNIFORM,
+                              1,
+                              kh * kw * in,
                               kh * kw * out};
   if (!c->use_bias) return 1;
-  decls[1] = (mxu_param_decl){"bias", mxu_shape_make(1, &out), MXU_INIT_ZEROS,
-                              1, 0, 0};
+  decls[1] = (mxu_param_decl){
+      "bias", mxu_shape_make(1, &out), MXU_INIT_ZEROS, 1, 0, 0};
   return 2;
 }
 
@@ -66,8 +47,8 @@ static mxu_status conv2d_plan(mxu_layer *layer, const mxu_backend *backend,
   d.stride_w = c->strides[1];
   mxu_conv_output_size(d.in_h, d.kernel_h, d.stride_h, c->padding, &d.pad_top,
                        &d.pad_bottom);
-  mxu_conv_output_size(d.in_w, d.kernel_w, d.stride_w, c->padding,
-                       &d.pad_left, &d.pad_right);
+  mxu_conv_output_size(d.in_w, d.kernel_w, d.stride_w, c->padding, &d.pad_left,
+                       &d.pad_right);
   d.has_bias = c->use_bias;
   int64_t rows = (int64_t)batch * d.out_h * d.out_w;
   MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, rows, d.out_c,
@@ -86,9 +67,9 @@ static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
 static void conv2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
   const float *dz =
       mxu_epilogue_backward(layer, layer->config.conv.activation, run);
-  run->backend->conv2d_backward_weights(
-      layer->ops[0], run->x, dz, run->dw[0],
-      layer->config.conv.use_bias ? run->dw[1] : NULL);
+  run->backend->conv2d_backward_weights(layer->ops[0], run->x, dz, run->dw[0],
+                                        layer->config.conv.use_bias ? run->dw[1]
+                                                                    : NULL);
   if (run->need_dx)
     run->backend->conv2d_backward_data(layer->ops[0], dz, run->w[0], run->dx);
 }
@@ -99,6 +80,6 @@ static const float *conv2d_logits(const mxu_layer *layer,
 }
 
 const mxu_layer_class mxu_conv2d_class = {
-    "Conv2D",        conv2d_infer,    conv2d_declare, conv2d_plan,
-    conv2d_forward,  conv2d_backward, conv2d_logits,
+    "Conv2D",       conv2d_infer,    conv2d_declare, conv2d_plan,
+    conv2d_forward, conv2d_backward, conv2d_logits,
 };

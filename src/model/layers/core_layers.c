@@ -11,8 +11,7 @@ static int64_t batch_rows(const mxu_layer *layer, const mxu_shape *shape) {
 }
 
 static size_t batch_bytes(const mxu_layer *layer, const mxu_shape *shape) {
-  return (size_t)layer->batch * (size_t)mxu_shape_count(shape) *
-         sizeof(float);
+  return (size_t)layer->batch * (size_t)mxu_shape_count(shape) * sizeof(float);
 }
 
 /* ---- Dense --------------------------------------------------------------
@@ -37,11 +36,11 @@ static mxu_status dense_infer(mxu_layer *layer) {
 static int dense_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   int64_t in = layer->in_shape.dims[0], out = layer->config.dense.units;
   int64_t kernel[2] = {in, out};
-  decls[0] = (mxu_param_decl){"kernel", mxu_shape_make(2, kernel),
-                              MXU_INIT_GLOROT_UNIFORM, 1, in, out};
+  decls[0] = (mxu_param_decl){
+      "kernel", mxu_shape_make(2, kernel), MXU_INIT_GLOROT_UNIFORM, 1, in, out};
   if (!layer->config.dense.use_bias) return 1;
-  decls[1] = (mxu_param_decl){"bias", mxu_shape_make(1, &out), MXU_INIT_ZEROS,
-                              1, 0, 0};
+  decls[1] = (mxu_param_decl){
+      "bias", mxu_shape_make(1, &out), MXU_INIT_ZEROS, 1, 0, 0};
   return 2;
 }
 
@@ -66,9 +65,9 @@ static void dense_forward(mxu_layer *layer, const mxu_layer_run *run) {
 static void dense_backward(mxu_layer *layer, const mxu_layer_run *run) {
   const float *dz =
       mxu_epilogue_backward(layer, layer->config.dense.activation, run);
-  run->backend->dense_backward_weights(
-      layer->ops[0], run->x, dz, run->dw[0],
-      layer->config.dense.use_bias ? run->dw[1] : NULL);
+  run->backend->dense_backward_weights(layer->ops[0], run->x, dz, run->dw[0],
+                                       layer->config.dense.use_bias ? run->dw[1]
+                                                                    : NULL);
   if (run->need_dx)
     run->backend->dense_backward_data(layer->ops[0], dz, run->w[0], run->dx);
 }
@@ -88,8 +87,7 @@ const mxu_layer_class mxu_dense_class = {
 
 static mxu_status same_shape_infer(mxu_layer *layer) {
   if (layer->in_shape.rank < 1)
-    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions",
-                    layer->name);
+    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions", layer->name);
   layer->out_shape = layer->in_shape;
   return MXU_OK;
 }
@@ -100,9 +98,8 @@ static int no_params(const mxu_layer *layer, mxu_param_decl *decls) {
   return 0;
 }
 
-static mxu_status activation_plan(mxu_layer *layer,
-                                  const mxu_backend *backend, int batch,
-                                  mxu_arena *layout) {
+static mxu_status activation_plan(mxu_layer *layer, const mxu_backend *backend,
+                                  int batch, mxu_arena *layout) {
   (void)batch;
   (void)layout;
   const mxu_shape *s = &layer->in_shape;
@@ -120,8 +117,7 @@ static void activation_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->fused_softmax)
     memcpy(run->dx, run->dy, batch_bytes(layer, &layer->in_shape));
   else
-    run->backend->activation_backward(layer->ops[0], run->y, run->dy,
-                                      run->dx);
+    run->backend->activation_backward(layer->ops[0], run->y, run->dy, run->dx);
 }
 
 static const float *activation_logits(const mxu_layer *layer,

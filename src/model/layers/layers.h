@@ -10,9 +10,8 @@
  * ops[1] and scratch[0] (pre-softmax values) and scratch[1] (the gradient
  * before the activation). Returns the activation to fuse into the op. */
 mxu_status mxu_epilogue_plan(mxu_layer *layer, mxu_activation activation,
-                             const mxu_backend *backend, int64_t rows,
-                             int cols, mxu_arena *layout,
-                             mxu_activation *fused);
+                             const mxu_backend *backend, int64_t rows, int cols,
+                             mxu_arena *layout, mxu_activation *fused);
 /* Where the op writes: y, or the pre-softmax buffer. */
 float *mxu_epilogue_target(const mxu_layer *layer, mxu_activation activation,
                            const mxu_layer_run *run);
@@ -26,6 +25,13 @@ const float *mxu_epilogue_backward(const mxu_layer *layer,
 const float *mxu_epilogue_logits(const mxu_layer *layer,
                                  mxu_activation activation,
                                  const mxu_layer_run *run);
+
+/* Shape inference of a 2-D window (Conv2D's kernel, a pool) sliding over
+ * (height, width, channels): checks the sizes and sets out_shape to
+ * (out_h, out_w, channels_out). */
+mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
+                            const int size[2], const int strides[2],
+                            mxu_padding padding, int channels_out);
 
 /* "(28, 28, 1)" */
 void mxu_shape_format(const mxu_shape *shape, char *out, size_t size);

@@ -4,31 +4,9 @@
 
 static mxu_status pool2d_infer(mxu_layer *layer) {
   const mxu_pool2d_config *c = &layer->config.pool;
-  char text[64];
-  mxu_shape_format(&layer->in_shape, text, sizeof text);
-  if (layer->in_shape.rank != 3)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: pooling expects (height, width, channels) input, "
-                    "got %s",
-                    layer->name, text);
-  if (c->pool_size[0] <= 0 || c->pool_size[1] <= 0 || c->strides[0] <= 0 ||
-      c->strides[1] <= 0)
-    return mxu_fail(MXU_ERR_ARG, "%s: pool_size and strides must be positive",
-                    layer->name);
-  int64_t out[3];
-  for (int i = 0; i < 2; i++) {
-    out[i] = mxu_conv_output_size((int)layer->in_shape.dims[i],
-                                  c->pool_size[i], c->strides[i], c->padding,
-                                  NULL, NULL);
-    if (out[i] <= 0)
-      return mxu_fail(MXU_ERR_SHAPE,
-                      "%s: input %s is smaller than the %dx%d pool with "
-                      "'valid' padding",
-                      layer->name, text, c->pool_size[0], c->pool_size[1]);
-  }
-  out[2] = layer->in_shape.dims[2];
-  layer->out_shape = mxu_shape_make(3, out);
-  return MXU_OK;
+  int channels = layer->in_shape.rank == 3 ? (int)layer->in_shape.dims[2] : 0;
+  return mxu_window_infer(layer, "pool", c->pool_size, c->strides, c->padding,
+                          channels);
 }
 
 static int pool2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {

@@ -1,15 +1,15 @@
-/* epilogue.c — the activation after Conv2D and Dense: fused into the
- * backend op where it can be, a separate softmax where it cannot, and the
- * matching backward. */
+/* epilogue.c — what the layer families share: the activation after Conv2D
+ * and Dense (fused into the backend op where it can be, a separate softmax
+ * where it cannot, and the matching backward), 2-D window shape inference
+ * and shape formatting. */
 #include "model/layers/layers.h"
 
 #include <stdio.h>
 #include <string.h>
 
 mxu_status mxu_epilogue_plan(mxu_layer *layer, mxu_activation activation,
-                             const mxu_backend *backend, int64_t rows,
-                             int cols, mxu_arena *layout,
-                             mxu_activation *fused) {
+                             const mxu_backend *backend, int64_t rows, int cols,
+                             mxu_arena *layout, mxu_activation *fused) {
   *fused = activation == MXU_SOFTMAX ? MXU_LINEAR : activation;
   if (activation == MXU_LINEAR) return MXU_OK;
   mxu_activation_desc desc = {activation, rows, cols};
@@ -56,4 +56,32 @@ void mxu_shape_format(const mxu_shape *shape, char *out, size_t size) {
     used += (size_t)snprintf(out + used, size - used, "%s%lld", i ? ", " : "",
                              (long long)shape->dims[i]);
   if (used < size) snprintf(out + used, size - used, ")");
+}
+
+mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
+                            const int size[2], const int strides[2],
+                            mxu_padding padding, int channels_out) {
+  char text[64];
+  mxu_shape_format(&layer->in_shape, text, sizeof text);
+  if (layer->in_shape.rank != 3)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: expects (height, width, channels) input, got %s",
+                    layer->name, text);
+  if (size[0] <= 0 || size[1] <= 0 || strides[0] <= 0 || strides[1] <= 0)
+    return mxu_fail(
+        MXU_ERR_ARG, "%s: %s size %dx%d and strides %dx%d must be positive",
+        layer->name, window, size[0], size[1], strides[0], strides[1]);
+  int64_t out[3];
+  for (int i = 0; i < 2; i++) {
+    out[i] = mxu_conv_output_size((int)layer->in_shape.dims[i], size[i],
+                                  strides[i], padding, NULL, NULL);
+    if (out[i] <= 0)
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "%s: input %s is smaller than the %dx%d %s with "
+                      "'valid' padding (use 'same' or a larger input)",
+                      layer->name, text, size[0], size[1], window);
+  }
+  out[2] = channels_out;
+  layer->out_shape = mxu_shape_make(3, out);
+  return MXU_OK;
 }
