@@ -152,8 +152,7 @@ typedef struct mxu_optimizer_config {
 
 /* Keras' defaults: Adam(1e-3, 0.9, 0.999, 1e-7); SGD(0.01, 0, false). */
 mxu_optimizer_config mxu_adam(float learning_rate);
-mxu_optimizer_config mxu_sgd(float learning_rate, float momentum,
-                             int nesterov);
+mxu_optimizer_config mxu_sgd(float learning_rate, float momentum, int nesterov);
 
 typedef enum mxu_loss {
   MXU_SPARSE_CATEGORICAL_CROSSENTROPY = 0,
@@ -174,6 +173,9 @@ typedef struct mxu_compile_config {
   int batch_size;
   mxu_backend_kind backend;
   uint64_t seed; /* initialisers */
+  /* The accuracy metric's name as Keras prints and logs it ("accuracy",
+   * "sparse_categorical_accuracy", ...); NULL means "accuracy". */
+  const char *metric;
 } mxu_compile_config;
 
 mxu_compile_config mxu_compile_defaults(void);
@@ -213,6 +215,12 @@ mxu_status mxu_load_cifar100_dir(const char *dir, mxu_split split,
 mxu_status mxu_dataset_from_arrays(const float *x, const int32_t *labels,
                                    int64_t count, mxu_shape shape,
                                    int num_classes, mxu_dataset **out);
+/* A data set by name or directory: `fashion-mnist`, `mnist`, `cifar10`,
+ * `cifar100` are looked up in $MXU_DATA_DIR, then ./data, then
+ * /usr/share/datasets; any other argument must be a directory, whose format
+ * is recognised from its files. Class names come with it. */
+mxu_status mxu_load_dataset(const char *name_or_dir, mxu_split split,
+                            mxu_dataset **out);
 void mxu_dataset_free(mxu_dataset *dataset);
 
 int64_t mxu_dataset_count(const mxu_dataset *dataset);
@@ -220,6 +228,8 @@ mxu_shape mxu_dataset_shape(const mxu_dataset *dataset);
 int mxu_dataset_num_classes(const mxu_dataset *dataset);
 const float *mxu_dataset_x(const mxu_dataset *dataset);
 const int32_t *mxu_dataset_labels(const mxu_dataset *dataset);
+/* The class's name ("Ankle boot", "airplane") or NULL when unknown. */
+const char *mxu_dataset_class_name(const mxu_dataset *dataset, int label);
 /* Multiplies every sample value by scale (e.g. 1/255). */
 void mxu_dataset_rescale(mxu_dataset *dataset, float scale);
 /* A view of samples [first, first + count), sharing memory with parent. */
@@ -277,6 +287,32 @@ mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
 int mxu_layer_weight_count(const mxu_model *model, int layer);
 mxu_status mxu_layer_weight(const mxu_model *model, int layer, int index,
                             mxu_tensor *out, const char **name);
+
+/* ---- files ------------------------------------------------------------- */
+
+/* Keras model JSON (model.to_json() of a Sequential model), tf.keras 2.x or
+ * Keras 3 form. `source` names the text in messages (a file name). When
+ * the JSON carries a compile_config (Keras 3) and compile is not NULL, it
+ * is filled in (optimizer, loss, from_logits, metric) over the defaults and
+ * *has_compile set. Unknown layers, unsupported options and malformed JSON
+ * are errors naming the layer and the key. */
+mxu_status mxu_model_from_json(const char *json, const char *source,
+                               mxu_model **out, mxu_compile_config *compile,
+                               int *has_compile);
+mxu_status mxu_model_load_json(const char *path, mxu_model **out,
+                               mxu_compile_config *compile, int *has_compile);
+/* The model as tf.keras 2.x JSON (keras3: the Keras 3 form), so Keras'
+ * model_from_json rebuilds it. *out is malloc'd; free it with free(). */
+mxu_status mxu_model_to_json(const mxu_model *model, int keras3, char **out);
+mxu_status mxu_model_save_json(const mxu_model *model, const char *path,
+                               int keras3);
+
+/* Weights in mxu's interim binary format (see docs in src/io/weights.c):
+ * every layer's weights in Keras order, with names and shapes, so a file
+ * for another model is refused with the first mismatch named. Written
+ * atomically. The HDF5 issue replaces this format. */
+mxu_status mxu_save_weights(const mxu_model *model, const char *path);
+mxu_status mxu_load_weights(mxu_model *model, const char *path);
 
 #ifdef __cplusplus
 }

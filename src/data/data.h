@@ -13,15 +13,22 @@ struct mxu_dataset {
   float *x;        /* count * shape floats */
   int32_t *labels; /* count labels in [0, num_classes) */
   int owns;        /* 0 for a slice: memory belongs to the parent */
+  /* Class names (num_classes strings) when the data set has them; owned
+   * like x. */
+  char **class_names;
 };
+
+/* Gives the data set names (copies); count must equal num_classes. */
+mxu_status mxu_dataset_set_class_names(mxu_dataset *dataset,
+                                       const char *const *names, int count);
 
 /* A permutation of [0, count) that depends only on (seed, epoch):
  * Fisher-Yates driven by the counter-based RNG's MXU_STREAM_SHUFFLE. */
 void mxu_dataset_permutation(int64_t count, uint64_t seed, uint32_t epoch,
                              int64_t *perm);
 
-/* Copies samples order[first .. first+n) into x (n * sample floats) and labels (may be
- * NULL). order NULL means samples first .. first+n-1. */
+/* Copies samples order[first .. first+n) into x (n * sample floats) and labels
+ * (may be NULL). order NULL means samples first .. first+n-1. */
 void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
                         int64_t first, int64_t n, float *x, int32_t *labels);
 

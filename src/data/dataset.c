@@ -105,6 +105,9 @@ void mxu_dataset_free(mxu_dataset *dataset) {
   if (dataset->owns) {
     free(dataset->x);
     free(dataset->labels);
+    for (int i = 0; dataset->class_names && i < dataset->num_classes; i++)
+      free(dataset->class_names[i]);
+    free(dataset->class_names);
   }
   free(dataset);
 }
@@ -128,6 +131,33 @@ const float *mxu_dataset_x(const mxu_dataset *dataset) {
 
 const int32_t *mxu_dataset_labels(const mxu_dataset *dataset) {
   return dataset ? dataset->labels : NULL;
+}
+
+const char *mxu_dataset_class_name(const mxu_dataset *dataset, int label) {
+  if (!dataset || !dataset->class_names || label < 0 ||
+      label >= dataset->num_classes)
+    return NULL;
+  return dataset->class_names[label];
+}
+
+mxu_status mxu_dataset_set_class_names(mxu_dataset *dataset,
+                                       const char *const *names, int count) {
+  if (!dataset || !dataset->owns || count != dataset->num_classes)
+    return mxu_fail(MXU_ERR_ARG,
+                    "dataset: %d class names for %d classes (or a slice)",
+                    count, dataset ? dataset->num_classes : 0);
+  char **copy = calloc((size_t)count, sizeof *copy);
+  if (!copy) return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory");
+  for (int i = 0; i < count; i++) {
+    copy[i] = strdup(names[i]);
+    if (!copy[i]) {
+      while (i--) free(copy[i]);
+      free(copy);
+      return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory");
+    }
+  }
+  dataset->class_names = copy;
+  return MXU_OK;
 }
 
 void mxu_dataset_rescale(mxu_dataset *dataset, float scale) {

@@ -4,6 +4,7 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +139,9 @@ mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config) {
   MXU_TRY(check_compile(model, config));
   mxu_plan_release(model);
   model->compile = *config;
+  snprintf(model->metric, sizeof model->metric, "%s",
+           config->metric ? config->metric : "accuracy");
+  model->compile.metric = model->metric;
   model->backend = mxu_backend_get(config->backend);
   MXU_TRY(build_params(model));
   MXU_TRY(allocate_params(model));

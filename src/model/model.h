@@ -147,7 +147,8 @@ struct mxu_model {
   int layer_count, layer_capacity;
 
   int compiled;
-  mxu_compile_config compile;
+  mxu_compile_config compile; /* compile.metric points at metric below */
+  char metric[64];
   const mxu_backend *backend;
   mxu_param *params;
   int param_count;

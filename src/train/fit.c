@@ -169,9 +169,7 @@ static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
   int64_t batch = model->plan.batch;
   if (c->shuffle)
     mxu_dataset_permutation(train->count, c->seed, (uint32_t)epoch, order);
-  const char *metric = model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY
-                           ? "categorical_accuracy"
-                           : "sparse_categorical_accuracy";
+  const char *metric = model->metric;
   for (int step = 0; step < steps; step++) {
     load_batch(model, train, c->shuffle ? order : NULL, step * batch, batch);
     mxu_step_result r = mxu_step_run(model, 1, batch, 1.0f / (float)batch,
@@ -207,10 +205,8 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
                              const mxu_fit_config *c, int steps,
                              int64_t *order) {
   FILE *out = c->out ? c->out : stdout;
-  const char *metric = model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY
-                           ? "categorical_accuracy"
-                           : "sparse_categorical_accuracy";
-  char val_metric[64];
+  const char *metric = model->metric;
+  char val_metric[80];
   snprintf(val_metric, sizeof val_metric, "val_%s", metric);
   for (int epoch = 0; epoch < c->epochs; epoch++) {
     mxu_progress progress;
