@@ -14,8 +14,15 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The fashion recipe from its model file: train, save, then classify three
+# test images with the saved weights.
 demo: build
-	$(BUILD)/fashion_mnist /usr/share/datasets/fashion-mnist 5
+	$(BUILD)/mxu train models/fashion_mnist.json --data fashion-mnist \
+	  --epochs 5 --batch-size 1000 --save-weights $(BUILD)/fashion.weights \
+	  --report $(BUILD)/fashion_report.json
+	$(BUILD)/mxu predict models/fashion_mnist.json \
+	  --weights $(BUILD)/fashion.weights --data fashion-mnist \
+	  --index 0,1,2 --top 3
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j 2

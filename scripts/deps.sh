@@ -2,7 +2,7 @@
 # deps.sh — installs the Debian packages mxu builds and tests with, only
 # those missing, with one apt-get update. Run by `make demo` and `make test`.
 set -e
-packages="build-essential cmake libdnnl-dev zlib1g-dev dataset-fashion-mnist"
+packages="build-essential cmake libdnnl-dev libcjson-dev zlib1g-dev dataset-fashion-mnist"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

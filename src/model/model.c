@@ -162,6 +162,7 @@ mxu_status mxu_add_conv2d(mxu_model *model, const mxu_conv2d_config *config) {
                     "supported; add an Activation layer");
   mxu_layer proto = {0};
   proto.config.conv = *config;
+  proto.config.conv.name = NULL; /* the layer keeps its own copy */
   return add_layer(model, &mxu_conv2d_class, config->name, &proto);
 }
 
@@ -170,6 +171,7 @@ static mxu_status add_pool(mxu_model *model, const mxu_pool2d_config *config,
   MXU_TRY(check_config(config, cls->class_name));
   mxu_layer proto = {0};
   proto.config.pool = *config;
+  proto.config.pool.name = NULL; /* the layer keeps its own copy */
   proto.is_max_pool = is_max;
   return add_layer(model, cls, config->name, &proto);
 }
@@ -203,6 +205,7 @@ mxu_status mxu_add_dense(mxu_model *model, const mxu_dense_config *config) {
   MXU_TRY(check_config(config, "Dense"));
   mxu_layer proto = {0};
   proto.config.dense = *config;
+  proto.config.dense.name = NULL; /* the layer keeps its own copy */
   return add_layer(model, &mxu_dense_class, config->name, &proto);
 }
 
@@ -217,6 +220,7 @@ mxu_status mxu_add_batch_normalization(mxu_model *model,
   MXU_TRY(check_config(config, "BatchNormalization"));
   mxu_layer proto = {0};
   proto.config.batchnorm = *config;
+  proto.config.batchnorm.name = NULL; /* the layer keeps its own copy */
   return add_layer(model, &mxu_batch_normalization_class, config->name, &proto);
 }
 

@@ -1,0 +1,48 @@
+/* cli.h — the mxu command's subcommands and what they share: loading the
+ * model file with its compile settings, a data split with its rescaling,
+ * and the JSON report. Written only against the public mxu.h. */
+#ifndef MXU_CLI_H
+#define MXU_CLI_H
+
+#include <mxu.h>
+
+/* Keep in step with project(VERSION) in CMakeLists.txt. */
+#define MXU_CLI_VERSION "0.1.0"
+
+/* Each takes argv with argv[0] the subcommand's name and returns the
+ * process exit code (options.h). */
+int cli_train(int argc, char **argv);
+int cli_evaluate(int argc, char **argv);
+int cli_predict(int argc, char **argv);
+int cli_summary(int argc, char **argv);
+
+/* The model file and its compile_config over mxu_compile_defaults(); the
+ * metric name is copied into metric (the config points at it). */
+mxu_status cli_load_model(const char *path, mxu_model **model,
+                          mxu_compile_config *compile, char *metric,
+                          size_t metric_size);
+
+/* One split of a data set, multiplied by rescale unless it is 1. */
+mxu_status cli_load_split(const char *data, mxu_split split, float rescale,
+                          mxu_dataset **out);
+
+/* Seconds on a monotonic clock. */
+double cli_now(void);
+
+/* ---- report.c ---------------------------------------------------------- */
+
+typedef struct cli_report {
+  const char *model, *data, *weights; /* weights: NULL for train */
+  const char *metric;
+  const mxu_history *history; /* NULL for evaluate */
+  int batch_size;
+  double test_loss, test_accuracy;
+  double wall_seconds;
+} cli_report;
+
+/* Writes the report as JSON to path, atomically. Returns CLI_OK, or
+ * CLI_RUNTIME after saying why on stderr as "mxu COMMAND: ...". */
+int cli_write_report(const char *command, const char *path,
+                     const cli_report *report);
+
+#endif

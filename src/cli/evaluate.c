@@ -1,0 +1,93 @@
+/* evaluate.c — `mxu evaluate MODEL.json --weights FILE --data DATA`: the
+ * loss and accuracy of saved weights on DATA's test split, every sample
+ * scored once, as Keras' model.evaluate. */
+#include "cli.h"
+#include "options.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct evaluate_args {
+  const char *model, *weights, *data, *report;
+  int batch_size;
+  float rescale;
+} evaluate_args;
+
+#define EVALUATE_OPTION_COUNT 5
+
+static void evaluate_options(evaluate_args *a, cli_option *o) {
+  cli_option table[EVALUATE_OPTION_COUNT] = {
+      {"--weights", "FILE", "weights saved by mxu train --save-weights",
+       CLI_STRING, &a->weights, NULL, 1, 0},
+      {"--data", "DATA",
+       "a data set name (fashion-mnist, mnist, cifar10, cifar100) or a "
+       "directory",
+       CLI_STRING, &a->data, NULL, 1, 0},
+      {"--batch-size", "B",
+       "samples per step (default 32); the result does not depend on it",
+       CLI_POSITIVE_INT, &a->batch_size, NULL, 0, 0},
+      {"--rescale", "X",
+       "multiply every sample value by X, e.g. 1/255, as in training "
+       "(default 1)",
+       CLI_POSITIVE_FLOAT, &a->rescale, NULL, 0, 0},
+      {"--report", "FILE", "write the result as JSON to FILE", CLI_STRING,
+       &a->report, NULL, 0, 0},
+  };
+  memcpy(o, table, sizeof table);
+}
+
+static const char evaluate_summary[] =
+    "Evaluates the Keras model in MODEL.json with saved weights on DATA's "
+    "test\nsplit and prints its loss and accuracy.";
+
+typedef struct evaluate_run {
+  mxu_model *model;
+  mxu_dataset *test;
+  mxu_compile_config compile;
+  char metric[64];
+  double loss, accuracy;
+} evaluate_run;
+
+static mxu_status run_evaluate(const evaluate_args *a, evaluate_run *run) {
+  mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
+                                run->metric, sizeof run->metric);
+  if (s == MXU_OK)
+    s = cli_load_split(a->data, MXU_TEST, a->rescale, &run->test);
+  if (s != MXU_OK) return s;
+  run->compile.batch_size = a->batch_size;
+  s = mxu_compile(run->model, &run->compile);
+  if (s == MXU_OK) s = mxu_load_weights(run->model, a->weights);
+  if (s == MXU_OK)
+    s = mxu_evaluate(run->model, run->test, 0, &run->loss, &run->accuracy);
+  if (s != MXU_OK) return s;
+  printf("test loss %.4f - test accuracy %.4f\n", run->loss, run->accuracy);
+  fflush(stdout);
+  return MXU_OK;
+}
+
+int cli_evaluate(int argc, char **argv) {
+  double start = cli_now();
+  evaluate_args a = {0};
+  a.batch_size = 32;
+  a.rescale = 1.0f;
+  cli_option options[EVALUATE_OPTION_COUNT];
+  evaluate_options(&a, options);
+  cli_command cmd = {"evaluate", "MODEL.json", evaluate_summary, options,
+                     EVALUATE_OPTION_COUNT};
+  int parsed = cli_parse(&cmd, argc, argv, &a.model);
+  if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+
+  evaluate_run run = {0};
+  int code = CLI_OK;
+  if (run_evaluate(&a, &run) != MXU_OK) {
+    code = cli_runtime_error("evaluate");
+  } else if (a.report) {
+    cli_report report = {a.model,    a.data,       a.weights,
+                         run.metric, NULL,         a.batch_size,
+                         run.loss,   run.accuracy, cli_now() - start};
+    code = cli_write_report("evaluate", a.report, &report);
+  }
+  mxu_model_free(run.model);
+  mxu_dataset_free(run.test);
+  return code;
+}

@@ -1,0 +1,246 @@
+/* train.c — `mxu train MODEL.json --data DATA`: Keras' compile and fit from
+ * a model file and a command line, validation on the test split, a final
+ * evaluation, and optionally the weights and a JSON report. */
+#include "cli.h"
+#include "options.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const optimizer_names[] = {"adam", "sgd", NULL};
+static const char *const loss_names[] = {"sparse_categorical_crossentropy",
+                                         "categorical_crossentropy", NULL};
+static const char *const verbose_names[] = {"0", "1", "2", NULL};
+
+typedef struct train_args {
+  const char *model, *data, *save_weights, *report;
+  int epochs, batch_size, steps_per_epoch, validation_freq;
+  int optimizer, loss, verbose;
+  float learning_rate, rescale;
+  uint64_t seed;
+} train_args;
+
+#define TRAIN_OPTION_COUNT 13
+
+/* The table lives in the caller's frame; targets point into args. */
+static void train_options(train_args *a, cli_option *o) {
+  cli_option table[TRAIN_OPTION_COUNT] = {
+      {"--data", "DATA",
+       "a data set name (fashion-mnist, mnist, cifar10, cifar100) or a "
+       "directory",
+       CLI_STRING, &a->data, NULL, 1, 0},
+      {"--epochs", "N", "epochs to train (default 1)", CLI_POSITIVE_INT,
+       &a->epochs, NULL, 0, 0},
+      {"--batch-size", "B",
+       "samples per step (default 32, or ceil(samples / S) with "
+       "--steps-per-epoch, as Keras infers it)",
+       CLI_POSITIVE_INT, &a->batch_size, NULL, 0, 0},
+      {"--steps-per-epoch", "S",
+       "steps per epoch (default: every full batch of the train split)",
+       CLI_POSITIVE_INT, &a->steps_per_epoch, NULL, 0, 0},
+      {"--validation-freq", "F",
+       "validate on the test split after every F-th epoch (default 1)",
+       CLI_POSITIVE_INT, &a->validation_freq, NULL, 0, 0},
+      {"--optimizer", "NAME",
+       "adam or sgd, with Keras' defaults (default: the model file's "
+       "compile_config, else adam)",
+       CLI_CHOICE, &a->optimizer, optimizer_names, 0, 0},
+      {"--learning-rate", "LR",
+       "the optimizer's learning rate (default: the model file's, else "
+       "0.001 for adam, 0.01 for sgd)",
+       CLI_POSITIVE_FLOAT, &a->learning_rate, NULL, 0, 0},
+      {"--loss", "NAME",
+       "sparse_categorical_crossentropy or categorical_crossentropy "
+       "(default: the model file's, else sparse)",
+       CLI_CHOICE, &a->loss, loss_names, 0, 0},
+      {"--rescale", "X",
+       "multiply every sample value of both splits by X, e.g. 1/255 "
+       "(default 1)",
+       CLI_POSITIVE_FLOAT, &a->rescale, NULL, 0, 0},
+      {"--seed", "S",
+       "seed of the initialisers, shuffling and dropout "
+       "(default 0)",
+       CLI_COUNT, &a->seed, NULL, 0, 0},
+      {"--verbose", "V",
+       "0 silent, 1 progress bar, 2 one line per epoch (default 1)", CLI_CHOICE,
+       &a->verbose, verbose_names, 0, 0},
+      {"--save-weights", "FILE", "write the trained weights to FILE",
+       CLI_STRING, &a->save_weights, NULL, 0, 0},
+      {"--report", "FILE",
+       "write a JSON report (epoch logs, test result, images/s) to FILE",
+       CLI_STRING, &a->report, NULL, 0, 0},
+  };
+  memcpy(o, table, sizeof table);
+}
+
+static const char train_summary[] =
+    "Trains the Keras model in MODEL.json (model.to_json(); its "
+    "compile_config,\nif any, gives the optimizer, loss and metric) on "
+    "DATA's train split,\nvalidating on its test split, then evaluates on "
+    "the test split.";
+
+/* Keras' names for the accuracy that goes with each loss. */
+static void match_metric(char *metric, size_t size, mxu_loss loss) {
+  const char *sparse = "sparse_categorical_accuracy";
+  const char *dense = "categorical_accuracy";
+  if (loss == MXU_CATEGORICAL_CROSSENTROPY && strcmp(metric, sparse) == 0)
+    snprintf(metric, size, "%s", dense);
+  if (loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY && strcmp(metric, dense) == 0)
+    snprintf(metric, size, "%s", sparse);
+}
+
+/* Flags given on the command line win over the model file. */
+static void apply_overrides(const cli_command *cmd, const train_args *a,
+                            mxu_compile_config *c, char *metric,
+                            size_t metric_size) {
+  if (cli_find(cmd, "--optimizer")->given) {
+    mxu_optimizer_kind kind = a->optimizer == 0 ? MXU_ADAM : MXU_SGD;
+    /* The same optimizer keeps the file's settings (betas, momentum). */
+    if (kind != c->optimizer.kind)
+      c->optimizer = kind == MXU_ADAM ? mxu_adam(1e-3f) : mxu_sgd(0.01f, 0, 0);
+  }
+  if (cli_find(cmd, "--learning-rate")->given)
+    c->optimizer.learning_rate = a->learning_rate;
+  if (cli_find(cmd, "--loss")->given) {
+    c->loss = a->loss == 0 ? MXU_SPARSE_CATEGORICAL_CROSSENTROPY
+                           : MXU_CATEGORICAL_CROSSENTROPY;
+    match_metric(metric, metric_size, c->loss);
+  }
+  c->seed = a->seed;
+}
+
+/* The batch fit will use, so compile plans for it once: Keras infers
+ * ceil(samples / steps) when only steps_per_epoch is given, else 32. */
+static int fit_batch(const train_args *a, int64_t samples) {
+  if (a->batch_size) return a->batch_size;
+  if (a->steps_per_epoch)
+    return (int)((samples + a->steps_per_epoch - 1) / a->steps_per_epoch);
+  return 32;
+}
+
+typedef struct train_run {
+  mxu_model *model;
+  mxu_dataset *train, *test;
+  mxu_compile_config compile;
+  char metric[64];
+  const mxu_history *history;
+  double test_loss, test_accuracy;
+} train_run;
+
+static mxu_status load(const train_args *a, train_run *run) {
+  mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
+                                run->metric, sizeof run->metric);
+  if (s == MXU_OK)
+    s = cli_load_split(a->data, MXU_TRAIN, a->rescale, &run->train);
+  if (s == MXU_OK)
+    s = cli_load_split(a->data, MXU_TEST, a->rescale, &run->test);
+  return s;
+}
+
+/* Flags that ask for more samples than the train split has are usage
+ * errors; caught before compile lays out a batch that large. */
+static int check_batch(const train_args *a, const train_run *run) {
+  long long count = (long long)mxu_dataset_count(run->train);
+  if (a->batch_size > count)
+    return cli_usage_error("train",
+                           "--batch-size: %d is larger than the %lld samples "
+                           "of the train split of %s",
+                           a->batch_size, count, a->data);
+  if (a->batch_size && (long long)a->steps_per_epoch * a->batch_size > count)
+    return cli_usage_error("train",
+                           "--steps-per-epoch: %d steps of %d samples need "
+                           "%lld samples but the train split of %s has %lld",
+                           a->steps_per_epoch, a->batch_size,
+                           (long long)a->steps_per_epoch * a->batch_size,
+                           a->data, count);
+  return CLI_OK;
+}
+
+static mxu_status compile_model(const cli_command *cmd, const train_args *a,
+                                train_run *run) {
+  apply_overrides(cmd, a, &run->compile, run->metric, sizeof run->metric);
+  run->compile.batch_size = fit_batch(a, mxu_dataset_count(run->train));
+  return mxu_compile(run->model, &run->compile);
+}
+
+static mxu_status fit_and_evaluate(const train_args *a, train_run *run) {
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.epochs = a->epochs;
+  /* What the user gave, unresolved, so fit infers exactly as Keras does. */
+  fit.batch_size = a->batch_size;
+  fit.steps_per_epoch = a->steps_per_epoch;
+  fit.validation = run->test;
+  fit.validation_freq = a->validation_freq;
+  fit.seed = a->seed;
+  fit.verbose = a->verbose;
+  if (a->verbose)
+    printf("Train on %lld samples, validate on %lld samples\n",
+           (long long)mxu_dataset_count(run->train),
+           (long long)mxu_dataset_count(run->test));
+  mxu_status s = mxu_fit(run->model, run->train, &fit, &run->history);
+  if (s != MXU_OK) return s;
+  /* A last epoch that validated already scored the final weights on the
+   * test split; a second pass would give the same numbers. */
+  const mxu_epoch_log *last = &run->history->epochs[run->history->count - 1];
+  run->test_loss = last->val_loss;
+  run->test_accuracy = last->val_accuracy;
+  if (isnan(last->val_loss))
+    s = mxu_evaluate(run->model, run->test, 0, &run->test_loss,
+                     &run->test_accuracy);
+  if (s != MXU_OK) return s;
+  printf("test loss %.4f - test accuracy %.4f\n", run->test_loss,
+         run->test_accuracy);
+  fflush(stdout);
+  return MXU_OK;
+}
+
+static int finish(const train_args *a, train_run *run, double start) {
+  if (a->save_weights) {
+    if (mxu_save_weights(run->model, a->save_weights) != MXU_OK)
+      return cli_runtime_error("train");
+    if (a->verbose) printf("weights saved to %s\n", a->save_weights);
+  }
+  if (!a->report) return CLI_OK;
+  cli_report report = {a->model,
+                       a->data,
+                       NULL,
+                       run->metric,
+                       run->history,
+                       run->compile.batch_size,
+                       run->test_loss,
+                       run->test_accuracy,
+                       cli_now() - start};
+  return cli_write_report("train", a->report, &report);
+}
+
+static int run_train(const cli_command *cmd, const train_args *a,
+                     train_run *run, double start) {
+  if (load(a, run) != MXU_OK) return cli_runtime_error("train");
+  int code = check_batch(a, run);
+  if (code != CLI_OK) return code;
+  if (compile_model(cmd, a, run) != MXU_OK ||
+      fit_and_evaluate(a, run) != MXU_OK)
+    return cli_runtime_error("train");
+  return finish(a, run, start);
+}
+
+int cli_train(int argc, char **argv) {
+  double start = cli_now();
+  train_args a = {0};
+  a.epochs = a.validation_freq = a.verbose = 1;
+  a.rescale = 1.0f;
+  cli_option options[TRAIN_OPTION_COUNT];
+  train_options(&a, options);
+  cli_command cmd = {"train", "MODEL.json", train_summary, options,
+                     TRAIN_OPTION_COUNT};
+  int parsed = cli_parse(&cmd, argc, argv, &a.model);
+  if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+
+  train_run run = {0};
+  int code = run_train(&cmd, &a, &run, start);
+  mxu_model_free(run.model);
+  mxu_dataset_free(run.train);
+  mxu_dataset_free(run.test);
+  return code;
+}

@@ -1,0 +1,388 @@
+/* json_compile.c — a model file's compile settings: Keras 3's
+ * compile_config (or tf.keras 2.x's training_config) read into
+ * mxu_compile_config (optimizer, loss, from_logits, metric name), and a
+ * compiled model's settings written back in that shape. */
+#include "io/json.h"
+
+#include <string.h>
+#include <strings.h>
+
+/* compile->metric points into this table, never into the JSON, whose
+ * memory is gone once the read returns. */
+static const char *const metric_names[] = {"accuracy", "acc",
+                                           "sparse_categorical_accuracy",
+                                           "categorical_accuracy", NULL};
+
+static const struct {
+  const char *class_name, *metric;
+} metric_classes[] = {
+    {"SparseCategoricalAccuracy", "sparse_categorical_accuracy"},
+    {"CategoricalAccuracy", "categorical_accuracy"},
+};
+
+static const struct {
+  const char *name, *class_name;
+  mxu_loss loss;
+} losses[] = {
+    {"sparse_categorical_crossentropy", "SparseCategoricalCrossentropy",
+     MXU_SPARSE_CATEGORICAL_CROSSENTROPY},
+    {"categorical_crossentropy", "CategoricalCrossentropy",
+     MXU_CATEGORICAL_CROSSENTROPY},
+};
+
+static const char *const optimizer_keys[] = {"name",
+                                             "learning_rate",
+                                             "lr",
+                                             "beta_1",
+                                             "beta_2",
+                                             "epsilon",
+                                             "amsgrad",
+                                             "momentum",
+                                             "nesterov",
+                                             "decay",
+                                             "weight_decay",
+                                             "clipnorm",
+                                             "clipvalue",
+                                             "global_clipnorm",
+                                             "use_ema",
+                                             "ema_momentum",
+                                             "ema_overwrite_frequency",
+                                             "jit_compile",
+                                             "is_legacy_optimizer",
+                                             "loss_scale_factor",
+                                             "gradient_accumulation_steps",
+                                             NULL};
+
+static const char *const loss_keys[] = {
+    "name", "reduction", "from_logits", "ignore_class", "label_smoothing",
+    "axis", "dtype",     NULL};
+
+static const char *const compile_keys[] = {
+    "optimizer",       "optimizer_config",    "loss",
+    "metrics",         "loss_weights",        "weighted_metrics",
+    "run_eagerly",     "steps_per_execution", "jit_compile",
+    "auto_scale_loss", "sample_weight_mode",  NULL};
+
+/* Absent, null or 0: an option that is off (weight_decay, decay). */
+static mxu_status require_zero(const mxu_json_where *where, const cJSON *object,
+                               const char *key) {
+  const cJSON *v = mxu_json_get(object, key);
+  if (!v || cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble == 0))
+    return MXU_OK;
+  char text[160];
+  mxu_json_text(v, text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "%s %s is not supported (only 0 or null)", key, text);
+}
+
+/* ---- optimizer -----------------------------------------------------------
+ */
+
+static mxu_status read_learning_rate(const mxu_json_where *where,
+                                     const cJSON *config, float *out) {
+  const char *key =
+      mxu_json_get(config, "learning_rate") ? "learning_rate" : "lr";
+  const cJSON *v = mxu_json_get(config, key);
+  if (cJSON_IsObject(v))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s: learning rate schedules are not supported "
+                         "(only a number)",
+                         key);
+  MXU_TRY(mxu_json_float(where, config, key, MXU_JSON_OPTIONAL, out));
+  if (!(*out > 0))
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "%s must be positive, got %g",
+                         key, (double)*out);
+  return MXU_OK;
+}
+
+/* What mxu's optimizers do not have: clipping, decay, EMA, accumulation. */
+static mxu_status read_optimizer_options(const mxu_json_where *where,
+                                         const cJSON *config) {
+  static const char *const nulls[] = {"clipnorm",
+                                      "clipvalue",
+                                      "global_clipnorm",
+                                      "loss_scale_factor",
+                                      "gradient_accumulation_steps",
+                                      NULL};
+  for (const char *const *key = nulls; *key; key++)
+    MXU_TRY(mxu_json_require_null(where, config, *key));
+  MXU_TRY(require_zero(where, config, "weight_decay"));
+  MXU_TRY(require_zero(where, config, "decay"));
+  MXU_TRY(mxu_json_require_false(where, config, "use_ema"));
+  MXU_TRY(mxu_json_require_false(where, config, "amsgrad"));
+  return mxu_json_check_keys(where, config, optimizer_keys, NULL);
+}
+
+static mxu_status read_optimizer_config(const mxu_json_where *where,
+                                        const cJSON *config,
+                                        mxu_optimizer_config *out) {
+  if (config && !cJSON_IsNull(config) && !cJSON_IsObject(config))
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "config must be an object");
+  MXU_TRY(read_learning_rate(where, config, &out->learning_rate));
+  if (out->kind == MXU_ADAM) {
+    MXU_TRY(mxu_json_float(where, config, "beta_1", MXU_JSON_OPTIONAL,
+                           &out->beta_1));
+    MXU_TRY(mxu_json_float(where, config, "beta_2", MXU_JSON_OPTIONAL,
+                           &out->beta_2));
+    MXU_TRY(mxu_json_float(where, config, "epsilon", MXU_JSON_OPTIONAL,
+                           &out->epsilon));
+  } else {
+    MXU_TRY(mxu_json_float(where, config, "momentum", MXU_JSON_OPTIONAL,
+                           &out->momentum));
+    MXU_TRY(mxu_json_bool(where, config, "nesterov", &out->nesterov));
+  }
+  return read_optimizer_options(where, config);
+}
+
+/* "adam" / "sgd", or {"class_name": "Adam", "config": {...}}; Keras 3
+ * adds module and registered_name, tf.keras 2.11+ h5 files may say
+ * "Custom>Adam". */
+static mxu_status read_optimizer(const mxu_json_where *where, const cJSON *v,
+                                 mxu_optimizer_config *out) {
+  const cJSON *name = cJSON_IsObject(v) ? mxu_json_get(v, "class_name") : v;
+  if (!cJSON_IsString(name) || !name->valuestring) {
+    char text[160];
+    mxu_json_text(v, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "must be a name or an object with class_name, got %s",
+                         text);
+  }
+  const char *class_name = name->valuestring;
+  if (strncmp(class_name, "Custom>", 7) == 0) class_name += 7;
+  if (strcasecmp(class_name, "adam") == 0) {
+    *out = mxu_adam(1e-3f);
+  } else if (strcasecmp(class_name, "sgd") == 0) {
+    *out = mxu_sgd(0.01f, 0.0f, 0);
+  } else {
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "'%s' is not supported (only Adam and SGD)",
+                         name->valuestring);
+  }
+  if (!cJSON_IsObject(v)) return MXU_OK;
+  return read_optimizer_config(where, mxu_json_get(v, "config"), out);
+}
+
+/* ---- loss ----------------------------------------------------------------
+ */
+
+static mxu_status read_loss_config(const mxu_json_where *where,
+                                   const cJSON *config, int *from_logits) {
+  if (!config || cJSON_IsNull(config)) return MXU_OK;
+  if (!cJSON_IsObject(config))
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "config must be an object");
+  MXU_TRY(mxu_json_bool(where, config, "from_logits", from_logits));
+  const cJSON *reduction = mxu_json_get(config, "reduction");
+  if (cJSON_IsString(reduction) && reduction->valuestring &&
+      strcmp(reduction->valuestring, "auto") != 0 &&
+      strcmp(reduction->valuestring, "sum_over_batch_size") != 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "reduction '%s' is not supported (only "
+                         "'sum_over_batch_size')",
+                         reduction->valuestring);
+  MXU_TRY(mxu_json_require_null(where, config, "ignore_class"));
+  MXU_TRY(require_zero(where, config, "label_smoothing"));
+  int axis = -1;
+  MXU_TRY(mxu_json_int(where, config, "axis", MXU_JSON_OPTIONAL, -1, 1 << 20,
+                       &axis));
+  if (axis != -1)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "axis %d is not supported (only -1)", axis);
+  return mxu_json_check_keys(where, config, loss_keys, NULL);
+}
+
+static mxu_status read_loss(const mxu_json_where *where, const cJSON *v,
+                            mxu_loss *loss, int *from_logits) {
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  const cJSON *name = cJSON_IsObject(v) ? mxu_json_get(v, "class_name") : v;
+  if (!cJSON_IsString(name) || !name->valuestring) {
+    char text[160];
+    mxu_json_text(v, text, sizeof text);
+    return mxu_json_fail(where,
+                         cJSON_IsArray(v) || cJSON_IsObject(v)
+                             ? MXU_ERR_UNSUPPORTED
+                             : MXU_ERR_FORMAT,
+                         "%s is not supported (only one loss, by name or "
+                         "class)",
+                         text);
+  }
+  for (size_t i = 0; i < sizeof losses / sizeof *losses; i++) {
+    if (strcmp(name->valuestring, losses[i].name) != 0 &&
+        strcmp(name->valuestring, losses[i].class_name) != 0)
+      continue;
+    *loss = losses[i].loss;
+    *from_logits = 0;
+    return cJSON_IsObject(v)
+               ? read_loss_config(where, mxu_json_get(v, "config"), from_logits)
+               : MXU_OK;
+  }
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "'%s' is not supported (only "
+                       "sparse_categorical_crossentropy and "
+                       "categorical_crossentropy)",
+                       name->valuestring);
+}
+
+/* ---- metrics -------------------------------------------------------------
+ */
+
+static const char *metric_by_name(const cJSON *name) {
+  if (!cJSON_IsString(name) || !name->valuestring) return NULL;
+  for (const char *const *m = metric_names; *m; m++)
+    if (strcmp(name->valuestring, *m) == 0) return *m;
+  return NULL;
+}
+
+/* "accuracy", or a metric object such as {"class_name":
+ * "SparseCategoricalAccuracy", "config": {"name": ...}}. */
+static const char *metric_of(const cJSON *v) {
+  if (!cJSON_IsObject(v)) return metric_by_name(v);
+  const char *named =
+      metric_by_name(mxu_json_get(mxu_json_get(v, "config"), "name"));
+  const cJSON *class_name = mxu_json_get(v, "class_name");
+  for (size_t i = 0; i < sizeof metric_classes / sizeof *metric_classes; i++)
+    if (cJSON_IsString(class_name) && class_name->valuestring &&
+        strcmp(class_name->valuestring, metric_classes[i].class_name) == 0)
+      return named ? named : metric_classes[i].metric;
+  /* tf.keras 2.x h5 files wrap the function: MeanMetricWrapper, fn. */
+  return named && metric_by_name(mxu_json_get(mxu_json_get(v, "config"), "fn"))
+             ? named
+             : NULL;
+}
+
+static mxu_status read_one_metric(const mxu_json_where *where, const cJSON *v,
+                                  int *count, const char **metric) {
+  const char *found = metric_of(v);
+  char text[160];
+  mxu_json_text(v, text, sizeof text);
+  if (!found)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s is not supported (only accuracy, "
+                         "sparse_categorical_accuracy or "
+                         "categorical_accuracy)",
+                         text);
+  if (++*count > 1)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s: mxu computes one metric, the accuracy; list "
+                         "only one",
+                         text);
+  *metric = found;
+  return MXU_OK;
+}
+
+/* A list of metrics, in tf.keras 2.x h5 files nested one level deeper. */
+static mxu_status read_metrics(const mxu_json_where *where, const cJSON *v,
+                               const char **metric) {
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  if (!cJSON_IsArray(v)) {
+    char text[160];
+    mxu_json_text(v, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s is not supported (only a list)", text);
+  }
+  int count = 0;
+  for (const cJSON *m = v->child; m; m = m->next) {
+    if (!cJSON_IsArray(m)) {
+      MXU_TRY(read_one_metric(where, m, &count, metric));
+      continue;
+    }
+    for (const cJSON *inner = m->child; inner; inner = inner->next)
+      MXU_TRY(read_one_metric(where, inner, &count, metric));
+  }
+  return MXU_OK;
+}
+
+/* ---- compile_config ------------------------------------------------------
+ */
+
+static mxu_status read_compile_fields(const char *source, const char *key,
+                                      const cJSON *c,
+                                      mxu_compile_config *compile) {
+  mxu_json_where where;
+  mxu_json_where_set(&where, "%s: %s", source, key);
+  if (!cJSON_IsObject(c))
+    return mxu_json_fail(&where, MXU_ERR_FORMAT, "must be an object");
+  MXU_TRY(mxu_json_check_keys(&where, c, compile_keys, NULL));
+  MXU_TRY(mxu_json_require_null(&where, c, "loss_weights"));
+  const cJSON *weighted = mxu_json_get(c, "weighted_metrics");
+  if (weighted && !(cJSON_IsArray(weighted) && !weighted->child))
+    MXU_TRY(mxu_json_require_null(&where, c, "weighted_metrics"));
+  const cJSON *optimizer = mxu_json_get(c, "optimizer");
+  if (!optimizer) optimizer = mxu_json_get(c, "optimizer_config");
+  mxu_json_where_set(&where, "%s: %s: optimizer", source, key);
+  if (optimizer && !cJSON_IsNull(optimizer))
+    MXU_TRY(read_optimizer(&where, optimizer, &compile->optimizer));
+  mxu_json_where_set(&where, "%s: %s: loss", source, key);
+  MXU_TRY(read_loss(&where, mxu_json_get(c, "loss"), &compile->loss,
+                    &compile->from_logits));
+  mxu_json_where_set(&where, "%s: %s: metrics", source, key);
+  return read_metrics(&where, mxu_json_get(c, "metrics"), &compile->metric);
+}
+
+mxu_status mxu_json_read_compile(const char *source, const cJSON *root,
+                                 mxu_compile_config *compile, int *found) {
+  const char *key = "compile_config";
+  const cJSON *c = mxu_json_get(root, key);
+  if (!c || cJSON_IsNull(c)) {
+    key = "training_config";
+    c = mxu_json_get(root, key);
+  }
+  *found = 0;
+  if (!c || cJSON_IsNull(c)) return MXU_OK;
+  MXU_TRY(read_compile_fields(source, key, c, compile));
+  *found = 1;
+  return MXU_OK;
+}
+
+/* ---- writing -------------------------------------------------------------
+ */
+
+static cJSON *optimizer_object(mxu_json_out *out,
+                               const mxu_optimizer_config *o) {
+  cJSON *config = cJSON_CreateObject();
+  int adam = o->kind == MXU_ADAM;
+  /* Keras 3 names optimizers in snake case, tf.keras 2.x by class. */
+  mxu_json_put_string(out, config, "name",
+                      adam ? (out->keras3 ? "adam" : "Adam")
+                           : (out->keras3 ? "sgd" : "SGD"));
+  mxu_json_put_float(out, config, "learning_rate", o->learning_rate);
+  if (adam) {
+    mxu_json_put_float(out, config, "beta_1", o->beta_1);
+    mxu_json_put_float(out, config, "beta_2", o->beta_2);
+    mxu_json_put_float(out, config, "epsilon", o->epsilon);
+    mxu_json_put_bool(out, config, "amsgrad", 0);
+  } else {
+    mxu_json_put_float(out, config, "momentum", o->momentum);
+    mxu_json_put_bool(out, config, "nesterov", o->nesterov);
+  }
+  return mxu_json_object(out, "keras.optimizers", adam ? "Adam" : "SGD",
+                         config);
+}
+
+static cJSON *loss_value(mxu_json_out *out, const mxu_compile_config *c) {
+  size_t i = c->loss == MXU_CATEGORICAL_CROSSENTROPY ? 1 : 0;
+  if (!c->from_logits) return cJSON_CreateString(losses[i].name);
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put_string(out, config, "name", losses[i].name);
+  mxu_json_put_string(out, config, "reduction",
+                      out->keras3 ? "sum_over_batch_size" : "auto");
+  mxu_json_put_bool(out, config, "from_logits", 1);
+  return mxu_json_object(out, "keras.losses", losses[i].class_name, config);
+}
+
+cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model) {
+  const mxu_compile_config *c = &model->compile;
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put(out, config, "optimizer", optimizer_object(out, &c->optimizer));
+  mxu_json_put(out, config, "loss", loss_value(out, c));
+  mxu_json_put_null(out, config, "loss_weights");
+  cJSON *metrics = cJSON_CreateArray();
+  const char *metric = c->metric ? c->metric : "accuracy";
+  if (!cJSON_AddItemToArray(metrics, cJSON_CreateString(metric)))
+    out->failed = 1;
+  mxu_json_put(out, config, "metrics", metrics);
+  mxu_json_put_null(out, config, "weighted_metrics");
+  mxu_json_put_bool(out, config, "run_eagerly", 0);
+  mxu_json_put_number(out, config, "steps_per_execution", 1);
+  mxu_json_put_bool(out, config, "jit_compile", 0);
+  return config;
+}

@@ -1,0 +1,486 @@
+/* json_read.c — mxu_model_from_json and mxu_model_load_json: the text of a
+ * Sequential model's to_json() (tf.keras 2.x or Keras 3) becomes mxu_add_*
+ * calls, with every refusal naming the source, the layer and the key. */
+#include "io/json.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Keys every layer may carry, read here rather than by the class. */
+static const char *const common_keys[] = {
+    "name",        "trainable",   "dtype", "batch_input_shape",
+    "batch_shape", "input_shape", NULL};
+
+static const char *const input_keys[] = {"batch_input_shape",
+                                         "batch_shape",
+                                         "input_shape",
+                                         "shape",
+                                         "dtype",
+                                         "sparse",
+                                         "ragged",
+                                         "name",
+                                         NULL};
+
+/* ---- malformed text ------------------------------------------------------
+ */
+
+/* Where cJSON stopped, as line, column and byte offset, and what is
+ * there, so the fix is easy to find. */
+static mxu_status malformed(const char *json, size_t length, const char *end,
+                            const char *source, const char *what) {
+  size_t offset = length;
+  if (end && end >= json && end <= json + length) offset = (size_t)(end - json);
+  int line = 1, column = 1;
+  for (size_t i = 0; i < offset; i++) {
+    column = json[i] == '\n' ? 1 : column + 1;
+    line += json[i] == '\n';
+  }
+  char near[24];
+  size_t n = 0;
+  for (size_t i = offset; i < length && n + 1 < sizeof near; i++)
+    near[n++] = (json[i] >= ' ' && json[i] < 127) ? json[i] : ' ';
+  near[n] = 0;
+  return mxu_fail(MXU_ERR_FORMAT,
+                  "%s: malformed JSON at line %d, column %d (byte %zu), near "
+                  "'%s': %s",
+                  source, line, column, offset, near,
+                  length == 0 ? "the text is empty" : what);
+}
+
+/* Text that ends inside a string or with brackets still open was cut
+ * short (a partial download or copy); cJSON itself may stop earlier, at
+ * the start of the unfinished string. */
+static int cut_short(const char *json, size_t length) {
+  int depth = 0, in_string = 0;
+  for (size_t i = 0; i < length; i++) {
+    char c = json[i];
+    if (in_string) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_string = 0;
+    } else if (c == '"') {
+      in_string = 1;
+    } else if (c == '{' || c == '[') {
+      depth++;
+    } else if (c == '}' || c == ']') {
+      depth--;
+    }
+  }
+  return in_string || depth > 0;
+}
+
+/* cJSON's parse, with text after the value refused too. */
+static mxu_status parse(const char *json, size_t length, const char *source,
+                        cJSON **root) {
+  const char *end = NULL;
+  *root = cJSON_ParseWithLengthOpts(json, length, &end, 0);
+  if (!*root)
+    return malformed(json, length, end, source,
+                     cut_short(json, length) ? "the text ends before "
+                                               "the value is complete"
+                                             : "not valid JSON here");
+  size_t offset = end && end >= json ? (size_t)(end - json) : length;
+  while (offset < length && json[offset] && strchr(" \t\r\n", json[offset]))
+    offset++;
+  if (offset >= length) return MXU_OK;
+  cJSON_Delete(*root);
+  *root = NULL;
+  return malformed(json, length, json + offset, source,
+                   "text after the end of the JSON value");
+}
+
+/* ---- shapes --------------------------------------------------------------
+ */
+
+/* A list like [null, 28, 28, 1] (with_batch) or [28, 28, 1]. A fixed batch
+ * size is allowed and ignored: mxu fixes the batch at compile. */
+static mxu_status read_shape(const mxu_json_where *where, const cJSON *value,
+                             const char *key, int with_batch, mxu_shape *out) {
+  char text[160];
+  mxu_json_text(value, text, sizeof text);
+  int count = cJSON_IsArray(value) ? cJSON_GetArraySize(value) : -1;
+  int rank = count - (with_batch ? 1 : 0);
+  if (count < 0 || rank < 1)
+    return mxu_json_fail(
+        where, MXU_ERR_FORMAT, "%s must be a list like %s, got %s", key,
+        with_batch ? "[null, 28, 28, 1]" : "[28, 28, 1]", text);
+  if (rank > MXU_MAX_RANK)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s %s has rank %d; mxu takes at most %d", key, text,
+                         rank, MXU_MAX_RANK);
+  out->rank = rank;
+  int i = with_batch ? -1 : 0;
+  for (const cJSON *d = value->child; d; d = d->next, i++) {
+    double v = cJSON_IsNumber(d) ? d->valuedouble : -1;
+    int is_dim = v >= 1 && v <= (double)INT_MAX && v == (double)(int64_t)v;
+    if (i < 0 && (cJSON_IsNull(d) || is_dim)) continue;
+    if (is_dim) {
+      out->dims[i] = (int64_t)v;
+    } else if (cJSON_IsNull(d)) {
+      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                           "%s %s: dimension %d is null; mxu needs every "
+                           "dimension but the batch's",
+                           key, text, i + (with_batch ? 1 : 0));
+    } else {
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "%s %s: dimensions must be positive integers", key,
+                           text);
+    }
+  }
+  return MXU_OK;
+}
+
+/* The input shape a layer config may carry: batch_input_shape (tf.keras
+ * 2.x), batch_shape (Keras 3) or input_shape / shape (no batch). Returns
+ * MXU_OK with *found 0 when there is none. */
+static mxu_status read_config_shape(const mxu_json_where *where,
+                                    const cJSON *config, mxu_shape *shape,
+                                    int *found) {
+  static const struct {
+    const char *key;
+    int with_batch;
+  } keys[] = {{"batch_input_shape", 1},
+              {"batch_shape", 1},
+              {"input_shape", 0},
+              {"shape", 0}};
+  *found = 0;
+  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+    const cJSON *v = mxu_json_get(config, keys[i].key);
+    if (!v || cJSON_IsNull(v)) continue;
+    *found = 1;
+    return read_shape(where, v, keys[i].key, keys[i].with_batch, shape);
+  }
+  return MXU_OK;
+}
+
+static int same_shape(const mxu_shape *a, const mxu_shape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+/* ---- layers --------------------------------------------------------------
+ */
+
+static mxu_status read_name(const mxu_json_where *where, const cJSON *config,
+                            const char **name) {
+  MXU_TRY(mxu_json_string(where, config, "name", MXU_JSON_OPTIONAL, name));
+  if (*name && strlen(*name) >= MXU_NAME_SIZE)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "name is %zu characters long; mxu takes at most %d",
+                         strlen(*name), MXU_NAME_SIZE - 1);
+  return MXU_OK;
+}
+
+static mxu_status read_input_layer(const mxu_json_where *where,
+                                   const cJSON *config, mxu_model *model,
+                                   const char *name) {
+  mxu_shape shape = {0};
+  int found = 0;
+  MXU_TRY(read_config_shape(where, config, &shape, &found));
+  if (!found)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "batch_input_shape (or batch_shape) is missing");
+  MXU_TRY(mxu_json_dtype(where, config, "dtype"));
+  MXU_TRY(mxu_json_require_false(where, config, "sparse"));
+  MXU_TRY(mxu_json_require_false(where, config, "ragged"));
+  MXU_TRY(mxu_json_check_keys(where, config, input_keys, NULL));
+  return mxu_json_added(where, mxu_add_input(model, name, shape));
+}
+
+/* A model without an InputLayer takes its input from the first layer's
+ * batch_input_shape, as tf.keras 2.x writes it, or from the model's build
+ * shape; tf.keras names that input "<first layer>_input". */
+static mxu_status add_implicit_input(const mxu_json_where *where,
+                                     const cJSON *config, mxu_model *model,
+                                     const char *name,
+                                     const cJSON *build_shape) {
+  mxu_shape shape = {0};
+  int found = 0;
+  MXU_TRY(read_config_shape(where, config, &shape, &found));
+  if (!found && build_shape)
+    MXU_TRY(read_shape(where, build_shape, "build_input_shape", 1, &shape));
+  if (!found && !build_shape)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "the model has no InputLayer and its first layer no "
+                         "batch_input_shape, so the input shape is unknown");
+  char input_name[MXU_NAME_SIZE];
+  snprintf(input_name, sizeof input_name, "%.*s_input", MXU_NAME_SIZE - 8,
+           name ? name : "input");
+  return mxu_json_added(where, mxu_add_input(model, input_name, shape));
+}
+
+/* A Keras 3 entry may say where its class comes from; only Keras' own
+ * classes are mxu's. */
+static mxu_status check_builtin(const mxu_json_where *where,
+                                const cJSON *entry) {
+  const cJSON *module = mxu_json_get(entry, "module");
+  const cJSON *registered = mxu_json_get(entry, "registered_name");
+  if (cJSON_IsString(module) && module->valuestring &&
+      strncmp(module->valuestring, "keras", 5) != 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "custom layers are not supported (module '%s')",
+                         module->valuestring);
+  if (cJSON_IsString(registered) && registered->valuestring)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "custom layers are not supported (registered_name "
+                         "'%s')",
+                         registered->valuestring);
+  return MXU_OK;
+}
+
+/* name, trainable and dtype, which every class shares. */
+static mxu_status read_common(const mxu_json_where *where,
+                              const cJSON *config) {
+  int trainable = 1;
+  MXU_TRY(mxu_json_bool(where, config, "trainable", &trainable));
+  if (!trainable)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "trainable false is not supported (mxu trains every "
+                         "layer)");
+  return mxu_json_dtype(where, config, "dtype");
+}
+
+/* tf.keras writes the first layer's batch_input_shape next to the
+ * InputLayer built from it; the two must agree. */
+static mxu_status check_first_shape(const mxu_json_where *where,
+                                    const cJSON *config,
+                                    const mxu_model *model) {
+  mxu_shape shape = {0};
+  int found = 0;
+  MXU_TRY(read_config_shape(where, config, &shape, &found));
+  if (found && !same_shape(&shape, &model->input_shape))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "its input shape does not match the InputLayer's");
+  return MXU_OK;
+}
+
+typedef struct layer_entry {
+  const char *class_name;
+  const cJSON *config;
+  const char *name;
+} layer_entry;
+
+static mxu_status read_entry(const char *source, const cJSON *entry, int index,
+                             mxu_json_where *where, layer_entry *out) {
+  mxu_json_where_set(where, "%s: layer %d", source, index);
+  if (!cJSON_IsObject(entry))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "must be an object with class_name and config");
+  MXU_TRY(mxu_json_string(where, entry, "class_name", MXU_JSON_REQUIRED,
+                          &out->class_name));
+  mxu_json_where_set(where, "%s: layer %d (%s)", source, index,
+                     out->class_name);
+  out->config = mxu_json_get(entry, "config");
+  if (!cJSON_IsObject(out->config))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         out->config ? "config must be an object"
+                                     : "config is missing");
+  out->name = NULL;
+  MXU_TRY(read_name(where, out->config, &out->name));
+  if (out->name)
+    mxu_json_where_set(where, "%s: layer '%s' (%s)", source, out->name,
+                       out->class_name);
+  return check_builtin(where, entry);
+}
+
+static mxu_status read_layer(const char *source, const cJSON *entry, int index,
+                             mxu_model *model, const cJSON *build_shape) {
+  mxu_json_where where;
+  layer_entry e;
+  MXU_TRY(read_entry(source, entry, index, &where, &e));
+  if (strcmp(e.class_name, "InputLayer") == 0) {
+    if (model->has_input)
+      return mxu_json_fail(&where, MXU_ERR_FORMAT,
+                           "an InputLayer must be the first layer");
+    return read_input_layer(&where, e.config, model, e.name);
+  }
+  const mxu_json_layer_io *io = mxu_json_layer_io_find(e.class_name);
+  if (!io)
+    return mxu_json_fail(&where, MXU_ERR_UNSUPPORTED,
+                         "layer class %s is not supported (mxu has Conv2D, "
+                         "MaxPooling2D, AveragePooling2D, Activation, "
+                         "Flatten, Dense, Dropout and BatchNormalization)",
+                         e.class_name);
+  if (!model->has_input)
+    MXU_TRY(add_implicit_input(&where, e.config, model, e.name, build_shape));
+  else if (model->layer_count == 0)
+    MXU_TRY(check_first_shape(&where, e.config, model));
+  MXU_TRY(read_common(&where, e.config));
+  MXU_TRY(mxu_json_check_keys(&where, e.config, io->keys, common_keys));
+  return io->read(&where, e.config, model, e.name);
+}
+
+/* ---- the model -----------------------------------------------------------
+ */
+
+/* Keras 3 writes the input shape at the model level too, which is what a
+ * Sequential without an InputLayer is built from. */
+static const cJSON *build_input_shape(const cJSON *root, const cJSON *config) {
+  const cJSON *shape = mxu_json_get(config, "build_input_shape");
+  if (cJSON_IsArray(shape)) return shape;
+  shape = mxu_json_get(mxu_json_get(root, "build_config"), "input_shape");
+  return cJSON_IsArray(shape) ? shape : NULL;
+}
+
+static mxu_status check_sequential(const mxu_json_where *where,
+                                   const cJSON *root) {
+  if (!cJSON_IsObject(root))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "the JSON must be an object with class_name and "
+                         "config, as model.to_json() writes");
+  const char *class_name = NULL;
+  MXU_TRY(mxu_json_string(where, root, "class_name", MXU_JSON_REQUIRED,
+                          &class_name));
+  if (strcmp(class_name, "Sequential") != 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "model class '%s' is not supported (only "
+                         "Sequential)",
+                         class_name);
+  return MXU_OK;
+}
+
+/* config is {name, layers, ...}, or in the oldest form the list itself. */
+static mxu_status model_layers(const mxu_json_where *where, const cJSON *config,
+                               const cJSON **layers, const char **name) {
+  *name = NULL;
+  *layers = config;
+  if (cJSON_IsArray(config)) return MXU_OK;
+  if (!cJSON_IsObject(config))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         config ? "config must be an object"
+                                : "config is missing");
+  MXU_TRY(read_name(where, config, name));
+  MXU_TRY(read_common(where, config));
+  *layers = mxu_json_get(config, "layers");
+  if (!cJSON_IsArray(*layers))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         *layers ? "config.layers must be a list"
+                                 : "config.layers is missing");
+  return MXU_OK;
+}
+
+static mxu_status build_model(const char *source, const cJSON *root,
+                              mxu_model **out) {
+  mxu_json_where where;
+  mxu_json_where_set(&where, "%s", source);
+  MXU_TRY(check_sequential(&where, root));
+  const cJSON *config = mxu_json_get(root, "config"), *layers = NULL;
+  const char *name = NULL;
+  MXU_TRY(model_layers(&where, config, &layers, &name));
+  mxu_model *model = mxu_sequential(name);
+  if (!model) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", source);
+  const cJSON *build_shape = build_input_shape(root, config);
+  mxu_status status = MXU_OK;
+  int index = 0;
+  for (const cJSON *entry = layers->child; entry && status == MXU_OK;
+       entry = entry->next)
+    status = read_layer(source, entry, index++, model, build_shape);
+  if (status == MXU_OK && !model->has_input)
+    status = mxu_json_fail(&where, MXU_ERR_FORMAT, "the model has no layers");
+  if (status != MXU_OK) {
+    mxu_model_free(model);
+    return status;
+  }
+  *out = model;
+  return MXU_OK;
+}
+
+static mxu_status from_text(const char *json, size_t length, const char *source,
+                            mxu_model **out, mxu_compile_config *compile,
+                            int *has_compile) {
+  cJSON *root = NULL;
+  MXU_TRY(parse(json, length, source, &root));
+  mxu_model *model = NULL;
+  mxu_status status = build_model(source, root, &model);
+  /* The caller's settings change only when everything read cleanly. */
+  mxu_compile_config read = compile ? *compile : mxu_compile_defaults();
+  int found = 0;
+  if (status == MXU_OK && compile)
+    status = mxu_json_read_compile(source, root, &read, &found);
+  cJSON_Delete(root);
+  if (status != MXU_OK) {
+    mxu_model_free(model);
+    return status;
+  }
+  if (compile) *compile = read;
+  if (has_compile) *has_compile = found;
+  *out = model;
+  return MXU_OK;
+}
+
+mxu_status mxu_model_from_json(const char *json, const char *source,
+                               mxu_model **out, mxu_compile_config *compile,
+                               int *has_compile) {
+  if (out) *out = NULL;
+  if (has_compile) *has_compile = 0;
+  if (!json || !out)
+    return mxu_fail(MXU_ERR_ARG, "model_from_json: json and out are required");
+  return from_text(json, strlen(json), source ? source : "json", out, compile,
+                   has_compile);
+}
+
+/* ---- files ---------------------------------------------------------------
+ */
+
+/* The whole file; model files are small, so a size cap catches a wrong
+ * path (a data set) early. */
+static mxu_status read_file(const char *path, char **text, size_t *length) {
+  enum { MAX_BYTES = 64 << 20 };
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return mxu_fail(MXU_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  size_t size = 0, capacity = 0;
+  char *buffer = NULL;
+  mxu_status status = MXU_OK;
+  for (;;) {
+    if (size + 4096 + 1 > capacity) {
+      capacity = capacity ? 2 * capacity : 65536;
+      char *grown = realloc(buffer, capacity);
+      if (!grown) {
+        status = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
+        break;
+      }
+      buffer = grown;
+    }
+    size_t got = fread(buffer + size, 1, capacity - size - 1, f);
+    size += got;
+    if (got == 0) break;
+    if (size > MAX_BYTES) {
+      status = mxu_fail(MXU_ERR_FORMAT,
+                        "%s: larger than %d MiB; not a model JSON file", path,
+                        MAX_BYTES >> 20);
+      break;
+    }
+  }
+  if (status == MXU_OK && ferror(f))
+    status = mxu_fail(MXU_ERR_IO, "%s: read error: %s", path, strerror(errno));
+  fclose(f);
+  if (status != MXU_OK) {
+    free(buffer);
+    return status;
+  }
+  buffer[size] = 0;
+  *text = buffer;
+  *length = size;
+  return MXU_OK;
+}
+
+mxu_status mxu_model_load_json(const char *path, mxu_model **out,
+                               mxu_compile_config *compile, int *has_compile) {
+  if (out) *out = NULL;
+  if (has_compile) *has_compile = 0;
+  if (!path || !out)
+    return mxu_fail(MXU_ERR_ARG, "model_load_json: path and out are required");
+  char *text = NULL;
+  size_t length = 0;
+  MXU_TRY(read_file(path, &text, &length));
+  mxu_status status = from_text(text, length, path, out, compile, has_compile);
+  free(text);
+  return status;
+}

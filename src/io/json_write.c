@@ -1,0 +1,253 @@
+/* json_write.c — mxu_model_to_json and mxu_model_save_json: any mxu model
+ * as the JSON tf.keras 2.x's model.to_json() writes (or Keras 3's), so
+ * Keras' model_from_json rebuilds it; files are replaced atomically. */
+#include "io/json.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KERAS2_VERSION "2.15.0"
+#define KERAS3_VERSION "3.6.0"
+
+/* The common keys in Keras' order (name, trainable, dtype), then the
+ * class's own. */
+static cJSON *layer_config(mxu_json_out *out, const char *name) {
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put_string(out, config, "name", name);
+  mxu_json_put_bool(out, config, "trainable", 1);
+  mxu_json_put_dtype(out, config);
+  return config;
+}
+
+/* A layer list entry; Keras 3 adds the input shape it was built on. */
+static cJSON *layer_entry(mxu_json_out *out, const char *class_name,
+                          cJSON *config, const mxu_shape *built_on) {
+  cJSON *entry = mxu_json_object(out, "keras.layers", class_name, config);
+  if (!entry) {
+    out->failed = 1;
+    return NULL;
+  }
+  if (out->keras3 && built_on) {
+    cJSON *build = cJSON_CreateObject();
+    mxu_json_put(out, build, "input_shape", mxu_json_batch_shape(built_on));
+    mxu_json_put(out, entry, "build_config", build);
+  }
+  return entry;
+}
+
+static cJSON *input_entry(mxu_json_out *out, const mxu_model *model) {
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put(out, config, out->keras3 ? "batch_shape" : "batch_input_shape",
+               mxu_json_batch_shape(&model->input_shape));
+  mxu_json_put_string(out, config, "dtype", "float32");
+  mxu_json_put_bool(out, config, "sparse", 0);
+  mxu_json_put_bool(out, config, "ragged", 0);
+  mxu_json_put_string(out, config, "name", model->input_name);
+  return layer_entry(out, "InputLayer", config, NULL);
+}
+
+static mxu_status add_layers(mxu_json_out *out, const mxu_model *model,
+                             cJSON *layers) {
+  if (!cJSON_AddItemToArray(layers, input_entry(out, model))) out->failed = 1;
+  for (int i = 0; i < model->layer_count; i++) {
+    const mxu_layer *layer = &model->layers[i];
+    const mxu_json_layer_io *io =
+        mxu_json_layer_io_find(layer->cls->class_name);
+    if (!io)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "model_to_json: layer '%s': no JSON writer for class %s",
+                      layer->name, layer->cls->class_name);
+    cJSON *config = layer_config(out, layer->name);
+    io->write(out, layer, config);
+    cJSON *entry =
+        layer_entry(out, layer->cls->class_name, config, &layer->in_shape);
+    if (!cJSON_AddItemToArray(layers, entry)) out->failed = 1;
+  }
+  return MXU_OK;
+}
+
+/* {"name", "layers"} (tf.keras 2.x); Keras 3 adds trainable, dtype and the
+ * build input shape. */
+static cJSON *model_config(mxu_json_out *out, const mxu_model *model,
+                           cJSON *layers) {
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put_string(out, config, "name", model->name);
+  if (out->keras3) {
+    mxu_json_put_bool(out, config, "trainable", 1);
+    mxu_json_put_dtype(out, config);
+  }
+  mxu_json_put(out, config, "layers", layers);
+  if (out->keras3)
+    mxu_json_put(out, config, "build_input_shape",
+                 mxu_json_batch_shape(&model->input_shape));
+  return config;
+}
+
+static cJSON *model_document(mxu_json_out *out, const mxu_model *model,
+                             mxu_status *status) {
+  cJSON *layers = cJSON_CreateArray();
+  *status = layers ? add_layers(out, model, layers) : MXU_OK;
+  cJSON *root = mxu_json_object(out, "keras", "Sequential",
+                                model_config(out, model, layers));
+  if (!root) out->failed = 1;
+  if (out->keras3) {
+    cJSON *build = cJSON_CreateObject();
+    mxu_json_put(out, build, "input_shape",
+                 mxu_json_batch_shape(&model->input_shape));
+    mxu_json_put(out, root, "build_config", build);
+  }
+  if (model->compiled)
+    mxu_json_put(out, root, "compile_config",
+                 mxu_json_compile_config(out, model));
+  mxu_json_put_string(out, root, "keras_version",
+                      out->keras3 ? KERAS3_VERSION : KERAS2_VERSION);
+  mxu_json_put_string(out, root, "backend", "tensorflow");
+  return root;
+}
+
+/* cJSON opens an empty object on one line and closes it on the next;
+ * "{}" reads better. In place: the text only shrinks. */
+static void collapse_empty_objects(char *text) {
+  size_t j = 0;
+  for (size_t i = 0; text[i]; i++) {
+    text[j++] = text[i];
+    if (text[i] != '{') continue;
+    size_t k = i + 1;
+    int lines = 0;
+    while (text[k] == '\n' || text[k] == ' ') lines += text[k++] == '\n';
+    /* A raw newline never occurs inside a string: cJSON escapes it. */
+    if (lines && text[k] == '}') {
+      text[j++] = '}';
+      i = k;
+    }
+  }
+  text[j] = 0;
+}
+
+/* cJSON indents with tabs and puts one after each colon; two spaces and
+ * one space read better. Raw tabs occur nowhere else: cJSON escapes them
+ * inside strings. */
+static char *tidy(const char *text) {
+  size_t tabs = 0;
+  for (const char *p = text; *p; p++) tabs += *p == '\t';
+  char *out = malloc(strlen(text) + tabs + 2);
+  if (!out) return NULL;
+  size_t j = 0;
+  for (const char *p = text; *p; p++) {
+    if (*p != '\t') {
+      out[j++] = *p;
+    } else if (p > text && p[-1] == ':') {
+      out[j++] = ' ';
+    } else {
+      out[j++] = ' ';
+      out[j++] = ' ';
+    }
+  }
+  out[j++] = '\n';
+  out[j] = 0;
+  collapse_empty_objects(out);
+  return out;
+}
+
+mxu_status mxu_model_to_json(const mxu_model *model, int keras3, char **out) {
+  if (out) *out = NULL;
+  if (!model || !out)
+    return mxu_fail(MXU_ERR_ARG, "model_to_json: model and out are required");
+  if (!model->has_input)
+    return mxu_fail(MXU_ERR_ARG,
+                    "model_to_json: the model has no input (mxu_add_input)");
+  mxu_json_out writer = {keras3 != 0, 0};
+  mxu_status status = MXU_OK;
+  cJSON *root = model_document(&writer, model, &status);
+  char *text = status == MXU_OK && !writer.failed ? cJSON_Print(root) : NULL;
+  cJSON_Delete(root);
+  if (status != MXU_OK) {
+    cJSON_free(text);
+    return status;
+  }
+  *out = text ? tidy(text) : NULL;
+  cJSON_free(text);
+  if (!*out) return mxu_fail(MXU_ERR_NOMEM, "model_to_json: out of memory");
+  return MXU_OK;
+}
+
+/* ---- files ---------------------------------------------------------------
+ */
+
+static mxu_status write_all(int fd, const char *text, const char *path) {
+  size_t left = strlen(text);
+  while (left) {
+    ssize_t n = write(fd, text, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return mxu_fail(MXU_ERR_IO, "%s: cannot write: %s", path,
+                      strerror(errno));
+    text += n;
+    left -= (size_t)n;
+  }
+  return MXU_OK;
+}
+
+/* The rename itself lasts only once the directory is synced; failing that
+ * is not worth an error, since the file is complete either way. */
+static void sync_directory(const char *path) {
+  const char *slash = strrchr(path, '/');
+  size_t length = slash ? (size_t)(slash - path) : 1;
+  char *dir = malloc(length + 2);
+  if (!dir) return;
+  if (slash)
+    snprintf(dir, length + 2, "%.*s", (int)(length ? length : 1), path);
+  else
+    snprintf(dir, length + 2, ".");
+  int fd = open(dir, O_RDONLY);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  free(dir);
+}
+
+/* A reader sees the old file or the new one, never half of one: write a
+ * temporary file next to it, fsync, rename over it. */
+static mxu_status write_atomically(const char *path, const char *text) {
+  size_t size = strlen(path) + 16;
+  char *temp = malloc(size);
+  if (!temp) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
+  snprintf(temp, size, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(temp);
+  if (fd < 0) {
+    mxu_status s = mxu_fail(MXU_ERR_IO, "%s: cannot create %s: %s", path, temp,
+                            strerror(errno));
+    free(temp);
+    return s;
+  }
+  /* mkstemp makes the file private; a model file is an ordinary one. */
+  (void)fchmod(fd, 0644);
+  mxu_status status = write_all(fd, text, path);
+  if (status == MXU_OK && fsync(fd) != 0)
+    status = mxu_fail(MXU_ERR_IO, "%s: fsync: %s", path, strerror(errno));
+  if (close(fd) != 0 && status == MXU_OK)
+    status = mxu_fail(MXU_ERR_IO, "%s: close: %s", path, strerror(errno));
+  if (status == MXU_OK && rename(temp, path) != 0)
+    status = mxu_fail(MXU_ERR_IO, "%s: cannot rename %s onto it: %s", path,
+                      temp, strerror(errno));
+  if (status != MXU_OK) unlink(temp);
+  free(temp);
+  if (status == MXU_OK) sync_directory(path);
+  return status;
+}
+
+mxu_status mxu_model_save_json(const mxu_model *model, const char *path,
+                               int keras3) {
+  if (!path) return mxu_fail(MXU_ERR_ARG, "model_save_json: path is required");
+  char *text = NULL;
+  MXU_TRY(mxu_model_to_json(model, keras3, &text));
+  mxu_status status = write_atomically(path, text);
+  free(text);
+  return status;
+}

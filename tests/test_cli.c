@@ -1,0 +1,390 @@
+/* test_cli.c — the mxu command as a user runs it: exit codes and messages
+ * for bad command lines and bad files, --help, and a short real training
+ * run on Fashion-MNIST whose report, weights, evaluation, predictions and
+ * summary are checked. MXU_BIN is the built binary's path (CMake). */
+#include "check.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static char temp_dir[] = "/tmp/mxu_test_cli_XXXXXX";
+
+static const char *temp_path(const char *name) {
+  static char paths[16][512];
+  static int next;
+  char *path = paths[next++ % 16];
+  snprintf(path, 512, "%s/%s", temp_dir, name);
+  return path;
+}
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  rewind(f);
+  char *text = malloc((size_t)(n > 0 ? n : 0) + 1);
+  size_t got = fread(text, 1, (size_t)(n > 0 ? n : 0), f);
+  text[got] = 0;
+  fclose(f);
+  return text;
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+static int has(const char *haystack, const char *needle) {
+  return haystack && strstr(haystack, needle) != NULL;
+}
+
+/* ---- running the binary ------------------------------------------------ */
+
+typedef struct result {
+  int code; /* exit status, or -1 when it did not exit normally */
+  char *out, *err;
+} result;
+
+static void result_free(result *r) {
+  free(r->out);
+  free(r->err);
+}
+
+/* Runs MXU_BIN with the NULL-terminated arguments, stdout and stderr
+ * captured in files. */
+static result run_argv(char **args) {
+  result r = {-1, NULL, NULL};
+  static char out[512], err[512]; /* not from temp_path's shared pool */
+  snprintf(out, sizeof out, "%s/stdout", temp_dir);
+  snprintf(err, sizeof err, "%s/stderr", temp_dir);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out,
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err,
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid;
+  int spawned = posix_spawn(&pid, MXU_BIN, &actions, NULL, args, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  CHECK_MSG(spawned == 0, "cannot run %s: %s", MXU_BIN, strerror(spawned));
+  int status;
+  if (spawned == 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+    r.code = WEXITSTATUS(status);
+  r.out = read_text(out);
+  r.err = read_text(err);
+  /* Under the sanitizers a finding exits 1, which an error case expects:
+   * look for the report itself. */
+  CHECK_MSG(!has(r.err, "Sanitizer") && !has(r.err, "runtime error"), "%s",
+            r.err);
+  return r;
+}
+
+/* run("train", "m.json", "--epochs", "3", NULL) */
+static result run(const char *first, ...) {
+  char *args[64] = {(char *)MXU_BIN, (char *)first};
+  int n = 2;
+  va_list list;
+  va_start(list, first);
+  for (const char *a; n < 63 && (a = va_arg(list, const char *));)
+    args[n++] = (char *)a;
+  va_end(list);
+  args[n] = NULL;
+  return run_argv(args);
+}
+
+/* The exit code and a piece of the text on stderr. */
+#define EXPECT_RUN(r, want_code, needle)                                       \
+  do {                                                                         \
+    CHECK_MSG((r).code == (want_code), "exit %d, want %d; stderr: %s",         \
+              (r).code, (want_code), (r).err);                                 \
+    CHECK_MSG(has((r).err, needle), "stderr '%s' lacks '%s'", (r).err,         \
+              (const char *)(needle));                                         \
+  } while (0)
+
+/* ---- model files ------------------------------------------------------- */
+
+static const char *const fashion_json = "models/fashion_mnist.json";
+
+/* The fashion model with 32 filters instead of 64, written by hand in
+ * tf.keras 2.x form: the same layers, so only the shapes differ. */
+static const char narrow_json[] =
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"sequential\", "
+    "\"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
+    "[null, 28, 28, 1], \"dtype\": \"float32\", \"name\": \"input_1\"}},"
+    "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"conv2d\", "
+    "\"filters\": 32, \"kernel_size\": [3, 3], \"strides\": [1, 1], "
+    "\"padding\": \"valid\", \"activation\": \"linear\", \"use_bias\": true}},"
+    "{\"class_name\": \"MaxPooling2D\", \"config\": {\"name\": "
+    "\"max_pooling2d\", \"pool_size\": [2, 2], \"strides\": [2, 2], "
+    "\"padding\": \"valid\"}},"
+    "{\"class_name\": \"Activation\", \"config\": {\"name\": \"activation\", "
+    "\"activation\": \"relu\"}},"
+    "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flatten\"}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"dense\", \"units\": "
+    "10, \"activation\": \"softmax\", \"use_bias\": true}}]}, "
+    "\"keras_version\": \"2.6.0\", \"backend\": \"tensorflow\"}";
+
+static const char lstm_json[] =
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"sequential\", "
+    "\"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
+    "[null, 28, 28], \"dtype\": \"float32\", \"name\": \"input_1\"}},"
+    "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm\", \"units\": "
+    "8}}]}}";
+
+/* ---- usage errors: exit 2 ---------------------------------------------- */
+
+static void usage_errors(void) {
+  result r = run("train", fashion_json, "--data", "fashion-mnist", "--epoch",
+                 "3", NULL);
+  EXPECT_RUN(r, 2, "mxu train: unknown option '--epoch'");
+  CHECK(has(r.err, "see mxu train --help"));
+  result_free(&r);
+  r = run("train", fashion_json, "--data", NULL);
+  EXPECT_RUN(r, 2, "mxu train: --data needs a value");
+  result_free(&r);
+  r = run("train", fashion_json, "--data", "fashion-mnist", "--epochs", "abc",
+          NULL);
+  EXPECT_RUN(r, 2, "mxu train: --epochs: 'abc' is not a positive integer");
+  CHECK(has(r.err, "see mxu train --help"));
+  result_free(&r);
+  r = run("train", fashion_json, "--data=fashion-mnist", "--epochs=0", NULL);
+  EXPECT_RUN(r, 2, "--epochs: '0' is not a positive integer");
+  result_free(&r);
+  r = run("train", fashion_json, "--data", "x", "--learning-rate=-1", NULL);
+  EXPECT_RUN(r, 2, "--learning-rate: '-1' is not a positive number");
+  result_free(&r);
+  r = run("train", fashion_json, "--data", "x", "--optimizer", "rmsprop", NULL);
+  EXPECT_RUN(r, 2, "--optimizer: 'rmsprop' is not one of adam, sgd");
+  result_free(&r);
+  r = run("train", fashion_json, "--epochs", "2", NULL);
+  EXPECT_RUN(r, 2, "mxu train: --data is required");
+  result_free(&r);
+  r = run("train", "--data", "fashion-mnist", NULL);
+  EXPECT_RUN(r, 2, "mxu train: missing MODEL.json");
+  result_free(&r);
+  r = run("predict", fashion_json, "--data", "fashion-mnist", "--weights", "w",
+          "--index", "1,,2", NULL);
+  EXPECT_RUN(r, 2, "mxu predict: --index: '1,,2' is not a comma-separated");
+  result_free(&r);
+  r = run("fit", NULL);
+  EXPECT_RUN(r, 2, "mxu: unknown command 'fit'");
+  result_free(&r);
+}
+
+/* ---- help -------------------------------------------------------------- */
+
+static void expect_help(const char *command, const char *const *flags) {
+  result r = run(command, "--help", NULL);
+  CHECK_MSG(r.code == 0, "mxu %s --help: exit %d", command, r.code);
+  for (int i = 0; flags[i]; i++)
+    CHECK_MSG(has(r.out, flags[i]), "mxu %s --help lacks %s", command,
+              flags[i]);
+  result_free(&r);
+}
+
+static void help(void) {
+  const char *const train[] = {"usage: mxu train MODEL.json",
+                               "--data",
+                               "--epochs",
+                               "--batch-size",
+                               "--steps-per-epoch",
+                               "--validation-freq",
+                               "--optimizer",
+                               "--learning-rate",
+                               "--loss",
+                               "--rescale",
+                               "--seed",
+                               "--verbose",
+                               "--save-weights",
+                               "--report",
+                               NULL};
+  const char *const evaluate[] = {"--weights", "--data",   "--batch-size",
+                                  "--rescale", "--report", NULL};
+  const char *const predict[] = {"--weights", "--data",    "--index",
+                                 "--top",     "--rescale", NULL};
+  const char *const summary[] = {"usage: mxu summary MODEL.json", NULL};
+  expect_help("train", train);
+  expect_help("evaluate", evaluate);
+  expect_help("predict", predict);
+  expect_help("summary", summary);
+  const char *const top[] = {"train", "evaluate", "predict", "summary", NULL};
+  expect_help("--help", top);
+  result r = run("--version", NULL);
+  CHECK(r.code == 0 && has(r.out, "mxu 0."));
+  result_free(&r);
+}
+
+/* ---- runtime errors: exit 1 -------------------------------------------- */
+
+static void runtime_errors(void) {
+  const char *missing = temp_path("no-such-model.json");
+  result r = run("train", missing, "--data", "fashion-mnist", NULL);
+  EXPECT_RUN(r, 1, missing);
+  CHECK(has(r.err, "mxu train: "));
+  result_free(&r);
+
+  const char *malformed = temp_path("malformed.json");
+  write_text(malformed, "{\"class_name\": \"Sequential\", \"config\": {");
+  r = run("train", malformed, "--data", "fashion-mnist", NULL);
+  EXPECT_RUN(r, 1, "mxu train: ");
+  CHECK(has(r.err, "malformed.json"));
+  result_free(&r);
+
+  const char *lstm = temp_path("lstm.json");
+  write_text(lstm, lstm_json);
+  r = run("summary", lstm, NULL);
+  EXPECT_RUN(r, 1, "LSTM");
+  result_free(&r);
+
+  r = run("train", fashion_json, "--data", temp_dir, NULL);
+  EXPECT_RUN(r, 1, "holds none of the expected files");
+  result_free(&r);
+}
+
+/* The file of the real run for a model with 32 filters instead of 64. */
+static void weights_for_another_model(const char *weights) {
+  const char *narrow = temp_path("narrow.json");
+  write_text(narrow, narrow_json);
+  result r = run("evaluate", narrow, "--weights", weights, "--data",
+                 "fashion-mnist", NULL);
+  EXPECT_RUN(r, 1,
+             "layer 1 'conv2d': kernel has shape (3, 3, 1, 64) in the "
+             "file but (3, 3, 1, 32) in the model");
+  result_free(&r);
+}
+
+/* ---- a real run -------------------------------------------------------- */
+
+static double number(const cJSON *object, const char *key) {
+  const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
+  CHECK_MSG(cJSON_IsNumber(item), "report lacks the number '%s'", key);
+  return cJSON_IsNumber(item) ? item->valuedouble : NAN;
+}
+
+/* The accuracy's key in an epoch: "accuracy" or another Keras name. */
+static const char *metric_key(const cJSON *epoch) {
+  for (const cJSON *item = epoch ? epoch->child : NULL; item; item = item->next)
+    if (has(item->string, "accuracy") && strncmp(item->string, "val_", 4))
+      return item->string;
+  return "accuracy";
+}
+
+static cJSON *load_report(const char *path) {
+  char *text = read_text(path);
+  CHECK_MSG(text != NULL, "no report at %s", path);
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  CHECK_MSG(root != NULL, "the report is not JSON: %s", text);
+  free(text);
+  return root;
+}
+
+static void check_train_report(const cJSON *root, double *accuracy) {
+  const cJSON *epochs = cJSON_GetObjectItemCaseSensitive(root, "epochs");
+  CHECK(cJSON_IsArray(epochs) && cJSON_GetArraySize(epochs) == 1);
+  const cJSON *first = cJSON_GetArrayItem(epochs, 0);
+  const char *metric = metric_key(first);
+  char val_metric[96];
+  snprintf(val_metric, sizeof val_metric, "val_%s", metric);
+  CHECK(number(first, "epoch") == 1);
+  CHECK(number(first, "loss") > 0);
+  CHECK(number(first, metric) > 0.5);
+  CHECK(number(first, "val_loss") > 0);
+  CHECK(number(first, val_metric) > 0.7);
+  CHECK(number(first, "seconds") > 0);
+  const cJSON *test = cJSON_GetObjectItemCaseSensitive(root, "test");
+  *accuracy = number(test, metric);
+  CHECK(number(test, "loss") > 0);
+  CHECK_MSG(*accuracy > 0.7, "test accuracy %.4f", *accuracy);
+  CHECK(number(root, "train_images_per_second") > 0);
+  CHECK(number(root, "wall_seconds") > 0);
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+  CHECK(cJSON_IsString(model) && !strcmp(model->valuestring, fashion_json));
+  CHECK(cJSON_IsString(data) && !strcmp(data->valuestring, "fashion-mnist"));
+  printf("mxu train: test accuracy %.4f, %.0f images/s, %.1f s\n", *accuracy,
+         number(root, "train_images_per_second"), number(root, "wall_seconds"));
+}
+
+static void check_evaluate(const char *weights, double want) {
+  const char *path = temp_path("evaluate.json");
+  result r =
+      run("evaluate", fashion_json, "--weights", weights, "--data",
+          "fashion-mnist", "--batch-size", "1000", "--report", path, NULL);
+  CHECK_MSG(r.code == 0, "mxu evaluate: exit %d: %s", r.code, r.err);
+  CHECK(has(r.out, "test loss ") && has(r.out, " - test accuracy "));
+  result_free(&r);
+  cJSON *root = load_report(path);
+  const cJSON *test = cJSON_GetObjectItemCaseSensitive(root, "test");
+  const char *metric = metric_key(test);
+  CHECK_MSG(number(test, metric) == want, "evaluate %.6f, train %.6f",
+            number(test, metric), want);
+  cJSON_Delete(root);
+}
+
+static void check_predict(const char *weights) {
+  result r = run("predict", fashion_json, "--weights", weights, "--data",
+                 "fashion-mnist", "--index", "0,1", "--top", "3", NULL);
+  CHECK_MSG(r.code == 0, "mxu predict: exit %d: %s", r.code, r.err);
+  CHECK(has(r.out, "test image 0: true class Ankle boot"));
+  CHECK(has(r.out, "test image 1: true class Pullover"));
+  CHECK(has(r.out, "  1. ") && has(r.out, "  3. ") && !has(r.out, "  4. "));
+  printf("%s", r.out ? r.out : "");
+  result_free(&r);
+}
+
+static void real_run(void) {
+  const char *report = temp_path("report.json");
+  const char *weights = temp_path("fashion.weights");
+  result r = run("train", fashion_json, "--data", "fashion-mnist", "--epochs",
+                 "1", "--steps-per-epoch", "60", "--verbose", "2", "--report",
+                 report, "--save-weights", weights, NULL);
+  CHECK_MSG(r.code == 0, "mxu train: exit %d: %s", r.code, r.err);
+  CHECK(has(r.out, "60/60") && has(r.out, "test accuracy"));
+  result_free(&r);
+  cJSON *root = load_report(report);
+  double accuracy = NAN;
+  if (root) check_train_report(root, &accuracy);
+  cJSON_Delete(root);
+  check_evaluate(weights, accuracy);
+  check_predict(weights);
+  weights_for_another_model(weights);
+
+  r = run("summary", fashion_json, NULL);
+  CHECK(r.code == 0 && has(r.out, "Total params: 108,810"));
+  result_free(&r);
+}
+
+static void remove_temp_dir(void) {
+  DIR *dir = opendir(temp_dir);
+  for (struct dirent *e; dir && (e = readdir(dir));)
+    if (e->d_name[0] != '.') unlink(temp_path(e->d_name));
+  if (dir) closedir(dir);
+  rmdir(temp_dir);
+}
+
+int main(void) {
+  if (!mkdtemp(temp_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  usage_errors();
+  help();
+  runtime_errors();
+  real_run();
+  remove_temp_dir();
+  return check_report("test_cli");
+}

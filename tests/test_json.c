@@ -1,0 +1,1179 @@
+/* test_json.c — Keras model JSON: real tf.keras 2.x and Keras 3 to_json()
+ * texts build the right models; the recipe files in models/ round-trip
+ * through both writers; bad input fails with messages that name the
+ * source, the layer and the key; no truncation or mutation crashes. */
+#include "check.h"
+#include "model/model.h"
+#include "mxu.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- real-world texts ---------------------------------------------------
+ */
+
+/* tf.keras 2.6's model.to_json() of the fashion recipe, built as
+ * Sequential([Conv2D(64, (3, 3), input_shape=(28, 28, 1)), ...]): the
+ * InputLayer is named after the first layer, which repeats the shape. */
+static const char fashion_keras26[] =
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"sequential\", "
+    "\"layers\": [{\"class_name\": \"InputLayer\", "
+    "\"config\": {\"batch_input_shape\": [null, 28, 28, 1], "
+    "\"dtype\": \"float32\", \"sparse\": false, \"ragged\": false, "
+    "\"name\": \"conv2d_input\"}}, {\"class_name\": \"Conv2D\", "
+    "\"config\": {\"name\": \"conv2d\", \"trainable\": true, "
+    "\"batch_input_shape\": [null, 28, 28, 1], \"dtype\": \"float32\", "
+    "\"filters\": 64, \"kernel_size\": [3, 3], \"strides\": [1, 1], "
+    "\"padding\": \"valid\", \"data_format\": \"channels_last\", "
+    "\"dilation_rate\": [1, 1], \"groups\": 1, \"activation\": \"linear\", "
+    "\"use_bias\": true, "
+    "\"kernel_initializer\": {\"class_name\": \"GlorotUniform\", "
+    "\"config\": {\"seed\": null}}, "
+    "\"bias_initializer\": {\"class_name\": \"Zeros\", \"config\": {}}, "
+    "\"kernel_regularizer\": null, \"bias_regularizer\": null, "
+    "\"activity_regularizer\": null, \"kernel_constraint\": null, "
+    "\"bias_constraint\": null}}, {\"class_name\": \"MaxPooling2D\", "
+    "\"config\": {\"name\": \"max_pooling2d\", \"trainable\": true, "
+    "\"dtype\": \"float32\", \"pool_size\": [2, 2], \"padding\": \"valid\", "
+    "\"strides\": [2, 2], \"data_format\": \"channels_last\"}}, "
+    "{\"class_name\": \"Activation\", \"config\": {\"name\": \"activation\", "
+    "\"trainable\": true, \"dtype\": \"float32\", \"activation\": \"relu\"}}, "
+    "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flatten\", "
+    "\"trainable\": true, \"dtype\": \"float32\", "
+    "\"data_format\": \"channels_last\"}}, {\"class_name\": \"Dense\", "
+    "\"config\": {\"name\": \"dense\", \"trainable\": true, "
+    "\"dtype\": \"float32\", \"units\": 10, \"activation\": \"linear\", "
+    "\"use_bias\": true, "
+    "\"kernel_initializer\": {\"class_name\": \"GlorotUniform\", "
+    "\"config\": {\"seed\": null}}, "
+    "\"bias_initializer\": {\"class_name\": \"Zeros\", \"config\": {}}, "
+    "\"kernel_regularizer\": null, \"bias_regularizer\": null, "
+    "\"activity_regularizer\": null, \"kernel_constraint\": null, "
+    "\"bias_constraint\": null}}, {\"class_name\": \"Activation\", "
+    "\"config\": {\"name\": \"activation_1\", \"trainable\": true, "
+    "\"dtype\": \"float32\", \"activation\": \"softmax\"}}]}, "
+    "\"keras_version\": \"2.6.0\", \"backend\": \"tensorflow\"}";
+
+/* Keras 3's model.to_json() of the cifar recipe after compile: module and
+ * registered_name on every object, DTypePolicy dtypes, build_config. */
+static const char cifar_keras3[] =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", "
+    "\"config\": {\"name\": \"sequential\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"layers\": [{\"module\": \"keras.layers\", "
+    "\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 32, "
+    "32, 3], \"dtype\": \"float32\", \"sparse\": false, "
+    "\"name\": \"input_layer\"}, \"registered_name\": null}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"BatchNormalization\", "
+    "\"config\": {\"name\": \"batch_normalization\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"axis\": -1, \"momentum\": 0.99, \"epsilon\": 0.001, \"center\": true, "
+    "\"scale\": true, "
+    "\"beta_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"gamma_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Ones\", \"config\": {}, \"registered_name\": null}, "
+    "\"moving_mean_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"moving_variance_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Ones\", \"config\": {}, \"registered_name\": null}, "
+    "\"beta_regularizer\": null, \"gamma_regularizer\": null, "
+    "\"beta_constraint\": null, \"gamma_constraint\": null, "
+    "\"synchronized\": false}, \"registered_name\": null, "
+    "\"build_config\": {\"input_shape\": [null, 32, 32, 3]}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"Conv2D\", "
+    "\"config\": {\"name\": \"conv2d\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"filters\": 32, \"kernel_size\": [3, 3], \"strides\": [1, 1], "
+    "\"padding\": \"same\", \"data_format\": \"channels_last\", "
+    "\"dilation_rate\": [1, 1], \"groups\": 1, \"activation\": \"relu\", "
+    "\"use_bias\": true, "
+    "\"kernel_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"GlorotUniform\", \"config\": {\"seed\": null}, "
+    "\"registered_name\": null}, "
+    "\"bias_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"kernel_regularizer\": null, \"bias_regularizer\": null, "
+    "\"activity_regularizer\": null, \"kernel_constraint\": null, "
+    "\"bias_constraint\": null}, \"registered_name\": null, "
+    "\"build_config\": {\"input_shape\": [null, 32, 32, 3]}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"Conv2D\", "
+    "\"config\": {\"name\": \"conv2d_1\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"filters\": 32, \"kernel_size\": [3, 3], \"strides\": [1, 1], "
+    "\"padding\": \"same\", \"data_format\": \"channels_last\", "
+    "\"dilation_rate\": [1, 1], \"groups\": 1, \"activation\": \"relu\", "
+    "\"use_bias\": true, "
+    "\"kernel_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"GlorotUniform\", \"config\": {\"seed\": null}, "
+    "\"registered_name\": null}, "
+    "\"bias_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"kernel_regularizer\": null, \"bias_regularizer\": null, "
+    "\"activity_regularizer\": null, \"kernel_constraint\": null, "
+    "\"bias_constraint\": null}, \"registered_name\": null, "
+    "\"build_config\": {\"input_shape\": [null, 32, 32, 32]}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"MaxPooling2D\", "
+    "\"config\": {\"name\": \"max_pooling2d\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"pool_size\": [2, 2], \"padding\": \"valid\", \"strides\": [2, 2], "
+    "\"data_format\": \"channels_last\"}, \"registered_name\": null, "
+    "\"build_config\": {\"input_shape\": [null, 32, 32, 32]}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"Dropout\", "
+    "\"config\": {\"name\": \"dropout\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"rate\": 0.25, \"seed\": null, \"noise_shape\": null}, "
+    "\"registered_name\": null, \"build_config\": {\"input_shape\": [null, 16, "
+    "16, 32]}}, {\"module\": \"keras.layers\", "
+    "\"class_name\": \"BatchNormalization\", "
+    "\"config\": {\"name\": \"batch_normalization_1\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"axis\": -1, \"momentum\": 0.99, \"epsilon\": 0.001, \"center\": true, "
+    "\"scale\": true, "
+    "\"beta_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"gamma_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Ones\", \"config\": {}, \"registered_name\": null}, "
+    "\"moving_mean_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"moving_variance_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Ones\", \"config\": {}, \"registered_name\": null}, "
+    "\"beta_regularizer\": null, \"gamma_regularizer\": null, "
+    "\"beta_constraint\": null, \"gamma_constraint\": null, "
+    "\"synchronized\": false}, \"registered_name\": null, "
+    "\"build_config\": {\"input_shape\": [null, 16, 16, 32]}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"Conv2D\", "
+    "\"config\": {\"name\": \"conv2d_2\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"filters\": 64, \"kernel_size\": [3, 3], \"strides\": [1, 1], "
+    "\"padding\": \"same\", \"data_format\": \"channels_last\", "
+    "\"dilation_rate\": [1, 1], \"groups\": 1, \"activation\": \"relu\", "
+    "\"use_bias\": true, "
+    "\"kernel_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"GlorotUniform\", \"config\": {\"seed\": null}, "
+    "\"registered_name\": null}, "
+    "\"bias_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"kernel_regularizer\": null, \"bias_regularizer\": null, "
+    "\"activity_regularizer\": null, \"kernel_constraint\": null, "
+    "\"bias_constraint\": null}, \"registered_name\": null, "
+    "\"build_config\": {\"input_shape\": [null, 16, 16, 32]}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"Conv2D\", "
+    "\"config\": {\"name\": \"conv2d_3\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"filters\": 64, \"kernel_size\": [3, 3], \"strides\": [1, 1], "
+    "\"padding\": \"valid\", \"data_format\": \"channels_last\", "
+    "\"dilation_rate\": [1, 1], \"groups\": 1, \"activation\": \"relu\", "
+    "\"use_bias\": true, "
+    "\"kernel_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"GlorotUniform\", \"config\": {\"seed\": null}, "
+    "\"registered_name\": null}, "
+    "\"bias_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"kernel_regularizer\": null, \"bias_regularizer\": null, "
+    "\"activity_regularizer\": null, \"kernel_constraint\": null, "
+    "\"bias_constraint\": null}, \"registered_name\": null, "
+    "\"build_config\": {\"input_shape\": [null, 16, 16, 64]}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"MaxPooling2D\", "
+    "\"config\": {\"name\": \"max_pooling2d_1\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"pool_size\": [2, 2], \"padding\": \"valid\", \"strides\": [2, 2], "
+    "\"data_format\": \"channels_last\"}, \"registered_name\": null, "
+    "\"build_config\": {\"input_shape\": [null, 14, 14, 64]}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"Dropout\", "
+    "\"config\": {\"name\": \"dropout_1\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"rate\": 0.25, \"seed\": null, \"noise_shape\": null}, "
+    "\"registered_name\": null, \"build_config\": {\"input_shape\": [null, 7, "
+    "7, 64]}}, {\"module\": \"keras.layers\", \"class_name\": \"Flatten\", "
+    "\"config\": {\"name\": \"flatten\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"data_format\": \"channels_last\"}, \"registered_name\": null, "
+    "\"build_config\": {\"input_shape\": [null, 7, 7, 64]}}, "
+    "{\"module\": \"keras.layers\", \"class_name\": \"Dense\", "
+    "\"config\": {\"name\": \"dense\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"units\": 512, \"activation\": \"relu\", \"use_bias\": true, "
+    "\"kernel_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"GlorotUniform\", \"config\": {\"seed\": null}, "
+    "\"registered_name\": null}, "
+    "\"bias_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"kernel_regularizer\": null, \"bias_regularizer\": null, "
+    "\"kernel_constraint\": null, \"bias_constraint\": null}, "
+    "\"registered_name\": null, \"build_config\": {\"input_shape\": [null, "
+    "3136]}}, {\"module\": \"keras.layers\", \"class_name\": \"Dropout\", "
+    "\"config\": {\"name\": \"dropout_2\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"rate\": 0.5, \"seed\": null, \"noise_shape\": null}, "
+    "\"registered_name\": null, \"build_config\": {\"input_shape\": [null, "
+    "512]}}, {\"module\": \"keras.layers\", \"class_name\": \"Dense\", "
+    "\"config\": {\"name\": \"dense_1\", \"trainable\": true, "
+    "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+    "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+    "\"units\": 10, \"activation\": \"softmax\", \"use_bias\": true, "
+    "\"kernel_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"GlorotUniform\", \"config\": {\"seed\": null}, "
+    "\"registered_name\": null}, "
+    "\"bias_initializer\": {\"module\": \"keras.initializers\", "
+    "\"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null}, "
+    "\"kernel_regularizer\": null, \"bias_regularizer\": null, "
+    "\"kernel_constraint\": null, \"bias_constraint\": null}, "
+    "\"registered_name\": null, \"build_config\": {\"input_shape\": [null, "
+    "512]}}], \"build_input_shape\": [null, 32, 32, 3]}, "
+    "\"registered_name\": null, \"build_config\": {\"input_shape\": [null, 32, "
+    "32, 3]}, "
+    "\"compile_config\": {\"optimizer\": {\"module\": \"keras.optimizers\", "
+    "\"class_name\": \"Adam\", \"config\": {\"name\": \"adam\", "
+    "\"learning_rate\": 0.0010000000474974513, \"weight_decay\": null, "
+    "\"clipnorm\": null, \"global_clipnorm\": null, \"clipvalue\": null, "
+    "\"use_ema\": false, \"ema_momentum\": 0.99, "
+    "\"ema_overwrite_frequency\": null, \"loss_scale_factor\": null, "
+    "\"gradient_accumulation_steps\": null, \"beta_1\": 0.9, "
+    "\"beta_2\": 0.999, \"epsilon\": 1e-07, \"amsgrad\": false}, "
+    "\"registered_name\": null}, "
+    "\"loss\": \"sparse_categorical_crossentropy\", \"loss_weights\": null, "
+    "\"metrics\": [\"sparse_categorical_accuracy\"], "
+    "\"weighted_metrics\": null, \"run_eagerly\": false, "
+    "\"steps_per_execution\": 1, \"jit_compile\": false}}";
+
+/* ---- helpers ------------------------------------------------------------
+ */
+
+static int has(const char *haystack, const char *needle) {
+  return haystack && needle && strstr(haystack, needle) != NULL;
+}
+
+static char *summary_of(const mxu_model *model) {
+  char *text = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&text, &size);
+  if (!f) return NULL;
+  mxu_summary(model, f);
+  fclose(f);
+  return text;
+}
+
+static mxu_model *read_json(const char *json, mxu_compile_config *compile,
+                            int *has_compile) {
+  mxu_model *model = NULL;
+  mxu_status s =
+      mxu_model_from_json(json, "test.json", &model, compile, has_compile);
+  CHECK_MSG(s == MXU_OK, "from_json: %s: %s", mxu_status_name(s), mxu_errmsg());
+  return model;
+}
+
+static char *write_json(const mxu_model *model, int keras3) {
+  char *text = NULL;
+  CHECK_OK(mxu_model_to_json(model, keras3, &text));
+  return text;
+}
+
+/* The status and every needle in the message. */
+static void expect_fail_at(int line, const char *json, mxu_status want,
+                           const char *needle, const char *needle2) {
+  mxu_model *model = (mxu_model *)1;
+  mxu_compile_config compile = mxu_compile_defaults();
+  mxu_status got =
+      mxu_model_from_json(json, "test.json", &model, &compile, NULL);
+  CHECK_MSG(got == want, "line %d: got %s, want %s (%s)", line,
+            mxu_status_name(got), mxu_status_name(want), mxu_errmsg());
+  CHECK_MSG(model == NULL, "line %d: *out must be NULL on failure", line);
+  CHECK_MSG(has(mxu_errmsg(), "test.json"), "line %d: '%s' lacks the source",
+            line, mxu_errmsg());
+  CHECK_MSG(!needle || has(mxu_errmsg(), needle),
+            "line %d: message '%s' lacks '%s'", line, mxu_errmsg(), needle);
+  CHECK_MSG(!needle2 || has(mxu_errmsg(), needle2),
+            "line %d: message '%s' lacks '%s'", line, mxu_errmsg(), needle2);
+  mxu_model_free(got == MXU_OK ? model : NULL);
+}
+
+#define EXPECT_FAIL(json, want, needle, needle2)                               \
+  expect_fail_at(__LINE__, json, want, needle, needle2)
+
+/* A tf.keras 2.x Sequential: an InputLayer of the given shape, then the
+ * given layer entries. */
+static const char *model_with(const char *input_shape, const char *layers) {
+  static char text[8192];
+  snprintf(text, sizeof text,
+           "{\"class_name\": \"Sequential\", \"config\": {\"name\": "
+           "\"sequential\", \"layers\": [{\"class_name\": \"InputLayer\", "
+           "\"config\": {\"batch_input_shape\": %s, \"dtype\": \"float32\", "
+           "\"name\": \"input_1\"}}%s%s]}}",
+           input_shape, layers[0] ? ", " : "", layers);
+  return text;
+}
+
+static const char *image_model(const char *layers) {
+  return model_with("[null, 28, 28, 1]", layers);
+}
+
+/* Input (4,) -> Dense(3), with the given compile section. */
+static const char *compiled_with(const char *key, const char *compile) {
+  static char text[8192];
+  snprintf(text, sizeof text,
+           "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", "
+           "\"layers\": [{\"class_name\": \"InputLayer\", \"config\": "
+           "{\"batch_input_shape\": [null, 4], \"name\": \"in\"}}, "
+           "{\"class_name\": \"Dense\", \"config\": {\"name\": \"dense\", "
+           "\"units\": 3}}]}, \"%s\": %s}",
+           key, compile);
+  return text;
+}
+
+static const char *class_of(const mxu_model *model, int layer) {
+  return model->layers[layer].cls->class_name;
+}
+
+static int shape_is(mxu_shape s, int rank, int64_t a, int64_t b, int64_t c) {
+  int64_t want[3] = {a, b, c};
+  if (s.rank != rank) return 0;
+  for (int i = 0; i < rank; i++)
+    if (s.dims[i] != want[i]) return 0;
+  return 1;
+}
+
+/* ---- reading real files ---------------------------------------------------
+ */
+
+static void reads_tf_keras_2(void) {
+  int has_compile = 7;
+  mxu_compile_config compile = mxu_compile_defaults();
+  compile.batch_size = 1000;
+  mxu_model *m = read_json(fashion_keras26, &compile, &has_compile);
+  if (!m) return;
+  static const char *const names[] = {"conv2d",     "max_pooling2d",
+                                      "activation", "flatten",
+                                      "dense",      "activation_1"};
+  static const char *const classes[] = {
+      "Conv2D", "MaxPooling2D", "Activation", "Flatten", "Dense", "Activation"};
+  CHECK(mxu_model_layer_count(m) == 6);
+  for (int i = 0; i < 6 && i < mxu_model_layer_count(m); i++) {
+    CHECK_MSG(strcmp(mxu_model_layer_name(m, i), names[i]) == 0, "layer %d: %s",
+              i, mxu_model_layer_name(m, i));
+    CHECK(strcmp(class_of(m, i), classes[i]) == 0);
+  }
+  CHECK(strcmp(m->name, "sequential") == 0);
+  CHECK(strcmp(m->input_name, "conv2d_input") == 0);
+  CHECK(shape_is(m->input_shape, 3, 28, 28, 1));
+  CHECK(shape_is(mxu_model_layer_shape(m, 0), 3, 26, 26, 64));
+  CHECK(shape_is(mxu_model_layer_shape(m, 1), 3, 13, 13, 64));
+  CHECK(shape_is(mxu_model_layer_shape(m, 3), 1, 10816, 0, 0));
+  CHECK(shape_is(mxu_model_layer_shape(m, 5), 1, 10, 0, 0));
+  CHECK(mxu_model_param_count(m, 1) == 108810);
+  CHECK(mxu_model_param_count(m, 0) == 0);
+  const mxu_conv2d_config *conv = &m->layers[0].config.conv;
+  CHECK(conv->filters == 64 && conv->kernel_size[0] == 3 &&
+        conv->kernel_size[1] == 3 && conv->strides[0] == 1 &&
+        conv->padding == MXU_VALID && conv->activation == MXU_LINEAR &&
+        conv->use_bias);
+  CHECK(m->layers[1].is_max_pool && m->layers[1].config.pool.strides[0] == 2);
+  CHECK(m->layers[2].config.activation == MXU_RELU);
+  CHECK(m->layers[5].config.activation == MXU_SOFTMAX);
+  /* No compile section: the caller's settings stay as they were. */
+  CHECK(has_compile == 0);
+  CHECK(compile.batch_size == 1000 && compile.loss == 0 &&
+        compile.metric == NULL);
+  mxu_model_free(m);
+}
+
+/* Keras 3's text from a heap copy that is gone before the checks, so
+ * compile.metric must not point into it (ASan would see that). */
+static void reads_keras_3(void) {
+  char *copy = strdup(cifar_keras3);
+  int has_compile = 0;
+  mxu_compile_config compile = mxu_compile_defaults();
+  compile.optimizer = mxu_sgd(0.5f, 0.5f, 1);
+  compile.loss = MXU_CATEGORICAL_CROSSENTROPY;
+  mxu_model *m = read_json(copy, &compile, &has_compile);
+  free(copy);
+  if (!m) return;
+  static const char *const names[] = {"batch_normalization",
+                                      "conv2d",
+                                      "conv2d_1",
+                                      "max_pooling2d",
+                                      "dropout",
+                                      "batch_normalization_1",
+                                      "conv2d_2",
+                                      "conv2d_3",
+                                      "max_pooling2d_1",
+                                      "dropout_1",
+                                      "flatten",
+                                      "dense",
+                                      "dropout_2",
+                                      "dense_1"};
+  CHECK(mxu_model_layer_count(m) == 14);
+  for (int i = 0; i < 14 && i < mxu_model_layer_count(m); i++)
+    CHECK_MSG(strcmp(mxu_model_layer_name(m, i), names[i]) == 0, "layer %d: %s",
+              i, mxu_model_layer_name(m, i));
+  CHECK(strcmp(m->input_name, "input_layer") == 0);
+  CHECK(strcmp(class_of(m, 0), "BatchNormalization") == 0);
+  CHECK(strcmp(class_of(m, 4), "Dropout") == 0);
+  CHECK(shape_is(mxu_model_layer_shape(m, 2), 3, 32, 32, 32));
+  CHECK(shape_is(mxu_model_layer_shape(m, 7), 3, 14, 14, 64));
+  CHECK(shape_is(mxu_model_layer_shape(m, 10), 1, 3136, 0, 0));
+  CHECK(shape_is(mxu_model_layer_shape(m, 13), 1, 10, 0, 0));
+  /* BN(3) 12 + 896 + 9248 + BN(32) 128 + 18496 + 36928 + 1606144 + 5130;
+   * the moving statistics (2 * (3 + 32)) are not trainable. */
+  CHECK(mxu_model_param_count(m, 1) + mxu_model_param_count(m, 0) == 1676982);
+  CHECK(mxu_model_param_count(m, 0) == 70);
+  const mxu_batchnorm_config *bn = &m->layers[0].config.batchnorm;
+  CHECK(bn->momentum == 0.99f && bn->epsilon == 0.001f && bn->center &&
+        bn->scale);
+  CHECK(m->layers[4].config.dropout.rate == 0.25f);
+  CHECK(m->layers[2].config.conv.padding == MXU_SAME);
+  CHECK(m->layers[7].config.conv.padding == MXU_VALID);
+  CHECK(m->layers[13].config.dense.activation == MXU_SOFTMAX);
+  CHECK(has_compile == 1);
+  CHECK(compile.optimizer.kind == MXU_ADAM);
+  CHECK(compile.optimizer.learning_rate == 1e-3f);
+  CHECK(compile.optimizer.beta_1 == 0.9f &&
+        compile.optimizer.beta_2 == 0.999f &&
+        compile.optimizer.epsilon == 1e-7f);
+  CHECK(compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY);
+  CHECK(compile.from_logits == 0);
+  CHECK(compile.metric &&
+        strcmp(compile.metric, "sparse_categorical_accuracy") == 0);
+  mxu_model_free(m);
+}
+
+/* Older tf.keras writes no InputLayer: the first layer carries
+ * batch_input_shape, and Keras names the input after it. */
+static void reads_without_input_layer(void) {
+  const char *json =
+      "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"mlp\", "
+      "\"layers\": [{\"class_name\": \"Dense\", \"config\": {\"name\": "
+      "\"hidden\", \"trainable\": true, \"batch_input_shape\": [null, 784], "
+      "\"dtype\": \"float32\", \"units\": 32, \"activation\": \"relu\", "
+      "\"use_bias\": false}}, {\"class_name\": \"Dense\", \"config\": "
+      "{\"name\": \"out\", \"units\": 10, \"activation\": null}}]}, "
+      "\"keras_version\": \"2.2.4\", \"backend\": \"tensorflow\"}";
+  mxu_model *m = read_json(json, NULL, NULL);
+  if (!m) return;
+  CHECK(strcmp(m->name, "mlp") == 0);
+  CHECK(strcmp(m->input_name, "hidden_input") == 0);
+  CHECK(shape_is(m->input_shape, 1, 784, 0, 0));
+  CHECK(mxu_model_layer_count(m) == 2);
+  CHECK(m->layers[0].config.dense.use_bias == 0);
+  CHECK(m->layers[1].config.dense.activation == MXU_LINEAR);
+  CHECK(mxu_model_param_count(m, 1) == 784 * 32 + 32 * 10 + 10);
+  mxu_model_free(m);
+
+  /* Keras 3 keeps the shape at the model level too. */
+  const char *keras3 =
+      "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": "
+      "{\"name\": \"s\", \"layers\": [{\"module\": \"keras.layers\", "
+      "\"class_name\": \"Flatten\", \"config\": {\"name\": \"flatten\"}, "
+      "\"registered_name\": null}], \"build_input_shape\": [null, 4, 4, 2]}, "
+      "\"registered_name\": null}";
+  m = read_json(keras3, NULL, NULL);
+  if (m) CHECK(shape_is(mxu_model_layer_shape(m, 0), 1, 32, 0, 0));
+  mxu_model_free(m);
+}
+
+/* Ints for pairs, null strides on a pool, aliases and harmless keys. */
+static void reads_keras_variants(void) {
+  mxu_model *m = read_json(
+      image_model(
+          "{\"class_name\": \"Convolution2D\", \"config\": {\"name\": \"c\", "
+          "\"filters\": 4, \"kernel_size\": 5, \"strides\": 2, \"padding\": "
+          "\"SAME\", \"data_format\": null, \"dilation_rate\": 1, "
+          "\"kernel_initializer\": \"glorot_uniform\", \"bias_initializer\": "
+          "\"zeros\", \"lora_rank\": null, \"seed\": null}}, "
+          "{\"class_name\": \"AvgPool2D\", \"config\": {\"name\": \"p\", "
+          "\"pool_size\": 3, \"strides\": null}}, "
+          "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": "
+          "\"bn\", \"axis\": 3, \"momentum\": 0.9, \"center\": false, "
+          "\"renorm\": false, \"synchronized\": false}}"),
+      NULL, NULL);
+  if (!m) return;
+  CHECK(m->layers[0].config.conv.kernel_size[1] == 5);
+  CHECK(m->layers[0].config.conv.strides[0] == 2);
+  CHECK(m->layers[0].config.conv.padding == MXU_SAME);
+  CHECK(shape_is(mxu_model_layer_shape(m, 0), 3, 14, 14, 4));
+  CHECK(strcmp(class_of(m, 1), "AveragePooling2D") == 0);
+  CHECK(m->layers[1].config.pool.strides[1] == 3);
+  CHECK(shape_is(mxu_model_layer_shape(m, 1), 3, 4, 4, 4));
+  CHECK(m->layers[2].config.batchnorm.momentum == 0.9f);
+  CHECK(m->layers[2].config.batchnorm.center == 0);
+  mxu_model_free(m);
+}
+
+/* ---- round trips ----------------------------------------------------------
+ */
+
+/* Every configured field, class by class (names are compared by the
+ * summaries). */
+static int same_config(const mxu_layer *a, const mxu_layer *b) {
+  if (a->cls != b->cls || a->is_max_pool != b->is_max_pool) return 0;
+  const char *cls = a->cls->class_name;
+  if (strcmp(cls, "Conv2D") == 0) {
+    const mxu_conv2d_config *x = &a->config.conv, *y = &b->config.conv;
+    return x->filters == y->filters && x->kernel_size[0] == y->kernel_size[0] &&
+           x->kernel_size[1] == y->kernel_size[1] &&
+           x->strides[0] == y->strides[0] && x->strides[1] == y->strides[1] &&
+           x->padding == y->padding && x->activation == y->activation &&
+           x->use_bias == y->use_bias;
+  }
+  if (strstr(cls, "Pooling2D")) {
+    const mxu_pool2d_config *x = &a->config.pool, *y = &b->config.pool;
+    return x->pool_size[0] == y->pool_size[0] &&
+           x->pool_size[1] == y->pool_size[1] &&
+           x->strides[0] == y->strides[0] && x->strides[1] == y->strides[1] &&
+           x->padding == y->padding;
+  }
+  if (strcmp(cls, "Dense") == 0)
+    return a->config.dense.units == b->config.dense.units &&
+           a->config.dense.activation == b->config.dense.activation &&
+           a->config.dense.use_bias == b->config.dense.use_bias;
+  if (strcmp(cls, "BatchNormalization") == 0) {
+    const mxu_batchnorm_config *x = &a->config.batchnorm,
+                               *y = &b->config.batchnorm;
+    return x->momentum == y->momentum && x->epsilon == y->epsilon &&
+           x->center == y->center && x->scale == y->scale;
+  }
+  if (strcmp(cls, "Dropout") == 0)
+    return a->config.dropout.rate == b->config.dropout.rate;
+  if (strcmp(cls, "Activation") == 0)
+    return a->config.activation == b->config.activation;
+  return 1;
+}
+
+static void round_trip_text(const char *label, const mxu_model *original,
+                            int keras3) {
+  char *first = write_json(original, keras3);
+  mxu_model *again = first ? read_json(first, NULL, NULL) : NULL;
+  char *second = again ? write_json(again, keras3) : NULL;
+  CHECK_MSG(first && second && strcmp(first, second) == 0,
+            "%s keras3=%d: written texts differ", label, keras3);
+  char *a = summary_of(original), *b = again ? summary_of(again) : NULL;
+  CHECK_MSG(a && b && strcmp(a, b) == 0,
+            "%s keras3=%d: summaries differ:\n%s\n%s", label, keras3, a, b);
+  CHECK(again &&
+        mxu_model_param_count(again, 1) == mxu_model_param_count(original, 1));
+  CHECK(again &&
+        mxu_model_param_count(again, 0) == mxu_model_param_count(original, 0));
+  CHECK(again && strcmp(again->input_name, original->input_name) == 0);
+  for (int i = 0; again && i < original->layer_count; i++)
+    CHECK_MSG(i < again->layer_count &&
+                  same_config(&again->layers[i], &original->layers[i]),
+              "%s: layer %d config differs", label, i);
+  free(a);
+  free(b);
+  free(first);
+  free(second);
+  mxu_model_free(again);
+}
+
+static void round_trips(void) {
+  static const struct {
+    const char *path;
+    int64_t params;
+    mxu_loss loss;
+    const char *metric;
+  } files[] = {
+      {"models/fashion_mnist.json", 108810, MXU_SPARSE_CATEGORICAL_CROSSENTROPY,
+       "sparse_categorical_accuracy"},
+      {"models/cifar10.json", 1676982, MXU_SPARSE_CATEGORICAL_CROSSENTROPY,
+       "sparse_categorical_accuracy"},
+      {"models/cifar10_augmented.json", 1250858, MXU_CATEGORICAL_CROSSENTROPY,
+       "accuracy"},
+  };
+  for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+    mxu_model *m = NULL;
+    int has_compile = 0;
+    mxu_compile_config compile = mxu_compile_defaults();
+    CHECK_OK(mxu_model_load_json(files[f].path, &m, &compile, &has_compile));
+    if (!m) continue;
+    CHECK_MSG(
+        mxu_model_param_count(m, 1) + mxu_model_param_count(m, 0) ==
+            files[f].params,
+        "%s: %lld params", files[f].path,
+        (long long)(mxu_model_param_count(m, 1) + mxu_model_param_count(m, 0)));
+    CHECK(has_compile == 1);
+    CHECK(compile.optimizer.kind == MXU_ADAM &&
+          compile.optimizer.learning_rate == 1e-3f);
+    CHECK(compile.loss == files[f].loss);
+    CHECK(compile.metric && strcmp(compile.metric, files[f].metric) == 0);
+    round_trip_text(files[f].path, m, 0);
+    round_trip_text(files[f].path, m, 1);
+    /* Keras 3 text read back writes the same tf.keras 2.x text. */
+    char *k2 = write_json(m, 0), *k3 = write_json(m, 1);
+    mxu_model *from3 = k3 ? read_json(k3, NULL, NULL) : NULL;
+    char *k2_again = from3 ? write_json(from3, 0) : NULL;
+    CHECK(k2 && k2_again && strcmp(k2, k2_again) == 0);
+    free(k2);
+    free(k3);
+    free(k2_again);
+    mxu_model_free(from3);
+    mxu_model_free(m);
+  }
+}
+
+/* Short floats, the full tf.keras key set, and the Keras 3 markers. */
+static void writes_keras_text(void) {
+  mxu_model *m = NULL;
+  CHECK_OK(mxu_model_load_json("models/cifar10.json", &m, NULL, NULL));
+  if (!m) return;
+  char *k2 = write_json(m, 0), *k3 = write_json(m, 1);
+  CHECK(has(k2, "\"momentum\": 0.99,"));
+  CHECK(has(k2, "\"epsilon\": 0.001,"));
+  CHECK(has(k2, "\"axis\": [3],"));
+  CHECK(has(k2, "\"rate\": 0.25,"));
+  CHECK(has(k2, "\"batch_input_shape\": [null, 32, 32, 3]"));
+  CHECK(has(k2, "\"dilation_rate\": [1, 1]"));
+  CHECK(has(k2, "\"activity_regularizer\": null"));
+  CHECK(has(k2, "\"keras_version\": \"2.15.0\""));
+  CHECK(!has(k2, "module"));
+  CHECK(!has(k2, "compile_config")); /* not compiled */
+  CHECK(has(k3, "\"batch_shape\": [null, 32, 32, 3]"));
+  CHECK(has(k3, "\"module\": \"keras.layers\""));
+  CHECK(has(k3, "\"registered_name\": null"));
+  CHECK(has(k3, "\"class_name\": \"DTypePolicy\""));
+  CHECK(has(k3, "\"axis\": -1,"));
+  CHECK(has(k3, "\"build_config\""));
+  CHECK(!has(k3, "batch_input_shape"));
+  /* What cJSON itself makes of the text: a valid document. */
+  cJSON *doc = k3 ? cJSON_Parse(k3) : NULL;
+  CHECK(doc != NULL);
+  cJSON_Delete(doc);
+  free(k2);
+  free(k3);
+  mxu_model_free(m);
+}
+
+/* Names with quotes, braces, backslashes and UTF-8 come back as they
+ * were. */
+static void odd_names(void) {
+  static const char *const names[] = {"a{\n}b \"q\" \\ { }", "r\u00e9seau_1"};
+  mxu_model *m = mxu_sequential("mod{ }\"el\"");
+  int64_t dims[1] = {4};
+  mxu_dense_config d = mxu_dense_defaults(3);
+  d.name = names[0];
+  CHECK_OK(mxu_add_input(m, names[1], mxu_shape_make(1, dims)));
+  CHECK_OK(mxu_add_dense(m, &d));
+  for (int keras3 = 0; keras3 < 2; keras3++) {
+    char *text = write_json(m, keras3);
+    mxu_model *back = text ? read_json(text, NULL, NULL) : NULL;
+    CHECK(back && strcmp(back->name, m->name) == 0);
+    CHECK(back && strcmp(back->input_name, names[1]) == 0);
+    CHECK(back && strcmp(mxu_model_layer_name(back, 0), names[0]) == 0);
+    free(text);
+    mxu_model_free(back);
+  }
+  mxu_model_free(m);
+}
+
+/* A compiled model carries its compile settings into the text. */
+static void writes_compile_config(void) {
+  mxu_model *m = read_json(compiled_with("unused", "null"), NULL, NULL);
+  if (!m) return;
+  mxu_compile_config c = mxu_compile_defaults();
+  c.optimizer = mxu_sgd(0.05f, 0.9f, 1);
+  c.from_logits = 1;
+  c.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  c.metric = "acc";
+  c.batch_size = 4;
+  c.backend = MXU_BACKEND_CPU_REF;
+  CHECK_OK(mxu_compile(m, &c));
+  for (int keras3 = 0; keras3 < 2; keras3++) {
+    char *text = write_json(m, keras3);
+    int has_compile = 0;
+    mxu_compile_config back = mxu_compile_defaults();
+    mxu_model *again = text ? read_json(text, &back, &has_compile) : NULL;
+    CHECK(has_compile == 1);
+    CHECK(back.optimizer.kind == MXU_SGD);
+    CHECK(back.optimizer.learning_rate == 0.05f);
+    CHECK(back.optimizer.momentum == 0.9f && back.optimizer.nesterov == 1);
+    CHECK(back.from_logits == 1);
+    CHECK(back.metric && strcmp(back.metric, "acc") == 0);
+    free(text);
+    mxu_model_free(again);
+  }
+  mxu_model_free(m);
+}
+
+/* ---- files ------------------------------------------------------------------
+ */
+
+static int count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
+
+static void files(void) {
+  char dir[] = "/tmp/mxu_json_XXXXXX", path[64], missing_path[96];
+  if (!mkdtemp(dir)) {
+    CHECK_MSG(0, "mkdtemp failed");
+    return;
+  }
+  snprintf(path, sizeof path, "%s/model.json", dir);
+  mxu_model *m = NULL, *back = NULL;
+  CHECK_OK(mxu_model_load_json("models/fashion_mnist.json", &m, NULL, NULL));
+  CHECK_OK(mxu_model_save_json(m, path, 0));
+  CHECK_OK(mxu_model_save_json(m, path, 1)); /* replaces it */
+  CHECK(count_entries(dir) == 1);            /* no temporary left */
+  CHECK_OK(mxu_model_load_json(path, &back, NULL, NULL));
+  char *a = m ? write_json(m, 1) : NULL, *b = back ? write_json(back, 1) : NULL;
+  CHECK(a && b && strcmp(a, b) == 0);
+  free(a);
+  free(b);
+  mxu_model_free(back);
+
+  snprintf(missing_path, sizeof missing_path, "%s/no/such/model.json", dir);
+  CHECK(mxu_model_save_json(m, missing_path, 0) == MXU_ERR_IO);
+  CHECK(has(mxu_errmsg(), missing_path));
+  back = (mxu_model *)1;
+  CHECK(mxu_model_load_json(missing_path, &back, NULL, NULL) == MXU_ERR_IO);
+  CHECK(has(mxu_errmsg(), missing_path));
+  CHECK(back == NULL);
+
+  /* A malformed file names the file. */
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs("{\"class_name\": \"Sequential\",\n \"config\": {\"layers\": [}}\n",
+          f);
+    fclose(f);
+  }
+  CHECK(mxu_model_load_json(path, &back, NULL, NULL) == MXU_ERR_FORMAT);
+  CHECK_MSG(has(mxu_errmsg(), path) && has(mxu_errmsg(), "line 2"), "%s",
+            mxu_errmsg());
+  unlink(path);
+  rmdir(dir);
+  mxu_model_free(m);
+}
+
+/* ---- errors -------------------------------------------------------------
+ */
+
+static void errors_text(void) {
+  /* Truncated: the source and the place where cJSON stopped. */
+  char cut[600];
+  snprintf(cut, sizeof cut, "%.*s", 500, fashion_keras26);
+  EXPECT_FAIL(cut, MXU_ERR_FORMAT, "malformed JSON at line 1, column",
+              "ends before the value is complete");
+  EXPECT_FAIL("{\"class_name\": \"Sequential\",\n  \"config\": {\"layers\": "
+              "[1,]}}",
+              MXU_ERR_FORMAT, "line 2, column", "not valid JSON");
+  EXPECT_FAIL("{} trailing", MXU_ERR_FORMAT, "text after the end", NULL);
+  EXPECT_FAIL("", MXU_ERR_FORMAT, "empty", NULL);
+  EXPECT_FAIL("[1, 2]", MXU_ERR_FORMAT, "class_name", NULL);
+  EXPECT_FAIL("{\"config\": {}}", MXU_ERR_FORMAT, "class_name is missing",
+              NULL);
+  EXPECT_FAIL("{\"class_name\": \"Functional\", \"config\": {\"name\": \"m\", "
+              "\"layers\": [], \"input_layers\": [], \"output_layers\": []}}",
+              MXU_ERR_UNSUPPORTED, "Functional", "only Sequential");
+  EXPECT_FAIL("{\"class_name\": \"Sequential\"}", MXU_ERR_FORMAT,
+              "config is missing", NULL);
+  EXPECT_FAIL("{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\"}}",
+              MXU_ERR_FORMAT, "config.layers is missing", NULL);
+  EXPECT_FAIL("{\"class_name\": \"Sequential\", \"config\": {\"layers\": []}}",
+              MXU_ERR_FORMAT, "no layers", NULL);
+  EXPECT_FAIL(image_model("42"), MXU_ERR_FORMAT, "layer 1",
+              "must be an object");
+  EXPECT_FAIL(image_model("{\"class_name\": \"Conv2D\"}"), MXU_ERR_FORMAT,
+              "layer 1 (Conv2D)", "config is missing");
+  EXPECT_FAIL(image_model("{\"class_name\": \"Conv2D\", \"config\": [1]}"),
+              MXU_ERR_FORMAT, "config must be an object", NULL);
+}
+
+/* One layer after a (28, 28, 1) input, and what its refusal says. */
+static const struct {
+  const char *layer;
+  mxu_status status;
+  const char *needle;
+} layer_cases[] = {
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"groups\": 2}}",
+     MXU_ERR_UNSUPPORTED, "groups 2"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"padding\": \"causal\"}}",
+     MXU_ERR_UNSUPPORTED, "padding 'causal'"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"kernel_initializer\": {\"class_name\": "
+     "\"HeNormal\", \"config\": {\"seed\": null}}}}",
+     MXU_ERR_UNSUPPORTED, "kernel_initializer 'HeNormal'"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"bias_initializer\": \"ones\"}}",
+     MXU_ERR_UNSUPPORTED, "bias_initializer 'ones'"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"kernel_regularizer\": {\"class_name\": "
+     "\"L2\", \"config\": {\"l2\": 0.01}}}}",
+     MXU_ERR_UNSUPPORTED, "kernel_regularizer {'class_name': 'L2'"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"activity_regularizer\": \"l1\"}}",
+     MXU_ERR_UNSUPPORTED, "activity_regularizer 'l1'"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"kernel_constraint\": \"max_norm\"}}",
+     MXU_ERR_UNSUPPORTED, "kernel_constraint 'max_norm'"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"activation\": \"gelu\"}}",
+     MXU_ERR_UNSUPPORTED, "activation 'gelu'"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": [3]}}",
+     MXU_ERR_FORMAT, "kernel_size must be"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8}}",
+     MXU_ERR_FORMAT, "kernel_size is missing"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"lora_rank\": 4}}",
+     MXU_ERR_UNSUPPORTED, "lora_rank 4"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"trainable\": false}}",
+     MXU_ERR_UNSUPPORTED, "trainable false"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"dtype\": {\"module\": \"keras\", "
+     "\"class_name\": \"DTypePolicy\", \"config\": {\"name\": "
+     "\"mixed_bfloat16\"}, \"registered_name\": null}}}",
+     MXU_ERR_UNSUPPORTED, "dtype 'mixed_bfloat16'"},
+    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+     "\"filters\": "
+     "8, \"kernel_size\": 3, \"activation\": \"softmax\"}}",
+     MXU_ERR_UNSUPPORTED, "layer 'c' (Conv2D): add Conv2D: a softmax"},
+    {"{\"module\": \"my_layers\", \"class_name\": \"Conv2D\", \"config\": "
+     "{\"name\": \"c\", \"filters\": 8, \"kernel_size\": 3}}",
+     MXU_ERR_UNSUPPORTED, "module 'my_layers'"},
+    {"{\"class_name\": \"Dropout\", \"config\": {\"name\": \"d\", \"rate\": "
+     "0.5, \"noise_shape\": [null, 1, 1, 1]}}",
+     MXU_ERR_UNSUPPORTED, "noise_shape [null, 1, 1, 1]"},
+    {"{\"class_name\": \"Dropout\", \"config\": {\"name\": \"d\", \"rate\": "
+     "1.5}}",
+     MXU_ERR_ARG, "rate must be in [0, 1)"},
+    {"{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": "
+     "\"bn\", "
+     "\"axis\": [1]}}",
+     MXU_ERR_UNSUPPORTED,
+     "axis [1] is not supported (only the last axis, -1 "
+     "or 3)"},
+    {"{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": "
+     "\"bn\", "
+     "\"renorm\": true}}",
+     MXU_ERR_UNSUPPORTED, "renorm true"},
+    {"{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": "
+     "\"bn\", "
+     "\"momentum\": \"high\"}}",
+     MXU_ERR_FORMAT, "momentum must be a number, got 'high'"},
+    {"{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": "
+     "0}}",
+     MXU_ERR_FORMAT, "units must be a positive integer, got 0"},
+    {"{\"class_name\": \"Activation\", \"config\": {\"name\": \"a\"}}",
+     MXU_ERR_FORMAT, "activation is missing"},
+    {"{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}}, "
+     "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}}",
+     MXU_ERR_ARG, "already used"},
+    {"{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
+     "[null, 2]}}",
+     MXU_ERR_FORMAT, "InputLayer must be the first"},
+};
+static void errors_layers(void) {
+  EXPECT_FAIL(image_model("{\"class_name\": \"LSTM\", \"config\": {\"name\": "
+                          "\"lstm\", \"units\": 8}}"),
+              MXU_ERR_UNSUPPORTED, "layer 'lstm' (LSTM)",
+              "layer class LSTM is not supported");
+  /* The whole message, as the issue spells it. */
+  mxu_model *m = NULL;
+  CHECK(mxu_model_from_json(
+            image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                        "\"conv2d_1\", \"filters\": 8, \"kernel_size\": [3, "
+                        "3], \"dilation_rate\": [2, 2]}}"),
+            "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
+  CHECK_MSG(strcmp(mxu_errmsg(),
+                   "model.json: layer 'conv2d_1' (Conv2D): dilation_rate "
+                   "[2, 2] is not supported (only [1, 1])") == 0,
+            "%s", mxu_errmsg());
+  EXPECT_FAIL(image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                          "\"c\", \"filters\": 8, \"kernel_size\": 3, "
+                          "\"data_format\": \"channels_first\"}}"),
+              MXU_ERR_UNSUPPORTED, "layer 'c' (Conv2D)",
+              "data_format 'channels_first' is not supported");
+  EXPECT_FAIL(image_model("{\"class_name\": \"Dense\", \"config\": {\"name\": "
+                          "\"dense\", \"units\": 10}}"),
+              MXU_ERR_UNSUPPORTED, "layer 'dense' (Dense)", "Flatten");
+  EXPECT_FAIL(image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                          "\"conv2d\", \"filters\": \"64\", \"kernel_size\": "
+                          "3}}"),
+              MXU_ERR_FORMAT, "layer 'conv2d' (Conv2D)",
+              "filters must be a positive integer, got '64'");
+
+  for (size_t i = 0; i < sizeof layer_cases / sizeof *layer_cases; i++)
+    EXPECT_FAIL(image_model(layer_cases[i].layer), layer_cases[i].status,
+                layer_cases[i].needle, NULL);
+  EXPECT_FAIL(model_with("[null, null, 28, 1]", ""), MXU_ERR_UNSUPPORTED,
+              "dimension 1 is null", NULL);
+  EXPECT_FAIL(model_with("[null, 28, \"28\", 1]", ""), MXU_ERR_FORMAT,
+              "batch_input_shape", "positive integers");
+  EXPECT_FAIL(model_with("[null, 4]", "{\"class_name\": \"Dense\", \"config\": "
+                                      "{\"name\": \"d\", \"units\": 3, "
+                                      "\"batch_input_shape\": [null, 5]}}"),
+              MXU_ERR_FORMAT, "does not match the InputLayer", NULL);
+  EXPECT_FAIL("{\"class_name\": \"Sequential\", \"config\": {\"layers\": "
+              "[{\"class_name\": \"Dense\", \"config\": {\"units\": 3}}]}}",
+              MXU_ERR_FORMAT, "input shape is unknown", NULL);
+}
+
+static void errors_compile(void) {
+  static const struct {
+    const char *compile;
+    const char *needle;
+  } cases[] = {
+      {"{\"optimizer\": \"rmsprop\"}", "optimizer: 'rmsprop' is not supported"},
+      {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
+       "{\"learning_rate\": 0.001, \"clipnorm\": 1.0}}}",
+       "clipnorm 1 is not supported"},
+      {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
+       "{\"learning_rate\": {\"class_name\": \"ExponentialDecay\", "
+       "\"config\": {}}}}}",
+       "learning rate schedules"},
+      {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
+       "{\"amsgrad\": true}}}",
+       "amsgrad true"},
+      {"{\"loss\": \"mse\"}", "loss: 'mse' is not supported"},
+      {"{\"loss\": {\"class_name\": \"CategoricalCrossentropy\", \"config\": "
+       "{\"label_smoothing\": 0.1}}}",
+       "label_smoothing 0.1"},
+      {"{\"metrics\": [\"accuracy\", \"mse\"]}", "metrics: 'mse'"},
+      {"{\"metrics\": [\"accuracy\", \"accuracy\"]}", "list only one"},
+      {"{\"loss_weights\": [0.5]}", "loss_weights [0.5]"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    mxu_model *m = NULL;
+    mxu_compile_config compile = mxu_compile_defaults();
+    compile.batch_size = 77;
+    int has_compile = 5;
+    mxu_status s =
+        mxu_model_from_json(compiled_with("compile_config", cases[i].compile),
+                            "test.json", &m, &compile, &has_compile);
+    CHECK_MSG(s == MXU_ERR_UNSUPPORTED && m == NULL, "case %zu: %s: %s", i,
+              mxu_status_name(s), mxu_errmsg());
+    CHECK_MSG(has(mxu_errmsg(), "test.json: compile_config") &&
+                  has(mxu_errmsg(), cases[i].needle),
+              "case %zu: '%s' lacks '%s'", i, mxu_errmsg(), cases[i].needle);
+    /* A refused read leaves the caller's settings alone. */
+    CHECK(compile.batch_size == 77 && compile.optimizer.kind == MXU_ADAM &&
+          compile.metric == NULL && has_compile == 0);
+    mxu_model_free(m);
+  }
+  /* Without a compile config to fill, the section is not read at all. */
+  mxu_model *m = read_json(
+      compiled_with("compile_config", "{\"loss\": \"mse\"}"), NULL, NULL);
+  mxu_model_free(m);
+}
+
+static void missing_file(void) {
+  mxu_model *m = (mxu_model *)1;
+  mxu_status s =
+      mxu_model_load_json("/nonexistent/mxu/model.json", &m, NULL, NULL);
+  CHECK(s == MXU_ERR_IO && m == NULL);
+  CHECK(has(mxu_errmsg(), "/nonexistent/mxu/model.json"));
+  CHECK(mxu_model_from_json(NULL, "x", &m, NULL, NULL) == MXU_ERR_ARG);
+  CHECK(mxu_model_to_json(NULL, 0, NULL) == MXU_ERR_ARG);
+}
+
+/* ---- compile_config forms -------------------------------------------------
+ */
+
+static mxu_compile_config compile_of(const char *key, const char *compile) {
+  mxu_compile_config c = mxu_compile_defaults();
+  int has_compile = 0;
+  mxu_model *m = read_json(compiled_with(key, compile), &c, &has_compile);
+  CHECK(has_compile == 1);
+  mxu_model_free(m);
+  return c;
+}
+
+static void compile_forms(void) {
+  mxu_compile_config c = compile_of(
+      "compile_config", "{\"optimizer\": \"sgd\", \"loss\": "
+                        "\"categorical_crossentropy\", \"metrics\": "
+                        "[\"accuracy\"], \"steps_per_execution\": 100}");
+  CHECK(c.optimizer.kind == MXU_SGD && c.optimizer.learning_rate == 0.01f &&
+        c.optimizer.momentum == 0 && c.optimizer.nesterov == 0);
+  CHECK(c.loss == MXU_CATEGORICAL_CROSSENTROPY && !c.from_logits);
+  CHECK(c.metric && strcmp(c.metric, "accuracy") == 0);
+
+  c = compile_of(
+      "compile_config",
+      "{\"optimizer\": {\"module\": \"keras.optimizers\", "
+      "\"class_name\": \"SGD\", \"config\": {\"name\": \"SGD\", "
+      "\"learning_rate\": 0.05, \"momentum\": 0.9, \"nesterov\": "
+      "true, \"weight_decay\": null, \"use_ema\": false}, "
+      "\"registered_name\": null}, \"loss\": {\"module\": "
+      "\"keras.losses\", \"class_name\": "
+      "\"SparseCategoricalCrossentropy\", \"config\": {\"name\": "
+      "\"sparse_categorical_crossentropy\", \"reduction\": "
+      "\"sum_over_batch_size\", \"from_logits\": true, "
+      "\"ignore_class\": null}, \"registered_name\": null}, "
+      "\"metrics\": [{\"module\": \"keras.metrics\", \"class_name\": "
+      "\"CategoricalAccuracy\", \"config\": {\"name\": "
+      "\"categorical_accuracy\", \"dtype\": \"float32\"}, "
+      "\"registered_name\": null}]}");
+  CHECK(c.optimizer.kind == MXU_SGD && c.optimizer.learning_rate == 0.05f &&
+        c.optimizer.momentum == 0.9f && c.optimizer.nesterov == 1);
+  CHECK(c.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY && c.from_logits == 1);
+  CHECK(c.metric && strcmp(c.metric, "categorical_accuracy") == 0);
+
+  c = compile_of("compile_config",
+                 "{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
+                 "{\"learning_rate\": 0.0003, \"beta_1\": 0.8, \"beta_2\": "
+                 "0.99, \"epsilon\": 1e-08}}, \"metrics\": "
+                 "[\"sparse_categorical_accuracy\"]}");
+  CHECK(c.optimizer.kind == MXU_ADAM && c.optimizer.learning_rate == 3e-4f &&
+        c.optimizer.beta_1 == 0.8f && c.optimizer.beta_2 == 0.99f &&
+        c.optimizer.epsilon == 1e-8f);
+  CHECK(c.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY); /* the default */
+
+  /* tf.keras 2.x h5 files: training_config, optimizer_config, metrics
+   * wrapped and nested. */
+  c = compile_of(
+      "training_config",
+      "{\"loss\": \"sparse_categorical_crossentropy\", \"metrics\": "
+      "[[{\"class_name\": \"MeanMetricWrapper\", \"config\": {\"name\": "
+      "\"accuracy\", \"dtype\": \"float32\", \"fn\": "
+      "\"sparse_categorical_accuracy\"}}]], \"weighted_metrics\": null, "
+      "\"loss_weights\": null, \"optimizer_config\": {\"class_name\": "
+      "\"Adam\", \"config\": {\"name\": \"Adam\", \"learning_rate\": 0.0005, "
+      "\"decay\": 0.0, \"beta_1\": 0.9, \"beta_2\": 0.999, \"epsilon\": "
+      "1e-07, \"amsgrad\": false}}}");
+  CHECK(c.optimizer.kind == MXU_ADAM && c.optimizer.learning_rate == 5e-4f);
+  CHECK(c.metric && strcmp(c.metric, "accuracy") == 0);
+}
+
+/* ---- robustness
+ * ---------------------------------------------------------------
+ */
+
+/* Every prefix of a real text is malformed, and says so. */
+static void every_truncation(void) {
+  size_t length = strlen(fashion_keras26);
+  char *text = malloc(length + 1);
+  int wrong = 0;
+  for (size_t n = 0; text && n < length; n++) {
+    memcpy(text, fashion_keras26, n);
+    text[n] = 0;
+    mxu_model *m = NULL;
+    mxu_status s = mxu_model_from_json(text, "cut.json", &m, NULL, NULL);
+    wrong += s != MXU_ERR_FORMAT || m != NULL;
+    mxu_model_free(m);
+  }
+  CHECK_MSG(wrong == 0, "%d prefixes were not refused as malformed", wrong);
+  free(text);
+}
+
+typedef struct node_ref {
+  cJSON *parent, *item;
+} node_ref;
+
+static int collect(cJSON *parent, node_ref *refs, int count, int capacity) {
+  for (cJSON *c = parent->child; c && count < capacity; c = c->next) {
+    refs[count++] = (node_ref){parent, c};
+    count = collect(c, refs, count, capacity);
+  }
+  return count;
+}
+
+static cJSON *replacement(int kind) {
+  switch (kind) {
+  case 0: return cJSON_CreateNull();
+  case 1: return cJSON_CreateString("x");
+  case 2: return cJSON_CreateNumber(-1);
+  case 3: return cJSON_CreateNumber(1e300);
+  case 4: return cJSON_CreateTrue();
+  case 5: return cJSON_CreateArray();
+  case 6: return cJSON_CreateObject();
+  default: return NULL; /* remove the node */
+  }
+}
+
+/* Each node of a real document, replaced by each kind of value or removed:
+ * the reader answers every one without crashing (ASan/UBSan check it). */
+static void every_mutation(void) {
+  enum { KINDS = 8, MAX_NODES = 4096 };
+  node_ref *refs = malloc(MAX_NODES * sizeof *refs);
+  cJSON *probe = cJSON_Parse(cifar_keras3);
+  int nodes = probe && refs ? collect(probe, refs, 0, MAX_NODES) : 0;
+  cJSON_Delete(probe);
+  CHECK(nodes > 300);
+  int accepted = 0, runs = 0;
+  for (int i = 0; i < nodes; i++)
+    for (int kind = 0; kind < KINDS; kind++) {
+      cJSON *doc = cJSON_Parse(cifar_keras3);
+      collect(doc, refs, 0, MAX_NODES);
+      cJSON *with = replacement(kind);
+      /* cJSON's replace by pointer drops the key; keep it. */
+      if (with && refs[i].item->string)
+        with->string = strdup(refs[i].item->string);
+      if (with)
+        cJSON_ReplaceItemViaPointer(refs[i].parent, refs[i].item, with);
+      else
+        cJSON_Delete(cJSON_DetachItemViaPointer(refs[i].parent, refs[i].item));
+      char *text = cJSON_PrintUnformatted(doc);
+      cJSON_Delete(doc);
+      mxu_model *m = NULL;
+      mxu_compile_config c = mxu_compile_defaults();
+      int has_compile = 0;
+      mxu_status s = mxu_model_from_json(text, "mutant", &m, &c, &has_compile);
+      CHECK((s == MXU_OK) == (m != NULL));
+      CHECK(s == MXU_OK || strlen(mxu_errmsg()) > 0);
+      accepted += s == MXU_OK;
+      runs++;
+      mxu_model_free(m);
+      cJSON_free(text);
+    }
+  printf("mutations: %d runs, %d accepted (harmless changes)\n", runs,
+         accepted);
+  free(refs);
+}
+
+int main(void) {
+  reads_tf_keras_2();
+  reads_keras_3();
+  reads_without_input_layer();
+  reads_keras_variants();
+  round_trips();
+  writes_keras_text();
+  writes_compile_config();
+  odd_names();
+  files();
+  errors_text();
+  errors_layers();
+  errors_compile();
+  missing_file();
+  compile_forms();
+  every_truncation();
+  every_mutation();
+  return check_report("test_json");
+}

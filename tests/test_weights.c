@@ -1,0 +1,337 @@
+/* test_weights.c — mxu_save_weights / mxu_load_weights: a bit-exact round
+ * trip (BatchNormalization's moving statistics included) on both backends,
+ * and every way a file can be wrong refused before the model changes. */
+#include "check.h"
+#include "mxu.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+static char temp_dir[] = "/tmp/mxu_test_weights_XXXXXX";
+
+static const char *temp_path(const char *name) {
+  static char paths[8][512];
+  static int next;
+  char *path = paths[next++ % 8];
+  snprintf(path, 512, "%s/%s", temp_dir, name);
+  return path;
+}
+
+static int has(const char *haystack, const char *needle) {
+  return haystack && strstr(haystack, needle) != NULL;
+}
+
+#define EXPECT_FAIL(expr, want, needle)                                        \
+  do {                                                                         \
+    mxu_status got_ = (expr);                                                  \
+    CHECK_MSG(got_ == (want), "%s -> %s, want %s (%s)", #expr,                 \
+              mxu_status_name(got_), mxu_status_name(want), mxu_errmsg());     \
+    CHECK_MSG(has(mxu_errmsg(), needle), "%s: message '%s' lacks '%s'", #expr, \
+              mxu_errmsg(), (const char *)(needle));                           \
+  } while (0)
+
+/* ---- models and data --------------------------------------------------- */
+
+/* Input (8, 8, 2) -> BN -> Conv2D(4, 3x3, relu) -> MaxPool -> Flatten ->
+ * Dense(hidden, relu) -> BN -> Dense(3, softmax): every kind of weight,
+ * trainable and not. */
+static mxu_model *small_model(int hidden) {
+  mxu_model *model = mxu_sequential("small");
+  int64_t dims[3] = {8, 8, 2};
+  mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+  mxu_conv2d_config conv = mxu_conv2d_defaults(4, 3, 3);
+  conv.activation = MXU_RELU;
+  mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
+  mxu_dense_config dense = mxu_dense_defaults(hidden);
+  dense.activation = MXU_RELU;
+  mxu_dense_config out = mxu_dense_defaults(3);
+  out.activation = MXU_SOFTMAX;
+  CHECK_OK(mxu_add_input(model, NULL, mxu_shape_make(3, dims)));
+  CHECK_OK(mxu_add_batch_normalization(model, &bn));
+  CHECK_OK(mxu_add_conv2d(model, &conv));
+  CHECK_OK(mxu_add_max_pooling2d(model, &pool));
+  CHECK_OK(mxu_add_flatten(model, NULL));
+  CHECK_OK(mxu_add_dense(model, &dense));
+  CHECK_OK(mxu_add_batch_normalization(model, &bn));
+  CHECK_OK(mxu_add_dense(model, &out));
+  return model;
+}
+
+static mxu_model *compiled(int hidden, mxu_backend_kind backend,
+                           uint64_t seed) {
+  mxu_model *model = small_model(hidden);
+  mxu_compile_config c = mxu_compile_defaults();
+  c.batch_size = 8;
+  c.backend = backend;
+  c.seed = seed;
+  CHECK_OK(mxu_compile(model, &c));
+  return model;
+}
+
+static mxu_dataset *make_data(int64_t count) {
+  int64_t dims[3] = {8, 8, 2};
+  int64_t values = count * 8 * 8 * 2;
+  float *x = malloc((size_t)values * sizeof *x);
+  int32_t *y = malloc((size_t)count * sizeof *y);
+  for (int64_t i = 0; i < values; i++) x[i] = (float)((i * 37) % 101) / 50.0f;
+  for (int64_t i = 0; i < count; i++) y[i] = (int32_t)(i % 3);
+  mxu_dataset *data = NULL;
+  CHECK_OK(
+      mxu_dataset_from_arrays(x, y, count, mxu_shape_make(3, dims), 3, &data));
+  free(x);
+  free(y);
+  return data;
+}
+
+/* A few steps, so the weights and the moving statistics leave their
+ * initial values. */
+static void train(mxu_model *model, const mxu_dataset *data) {
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.epochs = 2;
+  fit.batch_size = 8;
+  fit.verbose = 0;
+  CHECK_OK(mxu_fit(model, data, &fit, NULL));
+}
+
+/* 1 when every weight of a and b has the same bits. */
+static int weights_equal(const mxu_model *a, const mxu_model *b) {
+  for (int i = 0; i < mxu_model_layer_count(a); i++)
+    for (int k = 0; k < mxu_layer_weight_count(a, i); k++) {
+      mxu_tensor ta, tb;
+      if (mxu_layer_weight(a, i, k, &ta, NULL) ||
+          mxu_layer_weight(b, i, k, &tb, NULL))
+        return 0;
+      size_t bytes = (size_t)mxu_shape_count(&ta.shape) * sizeof(float);
+      if (memcmp(ta.data, tb.data, bytes) != 0) return 0;
+    }
+  return 1;
+}
+
+static float *predictions(mxu_model *model, const mxu_dataset *data) {
+  int64_t n = mxu_dataset_count(data);
+  float *out = malloc((size_t)n * 3 * sizeof *out);
+  CHECK_OK(mxu_predict(model, mxu_dataset_x(data), n, out));
+  return out;
+}
+
+/* ---- files ------------------------------------------------------------- */
+
+static long file_size(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fclose(f);
+  return n;
+}
+
+static unsigned char *read_bytes(const char *path, long *size) {
+  *size = file_size(path);
+  FILE *f = fopen(path, "rb");
+  unsigned char *data = malloc((size_t)(*size > 0 ? *size : 1));
+  if (f && fread(data, 1, (size_t)*size, f) != (size_t)*size) *size = -1;
+  if (f) fclose(f);
+  return data;
+}
+
+static void write_bytes(const char *path, const unsigned char *data,
+                        long size) {
+  FILE *f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (!f) return;
+  CHECK(fwrite(data, 1, (size_t)size, f) == (size_t)size);
+  fclose(f);
+}
+
+/* Entries of temp_dir whose names start with prefix. */
+static int count_entries(const char *prefix) {
+  DIR *dir = opendir(temp_dir);
+  int n = 0;
+  for (struct dirent *e; dir && (e = readdir(dir));)
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  if (dir) closedir(dir);
+  return n;
+}
+
+/* ---- cases ------------------------------------------------------------- */
+
+static void round_trip(mxu_backend_kind backend) {
+  mxu_dataset *data = make_data(32);
+  mxu_model *a = compiled(16, backend, 1);
+  train(a, data);
+  const char *path = temp_path("round.bin");
+  CHECK_OK(mxu_save_weights(a, path));
+  mxu_model *b = compiled(16, backend, 2);
+  CHECK(!weights_equal(a, b));
+  CHECK_OK(mxu_load_weights(b, path));
+  CHECK(weights_equal(a, b));
+  float *pa = predictions(a, data), *pb = predictions(b, data);
+  CHECK(memcmp(pa, pb, 32 * 3 * sizeof *pa) == 0);
+  /* Saving what was loaded gives the same bytes. */
+  const char *again = temp_path("again.bin");
+  CHECK_OK(mxu_save_weights(b, again));
+  long na, nb;
+  unsigned char *fa = read_bytes(path, &na), *fb = read_bytes(again, &nb);
+  CHECK(na > 0 && na == nb && memcmp(fa, fb, (size_t)na) == 0);
+  free(fa);
+  free(fb);
+  free(pa);
+  free(pb);
+  mxu_model_free(a);
+  mxu_model_free(b);
+  mxu_dataset_free(data);
+}
+
+/* The file holds Keras layouts, so either backend reads the other's. */
+static void across_backends(void) {
+  mxu_dataset *data = make_data(16);
+  mxu_model *a = compiled(16, MXU_BACKEND_CPU, 3);
+  train(a, data);
+  const char *path = temp_path("cross.bin");
+  CHECK_OK(mxu_save_weights(a, path));
+  mxu_model *b = compiled(16, MXU_BACKEND_CPU_REF, 4);
+  CHECK_OK(mxu_load_weights(b, path));
+  CHECK(weights_equal(a, b));
+  mxu_model_free(a);
+  mxu_model_free(b);
+  mxu_dataset_free(data);
+}
+
+static void another_model(void) {
+  mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
+  const char *path = temp_path("other.bin");
+  CHECK_OK(mxu_save_weights(a, path));
+  mxu_model *b = compiled(24, MXU_BACKEND_CPU, 5);
+  mxu_model *before = compiled(24, MXU_BACKEND_CPU, 5);
+  EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_SHAPE,
+              "layer 5 'dense': kernel has shape (36, 16) in the file but "
+              "(36, 24) in the model");
+  CHECK(has(mxu_errmsg(), path));
+  CHECK(weights_equal(b, before)); /* nothing was loaded */
+  mxu_model_free(a);
+  mxu_model_free(b);
+  mxu_model_free(before);
+}
+
+/* Every proper prefix of the file is refused as a format error. */
+static void truncated(void) {
+  mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
+  const char *path = temp_path("full.bin"), *cut = temp_path("cut.bin");
+  CHECK_OK(mxu_save_weights(a, path));
+  long size;
+  unsigned char *bytes = read_bytes(path, &size);
+  mxu_model *b = compiled(16, MXU_BACKEND_CPU, 2);
+  mxu_model *before = compiled(16, MXU_BACKEND_CPU, 2);
+  long lengths[] = {0, 3, 11, 15, 40, size / 2, size - 5, size - 1};
+  for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
+    write_bytes(cut, bytes, lengths[i]);
+    EXPECT_FAIL(mxu_load_weights(b, cut), MXU_ERR_FORMAT, "offset");
+    CHECK(has(mxu_errmsg(), cut));
+  }
+  CHECK(weights_equal(b, before));
+  free(bytes);
+  mxu_model_free(a);
+  mxu_model_free(b);
+  mxu_model_free(before);
+}
+
+static void corrupt(void) {
+  mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
+  const char *path = temp_path("flip.bin");
+  CHECK_OK(mxu_save_weights(a, path));
+  long size;
+  unsigned char *bytes = read_bytes(path, &size);
+  mxu_model *b = compiled(16, MXU_BACKEND_CPU, 2);
+  mxu_model *before = compiled(16, MXU_BACKEND_CPU, 2);
+  bytes[size / 2] ^= 0x10; /* inside some weight's values */
+  write_bytes(path, bytes, size);
+  EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_FORMAT, "CRC-32 mismatch");
+  bytes[size / 2] ^= 0x10;
+  bytes[0] = 'X';
+  write_bytes(path, bytes, size);
+  EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_FORMAT,
+              "offset 0: not an mxu weights file");
+  bytes[0] = 'M';
+  bytes[4] = 9;
+  write_bytes(path, bytes, size);
+  EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_FORMAT, "version 9");
+  CHECK(weights_equal(b, before));
+  free(bytes);
+  mxu_model_free(a);
+  mxu_model_free(b);
+  mxu_model_free(before);
+}
+
+static void missing_and_unwritable(void) {
+  mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
+  const char *missing = temp_path("missing.bin");
+  EXPECT_FAIL(mxu_load_weights(a, missing), MXU_ERR_IO, missing);
+  CHECK(has(mxu_errmsg(), "No such file"));
+  const char *nodir = temp_path("no/such/dir/w.bin");
+  EXPECT_FAIL(mxu_save_weights(a, nodir), MXU_ERR_IO, nodir);
+  CHECK(has(mxu_errmsg(), "No such file"));
+  mxu_model *uncompiled = small_model(16);
+  EXPECT_FAIL(mxu_save_weights(uncompiled, temp_path("u.bin")), MXU_ERR_ARG,
+              "compile");
+  EXPECT_FAIL(mxu_load_weights(uncompiled, missing), MXU_ERR_ARG, "compile");
+  mxu_model_free(uncompiled);
+  mxu_model_free(a);
+}
+
+/* A full disk, simulated by a file size limit: the save fails with the
+ * cause, the previous file is left as it was and no temporary remains. */
+static void disk_full(void) {
+  mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
+  mxu_model *b = compiled(16, MXU_BACKEND_CPU, 2);
+  const char *path = temp_path("keep.bin");
+  CHECK_OK(mxu_save_weights(a, path));
+  long size;
+  unsigned char *before = read_bytes(path, &size);
+  struct rlimit old, small;
+  CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+  small = old;
+  small.rlim_cur = 1000;
+  void (*handler)(int) = signal(SIGXFSZ, SIG_IGN);
+  CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  EXPECT_FAIL(mxu_save_weights(b, path), MXU_ERR_IO, path);
+  CHECK(has(mxu_errmsg(), "too large"));
+  CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+  signal(SIGXFSZ, handler);
+  long after_size;
+  unsigned char *after = read_bytes(path, &after_size);
+  CHECK(after_size == size && memcmp(before, after, (size_t)size) == 0);
+  CHECK(count_entries("keep.bin.") == 0);
+  free(before);
+  free(after);
+  mxu_model_free(a);
+  mxu_model_free(b);
+}
+
+static void remove_temp_dir(void) {
+  DIR *dir = opendir(temp_dir);
+  for (struct dirent *e; dir && (e = readdir(dir));)
+    if (e->d_name[0] != '.') unlink(temp_path(e->d_name));
+  if (dir) closedir(dir);
+  rmdir(temp_dir);
+}
+
+int main(void) {
+  if (!mkdtemp(temp_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  round_trip(MXU_BACKEND_CPU);
+  round_trip(MXU_BACKEND_CPU_REF);
+  across_backends();
+  another_model();
+  truncated();
+  corrupt();
+  missing_and_unwritable();
+  disk_full();
+  remove_temp_dir();
+  return check_report("test_weights");
+}
