@@ -17,19 +17,12 @@ typedef struct evaluate_args {
 
 static void evaluate_options(evaluate_args *a, cli_option *o) {
   cli_option table[EVALUATE_OPTION_COUNT] = {
-      {"--weights", "FILE", "weights saved by mxu train --save-weights",
-       CLI_STRING, &a->weights, NULL, 1, 0},
-      {"--data", "DATA",
-       "a data set name (fashion-mnist, mnist, cifar10, cifar100) or a "
-       "directory",
-       CLI_STRING, &a->data, NULL, 1, 0},
+      CLI_OPTION_WEIGHTS(&a->weights),
+      CLI_OPTION_DATA(&a->data),
       {"--batch-size", "B",
        "samples per step (default 32); the result does not depend on it",
        CLI_POSITIVE_INT, &a->batch_size, NULL, 0, 0},
-      {"--rescale", "X",
-       "multiply every sample value by X, e.g. 1/255, as in training "
-       "(default 1)",
-       CLI_POSITIVE_FLOAT, &a->rescale, NULL, 0, 0},
+      CLI_OPTION_RESCALE(&a->rescale),
       {"--report", "FILE", "write the result as JSON to FILE", CLI_STRING,
        &a->report, NULL, 0, 0},
   };

@@ -45,6 +45,27 @@ typedef struct cli_command {
   int option_count;
 } cli_command;
 
+/* Options several subcommands share, so their help reads the same. */
+#define CLI_OPTION_DATA(target)                                                \
+  {                                                                            \
+    "--data", "DATA",                                                          \
+        "a data set name (fashion-mnist, mnist, cifar10, cifar100) or a "      \
+        "directory",                                                           \
+        CLI_STRING, (target), NULL, 1, 0                                       \
+  }
+#define CLI_OPTION_WEIGHTS(target)                                             \
+  {                                                                            \
+    "--weights", "FILE", "weights saved by mxu train --save-weights",          \
+        CLI_STRING, (target), NULL, 1, 0                                       \
+  }
+#define CLI_OPTION_RESCALE(target)                                             \
+  {                                                                            \
+    "--rescale", "X",                                                          \
+        "multiply every sample value by X, e.g. 1/255, as in training "        \
+        "(default 1)",                                                         \
+        CLI_POSITIVE_FLOAT, (target), NULL, 0, 0                               \
+  }
+
 /* Parses argv (argv[0] is the subcommand's name) into the option targets
  * and *positional. Returns CLI_OK to go on, CLI_USAGE after printing a
  * usage error to stderr, or -1 after printing --help to stdout (the caller

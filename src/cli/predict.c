@@ -20,20 +20,13 @@ typedef struct predict_args {
 
 static void predict_options(predict_args *a, cli_option *o) {
   cli_option table[PREDICT_OPTION_COUNT] = {
-      {"--weights", "FILE", "weights saved by mxu train --save-weights",
-       CLI_STRING, &a->weights, NULL, 1, 0},
-      {"--data", "DATA",
-       "a data set name (fashion-mnist, mnist, cifar10, cifar100) or a "
-       "directory",
-       CLI_STRING, &a->data, NULL, 1, 0},
+      CLI_OPTION_WEIGHTS(&a->weights),
+      CLI_OPTION_DATA(&a->data),
       {"--index", "I[,J...]", "positions of the images in the test split",
        CLI_INDICES, &a->indices, NULL, 1, 0},
       {"--top", "K", "classes to show per image, most likely first (default 3)",
        CLI_POSITIVE_INT, &a->top, NULL, 0, 0},
-      {"--rescale", "X",
-       "multiply every sample value by X, e.g. 1/255, as in training "
-       "(default 1)",
-       CLI_POSITIVE_FLOAT, &a->rescale, NULL, 0, 0},
+      CLI_OPTION_RESCALE(&a->rescale),
   };
   memcpy(o, table, sizeof table);
 }

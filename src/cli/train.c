@@ -26,10 +26,7 @@ typedef struct train_args {
 /* The table lives in the caller's frame; targets point into args. */
 static void train_options(train_args *a, cli_option *o) {
   cli_option table[TRAIN_OPTION_COUNT] = {
-      {"--data", "DATA",
-       "a data set name (fashion-mnist, mnist, cifar10, cifar100) or a "
-       "directory",
-       CLI_STRING, &a->data, NULL, 1, 0},
+      CLI_OPTION_DATA(&a->data),
       {"--epochs", "N", "epochs to train (default 1)", CLI_POSITIVE_INT,
        &a->epochs, NULL, 0, 0},
       {"--batch-size", "B",
