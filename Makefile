@@ -18,10 +18,10 @@ build: deps
 # test images with the saved weights.
 demo: build
 	$(BUILD)/mxu train models/fashion_mnist.json --data fashion-mnist \
-	  --epochs 5 --batch-size 1000 --save-weights $(BUILD)/fashion.weights \
+	  --epochs 5 --batch-size 1000 --save-weights $(BUILD)/fashion.weights.h5 \
 	  --report $(BUILD)/fashion_report.json
 	$(BUILD)/mxu predict models/fashion_mnist.json \
-	  --weights $(BUILD)/fashion.weights --data fashion-mnist \
+	  --weights $(BUILD)/fashion.weights.h5 --data fashion-mnist \
 	  --index 0,1,2 --top 3
 
 test: build

@@ -26,6 +26,7 @@ static int train_once(const mxu_dataset *train, const mxu_dataset *test,
   mxu_compile_config compile = mxu_compile_defaults();
   compile.batch_size = 1024;
   compile.seed = seed;
+  compile.metric = "sparse_categorical_accuracy";
   if (mxu_compile(model, &compile)) return fail("compile");
   if (seed == 1) mxu_summary(model, stdout);
 

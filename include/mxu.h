@@ -307,12 +307,23 @@ mxu_status mxu_model_to_json(const mxu_model *model, int keras3, char **out);
 mxu_status mxu_model_save_json(const mxu_model *model, const char *path,
                                int keras3);
 
-/* Weights in mxu's interim binary format (see docs in src/io/weights.c):
- * every layer's weights in Keras order, with names and shapes, so a file
- * for another model is refused with the first mismatch named. Written
- * atomically. The HDF5 issue replaces this format. */
+/* Weights as Keras' HDF5 files, every layer's weights in Keras order and
+ * layouts. The file name picks the layout: "w.h5" (or ".hdf5") is tf.keras
+ * 2.x's save_weights("w.h5") layout, which tf.keras and Keras 3 load;
+ * "w.weights.h5" is Keras 3's save_weights layout. Any other name is
+ * MXU_ERR_ARG (".keras", a zipped whole model, MXU_ERR_UNSUPPORTED).
+ * Saving writes a temporary file beside the target and renames it over the
+ * target once it is on disk, so a failure leaves the previous file intact.
+ * Loading recognises either layout from the content (a whole-model
+ * tf.keras .h5 file's model_weights included), matches layers with weights
+ * by position (Keras 3: by its class-based names) as Keras does, and
+ * checks every count and shape before the model changes: a file of
+ * another model is refused naming the first layer that differs. */
 mxu_status mxu_save_weights(const mxu_model *model, const char *path);
 mxu_status mxu_load_weights(mxu_model *model, const char *path);
+/* MXU_OK when path names a weights file mxu_save_weights can write; else
+ * the error saving would give, so a command can refuse a name up front. */
+mxu_status mxu_weights_path_check(const char *path);
 
 #ifdef __cplusplus
 }

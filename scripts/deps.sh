@@ -2,7 +2,10 @@
 # deps.sh — installs the Debian packages mxu builds and tests with, only
 # those missing, with one apt-get update. Run by `make demo` and `make test`.
 set -e
-packages="build-essential cmake libdnnl-dev libcjson-dev zlib1g-dev dataset-fashion-mnist"
+# libhdf5-dev: Keras .h5 weights files; python3-h5py: tests only, an
+# independent writer of those files (run with /usr/bin/python3).
+packages="build-essential cmake libdnnl-dev libcjson-dev zlib1g-dev libhdf5-dev
+  dataset-fashion-mnist python3-h5py"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

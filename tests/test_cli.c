@@ -3,6 +3,7 @@
  * run on Fashion-MNIST whose report, weights, evaluation, predictions and
  * summary are checked. MXU_BIN is the built binary's path (CMake). */
 #include "check.h"
+#include "mxu.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -147,6 +148,29 @@ static const char lstm_json[] =
 
 /* ---- usage errors: exit 2 ---------------------------------------------- */
 
+/* Weights files are Keras' .h5 or .weights.h5: another name is refused
+ * before any data is read or any epoch is trained. */
+static void weights_names(void) {
+  result r = run("train", fashion_json, "--data", "fashion-mnist",
+                 "--save-weights", "fashion.weights", NULL);
+  EXPECT_RUN(r, 2,
+             "mxu train: --save-weights: fashion.weights: unknown weights "
+             "format; use a .h5 (tf.keras 2.x) or .weights.h5 (Keras 3) "
+             "file name");
+  CHECK(!has(r.out, "Epoch"));
+  result_free(&r);
+  r = run("evaluate", fashion_json, "--data", "fashion-mnist", "--weights",
+          "w.bin", NULL);
+  EXPECT_RUN(r, 2, "mxu evaluate: --weights: w.bin: unknown weights format");
+  result_free(&r);
+  r = run("predict", fashion_json, "--data", "fashion-mnist", "--weights",
+          "m.keras", "--index", "0", NULL);
+  EXPECT_RUN(r, 2,
+             "mxu predict: --weights: m.keras: a .keras file is a "
+             "whole Keras 3 model");
+  result_free(&r);
+}
+
 static void usage_errors(void) {
   result r = run("train", fashion_json, "--data", "fashion-mnist", "--epoch",
                  "3", NULL);
@@ -183,6 +207,7 @@ static void usage_errors(void) {
   r = run("fit", NULL);
   EXPECT_RUN(r, 2, "mxu: unknown command 'fit'");
   result_free(&r);
+  weights_names();
 }
 
 /* ---- help -------------------------------------------------------------- */
@@ -262,12 +287,29 @@ static void weights_for_another_model(const char *weights) {
   result r = run("evaluate", narrow, "--weights", weights, "--data",
                  "fashion-mnist", NULL);
   EXPECT_RUN(r, 1,
-             "layer 1 'conv2d': kernel has shape (3, 3, 1, 64) in the "
-             "file but (3, 3, 1, 32) in the model");
+             "layer 'conv2d' (position 1): kernel has shape (3, 3, 1, 64) "
+             "in the file but (3, 3, 1, 32) in the model");
   result_free(&r);
 }
 
 /* ---- a real run -------------------------------------------------------- */
+
+static void check_evaluate(const char *weights, double want);
+
+/* The run's weights in tf.keras 2.x's layout: the library converts, the
+ * command evaluates them to the same accuracy. */
+static void legacy_layout(const char *keras3, double accuracy) {
+  mxu_model *model = NULL;
+  mxu_compile_config c = mxu_compile_defaults();
+  CHECK_OK(mxu_model_load_json(fashion_json, &model, NULL, NULL));
+  c.batch_size = 8;
+  CHECK_OK(mxu_compile(model, &c));
+  const char *legacy = temp_path("fashion.h5");
+  CHECK_OK(mxu_load_weights(model, keras3));
+  CHECK_OK(mxu_save_weights(model, legacy));
+  mxu_model_free(model);
+  check_evaluate(legacy, accuracy);
+}
 
 static double number(const cJSON *object, const char *key) {
   const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
@@ -348,7 +390,7 @@ static void check_predict(const char *weights) {
 
 static void real_run(void) {
   const char *report = temp_path("report.json");
-  const char *weights = temp_path("fashion.weights");
+  const char *weights = temp_path("fashion.weights.h5");
   result r = run("train", fashion_json, "--data", "fashion-mnist", "--epochs",
                  "1", "--steps-per-epoch", "60", "--verbose", "2", "--report",
                  report, "--save-weights", weights, NULL);
@@ -362,6 +404,7 @@ static void real_run(void) {
   check_evaluate(weights, accuracy);
   check_predict(weights);
   weights_for_another_model(weights);
+  legacy_layout(weights, accuracy);
 
   r = run("summary", fashion_json, NULL);
   CHECK(r.code == 0 && has(r.out, "Total params: 108,810"));

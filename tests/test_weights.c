@@ -1,6 +1,7 @@
-/* test_weights.c — mxu_save_weights / mxu_load_weights: a bit-exact round
- * trip (BatchNormalization's moving statistics included) on both backends,
- * and every way a file can be wrong refused before the model changes. */
+/* test_weights.c — mxu_save_weights / mxu_load_weights in both Keras
+ * layouts (tf.keras 2.x .h5, Keras 3 .weights.h5): a bit-exact round trip
+ * (BatchNormalization's moving statistics included) on both backends, and
+ * every way a file can be wrong refused before the model changes. */
 #include "check.h"
 #include "mxu.h"
 
@@ -9,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char temp_dir[] = "/tmp/mxu_test_weights_XXXXXX";
@@ -19,6 +21,16 @@ static const char *temp_path(const char *name) {
   char *path = paths[next++ % 8];
   snprintf(path, 512, "%s/%s", temp_dir, name);
   return path;
+}
+
+/* The file's name in the layout under test: stem + ".h5" (tf.keras 2.x)
+ * or stem + ".weights.h5" (Keras 3). */
+static const char *layout_ext;
+
+static const char *weights_path(const char *stem) {
+  char name[256];
+  snprintf(name, sizeof name, "%s%s", stem, layout_ext);
+  return temp_path(name);
 }
 
 static int has(const char *haystack, const char *needle) {
@@ -163,7 +175,7 @@ static void round_trip(mxu_backend_kind backend) {
   mxu_dataset *data = make_data(32);
   mxu_model *a = compiled(16, backend, 1);
   train(a, data);
-  const char *path = temp_path("round.bin");
+  const char *path = weights_path("round");
   CHECK_OK(mxu_save_weights(a, path));
   mxu_model *b = compiled(16, backend, 2);
   CHECK(!weights_equal(a, b));
@@ -171,8 +183,8 @@ static void round_trip(mxu_backend_kind backend) {
   CHECK(weights_equal(a, b));
   float *pa = predictions(a, data), *pb = predictions(b, data);
   CHECK(memcmp(pa, pb, 32 * 3 * sizeof *pa) == 0);
-  /* Saving what was loaded gives the same bytes. */
-  const char *again = temp_path("again.bin");
+  /* Saving what was loaded gives the same bytes: no timestamps. */
+  const char *again = weights_path("again");
   CHECK_OK(mxu_save_weights(b, again));
   long na, nb;
   unsigned char *fa = read_bytes(path, &na), *fb = read_bytes(again, &nb);
@@ -191,7 +203,7 @@ static void across_backends(void) {
   mxu_dataset *data = make_data(16);
   mxu_model *a = compiled(16, MXU_BACKEND_CPU, 3);
   train(a, data);
-  const char *path = temp_path("cross.bin");
+  const char *path = weights_path("cross");
   CHECK_OK(mxu_save_weights(a, path));
   mxu_model *b = compiled(16, MXU_BACKEND_CPU_REF, 4);
   CHECK_OK(mxu_load_weights(b, path));
@@ -201,36 +213,77 @@ static void across_backends(void) {
   mxu_dataset_free(data);
 }
 
+/* The same layers, one Dense wider: the message names it and both shapes,
+ * and nothing is loaded, not even the layers before it. */
 static void another_model(void) {
   mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
-  const char *path = temp_path("other.bin");
+  const char *path = weights_path("other");
   CHECK_OK(mxu_save_weights(a, path));
   mxu_model *b = compiled(24, MXU_BACKEND_CPU, 5);
   mxu_model *before = compiled(24, MXU_BACKEND_CPU, 5);
   EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_SHAPE,
-              "layer 5 'dense': kernel has shape (36, 16) in the file but "
-              "(36, 24) in the model");
+              "layer 'dense' (position 3): kernel has shape (36, 16) in the "
+              "file but (36, 24) in the model");
   CHECK(has(mxu_errmsg(), path));
-  CHECK(weights_equal(b, before)); /* nothing was loaded */
+  CHECK(has(mxu_errmsg(), "weights: "));
+  CHECK(weights_equal(b, before));
   mxu_model_free(a);
   mxu_model_free(b);
   mxu_model_free(before);
 }
 
-/* Every proper prefix of the file is refused as a format error. */
+/* Input (4,) -> Dense(3[, no bias]) [-> Dense(2)]. */
+static mxu_model *tiny(int use_bias, int second) {
+  mxu_model *model = mxu_sequential("tiny");
+  int64_t dims[1] = {4};
+  CHECK_OK(mxu_add_input(model, NULL, mxu_shape_make(1, dims)));
+  mxu_dense_config dense = mxu_dense_defaults(3);
+  dense.use_bias = use_bias;
+  CHECK_OK(mxu_add_dense(model, &dense));
+  if (second) {
+    mxu_dense_config out = mxu_dense_defaults(2);
+    CHECK_OK(mxu_add_dense(model, &out));
+  }
+  mxu_compile_config c = mxu_compile_defaults();
+  c.batch_size = 2;
+  c.backend = MXU_BACKEND_CPU_REF;
+  CHECK_OK(mxu_compile(model, &c));
+  return model;
+}
+
+/* Layer and weight counts that differ, as Keras' load_weights checks. */
+static void other_counts(void) {
+  mxu_model *two = tiny(1, 1), *one = tiny(1, 0), *nobias = tiny(0, 1);
+  const char *path = weights_path("counts");
+  CHECK_OK(mxu_save_weights(two, path));
+  EXPECT_FAIL(mxu_load_weights(one, path), MXU_ERR_SHAPE,
+              "the file holds weights for 2 layers but the model has 1 "
+              "layers with weights");
+  EXPECT_FAIL(mxu_load_weights(nobias, path), MXU_ERR_SHAPE,
+              "layer 'dense' (position 1): the file has 2 weights for it");
+  CHECK(has(mxu_errmsg(), "but the model has 1"));
+  mxu_model_free(two);
+  mxu_model_free(one);
+  mxu_model_free(nobias);
+}
+
+/* Every proper prefix of the file is refused as a format error naming
+ * the file: HDF5 finds its end-of-file address beyond the end. */
 static void truncated(void) {
   mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
-  const char *path = temp_path("full.bin"), *cut = temp_path("cut.bin");
+  const char *path = weights_path("full"), *cut = weights_path("cut");
   CHECK_OK(mxu_save_weights(a, path));
   long size;
   unsigned char *bytes = read_bytes(path, &size);
   mxu_model *b = compiled(16, MXU_BACKEND_CPU, 2);
   mxu_model *before = compiled(16, MXU_BACKEND_CPU, 2);
-  long lengths[] = {0, 3, 11, 15, 40, size / 2, size - 5, size - 1};
+  long lengths[] = {0, 3, 8, 40, 200, size / 2, size - 5, size - 1};
   for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
     write_bytes(cut, bytes, lengths[i]);
-    EXPECT_FAIL(mxu_load_weights(b, cut), MXU_ERR_FORMAT, "offset");
-    CHECK(has(mxu_errmsg(), cut));
+    EXPECT_FAIL(mxu_load_weights(b, cut), MXU_ERR_FORMAT, cut);
+    CHECK_MSG(has(mxu_errmsg(), "truncated") ||
+                  has(mxu_errmsg(), "not an HDF5 file"),
+              "length %ld: %s", lengths[i], mxu_errmsg());
   }
   CHECK(weights_equal(b, before));
   free(bytes);
@@ -239,26 +292,23 @@ static void truncated(void) {
   mxu_model_free(before);
 }
 
-static void corrupt(void) {
+/* A damaged signature, and a file that never was HDF5. */
+static void not_hdf5(void) {
   mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
-  const char *path = temp_path("flip.bin");
+  const char *path = weights_path("flip");
   CHECK_OK(mxu_save_weights(a, path));
   long size;
   unsigned char *bytes = read_bytes(path, &size);
   mxu_model *b = compiled(16, MXU_BACKEND_CPU, 2);
   mxu_model *before = compiled(16, MXU_BACKEND_CPU, 2);
-  bytes[size / 2] ^= 0x10; /* inside some weight's values */
+  bytes[1] ^= 0x20; /* "\x89HDF" -> "\x89hDF" */
   write_bytes(path, bytes, size);
-  EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_FORMAT, "CRC-32 mismatch");
-  bytes[size / 2] ^= 0x10;
-  bytes[0] = 'X';
-  write_bytes(path, bytes, size);
-  EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_FORMAT,
-              "offset 0: not an mxu weights file");
-  bytes[0] = 'M';
-  bytes[4] = 9;
-  write_bytes(path, bytes, size);
-  EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_FORMAT, "version 9");
+  EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_FORMAT, "not an HDF5 file");
+  CHECK(has(mxu_errmsg(), path));
+  const char *text = weights_path("text");
+  write_bytes(text, (const unsigned char *)"MXUW not hdf5\n", 14);
+  EXPECT_FAIL(mxu_load_weights(b, text), MXU_ERR_FORMAT, text);
+  CHECK(has(mxu_errmsg(), "not an HDF5 file"));
   CHECK(weights_equal(b, before));
   free(bytes);
   mxu_model_free(a);
@@ -268,45 +318,103 @@ static void corrupt(void) {
 
 static void missing_and_unwritable(void) {
   mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
-  const char *missing = temp_path("missing.bin");
+  const char *missing = weights_path("missing");
   EXPECT_FAIL(mxu_load_weights(a, missing), MXU_ERR_IO, missing);
   CHECK(has(mxu_errmsg(), "No such file"));
-  const char *nodir = temp_path("no/such/dir/w.bin");
+  const char *nodir = weights_path("no/such/dir/w");
   EXPECT_FAIL(mxu_save_weights(a, nodir), MXU_ERR_IO, nodir);
   CHECK(has(mxu_errmsg(), "No such file"));
   mxu_model *uncompiled = small_model(16);
-  EXPECT_FAIL(mxu_save_weights(uncompiled, temp_path("u.bin")), MXU_ERR_ARG,
+  EXPECT_FAIL(mxu_save_weights(uncompiled, weights_path("u")), MXU_ERR_ARG,
               "compile");
   EXPECT_FAIL(mxu_load_weights(uncompiled, missing), MXU_ERR_ARG, "compile");
   mxu_model_free(uncompiled);
   mxu_model_free(a);
 }
 
-/* A full disk, simulated by a file size limit: the save fails with the
- * cause, the previous file is left as it was and no temporary remains. */
+/* The child saves under a file size limit; 0 when it failed as it should. */
+static int save_too_large(const mxu_model *model, const char *path) {
+  struct rlimit limit;
+  signal(SIGXFSZ, SIG_IGN); /* write() then fails with EFBIG */
+  if (getrlimit(RLIMIT_FSIZE, &limit) != 0) return 2;
+  limit.rlim_cur = 1000;
+  if (setrlimit(RLIMIT_FSIZE, &limit) != 0) return 2;
+  mxu_status s = mxu_save_weights(model, path);
+  int ok = s == MXU_ERR_IO && has(mxu_errmsg(), path) &&
+           has(mxu_errmsg(), "too large");
+  if (!ok)
+    fprintf(stderr, "disk full: %s: %s\n", mxu_status_name(s), mxu_errmsg());
+  return ok ? 0 : 1;
+}
+
+/* A full disk, simulated by a file size limit in a child process (HDF5
+ * may keep a file it failed to close open; the child's exit ends that):
+ * the save fails with the cause, the previous file is left as it was and
+ * still loads, and no temporary remains. */
 static void disk_full(void) {
   mxu_model *a = compiled(16, MXU_BACKEND_CPU, 1);
   mxu_model *b = compiled(16, MXU_BACKEND_CPU, 2);
-  const char *path = temp_path("keep.bin");
+  const char *path = weights_path("keep");
   CHECK_OK(mxu_save_weights(a, path));
   long size;
   unsigned char *before = read_bytes(path, &size);
-  struct rlimit old, small;
-  CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
-  small = old;
-  small.rlim_cur = 1000;
-  void (*handler)(int) = signal(SIGXFSZ, SIG_IGN);
-  CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
-  EXPECT_FAIL(mxu_save_weights(b, path), MXU_ERR_IO, path);
-  CHECK(has(mxu_errmsg(), "too large"));
-  CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
-  signal(SIGXFSZ, handler);
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0) _exit(save_too_large(b, path));
+  int status = -1;
+  CHECK(child > 0 && waitpid(child, &status, 0) == child);
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the child's save did not fail as expected (status %d)", status);
   long after_size;
   unsigned char *after = read_bytes(path, &after_size);
   CHECK(after_size == size && memcmp(before, after, (size_t)size) == 0);
-  CHECK(count_entries("keep.bin.") == 0);
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "keep%s.", layout_ext);
+  CHECK(count_entries(prefix) == 0);
+  CHECK_OK(mxu_load_weights(b, path));
+  CHECK(weights_equal(a, b));
   free(before);
   free(after);
+  mxu_model_free(a);
+  mxu_model_free(b);
+}
+
+/* Only Keras' names are weights files; the interim binary format is gone. */
+static void file_names(void) {
+  mxu_model *a = compiled(16, MXU_BACKEND_CPU_REF, 1);
+  const char *bin = temp_path("w.bin");
+  EXPECT_FAIL(mxu_save_weights(a, bin), MXU_ERR_ARG,
+              "unknown weights format; use a .h5 (tf.keras 2.x) or "
+              ".weights.h5 (Keras 3) file name");
+  CHECK(has(mxu_errmsg(), "weights: ") && has(mxu_errmsg(), bin));
+  EXPECT_FAIL(mxu_load_weights(a, bin), MXU_ERR_ARG, "unknown weights format");
+  EXPECT_FAIL(mxu_weights_path_check("fashion.weights"), MXU_ERR_ARG,
+              "fashion.weights: unknown weights format");
+  EXPECT_FAIL(mxu_save_weights(a, temp_path("m.keras")), MXU_ERR_UNSUPPORTED,
+              "zip archive");
+  CHECK_OK(mxu_weights_path_check("w.h5"));
+  CHECK_OK(mxu_weights_path_check("w.hdf5"));
+  CHECK_OK(mxu_weights_path_check("dir/w.weights.h5"));
+  CHECK(count_entries("w.bin") == 0 && count_entries("m.keras") == 0);
+  mxu_model_free(a);
+}
+
+/* A file renamed between the layouts still loads: the content decides. */
+static void layout_from_content(void) {
+  mxu_model *a = compiled(16, MXU_BACKEND_CPU_REF, 1);
+  mxu_model *b = compiled(16, MXU_BACKEND_CPU_REF, 2);
+  const char *k2 = temp_path("legacy.h5"), *k3 = temp_path("new.weights.h5");
+  const char *k2_as_k3 = temp_path("legacy.weights.h5");
+  const char *k3_as_k2 = temp_path("new.h5");
+  CHECK_OK(mxu_save_weights(a, k2));
+  CHECK_OK(mxu_save_weights(a, k3));
+  CHECK(rename(k2, k2_as_k3) == 0 && rename(k3, k3_as_k2) == 0);
+  CHECK_OK(mxu_load_weights(b, k2_as_k3));
+  CHECK(weights_equal(a, b));
+  mxu_model_free(b);
+  b = compiled(16, MXU_BACKEND_CPU_REF, 2);
+  CHECK_OK(mxu_load_weights(b, k3_as_k2));
+  CHECK(weights_equal(a, b));
   mxu_model_free(a);
   mxu_model_free(b);
 }
@@ -319,19 +427,28 @@ static void remove_temp_dir(void) {
   rmdir(temp_dir);
 }
 
+static void each_layout(const char *ext) {
+  layout_ext = ext;
+  round_trip(MXU_BACKEND_CPU);
+  round_trip(MXU_BACKEND_CPU_REF);
+  across_backends();
+  another_model();
+  other_counts();
+  truncated();
+  not_hdf5();
+  missing_and_unwritable();
+  disk_full();
+}
+
 int main(void) {
   if (!mkdtemp(temp_dir)) {
     perror("mkdtemp");
     return 1;
   }
-  round_trip(MXU_BACKEND_CPU);
-  round_trip(MXU_BACKEND_CPU_REF);
-  across_backends();
-  another_model();
-  truncated();
-  corrupt();
-  missing_and_unwritable();
-  disk_full();
+  each_layout(".h5");
+  each_layout(".weights.h5");
+  file_names();
+  layout_from_content();
   remove_temp_dir();
   return check_report("test_weights");
 }

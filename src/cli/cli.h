@@ -26,6 +26,12 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
 mxu_status cli_load_split(const char *data, mxu_split split, float rescale,
                           mxu_dataset **out);
 
+/* A weights file name mxu cannot read or write (not .h5, .hdf5 or
+ * .weights.h5) is a usage error, caught before anything runs. Returns
+ * CLI_OK, or CLI_USAGE after saying why (options.h). NULL path: CLI_OK. */
+int cli_check_weights_path(const char *command, const char *flag,
+                           const char *path);
+
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 

@@ -1,9 +1,20 @@
 /* common.c — what the subcommands share once their options are parsed:
  * the model file with its compile settings and a rescaled data split. */
 #include "cli.h"
+#include "options.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
+
+int cli_check_weights_path(const char *command, const char *flag,
+                           const char *path) {
+  if (!path || mxu_weights_path_check(path) == MXU_OK) return CLI_OK;
+  /* The library says "weights: "; the flag says it better here. */
+  const char *why = mxu_errmsg();
+  if (strncmp(why, "weights: ", 9) == 0) why += 9;
+  return cli_usage_error(command, "%s: %s", flag, why);
+}
 
 mxu_status cli_load_model(const char *path, mxu_model **model,
                           mxu_compile_config *compile, char *metric,

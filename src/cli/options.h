@@ -55,7 +55,9 @@ typedef struct cli_command {
   }
 #define CLI_OPTION_WEIGHTS(target)                                             \
   {                                                                            \
-    "--weights", "FILE", "weights saved by mxu train --save-weights",          \
+    "--weights", "FILE",                                                       \
+        "weights saved by mxu train --save-weights or Keras' save_weights: "   \
+        "a .h5 (tf.keras 2.x) or .weights.h5 (Keras 3) file",                  \
         CLI_STRING, (target), NULL, 1, 0                                       \
   }
 #define CLI_OPTION_RESCALE(target)                                             \

@@ -62,7 +62,9 @@ static void train_options(train_args *a, cli_option *o) {
       {"--verbose", "V",
        "0 silent, 1 progress bar, 2 one line per epoch (default 1)", CLI_CHOICE,
        &a->verbose, verbose_names, 0, 0},
-      {"--save-weights", "FILE", "write the trained weights to FILE",
+      {"--save-weights", "FILE",
+       "write the trained weights to FILE as Keras' save_weights does: "
+       "FILE.h5 in tf.keras 2.x's layout, FILE.weights.h5 in Keras 3's",
        CLI_STRING, &a->save_weights, NULL, 0, 0},
       {"--report", "FILE",
        "write a JSON report (epoch logs, test result, images/s) to FILE",
@@ -233,6 +235,9 @@ int cli_train(int argc, char **argv) {
                      TRAIN_OPTION_COUNT};
   int parsed = cli_parse(&cmd, argc, argv, &a.model);
   if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+  /* Before training, not after it: a bad name must not cost the run. */
+  parsed = cli_check_weights_path("train", "--save-weights", a.save_weights);
+  if (parsed != CLI_OK) return parsed;
 
   train_run run = {0};
   int code = run_train(&cmd, &a, &run, start);

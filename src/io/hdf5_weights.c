@@ -1,0 +1,223 @@
+/* hdf5_weights.c — mxu_save_weights / mxu_load_weights: Keras' HDF5
+ * weights files. The file name picks the layout on saving (.h5 / .hdf5:
+ * tf.keras 2.x, .weights.h5: Keras 3); loading recognises it from the
+ * content. Files are written atomically, and read in full and checked
+ * before a single model value changes. */
+#include "io/weights.h"
+#include "model/layers/layers.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- which layout ------------------------------------------------------ */
+
+typedef enum weights_layout { LAYOUT_KERAS2, LAYOUT_KERAS3 } weights_layout;
+
+static int ends_with(const char *text, const char *suffix) {
+  size_t n = strlen(text), m = strlen(suffix);
+  return n >= m && strcmp(text + n - m, suffix) == 0;
+}
+
+/* Keras' own rule: ".weights.h5" is Keras 3's; ".h5" and ".hdf5" are the
+ * legacy (tf.keras 2.x) layout. */
+static mxu_status layout_of(const char *path, weights_layout *layout) {
+  *layout = ends_with(path, ".weights.h5") ? LAYOUT_KERAS3 : LAYOUT_KERAS2;
+  if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return MXU_OK;
+  if (ends_with(path, ".keras"))
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: a .keras file is a whole Keras 3 model (a zip "
+                    "archive), not a weights file; use a .h5 (tf.keras 2.x) "
+                    "or .weights.h5 (Keras 3) file name",
+                    path);
+  return mxu_fail(MXU_ERR_ARG,
+                  "%s: unknown weights format; use a .h5 (tf.keras 2.x) or "
+                  ".weights.h5 (Keras 3) file name",
+                  path);
+}
+
+/* Inner messages start with the path; the entry points say who speaks. */
+static mxu_status finish(mxu_status status) {
+  return status == MXU_OK ? MXU_OK : mxu_fail_prefix(status, "weights: ");
+}
+
+mxu_status mxu_weights_path_check(const char *path) {
+  if (!path) return mxu_fail(MXU_ERR_ARG, "weights: a path is required");
+  weights_layout layout;
+  return finish(layout_of(path, &layout));
+}
+
+static mxu_status check_call(const mxu_model *model, const char *path,
+                             weights_layout *layout) {
+  if (!model || !path)
+    return mxu_fail(MXU_ERR_ARG, "a model and a path are required");
+  MXU_TRY(layout_of(path, layout));
+  if (!model->compiled)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: compile the model first (its weights are created "
+                    "at compile)",
+                    path);
+  return MXU_OK;
+}
+
+/* ---- what both layouts share ------------------------------------------- */
+
+int mxu_weights_next_layer(const mxu_model *model, int from) {
+  while (from < model->layer_count && model->layers[from].param_count == 0)
+    from++;
+  return from;
+}
+
+int mxu_weights_layer_total(const mxu_model *model) {
+  int total = 0;
+  for (int i = 0; i < model->layer_count; i++)
+    total += model->layers[i].param_count > 0;
+  return total;
+}
+
+static int same_shape(const mxu_shape *a, const mxu_shape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return 0;
+  return 1;
+}
+
+static mxu_status shape_mismatch(const mxu_weights_load *load, int layer,
+                                 int position, const mxu_param *param,
+                                 const mxu_shape *file) {
+  char a[160], b[160];
+  mxu_shape_format(file, a, sizeof a);
+  mxu_shape_format(&param->shape, b, sizeof b);
+  return mxu_fail(MXU_ERR_SHAPE,
+                  "%s: layer '%s' (position %d): %s has shape %s in the file "
+                  "but %s in the model",
+                  load->path, load->model->layers[layer].name, position,
+                  param->name, a, b);
+}
+
+mxu_status mxu_weights_take(mxu_weights_load *load, int layer, int position,
+                            int k, hid_t dataset) {
+  const mxu_model *model = load->model;
+  int index = model->layers[layer].param_first + k;
+  const mxu_param *param = &model->params[index];
+  mxu_shape file;
+  MXU_TRY(mxu_h5_float_shape(load->path, dataset, &file));
+  if (!same_shape(&file, &param->shape))
+    return shape_mismatch(load, layer, position, param, &file);
+  float *values =
+      malloc((size_t)(param->count ? param->count : 1) * sizeof *values);
+  if (!values)
+    return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory for %lld values",
+                    load->path, (long long)param->count);
+  mxu_status s = mxu_h5_read_floats(load->path, dataset, values);
+  if (s != MXU_OK) {
+    free(values);
+    return s;
+  }
+  free(load->scratch[index]);
+  load->scratch[index] = values;
+  return MXU_OK;
+}
+
+mxu_status mxu_weights_count_mismatch(const mxu_weights_load *load, int layer,
+                                      int position, int file_count,
+                                      const char *file_layer) {
+  return mxu_fail(MXU_ERR_SHAPE,
+                  "%s: layer '%s' (position %d): the file has %d weights for "
+                  "it (from '%s') but the model has %d",
+                  load->path, load->model->layers[layer].name, position,
+                  file_count, file_layer,
+                  load->model->layers[layer].param_count);
+}
+
+mxu_status mxu_weights_layers_mismatch(const mxu_weights_load *load,
+                                       int file_layers) {
+  return mxu_fail(MXU_ERR_SHAPE,
+                  "%s: the file holds weights for %d layers but the model "
+                  "has %d layers with weights",
+                  load->path, file_layers,
+                  mxu_weights_layer_total(load->model));
+}
+
+/* ---- saving ------------------------------------------------------------ */
+
+static mxu_status save(const mxu_model *model, const char *path,
+                       weights_layout layout) {
+  mxu_h5_output out;
+  MXU_TRY(mxu_h5_create(&out, path));
+  mxu_status s = layout == LAYOUT_KERAS3
+                     ? mxu_keras3_write(model, out.file, path)
+                     : mxu_keras2_write(model, out.file, path);
+  if (s != MXU_OK) {
+    mxu_h5_abandon(&out);
+    return s;
+  }
+  return mxu_h5_commit(&out);
+}
+
+mxu_status mxu_save_weights(const mxu_model *model, const char *path) {
+  weights_layout layout;
+  mxu_status s = check_call(model, path, &layout);
+  if (s == MXU_OK) {
+    mxu_h5_quiet quiet;
+    mxu_h5_quiet_begin(&quiet);
+    s = save(model, path, layout);
+    mxu_h5_quiet_end(&quiet);
+  }
+  return finish(s);
+}
+
+/* ---- loading ----------------------------------------------------------- */
+
+static mxu_status read_layout(mxu_weights_load *load, hid_t file) {
+  if (mxu_keras2_detect(file)) return mxu_keras2_read(load, file);
+  if (mxu_keras3_detect(file)) return mxu_keras3_read(load, file);
+  return mxu_fail(MXU_ERR_FORMAT,
+                  "%s: an HDF5 file without Keras weights: it has neither "
+                  "tf.keras 2.x's layer_names attribute nor Keras 3's "
+                  "layers group",
+                  load->path);
+}
+
+/* The counts were checked layer by layer, so every weight has its values;
+ * the check stays as a guard against a layout that skips one. */
+static mxu_status commit(mxu_weights_load *load) {
+  mxu_model *model = load->model;
+  for (int i = 0; i < model->param_count; i++)
+    if (!load->scratch[i])
+      return mxu_fail(MXU_ERR_FORMAT, "%s: no values for %s of layer '%s'",
+                      load->path, model->params[i].name,
+                      model->layers[model->params[i].layer].name);
+  for (int i = 0; i < model->param_count; i++) {
+    const mxu_param *p = &model->params[i];
+    float *to = (p->trainable ? model->weights : model->state) + p->offset;
+    memcpy(to, load->scratch[i], (size_t)p->count * sizeof *to);
+  }
+  return MXU_OK;
+}
+
+static mxu_status load_file(mxu_model *model, const char *path) {
+  hid_t file;
+  MXU_TRY(mxu_h5_open(path, &file));
+  int n = model->param_count;
+  mxu_weights_load load = {path, model, calloc((size_t)n + 1, sizeof(float *))};
+  mxu_status s = MXU_OK;
+  if (!load.scratch) s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
+  if (s == MXU_OK) s = read_layout(&load, file);
+  if (s == MXU_OK) s = commit(&load);
+  for (int i = 0; load.scratch && i < n; i++) free(load.scratch[i]);
+  free(load.scratch);
+  mxu_h5_close(file);
+  return s;
+}
+
+mxu_status mxu_load_weights(mxu_model *model, const char *path) {
+  weights_layout layout;
+  mxu_status s = check_call(model, path, &layout);
+  if (s == MXU_OK) {
+    mxu_h5_quiet quiet;
+    mxu_h5_quiet_begin(&quiet);
+    s = load_file(model, path);
+    mxu_h5_quiet_end(&quiet);
+  }
+  return finish(s);
+}
