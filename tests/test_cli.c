@@ -411,6 +411,35 @@ static void real_run(void) {
   result_free(&r);
 }
 
+/* summary --save-json writes a model that reads back to the same summary,
+ * in either JSON form; a bad --format is a usage error. */
+static void summary_save_json(void) {
+  const char *keras3 = temp_path("cifar10.keras3.json");
+  const char *keras2 = temp_path("cifar10.tf_keras.json");
+  result original = run("summary", "models/cifar10.json", NULL);
+  result a = run("summary", "models/cifar10.json", "--save-json", keras3,
+                 "--format", "keras3", NULL);
+  result b = run("summary", keras3, "--save-json", keras2, NULL);
+  result c = run("summary", keras2, NULL);
+  CHECK(original.code == 0 && a.code == 0 && b.code == 0 && c.code == 0);
+  CHECK(has(original.out, "Total params: 1,676,982"));
+  CHECK(original.out && b.out && c.out && strcmp(original.out, b.out) == 0 &&
+        strcmp(original.out, c.out) == 0);
+  char *text3 = read_text(keras3), *text2 = read_text(keras2);
+  CHECK(text3 && has(text3, "\"batch_shape\"") && has(text3, "keras.layers"));
+  CHECK(text2 && has(text2, "\"batch_input_shape\"") &&
+        !has(text2, "keras.layers"));
+  free(text3);
+  free(text2);
+  result bad = run("summary", "models/cifar10.json", "--format", "onnx", NULL);
+  CHECK(bad.code == 2 && has(bad.err, "--format"));
+  result_free(&original);
+  result_free(&a);
+  result_free(&b);
+  result_free(&c);
+  result_free(&bad);
+}
+
 static void remove_temp_dir(void) {
   DIR *dir = opendir(temp_dir);
   for (struct dirent *e; dir && (e = readdir(dir));)
@@ -428,6 +457,7 @@ int main(void) {
   help();
   runtime_errors();
   real_run();
+  summary_save_json();
   remove_temp_dir();
   return check_report("test_cli");
 }
