@@ -248,6 +248,13 @@ typedef struct mxu_fit_config {
   uint64_t seed;
   int verbose; /* 0 silent, 1 progress bar, 2 one line per epoch */
   FILE *out;   /* where progress goes; stdout if NULL */
+  /* Keras' initial_epoch, and mxu's step within it: where a resumed run
+   * starts (see mxu_checkpoint_restore). */
+  int initial_epoch, initial_step;
+  /* Checkpoints: when checkpoint_dir is set, a full-model checkpoint is
+   * written every checkpoint_every steps (0: at the end of every epoch). */
+  const char *checkpoint_dir;
+  int checkpoint_every;
 } mxu_fit_config;
 
 mxu_fit_config mxu_fit_defaults(void);
@@ -324,6 +331,46 @@ mxu_status mxu_load_weights(mxu_model *model, const char *path);
 /* MXU_OK when path names a weights file mxu_save_weights can write; else
  * the error saving would give, so a command can refuse a name up front. */
 mxu_status mxu_weights_path_check(const char *path);
+
+/* Where training stands: the next step to run is `step` (0-based, within
+ * the epoch) of `epoch` (0-based). With the fit seed it fixes the shuffle
+ * order and every dropout mask still to come, so training resumed from
+ * here continues bit for bit. */
+typedef struct mxu_train_position {
+  int epoch, step;
+  uint64_t seed;
+} mxu_train_position;
+
+/* The full model as tf.keras 2.x's model.save("m.h5"): root attributes
+ * model_config (the model JSON) and training_config (loss, metrics,
+ * optimizer_config), the weights under model_weights, the optimizer's
+ * state (iterations, then Adam's m and v or SGD's momentum, per weight)
+ * under optimizer_weights, and mxu's own attributes (batch size, training
+ * position). Written atomically. A compiled model only. */
+mxu_status mxu_save_model(const mxu_model *model, const char *path,
+                          const mxu_train_position *position);
+/* Rebuilds, compiles (the file's training config and batch size over
+ * mxu_compile_defaults; backend from `backend`) and restores a model saved
+ * by mxu_save_model, optimizer state included. position may be NULL. */
+mxu_status mxu_load_model(const char *path, mxu_backend_kind backend,
+                          mxu_model **out, mxu_train_position *position);
+/* Restores weights, optimizer state and position from a full-model file
+ * into an already compiled model of the same architecture. */
+mxu_status mxu_restore_model(mxu_model *model, const char *path,
+                             mxu_train_position *position);
+
+/* Checkpoints: DIR/ckpt-EEEEE-SSSSS.h5 full-model files, written
+ * atomically; after a new one is complete, all but the newest `keep` (at
+ * least 2) are removed, so a complete one always exists. */
+mxu_status mxu_checkpoint_save(const mxu_model *model, const char *dir,
+                               const mxu_train_position *position, int keep);
+/* Restores the newest checkpoint in DIR that loads; a truncated or corrupt
+ * one is skipped. *found is 0 when DIR has none (not an error). skipped,
+ * if not NULL, receives up to `skipped_size` bytes describing what was
+ * skipped and why ("" when nothing was). */
+mxu_status mxu_checkpoint_restore(mxu_model *model, const char *dir,
+                                  mxu_train_position *position, int *found,
+                                  char *skipped, size_t skipped_size);
 
 #ifdef __cplusplus
 }
