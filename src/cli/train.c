@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const optimizer_names[] = {"adam", "sgd", NULL};
 static const char *const loss_names[] = {"sparse_categorical_crossentropy",
@@ -15,13 +16,15 @@ static const char *const verbose_names[] = {"0", "1", "2", NULL};
 
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
+  const char *checkpoint_dir, *resume;
+  int checkpoint_every;
   int epochs, batch_size, steps_per_epoch, validation_freq;
   int optimizer, loss, verbose;
   float learning_rate, rescale;
   uint64_t seed;
 } train_args;
 
-#define TRAIN_OPTION_COUNT 13
+#define TRAIN_OPTION_COUNT 16
 
 /* The table lives in the caller's frame; targets point into args. */
 static void train_options(train_args *a, cli_option *o) {
@@ -69,6 +72,18 @@ static void train_options(train_args *a, cli_option *o) {
       {"--report", "FILE",
        "write a JSON report (epoch logs, test result, images/s) to FILE",
        CLI_STRING, &a->report, NULL, 0, 0},
+      {"--checkpoint-dir", "DIR",
+       "write crash-safe full-model checkpoints (Keras .h5 with optimizer "
+       "state and training position) to DIR, keeping the newest two",
+       CLI_STRING, &a->checkpoint_dir, NULL, 0, 0},
+      {"--checkpoint-every", "N",
+       "checkpoint every N steps (default: at the end of every epoch)",
+       CLI_POSITIVE_INT, &a->checkpoint_every, NULL, 0, 0},
+      {"--resume", "DIR|FILE",
+       "continue from the newest complete checkpoint in DIR (skipping "
+       "corrupt ones) or from a full-model FILE, bit for bit; DIR also "
+       "receives new checkpoints unless --checkpoint-dir says otherwise",
+       CLI_STRING, &a->resume, NULL, 0, 0},
   };
   memcpy(o, table, sizeof table);
 }
@@ -163,6 +178,41 @@ static mxu_status compile_model(const cli_command *cmd, const train_args *a,
   return mxu_compile(run->model, &run->compile);
 }
 
+/* --resume names a full-model file when one exists there, else a
+ * checkpoint directory (perhaps not created yet: a first run). */
+static int is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Restores --resume into the compiled model and says where fit goes on.
+ * A directory without checkpoints starts from scratch. */
+static mxu_status resume(const train_args *a, train_run *run,
+                         mxu_fit_config *fit) {
+  if (!a->resume) return MXU_OK;
+  mxu_train_position at = {0, 0, a->seed};
+  int found = 1;
+  char skipped[2048] = "";
+  mxu_status s = is_file(a->resume)
+                     ? mxu_restore_model(run->model, a->resume, &at)
+                     : mxu_checkpoint_restore(run->model, a->resume, &at,
+                                              &found, skipped, sizeof skipped);
+  if (skipped[0]) fprintf(stderr, "mxu train: resume: skipped %s\n", skipped);
+  if (s != MXU_OK) return s;
+  if (!found) {
+    if (a->verbose)
+      printf("no checkpoint in %s yet: starting from the beginning\n",
+             a->resume);
+    return MXU_OK;
+  }
+  fit->initial_epoch = at.epoch;
+  fit->initial_step = at.step;
+  fit->seed = at.seed; /* the run's own shuffle and dropout streams */
+  if (a->verbose)
+    printf("resuming at epoch %d, step %d\n", at.epoch + 1, at.step + 1);
+  return MXU_OK;
+}
+
 static mxu_status fit_and_evaluate(const train_args *a, train_run *run) {
   mxu_fit_config fit = mxu_fit_defaults();
   fit.epochs = a->epochs;
@@ -173,18 +223,29 @@ static mxu_status fit_and_evaluate(const train_args *a, train_run *run) {
   fit.validation_freq = a->validation_freq;
   fit.seed = a->seed;
   fit.verbose = a->verbose;
+  fit.checkpoint_dir = a->checkpoint_dir;
+  if (!fit.checkpoint_dir && a->resume && !is_file(a->resume))
+    fit.checkpoint_dir = a->resume;
+  fit.checkpoint_every = a->checkpoint_every;
+  mxu_status s = resume(a, run, &fit);
+  if (s != MXU_OK) return s;
+  /* A checkpoint past the last epoch leaves only the evaluation. */
+  int train = fit.initial_epoch < fit.epochs;
   if (a->verbose)
     printf("Train on %lld samples, validate on %lld samples\n",
            (long long)mxu_dataset_count(run->train),
            (long long)mxu_dataset_count(run->test));
-  mxu_status s = mxu_fit(run->model, run->train, &fit, &run->history);
-  if (s != MXU_OK) return s;
-  /* A last epoch that validated already scored the final weights on the
-   * test split; a second pass would give the same numbers. */
-  const mxu_epoch_log *last = &run->history->epochs[run->history->count - 1];
-  run->test_loss = last->val_loss;
-  run->test_accuracy = last->val_accuracy;
-  if (isnan(last->val_loss))
+  run->test_loss = NAN;
+  if (train) {
+    s = mxu_fit(run->model, run->train, &fit, &run->history);
+    if (s != MXU_OK) return s;
+    /* A last epoch that validated already scored the final weights on the
+     * test split; a second pass would give the same numbers. */
+    const mxu_epoch_log *last = &run->history->epochs[run->history->count - 1];
+    run->test_loss = last->val_loss;
+    run->test_accuracy = last->val_accuracy;
+  }
+  if (isnan(run->test_loss))
     s = mxu_evaluate(run->model, run->test, 0, &run->test_loss,
                      &run->test_accuracy);
   if (s != MXU_OK) return s;

@@ -595,3 +595,83 @@ mxu_status mxu_h5_read_floats(const char *path, hid_t dataset, float *out) {
                      "%s: %s: cannot read: truncated or corrupt", path,
                      mxu_h5_where(dataset));
 }
+
+/* ---- integer scalars --------------------------------------------------- */
+
+mxu_status mxu_h5_write_int_attribute(const char *path, hid_t object,
+                                      const char *name, hid_t file_type,
+                                      hid_t memory_type, const void *value) {
+  hid_t space = H5Screate(H5S_SCALAR);
+  mxu_status s =
+      put_attribute(path, object, name, file_type, memory_type, space, value);
+  H5Sclose(space);
+  return s;
+}
+
+/* One integer, scalar or a single-element array: anything else is not
+ * what mxu wrote. */
+static mxu_status check_int_scalar(const char *path, const char *what,
+                                   hid_t type, hid_t space) {
+  int integer = type >= 0 && H5Tget_class(type) == H5T_INTEGER;
+  hssize_t n = space < 0 ? -1 : H5Sget_simple_extent_npoints(space);
+  if (integer && n == 1) return MXU_OK;
+  return mxu_fail(MXU_ERR_FORMAT, "%s: %s is not one integer", path, what);
+}
+
+mxu_status mxu_h5_read_int_attribute(const char *path, hid_t object,
+                                     const char *name, hid_t memory_type,
+                                     void *value, int *found) {
+  int exists = 0;
+  *found = 0;
+  MXU_TRY(attribute_exists(path, object, name, &exists));
+  if (!exists) return MXU_OK;
+  hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
+  if (attr < 0)
+    return mxu_h5_fail(MXU_ERR_FORMAT, "%s: %s: cannot open attribute '%s'",
+                       path, mxu_h5_where(object), name);
+  hid_t type = H5Aget_type(attr), space = H5Aget_space(attr);
+  char what[512];
+  snprintf(what, sizeof what, "%s: attribute '%s'", mxu_h5_where(object), name);
+  mxu_status s = check_int_scalar(path, what, type, space);
+  if (s == MXU_OK && H5Aread(attr, memory_type, value) < 0)
+    s = mxu_h5_fail(MXU_ERR_FORMAT, "%s: %s: cannot read attribute '%s'", path,
+                    mxu_h5_where(object), name);
+  if (type >= 0) H5Tclose(type);
+  if (space >= 0) H5Sclose(space);
+  H5Aclose(attr);
+  *found = s == MXU_OK;
+  return s;
+}
+
+mxu_status mxu_h5_write_int64(const char *path, hid_t loc, const char *name,
+                              int64_t value) {
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t lcpl = link_plist(), dcpl = object_plist(H5P_DATASET_CREATE);
+  hid_t dataset =
+      H5Dcreate2(loc, name, H5T_STD_I64LE, space, lcpl, dcpl, H5P_DEFAULT);
+  herr_t ok = dataset < 0 ? -1
+                          : H5Dwrite(dataset, H5T_NATIVE_INT64, H5S_ALL,
+                                     H5S_ALL, H5P_DEFAULT, &value);
+  mxu_status s = MXU_OK;
+  if (ok < 0)
+    s = mxu_h5_fail(MXU_ERR_IO, "%s: cannot write dataset '%s' in %s", path,
+                    name, mxu_h5_where(loc));
+  if (dataset >= 0 && H5Dclose(dataset) < 0 && s == MXU_OK)
+    s = mxu_h5_fail(MXU_ERR_IO, "%s: cannot write dataset '%s'", path, name);
+  H5Pclose(lcpl);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  return s;
+}
+
+mxu_status mxu_h5_read_int64(const char *path, hid_t dataset, int64_t *value) {
+  hid_t type = H5Dget_type(dataset), space = H5Dget_space(dataset);
+  mxu_status s = check_int_scalar(path, mxu_h5_where(dataset), type, space);
+  if (s == MXU_OK && H5Dread(dataset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL,
+                             H5P_DEFAULT, value) < 0)
+    s = mxu_h5_fail(MXU_ERR_FORMAT, "%s: %s: cannot read: truncated or corrupt",
+                    path, mxu_h5_where(dataset));
+  if (type >= 0) H5Tclose(type);
+  if (space >= 0) H5Sclose(space);
+  return s;
+}

@@ -120,4 +120,21 @@ mxu_status mxu_h5_float_shape(const char *path, hid_t dataset,
                               mxu_shape *shape);
 mxu_status mxu_h5_read_floats(const char *path, hid_t dataset, float *out);
 
+/* ---- integer scalars --------------------------------------------------- */
+
+/* A scalar integer attribute (file_type: H5T_STD_I64LE, H5T_STD_U64LE),
+ * as h5py writes a Python or numpy int. */
+mxu_status mxu_h5_write_int_attribute(const char *path, hid_t object,
+                                      const char *name, hid_t file_type,
+                                      hid_t memory_type, const void *value);
+/* Reads a scalar integer attribute converted to memory_type; *found is 0
+ * (and *value untouched) when there is none. */
+mxu_status mxu_h5_read_int_attribute(const char *path, hid_t object,
+                                     const char *name, hid_t memory_type,
+                                     void *value, int *found);
+/* A scalar int64 dataset, as Keras stores an optimizer's iterations. */
+mxu_status mxu_h5_write_int64(const char *path, hid_t loc, const char *name,
+                              int64_t value);
+mxu_status mxu_h5_read_int64(const char *path, hid_t dataset, int64_t *value);
+
 #endif

@@ -162,6 +162,23 @@ typedef struct epoch_totals {
   int64_t correct, samples;
 } epoch_totals;
 
+/* Writes a checkpoint when one is due after `step` of `epoch` has been
+ * applied: every checkpoint_every steps, or at an epoch's end when that is
+ * 0 (the caller passes epoch_end). */
+static mxu_status maybe_checkpoint(const mxu_model *model,
+                                   const mxu_fit_config *c, int epoch, int step,
+                                   int steps, int epoch_end) {
+  if (!c->checkpoint_dir) return MXU_OK;
+  int64_t done = (int64_t)epoch * steps + step + 1;
+  int due = c->checkpoint_every > 0
+                ? !epoch_end && done % c->checkpoint_every == 0
+                : epoch_end;
+  if (!due) return MXU_OK;
+  mxu_train_position next = {step + 1 == steps ? epoch + 1 : epoch,
+                             step + 1 == steps ? 0 : step + 1, c->seed};
+  return mxu_checkpoint_save(model, c->checkpoint_dir, &next, 2);
+}
+
 static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
                               const mxu_fit_config *c, int epoch, int steps,
                               int64_t *order, mxu_progress *progress,
@@ -170,7 +187,8 @@ static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
   if (c->shuffle)
     mxu_dataset_permutation(train->count, c->seed, (uint32_t)epoch, order);
   const char *metric = model->metric;
-  for (int step = 0; step < steps; step++) {
+  int first = epoch == c->initial_epoch ? c->initial_step : 0;
+  for (int step = first; step < steps; step++) {
     load_batch(model, train, c->shuffle ? order : NULL, step * batch, batch);
     mxu_step_result r = mxu_step_run(model, 1, batch, 1.0f / (float)batch,
                                      c->seed, (uint32_t)epoch, (uint32_t)step);
@@ -188,6 +206,7 @@ static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
         {"loss", totals->loss_sum / (double)totals->samples},
         {metric, (double)totals->correct / (double)totals->samples}};
     mxu_progress_update(progress, step + 1, m, 2, 0);
+    MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
   }
   return MXU_OK;
 }
@@ -208,7 +227,7 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
   const char *metric = model->metric;
   char val_metric[80];
   snprintf(val_metric, sizeof val_metric, "val_%s", metric);
-  for (int epoch = 0; epoch < c->epochs; epoch++) {
+  for (int epoch = c->initial_epoch; epoch < c->epochs; epoch++) {
     mxu_progress progress;
     mxu_progress_epoch(&progress, out, c->verbose, epoch + 1, c->epochs, steps);
     epoch_totals totals = {0};
@@ -231,6 +250,7 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
                              {"val_loss", log->val_loss},
                              {val_metric, log->val_accuracy}};
     mxu_progress_update(&progress, steps, m, isnan(log->val_loss) ? 2 : 4, 1);
+    MXU_TRY(maybe_checkpoint(model, c, epoch, steps - 1, steps, 1));
   }
   return MXU_OK;
 }
@@ -243,6 +263,16 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
     MXU_TRY(check_data(model, config->validation, "fit: validation data"));
   int batch = 0, steps = 0;
   MXU_TRY(resolve_batch(config, train->count, &batch, &steps));
+  if (config->initial_epoch < 0 || config->initial_epoch >= config->epochs ||
+      config->initial_step < 0 || config->initial_step >= steps)
+    return mxu_fail(MXU_ERR_ARG,
+                    "fit: cannot start at epoch %d, step %d: training has %d "
+                    "epochs of %d steps",
+                    config->initial_epoch + 1, config->initial_step + 1,
+                    config->epochs, steps);
+  if (config->checkpoint_every < 0)
+    return mxu_fail(MXU_ERR_ARG, "fit: checkpoint_every %d is negative",
+                    config->checkpoint_every);
   MXU_TRY(ensure_batch(model, batch));
   MXU_TRY(grow_history(model, config->epochs));
   int64_t *order = malloc((size_t)train->count * sizeof *order);

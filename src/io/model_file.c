@@ -1,0 +1,671 @@
+/* model_file.c — mxu_save_model, mxu_load_model and mxu_restore_model: the
+ * whole model as tf.keras 2.x's model.save("m.h5") lays it out, optimizer
+ * state included, plus mxu's training position, so a run resumes bit for
+ * bit. Files are written atomically and read in full before the model
+ * changes.
+ *
+ *   /                  attrs model_config, training_config (JSON text),
+ *                      backend, keras_version; mxu_format_version,
+ *                      mxu_batch_size and, for a checkpoint, mxu_epoch,
+ *                      mxu_step, mxu_seed; mxu_checksum over every value
+ *   /model_weights     the save_weights("w.h5") tree (weights_keras2.c)
+ *   /optimizer_weights attr weight_names ["Adam/iter:0",
+ *                      "Adam/conv2d/kernel/m:0", ..., ".../v:0"];
+ *                      /optimizer_weights/Adam/iter:0 int64,
+ *                      /optimizer_weights/Adam/conv2d/kernel/m:0 float32 */
+#include "io/json.h"
+#include "io/weights.h"
+#include "model/layers/layers.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MODEL_FORMAT_VERSION 1
+#define KERAS2_BACKEND "tensorflow"
+#define KERAS2_VERSION "2.15.0"
+
+/* Inner messages start with the path; the entry points say who speaks. */
+static mxu_status finish(mxu_status status) {
+  return status == MXU_OK ? MXU_OK : mxu_fail_prefix(status, "model file: ");
+}
+
+/* ---- the optimizer's variables ----------------------------------------- */
+
+/* A legacy tf.keras optimizer's variables in its `weights` order: iter,
+ * then one slot per trainable weight for each slot kind (Adam: all m, then
+ * all v; SGD with momentum: momentum; plain SGD: none). */
+typedef char slot_name[2 * MXU_NAME_SIZE + 32];
+
+typedef struct slot_list {
+  const char *optimizer; /* "Adam" or "SGD" */
+  int count;             /* entries, iter included */
+  slot_name *names;
+  const char **items; /* names, as the string-list writer takes them */
+  int *param;         /* entry -> model->params index (-1 for iter) */
+  float **buffer;     /* entry -> slot_m or slot_v (NULL for iter) */
+} slot_list;
+
+static void slot_list_free(slot_list *list) {
+  free(list->names);
+  free(list->items);
+  free(list->param);
+  free(list->buffer);
+}
+
+static int slot_kinds(const mxu_model *model, const char *kinds[2],
+                      float *buffers[2]) {
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  if (o->kind == MXU_ADAM) {
+    kinds[0] = "m", kinds[1] = "v";
+    buffers[0] = model->slot_m, buffers[1] = model->slot_v;
+    return 2;
+  }
+  kinds[0] = "momentum", buffers[0] = model->slot_m;
+  return o->momentum > 0 ? 1 : 0; /* Keras' SGD keeps no slot without it */
+}
+
+static void fill_slots(const mxu_model *model, slot_list *list) {
+  const char *kinds[2];
+  float *buffers[2];
+  int n = slot_kinds(model, kinds, buffers);
+  snprintf(list->names[0], sizeof list->names[0], "%s/iter:0", list->optimizer);
+  list->param[0] = -1;
+  int e = 1;
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < model->param_count; i++) {
+      const mxu_param *p = &model->params[i];
+      if (!p->trainable) continue;
+      snprintf(list->names[e], sizeof list->names[e], "%s/%s/%s/%s:0",
+               list->optimizer, model->layers[p->layer].name, p->name,
+               kinds[k]);
+      list->param[e] = i;
+      list->buffer[e++] = buffers[k];
+    }
+  for (int i = 0; i < list->count; i++) list->items[i] = list->names[i];
+}
+
+static mxu_status slot_list_make(const mxu_model *model, slot_list *list) {
+  const char *kinds[2];
+  float *buffers[2];
+  int trainable = 0;
+  for (int i = 0; i < model->param_count; i++)
+    trainable += model->params[i].trainable;
+  memset(list, 0, sizeof *list);
+  list->optimizer = model->compile.optimizer.kind == MXU_ADAM ? "Adam" : "SGD";
+  list->count = 1 + slot_kinds(model, kinds, buffers) * trainable;
+  size_t n = (size_t)list->count;
+  list->names = calloc(n, sizeof *list->names);
+  list->items = calloc(n, sizeof *list->items);
+  list->param = calloc(n, sizeof *list->param);
+  list->buffer = calloc(n, sizeof *list->buffer);
+  if (!list->names || !list->items || !list->param || !list->buffer) {
+    slot_list_free(list);
+    return mxu_fail(MXU_ERR_NOMEM, "out of memory");
+  }
+  fill_slots(model, list);
+  return MXU_OK;
+}
+
+/* ---- checksum ---------------------------------------------------------- */
+
+/* HDF5 keeps no checksum over contiguous raw data (and Keras rejects the
+ * chunked layout that could carry one), so a flipped byte in a weight
+ * would load silently; mxu_checksum, over every value restored, catches
+ * it. A word-wise FNV-1a: cheap next to writing the bytes. */
+#define CHECKSUM_START 0xcbf29ce484222325ull
+#define CHECKSUM_PRIME 0x100000001b3ull
+
+static uint64_t checksum_floats(uint64_t h, const float *values, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t word;
+    memcpy(&word, &values[i], sizeof word);
+    h = (h ^ word) * CHECKSUM_PRIME;
+  }
+  return h;
+}
+
+/* weights[i] / slots[e]: the values of param i / slot entry e, in the
+ * order the model's tables give, then the iteration count. */
+static uint64_t checksum(const mxu_model *model, const slot_list *list,
+                         const float *const *weights, const float *const *slots,
+                         int64_t iterations) {
+  uint64_t h = CHECKSUM_START;
+  for (int i = 0; i < model->param_count; i++)
+    h = checksum_floats(h, weights[i], model->params[i].count);
+  for (int e = 1; e < list->count; e++)
+    if (slots[e])
+      h = checksum_floats(h, slots[e], model->params[list->param[e]].count);
+  return (h ^ (uint64_t)iterations) * CHECKSUM_PRIME;
+}
+
+/* The same sum over the model's own buffers. */
+static mxu_status model_checksum(const mxu_model *model, const slot_list *list,
+                                 uint64_t *out) {
+  size_t n = (size_t)model->param_count + (size_t)list->count + 1;
+  const float **views = calloc(n, sizeof *views);
+  if (!views) return mxu_fail(MXU_ERR_NOMEM, "out of memory");
+  const float **slots = views + model->param_count;
+  for (int i = 0; i < model->param_count; i++) {
+    const mxu_param *p = &model->params[i];
+    views[i] = (p->trainable ? model->weights : model->state) + p->offset;
+  }
+  for (int e = 1; e < list->count; e++)
+    slots[e] = list->buffer[e] + model->params[list->param[e]].offset;
+  *out = checksum(model, list, views, slots, model->iterations);
+  free(views);
+  return MXU_OK;
+}
+
+/* ---- saving ------------------------------------------------------------ */
+
+/* tf.keras 2.x compiles "accuracy" into the function matching the loss. */
+static cJSON *metrics_value(mxu_json_out *out, const mxu_compile_config *c) {
+  const char *name = c->metric ? c->metric : "accuracy";
+  const char *fn = name;
+  if (strcmp(name, "accuracy") == 0 || strcmp(name, "acc") == 0)
+    fn = c->loss == MXU_CATEGORICAL_CROSSENTROPY
+             ? "categorical_accuracy"
+             : "sparse_categorical_accuracy";
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put_string(out, config, "name", name);
+  mxu_json_put_string(out, config, "dtype", "float32");
+  mxu_json_put_string(out, config, "fn", fn);
+  cJSON *inner = cJSON_CreateArray(), *outer = cJSON_CreateArray();
+  cJSON *wrapper = mxu_json_object(out, "", "MeanMetricWrapper", config);
+  if (!cJSON_AddItemToArray(inner, wrapper)) out->failed = 1;
+  if (!cJSON_AddItemToArray(outer, inner)) out->failed = 1;
+  return outer;
+}
+
+/* The compile settings in training_config's shape: compile_config's loss
+ * and optimizer, the optimizer under optimizer_config, metrics nested one
+ * level deeper as MeanMetricWrapper objects. */
+static char *training_config_text(const mxu_model *model) {
+  mxu_json_out out = {0, 0};
+  cJSON *config = mxu_json_compile_config(&out, model);
+  if (!config) return NULL;
+  cJSON *optimizer = cJSON_DetachItemFromObject(config, "optimizer");
+  static const char *const drop[] = {"metrics", "run_eagerly",
+                                     "steps_per_execution", "jit_compile"};
+  for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
+    cJSON_DeleteItemFromObject(config, drop[i]);
+  mxu_json_put(&out, config, "metrics", metrics_value(&out, &model->compile));
+  mxu_json_put(&out, config, "optimizer_config", optimizer);
+  char *text = out.failed ? NULL : cJSON_PrintUnformatted(config);
+  cJSON_Delete(config);
+  return text;
+}
+
+static mxu_status write_configs(const mxu_model *model, hid_t root,
+                                const char *path) {
+  char *model_config = NULL;
+  MXU_TRY(mxu_model_to_json(model, 0, &model_config));
+  char *training_config = training_config_text(model);
+  mxu_status s = MXU_OK;
+  if (!training_config) s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
+  /* h5py writes a Python str attribute as variable-length UTF-8. */
+  if (s == MXU_OK)
+    s = mxu_h5_write_string(path, root, "model_config", model_config,
+                            H5T_CSET_UTF8);
+  if (s == MXU_OK)
+    s = mxu_h5_write_string(path, root, "training_config", training_config,
+                            H5T_CSET_UTF8);
+  free(model_config);
+  cJSON_free(training_config);
+  return s;
+}
+
+static mxu_status write_int(const char *path, hid_t root, const char *name,
+                            int64_t value) {
+  return mxu_h5_write_int_attribute(path, root, name, H5T_STD_I64LE,
+                                    H5T_NATIVE_INT64, &value);
+}
+
+static mxu_status write_mxu_attributes(const mxu_model *model, hid_t root,
+                                       const char *path,
+                                       const mxu_train_position *position) {
+  MXU_TRY(write_int(path, root, "mxu_format_version", MODEL_FORMAT_VERSION));
+  MXU_TRY(write_int(path, root, "mxu_batch_size", model->compile.batch_size));
+  if (!position) return MXU_OK;
+  MXU_TRY(write_int(path, root, "mxu_epoch", position->epoch));
+  MXU_TRY(write_int(path, root, "mxu_step", position->step));
+  return mxu_h5_write_int_attribute(path, root, "mxu_seed", H5T_STD_U64LE,
+                                    H5T_NATIVE_UINT64, &position->seed);
+}
+
+static mxu_status write_slots(const mxu_model *model, const slot_list *list,
+                              hid_t group, const char *path) {
+  MXU_TRY(mxu_h5_write_strings(path, group, "weight_names", list->items,
+                               list->count));
+  MXU_TRY(mxu_h5_write_int64(path, group, list->names[0], model->iterations));
+  for (int e = 1; e < list->count; e++) {
+    const mxu_param *p = &model->params[list->param[e]];
+    MXU_TRY(mxu_h5_write_floats(path, group, list->names[e], &p->shape,
+                                list->buffer[e] + p->offset));
+  }
+  return MXU_OK;
+}
+
+static mxu_status write_optimizer(const mxu_model *model, hid_t root,
+                                  const char *path) {
+  slot_list list;
+  MXU_TRY(slot_list_make(model, &list));
+  hid_t group;
+  mxu_status s = mxu_h5_create_group(path, root, "optimizer_weights", &group);
+  if (s == MXU_OK) {
+    s = write_slots(model, &list, group, path);
+    H5Gclose(group);
+  }
+  uint64_t sum = 0;
+  if (s == MXU_OK) s = model_checksum(model, &list, &sum);
+  if (s == MXU_OK)
+    s = mxu_h5_write_int_attribute(path, root, "mxu_checksum", H5T_STD_U64LE,
+                                   H5T_NATIVE_UINT64, &sum);
+  slot_list_free(&list);
+  return s;
+}
+
+static mxu_status write_model(const mxu_model *model, hid_t root,
+                              const char *path,
+                              const mxu_train_position *position) {
+  MXU_TRY(mxu_h5_write_string(path, root, "backend", KERAS2_BACKEND,
+                              H5T_CSET_ASCII));
+  MXU_TRY(mxu_h5_write_string(path, root, "keras_version", KERAS2_VERSION,
+                              H5T_CSET_ASCII));
+  MXU_TRY(write_configs(model, root, path));
+  MXU_TRY(write_mxu_attributes(model, root, path, position));
+  hid_t group;
+  MXU_TRY(mxu_h5_create_group(path, root, "model_weights", &group));
+  mxu_status s = mxu_keras2_write(model, group, path);
+  H5Gclose(group);
+  MXU_TRY(s);
+  return write_optimizer(model, root, path);
+}
+
+static mxu_status save(const mxu_model *model, const char *path,
+                       const mxu_train_position *position) {
+  mxu_h5_output out;
+  MXU_TRY(mxu_h5_create(&out, path));
+  mxu_status s = write_model(model, out.file, path, position);
+  if (s != MXU_OK) {
+    mxu_h5_abandon(&out);
+    return s;
+  }
+  return mxu_h5_commit(&out);
+}
+
+static mxu_status check_model(const mxu_model *model, const char *path) {
+  if (!model || !path)
+    return mxu_fail(MXU_ERR_ARG, "a model and a path are required");
+  if (!model->compiled)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: compile the model first (its weights and optimizer "
+                    "state are created at compile)",
+                    path);
+  return MXU_OK;
+}
+
+mxu_status mxu_save_model(const mxu_model *model, const char *path,
+                          const mxu_train_position *position) {
+  mxu_status s = check_model(model, path);
+  if (s == MXU_OK) {
+    mxu_h5_quiet quiet;
+    mxu_h5_quiet_begin(&quiet);
+    s = save(model, path, position);
+    mxu_h5_quiet_end(&quiet);
+  }
+  return finish(s);
+}
+
+/* ---- restoring: reading everything into scratch ------------------------ */
+
+/* Everything a restore will write, read and checked first; slots[e] holds
+ * the values of slot entry e (NULL for iter, or when the file has no
+ * optimizer state and the slots start from zero). */
+typedef struct restore {
+  mxu_weights_load load;
+  slot_list list;
+  float **slots;
+  int64_t iterations;
+  mxu_train_position position;
+} restore;
+
+static mxu_status optimizer_mismatch(const restore *r, const char *file_first,
+                                     int file_count) {
+  return mxu_fail(MXU_ERR_ARG,
+                  "%s: the file's optimizer state (%d variables, the first "
+                  "'%s') does not fit the model's %s optimizer (%d variables, "
+                  "the first '%s')",
+                  r->load.path, file_count, file_first, r->list.optimizer,
+                  r->list.count, r->list.names[0]);
+}
+
+/* Keras loads optimizer variables by position; the optimizer's name,
+ * the part before the first '/', says which optimizer wrote them. */
+static mxu_status check_slot_names(const restore *r,
+                                   const mxu_h5_strings *names) {
+  const char *first = names->count ? names->items[0] : "(none)";
+  size_t n = strlen(r->list.optimizer);
+  int same_kind = strncmp(first, r->list.optimizer, n) == 0 && first[n] == '/';
+  if (!same_kind || names->count != r->list.count)
+    return optimizer_mismatch(r, first, names->count);
+  return MXU_OK;
+}
+
+static mxu_status slot_shape_mismatch(const restore *r, int e, const char *name,
+                                      const mxu_shape *file) {
+  const mxu_model *model = r->load.model;
+  const mxu_param *p = &model->params[r->list.param[e]];
+  char a[160], b[160];
+  mxu_shape_format(file, a, sizeof a);
+  mxu_shape_format(&p->shape, b, sizeof b);
+  return mxu_fail(MXU_ERR_SHAPE,
+                  "%s: optimizer weight '%s' has shape %s in the file but %s "
+                  "of layer '%s' has shape %s",
+                  r->load.path, name, a, p->name, model->layers[p->layer].name,
+                  b);
+}
+
+static int same_shape(const mxu_shape *a, const mxu_shape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return 0;
+  return 1;
+}
+
+static mxu_status read_slot(restore *r, hid_t dataset, int e,
+                            const char *name) {
+  const mxu_param *p = &r->load.model->params[r->list.param[e]];
+  mxu_shape shape;
+  MXU_TRY(mxu_h5_float_shape(r->load.path, dataset, &shape));
+  if (!same_shape(&shape, &p->shape))
+    return slot_shape_mismatch(r, e, name, &shape);
+  r->slots[e] = malloc((size_t)(p->count ? p->count : 1) * sizeof(float));
+  if (!r->slots[e])
+    return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", r->load.path);
+  return mxu_h5_read_floats(r->load.path, dataset, r->slots[e]);
+}
+
+static mxu_status read_iterations(restore *r, hid_t dataset) {
+  MXU_TRY(mxu_h5_read_int64(r->load.path, dataset, &r->iterations));
+  if (r->iterations < 0)
+    return mxu_fail(MXU_ERR_FORMAT, "%s: %s: %lld iterations is negative",
+                    r->load.path, mxu_h5_where(dataset),
+                    (long long)r->iterations);
+  return MXU_OK;
+}
+
+static mxu_status read_entry(restore *r, hid_t group, int e, const char *name) {
+  hid_t dataset = H5Dopen2(group, name, H5P_DEFAULT);
+  if (dataset < 0)
+    return mxu_h5_fail(MXU_ERR_FORMAT,
+                       "%s: /optimizer_weights lists '%s' in weight_names but "
+                       "has no such dataset",
+                       r->load.path, name);
+  mxu_status s =
+      e == 0 ? read_iterations(r, dataset) : read_slot(r, dataset, e, name);
+  H5Dclose(dataset);
+  return s;
+}
+
+static mxu_status read_slots(restore *r, hid_t group) {
+  mxu_h5_strings names;
+  int found = 0;
+  MXU_TRY(
+      mxu_h5_read_strings(r->load.path, group, "weight_names", &names, &found));
+  mxu_status s = check_slot_names(r, &names);
+  for (int e = 0; s == MXU_OK && e < names.count; e++)
+    s = read_entry(r, group, e, names.items[e]);
+  mxu_h5_strings_free(&names);
+  return s;
+}
+
+/* A model saved before it was trained has no optimizer_weights in Keras;
+ * its optimizer then starts afresh. */
+static mxu_status read_optimizer(restore *r, hid_t file) {
+  r->iterations = 0;
+  if (!mxu_h5_has_group(file, "optimizer_weights")) return MXU_OK;
+  hid_t group;
+  MXU_TRY(mxu_h5_open_group(r->load.path, file, "optimizer_weights", &group));
+  mxu_status s = read_slots(r, group);
+  H5Gclose(group);
+  return s;
+}
+
+static mxu_status read_count(const char *path, hid_t file, const char *name,
+                             int64_t *value, int *found) {
+  MXU_TRY(mxu_h5_read_int_attribute(path, file, name, H5T_NATIVE_INT64, value,
+                                    found));
+  if (*found && (*value < 0 || *value > INT_MAX))
+    return mxu_fail(MXU_ERR_FORMAT, "%s: attribute '%s' = %lld is out of range",
+                    path, name, (long long)*value);
+  return MXU_OK;
+}
+
+static mxu_status read_position(restore *r, hid_t file) {
+  const char *path = r->load.path;
+  int64_t epoch = 0, step = 0;
+  int has_epoch = 0, has_step = 0, has_seed = 0;
+  MXU_TRY(read_count(path, file, "mxu_epoch", &epoch, &has_epoch));
+  MXU_TRY(read_count(path, file, "mxu_step", &step, &has_step));
+  MXU_TRY(mxu_h5_read_int_attribute(path, file, "mxu_seed", H5T_NATIVE_UINT64,
+                                    &r->position.seed, &has_seed));
+  if (!has_epoch || !has_step || !has_seed)
+    return mxu_fail(MXU_ERR_FORMAT,
+                    "%s: not an mxu checkpoint (no training position)", path);
+  r->position.epoch = (int)epoch;
+  r->position.step = (int)step;
+  return MXU_OK;
+}
+
+/* Every weight was read or the read failed; the check guards a layout
+ * that skips one. */
+static mxu_status check_complete(const restore *r) {
+  const mxu_model *model = r->load.model;
+  for (int i = 0; i < model->param_count; i++)
+    if (!r->load.scratch[i])
+      return mxu_fail(MXU_ERR_FORMAT, "%s: no values for %s of layer '%s'",
+                      r->load.path, model->params[i].name,
+                      model->layers[model->params[i].layer].name);
+  return MXU_OK;
+}
+
+/* Files from Keras carry no mxu_checksum: nothing to compare then. */
+static mxu_status verify(const restore *r, hid_t file) {
+  uint64_t want = 0;
+  int found = 0;
+  MXU_TRY(mxu_h5_read_int_attribute(r->load.path, file, "mxu_checksum",
+                                    H5T_NATIVE_UINT64, &want, &found));
+  if (!found) return MXU_OK;
+  const mxu_model *model = r->load.model;
+  uint64_t got =
+      checksum(model, &r->list, (const float *const *)r->load.scratch,
+               (const float *const *)r->slots, r->iterations);
+  if (got == want) return MXU_OK;
+  return mxu_fail(MXU_ERR_FORMAT,
+                  "%s: corrupt: the values read do not match the file's "
+                  "mxu_checksum",
+                  r->load.path);
+}
+
+static mxu_status read_all(restore *r, hid_t file, int want_position) {
+  if (!mxu_h5_has_group(file, "model_weights"))
+    return mxu_fail(MXU_ERR_FORMAT,
+                    "%s: not a whole-model file (no model_weights group; a "
+                    "weights file loads with mxu_load_weights)",
+                    r->load.path);
+  MXU_TRY(mxu_keras2_read(&r->load, file));
+  MXU_TRY(read_optimizer(r, file));
+  MXU_TRY(check_complete(r));
+  MXU_TRY(verify(r, file));
+  return want_position ? read_position(r, file) : MXU_OK;
+}
+
+/* ---- restoring: committing --------------------------------------------- */
+
+/* Only once everything is read and checked does the model change. */
+static mxu_status commit(restore *r) {
+  mxu_model *model = r->load.model;
+  for (int i = 0; i < model->param_count; i++) {
+    const mxu_param *p = &model->params[i];
+    float *to = (p->trainable ? model->weights : model->state) + p->offset;
+    memcpy(to, r->load.scratch[i], (size_t)p->count * sizeof *to);
+  }
+  size_t bytes = (size_t)model->trainable_count * sizeof(float);
+  memset(model->slot_m, 0, bytes); /* also what no optimizer state means */
+  memset(model->slot_v, 0, bytes);
+  for (int e = 1; e < r->list.count; e++) {
+    const mxu_param *p = &model->params[r->list.param[e]];
+    if (r->slots[e])
+      memcpy(r->list.buffer[e] + p->offset, r->slots[e],
+             (size_t)p->count * sizeof(float));
+  }
+  model->iterations = r->iterations;
+  return MXU_OK;
+}
+
+static void restore_free(restore *r) {
+  int n = r->load.model->param_count;
+  for (int i = 0; r->load.scratch && i < n; i++) free(r->load.scratch[i]);
+  free(r->load.scratch);
+  for (int e = 0; r->slots && e < r->list.count; e++) free(r->slots[e]);
+  free(r->slots);
+  slot_list_free(&r->list);
+}
+
+static mxu_status restore_file(mxu_model *model, const char *path,
+                               mxu_train_position *position) {
+  restore r = {{path, model, NULL}, {0}, NULL, 0, {0, 0, 0}};
+  MXU_TRY(slot_list_make(model, &r.list));
+  r.load.scratch = calloc((size_t)model->param_count + 1, sizeof(float *));
+  r.slots = calloc((size_t)r.list.count, sizeof(float *));
+  hid_t file = H5I_INVALID_HID;
+  mxu_status s = MXU_OK;
+  if (!r.load.scratch || !r.slots)
+    s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
+  if (s == MXU_OK) s = mxu_h5_open(path, &file);
+  if (s == MXU_OK) s = read_all(&r, file, position != NULL);
+  if (s == MXU_OK) s = commit(&r);
+  if (s == MXU_OK && position) *position = r.position;
+  mxu_h5_close(file);
+  restore_free(&r);
+  return s;
+}
+
+mxu_status mxu_restore_model(mxu_model *model, const char *path,
+                             mxu_train_position *position) {
+  mxu_status s = check_model(model, path);
+  if (s == MXU_OK) {
+    mxu_h5_quiet quiet;
+    mxu_h5_quiet_begin(&quiet);
+    s = restore_file(model, path, position);
+    mxu_h5_quiet_end(&quiet);
+  }
+  return finish(s);
+}
+
+/* ---- loading ----------------------------------------------------------- */
+
+/* A scalar string attribute; *text is malloc'd, NULL when absent. */
+static mxu_status read_text(const char *path, hid_t file, const char *name,
+                            char **text) {
+  mxu_h5_strings strings;
+  int found = 0;
+  *text = NULL;
+  MXU_TRY(mxu_h5_read_strings(path, file, name, &strings, &found));
+  if (found && strings.count == 1) {
+    *text = strings.items[0];
+    strings.items[0] = NULL;
+  }
+  mxu_h5_strings_free(&strings);
+  if (found && !*text)
+    return mxu_fail(MXU_ERR_FORMAT, "%s: attribute '%s' is not one string",
+                    path, name);
+  return MXU_OK;
+}
+
+/* What mxu_model_from_json needs and the compile settings around it. */
+typedef struct model_header {
+  char *model_config, *training_config;
+  int64_t batch_size;
+} model_header;
+
+static mxu_status read_header(const char *path, model_header *h) {
+  hid_t file;
+  MXU_TRY(mxu_h5_open(path, &file));
+  int found = 0;
+  mxu_status s = read_text(path, file, "model_config", &h->model_config);
+  if (s == MXU_OK && !h->model_config)
+    s = mxu_fail(MXU_ERR_FORMAT,
+                 "%s: not a whole-model file (no model_config attribute)",
+                 path);
+  if (s == MXU_OK)
+    s = read_text(path, file, "training_config", &h->training_config);
+  if (s == MXU_OK)
+    s = read_count(path, file, "mxu_batch_size", &h->batch_size, &found);
+  if (s == MXU_OK && found && h->batch_size == 0)
+    s = mxu_fail(MXU_ERR_FORMAT, "%s: mxu_batch_size is 0", path);
+  mxu_h5_close(file);
+  return s;
+}
+
+/* training_config is the tf.keras 2.x form json_compile.c already reads
+ * inside a model JSON; it gets the same treatment here. */
+static mxu_status read_training_config(const char *path, const char *text,
+                                       mxu_compile_config *compile) {
+  cJSON *config = cJSON_Parse(text);
+  cJSON *root = cJSON_CreateObject();
+  mxu_status s = MXU_OK;
+  if (!config)
+    s = mxu_fail(MXU_ERR_FORMAT, "%s: training_config is not valid JSON", path);
+  else if (!root || !cJSON_AddItemToObject(root, "training_config", config))
+    s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
+  else
+    config = NULL; /* root owns it now */
+  int found = 0;
+  if (s == MXU_OK) s = mxu_json_read_compile(path, root, compile, &found);
+  cJSON_Delete(config);
+  cJSON_Delete(root);
+  return s;
+}
+
+static mxu_status build(const char *path, const model_header *h,
+                        mxu_backend_kind backend, mxu_model **out) {
+  mxu_compile_config compile = mxu_compile_defaults();
+  MXU_TRY(mxu_model_from_json(h->model_config, path, out, &compile, NULL));
+  mxu_status s = MXU_OK;
+  if (h->training_config)
+    s = read_training_config(path, h->training_config, &compile);
+  compile.batch_size = (int)h->batch_size;
+  compile.backend = backend;
+  if (s == MXU_OK) s = mxu_compile(*out, &compile);
+  return s;
+}
+
+static mxu_status load(const char *path, mxu_backend_kind backend,
+                       mxu_model **out, mxu_train_position *position) {
+  model_header h = {NULL, NULL, 32};
+  mxu_status s = read_header(path, &h);
+  if (s == MXU_OK) s = build(path, &h, backend, out);
+  if (s == MXU_OK) s = restore_file(*out, path, position);
+  free(h.model_config);
+  free(h.training_config);
+  if (s != MXU_OK) {
+    mxu_model_free(*out);
+    *out = NULL;
+  }
+  return s;
+}
+
+mxu_status mxu_load_model(const char *path, mxu_backend_kind backend,
+                          mxu_model **out, mxu_train_position *position) {
+  if (out) *out = NULL;
+  if (!path || !out)
+    return mxu_fail(MXU_ERR_ARG, "model file: a path and out are required");
+  mxu_h5_quiet quiet;
+  mxu_h5_quiet_begin(&quiet);
+  mxu_status s = load(path, backend, out, position);
+  mxu_h5_quiet_end(&quiet);
+  return finish(s);
+}

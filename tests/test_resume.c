@@ -1,0 +1,215 @@
+/* test_resume.c — crash safety end to end: `mxu train` with a checkpoint
+ * every 10 steps is killed with SIGKILL at random moments and resumed each
+ * time; its final weights must be bit-identical to an uninterrupted run
+ * with the same seed. Also: a corrupt newest checkpoint is skipped. */
+#include "check.h"
+
+#include <mxu.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static char temp_dir[] = "/tmp/mxu_resume_XXXXXX";
+
+static const char *path_in(const char *name) {
+  static char paths[8][512];
+  static int next;
+  char *path = paths[next++ % 8];
+  snprintf(path, 512, "%s/%s", temp_dir, name);
+  return path;
+}
+
+/* Starts `mxu train` on the fashion model: 2 epochs of 30 steps of 1000,
+ * checkpoints every 10 steps into ckpt_dir (resuming from it), output to
+ * log. */
+static pid_t start_train(const char *ckpt_dir, const char *weights,
+                         const char *log) {
+  char *args[] = {(char *)MXU_BIN,
+                  "train",
+                  "models/fashion_mnist.json",
+                  "--data",
+                  "fashion-mnist",
+                  "--epochs",
+                  "2",
+                  "--steps-per-epoch",
+                  "30",
+                  "--batch-size",
+                  "1000",
+                  "--seed",
+                  "5",
+                  "--verbose",
+                  "2",
+                  "--checkpoint-every",
+                  "10",
+                  "--resume",
+                  (char *)ckpt_dir,
+                  "--save-weights",
+                  (char *)weights,
+                  NULL};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log,
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, log,
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  pid_t pid = -1;
+  int spawned = posix_spawn(&pid, MXU_BIN, &actions, NULL, args, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  CHECK_MSG(spawned == 0, "cannot run %s: %s", MXU_BIN, strerror(spawned));
+  return spawned == 0 ? pid : -1;
+}
+
+static int wait_exit(pid_t pid) {
+  int status;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static int count_checkpoints(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    n += strncmp(e->d_name, "ckpt-", 5) == 0 &&
+         strstr(e->d_name, ".h5") != NULL &&
+         strlen(strstr(e->d_name, ".h5")) == 3;
+  if (d) closedir(d);
+  return n;
+}
+
+static mxu_model *load_weights(const char *weights) {
+  mxu_model *model = NULL;
+  mxu_compile_config compile = mxu_compile_defaults();
+  CHECK_OK(
+      mxu_model_load_json("models/fashion_mnist.json", &model, &compile, NULL));
+  compile.batch_size = 8;
+  if (model) CHECK_OK(mxu_compile(model, &compile));
+  if (model) CHECK_OK(mxu_load_weights(model, weights));
+  return model;
+}
+
+/* Every weight of both files, bit for bit. */
+static void check_identical(const char *a_path, const char *b_path) {
+  mxu_model *a = load_weights(a_path), *b = load_weights(b_path);
+  if (!a || !b) return;
+  int differing = 0;
+  for (int layer = 0; layer < mxu_model_layer_count(a); layer++)
+    for (int k = 0; k < mxu_layer_weight_count(a, layer); k++) {
+      mxu_tensor ta, tb;
+      CHECK_OK(mxu_layer_weight(a, layer, k, &ta, NULL));
+      CHECK_OK(mxu_layer_weight(b, layer, k, &tb, NULL));
+      size_t bytes = (size_t)mxu_shape_count(&ta.shape) * sizeof(float);
+      differing += memcmp(ta.data, tb.data, bytes) != 0;
+    }
+  CHECK_MSG(differing == 0, "%d weights differ after the interrupted run",
+            differing);
+  mxu_model_free(a);
+  mxu_model_free(b);
+}
+
+static void kill_and_resume(void) {
+  const char *reference = path_in("reference.h5");
+  const char *resumed = path_in("resumed.h5");
+  const char *log = path_in("log.txt");
+  CHECK(wait_exit(start_train(path_in("ckpt_ref"), reference, log)) == 0);
+
+  const char *dir = path_in("ckpt");
+  unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+  printf("kill test: rand seed %u\n", seed);
+  srand(seed);
+  int kills = 0;
+  for (int attempt = 0; attempt < 6; attempt++) {
+    pid_t pid = start_train(dir, resumed, log);
+    /* 2 .. 5 s: long enough to get past loading and a checkpoint or
+     * two, short enough to interrupt most runs. */
+    long wait = 2000 + rand() % 3000;
+    int done = 0;
+    for (long t = 0; t < wait && !done; t += 50) {
+      sleep_ms(50);
+      int status;
+      done = waitpid(pid, &status, WNOHANG) == pid;
+      if (done) CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    if (done) break;
+    kill(pid, SIGKILL);
+    CHECK(wait_exit(pid) == 128 + SIGKILL);
+    kills++;
+    CHECK_MSG(count_checkpoints(dir) <= 3, "%d checkpoints kept",
+              count_checkpoints(dir));
+  }
+  printf("kill test: %d kills before the run completed\n", kills);
+  CHECK(kills >= 1);
+  if (access(resumed, R_OK) != 0)
+    CHECK(wait_exit(start_train(dir, resumed, log)) == 0);
+  check_identical(reference, resumed);
+}
+
+/* The newest checkpoint cut in half: resume skips it, says so, and still
+ * finishes with the same weights. */
+static void corrupt_newest(void) {
+  const char *dir = path_in("ckpt_ref"); /* holds the last two */
+  DIR *d = opendir(dir);
+  char newest[256] = "";
+  for (struct dirent *e; d && (e = readdir(d));)
+    if (strncmp(e->d_name, "ckpt-", 5) == 0 && strcmp(e->d_name, newest) > 0)
+      snprintf(newest, sizeof newest, "%s", e->d_name);
+  if (d) closedir(d);
+  CHECK(newest[0] != 0);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, newest);
+  struct stat st;
+  CHECK(stat(path, &st) == 0 && truncate(path, st.st_size / 2) == 0);
+  const char *log = path_in("corrupt.txt");
+  const char *weights = path_in("after_corrupt.h5");
+  CHECK(wait_exit(start_train(dir, weights, log)) == 0);
+  FILE *f = fopen(log, "r");
+  char text[8192] = "";
+  if (f) {
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+  }
+  CHECK_MSG(strstr(text, "skipped") && strstr(text, newest), "log: %s", text);
+  check_identical(path_in("reference.h5"), weights);
+}
+
+static void remove_tree(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) {
+    unlink(path);
+    return;
+  }
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char child[1024];
+    snprintf(child, sizeof child, "%s/%s", path, e->d_name);
+    remove_tree(child);
+  }
+  closedir(d);
+  rmdir(path);
+}
+
+int main(void) {
+  if (!mkdtemp(temp_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  kill_and_resume();
+  corrupt_newest();
+  remove_tree(temp_dir);
+  return check_report("test_resume");
+}
