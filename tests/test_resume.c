@@ -1,17 +1,22 @@
 /* test_resume.c — crash safety end to end: `mxu train` with a checkpoint
  * every 10 steps is killed with SIGKILL at random moments and resumed each
  * time; its final weights must be bit-identical to an uninterrupted run
- * with the same seed. Also: a corrupt newest checkpoint is skipped. */
+ * with the same seed. Also: a corrupt newest checkpoint is skipped, and a
+ * full disk stops training with a clear error and the last checkpoint
+ * intact. */
 #include "check.h"
 
 #include <mxu.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -98,7 +103,7 @@ static mxu_model *load_weights(const char *weights) {
       mxu_model_load_json("models/fashion_mnist.json", &model, &compile, NULL));
   compile.batch_size = 8;
   if (model) CHECK_OK(mxu_compile(model, &compile));
-  if (model) CHECK_OK(mxu_load_weights(model, weights));
+  if (model && weights) CHECK_OK(mxu_load_weights(model, weights));
   return model;
 }
 
@@ -187,6 +192,70 @@ static void corrupt_newest(void) {
   check_identical(path_in("reference.h5"), weights);
 }
 
+/* A full disk: a 2 MB tmpfs holds one fashion checkpoint (about 1.3 MB:
+ * weights and Adam's two slots) but not the second. Where mounting is not
+ * allowed, a file-size limit on the child gives the same failure. */
+static void disk_full(void) {
+  const char *dir = path_in("full");
+  mkdir(dir, 0755);
+  int mounted = mount("tmpfs", dir, "tmpfs", 0, "size=2m") == 0;
+  printf("disk full: %s\n", mounted ? "2 MB tmpfs" : "RLIMIT_FSIZE 1.5 MB");
+  const char *log = path_in("full.txt");
+  char *args[] = {(char *)MXU_BIN,
+                  "train",
+                  "models/fashion_mnist.json",
+                  "--data",
+                  "fashion-mnist",
+                  "--epochs",
+                  "1",
+                  "--steps-per-epoch",
+                  "30",
+                  "--batch-size",
+                  "1000",
+                  "--verbose",
+                  "0",
+                  "--checkpoint-every",
+                  "10",
+                  "--checkpoint-dir",
+                  (char *)dir,
+                  NULL};
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    if (!mounted) {
+      struct rlimit limit = {1500000, 1500000};
+      setrlimit(RLIMIT_FSIZE, &limit);
+      signal(SIGXFSZ, SIG_IGN); /* a write fails with EFBIG instead */
+    }
+    execve(MXU_BIN, args, environ);
+    _exit(127);
+  }
+  CHECK(wait_exit(pid) == 1);
+  FILE *f = fopen(log, "r");
+  char text[4096] = "";
+  if (f) {
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+  }
+  CHECK_MSG(strstr(text, "mxu train:") && strstr(text, "ckpt-") &&
+                (strstr(text, "No space left") || strstr(text, "too large")),
+            "log: %s", text);
+  /* The first checkpoint is whole and restores at step 10. */
+  CHECK(count_checkpoints(dir) == 1);
+  mxu_model *model = load_weights(NULL);
+  mxu_train_position at = {0};
+  int found = 0;
+  char skipped[512] = "";
+  if (model)
+    CHECK_OK(mxu_checkpoint_restore(model, dir, &at, &found, skipped,
+                                    sizeof skipped));
+  CHECK(found == 1 && at.epoch == 0 && at.step == 10 && skipped[0] == 0);
+  mxu_model_free(model);
+  if (mounted) CHECK(umount(dir) == 0);
+}
+
 static void remove_tree(const char *path) {
   DIR *d = opendir(path);
   if (!d) {
@@ -210,6 +279,7 @@ int main(void) {
   }
   kill_and_resume();
   corrupt_newest();
+  disk_full();
   remove_tree(temp_dir);
   return check_report("test_resume");
 }
