@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -192,6 +193,50 @@ static void corrupt_newest(void) {
   check_identical(path_in("reference.h5"), weights);
 }
 
+/* Runs mxu with the NULL-terminated arguments after "train
+ * models/fashion_mnist.json --data fashion-mnist --batch-size 1000
+ * --steps-per-epoch 20 --seed 9 --verbose 0"; returns the exit code. */
+static int train_with(const char *first, ...) {
+  char *args[32] = {(char *)MXU_BIN,
+                    "train",
+                    "models/fashion_mnist.json",
+                    "--data",
+                    "fashion-mnist",
+                    "--batch-size",
+                    "1000",
+                    "--steps-per-epoch",
+                    "20",
+                    "--seed",
+                    "9",
+                    "--verbose",
+                    "0",
+                    (char *)first};
+  int n = 14;
+  va_list list;
+  va_start(list, first);
+  for (const char *a; n < 31 && (a = va_arg(list, const char *));)
+    args[n++] = (char *)a;
+  va_end(list);
+  args[n] = NULL;
+  pid_t pid = -1;
+  int spawned = posix_spawn(&pid, MXU_BIN, NULL, NULL, args, environ);
+  CHECK_MSG(spawned == 0, "cannot run %s", MXU_BIN);
+  return spawned == 0 ? wait_exit(pid) : -1;
+}
+
+/* model.save after epoch 1, then --resume FILE for epoch 2: the same
+ * weights as two epochs in one go. */
+static void resume_from_model_file(void) {
+  const char *whole = path_in("two_epochs.h5");
+  const char *model = path_in("model_after_1.h5");
+  const char *resumed = path_in("resumed_from_file.h5");
+  CHECK(train_with("--epochs", "2", "--save-weights", whole, NULL) == 0);
+  CHECK(train_with("--epochs", "1", "--save-model", model, NULL) == 0);
+  CHECK(train_with("--epochs", "2", "--resume", model, "--save-weights",
+                   resumed, NULL) == 0);
+  check_identical(whole, resumed);
+}
+
 /* A full disk: a 2 MB tmpfs holds one fashion checkpoint (about 1.3 MB:
  * weights and Adam's two slots) but not the second. Where mounting is not
  * allowed, a file-size limit on the child gives the same failure. */
@@ -279,6 +324,7 @@ int main(void) {
   }
   kill_and_resume();
   corrupt_newest();
+  resume_from_model_file();
   disk_full();
   remove_tree(temp_dir);
   return check_report("test_resume");

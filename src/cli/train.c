@@ -16,7 +16,7 @@ static const char *const verbose_names[] = {"0", "1", "2", NULL};
 
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
-  const char *checkpoint_dir, *resume;
+  const char *checkpoint_dir, *resume, *save_model;
   int checkpoint_every;
   int epochs, batch_size, steps_per_epoch, validation_freq;
   int optimizer, loss, verbose;
@@ -24,7 +24,7 @@ typedef struct train_args {
   uint64_t seed;
 } train_args;
 
-#define TRAIN_OPTION_COUNT 16
+#define TRAIN_OPTION_COUNT 17
 
 /* The table lives in the caller's frame; targets point into args. */
 static void train_options(train_args *a, cli_option *o) {
@@ -69,6 +69,10 @@ static void train_options(train_args *a, cli_option *o) {
        "write the trained weights to FILE as Keras' save_weights does: "
        "FILE.h5 in tf.keras 2.x's layout, FILE.weights.h5 in Keras 3's",
        CLI_STRING, &a->save_weights, NULL, 0, 0},
+      {"--save-model", "FILE.h5",
+       "write the whole model as Keras' model.save does (config, weights, "
+       "optimizer state), which --resume FILE continues from",
+       CLI_STRING, &a->save_model, NULL, 0, 0},
       {"--report", "FILE",
        "write a JSON report (epoch logs, test result, images/s) to FILE",
        CLI_STRING, &a->report, NULL, 0, 0},
@@ -140,6 +144,7 @@ typedef struct train_run {
   char metric[64];
   const mxu_history *history;
   double test_loss, test_accuracy;
+  uint64_t seed; /* the fit seed, the checkpoint's when resumed */
 } train_run;
 
 static mxu_status load(const train_args *a, train_run *run) {
@@ -229,6 +234,7 @@ static mxu_status fit_and_evaluate(const train_args *a, train_run *run) {
   fit.checkpoint_every = a->checkpoint_every;
   mxu_status s = resume(a, run, &fit);
   if (s != MXU_OK) return s;
+  run->seed = fit.seed;
   /* A checkpoint past the last epoch leaves only the evaluation. */
   int train = fit.initial_epoch < fit.epochs;
   if (a->verbose)
@@ -260,6 +266,13 @@ static int finish(const train_args *a, train_run *run, double start) {
     if (mxu_save_weights(run->model, a->save_weights) != MXU_OK)
       return cli_runtime_error("train");
     if (a->verbose) printf("weights saved to %s\n", a->save_weights);
+  }
+  if (a->save_model) {
+    /* Training is complete: a resume from this file only evaluates. */
+    mxu_train_position end = {a->epochs, 0, run->seed};
+    if (mxu_save_model(run->model, a->save_model, &end) != MXU_OK)
+      return cli_runtime_error("train");
+    if (a->verbose) printf("model saved to %s\n", a->save_model);
   }
   if (!a->report) return CLI_OK;
   cli_report report = {a->model,
