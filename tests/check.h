@@ -4,42 +4,47 @@
 #ifndef MXU_TEST_CHECK_H
 #define MXU_TEST_CHECK_H
 
+#include "mxu.h"
+
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static int check_failures;
 
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      check_failures++;                                                       \
-    }                                                                         \
+      check_failures++;                                                        \
+    }                                                                          \
   } while (0)
 
-#define CHECK_MSG(cond, ...)                                                  \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define CHECK_MSG(cond, ...)                                                   \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fputc('\n', stderr);                                                    \
-      check_failures++;                                                       \
-    }                                                                         \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fputc('\n', stderr);                                                     \
+      check_failures++;                                                        \
+    }                                                                          \
   } while (0)
 
-#define CHECK_OK(expr)                                                        \
-  do {                                                                        \
-    mxu_status check_status_ = (expr);                                        \
-    CHECK_MSG(check_status_ == MXU_OK, "%s -> %s: %s", #expr,                 \
-              mxu_status_name(check_status_), mxu_errmsg());                  \
+#define CHECK_OK(expr)                                                         \
+  do {                                                                         \
+    mxu_status check_status_ = (expr);                                         \
+    CHECK_MSG(check_status_ == MXU_OK, "%s -> %s: %s", #expr,                  \
+              mxu_status_name(check_status_), mxu_errmsg());                   \
   } while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                 \
-  do {                                                                        \
-    double check_a_ = (a), check_b_ = (b);                                    \
-    CHECK_MSG(fabs(check_a_ - check_b_) <= (tol), "%s = %.9g, %s = %.9g",     \
-              #a, check_a_, #b, check_b_);                                    \
+#define CHECK_NEAR(a, b, tol)                                                  \
+  do {                                                                         \
+    double check_a_ = (a), check_b_ = (b);                                     \
+    CHECK_MSG(fabs(check_a_ - check_b_) <= (tol), "%s = %.9g, %s = %.9g", #a,  \
+              check_a_, #b, check_b_);                                         \
   } while (0)
 
 static inline int check_report(const char *name) {
@@ -49,6 +54,65 @@ static inline int check_report(const char *name) {
   }
   printf("%s: all checks passed\n", name);
   return 0;
+}
+
+/* Whether haystack contains needle; NULLs never match. */
+static inline int has(const char *haystack, const char *needle) {
+  return haystack && needle && strstr(haystack, needle) != NULL;
+}
+
+/* A call must fail with status want and a message containing needle
+ * (any message when needle is NULL). */
+static inline void check_message(const char *expr, const char *needle) {
+  if (needle && !has(mxu_errmsg(), needle)) {
+    fprintf(stderr, "CHECK failed: %s: message '%s' lacks '%s'\n", expr,
+            mxu_errmsg(), needle);
+    check_failures++;
+  }
+}
+
+#define EXPECT_FAIL(expr, want, needle)                                        \
+  do {                                                                         \
+    mxu_status got_ = (expr);                                                  \
+    CHECK_MSG(got_ == (want), "%s -> %s, want %s (%s)", #expr,                 \
+              mxu_status_name(got_), mxu_status_name(want), mxu_errmsg());     \
+    check_message(#expr, needle);                                              \
+  } while (0)
+
+/* A fresh directory per test run (check_temp_make), and paths in it; the
+ * last 16 paths stay valid. */
+static char check_temp_dir[128];
+
+static inline int check_temp_make(const char *test) {
+  snprintf(check_temp_dir, sizeof check_temp_dir, "/tmp/mxu_%s_XXXXXX", test);
+  return mkdtemp(check_temp_dir) != NULL;
+}
+
+static inline const char *temp_path(const char *name) {
+  static char paths[16][512];
+  static int next;
+  char *path = paths[next++ % 16];
+  snprintf(path, 512, "%s/%s", check_temp_dir, name);
+  return path;
+}
+
+/* Removes what check_temp_make made, subfolders included. */
+static inline void check_remove_tree(const char *path) {
+  DIR *dir = opendir(path);
+  if (!dir) {
+    unlink(path);
+    return;
+  }
+  for (struct dirent *e; (e = readdir(dir));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    char child[4096];
+    if (snprintf(child, sizeof child, "%s/%s", path, e->d_name) >=
+        (int)sizeof child)
+      continue;
+    check_remove_tree(child);
+  }
+  closedir(dir);
+  rmdir(path);
 }
 
 /* Path of a file under ../shared/data (MXU_SHARED_DATA overrides). */

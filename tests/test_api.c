@@ -48,20 +48,6 @@ static mxu_dataset *make_data(int64_t count, mxu_shape shape, int classes,
   return data;
 }
 
-static int has(const char *haystack, const char *needle) {
-  return haystack && strstr(haystack, needle) != NULL;
-}
-
-#define EXPECT_FAIL(expr, want, needle)                                        \
-  do {                                                                         \
-    mxu_status got_ = (expr);                                                  \
-    CHECK_MSG(got_ == (want), "%s -> %s, want %s (%s)", #expr,                 \
-              mxu_status_name(got_), mxu_status_name(want), mxu_errmsg());     \
-    if (needle)                                                                \
-      CHECK_MSG(has(mxu_errmsg(), needle), "%s: message '%s' lacks '%s'",      \
-                #expr, mxu_errmsg(), (const char *)(needle));                  \
-  } while (0)
-
 static char *read_all(FILE *f) {
   fflush(f);
   long n = ftell(f);

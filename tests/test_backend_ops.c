@@ -36,7 +36,7 @@ static float *rnd(size_t n, float lo, float hi) {
 
 static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
-static float *dup(const float *src, size_t n) {
+static float *copy_of(const float *src, size_t n) {
   float *p = malloc((n ? n : 1) * sizeof *p);
   memcpy(p, src, n * sizeof *p);
   return p;
@@ -505,7 +505,7 @@ static void test_multiply(void) {
     size_t n = counts[c];
     float *a = rnd(n, -2, 2), *b = rnd(n, 0, 2), *y[2], *in_place[2];
     for (int k = 0; k < 2; k++) {
-      y[k] = zeros(n), in_place[k] = dup(a, n);
+      y[k] = zeros(n), in_place[k] = copy_of(a, n);
       backends[k]->multiply((int64_t)n, a, b, y[k]);
       backends[k]->multiply((int64_t)n, in_place[k], b, in_place[k]);
     }
@@ -524,7 +524,7 @@ static void test_adam(void) {
   float *v0 = rnd(n, 0, 0.01f), *g[STEPS], *w[2], *m[2], *v[2];
   for (int step = 0; step < STEPS; step++) g[step] = rnd(n, -1, 1);
   for (int k = 0; k < 2; k++) {
-    w[k] = dup(w0, n), m[k] = dup(m0, n), v[k] = dup(v0, n);
+    w[k] = copy_of(w0, n), m[k] = copy_of(m0, n), v[k] = copy_of(v0, n);
     for (int step = 0; step < STEPS; step++)
       backends[k]->adam_update((int64_t)n, w[k], g[step], m[k], v[k],
                                1e-3f * (float)(step + 1), 0.9f, 0.999f, 1e-7f);
@@ -542,7 +542,7 @@ static void sgd_check(float momentum, int nesterov) {
   float *w0 = rnd(n, -1, 1), *g[STEPS], *w[2], *vel[2];
   for (int step = 0; step < STEPS; step++) g[step] = rnd(n, -1, 1);
   for (int k = 0; k < 2; k++) {
-    w[k] = dup(w0, n);
+    w[k] = copy_of(w0, n);
     vel[k] = momentum == 0.0f ? NULL : zeros(n); /* unused at momentum 0 */
     for (int step = 0; step < STEPS; step++)
       backends[k]->sgd_update((int64_t)n, w[k], g[step], vel[k], 0.01f,

@@ -16,15 +16,7 @@
 
 extern char **environ;
 
-static char temp_dir[] = "/tmp/mxu_test_cli_XXXXXX";
-
-static const char *temp_path(const char *name) {
-  static char paths[16][512];
-  static int next;
-  char *path = paths[next++ % 16];
-  snprintf(path, 512, "%s/%s", temp_dir, name);
-  return path;
-}
+#define temp_dir check_temp_dir
 
 static char *read_text(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -45,10 +37,6 @@ static void write_text(const char *path, const char *text) {
   if (!f) return;
   fputs(text, f);
   fclose(f);
-}
-
-static int has(const char *haystack, const char *needle) {
-  return haystack && strstr(haystack, needle) != NULL;
 }
 
 /* ---- running the binary ------------------------------------------------ */
@@ -440,16 +428,8 @@ static void summary_save_json(void) {
   result_free(&bad);
 }
 
-static void remove_temp_dir(void) {
-  DIR *dir = opendir(temp_dir);
-  for (struct dirent *e; dir && (e = readdir(dir));)
-    if (e->d_name[0] != '.') unlink(temp_path(e->d_name));
-  if (dir) closedir(dir);
-  rmdir(temp_dir);
-}
-
 int main(void) {
-  if (!mkdtemp(temp_dir)) {
+  if (!check_temp_make("test_cli")) {
     perror("mkdtemp");
     return 1;
   }
@@ -458,6 +438,6 @@ int main(void) {
   runtime_errors();
   real_run();
   summary_save_json();
-  remove_temp_dir();
+  check_remove_tree(temp_dir);
   return check_report("test_cli");
 }

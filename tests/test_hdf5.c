@@ -19,28 +19,7 @@
 
 extern char **environ;
 
-static char temp_dir[] = "/tmp/mxu_test_hdf5_XXXXXX";
-
-static const char *temp_path(const char *name) {
-  static char paths[8][512];
-  static int next;
-  char *path = paths[next++ % 8];
-  snprintf(path, 512, "%s/%s", temp_dir, name);
-  return path;
-}
-
-static int has(const char *haystack, const char *needle) {
-  return haystack && strstr(haystack, needle) != NULL;
-}
-
-#define EXPECT_FAIL(expr, want, needle)                                        \
-  do {                                                                         \
-    mxu_status got_ = (expr);                                                  \
-    CHECK_MSG(got_ == (want), "%s -> %s, want %s (%s)", #expr,                 \
-              mxu_status_name(got_), mxu_status_name(want), mxu_errmsg());     \
-    CHECK_MSG(has(mxu_errmsg(), needle), "%s: message '%s' lacks '%s'", #expr, \
-              mxu_errmsg(), (const char *)(needle));                           \
-  } while (0)
+#define temp_dir check_temp_dir
 
 /* ---- models ------------------------------------------------------------ */
 
@@ -569,16 +548,8 @@ static void handler_restored(void) {
   mxu_model_free(model);
 }
 
-static void remove_temp_dir(void) {
-  DIR *dir = opendir(temp_dir);
-  for (struct dirent *e; dir && (e = readdir(dir));)
-    if (e->d_name[0] != '.') unlink(temp_path(e->d_name));
-  if (dir) closedir(dir);
-  rmdir(temp_dir);
-}
-
 int main(void) {
-  if (!mkdtemp(temp_dir)) {
+  if (!check_temp_make("test_hdf5")) {
     perror("mkdtemp");
     return 1;
   }
@@ -591,6 +562,6 @@ int main(void) {
   broken_keras2();
   broken_keras3();
   handler_restored();
-  remove_temp_dir();
+  check_remove_tree(temp_dir);
   return check_report("test_hdf5");
 }

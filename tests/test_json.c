@@ -258,10 +258,6 @@ static const char cifar_keras3[] =
 /* ---- helpers ------------------------------------------------------------
  */
 
-static int has(const char *haystack, const char *needle) {
-  return haystack && needle && strstr(haystack, needle) != NULL;
-}
-
 static char *summary_of(const mxu_model *model) {
   char *text = NULL;
   size_t size = 0;
@@ -306,7 +302,7 @@ static void expect_fail_at(int line, const char *json, mxu_status want,
   mxu_model_free(got == MXU_OK ? model : NULL);
 }
 
-#define EXPECT_FAIL(json, want, needle, needle2)                               \
+#define EXPECT_JSON_FAIL(json, want, needle, needle2)                          \
   expect_fail_at(__LINE__, json, want, needle, needle2)
 
 /* A tf.keras 2.x Sequential: an InputLayer of the given shape, then the
@@ -771,31 +767,35 @@ static void errors_text(void) {
   /* Truncated: the source and the place where cJSON stopped. */
   char cut[600];
   snprintf(cut, sizeof cut, "%.*s", 500, fashion_keras26);
-  EXPECT_FAIL(cut, MXU_ERR_FORMAT, "malformed JSON at line 1, column",
-              "ends before the value is complete");
-  EXPECT_FAIL("{\"class_name\": \"Sequential\",\n  \"config\": {\"layers\": "
-              "[1,]}}",
-              MXU_ERR_FORMAT, "line 2, column", "not valid JSON");
-  EXPECT_FAIL("{} trailing", MXU_ERR_FORMAT, "text after the end", NULL);
-  EXPECT_FAIL("", MXU_ERR_FORMAT, "empty", NULL);
-  EXPECT_FAIL("[1, 2]", MXU_ERR_FORMAT, "class_name", NULL);
-  EXPECT_FAIL("{\"config\": {}}", MXU_ERR_FORMAT, "class_name is missing",
-              NULL);
-  EXPECT_FAIL("{\"class_name\": \"Functional\", \"config\": {\"name\": \"m\", "
-              "\"layers\": [], \"input_layers\": [], \"output_layers\": []}}",
-              MXU_ERR_UNSUPPORTED, "Functional", "only Sequential");
-  EXPECT_FAIL("{\"class_name\": \"Sequential\"}", MXU_ERR_FORMAT,
-              "config is missing", NULL);
-  EXPECT_FAIL("{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\"}}",
-              MXU_ERR_FORMAT, "config.layers is missing", NULL);
-  EXPECT_FAIL("{\"class_name\": \"Sequential\", \"config\": {\"layers\": []}}",
-              MXU_ERR_FORMAT, "no layers", NULL);
-  EXPECT_FAIL(image_model("42"), MXU_ERR_FORMAT, "layer 1",
-              "must be an object");
-  EXPECT_FAIL(image_model("{\"class_name\": \"Conv2D\"}"), MXU_ERR_FORMAT,
-              "layer 1 (Conv2D)", "config is missing");
-  EXPECT_FAIL(image_model("{\"class_name\": \"Conv2D\", \"config\": [1]}"),
-              MXU_ERR_FORMAT, "config must be an object", NULL);
+  EXPECT_JSON_FAIL(cut, MXU_ERR_FORMAT, "malformed JSON at line 1, column",
+                   "ends before the value is complete");
+  EXPECT_JSON_FAIL(
+      "{\"class_name\": \"Sequential\",\n  \"config\": {\"layers\": "
+      "[1,]}}",
+      MXU_ERR_FORMAT, "line 2, column", "not valid JSON");
+  EXPECT_JSON_FAIL("{} trailing", MXU_ERR_FORMAT, "text after the end", NULL);
+  EXPECT_JSON_FAIL("", MXU_ERR_FORMAT, "empty", NULL);
+  EXPECT_JSON_FAIL("[1, 2]", MXU_ERR_FORMAT, "class_name", NULL);
+  EXPECT_JSON_FAIL("{\"config\": {}}", MXU_ERR_FORMAT, "class_name is missing",
+                   NULL);
+  EXPECT_JSON_FAIL(
+      "{\"class_name\": \"Functional\", \"config\": {\"name\": \"m\", "
+      "\"layers\": [], \"input_layers\": [], \"output_layers\": []}}",
+      MXU_ERR_UNSUPPORTED, "Functional", "only Sequential");
+  EXPECT_JSON_FAIL("{\"class_name\": \"Sequential\"}", MXU_ERR_FORMAT,
+                   "config is missing", NULL);
+  EXPECT_JSON_FAIL(
+      "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\"}}",
+      MXU_ERR_FORMAT, "config.layers is missing", NULL);
+  EXPECT_JSON_FAIL(
+      "{\"class_name\": \"Sequential\", \"config\": {\"layers\": []}}",
+      MXU_ERR_FORMAT, "no layers", NULL);
+  EXPECT_JSON_FAIL(image_model("42"), MXU_ERR_FORMAT, "layer 1",
+                   "must be an object");
+  EXPECT_JSON_FAIL(image_model("{\"class_name\": \"Conv2D\"}"), MXU_ERR_FORMAT,
+                   "layer 1 (Conv2D)", "config is missing");
+  EXPECT_JSON_FAIL(image_model("{\"class_name\": \"Conv2D\", \"config\": [1]}"),
+                   MXU_ERR_FORMAT, "config must be an object", NULL);
 }
 
 /* One layer after a (28, 28, 1) input, and what its refusal says. */
@@ -900,10 +900,11 @@ static const struct {
      MXU_ERR_FORMAT, "InputLayer must be the first"},
 };
 static void errors_layers(void) {
-  EXPECT_FAIL(image_model("{\"class_name\": \"LSTM\", \"config\": {\"name\": "
-                          "\"lstm\", \"units\": 8}}"),
-              MXU_ERR_UNSUPPORTED, "layer 'lstm' (LSTM)",
-              "layer class LSTM is not supported");
+  EXPECT_JSON_FAIL(
+      image_model("{\"class_name\": \"LSTM\", \"config\": {\"name\": "
+                  "\"lstm\", \"units\": 8}}"),
+      MXU_ERR_UNSUPPORTED, "layer 'lstm' (LSTM)",
+      "layer class LSTM is not supported");
   /* The whole message, as the issue spells it. */
   mxu_model *m = NULL;
   CHECK(mxu_model_from_json(
@@ -915,34 +916,39 @@ static void errors_layers(void) {
                    "model.json: layer 'conv2d_1' (Conv2D): dilation_rate "
                    "[2, 2] is not supported (only [1, 1])") == 0,
             "%s", mxu_errmsg());
-  EXPECT_FAIL(image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
-                          "\"c\", \"filters\": 8, \"kernel_size\": 3, "
-                          "\"data_format\": \"channels_first\"}}"),
-              MXU_ERR_UNSUPPORTED, "layer 'c' (Conv2D)",
-              "data_format 'channels_first' is not supported");
-  EXPECT_FAIL(image_model("{\"class_name\": \"Dense\", \"config\": {\"name\": "
-                          "\"dense\", \"units\": 10}}"),
-              MXU_ERR_UNSUPPORTED, "layer 'dense' (Dense)", "Flatten");
-  EXPECT_FAIL(image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
-                          "\"conv2d\", \"filters\": \"64\", \"kernel_size\": "
-                          "3}}"),
-              MXU_ERR_FORMAT, "layer 'conv2d' (Conv2D)",
-              "filters must be a positive integer, got '64'");
+  EXPECT_JSON_FAIL(
+      image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                  "\"c\", \"filters\": 8, \"kernel_size\": 3, "
+                  "\"data_format\": \"channels_first\"}}"),
+      MXU_ERR_UNSUPPORTED, "layer 'c' (Conv2D)",
+      "data_format 'channels_first' is not supported");
+  EXPECT_JSON_FAIL(
+      image_model("{\"class_name\": \"Dense\", \"config\": {\"name\": "
+                  "\"dense\", \"units\": 10}}"),
+      MXU_ERR_UNSUPPORTED, "layer 'dense' (Dense)", "Flatten");
+  EXPECT_JSON_FAIL(
+      image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                  "\"conv2d\", \"filters\": \"64\", \"kernel_size\": "
+                  "3}}"),
+      MXU_ERR_FORMAT, "layer 'conv2d' (Conv2D)",
+      "filters must be a positive integer, got '64'");
 
   for (size_t i = 0; i < sizeof layer_cases / sizeof *layer_cases; i++)
-    EXPECT_FAIL(image_model(layer_cases[i].layer), layer_cases[i].status,
-                layer_cases[i].needle, NULL);
-  EXPECT_FAIL(model_with("[null, null, 28, 1]", ""), MXU_ERR_UNSUPPORTED,
-              "dimension 1 is null", NULL);
-  EXPECT_FAIL(model_with("[null, 28, \"28\", 1]", ""), MXU_ERR_FORMAT,
-              "batch_input_shape", "positive integers");
-  EXPECT_FAIL(model_with("[null, 4]", "{\"class_name\": \"Dense\", \"config\": "
-                                      "{\"name\": \"d\", \"units\": 3, "
-                                      "\"batch_input_shape\": [null, 5]}}"),
-              MXU_ERR_FORMAT, "does not match the InputLayer", NULL);
-  EXPECT_FAIL("{\"class_name\": \"Sequential\", \"config\": {\"layers\": "
-              "[{\"class_name\": \"Dense\", \"config\": {\"units\": 3}}]}}",
-              MXU_ERR_FORMAT, "input shape is unknown", NULL);
+    EXPECT_JSON_FAIL(image_model(layer_cases[i].layer), layer_cases[i].status,
+                     layer_cases[i].needle, NULL);
+  EXPECT_JSON_FAIL(model_with("[null, null, 28, 1]", ""), MXU_ERR_UNSUPPORTED,
+                   "dimension 1 is null", NULL);
+  EXPECT_JSON_FAIL(model_with("[null, 28, \"28\", 1]", ""), MXU_ERR_FORMAT,
+                   "batch_input_shape", "positive integers");
+  EXPECT_JSON_FAIL(model_with("[null, 4]",
+                              "{\"class_name\": \"Dense\", \"config\": "
+                              "{\"name\": \"d\", \"units\": 3, "
+                              "\"batch_input_shape\": [null, 5]}}"),
+                   MXU_ERR_FORMAT, "does not match the InputLayer", NULL);
+  EXPECT_JSON_FAIL(
+      "{\"class_name\": \"Sequential\", \"config\": {\"layers\": "
+      "[{\"class_name\": \"Dense\", \"config\": {\"units\": 3}}]}}",
+      MXU_ERR_FORMAT, "input shape is unknown", NULL);
 }
 
 static void errors_compile(void) {

@@ -20,28 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char temp_dir[] = "/tmp/mxu_test_model_file_XXXXXX";
-
-static const char *temp_path(const char *name) {
-  static char paths[8][512];
-  static int next;
-  char *path = paths[next++ % 8];
-  snprintf(path, 512, "%s/%s", temp_dir, name);
-  return path;
-}
-
-static int has(const char *haystack, const char *needle) {
-  return haystack && strstr(haystack, needle) != NULL;
-}
-
-#define EXPECT_FAIL(expr, want, needle)                                        \
-  do {                                                                         \
-    mxu_status got_ = (expr);                                                  \
-    CHECK_MSG(got_ == (want), "%s -> %s, want %s (%s)", #expr,                 \
-              mxu_status_name(got_), mxu_status_name(want), mxu_errmsg());     \
-    CHECK_MSG(has(mxu_errmsg(), needle), "%s: message '%s' lacks '%s'", #expr, \
-              mxu_errmsg(), (const char *)(needle));                           \
-  } while (0)
+#define temp_dir check_temp_dir
 
 /* ---- models and data --------------------------------------------------- */
 
@@ -545,7 +524,7 @@ static void remove_tree(const char *dir) {
 }
 
 int main(void) {
-  if (!mkdtemp(temp_dir)) {
+  if (!check_temp_make("test_model_file")) {
     perror("mkdtemp");
     return 1;
   }

@@ -64,7 +64,8 @@ static void cifar_one_short_epoch(void) {
   CHECK_OK(mxu_evaluate(model, test, 1024, &loss, &accuracy));
   double correct = accuracy * 10000.0;
   CHECK_NEAR(correct, (double)(int64_t)(correct + 0.5), 1e-6);
-  printf("cifar, 100 steps of 128: test accuracy %.4f, loss %.4f\n", accuracy, loss);
+  printf("cifar, 100 steps of 128: test accuracy %.4f, loss %.4f\n", accuracy,
+         loss);
   CHECK(accuracy > 0.20); /* chance is 0.10 */
   mxu_model_free(model);
   mxu_dataset_free(train);

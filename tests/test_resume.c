@@ -9,7 +9,6 @@
 #include <mxu.h>
 
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -24,16 +23,6 @@
 #include <unistd.h>
 
 extern char **environ;
-
-static char temp_dir[] = "/tmp/mxu_resume_XXXXXX";
-
-static const char *path_in(const char *name) {
-  static char paths[8][512];
-  static int next;
-  char *path = paths[next++ % 8];
-  snprintf(path, 512, "%s/%s", temp_dir, name);
-  return path;
-}
 
 /* Starts `mxu train` on the fashion model: 2 epochs of 30 steps of 1000,
  * checkpoints every 10 steps into ckpt_dir (resuming from it), output to
@@ -128,12 +117,12 @@ static void check_identical(const char *a_path, const char *b_path) {
 }
 
 static void kill_and_resume(void) {
-  const char *reference = path_in("reference.h5");
-  const char *resumed = path_in("resumed.h5");
-  const char *log = path_in("log.txt");
-  CHECK(wait_exit(start_train(path_in("ckpt_ref"), reference, log)) == 0);
+  const char *reference = temp_path("reference.h5");
+  const char *resumed = temp_path("resumed.h5");
+  const char *log = temp_path("log.txt");
+  CHECK(wait_exit(start_train(temp_path("ckpt_ref"), reference, log)) == 0);
 
-  const char *dir = path_in("ckpt");
+  const char *dir = temp_path("ckpt");
   unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
   printf("kill test: rand seed %u\n", seed);
   srand(seed);
@@ -167,7 +156,7 @@ static void kill_and_resume(void) {
 /* The newest checkpoint cut in half: resume skips it, says so, and still
  * finishes with the same weights. */
 static void corrupt_newest(void) {
-  const char *dir = path_in("ckpt_ref"); /* holds the last two */
+  const char *dir = temp_path("ckpt_ref"); /* holds the last two */
   DIR *d = opendir(dir);
   char newest[256] = "";
   for (struct dirent *e; d && (e = readdir(d));)
@@ -179,8 +168,8 @@ static void corrupt_newest(void) {
   snprintf(path, sizeof path, "%s/%s", dir, newest);
   struct stat st;
   CHECK(stat(path, &st) == 0 && truncate(path, st.st_size / 2) == 0);
-  const char *log = path_in("corrupt.txt");
-  const char *weights = path_in("after_corrupt.h5");
+  const char *log = temp_path("corrupt.txt");
+  const char *weights = temp_path("after_corrupt.h5");
   CHECK(wait_exit(start_train(dir, weights, log)) == 0);
   FILE *f = fopen(log, "r");
   char text[8192] = "";
@@ -190,7 +179,7 @@ static void corrupt_newest(void) {
     fclose(f);
   }
   CHECK_MSG(strstr(text, "skipped") && strstr(text, newest), "log: %s", text);
-  check_identical(path_in("reference.h5"), weights);
+  check_identical(temp_path("reference.h5"), weights);
 }
 
 /* Runs mxu with the NULL-terminated arguments after "train
@@ -227,9 +216,9 @@ static int train_with(const char *first, ...) {
 /* model.save after epoch 1, then --resume FILE for epoch 2: the same
  * weights as two epochs in one go. */
 static void resume_from_model_file(void) {
-  const char *whole = path_in("two_epochs.h5");
-  const char *model = path_in("model_after_1.h5");
-  const char *resumed = path_in("resumed_from_file.h5");
+  const char *whole = temp_path("two_epochs.h5");
+  const char *model = temp_path("model_after_1.h5");
+  const char *resumed = temp_path("resumed_from_file.h5");
   CHECK(train_with("--epochs", "2", "--save-weights", whole, NULL) == 0);
   CHECK(train_with("--epochs", "1", "--save-model", model, NULL) == 0);
   CHECK(train_with("--epochs", "2", "--resume", model, "--save-weights",
@@ -241,11 +230,11 @@ static void resume_from_model_file(void) {
  * weights and Adam's two slots) but not the second. Where mounting is not
  * allowed, a file-size limit on the child gives the same failure. */
 static void disk_full(void) {
-  const char *dir = path_in("full");
+  const char *dir = temp_path("full");
   mkdir(dir, 0755);
   int mounted = mount("tmpfs", dir, "tmpfs", 0, "size=2m") == 0;
   printf("disk full: %s\n", mounted ? "2 MB tmpfs" : "RLIMIT_FSIZE 1.5 MB");
-  const char *log = path_in("full.txt");
+  const char *log = temp_path("full.txt");
   char *args[] = {(char *)MXU_BIN,
                   "train",
                   "models/fashion_mnist.json",
@@ -301,24 +290,8 @@ static void disk_full(void) {
   if (mounted) CHECK(umount(dir) == 0);
 }
 
-static void remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) {
-    unlink(path);
-    return;
-  }
-  for (struct dirent *e; (e = readdir(d));) {
-    if (e->d_name[0] == '.') continue;
-    char child[1024];
-    snprintf(child, sizeof child, "%s/%s", path, e->d_name);
-    remove_tree(child);
-  }
-  closedir(d);
-  rmdir(path);
-}
-
 int main(void) {
-  if (!mkdtemp(temp_dir)) {
+  if (!check_temp_make("test_resume")) {
     perror("mkdtemp");
     return 1;
   }
@@ -326,6 +299,6 @@ int main(void) {
   corrupt_newest();
   resume_from_model_file();
   disk_full();
-  remove_tree(temp_dir);
+  check_remove_tree(check_temp_dir);
   return check_report("test_resume");
 }

@@ -13,15 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char temp_dir[] = "/tmp/mxu_test_weights_XXXXXX";
-
-static const char *temp_path(const char *name) {
-  static char paths[8][512];
-  static int next;
-  char *path = paths[next++ % 8];
-  snprintf(path, 512, "%s/%s", temp_dir, name);
-  return path;
-}
+#define temp_dir check_temp_dir
 
 /* The file's name in the layout under test: stem + ".h5" (tf.keras 2.x)
  * or stem + ".weights.h5" (Keras 3). */
@@ -32,19 +24,6 @@ static const char *weights_path(const char *stem) {
   snprintf(name, sizeof name, "%s%s", stem, layout_ext);
   return temp_path(name);
 }
-
-static int has(const char *haystack, const char *needle) {
-  return haystack && strstr(haystack, needle) != NULL;
-}
-
-#define EXPECT_FAIL(expr, want, needle)                                        \
-  do {                                                                         \
-    mxu_status got_ = (expr);                                                  \
-    CHECK_MSG(got_ == (want), "%s -> %s, want %s (%s)", #expr,                 \
-              mxu_status_name(got_), mxu_status_name(want), mxu_errmsg());     \
-    CHECK_MSG(has(mxu_errmsg(), needle), "%s: message '%s' lacks '%s'", #expr, \
-              mxu_errmsg(), (const char *)(needle));                           \
-  } while (0)
 
 /* ---- models and data --------------------------------------------------- */
 
@@ -419,14 +398,6 @@ static void layout_from_content(void) {
   mxu_model_free(b);
 }
 
-static void remove_temp_dir(void) {
-  DIR *dir = opendir(temp_dir);
-  for (struct dirent *e; dir && (e = readdir(dir));)
-    if (e->d_name[0] != '.') unlink(temp_path(e->d_name));
-  if (dir) closedir(dir);
-  rmdir(temp_dir);
-}
-
 static void each_layout(const char *ext) {
   layout_ext = ext;
   round_trip(MXU_BACKEND_CPU);
@@ -441,7 +412,7 @@ static void each_layout(const char *ext) {
 }
 
 int main(void) {
-  if (!mkdtemp(temp_dir)) {
+  if (!check_temp_make("test_weights")) {
     perror("mkdtemp");
     return 1;
   }
@@ -449,6 +420,6 @@ int main(void) {
   each_layout(".weights.h5");
   file_names();
   layout_from_content();
-  remove_temp_dir();
+  check_remove_tree(temp_dir);
   return check_report("test_weights");
 }
