@@ -94,8 +94,7 @@ typedef struct mxu_backend {
    * written to mean and var. Inference: use the given mean and var.
    * Backward: the batch-statistics gradient, from the training forward's
    * mean and var. */
-  mxu_status (*batchnorm_create)(const mxu_batchnorm_desc *desc,
-                                 mxu_op **out);
+  mxu_status (*batchnorm_create)(const mxu_batchnorm_desc *desc, mxu_op **out);
   void (*batchnorm_forward_training)(mxu_op *op, const float *x,
                                      const float *gamma, const float *beta,
                                      float *y, float *mean, float *var);

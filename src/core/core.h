@@ -16,10 +16,10 @@ mxu_status mxu_fail(mxu_status status, const char *fmt, ...)
 mxu_status mxu_fail_prefix(mxu_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-#define MXU_TRY(expr)                                                         \
-  do {                                                                        \
-    mxu_status mxu_try_status_ = (expr);                                      \
-    if (mxu_try_status_ != MXU_OK) return mxu_try_status_;                    \
+#define MXU_TRY(expr)                                                          \
+  do {                                                                         \
+    mxu_status mxu_try_status_ = (expr);                                       \
+    if (mxu_try_status_ != MXU_OK) return mxu_try_status_;                     \
   } while (0)
 
 /* ---- arena: one allocation per replica, laid out at compile ----------- */

@@ -9,14 +9,14 @@
 #include <string.h>
 
 mxu_optimizer_config mxu_adam(float learning_rate) {
-  return (mxu_optimizer_config){MXU_ADAM, learning_rate, 0.9f, 0.999f, 1e-7f,
-                                0.0f, 0};
+  return (mxu_optimizer_config){MXU_ADAM, learning_rate, 0.9f, 0.999f,
+                                1e-7f,    0.0f,          0};
 }
 
 mxu_optimizer_config mxu_sgd(float learning_rate, float momentum,
                              int nesterov) {
-  return (mxu_optimizer_config){MXU_SGD, learning_rate, 0.0f, 0.0f, 0.0f,
-                                momentum, nesterov};
+  return (mxu_optimizer_config){MXU_SGD, learning_rate, 0.0f,    0.0f,
+                                0.0f,    momentum,      nesterov};
 }
 
 mxu_compile_config mxu_compile_defaults(void) {
@@ -73,8 +73,8 @@ static void initialise(float *values, const mxu_param_decl *d, uint64_t seed,
     return;
   }
   float limit = sqrtf(6.0f / (float)(d->fan_in + d->fan_out));
-  mxu_rng rng = mxu_rng_make(seed, MXU_STREAM_INIT, (uint32_t)layer,
-                             (uint32_t)index, 0);
+  mxu_rng rng =
+      mxu_rng_make(seed, MXU_STREAM_INIT, (uint32_t)layer, (uint32_t)index, 0);
   mxu_rng_uniform(&rng, 0, values, (size_t)count);
   for (int64_t i = 0; i < count; i++)
     values[i] = limit * (2.0f * values[i] - 1.0f);
@@ -99,8 +99,12 @@ static mxu_status build_params(mxu_model *model) {
       mxu_param *p = &model->params[model->param_count++];
       int64_t *counter =
           decls[k].trainable ? &model->trainable_count : &model->state_count;
-      *p = (mxu_param){i, decls[k].name, decls[k].shape, decls[k].trainable,
-                       *counter, mxu_shape_count(&decls[k].shape)};
+      *p = (mxu_param){i,
+                       decls[k].name,
+                       decls[k].shape,
+                       decls[k].trainable,
+                       *counter,
+                       mxu_shape_count(&decls[k].shape)};
       /* Each weight starts on a 64-byte boundary. */
       *counter += (p->count + 15) / 16 * 16;
     }
@@ -125,7 +129,8 @@ static mxu_status allocate_params(mxu_model *model) {
     layer->cls->declare(layer, decls);
     for (int k = 0; k < layer->param_count; k++) {
       const mxu_param *p = &model->params[layer->param_first + k];
-      float *values = (p->trainable ? model->weights : model->state) + p->offset;
+      float *values =
+          (p->trainable ? model->weights : model->state) + p->offset;
       initialise(values, &decls[k], model->compile.seed, i, k);
     }
   }
@@ -154,7 +159,8 @@ mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config) {
 void mxu_plan_release(mxu_model *model) {
   mxu_plan *plan = &model->plan;
   for (int i = 0; i < model->layer_count; i++)
-    if (model->backend) mxu_layer_release_ops(&model->layers[i], model->backend);
+    if (model->backend)
+      mxu_layer_release_ops(&model->layers[i], model->backend);
   free(plan->act);
   free(plan->grad);
   mxu_arena_release(&plan->replica.arena);
@@ -185,8 +191,7 @@ static size_t batch_bytes(int batch, const mxu_shape *shape) {
 
 mxu_status mxu_plan_build(mxu_model *model, int batch) {
   if (batch <= 0)
-    return mxu_fail(MXU_ERR_ARG, "plan: batch size %d must be positive",
-                    batch);
+    return mxu_fail(MXU_ERR_ARG, "plan: batch size %d must be positive", batch);
   mxu_plan_release(model);
   mxu_plan *plan = &model->plan;
   int n = model->layer_count;

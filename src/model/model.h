@@ -128,14 +128,14 @@ typedef struct mxu_replica {
 typedef struct mxu_plan {
   int batch;
   const mxu_backend *backend;
-  mxu_arena layout;       /* sizes and offsets; replicas commit copies */
-  size_t *act;            /* layer_count + 1 offsets: input, each output */
-  size_t *grad;           /* same, for gradients */
-  size_t labels, onehot;  /* targets of this batch */
-  size_t mask;            /* 1 for real samples, 0 for padding */
-  size_t probs, loss;     /* loss outputs per sample */
-  int fused_softmax;      /* the loss reads the last layer's logits */
-  mxu_replica replica;    /* one for now; the replicas issue adds more */
+  mxu_arena layout;      /* sizes and offsets; replicas commit copies */
+  size_t *act;           /* layer_count + 1 offsets: input, each output */
+  size_t *grad;          /* same, for gradients */
+  size_t labels, onehot; /* targets of this batch */
+  size_t mask;           /* 1 for real samples, 0 for padding */
+  size_t probs, loss;    /* loss outputs per sample */
+  int fused_softmax;     /* the loss reads the last layer's logits */
+  mxu_replica replica;   /* one for now; the replicas issue adds more */
 } mxu_plan;
 
 struct mxu_model {

@@ -24,8 +24,7 @@ static mxu_layer_run layer_run(mxu_model *model, int i, int training,
     run.dw[k] = p->trainable ? model->grads + p->offset : NULL;
   }
   /* Replica 0 until the replicas issue; the stream names it already. */
-  run.rng = mxu_rng_make(seed, MXU_STREAM_DROPOUT, epoch, step,
-                         (uint32_t)i);
+  run.rng = mxu_rng_make(seed, MXU_STREAM_DROPOUT, epoch, step, (uint32_t)i);
   run.fused_softmax = plan->fused_softmax && i == model->layer_count - 1;
   return run;
 }
@@ -57,8 +56,8 @@ static double loss_forward(mxu_model *model, const mxu_layer_run *last_run,
   if (model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY)
     onehot = mxu_plan_floats(model, plan->onehot);
   else
-    labels = (const int32_t *)(const void *)mxu_plan_floats(model,
-                                                            plan->labels);
+    labels =
+        (const int32_t *)(const void *)mxu_plan_floats(model, plan->labels);
   const float *mask = mxu_plan_floats(model, plan->mask);
   float *loss = mxu_plan_floats(model, plan->loss);
   float *grad = mxu_plan_floats(model, plan->grad[model->layer_count]);
@@ -66,13 +65,12 @@ static double loss_forward(mxu_model *model, const mxu_layer_run *last_run,
   if (plan->fused_softmax || model->compile.from_logits) {
     const float *logits =
         plan->fused_softmax ? last->cls->logits(last, last_run) : out;
-    model->backend->softmax_cross_entropy(n, classes, logits, labels, onehot,
-                                          mask, scale,
-                                          mxu_plan_floats(model, plan->probs),
-                                          loss, grad);
+    model->backend->softmax_cross_entropy(
+        n, classes, logits, labels, onehot, mask, scale,
+        mxu_plan_floats(model, plan->probs), loss, grad);
   } else {
-    model->backend->cross_entropy(n, classes, out, labels, onehot, mask,
-                                  scale, loss, grad);
+    model->backend->cross_entropy(n, classes, out, labels, onehot, mask, scale,
+                                  loss, grad);
   }
   double sum = 0;
   for (int64_t r = 0; r < n; r++) sum += loss[r];

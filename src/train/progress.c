@@ -36,8 +36,8 @@ static int per_step(char *line, int used, int size, double seconds) {
 static int metrics_text(char *line, int used, int size,
                         const mxu_metric_value *metrics, int count) {
   for (int i = 0; i < count && used < size; i++) {
-    used += snprintf(line + used, (size_t)(size - used), " - %s:",
-                     metrics[i].name);
+    used +=
+        snprintf(line + used, (size_t)(size - used), " - %s:", metrics[i].name);
     double v = metrics[i].value;
     used = append(line, used, size, fabs(v) > 1e-3 ? " %.4f" : " %.4e", v);
   }
@@ -50,8 +50,9 @@ static int bar_text(char *line, int current, int target) {
   int used = snprintf(line, 64, "%*d/%d [", digits, current, target);
   int width = (int)(30.0 * current / target);
   for (int i = 0; i < 30; i++) {
-    char c = i < width - 1 ? '=' : i == width - 1 ? (current < target ? '>' : '=')
-                                                   : '.';
+    char c = i < width - 1    ? '='
+             : i == width - 1 ? (current < target ? '>' : '=')
+                              : '.';
     line[used++] = c;
   }
   line[used++] = ']';

@@ -24,7 +24,6 @@ void mxu_progress_epoch(mxu_progress *p, FILE *out, int verbose, int epoch,
                         int epochs, int target);
 /* current steps done; final is 1 on the epoch's last line. */
 void mxu_progress_update(mxu_progress *p, int current,
-                         const mxu_metric_value *metrics, int count,
-                         int final);
+                         const mxu_metric_value *metrics, int count, int final);
 
 #endif
