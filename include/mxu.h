@@ -249,7 +249,8 @@ typedef struct mxu_fit_config {
   int verbose; /* 0 silent, 1 progress bar, 2 one line per epoch */
   FILE *out;   /* where progress goes; stdout if NULL */
   /* Keras' initial_epoch, and mxu's step within it: where a resumed run
-   * starts (see mxu_checkpoint_restore). */
+   * starts (see mxu_checkpoint_restore). The history's entry for a resumed
+   * epoch covers the steps this call ran. */
   int initial_epoch, initial_step;
   /* Checkpoints: when checkpoint_dir is set, a full-model checkpoint is
    * written every checkpoint_every steps (0: at the end of every epoch). */
