@@ -37,23 +37,16 @@ static const char *padding_name(mxu_padding padding) {
 /* ---- Conv2D --------------------------------------------------------------
  */
 
-static const char *const conv2d_keys[] = {"filters",
-                                          "kernel_size",
-                                          "strides",
-                                          "padding",
-                                          "data_format",
-                                          "dilation_rate",
-                                          "groups",
-                                          "activation",
-                                          "use_bias",
-                                          "kernel_initializer",
-                                          "bias_initializer",
-                                          "kernel_regularizer",
-                                          "bias_regularizer",
-                                          "activity_regularizer",
-                                          "kernel_constraint",
-                                          "bias_constraint",
-                                          NULL};
+/* The keys Conv2D and Dense share for their kernel and bias. */
+#define WEIGHT_OPTION_KEYS                                                     \
+  "kernel_initializer", "bias_initializer", "kernel_regularizer",              \
+      "bias_regularizer", "activity_regularizer", "kernel_constraint",         \
+      "bias_constraint", NULL
+
+static const char *const conv2d_keys[] = {
+    "filters",     "kernel_size",     "strides", "padding",
+    "data_format", "dilation_rate",   "groups",  "activation",
+    "use_bias",    WEIGHT_OPTION_KEYS};
 
 static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
                               mxu_model *model, const char *name) {
@@ -195,17 +188,8 @@ static void write_flatten(mxu_json_out *out, const mxu_layer *layer,
 /* ---- Dense ---------------------------------------------------------------
  */
 
-static const char *const dense_keys[] = {"units",
-                                         "activation",
-                                         "use_bias",
-                                         "kernel_initializer",
-                                         "bias_initializer",
-                                         "kernel_regularizer",
-                                         "bias_regularizer",
-                                         "activity_regularizer",
-                                         "kernel_constraint",
-                                         "bias_constraint",
-                                         NULL};
+static const char *const dense_keys[] = {"units", "activation", "use_bias",
+                                         WEIGHT_OPTION_KEYS};
 
 static mxu_status read_dense(const mxu_json_where *where, const cJSON *config,
                              mxu_model *model, const char *name) {

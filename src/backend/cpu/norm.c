@@ -14,35 +14,27 @@ static const char BN[] = "batchnorm";
 
 static const unsigned BN_FLAGS = dnnl_use_scale | dnnl_use_shift;
 
-/* oneDNN's training variance is the biased one (divided by rows), which
- * is what Keras normalises with. */
-static mxu_status train_create(mxu_op *op, const dnnl_memory_desc_t *md,
-                               float epsilon) {
+/* Training writes the batch mean and variance (oneDNN's is the biased
+ * one, which is what Keras normalises with); inference reads the moving
+ * ones. The argument lists are in the order cpu_run's callers pass
+ * buffers. */
+static mxu_status forward_create(mxu_op *op, const dnnl_memory_desc_t *md,
+                                 float epsilon, int training) {
+  static const int train_args[] = {DNNL_ARG_SRC,   DNNL_ARG_SCALE,
+                                   DNNL_ARG_SHIFT, DNNL_ARG_DST,
+                                   DNNL_ARG_MEAN,  DNNL_ARG_VARIANCE};
+  static const int infer_args[] = {DNNL_ARG_SRC,      DNNL_ARG_SCALE,
+                                   DNNL_ARG_SHIFT,    DNNL_ARG_MEAN,
+                                   DNNL_ARG_VARIANCE, DNNL_ARG_DST};
   dnnl_batch_normalization_desc_t bd;
   CPU_TRY(BN, dnnl_batch_normalization_forward_desc_init, &bd,
-          dnnl_forward_training, md, epsilon, BN_FLAGS);
-  cpu_prim *p = &op->prim[BN_TRAIN];
+          training ? dnnl_forward_training : dnnl_forward_inference, md,
+          epsilon, training ? BN_FLAGS : BN_FLAGS | dnnl_use_global_stats);
+  cpu_prim *p = &op->prim[training ? BN_TRAIN : BN_INFER];
   MXU_TRY(cpu_prim_create(p, &bd, dnnl_alg_kind_undef, NULL, BN,
-                          "forward_training"));
-  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_SCALE, DNNL_ARG_SHIFT,
-                             DNNL_ARG_DST, DNNL_ARG_MEAN,  DNNL_ARG_VARIANCE};
-  for (size_t i = 0; i < sizeof args / sizeof *args; i++)
-    MXU_TRY(cpu_prim_arg(p, args[i], BN));
-  return MXU_OK;
-}
-
-static mxu_status infer_create(mxu_op *op, const dnnl_memory_desc_t *md,
-                               float epsilon) {
-  dnnl_batch_normalization_desc_t bd;
-  CPU_TRY(BN, dnnl_batch_normalization_forward_desc_init, &bd,
-          dnnl_forward_inference, md, epsilon,
-          BN_FLAGS | dnnl_use_global_stats);
-  cpu_prim *p = &op->prim[BN_INFER];
-  MXU_TRY(cpu_prim_create(p, &bd, dnnl_alg_kind_undef, NULL, BN,
-                          "forward_inference"));
-  static const int args[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE,    DNNL_ARG_SHIFT,
-                             DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_DST};
-  for (size_t i = 0; i < sizeof args / sizeof *args; i++)
+                          training ? "forward_training" : "forward_inference"));
+  const int *args = training ? train_args : infer_args;
+  for (size_t i = 0; i < sizeof train_args / sizeof *train_args; i++)
     MXU_TRY(cpu_prim_arg(p, args[i], BN));
   return MXU_OK;
 }
@@ -69,8 +61,8 @@ static mxu_status bn_build(mxu_op *op, const mxu_batchnorm_desc *d) {
   dnnl_dims_t dims = {d->rows, d->c, 1, 1};
   dnnl_memory_desc_t md;
   MXU_TRY(cpu_md(&md, 4, dims, dnnl_nhwc, BN));
-  MXU_TRY(train_create(op, &md, d->epsilon));
-  MXU_TRY(infer_create(op, &md, d->epsilon));
+  MXU_TRY(forward_create(op, &md, d->epsilon, 1));
+  MXU_TRY(forward_create(op, &md, d->epsilon, 0));
   return backward_create(op, &md, d->epsilon);
 }
 
