@@ -319,31 +319,26 @@ static mxu_status put_empty_list(const char *path, hid_t object,
   return s;
 }
 
-static mxu_status put_vlen_list(const char *path, hid_t object,
-                                const char *name, const char *const *items,
-                                int count) {
-  hsize_t n = (hsize_t)count;
-  hid_t space = H5Screate_simple(1, &n, NULL);
-  hid_t type = string_type(H5T_VARIABLE, H5T_CSET_ASCII);
-  mxu_status s = put_attribute(path, object, name, type, type, space, items);
-  H5Tclose(type);
-  H5Sclose(space);
-  return s;
-}
-
-static mxu_status put_fixed_list(const char *path, hid_t object,
-                                 const char *name, const char *const *items,
-                                 int count, size_t width) {
-  char *packed = calloc((size_t)count, width);
-  if (!packed)
-    return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory for attribute '%s'", path,
-                    name);
-  for (int i = 0; i < count; i++)
-    memcpy(packed + (size_t)i * width, items[i], strlen(items[i]));
+/* A 1-D string attribute: width H5T_VARIABLE takes the char pointers as
+ * they are (h5py's form for a Python list), a fixed width takes them
+ * NUL-padded into one block (numpy's 'S<n>'). */
+static mxu_status put_string_list(const char *path, hid_t object,
+                                  const char *name, const char *const *items,
+                                  int count, size_t width) {
+  char *packed = NULL;
+  if (width != H5T_VARIABLE) {
+    packed = calloc((size_t)count, width);
+    if (!packed)
+      return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory for attribute '%s'",
+                      path, name);
+    for (int i = 0; i < count; i++)
+      memcpy(packed + (size_t)i * width, items[i], strlen(items[i]));
+  }
   hsize_t n = (hsize_t)count;
   hid_t space = H5Screate_simple(1, &n, NULL);
   hid_t type = string_type(width, H5T_CSET_ASCII);
-  mxu_status s = put_attribute(path, object, name, type, type, space, packed);
+  mxu_status s = put_attribute(path, object, name, type, type, space,
+                               packed ? (const void *)packed : items);
   H5Tclose(type);
   H5Sclose(space);
   free(packed);
@@ -362,7 +357,7 @@ static mxu_status put_split_list(const char *path, hid_t object,
     int size = count / chunks + (c < count % chunks);
     char part[256];
     snprintf(part, sizeof part, "%s%d", name, c);
-    MXU_TRY(put_fixed_list(path, object, part, items + first, size, width));
+    MXU_TRY(put_string_list(path, object, part, items + first, size, width));
     first += size;
   }
   return MXU_OK;
@@ -383,7 +378,7 @@ mxu_status mxu_h5_write_strings(const char *path, hid_t object,
   /* Keras measures the fixed-width array even when h5py then writes the
    * unsplit list with variable-length strings. */
   if ((size_t)count * width <= MXU_H5_ATTRIBUTE_LIMIT)
-    return put_vlen_list(path, object, name, items, count);
+    return put_string_list(path, object, name, items, count, H5T_VARIABLE);
   return put_split_list(path, object, name, items, count, width);
 }
 
