@@ -4,7 +4,10 @@
 set -e
 # libhdf5-dev: Keras .h5 weights files; python3-h5py: tests only, an
 # independent writer of those files (run with /usr/bin/python3).
-packages="build-essential cmake libdnnl-dev libcjson-dev zlib1g-dev libhdf5-dev
+# libopenmpi-dev/openmpi-bin: replicas across processes (mpirun);
+# libpng-dev/libjpeg-dev: image-folder data sets; libcairo2-dev: mxu plot.
+packages="build-essential cmake pkg-config libdnnl-dev libcjson-dev zlib1g-dev
+  libhdf5-dev libopenmpi-dev openmpi-bin libpng-dev libjpeg-dev libcairo2-dev
   dataset-fashion-mnist python3-h5py"
 missing=""
 for p in $packages; do
