@@ -99,6 +99,9 @@ typedef struct mxu_batchnorm_config {
   float epsilon;
   int center;
   int scale;
+  /* Keras' synchronized: batch statistics over the global batch (every
+   * replica) instead of each replica's slice. */
+  int synchronized;
 } mxu_batchnorm_config;
 
 mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w);
@@ -176,6 +179,20 @@ typedef struct mxu_compile_config {
   /* The accuracy metric's name as Keras prints and logs it ("accuracy",
    * "sparse_categorical_accuracy", ...); NULL means "accuracy". */
   const char *metric;
+  /* The strategy, as TPUStrategy: batch_size is the global batch, split
+   * over `replicas` logical replicas (0 means 1; batch_size must divide by
+   * it); each runs forward and backward on its slice, the gradients are
+   * summed in a fixed order and every replica applies the same update.
+   * `threads` worker threads run the replicas (0: the machine's cores).
+   * Weights depend on the seed and the replica count only, bit for bit,
+   * whatever the thread count or the number of MPI processes — except
+   * that with more threads than replicas the spare threads work inside
+   * each replica's kernels, whose reductions then follow the thread
+   * count. steps_per_execution (Keras'; 0 means 1): steps run between two
+   * progress updates. */
+  int replicas;
+  int threads;
+  int steps_per_execution;
 } mxu_compile_config;
 
 mxu_compile_config mxu_compile_defaults(void);
@@ -184,6 +201,22 @@ mxu_compile_config mxu_compile_defaults(void);
  * Keras' initialisers, asks the backend for its primitives once and lays
  * out every activation and gradient. */
 mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config);
+
+/* ---- processes (MPI) --------------------------------------------------- */
+
+/* Under mpirun, call mxu_distributed_init first in main and
+ * mxu_distributed_finalize before returning: a model compiled with N
+ * replicas then runs N/P of them in each of the P processes (N must divide
+ * by P) and gives the same weights, bit for bit, as one process with N
+ * replicas. Only rank 0 should print or write files; fit does that
+ * itself. Without MPI (or outside mpirun) these make a world of one. */
+mxu_status mxu_distributed_init(int *argc, char ***argv);
+void mxu_distributed_finalize(void);
+int mxu_distributed_rank(void);
+int mxu_distributed_size(void);
+/* Ends every process of the world with this exit code (after an error in
+ * one of them, so the others do not wait for it forever). */
+void mxu_distributed_abort(int code);
 
 /* ---- data -------------------------------------------------------------- */
 

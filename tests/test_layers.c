@@ -3,6 +3,7 @@
  * forward and backward of the oneDNN backend against cpu_ref. */
 #include "check.h"
 #include "model/model.h"
+#include "strategy/strategy.h"
 
 #include <string.h>
 
@@ -59,8 +60,15 @@ static void load_inputs(mxu_model *model, uint64_t seed) {
   }
 }
 
+/* One training step (forward, loss, backward) over the loaded batch. */
+static mxu_step_result train_step(mxu_model *model) {
+  mxu_replica_set_rows(model, &model->plan.replica[0], BATCH);
+  mxu_step_key key = {1, 5, 0, 0};
+  return mxu_strategy_step(model, &key, 1.0f / BATCH);
+}
+
 static double mean_loss(mxu_model *model) {
-  return mxu_step_run(model, 1, BATCH, 1.0f / BATCH, 5, 0, 0).loss_sum / BATCH;
+  return train_step(model).loss_sum / BATCH;
 }
 
 static int close_enough(double analytic, double numeric) {
@@ -135,8 +143,8 @@ static void backends_agree(const layer_case *c) {
   mxu_model *ref = build(c, MXU_BACKEND_CPU_REF);
   load_inputs(fast, 3);
   load_inputs(ref, 3);
-  mxu_step_result a = mxu_step_run(fast, 1, BATCH, 1.0f / BATCH, 5, 0, 0);
-  mxu_step_result b = mxu_step_run(ref, 1, BATCH, 1.0f / BATCH, 5, 0, 0);
+  mxu_step_result a = train_step(fast);
+  mxu_step_result b = train_step(ref);
   CHECK_NEAR(a.loss_sum, b.loss_sum, 1e-4 * fabs(b.loss_sum) + 1e-5);
   for (int i = 0; i <= fast->layer_count; i++) {
     const mxu_shape *s =

@@ -18,13 +18,14 @@ typedef struct train_args {
   const char *model, *data, *save_weights, *report;
   const char *checkpoint_dir, *resume, *save_model;
   int checkpoint_every;
+  int replicas, threads, steps_per_execution;
   int epochs, batch_size, steps_per_epoch, validation_freq;
   int optimizer, loss, verbose;
   float learning_rate, rescale;
   uint64_t seed;
 } train_args;
 
-#define TRAIN_OPTION_COUNT 17
+#define TRAIN_OPTION_COUNT 20
 
 /* The table lives in the caller's frame; targets point into args. */
 static void train_options(train_args *a, cli_option *o) {
@@ -42,6 +43,18 @@ static void train_options(train_args *a, cli_option *o) {
       {"--validation-freq", "F",
        "validate on the test split after every F-th epoch (default 1)",
        CLI_POSITIVE_INT, &a->validation_freq, NULL, 0, 0},
+      {"--replicas", "N",
+       "split each batch over N replicas, as TPUStrategy over N cores: the "
+       "batch size must divide by N; weights depend on N, not on --threads "
+       "or the MPI process count (default 1)",
+       CLI_POSITIVE_INT, &a->replicas, NULL, 0, 0},
+      {"--threads", "T",
+       "worker threads running the replicas (default: every core)",
+       CLI_POSITIVE_INT, &a->threads, NULL, 0, 0},
+      {"--steps-per-execution", "K",
+       "run K steps between progress updates (Keras' steps_per_execution; "
+       "default: the model file's, else 1)",
+       CLI_POSITIVE_INT, &a->steps_per_execution, NULL, 0, 0},
       {"--optimizer", "NAME",
        "adam or sgd, with Keras' defaults (default: the model file's "
        "compile_config, else adam)",
@@ -126,6 +139,9 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
     match_metric(metric, metric_size, c->loss);
   }
   c->seed = a->seed;
+  c->replicas = a->replicas;
+  c->threads = a->threads;
+  if (a->steps_per_execution) c->steps_per_execution = a->steps_per_execution;
 }
 
 /* The batch fit will use, so compile plans for it once: Keras infers
@@ -255,13 +271,16 @@ static mxu_status fit_and_evaluate(const train_args *a, train_run *run) {
     s = mxu_evaluate(run->model, run->test, 0, &run->test_loss,
                      &run->test_accuracy);
   if (s != MXU_OK) return s;
-  printf("test loss %.4f - test accuracy %.4f\n", run->test_loss,
-         run->test_accuracy);
+  if (mxu_distributed_rank() == 0)
+    printf("test loss %.4f - test accuracy %.4f\n", run->test_loss,
+           run->test_accuracy);
   fflush(stdout);
   return MXU_OK;
 }
 
 static int finish(const train_args *a, train_run *run, double start) {
+  /* Every process holds the same model; one writes the files. */
+  if (mxu_distributed_rank() != 0) return CLI_OK;
   if (a->save_weights) {
     if (mxu_save_weights(run->model, a->save_weights) != MXU_OK)
       return cli_runtime_error("train");
@@ -275,15 +294,15 @@ static int finish(const train_args *a, train_run *run, double start) {
     if (a->verbose) printf("model saved to %s\n", a->save_model);
   }
   if (!a->report) return CLI_OK;
-  cli_report report = {a->model,
-                       a->data,
-                       NULL,
-                       run->metric,
-                       run->history,
-                       run->compile.batch_size,
-                       run->test_loss,
-                       run->test_accuracy,
-                       cli_now() - start};
+  cli_report report = {0};
+  report.model = a->model;
+  report.data = a->data;
+  report.metric = run->metric;
+  report.history = run->history;
+  report.batch_size = run->compile.batch_size;
+  report.test_loss = run->test_loss;
+  report.test_accuracy = run->test_accuracy;
+  report.wall_seconds = cli_now() - start;
   return cli_write_report("train", a->report, &report);
 }
 
@@ -309,6 +328,7 @@ int cli_train(int argc, char **argv) {
                      TRAIN_OPTION_COUNT};
   int parsed = cli_parse(&cmd, argc, argv, &a.model);
   if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+  if (mxu_distributed_rank() != 0) a.verbose = 0; /* rank 0 speaks */
   /* Before training, not after it: a bad name must not cost the run. */
   parsed = cli_check_weights_path("train", "--save-weights", a.save_weights);
   if (parsed != CLI_OK) return parsed;

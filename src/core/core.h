@@ -76,4 +76,15 @@ double mxu_now_seconds(void);
  * MaxPooling2D -> max_pooling2d, BatchNormalization -> batch_normalization. */
 void mxu_snake_case(const char *class_name, char *out, size_t out_size);
 
+/* ---- world: the processes training together ------------------------- */
+
+/* This process's rank and the number of processes (0 and 1 without MPI);
+ * strategy/ sets them when it starts MPI, and mxu_distributed_rank() and
+ * mxu_distributed_size() read them. */
+void mxu_world_set(int rank, int size);
+
+/* The threads a replica step may use when the user asks for 0: the
+ * machine's online cores. */
+int mxu_machine_cores(void);
+
 #endif

@@ -1,9 +1,11 @@
 /* compile.c — turns a model into a static plan: the parameter table and its
- * buffers with Keras' initialisers, backend ops for a fixed batch, and one
- * arena holding every activation and gradient of a replica. */
+ * buffers with Keras' initialisers, and for every replica this process
+ * runs, backend ops for its fixed batch slice and one arena holding every
+ * activation and gradient. */
 #include "model/model.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,11 @@ static mxu_status check_compile(const mxu_model *model,
                     "compile: batch size %d must be a positive number of "
                     "samples",
                     c->batch_size);
+  if (c->replicas < 0 || c->threads < 0 || c->steps_per_execution < 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: replicas (%d), threads (%d) and "
+                    "steps_per_execution (%d) must not be negative",
+                    c->replicas, c->threads, c->steps_per_execution);
   const mxu_optimizer_config *o = &c->optimizer;
   if (!(o->learning_rate > 0.0f) || !isfinite(o->learning_rate))
     return mxu_fail(MXU_ERR_ARG, "compile: learning rate %g must be positive",
@@ -156,22 +163,23 @@ mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config) {
   return status;
 }
 
-void mxu_plan_release(mxu_model *model) {
-  mxu_plan *plan = &model->plan;
-  for (int i = 0; i < model->layer_count; i++)
-    if (model->backend)
-      mxu_layer_release_ops(&model->layers[i], model->backend);
-  free(plan->act);
-  free(plan->grad);
-  mxu_arena_release(&plan->replica.arena);
-  memset(plan, 0, sizeof *plan);
+static void release_replica(mxu_model *model, mxu_replica *replica) {
+  int op_count = model->layer_count * MXU_MAX_LAYER_OPS;
+  for (int k = 0; replica->ops && k < op_count; k++)
+    if (replica->ops[k]) model->backend->op_free(replica->ops[k]);
+  free(replica->ops);
+  if (replica->grads != model->grads) mxu_aligned_free(replica->grads);
+  mxu_arena_release(&replica->arena);
 }
 
-void mxu_layer_release_ops(mxu_layer *layer, const mxu_backend *backend) {
-  for (int k = 0; k < MXU_MAX_LAYER_OPS; k++) {
-    if (layer->ops[k]) backend->op_free(layer->ops[k]);
-    layer->ops[k] = NULL;
-  }
+void mxu_plan_release(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
+  for (int r = 0; plan->replica && r < plan->local_count; r++)
+    release_replica(model, &plan->replica[r]);
+  free(plan->replica);
+  free(plan->act);
+  free(plan->grad);
+  memset(plan, 0, sizeof *plan);
 }
 
 /* Keras fuses a final softmax into a cross-entropy loss: the loss then
@@ -189,19 +197,54 @@ static size_t batch_bytes(int batch, const mxu_shape *shape) {
   return (size_t)batch * (size_t)mxu_shape_count(shape) * sizeof(float);
 }
 
-mxu_status mxu_plan_build(mxu_model *model, int batch) {
-  if (batch <= 0)
-    return mxu_fail(MXU_ERR_ARG, "plan: batch size %d must be positive", batch);
-  mxu_plan_release(model);
+/* Which replicas this process runs on how many threads, from the compile
+ * config and the MPI world. */
+static mxu_status plan_strategy(mxu_model *model, int batch) {
   mxu_plan *plan = &model->plan;
-  int n = model->layer_count;
-  plan->batch = batch;
-  plan->backend = model->backend;
-  plan->act = calloc((size_t)n + 1, sizeof *plan->act);
-  plan->grad = calloc((size_t)n + 1, sizeof *plan->grad);
-  if (!plan->act || !plan->grad)
-    return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  const mxu_compile_config *c = &model->compile;
+  int replicas = c->replicas > 0 ? c->replicas : 1;
+  int processes = mxu_distributed_size();
+  if (batch % replicas != 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: the global batch size %d does not divide by "
+                    "the %d replicas; use a multiple of %d (each replica "
+                    "takes batch / replicas samples)",
+                    batch, replicas, replicas);
+  if (replicas % processes != 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: %d replicas cannot be spread over %d "
+                    "processes; use a replica count that divides by %d",
+                    replicas, processes, processes);
+  plan->batch = batch / replicas;
+  plan->replicas = replicas;
+  plan->local_count = replicas / processes;
+  plan->local_first = mxu_distributed_rank() * plan->local_count;
+  int threads = c->threads > 0 ? c->threads : mxu_machine_cores();
+  plan->workers = threads < plan->local_count ? threads : plan->local_count;
+  /* Workers run oneDNN single-threaded (its results then never depend on
+   * the thread count); one worker lends it every thread instead. */
+  plan->intra_threads = plan->workers == 1 ? threads : 1;
+  plan->replica = calloc((size_t)plan->local_count, sizeof *plan->replica);
+  if (!plan->replica) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  for (int r = 0; r < plan->local_count; r++) {
+    mxu_replica *replica = &plan->replica[r];
+    replica->index = plan->local_first + r;
+    replica->ops = calloc((size_t)model->layer_count * MXU_MAX_LAYER_OPS,
+                          sizeof *replica->ops);
+    replica->grads =
+        r == 0
+            ? model->grads
+            : mxu_aligned_alloc((size_t)model->trainable_count * sizeof(float));
+    if (!replica->ops || !replica->grads)
+      return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  }
+  return MXU_OK;
+}
+
+static void reserve_io(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
   mxu_arena *layout = &plan->layout;
+  int n = model->layer_count, batch = plan->batch;
   for (int i = 0; i <= n; i++) {
     const mxu_shape *shape =
         i == 0 ? &model->input_shape : &model->layers[i - 1].out_shape;
@@ -216,17 +259,56 @@ mxu_status mxu_plan_build(mxu_model *model, int batch) {
   plan->probs =
       mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
   plan->loss = mxu_arena_reserve(layout, (size_t)batch * sizeof(float));
-  plan->fused_softmax = !model->compile.from_logits && final_softmax(model);
-  for (int i = 0; i < n; i++) {
-    mxu_layer *layer = &model->layers[i];
-    layer->batch = batch;
+}
+
+/* Every replica plans the layer from the same layout state, so all get the
+ * same scratch offsets; only replica 0's reservations are kept. */
+static mxu_status plan_layer(mxu_model *model, int i) {
+  mxu_plan *plan = &model->plan;
+  mxu_layer *layer = &model->layers[i];
+  mxu_arena before = plan->layout;
+  for (int r = 0; r < plan->local_count; r++) {
+    mxu_arena copy = before;
+    layer->batch = plan->batch;
     memset(layer->scratch, 0, sizeof layer->scratch);
-    mxu_status status = layer->cls->plan(layer, model->backend, batch, layout);
-    if (status != MXU_OK) {
-      mxu_plan_release(model);
+    mxu_status status = layer->cls->plan(layer, model->backend, plan->batch,
+                                         r == 0 ? &plan->layout : &copy);
+    memcpy(&plan->replica[r].ops[i * MXU_MAX_LAYER_OPS], layer->ops,
+           sizeof layer->ops);
+    memset(layer->ops, 0, sizeof layer->ops);
+    if (status != MXU_OK)
       return mxu_fail_prefix(status, "compile: layer '%s': ", layer->name);
-    }
   }
-  plan->replica.arena.size = layout->size;
-  return mxu_arena_commit(&plan->replica.arena);
+  return MXU_OK;
+}
+
+static mxu_status plan_build(mxu_model *model, int batch) {
+  mxu_plan *plan = &model->plan;
+  int n = model->layer_count;
+  plan->backend = model->backend;
+  plan->act = calloc((size_t)n + 1, sizeof *plan->act);
+  plan->grad = calloc((size_t)n + 1, sizeof *plan->grad);
+  if (!plan->act || !plan->grad)
+    return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  MXU_TRY(plan_strategy(model, batch));
+  reserve_io(model);
+  plan->fused_softmax = !model->compile.from_logits && final_softmax(model);
+  /* oneDNN sizes a primitive's work split by the threads it may use when
+   * it is created: create them with the count they will run with. */
+  omp_set_num_threads(plan->intra_threads);
+  for (int i = 0; i < n; i++) MXU_TRY(plan_layer(model, i));
+  for (int r = 0; r < plan->local_count; r++) {
+    plan->replica[r].arena.size = plan->layout.size;
+    MXU_TRY(mxu_arena_commit(&plan->replica[r].arena));
+  }
+  return MXU_OK;
+}
+
+mxu_status mxu_plan_build(mxu_model *model, int batch) {
+  if (batch <= 0)
+    return mxu_fail(MXU_ERR_ARG, "plan: batch size %d must be positive", batch);
+  mxu_plan_release(model);
+  mxu_status status = plan_build(model, batch);
+  if (status != MXU_OK) mxu_plan_release(model);
+  return status;
 }

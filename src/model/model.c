@@ -40,7 +40,7 @@ mxu_dense_config mxu_dense_defaults(int units) {
 }
 
 mxu_batchnorm_config mxu_batchnorm_defaults(void) {
-  return (mxu_batchnorm_config){NULL, 0.99f, 1e-3f, 1, 1};
+  return (mxu_batchnorm_config){NULL, 0.99f, 1e-3f, 1, 1, 0};
 }
 
 mxu_model *mxu_sequential(const char *name) {

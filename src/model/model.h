@@ -45,8 +45,9 @@ typedef struct mxu_layer_run {
   float *w[MXU_MAX_LAYER_PARAMS];
   float *dw[MXU_MAX_LAYER_PARAMS];
   unsigned char *arena;
-  mxu_rng rng;       /* this (seed, epoch, step, replica, layer) stream */
-  int fused_softmax; /* backward: dy is already the gradient of the logits */
+  mxu_op *const *ops; /* this replica's ops for the layer */
+  mxu_rng rng;        /* this (seed, epoch, step, replica, layer) stream */
+  int fused_softmax;  /* backward: dy is already the gradient of the logits */
 } mxu_layer_run;
 
 typedef struct mxu_layer_class {
@@ -55,8 +56,10 @@ typedef struct mxu_layer_class {
   mxu_status (*infer)(mxu_layer *layer);
   /* Fills up to MXU_MAX_LAYER_PARAMS declarations in Keras order. */
   int (*declare)(const mxu_layer *layer, mxu_param_decl *decls);
-  /* Creates backend ops for `batch` samples and reserves per-replica
-   * scratch in the arena layout. */
+  /* Creates backend ops for `batch` samples in layer->ops and reserves
+   * per-replica scratch in the arena layout. Compile calls it once per
+   * replica from the same layout state, so every replica gets the same
+   * offsets and its own ops (ops hold per-call state). */
   mxu_status (*plan)(mxu_layer *layer, const mxu_backend *backend, int batch,
                      mxu_arena *layout);
   void (*forward)(mxu_layer *layer, const mxu_layer_run *run);
@@ -65,6 +68,14 @@ typedef struct mxu_layer_class {
    * which a cross-entropy loss uses instead of the probabilities, as
    * Keras does. NULL for other layers. */
   const float *(*logits)(const mxu_layer *layer, const mxu_layer_run *run);
+  /* Non-trainable state fed by training statistics (BatchNormalization's
+   * moving mean and variance): a training forward leaves stats_floats
+   * values at scratch offset stats_offset of its replica's arena, and
+   * after the step update_state folds every replica's values, given in
+   * logical replica order, into the weights w. NULL for other layers. */
+  int (*stats_floats)(const mxu_layer *layer);
+  void (*update_state)(mxu_layer *layer, const float *const *stats,
+                       int replicas, float *const *w);
 } mxu_layer_class;
 
 typedef struct mxu_dropout_config {
@@ -90,9 +101,10 @@ struct mxu_layer {
   int index;       /* position in the model */
   int param_first; /* index into the model's parameter table */
   int param_count;
-  int batch;
-  mxu_op *ops[MXU_MAX_LAYER_OPS];
+  int batch;                             /* per replica */
+  mxu_op *ops[MXU_MAX_LAYER_OPS];        /* while planning only */
   size_t scratch[MXU_MAX_LAYER_SCRATCH]; /* offsets in the replica arena */
+  size_t stats_offset;                   /* see stats_floats */
 };
 
 /* The registry: one row per layer class. */
@@ -106,9 +118,6 @@ extern const mxu_layer_class mxu_dropout_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
 const mxu_layer_class *mxu_layer_class_find(const char *class_name);
 
-/* Frees a layer's backend ops. */
-void mxu_layer_release_ops(mxu_layer *layer, const mxu_backend *backend);
-
 /* One weight of the model: a view into the trainable buffer (weights, with
  * grads, and the optimizer's slots at the same offsets) or the
  * non-trainable one (state). */
@@ -120,13 +129,18 @@ typedef struct mxu_param {
   int64_t offset, count;
 } mxu_param;
 
-/* A replica's activations and gradients, laid out at compile. */
+/* One replica: its activations and gradients (an arena laid out at
+ * compile, the same offsets in every replica), its backend ops and its
+ * gradient of the weights. */
 typedef struct mxu_replica {
+  int index; /* logical replica id, 0 .. replicas-1 */
   mxu_arena arena;
+  mxu_op **ops; /* layer_count * MXU_MAX_LAYER_OPS */
+  float *grads; /* trainable_count; local replica 0's is model->grads */
 } mxu_replica;
 
 typedef struct mxu_plan {
-  int batch;
+  int batch; /* per replica: the global batch / replicas */
   const mxu_backend *backend;
   mxu_arena layout;      /* sizes and offsets; replicas commit copies */
   size_t *act;           /* layer_count + 1 offsets: input, each output */
@@ -135,7 +149,12 @@ typedef struct mxu_plan {
   size_t mask;           /* 1 for real samples, 0 for padding */
   size_t probs, loss;    /* loss outputs per sample */
   int fused_softmax;     /* the loss reads the last layer's logits */
-  mxu_replica replica;   /* one for now; the replicas issue adds more */
+  /* The strategy: `replicas` logical replicas, of which this process runs
+   * local_count starting at local_first (all of them without MPI), on
+   * `workers` threads; oneDNN gets intra_threads inside each. */
+  int replicas, local_first, local_count;
+  int workers, intra_threads;
+  mxu_replica *replica; /* local_count */
 } mxu_plan;
 
 struct mxu_model {
@@ -161,28 +180,53 @@ struct mxu_model {
   mxu_history history;
 };
 
-/* Plans for a batch size (compile calls it; fit and evaluate replan when
- * asked for another batch size). */
+/* Plans for a global batch size (compile calls it; fit and evaluate
+ * replan when asked for another batch size), which must divide by the
+ * replica count. */
 mxu_status mxu_plan_build(mxu_model *model, int batch);
 void mxu_plan_release(mxu_model *model);
 
-/* One forward over the planned batch already in the arena's input and
- * targets; training adds the backward. rows_valid marks samples beyond it
- * as padding. Returns the sum of the per-sample losses and writes the
- * number of correct predictions. */
+/* The pieces of one step on one replica, which the strategy runs over
+ * every replica: a layer's forward or backward, and the loss. Dropout and
+ * every other random draw are keyed by (seed, epoch, step, logical replica,
+ * layer), never by thread. */
+typedef struct mxu_step_key {
+  int training;
+  uint64_t seed;
+  uint32_t epoch, step;
+} mxu_step_key;
+
+void mxu_replica_forward(mxu_model *model, mxu_replica *replica, int layer,
+                         const mxu_step_key *key);
+void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,
+                          const mxu_step_key *key);
+/* Marks rows >= rows as padding. */
+void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica, int64_t rows);
+
+/* The loss of a replica's batch (the sum over its real samples) and the
+ * number of correct predictions; in training, also the gradient of
+ * loss * scale with respect to the last layer. */
 typedef struct mxu_step_result {
   double loss_sum;
   int64_t correct;
 } mxu_step_result;
 
-mxu_step_result mxu_step_run(mxu_model *model, int training, int64_t rows,
-                             float loss_scale, uint64_t seed, uint32_t epoch,
-                             uint32_t step);
-void mxu_optimizer_apply(mxu_model *model);
+mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
+                                 const mxu_step_key *key, float scale);
 
-/* Pointers into the replica arena. */
+/* The optimizer update of weights [begin, end) from model->grads, for
+ * optimizer step model->iterations (the caller counts it). Elementwise, so
+ * any split of the buffer gives the same weights. */
+void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end);
+
+/* Pointers into a replica's arena. */
+static inline float *mxu_replica_floats(const mxu_replica *replica,
+                                        size_t offset) {
+  return mxu_arena_floats(&replica->arena, offset);
+}
+/* ... and into local replica 0's, for a one-replica model. */
 static inline float *mxu_plan_floats(mxu_model *model, size_t offset) {
-  return mxu_arena_floats(&model->plan.replica.arena, offset);
+  return mxu_replica_floats(&model->plan.replica[0], offset);
 }
 
 #endif

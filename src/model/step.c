@@ -1,32 +1,55 @@
-/* step.c — one step over the planned batch: forward through every layer,
- * the loss (fused with a final softmax, as Keras does), backward, and the
- * optimizer update over the one trainable buffer. */
+/* step.c — the pieces of one step on one replica: a layer's forward or
+ * backward, the loss (fused with a final softmax, as Keras does), and the
+ * optimizer update over a range of the one trainable buffer. strategy/
+ * runs them over every replica. */
 #include "model/model.h"
 
 #include <math.h>
 
-static mxu_layer_run layer_run(mxu_model *model, int i, int training,
-                               uint64_t seed, uint32_t epoch, uint32_t step) {
+static mxu_layer_run layer_run(mxu_model *model, mxu_replica *replica, int i,
+                               const mxu_step_key *key) {
   mxu_plan *plan = &model->plan;
   mxu_layer *layer = &model->layers[i];
   mxu_layer_run run = {0};
   run.backend = model->backend;
-  run.training = training;
-  run.x = mxu_plan_floats(model, plan->act[i]);
-  run.y = mxu_plan_floats(model, plan->act[i + 1]);
-  run.dx = mxu_plan_floats(model, plan->grad[i]);
-  run.dy = mxu_plan_floats(model, plan->grad[i + 1]);
+  run.training = key->training;
+  run.x = mxu_replica_floats(replica, plan->act[i]);
+  run.y = mxu_replica_floats(replica, plan->act[i + 1]);
+  run.dx = mxu_replica_floats(replica, plan->grad[i]);
+  run.dy = mxu_replica_floats(replica, plan->grad[i + 1]);
   run.need_dx = i > 0;
-  run.arena = plan->replica.arena.base;
+  run.arena = replica->arena.base;
+  run.ops = &replica->ops[i * MXU_MAX_LAYER_OPS];
   for (int k = 0; k < layer->param_count; k++) {
     const mxu_param *p = &model->params[layer->param_first + k];
     run.w[k] = (p->trainable ? model->weights : model->state) + p->offset;
-    run.dw[k] = p->trainable ? model->grads + p->offset : NULL;
+    run.dw[k] = p->trainable ? replica->grads + p->offset : NULL;
   }
-  /* Replica 0 until the replicas issue; the stream names it already. */
-  run.rng = mxu_rng_make(seed, MXU_STREAM_DROPOUT, epoch, step, (uint32_t)i);
+  /* Replica 0's streams are those of a model without replicas. */
+  uint32_t id = (uint32_t)i | (uint32_t)replica->index << 16;
+  run.rng =
+      mxu_rng_make(key->seed, MXU_STREAM_DROPOUT, key->epoch, key->step, id);
   run.fused_softmax = plan->fused_softmax && i == model->layer_count - 1;
   return run;
+}
+
+void mxu_replica_forward(mxu_model *model, mxu_replica *replica, int layer,
+                         const mxu_step_key *key) {
+  mxu_layer_run run = layer_run(model, replica, layer, key);
+  model->layers[layer].cls->forward(&model->layers[layer], &run);
+}
+
+void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,
+                          const mxu_step_key *key) {
+  mxu_layer_run run = layer_run(model, replica, layer, key);
+  model->layers[layer].cls->backward(&model->layers[layer], &run);
+}
+
+void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica,
+                          int64_t rows) {
+  float *mask = mxu_replica_floats(replica, model->plan.mask);
+  for (int64_t r = 0; r < model->plan.batch; r++)
+    mask[r] = r < rows ? 1.0f : 0.0f;
 }
 
 static int64_t count_correct(const float *out, const int32_t *labels,
@@ -45,77 +68,53 @@ static int64_t count_correct(const float *out, const int32_t *labels,
 
 /* The loss of the batch and, when training, its gradient with respect to
  * the last layer's output (or its logits, when the softmax is fused). */
-static double loss_forward(mxu_model *model, const mxu_layer_run *last_run,
-                           float scale) {
-  mxu_plan *plan = &model->plan;
-  const mxu_layer *last = &model->layers[model->layer_count - 1];
-  int classes = (int)last->out_shape.dims[0];
-  int64_t n = plan->batch;
-  const int32_t *labels = NULL;
-  const float *onehot = NULL;
-  if (model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY)
-    onehot = mxu_plan_floats(model, plan->onehot);
-  else
-    labels =
-        (const int32_t *)(const void *)mxu_plan_floats(model, plan->labels);
-  const float *mask = mxu_plan_floats(model, plan->mask);
-  float *loss = mxu_plan_floats(model, plan->loss);
-  float *grad = mxu_plan_floats(model, plan->grad[model->layer_count]);
-  const float *out = mxu_plan_floats(model, plan->act[model->layer_count]);
-  if (plan->fused_softmax || model->compile.from_logits) {
-    const float *logits =
-        plan->fused_softmax ? last->cls->logits(last, last_run) : out;
-    model->backend->softmax_cross_entropy(
-        n, classes, logits, labels, onehot, mask, scale,
-        mxu_plan_floats(model, plan->probs), loss, grad);
-  } else {
-    model->backend->cross_entropy(n, classes, out, labels, onehot, mask, scale,
-                                  loss, grad);
-  }
-  double sum = 0;
-  for (int64_t r = 0; r < n; r++) sum += loss[r];
-  return sum;
-}
-
-mxu_step_result mxu_step_run(mxu_model *model, int training, int64_t rows,
-                             float loss_scale, uint64_t seed, uint32_t epoch,
-                             uint32_t step) {
+mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
+                                 const mxu_step_key *key, float scale) {
   mxu_plan *plan = &model->plan;
   int n = model->layer_count;
-  float *mask = mxu_plan_floats(model, plan->mask);
-  for (int64_t r = 0; r < plan->batch; r++) mask[r] = r < rows ? 1.0f : 0.0f;
-  mxu_layer_run runs[n];
-  for (int i = 0; i < n; i++) {
-    runs[i] = layer_run(model, i, training, seed, epoch, step);
-    model->layers[i].cls->forward(&model->layers[i], &runs[i]);
-  }
-  mxu_step_result result;
-  result.loss_sum = loss_forward(model, &runs[n - 1], loss_scale);
-  int classes = (int)model->layers[n - 1].out_shape.dims[0];
+  const mxu_layer *last = &model->layers[n - 1];
+  int classes = (int)last->out_shape.dims[0];
+  int64_t rows = plan->batch;
   const int32_t *labels =
-      (const int32_t *)(const void *)mxu_plan_floats(model, plan->labels);
-  result.correct = count_correct(mxu_plan_floats(model, plan->act[n]), labels,
-                                 mask, plan->batch, classes);
-  if (training)
-    for (int i = n - 1; i >= 0; i--)
-      model->layers[i].cls->backward(&model->layers[i], &runs[i]);
+      (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
+  const float *onehot = model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY
+                            ? mxu_replica_floats(replica, plan->onehot)
+                            : NULL;
+  const float *mask = mxu_replica_floats(replica, plan->mask);
+  float *loss = mxu_replica_floats(replica, plan->loss);
+  float *grad = mxu_replica_floats(replica, plan->grad[n]);
+  const float *out = mxu_replica_floats(replica, plan->act[n]);
+  if (plan->fused_softmax || model->compile.from_logits) {
+    mxu_layer_run last_run = layer_run(model, replica, n - 1, key);
+    const float *logits =
+        plan->fused_softmax ? last->cls->logits(last, &last_run) : out;
+    model->backend->softmax_cross_entropy(
+        rows, classes, logits, onehot ? NULL : labels, onehot, mask, scale,
+        mxu_replica_floats(replica, plan->probs), loss, grad);
+  } else {
+    model->backend->cross_entropy(rows, classes, out, onehot ? NULL : labels,
+                                  onehot, mask, scale, loss, grad);
+  }
+  mxu_step_result result = {0, 0};
+  for (int64_t r = 0; r < rows; r++) result.loss_sum += loss[r];
+  result.correct = count_correct(out, labels, mask, rows, classes);
   return result;
 }
 
-void mxu_optimizer_apply(mxu_model *model) {
+void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
   const mxu_optimizer_config *o = &model->compile.optimizer;
-  model->iterations++;
+  float *w = model->weights + begin;
+  const float *g = model->grads + begin;
   if (o->kind == MXU_ADAM) {
     /* Keras folds the bias correction into the step size. */
     double t = (double)model->iterations;
     double lr_t = o->learning_rate * sqrt(1.0 - pow(o->beta_2, t)) /
                   (1.0 - pow(o->beta_1, t));
-    model->backend->adam_update(model->trainable_count, model->weights,
-                                model->grads, model->slot_m, model->slot_v,
-                                (float)lr_t, o->beta_1, o->beta_2, o->epsilon);
+    model->backend->adam_update(end - begin, w, g, model->slot_m + begin,
+                                model->slot_v + begin, (float)lr_t, o->beta_1,
+                                o->beta_2, o->epsilon);
   } else {
-    model->backend->sgd_update(model->trainable_count, model->weights,
-                               model->grads, model->slot_m, o->learning_rate,
-                               o->momentum, o->nesterov);
+    model->backend->sgd_update(end - begin, w, g, model->slot_m + begin,
+                               o->learning_rate, o->momentum, o->nesterov);
   }
 }

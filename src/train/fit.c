@@ -1,8 +1,9 @@
-/* fit.c — Keras' fit, evaluate and predict over the static plan: batches
- * are gathered into the replica arena in a seeded order, a partial batch
- * is padded and masked where every sample must count. */
+/* fit.c — Keras' fit, evaluate and predict over the static plan: each
+ * global batch is gathered in a seeded order, replica r taking its r-th
+ * slice into its arena; a partial batch is padded and masked where every
+ * sample must count (evaluate, predict) and dropped in training. */
 #include "data/data.h"
-#include "model/model.h"
+#include "strategy/strategy.h"
 #include "train/progress.h"
 
 #include <math.h>
@@ -51,28 +52,57 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
   return MXU_OK;
 }
 
+/* The global batch: the per-replica batch times the replicas. */
+static int64_t global_batch(const mxu_model *model) {
+  return (int64_t)model->plan.batch * model->plan.replicas;
+}
+
 static mxu_status ensure_batch(mxu_model *model, int batch) {
-  if (batch == model->plan.batch) return MXU_OK;
+  if (batch == global_batch(model)) return MXU_OK;
   return mxu_plan_build(model, batch);
 }
 
-/* Copies samples [first, first+rows) of order (or of the data set) into
- * the arena's input and targets; the rest of the batch is zeros. */
-static void load_batch(mxu_model *model, const mxu_dataset *data,
-                       const int64_t *order, int64_t first, int64_t rows) {
+/* Rows of the global batch that replica `index` gets when the batch holds
+ * `rows` real samples. */
+static int64_t replica_rows(const mxu_model *model, int index, int64_t rows) {
+  int64_t first = (int64_t)index * model->plan.batch;
+  int64_t left = rows - first;
+  return left < 0 ? 0 : left < model->plan.batch ? left : model->plan.batch;
+}
+
+/* Copies a replica's samples of the global batch starting at `first` (of
+ * order, or of the data set) into its arena, with zeros after its real
+ * rows, and marks those rows. */
+static void load_replica(mxu_model *model, mxu_replica *replica,
+                         const mxu_dataset *data, const int64_t *order,
+                         int64_t first, int64_t rows) {
   mxu_plan *plan = &model->plan;
-  float *x = mxu_plan_floats(model, plan->act[0]);
-  int32_t *labels = (int32_t *)(void *)mxu_plan_floats(model, plan->labels);
-  int64_t sample = mxu_shape_count(&data->shape);
-  mxu_dataset_gather(data, order, first, rows, x, labels);
   int64_t batch = plan->batch;
-  memset(x + rows * sample, 0, (size_t)((batch - rows) * sample) * 4);
-  for (int64_t r = rows; r < batch; r++) labels[r] = 0;
+  int64_t own = replica_rows(model, replica->index, rows);
+  first += (int64_t)replica->index * batch;
+  float *x = mxu_replica_floats(replica, plan->act[0]);
+  int32_t *labels =
+      (int32_t *)(void *)mxu_replica_floats(replica, plan->labels);
+  int64_t sample = mxu_shape_count(&data->shape);
+  /* predict's data has no labels: they read as class 0. */
+  int64_t labelled = data->labels ? own : 0;
+  if (own > 0)
+    mxu_dataset_gather(data, order, first, own, x,
+                       data->labels ? labels : NULL);
+  memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
+  for (int64_t r = labelled; r < batch; r++) labels[r] = 0;
+  mxu_replica_set_rows(model, replica, own);
   if (model->compile.loss != MXU_CATEGORICAL_CROSSENTROPY) return;
   int classes = (int)model->layers[model->layer_count - 1].out_shape.dims[0];
-  float *onehot = mxu_plan_floats(model, plan->onehot);
+  float *onehot = mxu_replica_floats(replica, plan->onehot);
   memset(onehot, 0, (size_t)(batch * classes) * 4);
-  for (int64_t r = 0; r < rows; r++) onehot[r * classes + labels[r]] = 1.0f;
+  for (int64_t r = 0; r < own; r++) onehot[r * classes + labels[r]] = 1.0f;
+}
+
+static void load_batch(mxu_model *model, const mxu_dataset *data,
+                       const int64_t *order, int64_t first, int64_t rows) {
+  for (int r = 0; r < model->plan.local_count; r++)
+    load_replica(model, &model->plan.replica[r], data, order, first, rows);
 }
 
 mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
@@ -81,14 +111,15 @@ mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
   if (batch_size < 0)
     return mxu_fail(MXU_ERR_ARG, "evaluate: batch size %d is negative",
                     batch_size);
-  MXU_TRY(ensure_batch(model, batch_size ? batch_size : model->plan.batch));
-  int64_t batch = model->plan.batch;
+  MXU_TRY(ensure_batch(model, batch_size ? batch_size : global_batch(model)));
+  int64_t batch = global_batch(model);
   double loss_sum = 0;
   int64_t correct = 0;
+  mxu_step_key key = {0, 0, 0, 0};
   for (int64_t first = 0; first < data->count; first += batch) {
     int64_t rows = data->count - first < batch ? data->count - first : batch;
     load_batch(model, data, NULL, first, rows);
-    mxu_step_result r = mxu_step_run(model, 0, rows, 1.0f, 0, 0, 0);
+    mxu_step_result r = mxu_strategy_step(model, &key, 1.0f);
     loss_sum += r.loss_sum;
     correct += r.correct;
   }
@@ -104,20 +135,19 @@ mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
     return mxu_fail(MXU_ERR_ARG, "predict: compile the model first");
   if (!x || !out || count < 0)
     return mxu_fail(MXU_ERR_ARG, "predict: x and out are required");
-  mxu_plan *plan = &model->plan;
-  int64_t sample = mxu_shape_count(&model->input_shape);
   int n = model->layer_count;
+  mxu_dataset view = {0};
+  view.shape = model->input_shape;
+  view.count = count;
+  view.x = (float *)(uintptr_t)x; /* read only: gather copies from it */
   int64_t classes = mxu_shape_count(&model->layers[n - 1].out_shape);
-  for (int64_t first = 0; first < count; first += plan->batch) {
-    int64_t rows = count - first < plan->batch ? count - first : plan->batch;
-    float *input = mxu_plan_floats(model, plan->act[0]);
-    memcpy(input, x + first * sample, (size_t)(rows * sample) * 4);
-    memset(input + rows * sample, 0,
-           (size_t)((plan->batch - rows) * sample) * 4);
-    memset(mxu_plan_floats(model, plan->labels), 0, (size_t)plan->batch * 4);
-    mxu_step_run(model, 0, rows, 1.0f, 0, 0, 0);
-    memcpy(out + first * classes, mxu_plan_floats(model, plan->act[n]),
-           (size_t)(rows * classes) * 4);
+  int64_t batch = global_batch(model);
+  mxu_step_key key = {0, 0, 0, 0};
+  for (int64_t first = 0; first < count; first += batch) {
+    int64_t rows = count - first < batch ? count - first : batch;
+    load_batch(model, &view, NULL, first, rows);
+    mxu_strategy_step(model, &key, 1.0f);
+    mxu_strategy_outputs(model, rows, out + first * classes);
   }
   return MXU_OK;
 }
@@ -165,9 +195,9 @@ typedef struct epoch_totals {
 /* Writes a checkpoint when one is due after `step` of `epoch` has been
  * applied: every checkpoint_every steps, or at an epoch's end when that is
  * 0 (the caller passes epoch_end). */
-static mxu_status maybe_checkpoint(const mxu_model *model,
-                                   const mxu_fit_config *c, int epoch, int step,
-                                   int steps, int epoch_end) {
+static mxu_status maybe_checkpoint(mxu_model *model, const mxu_fit_config *c,
+                                   int epoch, int step, int steps,
+                                   int epoch_end) {
   if (!c->checkpoint_dir) return MXU_OK;
   int64_t done = (int64_t)epoch * steps + step + 1;
   int due = c->checkpoint_every > 0
@@ -176,6 +206,9 @@ static mxu_status maybe_checkpoint(const mxu_model *model,
   if (!due) return MXU_OK;
   mxu_train_position next = {step + 1 == steps ? epoch + 1 : epoch,
                              step + 1 == steps ? 0 : step + 1, c->seed};
+  mxu_strategy_sync_slots(model);
+  /* One process writes: all hold the same model. */
+  if (mxu_distributed_rank() != 0) return MXU_OK;
   return mxu_checkpoint_save(model, c->checkpoint_dir, &next, 2);
 }
 
@@ -183,29 +216,34 @@ static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
                               const mxu_fit_config *c, int epoch, int steps,
                               int64_t *order, mxu_progress *progress,
                               epoch_totals *totals) {
-  int64_t batch = model->plan.batch;
+  int64_t batch = global_batch(model);
   if (c->shuffle)
     mxu_dataset_permutation(train->count, c->seed, (uint32_t)epoch, order);
   const char *metric = model->metric;
   int first = epoch == c->initial_epoch ? c->initial_step : 0;
+  int every = model->compile.steps_per_execution > 0
+                  ? model->compile.steps_per_execution
+                  : 1;
   for (int step = first; step < steps; step++) {
     load_batch(model, train, c->shuffle ? order : NULL, step * batch, batch);
-    mxu_step_result r = mxu_step_run(model, 1, batch, 1.0f / (float)batch,
-                                     c->seed, (uint32_t)epoch, (uint32_t)step);
+    mxu_step_key key = {1, c->seed, (uint32_t)epoch, (uint32_t)step};
+    mxu_step_result r = mxu_strategy_step(model, &key, 1.0f / (float)batch);
     if (!isfinite(r.loss_sum))
       return mxu_fail(MXU_ERR_NUMERIC,
                       "fit: epoch %d, step %d: the loss is %s; training "
                       "stopped before applying this step (lower the learning "
                       "rate or rescale the inputs)",
                       epoch + 1, step + 1, isnan(r.loss_sum) ? "NaN" : "inf");
-    mxu_optimizer_apply(model);
+    mxu_strategy_apply(model);
     totals->loss_sum += r.loss_sum;
     totals->correct += r.correct;
     totals->samples += batch;
     mxu_metric_value m[2] = {
         {"loss", totals->loss_sum / (double)totals->samples},
         {metric, (double)totals->correct / (double)totals->samples}};
-    mxu_progress_update(progress, step + 1, m, 2, 0);
+    /* steps_per_execution: the driver hears of the steps K at a time. */
+    if ((step + 1 - first) % every == 0 || step + 1 == steps)
+      mxu_progress_update(progress, step + 1, m, 2, 0);
     MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
   }
   return MXU_OK;
@@ -229,7 +267,9 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
   snprintf(val_metric, sizeof val_metric, "val_%s", metric);
   for (int epoch = c->initial_epoch; epoch < c->epochs; epoch++) {
     mxu_progress progress;
-    mxu_progress_epoch(&progress, out, c->verbose, epoch + 1, c->epochs, steps);
+    /* Only rank 0 of an MPI world prints. */
+    int verbose = mxu_distributed_rank() == 0 ? c->verbose : 0;
+    mxu_progress_epoch(&progress, out, verbose, epoch + 1, c->epochs, steps);
     epoch_totals totals = {0};
     double start = mxu_now_seconds();
     MXU_TRY(
@@ -278,6 +318,7 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
   int64_t *order = malloc((size_t)train->count * sizeof *order);
   if (!order) return mxu_fail(MXU_ERR_NOMEM, "fit: out of memory");
   mxu_status status = run_epochs(model, train, config, steps, order);
+  mxu_strategy_sync_slots(model);
   free(order);
   if (history) *history = &model->history;
   return status;

@@ -8,19 +8,30 @@
 
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t engine_cpu;
-static dnnl_stream_t stream_cpu;
 static dnnl_status_t engine_status;
 static const char *engine_call;
+/* One stream per thread: replica workers execute primitives at the same
+ * time, and a oneDNN stream is not meant to be shared between threads. */
+static _Thread_local dnnl_stream_t stream_cpu;
 
 /* Lives for the whole process: primitives of any op may use it, and oneDNN
  * keeps its own thread pool and caches alive anyway. */
 static void engine_init(void) {
   engine_call = "dnnl_engine_create";
   engine_status = dnnl_engine_create(&engine_cpu, dnnl_cpu, 0);
-  if (engine_status != dnnl_success) return;
-  engine_call = "dnnl_stream_create";
-  engine_status =
-      dnnl_stream_create(&stream_cpu, engine_cpu, dnnl_stream_default_flags);
+}
+
+/* This thread's stream, created on its first primitive. */
+static dnnl_status_t thread_stream(dnnl_stream_t *stream) {
+  if (!stream_cpu) {
+    pthread_once(&engine_once, engine_init);
+    if (engine_status != dnnl_success) return engine_status;
+    dnnl_status_t status =
+        dnnl_stream_create(&stream_cpu, engine_cpu, dnnl_stream_default_flags);
+    if (status != dnnl_success) return status;
+  }
+  *stream = stream_cpu;
+  return dnnl_success;
 }
 
 mxu_status cpu_engine(const char *op, dnnl_engine_t *engine) {
@@ -186,7 +197,8 @@ mxu_status cpu_prim_arg(cpu_prim *p, int arg, const char *op) {
 }
 
 void cpu_run(cpu_prim *p, const void *const *buffers) {
-  dnnl_status_t status = dnnl_success;
+  dnnl_stream_t stream_cpu = NULL;
+  dnnl_status_t status = thread_stream(&stream_cpu);
   /* v2 with our stream: a blocked buffer's padding is zeroed on it rather
    * than on a service stream. */
   for (int i = p->first_user; i < p->nargs && status == dnnl_success; i++)

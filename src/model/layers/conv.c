@@ -58,7 +58,7 @@ static mxu_status conv2d_plan(mxu_layer *layer, const mxu_backend *backend,
 
 static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
   mxu_activation act = layer->config.conv.activation;
-  run->backend->conv2d_forward(layer->ops[0], run->x, run->w[0],
+  run->backend->conv2d_forward(run->ops[0], run->x, run->w[0],
                                layer->config.conv.use_bias ? run->w[1] : NULL,
                                mxu_epilogue_target(layer, act, run));
   mxu_epilogue_forward(layer, act, run);
@@ -67,11 +67,11 @@ static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
 static void conv2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
   const float *dz =
       mxu_epilogue_backward(layer, layer->config.conv.activation, run);
-  run->backend->conv2d_backward_weights(layer->ops[0], run->x, dz, run->dw[0],
+  run->backend->conv2d_backward_weights(run->ops[0], run->x, dz, run->dw[0],
                                         layer->config.conv.use_bias ? run->dw[1]
                                                                     : NULL);
   if (run->need_dx)
-    run->backend->conv2d_backward_data(layer->ops[0], dz, run->w[0], run->dx);
+    run->backend->conv2d_backward_data(run->ops[0], dz, run->w[0], run->dx);
 }
 
 static const float *conv2d_logits(const mxu_layer *layer,
@@ -80,6 +80,11 @@ static const float *conv2d_logits(const mxu_layer *layer,
 }
 
 const mxu_layer_class mxu_conv2d_class = {
-    "Conv2D",       conv2d_infer,    conv2d_declare, conv2d_plan,
-    conv2d_forward, conv2d_backward, conv2d_logits,
+    .class_name = "Conv2D",
+    .infer = conv2d_infer,
+    .declare = conv2d_declare,
+    .plan = conv2d_plan,
+    .forward = conv2d_forward,
+    .backward = conv2d_backward,
+    .logits = conv2d_logits,
 };

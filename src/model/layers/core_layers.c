@@ -56,7 +56,7 @@ static mxu_status dense_plan(mxu_layer *layer, const mxu_backend *backend,
 
 static void dense_forward(mxu_layer *layer, const mxu_layer_run *run) {
   mxu_activation act = layer->config.dense.activation;
-  run->backend->dense_forward(layer->ops[0], run->x, run->w[0],
+  run->backend->dense_forward(run->ops[0], run->x, run->w[0],
                               layer->config.dense.use_bias ? run->w[1] : NULL,
                               mxu_epilogue_target(layer, act, run));
   mxu_epilogue_forward(layer, act, run);
@@ -65,11 +65,11 @@ static void dense_forward(mxu_layer *layer, const mxu_layer_run *run) {
 static void dense_backward(mxu_layer *layer, const mxu_layer_run *run) {
   const float *dz =
       mxu_epilogue_backward(layer, layer->config.dense.activation, run);
-  run->backend->dense_backward_weights(layer->ops[0], run->x, dz, run->dw[0],
+  run->backend->dense_backward_weights(run->ops[0], run->x, dz, run->dw[0],
                                        layer->config.dense.use_bias ? run->dw[1]
                                                                     : NULL);
   if (run->need_dx)
-    run->backend->dense_backward_data(layer->ops[0], dz, run->w[0], run->dx);
+    run->backend->dense_backward_data(run->ops[0], dz, run->w[0], run->dx);
 }
 
 static const float *dense_logits(const mxu_layer *layer,
@@ -78,8 +78,13 @@ static const float *dense_logits(const mxu_layer *layer,
 }
 
 const mxu_layer_class mxu_dense_class = {
-    "Dense",       dense_infer,    dense_declare, dense_plan,
-    dense_forward, dense_backward, dense_logits,
+    .class_name = "Dense",
+    .infer = dense_infer,
+    .declare = dense_declare,
+    .plan = dense_plan,
+    .forward = dense_forward,
+    .backward = dense_backward,
+    .logits = dense_logits,
 };
 
 /* ---- Activation ---------------------------------------------------------
@@ -109,7 +114,8 @@ static mxu_status activation_plan(mxu_layer *layer, const mxu_backend *backend,
 }
 
 static void activation_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  run->backend->activation_forward(layer->ops[0], run->x, run->y);
+  (void)layer;
+  run->backend->activation_forward(run->ops[0], run->x, run->y);
 }
 
 static void activation_backward(mxu_layer *layer, const mxu_layer_run *run) {
@@ -117,7 +123,7 @@ static void activation_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->fused_softmax)
     memcpy(run->dx, run->dy, batch_bytes(layer, &layer->in_shape));
   else
-    run->backend->activation_backward(layer->ops[0], run->y, run->dy, run->dx);
+    run->backend->activation_backward(run->ops[0], run->y, run->dy, run->dx);
 }
 
 static const float *activation_logits(const mxu_layer *layer,
@@ -126,8 +132,13 @@ static const float *activation_logits(const mxu_layer *layer,
 }
 
 const mxu_layer_class mxu_activation_class = {
-    "Activation",       same_shape_infer,    no_params,         activation_plan,
-    activation_forward, activation_backward, activation_logits,
+    .class_name = "Activation",
+    .infer = same_shape_infer,
+    .declare = no_params,
+    .plan = activation_plan,
+    .forward = activation_forward,
+    .backward = activation_backward,
+    .logits = activation_logits,
 };
 
 /* ---- Flatten ------------------------------------------------------------
@@ -159,8 +170,12 @@ static void flatten_backward(mxu_layer *layer, const mxu_layer_run *run) {
 }
 
 const mxu_layer_class mxu_flatten_class = {
-    "Flatten",       flatten_infer,    no_params, no_plan,
-    flatten_forward, flatten_backward, NULL,
+    .class_name = "Flatten",
+    .infer = flatten_infer,
+    .declare = no_params,
+    .plan = no_plan,
+    .forward = flatten_forward,
+    .backward = flatten_backward,
 };
 
 /* ---- Dropout ------------------------------------------------------------
@@ -211,6 +226,10 @@ static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
 }
 
 const mxu_layer_class mxu_dropout_class = {
-    "Dropout",       dropout_infer,    no_params, dropout_plan,
-    dropout_forward, dropout_backward, NULL,
+    .class_name = "Dropout",
+    .infer = dropout_infer,
+    .declare = no_params,
+    .plan = dropout_plan,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
 };

@@ -46,22 +46,30 @@ static void *workspace(const mxu_layer *layer, const mxu_layer_run *run) {
 }
 
 static void pool2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  run->backend->pool2d_forward(layer->ops[0], run->training, run->x, run->y,
+  run->backend->pool2d_forward(run->ops[0], run->training, run->x, run->y,
                                run->training ? workspace(layer, run) : NULL);
 }
 
 static void pool2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->need_dx)
-    run->backend->pool2d_backward(layer->ops[0], run->x, run->y, run->dy,
+    run->backend->pool2d_backward(run->ops[0], run->x, run->y, run->dy,
                                   workspace(layer, run), run->dx);
 }
 
 const mxu_layer_class mxu_max_pooling2d_class = {
-    "MaxPooling2D", pool2d_infer,    pool2d_declare, pool2d_plan,
-    pool2d_forward, pool2d_backward, NULL,
+    .class_name = "MaxPooling2D",
+    .infer = pool2d_infer,
+    .declare = pool2d_declare,
+    .plan = pool2d_plan,
+    .forward = pool2d_forward,
+    .backward = pool2d_backward,
 };
 
 const mxu_layer_class mxu_average_pooling2d_class = {
-    "AveragePooling2D", pool2d_infer,    pool2d_declare, pool2d_plan,
-    pool2d_forward,     pool2d_backward, NULL,
+    .class_name = "AveragePooling2D",
+    .infer = pool2d_infer,
+    .declare = pool2d_declare,
+    .plan = pool2d_plan,
+    .forward = pool2d_forward,
+    .backward = pool2d_backward,
 };

@@ -31,7 +31,7 @@ void mxu_epilogue_forward(const mxu_layer *layer, mxu_activation activation,
                           const mxu_layer_run *run) {
   if (activation == MXU_SOFTMAX)
     run->backend->activation_forward(
-        layer->ops[1], mxu_epilogue_target(layer, activation, run), run->y);
+        run->ops[1], mxu_epilogue_target(layer, activation, run), run->y);
 }
 
 const float *mxu_epilogue_backward(const mxu_layer *layer,
@@ -39,7 +39,7 @@ const float *mxu_epilogue_backward(const mxu_layer *layer,
                                    const mxu_layer_run *run) {
   if (activation == MXU_LINEAR || run->fused_softmax) return run->dy;
   float *dz = (float *)(void *)(run->arena + layer->scratch[1]);
-  run->backend->activation_backward(layer->ops[1], run->y, run->dy, dz);
+  run->backend->activation_backward(run->ops[1], run->y, run->dy, dz);
   return dz;
 }
 

@@ -1,0 +1,20 @@
+/* world.c — which process of how many this is, so compile can pick the
+ * replicas this process runs without depending on MPI itself. */
+#include "core/core.h"
+
+#include <unistd.h>
+
+static int world_rank = 0, world_size = 1;
+
+void mxu_world_set(int rank, int size) {
+  world_rank = rank;
+  world_size = size;
+}
+
+int mxu_distributed_rank(void) { return world_rank; }
+int mxu_distributed_size(void) { return world_size; }
+
+int mxu_machine_cores(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores > 0 ? (int)cores : 1;
+}

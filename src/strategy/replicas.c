@@ -1,0 +1,219 @@
+/* replicas.c — runs a step over the replicas on worker threads (OpenMP,
+ * which is also oneDNN's runtime in Debian's build, so they share one
+ * pool), sums the gradients in a fixed tree order and shards the optimizer
+ * update. */
+#include "strategy/strategy.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Elements per unit of sharded work: a multiple of 16 floats, so every
+ * shard starts on a cache line. */
+#define CHUNK 16384
+
+static void run_replica(mxu_model *model, mxu_replica *replica,
+                        const mxu_step_key *key, float scale,
+                        mxu_step_result *result) {
+  int n = model->layer_count;
+  for (int i = 0; i < n; i++) mxu_replica_forward(model, replica, i, key);
+  *result = mxu_replica_loss(model, replica, key, scale);
+  if (!key->training) return;
+  for (int i = n - 1; i >= 0; i--) mxu_replica_backward(model, replica, i, key);
+}
+
+/* g[0][begin, end) = sum over r of g[r], pairing replicas r and r + s for
+ * s = 1, 2, 4, ...: the order depends on the replica count only. */
+static void tree_sum(float *const *g, int count, int64_t begin, int64_t end) {
+  for (int s = 1; s < count; s *= 2)
+    for (int r = 0; r + s < count; r += 2 * s) {
+      float *restrict a = g[r];
+      const float *restrict b = g[r + s];
+      for (int64_t e = begin; e < end; e++) a[e] += b[e];
+    }
+}
+
+static int64_t chunk_count(int64_t values) {
+  return (values + CHUNK - 1) / CHUNK;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Process `rank`'s shard of the trainable buffer, [*begin, *end) of
+ * *per values at most: equal shards on 16-float boundaries. */
+static void shard(const mxu_model *model, int rank, int64_t *begin,
+                  int64_t *end, int64_t *per) {
+  int size = mxu_distributed_size();
+  int64_t share = (model->trainable_count + size - 1) / size;
+  *per = (share + 15) / 16 * 16;
+  *begin = min64((int64_t)rank * *per, model->trainable_count);
+  *end = min64(*begin + *per, model->trainable_count);
+}
+
+/* Every process's shard of buf, gathered into every process. */
+static void gather_shards(const mxu_model *model, float *buf) {
+  int size = mxu_distributed_size();
+  if (size == 1) return;
+  int counts[size], displs[size];
+  for (int p = 0; p < size; p++) {
+    int64_t begin, end, per;
+    shard(model, p, &begin, &end, &per);
+    counts[p] = (int)(end - begin);
+    displs[p] = (int)begin;
+  }
+  mxu_dist_allgatherv(buf, counts, displs);
+}
+
+/* Under MPI: every process sends each other process its replicas' values
+ * of that process's shard, then sums all replicas of its own shard in the
+ * same tree as one process would. */
+static void reduce_across_processes(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
+  int size = mxu_distributed_size(), local = plan->local_count;
+  int64_t begin, end, per;
+  shard(model, mxu_distributed_rank(), &begin, &end, &per);
+  int64_t block = (int64_t)local * per;
+  float *send = calloc((size_t)(size * block), sizeof(float));
+  float *recv = calloc((size_t)(size * block), sizeof(float));
+  float **g = malloc((size_t)plan->replicas * sizeof *g);
+  if (!send || !recv || !g) {
+    /* Nothing sensible continues without the sum. */
+    mxu_fail(MXU_ERR_NOMEM, "strategy: out of memory for the all-reduce");
+    mxu_distributed_abort(1);
+  }
+  for (int q = 0; q < size; q++) {
+    int64_t first, last, unused;
+    shard(model, q, &first, &last, &unused);
+    for (int l = 0; l < local; l++)
+      memcpy(send + q * block + l * per, plan->replica[l].grads + first,
+             (size_t)(last - first) * sizeof(float));
+  }
+  mxu_dist_alltoall(send, recv, block);
+  for (int r = 0; r < plan->replicas; r++) g[r] = recv + (int64_t)r * per;
+  tree_sum(g, plan->replicas, 0, end - begin);
+  memcpy(model->grads + begin, g[0], (size_t)(end - begin) * sizeof(float));
+  free(send);
+  free(recv);
+  free(g);
+}
+
+/* BatchNormalization and the like: every replica's statistics, in logical
+ * order, folded into the layer's state. */
+static void update_state(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
+  const float *stats[plan->replicas];
+  for (int i = 0; i < model->layer_count; i++) {
+    mxu_layer *layer = &model->layers[i];
+    if (!layer->cls->update_state) continue;
+    int floats = layer->cls->stats_floats(layer);
+    float *gathered = NULL;
+    if (mxu_distributed_size() > 1) {
+      float local[plan->local_count * floats];
+      for (int r = 0; r < plan->local_count; r++)
+        memcpy(local + r * floats,
+               mxu_replica_floats(&plan->replica[r], layer->stats_offset),
+               (size_t)floats * sizeof(float));
+      gathered = malloc((size_t)plan->replicas * floats * sizeof(float));
+      if (!gathered) mxu_distributed_abort(1);
+      mxu_dist_allgather(local, gathered, sizeof local);
+      for (int r = 0; r < plan->replicas; r++) stats[r] = gathered + r * floats;
+    } else {
+      for (int r = 0; r < plan->replicas; r++)
+        stats[r] = mxu_replica_floats(&plan->replica[r], layer->stats_offset);
+    }
+    float *w[MXU_MAX_LAYER_PARAMS];
+    for (int k = 0; k < layer->param_count; k++) {
+      const mxu_param *p = &model->params[layer->param_first + k];
+      w[k] = (p->trainable ? model->weights : model->state) + p->offset;
+    }
+    layer->cls->update_state(layer, stats, plan->replicas, w);
+    free(gathered);
+  }
+}
+
+/* Loss sums and correct counts of every replica, added in logical order so
+ * the printed loss does not depend on the process count either. */
+static mxu_step_result combine(const mxu_plan *plan,
+                               const mxu_step_result *local) {
+  mxu_step_result all[plan->replicas], total = {0, 0};
+  mxu_dist_allgather(local, all, (size_t)plan->local_count * sizeof *local);
+  for (int r = 0; r < plan->replicas; r++) {
+    total.loss_sum += all[r].loss_sum;
+    total.correct += all[r].correct;
+  }
+  return total;
+}
+
+mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
+                                  float scale) {
+  mxu_plan *plan = &model->plan;
+  int local = plan->local_count;
+  int single = mxu_distributed_size() == 1;
+  mxu_step_result results[local];
+  float *grads[local];
+  for (int r = 0; r < local; r++) grads[r] = plan->replica[r].grads;
+  int64_t chunks = chunk_count(model->trainable_count);
+  omp_set_num_threads(plan->intra_threads);
+#pragma omp parallel num_threads(plan->workers) if (plan->workers > 1)
+  {
+#pragma omp for schedule(static)
+    for (int r = 0; r < local; r++)
+      run_replica(model, &plan->replica[r], key, scale, &results[r]);
+    if (key->training && single && local > 1) {
+#pragma omp for schedule(static)
+      for (int64_t c = 0; c < chunks; c++)
+        tree_sum(grads, local, c * CHUNK,
+                 min64((c + 1) * CHUNK, model->trainable_count));
+    }
+  }
+  if (key->training) {
+    if (!single) reduce_across_processes(model);
+    update_state(model);
+  }
+  return combine(plan, results);
+}
+
+/* Threads for elementwise work over the weights: any split gives the same
+ * values. */
+static int all_threads(const mxu_plan *plan) {
+  return plan->workers * plan->intra_threads;
+}
+
+void mxu_strategy_apply(mxu_model *model) {
+  int64_t begin, end, per;
+  shard(model, mxu_distributed_rank(), &begin, &end, &per);
+  int64_t chunks = chunk_count(end - begin);
+  int threads = all_threads(&model->plan);
+  model->iterations++;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t c = 0; c < chunks; c++)
+    mxu_optimizer_apply_range(model, begin + c * CHUNK,
+                              min64(begin + (c + 1) * CHUNK, end));
+  gather_shards(model, model->weights);
+}
+
+void mxu_strategy_sync_slots(mxu_model *model) {
+  gather_shards(model, model->slot_m);
+  if (model->compile.optimizer.kind == MXU_ADAM)
+    gather_shards(model, model->slot_v);
+}
+
+void mxu_strategy_outputs(mxu_model *model, int64_t rows, float *out) {
+  mxu_plan *plan = &model->plan;
+  int n = model->layer_count;
+  int64_t per_replica =
+      plan->batch * mxu_shape_count(&model->layers[n - 1].out_shape);
+  size_t local_bytes = (size_t)(plan->local_count * per_replica) * 4;
+  float *all = malloc((size_t)plan->replicas * per_replica * 4);
+  float *local = malloc(local_bytes);
+  if (!all || !local) mxu_distributed_abort(1);
+  for (int r = 0; r < plan->local_count; r++)
+    memcpy(local + r * per_replica,
+           mxu_replica_floats(&plan->replica[r], plan->act[n]),
+           (size_t)per_replica * 4);
+  mxu_dist_allgather(local, all, local_bytes);
+  int64_t classes = per_replica / plan->batch;
+  memcpy(out, all, (size_t)(rows * classes) * 4);
+  free(all);
+  free(local);
+}

@@ -1,0 +1,47 @@
+/* strategy.h — replicas, TPUStrategy style: every replica of the plan runs
+ * forward and backward on its slice of the global batch, on worker
+ * threads; the gradients are summed over replicas in a fixed tree order
+ * and the optimizer update is sharded over workers (and over processes
+ * with MPI). Because the logical replica count, not the thread or process
+ * count, fixes every reduction order and random stream, the weights are
+ * the same bit for bit however the replicas are spread. Internal to
+ * libmxu. */
+#ifndef MXU_STRATEGY_H
+#define MXU_STRATEGY_H
+
+#include "model/model.h"
+
+/* One step over every replica whose inputs and targets are loaded; rows
+ * per replica are set with mxu_replica_set_rows. Returns the loss sum and
+ * correct count over all replicas of all processes. In training it also
+ * leaves the summed gradient in model->grads (this process's shard of it
+ * under MPI) and updates state such as BatchNormalization's moving
+ * statistics; scale is 1 / global batch. */
+mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
+                                  float scale);
+
+/* Applies the optimizer to the summed gradient: one more iteration,
+ * sharded over workers and processes; every process ends with the same
+ * weights. */
+void mxu_strategy_apply(mxu_model *model);
+
+/* Under MPI each process keeps the optimizer slots of its shard only;
+ * this gathers them everywhere (before a checkpoint or at the end of fit,
+ * so a saved model holds all of them). */
+void mxu_strategy_sync_slots(mxu_model *model);
+
+/* Copies the outputs of the last layer for the first `rows` samples of
+ * the global batch into out, from every process. */
+void mxu_strategy_outputs(mxu_model *model, int64_t rows, float *out);
+
+/* ---- between processes (MPI, or a world of one) ---------------------- */
+
+/* recv gets every rank's `bytes` bytes, in rank order. */
+void mxu_dist_allgather(const void *send, void *recv, size_t bytes);
+/* send holds size blocks of `count` floats, block q for rank q; recv gets
+ * rank s's block for this rank at block s. */
+void mxu_dist_alltoall(const float *send, float *recv, int64_t count);
+/* In place: rank p's floats are buf[displs[p] .. + counts[p]). */
+void mxu_dist_allgatherv(float *buf, const int *counts, const int *displs);
+
+#endif

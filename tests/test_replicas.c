@@ -1,0 +1,262 @@
+/* test_replicas.c — the replica strategy: weights bit-identical for any
+ * thread count, equal to one replica when nothing depends on the split,
+ * BatchNormalization's moving statistics averaged over replicas, every
+ * evaluated sample counted once, and the errors a bad split gives. */
+#include "check.h"
+
+#define SIDE 8
+#define CHANNELS 2
+#define CLASSES 3
+#define SAMPLES 96
+
+/* A deterministic data set: values from a hash, labels cycling. */
+static mxu_dataset *toy_data(void) {
+  static float x[SAMPLES * SIDE * SIDE * CHANNELS];
+  static int32_t labels[SAMPLES];
+  uint32_t h = 12345;
+  for (size_t i = 0; i < sizeof x / sizeof *x; i++) {
+    h = h * 1664525u + 1013904223u;
+    x[i] = (float)(h >> 8) / (float)(1u << 24) * 4.0f - 2.0f;
+  }
+  for (int i = 0; i < SAMPLES; i++) labels[i] = i % CLASSES;
+  int64_t dims[3] = {SIDE, SIDE, CHANNELS};
+  mxu_dataset *data = NULL;
+  CHECK_OK(mxu_dataset_from_arrays(x, labels, SAMPLES, mxu_shape_make(3, dims),
+                                   CLASSES, &data));
+  return data;
+}
+
+/* Conv2D, optionally BatchNormalization and Dropout, Dense softmax. */
+static mxu_model *toy_model(int with_bn_dropout, int replicas, int threads,
+                            int batch, mxu_optimizer_config optimizer) {
+  mxu_model *model = mxu_sequential("toy");
+  int64_t dims[3] = {SIDE, SIDE, CHANNELS};
+  CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(3, dims)));
+  mxu_conv2d_config conv = mxu_conv2d_defaults(4, 3, 3);
+  conv.activation = MXU_RELU;
+  CHECK_OK(mxu_add_conv2d(model, &conv));
+  if (with_bn_dropout) {
+    mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+    CHECK_OK(mxu_add_batch_normalization(model, &bn));
+  }
+  CHECK_OK(mxu_add_flatten(model, NULL));
+  if (with_bn_dropout) CHECK_OK(mxu_add_dropout(model, NULL, 0.3f));
+  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
+  dense.activation = MXU_SOFTMAX;
+  CHECK_OK(mxu_add_dense(model, &dense));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.optimizer = optimizer;
+  c.batch_size = batch;
+  c.seed = 7;
+  c.replicas = replicas;
+  c.threads = threads;
+  CHECK_OK(mxu_compile(model, &c));
+  return model;
+}
+
+static void train_steps(mxu_model *model, const mxu_dataset *data, int batch,
+                        int steps) {
+  mxu_fit_config f = mxu_fit_defaults();
+  f.batch_size = batch;
+  f.steps_per_epoch = steps;
+  f.seed = 3;
+  f.verbose = 0;
+  CHECK_OK(mxu_fit(model, data, &f, NULL));
+}
+
+/* Every weight of every layer, compared bit for bit or not; returns the
+ * largest difference relative to the weight (floor 1e-3) or, per_tensor,
+ * to the tensor's largest magnitude. */
+static double compare_weights(const mxu_model *a, const mxu_model *b,
+                              int bitwise, int per_tensor) {
+  double worst = 0;
+  for (int layer = 0; layer < mxu_model_layer_count(a); layer++)
+    for (int k = 0; k < mxu_layer_weight_count(a, layer); k++) {
+      mxu_tensor ta, tb;
+      CHECK_OK(mxu_layer_weight(a, layer, k, &ta, NULL));
+      CHECK_OK(mxu_layer_weight(b, layer, k, &tb, NULL));
+      int64_t n = mxu_shape_count(&ta.shape);
+      const float *va = ta.data, *vb = tb.data;
+      if (bitwise)
+        CHECK_MSG(memcmp(va, vb, (size_t)n * 4) == 0,
+                  "layer %d weight %d differs", layer, k);
+      double largest = 1e-3;
+      for (int64_t i = 0; i < n; i++)
+        if (fabs(va[i]) > largest) largest = fabs(va[i]);
+      for (int64_t i = 0; i < n; i++) {
+        double scale = per_tensor ? largest : fmax(fabs(va[i]), 1e-3);
+        worst = fmax(worst, fabs((double)va[i] - vb[i]) / scale);
+      }
+    }
+  return worst;
+}
+
+/* Same seed and replica count: the same weights on 1, 2 and 3 threads,
+ * and from run to run. */
+static void test_thread_counts(void) {
+  mxu_dataset *data = toy_data();
+  mxu_model *one = toy_model(1, 4, 1, 32, mxu_adam(1e-3f));
+  train_steps(one, data, 32, 3);
+  int threads[] = {1, 2, 3};
+  for (int i = 0; i < 3; i++) {
+    mxu_model *other = toy_model(1, 4, threads[i], 32, mxu_adam(1e-3f));
+    train_steps(other, data, 32, 3);
+    compare_weights(one, other, 1, 0);
+    mxu_model_free(other);
+  }
+  /* And the replicas really differ from one replica (dropout, BN). */
+  mxu_model *single = toy_model(1, 1, 1, 32, mxu_adam(1e-3f));
+  train_steps(single, data, 32, 3);
+  CHECK(compare_weights(one, single, 0, 0) > 1e-4);
+  mxu_model_free(single);
+  mxu_model_free(one);
+  mxu_dataset_free(data);
+}
+
+/* Without BatchNormalization or Dropout the summed gradient of 4 replicas
+ * is the gradient of the global batch's mean loss: with SGD every weight
+ * agrees to 1e-5 relative. Adam divides by sqrt(v), which magnifies the
+ * rounding of near-zero gradients, so there each tensor agrees to 1e-5 of
+ * its largest value. */
+static void test_same_as_one_replica(void) {
+  mxu_dataset *data = toy_data();
+  for (int adam = 0; adam < 2; adam++) {
+    mxu_optimizer_config o = adam ? mxu_adam(1e-3f) : mxu_sgd(0.05f, 0.9f, 0);
+    mxu_model *four = toy_model(0, 4, 2, 32, o);
+    mxu_model *one = toy_model(0, 1, 1, 32, o);
+    train_steps(four, data, 32, 3);
+    train_steps(one, data, 32, 3);
+    double worst = compare_weights(four, one, 0, adam);
+    printf("4 replicas vs 1 (%s): worst relative weight difference %.3g\n",
+           adam ? "Adam, per tensor" : "SGD, per weight", worst);
+    CHECK(worst <= 1e-5);
+    mxu_model_free(four);
+    mxu_model_free(one);
+  }
+  mxu_dataset_free(data);
+}
+
+/* BatchNormalization first: after one step the moving mean is
+ * 0.01 * (mean over replicas of each replica's batch mean), and the moving
+ * variance 0.99 + 0.01 * (mean of each replica's unbiased variance). */
+static void test_batchnorm_statistics(void) {
+  enum { REPLICAS = 2, BATCH = 16 };
+  mxu_dataset *data = toy_data();
+  mxu_model *model = mxu_sequential("bn");
+  int64_t dims[3] = {SIDE, SIDE, CHANNELS};
+  CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(3, dims)));
+  mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+  CHECK_OK(mxu_add_batch_normalization(model, &bn));
+  CHECK_OK(mxu_add_flatten(model, NULL));
+  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
+  dense.activation = MXU_SOFTMAX;
+  CHECK_OK(mxu_add_dense(model, &dense));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.batch_size = BATCH;
+  c.replicas = REPLICAS;
+  CHECK_OK(mxu_compile(model, &c));
+  mxu_fit_config f = mxu_fit_defaults();
+  f.batch_size = BATCH;
+  f.steps_per_epoch = 1;
+  f.shuffle = 0;
+  f.verbose = 0;
+  CHECK_OK(mxu_fit(model, data, &f, NULL));
+  const float *x = mxu_dataset_x(data);
+  int per = BATCH / REPLICAS, pixels = SIDE * SIDE;
+  for (int ch = 0; ch < CHANNELS; ch++) {
+    double mean_of_means = 0, mean_of_vars = 0;
+    for (int r = 0; r < REPLICAS; r++) {
+      double sum = 0, sq = 0;
+      int64_t n = (int64_t)per * pixels;
+      for (int64_t i = 0; i < n; i++) {
+        double v = x[((int64_t)r * per * pixels + i) * CHANNELS + ch];
+        sum += v;
+        sq += v * v;
+      }
+      double mean = sum / (double)n;
+      mean_of_means += mean / REPLICAS;
+      mean_of_vars += (sq / (double)n - mean * mean) * n / (n - 1) / REPLICAS;
+    }
+    mxu_tensor mm, mv;
+    CHECK_OK(mxu_layer_weight(model, 0, 2, &mm, NULL));
+    CHECK_OK(mxu_layer_weight(model, 0, 3, &mv, NULL));
+    CHECK_NEAR(((const float *)mm.data)[ch], 0.01 * mean_of_means, 1e-6);
+    CHECK_NEAR(((const float *)mv.data)[ch], 0.99 + 0.01 * mean_of_vars, 1e-6);
+  }
+  mxu_model_free(model);
+  mxu_dataset_free(data);
+}
+
+/* Every one of the 10,000 test images is scored exactly once with batch
+ * 1024 over 8 replicas (the last batch has 784: replica 6 gets 16 real
+ * samples, replica 7 none): evaluate's loss and accuracy are the means of
+ * what predict gives sample by sample. */
+static void test_evaluate_counts_every_sample(void) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/mnist", check_shared_data());
+  mxu_dataset *test = NULL;
+  if (mxu_load_mnist_dir(dir, MXU_TEST, &test) != MXU_OK) {
+    CHECK_MSG(0, "cannot load %s: %s", dir, mxu_errmsg());
+    return;
+  }
+  mxu_dataset_rescale(test, 1.0f / 255.0f);
+  CHECK(mxu_dataset_count(test) == 10000);
+  mxu_model *model = mxu_sequential("mnist");
+  int64_t dims[3] = {28, 28, 1};
+  CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(3, dims)));
+  CHECK_OK(mxu_add_flatten(model, NULL));
+  mxu_dense_config dense = mxu_dense_defaults(10);
+  dense.activation = MXU_SOFTMAX;
+  CHECK_OK(mxu_add_dense(model, &dense));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.batch_size = 1024;
+  c.replicas = 8;
+  c.threads = 2;
+  CHECK_OK(mxu_compile(model, &c));
+  double loss = 0, accuracy = 0;
+  CHECK_OK(mxu_evaluate(model, test, 0, &loss, &accuracy));
+  float *out = malloc(10000 * 10 * sizeof(float));
+  CHECK_OK(mxu_predict(model, mxu_dataset_x(test), 10000, out));
+  const int32_t *labels = mxu_dataset_labels(test);
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int i = 0; i < 10000; i++) {
+    int best = 0;
+    for (int k = 1; k < 10; k++)
+      if (out[i * 10 + k] > out[i * 10 + best]) best = k;
+    correct += best == labels[i];
+    loss_sum += -log((double)out[i * 10 + labels[i]]);
+  }
+  printf("evaluate: %lld of 10000 correct, loss %.6f (predict: %.6f)\n",
+         (long long)(accuracy * 10000 + 0.5), loss, loss_sum / 10000);
+  CHECK_NEAR(accuracy * 10000, (double)correct, 1e-6);
+  CHECK_NEAR(loss, loss_sum / 10000, 1e-4);
+  free(out);
+  mxu_model_free(model);
+  mxu_dataset_free(test);
+}
+
+static void test_errors(void) {
+  mxu_model *model = mxu_sequential("bad");
+  int64_t dims[1] = {4};
+  CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(1, dims)));
+  mxu_dense_config dense = mxu_dense_defaults(2);
+  CHECK_OK(mxu_add_dense(model, &dense));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.batch_size = 30;
+  c.replicas = 8;
+  EXPECT_FAIL(mxu_compile(model, &c), MXU_ERR_ARG,
+              "global batch size 30 does not divide by the 8 replicas");
+  c.replicas = -1;
+  EXPECT_FAIL(mxu_compile(model, &c), MXU_ERR_ARG, "must not be negative");
+  mxu_model_free(model);
+}
+
+int main(void) {
+  test_thread_counts();
+  test_same_as_one_replica();
+  test_batchnorm_statistics();
+  test_evaluate_counts_every_sample();
+  test_errors();
+  return check_report("test_replicas");
+}
