@@ -15,6 +15,7 @@ int cli_train(int argc, char **argv);
 int cli_evaluate(int argc, char **argv);
 int cli_predict(int argc, char **argv);
 int cli_summary(int argc, char **argv);
+int cli_plot(int argc, char **argv);
 
 /* The model file and its compile_config over mxu_compile_defaults(); the
  * metric name is copied into metric (the config points at it). */
@@ -35,6 +36,15 @@ int cli_check_weights_path(const char *command, const char *flag,
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 
+/* The test confusion matrix of a compiled model: *matrix_out is a malloc'd
+ * classes x classes array of counts, [true][predicted] row-major, the
+ * prediction being the model's highest output. Samples go through
+ * mxu_predict a chunk at a time, so memory stays bounded. Returns CLI_OK,
+ * or CLI_RUNTIME after saying why as "mxu COMMAND: ...". */
+int cli_confusion(const char *command, mxu_model *model,
+                  const mxu_dataset *test, int64_t **matrix_out,
+                  int *classes_out);
+
 /* ---- report.c ---------------------------------------------------------- */
 
 typedef struct cli_report {
@@ -44,11 +54,29 @@ typedef struct cli_report {
   int batch_size;
   double test_loss, test_accuracy;
   double wall_seconds;
+  /* Optional test confusion matrix (cli_confusion); NULL: none. A NULL
+   * class_names, or a NULL name in it, is written as the class index. */
+  const int64_t *confusion;
+  int classes;
+  const char *const *class_names;
 } cli_report;
+
+/* Fills report's confusion fields from the model on test (cli_confusion
+ * and the data set's class names); cli_report_release frees them. Returns
+ * CLI_OK or CLI_RUNTIME, as cli_confusion. */
+int cli_report_confusion(const char *command, mxu_model *model,
+                         const mxu_dataset *test, cli_report *report);
+void cli_report_release(cli_report *report);
 
 /* Writes the report as JSON to path, atomically. Returns CLI_OK, or
  * CLI_RUNTIME after saying why on stderr as "mxu COMMAND: ...". */
 int cli_write_report(const char *command, const char *path,
                      const cli_report *report);
+
+/* Writes path atomically: write(file, context) fills a temporary file
+ * beside it (returning 0, or an errno value), which is synced and renamed
+ * over path. Returns 0 or an errno value. */
+int cli_write_atomically(const char *path, int (*write)(FILE *, void *),
+                         void *context);
 
 #endif

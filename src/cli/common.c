@@ -1,9 +1,11 @@
 /* common.c — what the subcommands share once their options are parsed:
- * the model file with its compile settings and a rescaled data split. */
+ * the model file with its compile settings, a rescaled data split and the
+ * test confusion matrix. */
 #include "cli.h"
 #include "options.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -42,4 +44,78 @@ double cli_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Samples per mxu_predict call: enough to keep the compiled batch busy,
+ * few enough that the outputs stay small whatever the test split's size. */
+#define CONFUSION_CHUNK 1024
+
+/* The first highest output, as the accuracy metric counts it. */
+static int argmax(const float *row, int classes) {
+  int best = 0;
+  for (int c = 1; c < classes; c++)
+    if (row[c] > row[best]) best = c;
+  return best;
+}
+
+/* Counts one chunk's predictions into matrix; a label the model has no
+ * output for is an error rather than a write out of bounds. */
+static int count_chunk(const char *command, const float *out,
+                       const int32_t *labels, int64_t first, int64_t rows,
+                       int classes, int64_t *matrix) {
+  for (int64_t r = 0; r < rows; r++) {
+    int32_t label = labels[first + r];
+    if (label < 0 || label >= classes) {
+      fprintf(stderr,
+              "mxu %s: confusion: test sample %lld has label %d but the "
+              "model has %d outputs\n",
+              command, (long long)(first + r), (int)label, classes);
+      return CLI_RUNTIME;
+    }
+    matrix[(int64_t)label * classes + argmax(out + r * classes, classes)]++;
+  }
+  return CLI_OK;
+}
+
+static int predict_counts(const char *command, mxu_model *model,
+                          const mxu_dataset *test, int classes, float *out,
+                          int64_t *matrix) {
+  mxu_shape shape = mxu_dataset_shape(test);
+  int64_t sample = mxu_shape_count(&shape), count = mxu_dataset_count(test);
+  const float *x = mxu_dataset_x(test);
+  const int32_t *labels = mxu_dataset_labels(test);
+  for (int64_t first = 0; first < count; first += CONFUSION_CHUNK) {
+    int64_t rows =
+        count - first < CONFUSION_CHUNK ? count - first : CONFUSION_CHUNK;
+    if (mxu_predict(model, x + first * sample, rows, out) != MXU_OK)
+      return cli_runtime_error(command);
+    int code = count_chunk(command, out, labels, first, rows, classes, matrix);
+    if (code != CLI_OK) return code;
+  }
+  return CLI_OK;
+}
+
+int cli_confusion(const char *command, mxu_model *model,
+                  const mxu_dataset *test, int64_t **matrix_out,
+                  int *classes_out) {
+  *matrix_out = NULL;
+  *classes_out = 0;
+  mxu_shape last =
+      mxu_model_layer_shape(model, mxu_model_layer_count(model) - 1);
+  int classes = (int)mxu_shape_count(&last);
+  int64_t *matrix = calloc((size_t)classes * (size_t)classes, sizeof *matrix);
+  float *out = malloc((size_t)CONFUSION_CHUNK * (size_t)classes * sizeof *out);
+  int code = CLI_RUNTIME;
+  if (!matrix || !out)
+    fprintf(stderr, "mxu %s: confusion: out of memory\n", command);
+  else
+    code = predict_counts(command, model, test, classes, out, matrix);
+  free(out);
+  if (code != CLI_OK) {
+    free(matrix);
+    return code;
+  }
+  *matrix_out = matrix;
+  *classes_out = classes;
+  return CLI_OK;
 }

@@ -23,8 +23,9 @@ static void evaluate_options(evaluate_args *a, cli_option *o) {
        "samples per step (default 32); the result does not depend on it",
        CLI_POSITIVE_INT, &a->batch_size, NULL, 0, 0},
       CLI_OPTION_RESCALE(&a->rescale),
-      {"--report", "FILE", "write the result as JSON to FILE", CLI_STRING,
-       &a->report, NULL, 0, 0},
+      {"--report", "FILE",
+       "write the result and the test confusion matrix as JSON to FILE",
+       CLI_STRING, &a->report, NULL, 0, 0},
   };
   memcpy(o, table, sizeof table);
 }
@@ -77,10 +78,18 @@ int cli_evaluate(int argc, char **argv) {
   if (run_evaluate(&a, &run) != MXU_OK) {
     code = cli_runtime_error("evaluate");
   } else if (a.report) {
-    cli_report report = {a.model,    a.data,       a.weights,
-                         run.metric, NULL,         a.batch_size,
-                         run.loss,   run.accuracy, cli_now() - start};
-    code = cli_write_report("evaluate", a.report, &report);
+    cli_report report = {.model = a.model,
+                         .data = a.data,
+                         .weights = a.weights,
+                         .metric = run.metric,
+                         .batch_size = a.batch_size,
+                         .test_loss = run.loss,
+                         .test_accuracy = run.accuracy};
+    /* The confusion matrix only for a report: it costs a second pass. */
+    code = cli_report_confusion("evaluate", run.model, run.test, &report);
+    report.wall_seconds = cli_now() - start;
+    if (code == CLI_OK) code = cli_write_report("evaluate", a.report, &report);
+    cli_report_release(&report);
   }
   mxu_model_free(run.model);
   mxu_dataset_free(run.test);

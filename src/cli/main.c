@@ -17,6 +17,7 @@ static const subcommand subcommands[] = {
     {"evaluate", cli_evaluate, "loss and accuracy of saved weights"},
     {"predict", cli_predict, "top classes of chosen test images"},
     {"summary", cli_summary, "the model's layers and parameter counts"},
+    {"plot", cli_plot, "draw a --report's curves and confusion matrix as PNG"},
 };
 #define SUBCOMMAND_COUNT (int)(sizeof subcommands / sizeof *subcommands)
 
@@ -36,12 +37,12 @@ static void print_help(FILE *out) {
 static int usage(const char *problem, const char *arg) {
   fprintf(stderr, "mxu: %s", problem);
   if (arg) fprintf(stderr, " '%s'", arg);
-  fprintf(stderr, " (train, evaluate, predict, summary)\n");
+  fprintf(stderr, " (train, evaluate, predict, summary, plot)\n");
   fprintf(stderr, "see mxu --help\n");
   return CLI_USAGE;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   if (argc < 2) return usage("missing COMMAND", NULL);
   const char *name = argv[1];
   if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 ||
@@ -57,4 +58,20 @@ int main(int argc, char **argv) {
     if (strcmp(name, subcommands[i].name) == 0)
       return subcommands[i].run(argc - 1, argv + 1);
   return usage("unknown command", name);
+}
+
+/* Under mpirun every process runs the same command; one that fails ends
+ * the others, which would otherwise wait for it in the next exchange. */
+int main(int argc, char **argv) {
+  if (mxu_distributed_init(&argc, &argv) != MXU_OK) {
+    fprintf(stderr, "mxu: %s\n", mxu_errmsg());
+    return CLI_RUNTIME;
+  }
+  int code = run(argc, argv);
+  if (code != CLI_OK && mxu_distributed_size() > 1) {
+    fflush(NULL);
+    mxu_distributed_abort(code);
+  }
+  mxu_distributed_finalize();
+  return code;
 }

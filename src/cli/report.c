@@ -1,6 +1,7 @@
 /* report.c — the JSON report of `mxu train` and `mxu evaluate`: per-epoch
- * logs under Keras' names, the test result, throughput and wall time,
- * written atomically so a reader never sees half a file. */
+ * logs under Keras' names, the test result and confusion matrix,
+ * throughput and wall time, written atomically so a reader never sees half
+ * a file. */
 #include "cli.h"
 #include "options.h"
 
@@ -50,6 +51,26 @@ static void add_training(cJSON *root, const cli_report *r) {
     cJSON_AddItemToArray(epochs, epoch_json(&r->history->epochs[i], r->metric));
 }
 
+/* "confusion": {"class_names": [...], "matrix": [[...]]}, rows the true
+ * class, columns the predicted one, as sklearn's confusion_matrix. */
+static void add_confusion(cJSON *root, const cli_report *r) {
+  cJSON *confusion = cJSON_AddObjectToObject(root, "confusion");
+  cJSON *names = cJSON_AddArrayToObject(confusion, "class_names");
+  cJSON *matrix = cJSON_AddArrayToObject(confusion, "matrix");
+  for (int i = 0; i < r->classes; i++) {
+    const char *name = r->class_names ? r->class_names[i] : NULL;
+    char index[16];
+    snprintf(index, sizeof index, "%d", i);
+    cJSON_AddItemToArray(names, cJSON_CreateString(name ? name : index));
+    cJSON *row = cJSON_CreateArray();
+    for (int j = 0; j < r->classes; j++)
+      cJSON_AddItemToArray(
+          row, cJSON_CreateNumber(
+                   (double)r->confusion[(int64_t)i * r->classes + j]));
+    cJSON_AddItemToArray(matrix, row);
+  }
+}
+
 static cJSON *report_json(const cli_report *r) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "model", r->model);
@@ -59,6 +80,7 @@ static cJSON *report_json(const cli_report *r) {
   cJSON *test = cJSON_AddObjectToObject(root, "test");
   cJSON_AddNumberToObject(test, "loss", r->test_loss);
   cJSON_AddNumberToObject(test, r->metric, r->test_accuracy);
+  if (r->confusion) add_confusion(root, r);
   if (r->history)
     cJSON_AddNumberToObject(root, "train_images_per_second",
                             images_per_second(r->history));
@@ -67,7 +89,8 @@ static cJSON *report_json(const cli_report *r) {
 }
 
 /* Temporary file beside the target, synced, then renamed over it. */
-static int write_atomically(const char *path, const char *text) {
+int cli_write_atomically(const char *path, int (*write)(FILE *, void *),
+                         void *context) {
   char temp[4096];
   if (snprintf(temp, sizeof temp, "%s.tmp-XXXXXX", path) >= (int)sizeof temp)
     return ENAMETOOLONG;
@@ -81,15 +104,21 @@ static int write_atomically(const char *path, const char *text) {
     unlink(temp);
     return error;
   }
-  int error = 0;
-  size_t length = strlen(text);
-  if (fwrite(text, 1, length, file) != length || fputc('\n', file) == EOF ||
-      fflush(file) != 0 || fsync(fd) != 0)
+  errno = 0;
+  int error = write(file, context);
+  if (!error && (fflush(file) != 0 || fsync(fd) != 0))
     error = errno ? errno : EIO;
   if (fclose(file) != 0 && !error) error = errno;
   if (!error && rename(temp, path) != 0) error = errno;
   if (error) unlink(temp);
   return error;
+}
+
+static int write_text(FILE *file, void *text) {
+  size_t length = strlen(text);
+  if (fwrite(text, 1, length, file) != length || fputc('\n', file) == EOF)
+    return errno ? errno : EIO;
+  return 0;
 }
 
 int cli_write_report(const char *command, const char *path,
@@ -101,11 +130,39 @@ int cli_write_report(const char *command, const char *path,
     fprintf(stderr, "mxu %s: report: %s: out of memory\n", command, path);
     return CLI_RUNTIME;
   }
-  errno = 0;
-  int error = write_atomically(path, text);
+  int error = cli_write_atomically(path, write_text, text);
   cJSON_free(text);
   if (!error) return CLI_OK;
   fprintf(stderr, "mxu %s: report: %s: cannot write: %s\n", command, path,
           strerror(error));
   return CLI_RUNTIME;
+}
+
+int cli_report_confusion(const char *command, mxu_model *model,
+                         const mxu_dataset *test, cli_report *report) {
+  int64_t *matrix;
+  int classes;
+  int code = cli_confusion(command, model, test, &matrix, &classes);
+  if (code != CLI_OK) return code;
+  const char **names = malloc((size_t)classes * sizeof *names);
+  if (!names) {
+    free(matrix);
+    fprintf(stderr, "mxu %s: confusion: out of memory\n", command);
+    return CLI_RUNTIME;
+  }
+  /* The data set owns the names; it outlives the report. */
+  for (int i = 0; i < classes; i++) names[i] = mxu_dataset_class_name(test, i);
+  report->confusion = matrix;
+  report->classes = classes;
+  report->class_names = names;
+  return CLI_OK;
+}
+
+void cli_report_release(cli_report *report) {
+  /* The fields are const for the writer; cli_report_confusion owns them. */
+  free((void *)report->confusion);
+  free((void *)report->class_names);
+  report->confusion = NULL;
+  report->class_names = NULL;
+  report->classes = 0;
 }

@@ -278,22 +278,9 @@ static mxu_status fit_and_evaluate(const train_args *a, train_run *run) {
   return MXU_OK;
 }
 
-static int finish(const train_args *a, train_run *run, double start) {
-  /* Every process holds the same model; one writes the files. */
-  if (mxu_distributed_rank() != 0) return CLI_OK;
-  if (a->save_weights) {
-    if (mxu_save_weights(run->model, a->save_weights) != MXU_OK)
-      return cli_runtime_error("train");
-    if (a->verbose) printf("weights saved to %s\n", a->save_weights);
-  }
-  if (a->save_model) {
-    /* Training is complete: a resume from this file only evaluates. */
-    mxu_train_position end = {a->epochs, 0, run->seed};
-    if (mxu_save_model(run->model, a->save_model, &end) != MXU_OK)
-      return cli_runtime_error("train");
-    if (a->verbose) printf("model saved to %s\n", a->save_model);
-  }
-  if (!a->report) return CLI_OK;
+/* The report with the test confusion matrix, whose predict pass every
+ * process of an MPI world takes part in; rank 0 writes it. */
+static int write_report(const train_args *a, train_run *run, double start) {
   cli_report report = {0};
   report.model = a->model;
   report.data = a->data;
@@ -302,8 +289,32 @@ static int finish(const train_args *a, train_run *run, double start) {
   report.batch_size = run->compile.batch_size;
   report.test_loss = run->test_loss;
   report.test_accuracy = run->test_accuracy;
-  report.wall_seconds = cli_now() - start;
-  return cli_write_report("train", a->report, &report);
+  int code = cli_report_confusion("train", run->model, run->test, &report);
+  report.wall_seconds = cli_now() - start; /* the confusion pass included */
+  if (code == CLI_OK && mxu_distributed_rank() == 0)
+    code = cli_write_report("train", a->report, &report);
+  cli_report_release(&report);
+  return code;
+}
+
+/* Weights and model first, so a report that cannot be written costs
+ * nothing already trained. */
+static int finish(const train_args *a, train_run *run, double start) {
+  /* Every process holds the same model; one writes the files. */
+  int writer = mxu_distributed_rank() == 0;
+  if (writer && a->save_weights) {
+    if (mxu_save_weights(run->model, a->save_weights) != MXU_OK)
+      return cli_runtime_error("train");
+    if (a->verbose) printf("weights saved to %s\n", a->save_weights);
+  }
+  if (writer && a->save_model) {
+    /* Training is complete: a resume from this file only evaluates. */
+    mxu_train_position end = {a->epochs, 0, run->seed};
+    if (mxu_save_model(run->model, a->save_model, &end) != MXU_OK)
+      return cli_runtime_error("train");
+    if (a->verbose) printf("model saved to %s\n", a->save_model);
+  }
+  return a->report ? write_report(a, run, start) : CLI_OK;
 }
 
 static int run_train(const cli_command *cmd, const train_args *a,
