@@ -26,21 +26,25 @@ static mxu_dataset *toy_data(void) {
   return data;
 }
 
-/* Conv2D, optionally BatchNormalization and Dropout, Dense softmax. */
-static mxu_model *toy_model(int with_bn_dropout, int replicas, int threads,
-                            int batch, mxu_optimizer_config optimizer) {
+/* Conv2D, then per kind BatchNormalization (synchronized or not) and
+ * Dropout, then Dense softmax. */
+typedef enum toy_kind { PLAIN, BN_DROPOUT, BN, SYNC_BN } toy_kind;
+
+static mxu_model *toy_model(toy_kind kind, int replicas, int threads, int batch,
+                            mxu_optimizer_config optimizer) {
   mxu_model *model = mxu_sequential("toy");
   int64_t dims[3] = {SIDE, SIDE, CHANNELS};
   CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(3, dims)));
   mxu_conv2d_config conv = mxu_conv2d_defaults(4, 3, 3);
   conv.activation = MXU_RELU;
   CHECK_OK(mxu_add_conv2d(model, &conv));
-  if (with_bn_dropout) {
+  if (kind != PLAIN) {
     mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+    bn.synchronized = kind == SYNC_BN;
     CHECK_OK(mxu_add_batch_normalization(model, &bn));
   }
   CHECK_OK(mxu_add_flatten(model, NULL));
-  if (with_bn_dropout) CHECK_OK(mxu_add_dropout(model, NULL, 0.3f));
+  if (kind == BN_DROPOUT) CHECK_OK(mxu_add_dropout(model, NULL, 0.3f));
   mxu_dense_config dense = mxu_dense_defaults(CLASSES);
   dense.activation = MXU_SOFTMAX;
   CHECK_OK(mxu_add_dense(model, &dense));
@@ -95,17 +99,18 @@ static double compare_weights(const mxu_model *a, const mxu_model *b,
  * and from run to run. */
 static void test_thread_counts(void) {
   mxu_dataset *data = toy_data();
-  mxu_model *one = toy_model(1, 4, 1, 32, mxu_adam(1e-3f));
+  mxu_model *one = toy_model(BN_DROPOUT, 4, 1, 32, mxu_adam(1e-3f));
   train_steps(one, data, 32, 3);
   int threads[] = {1, 2, 3};
   for (int i = 0; i < 3; i++) {
-    mxu_model *other = toy_model(1, 4, threads[i], 32, mxu_adam(1e-3f));
+    mxu_model *other =
+        toy_model(BN_DROPOUT, 4, threads[i], 32, mxu_adam(1e-3f));
     train_steps(other, data, 32, 3);
     compare_weights(one, other, 1, 0);
     mxu_model_free(other);
   }
   /* And the replicas really differ from one replica (dropout, BN). */
-  mxu_model *single = toy_model(1, 1, 1, 32, mxu_adam(1e-3f));
+  mxu_model *single = toy_model(BN_DROPOUT, 1, 1, 32, mxu_adam(1e-3f));
   train_steps(single, data, 32, 3);
   CHECK(compare_weights(one, single, 0, 0) > 1e-4);
   mxu_model_free(single);
@@ -122,8 +127,8 @@ static void test_same_as_one_replica(void) {
   mxu_dataset *data = toy_data();
   for (int adam = 0; adam < 2; adam++) {
     mxu_optimizer_config o = adam ? mxu_adam(1e-3f) : mxu_sgd(0.05f, 0.9f, 0);
-    mxu_model *four = toy_model(0, 4, 2, 32, o);
-    mxu_model *one = toy_model(0, 1, 1, 32, o);
+    mxu_model *four = toy_model(PLAIN, 4, 2, 32, o);
+    mxu_model *one = toy_model(PLAIN, 1, 1, 32, o);
     train_steps(four, data, 32, 3);
     train_steps(one, data, 32, 3);
     double worst = compare_weights(four, one, 0, adam);
@@ -236,6 +241,65 @@ static void test_evaluate_counts_every_sample(void) {
   mxu_dataset_free(test);
 }
 
+/* The largest difference over chosen weights, relative to each tensor's
+ * largest magnitude. */
+static double differ(const mxu_model *a, const mxu_model *b, const int *layers,
+                     const int *weights, int count) {
+  double worst = 0;
+  for (int i = 0; i < count; i++) {
+    mxu_tensor ta, tb;
+    CHECK_OK(mxu_layer_weight(a, layers[i], weights[i], &ta, NULL));
+    CHECK_OK(mxu_layer_weight(b, layers[i], weights[i], &tb, NULL));
+    const float *va = ta.data, *vb = tb.data;
+    for (int64_t k = 0; k < mxu_shape_count(&ta.shape); k++)
+      worst =
+          fmax(worst, fabs((double)va[k] - vb[k]) / fmax(fabs(va[k]), 1e-3));
+  }
+  return worst;
+}
+
+/* synchronized: true computes the statistics over the global batch: 4
+ * replicas train like one replica of the whole batch, bit for bit the
+ * same on any thread count; and one step of a synchronized layer matches
+ * oneDNN's batch normalization. That comparison leaves out the moving
+ * variance (tf.keras feeds it the biased variance when synchronized, the
+ * unbiased one otherwise) and the conv bias before the normalization,
+ * whose gradient is zero but for rounding. */
+static void test_synchronized(void) {
+  mxu_dataset *data = toy_data();
+  mxu_optimizer_config sgd = mxu_sgd(0.05f, 0.9f, 0);
+  mxu_model *four = toy_model(SYNC_BN, 4, 2, 32, sgd);
+  mxu_model *four_alone = toy_model(SYNC_BN, 4, 1, 32, sgd);
+  mxu_model *one = toy_model(SYNC_BN, 1, 1, 32, sgd);
+  train_steps(four, data, 32, 3);
+  train_steps(four_alone, data, 32, 3);
+  train_steps(one, data, 32, 3);
+  compare_weights(four, four_alone, 1, 0);
+  double worst = compare_weights(four, one, 0, 0);
+  printf("synchronized, 4 replicas vs 1: worst relative difference %.3g\n",
+         worst);
+  CHECK(worst <= 1e-5);
+  mxu_model *sync_step = toy_model(SYNC_BN, 1, 1, 32, sgd);
+  mxu_model *onednn_step = toy_model(BN, 1, 1, 32, sgd);
+  train_steps(sync_step, data, 32, 1);
+  train_steps(onednn_step, data, 32, 1);
+  int layers[] = {0, 1, 1, 1, 3, 3}, weights[] = {0, 0, 1, 2, 0, 1};
+  worst = differ(sync_step, onednn_step, layers, weights, 6);
+  printf("synchronized vs oneDNN batch normalization, one step: %.3g of "
+         "each tensor's largest weight\n",
+         worst);
+  /* oneDNN accumulates the statistics in float, the synchronized layer in
+   * double; a channel with little variance magnifies that. */
+  CHECK(worst <= 1e-4);
+  char *json = NULL;
+  CHECK_OK(mxu_model_to_json(four, 0, &json));
+  CHECK(has(json, "\"synchronized\": true"));
+  free(json);
+  mxu_model *models[] = {four, four_alone, one, sync_step, onednn_step};
+  for (int i = 0; i < 5; i++) mxu_model_free(models[i]);
+  mxu_dataset_free(data);
+}
+
 static void test_errors(void) {
   mxu_model *model = mxu_sequential("bad");
   int64_t dims[1] = {4};
@@ -257,6 +321,7 @@ int main(void) {
   test_same_as_one_replica();
   test_batchnorm_statistics();
   test_evaluate_counts_every_sample();
+  test_synchronized();
   test_errors();
   return check_report("test_replicas");
 }

@@ -323,8 +323,7 @@ static mxu_status read_batchnorm(const mxu_json_where *where,
                                "Ones", "ones"));
   MXU_TRY(mxu_json_require_false(where, config, "renorm"));
   MXU_TRY(mxu_json_require_null(where, config, "virtual_batch_size"));
-  /* One set of statistics per replica is all mxu keeps for now. */
-  MXU_TRY(mxu_json_require_false(where, config, "synchronized"));
+  MXU_TRY(mxu_json_bool(where, config, "synchronized", &bn.synchronized));
   return mxu_json_added(where, mxu_add_batch_normalization(model, &bn));
 }
 
@@ -350,7 +349,9 @@ static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_initializer(out, config, "moving_mean_initializer", "Zeros");
   mxu_json_put_initializer(out, config, "moving_variance_initializer", "Ones");
   write_null_keys(out, config, nulls);
-  if (out->keras3) mxu_json_put_bool(out, config, "synchronized", 0);
+  /* tf.keras knows the key since 2.12; older ones would reject it. */
+  if (out->keras3 || bn->synchronized)
+    mxu_json_put_bool(out, config, "synchronized", bn->synchronized);
 }
 
 /* ---- the table -----------------------------------------------------------

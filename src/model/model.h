@@ -76,6 +76,18 @@ typedef struct mxu_layer_class {
   int (*stats_floats)(const mxu_layer *layer);
   void (*update_state)(mxu_layer *layer, const float *const *stats,
                        int replicas, float *const *w);
+  /* Layers that compute over the global batch in training (synchronized
+   * BatchNormalization) split forward and backward in two: *_local leaves
+   * sync_floats values of this replica at stats_offset, then, once every
+   * replica has, *_global gets all of them in logical replica order and
+   * finishes. sync_floats returns 0 when the layer is not synchronized. */
+  int (*sync_floats)(const mxu_layer *layer);
+  void (*forward_local)(mxu_layer *layer, const mxu_layer_run *run);
+  void (*forward_global)(mxu_layer *layer, const mxu_layer_run *run,
+                         const float *const *all, int replicas);
+  void (*backward_local)(mxu_layer *layer, const mxu_layer_run *run);
+  void (*backward_global)(mxu_layer *layer, const mxu_layer_run *run,
+                          const float *const *all, int replicas);
 } mxu_layer_class;
 
 typedef struct mxu_dropout_config {
@@ -105,6 +117,7 @@ struct mxu_layer {
   mxu_op *ops[MXU_MAX_LAYER_OPS];        /* while planning only */
   size_t scratch[MXU_MAX_LAYER_SCRATCH]; /* offsets in the replica arena */
   size_t stats_offset;                   /* see stats_floats */
+  size_t sync_offset;                    /* see sync_floats */
 };
 
 /* The registry: one row per layer class. */
@@ -196,6 +209,9 @@ typedef struct mxu_step_key {
   uint32_t epoch, step;
 } mxu_step_key;
 
+/* What layer `layer` sees on this replica for this step. */
+mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int layer,
+                              const mxu_step_key *key);
 void mxu_replica_forward(mxu_model *model, mxu_replica *replica, int layer,
                          const mxu_step_key *key);
 void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,

@@ -6,8 +6,8 @@
 
 #include <math.h>
 
-static mxu_layer_run layer_run(mxu_model *model, mxu_replica *replica, int i,
-                               const mxu_step_key *key) {
+mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
+                              const mxu_step_key *key) {
   mxu_plan *plan = &model->plan;
   mxu_layer *layer = &model->layers[i];
   mxu_layer_run run = {0};
@@ -35,13 +35,13 @@ static mxu_layer_run layer_run(mxu_model *model, mxu_replica *replica, int i,
 
 void mxu_replica_forward(mxu_model *model, mxu_replica *replica, int layer,
                          const mxu_step_key *key) {
-  mxu_layer_run run = layer_run(model, replica, layer, key);
+  mxu_layer_run run = mxu_replica_run(model, replica, layer, key);
   model->layers[layer].cls->forward(&model->layers[layer], &run);
 }
 
 void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,
                           const mxu_step_key *key) {
-  mxu_layer_run run = layer_run(model, replica, layer, key);
+  mxu_layer_run run = mxu_replica_run(model, replica, layer, key);
   model->layers[layer].cls->backward(&model->layers[layer], &run);
 }
 
@@ -85,7 +85,7 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
   float *grad = mxu_replica_floats(replica, plan->grad[n]);
   const float *out = mxu_replica_floats(replica, plan->act[n]);
   if (plan->fused_softmax || model->compile.from_logits) {
-    mxu_layer_run last_run = layer_run(model, replica, n - 1, key);
+    mxu_layer_run last_run = mxu_replica_run(model, replica, n - 1, key);
     const float *logits =
         plan->fused_softmax ? last->cls->logits(last, &last_run) : out;
     model->backend->softmax_cross_entropy(

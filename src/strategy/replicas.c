@@ -97,6 +97,31 @@ static void reduce_across_processes(mxu_model *model) {
   free(g);
 }
 
+/* Pointers to every replica's `floats` values at arena offset `offset`, in
+ * logical order: into the local arenas, or under MPI into *gathered (which
+ * the caller frees). */
+static void gather_values(mxu_model *model, size_t offset, int floats,
+                          const float **all, float **gathered) {
+  mxu_plan *plan = &model->plan;
+  *gathered = NULL;
+  if (mxu_distributed_size() == 1) {
+    for (int r = 0; r < plan->replicas; r++)
+      all[r] = mxu_replica_floats(&plan->replica[r], offset);
+    return;
+  }
+  size_t bytes = (size_t)floats * sizeof(float);
+  float *local = malloc(bytes * (size_t)plan->local_count);
+  *gathered = malloc(bytes * (size_t)plan->replicas);
+  if (!local || !*gathered) mxu_distributed_abort(1);
+  for (int r = 0; r < plan->local_count; r++)
+    memcpy(local + (size_t)r * floats,
+           mxu_replica_floats(&plan->replica[r], offset), bytes);
+  mxu_dist_allgather(local, *gathered, bytes * (size_t)plan->local_count);
+  for (int r = 0; r < plan->replicas; r++)
+    all[r] = *gathered + (size_t)r * floats;
+  free(local);
+}
+
 /* BatchNormalization and the like: every replica's statistics, in logical
  * order, folded into the layer's state. */
 static void update_state(mxu_model *model) {
@@ -105,22 +130,9 @@ static void update_state(mxu_model *model) {
   for (int i = 0; i < model->layer_count; i++) {
     mxu_layer *layer = &model->layers[i];
     if (!layer->cls->update_state) continue;
-    int floats = layer->cls->stats_floats(layer);
-    float *gathered = NULL;
-    if (mxu_distributed_size() > 1) {
-      float local[plan->local_count * floats];
-      for (int r = 0; r < plan->local_count; r++)
-        memcpy(local + r * floats,
-               mxu_replica_floats(&plan->replica[r], layer->stats_offset),
-               (size_t)floats * sizeof(float));
-      gathered = malloc((size_t)plan->replicas * floats * sizeof(float));
-      if (!gathered) mxu_distributed_abort(1);
-      mxu_dist_allgather(local, gathered, sizeof local);
-      for (int r = 0; r < plan->replicas; r++) stats[r] = gathered + r * floats;
-    } else {
-      for (int r = 0; r < plan->replicas; r++)
-        stats[r] = mxu_replica_floats(&plan->replica[r], layer->stats_offset);
-    }
+    float *gathered;
+    gather_values(model, layer->stats_offset, layer->cls->stats_floats(layer),
+                  stats, &gathered);
     float *w[MXU_MAX_LAYER_PARAMS];
     for (int k = 0; k < layer->param_count; k++) {
       const mxu_param *p = &model->params[layer->param_first + k];
@@ -128,6 +140,88 @@ static void update_state(mxu_model *model) {
     }
     layer->cls->update_state(layer, stats, plan->replicas, w);
     free(gathered);
+  }
+}
+
+/* ---- layer by layer, for synchronized layers ---------------------------
+ * Every replica finishes a layer before any starts the next, so a layer
+ * can exchange values with the other replicas between its two halves. */
+
+typedef enum phase { FORWARD, FORWARD_LOCAL, BACKWARD, BACKWARD_LOCAL } phase;
+
+static void run_phase(mxu_model *model, int i, phase what,
+                      const mxu_step_key *key) {
+  mxu_plan *plan = &model->plan;
+  mxu_layer *layer = &model->layers[i];
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(plan->workers) if (plan->workers > 1)
+  for (int r = 0; r < plan->local_count; r++) {
+    mxu_replica *replica = &plan->replica[r];
+    mxu_layer_run run = mxu_replica_run(model, replica, i, key);
+    switch (what) {
+    case FORWARD: layer->cls->forward(layer, &run); break;
+    case FORWARD_LOCAL: layer->cls->forward_local(layer, &run); break;
+    case BACKWARD: layer->cls->backward(layer, &run); break;
+    case BACKWARD_LOCAL: layer->cls->backward_local(layer, &run); break;
+    }
+  }
+}
+
+/* The second half of a synchronized layer, given every replica's shared
+ * values. */
+static void run_global(mxu_model *model, int i, int backward,
+                       const mxu_step_key *key) {
+  mxu_plan *plan = &model->plan;
+  mxu_layer *layer = &model->layers[i];
+  const float *all[plan->replicas];
+  float *gathered;
+  gather_values(model, layer->sync_offset, layer->cls->sync_floats(layer), all,
+                &gathered);
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(plan->workers) if (plan->workers > 1)
+  for (int r = 0; r < plan->local_count; r++) {
+    mxu_layer_run run = mxu_replica_run(model, &plan->replica[r], i, key);
+    if (backward)
+      layer->cls->backward_global(layer, &run, all, plan->replicas);
+    else
+      layer->cls->forward_global(layer, &run, all, plan->replicas);
+  }
+  free(gathered);
+}
+
+static int synchronized(const mxu_layer *layer) {
+  return layer->cls->sync_floats && layer->cls->sync_floats(layer) > 0;
+}
+
+static int any_synchronized(const mxu_model *model) {
+  for (int i = 0; i < model->layer_count; i++)
+    if (synchronized(&model->layers[i])) return 1;
+  return 0;
+}
+
+static void run_synchronized(mxu_model *model, const mxu_step_key *key,
+                             float scale, mxu_step_result *results) {
+  mxu_plan *plan = &model->plan;
+  int n = model->layer_count;
+  for (int i = 0; i < n; i++) {
+    if (!synchronized(&model->layers[i])) {
+      run_phase(model, i, FORWARD, key);
+      continue;
+    }
+    run_phase(model, i, FORWARD_LOCAL, key);
+    run_global(model, i, 0, key);
+  }
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(plan->workers) if (plan->workers > 1)
+  for (int r = 0; r < plan->local_count; r++)
+    results[r] = mxu_replica_loss(model, &plan->replica[r], key, scale);
+  for (int i = n - 1; i >= 0; i--) {
+    if (!synchronized(&model->layers[i])) {
+      run_phase(model, i, BACKWARD, key);
+      continue;
+    }
+    run_phase(model, i, BACKWARD_LOCAL, key);
+    run_global(model, i, 1, key);
   }
 }
 
@@ -154,20 +248,24 @@ mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
   for (int r = 0; r < local; r++) grads[r] = plan->replica[r].grads;
   int64_t chunks = chunk_count(model->trainable_count);
   omp_set_num_threads(plan->intra_threads);
-#pragma omp parallel num_threads(plan->workers) if (plan->workers > 1)
-  {
-#pragma omp for schedule(static)
+  if (key->training && any_synchronized(model)) {
+    run_synchronized(model, key, scale, results);
+  } else {
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(plan->workers) if (plan->workers > 1)
     for (int r = 0; r < local; r++)
       run_replica(model, &plan->replica[r], key, scale, &results[r]);
-    if (key->training && single && local > 1) {
-#pragma omp for schedule(static)
+  }
+  if (key->training) {
+    if (!single) {
+      reduce_across_processes(model);
+    } else if (local > 1) {
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(plan->workers) if (plan->workers > 1)
       for (int64_t c = 0; c < chunks; c++)
         tree_sum(grads, local, c * CHUNK,
                  min64((c + 1) * CHUNK, model->trainable_count));
     }
-  }
-  if (key->training) {
-    if (!single) reduce_across_processes(model);
     update_state(model);
   }
   return combine(plan, results);

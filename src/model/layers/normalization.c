@@ -5,9 +5,10 @@
  * MEAN-aggregated mirrored variable does in TensorFlow. */
 #include "model/layers/layers.h"
 
+#include <math.h>
 #include <string.h>
 
-enum { SCRATCH_STATS, SCRATCH_CONST, SCRATCH_DISCARD };
+enum { SCRATCH_STATS, SCRATCH_CONST, SCRATCH_DISCARD, SCRATCH_SYNC };
 
 static mxu_status batchnorm_infer(mxu_layer *layer) {
   const mxu_batchnorm_config *c = &layer->config.batchnorm;
@@ -56,6 +57,9 @@ static mxu_status batchnorm_plan(mxu_layer *layer, const mxu_backend *backend,
    * off; and a sink for their unused gradients. */
   layer->scratch[SCRATCH_CONST] = mxu_arena_reserve(layout, 2 * c_bytes);
   layer->scratch[SCRATCH_DISCARD] = mxu_arena_reserve(layout, 2 * c_bytes);
+  /* Synchronized: what this replica shares with the others. */
+  layer->scratch[SCRATCH_SYNC] = mxu_arena_reserve(layout, 2 * c_bytes);
+  layer->sync_offset = layer->scratch[SCRATCH_SYNC];
   mxu_batchnorm_desc d = {rows(layer), channels(layer),
                           layer->config.batchnorm.epsilon};
   return backend->batchnorm_create(&d, &layer->ops[0]);
@@ -115,8 +119,10 @@ static void batchnorm_update_state(mxu_layer *layer, const float *const *stats,
   int first = c->scale + c->center, channel_count = channels(layer);
   float *moving_mean = w[first], *moving_var = w[first + 1];
   double n = (double)rows(layer);
-  float unbias =
-      n > 1 && layer->in_shape.rank == 3 ? (float)(n / (n - 1)) : 1.0f;
+  /* Synchronized statistics come from tf.keras' non-fused path: biased. */
+  float unbias = n > 1 && layer->in_shape.rank == 3 && !c->synchronized
+                     ? (float)(n / (n - 1))
+                     : 1.0f;
   float momentum = c->momentum;
   for (int k = 0; k < channel_count; k++) {
     float mean = 0.0f, var = 0.0f;
@@ -139,6 +145,110 @@ static void batchnorm_backward(mxu_layer *layer, const mxu_layer_run *run) {
                                    v.mean, v.var, run->dx, v.dgamma, v.dbeta);
 }
 
+/* ---- synchronized: statistics over the global batch ------------------
+ * Each replica shares its batch mean and variance; every replica then
+ * combines all of them in the same order (so all agree bit for bit) and
+ * normalises with the global ones. Backward shares the per-channel sums of
+ * dy and dy * xhat the same way. */
+
+static int batchnorm_sync_floats(const mxu_layer *layer) {
+  return layer->config.batchnorm.synchronized ? 2 * channels(layer) : 0;
+}
+
+static float *sync_block(const mxu_layer *layer, const mxu_layer_run *run) {
+  return (float *)(void *)(run->arena + layer->sync_offset);
+}
+
+static void batchnorm_forward_local(mxu_layer *layer,
+                                    const mxu_layer_run *run) {
+  int c = channels(layer);
+  int64_t n = rows(layer);
+  float *mean = sync_block(layer, run), *var = mean + c;
+  for (int k = 0; k < c; k++) {
+    double sum = 0, sq = 0;
+    for (int64_t r = 0; r < n; r++) sum += run->x[r * c + k];
+    double m = sum / (double)n;
+    for (int64_t r = 0; r < n; r++) {
+      double d = run->x[r * c + k] - m;
+      sq += d * d;
+    }
+    mean[k] = (float)m;
+    var[k] = (float)(sq / (double)n);
+  }
+}
+
+/* Equal slices: the global mean is the mean of the means, the global
+ * variance the mean of (variance + squared distance to the global mean). */
+static void batchnorm_forward_global(mxu_layer *layer, const mxu_layer_run *run,
+                                     const float *const *all, int replicas) {
+  bn_views v = views(layer, run);
+  int c = channels(layer);
+  for (int k = 0; k < c; k++) {
+    double mean = 0, var = 0;
+    for (int r = 0; r < replicas; r++) mean += all[r][k];
+    mean /= replicas;
+    for (int r = 0; r < replicas; r++) {
+      double d = all[r][k] - mean;
+      var += all[r][c + k] + d * d;
+    }
+    v.mean[k] = (float)mean;
+    v.var[k] = (float)(var / replicas);
+  }
+  run->backend->batchnorm_forward_inference(run->ops[0], run->x, v.gamma,
+                                            v.beta, v.mean, v.var, run->y);
+}
+
+static void batchnorm_backward_local(mxu_layer *layer,
+                                     const mxu_layer_run *run) {
+  bn_views v = views(layer, run);
+  int c = channels(layer);
+  int64_t n = rows(layer);
+  float *sum_dy = sync_block(layer, run), *sum_dy_xhat = sum_dy + c;
+  float epsilon = layer->config.batchnorm.epsilon;
+  for (int k = 0; k < c; k++) {
+    double inv = 1.0 / sqrt((double)v.var[k] + epsilon), a = 0, b = 0;
+    for (int64_t r = 0; r < n; r++) {
+      double dy = run->dy[r * c + k];
+      a += dy;
+      b += dy * (run->x[r * c + k] - v.mean[k]) * inv;
+    }
+    sum_dy[k] = (float)a;
+    sum_dy_xhat[k] = (float)b;
+  }
+}
+
+/* dx = gamma / sigma * (dy - mean(dy) - xhat * mean(dy * xhat)), means
+ * over the global batch; dgamma and dbeta are this replica's sums, which
+ * the all-reduce adds up. */
+static void batchnorm_backward_global(mxu_layer *layer,
+                                      const mxu_layer_run *run,
+                                      const float *const *all, int replicas) {
+  bn_views v = views(layer, run);
+  int c = channels(layer);
+  int64_t n = rows(layer);
+  const float *own = sync_block(layer, run);
+  float epsilon = layer->config.batchnorm.epsilon;
+  double total = (double)n * replicas;
+  for (int k = 0; k < c; k++) {
+    double mean_dy = 0, mean_dy_xhat = 0;
+    for (int r = 0; r < replicas; r++) {
+      mean_dy += all[r][k];
+      mean_dy_xhat += all[r][c + k];
+    }
+    mean_dy /= total;
+    mean_dy_xhat /= total;
+    double inv = 1.0 / sqrt((double)v.var[k] + epsilon);
+    for (int64_t r = 0; r < n; r++) {
+      double xhat = (run->x[r * c + k] - v.mean[k]) * inv;
+      run->dx[r * c + k] =
+          (float)(v.gamma[k] * inv *
+                  (run->dy[r * c + k] - mean_dy - xhat * mean_dy_xhat));
+    }
+    v.dbeta[k] = own[k];
+    v.dgamma[k] = own[c + k];
+  }
+}
+
 const mxu_layer_class mxu_batch_normalization_class = {
     .class_name = "BatchNormalization",
     .infer = batchnorm_infer,
@@ -148,4 +258,9 @@ const mxu_layer_class mxu_batch_normalization_class = {
     .backward = batchnorm_backward,
     .stats_floats = batchnorm_stats_floats,
     .update_state = batchnorm_update_state,
+    .sync_floats = batchnorm_sync_floats,
+    .forward_local = batchnorm_forward_local,
+    .forward_global = batchnorm_forward_global,
+    .backward_local = batchnorm_backward_local,
+    .backward_global = batchnorm_backward_global,
 };
