@@ -32,8 +32,18 @@ recipes: build
 	$(BUILD)/fashion_mnist /usr/share/datasets/fashion-mnist 5
 	$(BUILD)/cifar10 ../shared/data/cifar-10 2 3
 
+# Training throughput of the reference models (mxu bench), kept with the
+# CPU model and the commit in bench/results/; then how cifar scales from 1
+# to 2 threads.
 bench: build
-	$(BUILD)/step_bench
+	@mkdir -p bench/results
+	$(BUILD)/mxu bench models/cifar10.json --batch-size 1024 --replicas 8 \
+	  --threads 1 --report bench/results/cifar10_1thread.json
+	$(BUILD)/mxu bench models/cifar10.json --batch-size 1024 --replicas 8 \
+	  --threads 2 --report bench/results/cifar10_2threads.json
+	$(BUILD)/mxu bench models/fashion_mnist.json --batch-size 1000 \
+	  --threads 2 --report bench/results/fashion_mnist_2threads.json
+	@python3 -c 'import json; r = lambda n: json.load(open("bench/results/" + n))["images_per_second"]; print("cifar10 scaling, 2 threads / 1 thread: %.2fx" % (r("cifar10_2threads.json") / r("cifar10_1thread.json")))'
 
 test-sanitize: deps
 	@cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DMXU_SANITIZE=ON >/dev/null

@@ -135,6 +135,8 @@ mxu_status mxu_add_batch_normalization(mxu_model *model,
 int mxu_model_layer_count(const mxu_model *model);
 /* Output shape of layer i, without the batch dimension. */
 mxu_shape mxu_model_layer_shape(const mxu_model *model, int layer);
+/* The input's shape, without the batch dimension. */
+mxu_shape mxu_model_input_shape(const mxu_model *model);
 const char *mxu_model_layer_name(const mxu_model *model, int layer);
 int64_t mxu_model_param_count(const mxu_model *model, int trainable);
 
@@ -254,6 +256,32 @@ mxu_status mxu_dataset_from_arrays(const float *x, const int32_t *labels,
  * is recognised from its files. Class names come with it. */
 mxu_status mxu_load_dataset(const char *name_or_dir, mxu_split split,
                             mxu_dataset **out);
+/* mxu_load_dataset for a model: the same, and also image folders, whose
+ * images are decoded and resized to `input` (the model's input shape,
+ * height x width x 1 or 3 channels). A folder of class subfolders is the
+ * train split; DIR/train and DIR/test (or DIR/validation) give both. */
+mxu_status mxu_load_dataset_for(const char *name_or_dir, mxu_split split,
+                                mxu_shape input, mxu_dataset **out);
+/* dir holds one subfolder per class; the class names are the
+ * subfolder names sorted by byte value (label = position), and each
+ * class's images are its .png, .jpg and .jpeg files (any case), its own
+ * subfolders included, in Keras' order: folders by path, then files by
+ * name. Names starting with '.' are skipped; other files are ignored.
+ * Every image becomes an h x w x channels float sample (channels 1:
+ * luminance as PIL's convert('L'); 3: RGB) with values 0..255, resized
+ * with tf.image.resize's bilinear (half-pixel centres, no antialias).
+ * PNG alpha and transparency are dropped, not composited (as PIL's
+ * convert('RGB') and TF's decode_png(channels=3)); 16-bit PNGs keep their
+ * high byte. A class folder may be empty; the whole set may not. */
+mxu_status mxu_load_image_folder(const char *dir, int h, int w, int channels,
+                                 mxu_dataset **out);
+
+/* one PNG or JPEG file (told apart by its first bytes, not its
+ * name) decoded, converted and resized as above into out, h * w * channels
+ * floats in HWC order. */
+mxu_status mxu_load_image_file(const char *path, int h, int w, int channels,
+                               float *out);
+
 void mxu_dataset_free(mxu_dataset *dataset);
 
 int64_t mxu_dataset_count(const mxu_dataset *dataset);
@@ -268,6 +296,43 @@ void mxu_dataset_rescale(mxu_dataset *dataset, float scale);
 /* A view of samples [first, first + count), sharing memory with parent. */
 mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
                              int64_t count, mxu_dataset **out);
+
+/* ---- augmentation (Keras' ImageDataGenerator) -------------------------- */
+
+/* How points outside the image are filled, as scipy.ndimage modes with
+ * order-1 interpolation (what Keras passes through):
+ *   nearest   aaaa|abcd|dddd
+ *   constant  kkkk|abcd|kkkk  (k = cval; no blending across the border)
+ *   reflect   dcba|abcd|dcba  (half-sample symmetric)
+ *   wrap      scipy's legacy 'wrap', period n-1 (first and last pixel
+ *             overlap): a one-pixel shift brings in the second-to-last
+ *             column, not the last one as Keras' docstring draws it. */
+typedef enum mxu_fill_mode {
+  MXU_FILL_NEAREST = 0,
+  MXU_FILL_CONSTANT,
+  MXU_FILL_REFLECT,
+  MXU_FILL_WRAP
+} mxu_fill_mode;
+
+/* ImageDataGenerator's geometric arguments. */
+typedef struct mxu_augment_config {
+  float rotation_range;     /* degrees: theta uniform in [-r, r] */
+  float width_shift_range;  /* < 1: fraction of the width; >= 1: pixels */
+  float height_shift_range; /* < 1: fraction of the height; >= 1: pixels */
+  float zoom_range;         /* z: zx and zy drawn apart in [1-z, 1+z] */
+  int horizontal_flip;      /* flip left-right with probability 0.5 */
+  int vertical_flip;        /* flip top-bottom with probability 0.5 */
+  mxu_fill_mode fill_mode;
+  float cval; /* the value MXU_FILL_CONSTANT fills with */
+} mxu_augment_config;
+
+/* everything off, fill nearest, cval 0 (Keras' defaults). */
+mxu_augment_config mxu_augment_defaults(void);
+/* whether the config changes any image at all. */
+int mxu_augment_active(const mxu_augment_config *config);
+/* MXU_ERR_ARG, saying which field, for a negative or non-finite
+ * range or an unknown fill mode. */
+mxu_status mxu_augment_check(const mxu_augment_config *config);
 
 /* ---- training ---------------------------------------------------------- */
 
@@ -289,6 +354,12 @@ typedef struct mxu_fit_config {
    * written every checkpoint_every steps (0: at the end of every epoch). */
   const char *checkpoint_dir;
   int checkpoint_every;
+  /* Keras callbacks, called in order (see "callbacks" below). */
+  const struct mxu_callback *callbacks;
+  int callback_count;
+  /* On-the-fly augmentation of the training samples (NULL: none), drawn
+   * per (seed, epoch, sample) and computed ahead on a prefetch thread. */
+  const mxu_augment_config *augment;
 } mxu_fit_config;
 
 mxu_fit_config mxu_fit_defaults(void);
@@ -328,6 +399,142 @@ mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
 int mxu_layer_weight_count(const mxu_model *model, int layer);
 mxu_status mxu_layer_weight(const mxu_model *model, int layer, int index,
                             mxu_tensor *out, const char **name);
+
+/* ---- callbacks --------------------------------------------------------- */
+
+/* Keras' logs: what a callback sees after a batch or an epoch. Batch logs
+ * hold the running means of the epoch so far; val_* are NaN until (and
+ * unless) the epoch is validated. */
+typedef struct mxu_logs {
+  int epoch; /* 0-based, as Keras passes it */
+  int step;  /* batch callbacks: steps done in this epoch */
+  double loss, accuracy, val_loss, val_accuracy;
+  double learning_rate;
+  const char *metric; /* the accuracy's name: "accuracy", ... */
+} mxu_logs;
+
+/* A callback: any hook may be NULL; a hook that fails stops fit with its
+ * status. free releases self (mxu_callback_free calls it). */
+typedef struct mxu_callback {
+  void *self;
+  mxu_status (*train_begin)(void *self, mxu_model *model);
+  mxu_status (*epoch_begin)(void *self, mxu_model *model, int epoch);
+  /* Every steps_per_execution steps, and after an epoch's last step. */
+  mxu_status (*batch_end)(void *self, mxu_model *model, const mxu_logs *logs);
+  mxu_status (*epoch_end)(void *self, mxu_model *model, const mxu_logs *logs);
+  mxu_status (*train_end)(void *self, mxu_model *model, const mxu_logs *logs);
+  void (*free)(void *self);
+} mxu_callback;
+
+void mxu_callback_free(mxu_callback *callback);
+
+/* Keras' model.stop_training: fit stops after the current step. */
+void mxu_model_stop_training(mxu_model *model);
+/* The optimizer's learning rate, which schedules change between steps. */
+double mxu_model_learning_rate(const mxu_model *model);
+mxu_status mxu_model_set_learning_rate(mxu_model *model, double rate);
+/* Copies of every weight (trainable and state, not the optimizer's), for
+ * restoring the best epoch's. */
+mxu_status mxu_model_snapshot(const mxu_model *model, float **out);
+void mxu_model_restore_snapshot(mxu_model *model, const float *snapshot);
+
+typedef enum mxu_monitor_mode {
+  MXU_MODE_AUTO = 0, /* max when the name holds "acc", else min */
+  MXU_MODE_MIN,
+  MXU_MODE_MAX
+} mxu_monitor_mode;
+
+typedef struct mxu_early_stopping_config {
+  const char *monitor; /* "val_loss" (default), "loss", "val_accuracy", ... */
+  double min_delta;
+  int patience;
+  mxu_monitor_mode mode;
+  int restore_best_weights;
+  int start_from_epoch;
+} mxu_early_stopping_config;
+mxu_early_stopping_config mxu_early_stopping_defaults(void);
+mxu_status mxu_early_stopping(const mxu_early_stopping_config *config,
+                              mxu_callback *out);
+
+typedef struct mxu_model_checkpoint_config {
+  /* Python format fields {epoch}, {loss}, {val_loss}, {accuracy}, ... with
+   * format specs such as {epoch:02d} and {val_loss:.2f}. */
+  const char *filepath;
+  const char *monitor; /* for save_best_only; default "val_loss" */
+  mxu_monitor_mode mode;
+  int save_best_only;
+  int save_weights_only; /* else the whole model (mxu_save_model) */
+} mxu_model_checkpoint_config;
+mxu_model_checkpoint_config mxu_model_checkpoint_defaults(const char *filepath);
+mxu_status mxu_model_checkpoint(const mxu_model_checkpoint_config *config,
+                                mxu_callback *out);
+
+typedef enum mxu_schedule_kind {
+  MXU_SCHEDULE_STEP = 0,    /* lr * factor^floor(epoch / every) */
+  MXU_SCHEDULE_EXPONENTIAL, /* lr * rate^epoch */
+  MXU_SCHEDULE_COSINE       /* linear warm-up, then cosine down to min_lr */
+} mxu_schedule_kind;
+
+/* Keras' LearningRateScheduler: the rate for each epoch, set at its start
+ * from the initial rate. fn, when set, replaces the built-in kinds. */
+typedef struct mxu_lr_schedule_config {
+  mxu_schedule_kind kind;
+  double initial; /* 0: the compiled learning rate */
+  double factor;  /* step: multiplier; exponential: rate per epoch */
+  int every;      /* step: epochs between drops */
+  int warmup_epochs, total_epochs;
+  double min_lr;
+  double (*fn)(int epoch, double lr, void *ctx);
+  void *ctx;
+} mxu_lr_schedule_config;
+mxu_status mxu_lr_scheduler(const mxu_lr_schedule_config *config,
+                            mxu_callback *out);
+
+typedef struct mxu_reduce_lr_config {
+  const char *monitor; /* default "val_loss" */
+  double factor;       /* 0.1 */
+  int patience;        /* 10 */
+  mxu_monitor_mode mode;
+  double min_delta; /* 1e-4 */
+  int cooldown;     /* 0 */
+  double min_lr;    /* 0 */
+} mxu_reduce_lr_config;
+mxu_reduce_lr_config mxu_reduce_lr_defaults(void);
+mxu_status mxu_reduce_lr_on_plateau(const mxu_reduce_lr_config *config,
+                                    mxu_callback *out);
+
+/* Keras' CSVLogger: epoch, then the logs' keys in sorted order. */
+mxu_status mxu_csv_logger(const char *path, int append, mxu_callback *out);
+/* Keras' TerminateOnNaN. fit itself never applies a step whose loss is not
+ * finite: it stops with MXU_ERR_NUMERIC naming the epoch and step, so the
+ * last checkpoint stays the last good one. */
+mxu_status mxu_terminate_on_nan(mxu_callback *out);
+/* Keras' TensorBoard: event files in log_dir/train and log_dir/validation
+ * with epoch_loss, epoch_<metric> and epoch_learning_rate per epoch, and
+ * batch_loss every update_freq steps (0: epochs only). */
+mxu_status mxu_tensorboard(const char *log_dir, int update_freq,
+                           mxu_callback *out);
+
+/* ---- benchmarking ------------------------------------------------------ */
+
+/* Floating-point operations of one training step per sample, counted
+ * exactly from the layer shapes (a multiply-add counts 2): forward,
+ * backward (data and weight gradients) and the optimizer's share. */
+double mxu_model_train_flops(const mxu_model *model);
+
+/* Time per layer, for finding the next bottleneck: while profiling is on,
+ * every step adds the wall time each layer's forward and backward took on
+ * the first replica of this process. Enabling clears the totals. */
+typedef struct mxu_layer_profile {
+  const char *name, *class_name;
+  double forward_seconds, backward_seconds;
+  int64_t steps;
+} mxu_layer_profile;
+
+mxu_status mxu_profile_enable(mxu_model *model, int on);
+/* Fills up to capacity entries, one per layer; returns the layer count. */
+int mxu_profile_read(const mxu_model *model, mxu_layer_profile *out,
+                     int capacity);
 
 /* ---- files ------------------------------------------------------------- */
 

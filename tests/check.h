@@ -7,10 +7,13 @@
 #include "mxu.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int check_failures;
@@ -116,6 +119,42 @@ static inline void check_remove_tree(const char *path) {
 }
 
 /* Path of a file under ../shared/data (MXU_SHARED_DATA overrides). */
+/* The whole of a small text file, or NULL; free() it. */
+static inline char *check_slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *text = calloc(1, 1 << 20);
+  size_t got = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+  if (text) text[got] = 0;
+  fclose(f);
+  return text;
+}
+
+/* Runs args (args[0] a path) with stdout and stderr captured in *out and
+ * *err (free() them); returns the exit code, -1 when it did not exit. */
+static inline int check_run(char **args, char **out, char **err) {
+  char out_path[600], err_path[600];
+  snprintf(out_path, sizeof out_path, "%s/run.stdout", check_temp_dir);
+  snprintf(err_path, sizeof err_path, "%s/run.stderr", check_temp_dir);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path,
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path,
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  extern char **environ;
+  pid_t pid;
+  int spawned = posix_spawn(&pid, args[0], &actions, NULL, args, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  CHECK_MSG(spawned == 0, "cannot run %s: %s", args[0], strerror(spawned));
+  int status = 0, code = -1;
+  if (spawned == 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+    code = WEXITSTATUS(status);
+  *out = check_slurp(out_path);
+  *err = check_slurp(err_path);
+  return code;
+}
+
 static inline const char *check_shared_data(void) {
   const char *dir = getenv("MXU_SHARED_DATA");
   return dir ? dir : "../shared/data";

@@ -402,6 +402,78 @@ static void test_folder_errors(void) {
               MXU_ERR_ARG, "channels");
 }
 
+/* ---- through the mxu command ------------------------------------------ */
+
+/* 8x8 gray images of two classes, dark and bright, with noise. */
+static void write_split(const char *split, int per_class, uint32_t seed) {
+  static const char *const classes[2] = {"dark", "bright"};
+  char path[256];
+  snprintf(path, sizeof path, "e2e/%s", split);
+  make_dir(path);
+  for (int c = 0; c < 2; c++) {
+    snprintf(path, sizeof path, "e2e/%s/%s", split, classes[c]);
+    make_dir(path);
+    for (int i = 0; i < per_class; i++) {
+      unsigned char pixels[64];
+      for (int k = 0; k < 64; k++) {
+        seed = seed * 1664525u + 1013904223u;
+        pixels[k] = (unsigned char)((c ? 170 : 20) + (seed >> 26));
+      }
+      png_spec spec = {8,    8, PNG_COLOR_TYPE_GRAY, 8, 0, pixels, 8, NULL, 0,
+                       NULL, 0};
+      snprintf(path, sizeof path, "e2e/%s/%s/%02d.png", split, classes[c], i);
+      write_png(path, &spec);
+    }
+  }
+}
+
+/* mxu train on an image folder (train/ and test/ splits, class names from
+ * the subfolders in sorted order: bright is 0, dark 1), then mxu predict
+ * --image on one of its files. */
+static void test_command(void) {
+  make_dir("e2e");
+  write_split("train", 24, 1);
+  write_split("test", 8, 2);
+  mxu_model *model = mxu_sequential("images");
+  int64_t dims[3] = {8, 8, 1};
+  CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(3, dims)));
+  CHECK_OK(mxu_add_flatten(model, NULL));
+  mxu_dense_config dense = mxu_dense_defaults(2);
+  dense.activation = MXU_SOFTMAX;
+  CHECK_OK(mxu_add_dense(model, &dense));
+  CHECK_OK(mxu_model_save_json(model, at_root("e2e.json"), 0));
+  mxu_model_free(model);
+  char json[1024], data[1024], weights[1024], image[1024];
+  snprintf(json, sizeof json, "%s", at_root("e2e.json"));
+  snprintf(data, sizeof data, "%s", at_root("e2e"));
+  snprintf(weights, sizeof weights, "%s", at_root("e2e.h5"));
+  snprintf(image, sizeof image, "%s", at_root("e2e/test/bright/03.png"));
+  char *train[] = {MXU_BIN,       "train",
+                   json,          "--data",
+                   data,          "--epochs",
+                   "20",          "--batch-size",
+                   "8",           "--rescale",
+                   "0.003921568", "--learning-rate",
+                   "0.05",        "--save-weights",
+                   weights,       "--verbose",
+                   "0",           NULL};
+  char *out, *err;
+  int code = check_run(train, &out, &err);
+  CHECK_MSG(code == 0, "mxu train: exit %d: %s", code, err);
+  CHECK_MSG(has(out, "test accuracy 1.0000"), "%s", out);
+  free(out);
+  free(err);
+  char *predict[] = {MXU_BIN, "predict",   json,          "--weights",
+                     weights, "--data",    data,          "--image",
+                     image,   "--rescale", "0.003921568", "--top",
+                     "1",     NULL};
+  code = check_run(predict, &out, &err);
+  CHECK_MSG(code == 0, "mxu predict: exit %d: %s", code, err);
+  CHECK_MSG(has(out, "image ") && has(out, "1. bright (0)"), "%s", out);
+  free(out);
+  free(err);
+}
+
 int main(void) {
   CHECK(check_temp_make("image_folder"));
   snprintf(root, sizeof root, "%s", check_temp_dir);
@@ -411,6 +483,7 @@ int main(void) {
   test_resize();
   test_file_errors();
   test_folder_errors();
+  test_command();
   check_remove_tree(check_temp_dir);
   return check_report("test_image_folder");
 }

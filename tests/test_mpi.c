@@ -6,43 +6,6 @@
  * test only when it finds MPI. */
 #include "check.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-
-extern char **environ;
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *text = calloc(1, 1 << 20);
-  size_t got = fread(text, 1, (1 << 20) - 1, f);
-  text[got] = 0;
-  fclose(f);
-  return text;
-}
-
-/* Runs args with stdout and stderr in out/err; returns the exit code. */
-static int run(char **args, char **out, char **err) {
-  const char *out_path = temp_path("stdout"), *err_path = temp_path("stderr");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path,
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path,
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  int spawned = posix_spawn(&pid, args[0], &actions, NULL, args, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  CHECK_MSG(spawned == 0, "cannot run %s: %s", args[0], strerror(spawned));
-  int status = 0, code = -1;
-  if (spawned == 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
-    code = WEXITSTATUS(status);
-  *out = slurp(out_path);
-  *err = slurp(err_path);
-  return code;
-}
-
 /* Conv2D, BatchNormalization, MaxPooling2D, Dropout, Dense softmax. */
 static void write_model(const char *path) {
   mxu_model *model = mxu_sequential("mpi");
@@ -103,7 +66,7 @@ static int train(const char *np, const char *replicas, const char *weights,
                   NULL};
   for (int i = 0; rest[i]; i++) args[n++] = rest[i];
   args[n] = NULL;
-  return run(args, out, err);
+  return check_run(args, out, err);
 }
 
 static int count(const char *text, const char *needle) {

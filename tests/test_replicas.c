@@ -58,9 +58,13 @@ static mxu_model *toy_model(toy_kind kind, int replicas, int threads, int batch,
   return model;
 }
 
+/* Augmentation for train_steps, when set. */
+static const mxu_augment_config *augment;
+
 static void train_steps(mxu_model *model, const mxu_dataset *data, int batch,
                         int steps) {
   mxu_fit_config f = mxu_fit_defaults();
+  f.augment = augment;
   f.batch_size = batch;
   f.steps_per_epoch = steps;
   f.seed = 3;
@@ -115,6 +119,30 @@ static void test_thread_counts(void) {
   CHECK(compare_weights(one, single, 0, 0) > 1e-4);
   mxu_model_free(single);
   mxu_model_free(one);
+  mxu_dataset_free(data);
+}
+
+/* With augmentation on the prefetch thread, still bit for bit the same on
+ * 1 and 2 threads, and not the same as without it. */
+static void test_augmented(void) {
+  mxu_dataset *data = toy_data();
+  mxu_augment_config a = mxu_augment_defaults();
+  a.rotation_range = 20;
+  a.width_shift_range = a.height_shift_range = 0.2f;
+  a.horizontal_flip = 1;
+  mxu_model *plain = toy_model(BN_DROPOUT, 2, 2, 32, mxu_adam(1e-3f));
+  train_steps(plain, data, 32, 3);
+  augment = &a;
+  mxu_model *one = toy_model(BN_DROPOUT, 2, 1, 32, mxu_adam(1e-3f));
+  mxu_model *two = toy_model(BN_DROPOUT, 2, 2, 32, mxu_adam(1e-3f));
+  train_steps(one, data, 32, 3);
+  train_steps(two, data, 32, 3);
+  augment = NULL;
+  compare_weights(one, two, 1, 0);
+  CHECK(compare_weights(one, plain, 0, 0) > 1e-4);
+  mxu_model_free(plain);
+  mxu_model_free(one);
+  mxu_model_free(two);
   mxu_dataset_free(data);
 }
 
@@ -318,6 +346,7 @@ static void test_errors(void) {
 
 int main(void) {
   test_thread_counts();
+  test_augmented();
   test_same_as_one_replica();
   test_batchnorm_statistics();
   test_evaluate_counts_every_sample();

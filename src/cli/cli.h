@@ -23,9 +23,10 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
                           mxu_compile_config *compile, char *metric,
                           size_t metric_size);
 
-/* One split of a data set, multiplied by rescale unless it is 1. */
+/* One split of a data set (an image folder resized to the model's
+ * input), multiplied by rescale unless it is 1. */
 mxu_status cli_load_split(const char *data, mxu_split split, float rescale,
-                          mxu_dataset **out);
+                          const mxu_model *model, mxu_dataset **out);
 
 /* A weights file name mxu cannot read or write (not .h5, .hdf5 or
  * .weights.h5) is a usage error, caught before anything runs. Returns

@@ -34,8 +34,9 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
 }
 
 mxu_status cli_load_split(const char *data, mxu_split split, float rescale,
-                          mxu_dataset **out) {
-  mxu_status status = mxu_load_dataset(data, split, out);
+                          const mxu_model *model, mxu_dataset **out) {
+  mxu_status status =
+      mxu_load_dataset_for(data, split, mxu_model_input_shape(model), out);
   if (status == MXU_OK && rescale != 1.0f) mxu_dataset_rescale(*out, rescale);
   return status;
 }

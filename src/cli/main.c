@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+/* bench.c (its place is cli.h, beside the other subcommands). */
+int cli_bench(int argc, char **argv);
+
 typedef struct subcommand {
   const char *name;
   int (*run)(int argc, char **argv);
@@ -18,6 +21,7 @@ static const subcommand subcommands[] = {
     {"predict", cli_predict, "top classes of chosen test images"},
     {"summary", cli_summary, "the model's layers and parameter counts"},
     {"plot", cli_plot, "draw a --report's curves and confusion matrix as PNG"},
+    {"bench", cli_bench, "time training steps: images/s, GFLOP/s, % of peak"},
 };
 #define SUBCOMMAND_COUNT (int)(sizeof subcommands / sizeof *subcommands)
 
@@ -37,7 +41,7 @@ static void print_help(FILE *out) {
 static int usage(const char *problem, const char *arg) {
   fprintf(stderr, "mxu: %s", problem);
   if (arg) fprintf(stderr, " '%s'", arg);
-  fprintf(stderr, " (train, evaluate, predict, summary, plot)\n");
+  fprintf(stderr, " (train, evaluate, predict, summary, plot, bench)\n");
   fprintf(stderr, "see mxu --help\n");
   return CLI_USAGE;
 }

@@ -134,6 +134,7 @@ static void describe(const cli_option *o, char *out, size_t size) {
     choices_text(o->choices, list, sizeof list);
     snprintf(out, size, "one of %s", list);
     break;
+  case CLI_FLAG: snprintf(out, size, "a switch without a value"); break;
   case CLI_INDICES:
     snprintf(out, size,
              "a comma-separated list of at most %d sample indices (e.g. "
@@ -154,6 +155,7 @@ static int parse_value(const cli_option *o, const char *text) {
   case CLI_POSITIVE_FLOAT: return parse_positive_float(text, o->target);
   case CLI_CHOICE: return parse_choice(text, o->choices, o->target);
   case CLI_INDICES: return parse_indices(text, o->target);
+  case CLI_FLAG: return 0;
   }
   return 0;
 }
@@ -225,6 +227,14 @@ static int take_flag(cli_command *command, int argc, char **argv, int *i) {
   if (!o) {
     snprintf(name, sizeof name, "%.*s", (int)strcspn(argv[*i], "="), argv[*i]);
     return unknown_flag(command, name);
+  }
+  if (o->kind == CLI_FLAG) {
+    if (value)
+      return cli_usage_error(command->name, "%s takes no value (got '%s')",
+                             o->flag, value);
+    *(int *)o->target = 1;
+    o->given = 1;
+    return CLI_OK;
   }
   if (!value) {
     if (*i + 1 >= argc || strncmp(argv[*i + 1], "--", 2) == 0)

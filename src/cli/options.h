@@ -18,7 +18,8 @@ typedef enum cli_kind {
   CLI_COUNT,          /* uint64_t *, 0 .. UINT64_MAX */
   CLI_POSITIVE_FLOAT, /* float *, finite and > 0; "1/255" allowed */
   CLI_CHOICE,         /* int *: index into choices */
-  CLI_INDICES         /* cli_indices * */
+  CLI_INDICES,        /* cli_indices * */
+  CLI_FLAG            /* int *, set to 1; takes no value */
 } cli_kind;
 
 typedef struct cli_indices {
@@ -50,7 +51,7 @@ typedef struct cli_command {
   {                                                                            \
     "--data", "DATA",                                                          \
         "a data set name (fashion-mnist, mnist, cifar10, cifar100) or a "      \
-        "directory",                                                           \
+        "directory (IDX, CIFAR binary, or class folders of PNG/JPEG images)",  \
         CLI_STRING, (target), NULL, 1, 0                                       \
   }
 #define CLI_OPTION_WEIGHTS(target)                                             \

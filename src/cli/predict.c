@@ -1,6 +1,7 @@
 /* predict.c — `mxu predict MODEL.json --weights FILE --data DATA --index
- * I,J`: the top classes, with names and probabilities, that saved weights
- * give chosen test images, beside each image's true class. */
+ * I,J` or `--image A.png,B.jpg`: the top classes, with names and
+ * probabilities, that saved weights give chosen test images (beside each
+ * one's true class) or image files (resized to the model's input). */
 #include "cli.h"
 #include "options.h"
 
@@ -10,20 +11,27 @@
 #include <string.h>
 
 typedef struct predict_args {
-  const char *model, *weights, *data;
+  const char *model, *weights, *data, *images;
   cli_indices indices;
   int top;
   float rescale;
 } predict_args;
 
-#define PREDICT_OPTION_COUNT 5
+#define PREDICT_OPTION_COUNT 6
 
 static void predict_options(predict_args *a, cli_option *o) {
   cli_option table[PREDICT_OPTION_COUNT] = {
       CLI_OPTION_WEIGHTS(&a->weights),
-      CLI_OPTION_DATA(&a->data),
+      {"--data", "DATA",
+       "the data set whose test images --index picks, or whose class names "
+       "--image uses: a name (fashion-mnist, mnist, cifar10, cifar100) or a "
+       "directory",
+       CLI_STRING, &a->data, NULL, 0, 0},
       {"--index", "I[,J...]", "positions of the images in the test split",
-       CLI_INDICES, &a->indices, NULL, 1, 0},
+       CLI_INDICES, &a->indices, NULL, 0, 0},
+      {"--image", "FILE[,FILE...]",
+       "PNG or JPEG files to classify instead, resized to the model's input",
+       CLI_STRING, &a->images, NULL, 0, 0},
       {"--top", "K", "classes to show per image, most likely first (default 3)",
        CLI_POSITIVE_INT, &a->top, NULL, 0, 0},
       CLI_OPTION_RESCALE(&a->rescale),
@@ -38,7 +46,9 @@ static const char predict_summary[] =
 
 typedef struct predict_run {
   mxu_model *model;
-  mxu_dataset *test;
+  mxu_dataset *test; /* NULL for --image without --data */
+  int count;         /* images to classify */
+  char files[CLI_MAX_INDICES][1024];
   mxu_compile_config compile;
   char metric[64];
   float *x, *out;
@@ -68,21 +78,50 @@ static mxu_status check_shapes(predict_run *run, int64_t index) {
 }
 
 static mxu_status prepare(const predict_args *a, predict_run *run) {
-  run->compile.batch_size = a->indices.count; /* one static batch */
+  run->compile.batch_size = run->count; /* one static batch */
   mxu_status s = mxu_compile(run->model, &run->compile);
   if (s == MXU_OK) s = mxu_load_weights(run->model, a->weights);
-  if (s == MXU_OK) s = check_shapes(run, a->indices.items[0]);
+  if (s == MXU_OK && !a->images) s = check_shapes(run, a->indices.items[0]);
   mxu_shape last =
       mxu_model_layer_shape(run->model, mxu_model_layer_count(run->model) - 1);
   run->classes = (int)last.dims[0];
   return s;
 }
 
+/* --index: the chosen test images. */
+static void copy_indexed(const predict_args *a, predict_run *run,
+                         int64_t sample) {
+  const float *x = mxu_dataset_x(run->test);
+  for (int i = 0; i < run->count; i++)
+    memcpy(run->x + i * sample, x + a->indices.items[i] * sample,
+           (size_t)sample * sizeof *x);
+}
+
+/* --image: each file decoded and resized to the model's input, then
+ * rescaled as the training data was. Returns an exit code. */
+static int load_images(const predict_args *a, predict_run *run,
+                       int64_t sample) {
+  mxu_shape in = mxu_model_input_shape(run->model);
+  if (in.rank != 3 || (in.dims[2] != 1 && in.dims[2] != 3))
+    return cli_usage_error("predict",
+                           "--image: the model's input is not an image "
+                           "(height, width, 1 or 3 channels)");
+  for (int i = 0; i < run->count; i++) {
+    float *x = run->x + i * sample;
+    if (mxu_load_image_file(run->files[i], (int)in.dims[0], (int)in.dims[1],
+                            (int)in.dims[2], x) != MXU_OK)
+      return cli_runtime_error("predict");
+    for (int64_t k = 0; a->rescale != 1.0f && k < sample; k++)
+      x[k] *= a->rescale;
+  }
+  return CLI_OK;
+}
+
 /* Returns an exit code: the library's error, or out of memory. */
 static int run_predict(const predict_args *a, predict_run *run) {
   if (prepare(a, run) != MXU_OK) return cli_runtime_error("predict");
-  int n = a->indices.count;
-  mxu_shape shape = mxu_dataset_shape(run->test);
+  int n = run->count;
+  mxu_shape shape = mxu_model_input_shape(run->model);
   int64_t sample = mxu_shape_count(&shape);
   run->x = malloc((size_t)(n * sample) * sizeof *run->x);
   run->out = malloc((size_t)n * (size_t)run->classes * sizeof *run->out);
@@ -90,10 +129,12 @@ static int run_predict(const predict_args *a, predict_run *run) {
     fprintf(stderr, "mxu predict: out of memory\n");
     return CLI_RUNTIME;
   }
-  const float *x = mxu_dataset_x(run->test);
-  for (int i = 0; i < n; i++)
-    memcpy(run->x + i * sample, x + a->indices.items[i] * sample,
-           (size_t)sample * sizeof *x);
+  if (a->images) {
+    int code = load_images(a, run, sample);
+    if (code != CLI_OK) return code;
+  } else {
+    copy_indexed(a, run, sample);
+  }
   if (mxu_predict(run->model, run->x, n, run->out) != MXU_OK)
     return cli_runtime_error("predict");
   return CLI_OK;
@@ -111,7 +152,7 @@ static void softmax(float *row, int classes) {
 
 static void class_text(const mxu_dataset *data, int label, char *out,
                        size_t size) {
-  const char *name = mxu_dataset_class_name(data, label);
+  const char *name = data ? mxu_dataset_class_name(data, label) : NULL;
   if (name)
     snprintf(out, size, "%s (%d)", name, label);
   else
@@ -145,16 +186,47 @@ static void print_top(const predict_run *run, const float *row, int top) {
 
 static void print_predictions(const predict_args *a, predict_run *run) {
   int top = a->top < run->classes ? a->top : run->classes;
-  const int32_t *labels = mxu_dataset_labels(run->test);
-  for (int i = 0; i < a->indices.count; i++) {
+  for (int i = 0; i < run->count; i++) {
     float *row = run->out + (size_t)i * (size_t)run->classes;
     if (run->compile.from_logits) softmax(row, run->classes);
-    char truth[160];
-    int64_t index = a->indices.items[i];
-    class_text(run->test, labels[index], truth, sizeof truth);
-    printf("test image %lld: true class %s\n", (long long)index, truth);
+    if (a->images) {
+      printf("image %s:\n", run->files[i]);
+    } else {
+      char truth[160];
+      int64_t index = a->indices.items[i];
+      int label = mxu_dataset_labels(run->test)[index];
+      class_text(run->test, label, truth, sizeof truth);
+      printf("test image %lld: true class %s\n", (long long)index, truth);
+    }
     print_top(run, row, top);
   }
+}
+
+/* Exactly one of --index (which needs --data) and --image; splits the
+ * --image list into run->files. */
+static int choose_inputs(const predict_args *a, predict_run *run) {
+  if (!a->images == !a->indices.count)
+    return cli_usage_error("predict",
+                           "give --index I[,J...] (test images of --data) or "
+                           "--image FILE[,FILE...], not both");
+  if (!a->images) {
+    if (!a->data)
+      return cli_usage_error("predict", "--index needs --data DATA");
+    run->count = a->indices.count;
+    return CLI_OK;
+  }
+  for (const char *p = a->images; *p;) {
+    size_t n = strcspn(p, ",");
+    if (run->count == CLI_MAX_INDICES || n == 0 || n >= sizeof run->files[0])
+      return cli_usage_error("predict",
+                             "--image: '%s' must be up to %d file names "
+                             "separated by commas",
+                             a->images, CLI_MAX_INDICES);
+    memcpy(run->files[run->count], p, n);
+    run->files[run->count++][n] = 0;
+    p += n + (p[n] == ',');
+  }
+  return CLI_OK;
 }
 
 int cli_predict(int argc, char **argv) {
@@ -171,12 +243,15 @@ int cli_predict(int argc, char **argv) {
   if (parsed != CLI_OK) return parsed;
 
   predict_run run = {0};
-  int code = CLI_OK;
+  int code = choose_inputs(&a, &run);
+  if (code != CLI_OK) return code;
+  /* --image needs --data only for class names. */
   if (cli_load_model(a.model, &run.model, &run.compile, run.metric,
                      sizeof run.metric) != MXU_OK ||
-      cli_load_split(a.data, MXU_TEST, a.rescale, &run.test) != MXU_OK)
+      (a.data && cli_load_split(a.data, MXU_TEST, a.rescale, run.model,
+                                &run.test) != MXU_OK))
     code = cli_runtime_error("predict");
-  else if ((code = check_indices(&a, run.test)) == CLI_OK &&
+  else if ((a.images || (code = check_indices(&a, run.test)) == CLI_OK) &&
            (code = run_predict(&a, &run)) == CLI_OK)
     print_predictions(&a, &run);
   free(run.x);

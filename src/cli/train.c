@@ -2,6 +2,7 @@
  * a model file and a command line, validation on the test split, a final
  * evaluation, and optionally the weights and a JSON report. */
 #include "cli.h"
+#include "fit_extras.h"
 #include "options.h"
 
 #include <math.h>
@@ -23,13 +24,15 @@ typedef struct train_args {
   int optimizer, loss, verbose;
   float learning_rate, rescale;
   uint64_t seed;
+  cli_fit_extras extras; /* callbacks and augmentation */
 } train_args;
 
-#define TRAIN_OPTION_COUNT 20
+#define TRAIN_BASE_OPTIONS 20
+#define TRAIN_OPTION_COUNT (TRAIN_BASE_OPTIONS + CLI_FIT_EXTRA_OPTIONS)
 
 /* The table lives in the caller's frame; targets point into args. */
 static void train_options(train_args *a, cli_option *o) {
-  cli_option table[TRAIN_OPTION_COUNT] = {
+  cli_option table[TRAIN_BASE_OPTIONS] = {
       CLI_OPTION_DATA(&a->data),
       {"--epochs", "N", "epochs to train (default 1)", CLI_POSITIVE_INT,
        &a->epochs, NULL, 0, 0},
@@ -103,6 +106,7 @@ static void train_options(train_args *a, cli_option *o) {
        CLI_STRING, &a->resume, NULL, 0, 0},
   };
   memcpy(o, table, sizeof table);
+  cli_fit_extra_options(&a->extras, o + TRAIN_BASE_OPTIONS);
 }
 
 static const char train_summary[] =
@@ -167,9 +171,9 @@ static mxu_status load(const train_args *a, train_run *run) {
   mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
                                 run->metric, sizeof run->metric);
   if (s == MXU_OK)
-    s = cli_load_split(a->data, MXU_TRAIN, a->rescale, &run->train);
+    s = cli_load_split(a->data, MXU_TRAIN, a->rescale, run->model, &run->train);
   if (s == MXU_OK)
-    s = cli_load_split(a->data, MXU_TEST, a->rescale, &run->test);
+    s = cli_load_split(a->data, MXU_TEST, a->rescale, run->model, &run->test);
   return s;
 }
 
@@ -234,7 +238,7 @@ static mxu_status resume(const train_args *a, train_run *run,
   return MXU_OK;
 }
 
-static mxu_status fit_and_evaluate(const train_args *a, train_run *run) {
+static mxu_status fit_and_evaluate(train_args *a, train_run *run) {
   mxu_fit_config fit = mxu_fit_defaults();
   fit.epochs = a->epochs;
   /* What the user gave, unresolved, so fit infers exactly as Keras does. */
@@ -248,6 +252,7 @@ static mxu_status fit_and_evaluate(const train_args *a, train_run *run) {
   if (!fit.checkpoint_dir && a->resume && !is_file(a->resume))
     fit.checkpoint_dir = a->resume;
   fit.checkpoint_every = a->checkpoint_every;
+  cli_fit_extras_apply(&a->extras, &fit);
   mxu_status s = resume(a, run, &fit);
   if (s != MXU_OK) return s;
   run->seed = fit.seed;
@@ -317,10 +322,12 @@ static int finish(const train_args *a, train_run *run, double start) {
   return a->report ? write_report(a, run, start) : CLI_OK;
 }
 
-static int run_train(const cli_command *cmd, const train_args *a,
-                     train_run *run, double start) {
+static int run_train(const cli_command *cmd, train_args *a, train_run *run,
+                     double start) {
   if (load(a, run) != MXU_OK) return cli_runtime_error("train");
   int code = check_batch(a, run);
+  if (code != CLI_OK) return code;
+  code = cli_fit_extras_build(&a->extras, a->epochs);
   if (code != CLI_OK) return code;
   if (compile_model(cmd, a, run) != MXU_OK ||
       fit_and_evaluate(a, run) != MXU_OK)
@@ -346,6 +353,7 @@ int cli_train(int argc, char **argv) {
 
   train_run run = {0};
   int code = run_train(&cmd, &a, &run, start);
+  cli_fit_extras_free(&a.extras);
   mxu_model_free(run.model);
   mxu_dataset_free(run.train);
   mxu_dataset_free(run.test);

@@ -9,42 +9,7 @@
 
 #include <stdint.h>
 
-/* PUBLIC: the config and its two helpers below move to include/mxu.h. */
-
-/* How points outside the image are filled, as scipy.ndimage modes with
- * order-1 interpolation (what Keras passes through):
- *   nearest   aaaa|abcd|dddd
- *   constant  kkkk|abcd|kkkk  (k = cval; no blending across the border)
- *   reflect   dcba|abcd|dcba  (half-sample symmetric)
- *   wrap      scipy's legacy 'wrap', period n-1 (first and last pixel
- *             overlap): a one-pixel shift brings in the second-to-last
- *             column, not the last one as Keras' docstring draws it. */
-typedef enum mxu_fill_mode {
-  MXU_FILL_NEAREST = 0,
-  MXU_FILL_CONSTANT,
-  MXU_FILL_REFLECT,
-  MXU_FILL_WRAP
-} mxu_fill_mode;
-
-/* PUBLIC: ImageDataGenerator's geometric arguments. */
-typedef struct mxu_augment_config {
-  float rotation_range;     /* degrees: theta uniform in [-r, r] */
-  float width_shift_range;  /* < 1: fraction of the width; >= 1: pixels */
-  float height_shift_range; /* < 1: fraction of the height; >= 1: pixels */
-  float zoom_range;         /* z: zx and zy drawn apart in [1-z, 1+z] */
-  int horizontal_flip;      /* flip left-right with probability 0.5 */
-  int vertical_flip;        /* flip top-bottom with probability 0.5 */
-  mxu_fill_mode fill_mode;
-  float cval; /* the value MXU_FILL_CONSTANT fills with */
-} mxu_augment_config;
-
-/* PUBLIC: everything off, fill nearest, cval 0 (Keras' defaults). */
-mxu_augment_config mxu_augment_defaults(void);
-/* PUBLIC: whether the config changes any image at all. */
-int mxu_augment_active(const mxu_augment_config *config);
-/* PUBLIC: MXU_ERR_ARG, saying which field, for a negative or non-finite
- * range or an unknown fill mode. */
-mxu_status mxu_augment_check(const mxu_augment_config *config);
+/* The config (mxu_augment_config) and its checks are public: mxu.h. */
 
 /* One sample's transform, in Keras' apply_affine_transform terms with x
  * the column axis and y the row axis. Output pixel (x, y) reads the input

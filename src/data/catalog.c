@@ -4,8 +4,10 @@
  * and class names come with the data. */
 #include "core/core.h"
 #include "data/data.h"
+#include "data/image_folder.h"
 #include "data/loader.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +97,70 @@ static int is_fashion(const char *name, const char *dir) {
   return strstr(name, "fashion") || strstr(dir, "fashion");
 }
 
+/* dir/name into path; 0 when it does not fit. */
+static int join(char *path, size_t size, const char *dir, const char *name) {
+  int n = snprintf(path, size, "%s/%s", dir, name);
+  return n >= 0 && (size_t)n < size;
+}
+
+static void dir_copy(char *path, size_t size, const char *dir) {
+  size_t n = strlen(dir);
+  if (n >= size) n = size - 1;
+  memcpy(path, dir, n);
+  path[n] = 0;
+}
+
+/* Image folders: DIR/train and DIR/test (or validation, val) when they
+ * exist, else DIR itself as the train split. */
+static mxu_status load_images(const char *dir, mxu_split split,
+                              const mxu_shape *input, mxu_dataset **out) {
+  if (!input || input->rank != 3 ||
+      (input->dims[2] != 1 && input->dims[2] != 3))
+    return mxu_fail(MXU_ERR_ARG,
+                    "data: %s is an image folder: it needs a model whose "
+                    "input is (height, width, 1 or 3)",
+                    dir);
+  static const char *const test_names[] = {"test", "validation", "val"};
+  char path[4096];
+  int split_dirs = join(path, sizeof path, dir, "train") && is_dir(path);
+  if (split == MXU_TEST) {
+    for (size_t k = 0; split_dirs && k < 3; k++) {
+      if (join(path, sizeof path, dir, test_names[k]) && is_dir(path)) break;
+      path[0] = 0;
+    }
+    if (!split_dirs || !path[0])
+      return mxu_fail(MXU_ERR_IO,
+                      "data: %s has no test split: put the class folders in "
+                      "%s/train and %s/test",
+                      dir, dir, dir);
+  }
+  if (!split_dirs) dir_copy(path, sizeof path, dir);
+  return mxu_load_image_folder(path, (int)input->dims[0], (int)input->dims[1],
+                               (int)input->dims[2], out);
+}
+
+/* Any subfolder at all: the shape of an image folder. */
+static int has_subfolder(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  struct dirent *e;
+  char path[4096];
+  int found = 0;
+  while (!found && (e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    found = join(path, sizeof path, dir, e->d_name) && is_dir(path);
+  }
+  closedir(d);
+  return found;
+}
+
 mxu_status mxu_load_dataset(const char *name, mxu_split split,
                             mxu_dataset **out) {
+  return mxu_load_dataset_for(name, split, (mxu_shape){0}, out);
+}
+
+mxu_status mxu_load_dataset_for(const char *name, mxu_split split,
+                                mxu_shape input, mxu_dataset **out) {
   if (!out || !name) return mxu_fail(MXU_ERR_ARG, "data: no name given");
   *out = NULL;
   char dir[4096];
@@ -113,12 +177,14 @@ mxu_status mxu_load_dataset(const char *name, mxu_split split,
   } else if (has_file(dir, "train.bin") || has_file(dir, "test.bin")) {
     MXU_TRY(mxu_load_cifar100_dir(dir, split, out));
     status = read_names(*out, dir, "fine_label_names.txt");
+  } else if (has_subfolder(dir)) {
+    return load_images(dir, split, input.rank ? &input : NULL, out);
   } else {
     return mxu_fail(MXU_ERR_IO,
                     "data: %s holds none of the expected files: "
                     "train-images-idx3-ubyte[.gz] (MNIST, Fashion-MNIST), "
-                    "data_batch_1.bin[.gz] (CIFAR-10) or train.bin[.gz] "
-                    "(CIFAR-100)",
+                    "data_batch_1.bin[.gz] (CIFAR-10), train.bin[.gz] "
+                    "(CIFAR-100) or class folders of PNG/JPEG images",
                     dir);
   }
   if (status != MXU_OK) {

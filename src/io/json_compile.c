@@ -314,6 +314,11 @@ static mxu_status read_compile_fields(const char *source, const char *key,
   mxu_json_where_set(&where, "%s: %s: loss", source, key);
   MXU_TRY(read_loss(&where, mxu_json_get(c, "loss"), &compile->loss,
                     &compile->from_logits));
+  mxu_json_where_set(&where, "%s: %s", source, key);
+  int steps = 1;
+  MXU_TRY(mxu_json_int(&where, c, "steps_per_execution", MXU_JSON_OPTIONAL, 1,
+                       1 << 30, &steps));
+  compile->steps_per_execution = steps;
   mxu_json_where_set(&where, "%s: %s: metrics", source, key);
   return read_metrics(&where, mxu_json_get(c, "metrics"), &compile->metric);
 }
@@ -382,7 +387,8 @@ cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model) {
   mxu_json_put(out, config, "metrics", metrics);
   mxu_json_put_null(out, config, "weighted_metrics");
   mxu_json_put_bool(out, config, "run_eagerly", 0);
-  mxu_json_put_number(out, config, "steps_per_execution", 1);
+  mxu_json_put_number(out, config, "steps_per_execution",
+                      c->steps_per_execution > 0 ? c->steps_per_execution : 1);
   mxu_json_put_bool(out, config, "jit_compile", 0);
   return config;
 }

@@ -61,6 +61,7 @@ void mxu_model_free(mxu_model *model) {
   mxu_aligned_free(model->slot_v);
   mxu_aligned_free(model->state);
   free(model->history.epochs);
+  free(model->profile);
   free(model);
 }
 
@@ -232,6 +233,11 @@ mxu_shape mxu_model_layer_shape(const mxu_model *model, int layer) {
   mxu_shape none = {0};
   if (!model || layer < 0 || layer >= model->layer_count) return none;
   return model->layers[layer].out_shape;
+}
+
+mxu_shape mxu_model_input_shape(const mxu_model *model) {
+  mxu_shape none = {0};
+  return model && model->has_input ? model->input_shape : none;
 }
 
 const char *mxu_model_layer_name(const mxu_model *model, int layer) {

@@ -188,9 +188,17 @@ struct mxu_model {
   float *state;                             /* state_count */
   int64_t trainable_count, state_count;
   int64_t iterations; /* optimizer steps taken (Adam's t) */
+  int stop_training;  /* Keras' model.stop_training, set by callbacks */
 
   mxu_plan plan;
   mxu_history history;
+
+  /* mxu_profile_enable: seconds of local replica 0's layers, forward at
+   * [2 * layer] and backward at [2 * layer + 1], over profile_steps
+   * training steps; the strategy adds to them while `profiling` is set. */
+  double *profile;
+  int64_t profile_steps;
+  int profiling;
 };
 
 /* Plans for a global batch size (compile calls it; fit and evaluate

@@ -12,14 +12,42 @@
  * shard starts on a cache line. */
 #define CHUNK 16384
 
+/* Where a layer's time goes while profiling a training step: the totals
+ * of local replica 0 only (replicas do the same work, and one writer needs
+ * no lock); NULL otherwise. Profiling off costs this one test. */
+static double *profile_of(const mxu_model *model, const mxu_replica *replica,
+                          const mxu_step_key *key) {
+  if (!model->profiling) return NULL;
+  return key->training && replica == &model->plan.replica[0] ? model->profile
+                                                             : NULL;
+}
+
+static double profile_start(const double *profile) {
+  return profile ? mxu_now_seconds() : 0.0;
+}
+
+/* slot: 2 * layer for forward, 2 * layer + 1 for backward. */
+static void profile_stop(double *profile, int slot, double start) {
+  if (profile) profile[slot] += mxu_now_seconds() - start;
+}
+
 static void run_replica(mxu_model *model, mxu_replica *replica,
                         const mxu_step_key *key, float scale,
                         mxu_step_result *result) {
   int n = model->layer_count;
-  for (int i = 0; i < n; i++) mxu_replica_forward(model, replica, i, key);
+  double *profile = profile_of(model, replica, key);
+  for (int i = 0; i < n; i++) {
+    double start = profile_start(profile);
+    mxu_replica_forward(model, replica, i, key);
+    profile_stop(profile, 2 * i, start);
+  }
   *result = mxu_replica_loss(model, replica, key, scale);
   if (!key->training) return;
-  for (int i = n - 1; i >= 0; i--) mxu_replica_backward(model, replica, i, key);
+  for (int i = n - 1; i >= 0; i--) {
+    double start = profile_start(profile);
+    mxu_replica_backward(model, replica, i, key);
+    profile_stop(profile, 2 * i + 1, start);
+  }
 }
 
 /* g[0][begin, end) = sum over r of g[r], pairing replicas r and r + s for
@@ -157,6 +185,8 @@ static void run_phase(mxu_model *model, int i, phase what,
     num_threads(plan->workers) if (plan->workers > 1)
   for (int r = 0; r < plan->local_count; r++) {
     mxu_replica *replica = &plan->replica[r];
+    double *profile = profile_of(model, replica, key);
+    double start = profile_start(profile);
     mxu_layer_run run = mxu_replica_run(model, replica, i, key);
     switch (what) {
     case FORWARD: layer->cls->forward(layer, &run); break;
@@ -164,6 +194,7 @@ static void run_phase(mxu_model *model, int i, phase what,
     case BACKWARD: layer->cls->backward(layer, &run); break;
     case BACKWARD_LOCAL: layer->cls->backward_local(layer, &run); break;
     }
+    profile_stop(profile, 2 * i + (what >= BACKWARD), start);
   }
 }
 
@@ -180,11 +211,14 @@ static void run_global(mxu_model *model, int i, int backward,
 #pragma omp parallel for schedule(static)                                      \
     num_threads(plan->workers) if (plan->workers > 1)
   for (int r = 0; r < plan->local_count; r++) {
+    double *profile = profile_of(model, &plan->replica[r], key);
+    double start = profile_start(profile);
     mxu_layer_run run = mxu_replica_run(model, &plan->replica[r], i, key);
     if (backward)
       layer->cls->backward_global(layer, &run, all, plan->replicas);
     else
       layer->cls->forward_global(layer, &run, all, plan->replicas);
+    profile_stop(profile, 2 * i + (backward != 0), start);
   }
   free(gathered);
 }
@@ -267,6 +301,7 @@ mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
                  min64((c + 1) * CHUNK, model->trainable_count));
     }
     update_state(model);
+    if (model->profiling) model->profile_steps++;
   }
   return combine(plan, results);
 }

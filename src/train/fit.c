@@ -4,6 +4,8 @@
  * sample must count (evaluate, predict) and dropped in training. */
 #include "data/data.h"
 #include "strategy/strategy.h"
+#include "train/callbacks.h"
+#include "train/prefetch.h"
 #include "train/progress.h"
 
 #include <math.h>
@@ -212,41 +214,82 @@ static mxu_status maybe_checkpoint(mxu_model *model, const mxu_fit_config *c,
   return mxu_checkpoint_save(model, c->checkpoint_dir, &next, 2);
 }
 
+/* Keras' logs of the epoch so far (no validation yet). */
+static mxu_logs epoch_logs(const mxu_model *model, int epoch,
+                           const epoch_totals *totals) {
+  double n = totals->samples ? (double)totals->samples : 1.0;
+  mxu_logs logs = {epoch,
+                   0,
+                   totals->loss_sum / n,
+                   (double)totals->correct / n,
+                   NAN,
+                   NAN,
+                   model->compile.optimizer.learning_rate,
+                   model->metric};
+  return logs;
+}
+
+/* One step on the loaded batch: forward, backward, the all-reduce and
+ * the update, with the epoch's running totals and the hooks after it. */
+static mxu_status train_step(mxu_model *model, const mxu_fit_config *c,
+                             int epoch, int step, int steps, int first,
+                             mxu_progress *progress, epoch_totals *totals) {
+  int64_t batch = global_batch(model);
+  mxu_step_key key = {1, c->seed, (uint32_t)epoch, (uint32_t)step};
+  mxu_step_result r = mxu_strategy_step(model, &key, 1.0f / (float)batch);
+  if (!isfinite(r.loss_sum))
+    return mxu_fail(MXU_ERR_NUMERIC,
+                    "fit: epoch %d, step %d: the loss is %s; training "
+                    "stopped before applying this step (lower the learning "
+                    "rate or rescale the inputs)",
+                    epoch + 1, step + 1, isnan(r.loss_sum) ? "NaN" : "inf");
+  mxu_strategy_apply(model);
+  totals->loss_sum += r.loss_sum;
+  totals->correct += r.correct;
+  totals->samples += batch;
+  MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
+  /* steps_per_execution: the driver hears of the steps K at a time. */
+  int every = model->compile.steps_per_execution > 0
+                  ? model->compile.steps_per_execution
+                  : 1;
+  if ((step + 1 - first) % every != 0 && step + 1 != steps) return MXU_OK;
+  mxu_logs logs = epoch_logs(model, epoch, totals);
+  logs.step = step + 1;
+  mxu_metric_value m[2] = {{"loss", logs.loss}, {model->metric, logs.accuracy}};
+  mxu_progress_update(progress, step + 1, m, 2, 0);
+  return mxu_callbacks_run(c, model, MXU_HOOK_BATCH_END, epoch, &logs);
+}
+
+/* With augmentation the batches come from the prefetch thread, already
+ * gathered and transformed; without, they are gathered in place. */
 static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
                               const mxu_fit_config *c, int epoch, int steps,
                               int64_t *order, mxu_progress *progress,
                               epoch_totals *totals) {
   int64_t batch = global_batch(model);
+  const int64_t *sequence = c->shuffle ? order : NULL;
   if (c->shuffle)
     mxu_dataset_permutation(train->count, c->seed, (uint32_t)epoch, order);
-  const char *metric = model->metric;
   int first = epoch == c->initial_epoch ? c->initial_step : 0;
-  int every = model->compile.steps_per_execution > 0
-                  ? model->compile.steps_per_execution
-                  : 1;
-  for (int step = first; step < steps; step++) {
-    load_batch(model, train, c->shuffle ? order : NULL, step * batch, batch);
-    mxu_step_key key = {1, c->seed, (uint32_t)epoch, (uint32_t)step};
-    mxu_step_result r = mxu_strategy_step(model, &key, 1.0f / (float)batch);
-    if (!isfinite(r.loss_sum))
-      return mxu_fail(MXU_ERR_NUMERIC,
-                      "fit: epoch %d, step %d: the loss is %s; training "
-                      "stopped before applying this step (lower the learning "
-                      "rate or rescale the inputs)",
-                      epoch + 1, step + 1, isnan(r.loss_sum) ? "NaN" : "inf");
-    mxu_strategy_apply(model);
-    totals->loss_sum += r.loss_sum;
-    totals->correct += r.correct;
-    totals->samples += batch;
-    mxu_metric_value m[2] = {
-        {"loss", totals->loss_sum / (double)totals->samples},
-        {metric, (double)totals->correct / (double)totals->samples}};
-    /* steps_per_execution: the driver hears of the steps K at a time. */
-    if ((step + 1 - first) % every == 0 || step + 1 == steps)
-      mxu_progress_update(progress, step + 1, m, 2, 0);
-    MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
+  mxu_prefetch *prefetch = NULL;
+  if (c->augment && mxu_augment_active(c->augment))
+    MXU_TRY(mxu_prefetch_start(train, sequence, batch, first, steps, c->augment,
+                               c->seed, (uint32_t)epoch, &prefetch));
+  mxu_status status = MXU_OK;
+  for (int step = first; step < steps && status == MXU_OK; step++) {
+    if (prefetch) {
+      mxu_dataset view;
+      mxu_prefetch_get(prefetch, step, &view);
+      load_batch(model, &view, NULL, 0, batch);
+      mxu_prefetch_release(prefetch, step);
+    } else {
+      load_batch(model, train, sequence, step * batch, batch);
+    }
+    status = train_step(model, c, epoch, step, steps, first, progress, totals);
+    if (model->stop_training) break;
   }
-  return MXU_OK;
+  mxu_prefetch_stop(prefetch);
+  return status;
 }
 
 static mxu_status grow_history(mxu_model *model, int epochs) {
@@ -259,8 +302,8 @@ static mxu_status grow_history(mxu_model *model, int epochs) {
 }
 
 static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
-                             const mxu_fit_config *c, int steps,
-                             int64_t *order) {
+                             const mxu_fit_config *c, int steps, int64_t *order,
+                             mxu_logs *logs) {
   FILE *out = c->out ? c->out : stdout;
   const char *metric = model->metric;
   char val_metric[80];
@@ -272,6 +315,7 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
     mxu_progress_epoch(&progress, out, verbose, epoch + 1, c->epochs, steps);
     epoch_totals totals = {0};
     double start = mxu_now_seconds();
+    MXU_TRY(mxu_callbacks_run(c, model, MXU_HOOK_EPOCH_BEGIN, epoch, NULL));
     MXU_TRY(
         train_epoch(model, train, c, epoch, steps, order, &progress, &totals));
     mxu_epoch_log *log = &model->history.epochs[model->history.count++];
@@ -291,6 +335,11 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
                              {val_metric, log->val_accuracy}};
     mxu_progress_update(&progress, steps, m, isnan(log->val_loss) ? 2 : 4, 1);
     MXU_TRY(maybe_checkpoint(model, c, epoch, steps - 1, steps, 1));
+    *logs = epoch_logs(model, epoch, &totals);
+    logs->val_loss = log->val_loss;
+    logs->val_accuracy = log->val_accuracy;
+    MXU_TRY(mxu_callbacks_run(c, model, MXU_HOOK_EPOCH_END, epoch, logs));
+    if (model->stop_training) break;
   }
   return MXU_OK;
 }
@@ -313,12 +362,30 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
   if (config->checkpoint_every < 0)
     return mxu_fail(MXU_ERR_ARG, "fit: checkpoint_every %d is negative",
                     config->checkpoint_every);
+  if (config->augment) {
+    MXU_TRY(mxu_augment_check(config->augment));
+    if (train->shape.rank != 3)
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "fit: augmentation needs images (height, width, "
+                      "channels), but the samples have rank %d",
+                      train->shape.rank);
+  }
   MXU_TRY(ensure_batch(model, batch));
   MXU_TRY(grow_history(model, config->epochs));
   int64_t *order = malloc((size_t)train->count * sizeof *order);
   if (!order) return mxu_fail(MXU_ERR_NOMEM, "fit: out of memory");
-  mxu_status status = run_epochs(model, train, config, steps, order);
+  model->stop_training = 0;
+  mxu_logs logs = {0};
+  logs.val_loss = logs.val_accuracy = NAN;
+  logs.metric = model->metric;
+  mxu_status status =
+      mxu_callbacks_run(config, model, MXU_HOOK_TRAIN_BEGIN, 0, NULL);
+  if (status == MXU_OK)
+    status = run_epochs(model, train, config, steps, order, &logs);
   mxu_strategy_sync_slots(model);
+  if (status == MXU_OK)
+    status =
+        mxu_callbacks_run(config, model, MXU_HOOK_TRAIN_END, logs.epoch, &logs);
   free(order);
   if (history) *history = &model->history;
   return status;
