@@ -15,6 +15,7 @@ int cli_train(int argc, char **argv);
 int cli_evaluate(int argc, char **argv);
 int cli_predict(int argc, char **argv);
 int cli_summary(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 int cli_plot(int argc, char **argv);
 
 /* The model file and its compile_config over mxu_compile_defaults(); the

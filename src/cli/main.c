@@ -6,9 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* bench.c (its place is cli.h, beside the other subcommands). */
-int cli_bench(int argc, char **argv);
-
 typedef struct subcommand {
   const char *name;
   int (*run)(int argc, char **argv);
