@@ -66,28 +66,10 @@ static void result_free(result *r) {
   free(r->err);
 }
 
+/* Runs the NULL-terminated arguments (args[0] is MXU_BIN). */
 static result run_argv(char **args) {
   result r = {-1, NULL, NULL};
-  static char out[512], err[512];
-  snprintf(out, sizeof out, "%s/stdout", temp_dir);
-  snprintf(err, sizeof err, "%s/stderr", temp_dir);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out,
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err,
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  int spawned = posix_spawn(&pid, MXU_BIN, &actions, NULL, args, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  CHECK_MSG(spawned == 0, "cannot run %s: %s", MXU_BIN, strerror(spawned));
-  int status;
-  if (spawned == 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
-    r.code = WEXITSTATUS(status);
-  r.out = read_text(out);
-  r.err = read_text(err);
-  CHECK_MSG(!has(r.err, "Sanitizer") && !has(r.err, "runtime error"), "%s",
-            r.err);
+  r.code = check_run(args, &r.out, &r.err);
   return r;
 }
 
