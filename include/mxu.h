@@ -169,6 +169,18 @@ typedef enum mxu_backend_kind {
   MXU_BACKEND_CPU_REF  /* plain C loops: the oracle, slow */
 } mxu_backend_kind;
 
+/* Keras' dtype policy for the whole model. MXU_MIXED_BFLOAT16 is Keras'
+ * mixed_bfloat16: the weights stay float32 (the optimizer updates and the
+ * saved files see float32 only), while Conv2D and Dense multiply in
+ * bfloat16 with float32 accumulation, on CPUs with AVX512_BF16; every
+ * other layer, the softmax and the loss stay float32. On a CPU without
+ * bfloat16 instructions compile says so on stderr and trains in float32.
+ * (MXU_FLOAT32 already names a tensor dtype, hence the longer name.) */
+typedef enum mxu_precision {
+  MXU_PRECISION_FLOAT32 = 0,
+  MXU_MIXED_BFLOAT16
+} mxu_precision;
+
 typedef struct mxu_compile_config {
   mxu_optimizer_config optimizer;
   mxu_loss loss;
@@ -195,6 +207,7 @@ typedef struct mxu_compile_config {
   int replicas;
   int threads;
   int steps_per_execution;
+  mxu_precision precision; /* float32 unless asked */
 } mxu_compile_config;
 
 mxu_compile_config mxu_compile_defaults(void);

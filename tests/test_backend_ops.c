@@ -2,16 +2,31 @@
  * (cpu_ref), op by op: the same random inputs through both, forward and
  * backward, compared with a relative tolerance. Shapes are deliberately
  * odd (n=3, 7x5 images, 3 channels, 5 filters) and cover strides 1 and 2,
- * valid and asymmetric same padding, and every fused activation. */
+ * valid and asymmetric same padding, and every fused activation. Conv and
+ * dense also run in bf16 (mixed_bfloat16) against the float32 oracle. */
 #include "backend/backend.h"
 #include "check.h"
 #include "core/core.h"
 
+#include <oneapi/dnnl/dnnl.h>
 #include <stdint.h>
 #include <string.h>
 
 #define TOL_OPS 1e-4   /* elementwise kernels, losses, optimisers */
 #define TOL_LAYER 5e-4 /* sums over windows and channels */
+/* bf16 rounds x, w and dy to 8 significant bits (relative error up to
+ * u = 2^-9 each), so each product is off by up to 2u and a sum of K of
+ * them with random signs by about u * sqrt(2/3) = 0.0016 of its own
+ * typical size, whatever K (the errors add like the terms do). The
+ * comparison divides by at least the mean |value|, 0.8 of that size, or
+ * 0.4 after a relu zeroes half: 0.004 per sigma, and the maximum over the
+ * ~10^6 values compared is some 5 sigma. 0.03 leaves room and still fails
+ * any wrong layout or missed conversion, whose errors are of order 1. The
+ * kernels are drawn as glorot_uniform does (pre-activations of order 1),
+ * or tanh and sigmoid would shrink the values but not the errors. */
+#define TOL_BF16 3e-2
+/* Below this, a bf16 result would be suspiciously exact: f32 ran. */
+#define BF16_MIN_ERROR 1e-4
 
 static const mxu_backend *backends[2];
 enum { CPU, REF };
@@ -51,8 +66,9 @@ static void free_pair(float *pair[2]) {
  * large, scaled to the buffer where they cancel towards 0. NaN fails. */
 static int comparisons;
 
-static void expect_close(const char *what, const float *got, const float *want,
-                         size_t n, double tol) {
+/* Returns the worst error, which the bf16 tests also look at. */
+static double expect_close(const char *what, const float *got,
+                           const float *want, size_t n, double tol) {
   comparisons++;
   double mean = 1e-6, worst = 0.0;
   for (size_t i = 0; i < n; i++) mean += fabs(want[i]) / (double)n;
@@ -65,13 +81,14 @@ static void expect_close(const char *what, const float *got, const float *want,
   CHECK_MSG(bad == n, "%s: [%zu] cpu %.9g, cpu_ref %.9g (worst error %.3g)",
             what, bad, bad < n ? got[bad] : 0.0, bad < n ? want[bad] : 0.0,
             worst);
+  return worst;
 }
 
-static void expect_pair(const char *label, const char *what, float *pair[2],
-                        size_t n, double tol) {
+static double expect_pair(const char *label, const char *what, float *pair[2],
+                          size_t n, double tol) {
   char name[256];
   snprintf(name, sizeof name, "%s: %s", label, what);
-  expect_close(name, pair[CPU], pair[REF], n, tol);
+  return expect_close(name, pair[CPU], pair[REF], n, tol);
 }
 
 /* The op kernels return nothing: a failed oneDNN execute only leaves its
@@ -201,7 +218,7 @@ static void dense_run(const mxu_dense_desc *d, const float *const in[4],
 
 static void dense_check(const dense_case *c, mxu_activation act, int has_bias,
                         int index) {
-  mxu_dense_desc d = {c->n, c->in, c->out, has_bias, act};
+  mxu_dense_desc d = {c->n, c->in, c->out, has_bias, act, 0};
   size_t nx = (size_t)c->n * c->in, nw = (size_t)c->in * c->out;
   size_t ny = (size_t)c->n * c->out;
   float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(c->out, -1, 1);
@@ -229,6 +246,201 @@ static void test_dense(void) {
   for (int i = 0; i < cases; i++)
     for (int a = 0; a < 4; a++)
       dense_check(&dense_cases[i], fused_acts[a], (i + a) % 2 == 0, i);
+}
+
+/* ---- conv2d and dense in bf16 ------------------------------------------ */
+
+/* One conv or dense op, which the bf16 tests drive through the same
+ * calls; cpu_ref gets the same desc and ignores bf16 (the f32 oracle). */
+typedef struct weighted_case {
+  int conv;
+  mxu_conv2d_desc conv_desc;
+  mxu_dense_desc dense_desc;
+  size_t n[4]; /* values of x, w, b, dy (and of y, dx, dw, db) */
+  int has_bias;
+  int fan_in; /* products summed per output value */
+} weighted_case;
+
+enum { X, W, B, DY };   /* inputs */
+enum { DX, DW, DB, Y }; /* outputs: out[k] is the size of in[k] */
+
+static double bf16_worst; /* over every bf16 comparison */
+
+static weighted_case conv_weighted(const conv_case *c, mxu_activation act,
+                                   int has_bias) {
+  weighted_case w = {.conv = 1, .has_bias = has_bias};
+  mxu_conv2d_desc *d = &w.conv_desc;
+  *d = conv_desc(c, act, has_bias);
+  d->bf16 = 1;
+  w.n[X] = (size_t)d->n * d->in_h * d->in_w * d->in_c;
+  w.n[W] = (size_t)d->kernel_h * d->kernel_w * d->in_c * d->out_c;
+  w.n[B] = (size_t)d->out_c;
+  w.n[DY] = (size_t)d->n * d->out_h * d->out_w * d->out_c;
+  w.fan_in = d->kernel_h * d->kernel_w * d->in_c;
+  return w;
+}
+
+static weighted_case dense_weighted(const dense_case *c, mxu_activation act,
+                                    int has_bias) {
+  weighted_case w = {.conv = 0, .has_bias = has_bias};
+  w.dense_desc = (mxu_dense_desc){c->n, c->in, c->out, has_bias, act, 1};
+  w.n[X] = (size_t)c->n * c->in;
+  w.n[W] = (size_t)c->in * c->out;
+  w.n[B] = (size_t)c->out;
+  w.n[DY] = (size_t)c->n * c->out;
+  w.fan_in = c->in;
+  return w;
+}
+
+/* in: x, w, b, dy; out: dx, dw, db, y. */
+static void weighted_forward(const mxu_backend *be, const weighted_case *c,
+                             mxu_op *op, float *const in[4],
+                             float *const out[4]) {
+  const float *b = c->has_bias ? in[B] : NULL;
+  if (c->conv)
+    be->conv2d_forward(op, in[X], in[W], b, out[Y]);
+  else
+    be->dense_forward(op, in[X], in[W], b, out[Y]);
+}
+
+static void weighted_backward_data(const mxu_backend *be,
+                                   const weighted_case *c, mxu_op *op,
+                                   float *const in[4], float *const out[4]) {
+  if (c->conv)
+    be->conv2d_backward_data(op, in[DY], in[W], out[DX]);
+  else
+    be->dense_backward_data(op, in[DY], in[W], out[DX]);
+}
+
+static void weighted_backward_weights(const mxu_backend *be,
+                                      const weighted_case *c, mxu_op *op,
+                                      float *const in[4], float *const out[4]) {
+  float *db = c->has_bias ? out[DB] : NULL;
+  if (c->conv)
+    be->conv2d_backward_weights(op, in[X], in[DY], out[DW], db);
+  else
+    be->dense_backward_weights(op, in[X], in[DY], out[DW], db);
+}
+
+/* Two training steps on one op. Step 2's inputs are written over step 1's
+ * in the same buffers, as training does, so a bf16 copy the op kept from
+ * step 1 would show; step 1 runs backward data before backward weights,
+ * step 2 in the layers' order, so either may convert dy first. */
+static void bf16_run(const weighted_case *c, float *const steps[2][4],
+                     float *const out[2][4], int which) {
+  const mxu_backend *be = backends[which];
+  mxu_op *op = NULL;
+  CHECK_OK(c->conv ? be->conv2d_create(&c->conv_desc, &op)
+                   : be->dense_create(&c->dense_desc, &op));
+  if (!op) return;
+  float *in[4];
+  for (int k = 0; k < 4; k++) in[k] = copy_of(steps[0][k], c->n[k]);
+  weighted_forward(be, c, op, in, out[0]);
+  weighted_backward_data(be, c, op, in, out[0]);
+  weighted_backward_weights(be, c, op, in, out[0]);
+  for (int k = 0; k < 4; k++)
+    memcpy(in[k], steps[1][k], c->n[k] * sizeof(float));
+  weighted_forward(be, c, op, in, out[1]);
+  weighted_backward_weights(be, c, op, in, out[1]);
+  weighted_backward_data(be, c, op, in, out[1]);
+  expect_no_exec_error(be->name);
+  be->op_free(op);
+  for (int k = 0; k < 4; k++) free(in[k]);
+}
+
+static void bf16_check(const weighted_case *c, const char *label) {
+  static const char *const what[4] = {"backward dx", "backward dw",
+                                      "backward db", "forward y"};
+  float *steps[2][4], *out[2][2][4]; /* [backend][step][output] */
+  float limit = sqrtf(3.0f / (float)c->fan_in);
+  for (int s = 0; s < 2; s++)
+    for (int k = 0; k < 4; k++) {
+      steps[s][k] = k == W ? rnd(c->n[k], -limit, limit) : rnd(c->n[k], -1, 1);
+      out[CPU][s][k] = zeros(c->n[k]);
+      out[REF][s][k] = zeros(c->n[k]);
+    }
+  bf16_run(c, steps, out[CPU], CPU);
+  bf16_run(c, steps, out[REF], REF);
+  for (int s = 0; s < 2; s++)
+    for (int k = 0; k < 4; k++) {
+      if (k == DB && !c->has_bias) continue;
+      char step[160];
+      snprintf(step, sizeof step, "%s step %d", label, s + 1);
+      double worst = expect_pair(step, what[k],
+                                 (float *[]){out[CPU][s][k], out[REF][s][k]},
+                                 c->n[k], TOL_BF16);
+      if (worst > bf16_worst) bf16_worst = worst;
+    }
+  for (int s = 0; s < 2; s++)
+    for (int k = 0; k < 4; k++) {
+      free(steps[s][k]);
+      free(out[CPU][s][k]);
+      free(out[REF][s][k]);
+    }
+}
+
+/* Longer reductions than the f32 cases: 576 products per conv output,
+ * 1000 per dense one. */
+static const conv_case bf16_conv_cases[] = {
+    {2, 9, 9, 64, 16, 3, 3, 1, 1, MXU_SAME},
+    {3, 11, 7, 5, 33, 3, 3, 2, 1, MXU_VALID},
+};
+static const dense_case bf16_dense_cases[] = {{8, 1000, 7}, {3, 17, 129}};
+
+static void bf16_conv_cases_check(const conv_case *cases, int count,
+                                  const char *set) {
+  for (int i = 0; i < count; i++)
+    for (int a = 0; a < 4; a++) {
+      int has_bias = (i + a) % 2 == 0;
+      weighted_case c = conv_weighted(&cases[i], fused_acts[a], has_bias);
+      char label[128];
+      snprintf(label, sizeof label, "bf16 conv2d %s case %d %s%s", set, i,
+               act_names[fused_acts[a]], has_bias ? "+bias" : "");
+      bf16_check(&c, label);
+    }
+}
+
+static void bf16_dense_cases_check(const dense_case *cases, int count,
+                                   const char *set) {
+  for (int i = 0; i < count; i++)
+    for (int a = 0; a < 4; a++) {
+      int has_bias = (i + a) % 2 == 0;
+      weighted_case c = dense_weighted(&cases[i], fused_acts[a], has_bias);
+      char label[128];
+      snprintf(label, sizeof label, "bf16 dense %s case %d %s%s", set, i,
+               act_names[fused_acts[a]], has_bias ? "+bias" : "");
+      bf16_check(&c, label);
+    }
+}
+
+/* Whether the cpu backend should have run bf16: the CPU has it and
+ * oneDNN may use it (DNNL_MAX_CPU_ISA can hold it back, and then the
+ * backend falls back to float32). */
+static int bf16_expected(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  dnnl_cpu_isa_t want = dnnl_cpu_isa_avx512_core_bf16;
+  return __builtin_cpu_supports("avx512bf16") &&
+         (dnnl_get_effective_cpu_isa() & want) == want;
+#else
+  return 0;
+#endif
+}
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
+
+static void test_bf16(void) {
+  bf16_conv_cases_check(conv_cases, COUNT(conv_cases), "f32-set");
+  bf16_conv_cases_check(bf16_conv_cases, COUNT(bf16_conv_cases), "long");
+  bf16_dense_cases_check(dense_cases, COUNT(dense_cases), "f32-set");
+  bf16_dense_cases_check(bf16_dense_cases, COUNT(bf16_dense_cases), "long");
+  /* Where the CPU has bf16, it must have been used: float32 would agree
+   * with the oracle to ~1e-6. */
+  if (bf16_expected())
+    CHECK_MSG(bf16_worst > BF16_MIN_ERROR,
+              "bf16 results within %.3g of float32: bf16 did not run",
+              bf16_worst);
+  printf("test_backend_ops: bf16 worst error %.4f (tolerance %.2f)\n",
+         bf16_worst, TOL_BF16);
 }
 
 /* ---- pooling ----------------------------------------------------------- */
@@ -570,6 +782,7 @@ int main(void) {
   test_conv2d();
   test_conv2d_error();
   test_dense();
+  test_bf16();
   test_pool2d();
   test_batchnorm();
   test_activations();

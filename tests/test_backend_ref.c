@@ -287,7 +287,7 @@ static void test_conv_gradients(void) {
 
 static void test_dense_case(int n, int in, int out, int has_bias,
                             mxu_activation activation) {
-  mxu_dense_desc d = {n, in, out, has_bias, activation};
+  mxu_dense_desc d = {n, in, out, has_bias, activation, 0};
   layer_ctx c = {.forward = be->dense_forward,
                  .backward_data = be->dense_backward_data,
                  .backward_weights = be->dense_backward_weights,
@@ -338,7 +338,7 @@ static void test_fused_activations(void) {
   static const mxu_activation acts[] = {MXU_RELU, MXU_SIGMOID, MXU_TANH};
   conv_case t = {2, 5, 4, 3, 4, 3, 3, 2, 1, 1, 1, MXU_LINEAR};
   mxu_conv2d_desc cd = conv_desc(&t);
-  mxu_dense_desc dd = {3, 5, 4, 1, MXU_LINEAR};
+  mxu_dense_desc dd = {3, 5, 4, 1, MXU_LINEAR, 0};
   layer_ctx conv = {.cols = 4, .ny = 2L * cd.out_h * cd.out_w * 4};
   layer_ctx dense = {.cols = 4, .ny = 12};
   conv.x = random_floats(2L * 5 * 4 * 3, -1, 1);
@@ -721,8 +721,8 @@ static void test_conv_by_hand(void) {
  * oc 1: 1*2 + 2*4 + 3*6 + 4*8 = 60. */
 static void test_conv_layout_by_hand(void) {
   float x[4] = {1, 2, 3, 4}, w[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[2];
-  mxu_conv2d_desc d = {1, 2, 1, 2, 1, 1, 2, 2,         1,
-                       1, 1, 0, 0, 0, 0, 0, MXU_LINEAR};
+  mxu_conv2d_desc d = {1, 2, 1, 2, 1, 1, 2, 2,          1,
+                       1, 1, 0, 0, 0, 0, 0, MXU_LINEAR, 0};
   mxu_op *op = NULL;
   CHECK_OK(be->conv2d_create(&d, &op));
   if (!op) return;
@@ -737,7 +737,7 @@ static void test_conv_layout_by_hand(void) {
 static void test_dense_by_hand(void) {
   float x[2] = {1, 2}, w[6] = {1, 2, 3, 4, 5, 6}, b[3] = {-9.5f, 0.2f, 0.3f};
   float y[3];
-  mxu_dense_desc d = {1, 2, 3, 1, MXU_RELU};
+  mxu_dense_desc d = {1, 2, 3, 1, MXU_RELU, 0};
   mxu_op *op = NULL;
   CHECK_OK(be->dense_create(&d, &op));
   if (!op) return;
@@ -942,7 +942,7 @@ static void test_bad_descs(void) {
   conv_case t = {1, 5, 5, 1, 1, 3, 3, 1, 1, 0, 1, MXU_LINEAR};
   mxu_conv2d_desc cd = conv_desc(&t);
   mxu_pool2d_desc pd = {1, 4, 4, 1, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1};
-  mxu_dense_desc dd = {0, 3, 4, 1, MXU_LINEAR};
+  mxu_dense_desc dd = {0, 3, 4, 1, MXU_LINEAR, 0};
   mxu_activation_desc ad = {MXU_SOFTMAX, 2, 0};
   mxu_batchnorm_desc bd = {0, 3, 1e-3f};
   mxu_op *op = (mxu_op *)&op;

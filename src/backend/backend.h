@@ -16,7 +16,15 @@
 typedef struct mxu_op mxu_op; /* a backend's private state for one op */
 
 /* Activations a conv or dense op may fuse after its bias. Softmax is never
- * fused: the layer runs it with activation_* (and the loss may fuse it). */
+ * fused: the layer runs it with activation_* (and the loss may fuse it).
+ *
+ * bf16 (mixed_bfloat16): multiply in bfloat16, accumulate in float32. The
+ * buffers the kernels take stay float32 (x, w, b, y and every gradient);
+ * the backend rounds x, w and dy to bfloat16 copies of its own, and a
+ * backend without bfloat16 kernels (cpu_ref, or a CPU without them)
+ * computes in float32. The backward kernels reuse the copies of x and w
+ * the op's last forward made when given the same buffers, so with bf16
+ * they must follow a forward on the same values, as in a training step. */
 typedef struct mxu_conv2d_desc {
   int n, in_h, in_w, in_c;
   int out_h, out_w, out_c;
@@ -24,12 +32,14 @@ typedef struct mxu_conv2d_desc {
   int pad_top, pad_left, pad_bottom, pad_right;
   int has_bias;
   mxu_activation activation; /* LINEAR, RELU, SIGMOID or TANH */
+  int bf16;
 } mxu_conv2d_desc;
 
 typedef struct mxu_dense_desc {
   int n, in, out;
   int has_bias;
   mxu_activation activation; /* LINEAR, RELU, SIGMOID or TANH */
+  int bf16;
 } mxu_dense_desc;
 
 typedef struct mxu_pool2d_desc {

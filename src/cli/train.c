@@ -14,6 +14,8 @@ static const char *const optimizer_names[] = {"adam", "sgd", NULL};
 static const char *const loss_names[] = {"sparse_categorical_crossentropy",
                                          "categorical_crossentropy", NULL};
 static const char *const verbose_names[] = {"0", "1", "2", NULL};
+static const char *const precision_names[] = {"float32", "mixed_bfloat16",
+                                              NULL};
 
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
@@ -21,13 +23,13 @@ typedef struct train_args {
   int checkpoint_every;
   int replicas, threads, steps_per_execution;
   int epochs, batch_size, steps_per_epoch, validation_freq;
-  int optimizer, loss, verbose;
+  int optimizer, loss, verbose, precision;
   float learning_rate, rescale;
   uint64_t seed;
   cli_fit_extras extras; /* callbacks and augmentation */
 } train_args;
 
-#define TRAIN_BASE_OPTIONS 20
+#define TRAIN_BASE_OPTIONS 21
 #define TRAIN_OPTION_COUNT (TRAIN_BASE_OPTIONS + CLI_FIT_EXTRA_OPTIONS)
 
 /* The table lives in the caller's frame; targets point into args. */
@@ -70,6 +72,11 @@ static void train_options(train_args *a, cli_option *o) {
        "sparse_categorical_crossentropy or categorical_crossentropy "
        "(default: the model file's, else sparse)",
        CLI_CHOICE, &a->loss, loss_names, 0, 0},
+      {"--precision", "P",
+       "float32 or mixed_bfloat16 (Keras' mixed precision: float32 weights, "
+       "bfloat16 Conv2D and Dense on CPUs with AVX512_BF16; default "
+       "float32)",
+       CLI_CHOICE, &a->precision, precision_names, 0, 0},
       {"--rescale", "X",
        "multiply every sample value of both splits by X, e.g. 1/255 "
        "(default 1)",
@@ -142,6 +149,8 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
                            : MXU_CATEGORICAL_CROSSENTROPY;
     match_metric(metric, metric_size, c->loss);
   }
+  if (cli_find(cmd, "--precision")->given)
+    c->precision = a->precision ? MXU_MIXED_BFLOAT16 : MXU_PRECISION_FLOAT32;
   c->seed = a->seed;
   c->replicas = a->replicas;
   c->threads = a->threads;

@@ -69,6 +69,32 @@ static mxu_status check_compile(const mxu_model *model,
   return MXU_OK;
 }
 
+/* Whether this CPU multiplies bfloat16 natively (AVX512_BF16). Without
+ * it oneDNN would emulate bf16, slower than float32. */
+static int cpu_has_bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return 0;
+#endif
+}
+
+/* mixed_bfloat16 on a CPU that cannot still trains, in float32; since
+ * that is not what was asked for, compile says so on stderr (rank 0). */
+static mxu_status check_precision(const mxu_compile_config *c) {
+  if (c->precision != MXU_PRECISION_FLOAT32 &&
+      c->precision != MXU_MIXED_BFLOAT16)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: precision %d is neither float32 nor "
+                    "mixed_bfloat16",
+                    (int)c->precision);
+  if (c->precision == MXU_MIXED_BFLOAT16 && c->backend == MXU_BACKEND_CPU &&
+      !cpu_has_bf16() && mxu_distributed_rank() == 0)
+    fprintf(stderr, "mxu: mixed_bfloat16 needs AVX512_BF16, which this CPU "
+                    "lacks: training in float32\n");
+  return MXU_OK;
+}
+
 /* glorot_uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)),
  * drawn from the stream (seed, INIT, layer, weight). */
 static void initialise(float *values, const mxu_param_decl *d, uint64_t seed,
@@ -149,6 +175,7 @@ mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config) {
   if (!model || !config)
     return mxu_fail(MXU_ERR_ARG, "compile: model and config are required");
   MXU_TRY(check_compile(model, config));
+  MXU_TRY(check_precision(config));
   mxu_plan_release(model);
   model->compile = *config;
   snprintf(model->metric, sizeof model->metric, "%s",
@@ -267,6 +294,9 @@ static mxu_status plan_layer(mxu_model *model, int i) {
   mxu_plan *plan = &model->plan;
   mxu_layer *layer = &model->layers[i];
   mxu_arena before = plan->layout;
+  /* cpu_ref ignores it: the oracle stays float32. */
+  layer->bf16 =
+      model->compile.precision == MXU_MIXED_BFLOAT16 && cpu_has_bf16();
   for (int r = 0; r < plan->local_count; r++) {
     mxu_arena copy = before;
     layer->batch = plan->batch;

@@ -114,6 +114,7 @@ struct mxu_layer {
   int param_first; /* index into the model's parameter table */
   int param_count;
   int batch;                             /* per replica */
+  int bf16;                              /* conv, dense: in bfloat16 */
   mxu_op *ops[MXU_MAX_LAYER_OPS];        /* while planning only */
   size_t scratch[MXU_MAX_LAYER_SCRATCH]; /* offsets in the replica arena */
   size_t stats_offset;                   /* see stats_floats */

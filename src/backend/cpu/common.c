@@ -73,12 +73,20 @@ void cpu_op_free(mxu_op *op) {
   if (!op) return;
   for (int i = 0; i < CPU_MAX_PRIMS; i++) prim_release(&op->prim[i]);
   for (int i = 0; i < 3; i++) mxu_aligned_free(op->blocked[i]);
+  mxu_aligned_free(op->src_bf16);
+  mxu_aligned_free(op->diff_dst_bf16);
   free(op);
 }
 
 mxu_status cpu_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
                   dnnl_format_tag_t tag, const char *op) {
-  CPU_TRY(op, dnnl_memory_desc_init_by_tag, md, ndims, dims, dnnl_f32, tag);
+  return cpu_md_typed(md, ndims, dims, dnnl_f32, tag, op);
+}
+
+mxu_status cpu_md_typed(dnnl_memory_desc_t *md, int ndims,
+                        const dnnl_dims_t dims, dnnl_data_type_t type,
+                        dnnl_format_tag_t tag, const char *op) {
+  CPU_TRY(op, dnnl_memory_desc_init_by_tag, md, ndims, dims, type, tag);
   return MXU_OK;
 }
 

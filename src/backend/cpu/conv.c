@@ -1,27 +1,37 @@
 /* conv.c — 2-D convolution on oneDNN: NHWC activations in place, Keras'
  * HWIO kernel reordered to the layout oneDNN picks, asymmetric SAME padding
- * passed as padding_l / padding_r. The primitives are built in weighted.c. */
+ * passed as padding_l / padding_r. In bf16 the primitives read x, the
+ * kernel and dy in bfloat16 and write y, dx, dw and db in float32. The
+ * primitives are built in weighted.c. */
 #include "backend/cpu/cpu.h"
 
 static const char CONV[] = "conv2d";
 
+/* *_lo: what the multiplications read, bf16 or f32; the rest is f32. */
 typedef struct conv_mds {
   dnnl_memory_desc_t src, weights, weights_any, bias, dst;
+  dnnl_memory_desc_t src_lo, weights_any_lo, dst_lo;
   dnnl_dims_t strides, pad_l, pad_r;
 } conv_mds;
 
 /* oneDNN's logical order is always N,C,H,W and O,I,H,W; the format tags
  * say how Keras lays them out in memory. */
-static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_mds *m) {
+static mxu_status conv_describe(const mxu_conv2d_desc *d, int bf16,
+                                conv_mds *m) {
   dnnl_dims_t src = {d->n, d->in_c, d->in_h, d->in_w};
   dnnl_dims_t weights = {d->out_c, d->in_c, d->kernel_h, d->kernel_w};
   dnnl_dims_t bias = {d->out_c};
   dnnl_dims_t dst = {d->n, d->out_c, d->out_h, d->out_w};
+  dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
   MXU_TRY(cpu_md(&m->src, 4, src, dnnl_nhwc, CONV));
   MXU_TRY(cpu_md(&m->weights, 4, weights, dnnl_hwio, CONV));
   MXU_TRY(cpu_md(&m->weights_any, 4, weights, dnnl_format_tag_any, CONV));
   MXU_TRY(cpu_md(&m->bias, 1, bias, dnnl_x, CONV));
   MXU_TRY(cpu_md(&m->dst, 4, dst, dnnl_nhwc, CONV));
+  MXU_TRY(cpu_md_typed(&m->src_lo, 4, src, lo, dnnl_nhwc, CONV));
+  MXU_TRY(cpu_md_typed(&m->weights_any_lo, 4, weights, lo, dnnl_format_tag_any,
+                       CONV));
+  MXU_TRY(cpu_md_typed(&m->dst_lo, 4, dst, lo, dnnl_nhwc, CONV));
   m->strides[0] = d->stride_h;
   m->strides[1] = d->stride_w;
   m->pad_l[0] = d->pad_top;
@@ -35,21 +45,29 @@ static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_mds *m) {
  * kernels with NHWC activations: 2-3x faster, forward and backward, than
  * the im2col + GEMM it falls back to for plain HWIO. Direct, not auto:
  * auto may pick Winograd, whose rounding differs. */
-mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
+static mxu_status conv_create(const mxu_conv2d_desc *desc, int bf16,
+                              mxu_op **out) {
   conv_mds m;
-  MXU_TRY(conv_describe(desc, &m));
+  MXU_TRY(conv_describe(desc, bf16, &m));
   const dnnl_memory_desc_t *bias = desc->has_bias ? &m.bias : NULL;
   dnnl_convolution_desc_t fwd, bwd_data, bwd_weights;
   CPU_TRY(CONV, dnnl_convolution_forward_desc_init, &fwd, dnnl_forward_training,
-          dnnl_convolution_direct, &m.src, &m.weights_any, bias, &m.dst,
+          dnnl_convolution_direct, &m.src_lo, &m.weights_any_lo, bias, &m.dst,
           m.strides, m.pad_l, m.pad_r);
   CPU_TRY(CONV, dnnl_convolution_backward_data_desc_init, &bwd_data,
-          dnnl_convolution_direct, &m.src, &m.weights_any, &m.dst, m.strides,
-          m.pad_l, m.pad_r);
+          dnnl_convolution_direct, &m.src, &m.weights_any_lo, &m.dst_lo,
+          m.strides, m.pad_l, m.pad_r);
   CPU_TRY(CONV, dnnl_convolution_backward_weights_desc_init, &bwd_weights,
-          dnnl_convolution_direct, &m.src, &m.weights_any, bias, &m.dst,
+          dnnl_convolution_direct, &m.src_lo, &m.weights_any, bias, &m.dst_lo,
           m.strides, m.pad_l, m.pad_r);
   cpu_weighted_descs descs = {&fwd,       &bwd_data,        &bwd_weights,
-                              &m.weights, desc->activation, desc->has_bias};
+                              &m.weights, desc->activation, desc->has_bias,
+                              bf16,       &m.src,           &m.dst};
   return cpu_weighted_create(&descs, CONV, out);
+}
+
+/* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c). */
+mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
+  if (desc->bf16 && conv_create(desc, 1, out) == MXU_OK) return MXU_OK;
+  return conv_create(desc, 0, out);
 }

@@ -11,7 +11,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #define CPU_MAX_ARGS 12
-#define CPU_MAX_PRIMS 6
+#define CPU_MAX_PRIMS 8
 
 /* One primitive with its arguments. Every memory object is created at
  * create time without a buffer (DNNL_MEMORY_NONE); running only points them
@@ -32,9 +32,19 @@ struct mxu_op {
   mxu_activation activation; /* activation ops: LINEAR has no primitive */
   int64_t count;             /* activation ops: values per tensor */
   size_t workspace_bytes;    /* pooling: max pooling's training workspace */
-  /* conv: the weights (or their gradient) in the layout primitive i chose,
-   * when that is not the caller's plain one; allocated at create. */
+  /* conv, dense: the weights (or their gradient) in the layout and data
+   * type primitive i chose, when that is not the caller's plain float32;
+   * allocated at create. */
   void *blocked[3];
+  /* bf16 conv and dense: bfloat16 copies of x and dy, allocated at
+   * create, and the caller buffers they (and blocked[0], the forward's
+   * weights) were last made from, so the backward passes reuse the
+   * forward's conversions; forward clears them (a new step). share_weights:
+   * backward data reads the forward's weights layout, so one copy serves
+   * both. */
+  int bf16, share_weights;
+  void *src_bf16, *diff_dst_bf16;
+  const void *src_from, *weights_from, *diff_dst_from;
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -53,6 +63,10 @@ mxu_status cpu_op_finish(mxu_op *op, mxu_status status, mxu_op **out);
 /* A plain memory descriptor (f32). */
 mxu_status cpu_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
                   dnnl_format_tag_t tag, const char *op);
+/* The same of another data type (bf16 for mixed precision). */
+mxu_status cpu_md_typed(dnnl_memory_desc_t *md, int ndims,
+                        const dnnl_dims_t dims, dnnl_data_type_t type,
+                        dnnl_format_tag_t tag, const char *op);
 
 /* Creates the primitive descriptor and primitive for desc, with an
  * optional fused eltwise post-op (dnnl_alg_kind_undef for none) and the
@@ -80,6 +94,11 @@ typedef struct cpu_weighted_descs {
   const dnnl_memory_desc_t *plain_weights;
   mxu_activation activation;
   int has_bias;
+  /* bf16: the descs read src, weights and diff_dst in bf16 (dst,
+   * diff_src, diff_weights and the bias stay f32); plain_src and plain_dst
+   * are the caller's f32 layouts of x and dy, which the op converts. */
+  int bf16;
+  const dnnl_memory_desc_t *plain_src, *plain_dst;
 } cpu_weighted_descs;
 
 mxu_status cpu_weighted_create(const cpu_weighted_descs *descs, const char *op,

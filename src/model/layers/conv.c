@@ -50,6 +50,7 @@ static mxu_status conv2d_plan(mxu_layer *layer, const mxu_backend *backend,
   mxu_conv_output_size(d.in_w, d.kernel_w, d.stride_w, c->padding, &d.pad_left,
                        &d.pad_right);
   d.has_bias = c->use_bias;
+  d.bf16 = layer->bf16;
   int64_t rows = (int64_t)batch * d.out_h * d.out_w;
   MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, rows, d.out_c,
                             layout, &d.activation));

@@ -47,8 +47,12 @@ static int dense_declare(const mxu_layer *layer, mxu_param_decl *decls) {
 static mxu_status dense_plan(mxu_layer *layer, const mxu_backend *backend,
                              int batch, mxu_arena *layout) {
   const mxu_dense_config *c = &layer->config.dense;
-  mxu_dense_desc d = {batch, (int)layer->in_shape.dims[0], c->units,
-                      c->use_bias, MXU_LINEAR};
+  /* Under mixed_bfloat16 the last Dense multiplies in bf16 too, as in
+   * Keras, but its logits come out f32 and the softmax and the loss read
+   * them in f32: Keras' advice of a float32 output layer, for free. */
+  mxu_dense_desc d = {batch,      (int)layer->in_shape.dims[0],
+                      c->units,   c->use_bias,
+                      MXU_LINEAR, layer->bf16};
   MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, batch, c->units,
                             layout, &d.activation));
   return backend->dense_create(&d, &layer->ops[0]);
