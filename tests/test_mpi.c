@@ -104,12 +104,21 @@ static void compare(const char *a_path, const char *b_path) {
 
 int main(void) {
   CHECK(check_temp_make("mpi"));
+  /* Under the sanitizers: OpenMPI's own start-up allocations (in plugins
+   * it unloads, so no suppression can name them) are never freed. Leak
+   * checks stay on for the one-process run below, which does not start
+   * MPI; the MPI runs keep every other check. */
+  const char *asan = getenv("ASAN_OPTIONS");
+  char options[512];
+  snprintf(options, sizeof options, "%s%sdetect_leaks=0", asan ? asan : "",
+           asan && *asan ? ":" : "");
   write_model(temp_path("model.json"));
   char *out, *err;
   int code = train(NULL, "4", temp_path("one.h5"), &out, &err);
   CHECK_MSG(code == 0, "one process: exit %d: %s", code, err);
   free(out);
   free(err);
+  setenv("ASAN_OPTIONS", options, 1);
   code = train("2", "4", temp_path("two.h5"), &out, &err);
   CHECK_MSG(code == 0, "two processes: exit %d: %s", code, err);
   /* Rank 0 alone prints: one final line, one epoch summary each. */

@@ -21,6 +21,13 @@ static void engine_init(void) {
   engine_status = dnnl_engine_create(&engine_cpu, dnnl_cpu, 0);
 }
 
+/* Every thread's stream also lives here, so streams stay reachable for
+ * the whole process like the engine (worker threads outlive any model). */
+#define MAX_STREAMS 1024
+static dnnl_stream_t all_streams[MAX_STREAMS];
+static int stream_count;
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* This thread's stream, created on its first primitive. */
 static dnnl_status_t thread_stream(dnnl_stream_t *stream) {
   if (!stream_cpu) {
@@ -29,6 +36,9 @@ static dnnl_status_t thread_stream(dnnl_stream_t *stream) {
     dnnl_status_t status =
         dnnl_stream_create(&stream_cpu, engine_cpu, dnnl_stream_default_flags);
     if (status != dnnl_success) return status;
+    pthread_mutex_lock(&streams_lock);
+    if (stream_count < MAX_STREAMS) all_streams[stream_count++] = stream_cpu;
+    pthread_mutex_unlock(&streams_lock);
   }
   *stream = stream_cpu;
   return dnnl_success;
