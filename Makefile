@@ -43,7 +43,15 @@ bench: build
 	  --threads 2 --report bench/results/cifar10_2threads.json
 	$(BUILD)/mxu bench models/fashion_mnist.json --batch-size 1000 \
 	  --threads 2 --report bench/results/fashion_mnist_2threads.json
-	@python3 -c 'import json; r = lambda n: json.load(open("bench/results/" + n))["images_per_second"]; print("cifar10 scaling, 2 threads / 1 thread: %.2fx" % (r("cifar10_2threads.json") / r("cifar10_1thread.json")))'
+	$(BUILD)/mxu bench models/cifar10.json --batch-size 1024 --replicas 8 \
+	  --threads 2 --precision mixed_bfloat16 \
+	  --report bench/results/cifar10_bf16.json
+	$(BUILD)/mxu bench models/cifar10_augmented.json --batch-size 32 \
+	  --threads 2 --steps 100 --report bench/results/cifar10_augmented_plain.json
+	$(BUILD)/mxu bench models/cifar10_augmented.json --batch-size 32 \
+	  --threads 2 --steps 100 --augment \
+	  --report bench/results/cifar10_augmented_augment.json
+	@python3 scripts/bench_summary.py bench/results
 
 test-sanitize: deps
 	@cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DMXU_SANITIZE=ON >/dev/null
