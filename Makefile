@@ -31,6 +31,13 @@ test: build
 recipes: build
 	$(BUILD)/fashion_mnist /usr/share/datasets/fashion-mnist 5
 	$(BUILD)/cifar10 ../shared/data/cifar-10 2 3
+	@mkdir -p $(BUILD)/cifar_augmented
+	$(BUILD)/mxu train models/cifar10_augmented.json \
+	  --data ../shared/data/cifar-10 --rescale 1/255 --batch-size 32 \
+	  --epochs 200 --early-stopping 5 \
+	  --model-checkpoint '$(BUILD)/cifar_augmented/model.{epoch:02d}-{val_loss:.2f}.h5' \
+	  --rotation-range 20 --width-shift-range 0.2 --height-shift-range 0.2 \
+	  --horizontal-flip --report $(BUILD)/cifar_augmented/report.json
 
 # Training throughput of the reference models (mxu bench), kept with the
 # CPU model and the commit in bench/results/; then how cifar scales from 1
