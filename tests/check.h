@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +157,37 @@ static inline int check_run(char **args, char **out, char **err) {
    * expect: look for the report itself. */
   CHECK_MSG(!has(*err, "Sanitizer") && !has(*err, "runtime error"), "%s", *err);
   return code;
+}
+
+/* A finished run: exit code (-1 when it did not exit) and its output. */
+typedef struct result {
+  int code;
+  char *out, *err;
+} result;
+
+static inline void result_free(result *r) {
+  free(r->out);
+  free(r->err);
+}
+
+/* Runs the NULL-terminated arguments (args[0] the binary). */
+static inline result run_argv(char **args) {
+  result r = {-1, NULL, NULL};
+  r.code = check_run(args, &r.out, &r.err);
+  return r;
+}
+
+/* check_run_bin(bin, "train", "m.json", "--epochs", "3", NULL) */
+static inline result check_run_bin(const char *bin, const char *first, ...) {
+  char *args[64] = {(char *)bin, (char *)first};
+  int n = 2;
+  va_list list;
+  va_start(list, first);
+  for (const char *a; n < 63 && (a = va_arg(list, const char *));)
+    args[n++] = (char *)a;
+  va_end(list);
+  args[n] = NULL;
+  return run_argv(args);
 }
 
 static inline const char *check_shared_data(void) {

@@ -25,22 +25,10 @@ static char *read_text(const char *path) {
   return text;
 }
 
-typedef struct result {
-  int code; /* exit status, or -1 when it did not exit normally */
-  char *out, *err;
-} result;
-
-static void result_free(result *r) {
-  free(r->out);
-  free(r->err);
-}
-
-/* Runs the NULL-terminated arguments (args[0] is MXU_BIN). */
+/* Runs the NULL-terminated arguments with args[0] replaced by MXU_BIN. */
 static result run_mxu(char **args) {
-  result r = {-1, NULL, NULL};
   args[0] = (char *)MXU_BIN;
-  r.code = check_run(args, &r.out, &r.err);
-  return r;
+  return run_argv(args);
 }
 
 /* ---- models ------------------------------------------------------------- */

@@ -56,35 +56,8 @@ static void write_text(const char *path, const char *text) {
 
 /* ---- running the binary ------------------------------------------------ */
 
-typedef struct result {
-  int code; /* exit status, or -1 when it did not exit normally */
-  char *out, *err;
-} result;
-
-static void result_free(result *r) {
-  free(r->out);
-  free(r->err);
-}
-
-/* Runs the NULL-terminated arguments (args[0] is MXU_BIN). */
-static result run_argv(char **args) {
-  result r = {-1, NULL, NULL};
-  r.code = check_run(args, &r.out, &r.err);
-  return r;
-}
-
-/* run("plot", "r.json", "-o", "c.png", NULL) */
-static result run(const char *first, ...) {
-  char *args[64] = {(char *)MXU_BIN, (char *)first};
-  int n = 2;
-  va_list list;
-  va_start(list, first);
-  for (const char *a; n < 63 && (a = va_arg(list, const char *));)
-    args[n++] = (char *)a;
-  va_end(list);
-  args[n] = NULL;
-  return run_argv(args);
-}
+/* run("train", "m.json", "--epochs", "3", NULL) */
+#define run(...) check_run_bin(MXU_BIN, __VA_ARGS__)
 
 /* The exit code and a piece of the text on stderr; consumes r. */
 static void expect_run(result r, int want, const char *needle,
