@@ -120,12 +120,15 @@ static inline void check_remove_tree(const char *path) {
 }
 
 /* Path of a file under ../shared/data (MXU_SHARED_DATA overrides). */
-/* The whole of a small text file, or NULL; free() it. */
+/* The whole of a text file, or NULL; free() it. */
 static inline char *check_slurp(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
-  char *text = calloc(1, 1 << 20);
-  size_t got = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  rewind(f);
+  char *text = malloc((size_t)(n > 0 ? n : 0) + 1);
+  size_t got = text ? fread(text, 1, (size_t)(n > 0 ? n : 0), f) : 0;
   if (text) text[got] = 0;
   fclose(f);
   return text;

@@ -12,19 +12,6 @@
 
 extern char **environ;
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  rewind(f);
-  char *text = malloc((size_t)(n > 0 ? n : 0) + 1);
-  size_t got = fread(text, 1, (size_t)(n > 0 ? n : 0), f);
-  text[got] = 0;
-  fclose(f);
-  return text;
-}
-
 /* Runs the NULL-terminated arguments with args[0] replaced by MXU_BIN. */
 static result run_mxu(char **args) {
   args[0] = (char *)MXU_BIN;
@@ -300,7 +287,7 @@ static void test_bench_command(void) {
   CHECK(has(r.out, "median") && has(r.out, "GFLOP/s") && has(r.out, "peak"));
   CHECK(has(r.out, "conv2d") && has(r.out, "max_pooling2d"));
   result_free(&r);
-  char *text = read_text(report);
+  char *text = check_slurp(report);
   cJSON *root = cJSON_Parse(text);
   CHECK_MSG(root != NULL, "report %s: %s", report, text ? text : "missing");
   compile(m, 8, 2, mxu_adam(1e-3f)); /* as bench compiled it */
@@ -327,7 +314,7 @@ static void test_bench_command(void) {
   r = run_mxu(bf16);
   CHECK_MSG(r.code == 0, "exit %d: %s", r.code, r.err);
   result_free(&r);
-  text = read_text(report);
+  text = check_slurp(report);
   CHECK_MSG(has(text, "\"precision\":\t\"mixed_bfloat16\"") ||
                 has(text, "\"precision\": \"mixed_bfloat16\"") ||
                 has(text, "\"precision\":\"mixed_bfloat16\""),

@@ -18,19 +18,6 @@ extern char **environ;
 
 #define temp_dir check_temp_dir
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  rewind(f);
-  char *text = malloc((size_t)(n > 0 ? n : 0) + 1);
-  size_t got = fread(text, 1, (size_t)(n > 0 ? n : 0), f);
-  text[got] = 0;
-  fclose(f);
-  return text;
-}
-
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   CHECK(f != NULL);
@@ -265,7 +252,7 @@ static const char *metric_key(const cJSON *epoch) {
 }
 
 static cJSON *load_report(const char *path) {
-  char *text = read_text(path);
+  char *text = check_slurp(path);
   CHECK_MSG(text != NULL, "no report at %s", path);
   cJSON *root = text ? cJSON_Parse(text) : NULL;
   CHECK_MSG(root != NULL, "the report is not JSON: %s", text);
@@ -364,7 +351,7 @@ static void summary_save_json(void) {
   CHECK(has(original.out, "Total params: 1,676,982"));
   CHECK(original.out && b.out && c.out && strcmp(original.out, b.out) == 0 &&
         strcmp(original.out, c.out) == 0);
-  char *text3 = read_text(keras3), *text2 = read_text(keras2);
+  char *text3 = check_slurp(keras3), *text2 = check_slurp(keras2);
   CHECK(text3 && has(text3, "\"batch_shape\"") && has(text3, "keras.layers"));
   CHECK(text2 && has(text2, "\"batch_input_shape\"") &&
         !has(text2, "keras.layers"));

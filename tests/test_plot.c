@@ -29,19 +29,6 @@ extern char **environ;
 #define TRAIN_RGB 0x1f77b4u
 #define VAL_RGB 0xff7f0eu
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  rewind(f);
-  char *text = malloc((size_t)(n > 0 ? n : 0) + 1);
-  size_t got = fread(text, 1, (size_t)(n > 0 ? n : 0), f);
-  text[got] = 0;
-  fclose(f);
-  return text;
-}
-
 static void write_bytes(const char *path, const void *data, size_t size) {
   FILE *f = fopen(path, "wb");
   CHECK(f != NULL);
@@ -351,7 +338,7 @@ static double number(const cJSON *object, const char *key) {
  * (both count the first highest output), and the names are the data
  * set's. */
 static void check_confusion_report(const char *path, int test_count) {
-  char *text = read_text(path);
+  char *text = check_slurp(path);
   cJSON *root = cJSON_Parse(text ? text : "");
   free(text);
   CHECK_MSG(root != NULL, "%s is not JSON", path);
