@@ -204,6 +204,7 @@ void mxu_plan_release(mxu_model *model) {
   for (int r = 0; plan->replica && r < plan->local_count; r++)
     release_replica(model, &plan->replica[r]);
   free(plan->replica);
+  free(plan->exchange);
   free(plan->act);
   free(plan->grad);
   memset(plan, 0, sizeof *plan);

@@ -149,6 +149,21 @@ static void gather_shards(const mxu_model *model, float *buf) {
   mxu_dist_allgatherv(buf, counts, displs);
 }
 
+/* The plan's staging buffer for exchanges between processes, at least
+ * `floats` long; nothing sensible continues without it. */
+static float *exchange(mxu_plan *plan, size_t floats) {
+  if (floats > plan->exchange_floats) {
+    float *grown = realloc(plan->exchange, floats * sizeof(float));
+    if (!grown) {
+      mxu_fail(MXU_ERR_NOMEM, "strategy: out of memory for an exchange");
+      mxu_distributed_abort(1);
+    }
+    plan->exchange = grown;
+    plan->exchange_floats = floats;
+  }
+  return plan->exchange;
+}
+
 /* Under MPI: every process sends each other process its replicas' values
  * of that process's shard, then sums all replicas of its own shard in the
  * same tree as one process would. */
@@ -158,53 +173,46 @@ static void reduce_across_processes(mxu_model *model) {
   int64_t begin, end, per;
   shard(model, mxu_distributed_rank(), &begin, &end, &per);
   int64_t block = (int64_t)local * per;
-  float *send = calloc((size_t)(size * block), sizeof(float));
-  float *recv = calloc((size_t)(size * block), sizeof(float));
-  float **g = malloc((size_t)plan->replicas * sizeof *g);
-  if (!send || !recv || !g) {
-    /* Nothing sensible continues without the sum. */
-    mxu_fail(MXU_ERR_NOMEM, "strategy: out of memory for the all-reduce");
-    mxu_distributed_abort(1);
-  }
+  float *send = exchange(plan, 2 * (size_t)(size * block));
+  float *recv = send + size * block;
   for (int q = 0; q < size; q++) {
     int64_t first, last, unused;
     shard(model, q, &first, &last, &unused);
-    for (int l = 0; l < local; l++)
-      memcpy(send + q * block + l * per, plan->replica[l].grads + first,
+    for (int l = 0; l < local; l++) {
+      float *to = send + q * block + l * per;
+      memcpy(to, plan->replica[l].grads + first,
              (size_t)(last - first) * sizeof(float));
+      /* The last shard may be short: its tail sums zeros, unused. */
+      memset(to + (last - first), 0, (size_t)(per - (last - first)) * 4);
+    }
   }
   mxu_dist_alltoall(send, recv, block);
+  float *g[plan->replicas];
   for (int r = 0; r < plan->replicas; r++) g[r] = recv + (int64_t)r * per;
   tree_sum(g, plan->replicas, 0, end - begin);
   memcpy(model->grads + begin, g[0], (size_t)(end - begin) * sizeof(float));
-  free(send);
-  free(recv);
-  free(g);
 }
 
 /* Pointers to every replica's `floats` values at arena offset `offset`, in
- * logical order: into the local arenas, or under MPI into *gathered (which
- * the caller frees). */
-static void gather_values(mxu_model *model, size_t offset, int floats,
-                          const float **all, float **gathered) {
+ * logical order: into the local arenas, or under MPI into the exchange
+ * buffer (valid until the next exchange). */
+static void gather_values(mxu_model *model, size_t offset, int64_t floats,
+                          const float **all) {
   mxu_plan *plan = &model->plan;
-  *gathered = NULL;
   if (mxu_distributed_size() == 1) {
     for (int r = 0; r < plan->replicas; r++)
       all[r] = mxu_replica_floats(&plan->replica[r], offset);
     return;
   }
   size_t bytes = (size_t)floats * sizeof(float);
-  float *local = malloc(bytes * (size_t)plan->local_count);
-  *gathered = malloc(bytes * (size_t)plan->replicas);
-  if (!local || !*gathered) mxu_distributed_abort(1);
+  float *local = exchange(
+      plan, (size_t)floats * (size_t)(plan->local_count + plan->replicas));
+  float *gathered = local + floats * plan->local_count;
   for (int r = 0; r < plan->local_count; r++)
-    memcpy(local + (size_t)r * floats,
-           mxu_replica_floats(&plan->replica[r], offset), bytes);
-  mxu_dist_allgather(local, *gathered, bytes * (size_t)plan->local_count);
-  for (int r = 0; r < plan->replicas; r++)
-    all[r] = *gathered + (size_t)r * floats;
-  free(local);
+    memcpy(local + r * floats, mxu_replica_floats(&plan->replica[r], offset),
+           bytes);
+  mxu_dist_allgather(local, gathered, bytes * (size_t)plan->local_count);
+  for (int r = 0; r < plan->replicas; r++) all[r] = gathered + r * floats;
 }
 
 /* BatchNormalization and the like: every replica's statistics, in logical
@@ -215,16 +223,14 @@ static void update_state(mxu_model *model) {
   for (int i = 0; i < model->layer_count; i++) {
     mxu_layer *layer = &model->layers[i];
     if (!layer->cls->update_state) continue;
-    float *gathered;
     gather_values(model, layer->stats_offset, layer->cls->stats_floats(layer),
-                  stats, &gathered);
+                  stats);
     float *w[MXU_MAX_LAYER_PARAMS];
     for (int k = 0; k < layer->param_count; k++) {
       const mxu_param *p = &model->params[layer->param_first + k];
       w[k] = (p->trainable ? model->weights : model->state) + p->offset;
     }
     layer->cls->update_state(layer, stats, plan->replicas, w);
-    free(gathered);
   }
 }
 
@@ -232,10 +238,35 @@ static void update_state(mxu_model *model) {
  * Every replica finishes a layer before any starts the next, so a layer
  * can exchange values with the other replicas between its two halves. */
 
-typedef enum phase { FORWARD, FORWARD_LOCAL, BACKWARD, BACKWARD_LOCAL } phase;
+typedef enum phase {
+  FORWARD,
+  FORWARD_LOCAL,
+  FORWARD_GLOBAL,
+  BACKWARD,
+  BACKWARD_LOCAL,
+  BACKWARD_GLOBAL
+} phase;
 
+static void run_layer(mxu_layer *layer, const mxu_layer_run *run, phase what,
+                      const float *const *all, int replicas) {
+  switch (what) {
+  case FORWARD: layer->cls->forward(layer, run); break;
+  case FORWARD_LOCAL: layer->cls->forward_local(layer, run); break;
+  case FORWARD_GLOBAL:
+    layer->cls->forward_global(layer, run, all, replicas);
+    break;
+  case BACKWARD: layer->cls->backward(layer, run); break;
+  case BACKWARD_LOCAL: layer->cls->backward_local(layer, run); break;
+  case BACKWARD_GLOBAL:
+    layer->cls->backward_global(layer, run, all, replicas);
+    break;
+  }
+}
+
+/* One part of layer i on every replica; the *_GLOBAL parts get every
+ * replica's shared values in all. */
 static void run_phase(mxu_model *model, int i, phase what,
-                      const mxu_step_key *key) {
+                      const mxu_step_key *key, const float *const *all) {
   mxu_plan *plan = &model->plan;
   mxu_layer *layer = &model->layers[i];
 #pragma omp parallel for schedule(static)                                      \
@@ -246,42 +277,20 @@ static void run_phase(mxu_model *model, int i, phase what,
     double start = profile_start(profile);
     unsigned mode = denormals_off();
     mxu_layer_run run = mxu_replica_run(model, replica, i, key);
-    switch (what) {
-    case FORWARD: layer->cls->forward(layer, &run); break;
-    case FORWARD_LOCAL: layer->cls->forward_local(layer, &run); break;
-    case BACKWARD: layer->cls->backward(layer, &run); break;
-    case BACKWARD_LOCAL: layer->cls->backward_local(layer, &run); break;
-    }
+    run_layer(layer, &run, what, all, plan->replicas);
     denormals_restore(mode);
     profile_stop(profile, 2 * i + (what >= BACKWARD), start);
   }
 }
 
-/* The second half of a synchronized layer, given every replica's shared
- * values. */
-static void run_global(mxu_model *model, int i, int backward,
-                       const mxu_step_key *key) {
-  mxu_plan *plan = &model->plan;
+/* A synchronized layer: its local half, the exchange, its global half. */
+static void run_split(mxu_model *model, int i, int backward,
+                      const mxu_step_key *key) {
   mxu_layer *layer = &model->layers[i];
-  const float *all[plan->replicas];
-  float *gathered;
-  gather_values(model, layer->sync_offset, layer->cls->sync_floats(layer), all,
-                &gathered);
-#pragma omp parallel for schedule(static)                                      \
-    num_threads(plan->workers) if (plan->workers > 1)
-  for (int r = 0; r < plan->local_count; r++) {
-    double *profile = profile_of(model, &plan->replica[r], key);
-    double start = profile_start(profile);
-    unsigned mode = denormals_off();
-    mxu_layer_run run = mxu_replica_run(model, &plan->replica[r], i, key);
-    if (backward)
-      layer->cls->backward_global(layer, &run, all, plan->replicas);
-    else
-      layer->cls->forward_global(layer, &run, all, plan->replicas);
-    denormals_restore(mode);
-    profile_stop(profile, 2 * i + (backward != 0), start);
-  }
-  free(gathered);
+  run_phase(model, i, backward ? BACKWARD_LOCAL : FORWARD_LOCAL, key, NULL);
+  const float *all[model->plan.replicas];
+  gather_values(model, layer->sync_offset, layer->cls->sync_floats(layer), all);
+  run_phase(model, i, backward ? BACKWARD_GLOBAL : FORWARD_GLOBAL, key, all);
 }
 
 static int synchronized(const mxu_layer *layer) {
@@ -299,12 +308,10 @@ static void run_synchronized(mxu_model *model, const mxu_step_key *key,
   mxu_plan *plan = &model->plan;
   int n = model->layer_count;
   for (int i = 0; i < n; i++) {
-    if (!synchronized(&model->layers[i])) {
-      run_phase(model, i, FORWARD, key);
-      continue;
-    }
-    run_phase(model, i, FORWARD_LOCAL, key);
-    run_global(model, i, 0, key);
+    if (synchronized(&model->layers[i]))
+      run_split(model, i, 0, key);
+    else
+      run_phase(model, i, FORWARD, key, NULL);
   }
 #pragma omp parallel for schedule(static)                                      \
     num_threads(plan->workers) if (plan->workers > 1)
@@ -314,12 +321,10 @@ static void run_synchronized(mxu_model *model, const mxu_step_key *key,
     denormals_restore(mode);
   }
   for (int i = n - 1; i >= 0; i--) {
-    if (!synchronized(&model->layers[i])) {
-      run_phase(model, i, BACKWARD, key);
-      continue;
-    }
-    run_phase(model, i, BACKWARD_LOCAL, key);
-    run_global(model, i, 1, key);
+    if (synchronized(&model->layers[i]))
+      run_split(model, i, 1, key);
+    else
+      run_phase(model, i, BACKWARD, key, NULL);
   }
 }
 
@@ -407,19 +412,14 @@ void mxu_strategy_sync_slots(mxu_model *model) {
 void mxu_strategy_outputs(mxu_model *model, int64_t rows, float *out) {
   mxu_plan *plan = &model->plan;
   int n = model->layer_count;
-  int64_t per_replica =
-      plan->batch * mxu_shape_count(&model->layers[n - 1].out_shape);
-  size_t local_bytes = (size_t)(plan->local_count * per_replica) * 4;
-  float *all = malloc((size_t)plan->replicas * per_replica * 4);
-  float *local = malloc(local_bytes);
-  if (!all || !local) mxu_distributed_abort(1);
-  for (int r = 0; r < plan->local_count; r++)
-    memcpy(local + r * per_replica,
-           mxu_replica_floats(&plan->replica[r], plan->act[n]),
-           (size_t)per_replica * 4);
-  mxu_dist_allgather(local, all, local_bytes);
-  int64_t classes = per_replica / plan->batch;
-  memcpy(out, all, (size_t)(rows * classes) * 4);
-  free(all);
-  free(local);
+  int64_t classes = mxu_shape_count(&model->layers[n - 1].out_shape);
+  const float *all[plan->replicas];
+  gather_values(model, plan->act[n], plan->batch * classes, all);
+  /* Replica r holds rows r * batch .. of the global batch. */
+  for (int r = 0; r < plan->replicas && rows > 0; r++) {
+    int64_t own = min64(rows, plan->batch);
+    memcpy(out, all[r], (size_t)(own * classes) * sizeof(float));
+    out += own * classes;
+    rows -= own;
+  }
 }
