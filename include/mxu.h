@@ -206,6 +206,13 @@ typedef struct mxu_compile_config {
    * progress updates. */
   int replicas;
   int threads;
+  /* Rows a replica runs through the network at a time. Where no layer
+   * computes batch statistics (BatchNormalization), a replica's batch may
+   * run in slices, each with its own activations and gradient, summed in a
+   * fixed order: the same result, with a small model's activations in the
+   * cache. 0 chooses from the core's L2 cache size; a value that does not
+   * divide batch_size / replicas runs the batch whole. */
+  int slice_rows;
   int steps_per_execution;
   mxu_precision precision; /* float32 unless asked */
 } mxu_compile_config;
@@ -542,7 +549,15 @@ typedef struct mxu_layer_profile {
   const char *name, *class_name;
   double forward_seconds, backward_seconds;
   int64_t steps;
+  /* The layer that runs this one fused into its own op (a Conv2D runs the
+   * MaxPooling2D and relu after it), whose time includes this one's; NULL
+   * for a layer that runs itself. */
+  const char *fused_into;
 } mxu_layer_profile;
+
+/* Rows each replica runs through the network at a time, as compiled (see
+ * mxu_compile_config.slice_rows); 0 before compile. */
+int mxu_model_slice_rows(const mxu_model *model);
 
 mxu_status mxu_profile_enable(mxu_model *model, int on);
 /* Fills up to capacity entries, one per layer; returns the layer count. */

@@ -515,6 +515,150 @@ static void test_pool2d(void) {
   }
 }
 
+/* ---- conv + max pooling (+ relu), fused ------------------------------- *
+ * cpu's fused op against cpu_ref's conv, pool and relu one after another:
+ * the model-level fusion must compute exactly what the layers do. */
+
+typedef struct conv_pool_case {
+  int n, h, w, c, filters, kh, kw;
+} conv_pool_case;
+
+static const conv_pool_case conv_pool_cases[] = {
+    {3, 28, 28, 1, 64, 3, 3}, /* Fashion-MNIST's first layer */
+    {5, 9, 7, 3, 32, 3, 3},   /* odd conv output: the pool drops a row */
+    {2, 8, 8, 2, 16, 2, 2},
+    {9, 6, 6, 4, 48, 1, 1}, /* two image blocks, a 3-vector channel tail */
+    {2, 7, 7, 4, 16, 3, 3}, /* 36 taps: three gradient chunks */
+};
+
+/* y[n, out] = relu?(x) elementwise; the mask variant is for gradients. */
+static void relu_in_place(float *v, size_t n) {
+  for (size_t i = 0; i < n; i++) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
+}
+
+static void mask_by_positive(float *g, const float *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(v[i] > 0.0f)) g[i] = 0.0f;
+}
+
+typedef struct conv_pool_io {
+  const float *x, *w, *b, *dy;
+  float *y, *y_infer, *dx, *dw, *db; /* out */
+} conv_pool_io;
+
+/* cpu_ref, layer by layer: z = conv(x) + b, a = act(z), p = pool(a),
+ * y = relu?(p); and back. */
+static void conv_pool_reference(const mxu_conv2d_desc *cd,
+                                const mxu_pool2d_desc *pd, int relu,
+                                const conv_pool_io *io) {
+  const mxu_backend *be = backends[REF];
+  mxu_conv2d_desc linear = *cd;
+  linear.activation = MXU_LINEAR;
+  size_t nz = (size_t)cd->n * cd->out_h * cd->out_w * cd->out_c;
+  size_t ny = (size_t)pd->n * pd->out_h * pd->out_w * pd->c;
+  float *z = zeros(nz), *a = zeros(nz), *da = zeros(nz), *dp = zeros(ny);
+  mxu_op *conv = NULL, *pool = NULL;
+  CHECK_OK(be->conv2d_create(&linear, &conv));
+  CHECK_OK(be->pool2d_create(pd, &pool));
+  if (!conv || !pool) goto done;
+  be->conv2d_forward(conv, io->x, io->w, io->b, z);
+  memcpy(a, z, nz * sizeof *a);
+  if (cd->activation == MXU_RELU) relu_in_place(a, nz);
+  be->pool2d_forward(pool, 1, a, io->y, NULL);
+  if (relu) relu_in_place(io->y, ny);
+  memcpy(io->y_infer, io->y, ny * sizeof *io->y);
+  memcpy(dp, io->dy, ny * sizeof *dp);
+  if (relu) mask_by_positive(dp, io->y, ny);
+  be->pool2d_backward(pool, a, io->y, dp, NULL, da);
+  if (cd->activation == MXU_RELU) mask_by_positive(da, z, nz);
+  be->conv2d_backward_weights(conv, io->x, da, io->dw, io->db);
+  be->conv2d_backward_data(conv, da, io->w, io->dx);
+done:
+  be->op_free(conv);
+  be->op_free(pool);
+  free(z), free(a), free(da), free(dp);
+}
+
+static void conv_pool_fused(const mxu_conv2d_desc *cd,
+                            const mxu_pool2d_desc *pd, int relu,
+                            const conv_pool_io *io) {
+  const mxu_backend *be = backends[CPU];
+  mxu_op *op = NULL;
+  CHECK_OK(be->conv_pool_create(cd, pd, relu, &op));
+  if (!op) return;
+  void *ws = mxu_aligned_alloc(be->conv_pool_workspace_bytes(op));
+  be->conv_pool_forward(op, 0, io->x, io->w, io->b, io->y_infer, NULL);
+  be->conv_pool_forward(op, 1, io->x, io->w, io->b, io->y, ws);
+  be->conv_pool_backward(op, io->x, io->w, io->dy, ws, io->dw, io->db, io->dx);
+  mxu_aligned_free(ws);
+  be->op_free(op);
+}
+
+static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
+                            int relu, int has_bias) {
+  conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
+                  c->kh, c->kw, 1,    1,    MXU_VALID};
+  mxu_conv2d_desc cd = conv_desc(&cc, act, has_bias);
+  conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
+                  2,    2,        2,        2,          MXU_VALID};
+  mxu_pool2d_desc pd = pool_desc(&pc, 1);
+  size_t nx = (size_t)c->n * c->h * c->w * c->c;
+  size_t nw = (size_t)c->kh * c->kw * c->c * c->filters;
+  size_t ny = (size_t)c->n * pd.out_h * pd.out_w * c->filters;
+  float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(c->filters, -1, 1);
+  float *dy = rnd(ny, -1, 1);
+  float *y[2], *yi[2], *dx[2], *dw[2], *db[2];
+  for (int k = 0; k < 2; k++) {
+    y[k] = zeros(ny), yi[k] = zeros(ny), dx[k] = zeros(nx);
+    dw[k] = zeros(nw), db[k] = zeros(c->filters);
+    conv_pool_io io = {x,     w,     has_bias ? b : NULL,    dy, y[k], yi[k],
+                       dx[k], dw[k], has_bias ? db[k] : NULL};
+    (k == CPU ? conv_pool_fused : conv_pool_reference)(&cd, &pd, relu, &io);
+  }
+  char label[128];
+  snprintf(label, sizeof label, "conv+pool %dx%dx%d->%d k%dx%d %s%s%s", c->h,
+           c->w, c->c, c->filters, c->kh, c->kw, act_names[act],
+           relu ? "+relu" : "", has_bias ? "+bias" : "");
+  expect_pair(label, "training y", y, ny, TOL_LAYER);
+  expect_pair(label, "inference y", yi, ny, TOL_LAYER);
+  expect_pair(label, "backward dx", dx, nx, TOL_LAYER);
+  expect_pair(label, "backward dw", dw, nw, TOL_LAYER);
+  if (has_bias) expect_pair(label, "backward db", db, c->filters, TOL_LAYER);
+  free_pair(y), free_pair(yi), free_pair(dx), free_pair(dw), free_pair(db);
+  free(x), free(w), free(b), free(dy);
+}
+
+/* What the fused loops do not take is declined, for the layers to run. */
+static void conv_pool_declines(void) {
+  conv_case cc = {2, 9, 9, 8, 16, 3, 3, 1, 1, MXU_VALID};
+  conv_case pc = {2, 7, 7, 16, 0, 2, 2, 2, 2, MXU_VALID};
+  mxu_pool2d_desc pd = pool_desc(&pc, 1);
+  mxu_conv2d_desc wide = conv_desc(&cc, MXU_LINEAR, 1); /* 8 channels in */
+  cc.c = 1, cc.filters = 10;
+  mxu_conv2d_desc odd = conv_desc(&cc, MXU_LINEAR, 1); /* 10 filters */
+  cc.filters = 16;
+  mxu_conv2d_desc tanh = conv_desc(&cc, MXU_TANH, 1);
+  mxu_pool2d_desc avg = pool_desc(&pc, 0);
+  const mxu_conv2d_desc *convs[] = {&wide, &odd, &tanh, &tanh};
+  const mxu_pool2d_desc *pools[] = {&pd, &pd, &pd, &avg};
+  for (int i = 0; i < 4; i++) {
+    mxu_op *op = NULL;
+    CHECK(backends[CPU]->conv_pool_create(convs[i], pools[i], 0, &op) ==
+          MXU_ERR_UNSUPPORTED);
+    CHECK(op == NULL);
+  }
+  CHECK(backends[REF]->conv_pool_create == NULL); /* the oracle never fuses */
+}
+
+static void test_conv_pool(void) {
+  int cases = (int)(sizeof conv_pool_cases / sizeof *conv_pool_cases);
+  for (int i = 0; i < cases; i++)
+    for (int v = 0; v < 4; v++)
+      conv_pool_check(&conv_pool_cases[i], v & 1 ? MXU_RELU : MXU_LINEAR,
+                      v >> 1, (i + v) % 2 == 0);
+  conv_pool_declines();
+}
+
 /* ---- batch normalisation ----------------------------------------------- */
 
 typedef struct bn_case {
@@ -784,6 +928,7 @@ int main(void) {
   test_dense();
   test_bf16();
   test_pool2d();
+  test_conv_pool();
   test_batchnorm();
   test_activations();
   test_losses();

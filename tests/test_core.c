@@ -116,6 +116,65 @@ static void philox_uniform(void) {
   free(u);
 }
 
+/* mxu_rng_uniform runs 16 draws side by side and the rest scalar: every
+ * (first, count) split must give word 0 of mxu_rng_block, bit for bit, and
+ * write nothing past count. */
+static void philox_uniform_lanes(void) {
+  static const struct {
+    uint64_t first;
+    size_t count;
+  } runs[] = {
+      {0, 0},
+      {0, 1},
+      {0, 15},
+      {0, 16},
+      {0, 17},
+      {0, 1000},
+      {5, 0},
+      {5, 1},
+      {5, 15},
+      {5, 16},
+      {5, 17},
+      {5, 1000},
+      {13, 33},
+      {100, 64},
+      {0xfffffff0u, 16},           /* lanes up to 2^32 - 1 */
+      {0xfffffff8u, 16},           /* high index word changes mid-batch */
+      {0xfffffffbu, 1000},         /* ... and in later batches and tail */
+      {(1ull << 32) - 1, 17},      /* first lane alone below 2^32 */
+      {0x00000007fffffff3ull, 40}, /* a higher high word carrying */
+      {UINT64_MAX - 20, 40},       /* the index wraps, as first + i does */
+  };
+  const mxu_rng streams[] = {
+      mxu_rng_make(2024, MXU_STREAM_DROPOUT, 3, 1, 7),
+      mxu_rng_make(0xfedcba9876543210ull, 1, 2, 3, 4),
+  };
+  enum { MAX = 1000 };
+  float *got = malloc((MAX + 1) * sizeof *got);
+  float *want = malloc((MAX + 1) * sizeof *want);
+  for (size_t s = 0; s < sizeof streams / sizeof *streams; s++)
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+      uint64_t first = runs[r].first;
+      size_t count = runs[r].count;
+      for (size_t i = 0; i < count; i++) {
+        uint32_t block[4];
+        mxu_rng_block(&streams[s], first + i, block);
+        want[i] = (float)(block[0] >> 8) * (1.0f / 16777216.0f);
+      }
+      got[count] = -1.0f; /* a sentinel just past the end */
+      mxu_rng_uniform(&streams[s], first, got, count);
+      CHECK_MSG(memcmp(got, want, count * sizeof *got) == 0,
+                "stream %zu: uniform(first %llu, count %zu) differs from "
+                "mxu_rng_block",
+                s, (unsigned long long)first, count);
+      CHECK_MSG(got[count] == -1.0f,
+                "stream %zu: uniform(first %llu, count %zu) wrote past end", s,
+                (unsigned long long)first, count);
+    }
+  free(got);
+  free(want);
+}
+
 static void philox_below(void) {
   mxu_rng rng = mxu_rng_make(7, MXU_STREAM_SHUFFLE, 1, 0, 0);
   enum { N = 100000, BOUND = 10 };
@@ -415,6 +474,7 @@ int main(void) {
   philox_known_answers();
   philox_streams();
   philox_uniform();
+  philox_uniform_lanes();
   philox_below();
   arena();
   snake_case();

@@ -27,24 +27,42 @@ static mxu_dataset *toy_data(void) {
 }
 
 /* Conv2D, then per kind BatchNormalization (synchronized or not) and
- * Dropout, then Dense softmax. */
-typedef enum toy_kind { PLAIN, BN_DROPOUT, BN, SYNC_BN } toy_kind;
+ * Dropout, then Dense softmax. FUSED: Conv2D(16), MaxPooling2D and relu,
+ * which the cpu backend runs as one op, then Dropout. */
+typedef enum toy_kind {
+  PLAIN,
+  BN_DROPOUT,
+  BN,
+  SYNC_BN,
+  DROPOUT,
+  FUSED
+} toy_kind;
+
+/* Compile settings for toy_model beyond its arguments. */
+static int slice_rows;
+static mxu_backend_kind backend_kind = MXU_BACKEND_CPU;
 
 static mxu_model *toy_model(toy_kind kind, int replicas, int threads, int batch,
                             mxu_optimizer_config optimizer) {
   mxu_model *model = mxu_sequential("toy");
   int64_t dims[3] = {SIDE, SIDE, CHANNELS};
   CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(3, dims)));
-  mxu_conv2d_config conv = mxu_conv2d_defaults(4, 3, 3);
-  conv.activation = MXU_RELU;
+  mxu_conv2d_config conv = mxu_conv2d_defaults(kind == FUSED ? 16 : 4, 3, 3);
+  conv.activation = kind == FUSED ? MXU_LINEAR : MXU_RELU;
   CHECK_OK(mxu_add_conv2d(model, &conv));
-  if (kind != PLAIN) {
+  if (kind == FUSED) {
+    mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
+    CHECK_OK(mxu_add_max_pooling2d(model, &pool));
+    CHECK_OK(mxu_add_activation(model, NULL, MXU_RELU));
+  }
+  if (kind != PLAIN && kind != DROPOUT && kind != FUSED) {
     mxu_batchnorm_config bn = mxu_batchnorm_defaults();
     bn.synchronized = kind == SYNC_BN;
     CHECK_OK(mxu_add_batch_normalization(model, &bn));
   }
   CHECK_OK(mxu_add_flatten(model, NULL));
-  if (kind == BN_DROPOUT) CHECK_OK(mxu_add_dropout(model, NULL, 0.3f));
+  if (kind == BN_DROPOUT || kind == DROPOUT || kind == FUSED)
+    CHECK_OK(mxu_add_dropout(model, NULL, 0.3f));
   mxu_dense_config dense = mxu_dense_defaults(CLASSES);
   dense.activation = MXU_SOFTMAX;
   CHECK_OK(mxu_add_dense(model, &dense));
@@ -54,6 +72,8 @@ static mxu_model *toy_model(toy_kind kind, int replicas, int threads, int batch,
   c.seed = 7;
   c.replicas = replicas;
   c.threads = threads;
+  c.slice_rows = slice_rows;
+  c.backend = backend_kind;
   CHECK_OK(mxu_compile(model, &c));
   return model;
 }
@@ -166,6 +186,78 @@ static void test_same_as_one_replica(void) {
     mxu_model_free(four);
     mxu_model_free(one);
   }
+  mxu_dataset_free(data);
+}
+
+/* Slices: a replica's rows in slices of 8 give what the whole batch
+ * gives (Dropout draws each slice's mask from its first row on), bit for
+ * bit the same on 1 and 2 threads; BatchNormalization is never sliced. */
+static double sliced_against_whole(toy_kind kind, int replicas,
+                                   mxu_optimizer_config o) {
+  mxu_dataset *data = toy_data();
+  slice_rows = 8;
+  mxu_model *one = toy_model(kind, replicas, 1, 32, o);
+  mxu_model *two = toy_model(kind, replicas, 2, 32, o);
+  CHECK(mxu_model_slice_rows(one) == 8);
+  slice_rows = 0;
+  mxu_model *whole = toy_model(kind, replicas, 2, 32, o);
+  CHECK(mxu_model_slice_rows(whole) == 32 / replicas);
+  train_steps(one, data, 32, 3);
+  train_steps(two, data, 32, 3);
+  train_steps(whole, data, 32, 3);
+  compare_weights(one, two, 1, 0);
+  double worst = compare_weights(one, whole, 0, 1);
+  mxu_model_free(one);
+  mxu_model_free(two);
+  mxu_model_free(whole);
+  mxu_dataset_free(data);
+  return worst;
+}
+
+static void test_slices(void) {
+  const toy_kind kinds[] = {DROPOUT, FUSED};
+  for (int k = 0; k < 2; k++)
+    for (int replicas = 1; replicas <= 2; replicas++) {
+      double worst =
+          sliced_against_whole(kinds[k], replicas, mxu_sgd(0.05f, 0.9f, 0));
+      printf("slices of 8 vs whole (%s, %d replica%s): worst difference "
+             "%.3g of a tensor's largest weight\n",
+             kinds[k] == FUSED ? "conv+pool+relu fused" : "dropout", replicas,
+             replicas > 1 ? "s" : "", worst);
+      CHECK(worst <= 1e-5);
+    }
+  slice_rows = 8;
+  mxu_model *bn = toy_model(BN, 1, 1, 32, mxu_adam(1e-3f));
+  CHECK(mxu_model_slice_rows(bn) == 32);
+  mxu_model_free(bn);
+  slice_rows = 0;
+}
+
+/* The fused Conv2D+MaxPooling2D+relu (cpu) trains as the layers do one by
+ * one on the oracle (cpu_ref, which never fuses), and the profile says
+ * which layers ran inside the conv. */
+static void test_fused_against_oracle(void) {
+  mxu_dataset *data = toy_data();
+  mxu_model *fused = toy_model(FUSED, 2, 2, 32, mxu_sgd(0.05f, 0.9f, 0));
+  backend_kind = MXU_BACKEND_CPU_REF;
+  mxu_model *layers = toy_model(FUSED, 2, 2, 32, mxu_sgd(0.05f, 0.9f, 0));
+  backend_kind = MXU_BACKEND_CPU;
+  train_steps(fused, data, 32, 3);
+  train_steps(layers, data, 32, 3);
+  double worst = compare_weights(fused, layers, 0, 1);
+  printf("fused conv+pool+relu (cpu) vs layer by layer (cpu_ref): worst "
+         "difference %.3g of a tensor's largest weight\n",
+         worst);
+  CHECK(worst <= 1e-5);
+  mxu_layer_profile p[8], q[8];
+  CHECK(mxu_profile_read(fused, p, 8) == 6);
+  CHECK(mxu_profile_read(layers, q, 8) == 6);
+  CHECK(p[0].fused_into == NULL && q[1].fused_into == NULL);
+  CHECK(p[1].fused_into && strcmp(p[1].fused_into, p[0].name) == 0);
+  CHECK(p[2].fused_into && strcmp(p[2].fused_into, p[0].name) == 0);
+  CHECK(p[3].fused_into == NULL);
+  mxu_model_free(fused);
+  mxu_model_free(layers);
   mxu_dataset_free(data);
 }
 
@@ -348,6 +440,8 @@ int main(void) {
   test_thread_counts();
   test_augmented();
   test_same_as_one_replica();
+  test_slices();
+  test_fused_against_oracle();
   test_batchnorm_statistics();
   test_evaluate_counts_every_sample();
   test_synchronized();

@@ -100,6 +100,26 @@ typedef struct mxu_backend {
   void (*pool2d_backward)(mxu_op *op, const float *x, const float *y,
                           const float *dy, const void *workspace, float *dx);
 
+  /* Optional (NULL where a backend has none): a Conv2D and the max pooling
+   * after it, with relu when asked, in one pass, so the conv output never
+   * reaches memory: y = maxpool(conv(x, w) + b), then relu(y) if relu
+   * (relu commutes with max, so it may have come before the pooling or
+   * after). create fails with MXU_ERR_UNSUPPORTED for what the backend
+   * does not fuse; the caller then runs the layers one by one. Training
+   * forward records where each maximum was in a workspace of
+   * conv_pool_workspace_bytes; backward takes dy of y and writes dw, db
+   * (NULL without bias) and dx (NULL when not needed). */
+  mxu_status (*conv_pool_create)(const mxu_conv2d_desc *conv,
+                                 const mxu_pool2d_desc *pool, int relu,
+                                 mxu_op **out);
+  size_t (*conv_pool_workspace_bytes)(mxu_op *op);
+  void (*conv_pool_forward)(mxu_op *op, int training, const float *x,
+                            const float *w, const float *b, float *y,
+                            void *workspace);
+  void (*conv_pool_backward)(mxu_op *op, const float *x, const float *w,
+                             const float *dy, const void *workspace, float *dw,
+                             float *db, float *dx);
+
   /* Training: normalise with the batch mean and biased variance, which are
    * written to mean and var. Inference: use the given mean and var.
    * Backward: the batch-statistics gradient, from the training forward's

@@ -27,11 +27,12 @@ static const char *const precision_names[] = {"float32", "mixed_bfloat16",
 typedef struct bench_args {
   const char *model, *report;
   int batch_size, replicas, threads, steps, repeats, precision;
+  int slice_rows;
   int profile;
   int augment;
 } bench_args;
 
-#define BENCH_OPTION_COUNT 9
+#define BENCH_OPTION_COUNT 10
 
 static void bench_options(bench_args *a, cli_option *o) {
   cli_option table[BENCH_OPTION_COUNT] = {
@@ -45,6 +46,10 @@ static void bench_options(bench_args *a, cli_option *o) {
        "worker threads, and the threads the peak is measured on (default: "
        "every core)",
        CLI_POSITIVE_INT, &a->threads, NULL, 0, 0},
+      {"--slice-rows", "R",
+       "rows a replica runs through the network at a time, where no layer "
+       "computes batch statistics (default: from the L2 cache size)",
+       CLI_POSITIVE_INT, &a->slice_rows, NULL, 0, 0},
       {"--steps", "S", "timed training steps per repeat (default 10)",
        CLI_POSITIVE_INT, &a->steps, NULL, 0, 0},
       {"--repeats", "R", "timed repeats; the median is reported (default 3)",
@@ -131,6 +136,7 @@ static int prepare(const bench_args *a, bench_run *run) {
   run->compile.batch_size = a->batch_size;
   run->compile.replicas = a->replicas;
   run->compile.threads = a->threads;
+  run->compile.slice_rows = a->slice_rows;
   run->compile.precision =
       a->precision ? MXU_MIXED_BFLOAT16 : MXU_PRECISION_FLOAT32;
   if (mxu_compile(run->model, &run->compile) != MXU_OK)
@@ -211,9 +217,13 @@ static double gflops(const bench_run *run, double images_per_second) {
 static const char *plural(int n) { return n == 1 ? "" : "s"; }
 
 static void print_header(const bench_args *a, const bench_run *run) {
+  int rows = mxu_model_slice_rows(run->model);
   printf("%s: batch %d over %d replica%s on %d thread%s, %s\n", a->model,
          a->batch_size, a->replicas, plural(a->replicas), a->threads,
          plural(a->threads), precision_names[a->precision]);
+  if (rows * a->replicas < a->batch_size)
+    printf("  each replica's %d rows in slices of %d\n",
+           a->batch_size / a->replicas, rows);
   printf("  %.2f MFLOP per training image (forward, backward, all-reduce, "
          "optimizer)\n",
          run->flops / 1e6);
@@ -255,6 +265,11 @@ static void print_profile(const bench_args *a, const bench_run *run) {
          "backward ms", "share");
   for (int i = 0; i < run->layer_count; i++) {
     const mxu_layer_profile *p = &run->layers[i];
+    if (p->fused_into) {
+      printf("  %-24s %-20s   (fused into %s)\n", p->name, p->class_name,
+             p->fused_into);
+      continue;
+    }
     printf("  %-24s %-20s %11.3f %11.3f %6.1f%%\n", p->name, p->class_name,
            layer_ms(p, p->forward_seconds), layer_ms(p, p->backward_seconds),
            100.0 * layer_share(run, i, total));
@@ -340,6 +355,7 @@ static cJSON *report_json(const bench_args *a, const bench_run *run) {
   cJSON_AddStringToObject(root, "model", a->model);
   cJSON_AddNumberToObject(root, "batch_size", a->batch_size);
   cJSON_AddNumberToObject(root, "replicas", a->replicas);
+  cJSON_AddNumberToObject(root, "slice_rows", mxu_model_slice_rows(run->model));
   cJSON_AddNumberToObject(root, "threads", a->threads);
   cJSON_AddNumberToObject(root, "steps", a->steps);
   /* As asked: compile says on stderr when the CPU falls back to float32. */

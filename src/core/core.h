@@ -86,5 +86,7 @@ void mxu_world_set(int rank, int size);
 /* The threads a replica step may use when the user asks for 0: the
  * machine's online cores. */
 int mxu_machine_cores(void);
+/* One core's L2 cache. */
+int64_t mxu_machine_l2_bytes(void);
 
 #endif

@@ -4,6 +4,10 @@
  * thread asks or in what order. */
 #include "core/core.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
 #define PHILOX_W0 0x9E3779B9u
@@ -56,13 +60,127 @@ void mxu_rng_block(const mxu_rng *rng, uint64_t index, uint32_t out[4]) {
   philox(rng->key, counter, out);
 }
 
+/* ---- Sixteen draws at a time ---------------------------------------------
+ *
+ * mxu_rng_uniform needs only word 0 of each block, but a scalar Philox per
+ * value is ~15 ns (dropout over a cifar batch: ~17 ms a step). The ten
+ * rounds are the same for every lane, so 16 consecutive indices run side by
+ * side; each lane computes exactly the scalar function, so the draws are
+ * bit-identical to mxu_rng_block's. */
+enum { LANES = 16 };
+
+/* 24 random bits: every value is exact in float32 and below 1. */
+static float to_uniform(uint32_t word) {
+  return (float)(word >> 8) * (1.0f / 16777216.0f);
+}
+
+#if defined(__AVX512F__)
+/* Each 64-bit lane holds one 32-bit word in its low half, so vpmuludq
+ * yields the whole 32x32->64 product per lane (gcc 12 turns the portable
+ * loop below into vpmullq, three times the uops). High halves carry junk
+ * that vpmuludq ignores and the final vpmovqd drops. */
+typedef struct {
+  uint64_t key[10][2]; /* round keys, once per call, not per batch */
+  uint64_t stream[2];
+} lanes_plan;
+
+static void uniform16(const lanes_plan *plan, uint64_t first,
+                      float out[LANES]) {
+  const __m512i m0 = _mm512_set1_epi64(PHILOX_M0);
+  const __m512i m1 = _mm512_set1_epi64(PHILOX_M1);
+  __m512i a0 = _mm512_add_epi64(_mm512_set1_epi64((long long)first),
+                                _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+  __m512i b0 = _mm512_add_epi64(_mm512_set1_epi64((long long)first),
+                                _mm512_set_epi64(15, 14, 13, 12, 11, 10, 9, 8));
+  __m512i a1 = _mm512_srli_epi64(a0, 32), b1 = _mm512_srli_epi64(b0, 32);
+  __m512i a2 = _mm512_set1_epi64((long long)plan->stream[0]), b2 = a2;
+  __m512i a3 = _mm512_set1_epi64((long long)plan->stream[1]), b3 = a3;
+#pragma GCC unroll 10
+  for (int round = 0; round < 10; round++) {
+    __m512i key0 = _mm512_set1_epi64((long long)plan->key[round][0]);
+    __m512i key1 = _mm512_set1_epi64((long long)plan->key[round][1]);
+    __m512i pa0 = _mm512_mul_epu32(a0, m0), pa1 = _mm512_mul_epu32(a2, m1);
+    __m512i pb0 = _mm512_mul_epu32(b0, m0), pb1 = _mm512_mul_epu32(b2, m1);
+    /* 0x96: three-way xor. */
+    a0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(pa1, 32), a1, key0, 0x96);
+    a2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(pa0, 32), a3, key1, 0x96);
+    b0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(pb1, 32), b1, key0, 0x96);
+    b2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(pb0, 32), b3, key1, 0x96);
+    a1 = pa1;
+    a3 = pa0;
+    b1 = pb1;
+    b3 = pb0;
+  }
+  __m512i words =
+      _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(a0)),
+                         _mm512_cvtepi64_epi32(b0), 1);
+  __m512 u = _mm512_cvtepi32_ps(_mm512_srli_epi32(words, 8));
+  _mm512_storeu_ps(out, _mm512_mul_ps(u, _mm512_set1_ps(1.0f / 16777216.0f)));
+}
+
+static size_t uniform_lanes(const mxu_rng *rng, uint64_t first, float *out,
+                            size_t count) {
+  lanes_plan plan;
+  uint32_t k0 = rng->key[0], k1 = rng->key[1];
+  for (int round = 0; round < 10; round++) {
+    plan.key[round][0] = k0;
+    plan.key[round][1] = k1;
+    k0 += PHILOX_W0;
+    k1 += PHILOX_W1;
+  }
+  plan.stream[0] = rng->stream[0];
+  plan.stream[1] = rng->stream[1];
+  size_t i = 0;
+  for (; i + LANES <= count; i += LANES) uniform16(&plan, first + i, out + i);
+  return i;
+}
+#else
+/* Portable: plain lane loops that omp simd vectorises wherever the target
+ * has vector integer multiplies, and that stay correct where it has not. */
+static void uniform16(const mxu_rng *rng, uint64_t first, float out[LANES]) {
+  uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
+#pragma omp simd
+  for (int j = 0; j < LANES; j++) {
+    uint64_t index = first + (uint64_t)j;
+    c0[j] = (uint32_t)index;
+    c1[j] = (uint32_t)(index >> 32);
+    c2[j] = rng->stream[0];
+    c3[j] = rng->stream[1];
+  }
+  uint32_t k0 = rng->key[0], k1 = rng->key[1];
+  for (int round = 0; round < 10; round++) {
+#pragma omp simd
+    for (int j = 0; j < LANES; j++) {
+      uint64_t p0 = (uint64_t)PHILOX_M0 * c0[j];
+      uint64_t p1 = (uint64_t)PHILOX_M1 * c2[j];
+      c0[j] = (uint32_t)(p1 >> 32) ^ c1[j] ^ k0;
+      c1[j] = (uint32_t)p1;
+      c2[j] = (uint32_t)(p0 >> 32) ^ c3[j] ^ k1;
+      c3[j] = (uint32_t)p0;
+    }
+    k0 += PHILOX_W0;
+    k1 += PHILOX_W1;
+  }
+#pragma omp simd
+  for (int j = 0; j < LANES; j++) out[j] = to_uniform(c0[j]);
+}
+
+static size_t uniform_lanes(const mxu_rng *rng, uint64_t first, float *out,
+                            size_t count) {
+  size_t i = 0;
+  for (; i + LANES <= count; i += LANES) uniform16(rng, first + i, out + i);
+  return i;
+}
+#endif
+
 void mxu_rng_uniform(const mxu_rng *rng, uint64_t first, float *out,
                      size_t count) {
-  for (size_t i = 0; i < count; i++) {
+  size_t i = uniform_lanes(rng, first, out, count);
+  /* The tail (and short calls such as augment's one draw) go scalar. */
+  for (; i < count; i++) {
     uint32_t block[4];
     mxu_rng_block(rng, first + i, block);
-    /* 24 random bits: every value is exact in float32 and below 1. */
-    out[i] = (float)(block[0] >> 8) * (1.0f / 16777216.0f);
+    out[i] = to_uniform(block[0]);
   }
 }
 

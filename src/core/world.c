@@ -18,3 +18,11 @@ int mxu_machine_cores(void) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   return cores > 0 ? (int)cores : 1;
 }
+
+int64_t mxu_machine_l2_bytes(void) {
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+  long bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (bytes > 0) return bytes;
+#endif
+  return 1 << 20; /* unknown: a common size */
+}

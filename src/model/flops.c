@@ -65,7 +65,7 @@ static void step_shape(const mxu_model *model, double *batch,
   *replicas = 1;
   if (!model->compiled || model->plan.batch <= 0) return;
   *batch = (double)model->plan.batch * model->plan.replicas;
-  *replicas = model->plan.replicas;
+  *replicas = model->plan.replicas; /* slices: the tree adds over them */
 }
 
 /* The softmax the loss reads the logits of has no backward pass of its
@@ -221,9 +221,18 @@ int mxu_profile_read(const mxu_model *model, mxu_layer_profile *out,
   for (int i = 0; out && i < model->layer_count && i < capacity; i++) {
     const mxu_layer *layer = &model->layers[i];
     const double *p = model->profile;
-    out[i] = (mxu_layer_profile){layer->name, layer->cls->class_name,
-                                 p ? p[2 * i] : 0.0, p ? p[2 * i + 1] : 0.0,
-                                 p ? model->profile_steps : 0};
+    out[i] = (mxu_layer_profile){layer->name,
+                                 layer->cls->class_name,
+                                 p ? p[2 * i] : 0.0,
+                                 p ? p[2 * i + 1] : 0.0,
+                                 p ? model->profile_steps : 0,
+                                 NULL};
+    for (int k = i - 1; layer->absorbed && k >= 0 && !out[i].fused_into; k--)
+      if (!model->layers[k].absorbed) out[i].fused_into = model->layers[k].name;
   }
   return model->layer_count;
+}
+
+int mxu_model_slice_rows(const mxu_model *model) {
+  return model && model->compiled ? model->plan.batch : 0;
 }

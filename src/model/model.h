@@ -47,11 +47,15 @@ typedef struct mxu_layer_run {
   unsigned char *arena;
   mxu_op *const *ops; /* this replica's ops for the layer */
   mxu_rng rng;        /* this (seed, epoch, step, replica, layer) stream */
+  int64_t row_offset; /* this slice's first row in its logical replica */
   int fused_softmax;  /* backward: dy is already the gradient of the logits */
 } mxu_layer_run;
 
 typedef struct mxu_layer_class {
   const char *class_name; /* Keras' class name */
+  /* The output is the input's memory under another shape (Flatten):
+   * compile gives both the same buffer and the layer copies nothing. */
+  int view;
   /* in_shape -> out_shape; rejects what the layer cannot take. */
   mxu_status (*infer)(mxu_layer *layer);
   /* Fills up to MXU_MAX_LAYER_PARAMS declarations in Keras order. */
@@ -119,6 +123,12 @@ struct mxu_layer {
   size_t scratch[MXU_MAX_LAYER_SCRATCH]; /* offsets in the replica arena */
   size_t stats_offset;                   /* see stats_floats */
   size_t sync_offset;                    /* see sync_floats */
+  /* Fusion: a layer that runs the next fused_layers layers itself in one
+   * backend op (Conv2D with its MaxPooling2D and relu) reads its input
+   * and writes the last one's output; those layers are `absorbed` and do
+   * nothing of their own. Compile proposes it, the layer's plan accepts. */
+  int fused_layers;
+  int absorbed;
 };
 
 /* The registry: one row per layer class. */
@@ -147,14 +157,19 @@ typedef struct mxu_param {
  * compile, the same offsets in every replica), its backend ops and its
  * gradient of the weights. */
 typedef struct mxu_replica {
-  int index; /* logical replica id, 0 .. replicas-1 */
+  int index; /* slice id, 0 .. replicas-1 (logical replica: index / split) */
   mxu_arena arena;
   mxu_op **ops; /* layer_count * MXU_MAX_LAYER_OPS */
   float *grads; /* trainable_count; local replica 0's is model->grads */
 } mxu_replica;
 
 typedef struct mxu_plan {
-  int batch; /* per replica: the global batch / replicas */
+  /* Rows per replica: the global batch / replicas. Here `replicas` counts
+   * slices: each logical replica's rows may run in `split` slices
+   * (compile.c says when), slice k belonging to logical replica k / split;
+   * everything else treats a slice as a replica. */
+  int batch;
+  int split;
   const mxu_backend *backend;
   mxu_arena layout;      /* sizes and offsets; replicas commit copies */
   size_t *act;           /* layer_count + 1 offsets: input, each output */

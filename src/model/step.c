@@ -14,9 +14,10 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
   run.backend = model->backend;
   run.training = key->training;
   run.x = mxu_replica_floats(replica, plan->act[i]);
-  run.y = mxu_replica_floats(replica, plan->act[i + 1]);
+  int last = i + layer->fused_layers; /* whose output this run writes */
+  run.y = mxu_replica_floats(replica, plan->act[last + 1]);
   run.dx = mxu_replica_floats(replica, plan->grad[i]);
-  run.dy = mxu_replica_floats(replica, plan->grad[i + 1]);
+  run.dy = mxu_replica_floats(replica, plan->grad[last + 1]);
   run.need_dx = i > 0;
   run.arena = replica->arena.base;
   run.ops = &replica->ops[i * MXU_MAX_LAYER_OPS];
@@ -25,8 +26,11 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
     run.w[k] = (p->trainable ? model->weights : model->state) + p->offset;
     run.dw[k] = p->trainable ? replica->grads + p->offset : NULL;
   }
-  /* Replica 0's streams are those of a model without replicas. */
-  uint32_t id = (uint32_t)i | (uint32_t)replica->index << 16;
+  /* Replica 0's streams are those of a model without replicas; a
+   * logical replica's slices share its stream at their row offsets. */
+  uint32_t logical = (uint32_t)(replica->index / plan->split);
+  uint32_t id = (uint32_t)i | logical << 16;
+  run.row_offset = (int64_t)(replica->index % plan->split) * plan->batch;
   run.rng =
       mxu_rng_make(key->seed, MXU_STREAM_DROPOUT, key->epoch, key->step, id);
   run.fused_softmax = plan->fused_softmax && i == model->layer_count - 1;
@@ -35,12 +39,14 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
 
 void mxu_replica_forward(mxu_model *model, mxu_replica *replica, int layer,
                          const mxu_step_key *key) {
+  if (model->layers[layer].absorbed) return;
   mxu_layer_run run = mxu_replica_run(model, replica, layer, key);
   model->layers[layer].cls->forward(&model->layers[layer], &run);
 }
 
 void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,
                           const mxu_step_key *key) {
+  if (model->layers[layer].absorbed) return;
   mxu_layer_run run = mxu_replica_run(model, replica, layer, key);
   model->layers[layer].cls->backward(&model->layers[layer], &run);
 }

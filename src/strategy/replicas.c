@@ -269,6 +269,7 @@ static void run_phase(mxu_model *model, int i, phase what,
                       const mxu_step_key *key, const float *const *all) {
   mxu_plan *plan = &model->plan;
   mxu_layer *layer = &model->layers[i];
+  if (layer->absorbed) return;
 #pragma omp parallel for schedule(static)                                      \
     num_threads(plan->workers) if (plan->workers > 1)
   for (int r = 0; r < plan->local_count; r++) {

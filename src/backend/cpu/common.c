@@ -85,6 +85,7 @@ void cpu_op_free(mxu_op *op) {
   for (int i = 0; i < 3; i++) mxu_aligned_free(op->blocked[i]);
   mxu_aligned_free(op->src_bf16);
   mxu_aligned_free(op->diff_dst_bf16);
+  mxu_aligned_free(op->conv_pool);
   free(op);
 }
 

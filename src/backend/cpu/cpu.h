@@ -45,6 +45,7 @@ struct mxu_op {
   int bf16, share_weights;
   void *src_bf16, *diff_dst_bf16;
   const void *src_from, *weights_from, *diff_dst_from;
+  struct cpu_conv_pool *conv_pool; /* conv_pool.c's fused op */
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -126,6 +127,17 @@ void cpu_pool2d_forward(mxu_op *op, int training, const float *x, float *y,
                         void *workspace);
 void cpu_pool2d_backward(mxu_op *op, const float *x, const float *y,
                          const float *dy, const void *workspace, float *dx);
+
+mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *conv,
+                                const mxu_pool2d_desc *pool, int relu,
+                                mxu_op **out);
+size_t cpu_conv_pool_workspace_bytes(mxu_op *op);
+void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
+                           const float *w, const float *b, float *y,
+                           void *workspace);
+void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
+                            const float *dy, const void *workspace, float *dw,
+                            float *db, float *dx);
 
 mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc, mxu_op **out);
 void cpu_batchnorm_forward_training(mxu_op *op, const float *x,

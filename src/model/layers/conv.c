@@ -30,8 +30,7 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   return 2;
 }
 
-static mxu_status conv2d_plan(mxu_layer *layer, const mxu_backend *backend,
-                              int batch, mxu_arena *layout) {
+static mxu_conv2d_desc conv2d_describe(const mxu_layer *layer, int batch) {
   const mxu_conv2d_config *c = &layer->config.conv;
   mxu_conv2d_desc d = {0};
   d.n = batch;
@@ -51,13 +50,48 @@ static mxu_status conv2d_plan(mxu_layer *layer, const mxu_backend *backend,
                        &d.pad_right);
   d.has_bias = c->use_bias;
   d.bf16 = layer->bf16;
+  d.activation = c->activation;
+  return d;
+}
+
+/* Fused with the MaxPooling2D after it (layer[1] in the model's array)
+ * and relu when a third layer is one: the op and its argmax workspace
+ * (scratch[0]). Returns 0 when the backend declines. */
+static int conv2d_plan_fused(mxu_layer *layer, const mxu_backend *backend,
+                             const mxu_conv2d_desc *d, mxu_arena *layout) {
+  mxu_pool2d_desc pool = mxu_pool2d_describe(layer + 1, d->n);
+  if (backend->conv_pool_create(d, &pool, layer->fused_layers == 2,
+                                &layer->ops[0]) != MXU_OK)
+    return 0;
+  layer->scratch[0] = mxu_arena_reserve(
+      layout, backend->conv_pool_workspace_bytes(layer->ops[0]));
+  return 1;
+}
+
+static mxu_status conv2d_plan(mxu_layer *layer, const mxu_backend *backend,
+                              int batch, mxu_arena *layout) {
+  const mxu_conv2d_config *c = &layer->config.conv;
+  mxu_conv2d_desc d = conv2d_describe(layer, batch);
+  if (layer->fused_layers > 0 && conv2d_plan_fused(layer, backend, &d, layout))
+    return MXU_OK;
+  layer->fused_layers = 0;
   int64_t rows = (int64_t)batch * d.out_h * d.out_w;
   MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, rows, d.out_c,
                             layout, &d.activation));
   return backend->conv2d_create(&d, &layer->ops[0]);
 }
 
+static const float *bias_of(const mxu_layer *layer, float *const *w) {
+  return layer->config.conv.use_bias ? w[1] : NULL;
+}
+
 static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (layer->fused_layers) {
+    run->backend->conv_pool_forward(
+        run->ops[0], run->training, run->x, run->w[0], bias_of(layer, run->w),
+        run->y, run->training ? run->arena + layer->scratch[0] : NULL);
+    return;
+  }
   mxu_activation act = layer->config.conv.activation;
   run->backend->conv2d_forward(run->ops[0], run->x, run->w[0],
                                layer->config.conv.use_bias ? run->w[1] : NULL,
@@ -66,6 +100,13 @@ static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
 }
 
 static void conv2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (layer->fused_layers) {
+    run->backend->conv_pool_backward(run->ops[0], run->x, run->w[0], run->dy,
+                                     run->arena + layer->scratch[0], run->dw[0],
+                                     (float *)bias_of(layer, run->dw),
+                                     run->need_dx ? run->dx : NULL);
+    return;
+  }
   const float *dz =
       mxu_epilogue_backward(layer, layer->config.conv.activation, run);
   run->backend->conv2d_backward_weights(run->ops[0], run->x, dz, run->dw[0],

@@ -163,18 +163,21 @@ static mxu_status no_plan(mxu_layer *layer, const mxu_backend *backend,
   return MXU_OK;
 }
 
-/* channels_last memory is already (h, w, c) row-major: a copy. */
+/* channels_last memory is already (h, w, c) row-major, so compile gives
+ * Flatten its input's buffer (a view) and there is nothing to copy. */
 static void flatten_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  memcpy(run->y, run->x, batch_bytes(layer, &layer->in_shape));
+  if (run->y != run->x)
+    memcpy(run->y, run->x, batch_bytes(layer, &layer->in_shape));
 }
 
 static void flatten_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (run->need_dx)
+  if (run->need_dx && run->dx != run->dy)
     memcpy(run->dx, run->dy, batch_bytes(layer, &layer->in_shape));
 }
 
 const mxu_layer_class mxu_flatten_class = {
     .class_name = "Flatten",
+    .view = 1,
     .infer = flatten_infer,
     .declare = no_params,
     .plan = no_plan,
@@ -204,18 +207,31 @@ static mxu_status dropout_plan(mxu_layer *layer, const mxu_backend *backend,
 
 /* Inverted dropout: kept values are scaled by 1/(1-rate) in training, so
  * inference is the identity. The mask is a pure function of this run's RNG
- * stream, hence of (seed, epoch, step, replica, layer). */
+ * stream, hence of (seed, epoch, step, replica, layer), drawn from the
+ * slice's first row on: slices of a replica draw what it would whole. */
 static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  int64_t count = layer->batch * mxu_shape_count(&layer->in_shape);
+  int64_t per_row = mxu_shape_count(&layer->in_shape);
+  int64_t count = layer->batch * per_row;
+  uint64_t first = (uint64_t)(run->row_offset * per_row);
   if (!run->training || layer->config.dropout.rate == 0.0f) {
     if (run->y != run->x) memcpy(run->y, run->x, (size_t)count * 4);
     return;
   }
   float *mask = (float *)(void *)(run->arena + layer->scratch[0]);
   float rate = layer->config.dropout.rate, keep = 1.0f / (1.0f - rate);
-  mxu_rng_uniform(&run->rng, 0, mask, (size_t)count);
-  for (int64_t i = 0; i < count; i++) mask[i] = mask[i] >= rate ? keep : 0.0f;
-  run->backend->multiply(count, run->x, mask, run->y);
+  /* One pass in L1-sized chunks (draw, threshold, multiply) rather than
+   * three over the whole tensor. Draws are counter based, so a chunk's
+   * values do not depend on where it starts: the mask is unchanged. A
+   * multiple of 16 keeps every chunk but the last on the 16-lane path. */
+  enum { CHUNK = 1024 };
+  for (int64_t at = 0; at < count; at += CHUNK) {
+    int64_t n = count - at < CHUNK ? count - at : CHUNK;
+    float *m = mask + at;
+    mxu_rng_uniform(&run->rng, first + (uint64_t)at, m, (size_t)n);
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) m[i] = m[i] >= rate ? keep : 0.0f;
+    run->backend->multiply(n, run->x + at, m, run->y + at);
+  }
 }
 
 static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {

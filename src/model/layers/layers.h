@@ -33,6 +33,9 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                             const int size[2], const int strides[2],
                             mxu_padding padding, int channels_out);
 
+/* A pooling layer's backend description for `batch` samples. */
+mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch);
+
 /* "(28, 28, 1)" */
 void mxu_shape_format(const mxu_shape *shape, char *out, size_t size);
 

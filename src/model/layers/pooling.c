@@ -15,8 +15,7 @@ static int pool2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   return 0;
 }
 
-static mxu_status pool2d_plan(mxu_layer *layer, const mxu_backend *backend,
-                              int batch, mxu_arena *layout) {
+mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch) {
   const mxu_pool2d_config *c = &layer->config.pool;
   mxu_pool2d_desc d = {0};
   d.n = batch;
@@ -34,6 +33,12 @@ static mxu_status pool2d_plan(mxu_layer *layer, const mxu_backend *backend,
   mxu_conv_output_size(d.in_w, d.pool_w, d.stride_w, c->padding, &d.pad_left,
                        &d.pad_right);
   d.is_max = layer->is_max_pool;
+  return d;
+}
+
+static mxu_status pool2d_plan(mxu_layer *layer, const mxu_backend *backend,
+                              int batch, mxu_arena *layout) {
+  mxu_pool2d_desc d = mxu_pool2d_describe(layer, batch);
   MXU_TRY(backend->pool2d_create(&d, &layer->ops[0]));
   size_t bytes = backend->pool2d_workspace_bytes(layer->ops[0]);
   layer->scratch[0] = bytes ? mxu_arena_reserve(layout, bytes) : 0;

@@ -1,0 +1,327 @@
+/* conv_pool.c — a Conv2D with few input channels and the 2x2 max pooling
+ * after it (and relu), in one pass. Fashion-MNIST's first layer writes a
+ * 26x26x64 output per image (173 KB, 16x its input): unfused, that tensor
+ * goes to memory and back four times a step (conv forward, pool forward,
+ * pool backward, conv backward weights), which made the model
+ * memory-bound at a tenth of the machine's arithmetic peak, and oneDNN 2.6
+ * ran the 1-channel backward-weights at ~10 GFLOP/s. Here each 2x2 window
+ * of conv outputs is computed in registers and only its maximum is
+ * stored, with the window position of the maximum as one byte (0xFF when
+ * relu zeroed it, so backward needs neither y nor a mask).
+ *
+ * The lanes are output channels, 16 to a vector (GCC's vector extension,
+ * which lowers to AVX-512, or to narrower units elsewhere); the input
+ * pixels are broadcast. Backward adds the weight gradient over fixed blocks
+ * of images and then the blocks in order, so its bits do not depend on the
+ * thread count. */
+#include "backend/cpu/cpu.h"
+
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint8_t v16b __attribute__((vector_size(16)));
+/* The same, for addresses only 4-byte (or 1-byte) aligned. */
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef uint8_t v16bu __attribute__((vector_size(16), aligned(1)));
+
+#define LANES 16
+#define WINDOW 4       /* 2x2 */
+#define MAX_BLOCKS 4   /* channel vectors per forward tile: 16 accumulators */
+#define TAP_CHUNK 12   /* weight-gradient accumulators held at once */
+#define IMAGE_BLOCK 8  /* images per partial weight gradient */
+#define RELU_ZERO 0xFF /* workspace: relu made this output 0 */
+
+struct cpu_conv_pool {
+  int n, in_h, in_w, in_c, c; /* c: output channels */
+  int out_h, out_w;           /* pooled */
+  int kh, kw, taps;           /* taps = kh * kw * in_c */
+  int relu, has_bias;
+  int64_t blocks;  /* of IMAGE_BLOCK images */
+  float *partial;  /* blocks x (taps + 1) x c: dw, then db */
+  int tap_off[64]; /* offset of tap t from a window's top-left input */
+};
+
+static const char CONV_POOL[] = "conv_pool";
+
+static int threads_for(int64_t units) {
+  return omp_in_parallel() || units < 2 ? 1 : omp_get_max_threads();
+}
+
+static v16 select16(v16i mask, v16 a, v16 b) {
+  return (v16)(((v16i)a & mask) | ((v16i)b & ~mask));
+}
+
+/* Offset of sub-position s of a 2x2 window from its top-left input. */
+static int64_t window_off(const struct cpu_conv_pool *cp, int s) {
+  return ((int64_t)(s >> 1) * cp->in_w + (s & 1)) * cp->in_c;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+/* One pooled pixel, nb channel vectors from channel c0: the four conv
+ * outputs of its window in registers, then their maximum. Inlined with a
+ * constant nb, so the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void
+forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
+             const float *b, int c0, int nb, float *y, uint8_t *ws) {
+  v16 acc[WINDOW][MAX_BLOCKS];
+#pragma GCC unroll 4
+  for (int j = 0; j < nb; j++) {
+    v16 bias = {0};
+    if (b) bias = *(const v16u *)(b + c0 + j * LANES);
+#pragma GCC unroll 4
+    for (int s = 0; s < WINDOW; s++) acc[s][j] = bias;
+  }
+  int64_t off[WINDOW];
+  for (int s = 0; s < WINDOW; s++) off[s] = window_off(cp, s);
+  for (int t = 0; t < cp->taps; t++) {
+    const float *wt = w + (int64_t)t * cp->c + c0;
+    const float *xt = x0 + cp->tap_off[t];
+#pragma GCC unroll 4
+    for (int j = 0; j < nb; j++) {
+      v16 wv = *(const v16u *)(wt + j * LANES);
+#pragma GCC unroll 4
+      for (int s = 0; s < WINDOW; s++) acc[s][j] += xt[off[s]] * wv;
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < nb; j++) {
+    v16 m = acc[0][j];
+    v16i arg = {0};
+    /* Strictly greater: ties keep the first in row-major order. */
+#pragma GCC unroll 4
+    for (int s = 1; s < WINDOW; s++) {
+      v16i greater = acc[s][j] > m;
+      m = select16(greater, acc[s][j], m);
+      arg = (greater & s) | (arg & ~greater);
+    }
+    if (cp->relu) {
+      v16i positive = m > 0.0f;
+      m = select16(positive, m, (v16){0});
+      arg = (positive & arg) | (~positive & RELU_ZERO);
+    }
+    *(v16u *)(y + c0 + j * LANES) = m;
+    if (ws)
+      *(v16bu *)(ws + c0 + j * LANES) = __builtin_convertvector(arg, v16b);
+  }
+}
+
+static void forward_image(const struct cpu_conv_pool *cp, const float *x,
+                          const float *w, const float *b, float *y,
+                          uint8_t *ws) {
+  for (int py = 0; py < cp->out_h; py++)
+    for (int px = 0; px < cp->out_w; px++) {
+      const float *x0 = x + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
+      int64_t at = ((int64_t)py * cp->out_w + px) * cp->c;
+      uint8_t *wsp = ws ? ws + at : NULL;
+      int c0 = 0;
+      for (; c0 + MAX_BLOCKS * LANES <= cp->c; c0 += MAX_BLOCKS * LANES)
+        forward_tile(cp, x0, w, b, c0, MAX_BLOCKS, y + at, wsp);
+      for (; c0 < cp->c; c0 += LANES)
+        forward_tile(cp, x0, w, b, c0, 1, y + at, wsp);
+    }
+}
+
+void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
+                           const float *w, const float *b, float *y,
+                           void *workspace) {
+  const struct cpu_conv_pool *cp = op->conv_pool;
+  int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
+  int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;
+  uint8_t *ws = training ? workspace : NULL;
+#pragma omp parallel for schedule(static) num_threads(threads_for(cp->n))
+  for (int i = 0; i < cp->n; i++)
+    forward_image(cp, x + i * in_size, w, cp->has_bias ? b : NULL,
+                  y + i * out_size, ws ? ws + i * out_size : NULL);
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+/* The gradient of each of a window's four conv outputs: dy where that
+ * position held the maximum (and relu let it through), else 0. */
+static void window_grads(const float *dy, const uint8_t *ws, v16 d[WINDOW]) {
+  v16 g = *(const v16u *)dy;
+  v16i at = __builtin_convertvector(*(const v16bu *)ws, v16i);
+  for (int s = 0; s < WINDOW; s++) d[s] = select16(at == s, g, (v16){0});
+}
+
+/* Taps [t0, t0 + nt) of the weight gradient of channels c0.., over one
+ * image, added to acc; and, on the first chunk, the bias gradient.
+ * Inlined with a constant nt (see weight_grads_n), so acc stays in
+ * registers. */
+static inline __attribute__((always_inline)) void
+weight_grads(const struct cpu_conv_pool *cp, const float *x, const float *dy,
+             const uint8_t *ws, int c0, int t0, int nt, v16 *acc, v16 *bias) {
+  int64_t off[WINDOW];
+  for (int s = 0; s < WINDOW; s++) off[s] = window_off(cp, s);
+  for (int py = 0; py < cp->out_h; py++)
+    for (int px = 0; px < cp->out_w; px++) {
+      int64_t at = ((int64_t)py * cp->out_w + px) * cp->c + c0;
+      const float *x0 = x + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
+      v16 d[WINDOW];
+      window_grads(dy + at, ws + at, d);
+      if (bias) *bias += (d[0] + d[1]) + (d[2] + d[3]);
+#pragma GCC unroll 12
+      for (int k = 0; k < nt; k++) {
+        const float *xt = x0 + cp->tap_off[t0 + k];
+#pragma GCC unroll 4
+        for (int s = 0; s < WINDOW; s++) acc[k] += xt[off[s]] * d[s];
+      }
+    }
+}
+
+#define GRADS_CASE(N)                                                          \
+  case N: weight_grads(cp, x, dy, ws, c0, t0, N, acc, bias); break;
+
+/* weight_grads for a run-time nt, one constant instance per size. */
+static void weight_grads_n(const struct cpu_conv_pool *cp, const float *x,
+                           const float *dy, const uint8_t *ws, int c0, int t0,
+                           int nt, v16 *acc, v16 *bias) {
+  switch (nt) {
+    GRADS_CASE(1)
+    GRADS_CASE(2)
+    GRADS_CASE(3)
+    GRADS_CASE(4)
+    GRADS_CASE(5)
+    GRADS_CASE(6)
+    GRADS_CASE(7)
+    GRADS_CASE(8)
+    GRADS_CASE(9)
+    GRADS_CASE(10)
+    GRADS_CASE(11)
+    GRADS_CASE(12)
+  }
+}
+
+/* Block `blk`'s images: its partial dw and db. */
+static void block_grads(const struct cpu_conv_pool *cp, const float *x,
+                        const float *dy, const uint8_t *ws, int64_t blk) {
+  int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
+  int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;
+  int64_t first = blk * IMAGE_BLOCK;
+  int64_t last = first + IMAGE_BLOCK < cp->n ? first + IMAGE_BLOCK : cp->n;
+  float *part = cp->partial + blk * (int64_t)(cp->taps + 1) * cp->c;
+  for (int c0 = 0; c0 < cp->c; c0 += LANES)
+    for (int t0 = 0; t0 < cp->taps; t0 += TAP_CHUNK) {
+      int nt = cp->taps - t0 < TAP_CHUNK ? cp->taps - t0 : TAP_CHUNK;
+      v16 acc[TAP_CHUNK] = {{0}}, bias = {0};
+      for (int64_t i = first; i < last; i++)
+        weight_grads_n(cp, x + i * in_size, dy + i * out_size,
+                       ws + i * out_size, c0, t0, nt, acc,
+                       t0 == 0 ? &bias : NULL);
+      for (int k = 0; k < nt; k++)
+        *(v16u *)(part + (int64_t)(t0 + k) * cp->c + c0) = acc[k];
+      if (t0 == 0) *(v16u *)(part + (int64_t)cp->taps * cp->c + c0) = bias;
+    }
+}
+
+/* dx of one image: each maximum's gradient spread back over its
+ * receptive field. Only a conv that is not the model's first layer needs
+ * it, rare for so few input channels, so it stays plain. */
+static void data_grads(const struct cpu_conv_pool *cp, const float *w,
+                       const float *dy, const uint8_t *ws, float *dx) {
+  memset(dx, 0, (size_t)cp->in_h * cp->in_w * cp->in_c * sizeof(float));
+  for (int py = 0; py < cp->out_h; py++)
+    for (int px = 0; px < cp->out_w; px++) {
+      int64_t at = ((int64_t)py * cp->out_w + px) * cp->c;
+      float *d0 = dx + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
+      for (int c = 0; c < cp->c; c++) {
+        int s = ws[at + c];
+        if (s == RELU_ZERO) continue;
+        float g = dy[at + c];
+        float *ds = d0 + window_off(cp, s);
+        for (int t = 0; t < cp->taps; t++)
+          ds[cp->tap_off[t]] += g * w[(int64_t)t * cp->c + c];
+      }
+    }
+}
+
+void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
+                            const float *dy, const void *workspace, float *dw,
+                            float *db, float *dx) {
+  const struct cpu_conv_pool *cp = op->conv_pool;
+  const uint8_t *ws = workspace;
+#pragma omp parallel for schedule(static) num_threads(threads_for(cp->blocks))
+  for (int64_t blk = 0; blk < cp->blocks; blk++)
+    block_grads(cp, x, dy, ws, blk);
+  int64_t per = (int64_t)(cp->taps + 1) * cp->c;
+  for (int64_t e = 0; e < per; e++) {
+    float sum = 0.0f;
+    for (int64_t blk = 0; blk < cp->blocks; blk++)
+      sum += cp->partial[blk * per + e];
+    if (e < (int64_t)cp->taps * cp->c)
+      dw[e] = sum;
+    else if (db)
+      db[e - (int64_t)cp->taps * cp->c] = sum;
+  }
+  if (!dx) return;
+  int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
+  int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;
+#pragma omp parallel for schedule(static) num_threads(threads_for(cp->n))
+  for (int i = 0; i < cp->n; i++)
+    data_grads(cp, w, dy + i * out_size, ws + i * out_size, dx + i * in_size);
+}
+
+/* ---- create ------------------------------------------------------------- */
+
+/* What the loops above handle: stride 1 and no padding, few input
+ * channels (more, and oneDNN's blocked kernels do better), whole channel
+ * vectors, float32, and 2x2 windows that tile the conv output. */
+static int fusable(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p) {
+  int taps = c->kernel_h * c->kernel_w * c->in_c;
+  return c->stride_h == 1 && c->stride_w == 1 && c->pad_top == 0 &&
+         c->pad_left == 0 && c->pad_bottom == 0 && c->pad_right == 0 &&
+         c->in_c <= 4 && c->out_c % LANES == 0 && taps <= 64 && !c->bf16 &&
+         (c->activation == MXU_LINEAR || c->activation == MXU_RELU) &&
+         p->is_max && p->pool_h == 2 && p->pool_w == 2 && p->stride_h == 2 &&
+         p->stride_w == 2 && p->pad_top == 0 && p->pad_left == 0 &&
+         p->pad_bottom == 0 && p->pad_right == 0 && p->c == c->out_c &&
+         p->in_h == c->out_h && p->in_w == c->out_w;
+}
+
+mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
+                                const mxu_pool2d_desc *p, int relu,
+                                mxu_op **out) {
+  if (!fusable(c, p))
+    return mxu_fail(MXU_ERR_UNSUPPORTED, "%s: not a shape it fuses", CONV_POOL);
+  mxu_op *op;
+  MXU_TRY(cpu_op_alloc(&op, CONV_POOL));
+  int64_t blocks = (c->n + IMAGE_BLOCK - 1) / IMAGE_BLOCK;
+  int taps = c->kernel_h * c->kernel_w * c->in_c;
+  size_t head = (sizeof(struct cpu_conv_pool) + 63) / 64 * 64;
+  size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)c->out_c;
+  struct cpu_conv_pool *cp = mxu_aligned_alloc(head + partial * sizeof(float));
+  if (!cp) {
+    cpu_op_free(op);
+    return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", CONV_POOL);
+  }
+  *cp = (struct cpu_conv_pool){.n = c->n,
+                               .in_h = c->in_h,
+                               .in_w = c->in_w,
+                               .in_c = c->in_c,
+                               .c = c->out_c,
+                               .out_h = p->out_h,
+                               .out_w = p->out_w,
+                               .kh = c->kernel_h,
+                               .kw = c->kernel_w,
+                               .taps = taps,
+                               .relu = relu || c->activation == MXU_RELU,
+                               .has_bias = c->has_bias,
+                               .blocks = blocks,
+                               .partial = (float *)((char *)cp + head)};
+  /* Taps in the kernel's HWIO order, so tap t's weights are row t. */
+  for (int t = 0; t < taps; t++) {
+    int ci = t % c->in_c, kx = t / c->in_c % c->kernel_w,
+        ky = t / c->in_c / c->kernel_w;
+    cp->tap_off[t] = (ky * c->in_w + kx) * c->in_c + ci;
+  }
+  op->conv_pool = cp;
+  op->workspace_bytes = (size_t)c->n * p->out_h * p->out_w * c->out_c;
+  *out = op;
+  return MXU_OK;
+}
+
+size_t cpu_conv_pool_workspace_bytes(mxu_op *op) { return op->workspace_bytes; }
