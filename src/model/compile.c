@@ -316,11 +316,21 @@ static mxu_status plan_strategy(mxu_model *model, int batch) {
   return MXU_OK;
 }
 
+/* Whether layer i's output buffer is read or written: not where a fused
+ * op writes a later layer's output instead. */
+static int output_used(const mxu_model *model, int i) {
+  const mxu_layer *layer = &model->layers[i];
+  int inside = i + 1 < model->layer_count && model->layers[i + 1].absorbed;
+  return layer->fused_layers == 0 && !(layer->absorbed && inside);
+}
+
+/* After the layers are planned, so that fused layers are known. */
 static void reserve_io(mxu_model *model) {
   mxu_plan *plan = &model->plan;
   mxu_arena *layout = &plan->layout;
   int n = model->layer_count, batch = plan->batch;
   for (int i = 0; i <= n; i++) {
+    if (i > 0 && !output_used(model, i - 1)) continue;
     if (i > 0 && model->layers[i - 1].cls->view) {
       plan->act[i] = plan->act[i - 1];
       plan->grad[i] = plan->grad[i - 1];
@@ -390,7 +400,6 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   if (!plan->act || !plan->grad)
     return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   MXU_TRY(plan_strategy(model, batch));
-  reserve_io(model);
   plan->fused_softmax = !model->compile.from_logits && final_softmax(model);
   /* oneDNN sizes a primitive's work split by the threads it may use when
    * it is created: create them with the count they will run with. */
@@ -405,6 +414,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
     for (int k = 1; k <= layer->fused_layers; k++)
       model->layers[i + k].absorbed = 1;
   }
+  reserve_io(model);
   for (int r = 0; r < plan->local_count; r++) {
     plan->replica[r].arena.size = plan->layout.size;
     MXU_TRY(mxu_arena_commit(&plan->replica[r].arena));

@@ -39,9 +39,13 @@ struct cpu_conv_pool {
   int out_h, out_w;           /* pooled */
   int kh, kw, taps;           /* taps = kh * kw * in_c */
   int relu, has_bias;
-  int64_t blocks;  /* of IMAGE_BLOCK images */
-  float *partial;  /* blocks x (taps + 1) x c: dw, then db */
-  int tap_off[64]; /* offset of tap t from a window's top-left input */
+  int64_t blocks; /* of IMAGE_BLOCK images */
+  float *partial; /* blocks x (taps + 1) x c: dw, then db */
+  float *cols;    /* col_threads x col_floats: row_columns per thread */
+  int64_t col_floats;
+  int col_threads;
+  int tap_off[64];          /* offset of tap t from a window's top-left input */
+  int col_off[64 * WINDOW]; /* of (tap, s): tap_off + window_off */
 };
 
 static const char CONV_POOL[] = "conv_pool";
@@ -141,45 +145,63 @@ void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
 /* ---- backward ----------------------------------------------------------- */
 
 /* The gradient of each of a window's four conv outputs: dy where that
- * position held the maximum (and relu let it through), else 0. */
-static void window_grads(const float *dy, const uint8_t *ws, v16 d[WINDOW]) {
+ * position held the maximum (and relu let it through), else 0. The bytes
+ * go through memcpy: loaded through an unaligned vector type, GCC reads
+ * them one at a time. */
+static inline __attribute__((always_inline)) void
+window_grads(const float *dy, const uint8_t *ws, v16 d[WINDOW]) {
   v16 g = *(const v16u *)dy;
-  v16i at = __builtin_convertvector(*(const v16bu *)ws, v16i);
+  v16b raw;
+  memcpy(&raw, ws, sizeof raw);
+  v16i at = __builtin_convertvector(raw, v16i);
+#pragma GCC unroll 4
   for (int s = 0; s < WINDOW; s++) d[s] = select16(at == s, g, (v16){0});
 }
 
-/* Taps [t0, t0 + nt) of the weight gradient of channels c0.., over one
- * image, added to acc; and, on the first chunk, the bias gradient.
- * Inlined with a constant nt (see weight_grads_n), so acc stays in
+/* The inputs each pooled pixel of row py saw, as [px][tap][s]: one pointer
+ * then reaches all of them at constant offsets (36 addresses of their own
+ * ran out of registers). */
+static void row_columns(const struct cpu_conv_pool *cp, const float *x, int py,
+                        float *cols) {
+  for (int px = 0; px < cp->out_w; px++) {
+    const float *x0 = x + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
+    int n = cp->taps * WINDOW;
+    for (int j = 0; j < n; j++) cols[j] = x0[cp->col_off[j]];
+    cols += n;
+  }
+}
+
+/* Taps [t0, t0 + nt) of the weight gradient of channels c0.. over one
+ * pooled row, added to part; on the first chunk, the bias gradient too.
+ * Inlined with a constant nt (see row_grads_n), so the sums stay in
  * registers. */
 static inline __attribute__((always_inline)) void
-weight_grads(const struct cpu_conv_pool *cp, const float *x, const float *dy,
-             const uint8_t *ws, int c0, int t0, int nt, v16 *acc, v16 *bias) {
-  int64_t off[WINDOW];
-  for (int s = 0; s < WINDOW; s++) off[s] = window_off(cp, s);
-  for (int py = 0; py < cp->out_h; py++)
-    for (int px = 0; px < cp->out_w; px++) {
-      int64_t at = ((int64_t)py * cp->out_w + px) * cp->c + c0;
-      const float *x0 = x + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
-      v16 d[WINDOW];
-      window_grads(dy + at, ws + at, d);
-      if (bias) *bias += (d[0] + d[1]) + (d[2] + d[3]);
+row_grads(const struct cpu_conv_pool *cp, const float *cols, const float *dy,
+          const uint8_t *ws, int c0, int t0, int nt, float *part) {
+  v16 acc[TAP_CHUNK] = {{0}}, bias = {0};
+  for (int px = 0; px < cp->out_w; px++) {
+    int64_t at = (int64_t)px * cp->c + c0;
+    const float *col = cols + ((int64_t)px * cp->taps + t0) * WINDOW;
+    v16 d[WINDOW];
+    window_grads(dy + at, ws + at, d);
+    bias += (d[0] + d[1]) + (d[2] + d[3]);
 #pragma GCC unroll 12
-      for (int k = 0; k < nt; k++) {
-        const float *xt = x0 + cp->tap_off[t0 + k];
+    for (int k = 0; k < nt; k++)
 #pragma GCC unroll 4
-        for (int s = 0; s < WINDOW; s++) acc[k] += xt[off[s]] * d[s];
-      }
-    }
+      for (int s = 0; s < WINDOW; s++) acc[k] += col[k * WINDOW + s] * d[s];
+  }
+  for (int k = 0; k < nt; k++)
+    *(v16u *)(part + (int64_t)(t0 + k) * cp->c + c0) += acc[k];
+  if (t0 == 0) *(v16u *)(part + (int64_t)cp->taps * cp->c + c0) += bias;
 }
 
 #define GRADS_CASE(N)                                                          \
-  case N: weight_grads(cp, x, dy, ws, c0, t0, N, acc, bias); break;
+  case N: row_grads(cp, cols, dy, ws, c0, t0, N, part); break;
 
-/* weight_grads for a run-time nt, one constant instance per size. */
-static void weight_grads_n(const struct cpu_conv_pool *cp, const float *x,
-                           const float *dy, const uint8_t *ws, int c0, int t0,
-                           int nt, v16 *acc, v16 *bias) {
+/* row_grads for a run-time nt, one constant instance per size. */
+static void row_grads_n(const struct cpu_conv_pool *cp, const float *cols,
+                        const float *dy, const uint8_t *ws, int c0, int t0,
+                        int nt, float *part) {
   switch (nt) {
     GRADS_CASE(1)
     GRADS_CASE(2)
@@ -196,25 +218,26 @@ static void weight_grads_n(const struct cpu_conv_pool *cp, const float *x,
   }
 }
 
-/* Block `blk`'s images: its partial dw and db. */
+/* Block `blk`'s images: its partial dw and db, summed row by row in
+ * order, with cols the calling thread's row_columns buffer. */
 static void block_grads(const struct cpu_conv_pool *cp, const float *x,
-                        const float *dy, const uint8_t *ws, int64_t blk) {
+                        const float *dy, const uint8_t *ws, int64_t blk,
+                        float *cols) {
   int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
-  int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;
+  int64_t row_size = (int64_t)cp->out_w * cp->c;
   int64_t first = blk * IMAGE_BLOCK;
   int64_t last = first + IMAGE_BLOCK < cp->n ? first + IMAGE_BLOCK : cp->n;
   float *part = cp->partial + blk * (int64_t)(cp->taps + 1) * cp->c;
-  for (int c0 = 0; c0 < cp->c; c0 += LANES)
-    for (int t0 = 0; t0 < cp->taps; t0 += TAP_CHUNK) {
-      int nt = cp->taps - t0 < TAP_CHUNK ? cp->taps - t0 : TAP_CHUNK;
-      v16 acc[TAP_CHUNK] = {{0}}, bias = {0};
-      for (int64_t i = first; i < last; i++)
-        weight_grads_n(cp, x + i * in_size, dy + i * out_size,
-                       ws + i * out_size, c0, t0, nt, acc,
-                       t0 == 0 ? &bias : NULL);
-      for (int k = 0; k < nt; k++)
-        *(v16u *)(part + (int64_t)(t0 + k) * cp->c + c0) = acc[k];
-      if (t0 == 0) *(v16u *)(part + (int64_t)cp->taps * cp->c + c0) = bias;
+  memset(part, 0, (size_t)(cp->taps + 1) * (size_t)cp->c * sizeof *part);
+  for (int64_t i = first; i < last; i++)
+    for (int py = 0; py < cp->out_h; py++) {
+      int64_t row = (i * cp->out_h + py) * row_size;
+      row_columns(cp, x + i * in_size, py, cols);
+      for (int c0 = 0; c0 < cp->c; c0 += LANES)
+        for (int t0 = 0; t0 < cp->taps; t0 += TAP_CHUNK) {
+          int nt = cp->taps - t0 < TAP_CHUNK ? cp->taps - t0 : TAP_CHUNK;
+          row_grads_n(cp, cols, dy + row, ws + row, c0, t0, nt, part);
+        }
     }
 }
 
@@ -244,9 +267,15 @@ void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
                             float *db, float *dx) {
   const struct cpu_conv_pool *cp = op->conv_pool;
   const uint8_t *ws = workspace;
-#pragma omp parallel for schedule(static) num_threads(threads_for(cp->blocks))
-  for (int64_t blk = 0; blk < cp->blocks; blk++)
-    block_grads(cp, x, dy, ws, blk);
+  int threads = threads_for(cp->blocks);
+  if (threads > cp->col_threads) threads = cp->col_threads;
+#pragma omp parallel num_threads(threads)
+  {
+    float *cols = cp->cols + (int64_t)omp_get_thread_num() * cp->col_floats;
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < cp->blocks; blk++)
+      block_grads(cp, x, dy, ws, blk, cols);
+  }
   int64_t per = (int64_t)(cp->taps + 1) * cp->c;
   for (int64_t e = 0; e < per; e++) {
     float sum = 0.0f;
@@ -293,7 +322,12 @@ mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
   int taps = c->kernel_h * c->kernel_w * c->in_c;
   size_t head = (sizeof(struct cpu_conv_pool) + 63) / 64 * 64;
   size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)c->out_c;
-  struct cpu_conv_pool *cp = mxu_aligned_alloc(head + partial * sizeof(float));
+  /* Backward runs on as many threads as there are now (compile sets the
+   * count each op will run with), each with its own row of columns. */
+  int col_threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  size_t col_floats = ((size_t)p->out_w * (size_t)taps * WINDOW + 15) / 16 * 16;
+  struct cpu_conv_pool *cp = mxu_aligned_alloc(
+      head + (partial + (size_t)col_threads * col_floats) * sizeof(float));
   if (!cp) {
     cpu_op_free(op);
     return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", CONV_POOL);
@@ -311,12 +345,17 @@ mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
                                .relu = relu || c->activation == MXU_RELU,
                                .has_bias = c->has_bias,
                                .blocks = blocks,
-                               .partial = (float *)((char *)cp + head)};
+                               .partial = (float *)((char *)cp + head),
+                               .col_floats = (int64_t)col_floats,
+                               .col_threads = col_threads};
+  cp->cols = cp->partial + partial;
   /* Taps in the kernel's HWIO order, so tap t's weights are row t. */
   for (int t = 0; t < taps; t++) {
     int ci = t % c->in_c, kx = t / c->in_c % c->kernel_w,
         ky = t / c->in_c / c->kernel_w;
     cp->tap_off[t] = (ky * c->in_w + kx) * c->in_c + ci;
+    for (int s = 0; s < WINDOW; s++)
+      cp->col_off[t * WINDOW + s] = cp->tap_off[t] + (int)window_off(cp, s);
   }
   op->conv_pool = cp;
   op->workspace_bytes = (size_t)c->n * p->out_h * p->out_w * c->out_c;
