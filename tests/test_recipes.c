@@ -83,7 +83,7 @@ static void cifar_augmented_short(void) {
   CHECK_OK(mxu_load_cifar10_dir(dir, MXU_TRAIN, &train));
   CHECK_OK(mxu_load_cifar10_dir(dir, MXU_TEST, &test));
   mxu_model *model = NULL;
-  mxu_compile_config compile;
+  mxu_compile_config compile = mxu_compile_defaults();
   int has_compile = 0;
   CHECK_OK(mxu_model_load_json("models/cifar10_augmented.json", &model,
                                &compile, &has_compile));
