@@ -116,11 +116,20 @@ static void check_identical(const char *a_path, const char *b_path) {
   mxu_model_free(b);
 }
 
+/* Milliseconds since `since` on the monotonic clock (0: a start). */
+static long elapsed_ms(long since) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (long)now.tv_sec * 1000 + now.tv_nsec / 1000000 - since;
+}
+
 static void kill_and_resume(void) {
   const char *reference = temp_path("reference.h5");
   const char *resumed = temp_path("resumed.h5");
   const char *log = temp_path("log.txt");
+  long full_ms = elapsed_ms(0);
   CHECK(wait_exit(start_train(temp_path("ckpt_ref"), reference, log)) == 0);
+  full_ms = elapsed_ms(full_ms);
 
   const char *dir = temp_path("ckpt");
   unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
@@ -129,9 +138,9 @@ static void kill_and_resume(void) {
   int kills = 0;
   for (int attempt = 0; attempt < 6; attempt++) {
     pid_t pid = start_train(dir, resumed, log);
-    /* 2 .. 5 s: long enough to get past loading and a checkpoint or
-     * two, short enough to interrupt most runs. */
-    long wait = 2000 + rand() % 3000;
+    /* 40% .. 90% of an uninterrupted run: past loading and a checkpoint
+     * or two, short of the end, however fast the machine trains. */
+    long wait = full_ms * 4 / 10 + rand() % (full_ms / 2 + 1);
     int done = 0;
     for (long t = 0; t < wait && !done; t += 50) {
       sleep_ms(50);
