@@ -258,10 +258,10 @@ static int64_t bytes_per_row(const mxu_model *model) {
 }
 
 static int choose_split(const mxu_model *model, int rows) {
-  int64_t row_bytes = bytes_per_row(model);
   int asked = model->compile.slice_rows;
   if (batch_coupled(model)) return 1;
   if (asked > 0) return rows % asked == 0 ? rows / asked : 1;
+  int64_t row_bytes = bytes_per_row(model);
   if (row_bytes * rows <= mxu_machine_l2_bytes() ||
       model->trainable_count * (int64_t)sizeof(float) > SLICE_ROWS * row_bytes)
     return 1;

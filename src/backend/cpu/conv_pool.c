@@ -33,19 +33,20 @@ typedef uint8_t v16bu __attribute__((vector_size(16), aligned(1)));
 #define TAP_CHUNK 12   /* weight-gradient accumulators held at once */
 #define IMAGE_BLOCK 8  /* images per partial weight gradient */
 #define RELU_ZERO 0xFF /* workspace: relu made this output 0 */
+#define MAX_TAPS 64    /* kernel_h * kernel_w * in_c */
 
 struct cpu_conv_pool {
   int n, in_h, in_w, in_c, c; /* c: output channels */
   int out_h, out_w;           /* pooled */
-  int kh, kw, taps;           /* taps = kh * kw * in_c */
+  int taps;                   /* kernel_h * kernel_w * in_c */
   int relu, has_bias;
   int64_t blocks; /* of IMAGE_BLOCK images */
   float *partial; /* blocks x (taps + 1) x c: dw, then db */
   float *cols;    /* col_threads x col_floats: row_columns per thread */
   int64_t col_floats;
   int col_threads;
-  int tap_off[64];          /* offset of tap t from a window's top-left input */
-  int col_off[64 * WINDOW]; /* of (tap, s): tap_off + window_off */
+  int tap_off[MAX_TAPS]; /* offset of tap t from a window's top-left input */
+  int col_off[MAX_TAPS * WINDOW]; /* of (tap, s): tap_off + window_off */
 };
 
 static const char CONV_POOL[] = "conv_pool";
@@ -303,7 +304,8 @@ static int fusable(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p) {
   int taps = c->kernel_h * c->kernel_w * c->in_c;
   return c->stride_h == 1 && c->stride_w == 1 && c->pad_top == 0 &&
          c->pad_left == 0 && c->pad_bottom == 0 && c->pad_right == 0 &&
-         c->in_c <= 4 && c->out_c % LANES == 0 && taps <= 64 && !c->bf16 &&
+         c->in_c <= 4 && c->out_c % LANES == 0 && taps <= MAX_TAPS &&
+         !c->bf16 &&
          (c->activation == MXU_LINEAR || c->activation == MXU_RELU) &&
          p->is_max && p->pool_h == 2 && p->pool_w == 2 && p->stride_h == 2 &&
          p->stride_w == 2 && p->pad_top == 0 && p->pad_left == 0 &&
@@ -339,8 +341,6 @@ mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
                                .c = c->out_c,
                                .out_h = p->out_h,
                                .out_w = p->out_w,
-                               .kh = c->kernel_h,
-                               .kw = c->kernel_w,
                                .taps = taps,
                                .relu = relu || c->activation == MXU_RELU,
                                .has_bias = c->has_bias,

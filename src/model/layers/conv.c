@@ -81,7 +81,7 @@ static mxu_status conv2d_plan(mxu_layer *layer, const mxu_backend *backend,
   return backend->conv2d_create(&d, &layer->ops[0]);
 }
 
-static const float *bias_of(const mxu_layer *layer, float *const *w) {
+static float *bias_of(const mxu_layer *layer, float *const *w) {
   return layer->config.conv.use_bias ? w[1] : NULL;
 }
 
@@ -101,10 +101,9 @@ static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
 
 static void conv2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (layer->fused_layers) {
-    run->backend->conv_pool_backward(run->ops[0], run->x, run->w[0], run->dy,
-                                     run->arena + layer->scratch[0], run->dw[0],
-                                     (float *)bias_of(layer, run->dw),
-                                     run->need_dx ? run->dx : NULL);
+    run->backend->conv_pool_backward(
+        run->ops[0], run->x, run->w[0], run->dy, run->arena + layer->scratch[0],
+        run->dw[0], bias_of(layer, run->dw), run->need_dx ? run->dx : NULL);
     return;
   }
   const float *dz =
