@@ -3,6 +3,7 @@
  * memory objects are pointed at caller buffers only when they execute. */
 #include "backend/cpu/cpu.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -55,6 +56,10 @@ mxu_status cpu_check(dnnl_status_t status, const char *op, const char *call) {
   if (status == dnnl_success) return MXU_OK;
   return mxu_fail(MXU_ERR_BACKEND, "onednn: %s: %s failed: status %d", op, call,
                   (int)status);
+}
+
+int cpu_threads_for(int64_t units) {
+  return omp_in_parallel() || units < 2 ? 1 : omp_get_max_threads();
 }
 
 mxu_status cpu_op_alloc(mxu_op **out, const char *op) {

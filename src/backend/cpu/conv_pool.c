@@ -54,10 +54,6 @@ struct cpu_conv_pool {
 
 static const char CONV_POOL[] = "conv_pool";
 
-static int threads_for(int64_t units) {
-  return omp_in_parallel() || units < 2 ? 1 : omp_get_max_threads();
-}
-
 static v16 select16(v16i mask, v16 a, v16 b) {
   return (v16)(((v16i)a & mask) | ((v16i)b & ~mask));
 }
@@ -140,7 +136,7 @@ void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
   int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
   int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;
   uint8_t *ws = training ? workspace : NULL;
-#pragma omp parallel for schedule(static) num_threads(threads_for(cp->n))
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(cp->n))
   for (int i = 0; i < cp->n; i++)
     forward_image(cp, x + i * in_size, w, cp->has_bias ? b : NULL,
                   y + i * out_size, ws ? ws + i * out_size : NULL);
@@ -281,7 +277,7 @@ void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
                             float *db, float *dx) {
   const struct cpu_conv_pool *cp = op->conv_pool;
   const uint8_t *ws = workspace;
-  int threads = threads_for(cp->blocks);
+  int threads = cpu_threads_for(cp->blocks);
   if (threads > cp->col_threads) threads = cp->col_threads;
 #pragma omp parallel num_threads(threads)
   {
@@ -303,7 +299,7 @@ void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
   if (!dx) return;
   int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
   int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;
-#pragma omp parallel for schedule(static) num_threads(threads_for(cp->n))
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(cp->n))
   for (int i = 0; i < cp->n; i++)
     data_grads(cp, w, dy + i * out_size, ws + i * out_size, dx + i * in_size);
 }

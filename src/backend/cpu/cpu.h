@@ -55,6 +55,11 @@ mxu_status cpu_check(dnnl_status_t status, const char *op, const char *call);
 /* The process-wide CPU engine and stream, created once on first use. */
 mxu_status cpu_engine(const char *op, dnnl_engine_t *engine);
 
+/* Threads for a kernel's own parallel loop over `units` pieces of work:
+ * one inside a parallel region (a replica's or slice's worker) or for a
+ * single piece, else the whole team. */
+int cpu_threads_for(int64_t units);
+
 mxu_status cpu_op_alloc(mxu_op **out, const char *op);
 void cpu_op_free(mxu_op *op);
 /* Hands op out when its build succeeded, else frees it: the tail of every

@@ -105,13 +105,6 @@ mxu_status cpu_activation_create(const mxu_activation_desc *desc,
       op, desc->activation == MXU_LINEAR ? MXU_OK : act_build(op, desc), out);
 }
 
-/* Threads for `blocks` independent blocks: OpenMP's own when called alone
- * (a single replica worker), one inside the replica workers' parallel
- * region, where every kernel runs single-threaded. */
-static int act_threads(int64_t blocks) {
-  return omp_in_parallel() || blocks < 2 ? 1 : omp_get_max_threads();
-}
-
 /* ---- softmax ----------------------------------------------------------- */
 
 /* Shifted by the row maximum so exp cannot overflow; summed in double as
@@ -147,7 +140,8 @@ static int cols_of(const mxu_op *op) {
 static void softmax_forward(const mxu_op *op, const float *x, float *y) {
   int cols = cols_of(op);
   int64_t rows = op->count / cols, per = BLOCK / cols + 1;
-#pragma omp parallel for schedule(static) num_threads(act_threads(rows / per))
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(cpu_threads_for(rows / per))
   for (int64_t r = 0; r < rows; r++)
     softmax_row(cols, x + r * cols, y + r * cols);
 }
@@ -156,7 +150,8 @@ static void softmax_backward(const mxu_op *op, const float *y, const float *dy,
                              float *dx) {
   int cols = cols_of(op);
   int64_t rows = op->count / cols, per = BLOCK / cols + 1;
-#pragma omp parallel for schedule(static) num_threads(act_threads(rows / per))
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(cpu_threads_for(rows / per))
   for (int64_t r = 0; r < rows; r++)
     softmax_row_backward(cols, y + r * cols, dy + r * cols, dx + r * cols);
 }
@@ -200,7 +195,7 @@ static void relu_backward(int64_t count, const float *y, const float *dy,
                           float *dx) {
   int64_t blocks = (count + BLOCK - 1) / BLOCK;
   int streaming = streams(count, dy, dx);
-#pragma omp parallel num_threads(act_threads(blocks))
+#pragma omp parallel num_threads(cpu_threads_for(blocks))
   {
 #pragma omp for schedule(static) nowait
     for (int64_t b = 0; b < blocks; b++) {

@@ -75,13 +75,6 @@ static bn_shape shape_of(const mxu_op *op) {
   return s;
 }
 
-/* Threads over the blocks: OpenMP's own when called alone (a single
- * replica worker), one inside the replica workers' parallel region, where
- * every kernel runs single-threaded. */
-static int bn_threads(const bn_shape *s) {
-  return omp_in_parallel() || s->blocks < 2 ? 1 : omp_get_max_threads();
-}
-
 static int64_t block_end(const bn_shape *s, int64_t b) {
   int64_t end = (b + 1) * s->per;
   return end < s->rows ? end : s->rows;
@@ -177,7 +170,8 @@ static void normalise(const bn_shape *s, const float *x, const float *gamma,
   float *scale = s->coefficient;
   for (int64_t j = 0; j < s->c; j++)
     scale[j] = (float)(gamma[j] / sqrt((double)var[j] + s->epsilon));
-#pragma omp parallel for schedule(static) num_threads(bn_threads(s))
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(cpu_threads_for(s->blocks))
   for (int64_t b = 0; b < s->blocks; b++)
     normalise_block(s, b, x, mean, scale, beta, y);
 }
@@ -191,7 +185,7 @@ void cpu_batchnorm_forward_training(mxu_op *op, const float *x,
   /* Row 0 as the shift, where normalise's scale will not overwrite it. */
   float *shift = s.coefficient + s.c;
   memcpy(shift, x, (size_t)s.c * sizeof *shift);
-#pragma omp parallel for schedule(static) num_threads(bn_threads(&s))
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++) moment_block(&s, b, x, shift);
   add_blocks(&s);
   const double *total = s.total;
@@ -223,7 +217,7 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
                             float *dbeta) {
   bn_shape s = shape_of(op);
   int64_t c = s.c;
-#pragma omp parallel for schedule(static) num_threads(bn_threads(&s))
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++) gradient_block(&s, b, x, dy, mean);
   add_blocks(&s);
   const double *total = s.total, rows = (double)s.rows;
@@ -237,7 +231,7 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
     k[c + j] = (float)(-gamma[j] * sum_xhat * inv * inv / rows);
     k[2 * c + j] = (float)(-gamma[j] * sum_dy * inv / rows);
   }
-#pragma omp parallel for schedule(static) num_threads(bn_threads(&s))
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++)
     backward_block(&s, b, x, dy, mean, k, dx);
 }

@@ -133,13 +133,6 @@ static size_t tiling_workspace_bytes(const tiling *t) {
   return (size_t)(t->n * t->out_h * t->out_w * t->c);
 }
 
-/* Threads for a kernel over `rows` independent rows: all of OpenMP's when
- * called on their own (one replica worker), none inside a parallel region
- * (the replica workers, where oneDNN runs single-threaded too). */
-static int pool_threads(int64_t rows) {
-  return omp_in_parallel() || rows < 2 ? 1 : omp_get_max_threads();
-}
-
 /* Where in x (or dx) the first window of row r = n * out_h + oh starts;
  * window ow of the row starts ow * pool_w * c later. */
 static int64_t row_at(const tiling *t, int64_t r) {
@@ -174,7 +167,7 @@ static void max_pixel(const tiling *t, const float *x, float *restrict y,
 static void tiled_forward(const tiling *t, const float *x, float *y,
                           uint8_t *at) {
   int64_t rows = t->n * t->out_h, row = t->out_w * t->c;
-#pragma omp parallel for schedule(static) num_threads(pool_threads(rows))
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
   for (int64_t r = 0; r < rows; r++) {
     const float *window = x + row_at(t, r);
     for (int64_t ow = 0; ow < t->out_w; ow++) {
@@ -246,7 +239,7 @@ static void tiled_backward(const tiling *t, const float *dy, const uint8_t *at,
                            float *dx) {
   int64_t rows = t->n * t->out_h, row = t->out_w * t->c;
   int streaming = use_streaming(t, dx);
-#pragma omp parallel num_threads(pool_threads(rows))
+#pragma omp parallel num_threads(cpu_threads_for(rows))
   {
 #pragma omp for schedule(static) nowait
     for (int64_t r = 0; r < rows; r++) {
