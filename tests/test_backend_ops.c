@@ -115,6 +115,11 @@ static const conv_case conv_cases[] = {
     {3, 7, 5, 3, 5, 2, 3, 1, 2, MXU_SAME},  /* mixed strides, 0/1 and 1/1 */
     {4, 6, 6, 16, 32, 1, 1, 1, 1, MXU_VALID},
     {4, 14, 14, 8, 16, 3, 3, 1, 1, MXU_SAME},
+    /* 1-4 input channels at stride 1: cpu's own backward data */
+    {2, 12, 10, 3, 32, 3, 3, 1, 1, MXU_SAME}, /* cifar's first layer */
+    {3, 7, 9, 1, 16, 4, 4, 1, 1, MXU_SAME},   /* pads 1/2 */
+    {2, 6, 8, 4, 48, 2, 3, 1, 1, MXU_VALID},
+    {2, 4, 3, 2, 16, 5, 5, 1, 1, MXU_SAME}, /* windows past every edge */
 };
 
 static mxu_conv2d_desc conv_desc(const conv_case *c, mxu_activation act,

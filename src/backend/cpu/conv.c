@@ -66,8 +66,24 @@ static mxu_status conv_create(const mxu_conv2d_desc *desc, int bf16,
   return cpu_weighted_create(&descs, CONV, out);
 }
 
-/* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c). */
+/* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c);
+ * in f32 with few input channels, backward data on conv_data.c's loops. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   if (desc->bf16 && conv_create(desc, 1, out) == MXU_OK) return MXU_OK;
-  return conv_create(desc, 0, out);
+  MXU_TRY(conv_create(desc, 0, out));
+  if (!cpu_conv_data_fits(desc)) return MXU_OK;
+  mxu_status status = cpu_conv_data_attach(*out, desc);
+  if (status != MXU_OK) {
+    cpu_op_free(*out);
+    *out = NULL;
+  }
+  return status;
+}
+
+void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
+                              float *dx) {
+  if (op->conv_data)
+    cpu_conv_data_backward(op, dy, w, dx);
+  else
+    cpu_weighted_backward_data(op, dy, w, dx);
 }

@@ -46,6 +46,7 @@ struct mxu_op {
   void *src_bf16, *diff_dst_bf16;
   const void *src_from, *weights_from, *diff_dst_from;
   struct cpu_conv_pool *conv_pool; /* conv_pool.c's fused op */
+  struct cpu_conv_data *conv_data; /* conv_data.c's backward data, or NULL */
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -124,6 +125,14 @@ mxu_status cpu_fused_alg(mxu_activation activation, const char *op,
 /* ---- the table's entries, by family file ------------------------------ */
 
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out);
+void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
+                              float *dx);
+/* conv_data.c: backward data for few input channels, stride 1, float32,
+ * attached to a oneDNN conv op (which keeps forward and weights). */
+int cpu_conv_data_fits(const mxu_conv2d_desc *desc);
+mxu_status cpu_conv_data_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
+                            float *dx);
 mxu_status cpu_dense_create(const mxu_dense_desc *desc, mxu_op **out);
 
 mxu_status cpu_pool2d_create(const mxu_pool2d_desc *desc, mxu_op **out);
