@@ -5,6 +5,7 @@
  * valid and asymmetric same padding, and every fused activation. Conv and
  * dense also run in bf16 (mixed_bfloat16) against the float32 oracle. */
 #include "backend/backend.h"
+#include "bf16_expected.h"
 #include "check.h"
 #include "core/core.h"
 
@@ -416,19 +417,6 @@ static void bf16_dense_cases_check(const dense_case *cases, int count,
                act_names[fused_acts[a]], has_bias ? "+bias" : "");
       bf16_check(&c, label);
     }
-}
-
-/* Whether the cpu backend should have run bf16: the CPU has it and
- * oneDNN may use it (DNNL_MAX_CPU_ISA can hold it back, and then the
- * backend falls back to float32). */
-static int bf16_expected(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  dnnl_cpu_isa_t want = dnnl_cpu_isa_avx512_core_bf16;
-  return __builtin_cpu_supports("avx512bf16") &&
-         (dnnl_get_effective_cpu_isa() & want) == want;
-#else
-  return 0;
-#endif
 }
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))

@@ -4,6 +4,7 @@
  * survive a save/load round trip bit for bit), replicas stay
  * deterministic, and cpu_ref, the oracle, ignores the policy. Besides
  * mxu.h it asks oneDNN only whether bf16 may run at all. */
+#include "bf16_expected.h"
 #include "check.h"
 #include "mxu.h"
 
@@ -16,18 +17,6 @@
 #define EPOCHS 3
 #define CLASSES 4
 #define SIDE 10
-
-/* Whether bf16 should have run: the CPU has it and oneDNN may use it
- * (DNNL_MAX_CPU_ISA can hold it back; mxu then trains in float32). */
-static int bf16_expected(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  dnnl_cpu_isa_t want = dnnl_cpu_isa_avx512_core_bf16;
-  return __builtin_cpu_supports("avx512bf16") &&
-         (dnnl_get_effective_cpu_isa() & want) == want;
-#else
-  return 0;
-#endif
-}
 
 /* The test's own generator (xorshift64*), independent of the library's. */
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
