@@ -86,6 +86,20 @@ static int count_checkpoints(const char *dir) {
   return n;
 }
 
+/* The newest ckpt-EEEEE-SSSSS.h5 in dir (the names sort by position), or
+ * "" where there is none. */
+static void newest_checkpoint(const char *dir, char *out, size_t size) {
+  DIR *d = opendir(dir);
+  out[0] = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    const char *h5 = strstr(e->d_name, ".h5");
+    if (strncmp(e->d_name, "ckpt-", 5) == 0 && h5 && strlen(h5) == 3 &&
+        strcmp(e->d_name, out) > 0)
+      snprintf(out, size, "%s", e->d_name);
+  }
+  if (d) closedir(d);
+}
+
 static mxu_model *load_weights(const char *weights) {
   mxu_model *model = NULL;
   mxu_compile_config compile = mxu_compile_defaults();
@@ -116,20 +130,11 @@ static void check_identical(const char *a_path, const char *b_path) {
   mxu_model_free(b);
 }
 
-/* Milliseconds since `since` on the monotonic clock (0: a start). */
-static long elapsed_ms(long since) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (long)now.tv_sec * 1000 + now.tv_nsec / 1000000 - since;
-}
-
 static void kill_and_resume(void) {
   const char *reference = temp_path("reference.h5");
   const char *resumed = temp_path("resumed.h5");
   const char *log = temp_path("log.txt");
-  long full_ms = elapsed_ms(0);
   CHECK(wait_exit(start_train(temp_path("ckpt_ref"), reference, log)) == 0);
-  full_ms = elapsed_ms(full_ms);
 
   const char *dir = temp_path("ckpt");
   unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
@@ -137,20 +142,29 @@ static void kill_and_resume(void) {
   srand(seed);
   int kills = 0;
   for (int attempt = 0; attempt < 6; attempt++) {
+    char before[256], now[256];
+    newest_checkpoint(dir, before, sizeof before);
     pid_t pid = start_train(dir, resumed, log);
-    /* 40% .. 90% of an uninterrupted run: past loading and a checkpoint
-     * or two, short of the end, however fast the machine trains. */
-    long wait = full_ms * 4 / 10 + rand() % (full_ms / 2 + 1);
-    int done = 0;
-    for (long t = 0; t < wait && !done; t += 50) {
-      sleep_ms(50);
+    /* Killed 0-100 ms after the run wrote a checkpoint of its own: past
+     * loading, anywhere in the next ten steps (or in the middle of writing
+     * a checkpoint), short of the end, whatever the machine's speed or
+     * load. A clock-based moment was not: a run slowed by other tests set
+     * it past a later run's end. */
+    int done = 0, progressed = 0;
+    while (!done && !progressed) {
+      sleep_ms(2);
       int status;
       done = waitpid(pid, &status, WNOHANG) == pid;
       if (done) CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      newest_checkpoint(dir, now, sizeof now);
+      progressed = strcmp(now, before) != 0;
     }
     if (done) break;
+    sleep_ms(rand() % 101);
     kill(pid, SIGKILL);
-    CHECK(wait_exit(pid) == 128 + SIGKILL);
+    int code = wait_exit(pid);
+    if (code == 0) break; /* it finished first */
+    CHECK(code == 128 + SIGKILL);
     kills++;
     CHECK_MSG(count_checkpoints(dir) <= 3, "%d checkpoints kept",
               count_checkpoints(dir));
