@@ -5,6 +5,7 @@
  * valid and asymmetric same padding, and every fused activation. Conv and
  * dense also run in bf16 (mixed_bfloat16) against the float32 oracle. */
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "bf16_expected.h"
 #include "check.h"
 #include "core/core.h"
@@ -12,6 +13,8 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <stdint.h>
 #include <string.h>
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
 
 #define TOL_OPS 1e-4   /* elementwise kernels, losses, optimisers */
 #define TOL_LAYER 5e-4 /* sums over windows and channels */
@@ -121,7 +124,11 @@ static const conv_case conv_cases[] = {
     {3, 7, 9, 1, 16, 4, 4, 1, 1, MXU_SAME},   /* pads 1/2 */
     {2, 6, 8, 4, 48, 2, 3, 1, 1, MXU_VALID},
     {2, 4, 3, 2, 16, 5, 5, 1, 1, MXU_SAME}, /* windows past every edge */
+    /* 3x3 at stride 1 with channels in sixteens: cpu runs Winograd */
+    {3, 9, 7, 16, 32, 3, 3, 1, 1, MXU_SAME},    /* partial 4x4 tiles */
+    {2, 16, 16, 32, 64, 3, 3, 1, 1, MXU_VALID}, /* cifar's conv2d_3 */
 };
+enum { FIRST_WINOGRAD_CASE = 12 };
 
 static mxu_conv2d_desc conv_desc(const conv_case *c, mxu_activation act,
                                  int has_bias) {
@@ -185,6 +192,31 @@ static void test_conv2d(void) {
   for (int i = 0; i < cases; i++)
     for (int a = 0; a < 4; a++)
       conv_check(&conv_cases[i], fused_acts[a], (i + a) % 2 == 0, i);
+}
+
+/* The forward primitive's oneDNN implementation (white box: prim[0] is
+ * the forward in weighted.c's order). */
+static const char *forward_impl(const mxu_op *op) {
+  const char *impl = "";
+  dnnl_primitive_desc_query(op->prim[0].pd, dnnl_query_impl_info_str, 0, &impl);
+  return impl;
+}
+
+/* The cases test_conv2d compares as Winograd do run as Winograd (where
+ * oneDNN has it: AVX-512), and the others do not. */
+static void test_conv2d_winograd(void) {
+  for (int i = 0; i < COUNT(conv_cases); i++) {
+    mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_RELU, 1);
+    mxu_op *op = NULL;
+    CHECK_OK(backends[CPU]->conv2d_create(&d, &op));
+    if (!op) continue;
+    int wino = strstr(forward_impl(op), "wino") != NULL;
+    int want = i >= FIRST_WINOGRAD_CASE &&
+               (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
+                   dnnl_cpu_isa_avx512_core;
+    CHECK_MSG(wino == want, "conv2d case %d runs %s", i, forward_impl(op));
+    backends[CPU]->op_free(op);
+  }
 }
 
 /* A shape oneDNN must refuse comes back as MXU_ERR_BACKEND, named. */
@@ -418,8 +450,6 @@ static void bf16_dense_cases_check(const dense_case *cases, int count,
       bf16_check(&c, label);
     }
 }
-
-#define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
 
 static void test_bf16(void) {
   bf16_conv_cases_check(conv_cases, COUNT(conv_cases), "f32-set");
@@ -917,6 +947,7 @@ int main(void) {
   backends[REF] = mxu_backend_cpu_ref();
   CHECK(strcmp(backends[CPU]->name, "cpu") == 0);
   test_conv2d();
+  test_conv2d_winograd();
   test_conv2d_error();
   test_dense();
   test_bf16();

@@ -88,8 +88,8 @@ void cpu_op_free(mxu_op *op) {
   if (!op) return;
   for (int i = 0; i < CPU_MAX_PRIMS; i++) prim_release(&op->prim[i]);
   for (int i = 0; i < 3; i++) mxu_aligned_free(op->blocked[i]);
-  mxu_aligned_free(op->src_bf16);
-  mxu_aligned_free(op->diff_dst_bf16);
+  mxu_aligned_free(op->src_copy);
+  mxu_aligned_free(op->diff_dst_copy);
   mxu_aligned_free(op->conv_pool);
   mxu_aligned_free(op->conv_data);
   free(op);

@@ -7,7 +7,13 @@
 
 static const char CONV[] = "conv2d";
 
-/* *_lo: what the multiplications read, bf16 or f32; the rest is f32. */
+/* How the primitives compute: direct on NHWC in f32 or bf16, or Winograd
+ * in f32 on the blocked layouts it requires. */
+typedef enum conv_kind { CONV_F32, CONV_BF16, CONV_WINOGRAD } conv_kind;
+
+/* *_lo: what the multiplications read, bf16 or f32, in the layout the
+ * primitives see x and y in (NHWC, or any for Winograd); the rest is f32
+ * NHWC, the caller's. */
 typedef struct conv_mds {
   dnnl_memory_desc_t src, weights, weights_any, bias, dst;
   dnnl_memory_desc_t src_lo, weights_any_lo, dst_lo;
@@ -16,22 +22,24 @@ typedef struct conv_mds {
 
 /* oneDNN's logical order is always N,C,H,W and O,I,H,W; the format tags
  * say how Keras lays them out in memory. */
-static mxu_status conv_describe(const mxu_conv2d_desc *d, int bf16,
+static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_kind kind,
                                 conv_mds *m) {
   dnnl_dims_t src = {d->n, d->in_c, d->in_h, d->in_w};
   dnnl_dims_t weights = {d->out_c, d->in_c, d->kernel_h, d->kernel_w};
   dnnl_dims_t bias = {d->out_c};
   dnnl_dims_t dst = {d->n, d->out_c, d->out_h, d->out_w};
-  dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_data_type_t lo = kind == CONV_BF16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_format_tag_t act =
+      kind == CONV_WINOGRAD ? dnnl_format_tag_any : dnnl_nhwc;
   MXU_TRY(cpu_md(&m->src, 4, src, dnnl_nhwc, CONV));
   MXU_TRY(cpu_md(&m->weights, 4, weights, dnnl_hwio, CONV));
   MXU_TRY(cpu_md(&m->weights_any, 4, weights, dnnl_format_tag_any, CONV));
   MXU_TRY(cpu_md(&m->bias, 1, bias, dnnl_x, CONV));
   MXU_TRY(cpu_md(&m->dst, 4, dst, dnnl_nhwc, CONV));
-  MXU_TRY(cpu_md_typed(&m->src_lo, 4, src, lo, dnnl_nhwc, CONV));
+  MXU_TRY(cpu_md_typed(&m->src_lo, 4, src, lo, act, CONV));
   MXU_TRY(cpu_md_typed(&m->weights_any_lo, 4, weights, lo, dnnl_format_tag_any,
                        CONV));
-  MXU_TRY(cpu_md_typed(&m->dst_lo, 4, dst, lo, dnnl_nhwc, CONV));
+  MXU_TRY(cpu_md_typed(&m->dst_lo, 4, dst, lo, act, CONV));
   m->strides[0] = d->stride_h;
   m->strides[1] = d->stride_w;
   m->pad_l[0] = d->pad_top;
@@ -43,34 +51,57 @@ static mxu_status conv_describe(const mxu_conv2d_desc *d, int bf16,
 
 /* Weights in oneDNN's own (blocked) layout let it use its direct JIT
  * kernels with NHWC activations: 2-3x faster, forward and backward, than
- * the im2col + GEMM it falls back to for plain HWIO. Direct, not auto:
- * auto may pick Winograd, whose rounding differs. */
-static mxu_status conv_create(const mxu_conv2d_desc *desc, int bf16,
+ * the im2col + GEMM it falls back to for plain HWIO. Winograd only where
+ * asked for (see winograd_fits), never through auto. */
+static mxu_status conv_create(const mxu_conv2d_desc *desc, conv_kind kind,
                               mxu_op **out) {
   conv_mds m;
-  MXU_TRY(conv_describe(desc, bf16, &m));
+  MXU_TRY(conv_describe(desc, kind, &m));
   const dnnl_memory_desc_t *bias = desc->has_bias ? &m.bias : NULL;
+  /* Winograd's three read and write x, y, dx and dy blocked alike. */
+  int wino = kind == CONV_WINOGRAD;
+  const dnnl_memory_desc_t *diff_src = wino ? &m.src_lo : &m.src;
+  const dnnl_memory_desc_t *dst = wino ? &m.dst_lo : &m.dst;
+  dnnl_alg_kind_t alg =
+      wino ? dnnl_convolution_winograd : dnnl_convolution_direct;
   dnnl_convolution_desc_t fwd, bwd_data, bwd_weights;
   CPU_TRY(CONV, dnnl_convolution_forward_desc_init, &fwd, dnnl_forward_training,
-          dnnl_convolution_direct, &m.src_lo, &m.weights_any_lo, bias, &m.dst,
-          m.strides, m.pad_l, m.pad_r);
-  CPU_TRY(CONV, dnnl_convolution_backward_data_desc_init, &bwd_data,
-          dnnl_convolution_direct, &m.src, &m.weights_any_lo, &m.dst_lo,
-          m.strides, m.pad_l, m.pad_r);
-  CPU_TRY(CONV, dnnl_convolution_backward_weights_desc_init, &bwd_weights,
-          dnnl_convolution_direct, &m.src_lo, &m.weights_any, bias, &m.dst_lo,
-          m.strides, m.pad_l, m.pad_r);
-  cpu_weighted_descs descs = {&fwd,       &bwd_data,        &bwd_weights,
-                              &m.weights, desc->activation, desc->has_bias,
-                              bf16,       &m.src,           &m.dst};
+          alg, &m.src_lo, &m.weights_any_lo, bias, dst, m.strides, m.pad_l,
+          m.pad_r);
+  CPU_TRY(CONV, dnnl_convolution_backward_data_desc_init, &bwd_data, alg,
+          diff_src, &m.weights_any_lo, &m.dst_lo, m.strides, m.pad_l, m.pad_r);
+  CPU_TRY(CONV, dnnl_convolution_backward_weights_desc_init, &bwd_weights, alg,
+          &m.src_lo, &m.weights_any, bias, &m.dst_lo, m.strides, m.pad_l,
+          m.pad_r);
+  cpu_weighted_descs descs = {&fwd,
+                              &bwd_data,
+                              &bwd_weights,
+                              &m.weights,
+                              desc->activation,
+                              desc->has_bias,
+                              kind == CONV_BF16,
+                              &m.src,
+                              &m.dst};
   return cpu_weighted_create(&descs, CONV, out);
 }
 
-/* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c);
- * in f32 with few input channels, backward data on conv_data.c's loops. */
+/* Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3, AVX-512) does a quarter of
+ * direct's multiplications for 3x3 stride-1 convs with channels in
+ * sixteens, at the price of transforms and of reorders between NHWC and
+ * its blocked nChw16c. Its sums round differently from direct's. */
+static int winograd_fits(const mxu_conv2d_desc *d) {
+  return !d->bf16 && d->kernel_h == 3 && d->kernel_w == 3 && d->stride_h == 1 &&
+         d->stride_w == 1 && d->in_c % 16 == 0 && d->out_c % 16 == 0;
+}
+
+/* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c):
+ * Winograd where it fits and oneDNN has it, else direct; in f32 with few
+ * input channels, backward data on conv_data.c's loops. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
-  if (desc->bf16 && conv_create(desc, 1, out) == MXU_OK) return MXU_OK;
-  MXU_TRY(conv_create(desc, 0, out));
+  if (desc->bf16 && conv_create(desc, CONV_BF16, out) == MXU_OK) return MXU_OK;
+  if (winograd_fits(desc) && conv_create(desc, CONV_WINOGRAD, out) == MXU_OK)
+    return MXU_OK;
+  MXU_TRY(conv_create(desc, CONV_F32, out));
   if (!cpu_conv_data_fits(desc)) return MXU_OK;
   mxu_status status = cpu_conv_data_attach(*out, desc);
   if (status != MXU_OK) {

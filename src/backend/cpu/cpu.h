@@ -11,7 +11,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #define CPU_MAX_ARGS 12
-#define CPU_MAX_PRIMS 8
+#define CPU_MAX_PRIMS 10
 
 /* One primitive with its arguments. Every memory object is created at
  * create time without a buffer (DNNL_MEMORY_NONE); running only points them
@@ -36,14 +36,16 @@ struct mxu_op {
    * type primitive i chose, when that is not the caller's plain float32;
    * allocated at create. */
   void *blocked[3];
-  /* bf16 conv and dense: bfloat16 copies of x and dy, allocated at
-   * create, and the caller buffers they (and blocked[0], the forward's
-   * weights) were last made from, so the backward passes reuse the
-   * forward's conversions; forward clears them (a new step). share_weights:
-   * backward data reads the forward's weights layout, so one copy serves
-   * both. */
+  /* conv and dense: copies of x and dy in the primitives' type and layout
+   * (bf16, or Winograd's blocked one) where that is not the caller's,
+   * allocated at create, and the caller buffers they (and blocked[0], the
+   * forward's weights) were last made from, so the backward passes reuse
+   * the forward's conversions; forward clears them (a new step).
+   * share_weights: backward data reads the forward's weights layout, so
+   * one copy serves both. */
   int bf16, share_weights;
-  void *src_bf16, *diff_dst_bf16;
+  void *src_copy, *diff_dst_copy;
+  size_t src_copy_bytes, diff_dst_copy_bytes;
   const void *src_from, *weights_from, *diff_dst_from;
   struct cpu_conv_pool *conv_pool; /* conv_pool.c's fused op */
   struct cpu_conv_data *conv_data; /* conv_data.c's backward data, or NULL */
@@ -102,8 +104,9 @@ typedef struct cpu_weighted_descs {
   mxu_activation activation;
   int has_bias;
   /* bf16: the descs read src, weights and diff_dst in bf16 (dst,
-   * diff_src, diff_weights and the bias stay f32); plain_src and plain_dst
-   * are the caller's f32 layouts of x and dy, which the op converts. */
+   * diff_src, diff_weights and the bias stay f32). plain_src and plain_dst
+   * are the caller's f32 layouts of x and y; where the primitives chose
+   * another for x, y, dx or dy, the op converts. */
   int bf16;
   const dnnl_memory_desc_t *plain_src, *plain_dst;
 } cpu_weighted_descs;

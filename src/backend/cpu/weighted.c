@@ -3,8 +3,11 @@
  * backward data and backward weights (+ bias), both hinted by the forward
  * pd so oneDNN picks matching implementations. Where a primitive chose its
  * own weights layout, a reorder to or from the caller's runs beside it.
- * In bf16 the same reorders also round the weights to bfloat16, and two
- * more round x and dy into bfloat16 copies the op owns. */
+ * In bf16 the same reorders also round the weights to bfloat16.
+ * Where the primitives read x and dy in another layout or type than the
+ * caller's (bf16, or Winograd's blocked nChw16c), the op keeps copies of
+ * both in that form; where they write y and dx blocked, those go through
+ * the copy buffers and are reordered out into the caller's. */
 #include "backend/cpu/cpu.h"
 
 #include <string.h>
@@ -13,9 +16,11 @@ enum {
   FWD,
   BWD_DATA,
   BWD_WEIGHTS,
-  REORDER,                   /* prim[REORDER + i]: weights for primitive i */
-  TO_BF16_SRC = REORDER + 3, /* x into op->src_bf16 */
-  TO_BF16_DIFF_DST           /* dy into op->diff_dst_bf16 */
+  REORDER,              /* prim[REORDER + i]: weights for primitive i */
+  SRC_IN = REORDER + 3, /* x into op->src_copy */
+  DIFF_DST_IN,          /* dy into op->diff_dst_copy */
+  DST_OUT,              /* y out of op->diff_dst_copy */
+  DIFF_SRC_OUT          /* dx out of op->src_copy */
 };
 
 /* Weights buffer of the layout primitive i chose, with its reorder, when
@@ -48,20 +53,66 @@ static mxu_status plan_weights(mxu_op *op, int i,
                             out ? plain : chosen, name, "weights");
 }
 
-/* A bf16 copy of the tensor primitive i reads as arg (x or dy), with the
- * reorder (prim[slot]) that rounds the caller's f32 into it. */
-static mxu_status plan_bf16_copy(mxu_op *op, int i, int arg, int slot,
-                                 const dnnl_memory_desc_t *plain, void **copy,
-                                 const char *name) {
+/* The layout primitive i reads or writes `arg` in, when it differs from
+ * the caller's `plain`; NULL when they are the same. */
+static const dnnl_memory_desc_t *
+chosen_layout(const mxu_op *op, int i, int arg,
+              const dnnl_memory_desc_t *plain) {
   const dnnl_memory_desc_t *md =
       dnnl_primitive_desc_query_md(op->prim[i].pd, dnnl_query_exec_arg_md, arg);
-  size_t bytes = md ? dnnl_memory_desc_get_size(md) : 0;
-  *copy = bytes ? mxu_aligned_alloc(bytes) : NULL;
+  return md && !dnnl_memory_desc_equal(md, plain) ? md : NULL;
+}
+
+/* A copy of the tensor primitive i reads as arg (x or dy) in its layout
+ * and type, with the reorder (prim[slot]) from the caller's; none where
+ * the primitive reads the caller's buffer as it is. */
+static mxu_status plan_copy(mxu_op *op, int i, int arg, int slot,
+                            const dnnl_memory_desc_t *plain, void **copy,
+                            size_t *bytes, const char *name) {
+  const dnnl_memory_desc_t *md = chosen_layout(op, i, arg, plain);
+  if (!md) return MXU_OK;
+  *bytes = dnnl_memory_desc_get_size(md);
+  *copy = mxu_aligned_alloc(*bytes);
   if (!*copy)
     return mxu_fail(MXU_ERR_NOMEM,
-                    "onednn: %s: no memory for a %zu-byte bf16 copy", name,
-                    bytes);
-  return cpu_reorder_create(&op->prim[slot], plain, md, name, "to bf16");
+                    "onednn: %s: no memory for a %zu-byte copy of %s", name,
+                    *bytes, arg == DNNL_ARG_SRC ? "x" : "dy");
+  return cpu_reorder_create(&op->prim[slot], plain, md, name, "copy in");
+}
+
+/* Where primitive i writes arg (y or dx) in its own layout, it writes
+ * into the op's copy buffer `via` (free at that moment) and prim[slot]
+ * reorders it out into the caller's. */
+static mxu_status plan_out(mxu_op *op, int i, int arg, int slot,
+                           const dnnl_memory_desc_t *plain, size_t via_bytes,
+                           const char *name) {
+  const dnnl_memory_desc_t *md = chosen_layout(op, i, arg, plain);
+  if (!md) return MXU_OK;
+  if (dnnl_memory_desc_get_size(md) > via_bytes)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "onednn: %s: %s is written in a layout its inputs lack",
+                    name, arg == DNNL_ARG_DST ? "y" : "dx");
+  return cpu_reorder_create(&op->prim[slot], md, plain, name, "copy out");
+}
+
+/* Backward weights reads x and dy through the copies the forward and
+ * backward data made, so it must read them in the same layouts. */
+static mxu_status check_shared_layouts(const mxu_op *op, const char *name) {
+  static const int args[2][2] = {{FWD, DNNL_ARG_SRC},
+                                 {BWD_DATA, DNNL_ARG_DIFF_DST}};
+  for (int k = 0; k < 2; k++) {
+    int arg = args[k][1];
+    const dnnl_memory_desc_t *theirs = dnnl_primitive_desc_query_md(
+        op->prim[args[k][0]].pd, dnnl_query_exec_arg_md, arg);
+    const dnnl_memory_desc_t *mine = dnnl_primitive_desc_query_md(
+        op->prim[BWD_WEIGHTS].pd, dnnl_query_exec_arg_md, arg);
+    if (!theirs || !mine || !dnnl_memory_desc_equal(theirs, mine))
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "onednn: %s: backward weights reads %s in another "
+                      "layout than the %s",
+                      name, k ? "dy" : "x", k ? "backward data" : "forward");
+  }
+  return MXU_OK;
 }
 
 /* oneDNN falls back to its reference kernels where it has no bf16 one
@@ -89,9 +140,8 @@ static mxu_status forward_create(mxu_op *op, const cpu_weighted_descs *d,
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_WEIGHTS, name));
   if (d->has_bias) MXU_TRY(cpu_prim_arg(p, DNNL_ARG_BIAS, name));
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_DST, name));
-  if (op->bf16)
-    MXU_TRY(plan_bf16_copy(op, FWD, DNNL_ARG_SRC, TO_BF16_SRC, d->plain_src,
-                           &op->src_bf16, name));
+  MXU_TRY(plan_copy(op, FWD, DNNL_ARG_SRC, SRC_IN, d->plain_src, &op->src_copy,
+                    &op->src_copy_bytes, name));
   return plan_weights(op, FWD, d->plain_weights, name);
 }
 
@@ -104,9 +154,14 @@ static mxu_status backward_data_create(mxu_op *op, const cpu_weighted_descs *d,
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_DIFF_DST, name));
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_WEIGHTS, name));
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_DIFF_SRC, name));
-  if (op->bf16)
-    MXU_TRY(plan_bf16_copy(op, BWD_DATA, DNNL_ARG_DIFF_DST, TO_BF16_DIFF_DST,
-                           d->plain_dst, &op->diff_dst_bf16, name));
+  MXU_TRY(plan_copy(op, BWD_DATA, DNNL_ARG_DIFF_DST, DIFF_DST_IN, d->plain_dst,
+                    &op->diff_dst_copy, &op->diff_dst_copy_bytes, name));
+  /* y is written before the step's dy exists, and dx after its x was last
+   * read (backward weights), or x is copied again: see below. */
+  MXU_TRY(plan_out(op, FWD, DNNL_ARG_DST, DST_OUT, d->plain_dst,
+                   op->diff_dst_copy_bytes, name));
+  MXU_TRY(plan_out(op, BWD_DATA, DNNL_ARG_DIFF_SRC, DIFF_SRC_OUT, d->plain_src,
+                   op->src_copy_bytes, name));
   return plan_weights(op, BWD_DATA, d->plain_weights, name);
 }
 
@@ -117,6 +172,7 @@ static mxu_status backward_weights_create(mxu_op *op,
   MXU_TRY(cpu_prim_create(p, d->backward_weights, dnnl_alg_kind_undef,
                           &op->prim[FWD], name, "backward_weights"));
   MXU_TRY(check_bf16_kernel(op, BWD_WEIGHTS, name, "backward_weights"));
+  MXU_TRY(check_shared_layouts(op, name));
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_SRC, name));
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_DIFF_DST, name));
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_DIFF_WEIGHTS, name));
@@ -150,26 +206,25 @@ static const void *weights_for(mxu_op *op, int i, const float *w) {
   return op->blocked[i];
 }
 
-/* x as the primitives read it: itself in f32; in bf16 the forward's copy
- * when made from this buffer, else a new one. */
+/* x as the primitives read it: itself, or the forward's copy when made
+ * from this buffer, else a new one. */
 static const void *src_for(mxu_op *op, const float *x) {
-  if (!op->bf16) return x;
+  if (!op->src_copy) return x;
   if (op->src_from != x) {
-    cpu_run(&op->prim[TO_BF16_SRC], (const void *[]){x, op->src_bf16});
+    cpu_run(&op->prim[SRC_IN], (const void *[]){x, op->src_copy});
     op->src_from = x;
   }
-  return op->src_bf16;
+  return op->src_copy;
 }
 
-/* dy likewise: rounded once per step, by whichever backward runs first. */
+/* dy likewise: copied once per step, by whichever backward runs first. */
 static const void *diff_dst_for(mxu_op *op, const float *dy) {
-  if (!op->bf16) return dy;
+  if (!op->diff_dst_copy) return dy;
   if (op->diff_dst_from != dy) {
-    cpu_run(&op->prim[TO_BF16_DIFF_DST],
-            (const void *[]){dy, op->diff_dst_bf16});
+    cpu_run(&op->prim[DIFF_DST_IN], (const void *[]){dy, op->diff_dst_copy});
     op->diff_dst_from = dy;
   }
-  return op->diff_dst_bf16;
+  return op->diff_dst_copy;
 }
 
 /* Backward data's weights; in bf16 the forward's rounded copy when both
@@ -190,17 +245,27 @@ void cpu_weighted_forward(mxu_op *op, const float *x, const float *w,
   const void *xs = src_for(op, x);
   const void *wf = weights_for(op, FWD, w);
   op->weights_from = w;
+  int out = op->prim[DST_OUT].prim != NULL;
+  void *to = out ? op->diff_dst_copy : y;
   if (op->has_bias)
-    cpu_run(&op->prim[FWD], (const void *[]){xs, wf, b, y});
+    cpu_run(&op->prim[FWD], (const void *[]){xs, wf, b, to});
   else
-    cpu_run(&op->prim[FWD], (const void *[]){xs, wf, y});
+    cpu_run(&op->prim[FWD], (const void *[]){xs, wf, to});
+  if (out) cpu_run(&op->prim[DST_OUT], (const void *[]){to, y});
 }
 
 void cpu_weighted_backward_data(mxu_op *op, const float *dy, const float *w,
                                 float *dx) {
   const void *dys = diff_dst_for(op, dy);
   const void *wb = backward_data_weights(op, w);
-  cpu_run(&op->prim[BWD_DATA], (const void *[]){dys, wb, dx});
+  if (!op->prim[DIFF_SRC_OUT].prim) {
+    cpu_run(&op->prim[BWD_DATA], (const void *[]){dys, wb, dx});
+    return;
+  }
+  /* dx passes through x's copy, which is then no longer x's. */
+  op->src_from = NULL;
+  cpu_run(&op->prim[BWD_DATA], (const void *[]){dys, wb, op->src_copy});
+  cpu_run(&op->prim[DIFF_SRC_OUT], (const void *[]){op->src_copy, dx});
 }
 
 /* Without a bias there is no fourth argument, so db (NULL) is not read. */
