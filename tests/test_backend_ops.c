@@ -10,6 +10,7 @@
 #include "check.h"
 #include "core/core.h"
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdint.h>
 #include <string.h>
@@ -124,9 +125,10 @@ static const conv_case conv_cases[] = {
     {3, 7, 9, 1, 16, 4, 4, 1, 1, MXU_SAME},   /* pads 1/2 */
     {2, 6, 8, 4, 48, 2, 3, 1, 1, MXU_VALID},
     {2, 4, 3, 2, 16, 5, 5, 1, 1, MXU_SAME}, /* windows past every edge */
-    /* 3x3 at stride 1 with channels in sixteens: cpu runs Winograd */
-    {3, 9, 7, 16, 32, 3, 3, 1, 1, MXU_SAME},    /* partial 4x4 tiles */
-    {2, 16, 16, 32, 64, 3, 3, 1, 1, MXU_VALID}, /* cifar's conv2d_3 */
+    /* 3x3 at stride 1 with channels in sixteens and 32 images on one
+     * thread: cpu runs Winograd */
+    {32, 6, 5, 16, 32, 3, 3, 1, 1, MXU_SAME}, /* partial 4x4 tiles */
+    {32, 9, 9, 32, 16, 3, 3, 1, 1, MXU_VALID},
 };
 enum { FIRST_WINOGRAD_CASE = 12 };
 
@@ -187,11 +189,15 @@ static void conv_check(const conv_case *c, mxu_activation act, int has_bias,
   free(x), free(w), free(b), free(dy);
 }
 
+/* On one thread, as in a replica's worker, whatever the machine's cores:
+ * cpu's choice of Winograd depends on the images per thread. */
 static void test_conv2d(void) {
-  int cases = (int)(sizeof conv_cases / sizeof *conv_cases);
-  for (int i = 0; i < cases; i++)
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  for (int i = 0; i < COUNT(conv_cases); i++)
     for (int a = 0; a < 4; a++)
       conv_check(&conv_cases[i], fused_acts[a], (i + a) % 2 == 0, i);
+  omp_set_num_threads(threads);
 }
 
 /* The forward primitive's oneDNN implementation (white box: prim[0] is
@@ -202,21 +208,36 @@ static const char *forward_impl(const mxu_op *op) {
   return impl;
 }
 
+static int runs_winograd(const mxu_conv2d_desc *d) {
+  mxu_op *op = NULL;
+  CHECK_OK(backends[CPU]->conv2d_create(d, &op));
+  if (!op) return -1;
+  int wino = strstr(forward_impl(op), "wino") != NULL;
+  backends[CPU]->op_free(op);
+  return wino;
+}
+
 /* The cases test_conv2d compares as Winograd do run as Winograd (where
- * oneDNN has it: AVX-512), and the others do not. */
+ * oneDNN has it: AVX-512) and the others do not; nor do the same shapes
+ * with 16 images per thread, or in bf16. */
 static void test_conv2d_winograd(void) {
-  for (int i = 0; i < COUNT(conv_cases); i++) {
-    mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_RELU, 1);
-    mxu_op *op = NULL;
-    CHECK_OK(backends[CPU]->conv2d_create(&d, &op));
-    if (!op) continue;
-    int wino = strstr(forward_impl(op), "wino") != NULL;
-    int want = i >= FIRST_WINOGRAD_CASE &&
-               (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
-                   dnnl_cpu_isa_avx512_core;
-    CHECK_MSG(wino == want, "conv2d case %d runs %s", i, forward_impl(op));
-    backends[CPU]->op_free(op);
+  int threads = omp_get_max_threads();
+  int avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
+               dnnl_cpu_isa_avx512_core;
+  for (int t = 1; t <= 2; t++) {
+    omp_set_num_threads(t);
+    for (int i = 0; i < COUNT(conv_cases); i++) {
+      mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_RELU, 1);
+      int want = i >= FIRST_WINOGRAD_CASE && avx512 && t == 1;
+      CHECK_MSG(runs_winograd(&d) == want, "conv2d case %d on %d threads", i,
+                t);
+      d.n = 16 * t;
+      CHECK_MSG(runs_winograd(&d) == 0, "conv2d case %d, %d images", i, d.n);
+      d.n = 32 * t, d.bf16 = 1;
+      CHECK_MSG(runs_winograd(&d) == 0, "conv2d case %d in bf16", i);
+    }
   }
+  omp_set_num_threads(threads);
 }
 
 /* A shape oneDNN must refuse comes back as MXU_ERR_BACKEND, named. */
