@@ -26,6 +26,13 @@ typedef struct cpu_prim {
   dnnl_exec_arg_t args[CPU_MAX_ARGS];
 } cpu_prim;
 
+/* How a conv or dense op brings x and dy into, and y and dx out of, the
+ * layout its primitives chose (see weighted.c). */
+typedef struct cpu_convert {
+  enum { CPU_CONVERT_NONE, CPU_CONVERT_ONEDNN, CPU_CONVERT_OWN } how;
+  int64_t n, hw, c; /* CPU_CONVERT_OWN's shape */
+} cpu_convert;
+
 struct mxu_op {
   cpu_prim prim[CPU_MAX_PRIMS];
   int has_bias;              /* conv, dense: BIAS arguments exist */
@@ -46,6 +53,7 @@ struct mxu_op {
   int bf16, share_weights;
   void *src_copy, *diff_dst_copy;
   size_t src_copy_bytes, diff_dst_copy_bytes;
+  cpu_convert convert[4]; /* x in, dy in, y out, dx out */
   const void *src_from, *weights_from, *diff_dst_from;
   struct cpu_conv_pool *conv_pool; /* conv_pool.c's fused op */
   struct cpu_conv_data *conv_data; /* conv_data.c's backward data, or NULL */
@@ -124,6 +132,11 @@ void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
  * fails for SOFTMAX, which is never fused. */
 mxu_status cpu_fused_alg(mxu_activation activation, const char *op,
                          dnnl_alg_kind_t *alg);
+
+/* layout.c: NHWC <-> nChw16c (to16: which way) of n images of hw pixels
+ * and c channels, c a multiple of 16. */
+void cpu_layout_convert(const float *from, float *to, int64_t n, int64_t hw,
+                        int64_t c, int to16);
 
 /* ---- the table's entries, by family file ------------------------------ */
 

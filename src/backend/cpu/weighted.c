@@ -53,6 +53,59 @@ static mxu_status plan_weights(mxu_op *op, int i,
                             out ? plain : chosen, name, "weights");
 }
 
+/* Whether a conversion between the caller's `plain` layout and the
+ * primitive's `chosen` one is NHWC <-> nChw16c in f32 with whole blocks,
+ * which layout.c's loops do (with n, c and h*w for them). */
+static int own_convert_fits(const dnnl_memory_desc_t *plain,
+                            const dnnl_memory_desc_t *chosen,
+                            cpu_convert *convert) {
+  dnnl_memory_desc_t nhwc, blocked;
+  if (plain->ndims != 4 || plain->data_type != dnnl_f32 ||
+      plain->dims[1] % 16 != 0)
+    return 0;
+  if (dnnl_memory_desc_init_by_tag(&nhwc, 4, plain->dims, dnnl_f32,
+                                   dnnl_nhwc) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&blocked, 4, plain->dims, dnnl_f32,
+                                   dnnl_nChw16c) != dnnl_success)
+    return 0;
+  if (!dnnl_memory_desc_equal(plain, &nhwc) ||
+      !dnnl_memory_desc_equal(chosen, &blocked))
+    return 0;
+  convert->n = plain->dims[0];
+  convert->c = plain->dims[1];
+  convert->hw = plain->dims[2] * plain->dims[3];
+  return 1;
+}
+
+/* The conversion in slot (SRC_IN .. DIFF_SRC_OUT) between the caller's
+ * layout and the primitive's: layout.c's loops where they fit, else a
+ * oneDNN reorder in prim[slot]. */
+static mxu_status plan_convert(mxu_op *op, int slot,
+                               const dnnl_memory_desc_t *plain,
+                               const dnnl_memory_desc_t *chosen,
+                               const char *name) {
+  cpu_convert *convert = &op->convert[slot - SRC_IN];
+  int in = slot < DST_OUT;
+  convert->how = CPU_CONVERT_OWN;
+  if (own_convert_fits(plain, chosen, convert)) return MXU_OK;
+  convert->how = CPU_CONVERT_ONEDNN;
+  return cpu_reorder_create(&op->prim[slot], in ? plain : chosen,
+                            in ? chosen : plain, name,
+                            in ? "copy in" : "copy out");
+}
+
+static int has_convert(const mxu_op *op, int slot) {
+  return op->convert[slot - SRC_IN].how != CPU_CONVERT_NONE;
+}
+
+static void convert(mxu_op *op, int slot, const void *from, void *to) {
+  const cpu_convert *c = &op->convert[slot - SRC_IN];
+  if (c->how == CPU_CONVERT_OWN)
+    cpu_layout_convert(from, to, c->n, c->hw, c->c, slot < DST_OUT);
+  else
+    cpu_run(&op->prim[slot], (const void *[]){from, to});
+}
+
 /* The layout primitive i reads or writes `arg` in, when it differs from
  * the caller's `plain`; NULL when they are the same. */
 static const dnnl_memory_desc_t *
@@ -77,7 +130,7 @@ static mxu_status plan_copy(mxu_op *op, int i, int arg, int slot,
     return mxu_fail(MXU_ERR_NOMEM,
                     "onednn: %s: no memory for a %zu-byte copy of %s", name,
                     *bytes, arg == DNNL_ARG_SRC ? "x" : "dy");
-  return cpu_reorder_create(&op->prim[slot], plain, md, name, "copy in");
+  return plan_convert(op, slot, plain, md, name);
 }
 
 /* Where primitive i writes arg (y or dx) in its own layout, it writes
@@ -92,7 +145,7 @@ static mxu_status plan_out(mxu_op *op, int i, int arg, int slot,
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "onednn: %s: %s is written in a layout its inputs lack",
                     name, arg == DNNL_ARG_DST ? "y" : "dx");
-  return cpu_reorder_create(&op->prim[slot], md, plain, name, "copy out");
+  return plan_convert(op, slot, plain, md, name);
 }
 
 /* Backward weights reads x and dy through the copies the forward and
@@ -211,7 +264,7 @@ static const void *weights_for(mxu_op *op, int i, const float *w) {
 static const void *src_for(mxu_op *op, const float *x) {
   if (!op->src_copy) return x;
   if (op->src_from != x) {
-    cpu_run(&op->prim[SRC_IN], (const void *[]){x, op->src_copy});
+    convert(op, SRC_IN, x, op->src_copy);
     op->src_from = x;
   }
   return op->src_copy;
@@ -221,7 +274,7 @@ static const void *src_for(mxu_op *op, const float *x) {
 static const void *diff_dst_for(mxu_op *op, const float *dy) {
   if (!op->diff_dst_copy) return dy;
   if (op->diff_dst_from != dy) {
-    cpu_run(&op->prim[DIFF_DST_IN], (const void *[]){dy, op->diff_dst_copy});
+    convert(op, DIFF_DST_IN, dy, op->diff_dst_copy);
     op->diff_dst_from = dy;
   }
   return op->diff_dst_copy;
@@ -245,27 +298,27 @@ void cpu_weighted_forward(mxu_op *op, const float *x, const float *w,
   const void *xs = src_for(op, x);
   const void *wf = weights_for(op, FWD, w);
   op->weights_from = w;
-  int out = op->prim[DST_OUT].prim != NULL;
+  int out = has_convert(op, DST_OUT);
   void *to = out ? op->diff_dst_copy : y;
   if (op->has_bias)
     cpu_run(&op->prim[FWD], (const void *[]){xs, wf, b, to});
   else
     cpu_run(&op->prim[FWD], (const void *[]){xs, wf, to});
-  if (out) cpu_run(&op->prim[DST_OUT], (const void *[]){to, y});
+  if (out) convert(op, DST_OUT, to, y);
 }
 
 void cpu_weighted_backward_data(mxu_op *op, const float *dy, const float *w,
                                 float *dx) {
   const void *dys = diff_dst_for(op, dy);
   const void *wb = backward_data_weights(op, w);
-  if (!op->prim[DIFF_SRC_OUT].prim) {
+  if (!has_convert(op, DIFF_SRC_OUT)) {
     cpu_run(&op->prim[BWD_DATA], (const void *[]){dys, wb, dx});
     return;
   }
   /* dx passes through x's copy, which is then no longer x's. */
   op->src_from = NULL;
   cpu_run(&op->prim[BWD_DATA], (const void *[]){dys, wb, op->src_copy});
-  cpu_run(&op->prim[DIFF_SRC_OUT], (const void *[]){op->src_copy, dx});
+  convert(op, DIFF_SRC_OUT, op->src_copy, dx);
 }
 
 /* Without a bias there is no fourth argument, so db (NULL) is not read. */
