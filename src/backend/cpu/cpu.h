@@ -91,6 +91,9 @@ mxu_status cpu_md_typed(dnnl_memory_desc_t *md, int ndims,
 mxu_status cpu_prim_create(cpu_prim *p, const_dnnl_op_desc_t desc,
                            dnnl_alg_kind_t post_eltwise, const cpu_prim *hint,
                            const char *op, const char *what);
+/* Points the scratchpads of prims[0..count) that have one at the largest
+ * of them and frees the rest: for primitives that never run at once. */
+mxu_status cpu_prims_share_scratch(cpu_prim *prims, int count, const char *op);
 /* A reorder between two layouts of one tensor; cpu_run takes {from, to}. */
 mxu_status cpu_reorder_create(cpu_prim *p, const dnnl_memory_desc_t *from,
                               const dnnl_memory_desc_t *to, const char *op,

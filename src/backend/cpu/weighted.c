@@ -239,7 +239,8 @@ static mxu_status build(mxu_op *op, const cpu_weighted_descs *d,
   op->bf16 = d->bf16;
   MXU_TRY(forward_create(op, d, name));
   MXU_TRY(backward_data_create(op, d, name));
-  return backward_weights_create(op, d, name);
+  MXU_TRY(backward_weights_create(op, d, name));
+  return cpu_prims_share_scratch(op->prim, CPU_MAX_PRIMS, name);
 }
 
 mxu_status cpu_weighted_create(const cpu_weighted_descs *descs,
