@@ -1,4 +1,4 @@
-/* epilogue.c — what the layer families share: the activation after Conv2D
+/* shared.c — what the layer families share: the activation after Conv2D
  * and Dense (fused into the backend op where it can be, a separate softmax
  * where it cannot, and the matching backward), 2-D window shape inference
  * and shape formatting. */
