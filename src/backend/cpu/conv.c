@@ -1,4 +1,5 @@
-/* conv.c — 2-D convolution on oneDNN: NHWC activations in place, Keras'
+/* conv.c — 2-D convolution on oneDNN: NHWC activations in place (for
+ * Winograd, converted to and from its blocked layout: weighted.c), Keras'
  * HWIO kernel reordered to the layout oneDNN picks, asymmetric SAME padding
  * passed as padding_l / padding_r. In bf16 the primitives read x, the
  * kernel and dy in bfloat16 and write y, dx, dw and db in float32. The
@@ -89,8 +90,8 @@ static mxu_status conv_create(const mxu_conv2d_desc *desc, conv_kind kind,
 
 /* Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3, AVX-512) does a quarter of
  * direct's multiplications for 3x3 stride-1 convs with channels in
- * sixteens, at the price of transforms and of reorders between NHWC and
- * its blocked nChw16c; its sums round differently from direct's. It pays
+ * sixteens, at the price of transforms and of conversions between NHWC
+ * and its blocked nChw16c; its sums round differently from direct's. It pays
  * from about 32 images per thread the primitive runs on (created with
  * the count it runs with): mxu bench, cifar at batch 256 on 2 threads
  * 1.15x direct, cifar_augmented at 64 on 2 threads 1.05x, at 32 on 1

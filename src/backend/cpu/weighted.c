@@ -86,9 +86,9 @@ static mxu_status plan_convert(mxu_op *op, int slot,
                                const char *name) {
   cpu_convert *convert = &op->convert[slot - SRC_IN];
   int in = slot < DST_OUT;
-  convert->how = CPU_CONVERT_OWN;
-  if (own_convert_fits(plain, chosen, convert)) return MXU_OK;
-  convert->how = CPU_CONVERT_ONEDNN;
+  int own = own_convert_fits(plain, chosen, convert);
+  convert->how = own ? CPU_CONVERT_OWN : CPU_CONVERT_ONEDNN;
+  if (own) return MXU_OK;
   return cpu_reorder_create(&op->prim[slot], in ? plain : chosen,
                             in ? chosen : plain, name,
                             in ? "copy in" : "copy out");
@@ -117,8 +117,8 @@ chosen_layout(const mxu_op *op, int i, int arg,
 }
 
 /* A copy of the tensor primitive i reads as arg (x or dy) in its layout
- * and type, with the reorder (prim[slot]) from the caller's; none where
- * the primitive reads the caller's buffer as it is. */
+ * and type, with the conversion (slot) from the caller's; none where the
+ * primitive reads the caller's buffer as it is. */
 static mxu_status plan_copy(mxu_op *op, int i, int arg, int slot,
                             const dnnl_memory_desc_t *plain, void **copy,
                             size_t *bytes, const char *name) {
@@ -134,8 +134,8 @@ static mxu_status plan_copy(mxu_op *op, int i, int arg, int slot,
 }
 
 /* Where primitive i writes arg (y or dx) in its own layout, it writes
- * into the op's copy buffer `via` (free at that moment) and prim[slot]
- * reorders it out into the caller's. */
+ * into one of the op's copy buffers (free at that moment, via_bytes
+ * long) and the conversion in slot moves it out into the caller's. */
 static mxu_status plan_out(mxu_op *op, int i, int arg, int slot,
                            const dnnl_memory_desc_t *plain, size_t via_bytes,
                            const char *name) {
