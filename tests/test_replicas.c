@@ -233,6 +233,29 @@ static void test_slices(void) {
   slice_rows = 0;
 }
 
+/* Default slices of a model whose activations overflow any L2 (cifar
+ * without BatchNormalization, ~0.85 MB a row): at least 32 rows, or two
+ * halves of 16-31 rows, or whole where even halves would be smaller. */
+static int default_slice_rows(int batch) {
+  mxu_model *model = NULL;
+  mxu_compile_config compile = mxu_compile_defaults();
+  CHECK_OK(mxu_model_load_json("models/cifar10_augmented.json", &model,
+                               &compile, NULL));
+  compile.batch_size = batch;
+  if (model) CHECK_OK(mxu_compile(model, &compile));
+  int rows = model ? mxu_model_slice_rows(model) : -1;
+  mxu_model_free(model);
+  return rows;
+}
+
+static void test_default_slices(void) {
+  CHECK(default_slice_rows(128) == 32);
+  CHECK(default_slice_rows(64) == 32);
+  CHECK(default_slice_rows(32) == 16);
+  CHECK(default_slice_rows(40) == 20);
+  CHECK(default_slice_rows(30) == 30);
+}
+
 /* The fused Conv2D+MaxPooling2D+relu (cpu) trains as the layers do one by
  * one on the oracle (cpu_ref, which never fuses), and the profile says
  * which layers ran inside the conv. */
@@ -441,6 +464,7 @@ int main(void) {
   test_augmented();
   test_same_as_one_replica();
   test_slices();
+  test_default_slices();
   test_fused_against_oracle();
   test_batchnorm_statistics();
   test_evaluate_counts_every_sample();
