@@ -234,7 +234,7 @@ static void test_slices(void) {
 }
 
 /* Default slices of a model whose activations overflow any L2 (cifar
- * without BatchNormalization, ~0.85 MB a row): at least 32 rows, or two
+ * without BatchNormalization, ~0.9 MB a row): at least 32 rows, or two
  * halves of 16-31 rows, or whole where even halves would be smaller. */
 static int default_slice_rows(int batch) {
   mxu_model *model = NULL;

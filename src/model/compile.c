@@ -271,7 +271,8 @@ static int choose_split(const mxu_model *model, int rows) {
   /* Too few rows for two such slices: two halves down to SLICE_ROWS / 2,
    * so that two workers share the replica each on one thread, instead of
    * one worker lending oneDNN both. cifar_augmented at batch 32 on 2
-   * threads: 1,170 -> 1,853 images/s; on 1 thread the same speed. */
+   * threads: 1,089 -> 1,818 images/s; on 1 thread 0.88x, where the whole
+   * replica had run Winograd (32 images) and halves run direct. */
   if (split == 1 && rows % 2 == 0 && rows / 2 >= SLICE_ROWS / 2) split = 2;
   return split;
 }
