@@ -260,25 +260,26 @@ static const void *weights_for(mxu_op *op, int i, const float *w) {
   return op->blocked[i];
 }
 
-/* x as the primitives read it: itself, or the forward's copy when made
- * from this buffer, else a new one. */
-static const void *src_for(mxu_op *op, const float *x) {
-  if (!op->src_copy) return x;
-  if (op->src_from != x) {
-    convert(op, SRC_IN, x, op->src_copy);
-    op->src_from = x;
+/* x or dy as the primitives read it: the caller's buffer itself, or the
+ * op's copy (converted in `slot`) when made from this buffer, else a new
+ * one. x's copy comes from the forward; dy's from whichever backward runs
+ * first. */
+static const void *input_for(mxu_op *op, int slot, const float *from,
+                             void *copy, const void **made_from) {
+  if (!copy) return from;
+  if (*made_from != from) {
+    convert(op, slot, from, copy);
+    *made_from = from;
   }
-  return op->src_copy;
+  return copy;
 }
 
-/* dy likewise: copied once per step, by whichever backward runs first. */
+static const void *src_for(mxu_op *op, const float *x) {
+  return input_for(op, SRC_IN, x, op->src_copy, &op->src_from);
+}
+
 static const void *diff_dst_for(mxu_op *op, const float *dy) {
-  if (!op->diff_dst_copy) return dy;
-  if (op->diff_dst_from != dy) {
-    convert(op, DIFF_DST_IN, dy, op->diff_dst_copy);
-    op->diff_dst_from = dy;
-  }
-  return op->diff_dst_copy;
+  return input_for(op, DIFF_DST_IN, dy, op->diff_dst_copy, &op->diff_dst_from);
 }
 
 /* Backward data's weights; in bf16 the forward's rounded copy when both
