@@ -561,19 +561,29 @@ static void test_pool2d(void) {
 
 /* ---- conv + max pooling (+ relu), fused ------------------------------- *
  * cpu's fused op against cpu_ref's conv, pool and relu one after another:
- * the model-level fusion must compute exactly what the layers do. */
+ * the model-level fusion must compute exactly what the layers do. Few
+ * input channels run conv_pool.c's loops, more conv_then_pool.c's. */
 
 typedef struct conv_pool_case {
   int n, h, w, c, filters, kh, kw;
+  mxu_padding padding;
+  int pool; /* window size and stride; 0 for 2 */
 } conv_pool_case;
 
 static const conv_pool_case conv_pool_cases[] = {
-    {3, 28, 28, 1, 64, 3, 3}, /* Fashion-MNIST's first layer */
-    {5, 9, 7, 3, 32, 3, 3},   /* odd conv output: the pool drops a row */
-    {2, 8, 8, 2, 16, 2, 2},
-    {9, 6, 6, 4, 48, 1, 1}, /* two image blocks, a 3-vector channel tail */
-    {2, 7, 7, 4, 16, 3, 3}, /* 36 taps: three gradient chunks */
+    {3, 28, 28, 1, 64, 3, 3, MXU_VALID, 0}, /* Fashion-MNIST's first layer */
+    {5, 9, 7, 3, 32, 3, 3, MXU_VALID, 0},   /* odd conv output: a row dropped */
+    {2, 8, 8, 2, 16, 2, 2, MXU_VALID, 0},
+    {9, 6, 6, 4, 48, 1, 1, MXU_VALID, 0}, /* two image blocks, a tail */
+    {2, 7, 7, 4, 16, 3, 3, MXU_VALID, 0}, /* 36 taps: three gradient chunks */
+    /* conv_then_pool: on one thread the first two run Winograd (blocked
+     * y), on two direct (NHWC), see test_conv_pool. */
+    {32, 9, 9, 16, 32, 3, 3, MXU_SAME, 0}, /* a row and column dropped */
+    {32, 8, 8, 32, 16, 3, 3, MXU_VALID, 0},
+    {3, 7, 7, 8, 16, 3, 3, MXU_VALID, 0},
+    {2, 11, 10, 5, 32, 3, 3, MXU_SAME, 3}, /* 3x3 windows, two dropped */
 };
+enum { FIRST_WINOGRAD_CONV_POOL = 5, WINOGRAD_CONV_POOLS = 2 };
 
 /* y[n, out] = relu?(x) elementwise; the mask variant is for gradients. */
 static void relu_in_place(float *v, size_t n) {
@@ -590,8 +600,11 @@ typedef struct conv_pool_io {
   float *y, *y_infer, *dx, *dw, *db; /* out */
 } conv_pool_io;
 
-/* cpu_ref, layer by layer: z = conv(x) + b, a = act(z), p = pool(a),
- * y = relu?(p); and back. */
+/* Layer by layer: z = conv(x) + b, a = act(z), p = pool(a), y = relu?(p);
+ * and back, on cpu_ref but for z. z comes from cpu's unfused conv, which
+ * the fused op runs too: relu's mask and the argmax are discontinuous,
+ * and Winograd's rounding, within tolerance of cpu_ref's (test_conv2d),
+ * flips the odd one when a z is near 0 or a window near a tie. */
 static void conv_pool_reference(const mxu_conv2d_desc *cd,
                                 const mxu_pool2d_desc *pd, int relu,
                                 const conv_pool_io *io) {
@@ -601,11 +614,12 @@ static void conv_pool_reference(const mxu_conv2d_desc *cd,
   size_t nz = (size_t)cd->n * cd->out_h * cd->out_w * cd->out_c;
   size_t ny = (size_t)pd->n * pd->out_h * pd->out_w * pd->c;
   float *z = zeros(nz), *a = zeros(nz), *da = zeros(nz), *dp = zeros(ny);
-  mxu_op *conv = NULL, *pool = NULL;
+  mxu_op *conv = NULL, *pool = NULL, *cpu_conv = NULL;
   CHECK_OK(be->conv2d_create(&linear, &conv));
+  CHECK_OK(backends[CPU]->conv2d_create(&linear, &cpu_conv));
   CHECK_OK(be->pool2d_create(pd, &pool));
-  if (!conv || !pool) goto done;
-  be->conv2d_forward(conv, io->x, io->w, io->b, z);
+  if (!conv || !pool || !cpu_conv) goto done;
+  backends[CPU]->conv2d_forward(cpu_conv, io->x, io->w, io->b, z);
   memcpy(a, z, nz * sizeof *a);
   if (cd->activation == MXU_RELU) relu_in_place(a, nz);
   be->pool2d_forward(pool, 1, a, io->y, NULL);
@@ -620,6 +634,7 @@ static void conv_pool_reference(const mxu_conv2d_desc *cd,
 done:
   be->op_free(conv);
   be->op_free(pool);
+  backends[CPU]->op_free(cpu_conv);
   free(z), free(a), free(da), free(dp);
 }
 
@@ -641,10 +656,11 @@ static void conv_pool_fused(const mxu_conv2d_desc *cd,
 static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
                             int relu, int has_bias) {
   conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
-                  c->kh, c->kw, 1,    1,    MXU_VALID};
+                  c->kh, c->kw, 1,    1,    c->padding};
   mxu_conv2d_desc cd = conv_desc(&cc, act, has_bias);
+  int win = c->pool ? c->pool : 2;
   conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
-                  2,    2,        2,        2,          MXU_VALID};
+                  win,  win,      win,      win,        MXU_VALID};
   mxu_pool2d_desc pd = pool_desc(&pc, 1);
   size_t nx = (size_t)c->n * c->h * c->w * c->c;
   size_t nw = (size_t)c->kh * c->kw * c->c * c->filters;
@@ -660,9 +676,10 @@ static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
     (k == CPU ? conv_pool_fused : conv_pool_reference)(&cd, &pd, relu, &io);
   }
   char label[128];
-  snprintf(label, sizeof label, "conv+pool %dx%dx%d->%d k%dx%d %s%s%s", c->h,
-           c->w, c->c, c->filters, c->kh, c->kw, act_names[act],
-           relu ? "+relu" : "", has_bias ? "+bias" : "");
+  snprintf(label, sizeof label,
+           "conv+pool %dx%dx%d->%d k%dx%d pool %d %s%s%s on %d threads", c->h,
+           c->w, c->c, c->filters, c->kh, c->kw, win, act_names[act],
+           relu ? "+relu" : "", has_bias ? "+bias" : "", omp_get_max_threads());
   expect_pair(label, "training y", y, ny, TOL_LAYER);
   expect_pair(label, "inference y", yi, ny, TOL_LAYER);
   expect_pair(label, "backward dx", dx, nx, TOL_LAYER);
@@ -672,34 +689,68 @@ static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
   free(x), free(w), free(b), free(dy);
 }
 
-/* What the fused loops do not take is declined, for the layers to run. */
+/* What neither fused op takes is declined, for the layers to run:
+ * filters not in sixteens, tanh, average pooling, windows that overlap. */
 static void conv_pool_declines(void) {
-  conv_case cc = {2, 9, 9, 8, 16, 3, 3, 1, 1, MXU_VALID};
-  conv_case pc = {2, 7, 7, 16, 0, 2, 2, 2, 2, MXU_VALID};
-  mxu_pool2d_desc pd = pool_desc(&pc, 1);
-  mxu_conv2d_desc wide = conv_desc(&cc, MXU_LINEAR, 1); /* 8 channels in */
-  cc.c = 1, cc.filters = 10;
+  conv_case cc = {2, 9, 9, 1, 10, 3, 3, 1, 1, MXU_VALID};
+  conv_case pc = {2, 7, 7, 10, 0, 2, 2, 2, 2, MXU_VALID};
+  mxu_pool2d_desc pd10 = pool_desc(&pc, 1);
   mxu_conv2d_desc odd = conv_desc(&cc, MXU_LINEAR, 1); /* 10 filters */
-  cc.filters = 16;
+  cc.c = 8, cc.filters = pc.c = 16;
   mxu_conv2d_desc tanh = conv_desc(&cc, MXU_TANH, 1);
-  mxu_pool2d_desc avg = pool_desc(&pc, 0);
-  const mxu_conv2d_desc *convs[] = {&wide, &odd, &tanh, &tanh};
-  const mxu_pool2d_desc *pools[] = {&pd, &pd, &pd, &avg};
-  for (int i = 0; i < 4; i++) {
+  mxu_conv2d_desc wide = conv_desc(&cc, MXU_RELU, 1);
+  mxu_pool2d_desc pd = pool_desc(&pc, 1), avg = pool_desc(&pc, 0);
+  pc.sh = pc.sw = 1;
+  mxu_pool2d_desc overlap = pool_desc(&pc, 1);
+  const mxu_conv2d_desc *convs[] = {&odd, &tanh, &wide, &wide};
+  const mxu_pool2d_desc *pools[] = {&pd10, &pd, &avg, &overlap};
+  for (int i = 0; i < COUNT(convs); i++) {
     mxu_op *op = NULL;
-    CHECK(backends[CPU]->conv_pool_create(convs[i], pools[i], 0, &op) ==
-          MXU_ERR_UNSUPPORTED);
+    CHECK_MSG(backends[CPU]->conv_pool_create(convs[i], pools[i], 0, &op) ==
+                  MXU_ERR_UNSUPPORTED,
+              "conv+pool decline %d", i);
     CHECK(op == NULL);
   }
   CHECK(backends[REF]->conv_pool_create == NULL); /* the oracle never fuses */
 }
 
+/* conv_then_pool's Winograd cases do run Winograd on one thread (where
+ * oneDNN has it), and so keep the conv's output blocked. */
+static void conv_pool_winograd(void) {
+  int avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
+               dnnl_cpu_isa_avx512_core;
+  for (int i = FIRST_WINOGRAD_CONV_POOL;
+       i < FIRST_WINOGRAD_CONV_POOL + WINOGRAD_CONV_POOLS; i++) {
+    const conv_pool_case *c = &conv_pool_cases[i];
+    conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
+                    c->kh, c->kw, 1,    1,    c->padding};
+    mxu_conv2d_desc cd = conv_desc(&cc, MXU_RELU, 1);
+    conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
+                    2,    2,        2,        2,          MXU_VALID};
+    mxu_pool2d_desc pd = pool_desc(&pc, 1);
+    mxu_op *op = NULL;
+    CHECK_OK(backends[CPU]->conv_pool_create(&cd, &pd, 0, &op));
+    if (!op) continue;
+    CHECK_MSG((strstr(forward_impl(op), "wino") != NULL) == avx512,
+              "conv+pool case %d: %s", i, forward_impl(op));
+    backends[CPU]->op_free(op);
+  }
+}
+
+/* Every case on one thread and on two: the same shapes then run
+ * conv_then_pool on Winograd's blocked layout and on direct's NHWC. */
 static void test_conv_pool(void) {
-  int cases = (int)(sizeof conv_pool_cases / sizeof *conv_pool_cases);
-  for (int i = 0; i < cases; i++)
-    for (int v = 0; v < 4; v++)
-      conv_pool_check(&conv_pool_cases[i], v & 1 ? MXU_RELU : MXU_LINEAR,
-                      v >> 1, (i + v) % 2 == 0);
+  int threads = omp_get_max_threads();
+  for (int t = 1; t <= 2; t++) {
+    omp_set_num_threads(t);
+    for (int i = 0; i < COUNT(conv_pool_cases); i++)
+      for (int v = 0; v < 4; v++)
+        conv_pool_check(&conv_pool_cases[i], v & 1 ? MXU_RELU : MXU_LINEAR,
+                        v >> 1, (i + v) % 2 == 0);
+  }
+  omp_set_num_threads(1);
+  conv_pool_winograd();
+  omp_set_num_threads(threads);
   conv_pool_declines();
 }
 

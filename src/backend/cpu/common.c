@@ -91,6 +91,7 @@ void cpu_op_free(mxu_op *op) {
   mxu_aligned_free(op->src_copy);
   mxu_aligned_free(op->diff_dst_copy);
   mxu_aligned_free(op->conv_pool);
+  mxu_aligned_free(op->conv_then_pool);
   mxu_aligned_free(op->conv_data);
   free(op);
 }

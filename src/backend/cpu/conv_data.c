@@ -6,14 +6,9 @@
  * channels in vector lanes, one accumulator per input channel, and folds
  * the lanes at the end. The order of every sum is fixed. */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/vec.h"
 
 #include <stdint.h>
-
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-
-#define LANES 16
 #define MAX_IN 4 /* input channels it takes */
 
 struct cpu_conv_data {

@@ -13,24 +13,15 @@
  * which lowers to AVX-512, or to narrower units elsewhere); the input
  * pixels are broadcast. Backward adds the weight gradient over fixed blocks
  * of images and then the blocks in order, so its bits do not depend on the
- * thread count. */
+ * thread count. Shapes these loops do not take (more input channels) go to
+ * conv_then_pool.c, which fuses less. */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/vec.h"
 
 #include <omp.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
 #include <stdint.h>
 #include <string.h>
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint8_t v16b __attribute__((vector_size(16)));
-/* The same, for addresses only 4-byte (or 1-byte) aligned. */
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-typedef uint8_t v16bu __attribute__((vector_size(16), aligned(1)));
-
-#define LANES 16
 #define WINDOW 4       /* 2x2 */
 #define MAX_BLOCKS 4   /* channel vectors per forward tile: 16 accumulators */
 #define TAP_CHUNK 12   /* weight-gradient accumulators held at once */
@@ -53,10 +44,6 @@ struct cpu_conv_pool {
 };
 
 static const char CONV_POOL[] = "conv_pool";
-
-static v16 select16(v16i mask, v16 a, v16 b) {
-  return (v16)(((v16i)a & mask) | ((v16i)b & ~mask));
-}
 
 /* Offset of sub-position s of a 2x2 window from its top-left input. */
 static int64_t window_off(const struct cpu_conv_pool *cp, int s) {
@@ -132,6 +119,10 @@ static void forward_image(const struct cpu_conv_pool *cp, const float *x,
 void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
                            const float *w, const float *b, float *y,
                            void *workspace) {
+  if (op->conv_then_pool) {
+    cpu_conv_then_pool_forward(op, training, x, w, b, y, workspace);
+    return;
+  }
   const struct cpu_conv_pool *cp = op->conv_pool;
   int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
   int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;
@@ -143,20 +134,6 @@ void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
 }
 
 /* ---- backward ----------------------------------------------------------- */
-
-/* Where each lane's maximum was (0-3, or RELU_ZERO) as 32-bit lanes.
- * GCC lowers the generic byte-to-int conversion one lane at a time, so
- * AVX-512 builds say vpmovzxbd themselves. */
-static inline __attribute__((always_inline)) v16i
-load_positions(const uint8_t *ws) {
-#ifdef __AVX512F__
-  return (v16i)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)ws));
-#else
-  v16b raw;
-  memcpy(&raw, ws, sizeof raw);
-  return __builtin_convertvector(raw, v16i);
-#endif
-}
 
 /* The inputs each pooled pixel of row py saw, as [px][tap][s]: one pointer
  * then reaches all of them at constant offsets (36 addresses of their own
@@ -187,7 +164,7 @@ row_grads(const struct cpu_conv_pool *cp, const float *cols, const float *dy,
   for (int px = 0; px < cp->out_w; px++) {
     int64_t at = (int64_t)px * cp->c + c0;
     const float *col = cols + ((int64_t)px * cp->taps + t0) * WINDOW;
-    v16i pos = load_positions(ws + at);
+    v16i pos = load_bytes16(ws + at);
     v16 g = select16(pos != RELU_ZERO, *(const v16u *)(dy + at), (v16){0});
     bias += g;
 #pragma GCC unroll 3
@@ -275,6 +252,10 @@ static void data_grads(const struct cpu_conv_pool *cp, const float *w,
 void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
                             const float *dy, const void *workspace, float *dw,
                             float *db, float *dx) {
+  if (op->conv_then_pool) {
+    cpu_conv_then_pool_backward(op, x, w, dy, workspace, dw, db, dx);
+    return;
+  }
   const struct cpu_conv_pool *cp = op->conv_pool;
   const uint8_t *ws = workspace;
   int threads = cpu_threads_for(cp->blocks);
@@ -325,8 +306,7 @@ static int fusable(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p) {
 mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
                                 const mxu_pool2d_desc *p, int relu,
                                 mxu_op **out) {
-  if (!fusable(c, p))
-    return mxu_fail(MXU_ERR_UNSUPPORTED, "%s: not a shape it fuses", CONV_POOL);
+  if (!fusable(c, p)) return cpu_conv_then_pool_create(c, p, relu, out);
   mxu_op *op;
   MXU_TRY(cpu_op_alloc(&op, CONV_POOL));
   int64_t blocks = (c->n + IMAGE_BLOCK - 1) / IMAGE_BLOCK;

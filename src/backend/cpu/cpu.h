@@ -28,8 +28,13 @@ typedef struct cpu_prim {
 
 /* How a conv or dense op brings x and dy into, and y and dx out of, the
  * layout its primitives chose (see weighted.c). */
+typedef enum cpu_convert_how {
+  CPU_CONVERT_NONE,
+  CPU_CONVERT_ONEDNN,
+  CPU_CONVERT_OWN
+} cpu_convert_how;
 typedef struct cpu_convert {
-  enum { CPU_CONVERT_NONE, CPU_CONVERT_ONEDNN, CPU_CONVERT_OWN } how;
+  cpu_convert_how how;
   int64_t n, hw, c; /* CPU_CONVERT_OWN's shape */
 } cpu_convert;
 
@@ -56,6 +61,8 @@ struct mxu_op {
   cpu_convert convert[4]; /* x in, dy in, y out, dx out */
   const void *src_from, *weights_from, *diff_dst_from;
   struct cpu_conv_pool *conv_pool; /* conv_pool.c's fused op */
+  /* conv_then_pool.c's: this conv op with a pooling after it */
+  struct cpu_conv_then_pool *conv_then_pool;
   struct cpu_conv_data *conv_data; /* conv_data.c's backward data, or NULL */
 };
 
@@ -131,6 +138,13 @@ void cpu_weighted_backward_data(mxu_op *op, const float *dy, const float *w,
 void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
                                    float *dw, float *db);
 
+/* For an op that consumes y itself (a fused pooling): the layout the
+ * primitives write y and read dy in. 0: the caller's NHWC. 1: nChw16c,
+ * through the op's dy copy (*copy), which the forward then takes as y and
+ * the backward as dy, unconverted. -1: another (the caller must not keep
+ * y in it). */
+int cpu_weighted_dst_layout(mxu_op *op, void **copy);
+
 /* The post-op for a fused activation, or dnnl_alg_kind_undef for LINEAR;
  * fails for SOFTMAX, which is never fused. */
 mxu_status cpu_fused_alg(mxu_activation activation, const char *op,
@@ -171,6 +185,18 @@ void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
 void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
                             const float *dy, const void *workspace, float *dw,
                             float *db, float *dx);
+
+/* conv_then_pool.c: a conv op (any conv.c builds) with the max pooling
+ * after it run on its output's own layout; the same entries as above. */
+mxu_status cpu_conv_then_pool_create(const mxu_conv2d_desc *conv,
+                                     const mxu_pool2d_desc *pool, int relu,
+                                     mxu_op **out);
+void cpu_conv_then_pool_forward(mxu_op *op, int training, const float *x,
+                                const float *w, const float *b, float *y,
+                                void *workspace);
+void cpu_conv_then_pool_backward(mxu_op *op, const float *x, const float *w,
+                                 const float *dy, const void *workspace,
+                                 float *dw, float *db, float *dx);
 
 mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc, mxu_op **out);
 void cpu_batchnorm_forward_training(mxu_op *op, const float *x,

@@ -263,10 +263,11 @@ static const void *weights_for(mxu_op *op, int i, const float *w) {
 /* x or dy as the primitives read it: the caller's buffer itself, or the
  * op's copy (converted in `slot`) when made from this buffer, else a new
  * one. x's copy comes from the forward; dy's from whichever backward runs
- * first. */
+ * first, unless the caller wrote dy into the copy itself (see
+ * cpu_weighted_dst_native). */
 static const void *input_for(mxu_op *op, int slot, const float *from,
                              void *copy, const void **made_from) {
-  if (!copy) return from;
+  if (!copy || from == copy) return from;
   if (*made_from != from) {
     convert(op, slot, from, copy);
     *made_from = from;
@@ -300,7 +301,7 @@ void cpu_weighted_forward(mxu_op *op, const float *x, const float *w,
   const void *xs = src_for(op, x);
   const void *wf = weights_for(op, FWD, w);
   op->weights_from = w;
-  int out = has_convert(op, DST_OUT);
+  int out = has_convert(op, DST_OUT) && y != op->diff_dst_copy;
   void *to = out ? op->diff_dst_copy : y;
   if (op->has_bias)
     cpu_run(&op->prim[FWD], (const void *[]){xs, wf, b, to});
@@ -332,4 +333,14 @@ void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
           (const void *[]){xs, dys, blocked ? blocked : dw, db});
   if (blocked)
     cpu_run(&op->prim[REORDER + BWD_WEIGHTS], (const void *[]){blocked, dw});
+}
+
+int cpu_weighted_dst_layout(mxu_op *op, void **copy) {
+  cpu_convert_how out = op->convert[DST_OUT - SRC_IN].how;
+  cpu_convert_how in = op->convert[DIFF_DST_IN - SRC_IN].how;
+  *copy = NULL;
+  if (out == CPU_CONVERT_NONE) return 0;
+  if (out != CPU_CONVERT_OWN || in != CPU_CONVERT_OWN) return -1;
+  *copy = op->diff_dst_copy;
+  return 1;
 }

@@ -1,0 +1,239 @@
+/* conv_then_pool.c — a Conv2D on oneDNN (conv.c, with whatever it picks:
+ * Winograd, direct, bf16) and the max pooling after it (and relu), fused
+ * at the seams: the pooling reads the conv's output in the layout the
+ * primitives wrote it, and its backward writes the conv's dy, relu's mask
+ * applied, in the layout they read it. For cifar's 32x32x32 conv outputs
+ * (16 MB per 128 images) run unfused, Winograd's y went blocked -> NHWC,
+ * pooling read it, pooling's backward wrote a 16 MB dx, relu's backward
+ * read that and y and wrote dz, and dz went NHWC -> blocked: seven passes
+ * over 16 MB where this makes two (the pooling's read, the scatter's
+ * write). The conv output never leaves the op: the layer's y is the
+ * pooled one, and the workspace holds each maximum's window position (one
+ * byte, RELU_ZERO where relu zeroed it), so backward needs neither x nor y
+ * of the pooling.
+ *
+ * Windows must tile the conv output (stride = size, no padding); rows and
+ * columns past the last window get zero gradient. Each output depends on
+ * its own window only, so any split over threads gives the same bits;
+ * ties go to the first maximum in row-major order, as cpu_ref. */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/vec.h"
+
+#include <stdint.h>
+
+#define RELU_ZERO 0xFF /* workspace: relu made this output 0 */
+#define MAX_WINDOW 255 /* positions, so that one fits the byte */
+/* As pool.c's backward: below this the conv's dy stays in the cache for
+ * the primitives that read it next. */
+#define STREAM_MIN_BYTES ((int64_t)8 << 20)
+
+struct cpu_conv_then_pool {
+  int64_t n, h, w, c;   /* the conv's output */
+  int64_t out_h, out_w; /* pooled */
+  int pool_h, pool_w;
+  int relu; /* the conv's own, or one after the pooling */
+  /* Where the conv's output lives: the conv op's nChw16c copy, or a
+   * buffer of our own in NHWC (after this struct). pixel and block: the
+   * distance between neighbouring pixels and channel blocks in it. */
+  float *conv_y;
+  int64_t pixel, block;
+  int stream; /* the conv's dy is big enough to store past the cache */
+  /* Where window position p starts in conv_y, from the window's first
+   * pixel: computed once, not per window. */
+  int64_t step[MAX_WINDOW];
+};
+
+static const char CONV_THEN_POOL[] = "conv_then_pool";
+
+/* The 16 channels from block cb of pixel (y, x) of image i, in conv_y. */
+static float *conv_at(const struct cpu_conv_then_pool *t, int64_t i, int64_t cb,
+                      int64_t y, int64_t x) {
+  return t->conv_y + i * t->h * t->w * t->c + cb * t->block +
+         (y * t->w + x) * t->pixel;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+/* Pooled row oy of image i: each window's maximum and, in training, where
+ * it was. */
+static void pool_row(const struct cpu_conv_then_pool *t, int64_t i, int64_t oy,
+                     float *y, uint8_t *ws) {
+  int window = t->pool_h * t->pool_w;
+  for (int64_t cb = 0; cb < t->c / LANES; cb++)
+    for (int64_t ox = 0; ox < t->out_w; ox++) {
+      const float *top = conv_at(t, i, cb, oy * t->pool_h, ox * t->pool_w);
+      v16 m = *(const v16 *)top;
+      v16i arg = {0};
+      for (int p = 1; p < window; p++) {
+        v16 v = *(const v16 *)(top + t->step[p]);
+        /* Strictly greater: ties keep the first in row-major order. */
+        v16i greater = v > m;
+        m = select16(greater, v, m);
+        arg = (greater & p) | (arg & ~greater);
+      }
+      if (t->relu) {
+        v16i positive = m > 0.0f;
+        m = select16(positive, m, (v16){0});
+        arg = (positive & arg) | (~positive & RELU_ZERO);
+      }
+      int64_t at = ((i * t->out_h + oy) * t->out_w + ox) * t->c + cb * LANES;
+      *(v16u *)(y + at) = m;
+      if (ws) *(v16bu *)(ws + at) = __builtin_convertvector(arg, v16b);
+    }
+}
+
+void cpu_conv_then_pool_forward(mxu_op *op, int training, const float *x,
+                                const float *w, const float *b, float *y,
+                                void *workspace) {
+  const struct cpu_conv_then_pool *t = op->conv_then_pool;
+  cpu_weighted_forward(op, x, w, b, t->conv_y);
+  uint8_t *ws = training ? workspace : NULL;
+  int64_t rows = t->n * t->out_h;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
+  for (int64_t r = 0; r < rows; r++)
+    pool_row(t, r / t->out_h, r % t->out_h, y, ws);
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+/* Whole 64-byte lines; past the cache where the tensor is too big for it
+ * anyway (the primitives read it only after all of it is written). */
+static inline void store_line(float *to, v16 v, int stream) {
+#ifdef __AVX512F__
+  if (stream) {
+    _mm512_stream_ps(to, (__m512)v);
+    return;
+  }
+#else
+  (void)stream;
+#endif
+  *(v16 *)to = v;
+}
+
+static inline void lines_done(void) {
+#ifdef __AVX512F__
+  _mm_sfence();
+#endif
+}
+
+/* One row of the conv's dy in channel block cb, under pooled row oy at
+ * window row k: each pooled gradient at its maximum's window position,
+ * zero elsewhere and past the last window. */
+static void scatter_line(const struct cpu_conv_then_pool *t, int64_t i,
+                         int64_t oy, int64_t cb, int k, const float *dy,
+                         const uint8_t *ws) {
+  float *to = conv_at(t, i, cb, oy * t->pool_h + k, 0);
+  v16 zero = {0};
+  int64_t col = 0;
+  if (k < t->pool_h)
+    for (int64_t ox = 0; ox < t->out_w; ox++) {
+      int64_t at = ((i * t->out_h + oy) * t->out_w + ox) * t->c + cb * LANES;
+      v16i pos = load_bytes16(ws + at);
+      v16 g = *(const v16u *)(dy + at);
+      for (int j = 0; j < t->pool_w; j++, col++)
+        store_line(to + col * t->pixel,
+                   select16(pos == k * t->pool_w + j, g, zero), t->stream);
+    }
+  for (; col < t->w; col++) store_line(to + col * t->pixel, zero, t->stream);
+}
+
+/* The conv's rows under pooled row oy, and for the last one the rows
+ * below every window too. */
+static void scatter_row(const struct cpu_conv_then_pool *t, int64_t i,
+                        int64_t oy, const float *dy, const uint8_t *ws) {
+  int64_t first = oy * t->pool_h;
+  int64_t last = oy == t->out_h - 1 ? t->h : first + t->pool_h;
+  for (int64_t cb = 0; cb < t->c / LANES; cb++)
+    for (int64_t row = first; row < last; row++)
+      scatter_line(t, i, oy, cb, (int)(row - first), dy, ws);
+}
+
+void cpu_conv_then_pool_backward(mxu_op *op, const float *x, const float *w,
+                                 const float *dy, const void *workspace,
+                                 float *dw, float *db, float *dx) {
+  const struct cpu_conv_then_pool *t = op->conv_then_pool;
+  int64_t rows = t->n * t->out_h;
+#pragma omp parallel num_threads(cpu_threads_for(rows))
+  {
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < rows; r++)
+      scatter_row(t, r / t->out_h, r % t->out_h, dy, workspace);
+    /* Streaming stores are weakly ordered: each thread fences its own
+     * before the region ends and the primitives read them. */
+    lines_done();
+  }
+  cpu_weighted_backward_weights(op, x, t->conv_y, dw, db);
+  if (dx) cpu_conv2d_backward_data(op, t->conv_y, w, dx);
+}
+
+/* ---- create ------------------------------------------------------------- */
+
+/* Max pooling whose windows tile the conv's output, on whole channel
+ * vectors, after a linear or relu conv. */
+static int fits(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p) {
+  return (c->activation == MXU_LINEAR || c->activation == MXU_RELU) &&
+         c->out_c % LANES == 0 && p->is_max && p->stride_h == p->pool_h &&
+         p->stride_w == p->pool_w && p->pool_h * p->pool_w <= MAX_WINDOW &&
+         p->pad_top == 0 && p->pad_left == 0 && p->pad_bottom == 0 &&
+         p->pad_right == 0 && p->c == c->out_c && p->in_h == c->out_h &&
+         p->in_w == c->out_w && p->out_h * p->pool_h <= c->out_h &&
+         p->out_w * p->pool_w <= c->out_w;
+}
+
+/* The record, with a buffer for the conv's output after it where the
+ * conv op has no copy of its own to keep it in. */
+static mxu_status attach(mxu_op *op, const mxu_conv2d_desc *c,
+                         const mxu_pool2d_desc *p, int relu) {
+  void *copy;
+  int layout = cpu_weighted_dst_layout(op, &copy);
+  if (layout < 0)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: the conv's y is in a layout "
+                    "it does not read",
+                    CONV_THEN_POOL);
+  size_t head = (sizeof(struct cpu_conv_then_pool) + 63) / 64 * 64;
+  size_t own =
+      layout ? 0
+             : (size_t)c->n * c->out_h * c->out_w * c->out_c * sizeof(float);
+  struct cpu_conv_then_pool *t = mxu_aligned_alloc(head + own);
+  if (!t)
+    return mxu_fail(MXU_ERR_NOMEM,
+                    "%s: no memory for a %zu-byte conv "
+                    "output",
+                    CONV_THEN_POOL, own);
+  *t = (struct cpu_conv_then_pool){
+      .n = c->n,
+      .h = c->out_h,
+      .w = c->out_w,
+      .c = c->out_c,
+      .out_h = p->out_h,
+      .out_w = p->out_w,
+      .pool_h = p->pool_h,
+      .pool_w = p->pool_w,
+      .relu = relu || c->activation == MXU_RELU,
+      .conv_y = layout ? copy : (float *)((char *)t + head),
+      .pixel = layout ? LANES : c->out_c,
+      .block = layout ? (int64_t)c->out_h * c->out_w * LANES : LANES,
+      .stream = (int64_t)c->n * c->out_h * c->out_w * c->out_c * 4 >=
+                STREAM_MIN_BYTES};
+  for (int k = 0; k < p->pool_h * p->pool_w; k++)
+    t->step[k] = (k / p->pool_w * t->w + k % p->pool_w) * t->pixel;
+  op->conv_then_pool = t;
+  op->workspace_bytes = (size_t)c->n * p->out_h * p->out_w * c->out_c;
+  return MXU_OK;
+}
+
+mxu_status cpu_conv_then_pool_create(const mxu_conv2d_desc *c,
+                                     const mxu_pool2d_desc *p, int relu,
+                                     mxu_op **out) {
+  if (!fits(c, p))
+    return mxu_fail(MXU_ERR_UNSUPPORTED, "%s: not a shape it fuses",
+                    CONV_THEN_POOL);
+  MXU_TRY(cpu_conv2d_create(c, out));
+  mxu_status status = attach(*out, c, p, relu);
+  if (status != MXU_OK) {
+    cpu_op_free(*out);
+    *out = NULL;
+  }
+  return status;
+}
