@@ -252,6 +252,95 @@ static void test_conv2d_error(void) {
             mxu_errmsg());
 }
 
+/* ---- two convs chained in cpu's own layout ----------------------------- *
+ * a (tanh) then b, with a's y and dy, b's x and dx passed in the backend's
+ * layout (x_native, y_native) on cpu, and in NHWC on cpu_ref; tanh's
+ * backward runs on the tensor as it is, elementwise. A smooth activation,
+ * so that Winograd's rounding cannot flip a relu mask; and as Winograd
+ * fuses only relu, a runs direct on the blocked layout, as any chained
+ * conv does where oneDNN declines Winograd. */
+typedef struct chain_io {
+  const float *x, *wa, *ba, *wb, *bb, *dyb;
+  float *yb, *dx, *dwa, *dba, *dwb, *dbb; /* out */
+} chain_io;
+
+static void chain_run(const mxu_conv2d_desc *da, const mxu_conv2d_desc *db,
+                      const chain_io *io, int which) {
+  const mxu_backend *be = backends[which];
+  mxu_conv2d_desc a = *da, b = *db;
+  a.y_native = b.x_native = which == CPU;
+  size_t ny = (size_t)a.n * a.out_h * a.out_w * a.out_c;
+  float *ya = zeros(ny), *dya = zeros(ny), *dza = zeros(ny);
+  mxu_activation_desc ad = {MXU_TANH, (int64_t)a.n * a.out_h * a.out_w,
+                            a.out_c};
+  mxu_op *opa = NULL, *opb = NULL, *act = NULL;
+  CHECK_OK(be->conv2d_create(&a, &opa));
+  CHECK_OK(be->conv2d_create(&b, &opb));
+  CHECK_OK(be->activation_create(&ad, &act));
+  if (!opa || !opb || !act) goto done;
+  if (which == CPU) { /* nothing is converted between the two */
+    CHECK(opa->diff_dst_copy == NULL && opb->src_copy == NULL);
+    /* b runs Winograd; a, whose tanh Winograd does not fuse, direct on
+     * the same blocked layout */
+    CHECK_MSG(strstr(forward_impl(opb), "wino") != NULL, "%s",
+              forward_impl(opb));
+    CHECK_MSG(strstr(forward_impl(opa), "wino") == NULL, "%s",
+              forward_impl(opa));
+  }
+  be->conv2d_forward(opa, io->x, io->wa, io->ba, ya);
+  be->conv2d_forward(opb, ya, io->wb, io->bb, io->yb);
+  be->conv2d_backward_weights(opb, ya, io->dyb, io->dwb, io->dbb);
+  be->conv2d_backward_data(opb, io->dyb, io->wb, dya);
+  be->activation_backward(act, ya, dya, dza);
+  be->conv2d_backward_weights(opa, io->x, dza, io->dwa, io->dba);
+  be->conv2d_backward_data(opa, dza, io->wa, io->dx);
+  expect_no_exec_error(be->name);
+done:
+  be->op_free(opa), be->op_free(opb), be->op_free(act);
+  free(ya), free(dya), free(dza);
+}
+
+/* On one thread, where both run Winograd (so only with AVX-512). */
+static void test_conv2d_chain(void) {
+  if ((dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) !=
+      dnnl_cpu_isa_avx512_core)
+    return;
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  conv_case ca = {32, 7, 6, 16, 32, 3, 3, 1, 1, MXU_SAME};
+  conv_case cb = {32, 7, 6, 32, 16, 3, 3, 1, 1, MXU_VALID};
+  mxu_conv2d_desc da = conv_desc(&ca, MXU_TANH, 1);
+  mxu_conv2d_desc db = conv_desc(&cb, MXU_LINEAR, 1);
+  CHECK(backends[CPU]->conv2d_native(&da) && backends[CPU]->conv2d_native(&db));
+  size_t nx = (size_t)da.n * da.in_h * da.in_w * da.in_c;
+  size_t nwa = (size_t)9 * da.in_c * da.out_c,
+         nwb = (size_t)9 * db.in_c * db.out_c;
+  size_t nyb = (size_t)db.n * db.out_h * db.out_w * db.out_c;
+  float *x = rnd(nx, -1, 1), *wa = rnd(nwa, -0.3f, 0.3f),
+        *ba = rnd(da.out_c, -1, 1);
+  float *wb = rnd(nwb, -1, 1), *bb = rnd(db.out_c, -1, 1),
+        *dyb = rnd(nyb, -1, 1);
+  float *yb[2], *dx[2], *dwa[2], *dba[2], *dwb[2], *dbb[2];
+  for (int k = 0; k < 2; k++) {
+    yb[k] = zeros(nyb), dx[k] = zeros(nx), dwa[k] = zeros(nwa);
+    dba[k] = zeros(da.out_c), dwb[k] = zeros(nwb), dbb[k] = zeros(db.out_c);
+    chain_io io = {x,     wa,    ba,     wb,     bb,     dyb,
+                   yb[k], dx[k], dwa[k], dba[k], dwb[k], dbb[k]};
+    chain_run(&da, &db, &io, k);
+  }
+  const char *label = "conv2d chain";
+  expect_pair(label, "forward y", yb, nyb, TOL_LAYER);
+  expect_pair(label, "backward dx", dx, nx, TOL_LAYER);
+  expect_pair(label, "backward dw (first)", dwa, nwa, TOL_LAYER);
+  expect_pair(label, "backward db (first)", dba, da.out_c, TOL_LAYER);
+  expect_pair(label, "backward dw (second)", dwb, nwb, TOL_LAYER);
+  expect_pair(label, "backward db (second)", dbb, db.out_c, TOL_LAYER);
+  free_pair(yb), free_pair(dx), free_pair(dwa), free_pair(dba);
+  free_pair(dwb), free_pair(dbb);
+  free(x), free(wa), free(ba), free(wb), free(bb), free(dyb);
+  omp_set_num_threads(threads);
+}
+
 /* ---- dense ------------------------------------------------------------- */
 
 typedef struct dense_case {
@@ -1020,6 +1109,7 @@ int main(void) {
   CHECK(strcmp(backends[CPU]->name, "cpu") == 0);
   test_conv2d();
   test_conv2d_winograd();
+  test_conv2d_chain();
   test_conv2d_error();
   test_dense();
   test_bf16();

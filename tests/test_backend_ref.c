@@ -721,8 +721,8 @@ static void test_conv_by_hand(void) {
  * oc 1: 1*2 + 2*4 + 3*6 + 4*8 = 60. */
 static void test_conv_layout_by_hand(void) {
   float x[4] = {1, 2, 3, 4}, w[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[2];
-  mxu_conv2d_desc d = {1, 2, 1, 2, 1, 1, 2, 2,          1,
-                       1, 1, 0, 0, 0, 0, 0, MXU_LINEAR, 0};
+  mxu_conv2d_desc d = {1, 2, 1, 2, 1, 1, 2,          2, 1, 1,
+                       1, 0, 0, 0, 0, 0, MXU_LINEAR, 0, 0, 0};
   mxu_op *op = NULL;
   CHECK_OK(be->conv2d_create(&d, &op));
   if (!op) return;
@@ -960,8 +960,9 @@ static void test_bad_descs(void) {
 
 /* Every field after name is a function pointer, so the table is scanned as
  * an array of them: a slot added to backend.h and left unset shows up.
- * The optional fused conv+pool slots are the oracle's only NULLs: it runs
- * those layers one by one, which is what the fused ops are tested against. */
+ * The optional slots (fused conv+pool, conv2d_native) are the oracle's
+ * only NULLs: it runs those layers one by one, in NHWC, which is what the
+ * fused and chained ops are tested against. */
 static void test_table_complete(void) {
   enum {
     SLOTS = (sizeof(mxu_backend) - offsetof(mxu_backend, op_free)) /
@@ -969,7 +970,7 @@ static void test_table_complete(void) {
     FUSED_FIRST = (offsetof(mxu_backend, conv_pool_create) -
                    offsetof(mxu_backend, op_free)) /
                   sizeof(void (*)(void)),
-    FUSED_LAST = (offsetof(mxu_backend, conv_pool_backward) -
+    FUSED_LAST = (offsetof(mxu_backend, conv2d_native) -
                   offsetof(mxu_backend, op_free)) /
                  sizeof(void (*)(void))
   };

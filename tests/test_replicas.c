@@ -3,6 +3,9 @@
  * BatchNormalization's moving statistics averaged over replicas, every
  * evaluated sample counted once, and the errors a bad split gives. */
 #include "check.h"
+#include "model/model.h"
+
+#include <oneapi/dnnl/dnnl.h>
 
 #define SIDE 8
 #define CHANNELS 2
@@ -35,7 +38,9 @@ typedef enum toy_kind {
   BN,
   SYNC_BN,
   DROPOUT,
-  FUSED
+  FUSED,
+  CHAIN,       /* two 3x3 Conv2D layers that cpu chains in its own layout */
+  CHAIN_BROKEN /* the same with an identity Activation between them */
 } toy_kind;
 
 /* Compile settings for toy_model beyond its arguments. */
@@ -47,13 +52,24 @@ static mxu_model *toy_model(toy_kind kind, int replicas, int threads, int batch,
   mxu_model *model = mxu_sequential("toy");
   int64_t dims[3] = {SIDE, SIDE, CHANNELS};
   CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(3, dims)));
-  mxu_conv2d_config conv = mxu_conv2d_defaults(kind == FUSED ? 16 : 4, 3, 3);
+  int chain = kind == CHAIN || kind == CHAIN_BROKEN;
+  int wide = kind == FUSED || chain;
+  mxu_conv2d_config conv = mxu_conv2d_defaults(wide ? 16 : 4, 3, 3);
   conv.activation = kind == FUSED ? MXU_LINEAR : MXU_RELU;
   CHECK_OK(mxu_add_conv2d(model, &conv));
   if (kind == FUSED) {
     mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
     CHECK_OK(mxu_add_max_pooling2d(model, &pool));
     CHECK_OK(mxu_add_activation(model, NULL, MXU_RELU));
+  }
+  /* Linear: Winograd's rounding must not flip a relu mask against the
+   * oracle's direct sums. */
+  for (int k = 0; chain && k < 2; k++) {
+    mxu_conv2d_config c = mxu_conv2d_defaults(32 - 16 * k, 3, 3);
+    c.padding = MXU_SAME;
+    CHECK_OK(mxu_add_conv2d(model, &c));
+    if (k == 0 && kind == CHAIN_BROKEN)
+      CHECK_OK(mxu_add_activation(model, NULL, MXU_LINEAR));
   }
   if (kind != PLAIN && kind != DROPOUT && kind != FUSED) {
     mxu_batchnorm_config bn = mxu_batchnorm_defaults();
@@ -284,6 +300,46 @@ static void test_fused_against_oracle(void) {
   mxu_dataset_free(data);
 }
 
+/* Two Conv2D layers whose tensor cpu passes in its own layout (Winograd's
+ * nChw16c, at 32 images on one thread, where oneDNN has it) train to the
+ * same bits as when an identity layer between them makes them convert
+ * to NHWC and back, and as the oracle's NHWC layers do, within Winograd's
+ * rounding. */
+static void test_chain(void) {
+  mxu_dataset *data = toy_data();
+  mxu_optimizer_config sgd = mxu_sgd(0.05f, 0.9f, 0);
+  mxu_model *chained = toy_model(CHAIN, 1, 1, 32, sgd);
+  mxu_model *broken = toy_model(CHAIN_BROKEN, 1, 1, 32, sgd);
+  backend_kind = MXU_BACKEND_CPU_REF;
+  mxu_model *oracle = toy_model(CHAIN, 1, 1, 32, sgd);
+  backend_kind = MXU_BACKEND_CPU;
+  int avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
+               dnnl_cpu_isa_avx512_core;
+  const mxu_layer *layers = chained->layers;
+  CHECK(!layers[0].native_out && !layers[1].native_in);
+  CHECK(layers[1].native_out == avx512 && layers[2].native_in == avx512);
+  CHECK(!layers[2].native_out && !broken->layers[1].native_out);
+  CHECK(!oracle->layers[1].native_out);
+  /* The extra layer shifts the layer indices the initialisers draw by. */
+  CHECK(chained->trainable_count == broken->trainable_count);
+  memcpy(broken->weights, chained->weights,
+         (size_t)chained->trainable_count * sizeof(float));
+  train_steps(chained, data, 32, 3);
+  train_steps(broken, data, 32, 3);
+  train_steps(oracle, data, 32, 3);
+  CHECK(memcmp(chained->weights, broken->weights,
+               (size_t)chained->trainable_count * sizeof(float)) == 0);
+  double worst = compare_weights(chained, oracle, 0, 1);
+  printf("conv2d chained in nChw16c (cpu) vs NHWC (cpu_ref): worst "
+         "difference %.3g of a tensor's largest weight\n",
+         worst);
+  CHECK(worst <= 1e-3);
+  mxu_model_free(chained);
+  mxu_model_free(broken);
+  mxu_model_free(oracle);
+  mxu_dataset_free(data);
+}
+
 /* BatchNormalization first: after one step the moving mean is
  * 0.01 * (mean over replicas of each replica's batch mean), and the moving
  * variance 0.99 + 0.01 * (mean of each replica's unbiased variance). */
@@ -466,6 +522,7 @@ int main(void) {
   test_slices();
   test_default_slices();
   test_fused_against_oracle();
+  test_chain();
   test_batchnorm_statistics();
   test_evaluate_counts_every_sample();
   test_synchronized();

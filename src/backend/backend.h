@@ -33,6 +33,12 @@ typedef struct mxu_conv2d_desc {
   int has_bias;
   mxu_activation activation; /* LINEAR, RELU, SIGMOID or TANH */
   int bf16;
+  /* x and dx (x_native), y and dy (y_native) in the backend's own layout
+   * for activations instead of NHWC: only between two convs that both
+   * compute in it (conv2d_native), which then pass the tensor on without
+   * converting it. Elementwise work on it (the activation's backward)
+   * needs no layout; nothing else may read it. */
+  int x_native, y_native;
 } mxu_conv2d_desc;
 
 typedef struct mxu_dense_desc {
@@ -119,6 +125,10 @@ typedef struct mxu_backend {
   void (*conv_pool_backward)(mxu_op *op, const float *x, const float *w,
                              const float *dy, const void *workspace, float *dw,
                              float *db, float *dx);
+  /* Optional: whether the op for desc would compute in the backend's own
+   * activation layout (see x_native), so that a neighbouring conv that
+   * does too may hand it the tensor in that layout. */
+  int (*conv2d_native)(const mxu_conv2d_desc *desc);
 
   /* Training: normalise with the batch mean and biased variance, which are
    * written to mean and var. Inference: use the given mean and var.

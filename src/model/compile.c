@@ -2,6 +2,7 @@
  * buffers with Keras' initialisers, and for every replica this process
  * runs, backend ops for its fixed batch slice and one arena holding every
  * activation and gradient. */
+#include "model/layers/layers.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -373,15 +374,31 @@ static int fusion_proposal(const mxu_model *model, int i) {
   return relu_after ? 2 : 1;
 }
 
+/* Which layers compute in bf16, and which neighbouring Conv2D layers pass
+ * their tensor in the backend's own layout (the Winograd convs of cifar's
+ * second block: four NHWC <-> nChw16c conversions a step less). */
+static void plan_precision_and_chains(mxu_model *model) {
+  mxu_layer *layers = model->layers;
+  int n = model->layer_count;
+  for (int i = 0; i < n; i++) {
+    /* cpu_ref ignores it: the oracle stays float32. */
+    layers[i].bf16 =
+        model->compile.precision == MXU_MIXED_BFLOAT16 && cpu_has_bf16();
+    layers[i].batch = model->plan.batch;
+    layers[i].native_in = layers[i].native_out = 0;
+  }
+  for (int i = 0; i + 1 < n; i++)
+    if (mxu_conv2d_chains(&layers[i], &layers[i + 1], model->backend,
+                          model->plan.batch))
+      layers[i].native_out = layers[i + 1].native_in = 1;
+}
+
 /* Every replica plans the layer from the same layout state, so all get the
  * same scratch offsets; only replica 0's reservations are kept. */
 static mxu_status plan_layer(mxu_model *model, int i) {
   mxu_plan *plan = &model->plan;
   mxu_layer *layer = &model->layers[i];
   mxu_arena before = plan->layout;
-  /* cpu_ref ignores it: the oracle stays float32. */
-  layer->bf16 =
-      model->compile.precision == MXU_MIXED_BFLOAT16 && cpu_has_bf16();
   for (int r = 0; r < plan->local_count; r++) {
     mxu_arena copy = before;
     layer->batch = plan->batch;
@@ -410,6 +427,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   /* oneDNN sizes a primitive's work split by the threads it may use when
    * it is created: create them with the count they will run with. */
   omp_set_num_threads(plan->intra_threads);
+  plan_precision_and_chains(model);
   for (int i = 0; i < n; i++) model->layers[i].absorbed = 0;
   for (int i = 0; i < n; i++) {
     mxu_layer *layer = &model->layers[i];

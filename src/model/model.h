@@ -129,6 +129,10 @@ struct mxu_layer {
    * nothing of their own. Compile proposes it, the layer's plan accepts. */
   int fused_layers;
   int absorbed;
+  /* Between two Conv2D layers that the backend runs in its own activation
+   * layout, the tensor stays in it (see mxu_conv2d_desc): the first's
+   * native_out and the second's native_in. */
+  int native_in, native_out;
 };
 
 /* The registry: one row per layer class. */

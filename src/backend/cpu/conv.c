@@ -10,6 +10,9 @@
 
 static const char CONV[] = "conv2d";
 
+/* The activation layout of x_native and y_native: Winograd's. */
+#define NATIVE dnnl_nChw16c
+
 /* How the primitives compute: direct on NHWC in f32 or bf16, or Winograd
  * in f32 on the blocked layouts it requires. */
 typedef enum conv_kind { CONV_F32, CONV_BF16, CONV_WINOGRAD } conv_kind;
@@ -32,17 +35,20 @@ static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_kind kind,
   dnnl_dims_t bias = {d->out_c};
   dnnl_dims_t dst = {d->n, d->out_c, d->out_h, d->out_w};
   dnnl_data_type_t lo = kind == CONV_BF16 ? dnnl_bf16 : dnnl_f32;
-  dnnl_format_tag_t act =
-      kind == CONV_WINOGRAD ? dnnl_format_tag_any : dnnl_nhwc;
-  MXU_TRY(cpu_md(&m->src, 4, src, dnnl_nhwc, CONV));
+  dnnl_format_tag_t x_tag = d->x_native ? NATIVE : dnnl_nhwc;
+  dnnl_format_tag_t y_tag = d->y_native ? NATIVE : dnnl_nhwc;
+  int wino = kind == CONV_WINOGRAD;
+  MXU_TRY(cpu_md(&m->src, 4, src, x_tag, CONV));
   MXU_TRY(cpu_md(&m->weights, 4, weights, dnnl_hwio, CONV));
   MXU_TRY(cpu_md(&m->weights_any, 4, weights, dnnl_format_tag_any, CONV));
   MXU_TRY(cpu_md(&m->bias, 1, bias, dnnl_x, CONV));
-  MXU_TRY(cpu_md(&m->dst, 4, dst, dnnl_nhwc, CONV));
-  MXU_TRY(cpu_md_typed(&m->src_lo, 4, src, lo, act, CONV));
+  MXU_TRY(cpu_md(&m->dst, 4, dst, y_tag, CONV));
+  MXU_TRY(cpu_md_typed(&m->src_lo, 4, src, lo,
+                       wino ? dnnl_format_tag_any : x_tag, CONV));
   MXU_TRY(cpu_md_typed(&m->weights_any_lo, 4, weights, lo, dnnl_format_tag_any,
                        CONV));
-  MXU_TRY(cpu_md_typed(&m->dst_lo, 4, dst, lo, act, CONV));
+  MXU_TRY(cpu_md_typed(&m->dst_lo, 4, dst, lo,
+                       wino ? dnnl_format_tag_any : y_tag, CONV));
   m->strides[0] = d->stride_h;
   m->strides[1] = d->stride_w;
   m->pad_l[0] = d->pad_top;
@@ -102,6 +108,14 @@ static int winograd_fits(const mxu_conv2d_desc *d) {
   return !d->bf16 && d->kernel_h == 3 && d->kernel_w == 3 && d->stride_h == 1 &&
          d->stride_w == 1 && d->in_c % 16 == 0 && d->out_c % 16 == 0 &&
          d->n >= WINOGRAD_MIN_IMAGES_PER_THREAD * omp_get_max_threads();
+}
+
+/* Where Winograd fits and oneDNN has it (AVX-512). Should it still decline
+ * such a conv, direct reads and writes nChw16c as well. */
+int cpu_conv2d_native(const mxu_conv2d_desc *desc) {
+  return winograd_fits(desc) &&
+         (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
+             dnnl_cpu_isa_avx512_core;
 }
 
 /* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c):

@@ -158,6 +158,7 @@ void cpu_layout_convert(const float *from, float *to, int64_t n, int64_t hw,
 /* ---- the table's entries, by family file ------------------------------ */
 
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out);
+int cpu_conv2d_native(const mxu_conv2d_desc *desc);
 void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
                               float *dx);
 /* conv_data.c: backward data for few input channels, stride 1, float32,

@@ -51,7 +51,19 @@ static mxu_conv2d_desc conv2d_describe(const mxu_layer *layer, int batch) {
   d.has_bias = c->use_bias;
   d.bf16 = layer->bf16;
   d.activation = c->activation;
+  d.x_native = layer->native_in;
+  d.y_native = layer->native_out;
   return d;
+}
+
+int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
+                      const mxu_backend *backend, int batch) {
+  if (!backend->conv2d_native || a->cls != &mxu_conv2d_class ||
+      b->cls != &mxu_conv2d_class || a->config.conv.activation == MXU_SOFTMAX)
+    return 0;
+  mxu_conv2d_desc da = conv2d_describe(a, batch);
+  mxu_conv2d_desc db = conv2d_describe(b, batch);
+  return backend->conv2d_native(&da) && backend->conv2d_native(&db);
 }
 
 /* Fused with the MaxPooling2D after it (layer[1] in the model's array)

@@ -33,6 +33,12 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                             const int size[2], const int strides[2],
                             mxu_padding padding, int channels_out);
 
+/* Whether Conv2D layers a and b (b reading a's output) may pass it in the
+ * backend's own layout, for `batch` samples: both compute in it, and a's
+ * activation is elementwise. */
+int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
+                      const mxu_backend *backend, int batch);
+
 /* A pooling layer's backend description for `batch` samples. */
 mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch);
 
