@@ -120,17 +120,21 @@ static const conv_case conv_cases[] = {
     {3, 7, 5, 3, 5, 2, 3, 1, 2, MXU_SAME},  /* mixed strides, 0/1 and 1/1 */
     {4, 6, 6, 16, 32, 1, 1, 1, 1, MXU_VALID},
     {4, 14, 14, 8, 16, 3, 3, 1, 1, MXU_SAME},
-    /* 1-4 input channels at stride 1: cpu's own backward data */
+    /* 1-4 input channels at stride 1: cpu's own backward data; the first
+     * also its own backward weights */
     {2, 12, 10, 3, 32, 3, 3, 1, 1, MXU_SAME}, /* cifar's first layer */
     {3, 7, 9, 1, 16, 4, 4, 1, 1, MXU_SAME},   /* pads 1/2 */
     {2, 6, 8, 4, 48, 2, 3, 1, 1, MXU_VALID},
     {2, 4, 3, 2, 16, 5, 5, 1, 1, MXU_SAME}, /* windows past every edge */
+    /* and with filters in 32s, cpu's own backward weights too */
+    {9, 5, 7, 2, 64, 4, 4, 1, 1, MXU_SAME},  /* a partial image block */
+    {3, 9, 8, 4, 32, 5, 4, 1, 1, MXU_VALID}, /* 16-tap rows: two chunks */
     /* 3x3 at stride 1 with channels in sixteens and 32 images on one
      * thread: cpu runs Winograd */
     {32, 6, 5, 16, 32, 3, 3, 1, 1, MXU_SAME}, /* partial 4x4 tiles */
     {32, 9, 9, 32, 16, 3, 3, 1, 1, MXU_VALID},
 };
-enum { FIRST_WINOGRAD_CASE = 12 };
+enum { FIRST_WINOGRAD_CASE = 14 };
 
 static mxu_conv2d_desc conv_desc(const conv_case *c, mxu_activation act,
                                  int has_bias) {
@@ -851,10 +855,12 @@ typedef struct bn_case {
   float epsilon;
 } bn_case;
 
-static const bn_case bn_cases[] = {{3 * 7 * 5, 3, 1e-3f},
-                                   {7, 5, 1e-3f},
-                                   {64, 16, 1e-5f},
-                                   {2 * 9 * 9, 32, 1e-3f}};
+/* Channels not in sixteens run cpu's periodic loops over whole periods
+ * of lcm(c, 16) values, and the plain ones over the rows left. */
+static const bn_case bn_cases[] = {
+    {3 * 7 * 5, 3, 1e-3f},  {7, 5, 1e-3f},    {64, 16, 1e-5f},
+    {2 * 9 * 9, 32, 1e-3f}, {2100, 3, 1e-3f}, /* three blocks, a tail */
+    {1000, 5, 1e-3f},       {37, 24, 1e-3f}};
 
 typedef struct bn_inputs {
   const float *x, *gamma, *beta, *dy, *mean, *var;

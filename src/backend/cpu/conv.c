@@ -126,13 +126,23 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   if (winograd_fits(desc) && conv_create(desc, CONV_WINOGRAD, out) == MXU_OK)
     return MXU_OK;
   MXU_TRY(conv_create(desc, CONV_F32, out));
-  if (!cpu_conv_data_fits(desc)) return MXU_OK;
-  mxu_status status = cpu_conv_data_attach(*out, desc);
+  mxu_status status = MXU_OK;
+  if (cpu_conv_data_fits(desc)) status = cpu_conv_data_attach(*out, desc);
+  if (status == MXU_OK && cpu_conv_weights_fits(desc))
+    status = cpu_conv_weights_attach(*out, desc);
   if (status != MXU_OK) {
     cpu_op_free(*out);
     *out = NULL;
   }
   return status;
+}
+
+void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                 float *dw, float *db) {
+  if (op->conv_weights)
+    cpu_conv_weights_backward(op, x, dy, dw, db);
+  else
+    cpu_weighted_backward_weights(op, x, dy, dw, db);
 }
 
 void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,

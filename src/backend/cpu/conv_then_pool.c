@@ -162,7 +162,7 @@ void cpu_conv_then_pool_backward(mxu_op *op, const float *x, const float *w,
      * before the region ends and the primitives read them. */
     lines_done();
   }
-  cpu_weighted_backward_weights(op, x, t->conv_y, dw, db);
+  cpu_conv2d_backward_weights(op, x, t->conv_y, dw, db);
   if (dx) cpu_conv2d_backward_data(op, t->conv_y, w, dx);
 }
 

@@ -64,6 +64,7 @@ struct mxu_op {
   /* conv_then_pool.c's: this conv op with a pooling after it */
   struct cpu_conv_then_pool *conv_then_pool;
   struct cpu_conv_data *conv_data; /* conv_data.c's backward data, or NULL */
+  struct cpu_conv_weights *conv_weights; /* conv_weights.c's, or NULL */
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -167,6 +168,14 @@ int cpu_conv_data_fits(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_data_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
                             float *dx);
+/* conv_weights.c: backward weights for few input channels, stride 1,
+ * float32, attached the same way. */
+int cpu_conv_weights_fits(const mxu_conv2d_desc *desc);
+mxu_status cpu_conv_weights_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+void cpu_conv_weights_backward(mxu_op *op, const float *x, const float *dy,
+                               float *dw, float *db);
+void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                 float *dw, float *db);
 mxu_status cpu_dense_create(const mxu_dense_desc *desc, mxu_op **out);
 
 mxu_status cpu_pool2d_create(const mxu_pool2d_desc *desc, mxu_op **out);

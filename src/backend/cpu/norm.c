@@ -14,7 +14,15 @@
  * block's sums are taken in float in row order, and the blocks' sums are
  * added in double in block order; so threads may take the blocks in any split
  * and the statistics come out the same bits. Elementwise passes are split the
- * same way and depend on nothing but their own values. */
+ * same way and depend on nothing but their own values.
+ *
+ * Channels not in sixteens (cifar's input has 3) leave a row too short for
+ * a vector: the loops then run over the block as one flat array, a period
+ * of lcm(c, 16) values at a time, with each per-channel value repeated
+ * along the period ("periodic" below), and the period's lanes are folded
+ * into channels at the end. For c = 3 that is 3 full vectors instead of a
+ * 3-wide loop: forward + backward 1.24 + 1.41 -> 0.50 + 0.57 ms per 128
+ * cifar images (mxu bench --profile). */
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
@@ -46,6 +54,30 @@ typedef struct bn_shape {
   float *coefficient; /* [3][c] */
   float *partial;     /* [blocks][2][c] */
 } bn_shape;
+
+/* Longest period the periodic loops take (16 channels' worth). */
+#define MAX_PERIOD 256
+
+/* Per-channel values repeated along a period (see above). */
+typedef struct periodic {
+  int64_t period; /* lcm(c, 16), or 0 where the plain loops run */
+  float v[4][MAX_PERIOD];
+} periodic;
+
+static int64_t period_of(int64_t c) {
+  int64_t a = c, b = 16;
+  while (b) {
+    int64_t t = a % b;
+    a = b, b = t;
+  }
+  int64_t lcm = c / a * 16;
+  return c % 16 != 0 && lcm <= MAX_PERIOD ? lcm : 0;
+}
+
+/* p->v[k] from channel values `from`; period 0 leaves it unused. */
+static void expand(periodic *p, int k, const float *from, int64_t c) {
+  for (int64_t j = 0; j < p->period; j++) p->v[k][j] = from[j % c];
+}
 
 static int64_t rows_per_block(int64_t c) {
   int64_t rows = c < BLOCK_VALUES ? BLOCK_VALUES / c : 1;
@@ -91,11 +123,29 @@ static float *partial_of(const bn_shape *s, int64_t b) {
  * exact enough even when the mean is far larger than the spread (raw
  * pixels). */
 static void moment_block(const bn_shape *s, int64_t b, const float *x,
-                         const float *shift) {
+                         const float *shift, const periodic *p) {
   int64_t c = s->c;
   float *restrict sum = partial_of(s, b), *restrict squares = sum + c;
   memset(sum, 0, (size_t)(2 * c) * sizeof *sum);
-  for (int64_t r = b * s->per; r < block_end(s, b); r++) {
+  int64_t r = b * s->per;
+  if (p->period) {
+    float lane_sum[MAX_PERIOD] = {0}, lane_squares[MAX_PERIOD] = {0};
+    const float *restrict sp = p->v[0];
+    for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
+      const float *restrict v = x + r * c;
+#pragma omp simd
+      for (int64_t j = 0; j < p->period; j++) {
+        float d = v[j] - sp[j];
+        lane_sum[j] += d;
+        lane_squares[j] += d * d;
+      }
+    }
+    for (int64_t j = 0; j < p->period; j++) {
+      sum[j % c] += lane_sum[j];
+      squares[j % c] += lane_squares[j];
+    }
+  }
+  for (; r < block_end(s, b); r++) {
     const float *restrict row = x + r * c;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
@@ -108,11 +158,29 @@ static void moment_block(const bn_shape *s, int64_t b, const float *x,
 
 /* Block b's sums of dy and of dy * (x - mean), per channel, as above. */
 static void gradient_block(const bn_shape *s, int64_t b, const float *x,
-                           const float *dy, const float *mean) {
+                           const float *dy, const float *mean,
+                           const periodic *p) {
   int64_t c = s->c;
   float *restrict sum = partial_of(s, b), *restrict dot = sum + c;
   memset(sum, 0, (size_t)(2 * c) * sizeof *sum);
-  for (int64_t r = b * s->per; r < block_end(s, b); r++) {
+  int64_t r = b * s->per;
+  if (p->period) {
+    float lane_sum[MAX_PERIOD] = {0}, lane_dot[MAX_PERIOD] = {0};
+    const float *restrict mp = p->v[0];
+    for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
+      const float *restrict xv = x + r * c, *restrict g = dy + r * c;
+#pragma omp simd
+      for (int64_t j = 0; j < p->period; j++) {
+        lane_sum[j] += g[j];
+        lane_dot[j] += g[j] * (xv[j] - mp[j]);
+      }
+    }
+    for (int64_t j = 0; j < p->period; j++) {
+      sum[j % c] += lane_sum[j];
+      dot[j % c] += lane_dot[j];
+    }
+  }
+  for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c, *restrict g = dy + r * c;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
@@ -138,9 +206,21 @@ static void add_blocks(const bn_shape *s) {
 /* y = (x - mean) * scale + beta over block b. */
 static void normalise_block(const bn_shape *s, int64_t b, const float *x,
                             const float *mean, const float *scale,
-                            const float *beta, float *y) {
+                            const float *beta, const periodic *p, float *y) {
   int64_t c = s->c;
-  for (int64_t r = b * s->per; r < block_end(s, b); r++) {
+  int64_t r = b * s->per;
+  if (p->period) {
+    const float *restrict mp = p->v[0], *restrict sp = p->v[1],
+                          *restrict bp = p->v[2];
+    for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
+      const float *restrict xv = x + r * c;
+      float *restrict yv = y + r * c;
+#pragma omp simd
+      for (int64_t j = 0; j < p->period; j++)
+        yv[j] = (xv[j] - mp[j]) * sp[j] + bp[j];
+    }
+  }
+  for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c;
     float *restrict yr = y + r * c;
 #pragma omp simd
@@ -152,10 +232,22 @@ static void normalise_block(const bn_shape *s, int64_t b, const float *x,
 /* dx = dy * k[0] + (x - mean) * k[1] + k[2] over block b, k[i] = k + i*c. */
 static void backward_block(const bn_shape *s, int64_t b, const float *x,
                            const float *dy, const float *mean, const float *k,
-                           float *dx) {
+                           const periodic *p, float *dx) {
   int64_t c = s->c;
   const float *k0 = k, *k1 = k + c, *k2 = k + 2 * c;
-  for (int64_t r = b * s->per; r < block_end(s, b); r++) {
+  int64_t r = b * s->per;
+  if (p->period) {
+    const float *restrict mp = p->v[0], *restrict p0 = p->v[1],
+                          *restrict p1 = p->v[2], *restrict p2 = p->v[3];
+    for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
+      const float *restrict xv = x + r * c, *restrict g = dy + r * c;
+      float *restrict out = dx + r * c;
+#pragma omp simd
+      for (int64_t j = 0; j < p->period; j++)
+        out[j] = g[j] * p0[j] + (xv[j] - mp[j]) * p1[j] + p2[j];
+    }
+  }
+  for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c, *restrict g = dy + r * c;
     float *restrict out = dx + r * c;
 #pragma omp simd
@@ -170,10 +262,14 @@ static void normalise(const bn_shape *s, const float *x, const float *gamma,
   float *scale = s->coefficient;
   for (int64_t j = 0; j < s->c; j++)
     scale[j] = (float)(gamma[j] / sqrt((double)var[j] + s->epsilon));
+  periodic p = {.period = period_of(s->c)};
+  expand(&p, 0, mean, s->c);
+  expand(&p, 1, scale, s->c);
+  expand(&p, 2, beta, s->c);
 #pragma omp parallel for schedule(static)                                      \
     num_threads(cpu_threads_for(s->blocks))
   for (int64_t b = 0; b < s->blocks; b++)
-    normalise_block(s, b, x, mean, scale, beta, y);
+    normalise_block(s, b, x, mean, scale, beta, &p, y);
 }
 
 /* ---- the table's entries ------------------------------------------------ */
@@ -185,8 +281,10 @@ void cpu_batchnorm_forward_training(mxu_op *op, const float *x,
   /* Row 0 as the shift, where normalise's scale will not overwrite it. */
   float *shift = s.coefficient + s.c;
   memcpy(shift, x, (size_t)s.c * sizeof *shift);
+  periodic p = {.period = period_of(s.c)};
+  expand(&p, 0, shift, s.c);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
-  for (int64_t b = 0; b < s.blocks; b++) moment_block(&s, b, x, shift);
+  for (int64_t b = 0; b < s.blocks; b++) moment_block(&s, b, x, shift, &p);
   add_blocks(&s);
   const double *total = s.total;
   for (int64_t j = 0; j < s.c; j++) {
@@ -217,8 +315,10 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
                             float *dbeta) {
   bn_shape s = shape_of(op);
   int64_t c = s.c;
+  periodic p = {.period = period_of(c)};
+  expand(&p, 0, mean, c);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
-  for (int64_t b = 0; b < s.blocks; b++) gradient_block(&s, b, x, dy, mean);
+  for (int64_t b = 0; b < s.blocks; b++) gradient_block(&s, b, x, dy, mean, &p);
   add_blocks(&s);
   const double *total = s.total, rows = (double)s.rows;
   float *k = s.coefficient;
@@ -231,9 +331,10 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
     k[c + j] = (float)(-gamma[j] * sum_xhat * inv * inv / rows);
     k[2 * c + j] = (float)(-gamma[j] * sum_dy * inv / rows);
   }
+  for (int i = 0; i < 3; i++) expand(&p, 1 + i, k + i * c, c);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++)
-    backward_block(&s, b, x, dy, mean, k, dx);
+    backward_block(&s, b, x, dy, mean, k, &p, dx);
 }
 
 /* ---- create: descriptors for the shape, and room for the sums ---------- */
