@@ -118,7 +118,8 @@ static void philox_uniform(void) {
 
 /* mxu_rng_uniform runs 16 draws side by side and the rest scalar: every
  * (first, count) split must give word 0 of mxu_rng_block, bit for bit, and
- * write nothing past count. */
+ * write nothing past count. So must mxu_rng_uniform4, 64 draws at a time,
+ * with value k from word (k % 64) / 16 of block k / 64 * 16 + k % 16. */
 static void philox_uniform_lanes(void) {
   static const struct {
     uint64_t first;
@@ -138,6 +139,8 @@ static void philox_uniform_lanes(void) {
       {5, 1000},
       {13, 33},
       {100, 64},
+      {64, 256},                   /* whole groups of 64 only */
+      {40, 1000},                  /* a head, groups and a tail */
       {0xfffffff0u, 16},           /* lanes up to 2^32 - 1 */
       {0xfffffff8u, 16},           /* high index word changes mid-batch */
       {0xfffffffbu, 1000},         /* ... and in later batches and tail */
@@ -152,25 +155,29 @@ static void philox_uniform_lanes(void) {
   enum { MAX = 1000 };
   float *got = malloc((MAX + 1) * sizeof *got);
   float *want = malloc((MAX + 1) * sizeof *want);
-  for (size_t s = 0; s < sizeof streams / sizeof *streams; s++)
-    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
-      uint64_t first = runs[r].first;
-      size_t count = runs[r].count;
-      for (size_t i = 0; i < count; i++) {
-        uint32_t block[4];
-        mxu_rng_block(&streams[s], first + i, block);
-        want[i] = (float)(block[0] >> 8) * (1.0f / 16777216.0f);
+  for (int four = 0; four < 2; four++)
+    for (size_t s = 0; s < sizeof streams / sizeof *streams; s++)
+      for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        uint64_t first = runs[r].first;
+        size_t count = runs[r].count;
+        for (size_t i = 0; i < count; i++) {
+          uint64_t k = first + i;
+          uint32_t block[4];
+          mxu_rng_block(&streams[s], four ? k / 64 * 16 + k % 16 : k, block);
+          uint32_t word = block[four ? k % 64 / 16 : 0];
+          want[i] = (float)(word >> 8) * (1.0f / 16777216.0f);
+        }
+        got[count] = -1.0f; /* a sentinel just past the end */
+        (four ? mxu_rng_uniform4 : mxu_rng_uniform)(&streams[s], first, got,
+                                                    count);
+        CHECK_MSG(memcmp(got, want, count * sizeof *got) == 0,
+                  "stream %zu: uniform%s(first %llu, count %zu) differs from "
+                  "mxu_rng_block",
+                  s, four ? "4" : "", (unsigned long long)first, count);
+        CHECK_MSG(got[count] == -1.0f,
+                  "stream %zu: uniform%s(first %llu, count %zu) wrote past end",
+                  s, four ? "4" : "", (unsigned long long)first, count);
       }
-      got[count] = -1.0f; /* a sentinel just past the end */
-      mxu_rng_uniform(&streams[s], first, got, count);
-      CHECK_MSG(memcmp(got, want, count * sizeof *got) == 0,
-                "stream %zu: uniform(first %llu, count %zu) differs from "
-                "mxu_rng_block",
-                s, (unsigned long long)first, count);
-      CHECK_MSG(got[count] == -1.0f,
-                "stream %zu: uniform(first %llu, count %zu) wrote past end", s,
-                (unsigned long long)first, count);
-    }
   free(got);
   free(want);
 }

@@ -4,6 +4,8 @@
  * thread asks or in what order. */
 #include "core/core.h"
 
+#include <string.h>
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -66,7 +68,9 @@ void mxu_rng_block(const mxu_rng *rng, uint64_t index, uint32_t out[4]) {
  * value is ~15 ns (dropout over a cifar batch: ~17 ms a step). The ten
  * rounds are the same for every lane, so 16 consecutive indices run side by
  * side; each lane computes exactly the scalar function, so the draws are
- * bit-identical to mxu_rng_block's. */
+ * bit-identical to mxu_rng_block's. mxu_rng_uniform4 takes all four words
+ * of the 16 blocks, 64 values a batch: dropout's masks (1.5 M values per
+ * 128 cifar images) in a quarter of the time. */
 enum { LANES = 16 };
 
 /* 24 random bits: every value is exact in float32 and below 1. */
@@ -84,8 +88,10 @@ typedef struct {
   uint64_t stream[2];
 } lanes_plan;
 
-static void uniform16(const lanes_plan *plan, uint64_t first,
-                      float out[LANES]) {
+/* The four words of blocks first .. first + 15: words[w][j] is word w of
+ * block first + j. */
+static void words16(const lanes_plan *plan, uint64_t first,
+                    uint32_t words[4][LANES]) {
   const __m512i m0 = _mm512_set1_epi64(PHILOX_M0);
   const __m512i m1 = _mm512_set1_epi64(PHILOX_M1);
   __m512i a0 = _mm512_add_epi64(_mm512_set1_epi64((long long)first),
@@ -111,33 +117,34 @@ static void uniform16(const lanes_plan *plan, uint64_t first,
     b1 = pb1;
     b3 = pb0;
   }
-  __m512i words =
-      _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(a0)),
-                         _mm512_cvtepi64_epi32(b0), 1);
-  __m512 u = _mm512_cvtepi32_ps(_mm512_srli_epi32(words, 8));
-  _mm512_storeu_ps(out, _mm512_mul_ps(u, _mm512_set1_ps(1.0f / 16777216.0f)));
+  const __m512i a[4] = {a0, a1, a2, a3}, b[4] = {b0, b1, b2, b3};
+  for (int w = 0; w < 4; w++)
+    _mm512_storeu_si512(
+        words[w],
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(a[w])),
+                           _mm512_cvtepi64_epi32(b[w]), 1));
 }
 
-static size_t uniform_lanes(const mxu_rng *rng, uint64_t first, float *out,
-                            size_t count) {
-  lanes_plan plan;
+static void plan_lanes(const mxu_rng *rng, lanes_plan *plan) {
   uint32_t k0 = rng->key[0], k1 = rng->key[1];
   for (int round = 0; round < 10; round++) {
-    plan.key[round][0] = k0;
-    plan.key[round][1] = k1;
+    plan->key[round][0] = k0;
+    plan->key[round][1] = k1;
     k0 += PHILOX_W0;
     k1 += PHILOX_W1;
   }
-  plan.stream[0] = rng->stream[0];
-  plan.stream[1] = rng->stream[1];
-  size_t i = 0;
-  for (; i + LANES <= count; i += LANES) uniform16(&plan, first + i, out + i);
-  return i;
+  plan->stream[0] = rng->stream[0];
+  plan->stream[1] = rng->stream[1];
 }
 #else
 /* Portable: plain lane loops that omp simd vectorises wherever the target
  * has vector integer multiplies, and that stay correct where it has not. */
-static void uniform16(const mxu_rng *rng, uint64_t first, float out[LANES]) {
+typedef mxu_rng lanes_plan;
+
+static void plan_lanes(const mxu_rng *rng, lanes_plan *plan) { *plan = *rng; }
+
+static void words16(const lanes_plan *rng, uint64_t first,
+                    uint32_t words[4][LANES]) {
   uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
 #pragma omp simd
   for (int j = 0; j < LANES; j++) {
@@ -161,17 +168,29 @@ static void uniform16(const mxu_rng *rng, uint64_t first, float out[LANES]) {
     k0 += PHILOX_W0;
     k1 += PHILOX_W1;
   }
-#pragma omp simd
-  for (int j = 0; j < LANES; j++) out[j] = to_uniform(c0[j]);
-}
-
-static size_t uniform_lanes(const mxu_rng *rng, uint64_t first, float *out,
-                            size_t count) {
-  size_t i = 0;
-  for (; i + LANES <= count; i += LANES) uniform16(rng, first + i, out + i);
-  return i;
+  memcpy(words[0], c0, sizeof c0);
+  memcpy(words[1], c1, sizeof c1);
+  memcpy(words[2], c2, sizeof c2);
+  memcpy(words[3], c3, sizeof c3);
 }
 #endif
+
+/* Whole batches of 16 draws (word 0 of 16 blocks each); returns how many
+ * values it wrote. */
+static size_t uniform_lanes(const mxu_rng *rng, uint64_t first, float *out,
+                            size_t count) {
+  lanes_plan plan;
+  plan_lanes(rng, &plan);
+  size_t i = 0;
+  uint32_t words[4][LANES];
+  for (; i + LANES <= count; i += LANES) {
+    words16(&plan, first + i, words);
+#pragma omp simd
+    for (int j = 0; j < LANES; j++)
+      out[i + (size_t)j] = to_uniform(words[0][j]);
+  }
+  return i;
+}
 
 void mxu_rng_uniform(const mxu_rng *rng, uint64_t first, float *out,
                      size_t count) {
@@ -191,4 +210,30 @@ uint32_t mxu_rng_below(const mxu_rng *rng, uint64_t index, uint32_t bound) {
    * a draw, far under anything a shuffle can show. */
   uint64_t r = ((uint64_t)block[0] << 32) | block[1];
   return (uint32_t)(((unsigned __int128)r * bound) >> 64);
+}
+
+/* Value k's block and word: see core.h. */
+static float uniform4_at(const mxu_rng *rng, uint64_t k) {
+  uint32_t block[4];
+  mxu_rng_block(rng, k / 64 * LANES + k % LANES, block);
+  return to_uniform(block[k % 64 / LANES]);
+}
+
+void mxu_rng_uniform4(const mxu_rng *rng, uint64_t first, float *out,
+                      size_t count) {
+  size_t i = 0;
+  /* Scalar up to a whole group of 64, then groups, then the tail. */
+  for (; i < count && (first + i) % 64 != 0; i++)
+    out[i] = uniform4_at(rng, first + i);
+  lanes_plan plan;
+  plan_lanes(rng, &plan);
+  uint32_t words[4][LANES];
+  for (; i + 4 * LANES <= count; i += 4 * LANES) {
+    words16(&plan, (first + i) / 64 * LANES, words);
+    for (int w = 0; w < 4; w++)
+#pragma omp simd
+      for (int j = 0; j < LANES; j++)
+        out[i + (size_t)(w * LANES + j)] = to_uniform(words[w][j]);
+  }
+  for (; i < count; i++) out[i] = uniform4_at(rng, first + i);
 }

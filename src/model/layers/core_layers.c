@@ -227,7 +227,7 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
   for (int64_t at = 0; at < count; at += CHUNK) {
     int64_t n = count - at < CHUNK ? count - at : CHUNK;
     float *m = mask + at;
-    mxu_rng_uniform(&run->rng, first + (uint64_t)at, m, (size_t)n);
+    mxu_rng_uniform4(&run->rng, first + (uint64_t)at, m, (size_t)n);
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) m[i] = m[i] >= rate ? keep : 0.0f;
     run->backend->multiply(n, run->x + at, m, run->y + at);
