@@ -110,12 +110,21 @@ static int winograd_fits(const mxu_conv2d_desc *d) {
          d->n >= WINOGRAD_MIN_IMAGES_PER_THREAD * omp_get_max_threads();
 }
 
-/* Where Winograd fits and oneDNN has it (AVX-512). Should it still decline
- * such a conv, direct reads and writes nChw16c as well. */
+/* Whether conv_few.c and conv_data.c run all three passes (few input
+ * channels, filters in 32s, linear or relu). */
+static int few_fits(const mxu_conv2d_desc *d) {
+  return cpu_conv_few_fits(d) && cpu_conv_data_fits(d);
+}
+
+/* Where Winograd fits and oneDNN has it (AVX-512): should it still
+ * decline such a conv, direct reads and writes nChw16c as well. And where
+ * the own kernels run all of a conv with few input channels: they write y
+ * (and read dy) in nChw16c; its x is never native, as no native conv
+ * writes fewer than 16 channels. */
 int cpu_conv2d_native(const mxu_conv2d_desc *desc) {
-  return winograd_fits(desc) &&
-         (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
-             dnnl_cpu_isa_avx512_core;
+  int avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
+               dnnl_cpu_isa_avx512_core;
+  return few_fits(desc) || (winograd_fits(desc) && avx512);
 }
 
 /* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c):
@@ -125,11 +134,15 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   if (desc->bf16 && conv_create(desc, CONV_BF16, out) == MXU_OK) return MXU_OK;
   if (winograd_fits(desc) && conv_create(desc, CONV_WINOGRAD, out) == MXU_OK)
     return MXU_OK;
-  MXU_TRY(conv_create(desc, CONV_F32, out));
+  /* With few input channels the own kernels take y_native; oneDNN's
+   * primitives (which then never run) are built for NHWC. */
+  mxu_conv2d_desc plain = *desc;
+  plain.y_native = desc->y_native && !few_fits(desc);
+  MXU_TRY(conv_create(&plain, CONV_F32, out));
   mxu_status status = MXU_OK;
   if (cpu_conv_data_fits(desc)) status = cpu_conv_data_attach(*out, desc);
-  if (status == MXU_OK && cpu_conv_weights_fits(desc))
-    status = cpu_conv_weights_attach(*out, desc);
+  if (status == MXU_OK && cpu_conv_few_fits(desc))
+    status = cpu_conv_few_attach(*out, desc);
   if (status != MXU_OK) {
     cpu_op_free(*out);
     *out = NULL;
@@ -137,10 +150,18 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   return status;
 }
 
+void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,
+                        const float *b, float *y) {
+  if (op->conv_few)
+    cpu_conv_few_forward(op, x, w, b, y);
+  else
+    cpu_weighted_forward(op, x, w, b, y);
+}
+
 void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
                                  float *dw, float *db) {
-  if (op->conv_weights)
-    cpu_conv_weights_backward(op, x, dy, dw, db);
+  if (op->conv_few)
+    cpu_conv_few_backward_weights(op, x, dy, dw, db);
   else
     cpu_weighted_backward_weights(op, x, dy, dw, db);
 }

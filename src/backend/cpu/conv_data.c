@@ -13,6 +13,9 @@
 
 struct cpu_conv_data {
   mxu_conv2d_desc d;
+  /* Floats between neighbouring pixels and channel vectors of dy: NHWC
+   * out_c and 16, nChw16c (y_native) 16 and a plane. */
+  int64_t pixel, block;
 };
 
 /* The sum of a vector's lanes, folded in halves. */
@@ -30,11 +33,14 @@ static inline float lane_sum(v16 v) {
  * reaches (g) times the tap's weights (wt, [nc][co]), two channel vectors
  * a step into two accumulators, so that with a set per tap parity twelve
  * FMA chains (three input channels) run side by side. */
-static inline __attribute__((always_inline)) void
-tap(v16 acc[2][MAX_IN], const float *g, const float *wt, int co, int nc) {
+static inline __attribute__((always_inline)) void tap(v16 acc[2][MAX_IN],
+                                                      const float *g,
+                                                      const float *wt, int co,
+                                                      int nc, int64_t block) {
   int v = 0;
   for (; v + 2 * LANES <= co; v += 2 * LANES) {
-    v16 a = *(const v16u *)(g + v), b = *(const v16u *)(g + v + LANES);
+    const float *gv = g + v / LANES * block;
+    v16 a = *(const v16u *)gv, b = *(const v16u *)(gv + block);
 #pragma GCC unroll 4
     for (int c = 0; c < nc; c++) {
       acc[0][c] += *(const v16u *)(wt + c * co + v) * a;
@@ -42,7 +48,7 @@ tap(v16 acc[2][MAX_IN], const float *g, const float *wt, int co, int nc) {
     }
   }
   if (v < co) {
-    v16 a = *(const v16u *)(g + v);
+    v16 a = *(const v16u *)(g + v / LANES * block);
 #pragma GCC unroll 4
     for (int c = 0; c < nc; c++)
       acc[0][c] += *(const v16u *)(wt + c * co + v) * a;
@@ -56,24 +62,28 @@ static inline int min_int(int a, int b) { return a < b ? a : b; }
  * once inlined): over the taps whose output pixel exists, that pixel's dy
  * times the tap's weights for channel c, lanes folded at the end. */
 static inline __attribute__((always_inline)) void
-pixel(const mxu_conv2d_desc *d, const float *dy, const float *w, int iy, int ix,
-      int nc, float *dx) {
+pixel(const struct cpu_conv_data *cd, const float *dy, const float *w, int iy,
+      int ix, int nc, float *dx) {
+  const mxu_conv2d_desc *d = &cd->d;
+  int64_t px = cd->pixel, bl = cd->block;
   v16 acc[2][2][MAX_IN] = {{{{0}}}};
   int co = d->out_c, ty = iy + d->pad_top, tx = ix + d->pad_left;
   /* Output pixel (ty - ky, tx - kx) must be inside the output. */
   int ky0 = max_int(0, ty - d->out_h + 1), ky1 = min_int(d->kernel_h, ty + 1);
   int kx0 = max_int(0, tx - d->out_w + 1), kx1 = min_int(d->kernel_w, tx + 1);
   for (int ky = ky0; ky < ky1; ky++) {
-    const float *row = dy + (int64_t)(ty - ky) * d->out_w * co;
+    const float *row = dy + (int64_t)(ty - ky) * d->out_w * px;
     const float *wrow = w + (int64_t)ky * d->kernel_w * nc * co;
     int kx = kx0;
     for (; kx + 1 < kx1; kx += 2) {
-      tap(acc[0], row + (int64_t)(tx - kx) * co, wrow + kx * nc * co, co, nc);
-      tap(acc[1], row + (int64_t)(tx - kx - 1) * co, wrow + (kx + 1) * nc * co,
-          co, nc);
+      tap(acc[0], row + (int64_t)(tx - kx) * px, wrow + kx * nc * co, co, nc,
+          bl);
+      tap(acc[1], row + (int64_t)(tx - kx - 1) * px, wrow + (kx + 1) * nc * co,
+          co, nc, bl);
     }
     if (kx < kx1)
-      tap(acc[0], row + (int64_t)(tx - kx) * co, wrow + kx * nc * co, co, nc);
+      tap(acc[0], row + (int64_t)(tx - kx) * px, wrow + kx * nc * co, co, nc,
+          bl);
   }
 #pragma GCC unroll 4
   for (int c = 0; c < nc; c++)
@@ -82,16 +92,18 @@ pixel(const mxu_conv2d_desc *d, const float *dy, const float *w, int iy, int ix,
 }
 
 static inline __attribute__((always_inline)) void
-image(const mxu_conv2d_desc *d, const float *dy, const float *w, int nc,
+image(const struct cpu_conv_data *cd, const float *dy, const float *w, int nc,
       float *dx) {
+  const mxu_conv2d_desc *d = &cd->d;
   for (int iy = 0; iy < d->in_h; iy++)
     for (int ix = 0; ix < d->in_w; ix++)
-      pixel(d, dy, w, iy, ix, nc, dx + ((int64_t)iy * d->in_w + ix) * nc);
+      pixel(cd, dy, w, iy, ix, nc, dx + ((int64_t)iy * d->in_w + ix) * nc);
 }
 
 void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
                             float *dx) {
-  const mxu_conv2d_desc *d = &op->conv_data->d;
+  const struct cpu_conv_data *cd = op->conv_data;
+  const mxu_conv2d_desc *d = &cd->d;
   int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
   int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(d->n))
@@ -99,10 +111,10 @@ void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
     const float *g = dy + i * out_size;
     float *di = dx + i * in_size;
     switch (d->in_c) {
-    case 1: image(d, g, w, 1, di); break;
-    case 2: image(d, g, w, 2, di); break;
-    case 3: image(d, g, w, 3, di); break;
-    default: image(d, g, w, 4, di); break;
+    case 1: image(cd, g, w, 1, di); break;
+    case 2: image(cd, g, w, 2, di); break;
+    case 3: image(cd, g, w, 3, di); break;
+    default: image(cd, g, w, 4, di); break;
     }
   }
 }
@@ -116,5 +128,8 @@ mxu_status cpu_conv_data_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   op->conv_data = mxu_aligned_alloc(sizeof *op->conv_data);
   if (!op->conv_data) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
   op->conv_data->d = *d;
+  op->conv_data->pixel = d->y_native ? LANES : d->out_c;
+  op->conv_data->block =
+      d->y_native ? (int64_t)d->out_h * d->out_w * LANES : LANES;
   return MXU_OK;
 }

@@ -86,7 +86,7 @@ void cpu_conv_then_pool_forward(mxu_op *op, int training, const float *x,
                                 const float *w, const float *b, float *y,
                                 void *workspace) {
   const struct cpu_conv_then_pool *t = op->conv_then_pool;
-  cpu_weighted_forward(op, x, w, b, t->conv_y);
+  cpu_conv2d_forward(op, x, w, b, t->conv_y);
   uint8_t *ws = training ? workspace : NULL;
   int64_t rows = t->n * t->out_h;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))

@@ -64,7 +64,7 @@ struct mxu_op {
   /* conv_then_pool.c's: this conv op with a pooling after it */
   struct cpu_conv_then_pool *conv_then_pool;
   struct cpu_conv_data *conv_data; /* conv_data.c's backward data, or NULL */
-  struct cpu_conv_weights *conv_weights; /* conv_weights.c's, or NULL */
+  struct cpu_conv_few *conv_few;   /* conv_few.c's forward and weights */
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -168,12 +168,18 @@ int cpu_conv_data_fits(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_data_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
                             float *dx);
-/* conv_weights.c: backward weights for few input channels, stride 1,
- * float32, attached the same way. */
-int cpu_conv_weights_fits(const mxu_conv2d_desc *desc);
-mxu_status cpu_conv_weights_attach(mxu_op *op, const mxu_conv2d_desc *desc);
-void cpu_conv_weights_backward(mxu_op *op, const float *x, const float *dy,
-                               float *dw, float *db);
+/* conv_few.c: forward and backward weights for few input channels,
+ * stride 1, float32, attached the same way; with conv_data.c, they read
+ * and write y and dy in nChw16c too (y_native). */
+int cpu_conv_few_fits(const mxu_conv2d_desc *desc);
+mxu_status cpu_conv_few_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+void cpu_conv_few_forward(mxu_op *op, const float *x, const float *w,
+                          const float *b, float *y);
+void cpu_conv_few_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                   float *dw, float *db);
+/* The table's conv entries: the own kernels where attached, else oneDNN. */
+void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,
+                        const float *b, float *y);
 void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
                                  float *dw, float *db);
 mxu_status cpu_dense_create(const mxu_dense_desc *desc, mxu_op **out);
