@@ -204,6 +204,58 @@ static void test_conv2d(void) {
   omp_set_num_threads(threads);
 }
 
+/* cpu's relu conv backward with relu's backward folded in (few input
+ * channels) computes the same bits as relu's backward and then the two
+ * passes, in NHWC and in nChw16c (y_native); other convs decline it. */
+static void relu_backward_check(const conv_case *c, int y_native) {
+  const mxu_backend *be = backends[CPU];
+  mxu_conv2d_desc d = conv_desc(c, MXU_RELU, 1);
+  d.y_native = y_native;
+  size_t nx = (size_t)d.n * d.in_h * d.in_w * d.in_c;
+  size_t nw = (size_t)d.kernel_h * d.kernel_w * d.in_c * d.out_c;
+  size_t ny = (size_t)d.n * d.out_h * d.out_w * d.out_c;
+  float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(d.out_c, -1, 1);
+  float *dy = rnd(ny, -1, 1), *y = zeros(ny), *dz = zeros(ny);
+  float *dx[2], *dw[2], *db[2];
+  mxu_op *op = NULL, *relu = NULL;
+  mxu_activation_desc ad = {MXU_RELU, (int64_t)ny / d.out_c, d.out_c};
+  CHECK_OK(be->conv2d_create(&d, &op));
+  CHECK_OK(be->activation_create(&ad, &relu));
+  for (int k = 0; k < 2; k++)
+    dx[k] = zeros(nx), dw[k] = zeros(nw), db[k] = zeros(d.out_c);
+  if (op && relu) {
+    be->conv2d_forward(op, x, w, b, y);
+    be->activation_backward(relu, y, dy, dz);
+    be->conv2d_backward_weights(op, x, dz, dw[0], db[0]);
+    be->conv2d_backward_data(op, dz, w, dx[0]);
+    CHECK(be->conv2d_backward_relu(op, x, w, y, dy, dw[1], db[1], dx[1]));
+    CHECK(memcmp(dx[0], dx[1], nx * sizeof(float)) == 0);
+    CHECK(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0);
+    CHECK(memcmp(db[0], db[1], d.out_c * sizeof(float)) == 0);
+  }
+  be->op_free(op), be->op_free(relu);
+  free_pair(dx), free_pair(dw), free_pair(db);
+  free(x), free(w), free(b), free(dy), free(y), free(dz);
+}
+
+static void test_conv2d_backward_relu(void) {
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const conv_case few[] = {{2, 12, 10, 3, 32, 3, 3, 1, 1, MXU_SAME},
+                           {9, 5, 7, 2, 64, 4, 4, 1, 1, MXU_SAME}};
+  for (int i = 0; i < COUNT(few); i++)
+    for (int native = 0; native < 2; native++)
+      relu_backward_check(&few[i], native);
+  mxu_conv2d_desc other = conv_desc(&conv_cases[0], MXU_RELU, 1);
+  mxu_op *op = NULL;
+  CHECK_OK(backends[CPU]->conv2d_create(&other, &op));
+  if (op)
+    CHECK(!backends[CPU]->conv2d_backward_relu(op, NULL, NULL, NULL, NULL, NULL,
+                                               NULL, NULL));
+  backends[CPU]->op_free(op);
+  omp_set_num_threads(threads);
+}
+
 /* The forward primitive's oneDNN implementation (white box: prim[0] is
  * the forward in weighted.c's order). */
 static const char *forward_impl(const mxu_op *op) {
@@ -1139,6 +1191,7 @@ int main(void) {
   test_conv2d();
   test_conv2d_winograd();
   test_conv2d_chain();
+  test_conv2d_backward_relu();
   test_conv2d_error();
   test_dense();
   test_bf16();

@@ -129,6 +129,14 @@ typedef struct mxu_backend {
    * activation layout (see x_native), so that a neighbouring conv that
    * does too may hand it the tensor in that layout. */
   int (*conv2d_native)(const mxu_conv2d_desc *desc);
+  /* Optional: a relu conv's backward weights and data (dx NULL when not
+   * needed) from dy of the relu's output and the forward's y, where the
+   * backend folds relu's backward into its own passes; returns 0, doing
+   * nothing, for an op where it does not: the layer then undoes the relu
+   * itself and calls the two above. */
+  int (*conv2d_backward_relu)(mxu_op *op, const float *x, const float *w,
+                              const float *y, const float *dy, float *dw,
+                              float *db, float *dx);
 
   /* Training: normalise with the batch mean and biased variance, which are
    * written to mean and var. Inference: use the given mean and var.

@@ -166,6 +166,14 @@ void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
     cpu_weighted_backward_weights(op, x, dy, dw, db);
 }
 
+int cpu_conv2d_backward_relu(mxu_op *op, const float *x, const float *w,
+                             const float *y, const float *dy, float *dw,
+                             float *db, float *dx) {
+  if (!op->conv_few || !op->conv_data) return 0;
+  cpu_conv_few_backward_relu(op, x, w, y, dy, dw, db, dx);
+  return 1;
+}
+
 void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
                               float *dx) {
   if (op->conv_data)

@@ -176,23 +176,25 @@ image(const struct cpu_conv_data *cd, const float *dy, const float *w, int nc,
   }
 }
 
+void cpu_conv_data_image(const mxu_op *op, const float *dy, const float *w,
+                         float *dx) {
+  const struct cpu_conv_data *cd = op->conv_data;
+  switch (cd->d.in_c) {
+  case 1: image(cd, dy, w, 1, dx); break;
+  case 2: image(cd, dy, w, 2, dx); break;
+  case 3: image(cd, dy, w, 3, dx); break;
+  default: image(cd, dy, w, 4, dx); break;
+  }
+}
+
 void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
                             float *dx) {
-  const struct cpu_conv_data *cd = op->conv_data;
-  const mxu_conv2d_desc *d = &cd->d;
+  const mxu_conv2d_desc *d = &op->conv_data->d;
   int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
   int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(d->n))
-  for (int i = 0; i < d->n; i++) {
-    const float *g = dy + i * out_size;
-    float *di = dx + i * in_size;
-    switch (d->in_c) {
-    case 1: image(cd, g, w, 1, di); break;
-    case 2: image(cd, g, w, 2, di); break;
-    case 3: image(cd, g, w, 3, di); break;
-    default: image(cd, g, w, 4, di); break;
-    }
-  }
+  for (int i = 0; i < d->n; i++)
+    cpu_conv_data_image(op, dy + i * out_size, w, dx + i * in_size);
 }
 
 int cpu_conv_data_fits(const mxu_conv2d_desc *d) {

@@ -38,6 +38,7 @@ struct cpu_conv_few {
   int64_t blocks;      /* of IMAGE_BLOCK images */
   float *partial;      /* blocks x (taps + 1) x out_c: dw, then db */
   float *padded;       /* threads x IMAGE_BLOCK padded images */
+  float *dz;           /* threads x IMAGE_BLOCK images' dz, with relu */
   int threads;
 };
 
@@ -121,6 +122,17 @@ static void pad_image(const struct cpu_conv_few *cf, const float *x,
            x + (int64_t)y * d->in_w * d->in_c, line);
 }
 
+/* Threads for a loop over the blocks, each with its own buffers. */
+static int block_threads(const struct cpu_conv_few *cf) {
+  int threads = cpu_threads_for(cf->blocks);
+  return threads < cf->threads ? threads : cf->threads;
+}
+
+static float *padded_of(const struct cpu_conv_few *cf) {
+  return cf->padded +
+         (int64_t)omp_get_thread_num() * IMAGE_BLOCK * cf->padded_size;
+}
+
 /* ---- forward ------------------------------------------------------------ */
 
 /* np (a constant once inlined) output pixels from (oy, ox) on, channel
@@ -185,12 +197,9 @@ void cpu_conv_few_forward(mxu_op *op, const float *x, const float *w,
   const mxu_conv2d_desc *d = &cf->d;
   int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
   int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
-  int threads = cpu_threads_for(d->n);
-  if (threads > cf->threads) threads = cf->threads;
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(block_threads(cf))
   {
-    float *xp = cf->padded +
-                (int64_t)omp_get_thread_num() * IMAGE_BLOCK * cf->padded_size;
+    float *xp = padded_of(cf);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < d->n; i++) {
       pad_image(cf, x + i * in_size, xp);
@@ -201,14 +210,14 @@ void cpu_conv_few_forward(mxu_op *op, const float *x, const float *w,
 
 /* ---- backward weights --------------------------------------------------- */
 
-/* Block blk's partial dw and db, with xs the calling thread's buffer. */
+/* Block blk's partial dw and db, from its images' dy (dy_block: the
+ * block's first image's), with xs the calling thread's padded images. */
 static void block_grads(const struct cpu_conv_few *cf, const float *x,
-                        const float *dy, int64_t blk, float *xs) {
+                        const float *dy_block, int64_t blk, float *xs) {
   const mxu_conv2d_desc *d = &cf->d;
   int64_t first = blk * IMAGE_BLOCK;
   int64_t images = d->n - first < IMAGE_BLOCK ? d->n - first : IMAGE_BLOCK;
   int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
-  int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
   for (int64_t i = 0; i < images; i++)
     pad_image(cf, x + (first + i) * in_size, xs + i * cf->padded_size);
   float *part = cf->partial + blk * (int64_t)(cf->taps + 1) * d->out_c;
@@ -218,24 +227,12 @@ static void block_grads(const struct cpu_conv_few *cf, const float *x,
       for (int j = 0; j < row; j += TAP_CHUNK) {
         int nt = row - j < TAP_CHUNK ? row - j : TAP_CHUNK;
         int64_t at = (int64_t)ky * cf->padded_w * d->in_c + j;
-        chunk_n(cf, xs, dy + first * out_size, images, at, ky * row + j, nt, v0,
-                part);
+        chunk_n(cf, xs, dy_block, images, at, ky * row + j, nt, v0, part);
       }
 }
 
-void cpu_conv_few_backward_weights(mxu_op *op, const float *x, const float *dy,
-                                   float *dw, float *db) {
-  const struct cpu_conv_few *cf = op->conv_few;
-  int threads = cpu_threads_for(cf->blocks);
-  if (threads > cf->threads) threads = cf->threads;
-#pragma omp parallel num_threads(threads)
-  {
-    float *xs = cf->padded +
-                (int64_t)omp_get_thread_num() * IMAGE_BLOCK * cf->padded_size;
-#pragma omp for schedule(static)
-    for (int64_t blk = 0; blk < cf->blocks; blk++)
-      block_grads(cf, x, dy, blk, xs);
-  }
+/* The blocks' partial sums in block order into dw and db. */
+static void sum_blocks(const struct cpu_conv_few *cf, float *dw, float *db) {
   int64_t per = (int64_t)(cf->taps + 1) * cf->d.out_c;
   int64_t weights = (int64_t)cf->taps * cf->d.out_c;
   for (int64_t e = 0; e < per; e++) {
@@ -247,6 +244,55 @@ void cpu_conv_few_backward_weights(mxu_op *op, const float *x, const float *dy,
     else if (db)
       db[e - weights] = sum;
   }
+}
+
+void cpu_conv_few_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                   float *dw, float *db) {
+  const struct cpu_conv_few *cf = op->conv_few;
+  int64_t out_size = (int64_t)cf->d.out_h * cf->d.out_w * cf->d.out_c;
+#pragma omp parallel num_threads(block_threads(cf))
+  {
+    float *xs = padded_of(cf);
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < cf->blocks; blk++)
+      block_grads(cf, x, dy + blk * IMAGE_BLOCK * out_size, blk, xs);
+  }
+  sum_blocks(cf, dw, db);
+}
+
+/* ---- backward with relu ------------------------------------------------- *
+ * Unfused, relu's backward reads y and dy and writes dz (16 MB each for
+ * 128 cifar images), and the two backward passes read dz from memory
+ * again. Here each block's dz goes to a buffer of the thread's that stays
+ * in cache for its weight gradient and its images' dx. */
+
+void cpu_conv_few_backward_relu(mxu_op *op, const float *x, const float *w,
+                                const float *y, const float *dy, float *dw,
+                                float *db, float *dx) {
+  const struct cpu_conv_few *cf = op->conv_few;
+  const mxu_conv2d_desc *d = &cf->d;
+  int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
+  int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
+#pragma omp parallel num_threads(block_threads(cf))
+  {
+    float *xs = padded_of(cf);
+    float *dz = cf->dz + (int64_t)omp_get_thread_num() * IMAGE_BLOCK * out_size;
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < cf->blocks; blk++) {
+      int64_t first = blk * IMAGE_BLOCK;
+      int64_t images = d->n - first < IMAGE_BLOCK ? d->n - first : IMAGE_BLOCK;
+      /* Images are whole and in order in NHWC and in nChw16c alike. */
+      const float *yb = y + first * out_size, *gb = dy + first * out_size;
+#pragma omp simd
+      for (int64_t e = 0; e < images * out_size; e++)
+        dz[e] = yb[e] > 0.0f ? gb[e] : 0.0f;
+      block_grads(cf, x, dz, blk, xs);
+      for (int64_t i = 0; dx && i < images; i++)
+        cpu_conv_data_image(op, dz + i * out_size, w,
+                            dx + (first + i) * in_size);
+    }
+  }
+  sum_blocks(cf, dw, db);
 }
 
 /* ---- create ------------------------------------------------------------- */
@@ -271,8 +317,10 @@ mxu_status cpu_conv_few_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   size_t head = (sizeof(struct cpu_conv_few) + 63) / 64 * 64;
   size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)d->out_c;
   size_t padded = (size_t)threads * IMAGE_BLOCK * (size_t)padded_size;
+  size_t dz = (size_t)threads * IMAGE_BLOCK * (size_t)d->out_h *
+              (size_t)d->out_w * (size_t)d->out_c;
   struct cpu_conv_few *cf =
-      mxu_aligned_alloc(head + (partial + padded) * sizeof(float));
+      mxu_aligned_alloc(head + (partial + padded + dz) * sizeof(float));
   if (!cf) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
   *cf = (struct cpu_conv_few){
       .d = *d,
@@ -286,6 +334,7 @@ mxu_status cpu_conv_few_attach(mxu_op *op, const mxu_conv2d_desc *d) {
       .threads = threads};
   cf->partial = (float *)(void *)((char *)cf + head);
   cf->padded = cf->partial + partial;
+  cf->dz = cf->padded + padded;
   op->conv_few = cf;
   return MXU_OK;
 }

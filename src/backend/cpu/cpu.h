@@ -168,6 +168,9 @@ int cpu_conv_data_fits(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_data_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
                             float *dx);
+/* The same for one image's dy and dx. */
+void cpu_conv_data_image(const mxu_op *op, const float *dy, const float *w,
+                         float *dx);
 /* conv_few.c: forward and backward weights for few input channels,
  * stride 1, float32, attached the same way; with conv_data.c, they read
  * and write y and dy in nChw16c too (y_native). */
@@ -177,11 +180,20 @@ void cpu_conv_few_forward(mxu_op *op, const float *x, const float *w,
                           const float *b, float *y);
 void cpu_conv_few_backward_weights(mxu_op *op, const float *x, const float *dy,
                                    float *dw, float *db);
+/* Backward weights and (with conv_data.c, dx not NULL) data from dy of the
+ * fused relu's output: each block of images' dz made from dy and y in a
+ * buffer that stays in cache for both. */
+void cpu_conv_few_backward_relu(mxu_op *op, const float *x, const float *w,
+                                const float *y, const float *dy, float *dw,
+                                float *db, float *dx);
 /* The table's conv entries: the own kernels where attached, else oneDNN. */
 void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,
                         const float *b, float *y);
 void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
                                  float *dw, float *db);
+int cpu_conv2d_backward_relu(mxu_op *op, const float *x, const float *w,
+                             const float *y, const float *dy, float *dw,
+                             float *db, float *dx);
 mxu_status cpu_dense_create(const mxu_dense_desc *desc, mxu_op **out);
 
 mxu_status cpu_pool2d_create(const mxu_pool2d_desc *desc, mxu_op **out);

@@ -10,6 +10,7 @@ static const mxu_backend cpu_backend = {
     .conv2d_backward_data = cpu_conv2d_backward_data,
     .conv2d_backward_weights = cpu_conv2d_backward_weights,
     .conv2d_native = cpu_conv2d_native,
+    .conv2d_backward_relu = cpu_conv2d_backward_relu,
     .dense_create = cpu_dense_create,
     .dense_forward = cpu_weighted_forward,
     .dense_backward_data = cpu_weighted_backward_data,

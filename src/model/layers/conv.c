@@ -118,11 +118,16 @@ static void conv2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
         run->dw[0], bias_of(layer, run->dw), run->need_dx ? run->dx : NULL);
     return;
   }
-  const float *dz =
-      mxu_epilogue_backward(layer, layer->config.conv.activation, run);
+  mxu_activation act = layer->config.conv.activation;
+  float *db = bias_of(layer, run->dw);
+  if (act == MXU_RELU && run->backend->conv2d_backward_relu &&
+      run->backend->conv2d_backward_relu(run->ops[0], run->x, run->w[0], run->y,
+                                         run->dy, run->dw[0], db,
+                                         run->need_dx ? run->dx : NULL))
+    return;
+  const float *dz = mxu_epilogue_backward(layer, act, run);
   run->backend->conv2d_backward_weights(run->ops[0], run->x, dz, run->dw[0],
-                                        layer->config.conv.use_bias ? run->dw[1]
-                                                                    : NULL);
+                                        db);
   if (run->need_dx)
     run->backend->conv2d_backward_data(run->ops[0], dz, run->w[0], run->dx);
 }
