@@ -375,8 +375,8 @@ static int fusion_proposal(const mxu_model *model, int i) {
 }
 
 /* Which layers compute in bf16, and which neighbouring Conv2D layers pass
- * their tensor in the backend's own layout (the Winograd convs of cifar's
- * second block: four NHWC <-> nChw16c conversions a step less). */
+ * their tensor in the backend's own layout (cifar's two pairs: four
+ * NHWC <-> nChw16c conversions a step less for each). */
 static void plan_precision_and_chains(mxu_model *model) {
   mxu_layer *layers = model->layers;
   int n = model->layer_count;

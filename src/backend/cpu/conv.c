@@ -1,9 +1,12 @@
 /* conv.c — 2-D convolution on oneDNN: NHWC activations in place (for
- * Winograd, converted to and from its blocked layout: weighted.c), Keras'
- * HWIO kernel reordered to the layout oneDNN picks, asymmetric SAME padding
- * passed as padding_l / padding_r. In bf16 the primitives read x, the
- * kernel and dy in bfloat16 and write y, dx, dw and db in float32. The
- * primitives are built in weighted.c. */
+ * Winograd, converted to and from its blocked layout: weighted.c, unless
+ * a neighbouring conv takes that layout as it is: x_native, y_native),
+ * Keras' HWIO kernel reordered to the layout oneDNN picks, asymmetric SAME
+ * padding passed as padding_l / padding_r. In bf16 the primitives read x,
+ * the kernel and dy in bfloat16 and write y, dx, dw and db in float32. The
+ * primitives are built in weighted.c; convs with few input channels run
+ * on conv_few.c's and conv_data.c's loops instead, which this file's
+ * entries dispatch to. */
 #include "backend/cpu/cpu.h"
 
 #include <omp.h>
@@ -129,7 +132,8 @@ int cpu_conv2d_native(const mxu_conv2d_desc *desc) {
 
 /* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c):
  * Winograd where it fits and oneDNN has it, else direct; in f32 with few
- * input channels, backward data on conv_data.c's loops. */
+ * input channels, backward data on conv_data.c's loops and, with filters
+ * in 32s, forward and backward weights on conv_few.c's. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   if (desc->bf16 && conv_create(desc, CONV_BF16, out) == MXU_OK) return MXU_OK;
   if (winograd_fits(desc) && conv_create(desc, CONV_WINOGRAD, out) == MXU_OK)

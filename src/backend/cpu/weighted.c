@@ -264,7 +264,7 @@ static const void *weights_for(mxu_op *op, int i, const float *w) {
  * op's copy (converted in `slot`) when made from this buffer, else a new
  * one. x's copy comes from the forward; dy's from whichever backward runs
  * first, unless the caller wrote dy into the copy itself (see
- * cpu_weighted_dst_native). */
+ * cpu_weighted_dst_layout). */
 static const void *input_for(mxu_op *op, int slot, const float *from,
                              void *copy, const void **made_from) {
   if (!copy || from == copy) return from;
