@@ -750,6 +750,7 @@ static const conv_pool_case conv_pool_cases[] = {
     {32, 8, 8, 32, 16, 3, 3, MXU_VALID, 0},
     {3, 7, 7, 8, 16, 3, 3, MXU_VALID, 0},
     {2, 11, 10, 5, 32, 3, 3, MXU_SAME, 3}, /* 3x3 windows, two dropped */
+    {4, 8, 8, 3, 32, 3, 3, MXU_SAME, 0},   /* on conv_few.c's conv */
 };
 enum { FIRST_WINOGRAD_CONV_POOL = 5, WINOGRAD_CONV_POOLS = 2 };
 

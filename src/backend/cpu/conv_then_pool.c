@@ -24,7 +24,9 @@
 #define RELU_ZERO 0xFF /* workspace: relu made this output 0 */
 #define MAX_WINDOW 255 /* positions, so that one fits the byte */
 /* As pool.c's backward: below this the conv's dy stays in the cache for
- * the primitives that read it next. */
+ * the primitives that read it next. Above it, streaming measured better:
+ * cifar at 2,537 / 2,571 / 2,541 images/s against 2,451 / 2,513 / 2,465
+ * with plain stores (interleaved runs). */
 #define STREAM_MIN_BYTES ((int64_t)8 << 20)
 
 struct cpu_conv_then_pool {
