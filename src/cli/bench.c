@@ -224,8 +224,10 @@ static void print_header(const bench_args *a, const bench_run *run) {
   if (rows * a->replicas < a->batch_size)
     printf("  each replica's %d rows in slices of %d\n",
            a->batch_size / a->replicas, rows);
+  /* Winograd does fewer multiplications than the count, so GFLOP/s (and
+   * the fraction of peak) can exceed what the FMA units do. */
   printf("  %.2f MFLOP per training image (forward, backward, all-reduce, "
-         "optimizer)\n",
+         "optimizer; convolutions counted as direct ones)\n",
          run->flops / 1e6);
   printf("  peak %.1f GFLOP/s float32 (%s on %d thread%s)\n", run->peak,
          run->peak_kind, a->threads, plural(a->threads));
