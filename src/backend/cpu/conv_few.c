@@ -33,6 +33,7 @@ struct cpu_conv_few {
   /* Floats between neighbouring pixels and channel vectors of y and dy:
    * NHWC out_c and 16, nChw16c 16 and a plane. */
   int64_t pixel, block;
+  int64_t in_size, out_size; /* floats of one image's x, and of its y */
   int taps, padded_h, padded_w;
   int64_t padded_size; /* floats of one padded image */
   int64_t blocks;      /* of IMAGE_BLOCK images */
@@ -55,10 +56,9 @@ chunk(const struct cpu_conv_few *cf, const float *xs, const float *dy,
   v16 acc[TAP_CHUNK][2], bias[2] = {{0}, {0}};
 #pragma GCC unroll 12
   for (int k = 0; k < nt; k++) acc[k][0] = acc[k][1] = (v16){0};
-  int64_t out_size = (int64_t)d->out_h * d->out_w * co;
   for (int64_t i = 0; i < images; i++) {
     const float *x = xs + i * cf->padded_size;
-    const float *g = dy + i * out_size + v0 * cf->block;
+    const float *g = dy + i * cf->out_size + v0 * cf->block;
     for (int oy = 0; oy < d->out_h; oy++)
       for (int ox = 0; ox < d->out_w; ox++) {
         const float *taps =
@@ -128,6 +128,12 @@ static int block_threads(const struct cpu_conv_few *cf) {
   return threads < cf->threads ? threads : cf->threads;
 }
 
+/* Images in block blk: IMAGE_BLOCK but in the last. */
+static int64_t block_images(const struct cpu_conv_few *cf, int64_t blk) {
+  int64_t left = cf->d.n - blk * IMAGE_BLOCK;
+  return left < IMAGE_BLOCK ? left : IMAGE_BLOCK;
+}
+
 static float *padded_of(const struct cpu_conv_few *cf) {
   return cf->padded +
          (int64_t)omp_get_thread_num() * IMAGE_BLOCK * cf->padded_size;
@@ -195,15 +201,13 @@ void cpu_conv_few_forward(mxu_op *op, const float *x, const float *w,
                           const float *b, float *y) {
   const struct cpu_conv_few *cf = op->conv_few;
   const mxu_conv2d_desc *d = &cf->d;
-  int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
-  int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
 #pragma omp parallel num_threads(block_threads(cf))
   {
     float *xp = padded_of(cf);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < d->n; i++) {
-      pad_image(cf, x + i * in_size, xp);
-      forward_image(cf, xp, w, op->has_bias ? b : NULL, y + i * out_size);
+      pad_image(cf, x + i * cf->in_size, xp);
+      forward_image(cf, xp, w, op->has_bias ? b : NULL, y + i * cf->out_size);
     }
   }
 }
@@ -216,10 +220,9 @@ static void block_grads(const struct cpu_conv_few *cf, const float *x,
                         const float *dy_block, int64_t blk, float *xs) {
   const mxu_conv2d_desc *d = &cf->d;
   int64_t first = blk * IMAGE_BLOCK;
-  int64_t images = d->n - first < IMAGE_BLOCK ? d->n - first : IMAGE_BLOCK;
-  int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
+  int64_t images = block_images(cf, blk);
   for (int64_t i = 0; i < images; i++)
-    pad_image(cf, x + (first + i) * in_size, xs + i * cf->padded_size);
+    pad_image(cf, x + (first + i) * cf->in_size, xs + i * cf->padded_size);
   float *part = cf->partial + blk * (int64_t)(cf->taps + 1) * d->out_c;
   int row = d->kernel_w * d->in_c; /* taps per kernel row */
   for (int v0 = 0; v0 < d->out_c / LANES; v0 += 2)
@@ -249,13 +252,12 @@ static void sum_blocks(const struct cpu_conv_few *cf, float *dw, float *db) {
 void cpu_conv_few_backward_weights(mxu_op *op, const float *x, const float *dy,
                                    float *dw, float *db) {
   const struct cpu_conv_few *cf = op->conv_few;
-  int64_t out_size = (int64_t)cf->d.out_h * cf->d.out_w * cf->d.out_c;
 #pragma omp parallel num_threads(block_threads(cf))
   {
     float *xs = padded_of(cf);
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < cf->blocks; blk++)
-      block_grads(cf, x, dy + blk * IMAGE_BLOCK * out_size, blk, xs);
+      block_grads(cf, x, dy + blk * IMAGE_BLOCK * cf->out_size, blk, xs);
   }
   sum_blocks(cf, dw, db);
 }
@@ -270,17 +272,14 @@ void cpu_conv_few_backward_relu(mxu_op *op, const float *x, const float *w,
                                 const float *y, const float *dy, float *dw,
                                 float *db, float *dx) {
   const struct cpu_conv_few *cf = op->conv_few;
-  const mxu_conv2d_desc *d = &cf->d;
-  int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
-  int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
+  int64_t out_size = cf->out_size;
 #pragma omp parallel num_threads(block_threads(cf))
   {
     float *xs = padded_of(cf);
     float *dz = cf->dz + (int64_t)omp_get_thread_num() * IMAGE_BLOCK * out_size;
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < cf->blocks; blk++) {
-      int64_t first = blk * IMAGE_BLOCK;
-      int64_t images = d->n - first < IMAGE_BLOCK ? d->n - first : IMAGE_BLOCK;
+      int64_t first = blk * IMAGE_BLOCK, images = block_images(cf, blk);
       /* Images are whole and in order in NHWC and in nChw16c alike. */
       const float *yb = y + first * out_size, *gb = dy + first * out_size;
 #pragma omp simd
@@ -289,7 +288,7 @@ void cpu_conv_few_backward_relu(mxu_op *op, const float *x, const float *w,
       block_grads(cf, x, dz, blk, xs);
       for (int64_t i = 0; dx && i < images; i++)
         cpu_conv_data_image(op, dz + i * out_size, w,
-                            dx + (first + i) * in_size);
+                            dx + (first + i) * cf->in_size);
     }
   }
   sum_blocks(cf, dw, db);
@@ -324,6 +323,8 @@ mxu_status cpu_conv_few_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   if (!cf) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
   *cf = (struct cpu_conv_few){
       .d = *d,
+      .in_size = (int64_t)d->in_h * d->in_w * d->in_c,
+      .out_size = (int64_t)d->out_h * d->out_w * d->out_c,
       .pixel = d->y_native ? LANES : d->out_c,
       .block = d->y_native ? (int64_t)d->out_h * d->out_w * LANES : LANES,
       .taps = taps,
