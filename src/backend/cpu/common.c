@@ -62,6 +62,10 @@ int cpu_threads_for(int64_t units) {
   return omp_in_parallel() || units < 2 ? 1 : omp_get_max_threads();
 }
 
+int cpu_create_threads(void) {
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+}
+
 mxu_status cpu_op_alloc(mxu_op **out, const char *op) {
   *out = calloc(1, sizeof **out);
   if (!*out) return mxu_fail(MXU_ERR_NOMEM, "onednn: %s: out of memory", op);

@@ -130,6 +130,13 @@ int cpu_conv2d_native(const mxu_conv2d_desc *desc) {
   return few_fits(desc) || (winograd_fits(desc) && avx512);
 }
 
+/* conv_data.c's and conv_few.c's loops, where they fit. */
+static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
+  if (cpu_conv_data_fits(desc)) MXU_TRY(cpu_conv_data_attach(op, desc));
+  if (cpu_conv_few_fits(desc)) MXU_TRY(cpu_conv_few_attach(op, desc));
+  return MXU_OK;
+}
+
 /* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c):
  * Winograd where it fits and oneDNN has it, else direct; in f32 with few
  * input channels, backward data on conv_data.c's loops and, with filters
@@ -142,16 +149,9 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
    * primitives (which then never run) are built for NHWC. */
   mxu_conv2d_desc plain = *desc;
   plain.y_native = desc->y_native && !few_fits(desc);
-  MXU_TRY(conv_create(&plain, CONV_F32, out));
-  mxu_status status = MXU_OK;
-  if (cpu_conv_data_fits(desc)) status = cpu_conv_data_attach(*out, desc);
-  if (status == MXU_OK && cpu_conv_few_fits(desc))
-    status = cpu_conv_few_attach(*out, desc);
-  if (status != MXU_OK) {
-    cpu_op_free(*out);
-    *out = NULL;
-  }
-  return status;
+  mxu_op *op;
+  MXU_TRY(conv_create(&plain, CONV_F32, &op));
+  return cpu_op_finish(op, attach_own(op, desc), out);
 }
 
 void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,

@@ -17,8 +17,8 @@
 
 struct cpu_conv_data {
   mxu_conv2d_desc d;
-  /* Floats between neighbouring pixels and channel vectors of dy: NHWC
-   * out_c and 16, nChw16c (y_native) 16 and a plane. */
+  /* Between neighbouring pixels and channel vectors of dy: NHWC, or
+   * nChw16c (y_native). */
   int64_t pixel, block;
 };
 
@@ -205,9 +205,8 @@ int cpu_conv_data_fits(const mxu_conv2d_desc *d) {
 mxu_status cpu_conv_data_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   op->conv_data = mxu_aligned_alloc(sizeof *op->conv_data);
   if (!op->conv_data) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
-  op->conv_data->d = *d;
-  op->conv_data->pixel = d->y_native ? LANES : d->out_c;
-  op->conv_data->block =
-      d->y_native ? (int64_t)d->out_h * d->out_w * LANES : LANES;
+  cpu_strides s =
+      cpu_layout_strides(d->y_native, (int64_t)d->out_h * d->out_w, d->out_c);
+  *op->conv_data = (struct cpu_conv_data){*d, s.pixel, s.block};
   return MXU_OK;
 }

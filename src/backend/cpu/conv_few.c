@@ -310,9 +310,7 @@ mxu_status cpu_conv_few_attach(mxu_op *op, const mxu_conv2d_desc *d) {
       padded_w = d->out_w + d->kernel_w - 1;
   int64_t padded_size = (int64_t)padded_h * padded_w * d->in_c;
   int64_t blocks = (d->n + IMAGE_BLOCK - 1) / IMAGE_BLOCK;
-  /* Backward runs on as many threads as there are now (compile sets the
-   * count each op runs with), each with its own padded images. */
-  int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  int threads = cpu_create_threads(); /* each with its own buffers */
   size_t head = (sizeof(struct cpu_conv_few) + 63) / 64 * 64;
   size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)d->out_c;
   size_t padded = (size_t)threads * IMAGE_BLOCK * (size_t)padded_size;
@@ -321,18 +319,20 @@ mxu_status cpu_conv_few_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   struct cpu_conv_few *cf =
       mxu_aligned_alloc(head + (partial + padded + dz) * sizeof(float));
   if (!cf) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
-  *cf = (struct cpu_conv_few){
-      .d = *d,
-      .in_size = (int64_t)d->in_h * d->in_w * d->in_c,
-      .out_size = (int64_t)d->out_h * d->out_w * d->out_c,
-      .pixel = d->y_native ? LANES : d->out_c,
-      .block = d->y_native ? (int64_t)d->out_h * d->out_w * LANES : LANES,
-      .taps = taps,
-      .padded_h = padded_h,
-      .padded_w = padded_w,
-      .padded_size = padded_size,
-      .blocks = blocks,
-      .threads = threads};
+  cpu_strides s =
+      cpu_layout_strides(d->y_native, (int64_t)d->out_h * d->out_w, d->out_c);
+  *cf =
+      (struct cpu_conv_few){.d = *d,
+                            .in_size = (int64_t)d->in_h * d->in_w * d->in_c,
+                            .out_size = (int64_t)d->out_h * d->out_w * d->out_c,
+                            .pixel = s.pixel,
+                            .block = s.block,
+                            .taps = taps,
+                            .padded_h = padded_h,
+                            .padded_w = padded_w,
+                            .padded_size = padded_size,
+                            .blocks = blocks,
+                            .threads = threads};
   cf->partial = (float *)(void *)((char *)cf + head);
   cf->padded = cf->partial + partial;
   cf->dz = cf->padded + padded;

@@ -313,9 +313,7 @@ mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
   int taps = c->kernel_h * c->kernel_w * c->in_c;
   size_t head = (sizeof(struct cpu_conv_pool) + 63) / 64 * 64;
   size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)c->out_c;
-  /* Backward runs on as many threads as there are now (compile sets the
-   * count each op will run with), each with its own row of columns. */
-  int col_threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  int col_threads = cpu_create_threads(); /* each with its own columns */
   /* row_grads reads whole 16-float tables: up to 12 floats past a row. */
   size_t col_floats =
       ((size_t)p->out_w * (size_t)taps * WINDOW + 2 * LANES - 1) / LANES *

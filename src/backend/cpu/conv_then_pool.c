@@ -199,10 +199,10 @@ static mxu_status attach(mxu_op *op, const mxu_conv2d_desc *c,
              : (size_t)c->n * c->out_h * c->out_w * c->out_c * sizeof(float);
   struct cpu_conv_then_pool *t = mxu_aligned_alloc(head + own);
   if (!t)
-    return mxu_fail(MXU_ERR_NOMEM,
-                    "%s: no memory for a %zu-byte conv "
-                    "output",
+    return mxu_fail(MXU_ERR_NOMEM, "%s: no memory for a %zu-byte conv output",
                     CONV_THEN_POOL, own);
+  cpu_strides s =
+      cpu_layout_strides(layout, (int64_t)c->out_h * c->out_w, c->out_c);
   *t = (struct cpu_conv_then_pool){
       .n = c->n,
       .h = c->out_h,
@@ -214,8 +214,8 @@ static mxu_status attach(mxu_op *op, const mxu_conv2d_desc *c,
       .pool_w = p->pool_w,
       .relu = relu || c->activation == MXU_RELU,
       .conv_y = layout ? copy : (float *)((char *)t + head),
-      .pixel = layout ? LANES : c->out_c,
-      .block = layout ? (int64_t)c->out_h * c->out_w * LANES : LANES,
+      .pixel = s.pixel,
+      .block = s.block,
       .stream = (int64_t)c->n * c->out_h * c->out_w * c->out_c * 4 >=
                 STREAM_MIN_BYTES};
   for (int k = 0; k < p->pool_h * p->pool_w; k++)
@@ -231,11 +231,7 @@ mxu_status cpu_conv_then_pool_create(const mxu_conv2d_desc *c,
   if (!fits(c, p))
     return mxu_fail(MXU_ERR_UNSUPPORTED, "%s: not a shape it fuses",
                     CONV_THEN_POOL);
-  MXU_TRY(cpu_conv2d_create(c, out));
-  mxu_status status = attach(*out, c, p, relu);
-  if (status != MXU_OK) {
-    cpu_op_free(*out);
-    *out = NULL;
-  }
-  return status;
+  mxu_op *op;
+  MXU_TRY(cpu_conv2d_create(c, &op));
+  return cpu_op_finish(op, attach(op, c, p, relu), out);
 }

@@ -78,6 +78,10 @@ mxu_status cpu_engine(const char *op, dnnl_engine_t *engine);
  * one inside a parallel region (a replica's or slice's worker) or for a
  * single piece, else the whole team. */
 int cpu_threads_for(int64_t units);
+/* Threads an op's own loops will run on, fixed at its create (compile
+ * creates each op with the count it runs with): one inside a parallel
+ * region. Ops keep a buffer per thread. */
+int cpu_create_threads(void);
 
 mxu_status cpu_op_alloc(mxu_op **out, const char *op);
 void cpu_op_free(mxu_op *op);
@@ -155,6 +159,14 @@ mxu_status cpu_fused_alg(mxu_activation activation, const char *op,
  * and c channels, c a multiple of 16. */
 void cpu_layout_convert(const float *from, float *to, int64_t n, int64_t hw,
                         int64_t c, int to16);
+/* Floats between neighbouring pixels, and between neighbouring blocks of
+ * 16 channels, of an image of hw pixels and c channels (c a multiple of
+ * 16) in nChw16c (blocked) or NHWC: the own kernels' one addressing for
+ * both. */
+typedef struct cpu_strides {
+  int64_t pixel, block;
+} cpu_strides;
+cpu_strides cpu_layout_strides(int blocked, int64_t hw, int64_t c);
 
 /* ---- the table's entries, by family file ------------------------------ */
 

@@ -46,6 +46,10 @@ static void image_convert(const float *from, float *to, int64_t hw, int64_t c,
     }
 }
 
+cpu_strides cpu_layout_strides(int blocked, int64_t hw, int64_t c) {
+  return blocked ? (cpu_strides){16, hw * 16} : (cpu_strides){c, 16};
+}
+
 void cpu_layout_convert(const float *from, float *to, int64_t n, int64_t hw,
                         int64_t c, int to16) {
   int64_t image = hw * c;
