@@ -30,7 +30,7 @@ test: build
 # The full recipes, each exiting non-zero below its published bar.
 recipes: build
 	$(BUILD)/fashion_mnist /usr/share/datasets/fashion-mnist 5
-	$(BUILD)/cifar10 ../shared/data/cifar-10 2 3
+	$(BUILD)/cifar10 ../shared/data/cifar-10 50 1 0 $(BUILD)/cifar10.h5
 	@mkdir -p $(BUILD)/cifar_augmented
 	$(BUILD)/mxu train models/cifar10_augmented.json \
 	  --data ../shared/data/cifar-10 --rescale 1/255 --batch-size 32 \
