@@ -71,8 +71,10 @@ static int classify(const char *weights, const mxu_dataset *test) {
   compile.batch_size = 1;
   float p[CLASSES];
   if (mxu_compile(model, &compile) || mxu_load_weights(model, weights) ||
-      mxu_predict(model, mxu_dataset_x(test) + (int64_t)INDEX * PIXELS, 1, p))
+      mxu_predict(model, mxu_dataset_x(test) + (int64_t)INDEX * PIXELS, 1, p)) {
+    mxu_model_free(model);
     return fail(weights);
+  }
   int best = 0;
   for (int k = 1; k < CLASSES; k++)
     if (p[k] > p[best]) best = k;
