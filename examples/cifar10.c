@@ -90,7 +90,7 @@ static int classify(const char *weights, const mxu_dataset *test) {
  * 50-epoch result is test accuracy 0.8079 from one TPU run; the bar leaves
  * 1.5 points for the seed. The 2-epoch bar (0.40, on the median) is the
  * issues' claim. Two epochs end with BatchNormalization's moving
- * statistics still 37% their initial 0 and 1 (momentum 0.99, 96 steps), so
+ * statistics still 38% their initial 0 and 1 (momentum 0.99, 96 steps), so
  * test accuracy there swings with the seed, as in Keras: tf.keras 2.21 on
  * this recipe (8 replicas, MirroredStrategy on CPU) gave 0.3885, 0.4170,
  * 0.3732 for seeds 1-3 and 0.2671-0.4170 over seeds 1-7. */
