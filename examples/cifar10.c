@@ -64,14 +64,16 @@ static int train_once(const mxu_dataset *train, const mxu_dataset *test,
 /* The recipe's last step: the saved weights in a model built for one CPU
  * and one image at a time, classifying test image 111. */
 static int classify(const char *weights, const mxu_dataset *test) {
-  enum { INDEX = 111, PIXELS = 32 * 32 * 3, CLASSES = 10 };
+  enum { INDEX = 111, CLASSES = 10 };
+  mxu_shape image = mxu_dataset_shape(test);
+  const float *x = mxu_dataset_x(test) + INDEX * mxu_shape_count(&image);
   mxu_model *model = recipe_cifar_model();
   if (!model) return fail("model");
   mxu_compile_config compile = mxu_compile_defaults();
   compile.batch_size = 1;
   float p[CLASSES];
   if (mxu_compile(model, &compile) || mxu_load_weights(model, weights) ||
-      mxu_predict(model, mxu_dataset_x(test) + (int64_t)INDEX * PIXELS, 1, p)) {
+      mxu_predict(model, x, 1, p)) {
     mxu_model_free(model);
     return fail(weights);
   }
