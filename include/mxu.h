@@ -104,7 +104,51 @@ typedef struct mxu_batchnorm_config {
   int synchronized;
 } mxu_batchnorm_config;
 
+/* GlobalAveragePooling2D / GlobalMaxPooling2D: (h, w, c) -> (c), or
+ * (1, 1, c) with keepdims. */
+typedef struct mxu_global_pool2d_config {
+  const char *name;
+  int is_max;
+  int keepdims;
+} mxu_global_pool2d_config;
+
+/* ZeroPadding2D: rows of zeros above and below, columns left and right. */
+typedef struct mxu_zero_padding2d_config {
+  const char *name;
+  int top, bottom, left, right;
+} mxu_zero_padding2d_config;
+
+/* Keras' ReLU layer: x >= max_value -> max_value; threshold <= x <
+ * max_value -> x; x < threshold -> negative_slope * (x - threshold).
+ * max_value < 0 means none (Keras' None). */
+typedef struct mxu_relu_config {
+  const char *name;
+  float max_value;
+  float negative_slope;
+  float threshold;
+} mxu_relu_config;
+
+/* Reshape: the target shape without the batch; one dimension may be -1,
+ * inferred from the others as Keras does. */
+typedef struct mxu_reshape_config {
+  const char *name;
+  mxu_shape target;
+} mxu_reshape_config;
+
+/* The merge layers: elementwise over inputs of one shape, or Concatenate
+ * along an axis. */
+typedef enum mxu_merge_kind {
+  MXU_MERGE_ADD = 0,
+  MXU_MERGE_SUBTRACT, /* exactly two inputs: a - b */
+  MXU_MERGE_MULTIPLY,
+  MXU_MERGE_AVERAGE,
+  MXU_MERGE_MAXIMUM,
+  MXU_MERGE_MINIMUM,
+  MXU_MERGE_CONCATENATE
+} mxu_merge_kind;
+
 mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w);
+mxu_relu_config mxu_relu_defaults(void);
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w);
 mxu_dense_config mxu_dense_defaults(int units);
 mxu_batchnorm_config mxu_batchnorm_defaults(void);
@@ -132,10 +176,74 @@ mxu_status mxu_add_dropout(mxu_model *model, const char *name, float rate);
 mxu_status mxu_add_batch_normalization(mxu_model *model,
                                        const mxu_batchnorm_config *config);
 
+/* ---- functional models --------------------------------------------------
+ * Keras' Functional API: a model is a graph of layers applied to tensors.
+ * Each mxu_apply_* adds one layer applied to the given tensors and returns
+ * the tensor it outputs (an id >= 0), or -1 with mxu_errmsg() saying why;
+ * a -1 passed in is returned again with its message kept, so a whole graph
+ * can be built and checked once at the end. mxu_model_outputs closes it.
+ *
+ *   mxu_model *m = mxu_functional("resnet");
+ *   mxu_tensor_id x = mxu_input(m, "image", shape);
+ *   mxu_tensor_id y = mxu_apply_conv2d(m, &conv, x);
+ *   y = mxu_apply_batch_normalization(m, &bn, y);
+ *   y = mxu_add(m, NULL, x, y);                  (a residual connection)
+ *   if (mxu_model_outputs(m, &y, 1) != MXU_OK) ... */
+typedef int mxu_tensor_id;
+
+mxu_model *mxu_functional(const char *name);
+mxu_tensor_id mxu_input(mxu_model *model, const char *name, mxu_shape shape);
+mxu_tensor_id mxu_apply_conv2d(mxu_model *model,
+                               const mxu_conv2d_config *config,
+                               mxu_tensor_id x);
+mxu_tensor_id mxu_apply_max_pooling2d(mxu_model *model,
+                                      const mxu_pool2d_config *config,
+                                      mxu_tensor_id x);
+mxu_tensor_id mxu_apply_average_pooling2d(mxu_model *model,
+                                          const mxu_pool2d_config *config,
+                                          mxu_tensor_id x);
+mxu_tensor_id mxu_apply_activation(mxu_model *model, const char *name,
+                                   mxu_activation activation, mxu_tensor_id x);
+mxu_tensor_id mxu_apply_flatten(mxu_model *model, const char *name,
+                                mxu_tensor_id x);
+mxu_tensor_id mxu_apply_dense(mxu_model *model, const mxu_dense_config *config,
+                              mxu_tensor_id x);
+mxu_tensor_id mxu_apply_dropout(mxu_model *model, const char *name, float rate,
+                                mxu_tensor_id x);
+mxu_tensor_id mxu_apply_batch_normalization(mxu_model *model,
+                                            const mxu_batchnorm_config *config,
+                                            mxu_tensor_id x);
+mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
+                                         const mxu_global_pool2d_config *config,
+                                         mxu_tensor_id x);
+mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
+                                       const mxu_zero_padding2d_config *config,
+                                       mxu_tensor_id x);
+mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
+                             mxu_tensor_id x);
+mxu_tensor_id mxu_apply_reshape(mxu_model *model,
+                                const mxu_reshape_config *config,
+                                mxu_tensor_id x);
+/* A merge of `count` tensors (axis: Concatenate's, -1 the last). */
+mxu_tensor_id mxu_merge(mxu_model *model, mxu_merge_kind kind, const char *name,
+                        const mxu_tensor_id *inputs, int count, int axis);
+/* Keras' layers.add([a, b]). */
+mxu_tensor_id mxu_add(mxu_model *model, const char *name, mxu_tensor_id a,
+                      mxu_tensor_id b);
+/* The tensors the model outputs, in order (fit and evaluate train the
+ * first; several outputs run through mxu_predict_outputs). */
+mxu_status mxu_model_outputs(mxu_model *model, const mxu_tensor_id *outputs,
+                             int count);
+int mxu_model_input_count(const mxu_model *model);
+int mxu_model_output_count(const mxu_model *model);
+
+/* ---- the model's layers ------------------------------------------------- */
+
+/* Keras' model.layers: in a functional model its InputLayers too. */
 int mxu_model_layer_count(const mxu_model *model);
 /* Output shape of layer i, without the batch dimension. */
 mxu_shape mxu_model_layer_shape(const mxu_model *model, int layer);
-/* The input's shape, without the batch dimension. */
+/* The (first) input's shape, without the batch dimension. */
 mxu_shape mxu_model_input_shape(const mxu_model *model);
 const char *mxu_model_layer_name(const mxu_model *model, int layer);
 int64_t mxu_model_param_count(const mxu_model *model, int trainable);

@@ -13,6 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Keras' model.layers[i] (a Sequential model's InputLayer is not one). */
+#define LAYER(m, i) (&(m)->layers[mxu_model_node((m), (i))])
+
 /* ---- real-world texts ---------------------------------------------------
  */
 
@@ -336,7 +339,7 @@ static const char *compiled_with(const char *key, const char *compile) {
 }
 
 static const char *class_of(const mxu_model *model, int layer) {
-  return model->layers[layer].cls->class_name;
+  return LAYER(model, layer)->cls->class_name;
 }
 
 static int shape_is(mxu_shape s, int rank, int64_t a, int64_t b, int64_t c) {
@@ -368,22 +371,22 @@ static void reads_tf_keras_2(void) {
     CHECK(strcmp(class_of(m, i), classes[i]) == 0);
   }
   CHECK(strcmp(m->name, "sequential") == 0);
-  CHECK(strcmp(m->input_name, "conv2d_input") == 0);
-  CHECK(shape_is(m->input_shape, 3, 28, 28, 1));
+  CHECK(strcmp(mxu_model_input(m)->name, "conv2d_input") == 0);
+  CHECK(shape_is(mxu_model_input(m)->out_shape, 3, 28, 28, 1));
   CHECK(shape_is(mxu_model_layer_shape(m, 0), 3, 26, 26, 64));
   CHECK(shape_is(mxu_model_layer_shape(m, 1), 3, 13, 13, 64));
   CHECK(shape_is(mxu_model_layer_shape(m, 3), 1, 10816, 0, 0));
   CHECK(shape_is(mxu_model_layer_shape(m, 5), 1, 10, 0, 0));
   CHECK(mxu_model_param_count(m, 1) == 108810);
   CHECK(mxu_model_param_count(m, 0) == 0);
-  const mxu_conv2d_config *conv = &m->layers[0].config.conv;
+  const mxu_conv2d_config *conv = &LAYER(m, 0)->config.conv;
   CHECK(conv->filters == 64 && conv->kernel_size[0] == 3 &&
         conv->kernel_size[1] == 3 && conv->strides[0] == 1 &&
         conv->padding == MXU_VALID && conv->activation == MXU_LINEAR &&
         conv->use_bias);
-  CHECK(m->layers[1].is_max_pool && m->layers[1].config.pool.strides[0] == 2);
-  CHECK(m->layers[2].config.activation == MXU_RELU);
-  CHECK(m->layers[5].config.activation == MXU_SOFTMAX);
+  CHECK(LAYER(m, 1)->is_max_pool && LAYER(m, 1)->config.pool.strides[0] == 2);
+  CHECK(LAYER(m, 2)->config.activation == MXU_RELU);
+  CHECK(LAYER(m, 5)->config.activation == MXU_SOFTMAX);
   /* No compile section: the caller's settings stay as they were. */
   CHECK(has_compile == 0);
   CHECK(compile.batch_size == 1000 && compile.loss == 0 &&
@@ -420,7 +423,7 @@ static void reads_keras_3(void) {
   for (int i = 0; i < 14 && i < mxu_model_layer_count(m); i++)
     CHECK_MSG(strcmp(mxu_model_layer_name(m, i), names[i]) == 0, "layer %d: %s",
               i, mxu_model_layer_name(m, i));
-  CHECK(strcmp(m->input_name, "input_layer") == 0);
+  CHECK(strcmp(mxu_model_input(m)->name, "input_layer") == 0);
   CHECK(strcmp(class_of(m, 0), "BatchNormalization") == 0);
   CHECK(strcmp(class_of(m, 4), "Dropout") == 0);
   CHECK(shape_is(mxu_model_layer_shape(m, 2), 3, 32, 32, 32));
@@ -431,13 +434,13 @@ static void reads_keras_3(void) {
    * the moving statistics (2 * (3 + 32)) are not trainable. */
   CHECK(mxu_model_param_count(m, 1) + mxu_model_param_count(m, 0) == 1676982);
   CHECK(mxu_model_param_count(m, 0) == 70);
-  const mxu_batchnorm_config *bn = &m->layers[0].config.batchnorm;
+  const mxu_batchnorm_config *bn = &LAYER(m, 0)->config.batchnorm;
   CHECK(bn->momentum == 0.99f && bn->epsilon == 0.001f && bn->center &&
         bn->scale);
-  CHECK(m->layers[4].config.dropout.rate == 0.25f);
-  CHECK(m->layers[2].config.conv.padding == MXU_SAME);
-  CHECK(m->layers[7].config.conv.padding == MXU_VALID);
-  CHECK(m->layers[13].config.dense.activation == MXU_SOFTMAX);
+  CHECK(LAYER(m, 4)->config.dropout.rate == 0.25f);
+  CHECK(LAYER(m, 2)->config.conv.padding == MXU_SAME);
+  CHECK(LAYER(m, 7)->config.conv.padding == MXU_VALID);
+  CHECK(LAYER(m, 13)->config.dense.activation == MXU_SOFTMAX);
   CHECK(has_compile == 1);
   CHECK(compile.optimizer.kind == MXU_ADAM);
   CHECK(compile.optimizer.learning_rate == 1e-3f);
@@ -465,11 +468,11 @@ static void reads_without_input_layer(void) {
   mxu_model *m = read_json(json, NULL, NULL);
   if (!m) return;
   CHECK(strcmp(m->name, "mlp") == 0);
-  CHECK(strcmp(m->input_name, "hidden_input") == 0);
-  CHECK(shape_is(m->input_shape, 1, 784, 0, 0));
+  CHECK(strcmp(mxu_model_input(m)->name, "hidden_input") == 0);
+  CHECK(shape_is(mxu_model_input(m)->out_shape, 1, 784, 0, 0));
   CHECK(mxu_model_layer_count(m) == 2);
-  CHECK(m->layers[0].config.dense.use_bias == 0);
-  CHECK(m->layers[1].config.dense.activation == MXU_LINEAR);
+  CHECK(LAYER(m, 0)->config.dense.use_bias == 0);
+  CHECK(LAYER(m, 1)->config.dense.activation == MXU_LINEAR);
   CHECK(mxu_model_param_count(m, 1) == 784 * 32 + 32 * 10 + 10);
   mxu_model_free(m);
 
@@ -501,15 +504,15 @@ static void reads_keras_variants(void) {
           "\"renorm\": false, \"synchronized\": false}}"),
       NULL, NULL);
   if (!m) return;
-  CHECK(m->layers[0].config.conv.kernel_size[1] == 5);
-  CHECK(m->layers[0].config.conv.strides[0] == 2);
-  CHECK(m->layers[0].config.conv.padding == MXU_SAME);
+  CHECK(LAYER(m, 0)->config.conv.kernel_size[1] == 5);
+  CHECK(LAYER(m, 0)->config.conv.strides[0] == 2);
+  CHECK(LAYER(m, 0)->config.conv.padding == MXU_SAME);
   CHECK(shape_is(mxu_model_layer_shape(m, 0), 3, 14, 14, 4));
   CHECK(strcmp(class_of(m, 1), "AveragePooling2D") == 0);
-  CHECK(m->layers[1].config.pool.strides[1] == 3);
+  CHECK(LAYER(m, 1)->config.pool.strides[1] == 3);
   CHECK(shape_is(mxu_model_layer_shape(m, 1), 3, 4, 4, 4));
-  CHECK(m->layers[2].config.batchnorm.momentum == 0.9f);
-  CHECK(m->layers[2].config.batchnorm.center == 0);
+  CHECK(LAYER(m, 2)->config.batchnorm.momentum == 0.9f);
+  CHECK(LAYER(m, 2)->config.batchnorm.center == 0);
   mxu_model_free(m);
 }
 
@@ -567,7 +570,8 @@ static void round_trip_text(const char *label, const mxu_model *original,
         mxu_model_param_count(again, 1) == mxu_model_param_count(original, 1));
   CHECK(again &&
         mxu_model_param_count(again, 0) == mxu_model_param_count(original, 0));
-  CHECK(again && strcmp(again->input_name, original->input_name) == 0);
+  CHECK(again && strcmp(mxu_model_input(again)->name,
+                        mxu_model_input(original)->name) == 0);
   for (int i = 0; again && i < original->layer_count; i++)
     CHECK_MSG(i < again->layer_count &&
                   same_config(&again->layers[i], &original->layers[i]),
@@ -670,7 +674,7 @@ static void odd_names(void) {
     char *text = write_json(m, keras3);
     mxu_model *back = text ? read_json(text, NULL, NULL) : NULL;
     CHECK(back && strcmp(back->name, m->name) == 0);
-    CHECK(back && strcmp(back->input_name, names[1]) == 0);
+    CHECK(back && strcmp(mxu_model_input(back)->name, names[1]) == 0);
     CHECK(back && strcmp(mxu_model_layer_name(back, 0), names[0]) == 0);
     free(text);
     mxu_model_free(back);
@@ -781,7 +785,10 @@ static void errors_text(void) {
   EXPECT_JSON_FAIL(
       "{\"class_name\": \"Functional\", \"config\": {\"name\": \"m\", "
       "\"layers\": [], \"input_layers\": [], \"output_layers\": []}}",
-      MXU_ERR_UNSUPPORTED, "Functional", "only Sequential");
+      MXU_ERR_FORMAT, "input_layers must list", NULL);
+  EXPECT_JSON_FAIL("{\"class_name\": \"Subclassed\", \"config\": {}}",
+                   MXU_ERR_UNSUPPORTED, "model class 'Subclassed'",
+                   "Functional");
   EXPECT_JSON_FAIL("{\"class_name\": \"Sequential\"}", MXU_ERR_FORMAT,
                    "config is missing", NULL);
   EXPECT_JSON_FAIL(

@@ -46,7 +46,7 @@ static mxu_model *build(const layer_case *c, mxu_backend_kind backend) {
 
 static void load_inputs(mxu_model *model, uint64_t seed) {
   mxu_plan *plan = &model->plan;
-  int64_t count = BATCH * mxu_shape_count(&model->input_shape);
+  int64_t count = BATCH * mxu_shape_count(&mxu_model_input(model)->out_shape);
   float *x = mxu_plan_floats(model, plan->act[0]);
   mxu_rng rng = mxu_rng_make(seed, 99, 0, 0, 0);
   mxu_rng_uniform(&rng, 0, x, (size_t)count);
@@ -146,9 +146,8 @@ static void backends_agree(const layer_case *c) {
   mxu_step_result a = train_step(fast);
   mxu_step_result b = train_step(ref);
   CHECK_NEAR(a.loss_sum, b.loss_sum, 1e-4 * fabs(b.loss_sum) + 1e-5);
-  for (int i = 0; i <= fast->layer_count; i++) {
-    const mxu_shape *s =
-        i ? &fast->layers[i - 1].out_shape : &fast->input_shape;
+  for (int i = 0; i < fast->layer_count; i++) {
+    const mxu_shape *s = &fast->layers[i].out_shape;
     int64_t count = BATCH * mxu_shape_count(s);
     check_same(mxu_plan_floats(fast, fast->plan.act[i]),
                mxu_plan_floats(ref, ref->plan.act[i]), count, "activation",

@@ -239,7 +239,8 @@ static void file_tree(void) {
   expect_configs(file);
   hid_t weights = H5Gopen2(file, "model_weights", H5P_DEFAULT);
   CHECK(weights >= 0 && H5Aexists(weights, "layer_names") > 0);
-  mxu_shape kernel = a->params[a->layers[1].param_first].shape;
+  mxu_shape kernel =
+      a->params[a->layers[mxu_model_node(a, 1)].param_first].shape;
   expect_shape(weights, "conv2d/conv2d/kernel:0", &kernel);
   H5Gclose(weights);
   expect_optimizer(file, a);

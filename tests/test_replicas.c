@@ -315,11 +315,12 @@ static void test_chain(void) {
   backend_kind = MXU_BACKEND_CPU;
   int avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
                dnnl_cpu_isa_avx512_core;
-  const mxu_layer *layers = chained->layers;
+  /* Keras' layer i is node i + 1: node 0 is the InputLayer. */
+  const mxu_layer *layers = chained->layers + 1;
   CHECK(!layers[0].native_out && !layers[1].native_in);
   CHECK(layers[1].native_out == avx512 && layers[2].native_in == avx512);
-  CHECK(!layers[2].native_out && !broken->layers[1].native_out);
-  CHECK(!oracle->layers[1].native_out);
+  CHECK(!layers[2].native_out && !broken->layers[2].native_out);
+  CHECK(!oracle->layers[2].native_out);
   /* The extra layer shifts the layer indices the initialisers draw by. */
   CHECK(chained->trainable_count == broken->trainable_count);
   memcpy(broken->weights, chained->weights,

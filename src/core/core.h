@@ -10,6 +10,9 @@
 
 /* Records a formatted message for mxu_errmsg() and returns status, so a
  * failure reads: return mxu_fail(MXU_ERR_IO, "idx: %s: ...", path); */
+/* The status of the last mxu_fail on this thread (what a call returning
+ * -1 instead of a status failed with). */
+mxu_status mxu_last_status(void);
 mxu_status mxu_fail(mxu_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Prefixes the current message with context ("conv2d_1: " + message). */

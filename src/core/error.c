@@ -7,8 +7,11 @@
 #include <string.h>
 
 static _Thread_local char error_message[1024];
+static _Thread_local mxu_status error_status;
 
 const char *mxu_errmsg(void) { return error_message; }
+
+mxu_status mxu_last_status(void) { return error_status; }
 
 const char *mxu_status_name(mxu_status status) {
   switch (status) {
@@ -30,6 +33,7 @@ mxu_status mxu_fail(mxu_status status, const char *fmt, ...) {
   va_start(args, fmt);
   vsnprintf(error_message, sizeof error_message, fmt, args);
   va_end(args);
+  error_status = status;
   return status;
 }
 
@@ -48,5 +52,6 @@ mxu_status mxu_fail_prefix(mxu_status status, const char *fmt, ...) {
   size_t rest = strlen(previous) < room ? strlen(previous) : room;
   memcpy(error_message + used, previous, rest);
   error_message[used + rest] = 0;
+  error_status = status;
   return status;
 }

@@ -23,9 +23,22 @@ mxu_status mxu_json_fail(const mxu_json_where *where, mxu_status status,
                          const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Passes on the status of an mxu_add_* call, putting where in front of
- * its message on failure. */
+/* Passes on a status, putting where in front of its message on failure. */
 mxu_status mxu_json_added(const mxu_json_where *where, mxu_status status);
+
+/* A layer being read: the model, the tensors it is applied to (the layer
+ * before, in a Sequential model) and the tensor it gives. */
+typedef struct mxu_json_node {
+  mxu_model *model;
+  mxu_tensor_id inputs[MXU_MAX_INPUTS];
+  int input_count;
+  mxu_tensor_id output;
+} mxu_json_node;
+
+/* Takes the result of an mxu_apply_* call as node's output, putting where
+ * in front of its message on failure. */
+mxu_status mxu_json_applied(const mxu_json_where *where, mxu_json_node *node,
+                            mxu_tensor_id output);
 
 /* A value as a short, Python-like text for messages: 'same', [2, 2], null,
  * {'class_name': 'L2', ...}. A NULL value reads "(missing)". */
@@ -130,12 +143,15 @@ const char *mxu_json_activation_name(mxu_activation activation);
 typedef struct mxu_json_layer_io {
   const char *class_name;
   mxu_status (*read)(const mxu_json_where *where, const cJSON *config,
-                     mxu_model *model, const char *name);
+                     mxu_json_node *node, const char *name);
   void (*write)(mxu_json_out *out, const mxu_layer *layer, cJSON *config);
   const char *const *keys; /* the keys read mirrors, for check_keys */
+  int alias;               /* another name Keras reads but never writes */
 } mxu_json_layer_io;
 
 const mxu_json_layer_io *mxu_json_layer_io_find(const char *class_name);
+/* "Conv2D, MaxPooling2D, ...": the classes the table reads, for messages. */
+const char *mxu_json_layer_names(void);
 
 /* ---- compile_config ------------------------------------------------------
  */

@@ -49,7 +49,7 @@ static const char *const conv2d_keys[] = {
     "use_bias",    WEIGHT_OPTION_KEYS};
 
 static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
-                              mxu_model *model, const char *name) {
+                              mxu_json_node *node, const char *name) {
   mxu_conv2d_config conv = mxu_conv2d_defaults(0, 0, 0);
   conv.name = name;
   MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
@@ -73,7 +73,8 @@ static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
                               "glorot_uniform"));
   MXU_TRY(read_weight_options(where, config, "bias", "Zeros", "zeros"));
   MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
-  return mxu_json_added(where, mxu_add_conv2d(model, &conv));
+  return mxu_json_applied(
+      where, node, mxu_apply_conv2d(node->model, &conv, node->inputs[0]));
 }
 
 static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
@@ -122,19 +123,24 @@ static mxu_status read_pool2d(const mxu_json_where *where, const cJSON *config,
 }
 
 static mxu_status read_max_pooling2d(const mxu_json_where *where,
-                                     const cJSON *config, mxu_model *model,
+                                     const cJSON *config, mxu_json_node *node,
                                      const char *name) {
   mxu_pool2d_config pool;
   MXU_TRY(read_pool2d(where, config, &pool, name));
-  return mxu_json_added(where, mxu_add_max_pooling2d(model, &pool));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_max_pooling2d(node->model, &pool, node->inputs[0]));
 }
 
 static mxu_status read_average_pooling2d(const mxu_json_where *where,
-                                         const cJSON *config, mxu_model *model,
+                                         const cJSON *config,
+                                         mxu_json_node *node,
                                          const char *name) {
   mxu_pool2d_config pool;
   MXU_TRY(read_pool2d(where, config, &pool, name));
-  return mxu_json_added(where, mxu_add_average_pooling2d(model, &pool));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_average_pooling2d(node->model, &pool, node->inputs[0]));
 }
 
 static void write_pool2d(mxu_json_out *out, const mxu_layer *layer,
@@ -152,13 +158,15 @@ static void write_pool2d(mxu_json_out *out, const mxu_layer *layer,
 static const char *const activation_keys[] = {"activation", NULL};
 
 static mxu_status read_activation(const mxu_json_where *where,
-                                  const cJSON *config, mxu_model *model,
+                                  const cJSON *config, mxu_json_node *node,
                                   const char *name) {
   mxu_activation activation = MXU_LINEAR;
   if (!mxu_json_get(config, "activation"))
     return mxu_json_fail(where, MXU_ERR_FORMAT, "activation is missing");
   MXU_TRY(mxu_json_activation(where, config, "activation", &activation));
-  return mxu_json_added(where, mxu_add_activation(model, name, activation));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_activation(node->model, name, activation, node->inputs[0]));
 }
 
 static void write_activation(mxu_json_out *out, const mxu_layer *layer,
@@ -173,10 +181,11 @@ static void write_activation(mxu_json_out *out, const mxu_layer *layer,
 static const char *const flatten_keys[] = {"data_format", NULL};
 
 static mxu_status read_flatten(const mxu_json_where *where, const cJSON *config,
-                               mxu_model *model, const char *name) {
+                               mxu_json_node *node, const char *name) {
   /* channels_first would flatten in (c, h, w) order. */
   MXU_TRY(mxu_json_data_format(where, config));
-  return mxu_json_added(where, mxu_add_flatten(model, name));
+  return mxu_json_applied(
+      where, node, mxu_apply_flatten(node->model, name, node->inputs[0]));
 }
 
 static void write_flatten(mxu_json_out *out, const mxu_layer *layer,
@@ -192,7 +201,7 @@ static const char *const dense_keys[] = {"units", "activation", "use_bias",
                                          WEIGHT_OPTION_KEYS};
 
 static mxu_status read_dense(const mxu_json_where *where, const cJSON *config,
-                             mxu_model *model, const char *name) {
+                             mxu_json_node *node, const char *name) {
   mxu_dense_config dense = mxu_dense_defaults(0);
   dense.name = name;
   MXU_TRY(mxu_json_int(where, config, "units", MXU_JSON_REQUIRED, 1, INT_MAX,
@@ -203,7 +212,8 @@ static mxu_status read_dense(const mxu_json_where *where, const cJSON *config,
                               "glorot_uniform"));
   MXU_TRY(read_weight_options(where, config, "bias", "Zeros", "zeros"));
   MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
-  return mxu_json_added(where, mxu_add_dense(model, &dense));
+  return mxu_json_applied(
+      where, node, mxu_apply_dense(node->model, &dense, node->inputs[0]));
 }
 
 static void write_dense(mxu_json_out *out, const mxu_layer *layer,
@@ -229,13 +239,14 @@ static void write_dense(mxu_json_out *out, const mxu_layer *layer,
 static const char *const dropout_keys[] = {"rate", "noise_shape", "seed", NULL};
 
 static mxu_status read_dropout(const mxu_json_where *where, const cJSON *config,
-                               mxu_model *model, const char *name) {
+                               mxu_json_node *node, const char *name) {
   float rate = 0;
   MXU_TRY(mxu_json_float(where, config, "rate", MXU_JSON_REQUIRED, &rate));
   MXU_TRY(mxu_json_require_null(where, config, "noise_shape"));
   /* The seed is ignored: mxu's masks come from its own counter-based
    * streams, keyed by the fit seed. */
-  return mxu_json_added(where, mxu_add_dropout(model, name, rate));
+  return mxu_json_applied(
+      where, node, mxu_apply_dropout(node->model, name, rate, node->inputs[0]));
 }
 
 static void write_dropout(mxu_json_out *out, const mxu_layer *layer,
@@ -269,21 +280,20 @@ static const char *const batchnorm_keys[] = {"axis",
                                              "fused",
                                              NULL};
 
-static mxu_shape current_shape(const mxu_model *model) {
-  int n = mxu_model_layer_count(model);
-  return n ? mxu_model_layer_shape(model, n - 1) : model->input_shape;
+static mxu_shape input_shape(const mxu_json_node *node) {
+  return node->model->layers[node->inputs[0]].out_shape;
 }
 
 /* mxu normalises over the last axis only: -1, or its index counting the
  * batch axis as tf.keras writes it once built ([3] for images). */
 static mxu_status read_batchnorm_axis(const mxu_json_where *where,
                                       const cJSON *config,
-                                      const mxu_model *model) {
+                                      const mxu_json_node *node) {
   const cJSON *v = mxu_json_get(config, "axis");
   if (!v) return MXU_OK;
   const cJSON *axis =
       cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 ? v->child : v;
-  int rank = current_shape(model).rank;
+  int rank = input_shape(node).rank;
   int is_int = cJSON_IsNumber(axis) && axis->valuedouble >= -1e6 &&
                axis->valuedouble <= 1e6 &&
                axis->valuedouble == (double)(int)axis->valuedouble;
@@ -304,11 +314,11 @@ static mxu_status read_batchnorm_axis(const mxu_json_where *where,
 }
 
 static mxu_status read_batchnorm(const mxu_json_where *where,
-                                 const cJSON *config, mxu_model *model,
+                                 const cJSON *config, mxu_json_node *node,
                                  const char *name) {
   mxu_batchnorm_config bn = mxu_batchnorm_defaults();
   bn.name = name;
-  MXU_TRY(read_batchnorm_axis(where, config, model));
+  MXU_TRY(read_batchnorm_axis(where, config, node));
   MXU_TRY(mxu_json_float(where, config, "momentum", MXU_JSON_OPTIONAL,
                          &bn.momentum));
   MXU_TRY(
@@ -324,7 +334,9 @@ static mxu_status read_batchnorm(const mxu_json_where *where,
   MXU_TRY(mxu_json_require_false(where, config, "renorm"));
   MXU_TRY(mxu_json_require_null(where, config, "virtual_batch_size"));
   MXU_TRY(mxu_json_bool(where, config, "synchronized", &bn.synchronized));
-  return mxu_json_added(where, mxu_add_batch_normalization(model, &bn));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_batch_normalization(node->model, &bn, node->inputs[0]));
 }
 
 static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
@@ -358,19 +370,30 @@ static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
  */
 
 static const mxu_json_layer_io layer_io[] = {
-    {"Conv2D", read_conv2d, write_conv2d, conv2d_keys},
-    {"MaxPooling2D", read_max_pooling2d, write_pool2d, pool2d_keys},
-    {"AveragePooling2D", read_average_pooling2d, write_pool2d, pool2d_keys},
-    {"Activation", read_activation, write_activation, activation_keys},
-    {"Flatten", read_flatten, write_flatten, flatten_keys},
-    {"Dense", read_dense, write_dense, dense_keys},
-    {"Dropout", read_dropout, write_dropout, dropout_keys},
-    {"BatchNormalization", read_batchnorm, write_batchnorm, batchnorm_keys},
+    {"Conv2D", read_conv2d, write_conv2d, conv2d_keys, 0},
+    {"MaxPooling2D", read_max_pooling2d, write_pool2d, pool2d_keys, 0},
+    {"AveragePooling2D", read_average_pooling2d, write_pool2d, pool2d_keys, 0},
+    {"Activation", read_activation, write_activation, activation_keys, 0},
+    {"Flatten", read_flatten, write_flatten, flatten_keys, 0},
+    {"Dense", read_dense, write_dense, dense_keys, 0},
+    {"Dropout", read_dropout, write_dropout, dropout_keys, 0},
+    {"BatchNormalization", read_batchnorm, write_batchnorm, batchnorm_keys, 0},
     /* Keras' aliases; it always writes the names above. */
-    {"Convolution2D", read_conv2d, write_conv2d, conv2d_keys},
-    {"MaxPool2D", read_max_pooling2d, write_pool2d, pool2d_keys},
-    {"AvgPool2D", read_average_pooling2d, write_pool2d, pool2d_keys},
+    {"Convolution2D", read_conv2d, write_conv2d, conv2d_keys, 1},
+    {"MaxPool2D", read_max_pooling2d, write_pool2d, pool2d_keys, 1},
+    {"AvgPool2D", read_average_pooling2d, write_pool2d, pool2d_keys, 1},
 };
+
+const char *mxu_json_layer_names(void) {
+  static char names[1024];
+  if (names[0]) return names;
+  size_t used = 0;
+  for (size_t i = 0; i < sizeof layer_io / sizeof *layer_io; i++)
+    if (!layer_io[i].alias)
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s",
+                               used ? ", " : "", layer_io[i].class_name);
+  return names;
+}
 
 const mxu_json_layer_io *mxu_json_layer_io_find(const char *class_name) {
   for (size_t i = 0; i < sizeof layer_io / sizeof *layer_io; i++)

@@ -22,6 +22,7 @@ static const char *const input_keys[] = {"batch_input_shape",
                                          "sparse",
                                          "ragged",
                                          "name",
+                                         "optional",
                                          NULL};
 
 /* ---- malformed text ------------------------------------------------------
@@ -178,7 +179,7 @@ static mxu_status read_name(const mxu_json_where *where, const cJSON *config,
 }
 
 static mxu_status read_input_layer(const mxu_json_where *where,
-                                   const cJSON *config, mxu_model *model,
+                                   const cJSON *config, mxu_json_node *node,
                                    const char *name) {
   mxu_shape shape = {0};
   int found = 0;
@@ -190,14 +191,14 @@ static mxu_status read_input_layer(const mxu_json_where *where,
   MXU_TRY(mxu_json_require_false(where, config, "sparse"));
   MXU_TRY(mxu_json_require_false(where, config, "ragged"));
   MXU_TRY(mxu_json_check_keys(where, config, input_keys, NULL));
-  return mxu_json_added(where, mxu_add_input(model, name, shape));
+  return mxu_json_applied(where, node, mxu_input(node->model, name, shape));
 }
 
 /* A model without an InputLayer takes its input from the first layer's
  * batch_input_shape, as tf.keras 2.x writes it, or from the model's build
  * shape; tf.keras names that input "<first layer>_input". */
 static mxu_status add_implicit_input(const mxu_json_where *where,
-                                     const cJSON *config, mxu_model *model,
+                                     const cJSON *config, mxu_json_node *node,
                                      const char *name,
                                      const cJSON *build_shape) {
   mxu_shape shape = {0};
@@ -212,7 +213,8 @@ static mxu_status add_implicit_input(const mxu_json_where *where,
   char input_name[MXU_NAME_SIZE];
   snprintf(input_name, sizeof input_name, "%.*s_input", MXU_NAME_SIZE - 8,
            name ? name : "input");
-  return mxu_json_added(where, mxu_add_input(model, input_name, shape));
+  return mxu_json_applied(where, node,
+                          mxu_input(node->model, input_name, shape));
 }
 
 /* A Keras 3 entry may say where its class comes from; only Keras' own
@@ -254,7 +256,7 @@ static mxu_status check_first_shape(const mxu_json_where *where,
   mxu_shape shape = {0};
   int found = 0;
   MXU_TRY(read_config_shape(where, config, &shape, &found));
-  if (found && !same_shape(&shape, &model->input_shape))
+  if (found && !same_shape(&shape, &mxu_model_input(model)->out_shape))
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "its input shape does not match the InputLayer's");
   return MXU_OK;
@@ -289,31 +291,46 @@ static mxu_status read_entry(const char *source, const cJSON *entry, int index,
   return check_builtin(where, entry);
 }
 
+/* A layer of either kind of model, applied to node->inputs. */
+static mxu_status read_class(const mxu_json_where *where, const layer_entry *e,
+                             mxu_json_node *node) {
+  const mxu_json_layer_io *io = mxu_json_layer_io_find(e->class_name);
+  if (!io && (strcmp(e->class_name, "Sequential") == 0 ||
+              strcmp(e->class_name, "Functional") == 0 ||
+              strcmp(e->class_name, "Model") == 0))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "a model used as a layer (a nested %s) is not "
+                         "supported yet",
+                         e->class_name);
+  if (!io)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "layer class %s is not supported (mxu has %s)",
+                         e->class_name, mxu_json_layer_names());
+  MXU_TRY(read_common(where, e->config));
+  MXU_TRY(mxu_json_check_keys(where, e->config, io->keys, common_keys));
+  return io->read(where, e->config, node, e->name);
+}
+
+/* A Sequential model's layer: it reads the one before. */
 static mxu_status read_layer(const char *source, const cJSON *entry, int index,
                              mxu_model *model, const cJSON *build_shape) {
   mxu_json_where where;
   layer_entry e;
   MXU_TRY(read_entry(source, entry, index, &where, &e));
+  mxu_json_node node = {model, {model->layer_count - 1}, 1, -1};
   if (strcmp(e.class_name, "InputLayer") == 0) {
-    if (model->has_input)
+    if (model->input_count)
       return mxu_json_fail(&where, MXU_ERR_FORMAT,
                            "an InputLayer must be the first layer");
-    return read_input_layer(&where, e.config, model, e.name);
+    return read_input_layer(&where, e.config, &node, e.name);
   }
-  const mxu_json_layer_io *io = mxu_json_layer_io_find(e.class_name);
-  if (!io)
-    return mxu_json_fail(&where, MXU_ERR_UNSUPPORTED,
-                         "layer class %s is not supported (mxu has Conv2D, "
-                         "MaxPooling2D, AveragePooling2D, Activation, "
-                         "Flatten, Dense, Dropout and BatchNormalization)",
-                         e.class_name);
-  if (!model->has_input)
-    MXU_TRY(add_implicit_input(&where, e.config, model, e.name, build_shape));
-  else if (model->layer_count == 0)
+  if (!model->input_count) {
+    MXU_TRY(add_implicit_input(&where, e.config, &node, e.name, build_shape));
+    node.inputs[0] = node.output;
+  } else if (model->layer_count == 1) {
     MXU_TRY(check_first_shape(&where, e.config, model));
-  MXU_TRY(read_common(&where, e.config));
-  MXU_TRY(mxu_json_check_keys(&where, e.config, io->keys, common_keys));
-  return io->read(&where, e.config, model, e.name);
+  }
+  return read_class(&where, &e, &node);
 }
 
 /* ---- the model -----------------------------------------------------------
@@ -328,8 +345,10 @@ static const cJSON *build_input_shape(const cJSON *root, const cJSON *config) {
   return cJSON_IsArray(shape) ? shape : NULL;
 }
 
-static mxu_status check_sequential(const mxu_json_where *where,
-                                   const cJSON *root) {
+/* Sequential, or a graph: Functional (tf.keras >= 2.4, Keras 3) or
+ * Model (older tf.keras). */
+static mxu_status model_class(const mxu_json_where *where, const cJSON *root,
+                              int *functional) {
   if (!cJSON_IsObject(root))
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "the JSON must be an object with class_name and "
@@ -337,10 +356,12 @@ static mxu_status check_sequential(const mxu_json_where *where,
   const char *class_name = NULL;
   MXU_TRY(mxu_json_string(where, root, "class_name", MXU_JSON_REQUIRED,
                           &class_name));
-  if (strcmp(class_name, "Sequential") != 0)
+  *functional =
+      strcmp(class_name, "Functional") == 0 || strcmp(class_name, "Model") == 0;
+  if (!*functional && strcmp(class_name, "Sequential") != 0)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "model class '%s' is not supported (only "
-                         "Sequential)",
+                         "model class '%s' is not supported (Sequential, "
+                         "Functional and Model are)",
                          class_name);
   return MXU_OK;
 }
@@ -365,24 +386,223 @@ static mxu_status model_layers(const mxu_json_where *where, const cJSON *config,
   return MXU_OK;
 }
 
+static mxu_status build_sequential(const char *source, const cJSON *root,
+                                   const cJSON *config, const cJSON *layers,
+                                   mxu_model *model) {
+  mxu_json_where where;
+  mxu_json_where_set(&where, "%s", source);
+  const cJSON *build_shape = build_input_shape(root, config);
+  int index = 0;
+  for (const cJSON *entry = layers->child; entry; entry = entry->next)
+    MXU_TRY(read_layer(source, entry, index++, model, build_shape));
+  if (!model->input_count)
+    return mxu_json_fail(&where, MXU_ERR_FORMAT, "the model has no layers");
+  return mxu_model_mark_sequential(model);
+}
+
+/* ---- functional models -------------------------------------------------
+ * Each layer names the tensors it reads in inbound_nodes: tf.keras 2
+ * writes [[[layer, node, tensor, kwargs], ...]], Keras 3
+ * [{"args": [tensor or [tensors]], "kwargs": {}}] with each tensor a
+ * __keras_tensor__ whose keras_history is [layer, node, tensor]. */
+
+/* [layer, node index, tensor index, ...]: the node of that layer. */
+static mxu_status read_history(const mxu_json_where *where, const cJSON *ref,
+                               const mxu_model *model, int *out) {
+  char text[160];
+  mxu_json_text(ref, text, sizeof text);
+  const cJSON *name = cJSON_IsArray(ref) ? ref->child : NULL;
+  const cJSON *node = name ? name->next : NULL;
+  const cJSON *tensor = node ? node->next : NULL;
+  if (!cJSON_IsString(name) || !cJSON_IsNumber(node) || !cJSON_IsNumber(tensor))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "an input reference must be [layer name, node index, "
+                         "tensor index], got %s",
+                         text);
+  if (node->valuedouble != 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "reads %s: the output of a layer applied more than "
+                         "once (a shared layer) is not supported yet",
+                         text);
+  if (tensor->valuedouble != 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "reads %s: layers with several outputs are not "
+                         "supported",
+                         text);
+  for (int i = 0; i < model->layer_count; i++)
+    if (strcmp(model->layers[i].name, name->valuestring) == 0) {
+      *out = i;
+      return MXU_OK;
+    }
+  return mxu_json_fail(where, MXU_ERR_FORMAT,
+                       "reads '%s', which no layer before it defines (Keras "
+                       "lists layers in the order they run)",
+                       name->valuestring);
+}
+
+/* Call arguments mxu has no use for must be absent or null ("mask": null,
+ * which Keras 3 writes for BatchNormalization). */
+static mxu_status check_kwargs(const mxu_json_where *where,
+                               const cJSON *kwargs) {
+  if (!kwargs || cJSON_IsNull(kwargs)) return MXU_OK;
+  if (!cJSON_IsObject(kwargs))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "call kwargs must be an object");
+  for (const cJSON *k = kwargs->child; k; k = k->next)
+    if (!cJSON_IsNull(k))
+      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                           "call argument '%s' is not supported", k->string);
+  return MXU_OK;
+}
+
+static mxu_status add_input_ref(const mxu_json_where *where, const cJSON *ref,
+                                mxu_json_node *node) {
+  if (node->input_count == MXU_MAX_INPUTS)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "reads more than %d tensors", MXU_MAX_INPUTS);
+  const cJSON *history = ref;
+  if (cJSON_IsObject(ref)) {
+    history = mxu_json_get(mxu_json_get(ref, "config"), "keras_history");
+  } else if (cJSON_IsArray(ref) && cJSON_GetArraySize(ref) >= 4) {
+    MXU_TRY(check_kwargs(where, cJSON_GetArrayItem(ref, 3)));
+  }
+  return read_history(where, history, node->model,
+                      &node->inputs[node->input_count++]);
+}
+
+static mxu_status read_inbound(const mxu_json_where *where, const cJSON *entry,
+                               mxu_json_node *node) {
+  const cJSON *nodes = mxu_json_get(entry, "inbound_nodes");
+  int count = cJSON_IsArray(nodes) ? cJSON_GetArraySize(nodes) : -1;
+  if (count < 0)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "inbound_nodes must be a list of the tensors the "
+                         "layer reads");
+  if (count == 0)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "inbound_nodes is empty: the layer reads nothing");
+  if (count > 1)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "the layer is applied %d times (a shared layer); "
+                         "not supported yet",
+                         count);
+  const cJSON *call = nodes->child, *args = call;
+  if (cJSON_IsObject(call)) {
+    MXU_TRY(check_kwargs(where, mxu_json_get(call, "kwargs")));
+    args = mxu_json_get(call, "args");
+  }
+  if (!cJSON_IsArray(args))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "inbound_nodes[0] must list the tensors read");
+  for (const cJSON *arg = args->child; arg; arg = arg->next) {
+    /* Keras 3 passes a merge's inputs as one list argument. */
+    int list = cJSON_IsArray(arg) && arg->child && cJSON_IsObject(arg->child);
+    if (!list) {
+      MXU_TRY(add_input_ref(where, arg, node));
+      continue;
+    }
+    for (const cJSON *ref = arg->child; ref; ref = ref->next)
+      MXU_TRY(add_input_ref(where, ref, node));
+  }
+  if (node->input_count == 0)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "inbound_nodes[0] lists no tensor");
+  return MXU_OK;
+}
+
+static mxu_status read_functional_layer(const char *source, const cJSON *entry,
+                                        int index, mxu_model *model) {
+  mxu_json_where where;
+  layer_entry e;
+  MXU_TRY(read_entry(source, entry, index, &where, &e));
+  mxu_json_node node = {model, {0}, 0, -1};
+  if (strcmp(e.class_name, "InputLayer") == 0)
+    return read_input_layer(&where, e.config, &node, e.name);
+  MXU_TRY(read_inbound(&where, entry, &node));
+  return read_class(&where, &e, &node);
+}
+
+/* input_layers / output_layers: a list of [layer, node, tensor] (tf.keras
+ * 2), or one bare triple (Keras 3, a single tensor). */
+static mxu_status read_endpoints(const mxu_json_where *where,
+                                 const cJSON *config, const char *key,
+                                 const mxu_model *model, int *ids, int *count) {
+  const cJSON *list = mxu_json_get(config, key);
+  if (!cJSON_IsArray(list) || !list->child)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "config.%s must list the model's %s", key,
+                         strcmp(key, "input_layers") ? "outputs" : "inputs");
+  *count = 0;
+  if (cJSON_IsString(list->child)) {
+    *count = 1;
+    return read_history(where, list, model, ids);
+  }
+  for (const cJSON *ref = list->child; ref; ref = ref->next) {
+    if (*count == MXU_MAX_INPUTS)
+      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED, "more than %d %s",
+                           MXU_MAX_INPUTS, key);
+    MXU_TRY(read_history(where, ref, model, &ids[(*count)++]));
+  }
+  return MXU_OK;
+}
+
+/* The model's inputs in input_layers' order (Keras feeds them so), and its
+ * outputs. */
+static mxu_status read_endpoints_all(const char *source, const cJSON *config,
+                                     mxu_model *model) {
+  mxu_json_where where;
+  mxu_json_where_set(&where, "%s", source);
+  int ids[MXU_MAX_INPUTS], count = 0;
+  MXU_TRY(read_endpoints(&where, config, "input_layers", model, ids, &count));
+  for (int k = 0; k < count; k++)
+    if (model->layers[ids[k]].cls != &mxu_input_layer_class)
+      return mxu_json_fail(&where, MXU_ERR_FORMAT,
+                           "config.input_layers names '%s', which is not an "
+                           "InputLayer",
+                           model->layers[ids[k]].name);
+  if (count != model->input_count)
+    return mxu_json_fail(&where, MXU_ERR_FORMAT,
+                         "config.input_layers lists %d inputs but the model "
+                         "has %d InputLayers",
+                         count, model->input_count);
+  memcpy(model->inputs, ids, (size_t)count * sizeof *ids);
+  MXU_TRY(read_endpoints(&where, config, "output_layers", model, ids, &count));
+  return mxu_json_added(&where, mxu_model_outputs(model, ids, count));
+}
+
+static mxu_status build_functional(const char *source, const cJSON *config,
+                                   const cJSON *layers, mxu_model *model) {
+  static const char *const keys[] = {"name",         "trainable",     "layers",
+                                     "input_layers", "output_layers", NULL};
+  mxu_json_where where;
+  mxu_json_where_set(&where, "%s: config", source);
+  MXU_TRY(mxu_json_check_keys(&where, config, keys, NULL));
+  int index = 0;
+  for (const cJSON *entry = layers->child; entry; entry = entry->next)
+    MXU_TRY(read_functional_layer(source, entry, index++, model));
+  return read_endpoints_all(source, config, model);
+}
+
 static mxu_status build_model(const char *source, const cJSON *root,
                               mxu_model **out) {
   mxu_json_where where;
   mxu_json_where_set(&where, "%s", source);
-  MXU_TRY(check_sequential(&where, root));
+  int functional = 0;
+  MXU_TRY(model_class(&where, root, &functional));
   const cJSON *config = mxu_json_get(root, "config"), *layers = NULL;
   const char *name = NULL;
   MXU_TRY(model_layers(&where, config, &layers, &name));
-  mxu_model *model = mxu_sequential(name);
+  if (functional && !cJSON_IsObject(config))
+    return mxu_json_fail(&where, MXU_ERR_FORMAT,
+                         "a Functional model's config must be an object");
+  /* Built as a graph either way; a Sequential one is marked so after. */
+  mxu_model *model = mxu_functional(name         ? name
+                                    : functional ? "model"
+                                                 : "sequential");
   if (!model) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", source);
-  const cJSON *build_shape = build_input_shape(root, config);
-  mxu_status status = MXU_OK;
-  int index = 0;
-  for (const cJSON *entry = layers->child; entry && status == MXU_OK;
-       entry = entry->next)
-    status = read_layer(source, entry, index++, model, build_shape);
-  if (status == MXU_OK && !model->has_input)
-    status = mxu_json_fail(&where, MXU_ERR_FORMAT, "the model has no layers");
+  mxu_status status =
+      functional ? build_functional(source, config, layers, model)
+                 : build_sequential(source, root, config, layers, model);
   if (status != MXU_OK) {
     mxu_model_free(model);
     return status;

@@ -32,6 +32,13 @@ mxu_status mxu_json_added(const mxu_json_where *where, mxu_status status) {
   return mxu_fail_prefix(status, "%s: ", where->text);
 }
 
+mxu_status mxu_json_applied(const mxu_json_where *where, mxu_json_node *node,
+                            mxu_tensor_id output) {
+  node->output = output;
+  if (output >= 0) return MXU_OK;
+  return mxu_fail_prefix(mxu_last_status(), "%s: ", where->text);
+}
+
 /* ---- values as text ------------------------------------------------------
  */
 

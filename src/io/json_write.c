@@ -40,65 +40,177 @@ static cJSON *layer_entry(mxu_json_out *out, const char *class_name,
   return entry;
 }
 
-static cJSON *input_entry(mxu_json_out *out, const mxu_model *model) {
+static cJSON *input_entry(mxu_json_out *out, const mxu_layer *input) {
   cJSON *config = cJSON_CreateObject();
   mxu_json_put(out, config, out->keras3 ? "batch_shape" : "batch_input_shape",
-               mxu_json_batch_shape(&model->input_shape));
+               mxu_json_batch_shape(&input->out_shape));
   mxu_json_put_string(out, config, "dtype", "float32");
   mxu_json_put_bool(out, config, "sparse", 0);
   mxu_json_put_bool(out, config, "ragged", 0);
-  mxu_json_put_string(out, config, "name", model->input_name);
+  mxu_json_put_string(out, config, "name", input->name);
   return layer_entry(out, "InputLayer", config, NULL);
+}
+
+static mxu_status layer_json(mxu_json_out *out, const mxu_layer *layer,
+                             cJSON **entry) {
+  if (layer->cls == &mxu_input_layer_class) {
+    *entry = input_entry(out, layer);
+    return MXU_OK;
+  }
+  const mxu_json_layer_io *io = mxu_json_layer_io_find(layer->cls->class_name);
+  if (!io)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "model_to_json: layer '%s': no JSON writer for class %s",
+                    layer->name, layer->cls->class_name);
+  cJSON *config = layer_config(out, layer->name);
+  io->write(out, layer, config);
+  *entry = layer_entry(out, layer->cls->class_name, config,
+                       layer->input_count ? &layer->in_shape : NULL);
+  return MXU_OK;
+}
+
+/* [layer, 0, 0]: the one output of a layer applied once. */
+static cJSON *history(mxu_json_out *out, const mxu_layer *layer) {
+  cJSON *triple = cJSON_CreateArray();
+  if (!triple ||
+      !cJSON_AddItemToArray(triple, cJSON_CreateString(layer->name)) ||
+      !cJSON_AddItemToArray(triple, cJSON_CreateNumber(0)) ||
+      !cJSON_AddItemToArray(triple, cJSON_CreateNumber(0)))
+    out->failed = 1;
+  return triple;
+}
+
+static void append(mxu_json_out *out, cJSON *list, cJSON *item) {
+  if (!list || !item || !cJSON_AddItemToArray(list, item)) {
+    out->failed = 1;
+    cJSON_Delete(item);
+  }
+}
+
+/* tf.keras 2: [layer, 0, 0, {}]; Keras 3: a __keras_tensor__. */
+static cJSON *tensor_ref(mxu_json_out *out, const mxu_layer *from) {
+  cJSON *triple = history(out, from);
+  if (!out->keras3) {
+    append(out, triple, cJSON_CreateObject());
+    return triple;
+  }
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put(out, config, "shape", mxu_json_batch_shape(&from->out_shape));
+  mxu_json_put_string(out, config, "dtype", "float32");
+  mxu_json_put(out, config, "keras_history", triple);
+  cJSON *tensor = cJSON_CreateObject();
+  mxu_json_put_string(out, tensor, "class_name", "__keras_tensor__");
+  mxu_json_put(out, tensor, "config", config);
+  return tensor;
+}
+
+/* The one call of the layer: [[refs]] (tf.keras 2), or
+ * [{"args": [ref] or [[refs]], "kwargs": {}}] (Keras 3, a merge's inputs
+ * as one list argument). */
+static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
+                            const mxu_layer *layer) {
+  cJSON *nodes = cJSON_CreateArray();
+  if (!layer->input_count) return nodes;
+  cJSON *refs = cJSON_CreateArray();
+  for (int k = 0; k < layer->input_count; k++)
+    append(out, refs, tensor_ref(out, &model->layers[layer->inputs[k]]));
+  if (!out->keras3) {
+    append(out, nodes, refs);
+    return nodes;
+  }
+  cJSON *args = refs;
+  if (layer->cls->max_inputs == 1) {
+    args = cJSON_CreateArray();
+    append(out, args, cJSON_DetachItemFromArray(refs, 0));
+    cJSON_Delete(refs);
+  } else {
+    args = cJSON_CreateArray();
+    append(out, args, refs);
+  }
+  cJSON *call = cJSON_CreateObject();
+  mxu_json_put(out, call, "args", args);
+  mxu_json_put(out, call, "kwargs", cJSON_CreateObject());
+  append(out, nodes, call);
+  return nodes;
 }
 
 static mxu_status add_layers(mxu_json_out *out, const mxu_model *model,
                              cJSON *layers) {
-  if (!cJSON_AddItemToArray(layers, input_entry(out, model))) out->failed = 1;
   for (int i = 0; i < model->layer_count; i++) {
     const mxu_layer *layer = &model->layers[i];
-    const mxu_json_layer_io *io =
-        mxu_json_layer_io_find(layer->cls->class_name);
-    if (!io)
-      return mxu_fail(MXU_ERR_UNSUPPORTED,
-                      "model_to_json: layer '%s': no JSON writer for class %s",
-                      layer->name, layer->cls->class_name);
-    cJSON *config = layer_config(out, layer->name);
-    io->write(out, layer, config);
-    cJSON *entry =
-        layer_entry(out, layer->cls->class_name, config, &layer->in_shape);
-    if (!cJSON_AddItemToArray(layers, entry)) out->failed = 1;
+    cJSON *entry = NULL;
+    MXU_TRY(layer_json(out, layer, &entry));
+    if (!model->sequential) {
+      mxu_json_put_string(out, entry, "name", layer->name);
+      mxu_json_put(out, entry, "inbound_nodes",
+                   inbound_nodes(out, model, layer));
+    }
+    append(out, layers, entry);
   }
   return MXU_OK;
 }
 
+/* input_layers / output_layers: a list of triples; Keras 3 writes a lone
+ * tensor as the bare triple. */
+static cJSON *endpoints(mxu_json_out *out, const mxu_model *model,
+                        const int *nodes, int count) {
+  if (out->keras3 && count == 1) return history(out, &model->layers[nodes[0]]);
+  cJSON *list = cJSON_CreateArray();
+  for (int k = 0; k < count; k++)
+    append(out, list, history(out, &model->layers[nodes[k]]));
+  return list;
+}
+
 /* {"name", "layers"} (tf.keras 2.x); Keras 3 adds trainable, dtype and the
- * build input shape. */
+ * build input shape. A functional model adds its inputs and outputs. */
 static cJSON *model_config(mxu_json_out *out, const mxu_model *model,
                            cJSON *layers) {
   cJSON *config = cJSON_CreateObject();
   mxu_json_put_string(out, config, "name", model->name);
   if (out->keras3) {
     mxu_json_put_bool(out, config, "trainable", 1);
-    mxu_json_put_dtype(out, config);
+    if (model->sequential) mxu_json_put_dtype(out, config);
   }
   mxu_json_put(out, config, "layers", layers);
-  if (out->keras3)
+  if (!model->sequential) {
+    int output = mxu_model_output(model);
+    mxu_json_put(out, config, "input_layers",
+                 endpoints(out, model, model->inputs, model->input_count));
+    mxu_json_put(out, config, "output_layers",
+                 model->output_count ? endpoints(out, model, model->outputs,
+                                                 model->output_count)
+                                     : endpoints(out, model, &output, 1));
+  } else if (out->keras3) {
     mxu_json_put(out, config, "build_input_shape",
-                 mxu_json_batch_shape(&model->input_shape));
+                 mxu_json_batch_shape(&mxu_model_input(model)->out_shape));
+  }
   return config;
+}
+
+static cJSON *model_root(mxu_json_out *out, const mxu_model *model,
+                         cJSON *config) {
+  if (model->sequential)
+    return mxu_json_object(out, "keras", "Sequential", config);
+  cJSON *root = cJSON_CreateObject();
+  if (out->keras3)
+    mxu_json_put_string(out, root, "module", "keras.src.models.functional");
+  mxu_json_put_string(out, root, "class_name", "Functional");
+  mxu_json_put(out, root, "config", config);
+  if (out->keras3)
+    mxu_json_put_string(out, root, "registered_name", "Functional");
+  return root;
 }
 
 static cJSON *model_document(mxu_json_out *out, const mxu_model *model,
                              mxu_status *status) {
   cJSON *layers = cJSON_CreateArray();
   *status = layers ? add_layers(out, model, layers) : MXU_OK;
-  cJSON *root = mxu_json_object(out, "keras", "Sequential",
-                                model_config(out, model, layers));
+  cJSON *root = model_root(out, model, model_config(out, model, layers));
   if (!root) out->failed = 1;
   if (out->keras3) {
     cJSON *build = cJSON_CreateObject();
     mxu_json_put(out, build, "input_shape",
-                 mxu_json_batch_shape(&model->input_shape));
+                 mxu_json_batch_shape(&mxu_model_input(model)->out_shape));
     mxu_json_put(out, root, "build_config", build);
   }
   if (model->compiled)
@@ -158,7 +270,7 @@ mxu_status mxu_model_to_json(const mxu_model *model, int keras3, char **out) {
   if (out) *out = NULL;
   if (!model || !out)
     return mxu_fail(MXU_ERR_ARG, "model_to_json: model and out are required");
-  if (!model->has_input)
+  if (!model->input_count)
     return mxu_fail(MXU_ERR_ARG,
                     "model_to_json: the model has no input (mxu_add_input)");
   mxu_json_out writer = {keras3 != 0, 0};

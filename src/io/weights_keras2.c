@@ -28,9 +28,10 @@ static mxu_status write_layer_names(const mxu_model *model, hid_t root,
                                     const char *path) {
   const char **names = malloc((size_t)(model->layer_count + 1) * sizeof *names);
   if (!names) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  for (int i = 0; i < model->layer_count; i++) names[i] = model->layers[i].name;
-  mxu_status s = mxu_h5_write_strings(path, root, "layer_names", names,
-                                      model->layer_count);
+  int count = 0;
+  for (int i = 0; i < model->layer_count; i++)
+    if (!model->layers[i].hidden) names[count++] = model->layers[i].name;
+  mxu_status s = mxu_h5_write_strings(path, root, "layer_names", names, count);
   free(names);
   return s;
 }
@@ -59,9 +60,9 @@ static mxu_status write_layer(const mxu_model *model, int layer, hid_t root,
   mxu_status s =
       mxu_h5_write_strings(path, group, "weight_names", items, count);
   for (int k = 0; s == MXU_OK && k < count; k++) {
-    mxu_tensor t;
-    mxu_layer_weight(model, layer, k, &t, NULL);
-    s = mxu_h5_write_floats(path, group, names[k], &t.shape, t.data);
+    const mxu_param *p = &model->params[model->layers[layer].param_first + k];
+    s = mxu_h5_write_floats(path, group, names[k], &p->shape,
+                            mxu_param_values(model, p));
   }
   H5Gclose(group);
   return s;
@@ -77,10 +78,12 @@ static int by_name(const void *a, const void *b) {
  * strictly growing"); the order of layer_names is what loading uses. */
 static mxu_status write_layers(const mxu_model *model, hid_t root,
                                const char *path) {
-  int n = model->layer_count;
-  const mxu_layer **order = malloc((size_t)(n + 1) * sizeof *order);
+  int n = 0;
+  const mxu_layer **order =
+      malloc((size_t)(model->layer_count + 1) * sizeof *order);
   if (!order) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  for (int i = 0; i < n; i++) order[i] = &model->layers[i];
+  for (int i = 0; i < model->layer_count; i++)
+    if (!model->layers[i].hidden) order[n++] = &model->layers[i];
   qsort(order, (size_t)n, sizeof *order, by_name);
   mxu_status s = MXU_OK;
   for (int i = 0; s == MXU_OK && i < n; i++)

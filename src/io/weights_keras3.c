@@ -32,7 +32,8 @@ static void group_of(const mxu_model *model, int layer, char *out,
   char base[MXU_NAME_SIZE];
   mxu_snake_case(cls->class_name, base, sizeof base);
   int before = 0;
-  for (int i = 0; i < layer; i++) before += model->layers[i].cls == cls;
+  for (int i = 0; i < layer; i++)
+    before += model->layers[i].cls == cls && !model->layers[i].hidden;
   if (before)
     snprintf(out, size, "layers/%s_%d", base, before);
   else
@@ -59,11 +60,11 @@ static mxu_status write_layer(const mxu_model *model, int layer, hid_t root,
   MXU_TRY(create_vars(path, root, where, model->layers[layer].name, &vars));
   mxu_status s = MXU_OK;
   for (int k = 0; s == MXU_OK && k < model->layers[layer].param_count; k++) {
-    mxu_tensor t;
-    mxu_layer_weight(model, layer, k, &t, NULL);
+    const mxu_param *p = &model->params[model->layers[layer].param_first + k];
     char index[16];
     snprintf(index, sizeof index, "%d", k);
-    s = mxu_h5_write_floats(path, vars, index, &t.shape, t.data);
+    s = mxu_h5_write_floats(path, vars, index, &p->shape,
+                            mxu_param_values(model, p));
   }
   H5Gclose(vars);
   return s;
@@ -77,7 +78,7 @@ mxu_status mxu_keras3_write(const mxu_model *model, hid_t root,
   MXU_TRY(create_vars(path, root, "vars", model->name, &vars));
   H5Gclose(vars);
   for (int i = 0; i < model->layer_count; i++)
-    MXU_TRY(write_layer(model, i, root, path));
+    if (!model->layers[i].hidden) MXU_TRY(write_layer(model, i, root, path));
   return MXU_OK;
 }
 

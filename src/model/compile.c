@@ -32,12 +32,40 @@ mxu_compile_config mxu_compile_defaults(void) {
   return config;
 }
 
-static mxu_status check_compile(const mxu_model *model,
-                                const mxu_compile_config *c) {
-  if (!model->has_input || model->layer_count == 0)
+/* Every node must lead to the output: Keras' model holds only the layers
+ * between its inputs and outputs, and a tensor nobody reads would get no
+ * gradient. */
+static mxu_status check_graph(const mxu_model *model) {
+  int output = mxu_model_output(model);
+  for (int i = 0; i < model->layer_count; i++) {
+    int read = i == output;
+    for (int k = 0; k < model->output_count; k++)
+      read |= model->outputs[k] == i;
+    for (int j = i + 1; j < model->layer_count && !read; j++)
+      for (int k = 0; k < model->layers[j].input_count; k++)
+        read |= model->layers[j].inputs[k] == i;
+    if (!read)
+      return mxu_fail(MXU_ERR_ARG,
+                      "compile: the output of layer '%s' is used by no layer "
+                      "and is not a model output; remove it or pass it to "
+                      "mxu_model_outputs",
+                      model->layers[i].name);
+  }
+  if (model->input_count == 0 ||
+      model->layers[output].cls == &mxu_input_layer_class)
     return mxu_fail(MXU_ERR_ARG,
                     "compile: the model needs an input and at least one "
                     "layer");
+  return MXU_OK;
+}
+
+static mxu_status check_compile(const mxu_model *model,
+                                const mxu_compile_config *c) {
+  if (model->layer_count == 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: the model needs an input and at least one "
+                    "layer");
+  MXU_TRY(check_graph(model));
   if (c->batch_size <= 0)
     return mxu_fail(MXU_ERR_ARG,
                     "compile: batch size %d must be a positive number of "
@@ -63,11 +91,11 @@ static mxu_status check_compile(const mxu_model *model,
                     "epsilon >= 0");
   if (o->kind == MXU_SGD && !(o->momentum >= 0 && o->momentum <= 1))
     return mxu_fail(MXU_ERR_ARG, "compile: SGD momentum must be in [0, 1]");
-  const mxu_layer *last = &model->layers[model->layer_count - 1];
+  const mxu_layer *last = &model->layers[mxu_model_output(model)];
   if (last->out_shape.rank != 1 || last->out_shape.dims[0] < 2)
     return mxu_fail(MXU_ERR_SHAPE,
-                    "compile: the last layer '%s' must output one score per "
-                    "class (rank 1, at least 2 classes) for a "
+                    "compile: the output layer '%s' must output one score "
+                    "per class (rank 1, at least 2 classes) for a "
                     "cross-entropy loss",
                     last->name);
   return MXU_OK;
@@ -121,7 +149,7 @@ static mxu_status build_params(mxu_model *model) {
   int total = 0;
   mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
   for (int i = 0; i < model->layer_count; i++)
-    total += model->layers[i].cls->declare(&model->layers[i], decls);
+    total += mxu_layer_declare(&model->layers[i], decls);
   free(model->params);
   model->params = calloc((size_t)total + 1, sizeof *model->params);
   if (!model->params) return mxu_fail(MXU_ERR_NOMEM, "compile: out of memory");
@@ -129,7 +157,7 @@ static mxu_status build_params(mxu_model *model) {
   model->trainable_count = model->state_count = 0;
   for (int i = 0; i < model->layer_count; i++) {
     mxu_layer *layer = &model->layers[i];
-    int n = layer->cls->declare(layer, decls);
+    int n = mxu_layer_declare(layer, decls);
     layer->param_first = model->param_count;
     layer->param_count = n;
     for (int k = 0; k < n; k++) {
@@ -163,12 +191,15 @@ static mxu_status allocate_params(mxu_model *model) {
   mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
   for (int i = 0; i < model->layer_count; i++) {
     const mxu_layer *layer = &model->layers[i];
-    layer->cls->declare(layer, decls);
+    mxu_layer_declare(layer, decls);
     for (int k = 0; k < layer->param_count; k++) {
       const mxu_param *p = &model->params[layer->param_first + k];
       float *values =
           (p->trainable ? model->weights : model->state) + p->offset;
-      initialise(values, &decls[k], model->compile.seed, i, k);
+      /* Keyed by Keras' layer index, so a Sequential model's weights do
+       * not depend on its InputLayer being a node. */
+      initialise(values, &decls[k], model->compile.seed,
+                 i - model->layers[0].hidden, k);
     }
   }
   model->iterations = 0;
@@ -211,13 +242,15 @@ void mxu_plan_release(mxu_model *model) {
   free(plan->exchange);
   free(plan->act);
   free(plan->grad);
+  free(plan->consumers);
+  free(plan->edges);
   memset(plan, 0, sizeof *plan);
 }
 
 /* Keras fuses a final softmax into a cross-entropy loss: the loss then
  * reads the logits, with no clipping. */
 static int final_softmax(const mxu_model *model) {
-  const mxu_layer *last = &model->layers[model->layer_count - 1];
+  const mxu_layer *last = &model->layers[mxu_model_output(model)];
   if (last->cls == &mxu_activation_class)
     return last->config.activation == MXU_SOFTMAX;
   if (last->cls == &mxu_dense_class)
@@ -252,7 +285,7 @@ static int batch_coupled(const mxu_model *model) {
 
 /* Activation and gradient bytes of one sample through the model. */
 static int64_t bytes_per_row(const mxu_model *model) {
-  int64_t floats = mxu_shape_count(&model->input_shape);
+  int64_t floats = 0;
   for (int i = 0; i < model->layer_count; i++)
     floats += mxu_shape_count(&model->layers[i].out_shape);
   return 2 * floats * (int64_t)sizeof(float);
@@ -323,32 +356,136 @@ static mxu_status plan_strategy(mxu_model *model, int batch) {
   return MXU_OK;
 }
 
-/* Whether layer i's output buffer is read or written: not where a fused
- * op writes a later layer's output instead. */
-static int output_used(const mxu_model *model, int i) {
-  const mxu_layer *layer = &model->layers[i];
-  int inside = i + 1 < model->layer_count && model->layers[i + 1].absorbed;
-  return layer->fused_layers == 0 && !(layer->absorbed && inside);
+/* ---- the graph's buffers --------------------------------------------------
+ */
+
+/* Readers of each node's output: its consumers, and the loss for the
+ * model's output. */
+static void count_consumers(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
+  for (int i = 0; i < model->layer_count; i++) {
+    const mxu_layer *layer = &model->layers[i];
+    for (int k = 0; k < layer->input_count; k++)
+      plan->consumers[layer->inputs[k]]++;
+  }
+  plan->consumers[mxu_model_output(model)]++;
 }
 
-/* After the layers are planned, so that fused layers are known. */
-static void reserve_io(mxu_model *model) {
+/* The node that alone reads node i's output, or -1 (none, several, or the
+ * loss). */
+static int sole_consumer(const mxu_model *model, int i) {
+  if (model->plan.consumers[i] != 1 || i == mxu_model_output(model)) return -1;
+  for (int j = i + 1; j < model->layer_count; j++)
+    if (model->layers[j].input_count > 0 && model->layers[j].inputs[0] == i)
+      return model->layers[j].input_count == 1 ? j : -1;
+  return -1;
+}
+
+/* What node i could run itself: a Conv2D (linear or relu) whose output
+ * only a MaxPooling2D reads, and an Activation('relu') that alone reads
+ * that. Decided from readers, not positions, so the pattern fuses inside a
+ * residual block and a tensor read twice is never fused away. The conv's
+ * plan asks the backend, which may decline. */
+static int fusion_proposal(mxu_model *model, int i) {
+  mxu_layer *layer = &model->layers[i];
+  if (!model->backend->conv_pool_create || layer->cls != &mxu_conv2d_class)
+    return 0;
+  mxu_activation act = layer->config.conv.activation;
+  if (act != MXU_LINEAR && act != MXU_RELU) return 0;
+  int pool = sole_consumer(model, i);
+  if (pool < 0 || model->layers[pool].cls != &mxu_max_pooling2d_class) return 0;
+  layer->fused[0] = &model->layers[pool];
+  int relu = sole_consumer(model, pool);
+  if (relu < 0 || model->layers[relu].cls != &mxu_activation_class ||
+      model->layers[relu].config.activation != MXU_RELU)
+    return 1;
+  layer->fused[1] = &model->layers[relu];
+  return 2;
+}
+
+/* The node whose output node i's run writes: the last it fused. */
+static int writes(const mxu_layer *layer) {
+  return layer->fused_layers ? layer->fused[layer->fused_layers - 1]->index
+                             : layer->index;
+}
+
+/* Whether node i's output buffer is read or written: not where a fused
+ * op writes a later node's output instead. */
+static int output_used(const mxu_model *model, int i) {
+  const mxu_layer *layer = &model->layers[i];
+  if (layer->fused_layers) return 0;
+  if (!layer->absorbed) return 1;
+  const mxu_layer *head = &model->layers[layer->inputs[0]];
+  while (head->absorbed) head = &model->layers[head->inputs[0]];
+  return writes(head) == i;
+}
+
+/* Input edges, in the order backward visits nodes (fused groups run at
+ * their head). The partial buffers are shared by every node: each node's
+ * partials are added before the next node runs. */
+static mxu_status reserve_edges(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
+  int n = model->layer_count;
+  unsigned char *seen = calloc((size_t)n, 1);
+  if (!seen) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  size_t partial_bytes = 0;
+  int partial_slots = 0;
+  for (int i = n - 1; i >= 0; i--) {
+    const mxu_layer *layer = &model->layers[i];
+    if (layer->absorbed) continue;
+    int slots = 0;
+    for (int k = 0; k < layer->input_count; k++) {
+      int t = layer->inputs[k];
+      mxu_edge *edge = &plan->edges[i * MXU_MAX_INPUTS + k];
+      if (!seen[t]) {
+        seen[t] = 1;
+        *edge = (mxu_edge){plan->grad[t], 0};
+        continue;
+      }
+      size_t bytes = batch_bytes(plan->batch, &model->layers[t].out_shape);
+      if (bytes > partial_bytes) partial_bytes = bytes;
+      *edge = (mxu_edge){(size_t)slots++, 1}; /* a slot until reserved */
+    }
+    if (slots > partial_slots) partial_slots = slots;
+  }
+  size_t first = partial_slots
+                     ? mxu_arena_reserve(&plan->layout,
+                                         partial_bytes * (size_t)partial_slots)
+                     : 0;
+  for (int e = 0; e < n * MXU_MAX_INPUTS; e++)
+    if (plan->edges[e].partial)
+      plan->edges[e].dx = first + plan->edges[e].dx * partial_bytes;
+  free(seen);
+  return MXU_OK;
+}
+
+/* Each node's output and gradient; a view shares its input's memory, and
+ * its input's gradient too where nothing else reads the input. Then each
+ * node's input edges, walking backward as the step does: a tensor's
+ * gradient is written whole by its last reader and every earlier reader's
+ * share is added to it after, from a partial buffer. */
+static mxu_status reserve_io(mxu_model *model) {
   mxu_plan *plan = &model->plan;
   mxu_arena *layout = &plan->layout;
   int n = model->layer_count, batch = plan->batch;
-  for (int i = 0; i <= n; i++) {
-    if (i > 0 && !output_used(model, i - 1)) continue;
-    if (i > 0 && model->layers[i - 1].cls->view) {
-      plan->act[i] = plan->act[i - 1];
-      plan->grad[i] = plan->grad[i - 1];
+  for (int i = 0; i < n; i++) {
+    const mxu_layer *layer = &model->layers[i];
+    if (!output_used(model, i)) continue;
+    size_t bytes = batch_bytes(batch, &layer->out_shape);
+    if (layer->cls->view) {
+      int input = layer->inputs[0];
+      plan->act[i] = plan->act[input];
+      plan->grad[i] = plan->consumers[input] == 1
+                          ? plan->grad[input]
+                          : mxu_arena_reserve(layout, bytes);
       continue;
     }
-    const mxu_shape *shape =
-        i == 0 ? &model->input_shape : &model->layers[i - 1].out_shape;
-    plan->act[i] = mxu_arena_reserve(layout, batch_bytes(batch, shape));
-    plan->grad[i] = mxu_arena_reserve(layout, batch_bytes(batch, shape));
+    plan->act[i] = mxu_arena_reserve(layout, bytes);
+    plan->grad[i] = mxu_arena_reserve(layout, bytes);
   }
-  int classes = (int)model->layers[n - 1].out_shape.dims[0];
+  MXU_TRY(reserve_edges(model));
+  const mxu_layer *out = &model->layers[mxu_model_output(model)];
+  int classes = (int)out->out_shape.dims[0];
   plan->labels = mxu_arena_reserve(layout, (size_t)batch * sizeof(int32_t));
   plan->onehot =
       mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
@@ -356,27 +493,13 @@ static void reserve_io(mxu_model *model) {
   plan->probs =
       mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
   plan->loss = mxu_arena_reserve(layout, (size_t)batch * sizeof(float));
-}
-
-/* The layers after layer i that it could run itself: a Conv2D (linear or
- * relu) followed by a MaxPooling2D, and an Activation('relu') after that.
- * The conv's plan asks the backend, which may decline. */
-static int fusion_proposal(const mxu_model *model, int i) {
-  const mxu_layer *layers = model->layers;
-  int n = model->layer_count;
-  if (!model->backend->conv_pool_create || layers[i].cls != &mxu_conv2d_class)
-    return 0;
-  mxu_activation act = layers[i].config.conv.activation;
-  if (act != MXU_LINEAR && act != MXU_RELU) return 0;
-  if (i + 1 >= n || layers[i + 1].cls != &mxu_max_pooling2d_class) return 0;
-  int relu_after = i + 2 < n && layers[i + 2].cls == &mxu_activation_class &&
-                   layers[i + 2].config.activation == MXU_RELU;
-  return relu_after ? 2 : 1;
+  return MXU_OK;
 }
 
 /* Which layers compute in bf16, and which neighbouring Conv2D layers pass
  * their tensor in the backend's own layout (cifar's two pairs: four
- * NHWC <-> nChw16c conversions a step less for each). */
+ * NHWC <-> nChw16c conversions a step less for each): a conv whose output
+ * only another conv reads. */
 static void plan_precision_and_chains(mxu_model *model) {
   mxu_layer *layers = model->layers;
   int n = model->layer_count;
@@ -387,10 +510,12 @@ static void plan_precision_and_chains(mxu_model *model) {
     layers[i].batch = model->plan.batch;
     layers[i].native_in = layers[i].native_out = 0;
   }
-  for (int i = 0; i + 1 < n; i++)
-    if (mxu_conv2d_chains(&layers[i], &layers[i + 1], model->backend,
-                          model->plan.batch))
-      layers[i].native_out = layers[i + 1].native_in = 1;
+  for (int i = 0; i < n; i++) {
+    int next = sole_consumer(model, i);
+    if (next >= 0 && mxu_conv2d_chains(&layers[i], &layers[next],
+                                       model->backend, model->plan.batch))
+      layers[i].native_out = layers[next].native_in = 1;
+  }
 }
 
 /* Every replica plans the layer from the same layout state, so all get the
@@ -418,27 +543,33 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   mxu_plan *plan = &model->plan;
   int n = model->layer_count;
   plan->backend = model->backend;
-  plan->act = calloc((size_t)n + 1, sizeof *plan->act);
-  plan->grad = calloc((size_t)n + 1, sizeof *plan->grad);
-  if (!plan->act || !plan->grad)
+  plan->act = calloc((size_t)n, sizeof *plan->act);
+  plan->grad = calloc((size_t)n, sizeof *plan->grad);
+  plan->consumers = calloc((size_t)n, sizeof *plan->consumers);
+  plan->edges = calloc((size_t)n * MXU_MAX_INPUTS, sizeof *plan->edges);
+  if (!plan->act || !plan->grad || !plan->consumers || !plan->edges)
     return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  count_consumers(model);
   MXU_TRY(plan_strategy(model, batch));
   plan->fused_softmax = !model->compile.from_logits && final_softmax(model);
   /* oneDNN sizes a primitive's work split by the threads it may use when
    * it is created: create them with the count they will run with. */
   omp_set_num_threads(plan->intra_threads);
   plan_precision_and_chains(model);
-  for (int i = 0; i < n; i++) model->layers[i].absorbed = 0;
+  for (int i = 0; i < n; i++) {
+    model->layers[i].absorbed = 0;
+    model->layers[i].fused_layers = 0;
+    model->layers[i].fused[0] = model->layers[i].fused[1] = NULL;
+  }
   for (int i = 0; i < n; i++) {
     mxu_layer *layer = &model->layers[i];
     layer->batch = plan->batch;
     if (layer->absorbed) continue;
     layer->fused_layers = fusion_proposal(model, i);
     MXU_TRY(plan_layer(model, i));
-    for (int k = 1; k <= layer->fused_layers; k++)
-      model->layers[i + k].absorbed = 1;
+    for (int k = 0; k < layer->fused_layers; k++) layer->fused[k]->absorbed = 1;
   }
-  reserve_io(model);
+  MXU_TRY(reserve_io(model));
   for (int r = 0; r < plan->local_count; r++) {
     plan->replica[r].arena.size = plan->layout.size;
     MXU_TRY(mxu_arena_commit(&plan->replica[r].arena));

@@ -72,7 +72,7 @@ static void step_shape(const mxu_model *model, double *batch,
  * own; compile decides it, and before compile it is Keras' default. */
 static int fused_softmax(const mxu_model *model) {
   if (model->compiled) return model->plan.fused_softmax;
-  const mxu_layer *last = &model->layers[model->layer_count - 1];
+  const mxu_layer *last = &model->layers[mxu_model_output(model)];
   if (last->cls == &mxu_activation_class)
     return last->config.activation == MXU_SOFTMAX;
   if (last->cls == &mxu_dense_class)
@@ -129,8 +129,10 @@ static double layer_flops(const mxu_model *model, int i, double batch,
                           double replicas) {
   const mxu_layer *layer = &model->layers[i];
   const mxu_layer_class *cls = layer->cls;
-  int need_dx = i > 0;
-  int fused = i == model->layer_count - 1 && fused_softmax(model);
+  if (cls == &mxu_input_layer_class) return 0.0;
+  int need_dx = model->layers[layer->inputs[0]].cls != &mxu_input_layer_class;
+  if (cls->flops) return cls->flops(layer, need_dx);
+  int fused = i == mxu_model_output(model) && fused_softmax(model);
   double outputs = (double)mxu_shape_count(&layer->out_shape);
   double inputs = (double)mxu_shape_count(&layer->in_shape);
   if (cls == &mxu_conv2d_class) {
@@ -157,7 +159,7 @@ static double layer_flops(const mxu_model *model, int i, double batch,
 }
 
 static double loss_flops(const mxu_model *model) {
-  const mxu_layer *last = &model->layers[model->layer_count - 1];
+  const mxu_layer *last = &model->layers[mxu_model_output(model)];
   double classes = (double)mxu_shape_count(&last->out_shape);
   int logits = fused_softmax(model) || model->compile.from_logits;
   return classes * (logits ? SOFTMAX_CE_PER_CLASS : CE_PER_CLASS) +
@@ -183,7 +185,7 @@ static double update_flops(const mxu_model *model, double batch,
 }
 
 double mxu_model_train_flops(const mxu_model *model) {
-  if (!model || model->layer_count == 0) return 0.0;
+  if (!model || mxu_model_layer_count(model) == 0) return 0.0;
   double batch, replicas;
   step_shape(model, &batch, &replicas);
   double total = loss_flops(model) + update_flops(model, batch, replicas);
@@ -215,22 +217,32 @@ mxu_status mxu_profile_enable(mxu_model *model, int on) {
   return MXU_OK;
 }
 
+/* The node that runs node i inside its own op, or NULL. */
+static const mxu_layer *fused_into(const mxu_model *model, int i) {
+  for (int k = 0; k < model->layer_count; k++)
+    for (int f = 0; f < model->layers[k].fused_layers; f++)
+      if (model->layers[k].fused[f] == &model->layers[i])
+        return &model->layers[k];
+  return NULL;
+}
+
 int mxu_profile_read(const mxu_model *model, mxu_layer_profile *out,
                      int capacity) {
   if (!model) return 0;
-  for (int i = 0; out && i < model->layer_count && i < capacity; i++) {
+  int count = mxu_model_layer_count(model);
+  for (int l = 0; out && l < count && l < capacity; l++) {
+    int i = mxu_model_node(model, l);
     const mxu_layer *layer = &model->layers[i];
+    const mxu_layer *head = layer->absorbed ? fused_into(model, i) : NULL;
     const double *p = model->profile;
-    out[i] = (mxu_layer_profile){layer->name,
+    out[l] = (mxu_layer_profile){layer->name,
                                  layer->cls->class_name,
                                  p ? p[2 * i] : 0.0,
                                  p ? p[2 * i + 1] : 0.0,
                                  p ? model->profile_steps : 0,
-                                 NULL};
-    for (int k = i - 1; layer->absorbed && k >= 0 && !out[i].fused_into; k--)
-      if (!model->layers[k].absorbed) out[i].fused_into = model->layers[k].name;
+                                 head ? head->name : NULL};
   }
-  return model->layer_count;
+  return count;
 }
 
 int mxu_model_slice_rows(const mxu_model *model) {

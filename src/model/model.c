@@ -1,5 +1,7 @@
-/* model.c — building a Sequential model: Keras' defaults, automatic layer
- * names, shape inference as each layer is added, and the registry. */
+/* model.c — building a model's graph: Sequential (mxu_add_*, each layer
+ * reading the one before) or functional (mxu_apply_*, any tensors),
+ * Keras' defaults, automatic layer names, shape inference as each layer is
+ * added, and the registry. */
 #include "model/model.h"
 
 #include "model/layers/layers.h"
@@ -9,6 +11,7 @@
 #include <string.h>
 
 static const mxu_layer_class *const registry[] = {
+    &mxu_input_layer_class,
     &mxu_conv2d_class,
     &mxu_max_pooling2d_class,
     &mxu_average_pooling2d_class,
@@ -17,6 +20,18 @@ static const mxu_layer_class *const registry[] = {
     &mxu_dense_class,
     &mxu_dropout_class,
     &mxu_batch_normalization_class,
+    &mxu_add_class,
+    &mxu_subtract_class,
+    &mxu_multiply_class,
+    &mxu_average_class,
+    &mxu_maximum_class,
+    &mxu_minimum_class,
+    &mxu_concatenate_class,
+    &mxu_global_average_pooling2d_class,
+    &mxu_global_max_pooling2d_class,
+    &mxu_zero_padding2d_class,
+    &mxu_relu_class,
+    &mxu_reshape_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -43,11 +58,25 @@ mxu_batchnorm_config mxu_batchnorm_defaults(void) {
   return (mxu_batchnorm_config){NULL, 0.99f, 1e-3f, 1, 1, 0};
 }
 
-mxu_model *mxu_sequential(const char *name) {
+mxu_relu_config mxu_relu_defaults(void) {
+  return (mxu_relu_config){NULL, -1.0f, 0.0f, 0.0f};
+}
+
+static mxu_model *model_new(const char *name, const char *fallback,
+                            int sequential) {
   mxu_model *model = calloc(1, sizeof *model);
   if (!model) return NULL;
-  snprintf(model->name, sizeof model->name, "%s", name ? name : "sequential");
+  snprintf(model->name, sizeof model->name, "%s", name ? name : fallback);
+  model->sequential = sequential;
   return model;
+}
+
+mxu_model *mxu_sequential(const char *name) {
+  return model_new(name, "sequential", 1);
+}
+
+mxu_model *mxu_functional(const char *name) {
+  return model_new(name, "model", 0);
 }
 
 void mxu_model_free(mxu_model *model) {
@@ -65,29 +94,9 @@ void mxu_model_free(mxu_model *model) {
   free(model);
 }
 
-mxu_status mxu_add_input(mxu_model *model, const char *name, mxu_shape shape) {
-  if (!model) return mxu_fail(MXU_ERR_ARG, "add_input: model is NULL");
-  if (model->has_input || model->layer_count)
-    return mxu_fail(MXU_ERR_ARG,
-                    "add_input: the input must be the first and only one");
-  if (shape.rank < 1 || shape.rank > MXU_MAX_RANK)
-    return mxu_fail(MXU_ERR_SHAPE, "add_input: rank %d is not in 1..%d",
-                    shape.rank, MXU_MAX_RANK);
-  for (int i = 0; i < shape.rank; i++)
-    if (shape.dims[i] <= 0 || shape.dims[i] > (1 << 24))
-      return mxu_fail(MXU_ERR_SHAPE,
-                      "add_input: dimension %d is %lld; every dimension must "
-                      "be in 1..16777216",
-                      i, (long long)shape.dims[i]);
-  snprintf(model->input_name, sizeof model->input_name, "%s",
-           name ? name : "input_1");
-  model->input_shape = shape;
-  model->has_input = 1;
-  return MXU_OK;
-}
+/* ---- nodes ---------------------------------------------------------------
+ */
 
-/* Keras' automatic name: the class in snake_case, then _1, _2, ... for
- * later layers of the same class. */
 static int name_taken(const mxu_model *model, const char *name) {
   for (int i = 0; i < model->layer_count; i++)
     if (strcmp(model->layers[i].name, name) == 0) return 1;
@@ -110,30 +119,50 @@ static void auto_name(const mxu_model *model, const mxu_layer_class *cls,
   }
 }
 
-static mxu_status add_layer(mxu_model *model, const mxu_layer_class *cls,
-                            const char *name, const mxu_layer *proto) {
-  if (!model) return mxu_fail(MXU_ERR_ARG, "add: model is NULL");
+static mxu_status check_open(const mxu_model *model, const char *what) {
+  if (!model) return mxu_fail(MXU_ERR_ARG, "%s: model is NULL", what);
   if (model->compiled)
     return mxu_fail(MXU_ERR_ARG,
-                    "add %s: the model is already compiled; add layers first",
-                    cls->class_name);
-  if (!model->has_input)
-    return mxu_fail(MXU_ERR_ARG,
-                    "add %s: add the input first (mxu_add_input), so every "
-                    "shape is known",
-                    cls->class_name);
+                    "%s: the model is already compiled; add layers first",
+                    what);
+  return MXU_OK;
+}
+
+static mxu_status grow(mxu_model *model) {
+  if (model->layer_count < model->layer_capacity) return MXU_OK;
+  int capacity = model->layer_capacity ? 2 * model->layer_capacity : 8;
+  mxu_layer *grown = realloc(model->layers, (size_t)capacity * sizeof *grown);
+  if (!grown) return mxu_fail(MXU_ERR_NOMEM, "add: out of memory");
+  model->layers = grown;
+  model->layer_capacity = capacity;
+  return MXU_OK;
+}
+
+/* Appends a node of class cls reading `inputs` (node indices), its shape
+ * inferred; *out is its index. */
+static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
+                           const char *name, const mxu_layer *proto,
+                           const int *inputs, int input_count, int *out) {
+  const char *what = cls->class_name;
+  MXU_TRY(check_open(model, what));
+  if (input_count < cls->min_inputs || input_count > cls->max_inputs)
+    return mxu_fail(MXU_ERR_ARG, "%s '%s': takes %d to %d inputs, got %d", what,
+                    name ? name : "", cls->min_inputs, cls->max_inputs,
+                    input_count);
+  for (int k = 0; k < input_count; k++)
+    if (inputs[k] < 0 || inputs[k] >= model->layer_count)
+      return mxu_fail(MXU_ERR_ARG,
+                      "%s '%s': input %d is not a tensor of this model", what,
+                      name ? name : "", k);
   if (name && name_taken(model, name))
     return mxu_fail(MXU_ERR_ARG,
                     "add %s: the name '%s' is already used; layer names must "
                     "be unique",
-                    cls->class_name, name);
-  if (model->layer_count == model->layer_capacity) {
-    int capacity = model->layer_capacity ? 2 * model->layer_capacity : 8;
-    mxu_layer *grown = realloc(model->layers, (size_t)capacity * sizeof *grown);
-    if (!grown) return mxu_fail(MXU_ERR_NOMEM, "add: out of memory");
-    model->layers = grown;
-    model->layer_capacity = capacity;
-  }
+                    what, name);
+  if (name && strlen(name) >= MXU_NAME_SIZE)
+    return mxu_fail(MXU_ERR_ARG, "add %s: the name is longer than %d bytes",
+                    what, MXU_NAME_SIZE - 1);
+  MXU_TRY(grow(model));
   mxu_layer *layer = &model->layers[model->layer_count];
   *layer = *proto;
   layer->cls = cls;
@@ -142,107 +171,448 @@ static mxu_status add_layer(mxu_model *model, const mxu_layer_class *cls,
   else
     auto_name(model, cls, layer->name, sizeof layer->name);
   layer->index = model->layer_count;
-  layer->in_shape = model->layer_count
-                        ? model->layers[model->layer_count - 1].out_shape
-                        : model->input_shape;
+  layer->input_count = input_count;
+  for (int k = 0; k < input_count; k++) {
+    layer->inputs[k] = inputs[k];
+    layer->in_shapes[k] = model->layers[inputs[k]].out_shape;
+  }
+  if (input_count) layer->in_shape = layer->in_shapes[0];
   MXU_TRY(cls->infer(layer));
-  model->layer_count++;
+  *out = model->layer_count++;
   return MXU_OK;
 }
 
-static mxu_status check_config(const void *config, const char *what) {
-  if (!config) return mxu_fail(MXU_ERR_ARG, "add %s: config is NULL", what);
+static mxu_status check_input_shape(const char *what, mxu_shape shape) {
+  if (shape.rank < 1 || shape.rank > MXU_MAX_RANK)
+    return mxu_fail(MXU_ERR_SHAPE, "%s: rank %d is not in 1..%d", what,
+                    shape.rank, MXU_MAX_RANK);
+  for (int i = 0; i < shape.rank; i++)
+    if (shape.dims[i] <= 0 || shape.dims[i] > (1 << 24))
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "%s: dimension %d is %lld; every dimension must be in "
+                      "1..16777216",
+                      what, i, (long long)shape.dims[i]);
   return MXU_OK;
 }
 
-mxu_status mxu_add_conv2d(mxu_model *model, const mxu_conv2d_config *config) {
-  MXU_TRY(check_config(config, "Conv2D"));
+static mxu_status add_input_node(mxu_model *model, const char *name,
+                                 mxu_shape shape, int hidden, int *out) {
+  MXU_TRY(check_input_shape("add_input", shape));
+  if (model->input_count == MXU_MAX_INPUTS)
+    return mxu_fail(MXU_ERR_UNSUPPORTED, "add_input: more than %d inputs",
+                    MXU_MAX_INPUTS);
+  char fallback[32];
+  snprintf(fallback, sizeof fallback, "input_%d", model->input_count + 1);
+  mxu_layer proto = {0};
+  proto.out_shape = shape;
+  proto.hidden = hidden;
+  MXU_TRY(add_node(model, &mxu_input_layer_class,
+                   name                          ? name
+                   : name_taken(model, fallback) ? NULL
+                                                 : fallback,
+                   &proto, NULL, 0, out));
+  model->inputs[model->input_count++] = *out;
+  return MXU_OK;
+}
+
+mxu_status mxu_add_input(mxu_model *model, const char *name, mxu_shape shape) {
+  MXU_TRY(check_open(model, "add_input"));
+  if (!model->sequential)
+    return mxu_fail(MXU_ERR_ARG,
+                    "add_input: a functional model takes inputs with "
+                    "mxu_input");
+  if (model->layer_count)
+    return mxu_fail(MXU_ERR_ARG,
+                    "add_input: the input must be the first and only one");
+  int node;
+  return add_input_node(model, name, shape, 1, &node);
+}
+
+mxu_tensor_id mxu_input(mxu_model *model, const char *name, mxu_shape shape) {
+  int node = -1;
+  if (model && model->sequential) {
+    mxu_fail(MXU_ERR_ARG, "input: a Sequential model takes its input with "
+                          "mxu_add_input");
+    return -1;
+  }
+  if (check_open(model, "input") != MXU_OK) return -1;
+  return add_input_node(model, name, shape, 0, &node) == MXU_OK ? node : -1;
+}
+
+/* A Sequential layer reads the node before it. */
+static mxu_status append(mxu_model *model, const mxu_layer_class *cls,
+                         const char *name, const mxu_layer *proto) {
+  MXU_TRY(check_open(model, cls->class_name));
+  if (!model->layer_count)
+    return mxu_fail(MXU_ERR_ARG,
+                    "add %s: add the input first (mxu_add_input), so every "
+                    "shape is known",
+                    cls->class_name);
+  if (!model->sequential)
+    return mxu_fail(MXU_ERR_ARG,
+                    "add %s: a functional model is built with mxu_apply_*",
+                    cls->class_name);
+  int input = model->layer_count - 1, node;
+  return add_node(model, cls, name, proto, &input, 1, &node);
+}
+
+/* mxu_apply_*: -1 in gives -1 out, the first failure's message kept. */
+static mxu_tensor_id apply(mxu_model *model, const mxu_layer_class *cls,
+                           const char *name, const mxu_layer *proto,
+                           const mxu_tensor_id *inputs, int count) {
+  for (int k = 0; k < count; k++)
+    if (inputs[k] < 0) return -1;
+  if (model && model->sequential) {
+    mxu_fail(MXU_ERR_ARG,
+             "apply %s: a Sequential model is built with mxu_add_*; use "
+             "mxu_functional for a graph",
+             cls->class_name);
+    return -1;
+  }
+  int node = -1;
+  return add_node(model, cls, name, proto, inputs, count, &node) == MXU_OK
+             ? node
+             : -1;
+}
+
+/* ---- the layer classes' configs ------------------------------------------
+ * Each class has an mxu_add_* (Sequential) and an mxu_apply_* (functional)
+ * over one prototype. */
+
+static mxu_status conv2d_proto(const mxu_conv2d_config *config,
+                               mxu_layer *proto) {
+  if (!config) return mxu_fail(MXU_ERR_ARG, "add Conv2D: config is NULL");
   if (config->activation == MXU_SOFTMAX)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "add Conv2D: a softmax activation inside Conv2D is not "
                     "supported; add an Activation layer");
-  mxu_layer proto = {0};
-  proto.config.conv = *config;
-  proto.config.conv.name = NULL; /* the layer keeps its own copy */
-  return add_layer(model, &mxu_conv2d_class, config->name, &proto);
+  memset(proto, 0, sizeof *proto);
+  proto->config.conv = *config;
+  proto->config.conv.name = NULL; /* the layer keeps its own copy */
+  return MXU_OK;
 }
 
-static mxu_status add_pool(mxu_model *model, const mxu_pool2d_config *config,
-                           const mxu_layer_class *cls, int is_max) {
-  MXU_TRY(check_config(config, cls->class_name));
+static mxu_status pool_proto(const mxu_pool2d_config *config, int is_max,
+                             mxu_layer *proto) {
+  if (!config) return mxu_fail(MXU_ERR_ARG, "add pooling: config is NULL");
+  memset(proto, 0, sizeof *proto);
+  proto->config.pool = *config;
+  proto->config.pool.name = NULL;
+  proto->is_max_pool = is_max;
+  return MXU_OK;
+}
+
+static mxu_status activation_proto(mxu_activation activation,
+                                   mxu_layer *proto) {
+  if ((unsigned)activation > MXU_SOFTMAX)
+    return mxu_fail(MXU_ERR_ARG, "add Activation: unknown activation %d",
+                    (int)activation);
+  memset(proto, 0, sizeof *proto);
+  proto->config.activation = activation;
+  return MXU_OK;
+}
+
+static mxu_status dense_proto(const mxu_dense_config *config,
+                              mxu_layer *proto) {
+  if (!config) return mxu_fail(MXU_ERR_ARG, "add Dense: config is NULL");
+  memset(proto, 0, sizeof *proto);
+  proto->config.dense = *config;
+  proto->config.dense.name = NULL;
+  return MXU_OK;
+}
+
+static mxu_status batchnorm_proto(const mxu_batchnorm_config *config,
+                                  mxu_layer *proto) {
+  if (!config)
+    return mxu_fail(MXU_ERR_ARG, "add BatchNormalization: config is NULL");
+  memset(proto, 0, sizeof *proto);
+  proto->config.batchnorm = *config;
+  proto->config.batchnorm.name = NULL;
+  return MXU_OK;
+}
+
+static mxu_layer dropout_proto(float rate) {
   mxu_layer proto = {0};
-  proto.config.pool = *config;
-  proto.config.pool.name = NULL; /* the layer keeps its own copy */
-  proto.is_max_pool = is_max;
-  return add_layer(model, cls, config->name, &proto);
+  proto.config.dropout.rate = rate;
+  return proto;
+}
+
+mxu_status mxu_add_conv2d(mxu_model *model, const mxu_conv2d_config *config) {
+  mxu_layer proto;
+  MXU_TRY(conv2d_proto(config, &proto));
+  return append(model, &mxu_conv2d_class, config->name, &proto);
 }
 
 mxu_status mxu_add_max_pooling2d(mxu_model *model,
                                  const mxu_pool2d_config *config) {
-  return add_pool(model, config, &mxu_max_pooling2d_class, 1);
+  mxu_layer proto;
+  MXU_TRY(pool_proto(config, 1, &proto));
+  return append(model, &mxu_max_pooling2d_class, config->name, &proto);
 }
 
 mxu_status mxu_add_average_pooling2d(mxu_model *model,
                                      const mxu_pool2d_config *config) {
-  return add_pool(model, config, &mxu_average_pooling2d_class, 0);
+  mxu_layer proto;
+  MXU_TRY(pool_proto(config, 0, &proto));
+  return append(model, &mxu_average_pooling2d_class, config->name, &proto);
 }
 
 mxu_status mxu_add_activation(mxu_model *model, const char *name,
                               mxu_activation activation) {
-  if ((unsigned)activation > MXU_SOFTMAX)
-    return mxu_fail(MXU_ERR_ARG, "add Activation: unknown activation %d",
-                    (int)activation);
-  mxu_layer proto = {0};
-  proto.config.activation = activation;
-  return add_layer(model, &mxu_activation_class, name, &proto);
+  mxu_layer proto;
+  MXU_TRY(activation_proto(activation, &proto));
+  return append(model, &mxu_activation_class, name, &proto);
 }
 
 mxu_status mxu_add_flatten(mxu_model *model, const char *name) {
   mxu_layer proto = {0};
-  return add_layer(model, &mxu_flatten_class, name, &proto);
+  return append(model, &mxu_flatten_class, name, &proto);
 }
 
 mxu_status mxu_add_dense(mxu_model *model, const mxu_dense_config *config) {
-  MXU_TRY(check_config(config, "Dense"));
-  mxu_layer proto = {0};
-  proto.config.dense = *config;
-  proto.config.dense.name = NULL; /* the layer keeps its own copy */
-  return add_layer(model, &mxu_dense_class, config->name, &proto);
+  mxu_layer proto;
+  MXU_TRY(dense_proto(config, &proto));
+  return append(model, &mxu_dense_class, config->name, &proto);
 }
 
 mxu_status mxu_add_dropout(mxu_model *model, const char *name, float rate) {
-  mxu_layer proto = {0};
-  proto.config.dropout.rate = rate;
-  return add_layer(model, &mxu_dropout_class, name, &proto);
+  mxu_layer proto = dropout_proto(rate);
+  return append(model, &mxu_dropout_class, name, &proto);
 }
 
 mxu_status mxu_add_batch_normalization(mxu_model *model,
                                        const mxu_batchnorm_config *config) {
-  MXU_TRY(check_config(config, "BatchNormalization"));
+  mxu_layer proto;
+  MXU_TRY(batchnorm_proto(config, &proto));
+  return append(model, &mxu_batch_normalization_class, config->name, &proto);
+}
+
+mxu_tensor_id mxu_apply_conv2d(mxu_model *model,
+                               const mxu_conv2d_config *config,
+                               mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || conv2d_proto(config, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_conv2d_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_max_pooling2d(mxu_model *model,
+                                      const mxu_pool2d_config *config,
+                                      mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || pool_proto(config, 1, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_max_pooling2d_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_average_pooling2d(mxu_model *model,
+                                          const mxu_pool2d_config *config,
+                                          mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || pool_proto(config, 0, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_average_pooling2d_class, config->name, &proto, &x,
+               1);
+}
+
+mxu_tensor_id mxu_apply_activation(mxu_model *model, const char *name,
+                                   mxu_activation activation, mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || activation_proto(activation, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_activation_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_flatten(mxu_model *model, const char *name,
+                                mxu_tensor_id x) {
   mxu_layer proto = {0};
-  proto.config.batchnorm = *config;
-  proto.config.batchnorm.name = NULL; /* the layer keeps its own copy */
-  return add_layer(model, &mxu_batch_normalization_class, config->name, &proto);
+  return apply(model, &mxu_flatten_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_dense(mxu_model *model, const mxu_dense_config *config,
+                              mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || dense_proto(config, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_dense_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_dropout(mxu_model *model, const char *name, float rate,
+                                mxu_tensor_id x) {
+  mxu_layer proto = dropout_proto(rate);
+  return apply(model, &mxu_dropout_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_batch_normalization(mxu_model *model,
+                                            const mxu_batchnorm_config *config,
+                                            mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || batchnorm_proto(config, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_batch_normalization_class, config->name, &proto, &x,
+               1);
+}
+
+mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
+                                         const mxu_global_pool2d_config *config,
+                                         mxu_tensor_id x) {
+  if (!config) {
+    mxu_fail(MXU_ERR_ARG, "apply global pooling: config is NULL");
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.config.global_pool = *config;
+  proto.config.global_pool.name = NULL;
+  return apply(model,
+               config->is_max ? &mxu_global_max_pooling2d_class
+                              : &mxu_global_average_pooling2d_class,
+               config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
+                                       const mxu_zero_padding2d_config *config,
+                                       mxu_tensor_id x) {
+  if (!config) {
+    mxu_fail(MXU_ERR_ARG, "apply ZeroPadding2D: config is NULL");
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.config.padding = *config;
+  proto.config.padding.name = NULL;
+  return apply(model, &mxu_zero_padding2d_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
+                             mxu_tensor_id x) {
+  if (!config) {
+    mxu_fail(MXU_ERR_ARG, "apply ReLU: config is NULL");
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.config.relu = *config;
+  proto.config.relu.name = NULL;
+  return apply(model, &mxu_relu_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_reshape(mxu_model *model,
+                                const mxu_reshape_config *config,
+                                mxu_tensor_id x) {
+  if (!config) {
+    mxu_fail(MXU_ERR_ARG, "apply Reshape: config is NULL");
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.config.reshape = *config;
+  proto.config.reshape.name = NULL;
+  return apply(model, &mxu_reshape_class, config->name, &proto, &x, 1);
+}
+
+static const mxu_layer_class *merge_class(mxu_merge_kind kind) {
+  switch (kind) {
+  case MXU_MERGE_ADD: return &mxu_add_class;
+  case MXU_MERGE_SUBTRACT: return &mxu_subtract_class;
+  case MXU_MERGE_MULTIPLY: return &mxu_multiply_class;
+  case MXU_MERGE_AVERAGE: return &mxu_average_class;
+  case MXU_MERGE_MAXIMUM: return &mxu_maximum_class;
+  case MXU_MERGE_MINIMUM: return &mxu_minimum_class;
+  case MXU_MERGE_CONCATENATE: return &mxu_concatenate_class;
+  }
+  return NULL;
+}
+
+mxu_tensor_id mxu_merge(mxu_model *model, mxu_merge_kind kind, const char *name,
+                        const mxu_tensor_id *inputs, int count, int axis) {
+  const mxu_layer_class *cls = merge_class(kind);
+  if (!cls || !inputs || count < 1) {
+    mxu_fail(MXU_ERR_ARG, "merge: unknown kind %d or no inputs", (int)kind);
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.config.merge.kind = kind;
+  proto.config.merge.axis = axis;
+  return apply(model, cls, name, &proto, inputs, count);
+}
+
+mxu_tensor_id mxu_add(mxu_model *model, const char *name, mxu_tensor_id a,
+                      mxu_tensor_id b) {
+  mxu_tensor_id both[2] = {a, b};
+  return mxu_merge(model, MXU_MERGE_ADD, name, both, 2, -1);
+}
+
+mxu_status mxu_model_outputs(mxu_model *model, const mxu_tensor_id *outputs,
+                             int count) {
+  MXU_TRY(check_open(model, "model_outputs"));
+  if (!outputs || count < 1 || count > MXU_MAX_INPUTS)
+    return mxu_fail(MXU_ERR_ARG, "model_outputs: 1 to %d outputs, got %d",
+                    MXU_MAX_INPUTS, count);
+  for (int k = 0; k < count; k++) {
+    if (outputs[k] < 0) return MXU_ERR_ARG; /* its message is the cause */
+    if (outputs[k] >= model->layer_count)
+      return mxu_fail(MXU_ERR_ARG,
+                      "model_outputs: output %d is not a tensor of this "
+                      "model",
+                      k);
+  }
+  memcpy(model->outputs, outputs, (size_t)count * sizeof *outputs);
+  model->output_count = count;
+  return MXU_OK;
+}
+
+mxu_status mxu_model_mark_sequential(mxu_model *model) {
+  for (int i = 1; i < model->layer_count; i++)
+    if (model->layers[i].input_count != 1 ||
+        model->layers[i].inputs[0] != i - 1)
+      return mxu_fail(MXU_ERR_ARG,
+                      "model: layer '%s' does not read the layer before it, "
+                      "so the model is not Sequential",
+                      model->layers[i].name);
+  if (model->input_count != 1 || model->inputs[0] != 0 || model->output_count)
+    return mxu_fail(MXU_ERR_ARG, "model: not a Sequential model");
+  model->sequential = 1;
+  model->layers[0].hidden = 1;
+  return MXU_OK;
+}
+
+int mxu_model_input_count(const mxu_model *model) {
+  return model ? model->input_count : 0;
+}
+
+int mxu_model_output_count(const mxu_model *model) {
+  if (!model || !model->layer_count) return 0;
+  return model->output_count ? model->output_count : 1;
+}
+
+int mxu_model_output(const mxu_model *model) {
+  return model->output_count ? model->outputs[0] : model->layer_count - 1;
+}
+
+const mxu_layer *mxu_model_input(const mxu_model *model) {
+  return model->input_count ? &model->layers[model->inputs[0]] : NULL;
+}
+
+int mxu_model_node(const mxu_model *model, int layer) {
+  if (!model || layer < 0) return -1;
+  int node = layer + (model->layer_count && model->layers[0].hidden);
+  return node < model->layer_count ? node : -1;
+}
+
+int mxu_layer_declare(const mxu_layer *layer, mxu_param_decl *decls) {
+  return layer->cls->declare ? layer->cls->declare(layer, decls) : 0;
 }
 
 int mxu_model_layer_count(const mxu_model *model) {
-  return model ? model->layer_count : 0;
+  if (!model || !model->layer_count) return 0;
+  return model->layer_count - model->layers[0].hidden;
 }
 
 mxu_shape mxu_model_layer_shape(const mxu_model *model, int layer) {
   mxu_shape none = {0};
-  if (!model || layer < 0 || layer >= model->layer_count) return none;
-  return model->layers[layer].out_shape;
+  int node = mxu_model_node(model, layer);
+  return node < 0 ? none : model->layers[node].out_shape;
 }
 
 mxu_shape mxu_model_input_shape(const mxu_model *model) {
   mxu_shape none = {0};
-  return model && model->has_input ? model->input_shape : none;
+  return model && model->input_count ? mxu_model_input(model)->out_shape : none;
 }
 
 const char *mxu_model_layer_name(const mxu_model *model, int layer) {
-  if (!model || layer < 0 || layer >= model->layer_count) return NULL;
-  return model->layers[layer].name;
+  int node = mxu_model_node(model, layer);
+  return node < 0 ? NULL : model->layers[node].name;
 }
 
 /* Counts from the declarations, so it works before compile too. */
@@ -250,7 +620,7 @@ int64_t mxu_model_param_count(const mxu_model *model, int trainable) {
   int64_t total = 0;
   for (int i = 0; model && i < model->layer_count; i++) {
     mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
-    int n = model->layers[i].cls->declare(&model->layers[i], decls);
+    int n = mxu_layer_declare(&model->layers[i], decls);
     for (int k = 0; k < n; k++)
       if (decls[k].trainable == (trainable != 0))
         total += mxu_shape_count(&decls[k].shape);
@@ -259,9 +629,9 @@ int64_t mxu_model_param_count(const mxu_model *model, int trainable) {
 }
 
 int mxu_layer_weight_count(const mxu_model *model, int layer) {
-  if (!model || !model->compiled || layer < 0 || layer >= model->layer_count)
-    return 0;
-  return model->layers[layer].param_count;
+  int node = mxu_model_node(model, layer);
+  if (node < 0 || !model->compiled) return 0;
+  return model->layers[node].param_count;
 }
 
 mxu_status mxu_layer_weight(const mxu_model *model, int layer, int index,
@@ -270,7 +640,8 @@ mxu_status mxu_layer_weight(const mxu_model *model, int layer, int index,
     return mxu_fail(MXU_ERR_ARG,
                     "layer_weight: layer %d has no weight %d (compile first)",
                     layer, index);
-  const mxu_param *p = &model->params[model->layers[layer].param_first + index];
+  int node = mxu_model_node(model, layer);
+  const mxu_param *p = &model->params[model->layers[node].param_first + index];
   out->dtype = MXU_FLOAT32;
   out->shape = p->shape;
   out->data = (p->trainable ? model->weights : model->state) + p->offset;

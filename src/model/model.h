@@ -10,6 +10,9 @@
 
 #define MXU_MAX_LAYER_PARAMS 4
 #define MXU_MAX_LAYER_OPS 3
+/* Tensors one node reads: a merge of up to this many, or a model's inputs
+ * or outputs. */
+#define MXU_MAX_INPUTS 16
 #define MXU_MAX_LAYER_SCRATCH 4
 #define MXU_NAME_SIZE 128
 
@@ -37,11 +40,18 @@ typedef struct mxu_layer mxu_layer;
 typedef struct mxu_layer_run {
   const mxu_backend *backend;
   int training;
-  const float *x;
+  const float *x; /* xs[0] */
   float *y;
   const float *dy;
-  float *dx;   /* always a buffer of the input's size */
-  int need_dx; /* 0 for the first layer: a layer may skip dx then */
+  float *dx;   /* dxs[0]: always a buffer of the input's size */
+  int need_dx; /* need_dxs[0]: 0 for a model input, a layer may skip dx */
+  /* Every input, for layers that read several (merges). A layer writes
+   * each dx whole: where its input is read by others too, the plan sums
+   * the partial gradients after. */
+  int input_count;
+  const float *xs[MXU_MAX_INPUTS];
+  float *dxs[MXU_MAX_INPUTS];
+  int need_dxs[MXU_MAX_INPUTS];
   float *w[MXU_MAX_LAYER_PARAMS];
   float *dw[MXU_MAX_LAYER_PARAMS];
   unsigned char *arena;
@@ -54,12 +64,20 @@ typedef struct mxu_layer_run {
 typedef struct mxu_layer_class {
   const char *class_name; /* Keras' class name */
   /* The output is the input's memory under another shape (Flatten):
-   * compile gives both the same buffer and the layer copies nothing. */
+   * compile gives both the same buffer and the layer copies nothing
+   * (its gradient too, where the input has no other reader). */
   int view;
-  /* in_shape -> out_shape; rejects what the layer cannot take. */
+  /* How many inputs the layer takes: 1 for most; a merge 2 and up. */
+  int min_inputs, max_inputs;
+  /* in_shapes -> out_shape; rejects what the layer cannot take. */
   mxu_status (*infer)(mxu_layer *layer);
-  /* Fills up to MXU_MAX_LAYER_PARAMS declarations in Keras order. */
+  /* Fills up to MXU_MAX_LAYER_PARAMS declarations in Keras order. NULL:
+   * the layer has no weights. */
   int (*declare)(const mxu_layer *layer, mxu_param_decl *decls);
+  /* Floating-point operations of forward and backward per sample (need_dx:
+   * whether a data gradient is computed). NULL: counted by flops.c's
+   * table for the older classes, or none. */
+  double (*flops)(const mxu_layer *layer, int need_dx);
   /* Creates backend ops for `batch` samples in layer->ops and reserves
    * per-replica scratch in the arena layout. Compile calls it once per
    * replica from the same layout state, so every replica gets the same
@@ -99,6 +117,12 @@ typedef struct mxu_dropout_config {
   float rate;
 } mxu_dropout_config;
 
+/* What the layers of the graph issue carry; public configs in mxu.h. */
+typedef struct mxu_merge_config {
+  mxu_merge_kind kind;
+  int axis; /* Concatenate: the axis without the batch, 0-based */
+} mxu_merge_config;
+
 struct mxu_layer {
   const mxu_layer_class *cls;
   char name[MXU_NAME_SIZE];
@@ -109,9 +133,23 @@ struct mxu_layer {
     mxu_batchnorm_config batchnorm;
     mxu_dropout_config dropout;
     mxu_activation activation;
+    mxu_merge_config merge;
+    mxu_global_pool2d_config global_pool;
+    mxu_zero_padding2d_config padding;
+    mxu_relu_config relu;
+    mxu_reshape_config reshape;
   } config;
   int is_max_pool;
   mxu_shape in_shape, out_shape; /* without the batch dimension */
+
+  /* The graph: the nodes whose outputs this one reads (a node is one
+   * layer applied once; its output is the tensor of the same index), in
+   * order, and their shapes (in_shape is in_shapes[0]). */
+  int inputs[MXU_MAX_INPUTS];
+  int input_count;
+  mxu_shape in_shapes[MXU_MAX_INPUTS];
+  /* Not one of Keras' model.layers: a Sequential's InputLayer. */
+  int hidden;
 
   /* compiled */
   int index;       /* position in the model */
@@ -123,11 +161,14 @@ struct mxu_layer {
   size_t scratch[MXU_MAX_LAYER_SCRATCH]; /* offsets in the replica arena */
   size_t stats_offset;                   /* see stats_floats */
   size_t sync_offset;                    /* see sync_floats */
-  /* Fusion: a layer that runs the next fused_layers layers itself in one
-   * backend op (Conv2D with its MaxPooling2D and relu) reads its input
-   * and writes the last one's output; those layers are `absorbed` and do
-   * nothing of their own. Compile proposes it, the layer's plan accepts. */
+  /* Fusion: a layer that runs the fused_layers layers after it itself in
+   * one backend op (Conv2D with the MaxPooling2D that alone reads it, and
+   * the relu that alone reads that) reads its input and writes the last
+   * one's output; those layers are `absorbed` and do nothing of their
+   * own. Compile proposes it from consumer counts, the layer's plan
+   * accepts; fused[k] are the absorbed nodes in order. */
   int fused_layers;
+  struct mxu_layer *fused[2];
   int absorbed;
   /* Between two Conv2D layers that the backend runs in its own activation
    * layout, the tensor stays in it (see mxu_conv2d_desc): the first's
@@ -144,7 +185,23 @@ extern const mxu_layer_class mxu_flatten_class;
 extern const mxu_layer_class mxu_dense_class;
 extern const mxu_layer_class mxu_dropout_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
+extern const mxu_layer_class mxu_input_layer_class;
+extern const mxu_layer_class mxu_add_class;
+extern const mxu_layer_class mxu_subtract_class;
+extern const mxu_layer_class mxu_multiply_class;
+extern const mxu_layer_class mxu_average_class;
+extern const mxu_layer_class mxu_maximum_class;
+extern const mxu_layer_class mxu_minimum_class;
+extern const mxu_layer_class mxu_concatenate_class;
+extern const mxu_layer_class mxu_global_average_pooling2d_class;
+extern const mxu_layer_class mxu_global_max_pooling2d_class;
+extern const mxu_layer_class mxu_zero_padding2d_class;
+extern const mxu_layer_class mxu_relu_class;
+extern const mxu_layer_class mxu_reshape_class;
 const mxu_layer_class *mxu_layer_class_find(const char *class_name);
+
+/* The weights a layer declares (0 for a layer without). */
+int mxu_layer_declare(const mxu_layer *layer, mxu_param_decl *decls);
 
 /* One weight of the model: a view into the trainable buffer (weights, with
  * grads, and the optimizer's slots at the same offsets) or the
@@ -157,6 +214,10 @@ typedef struct mxu_param {
   int64_t offset, count;
 } mxu_param;
 
+/* A parameter's values in the model's buffers. */
+static inline float *mxu_param_values(const mxu_model *model,
+                                      const mxu_param *param);
+
 /* One replica: its activations and gradients (an arena laid out at
  * compile, the same offsets in every replica), its backend ops and its
  * gradient of the weights. */
@@ -167,6 +228,15 @@ typedef struct mxu_replica {
   float *grads; /* trainable_count; local replica 0's is model->grads */
 } mxu_replica;
 
+/* Where a node's backward writes the gradient of its input k: straight
+ * into the input's gradient buffer, or, where the input has other readers
+ * whose gradient is already there, into a partial buffer that is added to
+ * it after, so each reader's share is summed in one fixed order. */
+typedef struct mxu_edge {
+  size_t dx;   /* offset of the buffer dx is written into */
+  int partial; /* 1: add the buffer into the input's gradient after */
+} mxu_edge;
+
 typedef struct mxu_plan {
   /* Rows per replica: the global batch / replicas. Here `replicas` counts
    * slices: each logical replica's rows may run in `split` slices
@@ -175,9 +245,13 @@ typedef struct mxu_plan {
   int batch;
   int split;
   const mxu_backend *backend;
-  mxu_arena layout;      /* sizes and offsets; replicas commit copies */
-  size_t *act;           /* layer_count + 1 offsets: input, each output */
-  size_t *grad;          /* same, for gradients */
+  mxu_arena layout; /* sizes and offsets; replicas commit copies */
+  size_t *act;      /* layer_count offsets: each node's output */
+  size_t *grad;     /* same, for gradients */
+  /* Per node: how many read its output (a model output counts as a
+   * reader: the loss); and its inputs' edges (MXU_MAX_INPUTS a node). */
+  int *consumers;
+  mxu_edge *edges;
   size_t labels, onehot; /* targets of this batch */
   size_t mask;           /* 1 for real samples, 0 for padding */
   size_t probs, loss;    /* loss outputs per sample */
@@ -196,11 +270,15 @@ typedef struct mxu_plan {
 
 struct mxu_model {
   char name[MXU_NAME_SIZE];
-  char input_name[MXU_NAME_SIZE]; /* Keras' InputLayer, not in layers */
-  mxu_shape input_shape;
-  int has_input;
+  /* Built by mxu_sequential (each layer reads the one before, Keras'
+   * Sequential) or as a graph (mxu_functional). */
+  int sequential;
+  /* The graph: nodes in topological order; inputs are InputLayer nodes. */
   mxu_layer *layers;
   int layer_count, layer_capacity;
+  int inputs[MXU_MAX_INPUTS], input_count;
+  /* Set by mxu_model_outputs; a model without is read at its last node. */
+  int outputs[MXU_MAX_INPUTS], output_count;
 
   int compiled;
   mxu_compile_config compile; /* compile.metric points at metric below */
@@ -225,6 +303,18 @@ struct mxu_model {
   int profiling;
 };
 
+/* The node the loss and predict read: the model's first output. */
+int mxu_model_output(const mxu_model *model);
+/* Its input 0's node, shape and name, for single-input code (fit). */
+const mxu_layer *mxu_model_input(const mxu_model *model);
+/* Keras' model.layers[i] as a node index (a Sequential's InputLayer is
+ * not one); -1 when out of range. */
+int mxu_model_node(const mxu_model *model, int layer);
+
+/* Marks a graph read from a Sequential model's JSON as one: a chain from
+ * its one input, which is then not one of Keras' model.layers. */
+mxu_status mxu_model_mark_sequential(mxu_model *model);
+
 /* Plans for a global batch size (compile calls it; fit and evaluate
  * replan when asked for another batch size), which must divide by the
  * replica count. */
@@ -248,6 +338,10 @@ void mxu_replica_forward(mxu_model *model, mxu_replica *replica, int layer,
                          const mxu_step_key *key);
 void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,
                           const mxu_step_key *key);
+/* After a node's backward: the gradients it wrote into partial buffers
+ * (inputs that other nodes read too) added to their inputs' gradients. */
+void mxu_replica_add_partials(mxu_model *model, mxu_replica *replica,
+                              const mxu_layer *layer, const mxu_layer_run *run);
 /* Marks rows >= rows as padding. */
 void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica, int64_t rows);
 
@@ -266,6 +360,11 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
  * optimizer step model->iterations (the caller counts it). Elementwise, so
  * any split of the buffer gives the same weights. */
 void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end);
+
+static inline float *mxu_param_values(const mxu_model *model,
+                                      const mxu_param *param) {
+  return (param->trainable ? model->weights : model->state) + param->offset;
+}
 
 /* Pointers into a replica's arena. */
 static inline float *mxu_replica_floats(const mxu_replica *replica,

@@ -6,6 +6,12 @@
 
 #include <math.h>
 
+/* Whether a node's input carries a gradient: every tensor but a model
+ * input does. */
+static int needs_dx(const mxu_model *model, int input) {
+  return model->layers[input].cls != &mxu_input_layer_class;
+}
+
 mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
                               const mxu_step_key *key) {
   mxu_plan *plan = &model->plan;
@@ -13,12 +19,21 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
   mxu_layer_run run = {0};
   run.backend = model->backend;
   run.training = key->training;
-  run.x = mxu_replica_floats(replica, plan->act[i]);
-  int last = i + layer->fused_layers; /* whose output this run writes */
-  run.y = mxu_replica_floats(replica, plan->act[last + 1]);
-  run.dx = mxu_replica_floats(replica, plan->grad[i]);
-  run.dy = mxu_replica_floats(replica, plan->grad[last + 1]);
-  run.need_dx = i > 0;
+  run.input_count = layer->input_count;
+  const mxu_edge *edges = &plan->edges[i * MXU_MAX_INPUTS];
+  for (int k = 0; k < layer->input_count; k++) {
+    run.xs[k] = mxu_replica_floats(replica, plan->act[layer->inputs[k]]);
+    run.dxs[k] = mxu_replica_floats(replica, edges[k].dx);
+    run.need_dxs[k] = needs_dx(model, layer->inputs[k]);
+  }
+  run.x = run.xs[0];
+  run.dx = run.dxs[0];
+  run.need_dx = run.need_dxs[0];
+  /* A fused op writes the output of the last node it runs. */
+  int last =
+      layer->fused_layers ? layer->fused[layer->fused_layers - 1]->index : i;
+  run.y = mxu_replica_floats(replica, plan->act[last]);
+  run.dy = mxu_replica_floats(replica, plan->grad[last]);
   run.arena = replica->arena.base;
   run.ops = &replica->ops[i * MXU_MAX_LAYER_OPS];
   for (int k = 0; k < layer->param_count; k++) {
@@ -27,13 +42,14 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
     run.dw[k] = p->trainable ? replica->grads + p->offset : NULL;
   }
   /* Replica 0's streams are those of a model without replicas; a
-   * logical replica's slices share its stream at their row offsets. */
+   * logical replica's slices share its stream at their row offsets.
+   * Keyed by Keras' layer index, as the initialisers are. */
   uint32_t logical = (uint32_t)(replica->index / plan->split);
-  uint32_t id = (uint32_t)i | logical << 16;
+  uint32_t id = (uint32_t)(i - model->layers[0].hidden) | logical << 16;
   run.row_offset = (int64_t)(replica->index % plan->split) * plan->batch;
   run.rng =
       mxu_rng_make(key->seed, MXU_STREAM_DROPOUT, key->epoch, key->step, id);
-  run.fused_softmax = plan->fused_softmax && i == model->layer_count - 1;
+  run.fused_softmax = plan->fused_softmax && last == mxu_model_output(model);
   return run;
 }
 
@@ -44,11 +60,29 @@ void mxu_replica_forward(mxu_model *model, mxu_replica *replica, int layer,
   model->layers[layer].cls->forward(&model->layers[layer], &run);
 }
 
+void mxu_replica_add_partials(mxu_model *model, mxu_replica *replica,
+                              const mxu_layer *layer,
+                              const mxu_layer_run *run) {
+  const mxu_edge *edges = &model->plan.edges[layer->index * MXU_MAX_INPUTS];
+  for (int k = 0; k < layer->input_count; k++) {
+    if (!edges[k].partial || !run->need_dxs[k]) continue;
+    int t = layer->inputs[k];
+    int64_t count = (int64_t)model->plan.batch *
+                    mxu_shape_count(&model->layers[t].out_shape);
+    float *restrict grad = mxu_replica_floats(replica, model->plan.grad[t]);
+    const float *restrict partial = run->dxs[k];
+#pragma omp simd
+    for (int64_t e = 0; e < count; e++) grad[e] += partial[e];
+  }
+}
+
 void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,
                           const mxu_step_key *key) {
-  if (model->layers[layer].absorbed) return;
+  mxu_layer *node = &model->layers[layer];
+  if (node->absorbed) return;
   mxu_layer_run run = mxu_replica_run(model, replica, layer, key);
-  model->layers[layer].cls->backward(&model->layers[layer], &run);
+  node->cls->backward(node, &run);
+  mxu_replica_add_partials(model, replica, node, &run);
 }
 
 void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica,
@@ -77,8 +111,8 @@ static int64_t count_correct(const float *out, const int32_t *labels,
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                                  const mxu_step_key *key, float scale) {
   mxu_plan *plan = &model->plan;
-  int n = model->layer_count;
-  const mxu_layer *last = &model->layers[n - 1];
+  int n = mxu_model_output(model);
+  const mxu_layer *last = &model->layers[n];
   int classes = (int)last->out_shape.dims[0];
   int64_t rows = plan->batch;
   const int32_t *labels =
@@ -91,7 +125,7 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
   float *grad = mxu_replica_floats(replica, plan->grad[n]);
   const float *out = mxu_replica_floats(replica, plan->act[n]);
   if (plan->fused_softmax || model->compile.from_logits) {
-    mxu_layer_run last_run = mxu_replica_run(model, replica, n - 1, key);
+    mxu_layer_run last_run = mxu_replica_run(model, replica, n, key);
     const float *logits =
         plan->fused_softmax ? last->cls->logits(last, &last_run) : out;
     model->backend->softmax_cross_entropy(

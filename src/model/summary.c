@@ -54,7 +54,7 @@ static void with_commas(int64_t value, char *out, size_t size) {
 
 static int64_t layer_params(const mxu_layer *layer) {
   mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
-  int n = layer->cls->declare(layer, decls);
+  int n = mxu_layer_declare(layer, decls);
   int64_t total = 0;
   for (int k = 0; k < n; k++) total += mxu_shape_count(&decls[k].shape);
   return total;

@@ -279,6 +279,8 @@ static void run_phase(mxu_model *model, int i, phase what,
     unsigned mode = denormals_off();
     mxu_layer_run run = mxu_replica_run(model, replica, i, key);
     run_layer(layer, &run, what, all, plan->replicas);
+    if (what == BACKWARD || what == BACKWARD_GLOBAL)
+      mxu_replica_add_partials(model, replica, layer, &run);
     denormals_restore(mode);
     profile_stop(profile, 2 * i + (what >= BACKWARD), start);
   }
@@ -412,8 +414,8 @@ void mxu_strategy_sync_slots(mxu_model *model) {
 
 void mxu_strategy_outputs(mxu_model *model, int64_t rows, float *out) {
   mxu_plan *plan = &model->plan;
-  int n = model->layer_count;
-  int64_t classes = mxu_shape_count(&model->layers[n - 1].out_shape);
+  int n = mxu_model_output(model);
+  int64_t classes = mxu_shape_count(&model->layers[n].out_shape);
   const float *all[plan->replicas];
   gather_values(model, plan->act[n], plan->batch * classes, all);
   /* Replica r holds rows r * batch .. of the global batch. */

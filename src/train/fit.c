@@ -21,14 +21,30 @@ mxu_fit_config mxu_fit_defaults(void) {
   return config;
 }
 
+static mxu_status check_io(const mxu_model *model, const char *what) {
+  if (model->input_count != 1 || mxu_model_output_count(model) != 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: the model has %d inputs and %d outputs; fit, "
+                    "evaluate and predict take models with one of each",
+                    what, model->input_count, mxu_model_output_count(model));
+  return MXU_OK;
+}
+
+static int output_classes(const mxu_model *model) {
+  return (int)model->layers[mxu_model_output(model)].out_shape.dims[0];
+}
+
 static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                              const char *what) {
   if (!model || !model->compiled)
     return mxu_fail(MXU_ERR_ARG, "%s: compile the model first", what);
   if (!data) return mxu_fail(MXU_ERR_ARG, "%s: no data", what);
-  int64_t want = mxu_shape_count(&model->input_shape);
+  MXU_TRY(check_io(model, what));
+  const mxu_layer *input = mxu_model_input(model);
+  const mxu_shape *shape = &input->out_shape;
+  int64_t want = mxu_shape_count(shape);
   if (mxu_shape_count(&data->shape) != want ||
-      data->shape.rank != model->input_shape.rank) {
+      data->shape.rank != shape->rank) {
     char a[64], b[64];
     snprintf(a, sizeof a, "%lld values",
              (long long)mxu_shape_count(&data->shape));
@@ -36,17 +52,16 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
     return mxu_fail(MXU_ERR_SHAPE,
                     "%s: the samples have rank %d (%s) but the model's input "
                     "'%s' takes rank %d (%s)",
-                    what, data->shape.rank, a, model->input_name,
-                    model->input_shape.rank, b);
+                    what, data->shape.rank, a, input->name, shape->rank, b);
   }
   for (int i = 0; i < data->shape.rank; i++)
-    if (data->shape.dims[i] != model->input_shape.dims[i])
+    if (data->shape.dims[i] != shape->dims[i])
       return mxu_fail(MXU_ERR_SHAPE,
                       "%s: sample dimension %d is %lld but the model's input "
                       "takes %lld",
                       what, i, (long long)data->shape.dims[i],
-                      (long long)model->input_shape.dims[i]);
-  int classes = (int)model->layers[model->layer_count - 1].out_shape.dims[0];
+                      (long long)shape->dims[i]);
+  int classes = output_classes(model);
   if (data->num_classes > classes)
     return mxu_fail(MXU_ERR_SHAPE,
                     "%s: the data has %d classes but the model outputs %d",
@@ -82,7 +97,7 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
   int64_t batch = plan->batch;
   int64_t own = replica_rows(model, replica->index, rows);
   first += (int64_t)replica->index * batch;
-  float *x = mxu_replica_floats(replica, plan->act[0]);
+  float *x = mxu_replica_floats(replica, plan->act[model->inputs[0]]);
   int32_t *labels =
       (int32_t *)(void *)mxu_replica_floats(replica, plan->labels);
   int64_t sample = mxu_shape_count(&data->shape);
@@ -95,7 +110,7 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
   for (int64_t r = labelled; r < batch; r++) labels[r] = 0;
   mxu_replica_set_rows(model, replica, own);
   if (model->compile.loss != MXU_CATEGORICAL_CROSSENTROPY) return;
-  int classes = (int)model->layers[model->layer_count - 1].out_shape.dims[0];
+  int classes = output_classes(model);
   float *onehot = mxu_replica_floats(replica, plan->onehot);
   memset(onehot, 0, (size_t)(batch * classes) * 4);
   for (int64_t r = 0; r < own; r++) onehot[r * classes + labels[r]] = 1.0f;
@@ -137,12 +152,12 @@ mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
     return mxu_fail(MXU_ERR_ARG, "predict: compile the model first");
   if (!x || !out || count < 0)
     return mxu_fail(MXU_ERR_ARG, "predict: x and out are required");
-  int n = model->layer_count;
+  MXU_TRY(check_io(model, "predict"));
   mxu_dataset view = {0};
-  view.shape = model->input_shape;
+  view.shape = mxu_model_input(model)->out_shape;
   view.count = count;
   view.x = (float *)(uintptr_t)x; /* read only: gather copies from it */
-  int64_t classes = mxu_shape_count(&model->layers[n - 1].out_shape);
+  int64_t classes = output_classes(model);
   int64_t batch = global_batch(model);
   mxu_step_key key = {0, 0, 0, 0};
   for (int64_t first = 0; first < count; first += batch) {

@@ -66,12 +66,12 @@ int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
   return backend->conv2d_native(&da) && backend->conv2d_native(&db);
 }
 
-/* Fused with the MaxPooling2D after it (layer[1] in the model's array)
- * and relu when a third layer is one: the op and its argmax workspace
- * (scratch[0]). Returns 0 when the backend declines. */
+/* Fused with the MaxPooling2D that alone reads it (fused[0]) and the relu
+ * that alone reads that (fused[1]), when compile found one: the op and its
+ * argmax workspace (scratch[0]). Returns 0 when the backend declines. */
 static int conv2d_plan_fused(mxu_layer *layer, const mxu_backend *backend,
                              const mxu_conv2d_desc *d, mxu_arena *layout) {
-  mxu_pool2d_desc pool = mxu_pool2d_describe(layer + 1, d->n);
+  mxu_pool2d_desc pool = mxu_pool2d_describe(layer->fused[0], d->n);
   if (backend->conv_pool_create(d, &pool, layer->fused_layers == 2,
                                 &layer->ops[0]) != MXU_OK)
     return 0;
@@ -139,6 +139,8 @@ static const float *conv2d_logits(const mxu_layer *layer,
 
 const mxu_layer_class mxu_conv2d_class = {
     .class_name = "Conv2D",
+    .min_inputs = 1,
+    .max_inputs = 1,
     .infer = conv2d_infer,
     .declare = conv2d_declare,
     .plan = conv2d_plan,

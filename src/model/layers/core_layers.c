@@ -1,7 +1,8 @@
-/* core_layers.c — Keras' core family: Dense, Activation, Flatten and
- * Dropout. */
+/* core_layers.c — Keras' core family: Dense, Activation, Flatten,
+ * Dropout, the ReLU layer, and InputLayer (a model input as a node). */
 #include "model/layers/layers.h"
 
+#include <math.h>
 #include <string.h>
 
 static int64_t batch_rows(const mxu_layer *layer, const mxu_shape *shape) {
@@ -83,6 +84,8 @@ static const float *dense_logits(const mxu_layer *layer,
 
 const mxu_layer_class mxu_dense_class = {
     .class_name = "Dense",
+    .min_inputs = 1,
+    .max_inputs = 1,
     .infer = dense_infer,
     .declare = dense_declare,
     .plan = dense_plan,
@@ -137,6 +140,8 @@ static const float *activation_logits(const mxu_layer *layer,
 
 const mxu_layer_class mxu_activation_class = {
     .class_name = "Activation",
+    .min_inputs = 1,
+    .max_inputs = 1,
     .infer = same_shape_infer,
     .declare = no_params,
     .plan = activation_plan,
@@ -177,6 +182,8 @@ static void flatten_backward(mxu_layer *layer, const mxu_layer_run *run) {
 
 const mxu_layer_class mxu_flatten_class = {
     .class_name = "Flatten",
+    .min_inputs = 1,
+    .max_inputs = 1,
     .view = 1,
     .infer = flatten_infer,
     .declare = no_params,
@@ -247,9 +254,97 @@ static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
 
 const mxu_layer_class mxu_dropout_class = {
     .class_name = "Dropout",
+    .min_inputs = 1,
+    .max_inputs = 1,
     .infer = dropout_infer,
     .declare = no_params,
     .plan = dropout_plan,
     .forward = dropout_forward,
     .backward = dropout_backward,
+};
+
+/* ---- InputLayer -----------------------------------------------------------
+ * A model input: its node's output buffer is where fit loads the samples;
+ * the shape was set when the node was made. */
+
+static mxu_status input_infer(mxu_layer *layer) {
+  (void)layer;
+  return MXU_OK;
+}
+
+static void input_pass(mxu_layer *layer, const mxu_layer_run *run) {
+  (void)layer;
+  (void)run;
+}
+
+const mxu_layer_class mxu_input_layer_class = {
+    .class_name = "InputLayer",
+    .min_inputs = 0,
+    .max_inputs = 0,
+    .infer = input_infer,
+    .plan = no_plan,
+    .forward = input_pass,
+    .backward = input_pass,
+};
+
+/* ---- ReLU -----------------------------------------------------------------
+ * Keras' ReLU layer as its backend computes it: v = x where x > threshold
+ * (else 0), clipped to [0, max_value] when there is one, minus
+ * negative_slope * relu(threshold - x). At x == threshold that gives 0,
+ * as Keras does. */
+
+static mxu_status relu_infer(mxu_layer *layer) {
+  const mxu_relu_config *c = &layer->config.relu;
+  if (!isfinite(c->negative_slope) || !isfinite(c->threshold) ||
+      c->negative_slope < 0 || isnan(c->max_value))
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: negative_slope must be >= 0 and threshold finite",
+                    layer->name);
+  return same_shape_infer(layer);
+}
+
+static double relu_flops(const mxu_layer *layer, int need_dx) {
+  return (double)mxu_shape_count(&layer->in_shape) * (need_dx ? 4.0 : 2.0);
+}
+
+static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  const mxu_relu_config *c = &layer->config.relu;
+  int64_t count = layer->batch * mxu_shape_count(&layer->in_shape);
+  float top = c->max_value, slope = c->negative_slope, t = c->threshold;
+  int capped = top >= 0;
+  for (int64_t i = 0; i < count; i++) {
+    float x = run->x[i], v = x > t ? x : 0.0f;
+    if (capped) v = v < 0.0f ? 0.0f : v > top ? top : v;
+    run->y[i] = x < t ? v - slope * (t - x) : v;
+  }
+}
+
+/* 1 where x passes (above the threshold, inside the clip), negative_slope
+ * below the threshold, 0 elsewhere; tf.nn.relu6's open interval for the
+ * relu6 case, which Keras routes there. */
+static void relu_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  const mxu_relu_config *c = &layer->config.relu;
+  int64_t count = layer->batch * mxu_shape_count(&layer->in_shape);
+  float top = c->max_value, slope = c->negative_slope, t = c->threshold;
+  int capped = top >= 0, relu6 = t == 0.0f && top == 6.0f;
+  for (int64_t i = 0; i < count; i++) {
+    float x = run->x[i], g = 0.0f;
+    if (x > t)
+      g = !capped || (relu6 ? x < top : x >= 0.0f && x <= top) ? 1.0f : 0.0f;
+    else if (x < t)
+      g = slope;
+    run->dx[i] = g * run->dy[i];
+  }
+}
+
+const mxu_layer_class mxu_relu_class = {
+    .class_name = "ReLU",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = relu_infer,
+    .flops = relu_flops,
+    .plan = no_plan,
+    .forward = relu_forward,
+    .backward = relu_backward,
 };

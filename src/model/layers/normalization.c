@@ -251,6 +251,8 @@ static void batchnorm_backward_global(mxu_layer *layer,
 
 const mxu_layer_class mxu_batch_normalization_class = {
     .class_name = "BatchNormalization",
+    .min_inputs = 1,
+    .max_inputs = 1,
     .infer = batchnorm_infer,
     .declare = batchnorm_declare,
     .plan = batchnorm_plan,

@@ -63,6 +63,8 @@ static void pool2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
 
 const mxu_layer_class mxu_max_pooling2d_class = {
     .class_name = "MaxPooling2D",
+    .min_inputs = 1,
+    .max_inputs = 1,
     .infer = pool2d_infer,
     .declare = pool2d_declare,
     .plan = pool2d_plan,
@@ -72,6 +74,8 @@ const mxu_layer_class mxu_max_pooling2d_class = {
 
 const mxu_layer_class mxu_average_pooling2d_class = {
     .class_name = "AveragePooling2D",
+    .min_inputs = 1,
+    .max_inputs = 1,
     .infer = pool2d_infer,
     .declare = pool2d_declare,
     .plan = pool2d_plan,

@@ -1,0 +1,244 @@
+/* merge.c — Keras' merge layers: Add, Subtract, Multiply, Average,
+ * Maximum, Minimum over inputs of one shape, and Concatenate along any
+ * axis. Data movement and one operation per value: plain loops. */
+#include "model/layers/layers.h"
+
+#include <string.h>
+
+static int64_t values(const mxu_layer *layer) {
+  return (int64_t)layer->batch * mxu_shape_count(&layer->out_shape);
+}
+
+static mxu_status same_shapes_infer(mxu_layer *layer) {
+  char a[64], b[64];
+  mxu_shape_format(&layer->in_shapes[0], a, sizeof a);
+  if (layer->config.merge.kind == MXU_MERGE_SUBTRACT && layer->input_count != 2)
+    return mxu_fail(MXU_ERR_ARG, "%s: Subtract takes exactly 2 inputs, got %d",
+                    layer->name, layer->input_count);
+  for (int k = 1; k < layer->input_count; k++) {
+    const mxu_shape *s = &layer->in_shapes[k];
+    int same = s->rank == layer->in_shapes[0].rank;
+    for (int d = 0; same && d < s->rank; d++)
+      same = s->dims[d] == layer->in_shapes[0].dims[d];
+    if (same) continue;
+    mxu_shape_format(s, b, sizeof b);
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: input %d has shape %s but input 0 has %s; %s takes "
+                    "inputs of one shape",
+                    layer->name, k, b, a, layer->cls->class_name);
+  }
+  layer->out_shape = layer->in_shapes[0];
+  return MXU_OK;
+}
+
+static mxu_status no_plan(mxu_layer *layer, const mxu_backend *backend,
+                          int batch, mxu_arena *layout) {
+  (void)layer;
+  (void)backend;
+  (void)batch;
+  (void)layout;
+  return MXU_OK;
+}
+
+static double merge_flops(const mxu_layer *layer, int need_dx) {
+  double n = (double)mxu_shape_count(&layer->out_shape);
+  double inputs = layer->input_count;
+  double backward = layer->config.merge.kind == MXU_MERGE_MULTIPLY
+                        ? inputs * (inputs - 1)
+                        : inputs;
+  return n * (inputs - 1) + (need_dx ? n * backward : 0.0);
+}
+
+/* ---- elementwise ---------------------------------------------------------
+ */
+
+static void elementwise_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  mxu_merge_kind kind = layer->config.merge.kind;
+  int64_t n = values(layer);
+  int inputs = run->input_count;
+  float *y = run->y;
+  memcpy(y, run->xs[0], (size_t)n * sizeof(float));
+  for (int k = 1; k < inputs; k++) {
+    const float *x = run->xs[k];
+    switch (kind) {
+    case MXU_MERGE_SUBTRACT:
+      for (int64_t i = 0; i < n; i++) y[i] -= x[i];
+      break;
+    case MXU_MERGE_MULTIPLY:
+      for (int64_t i = 0; i < n; i++) y[i] *= x[i];
+      break;
+    case MXU_MERGE_MAXIMUM:
+      for (int64_t i = 0; i < n; i++) y[i] = x[i] > y[i] ? x[i] : y[i];
+      break;
+    case MXU_MERGE_MINIMUM:
+      for (int64_t i = 0; i < n; i++) y[i] = x[i] < y[i] ? x[i] : y[i];
+      break;
+    default: /* Add, Average */
+      for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    }
+  }
+  if (kind == MXU_MERGE_AVERAGE)
+    for (int64_t i = 0; i < n; i++) y[i] /= (float)inputs;
+}
+
+/* Maximum and Minimum: the gradient goes to the first input holding the
+ * result, as TensorFlow's chain of pairwise maximum(a, b) gives it (ties
+ * to a). */
+static void extremum_backward(const mxu_layer_run *run, int64_t n) {
+  for (int k = 0; k < run->input_count; k++)
+    if (run->need_dxs[k]) memset(run->dxs[k], 0, (size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) {
+    int k = 0;
+    while (k + 1 < run->input_count && run->xs[k][i] != run->y[i]) k++;
+    if (run->need_dxs[k]) run->dxs[k][i] = run->dy[i];
+  }
+}
+
+static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  mxu_merge_kind kind = layer->config.merge.kind;
+  int64_t n = values(layer);
+  if (kind == MXU_MERGE_MAXIMUM || kind == MXU_MERGE_MINIMUM) {
+    extremum_backward(run, n);
+    return;
+  }
+  for (int k = 0; k < run->input_count; k++) {
+    if (!run->need_dxs[k]) continue;
+    float *dx = run->dxs[k];
+    const float *dy = run->dy;
+    switch (kind) {
+    case MXU_MERGE_SUBTRACT:
+      for (int64_t i = 0; i < n; i++) dx[i] = k ? -dy[i] : dy[i];
+      break;
+    case MXU_MERGE_AVERAGE:
+      for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / (float)run->input_count;
+      break;
+    case MXU_MERGE_MULTIPLY:
+      memcpy(dx, dy, (size_t)n * sizeof(float));
+      for (int j = 0; j < run->input_count; j++)
+        if (j != k)
+          for (int64_t i = 0; i < n; i++) dx[i] *= run->xs[j][i];
+      break;
+    default: /* Add */
+      if (dx != dy) memcpy(dx, dy, (size_t)n * sizeof(float));
+    }
+  }
+}
+
+#define MERGE_CLASS(symbol, keras_name, least)                                 \
+  const mxu_layer_class symbol = {                                             \
+      .class_name = keras_name,                                                \
+      .min_inputs = least,                                                     \
+      .max_inputs = MXU_MAX_INPUTS,                                            \
+      .infer = same_shapes_infer,                                              \
+      .flops = merge_flops,                                                    \
+      .plan = no_plan,                                                         \
+      .forward = elementwise_forward,                                          \
+      .backward = elementwise_backward,                                        \
+  }
+
+/* Keras takes one input for these too (a merge of one is the identity),
+ * except Subtract, which the shape check holds to two. */
+MERGE_CLASS(mxu_add_class, "Add", 1);
+MERGE_CLASS(mxu_subtract_class, "Subtract", 2);
+MERGE_CLASS(mxu_multiply_class, "Multiply", 1);
+MERGE_CLASS(mxu_average_class, "Average", 1);
+MERGE_CLASS(mxu_maximum_class, "Maximum", 1);
+MERGE_CLASS(mxu_minimum_class, "Minimum", 1);
+
+/* ---- Concatenate ---------------------------------------------------------
+ * The axis as Keras counts it (the batch is 0; negative from the end). A
+ * sample's values split into `outer` runs before the axis and `inner`
+ * values after it; each input contributes its slab of the axis per run. */
+
+static int concat_axis(const mxu_layer *layer) {
+  int rank = layer->in_shapes[0].rank, axis = layer->config.merge.axis;
+  return axis < 0 ? rank + axis : axis - 1;
+}
+
+static mxu_status concatenate_infer(mxu_layer *layer) {
+  const mxu_shape *first = &layer->in_shapes[0];
+  int axis = concat_axis(layer);
+  if (axis < 0 || axis >= first->rank)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: axis %d is outside inputs of rank %d (with the batch "
+                    "axis, %d)",
+                    layer->name, layer->config.merge.axis, first->rank,
+                    first->rank + 1);
+  mxu_shape out = *first;
+  for (int k = 1; k < layer->input_count; k++) {
+    const mxu_shape *s = &layer->in_shapes[k];
+    int fits = s->rank == first->rank;
+    for (int d = 0; fits && d < s->rank; d++)
+      fits = d == axis || s->dims[d] == first->dims[d];
+    if (!fits) {
+      char a[64], b[64];
+      mxu_shape_format(first, a, sizeof a);
+      mxu_shape_format(s, b, sizeof b);
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "%s: input %d has shape %s, which does not match input "
+                      "0's %s but along axis %d",
+                      layer->name, k, b, a, layer->config.merge.axis);
+    }
+    out.dims[axis] += s->dims[axis];
+  }
+  layer->out_shape = out;
+  return MXU_OK;
+}
+
+typedef struct concat_geometry {
+  int64_t outer, inner;
+} concat_geometry;
+
+static concat_geometry geometry(const mxu_layer *layer) {
+  const mxu_shape *s = &layer->out_shape;
+  int axis = concat_axis(layer);
+  concat_geometry g = {layer->batch, 1};
+  for (int d = 0; d < axis; d++) g.outer *= s->dims[d];
+  for (int d = axis + 1; d < s->rank; d++) g.inner *= s->dims[d];
+  return g;
+}
+
+/* Copies between y's runs and input k's: to_y 1 for forward. */
+static void concat_move(const mxu_layer *layer, const mxu_layer_run *run,
+                        int to_y) {
+  concat_geometry g = geometry(layer);
+  int axis = concat_axis(layer);
+  int64_t total = layer->out_shape.dims[axis] * g.inner, at = 0;
+  for (int k = 0; k < layer->input_count; k++) {
+    int64_t slab = layer->in_shapes[k].dims[axis] * g.inner;
+    size_t bytes = (size_t)slab * sizeof(float);
+    if (to_y || run->need_dxs[k])
+      for (int64_t o = 0; o < g.outer; o++) {
+        if (to_y)
+          memcpy(run->y + o * total + at, run->xs[k] + o * slab, bytes);
+        else
+          memcpy(run->dxs[k] + o * slab, run->dy + o * total + at, bytes);
+      }
+    at += slab;
+  }
+}
+
+static void concatenate_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  concat_move(layer, run, 1);
+}
+
+static void concatenate_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  concat_move(layer, run, 0);
+}
+
+static double concatenate_flops(const mxu_layer *layer, int need_dx) {
+  (void)layer;
+  (void)need_dx;
+  return 0.0; /* copies */
+}
+
+const mxu_layer_class mxu_concatenate_class = {
+    .class_name = "Concatenate",
+    .min_inputs = 1,
+    .max_inputs = MXU_MAX_INPUTS,
+    .infer = concatenate_infer,
+    .flops = concatenate_flops,
+    .plan = no_plan,
+    .forward = concatenate_forward,
+    .backward = concatenate_backward,
+};
