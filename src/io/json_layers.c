@@ -366,6 +366,244 @@ static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
     mxu_json_put_bool(out, config, "synchronized", bn->synchronized);
 }
 
+/* ---- merges ----------------------------------------------------------------
+ * Add, Subtract, Multiply, Average, Maximum, Minimum: no keys of their own;
+ * Concatenate: its axis, counting the batch as Keras does. */
+
+static const char *const merge_keys[] = {NULL};
+static const char *const concatenate_keys[] = {"axis", NULL};
+
+static mxu_status read_merge(const mxu_json_where *where, mxu_json_node *node,
+                             mxu_merge_kind kind, const char *name, int axis) {
+  return mxu_json_applied(where, node,
+                          mxu_merge(node->model, kind, name, node->inputs,
+                                    node->input_count, axis));
+}
+
+#define MERGE_READER(function, kind)                                           \
+  static mxu_status function(const mxu_json_where *where, const cJSON *config, \
+                             mxu_json_node *node, const char *name) {          \
+    (void)config;                                                              \
+    return read_merge(where, node, kind, name, -1);                            \
+  }
+MERGE_READER(read_add, MXU_MERGE_ADD)
+MERGE_READER(read_subtract, MXU_MERGE_SUBTRACT)
+MERGE_READER(read_multiply, MXU_MERGE_MULTIPLY)
+MERGE_READER(read_average, MXU_MERGE_AVERAGE)
+MERGE_READER(read_maximum, MXU_MERGE_MAXIMUM)
+MERGE_READER(read_minimum, MXU_MERGE_MINIMUM)
+
+static void write_nothing(mxu_json_out *out, const mxu_layer *layer,
+                          cJSON *config) {
+  (void)out;
+  (void)layer;
+  (void)config;
+}
+
+static mxu_status read_concatenate(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name) {
+  int axis = -1;
+  MXU_TRY(mxu_json_int(where, config, "axis", MXU_JSON_OPTIONAL, -MXU_MAX_RANK,
+                       MXU_MAX_RANK, &axis));
+  if (axis == 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "axis 0 (the batch) is not supported");
+  return read_merge(where, node, MXU_MERGE_CONCATENATE, name, axis);
+}
+
+static void write_concatenate(mxu_json_out *out, const mxu_layer *layer,
+                              cJSON *config) {
+  mxu_json_put_number(out, config, "axis", layer->config.merge.axis);
+}
+
+/* ---- GlobalAveragePooling2D, GlobalMaxPooling2D ------------------------- */
+
+static const char *const global_pool_keys[] = {"data_format", "keepdims", NULL};
+
+static mxu_status read_global_pool(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name, int is_max) {
+  mxu_global_pool2d_config pool = {name, is_max, 0};
+  MXU_TRY(mxu_json_data_format(where, config));
+  MXU_TRY(mxu_json_bool(where, config, "keepdims", &pool.keepdims));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_global_pooling2d(node->model, &pool, node->inputs[0]));
+}
+
+static mxu_status read_global_average(const mxu_json_where *where,
+                                      const cJSON *config, mxu_json_node *node,
+                                      const char *name) {
+  return read_global_pool(where, config, node, name, 0);
+}
+
+static mxu_status read_global_max(const mxu_json_where *where,
+                                  const cJSON *config, mxu_json_node *node,
+                                  const char *name) {
+  return read_global_pool(where, config, node, name, 1);
+}
+
+static void write_global_pool(mxu_json_out *out, const mxu_layer *layer,
+                              cJSON *config) {
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+  mxu_json_put_bool(out, config, "keepdims",
+                    layer->config.global_pool.keepdims);
+}
+
+/* ---- ZeroPadding2D ---------------------------------------------------------
+ * padding: n (all sides), [rows, columns] (symmetric), or [[top, bottom],
+ * [left, right]]. */
+
+static const char *const zero_padding_keys[] = {"padding", "data_format", NULL};
+
+static int padding_amount(const cJSON *v, int *out) {
+  if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1 << 20 ||
+      v->valuedouble != (double)(int)v->valuedouble)
+    return 0;
+  *out = (int)v->valuedouble;
+  return 1;
+}
+
+/* A pair [a, b], or a lone number meaning (n, n). */
+static int padding_pair(const cJSON *v, int out[2]) {
+  if (padding_amount(v, &out[0])) {
+    out[1] = out[0];
+    return 1;
+  }
+  return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 &&
+         padding_amount(v->child, &out[0]) &&
+         padding_amount(v->child->next, &out[1]);
+}
+
+static mxu_status read_zero_padding(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name) {
+  const cJSON *v = mxu_json_get(config, "padding");
+  int rows[2] = {1, 1}, cols[2] = {1, 1}; /* Keras' default: 1 */
+  int ok = 1;
+  if (v && padding_amount(v, &rows[0])) {
+    rows[1] = cols[0] = cols[1] = rows[0];
+  } else if (v) {
+    ok = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2;
+    int nested = ok && cJSON_IsArray(v->child);
+    if (ok && nested) {
+      ok = padding_pair(v->child, rows) && padding_pair(v->child->next, cols);
+    } else if (ok) {
+      ok = padding_amount(v->child, &rows[0]) &&
+           padding_amount(v->child->next, &cols[0]);
+      rows[1] = rows[0];
+      cols[1] = cols[0];
+    }
+  }
+  if (!ok) {
+    char text[160];
+    mxu_json_text(v, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "padding must be n, [rows, columns] or [[top, "
+                         "bottom], [left, right]] of integers >= 0, got %s",
+                         text);
+  }
+  MXU_TRY(mxu_json_data_format(where, config));
+  mxu_zero_padding2d_config pad = {name, rows[0], rows[1], cols[0], cols[1]};
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_zero_padding2d(node->model, &pad, node->inputs[0]));
+}
+
+static void write_zero_padding(mxu_json_out *out, const mxu_layer *layer,
+                               cJSON *config) {
+  const mxu_zero_padding2d_config *c = &layer->config.padding;
+  int rows[2] = {c->top, c->bottom}, cols[2] = {c->left, c->right};
+  cJSON *both = cJSON_CreateArray();
+  if (!both || !cJSON_AddItemToArray(both, cJSON_CreateIntArray(rows, 2)) ||
+      !cJSON_AddItemToArray(both, cJSON_CreateIntArray(cols, 2)))
+    out->failed = 1;
+  mxu_json_put(out, config, "padding", both);
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+}
+
+/* ---- ReLU ------------------------------------------------------------------
+ */
+
+static const char *const relu_keys[] = {"max_value", "negative_slope",
+                                        "threshold", NULL};
+
+static mxu_status read_relu(const mxu_json_where *where, const cJSON *config,
+                            mxu_json_node *node, const char *name) {
+  mxu_relu_config relu = mxu_relu_defaults();
+  relu.name = name;
+  const cJSON *top = mxu_json_get(config, "max_value");
+  if (top && !cJSON_IsNull(top)) {
+    MXU_TRY(mxu_json_float(where, config, "max_value", MXU_JSON_REQUIRED,
+                           &relu.max_value));
+    if (relu.max_value < 0)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "max_value must be >= 0 or null, got %g",
+                           (double)relu.max_value);
+  }
+  MXU_TRY(mxu_json_float(where, config, "negative_slope", MXU_JSON_OPTIONAL,
+                         &relu.negative_slope));
+  MXU_TRY(mxu_json_float(where, config, "threshold", MXU_JSON_OPTIONAL,
+                         &relu.threshold));
+  return mxu_json_applied(where, node,
+                          mxu_apply_relu(node->model, &relu, node->inputs[0]));
+}
+
+static void write_relu(mxu_json_out *out, const mxu_layer *layer,
+                       cJSON *config) {
+  const mxu_relu_config *c = &layer->config.relu;
+  if (c->max_value >= 0)
+    mxu_json_put_float(out, config, "max_value", c->max_value);
+  else
+    mxu_json_put_null(out, config, "max_value");
+  mxu_json_put_float(out, config, "negative_slope", c->negative_slope);
+  mxu_json_put_float(out, config, "threshold", c->threshold);
+}
+
+/* ---- Reshape ---------------------------------------------------------------
+ */
+
+static const char *const reshape_keys[] = {"target_shape", NULL};
+
+static mxu_status read_reshape(const mxu_json_where *where, const cJSON *config,
+                               mxu_json_node *node, const char *name) {
+  const cJSON *v = mxu_json_get(config, "target_shape");
+  int count = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+  char text[160];
+  mxu_json_text(v, text, sizeof text);
+  if (count < 1 || count > MXU_MAX_RANK)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "target_shape must be a list of 1 to %d dimensions, "
+                         "got %s",
+                         MXU_MAX_RANK, text);
+  mxu_reshape_config reshape = {name, {count, {0}}};
+  int d = 0;
+  for (const cJSON *dim = v->child; dim; dim = dim->next, d++) {
+    if (!cJSON_IsNumber(dim) || dim->valuedouble < -1 ||
+        dim->valuedouble > (double)(1 << 30) ||
+        dim->valuedouble != (double)(int64_t)dim->valuedouble)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "target_shape %s: dimensions must be integers, "
+                           "-1 for one inferred",
+                           text);
+    reshape.target.dims[d] = (int64_t)dim->valuedouble;
+  }
+  return mxu_json_applied(
+      where, node, mxu_apply_reshape(node->model, &reshape, node->inputs[0]));
+}
+
+static void write_reshape(mxu_json_out *out, const mxu_layer *layer,
+                          cJSON *config) {
+  const mxu_shape *t = &layer->config.reshape.target;
+  cJSON *dims = cJSON_CreateArray();
+  for (int d = 0; d < t->rank; d++)
+    if (!dims ||
+        !cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)t->dims[d])))
+      out->failed = 1;
+  mxu_json_put(out, config, "target_shape", dims);
+}
+
 /* ---- the table -----------------------------------------------------------
  */
 
@@ -378,10 +616,29 @@ static const mxu_json_layer_io layer_io[] = {
     {"Dense", read_dense, write_dense, dense_keys, 0},
     {"Dropout", read_dropout, write_dropout, dropout_keys, 0},
     {"BatchNormalization", read_batchnorm, write_batchnorm, batchnorm_keys, 0},
+    {"Add", read_add, write_nothing, merge_keys, 0},
+    {"Subtract", read_subtract, write_nothing, merge_keys, 0},
+    {"Multiply", read_multiply, write_nothing, merge_keys, 0},
+    {"Average", read_average, write_nothing, merge_keys, 0},
+    {"Maximum", read_maximum, write_nothing, merge_keys, 0},
+    {"Minimum", read_minimum, write_nothing, merge_keys, 0},
+    {"Concatenate", read_concatenate, write_concatenate, concatenate_keys, 0},
+    {"GlobalAveragePooling2D", read_global_average, write_global_pool,
+     global_pool_keys, 0},
+    {"GlobalMaxPooling2D", read_global_max, write_global_pool, global_pool_keys,
+     0},
+    {"ZeroPadding2D", read_zero_padding, write_zero_padding, zero_padding_keys,
+     0},
+    {"ReLU", read_relu, write_relu, relu_keys, 0},
+    {"Reshape", read_reshape, write_reshape, reshape_keys, 0},
     /* Keras' aliases; it always writes the names above. */
     {"Convolution2D", read_conv2d, write_conv2d, conv2d_keys, 1},
     {"MaxPool2D", read_max_pooling2d, write_pool2d, pool2d_keys, 1},
     {"AvgPool2D", read_average_pooling2d, write_pool2d, pool2d_keys, 1},
+    {"GlobalAvgPool2D", read_global_average, write_global_pool,
+     global_pool_keys, 1},
+    {"GlobalMaxPool2D", read_global_max, write_global_pool, global_pool_keys,
+     1},
 };
 
 const char *mxu_json_layer_names(void) {
