@@ -19,7 +19,7 @@ static const char *const precision_names[] = {"float32", "mixed_bfloat16",
 
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
-  const char *checkpoint_dir, *resume, *save_model;
+  const char *checkpoint_dir, *resume, *save_model, *initial_weights;
   int checkpoint_every;
   int replicas, threads, steps_per_execution;
   int epochs, batch_size, steps_per_epoch, validation_freq;
@@ -29,7 +29,7 @@ typedef struct train_args {
   cli_fit_extras extras; /* callbacks and augmentation */
 } train_args;
 
-#define TRAIN_BASE_OPTIONS 21
+#define TRAIN_BASE_OPTIONS 22
 #define TRAIN_OPTION_COUNT (TRAIN_BASE_OPTIONS + CLI_FIT_EXTRA_OPTIONS)
 
 /* The table lives in the caller's frame; targets point into args. */
@@ -111,6 +111,11 @@ static void train_options(train_args *a, cli_option *o) {
        "corrupt ones) or from a full-model FILE, bit for bit; DIR also "
        "receives new checkpoints unless --checkpoint-dir says otherwise",
        CLI_STRING, &a->resume, NULL, 0, 0},
+      {"--initial-weights", "FILE",
+       "start from the weights in FILE, as Keras' load_weights before fit "
+       "(fine-tuning): a .h5 or .weights.h5 file of this model, checked "
+       "against it layer by layer",
+       CLI_STRING, &a->initial_weights, NULL, 0, 0},
   };
   memcpy(o, table, sizeof table);
   cli_fit_extra_options(&a->extras, o + TRAIN_BASE_OPTIONS);
@@ -209,7 +214,12 @@ static mxu_status compile_model(const cli_command *cmd, const train_args *a,
                                 train_run *run) {
   apply_overrides(cmd, a, &run->compile, run->metric, sizeof run->metric);
   run->compile.batch_size = fit_batch(a, mxu_dataset_count(run->train));
-  return mxu_compile(run->model, &run->compile);
+  mxu_status s = mxu_compile(run->model, &run->compile);
+  if (s != MXU_OK || !a->initial_weights) return s;
+  s = mxu_load_weights(run->model, a->initial_weights);
+  if (s == MXU_OK && a->verbose)
+    printf("initial weights from %s\n", a->initial_weights);
+  return s;
 }
 
 /* --resume names a full-model file when one exists there, else a
@@ -359,6 +369,10 @@ int cli_train(int argc, char **argv) {
   /* Before training, not after it: a bad name must not cost the run. */
   parsed = cli_check_weights_path("train", "--save-weights", a.save_weights);
   if (parsed != CLI_OK) return parsed;
+  if (a.initial_weights && a.resume)
+    return cli_usage_error("train",
+                           "--initial-weights: --resume already gives the "
+                           "starting weights; give one of the two");
 
   train_run run = {0};
   int code = run_train(&cmd, &a, &run, start);

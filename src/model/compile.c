@@ -196,10 +196,7 @@ static mxu_status allocate_params(mxu_model *model) {
       const mxu_param *p = &model->params[layer->param_first + k];
       float *values =
           (p->trainable ? model->weights : model->state) + p->offset;
-      /* Keyed by Keras' layer index, so a Sequential model's weights do
-       * not depend on its InputLayer being a node. */
-      initialise(values, &decls[k], model->compile.seed,
-                 i - model->layers[0].hidden, k);
+      initialise(values, &decls[k], model->compile.seed, layer->key, k);
     }
   }
   model->iterations = 0;

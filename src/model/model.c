@@ -171,6 +171,7 @@ static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
   else
     auto_name(model, cls, layer->name, sizeof layer->name);
   layer->index = model->layer_count;
+  layer->key = model->layer_count - model->input_count;
   layer->input_count = input_count;
   for (int k = 0; k < input_count; k++) {
     layer->inputs[k] = inputs[k];

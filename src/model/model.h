@@ -150,6 +150,10 @@ struct mxu_layer {
   mxu_shape in_shapes[MXU_MAX_INPUTS];
   /* Not one of Keras' model.layers: a Sequential's InputLayer. */
   int hidden;
+  /* The layer's place among the model's layers other than InputLayers:
+   * what its random streams (initialisers, dropout) are keyed by, so a
+   * model gets the same weights built as Sequential or as a graph. */
+  int key;
 
   /* compiled */
   int index;       /* position in the model */

@@ -42,10 +42,9 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
     run.dw[k] = p->trainable ? replica->grads + p->offset : NULL;
   }
   /* Replica 0's streams are those of a model without replicas; a
-   * logical replica's slices share its stream at their row offsets.
-   * Keyed by Keras' layer index, as the initialisers are. */
+   * logical replica's slices share its stream at their row offsets. */
   uint32_t logical = (uint32_t)(replica->index / plan->split);
-  uint32_t id = (uint32_t)(i - model->layers[0].hidden) | logical << 16;
+  uint32_t id = (uint32_t)layer->key | logical << 16;
   run.row_offset = (int64_t)(replica->index % plan->split) * plan->batch;
   run.rng =
       mxu_rng_make(key->seed, MXU_STREAM_DROPOUT, key->epoch, key->step, id);
