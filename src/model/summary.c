@@ -1,41 +1,62 @@
-/* summary.c — model.summary() in tf.keras 2.x's table layout: 65 columns,
- * cells wrapped onto extra lines when too long, a blank line between
- * layers, thousands separators in the totals. */
+/* summary.c — model.summary() in tf.keras 2.x's table layout: 65 columns
+ * (98 with "Connected to" for a graph), cells wrapped onto extra lines when
+ * too long, a blank line between layers, thousands separators in the
+ * totals. */
 #include "model/layers/layers.h"
 
 #include <string.h>
 
-#define LINE_LENGTH 65
+/* Sequential: 65 columns in three cells; a graph: 98 in four, the last
+ * naming the tensors each layer reads (tf.keras' "Connected to"). */
+typedef struct table {
+  int length, columns;
+  int end[4];
+} table;
 
-static const int column_end[3] = {29, 55, 65};
+static const table sequential_table = {65, 3, {29, 55, 65, 0}};
+static const table graph_table = {98, 4, {29, 58, 68, 98}};
 
-static void rule(FILE *out, char c) {
-  for (int i = 0; i < LINE_LENGTH; i++) fputc(c, out);
+static void rule(FILE *out, const table *t, char c) {
+  for (int i = 0; i < t->length; i++) fputc(c, out);
   fputc('\n', out);
 }
 
+/* Where a cell's line ends: at its width, or sooner just after "),",
+ * "}," "]," or "'," within it, where Keras breaks a list. */
+static size_t cut(const char *text, size_t width) {
+  static const char *const breaks[] = {"),", "},", "],", "',"};
+  size_t take = strlen(text) < width ? strlen(text) : width, best = take;
+  for (size_t b = 0; b < 4; b++)
+    for (size_t i = 0; i + 2 <= take; i++)
+      if (text[i] == breaks[b][0] && text[i + 1] == breaks[b][1]) {
+        if (i + 2 < best) best = i + 2;
+        break;
+      }
+  return best;
+}
+
 /* Keras' print_row: each cell is cut to its column less two spaces (the
- * last column to its full width), the first cell gets a leading space, and
- * what is left of any cell goes on the next line. */
-static void row(FILE *out, const char *cells[3]) {
-  size_t done[3] = {0, 0, 0};
+ * last column to its full width; columns after the first less one more
+ * in the four-column table, as Keras aligns them), the first cell gets a
+ * leading space, and what is left of any cell goes on the next line. */
+static void row(FILE *out, const table *t, const char *const *cells) {
+  size_t done[4] = {0, 0, 0, 0};
   int more = 1;
   while (more) {
-    char line[2 * LINE_LENGTH];
+    char line[2 * 98];
     int used = 0, start = 0;
     more = 0;
-    for (int c = 0; c < 3; c++) {
-      int space = c < 2 ? 2 : 0;
-      size_t cutoff = (size_t)(column_end[c] - start - space);
-      size_t left = strlen(cells[c]) - done[c];
-      size_t take = left < cutoff ? left : cutoff;
-      used +=
-          snprintf(line + used, sizeof line - (size_t)used, "%s%.*s%*s",
-                   c == 0 ? " " : "", (int)take, cells[c] + done[c], space, "");
+    for (int c = 0; c < t->columns; c++) {
+      int last = c == t->columns - 1, space = last ? 0 : 2;
+      int width = t->end[c] - start - space - (t->columns == 4 && !last);
+      const char *left = cells[c] + done[c];
+      size_t take = cut(left, (size_t)(width > 0 ? width : 0));
+      used += snprintf(line + used, sizeof line - (size_t)used, "%s%.*s%*s",
+                       c == 0 ? " " : "", (int)take, left, space, "");
       done[c] += take;
       more |= done[c] < strlen(cells[c]);
-      while (used < column_end[c]) line[used++] = ' ';
-      start = column_end[c];
+      while (used < t->end[c]) line[used++] = ' ';
+      start = t->end[c];
     }
     line[used] = 0;
     fprintf(out, "%s\n", line);
@@ -60,27 +81,49 @@ static int64_t layer_params(const mxu_layer *layer) {
   return total;
 }
 
+/* "['a[0][0]', 'b[0][0]']": the tensors a node reads, as Python prints
+ * Keras' list of them. */
+static void connections(const mxu_model *model, const mxu_layer *layer,
+                        char *out, size_t size) {
+  size_t used = (size_t)snprintf(out, size, "[");
+  for (int k = 0; k < layer->input_count && used < size; k++)
+    used +=
+        (size_t)snprintf(out + used, size - used, "%s'%s[0][0]'", k ? ", " : "",
+                         model->layers[layer->inputs[k]].name);
+  if (used < size) snprintf(out + used, size - used, "]");
+}
+
+static void layer_row(FILE *out, const table *t, const mxu_model *model,
+                      const mxu_layer *layer) {
+  char name[2 * MXU_NAME_SIZE], shape[96], params[32], dims[80];
+  char reads[MXU_MAX_INPUTS * (MXU_NAME_SIZE + 12) + 4];
+  snprintf(name, sizeof name, "%s (%s)", layer->name, layer->cls->class_name);
+  mxu_shape_format(&layer->out_shape, dims, sizeof dims);
+  /* tf.keras shows an InputLayer's output as a list of one shape. */
+  int input = layer->cls == &mxu_input_layer_class;
+  snprintf(shape, sizeof shape, "%s(None, %s%s", input ? "[" : "", dims + 1,
+           input ? "]" : "");
+  snprintf(params, sizeof params, "%lld", (long long)layer_params(layer));
+  connections(model, layer, reads, sizeof reads);
+  const char *cells[4] = {name, shape, params, reads};
+  row(out, t, cells);
+  const char *blank[4] = {"", "", "", ""};
+  row(out, t, blank); /* tf.keras >= 2.9 separates layers with a blank line */
+}
+
 void mxu_summary(const mxu_model *model, FILE *out) {
   if (!out) out = stdout;
   if (!model) return;
+  const table *t = model->sequential ? &sequential_table : &graph_table;
   fprintf(out, "Model: \"%s\"\n", model->name);
-  rule(out, '_');
-  const char *header[3] = {"Layer (type)", "Output Shape", "Param #"};
-  row(out, header);
-  rule(out, '=');
-  for (int i = 0; i < model->layer_count; i++) {
-    const mxu_layer *layer = &model->layers[i];
-    char name[2 * MXU_NAME_SIZE], shape[96], params[32], dims[80];
-    snprintf(name, sizeof name, "%s (%s)", layer->name, layer->cls->class_name);
-    mxu_shape_format(&layer->out_shape, dims, sizeof dims);
-    snprintf(shape, sizeof shape, "(None, %s", dims + 1);
-    snprintf(params, sizeof params, "%lld", (long long)layer_params(layer));
-    const char *cells[3] = {name, shape, params};
-    row(out, cells);
-    const char *blank[3] = {"", "", ""};
-    row(out, blank); /* tf.keras >= 2.9 separates layers with a blank line */
-  }
-  rule(out, '=');
+  rule(out, t, '_');
+  const char *header[4] = {"Layer (type)", "Output Shape", "Param #",
+                           "Connected to"};
+  row(out, t, header);
+  rule(out, t, '=');
+  for (int i = 0; i < model->layer_count; i++)
+    if (!model->layers[i].hidden) layer_row(out, t, model, &model->layers[i]);
+  rule(out, t, '=');
   char text[32];
   int64_t trainable = mxu_model_param_count(model, 1);
   int64_t fixed = mxu_model_param_count(model, 0);
@@ -90,5 +133,5 @@ void mxu_summary(const mxu_model *model, FILE *out) {
   fprintf(out, "Trainable params: %s\n", text);
   with_commas(fixed, text, sizeof text);
   fprintf(out, "Non-trainable params: %s\n", text);
-  rule(out, '_');
+  rule(out, t, '_');
 }
