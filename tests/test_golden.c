@@ -1,0 +1,140 @@
+/* test_golden.c — one training step of a small residual net checked
+ * against numbers saved from tf.keras itself (tests/golden/, made by
+ * tests/keras/make_golden.py in a throwaway venv), the way llm.c checks one
+ * step against PyTorch: the same initial weights and batch must give
+ * Keras' predictions, Keras' loss, and after one SGD step Keras' weights
+ * (BatchNormalization's moving statistics included) and predictions. The
+ * graph holds ZeroPadding2D, ReLU, Add, Concatenate, MaxPooling2D,
+ * GlobalAveragePooling2D, Multiply, Subtract, Reshape and a fan-out of
+ * several tensors; both JSON dialects and both backends are checked. */
+#include "check.h"
+
+#include <hdf5.h>
+
+#define ROWS 8
+#define CLASSES 5
+#define GOLDEN "tests/golden/"
+
+typedef struct golden {
+  float x[ROWS * 8 * 8 * 3];
+  int32_t y[ROWS];
+  double loss;
+  float before[ROWS * CLASSES], after[ROWS * CLASSES];
+} golden;
+
+static void read_dataset(hid_t file, const char *name, hid_t type, void *out) {
+  hid_t set = H5Dopen2(file, name, H5P_DEFAULT);
+  CHECK_MSG(set >= 0, "batch.h5 has no %s", name);
+  if (set < 0) return;
+  CHECK(H5Dread(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
+  H5Dclose(set);
+}
+
+static void read_golden(golden *g) {
+  hid_t file = H5Fopen(GOLDEN "batch.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  CHECK(file >= 0);
+  if (file < 0) return;
+  read_dataset(file, "x", H5T_NATIVE_FLOAT, g->x);
+  read_dataset(file, "y", H5T_NATIVE_INT32, g->y);
+  read_dataset(file, "loss", H5T_NATIVE_DOUBLE, &g->loss);
+  read_dataset(file, "predict_before", H5T_NATIVE_FLOAT, g->before);
+  read_dataset(file, "predict_after", H5T_NATIVE_FLOAT, g->after);
+  H5Fclose(file);
+}
+
+/* The model compiled as Keras compiled it: SGD(0.1), one batch of 8. */
+static mxu_model *load(const char *json, mxu_backend_kind backend,
+                       const char *weights) {
+  mxu_model *model = NULL;
+  CHECK_OK(mxu_model_load_json(json, &model, NULL, NULL));
+  if (!model) return NULL;
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.optimizer = mxu_sgd(0.1f, 0.0f, 0);
+  cc.batch_size = ROWS;
+  cc.backend = backend;
+  CHECK_OK(mxu_compile(model, &cc));
+  CHECK_OK(mxu_load_weights(model, weights));
+  return model;
+}
+
+static void expect_close(const float *got, const float *want, int64_t count,
+                         double tolerance, const char *what,
+                         const char *label) {
+  double worst = 0;
+  int64_t at = 0;
+  for (int64_t i = 0; i < count; i++) {
+    double error = fabs((double)got[i] - want[i]) / (1.0 + fabs(want[i]));
+    if (error > worst) worst = error, at = i;
+  }
+  CHECK_MSG(worst <= tolerance,
+            "%s: %s[%lld] is %.8g, Keras %.8g (relative error %.3g)", label,
+            what, (long long)at, (double)got[at], (double)want[at], worst);
+}
+
+/* Every weight of a, in Keras order, against b's. */
+static void expect_weights(const mxu_model *a, const mxu_model *b,
+                           double tolerance, const char *label) {
+  int layers = mxu_model_layer_count(a);
+  CHECK(layers == mxu_model_layer_count(b));
+  for (int l = 0; l < layers; l++)
+    for (int k = 0; k < mxu_layer_weight_count(a, l); k++) {
+      mxu_tensor ta, tb;
+      const char *name = NULL;
+      CHECK_OK(mxu_layer_weight(a, l, k, &ta, &name));
+      CHECK_OK(mxu_layer_weight(b, l, k, &tb, NULL));
+      char what[160];
+      snprintf(what, sizeof what, "%s/%s", mxu_model_layer_name(a, l), name);
+      expect_close(ta.data, tb.data, mxu_shape_count(&ta.shape), tolerance,
+                   what, label);
+    }
+}
+
+static void one_step(const char *json, mxu_backend_kind backend,
+                     const golden *g, const char *label) {
+  mxu_model *model = load(json, backend, GOLDEN "initial.h5");
+  mxu_model *keras = load(json, MXU_BACKEND_CPU_REF, GOLDEN "after_step.h5");
+  if (!model || !keras) goto done;
+  /* Seen: at most 4e-8 relative on either backend; oneDNN's kernels sum
+   * in other orders than TensorFlow's, so they get more room. */
+  double tolerance = backend == MXU_BACKEND_CPU ? 1e-5 : 1e-6;
+  float probs[ROWS * CLASSES];
+  CHECK_OK(mxu_predict(model, g->x, ROWS, probs));
+  expect_close(probs, g->before, ROWS * CLASSES, tolerance,
+               "prediction before the step", label);
+
+  mxu_dataset *data = NULL;
+  int64_t dims[3] = {8, 8, 3};
+  CHECK_OK(mxu_dataset_from_arrays(g->x, g->y, ROWS, mxu_shape_make(3, dims),
+                                   CLASSES, &data));
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.batch_size = ROWS;
+  fit.shuffle = 0;
+  fit.verbose = 0;
+  const mxu_history *history = NULL;
+  CHECK_OK(mxu_fit(model, data, &fit, &history));
+  CHECK(history && history->count == 1);
+  if (history && history->count == 1)
+    CHECK_MSG(fabs(history->epochs[0].loss - g->loss) <= tolerance * g->loss,
+              "%s: loss %.9g, Keras %.9g", label, history->epochs[0].loss,
+              g->loss);
+  expect_weights(model, keras, tolerance, label);
+  CHECK_OK(mxu_predict(model, g->x, ROWS, probs));
+  expect_close(probs, g->after, ROWS * CLASSES, tolerance,
+               "prediction after the step", label);
+  mxu_dataset_free(data);
+done:
+  mxu_model_free(model);
+  mxu_model_free(keras);
+}
+
+int main(void) {
+  static golden g;
+  read_golden(&g);
+  one_step(GOLDEN "tiny_resnet.tf2.json", MXU_BACKEND_CPU_REF, &g,
+           "tf.keras 2 JSON, cpu_ref");
+  one_step(GOLDEN "tiny_resnet.k3.json", MXU_BACKEND_CPU_REF, &g,
+           "Keras 3 JSON, cpu_ref");
+  one_step(GOLDEN "tiny_resnet.tf2.json", MXU_BACKEND_CPU, &g,
+           "tf.keras 2 JSON, cpu");
+  return check_report("test_golden");
+}
