@@ -230,8 +230,11 @@ mxu_tensor_id mxu_merge(mxu_model *model, mxu_merge_kind kind, const char *name,
 /* Keras' layers.add([a, b]). */
 mxu_tensor_id mxu_add(mxu_model *model, const char *name, mxu_tensor_id a,
                       mxu_tensor_id b);
-/* The tensors the model outputs, in order (fit and evaluate train the
- * first; several outputs run through mxu_predict_outputs). */
+/* The tensors the model outputs, in order (fit, evaluate and predict take
+ * models of one input and one output). This closes the graph: its layers
+ * are put in the order Keras lists them (by depth from the outputs), which
+ * is the order of mxu_model_layer_name and of the files mxu writes, so
+ * tensor ids from before no longer name the same layers. */
 mxu_status mxu_model_outputs(mxu_model *model, const mxu_tensor_id *outputs,
                              int count);
 int mxu_model_input_count(const mxu_model *model);

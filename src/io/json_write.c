@@ -24,17 +24,27 @@ static cJSON *layer_config(mxu_json_out *out, const char *name) {
   return config;
 }
 
-/* A layer list entry; Keras 3 adds the input shape it was built on. */
+/* A layer list entry; Keras 3 adds the input shape it was built on (a
+ * merge: the list of its inputs' shapes). */
 static cJSON *layer_entry(mxu_json_out *out, const char *class_name,
-                          cJSON *config, const mxu_shape *built_on) {
+                          cJSON *config, const mxu_layer *built) {
   cJSON *entry = mxu_json_object(out, "keras.layers", class_name, config);
   if (!entry) {
     out->failed = 1;
     return NULL;
   }
-  if (out->keras3 && built_on) {
+  if (out->keras3 && built && built->input_count) {
+    cJSON *shape = NULL;
+    if (built->cls->max_inputs == 1) {
+      shape = mxu_json_batch_shape(&built->in_shape);
+    } else if ((shape = cJSON_CreateArray())) {
+      for (int k = 0; k < built->input_count; k++)
+        if (!cJSON_AddItemToArray(shape,
+                                  mxu_json_batch_shape(&built->in_shapes[k])))
+          out->failed = 1;
+    }
     cJSON *build = cJSON_CreateObject();
-    mxu_json_put(out, build, "input_shape", mxu_json_batch_shape(built_on));
+    mxu_json_put(out, build, "input_shape", shape);
     mxu_json_put(out, entry, "build_config", build);
   }
   return entry;
@@ -64,8 +74,7 @@ static mxu_status layer_json(mxu_json_out *out, const mxu_layer *layer,
                     layer->name, layer->cls->class_name);
   cJSON *config = layer_config(out, layer->name);
   io->write(out, layer, config);
-  *entry = layer_entry(out, layer->cls->class_name, config,
-                       layer->input_count ? &layer->in_shape : NULL);
+  *entry = layer_entry(out, layer->cls->class_name, config, layer);
   return MXU_OK;
 }
 

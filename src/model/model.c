@@ -451,6 +451,7 @@ mxu_tensor_id mxu_apply_batch_normalization(mxu_model *model,
 mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
                                          const mxu_global_pool2d_config *config,
                                          mxu_tensor_id x) {
+  if (x < 0) return -1; /* its message is the cause */
   if (!config) {
     mxu_fail(MXU_ERR_ARG, "apply global pooling: config is NULL");
     return -1;
@@ -467,6 +468,7 @@ mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
                                        const mxu_zero_padding2d_config *config,
                                        mxu_tensor_id x) {
+  if (x < 0) return -1; /* its message is the cause */
   if (!config) {
     mxu_fail(MXU_ERR_ARG, "apply ZeroPadding2D: config is NULL");
     return -1;
@@ -479,6 +481,7 @@ mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
 
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
                              mxu_tensor_id x) {
+  if (x < 0) return -1; /* its message is the cause */
   if (!config) {
     mxu_fail(MXU_ERR_ARG, "apply ReLU: config is NULL");
     return -1;
@@ -492,6 +495,7 @@ mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
 mxu_tensor_id mxu_apply_reshape(mxu_model *model,
                                 const mxu_reshape_config *config,
                                 mxu_tensor_id x) {
+  if (x < 0) return -1; /* its message is the cause */
   if (!config) {
     mxu_fail(MXU_ERR_ARG, "apply Reshape: config is NULL");
     return -1;
@@ -534,6 +538,92 @@ mxu_tensor_id mxu_add(mxu_model *model, const char *name, mxu_tensor_id a,
   return mxu_merge(model, MXU_MERGE_ADD, name, both, 2, -1);
 }
 
+/* ---- Keras' layer order -------------------------------------------------
+ * Keras lists a functional model's layers (model.layers, its JSON, its
+ * weights files, which tf.keras matches by position) by decreasing depth,
+ * the longest path to an output, ties broken by the order a depth-first
+ * walk from the outputs first meets them. Nodes are kept in that order, so
+ * files mxu writes line up with what Keras rebuilds from them; a model
+ * read from Keras' JSON is in it already. */
+
+typedef struct walk {
+  const mxu_model *model;
+  int *seen_at; /* first visit, in walk order; -1 unseen */
+  int *finished, *post, seen, posted;
+} walk;
+
+/* Pre-order numbering and post-order listing, as Keras' _build_map. */
+static void visit(walk *w, int node) {
+  if (w->finished[node]) return;
+  if (w->seen_at[node] < 0) w->seen_at[node] = w->seen++;
+  const mxu_layer *layer = &w->model->layers[node];
+  for (int k = 0; k < layer->input_count; k++) visit(w, layer->inputs[k]);
+  w->finished[node] = 1;
+  w->post[w->posted++] = node;
+}
+
+static int *by_depth_key; /* qsort's context: depth, then walk order */
+
+static int keras_before(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b, n = by_depth_key[0];
+  const int *depth = by_depth_key + 1, *seen_at = depth + n;
+  if (depth[x] != depth[y]) return depth[y] - depth[x];
+  return seen_at[x] - seen_at[y];
+}
+
+/* order[i]: the node that goes to place i. Returns 0 when some node is not
+ * reached from the outputs (compile refuses such a model anyway). */
+static int keras_order(const mxu_model *model, int *order, int *scratch) {
+  int n = model->layer_count;
+  int *depth = scratch + 1, *seen_at = depth + n, *finished = seen_at + n;
+  int *post = finished + n;
+  scratch[0] = n;
+  for (int i = 0; i < n; i++) depth[i] = 0, seen_at[i] = -1, finished[i] = 0;
+  walk w = {model, seen_at, finished, post, 0, 0};
+  for (int k = 0; k < model->output_count; k++) visit(&w, model->outputs[k]);
+  if (w.posted != n) return 0;
+  /* Reverse post-order reaches every reader before what it reads. */
+  for (int p = n - 1; p >= 0; p--) {
+    const mxu_layer *layer = &model->layers[post[p]];
+    for (int k = 0; k < layer->input_count; k++)
+      if (depth[layer->inputs[k]] < depth[post[p]] + 1)
+        depth[layer->inputs[k]] = depth[post[p]] + 1;
+  }
+  for (int i = 0; i < n; i++) order[i] = i;
+  by_depth_key = scratch;
+  qsort(order, (size_t)n, sizeof *order, keras_before);
+  by_depth_key = NULL;
+  return 1;
+}
+
+/* Puts the nodes in Keras' order, renumbering every reference. */
+static mxu_status sort_nodes(mxu_model *model) {
+  int n = model->layer_count;
+  int *order = malloc((size_t)(6 * n + 1) * sizeof *order);
+  mxu_layer *sorted = malloc((size_t)n * sizeof *sorted);
+  mxu_status status = MXU_OK;
+  if (!order || !sorted) {
+    status = mxu_fail(MXU_ERR_NOMEM, "model_outputs: out of memory");
+  } else if (keras_order(model, order, order + n)) {
+    int *place = order + n; /* old index -> new */
+    for (int i = 0; i < n; i++) place[order[i]] = i;
+    for (int i = 0; i < n; i++) {
+      sorted[i] = model->layers[order[i]];
+      sorted[i].index = i;
+      for (int k = 0; k < sorted[i].input_count; k++)
+        sorted[i].inputs[k] = place[sorted[i].inputs[k]];
+    }
+    memcpy(model->layers, sorted, (size_t)n * sizeof *sorted);
+    for (int k = 0; k < model->input_count; k++)
+      model->inputs[k] = place[model->inputs[k]];
+    for (int k = 0; k < model->output_count; k++)
+      model->outputs[k] = place[model->outputs[k]];
+  }
+  free(order);
+  free(sorted);
+  return status;
+}
+
 mxu_status mxu_model_outputs(mxu_model *model, const mxu_tensor_id *outputs,
                              int count) {
   MXU_TRY(check_open(model, "model_outputs"));
@@ -550,7 +640,7 @@ mxu_status mxu_model_outputs(mxu_model *model, const mxu_tensor_id *outputs,
   }
   memcpy(model->outputs, outputs, (size_t)count * sizeof *outputs);
   model->output_count = count;
-  return MXU_OK;
+  return sort_nodes(model);
 }
 
 mxu_status mxu_model_mark_sequential(mxu_model *model) {
