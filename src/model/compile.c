@@ -425,6 +425,9 @@ static mxu_status reserve_edges(mxu_model *model) {
   int n = model->layer_count;
   unsigned char *seen = calloc((size_t)n, 1);
   if (!seen) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  /* The loss writes the output's gradient before any backward: a node
+   * that reads the output too (another model output) adds its share. */
+  seen[mxu_model_output(model)] = 1;
   size_t partial_bytes = 0;
   int partial_slots = 0;
   for (int i = n - 1; i >= 0; i--) {

@@ -1,0 +1,1203 @@
+/* test_graph.c — the model as a graph: every layer of the Functional API
+ * (merges, global pooling, padding, ReLU, Reshape) against loops written
+ * here and its backward against central finite differences; tensors read
+ * by several nodes (one reading the same tensor twice); a whole residual
+ * CNN's gradient along a random direction; bit-identical training for any
+ * thread count; Conv2D fusion inside a residual block; and the errors the
+ * graph API gives. */
+#include "check.h"
+#include "core/core.h"
+#include "model/model.h"
+#include "strategy/strategy.h"
+
+#include <string.h>
+
+#define BATCH 3
+#define CLASSES 4
+
+/* ---- building and running ------------------------------------------------
+ */
+
+/* Adds the layers of a graph and returns the tensor the loss reads; it may
+ * call mxu_model_outputs itself (several outputs). */
+typedef mxu_tensor_id (*graph_fn)(mxu_model *m, const void *ctx);
+
+static mxu_compile_config config_for(mxu_backend_kind backend) {
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.batch_size = BATCH;
+  cc.backend = backend;
+  cc.seed = 11;
+  cc.threads = 1;
+  return cc;
+}
+
+static mxu_model *build_with(const char *name, graph_fn fn, const void *ctx,
+                             const mxu_compile_config *cc) {
+  mxu_model *m = mxu_functional(name);
+  mxu_tensor_id out = fn(m, ctx);
+  CHECK_MSG(out >= 0, "%s: building the graph failed: %s", name, mxu_errmsg());
+  if (out >= 0 && !m->output_count) CHECK_OK(mxu_model_outputs(m, &out, 1));
+  mxu_status status = out >= 0 ? mxu_compile(m, cc) : MXU_ERR_ARG;
+  CHECK_MSG(status == MXU_OK, "%s: compile: %s", name, mxu_errmsg());
+  if (status != MXU_OK) {
+    mxu_model_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+static mxu_model *build(const char *name, graph_fn fn, const void *ctx,
+                        mxu_backend_kind backend) {
+  mxu_compile_config cc = config_for(backend);
+  return build_with(name, fn, ctx, &cc);
+}
+
+/* A model input of shape (h, w, c) and an identity Activation reading it,
+ * so that the graph's first tensor carries a gradient (a model input does
+ * not). */
+static mxu_tensor_id input_identity(mxu_model *m, const int64_t dims[3]) {
+  mxu_tensor_id in = mxu_input(m, NULL, mxu_shape_make(3, dims));
+  return mxu_apply_activation(m, NULL, MXU_LINEAR, in);
+}
+
+/* Flatten + Dense(CLASSES, softmax): what the loss reads. */
+static mxu_tensor_id head(mxu_model *m, mxu_tensor_id y) {
+  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
+  dense.activation = MXU_SOFTMAX;
+  return mxu_apply_dense(m, &dense, mxu_apply_flatten(m, NULL, y));
+}
+
+static int node_named(const mxu_model *m, const char *name) {
+  for (int i = 0; i < m->layer_count; i++)
+    if (strcmp(m->layers[i].name, name) == 0) return i;
+  return -1;
+}
+
+static int64_t tensor_floats(const mxu_model *m, int node) {
+  return (int64_t)m->plan.batch * mxu_shape_count(&m->layers[node].out_shape);
+}
+
+static float *act(mxu_model *m, int node) {
+  return mxu_plan_floats(m, m->plan.act[node]);
+}
+
+static float *grad(mxu_model *m, int node) {
+  return mxu_plan_floats(m, m->plan.grad[node]);
+}
+
+/* Uniform values in [-2, 2) in every model input, and labels, from seed. */
+static void load_inputs(mxu_model *m, uint64_t seed) {
+  mxu_plan *plan = &m->plan;
+  for (int k = 0; k < m->input_count; k++) {
+    int node = m->inputs[k];
+    int64_t count = tensor_floats(m, node);
+    float *x = act(m, node);
+    mxu_rng rng = mxu_rng_make(seed, 99, (uint32_t)k, 0, 0);
+    mxu_rng_uniform(&rng, 0, x, (size_t)count);
+    for (int64_t i = 0; i < count; i++) x[i] = 4.0f * x[i] - 2.0f;
+  }
+  mxu_rng rng = mxu_rng_make(seed, 98, 0, 0, 0);
+  int classes = (int)m->layers[mxu_model_output(m)].out_shape.dims[0];
+  int32_t *labels = (int32_t *)(void *)mxu_plan_floats(m, plan->labels);
+  float *onehot = mxu_plan_floats(m, plan->onehot);
+  memset(onehot, 0, (size_t)plan->batch * (size_t)classes * sizeof(float));
+  for (int r = 0; r < plan->batch; r++) {
+    labels[r] = (int32_t)mxu_rng_below(&rng, (uint64_t)r, (uint32_t)classes);
+    onehot[r * classes + labels[r]] = 1.0f;
+  }
+}
+
+/* One training step (forward, loss, backward) over the loaded batch. */
+static mxu_step_result train_step(mxu_model *m) {
+  mxu_replica_set_rows(m, &m->plan.replica[0], m->plan.batch);
+  mxu_step_key key = {1, 5, 0, 0};
+  return mxu_strategy_step(m, &key, 1.0f / (float)m->plan.batch);
+}
+
+static double mean_loss(mxu_model *m) {
+  return train_step(m).loss_sum / m->plan.batch;
+}
+
+static int close_enough(double analytic, double numeric) {
+  double scale =
+      fabs(analytic) > fabs(numeric) ? fabs(analytic) : fabs(numeric);
+  return fabs(analytic - numeric) <= 1e-2 * scale + 5e-4;
+}
+
+/* A line through the weights or the inputs, t = 0 where they are: one
+ * value *v moved by t, or every trainable weight moved to w0 + t d. */
+typedef struct line {
+  mxu_model *m;
+  float *v;
+  const float *w0, *d;
+} line;
+
+static double loss_at(const line *l, double t) {
+  mxu_model *m = l->m;
+  if (l->v) {
+    float saved = *l->v;
+    *l->v = saved + (float)t;
+    double loss = mean_loss(m);
+    *l->v = saved;
+    return loss;
+  }
+  for (int64_t i = 0; i < m->trainable_count; i++)
+    m->weights[i] = l->w0[i] + (float)t * l->d[i];
+  double loss = mean_loss(m);
+  memcpy(m->weights, l->w0, (size_t)m->trainable_count * sizeof(float));
+  return loss;
+}
+
+/* Whether the loss's slope along the line at t = 0 is `analytic` (as
+ * agree judges), by finite differences; *central gets the central one
+ * of step 1e-3. That step keeps float rounding of the loss well below the
+ * tolerances, but a weight moves every output of its layer (a kernel
+ * slides over the whole image) and now and then one crosses a kink of
+ * relu, max or a pooling window's winner inside the step: then a five
+ * times smaller step decides, and where the kink is closer still than
+ * that, the slope on one side of it (the gradient is one side's). A wrong
+ * gradient matches none. */
+static int slope_matches(const line *l, double analytic,
+                         int (*agree)(double, double), double *central) {
+  static const double steps[2] = {1e-3, 2e-4};
+  double at = loss_at(l, 0);
+  for (int s = 0; s < 2; s++) {
+    double h = steps[s], plus = loss_at(l, h), minus = loss_at(l, -h);
+    double mid = (plus - minus) / (2 * h);
+    if (s == 0) *central = mid;
+    if (agree(analytic, mid) || agree(analytic, (plus - at) / h) ||
+        agree(analytic, (at - minus) / h))
+      return 1;
+  }
+  return 0;
+}
+
+/* The gradient of entries of buffer (every one of a small buffer, 40
+ * spread over a large one) against finite differences of the mean loss. */
+static void check_fd(mxu_model *m, float *buffer, const float *analytic,
+                     int64_t count, const char *what, const char *name) {
+  int64_t stride = count > 80 ? count / 40 : 1;
+  for (int64_t i = 0; i < count; i += stride) {
+    line l = {m, &buffer[i], NULL, NULL};
+    double central = NAN;
+    CHECK_MSG(slope_matches(&l, analytic[i], close_enough, &central),
+              "%s: %s[%lld]: analytic %.6g, finite difference %.6g", name, what,
+              (long long)i, (double)analytic[i], central);
+  }
+}
+
+/* The identity Activation that reads model input k: its gradient is the
+ * loss's gradient with respect to the input. */
+static int input_reader(const mxu_model *m, int k) {
+  for (int i = 0; i < m->layer_count; i++)
+    if (m->layers[i].input_count == 1 &&
+        m->layers[i].inputs[0] == m->inputs[k] &&
+        m->layers[i].cls == &mxu_activation_class)
+      return i;
+  return -1;
+}
+
+/* The gradient of every model input and every trainable weight against
+ * finite differences of the loss. */
+static void finite_differences(mxu_model *m, const char *name) {
+  if (!m) return;
+  load_inputs(m, 3);
+  train_step(m);
+  int64_t n_w = m->trainable_count;
+  float *grad_w = malloc((size_t)(n_w ? n_w : 1) * sizeof(float));
+  memcpy(grad_w, m->grads, (size_t)n_w * sizeof(float));
+  float *grad_in[MXU_MAX_INPUTS];
+  for (int k = 0; k < m->input_count; k++) {
+    int reader = input_reader(m, k);
+    CHECK(reader >= 0);
+    int64_t n = tensor_floats(m, m->inputs[k]);
+    grad_in[k] = malloc((size_t)n * sizeof(float));
+    if (reader >= 0)
+      memcpy(grad_in[k], grad(m, reader), (size_t)n * sizeof(float));
+  }
+  /* The gradients must mean something: not all zero. */
+  double norm = 0;
+  for (int64_t i = 0; i < tensor_floats(m, m->inputs[0]); i++)
+    norm += fabs(grad_in[0][i]);
+  CHECK_MSG(norm > 1e-4, "%s: the input's gradient is zero", name);
+  for (int k = 0; k < m->input_count; k++) {
+    char what[32];
+    snprintf(what, sizeof what, "input %d", k);
+    check_fd(m, act(m, m->inputs[k]), grad_in[k],
+             tensor_floats(m, m->inputs[k]), what, name);
+    free(grad_in[k]);
+  }
+  for (int p = 0; p < m->param_count; p++) {
+    const mxu_param *param = &m->params[p];
+    if (!param->trainable) continue;
+    char what[160];
+    snprintf(what, sizeof what, "%s/%s", m->layers[param->layer].name,
+             param->name);
+    check_fd(m, m->weights + param->offset, grad_w + param->offset,
+             param->count, what, name);
+  }
+  free(grad_w);
+}
+
+/* Whether node i's output buffer is written in a step: not that of a
+ * Conv2D that runs the layers after it fused, nor of a fused layer but the
+ * last. */
+static int output_written(const mxu_model *m, int i) {
+  const mxu_layer *layer = &m->layers[i];
+  if (layer->fused_layers) return 0;
+  if (!layer->absorbed) return 1;
+  for (int j = 0; j < i; j++)
+    if (m->layers[j].fused_layers &&
+        m->layers[j].fused[m->layers[j].fused_layers - 1] == layer)
+      return 1;
+  return 0;
+}
+
+static void check_same(const float *a, const float *b, int64_t count,
+                       const char *what, const char *name, const char *node) {
+  for (int64_t i = 0; i < count; i++) {
+    double scale = fabs(a[i]) > fabs(b[i]) ? fabs(a[i]) : fabs(b[i]);
+    if (!(fabs(a[i] - b[i]) <= 1e-4 * scale + 1e-5)) {
+      CHECK_MSG(0, "%s: %s of %s [%lld]: cpu %.7g, cpu_ref %.7g", name, what,
+                node, (long long)i, (double)a[i], (double)b[i]);
+      return;
+    }
+  }
+}
+
+/* The same graph, seed and batch on both backends: every activation and
+ * gradient the CPU backend writes, the weight gradients and the state. */
+static void backends_agree(const char *name, graph_fn fn, const void *ctx) {
+  mxu_model *fast = build(name, fn, ctx, MXU_BACKEND_CPU);
+  mxu_model *ref = build(name, fn, ctx, MXU_BACKEND_CPU_REF);
+  if (!fast || !ref) {
+    mxu_model_free(fast);
+    mxu_model_free(ref);
+    return;
+  }
+  load_inputs(fast, 4);
+  load_inputs(ref, 4);
+  CHECK(memcmp(fast->weights, ref->weights,
+               (size_t)fast->trainable_count * sizeof(float)) == 0);
+  mxu_step_result a = train_step(fast);
+  mxu_step_result b = train_step(ref);
+  CHECK_NEAR(a.loss_sum, b.loss_sum, 1e-4 * fabs(b.loss_sum) + 1e-5);
+  for (int i = 0; i < fast->layer_count; i++) {
+    if (!output_written(fast, i)) continue;
+    const char *node = fast->layers[i].name;
+    int64_t count = tensor_floats(fast, i);
+    check_same(act(fast, i), act(ref, i), count, "activation", name, node);
+    if (fast->layers[i].cls != &mxu_input_layer_class)
+      check_same(grad(fast, i), grad(ref, i), count, "gradient", name, node);
+  }
+  check_same(fast->grads, ref->grads, fast->trainable_count, "weight gradient",
+             name, "the model");
+  check_same(fast->state, ref->state, fast->state_count, "state", name,
+             "the model");
+  mxu_model_free(fast);
+  mxu_model_free(ref);
+}
+
+/* ---- 1. every new layer ---------------------------------------------------
+ * Each case: model inputs of the given shapes, each read by an identity,
+ * the layer under test (named "under_test") over them, and the head. */
+
+typedef struct layer_case layer_case;
+struct layer_case {
+  const char *name;
+  int inputs;
+  int64_t shape[3][3];
+  int64_t out[3];
+  int out_rank;
+  /* one sample: x[k] input k's values, y the expected output */
+  void (*expect)(const layer_case *c, const float *const *x, float *y);
+  mxu_merge_kind kind;
+  int axis;  /* Concatenate, as Keras counts it */
+  int layer; /* not a merge: which (below) */
+  mxu_relu_config relu;
+  int keepdims, top, bottom, left, right;
+  int64_t target[3]; /* Reshape */
+};
+
+enum { MERGE = 0, GLOBAL_AVG, GLOBAL_MAX, ZERO_PAD, RELU, RESHAPE };
+
+static int64_t count3(const int64_t *d) { return d[0] * d[1] * d[2]; }
+
+static void elementwise_expect(const layer_case *c, const float *const *x,
+                               float *y) {
+  for (int64_t i = 0; i < count3(c->shape[0]); i++) {
+    float v = x[0][i];
+    for (int k = 1; k < c->inputs; k++) {
+      float u = x[k][i];
+      switch (c->kind) {
+      case MXU_MERGE_SUBTRACT: v = v - u; break;
+      case MXU_MERGE_MULTIPLY: v = v * u; break;
+      case MXU_MERGE_MAXIMUM: v = u > v ? u : v; break;
+      case MXU_MERGE_MINIMUM: v = u < v ? u : v; break;
+      default: v = v + u;
+      }
+    }
+    y[i] = c->kind == MXU_MERGE_AVERAGE ? v / (float)c->inputs : v;
+  }
+}
+
+/* Output position by position: which input holds it, and where. */
+static void concatenate_expect(const layer_case *c, const float *const *x,
+                               float *y) {
+  int axis = c->axis < 0 ? 3 + c->axis : c->axis - 1;
+  int64_t out[3] = {c->shape[0][0], c->shape[0][1], c->shape[0][2]};
+  out[axis] = 0;
+  for (int k = 0; k < c->inputs; k++) out[axis] += c->shape[k][axis];
+  for (int64_t a = 0; a < out[0]; a++)
+    for (int64_t b = 0; b < out[1]; b++)
+      for (int64_t d = 0; d < out[2]; d++) {
+        int64_t at[3] = {a, b, d};
+        int k = 0;
+        while (at[axis] >= c->shape[k][axis]) at[axis] -= c->shape[k++][axis];
+        const int64_t *s = c->shape[k];
+        y[(a * out[1] + b) * out[2] + d] =
+            x[k][(at[0] * s[1] + at[1]) * s[2] + at[2]];
+      }
+}
+
+static void global_pool_expect(const layer_case *c, const float *const *x,
+                               float *y) {
+  int64_t h = c->shape[0][0], w = c->shape[0][1], ch = c->shape[0][2];
+  for (int64_t k = 0; k < ch; k++) {
+    double sum = 0;
+    float best = x[0][k];
+    for (int64_t r = 0; r < h; r++)
+      for (int64_t col = 0; col < w; col++) {
+        float v = x[0][(r * w + col) * ch + k];
+        sum += v;
+        if (v > best) best = v;
+      }
+    y[k] = c->layer == GLOBAL_MAX ? best : (float)(sum / (double)(h * w));
+  }
+}
+
+static void zero_padding_expect(const layer_case *c, const float *const *x,
+                                float *y) {
+  int64_t h = c->shape[0][0], w = c->shape[0][1], ch = c->shape[0][2];
+  int64_t out_h = h + c->top + c->bottom, out_w = w + c->left + c->right;
+  for (int64_t r = 0; r < out_h; r++)
+    for (int64_t col = 0; col < out_w; col++)
+      for (int64_t k = 0; k < ch; k++) {
+        int64_t ir = r - c->top, ic = col - c->left;
+        int inside = ir >= 0 && ir < h && ic >= 0 && ic < w;
+        y[(r * out_w + col) * ch + k] =
+            inside ? x[0][(ir * w + ic) * ch + k] : 0.0f;
+      }
+}
+
+/* Keras' ReLU as keras.activations.relu writes it: x * (x > threshold)
+ * (relu(x) when threshold is 0), clipped to [0, max_value] when there is
+ * one, minus negative_slope * relu(threshold - x). */
+static void relu_expect(const layer_case *c, const float *const *x, float *y) {
+  const mxu_relu_config *r = &c->relu;
+  for (int64_t i = 0; i < count3(c->shape[0]); i++) {
+    float v = x[0][i];
+    float negative = r->threshold - v > 0 ? r->threshold - v : 0.0f;
+    float out =
+        r->threshold != 0 ? (v > r->threshold ? v : 0.0f) : (v > 0 ? v : 0.0f);
+    if (r->max_value >= 0)
+      out = out < 0 ? 0.0f : out > r->max_value ? r->max_value : out;
+    y[i] = out - r->negative_slope * negative;
+  }
+}
+
+static void copy_expect(const layer_case *c, const float *const *x, float *y) {
+  memcpy(y, x[0], (size_t)count3(c->shape[0]) * sizeof(float));
+}
+
+static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
+  const layer_case *c = ctx;
+  mxu_tensor_id x[3];
+  for (int k = 0; k < c->inputs; k++) x[k] = input_identity(m, c->shape[k]);
+  mxu_tensor_id y = -1;
+  switch (c->layer) {
+  case MERGE:
+    y = mxu_merge(m, c->kind, "under_test", x, c->inputs, c->axis);
+    break;
+  case GLOBAL_AVG:
+  case GLOBAL_MAX: {
+    mxu_global_pool2d_config g = {"under_test", c->layer == GLOBAL_MAX,
+                                  c->keepdims};
+    y = mxu_apply_global_pooling2d(m, &g, x[0]);
+    break;
+  }
+  case ZERO_PAD: {
+    mxu_zero_padding2d_config p = {"under_test", c->top, c->bottom, c->left,
+                                   c->right};
+    y = mxu_apply_zero_padding2d(m, &p, x[0]);
+    break;
+  }
+  case RELU: {
+    mxu_relu_config r = c->relu;
+    r.name = "under_test";
+    y = mxu_apply_relu(m, &r, x[0]);
+    break;
+  }
+  case RESHAPE: {
+    mxu_reshape_config r = {"under_test", mxu_shape_make(3, c->target)};
+    y = mxu_apply_reshape(m, &r, x[0]);
+    break;
+  }
+  }
+  return head(m, y);
+}
+
+/* The layer's output against the case's loops, sample by sample. */
+static void check_forward(const layer_case *c) {
+  mxu_model *m = build(c->name, case_graph, c, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  int node = node_named(m, "under_test");
+  CHECK(node >= 0);
+  if (node < 0) {
+    mxu_model_free(m);
+    return;
+  }
+  const mxu_shape *s = &m->layers[node].out_shape;
+  int same = s->rank == c->out_rank;
+  for (int d = 0; same && d < s->rank; d++) same = s->dims[d] == c->out[d];
+  CHECK_MSG(same, "%s: output shape of rank %d, (%lld, %lld, %lld)", c->name,
+            s->rank, (long long)s->dims[0], (long long)s->dims[1],
+            (long long)s->dims[2]);
+  CHECK(m->layers[node].input_count == c->inputs);
+  load_inputs(m, 8);
+  train_step(m);
+  int64_t out_count = mxu_shape_count(s);
+  float *want = malloc((size_t)out_count * sizeof(float));
+  for (int r = 0; r < BATCH; r++) {
+    const float *x[3];
+    for (int k = 0; k < c->inputs; k++)
+      x[k] = act(m, m->inputs[k]) + r * count3(c->shape[k]);
+    c->expect(c, x, want);
+    const float *got = act(m, node) + r * out_count;
+    for (int64_t i = 0; i < out_count; i++)
+      if (!(fabs(got[i] - want[i]) <= 1e-6 * fabs(want[i]) + 1e-6)) {
+        CHECK_MSG(0, "%s: sample %d value %lld: %.7g, want %.7g", c->name, r,
+                  (long long)i, (double)got[i], (double)want[i]);
+        break;
+      }
+  }
+  free(want);
+  mxu_model_free(m);
+}
+
+#define SHAPE342                                                               \
+  { 3, 4, 2 }
+#define MERGE_CASE(label, k, n)                                                \
+  {                                                                            \
+    .name = label, .inputs = n, .shape = {SHAPE342, SHAPE342, SHAPE342},       \
+    .out = SHAPE342, .out_rank = 3, .expect = elementwise_expect, .kind = k,   \
+    .layer = MERGE                                                             \
+  }
+#define RELU_CASE(label, top, slope, threshold)                                \
+  {                                                                            \
+    .name = label, .inputs = 1, .shape = {SHAPE342}, .out = SHAPE342,          \
+    .out_rank = 3, .expect = relu_expect, .layer = RELU, .relu = {             \
+      NULL,                                                                    \
+      top,                                                                     \
+      slope,                                                                   \
+      threshold                                                                \
+    }                                                                          \
+  }
+
+static const layer_case layer_cases[] = {
+    MERGE_CASE("Add of 3", MXU_MERGE_ADD, 3),
+    MERGE_CASE("Subtract", MXU_MERGE_SUBTRACT, 2),
+    MERGE_CASE("Multiply of 3", MXU_MERGE_MULTIPLY, 3),
+    MERGE_CASE("Average of 3", MXU_MERGE_AVERAGE, 3),
+    MERGE_CASE("Maximum of 3", MXU_MERGE_MAXIMUM, 3),
+    MERGE_CASE("Minimum", MXU_MERGE_MINIMUM, 2),
+    {.name = "Concatenate axis -1",
+     .inputs = 2,
+     .shape = {{3, 4, 2}, {3, 4, 3}},
+     .out = {3, 4, 5},
+     .out_rank = 3,
+     .expect = concatenate_expect,
+     .kind = MXU_MERGE_CONCATENATE,
+     .axis = -1,
+     .layer = MERGE},
+    {.name = "Concatenate axis 2 (width)",
+     .inputs = 2,
+     .shape = {{3, 4, 2}, {3, 2, 2}},
+     .out = {3, 6, 2},
+     .out_rank = 3,
+     .expect = concatenate_expect,
+     .kind = MXU_MERGE_CONCATENATE,
+     .axis = 2,
+     .layer = MERGE},
+    {.name = "Concatenate axis 1 (height) of 3",
+     .inputs = 3,
+     .shape = {{3, 4, 2}, {1, 4, 2}, {2, 4, 2}},
+     .out = {6, 4, 2},
+     .out_rank = 3,
+     .expect = concatenate_expect,
+     .kind = MXU_MERGE_CONCATENATE,
+     .axis = 1,
+     .layer = MERGE},
+    {.name = "GlobalAveragePooling2D",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {2},
+     .out_rank = 1,
+     .expect = global_pool_expect,
+     .layer = GLOBAL_AVG},
+    {.name = "GlobalAveragePooling2D keepdims",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {1, 1, 2},
+     .out_rank = 3,
+     .expect = global_pool_expect,
+     .layer = GLOBAL_AVG,
+     .keepdims = 1},
+    {.name = "GlobalMaxPooling2D",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {2},
+     .out_rank = 1,
+     .expect = global_pool_expect,
+     .layer = GLOBAL_MAX},
+    {.name = "GlobalMaxPooling2D keepdims",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {1, 1, 2},
+     .out_rank = 3,
+     .expect = global_pool_expect,
+     .layer = GLOBAL_MAX,
+     .keepdims = 1},
+    {.name = "ZeroPadding2D ((1, 2), (0, 3))",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {6, 7, 2},
+     .out_rank = 3,
+     .expect = zero_padding_expect,
+     .layer = ZERO_PAD,
+     .top = 1,
+     .bottom = 2,
+     .left = 0,
+     .right = 3},
+    RELU_CASE("ReLU default", -1.0f, 0.0f, 0.0f),
+    RELU_CASE("ReLU max 1.5 slope 0.2 threshold 0.5", 1.5f, 0.2f, 0.5f),
+    RELU_CASE("ReLU slope 0.1 threshold -0.5", -1.0f, 0.1f, -0.5f),
+    RELU_CASE("ReLU max 1 slope 0.3", 1.0f, 0.3f, 0.0f),
+    RELU_CASE("ReLU max 1 threshold -0.5", 1.0f, 0.0f, -0.5f),
+    {.name = "Reshape (2, -1, 3)",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {2, 4, 3},
+     .out_rank = 3,
+     .expect = copy_expect,
+     .layer = RESHAPE,
+     .target = {2, -1, 3}},
+};
+
+static void test_layers(void) {
+  for (size_t i = 0; i < sizeof layer_cases / sizeof *layer_cases; i++) {
+    const layer_case *c = &layer_cases[i];
+    check_forward(c);
+    mxu_model *m = build(c->name, case_graph, c, MXU_BACKEND_CPU_REF);
+    finite_differences(m, c->name);
+    mxu_model_free(m);
+    backends_agree(c->name, case_graph, c);
+  }
+}
+
+/* ---- 2. fan-out -------------------------------------------------------------
+ */
+
+static const int64_t small[3] = {4, 4, 2};
+
+static mxu_conv2d_config conv_same(int filters, mxu_activation activation,
+                                   const char *name) {
+  mxu_conv2d_config conv = mxu_conv2d_defaults(filters, 3, 3);
+  conv.padding = MXU_SAME;
+  conv.activation = activation;
+  conv.name = name;
+  return conv;
+}
+
+/* x read by 2: a residual connection, x + conv(x). */
+static mxu_tensor_id fan_out_2(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  mxu_tensor_id x = input_identity(m, small);
+  mxu_conv2d_config conv = conv_same(2, MXU_TANH, "conv");
+  return head(m, mxu_add(m, "sum", x, mxu_apply_conv2d(m, &conv, x)));
+}
+
+/* x read by 3, twice by one node: Concatenate([conv(x), Add()([x, x])]). */
+static mxu_tensor_id fan_out_3(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  mxu_tensor_id x = input_identity(m, small);
+  mxu_conv2d_config conv = conv_same(3, MXU_TANH, "conv");
+  mxu_tensor_id a = mxu_apply_conv2d(m, &conv, x);
+  mxu_tensor_id twice = mxu_add(m, "twice", x, x);
+  mxu_tensor_id both[2] = {a, twice};
+  return head(m, mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, both, 2, -1));
+}
+
+/* x read six times by four nodes, x * x read twice: Concatenate of
+ * Subtract([Maximum([x, x * x]), conv(x * x)]), Average([x]) and
+ * Maximum([x, x]) (a tie everywhere: all of the gradient goes to one). */
+static mxu_tensor_id fan_out_square(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  mxu_tensor_id x = input_identity(m, small);
+  mxu_tensor_id xx[2] = {x, x};
+  mxu_tensor_id square = mxu_merge(m, MXU_MERGE_MULTIPLY, "square", xx, 2, -1);
+  mxu_tensor_id pair[2] = {x, square};
+  mxu_tensor_id top = mxu_merge(m, MXU_MERGE_MAXIMUM, NULL, pair, 2, -1);
+  mxu_conv2d_config conv = conv_same(2, MXU_LINEAR, "conv");
+  mxu_tensor_id diff[2] = {top, mxu_apply_conv2d(m, &conv, square)};
+  mxu_tensor_id d = mxu_merge(m, MXU_MERGE_SUBTRACT, NULL, diff, 2, -1);
+  mxu_tensor_id x_again = mxu_merge(m, MXU_MERGE_AVERAGE, NULL, &x, 1, -1);
+  mxu_tensor_id x_max = mxu_merge(m, MXU_MERGE_MAXIMUM, NULL, xx, 2, -1);
+  mxu_tensor_id all[3] = {d, x_again, x_max};
+  return head(m, mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, all, 3, 2));
+}
+
+/* Views over a tensor that others read too: x reshaped to (16, 2) and back
+ * (a view of a view) added to x, then a conv; Flatten in the head is a
+ * view of the sum, which a GlobalMaxPooling2D also reads. */
+static mxu_tensor_id fan_out_views(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  mxu_tensor_id x = input_identity(m, small);
+  int64_t flat[2] = {-1, 2};
+  mxu_reshape_config r1 = {"flat", mxu_shape_make(2, flat)};
+  mxu_reshape_config r2 = {"back", mxu_shape_make(3, small)};
+  mxu_tensor_id back = mxu_apply_reshape(m, &r2, mxu_apply_reshape(m, &r1, x));
+  mxu_conv2d_config conv = conv_same(2, MXU_TANH, "conv");
+  mxu_tensor_id y = mxu_apply_conv2d(m, &conv, mxu_add(m, NULL, x, back));
+  mxu_global_pool2d_config g = {NULL, 1, 0};
+  mxu_tensor_id pooled = mxu_apply_global_pooling2d(m, &g, y);
+  mxu_tensor_id flat_y = mxu_apply_flatten(m, NULL, y);
+  mxu_tensor_id cat[2] = {flat_y, pooled};
+  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
+  dense.activation = MXU_SOFTMAX;
+  return mxu_apply_dense(m, &dense,
+                         mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, cat, 2, -1));
+}
+
+/* x read by one layer of every kind, each then flattened, all
+ * concatenated: every layer class writes its input's gradient into a
+ * partial buffer, but the one the backward reaches first. */
+static mxu_tensor_id fan_out_every_layer(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  mxu_tensor_id x = input_identity(m, small);
+  mxu_tensor_id y[16];
+  int n = 0;
+  mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+  y[n++] = mxu_apply_batch_normalization(m, &bn, x);
+  mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
+  y[n++] = mxu_apply_max_pooling2d(m, &pool, x);
+  y[n++] = mxu_apply_average_pooling2d(m, &pool, x);
+  y[n++] = mxu_apply_activation(m, NULL, MXU_SIGMOID, x);
+  y[n++] = mxu_apply_dropout(m, NULL, 0.3f, x);
+  mxu_zero_padding2d_config pad = {NULL, 1, 0, 0, 1};
+  y[n++] = mxu_apply_zero_padding2d(m, &pad, x);
+  mxu_relu_config relu = {NULL, -1.0f, 0.2f, 0.3f};
+  y[n++] = mxu_apply_relu(m, &relu, x);
+  mxu_conv2d_config conv = conv_same(2, MXU_TANH, NULL);
+  y[n++] = mxu_apply_conv2d(m, &conv, x);
+  mxu_dense_config dense = mxu_dense_defaults(3);
+  dense.activation = MXU_TANH;
+  y[n++] = mxu_apply_dense(m, &dense, mxu_apply_flatten(m, NULL, x));
+  mxu_global_pool2d_config average = {NULL, 0, 0}, max = {NULL, 1, 1};
+  y[n++] = mxu_apply_global_pooling2d(m, &average, x);
+  y[n++] = mxu_apply_global_pooling2d(m, &max, x);
+  int64_t flat[1] = {-1};
+  mxu_reshape_config reshape = {NULL, mxu_shape_make(1, flat)};
+  y[n++] = mxu_apply_reshape(m, &reshape, x);
+  for (int k = 0; k < n; k++) y[k] = mxu_apply_flatten(m, NULL, y[k]);
+  mxu_dense_config out = mxu_dense_defaults(CLASSES);
+  out.activation = MXU_SOFTMAX;
+  return mxu_apply_dense(m, &out,
+                         mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, y, n, -1));
+}
+
+/* Two outputs, the first (which the loss reads) also read by the second:
+ * the second's branch carries no loss, so the first output's gradient is
+ * the loss's alone. */
+static mxu_tensor_id two_outputs(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  mxu_tensor_id x = input_identity(m, small);
+  mxu_tensor_id first = head(m, x);
+  mxu_dense_config dense = mxu_dense_defaults(3);
+  dense.name = "second";
+  mxu_tensor_id outputs[2] = {first, mxu_apply_dense(m, &dense, first)};
+  CHECK_OK(mxu_model_outputs(m, outputs, 2));
+  return first;
+}
+
+static int partial_edges(const mxu_model *m, int tensor) {
+  int count = 0;
+  for (int i = 0; i < m->layer_count; i++)
+    for (int k = 0; k < m->layers[i].input_count; k++)
+      if (m->layers[i].inputs[k] == tensor &&
+          m->plan.edges[i * MXU_MAX_INPUTS + k].partial)
+        count++;
+  return count;
+}
+
+static void check_readers(const char *name, graph_fn fn, int readers) {
+  mxu_model *m = build(name, fn, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  int x = input_reader(m, 0);
+  CHECK_MSG(m->plan.consumers[x] == readers, "%s: x has %d readers, want %d",
+            name, m->plan.consumers[x], readers);
+  /* The last reader writes the gradient; every other adds a partial. */
+  CHECK_MSG(partial_edges(m, x) == readers - 1, "%s: %d partial edges", name,
+            partial_edges(m, x));
+  mxu_model_free(m);
+}
+
+static void test_fan_out(void) {
+  static const struct {
+    const char *name;
+    graph_fn fn;
+    int readers;
+  } graphs[] = {
+      {"x read by 2", fan_out_2, 2},
+      {"x read by 3, twice by Add", fan_out_3, 3},
+      {"x and x * x read by several", fan_out_square, 6},
+      {"views of a tensor read twice", fan_out_views, 2},
+      {"x read by every kind of layer", fan_out_every_layer, 12},
+  };
+  for (size_t i = 0; i < sizeof graphs / sizeof *graphs; i++) {
+    check_readers(graphs[i].name, graphs[i].fn, graphs[i].readers);
+    mxu_model *m =
+        build(graphs[i].name, graphs[i].fn, NULL, MXU_BACKEND_CPU_REF);
+    finite_differences(m, graphs[i].name);
+    mxu_model_free(m);
+    backends_agree(graphs[i].name, graphs[i].fn, NULL);
+  }
+  /* Add()([x, x]) is 2x: its output is twice its input, and the gradient
+   * that reaches x through it twice what reaches its output. */
+  mxu_model *m = build("x + x", fan_out_3, NULL, MXU_BACKEND_CPU_REF);
+  if (m) {
+    load_inputs(m, 6);
+    train_step(m);
+    int x = input_reader(m, 0), twice = node_named(m, "twice");
+    for (int64_t i = 0; i < tensor_floats(m, x); i++)
+      if (act(m, twice)[i] != 2.0f * act(m, x)[i]) {
+        CHECK_MSG(0, "x + x [%lld] = %g, x = %g", (long long)i,
+                  (double)act(m, twice)[i], (double)act(m, x)[i]);
+        break;
+      }
+    mxu_model_free(m);
+  }
+  /* A model output that another node reads. */
+  m = build("two outputs", two_outputs, NULL, MXU_BACKEND_CPU_REF);
+  finite_differences(m, "two outputs");
+  if (m) {
+    load_inputs(m, 3);
+    train_step(m);
+    int second = node_named(m, "second");
+    const mxu_param *p = &m->params[m->layers[second].param_first];
+    double sum = 0;
+    for (int64_t i = 0; i < p->count; i++) sum += fabs(m->grads[p->offset + i]);
+    CHECK_MSG(sum == 0, "the second output's kernel has gradient %g", sum);
+  }
+  mxu_model_free(m);
+}
+
+/* ---- 3. the whole residual CNN along a random direction -----------------
+ * (kann's kad_check_grad): (L(w + eps d) - L(w - eps d)) / 2 eps against
+ * grad . d for a random unit d over every trainable weight. */
+
+typedef struct residual_options {
+  float dropout;
+} residual_options;
+
+/* conv -> BN -> relu (h), conv -> BN added to h, ReLU, concatenated with
+ * h, GlobalAveragePooling2D, Dense softmax. */
+static mxu_tensor_id residual_cnn(mxu_model *m, const void *ctx) {
+  const residual_options *o = ctx;
+  static const int64_t dims[3] = {6, 6, 3};
+  mxu_tensor_id x = mxu_input(m, "image", mxu_shape_make(3, dims));
+  mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+  mxu_conv2d_config c1 = conv_same(4, MXU_LINEAR, NULL);
+  mxu_tensor_id h = mxu_apply_activation(
+      m, NULL, MXU_RELU,
+      mxu_apply_batch_normalization(m, &bn, mxu_apply_conv2d(m, &c1, x)));
+  mxu_conv2d_config c2 = conv_same(4, MXU_LINEAR, NULL);
+  mxu_tensor_id r =
+      mxu_apply_batch_normalization(m, &bn, mxu_apply_conv2d(m, &c2, h));
+  mxu_relu_config relu = mxu_relu_defaults();
+  mxu_tensor_id s = mxu_apply_relu(m, &relu, mxu_add(m, NULL, h, r));
+  mxu_tensor_id both[2] = {s, h};
+  mxu_tensor_id y = mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, both, 2, -1);
+  if (o && o->dropout > 0) y = mxu_apply_dropout(m, NULL, o->dropout, y);
+  mxu_global_pool2d_config gap = {NULL, 0, 0};
+  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
+  dense.activation = MXU_SOFTMAX;
+  return mxu_apply_dense(m, &dense, mxu_apply_global_pooling2d(m, &gap, y));
+}
+
+static int agree(double analytic, double numeric) {
+  double scale =
+      fabs(analytic) > fabs(numeric) ? fabs(analytic) : fabs(numeric);
+  return fabs(analytic - numeric) <= 2e-2 * scale + 1e-4;
+}
+
+static void directional_check(mxu_backend_kind backend, uint64_t seed) {
+  const char *name = backend == MXU_BACKEND_CPU ? "residual cnn (cpu)"
+                                                : "residual cnn (cpu_ref)";
+  mxu_model *m = build(name, residual_cnn, NULL, backend);
+  if (!m) return;
+  load_inputs(m, 21);
+  mean_loss(m);
+  int64_t n = m->trainable_count;
+  float *g = malloc((size_t)n * sizeof(float));
+  float *w0 = malloc((size_t)n * sizeof(float));
+  float *d = calloc((size_t)n, sizeof(float));
+  memcpy(g, m->grads, (size_t)n * sizeof(float));
+  memcpy(w0, m->weights, (size_t)n * sizeof(float));
+  /* A random direction over the weights (not the alignment padding
+   * between them), of unit length. */
+  mxu_rng rng = mxu_rng_make(seed, 7, 0, 0, 0);
+  double norm = 0;
+  int layers_moved = 0;
+  for (int p = 0; p < m->param_count; p++) {
+    const mxu_param *param = &m->params[p];
+    if (!param->trainable) continue;
+    mxu_rng_uniform(&rng, (uint64_t)param->offset, d + param->offset,
+                    (size_t)param->count);
+    for (int64_t i = param->offset; i < param->offset + param->count; i++) {
+      d[i] = 2.0f * d[i] - 1.0f;
+      norm += (double)d[i] * d[i];
+    }
+    layers_moved++;
+  }
+  CHECK(layers_moved == 10); /* 2 x (kernel, bias, gamma, beta), Dense's 2 */
+  double dot = 0;
+  for (int64_t i = 0; i < n; i++) {
+    d[i] = (float)(d[i] / sqrt(norm));
+    dot += (double)g[i] * d[i];
+  }
+  line l = {m, NULL, w0, d};
+  double central = NAN;
+  CHECK_MSG(fabs(dot) > 5e-4, "%s: grad . d = %g is too small to tell", name,
+            dot);
+  CHECK_MSG(slope_matches(&l, dot, agree, &central),
+            "%s: grad . d = %.8g, finite difference %.8g", name, dot, central);
+  free(g);
+  free(w0);
+  free(d);
+  mxu_model_free(m);
+}
+
+static void test_whole_graph(void) {
+  directional_check(MXU_BACKEND_CPU_REF, 1);
+  directional_check(MXU_BACKEND_CPU_REF, 2);
+  directional_check(MXU_BACKEND_CPU, 3);
+  backends_agree("residual cnn", residual_cnn, NULL);
+}
+
+/* ---- 4. determinism --------------------------------------------------------
+ * Two replicas on one thread or on two: the same weights bit for bit. */
+
+static mxu_model *train_residual(int threads, const mxu_dataset *data,
+                                 double *loss) {
+  static const residual_options options = {0.25f};
+  mxu_compile_config cc = config_for(MXU_BACKEND_CPU);
+  cc.batch_size = 8;
+  cc.replicas = 2;
+  cc.threads = threads;
+  cc.seed = 3;
+  mxu_model *m = build_with("residual fit", residual_cnn, &options, &cc);
+  if (!m) return NULL;
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.epochs = 1;
+  fit.batch_size = 8;
+  fit.steps_per_epoch = 3;
+  fit.seed = 9;
+  fit.verbose = 0;
+  const mxu_history *history = NULL;
+  CHECK_OK(mxu_fit(m, data, &fit, &history));
+  *loss = history && history->count == 1 ? history->epochs[0].loss : NAN;
+  return m;
+}
+
+static void test_determinism(void) {
+  enum { COUNT = 32 };
+  static const int64_t dims[3] = {6, 6, 3};
+  float *x = malloc(COUNT * 6 * 6 * 3 * sizeof(float));
+  int32_t labels[COUNT];
+  mxu_rng rng = mxu_rng_make(17, 1, 0, 0, 0);
+  mxu_rng_uniform(&rng, 0, x, COUNT * 6 * 6 * 3);
+  for (int i = 0; i < COUNT; i++)
+    labels[i] = (int32_t)mxu_rng_below(&rng, 1u << 20 | (unsigned)i, CLASSES);
+  mxu_dataset *data = NULL;
+  CHECK_OK(mxu_dataset_from_arrays(x, labels, COUNT, mxu_shape_make(3, dims),
+                                   CLASSES, &data));
+  free(x);
+  if (!data) return;
+  double loss1 = NAN, loss2 = NAN;
+  mxu_model *one = train_residual(1, data, &loss1);
+  mxu_model *two = train_residual(2, data, &loss2);
+  mxu_compile_config cc = config_for(MXU_BACKEND_CPU);
+  cc.batch_size = 8;
+  cc.replicas = 2;
+  cc.seed = 3;
+  static const residual_options options = {0.25f};
+  mxu_model *fresh = build_with("untrained", residual_cnn, &options, &cc);
+  if (one && two && fresh) {
+    CHECK(two->plan.workers == 2 && one->plan.workers == 1);
+    CHECK(one->iterations == 3 && two->iterations == 3);
+    CHECK(isfinite(loss1));
+    CHECK_MSG(loss1 == loss2, "loss %.9g with 1 thread, %.9g with 2", loss1,
+              loss2);
+    size_t w = (size_t)one->trainable_count * sizeof(float);
+    size_t s = (size_t)one->state_count * sizeof(float);
+    CHECK(memcmp(one->weights, two->weights, w) == 0);
+    CHECK(memcmp(one->state, two->state, s) == 0);
+    /* ... and training changed them. */
+    CHECK(memcmp(one->weights, fresh->weights, w) != 0);
+    CHECK(memcmp(one->state, fresh->state, s) != 0);
+  }
+  mxu_model_free(one);
+  mxu_model_free(two);
+  mxu_model_free(fresh);
+  mxu_dataset_free(data);
+}
+
+/* ---- 5. fusion inside a residual block ----------------------------------- */
+
+enum { FUSE_ALL, LONG_SHORTCUT, CONV_READ_TWICE, POOL_READ_TWICE };
+
+/* x -> conv(relu) -> MaxPooling2D -> Activation('relu'), added to a
+ * shortcut conv that reads x too. Variants make the shortcut the longer
+ * path (so that the graph's order, by depth, puts it first), or give the
+ * conv's output or the pool's a second reader. */
+static mxu_tensor_id fusion_graph(mxu_model *m, const void *ctx) {
+  int variant = *(const int *)ctx;
+  static const int64_t dims[3] = {9, 9, 2};
+  mxu_tensor_id x = input_identity(m, dims);
+  mxu_conv2d_config conv = mxu_conv2d_defaults(16, 2, 2);
+  conv.activation = MXU_RELU;
+  conv.name = "main";
+  mxu_tensor_id c = mxu_apply_conv2d(m, &conv, x);
+  mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
+  pool.name = "pool";
+  mxu_tensor_id p = mxu_apply_max_pooling2d(m, &pool, c);
+  mxu_tensor_id r = mxu_apply_activation(m, "relu", MXU_RELU, p);
+  mxu_conv2d_config shortcut = mxu_conv2d_defaults(16, 2, 2);
+  shortcut.strides[0] = shortcut.strides[1] = 2;
+  shortcut.name = "shortcut";
+  mxu_tensor_id s = mxu_apply_conv2d(m, &shortcut, x);
+  for (int k = 0; variant == LONG_SHORTCUT && k < 3; k++)
+    s = mxu_apply_activation(m, NULL, MXU_TANH, s);
+  mxu_tensor_id sum = mxu_add(m, NULL, r, s);
+  if (variant == CONV_READ_TWICE) {
+    mxu_pool2d_config avg = mxu_pool2d_defaults(2, 2);
+    sum = mxu_add(m, NULL, sum, mxu_apply_average_pooling2d(m, &avg, c));
+  } else if (variant == POOL_READ_TWICE) {
+    sum = mxu_add(m, NULL, sum, p);
+  }
+  mxu_global_pool2d_config gap = {NULL, 0, 0};
+  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
+  dense.activation = MXU_SOFTMAX;
+  return mxu_apply_dense(m, &dense, mxu_apply_global_pooling2d(m, &gap, sum));
+}
+
+static void test_fusion(void) {
+  static const struct {
+    const char *name;
+    int variant, fused;
+  } cases[] = {
+      {"conv, pool, relu in a residual block", FUSE_ALL, 2},
+      {"conv, pool, relu beside a longer shortcut", LONG_SHORTCUT, 2},
+      {"a conv read twice", CONV_READ_TWICE, 0},
+      {"a pool read twice", POOL_READ_TWICE, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *name = cases[i].name;
+    mxu_model *m =
+        build(name, fusion_graph, &cases[i].variant, MXU_BACKEND_CPU);
+    if (!m) continue;
+    int conv = node_named(m, "main"), pool = node_named(m, "pool");
+    int relu = node_named(m, "relu");
+    CHECK(m->plan.consumers[input_reader(m, 0)] == 2);
+    if (m->backend->conv_pool_create) {
+      int want = cases[i].fused;
+      CHECK_MSG(m->layers[conv].fused_layers == want,
+                "%s: fused_layers %d, want %d", name,
+                m->layers[conv].fused_layers, want);
+      CHECK(m->layers[pool].absorbed == (want >= 1));
+      CHECK(m->layers[relu].absorbed == (want >= 2));
+      if (want >= 1) CHECK(m->layers[conv].fused[0] == &m->layers[pool]);
+      if (want >= 2) CHECK(m->layers[conv].fused[1] == &m->layers[relu]);
+      CHECK(m->layers[node_named(m, "shortcut")].fused_layers == 0);
+    } else {
+      printf("test_graph: this backend fuses nothing; fusion unchecked\n");
+    }
+    mxu_model_free(m);
+    m = build(name, fusion_graph, &cases[i].variant, MXU_BACKEND_CPU_REF);
+    if (m) CHECK(m->layers[conv].fused_layers == 0);
+    finite_differences(m, name);
+    mxu_model_free(m);
+    backends_agree(name, fusion_graph, &cases[i].variant);
+  }
+}
+
+/* ---- 6. errors -------------------------------------------------------------
+ */
+
+static void test_errors(void) {
+  static const int64_t dims[3] = {3, 4, 2}, other[3] = {3, 5, 2};
+  mxu_compile_config cc = config_for(MXU_BACKEND_CPU_REF);
+
+  /* A node nobody reads. */
+  mxu_model *m = mxu_functional("dangling");
+  mxu_tensor_id x = mxu_input(m, NULL, mxu_shape_make(3, dims));
+  mxu_global_pool2d_config g = {"unread", 1, 0};
+  mxu_apply_global_pooling2d(m, &g, x);
+  mxu_tensor_id out = head(m, x);
+  CHECK_OK(mxu_model_outputs(m, &out, 1));
+  EXPECT_FAIL(mxu_compile(m, &cc), MXU_ERR_ARG, "'unread'");
+  CHECK(!m->compiled);
+  mxu_model_free(m);
+  /* ... nor an input nobody reads, without mxu_model_outputs. */
+  m = mxu_functional("unused input");
+  x = mxu_input(m, NULL, mxu_shape_make(3, dims));
+  mxu_input(m, "spare", mxu_shape_make(3, dims));
+  head(m, x);
+  EXPECT_FAIL(mxu_compile(m, &cc), MXU_ERR_ARG, "'spare'");
+  mxu_model_free(m);
+
+  m = mxu_functional("errors");
+  x = mxu_input(m, NULL, mxu_shape_make(3, dims));
+  mxu_tensor_id y = mxu_input(m, NULL, mxu_shape_make(3, other));
+  int count = m->layer_count;
+  /* Subtract takes two. */
+  mxu_tensor_id three[3] = {x, x, x};
+  CHECK(mxu_merge(m, MXU_MERGE_SUBTRACT, NULL, three, 3, -1) == -1);
+  CHECK_MSG(has(mxu_errmsg(), "Subtract") && has(mxu_errmsg(), "2"), "%s",
+            mxu_errmsg());
+  /* Concatenate of shapes that differ off the axis: both named. */
+  mxu_tensor_id pair[2] = {x, y};
+  CHECK(mxu_merge(m, MXU_MERGE_CONCATENATE, "cat", pair, 2, -1) == -1);
+  CHECK_MSG(has(mxu_errmsg(), "(3, 4, 2)") && has(mxu_errmsg(), "(3, 5, 2)") &&
+                has(mxu_errmsg(), "cat"),
+            "%s", mxu_errmsg());
+  /* ... along the axis they may differ. */
+  mxu_tensor_id ok = mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, pair, 2, 2);
+  CHECK(ok >= 0 && m->layers[ok].out_shape.dims[1] == 9);
+  CHECK(mxu_merge(m, MXU_MERGE_ADD, NULL, pair, 2, -1) == -1);
+  CHECK_MSG(has(mxu_errmsg(), "(3, 4, 2)") && has(mxu_errmsg(), "(3, 5, 2)"),
+            "%s", mxu_errmsg());
+  CHECK(mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, pair, 2, 4) == -1);
+  CHECK(has(mxu_errmsg(), "axis 4"));
+  CHECK(mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, pair, 2, 0) == -1);
+  mxu_tensor_id elsewhere[2] = {x, 1000};
+  CHECK(mxu_merge(m, MXU_MERGE_ADD, NULL, elsewhere, 2, -1) == -1);
+  CHECK(has(mxu_errmsg(), "not a tensor of this model"));
+  int64_t bad[3] = {5, -1, 1};
+  mxu_reshape_config reshape = {NULL, mxu_shape_make(3, bad)};
+  CHECK(mxu_apply_reshape(m, &reshape, x) == -1); /* 24 values by 5 */
+  mxu_relu_config relu = mxu_relu_defaults();
+  relu.negative_slope = -1;
+  CHECK(mxu_apply_relu(m, &relu, x) == -1);
+  CHECK(has(mxu_errmsg(), "negative_slope"));
+  CHECK(m->layer_count == count + 1);
+
+  /* A failure passed on: -1 in, -1 out, the first message kept. */
+  CHECK(mxu_merge(m, MXU_MERGE_CONCATENATE, "cat", pair, 2, -1) == -1);
+  char first[512];
+  snprintf(first, sizeof first, "%s", mxu_errmsg());
+  count = m->layer_count;
+  mxu_conv2d_config conv = mxu_conv2d_defaults(2, 1, 1);
+  mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
+  mxu_dense_config dense = mxu_dense_defaults(2);
+  mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+  mxu_zero_padding2d_config pad = {NULL, 1, 1, 1, 1};
+  mxu_global_pool2d_config gap = {NULL, 0, 0};
+  relu = mxu_relu_defaults();
+  int64_t flat[1] = {-1};
+  reshape = (mxu_reshape_config){NULL, mxu_shape_make(1, flat)};
+  mxu_tensor_id failed = -1, with_failed[2] = {x, -1};
+  CHECK(mxu_apply_conv2d(m, &conv, failed) == -1);
+  CHECK(mxu_apply_max_pooling2d(m, &pool, failed) == -1);
+  CHECK(mxu_apply_average_pooling2d(m, &pool, failed) == -1);
+  CHECK(mxu_apply_activation(m, NULL, MXU_RELU, failed) == -1);
+  CHECK(mxu_apply_flatten(m, NULL, failed) == -1);
+  CHECK(mxu_apply_dense(m, &dense, failed) == -1);
+  CHECK(mxu_apply_dropout(m, NULL, 0.5f, failed) == -1);
+  CHECK(mxu_apply_batch_normalization(m, &bn, failed) == -1);
+  CHECK(mxu_apply_global_pooling2d(m, &gap, failed) == -1);
+  CHECK(mxu_apply_zero_padding2d(m, &pad, failed) == -1);
+  CHECK(mxu_apply_relu(m, &relu, failed) == -1);
+  CHECK(mxu_apply_reshape(m, &reshape, failed) == -1);
+  /* ... even with a NULL config too. */
+  CHECK(mxu_apply_global_pooling2d(m, NULL, failed) == -1);
+  CHECK(mxu_apply_zero_padding2d(m, NULL, failed) == -1);
+  CHECK(mxu_apply_relu(m, NULL, failed) == -1);
+  CHECK(mxu_apply_reshape(m, NULL, failed) == -1);
+  CHECK(mxu_apply_conv2d(m, NULL, failed) == -1);
+  CHECK(mxu_apply_dense(m, NULL, failed) == -1);
+  CHECK(mxu_add(m, NULL, x, failed) == -1);
+  CHECK(mxu_merge(m, MXU_MERGE_MAXIMUM, NULL, with_failed, 2, -1) == -1);
+  CHECK(mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, with_failed, 2, -1) == -1);
+  EXPECT_FAIL(mxu_model_outputs(m, &failed, 1), MXU_ERR_ARG, NULL);
+  CHECK_MSG(strcmp(mxu_errmsg(), first) == 0, "message now '%s', was '%s'",
+            mxu_errmsg(), first);
+  CHECK(m->layer_count == count);
+
+  /* mxu_add_* belong to Sequential models. */
+  EXPECT_FAIL(mxu_add_input(m, NULL, mxu_shape_make(3, dims)), MXU_ERR_ARG,
+              "mxu_input");
+  EXPECT_FAIL(mxu_add_conv2d(m, &conv), MXU_ERR_ARG, "mxu_apply");
+  EXPECT_FAIL(mxu_add_max_pooling2d(m, &pool), MXU_ERR_ARG, "mxu_apply");
+  EXPECT_FAIL(mxu_add_average_pooling2d(m, &pool), MXU_ERR_ARG, "mxu_apply");
+  EXPECT_FAIL(mxu_add_activation(m, NULL, MXU_RELU), MXU_ERR_ARG, "mxu_apply");
+  EXPECT_FAIL(mxu_add_flatten(m, NULL), MXU_ERR_ARG, "mxu_apply");
+  EXPECT_FAIL(mxu_add_dense(m, &dense), MXU_ERR_ARG, "mxu_apply");
+  EXPECT_FAIL(mxu_add_dropout(m, NULL, 0.5f), MXU_ERR_ARG, "mxu_apply");
+  EXPECT_FAIL(mxu_add_batch_normalization(m, &bn), MXU_ERR_ARG, "mxu_apply");
+  CHECK(m->layer_count == count);
+  mxu_model_free(m);
+
+  /* ... and mxu_input and mxu_apply_* to functional ones. */
+  m = mxu_sequential("sequential");
+  CHECK_OK(mxu_add_input(m, NULL, mxu_shape_make(3, dims)));
+  CHECK_OK(mxu_add_conv2d(m, &conv));
+  count = m->layer_count;
+  CHECK(mxu_input(m, NULL, mxu_shape_make(3, dims)) == -1);
+  CHECK(has(mxu_errmsg(), "mxu_add_input"));
+  CHECK(mxu_apply_conv2d(m, &conv, 1) == -1);
+  CHECK(has(mxu_errmsg(), "Sequential"));
+  CHECK(mxu_apply_max_pooling2d(m, &pool, 1) == -1);
+  CHECK(mxu_apply_activation(m, NULL, MXU_RELU, 1) == -1);
+  CHECK(mxu_apply_flatten(m, NULL, 1) == -1);
+  CHECK(mxu_apply_global_pooling2d(m, &gap, 1) == -1);
+  CHECK(mxu_apply_zero_padding2d(m, &pad, 1) == -1);
+  CHECK(mxu_apply_relu(m, &relu, 1) == -1);
+  CHECK(mxu_apply_reshape(m, &reshape, 1) == -1);
+  CHECK(mxu_add(m, NULL, 1, 1) == -1);
+  CHECK(has(mxu_errmsg(), "Sequential"));
+  CHECK(m->layer_count == count);
+  /* Its hidden InputLayer is node 0; Keras' layer 0 is node 1. */
+  CHECK(m->layers[0].hidden && m->layers[0].cls == &mxu_input_layer_class);
+  CHECK(mxu_model_node(m, 0) == 1 && mxu_model_node(m, 1) == -1);
+  CHECK(mxu_model_layer_count(m) == 1);
+  mxu_model_free(m);
+
+  /* A functional model's InputLayer is one of its layers. */
+  m = mxu_functional(NULL);
+  x = mxu_input(m, "in", mxu_shape_make(3, dims));
+  CHECK(x == 0 && mxu_model_node(m, 0) == 0 && mxu_model_layer_count(m) == 1);
+  CHECK(strcmp(mxu_model_layer_name(m, 0), "in") == 0);
+  mxu_model_free(m);
+}
+
+int main(void) {
+  test_layers();
+  test_fan_out();
+  test_whole_graph();
+  test_determinism();
+  test_fusion();
+  test_errors();
+  return check_report("test_graph");
+}
