@@ -224,7 +224,14 @@ mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
 mxu_tensor_id mxu_apply_reshape(mxu_model *model,
                                 const mxu_reshape_config *config,
                                 mxu_tensor_id x);
-/* A merge of `count` tensors (axis: Concatenate's, -1 the last). */
+/* Keras' shared layers: calls the layer that made `made_by` again, on
+ * `inputs`, with the same weights (a siamese branch, a block reused).
+ * Their gradients from every call are summed. Layers with batch
+ * statistics (BatchNormalization) cannot be shared. */
+mxu_tensor_id mxu_apply_again(mxu_model *model, mxu_tensor_id made_by,
+                              const mxu_tensor_id *inputs, int count);
+/* A merge of `count` tensors; axis is Concatenate's, counted as Keras
+ * does (the batch is axis 0, -1 the last). */
 mxu_tensor_id mxu_merge(mxu_model *model, mxu_merge_kind kind, const char *name,
                         const mxu_tensor_id *inputs, int count, int axis);
 /* Keras' layers.add([a, b]). */

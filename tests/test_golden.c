@@ -6,21 +6,38 @@
  * (BatchNormalization's moving statistics included) and predictions. The
  * graph holds ZeroPadding2D, ReLU, Add, Concatenate, MaxPooling2D,
  * GlobalAveragePooling2D, Multiply, Subtract, Reshape and a fan-out of
- * several tensors; both JSON dialects and both backends are checked. */
+ * several tensors; a second net (tests/golden/shared/, make_shared.py)
+ * calls a Conv2D and a Dense twice each (Keras' shared layers). Both JSON
+ * dialects and both backends are checked. */
 #include "check.h"
 
 #include <hdf5.h>
 
-#define ROWS 8
-#define CLASSES 5
-#define GOLDEN "tests/golden/"
+#define MAX_ROWS 8
+#define MAX_CLASSES 5
+
+/* A golden directory: its files, batch and shapes. */
+typedef struct golden_case {
+  const char *dir; /* initial.h5, after_step.h5, batch.h5 in it */
+  const char *json[2];
+  int rows, classes;
+  int64_t input[3];
+} golden_case;
 
 typedef struct golden {
-  float x[ROWS * 8 * 8 * 3];
-  int32_t y[ROWS];
+  float x[MAX_ROWS * 8 * 8 * 3];
+  int32_t y[MAX_ROWS];
   double loss;
-  float before[ROWS * CLASSES], after[ROWS * CLASSES];
+  float before[MAX_ROWS * MAX_CLASSES], after[MAX_ROWS * MAX_CLASSES];
 } golden;
+
+static const golden_case *current;
+
+static const char *in_dir(const char *name) {
+  static char path[256];
+  snprintf(path, sizeof path, "%s/%s", current->dir, name);
+  return path;
+}
 
 static void read_dataset(hid_t file, const char *name, hid_t type, void *out) {
   hid_t set = H5Dopen2(file, name, H5P_DEFAULT);
@@ -31,7 +48,7 @@ static void read_dataset(hid_t file, const char *name, hid_t type, void *out) {
 }
 
 static void read_golden(golden *g) {
-  hid_t file = H5Fopen(GOLDEN "batch.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t file = H5Fopen(in_dir("batch.h5"), H5F_ACC_RDONLY, H5P_DEFAULT);
   CHECK(file >= 0);
   if (file < 0) return;
   read_dataset(file, "x", H5T_NATIVE_FLOAT, g->x);
@@ -42,7 +59,7 @@ static void read_golden(golden *g) {
   H5Fclose(file);
 }
 
-/* The model compiled as Keras compiled it: SGD(0.1), one batch of 8. */
+/* The model compiled as Keras compiled it: SGD(0.1), one batch. */
 static mxu_model *load(const char *json, mxu_backend_kind backend,
                        const char *weights) {
   mxu_model *model = NULL;
@@ -50,7 +67,7 @@ static mxu_model *load(const char *json, mxu_backend_kind backend,
   if (!model) return NULL;
   mxu_compile_config cc = mxu_compile_defaults();
   cc.optimizer = mxu_sgd(0.1f, 0.0f, 0);
-  cc.batch_size = ROWS;
+  cc.batch_size = current->rows;
   cc.backend = backend;
   CHECK_OK(mxu_compile(model, &cc));
   CHECK_OK(mxu_load_weights(model, weights));
@@ -91,23 +108,27 @@ static void expect_weights(const mxu_model *a, const mxu_model *b,
 
 static void one_step(const char *json, mxu_backend_kind backend,
                      const golden *g, const char *label) {
-  mxu_model *model = load(json, backend, GOLDEN "initial.h5");
-  mxu_model *keras = load(json, MXU_BACKEND_CPU_REF, GOLDEN "after_step.h5");
+  char initial[256], after[256];
+  snprintf(initial, sizeof initial, "%s", in_dir("initial.h5"));
+  snprintf(after, sizeof after, "%s", in_dir("after_step.h5"));
+  mxu_model *model = load(json, backend, initial);
+  mxu_model *keras = load(json, MXU_BACKEND_CPU_REF, after);
+  int rows = current->rows, outputs = current->rows * current->classes;
   if (!model || !keras) goto done;
   /* Seen: at most 4e-8 relative on either backend; oneDNN's kernels sum
    * in other orders than TensorFlow's, so they get more room. */
   double tolerance = backend == MXU_BACKEND_CPU ? 1e-5 : 1e-6;
-  float probs[ROWS * CLASSES];
-  CHECK_OK(mxu_predict(model, g->x, ROWS, probs));
-  expect_close(probs, g->before, ROWS * CLASSES, tolerance,
+  float probs[MAX_ROWS * MAX_CLASSES];
+  CHECK_OK(mxu_predict(model, g->x, rows, probs));
+  expect_close(probs, g->before, outputs, tolerance,
                "prediction before the step", label);
 
   mxu_dataset *data = NULL;
-  int64_t dims[3] = {8, 8, 3};
-  CHECK_OK(mxu_dataset_from_arrays(g->x, g->y, ROWS, mxu_shape_make(3, dims),
-                                   CLASSES, &data));
+  CHECK_OK(mxu_dataset_from_arrays(g->x, g->y, rows,
+                                   mxu_shape_make(3, current->input),
+                                   current->classes, &data));
   mxu_fit_config fit = mxu_fit_defaults();
-  fit.batch_size = ROWS;
+  fit.batch_size = rows;
   fit.shuffle = 0;
   fit.verbose = 0;
   const mxu_history *history = NULL;
@@ -118,9 +139,9 @@ static void one_step(const char *json, mxu_backend_kind backend,
               "%s: loss %.9g, Keras %.9g", label, history->epochs[0].loss,
               g->loss);
   expect_weights(model, keras, tolerance, label);
-  CHECK_OK(mxu_predict(model, g->x, ROWS, probs));
-  expect_close(probs, g->after, ROWS * CLASSES, tolerance,
-               "prediction after the step", label);
+  CHECK_OK(mxu_predict(model, g->x, rows, probs));
+  expect_close(probs, g->after, outputs, tolerance, "prediction after the step",
+               label);
   mxu_dataset_free(data);
 done:
   mxu_model_free(model);
@@ -128,13 +149,33 @@ done:
 }
 
 int main(void) {
-  static golden g;
-  read_golden(&g);
-  one_step(GOLDEN "tiny_resnet.tf2.json", MXU_BACKEND_CPU_REF, &g,
-           "tf.keras 2 JSON, cpu_ref");
-  one_step(GOLDEN "tiny_resnet.k3.json", MXU_BACKEND_CPU_REF, &g,
-           "Keras 3 JSON, cpu_ref");
-  one_step(GOLDEN "tiny_resnet.tf2.json", MXU_BACKEND_CPU, &g,
-           "tf.keras 2 JSON, cpu");
+  static const golden_case cases[] = {
+      {"tests/golden",
+       {"tests/golden/tiny_resnet.tf2.json",
+        "tests/golden/tiny_resnet.k3.json"},
+       8,
+       5,
+       {8, 8, 3}},
+      /* Keras' shared layers: a conv and a dense called twice each. */
+      {"tests/golden/shared",
+       {"tests/golden/shared/model.tf2.json",
+        "tests/golden/shared/model.k3.json"},
+       4,
+       3,
+       {6, 6, 2}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    static golden g;
+    current = &cases[c];
+    memset(&g, 0, sizeof g);
+    read_golden(&g);
+    char label[3][160];
+    snprintf(label[0], sizeof label[0], "%s, cpu_ref", current->json[0]);
+    snprintf(label[1], sizeof label[1], "%s, cpu_ref", current->json[1]);
+    snprintf(label[2], sizeof label[2], "%s, cpu", current->json[0]);
+    one_step(current->json[0], MXU_BACKEND_CPU_REF, &g, label[0]);
+    one_step(current->json[1], MXU_BACKEND_CPU_REF, &g, label[1]);
+    one_step(current->json[0], MXU_BACKEND_CPU, &g, label[2]);
+  }
   return check_report("test_golden");
 }

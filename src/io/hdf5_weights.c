@@ -61,8 +61,13 @@ static mxu_status check_call(const mxu_model *model, const char *path,
 
 /* ---- what both layouts share ------------------------------------------- */
 
+/* Keras' layers with weights: a shared layer's other calls are not. */
+static int has_weights(const mxu_layer *layer) {
+  return layer->param_count > 0 && !layer->hidden;
+}
+
 int mxu_weights_next_layer(const mxu_model *model, int from) {
-  while (from < model->layer_count && model->layers[from].param_count == 0)
+  while (from < model->layer_count && !has_weights(&model->layers[from]))
     from++;
   return from;
 }
@@ -70,7 +75,7 @@ int mxu_weights_next_layer(const mxu_model *model, int from) {
 int mxu_weights_layer_total(const mxu_model *model) {
   int total = 0;
   for (int i = 0; i < model->layer_count; i++)
-    total += model->layers[i].param_count > 0;
+    total += has_weights(&model->layers[i]);
   return total;
 }
 

@@ -406,7 +406,12 @@ static mxu_status build_sequential(const char *source, const cJSON *root,
  * [{"args": [tensor or [tensors]], "kwargs": {}}] with each tensor a
  * __keras_tensor__ whose keras_history is [layer, node, tensor]. */
 
-/* [layer, node index, tensor index, ...]: the node of that layer. */
+/* A reference not (yet) resolved: the layer it names has not made that
+ * call yet. Not an error until no layer can make progress. */
+#define UNRESOLVED (-2)
+
+/* [layer, node index, tensor index, ...]: the node of that call of that
+ * layer; UNRESOLVED in *out when there is none yet. */
 static mxu_status read_history(const mxu_json_where *where, const cJSON *ref,
                                const mxu_model *model, int *out) {
   char text[160];
@@ -414,30 +419,24 @@ static mxu_status read_history(const mxu_json_where *where, const cJSON *ref,
   const cJSON *name = cJSON_IsArray(ref) ? ref->child : NULL;
   const cJSON *node = name ? name->next : NULL;
   const cJSON *tensor = node ? node->next : NULL;
-  if (!cJSON_IsString(name) || !cJSON_IsNumber(node) || !cJSON_IsNumber(tensor))
+  if (!cJSON_IsString(name) || !cJSON_IsNumber(node) ||
+      !cJSON_IsNumber(tensor) || node->valuedouble < 0 ||
+      node->valuedouble > 1e6)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "an input reference must be [layer name, node index, "
                          "tensor index], got %s",
-                         text);
-  if (node->valuedouble != 0)
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "reads %s: the output of a layer applied more than "
-                         "once (a shared layer) is not supported yet",
                          text);
   if (tensor->valuedouble != 0)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "reads %s: layers with several outputs are not "
                          "supported",
                          text);
+  *out = UNRESOLVED;
   for (int i = 0; i < model->layer_count; i++)
-    if (strcmp(model->layers[i].name, name->valuestring) == 0) {
+    if (strcmp(model->layers[i].name, name->valuestring) == 0 &&
+        model->layers[i].call == (int)node->valuedouble)
       *out = i;
-      return MXU_OK;
-    }
-  return mxu_json_fail(where, MXU_ERR_FORMAT,
-                       "reads '%s', which no layer before it defines (Keras "
-                       "lists layers in the order they run)",
-                       name->valuestring);
+  return MXU_OK;
 }
 
 /* Call arguments mxu has no use for must be absent or null ("mask": null,
@@ -470,30 +469,41 @@ static mxu_status add_input_ref(const mxu_json_where *where, const cJSON *ref,
                       &node->inputs[node->input_count++]);
 }
 
-static mxu_status read_inbound(const mxu_json_where *where, const cJSON *entry,
-                               mxu_json_node *node) {
+/* How many times the layer is called: the length of inbound_nodes (an
+ * InputLayer's is empty: it is its own one call). */
+static mxu_status count_calls(const mxu_json_where *where, const cJSON *entry,
+                              int input_layer, int *calls) {
   const cJSON *nodes = mxu_json_get(entry, "inbound_nodes");
-  int count = cJSON_IsArray(nodes) ? cJSON_GetArraySize(nodes) : -1;
-  if (count < 0)
+  if (input_layer && (!nodes || cJSON_GetArraySize(nodes) == 0)) {
+    *calls = 1;
+    return MXU_OK;
+  }
+  *calls = cJSON_IsArray(nodes) ? cJSON_GetArraySize(nodes) : -1;
+  if (*calls < 0)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "inbound_nodes must be a list of the tensors the "
                          "layer reads");
-  if (count == 0)
+  if (*calls == 0)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "inbound_nodes is empty: the layer reads nothing");
-  if (count > 1)
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "the layer is applied %d times (a shared layer); "
-                         "not supported yet",
-                         count);
-  const cJSON *call = nodes->child, *args = call;
+  return MXU_OK;
+}
+
+/* The tensors call `index` of the layer reads, into node->inputs; some
+ * may be UNRESOLVED. */
+static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
+                            int index, mxu_json_node *node) {
+  const cJSON *call = cJSON_GetArrayItem(mxu_json_get(entry, "inbound_nodes"),
+                                         index),
+              *args = call;
+  node->input_count = 0;
   if (cJSON_IsObject(call)) {
     MXU_TRY(check_kwargs(where, mxu_json_get(call, "kwargs")));
     args = mxu_json_get(call, "args");
   }
   if (!cJSON_IsArray(args))
     return mxu_json_fail(where, MXU_ERR_FORMAT,
-                         "inbound_nodes[0] must list the tensors read");
+                         "inbound_nodes[%d] must list the tensors read", index);
   for (const cJSON *arg = args->child; arg; arg = arg->next) {
     /* Keras 3 passes a merge's inputs as one list argument. */
     int list = cJSON_IsArray(arg) && arg->child && cJSON_IsObject(arg->child);
@@ -506,20 +516,102 @@ static mxu_status read_inbound(const mxu_json_where *where, const cJSON *entry,
   }
   if (node->input_count == 0)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
-                         "inbound_nodes[0] lists no tensor");
+                         "inbound_nodes[%d] lists no tensor", index);
   return MXU_OK;
 }
 
-static mxu_status read_functional_layer(const char *source, const cJSON *entry,
-                                        int index, mxu_model *model) {
+/* One entry of config.layers and how far its calls have got: a call
+ * whose inputs some later-listed layer makes (a shared layer called
+ * again deeper in the graph) waits for a later pass. */
+typedef struct functional_entry {
+  const cJSON *entry;
+  int index, calls, done;
+  mxu_tensor_id first; /* the node of call 0 */
+} functional_entry;
+
+static int resolved(const mxu_json_node *node) {
+  for (int k = 0; k < node->input_count; k++)
+    if (node->inputs[k] == UNRESOLVED) return 0;
+  return 1;
+}
+
+/* Makes the entry's next calls that can be made; *progress is set when
+ * one was. */
+static mxu_status advance(const char *source, mxu_model *model,
+                          functional_entry *f, int *progress) {
   mxu_json_where where;
   layer_entry e;
-  MXU_TRY(read_entry(source, entry, index, &where, &e));
+  MXU_TRY(read_entry(source, f->entry, f->index, &where, &e));
+  int input_layer = strcmp(e.class_name, "InputLayer") == 0;
+  if (f->calls == 0)
+    MXU_TRY(count_calls(&where, f->entry, input_layer, &f->calls));
+  while (f->done < f->calls) {
+    mxu_json_node node = {model, {0}, 0, -1};
+    if (input_layer) {
+      MXU_TRY(read_input_layer(&where, e.config, &node, e.name));
+    } else {
+      MXU_TRY(read_call(&where, f->entry, f->done, &node));
+      if (!resolved(&node)) return MXU_OK;
+      if (f->done == 0)
+        MXU_TRY(read_class(&where, &e, &node));
+      else
+        MXU_TRY(mxu_json_applied(
+            &where, &node,
+            mxu_apply_again(model, f->first, node.inputs, node.input_count)));
+    }
+    if (f->done == 0) f->first = node.output;
+    f->done++;
+    *progress = 1;
+  }
+  return MXU_OK;
+}
+
+/* The first reference nothing makes, for the message when no entry can
+ * go on. */
+static mxu_status stuck(const char *source, mxu_model *model,
+                        const functional_entry *f) {
+  mxu_json_where where;
+  layer_entry e;
+  MXU_TRY(read_entry(source, f->entry, f->index, &where, &e));
   mxu_json_node node = {model, {0}, 0, -1};
-  if (strcmp(e.class_name, "InputLayer") == 0)
-    return read_input_layer(&where, e.config, &node, e.name);
-  MXU_TRY(read_inbound(&where, entry, &node));
-  return read_class(&where, &e, &node);
+  MXU_TRY(read_call(&where, f->entry, f->done, &node));
+  const cJSON *call =
+      cJSON_GetArrayItem(mxu_json_get(f->entry, "inbound_nodes"), f->done);
+  char text[200];
+  mxu_json_text(call, text, sizeof text);
+  return mxu_json_fail(&where, MXU_ERR_FORMAT,
+                       "call %d reads a layer (or a call of one) that no "
+                       "layer of the model makes: %s",
+                       f->done, text);
+}
+
+static mxu_status read_functional_layers(const char *source,
+                                         const cJSON *layers,
+                                         mxu_model *model) {
+  int count = cJSON_GetArraySize(layers);
+  functional_entry *entries = calloc((size_t)count + 1, sizeof *entries);
+  if (!entries) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", source);
+  int index = 0;
+  for (const cJSON *entry = layers->child; entry; entry = entry->next, index++)
+    entries[index] = (functional_entry){entry, index, 0, 0, -1};
+  mxu_status status = MXU_OK;
+  for (int progress = 1, left = count; status == MXU_OK && left && progress;) {
+    progress = 0;
+    left = 0;
+    for (int i = 0; i < count && status == MXU_OK; i++) {
+      if (entries[i].calls && entries[i].done == entries[i].calls) continue;
+      status = advance(source, model, &entries[i], &progress);
+      left += entries[i].done < entries[i].calls;
+    }
+    if (status == MXU_OK && left && !progress)
+      for (int i = 0; i < count; i++)
+        if (entries[i].done < entries[i].calls) {
+          status = stuck(source, model, &entries[i]);
+          break;
+        }
+  }
+  free(entries);
+  return status;
 }
 
 /* input_layers / output_layers: a list of [layer, node, tensor] (tf.keras
@@ -533,15 +625,22 @@ static mxu_status read_endpoints(const mxu_json_where *where,
                          "config.%s must list the model's %s", key,
                          strcmp(key, "input_layers") ? "outputs" : "inputs");
   *count = 0;
-  if (cJSON_IsString(list->child)) {
-    *count = 1;
-    return read_history(where, list, model, ids);
-  }
-  for (const cJSON *ref = list->child; ref; ref = ref->next) {
+  int bare = cJSON_IsString(list->child);
+  for (const cJSON *ref = bare ? list : list->child; ref;
+       ref = bare ? NULL : ref->next) {
     if (*count == MXU_MAX_INPUTS)
       return mxu_json_fail(where, MXU_ERR_UNSUPPORTED, "more than %d %s",
                            MXU_MAX_INPUTS, key);
-    MXU_TRY(read_history(where, ref, model, &ids[(*count)++]));
+    int *id = &ids[(*count)++];
+    MXU_TRY(read_history(where, ref, model, id));
+    if (*id == UNRESOLVED) {
+      char text[160];
+      mxu_json_text(ref, text, sizeof text);
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "config.%s names %s, which no layer of the model "
+                           "makes",
+                           key, text);
+    }
   }
   return MXU_OK;
 }
@@ -577,9 +676,7 @@ static mxu_status build_functional(const char *source, const cJSON *config,
   mxu_json_where where;
   mxu_json_where_set(&where, "%s: config", source);
   MXU_TRY(mxu_json_check_keys(&where, config, keys, NULL));
-  int index = 0;
-  for (const cJSON *entry = layers->child; entry; entry = entry->next)
-    MXU_TRY(read_functional_layer(source, entry, index++, model));
+  MXU_TRY(read_functional_layers(source, layers, model));
   return read_endpoints_all(source, config, model);
 }
 

@@ -78,12 +78,12 @@ static mxu_status layer_json(mxu_json_out *out, const mxu_layer *layer,
   return MXU_OK;
 }
 
-/* [layer, 0, 0]: the one output of a layer applied once. */
+/* [layer, call, 0]: the output of one call of a layer. */
 static cJSON *history(mxu_json_out *out, const mxu_layer *layer) {
   cJSON *triple = cJSON_CreateArray();
   if (!triple ||
       !cJSON_AddItemToArray(triple, cJSON_CreateString(layer->name)) ||
-      !cJSON_AddItemToArray(triple, cJSON_CreateNumber(0)) ||
+      !cJSON_AddItemToArray(triple, cJSON_CreateNumber(layer->call)) ||
       !cJSON_AddItemToArray(triple, cJSON_CreateNumber(0)))
     out->failed = 1;
   return triple;
@@ -113,33 +113,44 @@ static cJSON *tensor_ref(mxu_json_out *out, const mxu_layer *from) {
   return tensor;
 }
 
-/* The one call of the layer: [[refs]] (tf.keras 2), or
- * [{"args": [ref] or [[refs]], "kwargs": {}}] (Keras 3, a merge's inputs
- * as one list argument). */
-static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
-                            const mxu_layer *layer) {
-  cJSON *nodes = cJSON_CreateArray();
-  if (!layer->input_count) return nodes;
+/* One call of the layer: [refs] (tf.keras 2), or {"args": [ref] or
+ * [[refs]], "kwargs": {}} (Keras 3, a merge's inputs as one list
+ * argument). */
+static cJSON *call_json(mxu_json_out *out, const mxu_model *model,
+                        const mxu_layer *layer) {
   cJSON *refs = cJSON_CreateArray();
   for (int k = 0; k < layer->input_count; k++)
     append(out, refs, tensor_ref(out, &model->layers[layer->inputs[k]]));
-  if (!out->keras3) {
-    append(out, nodes, refs);
-    return nodes;
-  }
-  cJSON *args = refs;
+  if (!out->keras3) return refs;
+  cJSON *args = cJSON_CreateArray();
   if (layer->cls->max_inputs == 1) {
-    args = cJSON_CreateArray();
     append(out, args, cJSON_DetachItemFromArray(refs, 0));
     cJSON_Delete(refs);
   } else {
-    args = cJSON_CreateArray();
     append(out, args, refs);
   }
   cJSON *call = cJSON_CreateObject();
   mxu_json_put(out, call, "args", args);
   mxu_json_put(out, call, "kwargs", cJSON_CreateObject());
-  append(out, nodes, call);
+  return call;
+}
+
+/* Every call of the layer in call order: a shared layer's other calls are
+ * nodes of their own. */
+static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
+                            const mxu_layer *layer) {
+  cJSON *nodes = cJSON_CreateArray();
+  if (!layer->input_count) return nodes;
+  for (int call = 0, found = 1; found; call++) {
+    found = 0;
+    for (int i = 0; i < model->layer_count && !found; i++) {
+      const mxu_layer *node = &model->layers[i];
+      if (node->owner == layer->index && node->call == call) {
+        append(out, nodes, call_json(out, model, node));
+        found = 1;
+      }
+    }
+  }
   return nodes;
 }
 
@@ -147,6 +158,7 @@ static mxu_status add_layers(mxu_json_out *out, const mxu_model *model,
                              cJSON *layers) {
   for (int i = 0; i < model->layer_count; i++) {
     const mxu_layer *layer = &model->layers[i];
+    if (mxu_layer_is_call(layer)) continue; /* its owner lists it */
     cJSON *entry = NULL;
     MXU_TRY(layer_json(out, layer, &entry));
     if (!model->sequential) {

@@ -145,6 +145,37 @@ static void initialise(float *values, const mxu_param_decl *d, uint64_t seed,
     values[i] = limit * (2.0f * values[i] - 1.0f);
 }
 
+/* A shared layer's other calls use the owner's weights, which must fit
+ * their inputs too (Keras refuses the call otherwise), and get shadow
+ * gradient space past the trainable values. */
+static mxu_status shared_calls(mxu_model *model) {
+  model->shadow_count = 0;
+  for (int i = 0; i < model->layer_count; i++) {
+    mxu_layer *layer = &model->layers[i];
+    if (!mxu_layer_is_call(layer)) continue;
+    const mxu_layer *owner = &model->layers[layer->owner];
+    mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
+    int n = mxu_layer_declare(layer, decls);
+    layer->param_first = owner->param_first;
+    layer->param_count = owner->param_count;
+    layer->shadow_first = model->trainable_count + model->shadow_count;
+    for (int k = 0; k < n; k++) {
+      const mxu_param *p = &model->params[owner->param_first + k];
+      int same =
+          n == owner->param_count && decls[k].shape.rank == p->shape.rank;
+      for (int d = 0; same && d < p->shape.rank; d++)
+        same = decls[k].shape.dims[d] == p->shape.dims[d];
+      if (!same)
+        return mxu_fail(MXU_ERR_SHAPE,
+                        "compile: layer '%s' is called on inputs its "
+                        "weights do not fit (call %d, weight '%s')",
+                        layer->name, layer->call, p->name);
+      if (p->trainable) model->shadow_count += (p->count + 15) / 16 * 16;
+    }
+  }
+  return MXU_OK;
+}
+
 static mxu_status build_params(mxu_model *model) {
   int total = 0;
   mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
@@ -157,6 +188,7 @@ static mxu_status build_params(mxu_model *model) {
   model->trainable_count = model->state_count = 0;
   for (int i = 0; i < model->layer_count; i++) {
     mxu_layer *layer = &model->layers[i];
+    if (mxu_layer_is_call(layer)) continue; /* see shared_calls */
     int n = mxu_layer_declare(layer, decls);
     layer->param_first = model->param_count;
     layer->param_count = n;
@@ -174,23 +206,27 @@ static mxu_status build_params(mxu_model *model) {
       *counter += (p->count + 15) / 16 * 16;
     }
   }
-  return MXU_OK;
+  return shared_calls(model);
 }
 
 static mxu_status allocate_params(mxu_model *model) {
   size_t trainable = (size_t)model->trainable_count * sizeof(float);
   size_t state = (size_t)model->state_count * sizeof(float);
+  size_t grads = mxu_model_grad_bytes(model);
   float **buffers[] = {&model->weights, &model->grads, &model->slot_m,
                        &model->slot_v, &model->state};
   for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++) {
     mxu_aligned_free(*buffers[i]);
-    *buffers[i] = mxu_aligned_alloc(i == 4 ? state : trainable);
+    *buffers[i] = mxu_aligned_alloc(i == 4   ? state
+                                    : i == 1 ? grads
+                                             : trainable);
     if (!*buffers[i])
       return mxu_fail(MXU_ERR_NOMEM, "compile: cannot allocate parameters");
   }
   mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
   for (int i = 0; i < model->layer_count; i++) {
     const mxu_layer *layer = &model->layers[i];
+    if (mxu_layer_is_call(layer)) continue;
     mxu_layer_declare(layer, decls);
     for (int k = 0; k < layer->param_count; k++) {
       const mxu_param *p = &model->params[layer->param_first + k];
@@ -344,9 +380,7 @@ static mxu_status plan_strategy(mxu_model *model, int batch) {
     replica->ops = calloc((size_t)model->layer_count * MXU_MAX_LAYER_OPS,
                           sizeof *replica->ops);
     replica->grads =
-        r == 0
-            ? model->grads
-            : mxu_aligned_alloc((size_t)model->trainable_count * sizeof(float));
+        r == 0 ? model->grads : mxu_aligned_alloc(mxu_model_grad_bytes(model));
     if (!replica->ops || !replica->grads)
       return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   }

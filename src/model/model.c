@@ -111,7 +111,8 @@ static void auto_name(const mxu_model *model, const mxu_layer_class *cls,
   mxu_snake_case(cls->class_name, base, sizeof base);
   int suffix = 0;
   for (int i = 0; i < model->layer_count; i++)
-    if (model->layers[i].cls == cls) suffix++;
+    if (model->layers[i].cls == cls && !mxu_layer_is_call(&model->layers[i]))
+      suffix++;
   snprintf(out, size, "%s", base);
   while (suffix || name_taken(model, out)) {
     snprintf(out, size, "%s_%d", base, suffix++);
@@ -171,6 +172,8 @@ static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
   else
     auto_name(model, cls, layer->name, sizeof layer->name);
   layer->index = model->layer_count;
+  layer->owner = layer->index;
+  layer->call = 0;
   layer->key = model->layer_count - model->input_count;
   layer->input_count = input_count;
   for (int k = 0; k < input_count; k++) {
@@ -506,6 +509,43 @@ mxu_tensor_id mxu_apply_reshape(mxu_model *model,
   return apply(model, &mxu_reshape_class, config->name, &proto, &x, 1);
 }
 
+mxu_tensor_id mxu_apply_again(mxu_model *model, mxu_tensor_id made_by,
+                              const mxu_tensor_id *inputs, int count) {
+  for (int k = 0; k < count; k++)
+    if (inputs && inputs[k] < 0) return -1;
+  if (made_by < 0) return -1;
+  if (!model || !inputs || made_by >= model->layer_count) {
+    mxu_fail(MXU_ERR_ARG, "apply_again: no such tensor %d", made_by);
+    return -1;
+  }
+  const mxu_layer *owner = &model->layers[model->layers[made_by].owner];
+  if (owner->cls == &mxu_input_layer_class || owner->cls->update_state ||
+      owner->cls->sync_floats) {
+    mxu_fail(MXU_ERR_UNSUPPORTED,
+             "apply_again: layer '%s' (%s) cannot be shared: %s", owner->name,
+             owner->cls->class_name,
+             owner->cls == &mxu_input_layer_class
+                 ? "it is an input"
+                 : "its statistics would be updated once per call");
+    return -1;
+  }
+  mxu_layer proto = *owner;
+  proto.hidden = 1;
+  int calls = 0;
+  for (int i = 0; i < model->layer_count; i++)
+    calls += model->layers[i].owner == owner->index;
+  /* The name is the owner's: add_node must not refuse it as taken. */
+  proto.name[0] = 0;
+  int node = -1;
+  if (add_node(model, owner->cls, NULL, &proto, inputs, count, &node) != MXU_OK)
+    return -1;
+  mxu_layer *added = &model->layers[node];
+  snprintf(added->name, sizeof added->name, "%s", owner->name);
+  added->owner = owner->index;
+  added->call = calls;
+  return node;
+}
+
 static const mxu_layer_class *merge_class(mxu_merge_kind kind) {
   switch (kind) {
   case MXU_MERGE_ADD: return &mxu_add_class;
@@ -589,6 +629,13 @@ static int keras_order(const mxu_model *model, int *order, int *scratch) {
       if (depth[layer->inputs[k]] < depth[post[p]] + 1)
         depth[layer->inputs[k]] = depth[post[p]] + 1;
   }
+  /* Keras sorts layers, not calls: a shared layer's calls all take the
+   * place its first-met call was met at. */
+  for (int i = 0; i < n; i++) {
+    int owner = model->layers[i].owner;
+    if (seen_at[i] < seen_at[owner]) seen_at[owner] = seen_at[i];
+  }
+  for (int i = 0; i < n; i++) seen_at[i] = seen_at[model->layers[i].owner];
   for (int i = 0; i < n; i++) order[i] = i;
   by_depth_key = scratch;
   qsort(order, (size_t)n, sizeof *order, keras_before);
@@ -610,8 +657,21 @@ static mxu_status sort_nodes(mxu_model *model) {
     for (int i = 0; i < n; i++) {
       sorted[i] = model->layers[order[i]];
       sorted[i].index = i;
+      sorted[i].owner = place[sorted[i].owner];
       for (int k = 0; k < sorted[i].input_count; k++)
         sorted[i].inputs[k] = place[sorted[i].inputs[k]];
+    }
+    /* A shared layer is listed (and holds the weights) at its first call
+     * in this order, the deepest, where Keras lists it. */
+    int *first = order; /* owner -> first call in the new order */
+    for (int i = 0; i < n; i++) first[i] = -1;
+    for (int i = 0; i < n; i++)
+      if (first[sorted[i].owner] < 0) first[sorted[i].owner] = i;
+    for (int i = 0; i < n; i++) {
+      int group = sorted[i].owner;
+      if (first[group] == group && group == i) continue; /* not shared */
+      sorted[i].owner = first[group];
+      sorted[i].hidden = i != first[group];
     }
     memcpy(model->layers, sorted, (size_t)n * sizeof *sorted);
     for (int k = 0; k < model->input_count; k++)
@@ -677,8 +737,9 @@ const mxu_layer *mxu_model_input(const mxu_model *model) {
 
 int mxu_model_node(const mxu_model *model, int layer) {
   if (!model || layer < 0) return -1;
-  int node = layer + (model->layer_count && model->layers[0].hidden);
-  return node < model->layer_count ? node : -1;
+  for (int i = 0; i < model->layer_count; i++)
+    if (!model->layers[i].hidden && layer-- == 0) return i;
+  return -1;
 }
 
 int mxu_layer_declare(const mxu_layer *layer, mxu_param_decl *decls) {
@@ -686,8 +747,10 @@ int mxu_layer_declare(const mxu_layer *layer, mxu_param_decl *decls) {
 }
 
 int mxu_model_layer_count(const mxu_model *model) {
-  if (!model || !model->layer_count) return 0;
-  return model->layer_count - model->layers[0].hidden;
+  int count = 0;
+  for (int i = 0; model && i < model->layer_count; i++)
+    count += !model->layers[i].hidden;
+  return count;
 }
 
 mxu_shape mxu_model_layer_shape(const mxu_model *model, int layer) {
@@ -711,6 +774,7 @@ int64_t mxu_model_param_count(const mxu_model *model, int trainable) {
   int64_t total = 0;
   for (int i = 0; model && i < model->layer_count; i++) {
     mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
+    if (mxu_layer_is_call(&model->layers[i])) continue; /* shared weights */
     int n = mxu_layer_declare(&model->layers[i], decls);
     for (int k = 0; k < n; k++)
       if (decls[k].trainable == (trainable != 0))

@@ -148,8 +148,17 @@ struct mxu_layer {
   int inputs[MXU_MAX_INPUTS];
   int input_count;
   mxu_shape in_shapes[MXU_MAX_INPUTS];
-  /* Not one of Keras' model.layers: a Sequential's InputLayer. */
+  /* Not one of Keras' model.layers: a Sequential's InputLayer, or a
+   * shared layer's application other than the one listed. */
   int hidden;
+  /* A shared layer (Keras: one layer called several times) is a node per
+   * call: `owner` is the node holding the weights (the first of them in
+   * Keras' order; a node's own index otherwise) and `call` the call's
+   * number, Keras' node_index. Other calls write their weight gradient
+   * at shadow_first in the gradient buffers (past the trainable values),
+   * added to the owner's after backward. */
+  int owner, call;
+  int64_t shadow_first;
   /* The layer's place among the model's layers other than InputLayers:
    * what its random streams (initialisers, dropout) are keyed by, so a
    * model gets the same weights built as Sequential or as a graph. */
@@ -293,6 +302,9 @@ struct mxu_model {
   float *weights, *grads, *slot_m, *slot_v; /* trainable_count each */
   float *state;                             /* state_count */
   int64_t trainable_count, state_count;
+  /* Gradient buffers hold shadow_count more values: the weight gradients
+   * of shared layers' other calls (see mxu_layer.owner). */
+  int64_t shadow_count;
   int64_t iterations; /* optimizer steps taken (Adam's t) */
   int stop_training;  /* Keras' model.stop_training, set by callbacks */
 
@@ -314,6 +326,10 @@ const mxu_layer *mxu_model_input(const mxu_model *model);
 /* Keras' model.layers[i] as a node index (a Sequential's InputLayer is
  * not one); -1 when out of range. */
 int mxu_model_node(const mxu_model *model, int layer);
+/* A node that is another call of a shared layer (not the owner). */
+static inline int mxu_layer_is_call(const mxu_layer *layer) {
+  return layer->owner != layer->index;
+}
 
 /* Marks a graph read from a Sequential model's JSON as one: a chain from
  * its one input, which is then not one of Keras' model.layers. */
@@ -342,6 +358,14 @@ void mxu_replica_forward(mxu_model *model, mxu_replica *replica, int layer,
                          const mxu_step_key *key);
 void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,
                           const mxu_step_key *key);
+/* Bytes of a gradient buffer: the trainable values and the shadows. */
+static inline size_t mxu_model_grad_bytes(const mxu_model *model) {
+  return (size_t)(model->trainable_count + model->shadow_count) * sizeof(float);
+}
+
+/* After a replica's whole backward: each shared layer's other calls'
+ * weight gradients added to the owner's, in node order. */
+void mxu_replica_sum_shared(mxu_model *model, mxu_replica *replica);
 /* After a node's backward: the gradients it wrote into partial buffers
  * (inputs that other nodes read too) added to their inputs' gradients. */
 void mxu_replica_add_partials(mxu_model *model, mxu_replica *replica,

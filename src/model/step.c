@@ -36,10 +36,15 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
   run.dy = mxu_replica_floats(replica, plan->grad[last]);
   run.arena = replica->arena.base;
   run.ops = &replica->ops[i * MXU_MAX_LAYER_OPS];
+  int64_t shadow = layer->shadow_first;
   for (int k = 0; k < layer->param_count; k++) {
     const mxu_param *p = &model->params[layer->param_first + k];
-    run.w[k] = (p->trainable ? model->weights : model->state) + p->offset;
-    run.dw[k] = p->trainable ? replica->grads + p->offset : NULL;
+    run.w[k] = mxu_param_values(model, p);
+    run.dw[k] = !p->trainable              ? NULL
+                : mxu_layer_is_call(layer) ? replica->grads + shadow
+                                           : replica->grads + p->offset;
+    if (p->trainable && mxu_layer_is_call(layer))
+      shadow += (p->count + 15) / 16 * 16;
   }
   /* Replica 0's streams are those of a model without replicas; a
    * logical replica's slices share its stream at their row offsets. */
@@ -72,6 +77,23 @@ void mxu_replica_add_partials(mxu_model *model, mxu_replica *replica,
     const float *restrict partial = run->dxs[k];
 #pragma omp simd
     for (int64_t e = 0; e < count; e++) grad[e] += partial[e];
+  }
+}
+
+void mxu_replica_sum_shared(mxu_model *model, mxu_replica *replica) {
+  if (!model->shadow_count) return;
+  for (int i = 0; i < model->layer_count; i++) {
+    const mxu_layer *layer = &model->layers[i];
+    if (!mxu_layer_is_call(layer)) continue;
+    const float *shadow = replica->grads + layer->shadow_first;
+    for (int k = 0; k < layer->param_count; k++) {
+      const mxu_param *p = &model->params[layer->param_first + k];
+      if (!p->trainable) continue;
+      float *restrict grad = replica->grads + p->offset;
+#pragma omp simd
+      for (int64_t e = 0; e < p->count; e++) grad[e] += shadow[e];
+      shadow += (p->count + 15) / 16 * 16;
+    }
   }
 }
 

@@ -86,17 +86,24 @@ static int64_t layer_params(const mxu_layer *layer) {
 static void connections(const mxu_model *model, const mxu_layer *layer,
                         char *out, size_t size) {
   size_t used = (size_t)snprintf(out, size, "[");
-  for (int k = 0; k < layer->input_count && used < size; k++)
-    used +=
-        (size_t)snprintf(out + used, size - used, "%s'%s[0][0]'", k ? ", " : "",
-                         model->layers[layer->inputs[k]].name);
+  int first = 1;
+  /* A shared layer lists every call's inputs, in node order. */
+  for (int i = 0; i < model->layer_count; i++) {
+    const mxu_layer *call = &model->layers[i];
+    if (call->owner != layer->index) continue;
+    for (int k = 0; k < call->input_count && used < size; k++, first = 0) {
+      const mxu_layer *from = &model->layers[call->inputs[k]];
+      used += (size_t)snprintf(out + used, size - used, "%s'%s[%d][0]'",
+                               first ? "" : ", ", from->name, from->call);
+    }
+  }
   if (used < size) snprintf(out + used, size - used, "]");
 }
 
 static void layer_row(FILE *out, const table *t, const mxu_model *model,
                       const mxu_layer *layer) {
   char name[2 * MXU_NAME_SIZE], shape[96], params[32], dims[80];
-  char reads[MXU_MAX_INPUTS * (MXU_NAME_SIZE + 12) + 4];
+  char reads[4 * MXU_MAX_INPUTS * (MXU_NAME_SIZE + 12) + 4];
   snprintf(name, sizeof name, "%s (%s)", layer->name, layer->cls->class_name);
   mxu_shape_format(&layer->out_shape, dims, sizeof dims);
   /* tf.keras shows an InputLayer's output as a list of one shape. */

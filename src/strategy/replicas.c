@@ -102,6 +102,7 @@ static void run_replica(mxu_model *model, mxu_replica *replica,
     mxu_replica_backward(model, replica, i, key);
     profile_stop(profile, 2 * i + 1, start);
   }
+  if (key->training) mxu_replica_sum_shared(model, replica);
   denormals_restore(mode);
 }
 
@@ -329,6 +330,8 @@ static void run_synchronized(mxu_model *model, const mxu_step_key *key,
     else
       run_phase(model, i, BACKWARD, key, NULL);
   }
+  for (int r = 0; r < plan->local_count; r++)
+    mxu_replica_sum_shared(model, &plan->replica[r]);
 }
 
 /* Loss sums and correct counts of every replica, added in logical order so
