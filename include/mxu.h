@@ -292,7 +292,8 @@ typedef enum mxu_backend_kind {
  * saved files see float32 only), while Conv2D and Dense multiply in
  * bfloat16 with float32 accumulation, on CPUs with AVX512_BF16; every
  * other layer, the softmax and the loss stay float32. On a CPU without
- * bfloat16 instructions compile says so on stderr and trains in float32.
+ * bfloat16 instructions the model trains in float32, which
+ * mxu_model_precision tells after compile.
  * (MXU_FLOAT32 already names a tensor dtype, hence the longer name.) */
 typedef enum mxu_precision {
   MXU_PRECISION_FLOAT32 = 0,
@@ -336,6 +337,9 @@ typedef struct mxu_compile_config {
 } mxu_compile_config;
 
 mxu_compile_config mxu_compile_defaults(void);
+/* The precision the compiled model computes in: what was asked, or
+ * float32 where mixed_bfloat16 was asked of a CPU without AVX512_BF16. */
+mxu_precision mxu_model_precision(const mxu_model *model);
 
 /* Fixes every shape (the batch included), creates the parameters with
  * Keras' initialisers, asks the backend for its primitives once and lays

@@ -139,8 +139,10 @@ static int prepare(const bench_args *a, bench_run *run) {
   run->compile.slice_rows = a->slice_rows;
   run->compile.precision =
       a->precision ? MXU_MIXED_BFLOAT16 : MXU_PRECISION_FLOAT32;
-  if (mxu_compile(run->model, &run->compile) != MXU_OK)
-    return cli_runtime_error("bench");
+  mxu_status compiled = mxu_compile(run->model, &run->compile);
+  if (compiled == MXU_OK)
+    cli_note_precision("bench", run->model, &run->compile);
+  if (compiled != MXU_OK) return cli_runtime_error("bench");
   run->flops = mxu_model_train_flops(run->model);
   return CLI_OK;
 }

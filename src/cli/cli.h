@@ -35,6 +35,11 @@ mxu_status cli_load_split(const char *data, mxu_split split, float rescale,
 int cli_check_weights_path(const char *command, const char *flag,
                            const char *path);
 
+/* After compile: says on stderr (rank 0) when mixed_bfloat16 was asked
+ * but the CPU computes in float32. */
+void cli_note_precision(const char *command, const mxu_model *model,
+                        const mxu_compile_config *asked);
+
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 

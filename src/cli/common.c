@@ -120,3 +120,14 @@ int cli_confusion(const char *command, mxu_model *model,
   *classes_out = classes;
   return CLI_OK;
 }
+
+void cli_note_precision(const char *command, const mxu_model *model,
+                        const mxu_compile_config *asked) {
+  if (asked->precision == MXU_MIXED_BFLOAT16 &&
+      mxu_model_precision(model) != MXU_MIXED_BFLOAT16 &&
+      mxu_distributed_rank() == 0)
+    fprintf(stderr,
+            "mxu %s: mixed_bfloat16 needs AVX512_BF16, which this CPU "
+            "lacks: training in float32\n",
+            command);
+}

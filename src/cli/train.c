@@ -215,6 +215,7 @@ static mxu_status compile_model(const cli_command *cmd, const train_args *a,
   apply_overrides(cmd, a, &run->compile, run->metric, sizeof run->metric);
   run->compile.batch_size = fit_batch(a, mxu_dataset_count(run->train));
   mxu_status s = mxu_compile(run->model, &run->compile);
+  if (s == MXU_OK) cli_note_precision("train", run->model, &run->compile);
   if (s != MXU_OK || !a->initial_weights) return s;
   s = mxu_load_weights(run->model, a->initial_weights);
   if (s == MXU_OK && a->verbose)

@@ -111,8 +111,8 @@ static int cpu_has_bf16(void) {
 #endif
 }
 
-/* mixed_bfloat16 on a CPU that cannot still trains, in float32; since
- * that is not what was asked for, compile says so on stderr (rank 0). */
+/* mixed_bfloat16 on a CPU that cannot still trains, in float32, which
+ * mxu_model_precision tells (the command line says so). */
 static mxu_status check_precision(const mxu_compile_config *c) {
   if (c->precision != MXU_PRECISION_FLOAT32 &&
       c->precision != MXU_MIXED_BFLOAT16)
@@ -120,11 +120,16 @@ static mxu_status check_precision(const mxu_compile_config *c) {
                     "compile: precision %d is neither float32 nor "
                     "mixed_bfloat16",
                     (int)c->precision);
-  if (c->precision == MXU_MIXED_BFLOAT16 && c->backend == MXU_BACKEND_CPU &&
-      !cpu_has_bf16() && mxu_distributed_rank() == 0)
-    fprintf(stderr, "mxu: mixed_bfloat16 needs AVX512_BF16, which this CPU "
-                    "lacks: training in float32\n");
   return MXU_OK;
+}
+
+mxu_precision mxu_model_precision(const mxu_model *model) {
+  if (!model || !model->compiled) return MXU_PRECISION_FLOAT32;
+  const mxu_compile_config *c = &model->compile;
+  return c->precision == MXU_MIXED_BFLOAT16 &&
+                 (c->backend != MXU_BACKEND_CPU || cpu_has_bf16())
+             ? MXU_MIXED_BFLOAT16
+             : MXU_PRECISION_FLOAT32;
 }
 
 /* glorot_uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)),
@@ -530,6 +535,40 @@ static mxu_status reserve_io(mxu_model *model) {
   return MXU_OK;
 }
 
+/* strategy/'s staging for exchanges between processes, allocated here so
+ * that no step allocates: the larger of the gradient all-to-all (every
+ * process's shard of every local replica's gradient, sent and received)
+ * and a gather of per-replica values (batch statistics, outputs) from
+ * every replica beside the local copies. */
+static mxu_status reserve_exchange(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
+  int64_t size = mxu_distributed_size();
+  if (size == 1) return MXU_OK;
+  int64_t per = ((model->trainable_count + size - 1) / size + 15) / 16 * 16;
+  int64_t floats = 2 * size * plan->local_count * per;
+  int64_t gathered =
+      (int64_t)plan->batch *
+      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape);
+  for (int i = 0; i < model->layer_count; i++) {
+    const mxu_layer *layer = &model->layers[i];
+    int64_t stats =
+        layer->cls->stats_floats ? layer->cls->stats_floats(layer) : 0;
+    int64_t sync = layer->cls->sync_floats ? layer->cls->sync_floats(layer) : 0;
+    if (stats > gathered) gathered = stats;
+    if (sync > gathered) gathered = sync;
+  }
+  gathered *= plan->local_count + plan->replicas;
+  if (gathered > floats) floats = gathered;
+  plan->exchange = malloc((size_t)floats * sizeof(float));
+  if (!plan->exchange)
+    return mxu_fail(MXU_ERR_NOMEM,
+                    "plan: cannot allocate %lld MB for exchanges between "
+                    "processes",
+                    (long long)(floats * 4 >> 20));
+  plan->exchange_floats = (size_t)floats;
+  return MXU_OK;
+}
+
 /* Which layers compute in bf16, and which neighbouring Conv2D layers pass
  * their tensor in the backend's own layout (cifar's two pairs: four
  * NHWC <-> nChw16c conversions a step less for each): a conv whose output
@@ -604,6 +643,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
     for (int k = 0; k < layer->fused_layers; k++) layer->fused[k]->absorbed = 1;
   }
   MXU_TRY(reserve_io(model));
+  MXU_TRY(reserve_exchange(model));
   for (int r = 0; r < plan->local_count; r++) {
     plan->replica[r].arena.size = plan->layout.size;
     MXU_TRY(mxu_arena_commit(&plan->replica[r].arena));

@@ -275,8 +275,8 @@ typedef struct mxu_plan {
   int replicas, local_first, local_count;
   int workers, intra_threads;
   mxu_replica *replica; /* local_count */
-  /* strategy/'s staging for exchanges between processes, grown to the
-   * largest one on first use and kept, so steps do not allocate. */
+  /* strategy/'s staging for exchanges between processes, sized at
+   * compile for the largest one, so steps do not allocate. */
   float *exchange;
   size_t exchange_floats;
 } mxu_plan;

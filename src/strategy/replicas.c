@@ -151,7 +151,8 @@ static void gather_shards(const mxu_model *model, float *buf) {
 }
 
 /* The plan's staging buffer for exchanges between processes, at least
- * `floats` long; nothing sensible continues without it. */
+ * `floats` long. Compile sizes it for every exchange a step makes
+ * (reserve_exchange), so this never grows it; the growth is a guard. */
 static float *exchange(mxu_plan *plan, size_t floats) {
   if (floats > plan->exchange_floats) {
     float *grown = realloc(plan->exchange, floats * sizeof(float));
