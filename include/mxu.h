@@ -534,6 +534,13 @@ mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
 mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
                        float *out);
 
+/* A model with several inputs or outputs (Keras' predict on a list):
+ * inputs[k] holds count samples of input k (in the order of the model's
+ * inputs, mxu_model_input_count of them), and outputs[j] receives count
+ * samples of output j (mxu_model_output_count of them). */
+mxu_status mxu_predict_outputs(mxu_model *model, const float *const *inputs,
+                               int64_t count, float *const *outputs);
+
 /* ---- parameters -------------------------------------------------------- */
 
 /* Weights of layer `layer` in Keras order (kernel, bias; gamma, beta,

@@ -405,12 +405,22 @@ static void count_consumers(mxu_model *model) {
       plan->consumers[layer->inputs[k]]++;
   }
   plan->consumers[mxu_model_output(model)]++;
+  for (int k = 1; k < model->output_count; k++)
+    plan->consumers[model->outputs[k]]++;
+}
+
+/* Whether node i is one of the model's outputs, which the caller reads. */
+static int is_output(const mxu_model *model, int i) {
+  if (i == mxu_model_output(model)) return 1;
+  for (int k = 0; k < model->output_count; k++)
+    if (model->outputs[k] == i) return 1;
+  return 0;
 }
 
 /* The node that alone reads node i's output, or -1 (none, several, or the
  * loss). */
 static int sole_consumer(const mxu_model *model, int i) {
-  if (model->plan.consumers[i] != 1 || i == mxu_model_output(model)) return -1;
+  if (model->plan.consumers[i] != 1 || is_output(model, i)) return -1;
   for (int j = i + 1; j < model->layer_count; j++)
     if (model->layers[j].input_count > 0 && model->layers[j].inputs[0] == i)
       return model->layers[j].input_count == 1 ? j : -1;

@@ -5,6 +5,7 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Whether a node's input carries a gradient: every tensor but a model
  * input does. */
@@ -129,9 +130,21 @@ static int64_t count_correct(const float *out, const int32_t *labels,
 
 /* The loss of the batch and, when training, its gradient with respect to
  * the last layer's output (or its logits, when the softmax is fused). */
+/* Outputs after the first carry no loss: their gradient starts at zero
+ * (a node that reads one writes its own share over it). */
+static void clear_other_outputs(mxu_model *model, mxu_replica *replica) {
+  for (int k = 1; k < model->output_count; k++) {
+    const mxu_layer *out = &model->layers[model->outputs[k]];
+    memset(mxu_replica_floats(replica, model->plan.grad[out->index]), 0,
+           (size_t)(model->plan.batch * mxu_shape_count(&out->out_shape)) *
+               sizeof(float));
+  }
+}
+
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                                  const mxu_step_key *key, float scale) {
   mxu_plan *plan = &model->plan;
+  if (key->training) clear_other_outputs(model, replica);
   int n = mxu_model_output(model);
   const mxu_layer *last = &model->layers[n];
   int classes = (int)last->out_shape.dims[0];

@@ -416,9 +416,8 @@ void mxu_strategy_sync_slots(mxu_model *model) {
     gather_shards(model, model->slot_v);
 }
 
-void mxu_strategy_outputs(mxu_model *model, int64_t rows, float *out) {
+void mxu_strategy_outputs(mxu_model *model, int n, int64_t rows, float *out) {
   mxu_plan *plan = &model->plan;
-  int n = mxu_model_output(model);
   int64_t classes = mxu_shape_count(&model->layers[n].out_shape);
   const float *all[plan->replicas];
   gather_values(model, plan->act[n], plan->batch * classes, all);

@@ -30,9 +30,9 @@ void mxu_strategy_apply(mxu_model *model);
  * so a saved model holds all of them). */
 void mxu_strategy_sync_slots(mxu_model *model);
 
-/* Copies the outputs of the last layer for the first `rows` samples of
- * the global batch into out, from every process. */
-void mxu_strategy_outputs(mxu_model *model, int64_t rows, float *out);
+/* Copies node n's outputs (a model output) for the first `rows` samples
+ * of the global batch into out, from every process. */
+void mxu_strategy_outputs(mxu_model *model, int n, int64_t rows, float *out);
 
 /* ---- between processes (MPI, or a world of one) ---------------------- */
 

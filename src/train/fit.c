@@ -164,7 +164,8 @@ mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
     int64_t rows = count - first < batch ? count - first : batch;
     load_batch(model, &view, NULL, first, rows);
     mxu_strategy_step(model, &key, 1.0f);
-    mxu_strategy_outputs(model, rows, out + first * classes);
+    mxu_strategy_outputs(model, mxu_model_output(model), rows,
+                         out + first * classes);
   }
   return MXU_OK;
 }
@@ -404,4 +405,59 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
   free(order);
   if (history) *history = &model->history;
   return status;
+}
+
+/* Replica `replica`'s rows of every input, from the callers' arrays, with
+ * zeros after its real rows. */
+static void load_inputs(mxu_model *model, mxu_replica *replica,
+                        const float *const *inputs, int64_t first,
+                        int64_t rows) {
+  int64_t batch = model->plan.batch;
+  int64_t own = replica_rows(model, replica->index, rows);
+  first += (int64_t)replica->index * batch;
+  for (int k = 0; k < model->input_count; k++) {
+    int node = model->inputs[k];
+    int64_t sample = mxu_shape_count(&model->layers[node].out_shape);
+    float *x = mxu_replica_floats(replica, model->plan.act[node]);
+    if (own > 0)
+      memcpy(x, inputs[k] + first * sample, (size_t)(own * sample) * 4);
+    memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
+  }
+  int32_t *labels =
+      (int32_t *)(void *)mxu_replica_floats(replica, model->plan.labels);
+  for (int64_t r = 0; r < batch; r++) labels[r] = 0;
+  mxu_replica_set_rows(model, replica, own);
+}
+
+mxu_status mxu_predict_outputs(mxu_model *model, const float *const *inputs,
+                               int64_t count, float *const *outputs) {
+  if (!model || !model->compiled)
+    return mxu_fail(MXU_ERR_ARG, "predict_outputs: compile the model first");
+  if (!inputs || !outputs || count < 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "predict_outputs: inputs and outputs are required");
+  for (int k = 0; k < model->input_count; k++)
+    if (!inputs[k])
+      return mxu_fail(MXU_ERR_ARG, "predict_outputs: input %d is NULL", k);
+  int output_count = mxu_model_output_count(model);
+  int nodes[MXU_MAX_INPUTS];
+  for (int j = 0; j < output_count; j++) {
+    nodes[j] =
+        model->output_count ? model->outputs[j] : mxu_model_output(model);
+    if (!outputs[j])
+      return mxu_fail(MXU_ERR_ARG, "predict_outputs: output %d is NULL", j);
+  }
+  int64_t batch = global_batch(model);
+  mxu_step_key key = {0, 0, 0, 0};
+  for (int64_t first = 0; first < count; first += batch) {
+    int64_t rows = count - first < batch ? count - first : batch;
+    for (int r = 0; r < model->plan.local_count; r++)
+      load_inputs(model, &model->plan.replica[r], inputs, first, rows);
+    mxu_strategy_step(model, &key, 1.0f);
+    for (int j = 0; j < output_count; j++) {
+      int64_t size = mxu_shape_count(&model->layers[nodes[j]].out_shape);
+      mxu_strategy_outputs(model, nodes[j], rows, outputs[j] + first * size);
+    }
+  }
+  return MXU_OK;
 }
