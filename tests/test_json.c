@@ -764,6 +764,396 @@ static void files(void) {
   mxu_model_free(m);
 }
 
+/* ---- functional models ------------------------------------------------------
+ */
+
+/* The name in a layer list entry's config. */
+static const char *entry_name(const cJSON *entry) {
+  return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(entry, "config"), "name"));
+}
+
+/* got[0..count) against the names of a file's config.layers, in order
+ * (Keras matches weights to layers by position). */
+static void check_order(const char *label, const char *const *got, int count,
+                        const cJSON *layers) {
+  int i = 0, wrong = 0, first = -1;
+  const char *first_got = NULL, *first_want = NULL;
+  for (const cJSON *e = layers ? layers->child : NULL; e; e = e->next, i++) {
+    const char *want = entry_name(e);
+    const char *name = i < count ? got[i] : NULL;
+    if (want && name && strcmp(want, name) == 0) continue;
+    if (!wrong++) first = i, first_got = name, first_want = want;
+  }
+  CHECK_MSG(wrong == 0,
+            "%s: %d layers out of the file's order; the first, layer %d, is "
+            "'%s', the file's is '%s'",
+            label, wrong, first, first_got ? first_got : "(none)",
+            first_want ? first_want : "(none)");
+  CHECK_MSG(i > 0 && i == count, "%s: %d layers, the file lists %d", label,
+            count, i);
+}
+
+/* mxu's model.layers against the file's. */
+static void check_names(const char *label, const mxu_model *m,
+                        const cJSON *layers) {
+  int count = mxu_model_layer_count(m);
+  const char **names = calloc((size_t)count + 1, sizeof *names);
+  for (int i = 0; names && i < count; i++)
+    names[i] = mxu_model_layer_name(m, i);
+  if (names) check_order(label, names, count, layers);
+  free(names);
+}
+
+/* A written text's layer list against the file's. */
+static void check_list(const char *label, const cJSON *written,
+                       const cJSON *layers) {
+  int count = cJSON_GetArraySize(written), i = 0;
+  const char **names = calloc((size_t)count + 1, sizeof *names);
+  for (const cJSON *e = written ? written->child : NULL; names && e;
+       e = e->next)
+    names[i++] = entry_name(e);
+  if (names) check_order(label, names, count, layers);
+  free(names);
+}
+
+static const cJSON *layers_of(const cJSON *doc) {
+  return cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(doc, "config"), "layers");
+}
+
+typedef struct keras_counts {
+  int64_t total, trainable, non_trainable;
+  int layers;
+} keras_counts;
+
+/* counts.json's numbers for an app, a size and a dialect. */
+static keras_counts counts_of(const cJSON *counts, const char *app,
+                              const char *size, const char *dialect) {
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(
+          cJSON_GetObjectItemCaseSensitive(counts, app), size),
+      dialect);
+  keras_counts k = {-1, -1, -1, -1};
+  const cJSON *v;
+  if ((v = cJSON_GetObjectItemCaseSensitive(c, "total")) && cJSON_IsNumber(v))
+    k.total = (int64_t)v->valuedouble;
+  if ((v = cJSON_GetObjectItemCaseSensitive(c, "trainable")) &&
+      cJSON_IsNumber(v))
+    k.trainable = (int64_t)v->valuedouble;
+  if ((v = cJSON_GetObjectItemCaseSensitive(c, "non_trainable")) &&
+      cJSON_IsNumber(v))
+    k.non_trainable = (int64_t)v->valuedouble;
+  if ((v = cJSON_GetObjectItemCaseSensitive(c, "layers")) && cJSON_IsNumber(v))
+    k.layers = v->valueint;
+  CHECK_MSG(
+      k.total > 0 && k.trainable + k.non_trainable == k.total && k.layers > 0,
+      "counts.json: %s %s %s is missing or inconsistent", app, size, dialect);
+  return k;
+}
+
+static void check_counts(const char *label, const mxu_model *m,
+                         keras_counts want) {
+  int64_t trainable = mxu_model_param_count(m, 1);
+  int64_t non_trainable = mxu_model_param_count(m, 0);
+  CHECK_MSG(trainable == want.trainable && non_trainable == want.non_trainable,
+            "%s: %lld trainable + %lld non-trainable params, Keras has %lld + "
+            "%lld",
+            label, (long long)trainable, (long long)non_trainable,
+            (long long)want.trainable, (long long)want.non_trainable);
+  CHECK_MSG(trainable + non_trainable == want.total, "%s: %lld params", label,
+            (long long)(trainable + non_trainable));
+  CHECK_MSG(mxu_model_layer_count(m) == want.layers,
+            "%s: %d layers, Keras has %d", label, mxu_model_layer_count(m),
+            want.layers);
+}
+
+/* Both writers keep the file's layer order, in the text and in the model
+ * read back from it; a Keras 3 text read back writes the same tf.keras 2
+ * text. */
+static void check_written(const char *label, const mxu_model *m,
+                          const cJSON *layers) {
+  round_trip_text(label, m, 0);
+  round_trip_text(label, m, 1);
+  char *k2 = write_json(m, 0);
+  for (int keras3 = 0; keras3 < 2; keras3++) {
+    char *text = keras3 ? write_json(m, 1) : NULL;
+    const char *t = keras3 ? text : k2;
+    cJSON *doc = t ? cJSON_Parse(t) : NULL;
+    CHECK_MSG(doc != NULL, "%s keras3=%d: written text does not parse", label,
+              keras3);
+    char where[160];
+    snprintf(where, sizeof where, "%s written keras3=%d", label, keras3);
+    check_list(where, doc ? layers_of(doc) : NULL, layers);
+    mxu_model *back = t ? read_json(t, NULL, NULL) : NULL;
+    if (back) check_names(where, back, layers);
+    if (back && keras3) {
+      char *k2_again = write_json(back, 0);
+      CHECK_MSG(k2 && k2_again && strcmp(k2, k2_again) == 0,
+                "%s: Keras 3 text read back writes another tf.keras 2 text",
+                label);
+      free(k2_again);
+    }
+    mxu_model_free(back);
+    cJSON_Delete(doc);
+    free(text);
+  }
+  free(k2);
+}
+
+/* Every occurrence of from in text replaced by to; *count says how many. */
+static char *replace_all(const char *text, const char *from, const char *to,
+                         int *count) {
+  size_t from_n = strlen(from), to_n = strlen(to);
+  *count = 0;
+  for (const char *p = text; (p = strstr(p, from)); p += from_n) (*count)++;
+  char *out = malloc(strlen(text) + (size_t)*count * to_n + 1);
+  if (!out) return NULL;
+  char *o = out;
+  for (const char *p = text;;) {
+    const char *hit = strstr(p, from);
+    size_t n = hit ? (size_t)(hit - p) : strlen(p);
+    memcpy(o, p, n);
+    o += n;
+    if (!hit) break;
+    memcpy(o, to, to_n);
+    o += to_n;
+    p = hit + from_n;
+  }
+  *o = 0;
+  return out;
+}
+
+/* Keras' applications at 32x32x3 from both Keras versions, and again at
+ * 224x224x3: Keras' own parameter and layer counts, the file's order. */
+static void reads_keras_apps(void) {
+  static const char *const apps[] = {"ResNet50", "DenseNet121", "VGG16"};
+  static const char *const dialects[] = {"tf2", "k3"};
+  char *counts_text = check_slurp("tests/keras_apps/counts.json");
+  cJSON *counts = counts_text ? cJSON_Parse(counts_text) : NULL;
+  free(counts_text);
+  CHECK_MSG(counts != NULL, "tests/keras_apps/counts.json: cannot read it");
+  if (!counts) return;
+  for (size_t a = 0; a < sizeof apps / sizeof *apps; a++)
+    for (int d = 0; d < 2; d++) {
+      char path[160];
+      snprintf(path, sizeof path, "tests/keras_apps/%s_32.%s.json", apps[a],
+               dialects[d]);
+      char *text = check_slurp(path);
+      cJSON *doc = text ? cJSON_Parse(text) : NULL;
+      free(text);
+      CHECK_MSG(doc != NULL, "%s: cannot read it", path);
+      if (!doc) continue;
+      mxu_model *m = NULL;
+      CHECK_OK(mxu_model_load_json(path, &m, NULL, NULL));
+      if (m) {
+        check_counts(path, m,
+                     counts_of(counts, apps[a], "32x32x3", dialects[d]));
+        check_names(path, m, layers_of(doc));
+        check_written(path, m, layers_of(doc));
+      }
+      mxu_model_free(m);
+
+      /* The same model for 224x224 images. The fixtures are indented, so
+       * the shapes are put on one line first, as cJSON_Print writes them
+       * ("[null, 32, 32, 3]"). */
+      char *flat = cJSON_Print(doc);
+      int replaced = 0;
+      char *big =
+          flat ? replace_all(flat, "32, 32, 3]", "224, 224, 3]", &replaced)
+               : NULL;
+      cJSON_free(flat);
+      CHECK_MSG(big && replaced > 0, "%s: no 32x32x3 shape to replace", path);
+      char label[200];
+      snprintf(label, sizeof label, "%s at 224x224x3", path);
+      m = NULL;
+      mxu_status s =
+          big ? mxu_model_from_json(big, label, &m, NULL, NULL) : MXU_ERR_NOMEM;
+      CHECK_MSG(s == MXU_OK, "%s: %s: %s", label, mxu_status_name(s),
+                mxu_errmsg());
+      if (m) {
+        mxu_shape in = mxu_model_input_shape(m);
+        CHECK_MSG(in.rank == 3 && in.dims[0] == 224 && in.dims[1] == 224 &&
+                      in.dims[2] == 3,
+                  "%s: input is not 224x224x3", label);
+        check_counts(label, m,
+                     counts_of(counts, apps[a], "224x224x3", dialects[d]));
+        check_names(label, m, layers_of(doc));
+        check_written(label, m, layers_of(doc));
+      }
+      mxu_model_free(m);
+      free(big);
+      cJSON_Delete(doc);
+    }
+  cJSON_Delete(counts);
+}
+
+/* The small residual net of test_golden: counts, order, round trips, and
+ * tf_keras 2.21's model.summary() table line for line (up to the totals,
+ * which Keras follows with sizes in bytes). */
+static void reads_tiny_resnet(void) {
+  static const char *const paths[] = {"tests/golden/tiny_resnet.tf2.json",
+                                      "tests/golden/tiny_resnet.k3.json"};
+  const keras_counts want = {1161, 1129, 32, 24};
+  for (int d = 0; d < 2; d++) {
+    char *text = check_slurp(paths[d]);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECK_MSG(doc != NULL, "%s: cannot read it", paths[d]);
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(paths[d], &m, NULL, NULL));
+    if (m && doc) {
+      check_counts(paths[d], m, want);
+      check_names(paths[d], m, layers_of(doc));
+      check_written(paths[d], m, layers_of(doc));
+    }
+    if (m && d == 0) {
+      char *golden = check_slurp("tests/golden/tiny_resnet.summary.txt");
+      char *mine = summary_of(m);
+      CHECK_MSG(golden && mine, "tiny_resnet summary: cannot read or write it");
+      const char *g = golden, *s = mine;
+      int line = 1, totals = 0;
+      while (g && s && *g) {
+        if (strncmp(g, "Total params", 12) == 0) {
+          totals = 1;
+          CHECK_MSG(strncmp(s, "Total params", 12) == 0,
+                    "tiny_resnet summary line %d: '%.*s', want the totals",
+                    line, (int)strcspn(s, "\n"), s);
+          break;
+        }
+        size_t gn = strcspn(g, "\n"), sn = strcspn(s, "\n");
+        CHECK_MSG(gn == sn && memcmp(g, s, gn) == 0,
+                  "tiny_resnet summary line %d:\n  mxu:   '%.*s'\n  Keras: "
+                  "'%.*s'",
+                  line, (int)sn, s, (int)gn, g);
+        g += gn + (g[gn] == '\n');
+        s += sn + (s[sn] == '\n');
+        line++;
+      }
+      CHECK_MSG(totals && line > 60,
+                "tiny_resnet summary: stopped at line %d before the totals",
+                line);
+      free(golden);
+      free(mine);
+    }
+    mxu_model_free(m);
+    cJSON_Delete(doc);
+  }
+}
+
+/* A tf.keras 2 Functional model: an InputLayer "in" of shape (4,), then
+ * the given layer entries, inputs and outputs. */
+static const char *functional_with(const char *layers, const char *inputs,
+                                   const char *outputs) {
+  static char text[8192];
+  snprintf(text, sizeof text,
+           "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", "
+           "\"trainable\": true, \"layers\": [{\"class_name\": "
+           "\"InputLayer\", \"config\": {\"batch_input_shape\": [null, 4], "
+           "\"dtype\": \"float32\", \"name\": \"in\"}, \"name\": \"in\", "
+           "\"inbound_nodes\": []}%s%s], \"input_layers\": %s, "
+           "\"output_layers\": %s}, \"keras_version\": \"2.21.0\", "
+           "\"backend\": \"tensorflow\"}",
+           layers[0] ? ", " : "", layers, inputs, outputs);
+  return text;
+}
+
+/* A Dense layer named name with the given inbound_nodes. */
+static const char *dense_reading(const char *name, const char *inbound) {
+  static char text[4][1024];
+  static int next;
+  char *t = text[next++ % 4];
+  snprintf(t, 1024,
+           "{\"class_name\": \"Dense\", \"config\": {\"name\": \"%s\", "
+           "\"units\": 2}, \"name\": \"%s\", \"inbound_nodes\": %s}",
+           name, name, inbound);
+  return t;
+}
+
+/* Refusals name the source, the layer and what it reads. */
+static void errors_functional(void) {
+  const char *in = "[[\"in\", 0, 0]]", *out_d = "[[\"d\", 0, 0]]";
+  /* The well-formed base the cases below break. */
+  mxu_model *m = read_json(
+      functional_with(dense_reading("d", "[[[\"in\", 0, 0, {}]]]"), in, out_d),
+      NULL, NULL);
+  CHECK(m && mxu_model_layer_count(m) == 2 &&
+        mxu_model_param_count(m, 1) == 10);
+  mxu_model_free(m);
+
+  /* A name no layer defines, in tf.keras 2's form and Keras 3's. */
+  EXPECT_JSON_FAIL(
+      functional_with(dense_reading("d", "[[[\"nowhere\", 0, 0, {}]]]"), in,
+                      out_d),
+      MXU_ERR_FORMAT, "layer 'd' (Dense)", "'nowhere'");
+  EXPECT_JSON_FAIL(
+      functional_with(
+          dense_reading("d", "[{\"args\": [{\"class_name\": "
+                             "\"__keras_tensor__\", \"config\": {\"shape\": "
+                             "[null, 4], \"dtype\": \"float32\", "
+                             "\"keras_history\": [\"ghost\", 0, 0]}}], "
+                             "\"kwargs\": {}}]"),
+          in, out_d),
+      MXU_ERR_FORMAT, "layer 'd' (Dense)", "'ghost'");
+  EXPECT_JSON_FAIL(functional_with(dense_reading("d", "[]"), in, out_d),
+                   MXU_ERR_FORMAT, "layer 'd' (Dense)",
+                   "inbound_nodes is empty: the layer reads nothing");
+  /* Two tensors into an Add, one of them nobody's. */
+  char two[2048];
+  snprintf(two, sizeof two,
+           "%s, {\"class_name\": \"Add\", \"config\": {\"name\": \"sum\"}, "
+           "\"name\": \"sum\", \"inbound_nodes\": [[[\"d\", 0, 0, {}], "
+           "[\"missing\", 0, 0, {}]]]}",
+           dense_reading("d", "[[[\"in\", 0, 0, {}]]]"));
+  EXPECT_JSON_FAIL(functional_with(two, in, "[[\"sum\", 0, 0]]"),
+                   MXU_ERR_FORMAT, "layer 'sum' (Add)", "'missing'");
+  /* Two inbound nodes (the layer called twice), the second reading a
+   * name no layer defines. */
+  EXPECT_JSON_FAIL(
+      functional_with(dense_reading("d", "[[[\"in\", 0, 0, {}]], "
+                                         "[[\"nada\", 0, 0, {}]]]"),
+                      in, out_d),
+      MXU_ERR_FORMAT, "layer 'd' (Dense)", "'nada'");
+  EXPECT_JSON_FAIL(functional_with(dense_reading("d", "[[[\"in\", 0, 0, {}]]]"),
+                                   in, "[[\"unknown\", 0, 0]]"),
+                   MXU_ERR_FORMAT, "output_layers", "'unknown'");
+  EXPECT_JSON_FAIL(functional_with(dense_reading("d", "[[[\"in\", 0, 0, {}]]]"),
+                                   "[[\"d\", 0, 0]]", out_d),
+                   MXU_ERR_FORMAT,
+                   "config.input_layers names 'd', which is not an InputLayer",
+                   NULL);
+  EXPECT_JSON_FAIL(
+      functional_with(
+          "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"inner\", "
+          "\"layers\": []}, \"name\": \"inner\", \"inbound_nodes\": "
+          "[[[\"in\", 0, 0, {}]]]}",
+          in, "[[\"inner\", 0, 0]]"),
+      MXU_ERR_UNSUPPORTED, "layer 'inner' (Sequential)",
+      "a model used as a layer (a nested Sequential) is not supported");
+}
+
+static void reads_functional(void) {
+  reads_keras_apps();
+  reads_tiny_resnet();
+  /* The repository's own Functional recipes. */
+  static const char *const recipes[] = {"models/resnet20.json",
+                                        "models/cifar10_functional.json"};
+  for (int r = 0; r < 2; r++) {
+    char *text = check_slurp(recipes[r]);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(recipes[r], &m, NULL, NULL));
+    if (m && doc) {
+      check_names(recipes[r], m, layers_of(doc));
+      check_written(recipes[r], m, layers_of(doc));
+    }
+    mxu_model_free(m);
+    cJSON_Delete(doc);
+  }
+  errors_functional();
+}
+
 /* ---- errors -------------------------------------------------------------
  */
 
@@ -1181,6 +1571,7 @@ int main(void) {
   writes_compile_config();
   odd_names();
   files();
+  reads_functional();
   errors_text();
   errors_layers();
   errors_compile();
