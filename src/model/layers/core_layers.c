@@ -159,27 +159,8 @@ static mxu_status flatten_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
-static mxu_status no_plan(mxu_layer *layer, const mxu_backend *backend,
-                          int batch, mxu_arena *layout) {
-  (void)layer;
-  (void)backend;
-  (void)batch;
-  (void)layout;
-  return MXU_OK;
-}
-
 /* channels_last memory is already (h, w, c) row-major, so compile gives
  * Flatten its input's buffer (a view) and there is nothing to copy. */
-static void flatten_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (run->y != run->x)
-    memcpy(run->y, run->x, batch_bytes(layer, &layer->in_shape));
-}
-
-static void flatten_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (run->need_dx && run->dx != run->dy)
-    memcpy(run->dx, run->dy, batch_bytes(layer, &layer->in_shape));
-}
-
 const mxu_layer_class mxu_flatten_class = {
     .class_name = "Flatten",
     .min_inputs = 1,
@@ -187,9 +168,9 @@ const mxu_layer_class mxu_flatten_class = {
     .view = 1,
     .infer = flatten_infer,
     .declare = no_params,
-    .plan = no_plan,
-    .forward = flatten_forward,
-    .backward = flatten_backward,
+    .plan = mxu_no_plan,
+    .forward = mxu_view_forward,
+    .backward = mxu_view_backward,
 };
 
 /* ---- Dropout ------------------------------------------------------------
@@ -282,7 +263,7 @@ const mxu_layer_class mxu_input_layer_class = {
     .min_inputs = 0,
     .max_inputs = 0,
     .infer = input_infer,
-    .plan = no_plan,
+    .plan = mxu_no_plan,
     .forward = input_pass,
     .backward = input_pass,
 };
@@ -344,7 +325,7 @@ const mxu_layer_class mxu_relu_class = {
     .max_inputs = 1,
     .infer = relu_infer,
     .flops = relu_flops,
-    .plan = no_plan,
+    .plan = mxu_no_plan,
     .forward = relu_forward,
     .backward = relu_backward,
 };

@@ -42,6 +42,16 @@ int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
 /* A pooling layer's backend description for `batch` samples. */
 mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch);
 
+/* What layers without a plan, FLOPs or compute of their own share: a
+ * plan that reserves nothing, no FLOPs (copies), and a view's forward and
+ * backward (Flatten, Reshape), which copy only where compile gave the
+ * output its own buffer (the input's gradient read by others too). */
+mxu_status mxu_no_plan(mxu_layer *layer, const mxu_backend *backend, int batch,
+                       mxu_arena *layout);
+double mxu_no_flops(const mxu_layer *layer, int need_dx);
+void mxu_view_forward(mxu_layer *layer, const mxu_layer_run *run);
+void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run);
+
 /* "(28, 28, 1)" */
 void mxu_shape_format(const mxu_shape *shape, char *out, size_t size);
 

@@ -31,15 +31,6 @@ static mxu_status same_shapes_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
-static mxu_status no_plan(mxu_layer *layer, const mxu_backend *backend,
-                          int batch, mxu_arena *layout) {
-  (void)layer;
-  (void)backend;
-  (void)batch;
-  (void)layout;
-  return MXU_OK;
-}
-
 static double merge_flops(const mxu_layer *layer, int need_dx) {
   double n = (double)mxu_shape_count(&layer->out_shape);
   double inputs = layer->input_count;
@@ -131,7 +122,7 @@ static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
       .max_inputs = MXU_MAX_INPUTS,                                            \
       .infer = same_shapes_infer,                                              \
       .flops = merge_flops,                                                    \
-      .plan = no_plan,                                                         \
+      .plan = mxu_no_plan,                                                     \
       .forward = elementwise_forward,                                          \
       .backward = elementwise_backward,                                        \
   }
@@ -226,19 +217,13 @@ static void concatenate_backward(mxu_layer *layer, const mxu_layer_run *run) {
   concat_move(layer, run, 0);
 }
 
-static double concatenate_flops(const mxu_layer *layer, int need_dx) {
-  (void)layer;
-  (void)need_dx;
-  return 0.0; /* copies */
-}
-
 const mxu_layer_class mxu_concatenate_class = {
     .class_name = "Concatenate",
     .min_inputs = 1,
     .max_inputs = MXU_MAX_INPUTS,
     .infer = concatenate_infer,
-    .flops = concatenate_flops,
-    .plan = no_plan,
+    .flops = mxu_no_flops, /* copies */
+    .plan = mxu_no_plan,
     .forward = concatenate_forward,
     .backward = concatenate_backward,
 };

@@ -5,15 +5,6 @@
 
 #include <string.h>
 
-static mxu_status no_plan(mxu_layer *layer, const mxu_backend *backend,
-                          int batch, mxu_arena *layout) {
-  (void)layer;
-  (void)backend;
-  (void)batch;
-  (void)layout;
-  return MXU_OK;
-}
-
 static mxu_status need_image(const mxu_layer *layer) {
   if (layer->in_shape.rank == 3) return MXU_OK;
   char text[64];
@@ -105,7 +96,7 @@ const mxu_layer_class mxu_global_average_pooling2d_class = {
     .max_inputs = 1,
     .infer = global_pool_infer,
     .flops = global_pool_flops,
-    .plan = no_plan,
+    .plan = mxu_no_plan,
     .forward = global_average_forward,
     .backward = global_average_backward,
 };
@@ -116,7 +107,7 @@ const mxu_layer_class mxu_global_max_pooling2d_class = {
     .max_inputs = 1,
     .infer = global_pool_infer,
     .flops = global_pool_flops,
-    .plan = no_plan,
+    .plan = mxu_no_plan,
     .forward = global_max_forward,
     .backward = global_max_backward,
 };
@@ -138,12 +129,6 @@ static mxu_status zero_padding_infer(mxu_layer *layer) {
                      layer->in_shape.dims[2]};
   layer->out_shape = mxu_shape_make(3, dims);
   return MXU_OK;
-}
-
-static double no_flops(const mxu_layer *layer, int need_dx) {
-  (void)layer;
-  (void)need_dx;
-  return 0.0;
 }
 
 /* Each input row lands as one run of width * channels values in y;
@@ -182,8 +167,8 @@ const mxu_layer_class mxu_zero_padding2d_class = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = zero_padding_infer,
-    .flops = no_flops,
-    .plan = no_plan,
+    .flops = mxu_no_flops,
+    .plan = mxu_no_plan,
     .forward = zero_padding_forward,
     .backward = zero_padding_backward,
 };
@@ -224,28 +209,14 @@ static mxu_status reshape_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
-static void copy_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (run->y != run->x)
-    memcpy(run->y, run->x,
-           (size_t)(layer->batch * mxu_shape_count(&layer->in_shape)) *
-               sizeof(float));
-}
-
-static void copy_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (run->need_dx && run->dx != run->dy)
-    memcpy(run->dx, run->dy,
-           (size_t)(layer->batch * mxu_shape_count(&layer->in_shape)) *
-               sizeof(float));
-}
-
 const mxu_layer_class mxu_reshape_class = {
     .class_name = "Reshape",
     .view = 1,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = reshape_infer,
-    .flops = no_flops,
-    .plan = no_plan,
-    .forward = copy_forward,
-    .backward = copy_backward,
+    .flops = mxu_no_flops,
+    .plan = mxu_no_plan,
+    .forward = mxu_view_forward,
+    .backward = mxu_view_backward,
 };

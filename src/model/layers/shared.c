@@ -1,7 +1,8 @@
 /* shared.c — what the layer families share: the activation after Conv2D
  * and Dense (fused into the backend op where it can be, a separate softmax
- * where it cannot, and the matching backward), 2-D window shape inference
- * and shape formatting. */
+ * where it cannot, and the matching backward), 2-D window shape inference,
+ * shape formatting, and the plan, FLOPs and copies of layers that move
+ * values without computing. */
 #include "model/layers/layers.h"
 
 #include <stdio.h>
@@ -84,4 +85,33 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
   out[2] = channels_out;
   layer->out_shape = mxu_shape_make(3, out);
   return MXU_OK;
+}
+
+mxu_status mxu_no_plan(mxu_layer *layer, const mxu_backend *backend, int batch,
+                       mxu_arena *layout) {
+  (void)layer;
+  (void)backend;
+  (void)batch;
+  (void)layout;
+  return MXU_OK;
+}
+
+double mxu_no_flops(const mxu_layer *layer, int need_dx) {
+  (void)layer;
+  (void)need_dx;
+  return 0.0;
+}
+
+void mxu_view_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->y != run->x)
+    memcpy(run->y, run->x,
+           (size_t)(layer->batch * mxu_shape_count(&layer->in_shape)) *
+               sizeof(float));
+}
+
+void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->need_dx && run->dx != run->dy)
+    memcpy(run->dx, run->dy,
+           (size_t)(layer->batch * mxu_shape_count(&layer->in_shape)) *
+               sizeof(float));
 }
