@@ -505,6 +505,11 @@ typedef struct mxu_fit_config {
 } mxu_fit_config;
 
 mxu_fit_config mxu_fit_defaults(void);
+/* The global batch fit uses for `samples` training samples: batch_size,
+ * or with steps_per_epoch alone Keras' ceil(samples / steps_per_epoch),
+ * else 32 (so a caller can compile for the batch fit will run). */
+int64_t mxu_fit_batch_size(int batch_size, int steps_per_epoch,
+                           int64_t samples);
 
 typedef struct mxu_epoch_log {
   int epoch; /* 1-based */

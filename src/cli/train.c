@@ -162,13 +162,9 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
   if (a->steps_per_execution) c->steps_per_execution = a->steps_per_execution;
 }
 
-/* The batch fit will use, so compile plans for it once: Keras infers
- * ceil(samples / steps) when only steps_per_epoch is given, else 32. */
+/* The batch fit will use, so compile plans for it once. */
 static int fit_batch(const train_args *a, int64_t samples) {
-  if (a->batch_size) return a->batch_size;
-  if (a->steps_per_epoch)
-    return (int)((samples + a->steps_per_epoch - 1) / a->steps_per_epoch);
-  return 32;
+  return (int)mxu_fit_batch_size(a->batch_size, a->steps_per_epoch, samples);
 }
 
 typedef struct train_run {

@@ -170,8 +170,14 @@ mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
   return MXU_OK;
 }
 
-/* Keras: with steps_per_epoch but no batch size, batch = ceil(n / steps);
- * with neither, 32. */
+int64_t mxu_fit_batch_size(int batch_size, int steps_per_epoch,
+                           int64_t samples) {
+  if (batch_size > 0) return batch_size;
+  if (steps_per_epoch > 0)
+    return (samples + steps_per_epoch - 1) / steps_per_epoch;
+  return 32;
+}
+
 static mxu_status resolve_batch(const mxu_fit_config *c, int64_t count,
                                 int *batch, int *steps) {
   if (c->epochs <= 0)
@@ -182,16 +188,14 @@ static mxu_status resolve_batch(const mxu_fit_config *c, int64_t count,
                     "fit: batch size %d and steps per epoch %d must not be "
                     "negative",
                     c->batch_size, c->steps_per_epoch);
-  *batch = c->batch_size;
-  if (!*batch)
-    *batch = c->steps_per_epoch
-                 ? (int)((count + c->steps_per_epoch - 1) / c->steps_per_epoch)
-                 : 32;
-  if (*batch > count)
+  int64_t inferred =
+      mxu_fit_batch_size(c->batch_size, c->steps_per_epoch, count);
+  if (inferred > count)
     return mxu_fail(MXU_ERR_ARG,
-                    "fit: batch size %d is larger than the %lld training "
+                    "fit: batch size %lld is larger than the %lld training "
                     "samples; use a batch size of at most %lld",
-                    *batch, (long long)count, (long long)count);
+                    (long long)inferred, (long long)count, (long long)count);
+  *batch = (int)inferred;
   /* Static shapes: the last partial batch is dropped, as on a TPU. When
    * the batch was inferred from steps_per_epoch, that drops a step. */
   int64_t full = count / *batch;
