@@ -244,11 +244,12 @@ static void finite_differences(mxu_model *m, const char *name) {
  * last. */
 static int output_written(const mxu_model *m, int i) {
   const mxu_layer *layer = &m->layers[i];
-  if (layer->fused_layers) return 0;
-  if (!layer->absorbed) return 1;
+  if (layer->compiled->fused_layers) return 0;
+  if (!layer->compiled->absorbed) return 1;
   for (int j = 0; j < i; j++)
-    if (m->layers[j].fused_layers &&
-        m->layers[j].fused[m->layers[j].fused_layers - 1] == layer)
+    if (m->layers[j].compiled->fused_layers &&
+        m->layers[j].compiled->fused[m->layers[j].compiled->fused_layers - 1] ==
+            layer)
       return 1;
   return 0;
 }
@@ -1022,20 +1023,22 @@ static void test_fusion(void) {
     CHECK(m->plan.consumers[input_reader(m, 0)] == 2);
     if (m->backend->conv_pool_create) {
       int want = cases[i].fused;
-      CHECK_MSG(m->layers[conv].fused_layers == want,
+      CHECK_MSG(m->layers[conv].compiled->fused_layers == want,
                 "%s: fused_layers %d, want %d", name,
-                m->layers[conv].fused_layers, want);
-      CHECK(m->layers[pool].absorbed == (want >= 1));
-      CHECK(m->layers[relu].absorbed == (want >= 2));
-      if (want >= 1) CHECK(m->layers[conv].fused[0] == &m->layers[pool]);
-      if (want >= 2) CHECK(m->layers[conv].fused[1] == &m->layers[relu]);
-      CHECK(m->layers[node_named(m, "shortcut")].fused_layers == 0);
+                m->layers[conv].compiled->fused_layers, want);
+      CHECK(m->layers[pool].compiled->absorbed == (want >= 1));
+      CHECK(m->layers[relu].compiled->absorbed == (want >= 2));
+      if (want >= 1)
+        CHECK(m->layers[conv].compiled->fused[0] == &m->layers[pool]);
+      if (want >= 2)
+        CHECK(m->layers[conv].compiled->fused[1] == &m->layers[relu]);
+      CHECK(m->layers[node_named(m, "shortcut")].compiled->fused_layers == 0);
     } else {
       printf("test_graph: this backend fuses nothing; fusion unchecked\n");
     }
     mxu_model_free(m);
     m = build(name, fusion_graph, &cases[i].variant, MXU_BACKEND_CPU_REF);
-    if (m) CHECK(m->layers[conv].fused_layers == 0);
+    if (m) CHECK(m->layers[conv].compiled->fused_layers == 0);
     finite_differences(m, name);
     mxu_model_free(m);
     backends_agree(name, fusion_graph, &cases[i].variant);

@@ -317,10 +317,12 @@ static void test_chain(void) {
                dnnl_cpu_isa_avx512_core;
   /* Keras' layer i is node i + 1: node 0 is the InputLayer. */
   const mxu_layer *layers = chained->layers + 1;
-  CHECK(!layers[0].native_out && !layers[1].native_in);
-  CHECK(layers[1].native_out == avx512 && layers[2].native_in == avx512);
-  CHECK(!layers[2].native_out && !broken->layers[2].native_out);
-  CHECK(!oracle->layers[2].native_out);
+  CHECK(!layers[0].compiled->native_out && !layers[1].compiled->native_in);
+  CHECK(layers[1].compiled->native_out == avx512 &&
+        layers[2].compiled->native_in == avx512);
+  CHECK(!layers[2].compiled->native_out &&
+        !broken->layers[2].compiled->native_out);
+  CHECK(!oracle->layers[2].compiled->native_out);
   /* The extra layer shifts the layer indices the initialisers draw by. */
   CHECK(chained->trainable_count == broken->trainable_count);
   memcpy(broken->weights, chained->weights,

@@ -278,6 +278,9 @@ void mxu_plan_release(mxu_model *model) {
     release_replica(model, &plan->replica[r]);
   free(plan->replica);
   free(plan->exchange);
+  for (int i = 0; plan->nodes && i < model->layer_count; i++)
+    model->layers[i].compiled = NULL;
+  free(plan->nodes);
   free(plan->act);
   free(plan->grad);
   free(plan->consumers);
@@ -440,29 +443,30 @@ static int fusion_proposal(mxu_model *model, int i) {
   if (act != MXU_LINEAR && act != MXU_RELU) return 0;
   int pool = sole_consumer(model, i);
   if (pool < 0 || model->layers[pool].cls != &mxu_max_pooling2d_class) return 0;
-  layer->fused[0] = &model->layers[pool];
+  layer->compiled->fused[0] = &model->layers[pool];
   int relu = sole_consumer(model, pool);
   if (relu < 0 || model->layers[relu].cls != &mxu_activation_class ||
       model->layers[relu].config.activation != MXU_RELU)
     return 1;
-  layer->fused[1] = &model->layers[relu];
+  layer->compiled->fused[1] = &model->layers[relu];
   return 2;
 }
 
 /* The node whose output node i's run writes: the last it fused. */
 static int writes(const mxu_layer *layer) {
-  return layer->fused_layers ? layer->fused[layer->fused_layers - 1]->index
-                             : layer->index;
+  return layer->compiled->fused_layers
+             ? layer->compiled->fused[layer->compiled->fused_layers - 1]->index
+             : layer->index;
 }
 
 /* Whether node i's output buffer is read or written: not where a fused
  * op writes a later node's output instead. */
 static int output_used(const mxu_model *model, int i) {
   const mxu_layer *layer = &model->layers[i];
-  if (layer->fused_layers) return 0;
-  if (!layer->absorbed) return 1;
+  if (layer->compiled->fused_layers) return 0;
+  if (!layer->compiled->absorbed) return 1;
   const mxu_layer *head = &model->layers[layer->inputs[0]];
-  while (head->absorbed) head = &model->layers[head->inputs[0]];
+  while (head->compiled->absorbed) head = &model->layers[head->inputs[0]];
   return writes(head) == i;
 }
 
@@ -481,7 +485,7 @@ static mxu_status reserve_edges(mxu_model *model) {
   int partial_slots = 0;
   for (int i = n - 1; i >= 0; i--) {
     const mxu_layer *layer = &model->layers[i];
-    if (layer->absorbed) continue;
+    if (layer->compiled->absorbed) continue;
     int slots = 0;
     for (int k = 0; k < layer->input_count; k++) {
       int t = layer->inputs[k];
@@ -588,16 +592,16 @@ static void plan_precision_and_chains(mxu_model *model) {
   int n = model->layer_count;
   for (int i = 0; i < n; i++) {
     /* cpu_ref ignores it: the oracle stays float32. */
-    layers[i].bf16 =
+    layers[i].compiled->bf16 =
         model->compile.precision == MXU_MIXED_BFLOAT16 && cpu_has_bf16();
-    layers[i].batch = model->plan.batch;
-    layers[i].native_in = layers[i].native_out = 0;
+    layers[i].compiled->batch = model->plan.batch;
+    layers[i].compiled->native_in = layers[i].compiled->native_out = 0;
   }
   for (int i = 0; i < n; i++) {
     int next = sole_consumer(model, i);
     if (next >= 0 && mxu_conv2d_chains(&layers[i], &layers[next],
                                        model->backend, model->plan.batch))
-      layers[i].native_out = layers[next].native_in = 1;
+      layers[i].compiled->native_out = layers[next].compiled->native_in = 1;
   }
 }
 
@@ -609,13 +613,13 @@ static mxu_status plan_layer(mxu_model *model, int i) {
   mxu_arena before = plan->layout;
   for (int r = 0; r < plan->local_count; r++) {
     mxu_arena copy = before;
-    layer->batch = plan->batch;
-    memset(layer->scratch, 0, sizeof layer->scratch);
+    layer->compiled->batch = plan->batch;
+    memset(layer->compiled->scratch, 0, sizeof layer->compiled->scratch);
     mxu_status status = layer->cls->plan(layer, model->backend, plan->batch,
                                          r == 0 ? &plan->layout : &copy);
-    memcpy(&plan->replica[r].ops[i * MXU_MAX_LAYER_OPS], layer->ops,
-           sizeof layer->ops);
-    memset(layer->ops, 0, sizeof layer->ops);
+    memcpy(&plan->replica[r].ops[i * MXU_MAX_LAYER_OPS], layer->compiled->ops,
+           sizeof layer->compiled->ops);
+    memset(layer->compiled->ops, 0, sizeof layer->compiled->ops);
     if (status != MXU_OK)
       return mxu_fail_prefix(status, "compile: layer '%s': ", layer->name);
   }
@@ -626,6 +630,9 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   mxu_plan *plan = &model->plan;
   int n = model->layer_count;
   plan->backend = model->backend;
+  plan->nodes = calloc((size_t)n, sizeof *plan->nodes);
+  if (!plan->nodes) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  for (int i = 0; i < n; i++) model->layers[i].compiled = &plan->nodes[i];
   plan->act = calloc((size_t)n, sizeof *plan->act);
   plan->grad = calloc((size_t)n, sizeof *plan->grad);
   plan->consumers = calloc((size_t)n, sizeof *plan->consumers);
@@ -640,17 +647,19 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   omp_set_num_threads(plan->intra_threads);
   plan_precision_and_chains(model);
   for (int i = 0; i < n; i++) {
-    model->layers[i].absorbed = 0;
-    model->layers[i].fused_layers = 0;
-    model->layers[i].fused[0] = model->layers[i].fused[1] = NULL;
+    model->layers[i].compiled->absorbed = 0;
+    model->layers[i].compiled->fused_layers = 0;
+    model->layers[i].compiled->fused[0] = model->layers[i].compiled->fused[1] =
+        NULL;
   }
   for (int i = 0; i < n; i++) {
     mxu_layer *layer = &model->layers[i];
-    layer->batch = plan->batch;
-    if (layer->absorbed) continue;
-    layer->fused_layers = fusion_proposal(model, i);
+    layer->compiled->batch = plan->batch;
+    if (layer->compiled->absorbed) continue;
+    layer->compiled->fused_layers = fusion_proposal(model, i);
     MXU_TRY(plan_layer(model, i));
-    for (int k = 0; k < layer->fused_layers; k++) layer->fused[k]->absorbed = 1;
+    for (int k = 0; k < layer->compiled->fused_layers; k++)
+      layer->compiled->fused[k]->compiled->absorbed = 1;
   }
   MXU_TRY(reserve_io(model));
   MXU_TRY(reserve_exchange(model));

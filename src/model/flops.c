@@ -220,8 +220,8 @@ mxu_status mxu_profile_enable(mxu_model *model, int on) {
 /* The node that runs node i inside its own op, or NULL. */
 static const mxu_layer *fused_into(const mxu_model *model, int i) {
   for (int k = 0; k < model->layer_count; k++)
-    for (int f = 0; f < model->layers[k].fused_layers; f++)
-      if (model->layers[k].fused[f] == &model->layers[i])
+    for (int f = 0; f < model->layers[k].compiled->fused_layers; f++)
+      if (model->layers[k].compiled->fused[f] == &model->layers[i])
         return &model->layers[k];
   return NULL;
 }
@@ -233,7 +233,9 @@ int mxu_profile_read(const mxu_model *model, mxu_layer_profile *out,
   for (int l = 0; out && l < count && l < capacity; l++) {
     int i = mxu_model_node(model, l);
     const mxu_layer *layer = &model->layers[i];
-    const mxu_layer *head = layer->absorbed ? fused_into(model, i) : NULL;
+    const mxu_layer *head = layer->compiled && layer->compiled->absorbed
+                                ? fused_into(model, i)
+                                : NULL;
     const double *p = model->profile;
     out[l] = (mxu_layer_profile){layer->name,
                                  layer->cls->class_name,

@@ -531,6 +531,7 @@ mxu_tensor_id mxu_apply_again(mxu_model *model, mxu_tensor_id made_by,
   }
   mxu_layer proto = *owner;
   proto.hidden = 1;
+  proto.compiled = NULL;
   int calls = 0;
   for (int i = 0; i < model->layer_count; i++)
     calls += model->layers[i].owner == owner->index;

@@ -164,10 +164,17 @@ struct mxu_layer {
    * model gets the same weights built as Sequential or as a graph. */
   int key;
 
-  /* compiled */
+  /* compiled: where the layer's weights are in the parameter table */
   int index;       /* position in the model */
   int param_first; /* index into the model's parameter table */
   int param_count;
+  /* What the plan decided for this node (its batch, precision, fusion,
+   * layouts, scratch); it lives in the plan, for one plan only. NULL when
+   * the model has none. */
+  struct mxu_node_plan *compiled;
+};
+
+typedef struct mxu_node_plan {
   int batch;                             /* per replica */
   int bf16;                              /* conv, dense: in bfloat16 */
   mxu_op *ops[MXU_MAX_LAYER_OPS];        /* while planning only */
@@ -187,7 +194,7 @@ struct mxu_layer {
    * layout, the tensor stays in it (see mxu_conv2d_desc): the first's
    * native_out and the second's native_in. */
   int native_in, native_out;
-};
+} mxu_node_plan;
 
 /* The registry: one row per layer class. */
 extern const mxu_layer_class mxu_conv2d_class;
@@ -258,9 +265,10 @@ typedef struct mxu_plan {
   int batch;
   int split;
   const mxu_backend *backend;
-  mxu_arena layout; /* sizes and offsets; replicas commit copies */
-  size_t *act;      /* layer_count offsets: each node's output */
-  size_t *grad;     /* same, for gradients */
+  mxu_arena layout;     /* sizes and offsets; replicas commit copies */
+  mxu_node_plan *nodes; /* layer_count: what was decided per node */
+  size_t *act;          /* layer_count offsets: each node's output */
+  size_t *grad;         /* same, for gradients */
   /* Per node: how many read its output (a model output counts as a
    * reader: the loss); and its inputs' edges (MXU_MAX_INPUTS a node). */
   int *consumers;

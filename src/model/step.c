@@ -32,7 +32,9 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
   run.need_dx = run.need_dxs[0];
   /* A fused op writes the output of the last node it runs. */
   int last =
-      layer->fused_layers ? layer->fused[layer->fused_layers - 1]->index : i;
+      layer->compiled->fused_layers
+          ? layer->compiled->fused[layer->compiled->fused_layers - 1]->index
+          : i;
   run.y = mxu_replica_floats(replica, plan->act[last]);
   run.dy = mxu_replica_floats(replica, plan->grad[last]);
   run.arena = replica->arena.base;
@@ -60,7 +62,7 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
 
 void mxu_replica_forward(mxu_model *model, mxu_replica *replica, int layer,
                          const mxu_step_key *key) {
-  if (model->layers[layer].absorbed) return;
+  if (model->layers[layer].compiled->absorbed) return;
   mxu_layer_run run = mxu_replica_run(model, replica, layer, key);
   model->layers[layer].cls->forward(&model->layers[layer], &run);
 }
@@ -101,7 +103,7 @@ void mxu_replica_sum_shared(mxu_model *model, mxu_replica *replica) {
 void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,
                           const mxu_step_key *key) {
   mxu_layer *node = &model->layers[layer];
-  if (node->absorbed) return;
+  if (node->compiled->absorbed) return;
   mxu_layer_run run = mxu_replica_run(model, replica, layer, key);
   node->cls->backward(node, &run);
   mxu_replica_add_partials(model, replica, node, &run);

@@ -225,8 +225,8 @@ static void update_state(mxu_model *model) {
   for (int i = 0; i < model->layer_count; i++) {
     mxu_layer *layer = &model->layers[i];
     if (!layer->cls->update_state) continue;
-    gather_values(model, layer->stats_offset, layer->cls->stats_floats(layer),
-                  stats);
+    gather_values(model, layer->compiled->stats_offset,
+                  layer->cls->stats_floats(layer), stats);
     float *w[MXU_MAX_LAYER_PARAMS];
     for (int k = 0; k < layer->param_count; k++) {
       const mxu_param *p = &model->params[layer->param_first + k];
@@ -271,7 +271,7 @@ static void run_phase(mxu_model *model, int i, phase what,
                       const mxu_step_key *key, const float *const *all) {
   mxu_plan *plan = &model->plan;
   mxu_layer *layer = &model->layers[i];
-  if (layer->absorbed) return;
+  if (layer->compiled->absorbed) return;
 #pragma omp parallel for schedule(static)                                      \
     num_threads(plan->workers) if (plan->workers > 1)
   for (int r = 0; r < plan->local_count; r++) {
@@ -294,7 +294,8 @@ static void run_split(mxu_model *model, int i, int backward,
   mxu_layer *layer = &model->layers[i];
   run_phase(model, i, backward ? BACKWARD_LOCAL : FORWARD_LOCAL, key, NULL);
   const float *all[model->plan.replicas];
-  gather_values(model, layer->sync_offset, layer->cls->sync_floats(layer), all);
+  gather_values(model, layer->compiled->sync_offset,
+                layer->cls->sync_floats(layer), all);
   run_phase(model, i, backward ? BACKWARD_GLOBAL : FORWARD_GLOBAL, key, all);
 }
 

@@ -49,10 +49,10 @@ static mxu_conv2d_desc conv2d_describe(const mxu_layer *layer, int batch) {
   mxu_conv_output_size(d.in_w, d.kernel_w, d.stride_w, c->padding, &d.pad_left,
                        &d.pad_right);
   d.has_bias = c->use_bias;
-  d.bf16 = layer->bf16;
+  d.bf16 = layer->compiled->bf16;
   d.activation = c->activation;
-  d.x_native = layer->native_in;
-  d.y_native = layer->native_out;
+  d.x_native = layer->compiled->native_in;
+  d.y_native = layer->compiled->native_out;
   return d;
 }
 
@@ -71,12 +71,12 @@ int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
  * argmax workspace (scratch[0]). Returns 0 when the backend declines. */
 static int conv2d_plan_fused(mxu_layer *layer, const mxu_backend *backend,
                              const mxu_conv2d_desc *d, mxu_arena *layout) {
-  mxu_pool2d_desc pool = mxu_pool2d_describe(layer->fused[0], d->n);
-  if (backend->conv_pool_create(d, &pool, layer->fused_layers == 2,
-                                &layer->ops[0]) != MXU_OK)
+  mxu_pool2d_desc pool = mxu_pool2d_describe(layer->compiled->fused[0], d->n);
+  if (backend->conv_pool_create(d, &pool, layer->compiled->fused_layers == 2,
+                                &layer->compiled->ops[0]) != MXU_OK)
     return 0;
-  layer->scratch[0] = mxu_arena_reserve(
-      layout, backend->conv_pool_workspace_bytes(layer->ops[0]));
+  layer->compiled->scratch[0] = mxu_arena_reserve(
+      layout, backend->conv_pool_workspace_bytes(layer->compiled->ops[0]));
   return 1;
 }
 
@@ -84,13 +84,14 @@ static mxu_status conv2d_plan(mxu_layer *layer, const mxu_backend *backend,
                               int batch, mxu_arena *layout) {
   const mxu_conv2d_config *c = &layer->config.conv;
   mxu_conv2d_desc d = conv2d_describe(layer, batch);
-  if (layer->fused_layers > 0 && conv2d_plan_fused(layer, backend, &d, layout))
+  if (layer->compiled->fused_layers > 0 &&
+      conv2d_plan_fused(layer, backend, &d, layout))
     return MXU_OK;
-  layer->fused_layers = 0;
+  layer->compiled->fused_layers = 0;
   int64_t rows = (int64_t)batch * d.out_h * d.out_w;
   MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, rows, d.out_c,
                             layout, &d.activation));
-  return backend->conv2d_create(&d, &layer->ops[0]);
+  return backend->conv2d_create(&d, &layer->compiled->ops[0]);
 }
 
 static float *bias_of(const mxu_layer *layer, float *const *w) {
@@ -98,10 +99,11 @@ static float *bias_of(const mxu_layer *layer, float *const *w) {
 }
 
 static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (layer->fused_layers) {
+  if (layer->compiled->fused_layers) {
     run->backend->conv_pool_forward(
         run->ops[0], run->training, run->x, run->w[0], bias_of(layer, run->w),
-        run->y, run->training ? run->arena + layer->scratch[0] : NULL);
+        run->y,
+        run->training ? run->arena + layer->compiled->scratch[0] : NULL);
     return;
   }
   mxu_activation act = layer->config.conv.activation;
@@ -112,10 +114,11 @@ static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
 }
 
 static void conv2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (layer->fused_layers) {
-    run->backend->conv_pool_backward(
-        run->ops[0], run->x, run->w[0], run->dy, run->arena + layer->scratch[0],
-        run->dw[0], bias_of(layer, run->dw), run->need_dx ? run->dx : NULL);
+  if (layer->compiled->fused_layers) {
+    run->backend->conv_pool_backward(run->ops[0], run->x, run->w[0], run->dy,
+                                     run->arena + layer->compiled->scratch[0],
+                                     run->dw[0], bias_of(layer, run->dw),
+                                     run->need_dx ? run->dx : NULL);
     return;
   }
   mxu_activation act = layer->config.conv.activation;

@@ -7,12 +7,13 @@
 
 static int64_t batch_rows(const mxu_layer *layer, const mxu_shape *shape) {
   /* Values per row of the last axis: activations and softmax act on it. */
-  return (int64_t)layer->batch * mxu_shape_count(shape) /
+  return (int64_t)layer->compiled->batch * mxu_shape_count(shape) /
          shape->dims[shape->rank - 1];
 }
 
 static size_t batch_bytes(const mxu_layer *layer, const mxu_shape *shape) {
-  return (size_t)layer->batch * (size_t)mxu_shape_count(shape) * sizeof(float);
+  return (size_t)layer->compiled->batch * (size_t)mxu_shape_count(shape) *
+         sizeof(float);
 }
 
 /* ---- Dense --------------------------------------------------------------
@@ -53,10 +54,10 @@ static mxu_status dense_plan(mxu_layer *layer, const mxu_backend *backend,
    * them in f32: Keras' advice of a float32 output layer, for free. */
   mxu_dense_desc d = {batch,      (int)layer->in_shape.dims[0],
                       c->units,   c->use_bias,
-                      MXU_LINEAR, layer->bf16};
+                      MXU_LINEAR, layer->compiled->bf16};
   MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, batch, c->units,
                             layout, &d.activation));
-  return backend->dense_create(&d, &layer->ops[0]);
+  return backend->dense_create(&d, &layer->compiled->ops[0]);
 }
 
 static void dense_forward(mxu_layer *layer, const mxu_layer_run *run) {
@@ -117,7 +118,7 @@ static mxu_status activation_plan(mxu_layer *layer, const mxu_backend *backend,
   const mxu_shape *s = &layer->in_shape;
   mxu_activation_desc d = {layer->config.activation, batch_rows(layer, s),
                            (int)s->dims[s->rank - 1]};
-  return backend->activation_create(&d, &layer->ops[0]);
+  return backend->activation_create(&d, &layer->compiled->ops[0]);
 }
 
 static void activation_forward(mxu_layer *layer, const mxu_layer_run *run) {
@@ -188,7 +189,7 @@ static mxu_status dropout_plan(mxu_layer *layer, const mxu_backend *backend,
                                int batch, mxu_arena *layout) {
   (void)backend;
   (void)batch;
-  layer->scratch[0] =
+  layer->compiled->scratch[0] =
       mxu_arena_reserve(layout, batch_bytes(layer, &layer->in_shape));
   return MXU_OK;
 }
@@ -199,13 +200,13 @@ static mxu_status dropout_plan(mxu_layer *layer, const mxu_backend *backend,
  * slice's first row on: slices of a replica draw what it would whole. */
 static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
   int64_t per_row = mxu_shape_count(&layer->in_shape);
-  int64_t count = layer->batch * per_row;
+  int64_t count = layer->compiled->batch * per_row;
   uint64_t first = (uint64_t)(run->row_offset * per_row);
   if (!run->training || layer->config.dropout.rate == 0.0f) {
     if (run->y != run->x) memcpy(run->y, run->x, (size_t)count * 4);
     return;
   }
-  float *mask = (float *)(void *)(run->arena + layer->scratch[0]);
+  float *mask = (float *)(void *)(run->arena + layer->compiled->scratch[0]);
   float rate = layer->config.dropout.rate, keep = 1.0f / (1.0f - rate);
   /* One pass in L1-sized chunks (draw, threshold, multiply) rather than
    * three over the whole tensor. Draws are counter based, so a chunk's
@@ -224,12 +225,13 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
 
 static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
-  int64_t count = layer->batch * mxu_shape_count(&layer->in_shape);
+  int64_t count = layer->compiled->batch * mxu_shape_count(&layer->in_shape);
   if (layer->config.dropout.rate == 0.0f) {
     memcpy(run->dx, run->dy, (size_t)count * 4);
     return;
   }
-  const float *mask = (const float *)(void *)(run->arena + layer->scratch[0]);
+  const float *mask =
+      (const float *)(void *)(run->arena + layer->compiled->scratch[0]);
   run->backend->multiply(count, run->dy, mask, run->dx);
 }
 
@@ -290,7 +292,7 @@ static double relu_flops(const mxu_layer *layer, int need_dx) {
 
 static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
   const mxu_relu_config *c = &layer->config.relu;
-  int64_t count = layer->batch * mxu_shape_count(&layer->in_shape);
+  int64_t count = layer->compiled->batch * mxu_shape_count(&layer->in_shape);
   float top = c->max_value, slope = c->negative_slope, t = c->threshold;
   int capped = top >= 0;
   for (int64_t i = 0; i < count; i++) {
@@ -306,7 +308,7 @@ static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
 static void relu_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
   const mxu_relu_config *c = &layer->config.relu;
-  int64_t count = layer->batch * mxu_shape_count(&layer->in_shape);
+  int64_t count = layer->compiled->batch * mxu_shape_count(&layer->in_shape);
   float top = c->max_value, slope = c->negative_slope, t = c->threshold;
   int capped = top >= 0, relu6 = t == 0.0f && top == 6.0f;
   for (int64_t i = 0; i < count; i++) {

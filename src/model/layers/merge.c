@@ -6,7 +6,7 @@
 #include <string.h>
 
 static int64_t values(const mxu_layer *layer) {
-  return (int64_t)layer->batch * mxu_shape_count(&layer->out_shape);
+  return (int64_t)layer->compiled->batch * mxu_shape_count(&layer->out_shape);
 }
 
 static mxu_status same_shapes_infer(mxu_layer *layer) {
@@ -183,7 +183,7 @@ typedef struct concat_geometry {
 static concat_geometry geometry(const mxu_layer *layer) {
   const mxu_shape *s = &layer->out_shape;
   int axis = concat_axis(layer);
-  concat_geometry g = {layer->batch, 1};
+  concat_geometry g = {layer->compiled->batch, 1};
   for (int d = 0; d < axis; d++) g.outer *= s->dims[d];
   for (int d = axis + 1; d < s->rank; d++) g.inner *= s->dims[d];
   return g;

@@ -42,7 +42,7 @@ static int channels(const mxu_layer *layer) {
 }
 
 static int64_t rows(const mxu_layer *layer) {
-  return (int64_t)layer->batch * mxu_shape_count(&layer->in_shape) /
+  return (int64_t)layer->compiled->batch * mxu_shape_count(&layer->in_shape) /
          channels(layer);
 }
 
@@ -51,18 +51,22 @@ static mxu_status batchnorm_plan(mxu_layer *layer, const mxu_backend *backend,
   (void)batch;
   size_t c_bytes = (size_t)channels(layer) * sizeof(float);
   /* The batch mean then the batch variance: this replica's statistics. */
-  layer->scratch[SCRATCH_STATS] = mxu_arena_reserve(layout, 2 * c_bytes);
-  layer->stats_offset = layer->scratch[SCRATCH_STATS];
+  layer->compiled->scratch[SCRATCH_STATS] =
+      mxu_arena_reserve(layout, 2 * c_bytes);
+  layer->compiled->stats_offset = layer->compiled->scratch[SCRATCH_STATS];
   /* ones then zeros, standing in for gamma or beta when scale or center is
    * off; and a sink for their unused gradients. */
-  layer->scratch[SCRATCH_CONST] = mxu_arena_reserve(layout, 2 * c_bytes);
-  layer->scratch[SCRATCH_DISCARD] = mxu_arena_reserve(layout, 2 * c_bytes);
+  layer->compiled->scratch[SCRATCH_CONST] =
+      mxu_arena_reserve(layout, 2 * c_bytes);
+  layer->compiled->scratch[SCRATCH_DISCARD] =
+      mxu_arena_reserve(layout, 2 * c_bytes);
   /* Synchronized: what this replica shares with the others. */
-  layer->scratch[SCRATCH_SYNC] = mxu_arena_reserve(layout, 2 * c_bytes);
-  layer->sync_offset = layer->scratch[SCRATCH_SYNC];
+  layer->compiled->scratch[SCRATCH_SYNC] =
+      mxu_arena_reserve(layout, 2 * c_bytes);
+  layer->compiled->sync_offset = layer->compiled->scratch[SCRATCH_SYNC];
   mxu_batchnorm_desc d = {rows(layer), channels(layer),
                           layer->config.batchnorm.epsilon};
-  return backend->batchnorm_create(&d, &layer->ops[0]);
+  return backend->batchnorm_create(&d, &layer->compiled->ops[0]);
 }
 
 typedef struct bn_views {
@@ -74,9 +78,9 @@ static bn_views views(const mxu_layer *layer, const mxu_layer_run *run) {
   const mxu_batchnorm_config *c = &layer->config.batchnorm;
   int channel_count = channels(layer), i = 0;
   float *constants =
-      (float *)(void *)(run->arena + layer->scratch[SCRATCH_CONST]);
+      (float *)(void *)(run->arena + layer->compiled->scratch[SCRATCH_CONST]);
   float *discard =
-      (float *)(void *)(run->arena + layer->scratch[SCRATCH_DISCARD]);
+      (float *)(void *)(run->arena + layer->compiled->scratch[SCRATCH_DISCARD]);
   for (int k = 0; k < channel_count; k++) {
     constants[k] = 1.0f;
     constants[channel_count + k] = 0.0f;
@@ -88,7 +92,8 @@ static bn_views views(const mxu_layer *layer, const mxu_layer_run *run) {
   v.dbeta = c->center ? run->dw[i++] : discard + channel_count;
   v.moving_mean = run->w[i++];
   v.moving_var = run->w[i];
-  v.mean = (float *)(void *)(run->arena + layer->scratch[SCRATCH_STATS]);
+  v.mean =
+      (float *)(void *)(run->arena + layer->compiled->scratch[SCRATCH_STATS]);
   v.var = v.mean + channel_count;
   return v;
 }
@@ -156,7 +161,7 @@ static int batchnorm_sync_floats(const mxu_layer *layer) {
 }
 
 static float *sync_block(const mxu_layer *layer, const mxu_layer_run *run) {
-  return (float *)(void *)(run->arena + layer->sync_offset);
+  return (float *)(void *)(run->arena + layer->compiled->sync_offset);
 }
 
 static void batchnorm_forward_local(mxu_layer *layer,

@@ -39,15 +39,16 @@ mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch) {
 static mxu_status pool2d_plan(mxu_layer *layer, const mxu_backend *backend,
                               int batch, mxu_arena *layout) {
   mxu_pool2d_desc d = mxu_pool2d_describe(layer, batch);
-  MXU_TRY(backend->pool2d_create(&d, &layer->ops[0]));
-  size_t bytes = backend->pool2d_workspace_bytes(layer->ops[0]);
-  layer->scratch[0] = bytes ? mxu_arena_reserve(layout, bytes) : 0;
-  layer->scratch[1] = bytes; /* remembered: 0 means no workspace */
+  MXU_TRY(backend->pool2d_create(&d, &layer->compiled->ops[0]));
+  size_t bytes = backend->pool2d_workspace_bytes(layer->compiled->ops[0]);
+  layer->compiled->scratch[0] = bytes ? mxu_arena_reserve(layout, bytes) : 0;
+  layer->compiled->scratch[1] = bytes; /* remembered: 0 means no workspace */
   return MXU_OK;
 }
 
 static void *workspace(const mxu_layer *layer, const mxu_layer_run *run) {
-  return layer->scratch[1] ? run->arena + layer->scratch[0] : NULL;
+  return layer->compiled->scratch[1] ? run->arena + layer->compiled->scratch[0]
+                                     : NULL;
 }
 
 static void pool2d_forward(mxu_layer *layer, const mxu_layer_run *run) {

@@ -34,7 +34,7 @@ static double global_pool_flops(const mxu_layer *layer, int need_dx) {
 static void global_average_forward(mxu_layer *layer, const mxu_layer_run *run) {
   int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
   int64_t c = layer->in_shape.dims[2];
-  for (int64_t n = 0; n < layer->batch; n++) {
+  for (int64_t n = 0; n < layer->compiled->batch; n++) {
     const float *x = run->x + n * pixels * c;
     float *y = run->y + n * c;
     for (int64_t k = 0; k < c; k++) y[k] = 0.0f;
@@ -49,7 +49,7 @@ static void global_average_backward(mxu_layer *layer,
   if (!run->need_dx) return;
   int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
   int64_t c = layer->in_shape.dims[2];
-  for (int64_t n = 0; n < layer->batch; n++) {
+  for (int64_t n = 0; n < layer->compiled->batch; n++) {
     const float *dy = run->dy + n * c;
     float *dx = run->dx + n * pixels * c;
     for (int64_t p = 0; p < pixels; p++)
@@ -60,7 +60,7 @@ static void global_average_backward(mxu_layer *layer,
 static void global_max_forward(mxu_layer *layer, const mxu_layer_run *run) {
   int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
   int64_t c = layer->in_shape.dims[2];
-  for (int64_t n = 0; n < layer->batch; n++) {
+  for (int64_t n = 0; n < layer->compiled->batch; n++) {
     const float *x = run->x + n * pixels * c;
     float *y = run->y + n * c;
     memcpy(y, x, (size_t)c * sizeof(float));
@@ -76,7 +76,7 @@ static void global_max_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
   int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
   int64_t c = layer->in_shape.dims[2];
-  for (int64_t n = 0; n < layer->batch; n++) {
+  for (int64_t n = 0; n < layer->compiled->batch; n++) {
     const float *x = run->x + n * pixels * c, *y = run->y + n * c;
     const float *dy = run->dy + n * c;
     float *dx = run->dx + n * pixels * c;
@@ -140,7 +140,7 @@ static void padding_rows(const mxu_layer *layer, const mxu_layer_run *run,
   int64_t ch = layer->in_shape.dims[2];
   int64_t out_h = layer->out_shape.dims[0], out_w = layer->out_shape.dims[1];
   size_t row = (size_t)(w * ch) * sizeof(float);
-  for (int64_t n = 0; n < layer->batch; n++)
+  for (int64_t n = 0; n < layer->compiled->batch; n++)
     for (int64_t r = 0; r < h; r++) {
       int64_t in = (n * h + r) * w * ch;
       int64_t out = ((n * out_h + r + c->top) * out_w + c->left) * ch;
@@ -153,7 +153,7 @@ static void padding_rows(const mxu_layer *layer, const mxu_layer_run *run,
 
 static void zero_padding_forward(mxu_layer *layer, const mxu_layer_run *run) {
   memset(run->y, 0,
-         (size_t)(layer->batch * mxu_shape_count(&layer->out_shape)) *
+         (size_t)(layer->compiled->batch * mxu_shape_count(&layer->out_shape)) *
              sizeof(float));
   padding_rows(layer, run, 1);
 }

@@ -14,18 +14,18 @@ mxu_status mxu_epilogue_plan(mxu_layer *layer, mxu_activation activation,
   *fused = activation == MXU_SOFTMAX ? MXU_LINEAR : activation;
   if (activation == MXU_LINEAR) return MXU_OK;
   mxu_activation_desc desc = {activation, rows, cols};
-  MXU_TRY(backend->activation_create(&desc, &layer->ops[1]));
+  MXU_TRY(backend->activation_create(&desc, &layer->compiled->ops[1]));
   size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
   if (activation == MXU_SOFTMAX)
-    layer->scratch[0] = mxu_arena_reserve(layout, bytes);
-  layer->scratch[1] = mxu_arena_reserve(layout, bytes);
+    layer->compiled->scratch[0] = mxu_arena_reserve(layout, bytes);
+  layer->compiled->scratch[1] = mxu_arena_reserve(layout, bytes);
   return MXU_OK;
 }
 
 float *mxu_epilogue_target(const mxu_layer *layer, mxu_activation activation,
                            const mxu_layer_run *run) {
   if (activation != MXU_SOFTMAX) return run->y;
-  return (float *)(void *)(run->arena + layer->scratch[0]);
+  return (float *)(void *)(run->arena + layer->compiled->scratch[0]);
 }
 
 void mxu_epilogue_forward(const mxu_layer *layer, mxu_activation activation,
@@ -39,7 +39,7 @@ const float *mxu_epilogue_backward(const mxu_layer *layer,
                                    mxu_activation activation,
                                    const mxu_layer_run *run) {
   if (activation == MXU_LINEAR || run->fused_softmax) return run->dy;
-  float *dz = (float *)(void *)(run->arena + layer->scratch[1]);
+  float *dz = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
   run->backend->activation_backward(run->ops[1], run->y, run->dy, dz);
   return dz;
 }
@@ -104,14 +104,16 @@ double mxu_no_flops(const mxu_layer *layer, int need_dx) {
 
 void mxu_view_forward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->y != run->x)
-    memcpy(run->y, run->x,
-           (size_t)(layer->batch * mxu_shape_count(&layer->in_shape)) *
-               sizeof(float));
+    memcpy(
+        run->y, run->x,
+        (size_t)(layer->compiled->batch * mxu_shape_count(&layer->in_shape)) *
+            sizeof(float));
 }
 
 void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->need_dx && run->dx != run->dy)
-    memcpy(run->dx, run->dy,
-           (size_t)(layer->batch * mxu_shape_count(&layer->in_shape)) *
-               sizeof(float));
+    memcpy(
+        run->dx, run->dy,
+        (size_t)(layer->compiled->batch * mxu_shape_count(&layer->in_shape)) *
+            sizeof(float));
 }
