@@ -10,6 +10,7 @@
  * calls a Conv2D and a Dense twice each (Keras' shared layers). Both JSON
  * dialects and both backends are checked. */
 #include "check.h"
+#include "model/model.h"
 
 #include <hdf5.h>
 
@@ -88,9 +89,19 @@ static void expect_close(const float *got, const float *want, int64_t count,
             what, (long long)at, (double)got[at], (double)want[at], worst);
 }
 
-/* Every weight of a, in Keras order, against b's. */
+/* Every weight of a, in Keras order, against b's; then every value of
+ * both models' buffers (the weights of models used as layers too, which
+ * are not layers of their own). */
 static void expect_weights(const mxu_model *a, const mxu_model *b,
                            double tolerance, const char *label) {
+  CHECK(a->trainable_count == b->trainable_count &&
+        a->state_count == b->state_count);
+  if (a->trainable_count == b->trainable_count)
+    expect_close(a->weights, b->weights, a->trainable_count, tolerance,
+                 "trainable values", label);
+  if (a->state_count == b->state_count)
+    expect_close(a->state, b->state, a->state_count, tolerance,
+                 "non-trainable values", label);
   int layers = mxu_model_layer_count(a);
   CHECK(layers == mxu_model_layer_count(b));
   for (int l = 0; l < layers; l++)
@@ -148,6 +159,32 @@ done:
   mxu_model_free(keras);
 }
 
+/* Keras 3's save_weights of the nested net's initial weights (its models
+ * used as layers nested as groups) gives Keras' initial predictions. */
+static void keras3_weights(void) {
+  static golden g;
+  current =
+      &(golden_case){"tests/golden/nested", {NULL, NULL}, 4, 3, {6, 6, 2}};
+  read_golden(&g);
+  mxu_model *model =
+      load("tests/golden/nested/model.tf2.json", MXU_BACKEND_CPU_REF,
+           "tests/golden/nested/initial.weights.h5");
+  float probs[MAX_ROWS * MAX_CLASSES];
+  if (model) {
+    CHECK_OK(mxu_predict(model, g.x, 4, probs));
+    expect_close(probs, g.before, 12, 1e-6, "prediction",
+                 "nested, Keras 3 weights");
+    /* And mxu writes that layout back as Keras 3 does. */
+    CHECK_OK(mxu_save_weights(model, "/tmp/mxu_nested.weights.h5"));
+    mxu_model *again = load("tests/golden/nested/model.k3.json",
+                            MXU_BACKEND_CPU_REF, "/tmp/mxu_nested.weights.h5");
+    if (again) expect_weights(again, model, 0, "nested, Keras 3 round trip");
+    mxu_model_free(again);
+    remove("/tmp/mxu_nested.weights.h5");
+  }
+  mxu_model_free(model);
+}
+
 int main(void) {
   static const golden_case cases[] = {
       {"tests/golden",
@@ -160,6 +197,14 @@ int main(void) {
       {"tests/golden/shared",
        {"tests/golden/shared/model.tf2.json",
         "tests/golden/shared/model.k3.json"},
+       4,
+       3,
+       {6, 6, 2}},
+      /* Models used as layers: a Functional "base" and a Sequential "head"
+       * inside the model (make_nested.py). */
+      {"tests/golden/nested",
+       {"tests/golden/nested/model.tf2.json",
+        "tests/golden/nested/model.k3.json"},
        4,
        3,
        {6, 6, 2}},
@@ -177,5 +222,6 @@ int main(void) {
     one_step(current->json[1], MXU_BACKEND_CPU_REF, &g, label[1]);
     one_step(current->json[0], MXU_BACKEND_CPU, &g, label[2]);
   }
+  keras3_weights();
   return check_report("test_golden");
 }

@@ -988,6 +988,46 @@ static void reads_keras_apps(void) {
   cJSON_Delete(counts);
 }
 
+/* test_golden's other nets as Keras wrote them: models used as layers
+ * (a Functional and a Sequential inside a Functional) and shared layers:
+ * Keras' counts and layer list (a model used as a layer is one layer),
+ * round trips in both dialects, and for the nested one tf_keras 2.21's
+ * summary table (a chain of layers: the Sequential layout). */
+static void reads_nested_and_shared(void) {
+  static const struct {
+    const char *path;
+    keras_counts want;
+  } nets[] = {
+      {"tests/golden/nested/model.tf2.json", {112, 106, 6, 4}},
+      {"tests/golden/nested/model.k3.json", {112, 106, 6, 4}},
+      {"tests/golden/shared/model.tf2.json", {77, 77, 0, 9}},
+      {"tests/golden/shared/model.k3.json", {77, 77, 0, 9}},
+  };
+  for (size_t n = 0; n < sizeof nets / sizeof *nets; n++) {
+    char *text = check_slurp(nets[n].path);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(nets[n].path, &m, NULL, NULL));
+    if (m && doc) {
+      check_counts(nets[n].path, m, nets[n].want);
+      check_names(nets[n].path, m, layers_of(doc));
+      check_written(nets[n].path, m, layers_of(doc));
+    }
+    if (m && n == 0) {
+      char *golden = check_slurp("tests/golden/nested/summary.txt");
+      char *mine = summary_of(m);
+      size_t body = golden ? strstr(golden, "Total params") - golden : 0;
+      CHECK_MSG(golden && mine && strncmp(golden, mine, body) == 0,
+                "nested summary:\n%s\nKeras:\n%s", mine, golden);
+      free(golden);
+      free(mine);
+    }
+    cJSON_Delete(doc);
+    mxu_model_free(m);
+  }
+}
+
 /* The small residual net of test_golden: counts, order, round trips, and
  * tf_keras 2.21's model.summary() table line for line (up to the totals,
  * which Keras follows with sizes in bytes). */
@@ -1128,13 +1168,14 @@ static void errors_functional(void) {
           "\"layers\": []}, \"name\": \"inner\", \"inbound_nodes\": "
           "[[[\"in\", 0, 0, {}]]]}",
           in, "[[\"inner\", 0, 0]]"),
-      MXU_ERR_UNSUPPORTED, "layer 'inner' (Sequential)",
-      "a model used as a layer (a nested Sequential) is not supported");
+      MXU_ERR_FORMAT, "layer 'inner' (Sequential)",
+      "a Sequential used as a layer has no layers");
 }
 
 static void reads_functional(void) {
   reads_keras_apps();
   reads_tiny_resnet();
+  reads_nested_and_shared();
   /* The repository's own Functional recipes. */
   static const char *const recipes[] = {"models/resnet20.json",
                                         "models/cifar10_functional.json"};

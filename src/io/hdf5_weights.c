@@ -61,21 +61,51 @@ static mxu_status check_call(const mxu_model *model, const char *path,
 
 /* ---- what both layouts share ------------------------------------------- */
 
-/* Keras' layers with weights: a shared layer's other calls are not. */
-static int has_weights(const mxu_layer *layer) {
-  return layer->param_count > 0 && !layer->hidden;
+mxu_status mxu_weights_layers_make(const mxu_model *model, int keras3,
+                                   mxu_weights_layers *out) {
+  int n = model->layer_count;
+  memset(out, 0, sizeof *out);
+  out->names = calloc((size_t)n + 1, sizeof *out->names);
+  out->nodes = calloc((size_t)n + 1, sizeof *out->nodes);
+  out->first = calloc((size_t)n + 1, sizeof *out->first);
+  out->size = calloc((size_t)n + 1, sizeof *out->size);
+  out->params = calloc((size_t)model->param_count + 1, sizeof *out->params);
+  if (!out->names || !out->nodes || !out->first || !out->size || !out->params) {
+    mxu_weights_layers_free(out);
+    return mxu_fail(MXU_ERR_NOMEM, "weights: out of memory");
+  }
+  int items = 0, used = 0;
+  if (keras3) {
+    for (int i = 0; i < n; i++)
+      if (model->layers[i].param_count && !mxu_layer_is_call(&model->layers[i]))
+        out->nodes[items++] = i;
+  } else {
+    items = mxu_scope_layers(model, 0, out->nodes);
+  }
+  for (int l = 0; l < items; l++) {
+    int item = out->nodes[l];
+    out->names[l] =
+        item >= 0 ? model->layers[item].name : model->scopes[-1 - item].name;
+    out->first[l] = used;
+    out->size[l] = mxu_model_layer_params(model, item, out->params + used);
+    used += out->size[l];
+  }
+  out->count = items;
+  return MXU_OK;
 }
 
-int mxu_weights_next_layer(const mxu_model *model, int from) {
-  while (from < model->layer_count && !has_weights(&model->layers[from]))
-    from++;
-  return from;
+void mxu_weights_layers_free(mxu_weights_layers *layers) {
+  free(layers->names);
+  free(layers->nodes);
+  free(layers->first);
+  free(layers->size);
+  free(layers->params);
+  memset(layers, 0, sizeof *layers);
 }
 
-int mxu_weights_layer_total(const mxu_model *model) {
+int mxu_weights_layers_with_weights(const mxu_weights_layers *layers) {
   int total = 0;
-  for (int i = 0; i < model->layer_count; i++)
-    total += has_weights(&model->layers[i]);
+  for (int l = 0; l < layers->count; l++) total += layers->size[l] > 0;
   return total;
 }
 
@@ -86,8 +116,9 @@ static int same_shape(const mxu_shape *a, const mxu_shape *b) {
   return 1;
 }
 
-static mxu_status shape_mismatch(const mxu_weights_load *load, int layer,
-                                 int position, const mxu_param *param,
+static mxu_status shape_mismatch(const mxu_weights_load *load,
+                                 const char *layer, int position,
+                                 const mxu_param *param,
                                  const mxu_shape *file) {
   char a[160], b[160];
   mxu_shape_format(file, a, sizeof a);
@@ -95,19 +126,19 @@ static mxu_status shape_mismatch(const mxu_weights_load *load, int layer,
   return mxu_fail(MXU_ERR_SHAPE,
                   "%s: layer '%s' (position %d): %s has shape %s in the file "
                   "but %s in the model",
-                  load->path, load->model->layers[layer].name, position,
-                  param->name, a, b);
+                  load->path, layer, position, param->name, a, b);
 }
 
-mxu_status mxu_weights_take(mxu_weights_load *load, int layer, int position,
-                            int k, hid_t dataset) {
+mxu_status mxu_weights_take(mxu_weights_load *load,
+                            const mxu_weights_layers *layers, int l,
+                            int position, int k, hid_t dataset) {
   const mxu_model *model = load->model;
-  int index = model->layers[layer].param_first + k;
+  int index = layers->params[layers->first[l] + k];
   const mxu_param *param = &model->params[index];
   mxu_shape file;
   MXU_TRY(mxu_h5_float_shape(load->path, dataset, &file));
   if (!same_shape(&file, &param->shape))
-    return shape_mismatch(load, layer, position, param, &file);
+    return shape_mismatch(load, layers->names[l], position, param, &file);
   float *values =
       malloc((size_t)(param->count ? param->count : 1) * sizeof *values);
   if (!values)
@@ -123,24 +154,25 @@ mxu_status mxu_weights_take(mxu_weights_load *load, int layer, int position,
   return MXU_OK;
 }
 
-mxu_status mxu_weights_count_mismatch(const mxu_weights_load *load, int layer,
+mxu_status mxu_weights_count_mismatch(const mxu_weights_load *load,
+                                      const mxu_weights_layers *layers, int l,
                                       int position, int file_count,
                                       const char *file_layer) {
   return mxu_fail(MXU_ERR_SHAPE,
                   "%s: layer '%s' (position %d): the file has %d weights for "
                   "it (from '%s') but the model has %d",
-                  load->path, load->model->layers[layer].name, position,
-                  file_count, file_layer,
-                  load->model->layers[layer].param_count);
+                  load->path, layers->names[l], position, file_count,
+                  file_layer, layers->size[l]);
 }
 
 mxu_status mxu_weights_layers_mismatch(const mxu_weights_load *load,
+                                       const mxu_weights_layers *layers,
                                        int file_layers) {
   return mxu_fail(MXU_ERR_SHAPE,
                   "%s: the file holds weights for %d layers but the model "
                   "has %d layers with weights",
                   load->path, file_layers,
-                  mxu_weights_layer_total(load->model));
+                  mxu_weights_layers_with_weights(layers));
 }
 
 /* ---- saving ------------------------------------------------------------ */

@@ -223,12 +223,19 @@ static mxu_status check_builtin(const mxu_json_where *where,
                                 const cJSON *entry) {
   const cJSON *module = mxu_json_get(entry, "module");
   const cJSON *registered = mxu_json_get(entry, "registered_name");
+  /* tf_keras names its own models' module tf_keras.src.engine... */
   if (cJSON_IsString(module) && module->valuestring &&
-      strncmp(module->valuestring, "keras", 5) != 0)
+      strncmp(module->valuestring, "keras", 5) != 0 &&
+      strncmp(module->valuestring, "tf_keras", 8) != 0)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "custom layers are not supported (module '%s')",
                          module->valuestring);
-  if (cJSON_IsString(registered) && registered->valuestring)
+  /* Keras 3 registers its Functional class under its own name. */
+  const cJSON *class_name = mxu_json_get(entry, "class_name");
+  if (cJSON_IsString(registered) && registered->valuestring &&
+      !(cJSON_IsString(class_name) &&
+        strcmp(class_name->valuestring, "Functional") == 0 &&
+        strcmp(registered->valuestring, "Functional") == 0))
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "custom layers are not supported (registered_name "
                          "'%s')",
@@ -292,16 +299,17 @@ static mxu_status read_entry(const char *source, const cJSON *entry, int index,
 }
 
 /* A layer of either kind of model, applied to node->inputs. */
-static mxu_status read_class(const mxu_json_where *where, const layer_entry *e,
-                             mxu_json_node *node) {
+static mxu_status read_nested(const char *source, const mxu_json_where *where,
+                              const layer_entry *e, mxu_json_node *node);
+
+/* A layer of either kind of model, applied to node->inputs. */
+static mxu_status read_class(const char *source, const mxu_json_where *where,
+                             const layer_entry *e, mxu_json_node *node) {
   const mxu_json_layer_io *io = mxu_json_layer_io_find(e->class_name);
   if (!io && (strcmp(e->class_name, "Sequential") == 0 ||
               strcmp(e->class_name, "Functional") == 0 ||
               strcmp(e->class_name, "Model") == 0))
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "a model used as a layer (a nested %s) is not "
-                         "supported yet",
-                         e->class_name);
+    return read_nested(source, where, e, node);
   if (!io)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "layer class %s is not supported (mxu has %s)",
@@ -330,7 +338,7 @@ static mxu_status read_layer(const char *source, const cJSON *entry, int index,
   } else if (model->layer_count == 1) {
     MXU_TRY(check_first_shape(&where, e.config, model));
   }
-  return read_class(&where, &e, &node);
+  return read_class(source, &where, &e, &node);
 }
 
 /* ---- the model -----------------------------------------------------------
@@ -431,11 +439,20 @@ static mxu_status read_history(const mxu_json_where *where, const cJSON *ref,
                          "reads %s: layers with several outputs are not "
                          "supported",
                          text);
+  /* Names are looked up in the model being read (a model used as a layer
+   * has names of its own), where a model used as a layer names its
+   * output, whatever its node index (tf.keras counts its inner call). */
   *out = UNRESOLVED;
+  int scope = model->building_scope;
   for (int i = 0; i < model->layer_count; i++)
-    if (strcmp(model->layers[i].name, name->valuestring) == 0 &&
+    if (model->layers[i].scope == scope &&
+        strcmp(model->layers[i].name, name->valuestring) == 0 &&
         model->layers[i].call == (int)node->valuedouble)
       *out = i;
+  for (int k = 1; k < model->scope_count; k++)
+    if (model->scopes[k].parent == scope && model->scopes[k].output >= 0 &&
+        strcmp(model->scopes[k].name, name->valuestring) == 0)
+      *out = model->scopes[k].output;
   return MXU_OK;
 }
 
@@ -537,8 +554,48 @@ static int resolved(const mxu_json_node *node) {
 
 /* Makes the entry's next calls that can be made; *progress is set when
  * one was. */
+/* A model used as a layer being read: the call of it in the model
+ * around it (whose inputs its InputLayers view) and its input_layers. */
+typedef struct nested_call {
+  const mxu_json_node *call;
+  const cJSON *input_layers;
+} nested_call;
+
+/* The InputLayer of a model used as a layer: a view of the tensor it is
+ * called on in the place input_layers gives it. */
+static mxu_status read_nested_input(const mxu_json_where *where,
+                                    const layer_entry *e,
+                                    const nested_call *nested,
+                                    mxu_json_node *node) {
+  const cJSON *list = nested->input_layers;
+  int place = -1, k = 0;
+  int bare = cJSON_IsArray(list) && cJSON_IsString(list->child);
+  for (const cJSON *ref = bare   ? list
+                          : list ? list->child
+                                 : NULL;
+       ref; ref = bare ? NULL : ref->next, k++) {
+    const cJSON *name = cJSON_IsArray(ref) ? ref->child : NULL;
+    if (cJSON_IsString(name) && e->name && !strcmp(name->valuestring, e->name))
+      place = k;
+  }
+  if (place < 0 || place >= nested->call->input_count)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "the model's input_layers do not list this "
+                         "InputLayer among the %d tensors it is called on",
+                         nested->call->input_count);
+  mxu_shape shape = {0};
+  int found = 0;
+  MXU_TRY(read_config_shape(where, e->config, &shape, &found));
+  if (!found)
+    shape = node->model->layers[nested->call->inputs[place]].out_shape;
+  return mxu_json_applied(where, node,
+                          mxu_scope_input(node->model, e->name, shape,
+                                          nested->call->inputs[place]));
+}
+
 static mxu_status advance(const char *source, mxu_model *model,
-                          functional_entry *f, int *progress) {
+                          const nested_call *nested, functional_entry *f,
+                          int *progress) {
   mxu_json_where where;
   layer_entry e;
   MXU_TRY(read_entry(source, f->entry, f->index, &where, &e));
@@ -547,17 +604,23 @@ static mxu_status advance(const char *source, mxu_model *model,
     MXU_TRY(count_calls(&where, f->entry, input_layer, &f->calls));
   while (f->done < f->calls) {
     mxu_json_node node = {model, {0}, 0, -1};
-    if (input_layer) {
+    if (input_layer && nested) {
+      MXU_TRY(read_nested_input(&where, &e, nested, &node));
+    } else if (input_layer) {
       MXU_TRY(read_input_layer(&where, e.config, &node, e.name));
     } else {
       MXU_TRY(read_call(&where, f->entry, f->done, &node));
       if (!resolved(&node)) return MXU_OK;
       if (f->done == 0)
-        MXU_TRY(read_class(&where, &e, &node));
-      else
+        MXU_TRY(read_class(source, &where, &e, &node));
+      else if (mxu_layer_class_find(e.class_name))
         MXU_TRY(mxu_json_applied(
             &where, &node,
             mxu_apply_again(model, f->first, node.inputs, node.input_count)));
+      else
+        return mxu_json_fail(&where, MXU_ERR_UNSUPPORTED,
+                             "a model used as a layer more than once is not "
+                             "supported");
     }
     if (f->done == 0) f->first = node.output;
     f->done++;
@@ -586,8 +649,8 @@ static mxu_status stuck(const char *source, mxu_model *model,
 }
 
 static mxu_status read_functional_layers(const char *source,
-                                         const cJSON *layers,
-                                         mxu_model *model) {
+                                         const cJSON *layers, mxu_model *model,
+                                         const nested_call *nested) {
   int count = cJSON_GetArraySize(layers);
   functional_entry *entries = calloc((size_t)count + 1, sizeof *entries);
   if (!entries) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", source);
@@ -600,7 +663,7 @@ static mxu_status read_functional_layers(const char *source,
     left = 0;
     for (int i = 0; i < count && status == MXU_OK; i++) {
       if (entries[i].calls && entries[i].done == entries[i].calls) continue;
-      status = advance(source, model, &entries[i], &progress);
+      status = advance(source, model, nested, &entries[i], &progress);
       left += entries[i].done < entries[i].calls;
     }
     if (status == MXU_OK && left && !progress)
@@ -676,8 +739,95 @@ static mxu_status build_functional(const char *source, const cJSON *config,
   mxu_json_where where;
   mxu_json_where_set(&where, "%s: config", source);
   MXU_TRY(mxu_json_check_keys(&where, config, keys, NULL));
-  MXU_TRY(read_functional_layers(source, layers, model));
+  MXU_TRY(read_functional_layers(source, layers, model, NULL));
   return read_endpoints_all(source, config, model);
+}
+
+/* ---- models used as layers -------------------------------------------
+ * A Sequential or Functional called like a layer (transfer learning's
+ * base model): its layers are read into a scope of their own, inlined
+ * into the graph, their InputLayers viewing the tensors it is called on.
+ * Keras lists it as one layer; its weights, summary row and JSON stay
+ * one layer's (scopes in model.h). */
+
+static mxu_status read_nested_sequential(const char *source,
+                                         const mxu_json_where *at,
+                                         const cJSON *layers,
+                                         const mxu_json_node *call,
+                                         int *output) {
+  mxu_model *model = call->model;
+  int previous = -1, index = 0;
+  for (const cJSON *entry = layers->child; entry; entry = entry->next) {
+    mxu_json_where where;
+    layer_entry e;
+    MXU_TRY(read_entry(source, entry, index++, &where, &e));
+    mxu_json_node node = {model, {previous}, 1, -1};
+    int input_layer = strcmp(e.class_name, "InputLayer") == 0;
+    if (input_layer && previous >= 0)
+      return mxu_json_fail(&where, MXU_ERR_FORMAT,
+                           "an InputLayer must be the first layer");
+    if (previous < 0) {
+      /* Without an InputLayer the model takes the shape it is called on. */
+      const mxu_shape *given = &model->layers[call->inputs[0]].out_shape;
+      mxu_shape shape = *given;
+      int found = 0;
+      if (input_layer)
+        MXU_TRY(read_config_shape(&where, e.config, &shape, &found));
+      char name[MXU_NAME_SIZE];
+      snprintf(name, sizeof name, "%.*s_input", MXU_NAME_SIZE - 8,
+               e.name ? e.name : "input");
+      MXU_TRY(mxu_json_applied(
+          &where, &node,
+          mxu_scope_input(model, input_layer && e.name ? e.name : name, shape,
+                          call->inputs[0])));
+      node.inputs[0] = previous = node.output;
+      if (input_layer) continue;
+    }
+    MXU_TRY(read_class(source, &where, &e, &node));
+    previous = node.output;
+  }
+  if (previous < 0)
+    return mxu_json_fail(at, MXU_ERR_FORMAT,
+                         "a Sequential used as a layer has no layers");
+  *output = previous;
+  return MXU_OK;
+}
+
+static mxu_status read_nested(const char *source, const mxu_json_where *where,
+                              const layer_entry *e, mxu_json_node *node) {
+  static const char *const keys[] = {
+      "name",          "trainable",         "dtype", "layers", "input_layers",
+      "output_layers", "build_input_shape", NULL};
+  int sequential = strcmp(e->class_name, "Sequential") == 0;
+  const cJSON *layers = NULL;
+  const char *name = NULL;
+  MXU_TRY(model_layers(where, e->config, &layers, &name));
+  if (cJSON_IsObject(e->config))
+    MXU_TRY(mxu_json_check_keys(where, e->config, keys, NULL));
+  if (!sequential && node->input_count > MXU_MAX_INPUTS)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED, "too many inputs");
+  mxu_model *model = node->model;
+  MXU_TRY(mxu_json_added(
+      where, mxu_scope_begin(model, name ? name : e->class_name, sequential)));
+  int output = -1;
+  if (sequential) {
+    MXU_TRY(read_nested_sequential(source, where, layers, node, &output));
+  } else {
+    nested_call nested = {node, mxu_json_get(e->config, "input_layers")};
+    MXU_TRY(read_functional_layers(source, layers, model, &nested));
+    int ids[MXU_MAX_INPUTS], count = 0;
+    MXU_TRY(
+        read_endpoints(where, e->config, "output_layers", model, ids, &count));
+    if (count != 1)
+      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                           "a model used as a layer must have one output, "
+                           "this one has %d",
+                           count);
+    output = ids[0];
+  }
+  MXU_TRY(mxu_json_added(where, mxu_scope_end(model, output)));
+  node->output = output;
+  return MXU_OK;
 }
 
 static mxu_status build_model(const char *source, const cJSON *root,

@@ -78,12 +78,15 @@ static mxu_status layer_json(mxu_json_out *out, const mxu_layer *layer,
   return MXU_OK;
 }
 
-/* [layer, call, 0]: the output of one call of a layer. */
-static cJSON *history(mxu_json_out *out, const mxu_layer *layer) {
+/* [layer, index, 0]: tensor t as the model `scope` names it: a layer's
+ * call, or a model used as a layer there (mxu_scope_tensor). */
+static cJSON *history(mxu_json_out *out, const mxu_model *model, int scope,
+                      int t) {
+  int index = 0;
+  const char *name = mxu_scope_tensor(model, scope, t, out->keras3, &index);
   cJSON *triple = cJSON_CreateArray();
-  if (!triple ||
-      !cJSON_AddItemToArray(triple, cJSON_CreateString(layer->name)) ||
-      !cJSON_AddItemToArray(triple, cJSON_CreateNumber(layer->call)) ||
+  if (!triple || !cJSON_AddItemToArray(triple, cJSON_CreateString(name)) ||
+      !cJSON_AddItemToArray(triple, cJSON_CreateNumber(index)) ||
       !cJSON_AddItemToArray(triple, cJSON_CreateNumber(0)))
     out->failed = 1;
   return triple;
@@ -97,14 +100,16 @@ static void append(mxu_json_out *out, cJSON *list, cJSON *item) {
 }
 
 /* tf.keras 2: [layer, 0, 0, {}]; Keras 3: a __keras_tensor__. */
-static cJSON *tensor_ref(mxu_json_out *out, const mxu_layer *from) {
-  cJSON *triple = history(out, from);
+static cJSON *tensor_ref(mxu_json_out *out, const mxu_model *model, int scope,
+                         int t) {
+  cJSON *triple = history(out, model, scope, t);
   if (!out->keras3) {
     append(out, triple, cJSON_CreateObject());
     return triple;
   }
   cJSON *config = cJSON_CreateObject();
-  mxu_json_put(out, config, "shape", mxu_json_batch_shape(&from->out_shape));
+  mxu_json_put(out, config, "shape",
+               mxu_json_batch_shape(&model->layers[t].out_shape));
   mxu_json_put_string(out, config, "dtype", "float32");
   mxu_json_put(out, config, "keras_history", triple);
   cJSON *tensor = cJSON_CreateObject();
@@ -113,17 +118,17 @@ static cJSON *tensor_ref(mxu_json_out *out, const mxu_layer *from) {
   return tensor;
 }
 
-/* One call of the layer: [refs] (tf.keras 2), or {"args": [ref] or
+/* One call reading `inputs`: [refs] (tf.keras 2), or {"args": [ref] or
  * [[refs]], "kwargs": {}} (Keras 3, a merge's inputs as one list
  * argument). */
-static cJSON *call_json(mxu_json_out *out, const mxu_model *model,
-                        const mxu_layer *layer) {
+static cJSON *call_json(mxu_json_out *out, const mxu_model *model, int scope,
+                        const int *inputs, int count, int list) {
   cJSON *refs = cJSON_CreateArray();
-  for (int k = 0; k < layer->input_count; k++)
-    append(out, refs, tensor_ref(out, &model->layers[layer->inputs[k]]));
+  for (int k = 0; k < count; k++)
+    append(out, refs, tensor_ref(out, model, scope, inputs[k]));
   if (!out->keras3) return refs;
   cJSON *args = cJSON_CreateArray();
-  if (layer->cls->max_inputs == 1) {
+  if (!list) {
     append(out, args, cJSON_DetachItemFromArray(refs, 0));
     cJSON_Delete(refs);
   } else {
@@ -140,13 +145,17 @@ static cJSON *call_json(mxu_json_out *out, const mxu_model *model,
 static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
                             const mxu_layer *layer) {
   cJSON *nodes = cJSON_CreateArray();
-  if (!layer->input_count) return nodes;
+  /* An InputLayer reads nothing in its model (inside a model used as a
+   * layer, the call of that model says what it views). */
+  if (layer->cls == &mxu_input_layer_class) return nodes;
   for (int call = 0, found = 1; found; call++) {
     found = 0;
     for (int i = 0; i < model->layer_count && !found; i++) {
       const mxu_layer *node = &model->layers[i];
       if (node->owner == layer->index && node->call == call) {
-        append(out, nodes, call_json(out, model, node));
+        append(out, nodes,
+               call_json(out, model, layer->scope, node->inputs,
+                         node->input_count, layer->cls->max_inputs > 1));
         found = 1;
       }
     }
@@ -154,32 +163,116 @@ static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
   return nodes;
 }
 
-static mxu_status add_layers(mxu_json_out *out, const mxu_model *model,
-                             cJSON *layers) {
-  for (int i = 0; i < model->layer_count; i++) {
-    const mxu_layer *layer = &model->layers[i];
-    if (mxu_layer_is_call(layer)) continue; /* its owner lists it */
-    cJSON *entry = NULL;
-    MXU_TRY(layer_json(out, layer, &entry));
-    if (!model->sequential) {
-      mxu_json_put_string(out, entry, "name", layer->name);
-      mxu_json_put(out, entry, "inbound_nodes",
-                   inbound_nodes(out, model, layer));
-    }
-    append(out, layers, entry);
+/* The InputLayers of `scope` (a model used as a layer: those that view
+ * the tensors it is called on), in node order. */
+static int scope_inputs(const mxu_model *model, int scope, int *out) {
+  int count = 0;
+  if (!scope) {
+    memcpy(out, model->inputs, (size_t)model->input_count * sizeof *out);
+    return model->input_count;
   }
-  return MXU_OK;
+  for (int i = model->scopes[scope].first;
+       i <= model->scopes[scope].last && count < MXU_MAX_INPUTS; i++)
+    if (model->layers[i].scope == scope &&
+        model->layers[i].cls == &mxu_input_layer_class)
+      out[count++] = i;
+  return count;
 }
 
 /* input_layers / output_layers: a list of triples; Keras 3 writes a lone
  * tensor as the bare triple. */
-static cJSON *endpoints(mxu_json_out *out, const mxu_model *model,
+static cJSON *endpoints(mxu_json_out *out, const mxu_model *model, int scope,
                         const int *nodes, int count) {
-  if (out->keras3 && count == 1) return history(out, &model->layers[nodes[0]]);
+  if (out->keras3 && count == 1) return history(out, model, scope, nodes[0]);
   cJSON *list = cJSON_CreateArray();
   for (int k = 0; k < count; k++)
-    append(out, list, history(out, &model->layers[nodes[k]]));
+    append(out, list, history(out, model, scope, nodes[k]));
   return list;
+}
+
+static int scope_sequential(const mxu_model *model, int scope) {
+  return scope ? model->scopes[scope].sequential : model->sequential;
+}
+
+static mxu_status scope_layers(mxu_json_out *out, const mxu_model *model,
+                               int scope, cJSON *layers);
+
+/* A model used as a layer: its own config (name, layers; a Functional's
+ * inputs and outputs), and how the model around it calls it. */
+static mxu_status nested_json(mxu_json_out *out, const mxu_model *model,
+                              int scope, cJSON **entry) {
+  const mxu_scope *sc = &model->scopes[scope];
+  cJSON *config = cJSON_CreateObject(), *layers = cJSON_CreateArray();
+  mxu_json_put_string(out, config, "name", sc->name);
+  if (out->keras3 || !sc->sequential)
+    mxu_json_put_bool(out, config, "trainable", 1);
+  if (out->keras3 && sc->sequential) mxu_json_put_dtype(out, config);
+  MXU_TRY(scope_layers(out, model, scope, layers));
+  mxu_json_put(out, config, "layers", layers);
+  int inputs[MXU_MAX_INPUTS], count = scope_inputs(model, scope, inputs);
+  if (!sc->sequential) {
+    mxu_json_put(out, config, "input_layers",
+                 endpoints(out, model, scope, inputs, count));
+    mxu_json_put(out, config, "output_layers",
+                 endpoints(out, model, scope, &sc->output, 1));
+  }
+  *entry = cJSON_CreateObject();
+  if (out->keras3)
+    mxu_json_put_string(out, *entry, "module",
+                        sc->sequential ? "keras"
+                                       : "keras.src.models.functional");
+  mxu_json_put_string(out, *entry, "class_name",
+                      sc->sequential ? "Sequential" : "Functional");
+  mxu_json_put(out, *entry, "config", config);
+  if (out->keras3 && sc->sequential)
+    mxu_json_put_null(out, *entry, "registered_name");
+  else if (out->keras3)
+    mxu_json_put_string(out, *entry, "registered_name", "Functional");
+  mxu_json_put_string(out, *entry, "name", sc->name);
+  int outer[MXU_MAX_INPUTS];
+  for (int k = 0; k < count; k++) outer[k] = model->layers[inputs[k]].inputs[0];
+  cJSON *nodes = cJSON_CreateArray();
+  append(out, nodes,
+         call_json(out, model, sc->parent, outer, count, count > 1));
+  mxu_json_put(out, *entry, "inbound_nodes", nodes);
+  return MXU_OK;
+}
+
+/* The layers list of `scope`: a Sequential's starts with its InputLayer,
+ * which is not one of its layers; a graph's entries name what they read. */
+static mxu_status scope_layers(mxu_json_out *out, const mxu_model *model,
+                               int scope, cJSON *layers) {
+  int *items = malloc((size_t)(model->layer_count + 1) * sizeof *items);
+  if (!items) return mxu_fail(MXU_ERR_NOMEM, "model_to_json: out of memory");
+  int count = mxu_scope_layers(model, scope, items);
+  int sequential = scope_sequential(model, scope);
+  mxu_status s = MXU_OK;
+  if (sequential) {
+    int input = scope ? model->scopes[scope].first : 0;
+    append(out, layers, input_entry(out, &model->layers[input]));
+  }
+  for (int j = 0; s == MXU_OK && j < count; j++) {
+    cJSON *entry = NULL;
+    if (items[j] < 0) {
+      s = nested_json(out, model, -1 - items[j], &entry);
+    } else {
+      const mxu_layer *layer = &model->layers[items[j]];
+      s = layer_json(out, layer, &entry);
+      if (s == MXU_OK && !sequential) {
+        mxu_json_put_string(out, entry, "name", layer->name);
+        mxu_json_put(out, entry, "inbound_nodes",
+                     inbound_nodes(out, model, layer));
+      }
+    }
+    if (entry) append(out, layers, entry);
+  }
+  free(items);
+  return s;
+}
+
+static mxu_status add_layers(mxu_json_out *out, const mxu_model *model,
+                             cJSON *layers) {
+  return scope_layers(out, model, 0, layers);
 }
 
 /* {"name", "layers"} (tf.keras 2.x); Keras 3 adds trainable, dtype and the
@@ -196,11 +289,11 @@ static cJSON *model_config(mxu_json_out *out, const mxu_model *model,
   if (!model->sequential) {
     int output = mxu_model_output(model);
     mxu_json_put(out, config, "input_layers",
-                 endpoints(out, model, model->inputs, model->input_count));
+                 endpoints(out, model, 0, model->inputs, model->input_count));
     mxu_json_put(out, config, "output_layers",
-                 model->output_count ? endpoints(out, model, model->outputs,
+                 model->output_count ? endpoints(out, model, 0, model->outputs,
                                                  model->output_count)
-                                     : endpoints(out, model, &output, 1));
+                                     : endpoints(out, model, 0, &output, 1));
   } else if (out->keras3) {
     mxu_json_put(out, config, "build_input_shape",
                  mxu_json_batch_shape(&mxu_model_input(model)->out_shape));

@@ -19,22 +19,39 @@ typedef struct mxu_weights_load {
   float **scratch;
 } mxu_weights_load;
 
-/* The first layer at or after `from` that has weights; layer_count when
- * none is left. */
-int mxu_weights_next_layer(const mxu_model *model, int from);
-/* How many layers have weights. */
-int mxu_weights_layer_total(const mxu_model *model);
+/* The model's layers as a weights file holds them, in Keras' order: for
+ * tf.keras 2 (keras3 0) Keras' model.layers, where a model used as a
+ * layer is one layer holding the trainable weights of its layers, then
+ * the others; for Keras 3 every layer of every model (which it nests in
+ * groups). Each layer's weights are a run of `params` (indices into
+ * model->params); layers without weights are kept. */
+typedef struct mxu_weights_layers {
+  int count;
+  const char **names;
+  int *nodes; /* a node, or -1 - scope for a model used as a layer */
+  int *first, *size;
+  int *params;
+} mxu_weights_layers;
 
-/* Checks that `dataset` has the shape of weight k of `layer` (the
- * position-th layer with weights, from 1) and reads it into scratch. */
-mxu_status mxu_weights_take(mxu_weights_load *load, int layer, int position,
-                            int k, hid_t dataset);
+mxu_status mxu_weights_layers_make(const mxu_model *model, int keras3,
+                                   mxu_weights_layers *out);
+void mxu_weights_layers_free(mxu_weights_layers *layers);
+/* How many of them have weights. */
+int mxu_weights_layers_with_weights(const mxu_weights_layers *layers);
+
+/* Checks that `dataset` has the shape of weight k of layer l (the
+ * position-th with weights, from 1) and reads it into scratch. */
+mxu_status mxu_weights_take(mxu_weights_load *load,
+                            const mxu_weights_layers *layers, int l,
+                            int position, int k, hid_t dataset);
 /* "the file has 1 weights for it (from 'dense_3') but the model has 2" */
-mxu_status mxu_weights_count_mismatch(const mxu_weights_load *load, int layer,
+mxu_status mxu_weights_count_mismatch(const mxu_weights_load *load,
+                                      const mxu_weights_layers *layers, int l,
                                       int position, int file_count,
                                       const char *file_layer);
 /* "the file holds weights for 3 layers but the model has 2 ..." */
 mxu_status mxu_weights_layers_mismatch(const mxu_weights_load *load,
+                                       const mxu_weights_layers *layers,
                                        int file_layers);
 
 /* tf.keras 2.x: root attributes layer_names, backend, keras_version; a

@@ -24,70 +24,70 @@
 
 /* ---- writing ----------------------------------------------------------- */
 
-static mxu_status write_layer_names(const mxu_model *model, hid_t root,
-                                    const char *path) {
-  const char **names = malloc((size_t)(model->layer_count + 1) * sizeof *names);
-  if (!names) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  int count = 0;
-  for (int i = 0; i < model->layer_count; i++)
-    if (!model->layers[i].hidden) names[count++] = model->layers[i].name;
-  mxu_status s = mxu_h5_write_strings(path, root, "layer_names", names, count);
-  free(names);
-  return s;
+static mxu_status write_layer_names(const mxu_weights_layers *layers,
+                                    hid_t root, const char *path) {
+  return mxu_h5_write_strings(path, root, "layer_names", layers->names,
+                              layers->count);
 }
 
-/* TF 2 names a variable inside its layer's name scope: "dense/kernel:0". */
+/* TF 2 names a variable inside its layer's name scope: "dense/kernel:0"
+ * (inside a model used as a layer, the name of its own layer). */
 typedef char weight_name[2 * MXU_NAME_SIZE + 8];
 
-static void name_weights(const mxu_model *model, int layer, weight_name *names,
-                         const char **items) {
-  const mxu_layer *l = &model->layers[layer];
-  for (int k = 0; k < l->param_count; k++) {
-    snprintf(names[k], sizeof names[k], "%s/%s:0", l->name,
-             model->params[l->param_first + k].name);
+static mxu_status write_layer(const mxu_model *model,
+                              const mxu_weights_layers *layers, int l,
+                              hid_t root, const char *path) {
+  int count = layers->size[l];
+  const int *params = layers->params + layers->first[l];
+  weight_name *names = calloc((size_t)count + 1, sizeof *names);
+  const char **items = calloc((size_t)count + 1, sizeof *items);
+  mxu_status s = names && items
+                     ? MXU_OK
+                     : mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
+  for (int k = 0; s == MXU_OK && k < count; k++) {
+    const mxu_param *p = &model->params[params[k]];
+    snprintf(names[k], sizeof names[k], "%s/%s:0", model->layers[p->layer].name,
+             p->name);
     items[k] = names[k];
   }
-}
-
-static mxu_status write_layer(const mxu_model *model, int layer, hid_t root,
-                              const char *path) {
-  weight_name names[MXU_MAX_LAYER_PARAMS];
-  const char *items[MXU_MAX_LAYER_PARAMS];
-  int count = model->layers[layer].param_count;
-  name_weights(model, layer, names, items);
-  hid_t group;
-  MXU_TRY(mxu_h5_create_group(path, root, model->layers[layer].name, &group));
-  mxu_status s =
-      mxu_h5_write_strings(path, group, "weight_names", items, count);
+  hid_t group = H5I_INVALID_HID;
+  if (s == MXU_OK)
+    s = mxu_h5_create_group(path, root, layers->names[l], &group);
+  if (s == MXU_OK)
+    s = mxu_h5_write_strings(path, group, "weight_names", items, count);
   for (int k = 0; s == MXU_OK && k < count; k++) {
-    const mxu_param *p = &model->params[model->layers[layer].param_first + k];
+    const mxu_param *p = &model->params[params[k]];
     s = mxu_h5_write_floats(path, group, names[k], &p->shape,
                             mxu_param_values(model, p));
   }
-  H5Gclose(group);
+  if (group >= 0) H5Gclose(group);
+  free(names);
+  free(items);
   return s;
 }
 
+static const mxu_weights_layers *sorting; /* qsort's context */
+
 static int by_name(const void *a, const void *b) {
-  const mxu_layer *x = *(const mxu_layer *const *)a;
-  const mxu_layer *y = *(const mxu_layer *const *)b;
-  return strcmp(x->name, y->name);
+  return strcmp(sorting->names[*(const int *)a],
+                sorting->names[*(const int *)b]);
 }
 
 /* Keras creates the groups sorted by layer name ("so that group names are
  * strictly growing"); the order of layer_names is what loading uses. */
-static mxu_status write_layers(const mxu_model *model, hid_t root,
+static mxu_status write_layers(const mxu_model *model,
+                               const mxu_weights_layers *layers, hid_t root,
                                const char *path) {
-  int n = 0;
-  const mxu_layer **order =
-      malloc((size_t)(model->layer_count + 1) * sizeof *order);
+  int n = layers->count;
+  int *order = malloc((size_t)(n + 1) * sizeof *order);
   if (!order) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  for (int i = 0; i < model->layer_count; i++)
-    if (!model->layers[i].hidden) order[n++] = &model->layers[i];
+  for (int i = 0; i < n; i++) order[i] = i;
+  sorting = layers;
   qsort(order, (size_t)n, sizeof *order, by_name);
+  sorting = NULL;
   mxu_status s = MXU_OK;
   for (int i = 0; s == MXU_OK && i < n; i++)
-    s = write_layer(model, (int)(order[i] - model->layers), root, path);
+    s = write_layer(model, layers, order[i], root, path);
   free(order);
   return s;
 }
@@ -103,13 +103,18 @@ static mxu_status write_top_level(hid_t root, const char *path) {
 
 mxu_status mxu_keras2_write(const mxu_model *model, hid_t root,
                             const char *path) {
-  MXU_TRY(write_layer_names(model, root, path));
-  MXU_TRY(mxu_h5_write_string(path, root, "backend", KERAS2_BACKEND,
-                              H5T_CSET_ASCII));
-  MXU_TRY(mxu_h5_write_string(path, root, "keras_version", KERAS2_VERSION,
-                              H5T_CSET_ASCII));
-  MXU_TRY(write_layers(model, root, path));
-  return write_top_level(root, path);
+  mxu_weights_layers layers;
+  MXU_TRY(mxu_weights_layers_make(model, 0, &layers));
+  mxu_status s = write_layer_names(&layers, root, path);
+  if (s == MXU_OK)
+    s = mxu_h5_write_string(path, root, "backend", KERAS2_BACKEND,
+                            H5T_CSET_ASCII);
+  if (s == MXU_OK)
+    s = mxu_h5_write_string(path, root, "keras_version", KERAS2_VERSION,
+                            H5T_CSET_ASCII);
+  if (s == MXU_OK) s = write_layers(model, &layers, root, path);
+  mxu_weights_layers_free(&layers);
+  return s == MXU_OK ? write_top_level(root, path) : s;
 }
 
 /* ---- reading ----------------------------------------------------------- */
@@ -185,29 +190,33 @@ static mxu_status list_layers(const char *path, hid_t base,
 }
 
 static mxu_status take_dataset(mxu_weights_load *load, hid_t group,
-                               const char *name, int layer, int position,
-                               int k) {
+                               const char *name,
+                               const mxu_weights_layers *layers, int l,
+                               int position, int k) {
   hid_t dataset = H5Dopen2(group, name, H5P_DEFAULT);
   if (dataset < 0)
     return mxu_h5_fail(MXU_ERR_FORMAT,
                        "%s: %s lists '%s' in weight_names but has no such "
                        "dataset",
                        load->path, mxu_h5_where(group), name);
-  mxu_status s = mxu_weights_take(load, layer, position, k, dataset);
+  mxu_status s = mxu_weights_take(load, layers, l, position, k, dataset);
   H5Dclose(dataset);
   return s;
 }
 
 static mxu_status take_layer(mxu_weights_load *load, hid_t base,
-                             const file_layer *from, int layer, int position) {
-  if (from->weights.count != load->model->layers[layer].param_count)
-    return mxu_weights_count_mismatch(load, layer, position,
+                             const file_layer *from,
+                             const mxu_weights_layers *layers, int l,
+                             int position) {
+  if (from->weights.count != layers->size[l])
+    return mxu_weights_count_mismatch(load, layers, l, position,
                                       from->weights.count, from->name);
   hid_t group;
   MXU_TRY(mxu_h5_open_group(load->path, base, from->name, &group));
   mxu_status s = MXU_OK;
   for (int k = 0; s == MXU_OK && k < from->weights.count; k++)
-    s = take_dataset(load, group, from->weights.items[k], layer, position, k);
+    s = take_dataset(load, group, from->weights.items[k], layers, l, position,
+                     k);
   H5Gclose(group);
   return s;
 }
@@ -215,16 +224,19 @@ static mxu_status take_layer(mxu_weights_load *load, hid_t base,
 /* Keras' load_weights_from_hdf5_group: by position over the layers that
  * have weights, the counts first. */
 static mxu_status take_all(mxu_weights_load *load, hid_t base,
-                           const file_layers *layers) {
-  const mxu_model *model = load->model;
-  if (layers->count != mxu_weights_layer_total(model))
-    return mxu_weights_layers_mismatch(load, layers->count);
-  int layer = mxu_weights_next_layer(model, 0);
-  for (int p = 0; p < layers->count; p++) {
-    MXU_TRY(take_layer(load, base, &layers->items[p], layer, p + 1));
-    layer = mxu_weights_next_layer(model, layer + 1);
+                           const file_layers *file) {
+  mxu_weights_layers layers;
+  MXU_TRY(mxu_weights_layers_make(load->model, 0, &layers));
+  mxu_status s = MXU_OK;
+  if (file->count != mxu_weights_layers_with_weights(&layers))
+    s = mxu_weights_layers_mismatch(load, &layers, file->count);
+  int l = 0;
+  for (int p = 0; s == MXU_OK && p < file->count; p++, l++) {
+    while (layers.size[l] == 0) l++;
+    s = take_layer(load, base, &file->items[p], &layers, l, p + 1);
   }
-  return MXU_OK;
+  mxu_weights_layers_free(&layers);
+  return s;
 }
 
 mxu_status mxu_keras2_read(mxu_weights_load *load, hid_t root) {

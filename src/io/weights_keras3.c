@@ -25,19 +25,47 @@
 
 #define KERAS3_GROUP_SIZE (MXU_NAME_SIZE + 32)
 
-/* "layers/dense_1": the group Keras 3 keeps `layer` in. */
+/* Keras 3 keeps each layer in a group named from its class in snake case,
+ * numbered among the layers of its model with the same name (a model used
+ * as a layer is "functional" or "sequential", with its own layers inside):
+ * "layers/dense_1", "layers/functional/layers/conv2d". */
+static const char *item_base(const mxu_model *model, int item, char *out,
+                             size_t size) {
+  if (item < 0)
+    return model->scopes[-1 - item].sequential ? "sequential" : "functional";
+  mxu_snake_case(model->layers[item].cls->class_name, out, size);
+  return out;
+}
+
+/* The group of item (a node, or -1 - scope) within `scope`, after its
+ * scope's own path. */
+static void item_group(const mxu_model *model, int scope, int item, char *out,
+                       size_t size) {
+  char prefix[KERAS3_GROUP_SIZE * 4] = "";
+  if (scope) {
+    item_group(model, model->scopes[scope].parent, -1 - scope, prefix,
+               sizeof prefix);
+    strncat(prefix, "/", sizeof prefix - strlen(prefix) - 1);
+  }
+  int *items = malloc((size_t)(model->layer_count + 1) * sizeof *items);
+  int count = items ? mxu_scope_layers(model, scope, items) : 0;
+  char base[MXU_NAME_SIZE], other[MXU_NAME_SIZE];
+  const char *name = item_base(model, item, base, sizeof base);
+  int before = 0;
+  for (int j = 0; j < count && items[j] != item; j++)
+    before +=
+        strcmp(item_base(model, items[j], other, sizeof other), name) == 0;
+  free(items);
+  if (before)
+    snprintf(out, size, "%slayers/%s_%d", prefix, name, before);
+  else
+    snprintf(out, size, "%slayers/%s", prefix, name);
+}
+
+/* "layers/dense_1": the group Keras 3 keeps node `layer` in. */
 static void group_of(const mxu_model *model, int layer, char *out,
                      size_t size) {
-  const mxu_layer_class *cls = model->layers[layer].cls;
-  char base[MXU_NAME_SIZE];
-  mxu_snake_case(cls->class_name, base, sizeof base);
-  int before = 0;
-  for (int i = 0; i < layer; i++)
-    before += model->layers[i].cls == cls && !model->layers[i].hidden;
-  if (before)
-    snprintf(out, size, "layers/%s_%d", base, before);
-  else
-    snprintf(out, size, "layers/%s", base);
+  item_group(model, model->layers[layer].scope, layer, out, size);
 }
 
 /* ---- writing ----------------------------------------------------------- */
@@ -53,8 +81,8 @@ static mxu_status create_vars(const char *path, hid_t root, const char *where,
 
 static mxu_status write_layer(const mxu_model *model, int layer, hid_t root,
                               const char *path) {
-  char where[KERAS3_GROUP_SIZE + 8];
-  group_of(model, layer, where, KERAS3_GROUP_SIZE);
+  char where[KERAS3_GROUP_SIZE * 4 + 8];
+  group_of(model, layer, where, KERAS3_GROUP_SIZE * 4);
   strcat(where, "/vars");
   hid_t vars;
   MXU_TRY(create_vars(path, root, where, model->layers[layer].name, &vars));
@@ -70,16 +98,34 @@ static mxu_status write_layer(const mxu_model *model, int layer, hid_t root,
   return s;
 }
 
-/* Keras saves the model's own (here: no) variables first, then walks its
- * layers. */
+/* Keras saves a model's own (here: no) variables first, then walks its
+ * layers, a model used as a layer in turn. */
+static mxu_status write_scope(const mxu_model *model, int scope, hid_t root,
+                              const char *path) {
+  char where[KERAS3_GROUP_SIZE * 4 + 8] = "vars";
+  if (scope) {
+    item_group(model, model->scopes[scope].parent, -1 - scope, where,
+               sizeof where - 8);
+    strcat(where, "/vars");
+  }
+  hid_t vars;
+  MXU_TRY(create_vars(path, root, where,
+                      scope ? model->scopes[scope].name : model->name, &vars));
+  H5Gclose(vars);
+  int *items = malloc((size_t)(model->layer_count + 1) * sizeof *items);
+  if (!items) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
+  int count = mxu_scope_layers(model, scope, items);
+  mxu_status s = MXU_OK;
+  for (int j = 0; s == MXU_OK && j < count; j++)
+    s = items[j] < 0 ? write_scope(model, -1 - items[j], root, path)
+                     : write_layer(model, items[j], root, path);
+  free(items);
+  return s;
+}
+
 mxu_status mxu_keras3_write(const mxu_model *model, hid_t root,
                             const char *path) {
-  hid_t vars;
-  MXU_TRY(create_vars(path, root, "vars", model->name, &vars));
-  H5Gclose(vars);
-  for (int i = 0; i < model->layer_count; i++)
-    if (!model->layers[i].hidden) MXU_TRY(write_layer(model, i, root, path));
-  return MXU_OK;
+  return write_scope(model, 0, root, path);
 }
 
 /* ---- reading ----------------------------------------------------------- */
@@ -127,33 +173,44 @@ static mxu_status push(const char *path, mxu_h5_strings *list,
   return MXU_OK;
 }
 
-/* Entry i of /layers, kept as "layers/<name>" when its vars hold values. */
+/* Entry i of the group at `at` (its "layers" subgroup), kept as
+ * "<at>/layers/<name>" when its vars hold values; a model used as a layer
+ * is listed layer by layer. */
+static mxu_status list_group(const char *path, hid_t root, const char *at,
+                             mxu_h5_strings *found);
+
 static mxu_status list_entry(const char *path, hid_t root, hid_t layers,
-                             hsize_t i, mxu_h5_strings *found) {
-  char name[KERAS3_GROUP_SIZE], where[KERAS3_GROUP_SIZE + 8];
+                             const char *at, hsize_t i, mxu_h5_strings *found) {
+  char name[KERAS3_GROUP_SIZE], where[KERAS3_GROUP_SIZE * 4];
   ssize_t length =
       H5Lget_name_by_idx(layers, ".", listing_order(layers), H5_ITER_INC, i,
                          name, sizeof name, H5P_DEFAULT);
   if (length < 0 || length >= (ssize_t)sizeof name)
-    return mxu_h5_fail(MXU_ERR_FORMAT, "%s: /layers: cannot read entry %llu",
-                       path, (unsigned long long)i);
-  snprintf(where, sizeof where, "layers/%s", name);
+    return mxu_h5_fail(MXU_ERR_FORMAT, "%s: /%slayers: cannot read entry %llu",
+                       path, at, (unsigned long long)i);
+  snprintf(where, sizeof where, "%slayers/%s", at, name);
   int count = 0;
   MXU_TRY(vars_count(path, root, where, &count));
-  return count > 0 ? push(path, found, where) : MXU_OK;
+  if (count > 0) return push(path, found, where);
+  char inner[KERAS3_GROUP_SIZE * 4 + 8];
+  snprintf(inner, sizeof inner, "%s/", where);
+  return list_group(path, root, inner, found);
 }
 
-static mxu_status list_layers(const char *path, hid_t root,
-                              mxu_h5_strings *found) {
-  if (!mxu_h5_has_group(root, "layers")) return MXU_OK;
+static mxu_status list_group(const char *path, hid_t root, const char *at,
+                             mxu_h5_strings *found) {
+  char where[KERAS3_GROUP_SIZE * 4 + 8];
+  snprintf(where, sizeof where, "%slayers", at);
+  if (strlen(at) > KERAS3_GROUP_SIZE * 3 || !mxu_h5_has_group(root, where))
+    return MXU_OK;
   hid_t layers;
-  MXU_TRY(mxu_h5_open_group(path, root, "layers", &layers));
+  MXU_TRY(mxu_h5_open_group(path, root, where, &layers));
   H5G_info_t info;
   mxu_status s = MXU_OK;
   if (H5Gget_info(layers, &info) < 0)
-    s = mxu_h5_fail(MXU_ERR_FORMAT, "%s: cannot list /layers", path);
+    s = mxu_h5_fail(MXU_ERR_FORMAT, "%s: cannot list /%s", path, where);
   for (hsize_t i = 0; s == MXU_OK && i < info.nlinks; i++)
-    s = list_entry(path, root, layers, i, found);
+    s = list_entry(path, root, layers, at, i, found);
   H5Gclose(layers);
   return s;
 }
@@ -167,13 +224,12 @@ static int listed(const mxu_h5_strings *list, const char *where) {
 /* Keras 3's names for the model's layers with weights, when the file has
  * every one of them; else the file's own list, to pair by position. */
 static mxu_status pick_groups(const mxu_weights_load *load,
+                              const mxu_weights_layers *layers,
                               const mxu_h5_strings *file,
                               mxu_h5_strings *groups) {
-  const mxu_model *model = load->model;
-  for (int l = mxu_weights_next_layer(model, 0); l < model->layer_count;
-       l = mxu_weights_next_layer(model, l + 1)) {
-    char where[KERAS3_GROUP_SIZE];
-    group_of(model, l, where, sizeof where);
+  for (int l = 0; l < layers->count; l++) {
+    char where[KERAS3_GROUP_SIZE * 4];
+    group_of(load->model, layers->nodes[l], where, sizeof where);
     if (!listed(file, where)) {
       mxu_h5_strings_free(groups);
       for (int i = 0; i < file->count; i++)
@@ -186,12 +242,14 @@ static mxu_status pick_groups(const mxu_weights_load *load,
 }
 
 static mxu_status take_layer(mxu_weights_load *load, hid_t root,
-                             const char *where, int layer, int position) {
+                             const char *where,
+                             const mxu_weights_layers *layers, int l,
+                             int position) {
   int count = 0;
   MXU_TRY(vars_count(load->path, root, where, &count));
-  if (count != load->model->layers[layer].param_count)
-    return mxu_weights_count_mismatch(load, layer, position, count, where);
-  char vars_path[KERAS3_GROUP_SIZE + 8];
+  if (count != layers->size[l])
+    return mxu_weights_count_mismatch(load, layers, l, position, count, where);
+  char vars_path[KERAS3_GROUP_SIZE * 4 + 8];
   snprintf(vars_path, sizeof vars_path, "%s/vars", where);
   hid_t vars;
   MXU_TRY(mxu_h5_open_group(load->path, root, vars_path, &vars));
@@ -205,34 +263,27 @@ static mxu_status take_layer(mxu_weights_load *load, hid_t root,
                       vars_path, index);
       break;
     }
-    s = mxu_weights_take(load, layer, position, k, dataset);
+    s = mxu_weights_take(load, layers, l, position, k, dataset);
     H5Dclose(dataset);
   }
   H5Gclose(vars);
   return s;
 }
 
-static mxu_status take_all(mxu_weights_load *load, hid_t root,
-                           const mxu_h5_strings *groups) {
-  const mxu_model *model = load->model;
-  if (groups->count != mxu_weights_layer_total(model))
-    return mxu_weights_layers_mismatch(load, groups->count);
-  int layer = mxu_weights_next_layer(model, 0);
-  for (int p = 0; p < groups->count; p++) {
-    MXU_TRY(take_layer(load, root, groups->items[p], layer, p + 1));
-    layer = mxu_weights_next_layer(model, layer + 1);
-  }
-  return MXU_OK;
-}
-
+/* Every layer of every model here has weights (the list keeps only
+ * those), so file groups and layers pair one to one. */
 mxu_status mxu_keras3_read(mxu_weights_load *load, hid_t root) {
+  mxu_weights_layers layers;
+  MXU_TRY(mxu_weights_layers_make(load->model, 1, &layers));
   mxu_h5_strings file = {0, NULL}, groups = {0, NULL};
-  mxu_status s = list_layers(load->path, root, &file);
-  if (s == MXU_OK && file.count != mxu_weights_layer_total(load->model))
-    s = mxu_weights_layers_mismatch(load, file.count);
-  if (s == MXU_OK) s = pick_groups(load, &file, &groups);
-  if (s == MXU_OK) s = take_all(load, root, &groups);
+  mxu_status s = list_group(load->path, root, "", &file);
+  if (s == MXU_OK && file.count != layers.count)
+    s = mxu_weights_layers_mismatch(load, &layers, file.count);
+  if (s == MXU_OK) s = pick_groups(load, &layers, &file, &groups);
+  for (int l = 0; s == MXU_OK && l < layers.count; l++)
+    s = take_layer(load, root, groups.items[l], &layers, l, l + 1);
   mxu_h5_strings_free(&file);
   mxu_h5_strings_free(&groups);
+  mxu_weights_layers_free(&layers);
   return s;
 }

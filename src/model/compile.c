@@ -525,7 +525,7 @@ static mxu_status reserve_io(mxu_model *model) {
     const mxu_layer *layer = &model->layers[i];
     if (!output_used(model, i)) continue;
     size_t bytes = batch_bytes(batch, &layer->out_shape);
-    if (layer->cls->view) {
+    if (layer->cls->view && layer->input_count) {
       int input = layer->inputs[0];
       plan->act[i] = plan->act[input];
       plan->grad[i] = plan->consumers[input] == 1

@@ -226,22 +226,44 @@ static const mxu_layer *fused_into(const mxu_model *model, int i) {
   return NULL;
 }
 
+/* The time of Keras' layer l: its node's, with a shared layer's other
+ * calls; a model used as a layer: all its nodes'. */
+static void layer_seconds(const mxu_model *model, int l, double *forward,
+                          double *backward) {
+  int node = mxu_model_node(model, l), first = node, last = node;
+  if (node < 0) {
+    const char *name = mxu_model_layer_name(model, l);
+    for (int s = 1; s < model->scope_count; s++)
+      if (!model->scopes[s].parent && !strcmp(model->scopes[s].name, name))
+        first = model->scopes[s].first, last = model->scopes[s].last;
+  }
+  *forward = *backward = 0.0;
+  for (int i = 0; model->profile && i < model->layer_count; i++)
+    if ((i >= first && i <= last) ||
+        (node >= 0 && model->layers[i].owner == node)) {
+      *forward += model->profile[2 * i];
+      *backward += model->profile[2 * i + 1];
+    }
+}
+
 int mxu_profile_read(const mxu_model *model, mxu_layer_profile *out,
                      int capacity) {
   if (!model) return 0;
   int count = mxu_model_layer_count(model);
   for (int l = 0; out && l < count && l < capacity; l++) {
     int i = mxu_model_node(model, l);
-    const mxu_layer *layer = &model->layers[i];
-    const mxu_layer *head = layer->compiled && layer->compiled->absorbed
-                                ? fused_into(model, i)
-                                : NULL;
-    const double *p = model->profile;
-    out[l] = (mxu_layer_profile){layer->name,
-                                 layer->cls->class_name,
-                                 p ? p[2 * i] : 0.0,
-                                 p ? p[2 * i + 1] : 0.0,
-                                 p ? model->profile_steps : 0,
+    const mxu_layer *layer = i >= 0 ? &model->layers[i] : NULL;
+    const mxu_layer *head =
+        layer && layer->compiled && layer->compiled->absorbed
+            ? fused_into(model, i)
+            : NULL;
+    double forward, backward;
+    layer_seconds(model, l, &forward, &backward);
+    out[l] = (mxu_layer_profile){mxu_model_layer_name(model, l),
+                                 layer ? layer->cls->class_name : "Model",
+                                 forward,
+                                 backward,
+                                 model->profile ? model->profile_steps : 0,
                                  head ? head->name : NULL};
   }
   return count;

@@ -6,6 +6,7 @@
 
 #include "model/layers/layers.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,7 @@ void mxu_model_free(mxu_model *model) {
   if (!model) return;
   mxu_plan_release(model);
   free(model->layers);
+  free(model->scopes);
   free(model->params);
   mxu_aligned_free(model->weights);
   mxu_aligned_free(model->grads);
@@ -97,9 +99,13 @@ void mxu_model_free(mxu_model *model) {
 /* ---- nodes ---------------------------------------------------------------
  */
 
+/* Names are unique within a scope (a model used as a layer may reuse a
+ * name of the model around it, as in Keras). */
 static int name_taken(const mxu_model *model, const char *name) {
   for (int i = 0; i < model->layer_count; i++)
-    if (strcmp(model->layers[i].name, name) == 0) return 1;
+    if (model->layers[i].scope == model->building_scope &&
+        strcmp(model->layers[i].name, name) == 0)
+      return 1;
   return 0;
 }
 
@@ -172,6 +178,8 @@ static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
   else
     auto_name(model, cls, layer->name, sizeof layer->name);
   layer->index = model->layer_count;
+  layer->scope = model->building_scope;
+  if (layer->scope) layer->hidden = 1; /* its scope is the listed layer */
   layer->owner = layer->index;
   layer->call = 0;
   layer->key = model->layer_count - model->input_count;
@@ -647,6 +655,9 @@ static int keras_order(const mxu_model *model, int *order, int *scratch) {
 /* Puts the nodes in Keras' order, renumbering every reference. */
 static mxu_status sort_nodes(mxu_model *model) {
   int n = model->layer_count;
+  /* A model with models used as layers comes from Keras' JSON, in Keras'
+   * order already; sorting would scatter a scope's run of nodes. */
+  if (model->scope_count > 1) return MXU_OK;
   int *order = malloc((size_t)(6 * n + 1) * sizeof *order);
   mxu_layer *sorted = malloc((size_t)n * sizeof *sorted);
   mxu_status status = MXU_OK;
@@ -704,8 +715,107 @@ mxu_status mxu_model_outputs(mxu_model *model, const mxu_tensor_id *outputs,
   return sort_nodes(model);
 }
 
+mxu_status mxu_scope_begin(mxu_model *model, const char *name, int sequential) {
+  MXU_TRY(check_open(model, "scope"));
+  if (name_taken(model, name))
+    return mxu_fail(MXU_ERR_ARG, "the name '%s' is already used", name);
+  if (!model->scope_count) model->scope_count = 1; /* scopes[0]: the model */
+  mxu_scope *grown =
+      realloc(model->scopes, (size_t)(model->scope_count + 1) * sizeof *grown);
+  if (!grown) return mxu_fail(MXU_ERR_NOMEM, "scope: out of memory");
+  model->scopes = grown;
+  memset(&grown[0], 0, sizeof grown[0]);
+  mxu_scope *scope = &grown[model->scope_count];
+  memset(scope, 0, sizeof *scope);
+  snprintf(scope->name, sizeof scope->name, "%s", name);
+  scope->sequential = sequential;
+  scope->parent = model->building_scope;
+  scope->first = model->layer_count;
+  scope->output = -1;
+  model->building_scope = model->scope_count++;
+  return MXU_OK;
+}
+
+mxu_status mxu_scope_end(mxu_model *model, int output) {
+  mxu_scope *scope = &model->scopes[model->building_scope];
+  if (output < scope->first || output >= model->layer_count)
+    return mxu_fail(MXU_ERR_ARG, "model '%s' used as a layer has no output",
+                    scope->name);
+  scope->last = model->layer_count - 1;
+  scope->output = output;
+  model->building_scope = scope->parent;
+  return MXU_OK;
+}
+
+mxu_tensor_id mxu_scope_input(mxu_model *model, const char *name,
+                              mxu_shape shape, mxu_tensor_id outer) {
+  if (outer < 0) return -1;
+  const mxu_shape *given = &model->layers[outer].out_shape;
+  int same = given->rank == shape.rank;
+  for (int d = 0; same && d < shape.rank; d++)
+    same = given->dims[d] == shape.dims[d];
+  if (!same) {
+    char a[64], b[64];
+    mxu_shape_format(given, a, sizeof a);
+    mxu_shape_format(&shape, b, sizeof b);
+    mxu_fail(MXU_ERR_SHAPE,
+             "model '%s' used as a layer is called on a tensor of shape %s "
+             "but its input '%s' takes %s",
+             model->scopes[model->building_scope].name, a, name, b);
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.out_shape = shape;
+  int node = -1;
+  return add_node(model, &mxu_input_layer_class, name, &proto, &outer, 1,
+                  &node) == MXU_OK
+             ? node
+             : -1;
+}
+
+int mxu_scope_child(const mxu_model *model, int scope, int i) {
+  int s = model->layers[i].scope;
+  while (s && model->scopes[s].parent != scope) s = model->scopes[s].parent;
+  return s;
+}
+
+int mxu_scope_layers(const mxu_model *model, int scope, int *out) {
+  int first = scope ? model->scopes[scope].first : 0;
+  int last = scope ? model->scopes[scope].last : model->layer_count - 1;
+  int count = 0;
+  for (int i = first; i <= last; i++) {
+    int child = mxu_scope_child(model, scope, i);
+    if (child && i == model->scopes[child].first)
+      out[count++] = -1 - child;
+    else if (!child && model->layers[i].scope == scope &&
+             mxu_layer_listed(model, i))
+      out[count++] = i;
+  }
+  return count;
+}
+
+const char *mxu_scope_tensor(const mxu_model *model, int scope, int t,
+                             int keras3, int *index) {
+  int child = mxu_scope_child(model, scope, t);
+  if (child) {
+    *index = keras3 ? 0 : 1;
+    return model->scopes[child].name;
+  }
+  *index = model->layers[t].call;
+  return model->layers[t].name;
+}
+
+int mxu_layer_listed(const mxu_model *model, int i) {
+  const mxu_layer *layer = &model->layers[i];
+  if (mxu_layer_is_call(layer)) return 0;
+  int sequential =
+      layer->scope ? model->scopes[layer->scope].sequential : model->sequential;
+  return !(sequential && layer->cls == &mxu_input_layer_class);
+}
+
 mxu_status mxu_model_mark_sequential(mxu_model *model) {
-  for (int i = 1; i < model->layer_count; i++)
+  /* A chain of layers; a model used as one is a run of nodes of its own. */
+  for (int i = 1; i < model->layer_count && model->scope_count < 2; i++)
     if (model->layers[i].input_count != 1 ||
         model->layers[i].inputs[0] != i - 1)
       return mxu_fail(MXU_ERR_ARG,
@@ -716,6 +826,15 @@ mxu_status mxu_model_mark_sequential(mxu_model *model) {
     return mxu_fail(MXU_ERR_ARG, "model: not a Sequential model");
   model->sequential = 1;
   model->layers[0].hidden = 1;
+  /* Its output is its last layer's; a model used as that layer gives it
+   * from its own output node, not always the last node. */
+  int last = model->layer_count - 1, scope = model->layers[last].scope;
+  while (scope && model->scopes[scope].parent)
+    scope = model->scopes[scope].parent;
+  if (scope) {
+    model->outputs[0] = model->scopes[scope].output;
+    model->output_count = 1;
+  }
   return MXU_OK;
 }
 
@@ -736,28 +855,46 @@ const mxu_layer *mxu_model_input(const mxu_model *model) {
   return model->input_count ? &model->layers[model->inputs[0]] : NULL;
 }
 
-int mxu_model_node(const mxu_model *model, int layer) {
-  if (!model || layer < 0) return -1;
-  for (int i = 0; i < model->layer_count; i++)
-    if (!model->layers[i].hidden && layer-- == 0) return i;
-  return -1;
-}
-
 int mxu_layer_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   return layer->cls->declare ? layer->cls->declare(layer, decls) : 0;
 }
 
+/* Keras' model.layers[layer] as an item of mxu_scope_layers(0): a node,
+ * or -1 - scope for a model used as a layer; INT_MIN when out of range. */
+static int nth_layer(const mxu_model *model, int layer) {
+  if (!model || layer < 0) return INT_MIN;
+  for (int i = 0; i < model->layer_count; i++) {
+    int child = mxu_scope_child(model, 0, i);
+    int item = child && i == model->scopes[child].first ? -1 - child
+               : !child && !model->layers[i].scope && mxu_layer_listed(model, i)
+                   ? i
+                   : INT_MIN;
+    if (item != INT_MIN && layer-- == 0) return item;
+  }
+  return INT_MIN;
+}
+
+int mxu_model_node(const mxu_model *model, int layer) {
+  int item = nth_layer(model, layer);
+  return item >= 0 ? item : -1;
+}
+
 int mxu_model_layer_count(const mxu_model *model) {
   int count = 0;
-  for (int i = 0; model && i < model->layer_count; i++)
-    count += !model->layers[i].hidden;
+  while (nth_layer(model, count) != INT_MIN) count++;
   return count;
+}
+
+/* The node giving layer item's output. */
+static int item_output(const mxu_model *model, int item) {
+  return item >= 0 ? item : model->scopes[-1 - item].output;
 }
 
 mxu_shape mxu_model_layer_shape(const mxu_model *model, int layer) {
   mxu_shape none = {0};
-  int node = mxu_model_node(model, layer);
-  return node < 0 ? none : model->layers[node].out_shape;
+  int item = nth_layer(model, layer);
+  return item == INT_MIN ? none
+                         : model->layers[item_output(model, item)].out_shape;
 }
 
 mxu_shape mxu_model_input_shape(const mxu_model *model) {
@@ -766,8 +903,27 @@ mxu_shape mxu_model_input_shape(const mxu_model *model) {
 }
 
 const char *mxu_model_layer_name(const mxu_model *model, int layer) {
-  int node = mxu_model_node(model, layer);
-  return node < 0 ? NULL : model->layers[node].name;
+  int item = nth_layer(model, layer);
+  if (item == INT_MIN) return NULL;
+  return item >= 0 ? model->layers[item].name : model->scopes[-1 - item].name;
+}
+
+int mxu_model_layer_params(const mxu_model *model, int item, int *out) {
+  int first = item >= 0 ? item : model->scopes[-1 - item].first;
+  int last = item >= 0 ? item : model->scopes[-1 - item].last, n = 0;
+  /* A model used as a layer: the trainable weights of its layers in
+   * order, then the others, as tf.keras lists them. */
+  for (int trainable = 1; trainable >= 0; trainable--)
+    for (int i = first; i <= last; i++) {
+      const mxu_layer *layer = &model->layers[i];
+      if (mxu_layer_is_call(layer)) continue;
+      for (int k = 0; k < layer->param_count; k++) {
+        int p = layer->param_first + k;
+        if (item >= 0 || model->params[p].trainable == trainable) out[n++] = p;
+      }
+      if (item >= 0) return n;
+    }
+  return n;
 }
 
 /* Counts from the declarations, so it works before compile too. */
@@ -785,22 +941,29 @@ int64_t mxu_model_param_count(const mxu_model *model, int trainable) {
 }
 
 int mxu_layer_weight_count(const mxu_model *model, int layer) {
-  int node = mxu_model_node(model, layer);
-  if (node < 0 || !model->compiled) return 0;
-  return model->layers[node].param_count;
+  int item = nth_layer(model, layer);
+  if (item == INT_MIN || !model->compiled) return 0;
+  int *params = malloc((size_t)(model->param_count + 1) * sizeof *params);
+  int count = params ? mxu_model_layer_params(model, item, params) : 0;
+  free(params);
+  return count;
 }
 
 mxu_status mxu_layer_weight(const mxu_model *model, int layer, int index,
                             mxu_tensor *out, const char **name) {
-  if (index < 0 || index >= mxu_layer_weight_count(model, layer))
+  int count = mxu_layer_weight_count(model, layer);
+  if (index < 0 || index >= count)
     return mxu_fail(MXU_ERR_ARG,
                     "layer_weight: layer %d has no weight %d (compile first)",
                     layer, index);
-  int node = mxu_model_node(model, layer);
-  const mxu_param *p = &model->params[model->layers[node].param_first + index];
+  int *params = malloc((size_t)(model->param_count + 1) * sizeof *params);
+  if (!params) return mxu_fail(MXU_ERR_NOMEM, "layer_weight: out of memory");
+  mxu_model_layer_params(model, nth_layer(model, layer), params);
+  const mxu_param *p = &model->params[params[index]];
+  free(params);
   out->dtype = MXU_FLOAT32;
   out->shape = p->shape;
-  out->data = (p->trainable ? model->weights : model->state) + p->offset;
+  out->data = mxu_param_values(model, p);
   if (name) *name = p->name;
   return MXU_OK;
 }

@@ -33,6 +33,17 @@ typedef struct mxu_param_decl {
 
 typedef struct mxu_layer mxu_layer;
 
+/* A model used as a layer: one of Keras' layers of the model around it,
+ * its own layers inlined as nodes of this scope, in one run of node
+ * order. Its InputLayers are views of the tensors it is called on. */
+typedef struct mxu_scope {
+  char name[MXU_NAME_SIZE];
+  int sequential;  /* a Sequential, else a Functional */
+  int parent;      /* the scope it is a layer of */
+  int first, last; /* its nodes (and its inner scopes') */
+  int output;      /* the node giving its output */
+} mxu_scope;
+
 /* What one layer's forward or backward sees: its input and output, their
  * gradients, its weights and their gradients (trainable ones first, as
  * declared; dw[i] is NULL for a non-trainable weight) and this replica's
@@ -163,6 +174,9 @@ struct mxu_layer {
    * what its random streams (initialisers, dropout) are keyed by, so a
    * model gets the same weights built as Sequential or as a graph. */
   int key;
+  /* The model this node belongs to: 0 the model itself, else a model used
+   * as a layer (model->scopes[scope]), whose nodes are inlined here. */
+  int scope;
 
   /* compiled: where the layer's weights are in the parameter table */
   int index;       /* position in the model */
@@ -300,6 +314,11 @@ struct mxu_model {
   int inputs[MXU_MAX_INPUTS], input_count;
   /* Set by mxu_model_outputs; a model without is read at its last node. */
   int outputs[MXU_MAX_INPUTS], output_count;
+  /* Models used as layers (Keras: a Sequential or Functional called like a
+   * layer), inlined: scopes[0] is the model itself. New nodes join
+   * building_scope. */
+  mxu_scope *scopes;
+  int scope_count, building_scope;
 
   int compiled;
   mxu_compile_config compile; /* compile.metric points at metric below */
@@ -332,12 +351,41 @@ int mxu_model_output(const mxu_model *model);
 /* Its input 0's node, shape and name, for single-input code (fit). */
 const mxu_layer *mxu_model_input(const mxu_model *model);
 /* Keras' model.layers[i] as a node index (a Sequential's InputLayer is
- * not one); -1 when out of range. */
+ * not one); -1 when out of range or a model used as a layer. */
 int mxu_model_node(const mxu_model *model, int layer);
 /* A node that is another call of a shared layer (not the owner). */
 static inline int mxu_layer_is_call(const mxu_layer *layer) {
   return layer->owner != layer->index;
 }
+
+/* Model used as a layer, for the JSON reader: opens a scope named `name`
+ * whose nodes follow until mxu_scope_end, which gives its output node. */
+mxu_status mxu_scope_begin(mxu_model *model, const char *name, int sequential);
+mxu_status mxu_scope_end(mxu_model *model, int output);
+/* An InputLayer of the open scope: a view of `outer`, the tensor the
+ * model used as a layer is called on, which must have `shape`. */
+mxu_tensor_id mxu_scope_input(mxu_model *model, const char *name,
+                              mxu_shape shape, mxu_tensor_id outer);
+/* Whether node i is one of its scope's listed layers (Keras'
+ * model.layers of the model it belongs to): not a shared layer's other
+ * call, nor a Sequential's InputLayer. */
+int mxu_layer_listed(const mxu_model *model, int i);
+
+/* The weights of layer item (a node, or -1 - scope) in Keras' order, as
+ * indices into model->params; returns how many. */
+int mxu_model_layer_params(const mxu_model *model, int item, int *out);
+/* Keras' model.layers of scope s in order, into out (room for the
+ * model's node count): a node index, or -1 - c for model c used as a
+ * layer. Returns how many. */
+int mxu_scope_layers(const mxu_model *model, int scope, int *out);
+/* The scope directly inside `scope` that node i belongs to (0: none, i
+ * is in `scope` itself or outside it). */
+int mxu_scope_child(const mxu_model *model, int scope, int i);
+/* Keras' layer name and node index for tensor t (a node's output) as seen
+ * from scope: a model used as a layer there names its output by its own
+ * name; tf.keras counts that call as its node 1, Keras 3 as 0. */
+const char *mxu_scope_tensor(const mxu_model *model, int scope, int t,
+                             int keras3, int *index);
 
 /* Marks a graph read from a Sequential model's JSON as one: a chain from
  * its one input, which is then not one of Keras' model.layers. */

@@ -8,9 +8,13 @@
 #include <string.h>
 
 /* Whether a node's input carries a gradient: every tensor but a model
- * input does. */
+ * input does (an InputLayer inside a model used as a layer passes on the
+ * gradient of what it views). */
 static int needs_dx(const mxu_model *model, int input) {
-  return model->layers[input].cls != &mxu_input_layer_class;
+  const mxu_layer *from = &model->layers[input];
+  if (from->cls == &mxu_input_layer_class && from->input_count)
+    return needs_dx(model, from->inputs[0]);
+  return from->cls != &mxu_input_layer_class;
 }
 
 mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,

@@ -4,6 +4,7 @@
  * totals. */
 #include "model/layers/layers.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Sequential: 65 columns in three cells; a graph: 98 in four, the last
@@ -75,61 +76,126 @@ static void with_commas(int64_t value, char *out, size_t size) {
 
 static int64_t layer_params(const mxu_layer *layer) {
   mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
-  int n = mxu_layer_declare(layer, decls);
+  int n = mxu_layer_is_call(layer) ? 0 : mxu_layer_declare(layer, decls);
   int64_t total = 0;
   for (int k = 0; k < n; k++) total += mxu_shape_count(&decls[k].shape);
   return total;
 }
 
-/* "['a[0][0]', 'b[0][0]']": the tensors a node reads, as Python prints
- * Keras' list of them. */
-static void connections(const mxu_model *model, const mxu_layer *layer,
-                        char *out, size_t size) {
-  size_t used = (size_t)snprintf(out, size, "[");
-  int first = 1;
-  /* A shared layer lists every call's inputs, in node order. */
+/* One of the model's layers: a node, or a model used as a layer (its
+ * nodes' weights, its output, the tensors its InputLayers view). */
+typedef struct entry {
+  const char *name, *class_name;
+  const mxu_layer *output;
+  int64_t params;
+  int first, last; /* the nodes it spans */
+} entry;
+
+static entry entry_of(const mxu_model *model, int item) {
+  if (item >= 0) {
+    const mxu_layer *layer = &model->layers[item];
+    return (entry){layer->name, layer->cls->class_name,
+                   layer,       layer_params(layer),
+                   item,        item};
+  }
+  const mxu_scope *scope = &model->scopes[-1 - item];
+  entry e = {scope->name,
+             scope->sequential ? "Sequential" : "Functional",
+             &model->layers[scope->output],
+             0,
+             scope->first,
+             scope->last};
+  for (int i = scope->first; i <= scope->last; i++)
+    e.params += layer_params(&model->layers[i]);
+  return e;
+}
+
+/* The tensors a layer reads from outside itself, into reads; returns how
+ * many (a shared layer's calls included). */
+static int outside_reads(const mxu_model *model, const entry *e, int *reads,
+                         int room) {
+  int count = 0;
   for (int i = 0; i < model->layer_count; i++) {
-    const mxu_layer *call = &model->layers[i];
-    if (call->owner != layer->index) continue;
-    for (int k = 0; k < call->input_count && used < size; k++, first = 0) {
-      const mxu_layer *from = &model->layers[call->inputs[k]];
-      used += (size_t)snprintf(out + used, size - used, "%s'%s[%d][0]'",
-                               first ? "" : ", ", from->name, from->call);
+    const mxu_layer *node = &model->layers[i];
+    int inside = i >= e->first && i <= e->last;
+    if (!inside && (node->owner < e->first || node->owner > e->last)) continue;
+    for (int k = 0; k < node->input_count; k++) {
+      int t = node->inputs[k];
+      if ((t < e->first || t > e->last) && count < room) reads[count++] = t;
     }
+  }
+  return count;
+}
+
+/* "['a[0][0]', 'b[0][0]']": the tensors a layer reads from outside it,
+ * as Python prints Keras' list of them (a shared layer: every call's). */
+static void connections(const mxu_model *model, const entry *e, char *out,
+                        size_t size) {
+  int reads[4 * MXU_MAX_INPUTS];
+  int n = outside_reads(model, e, reads, 4 * MXU_MAX_INPUTS);
+  size_t used = (size_t)snprintf(out, size, "[");
+  for (int k = 0; k < n && used < size; k++) {
+    int index = 0;
+    const char *name = mxu_scope_tensor(model, 0, reads[k], 0, &index);
+    used += (size_t)snprintf(out + used, size - used, "%s'%s[%d][0]'",
+                             k ? ", " : "", name, index);
   }
   if (used < size) snprintf(out + used, size - used, "]");
 }
 
 static void layer_row(FILE *out, const table *t, const mxu_model *model,
-                      const mxu_layer *layer) {
-  char name[2 * MXU_NAME_SIZE], shape[96], params[32], dims[80];
+                      const entry *e) {
+  char name[2 * MXU_NAME_SIZE + 16], shape[96], params[32], dims[80];
   char reads[4 * MXU_MAX_INPUTS * (MXU_NAME_SIZE + 12) + 4];
-  snprintf(name, sizeof name, "%s (%s)", layer->name, layer->cls->class_name);
-  mxu_shape_format(&layer->out_shape, dims, sizeof dims);
+  snprintf(name, sizeof name, "%s (%s)", e->name, e->class_name);
+  mxu_shape_format(&e->output->out_shape, dims, sizeof dims);
   /* tf.keras shows an InputLayer's output as a list of one shape. */
-  int input = layer->cls == &mxu_input_layer_class;
+  int input = e->output->cls == &mxu_input_layer_class && e->first == e->last;
   snprintf(shape, sizeof shape, "%s(None, %s%s", input ? "[" : "", dims + 1,
            input ? "]" : "");
-  snprintf(params, sizeof params, "%lld", (long long)layer_params(layer));
-  connections(model, layer, reads, sizeof reads);
+  snprintf(params, sizeof params, "%lld", (long long)e->params);
+  connections(model, e, reads, sizeof reads);
   const char *cells[4] = {name, shape, params, reads};
   row(out, t, cells);
   const char *blank[4] = {"", "", "", ""};
   row(out, t, blank); /* tf.keras >= 2.9 separates layers with a blank line */
 }
 
+/* tf.keras prints a graph that is a chain (each layer reading one tensor,
+ * no tensor read twice, no layer called twice) in the Sequential table. */
+static int chain(const mxu_model *model, const int *items, int count) {
+  int *seen = calloc((size_t)model->layer_count, sizeof *seen);
+  int ok = seen != NULL;
+  for (int j = 0; ok && j < count; j++) {
+    entry e = entry_of(model, items[j]);
+    int reads[2 * MXU_MAX_INPUTS];
+    int n = outside_reads(model, &e, reads, 2 * MXU_MAX_INPUTS);
+    ok = n <= 1 && (n == 0 || !seen[reads[0]]++);
+  }
+  free(seen);
+  return ok;
+}
+
 void mxu_summary(const mxu_model *model, FILE *out) {
   if (!out) out = stdout;
   if (!model) return;
-  const table *t = model->sequential ? &sequential_table : &graph_table;
+  int *items = malloc((size_t)(model->layer_count + 1) * sizeof *items);
+  if (!items) return;
+  int count = mxu_scope_layers(model, 0, items);
+  const table *t = model->sequential || chain(model, items, count)
+                       ? &sequential_table
+                       : &graph_table;
   fprintf(out, "Model: \"%s\"\n", model->name);
   rule(out, t, '_');
   const char *header[4] = {"Layer (type)", "Output Shape", "Param #",
                            "Connected to"};
   row(out, t, header);
   rule(out, t, '=');
-  for (int i = 0; i < model->layer_count; i++)
-    if (!model->layers[i].hidden) layer_row(out, t, model, &model->layers[i]);
+  for (int j = 0; j < count; j++) {
+    entry e = entry_of(model, items[j]);
+    layer_row(out, t, model, &e);
+  }
+  free(items);
   rule(out, t, '=');
   char text[32];
   int64_t trainable = mxu_model_param_count(model, 1);

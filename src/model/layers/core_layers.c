@@ -248,26 +248,31 @@ const mxu_layer_class mxu_dropout_class = {
 
 /* ---- InputLayer -----------------------------------------------------------
  * A model input: its node's output buffer is where fit loads the samples;
- * the shape was set when the node was made. */
+ * the shape was set when the node was made. Inside a model used as a
+ * layer it reads the tensor that model is called on, as a view. */
 
 static mxu_status input_infer(mxu_layer *layer) {
   (void)layer;
   return MXU_OK;
 }
 
-static void input_pass(mxu_layer *layer, const mxu_layer_run *run) {
-  (void)layer;
-  (void)run;
+static void input_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->input_count) mxu_view_forward(layer, run);
+}
+
+static void input_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->input_count) mxu_view_backward(layer, run);
 }
 
 const mxu_layer_class mxu_input_layer_class = {
     .class_name = "InputLayer",
+    .view = 1,
     .min_inputs = 0,
-    .max_inputs = 0,
+    .max_inputs = 1,
     .infer = input_infer,
     .plan = mxu_no_plan,
-    .forward = input_pass,
-    .backward = input_pass,
+    .forward = input_forward,
+    .backward = input_backward,
 };
 
 /* ---- ReLU -----------------------------------------------------------------
