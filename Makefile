@@ -58,6 +58,8 @@ bench: build
 	$(BUILD)/mxu bench models/cifar10_augmented.json --batch-size 32 \
 	  --threads 2 --steps 100 --augment \
 	  --report bench/results/cifar10_augmented_augment.json
+	$(BUILD)/mxu bench models/resnet20.json --batch-size 128 \
+	  --threads 2 --report bench/results/resnet20_2threads.json
 	@python3 scripts/bench_summary.py bench/results
 
 test-sanitize: deps
