@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Tensors one node reads: a merge of up to this many, or a model's inputs
+ * or outputs. */
+#define MXU_MAX_INPUTS 16
+
 /* Records a formatted message for mxu_errmsg() and returns status, so a
  * failure reads: return mxu_fail(MXU_ERR_IO, "idx: %s: ...", path); */
 /* The status of the last mxu_fail on this thread (what a call returning

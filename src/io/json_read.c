@@ -298,25 +298,24 @@ static mxu_status read_entry(const char *source, const cJSON *entry, int index,
   return check_builtin(where, entry);
 }
 
-/* A layer of either kind of model, applied to node->inputs. */
 static mxu_status read_nested(const char *source, const mxu_json_where *where,
                               const layer_entry *e, mxu_json_node *node);
 
 /* A layer of either kind of model, applied to node->inputs. */
 static mxu_status read_class(const char *source, const mxu_json_where *where,
                              const layer_entry *e, mxu_json_node *node) {
-  const mxu_json_layer_io *io = mxu_json_layer_io_find(e->class_name);
-  if (!io && (strcmp(e->class_name, "Sequential") == 0 ||
-              strcmp(e->class_name, "Functional") == 0 ||
-              strcmp(e->class_name, "Model") == 0))
+  const mxu_layer_class *cls = mxu_layer_class_find(e->class_name);
+  if (!cls && (strcmp(e->class_name, "Sequential") == 0 ||
+               strcmp(e->class_name, "Functional") == 0 ||
+               strcmp(e->class_name, "Model") == 0))
     return read_nested(source, where, e, node);
-  if (!io)
+  if (!cls || !cls->read_config)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "layer class %s is not supported (mxu has %s)",
-                         e->class_name, mxu_json_layer_names());
+                         e->class_name, mxu_layer_class_names());
   MXU_TRY(read_common(where, e->config));
-  MXU_TRY(mxu_json_check_keys(where, e->config, io->keys, common_keys));
-  return io->read(where, e->config, node, e->name);
+  MXU_TRY(mxu_json_check_keys(where, e->config, cls->config_keys, common_keys));
+  return cls->read_config(where, e->config, node, e->name);
 }
 
 /* A Sequential model's layer: it reads the one before. */

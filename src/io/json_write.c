@@ -67,13 +67,12 @@ static mxu_status layer_json(mxu_json_out *out, const mxu_layer *layer,
     *entry = input_entry(out, layer);
     return MXU_OK;
   }
-  const mxu_json_layer_io *io = mxu_json_layer_io_find(layer->cls->class_name);
-  if (!io)
+  if (!layer->cls->write_config)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "model_to_json: layer '%s': no JSON writer for class %s",
                     layer->name, layer->cls->class_name);
   cJSON *config = layer_config(out, layer->name);
-  io->write(out, layer, config);
+  layer->cls->write_config(out, layer, config);
   *entry = layer_entry(out, layer->cls->class_name, config, layer);
   return MXU_OK;
 }

@@ -36,9 +36,23 @@ static const mxu_layer_class *const registry[] = {
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
-  for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)
+  for (size_t i = 0; i < sizeof registry / sizeof *registry; i++) {
     if (strcmp(registry[i]->class_name, class_name) == 0) return registry[i];
+    for (const char *const *a = registry[i]->aliases; a && *a; a++)
+      if (strcmp(*a, class_name) == 0) return registry[i];
+  }
   return NULL;
+}
+
+const char *mxu_layer_class_names(void) {
+  static char names[1024];
+  if (names[0]) return names;
+  size_t used = 0;
+  for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)
+    if (registry[i]->read_config && used < sizeof names)
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s",
+                               used ? ", " : "", registry[i]->class_name);
+  return names;
 }
 
 mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w) {
@@ -546,11 +560,14 @@ mxu_tensor_id mxu_apply_again(mxu_model *model, mxu_tensor_id made_by,
   /* The name is the owner's: add_node must not refuse it as taken. */
   proto.name[0] = 0;
   int node = -1;
-  if (add_node(model, owner->cls, NULL, &proto, inputs, count, &node) != MXU_OK)
+  /* add_node may move the layers: keep what is needed of the owner. */
+  int owner_index = owner->index;
+  if (add_node(model, proto.cls, NULL, &proto, inputs, count, &node) !=
+      MXU_OK)
     return -1;
   mxu_layer *added = &model->layers[node];
-  snprintf(added->name, sizeof added->name, "%s", owner->name);
-  added->owner = owner->index;
+  memcpy(added->name, model->layers[owner_index].name, sizeof added->name);
+  added->owner = owner_index;
   added->call = calls;
   return node;
 }

@@ -6,13 +6,12 @@
 
 #include "backend/backend.h"
 #include "core/core.h"
+#include "core/json.h"
 #include "mxu.h"
 
 #define MXU_MAX_LAYER_PARAMS 4
 #define MXU_MAX_LAYER_OPS 3
-/* Tensors one node reads: a merge of up to this many, or a model's inputs
- * or outputs. */
-#define MXU_MAX_INPUTS 16
+
 #define MXU_MAX_LAYER_SCRATCH 4
 #define MXU_NAME_SIZE 128
 
@@ -74,6 +73,18 @@ typedef struct mxu_layer_run {
 
 typedef struct mxu_layer_class {
   const char *class_name; /* Keras' class name */
+  /* Other names Keras reads for it (Convolution2D, MaxPool2D, ...). */
+  const char *const *aliases;
+  /* Its config in Keras' JSON, both dialects: the keys it reads besides
+   * name, trainable and dtype; the reader, which applies the layer to
+   * node->inputs (refusing what mxu cannot honour, naming the key); the
+   * writer of its keys after the common ones. NULL for InputLayer, which
+   * the model reader and writer handle. */
+  const char *const *config_keys;
+  mxu_status (*read_config)(const mxu_json_where *where, const cJSON *config,
+                            mxu_json_node *node, const char *name);
+  void (*write_config)(mxu_json_out *out, const mxu_layer *layer,
+                       cJSON *config);
   /* The output is the input's memory under another shape (Flatten):
    * compile gives both the same buffer and the layer copies nothing
    * (its gradient too, where the input has no other reader). */
@@ -232,7 +243,10 @@ extern const mxu_layer_class mxu_global_max_pooling2d_class;
 extern const mxu_layer_class mxu_zero_padding2d_class;
 extern const mxu_layer_class mxu_relu_class;
 extern const mxu_layer_class mxu_reshape_class;
+/* By Keras' class name or an alias of it; NULL when mxu has none. */
 const mxu_layer_class *mxu_layer_class_find(const char *class_name);
+/* "Conv2D, MaxPooling2D, ...": every class, for messages. */
+const char *mxu_layer_class_names(void);
 
 /* The weights a layer declares (0 for a layer without). */
 int mxu_layer_declare(const mxu_layer *layer, mxu_param_decl *decls);

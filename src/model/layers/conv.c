@@ -2,6 +2,8 @@
  * optional bias, fused activation). */
 #include "model/layers/layers.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 static mxu_status conv2d_infer(mxu_layer *layer) {
@@ -140,8 +142,74 @@ static const float *conv2d_logits(const mxu_layer *layer,
   return mxu_epilogue_logits(layer, layer->config.conv.activation, run);
 }
 
+/* ---- Conv2D --------------------------------------------------------------
+ */
+
+static const char *const conv2d_keys[] = {
+    "filters",     "kernel_size",         "strides", "padding",
+    "data_format", "dilation_rate",       "groups",  "activation",
+    "use_bias",    MXU_WEIGHT_OPTION_KEYS};
+
+static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
+                              mxu_json_node *node, const char *name) {
+  mxu_conv2d_config conv = mxu_conv2d_defaults(0, 0, 0);
+  conv.name = name;
+  MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
+                       &conv.filters));
+  MXU_TRY(mxu_json_int_pair(where, config, "kernel_size", MXU_JSON_REQUIRED,
+                            conv.kernel_size));
+  MXU_TRY(mxu_json_int_pair(where, config, "strides", MXU_JSON_OPTIONAL,
+                            conv.strides));
+  MXU_TRY(mxu_json_padding(where, config, &conv.padding));
+  MXU_TRY(mxu_json_data_format(where, config));
+  MXU_TRY(mxu_json_require_ones(where, config, "dilation_rate"));
+  int groups = 1;
+  MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, INT_MAX,
+                       &groups));
+  if (groups != 1)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "groups %d is not supported (only 1)", groups);
+  MXU_TRY(mxu_json_activation(where, config, "activation", &conv.activation));
+  MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", "GlorotUniform",
+                                    "glorot_uniform"));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", "Zeros", "zeros"));
+  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
+  return mxu_json_applied(
+      where, node, mxu_apply_conv2d(node->model, &conv, node->inputs[0]));
+}
+
+static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
+                         cJSON *config) {
+  static const char *const nulls[] = {
+      "kernel_regularizer", "bias_regularizer", "activity_regularizer",
+      "kernel_constraint",  "bias_constraint",  NULL};
+  const mxu_conv2d_config *conv = &layer->config.conv;
+  static const int ones[2] = {1, 1};
+  mxu_json_put_number(out, config, "filters", conv->filters);
+  mxu_json_put_pair(out, config, "kernel_size", conv->kernel_size);
+  mxu_json_put_pair(out, config, "strides", conv->strides);
+  mxu_json_put_string(out, config, "padding", mxu_padding_name(conv->padding));
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+  mxu_json_put_pair(out, config, "dilation_rate", ones);
+  mxu_json_put_number(out, config, "groups", 1);
+  mxu_json_put_string(out, config, "activation",
+                      mxu_json_activation_name(conv->activation));
+  mxu_json_put_bool(out, config, "use_bias", conv->use_bias);
+  mxu_json_put_initializer(out, config, "kernel_initializer", "GlorotUniform");
+  mxu_json_put_initializer(out, config, "bias_initializer", "Zeros");
+  mxu_config_put_nulls(out, config, nulls);
+}
+
+/* Keras 1's name, which Keras still reads. */
+static const char *const conv2d_aliases[] = {"Convolution2D", NULL};
+
 const mxu_layer_class mxu_conv2d_class = {
     .class_name = "Conv2D",
+    .config_keys = conv2d_keys,
+    .read_config = read_conv2d,
+    .write_config = write_conv2d,
+    .aliases = conv2d_aliases,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = conv2d_infer,

@@ -2,7 +2,9 @@
  * Dropout, the ReLU layer, and InputLayer (a model input as a node). */
 #include "model/layers/layers.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static int64_t batch_rows(const mxu_layer *layer, const mxu_shape *shape) {
@@ -83,8 +85,153 @@ static const float *dense_logits(const mxu_layer *layer,
   return mxu_epilogue_logits(layer, layer->config.dense.activation, run);
 }
 
+/* ---- Activation ----------------------------------------------------------
+ */
+
+static const char *const activation_keys[] = {"activation", NULL};
+
+static mxu_status read_activation(const mxu_json_where *where,
+                                  const cJSON *config, mxu_json_node *node,
+                                  const char *name) {
+  mxu_activation activation = MXU_LINEAR;
+  if (!mxu_json_get(config, "activation"))
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "activation is missing");
+  MXU_TRY(mxu_json_activation(where, config, "activation", &activation));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_activation(node->model, name, activation, node->inputs[0]));
+}
+
+static void write_activation(mxu_json_out *out, const mxu_layer *layer,
+                             cJSON *config) {
+  mxu_json_put_string(out, config, "activation",
+                      mxu_json_activation_name(layer->config.activation));
+}
+
+/* ---- Flatten -------------------------------------------------------------
+ */
+
+static const char *const flatten_keys[] = {"data_format", NULL};
+
+static mxu_status read_flatten(const mxu_json_where *where, const cJSON *config,
+                               mxu_json_node *node, const char *name) {
+  /* channels_first would flatten in (c, h, w) order. */
+  MXU_TRY(mxu_json_data_format(where, config));
+  return mxu_json_applied(
+      where, node, mxu_apply_flatten(node->model, name, node->inputs[0]));
+}
+
+static void write_flatten(mxu_json_out *out, const mxu_layer *layer,
+                          cJSON *config) {
+  (void)layer;
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+}
+
+/* ---- Dense ---------------------------------------------------------------
+ */
+
+static const char *const dense_keys[] = {"units", "activation", "use_bias",
+                                         MXU_WEIGHT_OPTION_KEYS};
+
+static mxu_status read_dense(const mxu_json_where *where, const cJSON *config,
+                             mxu_json_node *node, const char *name) {
+  mxu_dense_config dense = mxu_dense_defaults(0);
+  dense.name = name;
+  MXU_TRY(mxu_json_int(where, config, "units", MXU_JSON_REQUIRED, 1, INT_MAX,
+                       &dense.units));
+  MXU_TRY(mxu_json_activation(where, config, "activation", &dense.activation));
+  MXU_TRY(mxu_json_bool(where, config, "use_bias", &dense.use_bias));
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", "GlorotUniform",
+                                    "glorot_uniform"));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", "Zeros", "zeros"));
+  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
+  return mxu_json_applied(
+      where, node, mxu_apply_dense(node->model, &dense, node->inputs[0]));
+}
+
+static void write_dense(mxu_json_out *out, const mxu_layer *layer,
+                        cJSON *config) {
+  const mxu_dense_config *dense = &layer->config.dense;
+  mxu_json_put_number(out, config, "units", dense->units);
+  mxu_json_put_string(out, config, "activation",
+                      mxu_json_activation_name(dense->activation));
+  mxu_json_put_bool(out, config, "use_bias", dense->use_bias);
+  mxu_json_put_initializer(out, config, "kernel_initializer", "GlorotUniform");
+  mxu_json_put_initializer(out, config, "bias_initializer", "Zeros");
+  mxu_json_put_null(out, config, "kernel_regularizer");
+  mxu_json_put_null(out, config, "bias_regularizer");
+  /* Keras 3 writes activity_regularizer only when one is set. */
+  if (!out->keras3) mxu_json_put_null(out, config, "activity_regularizer");
+  mxu_json_put_null(out, config, "kernel_constraint");
+  mxu_json_put_null(out, config, "bias_constraint");
+}
+
+/* ---- Dropout -------------------------------------------------------------
+ */
+
+static const char *const dropout_keys[] = {"rate", "noise_shape", "seed", NULL};
+
+static mxu_status read_dropout(const mxu_json_where *where, const cJSON *config,
+                               mxu_json_node *node, const char *name) {
+  float rate = 0;
+  MXU_TRY(mxu_json_float(where, config, "rate", MXU_JSON_REQUIRED, &rate));
+  MXU_TRY(mxu_json_require_null(where, config, "noise_shape"));
+  /* The seed is ignored: mxu's masks come from its own counter-based
+   * streams, keyed by the fit seed. */
+  return mxu_json_applied(
+      where, node, mxu_apply_dropout(node->model, name, rate, node->inputs[0]));
+}
+
+static void write_dropout(mxu_json_out *out, const mxu_layer *layer,
+                          cJSON *config) {
+  mxu_json_put_float(out, config, "rate", layer->config.dropout.rate);
+  mxu_json_put_null(out, config, "noise_shape");
+  mxu_json_put_null(out, config, "seed");
+}
+
+/* ---- ReLU ------------------------------------------------------------------
+ */
+
+static const char *const relu_keys[] = {"max_value", "negative_slope",
+                                        "threshold", NULL};
+
+static mxu_status read_relu(const mxu_json_where *where, const cJSON *config,
+                            mxu_json_node *node, const char *name) {
+  mxu_relu_config relu = mxu_relu_defaults();
+  relu.name = name;
+  const cJSON *top = mxu_json_get(config, "max_value");
+  if (top && !cJSON_IsNull(top)) {
+    MXU_TRY(mxu_json_float(where, config, "max_value", MXU_JSON_REQUIRED,
+                           &relu.max_value));
+    if (relu.max_value < 0)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "max_value must be >= 0 or null, got %g",
+                           (double)relu.max_value);
+  }
+  MXU_TRY(mxu_json_float(where, config, "negative_slope", MXU_JSON_OPTIONAL,
+                         &relu.negative_slope));
+  MXU_TRY(mxu_json_float(where, config, "threshold", MXU_JSON_OPTIONAL,
+                         &relu.threshold));
+  return mxu_json_applied(where, node,
+                          mxu_apply_relu(node->model, &relu, node->inputs[0]));
+}
+
+static void write_relu(mxu_json_out *out, const mxu_layer *layer,
+                       cJSON *config) {
+  const mxu_relu_config *c = &layer->config.relu;
+  if (c->max_value >= 0)
+    mxu_json_put_float(out, config, "max_value", c->max_value);
+  else
+    mxu_json_put_null(out, config, "max_value");
+  mxu_json_put_float(out, config, "negative_slope", c->negative_slope);
+  mxu_json_put_float(out, config, "threshold", c->threshold);
+}
+
 const mxu_layer_class mxu_dense_class = {
     .class_name = "Dense",
+    .config_keys = dense_keys,
+    .read_config = read_dense,
+    .write_config = write_dense,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = dense_infer,
@@ -141,6 +288,9 @@ static const float *activation_logits(const mxu_layer *layer,
 
 const mxu_layer_class mxu_activation_class = {
     .class_name = "Activation",
+    .config_keys = activation_keys,
+    .read_config = read_activation,
+    .write_config = write_activation,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = same_shape_infer,
@@ -164,6 +314,9 @@ static mxu_status flatten_infer(mxu_layer *layer) {
  * Flatten its input's buffer (a view) and there is nothing to copy. */
 const mxu_layer_class mxu_flatten_class = {
     .class_name = "Flatten",
+    .config_keys = flatten_keys,
+    .read_config = read_flatten,
+    .write_config = write_flatten,
     .min_inputs = 1,
     .max_inputs = 1,
     .view = 1,
@@ -237,6 +390,9 @@ static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
 
 const mxu_layer_class mxu_dropout_class = {
     .class_name = "Dropout",
+    .config_keys = dropout_keys,
+    .read_config = read_dropout,
+    .write_config = write_dropout,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = dropout_infer,
@@ -328,6 +484,9 @@ static void relu_backward(mxu_layer *layer, const mxu_layer_run *run) {
 
 const mxu_layer_class mxu_relu_class = {
     .class_name = "ReLU",
+    .config_keys = relu_keys,
+    .read_config = read_relu,
+    .write_config = write_relu,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = relu_infer,

@@ -52,6 +52,27 @@ double mxu_no_flops(const mxu_layer *layer, int need_dx);
 void mxu_view_forward(mxu_layer *layer, const mxu_layer_run *run);
 void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run);
 
+/* ---- Keras config (each class reads and writes its own) ---------------- */
+
+/* The keys Conv2D and Dense share for their kernel and bias. */
+#define MXU_WEIGHT_OPTION_KEYS                                                 \
+  "kernel_initializer", "bias_initializer", "kernel_regularizer",              \
+      "bias_regularizer", "activity_regularizer", "kernel_constraint",         \
+      "bias_constraint", NULL
+
+/* weight_initializer, weight_regularizer, weight_constraint (weight is
+ * "kernel", "bias", "gamma", ...): mxu's weights start as Keras' defaults
+ * (the given initializer only) and are never regularised or
+ * constrained. */
+mxu_status mxu_config_weight_options(const mxu_json_where *where,
+                                     const cJSON *config, const char *weight,
+                                     const char *class_name, const char *alias);
+/* Each key of the NULL-terminated list as null. */
+void mxu_config_put_nulls(mxu_json_out *out, cJSON *config,
+                          const char *const *keys);
+/* "same" or "valid". */
+const char *mxu_padding_name(mxu_padding padding);
+
 /* "(28, 28, 1)" */
 void mxu_shape_format(const mxu_shape *shape, char *out, size_t size);
 

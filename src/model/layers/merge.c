@@ -115,9 +115,63 @@ static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
   }
 }
 
-#define MERGE_CLASS(symbol, keras_name, least)                                 \
+/* ---- merges ----------------------------------------------------------------
+ * Add, Subtract, Multiply, Average, Maximum, Minimum: no keys of their own;
+ * Concatenate: its axis, counting the batch as Keras does. */
+
+static const char *const merge_keys[] = {NULL};
+static const char *const concatenate_keys[] = {"axis", NULL};
+
+static mxu_status read_merge(const mxu_json_where *where, mxu_json_node *node,
+                             mxu_merge_kind kind, const char *name, int axis) {
+  return mxu_json_applied(where, node,
+                          mxu_merge(node->model, kind, name, node->inputs,
+                                    node->input_count, axis));
+}
+
+#define MERGE_READER(function, kind)                                           \
+  static mxu_status function(const mxu_json_where *where, const cJSON *config, \
+                             mxu_json_node *node, const char *name) {          \
+    (void)config;                                                              \
+    return read_merge(where, node, kind, name, -1);                            \
+  }
+MERGE_READER(read_add, MXU_MERGE_ADD)
+MERGE_READER(read_subtract, MXU_MERGE_SUBTRACT)
+MERGE_READER(read_multiply, MXU_MERGE_MULTIPLY)
+MERGE_READER(read_average, MXU_MERGE_AVERAGE)
+MERGE_READER(read_maximum, MXU_MERGE_MAXIMUM)
+MERGE_READER(read_minimum, MXU_MERGE_MINIMUM)
+
+static void write_nothing(mxu_json_out *out, const mxu_layer *layer,
+                          cJSON *config) {
+  (void)out;
+  (void)layer;
+  (void)config;
+}
+
+static mxu_status read_concatenate(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name) {
+  int axis = -1;
+  MXU_TRY(mxu_json_int(where, config, "axis", MXU_JSON_OPTIONAL, -MXU_MAX_RANK,
+                       MXU_MAX_RANK, &axis));
+  if (axis == 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "axis 0 (the batch) is not supported");
+  return read_merge(where, node, MXU_MERGE_CONCATENATE, name, axis);
+}
+
+static void write_concatenate(mxu_json_out *out, const mxu_layer *layer,
+                              cJSON *config) {
+  mxu_json_put_number(out, config, "axis", layer->config.merge.axis);
+}
+
+#define MERGE_CLASS(symbol, keras_name, least, reader)                         \
   const mxu_layer_class symbol = {                                             \
       .class_name = keras_name,                                                \
+      .config_keys = merge_keys,                                               \
+      .read_config = reader,                                                   \
+      .write_config = write_nothing,                                           \
       .min_inputs = least,                                                     \
       .max_inputs = MXU_MAX_INPUTS,                                            \
       .infer = same_shapes_infer,                                              \
@@ -129,12 +183,12 @@ static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
 
 /* Keras takes one input for these too (a merge of one is the identity),
  * except Subtract, which the shape check holds to two. */
-MERGE_CLASS(mxu_add_class, "Add", 1);
-MERGE_CLASS(mxu_subtract_class, "Subtract", 2);
-MERGE_CLASS(mxu_multiply_class, "Multiply", 1);
-MERGE_CLASS(mxu_average_class, "Average", 1);
-MERGE_CLASS(mxu_maximum_class, "Maximum", 1);
-MERGE_CLASS(mxu_minimum_class, "Minimum", 1);
+MERGE_CLASS(mxu_add_class, "Add", 1, read_add);
+MERGE_CLASS(mxu_subtract_class, "Subtract", 2, read_subtract);
+MERGE_CLASS(mxu_multiply_class, "Multiply", 1, read_multiply);
+MERGE_CLASS(mxu_average_class, "Average", 1, read_average);
+MERGE_CLASS(mxu_maximum_class, "Maximum", 1, read_maximum);
+MERGE_CLASS(mxu_minimum_class, "Minimum", 1, read_minimum);
 
 /* ---- Concatenate ---------------------------------------------------------
  * The axis as Keras counts it (the batch is 0; negative from the end). A
@@ -219,6 +273,9 @@ static void concatenate_backward(mxu_layer *layer, const mxu_layer_run *run) {
 
 const mxu_layer_class mxu_concatenate_class = {
     .class_name = "Concatenate",
+    .config_keys = concatenate_keys,
+    .read_config = read_concatenate,
+    .write_config = write_concatenate,
     .min_inputs = 1,
     .max_inputs = MXU_MAX_INPUTS,
     .infer = concatenate_infer,

@@ -254,8 +254,121 @@ static void batchnorm_backward_global(mxu_layer *layer,
   }
 }
 
+/* ---- BatchNormalization --------------------------------------------------
+ */
+
+static const char *const batchnorm_keys[] = {"axis",
+                                             "momentum",
+                                             "epsilon",
+                                             "center",
+                                             "scale",
+                                             "beta_initializer",
+                                             "gamma_initializer",
+                                             "moving_mean_initializer",
+                                             "moving_variance_initializer",
+                                             "beta_regularizer",
+                                             "gamma_regularizer",
+                                             "beta_constraint",
+                                             "gamma_constraint",
+                                             "renorm",
+                                             "renorm_clipping",
+                                             "renorm_momentum",
+                                             "virtual_batch_size",
+                                             "synchronized",
+                                             "fused",
+                                             NULL};
+
+static mxu_shape input_shape(const mxu_json_node *node) {
+  return node->model->layers[node->inputs[0]].out_shape;
+}
+
+/* mxu normalises over the last axis only: -1, or its index counting the
+ * batch axis as tf.keras writes it once built ([3] for images). */
+static mxu_status read_batchnorm_axis(const mxu_json_where *where,
+                                      const cJSON *config,
+                                      const mxu_json_node *node) {
+  const cJSON *v = mxu_json_get(config, "axis");
+  if (!v) return MXU_OK;
+  const cJSON *axis =
+      cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 ? v->child : v;
+  int rank = input_shape(node).rank;
+  int is_int = cJSON_IsNumber(axis) && axis->valuedouble >= -1e6 &&
+               axis->valuedouble <= 1e6 &&
+               axis->valuedouble == (double)(int)axis->valuedouble;
+  char text[160];
+  mxu_json_text(v, text, sizeof text);
+  if (!is_int && !cJSON_IsArray(v))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "axis must be an integer or a list of integers, got "
+                         "%s",
+                         text);
+  if (is_int &&
+      ((int)axis->valuedouble == -1 || (int)axis->valuedouble == rank))
+    return MXU_OK;
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "axis %s is not supported (only the last axis, -1 or "
+                       "%d)",
+                       text, rank);
+}
+
+static mxu_status read_batchnorm(const mxu_json_where *where,
+                                 const cJSON *config, mxu_json_node *node,
+                                 const char *name) {
+  mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+  bn.name = name;
+  MXU_TRY(read_batchnorm_axis(where, config, node));
+  MXU_TRY(mxu_json_float(where, config, "momentum", MXU_JSON_OPTIONAL,
+                         &bn.momentum));
+  MXU_TRY(
+      mxu_json_float(where, config, "epsilon", MXU_JSON_OPTIONAL, &bn.epsilon));
+  MXU_TRY(mxu_json_bool(where, config, "center", &bn.center));
+  MXU_TRY(mxu_json_bool(where, config, "scale", &bn.scale));
+  MXU_TRY(mxu_config_weight_options(where, config, "beta", "Zeros", "zeros"));
+  MXU_TRY(mxu_config_weight_options(where, config, "gamma", "Ones", "ones"));
+  MXU_TRY(mxu_json_initializer(where, config, "moving_mean_initializer",
+                               "Zeros", "zeros"));
+  MXU_TRY(mxu_json_initializer(where, config, "moving_variance_initializer",
+                               "Ones", "ones"));
+  MXU_TRY(mxu_json_require_false(where, config, "renorm"));
+  MXU_TRY(mxu_json_require_null(where, config, "virtual_batch_size"));
+  MXU_TRY(mxu_json_bool(where, config, "synchronized", &bn.synchronized));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_batch_normalization(node->model, &bn, node->inputs[0]));
+}
+
+static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
+                            cJSON *config) {
+  static const char *const nulls[] = {"beta_regularizer", "gamma_regularizer",
+                                      "beta_constraint", "gamma_constraint",
+                                      NULL};
+  const mxu_batchnorm_config *bn = &layer->config.batchnorm;
+  if (out->keras3) {
+    mxu_json_put_number(out, config, "axis", -1);
+  } else {
+    /* tf.keras turns axis -1 into [last index] when the layer is built. */
+    int last = layer->in_shape.rank;
+    mxu_json_put(out, config, "axis", cJSON_CreateIntArray(&last, 1));
+  }
+  mxu_json_put_float(out, config, "momentum", bn->momentum);
+  mxu_json_put_float(out, config, "epsilon", bn->epsilon);
+  mxu_json_put_bool(out, config, "center", bn->center);
+  mxu_json_put_bool(out, config, "scale", bn->scale);
+  mxu_json_put_initializer(out, config, "beta_initializer", "Zeros");
+  mxu_json_put_initializer(out, config, "gamma_initializer", "Ones");
+  mxu_json_put_initializer(out, config, "moving_mean_initializer", "Zeros");
+  mxu_json_put_initializer(out, config, "moving_variance_initializer", "Ones");
+  mxu_config_put_nulls(out, config, nulls);
+  /* tf.keras knows the key since 2.12; older ones would reject it. */
+  if (out->keras3 || bn->synchronized)
+    mxu_json_put_bool(out, config, "synchronized", bn->synchronized);
+}
+
 const mxu_layer_class mxu_batch_normalization_class = {
     .class_name = "BatchNormalization",
+    .config_keys = batchnorm_keys,
+    .read_config = read_batchnorm,
+    .write_config = write_batchnorm,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = batchnorm_infer,

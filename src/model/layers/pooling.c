@@ -62,8 +62,68 @@ static void pool2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
                                   workspace(layer, run), run->dx);
 }
 
+/* ---- MaxPooling2D, AveragePooling2D --------------------------------------
+ */
+
+static const char *const pool2d_keys[] = {"pool_size", "padding", "strides",
+                                          "data_format", NULL};
+
+static mxu_status read_pool2d(const mxu_json_where *where, const cJSON *config,
+                              mxu_pool2d_config *pool, const char *name) {
+  *pool = mxu_pool2d_defaults(2, 2);
+  pool->name = name;
+  MXU_TRY(mxu_json_int_pair(where, config, "pool_size", MXU_JSON_OPTIONAL,
+                            pool->pool_size));
+  /* Keras: strides=None means the pool size. */
+  pool->strides[0] = pool->pool_size[0];
+  pool->strides[1] = pool->pool_size[1];
+  const cJSON *strides = mxu_json_get(config, "strides");
+  if (strides && !cJSON_IsNull(strides))
+    MXU_TRY(mxu_json_int_pair(where, config, "strides", MXU_JSON_OPTIONAL,
+                              pool->strides));
+  MXU_TRY(mxu_json_padding(where, config, &pool->padding));
+  return mxu_json_data_format(where, config);
+}
+
+static mxu_status read_max_pooling2d(const mxu_json_where *where,
+                                     const cJSON *config, mxu_json_node *node,
+                                     const char *name) {
+  mxu_pool2d_config pool;
+  MXU_TRY(read_pool2d(where, config, &pool, name));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_max_pooling2d(node->model, &pool, node->inputs[0]));
+}
+
+static mxu_status read_average_pooling2d(const mxu_json_where *where,
+                                         const cJSON *config,
+                                         mxu_json_node *node,
+                                         const char *name) {
+  mxu_pool2d_config pool;
+  MXU_TRY(read_pool2d(where, config, &pool, name));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_average_pooling2d(node->model, &pool, node->inputs[0]));
+}
+
+static void write_pool2d(mxu_json_out *out, const mxu_layer *layer,
+                         cJSON *config) {
+  const mxu_pool2d_config *pool = &layer->config.pool;
+  mxu_json_put_pair(out, config, "pool_size", pool->pool_size);
+  mxu_json_put_string(out, config, "padding", mxu_padding_name(pool->padding));
+  mxu_json_put_pair(out, config, "strides", pool->strides);
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+}
+
+static const char *const max_pool_aliases[] = {"MaxPool2D", NULL};
+static const char *const average_pool_aliases[] = {"AvgPool2D", NULL};
+
 const mxu_layer_class mxu_max_pooling2d_class = {
     .class_name = "MaxPooling2D",
+    .config_keys = pool2d_keys,
+    .read_config = read_max_pooling2d,
+    .write_config = write_pool2d,
+    .aliases = max_pool_aliases,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = pool2d_infer,
@@ -75,6 +135,10 @@ const mxu_layer_class mxu_max_pooling2d_class = {
 
 const mxu_layer_class mxu_average_pooling2d_class = {
     .class_name = "AveragePooling2D",
+    .config_keys = pool2d_keys,
+    .read_config = read_average_pooling2d,
+    .write_config = write_pool2d,
+    .aliases = average_pool_aliases,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = pool2d_infer,

@@ -90,8 +90,164 @@ static void global_max_backward(mxu_layer *layer, const mxu_layer_run *run) {
   }
 }
 
+/* ---- GlobalAveragePooling2D, GlobalMaxPooling2D ------------------------- */
+
+static const char *const global_pool_keys[] = {"data_format", "keepdims", NULL};
+
+static mxu_status read_global_pool(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name, int is_max) {
+  mxu_global_pool2d_config pool = {name, is_max, 0};
+  MXU_TRY(mxu_json_data_format(where, config));
+  MXU_TRY(mxu_json_bool(where, config, "keepdims", &pool.keepdims));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_global_pooling2d(node->model, &pool, node->inputs[0]));
+}
+
+static mxu_status read_global_average(const mxu_json_where *where,
+                                      const cJSON *config, mxu_json_node *node,
+                                      const char *name) {
+  return read_global_pool(where, config, node, name, 0);
+}
+
+static mxu_status read_global_max(const mxu_json_where *where,
+                                  const cJSON *config, mxu_json_node *node,
+                                  const char *name) {
+  return read_global_pool(where, config, node, name, 1);
+}
+
+static void write_global_pool(mxu_json_out *out, const mxu_layer *layer,
+                              cJSON *config) {
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+  mxu_json_put_bool(out, config, "keepdims",
+                    layer->config.global_pool.keepdims);
+}
+
+/* ---- ZeroPadding2D ---------------------------------------------------------
+ * padding: n (all sides), [rows, columns] (symmetric), or [[top, bottom],
+ * [left, right]]. */
+
+static const char *const zero_padding_keys[] = {"padding", "data_format", NULL};
+
+static int padding_amount(const cJSON *v, int *out) {
+  if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1 << 20 ||
+      v->valuedouble != (double)(int)v->valuedouble)
+    return 0;
+  *out = (int)v->valuedouble;
+  return 1;
+}
+
+/* A pair [a, b], or a lone number meaning (n, n). */
+static int padding_pair(const cJSON *v, int out[2]) {
+  if (padding_amount(v, &out[0])) {
+    out[1] = out[0];
+    return 1;
+  }
+  return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 &&
+         padding_amount(v->child, &out[0]) &&
+         padding_amount(v->child->next, &out[1]);
+}
+
+static mxu_status read_zero_padding(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name) {
+  const cJSON *v = mxu_json_get(config, "padding");
+  int rows[2] = {1, 1}, cols[2] = {1, 1}; /* Keras' default: 1 */
+  int ok = 1;
+  if (v && padding_amount(v, &rows[0])) {
+    rows[1] = cols[0] = cols[1] = rows[0];
+  } else if (v) {
+    ok = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2;
+    int nested = ok && cJSON_IsArray(v->child);
+    if (ok && nested) {
+      ok = padding_pair(v->child, rows) && padding_pair(v->child->next, cols);
+    } else if (ok) {
+      ok = padding_amount(v->child, &rows[0]) &&
+           padding_amount(v->child->next, &cols[0]);
+      rows[1] = rows[0];
+      cols[1] = cols[0];
+    }
+  }
+  if (!ok) {
+    char text[160];
+    mxu_json_text(v, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "padding must be n, [rows, columns] or [[top, "
+                         "bottom], [left, right]] of integers >= 0, got %s",
+                         text);
+  }
+  MXU_TRY(mxu_json_data_format(where, config));
+  mxu_zero_padding2d_config pad = {name, rows[0], rows[1], cols[0], cols[1]};
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_zero_padding2d(node->model, &pad, node->inputs[0]));
+}
+
+static void write_zero_padding(mxu_json_out *out, const mxu_layer *layer,
+                               cJSON *config) {
+  const mxu_zero_padding2d_config *c = &layer->config.padding;
+  int rows[2] = {c->top, c->bottom}, cols[2] = {c->left, c->right};
+  cJSON *both = cJSON_CreateArray();
+  if (!both || !cJSON_AddItemToArray(both, cJSON_CreateIntArray(rows, 2)) ||
+      !cJSON_AddItemToArray(both, cJSON_CreateIntArray(cols, 2)))
+    out->failed = 1;
+  mxu_json_put(out, config, "padding", both);
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+}
+
+/* ---- Reshape ---------------------------------------------------------------
+ */
+
+static const char *const reshape_keys[] = {"target_shape", NULL};
+
+static mxu_status read_reshape(const mxu_json_where *where, const cJSON *config,
+                               mxu_json_node *node, const char *name) {
+  const cJSON *v = mxu_json_get(config, "target_shape");
+  int count = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+  char text[160];
+  mxu_json_text(v, text, sizeof text);
+  if (count < 1 || count > MXU_MAX_RANK)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "target_shape must be a list of 1 to %d dimensions, "
+                         "got %s",
+                         MXU_MAX_RANK, text);
+  mxu_reshape_config reshape = {name, {count, {0}}};
+  int d = 0;
+  for (const cJSON *dim = v->child; dim; dim = dim->next, d++) {
+    if (!cJSON_IsNumber(dim) || dim->valuedouble < -1 ||
+        dim->valuedouble > (double)(1 << 30) ||
+        dim->valuedouble != (double)(int64_t)dim->valuedouble)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "target_shape %s: dimensions must be integers, "
+                           "-1 for one inferred",
+                           text);
+    reshape.target.dims[d] = (int64_t)dim->valuedouble;
+  }
+  return mxu_json_applied(
+      where, node, mxu_apply_reshape(node->model, &reshape, node->inputs[0]));
+}
+
+static void write_reshape(mxu_json_out *out, const mxu_layer *layer,
+                          cJSON *config) {
+  const mxu_shape *t = &layer->config.reshape.target;
+  cJSON *dims = cJSON_CreateArray();
+  for (int d = 0; d < t->rank; d++)
+    if (!dims ||
+        !cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)t->dims[d])))
+      out->failed = 1;
+  mxu_json_put(out, config, "target_shape", dims);
+}
+
+static const char *const global_average_aliases[] = {"GlobalAvgPool2D", NULL};
+static const char *const global_max_aliases[] = {"GlobalMaxPool2D", NULL};
+
 const mxu_layer_class mxu_global_average_pooling2d_class = {
     .class_name = "GlobalAveragePooling2D",
+    .config_keys = global_pool_keys,
+    .read_config = read_global_average,
+    .write_config = write_global_pool,
+    .aliases = global_average_aliases,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = global_pool_infer,
@@ -103,6 +259,10 @@ const mxu_layer_class mxu_global_average_pooling2d_class = {
 
 const mxu_layer_class mxu_global_max_pooling2d_class = {
     .class_name = "GlobalMaxPooling2D",
+    .config_keys = global_pool_keys,
+    .read_config = read_global_max,
+    .write_config = write_global_pool,
+    .aliases = global_max_aliases,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = global_pool_infer,
@@ -164,6 +324,9 @@ static void zero_padding_backward(mxu_layer *layer, const mxu_layer_run *run) {
 
 const mxu_layer_class mxu_zero_padding2d_class = {
     .class_name = "ZeroPadding2D",
+    .config_keys = zero_padding_keys,
+    .read_config = read_zero_padding,
+    .write_config = write_zero_padding,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = zero_padding_infer,
@@ -211,6 +374,9 @@ static mxu_status reshape_infer(mxu_layer *layer) {
 
 const mxu_layer_class mxu_reshape_class = {
     .class_name = "Reshape",
+    .config_keys = reshape_keys,
+    .read_config = read_reshape,
+    .write_config = write_reshape,
     .view = 1,
     .min_inputs = 1,
     .max_inputs = 1,

@@ -5,6 +5,7 @@
  * values without computing. */
 #include "model/layers/layers.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -116,4 +117,29 @@ void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run) {
         run->dx, run->dy,
         (size_t)(layer->compiled->batch * mxu_shape_count(&layer->in_shape)) *
             sizeof(float));
+}
+
+/* kernel_initializer, kernel_regularizer, kernel_constraint (or bias_...):
+ * mxu's weights start as Keras' defaults and are never regularised or
+ * constrained. */
+mxu_status mxu_config_weight_options(const mxu_json_where *where,
+                                     const cJSON *config, const char *weight,
+                                     const char *class_name,
+                                     const char *alias) {
+  char key[64];
+  snprintf(key, sizeof key, "%s_initializer", weight);
+  MXU_TRY(mxu_json_initializer(where, config, key, class_name, alias));
+  snprintf(key, sizeof key, "%s_regularizer", weight);
+  MXU_TRY(mxu_json_require_null(where, config, key));
+  snprintf(key, sizeof key, "%s_constraint", weight);
+  return mxu_json_require_null(where, config, key);
+}
+
+void mxu_config_put_nulls(mxu_json_out *out, cJSON *config,
+                          const char *const *keys) {
+  for (; *keys; keys++) mxu_json_put_null(out, config, *keys);
+}
+
+const char *mxu_padding_name(mxu_padding padding) {
+  return padding == MXU_SAME ? "same" : "valid";
 }

@@ -1,7 +1,7 @@
 /* json_values.c — typed access to Keras config values for the JSON reader:
  * every getter checks the cJSON type before use and fails with a message
  * naming the file, the layer and the key. */
-#include "io/json.h"
+#include "core/json.h"
 
 #include <float.h>
 #include <limits.h>

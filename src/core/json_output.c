@@ -1,7 +1,7 @@
 /* json_output.c — building Keras JSON with cJSON: every add goes through
  * mxu_json_put, which remembers an allocation failure so the writer checks
  * once at the end; floats are written with the digits a float32 needs. */
-#include "io/json.h"
+#include "core/json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
