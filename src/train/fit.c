@@ -25,7 +25,8 @@ static mxu_status check_io(const mxu_model *model, const char *what) {
   if (model->input_count != 1 || mxu_model_output_count(model) != 1)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "%s: the model has %d inputs and %d outputs; fit, "
-                    "evaluate and predict take models with one of each",
+                    "evaluate and predict (and the mxu command) take models "
+                    "with one of each; mxu_predict_outputs runs the others",
                     what, model->input_count, mxu_model_output_count(model));
   return MXU_OK;
 }
