@@ -562,8 +562,7 @@ mxu_tensor_id mxu_apply_again(mxu_model *model, mxu_tensor_id made_by,
   int node = -1;
   /* add_node may move the layers: keep what is needed of the owner. */
   int owner_index = owner->index;
-  if (add_node(model, proto.cls, NULL, &proto, inputs, count, &node) !=
-      MXU_OK)
+  if (add_node(model, proto.cls, NULL, &proto, inputs, count, &node) != MXU_OK)
     return -1;
   mxu_layer *added = &model->layers[node];
   memcpy(added->name, model->layers[owner_index].name, sizeof added->name);
