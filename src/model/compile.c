@@ -291,12 +291,7 @@ void mxu_plan_release(mxu_model *model) {
 /* Keras fuses a final softmax into a cross-entropy loss: the loss then
  * reads the logits, with no clipping. */
 static int final_softmax(const mxu_model *model) {
-  const mxu_layer *last = &model->layers[mxu_model_output(model)];
-  if (last->cls == &mxu_activation_class)
-    return last->config.activation == MXU_SOFTMAX;
-  if (last->cls == &mxu_dense_class)
-    return last->config.dense.activation == MXU_SOFTMAX;
-  return 0;
+  return mxu_layer_ends_in_softmax(&model->layers[mxu_model_output(model)]);
 }
 
 static size_t batch_bytes(int batch, const mxu_shape *shape) {

@@ -12,30 +12,8 @@
  * tanh is 1; so is a comparison that selects a value (max pooling, relu,
  * the dropout keep test). Integer work (the dropout RNG, index arithmetic)
  * and copies (Flatten) are free. Convolutions count every tap of the
- * window, padding included, as a dense kernel computes them. */
-
-/* Per element of an activation: forward, backward. */
-static const double activation_cost[][2] = {
-    [MXU_LINEAR] = {0, 0},  [MXU_RELU] = {1, 1}, /* max(x, 0); dy where y > 0 */
-    [MXU_SIGMOID] = {4, 3}, /* 1 / (1 + exp(-x)); dy * y * (1 - y) */
-    [MXU_TANH] = {1, 3},    /* tanh; dy * (1 - y * y) */
-    [MXU_SOFTMAX] = {5, 4}, /* max, subtract, exp, sum, divide;
-                             * y * (dy - sum(dy * y)) */
-};
-
-/* BatchNormalization per element: forward mean 1, variance 3, normalise
- * 2, scale and shift 2; backward sums of dy and dy * xhat 3, xhat 2, dx 4
- * (the kernel always computes dx, even for the first layer). Per channel
- * and step the moving statistics take 2 adds per replica and 8 more. */
-#define BN_FORWARD 8.0
-#define BN_BACKWARD 9.0
-#define BN_STATE_PER_REPLICA 2.0
-#define BN_STATE 8.0
-
-/* Dropout per element: the keep test and the multiply; backward one
- * multiply. */
-#define DROPOUT_FORWARD 2.0
-#define DROPOUT_BACKWARD 1.0
+ * window, padding included, as a dense kernel computes them. Each layer
+ * class counts its own (its flops hook); here: the loss, the update. */
 
 /* The loss per class: softmax cross-entropy from logits is a softmax (5)
  * and the gradient (p - t) * scale (2); Keras' cross-entropy on
@@ -72,90 +50,21 @@ static void step_shape(const mxu_model *model, double *batch,
  * own; compile decides it, and before compile it is Keras' default. */
 static int fused_softmax(const mxu_model *model) {
   if (model->compiled) return model->plan.fused_softmax;
-  const mxu_layer *last = &model->layers[mxu_model_output(model)];
-  if (last->cls == &mxu_activation_class)
-    return last->config.activation == MXU_SOFTMAX;
-  if (last->cls == &mxu_dense_class)
-    return last->config.dense.activation == MXU_SOFTMAX;
-  return 0;
+  return mxu_layer_ends_in_softmax(&model->layers[mxu_model_output(model)]);
 }
 
-/* Conv2D and Dense: outputs values, each a dot product over `window`
- * inputs. The weight gradient and the data gradient each cost what
- * forward does; the first layer skips the data gradient. The bias costs
- * an add forward and a sum backward; the fused activation its epilogue,
- * whose backward a fused softmax skips. */
-static double weighted_flops(double outputs, double window, int use_bias,
-                             mxu_activation activation, int need_dx,
-                             int fused) {
-  double dot = 2.0 * outputs * window;
-  double bias = use_bias ? 2.0 * outputs : 0.0;
-  double epilogue = activation_cost[activation][0] * outputs;
-  if (!fused) epilogue += activation_cost[activation][1] * outputs;
-  return dot * (2 + need_dx) + bias + epilogue;
-}
-
-/* Max: window - 1 comparisons per output, and backward one add routing dy
- * into dx. Average: window - 1 adds and a division, and backward the
- * division and window adds. */
-static double pool_flops(const mxu_layer *layer, double outputs, int need_dx) {
-  const mxu_pool2d_config *c = &layer->config.pool;
-  double window = (double)c->pool_size[0] * c->pool_size[1];
-  if (layer->is_max_pool) return outputs * (window - 1 + (need_dx ? 1 : 0));
-  return outputs * (window + (need_dx ? window + 1 : 0));
-}
-
-static double batchnorm_flops(const mxu_layer *layer, double elements,
-                              double batch, double replicas) {
-  double channels = (double)layer->in_shape.dims[layer->in_shape.rank - 1];
-  double state = channels * (BN_STATE_PER_REPLICA * replicas + BN_STATE);
-  return elements * (BN_FORWARD + BN_BACKWARD) + state / batch;
-}
-
-static double activation_layer_flops(mxu_activation activation, double elements,
-                                     int need_dx, int fused) {
-  double backward = need_dx && !fused ? activation_cost[activation][1] : 0.0;
-  return elements * (activation_cost[activation][0] + backward);
-}
-
-static double dropout_flops(const mxu_layer *layer, double elements,
-                            int need_dx) {
-  if (layer->config.dropout.rate == 0.0f) return 0.0; /* copies */
-  return elements * (DROPOUT_FORWARD + (need_dx ? DROPOUT_BACKWARD : 0.0));
-}
-
-/* Forward and backward of layer i per sample, as step.c runs it. */
+/* Forward and backward of node i per sample, as step.c runs it: the
+ * class counts its own. */
 static double layer_flops(const mxu_model *model, int i, double batch,
                           double replicas) {
   const mxu_layer *layer = &model->layers[i];
-  const mxu_layer_class *cls = layer->cls;
-  if (cls == &mxu_input_layer_class) return 0.0;
-  int need_dx = model->layers[layer->inputs[0]].cls != &mxu_input_layer_class;
-  if (cls->flops) return cls->flops(layer, need_dx);
-  int fused = i == mxu_model_output(model) && fused_softmax(model);
-  double outputs = (double)mxu_shape_count(&layer->out_shape);
-  double inputs = (double)mxu_shape_count(&layer->in_shape);
-  if (cls == &mxu_conv2d_class) {
-    const mxu_conv2d_config *c = &layer->config.conv;
-    double window = (double)c->kernel_size[0] * c->kernel_size[1] *
-                    (double)layer->in_shape.dims[2];
-    return weighted_flops(outputs, window, c->use_bias, c->activation, need_dx,
-                          fused);
-  }
-  if (cls == &mxu_dense_class) {
-    const mxu_dense_config *c = &layer->config.dense;
-    return weighted_flops(outputs, inputs, c->use_bias, c->activation, need_dx,
-                          fused);
-  }
-  if (cls == &mxu_max_pooling2d_class || cls == &mxu_average_pooling2d_class)
-    return pool_flops(layer, outputs, need_dx);
-  if (cls == &mxu_batch_normalization_class)
-    return batchnorm_flops(layer, inputs, batch, replicas);
-  if (cls == &mxu_activation_class)
-    return activation_layer_flops(layer->config.activation, inputs, need_dx,
-                                  fused);
-  if (cls == &mxu_dropout_class) return dropout_flops(layer, inputs, need_dx);
-  return 0.0; /* Flatten: a copy */
+  if (!layer->cls->flops) return 0.0;
+  const mxu_layer *from =
+      layer->input_count ? &model->layers[layer->inputs[0]] : NULL;
+  mxu_flops_step step = {
+      from && !(from->cls == &mxu_input_layer_class && !from->input_count),
+      i == mxu_model_output(model) && fused_softmax(model), batch, replicas};
+  return layer->cls->flops(layer, &step);
 }
 
 static double loss_flops(const mxu_model *model) {

@@ -871,6 +871,10 @@ const mxu_layer *mxu_model_input(const mxu_model *model) {
   return model->input_count ? &model->layers[model->inputs[0]] : NULL;
 }
 
+int mxu_layer_ends_in_softmax(const mxu_layer *layer) {
+  return layer->cls->ends_in_softmax && layer->cls->ends_in_softmax(layer);
+}
+
 int mxu_layer_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   return layer->cls->declare ? layer->cls->declare(layer, decls) : 0;
 }

@@ -32,6 +32,16 @@ typedef struct mxu_param_decl {
 
 typedef struct mxu_layer mxu_layer;
 
+/* What a layer's FLOP count depends on beyond its shapes: whether it
+ * computes its input's gradient, whether its softmax is fused into the
+ * loss (no backward of its own), and the step's global batch and replica
+ * count (per-step work shared over the batch). */
+typedef struct mxu_flops_step {
+  int need_dx;
+  int fused_softmax;
+  double batch, replicas;
+} mxu_flops_step;
+
 /* A model used as a layer: one of Keras' layers of the model around it,
  * its own layers inlined as nodes of this scope, in one run of node
  * order. Its InputLayers are views of the tensors it is called on. */
@@ -96,10 +106,12 @@ typedef struct mxu_layer_class {
   /* Fills up to MXU_MAX_LAYER_PARAMS declarations in Keras order. NULL:
    * the layer has no weights. */
   int (*declare)(const mxu_layer *layer, mxu_param_decl *decls);
-  /* Floating-point operations of forward and backward per sample (need_dx:
-   * whether a data gradient is computed). NULL: counted by flops.c's
-   * table for the older classes, or none. */
-  double (*flops)(const mxu_layer *layer, int need_dx);
+  /* Floating-point operations of forward and backward per sample, as its
+   * kernels compute them (flops.c says how they count). NULL: none. */
+  double (*flops)(const mxu_layer *layer, const struct mxu_flops_step *step);
+  /* Whether the layer's output is a softmax, which a cross-entropy loss
+   * fuses with (reading the logits). NULL: never. */
+  int (*ends_in_softmax)(const mxu_layer *layer);
   /* Creates backend ops for `batch` samples in layer->ops and reserves
    * per-replica scratch in the arena layout. Compile calls it once per
    * replica from the same layout state, so every replica gets the same
@@ -248,6 +260,8 @@ const mxu_layer_class *mxu_layer_class_find(const char *class_name);
 /* "Conv2D, MaxPooling2D, ...": every class, for messages. */
 const char *mxu_layer_class_names(void);
 
+/* Whether the layer ends in a softmax (its class's ends_in_softmax). */
+int mxu_layer_ends_in_softmax(const mxu_layer *layer);
 /* The weights a layer declares (0 for a layer without). */
 int mxu_layer_declare(const mxu_layer *layer, mxu_param_decl *decls);
 

@@ -204,8 +204,17 @@ static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
 /* Keras 1's name, which Keras still reads. */
 static const char *const conv2d_aliases[] = {"Convolution2D", NULL};
 
+static double conv2d_flops(const mxu_layer *layer, const mxu_flops_step *step) {
+  const mxu_conv2d_config *c = &layer->config.conv;
+  double window = (double)c->kernel_size[0] * c->kernel_size[1] *
+                  (double)layer->in_shape.dims[2];
+  return mxu_weighted_flops((double)mxu_shape_count(&layer->out_shape), window,
+                            c->use_bias, c->activation, step);
+}
+
 const mxu_layer_class mxu_conv2d_class = {
     .class_name = "Conv2D",
+    .flops = conv2d_flops,
     .config_keys = conv2d_keys,
     .read_config = read_conv2d,
     .write_config = write_conv2d,

@@ -227,8 +227,21 @@ static void write_relu(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_float(out, config, "threshold", c->threshold);
 }
 
+static double dense_flops(const mxu_layer *layer, const mxu_flops_step *step) {
+  const mxu_dense_config *c = &layer->config.dense;
+  return mxu_weighted_flops((double)mxu_shape_count(&layer->out_shape),
+                            (double)mxu_shape_count(&layer->in_shape),
+                            c->use_bias, c->activation, step);
+}
+
+static int dense_ends_in_softmax(const mxu_layer *layer) {
+  return layer->config.dense.activation == MXU_SOFTMAX;
+}
+
 const mxu_layer_class mxu_dense_class = {
     .class_name = "Dense",
+    .flops = dense_flops,
+    .ends_in_softmax = dense_ends_in_softmax,
     .config_keys = dense_keys,
     .read_config = read_dense,
     .write_config = write_dense,
@@ -286,8 +299,23 @@ static const float *activation_logits(const mxu_layer *layer,
   return layer->config.activation == MXU_SOFTMAX ? run->x : NULL;
 }
 
+static double activation_flops(const mxu_layer *layer,
+                               const mxu_flops_step *step) {
+  mxu_activation a = layer->config.activation;
+  double backward =
+      step->need_dx && !step->fused_softmax ? mxu_activation_cost(a, 1) : 0.0;
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (mxu_activation_cost(a, 0) + backward);
+}
+
+static int activation_ends_in_softmax(const mxu_layer *layer) {
+  return layer->config.activation == MXU_SOFTMAX;
+}
+
 const mxu_layer_class mxu_activation_class = {
     .class_name = "Activation",
+    .flops = activation_flops,
+    .ends_in_softmax = activation_ends_in_softmax,
     .config_keys = activation_keys,
     .read_config = read_activation,
     .write_config = write_activation,
@@ -388,8 +416,18 @@ static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
   run->backend->multiply(count, run->dy, mask, run->dx);
 }
 
+/* The keep test and the multiply per element; backward one multiply. A
+ * rate of 0 copies. */
+static double dropout_flops(const mxu_layer *layer,
+                            const mxu_flops_step *step) {
+  if (layer->config.dropout.rate == 0.0f) return 0.0;
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (2.0 + (step->need_dx ? 1.0 : 0.0));
+}
+
 const mxu_layer_class mxu_dropout_class = {
     .class_name = "Dropout",
+    .flops = dropout_flops,
     .config_keys = dropout_keys,
     .read_config = read_dropout,
     .write_config = write_dropout,
@@ -447,8 +485,9 @@ static mxu_status relu_infer(mxu_layer *layer) {
   return same_shape_infer(layer);
 }
 
-static double relu_flops(const mxu_layer *layer, int need_dx) {
-  return (double)mxu_shape_count(&layer->in_shape) * (need_dx ? 4.0 : 2.0);
+static double relu_flops(const mxu_layer *layer, const mxu_flops_step *step) {
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (step->need_dx ? 4.0 : 2.0);
 }
 
 static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {

@@ -48,7 +48,14 @@ mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch);
  * output its own buffer (the input's gradient read by others too). */
 mxu_status mxu_no_plan(mxu_layer *layer, const mxu_backend *backend, int batch,
                        mxu_arena *layout);
-double mxu_no_flops(const mxu_layer *layer, int need_dx);
+double mxu_no_flops(const mxu_layer *layer, const mxu_flops_step *step);
+/* An activation per element, forward (backward 0) or backward (1). */
+double mxu_activation_cost(mxu_activation activation, int backward);
+/* Conv2D and Dense: `outputs` values, each a dot product over `window`
+ * inputs, with bias and fused activation (flops.c's counting rules). */
+double mxu_weighted_flops(double outputs, double window, int use_bias,
+                          mxu_activation activation,
+                          const mxu_flops_step *step);
 void mxu_view_forward(mxu_layer *layer, const mxu_layer_run *run);
 void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run);
 

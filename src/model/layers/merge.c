@@ -31,13 +31,13 @@ static mxu_status same_shapes_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
-static double merge_flops(const mxu_layer *layer, int need_dx) {
+static double merge_flops(const mxu_layer *layer, const mxu_flops_step *step) {
   double n = (double)mxu_shape_count(&layer->out_shape);
   double inputs = layer->input_count;
   double backward = layer->config.merge.kind == MXU_MERGE_MULTIPLY
                         ? inputs * (inputs - 1)
                         : inputs;
-  return n * (inputs - 1) + (need_dx ? n * backward : 0.0);
+  return n * (inputs - 1) + (step->need_dx ? n * backward : 0.0);
 }
 
 /* ---- elementwise ---------------------------------------------------------

@@ -364,8 +364,20 @@ static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
     mxu_json_put_bool(out, config, "synchronized", bn->synchronized);
 }
 
+/* Per element: forward mean 1, variance 3, normalise 2, scale and shift
+ * 2; backward sums of dy and dy * xhat 3, xhat 2, dx 4 (the kernel always
+ * computes dx, even for the first layer). Per channel and step the moving
+ * statistics take 2 adds per replica and 8 more, shared by the batch. */
+static double batchnorm_flops(const mxu_layer *layer,
+                              const mxu_flops_step *step) {
+  double state = (double)channels(layer) * (2.0 * step->replicas + 8.0);
+  return (double)mxu_shape_count(&layer->in_shape) * (8.0 + 9.0) +
+         state / step->batch;
+}
+
 const mxu_layer_class mxu_batch_normalization_class = {
     .class_name = "BatchNormalization",
+    .flops = batchnorm_flops,
     .config_keys = batchnorm_keys,
     .read_config = read_batchnorm,
     .write_config = write_batchnorm,

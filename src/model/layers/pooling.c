@@ -118,8 +118,21 @@ static void write_pool2d(mxu_json_out *out, const mxu_layer *layer,
 static const char *const max_pool_aliases[] = {"MaxPool2D", NULL};
 static const char *const average_pool_aliases[] = {"AvgPool2D", NULL};
 
+/* Max: window - 1 comparisons per output, and backward one add routing dy
+ * into dx. Average: window - 1 adds and a division, and backward the
+ * division and window adds. */
+static double pool2d_flops(const mxu_layer *layer, const mxu_flops_step *step) {
+  const mxu_pool2d_config *c = &layer->config.pool;
+  double window = (double)c->pool_size[0] * c->pool_size[1];
+  double outputs = (double)mxu_shape_count(&layer->out_shape);
+  if (layer->is_max_pool)
+    return outputs * (window - 1 + (step->need_dx ? 1 : 0));
+  return outputs * (window + (step->need_dx ? window + 1 : 0));
+}
+
 const mxu_layer_class mxu_max_pooling2d_class = {
     .class_name = "MaxPooling2D",
+    .flops = pool2d_flops,
     .config_keys = pool2d_keys,
     .read_config = read_max_pooling2d,
     .write_config = write_pool2d,
@@ -135,6 +148,7 @@ const mxu_layer_class mxu_max_pooling2d_class = {
 
 const mxu_layer_class mxu_average_pooling2d_class = {
     .class_name = "AveragePooling2D",
+    .flops = pool2d_flops,
     .config_keys = pool2d_keys,
     .read_config = read_average_pooling2d,
     .write_config = write_pool2d,

@@ -26,9 +26,10 @@ static mxu_status global_pool_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
-static double global_pool_flops(const mxu_layer *layer, int need_dx) {
+static double global_pool_flops(const mxu_layer *layer,
+                                const mxu_flops_step *step) {
   double n = (double)mxu_shape_count(&layer->in_shape);
-  return n * (need_dx ? 2.0 : 1.0);
+  return n * (step->need_dx ? 2.0 : 1.0);
 }
 
 static void global_average_forward(mxu_layer *layer, const mxu_layer_run *run) {

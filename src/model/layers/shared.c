@@ -97,10 +97,37 @@ mxu_status mxu_no_plan(mxu_layer *layer, const mxu_backend *backend, int batch,
   return MXU_OK;
 }
 
-double mxu_no_flops(const mxu_layer *layer, int need_dx) {
+double mxu_no_flops(const mxu_layer *layer, const mxu_flops_step *step) {
   (void)layer;
-  (void)need_dx;
+  (void)step;
   return 0.0;
+}
+
+double mxu_activation_cost(mxu_activation activation, int backward) {
+  /* Per element: forward, backward. */
+  static const double cost[][2] = {
+      [MXU_LINEAR] = {0, 0},  [MXU_RELU] = {1, 1}, /* max(x, 0); dy, y > 0 */
+      [MXU_SIGMOID] = {4, 3}, /* 1 / (1 + exp(-x)); dy * y * (1 - y) */
+      [MXU_TANH] = {1, 3},    /* tanh; dy * (1 - y * y) */
+      [MXU_SOFTMAX] = {5, 4}, /* max, subtract, exp, sum, divide;
+                               * y * (dy - sum(dy * y)) */
+  };
+  return cost[activation][backward != 0];
+}
+
+/* The weight gradient and the data gradient each cost what forward does;
+ * the first layer skips the data gradient. The bias costs an add forward
+ * and a sum backward; the fused activation its epilogue, whose backward a
+ * fused softmax skips. */
+double mxu_weighted_flops(double outputs, double window, int use_bias,
+                          mxu_activation activation,
+                          const mxu_flops_step *step) {
+  double dot = 2.0 * outputs * window;
+  double bias = use_bias ? 2.0 * outputs : 0.0;
+  double epilogue = mxu_activation_cost(activation, 0) * outputs;
+  if (!step->fused_softmax)
+    epilogue += mxu_activation_cost(activation, 1) * outputs;
+  return dot * (2 + step->need_dx) + bias + epilogue;
 }
 
 void mxu_view_forward(mxu_layer *layer, const mxu_layer_run *run) {
