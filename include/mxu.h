@@ -565,6 +565,9 @@ typedef struct mxu_logs {
   double loss, accuracy, val_loss, val_accuracy;
   double learning_rate;
   const char *metric; /* the accuracy's name: "accuracy", ... */
+  /* Where fit prints (its out stream; NULL when silent): a callback's
+   * warnings (Keras' "... is conditioned on metric ...") go there. */
+  FILE *out;
 } mxu_logs;
 
 /* A callback: any hook may be NULL; a hook that fails stops fit with its

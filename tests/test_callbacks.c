@@ -75,7 +75,8 @@ static mxu_logs logs_at(int epoch, double loss, double accuracy,
                    .val_loss = val_loss,
                    .val_accuracy = val_accuracy,
                    .learning_rate = 0.001,
-                   .metric = "accuracy"};
+                   .metric = "accuracy",
+                   .out = stderr};
   return logs;
 }
 

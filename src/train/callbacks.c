@@ -8,7 +8,13 @@
 #include <string.h>
 
 mxu_status mxu_callbacks_run(const mxu_fit_config *config, mxu_model *model,
-                             mxu_hook hook, int epoch, const mxu_logs *logs) {
+                             mxu_hook hook, int epoch, const mxu_logs *given) {
+  /* Callbacks warn where fit prints (rank 0, unless silent). */
+  mxu_logs local = given ? *given : (mxu_logs){0};
+  local.out = config->verbose && mxu_distributed_rank() == 0
+                  ? (config->out ? config->out : stdout)
+                  : NULL;
+  const mxu_logs *logs = given ? &local : NULL;
   for (int i = 0; i < config->callback_count; i++) {
     const mxu_callback *cb = &config->callbacks[i];
     mxu_status s = MXU_OK;

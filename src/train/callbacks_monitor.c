@@ -38,13 +38,14 @@ static void logs_keys(const mxu_logs *logs, char *out, size_t size) {
 }
 
 /* Keras logs a warning and skips the epoch when the monitored key is
- * missing (not validated this epoch, or misspelt). One process warns. */
+ * missing (not validated this epoch, or misspelt); mxu writes it where
+ * fit prints. */
 static void warn_missing(const char *what, const char *monitor,
                          const mxu_logs *logs) {
-  if (mxu_distributed_rank() != 0) return;
+  if (!logs->out) return;
   char keys[256];
   logs_keys(logs, keys, sizeof keys);
-  fprintf(stderr,
+  fprintf(logs->out,
           "mxu: warning: %s is conditioned on metric `%s` which is not "
           "available. Available metrics are: %s\n",
           what, monitor, keys);

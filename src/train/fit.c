@@ -246,7 +246,8 @@ static mxu_logs epoch_logs(const mxu_model *model, int epoch,
                    NAN,
                    NAN,
                    model->compile.optimizer.learning_rate,
-                   model->metric};
+                   model->metric,
+                   NULL}; /* callbacks get fit's stream */
   return logs;
 }
 
