@@ -1247,7 +1247,53 @@ static void test_several_outputs(void) {
   mxu_model_free(m);
 }
 
+/* ---- limits -------------------------------------------------------------
+ * Numbers that overflowed or crashed (issue 21): each refused at the
+ * boundary, naming the limit. */
+static void test_limits(void) {
+  mxu_model *m = mxu_functional("limits");
+  int64_t dims[3] = {8, 8, 1};
+  mxu_tensor_id x = mxu_input(m, "x", mxu_shape_make(3, dims));
+  mxu_conv2d_config huge = mxu_conv2d_defaults(2, 2147483647, 2147483647);
+  huge.padding = MXU_SAME;
+  huge.strides[0] = 2147483647;
+  CHECK(mxu_apply_conv2d(m, &huge, x) == -1 &&
+        strstr(mxu_errmsg(), "MXU_MAX_WINDOW"));
+  mxu_tensor_id flat = mxu_apply_flatten(m, NULL, x);
+  mxu_dense_config wide = mxu_dense_defaults(1 << 30);
+  CHECK(mxu_apply_dense(m, &wide, flat) == -1 &&
+        strstr(mxu_errmsg(), "MXU_MAX_DIM"));
+  mxu_dense_config head = mxu_dense_defaults(3);
+  head.activation = MXU_SOFTMAX;
+  mxu_tensor_id y = mxu_apply_dense(m, &head, flat);
+  CHECK_OK(mxu_model_outputs(m, &y, 1));
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.threads = 100000;
+  CHECK(mxu_compile(m, &cc) == MXU_ERR_ARG &&
+        strstr(mxu_errmsg(), "MXU_MAX_THREADS"));
+  cc.threads = 1;
+  cc.batch_size = 2147483647;
+  CHECK(mxu_compile(m, &cc) == MXU_ERR_ARG &&
+        strstr(mxu_errmsg(), "MXU_MAX_BATCH"));
+  /* A batch whose activations would pass 2^31 values per replica. */
+  int64_t big[3] = {1 << 14, 1 << 14, 1};
+  mxu_model *b = mxu_functional("big");
+  mxu_tensor_id bx = mxu_input(b, "x", mxu_shape_make(3, big));
+  mxu_global_pool2d_config gap = {NULL, 0, 0};
+  mxu_dense_config two = mxu_dense_defaults(2);
+  mxu_tensor_id by =
+      mxu_apply_dense(b, &two, mxu_apply_global_pooling2d(b, &gap, bx));
+  CHECK_OK(mxu_model_outputs(b, &by, 1));
+  /* 2^28 values a sample: even a slice of 32 rows passes 2^31. */
+  cc.batch_size = 64;
+  CHECK(mxu_compile(b, &cc) == MXU_ERR_ARG &&
+        strstr(mxu_errmsg(), "MXU_MAX_ELEMENTS"));
+  mxu_model_free(b);
+  mxu_model_free(m);
+}
+
 int main(void) {
+  test_limits();
   test_several_outputs();
   test_layers();
   test_fan_out();

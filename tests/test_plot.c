@@ -270,6 +270,16 @@ static void errors(void) {
   expect_run(run("plot", no_loss, "-o", out, NULL), 1, "\"loss\" is missing",
              "no loss");
 
+  /* Epochs that are not objects: a list's items have no names (this
+   * crashed mxu plot). */
+  const char *lists = temp_path("lists.json");
+  write_text(lists, "{\"epochs\": [[1, 2], [3, 4]]}");
+  expect_run(run("plot", lists, "-o", out, NULL), 1,
+             "epochs[0] is not an object", "epochs of lists");
+  write_text(lists, "{\"epochs\": [{\"loss\": 1, \"accuracy\": 0.5}, 7]}");
+  expect_run(run("plot", lists, "-o", out, NULL), 1,
+             "epochs[1] is not an object", "a later epoch a number");
+
   const char *nowhere = temp_path("no/such/dir/curves.png");
   r = run("plot", plain, "-o", nowhere, NULL);
   CHECK(has(r.err, "cannot write"));

@@ -7,18 +7,20 @@ const mxu_backend *mxu_backend_get(mxu_backend_kind kind) {
                                      : mxu_backend_cpu();
 }
 
+/* In int64: sizes and windows reach 2^24 and 2^16 (core.h's limits), so
+ * the products fit; the caller checks the results. */
 int mxu_conv_output_size(int in, int kernel, int stride, mxu_padding padding,
                          int *pad_before, int *pad_after) {
-  int out, total;
+  int64_t out, total;
   if (padding == MXU_SAME) {
-    out = (in + stride - 1) / stride;
+    out = ((int64_t)in + stride - 1) / stride;
     total = (out - 1) * stride + kernel - in;
     if (total < 0) total = 0;
   } else {
-    out = in < kernel ? 0 : (in - kernel) / stride + 1;
+    out = in < kernel ? 0 : ((int64_t)in - kernel) / stride + 1;
     total = 0;
   }
-  if (pad_before) *pad_before = total / 2;
-  if (pad_after) *pad_after = total - total / 2;
-  return out;
+  if (pad_before) *pad_before = (int)(total / 2);
+  if (pad_after) *pad_after = (int)(total - total / 2);
+  return (int)out;
 }

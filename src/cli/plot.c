@@ -158,6 +158,8 @@ static void curves_free(curves *c) {
  * "accuracy" or "sparse_categorical_accuracy". */
 static int find_metric(const cJSON *epoch, char *name, size_t size) {
   const cJSON *item;
+  /* Only an object's members have names (a list's items do not). */
+  if (!cJSON_IsObject(epoch)) return 0;
   cJSON_ArrayForEach(item, epoch) {
     const char *key = item->string;
     if (strcmp(key, "epoch") && strcmp(key, "loss") && strcmp(key, "seconds") &&
@@ -202,8 +204,9 @@ static int parse_curves(const char *path, const cJSON *root, curves *c) {
     return fail(path,
                 "no epochs to draw (-o): the report of mxu train --report "
                 "has them; mxu evaluate's has only --confusion");
-  if (!find_metric(cJSON_GetArrayItem(epochs, 0), c->metric_name,
-                   sizeof c->metric_name))
+  const cJSON *first = cJSON_GetArrayItem(epochs, 0);
+  if (!cJSON_IsObject(first)) return fail(path, "epochs[0] is not an object");
+  if (!find_metric(first, c->metric_name, sizeof c->metric_name))
     return fail(path, "epochs[0] has no metric (e.g. \"accuracy\")");
   c->count = cJSON_GetArraySize(epochs);
   c->epoch = malloc(5 * (size_t)c->count * sizeof *c->epoch);

@@ -12,6 +12,15 @@
  * or outputs. */
 #define MXU_MAX_INPUTS 16
 
+/* Resource limits, checked where a number enters (a flag, a model file, a
+ * C call) and refused naming the limit; raise them here and rebuild.
+ * Sizes are computed in int64 below them, so nothing overflows. */
+#define MXU_MAX_THREADS 1024         /* worker threads */
+#define MXU_MAX_DIM (1 << 24)        /* one dimension of a tensor */
+#define MXU_MAX_WINDOW (1 << 16)     /* a kernel, pool or stride side */
+#define MXU_MAX_ELEMENTS (1LL << 31) /* values of one sample or weight */
+#define MXU_MAX_BATCH (1 << 20)      /* samples of a global batch */
+
 /* Records a formatted message for mxu_errmsg() and returns status, so a
  * failure reads: return mxu_fail(MXU_ERR_IO, "idx: %s: ...", path); */
 /* The status of the last mxu_fail on this thread (what a call returning
@@ -101,5 +110,7 @@ void mxu_world_set(int rank, int size);
 int mxu_machine_cores(void);
 /* One core's L2 cache. */
 int64_t mxu_machine_l2_bytes(void);
+/* The machine's physical memory (0 when unknown). */
+int64_t mxu_machine_memory_bytes(void);
 
 #endif

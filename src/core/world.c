@@ -26,3 +26,11 @@ int64_t mxu_machine_l2_bytes(void) {
 #endif
   return 1 << 20; /* unknown: a common size */
 }
+
+int64_t mxu_machine_memory_bytes(void) {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && size > 0) return (int64_t)pages * size;
+#endif
+  return 0;
+}

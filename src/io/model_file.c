@@ -437,9 +437,11 @@ static mxu_status read_count(const char *path, hid_t file, const char *name,
                              int64_t *value, int *found) {
   MXU_TRY(mxu_h5_read_int_attribute(path, file, name, H5T_NATIVE_INT64, value,
                                     found));
-  if (*found && (*value < 0 || *value > INT_MAX))
-    return mxu_fail(MXU_ERR_FORMAT, "%s: attribute '%s' = %lld is out of range",
-                    path, name, (long long)*value);
+  /* Well below INT_MAX: fit counts on from the position (epoch + 1). */
+  if (*found && (*value < 0 || *value > (1 << 30)))
+    return mxu_fail(MXU_ERR_FORMAT,
+                    "%s: attribute '%s' = %lld is out of range 0..%d", path,
+                    name, (long long)*value, 1 << 30);
   return MXU_OK;
 }
 

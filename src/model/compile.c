@@ -79,6 +79,16 @@ static mxu_status check_compile(const mxu_model *model,
                     "negative",
                     c->replicas, c->threads, c->steps_per_execution,
                     c->slice_rows);
+  if (c->threads > MXU_MAX_THREADS)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: %d threads; mxu takes at most %d "
+                    "(MXU_MAX_THREADS)",
+                    c->threads, MXU_MAX_THREADS);
+  if (c->replicas > MXU_MAX_BATCH)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: %d replicas; the batch, which they split, is "
+                    "at most %d (MXU_MAX_BATCH)",
+                    c->replicas, MXU_MAX_BATCH);
   const mxu_optimizer_config *o = &c->optimizer;
   if (!(o->learning_rate > 0.0f) || !isfinite(o->learning_rate))
     return mxu_fail(MXU_ERR_ARG, "compile: learning rate %g must be positive",
@@ -578,6 +588,23 @@ static mxu_status reserve_exchange(mxu_model *model) {
   return MXU_OK;
 }
 
+/* Every tensor of a replica's batch within MXU_MAX_ELEMENTS values, which
+ * the kernels index (checked before any is planned). */
+static mxu_status check_batch_sizes(const mxu_model *model) {
+  for (int i = 0; i < model->layer_count; i++) {
+    int64_t values = (int64_t)model->plan.batch *
+                     mxu_shape_count(&model->layers[i].out_shape);
+    if (values > MXU_MAX_ELEMENTS)
+      return mxu_fail(MXU_ERR_ARG,
+                      "plan: a batch of %d rows per replica gives layer '%s' "
+                      "%lld values, more than %lld (MXU_MAX_ELEMENTS); use a "
+                      "smaller batch or more replicas",
+                      model->plan.batch, model->layers[i].name,
+                      (long long)values, (long long)MXU_MAX_ELEMENTS);
+  }
+  return MXU_OK;
+}
+
 /* Which layers compute in bf16, and which neighbouring Conv2D layers pass
  * their tensor in the backend's own layout (cifar's two pairs: four
  * NHWC <-> nChw16c conversions a step less for each): a conv whose output
@@ -636,6 +663,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
     return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   count_consumers(model);
   MXU_TRY(plan_strategy(model, batch));
+  MXU_TRY(check_batch_sizes(model));
   plan->fused_softmax = !model->compile.from_logits && final_softmax(model);
   /* oneDNN sizes a primitive's work split by the threads it may use when
    * it is created: create them with the count they will run with. */
@@ -658,6 +686,17 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   }
   MXU_TRY(reserve_io(model));
   MXU_TRY(reserve_exchange(model));
+  /* Refused rather than left to the kernel's OOM killer. */
+  int64_t memory = mxu_machine_memory_bytes();
+  int64_t needed = (int64_t)plan->layout.size * plan->local_count;
+  if (memory > 0 && needed > memory)
+    return mxu_fail(MXU_ERR_NOMEM,
+                    "plan: a global batch of %d needs %.1f GB of activations "
+                    "and gradients (%d replica slices of %.1f GB) but the "
+                    "machine has %.1f GB; use a smaller batch",
+                    batch, (double)needed / (1 << 30), plan->local_count,
+                    (double)plan->layout.size / (1 << 30),
+                    (double)memory / (1 << 30));
   for (int r = 0; r < plan->local_count; r++) {
     plan->replica[r].arena.size = plan->layout.size;
     MXU_TRY(mxu_arena_commit(&plan->replica[r].arena));
@@ -666,8 +705,10 @@ static mxu_status plan_build(mxu_model *model, int batch) {
 }
 
 mxu_status mxu_plan_build(mxu_model *model, int batch) {
-  if (batch <= 0)
-    return mxu_fail(MXU_ERR_ARG, "plan: batch size %d must be positive", batch);
+  if (batch <= 0 || batch > MXU_MAX_BATCH)
+    return mxu_fail(MXU_ERR_ARG,
+                    "plan: batch size %d must be in 1..%d (MXU_MAX_BATCH)",
+                    batch, MXU_MAX_BATCH);
   mxu_plan_release(model);
   mxu_status status = plan_build(model, batch);
   if (status != MXU_OK) mxu_plan_release(model);

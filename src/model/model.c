@@ -159,6 +159,36 @@ static mxu_status grow(mxu_model *model) {
   return MXU_OK;
 }
 
+/* A layer's output and weights within core.h's limits, so that every size
+ * computed from them later fits (a Conv2D of a huge kernel, a Dense of
+ * huge units). */
+static mxu_status check_sizes(const mxu_layer *layer) {
+  const mxu_shape *s = &layer->out_shape;
+  int64_t count = 1;
+  for (int d = 0; d < s->rank; d++) {
+    if (s->dims[d] < 1 || s->dims[d] > MXU_MAX_DIM)
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "%s: output dimension %d is %lld; each must be in "
+                      "1..%d (MXU_MAX_DIM)",
+                      layer->name, d, (long long)s->dims[d], MXU_MAX_DIM);
+    count *= s->dims[d];
+    if (count > MXU_MAX_ELEMENTS) break;
+  }
+  mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
+  int n = count > MXU_MAX_ELEMENTS ? 0 : mxu_layer_declare(layer, decls);
+  for (int k = 0; k < n && count <= MXU_MAX_ELEMENTS; k++) {
+    count = 1;
+    for (int d = 0; d < decls[k].shape.rank && count <= MXU_MAX_ELEMENTS; d++)
+      count *= decls[k].shape.dims[d];
+  }
+  if (count > MXU_MAX_ELEMENTS)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: more than %lld values in its output or a weight "
+                    "(MXU_MAX_ELEMENTS)",
+                    layer->name, (long long)MXU_MAX_ELEMENTS);
+  return MXU_OK;
+}
+
 /* Appends a node of class cls reading `inputs` (node indices), its shape
  * inferred; *out is its index. */
 static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
@@ -204,6 +234,7 @@ static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
   }
   if (input_count) layer->in_shape = layer->in_shapes[0];
   MXU_TRY(cls->infer(layer));
+  MXU_TRY(check_sizes(layer));
   *out = model->layer_count++;
   return MXU_OK;
 }

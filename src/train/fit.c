@@ -377,10 +377,11 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
   if (config->initial_epoch < 0 || config->initial_epoch >= config->epochs ||
       config->initial_step < 0 || config->initial_step >= steps)
     return mxu_fail(MXU_ERR_ARG,
-                    "fit: cannot start at epoch %d, step %d: training has %d "
-                    "epochs of %d steps",
-                    config->initial_epoch + 1, config->initial_step + 1,
-                    config->epochs, steps);
+                    "fit: cannot start at epoch %lld, step %lld: training "
+                    "has %d epochs of %d steps",
+                    (long long)config->initial_epoch + 1,
+                    (long long)config->initial_step + 1, config->epochs,
+                    steps);
   if (config->checkpoint_every < 0)
     return mxu_fail(MXU_ERR_ARG, "fit: checkpoint_every %d is negative",
                     config->checkpoint_every);

@@ -69,10 +69,14 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
     return mxu_fail(MXU_ERR_SHAPE,
                     "%s: expects (height, width, channels) input, got %s",
                     layer->name, text);
-  if (size[0] <= 0 || size[1] <= 0 || strides[0] <= 0 || strides[1] <= 0)
-    return mxu_fail(
-        MXU_ERR_ARG, "%s: %s size %dx%d and strides %dx%d must be positive",
-        layer->name, window, size[0], size[1], strides[0], strides[1]);
+  if (size[0] <= 0 || size[1] <= 0 || strides[0] <= 0 || strides[1] <= 0 ||
+      size[0] > MXU_MAX_WINDOW || size[1] > MXU_MAX_WINDOW ||
+      strides[0] > MXU_MAX_WINDOW || strides[1] > MXU_MAX_WINDOW)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: %s size %dx%d and strides %dx%d must be in 1..%d "
+                    "(MXU_MAX_WINDOW)",
+                    layer->name, window, size[0], size[1], strides[0],
+                    strides[1], MXU_MAX_WINDOW);
   int64_t out[3];
   for (int i = 0; i < 2; i++) {
     out[i] = mxu_conv_output_size((int)layer->in_shape.dims[i], size[i],
