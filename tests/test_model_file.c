@@ -412,6 +412,16 @@ static void rotation(void) {
         exists(ckpt("ckpt-00001-00001.h5")) && exists(ckpt("notes.txt")));
   CHECK(count_entries(ckpt_dir, ".tmp-") == 0);
   unlink(ckpt("ckpt-00001-00005.h5"));
+  /* Weights an update made infinite (its loss was finite) are not
+   * checkpointed: the last good checkpoint stays the newest. */
+  float saved = a->weights[7];
+  a->weights[7] = INFINITY;
+  pos = (mxu_train_position){1, 6, 42};
+  CHECK(mxu_checkpoint_save(a, ckpt_dir, &pos, 3) == MXU_ERR_NUMERIC &&
+        has(mxu_errmsg(), "infinite") && has(mxu_errmsg(), "last one stays"));
+  CHECK(!exists(ckpt("ckpt-00001-00006.h5")) &&
+        count_entries(ckpt_dir, "ckpt-") == 1);
+  a->weights[7] = saved;
   mxu_model_free(a);
 }
 

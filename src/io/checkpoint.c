@@ -3,9 +3,11 @@
  * training position they resume at; saving keeps the newest few, restoring
  * takes the newest that loads, skipping truncated or corrupt ones. */
 #include "core/core.h"
+#include "model/model.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +159,24 @@ static mxu_status remove_stale_temps(const char *dir) {
   return MXU_OK;
 }
 
+/* A step whose loss was finite can still have made weights infinite; a
+ * checkpoint of them would be the "last good" one a resume trusts. */
+static mxu_status check_finite(const mxu_model *model,
+                               const mxu_train_position *position) {
+  const float *buffers[2] = {model->weights, model->state};
+  int64_t counts[2] = {model->trainable_count, model->state_count};
+  for (int b = 0; b < 2; b++)
+    for (int64_t i = 0; buffers[b] && i < counts[b]; i++)
+      if (!isfinite(buffers[b][i]))
+        return mxu_fail(MXU_ERR_NUMERIC,
+                        "checkpoint: epoch %d, step %d: a weight is %s, so "
+                        "training diverged; no checkpoint is written and the "
+                        "last one stays (lower the learning rate)",
+                        position->epoch + 1, position->step,
+                        isnan(buffers[b][i]) ? "NaN" : "infinite");
+  return MXU_OK;
+}
+
 mxu_status mxu_checkpoint_save(const mxu_model *model, const char *dir,
                                const mxu_train_position *position, int keep) {
   if (!model || !dir || !position)
@@ -166,6 +186,7 @@ mxu_status mxu_checkpoint_save(const mxu_model *model, const char *dir,
   if (position->epoch < 0 || position->step < 0)
     return mxu_fail(MXU_ERR_ARG, "checkpoint: position %d/%d is negative",
                     position->epoch, position->step);
+  MXU_TRY(check_finite(model, position));
   MXU_TRY(make_dir(dir));
   char name[64], path[4096];
   snprintf(name, sizeof name, "ckpt-%05d-%05d.h5", position->epoch,
