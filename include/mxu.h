@@ -765,6 +765,13 @@ mxu_status mxu_load_model(const char *path, mxu_backend_kind backend,
 mxu_status mxu_restore_model(mxu_model *model, const char *path,
                              mxu_train_position *position);
 
+/* Writes size bytes to path as mxu writes every file: a regular file (or
+ * a new one) is replaced atomically (a temporary beside it, synced, renamed
+ * over it), so a failure leaves the previous file intact; a symlink's
+ * target is replaced, not the link; a FIFO or device (/dev/stdout) is
+ * written in place, never replaced. */
+mxu_status mxu_file_write(const char *path, const void *data, size_t size);
+
 /* Checkpoints: DIR/ckpt-EEEEE-SSSSS.h5 full-model files, written
  * atomically; after a new one is complete, all but the newest `keep` (at
  * least 2) are removed, so a complete one always exists. */

@@ -301,6 +301,14 @@ static void check_evaluate(const char *weights, double want) {
   CHECK_MSG(number(test, metric) == want, "evaluate %.6f, train %.6f",
             number(test, metric), want);
   cJSON_Delete(root);
+  /* A report to /dev/stdout (a link to the output pipe) is written into
+   * it, in place, not renamed over it. */
+  r = run("evaluate", fashion_json, "--weights", weights, "--data",
+          "fashion-mnist", "--batch-size", "1000", "--report", "/dev/stdout",
+          NULL);
+  CHECK_MSG(r.code == 0 && has(r.out, "\"test\":"),
+            "evaluate --report /dev/stdout: exit %d: %s", r.code, r.err);
+  result_free(&r);
 }
 
 static void check_predict(const char *weights) {

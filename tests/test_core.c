@@ -3,7 +3,9 @@
  * messages, convolution output sizes and shape helpers. */
 #include "backend/backend.h"
 #include "check.h"
+
 #include "core/core.h"
+#include <sys/stat.h>
 
 #include <pthread.h>
 #include <stdint.h>
@@ -477,7 +479,41 @@ static void shapes(void) {
   CHECK(mxu_dtype_size(MXU_BFLOAT16) == 2);
 }
 
+/* mxu_file_write never replaces what is not a regular file (as root, the
+ * rename it used to do would have replaced a /dev node): a symlink's
+ * target is replaced and the link kept, a device is written in place, a
+ * directory is refused. */
+static void file_writes(void) {
+  char dir[] = "/tmp/mxu_core_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char target[256], link_path[256], sub[256];
+  snprintf(target, sizeof target, "%s/target.txt", dir);
+  snprintf(link_path, sizeof link_path, "%s/link.txt", dir);
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  CHECK_OK(mxu_file_write(target, "old", 3));
+  CHECK(symlink(target, link_path) == 0);
+  CHECK_OK(mxu_file_write(link_path, "new!", 4));
+  struct stat st;
+  CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+  CHECK(stat(target, &st) == 0 && st.st_size == 4);
+  CHECK_OK(mxu_file_write("/dev/null", "x", 1));
+  CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+  CHECK(mkdir(sub, 0755) == 0);
+  CHECK(mxu_file_write(sub, "x", 1) == MXU_ERR_IO &&
+        strstr(mxu_errmsg(), "is a directory"));
+  DIR *d = opendir(dir);
+  int entries = 0;
+  for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.';
+  if (d) closedir(d);
+  CHECK_MSG(entries == 3, "%d entries: no temporary may be left", entries);
+  unlink(link_path);
+  unlink(target);
+  rmdir(sub);
+  rmdir(dir);
+}
+
 int main(void) {
+  file_writes();
   philox_known_answers();
   philox_streams();
   philox_uniform();

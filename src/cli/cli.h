@@ -80,9 +80,9 @@ void cli_report_release(cli_report *report);
 int cli_write_report(const char *command, const char *path,
                      const cli_report *report);
 
-/* Writes path atomically: write(file, context) fills a temporary file
- * beside it (returning 0, or an errno value), which is synced and renamed
- * over path. Returns 0 or an errno value. */
+/* Writes path as mxu_file_write does (atomically; a FIFO or /dev/stdout
+ * in place): write(file, context) renders the bytes (returning 0, or an
+ * errno value). Returns 0 or an errno value. */
 int cli_write_atomically(const char *path, int (*write)(FILE *, void *),
                          void *context);
 

@@ -88,29 +88,20 @@ static cJSON *report_json(const cli_report *r) {
   return root;
 }
 
-/* Temporary file beside the target, synced, then renamed over it. */
+/* Rendered in memory, then written the way mxu writes every file
+ * (mxu_file_write: atomically, a FIFO or /dev/stdout in place). */
 int cli_write_atomically(const char *path, int (*write)(FILE *, void *),
                          void *context) {
-  char temp[4096];
-  if (snprintf(temp, sizeof temp, "%s.tmp-XXXXXX", path) >= (int)sizeof temp)
-    return ENAMETOOLONG;
-  int fd = mkstemp(temp);
-  if (fd < 0) return errno;
-  fchmod(fd, 0644);
-  FILE *file = fdopen(fd, "w");
-  if (!file) {
-    int error = errno;
-    close(fd);
-    unlink(temp);
-    return error;
-  }
+  char *bytes = NULL;
+  size_t size = 0;
+  FILE *memory = open_memstream(&bytes, &size);
+  if (!memory) return errno ? errno : ENOMEM;
   errno = 0;
-  int error = write(file, context);
-  if (!error && (fflush(file) != 0 || fsync(fd) != 0))
+  int error = write(memory, context);
+  if (fclose(memory) != 0 && !error) error = errno ? errno : EIO;
+  if (!error && mxu_file_write(path, bytes, size) != MXU_OK)
     error = errno ? errno : EIO;
-  if (fclose(file) != 0 && !error) error = errno;
-  if (!error && rename(temp, path) != 0) error = errno;
-  if (error) unlink(temp);
+  free(bytes);
   return error;
 }
 

@@ -110,6 +110,20 @@ void mxu_world_set(int rank, int size);
 int mxu_machine_cores(void);
 /* One core's L2 cache. */
 int64_t mxu_machine_l2_bytes(void);
+/* A file being written (file.c): a temporary beside the target, renamed
+ * over it when finished; or, for what is not a regular file (a FIFO,
+ * /dev/stdout), the file itself, written in place. A symlink's target is
+ * what gets written. */
+typedef struct mxu_file_out {
+  char path[4096]; /* the target, a symlink resolved */
+  char temp[4096];
+  int fd, in_place;
+} mxu_file_out;
+mxu_status mxu_file_begin(mxu_file_out *out, const char *path);
+/* Writes the bytes, syncs, renames; on failure the target is untouched. */
+mxu_status mxu_file_finish(mxu_file_out *out, const void *bytes, size_t size);
+void mxu_file_abandon(mxu_file_out *out);
+
 /* The machine's physical memory (0 when unknown). */
 int64_t mxu_machine_memory_bytes(void);
 

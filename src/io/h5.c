@@ -126,18 +126,11 @@ static hid_t memory_plist(void) {
 mxu_status mxu_h5_create(mxu_h5_output *out, const char *path) {
   out->path = path;
   out->file = H5I_INVALID_HID;
-  if (snprintf(out->temp, sizeof out->temp, "%s.tmp-XXXXXX", path) >=
-      (int)sizeof out->temp)
-    return mxu_fail(MXU_ERR_IO, "%s: path too long", path);
-  /* Same directory as the target, so the rename cannot cross devices;
-   * made first, so a missing directory fails before any work. */
-  out->fd = mkstemp(out->temp);
-  if (out->fd < 0)
-    return mxu_fail(MXU_ERR_IO, "%s: cannot create a file there: %s", path,
-                    strerror(errno));
-  fchmod(out->fd, 0644); /* mkstemp's 0600 would surprise a reader */
+  /* The target first, so an unwritable place fails before any work. */
+  MXU_TRY(mxu_file_begin(&out->target, path));
   hid_t fapl = memory_plist();
-  out->file = H5Fcreate(out->temp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  /* In memory only (no backing store): the name is just a name. */
+  out->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   mxu_status s = MXU_OK;
   if (out->file < 0) {
     s = mxu_h5_fail(MXU_ERR_IO, "%s: cannot create an HDF5 file", path);
@@ -168,34 +161,6 @@ static mxu_status take_image(mxu_h5_output *out, void **image, size_t *size) {
   return MXU_OK;
 }
 
-/* Every byte, then fsync: 0 or the errno of the first failure. */
-static int write_all(int fd, const unsigned char *bytes, size_t size) {
-  for (size_t done = 0; done < size;) {
-    ssize_t n = write(fd, bytes + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : EIO;
-    done += (size_t)n;
-  }
-  return fsync(fd) != 0 ? errno : 0;
-}
-
-/* A rename is durable only once the directory entry is on disk; failing
- * here is not an error, the data itself is already synced. */
-static void sync_directory(const char *path) {
-  char dir[4096];
-  const char *slash = strrchr(path, '/');
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else if (slash == path)
-    snprintf(dir, sizeof dir, "/");
-  else
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  int fd = open(dir, O_RDONLY);
-  if (fd < 0) return;
-  fsync(fd);
-  close(fd);
-}
-
 mxu_status mxu_h5_commit(mxu_h5_output *out) {
   void *image = NULL;
   size_t size = 0;
@@ -206,26 +171,15 @@ mxu_status mxu_h5_commit(mxu_h5_output *out) {
   }
   H5Fclose(out->file); /* in memory: nothing left to fail */
   out->file = H5I_INVALID_HID;
-  int error = write_all(out->fd, image, size);
+  s = mxu_file_finish(&out->target, image, size);
   free(image);
-  if (close(out->fd) != 0 && !error) error = errno;
-  out->fd = -1;
-  if (!error && rename(out->temp, out->path) != 0) error = errno;
-  if (error) {
-    unlink(out->temp);
-    return mxu_fail(MXU_ERR_IO, "%s: cannot write: %s", out->path,
-                    strerror(error));
-  }
-  sync_directory(out->path);
-  return MXU_OK;
+  return s;
 }
 
 void mxu_h5_abandon(mxu_h5_output *out) {
   if (out->file >= 0) H5Fclose(out->file);
   out->file = H5I_INVALID_HID;
-  if (out->fd >= 0) close(out->fd);
-  out->fd = -1;
-  unlink(out->temp);
+  mxu_file_abandon(&out->target);
 }
 
 /* ---- groups ------------------------------------------------------------ */

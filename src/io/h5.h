@@ -58,9 +58,8 @@ void mxu_h5_close(hid_t file);
  * file as it was. */
 typedef struct mxu_h5_output {
   const char *path;
-  char temp[4096];
-  int fd;     /* the temporary */
-  hid_t file; /* the in-memory HDF5 file */
+  mxu_file_out target; /* where the finished bytes go (core's file.c) */
+  hid_t file;          /* the in-memory HDF5 file */
 } mxu_h5_output;
 
 mxu_status mxu_h5_create(mxu_h5_output *out, const char *path);

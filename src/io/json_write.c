@@ -404,75 +404,12 @@ mxu_status mxu_model_to_json(const mxu_model *model, int keras3, char **out) {
 /* ---- files ---------------------------------------------------------------
  */
 
-static mxu_status write_all(int fd, const char *text, const char *path) {
-  size_t left = strlen(text);
-  while (left) {
-    ssize_t n = write(fd, text, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      return mxu_fail(MXU_ERR_IO, "%s: cannot write: %s", path,
-                      strerror(errno));
-    text += n;
-    left -= (size_t)n;
-  }
-  return MXU_OK;
-}
-
-/* The rename itself lasts only once the directory is synced; failing that
- * is not worth an error, since the file is complete either way. */
-static void sync_directory(const char *path) {
-  const char *slash = strrchr(path, '/');
-  size_t length = slash ? (size_t)(slash - path) : 1;
-  char *dir = malloc(length + 2);
-  if (!dir) return;
-  if (slash)
-    snprintf(dir, length + 2, "%.*s", (int)(length ? length : 1), path);
-  else
-    snprintf(dir, length + 2, ".");
-  int fd = open(dir, O_RDONLY);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
-  free(dir);
-}
-
-/* A reader sees the old file or the new one, never half of one: write a
- * temporary file next to it, fsync, rename over it. */
-static mxu_status write_atomically(const char *path, const char *text) {
-  size_t size = strlen(path) + 16;
-  char *temp = malloc(size);
-  if (!temp) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  snprintf(temp, size, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(temp);
-  if (fd < 0) {
-    mxu_status s = mxu_fail(MXU_ERR_IO, "%s: cannot create %s: %s", path, temp,
-                            strerror(errno));
-    free(temp);
-    return s;
-  }
-  /* mkstemp makes the file private; a model file is an ordinary one. */
-  (void)fchmod(fd, 0644);
-  mxu_status status = write_all(fd, text, path);
-  if (status == MXU_OK && fsync(fd) != 0)
-    status = mxu_fail(MXU_ERR_IO, "%s: fsync: %s", path, strerror(errno));
-  if (close(fd) != 0 && status == MXU_OK)
-    status = mxu_fail(MXU_ERR_IO, "%s: close: %s", path, strerror(errno));
-  if (status == MXU_OK && rename(temp, path) != 0)
-    status = mxu_fail(MXU_ERR_IO, "%s: cannot rename %s onto it: %s", path,
-                      temp, strerror(errno));
-  if (status != MXU_OK) unlink(temp);
-  free(temp);
-  if (status == MXU_OK) sync_directory(path);
-  return status;
-}
-
 mxu_status mxu_model_save_json(const mxu_model *model, const char *path,
                                int keras3) {
   if (!path) return mxu_fail(MXU_ERR_ARG, "model_save_json: path is required");
   char *text = NULL;
   MXU_TRY(mxu_model_to_json(model, keras3, &text));
-  mxu_status status = write_atomically(path, text);
+  mxu_status status = mxu_file_write(path, text, strlen(text));
   free(text);
   return status;
 }
