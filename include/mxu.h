@@ -777,6 +777,12 @@ mxu_status mxu_file_write(const char *path, const void *data, size_t size);
  * least 2) are removed, so a complete one always exists. */
 mxu_status mxu_checkpoint_save(const mxu_model *model, const char *dir,
                                const mxu_train_position *position, int keep);
+/* One run a checkpoint directory: fit takes this lock on its
+ * checkpoint_dir for its whole run (rank 0 under MPI), and a second run on
+ * the same directory is refused naming the process that holds it. The
+ * lock goes with the process; *handle is for mxu_checkpoint_unlock. */
+mxu_status mxu_checkpoint_lock(const char *dir, int *handle);
+void mxu_checkpoint_unlock(int handle);
 /* Restores the newest checkpoint in DIR that loads; a truncated or corrupt
  * one is skipped. *found is 0 when DIR has none (not an error). skipped,
  * if not NULL, receives up to `skipped_size` bytes describing what was

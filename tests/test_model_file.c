@@ -425,6 +425,33 @@ static void rotation(void) {
   mxu_model_free(a);
 }
 
+/* A second run on one checkpoint directory is refused, naming the first;
+ * the lock is a process's, so the second run is a child process. */
+static int child_locks(const char *dir, const char *must_say) {
+  pid_t child = fork();
+  if (child == 0) {
+    int handle = -1;
+    mxu_status s = mxu_checkpoint_lock(dir, &handle);
+    int refused = s != MXU_OK && strstr(mxu_errmsg(), must_say) != NULL;
+    _exit(must_say[0] ? !refused : s != MXU_OK);
+  }
+  int status = -1;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void one_run_a_directory(void) {
+  char dir[4096], holder[64];
+  snprintf(dir, sizeof dir, "%s/locked", temp_dir);
+  int handle = -1;
+  CHECK_OK(mxu_checkpoint_lock(dir, &handle));
+  snprintf(holder, sizeof holder, "in use by another run (process %ld)",
+           (long)getpid());
+  CHECK_MSG(child_locks(dir, holder) == 0, "a second run was not refused");
+  mxu_checkpoint_unlock(handle);
+  CHECK_MSG(child_locks(dir, "") == 0, "the lock outlived its unlock");
+}
+
 static void fallback(void) {
   mxu_model *b = cifar(mxu_adam(1e-3f), 5);
   mxu_train_position pos = {0, 0, 0};
@@ -546,6 +573,7 @@ int main(void) {
   h5py_reads();
   refusals();
   rotation();
+  one_run_a_directory();
   fallback();
   empty_and_broken();
   disk_full();

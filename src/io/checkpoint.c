@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,48 @@ mxu_status mxu_checkpoint_save(const mxu_model *model, const char *dir,
   MXU_TRY(remove_stale_temps(dir));
   MXU_TRY(mxu_save_model(model, path, position));
   return prune(dir, name, keep > MIN_KEEP ? keep : MIN_KEEP);
+}
+
+/* ---- one run a directory ----------------------------------------------- */
+
+/* A POSIX record lock on DIR/.mxu-lock, holding the owner's pid: two runs
+ * on one directory would prune each other's checkpoints. The lock goes
+ * with the process, so a killed run never leaves it held. */
+mxu_status mxu_checkpoint_lock(const char *dir, int *handle) {
+  *handle = -1;
+  MXU_TRY(make_dir(dir));
+  char path[4096];
+  if (!join(path, sizeof path, dir, ".mxu-lock"))
+    return mxu_fail(MXU_ERR_ARG, "checkpoint: %s: path too long", dir);
+  int fd = open(path, O_RDWR | O_CREAT, 0644);
+  if (fd < 0)
+    return mxu_fail(MXU_ERR_IO, "checkpoint: %s: cannot open: %s", path,
+                    strerror(errno));
+  struct flock lock = {0};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  if (fcntl(fd, F_SETLK, &lock) != 0) {
+    char owner[32] = "";
+    ssize_t n = pread(fd, owner, sizeof owner - 1, 0);
+    owner[n > 0 ? n : 0] = 0;
+    owner[strcspn(owner, "\n")] = 0;
+    close(fd);
+    return mxu_fail(MXU_ERR_IO,
+                    "checkpoint: %s is in use by another run (process %s); "
+                    "give each run its own checkpoint directory",
+                    dir, owner[0] ? owner : "unknown");
+  }
+  char pid[32];
+  int length = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)length, 0) != length) {
+    /* The lock holds without the note of who holds it. */
+  }
+  *handle = fd;
+  return MXU_OK;
+}
+
+void mxu_checkpoint_unlock(int handle) {
+  if (handle >= 0) close(handle); /* closing drops the lock */
 }
 
 /* ---- restoring --------------------------------------------------------- */

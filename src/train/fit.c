@@ -380,8 +380,7 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
                     "fit: cannot start at epoch %lld, step %lld: training "
                     "has %d epochs of %d steps",
                     (long long)config->initial_epoch + 1,
-                    (long long)config->initial_step + 1, config->epochs,
-                    steps);
+                    (long long)config->initial_step + 1, config->epochs, steps);
   if (config->checkpoint_every < 0)
     return mxu_fail(MXU_ERR_ARG, "fit: checkpoint_every %d is negative",
                     config->checkpoint_every);
@@ -395,8 +394,14 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
   }
   MXU_TRY(ensure_batch(model, batch));
   MXU_TRY(grow_history(model, config->epochs));
+  int lock = -1;
+  if (config->checkpoint_dir && mxu_distributed_rank() == 0)
+    MXU_TRY(mxu_checkpoint_lock(config->checkpoint_dir, &lock));
   int64_t *order = malloc((size_t)train->count * sizeof *order);
-  if (!order) return mxu_fail(MXU_ERR_NOMEM, "fit: out of memory");
+  if (!order) {
+    mxu_checkpoint_unlock(lock);
+    return mxu_fail(MXU_ERR_NOMEM, "fit: out of memory");
+  }
   model->stop_training = 0;
   mxu_logs logs = {0};
   logs.val_loss = logs.val_accuracy = NAN;
@@ -410,6 +415,7 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
     status =
         mxu_callbacks_run(config, model, MXU_HOOK_TRAIN_END, logs.epoch, &logs);
   free(order);
+  mxu_checkpoint_unlock(lock);
   if (history) *history = &model->history;
   return status;
 }
