@@ -18,6 +18,7 @@
 
 #include <jpeglib.h>
 #include <png.h>
+#include <zlib.h>
 
 #define MAX_ROWS 64
 
@@ -319,6 +320,74 @@ static void test_resize(void) {
 
 /* ---- errors -------------------------------------------------------------- */
 
+/* The bytes of a file under root. */
+static unsigned char *read_all(const char *relative, long *size) {
+  FILE *f = fopen(at_root(relative), "rb");
+  unsigned char *bytes = NULL;
+  if (f && fseek(f, 0, SEEK_END) == 0 && (*size = ftell(f)) > 0 &&
+      fseek(f, 0, SEEK_SET) == 0 && (bytes = malloc((size_t)*size)) &&
+      fread(bytes, 1, (size_t)*size, f) != (size_t)*size) {
+    free(bytes);
+    bytes = NULL;
+  }
+  if (f) fclose(f);
+  return bytes;
+}
+
+static void put_be(unsigned char *p, unsigned value, int bytes) {
+  for (int i = 0; i < bytes; i++)
+    p[i] = (unsigned char)(value >> (8 * (bytes - 1 - i)));
+}
+
+/* Decompression bombs (a small file claiming 65500 x 65500 pixels) are
+ * refused before any pixel memory, naming the limit; a JPEG whose scan
+ * data is corrupt is refused, not decoded into made-up pixels. */
+static void check_bombs_and_corruption(void) {
+  float out[16 * 3];
+  unsigned char ramp[8 * 8 * 3];
+  for (int i = 0; i < (int)sizeof ramp; i++) ramp[i] = (unsigned char)(i * 3);
+  write_jpeg("bomb.jpg", 8, 8, 3, ramp);
+  long size = 0;
+  unsigned char *jpeg = read_all("bomb.jpg", &size);
+  CHECK(jpeg != NULL);
+  for (long i = 0; jpeg && i + 9 < size; i++)
+    if (jpeg[i] == 0xff && jpeg[i + 1] == 0xc0) { /* SOF0: height, width */
+      put_be(jpeg + i + 5, 65500, 2);
+      put_be(jpeg + i + 7, 65500, 2);
+      break;
+    }
+  if (jpeg) write_bytes("bomb.jpg", jpeg, (size_t)size);
+  EXPECT_FAIL(mxu_load_image_file(at_root("bomb.jpg"), 4, 4, 3, out),
+              MXU_ERR_FORMAT, "bomb.jpg");
+  check_message("bomb.jpg", "MXU_MAX_IMAGE_PIXELS");
+  free(jpeg);
+  unsigned char rgb[4 * 4 * 3] = {0};
+  png_spec spec = {4, 4, PNG_COLOR_TYPE_RGB, 8, 0, rgb, 12, NULL, 0, NULL, 0};
+  write_png("bomb.png", &spec);
+  unsigned char *png = read_all("bomb.png", &size);
+  if (png && size > 33) { /* IHDR: width, height at 16, CRC at 29 */
+    put_be(png + 16, 20000, 4);
+    put_be(png + 20, 20000, 4);
+    put_be(png + 29, (unsigned)crc32(0, png + 12, 17), 4);
+    write_bytes("bomb.png", png, (size_t)size);
+  }
+  free(png);
+  EXPECT_FAIL(mxu_load_image_file(at_root("bomb.png"), 4, 4, 3, out),
+              MXU_ERR_FORMAT, "bomb.png");
+  check_message("bomb.png", "MXU_MAX_IMAGE_PIXELS");
+  /* Scan data overwritten past the headers: libjpeg warns and guesses. */
+  unsigned char big[64 * 64 * 3];
+  for (int i = 0; i < (int)sizeof big; i++) big[i] = (unsigned char)(i * 7);
+  write_jpeg("corrupt.jpg", 64, 64, 3, big);
+  jpeg = read_all("corrupt.jpg", &size);
+  for (long i = size / 2; jpeg && i < size / 2 + 40 && i < size - 2; i++)
+    jpeg[i] = (unsigned char)(0x5a ^ i);
+  if (jpeg) write_bytes("corrupt.jpg", jpeg, (size_t)size);
+  free(jpeg);
+  EXPECT_FAIL(mxu_load_image_file(at_root("corrupt.jpg"), 4, 4, 3, out),
+              MXU_ERR_FORMAT, "corrupt.jpg: corrupt or truncated JPEG");
+}
+
 static void test_file_errors(void) {
   float out[16 * 3];
   unsigned char rgb[4 * 4 * 3] = {0};
@@ -345,6 +414,7 @@ static void test_file_errors(void) {
   cut_file("cut.jpg", (long)info.st_size - 20);
   EXPECT_FAIL(mxu_load_image_file(at_root("cut.jpg"), 4, 4, 1, out),
               MXU_ERR_FORMAT, "cut.jpg");
+  check_bombs_and_corruption();
   write_bytes("empty.png", "", 0);
   EXPECT_FAIL(mxu_load_image_file(at_root("empty.png"), 4, 4, 1, out),
               MXU_ERR_FORMAT, "empty.png: empty file");

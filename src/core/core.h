@@ -15,11 +15,12 @@
 /* Resource limits, checked where a number enters (a flag, a model file, a
  * C call) and refused naming the limit; raise them here and rebuild.
  * Sizes are computed in int64 below them, so nothing overflows. */
-#define MXU_MAX_THREADS 1024         /* worker threads */
-#define MXU_MAX_DIM (1 << 24)        /* one dimension of a tensor */
-#define MXU_MAX_WINDOW (1 << 16)     /* a kernel, pool or stride side */
-#define MXU_MAX_ELEMENTS (1LL << 31) /* values of one sample or weight */
-#define MXU_MAX_BATCH (1 << 20)      /* samples of a global batch */
+#define MXU_MAX_THREADS 1024           /* worker threads */
+#define MXU_MAX_DIM (1 << 24)          /* one dimension of a tensor */
+#define MXU_MAX_WINDOW (1 << 16)       /* a kernel, pool or stride side */
+#define MXU_MAX_ELEMENTS (1LL << 31)   /* values of one sample or weight */
+#define MXU_MAX_BATCH (1 << 20)        /* samples of a global batch */
+#define MXU_MAX_IMAGE_PIXELS (1 << 26) /* one decoded image: 8192 x 8192 */
 
 /* Records a formatted message for mxu_errmsg() and returns status, so a
  * failure reads: return mxu_fail(MXU_ERR_IO, "idx: %s: ...", path); */

@@ -30,6 +30,9 @@ typedef struct decoded {
   int h, w, channels;
 } decoded;
 
+/* What an image over the pixel limit is told (core.h's limit). */
+#define TOO_LARGE "MXU_MAX_IMAGE_PIXELS (67108864 pixels, 8192 x 8192)"
+
 /* ---- PNG ---------------------------------------------------------------- */
 
 /* Everything the libpng calls touch lives here, in the caller's frame, so
@@ -85,6 +88,12 @@ __attribute__((noinline)) static int png_run(png_job *job) {
   if (setjmp(png_jmpbuf(job->png))) return 1;
   png_set_read_fn(job->png, job, png_read_memory);
   png_read_info(job->png, job->info);
+  /* Checked before any pixel memory: a small file may claim a huge image
+   * (a decompression bomb). */
+  if ((int64_t)png_get_image_width(job->png, job->info) *
+          png_get_image_height(job->png, job->info) >
+      MXU_MAX_IMAGE_PIXELS)
+    png_error(job->png, "the image is larger than " TOO_LARGE);
   png_want_8bit(job->png, job->info);
   decoded *image = job->image;
   image->w = (int)png_get_image_width(job->png, job->info);
@@ -151,12 +160,12 @@ static void jpeg_on_error(j_common_ptr common) {
   longjmp(job->jump, 1);
 }
 
-/* libjpeg recovers from its warnings, and they are dropped, except a file
- * that ends early: libjpeg would pad it with grey, where PIL and TF
- * refuse it. */
+/* libjpeg's warnings say the data is corrupt (bad Huffman codes, a file
+ * that ends early) and that it made pixels up (grey padding, guessed
+ * blocks); a training image made up so is refused, as PIL and TF refuse
+ * a truncated one. Trace messages (level > 0) are not warnings. */
 static void jpeg_on_message(j_common_ptr common, int level) {
-  if (level < 0 && common->err->msg_code == JWRN_JPEG_EOF)
-    jpeg_on_error(common);
+  if (level < 0) jpeg_on_error(common);
 }
 
 static void jpeg_quiet(j_common_ptr common) { (void)common; }
@@ -169,6 +178,11 @@ jpeg_run(jpeg_job *job, const unsigned char *data, size_t size) {
   job->created = 1;
   jpeg_mem_src(info, data, (unsigned long)size);
   jpeg_read_header(info, TRUE);
+  if ((int64_t)info->image_width * info->image_height > MXU_MAX_IMAGE_PIXELS) {
+    snprintf(job->message, sizeof job->message,
+             "the image is larger than " TOO_LARGE);
+    return 1;
+  }
   if (info->jpeg_color_space == JCS_CMYK ||
       info->jpeg_color_space == JCS_YCCK) {
     job->cmyk = 1;
