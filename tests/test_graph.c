@@ -1292,7 +1292,35 @@ static void test_limits(void) {
   mxu_model_free(m);
 }
 
+/* An empty split is an error that says so, not a batch "of at most 0" or
+ * an accuracy of 0 over nothing (issue 21). */
+static void test_empty_data(void) {
+  mxu_model *m = mxu_functional("empty");
+  int64_t d = 4;
+  mxu_tensor_id x = mxu_input(m, "x", mxu_shape_make(1, &d));
+  mxu_dense_config head = mxu_dense_defaults(2);
+  head.activation = MXU_SOFTMAX;
+  mxu_tensor_id y = mxu_apply_dense(m, &head, x);
+  CHECK_OK(mxu_model_outputs(m, &y, 1));
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.batch_size = 2;
+  CHECK_OK(mxu_compile(m, &cc));
+  mxu_dataset *none = NULL;
+  CHECK_OK(
+      mxu_dataset_from_arrays(NULL, NULL, 0, mxu_shape_make(1, &d), 2, &none));
+  double loss = -1, accuracy = -1;
+  CHECK(mxu_evaluate(m, none, 0, &loss, &accuracy) == MXU_ERR_ARG &&
+        strstr(mxu_errmsg(), "no samples") && accuracy == -1);
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.verbose = 0;
+  CHECK(mxu_fit(m, none, &fit, NULL) == MXU_ERR_ARG &&
+        strstr(mxu_errmsg(), "fit: the data set has no samples"));
+  mxu_dataset_free(none);
+  mxu_model_free(m);
+}
+
 int main(void) {
+  test_empty_data();
   test_limits();
   test_several_outputs();
   test_layers();

@@ -40,6 +40,13 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
   if (!model || !model->compiled)
     return mxu_fail(MXU_ERR_ARG, "%s: compile the model first", what);
   if (!data) return mxu_fail(MXU_ERR_ARG, "%s: no data", what);
+  /* Else fit would ask for a batch "of at most 0" and evaluate report an
+   * accuracy of 0 over nothing. */
+  if (data->count == 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: the data set has no samples; check its path and "
+                    "split",
+                    what);
   MXU_TRY(check_io(model, what));
   const mxu_layer *input = mxu_model_input(model);
   const mxu_shape *shape = &input->out_shape;
