@@ -133,6 +133,17 @@ static void usage_errors(void) {
   r = run("fit", NULL);
   EXPECT_RUN(r, 2, "mxu: unknown command 'fit'");
   result_free(&r);
+  /* Schedules read whole: trailing junk and overflowing numbers were
+   * accepted (issue 21). */
+  static const char *const bad_schedules[] = {
+      "cosine:5:1e-5junk", "step:0.5:99999999999", "step:1e999:3",
+      "exponential:0.9:1"};
+  for (size_t i = 0; i < sizeof bad_schedules / sizeof *bad_schedules; i++) {
+    r = run("train", fashion_json, "--data", "fashion-mnist", "--epochs", "1",
+            "--steps-per-epoch", "1", "--lr-schedule", bad_schedules[i], NULL);
+    EXPECT_RUN(r, 2, "--lr-schedule: '");
+    result_free(&r);
+  }
   weights_names();
 }
 

@@ -1,6 +1,8 @@
 /* fit_extras.c — Keras' callbacks and augmentation for `mxu train`, from
  * the command line to the C API's mxu_callback and mxu_augment_config. */
 #include "fit_extras.h"
+#include <errno.h>
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,28 +87,57 @@ static mxu_callback *next(cli_fit_extras *e) {
   return &e->callbacks[e->callback_count];
 }
 
-/* "step:0.5:10", "exponential:0.95", "cosine:5[:1e-5]". */
+/* A whole number field: finite, positive for counts, nothing after it. */
+static int real_field(const char *text, double *out) {
+  char *end = NULL;
+  errno = 0;
+  *out = strtod(text, &end);
+  return end != text && !*end && errno == 0 && isfinite(*out);
+}
+
+static int count_field(const char *text, int *out) {
+  char *end = NULL;
+  errno = 0;
+  long value = strtol(text, &end, 10);
+  if (end == text || *end || errno || value < 0 || value > 1000000) return 0;
+  *out = (int)value;
+  return 1;
+}
+
+/* "step:0.5:10", "exponential:0.95", "cosine:5[:1e-5]": every field read
+ * whole (no overflow, nothing trailing). */
 static int schedule(cli_fit_extras *e, int epochs) {
   mxu_lr_schedule_config c = {0};
-  const char *spec = e->lr_schedule;
-  int used = 0;
-  if (sscanf(spec, "step:%lf:%d%n", &c.factor, &c.every, &used) == 2 &&
-      !spec[used]) {
+  char spec[256], *field[4] = {NULL};
+  int fields = 0;
+  snprintf(spec, sizeof spec, "%s", e->lr_schedule);
+  for (char *p = spec, *save = NULL; fields < 4;) {
+    char *token = strtok_r(fields ? NULL : p, ":", &save);
+    if (!token) break;
+    field[fields++] = token;
+  }
+  int ok = strlen(e->lr_schedule) < sizeof spec && fields >= 2;
+  if (ok && !strcmp(field[0], "step") && fields == 3) {
     c.kind = MXU_SCHEDULE_STEP;
-  } else if (sscanf(spec, "exponential:%lf%n", &c.factor, &used) == 1 &&
-             !spec[used]) {
+    ok = real_field(field[1], &c.factor) && count_field(field[2], &c.every) &&
+         c.every > 0;
+  } else if (ok && !strcmp(field[0], "exponential") && fields == 2) {
     c.kind = MXU_SCHEDULE_EXPONENTIAL;
-  } else if (sscanf(spec, "cosine:%d%n", &c.warmup_epochs, &used) == 1 &&
-             (!spec[used] ||
-              (sscanf(spec + used, ":%lf%n", &c.min_lr, &used) == 1))) {
+    ok = real_field(field[1], &c.factor);
+  } else if (ok && !strcmp(field[0], "cosine") && fields <= 3) {
     c.kind = MXU_SCHEDULE_COSINE;
     c.total_epochs = epochs;
+    ok = count_field(field[1], &c.warmup_epochs) &&
+         (fields == 2 || real_field(field[2], &c.min_lr));
   } else {
+    ok = 0;
+  }
+  if (!ok)
     return cli_usage_error("train",
                            "--lr-schedule: '%s' is not step:FACTOR:EVERY, "
-                           "exponential:RATE or cosine:WARMUP[:MIN_LR]",
-                           spec);
-  }
+                           "exponential:RATE or cosine:WARMUP[:MIN_LR] "
+                           "(finite numbers, EVERY and WARMUP in 0..1000000)",
+                           e->lr_schedule);
   return add(e, mxu_lr_scheduler(&c, next(e)));
 }
 
