@@ -1182,7 +1182,7 @@ static void test_errors(void) {
   CHECK(has(mxu_errmsg(), "Sequential"));
   CHECK(m->layer_count == count);
   /* Its hidden InputLayer is node 0; Keras' layer 0 is node 1. */
-  CHECK(m->layers[0].hidden && m->layers[0].cls == &mxu_input_layer_class);
+  CHECK(!mxu_layer_listed(m, 0) && m->layers[0].cls == &mxu_input_layer_class);
   CHECK(mxu_model_node(m, 0) == 1 && mxu_model_node(m, 1) == -1);
   CHECK(mxu_model_layer_count(m) == 1);
   mxu_model_free(m);

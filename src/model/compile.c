@@ -457,13 +457,6 @@ static int fusion_proposal(mxu_model *model, int i) {
   return 2;
 }
 
-/* The node whose output node i's run writes: the last it fused. */
-static int writes(const mxu_layer *layer) {
-  return layer->compiled->fused_layers
-             ? layer->compiled->fused[layer->compiled->fused_layers - 1]->index
-             : layer->index;
-}
-
 /* Whether node i's output buffer is read or written: not where a fused
  * op writes a later node's output instead. */
 static int output_used(const mxu_model *model, int i) {
@@ -472,7 +465,7 @@ static int output_used(const mxu_model *model, int i) {
   if (!layer->compiled->absorbed) return 1;
   const mxu_layer *head = &model->layers[layer->inputs[0]];
   while (head->compiled->absorbed) head = &model->layers[head->inputs[0]];
-  return writes(head) == i;
+  return mxu_layer_writes(head) == i;
 }
 
 /* Input edges, in the order backward visits nodes (fused groups run at
@@ -481,6 +474,7 @@ static int output_used(const mxu_model *model, int i) {
 static mxu_status reserve_edges(mxu_model *model) {
   mxu_plan *plan = &model->plan;
   int n = model->layer_count;
+  if (n < 1) return MXU_OK; /* compile refuses such a model first */
   unsigned char *seen = calloc((size_t)n, 1);
   if (!seen) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   /* The loss writes the output's gradient before any backward: a node
@@ -495,14 +489,16 @@ static mxu_status reserve_edges(mxu_model *model) {
     for (int k = 0; k < layer->input_count; k++) {
       int t = layer->inputs[k];
       mxu_edge *edge = &plan->edges[i * MXU_MAX_INPUTS + k];
+      int need_dx = mxu_tensor_has_grad(model, t);
       if (!seen[t]) {
         seen[t] = 1;
-        *edge = (mxu_edge){plan->grad[t], 0};
+        *edge = (mxu_edge){plan->grad[t], 0, need_dx};
         continue;
       }
       size_t bytes = batch_bytes(plan->batch, &model->layers[t].out_shape);
       if (bytes > partial_bytes) partial_bytes = bytes;
-      *edge = (mxu_edge){(size_t)slots++, 1}; /* a slot until reserved */
+      /* a slot until reserved */
+      *edge = (mxu_edge){(size_t)slots++, 1, need_dx};
     }
     if (slots > partial_slots) partial_slots = slots;
   }
@@ -617,7 +613,6 @@ static void plan_precision_and_chains(mxu_model *model) {
     layers[i].compiled->bf16 =
         model->compile.precision == MXU_MIXED_BFLOAT16 && cpu_has_bf16();
     layers[i].compiled->batch = model->plan.batch;
-    layers[i].compiled->native_in = layers[i].compiled->native_out = 0;
   }
   for (int i = 0; i < n; i++) {
     int next = sole_consumer(model, i);
@@ -635,7 +630,6 @@ static mxu_status plan_layer(mxu_model *model, int i) {
   mxu_arena before = plan->layout;
   for (int r = 0; r < plan->local_count; r++) {
     mxu_arena copy = before;
-    layer->compiled->batch = plan->batch;
     memset(layer->compiled->scratch, 0, sizeof layer->compiled->scratch);
     mxu_status status = layer->cls->plan(layer, model->backend, plan->batch,
                                          r == 0 ? &plan->layout : &copy);
@@ -668,16 +662,10 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   /* oneDNN sizes a primitive's work split by the threads it may use when
    * it is created: create them with the count they will run with. */
   omp_set_num_threads(plan->intra_threads);
+  /* Every node's plan starts zeroed (calloc): nothing fused, no layout. */
   plan_precision_and_chains(model);
   for (int i = 0; i < n; i++) {
-    model->layers[i].compiled->absorbed = 0;
-    model->layers[i].compiled->fused_layers = 0;
-    model->layers[i].compiled->fused[0] = model->layers[i].compiled->fused[1] =
-        NULL;
-  }
-  for (int i = 0; i < n; i++) {
     mxu_layer *layer = &model->layers[i];
-    layer->compiled->batch = plan->batch;
     if (layer->compiled->absorbed) continue;
     layer->compiled->fused_layers = fusion_proposal(model, i);
     MXU_TRY(plan_layer(model, i));

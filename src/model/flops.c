@@ -59,10 +59,8 @@ static double layer_flops(const mxu_model *model, int i, double batch,
                           double replicas) {
   const mxu_layer *layer = &model->layers[i];
   if (!layer->cls->flops) return 0.0;
-  const mxu_layer *from =
-      layer->input_count ? &model->layers[layer->inputs[0]] : NULL;
   mxu_flops_step step = {
-      from && !(from->cls == &mxu_input_layer_class && !from->input_count),
+      layer->input_count && mxu_tensor_has_grad(model, layer->inputs[0]),
       i == mxu_model_output(model) && fused_softmax(model), batch, replicas};
   return layer->cls->flops(layer, &step);
 }

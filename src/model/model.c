@@ -223,7 +223,6 @@ static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
     auto_name(model, cls, layer->name, sizeof layer->name);
   layer->index = model->layer_count;
   layer->scope = model->building_scope;
-  if (layer->scope) layer->hidden = 1; /* its scope is the listed layer */
   layer->owner = layer->index;
   layer->call = 0;
   layer->key = model->layer_count - model->input_count;
@@ -253,7 +252,7 @@ static mxu_status check_input_shape(const char *what, mxu_shape shape) {
 }
 
 static mxu_status add_input_node(mxu_model *model, const char *name,
-                                 mxu_shape shape, int hidden, int *out) {
+                                 mxu_shape shape, int *out) {
   MXU_TRY(check_input_shape("add_input", shape));
   if (model->input_count == MXU_MAX_INPUTS)
     return mxu_fail(MXU_ERR_UNSUPPORTED, "add_input: more than %d inputs",
@@ -262,7 +261,6 @@ static mxu_status add_input_node(mxu_model *model, const char *name,
   snprintf(fallback, sizeof fallback, "input_%d", model->input_count + 1);
   mxu_layer proto = {0};
   proto.out_shape = shape;
-  proto.hidden = hidden;
   MXU_TRY(add_node(model, &mxu_input_layer_class,
                    name                          ? name
                    : name_taken(model, fallback) ? NULL
@@ -282,7 +280,7 @@ mxu_status mxu_add_input(mxu_model *model, const char *name, mxu_shape shape) {
     return mxu_fail(MXU_ERR_ARG,
                     "add_input: the input must be the first and only one");
   int node;
-  return add_input_node(model, name, shape, 1, &node);
+  return add_input_node(model, name, shape, &node);
 }
 
 mxu_tensor_id mxu_input(mxu_model *model, const char *name, mxu_shape shape) {
@@ -293,7 +291,7 @@ mxu_tensor_id mxu_input(mxu_model *model, const char *name, mxu_shape shape) {
     return -1;
   }
   if (check_open(model, "input") != MXU_OK) return -1;
-  return add_input_node(model, name, shape, 0, &node) == MXU_OK ? node : -1;
+  return add_input_node(model, name, shape, &node) == MXU_OK ? node : -1;
 }
 
 /* A Sequential layer reads the node before it. */
@@ -583,7 +581,6 @@ mxu_tensor_id mxu_apply_again(mxu_model *model, mxu_tensor_id made_by,
     return -1;
   }
   mxu_layer proto = *owner;
-  proto.hidden = 1;
   proto.compiled = NULL;
   int calls = 0;
   for (int i = 0; i < model->layer_count; i++)
@@ -726,12 +723,7 @@ static mxu_status sort_nodes(mxu_model *model) {
     for (int i = 0; i < n; i++) first[i] = -1;
     for (int i = 0; i < n; i++)
       if (first[sorted[i].owner] < 0) first[sorted[i].owner] = i;
-    for (int i = 0; i < n; i++) {
-      int group = sorted[i].owner;
-      if (first[group] == group && group == i) continue; /* not shared */
-      sorted[i].owner = first[group];
-      sorted[i].hidden = i != first[group];
-    }
+    for (int i = 0; i < n; i++) sorted[i].owner = first[sorted[i].owner];
     memcpy(model->layers, sorted, (size_t)n * sizeof *sorted);
     for (int k = 0; k < model->input_count; k++)
       model->inputs[k] = place[model->inputs[k]];
@@ -871,8 +863,7 @@ mxu_status mxu_model_mark_sequential(mxu_model *model) {
                       model->layers[i].name);
   if (model->input_count != 1 || model->inputs[0] != 0 || model->output_count)
     return mxu_fail(MXU_ERR_ARG, "model: not a Sequential model");
-  model->sequential = 1;
-  model->layers[0].hidden = 1;
+  model->sequential = 1; /* its InputLayer is then not a listed layer */
   /* Its output is its last layer's; a model used as that layer gives it
    * from its own output node, not always the last node. */
   int last = model->layer_count - 1, scope = model->layers[last].scope;
@@ -900,6 +891,12 @@ int mxu_model_output(const mxu_model *model) {
 
 const mxu_layer *mxu_model_input(const mxu_model *model) {
   return model->input_count ? &model->layers[model->inputs[0]] : NULL;
+}
+
+int mxu_tensor_has_grad(const mxu_model *model, int t) {
+  const mxu_layer *from = &model->layers[t];
+  if (from->cls != &mxu_input_layer_class) return 1;
+  return from->input_count && mxu_tensor_has_grad(model, from->inputs[0]);
 }
 
 int mxu_layer_ends_in_softmax(const mxu_layer *layer) {

@@ -182,9 +182,6 @@ struct mxu_layer {
   int inputs[MXU_MAX_INPUTS];
   int input_count;
   mxu_shape in_shapes[MXU_MAX_INPUTS];
-  /* Not one of Keras' model.layers: a Sequential's InputLayer, or a
-   * shared layer's application other than the one listed. */
-  int hidden;
   /* A shared layer (Keras: one layer called several times) is a node per
    * call: `owner` is the node holding the weights (the first of them in
    * Keras' order; a node's own index otherwise) and `call` the call's
@@ -297,6 +294,7 @@ typedef struct mxu_replica {
 typedef struct mxu_edge {
   size_t dx;   /* offset of the buffer dx is written into */
   int partial; /* 1: add the buffer into the input's gradient after */
+  int need_dx; /* mxu_tensor_has_grad of the input */
 } mxu_edge;
 
 typedef struct mxu_plan {
@@ -381,6 +379,17 @@ const mxu_layer *mxu_model_input(const mxu_model *model);
 /* Keras' model.layers[i] as a node index (a Sequential's InputLayer is
  * not one); -1 when out of range or a model used as a layer. */
 int mxu_model_node(const mxu_model *model, int layer);
+/* Whether tensor t (node t's output) carries a gradient: every tensor
+ * but a model input does (an InputLayer inside a model used as a layer
+ * passes on the gradient of what it views). */
+int mxu_tensor_has_grad(const mxu_model *model, int t);
+/* The node whose output a node's run writes: the last it fused, or its
+ * own. */
+static inline int mxu_layer_writes(const mxu_layer *layer) {
+  const mxu_node_plan *p = layer->compiled;
+  return p && p->fused_layers ? p->fused[p->fused_layers - 1]->index
+                              : layer->index;
+}
 /* A node that is another call of a shared layer (not the owner). */
 static inline int mxu_layer_is_call(const mxu_layer *layer) {
   return layer->owner != layer->index;

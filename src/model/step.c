@@ -7,16 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-/* Whether a node's input carries a gradient: every tensor but a model
- * input does (an InputLayer inside a model used as a layer passes on the
- * gradient of what it views). */
-static int needs_dx(const mxu_model *model, int input) {
-  const mxu_layer *from = &model->layers[input];
-  if (from->cls == &mxu_input_layer_class && from->input_count)
-    return needs_dx(model, from->inputs[0]);
-  return from->cls != &mxu_input_layer_class;
-}
-
 mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
                               const mxu_step_key *key) {
   mxu_plan *plan = &model->plan;
@@ -29,16 +19,12 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
   for (int k = 0; k < layer->input_count; k++) {
     run.xs[k] = mxu_replica_floats(replica, plan->act[layer->inputs[k]]);
     run.dxs[k] = mxu_replica_floats(replica, edges[k].dx);
-    run.need_dxs[k] = needs_dx(model, layer->inputs[k]);
+    run.need_dxs[k] = edges[k].need_dx;
   }
   run.x = run.xs[0];
   run.dx = run.dxs[0];
   run.need_dx = run.need_dxs[0];
-  /* A fused op writes the output of the last node it runs. */
-  int last =
-      layer->compiled->fused_layers
-          ? layer->compiled->fused[layer->compiled->fused_layers - 1]->index
-          : i;
+  int last = mxu_layer_writes(layer);
   run.y = mxu_replica_floats(replica, plan->act[last]);
   run.dy = mxu_replica_floats(replica, plan->grad[last]);
   run.arena = replica->arena.base;
