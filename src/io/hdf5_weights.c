@@ -84,8 +84,7 @@ mxu_status mxu_weights_layers_make(const mxu_model *model, int keras3,
   }
   for (int l = 0; l < items; l++) {
     int item = out->nodes[l];
-    out->names[l] =
-        item >= 0 ? model->layers[item].name : model->scopes[-1 - item].name;
+    out->names[l] = mxu_model_item_name(model, item);
     out->first[l] = used;
     out->size[l] = mxu_model_layer_params(model, item, out->params + used);
     used += out->size[l];

@@ -197,6 +197,12 @@ static mxu_status read_input_layer(const mxu_json_where *where,
 /* A model without an InputLayer takes its input from the first layer's
  * batch_input_shape, as tf.keras 2.x writes it, or from the model's build
  * shape; tf.keras names that input "<first layer>_input". */
+/* tf.keras names a Sequential's unwritten input "<first layer>_input". */
+static void implicit_input_name(const char *first, char out[MXU_NAME_SIZE]) {
+  snprintf(out, MXU_NAME_SIZE, "%.*s_input", MXU_NAME_SIZE - 8,
+           first ? first : "input");
+}
+
 static mxu_status add_implicit_input(const mxu_json_where *where,
                                      const cJSON *config, mxu_json_node *node,
                                      const char *name,
@@ -211,8 +217,7 @@ static mxu_status add_implicit_input(const mxu_json_where *where,
                          "the model has no InputLayer and its first layer no "
                          "batch_input_shape, so the input shape is unknown");
   char input_name[MXU_NAME_SIZE];
-  snprintf(input_name, sizeof input_name, "%.*s_input", MXU_NAME_SIZE - 8,
-           name ? name : "input");
+  implicit_input_name(name, input_name);
   return mxu_json_applied(where, node,
                           mxu_input(node->model, input_name, shape));
 }
@@ -773,8 +778,7 @@ static mxu_status read_nested_sequential(const char *source,
       if (input_layer)
         MXU_TRY(read_config_shape(&where, e.config, &shape, &found));
       char name[MXU_NAME_SIZE];
-      snprintf(name, sizeof name, "%.*s_input", MXU_NAME_SIZE - 8,
-               e.name ? e.name : "input");
+      implicit_input_name(e.name, name);
       MXU_TRY(mxu_json_applied(
           &where, &node,
           mxu_scope_input(model, input_layer && e.name ? e.name : name, shape,

@@ -32,30 +32,41 @@ mxu_compile_config mxu_compile_defaults(void) {
   return config;
 }
 
+/* Readers of each node's output into counts (zeroed): the nodes that
+ * read it, and the caller for each model output (the loss for the
+ * first). */
+static void count_readers(const mxu_model *model, int *counts) {
+  for (int i = 0; i < model->layer_count; i++) {
+    const mxu_layer *layer = &model->layers[i];
+    for (int k = 0; k < layer->input_count; k++) counts[layer->inputs[k]]++;
+  }
+  counts[mxu_model_output(model)]++;
+  for (int k = 1; k < model->output_count; k++) counts[model->outputs[k]]++;
+}
+
 /* Every node must lead to the output: Keras' model holds only the layers
  * between its inputs and outputs, and a tensor nobody reads would get no
  * gradient. */
 static mxu_status check_graph(const mxu_model *model) {
   int output = mxu_model_output(model);
-  for (int i = 0; i < model->layer_count; i++) {
-    int read = i == output;
-    for (int k = 0; k < model->output_count; k++)
-      read |= model->outputs[k] == i;
-    for (int j = i + 1; j < model->layer_count && !read; j++)
-      for (int k = 0; k < model->layers[j].input_count; k++)
-        read |= model->layers[j].inputs[k] == i;
-    if (!read)
-      return mxu_fail(MXU_ERR_ARG,
-                      "compile: the output of layer '%s' is used by no layer "
-                      "and is not a model output; remove it or pass it to "
-                      "mxu_model_outputs",
-                      model->layers[i].name);
-  }
   if (model->input_count == 0 ||
       model->layers[output].cls == &mxu_input_layer_class)
     return mxu_fail(MXU_ERR_ARG,
                     "compile: the model needs an input and at least one "
                     "layer");
+  int *readers = calloc((size_t)model->layer_count, sizeof *readers);
+  if (!readers) return mxu_fail(MXU_ERR_NOMEM, "compile: out of memory");
+  count_readers(model, readers);
+  int unread = -1;
+  for (int i = 0; i < model->layer_count && unread < 0; i++)
+    if (!readers[i]) unread = i;
+  free(readers);
+  if (unread >= 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: the output of layer '%s' is used by no layer "
+                    "and is not a model output; remove it or pass it to "
+                    "mxu_model_outputs",
+                    model->layers[unread].name);
   return MXU_OK;
 }
 
@@ -403,20 +414,6 @@ static mxu_status plan_strategy(mxu_model *model, int batch) {
 /* ---- the graph's buffers --------------------------------------------------
  */
 
-/* Readers of each node's output: its consumers, and the loss for the
- * model's output. */
-static void count_consumers(mxu_model *model) {
-  mxu_plan *plan = &model->plan;
-  for (int i = 0; i < model->layer_count; i++) {
-    const mxu_layer *layer = &model->layers[i];
-    for (int k = 0; k < layer->input_count; k++)
-      plan->consumers[layer->inputs[k]]++;
-  }
-  plan->consumers[mxu_model_output(model)]++;
-  for (int k = 1; k < model->output_count; k++)
-    plan->consumers[model->outputs[k]]++;
-}
-
 /* Whether node i is one of the model's outputs, which the caller reads. */
 static int is_output(const mxu_model *model, int i) {
   if (i == mxu_model_output(model)) return 1;
@@ -655,7 +652,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   plan->edges = calloc((size_t)n * MXU_MAX_INPUTS, sizeof *plan->edges);
   if (!plan->act || !plan->grad || !plan->consumers || !plan->edges)
     return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
-  count_consumers(model);
+  count_readers(model, plan->consumers);
   MXU_TRY(plan_strategy(model, batch));
   MXU_TRY(check_batch_sizes(model));
   plan->fused_softmax = !model->compile.from_logits && final_softmax(model);

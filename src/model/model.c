@@ -243,11 +243,11 @@ static mxu_status check_input_shape(const char *what, mxu_shape shape) {
     return mxu_fail(MXU_ERR_SHAPE, "%s: rank %d is not in 1..%d", what,
                     shape.rank, MXU_MAX_RANK);
   for (int i = 0; i < shape.rank; i++)
-    if (shape.dims[i] <= 0 || shape.dims[i] > (1 << 24))
+    if (shape.dims[i] <= 0 || shape.dims[i] > MXU_MAX_DIM)
       return mxu_fail(MXU_ERR_SHAPE,
                       "%s: dimension %d is %lld; every dimension must be in "
-                      "1..16777216",
-                      what, i, (long long)shape.dims[i]);
+                      "1..%d (MXU_MAX_DIM)",
+                      what, i, (long long)shape.dims[i], MXU_MAX_DIM);
   return MXU_OK;
 }
 
@@ -502,14 +502,16 @@ mxu_tensor_id mxu_apply_batch_normalization(mxu_model *model,
                1);
 }
 
+/* A config was passed (else the call fails saying so). */
+static int given(const void *config, const char *what) {
+  if (!config) mxu_fail(MXU_ERR_ARG, "apply %s: config is NULL", what);
+  return config != NULL;
+}
+
 mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
                                          const mxu_global_pool2d_config *config,
                                          mxu_tensor_id x) {
-  if (x < 0) return -1; /* its message is the cause */
-  if (!config) {
-    mxu_fail(MXU_ERR_ARG, "apply global pooling: config is NULL");
-    return -1;
-  }
+  if (x < 0 || !given(config, "global pooling")) return -1;
   mxu_layer proto = {0};
   proto.config.global_pool = *config;
   proto.config.global_pool.name = NULL;
@@ -522,11 +524,7 @@ mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
                                        const mxu_zero_padding2d_config *config,
                                        mxu_tensor_id x) {
-  if (x < 0) return -1; /* its message is the cause */
-  if (!config) {
-    mxu_fail(MXU_ERR_ARG, "apply ZeroPadding2D: config is NULL");
-    return -1;
-  }
+  if (x < 0 || !given(config, "ZeroPadding2D")) return -1;
   mxu_layer proto = {0};
   proto.config.padding = *config;
   proto.config.padding.name = NULL;
@@ -535,11 +533,7 @@ mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
 
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
                              mxu_tensor_id x) {
-  if (x < 0) return -1; /* its message is the cause */
-  if (!config) {
-    mxu_fail(MXU_ERR_ARG, "apply ReLU: config is NULL");
-    return -1;
-  }
+  if (x < 0 || !given(config, "ReLU")) return -1;
   mxu_layer proto = {0};
   proto.config.relu = *config;
   proto.config.relu.name = NULL;
@@ -549,11 +543,7 @@ mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
 mxu_tensor_id mxu_apply_reshape(mxu_model *model,
                                 const mxu_reshape_config *config,
                                 mxu_tensor_id x) {
-  if (x < 0) return -1; /* its message is the cause */
-  if (!config) {
-    mxu_fail(MXU_ERR_ARG, "apply Reshape: config is NULL");
-    return -1;
-  }
+  if (x < 0 || !given(config, "Reshape")) return -1;
   mxu_layer proto = {0};
   proto.config.reshape = *config;
   proto.config.reshape.name = NULL;
@@ -818,19 +808,30 @@ int mxu_scope_child(const mxu_model *model, int scope, int i) {
   return s;
 }
 
+/* Node i as one of scope's layers: itself, -1 - c where a model c used
+ * as a layer there starts, else INT_MIN (another call of a shared layer, a
+ * Sequential's InputLayer, inside c, or outside scope). */
+static int scope_item(const mxu_model *model, int scope, int i) {
+  int child = mxu_scope_child(model, scope, i);
+  if (child) return i == model->scopes[child].first ? -1 - child : INT_MIN;
+  return model->layers[i].scope == scope && mxu_layer_listed(model, i)
+             ? i
+             : INT_MIN;
+}
+
 int mxu_scope_layers(const mxu_model *model, int scope, int *out) {
   int first = scope ? model->scopes[scope].first : 0;
   int last = scope ? model->scopes[scope].last : model->layer_count - 1;
   int count = 0;
   for (int i = first; i <= last; i++) {
-    int child = mxu_scope_child(model, scope, i);
-    if (child && i == model->scopes[child].first)
-      out[count++] = -1 - child;
-    else if (!child && model->layers[i].scope == scope &&
-             mxu_layer_listed(model, i))
-      out[count++] = i;
+    int item = scope_item(model, scope, i);
+    if (item != INT_MIN) out[count++] = item;
   }
   return count;
+}
+
+const char *mxu_model_item_name(const mxu_model *model, int item) {
+  return item >= 0 ? model->layers[item].name : model->scopes[-1 - item].name;
 }
 
 const char *mxu_scope_tensor(const mxu_model *model, int scope, int t,
@@ -910,13 +911,8 @@ int mxu_layer_declare(const mxu_layer *layer, mxu_param_decl *decls) {
 /* Keras' model.layers[layer] as an item of mxu_scope_layers(0): a node,
  * or -1 - scope for a model used as a layer; INT_MIN when out of range. */
 static int nth_layer(const mxu_model *model, int layer) {
-  if (!model || layer < 0) return INT_MIN;
-  for (int i = 0; i < model->layer_count; i++) {
-    int child = mxu_scope_child(model, 0, i);
-    int item = child && i == model->scopes[child].first ? -1 - child
-               : !child && !model->layers[i].scope && mxu_layer_listed(model, i)
-                   ? i
-                   : INT_MIN;
+  for (int i = 0; model && layer >= 0 && i < model->layer_count; i++) {
+    int item = scope_item(model, 0, i);
     if (item != INT_MIN && layer-- == 0) return item;
   }
   return INT_MIN;
@@ -929,7 +925,8 @@ int mxu_model_node(const mxu_model *model, int layer) {
 
 int mxu_model_layer_count(const mxu_model *model) {
   int count = 0;
-  while (nth_layer(model, count) != INT_MIN) count++;
+  for (int i = 0; model && i < model->layer_count; i++)
+    count += scope_item(model, 0, i) != INT_MIN;
   return count;
 }
 
@@ -952,8 +949,7 @@ mxu_shape mxu_model_input_shape(const mxu_model *model) {
 
 const char *mxu_model_layer_name(const mxu_model *model, int layer) {
   int item = nth_layer(model, layer);
-  if (item == INT_MIN) return NULL;
-  return item >= 0 ? model->layers[item].name : model->scopes[-1 - item].name;
+  return item == INT_MIN ? NULL : mxu_model_item_name(model, item);
 }
 
 int mxu_model_layer_params(const mxu_model *model, int item, int *out) {

@@ -415,6 +415,8 @@ int mxu_model_layer_params(const mxu_model *model, int item, int *out);
  * model's node count): a node index, or -1 - c for model c used as a
  * layer. Returns how many. */
 int mxu_scope_layers(const mxu_model *model, int scope, int *out);
+/* A layer item's name (a node's, or a model used as a layer's). */
+const char *mxu_model_item_name(const mxu_model *model, int item);
 /* The scope directly inside `scope` that node i belongs to (0: none, i
  * is in `scope` itself or outside it). */
 int mxu_scope_child(const mxu_model *model, int scope, int i);

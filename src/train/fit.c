@@ -161,21 +161,7 @@ mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
   if (!x || !out || count < 0)
     return mxu_fail(MXU_ERR_ARG, "predict: x and out are required");
   MXU_TRY(check_io(model, "predict"));
-  mxu_dataset view = {0};
-  view.shape = mxu_model_input(model)->out_shape;
-  view.count = count;
-  view.x = (float *)(uintptr_t)x; /* read only: gather copies from it */
-  int64_t classes = output_classes(model);
-  int64_t batch = global_batch(model);
-  mxu_step_key key = {0, 0, 0, 0};
-  for (int64_t first = 0; first < count; first += batch) {
-    int64_t rows = count - first < batch ? count - first : batch;
-    load_batch(model, &view, NULL, first, rows);
-    mxu_strategy_step(model, &key, 1.0f);
-    mxu_strategy_outputs(model, mxu_model_output(model), rows,
-                         out + first * classes);
-  }
-  return MXU_OK;
+  return mxu_predict_outputs(model, &x, count, &out);
 }
 
 int64_t mxu_fit_batch_size(int batch_size, int steps_per_epoch,
