@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Keras' log names: "accuracy" or "sparse_categorical_accuracy", and the
  * same with "val_" for validation. Epochs that did not validate get no

@@ -3,13 +3,9 @@
  * Keras' model_from_json rebuilds it; files are replaced atomically. */
 #include "io/json.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define KERAS2_VERSION "2.15.0"
 #define KERAS3_VERSION "3.6.0"
