@@ -265,12 +265,6 @@ static mxu_status same_shape_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
-static int no_params(const mxu_layer *layer, mxu_param_decl *decls) {
-  (void)layer;
-  (void)decls;
-  return 0;
-}
-
 static mxu_status activation_plan(mxu_layer *layer, const mxu_backend *backend,
                                   int batch, mxu_arena *layout) {
   (void)batch;
@@ -322,7 +316,6 @@ const mxu_layer_class mxu_activation_class = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = same_shape_infer,
-    .declare = no_params,
     .plan = activation_plan,
     .forward = activation_forward,
     .backward = activation_backward,
@@ -349,7 +342,6 @@ const mxu_layer_class mxu_flatten_class = {
     .max_inputs = 1,
     .view = 1,
     .infer = flatten_infer,
-    .declare = no_params,
     .plan = mxu_no_plan,
     .forward = mxu_view_forward,
     .backward = mxu_view_backward,
@@ -434,7 +426,6 @@ const mxu_layer_class mxu_dropout_class = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = dropout_infer,
-    .declare = no_params,
     .plan = dropout_plan,
     .forward = dropout_forward,
     .backward = dropout_backward,

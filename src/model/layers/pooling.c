@@ -9,12 +9,6 @@ static mxu_status pool2d_infer(mxu_layer *layer) {
                           channels);
 }
 
-static int pool2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
-  (void)layer;
-  (void)decls;
-  return 0;
-}
-
 mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch) {
   const mxu_pool2d_config *c = &layer->config.pool;
   mxu_pool2d_desc d = {0};
@@ -140,7 +134,6 @@ const mxu_layer_class mxu_max_pooling2d_class = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = pool2d_infer,
-    .declare = pool2d_declare,
     .plan = pool2d_plan,
     .forward = pool2d_forward,
     .backward = pool2d_backward,
@@ -156,7 +149,6 @@ const mxu_layer_class mxu_average_pooling2d_class = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = pool2d_infer,
-    .declare = pool2d_declare,
     .plan = pool2d_plan,
     .forward = pool2d_forward,
     .backward = pool2d_backward,
