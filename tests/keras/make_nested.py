@@ -28,6 +28,8 @@ import numpy as np  # noqa: E402
 import keras  # noqa: E402
 import tf_keras  # noqa: E402
 
+import golden_step  # noqa: E402
+
 
 def build(K):
     L = K.layers
@@ -55,21 +57,13 @@ def main(out):
     np.random.seed(2)
     x = np.random.rand(4, 6, 6, 2).astype(np.float32)
     y = np.random.randint(0, 3, size=4).astype(np.int32)
-    with open(os.path.join(out, "model.tf2.json"), "w") as f:
-        f.write(model.to_json(indent=1))
-    model.save_weights(os.path.join(out, "initial.h5"))
     k3 = build(keras)
     k3.set_weights(model.get_weights())
     k3.save_weights(os.path.join(out, "initial.weights.h5"))
     with open(os.path.join(out, "model.k3.json"), "w") as f:
         f.write(k3.to_json(indent=1))
-    before = model.predict(x, verbose=0)
-    loss, _ = model.train_on_batch(x, y)
-    after = model.predict(x, verbose=0)
-    model.save_weights(os.path.join(out, "after_step.h5"))
-    with h5py.File(os.path.join(out, "batch.h5"), "w") as f:
-        f["x"], f["y"], f["loss"] = x, y, float(loss)
-        f["predict_before"], f["predict_after"] = before, after
+    loss = golden_step.write(model, x, y, out)
+    before = h5py.File(os.path.join(out, "batch.h5"))["predict_before"][()]
     print("loss", loss, "k3 vs tf2 before",
           np.abs(k3.predict(x, verbose=0) - before).max())
 
