@@ -92,7 +92,10 @@ static void round_trip(mxu_optimizer_config optimizer, const char *name) {
   mxu_model *a = cifar(optimizer, 1);
   train(a, 2, 3);
   CHECK(a->iterations == 2 && nonzero(a->slot_m, a->trainable_count));
-  mxu_train_position pos = {1, 3, 0x8000000000000077ull}, got = {0, 0, 0};
+  mxu_train_position pos = {.epoch = 1,
+                            .step = 3,
+                            .seed = 0x8000000000000077ull},
+                     got = {.epoch = 0, .step = 0, .seed = 0};
   CHECK_OK(mxu_save_model(a, temp_path(name), &pos));
   mxu_model *b = NULL;
   CHECK_OK(mxu_load_model(temp_path(name), MXU_BACKEND_CPU, &b, &got));
@@ -232,7 +235,7 @@ static void expect_optimizer(hid_t file, const mxu_model *model) {
 static void file_tree(void) {
   mxu_model *a = cifar(mxu_adam(1e-3f), 1);
   train(a, 2, 3);
-  mxu_train_position pos = {0, 2, 5};
+  mxu_train_position pos = {.epoch = 0, .step = 2, .seed = 5};
   CHECK_OK(mxu_save_model(a, temp_path("tree.h5"), &pos));
   hid_t file = H5Fopen(temp_path("tree.h5"), H5F_ACC_RDONLY, H5P_DEFAULT);
   CHECK(file >= 0);
@@ -389,7 +392,7 @@ static mxu_model *write_checkpoints(void) {
   mxu_model *a = cifar(mxu_adam(1e-3f), 1);
   for (int i = 0; i < 3; i++) {
     train(a, 1, 10 + (uint64_t)i);
-    mxu_train_position pos = {i / 2, 1 + i % 2, 42};
+    mxu_train_position pos = {.epoch = i / 2, .step = 1 + i % 2, .seed = 42};
     CHECK_OK(mxu_checkpoint_save(a, ckpt_dir, &pos, 3));
     snap[i] = copy_weights(a);
   }
@@ -405,7 +408,7 @@ static void rotation(void) {
   if (f) fclose(f);
   f = fopen(ckpt("notes.txt"), "w");
   if (f) fclose(f);
-  mxu_train_position pos = {1, 5, 42};
+  mxu_train_position pos = {.epoch = 1, .step = 5, .seed = 42};
   CHECK_OK(mxu_checkpoint_save(a, ckpt_dir, &pos, 1));
   CHECK(count_entries(ckpt_dir, "ckpt-") == 2);
   CHECK(exists(ckpt("ckpt-00001-00005.h5")) &&
@@ -416,7 +419,7 @@ static void rotation(void) {
    * checkpointed: the last good checkpoint stays the newest. */
   float saved = a->weights[7];
   a->weights[7] = INFINITY;
-  pos = (mxu_train_position){1, 6, 42};
+  pos = (mxu_train_position){.epoch = 1, .step = 6, .seed = 42};
   CHECK(mxu_checkpoint_save(a, ckpt_dir, &pos, 3) == MXU_ERR_NUMERIC &&
         has(mxu_errmsg(), "infinite") && has(mxu_errmsg(), "last one stays"));
   CHECK(!exists(ckpt("ckpt-00001-00006.h5")) &&
@@ -452,9 +455,43 @@ static void one_run_a_directory(void) {
   CHECK_MSG(child_locks(dir, "") == 0, "the lock outlived its unlock");
 }
 
+/* Rewrites the file's mxu_step attribute in place through HDF5. */
+static int set_step(const char *path, int64_t step) {
+  hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t attr = file >= 0 ? H5Aopen(file, "mxu_step", H5P_DEFAULT) : -1;
+  int ok = attr >= 0 && H5Awrite(attr, H5T_NATIVE_INT64, &step) >= 0;
+  if (attr >= 0) H5Aclose(attr);
+  return file >= 0 && H5Fclose(file) >= 0 && ok;
+}
+
+/* Writes n bytes into the file at offset (flip: XORs one byte with 0x40
+ * instead). */
+static int patch(const char *path, long offset, const char *bytes, size_t n,
+                 int flip) {
+  int fd = open(path, O_RDWR);
+  unsigned char old = 0;
+  int ok = fd >= 0 && (!flip || pread(fd, &old, 1, offset) == 1);
+  old ^= 0x40;
+  ok = ok && (flip ? pwrite(fd, &old, 1, offset) == 1
+                   : pwrite(fd, bytes, n, offset) == (ssize_t)n);
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+/* Offset of the first occurrence of text in the file's first 64 KiB. */
+static long find_bytes(const char *path, const char *text) {
+  static unsigned char bytes[1 << 16];
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(bytes, 1, sizeof bytes, f) : 0, k = strlen(text);
+  if (f) fclose(f);
+  for (size_t i = 0; i + k <= n; i++)
+    if (memcmp(bytes + i, text, k) == 0) return (long)i;
+  return -1;
+}
+
 static void fallback(void) {
   mxu_model *b = cifar(mxu_adam(1e-3f), 5);
-  mxu_train_position pos = {0, 0, 0};
+  mxu_train_position pos = {.epoch = 0, .step = 0, .seed = 0};
   int found = -1;
   char skipped[4096];
   CHECK_OK(mxu_checkpoint_restore(b, ckpt_dir, &pos, &found, skipped,
@@ -463,7 +500,8 @@ static void fallback(void) {
   CHECK(skipped[0] == 0 &&
         same_floats(snap[2], b->weights, b->trainable_count));
   /* newest truncated to half: the one before it */
-  mxu_checkpoint_save(b, ckpt_dir, &(mxu_train_position){2, 0, 42}, 5);
+  mxu_checkpoint_save(
+      b, ckpt_dir, &(mxu_train_position){.epoch = 2, .step = 0, .seed = 42}, 5);
   struct stat st;
   CHECK(stat(ckpt("ckpt-00002-00000.h5"), &st) == 0);
   CHECK(truncate(ckpt("ckpt-00002-00000.h5"), st.st_size / 2) == 0);
@@ -473,7 +511,8 @@ static void fallback(void) {
   CHECK_MSG(has(skipped, "ckpt-00002-00000.h5: "), "skipped: %s", skipped);
   /* and corrupt in the middle, where the weights' raw bytes lie */
   unlink(ckpt("ckpt-00002-00000.h5"));
-  mxu_checkpoint_save(b, ckpt_dir, &(mxu_train_position){2, 0, 42}, 5);
+  mxu_checkpoint_save(
+      b, ckpt_dir, &(mxu_train_position){.epoch = 2, .step = 0, .seed = 42}, 5);
   CHECK(stat(ckpt("ckpt-00002-00000.h5"), &st) == 0);
   int fd = open(ckpt("ckpt-00002-00000.h5"), O_WRONLY);
   static unsigned char junk[4096];
@@ -487,7 +526,41 @@ static void fallback(void) {
   CHECK_MSG(has(skipped, "ckpt-00002-00000.h5: ") && has(skipped, "corrupt"),
             "skipped: %s", skipped);
   CHECK(same_floats(snap[2], b->weights, b->trainable_count));
+  /* and a training position changed in place (as h5py would): the seal
+   * covers it as it covers the weights */
+  unlink(ckpt("ckpt-00002-00000.h5"));
+  mxu_checkpoint_save(
+      b, ckpt_dir, &(mxu_train_position){.epoch = 2, .step = 0, .seed = 42}, 5);
+  CHECK(set_step(ckpt("ckpt-00002-00000.h5"), 7));
+  CHECK_OK(mxu_checkpoint_restore(b, ckpt_dir, &pos, &found, skipped,
+                                  sizeof skipped));
+  CHECK(found == 1 && pos.epoch == 1 && pos.step == 1);
+  CHECK_MSG(has(skipped, "ckpt-00002-00000.h5: ") && has(skipped, "corrupt"),
+            "skipped: %s", skipped);
   for (int i = 0; i < 3; i++) free(snap[i]);
+  mxu_model_free(b);
+}
+
+/* A file mxu did not write (here: one whose seal is cleared) is read
+ * through in a child first: intact it loads, and a byte that made
+ * libhdf5 1.10 crash in H5HG_read (the high bytes of the first global heap
+ * object's size) is a refusal, not a crash. */
+static void foreign_damage(int full_model) {
+  mxu_model *a = cifar(mxu_adam(1e-3f), 3), *b = cifar(mxu_adam(1e-3f), 4);
+  const char *path = temp_path("foreign.h5");
+  CHECK_OK(full_model ? mxu_save_model(a, path, NULL)
+                      : mxu_save_weights(a, path));
+  CHECK(patch(path, 0, "\0\0\0\0\0\0\0\0", 8, 0));
+  CHECK_OK(full_model ? mxu_restore_model(b, path, NULL)
+                      : mxu_load_weights(b, path));
+  CHECK(same_floats(a->weights, b->weights, a->trainable_count));
+  long heap = find_bytes(path, "GCOL");
+  CHECK(heap > 0);
+  CHECK(patch(path, heap + 16 + 8 + 6, NULL, 0, 1));
+  EXPECT_FAIL(full_model ? mxu_restore_model(b, path, NULL)
+                         : mxu_load_weights(b, path),
+              MXU_ERR_FORMAT, "crashes");
+  mxu_model_free(a);
   mxu_model_free(b);
 }
 
@@ -522,7 +595,7 @@ static int save_too_large(const mxu_model *model) {
   if (getrlimit(RLIMIT_FSIZE, &limit) != 0) return 2;
   limit.rlim_cur = 100000;
   if (setrlimit(RLIMIT_FSIZE, &limit) != 0) return 2;
-  mxu_train_position pos = {9, 0, 42};
+  mxu_train_position pos = {.epoch = 9, .step = 0, .seed = 42};
   mxu_status s = mxu_checkpoint_save(model, ckpt_dir, &pos, 2);
   int ok = s == MXU_ERR_IO && has(mxu_errmsg(), "ckpt-00009-00000.h5") &&
            has(mxu_errmsg(), "too large");
@@ -542,7 +615,7 @@ static void disk_full(void) {
             "the child's save did not fail as expected (status %d)", status);
   CHECK(!exists(ckpt("ckpt-00009-00000.h5")));
   CHECK(count_entries(ckpt_dir, ".tmp-") == 0);
-  mxu_train_position pos = {0, 0, 0};
+  mxu_train_position pos = {.epoch = 0, .step = 0, .seed = 0};
   int found = 0;
   CHECK_OK(mxu_checkpoint_restore(a, ckpt_dir, &pos, &found, NULL, 0));
   CHECK(found == 1 && pos.epoch == 1 && pos.step == 1);
@@ -575,6 +648,8 @@ int main(void) {
   rotation();
   one_run_a_directory();
   fallback();
+  foreign_damage(0);
+  foreign_damage(1);
   empty_and_broken();
   disk_full();
   mxu_dataset_free(data);

@@ -280,7 +280,8 @@ static void not_hdf5(void) {
   unsigned char *bytes = read_bytes(path, &size);
   mxu_model *b = compiled(16, MXU_BACKEND_CPU, 2);
   mxu_model *before = compiled(16, MXU_BACKEND_CPU, 2);
-  bytes[1] ^= 0x20; /* "\x89HDF" -> "\x89hDF" */
+  /* "\x89HDF" -> "\x89hDF", after the 512-byte user block mxu keeps */
+  bytes[512 + 1] ^= 0x20;
   write_bytes(path, bytes, size);
   EXPECT_FAIL(mxu_load_weights(b, path), MXU_ERR_FORMAT, "not an HDF5 file");
   CHECK(has(mxu_errmsg(), path));

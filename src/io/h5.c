@@ -79,21 +79,28 @@ static hid_t access_plist(void) {
   return fapl;
 }
 
-/* The system's reason comes first: HDF5 would only say it cannot open. */
-static mxu_status check_readable(const char *path) {
+/* The system's reason comes first: HDF5 would only say it cannot open.
+ * Then whether HDF5 may parse it: sealed and intact, or probed. */
+static mxu_status check_readable(const char *path, int intact) {
   int fd = open(path, O_RDONLY);
   if (fd < 0)
     return mxu_fail(MXU_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
-  int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode), sealed = 0;
+  mxu_status s = regular ? mxu_h5_check_seal(path, fd, &sealed)
+                         : mxu_fail(MXU_ERR_IO, "%s: not a regular file", path);
   close(fd);
-  if (!regular) return mxu_fail(MXU_ERR_IO, "%s: not a regular file", path);
-  return MXU_OK;
+  if (s == MXU_ERR_FORMAT && sealed && !intact) {
+    s = MXU_OK;
+    sealed = 0;
+  }
+  if (s == MXU_OK && !sealed) s = mxu_h5_probe(path);
+  return s;
 }
 
-mxu_status mxu_h5_open(const char *path, hid_t *file) {
+mxu_status mxu_h5_open(const char *path, int intact, hid_t *file) {
   *file = H5I_INVALID_HID;
-  MXU_TRY(check_readable(path));
+  MXU_TRY(check_readable(path, intact));
   htri_t is_hdf5 = H5Fis_hdf5(path);
   if (is_hdf5 <= 0)
     return mxu_h5_fail(MXU_ERR_FORMAT,
@@ -128,32 +135,37 @@ mxu_status mxu_h5_create(mxu_h5_output *out, const char *path) {
   out->file = H5I_INVALID_HID;
   /* The target first, so an unwritable place fails before any work. */
   MXU_TRY(mxu_file_begin(&out->target, path));
-  hid_t fapl = memory_plist();
+  hid_t fapl = memory_plist(), fcpl = H5Pcreate(H5P_FILE_CREATE);
+  if (fcpl >= 0) H5Pset_userblock(fcpl, MXU_H5_USER_BLOCK);
   /* In memory only (no backing store): the name is just a name. */
-  out->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  out->file = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, fapl);
   mxu_status s = MXU_OK;
   if (out->file < 0) {
     s = mxu_h5_fail(MXU_ERR_IO, "%s: cannot create an HDF5 file", path);
     mxu_h5_abandon(out);
   }
   H5Pclose(fapl);
+  H5Pclose(fcpl);
   return s;
 }
 
-/* The finished file's bytes, malloc'd; HDF5 is done with the file. */
-static mxu_status take_image(mxu_h5_output *out, void **image, size_t *size) {
+/* The finished file's bytes, malloc'd; HDF5 is done with the file. Its
+ * image starts at the superblock: the user block goes in front. */
+static mxu_status take_image(mxu_h5_output *out, unsigned char **image,
+                             size_t *size) {
   ssize_t n = -1;
   if (H5Fflush(out->file, H5F_SCOPE_GLOBAL) >= 0)
     n = H5Fget_file_image(out->file, NULL, 0);
   if (n < 0)
     return mxu_h5_fail(MXU_ERR_IO, "%s: cannot finish the HDF5 file",
                        out->path);
-  *image = malloc(n > 0 ? (size_t)n : 1);
+  *size = MXU_H5_USER_BLOCK + (size_t)n;
+  *image = calloc(*size, 1);
   if (!*image)
-    return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory for %zd bytes", out->path,
-                    n);
-  *size = (size_t)n;
-  if (H5Fget_file_image(out->file, *image, *size) != n) {
+    return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory for %zu bytes", out->path,
+                    *size);
+  if (H5Fget_file_image(out->file, *image + MXU_H5_USER_BLOCK, (size_t)n) !=
+      n) {
     free(*image);
     return mxu_h5_fail(MXU_ERR_IO, "%s: cannot finish the HDF5 file",
                        out->path);
@@ -162,7 +174,7 @@ static mxu_status take_image(mxu_h5_output *out, void **image, size_t *size) {
 }
 
 mxu_status mxu_h5_commit(mxu_h5_output *out) {
-  void *image = NULL;
+  unsigned char *image = NULL;
   size_t size = 0;
   mxu_status s = take_image(out, &image, &size);
   if (s != MXU_OK) {
@@ -171,6 +183,7 @@ mxu_status mxu_h5_commit(mxu_h5_output *out) {
   }
   H5Fclose(out->file); /* in memory: nothing left to fail */
   out->file = H5I_INVALID_HID;
+  mxu_h5_seal(image, size);
   s = mxu_file_finish(&out->target, image, size);
   free(image);
   return s;

@@ -46,10 +46,29 @@ const char *mxu_h5_where(hid_t object);
 
 /* ---- files ------------------------------------------------------------- */
 
-/* Opens path read-only. A missing or unreadable file is MXU_ERR_IO, one
- * that is not HDF5 (or is truncated or corrupt) MXU_ERR_FORMAT. Closing the
- * file closes every object still open in it. */
-mxu_status mxu_h5_open(const char *path, hid_t *file);
+/* Bytes before the HDF5 superblock in every file mxu writes; the first
+ * hold mxu's seal (h5_check.c). */
+#define MXU_H5_USER_BLOCK 512
+
+/* Writes the seal into a finished file image's user block: its size and
+ * the CRC-32 of everything after the user block. */
+void mxu_h5_seal(unsigned char *image, size_t size);
+/* *sealed is 1 when the open file fd (path, for messages) carries mxu's
+ * seal; MXU_ERR_FORMAT when it does and the rest no longer matches it. */
+mxu_status mxu_h5_check_seal(const char *path, int fd, int *sealed);
+/* Reads a file mxu did not write through once in a child process, so a
+ * file that crashes (or hangs) libhdf5 is MXU_ERR_FORMAT here instead. */
+mxu_status mxu_h5_probe(const char *path);
+
+/* Opens path read-only once HDF5 may parse it: sealed by mxu and intact,
+ * or read through by mxu_h5_probe. A seal that no longer matches is
+ * corruption when `intact` is set (a checkpoint to resume from must be
+ * what mxu wrote), else the file is taken as one another program edited
+ * (h5py keeps the user block) and probed like any foreign file. A missing
+ * or unreadable file is MXU_ERR_IO, one that is not HDF5 (or is truncated
+ * or corrupt) MXU_ERR_FORMAT. Closing the file closes every object still
+ * open in it. */
+mxu_status mxu_h5_open(const char *path, int intact, hid_t *file);
 void mxu_h5_close(hid_t file);
 
 /* A file written atomically: HDF5 builds it in memory; commit writes the

@@ -233,7 +233,7 @@ static mxu_status commit(mxu_weights_load *load) {
 
 static mxu_status load_file(mxu_model *model, const char *path) {
   hid_t file;
-  MXU_TRY(mxu_h5_open(path, &file));
+  MXU_TRY(mxu_h5_open(path, 0, &file));
   int n = model->param_count;
   mxu_weights_load load = {path, model, calloc((size_t)n + 1, sizeof(float *))};
   mxu_status s = MXU_OK;
