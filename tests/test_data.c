@@ -391,6 +391,45 @@ static mxu_status load_idx_files(const char *images, const char *labels,
   return mxu_load_idx(image_path, label_path, out);
 }
 
+/* Corrupt compressed data in the middle of a file: the message places it
+ * there, to within zlib's read-ahead (it said "offset 0" whenever the
+ * first 1 MiB read failed). */
+static void test_gzip_corrupt_middle(void) {
+  enum { COUNT = 3000, SIDE = 28 };
+  static unsigned char images[16 + COUNT * SIDE * SIDE];
+  size_t size = make_idx_images(images, COUNT, SIDE, SIDE);
+  uint32_t state = 12345; /* 16 levels of noise: Huffman codes, no runs */
+  for (size_t i = 16; i < size; i++)
+    images[i] = (unsigned char)((state = state * 1103515245u + 12345u) >> 28);
+  write_file("middle.gz", images, size, 1);
+  char path[512];
+  tmp_path(path, "middle.gz");
+  FILE *f = fopen(path, "r+b");
+  long length = -1;
+  if (f && fseek(f, 0, SEEK_END) == 0) length = ftell(f);
+  CHECK(length > 500000);
+  if (f && length > 0 && fseek(f, length / 2, SEEK_SET) == 0) {
+    int c = fgetc(f);
+    fseek(f, length / 2, SEEK_SET);
+    fputc(c ^ 0xff, f);
+  }
+  if (f) fclose(f);
+  unsigned char labels[8 + COUNT] = {0};
+  write_file("middle-labels", labels, make_idx_labels(labels, COUNT), 0);
+  mxu_dataset *data = NULL;
+  mxu_status s = load_idx_files("middle.gz", "middle-labels", &data);
+  CHECK(s == MXU_ERR_FORMAT && data == NULL);
+  unsigned long long unpacked = 0, at = 0;
+  const char *m = mxu_errmsg(), *offset = strstr(m, "offset ");
+  const char *byte = strstr(m, "byte ");
+  CHECK_MSG(strstr(m, "corrupt gzip") && offset && byte &&
+                sscanf(offset, "offset %llu", &unpacked) == 1 &&
+                sscanf(byte, "byte %llu", &at) == 1,
+            "%s", m);
+  CHECK_MSG(unpacked >= 500000 && at >= (unsigned long long)length / 4, "%s",
+            m);
+}
+
 static void test_idx_errors(void) {
   static unsigned char images[16 + 6 * 3 * 3], labels[8 + 6];
   size_t image_size = make_idx_images(images, 6, 3, 3);
@@ -731,6 +770,7 @@ int main(void) {
   test_cifar_roundtrip();
   test_cifar_dirs();
   test_idx_errors();
+  test_gzip_corrupt_middle();
   test_idx_every_cut();
   test_gzip_cut();
   test_cifar_errors();

@@ -11,9 +11,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-/* gzread takes an unsigned count and returns an int: ask for at most 1 GiB
- * a call so the result always fits. */
-#define READ_CHUNK ((size_t)1 << 30)
+/* gzread returns -1 for a whole call that meets corrupt data, dropping
+ * what it unpacked before it: small calls keep the failure's offset
+ * close (and the int result in range). */
+#define READ_CHUNK ((size_t)1 << 16)
 #define FIRST_CAPACITY ((size_t)1 << 20)
 
 static mxu_status grow(unsigned char **buffer, size_t *capacity) {
@@ -27,7 +28,8 @@ static mxu_status grow(unsigned char **buffer, size_t *capacity) {
 }
 
 /* Turns zlib's error state into a status and a message; the offset is in
- * the uncompressed data, where a reader of the format would look. */
+ * the uncompressed data, where a reader of the format would look (to
+ * within one READ_CHUNK), and for corrupt data also in the file. */
 static mxu_status gz_failure(gzFile gz, const char *who, const char *path,
                              size_t offset) {
   int errnum = Z_OK;
@@ -49,9 +51,10 @@ static mxu_status gz_failure(gzFile gz, const char *who, const char *path,
         who, path, offset);
   default:
     return mxu_fail(MXU_ERR_FORMAT,
-                    "%s: %s: offset %zu: corrupt gzip data (%s); expected a "
-                    "plain file or a complete gzip stream",
-                    who, path, offset, text);
+                    "%s: %s: offset %zu (unpacked), about byte %lld of the "
+                    "file: corrupt gzip data (%s); expected a plain file or a "
+                    "complete gzip stream (download it again)",
+                    who, path, offset, (long long)gzoffset(gz), text);
   }
 }
 
