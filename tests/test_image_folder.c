@@ -544,6 +544,36 @@ static void test_command(void) {
   free(err);
 }
 
+/* A test split whose class folders differ from train's: labelled by
+ * train's classes (a missing class is fine), refused when it has a class
+ * train has not (it was silently labelled by its own sorted order). */
+static void test_split_classes(void) {
+  int64_t dims[3] = {8, 8, 1};
+  mxu_shape input = mxu_shape_make(3, dims);
+  make_dir("fewer");
+  make_dir("fewer/test");
+  CHECK(symlink(at_root("e2e/train"), at_root("fewer/train")) == 0);
+  CHECK(symlink(at_root("e2e/test/dark"), at_root("fewer/test/dark")) == 0);
+  mxu_dataset *set = NULL;
+  CHECK_OK(mxu_load_dataset_for(at_root("fewer"), MXU_TEST, input, &set));
+  if (set) {
+    CHECK(mxu_dataset_num_classes(set) == 2 && mxu_dataset_count(set) == 8);
+    CHECK(strcmp(mxu_dataset_class_name(set, 1), "dark") == 0);
+    for (int64_t i = 0; i < mxu_dataset_count(set); i++)
+      CHECK(mxu_dataset_labels(set)[i] == 1); /* dark, as in train */
+  }
+  mxu_dataset_free(set);
+  make_dir("renamed");
+  make_dir("renamed/test");
+  CHECK(symlink(at_root("e2e/train"), at_root("renamed/train")) == 0);
+  CHECK(symlink(at_root("e2e/test/dark"), at_root("renamed/test/dark")) == 0);
+  CHECK(symlink(at_root("e2e/test/bright"), at_root("renamed/test/light")) ==
+        0);
+  EXPECT_FAIL(mxu_load_dataset_for(at_root("renamed"), MXU_TEST, input, &set),
+              MXU_ERR_FORMAT, "'light'");
+  CHECK(set == NULL);
+}
+
 int main(void) {
   CHECK(check_temp_make("image_folder"));
   snprintf(root, sizeof root, "%s", check_temp_dir);
@@ -554,6 +584,7 @@ int main(void) {
   test_file_errors();
   test_folder_errors();
   test_command();
+  test_split_classes();
   check_remove_tree(check_temp_dir);
   return check_report("test_image_folder");
 }

@@ -135,8 +135,12 @@ static mxu_status load_images(const char *dir, mxu_split split,
                       dir, dir, dir);
   }
   if (!split_dirs) dir_copy(path, sizeof path, dir);
-  return mxu_load_image_folder(path, (int)input->dims[0], (int)input->dims[1],
-                               (int)input->dims[2], out);
+  char train[4096];
+  int labelled_as_train =
+      split == MXU_TEST && join(train, sizeof train, dir, "train");
+  return mxu_load_image_folder_as(path, labelled_as_train ? train : NULL,
+                                  (int)input->dims[0], (int)input->dims[1],
+                                  (int)input->dims[2], out);
 }
 
 /* Any subfolder at all: the shape of an image folder. */

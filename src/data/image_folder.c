@@ -635,15 +635,19 @@ static mxu_status decode_all(const char *who, const name_list *paths, int h,
   return mxu_fail(failure.status, "%s", failure.message);
 }
 
-/* Class names are the folder names, without the path in front. */
+/* A class's name: its folder's, without the path in front. */
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* Class names are the folder names. */
 static mxu_status name_classes(const char *who, mxu_dataset *dataset,
                                const name_list *classes) {
   const char **names = malloc(classes->count * sizeof *names);
   if (!names) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", who);
-  for (size_t k = 0; k < classes->count; k++) {
-    const char *slash = strrchr(classes->items[k], '/');
-    names[k] = slash ? slash + 1 : classes->items[k];
-  }
+  for (size_t k = 0; k < classes->count; k++)
+    names[k] = base_name(classes->items[k]);
   mxu_status status =
       mxu_dataset_set_class_names(dataset, names, (int)classes->count);
   free(names);
@@ -670,8 +674,51 @@ static mxu_status build_dataset(const char *who, const folder_index *index,
   return MXU_OK;
 }
 
-mxu_status mxu_load_image_folder(const char *dir, int h, int w, int channels,
-                                 mxu_dataset **out) {
+/* Labels the index by the classes of `classes_dir` instead of its own
+ * folders, so a test split names the class a label means in training; a
+ * folder training has not got is an error naming every such folder. */
+static mxu_status label_as(const char *who, const char *dir,
+                           const char *classes_dir, folder_index *index) {
+  folder_index train;
+  memset(&train, 0, sizeof train);
+  mxu_status status = find_classes(who, classes_dir, &train);
+  char missing[1024] = "";
+  size_t unknown = 0;
+  int32_t *map = calloc(index->classes.count + 1, sizeof *map);
+  if (status == MXU_OK && !map)
+    status = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", who);
+  for (size_t k = 0; status == MXU_OK && k < index->classes.count; k++) {
+    const char *name = base_name(index->classes.items[k]);
+    map[k] = -1;
+    for (size_t t = 0; t < train.classes.count && map[k] < 0; t++)
+      if (strcmp(name, base_name(train.classes.items[t])) == 0)
+        map[k] = (int32_t)t;
+    if (map[k] < 0 && unknown++ < 8)
+      snprintf(missing + strlen(missing), sizeof missing - strlen(missing),
+               "%s'%s'", unknown > 1 ? ", " : "", name);
+  }
+  if (status == MXU_OK && unknown)
+    status = mxu_fail(MXU_ERR_FORMAT,
+                      "%s: %s has %zu class folder%s that %s has not (%s%s): "
+                      "its images would be labelled as other classes; name "
+                      "the class folders the same in both",
+                      who, dir, unknown, unknown > 1 ? "s" : "", classes_dir,
+                      missing, unknown > 8 ? ", ..." : "");
+  for (size_t i = 0; status == MXU_OK && i < index->paths.count; i++)
+    index->labels[i] = map[index->labels[i]];
+  if (status == MXU_OK) {
+    name_list own = index->classes;
+    index->classes = train.classes;
+    train.classes = own;
+  }
+  free(map);
+  index_free(&train);
+  return status;
+}
+
+mxu_status mxu_load_image_folder_as(const char *dir, const char *classes_dir,
+                                    int h, int w, int channels,
+                                    mxu_dataset **out) {
   static const char who[] = "image_folder";
   if (!out) return mxu_fail(MXU_ERR_ARG, "%s: out is NULL", who);
   *out = NULL;
@@ -680,8 +727,15 @@ mxu_status mxu_load_image_folder(const char *dir, int h, int w, int channels,
   folder_index index;
   memset(&index, 0, sizeof index);
   mxu_status status = index_folder(who, dir, &index);
+  if (status == MXU_OK && classes_dir)
+    status = label_as(who, dir, classes_dir, &index);
   if (status == MXU_OK)
     status = build_dataset(who, &index, h, w, channels, out);
   index_free(&index);
   return status;
+}
+
+mxu_status mxu_load_image_folder(const char *dir, int h, int w, int channels,
+                                 mxu_dataset **out) {
+  return mxu_load_image_folder_as(dir, NULL, h, w, channels, out);
 }
