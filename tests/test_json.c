@@ -1208,6 +1208,16 @@ static void errors_text(void) {
       "{\"class_name\": \"Sequential\",\n  \"config\": {\"layers\": "
       "[1,]}}",
       MXU_ERR_FORMAT, "line 2, column", "not valid JSON");
+  /* A mistake mid-file with a bracket left open is no cut (it was said
+   * to be); a cut in a string or a number is. */
+  EXPECT_JSON_FAIL(
+      "{\"class_name\": \"Sequential\",\n \"config\": {\"layers\": [{\"a\": "
+      "1}, {\"b\": 2}},\n \"x\": 1}",
+      MXU_ERR_FORMAT, "line 2, column 42", "not valid JSON here");
+  EXPECT_JSON_FAIL("{\"class_name\": \"Seq", MXU_ERR_FORMAT, "column 17",
+                   "ends before the value is complete");
+  EXPECT_JSON_FAIL("{\"a\": [1, 2.5", MXU_ERR_FORMAT, "malformed",
+                   "ends before the value is complete");
   EXPECT_JSON_FAIL("{} trailing", MXU_ERR_FORMAT, "text after the end", NULL);
   EXPECT_JSON_FAIL("", MXU_ERR_FORMAT, "empty", NULL);
   EXPECT_JSON_FAIL("[1, 2]", MXU_ERR_FORMAT, "class_name", NULL);

@@ -51,27 +51,25 @@ static mxu_status malformed(const char *json, size_t length, const char *end,
                   length == 0 ? "the text is empty" : what);
 }
 
-/* Text that ends inside a string or with brackets still open was cut
- * short (a partial download or copy); cJSON itself may stop earlier, at
- * the start of the unfinished string. */
-static int cut_short(const char *json, size_t length) {
-  int depth = 0, in_string = 0;
-  for (size_t i = 0; i < length; i++) {
-    char c = json[i];
-    if (in_string) {
-      if (c == '\\')
+/* Whether the text was cut short (a partial download or copy) rather
+ * than wrong where cJSON stopped: nothing but blanks follows that place,
+ * or an unfinished string (cJSON stops at its start) or an unfinished
+ * word or number does. A mistake mid-file leaves structure after it. */
+static int cut_short(const char *json, size_t length, size_t offset) {
+  while (offset < length && json[offset] && strchr(" \t\r\n", json[offset]))
+    offset++;
+  if (offset >= length) return 1;
+  if (json[offset] == '"') {
+    for (size_t i = offset + 1; i < length; i++)
+      if (json[i] == '\\')
         i++;
-      else if (c == '"')
-        in_string = 0;
-    } else if (c == '"') {
-      in_string = 1;
-    } else if (c == '{' || c == '[') {
-      depth++;
-    } else if (c == '}' || c == ']') {
-      depth--;
-    }
+      else if (json[i] == '"')
+        return 0;
+    return 1;
   }
-  return in_string || depth > 0;
+  for (size_t i = offset; i < length; i++)
+    if (json[i] && strchr("{}[],:\"", json[i])) return 0;
+  return 1;
 }
 
 /* cJSON's parse, with text after the value refused too. */
@@ -79,12 +77,15 @@ static mxu_status parse(const char *json, size_t length, const char *source,
                         cJSON **root) {
   const char *end = NULL;
   *root = cJSON_ParseWithLengthOpts(json, length, &end, 0);
+  size_t stop = end && end >= json && end <= json + length
+                    ? (size_t)(end - json)
+                    : length;
   if (!*root)
-    return malformed(json, length, end, source,
-                     cut_short(json, length) ? "the text ends before "
-                                               "the value is complete"
-                                             : "not valid JSON here");
-  size_t offset = end && end >= json ? (size_t)(end - json) : length;
+    return malformed(json, length, json + stop, source,
+                     cut_short(json, length, stop) ? "the text ends before "
+                                                     "the value is complete"
+                                                   : "not valid JSON here");
+  size_t offset = stop;
   while (offset < length && json[offset] && strchr(" \t\r\n", json[offset]))
     offset++;
   if (offset >= length) return MXU_OK;
