@@ -741,10 +741,14 @@ mxu_status mxu_weights_path_check(const char *path);
 /* Where training stands: the next step to run is `step` (0-based, within
  * the epoch) of `epoch` (0-based). With the fit seed it fixes the shuffle
  * order and every dropout mask still to come, so training resumed from
- * here continues bit for bit. */
+ * here continues bit for bit. Restoring also gives the global batch size
+ * and replica count the file was written with (0 where it does not say;
+ * saving writes the model's own and ignores these), so a caller can say
+ * when a resume goes on with other settings. */
 typedef struct mxu_train_position {
   int epoch, step;
   uint64_t seed;
+  int batch_size, replicas;
 } mxu_train_position;
 
 /* The full model as tf.keras 2.x's model.save("m.h5"): root attributes

@@ -478,7 +478,7 @@ static void test_checkpoint_full_model(void) {
   CHECK_OK(mxu_fit(model, data, &f, NULL));
   CHECK(exists(in_dir(dir, "m01.h5")) && exists(in_dir(dir, "m02.h5")));
   mxu_model *loaded = NULL;
-  mxu_train_position position = {-1, -1, 1};
+  mxu_train_position position = {.epoch = -1, .step = -1, .seed = 1};
   CHECK_OK(mxu_load_model(in_dir(dir, "m02.h5"), MXU_BACKEND_CPU, &loaded,
                           &position));
   CHECK(position.epoch == 2 && position.step == 0 && position.seed == 0);

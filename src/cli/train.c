@@ -226,12 +226,37 @@ static int is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* A resume goes on as the checkpoint says, whatever this run was given;
+ * Keras would too, but not without a word. */
+static void note_other_settings(const train_run *run,
+                                const mxu_train_position *at, uint64_t seed) {
+  int batch = run->compile.batch_size;
+  int replicas = run->compile.replicas > 0 ? run->compile.replicas : 1;
+  if (at->seed != seed)
+    fprintf(stderr,
+            "mxu train: resume: going on with the checkpoint's seed %llu "
+            "(its shuffle order and dropout), not this run's --seed %llu\n",
+            (unsigned long long)at->seed, (unsigned long long)seed);
+  if (at->batch_size && at->batch_size != batch)
+    fprintf(stderr,
+            "mxu train: resume: the checkpoint was written at batch size %d, "
+            "this run's is %d: epoch %d goes on from step %d of %d samples, "
+            "so it will not match an uninterrupted run\n",
+            at->batch_size, batch, at->epoch + 1, at->step + 1, batch);
+  if (at->replicas && at->replicas != replicas)
+    fprintf(stderr,
+            "mxu train: resume: the checkpoint was written with %d replicas, "
+            "this run has %d: training goes on, but its sums run in another "
+            "order, so not bit for bit as an uninterrupted run\n",
+            at->replicas, replicas);
+}
+
 /* Restores --resume into the compiled model and says where fit goes on.
  * A directory without checkpoints starts from scratch. */
 static mxu_status resume(const train_args *a, train_run *run,
                          mxu_fit_config *fit) {
   if (!a->resume) return MXU_OK;
-  mxu_train_position at = {0, 0, a->seed};
+  mxu_train_position at = {.seed = a->seed};
   int found = 1;
   char skipped[2048] = "";
   mxu_status s = is_file(a->resume)
@@ -246,6 +271,7 @@ static mxu_status resume(const train_args *a, train_run *run,
              a->resume);
     return MXU_OK;
   }
+  note_other_settings(run, &at, a->seed);
   fit->initial_epoch = at.epoch;
   fit->initial_step = at.step;
   fit->seed = at.seed; /* the run's own shuffle and dropout streams */
@@ -330,7 +356,7 @@ static int finish(const train_args *a, train_run *run, double start) {
   }
   if (writer && a->save_model) {
     /* Training is complete: a resume from this file only evaluates. */
-    mxu_train_position end = {a->epochs, 0, run->seed};
+    mxu_train_position end = {.epoch = a->epochs, .seed = run->seed};
     if (mxu_save_model(run->model, a->save_model, &end) != MXU_OK)
       return cli_runtime_error("train");
     if (a->verbose) printf("model saved to %s\n", a->save_model);

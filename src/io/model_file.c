@@ -227,6 +227,8 @@ static mxu_status write_mxu_attributes(const mxu_model *model, hid_t root,
                                        const mxu_train_position *position) {
   MXU_TRY(write_int(path, root, "mxu_format_version", MODEL_FORMAT_VERSION));
   MXU_TRY(write_int(path, root, "mxu_batch_size", model->compile.batch_size));
+  int replicas = model->compile.replicas;
+  MXU_TRY(write_int(path, root, "mxu_replicas", replicas > 0 ? replicas : 1));
   if (!position) return MXU_OK;
   MXU_TRY(write_int(path, root, "mxu_epoch", position->epoch));
   MXU_TRY(write_int(path, root, "mxu_step", position->step));
@@ -458,6 +460,12 @@ static mxu_status read_position(restore *r, hid_t file) {
                     "%s: not an mxu checkpoint (no training position)", path);
   r->position.epoch = (int)epoch;
   r->position.step = (int)step;
+  int64_t batch = 0, replicas = 0;
+  int found;
+  MXU_TRY(read_count(path, file, "mxu_batch_size", &batch, &found));
+  MXU_TRY(read_count(path, file, "mxu_replicas", &replicas, &found));
+  r->position.batch_size = (int)batch;
+  r->position.replicas = (int)replicas;
   return MXU_OK;
 }
 
@@ -538,7 +546,7 @@ static void restore_free(restore *r) {
 
 static mxu_status restore_file(mxu_model *model, const char *path,
                                mxu_train_position *position) {
-  restore r = {{path, model, NULL}, {0}, NULL, 0, {0, 0, 0}};
+  restore r = {{path, model, NULL}, {0}, NULL, 0, {0}};
   MXU_TRY(slot_list_make(model, &r.list));
   r.load.scratch = calloc((size_t)model->param_count + 1, sizeof(float *));
   r.slots = calloc((size_t)r.list.count, sizeof(float *));
@@ -546,7 +554,8 @@ static mxu_status restore_file(mxu_model *model, const char *path,
   mxu_status s = MXU_OK;
   if (!r.load.scratch || !r.slots)
     s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  if (s == MXU_OK) s = mxu_h5_open(path, &file);
+  /* Training resumes only from what mxu wrote, unchanged. */
+  if (s == MXU_OK) s = mxu_h5_open(path, position != NULL, &file);
   if (s == MXU_OK) s = read_all(&r, file, position != NULL);
   if (s == MXU_OK) s = commit(&r);
   if (s == MXU_OK && position) *position = r.position;
@@ -595,7 +604,7 @@ typedef struct model_header {
 
 static mxu_status read_header(const char *path, model_header *h) {
   hid_t file;
-  MXU_TRY(mxu_h5_open(path, &file));
+  MXU_TRY(mxu_h5_open(path, 0, &file));
   int found = 0;
   mxu_status s = read_text(path, file, "model_config", &h->model_config);
   if (s == MXU_OK && !h->model_config)

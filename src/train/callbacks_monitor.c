@@ -607,7 +607,7 @@ mxu_model_checkpoint_defaults(const char *filepath) {
 static mxu_status save_checkpoint(checkpoint *c, mxu_model *model, int epoch) {
   if (!c->config.save_weights_only) mxu_strategy_sync_slots(model);
   if (mxu_distributed_rank() != 0) return MXU_OK;
-  mxu_train_position position = {epoch + 1, 0, 0};
+  mxu_train_position position = {.epoch = epoch + 1};
   mxu_status s = c->config.save_weights_only
                      ? mxu_save_weights(model, c->path)
                      : mxu_save_model(model, c->path, &position);

@@ -220,8 +220,9 @@ static mxu_status maybe_checkpoint(mxu_model *model, const mxu_fit_config *c,
                 ? !epoch_end && done % c->checkpoint_every == 0
                 : epoch_end;
   if (!due) return MXU_OK;
-  mxu_train_position next = {step + 1 == steps ? epoch + 1 : epoch,
-                             step + 1 == steps ? 0 : step + 1, c->seed};
+  mxu_train_position next = {.epoch = step + 1 == steps ? epoch + 1 : epoch,
+                             .step = step + 1 == steps ? 0 : step + 1,
+                             .seed = c->seed};
   mxu_strategy_sync_slots(model);
   /* One process writes: all hold the same model. */
   if (mxu_distributed_rank() != 0) return MXU_OK;
