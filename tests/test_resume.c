@@ -267,6 +267,33 @@ static void resume_from_model_file(void) {
   CHECK(train_with("--epochs", "2", "--resume", model, "--save-weights",
                    resumed, NULL) == 0);
   check_identical(whole, resumed);
+  /* Other settings than the checkpoint's: it goes on, and says how. */
+  char *args[] = {(char *)MXU_BIN,
+                  "train",
+                  "models/fashion_mnist.json",
+                  "--data",
+                  "fashion-mnist",
+                  "--batch-size",
+                  "500",
+                  "--steps-per-epoch",
+                  "2",
+                  "--seed",
+                  "3",
+                  "--verbose",
+                  "0",
+                  "--epochs",
+                  "2",
+                  "--resume",
+                  (char *)model,
+                  NULL};
+  char *out = NULL, *err = NULL;
+  CHECK(check_run(args, &out, &err) == 0);
+  CHECK_MSG(err && has(err, "the checkpoint's seed 9") &&
+                has(err, "--seed 3") && has(err, "batch size 1000") &&
+                has(err, "this run's is 500"),
+            "stderr: %s", err ? err : "");
+  free(out);
+  free(err);
 }
 
 /* A full disk: a 2 MB tmpfs holds one fashion checkpoint (about 1.3 MB:
