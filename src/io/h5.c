@@ -101,6 +101,11 @@ static mxu_status check_readable(const char *path, int intact) {
 mxu_status mxu_h5_open(const char *path, int intact, hid_t *file) {
   *file = H5I_INVALID_HID;
   MXU_TRY(check_readable(path, intact));
+  return mxu_h5_open_unchecked(path, file);
+}
+
+mxu_status mxu_h5_open_unchecked(const char *path, hid_t *file) {
+  *file = H5I_INVALID_HID;
   htri_t is_hdf5 = H5Fis_hdf5(path);
   if (is_hdf5 <= 0)
     return mxu_h5_fail(MXU_ERR_FORMAT,

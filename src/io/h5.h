@@ -57,7 +57,10 @@ void mxu_h5_seal(unsigned char *image, size_t size);
  * seal; MXU_ERR_FORMAT when it does and the rest no longer matches it. */
 mxu_status mxu_h5_check_seal(const char *path, int fd, int *sealed);
 /* Reads a file mxu did not write through once in a child process, so a
- * file that crashes (or hangs) libhdf5 is MXU_ERR_FORMAT here instead. */
+ * file that crashes (or hangs) libhdf5 is MXU_ERR_FORMAT here instead; so
+ * is one with anything HDF5 cannot open or read (with HDF5's reason and
+ * the object): libhdf5 1.10 keeps part of a failed open for good, and
+ * loops over it at exit. */
 mxu_status mxu_h5_probe(const char *path);
 
 /* Opens path read-only once HDF5 may parse it: sealed by mxu and intact,
@@ -69,6 +72,8 @@ mxu_status mxu_h5_probe(const char *path);
  * or corrupt) MXU_ERR_FORMAT. Closing the file closes every object still
  * open in it. */
 mxu_status mxu_h5_open(const char *path, int intact, hid_t *file);
+/* The open alone, for h5_check.c's probe (and after it). */
+mxu_status mxu_h5_open_unchecked(const char *path, hid_t *file);
 void mxu_h5_close(hid_t file);
 
 /* A file written atomically: HDF5 builds it in memory; commit writes the

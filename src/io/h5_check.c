@@ -139,65 +139,106 @@ static int probe_values(hid_t object, hid_t type, hid_t space, int dataset) {
   return ok ? 0 : -1;
 }
 
+/* The first thing that did not read, as the message the parent gives. */
+typedef struct probe {
+  const char *path;
+  int failed;
+} probe;
+
+static int probe_failed(probe *p, const char *what, hid_t object,
+                        const char *name) {
+  if (!p->failed) {
+    mxu_h5_keep_cause();
+    const char *where = mxu_h5_where(object);
+    int slash = name && where[strlen(where) - 1] != '/';
+    mxu_h5_fail_kept(MXU_ERR_FORMAT,
+                     "%s: corrupt (use an intact copy): HDF5 cannot read %s "
+                     "%s%s%s",
+                     p->path, what, where, slash ? "/" : "", name ? name : "");
+  }
+  p->failed = 1;
+  return -1;
+}
+
 static herr_t probe_attribute(hid_t object, const char *name,
                               const H5A_info_t *info, void *data) {
   (void)info;
-  (void)data;
   hid_t attribute = H5Aopen(object, name, H5P_DEFAULT);
-  if (attribute < 0) return -1;
+  if (attribute < 0) return probe_failed(data, "the attribute", object, name);
   hid_t type = H5Aget_type(attribute), space = H5Aget_space(attribute);
   int ok =
       type >= 0 && space >= 0 && probe_values(attribute, type, space, 0) == 0;
   if (type >= 0) H5Tclose(type);
   if (space >= 0) H5Sclose(space);
   H5Aclose(attribute);
-  return ok ? 0 : -1;
+  return ok ? 0 : probe_failed(data, "the attribute", object, name);
 }
 
-static int probe_object(hid_t object) {
+static int probe_object(hid_t object, probe *p) {
   if (H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, probe_attribute,
-                  NULL) < 0)
-    return -1;
+                  p) < 0)
+    return probe_failed(p, "the attributes of", object, NULL);
   if (H5Iget_type(object) != H5I_DATASET) return 0;
   hid_t type = H5Dget_type(object), space = H5Dget_space(object);
   int ok = type >= 0 && space >= 0 && probe_values(object, type, space, 1) == 0;
   if (type >= 0) H5Tclose(type);
   if (space >= 0) H5Sclose(space);
-  return ok ? 0 : -1;
+  return ok ? 0 : probe_failed(p, "the dataset", object, NULL);
 }
 
 static herr_t probe_link(hid_t group, const char *name, const H5L_info_t *info,
                          void *data) {
-  (void)data;
   if (info->type != H5L_TYPE_HARD) return 0; /* readers follow no others */
   hid_t object = H5Oopen(group, name, H5P_DEFAULT);
-  if (object < 0) return -1;
-  int ok = probe_object(object) == 0;
+  if (object < 0) return probe_failed(data, "the object", group, name);
+  int ok = probe_object(object, data) == 0;
   H5Oclose(object);
   return ok ? 0 : -1;
 }
 
-/* The child: 0 when every group, attribute and dataset reads, 1 when
- * HDF5 refuses the file cleanly (the parent then says why). */
-static int probe_child(const char *path) {
-  if (H5Fis_hdf5(path) <= 0) return 1;
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
-  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-  if (file < 0) return 1;
-  int ok = probe_object(file) == 0 &&
-           H5Lvisit(file, H5_INDEX_NAME, H5_ITER_NATIVE, probe_link, NULL) >= 0;
-  H5Fclose(file);
-  return ok ? 0 : 1;
+/* The child: 0 when the file opens and every group, attribute and
+ * dataset in it reads; else 1, with the message down `report`. */
+static int probe_child(const char *path, int report) {
+  hid_t file;
+  probe p = {path, 0};
+  if (mxu_h5_open_unchecked(path, &file) == MXU_OK) {
+    if (probe_object(file, &p) == 0 &&
+        H5Lvisit(file, H5_INDEX_NAME, H5_ITER_NATIVE, probe_link, &p) < 0)
+      probe_failed(&p, "the links of", file, NULL);
+    H5Fclose(file);
+    if (!p.failed) return 0;
+  }
+  const char *message = mxu_errmsg();
+  size_t length = strlen(message);
+  return write(report, message, length) == (ssize_t)length ? 1 : 2;
+}
+
+/* What the child wrote down the pipe, until it closes it. */
+static void read_report(int fd, char *out, size_t size) {
+  size_t used = 0;
+  for (ssize_t n; used + 1 < size;) {
+    n = read(fd, out + used, size - 1 - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    used += (size_t)n;
+  }
+  out[used] = 0;
 }
 
 mxu_status mxu_h5_probe(const char *path) {
   unsigned seconds = probe_seconds(path);
+  int report[2];
+  if (pipe(report) != 0)
+    return mxu_fail(MXU_ERR_IO, "%s: cannot check the file: pipe: %s", path,
+                    strerror(errno));
   fflush(NULL); /* the child must not write the parent's buffers twice */
   pid_t pid = fork();
-  if (pid < 0)
+  if (pid < 0) {
+    close(report[0]);
+    close(report[1]);
     return mxu_fail(MXU_ERR_IO, "%s: cannot check the file: fork: %s", path,
                     strerror(errno));
+  }
   if (pid == 0) {
     /* A crash must end the child by its signal, not in a handler the
      * parent installed (a sanitizer's or a fuzzer's); a file that makes
@@ -207,8 +248,13 @@ mxu_status mxu_h5_probe(const char *path) {
       signal(fatal[i], SIG_DFL);
     signal(SIGALRM, SIG_DFL);
     alarm(seconds);
-    _exit(probe_child(path));
+    close(report[0]);
+    _exit(probe_child(path, report[1]));
   }
+  close(report[1]);
+  char message[2048];
+  read_report(report[0], message, sizeof message);
+  close(report[0]);
   int status = 0;
   pid_t waited;
   while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
@@ -216,7 +262,9 @@ mxu_status mxu_h5_probe(const char *path) {
   if (waited != pid)
     return mxu_fail(MXU_ERR_IO, "%s: cannot check the file: waitpid: %s", path,
                     strerror(errno));
-  if (WIFEXITED(status) && WEXITSTATUS(status) <= 1) return MXU_OK;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return MXU_OK;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 1 && message[0])
+    return mxu_fail(MXU_ERR_FORMAT, "%s", message);
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
     return mxu_fail(MXU_ERR_FORMAT,
                     "%s: corrupt: the HDF5 library was still reading it after "
