@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test bench recipes test-sanitize format clean
+.PHONY: all deps build demo test bench recipes test-sanitize fuzz format clean
 
 all: build
 
@@ -68,8 +68,14 @@ test-sanitize: deps
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir build-sanitize --output-on-failure -j 2
 
+# Every reader under libFuzzer with ASan and UBSan, FUZZ_SECONDS each
+# (default 600), FUZZ_JOBS at a time: scripts/fuzz.sh.
+fuzz:
+	@scripts/deps.sh fuzz
+	@scripts/fuzz.sh
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) build-sanitize
+	rm -rf $(BUILD) build-sanitize build-fuzz

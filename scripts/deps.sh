@@ -9,6 +9,9 @@ set -e
 packages="build-essential cmake pkg-config libdnnl-dev libcjson-dev zlib1g-dev
   libhdf5-dev libopenmpi-dev openmpi-bin libpng-dev libjpeg-dev libcairo2-dev
   dataset-fashion-mnist python3-h5py"
+# `deps.sh fuzz` (make fuzz): clang with libFuzzer and the sanitizer
+# runtimes, and clang's OpenMP.
+[ "${1:-}" = fuzz ] && packages="$packages clang libclang-rt-dev libomp-dev"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -24,12 +24,12 @@ struct cpu_conv_data {
 
 /* The sum of a vector's lanes, folded in halves. */
 static inline float lane_sum(v16 v) {
-  v += __builtin_shuffle(
-      v, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-  v += __builtin_shuffle(
-      v, (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-  v += __builtin_shuffle(
-      v, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+  v += shuffle16(v,
+                 (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  v += shuffle16(v,
+                 (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+  v += shuffle16(v,
+                 (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
   return v[0] + v[1];
 }
 
@@ -80,8 +80,8 @@ static inline __attribute__((always_inline)) v16 reduce16(v16 v[16]) {
   for (int level = 0, n = 16; level < 4; level++, n /= 2)
 #pragma GCC unroll 8
     for (int k = 0; k < n / 2; k++)
-      v[k] = __builtin_shuffle(v[2 * k], v[2 * k + 1], lo[level]) +
-             __builtin_shuffle(v[2 * k], v[2 * k + 1], hi[level]);
+      v[k] = shuffle32(v[2 * k], v[2 * k + 1], lo[level]) +
+             shuffle32(v[2 * k], v[2 * k + 1], hi[level]);
   return v[0];
 }
 

@@ -172,8 +172,7 @@ row_grads(const struct cpu_conv_pool *cp, const float *cols, const float *dy,
       v16 table = *(const v16u *)(col + k * WINDOW);
 #pragma GCC unroll 4
       for (int j = 0; j < LANES / WINDOW; j++)
-        if (k + j < nt)
-          acc[k + j] += __builtin_shuffle(table, pos + j * WINDOW) * g;
+        if (k + j < nt) acc[k + j] += shuffle16(table, pos + j * WINDOW) * g;
     }
   }
 #pragma GCC unroll 12

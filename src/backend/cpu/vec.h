@@ -20,6 +20,30 @@ typedef uint8_t v16b __attribute__((vector_size(16)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
 typedef uint8_t v16bu __attribute__((vector_size(16), aligned(1)));
 
+/* GCC's __builtin_shuffle: lane i of the result is lane m[i] of a (mod
+ * 16), or of a then b (mod 32). Clang (the fuzz build) shuffles only by
+ * constants, so it gets the lane loop. */
+static inline v16 shuffle16(v16 a, v16i m) {
+#ifdef __clang__
+  v16 r;
+  for (int i = 0; i < LANES; i++) r[i] = a[m[i] & 15];
+  return r;
+#else
+  return __builtin_shuffle(a, m);
+#endif
+}
+
+static inline v16 shuffle32(v16 a, v16 b, v16i m) {
+#ifdef __clang__
+  v16 r;
+  for (int i = 0; i < LANES; i++)
+    r[i] = m[i] & 16 ? b[m[i] & 15] : a[m[i] & 15];
+  return r;
+#else
+  return __builtin_shuffle(a, b, m);
+#endif
+}
+
 /* Lanes of a where mask is set, else of b. */
 static inline v16 select16(v16i mask, v16 a, v16 b) {
   return (v16)(((v16i)a & mask) | ((v16i)b & ~mask));
