@@ -430,6 +430,21 @@ static void test_gzip_corrupt_middle(void) {
             m);
 }
 
+/* A gzip bomb: 8 MiB of zeros in a few KiB, under a 4 MiB limit set by
+ * MXU_MAX_DATA_BYTES; the message names the limit and the variable. */
+static void test_data_limit(void) {
+  static unsigned char zeros[8 << 20];
+  make_idx_images(zeros, 1, 1, 1);
+  write_file("bomb.gz", zeros, sizeof zeros, 1);
+  write_file("bomb-labels", zeros, 0, 0);
+  setenv("MXU_MAX_DATA_BYTES", "4194304", 1);
+  mxu_dataset *data = NULL;
+  expect_error(load_idx_files("bomb.gz", "bomb-labels", &data), MXU_ERR_FORMAT,
+               data, "bomb.gz", "4194304 bytes");
+  CHECK(strstr(mxu_errmsg(), "MXU_MAX_DATA_BYTES") != NULL);
+  unsetenv("MXU_MAX_DATA_BYTES");
+}
+
 static void test_idx_errors(void) {
   static unsigned char images[16 + 6 * 3 * 3], labels[8 + 6];
   size_t image_size = make_idx_images(images, 6, 3, 3);
@@ -771,6 +786,7 @@ int main(void) {
   test_cifar_dirs();
   test_idx_errors();
   test_gzip_corrupt_middle();
+  test_data_limit();
   test_idx_every_cut();
   test_gzip_cut();
   test_cifar_errors();

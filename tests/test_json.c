@@ -1198,7 +1198,22 @@ static void reads_functional(void) {
 /* ---- errors -------------------------------------------------------------
  */
 
+/* A model file far larger than a model JSON (sparse: no disk). */
+static void too_large(void) {
+  char path[] = "/tmp/mxu_test_json_huge_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0 && write(fd, "{", 1) == 1 &&
+        ftruncate(fd, (off_t)65 << 20) == 0);
+  if (fd >= 0) close(fd);
+  mxu_model *m = NULL;
+  CHECK(mxu_model_load_json(path, &m, NULL, NULL) == MXU_ERR_FORMAT && !m);
+  CHECK_MSG(has(mxu_errmsg(), "MXU_MAX_TEXT_BYTES") && has(mxu_errmsg(), path),
+            "%s", mxu_errmsg());
+  unlink(path);
+}
+
 static void errors_text(void) {
+  too_large();
   /* Truncated: the source and the place where cJSON stopped. */
   char cut[600];
   snprintf(cut, sizeof cut, "%.*s", 500, fashion_keras26);

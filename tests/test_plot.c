@@ -280,6 +280,15 @@ static void errors(void) {
   expect_run(run("plot", lists, "-o", out, NULL), 1,
              "epochs[1] is not an object", "a later epoch a number");
 
+  /* A file far larger than any report (sparse: no disk) is refused by
+   * size, naming the limit, before it is read whole. */
+  const char *huge = temp_path("huge.json");
+  write_text(huge, "{\"epochs\": [");
+  CHECK(truncate(huge, (off_t)65 << 20) == 0);
+  expect_run(run("plot", huge, "-o", out, NULL), 1, "REPORT_MAX_BYTES",
+             "a 65 MiB report");
+  unlink(huge);
+
   const char *nowhere = temp_path("no/such/dir/curves.png");
   r = run("plot", plain, "-o", nowhere, NULL);
   CHECK(has(r.err, "cannot write"));

@@ -80,6 +80,9 @@ static int fail(const char *path, const char *fmt, ...) {
   return CLI_RUNTIME;
 }
 
+/* Reports are small: a bigger file is not one (EFBIG). */
+#define REPORT_MAX_BYTES (64 << 20)
+
 /* The whole file as a string; NULL with errno set when it cannot be
  * read. */
 static char *read_file(const char *path) {
@@ -99,6 +102,7 @@ static char *read_file(const char *path) {
     }
     got = fread(text + used, 1, size - used - 1, file);
     if (!got && ferror(file)) error = errno ? errno : EIO;
+    if (used + got > REPORT_MAX_BYTES) error = EFBIG;
   }
   fclose(file);
   if (error) {
@@ -123,6 +127,11 @@ static void error_place(const char *text, const char *stop, int *line,
 static int read_report(const char *path, cJSON **root) {
   errno = 0;
   char *text = read_file(path);
+  if (!text && errno == EFBIG)
+    return fail(path,
+                "larger than %d MiB (REPORT_MAX_BYTES in src/cli/plot.c): "
+                "not a report of mxu train or mxu evaluate",
+                REPORT_MAX_BYTES >> 20);
   if (!text) return fail(path, "cannot read the report: %s", strerror(errno));
   /* Null-terminated: text after the report is an error too. */
   const char *stop = NULL;

@@ -21,6 +21,10 @@
 #define MXU_MAX_ELEMENTS (1LL << 31)   /* values of one sample or weight */
 #define MXU_MAX_BATCH (1 << 20)        /* samples of a global batch */
 #define MXU_MAX_IMAGE_PIXELS (1 << 26) /* one decoded image: 8192 x 8192 */
+#define MXU_MAX_TEXT_BYTES (64 << 20)  /* a model JSON file */
+/* A data file unpacked into memory: at most half the machine's memory (a
+ * gzip bomb fails here, not in the kernel's OOM killer); the environment
+ * variable MXU_MAX_DATA_BYTES sets another limit. */
 
 /* Records a formatted message for mxu_errmsg() and returns status, so a
  * failure reads: return mxu_fail(MXU_ERR_IO, "idx: %s: ...", path); */

@@ -58,9 +58,18 @@ static mxu_status gz_failure(gzFile gz, const char *who, const char *path,
   }
 }
 
+/* See core.h: half the machine's memory, or MXU_MAX_DATA_BYTES. */
+static size_t data_limit(void) {
+  const char *given = getenv("MXU_MAX_DATA_BYTES");
+  long long bytes = given ? atoll(given) : 0;
+  if (bytes > 0) return (size_t)bytes;
+  int64_t memory = mxu_machine_memory_bytes();
+  return memory > 0 ? (size_t)(memory / 2) : SIZE_MAX;
+}
+
 static mxu_status read_all(gzFile gz, const char *who, const char *path,
                            unsigned char **buffer, size_t *length) {
-  size_t capacity = 0;
+  size_t capacity = 0, limit = data_limit();
   for (;;) {
     if (*length == capacity && grow(buffer, &capacity) != MXU_OK)
       return mxu_fail(MXU_ERR_NOMEM, "%s: %s: out of memory after %zu bytes",
@@ -70,6 +79,12 @@ static mxu_status read_all(gzFile gz, const char *who, const char *path,
     int got = gzread(gz, *buffer + *length, (unsigned)want);
     if (got <= 0) break;
     *length += (size_t)got;
+    if (*length > limit)
+      return mxu_fail(MXU_ERR_FORMAT,
+                      "%s: %s: more than %zu bytes unpacked, the limit for a "
+                      "data file read into memory (half the machine's memory; "
+                      "set MXU_MAX_DATA_BYTES to change it)",
+                      who, path, limit);
   }
   return gz_failure(gz, who, path, *length);
 }

@@ -902,7 +902,6 @@ mxu_status mxu_model_from_json(const char *json, const char *source,
 /* The whole file; model files are small, so a size cap catches a wrong
  * path (a data set) early. */
 static mxu_status read_file(const char *path, char **text, size_t *length) {
-  enum { MAX_BYTES = 64 << 20 };
   FILE *f = fopen(path, "rb");
   if (!f)
     return mxu_fail(MXU_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -922,10 +921,11 @@ static mxu_status read_file(const char *path, char **text, size_t *length) {
     size_t got = fread(buffer + size, 1, capacity - size - 1, f);
     size += got;
     if (got == 0) break;
-    if (size > MAX_BYTES) {
+    if (size > MXU_MAX_TEXT_BYTES) {
       status = mxu_fail(MXU_ERR_FORMAT,
-                        "%s: larger than %d MiB; not a model JSON file", path,
-                        MAX_BYTES >> 20);
+                        "%s: larger than %d MiB (MXU_MAX_TEXT_BYTES); not a "
+                        "model JSON file",
+                        path, MXU_MAX_TEXT_BYTES >> 20);
       break;
     }
   }
