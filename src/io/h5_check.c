@@ -58,18 +58,23 @@ void mxu_h5_seal(unsigned char *image, size_t size) {
 /* CRC-32 of fd from offset MXU_H5_USER_BLOCK to its end; -1 on a read
  * error (errno set). */
 static int crc_of_rest(int fd, uint64_t *bytes, uint32_t *crc) {
-  static unsigned char buffer[1 << 16];
+  enum { CHUNK = 1 << 20 };
+  unsigned char *buffer = malloc(CHUNK);
+  if (!buffer) return -1; /* errno is ENOMEM */
   *crc = (uint32_t)crc32(0, NULL, 0);
   *bytes = MXU_H5_USER_BLOCK;
-  for (off_t at = MXU_H5_USER_BLOCK;;) {
-    ssize_t n = pread(fd, buffer, sizeof buffer, at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return -1;
-    if (n == 0) return 0;
+  ssize_t n;
+  for (off_t at = MXU_H5_USER_BLOCK;; at += n) {
+    n = pread(fd, buffer, CHUNK, at);
+    if (n < 0 && errno == EINTR)
+      n = 0;
+    else if (n <= 0)
+      break;
     *crc = crc_update(*crc, buffer, (size_t)n);
     *bytes += (uint64_t)n;
-    at += n;
   }
+  free(buffer);
+  return n < 0 ? -1 : 0;
 }
 
 mxu_status mxu_h5_check_seal(const char *path, int fd, int *sealed) {
