@@ -373,6 +373,16 @@ typedef enum mxu_split { MXU_TRAIN = 0, MXU_TEST } mxu_split;
 /* IDX files (MNIST, Fashion-MNIST), plain or gzip. */
 mxu_status mxu_load_idx(const char *images_path, const char *labels_path,
                         mxu_dataset **out);
+/* NumPy arrays as a Keras user keeps a data set: an .npz (np.savez or
+ * np.savez_compressed) holding x_train, y_train, x_test, y_test (as
+ * keras.datasets' load_data() returns them) or x and y (a train split
+ * only); or an .npy of samples and an .npy of labels. Samples of any
+ * numeric dtype become float32 with their values; labels are class
+ * indices (integers, or one-hot rows), and the class count is the highest
+ * label in the file plus one. */
+mxu_status mxu_load_npz(const char *path, mxu_split split, mxu_dataset **out);
+mxu_status mxu_load_npy(const char *samples_path, const char *labels_path,
+                        mxu_dataset **out);
 /* The four standard MNIST-style files in dir ({train,t10k}-{images-idx3,
  * labels-idx1}-ubyte, with or without .gz). */
 mxu_status mxu_load_mnist_dir(const char *dir, mxu_split split,

@@ -5,9 +5,11 @@ set -e
 # libhdf5-dev: Keras .h5 weights files; python3-h5py: tests only, an
 # independent writer of those files (run with /usr/bin/python3).
 # libopenmpi-dev/openmpi-bin: replicas across processes (mpirun);
-# libpng-dev/libjpeg-dev: image-folder data sets; libcairo2-dev: mxu plot.
+# libpng-dev/libjpeg-dev: image-folder data sets; libcairo2-dev: mxu plot;
+# libzip-dev: NumPy .npz data.
 packages="build-essential cmake pkg-config libdnnl-dev libcjson-dev zlib1g-dev
   libhdf5-dev libopenmpi-dev openmpi-bin libpng-dev libjpeg-dev libcairo2-dev
+  libzip-dev
   dataset-fashion-mnist python3-h5py"
 # `deps.sh fuzz` (make fuzz): clang with libFuzzer and the sanitizer
 # runtimes, and clang's OpenMP.

@@ -10,7 +10,7 @@ set -eu
 dir=build-fuzz
 seconds=${FUZZ_SECONDS:-600}
 jobs=${FUZZ_JOBS:-$(nproc)}
-targets=${FUZZ_TARGETS:-"model_json h5 idx cifar image report"}
+targets=${FUZZ_TARGETS:-"model_json h5 idx cifar image npz report"}
 
 CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMXU_FUZZ=ON \
   >/dev/null
@@ -30,7 +30,7 @@ done
 run() {
   name=$1
   max_len=65536
-  case $name in h5 | model_json) max_len=1048576 ;; esac
+  case $name in h5 | model_json | npz) max_len=1048576 ;; esac
   # The harnesses read the repository's files: run from its root.
   if "$dir/fuzz_$name" -max_total_time="$seconds" -timeout=60 \
     -rss_limit_mb=4096 -max_len="$max_len" -print_final_stats=1 \

@@ -163,10 +163,40 @@ mxu_status mxu_load_dataset(const char *name, mxu_split split,
   return mxu_load_dataset_for(name, split, (mxu_shape){0}, out);
 }
 
+static int ends_with(const char *text, const char *suffix) {
+  size_t a = strlen(text), b = strlen(suffix);
+  return a >= b && strcmp(text + a - b, suffix) == 0;
+}
+
+/* Arrays of (count, 28, 28) for a model that takes (28, 28, 1): the same
+ * values in the same order, so the samples take the model's shape. */
+static mxu_status fit_input(const char *name, const mxu_shape *input,
+                            mxu_dataset *data) {
+  if (!input->rank || mxu_shape_count(input) != mxu_shape_count(&data->shape))
+    return input->rank
+               ? mxu_fail(MXU_ERR_ARG,
+                          "data: %s: samples of %lld values, but the "
+                          "model's input takes %lld",
+                          name, (long long)mxu_shape_count(&data->shape),
+                          (long long)mxu_shape_count(input))
+               : MXU_OK;
+  data->shape = *input;
+  return MXU_OK;
+}
+
 mxu_status mxu_load_dataset_for(const char *name, mxu_split split,
                                 mxu_shape input, mxu_dataset **out) {
   if (!out || !name) return mxu_fail(MXU_ERR_ARG, "data: no name given");
   *out = NULL;
+  if (ends_with(name, ".npz")) {
+    MXU_TRY(mxu_load_npz(name, split, out));
+    mxu_status status = fit_input(name, &input, *out);
+    if (status != MXU_OK) {
+      mxu_dataset_free(*out);
+      *out = NULL;
+    }
+    return status;
+  }
   char dir[4096];
   MXU_TRY(resolve(name, dir, sizeof dir));
   mxu_status status;

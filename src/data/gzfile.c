@@ -59,7 +59,7 @@ static mxu_status gz_failure(gzFile gz, const char *who, const char *path,
 }
 
 /* See core.h: half the machine's memory, or MXU_MAX_DATA_BYTES. */
-static size_t data_limit(void) {
+size_t mxu_data_limit(void) {
   const char *given = getenv("MXU_MAX_DATA_BYTES");
   long long bytes = given ? atoll(given) : 0;
   if (bytes > 0) return (size_t)bytes;
@@ -69,7 +69,7 @@ static size_t data_limit(void) {
 
 static mxu_status read_all(gzFile gz, const char *who, const char *path,
                            unsigned char **buffer, size_t *length) {
-  size_t capacity = 0, limit = data_limit();
+  size_t capacity = 0, limit = mxu_data_limit();
   for (;;) {
     if (*length == capacity && grow(buffer, &capacity) != MXU_OK)
       return mxu_fail(MXU_ERR_NOMEM, "%s: %s: out of memory after %zu bytes",

@@ -15,6 +15,10 @@
 mxu_status mxu_read_file(const char *who, const char *path,
                          unsigned char **data, size_t *size);
 
+/* The most bytes a data file may unpack to in memory: half the machine's
+ * memory, or the environment's MXU_MAX_DATA_BYTES. */
+size_t mxu_data_limit(void);
+
 /* Finds dir/name or dir/name.gz and returns the path (malloc'd) in *path.
  * MXU_ERR_IO, naming both candidates, when neither exists. */
 mxu_status mxu_find_data_file(const char *who, const char *dir,

@@ -1,0 +1,484 @@
+/* npy.c — NumPy's .npy arrays and .npz archives of them (np.save,
+ * np.savez, np.savez_compressed), as a Keras user keeps a data set:
+ * x_train, y_train, x_test, y_test as keras.datasets' load_data() returns
+ * them, or x and y. The .npy header (versions 1, 2 and 3) is read
+ * strictly; an .npz is a zip, read with libzip. Samples of any numeric
+ * dtype become float32; labels become class indices (integers, or one-hot
+ * rows), and the class count is the highest label of the file plus one. */
+#include "core/core.h"
+#include "data/data.h"
+#include "data/loader.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zip.h>
+
+/* ---- one array --------------------------------------------------------- */
+
+/* An array's header and where its values lie (little-endian, C order). */
+typedef struct npy_array {
+  char kind; /* 'f' float, 'i' signed, 'u' unsigned, 'b' bool */
+  int item;  /* bytes a value */
+  int rank;
+  int64_t shape[MXU_MAX_RANK + 1];
+  int64_t count; /* values */
+  const unsigned char *values;
+} npy_array;
+
+/* Where an array came from, for messages: "data.npz: x_train" or
+ * "x.npy". */
+typedef struct npy_source {
+  const char *path, *key;
+} npy_source;
+
+static mxu_status npy_fail(const npy_source *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static mxu_status npy_fail(const npy_source *s, const char *fmt, ...) {
+  char why[512];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(why, sizeof why, fmt, args);
+  va_end(args);
+  return mxu_fail(MXU_ERR_FORMAT, "npy: %s%s%s: %s", s->path,
+                  s->key ? ": " : "", s->key ? s->key : "", why);
+}
+
+/* The header is a Python dict literal: {'descr': '<f4', 'fortran_order':
+ * False, 'shape': (60000, 28, 28), } padded with spaces and a newline. */
+typedef struct cursor {
+  const char *at, *end;
+} cursor;
+
+static void skip_blanks(cursor *c) {
+  while (c->at < c->end && (*c->at == ' ' || *c->at == '\n')) c->at++;
+}
+
+static int take(cursor *c, char ch) {
+  skip_blanks(c);
+  if (c->at < c->end && *c->at == ch) {
+    c->at++;
+    return 1;
+  }
+  return 0;
+}
+
+/* A quoted Python string without escapes, into out. */
+static int quoted(cursor *c, char *out, size_t size) {
+  skip_blanks(c);
+  if (c->at >= c->end || (*c->at != '\'' && *c->at != '"')) return 0;
+  char quote = *c->at++;
+  size_t n = 0;
+  while (c->at < c->end && *c->at != quote && *c->at != '\\' && n + 1 < size)
+    out[n++] = *c->at++;
+  out[n] = 0;
+  return c->at < c->end && *c->at++ == quote;
+}
+
+static int word(cursor *c, const char *w) {
+  skip_blanks(c);
+  size_t n = strlen(w);
+  if ((size_t)(c->end - c->at) < n || memcmp(c->at, w, n) != 0) return 0;
+  c->at += n;
+  return 1;
+}
+
+/* (a, b, c) or (a,) or (): non-negative integers. */
+static int shape_tuple(cursor *c, npy_array *a) {
+  if (!take(c, '(')) return 0;
+  a->rank = 0;
+  for (;;) {
+    if (take(c, ')')) return 1;
+    if (a->rank > MXU_MAX_RANK) return 0;
+    skip_blanks(c);
+    int64_t v = 0;
+    int digits = 0;
+    while (c->at < c->end && *c->at >= '0' && *c->at <= '9' && digits < 18) {
+      v = v * 10 + (*c->at++ - '0');
+      digits++;
+    }
+    if (!digits) return 0;
+    a->shape[a->rank++] = v;
+    if (!take(c, ',')) return take(c, ')');
+  }
+}
+
+/* '<f4', '|u1', ...: little-endian or byte-sized numbers only. */
+static mxu_status dtype(const npy_source *s, const char *descr, npy_array *a) {
+  char order = descr[0], kind = descr[0] ? descr[1] : 0;
+  int item = descr[0] && descr[1] ? atoi(descr + 2) : 0;
+  int known = (kind == 'f' && (item == 2 || item == 4 || item == 8)) ||
+              ((kind == 'i' || kind == 'u') &&
+               (item == 1 || item == 2 || item == 4 || item == 8)) ||
+              (kind == 'b' && item == 1);
+  if (!known || strlen(descr) > 4)
+    return npy_fail(s,
+                    "dtype '%s' is not a number mxu reads (bool, int8..int64, "
+                    "uint8..uint64, float16, float32, float64)",
+                    descr);
+  if (order == '>' && item > 1)
+    return npy_fail(s,
+                    "dtype '%s' is big-endian; save it little-endian "
+                    "(arr.astype(arr.dtype.newbyteorder('<')))",
+                    descr);
+  if (order != '<' && order != '|' && order != '=' && order != '>')
+    return npy_fail(s, "dtype '%s' has no byte order mxu knows", descr);
+  a->kind = kind;
+  a->item = item;
+  return MXU_OK;
+}
+
+static mxu_status parse_header(const npy_source *s, const char *text,
+                               size_t length, npy_array *a) {
+  cursor c = {text, text + length};
+  char key[32], descr[16] = "";
+  int has_descr = 0, has_order = 0, has_shape = 0, fortran = 0;
+  if (!take(&c, '{')) return npy_fail(s, "the header is not a Python dict");
+  while (!take(&c, '}')) {
+    if (!quoted(&c, key, sizeof key) || !take(&c, ':'))
+      return npy_fail(s, "the header is not a Python dict of 'key': value");
+    if (strcmp(key, "descr") == 0 && quoted(&c, descr, sizeof descr))
+      has_descr = 1;
+    else if (strcmp(key, "fortran_order") == 0 &&
+             ((fortran = word(&c, "True")) || word(&c, "False")))
+      has_order = 1;
+    else if (strcmp(key, "shape") == 0 && shape_tuple(&c, a))
+      has_shape = 1;
+    else
+      return npy_fail(s, "the header's '%s' is not what NumPy writes", key);
+    take(&c, ',');
+  }
+  if (!has_descr || !has_order || !has_shape)
+    return npy_fail(s, "the header lacks %s",
+                    !has_descr   ? "'descr'"
+                    : !has_order ? "'fortran_order'"
+                                 : "'shape'");
+  if (fortran)
+    return npy_fail(s, "the array is in Fortran order; save it in C order "
+                       "(np.ascontiguousarray)");
+  if (a->rank > MXU_MAX_RANK)
+    return npy_fail(s, "rank %d; mxu takes at most %d", a->rank,
+                    MXU_MAX_RANK + 1);
+  return dtype(s, descr, a);
+}
+
+/* An .npy image in memory: magic, version, header length, header, data. */
+static mxu_status parse_npy(const npy_source *s, const unsigned char *bytes,
+                            size_t size, npy_array *a) {
+  memset(a, 0, sizeof *a);
+  if (size < 10 || memcmp(bytes, "\x93NUMPY", 6) != 0)
+    return npy_fail(s, "not an .npy array (no \\x93NUMPY magic)");
+  int major = bytes[6];
+  if (major < 1 || major > 3)
+    return npy_fail(s, ".npy format version %d.%d; mxu reads 1, 2 and 3", major,
+                    bytes[7]);
+  size_t header = major == 1 ? (size_t)bytes[8] | (size_t)bytes[9] << 8
+                  : size < 12
+                      ? SIZE_MAX
+                      : (size_t)bytes[8] | (size_t)bytes[9] << 8 |
+                            (size_t)bytes[10] << 16 | (size_t)bytes[11] << 24;
+  size_t start = major == 1 ? 10 : 12;
+  if (header > size - start)
+    return npy_fail(s,
+                    "the header runs past the end (%zu bytes); the file "
+                    "is cut short",
+                    size);
+  MXU_TRY(parse_header(s, (const char *)bytes + start, header, a));
+  int64_t count = 1;
+  for (int d = 0; d < a->rank; d++) {
+    if (a->shape[d] > MXU_MAX_ELEMENTS ||
+        (a->shape[d] && count > MXU_MAX_ELEMENTS * 64 / a->shape[d]))
+      return npy_fail(s, "shape too large");
+    count *= a->shape[d];
+  }
+  size_t have = size - start - header;
+  if ((uint64_t)count * (uint64_t)a->item != have)
+    return npy_fail(s,
+                    "%lld values of %d bytes need %llu bytes after the "
+                    "header, the file has %zu (cut short or not .npy)",
+                    (long long)count, a->item,
+                    (unsigned long long)count * (unsigned long long)a->item,
+                    have);
+  a->count = count;
+  a->values = bytes + start + header;
+  return MXU_OK;
+}
+
+/* float16 to float32, exactly. */
+static float half(uint16_t h) {
+  int exponent = h >> 10 & 0x1f, mantissa = h & 0x3ff;
+  float v = exponent == 0    ? ldexpf((float)mantissa, -24)
+            : exponent == 31 ? (mantissa ? NAN : INFINITY)
+                             : ldexpf((float)(mantissa | 0x400), exponent - 25);
+  return h & 0x8000 ? -v : v;
+}
+
+static double value_at(const npy_array *a, int64_t i) {
+  const unsigned char *p = a->values + i * a->item;
+  uint64_t bits = 0;
+  for (int b = a->item - 1; b >= 0; b--) bits = bits << 8 | p[b];
+  switch (a->kind) {
+  case 'b':
+  case 'u': return (double)bits;
+  case 'i': {
+    int shift = 64 - 8 * a->item; /* sign-extend */
+    return (double)((int64_t)(bits << shift) >> shift);
+  }
+  default:
+    if (a->item == 2) return half((uint16_t)bits);
+    if (a->item == 4) {
+      float f;
+      uint32_t b32 = (uint32_t)bits;
+      memcpy(&f, &b32, 4);
+      return f;
+    }
+    double d;
+    memcpy(&d, &bits, 8);
+    return d;
+  }
+}
+
+/* ---- arrays into a data set -------------------------------------------- */
+
+/* Label i: an integer, or the hot column of a one-hot row; -1 and a
+ * message otherwise. */
+static int64_t label_at(const npy_source *s, const npy_array *y, int64_t i,
+                        mxu_status *status) {
+  int64_t width = y->rank == 2 ? y->shape[1] : 1;
+  if (width == 1) {
+    double v = value_at(y, i);
+    if (v >= 0 && v < INT32_MAX && v == floor(v)) return (int64_t)v;
+    *status = npy_fail(s,
+                       "label %lld is %g; labels are class indices 0, 1, ... "
+                       "(float targets need a regression loss, which mxu "
+                       "has not yet)",
+                       (long long)i, v);
+    return -1;
+  }
+  int64_t hot = -1;
+  for (int64_t k = 0; k < width; k++) {
+    double v = value_at(y, i * width + k);
+    if (v == 1 && hot < 0) {
+      hot = k;
+    } else if (v != 0) {
+      hot = -2;
+      break;
+    }
+  }
+  if (hot >= 0) return hot;
+  *status = npy_fail(s,
+                     "row %lld of the %lld-column labels is not one-hot "
+                     "(one 1, the rest 0)",
+                     (long long)i, (long long)width);
+  return -1;
+}
+
+/* Labels for count samples: (count,) or (count, 1) indices, or
+ * (count, classes) one-hot rows. */
+static mxu_status check_labels(const npy_source *s, const npy_array *y,
+                               int64_t count) {
+  if (y->rank < 1 || y->rank > 2 || y->shape[0] != count)
+    return npy_fail(s,
+                    "labels of shape (%lld%s) for %lld samples; expected "
+                    "(%lld,) class indices or (%lld, classes) one-hot rows",
+                    (long long)(y->rank ? y->shape[0] : 0),
+                    y->rank == 2  ? ", ..."
+                    : y->rank > 2 ? ", ..., ..."
+                                  : "",
+                    (long long)count, (long long)count, (long long)count);
+  return MXU_OK;
+}
+
+/* The highest label plus one: the class count both splits share. x is
+ * the labels' samples. */
+static mxu_status count_classes(const npy_source *s, const npy_array *y,
+                                const npy_array *x, int *classes) {
+  if (x->rank < 1)
+    return npy_fail(s, "its samples are a scalar, not (count, ...)");
+  MXU_TRY(check_labels(s, y, x->shape[0]));
+  mxu_status status = MXU_OK;
+  for (int64_t i = 0; i < y->shape[0] && status == MXU_OK; i++) {
+    int64_t label = label_at(s, y, i, &status);
+    if (label + 1 > *classes) *classes = (int)(label + 1);
+  }
+  if (status == MXU_OK && *classes > (1 << 24))
+    return npy_fail(s, "%d classes; a label is a class index", *classes);
+  return status;
+}
+
+static mxu_status to_dataset(const npy_source *xs, const npy_array *x,
+                             const npy_source *ys, const npy_array *y,
+                             int classes, mxu_dataset **out) {
+  if (x->rank < 2)
+    return npy_fail(xs, "shape of rank %d; samples need (count, ...)", x->rank);
+  (void)ys;
+  mxu_shape sample = {0};
+  sample.rank = x->rank - 1;
+  for (int d = 1; d < x->rank; d++) sample.dims[d - 1] = x->shape[d];
+  MXU_TRY(mxu_dataset_alloc(sample, x->shape[0], classes, out));
+  mxu_dataset *data = *out;
+  for (int64_t i = 0; i < x->count; i++) data->x[i] = (float)value_at(x, i);
+  mxu_status status = MXU_OK;
+  for (int64_t i = 0; i < x->shape[0] && status == MXU_OK; i++)
+    data->labels[i] = (int32_t)label_at(ys, y, i, &status);
+  if (status != MXU_OK) {
+    mxu_dataset_free(data);
+    *out = NULL;
+  }
+  return status;
+}
+
+/* ---- .npz -------------------------------------------------------------- */
+
+typedef struct npz_member {
+  npy_source source;
+  unsigned char *bytes;
+  size_t size;
+  npy_array array;
+} npz_member;
+
+static mxu_status zip_failure(const char *path, const char *what,
+                              zip_error_t *error) {
+  return mxu_fail(MXU_ERR_FORMAT, "npz: %s: %s: %s", path, what,
+                  zip_error_strerror(error));
+}
+
+/* Reads member key.npy whole; *found 0 when the archive has none. */
+static mxu_status read_member(zip_t *zip, const char *path, const char *key,
+                              npz_member *m, int *found) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.npy", key);
+  m->source = (npy_source){path, key};
+  zip_int64_t index = zip_name_locate(zip, name, 0);
+  *found = index >= 0;
+  if (index < 0) return MXU_OK;
+  zip_stat_t st;
+  if (zip_stat_index(zip, (zip_uint64_t)index, 0, &st) != 0 ||
+      !(st.valid & ZIP_STAT_SIZE))
+    return zip_failure(path, name, zip_get_error(zip));
+  if (st.size > mxu_data_limit())
+    return npy_fail(&m->source,
+                    "%llu bytes unpacked, over the limit of %zu for a data "
+                    "file read into memory (half the machine's memory; set "
+                    "MXU_MAX_DATA_BYTES to change it)",
+                    (unsigned long long)st.size, mxu_data_limit());
+  m->bytes = malloc(st.size ? st.size : 1);
+  if (!m->bytes)
+    return mxu_fail(MXU_ERR_NOMEM, "npz: %s: %s: out of memory", path, name);
+  zip_file_t *file = zip_fopen_index(zip, (zip_uint64_t)index, 0);
+  if (!file) return zip_failure(path, name, zip_get_error(zip));
+  zip_int64_t got = zip_fread(file, m->bytes, st.size);
+  /* libzip checks the member's CRC on the read that finds its end. */
+  unsigned char past;
+  if (got >= 0 && (zip_uint64_t)got == st.size &&
+      zip_fread(file, &past, 1) != 0)
+    got = -1;
+  mxu_status status = MXU_OK;
+  if (got < 0 || (zip_uint64_t)got != st.size)
+    status = zip_failure(path, name, zip_file_get_error(file));
+  zip_fclose(file);
+  m->size = st.size;
+  if (status == MXU_OK)
+    status = parse_npy(&m->source, m->bytes, m->size, &m->array);
+  return status;
+}
+
+static zip_t *open_zip(const char *path, mxu_status *status) {
+  int code = 0;
+  zip_t *zip = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code);
+  if (!zip) {
+    zip_error_t error;
+    zip_error_init_with_code(&error, code);
+    *status = code == ZIP_ER_NOENT || code == ZIP_ER_OPEN || code == ZIP_ER_READ
+                  ? mxu_fail(MXU_ERR_IO, "npz: %s: cannot open: %s", path,
+                             zip_error_strerror(&error))
+                  : mxu_fail(MXU_ERR_FORMAT,
+                             "npz: %s: not a readable .npz (a zip of .npy "
+                             "arrays): %s",
+                             path, zip_error_strerror(&error));
+    zip_error_fini(&error);
+  }
+  return zip;
+}
+
+mxu_status mxu_load_npz(const char *path, mxu_split split, mxu_dataset **out) {
+  if (!out) return mxu_fail(MXU_ERR_ARG, "npz: out is NULL");
+  *out = NULL;
+  if (!path) return mxu_fail(MXU_ERR_ARG, "npz: no path given");
+  mxu_status status = MXU_OK;
+  zip_t *zip = open_zip(path, &status);
+  if (!zip) return status;
+  /* x_train, y_train, x_test, y_test; or x, y (the train split). */
+  static const char *const keys[2][4] = {
+      {"x_train", "y_train", "x_test", "y_test"}, {"x", "y", NULL, NULL}};
+  npz_member m[4];
+  memset(m, 0, sizeof m);
+  int found[4] = {0}, form = 0;
+  for (int k = 0; k < 4 && status == MXU_OK; k++)
+    status = read_member(zip, path, keys[0][k], &m[k], &found[k]);
+  if (status == MXU_OK && !found[0] && !found[1]) {
+    form = 1;
+    for (int k = 0; k < 2 && status == MXU_OK; k++)
+      status = read_member(zip, path, keys[1][k], &m[k], &found[k]);
+  }
+  if (status == MXU_OK && (!found[0] || !found[1]))
+    status = mxu_fail(MXU_ERR_FORMAT,
+                      "npz: %s: no %s array; expected x_train, y_train, "
+                      "x_test, y_test (as np.savez of keras.datasets' "
+                      "load_data()) or x and y",
+                      path, !found[0] ? keys[form][0] : keys[form][1]);
+  if (status == MXU_OK && (found[2] != found[3]))
+    status = mxu_fail(MXU_ERR_FORMAT, "npz: %s: %s without %s", path,
+                      found[2] ? "x_test" : "y_test",
+                      found[2] ? "y_test" : "x_test");
+  if (status == MXU_OK && split == MXU_TEST && !found[2])
+    status = mxu_fail(MXU_ERR_FORMAT,
+                      "npz: %s: no test split (x_test and y_test); add them "
+                      "to the archive",
+                      path);
+  int classes = 1;
+  for (int k = 1; k < 4 && status == MXU_OK; k += 2)
+    if (found[k] && found[k - 1])
+      status =
+          count_classes(&m[k].source, &m[k].array, &m[k - 1].array, &classes);
+  int first = split == MXU_TEST ? 2 : 0;
+  if (status == MXU_OK)
+    status = to_dataset(&m[first].source, &m[first].array, &m[first + 1].source,
+                        &m[first + 1].array, classes, out);
+  for (int k = 0; k < 4; k++) free(m[k].bytes);
+  zip_discard(zip);
+  return status;
+}
+
+/* ---- .npy pairs -------------------------------------------------------- */
+
+mxu_status mxu_load_npy(const char *x_path, const char *y_path,
+                        mxu_dataset **out) {
+  if (!out) return mxu_fail(MXU_ERR_ARG, "npy: out is NULL");
+  *out = NULL;
+  if (!x_path || !y_path)
+    return mxu_fail(MXU_ERR_ARG, "npy: a samples and a labels file are needed");
+  unsigned char *bytes[2] = {NULL, NULL};
+  size_t size[2] = {0, 0};
+  npy_source source[2] = {{x_path, NULL}, {y_path, NULL}};
+  npy_array array[2];
+  mxu_status status = MXU_OK;
+  for (int k = 0; k < 2 && status == MXU_OK; k++) {
+    status = mxu_read_file("npy", source[k].path, &bytes[k], &size[k]);
+    if (status == MXU_OK)
+      status = parse_npy(&source[k], bytes[k], size[k], &array[k]);
+  }
+  int classes = 1;
+  if (status == MXU_OK)
+    status = count_classes(&source[1], &array[1], &array[0], &classes);
+  if (status == MXU_OK)
+    status =
+        to_dataset(&source[0], &array[0], &source[1], &array[1], classes, out);
+  free(bytes[0]);
+  free(bytes[1]);
+  return status;
+}

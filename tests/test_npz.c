@@ -1,0 +1,238 @@
+/* test_npz.c — NumPy data: arrays NumPy itself wrote (tests/npz, made by
+ * make_npz.py) in every dtype mxu reads, one-hot labels, header versions
+ * 2 and 3, .npz archives plain and compressed; the refusals (Fortran
+ * order, big-endian, strings, float labels, damaged archives); and the
+ * mxu command training, evaluating and predicting from an .npz alone. */
+#include "check.h"
+
+#include <math.h>
+#include <zip.h>
+
+/* ---- members of dtypes.npz as .npy files ------------------------------- */
+
+/* Copies member name of the archive to a file of its own. */
+static const char *extract(const char *archive, const char *name) {
+  static char path[600];
+  snprintf(path, sizeof path, "%s/%s", check_temp_dir, name);
+  int error = 0;
+  zip_t *zip = zip_open(archive, ZIP_RDONLY, &error);
+  zip_file_t *member = zip ? zip_fopen(zip, name, 0) : NULL;
+  FILE *out = fopen(path, "wb");
+  char buffer[4096];
+  zip_int64_t n = 0;
+  while (member && out && (n = zip_fread(member, buffer, sizeof buffer)) > 0)
+    fwrite(buffer, 1, (size_t)n, out);
+  CHECK_MSG(member && out && n == 0, "cannot extract %s from %s", name,
+            archive);
+  if (out) fclose(out);
+  if (member) zip_fclose(member);
+  if (zip) zip_discard(zip);
+  return path;
+}
+
+/* make_npz.py's values: arange(-3, 33) / 2, rounded half to even for the
+ * integer dtypes, their magnitude for the unsigned ones, != 0 for bool. */
+static float expected(const char *dtype, int i) {
+  double v = (i - 3) / 2.0;
+  if (dtype[0] == 'f') return (float)v;
+  double r = nearbyint(v);
+  if (dtype[0] == 'i') return (float)r;
+  return dtype[0] == 'b' ? (float)(fabs(r) != 0) : (float)fabs(r);
+}
+
+static void every_dtype(void) {
+  static const char *const dtypes[] = {"u1", "i1", "u2", "i2", "i4", "u4",
+                                       "i8", "u8", "f2", "f4", "f8", "b1"};
+  static const int32_t labels[6] = {0, 2, 1, 2, 0, 1};
+  for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) {
+    char member[32];
+    snprintf(member, sizeof member, "x_%s.npy", dtypes[k]);
+    mxu_dataset *data = NULL;
+    CHECK_OK(mxu_load_npy(extract("tests/npz/dtypes.npz", member),
+                          "tests/npz/labels6.npy", &data));
+    if (!data) continue;
+    mxu_shape shape = mxu_dataset_shape(data);
+    CHECK(shape.rank == 2 && shape.dims[0] == 2 && shape.dims[1] == 3);
+    CHECK(mxu_dataset_count(data) == 6 && mxu_dataset_num_classes(data) == 3);
+    int wrong = 0;
+    for (int i = 0; i < 36; i++)
+      wrong += mxu_dataset_x(data)[i] != expected(dtypes[k], i);
+    for (int i = 0; i < 6; i++)
+      wrong += mxu_dataset_labels(data)[i] != labels[i];
+    CHECK_MSG(wrong == 0, "%s: %d values differ", dtypes[k], wrong);
+    mxu_dataset_free(data);
+  }
+  /* One-hot rows are the same labels. */
+  mxu_dataset *data = NULL;
+  char samples[600];
+  snprintf(samples, sizeof samples, "%s",
+           extract("tests/npz/dtypes.npz", "x_f4.npy"));
+  CHECK_OK(mxu_load_npy(
+      samples, extract("tests/npz/dtypes.npz", "y_onehot.npy"), &data));
+  for (int i = 0; data && i < 6; i++)
+    CHECK(mxu_dataset_labels(data)[i] == labels[i]);
+  mxu_dataset_free(data);
+}
+
+/* ---- archives and headers ---------------------------------------------- */
+
+static char *slurp(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  char *bytes = malloc(1 << 20);
+  *size = f && bytes ? fread(bytes, 1, 1 << 20, f) : 0;
+  if (f) fclose(f);
+  return bytes;
+}
+
+static void write_bytes(const char *path, const char *bytes, size_t size) {
+  FILE *f = fopen(path, "wb");
+  CHECK(f && fwrite(bytes, 1, size, f) == size);
+  if (f) fclose(f);
+}
+
+static void archives(void) {
+  /* x and y: a train split only. */
+  mxu_dataset *data = NULL;
+  CHECK_OK(mxu_load_npz("tests/npz/dtypes.npz", MXU_TRAIN, &data));
+  CHECK(data && mxu_dataset_count(data) == 6 &&
+        mxu_dataset_x(data)[35] == 16.0f && mxu_dataset_labels(data)[1] == 2);
+  mxu_dataset_free(data);
+  EXPECT_FAIL(mxu_load_npz("tests/npz/dtypes.npz", MXU_TEST, &data),
+              MXU_ERR_FORMAT, "no test split");
+  /* keras.datasets' four arrays, compressed. */
+  CHECK_OK(mxu_load_npz("tests/npz/mnist_small.npz", MXU_TEST, &data));
+  if (data) {
+    CHECK(mxu_dataset_count(data) == 500 &&
+          mxu_dataset_num_classes(data) == 10);
+    CHECK(mxu_dataset_shape(data).rank == 2 &&
+          mxu_dataset_shape(data).dims[0] == 28);
+    CHECK(mxu_dataset_labels(data)[0] == 7 && mxu_dataset_labels(data)[1] == 2);
+  }
+  mxu_dataset_free(data);
+  for (int major = 2; major <= 3; major++) {
+    char path[64];
+    snprintf(path, sizeof path, "tests/npz/v%d.npy", major);
+    CHECK_OK(mxu_load_npy(path, "tests/npz/labels2.npy", &data));
+    CHECK(data && mxu_dataset_count(data) == 2 &&
+          mxu_dataset_x(data)[11] == 11.0f && mxu_dataset_labels(data)[0] == 1);
+    mxu_dataset_free(data);
+  }
+}
+
+static void refusals(void) {
+  mxu_dataset *data = NULL;
+  const char *labels = "tests/npz/labels2.npy";
+  EXPECT_FAIL(mxu_load_npy("tests/npz/fortran.npy", labels, &data),
+              MXU_ERR_FORMAT, "Fortran order");
+  EXPECT_FAIL(mxu_load_npy("tests/npz/big.npy", labels, &data), MXU_ERR_FORMAT,
+              "big-endian");
+  EXPECT_FAIL(mxu_load_npy("tests/npz/text.npy", labels, &data), MXU_ERR_FORMAT,
+              "dtype '<U1'");
+  EXPECT_FAIL(mxu_load_npy("tests/npz/v2.npy", "tests/npz/floaty.npy", &data),
+              MXU_ERR_FORMAT, "regression");
+  EXPECT_FAIL(mxu_load_npy("tests/npz/v2.npy", "tests/npz/labels6.npy", &data),
+              MXU_ERR_FORMAT, "for 2 samples");
+  EXPECT_FAIL(mxu_load_npz(temp_path("missing.npz"), MXU_TRAIN, &data),
+              MXU_ERR_IO, "missing.npz");
+  EXPECT_FAIL(mxu_load_npz("tests/npz/v2.npy", MXU_TRAIN, &data),
+              MXU_ERR_FORMAT, "not a readable .npz");
+  CHECK(data == NULL);
+  /* The archive cut short, and one byte of a member's data changed. */
+  size_t size = 0;
+  char *bytes = slurp("tests/npz/dtypes.npz", &size);
+  const char *cut = temp_path("cut.npz"), *changed = temp_path("changed.npz");
+  write_bytes(cut, bytes, size / 2);
+  EXPECT_FAIL(mxu_load_npz(cut, MXU_TRAIN, &data), MXU_ERR_FORMAT, "cut.npz");
+  /* A value of member x.npy: past its local header (30 bytes, the name
+   * and the extra field, whose lengths it gives at 26 and 28) and its
+   * 128-byte .npy header. */
+  size_t member = 0;
+  for (size_t i = 0; i + 35 < size && !member; i++)
+    if (memcmp(bytes + i, "PK\3\4", 4) == 0 &&
+        memcmp(bytes + i + 30, "x.npy", 5) == 0)
+      member = i;
+  CHECK(member > 0);
+  size_t extra = (unsigned char)bytes[member + 28] |
+                 (size_t)(unsigned char)bytes[member + 29] << 8;
+  bytes[member + 30 + 5 + extra + 130] ^= 0x01;
+  write_bytes(changed, bytes, size);
+  EXPECT_FAIL(mxu_load_npz(changed, MXU_TRAIN, &data), MXU_ERR_FORMAT, "CRC");
+  free(bytes);
+}
+
+/* ---- the command ------------------------------------------------------- */
+
+static void command(void) {
+  const char *weights = temp_path("npz.weights.h5");
+  char *train[] = {MXU_BIN,
+                   "train",
+                   "models/fashion_mnist.json",
+                   "--data",
+                   "tests/npz/mnist_small.npz",
+                   "--epochs",
+                   "3",
+                   "--batch-size",
+                   "100",
+                   "--rescale",
+                   "1/255",
+                   "--save-weights",
+                   (char *)weights,
+                   "--verbose",
+                   "0",
+                   NULL};
+  char *out, *err;
+  int code = check_run(train, &out, &err);
+  double accuracy = 0;
+  const char *at = out ? strstr(out, "test accuracy ") : NULL;
+  CHECK_MSG(code == 0 && at && sscanf(at, "test accuracy %lf", &accuracy) == 1,
+            "exit %d: %s %s", code, out, err);
+  printf("mnist_small.npz, 3 epochs: test accuracy %.4f\n", accuracy);
+  CHECK(accuracy >= 0.8);
+  free(out);
+  free(err);
+  char *evaluate[] = {MXU_BIN,
+                      "evaluate",
+                      "models/fashion_mnist.json",
+                      "--data",
+                      "tests/npz/mnist_small.npz",
+                      "--weights",
+                      (char *)weights,
+                      "--rescale",
+                      "1/255",
+                      NULL};
+  code = check_run(evaluate, &out, &err);
+  CHECK_MSG(code == 0 && out && strstr(out, "test accuracy"), "%s %s", out,
+            err);
+  free(out);
+  free(err);
+  char *predict[] = {MXU_BIN,
+                     "predict",
+                     "models/fashion_mnist.json",
+                     "--data",
+                     "tests/npz/mnist_small.npz",
+                     "--weights",
+                     (char *)weights,
+                     "--rescale",
+                     "1/255",
+                     "--index",
+                     "0",
+                     "--top",
+                     "1",
+                     NULL};
+  code = check_run(predict, &out, &err);
+  CHECK_MSG(code == 0 && out && strstr(out, "true class 7") &&
+                strstr(out, "1. 7 "),
+            "%s %s", out, err);
+  free(out);
+  free(err);
+}
+
+int main(void) {
+  CHECK(check_temp_make("npz"));
+  every_dtype();
+  archives();
+  refusals();
+  command();
+  check_remove_tree(check_temp_dir);
+  return check_report("test_npz");
+}
