@@ -443,6 +443,10 @@ const float *mxu_dataset_x(const mxu_dataset *dataset);
 const int32_t *mxu_dataset_labels(const mxu_dataset *dataset);
 /* The class's name ("Ankle boot", "airplane") or NULL when unknown. */
 const char *mxu_dataset_class_name(const mxu_dataset *dataset, int label);
+/* Views every sample as `shape` (the same number of values, in C order:
+ * NumPy's reshape), e.g. (28, 28) samples as a model's (28, 28, 1) input;
+ * MXU_ERR_ARG when the counts differ. */
+mxu_status mxu_dataset_reshape(mxu_dataset *dataset, mxu_shape shape);
 /* Multiplies every sample value by scale (e.g. 1/255). */
 void mxu_dataset_rescale(mxu_dataset *dataset, float scale);
 /* A view of samples [first, first + count), sharing memory with parent. */

@@ -227,12 +227,70 @@ static void command(void) {
   free(err);
 }
 
+/* Runs mxu train on the fashion model for one epoch with the extra
+ * arguments; the stdout, or NULL when it did not exit with `want`. */
+static char *train_with(int want, const char *const *extra, int n) {
+  char *args[32] = {MXU_BIN,     "train",     "models/fashion_mnist.json",
+                    "--epochs",  "1",         "--batch-size",
+                    "100",       "--rescale", "1/255",
+                    "--verbose", "2"};
+  int count = 11;
+  for (int i = 0; i < n && count < 31; i++) args[count++] = (char *)extra[i];
+  args[count] = NULL;
+  char *out, *err;
+  int code = check_run(args, &out, &err);
+  CHECK_MSG(code == want, "exit %d, not %d: %s %s", code, want, out, err);
+  if (code != want) {
+    free(out);
+    out = NULL;
+  }
+  if (want != 0 && out) {
+    free(out);
+    out = err;
+  } else {
+    free(err);
+  }
+  return out;
+}
+
+/* --validation-split holds out the last fraction, as Keras does: the
+ * same numbers from an .npz and from its arrays as .npy files. */
+static void validation_split(void) {
+  const char *npz[] = {"--data", "tests/npz/mnist_small.npz",
+                       "--validation-split", "0.25"};
+  char *a = train_with(0, npz, 4);
+  CHECK_MSG(a && has(a, "Train on 1500 samples, validate on 500 samples"), "%s",
+            a ? a : "");
+  char x[600], y[600];
+  snprintf(x, sizeof x, "%s",
+           extract("tests/npz/mnist_small.npz", "x_train.npy"));
+  snprintf(y, sizeof y, "%s",
+           extract("tests/npz/mnist_small.npz", "y_train.npy"));
+  const char *npy[] = {"--data", x, "--labels", y, "--validation-split",
+                       "0.25"};
+  char *b = train_with(0, npy, 6);
+  const char *ta = a ? strstr(a, "test loss") : NULL;
+  const char *tb = b ? strstr(b, "test loss") : NULL;
+  CHECK_MSG(ta && tb && strcmp(ta, tb) == 0, "npz: %s\nnpy: %s", ta, tb);
+  free(a);
+  free(b);
+  char *e = train_with(2, npy, 4); /* --labels without a split */
+  CHECK_MSG(e && has(e, "--validation-split F"), "%s", e ? e : "");
+  free(e);
+  const char *whole[] = {"--data", "tests/npz/mnist_small.npz",
+                         "--validation-split", "0.9999"};
+  e = train_with(2, whole, 4);
+  CHECK_MSG(e && has(e, "leaves none to train"), "%s", e ? e : "");
+  free(e);
+}
+
 int main(void) {
   CHECK(check_temp_make("npz"));
   every_dtype();
   archives();
   refusals();
   command();
+  validation_split();
   check_remove_tree(check_temp_dir);
   return check_report("test_npz");
 }

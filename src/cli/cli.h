@@ -25,9 +25,11 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
                           size_t metric_size);
 
 /* One split of a data set (an image folder resized to the model's
- * input), multiplied by rescale unless it is 1. */
-mxu_status cli_load_split(const char *data, mxu_split split, float rescale,
-                          const mxu_model *model, mxu_dataset **out);
+ * input), multiplied by rescale unless it is 1. With labels (--labels),
+ * data and labels are .npy files, all of it either split. */
+mxu_status cli_load_split(const char *data, const char *labels, mxu_split split,
+                          float rescale, const mxu_model *model,
+                          mxu_dataset **out);
 
 /* A weights file name mxu cannot read or write (not .h5, .hdf5 or
  * .weights.h5) is a usage error, caught before anything runs. Returns

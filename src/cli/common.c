@@ -33,10 +33,22 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
   return MXU_OK;
 }
 
-mxu_status cli_load_split(const char *data, mxu_split split, float rescale,
-                          const mxu_model *model, mxu_dataset **out) {
-  mxu_status status =
-      mxu_load_dataset_for(data, split, mxu_model_input_shape(model), out);
+mxu_status cli_load_split(const char *data, const char *labels, mxu_split split,
+                          float rescale, const mxu_model *model,
+                          mxu_dataset **out) {
+  mxu_status status;
+  if (labels) {
+    status = mxu_load_npy(data, labels, out);
+    if (status == MXU_OK)
+      status = mxu_dataset_reshape(*out, mxu_model_input_shape(model));
+    if (status != MXU_OK) {
+      mxu_dataset_free(*out);
+      *out = NULL;
+    }
+  } else {
+    status =
+        mxu_load_dataset_for(data, split, mxu_model_input_shape(model), out);
+  }
   if (status == MXU_OK && rescale != 1.0f) mxu_dataset_rescale(*out, rescale);
   return status;
 }

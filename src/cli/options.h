@@ -50,9 +50,17 @@ typedef struct cli_command {
 #define CLI_OPTION_DATA(target)                                                \
   {                                                                            \
     "--data", "DATA",                                                          \
-        "a data set name (fashion-mnist, mnist, cifar10, cifar100) or a "      \
-        "directory (IDX, CIFAR binary, or class folders of PNG/JPEG images)",  \
+        "a data set name (fashion-mnist, mnist, cifar10, cifar100), a "        \
+        "directory (IDX, CIFAR binary, or class folders of PNG/JPEG images), " \
+        "an .npz of NumPy arrays, or an .npy of samples (with --labels)",      \
         CLI_STRING, (target), NULL, 1, 0                                       \
+  }
+#define CLI_OPTION_LABELS(target)                                              \
+  {                                                                            \
+    "--labels", "FILE.npy",                                                    \
+        "the labels of --data FILE.npy samples: class indices or one-hot "     \
+        "rows",                                                                \
+        CLI_STRING, (target), NULL, 0, 0                                       \
   }
 #define CLI_OPTION_WEIGHTS(target)                                             \
   {                                                                            \

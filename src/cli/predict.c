@@ -248,7 +248,7 @@ int cli_predict(int argc, char **argv) {
   /* --image needs --data only for class names. */
   if (cli_load_model(a.model, &run.model, &run.compile, run.metric,
                      sizeof run.metric) != MXU_OK ||
-      (a.data && cli_load_split(a.data, MXU_TEST, a.rescale, run.model,
+      (a.data && cli_load_split(a.data, NULL, MXU_TEST, a.rescale, run.model,
                                 &run.test) != MXU_OK))
     code = cli_runtime_error("predict");
   else if ((a.images || (code = check_indices(&a, run.test)) == CLI_OK) &&

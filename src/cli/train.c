@@ -20,6 +20,8 @@ static const char *const precision_names[] = {"float32", "mixed_bfloat16",
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
   const char *checkpoint_dir, *resume, *save_model, *initial_weights;
+  const char *labels;
+  float validation_split;
   int checkpoint_every;
   int replicas, threads, steps_per_execution;
   int epochs, batch_size, steps_per_epoch, validation_freq;
@@ -29,13 +31,19 @@ typedef struct train_args {
   cli_fit_extras extras; /* callbacks and augmentation */
 } train_args;
 
-#define TRAIN_BASE_OPTIONS 22
+#define TRAIN_BASE_OPTIONS 24
 #define TRAIN_OPTION_COUNT (TRAIN_BASE_OPTIONS + CLI_FIT_EXTRA_OPTIONS)
 
 /* The table lives in the caller's frame; targets point into args. */
 static void train_options(train_args *a, cli_option *o) {
   cli_option table[TRAIN_BASE_OPTIONS] = {
       CLI_OPTION_DATA(&a->data),
+      CLI_OPTION_LABELS(&a->labels),
+      {"--validation-split", "F",
+       "hold out the last fraction F (0 < F < 1) of the train samples to "
+       "validate and test on, as Keras' fit(validation_split=F), instead of "
+       "the data's test split",
+       CLI_POSITIVE_FLOAT, &a->validation_split, NULL, 0, 0},
       {"--epochs", "N", "epochs to train (default 1)", CLI_POSITIVE_INT,
        &a->epochs, NULL, 0, 0},
       {"--batch-size", "B",
@@ -170,6 +178,7 @@ static int fit_batch(const train_args *a, int64_t samples) {
 typedef struct train_run {
   mxu_model *model;
   mxu_dataset *train, *test;
+  mxu_dataset *whole; /* with --validation-split: what train and test view */
   mxu_compile_config compile;
   char metric[64];
   const mxu_history *history;
@@ -180,10 +189,26 @@ typedef struct train_run {
 static mxu_status load(const train_args *a, train_run *run) {
   mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
                                 run->metric, sizeof run->metric);
-  if (s == MXU_OK)
-    s = cli_load_split(a->data, MXU_TRAIN, a->rescale, run->model, &run->train);
-  if (s == MXU_OK)
-    s = cli_load_split(a->data, MXU_TEST, a->rescale, run->model, &run->test);
+  if (s != MXU_OK || !a->validation_split) {
+    if (s == MXU_OK)
+      s = cli_load_split(a->data, a->labels, MXU_TRAIN, a->rescale, run->model,
+                         &run->train);
+    if (s == MXU_OK)
+      s = cli_load_split(a->data, a->labels, MXU_TEST, a->rescale, run->model,
+                         &run->test);
+    return s;
+  }
+  /* Keras' split: the last samples, before any shuffling, at
+   * floor(count * (1 - F)). */
+  s = cli_load_split(a->data, a->labels, MXU_TRAIN, a->rescale, run->model,
+                     &run->whole);
+  int64_t count = s == MXU_OK ? mxu_dataset_count(run->whole) : 0;
+  int64_t at = (int64_t)floor((double)count * (1.0 - a->validation_split));
+  /* Too few samples for the split leave both NULL: run_train says so. */
+  if (s == MXU_OK && at >= 1 && at < count)
+    s = mxu_dataset_slice(run->whole, 0, at, &run->train);
+  if (s == MXU_OK && run->train)
+    s = mxu_dataset_slice(run->whole, at, count - at, &run->test);
   return s;
 }
 
@@ -367,6 +392,12 @@ static int finish(const train_args *a, train_run *run, double start) {
 static int run_train(const cli_command *cmd, train_args *a, train_run *run,
                      double start) {
   if (load(a, run) != MXU_OK) return cli_runtime_error("train");
+  if (!run->train)
+    return cli_usage_error("train",
+                           "--validation-split: %g of the %lld samples of %s "
+                           "leaves none to train or none to validate",
+                           a->validation_split,
+                           (long long)mxu_dataset_count(run->whole), a->data);
   int code = check_batch(a, run);
   if (code != CLI_OK) return code;
   code = cli_fit_extras_build(&a->extras, a->epochs);
@@ -392,6 +423,15 @@ int cli_train(int argc, char **argv) {
   /* Before training, not after it: a bad name must not cost the run. */
   parsed = cli_check_weights_path("train", "--save-weights", a.save_weights);
   if (parsed != CLI_OK) return parsed;
+  if (a.validation_split >= 1.0f)
+    return cli_usage_error("train",
+                           "--validation-split: %g is not a fraction below 1",
+                           a.validation_split);
+  if (a.labels && !a.validation_split)
+    return cli_usage_error("train",
+                           "--labels: .npy arrays have no test split; give "
+                           "--validation-split F to hold out their last "
+                           "fraction F");
   if (a.initial_weights && a.resume)
     return cli_usage_error("train",
                            "--initial-weights: --resume already gives the "
@@ -403,5 +443,6 @@ int cli_train(int argc, char **argv) {
   mxu_model_free(run.model);
   mxu_dataset_free(run.train);
   mxu_dataset_free(run.test);
+  mxu_dataset_free(run.whole);
   return code;
 }

@@ -168,30 +168,16 @@ static int ends_with(const char *text, const char *suffix) {
   return a >= b && strcmp(text + a - b, suffix) == 0;
 }
 
-/* Arrays of (count, 28, 28) for a model that takes (28, 28, 1): the same
- * values in the same order, so the samples take the model's shape. */
-static mxu_status fit_input(const char *name, const mxu_shape *input,
-                            mxu_dataset *data) {
-  if (!input->rank || mxu_shape_count(input) != mxu_shape_count(&data->shape))
-    return input->rank
-               ? mxu_fail(MXU_ERR_ARG,
-                          "data: %s: samples of %lld values, but the "
-                          "model's input takes %lld",
-                          name, (long long)mxu_shape_count(&data->shape),
-                          (long long)mxu_shape_count(input))
-               : MXU_OK;
-  data->shape = *input;
-  return MXU_OK;
-}
-
 mxu_status mxu_load_dataset_for(const char *name, mxu_split split,
                                 mxu_shape input, mxu_dataset **out) {
   if (!out || !name) return mxu_fail(MXU_ERR_ARG, "data: no name given");
   *out = NULL;
   if (ends_with(name, ".npz")) {
     MXU_TRY(mxu_load_npz(name, split, out));
-    mxu_status status = fit_input(name, &input, *out);
+    /* (count, 28, 28) arrays for a model that takes (28, 28, 1). */
+    mxu_status status = input.rank ? mxu_dataset_reshape(*out, input) : MXU_OK;
     if (status != MXU_OK) {
+      mxu_fail_prefix(status, "data: %s: for the model's input: ", name);
       mxu_dataset_free(*out);
       *out = NULL;
     }

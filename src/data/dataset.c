@@ -160,6 +160,19 @@ mxu_status mxu_dataset_set_class_names(mxu_dataset *dataset,
   return MXU_OK;
 }
 
+mxu_status mxu_dataset_reshape(mxu_dataset *dataset, mxu_shape shape) {
+  if (!dataset) return mxu_fail(MXU_ERR_ARG, "dataset: reshape of NULL");
+  if (shape.rank < 1 || shape.rank > MXU_MAX_RANK ||
+      mxu_shape_count(&shape) != mxu_shape_count(&dataset->shape))
+    return mxu_fail(MXU_ERR_ARG,
+                    "dataset: samples of %lld values cannot take a shape of "
+                    "%lld",
+                    (long long)mxu_shape_count(&dataset->shape),
+                    (long long)mxu_shape_count(&shape));
+  dataset->shape = shape;
+  return MXU_OK;
+}
+
 void mxu_dataset_rescale(mxu_dataset *dataset, float scale) {
   if (!dataset) return;
   size_t n = (size_t)dataset->count * (size_t)mxu_shape_count(&dataset->shape);
