@@ -383,6 +383,12 @@ mxu_status mxu_load_idx(const char *images_path, const char *labels_path,
 mxu_status mxu_load_npz(const char *path, mxu_split split, mxu_dataset **out);
 mxu_status mxu_load_npy(const char *samples_path, const char *labels_path,
                         mxu_dataset **out);
+/* labels_path may be NULL: samples only (labels 0, one class), for
+ * predict. mxu_save_npy writes float32 values of the given shape (rank
+ * 1..MXU_MAX_RANK + 1) as NumPy's np.save does (format 1.0), through
+ * mxu_file_write. */
+mxu_status mxu_save_npy(const char *path, const int64_t *shape, int rank,
+                        const float *values);
 /* The four standard MNIST-style files in dir ({train,t10k}-{images-idx3,
  * labels-idx1}-ubyte, with or without .gz). */
 mxu_status mxu_load_mnist_dir(const char *dir, mxu_split split,

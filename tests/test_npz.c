@@ -284,12 +284,78 @@ static void validation_split(void) {
   free(e);
 }
 
+/* mxu_save_npy's file, read back by mxu and by NumPy itself. */
+static void writes_npy(void) {
+  float values[12];
+  for (int i = 0; i < 12; i++) values[i] = i - 0.5f;
+  const char *path = temp_path("written.npy");
+  int64_t shape[2] = {3, 4};
+  CHECK_OK(mxu_save_npy(path, shape, 2, values));
+  mxu_dataset *data = NULL;
+  CHECK_OK(mxu_load_npy(path, NULL, &data));
+  CHECK(data && mxu_dataset_count(data) == 3 &&
+        mxu_dataset_shape(data).dims[0] == 4 &&
+        memcmp(mxu_dataset_x(data), values, sizeof values) == 0);
+  mxu_dataset_free(data);
+  char script[800];
+  snprintf(script, sizeof script,
+           "import numpy; a = numpy.load('%s'); "
+           "assert a.shape == (3, 4) and a.dtype.str == '<f4', a; "
+           "assert (a == numpy.arange(12).reshape(3, 4) - 0.5).all(), a",
+           path);
+  char *args[] = {"/usr/bin/python3", "-I", "-c", script, NULL};
+  char *out, *err;
+  CHECK_MSG(check_run(args, &out, &err) == 0, "numpy: %s", err);
+  free(out);
+  free(err);
+}
+
+/* predict --input x.npy --output probs.npy: Keras' predict, as an array. */
+static void predict_arrays(void) {
+  const char *weights = temp_path("npz.weights.h5"); /* from command() */
+  char x[600];
+  snprintf(x, sizeof x, "%s",
+           extract("tests/npz/mnist_small.npz", "x_test.npy"));
+  const char *probs = temp_path("probs.npy");
+  char *predict[] = {MXU_BIN,     "predict",       "models/fashion_mnist.json",
+                     "--weights", (char *)weights, "--input",
+                     x,           "--rescale",     "1/255",
+                     "--output",  (char *)probs,   NULL};
+  char *out, *err;
+  CHECK_MSG(check_run(predict, &out, &err) == 0, "%s %s", out, err);
+  free(out);
+  free(err);
+  mxu_dataset *p = NULL, *truth = NULL;
+  CHECK_OK(mxu_load_npy(probs, NULL, &p));
+  CHECK_OK(mxu_load_npz("tests/npz/mnist_small.npz", MXU_TEST, &truth));
+  if (!p || !truth) return;
+  CHECK(mxu_dataset_count(p) == 500 && mxu_dataset_shape(p).dims[0] == 10);
+  int right = 0, sums = 0;
+  for (int i = 0; i < 500; i++) {
+    const float *row = mxu_dataset_x(p) + i * 10;
+    int best = 0;
+    double sum = 0;
+    for (int c = 0; c < 10; c++) {
+      sum += row[c];
+      if (row[c] > row[best]) best = c;
+    }
+    right += best == mxu_dataset_labels(truth)[i];
+    sums += fabs(sum - 1) < 1e-4;
+  }
+  CHECK_MSG(sums == 500 && right >= 400, "%d rows sum to 1, %d right", sums,
+            right);
+  mxu_dataset_free(p);
+  mxu_dataset_free(truth);
+}
+
 int main(void) {
   CHECK(check_temp_make("npz"));
   every_dtype();
   archives();
   refusals();
   command();
+  predict_arrays();
+  writes_npy();
   validation_split();
   check_remove_tree(check_temp_dir);
   return check_report("test_npz");

@@ -11,13 +11,13 @@
 #include <string.h>
 
 typedef struct predict_args {
-  const char *model, *weights, *data, *images;
+  const char *model, *weights, *data, *images, *input, *output;
   cli_indices indices;
   int top;
   float rescale;
 } predict_args;
 
-#define PREDICT_OPTION_COUNT 6
+#define PREDICT_OPTION_COUNT 8
 
 static void predict_options(predict_args *a, cli_option *o) {
   cli_option table[PREDICT_OPTION_COUNT] = {
@@ -32,6 +32,14 @@ static void predict_options(predict_args *a, cli_option *o) {
       {"--image", "FILE[,FILE...]",
        "PNG or JPEG files to classify instead, resized to the model's input",
        CLI_STRING, &a->images, NULL, 0, 0},
+      {"--input", "FILE.npy",
+       "predict every sample of a NumPy array instead (any numeric dtype; "
+       "rescaled by --rescale)",
+       CLI_STRING, &a->input, NULL, 0, 0},
+      {"--output", "FILE.npy",
+       "with --input: write the model's outputs, (samples, classes) "
+       "float32, as Keras' predict returns them, instead of printing them",
+       CLI_STRING, &a->output, NULL, 0, 0},
       {"--top", "K", "classes to show per image, most likely first (default 3)",
        CLI_POSITIVE_INT, &a->top, NULL, 0, 0},
       CLI_OPTION_RESCALE(&a->rescale),
@@ -202,13 +210,17 @@ static void print_predictions(const predict_args *a, predict_run *run) {
   }
 }
 
-/* Exactly one of --index (which needs --data) and --image; splits the
- * --image list into run->files. */
+/* Exactly one of --index (which needs --data), --image and --input;
+ * splits the --image list into run->files. */
 static int choose_inputs(const predict_args *a, predict_run *run) {
-  if (!a->images == !a->indices.count)
+  if ((a->images != NULL) + (a->indices.count > 0) + (a->input != NULL) != 1)
     return cli_usage_error("predict",
-                           "give --index I[,J...] (test images of --data) or "
-                           "--image FILE[,FILE...], not both");
+                           "give one of --index I[,J...] (test images of "
+                           "--data), --image FILE[,FILE...] and --input "
+                           "FILE.npy");
+  if (a->output && !a->input)
+    return cli_usage_error("predict", "--output needs --input FILE.npy");
+  if (a->input) return CLI_OK;
   if (!a->images) {
     if (!a->data)
       return cli_usage_error("predict", "--index needs --data DATA");
@@ -229,6 +241,57 @@ static int choose_inputs(const predict_args *a, predict_run *run) {
   return CLI_OK;
 }
 
+/* Samples per compiled batch of --input: Keras' predict batch. */
+#define ARRAY_BATCH 32
+
+/* --input: every sample of an array through the model; the outputs to
+ * --output, or printed. Returns an exit code. */
+static int predict_arrays(const predict_args *a, predict_run *run) {
+  mxu_dataset *samples = NULL;
+  mxu_status s = mxu_load_npy(a->input, NULL, &samples);
+  if (s == MXU_OK)
+    s = mxu_dataset_reshape(samples, mxu_model_input_shape(run->model));
+  if (s == MXU_OK && a->rescale != 1.0f)
+    mxu_dataset_rescale(samples, a->rescale);
+  int64_t n = s == MXU_OK ? mxu_dataset_count(samples) : 0;
+  if (s == MXU_OK) {
+    run->compile.batch_size = n < ARRAY_BATCH ? (int)(n ? n : 1) : ARRAY_BATCH;
+    s = mxu_compile(run->model, &run->compile);
+  }
+  if (s == MXU_OK) s = mxu_load_weights(run->model, a->weights);
+  mxu_shape last =
+      mxu_model_layer_shape(run->model, mxu_model_layer_count(run->model) - 1);
+  run->classes = (int)mxu_shape_count(&last);
+  if (s == MXU_OK) {
+    run->out =
+        malloc((size_t)(n ? n : 1) * (size_t)run->classes * sizeof(float));
+    if (run->out)
+      s = mxu_predict(run->model, mxu_dataset_x(samples), n, run->out);
+  }
+  int64_t shape[2] = {n, run->classes};
+  if (s == MXU_OK && run->out && a->output)
+    s = mxu_save_npy(a->output, shape, 2, run->out);
+  mxu_dataset_free(samples);
+  if (s != MXU_OK) return cli_runtime_error("predict");
+  if (!run->out) {
+    fprintf(stderr, "mxu predict: out of memory\n");
+    return CLI_RUNTIME;
+  }
+  if (a->output) {
+    printf("%lld predictions of %d values written to %s\n", (long long)n,
+           run->classes, a->output);
+    return CLI_OK;
+  }
+  int top = a->top < run->classes ? a->top : run->classes;
+  for (int64_t i = 0; i < n; i++) {
+    float *row = run->out + i * run->classes;
+    if (run->compile.from_logits) softmax(row, run->classes);
+    printf("sample %lld:\n", (long long)i);
+    print_top(run, row, top);
+  }
+  return CLI_OK;
+}
+
 int cli_predict(int argc, char **argv) {
   predict_args a = {0};
   a.top = 3;
@@ -245,12 +308,14 @@ int cli_predict(int argc, char **argv) {
   predict_run run = {0};
   int code = choose_inputs(&a, &run);
   if (code != CLI_OK) return code;
-  /* --image needs --data only for class names. */
+  /* --image and --input need --data only for class names. */
   if (cli_load_model(a.model, &run.model, &run.compile, run.metric,
                      sizeof run.metric) != MXU_OK ||
       (a.data && cli_load_split(a.data, NULL, MXU_TEST, a.rescale, run.model,
                                 &run.test) != MXU_OK))
     code = cli_runtime_error("predict");
+  else if (a.input)
+    code = predict_arrays(&a, &run);
   else if ((a.images || (code = check_indices(&a, run.test)) == CLI_OK) &&
            (code = run_predict(&a, &run)) == CLI_OK)
     print_predictions(&a, &run);

@@ -460,25 +460,79 @@ mxu_status mxu_load_npy(const char *x_path, const char *y_path,
                         mxu_dataset **out) {
   if (!out) return mxu_fail(MXU_ERR_ARG, "npy: out is NULL");
   *out = NULL;
-  if (!x_path || !y_path)
-    return mxu_fail(MXU_ERR_ARG, "npy: a samples and a labels file are needed");
+  if (!x_path) return mxu_fail(MXU_ERR_ARG, "npy: no samples file given");
   unsigned char *bytes[2] = {NULL, NULL};
   size_t size[2] = {0, 0};
   npy_source source[2] = {{x_path, NULL}, {y_path, NULL}};
   npy_array array[2];
   mxu_status status = MXU_OK;
-  for (int k = 0; k < 2 && status == MXU_OK; k++) {
+  for (int k = 0; k < 1 + (y_path != NULL) && status == MXU_OK; k++) {
     status = mxu_read_file("npy", source[k].path, &bytes[k], &size[k]);
     if (status == MXU_OK)
       status = parse_npy(&source[k], bytes[k], size[k], &array[k]);
   }
   int classes = 1;
-  if (status == MXU_OK)
+  if (status == MXU_OK && !y_path) {
+    /* No labels: all of class 0, as zeros of one byte each. */
+    memset(&array[1], 0, sizeof array[1]);
+    array[1].kind = 'u';
+    array[1].item = array[1].rank = 1;
+    array[1].shape[0] = array[1].count = array[0].rank ? array[0].shape[0] : 0;
+    bytes[1] = calloc((size_t)array[1].count + 1, 1);
+    array[1].values = bytes[1];
+    if (!bytes[1]) status = mxu_fail(MXU_ERR_NOMEM, "npy: out of memory");
+  } else if (status == MXU_OK) {
     status = count_classes(&source[1], &array[1], &array[0], &classes);
+  }
   if (status == MXU_OK)
     status =
         to_dataset(&source[0], &array[0], &source[1], &array[1], classes, out);
   free(bytes[0]);
   free(bytes[1]);
+  return status;
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+mxu_status mxu_save_npy(const char *path, const int64_t *shape, int rank,
+                        const float *values) {
+  if (!path || !shape || rank < 1 || rank > MXU_MAX_RANK + 1 || !values)
+    return mxu_fail(MXU_ERR_ARG,
+                    "npy: a path, a shape of rank 1..%d and values are needed",
+                    MXU_MAX_RANK + 1);
+  char header[256];
+  int n = snprintf(header, sizeof header,
+                   "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+  int64_t count = 1;
+  for (int d = 0; d < rank; d++) {
+    if (shape[d] < 0 || shape[d] > MXU_MAX_ELEMENTS)
+      return mxu_fail(MXU_ERR_ARG, "npy: %s: dimension %d is %lld", path, d,
+                      (long long)shape[d]);
+    count *= shape[d];
+    n += snprintf(header + n, sizeof header - (size_t)n, "%lld%s",
+                  (long long)shape[d], rank == 1 || d + 1 < rank ? ", " : "");
+  }
+  n += snprintf(header + n, sizeof header - (size_t)n, "), }");
+  /* NumPy pads with spaces to a multiple of 64 bytes, magic included,
+   * and ends the header with a newline. */
+  size_t padded = ((size_t)(10 + n + 1) + 63) / 64 * 64 - 10;
+  size_t size = 10 + padded + (size_t)count * 4;
+  unsigned char *bytes = malloc(size);
+  if (!bytes) return mxu_fail(MXU_ERR_NOMEM, "npy: %s: out of memory", path);
+  memcpy(bytes, "\x93NUMPY\x01\x00", 8);
+  bytes[8] = (unsigned char)(padded & 0xff);
+  bytes[9] = (unsigned char)(padded >> 8);
+  memcpy(bytes + 10, header, (size_t)n);
+  memset(bytes + 10 + n, ' ', padded - (size_t)n - 1);
+  bytes[10 + padded - 1] = '\n';
+  unsigned char *data = bytes + 10 + padded;
+  for (int64_t i = 0; i < count; i++) { /* little-endian on any host */
+    uint32_t bits;
+    memcpy(&bits, &values[i], 4);
+    for (int b = 0; b < 4; b++)
+      data[i * 4 + b] = (unsigned char)(bits >> 8 * b);
+  }
+  mxu_status status = mxu_file_write(path, bytes, size);
+  free(bytes);
   return status;
 }
