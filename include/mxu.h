@@ -383,6 +383,13 @@ mxu_status mxu_load_idx(const char *images_path, const char *labels_path,
 mxu_status mxu_load_npz(const char *path, mxu_split split, mxu_dataset **out);
 mxu_status mxu_load_npy(const char *samples_path, const char *labels_path,
                         mxu_dataset **out);
+/* A numeric CSV table: a header row of column names, then one sample a
+ * row; the column named label_column holds class indices, every other
+ * column is a float32 feature (samples of shape (columns - 1,)). Quoted
+ * cells are read as CSV has them (libcsv, strict); a cell that is not a
+ * finite number is an error naming its row and column. */
+mxu_status mxu_load_csv(const char *path, const char *label_column,
+                        mxu_dataset **out);
 /* labels_path may be NULL: samples only (labels 0, one class), for
  * predict. mxu_save_npy writes float32 values of the given shape (rank
  * 1..MXU_MAX_RANK + 1) as NumPy's np.save does (format 1.0), through

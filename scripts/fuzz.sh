@@ -10,7 +10,7 @@ set -eu
 dir=build-fuzz
 seconds=${FUZZ_SECONDS:-600}
 jobs=${FUZZ_JOBS:-$(nproc)}
-targets=${FUZZ_TARGETS:-"model_json h5 idx cifar image npz report"}
+targets=${FUZZ_TARGETS:-"model_json h5 idx cifar image npz csv report"}
 
 CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMXU_FUZZ=ON \
   >/dev/null

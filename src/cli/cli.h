@@ -24,12 +24,18 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
                           mxu_compile_config *compile, char *metric,
                           size_t metric_size);
 
+/* Where a command's samples come from: --data, and for arrays and tables
+ * --labels (FILE.npy) or --label-column (a CSV's), and --rescale. */
+typedef struct cli_data {
+  const char *data, *labels, *label_column;
+  float rescale;
+} cli_data;
+
 /* One split of a data set (an image folder resized to the model's
- * input), multiplied by rescale unless it is 1. With labels (--labels),
- * data and labels are .npy files, all of it either split. */
-mxu_status cli_load_split(const char *data, const char *labels, mxu_split split,
-                          float rescale, const mxu_model *model,
-                          mxu_dataset **out);
+ * input), multiplied by rescale unless it is 1. An .npy with --labels or
+ * a CSV table is all of it either split. */
+mxu_status cli_load_split(const cli_data *d, mxu_split split,
+                          const mxu_model *model, mxu_dataset **out);
 
 /* A weights file name mxu cannot read or write (not .h5, .hdf5 or
  * .weights.h5) is a usage error, caught before anything runs. Returns

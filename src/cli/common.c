@@ -33,12 +33,12 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
   return MXU_OK;
 }
 
-mxu_status cli_load_split(const char *data, const char *labels, mxu_split split,
-                          float rescale, const mxu_model *model,
-                          mxu_dataset **out) {
+mxu_status cli_load_split(const cli_data *d, mxu_split split,
+                          const mxu_model *model, mxu_dataset **out) {
   mxu_status status;
-  if (labels) {
-    status = mxu_load_npy(data, labels, out);
+  if (d->labels || d->label_column) {
+    status = d->labels ? mxu_load_npy(d->data, d->labels, out)
+                       : mxu_load_csv(d->data, d->label_column, out);
     if (status == MXU_OK)
       status = mxu_dataset_reshape(*out, mxu_model_input_shape(model));
     if (status != MXU_OK) {
@@ -47,9 +47,10 @@ mxu_status cli_load_split(const char *data, const char *labels, mxu_split split,
     }
   } else {
     status =
-        mxu_load_dataset_for(data, split, mxu_model_input_shape(model), out);
+        mxu_load_dataset_for(d->data, split, mxu_model_input_shape(model), out);
   }
-  if (status == MXU_OK && rescale != 1.0f) mxu_dataset_rescale(*out, rescale);
+  if (status == MXU_OK && d->rescale != 1.0f)
+    mxu_dataset_rescale(*out, d->rescale);
   return status;
 }
 

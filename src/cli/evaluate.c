@@ -8,18 +8,19 @@
 #include <string.h>
 
 typedef struct evaluate_args {
-  const char *model, *weights, *data, *labels, *report;
+  const char *model, *weights, *data, *labels, *label_column, *report;
   int batch_size;
   float rescale;
 } evaluate_args;
 
-#define EVALUATE_OPTION_COUNT 6
+#define EVALUATE_OPTION_COUNT 7
 
 static void evaluate_options(evaluate_args *a, cli_option *o) {
   cli_option table[EVALUATE_OPTION_COUNT] = {
       CLI_OPTION_WEIGHTS(&a->weights),
       CLI_OPTION_DATA(&a->data),
       CLI_OPTION_LABELS(&a->labels),
+      CLI_OPTION_LABEL_COLUMN(&a->label_column),
       {"--batch-size", "B",
        "samples per step (default 32); the result does not depend on it",
        CLI_POSITIVE_INT, &a->batch_size, NULL, 0, 0},
@@ -44,11 +45,10 @@ typedef struct evaluate_run {
 } evaluate_run;
 
 static mxu_status run_evaluate(const evaluate_args *a, evaluate_run *run) {
+  cli_data data = {a->data, a->labels, a->label_column, a->rescale};
   mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
                                 run->metric, sizeof run->metric);
-  if (s == MXU_OK)
-    s = cli_load_split(a->data, a->labels, MXU_TEST, a->rescale, run->model,
-                       &run->test);
+  if (s == MXU_OK) s = cli_load_split(&data, MXU_TEST, run->model, &run->test);
   if (s != MXU_OK) return s;
   run->compile.batch_size = a->batch_size;
   s = mxu_compile(run->model, &run->compile);

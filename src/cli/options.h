@@ -52,7 +52,8 @@ typedef struct cli_command {
     "--data", "DATA",                                                          \
         "a data set name (fashion-mnist, mnist, cifar10, cifar100), a "        \
         "directory (IDX, CIFAR binary, or class folders of PNG/JPEG images), " \
-        "an .npz of NumPy arrays, or an .npy of samples (with --labels)",      \
+        "an .npz of NumPy arrays, an .npy of samples (with --labels) or a "    \
+        "CSV table (with --label-column)",                                     \
         CLI_STRING, (target), NULL, 1, 0                                       \
   }
 #define CLI_OPTION_LABELS(target)                                              \
@@ -60,6 +61,13 @@ typedef struct cli_command {
     "--labels", "FILE.npy",                                                    \
         "the labels of --data FILE.npy samples: class indices or one-hot "     \
         "rows",                                                                \
+        CLI_STRING, (target), NULL, 0, 0                                       \
+  }
+#define CLI_OPTION_LABEL_COLUMN(target)                                        \
+  {                                                                            \
+    "--label-column", "NAME",                                                  \
+        "with --data FILE.csv: the column of class indices; every other "      \
+        "column is a feature",                                                 \
         CLI_STRING, (target), NULL, 0, 0                                       \
   }
 #define CLI_OPTION_WEIGHTS(target)                                             \

@@ -311,8 +311,8 @@ int cli_predict(int argc, char **argv) {
   /* --image and --input need --data only for class names. */
   if (cli_load_model(a.model, &run.model, &run.compile, run.metric,
                      sizeof run.metric) != MXU_OK ||
-      (a.data && cli_load_split(a.data, NULL, MXU_TEST, a.rescale, run.model,
-                                &run.test) != MXU_OK))
+      (a.data && cli_load_split(&(cli_data){a.data, NULL, NULL, a.rescale},
+                                MXU_TEST, run.model, &run.test) != MXU_OK))
     code = cli_runtime_error("predict");
   else if (a.input)
     code = predict_arrays(&a, &run);

@@ -20,7 +20,7 @@ static const char *const precision_names[] = {"float32", "mixed_bfloat16",
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
   const char *checkpoint_dir, *resume, *save_model, *initial_weights;
-  const char *labels;
+  const char *labels, *label_column;
   float validation_split;
   int checkpoint_every;
   int replicas, threads, steps_per_execution;
@@ -31,7 +31,7 @@ typedef struct train_args {
   cli_fit_extras extras; /* callbacks and augmentation */
 } train_args;
 
-#define TRAIN_BASE_OPTIONS 24
+#define TRAIN_BASE_OPTIONS 25
 #define TRAIN_OPTION_COUNT (TRAIN_BASE_OPTIONS + CLI_FIT_EXTRA_OPTIONS)
 
 /* The table lives in the caller's frame; targets point into args. */
@@ -39,6 +39,7 @@ static void train_options(train_args *a, cli_option *o) {
   cli_option table[TRAIN_BASE_OPTIONS] = {
       CLI_OPTION_DATA(&a->data),
       CLI_OPTION_LABELS(&a->labels),
+      CLI_OPTION_LABEL_COLUMN(&a->label_column),
       {"--validation-split", "F",
        "hold out the last fraction F (0 < F < 1) of the train samples to "
        "validate and test on, as Keras' fit(validation_split=F), instead of "
@@ -187,21 +188,19 @@ typedef struct train_run {
 } train_run;
 
 static mxu_status load(const train_args *a, train_run *run) {
+  cli_data data = {a->data, a->labels, a->label_column, a->rescale};
   mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
                                 run->metric, sizeof run->metric);
   if (s != MXU_OK || !a->validation_split) {
     if (s == MXU_OK)
-      s = cli_load_split(a->data, a->labels, MXU_TRAIN, a->rescale, run->model,
-                         &run->train);
+      s = cli_load_split(&data, MXU_TRAIN, run->model, &run->train);
     if (s == MXU_OK)
-      s = cli_load_split(a->data, a->labels, MXU_TEST, a->rescale, run->model,
-                         &run->test);
+      s = cli_load_split(&data, MXU_TEST, run->model, &run->test);
     return s;
   }
   /* Keras' split: the last samples, before any shuffling, at
    * floor(count * (1 - F)). */
-  s = cli_load_split(a->data, a->labels, MXU_TRAIN, a->rescale, run->model,
-                     &run->whole);
+  s = cli_load_split(&data, MXU_TRAIN, run->model, &run->whole);
   int64_t count = s == MXU_OK ? mxu_dataset_count(run->whole) : 0;
   int64_t at = (int64_t)floor((double)count * (1.0 - a->validation_split));
   /* Too few samples for the split leave both NULL: run_train says so. */
@@ -427,11 +426,15 @@ int cli_train(int argc, char **argv) {
     return cli_usage_error("train",
                            "--validation-split: %g is not a fraction below 1",
                            a.validation_split);
-  if (a.labels && !a.validation_split)
+  if ((a.labels || a.label_column) && !a.validation_split)
     return cli_usage_error("train",
-                           "--labels: .npy arrays have no test split; give "
-                           "--validation-split F to hold out their last "
-                           "fraction F");
+                           "%s: .npy arrays and CSV tables have no test "
+                           "split; give --validation-split F to hold out "
+                           "their last fraction F",
+                           a.labels ? "--labels" : "--label-column");
+  if (a.labels && a.label_column)
+    return cli_usage_error("train", "--labels (an .npy's) and --label-column "
+                                    "(a CSV's): give one");
   if (a.initial_weights && a.resume)
     return cli_usage_error("train",
                            "--initial-weights: --resume already gives the "

@@ -45,10 +45,10 @@ static const char *as_file(const char *name, const uint8_t *data, size_t size) {
 
 void fuzz_cleanup(void) {
   if (!fuzz_dir[0]) return;
-  static const char *const names[] = {"model.json", "weights.h5",  "images.idx",
-                                      "labels.idx", "batch.bin",   "image.png",
-                                      "image.jpg",  "report.json", "curves.png",
-                                      "matrix.png", "data.npz",    "data.npy"};
+  static const char *const names[] = {
+      "model.json", "weights.h5", "images.idx",  "labels.idx", "batch.bin",
+      "image.png",  "image.jpg",  "report.json", "curves.png", "matrix.png",
+      "data.npz",   "data.npy",   "table.csv"};
   char path[128];
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     snprintf(path, sizeof path, "%s/%s", fuzz_dir, names[i]);
@@ -188,6 +188,15 @@ int fuzz_npz(const uint8_t *data, size_t size) {
   return 0;
 }
 
+/* The bytes as a CSV table, labelled by its column 'species'. */
+int fuzz_csv(const uint8_t *data, size_t size) {
+  mxu_dataset *set = NULL;
+  expect_message(
+      mxu_load_csv(as_file("table.csv", data, size), "species", &set));
+  mxu_dataset_free(set);
+  return 0;
+}
+
 /* The bytes as a PNG and as a JPEG, decoded and resized to 8x8 RGB. */
 int fuzz_image(const uint8_t *data, size_t size) {
   static const char *const names[2] = {"image.png", "image.jpg"};
@@ -231,6 +240,7 @@ const fuzz_target fuzz_targets[] = {
     {"cifar", fuzz_cifar, "tests/fuzz/seeds/cifar/*"},
     {"image", fuzz_image, "tests/fuzz/seeds/image/*"},
     {"npz", fuzz_npz, "tests/npz/*.npz tests/npz/*.npy"},
+    {"csv", fuzz_csv, "tests/csv/*.csv"},
     {"report", fuzz_report, "docs/*.json bench/results/*.json"},
     {NULL, NULL, NULL},
 };
