@@ -315,7 +315,6 @@ static mxu_status to_dataset(const npy_source *xs, const npy_array *x,
                              int classes, mxu_dataset **out) {
   if (x->rank < 2)
     return npy_fail(xs, "shape of rank %d; samples need (count, ...)", x->rank);
-  (void)ys;
   mxu_shape sample = {0};
   sample.rank = x->rank - 1;
   for (int d = 1; d < x->rank; d++) sample.dims[d - 1] = x->shape[d];
