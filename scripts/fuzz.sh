@@ -3,8 +3,8 @@
 # clang, AddressSanitizer and UBSan into build-fuzz/, then runs each for
 # FUZZ_SECONDS (default 600), FUZZ_JOBS at a time (default: the cores), on
 # a corpus seeded from the repository's own files (build-fuzz/corpus/NAME,
-# kept between runs). A finding is saved as build-fuzz/findings/NAME-* and
-# makes the script fail; each harness's log is build-fuzz/fuzz_NAME.log.
+# kept between runs). A finding is saved as build-fuzz/findings/NAME-*
+# (emptied at the start) and makes the script fail; each harness's log is build-fuzz/fuzz_NAME.log.
 # FUZZ_TARGETS picks harnesses (default: all).
 set -eu
 dir=build-fuzz
@@ -16,6 +16,8 @@ CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMXU_FUZZ=ON \
   >/dev/null
 cmake --build "$dir" -j "$jobs" --target fuzzers test_fuzz
 
+# Findings are this run's: an earlier run's were fixed or are in its log.
+rm -rf "$dir/findings"
 mkdir -p "$dir/findings"
 for name in $targets; do
   mkdir -p "$dir/corpus/$name"

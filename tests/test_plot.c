@@ -289,6 +289,20 @@ static void errors(void) {
              "a 65 MiB report");
   unlink(huge);
 
+  /* A class name far wider than the image (the fuzzer's: it left no
+   * room for cells, and the labels were read from before the names). */
+  const char *wide = temp_path("wide.json");
+  char text[4096];
+  int n = snprintf(text, sizeof text, "{\"confusion\": {\"class_names\": [\"");
+  for (int i = 0; i < 2000; i++) text[n++] = 'w';
+  snprintf(text + n, sizeof text - (size_t)n,
+           "\", \"b\"], \"matrix\": [[1, 2], [3, 4]]}}");
+  write_text(wide, text);
+  r = run("plot", wide, "--confusion", out, NULL);
+  CHECK_MSG(r.code == 0, "exit %d: %s", r.code, r.err);
+  result_free(&r);
+  unlink(out);
+
   const char *nowhere = temp_path("no/such/dir/curves.png");
   r = run("plot", plain, "-o", nowhere, NULL);
   CHECK(has(r.err, "cannot write"));

@@ -650,12 +650,15 @@ static double widest_name(cairo_t *cr, const confusion *m) {
 }
 
 /* The names' size follows the cells' down to a readable 8 px; below that
- * only every k-th class is named, so a hundred classes do not smear. */
+ * only every k-th class is named, so a hundred classes do not smear. A
+ * name wider than a third of the image runs off its edge rather than
+ * squeezing the grid to nothing (the fuzzer's 2,000-character name left
+ * no cells, and labelling every -3rd class read before the names). */
 static void size_labels(cairo_t *cr, const confusion *m, grid_layout *g) {
   g->label_size = fmin(13, fmax(8, g->cell * 0.7));
-  g->every = (int)ceil(g->label_size * 1.25 / g->cell);
+  g->every = (int)fmax(1, ceil(g->label_size * 1.25 / g->cell));
   set_font(cr, g->label_size, 0);
-  g->names = widest_name(cr, m);
+  g->names = fmin(widest_name(cr, m), CONFUSION_WIDTH / 3.0);
   g->rotate = g->names > g->cell * g->every * 0.9;
   g->below = g->rotate ? (g->names + g->label_size) * SQRT_HALF + 10
                        : g->label_size * 1.5 + 10;
@@ -674,6 +677,7 @@ static grid_layout layout_grid(cairo_t *cr, const confusion *m) {
     double left = 46 + g.names + 12;
     side = fmin(CONFUSION_WIDTH - left - right,
                 CONFUSION_HEIGHT - g.top - g.below - under);
+    side = fmax(side, m->classes); /* a pixel a class at least */
     g.left = left + (CONFUSION_WIDTH - left - right - side) / 2;
   }
   g.cell = side / m->classes;

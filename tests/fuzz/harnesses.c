@@ -216,18 +216,14 @@ int fuzz_report(const uint8_t *data, size_t size) {
   snprintf(curves, sizeof curves, "%s/curves.png", fuzz_dir);
   snprintf(matrix, sizeof matrix, "%s/matrix.png", fuzz_dir);
   char *argv[] = {"plot", report, "-o", curves, "--confusion", matrix, NULL};
-  /* The command talks on stdout and stderr: quiet both, keep the code. */
-  fflush(stdout);
-  fflush(stderr);
-  int saved[2] = {dup(1), dup(2)}, null = open("/dev/null", O_WRONLY);
-  dup2(null, 1);
-  dup2(null, 2);
+  /* The command talks on stdout and stderr: quiet both streams, keep the
+   * code. The descriptors stay, so a sanitizer's report still shows. */
+  FILE *out = stdout, *err = stderr, *null = fopen("/dev/null", "w");
+  if (null) stdout = stderr = null;
   int code = cli_plot(6, argv);
-  fflush(stdout);
-  fflush(stderr);
-  for (int fd = 1; fd <= 2; fd++)
-    if (saved[fd - 1] >= 0) dup2(saved[fd - 1], fd), close(saved[fd - 1]);
-  if (null >= 0) close(null);
+  stdout = out;
+  stderr = err;
+  if (null) fclose(null);
   if (code != CLI_OK && code != CLI_RUNTIME && code != CLI_USAGE) abort();
   return 0;
 }
