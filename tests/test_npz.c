@@ -310,6 +310,40 @@ static void writes_npy(void) {
   free(err);
 }
 
+/* Whether this process maps the file at path. */
+static int mapped(const char *path) {
+  FILE *maps = fopen("/proc/self/maps", "r"); /* no size to seek to */
+  char line[1024];
+  int found = 0;
+  while (maps && !found && fgets(line, sizeof line, maps))
+    found = strstr(line, path) != NULL;
+  if (maps) fclose(maps);
+  return found;
+}
+
+/* float32 samples are mapped, not read; rescaling writes a private copy
+ * of what it changes, never the file. */
+static void maps_float32(void) {
+  char path[600];
+  snprintf(path, sizeof path, "%s",
+           extract("tests/npz/dtypes.npz", "x_f4.npy"));
+  mxu_dataset *data = NULL, *again = NULL;
+  CHECK_OK(mxu_load_npy(path, "tests/npz/labels6.npy", &data));
+  CHECK_MSG(data && mapped(path), "%s is not mapped", path);
+  if (data) mxu_dataset_rescale(data, 2.0f);
+  CHECK(data && mxu_dataset_x(data)[35] == 32.0f);
+  CHECK_OK(mxu_load_npy(path, "tests/npz/labels6.npy", &again));
+  CHECK(again && mxu_dataset_x(again)[35] == 16.0f);
+  mxu_dataset_free(data);
+  mxu_dataset_free(again);
+  CHECK_MSG(!mapped(path), "%s is still mapped after the free", path);
+  /* Other dtypes are converted into memory of their own. */
+  CHECK_OK(mxu_load_npy(extract("tests/npz/dtypes.npz", "x_f8.npy"),
+                        "tests/npz/labels6.npy", &data));
+  CHECK(data && !mapped("x_f8.npy"));
+  mxu_dataset_free(data);
+}
+
 /* predict --input x.npy --output probs.npy: Keras' predict, as an array. */
 static void predict_arrays(void) {
   const char *weights = temp_path("npz.weights.h5"); /* from command() */
@@ -351,6 +385,7 @@ static void predict_arrays(void) {
 int main(void) {
   CHECK(check_temp_make("npz"));
   every_dtype();
+  maps_float32();
   archives();
   refusals();
   command();

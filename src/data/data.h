@@ -16,6 +16,10 @@ struct mxu_dataset {
   /* Class names (num_classes strings) when the data set has them; owned
    * like x. */
   char **class_names;
+  /* When x lies in a file mapping (an .npy of float32, mapped copy-on-
+   * write rather than read): the mapping, unmapped instead of freed. */
+  void *mapping;
+  size_t mapping_size;
 };
 
 /* Gives the data set names (copies); count must equal num_classes. */

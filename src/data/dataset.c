@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Floats in one sample; MXU_ERR_ARG for a shape no sample can have. */
 static mxu_status sample_floats(mxu_shape shape, int64_t *floats) {
@@ -38,8 +39,8 @@ static mxu_status array_bytes(int64_t count, int64_t per_sample, size_t bytes,
   return MXU_OK;
 }
 
-mxu_status mxu_dataset_alloc(mxu_shape shape, int64_t count, int num_classes,
-                             mxu_dataset **out) {
+static mxu_status make(mxu_shape shape, int64_t count, int num_classes,
+                       float *mapped_x, mxu_dataset **out) {
   *out = NULL;
   int64_t per_sample = 0;
   size_t x_bytes = 0, label_bytes = 0;
@@ -51,10 +52,11 @@ mxu_status mxu_dataset_alloc(mxu_shape shape, int64_t count, int num_classes,
   MXU_TRY(array_bytes(count, 1, sizeof(int32_t), &label_bytes));
   mxu_dataset *dataset = calloc(1, sizeof *dataset);
   /* malloc(0) may return NULL; an empty set still gets valid pointers. */
-  if (dataset) dataset->x = malloc(x_bytes ? x_bytes : 1);
+  if (dataset) dataset->x = mapped_x ? mapped_x : malloc(x_bytes ? x_bytes : 1);
   if (dataset) dataset->labels = malloc(label_bytes ? label_bytes : 1);
   if (!dataset || !dataset->x || !dataset->labels) {
     if (dataset) dataset->owns = 1;
+    if (dataset && mapped_x) dataset->x = NULL; /* the caller's to unmap */
     mxu_dataset_free(dataset);
     return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory for %lld samples",
                     (long long)count);
@@ -64,6 +66,21 @@ mxu_status mxu_dataset_alloc(mxu_shape shape, int64_t count, int num_classes,
   dataset->num_classes = num_classes;
   dataset->owns = 1;
   *out = dataset;
+  return MXU_OK;
+}
+
+mxu_status mxu_dataset_alloc(mxu_shape shape, int64_t count, int num_classes,
+                             mxu_dataset **out) {
+  return make(shape, count, num_classes, NULL, out);
+}
+
+mxu_status mxu_dataset_alloc_mapped(mxu_shape shape, int64_t count,
+                                    int num_classes, void *mapping,
+                                    size_t mapping_size, float *x,
+                                    mxu_dataset **out) {
+  MXU_TRY(make(shape, count, num_classes, x, out));
+  (*out)->mapping = mapping;
+  (*out)->mapping_size = mapping_size;
   return MXU_OK;
 }
 
@@ -103,7 +120,10 @@ mxu_status mxu_dataset_from_arrays(const float *x, const int32_t *labels,
 void mxu_dataset_free(mxu_dataset *dataset) {
   if (!dataset) return;
   if (dataset->owns) {
-    free(dataset->x);
+    if (dataset->mapping)
+      munmap(dataset->mapping, dataset->mapping_size);
+    else
+      free(dataset->x);
     free(dataset->labels);
     for (int i = 0; dataset->class_names && i < dataset->num_classes; i++)
       free(dataset->class_names[i]);

@@ -29,4 +29,11 @@ mxu_status mxu_find_data_file(const char *who, const char *dir,
 mxu_status mxu_dataset_alloc(mxu_shape shape, int64_t count, int num_classes,
                              mxu_dataset **out);
 
+/* The same around samples x that lie in a file mapping (count * shape
+ * floats), which the data set unmaps when freed; labels are allocated. */
+mxu_status mxu_dataset_alloc_mapped(mxu_shape shape, int64_t count,
+                                    int num_classes, void *mapping,
+                                    size_t mapping_size, float *x,
+                                    mxu_dataset **out);
+
 #endif

@@ -9,12 +9,16 @@
 #include "data/data.h"
 #include "data/loader.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zip.h>
 
 /* ---- one array --------------------------------------------------------- */
@@ -310,17 +314,31 @@ static mxu_status count_classes(const npy_source *s, const npy_array *y,
   return status;
 }
 
+/* A file mapping of samples x lies in; the data set takes it over. */
+typedef struct npy_mapping {
+  void *base;
+  size_t size;
+} npy_mapping;
+
 static mxu_status to_dataset(const npy_source *xs, const npy_array *x,
                              const npy_source *ys, const npy_array *y,
-                             int classes, mxu_dataset **out) {
+                             int classes, npy_mapping *mapped,
+                             mxu_dataset **out) {
   if (x->rank < 2)
     return npy_fail(xs, "shape of rank %d; samples need (count, ...)", x->rank);
   mxu_shape sample = {0};
   sample.rank = x->rank - 1;
   for (int d = 1; d < x->rank; d++) sample.dims[d - 1] = x->shape[d];
-  MXU_TRY(mxu_dataset_alloc(sample, x->shape[0], classes, out));
+  if (mapped->base) {
+    MXU_TRY(mxu_dataset_alloc_mapped(sample, x->shape[0], classes, mapped->base,
+                                     mapped->size, (float *)x->values, out));
+    mapped->base = NULL; /* the data set's now */
+  } else {
+    MXU_TRY(mxu_dataset_alloc(sample, x->shape[0], classes, out));
+  }
   mxu_dataset *data = *out;
-  for (int64_t i = 0; i < x->count; i++) data->x[i] = (float)value_at(x, i);
+  for (int64_t i = 0; !data->mapping && i < x->count; i++)
+    data->x[i] = (float)value_at(x, i);
   mxu_status status = MXU_OK;
   for (int64_t i = 0; i < x->shape[0] && status == MXU_OK; i++)
     data->labels[i] = (int32_t)label_at(ys, y, i, &status);
@@ -445,15 +463,55 @@ mxu_status mxu_load_npz(const char *path, mxu_split split, mxu_dataset **out) {
       status =
           count_classes(&m[k].source, &m[k].array, &m[k - 1].array, &classes);
   int first = split == MXU_TEST ? 2 : 0;
+  npy_mapping none = {NULL, 0};
   if (status == MXU_OK)
     status = to_dataset(&m[first].source, &m[first].array, &m[first + 1].source,
-                        &m[first + 1].array, classes, out);
+                        &m[first + 1].array, classes, &none, out);
   for (int k = 0; k < 4; k++) free(m[k].bytes);
   zip_discard(zip);
   return status;
 }
 
 /* ---- .npy pairs -------------------------------------------------------- */
+
+/* Samples that are float32 already are mapped copy-on-write, not read:
+ * a file larger than memory still trains, and rescaling copies only what
+ * it writes. Anything else (other dtypes, gzip, a header mxu refuses) is
+ * left to the reading path, which says what is wrong. */
+static void map_samples(const npy_source *s, npy_array *a,
+                        npy_mapping *mapped) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  int fd = open(s->path, O_RDONLY);
+  struct stat st;
+  unsigned char head[4096];
+  ssize_t n = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)
+                  ? pread(fd, head, sizeof head, 0)
+                  : -1;
+  /* The header must lie in what was read: parse_npy reads no further,
+   * and checks the data's length against the file's size. */
+  size_t start = n >= 12 && head[6] == 1 ? 10 : 12;
+  size_t header = n >= 12 ? (size_t)head[8] | (size_t)head[9] << 8 : 0;
+  if (n >= 12 && head[6] != 1)
+    header |= (size_t)head[10] << 16 | (size_t)head[11] << 24;
+  int fits = n >= 12 && memcmp(head, "\x93NUMPY", 6) == 0 &&
+             start + header <= (size_t)n &&
+             parse_npy(s, head, (size_t)st.st_size, a) == MXU_OK &&
+             a->kind == 'f' && a->item == 4 && a->count > 0;
+  void *base = fits ? mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE, fd, 0)
+                    : MAP_FAILED;
+  if (base != MAP_FAILED) {
+    mapped->base = base;
+    mapped->size = (size_t)st.st_size;
+    a->values = (const unsigned char *)base + (a->values - head);
+  }
+  if (fd >= 0) close(fd);
+#else
+  (void)s;
+  (void)a;
+  (void)mapped;
+#endif
+}
 
 mxu_status mxu_load_npy(const char *x_path, const char *y_path,
                         mxu_dataset **out) {
@@ -465,7 +523,10 @@ mxu_status mxu_load_npy(const char *x_path, const char *y_path,
   npy_source source[2] = {{x_path, NULL}, {y_path, NULL}};
   npy_array array[2];
   mxu_status status = MXU_OK;
-  for (int k = 0; k < 1 + (y_path != NULL) && status == MXU_OK; k++) {
+  npy_mapping mapped = {NULL, 0};
+  map_samples(&source[0], &array[0], &mapped);
+  for (int k = mapped.base != NULL;
+       k < 1 + (y_path != NULL) && status == MXU_OK; k++) {
     status = mxu_read_file("npy", source[k].path, &bytes[k], &size[k]);
     if (status == MXU_OK)
       status = parse_npy(&source[k], bytes[k], size[k], &array[k]);
@@ -484,8 +545,9 @@ mxu_status mxu_load_npy(const char *x_path, const char *y_path,
     status = count_classes(&source[1], &array[1], &array[0], &classes);
   }
   if (status == MXU_OK)
-    status =
-        to_dataset(&source[0], &array[0], &source[1], &array[1], classes, out);
+    status = to_dataset(&source[0], &array[0], &source[1], &array[1], classes,
+                        &mapped, out);
+  if (mapped.base) munmap(mapped.base, mapped.size);
   free(bytes[0]);
   free(bytes[1]);
   return status;
