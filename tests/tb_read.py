@@ -1,7 +1,9 @@
 """tb_read.py — a TensorBoard event file reader independent of mxu's writer,
 for test_tensorboard: it checks every TFRecord's framing and both masked
 CRC-32Cs (its own CRC, not the writer's), decodes each Event's protobuf
-strictly, and prints one "tag step value" line per scalar.
+strictly (each scalar as Keras' TensorBoard callback writes it: a float32
+tensor summary for the scalars plugin), and prints one "tag step value"
+line per scalar.
 
 Run with Debian's interpreter, standard library only:
   /usr/bin/python3 -I tests/tb_read.py FILE
@@ -120,17 +122,61 @@ def int64(raw):
     return raw - (1 << 64) if raw >= 1 << 63 else raw
 
 
+def decode_metadata(buf):
+    """SummaryMetadata must name the scalars plugin and the scalar class."""
+    plugin, data_class = None, None
+    for field, wire, raw in fields(buf):
+        if (field, wire) == (1, 2):
+            for f, w, v in fields(raw):
+                if (f, w) == (1, 2):
+                    plugin = v.decode("utf-8")
+                elif (f, w) != (2, 2):
+                    raise BadFile("PluginData: unexpected field %d" % f)
+        elif (field, wire) == (4, 0):
+            data_class = raw
+        else:
+            raise BadFile("SummaryMetadata: unexpected field %d" % field)
+    if plugin != "scalars" or data_class != 1:
+        raise BadFile("metadata: plugin %r, data class %r, not scalars, 1"
+                      % (plugin, data_class))
+
+
+def decode_tensor(buf):
+    """A float32 TensorProto of shape (): its value."""
+    dtype, shape, value = None, None, None
+    for field, wire, raw in fields(buf):
+        if (field, wire) == (1, 0):
+            dtype = raw
+        elif (field, wire) == (2, 2):
+            shape = raw
+        elif (field, wire) == (4, 2) and len(raw) == 4:
+            (value,) = struct.unpack("<f", raw)
+        elif (field, wire) == (5, 5):
+            (value,) = struct.unpack("<f", raw)
+        else:
+            raise BadFile("TensorProto: unexpected field %d" % field)
+    if dtype != 1 or shape != b"" or value is None:
+        raise BadFile("tensor: dtype %r, shape %r: not a float32 scalar"
+                      % (dtype, shape))
+    return value
+
+
 def decode_value(buf):
-    tag, value = None, None
+    """Summary.Value as tf.summary.scalar writes it: tag, metadata,
+    tensor (a simple_value, TF1's form, is not what Keras writes)."""
+    tag, value, metadata = None, None, False
     for field, wire, raw in fields(buf):
         if (field, wire) == (1, 2):
             tag = raw.decode("utf-8")
-        elif (field, wire) == (2, 5):
-            (value,) = struct.unpack("<f", raw)
+        elif (field, wire) == (9, 2):
+            decode_metadata(raw)
+            metadata = True
+        elif (field, wire) == (8, 2):
+            value = decode_tensor(raw)
         else:
             raise BadFile("Summary.Value: unexpected field %d" % field)
-    if tag is None or value is None:
-        raise BadFile("Summary.Value without tag or simple_value")
+    if tag is None or value is None or not metadata:
+        raise BadFile("Summary.Value without tag, metadata or tensor")
     return tag, value
 
 

@@ -31,7 +31,14 @@ enum {
   EVENT_SUMMARY = 5,      /* Summary, in the oneof `what` */
   SUMMARY_VALUE = 1,      /* repeated Summary.Value */
   VALUE_TAG = 1,          /* string */
-  VALUE_SIMPLE_VALUE = 2  /* float, in the oneof `value` */
+  VALUE_TENSOR = 8,       /* TensorProto, in the oneof `value` */
+  VALUE_METADATA = 9,     /* SummaryMetadata */
+  METADATA_PLUGIN = 1,    /* PluginData */
+  METADATA_CLASS = 4,     /* DataClass: 1 is DATA_CLASS_SCALAR */
+  PLUGIN_NAME = 1,        /* string */
+  TENSOR_DTYPE = 1,       /* DataType: 1 is DT_FLOAT */
+  TENSOR_SHAPE = 2,       /* TensorShapeProto: empty for a scalar */
+  TENSOR_CONTENT = 4      /* bytes: the float32, little-endian */
 };
 
 enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_BYTES = 2, WIRE_FIXED32 = 5 };
@@ -112,12 +119,6 @@ static unsigned char *put_double(unsigned char *p, int field, double v) {
   uint64_t bits;
   memcpy(&bits, &v, sizeof bits);
   return put_le(put_key(p, field, WIRE_FIXED64), bits, 8);
-}
-
-static unsigned char *put_float(unsigned char *p, int field, float v) {
-  uint32_t bits;
-  memcpy(&bits, &v, sizeof bits);
-  return put_le(put_key(p, field, WIRE_FIXED32), bits, 4);
 }
 
 /* int64 is a plain varint of the two's complement: a negative step takes
@@ -228,6 +229,28 @@ static mxu_status write_version(mxu_tb_writer *w) {
   return write_record(w, size);
 }
 
+/* What follows the tag in a Summary.Value as TF2's tf.summary.scalar
+ * writes it (Keras' TensorBoard callback): metadata naming the scalars
+ * plugin and the scalar data class, then a float32 tensor of shape () as
+ * raw content, as TensorFlow's C++ writer stores it. */
+static unsigned char *put_scalar_tensor(unsigned char *p, float value) {
+  static const char plugin[] = "scalars";
+  size_t name = length_field_size(sizeof plugin - 1);
+  p = put_length(p, VALUE_METADATA, length_field_size(name) + 2);
+  p = put_length(p, METADATA_PLUGIN, name);
+  p = put_bytes(p, PLUGIN_NAME, plugin, sizeof plugin - 1);
+  p = put_varint(put_key(p, METADATA_CLASS, WIRE_VARINT), 1);
+  p = put_length(p, VALUE_TENSOR, 2 + 2 + length_field_size(4));
+  p = put_varint(put_key(p, TENSOR_DTYPE, WIRE_VARINT), 1);
+  p = put_length(p, TENSOR_SHAPE, 0);
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  return put_le(put_length(p, TENSOR_CONTENT, 4), bits, 4);
+}
+
+/* Its size: 15 bytes of metadata, 12 of tensor. */
+#define SCALAR_TENSOR_SIZE 27
+
 mxu_status mxu_tb_scalar(mxu_tb_writer *w, const char *tag, int64_t step,
                          double value) {
   if (!w) return mxu_fail(MXU_ERR_ARG, "tensorboard: no writer");
@@ -236,7 +259,7 @@ mxu_status mxu_tb_scalar(mxu_tb_writer *w, const char *tag, int64_t step,
                     w->path);
   MXU_TRY(writable(w));
   size_t tag_size = strlen(tag);
-  size_t value_size = length_field_size(tag_size) + KEY_SIZE + 4;
+  size_t value_size = length_field_size(tag_size) + SCALAR_TENSOR_SIZE;
   size_t summary_size = length_field_size(value_size);
   size_t size = event_size(step, summary_size);
   unsigned char *p = NULL;
@@ -244,7 +267,7 @@ mxu_status mxu_tb_scalar(mxu_tb_writer *w, const char *tag, int64_t step,
   p = put_event_head(p, step, EVENT_SUMMARY, summary_size);
   p = put_length(p, SUMMARY_VALUE, value_size);
   p = put_bytes(p, VALUE_TAG, tag, tag_size);
-  put_float(p, VALUE_SIMPLE_VALUE, (float)value);
+  put_scalar_tensor(p, (float)value);
   return write_record(w, size);
 }
 

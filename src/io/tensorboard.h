@@ -21,8 +21,9 @@ typedef struct mxu_tb_writer mxu_tb_writer;
 mxu_status mxu_tb_open(const char *dir, mxu_tb_writer **out);
 
 /* Appends one Event with wall_time = now, step, and a Summary holding one
- * Value: tag and simple_value (value rounded to float32, as TensorBoard
- * stores it). The record reaches the system before this returns, so a
+ * Value as Keras' callback (tf.summary.scalar) writes it: tag, metadata
+ * for the scalars plugin, and value rounded to a float32 tensor of shape
+ * (). The record reaches the system before this returns, so a
  * write error (a full disk) is this call's; after one, every later call
  * reports it again rather than append after a partial record. */
 mxu_status mxu_tb_scalar(mxu_tb_writer *w, const char *tag, int64_t step,
