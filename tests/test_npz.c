@@ -132,6 +132,10 @@ static void refusals(void) {
               MXU_ERR_FORMAT, "regression");
   EXPECT_FAIL(mxu_load_npy("tests/npz/v2.npy", "tests/npz/labels6.npy", &data),
               MXU_ERR_FORMAT, "for 2 samples");
+  /* Found by fuzzing: a version 2 header cut inside its length field. */
+  write_bytes(temp_path("cut2.npy"), "\x93NUMPY\x02\x00\x27\x00\x63", 11);
+  EXPECT_FAIL(mxu_load_npy(temp_path("cut2.npy"), labels, &data),
+              MXU_ERR_FORMAT, "cut short");
   EXPECT_FAIL(mxu_load_npz(temp_path("missing.npz"), MXU_TRAIN, &data),
               MXU_ERR_IO, "missing.npz");
   EXPECT_FAIL(mxu_load_npz("tests/npz/v2.npy", MXU_TRAIN, &data),

@@ -180,13 +180,14 @@ static mxu_status parse_npy(const npy_source *s, const unsigned char *bytes,
   if (major < 1 || major > 3)
     return npy_fail(s, ".npy format version %d.%d; mxu reads 1, 2 and 3", major,
                     bytes[7]);
-  size_t header = major == 1 ? (size_t)bytes[8] | (size_t)bytes[9] << 8
-                  : size < 12
-                      ? SIZE_MAX
+  /* Versions 2 and 3 give the header's length in four bytes, not two. */
+  size_t start = major == 1 ? 10 : 12;
+  size_t header = size < start ? 0
+                  : major == 1
+                      ? (size_t)bytes[8] | (size_t)bytes[9] << 8
                       : (size_t)bytes[8] | (size_t)bytes[9] << 8 |
                             (size_t)bytes[10] << 16 | (size_t)bytes[11] << 24;
-  size_t start = major == 1 ? 10 : 12;
-  if (header > size - start)
+  if (size < start || header > size - start)
     return npy_fail(s,
                     "the header runs past the end (%zu bytes); the file "
                     "is cut short",
