@@ -159,7 +159,7 @@ static int probe_failed(probe *p, const char *what, hid_t object,
   if (!p->failed) {
     mxu_h5_keep_cause();
     const char *where = mxu_h5_where(object);
-    int slash = name && where[strlen(where) - 1] != '/';
+    int slash = name && (!where[0] || where[strlen(where) - 1] != '/');
     mxu_h5_fail_kept(MXU_ERR_FORMAT,
                      "%s: corrupt (use an intact copy): HDF5 cannot read %s "
                      "%s%s%s",
