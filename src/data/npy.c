@@ -455,8 +455,9 @@ mxu_status mxu_load_npz(const char *path, mxu_split split, mxu_dataset **out) {
                       found[2] ? "y_test" : "x_test");
   if (status == MXU_OK && split == MXU_TEST && !found[2])
     status = mxu_fail(MXU_ERR_FORMAT,
-                      "npz: %s: no test split (x_test and y_test); add them "
-                      "to the archive",
+                      "npz: %s: no test split (x_test and y_test): hold out "
+                      "part of x and y with --validation-split F (Keras' "
+                      "fit(validation_split=F)), or add them to the archive",
                       path);
   int classes = 1;
   for (int k = 1; k < 4 && status == MXU_OK; k += 2)
