@@ -10,7 +10,7 @@ set -eu
 dir=build-fuzz
 seconds=${FUZZ_SECONDS:-600}
 jobs=${FUZZ_JOBS:-$(nproc)}
-targets=${FUZZ_TARGETS:-"model_json h5 idx cifar image npz csv report"}
+targets=${FUZZ_TARGETS:-"model_json h5 keras idx cifar image npz csv report"}
 
 CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMXU_FUZZ=ON \
   >/dev/null
@@ -32,7 +32,7 @@ done
 run() {
   name=$1
   max_len=65536
-  case $name in h5 | model_json | npz) max_len=1048576 ;; esac
+  case $name in h5 | keras | model_json | npz) max_len=1048576 ;; esac
   # The harnesses read the repository's files: run from its root.
   began=$(date +%s)
   if "$dir/fuzz_$name" -max_total_time="$seconds" -timeout=60 \

@@ -38,10 +38,11 @@ mxu_status cli_load_split(const cli_data *d, mxu_split split,
                           const mxu_model *model, mxu_dataset **out);
 
 /* A weights file name mxu cannot read or write (not .h5, .hdf5 or
- * .weights.h5) is a usage error, caught before anything runs. Returns
- * CLI_OK, or CLI_USAGE after saying why (options.h). NULL path: CLI_OK. */
+ * .weights.h5; reading, also a .keras model file) is a usage error, caught
+ * before anything runs. Returns CLI_OK, or CLI_USAGE after saying why
+ * (options.h). NULL path: CLI_OK. */
 int cli_check_weights_path(const char *command, const char *flag,
-                           const char *path);
+                           const char *path, int reading);
 
 /* After compile: says on stderr (rank 0) when mixed_bfloat16 was asked
  * but the CPU computes in float32. */

@@ -10,7 +10,9 @@
 #include <time.h>
 
 int cli_check_weights_path(const char *command, const char *flag,
-                           const char *path) {
+                           const char *path, int reading) {
+  size_t n = path ? strlen(path) : 0;
+  if (reading && n >= 6 && strcmp(path + n - 6, ".keras") == 0) return CLI_OK;
   if (!path || mxu_weights_path_check(path) == MXU_OK) return CLI_OK;
   /* The library says "weights: "; the flag says it better here. */
   const char *why = mxu_errmsg();

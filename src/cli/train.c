@@ -420,7 +420,7 @@ int cli_train(int argc, char **argv) {
   if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
   if (mxu_distributed_rank() != 0) a.verbose = 0; /* rank 0 speaks */
   /* Before training, not after it: a bad name must not cost the run. */
-  parsed = cli_check_weights_path("train", "--save-weights", a.save_weights);
+  parsed = cli_check_weights_path("train", "--save-weights", a.save_weights, 0);
   if (parsed != CLI_OK) return parsed;
   if (a.validation_split >= 1.0f)
     return cli_usage_error("train",

@@ -3,6 +3,7 @@
  * tf.keras 2.x, .weights.h5: Keras 3); loading recognises it from the
  * content. Files are written atomically, and read in full and checked
  * before a single model value changes. */
+#include "io/keras_file.h"
 #include "io/weights.h"
 #include "model/layers/layers.h"
 
@@ -246,7 +247,36 @@ static mxu_status load_file(mxu_model *model, const char *path) {
   return s;
 }
 
+/* A .keras file's weights: its model.weights.h5, read from a temporary
+ * copy; messages name the .keras file. */
+static mxu_status load_keras_file(mxu_model *model, const char *path) {
+  if (!model->compiled)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: compile the model first (its weights are created "
+                    "at compile)",
+                    path);
+  char extracted[600];
+  MXU_TRY(mxu_keras_extract_weights(path, (size_t)MXU_MAX_ELEMENTS * 8,
+                                    extracted, sizeof extracted));
+  mxu_h5_quiet quiet;
+  mxu_h5_quiet_begin(&quiet);
+  mxu_status s = load_file(model, extracted);
+  mxu_h5_quiet_end(&quiet);
+  mxu_keras_remove_extracted(extracted);
+  if (s != MXU_OK) {
+    char why[2048];
+    const char *msg = mxu_errmsg(), *at = strstr(msg, extracted);
+    snprintf(why, sizeof why, "%.*s%s (model.weights.h5)%s",
+             at ? (int)(at - msg) : 0, msg, path,
+             at ? at + strlen(extracted) : msg);
+    s = mxu_fail(s, "%s", why);
+  }
+  return s;
+}
+
 mxu_status mxu_load_weights(mxu_model *model, const char *path) {
+  if (model && path && ends_with(path, ".keras") && mxu_keras_is_archive(path))
+    return finish(load_keras_file(model, path));
   weights_layout layout;
   mxu_status s = check_call(model, path, &layout);
   if (s == MXU_OK) {

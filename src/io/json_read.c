@@ -2,6 +2,7 @@
  * Sequential model's to_json() (tf.keras 2.x or Keras 3) becomes mxu_add_*
  * calls, with every refusal naming the source, the layer and the key. */
 #include "io/json.h"
+#include "io/keras_file.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -950,7 +951,11 @@ mxu_status mxu_model_load_json(const char *path, mxu_model **out,
     return mxu_fail(MXU_ERR_ARG, "model_load_json: path and out are required");
   char *text = NULL;
   size_t length = 0;
-  MXU_TRY(read_file(path, &text, &length));
+  /* A .keras file's model is its config.json, in model.to_json()'s form. */
+  MXU_TRY(mxu_keras_is_archive(path)
+              ? mxu_keras_read_member(path, "config.json", MXU_MAX_TEXT_BYTES,
+                                      &text, &length)
+              : read_file(path, &text, &length));
   mxu_status status = from_text(text, length, path, out, compile, has_compile);
   free(text);
   return status;
