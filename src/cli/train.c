@@ -422,6 +422,16 @@ int cli_train(int argc, char **argv) {
   /* Before training, not after it: a bad name must not cost the run. */
   parsed = cli_check_weights_path("train", "--save-weights", a.save_weights, 0);
   if (parsed != CLI_OK) return parsed;
+  for (int i = 0; i < 2; i++) {
+    const char *name = i ? a.save_model : a.extras.model_checkpoint;
+    size_t n = name ? strlen(name) : 0;
+    if (n >= 6 && strcmp(name + n - 6, ".keras") == 0)
+      return cli_usage_error("train",
+                             "%s: writing Keras 3 .keras archives is not "
+                             "supported yet; name it FILE.h5, which Keras' "
+                             "load_model reads",
+                             i ? "--save-model" : "--model-checkpoint");
+  }
   if (a.validation_split >= 1.0f)
     return cli_usage_error("train",
                            "--validation-split: %g is not a fraction below 1",
