@@ -275,7 +275,7 @@ static mxu_status load_keras_file(mxu_model *model, const char *path) {
 }
 
 mxu_status mxu_load_weights(mxu_model *model, const char *path) {
-  if (model && path && ends_with(path, ".keras") && mxu_keras_is_archive(path))
+  if (model && path && ends_with(path, ".keras"))
     return finish(load_keras_file(model, path));
   weights_layout layout;
   mxu_status s = check_call(model, path, &layout);

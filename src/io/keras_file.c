@@ -35,8 +35,12 @@ mxu_status mxu_keras_read_member(const char *path, const char *name,
     zip_error_t error;
     zip_error_init_with_code(&error, code);
     mxu_status s =
-        mxu_fail(MXU_ERR_FORMAT, "%s: not a readable .keras file (a zip): %s",
-                 path, zip_error_strerror(&error));
+        code == ZIP_ER_NOENT || code == ZIP_ER_OPEN || code == ZIP_ER_READ
+            ? mxu_fail(MXU_ERR_IO, "%s: cannot open: %s", path,
+                       zip_error_strerror(&error))
+            : mxu_fail(MXU_ERR_FORMAT,
+                       "%s: not a readable .keras file (a zip): %s", path,
+                       zip_error_strerror(&error));
     zip_error_fini(&error);
     return s;
   }
