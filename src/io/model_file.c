@@ -551,22 +551,26 @@ static void restore_free(restore *r) {
   slot_list_free(&r->list);
 }
 
-static mxu_status restore_file(mxu_model *model, const char *path,
+/* Training resumes only from what mxu wrote, unchanged: with a position
+ * wanted, the file's seal must hold. */
+static mxu_status open_model_file(const char *path,
+                                  const mxu_train_position *position,
+                                  hid_t *file) {
+  return mxu_h5_open(path, position != NULL, file);
+}
+
+static mxu_status restore_file(mxu_model *model, const char *path, hid_t file,
                                mxu_train_position *position) {
   restore r = {{path, model, NULL}, {0}, NULL, 0, {0}};
   MXU_TRY(slot_list_make(model, &r.list));
   r.load.scratch = calloc((size_t)model->param_count + 1, sizeof(float *));
   r.slots = calloc((size_t)r.list.count, sizeof(float *));
-  hid_t file = H5I_INVALID_HID;
   mxu_status s = MXU_OK;
   if (!r.load.scratch || !r.slots)
     s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  /* Training resumes only from what mxu wrote, unchanged. */
-  if (s == MXU_OK) s = mxu_h5_open(path, position != NULL, &file);
   if (s == MXU_OK) s = read_all(&r, file, position != NULL);
   if (s == MXU_OK) s = commit(&r);
   if (s == MXU_OK && position) *position = r.position;
-  mxu_h5_close(file);
   restore_free(&r);
   return s;
 }
@@ -577,7 +581,10 @@ mxu_status mxu_restore_model(mxu_model *model, const char *path,
   if (s == MXU_OK) {
     mxu_h5_quiet quiet;
     mxu_h5_quiet_begin(&quiet);
-    s = restore_file(model, path, position);
+    hid_t file = H5I_INVALID_HID;
+    s = open_model_file(path, position, &file);
+    if (s == MXU_OK) s = restore_file(model, path, file, position);
+    mxu_h5_close(file);
     mxu_h5_quiet_end(&quiet);
   }
   return finish(s);
@@ -609,9 +616,7 @@ typedef struct model_header {
   int64_t batch_size;
 } model_header;
 
-static mxu_status read_header(const char *path, model_header *h) {
-  hid_t file;
-  MXU_TRY(mxu_h5_open(path, 0, &file));
+static mxu_status read_header(const char *path, hid_t file, model_header *h) {
   int found = 0;
   mxu_status s = read_text(path, file, "model_config", &h->model_config);
   if (s == MXU_OK && !h->model_config)
@@ -624,7 +629,6 @@ static mxu_status read_header(const char *path, model_header *h) {
     s = read_count(path, file, "mxu_batch_size", &h->batch_size, &found);
   if (s == MXU_OK && found && h->batch_size == 0)
     s = mxu_fail(MXU_ERR_FORMAT, "%s: mxu_batch_size is 0", path);
-  mxu_h5_close(file);
   return s;
 }
 
@@ -664,9 +668,14 @@ static mxu_status build(const char *path, const model_header *h,
 static mxu_status load(const char *path, mxu_backend_kind backend,
                        mxu_model **out, mxu_train_position *position) {
   model_header h = {NULL, NULL, 32};
-  mxu_status s = read_header(path, &h);
+  /* Opened once: checking a file (its seal, or a child reading a foreign
+   * one through) costs a pass over all of it. */
+  hid_t file = H5I_INVALID_HID;
+  mxu_status s = open_model_file(path, position, &file);
+  if (s == MXU_OK) s = read_header(path, file, &h);
   if (s == MXU_OK) s = build(path, &h, backend, out);
-  if (s == MXU_OK) s = restore_file(*out, path, position);
+  if (s == MXU_OK) s = restore_file(*out, path, file, position);
+  mxu_h5_close(file);
   free(h.model_config);
   free(h.training_config);
   if (s != MXU_OK) {
