@@ -791,6 +791,9 @@ mxu_status mxu_save_model(const mxu_model *model, const char *path,
  * by mxu_save_model, optimizer state included. position may be NULL. */
 mxu_status mxu_load_model(const char *path, mxu_backend_kind backend,
                           mxu_model **out, mxu_train_position *position);
+/* MXU_OK when mxu_save_model can write a file of that name; else the
+ * error saving would give, so a command can refuse a name up front. */
+mxu_status mxu_model_path_check(const char *path);
 /* Restores weights, optimizer state and position from a full-model file
  * into an already compiled model of the same architecture. */
 mxu_status mxu_restore_model(mxu_model *model, const char *path,

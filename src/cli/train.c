@@ -424,13 +424,12 @@ int cli_train(int argc, char **argv) {
   if (parsed != CLI_OK) return parsed;
   for (int i = 0; i < 2; i++) {
     const char *name = i ? a.save_model : a.extras.model_checkpoint;
-    size_t n = name ? strlen(name) : 0;
-    if (n >= 6 && strcmp(name + n - 6, ".keras") == 0)
-      return cli_usage_error("train",
-                             "%s: writing Keras 3 .keras archives is not "
-                             "supported yet; name it FILE.h5, which Keras' "
-                             "load_model reads",
-                             i ? "--save-model" : "--model-checkpoint");
+    if (!name || mxu_model_path_check(name) == MXU_OK) continue;
+    /* The library says "model file: "; the flag says it better here. */
+    const char *why = mxu_errmsg();
+    if (strncmp(why, "model file: ", 12) == 0) why += 12;
+    return cli_usage_error("train", "%s: %s",
+                           i ? "--save-model" : "--model-checkpoint", why);
   }
   if (a.validation_split >= 1.0f)
     return cli_usage_error("train",

@@ -103,6 +103,9 @@ double mxu_now_seconds(void);
  * MaxPooling2D -> max_pooling2d, BatchNormalization -> batch_normalization. */
 void mxu_snake_case(const char *class_name, char *out, size_t out_size);
 
+/* 1 when text ends with suffix (a file name's extension, say). */
+int mxu_ends_with(const char *text, const char *suffix);
+
 /* ---- world: the processes training together ------------------------- */
 
 /* This process's rank and the number of processes (0 and 1 without MPI);

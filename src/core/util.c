@@ -62,3 +62,8 @@ void mxu_snake_case(const char *name, char *out, size_t out_size) {
   }
   if (out_size) out[k < out_size ? k : out_size - 1] = 0;
 }
+
+int mxu_ends_with(const char *text, const char *suffix) {
+  size_t n = strlen(text), m = strlen(suffix);
+  return n >= m && strcmp(text + n - m, suffix) == 0;
+}

@@ -163,16 +163,11 @@ mxu_status mxu_load_dataset(const char *name, mxu_split split,
   return mxu_load_dataset_for(name, split, (mxu_shape){0}, out);
 }
 
-static int ends_with(const char *text, const char *suffix) {
-  size_t a = strlen(text), b = strlen(suffix);
-  return a >= b && strcmp(text + a - b, suffix) == 0;
-}
-
 mxu_status mxu_load_dataset_for(const char *name, mxu_split split,
                                 mxu_shape input, mxu_dataset **out) {
   if (!out || !name) return mxu_fail(MXU_ERR_ARG, "data: no name given");
   *out = NULL;
-  if (ends_with(name, ".npz")) {
+  if (mxu_ends_with(name, ".npz")) {
     MXU_TRY(mxu_load_npz(name, split, out));
     /* (count, 28, 28) arrays for a model that takes (28, 28, 1). */
     mxu_status status = input.rank ? mxu_dataset_reshape(*out, input) : MXU_OK;

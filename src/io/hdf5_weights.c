@@ -14,17 +14,12 @@
 
 typedef enum weights_layout { LAYOUT_KERAS2, LAYOUT_KERAS3 } weights_layout;
 
-static int ends_with(const char *text, const char *suffix) {
-  size_t n = strlen(text), m = strlen(suffix);
-  return n >= m && strcmp(text + n - m, suffix) == 0;
-}
-
 /* Keras' own rule: ".weights.h5" is Keras 3's; ".h5" and ".hdf5" are the
  * legacy (tf.keras 2.x) layout. */
 static mxu_status layout_of(const char *path, weights_layout *layout) {
-  *layout = ends_with(path, ".weights.h5") ? LAYOUT_KERAS3 : LAYOUT_KERAS2;
-  if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return MXU_OK;
-  if (ends_with(path, ".keras"))
+  *layout = mxu_ends_with(path, ".weights.h5") ? LAYOUT_KERAS3 : LAYOUT_KERAS2;
+  if (mxu_ends_with(path, ".h5") || mxu_ends_with(path, ".hdf5")) return MXU_OK;
+  if (mxu_ends_with(path, ".keras"))
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "%s: a .keras file is a whole Keras 3 model (a zip "
                     "archive), not a weights file; use a .h5 (tf.keras 2.x) "
@@ -275,7 +270,7 @@ static mxu_status load_keras_file(mxu_model *model, const char *path) {
 }
 
 mxu_status mxu_load_weights(mxu_model *model, const char *path) {
-  if (model && path && ends_with(path, ".keras"))
+  if (model && path && mxu_ends_with(path, ".keras"))
     return finish(load_keras_file(model, path));
   weights_layout layout;
   mxu_status s = check_call(model, path, &layout);

@@ -308,16 +308,24 @@ static mxu_status check_model(const mxu_model *model, const char *path) {
   return MXU_OK;
 }
 
+/* HDF5 bytes under a .keras name are a file Keras 3 rejects. */
+static mxu_status check_path(const char *path) {
+  if (!mxu_ends_with(path, ".keras")) return MXU_OK;
+  return mxu_fail(MXU_ERR_UNSUPPORTED,
+                  "%s: writing Keras 3 .keras archives is not supported yet; "
+                  "save to FILE.h5, which Keras' load_model reads",
+                  path);
+}
+
+mxu_status mxu_model_path_check(const char *path) {
+  if (!path) return finish(mxu_fail(MXU_ERR_ARG, "a path is required"));
+  return finish(check_path(path));
+}
+
 mxu_status mxu_save_model(const mxu_model *model, const char *path,
                           const mxu_train_position *position) {
   mxu_status s = check_model(model, path);
-  size_t n = s == MXU_OK ? strlen(path) : 0;
-  /* HDF5 bytes under a .keras name are a file Keras 3 rejects. */
-  if (n >= 6 && strcmp(path + n - 6, ".keras") == 0)
-    s = mxu_fail(MXU_ERR_UNSUPPORTED,
-                 "%s: writing Keras 3 .keras archives is not supported yet; "
-                 "save to FILE.h5, which Keras' load_model reads",
-                 path);
+  if (s == MXU_OK) s = check_path(path);
   if (s == MXU_OK) {
     mxu_h5_quiet quiet;
     mxu_h5_quiet_begin(&quiet);
