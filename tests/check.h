@@ -120,9 +120,11 @@ static inline void check_remove_tree(const char *path) {
 }
 
 /* Path of a file under ../shared/data (MXU_SHARED_DATA overrides). */
-/* The whole of a text file, or NULL; free() it. */
-static inline char *check_slurp(const char *path) {
+/* The whole of a file, NUL-terminated, or NULL; *size (when asked) gets
+ * its length; free() it. */
+static inline char *check_slurp_size(const char *path, size_t *size) {
   FILE *f = fopen(path, "rb");
+  if (size) *size = 0;
   if (!f) return NULL;
   fseek(f, 0, SEEK_END);
   long n = ftell(f);
@@ -130,8 +132,37 @@ static inline char *check_slurp(const char *path) {
   char *text = malloc((size_t)(n > 0 ? n : 0) + 1);
   size_t got = text ? fread(text, 1, (size_t)(n > 0 ? n : 0), f) : 0;
   if (text) text[got] = 0;
+  if (size) *size = got;
   fclose(f);
   return text;
+}
+
+static inline char *check_slurp(const char *path) {
+  return check_slurp_size(path, NULL);
+}
+
+/* Writes size bytes to path, a failed CHECK if it cannot. */
+static inline void check_write_bytes(const char *path, const void *bytes,
+                                     size_t size) {
+  FILE *f = fopen(path, "wb");
+  CHECK_MSG(f && fwrite(bytes, 1, size, f) == size, "cannot write %s", path);
+  if (f) fclose(f);
+}
+
+/* How many weight tensors of two models of one architecture differ in any
+ * bit. */
+static inline int check_weights_differing(const mxu_model *a,
+                                          const mxu_model *b) {
+  int differing = 0;
+  for (int layer = 0; layer < mxu_model_layer_count(a); layer++)
+    for (int k = 0; k < mxu_layer_weight_count(a, layer); k++) {
+      mxu_tensor ta, tb;
+      CHECK_OK(mxu_layer_weight(a, layer, k, &ta, NULL));
+      CHECK_OK(mxu_layer_weight(b, layer, k, &tb, NULL));
+      size_t bytes = (size_t)mxu_shape_count(&ta.shape) * sizeof(float);
+      differing += memcmp(ta.data, tb.data, bytes) != 0;
+    }
+  return differing;
 }
 
 /* Runs args (args[0] a path) with stdout and stderr captured in *out and

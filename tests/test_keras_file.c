@@ -26,38 +26,15 @@ static void reads_model_and_weights(void) {
         mxu_model_param_count(a, 0) == 6); /* trainable, then not */
   CHECK_OK(mxu_load_weights(a, archive));
   CHECK_OK(mxu_load_weights(b, "tests/golden/nested/initial.weights.h5"));
-  int differing = 0;
-  for (int layer = 0; layer < mxu_model_layer_count(a); layer++)
-    for (int k = 0; k < mxu_layer_weight_count(a, layer); k++) {
-      mxu_tensor ta, tb;
-      CHECK_OK(mxu_layer_weight(a, layer, k, &ta, NULL));
-      CHECK_OK(mxu_layer_weight(b, layer, k, &tb, NULL));
-      differing +=
-          memcmp(ta.data, tb.data,
-                 (size_t)mxu_shape_count(&ta.shape) * sizeof(float)) != 0;
-    }
+  int differing = check_weights_differing(a, b);
   CHECK_MSG(differing == 0, "%d weights differ", differing);
   mxu_model_free(a);
   mxu_model_free(b);
 }
 
-static char *slurp(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  char *bytes = malloc(1 << 20);
-  *size = f && bytes ? fread(bytes, 1, 1 << 20, f) : 0;
-  if (f) fclose(f);
-  return bytes;
-}
-
-static void write_bytes(const char *path, const char *bytes, size_t size) {
-  FILE *f = fopen(path, "wb");
-  CHECK(f && fwrite(bytes, 1, size, f) == size);
-  if (f) fclose(f);
-}
-
 static void refusals(void) {
   size_t size = 0;
-  char *bytes = slurp(archive, &size);
+  char *bytes = check_slurp_size(archive, &size);
   mxu_model *m = NULL;
   /* One byte of config.json changed: its CRC says so. */
   const char *changed = temp_path("changed.keras");
@@ -66,13 +43,13 @@ static void refusals(void) {
     if (memcmp(bytes + i, "config.json", 11) == 0) at = i;
   CHECK(at > 0);
   bytes[at + 11 + 40] ^= 0x20;
-  write_bytes(changed, bytes, size);
+  check_write_bytes(changed, bytes, size);
   EXPECT_FAIL(mxu_model_load_json(changed, &m, NULL, NULL), MXU_ERR_FORMAT,
               "CRC");
   CHECK(m == NULL);
   /* Cut short: no central directory. */
   const char *cut = temp_path("cut.keras");
-  write_bytes(cut, bytes, size / 2);
+  check_write_bytes(cut, bytes, size / 2);
   EXPECT_FAIL(mxu_model_load_json(cut, &m, NULL, NULL), MXU_ERR_FORMAT,
               "cut.keras");
   free(bytes);

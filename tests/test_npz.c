@@ -76,20 +76,6 @@ static void every_dtype(void) {
 
 /* ---- archives and headers ---------------------------------------------- */
 
-static char *slurp(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  char *bytes = malloc(1 << 20);
-  *size = f && bytes ? fread(bytes, 1, 1 << 20, f) : 0;
-  if (f) fclose(f);
-  return bytes;
-}
-
-static void write_bytes(const char *path, const char *bytes, size_t size) {
-  FILE *f = fopen(path, "wb");
-  CHECK(f && fwrite(bytes, 1, size, f) == size);
-  if (f) fclose(f);
-}
-
 static void archives(void) {
   /* x and y: a train split only. */
   mxu_dataset *data = NULL;
@@ -133,7 +119,7 @@ static void refusals(void) {
   EXPECT_FAIL(mxu_load_npy("tests/npz/v2.npy", "tests/npz/labels6.npy", &data),
               MXU_ERR_FORMAT, "for 2 samples");
   /* Found by fuzzing: a version 2 header cut inside its length field. */
-  write_bytes(temp_path("cut2.npy"), "\x93NUMPY\x02\x00\x27\x00\x63", 11);
+  check_write_bytes(temp_path("cut2.npy"), "\x93NUMPY\x02\x00\x27\x00\x63", 11);
   EXPECT_FAIL(mxu_load_npy(temp_path("cut2.npy"), labels, &data),
               MXU_ERR_FORMAT, "cut short");
   EXPECT_FAIL(mxu_load_npz(temp_path("missing.npz"), MXU_TRAIN, &data),
@@ -143,9 +129,9 @@ static void refusals(void) {
   CHECK(data == NULL);
   /* The archive cut short, and one byte of a member's data changed. */
   size_t size = 0;
-  char *bytes = slurp("tests/npz/dtypes.npz", &size);
+  char *bytes = check_slurp_size("tests/npz/dtypes.npz", &size);
   const char *cut = temp_path("cut.npz"), *changed = temp_path("changed.npz");
-  write_bytes(cut, bytes, size / 2);
+  check_write_bytes(cut, bytes, size / 2);
   EXPECT_FAIL(mxu_load_npz(cut, MXU_TRAIN, &data), MXU_ERR_FORMAT, "cut.npz");
   /* A value of member x.npy: past its local header (30 bytes, the name
    * and the extra field, whose lengths it gives at 26 and 28) and its
@@ -159,7 +145,7 @@ static void refusals(void) {
   size_t extra = (unsigned char)bytes[member + 28] |
                  (size_t)(unsigned char)bytes[member + 29] << 8;
   bytes[member + 30 + 5 + extra + 130] ^= 0x01;
-  write_bytes(changed, bytes, size);
+  check_write_bytes(changed, bytes, size);
   EXPECT_FAIL(mxu_load_npz(changed, MXU_TRAIN, &data), MXU_ERR_FORMAT, "CRC");
   free(bytes);
 }

@@ -115,15 +115,7 @@ static mxu_model *load_weights(const char *weights) {
 static void check_identical(const char *a_path, const char *b_path) {
   mxu_model *a = load_weights(a_path), *b = load_weights(b_path);
   if (!a || !b) return;
-  int differing = 0;
-  for (int layer = 0; layer < mxu_model_layer_count(a); layer++)
-    for (int k = 0; k < mxu_layer_weight_count(a, layer); k++) {
-      mxu_tensor ta, tb;
-      CHECK_OK(mxu_layer_weight(a, layer, k, &ta, NULL));
-      CHECK_OK(mxu_layer_weight(b, layer, k, &tb, NULL));
-      size_t bytes = (size_t)mxu_shape_count(&ta.shape) * sizeof(float);
-      differing += memcmp(ta.data, tb.data, bytes) != 0;
-    }
+  int differing = check_weights_differing(a, b);
   CHECK_MSG(differing == 0, "%d weights differ after the interrupted run",
             differing);
   mxu_model_free(a);
