@@ -243,10 +243,9 @@ void __sanitizer_set_death_callback(void (*callback)(void))
 void __sanitizer_set_report_fd(void *fd) __attribute__((weak));
 
 static void quiet_sanitizers(void) {
-  static int null_fd = -1;
   if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(NULL);
-  if (__sanitizer_set_report_fd && (null_fd = open("/dev/null", O_WRONLY)) >= 0)
-    __sanitizer_set_report_fd((void *)(intptr_t)null_fd);
+  int null_fd = __sanitizer_set_report_fd ? open("/dev/null", O_WRONLY) : -1;
+  if (null_fd >= 0) __sanitizer_set_report_fd((void *)(intptr_t)null_fd);
 }
 
 mxu_status mxu_h5_probe(const char *path) {
