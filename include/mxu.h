@@ -277,9 +277,20 @@ typedef struct mxu_optimizer_config {
 mxu_optimizer_config mxu_adam(float learning_rate);
 mxu_optimizer_config mxu_sgd(float learning_rate, float momentum, int nesterov);
 
+/* Keras' losses, each the mean over the output's values of a sample, then
+ * over the batch (sum_over_batch_size). The cross-entropies compare class
+ * scores with class labels (sparse) or target rows; the others compare
+ * the output with float targets of the same size (or, for a one-value
+ * output, with the class label as a number: binary labels 0 and 1). */
 typedef enum mxu_loss {
   MXU_SPARSE_CATEGORICAL_CROSSENTROPY = 0,
-  MXU_CATEGORICAL_CROSSENTROPY
+  MXU_CATEGORICAL_CROSSENTROPY,
+  MXU_BINARY_CROSSENTROPY, /* Keras 3's: probabilities clipped to
+                              [1e-7, 1 - 1e-7], or logits */
+  MXU_MEAN_SQUARED_ERROR,
+  MXU_MEAN_ABSOLUTE_ERROR,
+  MXU_HUBER,        /* delta: huber_delta */
+  MXU_KL_DIVERGENCE /* targets and outputs clipped to [1e-7, 1] */
 } mxu_loss;
 
 typedef enum mxu_backend_kind {
@@ -303,14 +314,23 @@ typedef enum mxu_precision {
 typedef struct mxu_compile_config {
   mxu_optimizer_config optimizer;
   mxu_loss loss;
-  int from_logits;
-  /* The accuracy metric that matches the loss (sparse_categorical_accuracy
-   * or categorical_accuracy) is always computed. */
+  int from_logits; /* the cross-entropies */
+  /* Keras' label_smoothing of the categorical and binary cross-entropies:
+   * targets t become t (1 - s) + s / classes (binary: + s / 2). */
+  float label_smoothing;
+  float huber_delta; /* Huber's delta; Keras' 1.0 (mxu_compile_defaults) */
   int batch_size;
   mxu_backend_kind backend;
   uint64_t seed; /* initialisers */
-  /* The accuracy metric's name as Keras prints and logs it ("accuracy",
-   * "sparse_categorical_accuracy", ...); NULL means "accuracy". */
+  /* The one metric, by the name Keras prints and logs it under: "accuracy"
+   * (or "acc"; binary_accuracy for a one-value output or the binary
+   * cross-entropy, sparse_categorical_accuracy for the sparse loss,
+   * categorical_accuracy otherwise, as Keras chooses), those three by
+   * name, "top_k_categorical_accuracy" and
+   * "sparse_top_k_categorical_accuracy" (k = 5), "mae" or
+   * "mean_absolute_error", "mse" or "mean_squared_error". NULL means
+   * "accuracy". Logs, histories and callbacks carry its value where they
+   * say accuracy. */
   const char *metric;
   /* The strategy, as TPUStrategy: batch_size is the global batch, split
    * over `replicas` logical replicas (0 means 1; batch_size must divide by
@@ -365,7 +385,7 @@ void mxu_distributed_abort(int code);
 /* ---- data -------------------------------------------------------------- */
 
 /* An in-memory data set: float32 samples (channels_last) and int32 class
- * labels. */
+ * labels, or float targets (regression; mxu_dataset_num_classes 0). */
 typedef struct mxu_dataset mxu_dataset;
 
 typedef enum mxu_split { MXU_TRAIN = 0, MXU_TEST } mxu_split;
@@ -415,6 +435,13 @@ mxu_status mxu_load_cifar100_dir(const char *dir, mxu_split split,
 mxu_status mxu_dataset_from_arrays(const float *x, const int32_t *labels,
                                    int64_t count, mxu_shape shape,
                                    int num_classes, mxu_dataset **out);
+/* The same with float targets, target_size a sample (count * target_size
+ * floats), for the losses that compare the output with targets
+ * (regression, multi-label): the model's output must have target_size
+ * values. */
+mxu_status mxu_dataset_from_targets(const float *x, const float *targets,
+                                    int64_t count, mxu_shape shape,
+                                    int target_size, mxu_dataset **out);
 /* A data set by name or directory: `fashion-mnist`, `mnist`, `cifar10`,
  * `cifar100` are looked up in $MXU_DATA_DIR, then ./data, then
  * /usr/share/datasets; any other argument must be a directory, whose format

@@ -757,17 +757,17 @@ static void test_gather(void) {
   if (!data) return;
   float x[3 * 3];
   int32_t labels[3];
-  mxu_dataset_gather(data, NULL, 2, 3, x, labels);
+  mxu_dataset_gather(data, NULL, 2, 3, x, labels, NULL);
   for (int i = 0; i < 9; i++) CHECK(x[i] == (float)(6 + i));
   CHECK(labels[0] == 2 && labels[1] == 3 && labels[2] == 0);
   int64_t order[6] = {7, 0, 5, 1, 6, 4};
-  mxu_dataset_gather(data, order, 2, 3, x, labels); /* samples 5, 1, 6 */
+  mxu_dataset_gather(data, order, 2, 3, x, labels, NULL); /* samples 5, 1, 6 */
   for (int k = 0; k < 3; k++) {
     int64_t sample = order[2 + k];
     for (int j = 0; j < 3; j++) CHECK(x[k * 3 + j] == (float)(sample * 3 + j));
     CHECK(labels[k] == sample % 4);
   }
-  mxu_dataset_gather(data, order, 0, 1, x, NULL);
+  mxu_dataset_gather(data, order, 0, 1, x, NULL, NULL);
   CHECK(x[0] == 21.0f && x[2] == 23.0f);
   mxu_dataset_free(data);
 }

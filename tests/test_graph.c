@@ -99,7 +99,7 @@ static void load_inputs(mxu_model *m, uint64_t seed) {
   mxu_rng rng = mxu_rng_make(seed, 98, 0, 0, 0);
   int classes = (int)m->layers[mxu_model_output(m)].out_shape.dims[0];
   int32_t *labels = (int32_t *)(void *)mxu_plan_floats(m, plan->labels);
-  float *onehot = mxu_plan_floats(m, plan->onehot);
+  float *onehot = mxu_plan_floats(m, plan->targets);
   memset(onehot, 0, (size_t)plan->batch * (size_t)classes * sizeof(float));
   for (int r = 0; r < plan->batch; r++) {
     labels[r] = (int32_t)mxu_rng_below(&rng, (uint64_t)r, (uint32_t)classes);

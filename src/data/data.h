@@ -9,10 +9,17 @@
 struct mxu_dataset {
   mxu_shape shape; /* one sample, channels_last */
   int64_t count;
+  /* 0 when the data has float targets only (regression): labels are then
+   * all 0 and mean nothing. */
   int num_classes;
   float *x;        /* count * shape floats */
   int32_t *labels; /* count labels in [0, num_classes) */
-  int owns;        /* 0 for a slice: memory belongs to the parent */
+  /* The labels as the file gave them, target_size floats a sample (the
+   * class index as a number, a one-hot row, regression targets), owned
+   * like labels; NULL where the labels are all there is. */
+  float *targets;
+  int target_size;
+  int owns; /* 0 for a slice: memory belongs to the parent */
   /* Class names (num_classes strings) when the data set has them; owned
    * like x. */
   char **class_names;
@@ -31,9 +38,14 @@ mxu_status mxu_dataset_set_class_names(mxu_dataset *dataset,
 void mxu_dataset_permutation(int64_t count, uint64_t seed, uint32_t epoch,
                              int64_t *perm);
 
-/* Copies samples order[first .. first+n) into x (n * sample floats) and labels
- * (may be NULL). order NULL means samples first .. first+n-1. */
+/* Gives the data set room for target_size float targets a sample. */
+mxu_status mxu_dataset_add_targets(mxu_dataset *dataset, int target_size);
+
+/* Copies samples order[first .. first+n) into x (n * sample floats),
+ * labels and targets (each may be NULL). order NULL means samples
+ * first .. first+n-1. */
 void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
-                        int64_t first, int64_t n, float *x, int32_t *labels);
+                        int64_t first, int64_t n, float *x, int32_t *labels,
+                        float *targets);
 
 #endif

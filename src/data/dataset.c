@@ -45,15 +45,15 @@ static mxu_status make(mxu_shape shape, int64_t count, int num_classes,
   int64_t per_sample = 0;
   size_t x_bytes = 0, label_bytes = 0;
   MXU_TRY(sample_floats(shape, &per_sample));
-  if (num_classes < 1)
-    return mxu_fail(MXU_ERR_ARG, "dataset: num_classes %d (expected >= 1)",
+  if (num_classes < 0)
+    return mxu_fail(MXU_ERR_ARG, "dataset: num_classes %d (expected >= 0)",
                     num_classes);
   MXU_TRY(array_bytes(count, per_sample, sizeof(float), &x_bytes));
   MXU_TRY(array_bytes(count, 1, sizeof(int32_t), &label_bytes));
   mxu_dataset *dataset = calloc(1, sizeof *dataset);
   /* malloc(0) may return NULL; an empty set still gets valid pointers. */
   if (dataset) dataset->x = mapped_x ? mapped_x : malloc(x_bytes ? x_bytes : 1);
-  if (dataset) dataset->labels = malloc(label_bytes ? label_bytes : 1);
+  if (dataset) dataset->labels = calloc(1, label_bytes ? label_bytes : 1);
   if (!dataset || !dataset->x || !dataset->labels) {
     if (dataset) dataset->owns = 1;
     if (dataset && mapped_x) dataset->x = NULL; /* the caller's to unmap */
@@ -72,6 +72,20 @@ static mxu_status make(mxu_shape shape, int64_t count, int num_classes,
 mxu_status mxu_dataset_alloc(mxu_shape shape, int64_t count, int num_classes,
                              mxu_dataset **out) {
   return make(shape, count, num_classes, NULL, out);
+}
+
+mxu_status mxu_dataset_add_targets(mxu_dataset *dataset, int target_size) {
+  size_t bytes = 0;
+  if (target_size < 1)
+    return mxu_fail(MXU_ERR_ARG, "dataset: %d targets a sample", target_size);
+  MXU_TRY(array_bytes(dataset->count, target_size, sizeof(float), &bytes));
+  free(dataset->targets);
+  dataset->targets = malloc(bytes ? bytes : 1);
+  if (!dataset->targets)
+    return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory for %lld targets",
+                    (long long)dataset->count);
+  dataset->target_size = target_size;
+  return MXU_OK;
 }
 
 mxu_status mxu_dataset_alloc_mapped(mxu_shape shape, int64_t count,
@@ -117,6 +131,31 @@ mxu_status mxu_dataset_from_arrays(const float *x, const int32_t *labels,
   return MXU_OK;
 }
 
+mxu_status mxu_dataset_from_targets(const float *x, const float *targets,
+                                    int64_t count, mxu_shape shape,
+                                    int target_size, mxu_dataset **out) {
+  if (!out) return mxu_fail(MXU_ERR_ARG, "dataset: out is NULL");
+  *out = NULL;
+  if (count < 0 || (count > 0 && (!x || !targets)))
+    return mxu_fail(MXU_ERR_ARG, "dataset: %lld samples need x and targets",
+                    (long long)count);
+  mxu_dataset *dataset = NULL;
+  MXU_TRY(mxu_dataset_alloc(shape, count, 0, &dataset));
+  mxu_status status = mxu_dataset_add_targets(dataset, target_size);
+  if (status != MXU_OK) {
+    mxu_dataset_free(dataset);
+    return status;
+  }
+  if (count > 0) {
+    memcpy(dataset->x, x,
+           (size_t)count * (size_t)mxu_shape_count(&shape) * sizeof(float));
+    memcpy(dataset->targets, targets,
+           (size_t)count * (size_t)target_size * sizeof(float));
+  }
+  *out = dataset;
+  return MXU_OK;
+}
+
 void mxu_dataset_free(mxu_dataset *dataset) {
   if (!dataset) return;
   if (dataset->owns) {
@@ -125,6 +164,7 @@ void mxu_dataset_free(mxu_dataset *dataset) {
     else
       free(dataset->x);
     free(dataset->labels);
+    free(dataset->targets);
     for (int i = 0; dataset->class_names && i < dataset->num_classes; i++)
       free(dataset->class_names[i]);
     free(dataset->class_names);
@@ -217,6 +257,8 @@ mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
   *view = *parent;
   view->x = parent->x + first * mxu_shape_count(&parent->shape);
   view->labels = parent->labels + first;
+  if (parent->targets)
+    view->targets = parent->targets + first * parent->target_size;
   view->count = count;
   view->owns = 0;
   *out = view;
@@ -249,12 +291,17 @@ void mxu_dataset_permutation(int64_t count, uint64_t seed, uint32_t epoch,
 }
 
 void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
-                        int64_t first, int64_t n, float *x, int32_t *labels) {
+                        int64_t first, int64_t n, float *x, int32_t *labels,
+                        float *targets) {
   size_t floats = (size_t)mxu_shape_count(&dataset->shape);
+  size_t t = (size_t)dataset->target_size;
   for (int64_t k = 0; k < n; k++) {
     int64_t sample = order ? order[first + k] : first + k;
     memcpy(x + (size_t)k * floats, dataset->x + (size_t)sample * floats,
            floats * sizeof(float));
     if (labels) labels[k] = dataset->labels[sample];
+    if (targets)
+      memcpy(targets + (size_t)k * t, dataset->targets + (size_t)sample * t,
+             t * sizeof(float));
   }
 }

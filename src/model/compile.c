@@ -26,6 +26,7 @@ mxu_compile_config mxu_compile_defaults(void) {
   mxu_compile_config config = {0};
   config.optimizer = mxu_adam(1e-3f);
   config.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  config.huber_delta = 1.0f;
   config.batch_size = 32;
   config.backend = MXU_BACKEND_CPU;
   config.seed = 0;
@@ -70,6 +71,42 @@ static mxu_status check_graph(const mxu_model *model) {
   return MXU_OK;
 }
 
+static int softmax_loss(mxu_loss loss) {
+  return loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
+         loss == MXU_CATEGORICAL_CROSSENTROPY;
+}
+
+static mxu_status check_loss(const mxu_model *model,
+                             const mxu_compile_config *c) {
+  if ((unsigned)c->loss > MXU_KL_DIVERGENCE)
+    return mxu_fail(MXU_ERR_ARG, "compile: loss %d is not an mxu_loss",
+                    (int)c->loss);
+  if (!(c->label_smoothing >= 0.0f && c->label_smoothing <= 1.0f))
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: label_smoothing %g must be in [0, 1]",
+                    (double)c->label_smoothing);
+  if (c->label_smoothing > 0.0f && c->loss != MXU_CATEGORICAL_CROSSENTROPY &&
+      c->loss != MXU_BINARY_CROSSENTROPY)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: label_smoothing is an option of the categorical "
+                    "and binary cross-entropies only");
+  if (c->loss == MXU_HUBER &&
+      !(c->huber_delta > 0.0f && isfinite(c->huber_delta)))
+    return mxu_fail(MXU_ERR_ARG, "compile: Huber's delta %g must be positive",
+                    (double)c->huber_delta);
+  const mxu_layer *last = &model->layers[mxu_model_output(model)];
+  if (softmax_loss(c->loss) &&
+      (last->out_shape.rank != 1 || last->out_shape.dims[0] < 2))
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "compile: the output layer '%s' must output one score "
+                    "per class (rank 1, at least 2 classes) for a "
+                    "categorical cross-entropy loss",
+                    last->name);
+  mxu_metric_kind kind;
+  return mxu_metric_kind_of(c->metric ? c->metric : "accuracy", c->loss,
+                            mxu_shape_count(&last->out_shape), &kind);
+}
+
 static mxu_status check_compile(const mxu_model *model,
                                 const mxu_compile_config *c) {
   if (model->layer_count == 0)
@@ -112,14 +149,7 @@ static mxu_status check_compile(const mxu_model *model,
                     "epsilon >= 0");
   if (o->kind == MXU_SGD && !(o->momentum >= 0 && o->momentum <= 1))
     return mxu_fail(MXU_ERR_ARG, "compile: SGD momentum must be in [0, 1]");
-  const mxu_layer *last = &model->layers[mxu_model_output(model)];
-  if (last->out_shape.rank != 1 || last->out_shape.dims[0] < 2)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "compile: the output layer '%s' must output one score "
-                    "per class (rank 1, at least 2 classes) for a "
-                    "cross-entropy loss",
-                    last->name);
-  return MXU_OK;
+  return check_loss(model, c);
 }
 
 /* Whether this CPU multiplies bfloat16 natively (AVX512_BF16). Without
@@ -275,6 +305,10 @@ mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config) {
   snprintf(model->metric, sizeof model->metric, "%s",
            config->metric ? config->metric : "accuracy");
   model->compile.metric = model->metric;
+  mxu_metric_kind_of(
+      model->metric, config->loss,
+      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape),
+      &model->metric_kind);
   model->backend = mxu_backend_get(config->backend);
   MXU_TRY(build_params(model));
   MXU_TRY(allocate_params(model));
@@ -536,10 +570,13 @@ static mxu_status reserve_io(mxu_model *model) {
   }
   MXU_TRY(reserve_edges(model));
   const mxu_layer *out = &model->layers[mxu_model_output(model)];
-  int classes = (int)out->out_shape.dims[0];
+  size_t classes = (size_t)mxu_shape_count(&out->out_shape);
   plan->labels = mxu_arena_reserve(layout, (size_t)batch * sizeof(int32_t));
-  plan->onehot =
+  plan->targets =
       mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
+  if (model->compile.label_smoothing > 0.0f)
+    plan->smoothed =
+        mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
   plan->mask = mxu_arena_reserve(layout, (size_t)batch * sizeof(float));
   plan->probs =
       mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
@@ -655,7 +692,9 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   count_readers(model, plan->consumers);
   MXU_TRY(plan_strategy(model, batch));
   MXU_TRY(check_batch_sizes(model));
-  plan->fused_softmax = !model->compile.from_logits && final_softmax(model);
+  plan->fused_softmax = !model->compile.from_logits &&
+                        softmax_loss(model->compile.loss) &&
+                        final_softmax(model);
   /* oneDNN sizes a primitive's work split by the threads it may use when
    * it is created: create them with the count they will run with. */
   omp_set_num_threads(plan->intra_threads);

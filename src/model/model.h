@@ -297,6 +297,20 @@ typedef struct mxu_edge {
   int need_dx; /* mxu_tensor_has_grad of the input */
 } mxu_edge;
 
+/* The metric a model computes (loss.c), resolved from its name at
+ * compile. */
+typedef enum mxu_metric_kind {
+  MXU_METRIC_SPARSE_ACCURACY = 0,  /* argmax == class label */
+  MXU_METRIC_CATEGORICAL_ACCURACY, /* argmax == argmax of the targets */
+  MXU_METRIC_BINARY_ACCURACY,      /* (y > 0.5) == target, per value */
+  MXU_METRIC_TOP_K,                /* the target's class among the top 5 */
+  MXU_METRIC_SPARSE_TOP_K,
+  MXU_METRIC_MAE,
+  MXU_METRIC_MSE
+} mxu_metric_kind;
+
+enum { MXU_TOP_K = 5 }; /* Keras' default k */
+
 typedef struct mxu_plan {
   /* Rows per replica: the global batch / replicas. Here `replicas` counts
    * slices: each logical replica's rows may run in `split` slices
@@ -313,10 +327,13 @@ typedef struct mxu_plan {
    * reader: the loss); and its inputs' edges (MXU_MAX_INPUTS a node). */
   int *consumers;
   mxu_edge *edges;
-  size_t labels, onehot; /* targets of this batch */
-  size_t mask;           /* 1 for real samples, 0 for padding */
-  size_t probs, loss;    /* loss outputs per sample */
-  int fused_softmax;     /* the loss reads the last layer's logits */
+  /* This batch's class labels (int32) and targets (floats, the output's
+   * size a row: float targets as given, or labels as numbers or one-hot
+   * rows); smoothed: the categorical targets after label smoothing. */
+  size_t labels, targets, smoothed;
+  size_t mask;        /* 1 for real samples, 0 for padding */
+  size_t probs, loss; /* loss outputs per sample */
+  int fused_softmax;  /* the loss reads the last layer's logits */
   /* The strategy: `replicas` logical replicas, of which this process runs
    * local_count starting at local_first (all of them without MPI), on
    * `workers` threads; oneDNN gets intra_threads inside each. */
@@ -349,6 +366,7 @@ struct mxu_model {
   int compiled;
   mxu_compile_config compile; /* compile.metric points at metric below */
   char metric[64];
+  mxu_metric_kind metric_kind;
   const mxu_backend *backend;
   mxu_param *params;
   int param_count;
@@ -468,16 +486,50 @@ void mxu_replica_add_partials(mxu_model *model, mxu_replica *replica,
 /* Marks rows >= rows as padding. */
 void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica, int64_t rows);
 
-/* The loss of a replica's batch (the sum over its real samples) and the
- * number of correct predictions; in training, also the gradient of
- * loss * scale with respect to the last layer. */
+/* The loss of a replica's batch and its metric, each the sum over its real
+ * samples (a correct prediction counts 1); in training, also the gradient
+ * of loss * scale with respect to the last layer. */
 typedef struct mxu_step_result {
   double loss_sum;
-  int64_t correct;
+  double metric_sum;
 } mxu_step_result;
 
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                                  const mxu_step_key *key, float scale);
+
+/* ---- loss.c: the target losses and the metrics ---------------------------
+ */
+
+/* A target loss over rows of `values` outputs, `last` of them on the last
+ * axis. */
+typedef struct mxu_loss_spec {
+  mxu_loss loss;
+  int from_logits;
+  float label_smoothing, huber_delta;
+  int64_t values, last;
+} mxu_loss_spec;
+
+/* Every loss but the two softmax cross-entropies: each row's loss, and
+ * grad = d(loss * scale)/dy; rows with mask 0 get zeros. */
+void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
+                     const float *targets, const float *mask, float scale,
+                     float *loss, float *grad);
+/* Categorical label smoothing: out = t (1 - s) + s / k. */
+void mxu_smooth_targets(int64_t rows, int k, float smoothing,
+                        const float *targets, float *out);
+/* The metric summed over the rows with mask 1 (each row's value in [0, 1]
+ * for the accuracies). */
+double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
+                      const float *y, const int32_t *labels,
+                      const float *targets, const float *mask);
+/* The kind a metric name means with this loss and output size (Keras'
+ * resolution of "accuracy"); MXU_ERR_UNSUPPORTED naming what is. */
+mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
+                              mxu_metric_kind *out);
+/* The supported names, for messages. */
+const char *mxu_metric_names(void);
+/* Whether the metric reads class labels (else the targets). */
+int mxu_metric_needs_labels(mxu_metric_kind kind);
 
 /* The optimizer update of weights [begin, end) from model->grads, for
  * optimizer step model->iterations (the caller counts it). Elementwise, so

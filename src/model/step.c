@@ -106,20 +106,6 @@ void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica,
     mask[r] = r < rows ? 1.0f : 0.0f;
 }
 
-static int64_t count_correct(const float *out, const int32_t *labels,
-                             const float *mask, int64_t rows, int classes) {
-  int64_t correct = 0;
-  for (int64_t r = 0; r < rows; r++) {
-    if (mask[r] == 0.0f) continue;
-    const float *row = out + r * classes;
-    int best = 0;
-    for (int k = 1; k < classes; k++)
-      if (row[k] > row[best]) best = k;
-    correct += best == labels[r];
-  }
-  return correct;
-}
-
 /* The loss of the batch and, when training, its gradient with respect to
  * the last layer's output (or its logits, when the softmax is fused). */
 /* Outputs after the first carry no loss: their gradient starts at zero
@@ -133,19 +119,32 @@ static void clear_other_outputs(mxu_model *model, mxu_replica *replica) {
   }
 }
 
-mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
-                                 const mxu_step_key *key, float scale) {
+static int is_softmax_loss(mxu_loss loss) {
+  return loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
+         loss == MXU_CATEGORICAL_CROSSENTROPY;
+}
+
+/* The softmax cross-entropies, on the backend: fused with a final softmax
+ * (reading its logits), from logits, or on probabilities. */
+static void softmax_loss(mxu_model *model, mxu_replica *replica,
+                         const mxu_step_key *key, float scale,
+                         const float *targets) {
   mxu_plan *plan = &model->plan;
-  if (key->training) clear_other_outputs(model, replica);
   int n = mxu_model_output(model);
   const mxu_layer *last = &model->layers[n];
   int classes = (int)last->out_shape.dims[0];
-  int64_t rows = plan->batch;
   const int32_t *labels =
       (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
-  const float *onehot = model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY
-                            ? mxu_replica_floats(replica, plan->onehot)
-                            : NULL;
+  const float *onehot = NULL;
+  if (model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY) {
+    onehot = targets;
+    if (model->compile.label_smoothing > 0.0f) {
+      float *smoothed = mxu_replica_floats(replica, plan->smoothed);
+      mxu_smooth_targets(plan->batch, classes, model->compile.label_smoothing,
+                         targets, smoothed);
+      onehot = smoothed;
+    }
+  }
   const float *mask = mxu_replica_floats(replica, plan->mask);
   float *loss = mxu_replica_floats(replica, plan->loss);
   float *grad = mxu_replica_floats(replica, plan->grad[n]);
@@ -155,15 +154,43 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
     const float *logits =
         plan->fused_softmax ? last->cls->logits(last, &last_run) : out;
     model->backend->softmax_cross_entropy(
-        rows, classes, logits, onehot ? NULL : labels, onehot, mask, scale,
-        mxu_replica_floats(replica, plan->probs), loss, grad);
+        plan->batch, classes, logits, onehot ? NULL : labels, onehot, mask,
+        scale, mxu_replica_floats(replica, plan->probs), loss, grad);
   } else {
-    model->backend->cross_entropy(rows, classes, out, onehot ? NULL : labels,
-                                  onehot, mask, scale, loss, grad);
+    model->backend->cross_entropy(plan->batch, classes, out,
+                                  onehot ? NULL : labels, onehot, mask, scale,
+                                  loss, grad);
+  }
+}
+
+mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
+                                 const mxu_step_key *key, float scale) {
+  mxu_plan *plan = &model->plan;
+  if (key->training) clear_other_outputs(model, replica);
+  int n = mxu_model_output(model);
+  const mxu_shape *shape = &model->layers[n].out_shape;
+  int64_t rows = plan->batch, values = mxu_shape_count(shape);
+  const float *targets = mxu_replica_floats(replica, plan->targets);
+  const float *mask = mxu_replica_floats(replica, plan->mask);
+  const float *loss = mxu_replica_floats(replica, plan->loss);
+  const float *out = mxu_replica_floats(replica, plan->act[n]);
+  const mxu_compile_config *c = &model->compile;
+  if (is_softmax_loss(c->loss)) {
+    softmax_loss(model, replica, key, scale, targets);
+  } else {
+    mxu_loss_spec spec = {
+        c->loss,        c->from_logits, c->label_smoothing,
+        c->huber_delta, values,         shape->dims[shape->rank - 1]};
+    mxu_target_loss(&spec, rows, out, targets, mask, scale,
+                    mxu_replica_floats(replica, plan->loss),
+                    mxu_replica_floats(replica, plan->grad[n]));
   }
   mxu_step_result result = {0, 0};
   for (int64_t r = 0; r < rows; r++) result.loss_sum += loss[r];
-  result.correct = count_correct(out, labels, mask, rows, classes);
+  const int32_t *labels =
+      (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
+  result.metric_sum = mxu_metric_sum(model->metric_kind, rows, values, out,
+                                     labels, targets, mask);
   return result;
 }
 

@@ -336,7 +336,7 @@ static void run_synchronized(mxu_model *model, const mxu_step_key *key,
     mxu_replica_sum_shared(model, &plan->replica[r]);
 }
 
-/* Loss sums and correct counts of every replica, added in logical order so
+/* Loss and metric sums of every replica, added in logical order so
  * the printed loss does not depend on the process count either. */
 static mxu_step_result combine(const mxu_plan *plan,
                                const mxu_step_result *local) {
@@ -344,7 +344,7 @@ static mxu_step_result combine(const mxu_plan *plan,
   mxu_dist_allgather(local, all, (size_t)plan->local_count * sizeof *local);
   for (int r = 0; r < plan->replicas; r++) {
     total.loss_sum += all[r].loss_sum;
-    total.correct += all[r].correct;
+    total.metric_sum += all[r].metric_sum;
   }
   return total;
 }

@@ -13,7 +13,7 @@
 
 /* One step over every replica whose inputs and targets are loaded; rows
  * per replica are set with mxu_replica_set_rows. Returns the loss sum and
- * correct count over all replicas of all processes. In training it also
+ * metric sum over all replicas of all processes. In training it also
  * leaves the summed gradient in model->grads (this process's shard of it
  * under MPI) and updates state such as BatchNormalization's moving
  * statistics; scale is 1 / global batch. */

@@ -31,8 +31,35 @@ static mxu_status check_io(const mxu_model *model, const char *what) {
   return MXU_OK;
 }
 
-static int output_classes(const mxu_model *model) {
-  return (int)model->layers[mxu_model_output(model)].out_shape.dims[0];
+/* Values the model outputs a sample (classes for a classifier). */
+static int64_t output_values(const mxu_model *model) {
+  return mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape);
+}
+
+/* What the loss and metric read must be in the data: class labels for the
+ * sparse ones; else targets of the output's size, or labels to stand for
+ * them (as numbers for a one-value output, else one-hot rows). */
+static mxu_status check_targets(const mxu_model *model, const mxu_dataset *data,
+                                const char *what) {
+  int64_t values = output_values(model);
+  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
+               mxu_metric_needs_labels(model->metric_kind);
+  if (data->num_classes == 0 && (sparse || data->target_size != values))
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: the data's targets are %d float values a sample, "
+                    "not class labels, %s",
+                    what, data->target_size,
+                    sparse ? "which the sparse loss and metrics need; use a "
+                             "loss such as mean_squared_error"
+                           : "but the model outputs a different count");
+  if (data->num_classes == 0 || values == 1 ||
+      (data->targets && data->target_size == values && !sparse))
+    return MXU_OK;
+  if (data->num_classes > values)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: the data has %d classes but the model outputs %lld",
+                    what, data->num_classes, (long long)values);
+  return MXU_OK;
 }
 
 static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
@@ -69,12 +96,7 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                       "takes %lld",
                       what, i, (long long)data->shape.dims[i],
                       (long long)shape->dims[i]);
-  int classes = output_classes(model);
-  if (data->num_classes > classes)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: the data has %d classes but the model outputs %d",
-                    what, data->num_classes, classes);
-  return MXU_OK;
+  return check_targets(model, data, what);
 }
 
 /* The global batch: the per-replica batch times the replicas. */
@@ -108,20 +130,25 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
   float *x = mxu_replica_floats(replica, plan->act[model->inputs[0]]);
   int32_t *labels =
       (int32_t *)(void *)mxu_replica_floats(replica, plan->labels);
-  int64_t sample = mxu_shape_count(&data->shape);
-  /* predict's data has no labels: they read as class 0. */
-  int64_t labelled = data->labels ? own : 0;
+  float *targets = mxu_replica_floats(replica, plan->targets);
+  int64_t sample = mxu_shape_count(&data->shape), values = output_values(model);
+  int given = data->targets && data->target_size == values;
+  memset(labels, 0, (size_t)batch * sizeof *labels);
+  memset(targets, 0, (size_t)(batch * values) * sizeof *targets);
+  /* predict's data has neither: labels read as class 0, targets as 0. */
   if (own > 0)
     mxu_dataset_gather(data, order, first, own, x,
-                       data->labels ? labels : NULL);
+                       data->num_classes ? labels : NULL,
+                       given ? targets : NULL);
   memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
-  for (int64_t r = labelled; r < batch; r++) labels[r] = 0;
   mxu_replica_set_rows(model, replica, own);
-  if (model->compile.loss != MXU_CATEGORICAL_CROSSENTROPY) return;
-  int classes = output_classes(model);
-  float *onehot = mxu_replica_floats(replica, plan->onehot);
-  memset(onehot, 0, (size_t)(batch * classes) * 4);
-  for (int64_t r = 0; r < own; r++) onehot[r * classes + labels[r]] = 1.0f;
+  if (given || !data->num_classes) return;
+  for (int64_t r = 0; r < own; r++) {
+    if (values == 1)
+      targets[r] = (float)labels[r];
+    else
+      targets[r * values + labels[r]] = 1.0f;
+  }
 }
 
 static void load_batch(mxu_model *model, const mxu_dataset *data,
@@ -138,19 +165,18 @@ mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
                     batch_size);
   MXU_TRY(ensure_batch(model, batch_size ? batch_size : global_batch(model)));
   int64_t batch = global_batch(model);
-  double loss_sum = 0;
-  int64_t correct = 0;
+  double loss_sum = 0, metric_sum = 0;
   mxu_step_key key = {0, 0, 0, 0};
   for (int64_t first = 0; first < data->count; first += batch) {
     int64_t rows = data->count - first < batch ? data->count - first : batch;
     load_batch(model, data, NULL, first, rows);
     mxu_step_result r = mxu_strategy_step(model, &key, 1.0f);
     loss_sum += r.loss_sum;
-    correct += r.correct;
+    metric_sum += r.metric_sum;
   }
   double n = data->count ? (double)data->count : 1.0;
   if (loss) *loss = loss_sum / n;
-  if (accuracy) *accuracy = (double)correct / n;
+  if (accuracy) *accuracy = metric_sum / n;
   return MXU_OK;
 }
 
@@ -204,8 +230,8 @@ static mxu_status resolve_batch(const mxu_fit_config *c, int64_t count,
 }
 
 typedef struct epoch_totals {
-  double loss_sum;
-  int64_t correct, samples;
+  double loss_sum, metric_sum;
+  int64_t samples;
 } epoch_totals;
 
 /* Writes a checkpoint when one is due after `step` of `epoch` has been
@@ -236,7 +262,7 @@ static mxu_logs epoch_logs(const mxu_model *model, int epoch,
   mxu_logs logs = {epoch,
                    0,
                    totals->loss_sum / n,
-                   (double)totals->correct / n,
+                   totals->metric_sum / n,
                    NAN,
                    NAN,
                    model->compile.optimizer.learning_rate,
@@ -261,7 +287,7 @@ static mxu_status train_step(mxu_model *model, const mxu_fit_config *c,
                     epoch + 1, step + 1, isnan(r.loss_sum) ? "NaN" : "inf");
   mxu_strategy_apply(model);
   totals->loss_sum += r.loss_sum;
-  totals->correct += r.correct;
+  totals->metric_sum += r.metric_sum;
   totals->samples += batch;
   MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
   /* steps_per_execution: the driver hears of the steps K at a time. */
@@ -337,7 +363,7 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
     mxu_epoch_log *log = &model->history.epochs[model->history.count++];
     log->epoch = epoch + 1;
     log->loss = totals.loss_sum / (double)totals.samples;
-    log->accuracy = (double)totals.correct / (double)totals.samples;
+    log->accuracy = totals.metric_sum / (double)totals.samples;
     log->samples = totals.samples;
     log->val_loss = log->val_accuracy = NAN;
     int freq = c->validation_freq > 0 ? c->validation_freq : 1;
@@ -430,9 +456,10 @@ static void load_inputs(mxu_model *model, mxu_replica *replica,
       memcpy(x, inputs[k] + first * sample, (size_t)(own * sample) * 4);
     memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
   }
-  int32_t *labels =
-      (int32_t *)(void *)mxu_replica_floats(replica, model->plan.labels);
-  for (int64_t r = 0; r < batch; r++) labels[r] = 0;
+  memset(mxu_replica_floats(replica, model->plan.labels), 0,
+         (size_t)batch * sizeof(int32_t));
+  memset(mxu_replica_floats(replica, model->plan.targets), 0,
+         (size_t)(batch * output_values(model)) * sizeof(float));
   mxu_replica_set_rows(model, replica, own);
 }
 

@@ -24,6 +24,7 @@ struct mxu_prefetch {
   float *raw;             /* gathered before augmenting */
   float *x[SLOTS];        /* batch * sample floats each */
   int32_t *labels[SLOTS]; /* batch labels each */
+  float *targets[SLOTS];  /* batch * target_size each, if the data has them */
   int64_t *ids;           /* the batch's sample indices, for the RNG */
   int ready[SLOTS];       /* the step a slot holds, or -1 */
   int stop;
@@ -36,7 +37,7 @@ static void fill(mxu_prefetch *p, int step, int slot) {
   int64_t first = (int64_t)step * p->batch;
   float *target = p->augment ? p->raw : p->x[slot];
   mxu_dataset_gather(p->data, p->order, first, p->batch, target,
-                     p->labels[slot]);
+                     p->labels[slot], p->targets[slot]);
   if (!p->augment) return;
   for (int64_t k = 0; k < p->batch; k++)
     p->ids[k] = p->order ? p->order[first + k] : first + k;
@@ -73,7 +74,10 @@ static mxu_status allocate(mxu_prefetch *p) {
     p->x[i] = mxu_aligned_alloc(x_bytes);
     p->labels[i] = mxu_aligned_alloc((size_t)p->batch * sizeof(int32_t));
     p->ready[i] = -1;
-    if (!p->x[i] || !p->labels[i])
+    if (p->data->targets)
+      p->targets[i] = mxu_aligned_alloc(
+          (size_t)p->batch * (size_t)p->data->target_size * sizeof(float));
+    if (!p->x[i] || !p->labels[i] || (p->data->targets && !p->targets[i]))
       return mxu_fail(MXU_ERR_NOMEM, "fit: no memory to prefetch batches");
   }
   if (!p->augment) return MXU_OK;
@@ -88,6 +92,7 @@ static void release(mxu_prefetch *p) {
   for (int i = 0; i < SLOTS; i++) {
     mxu_aligned_free(p->x[i]);
     mxu_aligned_free(p->labels[i]);
+    mxu_aligned_free(p->targets[i]);
   }
   mxu_aligned_free(p->raw);
   free(p->ids);
@@ -138,6 +143,8 @@ void mxu_prefetch_get(mxu_prefetch *p, int step, mxu_dataset *view) {
   view->num_classes = p->data->num_classes;
   view->x = p->x[slot];
   view->labels = p->labels[slot];
+  view->targets = p->targets[slot];
+  view->target_size = p->data->target_size;
 }
 
 void mxu_prefetch_release(mxu_prefetch *p, int step) {

@@ -1,0 +1,209 @@
+/* loss.c — the losses that compare the output with float targets (binary
+ * cross-entropy, mean squared and absolute error, Huber, KL divergence),
+ * and the metrics. The softmax cross-entropies are the backend's (they
+ * touch every class score of large outputs); these read an output of a
+ * few values a sample, so one plain-C version serves every backend. */
+#include "model/model.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Keras' backend epsilon, the clip of probabilities away from 0 and 1. */
+#define LOSS_EPSILON 1e-7f
+
+typedef struct {
+  float loss, grad;
+} elem_loss;
+
+/* Keras 3's binary cross-entropy on a probability: p clipped into
+ * [eps, 1 - eps] (the clip passes no gradient outside), then
+ * -(t log p + (1 - t) log(1 - p)). */
+static elem_loss bce_prob(float p, float t) {
+  float c = fminf(fmaxf(p, LOSS_EPSILON), 1.0f - LOSS_EPSILON);
+  elem_loss e = {-(t * logf(c) + (1.0f - t) * logf(1.0f - c)), 0.0f};
+  if (p >= LOSS_EPSILON && p <= 1.0f - LOSS_EPSILON)
+    e.grad = -(t / c - (1.0f - t) / (1.0f - c));
+  return e;
+}
+
+/* TF's sigmoid_cross_entropy_with_logits, stable for any z:
+ * max(z, 0) - z t + log(1 + exp(-|z|)); its gradient sigmoid(z) - t. */
+static elem_loss bce_logit(float z, float t) {
+  elem_loss e = {fmaxf(z, 0.0f) - z * t + log1pf(expf(-fabsf(z))), 0.0f};
+  e.grad = 1.0f / (1.0f + expf(-z)) - t;
+  return e;
+}
+
+static float sign(float v) { return (float)((v > 0.0f) - (v < 0.0f)); }
+
+static elem_loss huber(float error, float delta) {
+  float a = fabsf(error);
+  if (a <= delta) return (elem_loss){0.5f * error * error, error};
+  return (elem_loss){delta * a - 0.5f * delta * delta, delta * sign(error)};
+}
+
+/* t log(t / p) with both clipped into [eps, 1]; p's clip passes gradient
+ * inside the range only. */
+static elem_loss kl(float p, float t) {
+  float tc = fminf(fmaxf(t, LOSS_EPSILON), 1.0f);
+  float pc = fminf(fmaxf(p, LOSS_EPSILON), 1.0f);
+  elem_loss e = {tc * logf(tc / pc), 0.0f};
+  if (p >= LOSS_EPSILON && p <= 1.0f) e.grad = -tc / pc;
+  return e;
+}
+
+static elem_loss element(const mxu_loss_spec *spec, float y, float t) {
+  switch (spec->loss) {
+  case MXU_BINARY_CROSSENTROPY:
+    t = t * (1.0f - spec->label_smoothing) + 0.5f * spec->label_smoothing;
+    return spec->from_logits ? bce_logit(y, t) : bce_prob(y, t);
+  case MXU_MEAN_SQUARED_ERROR:
+    return (elem_loss){(y - t) * (y - t), 2.0f * (y - t)};
+  case MXU_MEAN_ABSOLUTE_ERROR: return (elem_loss){fabsf(y - t), sign(y - t)};
+  case MXU_HUBER: return huber(y - t, spec->huber_delta);
+  case MXU_KL_DIVERGENCE: return kl(y, t);
+  default: return (elem_loss){NAN, NAN};
+  }
+}
+
+/* Keras means each loss over the output's last axis, except KL divergence,
+ * which sums over it; both then mean over the other axes and the batch. */
+static float row_divisor(const mxu_loss_spec *spec) {
+  if (spec->loss == MXU_KL_DIVERGENCE)
+    return (float)(spec->values / spec->last);
+  return (float)spec->values;
+}
+
+void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
+                     const float *targets, const float *mask, float scale,
+                     float *loss, float *grad) {
+  int64_t k = spec->values;
+  float divisor = row_divisor(spec), factor = scale / divisor;
+  for (int64_t r = 0; r < rows; r++) {
+    float *d = grad + r * k;
+    if (mask[r] == 0.0f) {
+      loss[r] = 0.0f;
+      memset(d, 0, (size_t)k * sizeof *d);
+      continue;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; j++) {
+      elem_loss e = element(spec, y[r * k + j], targets[r * k + j]);
+      sum += e.loss;
+      d[j] = e.grad * factor;
+    }
+    loss[r] = (float)(sum / divisor);
+  }
+}
+
+void mxu_smooth_targets(int64_t rows, int k, float smoothing,
+                        const float *targets, float *out) {
+  for (int64_t i = 0; i < rows * k; i++)
+    out[i] = targets[i] * (1.0f - smoothing) + smoothing / (float)k;
+}
+
+/* ---- metrics -------------------------------------------------------------
+ */
+
+static int64_t argmax(const float *row, int64_t k) {
+  int64_t best = 0;
+  for (int64_t j = 1; j < k; j++)
+    if (row[j] > row[best]) best = j;
+  return best;
+}
+
+/* tf.math.in_top_k: the target's score is among the k highest, ties at the
+ * boundary counting in; a non-finite score never is. */
+static int in_top_k(const float *row, int64_t classes, int64_t target, int k) {
+  if (target < 0 || target >= classes || !isfinite(row[target])) return 0;
+  int64_t above = 0;
+  for (int64_t j = 0; j < classes; j++) above += row[j] > row[target];
+  return above < k;
+}
+
+static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
+                         int32_t label, const float *t) {
+  double sum = 0.0;
+  switch (kind) {
+  case MXU_METRIC_SPARSE_ACCURACY: return argmax(y, k) == label;
+  case MXU_METRIC_CATEGORICAL_ACCURACY: return argmax(y, k) == argmax(t, k);
+  case MXU_METRIC_SPARSE_TOP_K: return in_top_k(y, k, label, MXU_TOP_K);
+  case MXU_METRIC_TOP_K: return in_top_k(y, k, argmax(t, k), MXU_TOP_K);
+  case MXU_METRIC_BINARY_ACCURACY:
+    for (int64_t j = 0; j < k; j++) sum += (float)(y[j] > 0.5f) == t[j];
+    break;
+  case MXU_METRIC_MAE:
+    for (int64_t j = 0; j < k; j++) sum += fabsf(y[j] - t[j]);
+    break;
+  case MXU_METRIC_MSE:
+    for (int64_t j = 0; j < k; j++) sum += (y[j] - t[j]) * (y[j] - t[j]);
+    break;
+  }
+  return sum / (double)k;
+}
+
+double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
+                      const float *y, const int32_t *labels,
+                      const float *targets, const float *mask) {
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; r++)
+    if (mask[r] != 0.0f)
+      total += row_metric(kind, y + r * k, k, labels[r], targets + r * k);
+  return total;
+}
+
+/* ---- names ---------------------------------------------------------------
+ */
+
+static const struct {
+  const char *name;
+  mxu_metric_kind kind; /* for "accuracy": decided by the loss */
+  int accuracy;
+} metric_names[] = {
+    {"accuracy", MXU_METRIC_SPARSE_ACCURACY, 1},
+    {"acc", MXU_METRIC_SPARSE_ACCURACY, 1},
+    {"sparse_categorical_accuracy", MXU_METRIC_SPARSE_ACCURACY, 0},
+    {"categorical_accuracy", MXU_METRIC_CATEGORICAL_ACCURACY, 0},
+    {"binary_accuracy", MXU_METRIC_BINARY_ACCURACY, 0},
+    {"top_k_categorical_accuracy", MXU_METRIC_TOP_K, 0},
+    {"sparse_top_k_categorical_accuracy", MXU_METRIC_SPARSE_TOP_K, 0},
+    {"mae", MXU_METRIC_MAE, 0},
+    {"mean_absolute_error", MXU_METRIC_MAE, 0},
+    {"mse", MXU_METRIC_MSE, 0},
+    {"mean_squared_error", MXU_METRIC_MSE, 0},
+};
+
+const char *mxu_metric_names(void) {
+  return "accuracy, acc, sparse_categorical_accuracy, categorical_accuracy, "
+         "binary_accuracy, top_k_categorical_accuracy, "
+         "sparse_top_k_categorical_accuracy, mae, mean_absolute_error, mse, "
+         "mean_squared_error";
+}
+
+/* Keras resolves "accuracy" by the loss and the output: binary for the
+ * binary cross-entropy or a one-value output, sparse for the sparse loss,
+ * categorical otherwise. */
+static mxu_metric_kind accuracy_for(mxu_loss loss, int64_t outputs) {
+  if (loss == MXU_BINARY_CROSSENTROPY || outputs == 1)
+    return MXU_METRIC_BINARY_ACCURACY;
+  if (loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
+    return MXU_METRIC_SPARSE_ACCURACY;
+  return MXU_METRIC_CATEGORICAL_ACCURACY;
+}
+
+mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
+                              mxu_metric_kind *out) {
+  for (size_t i = 0; i < sizeof metric_names / sizeof *metric_names; i++) {
+    if (strcmp(name, metric_names[i].name) != 0) continue;
+    *out = metric_names[i].accuracy ? accuracy_for(loss, outputs)
+                                    : metric_names[i].kind;
+    return MXU_OK;
+  }
+  return mxu_fail(MXU_ERR_UNSUPPORTED,
+                  "compile: metric '%s' is not supported (supported: %s)", name,
+                  mxu_metric_names());
+}
+
+int mxu_metric_needs_labels(mxu_metric_kind kind) {
+  return kind == MXU_METRIC_SPARSE_ACCURACY || kind == MXU_METRIC_SPARSE_TOP_K;
+}

@@ -1,0 +1,314 @@
+/* test_losses.c — the target losses and the metrics: values against
+ * Keras' formulas written out here, gradients against central finite
+ * differences, and training through the public API on float targets
+ * (regression) and binary labels. */
+#include "check.h"
+#include "model/model.h"
+
+enum { ROWS = 3, K = 4 };
+
+static const float Y[ROWS * K] = {0.2f, 0.7f, 0.05f, 0.9f, -1.5f, 0.3f,
+                                  2.5f, 0.5f, 0.6f,  0.4f, 0.01f, 0.99f};
+static const float T[ROWS * K] = {0.0f,  1.0f, 0.0f, 1.0f, 1.0f, 0.0f,
+                                  0.25f, 0.5f, 0.0f, 0.0f, 0.0f, 1.0f};
+static const float MASK[ROWS] = {1, 1, 1};
+
+static mxu_loss_spec spec_of(mxu_loss loss) {
+  mxu_loss_spec s = {loss, 0, 0.0f, 1.0f, K, K};
+  return s;
+}
+
+/* Keras' per-element formula in double, the row's loss its mean (KL: sum). */
+static double keras_element(const mxu_loss_spec *s, double y, double t) {
+  const double eps = 1e-7;
+  switch (s->loss) {
+  case MXU_BINARY_CROSSENTROPY: {
+    t = t * (1 - s->label_smoothing) + 0.5 * s->label_smoothing;
+    if (s->from_logits) {
+      double p = 1 / (1 + exp(-y));
+      return -(t * log(p) + (1 - t) * log(1 - p));
+    }
+    /* The clip's upper bound is float32's 1 - 1e-7, as in Keras. */
+    double c = fmin(fmax(y, eps), (double)(1.0f - 1e-7f));
+    return -(t * log(c) + (1 - t) * log(1 - c));
+  }
+  case MXU_MEAN_SQUARED_ERROR: return (y - t) * (y - t);
+  case MXU_MEAN_ABSOLUTE_ERROR: return fabs(y - t);
+  case MXU_HUBER: {
+    double e = fabs(y - t), d = s->huber_delta;
+    return e <= d ? 0.5 * e * e : d * e - 0.5 * d * d;
+  }
+  case MXU_KL_DIVERGENCE: {
+    double tc = fmin(fmax(t, eps), 1), pc = fmin(fmax(y, eps), 1);
+    return tc * log(tc / pc);
+  }
+  default: return NAN;
+  }
+}
+
+static double keras_row(const mxu_loss_spec *s, const float *y,
+                        const float *t) {
+  double sum = 0;
+  for (int j = 0; j < K; j++) sum += keras_element(s, y[j], t[j]);
+  return s->loss == MXU_KL_DIVERGENCE ? sum : sum / K;
+}
+
+static double loss_total(const mxu_loss_spec *s, const float *y) {
+  float loss[ROWS], grad[ROWS * K];
+  mxu_target_loss(s, ROWS, y, T, MASK, 1.0f, loss, grad);
+  double total = 0;
+  for (int r = 0; r < ROWS; r++) total += loss[r];
+  return total;
+}
+
+static void check_loss(mxu_loss_spec s, const char *what) {
+  float loss[ROWS], grad[ROWS * K];
+  const float scale = 0.5f;
+  mxu_target_loss(&s, ROWS, Y, T, MASK, scale, loss, grad);
+  for (int r = 0; r < ROWS; r++) {
+    double want = keras_row(&s, Y + r * K, T + r * K);
+    CHECK_MSG(fabs(loss[r] - want) <= 1e-5 * fmax(1, fabs(want)),
+              "%s row %d: %.8g, Keras' formula %.8g", what, r, loss[r], want);
+  }
+  /* The gradient of scale * sum of row losses, element by element. */
+  for (int i = 0; i < ROWS * K; i++) {
+    float y[ROWS * K];
+    memcpy(y, Y, sizeof y);
+    /* Away from the kinks (|y - t| = 0, delta; the clip bounds), a step
+     * small beside y where log(y) curves fast. */
+    const float h = 1e-3f * fmaxf(fabsf(Y[i]), 0.1f);
+    y[i] = Y[i] + h;
+    double up = loss_total(&s, y);
+    y[i] = Y[i] - h;
+    double down = loss_total(&s, y);
+    double want = scale * (up - down) / (2 * (double)h);
+    CHECK_MSG(fabs(grad[i] - want) <= 5e-3 * fmax(1, fabs(want)),
+              "%s d/dy[%d]: %.6g, finite differences %.6g", what, i, grad[i],
+              want);
+  }
+}
+
+static void test_target_losses(void) {
+  check_loss(spec_of(MXU_MEAN_SQUARED_ERROR), "mse");
+  check_loss(spec_of(MXU_MEAN_ABSOLUTE_ERROR), "mae");
+  check_loss(spec_of(MXU_HUBER), "huber");
+  mxu_loss_spec h = spec_of(MXU_HUBER);
+  h.huber_delta = 0.3f;
+  check_loss(h, "huber delta 0.3");
+  check_loss(spec_of(MXU_KL_DIVERGENCE), "kl_divergence");
+  /* Probabilities for the binary cross-entropy: |Y| folded into (0, 1). */
+  mxu_loss_spec b = spec_of(MXU_BINARY_CROSSENTROPY);
+  check_loss(b, "binary_crossentropy");
+  b.label_smoothing = 0.2f;
+  check_loss(b, "binary_crossentropy, label_smoothing 0.2");
+  b.from_logits = 1;
+  check_loss(b, "binary_crossentropy from logits, label_smoothing 0.2");
+  /* A masked row costs nothing and passes no gradient. */
+  float loss[ROWS], grad[ROWS * K], mask[ROWS] = {1, 0, 1};
+  mxu_loss_spec m = spec_of(MXU_MEAN_SQUARED_ERROR);
+  mxu_target_loss(&m, ROWS, Y, T, mask, 1.0f, loss, grad);
+  CHECK(loss[1] == 0.0f && grad[K] == 0.0f && grad[2 * K - 1] == 0.0f);
+  CHECK(loss[0] > 0.0f);
+}
+
+/* The logits form stays finite where the probability form would need
+ * log(0): z = +-100. */
+static void test_bce_logits_extremes(void) {
+  mxu_loss_spec s = {MXU_BINARY_CROSSENTROPY, 1, 0.0f, 1.0f, 2, 2};
+  float y[2] = {100.0f, -100.0f}, t[2] = {0.0f, 0.0f}, loss, grad[2], mask = 1;
+  mxu_target_loss(&s, 1, y, t, &mask, 1.0f, &loss, grad);
+  CHECK_MSG(fabs(loss - 50.0) < 1e-3, "loss %g", loss);
+  CHECK(fabsf(grad[0] - 0.5f) < 1e-6f && fabsf(grad[1]) < 1e-6f);
+}
+
+static void test_smoothing(void) {
+  float t[K] = {0, 0, 1, 0}, out[K];
+  mxu_smooth_targets(1, K, 0.1f, t, out);
+  CHECK(fabsf(out[0] - 0.025f) < 1e-7f && fabsf(out[2] - 0.925f) < 1e-7f);
+}
+
+static void test_metrics(void) {
+  const int32_t labels[ROWS] = {3, 2, 0};
+  const float mask[ROWS] = {1, 1, 0};
+  /* argmax rows: 3, 2, 3; target argmax: 1 (the first of a tie, as
+   * TF's), 0, 3. */
+  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, ROWS, K, Y, labels, T,
+                       MASK) == 2.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, ROWS, K, Y, labels, T,
+                       mask) == 2.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_CATEGORICAL_ACCURACY, ROWS, K, Y, labels, T,
+                       MASK) == 1.0);
+  /* binary: row 0 (y > 0.5) = 0 1 0 1 vs 0 1 0 1: 4 of 4; row 1: 0 0 1 0
+   * vs 1 0 0.25 0.5: 1 of 4; row 2: 1 0 0 1 vs 0 0 0 1: 3 of 4. */
+  double binary =
+      mxu_metric_sum(MXU_METRIC_BINARY_ACCURACY, ROWS, K, Y, labels, T, MASK);
+  CHECK_MSG(fabs(binary - 2.0) < 1e-12, "binary accuracy sum %g", binary);
+  double mae = 0, mse = 0;
+  for (int i = 0; i < ROWS * K; i++) {
+    mae += fabs(Y[i] - T[i]) / K;
+    mse += (Y[i] - T[i]) * (Y[i] - T[i]) / K;
+  }
+  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MAE, ROWS, K, Y, labels, T, MASK) -
+             mae) < 1e-6);
+  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MSE, ROWS, K, Y, labels, T, MASK) -
+             mse) < 1e-6);
+  /* Top 5 of 7 classes; ties at the boundary count in, as in_top_k. */
+  float scores[2 * 7] = {7, 6, 5, 4, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1};
+  int32_t top[2] = {5, 6};
+  float onehot[2 * 7] = {0};
+  onehot[4] = 1; /* row 0: class 4, rank 5 */
+  onehot[7 + 6] = 1;
+  float both[2] = {1, 1};
+  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_TOP_K, 2, 7, scores, top, onehot,
+                       both) == 1.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_TOP_K, 2, 7, scores, top, onehot, both) ==
+        2.0);
+}
+
+static void test_metric_names(void) {
+  mxu_metric_kind k;
+  CHECK_OK(mxu_metric_kind_of("accuracy", MXU_BINARY_CROSSENTROPY, 3, &k));
+  CHECK(k == MXU_METRIC_BINARY_ACCURACY);
+  CHECK_OK(mxu_metric_kind_of("acc", MXU_MEAN_SQUARED_ERROR, 1, &k));
+  CHECK(k == MXU_METRIC_BINARY_ACCURACY);
+  CHECK_OK(
+      mxu_metric_kind_of("accuracy", MXU_CATEGORICAL_CROSSENTROPY, 10, &k));
+  CHECK(k == MXU_METRIC_CATEGORICAL_ACCURACY);
+  CHECK_OK(mxu_metric_kind_of("accuracy", MXU_SPARSE_CATEGORICAL_CROSSENTROPY,
+                              10, &k));
+  CHECK(k == MXU_METRIC_SPARSE_ACCURACY);
+  CHECK_OK(mxu_metric_kind_of("mean_absolute_error", MXU_HUBER, 1, &k));
+  CHECK(k == MXU_METRIC_MAE);
+  EXPECT_FAIL(mxu_metric_kind_of("auc", MXU_HUBER, 1, &k), MXU_ERR_UNSUPPORTED,
+              "metric 'auc' is not supported");
+}
+
+/* y = 2 x0 - 3 x1 + 0.5 from a Dense(1) with MSE: the fit finds it. */
+static void test_regression_fit(void) {
+  enum { N = 256 };
+  float x[N * 2], y[N];
+  mxu_rng rng = mxu_rng_make(5, 1, 0, 0, 0);
+  mxu_rng_uniform(&rng, 0, x, N * 2);
+  for (int i = 0; i < N; i++) {
+    x[2 * i] = 2 * x[2 * i] - 1;
+    x[2 * i + 1] = 2 * x[2 * i + 1] - 1;
+    y[i] = 2 * x[2 * i] - 3 * x[2 * i + 1] + 0.5f;
+  }
+  int64_t dims[1] = {2};
+  mxu_dataset *data = NULL;
+  CHECK_OK(
+      mxu_dataset_from_targets(x, y, N, mxu_shape_make(1, dims), 1, &data));
+  CHECK(data && mxu_dataset_num_classes(data) == 0);
+  mxu_model *model = mxu_sequential(NULL);
+  CHECK_OK(mxu_add_input(model, NULL, mxu_shape_make(1, dims)));
+  mxu_dense_config d = mxu_dense_defaults(1);
+  CHECK_OK(mxu_add_dense(model, &d));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.loss = MXU_MEAN_SQUARED_ERROR;
+  c.metric = "mae";
+  c.optimizer = mxu_adam(0.05f);
+  c.batch_size = 32;
+  c.threads = 1;
+  CHECK_OK(mxu_compile(model, &c));
+  double before = NAN, mae_before = NAN, after = NAN, mae = NAN;
+  CHECK_OK(mxu_evaluate(model, data, 0, &before, &mae_before));
+  mxu_fit_config f = mxu_fit_defaults();
+  f.epochs = 40;
+  f.verbose = 0;
+  CHECK_OK(mxu_fit(model, data, &f, NULL));
+  CHECK_OK(mxu_evaluate(model, data, 0, &after, &mae));
+  CHECK_MSG(before > 1.0 && after < 1e-3 && mae < 0.03,
+            "mse %g -> %g, mae %g -> %g", before, after, mae_before, mae);
+  /* evaluate's loss is the mean of (predict - y)^2. */
+  float out[N];
+  CHECK_OK(mxu_predict(model, x, N, out));
+  double mse = 0;
+  for (int i = 0; i < N; i++) mse += (out[i] - y[i]) * (out[i] - y[i]) / N;
+  CHECK_MSG(fabs(mse - after) <= 1e-5 * fmax(mse, 1e-6) + 1e-9,
+            "predict's mse %g, evaluate's %g", mse, after);
+  /* Sparse losses need class labels, which float targets are not. */
+  c.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  mxu_model_free(model);
+  mxu_dataset_free(data);
+}
+
+/* Class labels 0/1 with a one-value sigmoid output: the binary cross-
+ * entropy reads them as numbers, "accuracy" is binary_accuracy. */
+static void test_binary_fit(void) {
+  enum { N = 200 };
+  float x[N * 2];
+  int32_t labels[N];
+  mxu_rng rng = mxu_rng_make(6, 1, 0, 0, 0);
+  mxu_rng_uniform(&rng, 0, x, N * 2);
+  for (int i = 0; i < N; i++) labels[i] = x[2 * i] + x[2 * i + 1] > 1.0f;
+  int64_t dims[1] = {2};
+  mxu_dataset *data = NULL;
+  CHECK_OK(
+      mxu_dataset_from_arrays(x, labels, N, mxu_shape_make(1, dims), 2, &data));
+  mxu_model *model = mxu_sequential(NULL);
+  CHECK_OK(mxu_add_input(model, NULL, mxu_shape_make(1, dims)));
+  mxu_dense_config d = mxu_dense_defaults(1);
+  d.activation = MXU_SIGMOID;
+  CHECK_OK(mxu_add_dense(model, &d));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.loss = MXU_BINARY_CROSSENTROPY;
+  c.optimizer = mxu_adam(0.1f);
+  c.batch_size = 20;
+  c.threads = 1;
+  CHECK_OK(mxu_compile(model, &c));
+  CHECK(model->metric_kind == MXU_METRIC_BINARY_ACCURACY);
+  mxu_fit_config f = mxu_fit_defaults();
+  f.epochs = 30;
+  f.verbose = 0;
+  CHECK_OK(mxu_fit(model, data, &f, NULL));
+  double loss = NAN, accuracy = NAN;
+  CHECK_OK(mxu_evaluate(model, data, 0, &loss, &accuracy));
+  CHECK_MSG(accuracy >= 0.95 && loss < 0.3, "loss %g, accuracy %g", loss,
+            accuracy);
+  /* The same model on the sparse loss is refused at compile (one output). */
+  c.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  EXPECT_FAIL(mxu_compile(model, &c), MXU_ERR_SHAPE, "at least 2 classes");
+  mxu_model_free(model);
+  mxu_dataset_free(data);
+}
+
+/* Float targets under a sparse loss, and targets of the wrong size, are
+ * refused by name. */
+static void test_target_mismatch(void) {
+  float x[4] = {0, 1, 2, 3}, y[4] = {0.5f, 1.5f, 2.5f, 3.5f};
+  int64_t one[1] = {1};
+  mxu_dataset *data = NULL;
+  CHECK_OK(mxu_dataset_from_targets(x, y, 2, mxu_shape_make(1, one), 2, &data));
+  mxu_model *model = mxu_sequential(NULL);
+  CHECK_OK(mxu_add_input(model, NULL, mxu_shape_make(1, one)));
+  mxu_dense_config d = mxu_dense_defaults(3);
+  CHECK_OK(mxu_add_dense(model, &d));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.batch_size = 2;
+  c.threads = 1;
+  CHECK_OK(mxu_compile(model, &c));
+  double loss, metric;
+  EXPECT_FAIL(mxu_evaluate(model, data, 0, &loss, &metric), MXU_ERR_SHAPE,
+              "not class labels");
+  c.loss = MXU_MEAN_SQUARED_ERROR;
+  c.metric = "mse";
+  CHECK_OK(mxu_compile(model, &c));
+  EXPECT_FAIL(mxu_evaluate(model, data, 0, &loss, &metric), MXU_ERR_SHAPE,
+              "model outputs a different count");
+  c.label_smoothing = 0.1f;
+  EXPECT_FAIL(mxu_compile(model, &c), MXU_ERR_ARG, "label_smoothing");
+  mxu_model_free(model);
+  mxu_dataset_free(data);
+}
+
+int main(void) {
+  test_target_losses();
+  test_bce_logits_extremes();
+  test_smoothing();
+  test_metrics();
+  test_metric_names();
+  test_regression_fit();
+  test_binary_fit();
+  test_target_mismatch();
+  return check_report("test_losses");
+}
