@@ -293,6 +293,13 @@ typedef enum mxu_loss {
   MXU_KL_DIVERGENCE /* targets and outputs clipped to [1e-7, 1] */
 } mxu_loss;
 
+/* Keras' function name of a loss ("binary_crossentropy") and its class
+ * ("BinaryCrossentropy"); mxu_loss_from_name takes either, or an alias
+ * Keras' get() takes ("mse", "mae", "kld", ...). */
+const char *mxu_loss_name(mxu_loss loss);
+const char *mxu_loss_class_name(mxu_loss loss);
+mxu_status mxu_loss_from_name(const char *name, mxu_loss *out);
+
 typedef enum mxu_backend_kind {
   MXU_BACKEND_CPU = 0, /* oneDNN */
   MXU_BACKEND_CPU_REF  /* plain C loops: the oracle, slow */
@@ -397,15 +404,21 @@ mxu_status mxu_load_idx(const char *images_path, const char *labels_path,
  * np.savez_compressed) holding x_train, y_train, x_test, y_test (as
  * keras.datasets' load_data() returns them) or x and y (a train split
  * only); or an .npy of samples and an .npy of labels. Samples of any
- * numeric dtype become float32 with their values; labels are class
- * indices (integers, or one-hot rows), and the class count is the highest
- * label in the file plus one. */
+ * numeric dtype become float32 with their values. Labels that are all
+ * class indices (integers >= 0, or one-hot rows) are classes, the count
+ * the highest label in the file plus one; any others are float targets
+ * (regression: mxu_dataset_num_classes 0). */
 mxu_status mxu_load_npz(const char *path, mxu_split split, mxu_dataset **out);
 mxu_status mxu_load_npy(const char *samples_path, const char *labels_path,
                         mxu_dataset **out);
+/* Two arrays of an .npz by name (x_key, y_key: "x_val", "y_val"; y_key
+ * NULL for samples only, as predict reads them). */
+mxu_status mxu_load_npz_arrays(const char *path, const char *x_key,
+                               const char *y_key, mxu_dataset **out);
 /* A numeric CSV table: a header row of column names, then one sample a
- * row; the column named label_column holds class indices, every other
- * column is a float32 feature (samples of shape (columns - 1,)). Quoted
+ * row; the column named label_column holds class indices (or, if any
+ * value is not one, float regression targets), every other column is a
+ * float32 feature (label_column NULL: every column is, for predict) (samples of shape (columns - 1,)). Quoted
  * cells are read as CSV has them (libcsv, strict); a cell that is not a
  * finite number is an error naming its row and column. */
 mxu_status mxu_load_csv(const char *path, const char *label_column,

@@ -708,6 +708,43 @@ static void writes_compile_config(void) {
     free(text);
     mxu_model_free(again);
   }
+  /* Every loss with its options, and a metric of each kind. */
+  static const struct {
+    mxu_loss loss;
+    int from_logits;
+    float smoothing, delta;
+    const char *metric;
+  } losses[] = {
+      {MXU_CATEGORICAL_CROSSENTROPY, 0, 0.2f, 1.0f,
+       "top_k_categorical_accuracy"},
+      {MXU_BINARY_CROSSENTROPY, 1, 0.1f, 1.0f, "binary_accuracy"},
+      {MXU_BINARY_CROSSENTROPY, 0, 0.0f, 1.0f, "accuracy"},
+      {MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, "mae"},
+      {MXU_MEAN_ABSOLUTE_ERROR, 0, 0.0f, 1.0f, "mean_squared_error"},
+      {MXU_HUBER, 0, 0.0f, 0.5f, "mse"},
+      {MXU_KL_DIVERGENCE, 0, 0.0f, 1.0f, "categorical_accuracy"},
+  };
+  for (size_t i = 0; i < sizeof losses / sizeof *losses; i++) {
+    c.loss = losses[i].loss;
+    c.from_logits = losses[i].from_logits;
+    c.label_smoothing = losses[i].smoothing;
+    c.huber_delta = losses[i].delta;
+    c.metric = losses[i].metric;
+    CHECK_OK(mxu_compile(m, &c));
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      char *text = write_json(m, keras3);
+      mxu_compile_config back = mxu_compile_defaults();
+      int has_compile = 0;
+      mxu_model *again = text ? read_json(text, &back, &has_compile) : NULL;
+      CHECK_MSG(back.loss == c.loss && back.from_logits == c.from_logits &&
+                    back.label_smoothing == c.label_smoothing &&
+                    back.huber_delta == c.huber_delta && back.metric &&
+                    strcmp(back.metric, c.metric) == 0,
+                "loss %s, keras3 %d", mxu_loss_name(c.loss), keras3);
+      free(text);
+      mxu_model_free(again);
+    }
+  }
   mxu_model_free(m);
 }
 
@@ -1430,10 +1467,11 @@ static void errors_compile(void) {
       {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
        "{\"amsgrad\": true}}}",
        "amsgrad true"},
-      {"{\"loss\": \"mse\"}", "loss: 'mse' is not supported"},
-      {"{\"loss\": {\"class_name\": \"CategoricalCrossentropy\", \"config\": "
-       "{\"label_smoothing\": 0.1}}}",
+      {"{\"loss\": \"poisson\"}", "loss: loss 'poisson' is not supported"},
+      {"{\"loss\": {\"class_name\": \"SparseCategoricalCrossentropy\", "
+       "\"config\": {\"label_smoothing\": 0.1}}}",
        "label_smoothing 0.1"},
+      {"{\"metrics\": [\"auc\"]}", "metrics: 'auc' is not supported"},
       {"{\"metrics\": [\"accuracy\", \"mse\"]}", "metrics: 'mse'"},
       {"{\"metrics\": [\"accuracy\", \"accuracy\"]}", "list only one"},
       {"{\"loss_weights\": [0.5]}", "loss_weights [0.5]"},
@@ -1539,6 +1577,30 @@ static void compile_forms(void) {
       "1e-07, \"amsgrad\": false}}}");
   CHECK(c.optimizer.kind == MXU_ADAM && c.optimizer.learning_rate == 5e-4f);
   CHECK(c.metric && strcmp(c.metric, "accuracy") == 0);
+
+  /* The target losses by alias and class, with their options. */
+  c = compile_of("compile_config",
+                 "{\"loss\": \"mse\", \"metrics\": [\"mae\"]}");
+  CHECK(c.loss == MXU_MEAN_SQUARED_ERROR && strcmp(c.metric, "mae") == 0);
+  c = compile_of("compile_config",
+                 "{\"loss\": {\"class_name\": \"BinaryCrossentropy\", "
+                 "\"config\": {\"name\": \"binary_crossentropy\", "
+                 "\"from_logits\": true, \"label_smoothing\": 0.1, \"axis\": "
+                 "-1, \"reduction\": \"sum_over_batch_size\"}}, \"metrics\": "
+                 "[{\"class_name\": \"BinaryAccuracy\", \"config\": "
+                 "{\"name\": \"binary_accuracy\", \"threshold\": 0.5}}]}");
+  CHECK(c.loss == MXU_BINARY_CROSSENTROPY && c.from_logits == 1 &&
+        c.label_smoothing == 0.1f);
+  CHECK(c.metric && strcmp(c.metric, "binary_accuracy") == 0);
+  c = compile_of("compile_config",
+                 "{\"loss\": {\"class_name\": \"Huber\", \"config\": "
+                 "{\"name\": \"huber_loss\", \"delta\": 2.5}}, \"metrics\": "
+                 "[{\"class_name\": \"MeanSquaredError\", \"config\": "
+                 "{\"name\": \"mean_squared_error\"}}]}");
+  CHECK(c.loss == MXU_HUBER && c.huber_delta == 2.5f);
+  CHECK(c.metric && strcmp(c.metric, "mean_squared_error") == 0);
+  c = compile_of("training_config", "{\"loss\": \"kld\"}");
+  CHECK(c.loss == MXU_KL_DIVERGENCE);
 }
 
 /* ---- robustness

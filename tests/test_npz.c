@@ -4,6 +4,7 @@
  * order, big-endian, strings, float labels, damaged archives); and the
  * mxu command training, evaluating and predicting from an .npz alone. */
 #include "check.h"
+#include "data/data.h"
 
 #include <math.h>
 #include <zip.h>
@@ -114,8 +115,18 @@ static void refusals(void) {
               "big-endian");
   EXPECT_FAIL(mxu_load_npy("tests/npz/text.npy", labels, &data), MXU_ERR_FORMAT,
               "dtype '<U1'");
-  EXPECT_FAIL(mxu_load_npy("tests/npz/v2.npy", "tests/npz/floaty.npy", &data),
-              MXU_ERR_FORMAT, "regression");
+  /* Labels that are not class indices are float targets (regression);
+   * non-finite ones are refused. */
+  CHECK_OK(mxu_load_npy("tests/npz/v2.npy", "tests/npz/floaty.npy", &data));
+  CHECK(data && mxu_dataset_num_classes(data) == 0 && data->target_size == 1 &&
+        data->targets[0] == 0.5f && data->targets[1] == 1.0f);
+  mxu_dataset_free(data);
+  data = NULL;
+  int64_t two = 2;
+  const float nan_labels[2] = {1.0f, NAN};
+  CHECK_OK(mxu_save_npy(temp_path("nan.npy"), &two, 1, nan_labels));
+  EXPECT_FAIL(mxu_load_npy("tests/npz/v2.npy", temp_path("nan.npy"), &data),
+              MXU_ERR_FORMAT, "label value 1 is nan");
   EXPECT_FAIL(mxu_load_npy("tests/npz/v2.npy", "tests/npz/labels6.npy", &data),
               MXU_ERR_FORMAT, "for 2 samples");
   /* Found by fuzzing: a version 2 header cut inside its length field. */
@@ -213,6 +224,86 @@ static void command(void) {
   CHECK_MSG(code == 0 && out && strstr(out, "true class 7") &&
                 strstr(out, "1. 7 "),
             "%s %s", out, err);
+  free(out);
+  free(err);
+}
+
+/* predict --input of an .npz: x_test by default, another array by --key;
+ * evaluate of an archive of x and y alone scores all of it. */
+static void arrays_command(void) {
+  const char *weights = temp_path("npz.weights.h5"),
+             *out_npy = temp_path("p.npy");
+  char *predict[] = {MXU_BIN,
+                     "predict",
+                     "models/fashion_mnist.json",
+                     "--weights",
+                     (char *)weights,
+                     "--rescale",
+                     "1/255",
+                     "--input",
+                     "tests/npz/mnist_small.npz",
+                     "--output",
+                     (char *)out_npy,
+                     NULL,
+                     NULL,
+                     NULL};
+  for (int keyed = 0; keyed < 2; keyed++) {
+    if (keyed) {
+      predict[11] = "--key";
+      predict[12] = "x_train";
+    }
+    char *out, *err;
+    int code = check_run(predict, &out, &err);
+    CHECK_MSG(code == 0, "exit %d: %s %s", code, out, err);
+    free(out);
+    free(err);
+    mxu_dataset *p = NULL, *want = NULL;
+    CHECK_OK(mxu_load_npy(out_npy, NULL, &p));
+    CHECK_OK(mxu_load_npz("tests/npz/mnist_small.npz",
+                          keyed ? MXU_TRAIN : MXU_TEST, &want));
+    int64_t n = mxu_dataset_count(want), right = 0;
+    CHECK(p && mxu_dataset_count(p) == n && mxu_dataset_shape(p).dims[0] == 10);
+    for (int64_t i = 0; p && mxu_dataset_count(p) == n && i < n; i++) {
+      const float *row = mxu_dataset_x(p) + i * 10;
+      int best = 0;
+      for (int k = 1; k < 10; k++) best = row[k] > row[best] ? k : best;
+      right += best == mxu_dataset_labels(want)[i];
+    }
+    CHECK_MSG(right >= 0.8 * (double)n, "%lld of %lld right", (long long)right,
+              (long long)n);
+    mxu_dataset_free(p);
+    mxu_dataset_free(want);
+  }
+  /* dtypes.npz holds x and y only: 6 samples of (2, 3), 3 classes. */
+  mxu_model *model = mxu_sequential("small");
+  int64_t dims[2] = {2, 3};
+  CHECK_OK(mxu_add_input(model, NULL, mxu_shape_make(2, dims)));
+  CHECK_OK(mxu_add_flatten(model, NULL));
+  mxu_dense_config d = mxu_dense_defaults(3);
+  d.activation = MXU_SOFTMAX;
+  CHECK_OK(mxu_add_dense(model, &d));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.batch_size = 6;
+  CHECK_OK(mxu_compile(model, &c));
+  const char *json = temp_path("small.json"), *w = temp_path("small.h5");
+  CHECK_OK(mxu_model_save_json(model, json, 0));
+  CHECK_OK(mxu_save_weights(model, w));
+  mxu_dataset *xy = NULL;
+  CHECK_OK(mxu_load_npz("tests/npz/dtypes.npz", MXU_TRAIN, &xy));
+  double loss = NAN, accuracy = NAN;
+  CHECK_OK(mxu_evaluate(model, xy, 0, &loss, &accuracy));
+  mxu_dataset_free(xy);
+  mxu_model_free(model);
+  char *evaluate[] = {
+      MXU_BIN,   "evaluate", (char *)json,           "--weights",
+      (char *)w, "--data",   "tests/npz/dtypes.npz", NULL};
+  char *out, *err;
+  int code = check_run(evaluate, &out, &err);
+  char want[96];
+  snprintf(want, sizeof want, "test loss %.4f - test accuracy %.4f", loss,
+           accuracy);
+  CHECK_MSG(code == 0 && out && strstr(out, want), "exit %d: %s %s (want %s)",
+            code, out, err, want);
   free(out);
   free(err);
 }
@@ -379,6 +470,7 @@ int main(void) {
   archives();
   refusals();
   command();
+  arrays_command();
   predict_arrays();
   writes_npy();
   validation_split();

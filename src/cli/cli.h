@@ -29,7 +29,15 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
 typedef struct cli_data {
   const char *data, *labels, *label_column;
   float rescale;
+  /* evaluate: an .npz of x and y only is its own test split. */
+  int whole;
 } cli_data;
+
+/* Samples (and, if labels, labels) from an .npy, or from an .npz: the
+ * arrays named key and y<key without its x>, else x_test/y_test, else
+ * x/y. */
+mxu_status cli_load_arrays(const char *path, const char *key, int labels,
+                           mxu_dataset **out);
 
 /* One split of a data set (an image folder resized to the model's
  * input), multiplied by rescale unless it is 1. An .npy with --labels or
@@ -51,6 +59,10 @@ void cli_note_precision(const char *command, const mxu_model *model,
 
 /* Seconds on a monotonic clock. */
 double cli_now(void);
+
+/* How "test loss L - test METRIC M" names the metric: "accuracy" for every
+ * accuracy, else the metric's name (mae, mse, ...). */
+const char *cli_metric_label(const char *metric);
 
 /* The test confusion matrix of a compiled model: *matrix_out is a malloc'd
  * classes x classes array of counts, [true][predicted] row-major, the

@@ -35,21 +35,47 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
   return MXU_OK;
 }
 
+static int is_npz(const char *path) {
+  size_t n = strlen(path);
+  return n >= 4 && strcmp(path + n - 4, ".npz") == 0;
+}
+
+/* An .npz's arrays by key, or x_test (y_test) and then x (y): the second
+ * only when the archive lacks the first. */
+mxu_status cli_load_arrays(const char *path, const char *key, int labels,
+                           mxu_dataset **out) {
+  if (!is_npz(path)) return mxu_load_npy(path, NULL, out);
+  if (key) {
+    char y[256];
+    snprintf(y, sizeof y, "y%s", key[0] == 'x' ? key + 1 : key);
+    return mxu_load_npz_arrays(path, key, labels ? y : NULL, out);
+  }
+  mxu_status s =
+      mxu_load_npz_arrays(path, "x_test", labels ? "y_test" : NULL, out);
+  if (s != MXU_ERR_FORMAT || !strstr(mxu_errmsg(), "no array 'x_test'"))
+    return s;
+  return mxu_load_npz_arrays(path, "x", labels ? "y" : NULL, out);
+}
+
 mxu_status cli_load_split(const cli_data *d, mxu_split split,
                           const mxu_model *model, mxu_dataset **out) {
   mxu_status status;
-  if (d->labels || d->label_column) {
-    status = d->labels ? mxu_load_npy(d->data, d->labels, out)
-                       : mxu_load_csv(d->data, d->label_column, out);
-    if (status == MXU_OK)
-      status = mxu_dataset_reshape(*out, mxu_model_input_shape(model));
-    if (status != MXU_OK) {
-      mxu_dataset_free(*out);
-      *out = NULL;
-    }
-  } else {
+  int arrays = d->labels || d->label_column ||
+               (d->whole && split == MXU_TEST && is_npz(d->data));
+  if (!arrays)
     status =
         mxu_load_dataset_for(d->data, split, mxu_model_input_shape(model), out);
+  else if (d->labels || d->label_column)
+    status = d->labels ? mxu_load_npy(d->data, d->labels, out)
+                       : mxu_load_csv(d->data, d->label_column, out);
+  else
+    status = cli_load_arrays(d->data, NULL, 1, out);
+  /* Arrays and tables are flat: they take the model's input shape. */
+  if (arrays && status == MXU_OK)
+    status = mxu_dataset_reshape(*out, mxu_model_input_shape(model));
+  if (arrays && status != MXU_OK) {
+    mxu_dataset_free(*out);
+    *out = NULL;
   }
   if (status == MXU_OK && d->rescale != 1.0f)
     mxu_dataset_rescale(*out, d->rescale);
@@ -134,6 +160,10 @@ int cli_confusion(const char *command, mxu_model *model,
   *matrix_out = matrix;
   *classes_out = classes;
   return CLI_OK;
+}
+
+const char *cli_metric_label(const char *metric) {
+  return strstr(metric, "acc") ? "accuracy" : metric;
 }
 
 void cli_note_precision(const char *command, const mxu_model *model,

@@ -45,7 +45,7 @@ typedef struct evaluate_run {
 } evaluate_run;
 
 static mxu_status run_evaluate(const evaluate_args *a, evaluate_run *run) {
-  cli_data data = {a->data, a->labels, a->label_column, a->rescale};
+  cli_data data = {a->data, a->labels, a->label_column, a->rescale, 1};
   mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
                                 run->metric, sizeof run->metric);
   if (s == MXU_OK) s = cli_load_split(&data, MXU_TEST, run->model, &run->test);
@@ -56,7 +56,8 @@ static mxu_status run_evaluate(const evaluate_args *a, evaluate_run *run) {
   if (s == MXU_OK)
     s = mxu_evaluate(run->model, run->test, 0, &run->loss, &run->accuracy);
   if (s != MXU_OK) return s;
-  printf("test loss %.4f - test accuracy %.4f\n", run->loss, run->accuracy);
+  printf("test loss %.4f - test %s %.4f\n", run->loss,
+         cli_metric_label(run->metric), run->accuracy);
   fflush(stdout);
   return MXU_OK;
 }

@@ -59,15 +59,15 @@ typedef struct cli_command {
 #define CLI_OPTION_LABELS(target)                                              \
   {                                                                            \
     "--labels", "FILE.npy",                                                    \
-        "the labels of --data FILE.npy samples: class indices or one-hot "     \
-        "rows",                                                                \
+        "the labels of --data FILE.npy samples: class indices, one-hot rows "  \
+        "or float targets",                                                    \
         CLI_STRING, (target), NULL, 0, 0                                       \
   }
 #define CLI_OPTION_LABEL_COLUMN(target)                                        \
   {                                                                            \
     "--label-column", "NAME",                                                  \
-        "with --data FILE.csv: the column of class indices; every other "      \
-        "column is a feature",                                                 \
+        "with --data FILE.csv: the label column (class indices or float "      \
+        "targets); every other column is a feature",                           \
         CLI_STRING, (target), NULL, 0, 0                                       \
   }
 #define CLI_OPTION_WEIGHTS(target)                                             \

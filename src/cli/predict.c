@@ -11,13 +11,14 @@
 #include <string.h>
 
 typedef struct predict_args {
-  const char *model, *weights, *data, *images, *input, *output;
+  const char *model, *weights, *data, *images, *input, *output, *key;
+  const char *label_column;
   cli_indices indices;
   int top;
   float rescale;
 } predict_args;
 
-#define PREDICT_OPTION_COUNT 8
+#define PREDICT_OPTION_COUNT 10
 
 static void predict_options(predict_args *a, cli_option *o) {
   cli_option table[PREDICT_OPTION_COUNT] = {
@@ -32,10 +33,17 @@ static void predict_options(predict_args *a, cli_option *o) {
       {"--image", "FILE[,FILE...]",
        "PNG or JPEG files to classify instead, resized to the model's input",
        CLI_STRING, &a->images, NULL, 0, 0},
-      {"--input", "FILE.npy",
+      {"--input", "FILE.npy|FILE.npz|FILE.csv",
        "predict every sample of a NumPy array instead (any numeric dtype; "
        "rescaled by --rescale)",
        CLI_STRING, &a->input, NULL, 0, 0},
+      {"--key", "NAME",
+       "with --input FILE.npz: the array to predict (default x_test, else x)",
+       CLI_STRING, &a->key, NULL, 0, 0},
+      {"--label-column", "NAME",
+       "with --input FILE.csv: a column to leave out (the labels); every "
+       "other column is a feature",
+       CLI_STRING, &a->label_column, NULL, 0, 0},
       {"--output", "FILE.npy",
        "with --input: write the model's outputs, (samples, classes) "
        "float32, as Keras' predict returns them, instead of printing them",
@@ -248,7 +256,10 @@ static int choose_inputs(const predict_args *a, predict_run *run) {
  * --output, or printed. Returns an exit code. */
 static int predict_arrays(const predict_args *a, predict_run *run) {
   mxu_dataset *samples = NULL;
-  mxu_status s = mxu_load_npy(a->input, NULL, &samples);
+  size_t n_input = strlen(a->input);
+  mxu_status s = n_input >= 4 && strcmp(a->input + n_input - 4, ".csv") == 0
+                     ? mxu_load_csv(a->input, a->label_column, &samples)
+                     : cli_load_arrays(a->input, a->key, 0, &samples);
   if (s == MXU_OK)
     s = mxu_dataset_reshape(samples, mxu_model_input_shape(run->model));
   if (s == MXU_OK && a->rescale != 1.0f)
@@ -283,7 +294,9 @@ static int predict_arrays(const predict_args *a, predict_run *run) {
     return CLI_OK;
   }
   int top = a->top < run->classes ? a->top : run->classes;
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; run->classes == 1 && i < n; i++)
+    printf("sample %lld: %g\n", (long long)i, (double)run->out[i]);
+  for (int64_t i = 0; run->classes > 1 && i < n; i++) {
     float *row = run->out + i * run->classes;
     if (run->compile.from_logits) softmax(row, run->classes);
     printf("sample %lld:\n", (long long)i);
@@ -311,7 +324,7 @@ int cli_predict(int argc, char **argv) {
   /* --image and --input need --data only for class names. */
   if (cli_load_model(a.model, &run.model, &run.compile, run.metric,
                      sizeof run.metric) != MXU_OK ||
-      (a.data && cli_load_split(&(cli_data){a.data, NULL, NULL, a.rescale},
+      (a.data && cli_load_split(&(cli_data){a.data, NULL, NULL, a.rescale, 0},
                                 MXU_TEST, run.model, &run.test) != MXU_OK))
     code = cli_runtime_error("predict");
   else if (a.input)

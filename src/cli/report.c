@@ -131,6 +131,11 @@ int cli_report_confusion(const char *command, mxu_model *model,
                          const mxu_dataset *test, cli_report *report) {
   int64_t *matrix;
   int classes;
+  /* Regression targets and one-value outputs have no classes to confuse. */
+  mxu_shape out =
+      mxu_model_layer_shape(model, mxu_model_layer_count(model) - 1);
+  if (mxu_dataset_num_classes(test) == 0 || mxu_shape_count(&out) < 2)
+    return CLI_OK;
   int code = cli_confusion(command, model, test, &matrix, &classes);
   if (code != CLI_OK) return code;
   const char **names = malloc((size_t)classes * sizeof *names);

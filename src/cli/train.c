@@ -12,7 +12,16 @@
 
 static const char *const optimizer_names[] = {"adam", "sgd", NULL};
 static const char *const loss_names[] = {"sparse_categorical_crossentropy",
-                                         "categorical_crossentropy", NULL};
+                                         "categorical_crossentropy",
+                                         "binary_crossentropy",
+                                         "mean_squared_error",
+                                         "mse",
+                                         "mean_absolute_error",
+                                         "mae",
+                                         "huber",
+                                         "kl_divergence",
+                                         "kld",
+                                         NULL};
 static const char *const verbose_names[] = {"0", "1", "2", NULL};
 static const char *const precision_names[] = {"float32", "mixed_bfloat16",
                                               NULL};
@@ -20,7 +29,7 @@ static const char *const precision_names[] = {"float32", "mixed_bfloat16",
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
   const char *checkpoint_dir, *resume, *save_model, *initial_weights;
-  const char *labels, *label_column;
+  const char *labels, *label_column, *metric;
   float validation_split;
   int checkpoint_every;
   int replicas, threads, steps_per_execution;
@@ -31,7 +40,7 @@ typedef struct train_args {
   cli_fit_extras extras; /* callbacks and augmentation */
 } train_args;
 
-#define TRAIN_BASE_OPTIONS 25
+#define TRAIN_BASE_OPTIONS 26
 #define TRAIN_OPTION_COUNT (TRAIN_BASE_OPTIONS + CLI_FIT_EXTRA_OPTIONS)
 
 /* The table lives in the caller's frame; targets point into args. */
@@ -78,9 +87,17 @@ static void train_options(train_args *a, cli_option *o) {
        "0.001 for adam, 0.01 for sgd)",
        CLI_POSITIVE_FLOAT, &a->learning_rate, NULL, 0, 0},
       {"--loss", "NAME",
-       "sparse_categorical_crossentropy or categorical_crossentropy "
-       "(default: the model file's, else sparse)",
+       "a Keras loss: sparse_categorical_crossentropy, "
+       "categorical_crossentropy, binary_crossentropy, mean_squared_error "
+       "(mse), mean_absolute_error (mae), huber, kl_divergence (kld) "
+       "(default: the model file's, else sparse_categorical_crossentropy)",
        CLI_CHOICE, &a->loss, loss_names, 0, 0},
+      {"--metric", "NAME",
+       "the metric: accuracy, binary_accuracy, categorical_accuracy, "
+       "sparse_categorical_accuracy, top_k_categorical_accuracy, "
+       "sparse_top_k_categorical_accuracy, mae, mse (default: the model "
+       "file's, else accuracy)",
+       CLI_STRING, &a->metric, NULL, 0, 0},
       {"--precision", "P",
        "float32 or mixed_bfloat16 (Keras' mixed precision: float32 weights, "
        "bfloat16 Conv2D and Dense on CPUs with AVX512_BF16; default "
@@ -159,10 +176,13 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
   if (cli_find(cmd, "--learning-rate")->given)
     c->optimizer.learning_rate = a->learning_rate;
   if (cli_find(cmd, "--loss")->given) {
-    c->loss = a->loss == 0 ? MXU_SPARSE_CATEGORICAL_CROSSENTROPY
-                           : MXU_CATEGORICAL_CROSSENTROPY;
+    mxu_loss_from_name(loss_names[a->loss], &c->loss);
+    c->from_logits = 0;
+    c->label_smoothing = 0.0f;
+    c->huber_delta = 1.0f;
     match_metric(metric, metric_size, c->loss);
   }
+  if (a->metric) snprintf(metric, metric_size, "%s", a->metric);
   if (cli_find(cmd, "--precision")->given)
     c->precision = a->precision ? MXU_MIXED_BFLOAT16 : MXU_PRECISION_FLOAT32;
   c->seed = a->seed;
@@ -188,7 +208,7 @@ typedef struct train_run {
 } train_run;
 
 static mxu_status load(const train_args *a, train_run *run) {
-  cli_data data = {a->data, a->labels, a->label_column, a->rescale};
+  cli_data data = {a->data, a->labels, a->label_column, a->rescale, 0};
   mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
                                 run->metric, sizeof run->metric);
   if (s != MXU_OK || !a->validation_split) {
@@ -343,8 +363,8 @@ static mxu_status fit_and_evaluate(train_args *a, train_run *run) {
                      &run->test_accuracy);
   if (s != MXU_OK) return s;
   if (mxu_distributed_rank() == 0)
-    printf("test loss %.4f - test accuracy %.4f\n", run->test_loss,
-           run->test_accuracy);
+    printf("test loss %.4f - test %s %.4f\n", run->test_loss,
+           cli_metric_label(run->metric), run->test_accuracy);
   fflush(stdout);
   return MXU_OK;
 }

@@ -1,8 +1,8 @@
 /* csv.c — a numeric table as a data set: a header row of column names,
- * one sample a row, one column the label (a class index), every other
- * column a float32 feature. libcsv (strict mode) splits the text, quoting
- * included; every cell must be a finite number, and one that is not is an
- * error naming its row and column. */
+ * one sample a row, one column the label (a class index, or a float
+ * target for a regression), every other column a float32 feature. libcsv
+ * (strict mode) splits the text, quoting included; every cell must be a finite
+ * number, and one that is not is an error naming its row and column. */
 #include "core/core.h"
 #include "data/data.h"
 #include "data/loader.h"
@@ -17,10 +17,11 @@ typedef struct table {
   const char *path, *label_name;
   char **names; /* the header's column names */
   int columns, label_column;
+  int features;  /* columns less the label column */
   int column;    /* the cell being read, in its row */
   int64_t row;   /* rows read so far, the header included */
   float *values; /* features, row after row */
-  int32_t *labels;
+  float *labels; /* the label column's values */
   int64_t samples, capacity;
   mxu_status status;
 } table;
@@ -44,12 +45,12 @@ static void fail_cell(table *t, const char *cell, const char *why) {
 static int grow(table *t) {
   if (t->samples < t->capacity) return 1;
   int64_t capacity = t->capacity ? 2 * t->capacity : 1024;
-  int features = t->columns - 1;
+  int features = t->features;
   if (capacity > MXU_MAX_ELEMENTS / (features ? features : 1)) return 0;
   float *values =
       realloc(t->values, (size_t)capacity * (size_t)features * sizeof *values);
   if (values) t->values = values;
-  int32_t *labels = realloc(t->labels, (size_t)capacity * sizeof *labels);
+  float *labels = realloc(t->labels, (size_t)capacity * sizeof *labels);
   if (labels) t->labels = labels;
   if (!values || !labels) return 0;
   t->capacity = capacity;
@@ -93,16 +94,11 @@ static void data_cell(table *t, const char *text) {
     return;
   }
   if (t->column == t->label_column) {
-    if (v < 0 || v != floor(v) || v > (1 << 24))
-      fail_cell(t, text,
-                "is no class index (0, 1, ...): float targets need a "
-                "regression loss, which mxu has not yet");
-    else
-      t->labels[t->samples] = (int32_t)v;
+    t->labels[t->samples] = (float)v;
     return;
   }
   int feature = t->column - (t->column > t->label_column);
-  t->values[t->samples * (t->columns - 1) + feature] = (float)v;
+  t->values[t->samples * t->features + feature] = (float)v;
 }
 
 static void on_cell(void *cell, size_t length, void *data) {
@@ -122,8 +118,11 @@ static void on_row(int end, void *data) {
   (void)end;
   table *t = data;
   if (t->status == MXU_OK && t->row == 0) {
-    t->label_column = -1;
-    for (int i = 0; i < t->columns; i++)
+    /* Without a label column (predict's input) every column is a
+     * feature; the label index then lies past the last. */
+    t->label_column = t->label_name ? -1 : t->columns;
+    t->features = t->columns - (t->label_name != NULL);
+    for (int i = 0; t->label_name && i < t->columns; i++)
       if (strcmp(t->names[i], t->label_name) == 0) t->label_column = i;
     if (t->label_column < 0)
       t->status =
@@ -131,7 +130,7 @@ static void on_row(int end, void *data) {
                    "csv: %s: the header has no column '%s' (the "
                    "label column); its first is '%s'",
                    t->path, t->label_name, t->columns ? t->names[0] : "");
-    else if (t->columns < 2)
+    else if (t->columns < 1 + (t->label_name != NULL))
       t->status = mxu_fail(MXU_ERR_FORMAT,
                            "csv: %s: only the label column; features need "
                            "another",
@@ -171,8 +170,7 @@ mxu_status mxu_load_csv(const char *path, const char *label_column,
                         mxu_dataset **out) {
   if (!out) return mxu_fail(MXU_ERR_ARG, "csv: out is NULL");
   *out = NULL;
-  if (!path || !label_column)
-    return mxu_fail(MXU_ERR_ARG, "csv: a path and a label column are needed");
+  if (!path) return mxu_fail(MXU_ERR_ARG, "csv: no path given");
   unsigned char *text = NULL;
   size_t size = 0;
   MXU_TRY(mxu_read_file("csv", path, &text, &size));
@@ -181,18 +179,33 @@ mxu_status mxu_load_csv(const char *path, const char *label_column,
   t.label_name = label_column;
   mxu_status s = parse(&t, text, size);
   free(text);
-  int classes = 1;
-  for (int64_t i = 0; s == MXU_OK && i < t.samples; i++)
-    if (t.labels[i] + 1 > classes) classes = t.labels[i] + 1;
+  /* Class indices make a classification table; any other value a
+   * regression's (no classes, the column as float targets). */
+  int classes = 1, labelled = label_column != NULL;
+  for (int64_t i = 0; s == MXU_OK && labelled && classes && i < t.samples;
+       i++) {
+    float v = t.labels[i];
+    classes = v < 0 || v != floorf(v) || v >= (1 << 24) ? 0
+              : (int)v + 1 > classes                    ? (int)v + 1
+                                                        : classes;
+  }
   if (s == MXU_OK) {
-    int64_t features = t.columns - 1;
+    int64_t features = t.features;
     s = mxu_dataset_alloc(mxu_shape_make(1, &features), t.samples, classes,
                           out);
+    if (s == MXU_OK && labelled) s = mxu_dataset_add_targets(*out, 1);
   }
   if (s == MXU_OK && t.samples) {
     memcpy((*out)->x, t.values,
-           (size_t)t.samples * (size_t)(t.columns - 1) * sizeof(float));
-    memcpy((*out)->labels, t.labels, (size_t)t.samples * sizeof(int32_t));
+           (size_t)t.samples * (size_t)t.features * sizeof(float));
+    if (labelled)
+      memcpy((*out)->targets, t.labels, (size_t)t.samples * sizeof(float));
+    for (int64_t i = 0; labelled && classes && i < t.samples; i++)
+      (*out)->labels[i] = (int32_t)t.labels[i];
+  }
+  if (s != MXU_OK) {
+    mxu_dataset_free(*out);
+    *out = NULL;
   }
   table_free(&t);
   return s;

@@ -3,8 +3,9 @@
  * x_train, y_train, x_test, y_test as keras.datasets' load_data() returns
  * them, or x and y. The .npy header (versions 1, 2 and 3) is read
  * strictly; an .npz is a zip, read with libzip. Samples of any numeric
- * dtype become float32; labels become class indices (integers, or one-hot
- * rows), and the class count is the highest label of the file plus one. */
+ * dtype become float32. Labels are kept as float targets, and where every
+ * one is a class index (an integer >= 0, or a one-hot row) also as
+ * classes, whose count is the highest label of the file plus one. */
 #include "core/core.h"
 #include "data/data.h"
 #include "data/loader.h"
@@ -249,70 +250,61 @@ static double value_at(const npy_array *a, int64_t i) {
 
 /* ---- arrays into a data set -------------------------------------------- */
 
-/* Label i: an integer, or the hot column of a one-hot row; -1 and a
- * message otherwise. */
-static int64_t label_at(const npy_source *s, const npy_array *y, int64_t i,
-                        mxu_status *status) {
-  int64_t width = y->rank == 2 ? y->shape[1] : 1;
+/* Values a sample's label has: 1 for (count,) labels, else the product
+ * of the dimensions after the first. */
+static int64_t label_width(const npy_array *y) {
+  int64_t width = 1;
+  for (int d = 1; d < y->rank; d++) width *= y->shape[d];
+  return width;
+}
+
+/* Label i as a class: an integer >= 0, or the hot column of a one-hot
+ * row; -1 when it is neither (a regression target). */
+static int64_t class_at(const npy_array *y, int64_t width, int64_t i) {
   if (width == 1) {
     double v = value_at(y, i);
-    if (v >= 0 && v < INT32_MAX && v == floor(v)) return (int64_t)v;
-    *status = npy_fail(s,
-                       "label %lld is %g; labels are class indices 0, 1, ... "
-                       "(float targets need a regression loss, which mxu "
-                       "has not yet)",
-                       (long long)i, v);
-    return -1;
+    return v >= 0 && v < (1 << 24) && v == floor(v) ? (int64_t)v : -1;
   }
   int64_t hot = -1;
   for (int64_t k = 0; k < width; k++) {
     double v = value_at(y, i * width + k);
-    if (v == 1 && hot < 0) {
+    if (v == 1 && hot < 0)
       hot = k;
-    } else if (v != 0) {
-      hot = -2;
-      break;
-    }
+    else if (v != 0)
+      return -1;
   }
-  if (hot >= 0) return hot;
-  *status = npy_fail(s,
-                     "row %lld of the %lld-column labels is not one-hot "
-                     "(one 1, the rest 0)",
-                     (long long)i, (long long)width);
-  return -1;
+  return hot;
 }
 
-/* Labels for count samples: (count,) or (count, 1) indices, or
- * (count, classes) one-hot rows. */
-static mxu_status check_labels(const npy_source *s, const npy_array *y,
-                               int64_t count) {
-  if (y->rank < 1 || y->rank > 2 || y->shape[0] != count)
-    return npy_fail(s,
-                    "labels of shape (%lld%s) for %lld samples; expected "
-                    "(%lld,) class indices or (%lld, classes) one-hot rows",
-                    (long long)(y->rank ? y->shape[0] : 0),
-                    y->rank == 2  ? ", ..."
-                    : y->rank > 2 ? ", ..., ..."
-                                  : "",
-                    (long long)count, (long long)count, (long long)count);
-  return MXU_OK;
-}
-
-/* The highest label plus one: the class count both splits share. x is
- * the labels' samples. */
+/* The highest class plus one, the count both splits share; 0 once any
+ * label is not a class (float targets: the data set is a regression's).
+ * x is the labels' samples. */
 static mxu_status count_classes(const npy_source *s, const npy_array *y,
                                 const npy_array *x, int *classes) {
   if (x->rank < 1)
     return npy_fail(s, "its samples are a scalar, not (count, ...)");
-  MXU_TRY(check_labels(s, y, x->shape[0]));
-  mxu_status status = MXU_OK;
-  for (int64_t i = 0; i < y->shape[0] && status == MXU_OK; i++) {
-    int64_t label = label_at(s, y, i, &status);
-    if (label + 1 > *classes) *classes = (int)(label + 1);
+  if (y->rank < 1 || y->shape[0] != x->shape[0])
+    return npy_fail(s,
+                    "%lld labels for %lld samples; expected (%lld,) class "
+                    "indices or targets, or (%lld, ...) one-hot rows or "
+                    "targets",
+                    (long long)(y->rank ? y->shape[0] : 1),
+                    (long long)x->shape[0], (long long)x->shape[0],
+                    (long long)x->shape[0]);
+  int64_t width = label_width(y);
+  if (width > (1 << 24))
+    return npy_fail(s, "labels of %lld values a sample", (long long)width);
+  for (int64_t i = 0; i < y->count; i++)
+    if (!isfinite(value_at(y, i)))
+      return npy_fail(s, "label value %lld is %g; labels must be finite",
+                      (long long)i, value_at(y, i));
+  for (int64_t i = 0; i < y->shape[0] && *classes > 0; i++) {
+    int64_t label = class_at(y, width, i);
+    *classes = label < 0              ? 0
+               : label + 1 > *classes ? (int)(label + 1)
+                                      : *classes;
   }
-  if (status == MXU_OK && *classes > (1 << 24))
-    return npy_fail(s, "%d classes; a label is a class index", *classes);
-  return status;
+  return MXU_OK;
 }
 
 /* A file mapping of samples x lies in; the data set takes it over. */
@@ -322,9 +314,8 @@ typedef struct npy_mapping {
 } npy_mapping;
 
 static mxu_status to_dataset(const npy_source *xs, const npy_array *x,
-                             const npy_source *ys, const npy_array *y,
-                             int classes, npy_mapping *mapped,
-                             mxu_dataset **out) {
+                             const npy_array *y, int classes,
+                             npy_mapping *mapped, mxu_dataset **out) {
   if (x->rank < 2)
     return npy_fail(xs, "shape of rank %d; samples need (count, ...)", x->rank);
   mxu_shape sample = {0};
@@ -340,14 +331,20 @@ static mxu_status to_dataset(const npy_source *xs, const npy_array *x,
   mxu_dataset *data = *out;
   for (int64_t i = 0; !data->mapping && i < x->count; i++)
     data->x[i] = (float)value_at(x, i);
-  mxu_status status = MXU_OK;
-  for (int64_t i = 0; i < x->shape[0] && status == MXU_OK; i++)
-    data->labels[i] = (int32_t)label_at(ys, y, i, &status);
+  /* The labels as given stand beside the classes, for the losses that
+   * compare the output with targets. */
+  int64_t width = label_width(y);
+  mxu_status status = mxu_dataset_add_targets(data, (int)width);
   if (status != MXU_OK) {
     mxu_dataset_free(data);
     *out = NULL;
+    return status;
   }
-  return status;
+  for (int64_t i = 0; i < x->shape[0] * width; i++)
+    data->targets[i] = (float)value_at(y, i);
+  for (int64_t i = 0; classes > 0 && i < x->shape[0]; i++)
+    data->labels[i] = (int32_t)class_at(y, width, i);
+  return MXU_OK;
 }
 
 /* ---- .npz -------------------------------------------------------------- */
@@ -467,9 +464,55 @@ mxu_status mxu_load_npz(const char *path, mxu_split split, mxu_dataset **out) {
   int first = split == MXU_TEST ? 2 : 0;
   npy_mapping none = {NULL, 0};
   if (status == MXU_OK)
-    status = to_dataset(&m[first].source, &m[first].array, &m[first + 1].source,
-                        &m[first + 1].array, classes, &none, out);
+    status = to_dataset(&m[first].source, &m[first].array, &m[first + 1].array,
+                        classes, &none, out);
   for (int k = 0; k < 4; k++) free(m[k].bytes);
+  zip_discard(zip);
+  return status;
+}
+
+/* Labels for samples that have none: count zeros of one byte (class 0);
+ * *bytes holds them. */
+static mxu_status no_labels(const npy_array *x, npy_array *y,
+                            unsigned char **bytes) {
+  memset(y, 0, sizeof *y);
+  y->kind = 'u';
+  y->item = y->rank = 1;
+  y->shape[0] = y->count = x->rank ? x->shape[0] : 0;
+  *bytes = calloc((size_t)y->count + 1, 1);
+  y->values = *bytes;
+  return *bytes ? MXU_OK : mxu_fail(MXU_ERR_NOMEM, "npy: out of memory");
+}
+
+mxu_status mxu_load_npz_arrays(const char *path, const char *x_key,
+                               const char *y_key, mxu_dataset **out) {
+  if (!out) return mxu_fail(MXU_ERR_ARG, "npz: out is NULL");
+  *out = NULL;
+  if (!path || !x_key) return mxu_fail(MXU_ERR_ARG, "npz: no path or key");
+  mxu_status status = MXU_OK;
+  zip_t *zip = open_zip(path, &status);
+  if (!zip) return status;
+  npz_member m[2];
+  memset(m, 0, sizeof m);
+  const char *keys[2] = {x_key, y_key};
+  for (int k = 0; k < 1 + (y_key != NULL) && status == MXU_OK; k++) {
+    int found = 0;
+    status = read_member(zip, path, keys[k], &m[k], &found);
+    if (status == MXU_OK && !found)
+      status =
+          mxu_fail(MXU_ERR_FORMAT, "npz: %s: no array '%s'", path, keys[k]);
+  }
+  int classes = 1;
+  if (status == MXU_OK && !y_key)
+    status = no_labels(&m[0].array, &m[1].array, &m[1].bytes);
+  else if (status == MXU_OK)
+    status = count_classes(&m[1].source, &m[1].array, &m[0].array, &classes);
+  npy_mapping none = {NULL, 0};
+  if (status == MXU_OK)
+    status =
+        to_dataset(&m[0].source, &m[0].array, &m[1].array, classes, &none, out);
+  free(m[0].bytes);
+  free(m[1].bytes);
   zip_discard(zip);
   return status;
 }
@@ -535,20 +578,13 @@ mxu_status mxu_load_npy(const char *x_path, const char *y_path,
   }
   int classes = 1;
   if (status == MXU_OK && !y_path) {
-    /* No labels: all of class 0, as zeros of one byte each. */
-    memset(&array[1], 0, sizeof array[1]);
-    array[1].kind = 'u';
-    array[1].item = array[1].rank = 1;
-    array[1].shape[0] = array[1].count = array[0].rank ? array[0].shape[0] : 0;
-    bytes[1] = calloc((size_t)array[1].count + 1, 1);
-    array[1].values = bytes[1];
-    if (!bytes[1]) status = mxu_fail(MXU_ERR_NOMEM, "npy: out of memory");
+    status = no_labels(&array[0], &array[1], &bytes[1]);
   } else if (status == MXU_OK) {
     status = count_classes(&source[1], &array[1], &array[0], &classes);
   }
   if (status == MXU_OK)
-    status = to_dataset(&source[0], &array[0], &source[1], &array[1], classes,
-                        &mapped, out);
+    status =
+        to_dataset(&source[0], &array[0], &array[1], classes, &mapped, out);
   if (mapped.base) munmap(mapped.base, mapped.size);
   free(bytes[0]);
   free(bytes[1]);

@@ -9,25 +9,29 @@
 
 /* compile->metric points into this table, never into the JSON, whose
  * memory is gone once the read returns. */
-static const char *const metric_names[] = {"accuracy", "acc",
+static const char *const metric_names[] = {"accuracy",
+                                           "acc",
                                            "sparse_categorical_accuracy",
-                                           "categorical_accuracy", NULL};
+                                           "categorical_accuracy",
+                                           "binary_accuracy",
+                                           "top_k_categorical_accuracy",
+                                           "sparse_top_k_categorical_accuracy",
+                                           "mae",
+                                           "mean_absolute_error",
+                                           "mse",
+                                           "mean_squared_error",
+                                           NULL};
 
 static const struct {
   const char *class_name, *metric;
 } metric_classes[] = {
     {"SparseCategoricalAccuracy", "sparse_categorical_accuracy"},
     {"CategoricalAccuracy", "categorical_accuracy"},
-};
-
-static const struct {
-  const char *name, *class_name;
-  mxu_loss loss;
-} losses[] = {
-    {"sparse_categorical_crossentropy", "SparseCategoricalCrossentropy",
-     MXU_SPARSE_CATEGORICAL_CROSSENTROPY},
-    {"categorical_crossentropy", "CategoricalCrossentropy",
-     MXU_CATEGORICAL_CROSSENTROPY},
+    {"BinaryAccuracy", "binary_accuracy"},
+    {"TopKCategoricalAccuracy", "top_k_categorical_accuracy"},
+    {"SparseTopKCategoricalAccuracy", "sparse_top_k_categorical_accuracy"},
+    {"MeanAbsoluteError", "mean_absolute_error"},
+    {"MeanSquaredError", "mean_squared_error"},
 };
 
 static const char *const optimizer_keys[] = {"name",
@@ -54,8 +58,9 @@ static const char *const optimizer_keys[] = {"name",
                                              NULL};
 
 static const char *const loss_keys[] = {
-    "name", "reduction", "from_logits", "ignore_class", "label_smoothing",
-    "axis", "dtype",     NULL};
+    "name",         "reduction",       "from_logits",
+    "ignore_class", "label_smoothing", "axis",
+    "dtype",        "delta",           NULL};
 
 static const char *const compile_keys[] = {
     "optimizer",       "optimizer_config",    "loss",
@@ -165,12 +170,34 @@ static mxu_status read_optimizer(const mxu_json_where *where, const cJSON *v,
 /* ---- loss ----------------------------------------------------------------
  */
 
+/* label_smoothing of the two cross-entropies that have it; 0 elsewhere. */
+static mxu_status read_smoothing(const mxu_json_where *where,
+                                 const cJSON *config,
+                                 mxu_compile_config *compile) {
+  if (compile->loss != MXU_CATEGORICAL_CROSSENTROPY &&
+      compile->loss != MXU_BINARY_CROSSENTROPY)
+    return require_zero(where, config, "label_smoothing");
+  MXU_TRY(mxu_json_float(where, config, "label_smoothing", MXU_JSON_OPTIONAL,
+                         &compile->label_smoothing));
+  if (!(compile->label_smoothing >= 0 && compile->label_smoothing <= 1))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "label_smoothing must be in [0, 1], got %g",
+                         (double)compile->label_smoothing);
+  return MXU_OK;
+}
+
 static mxu_status read_loss_config(const mxu_json_where *where,
-                                   const cJSON *config, int *from_logits) {
+                                   const cJSON *config,
+                                   mxu_compile_config *compile) {
   if (!config || cJSON_IsNull(config)) return MXU_OK;
   if (!cJSON_IsObject(config))
     return mxu_json_fail(where, MXU_ERR_FORMAT, "config must be an object");
-  MXU_TRY(mxu_json_bool(where, config, "from_logits", from_logits));
+  MXU_TRY(mxu_json_bool(where, config, "from_logits", &compile->from_logits));
+  MXU_TRY(read_smoothing(where, config, compile));
+  MXU_TRY(mxu_json_float(where, config, "delta", MXU_JSON_OPTIONAL,
+                         &compile->huber_delta));
+  if (!(compile->huber_delta > 0))
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "delta must be positive");
   const cJSON *reduction = mxu_json_get(config, "reduction");
   if (cJSON_IsString(reduction) && reduction->valuestring &&
       strcmp(reduction->valuestring, "auto") != 0 &&
@@ -180,7 +207,6 @@ static mxu_status read_loss_config(const mxu_json_where *where,
                          "'sum_over_batch_size')",
                          reduction->valuestring);
   MXU_TRY(mxu_json_require_null(where, config, "ignore_class"));
-  MXU_TRY(require_zero(where, config, "label_smoothing"));
   int axis = -1;
   MXU_TRY(mxu_json_int(where, config, "axis", MXU_JSON_OPTIONAL, -1, 1 << 20,
                        &axis));
@@ -191,7 +217,7 @@ static mxu_status read_loss_config(const mxu_json_where *where,
 }
 
 static mxu_status read_loss(const mxu_json_where *where, const cJSON *v,
-                            mxu_loss *loss, int *from_logits) {
+                            mxu_compile_config *compile) {
   if (!v || cJSON_IsNull(v)) return MXU_OK;
   const cJSON *name = cJSON_IsObject(v) ? mxu_json_get(v, "class_name") : v;
   if (!cJSON_IsString(name) || !name->valuestring) {
@@ -205,21 +231,17 @@ static mxu_status read_loss(const mxu_json_where *where, const cJSON *v,
                          "class)",
                          text);
   }
-  for (size_t i = 0; i < sizeof losses / sizeof *losses; i++) {
-    if (strcmp(name->valuestring, losses[i].name) != 0 &&
-        strcmp(name->valuestring, losses[i].class_name) != 0)
-      continue;
-    *loss = losses[i].loss;
-    *from_logits = 0;
-    return cJSON_IsObject(v)
-               ? read_loss_config(where, mxu_json_get(v, "config"), from_logits)
-               : MXU_OK;
+  if (mxu_loss_from_name(name->valuestring, &compile->loss) != MXU_OK) {
+    char why[512]; /* the message buffer is about to be rewritten */
+    snprintf(why, sizeof why, "%s", mxu_errmsg());
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED, "%s", why);
   }
-  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                       "'%s' is not supported (only "
-                       "sparse_categorical_crossentropy and "
-                       "categorical_crossentropy)",
-                       name->valuestring);
+  compile->from_logits = 0;
+  compile->label_smoothing = 0.0f;
+  compile->huber_delta = 1.0f;
+  return cJSON_IsObject(v)
+             ? read_loss_config(where, mxu_json_get(v, "config"), compile)
+             : MXU_OK;
 }
 
 /* ---- metrics -------------------------------------------------------------
@@ -256,15 +278,11 @@ static mxu_status read_one_metric(const mxu_json_where *where, const cJSON *v,
   mxu_json_text(v, text, sizeof text);
   if (!found)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "%s is not supported (only accuracy, "
-                         "sparse_categorical_accuracy or "
-                         "categorical_accuracy)",
-                         text);
+                         "%s is not supported (supported: %s)", text,
+                         mxu_metric_names());
   if (++*count > 1)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "%s: mxu computes one metric, the accuracy; list "
-                         "only one",
-                         text);
+                         "%s: mxu computes one metric; list only one", text);
   *metric = found;
   return MXU_OK;
 }
@@ -312,8 +330,7 @@ static mxu_status read_compile_fields(const char *source, const char *key,
   if (optimizer && !cJSON_IsNull(optimizer))
     MXU_TRY(read_optimizer(&where, optimizer, &compile->optimizer));
   mxu_json_where_set(&where, "%s: %s: loss", source, key);
-  MXU_TRY(read_loss(&where, mxu_json_get(c, "loss"), &compile->loss,
-                    &compile->from_logits));
+  MXU_TRY(read_loss(&where, mxu_json_get(c, "loss"), compile));
   mxu_json_where_set(&where, "%s: %s", source, key);
   int steps = 1;
   MXU_TRY(mxu_json_int(&where, c, "steps_per_execution", MXU_JSON_OPTIONAL, 1,
@@ -363,15 +380,24 @@ static cJSON *optimizer_object(mxu_json_out *out,
                          config);
 }
 
+/* The function's name, or the class with its options where one is set. */
 static cJSON *loss_value(mxu_json_out *out, const mxu_compile_config *c) {
-  size_t i = c->loss == MXU_CATEGORICAL_CROSSENTROPY ? 1 : 0;
-  if (!c->from_logits) return cJSON_CreateString(losses[i].name);
+  int huber = c->loss == MXU_HUBER && c->huber_delta != 1.0f;
+  if (!c->from_logits && c->label_smoothing == 0.0f && !huber)
+    return cJSON_CreateString(mxu_loss_name(c->loss));
   cJSON *config = cJSON_CreateObject();
-  mxu_json_put_string(out, config, "name", losses[i].name);
+  mxu_json_put_string(out, config, "name", mxu_loss_name(c->loss));
   mxu_json_put_string(out, config, "reduction",
                       out->keras3 ? "sum_over_batch_size" : "auto");
-  mxu_json_put_bool(out, config, "from_logits", 1);
-  return mxu_json_object(out, "keras.losses", losses[i].class_name, config);
+  if (huber) {
+    mxu_json_put_float(out, config, "delta", c->huber_delta);
+  } else {
+    mxu_json_put_bool(out, config, "from_logits", c->from_logits);
+    if (c->label_smoothing != 0.0f)
+      mxu_json_put_float(out, config, "label_smoothing", c->label_smoothing);
+  }
+  return mxu_json_object(out, "keras.losses", mxu_loss_class_name(c->loss),
+                         config);
 }
 
 cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model) {

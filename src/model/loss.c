@@ -155,6 +155,49 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
 /* ---- names ---------------------------------------------------------------
  */
 
+/* In mxu_loss order: Keras' function name (written back), its class, and
+ * the other names its get() takes. */
+static const struct {
+  const char *name, *class_name, *alias[2];
+} losses[] = {
+    {"sparse_categorical_crossentropy", "SparseCategoricalCrossentropy", {0}},
+    {"categorical_crossentropy", "CategoricalCrossentropy", {0}},
+    {"binary_crossentropy", "BinaryCrossentropy", {0}},
+    {"mean_squared_error", "MeanSquaredError", {"mse", NULL}},
+    {"mean_absolute_error", "MeanAbsoluteError", {"mae", NULL}},
+    {"huber", "Huber", {"huber_loss", NULL}},
+    {"kl_divergence", "KLDivergence", {"kld", "kullback_leibler_divergence"}},
+};
+
+enum { LOSS_COUNT = sizeof losses / sizeof *losses };
+
+const char *mxu_loss_name(mxu_loss loss) {
+  return (unsigned)loss < LOSS_COUNT ? losses[loss].name : "unknown";
+}
+
+const char *mxu_loss_class_name(mxu_loss loss) {
+  return (unsigned)loss < LOSS_COUNT ? losses[loss].class_name : "Unknown";
+}
+
+mxu_status mxu_loss_from_name(const char *name, mxu_loss *out) {
+  for (int i = 0; name && i < LOSS_COUNT; i++) {
+    int match = strcmp(name, losses[i].name) == 0 ||
+                strcmp(name, losses[i].class_name) == 0;
+    for (int a = 0; a < 2 && losses[i].alias[a]; a++)
+      match |= strcmp(name, losses[i].alias[a]) == 0;
+    if (!match) continue;
+    *out = (mxu_loss)i;
+    return MXU_OK;
+  }
+  return mxu_fail(MXU_ERR_UNSUPPORTED,
+                  "loss '%s' is not supported (supported: "
+                  "sparse_categorical_crossentropy, categorical_crossentropy, "
+                  "binary_crossentropy, mean_squared_error (mse), "
+                  "mean_absolute_error (mae), huber, kl_divergence (kld), or "
+                  "their classes)",
+                  name ? name : "(null)");
+}
+
 static const struct {
   const char *name;
   mxu_metric_kind kind; /* for "accuracy": decided by the loss */
