@@ -823,19 +823,30 @@ typedef struct mxu_train_position {
  * optimizer_config), the weights under model_weights, the optimizer's
  * state (iterations, then Adam's m and v or SGD's momentum, per weight)
  * under optimizer_weights, and mxu's own attributes (batch size, training
- * position). Written atomically. A compiled model only. */
+ * position). A path ending in .keras gets Keras 3's archive instead (as
+ * its model.save("m.keras")): config.json with the compile_config,
+ * metadata.json, and model.weights.h5 with the layers, the optimizer's
+ * variables under optimizer/vars (iteration, learning_rate, then each
+ * weight's slots) and mxu's attributes. Written atomically. A compiled
+ * model only. */
 mxu_status mxu_save_model(const mxu_model *model, const char *path,
                           const mxu_train_position *position);
 /* Rebuilds, compiles (the file's training config and batch size over
  * mxu_compile_defaults; backend from `backend`) and restores a model saved
- * by mxu_save_model, optimizer state included. position may be NULL. */
+ * by mxu_save_model, or by Keras' model.save (tf.keras 2 .h5 with either
+ * optimizer naming, Keras 3 .h5 or .keras), optimizer state included.
+ * position may be NULL; a file without mxu's training position (Keras',
+ * or saved without one) gives epoch 0, step 0 and leaves the seed as the
+ * caller set it: training goes on from the optimizer's state as Keras'
+ * fit does after load_model. */
 mxu_status mxu_load_model(const char *path, mxu_backend_kind backend,
                           mxu_model **out, mxu_train_position *position);
 /* MXU_OK when mxu_save_model can write a file of that name; else the
  * error saving would give, so a command can refuse a name up front. */
 mxu_status mxu_model_path_check(const char *path);
-/* Restores weights, optimizer state and position from a full-model file
- * into an already compiled model of the same architecture. */
+/* Restores weights, optimizer state and position (as mxu_load_model)
+ * from a full-model file into an already compiled model of the same
+ * architecture. */
 mxu_status mxu_restore_model(mxu_model *model, const char *path,
                              mxu_train_position *position);
 

@@ -135,11 +135,9 @@ static hid_t memory_plist(void) {
   return fapl;
 }
 
-mxu_status mxu_h5_create(mxu_h5_output *out, const char *path) {
+static mxu_status create_file(mxu_h5_output *out, const char *path) {
   out->path = path;
   out->file = H5I_INVALID_HID;
-  /* The target first, so an unwritable place fails before any work. */
-  MXU_TRY(mxu_file_begin(&out->target, path));
   hid_t fapl = memory_plist(), fcpl = H5Pcreate(H5P_FILE_CREATE);
   if (fcpl >= 0) H5Pset_userblock(fcpl, MXU_H5_USER_BLOCK);
   /* In memory only (no backing store): the name is just a name. */
@@ -152,6 +150,19 @@ mxu_status mxu_h5_create(mxu_h5_output *out, const char *path) {
   H5Pclose(fapl);
   H5Pclose(fcpl);
   return s;
+}
+
+mxu_status mxu_h5_create(mxu_h5_output *out, const char *path) {
+  out->file = H5I_INVALID_HID;
+  /* The target first, so an unwritable place fails before any work. */
+  MXU_TRY(mxu_file_begin(&out->target, path));
+  return create_file(out, path);
+}
+
+mxu_status mxu_h5_create_image(mxu_h5_output *out, const char *path) {
+  memset(&out->target, 0, sizeof out->target);
+  out->target.fd = -1; /* none: abandoning removes nothing */
+  return create_file(out, path);
 }
 
 /* The finished file's bytes, malloc'd; HDF5 is done with the file. Its
@@ -178,17 +189,23 @@ static mxu_status take_image(mxu_h5_output *out, unsigned char **image,
   return MXU_OK;
 }
 
+mxu_status mxu_h5_finish_image(mxu_h5_output *out, unsigned char **image,
+                               size_t *size) {
+  mxu_status s = take_image(out, image, size);
+  if (out->file >= 0) H5Fclose(out->file); /* in memory: nothing to fail */
+  out->file = H5I_INVALID_HID;
+  if (s == MXU_OK) mxu_h5_seal(*image, *size);
+  return s;
+}
+
 mxu_status mxu_h5_commit(mxu_h5_output *out) {
   unsigned char *image = NULL;
   size_t size = 0;
-  mxu_status s = take_image(out, &image, &size);
+  mxu_status s = mxu_h5_finish_image(out, &image, &size);
   if (s != MXU_OK) {
-    mxu_h5_abandon(out);
+    mxu_file_abandon(&out->target);
     return s;
   }
-  H5Fclose(out->file); /* in memory: nothing left to fail */
-  out->file = H5I_INVALID_HID;
-  mxu_h5_seal(image, size);
   s = mxu_file_finish(&out->target, image, size);
   free(image);
   return s;

@@ -91,6 +91,13 @@ mxu_status mxu_h5_create(mxu_h5_output *out, const char *path);
 mxu_status mxu_h5_commit(mxu_h5_output *out);
 /* Closes and removes the temporary after a failed write. */
 void mxu_h5_abandon(mxu_h5_output *out);
+/* The in-memory file alone, for a file that goes inside another (a .keras
+ * archive's model.weights.h5): no target is opened (path names it in
+ * messages); finish_image closes the file and gives its sealed bytes
+ * (malloc'd). After a failed write, mxu_h5_abandon. */
+mxu_status mxu_h5_create_image(mxu_h5_output *out, const char *path);
+mxu_status mxu_h5_finish_image(mxu_h5_output *out, unsigned char **image,
+                               size_t *size);
 
 /* ---- groups ------------------------------------------------------------ */
 

@@ -258,15 +258,7 @@ static mxu_status load_keras_file(mxu_model *model, const char *path) {
   mxu_status s = load_file(model, extracted);
   mxu_h5_quiet_end(&quiet);
   mxu_keras_remove_extracted(extracted);
-  if (s != MXU_OK) {
-    char why[2048];
-    const char *msg = mxu_errmsg(), *at = strstr(msg, extracted);
-    snprintf(why, sizeof why, "%.*s%s (model.weights.h5)%s",
-             at ? (int)(at - msg) : 0, msg, path,
-             at ? at + strlen(extracted) : msg);
-    s = mxu_fail(s, "%s", why);
-  }
-  return s;
+  return mxu_keras_name_extracted(s, extracted, path);
 }
 
 mxu_status mxu_load_weights(mxu_model *model, const char *path) {

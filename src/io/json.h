@@ -7,6 +7,10 @@
 #include "core/json.h"
 #include "model/model.h"
 
+/* The Keras versions whose files mxu writes. */
+#define MXU_KERAS2_VERSION "2.15.0"
+#define MXU_KERAS3_VERSION "3.6.0"
+
 /* ---- compile_config ------------------------------------------------------
  */
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KERAS2_VERSION "2.15.0"
-#define KERAS3_VERSION "3.6.0"
+#define KERAS2_VERSION MXU_KERAS2_VERSION
+#define KERAS3_VERSION MXU_KERAS3_VERSION
 
 /* The common keys in Keras' order (name, trainable, dtype), then the
  * class's own. */

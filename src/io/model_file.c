@@ -14,10 +14,12 @@
  *                      /optimizer_weights/Adam/iter:0 int64,
  *                      /optimizer_weights/Adam/conv2d/kernel/m:0 float32 */
 #include "io/json.h"
+#include "io/keras_file.h"
 #include "io/weights.h"
 #include "model/layers/layers.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,18 +34,29 @@ static mxu_status finish(mxu_status status) {
 
 /* ---- the optimizer's variables ----------------------------------------- */
 
-/* A legacy tf.keras optimizer's variables in its `weights` order: iter,
- * then one slot per trainable weight for each slot kind (Adam: all m, then
- * all v; SGD with momentum: momentum; plain SGD: none). */
+/* An optimizer's variables in the order a file keeps them: tf.keras'
+ * legacy optimizers (mxu's .h5: iter, then one slot per trainable weight
+ * for each slot kind, Adam's all m then all v); tf.keras 2.11+'s
+ * (iteration, then each weight's m and v in turn); Keras 3's (iteration,
+ * learning_rate, then the same). SGD keeps one slot (momentum), or none
+ * without momentum. */
+typedef enum slot_layout {
+  SLOTS_LEGACY = 0,
+  SLOTS_KERAS2,
+  SLOTS_KERAS3
+} slot_layout;
+
 typedef char slot_name[2 * MXU_NAME_SIZE + 32];
 
 typedef struct slot_list {
   const char *optimizer; /* "Adam" or "SGD" */
-  int count;             /* entries, iter included */
+  slot_layout layout;
+  int count;      /* entries, iteration (and learning_rate) included */
+  int first_slot; /* the first entry that is a slot */
   slot_name *names;
   const char **items; /* names, as the string-list writer takes them */
-  int *param;         /* entry -> model->params index (-1 for iter) */
-  float **buffer;     /* entry -> slot_m or slot_v (NULL for iter) */
+  int *param;         /* entry -> model->params index (-1 before first_slot) */
+  float **buffer;     /* entry -> slot_m or slot_v (NULL before first_slot) */
 } slot_list;
 
 static void slot_list_free(slot_list *list) {
@@ -51,6 +64,7 @@ static void slot_list_free(slot_list *list) {
   free(list->items);
   free(list->param);
   free(list->buffer);
+  memset(list, 0, sizeof *list);
 }
 
 static int slot_kinds(const mxu_model *model, const char *kinds[2],
@@ -65,27 +79,57 @@ static int slot_kinds(const mxu_model *model, const char *kinds[2],
   return o->momentum > 0 ? 1 : 0; /* Keras' SGD keeps no slot without it */
 }
 
+/* Keras 3 names a slot after the model, the variable and the kind. */
+static const char *long_kind(const char *kind) {
+  return strcmp(kind, "v") == 0 ? "velocity" : "momentum";
+}
+
+static void name_slot(const mxu_model *model, slot_list *list, int e,
+                      const mxu_param *p, const char *kind) {
+  const char *layer = model->layers[p->layer].name, *o = list->optimizer;
+  if (list->layout == SLOTS_LEGACY)
+    snprintf(list->names[e], sizeof list->names[e], "%s/%s/%s/%s:0", o, layer,
+             p->name, kind);
+  else if (list->layout == SLOTS_KERAS2)
+    snprintf(list->names[e], sizeof list->names[e], "%s/%s/%s/%s:0", o,
+             kind[1] ? "m" : kind, layer, p->name);
+  else
+    snprintf(list->names[e], sizeof list->names[e], "%s/%s_%s_%s",
+             list->optimizer[0] == 'A' ? "adam" : "sgd", layer, p->name,
+             long_kind(kind));
+}
+
 static void fill_slots(const mxu_model *model, slot_list *list) {
   const char *kinds[2];
   float *buffers[2];
   int n = slot_kinds(model, kinds, buffers);
-  snprintf(list->names[0], sizeof list->names[0], "%s/iter:0", list->optimizer);
-  list->param[0] = -1;
-  int e = 1;
-  for (int k = 0; k < n; k++)
-    for (int i = 0; i < model->param_count; i++) {
+  const char *lower = list->optimizer[0] == 'A' ? "adam" : "sgd";
+  if (list->layout == SLOTS_LEGACY)
+    snprintf(list->names[0], sizeof list->names[0], "%s/iter:0",
+             list->optimizer);
+  else if (list->layout == SLOTS_KERAS2)
+    snprintf(list->names[0], sizeof list->names[0], "iteration:0");
+  else
+    snprintf(list->names[0], sizeof list->names[0], "%s/iteration", lower);
+  if (list->layout == SLOTS_KERAS3)
+    snprintf(list->names[1], sizeof list->names[1], "%s/learning_rate", lower);
+  for (int e = 0; e < list->first_slot; e++) list->param[e] = -1;
+  int e = list->first_slot, legacy = list->layout == SLOTS_LEGACY;
+  /* Legacy: kind by kind over the weights; else weight by weight. */
+  for (int outer = 0; outer < (legacy ? n : model->param_count); outer++)
+    for (int inner = 0; inner < (legacy ? model->param_count : n); inner++) {
+      int k = legacy ? outer : inner, i = legacy ? inner : outer;
       const mxu_param *p = &model->params[i];
       if (!p->trainable) continue;
-      snprintf(list->names[e], sizeof list->names[e], "%s/%s/%s/%s:0",
-               list->optimizer, model->layers[p->layer].name, p->name,
-               kinds[k]);
+      name_slot(model, list, e, p, kinds[k]);
       list->param[e] = i;
       list->buffer[e++] = buffers[k];
     }
   for (int i = 0; i < list->count; i++) list->items[i] = list->names[i];
 }
 
-static mxu_status slot_list_make(const mxu_model *model, slot_list *list) {
+static mxu_status slot_list_make(const mxu_model *model, slot_layout layout,
+                                 slot_list *list) {
   const char *kinds[2];
   float *buffers[2];
   int trainable = 0;
@@ -93,7 +137,10 @@ static mxu_status slot_list_make(const mxu_model *model, slot_list *list) {
     trainable += model->params[i].trainable;
   memset(list, 0, sizeof *list);
   list->optimizer = model->compile.optimizer.kind == MXU_ADAM ? "Adam" : "SGD";
-  list->count = 1 + slot_kinds(model, kinds, buffers) * trainable;
+  list->layout = layout;
+  list->first_slot = layout == SLOTS_KERAS3 ? 2 : 1;
+  list->count =
+      list->first_slot + slot_kinds(model, kinds, buffers) * trainable;
   size_t n = (size_t)list->count;
   list->names = calloc(n, sizeof *list->names);
   list->items = calloc(n, sizeof *list->items);
@@ -133,7 +180,7 @@ static uint64_t checksum(const mxu_model *model, const slot_list *list,
   uint64_t h = CHECKSUM_START;
   for (int i = 0; i < model->param_count; i++)
     h = checksum_floats(h, weights[i], model->params[i].count);
-  for (int e = 1; e < list->count; e++)
+  for (int e = list->first_slot; e < list->count; e++)
     if (slots[e])
       h = checksum_floats(h, slots[e], model->params[list->param[e]].count);
   return (h ^ (uint64_t)iterations) * CHECKSUM_PRIME;
@@ -150,7 +197,7 @@ static mxu_status model_checksum(const mxu_model *model, const slot_list *list,
     const mxu_param *p = &model->params[i];
     views[i] = (p->trainable ? model->weights : model->state) + p->offset;
   }
-  for (int e = 1; e < list->count; e++)
+  for (int e = list->first_slot; e < list->count; e++)
     slots[e] = list->buffer[e] + model->params[list->param[e]].offset;
   *out = checksum(model, list, views, slots, model->iterations);
   free(views);
@@ -236,29 +283,56 @@ static mxu_status write_mxu_attributes(const mxu_model *model, hid_t root,
                                     H5T_NATIVE_UINT64, &position->seed);
 }
 
+/* Entry e's dataset: by name (legacy, listed in weight_names), or by
+ * index in Keras 3's optimizer/vars. */
+static void entry_name(const slot_list *list, int e, char *out, size_t size) {
+  if (list->layout == SLOTS_KERAS3)
+    snprintf(out, size, "%d", e);
+  else
+    snprintf(out, size, "%s", list->names[e]);
+}
+
 static mxu_status write_slots(const mxu_model *model, const slot_list *list,
                               hid_t group, const char *path) {
-  MXU_TRY(mxu_h5_write_strings(path, group, "weight_names", list->items,
-                               list->count));
-  MXU_TRY(mxu_h5_write_int64(path, group, list->names[0], model->iterations));
-  for (int e = 1; e < list->count; e++) {
+  char name[sizeof(slot_name)];
+  if (list->layout != SLOTS_KERAS3)
+    MXU_TRY(mxu_h5_write_strings(path, group, "weight_names", list->items,
+                                 list->count));
+  entry_name(list, 0, name, sizeof name);
+  MXU_TRY(mxu_h5_write_int64(path, group, name, model->iterations));
+  if (list->first_slot == 2) {
+    mxu_shape scalar = {0};
+    float rate = model->compile.optimizer.learning_rate;
+    entry_name(list, 1, name, sizeof name);
+    MXU_TRY(mxu_h5_write_floats(path, group, name, &scalar, &rate));
+  }
+  for (int e = list->first_slot; e < list->count; e++) {
     const mxu_param *p = &model->params[list->param[e]];
-    MXU_TRY(mxu_h5_write_floats(path, group, list->names[e], &p->shape,
+    entry_name(list, e, name, sizeof name);
+    MXU_TRY(mxu_h5_write_floats(path, group, name, &p->shape,
                                 list->buffer[e] + p->offset));
   }
   return MXU_OK;
 }
 
+/* /optimizer_weights (legacy), or Keras 3's /optimizer/vars named after
+ * the optimizer; then mxu_checksum over the lot. */
 static mxu_status write_optimizer(const mxu_model *model, hid_t root,
-                                  const char *path) {
+                                  const char *path, slot_layout layout) {
   slot_list list;
-  MXU_TRY(slot_list_make(model, &list));
-  hid_t group;
-  mxu_status s = mxu_h5_create_group(path, root, "optimizer_weights", &group);
-  if (s == MXU_OK) {
-    s = write_slots(model, &list, group, path);
-    H5Gclose(group);
-  }
+  MXU_TRY(slot_list_make(model, layout, &list));
+  hid_t group = H5I_INVALID_HID;
+  mxu_status s =
+      layout == SLOTS_KERAS3
+          ? mxu_h5_create_group(path, root, "optimizer/vars", &group)
+          : mxu_h5_create_group(path, root, "optimizer_weights", &group);
+  if (s == MXU_OK && layout == SLOTS_KERAS3)
+    s = mxu_h5_write_string(path, group, "name",
+                            model->compile.optimizer.kind == MXU_ADAM ? "adam"
+                                                                      : "sgd",
+                            H5T_CSET_UTF8);
+  if (s == MXU_OK) s = write_slots(model, &list, group, path);
+  if (group >= 0) H5Gclose(group);
   uint64_t sum = 0;
   if (s == MXU_OK) s = model_checksum(model, &list, &sum);
   if (s == MXU_OK)
@@ -282,11 +356,54 @@ static mxu_status write_model(const mxu_model *model, hid_t root,
   mxu_status s = mxu_keras2_write(model, group, path);
   H5Gclose(group);
   MXU_TRY(s);
-  return write_optimizer(model, root, path);
+  return write_optimizer(model, root, path, SLOTS_LEGACY);
+}
+
+/* A .keras archive's model.weights.h5: Keras 3's layers and optimizer
+ * trees, with mxu's attributes on the root (Keras reads past them). */
+static mxu_status write_keras3_weights(const mxu_model *model, hid_t root,
+                                       const char *path,
+                                       const mxu_train_position *position) {
+  MXU_TRY(write_mxu_attributes(model, root, path, position));
+  MXU_TRY(mxu_keras3_write(model, root, path));
+  return write_optimizer(model, root, path, SLOTS_KERAS3);
+}
+
+/* The weights image built in memory, then the archive around it with the
+ * model's Keras 3 JSON, written atomically like any file. */
+static mxu_status save_keras(const mxu_model *model, const char *path,
+                             const mxu_train_position *position) {
+  mxu_file_out target;
+  MXU_TRY(mxu_file_begin(&target, path));
+  mxu_h5_output h5;
+  unsigned char *image = NULL, *archive = NULL;
+  size_t image_size = 0, archive_size = 0;
+  char *config = NULL;
+  mxu_status s = mxu_h5_create_image(&h5, path);
+  if (s == MXU_OK) {
+    s = write_keras3_weights(model, h5.file, path, position);
+    if (s == MXU_OK)
+      s = mxu_h5_finish_image(&h5, &image, &image_size);
+    else
+      mxu_h5_abandon(&h5);
+  }
+  if (s == MXU_OK) s = mxu_model_to_json(model, 1, &config);
+  if (s == MXU_OK)
+    s = mxu_keras_archive(path, config, image, image_size, &archive,
+                          &archive_size);
+  if (s == MXU_OK)
+    s = mxu_file_finish(&target, archive, archive_size);
+  else
+    mxu_file_abandon(&target);
+  free(image);
+  free(archive);
+  free(config);
+  return s;
 }
 
 static mxu_status save(const mxu_model *model, const char *path,
                        const mxu_train_position *position) {
+  if (mxu_ends_with(path, ".keras")) return save_keras(model, path, position);
   mxu_h5_output out;
   MXU_TRY(mxu_h5_create(&out, path));
   mxu_status s = write_model(model, out.file, path, position);
@@ -308,24 +425,14 @@ static mxu_status check_model(const mxu_model *model, const char *path) {
   return MXU_OK;
 }
 
-/* HDF5 bytes under a .keras name are a file Keras 3 rejects. */
-static mxu_status check_path(const char *path) {
-  if (!mxu_ends_with(path, ".keras")) return MXU_OK;
-  return mxu_fail(MXU_ERR_UNSUPPORTED,
-                  "%s: writing Keras 3 .keras archives is not supported yet; "
-                  "save to FILE.h5, which Keras' load_model reads",
-                  path);
-}
-
 mxu_status mxu_model_path_check(const char *path) {
   if (!path) return finish(mxu_fail(MXU_ERR_ARG, "a path is required"));
-  return finish(check_path(path));
+  return MXU_OK;
 }
 
 mxu_status mxu_save_model(const mxu_model *model, const char *path,
                           const mxu_train_position *position) {
   mxu_status s = check_model(model, path);
-  if (s == MXU_OK) s = check_path(path);
   if (s == MXU_OK) {
     mxu_h5_quiet quiet;
     mxu_h5_quiet_begin(&quiet);
@@ -345,6 +452,7 @@ typedef struct restore {
   slot_list list;
   float **slots;
   int64_t iterations;
+  float learning_rate; /* Keras 3 files keep it; NaN when absent */
   mxu_train_position position;
 } restore;
 
@@ -413,39 +521,96 @@ static mxu_status read_iterations(restore *r, hid_t dataset) {
   return MXU_OK;
 }
 
+/* Keras 3's learning_rate variable: a float scalar, positive. */
+static mxu_status read_rate(restore *r, hid_t dataset) {
+  mxu_shape shape;
+  MXU_TRY(mxu_h5_float_shape(r->load.path, dataset, &shape));
+  if (mxu_shape_count(&shape) != 1)
+    return mxu_fail(MXU_ERR_FORMAT,
+                    "%s: %s: the learning rate is not one value", r->load.path,
+                    mxu_h5_where(dataset));
+  MXU_TRY(mxu_h5_read_floats(r->load.path, dataset, &r->learning_rate));
+  if (!(r->learning_rate > 0) || !isfinite(r->learning_rate))
+    return mxu_fail(MXU_ERR_FORMAT, "%s: %s: learning rate %g", r->load.path,
+                    mxu_h5_where(dataset), (double)r->learning_rate);
+  return MXU_OK;
+}
+
 static mxu_status read_entry(restore *r, hid_t group, int e, const char *name) {
   hid_t dataset = H5Dopen2(group, name, H5P_DEFAULT);
   if (dataset < 0)
-    return mxu_h5_fail(MXU_ERR_FORMAT,
-                       "%s: /optimizer_weights lists '%s' in weight_names but "
-                       "has no such dataset",
-                       r->load.path, name);
-  mxu_status s =
-      e == 0 ? read_iterations(r, dataset) : read_slot(r, dataset, e, name);
+    return mxu_h5_fail(MXU_ERR_FORMAT, "%s: %s has no dataset '%s'",
+                       r->load.path, mxu_h5_where(group), name);
+  mxu_status s = e == 0                   ? read_iterations(r, dataset)
+                 : e < r->list.first_slot ? read_rate(r, dataset)
+                                          : read_slot(r, dataset, e, name);
   H5Dclose(dataset);
   return s;
 }
 
-static mxu_status read_slots(restore *r, hid_t group) {
+/* The layout the names say: tf.keras' legacy "Adam/iter:0" first; Keras
+ * 3's learning_rate second; else tf.keras 2.11+'s "iteration:0". */
+static slot_layout layout_of(const mxu_h5_strings *names) {
+  if (names->count && mxu_ends_with(names->items[0], "/iter:0"))
+    return SLOTS_LEGACY;
+  if (names->count > 1 && mxu_ends_with(names->items[1], "learning_rate"))
+    return SLOTS_KERAS3;
+  return SLOTS_KERAS2;
+}
+
+static mxu_status use_layout(restore *r, slot_layout layout) {
+  if (r->list.layout == layout) return MXU_OK;
+  slot_list_free(&r->list);
+  return slot_list_make(r->load.model, layout, &r->list);
+}
+
+/* /optimizer_weights: the datasets weight_names lists, in order. */
+static mxu_status read_named_slots(restore *r, hid_t group) {
   mxu_h5_strings names;
   int found = 0;
   MXU_TRY(
       mxu_h5_read_strings(r->load.path, group, "weight_names", &names, &found));
-  mxu_status s = check_slot_names(r, &names);
+  mxu_status s = use_layout(r, layout_of(&names));
+  if (s == MXU_OK && r->list.layout == SLOTS_LEGACY)
+    s = check_slot_names(r, &names);
+  else if (s == MXU_OK && names.count != r->list.count)
+    s = optimizer_mismatch(r, names.count ? names.items[0] : "(none)",
+                           names.count);
   for (int e = 0; s == MXU_OK && e < names.count; e++)
     s = read_entry(r, group, e, names.items[e]);
   mxu_h5_strings_free(&names);
   return s;
 }
 
-/* A model saved before it was trained has no optimizer_weights in Keras;
- * its optimizer then starts afresh. */
+/* Keras 3's /optimizer/vars: datasets 0, 1, ... */
+static mxu_status read_numbered_slots(restore *r, hid_t group) {
+  MXU_TRY(use_layout(r, SLOTS_KERAS3));
+  H5G_info_t info;
+  if (H5Gget_info(group, &info) < 0)
+    return mxu_h5_fail(MXU_ERR_FORMAT, "%s: /optimizer/vars: cannot list it",
+                       r->load.path);
+  if (info.nlinks != (hsize_t)r->list.count)
+    return optimizer_mismatch(r, "optimizer/vars/0", (int)info.nlinks);
+  mxu_status s = MXU_OK;
+  for (int e = 0; s == MXU_OK && e < r->list.count; e++) {
+    char name[16];
+    snprintf(name, sizeof name, "%d", e);
+    s = read_entry(r, group, e, name);
+  }
+  return s;
+}
+
+/* A model saved before it was trained has no optimizer variables in
+ * Keras; its optimizer then starts afresh. */
 static mxu_status read_optimizer(restore *r, hid_t file) {
   r->iterations = 0;
-  if (!mxu_h5_has_group(file, "optimizer_weights")) return MXU_OK;
+  int numbered = mxu_h5_has_group(file, "optimizer/vars");
+  const char *where = numbered ? "optimizer/vars" : "optimizer_weights";
+  if (!numbered && !mxu_h5_has_group(file, where)) return MXU_OK;
   hid_t group;
-  MXU_TRY(mxu_h5_open_group(r->load.path, file, "optimizer_weights", &group));
-  mxu_status s = read_slots(r, group);
+  MXU_TRY(mxu_h5_open_group(r->load.path, file, where, &group));
+  mxu_status s =
+      numbered ? read_numbered_slots(r, group) : read_named_slots(r, group);
   H5Gclose(group);
   return s;
 }
@@ -470,9 +635,14 @@ static mxu_status read_position(restore *r, hid_t file) {
   MXU_TRY(read_count(path, file, "mxu_step", &step, &has_step));
   MXU_TRY(mxu_h5_read_int_attribute(path, file, "mxu_seed", H5T_NATIVE_UINT64,
                                     &r->position.seed, &has_seed));
+  /* Keras' files (and mxu's saved without a position) start fit afresh
+   * from their optimizer state, as Keras does after load_model. */
+  if (!has_epoch && !has_step && !has_seed) return MXU_OK;
   if (!has_epoch || !has_step || !has_seed)
     return mxu_fail(MXU_ERR_FORMAT,
-                    "%s: not an mxu checkpoint (no training position)", path);
+                    "%s: part of a training position (mxu_epoch, mxu_step, "
+                    "mxu_seed): a damaged checkpoint",
+                    path);
   r->position.epoch = (int)epoch;
   r->position.step = (int)step;
   int64_t batch = 0, replicas = 0;
@@ -515,12 +685,15 @@ static mxu_status verify(const restore *r, hid_t file) {
 }
 
 static mxu_status read_all(restore *r, hid_t file, int want_position) {
-  if (!mxu_h5_has_group(file, "model_weights"))
+  int keras3 = !mxu_h5_has_group(file, "model_weights") &&
+               mxu_h5_has_group(file, "optimizer/vars");
+  if (!keras3 && !mxu_h5_has_group(file, "model_weights"))
     return mxu_fail(MXU_ERR_FORMAT,
                     "%s: not a whole-model file (no model_weights group; a "
                     "weights file loads with mxu_load_weights)",
                     r->load.path);
-  MXU_TRY(mxu_keras2_read(&r->load, file));
+  MXU_TRY(keras3 ? mxu_keras3_read(&r->load, file)
+                 : mxu_keras2_read(&r->load, file));
   MXU_TRY(read_optimizer(r, file));
   MXU_TRY(check_complete(r));
   MXU_TRY(verify(r, file));
@@ -540,7 +713,9 @@ static mxu_status commit(restore *r) {
   size_t bytes = (size_t)model->trainable_count * sizeof(float);
   memset(model->slot_m, 0, bytes); /* also what no optimizer state means */
   memset(model->slot_v, 0, bytes);
-  for (int e = 1; e < r->list.count; e++) {
+  if (!isnan(r->learning_rate))
+    model->compile.optimizer.learning_rate = r->learning_rate;
+  for (int e = r->list.first_slot; e < r->list.count; e++) {
     const mxu_param *p = &model->params[r->list.param[e]];
     if (r->slots[e])
       memcpy(r->list.buffer[e] + p->offset, r->slots[e],
@@ -569,10 +744,12 @@ static mxu_status open_model_file(const char *path,
 
 static mxu_status restore_file(mxu_model *model, const char *path, hid_t file,
                                mxu_train_position *position) {
-  restore r = {{path, model, NULL}, {0}, NULL, 0, {0}};
-  MXU_TRY(slot_list_make(model, &r.list));
+  restore r = {{path, model, NULL}, {0}, NULL, 0, NAN, {0}};
+  if (position) r.position.seed = position->seed; /* kept without one */
+  MXU_TRY(slot_list_make(model, SLOTS_LEGACY, &r.list));
   r.load.scratch = calloc((size_t)model->param_count + 1, sizeof(float *));
-  r.slots = calloc((size_t)r.list.count, sizeof(float *));
+  /* Room for any layout's entries: Keras 3's has one more. */
+  r.slots = calloc((size_t)r.list.count + 1, sizeof(float *));
   mxu_status s = MXU_OK;
   if (!r.load.scratch || !r.slots)
     s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
@@ -583,16 +760,45 @@ static mxu_status restore_file(mxu_model *model, const char *path, hid_t file,
   return s;
 }
 
+/* A .keras archive's values: its model.weights.h5, taken out to a
+ * temporary file for HDF5 (messages name the archive). */
+typedef struct model_source {
+  const char *path; /* what the caller named */
+  char extracted[600];
+  hid_t file;
+} model_source;
+
+static mxu_status source_open(model_source *m, const char *path,
+                              const mxu_train_position *position) {
+  m->path = path;
+  m->extracted[0] = 0;
+  m->file = H5I_INVALID_HID;
+  if (!mxu_keras_is_archive(path))
+    return open_model_file(path, position, &m->file);
+  MXU_TRY(mxu_keras_extract_weights(path, (size_t)MXU_MAX_ELEMENTS * 8,
+                                    m->extracted, sizeof m->extracted));
+  return open_model_file(m->extracted, position, &m->file);
+}
+
+/* Closes, removes a temporary, and names the archive in a failure. */
+static mxu_status source_close(model_source *m, mxu_status s) {
+  mxu_h5_close(m->file);
+  m->file = H5I_INVALID_HID;
+  if (!m->extracted[0]) return s;
+  mxu_keras_remove_extracted(m->extracted);
+  return mxu_keras_name_extracted(s, m->extracted, m->path);
+}
+
 mxu_status mxu_restore_model(mxu_model *model, const char *path,
                              mxu_train_position *position) {
   mxu_status s = check_model(model, path);
   if (s == MXU_OK) {
     mxu_h5_quiet quiet;
     mxu_h5_quiet_begin(&quiet);
-    hid_t file = H5I_INVALID_HID;
-    s = open_model_file(path, position, &file);
-    if (s == MXU_OK) s = restore_file(model, path, file, position);
-    mxu_h5_close(file);
+    model_source m;
+    s = source_open(&m, path, position);
+    if (s == MXU_OK) s = restore_file(model, path, m.file, position);
+    s = source_close(&m, s);
     mxu_h5_quiet_end(&quiet);
   }
   return finish(s);
@@ -623,6 +829,20 @@ typedef struct model_header {
   char *model_config, *training_config;
   int64_t batch_size;
 } model_header;
+
+/* The header of a .keras archive: config.json (the model with its
+ * compile_config), and mxu_batch_size on model.weights.h5's root. */
+static mxu_status read_keras_header(const char *path, hid_t file,
+                                    model_header *h) {
+  size_t size = 0;
+  int found = 0;
+  MXU_TRY(mxu_keras_read_member(path, "config.json", MXU_MAX_TEXT_BYTES,
+                                &h->model_config, &size));
+  MXU_TRY(read_count(path, file, "mxu_batch_size", &h->batch_size, &found));
+  if (found && h->batch_size == 0)
+    return mxu_fail(MXU_ERR_FORMAT, "%s: mxu_batch_size is 0", path);
+  return MXU_OK;
+}
 
 static mxu_status read_header(const char *path, hid_t file, model_header *h) {
   int found = 0;
@@ -678,12 +898,14 @@ static mxu_status load(const char *path, mxu_backend_kind backend,
   model_header h = {NULL, NULL, 32};
   /* Opened once: checking a file (its seal, or a child reading a foreign
    * one through) costs a pass over all of it. */
-  hid_t file = H5I_INVALID_HID;
-  mxu_status s = open_model_file(path, position, &file);
-  if (s == MXU_OK) s = read_header(path, file, &h);
+  model_source m;
+  mxu_status s = source_open(&m, path, position);
+  if (s == MXU_OK)
+    s = m.extracted[0] ? read_keras_header(path, m.file, &h)
+                       : read_header(path, m.file, &h);
   if (s == MXU_OK) s = build(path, &h, backend, out);
-  if (s == MXU_OK) s = restore_file(*out, path, file, position);
-  mxu_h5_close(file);
+  if (s == MXU_OK) s = restore_file(*out, path, m.file, position);
+  s = source_close(&m, s);
   free(h.model_config);
   free(h.training_config);
   if (s != MXU_OK) {
