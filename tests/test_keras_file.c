@@ -192,6 +192,70 @@ static void writes_archives(void) {
   mxu_model_free(a);
 }
 
+/* A whole model's file stands for the model JSON and its weights: train
+ * saves one, evaluate takes it alone and scores what train reported, and
+ * train goes on from it (its weights and optimizer state). */
+static void whole_model_commands(void) {
+  for (int keras = 0; keras < 2; keras++) {
+    const char *saved = temp_path(keras ? "fashion.keras" : "fashion.h5");
+    char *train[] = {MXU_BIN,
+                     "train",
+                     "models/fashion_mnist.json",
+                     "--data",
+                     "fashion-mnist",
+                     "--epochs",
+                     "1",
+                     "--steps-per-epoch",
+                     "5",
+                     "--batch-size",
+                     "100",
+                     "--rescale",
+                     "1/255",
+                     "--verbose",
+                     "0",
+                     "--save-model",
+                     (char *)saved,
+                     NULL};
+    char *out, *err;
+    int code = check_run(train, &out, &err);
+    CHECK_MSG(code == 0 && out && has(out, "test loss"), "exit %d: %s %s", code,
+              out, err);
+    const char *line = out ? strstr(out, "test loss") : NULL;
+    char evaluate_line[64] = "";
+    if (line) snprintf(evaluate_line, sizeof evaluate_line, "%.40s", line);
+    free(out);
+    free(err);
+    char *evaluate[] = {MXU_BIN,         "evaluate",  (char *)saved, "--data",
+                        "fashion-mnist", "--rescale", "1/255",       NULL};
+    code = check_run(evaluate, &out, &err);
+    CHECK_MSG(code == 0 && out && evaluate_line[0] && has(out, evaluate_line),
+              "exit %d: %s %s (want %s)", code, out, err, evaluate_line);
+    free(out);
+    free(err);
+    char *again[] = {MXU_BIN,
+                     (char *)"train",
+                     (char *)saved,
+                     "--data",
+                     "fashion-mnist",
+                     "--epochs",
+                     "1",
+                     "--steps-per-epoch",
+                     "5",
+                     "--batch-size",
+                     "100",
+                     "--rescale",
+                     "1/255",
+                     "--verbose",
+                     "1",
+                     NULL};
+    code = check_run(again, &out, &err);
+    CHECK_MSG(code == 0 && out && has(out, "weights and optimizer state from"),
+              "exit %d: %s %s", code, out, err);
+    free(out);
+    free(err);
+  }
+}
+
 static void commands(void) {
   char *summary[] = {MXU_BIN, "summary", (char *)archive, NULL};
   char *out, *err;
@@ -208,6 +272,7 @@ int main(void) {
   refusals();
   commands();
   writes_archives();
+  whole_model_commands();
   check_remove_tree(check_temp_dir);
   return check_report("test_keras_file");
 }

@@ -49,6 +49,15 @@ mxu_status cli_load_split(const cli_data *d, mxu_split split,
  * .weights.h5; reading, also a .keras model file) is a usage error, caught
  * before anything runs. Returns CLI_OK, or CLI_USAGE after saying why
  * (options.h). NULL path: CLI_OK. */
+/* A whole model's file (Keras' model.save: .keras, .h5, .hdf5) rather
+ * than a model JSON. */
+int cli_whole_model(const char *path);
+
+/* --weights, or the model file itself when it is a whole model (.keras,
+ * .h5, .hdf5), as Keras' load_model gives weights with the model; checked
+ * as cli_check_weights_path does. Returns an exit code. */
+int cli_model_weights(const char *command, const char *model,
+                      const char **weights);
 int cli_check_weights_path(const char *command, const char *flag,
                            const char *path, int reading);
 

@@ -20,6 +20,24 @@ int cli_check_weights_path(const char *command, const char *flag,
   return cli_usage_error(command, "%s: %s", flag, why);
 }
 
+int cli_whole_model(const char *path) {
+  size_t n = strlen(path);
+  return (n >= 6 && strcmp(path + n - 6, ".keras") == 0) ||
+         (n >= 3 && strcmp(path + n - 3, ".h5") == 0) ||
+         (n >= 5 && strcmp(path + n - 5, ".hdf5") == 0);
+}
+
+int cli_model_weights(const char *command, const char *model,
+                      const char **weights) {
+  if (!*weights && cli_whole_model(model)) *weights = model;
+  if (!*weights)
+    return cli_usage_error(command,
+                           "--weights FILE is required: %s is a model "
+                           "without weights",
+                           model);
+  return cli_check_weights_path(command, "--weights", *weights, 1);
+}
+
 mxu_status cli_load_model(const char *path, mxu_model **model,
                           mxu_compile_config *compile, char *metric,
                           size_t metric_size) {

@@ -73,7 +73,7 @@ int cli_evaluate(int argc, char **argv) {
                      EVALUATE_OPTION_COUNT};
   int parsed = cli_parse(&cmd, argc, argv, &a.model);
   if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
-  parsed = cli_check_weights_path("evaluate", "--weights", a.weights, 1);
+  parsed = cli_model_weights("evaluate", a.model, &a.weights);
   if (parsed != CLI_OK) return parsed;
 
   evaluate_run run = {0};

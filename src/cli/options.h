@@ -74,8 +74,9 @@ typedef struct cli_command {
   {                                                                            \
     "--weights", "FILE",                                                       \
         "weights saved by mxu train --save-weights or Keras' save_weights: "   \
-        "a .h5 (tf.keras 2.x) or .weights.h5 (Keras 3) file",                  \
-        CLI_STRING, (target), NULL, 1, 0                                       \
+        "a .h5 (tf.keras 2.x) or .weights.h5 (Keras 3) file, or a whole "      \
+        "model's .h5 or .keras (default: MODEL itself when it is one)",        \
+        CLI_STRING, (target), NULL, 0, 0                                       \
   }
 #define CLI_OPTION_RESCALE(target)                                             \
   {                                                                            \

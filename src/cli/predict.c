@@ -315,7 +315,7 @@ int cli_predict(int argc, char **argv) {
                      PREDICT_OPTION_COUNT};
   int parsed = cli_parse(&cmd, argc, argv, &a.model);
   if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
-  parsed = cli_check_weights_path("predict", "--weights", a.weights, 1);
+  parsed = cli_model_weights("predict", a.model, &a.weights);
   if (parsed != CLI_OK) return parsed;
 
   predict_run run = {0};

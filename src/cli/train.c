@@ -256,6 +256,14 @@ static mxu_status compile_model(const cli_command *cmd, const train_args *a,
   run->compile.batch_size = fit_batch(a, mxu_dataset_count(run->train));
   mxu_status s = mxu_compile(run->model, &run->compile);
   if (s == MXU_OK) cli_note_precision("train", run->model, &run->compile);
+  if (s == MXU_OK && !a->initial_weights && !a->resume &&
+      cli_whole_model(a->model)) {
+    /* Keras' load_model then fit: the file's weights and optimizer state,
+     * training from the first epoch. */
+    s = mxu_restore_model(run->model, a->model, NULL);
+    if (s == MXU_OK && a->verbose)
+      printf("weights and optimizer state from %s\n", a->model);
+  }
   if (s != MXU_OK || !a->initial_weights) return s;
   s = mxu_load_weights(run->model, a->initial_weights);
   if (s == MXU_OK && a->verbose)

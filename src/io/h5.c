@@ -126,6 +126,18 @@ void mxu_h5_close(hid_t file) {
   if (file >= 0) H5Fclose(file);
 }
 
+int mxu_h5_is_hdf5(const char *path) {
+  static const unsigned char signature[8] = {0x89, 'H',  'D',  'F',
+                                             '\r', '\n', 0x1a, '\n'};
+  unsigned char head[MXU_H5_USER_BLOCK + 8];
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(head, 1, sizeof head, f) : 0;
+  if (f) fclose(f);
+  return (n >= 8 && memcmp(head, signature, 8) == 0) ||
+         (n == sizeof head &&
+          memcmp(head + MXU_H5_USER_BLOCK, signature, 8) == 0);
+}
+
 /* HDF5 builds the file in memory (its core driver): a write that fails
  * on disk then fails in mxu's own write(), never inside HDF5, which may
  * keep a file it could not close and crash at exit over it. */

@@ -75,6 +75,9 @@ mxu_status mxu_h5_open(const char *path, int intact, hid_t *file);
 /* The open alone, for h5_check.c's probe (and after it). */
 mxu_status mxu_h5_open_unchecked(const char *path, hid_t *file);
 void mxu_h5_close(hid_t file);
+/* 1 when the file has HDF5's signature at offset 0 or after mxu's user
+ * block (a full-model .h5 given where a model JSON is expected). */
+int mxu_h5_is_hdf5(const char *path);
 
 /* A file written atomically: HDF5 builds it in memory; commit writes the
  * bytes to a temporary beside the target, syncs them and renames the

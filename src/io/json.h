@@ -18,6 +18,12 @@
  * over *compile; *found says whether either was there. */
 mxu_status mxu_json_read_compile(const char *source, const cJSON *root,
                                  mxu_compile_config *compile, int *found);
+/* A full-model .h5's model_config as a model, its training_config over
+ * *compile (model_file.c): what mxu_model_load_json gives for one. */
+mxu_status mxu_model_file_read_json(const char *path, mxu_model **out,
+                                    mxu_compile_config *compile,
+                                    int *has_compile);
+
 /* The compiled model's compile settings, Keras 3 compile_config style. */
 cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model);
 

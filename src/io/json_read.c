@@ -1,6 +1,7 @@
 /* json_read.c — mxu_model_from_json and mxu_model_load_json: the text of a
  * Sequential model's to_json() (tf.keras 2.x or Keras 3) becomes mxu_add_*
  * calls, with every refusal naming the source, the layer and the key. */
+#include "io/h5.h"
 #include "io/json.h"
 #include "io/keras_file.h"
 
@@ -949,6 +950,8 @@ mxu_status mxu_model_load_json(const char *path, mxu_model **out,
   if (has_compile) *has_compile = 0;
   if (!path || !out)
     return mxu_fail(MXU_ERR_ARG, "model_load_json: path and out are required");
+  if (mxu_h5_is_hdf5(path))
+    return mxu_model_file_read_json(path, out, compile, has_compile);
   char *text = NULL;
   size_t length = 0;
   /* A .keras file's model is its config.json, in model.to_json()'s form. */

@@ -893,6 +893,34 @@ static mxu_status build(const char *path, const model_header *h,
   return s;
 }
 
+mxu_status mxu_model_file_read_json(const char *path, mxu_model **out,
+                                    mxu_compile_config *compile,
+                                    int *has_compile) {
+  model_header h = {NULL, NULL, 0};
+  mxu_h5_quiet quiet;
+  mxu_h5_quiet_begin(&quiet);
+  hid_t file = H5I_INVALID_HID;
+  mxu_status s = open_model_file(path, NULL, &file);
+  if (s == MXU_OK) s = read_header(path, file, &h);
+  mxu_h5_close(file);
+  mxu_h5_quiet_end(&quiet);
+  mxu_compile_config read = compile ? *compile : mxu_compile_defaults();
+  if (s == MXU_OK)
+    s = mxu_model_from_json(h.model_config, path, out, NULL, NULL);
+  if (s == MXU_OK && h.training_config)
+    s = read_training_config(path, h.training_config, &read);
+  if (s == MXU_OK && h.batch_size > 0) read.batch_size = (int)h.batch_size;
+  if (s == MXU_OK && compile) *compile = read;
+  if (s == MXU_OK && has_compile) *has_compile = h.training_config != NULL;
+  if (s != MXU_OK) {
+    mxu_model_free(*out);
+    *out = NULL;
+  }
+  free(h.model_config);
+  free(h.training_config);
+  return finish(s);
+}
+
 static mxu_status load(const char *path, mxu_backend_kind backend,
                        mxu_model **out, mxu_train_position *position) {
   model_header h = {NULL, NULL, 32};
