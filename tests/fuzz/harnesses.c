@@ -134,7 +134,7 @@ int fuzz_h5(const uint8_t *data, size_t size) {
 }
 
 /* The bytes as a Keras 3 .keras archive: its model, then its weights into
- * the model it describes. */
+ * the model it describes; then the whole model with its optimizer state. */
 int fuzz_keras(const uint8_t *data, size_t size) {
   const char *path = as_file("model.keras", data, size);
   mxu_model *model = NULL;
@@ -144,9 +144,14 @@ int fuzz_keras(const uint8_t *data, size_t size) {
   compile.batch_size = 1;
   compile.threads = 1;
   /* A model the fuzzer grew huge is not this harness's subject. */
-  if (s == MXU_OK && mxu_model_param_count(model, 1) < (1 << 22) &&
-      mxu_compile(model, &compile) == MXU_OK)
+  int small = s == MXU_OK && mxu_model_param_count(model, 1) < (1 << 22);
+  if (small && mxu_compile(model, &compile) == MXU_OK)
     expect_message(mxu_load_weights(model, path));
+  mxu_model_free(model);
+  model = NULL;
+  mxu_train_position at = {0};
+  if (small)
+    expect_message(mxu_load_model(path, MXU_BACKEND_CPU, &model, &at));
   mxu_model_free(model);
   return 0;
 }
@@ -198,6 +203,9 @@ int fuzz_npz(const uint8_t *data, size_t size) {
   char npy[128];
   snprintf(npy, sizeof npy, "%s", as_file("data.npy", data, size));
   mxu_dataset *set = NULL;
+  expect_message(mxu_load_npz_arrays(npz, "x", "y_onehot", &set));
+  mxu_dataset_free(set);
+  set = NULL;
   expect_message(mxu_load_npy(npy, "tests/npz/labels6.npy", &set));
   mxu_dataset_free(set);
   set = NULL;
