@@ -2,14 +2,17 @@
 for test_tensorboard: it checks every TFRecord's framing and both masked
 CRC-32Cs (its own CRC, not the writer's), decodes each Event's protobuf
 strictly (each scalar as Keras' TensorBoard callback writes it: a float32
-tensor summary for the scalars plugin), and prints one "tag step value"
-line per scalar.
+tensor summary for the scalars plugin; the model as its write_graph does:
+model.to_json() in a string tensor for the graph plugin's Keras view), and
+prints one "tag step value" line per scalar, and "keras 0 N" for the model
+(N: the layers its JSON lists).
 
 Run with Debian's interpreter, standard library only:
   /usr/bin/python3 -I tests/tb_read.py FILE
 Exit status 0 when the whole file checked out; otherwise 1, with the record
 and what was wrong ("length CRC mismatch", "data CRC mismatch", ...) on
 stderr."""
+import json
 import struct
 import sys
 
@@ -123,22 +126,47 @@ def int64(raw):
 
 
 def decode_metadata(buf):
-    """SummaryMetadata must name the scalars plugin and the scalar class."""
-    plugin, data_class = None, None
+    """SummaryMetadata must name the scalars plugin and the scalar class,
+    or the graph plugin's Keras view (content "1"); returns the plugin."""
+    plugin, content, data_class = None, b"", None
     for field, wire, raw in fields(buf):
         if (field, wire) == (1, 2):
             for f, w, v in fields(raw):
                 if (f, w) == (1, 2):
                     plugin = v.decode("utf-8")
-                elif (f, w) != (2, 2):
+                elif (f, w) == (2, 2):
+                    content = v
+                else:
                     raise BadFile("PluginData: unexpected field %d" % f)
         elif (field, wire) == (4, 0):
             data_class = raw
         else:
             raise BadFile("SummaryMetadata: unexpected field %d" % field)
+    if (plugin, content, data_class) == ("graph_keras_model", b"1", None):
+        return plugin
     if plugin != "scalars" or data_class != 1:
         raise BadFile("metadata: plugin %r, data class %r, not scalars, 1"
                       % (plugin, data_class))
+    return plugin
+
+
+def decode_model(buf):
+    """A string TensorProto of shape () holding model.to_json(): the
+    number of layers its config lists."""
+    dtype, shape, strings = None, None, []
+    for field, wire, raw in fields(buf):
+        if (field, wire) == (1, 0):
+            dtype = raw
+        elif (field, wire) == (2, 2):
+            shape = raw
+        elif (field, wire) == (8, 2):
+            strings.append(raw)
+        else:
+            raise BadFile("TensorProto: unexpected field %d" % field)
+    if dtype != 7 or shape != b"" or len(strings) != 1:
+        raise BadFile("model tensor: dtype %r, shape %r, %d strings"
+                      % (dtype, shape, len(strings)))
+    return len(json.loads(strings[0].decode("utf-8"))["config"]["layers"])
 
 
 def decode_tensor(buf):
@@ -164,19 +192,24 @@ def decode_tensor(buf):
 def decode_value(buf):
     """Summary.Value as tf.summary.scalar writes it: tag, metadata,
     tensor (a simple_value, TF1's form, is not what Keras writes)."""
-    tag, value, metadata = None, None, False
+    tag, value, plugin, tensor = None, None, None, None
     for field, wire, raw in fields(buf):
         if (field, wire) == (1, 2):
             tag = raw.decode("utf-8")
         elif (field, wire) == (9, 2):
-            decode_metadata(raw)
-            metadata = True
+            plugin = decode_metadata(raw)
         elif (field, wire) == (8, 2):
-            value = decode_tensor(raw)
+            tensor = raw
         else:
             raise BadFile("Summary.Value: unexpected field %d" % field)
-    if tag is None or value is None or not metadata:
+    if tag is None or tensor is None or plugin is None:
         raise BadFile("Summary.Value without tag, metadata or tensor")
+    if plugin == "scalars":
+        value = decode_tensor(tensor)
+    elif tag == "keras":
+        value = decode_model(tensor)
+    else:
+        raise BadFile("a Keras model summary tagged %r, not 'keras'" % tag)
     return tag, value
 
 
@@ -215,6 +248,8 @@ def read(path):
             event = decode_event(data)
         except (BadFile, UnicodeDecodeError, struct.error) as e:
             raise BadFile("record %d at offset %d: %s" % (index, at, e))
+        except (ValueError, KeyError) as e:  # the model's JSON
+            raise BadFile("record %d: model JSON: %s" % (index, e))
         if (index == 0) != ("file_version" in event):
             raise BadFile("record %d: file_version must be the first record "
                           "and only it" % index)

@@ -891,8 +891,11 @@ static void test_tensorboard_fit(void) {
   CHECK(train != NULL);
   scalar events[64];
   int n = train ? read_events(train, events, 64) : -1;
-  /* 3 epochs of 3 scalars, and batch_loss at steps 4, 8, 12, 16. */
-  CHECK_MSG(n == 13, "%d train scalars", n);
+  /* The model for the graph dashboard (its JSON lists InputLayer,
+   * Flatten, Dense), 3 epochs of 3 scalars, and batch_loss at steps 4, 8,
+   * 12, 16. */
+  CHECK_MSG(n == 14, "%d train records", n);
+  CHECK(event_value(events, n, "keras", 0) == 3.0);
   for (int e = 0; h && h->count == 3 && e < 3; e++) {
     CHECK(event_value(events, n, "epoch_loss", e) == (float)h->epochs[e].loss);
     CHECK(event_value(events, n, "epoch_accuracy", e) ==
@@ -932,7 +935,8 @@ static void test_tensorboard_plain(void) {
   const char *train = event_file(in_dir(dir, "train"));
   scalar events[64];
   int n = train ? read_events(train, events, 64) : -1;
-  CHECK_MSG(n == 6, "%d scalars", n);
+  CHECK_MSG(n == 7, "%d records", n);
+  CHECK(event_count(events, n, "keras") == 1);
   CHECK(event_count(events, n, "epoch_sparse_categorical_accuracy") == 2 &&
         event_count(events, n, "epoch_accuracy") == 0 &&
         event_count(events, n, "batch_loss") == 0);

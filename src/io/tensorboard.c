@@ -36,9 +36,11 @@ enum {
   METADATA_PLUGIN = 1,    /* PluginData */
   METADATA_CLASS = 4,     /* DataClass: 1 is DATA_CLASS_SCALAR */
   PLUGIN_NAME = 1,        /* string */
-  TENSOR_DTYPE = 1,       /* DataType: 1 is DT_FLOAT */
+  PLUGIN_CONTENT = 2,     /* bytes */
+  TENSOR_DTYPE = 1,       /* DataType: 1 is DT_FLOAT, 7 DT_STRING */
   TENSOR_SHAPE = 2,       /* TensorShapeProto: empty for a scalar */
-  TENSOR_CONTENT = 4      /* bytes: the float32, little-endian */
+  TENSOR_CONTENT = 4,     /* bytes: the float32, little-endian */
+  TENSOR_STRING = 8       /* repeated bytes: a string tensor's values */
 };
 
 enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_BYTES = 2, WIRE_FIXED32 = 5 };
@@ -268,6 +270,39 @@ mxu_status mxu_tb_scalar(mxu_tb_writer *w, const char *tag, int64_t step,
   p = put_length(p, SUMMARY_VALUE, value_size);
   p = put_bytes(p, VALUE_TAG, tag, tag_size);
   put_scalar_tensor(p, (float)value);
+  return write_record(w, size);
+}
+
+/* Keras' TensorBoard callback (write_graph) stores model.to_json() as a
+ * string scalar tagged "keras" for the graph plugin's Keras view
+ * (plugin graph_keras_model, content "1"), at step 0. */
+mxu_status mxu_tb_keras_model(mxu_tb_writer *w, const char *json) {
+  static const char tag[] = "keras", plugin[] = "graph_keras_model";
+  if (!w || !json) return mxu_fail(MXU_ERR_ARG, "tensorboard: no writer");
+  MXU_TRY(writable(w));
+  size_t text = strlen(json);
+  size_t plugin_size =
+      length_field_size(sizeof plugin - 1) + length_field_size(1);
+  size_t metadata_size = length_field_size(plugin_size);
+  size_t tensor_size = 2 + 2 + length_field_size(text);
+  size_t value_size = length_field_size(sizeof tag - 1) +
+                      length_field_size(metadata_size) +
+                      length_field_size(tensor_size);
+  size_t summary_size = length_field_size(value_size);
+  size_t size = event_size(0, summary_size);
+  unsigned char *p = NULL;
+  MXU_TRY(reserve(w, size, &p));
+  p = put_event_head(p, 0, EVENT_SUMMARY, summary_size);
+  p = put_length(p, SUMMARY_VALUE, value_size);
+  p = put_bytes(p, VALUE_TAG, tag, sizeof tag - 1);
+  p = put_length(p, VALUE_METADATA, metadata_size);
+  p = put_length(p, METADATA_PLUGIN, plugin_size);
+  p = put_bytes(p, PLUGIN_NAME, plugin, sizeof plugin - 1);
+  p = put_bytes(p, PLUGIN_CONTENT, "1", 1);
+  p = put_length(p, VALUE_TENSOR, tensor_size);
+  p = put_varint(put_key(p, TENSOR_DTYPE, WIRE_VARINT), 7);
+  p = put_length(p, TENSOR_SHAPE, 0);
+  put_bytes(p, TENSOR_STRING, json, text);
   return write_record(w, size);
 }
 

@@ -29,6 +29,11 @@ mxu_status mxu_tb_open(const char *dir, mxu_tb_writer **out);
 mxu_status mxu_tb_scalar(mxu_tb_writer *w, const char *tag, int64_t step,
                          double value);
 
+/* The model's Keras JSON as Keras' callback writes it with write_graph
+ * (a string tensor tagged "keras" for TensorBoard's graph plugin, which
+ * draws the model's layers from it), at step 0. */
+mxu_status mxu_tb_keras_model(mxu_tb_writer *w, const char *json);
+
 /* Reports the first write error, if any. Records are not buffered, so
  * there is nothing to hand over; callers still flush at the points a
  * buffered writer would need it (epoch ends), which keeps that freedom. */

@@ -216,7 +216,13 @@ static mxu_status tb_train_begin(void *self, mxu_model *model) {
   tb_close(tb);
   tb->last_step = model->iterations;
   if (mxu_distributed_rank() != 0) return MXU_OK;
-  return mxu_tb_open(tb->train_dir, &tb->train);
+  MXU_TRY(mxu_tb_open(tb->train_dir, &tb->train));
+  /* Keras' write_graph: the model for the graph dashboard. */
+  char *json = NULL;
+  MXU_TRY(mxu_model_to_json(model, 0, &json));
+  mxu_status s = mxu_tb_keras_model(tb->train, json);
+  free(json);
+  return s;
 }
 
 /* Keras writes batch_loss, the running mean of the epoch, at the global
