@@ -61,6 +61,14 @@ static void refusals(void) {
   CHECK(data == NULL);
 }
 
+/* The value after `label ` in text, or NAN. */
+static double value_after(const char *text, const char *label) {
+  const char *at = text ? strstr(text, label) : NULL;
+  double v = NAN;
+  if (at) sscanf(at + strlen(label), "%lf", &v);
+  return v;
+}
+
 /* An MLP of the table's 4 features to 3 classes, trained from the command
  * line with a held-out fifth. */
 static void command(void) {
@@ -93,6 +101,8 @@ static void command(void) {
                   "0.01",
                   "--verbose",
                   "0",
+                  "--save-weights",
+                  (char *)temp_path("table.h5"),
                   NULL};
   char *text, *err;
   int code = check_run(args, &text, &err);
@@ -104,14 +114,56 @@ static void command(void) {
   CHECK(accuracy >= 0.9);
   free(text);
   free(err);
-}
-
-/* The value after `label ` in text, or NAN. */
-static double value_after(const char *text, const char *label) {
-  const char *at = text ? strstr(text, label) : NULL;
-  double v = NAN;
-  if (at) sscanf(at + strlen(label), "%lf", &v);
-  return v;
+  /* Evaluated on the whole table, and its rows' classes predicted. */
+  char *evaluate[] = {MXU_BIN,
+                      "evaluate",
+                      (char *)json,
+                      "--weights",
+                      (char *)temp_path("table.h5"),
+                      "--data",
+                      "tests/csv/blobs.csv",
+                      "--label-column",
+                      "species",
+                      NULL};
+  code = check_run(evaluate, &text, &err);
+  double all = value_after(text, "test accuracy ");
+  CHECK_MSG(code == 0 && all >= 0.9, "exit %d: %s %s", code, text, err);
+  free(text);
+  free(err);
+  const char *npy = temp_path("classes.npy");
+  char *predict[] = {MXU_BIN,
+                     "predict",
+                     (char *)json,
+                     "--weights",
+                     (char *)temp_path("table.h5"),
+                     "--input",
+                     "tests/csv/blobs.csv",
+                     "--label-column",
+                     "species",
+                     "--output",
+                     (char *)npy,
+                     NULL};
+  code = check_run(predict, &text, &err);
+  CHECK_MSG(code == 0, "exit %d: %s %s", code, text, err);
+  free(text);
+  free(err);
+  mxu_dataset *pred = NULL, *data = NULL;
+  CHECK_OK(mxu_load_npy(npy, NULL, &pred));
+  CHECK_OK(mxu_load_csv("tests/csv/blobs.csv", "species", &data));
+  int64_t n = mxu_dataset_count(data), right = 0;
+  CHECK(pred && mxu_dataset_count(pred) == n &&
+        mxu_dataset_shape(pred).dims[0] == 3);
+  for (int64_t i = 0; pred && mxu_dataset_count(pred) == n && i < n; i++) {
+    const float *row = mxu_dataset_x(pred) + 3 * i;
+    int best = row[1] > row[0] ? 1 : 0;
+    best = row[2] > row[best] ? 2 : best;
+    right += best == mxu_dataset_labels(data)[i];
+  }
+  CHECK_MSG(fabs((double)right / (double)n - all) < 1e-9,
+            "predict: %lld of %lld right, evaluate %g", (long long)right,
+            (long long)n, all);
+  mxu_dataset_free(pred);
+  mxu_dataset_free(data);
 }
 
 /* A regression from the command line alone: a model file compiled with
