@@ -69,6 +69,60 @@ typedef enum mxu_padding { MXU_VALID = 0, MXU_SAME } mxu_padding;
 
 /* Each config has a maker that fills in Keras' defaults; change fields
  * after it. A NULL name gets Keras' automatic one (conv2d, conv2d_1, ...). */
+/* A Keras initializer. In a layer's config MXU_INIT_DEFAULT (0, what
+ * zeroed configs hold) means the layer's own Keras default (glorot_uniform
+ * kernels, zero biases, BatchNormalization's ones and zeros). Keras' named
+ * initializers are variance scalings: glorot_* (1, fan_avg), he_* (2,
+ * fan_in), lecun_* (1, fan_in), *_normal truncated, *_uniform uniform.
+ * Fans are Keras': a kernel's inputs and outputs times its receptive
+ * field. A seeded initializer draws the same values wherever it is used
+ * (as Keras' do); an unseeded one from the compile seed and the layer. */
+typedef enum mxu_init_kind {
+  MXU_INIT_DEFAULT = 0,
+  MXU_INIT_ZEROS,
+  MXU_INIT_ONES,
+  MXU_INIT_CONSTANT,
+  MXU_INIT_RANDOM_NORMAL,
+  MXU_INIT_RANDOM_UNIFORM,
+  MXU_INIT_TRUNCATED_NORMAL, /* redrawn beyond 2 stddev, as TF does */
+  MXU_INIT_VARIANCE_SCALING,
+  MXU_INIT_ORTHOGONAL, /* QR of a normal draw, over the last axis */
+  MXU_INIT_IDENTITY    /* 2-D weights: gain on the diagonal */
+} mxu_init_kind;
+
+typedef enum mxu_fan_mode {
+  MXU_FAN_IN = 0,
+  MXU_FAN_OUT,
+  MXU_FAN_AVG
+} mxu_fan_mode;
+
+typedef enum mxu_init_distribution {
+  MXU_TRUNCATED_NORMAL = 0, /* stddev sqrt(scale / fan) / 0.8796 */
+  MXU_UNTRUNCATED_NORMAL,
+  MXU_UNIFORM /* limit sqrt(3 scale / fan) */
+} mxu_init_distribution;
+
+typedef struct mxu_initializer {
+  mxu_init_kind kind;
+  float value;          /* constant */
+  float mean, stddev;   /* random and truncated normal */
+  float minval, maxval; /* random uniform */
+  float scale;          /* variance scaling */
+  mxu_fan_mode mode;
+  mxu_init_distribution distribution;
+  float gain; /* orthogonal, identity */
+  int has_seed;
+  int64_t seed;
+  /* Keras' class, written back to model files ("HeNormal"); empty for the
+   * kind's own class. */
+  char class_name[32];
+} mxu_initializer;
+
+/* An initializer by Keras' name, class or alias ("he_normal", "HeNormal",
+ * "truncated_normal", ...) with Keras' defaults; MXU_ERR_UNSUPPORTED
+ * listing the names mxu knows. */
+mxu_status mxu_initializer_from_name(const char *name, mxu_initializer *out);
+
 typedef struct mxu_conv2d_config {
   const char *name;
   int filters;
@@ -77,6 +131,7 @@ typedef struct mxu_conv2d_config {
   mxu_padding padding;
   mxu_activation activation;
   int use_bias;
+  mxu_initializer kernel_initializer, bias_initializer;
 } mxu_conv2d_config;
 
 typedef struct mxu_pool2d_config {
@@ -91,6 +146,7 @@ typedef struct mxu_dense_config {
   int units;
   mxu_activation activation;
   int use_bias;
+  mxu_initializer kernel_initializer, bias_initializer;
 } mxu_dense_config;
 
 typedef struct mxu_batchnorm_config {
@@ -102,6 +158,8 @@ typedef struct mxu_batchnorm_config {
   /* Keras' synchronized: batch statistics over the global batch (every
    * replica) instead of each replica's slice. */
   int synchronized;
+  mxu_initializer beta_initializer, gamma_initializer;
+  mxu_initializer moving_mean_initializer, moving_variance_initializer;
 } mxu_batchnorm_config;
 
 /* GlobalAveragePooling2D / GlobalMaxPooling2D: (h, w, c) -> (c), or
@@ -418,9 +476,10 @@ mxu_status mxu_load_npz_arrays(const char *path, const char *x_key,
 /* A numeric CSV table: a header row of column names, then one sample a
  * row; the column named label_column holds class indices (or, if any
  * value is not one, float regression targets), every other column is a
- * float32 feature (label_column NULL: every column is, for predict) (samples of shape (columns - 1,)). Quoted
- * cells are read as CSV has them (libcsv, strict); a cell that is not a
- * finite number is an error naming its row and column. */
+ * float32 feature (label_column NULL: every column is, for predict) (samples of
+ * shape (columns - 1,)). Quoted cells are read as CSV has them (libcsv,
+ * strict); a cell that is not a finite number is an error naming its row and
+ * column. */
 mxu_status mxu_load_csv(const char *path, const char *label_column,
                         mxu_dataset **out);
 /* labels_path may be NULL: samples only (labels 0, one class), for

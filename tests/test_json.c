@@ -1315,12 +1315,14 @@ static const struct {
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
      "8, \"kernel_size\": 3, \"kernel_initializer\": {\"class_name\": "
-     "\"HeNormal\", \"config\": {\"seed\": null}}}}",
-     MXU_ERR_UNSUPPORTED, "kernel_initializer 'HeNormal'"},
+     "\"STFTInitializer\", \"config\": {\"seed\": null}}}}",
+     MXU_ERR_UNSUPPORTED,
+     "kernel_initializer: initializer 'STFTInitializer' is not supported"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
-     "8, \"kernel_size\": 3, \"bias_initializer\": \"ones\"}}",
-     MXU_ERR_UNSUPPORTED, "bias_initializer 'ones'"},
+     "8, \"kernel_size\": 3, \"bias_initializer\": {\"class_name\": "
+     "\"VarianceScaling\", \"config\": {\"mode\": \"fan_sum\"}}}}",
+     MXU_ERR_UNSUPPORTED, "mode 'fan_sum' is not supported"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
      "8, \"kernel_size\": 3, \"kernel_regularizer\": {\"class_name\": "

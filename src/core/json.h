@@ -74,8 +74,7 @@ mxu_status mxu_json_require_ones(const mxu_json_where *where,
 
 /* Keras values mxu reads: activation ('linear' ... 'softmax', null is
  * linear), padding, data_format (channels_last only), a dtype or dtype
- * policy (float32 only) and an initializer (the given class only, by class
- * or snake_case name, its seed ignored). */
+ * policy (float32 only); initializers are model/'s (initializers.c). */
 mxu_status mxu_json_activation(const mxu_json_where *where, const cJSON *object,
                                const char *key, mxu_activation *out);
 mxu_status mxu_json_padding(const mxu_json_where *where, const cJSON *object,
@@ -84,9 +83,6 @@ mxu_status mxu_json_data_format(const mxu_json_where *where,
                                 const cJSON *object);
 mxu_status mxu_json_dtype(const mxu_json_where *where, const cJSON *object,
                           const char *key);
-mxu_status mxu_json_initializer(const mxu_json_where *where,
-                                const cJSON *object, const char *key,
-                                const char *class_name, const char *alias);
 
 /* Every key of object must be in one of the NULL-terminated lists, or be
  * null or false (a newer Keras' option left at its off default). */
@@ -123,8 +119,6 @@ void mxu_json_put_pair(mxu_json_out *out, cJSON *object, const char *key,
  * in the Keras 3 form also "module" and "registered_name". Takes config. */
 cJSON *mxu_json_object(const mxu_json_out *out, const char *module,
                        const char *class_name, cJSON *config);
-void mxu_json_put_initializer(mxu_json_out *out, cJSON *object, const char *key,
-                              const char *class_name);
 /* The float32 policy: "float32" in tf.keras 2.x, a DTypePolicy object in
  * Keras 3. */
 void mxu_json_put_dtype(mxu_json_out *out, cJSON *object);

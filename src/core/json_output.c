@@ -72,16 +72,6 @@ cJSON *mxu_json_object(const mxu_json_out *out, const char *module,
   return object;
 }
 
-void mxu_json_put_initializer(mxu_json_out *out, cJSON *object, const char *key,
-                              const char *class_name) {
-  cJSON *config = cJSON_CreateObject();
-  /* Only the random initialisers have a seed. */
-  if (strcmp(class_name, "GlorotUniform") == 0)
-    mxu_json_put_null(out, config, "seed");
-  mxu_json_put(out, object, key,
-               mxu_json_object(out, "keras.initializers", class_name, config));
-}
-
 void mxu_json_put_dtype(mxu_json_out *out, cJSON *object) {
   if (!out->keras3) {
     mxu_json_put_string(out, object, "dtype", "float32");

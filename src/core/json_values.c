@@ -312,24 +312,6 @@ mxu_status mxu_json_dtype(const mxu_json_where *where, const cJSON *object,
   return unsupported(where, key, name, "'float32'");
 }
 
-mxu_status mxu_json_initializer(const mxu_json_where *where,
-                                const cJSON *object, const char *key,
-                                const char *class_name, const char *alias) {
-  const cJSON *v = mxu_json_get(object, key);
-  if (!v) return MXU_OK;
-  const cJSON *name = cJSON_IsObject(v) ? mxu_json_get(v, "class_name") : v;
-  if (!cJSON_IsString(name) || !name->valuestring) {
-    if (cJSON_IsNull(v)) return unsupported(where, key, v, class_name);
-    return wrong(where, key, v, "an initializer name or object");
-  }
-  /* The seed is left out on purpose: mxu draws from its own seeded
-   * streams, so a Keras seed could not reproduce Keras' numbers anyway. */
-  if (strcmp(name->valuestring, class_name) == 0 ||
-      strcmp(name->valuestring, alias) == 0)
-    return MXU_OK;
-  return unsupported(where, key, name, class_name);
-}
-
 /* ---- unknown keys --------------------------------------------------------
  */
 

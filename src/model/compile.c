@@ -183,24 +183,6 @@ mxu_precision mxu_model_precision(const mxu_model *model) {
              : MXU_PRECISION_FLOAT32;
 }
 
-/* glorot_uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)),
- * drawn from the stream (seed, INIT, layer, weight). */
-static void initialise(float *values, const mxu_param_decl *d, uint64_t seed,
-                       int layer, int index) {
-  int64_t count = mxu_shape_count(&d->shape);
-  if (d->init != MXU_INIT_GLOROT_UNIFORM) {
-    float value = d->init == MXU_INIT_ONES ? 1.0f : 0.0f;
-    for (int64_t i = 0; i < count; i++) values[i] = value;
-    return;
-  }
-  float limit = sqrtf(6.0f / (float)(d->fan_in + d->fan_out));
-  mxu_rng rng =
-      mxu_rng_make(seed, MXU_STREAM_INIT, (uint32_t)layer, (uint32_t)index, 0);
-  mxu_rng_uniform(&rng, 0, values, (size_t)count);
-  for (int64_t i = 0; i < count; i++)
-    values[i] = limit * (2.0f * values[i] - 1.0f);
-}
-
 /* A shared layer's other calls use the owner's weights, which must fit
  * their inputs too (Keras refuses the call otherwise), and get shadow
  * gradient space past the trainable values. */
@@ -288,7 +270,11 @@ static mxu_status allocate_params(mxu_model *model) {
       const mxu_param *p = &model->params[layer->param_first + k];
       float *values =
           (p->trainable ? model->weights : model->state) + p->offset;
-      initialise(values, &decls[k], model->compile.seed, layer->key, k);
+      mxu_status s = mxu_init_fill(&decls[k].init, &p->shape,
+                                   model->compile.seed, layer->key, k, values);
+      if (s != MXU_OK)
+        return mxu_fail_prefix(s, "compile: layer '%s', %s: ", layer->name,
+                               p->name);
     }
   }
   model->iterations = 0;

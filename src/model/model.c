@@ -56,8 +56,12 @@ const char *mxu_layer_class_names(void) {
 }
 
 mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w) {
-  return (mxu_conv2d_config){
-      NULL, filters, {kernel_h, kernel_w}, {1, 1}, MXU_VALID, MXU_LINEAR, 1};
+  return (mxu_conv2d_config){.filters = filters,
+                             .kernel_size = {kernel_h, kernel_w},
+                             .strides = {1, 1},
+                             .padding = MXU_VALID,
+                             .activation = MXU_LINEAR,
+                             .use_bias = 1};
 }
 
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w) {
@@ -66,11 +70,13 @@ mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w) {
 }
 
 mxu_dense_config mxu_dense_defaults(int units) {
-  return (mxu_dense_config){NULL, units, MXU_LINEAR, 1};
+  return (mxu_dense_config){
+      .units = units, .activation = MXU_LINEAR, .use_bias = 1};
 }
 
 mxu_batchnorm_config mxu_batchnorm_defaults(void) {
-  return (mxu_batchnorm_config){NULL, 0.99f, 1e-3f, 1, 1, 0};
+  return (mxu_batchnorm_config){
+      .momentum = 0.99f, .epsilon = 1e-3f, .center = 1, .scale = 1};
 }
 
 mxu_relu_config mxu_relu_defaults(void) {

@@ -15,19 +15,12 @@
 #define MXU_MAX_LAYER_SCRATCH 4
 #define MXU_NAME_SIZE 128
 
-typedef enum mxu_initializer {
-  MXU_INIT_ZEROS = 0,
-  MXU_INIT_ONES,
-  MXU_INIT_GLOROT_UNIFORM
-} mxu_initializer;
-
 /* One weight as Keras sees it: name, shape, initialiser, trainability. */
 typedef struct mxu_param_decl {
   const char *name; /* kernel, bias, gamma, beta, moving_mean, ... */
   mxu_shape shape;
-  mxu_initializer init;
+  mxu_initializer init; /* never MXU_INIT_DEFAULT: the layer resolved it */
   int trainable;
-  int64_t fan_in, fan_out;
 } mxu_param_decl;
 
 typedef struct mxu_layer mxu_layer;
@@ -496,6 +489,28 @@ typedef struct mxu_step_result {
 
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                                  const mxu_step_key *key, float scale);
+
+/* ---- initializers.c ---------------------------------------------------- */
+
+/* The given initializer, or fallback where it is MXU_INIT_DEFAULT. */
+mxu_initializer mxu_init_or(const mxu_initializer *given,
+                            mxu_initializer fallback);
+/* Keras' defaults: glorot_uniform, zeros, ones. */
+mxu_initializer mxu_init_glorot_uniform(void);
+mxu_initializer mxu_init_zeros(void);
+mxu_initializer mxu_init_ones(void);
+/* Fills values (the shape's count) as init says; unseeded draws come
+ * from the stream (seed, INIT, layer, index). MXU_ERR_SHAPE for an
+ * identity of a weight that is not 2-D, MXU_ERR_NOMEM. */
+mxu_status mxu_init_fill(const mxu_initializer *init, const mxu_shape *shape,
+                         uint64_t seed, int layer, int index, float *values);
+/* An initializer value in a layer's JSON config (absent: left as is; a
+ * name or {"class_name", "config"}), and its Keras form for writing. */
+mxu_status mxu_json_initializer(const mxu_json_where *where,
+                                const cJSON *object, const char *key,
+                                mxu_initializer *out);
+void mxu_json_put_initializer(mxu_json_out *out, cJSON *object, const char *key,
+                              const mxu_initializer *init);
 
 /* ---- loss.c: the target losses and the metrics ---------------------------
  */

@@ -20,15 +20,13 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   int64_t kh = c->kernel_size[0], kw = c->kernel_size[1];
   int64_t in = layer->in_shape.dims[2], out = c->filters;
   int64_t kernel[4] = {kh, kw, in, out};
-  decls[0] = (mxu_param_decl){"kernel",
-                              mxu_shape_make(4, kernel),
-                              MXU_INIT_GLOROT_UNIFORM,
-                              1,
-                              kh * kw * in,
-                              kh * kw * out};
+  decls[0] = (mxu_param_decl){
+      "kernel", mxu_shape_make(4, kernel),
+      mxu_init_or(&c->kernel_initializer, mxu_init_glorot_uniform()), 1};
   if (!c->use_bias) return 1;
-  decls[1] = (mxu_param_decl){
-      "bias", mxu_shape_make(1, &out), MXU_INIT_ZEROS, 1, 0, 0};
+  decls[1] =
+      (mxu_param_decl){"bias", mxu_shape_make(1, &out),
+                       mxu_init_or(&c->bias_initializer, mxu_init_zeros()), 1};
   return 2;
 }
 
@@ -171,9 +169,10 @@ static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
                          "groups %d is not supported (only 1)", groups);
   MXU_TRY(mxu_json_activation(where, config, "activation", &conv.activation));
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
-  MXU_TRY(mxu_config_weight_options(where, config, "kernel", "GlorotUniform",
-                                    "glorot_uniform"));
-  MXU_TRY(mxu_config_weight_options(where, config, "bias", "Zeros", "zeros"));
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel",
+                                    &conv.kernel_initializer));
+  MXU_TRY(
+      mxu_config_weight_options(where, config, "bias", &conv.bias_initializer));
   MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
   return mxu_json_applied(
       where, node, mxu_apply_conv2d(node->model, &conv, node->inputs[0]));
@@ -196,8 +195,9 @@ static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_string(out, config, "activation",
                       mxu_json_activation_name(conv->activation));
   mxu_json_put_bool(out, config, "use_bias", conv->use_bias);
-  mxu_json_put_initializer(out, config, "kernel_initializer", "GlorotUniform");
-  mxu_json_put_initializer(out, config, "bias_initializer", "Zeros");
+  mxu_config_put_initializers(out, config, "kernel", &conv->kernel_initializer,
+                              mxu_init_glorot_uniform(), "bias",
+                              &conv->bias_initializer, mxu_init_zeros());
   mxu_config_put_nulls(out, config, nulls);
 }
 

@@ -68,12 +68,18 @@ void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run);
       "bias_constraint", NULL
 
 /* weight_initializer, weight_regularizer, weight_constraint (weight is
- * "kernel", "bias", "gamma", ...): mxu's weights start as Keras' defaults
- * (the given initializer only) and are never regularised or
- * constrained. */
+ * "kernel", "bias", "gamma", ...): the initializer into *init (left as is
+ * when absent); mxu's weights are never regularised or constrained. */
 mxu_status mxu_config_weight_options(const mxu_json_where *where,
                                      const cJSON *config, const char *weight,
-                                     const char *class_name, const char *alias);
+                                     mxu_initializer *init);
+/* first_initializer and second_initializer: each given one, or its
+ * layer's default. */
+void mxu_config_put_initializers(mxu_json_out *out, cJSON *config,
+                                 const char *first, const mxu_initializer *a,
+                                 mxu_initializer a_default, const char *second,
+                                 const mxu_initializer *b,
+                                 mxu_initializer b_default);
 /* Each key of the NULL-terminated list as null. */
 void mxu_config_put_nulls(mxu_json_out *out, cJSON *config,
                           const char *const *keys);

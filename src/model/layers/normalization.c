@@ -28,12 +28,17 @@ static int batchnorm_declare(const mxu_layer *layer, mxu_param_decl *decls) {
       mxu_shape_make(1, &layer->in_shape.dims[layer->in_shape.rank - 1]);
   int n = 0;
   if (c->scale)
-    decls[n++] = (mxu_param_decl){"gamma", shape, MXU_INIT_ONES, 1, 0, 0};
+    decls[n++] = (mxu_param_decl){
+        "gamma", shape, mxu_init_or(&c->gamma_initializer, mxu_init_ones()), 1};
   if (c->center)
-    decls[n++] = (mxu_param_decl){"beta", shape, MXU_INIT_ZEROS, 1, 0, 0};
-  decls[n++] = (mxu_param_decl){"moving_mean", shape, MXU_INIT_ZEROS, 0, 0, 0};
-  decls[n++] =
-      (mxu_param_decl){"moving_variance", shape, MXU_INIT_ONES, 0, 0, 0};
+    decls[n++] = (mxu_param_decl){
+        "beta", shape, mxu_init_or(&c->beta_initializer, mxu_init_zeros()), 1};
+  decls[n++] = (mxu_param_decl){
+      "moving_mean", shape,
+      mxu_init_or(&c->moving_mean_initializer, mxu_init_zeros()), 0};
+  decls[n++] = (mxu_param_decl){
+      "moving_variance", shape,
+      mxu_init_or(&c->moving_variance_initializer, mxu_init_ones()), 0};
   return n;
 }
 
@@ -323,12 +328,14 @@ static mxu_status read_batchnorm(const mxu_json_where *where,
       mxu_json_float(where, config, "epsilon", MXU_JSON_OPTIONAL, &bn.epsilon));
   MXU_TRY(mxu_json_bool(where, config, "center", &bn.center));
   MXU_TRY(mxu_json_bool(where, config, "scale", &bn.scale));
-  MXU_TRY(mxu_config_weight_options(where, config, "beta", "Zeros", "zeros"));
-  MXU_TRY(mxu_config_weight_options(where, config, "gamma", "Ones", "ones"));
+  MXU_TRY(
+      mxu_config_weight_options(where, config, "beta", &bn.beta_initializer));
+  MXU_TRY(
+      mxu_config_weight_options(where, config, "gamma", &bn.gamma_initializer));
   MXU_TRY(mxu_json_initializer(where, config, "moving_mean_initializer",
-                               "Zeros", "zeros"));
+                               &bn.moving_mean_initializer));
   MXU_TRY(mxu_json_initializer(where, config, "moving_variance_initializer",
-                               "Ones", "ones"));
+                               &bn.moving_variance_initializer));
   MXU_TRY(mxu_json_require_false(where, config, "renorm"));
   MXU_TRY(mxu_json_require_null(where, config, "virtual_batch_size"));
   MXU_TRY(mxu_json_bool(where, config, "synchronized", &bn.synchronized));
@@ -354,10 +361,13 @@ static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_float(out, config, "epsilon", bn->epsilon);
   mxu_json_put_bool(out, config, "center", bn->center);
   mxu_json_put_bool(out, config, "scale", bn->scale);
-  mxu_json_put_initializer(out, config, "beta_initializer", "Zeros");
-  mxu_json_put_initializer(out, config, "gamma_initializer", "Ones");
-  mxu_json_put_initializer(out, config, "moving_mean_initializer", "Zeros");
-  mxu_json_put_initializer(out, config, "moving_variance_initializer", "Ones");
+  mxu_config_put_initializers(out, config, "beta", &bn->beta_initializer,
+                              mxu_init_zeros(), "gamma", &bn->gamma_initializer,
+                              mxu_init_ones());
+  mxu_config_put_initializers(
+      out, config, "moving_mean", &bn->moving_mean_initializer,
+      mxu_init_zeros(), "moving_variance", &bn->moving_variance_initializer,
+      mxu_init_ones());
   mxu_config_put_nulls(out, config, nulls);
   /* tf.keras knows the key since 2.12; older ones would reject it. */
   if (out->keras3 || bn->synchronized)

@@ -151,19 +151,32 @@ void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run) {
 }
 
 /* kernel_initializer, kernel_regularizer, kernel_constraint (or bias_...):
- * mxu's weights start as Keras' defaults and are never regularised or
+ * the initializer into *init; mxu's weights are never regularised or
  * constrained. */
 mxu_status mxu_config_weight_options(const mxu_json_where *where,
                                      const cJSON *config, const char *weight,
-                                     const char *class_name,
-                                     const char *alias) {
+                                     mxu_initializer *init) {
   char key[64];
   snprintf(key, sizeof key, "%s_initializer", weight);
-  MXU_TRY(mxu_json_initializer(where, config, key, class_name, alias));
+  MXU_TRY(mxu_json_initializer(where, config, key, init));
   snprintf(key, sizeof key, "%s_regularizer", weight);
   MXU_TRY(mxu_json_require_null(where, config, key));
   snprintf(key, sizeof key, "%s_constraint", weight);
   return mxu_json_require_null(where, config, key);
+}
+
+void mxu_config_put_initializers(mxu_json_out *out, cJSON *config,
+                                 const char *first, const mxu_initializer *a,
+                                 mxu_initializer a_default, const char *second,
+                                 const mxu_initializer *b,
+                                 mxu_initializer b_default) {
+  char key[64];
+  mxu_initializer init = mxu_init_or(a, a_default);
+  snprintf(key, sizeof key, "%s_initializer", first);
+  mxu_json_put_initializer(out, config, key, &init);
+  init = mxu_init_or(b, b_default);
+  snprintf(key, sizeof key, "%s_initializer", second);
+  mxu_json_put_initializer(out, config, key, &init);
 }
 
 void mxu_config_put_nulls(mxu_json_out *out, cJSON *config,
