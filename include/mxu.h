@@ -123,6 +123,39 @@ typedef struct mxu_initializer {
  * listing the names mxu knows. */
 mxu_status mxu_initializer_from_name(const char *name, mxu_initializer *out);
 
+/* Keras' L1, L2 and L1L2 weight regularizers: l1 sum|w| + l2 sum w^2 is
+ * added to the loss once per batch (and to what fit and evaluate log, as
+ * Keras logs it), its gradient to the weight's. Zeros: none. */
+typedef struct mxu_regularizer {
+  float l1, l2;
+} mxu_regularizer;
+
+/* Keras' weight constraints, applied after every optimizer update: with
+ * norms taken over `axes` (Keras' axis, default 0; negative counts from
+ * the end), max_norm scales w to at most max_value, unit_norm to 1,
+ * min_max_norm to rate clip(norm, min, max) + (1 - rate) norm; non_neg
+ * zeroes negative values. */
+typedef enum mxu_constraint_kind {
+  MXU_CONSTRAINT_NONE = 0,
+  MXU_MAX_NORM,
+  MXU_NON_NEG,
+  MXU_UNIT_NORM,
+  MXU_MIN_MAX_NORM
+} mxu_constraint_kind;
+
+typedef struct mxu_constraint {
+  mxu_constraint_kind kind;
+  float max_value, min_value, rate;
+  int axes[MXU_MAX_RANK], axis_count;
+} mxu_constraint;
+
+/* What Keras lets a layer say of each of its weights. */
+typedef struct mxu_weight_options {
+  mxu_initializer initializer;
+  mxu_regularizer regularizer;
+  mxu_constraint constraint;
+} mxu_weight_options;
+
 typedef struct mxu_conv2d_config {
   const char *name;
   int filters;
@@ -131,7 +164,7 @@ typedef struct mxu_conv2d_config {
   mxu_padding padding;
   mxu_activation activation;
   int use_bias;
-  mxu_initializer kernel_initializer, bias_initializer;
+  mxu_weight_options kernel, bias;
 } mxu_conv2d_config;
 
 typedef struct mxu_pool2d_config {
@@ -146,7 +179,7 @@ typedef struct mxu_dense_config {
   int units;
   mxu_activation activation;
   int use_bias;
-  mxu_initializer kernel_initializer, bias_initializer;
+  mxu_weight_options kernel, bias;
 } mxu_dense_config;
 
 typedef struct mxu_batchnorm_config {
@@ -158,7 +191,7 @@ typedef struct mxu_batchnorm_config {
   /* Keras' synchronized: batch statistics over the global batch (every
    * replica) instead of each replica's slice. */
   int synchronized;
-  mxu_initializer beta_initializer, gamma_initializer;
+  mxu_weight_options beta, gamma;
   mxu_initializer moving_mean_initializer, moving_variance_initializer;
 } mxu_batchnorm_config;
 

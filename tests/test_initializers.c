@@ -188,10 +188,10 @@ static void json_forms(void) {
   mxu_model *m = read_model(model_json);
   if (!m) return;
   const mxu_dense_config *d = &m->layers[m->layer_count - 1].config.dense;
-  CHECK(d->kernel_initializer.kind == MXU_INIT_VARIANCE_SCALING &&
-        d->kernel_initializer.scale == 2.0f &&
-        d->kernel_initializer.mode == MXU_FAN_AVG &&
-        d->kernel_initializer.distribution == MXU_UNIFORM);
+  CHECK(d->kernel.initializer.kind == MXU_INIT_VARIANCE_SCALING &&
+        d->kernel.initializer.scale == 2.0f &&
+        d->kernel.initializer.mode == MXU_FAN_AVG &&
+        d->kernel.initializer.distribution == MXU_UNIFORM);
   /* The conv bias is the constant; the dense bias within 2 stddev of 1. */
   const mxu_param *conv_bias = &m->params[1];
   CHECK(strcmp(conv_bias->name, "bias") == 0 &&

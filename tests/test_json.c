@@ -1326,16 +1326,17 @@ static const struct {
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
      "8, \"kernel_size\": 3, \"kernel_regularizer\": {\"class_name\": "
-     "\"L2\", \"config\": {\"l2\": 0.01}}}}",
-     MXU_ERR_UNSUPPORTED, "kernel_regularizer {'class_name': 'L2'"},
+     "\"OrthogonalRegularizer\", \"config\": {\"factor\": 0.01}}}}",
+     MXU_ERR_UNSUPPORTED,
+     "kernel_regularizer {'class_name': 'OrthogonalRegularizer'"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
      "8, \"kernel_size\": 3, \"activity_regularizer\": \"l1\"}}",
      MXU_ERR_UNSUPPORTED, "activity_regularizer 'l1'"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
-     "8, \"kernel_size\": 3, \"kernel_constraint\": \"max_norm\"}}",
-     MXU_ERR_UNSUPPORTED, "kernel_constraint 'max_norm'"},
+     "8, \"kernel_size\": 3, \"kernel_constraint\": \"radial\"}}",
+     MXU_ERR_UNSUPPORTED, "kernel_constraint 'radial'"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
      "8, \"kernel_size\": 3, \"activation\": \"gelu\"}}",

@@ -214,6 +214,19 @@ static mxu_status shared_calls(mxu_model *model) {
   return MXU_OK;
 }
 
+/* A constraint's axes must be the weight's (Keras: -rank .. rank-1). */
+static mxu_status check_constraint(const mxu_layer *layer, const mxu_param *p) {
+  const mxu_constraint *c = &p->constraint;
+  for (int a = 0; c->kind != MXU_CONSTRAINT_NONE && a < c->axis_count; a++)
+    if (c->axes[a] < -p->shape.rank || c->axes[a] >= p->shape.rank ||
+        p->shape.rank == 0)
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "compile: layer '%s': the constraint of %s has axis %d "
+                      "but the weight has rank %d",
+                      layer->name, p->name, c->axes[a], p->shape.rank);
+  return MXU_OK;
+}
+
 static mxu_status build_params(mxu_model *model) {
   int total = 0;
   mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
@@ -234,12 +247,15 @@ static mxu_status build_params(mxu_model *model) {
       mxu_param *p = &model->params[model->param_count++];
       int64_t *counter =
           decls[k].trainable ? &model->trainable_count : &model->state_count;
-      *p = (mxu_param){i,
-                       decls[k].name,
-                       decls[k].shape,
-                       decls[k].trainable,
-                       *counter,
-                       mxu_shape_count(&decls[k].shape)};
+      *p = (mxu_param){.layer = i,
+                       .name = decls[k].name,
+                       .shape = decls[k].shape,
+                       .trainable = decls[k].trainable,
+                       .offset = *counter,
+                       .count = mxu_shape_count(&decls[k].shape),
+                       .regularizer = decls[k].regularizer,
+                       .constraint = decls[k].constraint};
+      MXU_TRY(check_constraint(layer, p));
       /* Each weight starts on a 64-byte boundary. */
       *counter += (p->count + 15) / 16 * 16;
     }
@@ -261,6 +277,18 @@ static mxu_status allocate_params(mxu_model *model) {
     if (!*buffers[i])
       return mxu_fail(MXU_ERR_NOMEM, "compile: cannot allocate parameters");
   }
+  int64_t largest = 1;
+  model->penalized = 0;
+  for (int i = 0; i < model->param_count; i++) {
+    const mxu_param *p = &model->params[i];
+    model->penalized |= p->regularizer.l1 != 0 || p->regularizer.l2 != 0;
+    if (p->constraint.kind != MXU_CONSTRAINT_NONE && p->count > largest)
+      largest = p->count;
+  }
+  free(model->norms);
+  model->norms = malloc((size_t)largest * sizeof *model->norms);
+  if (!model->norms)
+    return mxu_fail(MXU_ERR_NOMEM, "compile: cannot allocate parameters");
   mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
   for (int i = 0; i < model->layer_count; i++) {
     const mxu_layer *layer = &model->layers[i];

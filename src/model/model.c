@@ -111,6 +111,7 @@ void mxu_model_free(mxu_model *model) {
   mxu_aligned_free(model->slot_m);
   mxu_aligned_free(model->slot_v);
   mxu_aligned_free(model->state);
+  free(model->norms);
   free(model->history.epochs);
   free(model->profile);
   free(model);

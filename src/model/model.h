@@ -21,6 +21,8 @@ typedef struct mxu_param_decl {
   mxu_shape shape;
   mxu_initializer init; /* never MXU_INIT_DEFAULT: the layer resolved it */
   int trainable;
+  mxu_regularizer regularizer;
+  mxu_constraint constraint;
 } mxu_param_decl;
 
 typedef struct mxu_layer mxu_layer;
@@ -264,6 +266,8 @@ typedef struct mxu_param {
   mxu_shape shape;
   int trainable;
   int64_t offset, count;
+  mxu_regularizer regularizer;
+  mxu_constraint constraint;
 } mxu_param;
 
 /* A parameter's values in the model's buffers. */
@@ -364,7 +368,11 @@ struct mxu_model {
   mxu_param *params;
   int param_count;
   float *weights, *grads, *slot_m, *slot_v; /* trainable_count each */
-  float *state;                             /* state_count */
+  /* Regularized weights (their penalties join the loss), and room for
+   * the norms of the largest constrained weight (regularizers.c). */
+  int penalized;
+  double *norms;
+  float *state; /* state_count */
   int64_t trainable_count, state_count;
   /* Gradient buffers hold shadow_count more values: the weight gradients
    * of shared layers' other calls (see mxu_layer.owner). */
@@ -511,6 +519,28 @@ mxu_status mxu_json_initializer(const mxu_json_where *where,
                                 mxu_initializer *out);
 void mxu_json_put_initializer(mxu_json_out *out, cJSON *object, const char *key,
                               const mxu_initializer *init);
+
+/* ---- regularizers.c ---------------------------------------------------- */
+
+/* A weight's regularizer and constraint in a layer's JSON config (absent
+ * or null: none), and their Keras form (null for none). */
+mxu_status mxu_json_regularizer(const mxu_json_where *where,
+                                const cJSON *object, const char *key,
+                                mxu_regularizer *out);
+void mxu_json_put_regularizer(mxu_json_out *out, cJSON *object, const char *key,
+                              const mxu_regularizer *r);
+mxu_status mxu_json_constraint(const mxu_json_where *where, const cJSON *object,
+                               const char *key, mxu_constraint *out);
+void mxu_json_put_constraint(mxu_json_out *out, cJSON *object, const char *key,
+                             const mxu_constraint *c);
+/* The penalty of every regularized weight at the current weights. */
+double mxu_regularization_loss(const mxu_model *model);
+/* Adds the penalties' gradient to model->grads over [begin, end) of the
+ * trainable buffer (elementwise: any split gives the same). */
+void mxu_regularization_grad(const mxu_model *model, int64_t begin,
+                             int64_t end);
+/* Applies every weight's constraint (after an update). */
+void mxu_apply_constraints(mxu_model *model);
 
 /* ---- loss.c: the target losses and the metrics ---------------------------
  */

@@ -196,6 +196,7 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
 
 void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
   const mxu_optimizer_config *o = &model->compile.optimizer;
+  if (model->penalized) mxu_regularization_grad(model, begin, end);
   float *w = model->weights + begin;
   const float *g = model->grads + begin;
   if (o->kind == MXU_ADAM) {

@@ -409,6 +409,8 @@ void mxu_strategy_apply(mxu_model *model) {
     denormals_restore(mode);
   }
   gather_shards(model, model->weights);
+  /* Whole weights, the same in every process. */
+  mxu_apply_constraints(model);
 }
 
 void mxu_strategy_sync_slots(mxu_model *model) {

@@ -175,7 +175,8 @@ mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
     metric_sum += r.metric_sum;
   }
   double n = data->count ? (double)data->count : 1.0;
-  if (loss) *loss = loss_sum / n;
+  double penalty = model->penalized ? mxu_regularization_loss(model) : 0.0;
+  if (loss) *loss = loss_sum / n + penalty;
   if (accuracy) *accuracy = metric_sum / n;
   return MXU_OK;
 }
@@ -279,6 +280,10 @@ static mxu_status train_step(mxu_model *model, const mxu_fit_config *c,
   int64_t batch = global_batch(model);
   mxu_step_key key = {1, c->seed, (uint32_t)epoch, (uint32_t)step};
   mxu_step_result r = mxu_strategy_step(model, &key, 1.0f / (float)batch);
+  /* Keras adds the weights' penalties to each batch's mean loss, at the
+   * weights before the update. */
+  if (model->penalized)
+    r.loss_sum += (double)batch * mxu_regularization_loss(model);
   if (!isfinite(r.loss_sum))
     return mxu_fail(MXU_ERR_NUMERIC,
                     "fit: epoch %d, step %d: the loss is %s; training "

@@ -20,13 +20,11 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   int64_t kh = c->kernel_size[0], kw = c->kernel_size[1];
   int64_t in = layer->in_shape.dims[2], out = c->filters;
   int64_t kernel[4] = {kh, kw, in, out};
-  decls[0] = (mxu_param_decl){
-      "kernel", mxu_shape_make(4, kernel),
-      mxu_init_or(&c->kernel_initializer, mxu_init_glorot_uniform()), 1};
+  decls[0] = mxu_weight_decl("kernel", mxu_shape_make(4, kernel), &c->kernel,
+                             mxu_init_glorot_uniform());
   if (!c->use_bias) return 1;
-  decls[1] =
-      (mxu_param_decl){"bias", mxu_shape_make(1, &out),
-                       mxu_init_or(&c->bias_initializer, mxu_init_zeros()), 1};
+  decls[1] = mxu_weight_decl("bias", mxu_shape_make(1, &out), &c->bias,
+                             mxu_init_zeros());
   return 2;
 }
 
@@ -169,10 +167,8 @@ static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
                          "groups %d is not supported (only 1)", groups);
   MXU_TRY(mxu_json_activation(where, config, "activation", &conv.activation));
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
-  MXU_TRY(mxu_config_weight_options(where, config, "kernel",
-                                    &conv.kernel_initializer));
-  MXU_TRY(
-      mxu_config_weight_options(where, config, "bias", &conv.bias_initializer));
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &conv.kernel));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", &conv.bias));
   MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
   return mxu_json_applied(
       where, node, mxu_apply_conv2d(node->model, &conv, node->inputs[0]));
@@ -180,9 +176,6 @@ static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
 
 static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
                          cJSON *config) {
-  static const char *const nulls[] = {
-      "kernel_regularizer", "bias_regularizer", "activity_regularizer",
-      "kernel_constraint",  "bias_constraint",  NULL};
   const mxu_conv2d_config *conv = &layer->config.conv;
   static const int ones[2] = {1, 1};
   mxu_json_put_number(out, config, "filters", conv->filters);
@@ -195,10 +188,11 @@ static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_string(out, config, "activation",
                       mxu_json_activation_name(conv->activation));
   mxu_json_put_bool(out, config, "use_bias", conv->use_bias);
-  mxu_config_put_initializers(out, config, "kernel", &conv->kernel_initializer,
+  mxu_config_put_initializers(out, config, "kernel", &conv->kernel.initializer,
                               mxu_init_glorot_uniform(), "bias",
-                              &conv->bias_initializer, mxu_init_zeros());
-  mxu_config_put_nulls(out, config, nulls);
+                              &conv->bias.initializer, mxu_init_zeros());
+  mxu_config_put_penalties(out, config, "kernel", &conv->kernel, "bias",
+                           &conv->bias, 1);
 }
 
 /* Keras 1's name, which Keras still reads. */

@@ -41,13 +41,11 @@ static int dense_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   int64_t in = layer->in_shape.dims[0], out = layer->config.dense.units;
   int64_t kernel[2] = {in, out};
   const mxu_dense_config *c = &layer->config.dense;
-  decls[0] = (mxu_param_decl){
-      "kernel", mxu_shape_make(2, kernel),
-      mxu_init_or(&c->kernel_initializer, mxu_init_glorot_uniform()), 1};
+  decls[0] = mxu_weight_decl("kernel", mxu_shape_make(2, kernel), &c->kernel,
+                             mxu_init_glorot_uniform());
   if (!c->use_bias) return 1;
-  decls[1] =
-      (mxu_param_decl){"bias", mxu_shape_make(1, &out),
-                       mxu_init_or(&c->bias_initializer, mxu_init_zeros()), 1};
+  decls[1] = mxu_weight_decl("bias", mxu_shape_make(1, &out), &c->bias,
+                             mxu_init_zeros());
   return 2;
 }
 
@@ -144,10 +142,8 @@ static mxu_status read_dense(const mxu_json_where *where, const cJSON *config,
                        &dense.units));
   MXU_TRY(mxu_json_activation(where, config, "activation", &dense.activation));
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &dense.use_bias));
-  MXU_TRY(mxu_config_weight_options(where, config, "kernel",
-                                    &dense.kernel_initializer));
-  MXU_TRY(mxu_config_weight_options(where, config, "bias",
-                                    &dense.bias_initializer));
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &dense.kernel));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", &dense.bias));
   MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
   return mxu_json_applied(
       where, node, mxu_apply_dense(node->model, &dense, node->inputs[0]));
@@ -160,15 +156,12 @@ static void write_dense(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_string(out, config, "activation",
                       mxu_json_activation_name(dense->activation));
   mxu_json_put_bool(out, config, "use_bias", dense->use_bias);
-  mxu_config_put_initializers(out, config, "kernel", &dense->kernel_initializer,
+  mxu_config_put_initializers(out, config, "kernel", &dense->kernel.initializer,
                               mxu_init_glorot_uniform(), "bias",
-                              &dense->bias_initializer, mxu_init_zeros());
-  mxu_json_put_null(out, config, "kernel_regularizer");
-  mxu_json_put_null(out, config, "bias_regularizer");
+                              &dense->bias.initializer, mxu_init_zeros());
   /* Keras 3 writes activity_regularizer only when one is set. */
-  if (!out->keras3) mxu_json_put_null(out, config, "activity_regularizer");
-  mxu_json_put_null(out, config, "kernel_constraint");
-  mxu_json_put_null(out, config, "bias_constraint");
+  mxu_config_put_penalties(out, config, "kernel", &dense->kernel, "bias",
+                           &dense->bias, !out->keras3);
 }
 
 /* ---- Dropout -------------------------------------------------------------

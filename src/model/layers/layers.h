@@ -68,11 +68,22 @@ void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run);
       "bias_constraint", NULL
 
 /* weight_initializer, weight_regularizer, weight_constraint (weight is
- * "kernel", "bias", "gamma", ...): the initializer into *init (left as is
- * when absent); mxu's weights are never regularised or constrained. */
+ * "kernel", "bias", "gamma", ...) into *options (each left as is when
+ * absent). */
 mxu_status mxu_config_weight_options(const mxu_json_where *where,
                                      const cJSON *config, const char *weight,
-                                     mxu_initializer *init);
+                                     mxu_weight_options *options);
+/* A trainable weight's declaration from its options (fallback: the
+ * layer's default initializer). */
+mxu_param_decl mxu_weight_decl(const char *name, mxu_shape shape,
+                               const mxu_weight_options *options,
+                               mxu_initializer fallback);
+/* first_regularizer, second_regularizer, activity_regularizer (null, when
+ * activity), first_constraint, second_constraint, in Keras' order. */
+void mxu_config_put_penalties(mxu_json_out *out, cJSON *config,
+                              const char *first, const mxu_weight_options *a,
+                              const char *second, const mxu_weight_options *b,
+                              int activity);
 /* first_initializer and second_initializer: each given one, or its
  * layer's default. */
 void mxu_config_put_initializers(mxu_json_out *out, cJSON *config,
@@ -80,9 +91,6 @@ void mxu_config_put_initializers(mxu_json_out *out, cJSON *config,
                                  mxu_initializer a_default, const char *second,
                                  const mxu_initializer *b,
                                  mxu_initializer b_default);
-/* Each key of the NULL-terminated list as null. */
-void mxu_config_put_nulls(mxu_json_out *out, cJSON *config,
-                          const char *const *keys);
 /* "same" or "valid". */
 const char *mxu_padding_name(mxu_padding padding);
 

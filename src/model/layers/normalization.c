@@ -28,17 +28,17 @@ static int batchnorm_declare(const mxu_layer *layer, mxu_param_decl *decls) {
       mxu_shape_make(1, &layer->in_shape.dims[layer->in_shape.rank - 1]);
   int n = 0;
   if (c->scale)
-    decls[n++] = (mxu_param_decl){
-        "gamma", shape, mxu_init_or(&c->gamma_initializer, mxu_init_ones()), 1};
+    decls[n++] = mxu_weight_decl("gamma", shape, &c->gamma, mxu_init_ones());
   if (c->center)
-    decls[n++] = (mxu_param_decl){
-        "beta", shape, mxu_init_or(&c->beta_initializer, mxu_init_zeros()), 1};
+    decls[n++] = mxu_weight_decl("beta", shape, &c->beta, mxu_init_zeros());
   decls[n++] = (mxu_param_decl){
-      "moving_mean", shape,
-      mxu_init_or(&c->moving_mean_initializer, mxu_init_zeros()), 0};
+      .name = "moving_mean",
+      .shape = shape,
+      .init = mxu_init_or(&c->moving_mean_initializer, mxu_init_zeros())};
   decls[n++] = (mxu_param_decl){
-      "moving_variance", shape,
-      mxu_init_or(&c->moving_variance_initializer, mxu_init_ones()), 0};
+      .name = "moving_variance",
+      .shape = shape,
+      .init = mxu_init_or(&c->moving_variance_initializer, mxu_init_ones())};
   return n;
 }
 
@@ -328,10 +328,8 @@ static mxu_status read_batchnorm(const mxu_json_where *where,
       mxu_json_float(where, config, "epsilon", MXU_JSON_OPTIONAL, &bn.epsilon));
   MXU_TRY(mxu_json_bool(where, config, "center", &bn.center));
   MXU_TRY(mxu_json_bool(where, config, "scale", &bn.scale));
-  MXU_TRY(
-      mxu_config_weight_options(where, config, "beta", &bn.beta_initializer));
-  MXU_TRY(
-      mxu_config_weight_options(where, config, "gamma", &bn.gamma_initializer));
+  MXU_TRY(mxu_config_weight_options(where, config, "beta", &bn.beta));
+  MXU_TRY(mxu_config_weight_options(where, config, "gamma", &bn.gamma));
   MXU_TRY(mxu_json_initializer(where, config, "moving_mean_initializer",
                                &bn.moving_mean_initializer));
   MXU_TRY(mxu_json_initializer(where, config, "moving_variance_initializer",
@@ -346,9 +344,6 @@ static mxu_status read_batchnorm(const mxu_json_where *where,
 
 static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
                             cJSON *config) {
-  static const char *const nulls[] = {"beta_regularizer", "gamma_regularizer",
-                                      "beta_constraint", "gamma_constraint",
-                                      NULL};
   const mxu_batchnorm_config *bn = &layer->config.batchnorm;
   if (out->keras3) {
     mxu_json_put_number(out, config, "axis", -1);
@@ -361,14 +356,15 @@ static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_float(out, config, "epsilon", bn->epsilon);
   mxu_json_put_bool(out, config, "center", bn->center);
   mxu_json_put_bool(out, config, "scale", bn->scale);
-  mxu_config_put_initializers(out, config, "beta", &bn->beta_initializer,
-                              mxu_init_zeros(), "gamma", &bn->gamma_initializer,
+  mxu_config_put_initializers(out, config, "beta", &bn->beta.initializer,
+                              mxu_init_zeros(), "gamma", &bn->gamma.initializer,
                               mxu_init_ones());
   mxu_config_put_initializers(
       out, config, "moving_mean", &bn->moving_mean_initializer,
       mxu_init_zeros(), "moving_variance", &bn->moving_variance_initializer,
       mxu_init_ones());
-  mxu_config_put_nulls(out, config, nulls);
+  mxu_config_put_penalties(out, config, "beta", &bn->beta, "gamma", &bn->gamma,
+                           0);
   /* tf.keras knows the key since 2.12; older ones would reject it. */
   if (out->keras3 || bn->synchronized)
     mxu_json_put_bool(out, config, "synchronized", bn->synchronized);

@@ -150,19 +150,27 @@ void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run) {
             sizeof(float));
 }
 
-/* kernel_initializer, kernel_regularizer, kernel_constraint (or bias_...):
- * the initializer into *init; mxu's weights are never regularised or
- * constrained. */
 mxu_status mxu_config_weight_options(const mxu_json_where *where,
                                      const cJSON *config, const char *weight,
-                                     mxu_initializer *init) {
+                                     mxu_weight_options *options) {
   char key[64];
   snprintf(key, sizeof key, "%s_initializer", weight);
-  MXU_TRY(mxu_json_initializer(where, config, key, init));
+  MXU_TRY(mxu_json_initializer(where, config, key, &options->initializer));
   snprintf(key, sizeof key, "%s_regularizer", weight);
-  MXU_TRY(mxu_json_require_null(where, config, key));
+  MXU_TRY(mxu_json_regularizer(where, config, key, &options->regularizer));
   snprintf(key, sizeof key, "%s_constraint", weight);
-  return mxu_json_require_null(where, config, key);
+  return mxu_json_constraint(where, config, key, &options->constraint);
+}
+
+mxu_param_decl mxu_weight_decl(const char *name, mxu_shape shape,
+                               const mxu_weight_options *options,
+                               mxu_initializer fallback) {
+  return (mxu_param_decl){name,
+                          shape,
+                          mxu_init_or(&options->initializer, fallback),
+                          1,
+                          options->regularizer,
+                          options->constraint};
 }
 
 void mxu_config_put_initializers(mxu_json_out *out, cJSON *config,
@@ -179,9 +187,20 @@ void mxu_config_put_initializers(mxu_json_out *out, cJSON *config,
   mxu_json_put_initializer(out, config, key, &init);
 }
 
-void mxu_config_put_nulls(mxu_json_out *out, cJSON *config,
-                          const char *const *keys) {
-  for (; *keys; keys++) mxu_json_put_null(out, config, *keys);
+void mxu_config_put_penalties(mxu_json_out *out, cJSON *config,
+                              const char *first, const mxu_weight_options *a,
+                              const char *second, const mxu_weight_options *b,
+                              int activity) {
+  char key[64];
+  snprintf(key, sizeof key, "%s_regularizer", first);
+  mxu_json_put_regularizer(out, config, key, &a->regularizer);
+  snprintf(key, sizeof key, "%s_regularizer", second);
+  mxu_json_put_regularizer(out, config, key, &b->regularizer);
+  if (activity) mxu_json_put_null(out, config, "activity_regularizer");
+  snprintf(key, sizeof key, "%s_constraint", first);
+  mxu_json_put_constraint(out, config, key, &a->constraint);
+  snprintf(key, sizeof key, "%s_constraint", second);
+  mxu_json_put_constraint(out, config, key, &b->constraint);
 }
 
 const char *mxu_padding_name(mxu_padding padding) {
