@@ -354,19 +354,44 @@ void mxu_summary(const mxu_model *model, FILE *out);
 
 /* ---- compile ----------------------------------------------------------- */
 
-typedef enum mxu_optimizer_kind { MXU_ADAM = 0, MXU_SGD } mxu_optimizer_kind;
+/* Keras' optimizers with Keras 3's update rules. */
+typedef enum mxu_optimizer_kind {
+  MXU_ADAM = 0,
+  MXU_SGD,
+  MXU_RMSPROP,  /* rho, momentum, epsilon (not centered) */
+  MXU_ADAGRAD,  /* initial_accumulator_value, epsilon */
+  MXU_ADAMAX,   /* beta_1, beta_2, epsilon */
+  MXU_NADAM,    /* beta_1, beta_2, epsilon */
+  MXU_ADADELTA, /* rho, epsilon */
+  MXU_LION,     /* beta_1, beta_2 */
+  MXU_ADAMW     /* Adam with weight_decay (0.004) */
+} mxu_optimizer_kind;
 
 typedef struct mxu_optimizer_config {
   mxu_optimizer_kind kind;
   float learning_rate;
-  float beta_1, beta_2, epsilon; /* Adam */
-  float momentum;                /* SGD */
-  int nesterov;                  /* SGD */
+  float beta_1, beta_2, epsilon;
+  float momentum;                  /* SGD, RMSprop */
+  int nesterov;                    /* SGD */
+  float rho;                       /* RMSprop, Adadelta */
+  float initial_accumulator_value; /* Adagrad */
+  /* Every optimizer (Keras 3's base class): w -= w * weight_decay * lr
+   * before each update; and the gradients clipped first, each weight's to
+   * norm clipnorm, all together to global_clipnorm, or each value to
+   * +-clipvalue (0: off; at most one). */
+  float weight_decay;
+  float clipnorm, global_clipnorm, clipvalue;
 } mxu_optimizer_config;
 
 /* Keras' defaults: Adam(1e-3, 0.9, 0.999, 1e-7); SGD(0.01, 0, false). */
 mxu_optimizer_config mxu_adam(float learning_rate);
 mxu_optimizer_config mxu_sgd(float learning_rate, float momentum, int nesterov);
+/* An optimizer by Keras' name or class ("rmsprop", "AdamW", ...) with
+ * Keras' defaults; MXU_ERR_UNSUPPORTED listing the ones mxu has. Its
+ * class name, and the name Keras 3 gives an instance ("adamw"). */
+mxu_status mxu_optimizer_from_name(const char *name, mxu_optimizer_config *out);
+const char *mxu_optimizer_class_name(mxu_optimizer_kind kind);
+const char *mxu_optimizer_name(mxu_optimizer_kind kind);
 
 /* Keras' losses, each the mean over the output's values of a sample, then
  * over the batch (sum_over_batch_size). The cross-entropies compare class

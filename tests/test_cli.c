@@ -116,8 +116,8 @@ static void usage_errors(void) {
   r = run("train", fashion_json, "--data", "x", "--learning-rate=-1", NULL);
   EXPECT_RUN(r, 2, "--learning-rate: '-1' is not a positive number");
   result_free(&r);
-  r = run("train", fashion_json, "--data", "x", "--optimizer", "rmsprop", NULL);
-  EXPECT_RUN(r, 2, "--optimizer: 'rmsprop' is not one of adam, sgd");
+  r = run("train", fashion_json, "--data", "x", "--optimizer", "ftrl", NULL);
+  EXPECT_RUN(r, 2, "--optimizer: 'ftrl' is not one of adam, sgd, rmsprop");
   result_free(&r);
   r = run("train", fashion_json, "--epochs", "2", NULL);
   EXPECT_RUN(r, 2, "mxu train: --data is required");

@@ -1459,10 +1459,10 @@ static void errors_compile(void) {
     const char *compile;
     const char *needle;
   } cases[] = {
-      {"{\"optimizer\": \"rmsprop\"}", "optimizer: 'rmsprop' is not supported"},
-      {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
-       "{\"learning_rate\": 0.001, \"clipnorm\": 1.0}}}",
-       "clipnorm 1 is not supported"},
+      {"{\"optimizer\": \"ftrl\"}", "optimizer 'ftrl' is not supported"},
+      {"{\"optimizer\": {\"class_name\": \"RMSprop\", \"config\": "
+       "{\"learning_rate\": 0.001, \"centered\": true}}}",
+       "centered true is not supported"},
       {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
        "{\"learning_rate\": {\"class_name\": \"ExponentialDecay\", "
        "\"config\": {}}}}}",

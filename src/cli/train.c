@@ -10,7 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char *const optimizer_names[] = {"adam", "sgd", NULL};
+static const char *const optimizer_names[] = {
+    "adam",  "sgd",      "rmsprop", "adagrad", "adamax",
+    "nadam", "adadelta", "lion",    "adamw",   NULL};
 static const char *const loss_names[] = {"sparse_categorical_crossentropy",
                                          "categorical_crossentropy",
                                          "binary_crossentropy",
@@ -79,12 +81,13 @@ static void train_options(train_args *a, cli_option *o) {
        "default: the model file's, else 1)",
        CLI_POSITIVE_INT, &a->steps_per_execution, NULL, 0, 0},
       {"--optimizer", "NAME",
-       "adam or sgd, with Keras' defaults (default: the model file's "
+       "adam, sgd, rmsprop, adagrad, adamax, nadam, adadelta, lion or "
+       "adamw, with Keras' defaults (default: the model file's "
        "compile_config, else adam)",
        CLI_CHOICE, &a->optimizer, optimizer_names, 0, 0},
       {"--learning-rate", "LR",
        "the optimizer's learning rate (default: the model file's, else "
-       "0.001 for adam, 0.01 for sgd)",
+       "0.01 for sgd, else 0.001)",
        CLI_POSITIVE_FLOAT, &a->learning_rate, NULL, 0, 0},
       {"--loss", "NAME",
        "a Keras loss: sparse_categorical_crossentropy, "
@@ -168,10 +171,10 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
                             mxu_compile_config *c, char *metric,
                             size_t metric_size) {
   if (cli_find(cmd, "--optimizer")->given) {
-    mxu_optimizer_kind kind = a->optimizer == 0 ? MXU_ADAM : MXU_SGD;
+    mxu_optimizer_config named;
+    mxu_optimizer_from_name(optimizer_names[a->optimizer], &named);
     /* The same optimizer keeps the file's settings (betas, momentum). */
-    if (kind != c->optimizer.kind)
-      c->optimizer = kind == MXU_ADAM ? mxu_adam(1e-3f) : mxu_sgd(0.01f, 0, 0);
+    if (named.kind != c->optimizer.kind) c->optimizer = named;
   }
   if (cli_find(cmd, "--learning-rate")->given)
     c->optimizer.learning_rate = a->learning_rate;

@@ -43,6 +43,9 @@ static const char *const optimizer_keys[] = {"name",
                                              "amsgrad",
                                              "momentum",
                                              "nesterov",
+                                             "rho",
+                                             "centered",
+                                             "initial_accumulator_value",
                                              "decay",
                                              "weight_decay",
                                              "clipnorm",
@@ -100,22 +103,28 @@ static mxu_status read_learning_rate(const mxu_json_where *where,
   return MXU_OK;
 }
 
-/* What mxu's optimizers do not have: clipping, decay, EMA, accumulation. */
+/* What mxu's optimizers do not have: legacy decay, EMA, accumulation,
+ * AMSGrad, centered RMSprop. */
 static mxu_status read_optimizer_options(const mxu_json_where *where,
                                          const cJSON *config) {
-  static const char *const nulls[] = {"clipnorm",
-                                      "clipvalue",
-                                      "global_clipnorm",
-                                      "loss_scale_factor",
-                                      "gradient_accumulation_steps",
-                                      NULL};
+  static const char *const nulls[] = {"loss_scale_factor",
+                                      "gradient_accumulation_steps", NULL};
   for (const char *const *key = nulls; *key; key++)
     MXU_TRY(mxu_json_require_null(where, config, *key));
-  MXU_TRY(require_zero(where, config, "weight_decay"));
   MXU_TRY(require_zero(where, config, "decay"));
   MXU_TRY(mxu_json_require_false(where, config, "use_ema"));
   MXU_TRY(mxu_json_require_false(where, config, "amsgrad"));
+  MXU_TRY(mxu_json_require_false(where, config, "centered"));
   return mxu_json_check_keys(where, config, optimizer_keys, NULL);
+}
+
+/* A number, or null (Keras' "off" for weight_decay and the clips). */
+static mxu_status read_optional(const mxu_json_where *where,
+                                const cJSON *config, const char *key,
+                                float *out) {
+  const cJSON *v = mxu_json_get(config, key);
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  return mxu_json_float(where, config, key, MXU_JSON_OPTIONAL, out);
 }
 
 static mxu_status read_optimizer_config(const mxu_json_where *where,
@@ -124,24 +133,27 @@ static mxu_status read_optimizer_config(const mxu_json_where *where,
   if (config && !cJSON_IsNull(config) && !cJSON_IsObject(config))
     return mxu_json_fail(where, MXU_ERR_FORMAT, "config must be an object");
   MXU_TRY(read_learning_rate(where, config, &out->learning_rate));
-  if (out->kind == MXU_ADAM) {
-    MXU_TRY(mxu_json_float(where, config, "beta_1", MXU_JSON_OPTIONAL,
-                           &out->beta_1));
-    MXU_TRY(mxu_json_float(where, config, "beta_2", MXU_JSON_OPTIONAL,
-                           &out->beta_2));
-    MXU_TRY(mxu_json_float(where, config, "epsilon", MXU_JSON_OPTIONAL,
-                           &out->epsilon));
-  } else {
-    MXU_TRY(mxu_json_float(where, config, "momentum", MXU_JSON_OPTIONAL,
-                           &out->momentum));
-    MXU_TRY(mxu_json_bool(where, config, "nesterov", &out->nesterov));
-  }
+  static const char *const floats[] = {"beta_1",  "beta_2",
+                                       "epsilon", "momentum",
+                                       "rho",     "initial_accumulator_value",
+                                       NULL};
+  float *targets[] = {&out->beta_1,  &out->beta_2,
+                      &out->epsilon, &out->momentum,
+                      &out->rho,     &out->initial_accumulator_value};
+  for (int i = 0; floats[i]; i++)
+    MXU_TRY(read_optional(where, config, floats[i], targets[i]));
+  MXU_TRY(mxu_json_bool(where, config, "nesterov", &out->nesterov));
+  MXU_TRY(read_optional(where, config, "weight_decay", &out->weight_decay));
+  MXU_TRY(read_optional(where, config, "clipnorm", &out->clipnorm));
+  MXU_TRY(
+      read_optional(where, config, "global_clipnorm", &out->global_clipnorm));
+  MXU_TRY(read_optional(where, config, "clipvalue", &out->clipvalue));
   return read_optimizer_options(where, config);
 }
 
-/* "adam" / "sgd", or {"class_name": "Adam", "config": {...}}; Keras 3
- * adds module and registered_name, tf.keras 2.11+ h5 files may say
- * "Custom>Adam". */
+/* "adam", "rmsprop", ..., or {"class_name": "Adam", "config": {...}};
+ * Keras 3 adds module and registered_name, tf.keras 2.11+ h5 files may
+ * say "Custom>Adam". */
 static mxu_status read_optimizer(const mxu_json_where *where, const cJSON *v,
                                  mxu_optimizer_config *out) {
   const cJSON *name = cJSON_IsObject(v) ? mxu_json_get(v, "class_name") : v;
@@ -154,14 +166,10 @@ static mxu_status read_optimizer(const mxu_json_where *where, const cJSON *v,
   }
   const char *class_name = name->valuestring;
   if (strncmp(class_name, "Custom>", 7) == 0) class_name += 7;
-  if (strcasecmp(class_name, "adam") == 0) {
-    *out = mxu_adam(1e-3f);
-  } else if (strcasecmp(class_name, "sgd") == 0) {
-    *out = mxu_sgd(0.01f, 0.0f, 0);
-  } else {
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "'%s' is not supported (only Adam and SGD)",
-                         name->valuestring);
+  if (mxu_optimizer_from_name(class_name, out) != MXU_OK) {
+    char why[512]; /* the message buffer is about to be rewritten */
+    snprintf(why, sizeof why, "%s", mxu_errmsg());
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED, "%s", why);
   }
   if (!cJSON_IsObject(v)) return MXU_OK;
   return read_optimizer_config(where, mxu_json_get(v, "config"), out);
@@ -358,26 +366,61 @@ mxu_status mxu_json_read_compile(const char *source, const cJSON *root,
 /* ---- writing -------------------------------------------------------------
  */
 
+static void put_optional(mxu_json_out *out, cJSON *config, const char *key,
+                         float value) {
+  if (value > 0)
+    mxu_json_put_float(out, config, key, value);
+  else
+    mxu_json_put_null(out, config, key);
+}
+
+/* The class's own settings in Keras' order. */
+static void put_optimizer_settings(mxu_json_out *out, cJSON *config,
+                                   const mxu_optimizer_config *o) {
+  switch (o->kind) {
+  case MXU_SGD:
+    mxu_json_put_float(out, config, "momentum", o->momentum);
+    mxu_json_put_bool(out, config, "nesterov", o->nesterov);
+    return;
+  case MXU_RMSPROP:
+    mxu_json_put_float(out, config, "rho", o->rho);
+    mxu_json_put_float(out, config, "momentum", o->momentum);
+    mxu_json_put_float(out, config, "epsilon", o->epsilon);
+    mxu_json_put_bool(out, config, "centered", 0);
+    return;
+  case MXU_ADAGRAD:
+    mxu_json_put_float(out, config, "initial_accumulator_value",
+                       o->initial_accumulator_value);
+    mxu_json_put_float(out, config, "epsilon", o->epsilon);
+    return;
+  case MXU_ADADELTA:
+    mxu_json_put_float(out, config, "rho", o->rho);
+    mxu_json_put_float(out, config, "epsilon", o->epsilon);
+    return;
+  default:
+    mxu_json_put_float(out, config, "beta_1", o->beta_1);
+    mxu_json_put_float(out, config, "beta_2", o->beta_2);
+    if (o->kind == MXU_LION) return;
+    mxu_json_put_float(out, config, "epsilon", o->epsilon);
+    if (o->kind == MXU_ADAM || o->kind == MXU_ADAMW)
+      mxu_json_put_bool(out, config, "amsgrad", 0);
+  }
+}
+
 static cJSON *optimizer_object(mxu_json_out *out,
                                const mxu_optimizer_config *o) {
   cJSON *config = cJSON_CreateObject();
-  int adam = o->kind == MXU_ADAM;
+  const char *class_name = mxu_optimizer_class_name(o->kind);
   /* Keras 3 names optimizers in snake case, tf.keras 2.x by class. */
   mxu_json_put_string(out, config, "name",
-                      adam ? (out->keras3 ? "adam" : "Adam")
-                           : (out->keras3 ? "sgd" : "SGD"));
+                      out->keras3 ? mxu_optimizer_name(o->kind) : class_name);
   mxu_json_put_float(out, config, "learning_rate", o->learning_rate);
-  if (adam) {
-    mxu_json_put_float(out, config, "beta_1", o->beta_1);
-    mxu_json_put_float(out, config, "beta_2", o->beta_2);
-    mxu_json_put_float(out, config, "epsilon", o->epsilon);
-    mxu_json_put_bool(out, config, "amsgrad", 0);
-  } else {
-    mxu_json_put_float(out, config, "momentum", o->momentum);
-    mxu_json_put_bool(out, config, "nesterov", o->nesterov);
-  }
-  return mxu_json_object(out, "keras.optimizers", adam ? "Adam" : "SGD",
-                         config);
+  put_optional(out, config, "weight_decay", o->weight_decay);
+  put_optional(out, config, "clipnorm", o->clipnorm);
+  put_optional(out, config, "global_clipnorm", o->global_clipnorm);
+  put_optional(out, config, "clipvalue", o->clipvalue);
+  put_optimizer_settings(out, config, o);
+  return mxu_json_object(out, "keras.optimizers", class_name, config);
 }
 
 /* The function's name, or the class with its options where one is set. */

@@ -118,12 +118,11 @@ void mxu_keras_remove_extracted(const char *extracted) {
 
 mxu_status mxu_keras_name_extracted(mxu_status status, const char *extracted,
                                     const char *path) {
-  if (status == MXU_OK) return MXU_OK;
-  char why[2048];
   const char *msg = mxu_errmsg(), *at = strstr(msg, extracted);
-  snprintf(why, sizeof why, "%.*s%s (model.weights.h5)%s",
-           at ? (int)(at - msg) : 0, msg, path,
-           at ? at + strlen(extracted) : msg);
+  if (status == MXU_OK || !at) return status;
+  char why[2048];
+  snprintf(why, sizeof why, "%.*s%s (model.weights.h5)%s", (int)(at - msg), msg,
+           path, at + strlen(extracted));
   return mxu_fail(status, "%s", why);
 }
 

@@ -53,6 +53,7 @@ typedef struct slot_list {
   slot_layout layout;
   int count;      /* entries, iteration (and learning_rate) included */
   int first_slot; /* the first entry that is a slot */
+  int slot_end;   /* past the last; a Nadam u_product may follow */
   slot_name *names;
   const char **items; /* names, as the string-list writer takes them */
   int *param;         /* entry -> model->params index (-1 before first_slot) */
@@ -67,21 +68,16 @@ static void slot_list_free(slot_list *list) {
   memset(list, 0, sizeof *list);
 }
 
-static int slot_kinds(const mxu_model *model, const char *kinds[2],
-                      float *buffers[2]) {
-  const mxu_optimizer_config *o = &model->compile.optimizer;
-  if (o->kind == MXU_ADAM) {
-    kinds[0] = "m", kinds[1] = "v";
-    buffers[0] = model->slot_m, buffers[1] = model->slot_v;
-    return 2;
+/* The optimizer's slot kinds as the layout names them, and their
+ * buffers; returns how many. */
+static int slot_kinds(const mxu_model *model, slot_layout layout,
+                      const char *kinds[2], float *buffers[2]) {
+  mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
+  for (int k = 0; k < 2; k++) {
+    kinds[k] = layout == SLOTS_KERAS3 ? spec.keras3[k] : spec.legacy[k];
+    buffers[k] = k ? model->slot_v : model->slot_m;
   }
-  kinds[0] = "momentum", buffers[0] = model->slot_m;
-  return o->momentum > 0 ? 1 : 0; /* Keras' SGD keeps no slot without it */
-}
-
-/* Keras 3 names a slot after the model, the variable and the kind. */
-static const char *long_kind(const char *kind) {
-  return strcmp(kind, "v") == 0 ? "velocity" : "momentum";
+  return spec.count;
 }
 
 static void name_slot(const mxu_model *model, slot_list *list, int e,
@@ -91,19 +87,34 @@ static void name_slot(const mxu_model *model, slot_list *list, int e,
     snprintf(list->names[e], sizeof list->names[e], "%s/%s/%s/%s:0", o, layer,
              p->name, kind);
   else if (list->layout == SLOTS_KERAS2)
-    snprintf(list->names[e], sizeof list->names[e], "%s/%s/%s/%s:0", o,
-             kind[1] ? "m" : kind, layer, p->name);
+    snprintf(list->names[e], sizeof list->names[e], "%s/%s/%s/%s:0", o, kind,
+             layer, p->name);
   else
     snprintf(list->names[e], sizeof list->names[e], "%s/%s_%s_%s",
-             list->optimizer[0] == 'A' ? "adam" : "sgd", layer, p->name,
-             long_kind(kind));
+             mxu_optimizer_name(model->compile.optimizer.kind), layer, p->name,
+             kind);
+}
+
+/* Weight by weight (each weight's slots together), or kind by kind. */
+static void fill_slot_entries(const mxu_model *model, slot_list *list,
+                              int by_weight) {
+  const char *kinds[2];
+  float *buffers[2];
+  int n = slot_kinds(model, list->layout, kinds, buffers);
+  int e = list->first_slot;
+  for (int outer = 0; outer < (by_weight ? model->param_count : n); outer++)
+    for (int inner = 0; inner < (by_weight ? n : model->param_count); inner++) {
+      int k = by_weight ? inner : outer, i = by_weight ? outer : inner;
+      const mxu_param *p = &model->params[i];
+      if (!p->trainable) continue;
+      name_slot(model, list, e, p, kinds[k]);
+      list->param[e] = i;
+      list->buffer[e++] = buffers[k];
+    }
 }
 
 static void fill_slots(const mxu_model *model, slot_list *list) {
-  const char *kinds[2];
-  float *buffers[2];
-  int n = slot_kinds(model, kinds, buffers);
-  const char *lower = list->optimizer[0] == 'A' ? "adam" : "sgd";
+  const char *lower = mxu_optimizer_name(model->compile.optimizer.kind);
   if (list->layout == SLOTS_LEGACY)
     snprintf(list->names[0], sizeof list->names[0], "%s/iter:0",
              list->optimizer);
@@ -113,18 +124,16 @@ static void fill_slots(const mxu_model *model, slot_list *list) {
     snprintf(list->names[0], sizeof list->names[0], "%s/iteration", lower);
   if (list->layout == SLOTS_KERAS3)
     snprintf(list->names[1], sizeof list->names[1], "%s/learning_rate", lower);
-  for (int e = 0; e < list->first_slot; e++) list->param[e] = -1;
-  int e = list->first_slot, legacy = list->layout == SLOTS_LEGACY;
-  /* Legacy: kind by kind over the weights; else weight by weight. */
-  for (int outer = 0; outer < (legacy ? n : model->param_count); outer++)
-    for (int inner = 0; inner < (legacy ? model->param_count : n); inner++) {
-      int k = legacy ? outer : inner, i = legacy ? inner : outer;
-      const mxu_param *p = &model->params[i];
-      if (!p->trainable) continue;
-      name_slot(model, list, e, p, kinds[k]);
-      list->param[e] = i;
-      list->buffer[e++] = buffers[k];
-    }
+  for (int e = 0; e < list->count; e++) list->param[e] = -1;
+  mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
+  /* Legacy optimizers go kind by kind; Keras 3 as its spec says;
+   * tf.keras 2.11+'s weight by weight. */
+  fill_slot_entries(model, list,
+                    list->layout == SLOTS_KERAS2 ||
+                        (list->layout == SLOTS_KERAS3 && spec.interleaved));
+  if (list->slot_end < list->count)
+    snprintf(list->names[list->slot_end], sizeof list->names[0], "%s/u_product",
+             lower);
   for (int i = 0; i < list->count; i++) list->items[i] = list->names[i];
 }
 
@@ -136,11 +145,15 @@ static mxu_status slot_list_make(const mxu_model *model, slot_layout layout,
   for (int i = 0; i < model->param_count; i++)
     trainable += model->params[i].trainable;
   memset(list, 0, sizeof *list);
-  list->optimizer = model->compile.optimizer.kind == MXU_ADAM ? "Adam" : "SGD";
+  list->optimizer = mxu_optimizer_class_name(model->compile.optimizer.kind);
   list->layout = layout;
   list->first_slot = layout == SLOTS_KERAS3 ? 2 : 1;
-  list->count =
-      list->first_slot + slot_kinds(model, kinds, buffers) * trainable;
+  list->slot_end =
+      list->first_slot + slot_kinds(model, layout, kinds, buffers) * trainable;
+  /* Keras 3's Nadam keeps its schedule product after the slots. */
+  list->count = list->slot_end +
+                (layout == SLOTS_KERAS3 &&
+                 mxu_optimizer_slots(&model->compile.optimizer).u_product);
   size_t n = (size_t)list->count;
   list->names = calloc(n, sizeof *list->names);
   list->items = calloc(n, sizeof *list->items);
@@ -180,7 +193,7 @@ static uint64_t checksum(const mxu_model *model, const slot_list *list,
   uint64_t h = CHECKSUM_START;
   for (int i = 0; i < model->param_count; i++)
     h = checksum_floats(h, weights[i], model->params[i].count);
-  for (int e = list->first_slot; e < list->count; e++)
+  for (int e = list->first_slot; e < list->slot_end; e++)
     if (slots[e])
       h = checksum_floats(h, slots[e], model->params[list->param[e]].count);
   return (h ^ (uint64_t)iterations) * CHECKSUM_PRIME;
@@ -197,7 +210,7 @@ static mxu_status model_checksum(const mxu_model *model, const slot_list *list,
     const mxu_param *p = &model->params[i];
     views[i] = (p->trainable ? model->weights : model->state) + p->offset;
   }
-  for (int e = list->first_slot; e < list->count; e++)
+  for (int e = list->first_slot; e < list->slot_end; e++)
     slots[e] = list->buffer[e] + model->params[list->param[e]].offset;
   *out = checksum(model, list, views, slots, model->iterations);
   free(views);
@@ -306,13 +319,17 @@ static mxu_status write_slots(const mxu_model *model, const slot_list *list,
     entry_name(list, 1, name, sizeof name);
     MXU_TRY(mxu_h5_write_floats(path, group, name, &scalar, &rate));
   }
-  for (int e = list->first_slot; e < list->count; e++) {
+  for (int e = list->first_slot; e < list->slot_end; e++) {
     const mxu_param *p = &model->params[list->param[e]];
     entry_name(list, e, name, sizeof name);
     MXU_TRY(mxu_h5_write_floats(path, group, name, &p->shape,
                                 list->buffer[e] + p->offset));
   }
-  return MXU_OK;
+  if (list->slot_end == list->count) return MXU_OK;
+  mxu_shape scalar = {0};
+  float product = mxu_nadam_product(model);
+  entry_name(list, list->slot_end, name, sizeof name);
+  return mxu_h5_write_floats(path, group, name, &scalar, &product);
 }
 
 /* /optimizer_weights (legacy), or Keras 3's /optimizer/vars named after
@@ -328,8 +345,7 @@ static mxu_status write_optimizer(const mxu_model *model, hid_t root,
           : mxu_h5_create_group(path, root, "optimizer_weights", &group);
   if (s == MXU_OK && layout == SLOTS_KERAS3)
     s = mxu_h5_write_string(path, group, "name",
-                            model->compile.optimizer.kind == MXU_ADAM ? "adam"
-                                                                      : "sgd",
+                            mxu_optimizer_name(model->compile.optimizer.kind),
                             H5T_CSET_UTF8);
   if (s == MXU_OK) s = write_slots(model, &list, group, path);
   if (group >= 0) H5Gclose(group);
@@ -541,8 +557,10 @@ static mxu_status read_entry(restore *r, hid_t group, int e, const char *name) {
   if (dataset < 0)
     return mxu_h5_fail(MXU_ERR_FORMAT, "%s: %s has no dataset '%s'",
                        r->load.path, mxu_h5_where(group), name);
+  /* Nadam's u_product follows from the iterations: mxu recomputes it. */
   mxu_status s = e == 0                   ? read_iterations(r, dataset)
                  : e < r->list.first_slot ? read_rate(r, dataset)
+                 : e >= r->list.slot_end  ? MXU_OK
                                           : read_slot(r, dataset, e, name);
   H5Dclose(dataset);
   return s;
@@ -573,7 +591,8 @@ static mxu_status read_named_slots(restore *r, hid_t group) {
   mxu_status s = use_layout(r, layout_of(&names));
   if (s == MXU_OK && r->list.layout == SLOTS_LEGACY)
     s = check_slot_names(r, &names);
-  else if (s == MXU_OK && names.count != r->list.count)
+  else if (s == MXU_OK && names.count != r->list.count &&
+           names.count != r->list.first_slot) /* an unbuilt optimizer */
     s = optimizer_mismatch(r, names.count ? names.items[0] : "(none)",
                            names.count);
   for (int e = 0; s == MXU_OK && e < names.count; e++)
@@ -589,10 +608,14 @@ static mxu_status read_numbered_slots(restore *r, hid_t group) {
   if (H5Gget_info(group, &info) < 0)
     return mxu_h5_fail(MXU_ERR_FORMAT, "%s: /optimizer/vars: cannot list it",
                        r->load.path);
-  if (info.nlinks != (hsize_t)r->list.count)
+  /* An optimizer Keras never built (saved before training) keeps only
+   * its iteration and learning rate: the slots start fresh. */
+  int count = info.nlinks == (hsize_t)r->list.first_slot ? r->list.first_slot
+                                                         : r->list.count;
+  if (info.nlinks != (hsize_t)count)
     return optimizer_mismatch(r, "optimizer/vars/0", (int)info.nlinks);
   mxu_status s = MXU_OK;
-  for (int e = 0; s == MXU_OK && e < r->list.count; e++) {
+  for (int e = 0; s == MXU_OK && e < count; e++) {
     char name[16];
     snprintf(name, sizeof name, "%d", e);
     s = read_entry(r, group, e, name);
@@ -710,12 +733,10 @@ static mxu_status commit(restore *r) {
     float *to = (p->trainable ? model->weights : model->state) + p->offset;
     memcpy(to, r->load.scratch[i], (size_t)p->count * sizeof *to);
   }
-  size_t bytes = (size_t)model->trainable_count * sizeof(float);
-  memset(model->slot_m, 0, bytes); /* also what no optimizer state means */
-  memset(model->slot_v, 0, bytes);
+  mxu_optimizer_reset(model); /* also what no optimizer state means */
   if (!isnan(r->learning_rate))
     model->compile.optimizer.learning_rate = r->learning_rate;
-  for (int e = r->list.first_slot; e < r->list.count; e++) {
+  for (int e = r->list.first_slot; e < r->list.slot_end; e++) {
     const mxu_param *p = &model->params[r->list.param[e]];
     if (r->slots[e])
       memcpy(r->list.buffer[e] + p->offset, r->slots[e],

@@ -11,17 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-mxu_optimizer_config mxu_adam(float learning_rate) {
-  return (mxu_optimizer_config){MXU_ADAM, learning_rate, 0.9f, 0.999f,
-                                1e-7f,    0.0f,          0};
-}
-
-mxu_optimizer_config mxu_sgd(float learning_rate, float momentum,
-                             int nesterov) {
-  return (mxu_optimizer_config){MXU_SGD, learning_rate, 0.0f,    0.0f,
-                                0.0f,    momentum,      nesterov};
-}
-
 mxu_compile_config mxu_compile_defaults(void) {
   mxu_compile_config config = {0};
   config.optimizer = mxu_adam(1e-3f);
@@ -68,6 +57,44 @@ static mxu_status check_graph(const mxu_model *model) {
                     "and is not a model output; remove it or pass it to "
                     "mxu_model_outputs",
                     model->layers[unread].name);
+  return MXU_OK;
+}
+
+static mxu_status check_optimizer(const mxu_optimizer_config *o) {
+  if ((unsigned)o->kind > MXU_ADAMW)
+    return mxu_fail(MXU_ERR_ARG, "compile: optimizer %d is not one mxu has",
+                    (int)o->kind);
+  const char *name = mxu_optimizer_class_name(o->kind);
+  if (!(o->learning_rate > 0.0f) || !isfinite(o->learning_rate))
+    return mxu_fail(MXU_ERR_ARG, "compile: learning rate %g must be positive",
+                    (double)o->learning_rate);
+  int betas = o->kind == MXU_ADAM || o->kind == MXU_ADAMW ||
+              o->kind == MXU_ADAMAX || o->kind == MXU_NADAM ||
+              o->kind == MXU_LION;
+  if (betas && !(o->beta_1 >= 0 && o->beta_1 < 1 && o->beta_2 >= 0 &&
+                 o->beta_2 < 1 && o->epsilon >= 0))
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: %s needs 0 <= beta_1, beta_2 < 1 and "
+                    "epsilon >= 0",
+                    name);
+  if (!(o->momentum >= 0 && o->momentum <= 1) ||
+      !(o->rho >= 0 && o->rho <= 1) || !(o->epsilon >= 0) ||
+      !(o->initial_accumulator_value >= 0) || !(o->weight_decay >= 0))
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: %s needs momentum and rho in [0, 1] and "
+                    "epsilon, initial_accumulator_value, weight_decay >= 0",
+                    name);
+  int clips = (o->clipnorm > 0) + (o->global_clipnorm > 0) + (o->clipvalue > 0);
+  if (clips > 1 || o->clipnorm < 0 || o->global_clipnorm < 0 ||
+      o->clipvalue < 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: only one of clipnorm, global_clipnorm and "
+                    "clipvalue can be set (and none negative), as in Keras");
+  if ((o->clipnorm > 0 || o->global_clipnorm > 0) && mxu_distributed_size() > 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "compile: clipnorm and global_clipnorm need each "
+                    "process to hold the whole gradient, which several MPI "
+                    "processes do not (clipvalue works)");
   return MXU_OK;
 }
 
@@ -137,18 +164,7 @@ static mxu_status check_compile(const mxu_model *model,
                     "compile: %d replicas; the batch, which they split, is "
                     "at most %d (MXU_MAX_BATCH)",
                     c->replicas, MXU_MAX_BATCH);
-  const mxu_optimizer_config *o = &c->optimizer;
-  if (!(o->learning_rate > 0.0f) || !isfinite(o->learning_rate))
-    return mxu_fail(MXU_ERR_ARG, "compile: learning rate %g must be positive",
-                    (double)o->learning_rate);
-  if (o->kind == MXU_ADAM &&
-      !(o->beta_1 >= 0 && o->beta_1 < 1 && o->beta_2 >= 0 && o->beta_2 < 1 &&
-        o->epsilon >= 0))
-    return mxu_fail(MXU_ERR_ARG,
-                    "compile: Adam needs 0 <= beta_1, beta_2 < 1 and "
-                    "epsilon >= 0");
-  if (o->kind == MXU_SGD && !(o->momentum >= 0 && o->momentum <= 1))
-    return mxu_fail(MXU_ERR_ARG, "compile: SGD momentum must be in [0, 1]");
+  MXU_TRY(check_optimizer(&c->optimizer));
   return check_loss(model, c);
 }
 
@@ -306,6 +322,9 @@ static mxu_status allocate_params(mxu_model *model) {
     }
   }
   model->iterations = 0;
+  model->u_product = 1.0f;
+  model->u_product_step = 0;
+  mxu_optimizer_reset(model);
   return MXU_OK;
 }
 

@@ -372,6 +372,10 @@ struct mxu_model {
    * the norms of the largest constrained weight (regularizers.c). */
   int penalized;
   double *norms;
+  /* Nadam's product of its momentum schedule, as of step u_product_step
+   * (optimizers.c). */
+  float u_product;
+  int64_t u_product_step;
   float *state; /* state_count */
   int64_t trainable_count, state_count;
   /* Gradient buffers hold shadow_count more values: the weight gradients
@@ -576,9 +580,32 @@ const char *mxu_metric_names(void);
 /* Whether the metric reads class labels (else the targets). */
 int mxu_metric_needs_labels(mxu_metric_kind kind);
 
+/* ---- optimizers.c ------------------------------------------------------ */
+
+/* The optimizer's slots: how many of slot_m, slot_v it uses, what Keras 3
+ * (keras3) and tf.keras' legacy optimizers (legacy) call them, whether
+ * Keras 3 keeps each weight's together (interleaved) and whether a Nadam
+ * u_product follows them. */
+typedef struct mxu_slot_spec {
+  int count;
+  const char *keras3[2], *legacy[2];
+  int interleaved, u_product;
+} mxu_slot_spec;
+mxu_slot_spec mxu_optimizer_slots(const mxu_optimizer_config *o);
+/* The slots as a fresh optimizer has them (zeros; Adagrad's initial
+ * accumulator value). */
+void mxu_optimizer_reset(mxu_model *model);
+/* Before a step's updates, serially: the gradient clipped by norm
+ * (clipnorm, global_clipnorm); Nadam's schedule product brought to the
+ * step. */
+void mxu_optimizer_clip(mxu_model *model);
+void mxu_nadam_advance(mxu_model *model);
+/* Nadam's schedule product as of model->iterations (Keras' u_product). */
+float mxu_nadam_product(const mxu_model *model);
 /* The optimizer update of weights [begin, end) from model->grads, for
- * optimizer step model->iterations (the caller counts it). Elementwise, so
- * any split of the buffer gives the same weights. */
+ * optimizer step model->iterations (the caller counts it): penalties'
+ * gradients, clipvalue, weight decay, then the rule. Elementwise, so any
+ * split of the buffer gives the same weights. */
 void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end);
 
 static inline float *mxu_param_values(const mxu_model *model,

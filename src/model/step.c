@@ -193,22 +193,3 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                                      labels, targets, mask);
   return result;
 }
-
-void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
-  const mxu_optimizer_config *o = &model->compile.optimizer;
-  if (model->penalized) mxu_regularization_grad(model, begin, end);
-  float *w = model->weights + begin;
-  const float *g = model->grads + begin;
-  if (o->kind == MXU_ADAM) {
-    /* Keras folds the bias correction into the step size. */
-    double t = (double)model->iterations;
-    double lr_t = o->learning_rate * sqrt(1.0 - pow(o->beta_2, t)) /
-                  (1.0 - pow(o->beta_1, t));
-    model->backend->adam_update(end - begin, w, g, model->slot_m + begin,
-                                model->slot_v + begin, (float)lr_t, o->beta_1,
-                                o->beta_2, o->epsilon);
-  } else {
-    model->backend->sgd_update(end - begin, w, g, model->slot_m + begin,
-                               o->learning_rate, o->momentum, o->nesterov);
-  }
-}

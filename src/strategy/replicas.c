@@ -401,6 +401,8 @@ void mxu_strategy_apply(mxu_model *model) {
   int64_t chunks = chunk_count(end - begin);
   int threads = all_threads(&model->plan);
   model->iterations++;
+  mxu_optimizer_clip(model);
+  if (model->compile.optimizer.kind == MXU_NADAM) mxu_nadam_advance(model);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t c = 0; c < chunks; c++) {
     unsigned mode = denormals_off();
@@ -415,7 +417,7 @@ void mxu_strategy_apply(mxu_model *model) {
 
 void mxu_strategy_sync_slots(mxu_model *model) {
   gather_shards(model, model->slot_m);
-  if (model->compile.optimizer.kind == MXU_ADAM)
+  if (mxu_optimizer_slots(&model->compile.optimizer).count == 2)
     gather_shards(model, model->slot_v);
 }
 

@@ -1,0 +1,291 @@
+/* optimizers.c — Keras 3's optimizers: their names and defaults, the
+ * slots each keeps (and how Keras' files name and order them), gradient
+ * clipping and weight decay, and the update rules. Adam and SGD run on
+ * the backend's kernels; the others here, elementwise in float32 in the
+ * order of Keras' own operations. */
+#include "model/model.h"
+
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct optimizer_class {
+  const char *name, *class_name;
+  mxu_optimizer_kind kind;
+  mxu_slot_spec slots;
+} optimizer_class;
+
+/* In mxu_optimizer_kind order. Keras 3 builds each weight's slots in one
+ * call (interleaved: m0 v0 m1 v1 ...) except RMSprop's, one kind after
+ * the other; Nadam keeps u_product, a scalar, after them. */
+static const optimizer_class classes[] = {
+    {"adam", "Adam", MXU_ADAM, {2, {"momentum", "velocity"}, {"m", "v"}, 1, 0}},
+    {"sgd", "SGD", MXU_SGD, {1, {"momentum", NULL}, {"momentum", NULL}, 1, 0}},
+    {"rmsprop",
+     "RMSprop",
+     MXU_RMSPROP,
+     {2, {"velocity", "momentum"}, {"rms", "momentum"}, 0, 0}},
+    {"adagrad",
+     "Adagrad",
+     MXU_ADAGRAD,
+     {1, {"accumulator", NULL}, {"accumulator", NULL}, 1, 0}},
+    {"adamax",
+     "Adamax",
+     MXU_ADAMAX,
+     {2, {"momentum", "norm"}, {"m", "v"}, 1, 0}},
+    {"nadam",
+     "Nadam",
+     MXU_NADAM,
+     {2, {"momentum", "velocity"}, {"m", "v"}, 1, 1}},
+    {"adadelta",
+     "Adadelta",
+     MXU_ADADELTA,
+     {2,
+      {"accumulated_grad", "accumulated_delta_var"},
+      {"accum_grad", "accum_var"},
+      1,
+      0}},
+    {"lion",
+     "Lion",
+     MXU_LION,
+     {1, {"momentum", NULL}, {"momentum", NULL}, 1, 0}},
+    {"adamw",
+     "AdamW",
+     MXU_ADAMW,
+     {2, {"momentum", "velocity"}, {"m", "v"}, 1, 0}},
+};
+
+enum { CLASS_COUNT = sizeof classes / sizeof *classes };
+
+const char *mxu_optimizer_class_name(mxu_optimizer_kind kind) {
+  return (unsigned)kind < CLASS_COUNT ? classes[kind].class_name : "Unknown";
+}
+
+const char *mxu_optimizer_name(mxu_optimizer_kind kind) {
+  return (unsigned)kind < CLASS_COUNT ? classes[kind].name : "unknown";
+}
+
+mxu_optimizer_config mxu_adam(float learning_rate) {
+  return (mxu_optimizer_config){.kind = MXU_ADAM,
+                                .learning_rate = learning_rate,
+                                .beta_1 = 0.9f,
+                                .beta_2 = 0.999f,
+                                .epsilon = 1e-7f};
+}
+
+mxu_optimizer_config mxu_sgd(float learning_rate, float momentum,
+                             int nesterov) {
+  return (mxu_optimizer_config){.kind = MXU_SGD,
+                                .learning_rate = learning_rate,
+                                .momentum = momentum,
+                                .nesterov = nesterov};
+}
+
+mxu_status mxu_optimizer_from_name(const char *name,
+                                   mxu_optimizer_config *out) {
+  int k = -1;
+  for (int i = 0; name && i < CLASS_COUNT; i++)
+    if (strcasecmp(name, classes[i].name) == 0) k = i;
+  if (k < 0)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "optimizer '%s' is not supported (supported: adam, sgd, "
+                    "rmsprop, adagrad, adamax, nadam, adadelta, lion, adamw)",
+                    name ? name : "(null)");
+  mxu_optimizer_config o = mxu_adam(1e-3f); /* betas, epsilon */
+  o.kind = classes[k].kind;
+  if (o.kind == MXU_SGD) o = mxu_sgd(0.01f, 0, 0);
+  if (o.kind == MXU_RMSPROP) o.rho = 0.9f;
+  if (o.kind == MXU_ADADELTA) o.rho = 0.95f;
+  if (o.kind == MXU_ADAGRAD) o.initial_accumulator_value = 0.1f;
+  if (o.kind == MXU_LION) o.beta_2 = 0.99f;
+  if (o.kind == MXU_ADAMW) o.weight_decay = 0.004f;
+  *out = o;
+  return MXU_OK;
+}
+
+mxu_slot_spec mxu_optimizer_slots(const mxu_optimizer_config *o) {
+  mxu_slot_spec spec =
+      classes[(unsigned)o->kind < CLASS_COUNT ? o->kind : 0].slots;
+  /* Keras keeps no momentum slot without momentum. */
+  if ((o->kind == MXU_SGD || o->kind == MXU_RMSPROP) && !(o->momentum > 0))
+    spec.count--;
+  return spec;
+}
+
+void mxu_optimizer_reset(mxu_model *model) {
+  size_t n = (size_t)model->trainable_count;
+  memset(model->slot_m, 0, n * sizeof(float));
+  memset(model->slot_v, 0, n * sizeof(float));
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  if (o->kind == MXU_ADAGRAD)
+    for (size_t i = 0; i < n; i++)
+      model->slot_m[i] = o->initial_accumulator_value;
+}
+
+/* ---- clipping ---------------------------------------------------------- */
+
+/* clipnorm (each weight's gradient) and global_clipnorm (all of them):
+ * g * c / max(norm, c), as Keras computes them. The whole gradient is
+ * needed, so compile refuses these across MPI processes. */
+void mxu_optimizer_clip(mxu_model *model) {
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  if (!(o->clipnorm > 0) && !(o->global_clipnorm > 0)) return;
+  double global = 0;
+  for (int i = 0; i < model->param_count; i++) {
+    const mxu_param *p = &model->params[i];
+    if (!p->trainable) continue;
+    float *g = model->grads + p->offset;
+    double sum = 0;
+    for (int64_t k = 0; k < p->count; k++) sum += (double)g[k] * g[k];
+    global += sum;
+    if (!(o->clipnorm > 0)) continue;
+    float norm = sqrtf((float)sum), c = o->clipnorm;
+    float divisor = norm > c ? norm : c;
+    for (int64_t k = 0; k < p->count; k++) g[k] = g[k] * c / divisor;
+  }
+  if (!(o->global_clipnorm > 0)) return;
+  float c = o->global_clipnorm, norm = sqrtf((float)global);
+  float scale = c * fminf(1.0f / norm, 1.0f / c);
+  for (int i = 0; i < model->param_count; i++) {
+    const mxu_param *p = &model->params[i];
+    for (int64_t k = 0; p->trainable && k < p->count; k++)
+      model->grads[p->offset + k] *= scale;
+  }
+}
+
+/* ---- update rules ------------------------------------------------------ */
+
+static void rmsprop(const mxu_optimizer_config *o, float lr, int64_t n,
+                    float *w, const float *g, float *v, float *m) {
+  float rho = o->rho;
+  for (int64_t i = 0; i < n; i++) {
+    v[i] = rho * v[i] + (1 - rho) * (g[i] * g[i]);
+    float increment = lr * g[i] / sqrtf(v[i] + o->epsilon);
+    if (o->momentum > 0) {
+      m[i] = o->momentum * m[i] + increment;
+      w[i] -= m[i];
+    } else {
+      w[i] -= increment;
+    }
+  }
+}
+
+static void adagrad(const mxu_optimizer_config *o, float lr, int64_t n,
+                    float *w, const float *g, float *acc) {
+  for (int64_t i = 0; i < n; i++) {
+    acc[i] += g[i] * g[i];
+    w[i] -= lr * g[i] / sqrtf(acc[i] + o->epsilon);
+  }
+}
+
+static void adamax(const mxu_optimizer_config *o, float lr, double t, int64_t n,
+                   float *w, const float *g, float *m, float *u) {
+  float correction = 1.0f - powf(o->beta_1, (float)t);
+  for (int64_t i = 0; i < n; i++) {
+    m[i] += (g[i] - m[i]) * (1 - o->beta_1);
+    u[i] = fmaxf(o->beta_2 * u[i], fabsf(g[i]));
+    w[i] -= lr * m[i] / (correction * (u[i] + o->epsilon));
+  }
+}
+
+/* Keras' Nadam: u_product, the product of the momentum schedule so far,
+ * is the model's (mxu_nadam_product). */
+static void nadam(const mxu_optimizer_config *o, float lr, double t,
+                  float u_product, int64_t n, float *w, const float *g,
+                  float *m, float *v) {
+  float b1 = o->beta_1, b2 = o->beta_2;
+  float u_t = b1 * (1.0f - 0.5f * powf(0.96f, (float)t));
+  float u_t_1 = b1 * (1.0f - 0.5f * powf(0.96f, (float)(t + 1)));
+  float u_product_t_1 = u_product * u_t_1;
+  float beta_2_power = powf(b2, (float)t);
+  for (int64_t i = 0; i < n; i++) {
+    m[i] += (g[i] - m[i]) * (1 - b1);
+    v[i] += (g[i] * g[i] - v[i]) * (1 - b2);
+    float m_hat =
+        u_t_1 * m[i] / (1 - u_product_t_1) + (1 - u_t) * g[i] / (1 - u_product);
+    float v_hat = v[i] / (1 - beta_2_power);
+    w[i] -= m_hat * lr / (sqrtf(v_hat) + o->epsilon);
+  }
+}
+
+static void adadelta(const mxu_optimizer_config *o, float lr, int64_t n,
+                     float *w, const float *g, float *acc_g, float *acc_d) {
+  float rho = o->rho, eps = o->epsilon;
+  for (int64_t i = 0; i < n; i++) {
+    acc_g[i] = rho * acc_g[i] + (1 - rho) * (g[i] * g[i]);
+    float delta = -(sqrtf(acc_d[i] + eps) * g[i]) / sqrtf(acc_g[i] + eps);
+    acc_d[i] = rho * acc_d[i] + (1 - rho) * (delta * delta);
+    w[i] += lr * delta;
+  }
+}
+
+static void lion(const mxu_optimizer_config *o, float lr, int64_t n, float *w,
+                 const float *g, float *m) {
+  for (int64_t i = 0; i < n; i++) {
+    float c = m[i] * o->beta_1 + g[i] * (1.0f - o->beta_1);
+    w[i] -= lr * (float)((c > 0) - (c < 0));
+    m[i] = m[i] * o->beta_2 + g[i] * (1.0f - o->beta_2);
+  }
+}
+
+/* Keras' u_product after t steps, in its float32 order:
+ * u *= beta_1 * (1 - 0.5 * 0.96^s) for s = 1 .. t. */
+static float product_after(float beta_1, int64_t from, float u, int64_t t) {
+  for (int64_t s = from + 1; s <= t; s++)
+    u = u * beta_1 * (1.0f - 0.5f * powf(0.96f, (float)s));
+  return u;
+}
+
+float mxu_nadam_product(const mxu_model *model) {
+  if (model->u_product_step == model->iterations) return model->u_product;
+  return product_after(model->compile.optimizer.beta_1, 0, 1.0f,
+                       model->iterations);
+}
+
+void mxu_nadam_advance(mxu_model *model) {
+  float b1 = model->compile.optimizer.beta_1;
+  int64_t t = model->iterations;
+  /* One step on from the last, or from the start after a restore. */
+  if (model->u_product_step == t - 1)
+    model->u_product = product_after(b1, t - 1, model->u_product, t);
+  else if (model->u_product_step != t)
+    model->u_product = product_after(b1, 0, 1.0f, t);
+  model->u_product_step = t;
+}
+
+void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  if (model->penalized) mxu_regularization_grad(model, begin, end);
+  int64_t n = end - begin;
+  float *w = model->weights + begin, *g = model->grads + begin;
+  float *m = model->slot_m + begin, *v = model->slot_v + begin;
+  float lr = o->learning_rate;
+  if (o->clipvalue > 0)
+    for (int64_t i = 0; i < n; i++)
+      g[i] = fminf(fmaxf(g[i], -o->clipvalue), o->clipvalue);
+  if (o->weight_decay > 0)
+    for (int64_t i = 0; i < n; i++) w[i] = w[i] - w[i] * o->weight_decay * lr;
+  double t = (double)model->iterations;
+  switch (o->kind) {
+  case MXU_ADAM:
+  case MXU_ADAMW: {
+    /* Keras folds the bias correction into the step size. */
+    double lr_t =
+        lr * sqrt(1.0 - pow(o->beta_2, t)) / (1.0 - pow(o->beta_1, t));
+    model->backend->adam_update(n, w, g, m, v, (float)lr_t, o->beta_1,
+                                o->beta_2, o->epsilon);
+    break;
+  }
+  case MXU_SGD:
+    model->backend->sgd_update(n, w, g, m, lr, o->momentum, o->nesterov);
+    break;
+  case MXU_RMSPROP: rmsprop(o, lr, n, w, g, m, v); break;
+  case MXU_ADAGRAD: adagrad(o, lr, n, w, g, m); break;
+  case MXU_ADAMAX: adamax(o, lr, t, n, w, g, m, v); break;
+  case MXU_NADAM:
+    nadam(o, lr, t, mxu_nadam_product(model), n, w, g, m, v);
+    break;
+  case MXU_ADADELTA: adadelta(o, lr, n, w, g, m, v); break;
+  case MXU_LION: lion(o, lr, n, w, g, m); break;
+  }
+}

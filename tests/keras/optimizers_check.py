@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""optimizers_check.py — issue 18's check of the optimizers against Keras 3
+itself, run by hand in a throwaway venv (Keras is never a test
+dependency). For each optimizer (with clipping or weight decay in some
+cases), a Dense(3, softmax) model is compiled in Keras and saved as
+.keras before any step; Keras trains it 3 full-batch steps, and so does
+`mxu train` from the saved file alone; the script prints both loss
+trajectories and the largest weight difference. Then Keras loads mxu's
+saved model (optimizer state included) and takes 2 more steps, as mxu
+does from the same file. Run from a scratch folder:
+  /tmp/kenv/bin/python tests/keras/optimizers_check.py"""
+import json
+import os
+import subprocess
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+
+MXU = os.environ.get("MXU", os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "../../build/mxu")))
+x = (np.arange(60, dtype="float32").reshape(12, 5) * 7 % 11) / 5 - 1
+y = np.arange(12) % 3
+np.savez("d.npz", x_train=x, y_train=y, x_test=x, y_test=y)
+O = keras.optimizers
+CASES = {
+    "rmsprop": O.RMSprop(0.05, momentum=0.3),
+    "adagrad": O.Adagrad(0.05),
+    "adamax": O.Adamax(0.05),
+    "nadam": O.Nadam(0.05),
+    "adadelta": O.Adadelta(0.5),
+    "lion": O.Lion(0.01),
+    "adamw": O.AdamW(0.05, weight_decay=0.1),
+    "sgd_clipnorm": O.SGD(0.5, momentum=0.9, clipnorm=0.2),
+    "adam_global_clipnorm": O.Adam(0.05, global_clipnorm=0.3),
+    "adam_clipvalue": O.Adam(0.05, clipvalue=0.05),
+}
+
+
+def mxu(model, epochs, save=None):
+    args = [MXU, "train", model, "--data", "d.npz", "--epochs", str(epochs),
+            "--batch-size", "12", "--report", "r.json", "--verbose", "0",
+            "--save-model", save or "unused.keras"]
+    subprocess.run(args, check=True, capture_output=True)
+    return [e["loss"] for e in json.load(open("r.json"))["epochs"]]
+
+
+worst = 0.0
+for name, opt in CASES.items():
+    keras.utils.set_random_seed(1)
+    m = keras.Sequential([keras.Input((5,)),
+                          keras.layers.Dense(3, activation="softmax")])
+    m.compile(optimizer=opt, loss="sparse_categorical_crossentropy",
+              metrics=["accuracy"])
+    m.save(f"{name}.keras")
+    h = m.fit(x, y, batch_size=12, epochs=3, shuffle=False, verbose=0)
+    mine = mxu(f"{name}.keras", 3, save=f"{name}.mxu.keras")
+    k = keras.models.load_model(f"{name}.mxu.keras")
+    diff = max(abs(a - b).max() for a, b in zip(m.get_weights(),
+                                                  k.get_weights()))
+    # Both go on 2 steps from mxu's file.
+    more = k.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
+    mine_more = mxu(f"{name}.mxu.keras", 2)
+    loss_diff = max(abs(a - b) for a, b in
+                    zip(h.history["loss"] + more.history["loss"],
+                        mine + mine_more))
+    worst = max(worst, diff, loss_diff)
+    print(f"{name:22s} weights after 3 steps differ by {diff:.1e}; losses "
+          f"(3 steps, then 2 resumed by each from mxu's .keras, iteration "
+          f"{int(k.optimizer.iterations.numpy()) - 2}) differ by "
+          f"{loss_diff:.1e}")
+print(f"worst: {worst:.1e}")
