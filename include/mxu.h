@@ -367,9 +367,47 @@ typedef enum mxu_optimizer_kind {
   MXU_ADAMW     /* Adam with weight_decay (0.004) */
 } mxu_optimizer_kind;
 
+/* Keras' learning-rate schedules: the rate of each optimizer step as a
+ * function of the steps before it (Keras' formulas, in float32). */
+typedef enum mxu_lr_decay_kind {
+  MXU_DECAY_NONE = 0,
+  MXU_EXPONENTIAL_DECAY,    /* initial decay_rate^(step / decay_steps) */
+  MXU_PIECEWISE_CONSTANT,   /* values[i] up to boundaries[i] */
+  MXU_POLYNOMIAL_DECAY,     /* end_learning_rate, power, cycle */
+  MXU_INVERSE_TIME_DECAY,   /* initial / (1 + decay_rate step / decay_steps) */
+  MXU_COSINE_DECAY,         /* alpha; linear warmup to warmup_target */
+  MXU_COSINE_DECAY_RESTARTS /* t_mul, m_mul, alpha */
+} mxu_lr_decay_kind;
+
+#define MXU_MAX_BOUNDARIES 32
+
+typedef struct mxu_lr_decay {
+  mxu_lr_decay_kind kind;
+  float initial_learning_rate;
+  int64_t decay_steps; /* CosineDecayRestarts: first_decay_steps */
+  float decay_rate;
+  int staircase;
+  int64_t boundaries[MXU_MAX_BOUNDARIES];
+  float values[MXU_MAX_BOUNDARIES + 1];
+  int boundary_count;
+  float end_learning_rate, power;
+  int cycle;
+  float alpha;
+  int has_warmup; /* warmup_target set */
+  float warmup_target;
+  int64_t warmup_steps;
+  float t_mul, m_mul;
+} mxu_lr_decay;
+
+/* The schedule's rate after `step` optimizer steps. */
+float mxu_schedule_rate(const mxu_lr_decay *schedule, int64_t step);
+
 typedef struct mxu_optimizer_config {
   mxu_optimizer_kind kind;
+  /* The rate, or the schedule's when schedule.kind is set (then
+   * learning_rate holds its initial rate). */
   float learning_rate;
+  mxu_lr_decay schedule;
   float beta_1, beta_2, epsilon;
   float momentum;                  /* SGD, RMSprop */
   int nesterov;                    /* SGD */

@@ -1464,9 +1464,9 @@ static void errors_compile(void) {
        "{\"learning_rate\": 0.001, \"centered\": true}}}",
        "centered true is not supported"},
       {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
-       "{\"learning_rate\": {\"class_name\": \"ExponentialDecay\", "
+       "{\"learning_rate\": {\"class_name\": \"WarmupSchedule\", "
        "\"config\": {}}}}}",
-       "learning rate schedules"},
+       "schedule 'WarmupSchedule' is not supported"},
       {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
        "{\"amsgrad\": true}}}",
        "amsgrad true"},

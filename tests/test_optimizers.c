@@ -228,7 +228,96 @@ static void state_files(void) {
   check_remove_tree(check_temp_dir);
 }
 
+/* Each schedule's rate against Keras' formula, in double. */
+static void schedules(void) {
+  const double pi = 3.14159265358979;
+  mxu_lr_decay e = {.kind = MXU_EXPONENTIAL_DECAY,
+                    .initial_learning_rate = 0.1f,
+                    .decay_steps = 10,
+                    .decay_rate = 0.5f};
+  mxu_lr_decay inv = e, poly = e, cosine = e, restart = e, piece = {0};
+  inv.kind = MXU_INVERSE_TIME_DECAY;
+  inv.staircase = 1;
+  poly.kind = MXU_POLYNOMIAL_DECAY;
+  poly.end_learning_rate = 0.01f;
+  poly.power = 2;
+  poly.cycle = 1;
+  cosine.kind = MXU_COSINE_DECAY;
+  cosine.alpha = 0.1f;
+  cosine.has_warmup = 1;
+  cosine.warmup_target = 0.2f;
+  cosine.warmup_steps = 4;
+  restart.kind = MXU_COSINE_DECAY_RESTARTS;
+  restart.t_mul = 2;
+  restart.m_mul = 0.5f;
+  restart.alpha = 0;
+  piece.kind = MXU_PIECEWISE_CONSTANT;
+  piece.boundary_count = 2;
+  piece.boundaries[0] = 5, piece.boundaries[1] = 9;
+  piece.values[0] = 1, piece.values[1] = 0.5f, piece.values[2] = 0.25f;
+  int64_t steps[] = {0, 1, 4, 5, 9, 10, 17, 25, 40};
+  for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+    double t = (double)steps[i];
+    double want[6];
+    want[0] = 0.1 * pow(0.5, t / 10);
+    want[1] = 0.1 / (1 + 0.5 * floor(t / 10));
+    double ds = 10 * (t == 0 ? 1 : ceil(t / 10));
+    want[2] = (0.1 - 0.01) * pow(1 - t / ds, 2) + 0.01;
+    if (t < 4) {
+      want[3] = (0.2 - 0.1) * t / 4 + 0.1;
+    } else {
+      double c = fmin(t - 4, 10) / 10;
+      want[3] = 0.2 * (0.9 * 0.5 * (1 + cos(pi * c)) + 0.1);
+    }
+    /* Restarts every 10, 20, 40 steps: restart i starts at 10 (2^i - 1). */
+    double f = t / 10;
+    double r = floor(log(1 - f * (1 - 2)) / log(2));
+    double within = (f - (1 - pow(2, r)) / (1 - 2)) / pow(2, r);
+    want[4] = 0.1 * 0.5 * pow(0.5, r) * (1 + cos(pi * within));
+    want[5] = t <= 5 ? 1 : t <= 9 ? 0.5 : 0.25;
+    const mxu_lr_decay *all[6] = {&e, &inv, &poly, &cosine, &restart, &piece};
+    for (int k = 0; k < 6; k++) {
+      double got = mxu_schedule_rate(all[k], steps[i]);
+      CHECK_MSG(fabs(got - want[k]) <= 1e-6 * fmax(1, fabs(want[k])) + 1e-7,
+                "schedule %d at step %lld: %.9g, Keras' formula %.9g", k,
+                (long long)steps[i], got, want[k]);
+    }
+  }
+  /* Each step runs at the rate of the steps before it, as Keras'. */
+  mxu_optimizer_config o = mxu_sgd(0.1f, 0, 0);
+  o.schedule = e;
+  mxu_model *m = model_with(o);
+  if (!m) return;
+  float before = m->weights[0];
+  for (int t = 1; t <= 2; t++) {
+    for (int k = 0; k < W; k++) *slot(m, m->grads, k) = 1.0f;
+    mxu_strategy_apply(m);
+  }
+  double want = before - 0.1 - 0.1 * pow(0.5, 0.1);
+  CHECK_MSG(fabs(m->weights[0] - want) < 1e-6, "after 2 steps %g, want %g",
+            m->weights[0], want);
+  CHECK(fabs(mxu_model_learning_rate(m) - 0.1 * pow(0.5, 0.2)) < 1e-7);
+  EXPECT_FAIL(mxu_model_set_learning_rate(m, 0.01), MXU_ERR_ARG,
+              "follows a learning-rate schedule");
+  /* Written with the model and read back the same. */
+  for (int keras3 = 0; keras3 < 2; keras3++) {
+    char *text = NULL;
+    CHECK_OK(mxu_model_to_json(m, keras3, &text));
+    mxu_model *again = NULL;
+    mxu_compile_config c = mxu_compile_defaults();
+    CHECK_OK(mxu_model_from_json(text, "s.json", &again, &c, NULL));
+    CHECK(text && strstr(text, "\"ExponentialDecay\"") &&
+          c.optimizer.schedule.kind == MXU_EXPONENTIAL_DECAY &&
+          c.optimizer.schedule.decay_steps == 10 &&
+          c.optimizer.schedule.decay_rate == 0.5f);
+    mxu_model_free(again);
+    free(text);
+  }
+  mxu_model_free(m);
+}
+
 int main(void) {
+  schedules();
   rules();
   state_files();
   return check_report("test_optimizers");

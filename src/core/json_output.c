@@ -3,6 +3,8 @@
  * once at the end; floats are written with the digits a float32 needs. */
 #include "core/json.h"
 
+#include <math.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +35,23 @@ double mxu_json_short_float(float value) {
   return strtod(text, NULL);
 }
 
+/* Python writes a float with a point or an exponent (0.0, 2.0, 1e-07),
+ * and Keras checks some settings' types (SGD's momentum must be a
+ * float): the shortest digits that read back, then ".0" if integral. */
 void mxu_json_put_float(mxu_json_out *out, cJSON *object, const char *key,
                         float value) {
-  mxu_json_put_number(out, object, key, mxu_json_short_float(value));
+  double d = mxu_json_short_float(value);
+  if (!isfinite(d)) {
+    mxu_json_put_number(out, object, key, d);
+    return;
+  }
+  char text[40];
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(text, sizeof text, "%.*g", digits, d);
+    if (strtod(text, NULL) == d) break;
+  }
+  if (!strpbrk(text, ".e")) strcat(text, ".0");
+  mxu_json_put(out, object, key, cJSON_CreateRaw(text));
 }
 
 void mxu_json_put_string(mxu_json_out *out, cJSON *object, const char *key,

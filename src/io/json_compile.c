@@ -4,6 +4,7 @@
  * compiled model's settings written back in that shape. */
 #include "io/json.h"
 
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 
@@ -86,16 +87,149 @@ static mxu_status require_zero(const mxu_json_where *where, const cJSON *object,
 /* ---- optimizer -----------------------------------------------------------
  */
 
+/* A number, or null (Keras' "off" for weight_decay and the clips). */
+static mxu_status read_optional(const mxu_json_where *where,
+                                const cJSON *config, const char *key,
+                                float *out) {
+  const cJSON *v = mxu_json_get(config, key);
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  return mxu_json_float(where, config, key, MXU_JSON_OPTIONAL, out);
+}
+
+/* Keras' schedule classes, in mxu_lr_decay_kind order from 1. */
+static const char *const schedule_classes[] = {"ExponentialDecay",
+                                               "PiecewiseConstantDecay",
+                                               "PolynomialDecay",
+                                               "InverseTimeDecay",
+                                               "CosineDecay",
+                                               "CosineDecayRestarts",
+                                               NULL};
+
+static const char *const schedule_keys[] = {"initial_learning_rate",
+                                            "decay_steps",
+                                            "decay_rate",
+                                            "staircase",
+                                            "boundaries",
+                                            "values",
+                                            "end_learning_rate",
+                                            "power",
+                                            "cycle",
+                                            "alpha",
+                                            "warmup_target",
+                                            "warmup_steps",
+                                            "first_decay_steps",
+                                            "t_mul",
+                                            "m_mul",
+                                            "name",
+                                            NULL};
+
+static mxu_status read_steps(const mxu_json_where *where, const cJSON *config,
+                             const char *key, int64_t *out) {
+  const cJSON *v = mxu_json_get(config, key);
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+      v->valuedouble < 0 || v->valuedouble > 9e15)
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "%s must be a step count", key);
+  *out = (int64_t)v->valuedouble;
+  return MXU_OK;
+}
+
+/* PiecewiseConstantDecay's boundaries (steps) and values (one more). */
+static mxu_status read_pieces(const mxu_json_where *where, const cJSON *config,
+                              mxu_lr_decay *d) {
+  const cJSON *b = mxu_json_get(config, "boundaries"),
+              *v = mxu_json_get(config, "values");
+  int nb = cJSON_IsArray(b) ? cJSON_GetArraySize(b) : -1;
+  int nv = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+  if (nb < 1 || nb > MXU_MAX_BOUNDARIES || nv != nb + 1)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "PiecewiseConstantDecay needs 1 to %d boundaries "
+                         "and one value more",
+                         MXU_MAX_BOUNDARIES);
+  d->boundary_count = nb;
+  for (int i = 0; i < nb + nv; i++) {
+    const cJSON *item = cJSON_GetArrayItem(i < nb ? b : v, i < nb ? i : i - nb);
+    if (!cJSON_IsNumber(item))
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "boundaries and values must be numbers");
+    if (i < nb)
+      d->boundaries[i] = (int64_t)item->valuedouble;
+    else
+      d->values[i - nb] = (float)item->valuedouble;
+  }
+  return MXU_OK;
+}
+
+static mxu_status read_schedule(const mxu_json_where *where, const cJSON *v,
+                                mxu_lr_decay *d) {
+  const cJSON *name = mxu_json_get(v, "class_name");
+  memset(d, 0, sizeof *d);
+  for (int i = 0; schedule_classes[i] && cJSON_IsString(name); i++)
+    if (strcmp(name->valuestring, schedule_classes[i]) == 0)
+      d->kind = (mxu_lr_decay_kind)(i + 1);
+  if (d->kind == MXU_DECAY_NONE) {
+    char text[160];
+    mxu_json_text(name, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "learning_rate: schedule %s is not supported "
+                         "(supported: ExponentialDecay, "
+                         "PiecewiseConstantDecay, PolynomialDecay, "
+                         "InverseTimeDecay, CosineDecay, CosineDecayRestarts)",
+                         text);
+  }
+  const cJSON *config = mxu_json_get(v, "config");
+  if (!cJSON_IsObject(config))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "learning_rate: a schedule needs its config");
+  MXU_TRY(mxu_json_check_keys(where, config, schedule_keys, NULL));
+  d->end_learning_rate = 0.0001f;
+  d->power = 1.0f;
+  d->t_mul = 2.0f;
+  d->m_mul = 1.0f;
+  static const char *const floats[] = {"initial_learning_rate",
+                                       "decay_rate",
+                                       "end_learning_rate",
+                                       "power",
+                                       "alpha",
+                                       "t_mul",
+                                       "m_mul",
+                                       NULL};
+  float *targets[] = {&d->initial_learning_rate,
+                      &d->decay_rate,
+                      &d->end_learning_rate,
+                      &d->power,
+                      &d->alpha,
+                      &d->t_mul,
+                      &d->m_mul};
+  for (int i = 0; floats[i]; i++)
+    MXU_TRY(read_optional(where, config, floats[i], targets[i]));
+  MXU_TRY(mxu_json_bool(where, config, "staircase", &d->staircase));
+  MXU_TRY(mxu_json_bool(where, config, "cycle", &d->cycle));
+  MXU_TRY(read_steps(where, config, "decay_steps", &d->decay_steps));
+  MXU_TRY(read_steps(where, config, "first_decay_steps", &d->decay_steps));
+  MXU_TRY(read_steps(where, config, "warmup_steps", &d->warmup_steps));
+  const cJSON *target = mxu_json_get(config, "warmup_target");
+  d->has_warmup = target && !cJSON_IsNull(target);
+  if (d->has_warmup)
+    MXU_TRY(read_optional(where, config, "warmup_target", &d->warmup_target));
+  if (d->kind == MXU_PIECEWISE_CONSTANT) MXU_TRY(read_pieces(where, config, d));
+  return MXU_OK;
+}
+
 static mxu_status read_learning_rate(const mxu_json_where *where,
-                                     const cJSON *config, float *out) {
+                                     const cJSON *config,
+                                     mxu_optimizer_config *o) {
   const char *key =
       mxu_json_get(config, "learning_rate") ? "learning_rate" : "lr";
   const cJSON *v = mxu_json_get(config, key);
-  if (cJSON_IsObject(v))
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "%s: learning rate schedules are not supported "
-                         "(only a number)",
-                         key);
+  if (cJSON_IsObject(v)) {
+    MXU_TRY(read_schedule(where, v, &o->schedule));
+    /* The rate the schedule starts at. */
+    o->learning_rate = mxu_schedule_rate(&o->schedule, 0);
+    return MXU_OK;
+  }
+  o->schedule.kind = MXU_DECAY_NONE;
+  float *out = &o->learning_rate;
   MXU_TRY(mxu_json_float(where, config, key, MXU_JSON_OPTIONAL, out));
   if (!(*out > 0))
     return mxu_json_fail(where, MXU_ERR_FORMAT, "%s must be positive, got %g",
@@ -118,21 +252,12 @@ static mxu_status read_optimizer_options(const mxu_json_where *where,
   return mxu_json_check_keys(where, config, optimizer_keys, NULL);
 }
 
-/* A number, or null (Keras' "off" for weight_decay and the clips). */
-static mxu_status read_optional(const mxu_json_where *where,
-                                const cJSON *config, const char *key,
-                                float *out) {
-  const cJSON *v = mxu_json_get(config, key);
-  if (!v || cJSON_IsNull(v)) return MXU_OK;
-  return mxu_json_float(where, config, key, MXU_JSON_OPTIONAL, out);
-}
-
 static mxu_status read_optimizer_config(const mxu_json_where *where,
                                         const cJSON *config,
                                         mxu_optimizer_config *out) {
   if (config && !cJSON_IsNull(config) && !cJSON_IsObject(config))
     return mxu_json_fail(where, MXU_ERR_FORMAT, "config must be an object");
-  MXU_TRY(read_learning_rate(where, config, &out->learning_rate));
+  MXU_TRY(read_learning_rate(where, config, out));
   static const char *const floats[] = {"beta_1",  "beta_2",
                                        "epsilon", "momentum",
                                        "rho",     "initial_accumulator_value",
@@ -407,6 +532,47 @@ static void put_optimizer_settings(mxu_json_out *out, cJSON *config,
   }
 }
 
+static cJSON *schedule_object(mxu_json_out *out, const mxu_lr_decay *d) {
+  cJSON *config = cJSON_CreateObject();
+  mxu_lr_decay_kind k = d->kind;
+  if (k == MXU_PIECEWISE_CONSTANT) {
+    cJSON *b = cJSON_CreateArray(), *v = cJSON_CreateArray();
+    for (int i = 0; i < d->boundary_count; i++)
+      cJSON_AddItemToArray(b, cJSON_CreateNumber((double)d->boundaries[i]));
+    for (int i = 0; i <= d->boundary_count; i++)
+      cJSON_AddItemToArray(v, cJSON_CreateNumber(d->values[i]));
+    mxu_json_put(out, config, "boundaries", b);
+    mxu_json_put(out, config, "values", v);
+  } else {
+    mxu_json_put_float(out, config, "initial_learning_rate",
+                       d->initial_learning_rate);
+    mxu_json_put_number(out, config,
+                        k == MXU_COSINE_DECAY_RESTARTS ? "first_decay_steps"
+                                                       : "decay_steps",
+                        (double)d->decay_steps);
+  }
+  if (k == MXU_EXPONENTIAL_DECAY || k == MXU_INVERSE_TIME_DECAY) {
+    mxu_json_put_float(out, config, "decay_rate", d->decay_rate);
+    mxu_json_put_bool(out, config, "staircase", d->staircase);
+  } else if (k == MXU_POLYNOMIAL_DECAY) {
+    mxu_json_put_float(out, config, "end_learning_rate", d->end_learning_rate);
+    mxu_json_put_float(out, config, "power", d->power);
+    mxu_json_put_bool(out, config, "cycle", d->cycle);
+  } else if (k == MXU_COSINE_DECAY || k == MXU_COSINE_DECAY_RESTARTS) {
+    if (k == MXU_COSINE_DECAY_RESTARTS) {
+      mxu_json_put_float(out, config, "t_mul", d->t_mul);
+      mxu_json_put_float(out, config, "m_mul", d->m_mul);
+    }
+    mxu_json_put_float(out, config, "alpha", d->alpha);
+    if (k == MXU_COSINE_DECAY && d->has_warmup) {
+      mxu_json_put_float(out, config, "warmup_target", d->warmup_target);
+      mxu_json_put_number(out, config, "warmup_steps", (double)d->warmup_steps);
+    }
+  }
+  return mxu_json_object(out, "keras.optimizers.schedules",
+                         schedule_classes[k - 1], config);
+}
+
 static cJSON *optimizer_object(mxu_json_out *out,
                                const mxu_optimizer_config *o) {
   cJSON *config = cJSON_CreateObject();
@@ -414,7 +580,11 @@ static cJSON *optimizer_object(mxu_json_out *out,
   /* Keras 3 names optimizers in snake case, tf.keras 2.x by class. */
   mxu_json_put_string(out, config, "name",
                       out->keras3 ? mxu_optimizer_name(o->kind) : class_name);
-  mxu_json_put_float(out, config, "learning_rate", o->learning_rate);
+  if (o->schedule.kind != MXU_DECAY_NONE)
+    mxu_json_put(out, config, "learning_rate",
+                 schedule_object(out, &o->schedule));
+  else
+    mxu_json_put_float(out, config, "learning_rate", o->learning_rate);
   put_optional(out, config, "weight_decay", o->weight_decay);
   put_optional(out, config, "clipnorm", o->clipnorm);
   put_optional(out, config, "global_clipnorm", o->global_clipnorm);

@@ -122,7 +122,7 @@ static void fill_slots(const mxu_model *model, slot_list *list) {
     snprintf(list->names[0], sizeof list->names[0], "iteration:0");
   else
     snprintf(list->names[0], sizeof list->names[0], "%s/iteration", lower);
-  if (list->layout == SLOTS_KERAS3)
+  if (list->first_slot == 2)
     snprintf(list->names[1], sizeof list->names[1], "%s/learning_rate", lower);
   for (int e = 0; e < list->count; e++) list->param[e] = -1;
   mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
@@ -147,7 +147,12 @@ static mxu_status slot_list_make(const mxu_model *model, slot_layout layout,
   memset(list, 0, sizeof *list);
   list->optimizer = mxu_optimizer_class_name(model->compile.optimizer.kind);
   list->layout = layout;
-  list->first_slot = layout == SLOTS_KERAS3 ? 2 : 1;
+  /* Keras 3 keeps the rate as a variable, unless a schedule gives it. */
+  list->first_slot =
+      layout == SLOTS_KERAS3 &&
+              model->compile.optimizer.schedule.kind == MXU_DECAY_NONE
+          ? 2
+          : 1;
   list->slot_end =
       list->first_slot + slot_kinds(model, layout, kinds, buffers) * trainable;
   /* Keras 3's Nadam keeps its schedule product after the slots. */

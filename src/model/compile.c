@@ -60,12 +60,40 @@ static mxu_status check_graph(const mxu_model *model) {
   return MXU_OK;
 }
 
+static mxu_status check_schedule(const mxu_lr_decay *s) {
+  if (s->kind == MXU_DECAY_NONE) return MXU_OK;
+  if ((unsigned)s->kind > MXU_COSINE_DECAY_RESTARTS)
+    return mxu_fail(MXU_ERR_ARG, "compile: schedule %d is not one mxu has",
+                    (int)s->kind);
+  int ok =
+      isfinite(s->initial_learning_rate) && s->alpha >= 0 &&
+      isfinite(s->decay_rate) && isfinite(s->power) &&
+      (s->kind == MXU_PIECEWISE_CONSTANT || s->decay_steps > 0) &&
+      (s->kind != MXU_COSINE_DECAY || !s->has_warmup || s->warmup_steps >= 0) &&
+      (s->kind != MXU_COSINE_DECAY_RESTARTS || (s->t_mul > 0 && s->m_mul >= 0));
+  if (s->kind == MXU_PIECEWISE_CONSTANT) {
+    ok =
+        ok && s->boundary_count >= 1 && s->boundary_count <= MXU_MAX_BOUNDARIES;
+    for (int i = 1; ok && i < s->boundary_count; i++)
+      ok = s->boundaries[i] > s->boundaries[i - 1];
+  }
+  return ok ? MXU_OK
+            : mxu_fail(MXU_ERR_ARG,
+                       "compile: the learning-rate schedule's settings are "
+                       "out of range (decay steps > 0, boundaries rising, "
+                       "at most %d of them)",
+                       MXU_MAX_BOUNDARIES);
+}
+
 static mxu_status check_optimizer(const mxu_optimizer_config *o) {
+  MXU_TRY(check_schedule(&o->schedule));
   if ((unsigned)o->kind > MXU_ADAMW)
     return mxu_fail(MXU_ERR_ARG, "compile: optimizer %d is not one mxu has",
                     (int)o->kind);
   const char *name = mxu_optimizer_class_name(o->kind);
-  if (!(o->learning_rate > 0.0f) || !isfinite(o->learning_rate))
+  /* A schedule may start at 0 (a warmup from 0); a fixed rate may not. */
+  if (o->schedule.kind == MXU_DECAY_NONE &&
+      (!(o->learning_rate > 0.0f) || !isfinite(o->learning_rate)))
     return mxu_fail(MXU_ERR_ARG, "compile: learning rate %g must be positive",
                     (double)o->learning_rate);
   int betas = o->kind == MXU_ADAM || o->kind == MXU_ADAMW ||

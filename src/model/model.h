@@ -376,6 +376,7 @@ struct mxu_model {
    * (optimizers.c). */
   float u_product;
   int64_t u_product_step;
+  float step_rate; /* the learning rate of the step being applied */
   float *state; /* state_count */
   int64_t trainable_count, state_count;
   /* Gradient buffers hold shadow_count more values: the weight gradients

@@ -259,7 +259,7 @@ void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
   int64_t n = end - begin;
   float *w = model->weights + begin, *g = model->grads + begin;
   float *m = model->slot_m + begin, *v = model->slot_v + begin;
-  float lr = o->learning_rate;
+  float lr = model->step_rate;
   if (o->clipvalue > 0)
     for (int64_t i = 0; i < n; i++)
       g[i] = fminf(fmaxf(g[i], -o->clipvalue), o->clipvalue);

@@ -79,13 +79,23 @@ void mxu_model_stop_training(mxu_model *model) {
 }
 
 double mxu_model_learning_rate(const mxu_model *model) {
-  return model ? model->compile.optimizer.learning_rate : NAN;
+  if (!model) return NAN;
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  if (o->schedule.kind != MXU_DECAY_NONE)
+    return mxu_schedule_rate(&o->schedule, model->iterations);
+  return o->learning_rate;
 }
 
 mxu_status mxu_model_set_learning_rate(mxu_model *model, double rate) {
   if (!model || !(rate > 0) || !isfinite(rate))
     return mxu_fail(MXU_ERR_ARG,
                     "learning rate %g: a learning rate must be positive", rate);
+  /* Keras refuses it too (the optimizer holds the schedule, no value). */
+  if (model->compile.optimizer.schedule.kind != MXU_DECAY_NONE)
+    return mxu_fail(MXU_ERR_ARG,
+                    "learning rate %g: the optimizer's rate follows a "
+                    "learning-rate schedule, which a callback cannot set",
+                    rate);
   model->compile.optimizer.learning_rate = (float)rate;
   return MXU_OK;
 }

@@ -260,15 +260,10 @@ static mxu_status maybe_checkpoint(mxu_model *model, const mxu_fit_config *c,
 static mxu_logs epoch_logs(const mxu_model *model, int epoch,
                            const epoch_totals *totals) {
   double n = totals->samples ? (double)totals->samples : 1.0;
-  mxu_logs logs = {epoch,
-                   0,
-                   totals->loss_sum / n,
-                   totals->metric_sum / n,
-                   NAN,
-                   NAN,
-                   model->compile.optimizer.learning_rate,
-                   model->metric,
-                   NULL}; /* callbacks get fit's stream */
+  mxu_logs logs = {
+      epoch, 0,   totals->loss_sum / n,           totals->metric_sum / n,
+      NAN,   NAN, mxu_model_learning_rate(model), model->metric,
+      NULL}; /* callbacks get fit's stream */
   return logs;
 }
 

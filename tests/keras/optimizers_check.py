@@ -34,6 +34,18 @@ CASES = {
     "sgd_clipnorm": O.SGD(0.5, momentum=0.9, clipnorm=0.2),
     "adam_global_clipnorm": O.Adam(0.05, global_clipnorm=0.3),
     "adam_clipvalue": O.Adam(0.05, clipvalue=0.05),
+    "sgd_exponential": O.SGD(O.schedules.ExponentialDecay(0.5, 2, 0.5)),
+    "sgd_staircase": O.SGD(O.schedules.InverseTimeDecay(0.5, 2, 0.7,
+                                                         staircase=True)),
+    "adam_piecewise": O.Adam(O.schedules.PiecewiseConstantDecay(
+        [1, 3], [0.05, 0.02, 0.01])),
+    "adam_polynomial": O.Adam(O.schedules.PolynomialDecay(0.05, 3, 0.01,
+                                                          power=2.0,
+                                                          cycle=True)),
+    "adam_cosine_warmup": O.Adam(O.schedules.CosineDecay(
+        0.0, 4, alpha=0.1, warmup_target=0.05, warmup_steps=2)),
+    "rmsprop_restarts": O.RMSprop(O.schedules.CosineDecayRestarts(
+        0.05, 2, t_mul=1.5, m_mul=0.8, alpha=0.05)),
 }
 
 
