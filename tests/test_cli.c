@@ -216,6 +216,35 @@ static void runtime_errors(void) {
   result_free(&r);
 }
 
+/* A compile_config mxu cannot follow: refused, unless --optimizer (or
+ * --loss, --metric) stands for it. */
+static void compile_overridden(void) {
+  mxu_model *m = NULL;
+  mxu_compile_config c = mxu_compile_defaults();
+  CHECK_OK(mxu_model_load_json(fashion_json, &m, &c, NULL));
+  c.batch_size = 10;
+  if (m) CHECK_OK(mxu_compile(m, &c));
+  char *text = NULL;
+  if (m) CHECK_OK(mxu_model_to_json(m, 1, &text));
+  char *adam = text ? strstr(text, "\"Adam\"") : NULL;
+  CHECK(adam != NULL);
+  if (adam) memcpy(adam, "\"Ftrl\"", 6);
+  const char *path = temp_path("ftrl.json");
+  if (text) write_text(path, text);
+  free(text);
+  mxu_model_free(m);
+  result r = run("train", path, "--data", "fashion-mnist", "--epochs", "1",
+                 "--steps-per-epoch", "2", "--batch-size", "10", NULL);
+  EXPECT_RUN(r, 1, "optimizer 'Ftrl' is not supported");
+  result_free(&r);
+  r = run("train", path, "--data", "fashion-mnist", "--epochs", "1",
+          "--steps-per-epoch", "2", "--batch-size", "10", "--optimizer", "sgd",
+          "--verbose", "0", NULL);
+  EXPECT_RUN(r, 0, "stand for the model file's compile settings");
+  CHECK(has(r.out, "test loss"));
+  result_free(&r);
+}
+
 /* The file of the real run for a model with 32 filters instead of 64. */
 static void weights_for_another_model(const char *weights) {
   const char *narrow = temp_path("narrow.json");
@@ -392,6 +421,7 @@ int main(void) {
   usage_errors();
   help();
   runtime_errors();
+  compile_overridden();
   real_run();
   summary_save_json();
   check_remove_tree(temp_dir);

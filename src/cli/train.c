@@ -40,6 +40,7 @@ typedef struct train_args {
   float learning_rate, rescale;
   uint64_t seed;
   cli_fit_extras extras; /* callbacks and augmentation */
+  int compile_flags;     /* --optimizer, --loss or --metric given */
 } train_args;
 
 #define TRAIN_BASE_OPTIONS 26
@@ -210,10 +211,34 @@ typedef struct train_run {
   uint64_t seed; /* the fit seed, the checkpoint's when resumed */
 } train_run;
 
+/* A compile_config mxu cannot follow gives way to the command line's
+ * --optimizer, --loss or --metric (Keras' defaults for the rest), as a
+ * user recompiling a Keras model would: the model is read without it. */
+static mxu_status load_overridden(const train_args *a, train_run *run,
+                                  mxu_status s) {
+  if (s != MXU_ERR_UNSUPPORTED || !a->compile_flags) return s;
+  char why[1024];
+  snprintf(why, sizeof why, "%s", mxu_errmsg());
+  /* Without it, the layers' own error (if any) is the one to tell. */
+  mxu_status without = mxu_model_load_json(a->model, &run->model, NULL, NULL);
+  if (without != MXU_OK) return without;
+  if (mxu_distributed_rank() == 0)
+    fprintf(stderr,
+            "mxu train: %s\nmxu train: the command line's --optimizer, "
+            "--loss and --metric stand for the model file's compile "
+            "settings (Keras' defaults for what they leave out)\n",
+            why);
+  run->compile = mxu_compile_defaults();
+  snprintf(run->metric, sizeof run->metric, "accuracy");
+  run->compile.metric = run->metric;
+  return MXU_OK;
+}
+
 static mxu_status load(const train_args *a, train_run *run) {
   cli_data data = {a->data, a->labels, a->label_column, a->rescale, 0};
   mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
                                 run->metric, sizeof run->metric);
+  s = load_overridden(a, run, s);
   if (s != MXU_OK || !a->validation_split) {
     if (s == MXU_OK)
       s = cli_load_split(&data, MXU_TRAIN, run->model, &run->train);
@@ -449,6 +474,9 @@ int cli_train(int argc, char **argv) {
                      TRAIN_OPTION_COUNT};
   int parsed = cli_parse(&cmd, argc, argv, &a.model);
   if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+  a.compile_flags = cli_find(&cmd, "--optimizer")->given ||
+                    cli_find(&cmd, "--loss")->given ||
+                    cli_find(&cmd, "--metric")->given;
   if (mxu_distributed_rank() != 0) a.verbose = 0; /* rank 0 speaks */
   /* Before training, not after it: a bad name must not cost the run. */
   parsed = cli_check_weights_path("train", "--save-weights", a.save_weights, 0);

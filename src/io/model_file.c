@@ -774,8 +774,9 @@ static mxu_status restore_file(mxu_model *model, const char *path, hid_t file,
   if (position) r.position.seed = position->seed; /* kept without one */
   MXU_TRY(slot_list_make(model, SLOTS_LEGACY, &r.list));
   r.load.scratch = calloc((size_t)model->param_count + 1, sizeof(float *));
-  /* Room for any layout's entries: Keras 3's has one more. */
-  r.slots = calloc((size_t)r.list.count + 1, sizeof(float *));
+  /* Room for any layout's entries: Keras 3's adds learning_rate and
+   * Nadam's u_product. */
+  r.slots = calloc((size_t)r.list.count + 2, sizeof(float *));
   mxu_status s = MXU_OK;
   if (!r.load.scratch || !r.slots)
     s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
