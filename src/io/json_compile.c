@@ -8,21 +8,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* compile->metric points into this table, never into the JSON, whose
- * memory is gone once the read returns. */
-static const char *const metric_names[] = {"accuracy",
-                                           "acc",
-                                           "sparse_categorical_accuracy",
-                                           "categorical_accuracy",
-                                           "binary_accuracy",
-                                           "top_k_categorical_accuracy",
-                                           "sparse_top_k_categorical_accuracy",
-                                           "mae",
-                                           "mean_absolute_error",
-                                           "mse",
-                                           "mean_squared_error",
-                                           NULL};
-
 static const struct {
   const char *class_name, *metric;
 } metric_classes[] = {
@@ -380,11 +365,11 @@ static mxu_status read_loss(const mxu_json_where *where, const cJSON *v,
 /* ---- metrics -------------------------------------------------------------
  */
 
+/* compile->metric points into loss.c's table, never into the JSON, whose
+ * memory is gone once the read returns. */
 static const char *metric_by_name(const cJSON *name) {
   if (!cJSON_IsString(name) || !name->valuestring) return NULL;
-  for (const char *const *m = metric_names; *m; m++)
-    if (strcmp(name->valuestring, *m) == 0) return *m;
-  return NULL;
+  return mxu_metric_name(name->valuestring);
 }
 
 /* "accuracy", or a metric object such as {"class_name":

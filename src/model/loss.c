@@ -216,6 +216,12 @@ static const struct {
     {"mean_squared_error", MXU_METRIC_MSE, 0},
 };
 
+const char *mxu_metric_name(const char *name) {
+  for (size_t i = 0; i < sizeof metric_names / sizeof *metric_names; i++)
+    if (strcmp(name, metric_names[i].name) == 0) return metric_names[i].name;
+  return NULL;
+}
+
 const char *mxu_metric_names(void) {
   return "accuracy, acc, sparse_categorical_accuracy, categorical_accuracy, "
          "binary_accuracy, top_k_categorical_accuracy, "

@@ -377,7 +377,7 @@ struct mxu_model {
   float u_product;
   int64_t u_product_step;
   float step_rate; /* the learning rate of the step being applied */
-  float *state; /* state_count */
+  float *state;    /* state_count */
   int64_t trainable_count, state_count;
   /* Gradient buffers hold shadow_count more values: the weight gradients
    * of shared layers' other calls (see mxu_layer.owner). */
@@ -576,8 +576,10 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
  * resolution of "accuracy"); MXU_ERR_UNSUPPORTED naming what is. */
 mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
                               mxu_metric_kind *out);
-/* The supported names, for messages. */
+/* The supported names, for messages; the table's own copy of a supported
+ * name (a string that lives as long as the program), or NULL. */
 const char *mxu_metric_names(void);
+const char *mxu_metric_name(const char *name);
 /* Whether the metric reads class labels (else the targets). */
 int mxu_metric_needs_labels(mxu_metric_kind kind);
 
