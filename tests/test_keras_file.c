@@ -228,64 +228,37 @@ static void restores_keras_state(void) {
 /* A whole model's file stands for the model JSON and its weights: train
  * saves one, evaluate takes it alone and scores what train reported, and
  * train goes on from it (its weights and optimizer state). */
+static const char *shown(const char *text) { return text ? text : ""; }
+
 static void whole_model_commands(void) {
   for (int keras = 0; keras < 2; keras++) {
     const char *saved = temp_path(keras ? "fashion.keras" : "fashion.h5");
-    char *train[] = {MXU_BIN,
-                     "train",
-                     "models/fashion_mnist.json",
-                     "--data",
-                     "fashion-mnist",
-                     "--epochs",
-                     "1",
-                     "--steps-per-epoch",
-                     "5",
-                     "--batch-size",
-                     "100",
-                     "--rescale",
-                     "1/255",
-                     "--verbose",
-                     "0",
-                     "--save-model",
-                     (char *)saved,
-                     NULL};
-    char *out, *err;
-    int code = check_run(train, &out, &err);
-    CHECK_MSG(code == 0 && out && has(out, "test loss"), "exit %d: %s %s", code,
-              out, err);
-    const char *line = out ? strstr(out, "test loss") : NULL;
+#define SHORT_RUN                                                              \
+  "--data", "fashion-mnist", "--epochs", "1", "--steps-per-epoch", "5",        \
+      "--batch-size", "100", "--rescale", "1/255"
+    result r =
+        check_run_bin(MXU_BIN, "train", "models/fashion_mnist.json", SHORT_RUN,
+                      "--verbose", "0", "--save-model", saved, NULL);
+    CHECK_MSG(r.code == 0 && r.out && has(r.out, "test loss"), "exit %d: %s %s",
+              r.code, shown(r.out), shown(r.err));
+    const char *line = r.out ? strstr(r.out, "test loss") : NULL;
     char evaluate_line[64] = "";
     if (line) snprintf(evaluate_line, sizeof evaluate_line, "%.40s", line);
-    free(out);
-    free(err);
-    char *evaluate[] = {MXU_BIN,         "evaluate",  (char *)saved, "--data",
-                        "fashion-mnist", "--rescale", "1/255",       NULL};
-    code = check_run(evaluate, &out, &err);
-    CHECK_MSG(code == 0 && out && evaluate_line[0] && has(out, evaluate_line),
-              "exit %d: %s %s (want %s)", code, out, err, evaluate_line);
-    free(out);
-    free(err);
-    char *again[] = {MXU_BIN,
-                     (char *)"train",
-                     (char *)saved,
-                     "--data",
-                     "fashion-mnist",
-                     "--epochs",
-                     "1",
-                     "--steps-per-epoch",
-                     "5",
-                     "--batch-size",
-                     "100",
-                     "--rescale",
-                     "1/255",
-                     "--verbose",
-                     "1",
-                     NULL};
-    code = check_run(again, &out, &err);
-    CHECK_MSG(code == 0 && out && has(out, "weights and optimizer state from"),
-              "exit %d: %s %s", code, out, err);
-    free(out);
-    free(err);
+    result_free(&r);
+    r = check_run_bin(MXU_BIN, "evaluate", saved, "--data", "fashion-mnist",
+                      "--rescale", "1/255", NULL);
+    CHECK_MSG(r.code == 0 && r.out && evaluate_line[0] &&
+                  has(r.out, evaluate_line),
+              "exit %d: %s %s (want %s)", r.code, shown(r.out), shown(r.err),
+              evaluate_line);
+    result_free(&r);
+    r = check_run_bin(MXU_BIN, "train", saved, SHORT_RUN, "--verbose", "1",
+                      NULL);
+#undef SHORT_RUN
+    CHECK_MSG(r.code == 0 && r.out &&
+                  has(r.out, "weights and optimizer state from"),
+              "exit %d: %s %s", r.code, shown(r.out), shown(r.err));
+    result_free(&r);
   }
 }
 

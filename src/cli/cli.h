@@ -49,6 +49,9 @@ mxu_status cli_load_split(const cli_data *d, mxu_split split,
  * .weights.h5; reading, also a .keras model file) is a usage error, caught
  * before anything runs. Returns CLI_OK, or CLI_USAGE after saying why
  * (options.h). NULL path: CLI_OK. */
+/* 1 when text (which may be NULL) ends with end. */
+int cli_ends_with(const char *text, const char *end);
+
 /* A whole model's file (Keras' model.save: .keras, .h5, .hdf5) rather
  * than a model JSON. */
 int cli_whole_model(const char *path);

@@ -9,10 +9,14 @@
 #include <string.h>
 #include <time.h>
 
+int cli_ends_with(const char *text, const char *end) {
+  size_t n = text ? strlen(text) : 0, k = strlen(end);
+  return n >= k && strcmp(text + n - k, end) == 0;
+}
+
 int cli_check_weights_path(const char *command, const char *flag,
                            const char *path, int reading) {
-  size_t n = path ? strlen(path) : 0;
-  if (reading && n >= 6 && strcmp(path + n - 6, ".keras") == 0) return CLI_OK;
+  if (reading && cli_ends_with(path, ".keras")) return CLI_OK;
   if (!path || mxu_weights_path_check(path) == MXU_OK) return CLI_OK;
   /* The library says "weights: "; the flag says it better here. */
   const char *why = mxu_errmsg();
@@ -21,10 +25,8 @@ int cli_check_weights_path(const char *command, const char *flag,
 }
 
 int cli_whole_model(const char *path) {
-  size_t n = strlen(path);
-  return (n >= 6 && strcmp(path + n - 6, ".keras") == 0) ||
-         (n >= 3 && strcmp(path + n - 3, ".h5") == 0) ||
-         (n >= 5 && strcmp(path + n - 5, ".hdf5") == 0);
+  return cli_ends_with(path, ".keras") || cli_ends_with(path, ".h5") ||
+         cli_ends_with(path, ".hdf5");
 }
 
 int cli_model_weights(const char *command, const char *model,
@@ -53,16 +55,11 @@ mxu_status cli_load_model(const char *path, mxu_model **model,
   return MXU_OK;
 }
 
-static int is_npz(const char *path) {
-  size_t n = strlen(path);
-  return n >= 4 && strcmp(path + n - 4, ".npz") == 0;
-}
-
 /* An .npz's arrays by key, or x_test (y_test) and then x (y): the second
  * only when the archive lacks the first. */
 mxu_status cli_load_arrays(const char *path, const char *key, int labels,
                            mxu_dataset **out) {
-  if (!is_npz(path)) return mxu_load_npy(path, NULL, out);
+  if (!cli_ends_with(path, ".npz")) return mxu_load_npy(path, NULL, out);
   if (key) {
     char y[256];
     snprintf(y, sizeof y, "y%s", key[0] == 'x' ? key + 1 : key);
@@ -78,8 +75,9 @@ mxu_status cli_load_arrays(const char *path, const char *key, int labels,
 mxu_status cli_load_split(const cli_data *d, mxu_split split,
                           const mxu_model *model, mxu_dataset **out) {
   mxu_status status;
-  int arrays = d->labels || d->label_column ||
-               (d->whole && split == MXU_TEST && is_npz(d->data));
+  int arrays =
+      d->labels || d->label_column ||
+      (d->whole && split == MXU_TEST && cli_ends_with(d->data, ".npz"));
   if (!arrays)
     status =
         mxu_load_dataset_for(d->data, split, mxu_model_input_shape(model), out);

@@ -256,8 +256,7 @@ static int choose_inputs(const predict_args *a, predict_run *run) {
  * --output, or printed. Returns an exit code. */
 static int predict_arrays(const predict_args *a, predict_run *run) {
   mxu_dataset *samples = NULL;
-  size_t n_input = strlen(a->input);
-  mxu_status s = n_input >= 4 && strcmp(a->input + n_input - 4, ".csv") == 0
+  mxu_status s = cli_ends_with(a->input, ".csv")
                      ? mxu_load_csv(a->input, a->label_column, &samples)
                      : cli_load_arrays(a->input, a->key, 0, &samples);
   if (s == MXU_OK)

@@ -126,11 +126,6 @@ static mxu_status check_optimizer(const mxu_optimizer_config *o) {
   return MXU_OK;
 }
 
-static int softmax_loss(mxu_loss loss) {
-  return loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
-         loss == MXU_CATEGORICAL_CROSSENTROPY;
-}
-
 static mxu_status check_loss(const mxu_model *model,
                              const mxu_compile_config *c) {
   if ((unsigned)c->loss > MXU_KL_DIVERGENCE)
@@ -150,7 +145,7 @@ static mxu_status check_loss(const mxu_model *model,
     return mxu_fail(MXU_ERR_ARG, "compile: Huber's delta %g must be positive",
                     (double)c->huber_delta);
   const mxu_layer *last = &model->layers[mxu_model_output(model)];
-  if (softmax_loss(c->loss) &&
+  if (mxu_loss_is_softmax(c->loss) &&
       (last->out_shape.rank != 1 || last->out_shape.dims[0] < 2))
     return mxu_fail(MXU_ERR_SHAPE,
                     "compile: the output layer '%s' must output one score "
@@ -754,7 +749,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   MXU_TRY(plan_strategy(model, batch));
   MXU_TRY(check_batch_sizes(model));
   plan->fused_softmax = !model->compile.from_logits &&
-                        softmax_loss(model->compile.loss) &&
+                        mxu_loss_is_softmax(model->compile.loss) &&
                         final_softmax(model);
   /* oneDNN sizes a primitive's work split by the threads it may use when
    * it is created: create them with the count they will run with. */

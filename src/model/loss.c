@@ -96,6 +96,11 @@ void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
   }
 }
 
+int mxu_loss_is_softmax(mxu_loss loss) {
+  return loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
+         loss == MXU_CATEGORICAL_CROSSENTROPY;
+}
+
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,
                         const float *targets, float *out) {
   for (int64_t i = 0; i < rows * k; i++)

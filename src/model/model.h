@@ -564,6 +564,9 @@ typedef struct mxu_loss_spec {
 void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
                      const float *targets, const float *mask, float scale,
                      float *loss, float *grad);
+/* The two cross-entropies the backend computes with a softmax (fused with
+ * a final one, as Keras does); the other losses are mxu_target_loss's. */
+int mxu_loss_is_softmax(mxu_loss loss);
 /* Categorical label smoothing: out = t (1 - s) + s / k. */
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,
                         const float *targets, float *out);
@@ -598,11 +601,13 @@ mxu_slot_spec mxu_optimizer_slots(const mxu_optimizer_config *o);
 /* The slots as a fresh optimizer has them (zeros; Adagrad's initial
  * accumulator value). */
 void mxu_optimizer_reset(mxu_model *model);
-/* Before a step's updates, serially: the gradient clipped by norm
- * (clipnorm, global_clipnorm); Nadam's schedule product brought to the
- * step. */
-void mxu_optimizer_clip(mxu_model *model);
-void mxu_nadam_advance(mxu_model *model);
+/* The learning rate of the next step: the schedule's at the iteration
+ * count, or the fixed rate. */
+float mxu_optimizer_rate(const mxu_model *model);
+/* Before a step's updates, serially: the step's rate, the iteration
+ * count, the gradient clipped by norm (clipnorm, global_clipnorm) and
+ * Nadam's schedule product brought to the step. */
+void mxu_optimizer_begin_step(mxu_model *model);
 /* Nadam's schedule product as of model->iterations (Keras' u_product). */
 float mxu_nadam_product(const mxu_model *model);
 /* The optimizer update of weights [begin, end) from model->grads, for

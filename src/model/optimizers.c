@@ -127,7 +127,7 @@ void mxu_optimizer_reset(mxu_model *model) {
 /* clipnorm (each weight's gradient) and global_clipnorm (all of them):
  * g * c / max(norm, c), as Keras computes them. The whole gradient is
  * needed, so compile refuses these across MPI processes. */
-void mxu_optimizer_clip(mxu_model *model) {
+static void clip_by_norm(mxu_model *model) {
   const mxu_optimizer_config *o = &model->compile.optimizer;
   if (!(o->clipnorm > 0) && !(o->global_clipnorm > 0)) return;
   double global = 0;
@@ -242,7 +242,7 @@ float mxu_nadam_product(const mxu_model *model) {
                        model->iterations);
 }
 
-void mxu_nadam_advance(mxu_model *model) {
+static void nadam_advance(mxu_model *model) {
   float b1 = model->compile.optimizer.beta_1;
   int64_t t = model->iterations;
   /* One step on from the last, or from the start after a restore. */
@@ -251,6 +251,21 @@ void mxu_nadam_advance(mxu_model *model) {
   else if (model->u_product_step != t)
     model->u_product = product_after(b1, 0, 1.0f, t);
   model->u_product_step = t;
+}
+
+float mxu_optimizer_rate(const mxu_model *model) {
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  if (o->schedule.kind != MXU_DECAY_NONE)
+    return mxu_schedule_rate(&o->schedule, model->iterations);
+  return o->learning_rate;
+}
+
+void mxu_optimizer_begin_step(mxu_model *model) {
+  /* The rate of the steps before this one, as Keras evaluates it. */
+  model->step_rate = mxu_optimizer_rate(model);
+  model->iterations++;
+  clip_by_norm(model);
+  if (model->compile.optimizer.kind == MXU_NADAM) nadam_advance(model);
 }
 
 void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {

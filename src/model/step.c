@@ -119,11 +119,6 @@ static void clear_other_outputs(mxu_model *model, mxu_replica *replica) {
   }
 }
 
-static int is_softmax_loss(mxu_loss loss) {
-  return loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
-         loss == MXU_CATEGORICAL_CROSSENTROPY;
-}
-
 /* The softmax cross-entropies, on the backend: fused with a final softmax
  * (reading its logits), from logits, or on probabilities. */
 static void softmax_loss(mxu_model *model, mxu_replica *replica,
@@ -175,7 +170,7 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
   const float *loss = mxu_replica_floats(replica, plan->loss);
   const float *out = mxu_replica_floats(replica, plan->act[n]);
   const mxu_compile_config *c = &model->compile;
-  if (is_softmax_loss(c->loss)) {
+  if (mxu_loss_is_softmax(c->loss)) {
     softmax_loss(model, replica, key, scale, targets);
   } else {
     mxu_loss_spec spec = {

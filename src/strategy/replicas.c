@@ -400,11 +400,7 @@ void mxu_strategy_apply(mxu_model *model) {
   shard(model, mxu_distributed_rank(), &begin, &end, &per);
   int64_t chunks = chunk_count(end - begin);
   int threads = all_threads(&model->plan);
-  /* The rate of the steps before this one, as Keras evaluates it. */
-  model->step_rate = (float)mxu_model_learning_rate(model);
-  model->iterations++;
-  mxu_optimizer_clip(model);
-  if (model->compile.optimizer.kind == MXU_NADAM) mxu_nadam_advance(model);
+  mxu_optimizer_begin_step(model);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t c = 0; c < chunks; c++) {
     unsigned mode = denormals_off();

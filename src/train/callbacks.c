@@ -79,11 +79,7 @@ void mxu_model_stop_training(mxu_model *model) {
 }
 
 double mxu_model_learning_rate(const mxu_model *model) {
-  if (!model) return NAN;
-  const mxu_optimizer_config *o = &model->compile.optimizer;
-  if (o->schedule.kind != MXU_DECAY_NONE)
-    return mxu_schedule_rate(&o->schedule, model->iterations);
-  return o->learning_rate;
+  return model ? mxu_optimizer_rate(model) : NAN;
 }
 
 mxu_status mxu_model_set_learning_rate(mxu_model *model, double rate) {

@@ -150,8 +150,7 @@ int fuzz_keras(const uint8_t *data, size_t size) {
   mxu_model_free(model);
   model = NULL;
   mxu_train_position at = {0};
-  if (small)
-    expect_message(mxu_load_model(path, MXU_BACKEND_CPU, &model, &at));
+  if (small) expect_message(mxu_load_model(path, MXU_BACKEND_CPU, &model, &at));
   mxu_model_free(model);
   return 0;
 }
