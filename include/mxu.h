@@ -57,12 +57,30 @@ size_t mxu_dtype_size(mxu_dtype dtype);
 
 /* ---- layers ------------------------------------------------------------ */
 
+/* Keras' activations, as their names give them (a parameter takes Keras'
+ * default for the name: leaky_relu's slope 0.2, elu's alpha 1). */
 typedef enum mxu_activation {
   MXU_LINEAR = 0,
   MXU_RELU,
   MXU_SIGMOID,
   MXU_TANH,
-  MXU_SOFTMAX
+  MXU_SOFTMAX,      /* over the last axis */
+  MXU_RELU6,        /* min(max(x, 0), 6) */
+  MXU_LEAKY_RELU,   /* x > 0 ? x : 0.2 x */
+  MXU_ELU,          /* x > 0 ? x : e^x - 1 */
+  MXU_SELU,         /* 1.0507 * (x > 0 ? x : 1.6733 (e^x - 1)) */
+  MXU_GELU,         /* x * Phi(x), exact (Keras' default) */
+  MXU_GELU_TANH,    /* gelu's tanh approximation (approximate=True) */
+  MXU_SILU,         /* x * sigmoid(x), also named swish */
+  MXU_SOFTPLUS,     /* log(1 + e^x) */
+  MXU_SOFTSIGN,     /* x / (1 + |x|) */
+  MXU_HARD_SIGMOID, /* Keras 3: relu6(x + 3) / 6 */
+  /* tf.keras 2's hard_sigmoid, clip(0.2 x + 0.5, 0, 1): what the name means
+   * in a file tf.keras wrote. */
+  MXU_HARD_SIGMOID_TF2,
+  MXU_HARD_SILU, /* x * relu6(x + 3) / 6, also named hard_swish */
+  MXU_EXPONENTIAL,
+  MXU_MISH /* x * tanh(softplus(x)) */
 } mxu_activation;
 
 typedef enum mxu_padding { MXU_VALID = 0, MXU_SAME } mxu_padding;

@@ -38,8 +38,12 @@ enum { CPU, REF };
 
 static const mxu_activation fused_acts[] = {MXU_LINEAR, MXU_RELU, MXU_SIGMOID,
                                             MXU_TANH};
-static const char *const act_names[] = {"linear", "relu", "sigmoid", "tanh",
-                                        "softmax"};
+static const char *const act_names[] = {
+    "linear",    "relu",        "sigmoid",      "tanh",
+    "softmax",   "relu6",       "leaky_relu",   "elu",
+    "selu",      "gelu",        "gelu_tanh",    "silu",
+    "softplus",  "softsign",    "hard_sigmoid", "hard_sigmoid_tf2",
+    "hard_silu", "exponential", "mish"};
 
 /* ---- buffers ----------------------------------------------------------- */
 
@@ -218,14 +222,14 @@ static void relu_backward_check(const conv_case *c, int y_native) {
   float *dy = rnd(ny, -1, 1), *y = zeros(ny), *dz = zeros(ny);
   float *dx[2], *dw[2], *db[2];
   mxu_op *op = NULL, *relu = NULL;
-  mxu_activation_desc ad = {MXU_RELU, (int64_t)ny / d.out_c, d.out_c};
+  mxu_activation_desc ad = {MXU_RELU, (int64_t)ny / d.out_c, d.out_c, 0};
   CHECK_OK(be->conv2d_create(&d, &op));
   CHECK_OK(be->activation_create(&ad, &relu));
   for (int k = 0; k < 2; k++)
     dx[k] = zeros(nx), dw[k] = zeros(nw), db[k] = zeros(d.out_c);
   if (op && relu) {
     be->conv2d_forward(op, x, w, b, y);
-    be->activation_backward(relu, y, dy, dz);
+    be->activation_backward(relu, NULL, y, dy, dz);
     be->conv2d_backward_weights(op, x, dz, dw[0], db[0]);
     be->conv2d_backward_data(op, dz, w, dx[0]);
     CHECK(be->conv2d_backward_relu(op, x, w, y, dy, dw[1], db[1], dx[1]));
@@ -328,7 +332,8 @@ static void chain_run(const mxu_conv2d_desc *da, const mxu_conv2d_desc *db,
   a.y_native = b.x_native = which == CPU;
   size_t ny = (size_t)a.n * a.out_h * a.out_w * a.out_c;
   float *ya = zeros(ny), *dya = zeros(ny), *dza = zeros(ny);
-  mxu_activation_desc ad = {act_a, (int64_t)a.n * a.out_h * a.out_w, a.out_c};
+  mxu_activation_desc ad = {act_a, (int64_t)a.n * a.out_h * a.out_w, a.out_c,
+                            0};
   mxu_op *opa = NULL, *opb = NULL, *act = NULL;
   CHECK_OK(be->conv2d_create(&a, &opa));
   CHECK_OK(be->conv2d_create(&b, &opb));
@@ -349,7 +354,7 @@ static void chain_run(const mxu_conv2d_desc *da, const mxu_conv2d_desc *db,
   be->conv2d_backward_weights(opb, ya, io->dyb, io->dwb, io->dbb);
   be->conv2d_backward_data(opb, io->dyb, io->wb, dya);
   if (act)
-    be->activation_backward(act, ya, dya, dza);
+    be->activation_backward(act, NULL, ya, dya, dza);
   else
     memcpy(dza, dya, ny * sizeof *dza);
   be->conv2d_backward_weights(opa, io->x, dza, io->dwa, io->dba);
@@ -1013,15 +1018,19 @@ static void act_run(const mxu_activation_desc *d, const float *x,
   size_t n = (size_t)d->rows * d->cols;
   be->activation_forward(op, x, out[0]);
   /* Backward from the oracle's y, so only the backward is compared. */
-  be->activation_backward(op, y_ref ? y_ref : out[0], dy, out[1]);
+  const float *y = y_ref ? y_ref : out[0];
+  be->activation_backward(op, x, y, dy, out[1]);
   memcpy(out[2], dy, n * sizeof *dy);
-  be->activation_backward(op, y_ref ? y_ref : out[0], out[2], out[2]);
+  be->activation_backward(op, x, y, out[2], out[2]);
   expect_no_exec_error(be->name);
   be->op_free(op);
 }
 
-static void act_check(const act_case *c, mxu_activation act, int index) {
-  mxu_activation_desc d = {act, c->rows, c->cols};
+/* alpha: 0 for the name's default, else a layer's own (LeakyReLU, ELU). */
+static void act_check(const act_case *c, mxu_activation act, float alpha,
+                      int index) {
+  mxu_activation_desc d = {act, c->rows, c->cols,
+                           alpha ? alpha : mxu_activation_alpha(act)};
   size_t n = (size_t)c->rows * c->cols;
   float *x = rnd(n, -3, 3), *dy = rnd(n, -1, 1);
   float *y[2], *dx[2], *dx_in_place[2];
@@ -1031,7 +1040,8 @@ static void act_check(const act_case *c, mxu_activation act, int index) {
   act_run(&d, x, y[REF], dy, (float *[]){y[CPU], dx[CPU], dx_in_place[CPU]},
           CPU);
   char label[64];
-  snprintf(label, sizeof label, "activation %s case %d", act_names[act], index);
+  snprintf(label, sizeof label, "activation %s (alpha %g) case %d",
+           act_names[act], (double)d.alpha, index);
   expect_pair(label, "forward y", y, n, TOL_OPS);
   expect_pair(label, "backward dx", dx, n, TOL_OPS);
   expect_pair(label, "backward dx in place", dx_in_place, n, TOL_OPS);
@@ -1042,8 +1052,10 @@ static void act_check(const act_case *c, mxu_activation act, int index) {
 static void test_activations(void) {
   int cases = (int)(sizeof act_cases / sizeof *act_cases);
   for (int i = 0; i < cases; i++)
-    for (int a = MXU_LINEAR; a <= MXU_SOFTMAX; a++)
-      act_check(&act_cases[i], (mxu_activation)a, i);
+    for (int a = MXU_LINEAR; a <= MXU_MISH; a++)
+      act_check(&act_cases[i], (mxu_activation)a, 0.0f, i);
+  act_check(&act_cases[1], MXU_LEAKY_RELU, 0.3f, 1);
+  act_check(&act_cases[1], MXU_ELU, 0.5f, 1);
 }
 
 /* ---- losses ------------------------------------------------------------ */

@@ -69,10 +69,6 @@ static float *distinct_floats(int64_t count, double step) {
 }
 
 /* Keeps values clear of relu's kink at 0. */
-static void push_from_zero(float *p, int64_t count, double margin) {
-  for (int64_t i = 0; i < count; i++)
-    if (fabsf(p[i]) < margin) p[i] += p[i] < 0 ? -2 * margin : 2 * margin;
-}
 
 static double weighted_sum(const float *y, const float *r, int64_t count) {
   double sum = 0.0;
@@ -186,10 +182,10 @@ static double layer_objective(void *p) {
 static float *pre_activation_grad(const layer_ctx *c) {
   float *g = copied(c->r, c->ny);
   if (c->activation == MXU_LINEAR) return g;
-  mxu_activation_desc d = {c->activation, c->ny / c->cols, c->cols};
+  mxu_activation_desc d = {c->activation, c->ny / c->cols, c->cols, 0};
   mxu_op *act = NULL;
   CHECK_OK(be->activation_create(&d, &act));
-  if (act) be->activation_backward(act, c->y, c->r, g);
+  if (act) be->activation_backward(act, NULL, c->y, c->r, g);
   be->op_free(act);
   return g;
 }
@@ -322,7 +318,7 @@ static void check_fused(forward_fn forward, mxu_op *linear, mxu_op *fused,
                         mxu_activation activation, const layer_ctx *c) {
   float *y_linear = floats(c->ny), *y_fused = floats(c->ny);
   float *y_split = floats(c->ny);
-  mxu_activation_desc ad = {activation, c->ny / c->cols, c->cols};
+  mxu_activation_desc ad = {activation, c->ny / c->cols, c->cols, 0};
   mxu_op *act = NULL;
   forward(linear, c->x, c->w, c->b, y_linear);
   forward(fused, c->x, c->w, c->b, y_fused);
@@ -513,21 +509,31 @@ static double act_objective(void *p) {
   return weighted_sum(c->y, c->r, c->count);
 }
 
-static void test_activation_case(mxu_activation activation, int64_t rows,
-                                 int cols) {
-  mxu_activation_desc d = {activation, rows, cols};
+/* Where the activations have kinks (relu6 at 6 is outside the draws). */
+static void push_from_kinks(float *p, int64_t count, double margin) {
+  static const float kinks[] = {0.0f, -2.5f, 2.5f, -3.0f, 3.0f};
+  for (int64_t i = 0; i < count; i++)
+    for (int k = 0; k < 5; k++)
+      if (fabsf(p[i] - kinks[k]) < margin)
+        p[i] = kinks[k] + (p[i] < kinks[k] ? -2 * margin : 2 * margin);
+}
+
+static void test_activation_case(mxu_activation activation, float alpha,
+                                 int64_t rows, int cols) {
+  mxu_activation_desc d = {activation, rows, cols,
+                           alpha ? alpha : mxu_activation_alpha(activation)};
   act_ctx c = {NULL, NULL, NULL, NULL, rows * cols};
   char name[64];
   CHECK_OK(be->activation_create(&d, &c.op));
   if (!c.op) return;
-  c.x = random_floats(c.count, -3, 3);
-  push_from_zero(c.x, c.count, 0.05);
+  c.x = random_floats(c.count, -3.5, 3.5);
+  push_from_kinks(c.x, c.count, 0.05);
   c.y = floats(c.count);
   c.r = random_floats(c.count, -1, 1);
   act_objective(&c);
   float *dx = filled(c.count, 777.0f), *in_place = copied(c.r, c.count);
-  be->activation_backward(c.op, c.y, c.r, dx);
-  be->activation_backward(c.op, c.y, in_place, in_place); /* dx == dy */
+  be->activation_backward(c.op, c.x, c.y, c.r, dx);
+  be->activation_backward(c.op, c.x, c.y, in_place, in_place); /* dx == dy */
   CHECK_MSG(max_abs_diff_ok(dx, in_place, c.count, 0.0),
             "activation %d: in-place backward differs", (int)activation);
   snprintf(name, sizeof name, "activation %d %lldx%d dx", (int)activation,
@@ -538,13 +544,13 @@ static void test_activation_case(mxu_activation activation, int64_t rows,
 }
 
 static void test_activation_gradients(void) {
-  static const mxu_activation acts[] = {MXU_LINEAR, MXU_RELU, MXU_SIGMOID,
-                                        MXU_TANH, MXU_SOFTMAX};
-  for (int i = 0; i < 5; i++) {
-    test_activation_case(acts[i], 3, 7);
-    test_activation_case(acts[i], 1, 1);
+  for (int a = MXU_LINEAR; a <= MXU_MISH; a++) {
+    test_activation_case((mxu_activation)a, 0.0f, 3, 7);
+    test_activation_case((mxu_activation)a, 0.0f, 1, 1);
   }
-  test_activation_case(MXU_SOFTMAX, 4, 10);
+  test_activation_case(MXU_SOFTMAX, 0.0f, 4, 10);
+  test_activation_case(MXU_LEAKY_RELU, 0.3f, 3, 7); /* LeakyReLU's default */
+  test_activation_case(MXU_ELU, 0.5f, 3, 7);
 }
 
 /* ---- losses ------------------------------------------------------------ */
@@ -578,7 +584,7 @@ static double loss_objective(void *p) {
 
 /* Masked rows: zero loss and gradient; from logits, probs still written. */
 static void check_masked_rows(const loss_ctx *c) {
-  mxu_activation_desc d = {MXU_SOFTMAX, c->n, c->k};
+  mxu_activation_desc d = {MXU_SOFTMAX, c->n, c->k, 0};
   mxu_op *softmax = NULL;
   float *p = floats(c->n * c->k);
   CHECK_OK(be->activation_create(&d, &softmax));
@@ -670,14 +676,14 @@ static void test_loss_gradients(void) {
  * one that lost a term, is caught. */
 static void test_harness_catches_errors(void) {
   act_ctx c = {NULL, NULL, NULL, NULL, 12};
-  mxu_activation_desc d = {MXU_TANH, 3, 4};
+  mxu_activation_desc d = {MXU_TANH, 3, 4, 0};
   CHECK_OK(be->activation_create(&d, &c.op));
   if (!c.op) return;
   c.x = random_floats(12, -1, 1), c.y = floats(12);
   c.r = random_floats(12, -1, 1);
   act_objective(&c);
   float *dx = floats(12);
-  be->activation_backward(c.op, c.y, c.r, dx);
+  be->activation_backward(c.op, c.x, c.y, c.r, dx);
   CHECK(fd_compare(act_objective, &c, c.x, 12, dx, 1e-2).error <= FD_RTOL);
   dx[5] *= 1.01f;
   CHECK(fd_compare(act_objective, &c, c.x, 12, dx, 1e-2).error > FD_RTOL);
@@ -830,15 +836,34 @@ static void test_activation_by_hand(void) {
       {MXU_TANH, {0.5f, 0, -0.5f}, {0.46211716f, 0, -0.46211716f}},
       {MXU_RELU, {-1, 2, 0}, {0, 2, 0}},
       {MXU_LINEAR, {-1, 2, 0.25f}, {-1, 2, 0.25f}},
+      /* Keras 3.15 (and tf.keras 2.21 where it has the name) on x. */
+      {MXU_RELU6, {-1, 2.5f, 7}, {0, 2.5f, 6}},
+      {MXU_LEAKY_RELU, {-1, 1, 2.5f}, {-0.2f, 1, 2.5f}},
+      {MXU_ELU, {-1, 1, 2.5f}, {-0.63212103f, 1, 2.5f}},
+      {MXU_SELU, {-1, 1, 2.5f}, {-1.11133099f, 1.05070102f, 2.62675190f}},
+      {MXU_GELU, {-1, 1, 2.5f}, {-0.15865500f, 0.84134501f, 2.48447609f}},
+      {MXU_GELU_TANH, {-1, 1, 2.5f}, {-0.15880799f, 0.84119201f, 2.48491573f}},
+      {MXU_SILU, {-1, 1, 2.5f}, {-0.26894099f, 0.73105901f, 2.31035399f}},
+      {MXU_SOFTPLUS, {-1, 1, 2.5f}, {0.31326199f, 1.31326199f, 2.57889009f}},
+      {MXU_SOFTSIGN, {-1, 1, 2.5f}, {-0.5f, 0.5f, 0.71428603f}},
+      {MXU_HARD_SIGMOID,
+       {-1, 1, 2.5f},
+       {0.33333299f, 0.66666698f, 0.91666698f}},
+      {MXU_HARD_SIGMOID_TF2, {-1, 1, 2.5f}, {0.3f, 0.7f, 1}},
+      {MXU_HARD_SILU, {-1, 1, 2.5f}, {-0.33333299f, 0.66666698f, 2.29166698f}},
+      {MXU_EXPONENTIAL, {-1, 1, 2.5f}, {0.36787900f, 2.71828198f, 12.1824942f}},
+      {MXU_MISH, {-1, 1, 2.5f}, {-0.30340201f, 0.86509800f, 2.47139192f}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    mxu_activation_desc d = {cases[i].act, 1, 3};
+    mxu_activation_desc d = {cases[i].act, 1, 3,
+                             mxu_activation_alpha(cases[i].act)};
     mxu_op *op = NULL;
     float y[3];
     CHECK_OK(be->activation_create(&d, &op));
     if (!op) continue;
     be->activation_forward(op, cases[i].x, y);
-    for (int j = 0; j < 3; j++) CHECK_NEAR(y[j], cases[i].y[j], 1e-6);
+    for (int j = 0; j < 3; j++) /* Keras' values are rounded to 1e-6 */
+      CHECK_NEAR(y[j], cases[i].y[j], 1e-6 * (1.0 + fabsf(cases[i].y[j])));
     be->op_free(op);
   }
 }
@@ -943,7 +968,7 @@ static void test_bad_descs(void) {
   mxu_conv2d_desc cd = conv_desc(&t);
   mxu_pool2d_desc pd = {1, 4, 4, 1, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1};
   mxu_dense_desc dd = {0, 3, 4, 1, MXU_LINEAR, 0};
-  mxu_activation_desc ad = {MXU_SOFTMAX, 2, 0};
+  mxu_activation_desc ad = {MXU_SOFTMAX, 2, 0, 0};
   mxu_batchnorm_desc bd = {0, 3, 1e-3f};
   mxu_op *op = (mxu_op *)&op;
   cd.out_h = 4;

@@ -206,6 +206,39 @@ static mxu_status activations(mxu_model *m) {
   if (!s) s = mxu_add_activation(m, NULL, MXU_SOFTMAX);
   return s;
 }
+/* Every activation a name gives, after each other: the smooth ones, and
+ * those with corners (at 0, +-2.5, +-3: the finite differences step over
+ * them, as for relu above). */
+static mxu_status activations_smooth(mxu_model *m) {
+  static const mxu_activation acts[] = {
+      MXU_GELU,     MXU_GELU_TANH,   MXU_SILU, MXU_MISH, MXU_SOFTPLUS,
+      MXU_SOFTSIGN, MXU_EXPONENTIAL, MXU_ELU,  MXU_SELU};
+  mxu_status s = MXU_OK;
+  for (size_t i = 0; i < sizeof acts / sizeof *acts && !s; i++)
+    s = mxu_add_activation(m, NULL, acts[i]);
+  return s;
+}
+static mxu_status activations_cornered(mxu_model *m) {
+  static const mxu_activation acts[] = {MXU_LEAKY_RELU, MXU_HARD_SILU,
+                                        MXU_HARD_SIGMOID, MXU_RELU6,
+                                        MXU_HARD_SIGMOID_TF2};
+  mxu_status s = MXU_OK;
+  for (size_t i = 0; i < sizeof acts / sizeof *acts && !s; i++)
+    s = mxu_add_activation(m, NULL, acts[i]);
+  return s;
+}
+/* Activations a conv or dense op does not fuse run after it, from the
+ * pre-activation values the layer keeps. */
+static mxu_status conv_gelu_dense_mish(mxu_model *m) {
+  mxu_conv2d_config c = mxu_conv2d_defaults(3, 3, 3);
+  c.padding = MXU_SAME;
+  c.activation = MXU_GELU;
+  mxu_dense_config d = mxu_dense_defaults(5);
+  d.activation = MXU_MISH;
+  mxu_status s = mxu_add_conv2d(m, &c);
+  if (!s) s = mxu_add_flatten(m, NULL);
+  return s ? s : mxu_add_dense(m, &d);
+}
 static mxu_status dense_relu(mxu_model *m) {
   mxu_dense_config d = mxu_dense_defaults(5);
   d.activation = MXU_RELU;
@@ -273,6 +306,15 @@ static const layer_case cases[] = {
     {"average_pooling2d same", {5, 5, 3}, 3, avg_pool_same, SPARSE, 0, 1},
     {"activations", {3, 3, 4}, 3, activations, SPARSE, 0, 1},
     {"flatten + dense relu", {3, 2, 3}, 3, dense_relu, SPARSE, 0, 1},
+    {"smooth activations", {3, 3, 4}, 3, activations_smooth, SPARSE, 0, 1},
+    {"cornered activations", {3, 3, 4}, 3, activations_cornered, SPARSE, 0, 1},
+    {"conv2d gelu + dense mish",
+     {4, 4, 2},
+     3,
+     conv_gelu_dense_mish,
+     SPARSE,
+     0,
+     1},
     {"dropout", {4, 4, 3}, 3, dropout, SPARSE, 0, 1},
     {"batch_normalization 4-D", {3, 3, 5}, 3, batchnorm, SPARSE, 0, 1},
     {"batch_normalization 2-D plain",

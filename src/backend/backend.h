@@ -15,8 +15,10 @@
 
 typedef struct mxu_op mxu_op; /* a backend's private state for one op */
 
-/* Activations a conv or dense op may fuse after its bias. Softmax is never
- * fused: the layer runs it with activation_* (and the loss may fuse it).
+/* Activations a conv or dense op may fuse after its bias: linear, relu,
+ * sigmoid and tanh, whose derivatives are functions of the output alone.
+ * The others the layer runs after the op with activation_* (and the loss
+ * may fuse a softmax).
  *
  * bf16 (mixed_bfloat16): multiply in bfloat16, accumulate in float32. The
  * buffers the kernels take stay float32 (x, w, b, y and every gradient);
@@ -31,7 +33,7 @@ typedef struct mxu_conv2d_desc {
   int kernel_h, kernel_w, stride_h, stride_w;
   int pad_top, pad_left, pad_bottom, pad_right;
   int has_bias;
-  mxu_activation activation; /* LINEAR, RELU, SIGMOID or TANH */
+  mxu_activation activation; /* mxu_activation_fusable */
   int bf16;
   /* x and dx (x_native), y and dy (y_native) in the backend's own layout
    * for activations instead of NHWC: only between two convs that both
@@ -44,7 +46,7 @@ typedef struct mxu_conv2d_desc {
 typedef struct mxu_dense_desc {
   int n, in, out;
   int has_bias;
-  mxu_activation activation; /* LINEAR, RELU, SIGMOID or TANH */
+  mxu_activation activation; /* mxu_activation_fusable */
   int bf16;
 } mxu_dense_desc;
 
@@ -63,12 +65,27 @@ typedef struct mxu_batchnorm_desc {
   float epsilon;
 } mxu_batchnorm_desc;
 
-/* Elementwise over rows*cols values; softmax runs over each row of cols. */
+static inline int mxu_activation_fusable(mxu_activation activation) {
+  return activation == MXU_LINEAR || activation == MXU_RELU ||
+         activation == MXU_SIGMOID || activation == MXU_TANH;
+}
+
+/* Elementwise over rows*cols values; softmax runs over each row of cols.
+ * alpha is leaky_relu's negative slope and elu's alpha (Keras' layers
+ * LeakyReLU and ELU set their own); mxu_activation_alpha gives the
+ * default an activation's name implies. */
 typedef struct mxu_activation_desc {
   mxu_activation activation;
   int64_t rows;
   int cols;
+  float alpha;
 } mxu_activation_desc;
+
+static inline float mxu_activation_alpha(mxu_activation activation) {
+  return activation == MXU_LEAKY_RELU ? 0.2f
+         : activation == MXU_ELU      ? 1.0f
+                                      : 0.0f;
+}
 
 typedef struct mxu_backend {
   const char *name;
@@ -155,13 +172,15 @@ typedef struct mxu_backend {
                              const float *var, float *dx, float *dgamma,
                              float *dbeta);
 
-  /* Backward is computed from the forward's output y (every supported
-   * activation's derivative is a function of it). dx may alias dy. */
+  /* Backward gets the forward's input x and output y and reads whichever
+   * the derivative is best computed from; x may be NULL for the fusable
+   * activations (their derivatives are functions of y). dx may alias
+   * dy. */
   mxu_status (*activation_create)(const mxu_activation_desc *desc,
                                   mxu_op **out);
   void (*activation_forward)(mxu_op *op, const float *x, float *y);
-  void (*activation_backward)(mxu_op *op, const float *y, const float *dy,
-                              float *dx);
+  void (*activation_backward)(mxu_op *op, const float *x, const float *y,
+                              const float *dy, float *dx);
 
   /* Softmax fused with cross-entropy, from logits [n, k]. Targets are
    * either sparse labels or one-hot rows (the other pointer NULL). Writes

@@ -72,11 +72,13 @@ mxu_status mxu_json_require_false(const mxu_json_where *where,
 mxu_status mxu_json_require_ones(const mxu_json_where *where,
                                  const cJSON *object, const char *key);
 
-/* Keras values mxu reads: activation ('linear' ... 'softmax', null is
- * linear), padding, data_format (channels_last only), a dtype or dtype
- * policy (float32 only); initializers are model/'s (initializers.c). */
+/* Keras values mxu reads: activation (a name or null, which is linear;
+ * keras2: as tf.keras 2 meant it), padding, data_format (channels_last
+ * only), a dtype or dtype policy (float32 only); initializers are
+ * model/'s (initializers.c). */
 mxu_status mxu_json_activation(const mxu_json_where *where, const cJSON *object,
-                               const char *key, mxu_activation *out);
+                               const char *key, int keras2,
+                               mxu_activation *out);
 mxu_status mxu_json_padding(const mxu_json_where *where, const cJSON *object,
                             mxu_padding *out);
 mxu_status mxu_json_data_format(const mxu_json_where *where,

@@ -231,8 +231,29 @@ mxu_status mxu_json_require_ones(const mxu_json_where *where,
 /* ---- Keras vocabulary ----------------------------------------------------
  */
 
-static const char *const activation_names[] = {"linear", "relu", "sigmoid",
-                                               "tanh", "softmax"};
+static const char *const activation_names[] = {
+    [MXU_LINEAR] = "linear",
+    [MXU_RELU] = "relu",
+    [MXU_SIGMOID] = "sigmoid",
+    [MXU_TANH] = "tanh",
+    [MXU_SOFTMAX] = "softmax",
+    [MXU_RELU6] = "relu6",
+    [MXU_LEAKY_RELU] = "leaky_relu",
+    [MXU_ELU] = "elu",
+    [MXU_SELU] = "selu",
+    [MXU_GELU] = "gelu",
+    /* Keras has no name for it (gelu's approximate argument is not in the
+     * config); this one is mxu's, for its own files. */
+    [MXU_GELU_TANH] = "gelu_approximate",
+    [MXU_SILU] = "silu",
+    [MXU_SOFTPLUS] = "softplus",
+    [MXU_SOFTSIGN] = "softsign",
+    [MXU_HARD_SIGMOID] = "hard_sigmoid",
+    [MXU_HARD_SIGMOID_TF2] = "hard_sigmoid",
+    [MXU_HARD_SILU] = "hard_silu",
+    [MXU_EXPONENTIAL] = "exponential",
+    [MXU_MISH] = "mish",
+};
 
 const char *mxu_json_activation_name(mxu_activation activation) {
   unsigned i = (unsigned)activation;
@@ -241,8 +262,32 @@ const char *mxu_json_activation_name(mxu_activation activation) {
              : "linear";
 }
 
+/* The first of two entries with one name is Keras 3's meaning; tf.keras 2
+ * gave hard_sigmoid another slope. Keras reads swish for silu and
+ * hard_swish for hard_silu too. */
+static int activation_of(const char *name, int keras2, mxu_activation *out) {
+  static const struct {
+    const char *name;
+    mxu_activation activation;
+  } aliases[] = {{"swish", MXU_SILU}, {"hard_swish", MXU_HARD_SILU}};
+  for (unsigned i = 0; i < sizeof aliases / sizeof *aliases; i++)
+    if (strcmp(name, aliases[i].name) == 0) {
+      *out = aliases[i].activation;
+      return 1;
+    }
+  for (unsigned i = 0; i < sizeof activation_names / sizeof *activation_names;
+       i++)
+    if (strcmp(name, activation_names[i]) == 0) {
+      *out = (mxu_activation)i;
+      if (*out == MXU_HARD_SIGMOID && keras2) *out = MXU_HARD_SIGMOID_TF2;
+      return 1;
+    }
+  return 0;
+}
+
 mxu_status mxu_json_activation(const mxu_json_where *where, const cJSON *object,
-                               const char *key, mxu_activation *out) {
+                               const char *key, int keras2,
+                               mxu_activation *out) {
   const cJSON *v = mxu_json_get(object, key);
   if (!v) return MXU_OK;
   if (cJSON_IsNull(v)) {
@@ -250,18 +295,16 @@ mxu_status mxu_json_activation(const mxu_json_where *where, const cJSON *object,
     return MXU_OK;
   }
   if (cJSON_IsString(v) && v->valuestring) {
-    for (unsigned i = 0; i < sizeof activation_names / sizeof *activation_names;
-         i++)
-      if (strcmp(v->valuestring, activation_names[i]) == 0) {
-        *out = (mxu_activation)i;
-        return MXU_OK;
-      }
+    if (activation_of(v->valuestring, keras2, out)) return MXU_OK;
   } else if (!cJSON_IsObject(v)) {
     return wrong(where, key, v, "a string");
   }
   /* A string Keras knows but mxu does not, or a custom object. */
   return unsupported(where, key, v,
-                     "'linear', 'relu', 'sigmoid', 'tanh' or 'softmax'");
+                     "linear, relu, sigmoid, tanh, softmax, relu6, "
+                     "leaky_relu, elu, selu, gelu, silu (swish), softplus, "
+                     "softsign, hard_sigmoid, hard_silu (hard_swish), "
+                     "exponential or mish");
 }
 
 mxu_status mxu_json_padding(const mxu_json_where *where, const cJSON *object,

@@ -853,6 +853,9 @@ static mxu_status build_model(const char *source, const cJSON *root,
                                     : functional ? "model"
                                                  : "sequential");
   if (!model) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", source);
+  const cJSON *version = mxu_json_get(root, "keras_version");
+  model->keras2_names = cJSON_IsString(version) && version->valuestring &&
+                        version->valuestring[0] < '3';
   mxu_status status =
       functional ? build_functional(source, config, layers, model)
                  : build_sequential(source, root, config, layers, model);

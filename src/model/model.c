@@ -341,13 +341,18 @@ static mxu_tensor_id apply(mxu_model *model, const mxu_layer_class *cls,
  * Each class has an mxu_add_* (Sequential) and an mxu_apply_* (functional)
  * over one prototype. */
 
+static mxu_status check_activation(const char *class_name,
+                                   mxu_activation activation) {
+  if ((unsigned)activation > MXU_MISH)
+    return mxu_fail(MXU_ERR_ARG, "add %s: unknown activation %d", class_name,
+                    (int)activation);
+  return MXU_OK;
+}
+
 static mxu_status conv2d_proto(const mxu_conv2d_config *config,
                                mxu_layer *proto) {
   if (!config) return mxu_fail(MXU_ERR_ARG, "add Conv2D: config is NULL");
-  if (config->activation == MXU_SOFTMAX)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "add Conv2D: a softmax activation inside Conv2D is not "
-                    "supported; add an Activation layer");
+  MXU_TRY(check_activation("Conv2D", config->activation));
   memset(proto, 0, sizeof *proto);
   proto->config.conv = *config;
   proto->config.conv.name = NULL; /* the layer keeps its own copy */
@@ -366,9 +371,7 @@ static mxu_status pool_proto(const mxu_pool2d_config *config, int is_max,
 
 static mxu_status activation_proto(mxu_activation activation,
                                    mxu_layer *proto) {
-  if ((unsigned)activation > MXU_SOFTMAX)
-    return mxu_fail(MXU_ERR_ARG, "add Activation: unknown activation %d",
-                    (int)activation);
+  MXU_TRY(check_activation("Activation", activation));
   memset(proto, 0, sizeof *proto);
   proto->config.activation = activation;
   return MXU_OK;
@@ -377,6 +380,7 @@ static mxu_status activation_proto(mxu_activation activation,
 static mxu_status dense_proto(const mxu_dense_config *config,
                               mxu_layer *proto) {
   if (!config) return mxu_fail(MXU_ERR_ARG, "add Dense: config is NULL");
+  MXU_TRY(check_activation("Dense", config->activation));
   memset(proto, 0, sizeof *proto);
   proto->config.dense = *config;
   proto->config.dense.name = NULL;

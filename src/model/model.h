@@ -348,6 +348,9 @@ struct mxu_model {
   /* Built by mxu_sequential (each layer reads the one before, Keras'
    * Sequential) or as a graph (mxu_functional). */
   int sequential;
+  /* Read from a file tf.keras 2 wrote, whose names may mean other things
+   * than Keras 3's (hard_sigmoid). */
+  int keras2_names;
   /* The graph: nodes in topological order; inputs are InputLayer nodes. */
   mxu_layer *layers;
   int layer_count, layer_capacity;

@@ -120,7 +120,7 @@ mxu_status cpu_fused_alg(mxu_activation activation, const char *op,
   case MXU_RELU: *alg = dnnl_eltwise_relu; return MXU_OK;
   case MXU_SIGMOID: *alg = dnnl_eltwise_logistic; return MXU_OK;
   case MXU_TANH: *alg = dnnl_eltwise_tanh; return MXU_OK;
-  case MXU_SOFTMAX: break;
+  default: break; /* not fusable (mxu_activation_fusable) */
   }
   return mxu_fail(MXU_ERR_ARG, "onednn: %s: activation %d cannot be fused", op,
                   (int)activation);

@@ -253,8 +253,8 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
 
 mxu_status cpu_activation_create(const mxu_activation_desc *desc, mxu_op **out);
 void cpu_activation_forward(mxu_op *op, const float *x, float *y);
-void cpu_activation_backward(mxu_op *op, const float *y, const float *dy,
-                             float *dx);
+void cpu_activation_backward(mxu_op *op, const float *x, const float *y,
+                             const float *dy, float *dx);
 
 void cpu_softmax_cross_entropy(int64_t n, int k, const float *logits,
                                const int32_t *labels, const float *onehot,

@@ -1,7 +1,7 @@
-/* eltwise.c — standalone activations over [rows, cols]: sigmoid and tanh
- * and relu's forward as oneDNN eltwise primitives; relu's backward and
- * softmax (over each row) in plain C; backward from the forward's output
- * y. Linear is a copy and needs no primitive.
+/* eltwise.c — standalone activations over [rows, cols]: oneDNN eltwise
+ * primitives for those it has (backward from y where y determines the
+ * derivative, else from x); relu's backward, softmax (over each row) and
+ * what oneDNN 2.6 lacks in plain C. Linear is a copy.
  *
  * Why plain C for those: relu's backward is pure memory traffic, and
  * oneDNN 2.6's kernel moved it at half the speed of the loop below (which
@@ -31,15 +31,37 @@ static const char ACT[] = "activation";
  * next layer reads it; below this, plain stores keep it there. */
 #define STREAM_MIN_BYTES ((size_t)8 << 20)
 
-/* The *_use_dst_for_bwd algorithms compute the derivative from y, which is
- * what the table hands backward; forward uses the same algorithm so the
- * backward's hint matches it. */
-static dnnl_alg_kind_t eltwise_alg(mxu_activation activation) {
+/* How oneDNN computes an activation: the algorithm, its alpha and beta,
+ * and whether its backward reads y (the *_use_dst_for_bwd ones, used
+ * where y determines the derivative) or x. alg is undef for those oneDNN
+ * 2.6 lacks (selu, softsign, both hard_sigmoids: own loops below). */
+typedef struct eltwise_alg {
+  dnnl_alg_kind_t alg;
+  float alpha, beta;
+  int from_y;
+} eltwise_alg;
+
+static eltwise_alg alg_of(mxu_activation activation, float alpha) {
   switch (activation) {
-  case MXU_RELU: return dnnl_eltwise_relu_use_dst_for_bwd;
-  case MXU_SIGMOID: return dnnl_eltwise_logistic_use_dst_for_bwd;
-  case MXU_TANH: return dnnl_eltwise_tanh_use_dst_for_bwd;
-  default: return dnnl_alg_kind_undef;
+  case MXU_RELU:
+    return (eltwise_alg){dnnl_eltwise_relu_use_dst_for_bwd, 0, 0, 1};
+  case MXU_SIGMOID:
+    return (eltwise_alg){dnnl_eltwise_logistic_use_dst_for_bwd, 0, 0, 1};
+  case MXU_TANH:
+    return (eltwise_alg){dnnl_eltwise_tanh_use_dst_for_bwd, 0, 0, 1};
+  /* clip_v2 passes the gradient strictly inside (0, 6), as TF's relu6. */
+  case MXU_RELU6: return (eltwise_alg){dnnl_eltwise_clip_v2, 0, 6, 0};
+  case MXU_LEAKY_RELU: return (eltwise_alg){dnnl_eltwise_relu, alpha, 0, 0};
+  case MXU_ELU: return (eltwise_alg){dnnl_eltwise_elu, alpha, 0, 0};
+  case MXU_GELU: return (eltwise_alg){dnnl_eltwise_gelu_erf, 0, 0, 0};
+  case MXU_GELU_TANH: return (eltwise_alg){dnnl_eltwise_gelu_tanh, 0, 0, 0};
+  case MXU_SILU: return (eltwise_alg){dnnl_eltwise_swish, 1, 0, 0};
+  case MXU_SOFTPLUS: return (eltwise_alg){dnnl_eltwise_soft_relu, 0, 0, 0};
+  case MXU_HARD_SILU: return (eltwise_alg){dnnl_eltwise_hardswish, 0, 0, 0};
+  case MXU_EXPONENTIAL:
+    return (eltwise_alg){dnnl_eltwise_exp_use_dst_for_bwd, 0, 0, 1};
+  case MXU_MISH: return (eltwise_alg){dnnl_eltwise_mish, 0, 0, 0};
+  default: return (eltwise_alg){dnnl_alg_kind_undef, 0, 0, 0};
   }
 }
 
@@ -58,25 +80,23 @@ static mxu_status forward_desc(const mxu_activation_desc *d,
             dnnl_forward_training, md, 1);
     return MXU_OK;
   }
-  dnnl_alg_kind_t alg = eltwise_alg(d->activation);
-  if (alg == dnnl_alg_kind_undef)
-    return mxu_fail(MXU_ERR_ARG, "onednn: %s: unknown activation %d", ACT,
-                    (int)d->activation);
+  eltwise_alg a = alg_of(d->activation, d->alpha);
   CPU_TRY(ACT, dnnl_eltwise_forward_desc_init, &fwd->eltwise,
-          dnnl_forward_training, alg, md, 0.0f, 0.0f);
+          dnnl_forward_training, a.alg, md, a.alpha, a.beta);
   return MXU_OK;
 }
 
-/* Only sigmoid and tanh run oneDNN's backward. */
+/* relu and softmax have their own backward loops. */
 static mxu_status backward_create(mxu_op *op, const mxu_activation_desc *d,
                                   const dnnl_memory_desc_t *md) {
+  eltwise_alg a = alg_of(d->activation, d->alpha);
   dnnl_eltwise_desc_t bwd;
-  CPU_TRY(ACT, dnnl_eltwise_backward_desc_init, &bwd,
-          eltwise_alg(d->activation), md, md, 0.0f, 0.0f);
+  CPU_TRY(ACT, dnnl_eltwise_backward_desc_init, &bwd, a.alg, md, md, a.alpha,
+          a.beta);
   cpu_prim *b = &op->prim[ACT_BWD];
   MXU_TRY(cpu_prim_create(b, &bwd, dnnl_alg_kind_undef, &op->prim[ACT_FWD], ACT,
                           "backward"));
-  MXU_TRY(cpu_prim_arg(b, DNNL_ARG_DST, ACT));
+  MXU_TRY(cpu_prim_arg(b, a.from_y ? DNNL_ARG_DST : DNNL_ARG_SRC, ACT));
   MXU_TRY(cpu_prim_arg(b, DNNL_ARG_DIFF_DST, ACT));
   return cpu_prim_arg(b, DNNL_ARG_DIFF_SRC, ACT);
 }
@@ -97,12 +117,90 @@ static mxu_status act_build(mxu_op *op, const mxu_activation_desc *d) {
 
 mxu_status cpu_activation_create(const mxu_activation_desc *desc,
                                  mxu_op **out) {
+  if (desc->activation < MXU_LINEAR || desc->activation > MXU_MISH ||
+      !isfinite(desc->alpha))
+    return mxu_fail(MXU_ERR_ARG, "onednn: %s: unknown activation %d", ACT,
+                    (int)desc->activation);
   mxu_op *op;
   MXU_TRY(cpu_op_alloc(&op, ACT));
   op->activation = desc->activation;
   op->count = desc->rows * desc->cols;
-  return cpu_op_finish(
-      op, desc->activation == MXU_LINEAR ? MXU_OK : act_build(op, desc), out);
+  int primitive = desc->activation == MXU_SOFTMAX ||
+                  alg_of(desc->activation, 0).alg != dnnl_alg_kind_undef;
+  return cpu_op_finish(op, primitive ? act_build(op, desc) : MXU_OK, out);
+}
+
+/* ---- what oneDNN 2.6 lacks ---------------------------------------------
+ * selu, softsign and the two hard_sigmoids, forward and backward from x,
+ * over blocks as relu's backward. The derivatives take TensorFlow's side
+ * at their corners (see cpu_ref's elementwise.c). */
+
+#define SELU_ALPHA 1.67326324f
+#define SELU_SCALE 1.05070098f
+
+static void own_forward_span(mxu_activation a, int64_t begin, int64_t end,
+                             const float *restrict x, float *restrict y) {
+  switch (a) {
+  case MXU_SELU:
+    for (int64_t i = begin; i < end; i++)
+      y[i] = SELU_SCALE * (x[i] > 0.0f ? x[i] : SELU_ALPHA * expm1f(x[i]));
+    break;
+  case MXU_SOFTSIGN:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++) y[i] = x[i] / (1.0f + fabsf(x[i]));
+    break;
+  case MXU_HARD_SIGMOID:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++)
+      y[i] = fminf(fmaxf(x[i] + 3.0f, 0.0f), 6.0f) / 6.0f;
+    break;
+  default: /* MXU_HARD_SIGMOID_TF2 */
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++)
+      y[i] = fminf(fmaxf(0.2f * x[i] + 0.5f, 0.0f), 1.0f);
+  }
+}
+
+/* dx may be dy: each dy is read before the same dx is written. */
+static void own_backward_span(mxu_activation a, int64_t begin, int64_t end,
+                              const float *x, const float *dy, float *dx) {
+  switch (a) {
+  case MXU_SELU:
+    for (int64_t i = begin; i < end; i++)
+      dx[i] =
+          dy[i] * SELU_SCALE * (x[i] > 0.0f ? 1.0f : SELU_ALPHA * expf(x[i]));
+    break;
+  case MXU_SOFTSIGN:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++) {
+      float d = 1.0f + fabsf(x[i]);
+      dx[i] = dy[i] / (d * d);
+    }
+    break;
+  case MXU_HARD_SIGMOID:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++)
+      dx[i] = x[i] > -3.0f && x[i] < 3.0f ? dy[i] / 6.0f : 0.0f;
+    break;
+  default: /* MXU_HARD_SIGMOID_TF2 */
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++)
+      dx[i] = x[i] >= -2.5f && x[i] <= 2.5f ? 0.2f * dy[i] : 0.0f;
+  }
+}
+
+/* out = f(in) or f'(x) * dy over the op's values, in blocks. */
+static void own_run(const mxu_op *op, const float *x, const float *dy,
+                    float *out) {
+  int64_t count = op->count, blocks = (count + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(blocks))
+  for (int64_t b = 0; b < blocks; b++) {
+    int64_t end = (b + 1) * BLOCK < count ? (b + 1) * BLOCK : count;
+    if (dy)
+      own_backward_span(op->activation, b * BLOCK, end, x, dy, out);
+    else
+      own_forward_span(op->activation, b * BLOCK, end, x, out);
+  }
 }
 
 /* ---- softmax ----------------------------------------------------------- */
@@ -215,22 +313,30 @@ static void relu_backward(int64_t count, const float *y, const float *dy,
 void cpu_activation_forward(mxu_op *op, const float *x, float *y) {
   if (op->activation == MXU_SOFTMAX)
     softmax_forward(op, x, y);
-  else if (op->activation != MXU_LINEAR)
+  else if (op->activation == MXU_LINEAR) {
+    if (x != y) memcpy(y, x, (size_t)op->count * sizeof *y);
+  } else if (op->prim[ACT_FWD].prim)
     cpu_run(&op->prim[ACT_FWD], (const void *[]){x, y});
-  else if (x != y)
-    memcpy(y, x, (size_t)op->count * sizeof *y);
+  else
+    own_run(op, x, NULL, y);
 }
 
 /* Elementwise (softmax: row by row), so dx may alias dy: each dy is read
  * before the same dx is written. */
-void cpu_activation_backward(mxu_op *op, const float *y, const float *dy,
-                             float *dx) {
+void cpu_activation_backward(mxu_op *op, const float *x, const float *y,
+                             const float *dy, float *dx) {
   switch (op->activation) {
   case MXU_RELU: relu_backward(op->count, y, dy, dx); break;
   case MXU_SOFTMAX: softmax_backward(op, y, dy, dx); break;
   case MXU_LINEAR:
     if (dx != dy) memcpy(dx, dy, (size_t)op->count * sizeof *dx);
     break;
-  default: cpu_run(&op->prim[ACT_BWD], (const void *[]){y, dy, dx});
+  default:
+    if (!op->prim[ACT_BWD].prim)
+      own_run(op, x, dy, dx);
+    else
+      cpu_run(
+          &op->prim[ACT_BWD],
+          (const void *[]){alg_of(op->activation, 0).from_y ? y : x, dy, dx});
   }
 }

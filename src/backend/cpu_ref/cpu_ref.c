@@ -29,9 +29,7 @@ mxu_status mxu_ref_check_window(const char *what, int in, int out, int kernel,
 }
 
 mxu_status mxu_ref_check_fused(const char *what, mxu_activation activation) {
-  if (activation == MXU_LINEAR || activation == MXU_RELU ||
-      activation == MXU_SIGMOID || activation == MXU_TANH)
-    return MXU_OK;
+  if (mxu_activation_fusable(activation)) return MXU_OK;
   return mxu_fail(MXU_ERR_ARG, "cpu_ref: %s: activation %d cannot be fused",
                   what, (int)activation);
 }

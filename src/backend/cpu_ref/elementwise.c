@@ -1,6 +1,8 @@
-/* elementwise.c — cpu_ref's activations (also fused into conv and dense),
- * their derivatives written in terms of the forward's output as backend.h
- * asks, and the elementwise product dropout uses. */
+/* elementwise.c — cpu_ref's activations (the fusable ones are also fused
+ * into conv and dense), their derivatives (in terms of the forward's
+ * output y for the fusable ones, as backend.h allows, of its input x for
+ * the rest), and the elementwise product dropout uses. In double, as the
+ * reference the fast backend is checked against. */
 #include "backend/cpu_ref/ref.h"
 
 #include <math.h>
@@ -9,7 +11,7 @@ mxu_status mxu_ref_activation_create(const mxu_activation_desc *desc,
                                      mxu_op **out) {
   *out = NULL;
   if (desc->rows <= 0 || desc->cols <= 0 || desc->activation < MXU_LINEAR ||
-      desc->activation > MXU_SOFTMAX)
+      desc->activation > MXU_MISH || !isfinite(desc->alpha))
     return mxu_fail(MXU_ERR_ARG, "cpu_ref: activation %d over %lld x %d values",
                     (int)desc->activation, (long long)desc->rows, desc->cols);
   MXU_TRY(mxu_ref_op_new(out));
@@ -17,17 +19,56 @@ mxu_status mxu_ref_activation_create(const mxu_activation_desc *desc,
   return MXU_OK;
 }
 
+#define SELU_ALPHA 1.6732632423543772848170429916717
+#define SELU_SCALE 1.0507009873554804934193349852946
+#define SQRT_2_OVER_PI 0.79788456080286535587989211986876
+#define GELU_CUBIC 0.044715
+
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* log(1 + e^x) without overflow for large x. */
+static double softplus(double x) {
+  return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
+static double relu6(double x) { return x < 0.0 ? 0.0 : x > 6.0 ? 6.0 : x; }
+
+static double gelu_tanh_inner(double x) {
+  return SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
+}
+
 /* Softmax is not elementwise, so it has no entry here: callers never fuse
  * it (it maps to the identity so a stray caller is merely wrong, not UB). */
-float mxu_ref_activate(mxu_activation activation, float x) {
+static double activate(mxu_activation activation, double alpha, double x) {
   switch (activation) {
-  case MXU_RELU: return x > 0.0f ? x : 0.0f;
-  case MXU_SIGMOID: return (float)(1.0 / (1.0 + exp(-(double)x)));
-  case MXU_TANH: return (float)tanh((double)x);
+  case MXU_RELU: return x > 0.0 ? x : 0.0;
+  case MXU_SIGMOID: return sigmoid(x);
+  case MXU_TANH: return tanh(x);
+  case MXU_RELU6: return relu6(x);
+  case MXU_LEAKY_RELU: return x > 0.0 ? x : alpha * x;
+  case MXU_ELU: return x > 0.0 ? x : alpha * expm1(x);
+  case MXU_SELU: return SELU_SCALE * (x > 0.0 ? x : SELU_ALPHA * expm1(x));
+  case MXU_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+  case MXU_GELU_TANH: return 0.5 * x * (1.0 + tanh(gelu_tanh_inner(x)));
+  case MXU_SILU: return x * sigmoid(x);
+  case MXU_SOFTPLUS: return softplus(x);
+  case MXU_SOFTSIGN: return x / (1.0 + fabs(x));
+  case MXU_HARD_SIGMOID: return relu6(x + 3.0) / 6.0;
+  case MXU_HARD_SIGMOID_TF2: {
+    double v = 0.2 * x + 0.5;
+    return v < 0.0 ? 0.0 : v > 1.0 ? 1.0 : v;
+  }
+  case MXU_HARD_SILU: return x * relu6(x + 3.0) / 6.0;
+  case MXU_EXPONENTIAL: return exp(x);
+  case MXU_MISH: return x * tanh(softplus(x));
   case MXU_LINEAR:
   case MXU_SOFTMAX: break;
   }
   return x;
+}
+
+float mxu_ref_activate(mxu_activation activation, float x) {
+  return (float)activate(activation, mxu_activation_alpha(activation), x);
 }
 
 /* Shifting by the row maximum keeps exp from overflowing. */
@@ -48,7 +89,7 @@ void mxu_ref_activation_forward(mxu_op *op, const float *x, float *y) {
     return;
   }
   for (int64_t i = 0; i < d->rows * d->cols; i++)
-    y[i] = mxu_ref_activate(d->activation, x[i]);
+    y[i] = (float)activate(d->activation, d->alpha, x[i]);
 }
 
 /* dy * dsoftmax: y * (dy - sum(dy * y)); the sum is taken before any dx is
@@ -60,19 +101,51 @@ static void softmax_row_backward(int cols, const float *y, const float *dy,
   for (int j = 0; j < cols; j++) dx[j] = (float)(y[j] * (dy[j] - dot));
 }
 
-static float derivative_times(mxu_activation activation, float y, float dy) {
+/* The derivative at x (y for the fusable ones). Where a derivative jumps,
+ * the side TensorFlow's gradient takes: relu6 and hard_sigmoid pass only
+ * strictly inside their ramps, clip_by_value (tf.keras 2's hard_sigmoid)
+ * at its ends too. */
+static double derivative(mxu_activation activation, double alpha, double x,
+                         double y) {
   switch (activation) {
-  case MXU_RELU: return y > 0.0f ? dy : 0.0f;
-  case MXU_SIGMOID: return (float)((double)dy * y * (1.0 - y));
-  case MXU_TANH: return (float)((double)dy * (1.0 - (double)y * y));
+  case MXU_RELU: return y > 0.0 ? 1.0 : 0.0;
+  case MXU_SIGMOID: return y * (1.0 - y);
+  case MXU_TANH: return 1.0 - y * y;
+  case MXU_RELU6: return x > 0.0 && x < 6.0 ? 1.0 : 0.0;
+  case MXU_LEAKY_RELU: return x > 0.0 ? 1.0 : alpha;
+  case MXU_ELU: return x > 0.0 ? 1.0 : alpha * exp(x);
+  case MXU_SELU: return SELU_SCALE * (x > 0.0 ? 1.0 : SELU_ALPHA * exp(x));
+  case MXU_GELU:
+    return 0.5 * (1.0 + erf(x / sqrt(2.0))) +
+           x * exp(-0.5 * x * x) * (SQRT_2_OVER_PI / 2.0);
+  case MXU_GELU_TANH: {
+    double t = tanh(gelu_tanh_inner(x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI *
+                                 (1.0 + 3.0 * GELU_CUBIC * x * x);
+  }
+  case MXU_SILU: {
+    double s = sigmoid(x);
+    return s * (1.0 + x * (1.0 - s));
+  }
+  case MXU_SOFTPLUS: return sigmoid(x);
+  case MXU_SOFTSIGN: return 1.0 / ((1.0 + fabs(x)) * (1.0 + fabs(x)));
+  case MXU_HARD_SIGMOID: return x > -3.0 && x < 3.0 ? 1.0 / 6.0 : 0.0;
+  case MXU_HARD_SIGMOID_TF2: return x >= -2.5 && x <= 2.5 ? 0.2 : 0.0;
+  case MXU_HARD_SILU:
+    return relu6(x + 3.0) / 6.0 + (x > -3.0 && x < 3.0 ? x / 6.0 : 0.0);
+  case MXU_EXPONENTIAL: return exp(x);
+  case MXU_MISH: {
+    double t = tanh(softplus(x));
+    return t + x * (1.0 - t * t) * sigmoid(x);
+  }
   case MXU_LINEAR:
   case MXU_SOFTMAX: break;
   }
-  return dy;
+  return 1.0;
 }
 
-void mxu_ref_activation_backward(mxu_op *op, const float *y, const float *dy,
-                                 float *dx) {
+void mxu_ref_activation_backward(mxu_op *op, const float *x, const float *y,
+                                 const float *dy, float *dx) {
   const mxu_activation_desc *d = &op->desc.activation;
   if (d->activation == MXU_SOFTMAX) {
     for (int64_t r = 0; r < d->rows; r++)
@@ -80,8 +153,10 @@ void mxu_ref_activation_backward(mxu_op *op, const float *y, const float *dy,
                            dx + r * d->cols);
     return;
   }
+  int fusable = mxu_activation_fusable(d->activation);
   for (int64_t i = 0; i < d->rows * d->cols; i++)
-    dx[i] = derivative_times(d->activation, y[i], dy[i]);
+    dx[i] = (float)((double)dy[i] * derivative(d->activation, d->alpha,
+                                               fusable ? 0.0 : x[i], y[i]));
 }
 
 void mxu_ref_multiply(int64_t count, const float *a, const float *b, float *y) {

@@ -36,8 +36,8 @@ float mxu_ref_activate(mxu_activation activation, float x);
 mxu_status mxu_ref_activation_create(const mxu_activation_desc *desc,
                                      mxu_op **out);
 void mxu_ref_activation_forward(mxu_op *op, const float *x, float *y);
-void mxu_ref_activation_backward(mxu_op *op, const float *y, const float *dy,
-                                 float *dx);
+void mxu_ref_activation_backward(mxu_op *op, const float *x, const float *y,
+                                 const float *dy, float *dx);
 void mxu_ref_multiply(int64_t count, const float *a, const float *b, float *y);
 
 /* conv.c */

@@ -165,7 +165,8 @@ static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
   if (groups != 1)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "groups %d is not supported (only 1)", groups);
-  MXU_TRY(mxu_json_activation(where, config, "activation", &conv.activation));
+  MXU_TRY(mxu_json_activation(where, config, "activation",
+                              node->model->keras2_names, &conv.activation));
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &conv.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &conv.bias));

@@ -97,7 +97,8 @@ static mxu_status read_activation(const mxu_json_where *where,
   mxu_activation activation = MXU_LINEAR;
   if (!mxu_json_get(config, "activation"))
     return mxu_json_fail(where, MXU_ERR_FORMAT, "activation is missing");
-  MXU_TRY(mxu_json_activation(where, config, "activation", &activation));
+  MXU_TRY(mxu_json_activation(where, config, "activation",
+                              node->model->keras2_names, &activation));
   return mxu_json_applied(
       where, node,
       mxu_apply_activation(node->model, name, activation, node->inputs[0]));
@@ -140,7 +141,8 @@ static mxu_status read_dense(const mxu_json_where *where, const cJSON *config,
   dense.name = name;
   MXU_TRY(mxu_json_int(where, config, "units", MXU_JSON_REQUIRED, 1, INT_MAX,
                        &dense.units));
-  MXU_TRY(mxu_json_activation(where, config, "activation", &dense.activation));
+  MXU_TRY(mxu_json_activation(where, config, "activation",
+                              node->model->keras2_names, &dense.activation));
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &dense.use_bias));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &dense.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &dense.bias));
@@ -268,8 +270,9 @@ static mxu_status activation_plan(mxu_layer *layer, const mxu_backend *backend,
   (void)batch;
   (void)layout;
   const mxu_shape *s = &layer->in_shape;
-  mxu_activation_desc d = {layer->config.activation, batch_rows(layer, s),
-                           (int)s->dims[s->rank - 1]};
+  mxu_activation a = layer->config.activation;
+  mxu_activation_desc d = {a, batch_rows(layer, s), (int)s->dims[s->rank - 1],
+                           mxu_activation_alpha(a)};
   return backend->activation_create(&d, &layer->compiled->ops[0]);
 }
 
@@ -283,7 +286,8 @@ static void activation_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->fused_softmax)
     memcpy(run->dx, run->dy, batch_bytes(layer, &layer->in_shape));
   else
-    run->backend->activation_backward(run->ops[0], run->y, run->dy, run->dx);
+    run->backend->activation_backward(run->ops[0], run->x, run->y, run->dy,
+                                      run->dx);
 }
 
 static const float *activation_logits(const mxu_layer *layer,

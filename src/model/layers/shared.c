@@ -9,31 +9,39 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A conv or dense op fuses what the backend can; any other activation
+ * runs after it as its own op, from the pre-activation values z kept in
+ * scratch[0] (softmax's logits, and what the other derivatives read). */
 mxu_status mxu_epilogue_plan(mxu_layer *layer, mxu_activation activation,
                              const mxu_backend *backend, int64_t rows, int cols,
                              mxu_arena *layout, mxu_activation *fused) {
-  *fused = activation == MXU_SOFTMAX ? MXU_LINEAR : activation;
+  int separate = !mxu_activation_fusable(activation);
+  *fused = separate ? MXU_LINEAR : activation;
   if (activation == MXU_LINEAR) return MXU_OK;
-  mxu_activation_desc desc = {activation, rows, cols};
+  mxu_activation_desc desc = {activation, rows, cols,
+                              mxu_activation_alpha(activation)};
   MXU_TRY(backend->activation_create(&desc, &layer->compiled->ops[1]));
   size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
-  if (activation == MXU_SOFTMAX)
-    layer->compiled->scratch[0] = mxu_arena_reserve(layout, bytes);
+  if (separate) layer->compiled->scratch[0] = mxu_arena_reserve(layout, bytes);
   layer->compiled->scratch[1] = mxu_arena_reserve(layout, bytes);
   return MXU_OK;
 }
 
+static float *pre_activation(const mxu_layer *layer, const mxu_layer_run *run) {
+  return (float *)(void *)(run->arena + layer->compiled->scratch[0]);
+}
+
 float *mxu_epilogue_target(const mxu_layer *layer, mxu_activation activation,
                            const mxu_layer_run *run) {
-  if (activation != MXU_SOFTMAX) return run->y;
-  return (float *)(void *)(run->arena + layer->compiled->scratch[0]);
+  return mxu_activation_fusable(activation) ? run->y
+                                            : pre_activation(layer, run);
 }
 
 void mxu_epilogue_forward(const mxu_layer *layer, mxu_activation activation,
                           const mxu_layer_run *run) {
-  if (activation == MXU_SOFTMAX)
-    run->backend->activation_forward(
-        run->ops[1], mxu_epilogue_target(layer, activation, run), run->y);
+  if (!mxu_activation_fusable(activation))
+    run->backend->activation_forward(run->ops[1], pre_activation(layer, run),
+                                     run->y);
 }
 
 const float *mxu_epilogue_backward(const mxu_layer *layer,
@@ -41,7 +49,10 @@ const float *mxu_epilogue_backward(const mxu_layer *layer,
                                    const mxu_layer_run *run) {
   if (activation == MXU_LINEAR || run->fused_softmax) return run->dy;
   float *dz = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
-  run->backend->activation_backward(run->ops[1], run->y, run->dy, dz);
+  run->backend->activation_backward(
+      run->ops[1],
+      mxu_activation_fusable(activation) ? NULL : pre_activation(layer, run),
+      run->y, run->dy, dz);
   return dz;
 }
 
@@ -49,7 +60,7 @@ const float *mxu_epilogue_logits(const mxu_layer *layer,
                                  mxu_activation activation,
                                  const mxu_layer_run *run) {
   if (activation != MXU_SOFTMAX) return NULL;
-  return mxu_epilogue_target(layer, activation, run);
+  return pre_activation(layer, run);
 }
 
 void mxu_shape_format(const mxu_shape *shape, char *out, size_t size) {
@@ -110,11 +121,27 @@ double mxu_no_flops(const mxu_layer *layer, const mxu_flops_step *step) {
 double mxu_activation_cost(mxu_activation activation, int backward) {
   /* Per element: forward, backward. */
   static const double cost[][2] = {
-      [MXU_LINEAR] = {0, 0},  [MXU_RELU] = {1, 1}, /* max(x, 0); dy, y > 0 */
+      [MXU_LINEAR] = {0, 0},
+      [MXU_RELU] = {1, 1},    /* max(x, 0); dy, y > 0 */
       [MXU_SIGMOID] = {4, 3}, /* 1 / (1 + exp(-x)); dy * y * (1 - y) */
       [MXU_TANH] = {1, 3},    /* tanh; dy * (1 - y * y) */
       [MXU_SOFTMAX] = {5, 4}, /* max, subtract, exp, sum, divide;
                                * y * (dy - sum(dy * y)) */
+      /* The others as their formulas count, a transcendental as one. */
+      [MXU_RELU6] = {2, 2},
+      [MXU_LEAKY_RELU] = {2, 2},
+      [MXU_ELU] = {3, 3},
+      [MXU_SELU] = {4, 4},
+      [MXU_GELU] = {5, 7},
+      [MXU_GELU_TANH] = {8, 14},
+      [MXU_SILU] = {5, 6},
+      [MXU_SOFTPLUS] = {3, 4},
+      [MXU_SOFTSIGN] = {3, 4},
+      [MXU_HARD_SIGMOID] = {4, 3},
+      [MXU_HARD_SIGMOID_TF2] = {4, 3},
+      [MXU_HARD_SILU] = {5, 6},
+      [MXU_EXPONENTIAL] = {1, 1},
+      [MXU_MISH] = {7, 12},
   };
   return cost[activation][backward != 0];
 }
