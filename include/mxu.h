@@ -174,6 +174,10 @@ typedef struct mxu_weight_options {
   mxu_constraint constraint;
 } mxu_weight_options;
 
+/* groups: input and output channels split in that many groups, each
+ * output reading its own group's inputs (the kernel is (kh, kw, in /
+ * groups, filters)); dilation_rate spreads the kernel's taps apart (Keras
+ * refuses it with strides > 1, and so does mxu). */
 typedef struct mxu_conv2d_config {
   const char *name;
   int filters;
@@ -183,7 +187,24 @@ typedef struct mxu_conv2d_config {
   mxu_activation activation;
   int use_bias;
   mxu_weight_options kernel, bias;
+  int dilation_rate[2];
+  int groups;
 } mxu_conv2d_config;
+
+/* DepthwiseConv2D: each input channel convolved with depth_multiplier
+ * kernels of its own, output channel c * depth_multiplier + m; the
+ * kernel is (kh, kw, in, depth_multiplier). */
+typedef struct mxu_depthwise_conv2d_config {
+  const char *name;
+  int kernel_size[2];
+  int strides[2];
+  mxu_padding padding;
+  int depth_multiplier;
+  int dilation_rate[2];
+  mxu_activation activation;
+  int use_bias;
+  mxu_weight_options depthwise, bias;
+} mxu_depthwise_conv2d_config;
 
 typedef struct mxu_pool2d_config {
   const char *name;
@@ -258,6 +279,8 @@ typedef enum mxu_merge_kind {
 
 mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w);
 mxu_relu_config mxu_relu_defaults(void);
+mxu_depthwise_conv2d_config mxu_depthwise_conv2d_defaults(int kernel_h,
+                                                          int kernel_w);
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w);
 mxu_dense_config mxu_dense_defaults(int units);
 mxu_batchnorm_config mxu_batchnorm_defaults(void);
@@ -273,6 +296,8 @@ void mxu_model_free(mxu_model *model);
 
 mxu_status mxu_add_input(mxu_model *model, const char *name, mxu_shape shape);
 mxu_status mxu_add_conv2d(mxu_model *model, const mxu_conv2d_config *config);
+mxu_status mxu_add_depthwise_conv2d(mxu_model *model,
+                                    const mxu_depthwise_conv2d_config *config);
 mxu_status mxu_add_max_pooling2d(mxu_model *model,
                                  const mxu_pool2d_config *config);
 mxu_status mxu_add_average_pooling2d(mxu_model *model,
@@ -328,6 +353,10 @@ mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
                                        const mxu_zero_padding2d_config *config,
                                        mxu_tensor_id x);
+mxu_tensor_id
+mxu_apply_depthwise_conv2d(mxu_model *model,
+                           const mxu_depthwise_conv2d_config *config,
+                           mxu_tensor_id x);
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
                              mxu_tensor_id x);
 mxu_tensor_id mxu_apply_reshape(mxu_model *model,

@@ -170,11 +170,12 @@ static void conv_run(const mxu_conv2d_desc *d, const float *const in[4],
   be->op_free(op);
 }
 
-static void conv_check(const conv_case *c, mxu_activation act, int has_bias,
-                       int index) {
-  mxu_conv2d_desc d = conv_desc(c, act, has_bias);
+static void conv_compare(mxu_conv2d_desc d, int index) {
+  mxu_activation act = d.activation;
+  int has_bias = d.has_bias;
   size_t nx = (size_t)d.n * d.in_h * d.in_w * d.in_c;
-  size_t nw = (size_t)d.kernel_h * d.kernel_w * d.in_c * d.out_c;
+  size_t nw = (size_t)d.kernel_h * d.kernel_w * d.in_c / mxu_conv2d_groups(&d) *
+              d.out_c;
   size_t ny = (size_t)d.n * d.out_h * d.out_w * d.out_c;
   float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(d.out_c, -1, 1);
   float *dy = rnd(ny, -1, 1);
@@ -186,15 +187,48 @@ static void conv_check(const conv_case *c, mxu_activation act, int has_bias,
              (float *[]){y[k], dx[k], dw[k], db[k]}, k);
   }
   char label[128];
-  snprintf(label, sizeof label, "conv2d case %d %s%s pads %d/%d,%d/%d", index,
-           act_names[act], has_bias ? "+bias" : "", d.pad_top, d.pad_bottom,
-           d.pad_left, d.pad_right);
+  snprintf(label, sizeof label,
+           "conv2d case %d %s%s pads %d/%d,%d/%d groups %d dilation %d,%d",
+           index, act_names[act], has_bias ? "+bias" : "", d.pad_top,
+           d.pad_bottom, d.pad_left, d.pad_right, mxu_conv2d_groups(&d),
+           d.dilation_h, d.dilation_w);
   expect_pair(label, "forward y", y, ny, TOL_LAYER);
   expect_pair(label, "backward dx", dx, nx, TOL_LAYER);
   expect_pair(label, "backward dw", dw, nw, TOL_LAYER);
   if (has_bias) expect_pair(label, "backward db", db, d.out_c, TOL_LAYER);
   free_pair(y), free_pair(dx), free_pair(dw), free_pair(db);
   free(x), free(w), free(b), free(dy);
+}
+
+/* Grouped convs (a DepthwiseConv2D is one group per input channel) and
+ * dilated ones: oneDNN's grouped and dilated primitives. */
+typedef struct grouped_case {
+  conv_case conv;
+  int groups, dilation;
+} grouped_case;
+
+static const grouped_case grouped_cases[] = {
+    {{3, 7, 5, 4, 8, 3, 3, 1, 1, MXU_SAME}, 2, 1},
+    {{3, 8, 6, 8, 8, 3, 3, 2, 2, MXU_SAME}, 8, 1},     /* depthwise, stride 2 */
+    {{2, 9, 9, 16, 32, 3, 3, 1, 1, MXU_SAME}, 16, 1},  /* depth_multiplier 2 */
+    {{4, 8, 8, 32, 32, 3, 3, 1, 1, MXU_SAME}, 32, 1},  /* MobileNet's */
+    {{2, 10, 9, 24, 24, 5, 5, 2, 2, MXU_SAME}, 24, 1}, /* EfficientNet's */
+    {{2, 9, 7, 3, 5, 3, 3, 1, 1, MXU_SAME}, 1, 2},     /* dilation 2 */
+    {{2, 11, 9, 4, 4, 3, 2, 1, 1, MXU_VALID}, 4, 3},   /* depthwise dilated */
+};
+
+static mxu_conv2d_desc grouped_desc(const grouped_case *g, mxu_activation act,
+                                    int has_bias) {
+  mxu_conv2d_desc d = conv_desc(&g->conv, act, has_bias);
+  const conv_case *c = &g->conv;
+  d.groups = g->groups;
+  d.dilation_h = d.dilation_w = g->dilation;
+  /* Keras pads for the dilated kernel's span. */
+  d.out_h = mxu_conv_output_size(c->h, (c->kh - 1) * g->dilation + 1, c->sh,
+                                 c->padding, &d.pad_top, &d.pad_bottom);
+  d.out_w = mxu_conv_output_size(c->w, (c->kw - 1) * g->dilation + 1, c->sw,
+                                 c->padding, &d.pad_left, &d.pad_right);
+  return d;
 }
 
 /* On one thread, as in a replica's worker, whatever the machine's cores:
@@ -204,7 +238,11 @@ static void test_conv2d(void) {
   omp_set_num_threads(1);
   for (int i = 0; i < COUNT(conv_cases); i++)
     for (int a = 0; a < 4; a++)
-      conv_check(&conv_cases[i], fused_acts[a], (i + a) % 2 == 0, i);
+      conv_compare(conv_desc(&conv_cases[i], fused_acts[a], (i + a) % 2 == 0),
+                   i);
+  for (int i = 0; i < COUNT(grouped_cases); i++)
+    for (int a = 0; a < 4; a++)
+      conv_compare(grouped_desc(&grouped_cases[i], fused_acts[a], a % 2), i);
   omp_set_num_threads(threads);
 }
 

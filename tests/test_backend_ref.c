@@ -235,8 +235,17 @@ static mxu_conv2d_desc conv_desc(const conv_case *t) {
   return d;
 }
 
-static void test_conv_case(const conv_case *t) {
+/* groups and dilation as Keras' Conv2D takes them (0: none). */
+static void test_conv_case(const conv_case *t, int groups, int dilation) {
   mxu_conv2d_desc d = conv_desc(t);
+  if (dilation > 1) {
+    d.dilation_h = d.dilation_w = dilation;
+    d.out_h = geometry(t->h, (t->kh - 1) * dilation + 1, t->sh, t->same,
+                       &d.pad_top, &d.pad_bottom);
+    d.out_w = geometry(t->w, (t->kw - 1) * dilation + 1, t->sw, t->same,
+                       &d.pad_left, &d.pad_right);
+  }
+  d.groups = groups;
   layer_ctx c = {.forward = be->conv2d_forward,
                  .backward_data = be->conv2d_backward_data,
                  .backward_weights = be->conv2d_backward_weights,
@@ -245,14 +254,16 @@ static void test_conv_case(const conv_case *t) {
   char name[128];
   snprintf(
       name, sizeof name,
-      "conv2d %dx%dx%dx%d k%dx%d s%d,%d pad %d,%d,%d,%d -> %dx%dx%d act %d",
+      "conv2d %dx%dx%dx%d k%dx%d s%d,%d pad %d,%d,%d,%d -> %dx%dx%d act %d "
+      "groups %d dilation %d",
       d.n, d.in_h, d.in_w, d.in_c, d.kernel_h, d.kernel_w, d.stride_h,
       d.stride_w, d.pad_top, d.pad_left, d.pad_bottom, d.pad_right, d.out_h,
-      d.out_w, d.out_c, (int)d.activation);
+      d.out_w, d.out_c, (int)d.activation, groups, dilation);
   CHECK_OK(be->conv2d_create(&d, &c.op));
   if (!c.op) return;
   c.nx = (int64_t)d.n * d.in_h * d.in_w * d.in_c;
-  c.nw = (int64_t)d.kernel_h * d.kernel_w * d.in_c * d.out_c;
+  c.nw = (int64_t)d.kernel_h * d.kernel_w * d.in_c / mxu_conv2d_groups(&d) *
+         d.out_c;
   c.nb = d.out_c;
   c.ny = (int64_t)d.n * d.out_h * d.out_w * d.out_c;
   c.x = random_floats(c.nx, -1, 1);
@@ -278,7 +289,18 @@ static void test_conv_gradients(void) {
       {1, 6, 4, 3, 2, 2, 3, 2, 1, 1, 1, MXU_TANH},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    test_conv_case(&cases[i]);
+    test_conv_case(&cases[i], 1, 1);
+  /* Grouped (depthwise: a group per input channel, 2 outputs each) and
+   * dilated. */
+  static const conv_case grouped = {2, 6, 5, 4, 6, 3,
+                                    3, 1, 1, 1, 1, MXU_LINEAR};
+  static const conv_case depthwise = {2, 6, 7, 3, 6, 3,
+                                      2, 2, 1, 1, 1, MXU_LINEAR};
+  static const conv_case dilated = {1, 9, 8, 2, 3, 3, 3, 1, 1, 0, 1, MXU_TANH};
+  test_conv_case(&grouped, 2, 1);
+  test_conv_case(&depthwise, 3, 1);
+  test_conv_case(&depthwise, 3, 2);
+  test_conv_case(&dilated, 1, 2);
 }
 
 static void test_dense_case(int n, int in, int out, int has_bias,
@@ -727,8 +749,9 @@ static void test_conv_by_hand(void) {
  * oc 1: 1*2 + 2*4 + 3*6 + 4*8 = 60. */
 static void test_conv_layout_by_hand(void) {
   float x[4] = {1, 2, 3, 4}, w[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[2];
-  mxu_conv2d_desc d = {1, 2, 1, 2, 1, 1, 2,          2, 1, 1,
-                       1, 0, 0, 0, 0, 0, MXU_LINEAR, 0, 0, 0};
+  mxu_conv2d_desc d = {0};
+  d.n = 1, d.in_h = 2, d.in_w = 1, d.in_c = 2, d.out_h = 1, d.out_w = 1;
+  d.out_c = 2, d.kernel_h = 2, d.kernel_w = 1, d.stride_h = d.stride_w = 1;
   mxu_op *op = NULL;
   CHECK_OK(be->conv2d_create(&d, &op));
   if (!op) return;

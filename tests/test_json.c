@@ -1018,7 +1018,8 @@ static char *replace_all(const char *text, const char *from, const char *to,
 /* Keras' applications at 32x32x3 from both Keras versions, and again at
  * 224x224x3: Keras' own parameter and layer counts, the file's order. */
 static void reads_keras_apps(void) {
-  static const char *const apps[] = {"ResNet50", "DenseNet121", "VGG16"};
+  static const char *const apps[] = {"ResNet50", "DenseNet121", "VGG16",
+                                     "MobileNetV2"};
   static const char *const dialects[] = {"tf2", "k3"};
   char *counts_text = check_slurp("tests/keras_apps/counts.json");
   cJSON *counts = counts_text ? cJSON_Parse(counts_text) : NULL;
@@ -1360,10 +1361,6 @@ static const struct {
 } layer_cases[] = {
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
-     "8, \"kernel_size\": 3, \"groups\": 2}}",
-     MXU_ERR_UNSUPPORTED, "groups 2"},
-    {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
-     "\"filters\": "
      "8, \"kernel_size\": 3, \"padding\": \"causal\"}}",
      MXU_ERR_UNSUPPORTED, "padding 'causal'"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
@@ -1463,12 +1460,25 @@ static void errors_layers(void) {
   CHECK(mxu_model_from_json(
             image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
                         "\"conv2d_1\", \"filters\": 8, \"kernel_size\": [3, "
-                        "3], \"dilation_rate\": [2, 2]}}"),
+                        "3], \"data_format\": \"channels_first\"}}"),
             "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
   CHECK_MSG(strcmp(mxu_errmsg(),
-                   "model.json: layer 'conv2d_1' (Conv2D): dilation_rate "
-                   "[2, 2] is not supported (only [1, 1])") == 0,
+                   "model.json: layer 'conv2d_1' (Conv2D): data_format "
+                   "'channels_first' is not supported (only "
+                   "'channels_last')") == 0,
             "%s", mxu_errmsg());
+  /* Groups must divide the channels (the image has 1). */
+  EXPECT_JSON_FAIL(
+      image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                  "\"c\", \"filters\": 8, \"kernel_size\": 3, "
+                  "\"groups\": 2}}"),
+      MXU_ERR_ARG, "layer 'c' (Conv2D)", "groups 2 must divide the input's 1");
+  EXPECT_JSON_FAIL(
+      image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                  "\"c\", \"filters\": 8, \"kernel_size\": 3, "
+                  "\"strides\": 2, \"dilation_rate\": 2}}"),
+      MXU_ERR_ARG, "layer 'c' (Conv2D)",
+      "dilation_rate > 1 with strides > 1 is not supported");
   EXPECT_JSON_FAIL(
       image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
                   "\"c\", \"filters\": 8, \"kernel_size\": 3, "

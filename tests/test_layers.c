@@ -239,6 +239,27 @@ static mxu_status conv_gelu_dense_mish(mxu_model *m) {
   if (!s) s = mxu_add_flatten(m, NULL);
   return s ? s : mxu_add_dense(m, &d);
 }
+/* A depthwise conv with 2 kernels per channel, stride 2, relu6 (unfused);
+ * a grouped conv; a dilated one. */
+static mxu_status depthwise(mxu_model *m) {
+  mxu_depthwise_conv2d_config c = mxu_depthwise_conv2d_defaults(3, 3);
+  c.padding = MXU_SAME;
+  c.strides[0] = c.strides[1] = 2;
+  c.depth_multiplier = 2;
+  c.activation = MXU_RELU6;
+  return mxu_add_depthwise_conv2d(m, &c);
+}
+static mxu_status grouped_dilated(mxu_model *m) {
+  mxu_conv2d_config g = mxu_conv2d_defaults(6, 3, 3);
+  g.padding = MXU_SAME;
+  g.groups = 2;
+  g.activation = MXU_TANH;
+  mxu_conv2d_config d = mxu_conv2d_defaults(3, 3, 2);
+  d.dilation_rate[0] = d.dilation_rate[1] = 2;
+  d.use_bias = 0;
+  mxu_status s = mxu_add_conv2d(m, &g);
+  return s ? s : mxu_add_conv2d(m, &d);
+}
 static mxu_status dense_relu(mxu_model *m) {
   mxu_dense_config d = mxu_dense_defaults(5);
   d.activation = MXU_RELU;
@@ -306,6 +327,8 @@ static const layer_case cases[] = {
     {"average_pooling2d same", {5, 5, 3}, 3, avg_pool_same, SPARSE, 0, 1},
     {"activations", {3, 3, 4}, 3, activations, SPARSE, 0, 1},
     {"flatten + dense relu", {3, 2, 3}, 3, dense_relu, SPARSE, 0, 1},
+    {"depthwise_conv2d", {5, 6, 3}, 3, depthwise, SPARSE, 0, 1},
+    {"conv2d groups, dilation", {6, 7, 4}, 3, grouped_dilated, SPARSE, 0, 1},
     {"smooth activations", {3, 3, 4}, 3, activations_smooth, SPARSE, 0, 1},
     {"cornered activations", {3, 3, 4}, 3, activations_cornered, SPARSE, 0, 1},
     {"conv2d gelu + dense mish",

@@ -35,6 +35,12 @@ typedef struct mxu_conv2d_desc {
   int has_bias;
   mxu_activation activation; /* mxu_activation_fusable */
   int bf16;
+  /* Keras' groups (0 or 1: one): input and output channels split in that
+   * many groups, each output channel reading its group's inputs only; the
+   * kernel is (kh, kw, in_c / groups, out_c). A DepthwiseConv2D is
+   * groups = in_c. Dilation (0 or 1: none) spreads the kernel's taps that
+   * many pixels apart. */
+  int groups, dilation_h, dilation_w;
   /* x and dx (x_native), y and dy (y_native) in the backend's own layout
    * for activations instead of NHWC: only between two convs that both
    * compute in it (conv2d_native), which then pass the tensor on without
@@ -42,6 +48,15 @@ typedef struct mxu_conv2d_desc {
    * needs no layout; nothing else may read it. */
   int x_native, y_native;
 } mxu_conv2d_desc;
+
+static inline int mxu_conv2d_groups(const mxu_conv2d_desc *d) {
+  return d->groups > 1 ? d->groups : 1;
+}
+
+/* A conv with one group and no dilation, which the fast paths take. */
+static inline int mxu_conv2d_plain(const mxu_conv2d_desc *d) {
+  return d->groups <= 1 && d->dilation_h <= 1 && d->dilation_w <= 1;
+}
 
 typedef struct mxu_dense_desc {
   int n, in, out;

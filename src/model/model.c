@@ -14,6 +14,7 @@
 static const mxu_layer_class *const registry[] = {
     &mxu_input_layer_class,
     &mxu_conv2d_class,
+    &mxu_depthwise_conv2d_class,
     &mxu_max_pooling2d_class,
     &mxu_average_pooling2d_class,
     &mxu_activation_class,
@@ -61,7 +62,20 @@ mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w) {
                              .strides = {1, 1},
                              .padding = MXU_VALID,
                              .activation = MXU_LINEAR,
-                             .use_bias = 1};
+                             .use_bias = 1,
+                             .dilation_rate = {1, 1},
+                             .groups = 1};
+}
+
+mxu_depthwise_conv2d_config mxu_depthwise_conv2d_defaults(int kernel_h,
+                                                          int kernel_w) {
+  return (mxu_depthwise_conv2d_config){.kernel_size = {kernel_h, kernel_w},
+                                       .strides = {1, 1},
+                                       .padding = MXU_VALID,
+                                       .depth_multiplier = 1,
+                                       .dilation_rate = {1, 1},
+                                       .activation = MXU_LINEAR,
+                                       .use_bias = 1};
 }
 
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w) {
@@ -540,6 +554,33 @@ mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
   proto.config.padding = *config;
   proto.config.padding.name = NULL;
   return apply(model, &mxu_zero_padding2d_class, config->name, &proto, &x, 1);
+}
+
+static mxu_status depthwise_proto(const mxu_depthwise_conv2d_config *config,
+                                  mxu_layer *proto) {
+  if (!config)
+    return mxu_fail(MXU_ERR_ARG, "add DepthwiseConv2D: config is NULL");
+  MXU_TRY(check_activation("DepthwiseConv2D", config->activation));
+  memset(proto, 0, sizeof *proto);
+  proto->config.depthwise = *config;
+  proto->config.depthwise.name = NULL;
+  return MXU_OK;
+}
+
+mxu_status mxu_add_depthwise_conv2d(mxu_model *model,
+                                    const mxu_depthwise_conv2d_config *config) {
+  mxu_layer proto;
+  MXU_TRY(depthwise_proto(config, &proto));
+  return append(model, &mxu_depthwise_conv2d_class, config->name, &proto);
+}
+
+mxu_tensor_id
+mxu_apply_depthwise_conv2d(mxu_model *model,
+                           const mxu_depthwise_conv2d_config *config,
+                           mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || depthwise_proto(config, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_depthwise_conv2d_class, config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,

@@ -157,6 +157,7 @@ struct mxu_layer {
   char name[MXU_NAME_SIZE];
   union {
     mxu_conv2d_config conv;
+    mxu_depthwise_conv2d_config depthwise;
     mxu_pool2d_config pool;
     mxu_dense_config dense;
     mxu_batchnorm_config batchnorm;
@@ -227,6 +228,7 @@ typedef struct mxu_node_plan {
 
 /* The registry: one row per layer class. */
 extern const mxu_layer_class mxu_conv2d_class;
+extern const mxu_layer_class mxu_depthwise_conv2d_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;

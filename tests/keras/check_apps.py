@@ -1,16 +1,18 @@
 """check_apps.py — weights of keras.applications models move both ways
-between mxu and Keras: for each app JSON in tests/keras_apps/,
+between mxu and Keras: for each app JSON in tests/keras_apps/ (tf_keras for
+the tf.keras 2 JSON, Keras 3 for the Keras 3 JSON),
 
-  1. weights mxu trained (`mxu train ... --save-weights W.h5`, given as
-     MXU_WEIGHTS_DIR/apps_<Model>_<tf2|k3>.h5) load into Keras (tf_keras for
-     the tf.keras 2 JSON, Keras 3 for the Keras 3 JSON) and predict what
-     mxu predicts from them;
-  2. those weights changed by Keras (each times 1 + 1% noise) and saved by
-     Keras load into mxu and predict what Keras predicts.
+  1. Keras builds the model, sets BatchNormalization's moving statistics to
+     a batch's (a fresh net's are its initial ones, under which deep nets
+     predict one constant), moves every weight by 1% noise and saves it;
+     mxu loads that file and predicts what Keras predicts;
+  2. mxu trains a few steps from it (`mxu train --initial-weights`, cifar-10
+     from ../shared/data) and saves; Keras loads mxu's file and predicts
+     what mxu predicts from it.
 
 mxu's side is apps_predict.c, built here against build/libmxu.so.
 Keras is never a dependency of mxu: this is a check to run by hand.
-  /tmp/kenv/bin/python tests/keras/check_apps.py /tmp
+  /tmp/kenv/bin/python tests/keras/check_apps.py /tmp [NAME...]
 """
 import os
 import subprocess
@@ -34,7 +36,7 @@ def mxu_predict(tool, json_path, weights, x, work):
     return np.fromfile(out, "<f4").reshape(N, -1)
 
 
-def main(work):
+def main(work, names):
     tool = os.path.join(work, "apps_predict")
     subprocess.run(["gcc", "-O1", "-I", os.path.join(ROOT, "include"),
                     os.path.join(ROOT, "tests/keras/apps_predict.c"), "-o", tool,
@@ -42,28 +44,45 @@ def main(work):
                     "-Wl,-rpath," + os.path.join(ROOT, "build")], check=True)
     rng = np.random.RandomState(0)
     x = rng.rand(N, 32, 32, 3).astype(np.float32)
-    for name in ["ResNet50", "DenseNet121", "VGG16"]:
+    for name in names:
         for dialect, K in [("tf2", tf_keras), ("k3", keras)]:
             json_path = os.path.join(ROOT, "tests/keras_apps",
                                      f"{name}_32.{dialect}.json")
             model = K.models.model_from_json(open(json_path).read())
-            trained = os.path.join(work, f"apps_{name}_{dialect}.h5")
-            model.load_weights(trained)
-            a = np.abs(model.predict(x, verbose=0) -
-                       mxu_predict(tool, json_path, trained, x, work)).max()
-            # Keras' own change to every weight (a step of training would
-            # saturate the softmax of these barely trained nets, whose BN
-            # statistics are near their initial values, and prove little).
+            calibrate(K, model, rng)
             model.set_weights([w * (1 + 0.01 * rng.standard_normal(w.shape))
                                for w in model.get_weights()])
             # Keras 3 saves only to .weights.h5 (its own layout).
             suffix = ".weights.h5" if dialect == "k3" else ".h5"
             saved = os.path.join(work, f"keras_{name}_{dialect}{suffix}")
             model.save_weights(saved)
-            b = np.abs(model.predict(x, verbose=0) -
-                       mxu_predict(tool, json_path, saved, x, work)).max()
-            print(f"{name} {dialect}: mxu -> Keras {a:.2e}, Keras -> mxu {b:.2e}")
+            y = model.predict(x, verbose=0)
+            b = np.abs(y - mxu_predict(tool, json_path, saved, x, work)).max()
+            trained = os.path.join(work, f"mxu_{name}_{dialect}{suffix}")
+            subprocess.run([os.path.join(ROOT, "build/mxu"), "train", json_path,
+                            "--data", os.path.join(ROOT, "../shared/data/cifar-10"),
+                            "--rescale", "1/255", "--epochs", "1",
+                            "--steps-per-epoch", "3", "--batch-size", "16",
+                            "--learning-rate", "1e-4", "--initial-weights",
+                            saved, "--save-weights", trained],
+                           check=True, stdout=subprocess.DEVNULL)
+            model.load_weights(trained)
+            a = np.abs(model.predict(x, verbose=0) -
+                       mxu_predict(tool, json_path, trained, x, work)).max()
+            print(f"{name} {dialect}: Keras -> mxu {b:.2e}, mxu -> Keras "
+                  f"{a:.2e} (predictions' spread over samples "
+                  f"{y.std(axis=0).max():.2e})", flush=True)
+
+
+def calibrate(K, model, rng):
+    """BatchNormalization's moving statistics := one batch's."""
+    bns = [l for l in model.layers
+           if isinstance(l, K.layers.BatchNormalization)]
+    for layer in bns:
+        layer.momentum = 0.0
+    model(rng.rand(64, 32, 32, 3).astype(np.float32), training=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:] or ["ResNet50", "DenseNet121", "VGG16",
+                                        "MobileNetV2", "EfficientNetB0"])

@@ -1,5 +1,6 @@
 """make_apps.py — Keras-made reference files for mxu's Functional models:
-keras.applications ResNet50, DenseNet121 and VGG16 (weights=None,
+keras.applications ResNet50, DenseNet121, VGG16, MobileNetV2 and
+EfficientNetB0 (weights=None,
 classes=10) in both JSON dialects, and Keras' own parameter counts.
 
 Writes into OUTDIR (tests/keras_apps/ in the repository):
@@ -27,7 +28,7 @@ import tf_keras  # tf.keras 2  # noqa: E402
 from keras.src.utils.summary_utils import count_params as k3_count  # noqa: E402
 from tf_keras.src.utils.layer_utils import count_params as tf2_count  # noqa: E402
 
-APPS = ["ResNet50", "DenseNet121", "VGG16"]
+APPS = ["ResNet50", "DenseNet121", "VGG16", "MobileNetV2", "EfficientNetB0"]
 SIZES = [32, 224]
 
 

@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu.h"
 
 #include <omp.h>
+#include <string.h>
 
 static const char CONV[] = "conv2d";
 
@@ -26,15 +27,22 @@ typedef enum conv_kind { CONV_F32, CONV_BF16, CONV_WINOGRAD } conv_kind;
 typedef struct conv_mds {
   dnnl_memory_desc_t src, weights, weights_any, bias, dst;
   dnnl_memory_desc_t src_lo, weights_any_lo, dst_lo;
-  dnnl_dims_t strides, pad_l, pad_r;
+  dnnl_dims_t strides, dilates, pad_l, pad_r;
 } conv_mds;
 
-/* oneDNN's logical order is always N,C,H,W and O,I,H,W; the format tags
- * say how Keras lays them out in memory. */
+/* oneDNN's logical order is always N,C,H,W and O,I,H,W (G,O,I,H,W with
+ * groups, O and I per group); the format tags say how Keras lays them out
+ * in memory: (kh, kw, in / groups, out), out group-major, is hwigo. */
 static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_kind kind,
                                 conv_mds *m) {
+  int g = mxu_conv2d_groups(d), wdims = g > 1 ? 5 : 4;
   dnnl_dims_t src = {d->n, d->in_c, d->in_h, d->in_w};
   dnnl_dims_t weights = {d->out_c, d->in_c, d->kernel_h, d->kernel_w};
+  if (g > 1) {
+    dnnl_dims_t grouped = {g, d->out_c / g, d->in_c / g, d->kernel_h,
+                           d->kernel_w};
+    memcpy(weights, grouped, sizeof grouped);
+  }
   dnnl_dims_t bias = {d->out_c};
   dnnl_dims_t dst = {d->n, d->out_c, d->out_h, d->out_w};
   dnnl_data_type_t lo = kind == CONV_BF16 ? dnnl_bf16 : dnnl_f32;
@@ -42,18 +50,22 @@ static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_kind kind,
   dnnl_format_tag_t y_tag = d->y_native ? NATIVE : dnnl_nhwc;
   int wino = kind == CONV_WINOGRAD;
   MXU_TRY(cpu_md(&m->src, 4, src, x_tag, CONV));
-  MXU_TRY(cpu_md(&m->weights, 4, weights, dnnl_hwio, CONV));
-  MXU_TRY(cpu_md(&m->weights_any, 4, weights, dnnl_format_tag_any, CONV));
+  MXU_TRY(cpu_md(&m->weights, wdims, weights, g > 1 ? dnnl_hwigo : dnnl_hwio,
+                 CONV));
+  MXU_TRY(cpu_md(&m->weights_any, wdims, weights, dnnl_format_tag_any, CONV));
   MXU_TRY(cpu_md(&m->bias, 1, bias, dnnl_x, CONV));
   MXU_TRY(cpu_md(&m->dst, 4, dst, y_tag, CONV));
   MXU_TRY(cpu_md_typed(&m->src_lo, 4, src, lo,
                        wino ? dnnl_format_tag_any : x_tag, CONV));
-  MXU_TRY(cpu_md_typed(&m->weights_any_lo, 4, weights, lo, dnnl_format_tag_any,
-                       CONV));
+  MXU_TRY(cpu_md_typed(&m->weights_any_lo, wdims, weights, lo,
+                       dnnl_format_tag_any, CONV));
   MXU_TRY(cpu_md_typed(&m->dst_lo, 4, dst, lo,
                        wino ? dnnl_format_tag_any : y_tag, CONV));
   m->strides[0] = d->stride_h;
   m->strides[1] = d->stride_w;
+  /* oneDNN counts dilation from 0 (no gap), Keras from 1. */
+  m->dilates[0] = d->dilation_h > 1 ? d->dilation_h - 1 : 0;
+  m->dilates[1] = d->dilation_w > 1 ? d->dilation_w - 1 : 0;
   m->pad_l[0] = d->pad_top;
   m->pad_l[1] = d->pad_left;
   m->pad_r[0] = d->pad_bottom;
@@ -77,14 +89,15 @@ static mxu_status conv_create(const mxu_conv2d_desc *desc, conv_kind kind,
   dnnl_alg_kind_t alg =
       wino ? dnnl_convolution_winograd : dnnl_convolution_direct;
   dnnl_convolution_desc_t fwd, bwd_data, bwd_weights;
-  CPU_TRY(CONV, dnnl_convolution_forward_desc_init, &fwd, dnnl_forward_training,
-          alg, &m.src_lo, &m.weights_any_lo, bias, dst, m.strides, m.pad_l,
-          m.pad_r);
-  CPU_TRY(CONV, dnnl_convolution_backward_data_desc_init, &bwd_data, alg,
-          diff_src, &m.weights_any_lo, &m.dst_lo, m.strides, m.pad_l, m.pad_r);
-  CPU_TRY(CONV, dnnl_convolution_backward_weights_desc_init, &bwd_weights, alg,
-          &m.src_lo, &m.weights_any, bias, &m.dst_lo, m.strides, m.pad_l,
-          m.pad_r);
+  CPU_TRY(CONV, dnnl_dilated_convolution_forward_desc_init, &fwd,
+          dnnl_forward_training, alg, &m.src_lo, &m.weights_any_lo, bias, dst,
+          m.strides, m.dilates, m.pad_l, m.pad_r);
+  CPU_TRY(CONV, dnnl_dilated_convolution_backward_data_desc_init, &bwd_data,
+          alg, diff_src, &m.weights_any_lo, &m.dst_lo, m.strides, m.dilates,
+          m.pad_l, m.pad_r);
+  CPU_TRY(CONV, dnnl_dilated_convolution_backward_weights_desc_init,
+          &bwd_weights, alg, &m.src_lo, &m.weights_any, bias, &m.dst_lo,
+          m.strides, m.dilates, m.pad_l, m.pad_r);
   cpu_weighted_descs descs = {&fwd,
                               &bwd_data,
                               &bwd_weights,
@@ -108,8 +121,9 @@ static mxu_status conv_create(const mxu_conv2d_desc *desc, conv_kind kind,
 enum { WINOGRAD_MIN_IMAGES_PER_THREAD = 32 };
 
 static int winograd_fits(const mxu_conv2d_desc *d) {
-  return !d->bf16 && d->kernel_h == 3 && d->kernel_w == 3 && d->stride_h == 1 &&
-         d->stride_w == 1 && d->in_c % 16 == 0 && d->out_c % 16 == 0 &&
+  return !d->bf16 && mxu_conv2d_plain(d) && d->kernel_h == 3 &&
+         d->kernel_w == 3 && d->stride_h == 1 && d->stride_w == 1 &&
+         d->in_c % 16 == 0 && d->out_c % 16 == 0 &&
          d->n >= WINOGRAD_MIN_IMAGES_PER_THREAD * omp_get_max_threads();
 }
 

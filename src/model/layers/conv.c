@@ -1,35 +1,106 @@
 /* conv.c — Conv2D (channels_last, HWIO kernel, valid/same, strides,
- * optional bias, fused activation). */
+ * dilation, groups, optional bias, activation) and DepthwiseConv2D, which
+ * is a Conv2D with a group per input channel: its (kh, kw, in, multiplier)
+ * kernel is, value for value, the grouped (kh, kw, 1, in * multiplier)
+ * one. */
 #include "model/layers/layers.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
-static mxu_status conv2d_infer(mxu_layer *layer) {
+/* What both classes are, as one convolution. */
+typedef struct conv_spec {
+  int filters, groups;
+  const int *kernel, *strides, *dilation;
+  mxu_padding padding;
+  mxu_activation activation;
+  int use_bias;
+} conv_spec;
+
+static int is_depthwise(const mxu_layer *layer) {
+  return layer->cls == &mxu_depthwise_conv2d_class;
+}
+
+static int at_least_one(int v) { return v > 1 ? v : 1; }
+
+static conv_spec spec_of(const mxu_layer *layer) {
+  int in = layer->in_shape.rank == 3 ? (int)layer->in_shape.dims[2] : 0;
+  if (is_depthwise(layer)) {
+    const mxu_depthwise_conv2d_config *c = &layer->config.depthwise;
+    return (conv_spec){
+        in * c->depth_multiplier, in,         c->kernel_size, c->strides,
+        c->dilation_rate,         c->padding, c->activation,  c->use_bias};
+  }
   const mxu_conv2d_config *c = &layer->config.conv;
-  if (c->filters <= 0)
+  return (conv_spec){c->filters,       at_least_one(c->groups),
+                     c->kernel_size,   c->strides,
+                     c->dilation_rate, c->padding,
+                     c->activation,    c->use_bias};
+}
+
+/* A dilated kernel spans (k - 1) * dilation + 1 pixels; Keras' output size
+ * and 'same' padding are the span's. */
+static int span(const conv_spec *s, int axis) {
+  return (s->kernel[axis] - 1) * at_least_one(s->dilation[axis]) + 1;
+}
+
+static mxu_status conv2d_infer(mxu_layer *layer) {
+  conv_spec s = spec_of(layer);
+  int in = layer->in_shape.rank == 3 ? (int)layer->in_shape.dims[2] : 0;
+  if (is_depthwise(layer) && layer->config.depthwise.depth_multiplier <= 0)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: depth_multiplier must be positive, got %d",
+                    layer->name, layer->config.depthwise.depth_multiplier);
+  if (s.filters <= 0 && !is_depthwise(layer))
     return mxu_fail(MXU_ERR_ARG, "%s: filters must be positive, got %d",
-                    layer->name, c->filters);
-  return mxu_window_infer(layer, "kernel", c->kernel_size, c->strides,
-                          c->padding, c->filters);
+                    layer->name, s.filters);
+  if (s.dilation[0] <= 0 || s.dilation[1] <= 0 ||
+      s.dilation[0] > MXU_MAX_WINDOW || s.dilation[1] > MXU_MAX_WINDOW)
+    return mxu_fail(MXU_ERR_ARG, "%s: dilation_rate %dx%d must be in 1..%d",
+                    layer->name, s.dilation[0], s.dilation[1], MXU_MAX_WINDOW);
+  if ((s.dilation[0] > 1 || s.dilation[1] > 1) &&
+      (s.strides[0] > 1 || s.strides[1] > 1))
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: dilation_rate > 1 with strides > 1 is not supported "
+                    "(nor in Keras): use one or the other",
+                    layer->name);
+  if (in > 0 && (s.groups <= 0 || in % s.groups || s.filters % s.groups))
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: groups %d must divide the input's %d channels and "
+                    "the %d filters",
+                    layer->name, s.groups, in, s.filters);
+  int size[2] = {span(&s, 0), span(&s, 1)};
+  return mxu_window_infer(layer, "kernel", size, s.strides, s.padding,
+                          s.filters);
 }
 
 static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
-  const mxu_conv2d_config *c = &layer->config.conv;
-  int64_t kh = c->kernel_size[0], kw = c->kernel_size[1];
-  int64_t in = layer->in_shape.dims[2], out = c->filters;
-  int64_t kernel[4] = {kh, kw, in, out};
-  decls[0] = mxu_weight_decl("kernel", mxu_shape_make(4, kernel), &c->kernel,
-                             mxu_init_glorot_uniform());
-  if (!c->use_bias) return 1;
-  decls[1] = mxu_weight_decl("bias", mxu_shape_make(1, &out), &c->bias,
-                             mxu_init_zeros());
+  conv_spec s = spec_of(layer);
+  int64_t kh = s.kernel[0], kw = s.kernel[1], out = s.filters;
+  int64_t in = layer->in_shape.dims[2];
+  const mxu_weight_options *bias;
+  if (is_depthwise(layer)) {
+    const mxu_depthwise_conv2d_config *c = &layer->config.depthwise;
+    int64_t kernel[4] = {kh, kw, in, c->depth_multiplier};
+    decls[0] = mxu_weight_decl("depthwise_kernel", mxu_shape_make(4, kernel),
+                               &c->depthwise, mxu_init_glorot_uniform());
+    bias = &c->bias;
+  } else {
+    const mxu_conv2d_config *c = &layer->config.conv;
+    int64_t kernel[4] = {kh, kw, in / s.groups, out};
+    decls[0] = mxu_weight_decl("kernel", mxu_shape_make(4, kernel), &c->kernel,
+                               mxu_init_glorot_uniform());
+    bias = &c->bias;
+  }
+  if (!s.use_bias) return 1;
+  decls[1] =
+      mxu_weight_decl("bias", mxu_shape_make(1, &out), bias, mxu_init_zeros());
   return 2;
 }
 
 static mxu_conv2d_desc conv2d_describe(const mxu_layer *layer, int batch) {
-  const mxu_conv2d_config *c = &layer->config.conv;
+  conv_spec s = spec_of(layer);
   mxu_conv2d_desc d = {0};
   d.n = batch;
   d.in_h = (int)layer->in_shape.dims[0];
@@ -37,18 +108,21 @@ static mxu_conv2d_desc conv2d_describe(const mxu_layer *layer, int batch) {
   d.in_c = (int)layer->in_shape.dims[2];
   d.out_h = (int)layer->out_shape.dims[0];
   d.out_w = (int)layer->out_shape.dims[1];
-  d.out_c = c->filters;
-  d.kernel_h = c->kernel_size[0];
-  d.kernel_w = c->kernel_size[1];
-  d.stride_h = c->strides[0];
-  d.stride_w = c->strides[1];
-  mxu_conv_output_size(d.in_h, d.kernel_h, d.stride_h, c->padding, &d.pad_top,
+  d.out_c = s.filters;
+  d.kernel_h = s.kernel[0];
+  d.kernel_w = s.kernel[1];
+  d.stride_h = s.strides[0];
+  d.stride_w = s.strides[1];
+  d.groups = s.groups;
+  d.dilation_h = at_least_one(s.dilation[0]);
+  d.dilation_w = at_least_one(s.dilation[1]);
+  mxu_conv_output_size(d.in_h, span(&s, 0), d.stride_h, s.padding, &d.pad_top,
                        &d.pad_bottom);
-  mxu_conv_output_size(d.in_w, d.kernel_w, d.stride_w, c->padding, &d.pad_left,
+  mxu_conv_output_size(d.in_w, span(&s, 1), d.stride_w, s.padding, &d.pad_left,
                        &d.pad_right);
-  d.has_bias = c->use_bias;
+  d.has_bias = s.use_bias;
   d.bf16 = layer->compiled->bf16;
-  d.activation = c->activation;
+  d.activation = s.activation;
   d.x_native = layer->compiled->native_in;
   d.y_native = layer->compiled->native_out;
   return d;
@@ -58,7 +132,7 @@ int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
                       const mxu_backend *backend, int batch) {
   if (!backend->conv2d_native || a->cls != &mxu_conv2d_class ||
       b->cls != &mxu_conv2d_class || a->config.conv.activation == MXU_SOFTMAX)
-    return 0;
+    return 0; /* the native layout is blocked by channel: no softmax */
   mxu_conv2d_desc da = conv2d_describe(a, batch);
   mxu_conv2d_desc db = conv2d_describe(b, batch);
   return backend->conv2d_native(&da) && backend->conv2d_native(&db);
@@ -80,20 +154,19 @@ static int conv2d_plan_fused(mxu_layer *layer, const mxu_backend *backend,
 
 static mxu_status conv2d_plan(mxu_layer *layer, const mxu_backend *backend,
                               int batch, mxu_arena *layout) {
-  const mxu_conv2d_config *c = &layer->config.conv;
   mxu_conv2d_desc d = conv2d_describe(layer, batch);
   if (layer->compiled->fused_layers > 0 &&
       conv2d_plan_fused(layer, backend, &d, layout))
     return MXU_OK;
   layer->compiled->fused_layers = 0;
   int64_t rows = (int64_t)batch * d.out_h * d.out_w;
-  MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, rows, d.out_c,
-                            layout, &d.activation));
+  MXU_TRY(mxu_epilogue_plan(layer, spec_of(layer).activation, backend, rows,
+                            d.out_c, layout, &d.activation));
   return backend->conv2d_create(&d, &layer->compiled->ops[0]);
 }
 
 static float *bias_of(const mxu_layer *layer, float *const *w) {
-  return layer->config.conv.use_bias ? w[1] : NULL;
+  return spec_of(layer).use_bias ? w[1] : NULL;
 }
 
 static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
@@ -104,9 +177,9 @@ static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
         run->training ? run->arena + layer->compiled->scratch[0] : NULL);
     return;
   }
-  mxu_activation act = layer->config.conv.activation;
+  mxu_activation act = spec_of(layer).activation;
   run->backend->conv2d_forward(run->ops[0], run->x, run->w[0],
-                               layer->config.conv.use_bias ? run->w[1] : NULL,
+                               bias_of(layer, run->w),
                                mxu_epilogue_target(layer, act, run));
   mxu_epilogue_forward(layer, act, run);
 }
@@ -119,7 +192,7 @@ static void conv2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
                                      run->need_dx ? run->dx : NULL);
     return;
   }
-  mxu_activation act = layer->config.conv.activation;
+  mxu_activation act = spec_of(layer).activation;
   float *db = bias_of(layer, run->dw);
   if (act == MXU_RELU && run->backend->conv2d_backward_relu &&
       run->backend->conv2d_backward_relu(run->ops[0], run->x, run->w[0], run->y,
@@ -135,7 +208,7 @@ static void conv2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
 
 static const float *conv2d_logits(const mxu_layer *layer,
                                   const mxu_layer_run *run) {
-  return mxu_epilogue_logits(layer, layer->config.conv.activation, run);
+  return mxu_epilogue_logits(layer, spec_of(layer).activation, run);
 }
 
 /* ---- Conv2D --------------------------------------------------------------
@@ -146,25 +219,30 @@ static const char *const conv2d_keys[] = {
     "data_format", "dilation_rate",       "groups",  "activation",
     "use_bias",    MXU_WEIGHT_OPTION_KEYS};
 
+/* What the two classes read alike: kernel_size .. dilation_rate. */
+static mxu_status read_window(const mxu_json_where *where, const cJSON *config,
+                              int kernel[2], int strides[2],
+                              mxu_padding *padding, int dilation[2]) {
+  MXU_TRY(mxu_json_int_pair(where, config, "kernel_size", MXU_JSON_REQUIRED,
+                            kernel));
+  MXU_TRY(
+      mxu_json_int_pair(where, config, "strides", MXU_JSON_OPTIONAL, strides));
+  MXU_TRY(mxu_json_padding(where, config, padding));
+  MXU_TRY(mxu_json_data_format(where, config));
+  return mxu_json_int_pair(where, config, "dilation_rate", MXU_JSON_OPTIONAL,
+                           dilation);
+}
+
 static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
                               mxu_json_node *node, const char *name) {
   mxu_conv2d_config conv = mxu_conv2d_defaults(0, 0, 0);
   conv.name = name;
   MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
                        &conv.filters));
-  MXU_TRY(mxu_json_int_pair(where, config, "kernel_size", MXU_JSON_REQUIRED,
-                            conv.kernel_size));
-  MXU_TRY(mxu_json_int_pair(where, config, "strides", MXU_JSON_OPTIONAL,
-                            conv.strides));
-  MXU_TRY(mxu_json_padding(where, config, &conv.padding));
-  MXU_TRY(mxu_json_data_format(where, config));
-  MXU_TRY(mxu_json_require_ones(where, config, "dilation_rate"));
-  int groups = 1;
+  MXU_TRY(read_window(where, config, conv.kernel_size, conv.strides,
+                      &conv.padding, conv.dilation_rate));
   MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, INT_MAX,
-                       &groups));
-  if (groups != 1)
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "groups %d is not supported (only 1)", groups);
+                       &conv.groups));
   MXU_TRY(mxu_json_activation(where, config, "activation",
                               node->model->keras2_names, &conv.activation));
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
@@ -175,17 +253,23 @@ static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
       where, node, mxu_apply_conv2d(node->model, &conv, node->inputs[0]));
 }
 
+static void put_window(mxu_json_out *out, cJSON *config, const conv_spec *s) {
+  int dilation[2] = {at_least_one(s->dilation[0]),
+                     at_least_one(s->dilation[1])};
+  mxu_json_put_pair(out, config, "kernel_size", s->kernel);
+  mxu_json_put_pair(out, config, "strides", s->strides);
+  mxu_json_put_string(out, config, "padding", mxu_padding_name(s->padding));
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+  mxu_json_put_pair(out, config, "dilation_rate", dilation);
+}
+
 static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
                          cJSON *config) {
   const mxu_conv2d_config *conv = &layer->config.conv;
-  static const int ones[2] = {1, 1};
+  conv_spec s = spec_of(layer);
   mxu_json_put_number(out, config, "filters", conv->filters);
-  mxu_json_put_pair(out, config, "kernel_size", conv->kernel_size);
-  mxu_json_put_pair(out, config, "strides", conv->strides);
-  mxu_json_put_string(out, config, "padding", mxu_padding_name(conv->padding));
-  mxu_json_put_string(out, config, "data_format", "channels_last");
-  mxu_json_put_pair(out, config, "dilation_rate", ones);
-  mxu_json_put_number(out, config, "groups", 1);
+  put_window(out, config, &s);
+  mxu_json_put_number(out, config, "groups", s.groups);
   mxu_json_put_string(out, config, "activation",
                       mxu_json_activation_name(conv->activation));
   mxu_json_put_bool(out, config, "use_bias", conv->use_bias);
@@ -199,12 +283,13 @@ static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
 /* Keras 1's name, which Keras still reads. */
 static const char *const conv2d_aliases[] = {"Convolution2D", NULL};
 
+/* Each output reads kh * kw * (in / groups) inputs. */
 static double conv2d_flops(const mxu_layer *layer, const mxu_flops_step *step) {
-  const mxu_conv2d_config *c = &layer->config.conv;
-  double window = (double)c->kernel_size[0] * c->kernel_size[1] *
-                  (double)layer->in_shape.dims[2];
+  conv_spec s = spec_of(layer);
+  double window = (double)s.kernel[0] * s.kernel[1] *
+                  (double)layer->in_shape.dims[2] / s.groups;
   return mxu_weighted_flops((double)mxu_shape_count(&layer->out_shape), window,
-                            c->use_bias, c->activation, step);
+                            s.use_bias, s.activation, step);
 }
 
 const mxu_layer_class mxu_conv2d_class = {
@@ -214,6 +299,83 @@ const mxu_layer_class mxu_conv2d_class = {
     .read_config = read_conv2d,
     .write_config = write_conv2d,
     .aliases = conv2d_aliases,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = conv2d_infer,
+    .declare = conv2d_declare,
+    .plan = conv2d_plan,
+    .forward = conv2d_forward,
+    .backward = conv2d_backward,
+    .logits = conv2d_logits,
+};
+
+/* ---- DepthwiseConv2D -----------------------------------------------------
+ * tf.keras 2 writes Conv2D's groups (1) too. */
+
+static const char *const depthwise_keys[] = {"kernel_size",
+                                             "strides",
+                                             "padding",
+                                             "data_format",
+                                             "dilation_rate",
+                                             "groups",
+                                             "depth_multiplier",
+                                             "activation",
+                                             "use_bias",
+                                             "depthwise_initializer",
+                                             "bias_initializer",
+                                             "depthwise_regularizer",
+                                             "bias_regularizer",
+                                             "activity_regularizer",
+                                             "depthwise_constraint",
+                                             "bias_constraint",
+                                             NULL};
+
+static mxu_status read_depthwise(const mxu_json_where *where,
+                                 const cJSON *config, mxu_json_node *node,
+                                 const char *name) {
+  mxu_depthwise_conv2d_config dw = mxu_depthwise_conv2d_defaults(0, 0);
+  dw.name = name;
+  MXU_TRY(read_window(where, config, dw.kernel_size, dw.strides, &dw.padding,
+                      dw.dilation_rate));
+  int groups = 1;
+  MXU_TRY(
+      mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, 1, &groups));
+  MXU_TRY(mxu_json_int(where, config, "depth_multiplier", MXU_JSON_OPTIONAL, 1,
+                       INT_MAX, &dw.depth_multiplier));
+  MXU_TRY(mxu_json_activation(where, config, "activation",
+                              node->model->keras2_names, &dw.activation));
+  MXU_TRY(mxu_json_bool(where, config, "use_bias", &dw.use_bias));
+  MXU_TRY(mxu_config_weight_options(where, config, "depthwise", &dw.depthwise));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", &dw.bias));
+  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_depthwise_conv2d(node->model, &dw, node->inputs[0]));
+}
+
+static void write_depthwise(mxu_json_out *out, const mxu_layer *layer,
+                            cJSON *config) {
+  const mxu_depthwise_conv2d_config *dw = &layer->config.depthwise;
+  conv_spec s = spec_of(layer);
+  put_window(out, config, &s);
+  mxu_json_put_number(out, config, "depth_multiplier", dw->depth_multiplier);
+  mxu_json_put_string(out, config, "activation",
+                      mxu_json_activation_name(dw->activation));
+  mxu_json_put_bool(out, config, "use_bias", dw->use_bias);
+  mxu_config_put_initializers(out, config, "depthwise",
+                              &dw->depthwise.initializer,
+                              mxu_init_glorot_uniform(), "bias",
+                              &dw->bias.initializer, mxu_init_zeros());
+  mxu_config_put_penalties(out, config, "depthwise", &dw->depthwise, "bias",
+                           &dw->bias, 1);
+}
+
+const mxu_layer_class mxu_depthwise_conv2d_class = {
+    .class_name = "DepthwiseConv2D",
+    .flops = conv2d_flops,
+    .config_keys = depthwise_keys,
+    .read_config = read_depthwise,
+    .write_config = write_depthwise,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = conv2d_infer,
