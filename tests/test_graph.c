@@ -342,6 +342,31 @@ static void elementwise_expect(const layer_case *c, const float *const *x,
   }
 }
 
+/* Inputs broadcast to the output: a dim of 1 repeats its one value. */
+static void broadcast_expect(const layer_case *c, const float *const *x,
+                             float *y) {
+  const int64_t *o = c->out;
+  for (int64_t h = 0; h < o[0]; h++)
+    for (int64_t w = 0; w < o[1]; w++)
+      for (int64_t ch = 0; ch < o[2]; ch++) {
+        float v = 0.0f;
+        for (int k = 0; k < c->inputs; k++) {
+          const int64_t *d = c->shape[k];
+          float u = x[k][((d[0] > 1 ? h : 0) * d[1] + (d[1] > 1 ? w : 0)) * d[2] +
+                         (d[2] > 1 ? ch : 0)];
+          if (k == 0)
+            v = u;
+          else if (c->kind == MXU_MERGE_MULTIPLY)
+            v *= u;
+          else if (c->kind == MXU_MERGE_MAXIMUM)
+            v = u > v ? u : v;
+          else
+            v += u;
+        }
+        y[(h * o[1] + w) * o[2] + ch] = v;
+      }
+}
+
 /* Output position by position: which input holds it, and where. */
 static void concatenate_expect(const layer_case *c, const float *const *x,
                                float *y) {
@@ -512,6 +537,30 @@ static const layer_case layer_cases[] = {
     MERGE_CASE("Average of 3", MXU_MERGE_AVERAGE, 3),
     MERGE_CASE("Maximum of 3", MXU_MERGE_MAXIMUM, 3),
     MERGE_CASE("Minimum", MXU_MERGE_MINIMUM, 2),
+    {.name = "Multiply (3, 4, 2) by (1, 1, 2): squeeze-and-excitation",
+     .inputs = 2,
+     .shape = {SHAPE342, {1, 1, 2}},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = broadcast_expect,
+     .kind = MXU_MERGE_MULTIPLY,
+     .layer = MERGE},
+    {.name = "Add (3, 1, 2), (1, 4, 2), (3, 4, 1)",
+     .inputs = 3,
+     .shape = {{3, 1, 2}, {1, 4, 2}, {3, 4, 1}},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = broadcast_expect,
+     .kind = MXU_MERGE_ADD,
+     .layer = MERGE},
+    {.name = "Maximum (3, 4, 1), (3, 4, 2)",
+     .inputs = 2,
+     .shape = {{3, 4, 1}, SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = broadcast_expect,
+     .kind = MXU_MERGE_MAXIMUM,
+     .layer = MERGE},
     {.name = "Concatenate axis -1",
      .inputs = 2,
      .shape = {{3, 4, 2}, {3, 4, 3}},

@@ -1,6 +1,7 @@
 /* merge.c — Keras' merge layers: Add, Subtract, Multiply, Average,
- * Maximum, Minimum over inputs of one shape, and Concatenate along any
- * axis. Data movement and one operation per value: plain loops. */
+ * Maximum, Minimum over inputs of one shape (or broadcast to one), and
+ * Concatenate along any axis. Data movement and one operation per value:
+ * plain loops. */
 #include "model/layers/layers.h"
 
 #include <string.h>
@@ -9,26 +10,111 @@ static int64_t values(const mxu_layer *layer) {
   return (int64_t)layer->compiled->batch * mxu_shape_count(&layer->out_shape);
 }
 
-static mxu_status same_shapes_infer(mxu_layer *layer) {
-  char a[64], b[64];
-  mxu_shape_format(&layer->in_shapes[0], a, sizeof a);
+/* Keras' elementwise merges broadcast: inputs of one rank whose dims are
+ * equal or 1 (a squeeze-and-excitation block multiplies (h, w, c) by
+ * (1, 1, c)). */
+static mxu_status broadcast_infer(mxu_layer *layer) {
   if (layer->config.merge.kind == MXU_MERGE_SUBTRACT && layer->input_count != 2)
     return mxu_fail(MXU_ERR_ARG, "%s: Subtract takes exactly 2 inputs, got %d",
                     layer->name, layer->input_count);
+  mxu_shape out = layer->in_shapes[0];
   for (int k = 1; k < layer->input_count; k++) {
     const mxu_shape *s = &layer->in_shapes[k];
-    int same = s->rank == layer->in_shapes[0].rank;
-    for (int d = 0; same && d < s->rank; d++)
-      same = s->dims[d] == layer->in_shapes[0].dims[d];
-    if (same) continue;
+    int fits = s->rank == out.rank;
+    for (int d = 0; fits && d < s->rank; d++) {
+      fits = s->dims[d] == out.dims[d] || s->dims[d] == 1 || out.dims[d] == 1;
+      if (s->dims[d] > out.dims[d]) out.dims[d] = s->dims[d];
+    }
+    if (fits) continue;
+    char a[64], b[64];
+    mxu_shape_format(&layer->in_shapes[0], a, sizeof a);
     mxu_shape_format(s, b, sizeof b);
     return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: input %d has shape %s but input 0 has %s; %s takes "
-                    "inputs of one shape",
+                    "%s: input %d has shape %s and input 0 %s; %s takes inputs "
+                    "of one shape, or of one rank with dims equal or 1",
                     layer->name, k, b, a, layer->cls->class_name);
   }
-  layer->out_shape = layer->in_shapes[0];
+  layer->out_shape = out;
   return MXU_OK;
+}
+
+static int broadcasts(const mxu_layer *layer, int k) {
+  return mxu_shape_count(&layer->in_shapes[k]) !=
+         mxu_shape_count(&layer->out_shape);
+}
+
+/* Input k's values spread to the output's shape (a copy each, in
+ * scratch[0]), and one output-sized buffer for a gradient before it is
+ * summed back to a broadcast input's shape (scratch[1]). */
+static mxu_status merge_plan(mxu_layer *layer, const mxu_backend *backend,
+                             int batch, mxu_arena *layout) {
+  (void)backend;
+  int spread = 0;
+  for (int k = 0; k < layer->input_count; k++) spread += broadcasts(layer, k);
+  if (!spread) return MXU_OK;
+  size_t bytes = (size_t)batch * (size_t)mxu_shape_count(&layer->out_shape) *
+                 sizeof(float);
+  layer->compiled->scratch[0] = mxu_arena_reserve(layout, bytes * spread);
+  layer->compiled->scratch[1] = mxu_arena_reserve(layout, bytes);
+  return MXU_OK;
+}
+
+/* Where an input's values sit in the output: runs of `run` values (the
+ * trailing dims the input does not broadcast) whose start in the input
+ * follows from the output coordinates before them. */
+typedef struct spread {
+  int64_t run, in_count, out_count;
+  const mxu_shape *in, *out;
+} spread;
+
+static spread spread_of(const mxu_shape *in, const mxu_shape *out) {
+  spread p = {1, mxu_shape_count(in), mxu_shape_count(out), in, out};
+  for (int d = out->rank - 1; d >= 0 && in->dims[d] == out->dims[d]; d--)
+    p.run *= out->dims[d];
+  return p;
+}
+
+/* The input offset of the output's value at `at` (a run's start). */
+static int64_t spread_at(const spread *p, int64_t at) {
+  int64_t offset = 0, stride = 1;
+  for (int d = p->out->rank - 1; d >= 0; d--) {
+    int64_t coord = at % p->out->dims[d];
+    at /= p->out->dims[d];
+    if (p->in->dims[d] != 1) offset += coord * stride;
+    stride *= p->in->dims[d];
+  }
+  return offset;
+}
+
+/* to_out: y = x spread; else dx = the sum of g over where x was spread. */
+static void spread_move(const spread *p, int64_t batch, const float *from,
+                        float *to, int to_out) {
+  if (!to_out) memset(to, 0, (size_t)(batch * p->in_count) * sizeof(float));
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t at = 0; at < p->out_count; at += p->run) {
+      int64_t i = b * p->in_count + spread_at(p, at), o = b * p->out_count + at;
+      if (to_out)
+        memcpy(to + o, from + i, (size_t)p->run * sizeof(float));
+      else
+        for (int64_t j = 0; j < p->run; j++) to[i + j] += from[o + j];
+    }
+}
+
+/* Each input as output-shaped values: its own buffer, or its spread copy. */
+static void merge_inputs(const mxu_layer *layer, const mxu_layer_run *run,
+                         int spread_now, const float **xs) {
+  float *copies = (float *)(void *)(run->arena + layer->compiled->scratch[0]);
+  int64_t n = values(layer);
+  for (int k = 0; k < run->input_count; k++) {
+    xs[k] = run->xs[k];
+    if (!broadcasts(layer, k)) continue;
+    if (spread_now) {
+      spread p = spread_of(&layer->in_shapes[k], &layer->out_shape);
+      spread_move(&p, layer->compiled->batch, run->xs[k], copies, 1);
+    }
+    xs[k] = copies;
+    copies += n;
+  }
 }
 
 static double merge_flops(const mxu_layer *layer, const mxu_flops_step *step) {
@@ -47,10 +133,12 @@ static void elementwise_forward(mxu_layer *layer, const mxu_layer_run *run) {
   mxu_merge_kind kind = layer->config.merge.kind;
   int64_t n = values(layer);
   int inputs = run->input_count;
+  const float *xs[MXU_MAX_INPUTS];
+  merge_inputs(layer, run, 1, xs);
   float *y = run->y;
-  memcpy(y, run->xs[0], (size_t)n * sizeof(float));
+  memcpy(y, xs[0], (size_t)n * sizeof(float));
   for (int k = 1; k < inputs; k++) {
-    const float *x = run->xs[k];
+    const float *x = xs[k];
     switch (kind) {
     case MXU_MERGE_SUBTRACT:
       for (int64_t i = 0; i < n; i++) y[i] -= x[i];
@@ -72,46 +160,53 @@ static void elementwise_forward(mxu_layer *layer, const mxu_layer_run *run) {
     for (int64_t i = 0; i < n; i++) y[i] /= (float)inputs;
 }
 
-/* Maximum and Minimum: the gradient goes to the first input holding the
- * result, as TensorFlow's chain of pairwise maximum(a, b) gives it (ties
- * to a). */
-static void extremum_backward(const mxu_layer_run *run, int64_t n) {
-  for (int k = 0; k < run->input_count; k++)
-    if (run->need_dxs[k]) memset(run->dxs[k], 0, (size_t)n * sizeof(float));
-  for (int64_t i = 0; i < n; i++) {
-    int k = 0;
-    while (k + 1 < run->input_count && run->xs[k][i] != run->y[i]) k++;
-    if (run->need_dxs[k]) run->dxs[k][i] = run->dy[i];
+/* The gradient of output-shaped input k, into dx. Maximum and Minimum:
+ * the gradient goes to the first input holding the result, as
+ * TensorFlow's chain of pairwise maximum(a, b) gives it (ties to a). */
+static void input_gradient(mxu_merge_kind kind, const mxu_layer_run *run,
+                           const float *const *xs, int k, int64_t n,
+                           float *dx) {
+  const float *dy = run->dy;
+  switch (kind) {
+  case MXU_MERGE_MAXIMUM:
+  case MXU_MERGE_MINIMUM:
+    for (int64_t i = 0; i < n; i++) {
+      int first = 0;
+      while (first + 1 < run->input_count && xs[first][i] != run->y[i]) first++;
+      dx[i] = first == k ? dy[i] : 0.0f;
+    }
+    break;
+  case MXU_MERGE_SUBTRACT:
+    for (int64_t i = 0; i < n; i++) dx[i] = k ? -dy[i] : dy[i];
+    break;
+  case MXU_MERGE_AVERAGE:
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / (float)run->input_count;
+    break;
+  case MXU_MERGE_MULTIPLY:
+    memcpy(dx, dy, (size_t)n * sizeof(float));
+    for (int j = 0; j < run->input_count; j++)
+      if (j != k)
+        for (int64_t i = 0; i < n; i++) dx[i] *= xs[j][i];
+    break;
+  default: /* Add */
+    if (dx != dy) memcpy(dx, dy, (size_t)n * sizeof(float));
   }
 }
 
+/* A broadcast input's gradient is summed over where it was spread. */
 static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  mxu_merge_kind kind = layer->config.merge.kind;
   int64_t n = values(layer);
-  if (kind == MXU_MERGE_MAXIMUM || kind == MXU_MERGE_MINIMUM) {
-    extremum_backward(run, n);
-    return;
-  }
+  const float *xs[MXU_MAX_INPUTS];
+  merge_inputs(layer, run, 0, xs);
+  float *whole = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
   for (int k = 0; k < run->input_count; k++) {
     if (!run->need_dxs[k]) continue;
-    float *dx = run->dxs[k];
-    const float *dy = run->dy;
-    switch (kind) {
-    case MXU_MERGE_SUBTRACT:
-      for (int64_t i = 0; i < n; i++) dx[i] = k ? -dy[i] : dy[i];
-      break;
-    case MXU_MERGE_AVERAGE:
-      for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / (float)run->input_count;
-      break;
-    case MXU_MERGE_MULTIPLY:
-      memcpy(dx, dy, (size_t)n * sizeof(float));
-      for (int j = 0; j < run->input_count; j++)
-        if (j != k)
-          for (int64_t i = 0; i < n; i++) dx[i] *= run->xs[j][i];
-      break;
-    default: /* Add */
-      if (dx != dy) memcpy(dx, dy, (size_t)n * sizeof(float));
-    }
+    int spread_k = broadcasts(layer, k);
+    input_gradient(layer->config.merge.kind, run, xs, k, n,
+                   spread_k ? whole : run->dxs[k]);
+    if (!spread_k) continue;
+    spread p = spread_of(&layer->in_shapes[k], &layer->out_shape);
+    spread_move(&p, layer->compiled->batch, whole, run->dxs[k], 0);
   }
 }
 
@@ -174,9 +269,9 @@ static void write_concatenate(mxu_json_out *out, const mxu_layer *layer,
       .write_config = write_nothing,                                           \
       .min_inputs = least,                                                     \
       .max_inputs = MXU_MAX_INPUTS,                                            \
-      .infer = same_shapes_infer,                                              \
+      .infer = broadcast_infer,                                                \
       .flops = merge_flops,                                                    \
-      .plan = mxu_no_plan,                                                     \
+      .plan = merge_plan,                                                      \
       .forward = elementwise_forward,                                          \
       .backward = elementwise_backward,                                        \
   }
