@@ -258,6 +258,22 @@ typedef struct mxu_relu_config {
   float threshold;
 } mxu_relu_config;
 
+/* Rescaling: x * scale + offset. */
+typedef struct mxu_rescaling_config {
+  const char *name;
+  float scale, offset;
+} mxu_rescaling_config;
+
+/* Normalization over the last axis: (x - mean) / max(sqrt(variance),
+ * 1e-7), or with invert x * max(sqrt(variance), 1e-7) + mean. mean,
+ * variance and count are the layer's non-trainable weights, as Keras'
+ * adapt() leaves them: zeros, ones and 0 until a weights file gives
+ * them. */
+typedef struct mxu_normalization_config {
+  const char *name;
+  int invert;
+} mxu_normalization_config;
+
 /* Reshape: the target shape without the batch; one dimension may be -1,
  * inferred from the others as Keras does. */
 typedef struct mxu_reshape_config {
@@ -344,6 +360,12 @@ mxu_tensor_id mxu_apply_dense(mxu_model *model, const mxu_dense_config *config,
                               mxu_tensor_id x);
 mxu_tensor_id mxu_apply_dropout(mxu_model *model, const char *name, float rate,
                                 mxu_tensor_id x);
+/* Dropout with Keras' noise_shape, without its batch dimension: a dim of 1
+ * draws one value for the whole axis, 0 (Keras' None) one per value.
+ * spatial: Keras' SpatialDropout2D, whose noise_shape is (1, 1, channels). */
+mxu_tensor_id mxu_apply_dropout_noise(mxu_model *model, const char *name,
+                                      float rate, mxu_shape noise_shape,
+                                      int spatial, mxu_tensor_id x);
 mxu_tensor_id mxu_apply_batch_normalization(mxu_model *model,
                                             const mxu_batchnorm_config *config,
                                             mxu_tensor_id x);
@@ -357,6 +379,12 @@ mxu_tensor_id
 mxu_apply_depthwise_conv2d(mxu_model *model,
                            const mxu_depthwise_conv2d_config *config,
                            mxu_tensor_id x);
+mxu_tensor_id mxu_apply_rescaling(mxu_model *model,
+                                  const mxu_rescaling_config *config,
+                                  mxu_tensor_id x);
+mxu_tensor_id mxu_apply_normalization(mxu_model *model,
+                                      const mxu_normalization_config *config,
+                                      mxu_tensor_id x);
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
                              mxu_tensor_id x);
 mxu_tensor_id mxu_apply_reshape(mxu_model *model,

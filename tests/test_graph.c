@@ -352,8 +352,9 @@ static void broadcast_expect(const layer_case *c, const float *const *x,
         float v = 0.0f;
         for (int k = 0; k < c->inputs; k++) {
           const int64_t *d = c->shape[k];
-          float u = x[k][((d[0] > 1 ? h : 0) * d[1] + (d[1] > 1 ? w : 0)) * d[2] +
-                         (d[2] > 1 ? ch : 0)];
+          float u =
+              x[k][((d[0] > 1 ? h : 0) * d[1] + (d[1] > 1 ? w : 0)) * d[2] +
+                   (d[2] > 1 ? ch : 0)];
           if (k == 0)
             v = u;
           else if (c->kind == MXU_MERGE_MULTIPLY)
@@ -652,6 +653,70 @@ static void test_layers(void) {
     finite_differences(m, c->name);
     mxu_model_free(m);
     backends_agree(c->name, case_graph, c);
+  }
+}
+
+/* Dropout with a noise_shape (Keras' (None, 1, 1, C), EfficientNet's
+ * (None, 1, 1, 1)) and SpatialDropout2D: in training one draw per sample
+ * and shared dims, so y / x is one value (0 or 1 / (1 - rate)) along them;
+ * finite differences and cpu_ref over the same masks. */
+typedef struct noise_case {
+  const char *name;
+  int64_t noise[3];
+  int spatial;
+} noise_case;
+
+static mxu_tensor_id noise_graph(mxu_model *m, const void *ctx) {
+  const noise_case *c = ctx;
+  static const int64_t shape[3] = {3, 4, 5};
+  mxu_tensor_id x = input_identity(m, shape);
+  return head(m, mxu_apply_dropout_noise(m, "under_test", 0.5f,
+                                         mxu_shape_make(3, c->noise),
+                                         c->spatial, x));
+}
+
+static void check_shared_mask(const noise_case *c) {
+  mxu_model *m = build(c->name, noise_graph, c, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  int node = node_named(m, "under_test");
+  load_inputs(m, 4);
+  train_step(m);
+  const float *x = act(m, m->layers[node].inputs[0]), *y = act(m, node);
+  int64_t dims[3] = {3, 4, 5}, shared[3];
+  for (int d = 0; d < 3; d++) shared[d] = c->spatial ? d < 2 : c->noise[d] == 1;
+  int kept = 0, dropped = 0, bad = 0;
+  for (int r = 0; r < BATCH; r++)
+    for (int64_t i = 0; i < 60; i++) {
+      int64_t h = i / 20, w = i / 5 % 4, ch = i % 5;
+      /* the first value of the run this one shares its draw with */
+      int64_t j = ((shared[0] ? 0 : h) * dims[1] + (shared[1] ? 0 : w)) * 5 +
+                  (shared[2] ? 0 : ch);
+      float ri = y[r * 60 + i] / x[r * 60 + i],
+            rj = y[r * 60 + j] / x[r * 60 + j];
+      bad += !(ri == rj && (ri == 0.0f || ri == 2.0f));
+      if (i == j) ri == 0.0f ? dropped++ : kept++;
+    }
+  /* Both kinds of draw, where there are enough draws to expect them. */
+  CHECK_MSG(bad == 0 && (kept + dropped < 10 || (kept > 0 && dropped > 0)),
+            "%s: %d values off their run's mask (%d draws kept, %d dropped)",
+            c->name, bad, kept, dropped);
+  mxu_model_free(m);
+}
+
+static void test_dropout_noise(void) {
+  static const noise_case cases[] = {
+      {"Dropout noise_shape (None, 1, 1, 5)", {1, 1, 0}, 0},
+      {"Dropout noise_shape (None, 1, 1, 1)", {1, 1, 1}, 0},
+      {"Dropout noise_shape (None, 3, 1, None)", {3, 1, 0}, 0},
+      {"SpatialDropout2D", {0, 0, 0}, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    check_shared_mask(&cases[i]);
+    mxu_model *m =
+        build(cases[i].name, noise_graph, &cases[i], MXU_BACKEND_CPU_REF);
+    finite_differences(m, cases[i].name);
+    mxu_model_free(m);
+    backends_agree(cases[i].name, noise_graph, &cases[i]);
   }
 }
 
@@ -1373,6 +1438,7 @@ int main(void) {
   test_limits();
   test_several_outputs();
   test_layers();
+  test_dropout_noise();
   test_fan_out();
   test_whole_graph();
   test_determinism();

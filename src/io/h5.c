@@ -81,7 +81,7 @@ static hid_t access_plist(void) {
 
 /* The system's reason comes first: HDF5 would only say it cannot open.
  * Then whether HDF5 may parse it: sealed and intact, or probed. */
-static mxu_status check_readable(const char *path, int intact) {
+static mxu_status check_readable(const char *path, int intact, int *foreign) {
   int fd = open(path, O_RDONLY);
   if (fd < 0)
     return mxu_fail(MXU_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -95,13 +95,20 @@ static mxu_status check_readable(const char *path, int intact) {
     sealed = 0;
   }
   if (s == MXU_OK && !sealed) s = mxu_h5_probe(path);
+  *foreign = !sealed;
   return s;
 }
 
-mxu_status mxu_h5_open(const char *path, int intact, hid_t *file) {
+mxu_status mxu_h5_open_foreign(const char *path, int intact, hid_t *file,
+                               int *foreign) {
   *file = H5I_INVALID_HID;
-  MXU_TRY(check_readable(path, intact));
+  MXU_TRY(check_readable(path, intact, foreign));
   return mxu_h5_open_unchecked(path, file);
+}
+
+mxu_status mxu_h5_open(const char *path, int intact, hid_t *file) {
+  int foreign;
+  return mxu_h5_open_foreign(path, intact, file, &foreign);
 }
 
 mxu_status mxu_h5_open_unchecked(const char *path, hid_t *file) {
@@ -575,11 +582,12 @@ mxu_status mxu_h5_float_shape(const char *path, hid_t dataset,
   hid_t type = H5Dget_type(dataset);
   H5T_class_t type_class = type < 0 ? H5T_NO_CLASS : H5Tget_class(type);
   if (type >= 0) H5Tclose(type);
-  if (type_class != H5T_FLOAT)
+  /* Integers too: Keras keeps Normalization's count as an int64, which
+   * HDF5 converts on reading. */
+  if (type_class != H5T_FLOAT && type_class != H5T_INTEGER)
     return mxu_fail(MXU_ERR_FORMAT,
-                    "%s: %s does not hold floating-point numbers (HDF5 type "
-                    "class %d)",
-                    path, mxu_h5_where(dataset), (int)type_class);
+                    "%s: %s does not hold numbers (HDF5 type class %d)", path,
+                    mxu_h5_where(dataset), (int)type_class);
   return dataset_dims(path, dataset, shape);
 }
 

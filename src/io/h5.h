@@ -72,6 +72,20 @@ mxu_status mxu_h5_probe(const char *path);
  * or corrupt) MXU_ERR_FORMAT. Closing the file closes every object still
  * open in it. */
 mxu_status mxu_h5_open(const char *path, int intact, hid_t *file);
+/* The same, saying whether the file was probed (*foreign) rather than
+ * sealed, for mxu_h5_rehearsed. */
+mxu_status mxu_h5_open_foreign(const char *path, int intact, hid_t *file,
+                               int *foreign);
+/* Runs read(ctx), which reads files already open. For a foreign file the
+ * probe's walk is not enough: libhdf5 1.10 can read a damaged global heap
+ * past its end in one order of reads and not in another. So read first
+ * runs in a child process forked from this very state, where the same
+ * calls meet the same memory: a crash or hang there is MXU_ERR_FORMAT
+ * here, and otherwise the parent makes the calls the child showed return.
+ * read must be deterministic and start no threads. A sealed file (not
+ * foreign) runs read directly. */
+mxu_status mxu_h5_rehearsed(const char *path, int foreign,
+                            mxu_status (*read)(void *ctx), void *ctx);
 /* The open alone, for h5_check.c's probe (and after it). */
 mxu_status mxu_h5_open_unchecked(const char *path, hid_t *file);
 void mxu_h5_close(hid_t file);

@@ -248,7 +248,12 @@ static void quiet_sanitizers(void) {
   if (null_fd >= 0) __sanitizer_set_report_fd((void *)(intptr_t)null_fd);
 }
 
-mxu_status mxu_h5_probe(const char *path) {
+/* Runs child(path, ctx, report fd) in a child process, which exits with
+ * what it returns (0: fine; 1: a message down the pipe); a crash or the
+ * alarm is the file's fault. */
+typedef int child_fn(const char *path, void *ctx, int report);
+
+static mxu_status in_child(const char *path, child_fn *child, void *ctx) {
   unsigned seconds = probe_seconds(path);
   int report[2];
   if (pipe(report) != 0)
@@ -273,7 +278,7 @@ mxu_status mxu_h5_probe(const char *path) {
     quiet_sanitizers();
     alarm(seconds);
     close(report[0]);
-    _exit(probe_child(path, report[1]));
+    _exit(child(path, ctx, report[1]));
   }
   close(report[1]);
   char message[2048];
@@ -301,4 +306,35 @@ mxu_status mxu_h5_probe(const char *path) {
                   "intact copy",
                   path, WIFSIGNALED(status) ? "signal" : "exit code",
                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
+static int walk_child(const char *path, void *ctx, int report) {
+  (void)ctx;
+  return probe_child(path, report);
+}
+
+mxu_status mxu_h5_probe(const char *path) {
+  return in_child(path, walk_child, NULL);
+}
+
+typedef struct rehearsal {
+  mxu_status (*read)(void *ctx);
+  void *ctx;
+} rehearsal;
+
+/* Whatever read returns, the parent will get it too: only a crash or a
+ * hang is the child's to report. */
+static int rehearse_child(const char *path, void *ctx, int report) {
+  (void)path;
+  (void)report;
+  rehearsal *r = ctx;
+  r->read(r->ctx);
+  return 0;
+}
+
+mxu_status mxu_h5_rehearsed(const char *path, int foreign,
+                            mxu_status (*read)(void *ctx), void *ctx) {
+  rehearsal r = {read, ctx};
+  if (foreign) MXU_TRY(in_child(path, rehearse_child, &r));
+  return read(ctx);
 }

@@ -227,14 +227,26 @@ static mxu_status commit(mxu_weights_load *load) {
   return MXU_OK;
 }
 
+typedef struct layout_read {
+  mxu_weights_load *load;
+  hid_t file;
+} layout_read;
+
+static mxu_status read_layout_of(void *ctx) {
+  layout_read *r = ctx;
+  return read_layout(r->load, r->file);
+}
+
 static mxu_status load_file(mxu_model *model, const char *path) {
   hid_t file;
-  MXU_TRY(mxu_h5_open(path, 0, &file));
+  int foreign;
+  MXU_TRY(mxu_h5_open_foreign(path, 0, &file, &foreign));
   int n = model->param_count;
   mxu_weights_load load = {path, model, calloc((size_t)n + 1, sizeof(float *))};
+  layout_read r = {&load, file};
   mxu_status s = MXU_OK;
   if (!load.scratch) s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  if (s == MXU_OK) s = read_layout(&load, file);
+  if (s == MXU_OK) s = mxu_h5_rehearsed(path, foreign, read_layout_of, &r);
   if (s == MXU_OK) s = commit(&load);
   for (int i = 0; load.scratch && i < n; i++) free(load.scratch[i]);
   free(load.scratch);

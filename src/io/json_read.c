@@ -464,7 +464,9 @@ static mxu_status read_history(const mxu_json_where *where, const cJSON *ref,
 }
 
 /* Call arguments mxu has no use for must be absent or null ("mask": null,
- * which Keras 3 writes for BatchNormalization). */
+ * which Keras 3 writes for BatchNormalization). A recorded "training"
+ * flag is ignored: Keras 3's Functional replaces it with fit's and
+ * predict's own (EfficientNet's Dropout records false). */
 static mxu_status check_kwargs(const mxu_json_where *where,
                                const cJSON *kwargs) {
   if (!kwargs || cJSON_IsNull(kwargs)) return MXU_OK;
@@ -472,7 +474,8 @@ static mxu_status check_kwargs(const mxu_json_where *where,
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "call kwargs must be an object");
   for (const cJSON *k = kwargs->child; k; k = k->next)
-    if (!cJSON_IsNull(k))
+    if (!cJSON_IsNull(k) &&
+        !(strcmp(k->string, "training") == 0 && cJSON_IsBool(k)))
       return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                            "call argument '%s' is not supported", k->string);
   return MXU_OK;

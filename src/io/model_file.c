@@ -764,12 +764,24 @@ static void restore_free(restore *r) {
  * wanted, the file's seal must hold. */
 static mxu_status open_model_file(const char *path,
                                   const mxu_train_position *position,
-                                  hid_t *file) {
-  return mxu_h5_open(path, position != NULL, file);
+                                  hid_t *file, int *foreign) {
+  return mxu_h5_open_foreign(path, position != NULL, file, foreign);
 }
 
+typedef struct restore_read {
+  restore *r;
+  hid_t file;
+  int position;
+} restore_read;
+
+static mxu_status read_all_of(void *ctx) {
+  restore_read *x = ctx;
+  return read_all(x->r, x->file, x->position);
+}
+
+/* foreign: the file was probed, not sealed (see mxu_h5_rehearsed). */
 static mxu_status restore_file(mxu_model *model, const char *path, hid_t file,
-                               mxu_train_position *position) {
+                               int foreign, mxu_train_position *position) {
   restore r = {{path, model, NULL}, {0}, NULL, 0, NAN, {0}};
   if (position) r.position.seed = position->seed; /* kept without one */
   MXU_TRY(slot_list_make(model, SLOTS_LEGACY, &r.list));
@@ -780,7 +792,8 @@ static mxu_status restore_file(mxu_model *model, const char *path, hid_t file,
   mxu_status s = MXU_OK;
   if (!r.load.scratch || !r.slots)
     s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  if (s == MXU_OK) s = read_all(&r, file, position != NULL);
+  restore_read rr = {&r, file, position != NULL};
+  if (s == MXU_OK) s = mxu_h5_rehearsed(path, foreign, read_all_of, &rr);
   if (s == MXU_OK) s = commit(&r);
   if (s == MXU_OK && position) *position = r.position;
   restore_free(&r);
@@ -793,6 +806,7 @@ typedef struct model_source {
   const char *path; /* what the caller named */
   char extracted[600];
   hid_t file;
+  int foreign; /* probed, not sealed */
 } model_source;
 
 static mxu_status source_open(model_source *m, const char *path,
@@ -801,10 +815,10 @@ static mxu_status source_open(model_source *m, const char *path,
   m->extracted[0] = 0;
   m->file = H5I_INVALID_HID;
   if (!mxu_keras_is_archive(path))
-    return open_model_file(path, position, &m->file);
+    return open_model_file(path, position, &m->file, &m->foreign);
   MXU_TRY(mxu_keras_extract_weights(path, (size_t)MXU_MAX_ELEMENTS * 8,
                                     m->extracted, sizeof m->extracted));
-  return open_model_file(m->extracted, position, &m->file);
+  return open_model_file(m->extracted, position, &m->file, &m->foreign);
 }
 
 /* Closes, removes a temporary, and names the archive in a failure. */
@@ -824,7 +838,7 @@ mxu_status mxu_restore_model(mxu_model *model, const char *path,
     mxu_h5_quiet_begin(&quiet);
     model_source m;
     s = source_open(&m, path, position);
-    if (s == MXU_OK) s = restore_file(model, path, m.file, position);
+    if (s == MXU_OK) s = restore_file(model, path, m.file, m.foreign, position);
     s = source_close(&m, s);
     mxu_h5_quiet_end(&quiet);
   }
@@ -920,15 +934,32 @@ static mxu_status build(const char *path, const model_header *h,
   return s;
 }
 
+/* A full model file's header: the .h5's attributes, or a .keras
+ * archive's (keras), read through mxu_h5_rehearsed. */
+typedef struct header_read {
+  const char *path;
+  hid_t file;
+  model_header *h;
+  int keras;
+} header_read;
+
+static mxu_status read_header_of(void *ctx) {
+  header_read *r = ctx;
+  return r->keras ? read_keras_header(r->path, r->file, r->h)
+                  : read_header(r->path, r->file, r->h);
+}
+
 mxu_status mxu_model_file_read_json(const char *path, mxu_model **out,
                                     mxu_compile_config *compile,
                                     int *has_compile) {
   model_header h = {NULL, NULL, 0};
   mxu_h5_quiet quiet;
   mxu_h5_quiet_begin(&quiet);
-  hid_t file = H5I_INVALID_HID;
-  mxu_status s = open_model_file(path, NULL, &file);
-  if (s == MXU_OK) s = read_header(path, file, &h);
+  header_read r = {path, H5I_INVALID_HID, &h, 0};
+  int foreign = 0;
+  mxu_status s = open_model_file(path, NULL, &r.file, &foreign);
+  if (s == MXU_OK) s = mxu_h5_rehearsed(path, foreign, read_header_of, &r);
+  hid_t file = r.file;
   mxu_h5_close(file);
   mxu_h5_quiet_end(&quiet);
   mxu_compile_config read = compile ? *compile : mxu_compile_defaults();
@@ -955,11 +986,10 @@ static mxu_status load(const char *path, mxu_backend_kind backend,
    * one through) costs a pass over all of it. */
   model_source m;
   mxu_status s = source_open(&m, path, position);
-  if (s == MXU_OK)
-    s = m.extracted[0] ? read_keras_header(path, m.file, &h)
-                       : read_header(path, m.file, &h);
+  header_read r = {path, m.file, &h, m.extracted[0] != 0};
+  if (s == MXU_OK) s = mxu_h5_rehearsed(path, m.foreign, read_header_of, &r);
   if (s == MXU_OK) s = build(path, &h, backend, out);
-  if (s == MXU_OK) s = restore_file(*out, path, m.file, position);
+  if (s == MXU_OK) s = restore_file(*out, path, m.file, m.foreign, position);
   s = source_close(&m, s);
   free(h.model_config);
   free(h.training_config);

@@ -21,6 +21,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_flatten_class,
     &mxu_dense_class,
     &mxu_dropout_class,
+    &mxu_spatial_dropout2d_class,
     &mxu_batch_normalization_class,
     &mxu_add_class,
     &mxu_subtract_class,
@@ -34,6 +35,8 @@ static const mxu_layer_class *const registry[] = {
     &mxu_zero_padding2d_class,
     &mxu_relu_class,
     &mxu_reshape_class,
+    &mxu_rescaling_class,
+    &mxu_normalization_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -518,6 +521,21 @@ mxu_tensor_id mxu_apply_dropout(mxu_model *model, const char *name, float rate,
   return apply(model, &mxu_dropout_class, name, &proto, &x, 1);
 }
 
+mxu_tensor_id mxu_apply_dropout_noise(mxu_model *model, const char *name,
+                                      float rate, mxu_shape noise_shape,
+                                      int spatial, mxu_tensor_id x) {
+  if (noise_shape.rank < 0 || noise_shape.rank > MXU_MAX_RANK) {
+    mxu_fail(MXU_ERR_ARG, "add Dropout: noise_shape of rank %d",
+             noise_shape.rank);
+    return -1;
+  }
+  mxu_layer proto = dropout_proto(rate);
+  proto.config.dropout.noise = noise_shape;
+  return apply(model,
+               spatial ? &mxu_spatial_dropout2d_class : &mxu_dropout_class,
+               name, &proto, &x, 1);
+}
+
 mxu_tensor_id mxu_apply_batch_normalization(mxu_model *model,
                                             const mxu_batchnorm_config *config,
                                             mxu_tensor_id x) {
@@ -581,6 +599,26 @@ mxu_apply_depthwise_conv2d(mxu_model *model,
   mxu_layer proto;
   if (x < 0 || depthwise_proto(config, &proto) != MXU_OK) return -1;
   return apply(model, &mxu_depthwise_conv2d_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_rescaling(mxu_model *model,
+                                  const mxu_rescaling_config *config,
+                                  mxu_tensor_id x) {
+  if (x < 0 || !given(config, "Rescaling")) return -1;
+  mxu_layer proto = {0};
+  proto.config.rescaling = *config;
+  proto.config.rescaling.name = NULL;
+  return apply(model, &mxu_rescaling_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_normalization(mxu_model *model,
+                                      const mxu_normalization_config *config,
+                                      mxu_tensor_id x) {
+  if (x < 0 || !given(config, "Normalization")) return -1;
+  mxu_layer proto = {0};
+  proto.config.normalization = *config;
+  proto.config.normalization.name = NULL;
+  return apply(model, &mxu_normalization_class, config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,

@@ -141,9 +141,12 @@ typedef struct mxu_layer_class {
                           const float *const *all, int replicas);
 } mxu_layer_class;
 
+/* noise: Keras' noise_shape without the batch (rank 0: none; a dim of 1
+ * shares one draw along the axis). */
 typedef struct mxu_dropout_config {
   const char *name;
   float rate;
+  mxu_shape noise;
 } mxu_dropout_config;
 
 /* What the layers of the graph issue carry; public configs in mxu.h. */
@@ -168,6 +171,8 @@ struct mxu_layer {
     mxu_zero_padding2d_config padding;
     mxu_relu_config relu;
     mxu_reshape_config reshape;
+    mxu_rescaling_config rescaling;
+    mxu_normalization_config normalization;
   } config;
   int is_max_pool;
   mxu_shape in_shape, out_shape; /* without the batch dimension */
@@ -235,6 +240,9 @@ extern const mxu_layer_class mxu_activation_class;
 extern const mxu_layer_class mxu_flatten_class;
 extern const mxu_layer_class mxu_dense_class;
 extern const mxu_layer_class mxu_dropout_class;
+extern const mxu_layer_class mxu_spatial_dropout2d_class;
+extern const mxu_layer_class mxu_rescaling_class;
+extern const mxu_layer_class mxu_normalization_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
 extern const mxu_layer_class mxu_input_layer_class;
 extern const mxu_layer_class mxu_add_class;

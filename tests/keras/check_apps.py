@@ -56,6 +56,11 @@ def main(work, names):
             suffix = ".weights.h5" if dialect == "k3" else ".h5"
             saved = os.path.join(work, f"keras_{name}_{dialect}{suffix}")
             model.save_weights(saved)
+            # Each file is read into a fresh model: Keras 3's Normalization
+            # computes with the statistics it had when built or loaded, not
+            # with what set_weights gave it since.
+            model = K.models.model_from_json(open(json_path).read())
+            model.load_weights(saved)
             y = model.predict(x, verbose=0)
             b = np.abs(y - mxu_predict(tool, json_path, saved, x, work)).max()
             trained = os.path.join(work, f"mxu_{name}_{dialect}{suffix}")
@@ -66,6 +71,7 @@ def main(work, names):
                             "--learning-rate", "1e-4", "--initial-weights",
                             saved, "--save-weights", trained],
                            check=True, stdout=subprocess.DEVNULL)
+            model = K.models.model_from_json(open(json_path).read())
             model.load_weights(trained)
             a = np.abs(model.predict(x, verbose=0) -
                        mxu_predict(tool, json_path, trained, x, work)).max()

@@ -170,22 +170,82 @@ static void write_dense(mxu_json_out *out, const mxu_layer *layer,
  */
 
 static const char *const dropout_keys[] = {"rate", "noise_shape", "seed", NULL};
+static const char *const spatial_dropout_keys[] = {"rate", "noise_shape",
+                                                   "seed", "data_format", NULL};
+
+/* noise_shape: null, or [null, d1, ...] with each d null or a size. */
+static mxu_status read_noise_shape(const mxu_json_where *where,
+                                   const cJSON *config, mxu_shape *noise) {
+  const cJSON *v = mxu_json_get(config, "noise_shape");
+  *noise = (mxu_shape){0};
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  int rank = cJSON_IsArray(v) ? cJSON_GetArraySize(v) - 1 : -1;
+  char text[128];
+  mxu_json_text(v, text, sizeof text);
+  if (rank < 1 || rank > MXU_MAX_RANK ||
+      !cJSON_IsNull(cJSON_GetArrayItem(v, 0)))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "noise_shape %s is not supported (a list starting "
+                         "with null, the batch, and at most %d more)",
+                         text, MXU_MAX_RANK);
+  noise->rank = rank;
+  for (int d = 0; d < rank; d++) {
+    const cJSON *e = cJSON_GetArrayItem(v, d + 1);
+    if (cJSON_IsNull(e)) continue;
+    if (!cJSON_IsNumber(e) || !(e->valuedouble >= 1) ||
+        e->valuedouble > INT_MAX ||
+        e->valuedouble != (double)(int)e->valuedouble)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "noise_shape %s must hold null or positive sizes",
+                           text);
+    noise->dims[d] = (int64_t)e->valuedouble;
+  }
+  return MXU_OK;
+}
+
+static mxu_status read_dropouts(const mxu_json_where *where,
+                                const cJSON *config, mxu_json_node *node,
+                                const char *name, int spatial) {
+  float rate = 0;
+  mxu_shape noise;
+  MXU_TRY(mxu_json_float(where, config, "rate", MXU_JSON_REQUIRED, &rate));
+  MXU_TRY(read_noise_shape(where, config, &noise));
+  MXU_TRY(mxu_json_data_format(where, config));
+  /* The seed is ignored: mxu's masks come from its own counter-based
+   * streams, keyed by the fit seed. */
+  return mxu_json_applied(where, node,
+                          mxu_apply_dropout_noise(node->model, name, rate,
+                                                  noise, spatial,
+                                                  node->inputs[0]));
+}
 
 static mxu_status read_dropout(const mxu_json_where *where, const cJSON *config,
                                mxu_json_node *node, const char *name) {
-  float rate = 0;
-  MXU_TRY(mxu_json_float(where, config, "rate", MXU_JSON_REQUIRED, &rate));
-  MXU_TRY(mxu_json_require_null(where, config, "noise_shape"));
-  /* The seed is ignored: mxu's masks come from its own counter-based
-   * streams, keyed by the fit seed. */
-  return mxu_json_applied(
-      where, node, mxu_apply_dropout(node->model, name, rate, node->inputs[0]));
+  return read_dropouts(where, config, node, name, 0);
 }
 
+static mxu_status read_spatial_dropout(const mxu_json_where *where,
+                                       const cJSON *config, mxu_json_node *node,
+                                       const char *name) {
+  return read_dropouts(where, config, node, name, 1);
+}
+
+/* Keras writes the noise_shape it was given: SpatialDropout2D none. */
 static void write_dropout(mxu_json_out *out, const mxu_layer *layer,
                           cJSON *config) {
-  mxu_json_put_float(out, config, "rate", layer->config.dropout.rate);
-  mxu_json_put_null(out, config, "noise_shape");
+  const mxu_dropout_config *c = &layer->config.dropout;
+  mxu_json_put_float(out, config, "rate", c->rate);
+  if (c->noise.rank == 0 || layer->cls == &mxu_spatial_dropout2d_class) {
+    mxu_json_put_null(out, config, "noise_shape");
+  } else {
+    cJSON *list = cJSON_CreateArray();
+    if (list) cJSON_AddItemToArray(list, cJSON_CreateNull());
+    for (int d = 0; list && d < c->noise.rank; d++)
+      cJSON_AddItemToArray(
+          list, c->noise.dims[d] ? cJSON_CreateNumber((double)c->noise.dims[d])
+                                 : cJSON_CreateNull());
+    mxu_json_put(out, config, "noise_shape", list);
+  }
   mxu_json_put_null(out, config, "seed");
 }
 
@@ -352,49 +412,107 @@ const mxu_layer_class mxu_flatten_class = {
 /* ---- Dropout ------------------------------------------------------------
  */
 
+/* The noise's own shape: each dim 1 (one draw along it) or the input's. */
+static mxu_shape noise_of(const mxu_layer *layer) {
+  const mxu_shape *in = &layer->in_shape;
+  mxu_shape noise = layer->config.dropout.noise;
+  if (layer->cls == &mxu_spatial_dropout2d_class)
+    noise = (mxu_shape){3, {1, 1, in->rank == 3 ? in->dims[2] : 0}};
+  if (noise.rank == 0) return *in;
+  for (int d = 0; d < noise.rank; d++)
+    if (noise.dims[d] != 1) noise.dims[d] = in->dims[d];
+  return noise;
+}
+
+static int shares_draws(const mxu_layer *layer) {
+  return layer->config.dropout.noise.rank > 0 ||
+         layer->cls == &mxu_spatial_dropout2d_class;
+}
+
 static mxu_status dropout_infer(mxu_layer *layer) {
-  float rate = layer->config.dropout.rate;
-  if (!(rate >= 0.0f && rate < 1.0f))
+  const mxu_dropout_config *c = &layer->config.dropout;
+  const mxu_shape *in = &layer->in_shape;
+  if (!(c->rate >= 0.0f && c->rate < 1.0f))
     return mxu_fail(MXU_ERR_ARG, "%s: rate must be in [0, 1), got %g",
-                    layer->name, (double)rate);
+                    layer->name, (double)c->rate);
+  if (layer->cls == &mxu_spatial_dropout2d_class && in->rank != 3)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: SpatialDropout2D takes (height, width, channels)",
+                    layer->name);
+  int fits = c->noise.rank == 0 || c->noise.rank == in->rank;
+  for (int d = 0; fits && d < c->noise.rank; d++)
+    fits = c->noise.dims[d] == 0 || c->noise.dims[d] == 1 ||
+           c->noise.dims[d] == in->dims[d];
+  if (!fits) {
+    char a[64], b[64];
+    mxu_shape_format(&c->noise, a, sizeof a);
+    mxu_shape_format(in, b, sizeof b);
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: noise_shape %s (without the batch) must have the "
+                    "input's rank and dims of 1, null or the input's %s",
+                    layer->name, a, b);
+  }
   return same_shape_infer(layer);
 }
 
+/* The mask (scratch[0]); with a noise_shape, its draws first (scratch[1]). */
 static mxu_status dropout_plan(mxu_layer *layer, const mxu_backend *backend,
                                int batch, mxu_arena *layout) {
   (void)backend;
-  (void)batch;
   layer->compiled->scratch[0] =
       mxu_arena_reserve(layout, batch_bytes(layer, &layer->in_shape));
+  mxu_shape noise = noise_of(layer);
+  if (shares_draws(layer))
+    layer->compiled->scratch[1] = mxu_arena_reserve(
+        layout,
+        (size_t)batch * (size_t)mxu_shape_count(&noise) * sizeof(float));
   return MXU_OK;
+}
+
+/* keep or 0 for `count` draws from the stream's place `first` on. */
+static void draw_mask(const mxu_layer_run *run, float rate, uint64_t first,
+                      float *m, int64_t count) {
+  float keep = 1.0f / (1.0f - rate);
+  mxu_rng_uniform4(&run->rng, first, m, (size_t)count);
+#pragma omp simd
+  for (int64_t i = 0; i < count; i++) m[i] = m[i] >= rate ? keep : 0.0f;
 }
 
 /* Inverted dropout: kept values are scaled by 1/(1-rate) in training, so
  * inference is the identity. The mask is a pure function of this run's RNG
  * stream, hence of (seed, epoch, step, replica, layer), drawn from the
- * slice's first row on: slices of a replica draw what it would whole. */
+ * slice's first row on: slices of a replica draw what it would whole. With
+ * a noise_shape the draws are the noise's, spread over the input. */
 static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
   int64_t per_row = mxu_shape_count(&layer->in_shape);
   int64_t count = layer->compiled->batch * per_row;
-  uint64_t first = (uint64_t)(run->row_offset * per_row);
-  if (!run->training || layer->config.dropout.rate == 0.0f) {
+  float rate = layer->config.dropout.rate;
+  if (!run->training || rate == 0.0f) {
     if (run->y != run->x) memcpy(run->y, run->x, (size_t)count * 4);
     return;
   }
   float *mask = (float *)(void *)(run->arena + layer->compiled->scratch[0]);
-  float rate = layer->config.dropout.rate, keep = 1.0f / (1.0f - rate);
+  if (shares_draws(layer)) {
+    mxu_shape noise = noise_of(layer);
+    int64_t per_noise = mxu_shape_count(&noise);
+    float *draws = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
+    draw_mask(run, rate, (uint64_t)(run->row_offset * per_noise), draws,
+              layer->compiled->batch * per_noise);
+    mxu_spread p = mxu_spread_of(&noise, &layer->in_shape);
+    mxu_spread_move(&p, layer->compiled->batch, draws, mask, 1);
+    run->backend->multiply(count, run->x, mask, run->y);
+    return;
+  }
   /* One pass in L1-sized chunks (draw, threshold, multiply) rather than
    * three over the whole tensor. Draws are counter based, so a chunk's
    * values do not depend on where it starts: the mask is unchanged. A
    * multiple of 16 keeps every chunk but the last on the 16-lane path. */
   enum { CHUNK = 1024 };
+  uint64_t first = (uint64_t)(run->row_offset * per_row);
   for (int64_t at = 0; at < count; at += CHUNK) {
     int64_t n = count - at < CHUNK ? count - at : CHUNK;
-    float *m = mask + at;
-    mxu_rng_uniform4(&run->rng, first + (uint64_t)at, m, (size_t)n);
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) m[i] = m[i] >= rate ? keep : 0.0f;
-    run->backend->multiply(n, run->x + at, m, run->y + at);
+    draw_mask(run, rate, first + (uint64_t)at, mask + at, n);
+    run->backend->multiply(n, run->x + at, mask + at, run->y + at);
   }
 }
 
@@ -424,6 +542,20 @@ const mxu_layer_class mxu_dropout_class = {
     .flops = dropout_flops,
     .config_keys = dropout_keys,
     .read_config = read_dropout,
+    .write_config = write_dropout,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = dropout_infer,
+    .plan = dropout_plan,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+};
+
+const mxu_layer_class mxu_spatial_dropout2d_class = {
+    .class_name = "SpatialDropout2D",
+    .flops = dropout_flops,
+    .config_keys = spatial_dropout_keys,
+    .read_config = read_spatial_dropout,
     .write_config = write_dropout,
     .min_inputs = 1,
     .max_inputs = 1,

@@ -97,4 +97,17 @@ const char *mxu_padding_name(mxu_padding padding);
 /* "(28, 28, 1)" */
 void mxu_shape_format(const mxu_shape *shape, char *out, size_t size);
 
+/* Broadcasting a tensor of shape `in` (dims equal to `out`'s or 1) over
+ * `out`, sample by sample: to_out copies x's values to every place they
+ * repeat at; else sums a gradient over those places back into in's shape
+ * (overwriting it). */
+typedef struct mxu_spread {
+  int64_t run, in_count, out_count;
+  const mxu_shape *in, *out;
+} mxu_spread;
+
+mxu_spread mxu_spread_of(const mxu_shape *in, const mxu_shape *out);
+void mxu_spread_move(const mxu_spread *p, int64_t batch, const float *from,
+                     float *to, int to_out);
+
 #endif

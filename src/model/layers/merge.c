@@ -59,47 +59,6 @@ static mxu_status merge_plan(mxu_layer *layer, const mxu_backend *backend,
   return MXU_OK;
 }
 
-/* Where an input's values sit in the output: runs of `run` values (the
- * trailing dims the input does not broadcast) whose start in the input
- * follows from the output coordinates before them. */
-typedef struct spread {
-  int64_t run, in_count, out_count;
-  const mxu_shape *in, *out;
-} spread;
-
-static spread spread_of(const mxu_shape *in, const mxu_shape *out) {
-  spread p = {1, mxu_shape_count(in), mxu_shape_count(out), in, out};
-  for (int d = out->rank - 1; d >= 0 && in->dims[d] == out->dims[d]; d--)
-    p.run *= out->dims[d];
-  return p;
-}
-
-/* The input offset of the output's value at `at` (a run's start). */
-static int64_t spread_at(const spread *p, int64_t at) {
-  int64_t offset = 0, stride = 1;
-  for (int d = p->out->rank - 1; d >= 0; d--) {
-    int64_t coord = at % p->out->dims[d];
-    at /= p->out->dims[d];
-    if (p->in->dims[d] != 1) offset += coord * stride;
-    stride *= p->in->dims[d];
-  }
-  return offset;
-}
-
-/* to_out: y = x spread; else dx = the sum of g over where x was spread. */
-static void spread_move(const spread *p, int64_t batch, const float *from,
-                        float *to, int to_out) {
-  if (!to_out) memset(to, 0, (size_t)(batch * p->in_count) * sizeof(float));
-  for (int64_t b = 0; b < batch; b++)
-    for (int64_t at = 0; at < p->out_count; at += p->run) {
-      int64_t i = b * p->in_count + spread_at(p, at), o = b * p->out_count + at;
-      if (to_out)
-        memcpy(to + o, from + i, (size_t)p->run * sizeof(float));
-      else
-        for (int64_t j = 0; j < p->run; j++) to[i + j] += from[o + j];
-    }
-}
-
 /* Each input as output-shaped values: its own buffer, or its spread copy. */
 static void merge_inputs(const mxu_layer *layer, const mxu_layer_run *run,
                          int spread_now, const float **xs) {
@@ -109,8 +68,8 @@ static void merge_inputs(const mxu_layer *layer, const mxu_layer_run *run,
     xs[k] = run->xs[k];
     if (!broadcasts(layer, k)) continue;
     if (spread_now) {
-      spread p = spread_of(&layer->in_shapes[k], &layer->out_shape);
-      spread_move(&p, layer->compiled->batch, run->xs[k], copies, 1);
+      mxu_spread p = mxu_spread_of(&layer->in_shapes[k], &layer->out_shape);
+      mxu_spread_move(&p, layer->compiled->batch, run->xs[k], copies, 1);
     }
     xs[k] = copies;
     copies += n;
@@ -205,8 +164,8 @@ static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
     input_gradient(layer->config.merge.kind, run, xs, k, n,
                    spread_k ? whole : run->dxs[k]);
     if (!spread_k) continue;
-    spread p = spread_of(&layer->in_shapes[k], &layer->out_shape);
-    spread_move(&p, layer->compiled->batch, whole, run->dxs[k], 0);
+    mxu_spread p = mxu_spread_of(&layer->in_shapes[k], &layer->out_shape);
+    mxu_spread_move(&p, layer->compiled->batch, whole, run->dxs[k], 0);
   }
 }
 

@@ -233,3 +233,38 @@ void mxu_config_put_penalties(mxu_json_out *out, cJSON *config,
 const char *mxu_padding_name(mxu_padding padding) {
   return padding == MXU_SAME ? "same" : "valid";
 }
+
+/* Runs of `run` values (the trailing dims not broadcast), each starting in
+ * the input where the output coordinates before them say. */
+mxu_spread mxu_spread_of(const mxu_shape *in, const mxu_shape *out) {
+  mxu_spread p = {1, mxu_shape_count(in), mxu_shape_count(out), in, out};
+  for (int d = out->rank - 1; d >= 0 && in->dims[d] == out->dims[d]; d--)
+    p.run *= out->dims[d];
+  return p;
+}
+
+/* The input offset of the output's value at `at` (a run's start). */
+static int64_t spread_at(const mxu_spread *p, int64_t at) {
+  int64_t offset = 0, stride = 1;
+  for (int d = p->out->rank - 1; d >= 0; d--) {
+    int64_t coord = at % p->out->dims[d];
+    at /= p->out->dims[d];
+    if (p->in->dims[d] != 1) offset += coord * stride;
+    stride *= p->in->dims[d];
+  }
+  return offset;
+}
+
+/* to_out: y = x spread; else dx = the sum of g over where x was spread. */
+void mxu_spread_move(const mxu_spread *p, int64_t batch, const float *from,
+                     float *to, int to_out) {
+  if (!to_out) memset(to, 0, (size_t)(batch * p->in_count) * sizeof(float));
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t at = 0; at < p->out_count; at += p->run) {
+      int64_t i = b * p->in_count + spread_at(p, at), o = b * p->out_count + at;
+      if (to_out)
+        memcpy(to + o, from + i, (size_t)p->run * sizeof(float));
+      else
+        for (int64_t j = 0; j < p->run; j++) to[i + j] += from[o + j];
+    }
+}

@@ -1,0 +1,194 @@
+/* preprocessing.c — the input pipeline layers Keras models carry:
+ * Rescaling and Normalization (with the statistics adapt() left in its
+ * weights). Plain loops: they touch each input value once. */
+#include "model/layers/layers.h"
+
+#include <math.h>
+#include <string.h>
+
+static int64_t values(const mxu_layer *layer) {
+  return (int64_t)layer->compiled->batch * mxu_shape_count(&layer->in_shape);
+}
+
+static mxu_status any_shape_infer(mxu_layer *layer) {
+  if (layer->in_shape.rank < 1)
+    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions", layer->name);
+  layer->out_shape = layer->in_shape;
+  return MXU_OK;
+}
+
+static double one_per_value(const mxu_layer *layer,
+                            const mxu_flops_step *step) {
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (step->need_dx ? 3.0 : 2.0);
+}
+
+/* ---- Rescaling ------------------------------------------------------------
+ */
+
+static const char *const rescaling_keys[] = {"scale", "offset", NULL};
+
+static mxu_status read_rescaling(const mxu_json_where *where,
+                                 const cJSON *config, mxu_json_node *node,
+                                 const char *name) {
+  mxu_rescaling_config r = {name, 1.0f, 0.0f};
+  MXU_TRY(mxu_json_float(where, config, "scale", MXU_JSON_REQUIRED, &r.scale));
+  MXU_TRY(
+      mxu_json_float(where, config, "offset", MXU_JSON_OPTIONAL, &r.offset));
+  return mxu_json_applied(
+      where, node, mxu_apply_rescaling(node->model, &r, node->inputs[0]));
+}
+
+static void write_rescaling(mxu_json_out *out, const mxu_layer *layer,
+                            cJSON *config) {
+  mxu_json_put_float(out, config, "scale", layer->config.rescaling.scale);
+  mxu_json_put_float(out, config, "offset", layer->config.rescaling.offset);
+}
+
+static mxu_status rescaling_infer(mxu_layer *layer) {
+  const mxu_rescaling_config *c = &layer->config.rescaling;
+  if (!isfinite(c->scale) || !isfinite(c->offset))
+    return mxu_fail(MXU_ERR_ARG, "%s: scale %g and offset %g must be finite",
+                    layer->name, (double)c->scale, (double)c->offset);
+  return any_shape_infer(layer);
+}
+
+static void rescaling_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  float scale = layer->config.rescaling.scale;
+  float offset = layer->config.rescaling.offset;
+  int64_t n = values(layer);
+  for (int64_t i = 0; i < n; i++) run->y[i] = run->x[i] * scale + offset;
+}
+
+static void rescaling_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  float scale = layer->config.rescaling.scale;
+  int64_t n = values(layer);
+  for (int64_t i = 0; i < n; i++) run->dx[i] = run->dy[i] * scale;
+}
+
+const mxu_layer_class mxu_rescaling_class = {
+    .class_name = "Rescaling",
+    .config_keys = rescaling_keys,
+    .read_config = read_rescaling,
+    .write_config = write_rescaling,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = rescaling_infer,
+    .flops = one_per_value,
+    .plan = mxu_no_plan,
+    .forward = rescaling_forward,
+    .backward = rescaling_backward,
+};
+
+/* ---- Normalization --------------------------------------------------------
+ * Over the last axis only (Keras' default, and what image models use);
+ * the statistics come from the weights (mean and variance given in the
+ * config instead are refused). */
+
+static const char *const normalization_keys[] = {"axis", "invert", "mean",
+                                                 "variance", NULL};
+
+/* axis: -1, or the last axis counted with the batch ([3] for images), as
+ * an int or a list of one; null (one statistic overall) is refused. */
+static mxu_status read_axis(const mxu_json_where *where, const cJSON *config,
+                            const mxu_model *model, int input) {
+  const cJSON *v = mxu_json_get(config, "axis");
+  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
+    v = cJSON_GetArrayItem(v, 0);
+  int rank = model->layers[input].out_shape.rank;
+  if (!v || (cJSON_IsNumber(v) &&
+             (v->valuedouble == -1 || v->valuedouble == (double)rank)))
+    return MXU_OK;
+  char text[64];
+  mxu_json_text(mxu_json_get(config, "axis"), text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "axis %s is not supported (only the last axis: -1 or "
+                       "[%d])",
+                       text, rank);
+}
+
+static mxu_status read_normalization(const mxu_json_where *where,
+                                     const cJSON *config, mxu_json_node *node,
+                                     const char *name) {
+  mxu_normalization_config n = {name, 0};
+  MXU_TRY(read_axis(where, config, node->model, node->inputs[0]));
+  MXU_TRY(mxu_json_bool(where, config, "invert", &n.invert));
+  MXU_TRY(mxu_json_require_null(where, config, "mean"));
+  MXU_TRY(mxu_json_require_null(where, config, "variance"));
+  return mxu_json_applied(
+      where, node, mxu_apply_normalization(node->model, &n, node->inputs[0]));
+}
+
+static void write_normalization(mxu_json_out *out, const mxu_layer *layer,
+                                cJSON *config) {
+  cJSON *axis = cJSON_CreateArray();
+  if (axis)
+    cJSON_AddItemToArray(axis, cJSON_CreateNumber(layer->in_shape.rank));
+  mxu_json_put(out, config, "axis", axis);
+  mxu_json_put_bool(out, config, "invert", layer->config.normalization.invert);
+  mxu_json_put_null(out, config, "mean");
+  mxu_json_put_null(out, config, "variance");
+}
+
+static int channels(const mxu_layer *layer) {
+  return (int)layer->in_shape.dims[layer->in_shape.rank - 1];
+}
+
+static int normalization_declare(const mxu_layer *layer,
+                                 mxu_param_decl *decls) {
+  int64_t c = channels(layer);
+  mxu_shape shape = mxu_shape_make(1, &c);
+  decls[0] = (mxu_param_decl){
+      .name = "mean", .shape = shape, .init = mxu_init_zeros()};
+  decls[1] = (mxu_param_decl){
+      .name = "variance", .shape = shape, .init = mxu_init_ones()};
+  decls[2] = (mxu_param_decl){.name = "count",
+                              .shape = mxu_shape_make(0, NULL),
+                              .init = mxu_init_zeros()};
+  return 3;
+}
+
+/* Keras' denominator, max(sqrt(variance), epsilon). */
+static float spread_of_channel(const float *variance, int ch) {
+  float s = sqrtf(variance[ch]);
+  return s > 1e-7f ? s : 1e-7f;
+}
+
+static void normalization_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  const float *mean = run->w[0], *variance = run->w[1];
+  int c = channels(layer), invert = layer->config.normalization.invert;
+  int64_t rows = values(layer) / c;
+  for (int64_t r = 0; r < rows; r++)
+    for (int ch = 0; ch < c; ch++) {
+      float x = run->x[r * c + ch], s = spread_of_channel(variance, ch);
+      run->y[r * c + ch] = invert ? x * s + mean[ch] : (x - mean[ch]) / s;
+    }
+}
+
+static void normalization_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  const float *variance = run->w[1];
+  int c = channels(layer), invert = layer->config.normalization.invert;
+  int64_t rows = values(layer) / c;
+  for (int64_t r = 0; r < rows; r++)
+    for (int ch = 0; ch < c; ch++) {
+      float s = spread_of_channel(variance, ch), dy = run->dy[r * c + ch];
+      run->dx[r * c + ch] = invert ? dy * s : dy / s;
+    }
+}
+
+const mxu_layer_class mxu_normalization_class = {
+    .class_name = "Normalization",
+    .config_keys = normalization_keys,
+    .read_config = read_normalization,
+    .write_config = write_normalization,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = any_shape_infer,
+    .declare = normalization_declare,
+    .flops = one_per_value,
+    .plan = mxu_no_plan,
+    .forward = normalization_forward,
+    .backward = normalization_backward,
+};
