@@ -720,6 +720,53 @@ static void test_dropout_noise(void) {
   }
 }
 
+/* Rescaling then Normalization (invert or not) with statistics of its
+ * own: y = (0.5 x + 0.25 - mean) / max(sqrt(variance), 1e-7) per channel
+ * (x * that + mean inverted), a zero variance at the epsilon. */
+static mxu_tensor_id preprocessing_graph(mxu_model *m, const void *ctx) {
+  static const int64_t shape[3] = {2, 3, 4};
+  mxu_rescaling_config r = {"rescaling", 0.5f, 0.25f};
+  mxu_normalization_config n = {"under_test", *(const int *)ctx};
+  mxu_tensor_id x = input_identity(m, shape);
+  return head(m, mxu_apply_normalization(m, &n, mxu_apply_rescaling(m, &r, x)));
+}
+
+static void test_preprocessing(void) {
+  static const float mean[4] = {0.5f, -0.25f, 0.0f, 2.0f};
+  static const float variance[4] = {4.0f, 0.25f, 0.0f, 1.0f};
+  for (int invert = 0; invert < 2; invert++) {
+    const char *name = invert ? "Normalization invert" : "Normalization";
+    mxu_model *m =
+        build(name, preprocessing_graph, &invert, MXU_BACKEND_CPU_REF);
+    if (!m) continue;
+    int node = node_named(m, "under_test");
+    for (int i = 0; i < m->param_count; i++) {
+      const mxu_param *p = &m->params[i];
+      if (p->layer != node || p->count != 4) continue;
+      memcpy(mxu_param_values(m, p), strcmp(p->name, "mean") ? variance : mean,
+             sizeof mean);
+    }
+    load_inputs(m, 6);
+    train_step(m);
+    const float *x = act(m, m->inputs[0]), *y = act(m, node);
+    int bad = 0;
+    for (int64_t i = 0; i < tensor_floats(m, node); i++) {
+      int c = (int)(i % 4);
+      float s = sqrtf(variance[c]) > 1e-7f ? sqrtf(variance[c]) : 1e-7f;
+      float v = x[i] * 0.5f + 0.25f;
+      float want = invert ? v * s + mean[c] : (v - mean[c]) / s;
+      bad += !(fabsf(y[i] - want) <= 1e-6f * (1.0f + fabsf(want)));
+    }
+    CHECK_MSG(bad == 0, "%s: %d values off", name, bad);
+    mxu_model_free(m);
+    /* Finite differences at Keras' initial statistics (0 and 1). */
+    m = build(name, preprocessing_graph, &invert, MXU_BACKEND_CPU_REF);
+    finite_differences(m, name);
+    mxu_model_free(m);
+    backends_agree(name, preprocessing_graph, &invert);
+  }
+}
+
 /* ---- 2. fan-out -------------------------------------------------------------
  */
 
@@ -1439,6 +1486,7 @@ int main(void) {
   test_several_outputs();
   test_layers();
   test_dropout_noise();
+  test_preprocessing();
   test_fan_out();
   test_whole_graph();
   test_determinism();
