@@ -41,7 +41,8 @@ recipes: build
 
 # Training throughput of the reference models (mxu bench), kept with the
 # CPU model and the commit in bench/results/; then how cifar scales from 1
-# to 2 threads.
+# to 2 threads; keras.applications MobileNetV2 and EfficientNetB0 at 32x32
+# (depthwise convolutions on oneDNN's jit_dw / brdgmm_dw kernels).
 bench: build
 	@mkdir -p bench/results
 	$(BUILD)/mxu bench models/cifar10.json --batch-size 1024 --replicas 8 \
@@ -60,6 +61,12 @@ bench: build
 	  --report bench/results/cifar10_augmented_augment.json
 	$(BUILD)/mxu bench models/resnet20.json --batch-size 128 \
 	  --threads 2 --report bench/results/resnet20_2threads.json
+	$(BUILD)/mxu bench tests/keras_apps/MobileNetV2_32.k3.json \
+	  --batch-size 128 --threads 2 \
+	  --report bench/results/mobilenetv2_32_2threads.json
+	$(BUILD)/mxu bench tests/keras_apps/EfficientNetB0_32.k3.json \
+	  --batch-size 64 --threads 2 \
+	  --report bench/results/efficientnetb0_32_2threads.json
 	@python3 scripts/bench_summary.py bench/results
 
 test-sanitize: deps
