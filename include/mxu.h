@@ -258,6 +258,16 @@ typedef struct mxu_relu_config {
   float threshold;
 } mxu_relu_config;
 
+/* PReLU: x > 0 ? x : alpha * x with alpha learned, one per value of the
+ * input (without the batch) except along shared_axes (Keras' numbering,
+ * the batch being 0), which share one. */
+typedef struct mxu_prelu_config {
+  const char *name;
+  int shared_axes[MXU_MAX_RANK];
+  int shared_axis_count;
+  mxu_weight_options alpha;
+} mxu_prelu_config;
+
 /* Rescaling: x * scale + offset. */
 typedef struct mxu_rescaling_config {
   const char *name;
@@ -379,6 +389,16 @@ mxu_tensor_id
 mxu_apply_depthwise_conv2d(mxu_model *model,
                            const mxu_depthwise_conv2d_config *config,
                            mxu_tensor_id x);
+/* Keras' LeakyReLU (its negative_slope; Keras' default 0.3), ELU (alpha;
+ * default 1) and Softmax (over the last axis) layers. */
+mxu_tensor_id mxu_apply_leaky_relu(mxu_model *model, const char *name,
+                                   float negative_slope, mxu_tensor_id x);
+mxu_tensor_id mxu_apply_elu(mxu_model *model, const char *name, float alpha,
+                            mxu_tensor_id x);
+mxu_tensor_id mxu_apply_softmax(mxu_model *model, const char *name,
+                                mxu_tensor_id x);
+mxu_tensor_id mxu_apply_prelu(mxu_model *model, const mxu_prelu_config *config,
+                              mxu_tensor_id x);
 mxu_tensor_id mxu_apply_rescaling(mxu_model *model,
                                   const mxu_rescaling_config *config,
                                   mxu_tensor_id x);

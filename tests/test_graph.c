@@ -318,9 +318,22 @@ struct layer_case {
   mxu_relu_config relu;
   int keepdims, top, bottom, left, right;
   int64_t target[3]; /* Reshape */
+  float alpha;       /* LeakyReLU, ELU; PReLU's initial slopes */
+  int shared[2];     /* PReLU's shared axes, 0 for none */
 };
 
-enum { MERGE = 0, GLOBAL_AVG, GLOBAL_MAX, ZERO_PAD, RELU, RESHAPE };
+enum {
+  MERGE = 0,
+  GLOBAL_AVG,
+  GLOBAL_MAX,
+  ZERO_PAD,
+  RELU,
+  RESHAPE,
+  LEAKY_RELU,
+  ELU,
+  SOFTMAX,
+  PRELU
+};
 
 static int64_t count3(const int64_t *d) { return d[0] * d[1] * d[2]; }
 
@@ -339,6 +352,28 @@ static void elementwise_expect(const layer_case *c, const float *const *x,
       }
     }
     y[i] = c->kind == MXU_MERGE_AVERAGE ? v / (float)c->inputs : v;
+  }
+}
+
+/* LeakyReLU, ELU and PReLU (whose slopes start at alpha everywhere):
+ * Keras' formulas; Softmax over the last axis. */
+static void slope_expect(const layer_case *c, const float *const *x, float *y) {
+  for (int64_t i = 0; i < count3(c->shape[0]); i++) {
+    float v = x[0][i];
+    y[i] = v > 0             ? v
+           : c->layer == ELU ? (float)(c->alpha * expm1((double)v))
+                             : c->alpha * v;
+  }
+}
+
+static void softmax_expect(const layer_case *c, const float *const *x,
+                           float *y) {
+  int64_t k = c->shape[0][2];
+  for (int64_t r = 0; r < count3(c->shape[0]) / k; r++) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; j++) sum += exp((double)x[0][r * k + j]);
+    for (int64_t j = 0; j < k; j++)
+      y[r * k + j] = (float)(exp((double)x[0][r * k + j]) / sum);
   }
 }
 
@@ -468,6 +503,21 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
   case RESHAPE: {
     mxu_reshape_config r = {"under_test", mxu_shape_make(3, c->target)};
     y = mxu_apply_reshape(m, &r, x[0]);
+    break;
+  }
+  case LEAKY_RELU:
+    y = mxu_apply_leaky_relu(m, "under_test", c->alpha, x[0]);
+    break;
+  case ELU: y = mxu_apply_elu(m, "under_test", c->alpha, x[0]); break;
+  case SOFTMAX: y = mxu_apply_softmax(m, "under_test", x[0]); break;
+  case PRELU: {
+    mxu_prelu_config p = {0};
+    p.name = "under_test";
+    p.alpha.initializer.kind = MXU_INIT_CONSTANT;
+    p.alpha.initializer.value = c->alpha;
+    for (int k = 0; k < 2 && c->shared[k]; k++)
+      p.shared_axes[p.shared_axis_count++] = c->shared[k];
+    y = mxu_apply_prelu(m, &p, x[0]);
     break;
   }
   }
@@ -635,6 +685,46 @@ static const layer_case layer_cases[] = {
     RELU_CASE("ReLU slope 0.1 threshold -0.5", -1.0f, 0.1f, -0.5f),
     RELU_CASE("ReLU max 1 slope 0.3", 1.0f, 0.3f, 0.0f),
     RELU_CASE("ReLU max 1 threshold -0.5", 1.0f, 0.0f, -0.5f),
+    {.name = "LeakyReLU 0.1",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = slope_expect,
+     .layer = LEAKY_RELU,
+     .alpha = 0.1f},
+    {.name = "ELU 0.5",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = slope_expect,
+     .layer = ELU,
+     .alpha = 0.5f},
+    {.name = "Softmax",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = softmax_expect,
+     .layer = SOFTMAX},
+    {.name = "PReLU",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = slope_expect,
+     .layer = PRELU,
+     .alpha = 0.25f},
+    {.name = "PReLU shared_axes [1, 2]",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = slope_expect,
+     .layer = PRELU,
+     .alpha = 0.25f,
+     .shared = {1, 2}},
     {.name = "Reshape (2, -1, 3)",
      .inputs = 1,
      .shape = {SHAPE342},

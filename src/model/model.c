@@ -36,6 +36,10 @@ static const mxu_layer_class *const registry[] = {
     &mxu_relu_class,
     &mxu_reshape_class,
     &mxu_rescaling_class,
+    &mxu_leaky_relu_class,
+    &mxu_elu_class,
+    &mxu_softmax_class,
+    &mxu_prelu_class,
     &mxu_normalization_class,
 };
 
@@ -599,6 +603,44 @@ mxu_apply_depthwise_conv2d(mxu_model *model,
   mxu_layer proto;
   if (x < 0 || depthwise_proto(config, &proto) != MXU_OK) return -1;
   return apply(model, &mxu_depthwise_conv2d_class, config->name, &proto, &x, 1);
+}
+
+static mxu_tensor_id apply_activation_layer(mxu_model *model,
+                                            const mxu_layer_class *cls,
+                                            const char *name,
+                                            mxu_activation kind, float alpha,
+                                            mxu_tensor_id x) {
+  if (x < 0) return -1;
+  mxu_layer proto = {0};
+  proto.config.act.kind = kind;
+  proto.config.act.alpha = alpha;
+  return apply(model, cls, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_leaky_relu(mxu_model *model, const char *name,
+                                   float negative_slope, mxu_tensor_id x) {
+  return apply_activation_layer(model, &mxu_leaky_relu_class, name,
+                                MXU_LEAKY_RELU, negative_slope, x);
+}
+
+mxu_tensor_id mxu_apply_elu(mxu_model *model, const char *name, float alpha,
+                            mxu_tensor_id x) {
+  return apply_activation_layer(model, &mxu_elu_class, name, MXU_ELU, alpha, x);
+}
+
+mxu_tensor_id mxu_apply_softmax(mxu_model *model, const char *name,
+                                mxu_tensor_id x) {
+  return apply_activation_layer(model, &mxu_softmax_class, name, MXU_SOFTMAX,
+                                0.0f, x);
+}
+
+mxu_tensor_id mxu_apply_prelu(mxu_model *model, const mxu_prelu_config *config,
+                              mxu_tensor_id x) {
+  if (x < 0 || !given(config, "PReLU")) return -1;
+  mxu_layer proto = {0};
+  proto.config.prelu = *config;
+  proto.config.prelu.name = NULL;
+  return apply(model, &mxu_prelu_class, config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_rescaling(mxu_model *model,

@@ -155,6 +155,12 @@ typedef struct mxu_merge_config {
   int axis; /* Concatenate: the axis without the batch, 0-based */
 } mxu_merge_config;
 
+/* LeakyReLU, ELU and Softmax: an activation with the layer's own alpha. */
+typedef struct mxu_activation_layer_config {
+  mxu_activation kind;
+  float alpha;
+} mxu_activation_layer_config;
+
 struct mxu_layer {
   const mxu_layer_class *cls;
   char name[MXU_NAME_SIZE];
@@ -172,6 +178,8 @@ struct mxu_layer {
     mxu_relu_config relu;
     mxu_reshape_config reshape;
     mxu_rescaling_config rescaling;
+    mxu_activation_layer_config act;
+    mxu_prelu_config prelu;
     mxu_normalization_config normalization;
   } config;
   int is_max_pool;
@@ -242,6 +250,10 @@ extern const mxu_layer_class mxu_dense_class;
 extern const mxu_layer_class mxu_dropout_class;
 extern const mxu_layer_class mxu_spatial_dropout2d_class;
 extern const mxu_layer_class mxu_rescaling_class;
+extern const mxu_layer_class mxu_leaky_relu_class;
+extern const mxu_layer_class mxu_elu_class;
+extern const mxu_layer_class mxu_softmax_class;
+extern const mxu_layer_class mxu_prelu_class;
 extern const mxu_layer_class mxu_normalization_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
 extern const mxu_layer_class mxu_input_layer_class;

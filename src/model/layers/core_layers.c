@@ -1,17 +1,11 @@
-/* core_layers.c — Keras' core family: Dense, Activation, Flatten,
- * Dropout, the ReLU layer, and InputLayer (a model input as a node). */
+/* core_layers.c — Keras' core family: Dense, Flatten, Dropout and
+ * SpatialDropout2D, and InputLayer (a model input as a node). */
 #include "model/layers/layers.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-static int64_t batch_rows(const mxu_layer *layer, const mxu_shape *shape) {
-  /* Values per row of the last axis: activations and softmax act on it. */
-  return (int64_t)layer->compiled->batch * mxu_shape_count(shape) /
-         shape->dims[shape->rank - 1];
-}
 
 static size_t batch_bytes(const mxu_layer *layer, const mxu_shape *shape) {
   return (size_t)layer->compiled->batch * (size_t)mxu_shape_count(shape) *
@@ -84,30 +78,6 @@ static void dense_backward(mxu_layer *layer, const mxu_layer_run *run) {
 static const float *dense_logits(const mxu_layer *layer,
                                  const mxu_layer_run *run) {
   return mxu_epilogue_logits(layer, layer->config.dense.activation, run);
-}
-
-/* ---- Activation ----------------------------------------------------------
- */
-
-static const char *const activation_keys[] = {"activation", NULL};
-
-static mxu_status read_activation(const mxu_json_where *where,
-                                  const cJSON *config, mxu_json_node *node,
-                                  const char *name) {
-  mxu_activation activation = MXU_LINEAR;
-  if (!mxu_json_get(config, "activation"))
-    return mxu_json_fail(where, MXU_ERR_FORMAT, "activation is missing");
-  MXU_TRY(mxu_json_activation(where, config, "activation",
-                              node->model->keras2_names, &activation));
-  return mxu_json_applied(
-      where, node,
-      mxu_apply_activation(node->model, name, activation, node->inputs[0]));
-}
-
-static void write_activation(mxu_json_out *out, const mxu_layer *layer,
-                             cJSON *config) {
-  mxu_json_put_string(out, config, "activation",
-                      mxu_json_activation_name(layer->config.activation));
 }
 
 /* ---- Flatten -------------------------------------------------------------
@@ -249,44 +219,6 @@ static void write_dropout(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_null(out, config, "seed");
 }
 
-/* ---- ReLU ------------------------------------------------------------------
- */
-
-static const char *const relu_keys[] = {"max_value", "negative_slope",
-                                        "threshold", NULL};
-
-static mxu_status read_relu(const mxu_json_where *where, const cJSON *config,
-                            mxu_json_node *node, const char *name) {
-  mxu_relu_config relu = mxu_relu_defaults();
-  relu.name = name;
-  const cJSON *top = mxu_json_get(config, "max_value");
-  if (top && !cJSON_IsNull(top)) {
-    MXU_TRY(mxu_json_float(where, config, "max_value", MXU_JSON_REQUIRED,
-                           &relu.max_value));
-    if (relu.max_value < 0)
-      return mxu_json_fail(where, MXU_ERR_FORMAT,
-                           "max_value must be >= 0 or null, got %g",
-                           (double)relu.max_value);
-  }
-  MXU_TRY(mxu_json_float(where, config, "negative_slope", MXU_JSON_OPTIONAL,
-                         &relu.negative_slope));
-  MXU_TRY(mxu_json_float(where, config, "threshold", MXU_JSON_OPTIONAL,
-                         &relu.threshold));
-  return mxu_json_applied(where, node,
-                          mxu_apply_relu(node->model, &relu, node->inputs[0]));
-}
-
-static void write_relu(mxu_json_out *out, const mxu_layer *layer,
-                       cJSON *config) {
-  const mxu_relu_config *c = &layer->config.relu;
-  if (c->max_value >= 0)
-    mxu_json_put_float(out, config, "max_value", c->max_value);
-  else
-    mxu_json_put_null(out, config, "max_value");
-  mxu_json_put_float(out, config, "negative_slope", c->negative_slope);
-  mxu_json_put_float(out, config, "threshold", c->threshold);
-}
-
 static double dense_flops(const mxu_layer *layer, const mxu_flops_step *step) {
   const mxu_dense_config *c = &layer->config.dense;
   return mxu_weighted_flops((double)mxu_shape_count(&layer->out_shape),
@@ -313,75 +245,6 @@ const mxu_layer_class mxu_dense_class = {
     .forward = dense_forward,
     .backward = dense_backward,
     .logits = dense_logits,
-};
-
-/* ---- Activation ---------------------------------------------------------
- */
-
-static mxu_status same_shape_infer(mxu_layer *layer) {
-  if (layer->in_shape.rank < 1)
-    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions", layer->name);
-  layer->out_shape = layer->in_shape;
-  return MXU_OK;
-}
-
-static mxu_status activation_plan(mxu_layer *layer, const mxu_backend *backend,
-                                  int batch, mxu_arena *layout) {
-  (void)batch;
-  (void)layout;
-  const mxu_shape *s = &layer->in_shape;
-  mxu_activation a = layer->config.activation;
-  mxu_activation_desc d = {a, batch_rows(layer, s), (int)s->dims[s->rank - 1],
-                           mxu_activation_alpha(a)};
-  return backend->activation_create(&d, &layer->compiled->ops[0]);
-}
-
-static void activation_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  (void)layer;
-  run->backend->activation_forward(run->ops[0], run->x, run->y);
-}
-
-static void activation_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (!run->need_dx) return;
-  if (run->fused_softmax)
-    memcpy(run->dx, run->dy, batch_bytes(layer, &layer->in_shape));
-  else
-    run->backend->activation_backward(run->ops[0], run->x, run->y, run->dy,
-                                      run->dx);
-}
-
-static const float *activation_logits(const mxu_layer *layer,
-                                      const mxu_layer_run *run) {
-  return layer->config.activation == MXU_SOFTMAX ? run->x : NULL;
-}
-
-static double activation_flops(const mxu_layer *layer,
-                               const mxu_flops_step *step) {
-  mxu_activation a = layer->config.activation;
-  double backward =
-      step->need_dx && !step->fused_softmax ? mxu_activation_cost(a, 1) : 0.0;
-  return (double)mxu_shape_count(&layer->in_shape) *
-         (mxu_activation_cost(a, 0) + backward);
-}
-
-static int activation_ends_in_softmax(const mxu_layer *layer) {
-  return layer->config.activation == MXU_SOFTMAX;
-}
-
-const mxu_layer_class mxu_activation_class = {
-    .class_name = "Activation",
-    .flops = activation_flops,
-    .ends_in_softmax = activation_ends_in_softmax,
-    .config_keys = activation_keys,
-    .read_config = read_activation,
-    .write_config = write_activation,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = same_shape_infer,
-    .plan = activation_plan,
-    .forward = activation_forward,
-    .backward = activation_backward,
-    .logits = activation_logits,
 };
 
 /* ---- Flatten ------------------------------------------------------------
@@ -452,7 +315,7 @@ static mxu_status dropout_infer(mxu_layer *layer) {
                     "input's rank and dims of 1, null or the input's %s",
                     layer->name, a, b);
   }
-  return same_shape_infer(layer);
+  return mxu_same_shape_infer(layer);
 }
 
 /* The mask (scratch[0]); with a noise_shape, its draws first (scratch[1]). */
@@ -592,70 +455,4 @@ const mxu_layer_class mxu_input_layer_class = {
     .plan = mxu_no_plan,
     .forward = input_forward,
     .backward = input_backward,
-};
-
-/* ---- ReLU -----------------------------------------------------------------
- * Keras' ReLU layer as its backend computes it: v = x where x > threshold
- * (else 0), clipped to [0, max_value] when there is one, minus
- * negative_slope * relu(threshold - x). At x == threshold that gives 0,
- * as Keras does. */
-
-static mxu_status relu_infer(mxu_layer *layer) {
-  const mxu_relu_config *c = &layer->config.relu;
-  if (!isfinite(c->negative_slope) || !isfinite(c->threshold) ||
-      c->negative_slope < 0 || isnan(c->max_value))
-    return mxu_fail(MXU_ERR_ARG,
-                    "%s: negative_slope must be >= 0 and threshold finite",
-                    layer->name);
-  return same_shape_infer(layer);
-}
-
-static double relu_flops(const mxu_layer *layer, const mxu_flops_step *step) {
-  return (double)mxu_shape_count(&layer->in_shape) *
-         (step->need_dx ? 4.0 : 2.0);
-}
-
-static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  const mxu_relu_config *c = &layer->config.relu;
-  int64_t count = layer->compiled->batch * mxu_shape_count(&layer->in_shape);
-  float top = c->max_value, slope = c->negative_slope, t = c->threshold;
-  int capped = top >= 0;
-  for (int64_t i = 0; i < count; i++) {
-    float x = run->x[i], v = x > t ? x : 0.0f;
-    if (capped) v = v < 0.0f ? 0.0f : v > top ? top : v;
-    run->y[i] = x < t ? v - slope * (t - x) : v;
-  }
-}
-
-/* 1 where x passes (above the threshold, inside the clip), negative_slope
- * below the threshold, 0 elsewhere; tf.nn.relu6's open interval for the
- * relu6 case, which Keras routes there. */
-static void relu_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (!run->need_dx) return;
-  const mxu_relu_config *c = &layer->config.relu;
-  int64_t count = layer->compiled->batch * mxu_shape_count(&layer->in_shape);
-  float top = c->max_value, slope = c->negative_slope, t = c->threshold;
-  int capped = top >= 0, relu6 = t == 0.0f && top == 6.0f;
-  for (int64_t i = 0; i < count; i++) {
-    float x = run->x[i], g = 0.0f;
-    if (x > t)
-      g = !capped || (relu6 ? x < top : x >= 0.0f && x <= top) ? 1.0f : 0.0f;
-    else if (x < t)
-      g = slope;
-    run->dx[i] = g * run->dy[i];
-  }
-}
-
-const mxu_layer_class mxu_relu_class = {
-    .class_name = "ReLU",
-    .config_keys = relu_keys,
-    .read_config = read_relu,
-    .write_config = write_relu,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = relu_infer,
-    .flops = relu_flops,
-    .plan = mxu_no_plan,
-    .forward = relu_forward,
-    .backward = relu_backward,
 };

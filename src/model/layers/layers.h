@@ -110,4 +110,7 @@ mxu_spread mxu_spread_of(const mxu_shape *in, const mxu_shape *out);
 void mxu_spread_move(const mxu_spread *p, int64_t batch, const float *from,
                      float *to, int to_out);
 
+/* The output is the input's shape (any rank but 0). */
+mxu_status mxu_same_shape_infer(mxu_layer *layer);
+
 #endif

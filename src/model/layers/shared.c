@@ -268,3 +268,10 @@ void mxu_spread_move(const mxu_spread *p, int64_t batch, const float *from,
         for (int64_t j = 0; j < p->run; j++) to[i + j] += from[o + j];
     }
 }
+
+mxu_status mxu_same_shape_infer(mxu_layer *layer) {
+  if (layer->in_shape.rank < 1)
+    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions", layer->name);
+  layer->out_shape = layer->in_shape;
+  return MXU_OK;
+}
