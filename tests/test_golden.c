@@ -208,6 +208,16 @@ int main(void) {
        4,
        3,
        {6, 6, 2}},
+      /* The image models' Keras surface: Rescaling, adapted Normalization,
+       * gelu/relu6/swish/elu/mish/softplus/softsign/selu/exponential,
+       * depthwise, dilated and grouped convs, LeakyReLU, PReLU, ELU,
+       * Softmax, a broadcast Multiply (make_surface.py). */
+      {"tests/golden/surface",
+       {"tests/golden/surface/model.tf2.json",
+        "tests/golden/surface/model.k3.json"},
+       6,
+       5,
+       {8, 8, 3}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;

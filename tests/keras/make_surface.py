@@ -1,0 +1,87 @@
+"""make_surface.py — a one-step golden test for the Keras surface of image
+models (issue 18): the layers and activations keras.applications'
+mobile nets use, and the others mxu reads, in one Functional net.
+
+  x (8,8,3) -> Rescaling(0.5, -0.25) -> Normalization (adapted)
+  -> Conv2D(4, 3, same, gelu) -> DepthwiseConv2D(3, multiplier 2, same,
+  relu6) -> Conv2D(8, 3, same, dilation 2, swish) -> BatchNormalization
+  -> a = LeakyReLU(0.1)
+  se = Conv2D(8, 1, sigmoid)(GlobalAveragePooling2D(keepdims)(a))
+  b = PReLU(shared_axes [1, 2])(Multiply([a, se]))     squeeze-excitation
+  c = Conv2D(8, 3, same, groups 2, elu)(b) -> ELU(0.7)
+  d = Dense(6, mish) -> Dense(6, softplus) -> Dense(6, softsign)
+      -> Dense(6, selu) -> Dense(6, exponential) (on GAP(c))
+  out = Softmax()(Dense(5)(d))
+Dropout is left out: Keras' masks are not mxu's draws. hard_sigmoid too:
+tf.keras 2 and Keras 3 give it different slopes (both tested by hand).
+tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(3),
+default initializers; SGD(0.1), sparse_categorical_crossentropy.
+Batch: np.random.seed(2); x = rand(6, 8, 8, 3) float32; y = randint(0, 5, 6);
+Normalization adapted on np.random.seed(5); rand(32, 8, 8, 3).
+
+Writes into OUTDIR (tests/golden/surface/) what golden_step.py writes, and
+model.k3.json (the same model built in Keras 3).
+
+Keras is never a dependency of mxu: this script only regenerates the files.
+  /tmp/kenv/bin/python tests/keras/make_surface.py tests/golden/surface
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+import tf_keras  # noqa: E402
+
+import golden_step  # noqa: E402
+
+
+def build(K, adapt_on=None):
+    L = K.layers
+    x = K.Input(shape=(8, 8, 3), name="input")
+    norm = L.Normalization(name="norm")
+    if adapt_on is not None:
+        norm.adapt(adapt_on)
+    h = norm(L.Rescaling(0.5, offset=-0.25, name="rescale")(x))
+    h = L.Conv2D(4, 3, padding="same", activation="gelu", name="conv_gelu")(h)
+    h = L.DepthwiseConv2D(3, depth_multiplier=2, padding="same",
+                          activation="relu6", name="depthwise")(h)
+    h = L.Conv2D(8, 3, padding="same", dilation_rate=2, activation="swish",
+                 name="dilated")(h)
+    h = L.BatchNormalization(name="bn")(h)
+    a = L.LeakyReLU(0.1, name="leaky")(h)
+    se = L.GlobalAveragePooling2D(keepdims=True, name="squeeze")(a)
+    se = L.Conv2D(8, 1, activation="sigmoid", name="excite")(se)
+    b = L.PReLU(shared_axes=[1, 2], name="prelu")(
+        L.Multiply(name="scale")([a, se]))
+    c = L.Conv2D(8, 3, padding="same", groups=2, activation="elu",
+                 name="grouped")(b)
+    c = L.ELU(0.7, name="elu")(c)
+    d = L.GlobalAveragePooling2D(name="gap")(c)
+    for act in ["mish", "softplus", "softsign", "selu", "exponential"]:
+        d = L.Dense(6, activation=act, name="dense_" + act)(d)
+    out = L.Softmax(name="probs")(L.Dense(5, name="logits")(d))
+    return K.Model(x, out, name="surface")
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    np.random.seed(5)
+    adapt_on = np.random.rand(32, 8, 8, 3).astype(np.float32) * 0.5 - 0.25
+    tf_keras.utils.set_random_seed(3)
+    model = build(tf_keras, adapt_on)
+    model.compile(tf_keras.optimizers.SGD(0.1),
+                  "sparse_categorical_crossentropy", ["accuracy"])
+    np.random.seed(2)
+    x = np.random.rand(6, 8, 8, 3).astype(np.float32)
+    y = np.random.randint(0, 5, size=6).astype(np.int32)
+    loss = golden_step.write(model, x, y, out)
+    k3 = build(keras)
+    with open(os.path.join(out, "model.k3.json"), "w") as f:
+        f.write(k3.to_json(indent=1))
+    print("loss", loss, "layers", [l.name for l in model.layers])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
