@@ -206,6 +206,23 @@ typedef struct mxu_depthwise_conv2d_config {
   mxu_weight_options depthwise, bias;
 } mxu_depthwise_conv2d_config;
 
+/* SeparableConv2D: a DepthwiseConv2D (no bias, no activation) then a 1x1
+ * Conv2D to `filters` channels with the bias and the activation; its
+ * kernels are depthwise (kh, kw, in, depth_multiplier) and pointwise
+ * (1, 1, in * depth_multiplier, filters). */
+typedef struct mxu_separable_conv2d_config {
+  const char *name;
+  int filters;
+  int kernel_size[2];
+  int strides[2];
+  mxu_padding padding;
+  int depth_multiplier;
+  int dilation_rate[2];
+  mxu_activation activation;
+  int use_bias;
+  mxu_weight_options depthwise, pointwise, bias;
+} mxu_separable_conv2d_config;
+
 typedef struct mxu_pool2d_config {
   const char *name;
   int pool_size[2];
@@ -307,6 +324,8 @@ mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w);
 mxu_relu_config mxu_relu_defaults(void);
 mxu_depthwise_conv2d_config mxu_depthwise_conv2d_defaults(int kernel_h,
                                                           int kernel_w);
+mxu_separable_conv2d_config
+mxu_separable_conv2d_defaults(int filters, int kernel_h, int kernel_w);
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w);
 mxu_dense_config mxu_dense_defaults(int units);
 mxu_batchnorm_config mxu_batchnorm_defaults(void);
@@ -405,6 +424,10 @@ mxu_tensor_id mxu_apply_rescaling(mxu_model *model,
 mxu_tensor_id mxu_apply_normalization(mxu_model *model,
                                       const mxu_normalization_config *config,
                                       mxu_tensor_id x);
+mxu_tensor_id
+mxu_apply_separable_conv2d(mxu_model *model,
+                           const mxu_separable_conv2d_config *config,
+                           mxu_tensor_id x);
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
                              mxu_tensor_id x);
 mxu_tensor_id mxu_apply_reshape(mxu_model *model,

@@ -15,6 +15,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_input_layer_class,
     &mxu_conv2d_class,
     &mxu_depthwise_conv2d_class,
+    &mxu_separable_conv2d_class,
     &mxu_max_pooling2d_class,
     &mxu_average_pooling2d_class,
     &mxu_activation_class,
@@ -72,6 +73,18 @@ mxu_conv2d_config mxu_conv2d_defaults(int filters, int kernel_h, int kernel_w) {
                              .use_bias = 1,
                              .dilation_rate = {1, 1},
                              .groups = 1};
+}
+
+mxu_separable_conv2d_config
+mxu_separable_conv2d_defaults(int filters, int kernel_h, int kernel_w) {
+  return (mxu_separable_conv2d_config){.filters = filters,
+                                       .kernel_size = {kernel_h, kernel_w},
+                                       .strides = {1, 1},
+                                       .padding = MXU_VALID,
+                                       .depth_multiplier = 1,
+                                       .dilation_rate = {1, 1},
+                                       .activation = MXU_LINEAR,
+                                       .use_bias = 1};
 }
 
 mxu_depthwise_conv2d_config mxu_depthwise_conv2d_defaults(int kernel_h,
@@ -661,6 +674,19 @@ mxu_tensor_id mxu_apply_normalization(mxu_model *model,
   proto.config.normalization = *config;
   proto.config.normalization.name = NULL;
   return apply(model, &mxu_normalization_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id
+mxu_apply_separable_conv2d(mxu_model *model,
+                           const mxu_separable_conv2d_config *config,
+                           mxu_tensor_id x) {
+  if (x < 0 || !given(config, "SeparableConv2D") ||
+      check_activation("SeparableConv2D", config->activation) != MXU_OK)
+    return -1;
+  mxu_layer proto = {0};
+  proto.config.separable = *config;
+  proto.config.separable.name = NULL;
+  return apply(model, &mxu_separable_conv2d_class, config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,

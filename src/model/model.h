@@ -167,6 +167,7 @@ struct mxu_layer {
   union {
     mxu_conv2d_config conv;
     mxu_depthwise_conv2d_config depthwise;
+    mxu_separable_conv2d_config separable;
     mxu_pool2d_config pool;
     mxu_dense_config dense;
     mxu_batchnorm_config batchnorm;
@@ -242,6 +243,7 @@ typedef struct mxu_node_plan {
 /* The registry: one row per layer class. */
 extern const mxu_layer_class mxu_conv2d_class;
 extern const mxu_layer_class mxu_depthwise_conv2d_class;
+extern const mxu_layer_class mxu_separable_conv2d_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;

@@ -9,6 +9,7 @@ mobile nets use, and the others mxu reads, in one Functional net.
   se = Conv2D(8, 1, sigmoid)(GlobalAveragePooling2D(keepdims)(a))
   b = PReLU(shared_axes [1, 2])(Multiply([a, se]))     squeeze-excitation
   c = Conv2D(8, 3, same, groups 2, elu)(b) -> ELU(0.7)
+      -> SeparableConv2D(6, 3, multiplier 2, same, tanh)
   d = Dense(6, mish) -> Dense(6, softplus) -> Dense(6, softsign)
       -> Dense(6, selu) -> Dense(6, exponential) (on GAP(c))
   out = Softmax()(Dense(5)(d))
@@ -58,6 +59,8 @@ def build(K, adapt_on=None):
     c = L.Conv2D(8, 3, padding="same", groups=2, activation="elu",
                  name="grouped")(b)
     c = L.ELU(0.7, name="elu")(c)
+    c = L.SeparableConv2D(6, 3, depth_multiplier=2, padding="same",
+                          activation="tanh", name="separable")(c)
     d = L.GlobalAveragePooling2D(name="gap")(c)
     for act in ["mish", "softplus", "softsign", "selu", "exponential"]:
         d = L.Dense(6, activation=act, name="dense_" + act)(d)

@@ -24,8 +24,19 @@ static int is_depthwise(const mxu_layer *layer) {
 
 static int at_least_one(int v) { return v > 1 ? v : 1; }
 
+static int is_separable(const mxu_layer *layer) {
+  return layer->cls == &mxu_separable_conv2d_class;
+}
+
+/* A SeparableConv2D's spec is its depthwise half's: no bias, linear. */
 static conv_spec spec_of(const mxu_layer *layer) {
   int in = layer->in_shape.rank == 3 ? (int)layer->in_shape.dims[2] : 0;
+  if (is_separable(layer)) {
+    const mxu_separable_conv2d_config *c = &layer->config.separable;
+    return (conv_spec){
+        in * c->depth_multiplier, in,         c->kernel_size, c->strides,
+        c->dilation_rate,         c->padding, MXU_LINEAR,     0};
+  }
   if (is_depthwise(layer)) {
     const mxu_depthwise_conv2d_config *c = &layer->config.depthwise;
     return (conv_spec){
@@ -48,11 +59,18 @@ static int span(const conv_spec *s, int axis) {
 static mxu_status conv2d_infer(mxu_layer *layer) {
   conv_spec s = spec_of(layer);
   int in = layer->in_shape.rank == 3 ? (int)layer->in_shape.dims[2] : 0;
-  if (is_depthwise(layer) && layer->config.depthwise.depth_multiplier <= 0)
+  int multiplier =
+      is_depthwise(layer)   ? layer->config.depthwise.depth_multiplier
+      : is_separable(layer) ? layer->config.separable.depth_multiplier
+                            : 1;
+  if (multiplier <= 0)
     return mxu_fail(MXU_ERR_ARG,
                     "%s: depth_multiplier must be positive, got %d",
-                    layer->name, layer->config.depthwise.depth_multiplier);
-  if (s.filters <= 0 && !is_depthwise(layer))
+                    layer->name, multiplier);
+  if (is_separable(layer) && layer->config.separable.filters <= 0)
+    return mxu_fail(MXU_ERR_ARG, "%s: filters must be positive, got %d",
+                    layer->name, layer->config.separable.filters);
+  if (s.filters <= 0 && layer->cls == &mxu_conv2d_class)
     return mxu_fail(MXU_ERR_ARG, "%s: filters must be positive, got %d",
                     layer->name, s.filters);
   if (s.dilation[0] <= 0 || s.dilation[1] <= 0 ||
@@ -72,7 +90,8 @@ static mxu_status conv2d_infer(mxu_layer *layer) {
                     layer->name, s.groups, in, s.filters);
   int size[2] = {span(&s, 0), span(&s, 1)};
   return mxu_window_infer(layer, "kernel", size, s.strides, s.padding,
-                          s.filters);
+                          is_separable(layer) ? layer->config.separable.filters
+                                              : s.filters);
 }
 
 static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
@@ -80,6 +99,20 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   int64_t kh = s.kernel[0], kw = s.kernel[1], out = s.filters;
   int64_t in = layer->in_shape.dims[2];
   const mxu_weight_options *bias;
+  if (is_separable(layer)) {
+    const mxu_separable_conv2d_config *c = &layer->config.separable;
+    int64_t depthwise[4] = {kh, kw, in, c->depth_multiplier};
+    int64_t pointwise[4] = {1, 1, out, c->filters};
+    decls[0] = mxu_weight_decl("depthwise_kernel", mxu_shape_make(4, depthwise),
+                               &c->depthwise, mxu_init_glorot_uniform());
+    decls[1] = mxu_weight_decl("pointwise_kernel", mxu_shape_make(4, pointwise),
+                               &c->pointwise, mxu_init_glorot_uniform());
+    if (!c->use_bias) return 2;
+    int64_t filters = c->filters;
+    decls[2] = mxu_weight_decl("bias", mxu_shape_make(1, &filters), &c->bias,
+                               mxu_init_zeros());
+    return 3;
+  }
   if (is_depthwise(layer)) {
     const mxu_depthwise_conv2d_config *c = &layer->config.depthwise;
     int64_t kernel[4] = {kh, kw, in, c->depth_multiplier};
@@ -384,4 +417,194 @@ const mxu_layer_class mxu_depthwise_conv2d_class = {
     .forward = conv2d_forward,
     .backward = conv2d_backward,
     .logits = conv2d_logits,
+};
+
+/* ---- SeparableConv2D -------------------------------------------------------
+ * Two backend convs: the depthwise one (ops[0], into t at scratch[2]) and
+ * the pointwise one (ops[2]) with the bias and the fusable activation;
+ * the rest of the activation is the epilogue's (ops[1], scratch[0..1]).
+ * Backward: the epilogue, the pointwise conv's two gradients (dt at
+ * scratch[3]), then the depthwise one's. */
+
+enum { SEP_T = 2, SEP_DT = 3, SEP_POINTWISE = 2 };
+
+static mxu_conv2d_desc pointwise_describe(const mxu_layer *layer, int batch) {
+  const mxu_separable_conv2d_config *c = &layer->config.separable;
+  mxu_conv2d_desc d = {0};
+  d.n = batch;
+  d.in_h = d.out_h = (int)layer->out_shape.dims[0];
+  d.in_w = d.out_w = (int)layer->out_shape.dims[1];
+  d.in_c = (int)layer->in_shape.dims[2] * c->depth_multiplier;
+  d.out_c = c->filters;
+  d.kernel_h = d.kernel_w = d.stride_h = d.stride_w = 1;
+  d.has_bias = c->use_bias;
+  d.activation = c->activation;
+  d.bf16 = layer->compiled->bf16;
+  return d;
+}
+
+static mxu_status separable_plan(mxu_layer *layer, const mxu_backend *backend,
+                                 int batch, mxu_arena *layout) {
+  mxu_conv2d_desc depthwise = conv2d_describe(layer, batch);
+  mxu_conv2d_desc pointwise = pointwise_describe(layer, batch);
+  depthwise.x_native = depthwise.y_native = 0;
+  int64_t rows = (int64_t)batch * pointwise.out_h * pointwise.out_w;
+  size_t t_bytes = (size_t)rows * (size_t)pointwise.in_c * sizeof(float);
+  layer->compiled->scratch[SEP_T] = mxu_arena_reserve(layout, t_bytes);
+  layer->compiled->scratch[SEP_DT] = mxu_arena_reserve(layout, t_bytes);
+  MXU_TRY(mxu_epilogue_plan(layer, layer->config.separable.activation, backend,
+                            rows, pointwise.out_c, layout,
+                            &pointwise.activation));
+  MXU_TRY(backend->conv2d_create(&depthwise, &layer->compiled->ops[0]));
+  return backend->conv2d_create(&pointwise,
+                                &layer->compiled->ops[SEP_POINTWISE]);
+}
+
+static float *separable_buffer(const mxu_layer *layer, const mxu_layer_run *run,
+                               int k) {
+  return (float *)(void *)(run->arena + layer->compiled->scratch[k]);
+}
+
+static float *separable_bias(const mxu_layer *layer, float *const *w) {
+  return layer->config.separable.use_bias ? w[2] : NULL;
+}
+
+static void separable_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  mxu_activation act = layer->config.separable.activation;
+  float *t = separable_buffer(layer, run, SEP_T);
+  run->backend->conv2d_forward(run->ops[0], run->x, run->w[0], NULL, t);
+  run->backend->conv2d_forward(run->ops[SEP_POINTWISE], t, run->w[1],
+                               separable_bias(layer, run->w),
+                               mxu_epilogue_target(layer, act, run));
+  mxu_epilogue_forward(layer, act, run);
+}
+
+static void separable_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  const float *dz =
+      mxu_epilogue_backward(layer, layer->config.separable.activation, run);
+  const float *t = separable_buffer(layer, run, SEP_T);
+  float *dt = separable_buffer(layer, run, SEP_DT);
+  mxu_op *pointwise = run->ops[SEP_POINTWISE];
+  run->backend->conv2d_backward_weights(pointwise, t, dz, run->dw[1],
+                                        separable_bias(layer, run->dw));
+  run->backend->conv2d_backward_data(pointwise, dz, run->w[1], dt);
+  run->backend->conv2d_backward_weights(run->ops[0], run->x, dt, run->dw[0],
+                                        NULL);
+  if (run->need_dx)
+    run->backend->conv2d_backward_data(run->ops[0], dt, run->w[0], run->dx);
+}
+
+static const float *separable_logits(const mxu_layer *layer,
+                                     const mxu_layer_run *run) {
+  return mxu_epilogue_logits(layer, layer->config.separable.activation, run);
+}
+
+/* The depthwise conv's work (no bias), then the pointwise conv's. */
+static double separable_flops(const mxu_layer *layer,
+                              const mxu_flops_step *step) {
+  const mxu_separable_conv2d_config *c = &layer->config.separable;
+  conv_spec s = spec_of(layer);
+  double pixels = (double)layer->out_shape.dims[0] * layer->out_shape.dims[1];
+  return mxu_weighted_flops(pixels * s.filters,
+                            (double)s.kernel[0] * s.kernel[1], 0, MXU_LINEAR,
+                            step) +
+         mxu_weighted_flops(pixels * c->filters, (double)s.filters, c->use_bias,
+                            c->activation, step);
+}
+
+static const char *const separable_keys[] = {"filters",
+                                             "kernel_size",
+                                             "strides",
+                                             "padding",
+                                             "data_format",
+                                             "dilation_rate",
+                                             "groups",
+                                             "depth_multiplier",
+                                             "activation",
+                                             "use_bias",
+                                             "depthwise_initializer",
+                                             "pointwise_initializer",
+                                             "bias_initializer",
+                                             "depthwise_regularizer",
+                                             "pointwise_regularizer",
+                                             "bias_regularizer",
+                                             "activity_regularizer",
+                                             "depthwise_constraint",
+                                             "pointwise_constraint",
+                                             "bias_constraint",
+                                             "kernel_initializer",
+                                             "kernel_regularizer",
+                                             "kernel_constraint",
+                                             NULL};
+
+/* tf.keras 2 writes its Conv base's kernel_* keys too, which the layer
+ * never uses: read (so a malformed one is still refused) and dropped. */
+static mxu_status read_separable(const mxu_json_where *where,
+                                 const cJSON *config, mxu_json_node *node,
+                                 const char *name) {
+  mxu_weight_options unused = {0};
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &unused));
+  mxu_separable_conv2d_config c = mxu_separable_conv2d_defaults(0, 0, 0);
+  c.name = name;
+  MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
+                       &c.filters));
+  MXU_TRY(read_window(where, config, c.kernel_size, c.strides, &c.padding,
+                      c.dilation_rate));
+  int groups = 1;
+  MXU_TRY(
+      mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, 1, &groups));
+  MXU_TRY(mxu_json_int(where, config, "depth_multiplier", MXU_JSON_OPTIONAL, 1,
+                       INT_MAX, &c.depth_multiplier));
+  MXU_TRY(mxu_json_activation(where, config, "activation",
+                              node->model->keras2_names, &c.activation));
+  MXU_TRY(mxu_json_bool(where, config, "use_bias", &c.use_bias));
+  MXU_TRY(mxu_config_weight_options(where, config, "depthwise", &c.depthwise));
+  MXU_TRY(mxu_config_weight_options(where, config, "pointwise", &c.pointwise));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
+  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_separable_conv2d(node->model, &c, node->inputs[0]));
+}
+
+static void write_separable(mxu_json_out *out, const mxu_layer *layer,
+                            cJSON *config) {
+  const mxu_separable_conv2d_config *c = &layer->config.separable;
+  conv_spec s = spec_of(layer);
+  mxu_json_put_number(out, config, "filters", c->filters);
+  put_window(out, config, &s);
+  mxu_json_put_number(out, config, "depth_multiplier", c->depth_multiplier);
+  mxu_json_put_string(out, config, "activation",
+                      mxu_json_activation_name(c->activation));
+  mxu_json_put_bool(out, config, "use_bias", c->use_bias);
+  mxu_initializer init =
+      mxu_init_or(&c->depthwise.initializer, mxu_init_glorot_uniform());
+  mxu_json_put_initializer(out, config, "depthwise_initializer", &init);
+  mxu_config_put_initializers(out, config, "pointwise",
+                              &c->pointwise.initializer,
+                              mxu_init_glorot_uniform(), "bias",
+                              &c->bias.initializer, mxu_init_zeros());
+  mxu_json_put_regularizer(out, config, "depthwise_regularizer",
+                           &c->depthwise.regularizer);
+  mxu_json_put_constraint(out, config, "depthwise_constraint",
+                          &c->depthwise.constraint);
+  mxu_config_put_penalties(out, config, "pointwise", &c->pointwise, "bias",
+                           &c->bias, 1);
+}
+
+const mxu_layer_class mxu_separable_conv2d_class = {
+    .class_name = "SeparableConv2D",
+    .aliases = NULL,
+    .flops = separable_flops,
+    .config_keys = separable_keys,
+    .read_config = read_separable,
+    .write_config = write_separable,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = conv2d_infer,
+    .declare = conv2d_declare,
+    .plan = separable_plan,
+    .forward = separable_forward,
+    .backward = separable_backward,
+    .logits = separable_logits,
 };
