@@ -227,23 +227,26 @@ static void errors_layers(void) {
   mxu_shape s = mxu_model_layer_shape(model, 0);
   CHECK(s.rank == 3 && s.dims[0] == 2 && s.dims[1] == 2 && s.dims[2] == 4);
 
-  /* Dense after a rank-3 output without Flatten. */
+  /* Dense on a rank-3 output acts on its last axis, as Keras' does. */
   mxu_dense_config d = mxu_dense_defaults(3);
-  EXPECT_FAIL(mxu_add_dense(model, &d), MXU_ERR_UNSUPPORTED, "Flatten");
-  CHECK(mxu_model_layer_count(model) == 1);
+  CHECK_OK(mxu_add_dense(model, &d));
+  s = mxu_model_layer_shape(model, 1);
+  CHECK(s.rank == 3 && s.dims[0] == 2 && s.dims[1] == 2 && s.dims[2] == 3);
+  /* The conv's 3x3x1x4 + 4, the Dense's 4x3 + 3 (not 16x3 + 3). */
+  CHECK(mxu_model_param_count(model, 1) == 40 + 15);
 
   /* Duplicate names. */
   CHECK_OK(mxu_add_flatten(model, "flat"));
   EXPECT_FAIL(mxu_add_flatten(model, "flat"), MXU_ERR_ARG, "flat");
   EXPECT_FAIL(mxu_add_activation(model, "edge_detector", MXU_RELU), MXU_ERR_ARG,
               "edge_detector");
-  CHECK(mxu_model_layer_count(model) == 2);
+  CHECK(mxu_model_layer_count(model) == 3);
 
   /* Dropout rate must be in [0, 1). */
   EXPECT_FAIL(mxu_add_dropout(model, NULL, 1.0f), MXU_ERR_ARG, "rate");
   EXPECT_FAIL(mxu_add_dropout(model, NULL, -0.1f), MXU_ERR_ARG, "rate");
   EXPECT_FAIL(mxu_add_dropout(model, NULL, NAN), MXU_ERR_ARG, "rate");
-  CHECK(mxu_model_layer_count(model) == 2);
+  CHECK(mxu_model_layer_count(model) == 3);
   CHECK_OK(mxu_add_dropout(model, NULL, 0.0f));
   mxu_model_free(model);
 

@@ -1486,10 +1486,6 @@ static void errors_layers(void) {
       MXU_ERR_UNSUPPORTED, "layer 'c' (Conv2D)",
       "data_format 'channels_first' is not supported");
   EXPECT_JSON_FAIL(
-      image_model("{\"class_name\": \"Dense\", \"config\": {\"name\": "
-                  "\"dense\", \"units\": 10}}"),
-      MXU_ERR_UNSUPPORTED, "layer 'dense' (Dense)", "Flatten");
-  EXPECT_JSON_FAIL(
       image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
                   "\"conv2d\", \"filters\": \"64\", \"kernel_size\": "
                   "3}}"),

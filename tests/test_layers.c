@@ -260,6 +260,12 @@ static mxu_status grouped_dilated(mxu_model *m) {
   mxu_status s = mxu_add_conv2d(m, &g);
   return s ? s : mxu_add_conv2d(m, &d);
 }
+/* Dense on (h, w, c): the last axis, each pixel a row. */
+static mxu_status dense_rank3(mxu_model *m) {
+  mxu_dense_config d = mxu_dense_defaults(4);
+  d.activation = MXU_TANH;
+  return mxu_add_dense(m, &d);
+}
 static mxu_status dense_relu(mxu_model *m) {
   mxu_dense_config d = mxu_dense_defaults(5);
   d.activation = MXU_RELU;
@@ -327,6 +333,7 @@ static const layer_case cases[] = {
     {"average_pooling2d same", {5, 5, 3}, 3, avg_pool_same, SPARSE, 0, 1},
     {"activations", {3, 3, 4}, 3, activations, SPARSE, 0, 1},
     {"flatten + dense relu", {3, 2, 3}, 3, dense_relu, SPARSE, 0, 1},
+    {"dense on rank 3", {3, 2, 5}, 3, dense_rank3, SPARSE, 0, 1},
     {"depthwise_conv2d", {5, 6, 3}, 3, depthwise, SPARSE, 0, 1},
     {"conv2d groups, dilation", {6, 7, 4}, 3, grouped_dilated, SPARSE, 0, 1},
     {"smooth activations", {3, 3, 4}, 3, activations_smooth, SPARSE, 0, 1},

@@ -15,24 +15,29 @@ static size_t batch_bytes(const mxu_layer *layer, const mxu_shape *shape) {
 /* ---- Dense --------------------------------------------------------------
  */
 
+/* On an input of higher rank Dense acts on the last axis, each position
+ * of the others a row of its own, as Keras' does. */
+static int64_t dense_in(const mxu_layer *layer) {
+  return layer->in_shape.dims[layer->in_shape.rank - 1];
+}
+
+static int64_t dense_rows(const mxu_layer *layer) {
+  return mxu_shape_count(&layer->in_shape) / dense_in(layer);
+}
+
 static mxu_status dense_infer(mxu_layer *layer) {
-  char text[64];
-  mxu_shape_format(&layer->in_shape, text, sizeof text);
-  if (layer->in_shape.rank != 1)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "%s: Dense on input %s of rank %d is not supported: add "
-                    "a Flatten layer before it",
-                    layer->name, text, layer->in_shape.rank);
+  if (layer->in_shape.rank < 1)
+    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions", layer->name);
   if (layer->config.dense.units <= 0)
     return mxu_fail(MXU_ERR_ARG, "%s: units must be positive, got %d",
                     layer->name, layer->config.dense.units);
-  int64_t units = layer->config.dense.units;
-  layer->out_shape = mxu_shape_make(1, &units);
+  layer->out_shape = layer->in_shape;
+  layer->out_shape.dims[layer->out_shape.rank - 1] = layer->config.dense.units;
   return MXU_OK;
 }
 
 static int dense_declare(const mxu_layer *layer, mxu_param_decl *decls) {
-  int64_t in = layer->in_shape.dims[0], out = layer->config.dense.units;
+  int64_t in = dense_in(layer), out = layer->config.dense.units;
   int64_t kernel[2] = {in, out};
   const mxu_dense_config *c = &layer->config.dense;
   decls[0] = mxu_weight_decl("kernel", mxu_shape_make(2, kernel), &c->kernel,
@@ -49,10 +54,13 @@ static mxu_status dense_plan(mxu_layer *layer, const mxu_backend *backend,
   /* Under mixed_bfloat16 the last Dense multiplies in bf16 too, as in
    * Keras, but its logits come out f32 and the softmax and the loss read
    * them in f32: Keras' advice of a float32 output layer, for free. */
-  mxu_dense_desc d = {batch,      (int)layer->in_shape.dims[0],
-                      c->units,   c->use_bias,
-                      MXU_LINEAR, layer->compiled->bf16};
-  MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, batch, c->units,
+  int64_t rows = (int64_t)batch * dense_rows(layer);
+  if (rows > INT_MAX)
+    return mxu_fail(MXU_ERR_SHAPE, "%s: %lld rows for Dense (at most %d)",
+                    layer->name, (long long)rows, INT_MAX);
+  mxu_dense_desc d = {(int)rows,   (int)dense_in(layer), c->units,
+                      c->use_bias, MXU_LINEAR,           layer->compiled->bf16};
+  MXU_TRY(mxu_epilogue_plan(layer, c->activation, backend, rows, c->units,
                             layout, &d.activation));
   return backend->dense_create(&d, &layer->compiled->ops[0]);
 }
@@ -222,12 +230,14 @@ static void write_dropout(mxu_json_out *out, const mxu_layer *layer,
 static double dense_flops(const mxu_layer *layer, const mxu_flops_step *step) {
   const mxu_dense_config *c = &layer->config.dense;
   return mxu_weighted_flops((double)mxu_shape_count(&layer->out_shape),
-                            (double)mxu_shape_count(&layer->in_shape),
-                            c->use_bias, c->activation, step);
+                            (double)dense_in(layer), c->use_bias, c->activation,
+                            step);
 }
 
+/* The loss reads one row of classes per sample. */
 static int dense_ends_in_softmax(const mxu_layer *layer) {
-  return layer->config.dense.activation == MXU_SOFTMAX;
+  return layer->config.dense.activation == MXU_SOFTMAX &&
+         layer->out_shape.rank == 1;
 }
 
 const mxu_layer_class mxu_dense_class = {
