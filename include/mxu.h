@@ -285,6 +285,49 @@ typedef struct mxu_prelu_config {
   mxu_weight_options alpha;
 } mxu_prelu_config;
 
+/* How points outside the image are filled, as scipy.ndimage modes with
+ * order-1 interpolation (what Keras passes through):
+ *   nearest   aaaa|abcd|dddd
+ *   constant  kkkk|abcd|kkkk  (k = cval; no blending across the border)
+ *   reflect   dcba|abcd|dcba  (half-sample symmetric)
+ *   wrap      scipy's legacy 'wrap', period n-1 (first and last pixel
+ *             overlap): a one-pixel shift brings in the second-to-last
+ *             column, not the last one as Keras' docstring draws it. */
+typedef enum mxu_fill_mode {
+  MXU_FILL_NEAREST = 0,
+  MXU_FILL_CONSTANT,
+  MXU_FILL_REFLECT,
+  MXU_FILL_WRAP
+} mxu_fill_mode;
+
+/* Keras' augmentation layers, active in training only (inference passes
+ * images through): each image gets its own draw from mxu's counter-based
+ * generator, keyed by (seed, epoch, step, replica, layer, sample), so runs
+ * stay bit-reproducible. Ranges are Keras' [lower, upper]. */
+typedef enum mxu_random_kind {
+  MXU_RANDOM_FLIP = 0,
+  MXU_RANDOM_TRANSLATION,
+  MXU_RANDOM_ROTATION,
+  MXU_RANDOM_ZOOM
+} mxu_random_kind;
+
+typedef struct mxu_random_config {
+  const char *name;
+  mxu_random_kind kind;
+  int horizontal, vertical; /* RandomFlip: each with probability 1/2 */
+  /* RandomTranslation: fractions of the height and width (positive moves
+   * the image down, right); RandomZoom: a positive value zooms out by that
+   * fraction, and without a width range (has_width 0) the width zooms as
+   * the height does. */
+  float height[2], width[2];
+  int has_width;
+  float factor[2]; /* RandomRotation: turns (positive: counter-clockwise) */
+  mxu_fill_mode fill_mode; /* Keras' default: reflect */
+  float fill_value;
+} mxu_random_config;
+
+mxu_random_config mxu_random_defaults(mxu_random_kind kind);
+
 /* Rescaling: x * scale + offset. */
 typedef struct mxu_rescaling_config {
   const char *name;
@@ -418,6 +461,9 @@ mxu_tensor_id mxu_apply_softmax(mxu_model *model, const char *name,
                                 mxu_tensor_id x);
 mxu_tensor_id mxu_apply_prelu(mxu_model *model, const mxu_prelu_config *config,
                               mxu_tensor_id x);
+mxu_tensor_id mxu_apply_random(mxu_model *model,
+                               const mxu_random_config *config,
+                               mxu_tensor_id x);
 mxu_tensor_id mxu_apply_rescaling(mxu_model *model,
                                   const mxu_rescaling_config *config,
                                   mxu_tensor_id x);
@@ -780,21 +826,6 @@ mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
                              int64_t count, mxu_dataset **out);
 
 /* ---- augmentation (Keras' ImageDataGenerator) -------------------------- */
-
-/* How points outside the image are filled, as scipy.ndimage modes with
- * order-1 interpolation (what Keras passes through):
- *   nearest   aaaa|abcd|dddd
- *   constant  kkkk|abcd|kkkk  (k = cval; no blending across the border)
- *   reflect   dcba|abcd|dcba  (half-sample symmetric)
- *   wrap      scipy's legacy 'wrap', period n-1 (first and last pixel
- *             overlap): a one-pixel shift brings in the second-to-last
- *             column, not the last one as Keras' docstring draws it. */
-typedef enum mxu_fill_mode {
-  MXU_FILL_NEAREST = 0,
-  MXU_FILL_CONSTANT,
-  MXU_FILL_REFLECT,
-  MXU_FILL_WRAP
-} mxu_fill_mode;
 
 /* ImageDataGenerator's geometric arguments. */
 typedef struct mxu_augment_config {

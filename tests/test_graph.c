@@ -320,6 +320,7 @@ struct layer_case {
   int64_t target[3]; /* Reshape */
   float alpha;       /* LeakyReLU, ELU; PReLU's initial slopes */
   int shared[2];     /* PReLU's shared axes, 0 for none */
+  mxu_random_kind random_kind;
 };
 
 enum {
@@ -333,7 +334,8 @@ enum {
   ELU,
   SOFTMAX,
   PRELU,
-  SEPARABLE
+  SEPARABLE,
+  RANDOM /* .random_kind */
 };
 
 static int64_t count3(const int64_t *d) { return d[0] * d[1] * d[2]; }
@@ -511,6 +513,17 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
     break;
   case ELU: y = mxu_apply_elu(m, "under_test", c->alpha, x[0]); break;
   case SOFTMAX: y = mxu_apply_softmax(m, "under_test", x[0]); break;
+  case RANDOM: {
+    mxu_random_config r = mxu_random_defaults(c->random_kind);
+    r.name = "under_test";
+    r.height[0] = r.width[0] = -0.3f, r.height[1] = r.width[1] = 0.2f;
+    r.has_width = 1;
+    r.factor[0] = -0.1f, r.factor[1] = 0.1f;
+    r.fill_mode = c->random_kind == MXU_RANDOM_ZOOM ? MXU_FILL_CONSTANT
+                                                    : MXU_FILL_REFLECT;
+    y = mxu_apply_random(m, &r, x[0]);
+    break;
+  }
   case SEPARABLE: {
     mxu_separable_conv2d_config c2 = mxu_separable_conv2d_defaults(5, 3, 2);
     c2.name = "under_test";
@@ -742,6 +755,36 @@ static const layer_case layer_cases[] = {
      .out_rank = 3,
      .expect = NULL,
      .layer = SEPARABLE},
+    /* Augmentation: backward is the transform's adjoint (the transform is
+     * linear in the image for its drawn parameters). */
+    {.name = "RandomFlip",
+     .inputs = 1,
+     .shape = {{5, 4, 2}},
+     .out = {5, 4, 2},
+     .out_rank = 3,
+     .layer = RANDOM,
+     .random_kind = MXU_RANDOM_FLIP},
+    {.name = "RandomTranslation reflect",
+     .inputs = 1,
+     .shape = {{5, 4, 2}},
+     .out = {5, 4, 2},
+     .out_rank = 3,
+     .layer = RANDOM,
+     .random_kind = MXU_RANDOM_TRANSLATION},
+    {.name = "RandomRotation reflect",
+     .inputs = 1,
+     .shape = {{5, 4, 2}},
+     .out = {5, 4, 2},
+     .out_rank = 3,
+     .layer = RANDOM,
+     .random_kind = MXU_RANDOM_ROTATION},
+    {.name = "RandomZoom constant",
+     .inputs = 1,
+     .shape = {{5, 4, 2}},
+     .out = {5, 4, 2},
+     .out_rank = 3,
+     .layer = RANDOM,
+     .random_kind = MXU_RANDOM_ZOOM},
     {.name = "Reshape (2, -1, 3)",
      .inputs = 1,
      .shape = {SHAPE342},
@@ -872,6 +915,46 @@ static void test_preprocessing(void) {
     mxu_model_free(m);
     backends_agree(name, preprocessing_graph, &invert);
   }
+}
+
+/* RandomFlip (horizontal) in training: each image itself or its mirror;
+ * in inference every image itself. */
+static mxu_tensor_id flip_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t shape[3] = {3, 4, 2};
+  mxu_random_config r = mxu_random_defaults(MXU_RANDOM_FLIP);
+  r.name = "under_test";
+  r.vertical = 0;
+  return head(m, mxu_apply_random(m, &r, input_identity(m, shape)));
+}
+
+static void test_random_flip(void) {
+  mxu_model *m = build("RandomFlip", flip_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  int node = node_named(m, "under_test"), mirrored = 0, other = 0;
+  load_inputs(m, 9);
+  train_step(m);
+  const float *x = act(m, m->layers[node].inputs[0]), *y = act(m, node);
+  for (int r = 0; r < BATCH; r++) {
+    int is_same = 1, is_mirror = 1;
+    for (int i = 0; i < 24; i++) {
+      int h = i / 8, w = i / 2 % 4, c = i % 2;
+      is_same &= y[r * 24 + i] == x[r * 24 + i];
+      is_mirror &= y[r * 24 + i] == x[r * 24 + (h * 4 + 3 - w) * 2 + c];
+    }
+    mirrored += is_mirror && !is_same;
+    other += !is_same && !is_mirror;
+  }
+  CHECK_MSG(other == 0,
+            "RandomFlip: %d images neither themselves nor "
+            "mirrored (%d mirrored)",
+            other, mirrored);
+  float *copy = malloc(24 * BATCH * sizeof(float)), probs[BATCH * CLASSES];
+  memcpy(copy, x, 24 * BATCH * sizeof(float));
+  CHECK_OK(mxu_predict(m, copy, BATCH, probs));
+  CHECK(memcmp(act(m, node), copy, 24 * BATCH * sizeof(float)) == 0);
+  free(copy);
+  mxu_model_free(m);
 }
 
 /* ---- 2. fan-out -------------------------------------------------------------
@@ -1594,6 +1677,7 @@ int main(void) {
   test_layers();
   test_dropout_noise();
   test_preprocessing();
+  test_random_flip();
   test_fan_out();
   test_whole_graph();
   test_determinism();

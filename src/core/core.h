@@ -135,4 +135,36 @@ void mxu_file_abandon(mxu_file_out *out);
 /* The machine's physical memory (0 when unknown). */
 int64_t mxu_machine_memory_bytes(void);
 
+/* ---- image_transform.c ------------------------------------------------ */
+
+/* One sample's transform, in Keras' apply_affine_transform terms with x
+ * the column axis and y the row axis. Output pixel (x, y) reads the input
+ * at  c + R(theta) * (Z * ((x, y) - c) + (tx, ty)),  c the image centre,
+ * Z = diag(zx, zy); then the result is flipped. theta > 0 turns the
+ * picture counter-clockwise as displayed (theta = 90 is numpy's rot90);
+ * tx > 0 moves the content left, zx > 1 shows more of it (zooms out). */
+typedef struct mxu_augment_params {
+  double theta; /* degrees */
+  double tx, ty;
+  double zx, zy;
+  int flip_horizontal, flip_vertical;
+} mxu_augment_params;
+
+/* The 2x3 matrix scipy.ndimage.affine_transform gets for params on an
+ * h x w image: input (row, col) = m[.][0..1] * (row, col) + m[.][2]. */
+void mxu_augment_matrix(const mxu_augment_params *params, int h, int w,
+                        double m[2][3]);
+
+/* Applies params to one h x w x channels image (in != out). */
+void mxu_augment_apply(const mxu_augment_params *params, mxu_fill_mode mode,
+                       float cval, const float *in, float *out, int h, int w,
+                       int channels);
+/* The adjoint of mxu_augment_apply with the same parameters: dx = the
+ * transpose of the resampling applied to dy (each output pixel's gradient
+ * spread over the input pixels it read, with their weights; a constant
+ * fill's pixels read none). dx is overwritten; dx != dy. */
+void mxu_augment_adjoint(const mxu_augment_params *params, mxu_fill_mode mode,
+                         const float *dy, float *dx, int h, int w,
+                         int channels);
+
 #endif

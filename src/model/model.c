@@ -41,6 +41,10 @@ static const mxu_layer_class *const registry[] = {
     &mxu_elu_class,
     &mxu_softmax_class,
     &mxu_prelu_class,
+    &mxu_random_flip_class,
+    &mxu_random_translation_class,
+    &mxu_random_rotation_class,
+    &mxu_random_zoom_class,
     &mxu_normalization_class,
 };
 
@@ -654,6 +658,25 @@ mxu_tensor_id mxu_apply_prelu(mxu_model *model, const mxu_prelu_config *config,
   proto.config.prelu = *config;
   proto.config.prelu.name = NULL;
   return apply(model, &mxu_prelu_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_random(mxu_model *model,
+                               const mxu_random_config *config,
+                               mxu_tensor_id x) {
+  static const mxu_layer_class *const classes[] = {
+      &mxu_random_flip_class, &mxu_random_translation_class,
+      &mxu_random_rotation_class, &mxu_random_zoom_class};
+  if (x < 0 || !given(config, "augmentation layer")) return -1;
+  if ((unsigned)config->kind > MXU_RANDOM_ZOOM ||
+      (unsigned)config->fill_mode > MXU_FILL_WRAP) {
+    mxu_fail(MXU_ERR_ARG, "add augmentation layer: kind %d, fill mode %d",
+             (int)config->kind, (int)config->fill_mode);
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.config.random = *config;
+  proto.config.random.name = NULL;
+  return apply(model, classes[config->kind], config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_rescaling(mxu_model *model,

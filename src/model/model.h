@@ -181,6 +181,7 @@ struct mxu_layer {
     mxu_rescaling_config rescaling;
     mxu_activation_layer_config act;
     mxu_prelu_config prelu;
+    mxu_random_config random;
     mxu_normalization_config normalization;
   } config;
   int is_max_pool;
@@ -256,6 +257,10 @@ extern const mxu_layer_class mxu_leaky_relu_class;
 extern const mxu_layer_class mxu_elu_class;
 extern const mxu_layer_class mxu_softmax_class;
 extern const mxu_layer_class mxu_prelu_class;
+extern const mxu_layer_class mxu_random_flip_class;
+extern const mxu_layer_class mxu_random_translation_class;
+extern const mxu_layer_class mxu_random_rotation_class;
+extern const mxu_layer_class mxu_random_zoom_class;
 extern const mxu_layer_class mxu_normalization_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
 extern const mxu_layer_class mxu_input_layer_class;

@@ -1,0 +1,283 @@
+/* augmentation.c — Keras' augmentation layers: RandomFlip,
+ * RandomTranslation, RandomRotation, RandomZoom. In training each image
+ * gets its own transform, drawn from this run's counter-based stream at
+ * its row of the replica (so slices draw what the whole would) and
+ * applied by core's image transform; backward is that transform's
+ * adjoint. Inference passes the images through, as Keras does. */
+#include "model/layers/layers.h"
+
+#include <math.h>
+#include <string.h>
+
+mxu_random_config mxu_random_defaults(mxu_random_kind kind) {
+  return (mxu_random_config){.kind = kind,
+                             .horizontal = 1,
+                             .vertical = 1,
+                             .fill_mode = MXU_FILL_REFLECT};
+}
+
+/* Where each draw of a sample lives in the stream. */
+enum { DRAW_A, DRAW_B, DRAWS_PER_SAMPLE = 4 };
+
+static double draw(const mxu_rng *rng, int64_t sample, int which,
+                   const float range[2]) {
+  float u;
+  mxu_rng_uniform(rng, (uint64_t)sample * DRAWS_PER_SAMPLE + (uint64_t)which,
+                  &u, 1);
+  return range[0] + ((double)range[1] - range[0]) * u;
+}
+
+/* Keras' semantics in ImageDataGenerator's terms: its tx, ty sample from
+ * the other side (a shift down is ty < 0), its theta is in degrees and its
+ * zoom factors are 1 + the zoom. */
+static mxu_augment_params draw_params(const mxu_random_config *c,
+                                      const mxu_rng *rng, int64_t sample, int h,
+                                      int w) {
+  static const float half[2] = {0.0f, 1.0f};
+  mxu_augment_params p = {0, 0, 0, 1, 1, 0, 0};
+  switch (c->kind) {
+  case MXU_RANDOM_FLIP:
+    p.flip_horizontal = c->horizontal && draw(rng, sample, DRAW_A, half) < 0.5;
+    p.flip_vertical = c->vertical && draw(rng, sample, DRAW_B, half) < 0.5;
+    break;
+  case MXU_RANDOM_TRANSLATION:
+    p.ty = -draw(rng, sample, DRAW_A, c->height) * h;
+    p.tx = -draw(rng, sample, DRAW_B, c->width) * w;
+    break;
+  case MXU_RANDOM_ROTATION:
+    p.theta = draw(rng, sample, DRAW_A, c->factor) * 360.0;
+    break;
+  case MXU_RANDOM_ZOOM:
+    p.zy = 1.0 + draw(rng, sample, DRAW_A, c->height);
+    p.zx = c->has_width ? 1.0 + draw(rng, sample, DRAW_B, c->width) : p.zy;
+    break;
+  }
+  return p;
+}
+
+static mxu_status random_infer(mxu_layer *layer) {
+  const mxu_random_config *c = &layer->config.random;
+  const float *ranges[3] = {c->height, c->width, c->factor};
+  for (int i = 0; i < 3; i++)
+    if (!isfinite(ranges[i][0]) || !isfinite(ranges[i][1]) ||
+        ranges[i][0] > ranges[i][1])
+      return mxu_fail(MXU_ERR_ARG,
+                      "%s: a range [%g, %g] must be finite and in order",
+                      layer->name, (double)ranges[i][0], (double)ranges[i][1]);
+  if (c->kind == MXU_RANDOM_ZOOM &&
+      (c->height[0] <= -1.0f || (c->has_width && c->width[0] <= -1.0f)))
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: a zoom range must stay above -1 (a zoom factor of "
+                    "0)",
+                    layer->name);
+  if (layer->in_shape.rank != 3)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: %s takes (height, width, channels) images",
+                    layer->name, layer->cls->class_name);
+  return mxu_same_shape_infer(layer);
+}
+
+typedef struct image_dims {
+  int h, w, c;
+  int64_t per;
+} image_dims;
+
+static image_dims dims_of(const mxu_layer *layer) {
+  const mxu_shape *s = &layer->in_shape;
+  return (image_dims){(int)s->dims[0], (int)s->dims[1], (int)s->dims[2],
+                      mxu_shape_count(s)};
+}
+
+static void random_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  image_dims d = dims_of(layer);
+  const mxu_random_config *c = &layer->config.random;
+  int64_t batch = layer->compiled->batch;
+  if (!run->training) {
+    if (run->y != run->x)
+      memcpy(run->y, run->x, (size_t)(batch * d.per) * sizeof(float));
+    return;
+  }
+  for (int64_t b = 0; b < batch; b++) {
+    mxu_augment_params p =
+        draw_params(c, &run->rng, run->row_offset + b, d.h, d.w);
+    mxu_augment_apply(&p, c->fill_mode, c->fill_value, run->x + b * d.per,
+                      run->y + b * d.per, d.h, d.w, d.c);
+  }
+}
+
+static void random_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  image_dims d = dims_of(layer);
+  const mxu_random_config *c = &layer->config.random;
+  for (int64_t b = 0; b < layer->compiled->batch; b++) {
+    mxu_augment_params p =
+        draw_params(c, &run->rng, run->row_offset + b, d.h, d.w);
+    mxu_augment_adjoint(&p, c->fill_mode, run->dy + b * d.per,
+                        run->dx + b * d.per, d.h, d.w, d.c);
+  }
+}
+
+/* Four taps of two multiplies and adds per value, each way. */
+static double random_flops(const mxu_layer *layer, const mxu_flops_step *step) {
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (step->need_dx ? 16.0 : 8.0);
+}
+
+/* ---- JSON -----------------------------------------------------------------
+ * A factor is a number f (the range [-f, f]) or a pair [lower, upper];
+ * tf.keras 2 writes rng_type, Keras 3 data_format; seeds are ignored
+ * (mxu's draws are its own). */
+
+static mxu_status read_range(const mxu_json_where *where, const cJSON *config,
+                             const char *key, float range[2], int *given) {
+  const cJSON *v = mxu_json_get(config, key);
+  if (given) *given = v && !cJSON_IsNull(v);
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  if (cJSON_IsNumber(v)) {
+    range[0] = -(float)fabs(v->valuedouble);
+    range[1] = (float)fabs(v->valuedouble);
+    return MXU_OK;
+  }
+  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 &&
+      cJSON_IsNumber(cJSON_GetArrayItem(v, 0)) &&
+      cJSON_IsNumber(cJSON_GetArrayItem(v, 1))) {
+    range[0] = (float)cJSON_GetArrayItem(v, 0)->valuedouble;
+    range[1] = (float)cJSON_GetArrayItem(v, 1)->valuedouble;
+    return MXU_OK;
+  }
+  char text[96];
+  mxu_json_text(v, text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_FORMAT,
+                       "%s %s must be a number or a pair [lower, upper]", key,
+                       text);
+}
+
+static mxu_status read_fill(const mxu_json_where *where, const cJSON *config,
+                            mxu_random_config *c) {
+  static const char *const modes[] = {"nearest", "constant", "reflect", "wrap"};
+  const char *mode = NULL, *interpolation = NULL;
+  MXU_TRY(
+      mxu_json_string(where, config, "fill_mode", MXU_JSON_OPTIONAL, &mode));
+  MXU_TRY(mxu_json_string(where, config, "interpolation", MXU_JSON_OPTIONAL,
+                          &interpolation));
+  MXU_TRY(mxu_json_float(where, config, "fill_value", MXU_JSON_OPTIONAL,
+                         &c->fill_value));
+  if (interpolation && strcmp(interpolation, "bilinear") != 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "interpolation '%s' is not supported (only "
+                         "'bilinear')",
+                         interpolation);
+  for (int m = 0; mode && m < 4; m++)
+    if (strcmp(mode, modes[m]) == 0) {
+      c->fill_mode = (mxu_fill_mode)m;
+      return MXU_OK;
+    }
+  if (!mode) return MXU_OK;
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "fill_mode '%s' is not supported (nearest, constant, "
+                       "reflect or wrap)",
+                       mode);
+}
+
+static mxu_status read_random(const mxu_json_where *where, const cJSON *config,
+                              mxu_json_node *node, const char *name,
+                              mxu_random_kind kind) {
+  mxu_random_config c = mxu_random_defaults(kind);
+  c.name = name;
+  MXU_TRY(mxu_json_data_format(where, config));
+  if (kind == MXU_RANDOM_FLIP) {
+    const char *mode = "horizontal_and_vertical";
+    MXU_TRY(mxu_json_string(where, config, "mode", MXU_JSON_OPTIONAL, &mode));
+    c.horizontal = strstr(mode, "horizontal") != NULL;
+    c.vertical = strstr(mode, "vertical") != NULL;
+    if (strcmp(mode, "horizontal") != 0 && strcmp(mode, "vertical") != 0 &&
+        strcmp(mode, "horizontal_and_vertical") != 0)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "mode '%s' must be horizontal, vertical or "
+                           "horizontal_and_vertical",
+                           mode);
+  } else {
+    MXU_TRY(read_fill(where, config, &c));
+  }
+  if (kind == MXU_RANDOM_ROTATION)
+    MXU_TRY(read_range(where, config, "factor", c.factor, NULL));
+  if (kind == MXU_RANDOM_TRANSLATION || kind == MXU_RANDOM_ZOOM) {
+    MXU_TRY(read_range(where, config, "height_factor", c.height, NULL));
+    MXU_TRY(read_range(where, config, "width_factor", c.width, &c.has_width));
+  }
+  return mxu_json_applied(where, node,
+                          mxu_apply_random(node->model, &c, node->inputs[0]));
+}
+
+static void put_range(mxu_json_out *out, cJSON *config, const char *key,
+                      const float range[2]) {
+  cJSON *pair = cJSON_CreateArray();
+  for (int i = 0; pair && i < 2; i++)
+    cJSON_AddItemToArray(pair,
+                         cJSON_CreateNumber(mxu_json_short_float(range[i])));
+  mxu_json_put(out, config, key, pair);
+}
+
+static void write_random(mxu_json_out *out, const mxu_layer *layer,
+                         cJSON *config) {
+  static const char *const modes[] = {"nearest", "constant", "reflect", "wrap"};
+  const mxu_random_config *c = &layer->config.random;
+  if (c->kind == MXU_RANDOM_FLIP) {
+    mxu_json_put_string(out, config, "mode",
+                        c->horizontal && c->vertical ? "horizontal_and_vertical"
+                        : c->horizontal              ? "horizontal"
+                                                     : "vertical");
+  } else if (c->kind == MXU_RANDOM_ROTATION) {
+    put_range(out, config, "factor", c->factor);
+  } else {
+    put_range(out, config, "height_factor", c->height);
+    if (c->has_width || c->kind == MXU_RANDOM_TRANSLATION)
+      put_range(out, config, "width_factor", c->width);
+    else
+      mxu_json_put_null(out, config, "width_factor");
+  }
+  if (c->kind != MXU_RANDOM_FLIP) {
+    mxu_json_put_string(out, config, "fill_mode", modes[c->fill_mode]);
+    mxu_json_put_string(out, config, "interpolation", "bilinear");
+    mxu_json_put_float(out, config, "fill_value", c->fill_value);
+  }
+  mxu_json_put_null(out, config, "seed");
+}
+
+#define RANDOM_READER(function, kind)                                          \
+  static mxu_status function(const mxu_json_where *where, const cJSON *config, \
+                             mxu_json_node *node, const char *name) {          \
+    return read_random(where, config, node, name, kind);                       \
+  }
+RANDOM_READER(read_flip, MXU_RANDOM_FLIP)
+RANDOM_READER(read_translation, MXU_RANDOM_TRANSLATION)
+RANDOM_READER(read_rotation, MXU_RANDOM_ROTATION)
+RANDOM_READER(read_zoom, MXU_RANDOM_ZOOM)
+
+static const char *const flip_keys[] = {"mode", "seed", "rng_type",
+                                        "data_format", NULL};
+static const char *const transform_keys[] = {
+    "height_factor", "width_factor", "factor",   "fill_mode",   "fill_value",
+    "interpolation", "seed",         "rng_type", "data_format", NULL};
+
+#define RANDOM_CLASS(symbol, keras_name, reader, keys)                         \
+  const mxu_layer_class symbol = {                                             \
+      .class_name = keras_name,                                                \
+      .flops = random_flops,                                                   \
+      .config_keys = keys,                                                     \
+      .read_config = reader,                                                   \
+      .write_config = write_random,                                            \
+      .min_inputs = 1,                                                         \
+      .max_inputs = 1,                                                         \
+      .infer = random_infer,                                                   \
+      .plan = mxu_no_plan,                                                     \
+      .forward = random_forward,                                               \
+      .backward = random_backward,                                             \
+  }
+
+RANDOM_CLASS(mxu_random_flip_class, "RandomFlip", read_flip, flip_keys);
+RANDOM_CLASS(mxu_random_translation_class, "RandomTranslation",
+             read_translation, transform_keys);
+RANDOM_CLASS(mxu_random_rotation_class, "RandomRotation", read_rotation,
+             transform_keys);
+RANDOM_CLASS(mxu_random_zoom_class, "RandomZoom", read_zoom, transform_keys);
