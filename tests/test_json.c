@@ -1449,6 +1449,46 @@ static const struct {
      "[null, 2]}}",
      MXU_ERR_FORMAT, "InputLayer must be the first"},
 };
+/* Every unsupported layer of a file in one message; reading goes on past
+ * each (an identity stands in), and an error it then meets is said to
+ * come after them. */
+static void errors_listed_together(void) {
+  mxu_model *m = NULL;
+  CHECK(
+      mxu_model_from_json(
+          image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                      "\"c1\", \"filters\": 4, \"kernel_size\": 3, "
+                      "\"activation\": \"celu\"}}, {\"class_name\": \"LSTM\", "
+                      "\"config\": {\"name\": \"lstm\", \"units\": 4}}, "
+                      "{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                      "\"c2\", \"filters\": 4, \"kernel_size\": 3, "
+                      "\"kernel_initializer\": \"mystery\"}}"),
+          "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
+  CHECK(m == NULL);
+  const char *msg = mxu_errmsg();
+  CHECK_MSG(has(msg, "model.json: 3 layers are not supported") &&
+                has(msg, "1. model.json: layer 'c1' (Conv2D): activation "
+                         "'celu' is not supported") &&
+                has(msg, "2. model.json: layer 'lstm' (LSTM): layer class "
+                         "LSTM is not supported\n") &&
+                has(msg, "3. model.json: layer 'c2' (Conv2D): "
+                         "kernel_initializer: initializer 'mystery'") &&
+                has(msg, "mxu has the layer classes Conv2D"),
+            "%s", msg);
+  /* A shape the stand-in cannot give stops the reading after the items. */
+  CHECK(mxu_model_from_json(
+            image_model("{\"class_name\": \"LSTM\", \"config\": "
+                        "{\"name\": \"lstm\", \"units\": 4}}, "
+                        "{\"class_name\": \"Conv2D\", \"config\": "
+                        "{\"name\": \"big\", \"filters\": 4, "
+                        "\"kernel_size\": 40}}"),
+            "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
+  CHECK_MSG(has(mxu_errmsg(), "layer class LSTM is not supported (mxu has") &&
+                has(mxu_errmsg(), "reading stopped after them at: "
+                                  "model.json: layer 'big' (Conv2D)"),
+            "%s", mxu_errmsg());
+}
+
 static void errors_layers(void) {
   EXPECT_JSON_FAIL(
       image_model("{\"class_name\": \"LSTM\", \"config\": {\"name\": "
@@ -1762,6 +1802,7 @@ int main(void) {
   reads_functional();
   errors_text();
   errors_layers();
+  errors_listed_together();
   errors_compile();
   missing_file();
   compile_forms();

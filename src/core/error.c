@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char error_message[1024];
+static _Thread_local char error_message[4096];
 static _Thread_local mxu_status error_status;
 
 const char *mxu_errmsg(void) { return error_message; }

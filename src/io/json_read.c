@@ -309,9 +309,53 @@ static mxu_status read_entry(const char *source, const cJSON *entry, int index,
 static mxu_status read_nested(const char *source, const mxu_json_where *where,
                               const layer_entry *e, mxu_json_node *node);
 
-/* A layer of either kind of model, applied to node->inputs. */
+/* Reading goes on past a layer mxu cannot honour, an identity standing in
+ * for it, so that one message lists all of them: a user fixes the file
+ * once, not once per layer. */
+typedef struct unsupported_list {
+  int count, classes; /* items; of them, unknown layer classes */
+  size_t used;
+  char text[3000];
+  char first[1024]; /* the first item's whole message */
+} unsupported_list;
+
+static _Thread_local unsupported_list *collecting;
+
+/* The message without the long list of classes mxu has, which the
+ * combined message gives once. */
+static void note_unsupported(unsupported_list *list, const char *message) {
+  const char *cut = strstr(message, " (mxu has ");
+  int length = cut ? (int)(cut - message) : (int)strlen(message);
+  if (list->count++ == 0)
+    snprintf(list->first, sizeof list->first, "%s", message);
+  list->classes += cut != NULL;
+  if (list->used >= sizeof list->text) return;
+  int n = snprintf(list->text + list->used, sizeof list->text - list->used,
+                   "\n  %d. %.*s", list->count, length, message);
+  if (n > 0) list->used += (size_t)n;
+}
+
+static mxu_status read_class_once(const char *source,
+                                  const mxu_json_where *where,
+                                  const layer_entry *e, mxu_json_node *node);
+
+/* A layer of either kind of model, applied to node->inputs; with
+ * unsupported items being collected, an unsupported one is noted and an
+ * identity of its first input stands in for it. */
 static mxu_status read_class(const char *source, const mxu_json_where *where,
                              const layer_entry *e, mxu_json_node *node) {
+  mxu_status s = read_class_once(source, where, e, node);
+  if (s != MXU_ERR_UNSUPPORTED || !collecting || node->input_count < 1)
+    return s;
+  note_unsupported(collecting, mxu_errmsg());
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_activation(node->model, e->name, MXU_LINEAR, node->inputs[0]));
+}
+
+static mxu_status read_class_once(const char *source,
+                                  const mxu_json_where *where,
+                                  const layer_entry *e, mxu_json_node *node) {
   const mxu_layer_class *cls = mxu_layer_class_find(e->class_name);
   if (!cls && (strcmp(e->class_name, "Sequential") == 0 ||
                strcmp(e->class_name, "Functional") == 0 ||
@@ -839,6 +883,28 @@ static mxu_status read_nested(const char *source, const mxu_json_where *where,
   return MXU_OK;
 }
 
+/* One unsupported item keeps its own message; several are listed, with
+ * what stopped the reading after them (possibly the stand-ins' doing). */
+static mxu_status report_unsupported(const char *source,
+                                     const unsupported_list *list,
+                                     mxu_status status) {
+  if (list->count == 0) return status;
+  char after[1024] = "";
+  if (status != MXU_OK)
+    snprintf(after, sizeof after,
+             "\nreading stopped after them at: %s (it may follow from the "
+             "items above)",
+             mxu_errmsg());
+  if (list->count == 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED, "%s%s", list->first, after);
+  return mxu_fail(MXU_ERR_UNSUPPORTED,
+                  "%s: %d layers are not supported (all of them below; "
+                  "fix or remove each):%s%s%s%s",
+                  source, list->count, list->text,
+                  list->classes ? "\nmxu has the layer classes " : "",
+                  list->classes ? mxu_layer_class_names() : "", after);
+}
+
 static mxu_status build_model(const char *source, const cJSON *root,
                               mxu_model **out) {
   mxu_json_where where;
@@ -859,9 +925,14 @@ static mxu_status build_model(const char *source, const cJSON *root,
   const cJSON *version = mxu_json_get(root, "keras_version");
   model->keras2_names = cJSON_IsString(version) && version->valuestring &&
                         version->valuestring[0] < '3';
+  unsupported_list list = {0};
+  unsupported_list *outer = collecting;
+  collecting = &list;
   mxu_status status =
       functional ? build_functional(source, config, layers, model)
                  : build_sequential(source, root, config, layers, model);
+  collecting = outer;
+  status = report_unsupported(source, &list, status);
   if (status != MXU_OK) {
     mxu_model_free(model);
     return status;
