@@ -344,6 +344,27 @@ typedef struct mxu_normalization_config {
   int invert;
 } mxu_normalization_config;
 
+/* UpSampling2D: each image size[0] times taller and size[1] times wider,
+ * by repeating pixels (nearest) or by TensorFlow's bilinear resize (half-
+ * pixel centres). */
+typedef struct mxu_upsampling2d_config {
+  const char *name;
+  int size[2];
+  int bilinear;
+} mxu_upsampling2d_config;
+
+/* Cropping2D: rows off the top and bottom, columns off the left and
+ * right (the margins ZeroPadding2D would add). */
+typedef mxu_zero_padding2d_config mxu_cropping2d_config;
+
+/* Permute: output axis i is input axis dims[i], axes counted from 1 (the
+ * batch is 0 and stays), as Keras' dims. */
+typedef struct mxu_permute_config {
+  const char *name;
+  int dims[MXU_MAX_RANK];
+  int rank;
+} mxu_permute_config;
+
 /* Reshape: the target shape without the batch; one dimension may be -1,
  * inferred from the others as Keras does. */
 typedef struct mxu_reshape_config {
@@ -464,6 +485,15 @@ mxu_tensor_id mxu_apply_prelu(mxu_model *model, const mxu_prelu_config *config,
 mxu_tensor_id mxu_apply_random(mxu_model *model,
                                const mxu_random_config *config,
                                mxu_tensor_id x);
+mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,
+                                     const mxu_upsampling2d_config *config,
+                                     mxu_tensor_id x);
+mxu_tensor_id mxu_apply_cropping2d(mxu_model *model,
+                                   const mxu_cropping2d_config *config,
+                                   mxu_tensor_id x);
+mxu_tensor_id mxu_apply_permute(mxu_model *model,
+                                const mxu_permute_config *config,
+                                mxu_tensor_id x);
 mxu_tensor_id mxu_apply_rescaling(mxu_model *model,
                                   const mxu_rescaling_config *config,
                                   mxu_tensor_id x);

@@ -335,7 +335,10 @@ enum {
   SOFTMAX,
   PRELU,
   SEPARABLE,
-  RANDOM /* .random_kind */
+  RANDOM,  /* .random_kind */
+  CROP,    /* .top, .bottom, .left, .right */
+  PERMUTE, /* .target: the dims */
+  UPSAMPLE /* .keepdims: bilinear */
 };
 
 static int64_t count3(const int64_t *d) { return d[0] * d[1] * d[2]; }
@@ -355,6 +358,29 @@ static void elementwise_expect(const layer_case *c, const float *const *x,
       }
     }
     y[i] = c->kind == MXU_MERGE_AVERAGE ? v / (float)c->inputs : v;
+  }
+}
+
+/* Cropping2D: the window of the input inside the margins. */
+static void crop_expect(const layer_case *c, const float *const *x, float *y) {
+  const int64_t *in = c->shape[0], *out = c->out;
+  for (int64_t h = 0; h < out[0]; h++)
+    for (int64_t w = 0; w < out[1]; w++)
+      for (int64_t ch = 0; ch < out[2]; ch++)
+        y[(h * out[1] + w) * out[2] + ch] =
+            x[0][((h + c->top) * in[1] + w + c->left) * in[2] + ch];
+}
+
+/* Permute: output (i0, i1, i2) is input at those coordinates put back in
+ * the input's order. */
+static void permute_expect(const layer_case *c, const float *const *x,
+                           float *y) {
+  const int64_t *in = c->shape[0], *out = c->out;
+  for (int64_t i = 0; i < count3(out); i++) {
+    int64_t o[3] = {i / (out[1] * out[2]), i / out[2] % out[1], i % out[2]};
+    int64_t a[3];
+    for (int k = 0; k < 3; k++) a[c->target[k] - 1] = o[k];
+    y[i] = x[0][(a[0] * in[1] + a[1]) * in[2] + a[2]];
   }
 }
 
@@ -522,6 +548,25 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
     r.fill_mode = c->random_kind == MXU_RANDOM_ZOOM ? MXU_FILL_CONSTANT
                                                     : MXU_FILL_REFLECT;
     y = mxu_apply_random(m, &r, x[0]);
+    break;
+  }
+  case CROP: {
+    mxu_cropping2d_config crop = {"under_test", c->top, c->bottom, c->left,
+                                  c->right};
+    y = mxu_apply_cropping2d(m, &crop, x[0]);
+    break;
+  }
+  case PERMUTE: {
+    mxu_permute_config p = {
+        "under_test",
+        {(int)c->target[0], (int)c->target[1], (int)c->target[2]},
+        3};
+    y = mxu_apply_permute(m, &p, x[0]);
+    break;
+  }
+  case UPSAMPLE: {
+    mxu_upsampling2d_config u = {"under_test", {2, 3}, c->keepdims};
+    y = mxu_apply_upsampling2d(m, &u, x[0]);
     break;
   }
   case SEPARABLE: {
@@ -785,6 +830,37 @@ static const layer_case layer_cases[] = {
      .out_rank = 3,
      .layer = RANDOM,
      .random_kind = MXU_RANDOM_ZOOM},
+    {.name = "Cropping2D ((1, 0), (2, 1))",
+     .inputs = 1,
+     .shape = {{4, 5, 2}},
+     .out = {3, 2, 2},
+     .out_rank = 3,
+     .expect = crop_expect,
+     .layer = CROP,
+     .top = 1,
+     .left = 2,
+     .right = 1},
+    {.name = "Permute (3, 1, 2)",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {2, 3, 4},
+     .out_rank = 3,
+     .expect = permute_expect,
+     .layer = PERMUTE,
+     .target = {3, 1, 2}},
+    {.name = "UpSampling2D (2, 3) nearest (values: the golden surface test)",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {6, 12, 2},
+     .out_rank = 3,
+     .layer = UPSAMPLE},
+    {.name = "UpSampling2D (2, 3) bilinear",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {6, 12, 2},
+     .out_rank = 3,
+     .layer = UPSAMPLE,
+     .keepdims = 1},
     {.name = "Reshape (2, -1, 3)",
      .inputs = 1,
      .shape = {SHAPE342},

@@ -34,8 +34,11 @@ static const mxu_layer_class *const registry[] = {
     &mxu_global_average_pooling2d_class,
     &mxu_global_max_pooling2d_class,
     &mxu_zero_padding2d_class,
+    &mxu_cropping2d_class,
+    &mxu_upsampling2d_class,
     &mxu_relu_class,
     &mxu_reshape_class,
+    &mxu_permute_class,
     &mxu_rescaling_class,
     &mxu_leaky_relu_class,
     &mxu_elu_class,
@@ -677,6 +680,36 @@ mxu_tensor_id mxu_apply_random(mxu_model *model,
   proto.config.random = *config;
   proto.config.random.name = NULL;
   return apply(model, classes[config->kind], config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,
+                                     const mxu_upsampling2d_config *config,
+                                     mxu_tensor_id x) {
+  if (x < 0 || !given(config, "UpSampling2D")) return -1;
+  mxu_layer proto = {0};
+  proto.config.upsampling = *config;
+  proto.config.upsampling.name = NULL;
+  return apply(model, &mxu_upsampling2d_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_cropping2d(mxu_model *model,
+                                   const mxu_cropping2d_config *config,
+                                   mxu_tensor_id x) {
+  if (x < 0 || !given(config, "Cropping2D")) return -1;
+  mxu_layer proto = {0};
+  proto.config.padding = *config;
+  proto.config.padding.name = NULL;
+  return apply(model, &mxu_cropping2d_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_permute(mxu_model *model,
+                                const mxu_permute_config *config,
+                                mxu_tensor_id x) {
+  if (x < 0 || !given(config, "Permute")) return -1;
+  mxu_layer proto = {0};
+  proto.config.permute = *config;
+  proto.config.permute.name = NULL;
+  return apply(model, &mxu_permute_class, config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_rescaling(mxu_model *model,

@@ -182,6 +182,8 @@ struct mxu_layer {
     mxu_activation_layer_config act;
     mxu_prelu_config prelu;
     mxu_random_config random;
+    mxu_permute_config permute;
+    mxu_upsampling2d_config upsampling;
     mxu_normalization_config normalization;
   } config;
   int is_max_pool;
@@ -261,6 +263,9 @@ extern const mxu_layer_class mxu_random_flip_class;
 extern const mxu_layer_class mxu_random_translation_class;
 extern const mxu_layer_class mxu_random_rotation_class;
 extern const mxu_layer_class mxu_random_zoom_class;
+extern const mxu_layer_class mxu_cropping2d_class;
+extern const mxu_layer_class mxu_permute_class;
+extern const mxu_layer_class mxu_upsampling2d_class;
 extern const mxu_layer_class mxu_normalization_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
 extern const mxu_layer_class mxu_input_layer_class;

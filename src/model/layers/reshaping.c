@@ -1,6 +1,7 @@
 /* reshaping.c — layers that move values rather than compute them:
  * GlobalAveragePooling2D and GlobalMaxPooling2D (keepdims too),
- * ZeroPadding2D and Reshape. Plain loops: each touches every value once. */
+ * ZeroPadding2D and Cropping2D, Reshape and Permute. Plain loops: each
+ * touches every value once. */
 #include "model/layers/layers.h"
 
 #include <string.h>
@@ -150,11 +151,13 @@ static int padding_pair(const cJSON *v, int out[2]) {
          padding_amount(v->child->next, &out[1]);
 }
 
-static mxu_status read_zero_padding(const mxu_json_where *where,
-                                    const cJSON *config, mxu_json_node *node,
-                                    const char *name) {
-  const cJSON *v = mxu_json_get(config, "padding");
-  int rows[2] = {1, 1}, cols[2] = {1, 1}; /* Keras' default: 1 */
+/* ZeroPadding2D's padding and Cropping2D's cropping: n, [rows, columns]
+ * or [[top, bottom], [left, right]]. */
+static mxu_status read_margins(const mxu_json_where *where, const cJSON *config,
+                               const char *key, int fallback,
+                               mxu_zero_padding2d_config *out) {
+  const cJSON *v = mxu_json_get(config, key);
+  int rows[2] = {fallback, fallback}, cols[2] = {fallback, fallback};
   int ok = 1;
   if (v && padding_amount(v, &rows[0])) {
     rows[1] = cols[0] = cols[1] = rows[0];
@@ -174,26 +177,48 @@ static mxu_status read_zero_padding(const mxu_json_where *where,
     char text[160];
     mxu_json_text(v, text, sizeof text);
     return mxu_json_fail(where, MXU_ERR_FORMAT,
-                         "padding must be n, [rows, columns] or [[top, "
-                         "bottom], [left, right]] of integers >= 0, got %s",
-                         text);
+                         "%s must be n, [rows, columns] or [[top, bottom], "
+                         "[left, right]] of integers >= 0, got %s",
+                         key, text);
   }
   MXU_TRY(mxu_json_data_format(where, config));
-  mxu_zero_padding2d_config pad = {name, rows[0], rows[1], cols[0], cols[1]};
+  out->top = rows[0], out->bottom = rows[1];
+  out->left = cols[0], out->right = cols[1];
+  return MXU_OK;
+}
+
+static mxu_status read_zero_padding(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name) {
+  mxu_zero_padding2d_config pad = {name, 1, 1, 1, 1}; /* Keras' default */
+  MXU_TRY(read_margins(where, config, "padding", 1, &pad));
   return mxu_json_applied(
       where, node,
       mxu_apply_zero_padding2d(node->model, &pad, node->inputs[0]));
 }
 
-static void write_zero_padding(mxu_json_out *out, const mxu_layer *layer,
-                               cJSON *config) {
+static mxu_status read_cropping(const mxu_json_where *where,
+                                const cJSON *config, mxu_json_node *node,
+                                const char *name) {
+  mxu_zero_padding2d_config crop = {name, 0, 0, 0, 0};
+  MXU_TRY(read_margins(where, config, "cropping", 0, &crop));
+  return mxu_json_applied(
+      where, node, mxu_apply_cropping2d(node->model, &crop, node->inputs[0]));
+}
+
+static int is_cropping(const mxu_layer *layer) {
+  return layer->cls == &mxu_cropping2d_class;
+}
+
+static void write_margins(mxu_json_out *out, const mxu_layer *layer,
+                          cJSON *config) {
   const mxu_zero_padding2d_config *c = &layer->config.padding;
   int rows[2] = {c->top, c->bottom}, cols[2] = {c->left, c->right};
   cJSON *both = cJSON_CreateArray();
   if (!both || !cJSON_AddItemToArray(both, cJSON_CreateIntArray(rows, 2)) ||
       !cJSON_AddItemToArray(both, cJSON_CreateIntArray(cols, 2)))
     out->failed = 1;
-  mxu_json_put(out, config, "padding", both);
+  mxu_json_put(out, config, is_cropping(layer) ? "cropping" : "padding", both);
   mxu_json_put_string(out, config, "data_format", "channels_last");
 }
 
@@ -276,65 +301,192 @@ const mxu_layer_class mxu_global_max_pooling2d_class = {
 /* ---- ZeroPadding2D ---------------------------------------------------------
  */
 
-static mxu_status zero_padding_infer(mxu_layer *layer) {
+/* ZeroPadding2D adds the margins, Cropping2D takes them off. */
+static mxu_status margins_infer(mxu_layer *layer) {
   const mxu_zero_padding2d_config *c = &layer->config.padding;
+  const char *what = is_cropping(layer) ? "cropping" : "padding";
   MXU_TRY(need_image(layer));
   if (c->top < 0 || c->bottom < 0 || c->left < 0 || c->right < 0 ||
       c->top > (1 << 20) || c->bottom > (1 << 20) || c->left > (1 << 20) ||
       c->right > (1 << 20))
     return mxu_fail(MXU_ERR_ARG,
-                    "%s: padding ((%d, %d), (%d, %d)) must be in 0..1048576",
-                    layer->name, c->top, c->bottom, c->left, c->right);
-  int64_t dims[3] = {layer->in_shape.dims[0] + c->top + c->bottom,
-                     layer->in_shape.dims[1] + c->left + c->right,
+                    "%s: %s ((%d, %d), (%d, %d)) must be in 0..1048576",
+                    layer->name, what, c->top, c->bottom, c->left, c->right);
+  int sign = is_cropping(layer) ? -1 : 1;
+  int64_t dims[3] = {layer->in_shape.dims[0] + sign * (c->top + c->bottom),
+                     layer->in_shape.dims[1] + sign * (c->left + c->right),
                      layer->in_shape.dims[2]};
+  if (dims[0] < 1 || dims[1] < 1)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: cropping ((%d, %d), (%d, %d)) leaves nothing of a "
+                    "%lldx%lld image",
+                    layer->name, c->top, c->bottom, c->left, c->right,
+                    (long long)layer->in_shape.dims[0],
+                    (long long)layer->in_shape.dims[1]);
   layer->out_shape = mxu_shape_make(3, dims);
   return MXU_OK;
 }
 
-/* Each input row lands as one run of width * channels values in y;
- * backward reads the same runs out of dy. */
-static void padding_rows(const mxu_layer *layer, const mxu_layer_run *run,
-                         int forward) {
+/* The small tensor's rows as runs inside the large one's, at the margins'
+ * offset: into the large one (to_large, after zeroing it) or out of it. */
+static void inner_rows(const mxu_layer *layer, const float *from, float *to,
+                       int to_large) {
   const mxu_zero_padding2d_config *c = &layer->config.padding;
-  int64_t h = layer->in_shape.dims[0], w = layer->in_shape.dims[1];
-  int64_t ch = layer->in_shape.dims[2];
-  int64_t out_h = layer->out_shape.dims[0], out_w = layer->out_shape.dims[1];
+  const mxu_shape *small =
+      is_cropping(layer) ? &layer->out_shape : &layer->in_shape;
+  const mxu_shape *large =
+      is_cropping(layer) ? &layer->in_shape : &layer->out_shape;
+  int64_t h = small->dims[0], w = small->dims[1], ch = small->dims[2];
+  int64_t big_h = large->dims[0], big_w = large->dims[1];
+  int64_t batch = layer->compiled->batch;
   size_t row = (size_t)(w * ch) * sizeof(float);
-  for (int64_t n = 0; n < layer->compiled->batch; n++)
+  if (to_large)
+    memset(to, 0, (size_t)(batch * mxu_shape_count(large)) * sizeof(float));
+  for (int64_t n = 0; n < batch; n++)
     for (int64_t r = 0; r < h; r++) {
-      int64_t in = (n * h + r) * w * ch;
-      int64_t out = ((n * out_h + r + c->top) * out_w + c->left) * ch;
-      if (forward)
-        memcpy(run->y + out, run->x + in, row);
+      int64_t at_small = (n * h + r) * w * ch;
+      int64_t at_large = ((n * big_h + r + c->top) * big_w + c->left) * ch;
+      if (to_large)
+        memcpy(to + at_large, from + at_small, row);
       else
-        memcpy(run->dx + in, run->dy + out, row);
+        memcpy(to + at_small, from + at_large, row);
     }
 }
 
-static void zero_padding_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  memset(run->y, 0,
-         (size_t)(layer->compiled->batch * mxu_shape_count(&layer->out_shape)) *
-             sizeof(float));
-  padding_rows(layer, run, 1);
+static void margins_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  inner_rows(layer, run->x, run->y, !is_cropping(layer));
 }
 
-static void zero_padding_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (run->need_dx) padding_rows(layer, run, 0);
+static void margins_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->need_dx) inner_rows(layer, run->dy, run->dx, is_cropping(layer));
 }
 
 const mxu_layer_class mxu_zero_padding2d_class = {
     .class_name = "ZeroPadding2D",
     .config_keys = zero_padding_keys,
     .read_config = read_zero_padding,
-    .write_config = write_zero_padding,
+    .write_config = write_margins,
     .min_inputs = 1,
     .max_inputs = 1,
-    .infer = zero_padding_infer,
+    .infer = margins_infer,
     .flops = mxu_no_flops,
     .plan = mxu_no_plan,
-    .forward = zero_padding_forward,
-    .backward = zero_padding_backward,
+    .forward = margins_forward,
+    .backward = margins_backward,
+};
+
+static const char *const cropping_keys[] = {"cropping", "data_format", NULL};
+
+const mxu_layer_class mxu_cropping2d_class = {
+    .class_name = "Cropping2D",
+    .config_keys = cropping_keys,
+    .read_config = read_cropping,
+    .write_config = write_margins,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = margins_infer,
+    .flops = mxu_no_flops,
+    .plan = mxu_no_plan,
+    .forward = margins_forward,
+    .backward = margins_backward,
+};
+
+/* ---- Permute ------------------------------------------------------------
+ * dims: a permutation of the axes without the batch, 1-based as Keras
+ * counts them: output axis i is input axis dims[i]. */
+
+static const char *const permute_keys[] = {"dims", NULL};
+
+static mxu_status read_permute(const mxu_json_where *where, const cJSON *config,
+                               mxu_json_node *node, const char *name) {
+  const cJSON *v = mxu_json_get(config, "dims");
+  mxu_permute_config p = {name, {0}, 0};
+  int count = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+  for (const cJSON *d = count <= MXU_MAX_RANK && v ? v->child : NULL; d;
+       d = d->next)
+    p.dims[p.rank++] = cJSON_IsNumber(d) ? (int)d->valuedouble : 0;
+  if (count < 1 || count > MXU_MAX_RANK) {
+    char text[96];
+    mxu_json_text(v, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "dims must be a list of 1 to %d axes, got %s",
+                         MXU_MAX_RANK, text);
+  }
+  return mxu_json_applied(where, node,
+                          mxu_apply_permute(node->model, &p, node->inputs[0]));
+}
+
+static void write_permute(mxu_json_out *out, const mxu_layer *layer,
+                          cJSON *config) {
+  const mxu_permute_config *p = &layer->config.permute;
+  mxu_json_put(out, config, "dims", cJSON_CreateIntArray(p->dims, p->rank));
+}
+
+static mxu_status permute_infer(mxu_layer *layer) {
+  const mxu_permute_config *p = &layer->config.permute;
+  int seen[MXU_MAX_RANK] = {0}, ok = p->rank == layer->in_shape.rank;
+  for (int i = 0; ok && i < p->rank; i++) {
+    ok = p->dims[i] >= 1 && p->dims[i] <= p->rank && !seen[p->dims[i] - 1];
+    if (ok) seen[p->dims[i] - 1] = 1;
+  }
+  if (!ok)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: dims must order the input's %d axes 1..%d, each "
+                    "once",
+                    layer->name, layer->in_shape.rank, layer->in_shape.rank);
+  layer->out_shape = layer->in_shape;
+  for (int i = 0; i < p->rank; i++)
+    layer->out_shape.dims[i] = layer->in_shape.dims[p->dims[i] - 1];
+  return MXU_OK;
+}
+
+/* Walks the output in order, the input at the permuted strides; backward
+ * the other way round. */
+static void permute_move(const mxu_layer *layer, const float *from, float *to,
+                         int forward) {
+  const mxu_permute_config *p = &layer->config.permute;
+  const mxu_shape *in = &layer->in_shape, *out = &layer->out_shape;
+  int64_t in_stride[MXU_MAX_RANK], stride[MXU_MAX_RANK];
+  int64_t per = mxu_shape_count(in), step = 1;
+  for (int d = in->rank - 1; d >= 0; d--) {
+    in_stride[d] = step;
+    step *= in->dims[d];
+  }
+  for (int i = 0; i < p->rank; i++) stride[i] = in_stride[p->dims[i] - 1];
+  for (int64_t n = 0; n < layer->compiled->batch; n++)
+    for (int64_t o = 0; o < per; o++) {
+      int64_t rest = o, at = 0;
+      for (int i = out->rank - 1; i >= 0; i--) {
+        at += rest % out->dims[i] * stride[i];
+        rest /= out->dims[i];
+      }
+      if (forward)
+        to[n * per + o] = from[n * per + at];
+      else
+        to[n * per + at] = from[n * per + o];
+    }
+}
+
+static void permute_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  permute_move(layer, run->x, run->y, 1);
+}
+
+static void permute_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->need_dx) permute_move(layer, run->dy, run->dx, 0);
+}
+
+const mxu_layer_class mxu_permute_class = {
+    .class_name = "Permute",
+    .config_keys = permute_keys,
+    .read_config = read_permute,
+    .write_config = write_permute,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = permute_infer,
+    .flops = mxu_no_flops,
+    .plan = mxu_no_plan,
+    .forward = permute_forward,
+    .backward = permute_backward,
 };
 
 /* ---- Reshape --------------------------------------------------------------
