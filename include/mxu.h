@@ -485,6 +485,16 @@ mxu_tensor_id mxu_apply_prelu(mxu_model *model, const mxu_prelu_config *config,
 mxu_tensor_id mxu_apply_random(mxu_model *model,
                                const mxu_random_config *config,
                                mxu_tensor_id x);
+/* In training only: GaussianNoise adds N(0, stddev) to every value,
+ * GaussianDropout multiplies it by N(1, sqrt(rate / (1 - rate))), drawn
+ * as dropout's masks are. */
+mxu_tensor_id mxu_apply_gaussian_noise(mxu_model *model, const char *name,
+                                       float stddev, mxu_tensor_id x);
+mxu_tensor_id mxu_apply_gaussian_dropout(mxu_model *model, const char *name,
+                                         float rate, mxu_tensor_id x);
+/* UnitNormalization over the last axis: x / sqrt(max(sum(x^2), 1e-12)). */
+mxu_tensor_id mxu_apply_unit_normalization(mxu_model *model, const char *name,
+                                           mxu_tensor_id x);
 mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,
                                      const mxu_upsampling2d_config *config,
                                      mxu_tensor_id x);

@@ -335,10 +335,11 @@ enum {
   SOFTMAX,
   PRELU,
   SEPARABLE,
-  RANDOM,  /* .random_kind */
-  CROP,    /* .top, .bottom, .left, .right */
-  PERMUTE, /* .target: the dims */
-  UPSAMPLE /* .keepdims: bilinear */
+  RANDOM,   /* .random_kind */
+  CROP,     /* .top, .bottom, .left, .right */
+  PERMUTE,  /* .target: the dims */
+  UPSAMPLE, /* .keepdims: bilinear */
+  UNIT_NORM
 };
 
 static int64_t count3(const int64_t *d) { return d[0] * d[1] * d[2]; }
@@ -569,6 +570,9 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
     y = mxu_apply_upsampling2d(m, &u, x[0]);
     break;
   }
+  case UNIT_NORM:
+    y = mxu_apply_unit_normalization(m, "under_test", x[0]);
+    break;
   case SEPARABLE: {
     mxu_separable_conv2d_config c2 = mxu_separable_conv2d_defaults(5, 3, 2);
     c2.name = "under_test";
@@ -861,6 +865,12 @@ static const layer_case layer_cases[] = {
      .out_rank = 3,
      .layer = UPSAMPLE,
      .keepdims = 1},
+    {.name = "UnitNormalization (values: the golden surface test)",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .layer = UNIT_NORM},
     {.name = "Reshape (2, -1, 3)",
      .inputs = 1,
      .shape = {SHAPE342},
@@ -990,6 +1000,50 @@ static void test_preprocessing(void) {
     finite_differences(m, name);
     mxu_model_free(m);
     backends_agree(name, preprocessing_graph, &invert);
+  }
+}
+
+/* GaussianNoise (stddev 0.5) and GaussianDropout (rate 0.2: factors of
+ * stddev 0.5 about 1) in training: the noise's mean and spread over
+ * 8 x 8 x 4 values a sample; inference passes values through. */
+static mxu_tensor_id gaussian_graph(mxu_model *m, const void *ctx) {
+  static const int64_t shape[3] = {8, 8, 4};
+  mxu_tensor_id x = input_identity(m, shape);
+  return head(m, *(const int *)ctx
+                     ? mxu_apply_gaussian_dropout(m, "under_test", 0.2f, x)
+                     : mxu_apply_gaussian_noise(m, "under_test", 0.5f, x));
+}
+
+static void test_gaussian_layers(void) {
+  for (int dropout = 0; dropout < 2; dropout++) {
+    const char *name = dropout ? "GaussianDropout" : "GaussianNoise";
+    mxu_model *m = build(name, gaussian_graph, &dropout, MXU_BACKEND_CPU_REF);
+    if (!m) continue;
+    int node = node_named(m, "under_test");
+    load_inputs(m, 10);
+    train_step(m);
+    const float *x = act(m, m->layers[node].inputs[0]), *y = act(m, node);
+    int64_t n = tensor_floats(m, node);
+    double sum = 0, squares = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double e = dropout ? (double)y[i] / x[i] - 1.0 : (double)y[i] - x[i];
+      sum += e, squares += e * e;
+    }
+    double mean = sum / n, sd = sqrt(squares / n - mean * mean);
+    /* n >= 768: the mean within 4 standard errors, the spread 15%. */
+    CHECK_MSG(fabs(mean) < 4 * 0.5 / sqrt((double)n) && fabs(sd - 0.5) < 0.075,
+              "%s: noise mean %.4f, sd %.4f over %lld values", name, mean, sd,
+              (long long)n);
+    float *copy = malloc((size_t)n * sizeof(float)), probs[BATCH * CLASSES];
+    memcpy(copy, x, (size_t)n * sizeof(float));
+    CHECK_OK(mxu_predict(m, copy, BATCH, probs));
+    CHECK(memcmp(act(m, node), copy, (size_t)n * sizeof(float)) == 0);
+    free(copy);
+    mxu_model_free(m);
+    m = build(name, gaussian_graph, &dropout, MXU_BACKEND_CPU_REF);
+    finite_differences(m, name);
+    mxu_model_free(m);
+    backends_agree(name, gaussian_graph, &dropout);
   }
 }
 
@@ -1754,6 +1808,7 @@ int main(void) {
   test_dropout_noise();
   test_preprocessing();
   test_random_flip();
+  test_gaussian_layers();
   test_fan_out();
   test_whole_graph();
   test_determinism();

@@ -23,7 +23,10 @@ static const mxu_layer_class *const registry[] = {
     &mxu_dense_class,
     &mxu_dropout_class,
     &mxu_spatial_dropout2d_class,
+    &mxu_gaussian_noise_class,
+    &mxu_gaussian_dropout_class,
     &mxu_batch_normalization_class,
+    &mxu_unit_normalization_class,
     &mxu_add_class,
     &mxu_subtract_class,
     &mxu_multiply_class,
@@ -680,6 +683,28 @@ mxu_tensor_id mxu_apply_random(mxu_model *model,
   proto.config.random = *config;
   proto.config.random.name = NULL;
   return apply(model, classes[config->kind], config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_gaussian_noise(mxu_model *model, const char *name,
+                                       float stddev, mxu_tensor_id x) {
+  mxu_layer proto = dropout_proto(stddev);
+  return x < 0 ? -1
+               : apply(model, &mxu_gaussian_noise_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_gaussian_dropout(mxu_model *model, const char *name,
+                                         float rate, mxu_tensor_id x) {
+  mxu_layer proto = dropout_proto(rate);
+  return x < 0 ? -1
+               : apply(model, &mxu_gaussian_dropout_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_unit_normalization(mxu_model *model, const char *name,
+                                           mxu_tensor_id x) {
+  mxu_layer proto = {0};
+  return x < 0
+             ? -1
+             : apply(model, &mxu_unit_normalization_class, name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,

@@ -141,7 +141,9 @@ typedef struct mxu_layer_class {
                           const float *const *all, int replicas);
 } mxu_layer_class;
 
-/* noise: Keras' noise_shape without the batch (rank 0: none; a dim of 1
+/* Dropout and SpatialDropout2D, and the Gaussian ones: rate is
+ * GaussianDropout's rate and GaussianNoise's stddev.
+ * noise: Keras' noise_shape without the batch (rank 0: none; a dim of 1
  * shares one draw along the axis). */
 typedef struct mxu_dropout_config {
   const char *name;
@@ -266,6 +268,9 @@ extern const mxu_layer_class mxu_random_zoom_class;
 extern const mxu_layer_class mxu_cropping2d_class;
 extern const mxu_layer_class mxu_permute_class;
 extern const mxu_layer_class mxu_upsampling2d_class;
+extern const mxu_layer_class mxu_gaussian_noise_class;
+extern const mxu_layer_class mxu_unit_normalization_class;
+extern const mxu_layer_class mxu_gaussian_dropout_class;
 extern const mxu_layer_class mxu_normalization_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
 extern const mxu_layer_class mxu_input_layer_class;

@@ -402,3 +402,102 @@ const mxu_layer_class mxu_batch_normalization_class = {
     .backward_local = batchnorm_backward_local,
     .backward_global = batchnorm_backward_global,
 };
+
+/* ---- UnitNormalization ------------------------------------------------------
+ * Each row of the last axis scaled to unit length, as tf.math.l2_normalize
+ * and Keras 3's normalize compute it: x * rsqrt(max(sum(x^2), 1e-12)).
+ * Backward: r * (dy - y * sum(dy * y)) where the sum cleared the floor,
+ * r * dy where the floor held. */
+
+#define UNIT_EPSILON 1e-12
+
+static const char *const unit_normalization_keys[] = {"axis", NULL};
+
+static mxu_status read_unit_normalization(const mxu_json_where *where,
+                                          const cJSON *config,
+                                          mxu_json_node *node,
+                                          const char *name) {
+  const cJSON *v = mxu_json_get(config, "axis");
+  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
+    v = cJSON_GetArrayItem(v, 0);
+  int rank = node->model->layers[node->inputs[0]].out_shape.rank;
+  if (v && !(cJSON_IsNumber(v) &&
+             (v->valuedouble == -1 || v->valuedouble == (double)rank))) {
+    char text[64];
+    mxu_json_text(mxu_json_get(config, "axis"), text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "axis %s is not supported (only the last axis: -1)",
+                         text);
+  }
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_unit_normalization(node->model, name, node->inputs[0]));
+}
+
+static void write_unit_normalization(mxu_json_out *out, const mxu_layer *layer,
+                                     cJSON *config) {
+  (void)layer;
+  mxu_json_put_number(out, config, "axis", -1);
+}
+
+static int last_axis(const mxu_layer *layer) {
+  return (int)layer->in_shape.dims[layer->in_shape.rank - 1];
+}
+
+static int64_t unit_rows(const mxu_layer *layer) {
+  return layer->compiled->batch * mxu_shape_count(&layer->in_shape) /
+         last_axis(layer);
+}
+
+/* 1 / sqrt(max(sum of squares, epsilon)) of a row; *floored when the
+ * epsilon held. */
+static double unit_scale(const float *x, int n, int *floored) {
+  double sum = 0.0;
+  for (int j = 0; j < n; j++) sum += (double)x[j] * x[j];
+  *floored = sum < UNIT_EPSILON;
+  return 1.0 / sqrt(*floored ? UNIT_EPSILON : sum);
+}
+
+static void unit_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  int n = last_axis(layer), floored;
+  for (int64_t r = 0; r < unit_rows(layer); r++) {
+    double scale = unit_scale(run->x + r * n, n, &floored);
+    for (int j = 0; j < n; j++)
+      run->y[r * n + j] = (float)(run->x[r * n + j] * scale);
+  }
+}
+
+static void unit_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  int n = last_axis(layer), floored;
+  for (int64_t r = 0; r < unit_rows(layer); r++) {
+    const float *y = run->y + r * n, *dy = run->dy + r * n;
+    double scale = unit_scale(run->x + r * n, n, &floored), dot = 0.0;
+    for (int j = 0; j < n && !floored; j++) dot += (double)dy[j] * y[j];
+    for (int j = 0; j < n; j++)
+      run->dx[r * n + j] = (float)(scale * (dy[j] - y[j] * dot));
+  }
+}
+
+static double unit_flops(const mxu_layer *layer, const mxu_flops_step *step) {
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (step->need_dx ? 7.0 : 3.0);
+}
+
+static mxu_status unit_infer(mxu_layer *layer) {
+  return mxu_same_shape_infer(layer);
+}
+
+const mxu_layer_class mxu_unit_normalization_class = {
+    .class_name = "UnitNormalization",
+    .flops = unit_flops,
+    .config_keys = unit_normalization_keys,
+    .read_config = read_unit_normalization,
+    .write_config = write_unit_normalization,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = unit_infer,
+    .plan = mxu_no_plan,
+    .forward = unit_forward,
+    .backward = unit_backward,
+};

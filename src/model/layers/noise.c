@@ -1,0 +1,146 @@
+/* noise.c — GaussianNoise and GaussianDropout: in training, each value
+ * plus N(0, stddev), or times N(1, sqrt(rate / (1 - rate))), the normal
+ * draws from this run's counter-based stream at the value's place in the
+ * replica (Box-Muller over two uniform draws), so slices draw what the
+ * whole would; inference passes values through. GaussianDropout keeps
+ * its factors (scratch[0]) for backward. */
+#include "model/layers/layers.h"
+
+#include <math.h>
+#include <string.h>
+
+#define TWO_PI 6.28318530717958647692
+
+static int is_gaussian_noise(const mxu_layer *layer) {
+  return layer->cls == &mxu_gaussian_noise_class;
+}
+
+static mxu_status noise_infer(mxu_layer *layer) {
+  float v = layer->config.dropout.rate;
+  if (is_gaussian_noise(layer) ? !(v >= 0.0f && isfinite(v))
+                               : !(v >= 0.0f && v < 1.0f))
+    return mxu_fail(MXU_ERR_ARG, "%s: %s must be %s, got %g", layer->name,
+                    is_gaussian_noise(layer) ? "stddev" : "rate",
+                    is_gaussian_noise(layer) ? ">= 0" : "in [0, 1)", (double)v);
+  return mxu_same_shape_infer(layer);
+}
+
+static int64_t values(const mxu_layer *layer) {
+  return (int64_t)layer->compiled->batch * mxu_shape_count(&layer->in_shape);
+}
+
+static mxu_status noise_plan(mxu_layer *layer, const mxu_backend *backend,
+                             int batch, mxu_arena *layout) {
+  (void)backend;
+  if (!is_gaussian_noise(layer))
+    layer->compiled->scratch[0] = mxu_arena_reserve(
+        layout, (size_t)batch * (size_t)mxu_shape_count(&layer->in_shape) *
+                    sizeof(float));
+  return MXU_OK;
+}
+
+/* N(0, 1) for the values first .. first + count - 1 of the stream. */
+static void normals(const mxu_rng *rng, uint64_t first, float *out,
+                    int64_t count) {
+  enum { CHUNK = 256 };
+  float u[2 * CHUNK];
+  for (int64_t at = 0; at < count; at += CHUNK) {
+    int64_t n = count - at < CHUNK ? count - at : CHUNK;
+    mxu_rng_uniform(rng, 2 * (first + (uint64_t)at), u, (size_t)(2 * n));
+    for (int64_t i = 0; i < n; i++)
+      out[at + i] = (float)(sqrt(-2.0 * log(1.0 - (double)u[2 * i])) *
+                            cos(TWO_PI * (double)u[2 * i + 1]));
+  }
+}
+
+static void noise_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  int64_t n = values(layer);
+  float v = layer->config.dropout.rate;
+  if (!run->training || v == 0.0f) {
+    if (run->y != run->x) memcpy(run->y, run->x, (size_t)n * sizeof(float));
+    return;
+  }
+  uint64_t first =
+      (uint64_t)(run->row_offset * mxu_shape_count(&layer->in_shape));
+  if (is_gaussian_noise(layer)) {
+    normals(&run->rng, first, run->y, n);
+    for (int64_t i = 0; i < n; i++) run->y[i] = run->x[i] + v * run->y[i];
+    return;
+  }
+  float *factor = (float *)(void *)(run->arena + layer->compiled->scratch[0]);
+  float stddev = sqrtf(v / (1.0f - v));
+  normals(&run->rng, first, factor, n);
+  for (int64_t i = 0; i < n; i++) {
+    factor[i] = 1.0f + stddev * factor[i];
+    run->y[i] = run->x[i] * factor[i];
+  }
+}
+
+static void noise_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  int64_t n = values(layer);
+  if (is_gaussian_noise(layer) || layer->config.dropout.rate == 0.0f) {
+    memcpy(run->dx, run->dy, (size_t)n * sizeof(float));
+    return;
+  }
+  const float *factor =
+      (const float *)(void *)(run->arena + layer->compiled->scratch[0]);
+  for (int64_t i = 0; i < n; i++) run->dx[i] = run->dy[i] * factor[i];
+}
+
+/* A normal draw (about ten flops) and an add or multiply. */
+static double noise_flops(const mxu_layer *layer, const mxu_flops_step *step) {
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (11.0 + (step->need_dx && !is_gaussian_noise(layer) ? 1.0 : 0.0));
+}
+
+static const char *const gaussian_noise_keys[] = {"stddev", "seed", NULL};
+static const char *const gaussian_dropout_keys[] = {"rate", "seed", NULL};
+
+/* The seed is ignored: mxu's draws are its own. */
+static mxu_status read_gaussian_noise(const mxu_json_where *where,
+                                      const cJSON *config, mxu_json_node *node,
+                                      const char *name) {
+  float stddev = 0.0f;
+  MXU_TRY(mxu_json_float(where, config, "stddev", MXU_JSON_REQUIRED, &stddev));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_gaussian_noise(node->model, name, stddev, node->inputs[0]));
+}
+
+static mxu_status read_gaussian_dropout(const mxu_json_where *where,
+                                        const cJSON *config,
+                                        mxu_json_node *node, const char *name) {
+  float rate = 0.0f;
+  MXU_TRY(mxu_json_float(where, config, "rate", MXU_JSON_REQUIRED, &rate));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_gaussian_dropout(node->model, name, rate, node->inputs[0]));
+}
+
+static void write_noise(mxu_json_out *out, const mxu_layer *layer,
+                        cJSON *config) {
+  mxu_json_put_float(out, config, is_gaussian_noise(layer) ? "stddev" : "rate",
+                     layer->config.dropout.rate);
+  mxu_json_put_null(out, config, "seed");
+}
+
+#define NOISE_CLASS(symbol, keras_name, reader, keys)                          \
+  const mxu_layer_class symbol = {                                             \
+      .class_name = keras_name,                                                \
+      .flops = noise_flops,                                                    \
+      .config_keys = keys,                                                     \
+      .read_config = reader,                                                   \
+      .write_config = write_noise,                                             \
+      .min_inputs = 1,                                                         \
+      .max_inputs = 1,                                                         \
+      .infer = noise_infer,                                                    \
+      .plan = noise_plan,                                                      \
+      .forward = noise_forward,                                                \
+      .backward = noise_backward,                                              \
+  }
+
+NOISE_CLASS(mxu_gaussian_noise_class, "GaussianNoise", read_gaussian_noise,
+            gaussian_noise_keys);
+NOISE_CLASS(mxu_gaussian_dropout_class, "GaussianDropout",
+            read_gaussian_dropout, gaussian_dropout_keys);
