@@ -5,10 +5,9 @@ the tf.keras 2 JSON, Keras 3 for the Keras 3 JSON),
   1. Keras builds the model, sets BatchNormalization's moving statistics to
      a batch's (a fresh net's are its initial ones, under which deep nets
      predict one constant), moves every weight by 1% noise and saves it;
-mxu loads that file and predicts what Keras predicts;
-2. mxu trains a few steps from it(`mxu train-- initial - weights`,
-                                  cifar - 10 from../ shared / data) and
-    saves; Keras loads mxu's file and predicts
+     mxu loads that file and predicts what Keras predicts;
+  2. mxu trains a few steps from it (`mxu train --initial-weights`, cifar-10
+     from ../shared/data) and saves; Keras loads mxu's file and predicts
      what mxu predicts from it.
 
 mxu's side is apps_predict.c, built here against build/libmxu.so.
@@ -53,13 +52,13 @@ def main(work, names):
             calibrate(K, model, rng)
             model.set_weights([w * (1 + 0.01 * rng.standard_normal(w.shape))
                                for w in model.get_weights()])
-#Keras 3 saves only to.weights.h5(its own layout).
+            # Keras 3 saves only to .weights.h5 (its own layout).
             suffix = ".weights.h5" if dialect == "k3" else ".h5"
             saved = os.path.join(work, f"keras_{name}_{dialect}{suffix}")
             model.save_weights(saved)
-#Each file is read into a fresh model : Keras 3's Normalization
-#computes with the statistics it had when built or loaded, not
-#with what set_weights gave it since.
+            # Each file is read into a fresh model: Keras 3's Normalization
+            # computes with the statistics it had when built or loaded, not
+            # with what set_weights gave it since.
             model = K.models.model_from_json(open(json_path).read())
             model.load_weights(saved)
             y = model.predict(x, verbose=0)

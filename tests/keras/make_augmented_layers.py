@@ -28,8 +28,7 @@ def main():
     recipe = json.load(open(os.path.join(ROOT, "models/cifar10_augmented.json")))
     L = tf_keras.layers
     base = tf_keras.models.model_from_json(json.dumps(
-        {
-k: v for k, v in recipe.items() if k != "compile_config"}))
+        {k: v for k, v in recipe.items() if k != "compile_config"}))
     model = tf_keras.Sequential(name="cifar10_augmented_layers")
     model.add(L.InputLayer(input_shape=(32, 32, 3)))
     model.add(L.RandomFlip("horizontal", name="flip"))

@@ -1,30 +1,22 @@
-""
-    "make_golden.py — a one-step golden test for mxu's Functional models:
-    "tiny_resnet",
-    a small residual net written with tf.keras 2's Functional API(tf_keras),
-    and what Keras makes of one SGD step on one batch
-            .
+"""make_golden.py — a one-step golden test for mxu's Functional models:
+"tiny_resnet", a small residual net written with tf.keras 2's Functional
+API (tf_keras), and what Keras makes of one SGD step on one batch.
 
-        input(8, 8, 3)
-            ->ZeroPadding2D(1)
-            ->Conv2D(4, 3, no bias)
-            ->BN->ReLU = a b =
-        Conv2D(4, 3, same)->BN->ReLU->Conv2D(4, 3, same)(on a) c = Activation(
-            'relu')(Add()([ a, b ])) s = Conv2D(8, 1, strides 2)(c) shortcut,
-       4x4x8 m = ReLU(BN(Conv2D(8, 3, strides 2, same)(c))) main,
-       4x4x8 p = MaxPooling2D(2)(Concatenate()([ s, m ])) 2x2x16 g =
-           GlobalAveragePooling2D()(p) 16 t = Dense(16, sigmoid)(g) gate h =
-               Subtract()([ g, Multiply()([ g, t ]) ]) g * (1 - t) out =
-                   Dense(5, softmax)(Flatten()(Reshape((4, 4))(h))) Default
-       initializers(glorot_uniform kernels, zero biases),
-       no regularizers;
-every layer is named explicitly so that both dialects name layers alike.compile
-    : SGD(learning_rate = 0.1),
-    sparse_categorical_crossentropy,
-    ['accuracy'].Weights
-    : tf_keras.utils.set_random_seed(1) before the model is built.Batch
-    : np.random.seed(0);
-x = np.random.rand(8, 8, 8, 3).astype(float32);
+  input(8,8,3) -> ZeroPadding2D(1) -> Conv2D(4,3,no bias) -> BN -> ReLU = a
+  b = Conv2D(4,3,same) -> BN -> ReLU -> Conv2D(4,3,same) (on a)
+  c = Activation('relu')(Add()([a, b]))
+  s = Conv2D(8,1,strides 2)(c)                           shortcut, 4x4x8
+  m = ReLU(BN(Conv2D(8,3,strides 2,same)(c)))            main,     4x4x8
+  p = MaxPooling2D(2)(Concatenate()([s, m]))             2x2x16
+  g = GlobalAveragePooling2D()(p)                        16
+  t = Dense(16, sigmoid)(g)                              gate
+  h = Subtract()([g, Multiply()([g, t])])                g * (1 - t)
+  out = Dense(5, softmax)(Flatten()(Reshape((4, 4))(h)))
+Default initializers (glorot_uniform kernels, zero biases), no regularizers;
+every layer is named explicitly so that both dialects name layers alike.
+compile: SGD(learning_rate=0.1), sparse_categorical_crossentropy, ['accuracy'].
+Weights: tf_keras.utils.set_random_seed(1) before the model is built.
+Batch: np.random.seed(0); x = np.random.rand(8, 8, 8, 3).astype(float32);
        y = np.random.randint(0, 5, size=8).astype(int32) (drawn right after x).
 
 Writes into OUTDIR (tests/golden/ in the repository):

@@ -4,10 +4,10 @@ tf.keras 2 (tf_keras) model.to_json():
   resnet20.json            ResNet-20 v1 for CIFAR-10, as the classic Keras
                            example cifar10_resnet.py writes resnet_v1(depth=20):
                            resnet_layer = Conv2D(3x3, same) -> BN -> Activation;
-3 stages x 3 blocks of 16 / 32 / 64 filters,
-    the first block of stages 2 and 3 with strides 2 and
-        a 1x1 Conv2D projection shortcut(no BN),
-    add->Activation('relu'); AveragePooling2D(8) -> Flatten ->
+                           3 stages x 3 blocks of 16/32/64 filters, the first
+                           block of stages 2 and 3 with strides 2 and a 1x1
+                           Conv2D projection shortcut (no BN), add ->
+                           Activation('relu'); AveragePooling2D(8) -> Flatten ->
                            Dense(10, softmax). Unlike the example: default
                            initializers (glorot_uniform, zeros) and no
                            kernel_regularizer. Model name "resnet20".
@@ -113,27 +113,24 @@ def main():
         sys.exit("usage: make_models.py OUTDIR")
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    with open(CIFAR10)
-as f : seq_json = json.load(f) compile_config = seq_json["compile_config"]
+    with open(CIFAR10) as f:
+        seq_json = json.load(f)
+    compile_config = seq_json["compile_config"]
 
-                                                keras.backend.clear_session()
-                                                    resnet =
-           resnet_v1((32, 32, 3), 20) write(os.path.join(out, "resnet20.json"),
-                                            resnet, compile_config)
-               print("resnet20", counts(resnet))
+    keras.backend.clear_session()
+    resnet = resnet_v1((32, 32, 3), 20)
+    write(os.path.join(out, "resnet20.json"), resnet, compile_config)
+    print("resnet20", counts(resnet))
 
-                   keras.backend.clear_session()
-                       seq = keras.models.model_from_json(json.dumps(seq_json))
-                                 func = cifar10_functional(seq_json) cs,
-       cf = counts(seq),
-       counts(func) print("cifar10 (Sequential)", cs)
-           print("cifar10_functional  ", cf) assert {
-k: cs[k] for k in cs if k != "layers"
-}
-== {
-k: cf[k] for k in cf if k != "layers"
-}
-#model.layers : the Sequential model's omits its InputLayer.
+    keras.backend.clear_session()
+    seq = keras.models.model_from_json(json.dumps(seq_json))
+    func = cifar10_functional(seq_json)
+    cs, cf = counts(seq), counts(func)
+    print("cifar10 (Sequential)", cs)
+    print("cifar10_functional  ", cf)
+    assert {k: cs[k] for k in cs if k != "layers"} == \
+        {k: cf[k] for k in cf if k != "layers"}
+    # model.layers: the Sequential model's omits its InputLayer.
     assert [l.name for l in seq.layers] == [l.name for l in func.layers[1:]]
     for a, b in zip(seq.layers, func.layers[1:]):
         ca, cb = a.get_config(), b.get_config()

@@ -1,11 +1,8 @@
-#!/ usr / bin / env python3
-""
-    "make_resume_files.py — tests/golden/resume: whole models with optimizer
-    state as Keras writes them,
-    for test_keras_file's resumes (and the fuzz corpus)
-    .Run by hand from the
-        repository's root in a throwaway venv with tensorflow -
-    cpu, tf_keras and keras 3; output committed (Keras is never a
+#!/usr/bin/env python3
+"""make_resume_files.py — tests/golden/resume: whole models with optimizer
+state as Keras writes them, for test_keras_file's resumes (and the fuzz
+corpus). Run by hand from the repository's root in a throwaway venv with
+tensorflow-cpu, tf_keras and keras 3; output committed (Keras is never a
 test dependency):
 
   /tmp/kenv/bin/python tests/keras/make_resume_files.py

@@ -1,19 +1,14 @@
-""
-    "make_shared.py — a one-step golden test for Keras' shared layers: one
-    layer called twice with one set of weights,
-    whose gradient is the sum over its calls
-        .
+"""make_shared.py — a one-step golden test for Keras' shared layers: one
+layer called twice with one set of weights, whose gradient is the sum over
+its calls.
 
-    x(6, 6, 2)
-        ->a = shared_conv(x) Conv2D(2, 3, same),
-      called twice c = shared_conv(ReLU(a));
-d = Add([ x, c ]) u = shared_dense(GAP(d));
-v = shared_dense(GAP(a)) Dense(4, tanh),
-    twice out = Dense(3, softmax)(Concatenate([ u, v ])) tf_keras(tf.keras 2)
-        Functional API,
-          tf_keras.utils.set_random_seed(2), default initializers;
-SGD(0.1), sparse_categorical_crossentropy.Batch : np.random.seed(1);
-x = rand(4, 6, 6, 2) float32; y = randint(0, 3, 4).
+  x (6,6,2) -> a = shared_conv(x)       Conv2D(2, 3, same), called twice
+  c = shared_conv(ReLU(a)); d = Add([x, c])
+  u = shared_dense(GAP(d)); v = shared_dense(GAP(a))   Dense(4, tanh), twice
+  out = Dense(3, softmax)(Concatenate([u, v]))
+tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(2),
+default initializers; SGD(0.1), sparse_categorical_crossentropy.
+Batch: np.random.seed(1); x = rand(4, 6, 6, 2) float32; y = randint(0, 3, 4).
 
 Writes into OUTDIR (tests/golden/shared/): model.tf2.json, model.k3.json
 (the same model built in Keras 3), initial.h5, after_step.h5 (tf_keras

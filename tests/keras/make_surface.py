@@ -1,42 +1,27 @@
-""
-    "make_surface.py — a one-step golden test for the Keras surface of image
-    models(issue 18)
-    : the layers and activations keras.applications' mobile nets use,
-and the others mxu reads,
-in one Functional net
-    .
+"""make_surface.py — a one-step golden test for the Keras surface of image
+models (issue 18): the layers and activations keras.applications'
+mobile nets use, and the others mxu reads, in one Functional net.
 
-    x(8, 8, 3)
-    ->Rescaling(0.5, -0.25)
-    ->Normalization(adapted)
-    ->Conv2D(4, 3, same, gelu)
-    ->DepthwiseConv2D(3, multiplier 2, same, relu6)
-    ->Conv2D(8, 3, same, dilation 2, swish)
-    ->BatchNormalization->a = LeakyReLU(0.1) se = Conv2D(8, 1, sigmoid)(
-    GlobalAveragePooling2D(keepdims)(a)) b =
-    PReLU(shared_axes[1, 2])(Multiply([ a, se ])) squeeze
-    - excitation c = Conv2D(8, 3, same, groups 2, elu)(b)
-                         ->ELU(0.7)
-                         ->UpSampling2D(2, bilinear)
-                         ->Cropping2D(((1, 2), (3, 0)))
-                         ->Permute((2, 1, 3))
-                         ->SeparableConv2D(6, 3, multiplier 2, same, tanh)
-                         ->UpSampling2D((1, 2)) d =
-        Dense(6, mish)
-            ->Dense(6, softplus)
-            ->Dense(6, softsign)
-            ->Dense(6, selu)
-            ->Dense(6, exponential)(on UnitNormalization(GAP(c)))
-                out = Softmax()(Dense(5)(d)) Dropout and
-                      the Gaussian noise layers are left
-                      out : Keras' draws are not mxu's. hard_sigmoid too: tf
-                                .keras 2 and
-                      Keras 3 give it different slopes(both tested by hand)
-                          .tf_keras(tf.keras 2) Functional API,
-   tf_keras.utils.set_random_seed(3), default initializers;
-SGD(0.1), sparse_categorical_crossentropy.Batch : np.random.seed(2);
-x = rand(6, 8, 8, 3) float32;
-y = randint(0, 5, 6);
+  x (8,8,3) -> Rescaling(0.5, -0.25) -> Normalization (adapted)
+  -> Conv2D(4, 3, same, gelu) -> DepthwiseConv2D(3, multiplier 2, same,
+  relu6) -> Conv2D(8, 3, same, dilation 2, swish) -> BatchNormalization
+  -> a = LeakyReLU(0.1)
+  se = Conv2D(8, 1, sigmoid)(GlobalAveragePooling2D(keepdims)(a))
+  b = PReLU(shared_axes [1, 2])(Multiply([a, se]))     squeeze-excitation
+  c = Conv2D(8, 3, same, groups 2, elu)(b) -> ELU(0.7)
+      -> UpSampling2D(2, bilinear) -> Cropping2D(((1, 2), (3, 0)))
+      -> Permute((2, 1, 3)) -> SeparableConv2D(6, 3, multiplier 2, same,
+      tanh) -> UpSampling2D((1, 2))
+  d = Dense(6, mish) -> Dense(6, softplus) -> Dense(6, softsign)
+      -> Dense(6, selu) -> Dense(6, exponential) (on UnitNormalization(
+      GAP(c)))
+  out = Softmax()(Dense(5)(d))
+Dropout and the Gaussian noise layers are left out: Keras' draws are not
+mxu's. hard_sigmoid too:
+tf.keras 2 and Keras 3 give it different slopes (both tested by hand).
+tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(3),
+default initializers; SGD(0.1), sparse_categorical_crossentropy.
+Batch: np.random.seed(2); x = rand(6, 8, 8, 3) float32; y = randint(0, 5, 6);
 Normalization adapted on np.random.seed(5); rand(32, 8, 8, 3).
 
 Writes into OUTDIR (tests/golden/surface/) what golden_step.py writes, and

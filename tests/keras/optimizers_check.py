@@ -1,12 +1,9 @@
-#!/ usr / bin / env python3
-""
-    "optimizers_check.py — issue 18's check of the optimizers against Keras 3
-    itself,
-    run by hand in a throwaway venv(Keras is never a test dependency)
-        .For each optimizer(with clipping or weight decay in some cases),
-    a Dense(3, softmax)
-model is compiled in Keras and saved as.keras before any step;
-Keras trains it 3 full - batch steps, and so does
+#!/usr/bin/env python3
+"""optimizers_check.py — issue 18's check of the optimizers against Keras 3
+itself, run by hand in a throwaway venv (Keras is never a test
+dependency). For each optimizer (with clipping or weight decay in some
+cases), a Dense(3, softmax) model is compiled in Keras and saved as
+.keras before any step; Keras trains it 3 full-batch steps, and so does
 `mxu train` from the saved file alone; the script prints both loss
 trajectories and the largest weight difference. Then Keras loads mxu's
 saved model (optimizer state included) and takes 2 more steps, as mxu
@@ -73,7 +70,7 @@ for name, opt in CASES.items():
     k = keras.models.load_model(f"{name}.mxu.keras")
     diff = max(abs(a - b).max() for a, b in zip(m.get_weights(),
                                                   k.get_weights()))
-#Both go on 2 steps from mxu's file.
+    # Both go on 2 steps from mxu's file.
     more = k.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
     mine_more = mxu(f"{name}.mxu.keras", 2)
     loss_diff = max(abs(a - b) for a, b in

@@ -1,10 +1,9 @@
-#!/ usr / bin / env python3
-""
-    "regularizers_check.py — issue 18's check of regularizers and constraints
-    against Keras 3 itself,
-    run by hand in a throwaway venv(Keras is never a test dependency)
-    : a Dense layer with L1L2 and L2 penalties and a MaxNorm constraint,
-one SGD step in Keras and in `mxu train` from the same initial weights; prints both losses and the largest weight difference. Run from a
+#!/usr/bin/env python3
+"""regularizers_check.py — issue 18's check of regularizers and constraints
+against Keras 3 itself, run by hand in a throwaway venv (Keras is never a
+test dependency): a Dense layer with L1L2 and L2 penalties and a MaxNorm
+constraint, one SGD step in Keras and in `mxu train` from the same initial
+weights; prints both losses and the largest weight difference. Run from a
 scratch folder: /tmp/kenv/bin/python tests/keras/regularizers_check.py"""
 import os, json, subprocess
 os.environ["TF_CPP_MIN_LOG_LEVEL"]="3"

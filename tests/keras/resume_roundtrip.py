@@ -1,22 +1,16 @@
-#!/ usr / bin / env python3
-""
-    "resume_roundtrip.py — issue 19's round trips with Keras itself, run by
-    hand in a throwaway venv(tensorflow - cpu, tf_keras, keras 3, h5py);
-Keras is never a test dependency.From the repository's root:
+#!/usr/bin/env python3
+"""resume_roundtrip.py — issue 19's round trips with Keras itself, run by
+hand in a throwaway venv (tensorflow-cpu, tf_keras, keras 3, h5py); Keras
+is never a test dependency. From the repository's root:
 
-    / tmp / kenv / bin / python tests / keras /
-    resume_roundtrip
-        .py OUT_DIR
+  /tmp/kenv/bin/python tests/keras/resume_roundtrip.py OUT_DIR
 
-    1. Keras writes a trained model(Conv2D, MaxPooling2D, Dense;
-                                    Adam) three ways : Keras 3.keras,
-    Keras 3.h5,
-    tf.keras 2.h5.Each is loaded back by Keras and trained on 3 more
-    batches(one batch an epoch, so every epoch 's loss is one step' s);
-`mxu train FILE` does the same from the file
-alone(its weights and optimizer state)
-    .The losses must agree.2. mxu trains the same
-    architecture and saves m.keras; Keras 3 loads it,
+1. Keras writes a trained model (Conv2D, MaxPooling2D, Dense; Adam) three
+   ways: Keras 3 .keras, Keras 3 .h5, tf.keras 2 .h5. Each is loaded back
+   by Keras and trained on 3 more batches (one batch an epoch, so every
+   epoch's loss is one step's); `mxu train FILE` does the same from the
+   file alone (its weights and optimizer state). The losses must agree.
+2. mxu trains the same architecture and saves m.keras; Keras 3 loads it,
    evaluates (against mxu's own evaluate) and goes on training from the
    saved iteration.
 """
@@ -44,7 +38,7 @@ y = idx("train-labels-idx1-ubyte", 8)
 xt = idx("t10k-images-idx3-ubyte", 16).reshape(-1, 28, 28, 1)[:1000]
 yt = idx("t10k-labels-idx1-ubyte", 8)[:1000]
 xf, xtf = x.astype("float32") / 255, xt.astype("float32") / 255
-#What the resumed runs train on : one batch of 100, three epochs.
+# What the resumed runs train on: one batch of 100, three epochs.
 npz = f"{OUT}/resume.npz"
 np.savez(npz, x_train=xf[1000:1100], y_train=y[1000:1100], x_test=xtf,
          y_test=yt)
@@ -71,9 +65,9 @@ def keras_side(which):
     m = build(keras)
     m.fit(xf[:1000], y[:1000], batch_size=100, epochs=2, shuffle=False,
           verbose=0)
-#The.keras first : Keras 3's legacy.h5 save leaves the model's
-#compile_config without its optimizer, so a.keras saved after it
-#reloads with RMSprop and skips the Adam state.
+    # The .keras first: Keras 3's legacy .h5 save leaves the model's
+    # compile_config without its optimizer, so a .keras saved after it
+    # reloads with RMSprop and skips the Adam state.
     paths = ([f"{OUT}/k3.keras"] if which == "k3" else []) + [
         f"{OUT}/{which}.h5"]
     out = {}
@@ -133,7 +127,7 @@ if __name__ == "__main__":
               f"{' ' * len(os.path.basename(path))}  mxu   {mxu_losses}  "
               f"max |diff| {diff:.2e}")
     print(f"worst difference of the first 3 resumed steps: {worst:.2e}")
-#mxu's own .keras into Keras 3: evaluate, then one more step each.
+    # mxu's own .keras into Keras 3: evaluate, then one more step each.
     saved = f"{OUT}/mxu.keras"
     run = subprocess.run([MXU, "train", f"{OUT}/k3.keras", "--data", npz,
                           "--epochs", "3", "--batch-size", "100", "--verbose",
