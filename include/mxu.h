@@ -275,6 +275,20 @@ typedef struct mxu_relu_config {
   float threshold;
 } mxu_relu_config;
 
+/* LayerNormalization (groups 0: each position's channels normalised
+ * alone) and GroupNormalization (groups > 0: each sample's channels split
+ * in that many groups, each normalised over all positions): (x - mean) /
+ * sqrt(var + epsilon), then * gamma + beta per channel (scale, center). */
+typedef struct mxu_layer_norm_config {
+  const char *name;
+  int groups;
+  float epsilon;
+  int center, scale;
+  mxu_weight_options beta, gamma;
+} mxu_layer_norm_config;
+
+mxu_layer_norm_config mxu_layer_norm_defaults(int groups);
+
 /* PReLU: x > 0 ? x : alpha * x with alpha learned, one per value of the
  * input (without the batch) except along shared_axes (Keras' numbering,
  * the batch being 0), which share one. */
@@ -495,6 +509,9 @@ mxu_tensor_id mxu_apply_gaussian_dropout(mxu_model *model, const char *name,
 /* UnitNormalization over the last axis: x / sqrt(max(sum(x^2), 1e-12)). */
 mxu_tensor_id mxu_apply_unit_normalization(mxu_model *model, const char *name,
                                            mxu_tensor_id x);
+mxu_tensor_id mxu_apply_layer_normalization(mxu_model *model,
+                                            const mxu_layer_norm_config *config,
+                                            mxu_tensor_id x);
 mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,
                                      const mxu_upsampling2d_config *config,
                                      mxu_tensor_id x);

@@ -339,7 +339,8 @@ enum {
   CROP,     /* .top, .bottom, .left, .right */
   PERMUTE,  /* .target: the dims */
   UPSAMPLE, /* .keepdims: bilinear */
-  UNIT_NORM
+  UNIT_NORM,
+  LAYER_NORM /* .keepdims: groups */
 };
 
 static int64_t count3(const int64_t *d) { return d[0] * d[1] * d[2]; }
@@ -568,6 +569,12 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
   case UPSAMPLE: {
     mxu_upsampling2d_config u = {"under_test", {2, 3}, c->keepdims};
     y = mxu_apply_upsampling2d(m, &u, x[0]);
+    break;
+  }
+  case LAYER_NORM: {
+    mxu_layer_norm_config n = mxu_layer_norm_defaults(c->keepdims);
+    n.name = "under_test";
+    y = mxu_apply_layer_normalization(m, &n, x[0]);
     break;
   }
   case UNIT_NORM:
@@ -871,6 +878,19 @@ static const layer_case layer_cases[] = {
      .out = SHAPE342,
      .out_rank = 3,
      .layer = UNIT_NORM},
+    {.name = "LayerNormalization (values: the golden surface test)",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .layer = LAYER_NORM},
+    {.name = "GroupNormalization 2 groups",
+     .inputs = 1,
+     .shape = {{3, 4, 6}},
+     .out = {3, 4, 6},
+     .out_rank = 3,
+     .layer = LAYER_NORM,
+     .keepdims = 2},
     {.name = "Reshape (2, -1, 3)",
      .inputs = 1,
      .shape = {SHAPE342},

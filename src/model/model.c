@@ -27,6 +27,8 @@ static const mxu_layer_class *const registry[] = {
     &mxu_gaussian_dropout_class,
     &mxu_batch_normalization_class,
     &mxu_unit_normalization_class,
+    &mxu_layer_normalization_class,
+    &mxu_group_normalization_class,
     &mxu_add_class,
     &mxu_subtract_class,
     &mxu_multiply_class,
@@ -705,6 +707,19 @@ mxu_tensor_id mxu_apply_unit_normalization(mxu_model *model, const char *name,
   return x < 0
              ? -1
              : apply(model, &mxu_unit_normalization_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_layer_normalization(mxu_model *model,
+                                            const mxu_layer_norm_config *config,
+                                            mxu_tensor_id x) {
+  if (x < 0 || !given(config, "LayerNormalization")) return -1;
+  mxu_layer proto = {0};
+  proto.config.layer_norm = *config;
+  proto.config.layer_norm.name = NULL;
+  return apply(model,
+               config->groups > 0 ? &mxu_group_normalization_class
+                                  : &mxu_layer_normalization_class,
+               config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,

@@ -8,11 +8,12 @@ mobile nets use, and the others mxu reads, in one Functional net.
   -> a = LeakyReLU(0.1)
   se = Conv2D(8, 1, sigmoid)(GlobalAveragePooling2D(keepdims)(a))
   b = PReLU(shared_axes [1, 2])(Multiply([a, se]))     squeeze-excitation
-  c = Conv2D(8, 3, same, groups 2, elu)(b) -> ELU(0.7)
+  c = Conv2D(8, 3, same, groups 2, elu)(b) -> GroupNormalization(4)
+      -> ELU(0.7)
       -> UpSampling2D(2, bilinear) -> Cropping2D(((1, 2), (3, 0)))
       -> Permute((2, 1, 3)) -> SeparableConv2D(6, 3, multiplier 2, same,
       tanh) -> UpSampling2D((1, 2))
-  d = Dense(6, mish) -> Dense(6, softplus) -> Dense(6, softsign)
+  d = Dense(6, mish) -> LayerNormalization -> Dense(6, softplus) -> Dense(6, softsign)
       -> Dense(6, selu) -> Dense(6, exponential) (on UnitNormalization(
       GAP(c)))
   out = Softmax()(Dense(5)(d))
@@ -62,7 +63,7 @@ def build(K, adapt_on=None):
         L.Multiply(name="scale")([a, se]))
     c = L.Conv2D(8, 3, padding="same", groups=2, activation="elu",
                  name="grouped")(b)
-    c = L.ELU(0.7, name="elu")(c)
+    c = L.ELU(0.7, name="elu")(L.GroupNormalization(4, name="group_norm")(c))
     c = L.UpSampling2D(2, interpolation="bilinear", name="up_bilinear")(c)
     c = L.Cropping2D(((1, 2), (3, 0)), name="crop")(c)
     c = L.Permute((2, 1, 3), name="transpose")(c)
@@ -72,6 +73,8 @@ def build(K, adapt_on=None):
     d = L.UnitNormalization(name="unit")(L.GlobalAveragePooling2D(name="gap")(c))
     for act in ["mish", "softplus", "softsign", "selu", "exponential"]:
         d = L.Dense(6, activation=act, name="dense_" + act)(d)
+        if act == "mish":
+            d = L.LayerNormalization(name="layer_norm")(d)
     out = L.Softmax(name="probs")(L.Dense(5, name="logits")(d))
     return K.Model(x, out, name="surface")
 

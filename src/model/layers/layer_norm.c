@@ -1,0 +1,260 @@
+/* layer_norm.c — LayerNormalization and GroupNormalization over the last
+ * (channel) axis. Both normalise sets of values with their own mean and
+ * biased variance, then scale and shift per channel: LayerNormalization's
+ * sets are each position's channels, GroupNormalization's each sample's
+ * group of channels at every position. Statistics in double; plain loops.
+ * Backward: dx = inv / n * (n dxhat - sum(dxhat) - xhat sum(dxhat xhat)),
+ * dxhat = dy * gamma; dgamma = sum(dy xhat), dbeta = sum(dy) per channel. */
+#include "model/layers/layers.h"
+
+#include <math.h>
+#include <string.h>
+
+mxu_layer_norm_config mxu_layer_norm_defaults(int groups) {
+  return (mxu_layer_norm_config){
+      .groups = groups, .epsilon = 1e-3f, .center = 1, .scale = 1};
+}
+
+static int is_group(const mxu_layer *layer) {
+  return layer->cls == &mxu_group_normalization_class;
+}
+
+static int channels(const mxu_layer *layer) {
+  return (int)layer->in_shape.dims[layer->in_shape.rank - 1];
+}
+
+static mxu_status layer_norm_infer(mxu_layer *layer) {
+  const mxu_layer_norm_config *c = &layer->config.layer_norm;
+  MXU_TRY(mxu_same_shape_infer(layer));
+  if (!(c->epsilon > 0.0f) || !isfinite(c->epsilon))
+    return mxu_fail(MXU_ERR_ARG, "%s: epsilon must be positive, got %g",
+                    layer->name, (double)c->epsilon);
+  if (is_group(layer) && (c->groups < 1 || channels(layer) % c->groups))
+    return mxu_fail(MXU_ERR_ARG, "%s: groups %d must divide the %d channels",
+                    layer->name, c->groups, channels(layer));
+  return MXU_OK;
+}
+
+/* Keras' order: gamma, then beta. */
+static int layer_norm_declare(const mxu_layer *layer, mxu_param_decl *decls) {
+  const mxu_layer_norm_config *c = &layer->config.layer_norm;
+  int64_t ch = channels(layer);
+  mxu_shape shape = mxu_shape_make(1, &ch);
+  int n = 0;
+  if (c->scale)
+    decls[n++] = mxu_weight_decl("gamma", shape, &c->gamma, mxu_init_ones());
+  if (c->center)
+    decls[n++] = mxu_weight_decl("beta", shape, &c->beta, mxu_init_zeros());
+  return n;
+}
+
+/* The sets: `count` of them, each `positions` runs of `width` channels
+ * starting at channel `first` of a position of `stride` channels. */
+typedef struct norm_sets {
+  int64_t count, positions;
+  int width, stride, groups;
+} norm_sets;
+
+static norm_sets sets_of(const mxu_layer *layer) {
+  int c = channels(layer);
+  int64_t positions = mxu_shape_count(&layer->in_shape) / c;
+  int64_t batch = layer->compiled->batch;
+  if (!is_group(layer)) return (norm_sets){batch * positions, 1, c, c, 1};
+  int g = layer->config.layer_norm.groups;
+  return (norm_sets){batch * g, positions, c / g, c, g};
+}
+
+/* Set k's value j (0 .. positions * width - 1): its offset, and channel. */
+static int64_t at(const norm_sets *s, int64_t k, int64_t j, int *channel) {
+  int64_t sample = k / s->groups, group = k % s->groups;
+  int64_t position = j / s->width;
+  *channel = (int)(group * s->width + j % s->width);
+  return (sample * s->positions + position) * s->stride + *channel;
+}
+
+static void layer_norm_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  const mxu_layer_norm_config *c = &layer->config.layer_norm;
+  const float *gamma = c->scale ? run->w[0] : NULL;
+  const float *beta = c->center ? run->w[c->scale ? 1 : 0] : NULL;
+  norm_sets s = sets_of(layer);
+  int64_t n = s.positions * s.width;
+  for (int64_t k = 0; k < s.count; k++) {
+    double sum = 0.0, squares = 0.0;
+    int ch;
+    for (int64_t j = 0; j < n; j++) sum += run->x[at(&s, k, j, &ch)];
+    double mean = sum / (double)n;
+    for (int64_t j = 0; j < n; j++) {
+      double d = run->x[at(&s, k, j, &ch)] - mean;
+      squares += d * d;
+    }
+    double inv = 1.0 / sqrt(squares / (double)n + c->epsilon);
+    for (int64_t j = 0; j < n; j++) {
+      int64_t i = at(&s, k, j, &ch);
+      double v = (run->x[i] - mean) * inv;
+      if (gamma) v *= gamma[ch];
+      if (beta) v += beta[ch];
+      run->y[i] = (float)v;
+    }
+  }
+}
+
+static void layer_norm_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  const mxu_layer_norm_config *c = &layer->config.layer_norm;
+  const float *gamma = c->scale ? run->w[0] : NULL;
+  float *dgamma = c->scale ? run->dw[0] : NULL;
+  float *dbeta = c->center ? run->dw[c->scale ? 1 : 0] : NULL;
+  norm_sets s = sets_of(layer);
+  int64_t n = s.positions * s.width;
+  if (dgamma) memset(dgamma, 0, (size_t)channels(layer) * sizeof(float));
+  if (dbeta) memset(dbeta, 0, (size_t)channels(layer) * sizeof(float));
+  for (int64_t k = 0; k < s.count; k++) {
+    double sum = 0.0, squares = 0.0;
+    int ch;
+    for (int64_t j = 0; j < n; j++) sum += run->x[at(&s, k, j, &ch)];
+    double mean = sum / (double)n;
+    for (int64_t j = 0; j < n; j++) {
+      double d = run->x[at(&s, k, j, &ch)] - mean;
+      squares += d * d;
+    }
+    double inv = 1.0 / sqrt(squares / (double)n + c->epsilon);
+    double sum_d = 0.0, sum_dx = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+      int64_t i = at(&s, k, j, &ch);
+      double xhat = (run->x[i] - mean) * inv, dy = run->dy[i];
+      double dxhat = gamma ? dy * gamma[ch] : dy;
+      sum_d += dxhat;
+      sum_dx += dxhat * xhat;
+      if (dgamma) dgamma[ch] += (float)(dy * xhat);
+      if (dbeta) dbeta[ch] += (float)dy;
+    }
+    for (int64_t j = 0; j < n && run->need_dx; j++) {
+      int64_t i = at(&s, k, j, &ch);
+      double xhat = (run->x[i] - mean) * inv, dy = run->dy[i];
+      double dxhat = gamma ? dy * gamma[ch] : dy;
+      run->dx[i] = (float)(inv / (double)n *
+                           ((double)n * dxhat - sum_d - xhat * sum_dx));
+    }
+  }
+}
+
+/* Forward: mean 1, variance 3, normalise 2, scale and shift 2; backward
+ * about 10. */
+static double layer_norm_flops(const mxu_layer *layer,
+                               const mxu_flops_step *step) {
+  (void)step;
+  return (double)mxu_shape_count(&layer->in_shape) * (8.0 + 10.0);
+}
+
+/* ---- JSON ------------------------------------------------------------------
+ * The last axis only (-1, or its index counting the batch); Keras 3's
+ * rms_scaling must be false. */
+
+static const char *const layer_norm_keys[] = {"axis",
+                                              "epsilon",
+                                              "center",
+                                              "scale",
+                                              "beta_initializer",
+                                              "gamma_initializer",
+                                              "beta_regularizer",
+                                              "gamma_regularizer",
+                                              "beta_constraint",
+                                              "gamma_constraint",
+                                              "rms_scaling",
+                                              NULL};
+static const char *const group_norm_keys[] = {"groups",
+                                              "axis",
+                                              "epsilon",
+                                              "center",
+                                              "scale",
+                                              "beta_initializer",
+                                              "gamma_initializer",
+                                              "beta_regularizer",
+                                              "gamma_regularizer",
+                                              "beta_constraint",
+                                              "gamma_constraint",
+                                              NULL};
+
+static mxu_status read_last_axis(const mxu_json_where *where,
+                                 const cJSON *config, int rank) {
+  const cJSON *v = mxu_json_get(config, "axis");
+  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
+    v = cJSON_GetArrayItem(v, 0);
+  if (!v || (cJSON_IsNumber(v) &&
+             (v->valuedouble == -1 || v->valuedouble == (double)rank)))
+    return MXU_OK;
+  char text[64];
+  mxu_json_text(mxu_json_get(config, "axis"), text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "axis %s is not supported (only the last axis, -1 or "
+                       "%d)",
+                       text, rank);
+}
+
+static mxu_status read_norm(const mxu_json_where *where, const cJSON *config,
+                            mxu_json_node *node, const char *name, int group) {
+  mxu_layer_norm_config c = mxu_layer_norm_defaults(group ? 32 : 0);
+  c.name = name;
+  MXU_TRY(read_last_axis(where, config,
+                         node->model->layers[node->inputs[0]].out_shape.rank));
+  if (group)
+    MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, 1 << 20,
+                         &c.groups));
+  MXU_TRY(
+      mxu_json_float(where, config, "epsilon", MXU_JSON_OPTIONAL, &c.epsilon));
+  MXU_TRY(mxu_json_bool(where, config, "center", &c.center));
+  MXU_TRY(mxu_json_bool(where, config, "scale", &c.scale));
+  MXU_TRY(mxu_config_weight_options(where, config, "beta", &c.beta));
+  MXU_TRY(mxu_config_weight_options(where, config, "gamma", &c.gamma));
+  MXU_TRY(mxu_json_require_false(where, config, "rms_scaling"));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_layer_normalization(node->model, &c, node->inputs[0]));
+}
+
+static mxu_status read_layer_norm(const mxu_json_where *where,
+                                  const cJSON *config, mxu_json_node *node,
+                                  const char *name) {
+  return read_norm(where, config, node, name, 0);
+}
+
+static mxu_status read_group_norm(const mxu_json_where *where,
+                                  const cJSON *config, mxu_json_node *node,
+                                  const char *name) {
+  return read_norm(where, config, node, name, 1);
+}
+
+static void write_norm(mxu_json_out *out, const mxu_layer *layer,
+                       cJSON *config) {
+  const mxu_layer_norm_config *c = &layer->config.layer_norm;
+  if (is_group(layer)) mxu_json_put_number(out, config, "groups", c->groups);
+  mxu_json_put_number(out, config, "axis", -1);
+  mxu_json_put_float(out, config, "epsilon", c->epsilon);
+  mxu_json_put_bool(out, config, "center", c->center);
+  mxu_json_put_bool(out, config, "scale", c->scale);
+  mxu_config_put_initializers(out, config, "beta", &c->beta.initializer,
+                              mxu_init_zeros(), "gamma", &c->gamma.initializer,
+                              mxu_init_ones());
+  mxu_config_put_penalties(out, config, "beta", &c->beta, "gamma", &c->gamma,
+                           0);
+}
+
+#define NORM_CLASS(symbol, keras_name, reader, keys)                           \
+  const mxu_layer_class symbol = {                                             \
+      .class_name = keras_name,                                                \
+      .flops = layer_norm_flops,                                               \
+      .config_keys = keys,                                                     \
+      .read_config = reader,                                                   \
+      .write_config = write_norm,                                              \
+      .min_inputs = 1,                                                         \
+      .max_inputs = 1,                                                         \
+      .infer = layer_norm_infer,                                               \
+      .declare = layer_norm_declare,                                           \
+      .plan = mxu_no_plan,                                                     \
+      .forward = layer_norm_forward,                                           \
+      .backward = layer_norm_backward,                                         \
+  }
+
+NORM_CLASS(mxu_layer_normalization_class, "LayerNormalization", read_layer_norm,
+           layer_norm_keys);
+NORM_CLASS(mxu_group_normalization_class, "GroupNormalization", read_group_norm,
+           group_norm_keys);
