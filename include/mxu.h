@@ -206,6 +206,12 @@ typedef struct mxu_depthwise_conv2d_config {
   mxu_weight_options depthwise, bias;
 } mxu_depthwise_conv2d_config;
 
+/* Conv2DTranspose: the transpose of a Conv2D (the gradient of its input),
+ * the output strides times the input's size ('same'), or that plus
+ * max(kernel - stride, 0) ('valid'); its kernel is (kh, kw, filters,
+ * input channels) as Keras keeps it. */
+typedef mxu_conv2d_config mxu_conv2d_transpose_config;
+
 /* SeparableConv2D: a DepthwiseConv2D (no bias, no activation) then a 1x1
  * Conv2D to `filters` channels with the bias and the activation; its
  * kernels are depthwise (kh, kw, in, depth_multiplier) and pointwise
@@ -530,6 +536,10 @@ mxu_tensor_id mxu_apply_normalization(mxu_model *model,
 mxu_tensor_id
 mxu_apply_separable_conv2d(mxu_model *model,
                            const mxu_separable_conv2d_config *config,
+                           mxu_tensor_id x);
+mxu_tensor_id
+mxu_apply_conv2d_transpose(mxu_model *model,
+                           const mxu_conv2d_transpose_config *config,
                            mxu_tensor_id x);
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
                              mxu_tensor_id x);

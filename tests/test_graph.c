@@ -340,7 +340,8 @@ enum {
   PERMUTE,  /* .target: the dims */
   UPSAMPLE, /* .keepdims: bilinear */
   UNIT_NORM,
-  LAYER_NORM /* .keepdims: groups */
+  LAYER_NORM, /* .keepdims: groups */
+  TRANSPOSE   /* .keepdims: same */
 };
 
 static int64_t count3(const int64_t *d) { return d[0] * d[1] * d[2]; }
@@ -575,6 +576,15 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
     mxu_layer_norm_config n = mxu_layer_norm_defaults(c->keepdims);
     n.name = "under_test";
     y = mxu_apply_layer_normalization(m, &n, x[0]);
+    break;
+  }
+  case TRANSPOSE: {
+    mxu_conv2d_transpose_config t = mxu_conv2d_defaults(3, 3, 2);
+    t.name = "under_test";
+    t.strides[0] = 2;
+    t.padding = c->keepdims ? MXU_SAME : MXU_VALID;
+    t.activation = c->keepdims ? MXU_TANH : MXU_GELU;
+    y = mxu_apply_conv2d_transpose(m, &t, x[0]);
     break;
   }
   case UNIT_NORM:
@@ -891,6 +901,19 @@ static const layer_case layer_cases[] = {
      .out_rank = 3,
      .layer = LAYER_NORM,
      .keepdims = 2},
+    {.name = "Conv2DTranspose same (values: the golden surface test)",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {6, 4, 3},
+     .out_rank = 3,
+     .layer = TRANSPOSE,
+     .keepdims = 1},
+    {.name = "Conv2DTranspose valid",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = {7, 5, 3},
+     .out_rank = 3,
+     .layer = TRANSPOSE},
     {.name = "Reshape (2, -1, 3)",
      .inputs = 1,
      .shape = {SHAPE342},

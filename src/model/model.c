@@ -16,6 +16,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_conv2d_class,
     &mxu_depthwise_conv2d_class,
     &mxu_separable_conv2d_class,
+    &mxu_conv2d_transpose_class,
     &mxu_max_pooling2d_class,
     &mxu_average_pooling2d_class,
     &mxu_activation_class,
@@ -783,6 +784,15 @@ mxu_apply_separable_conv2d(mxu_model *model,
   proto.config.separable = *config;
   proto.config.separable.name = NULL;
   return apply(model, &mxu_separable_conv2d_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id
+mxu_apply_conv2d_transpose(mxu_model *model,
+                           const mxu_conv2d_transpose_config *config,
+                           mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || conv2d_proto(config, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_conv2d_transpose_class, config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,

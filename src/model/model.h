@@ -250,6 +250,7 @@ typedef struct mxu_node_plan {
 extern const mxu_layer_class mxu_conv2d_class;
 extern const mxu_layer_class mxu_depthwise_conv2d_class;
 extern const mxu_layer_class mxu_separable_conv2d_class;
+extern const mxu_layer_class mxu_conv2d_transpose_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;

@@ -12,7 +12,8 @@ mobile nets use, and the others mxu reads, in one Functional net.
       -> ELU(0.7)
       -> UpSampling2D(2, bilinear) -> Cropping2D(((1, 2), (3, 0)))
       -> Permute((2, 1, 3)) -> SeparableConv2D(6, 3, multiplier 2, same,
-      tanh) -> UpSampling2D((1, 2))
+      tanh) -> UpSampling2D((1, 2)) -> Conv2DTranspose(5, 3, strides 2,
+      same, relu) -> Conv2DTranspose(4, (2, 3), strides (1, 2), valid)
   d = Dense(6, mish) -> LayerNormalization -> Dense(6, softplus) -> Dense(6, softsign)
       -> Dense(6, selu) -> Dense(6, exponential) (on UnitNormalization(
       GAP(c)))
@@ -70,6 +71,9 @@ def build(K, adapt_on=None):
     c = L.SeparableConv2D(6, 3, depth_multiplier=2, padding="same",
                           activation="tanh", name="separable")(c)
     c = L.UpSampling2D((1, 2), name="up_nearest")(c)
+    c = L.Conv2DTranspose(5, 3, strides=2, padding="same", activation="relu",
+                          name="transpose_same")(c)
+    c = L.Conv2DTranspose(4, (2, 3), strides=(1, 2), name="transpose_valid")(c)
     d = L.UnitNormalization(name="unit")(L.GlobalAveragePooling2D(name="gap")(c))
     for act in ["mish", "softplus", "softsign", "selu", "exponential"]:
         d = L.Dense(6, activation=act, name="dense_" + act)(d)

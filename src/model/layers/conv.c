@@ -28,6 +28,10 @@ static int is_separable(const mxu_layer *layer) {
   return layer->cls == &mxu_separable_conv2d_class;
 }
 
+static int is_transpose(const mxu_layer *layer) {
+  return layer->cls == &mxu_conv2d_transpose_class;
+}
+
 /* A SeparableConv2D's spec is its depthwise half's: no bias, linear. */
 static conv_spec spec_of(const mxu_layer *layer) {
   int in = layer->in_shape.rank == 3 ? (int)layer->in_shape.dims[2] : 0;
@@ -118,6 +122,12 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
     int64_t kernel[4] = {kh, kw, in, c->depth_multiplier};
     decls[0] = mxu_weight_decl("depthwise_kernel", mxu_shape_make(4, kernel),
                                &c->depthwise, mxu_init_glorot_uniform());
+    bias = &c->bias;
+  } else if (is_transpose(layer)) {
+    const mxu_conv2d_config *c = &layer->config.conv;
+    int64_t kernel[4] = {kh, kw, out, in};
+    decls[0] = mxu_weight_decl("kernel", mxu_shape_make(4, kernel), &c->kernel,
+                               mxu_init_glorot_uniform());
     bias = &c->bias;
   } else {
     const mxu_conv2d_config *c = &layer->config.conv;
@@ -607,4 +617,172 @@ const mxu_layer_class mxu_separable_conv2d_class = {
     .forward = separable_forward,
     .backward = separable_backward,
     .logits = separable_logits,
+};
+
+/* ---- Conv2DTranspose
+ * --------------------------------------------------------- The transpose of
+ * the Conv2D D that maps this layer's output shape back to its input shape with
+ * the same kernel (Keras' (kh, kw, filters, in) is D's HWIO). Forward is D's
+ * backward data (then the bias and the activation), backward data D's forward,
+ * the kernel's gradient D's backward weights with the roles of x and dy
+ * exchanged. */
+
+static mxu_status transpose_infer(mxu_layer *layer) {
+  conv_spec s = spec_of(layer);
+  if (layer->in_shape.rank != 3)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: Conv2DTranspose takes (height, width, channels)",
+                    layer->name);
+  if (s.filters <= 0 || s.groups != 1)
+    return mxu_fail(MXU_ERR_ARG, "%s: filters %d must be positive, groups 1",
+                    layer->name, s.filters);
+  int64_t dims[3] = {0, 0, s.filters};
+  for (int a = 0; a < 2; a++) {
+    int64_t in = layer->in_shape.dims[a], k = span(&s, a), st = s.strides[a];
+    if (k < 1 || st < 1 || k > MXU_MAX_WINDOW || st > MXU_MAX_WINDOW)
+      return mxu_fail(MXU_ERR_ARG, "%s: kernel %d and stride %d out of 1..%d",
+                      layer->name, s.kernel[a], s.strides[a], MXU_MAX_WINDOW);
+    dims[a] = s.padding == MXU_SAME ? in * st : in * st + (k > st ? k - st : 0);
+    if (dims[a] > 1 << 20)
+      return mxu_fail(MXU_ERR_SHAPE, "%s: output too large", layer->name);
+  }
+  layer->out_shape = mxu_shape_make(3, dims);
+  return MXU_OK;
+}
+
+/* D: from this layer's output (its input) to this layer's input. */
+static mxu_conv2d_desc transpose_describe(const mxu_layer *layer, int batch) {
+  conv_spec s = spec_of(layer);
+  mxu_conv2d_desc d = {0};
+  d.n = batch;
+  d.in_h = (int)layer->out_shape.dims[0];
+  d.in_w = (int)layer->out_shape.dims[1];
+  d.in_c = s.filters;
+  d.out_h = (int)layer->in_shape.dims[0];
+  d.out_w = (int)layer->in_shape.dims[1];
+  d.out_c = (int)layer->in_shape.dims[2];
+  d.kernel_h = s.kernel[0];
+  d.kernel_w = s.kernel[1];
+  d.stride_h = s.strides[0];
+  d.stride_w = s.strides[1];
+  d.dilation_h = at_least_one(s.dilation[0]);
+  d.dilation_w = at_least_one(s.dilation[1]);
+  mxu_conv_output_size(d.in_h, span(&s, 0), d.stride_h, s.padding, &d.pad_top,
+                       &d.pad_bottom);
+  mxu_conv_output_size(d.in_w, span(&s, 1), d.stride_w, s.padding, &d.pad_left,
+                       &d.pad_right);
+  /* float32: D's bf16 backward passes would reuse copies its forward
+   * makes, and here they run without one. */
+  d.bf16 = 0;
+  return d;
+}
+
+static mxu_status transpose_plan(mxu_layer *layer, const mxu_backend *backend,
+                                 int batch, mxu_arena *layout) {
+  mxu_conv2d_desc d = transpose_describe(layer, batch);
+  mxu_activation fused; /* D fuses nothing: forward runs it (ops[1]) */
+  int64_t rows = (int64_t)batch * d.in_h * d.in_w;
+  MXU_TRY(mxu_epilogue_plan(layer, spec_of(layer).activation, backend, rows,
+                            d.in_c, layout, &fused));
+  return backend->conv2d_create(&d, &layer->compiled->ops[0]);
+}
+
+static void transpose_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  conv_spec s = spec_of(layer);
+  float *z = mxu_epilogue_target(layer, s.activation, run);
+  run->backend->conv2d_backward_data(run->ops[0], run->x, run->w[0], z);
+  if (s.use_bias) {
+    int64_t rows = (int64_t)layer->compiled->batch * layer->out_shape.dims[0] *
+                   layer->out_shape.dims[1];
+    for (int64_t r = 0; r < rows; r++)
+      for (int c = 0; c < s.filters; c++) z[r * s.filters + c] += run->w[1][c];
+  }
+  if (s.activation != MXU_LINEAR && mxu_activation_fusable(s.activation))
+    run->backend->activation_forward(run->ops[1], z, z);
+  mxu_epilogue_forward(layer, s.activation, run);
+}
+
+static void transpose_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  conv_spec s = spec_of(layer);
+  const float *dz = mxu_epilogue_backward(layer, s.activation, run);
+  run->backend->conv2d_backward_weights(run->ops[0], dz, run->x, run->dw[0],
+                                        NULL);
+  if (s.use_bias) {
+    int64_t rows = (int64_t)layer->compiled->batch * layer->out_shape.dims[0] *
+                   layer->out_shape.dims[1];
+    float *db = run->dw[1];
+    memset(db, 0, (size_t)s.filters * sizeof(float));
+    for (int64_t r = 0; r < rows; r++)
+      for (int c = 0; c < s.filters; c++) db[c] += dz[r * s.filters + c];
+  }
+  if (run->need_dx)
+    run->backend->conv2d_forward(run->ops[0], dz, run->w[0], NULL, run->dx);
+}
+
+/* What the Conv2D D costs, its output being this layer's input. */
+static double transpose_flops(const mxu_layer *layer,
+                              const mxu_flops_step *step) {
+  conv_spec s = spec_of(layer);
+  double window = (double)s.kernel[0] * s.kernel[1] * s.filters;
+  return mxu_weighted_flops((double)mxu_shape_count(&layer->in_shape), window,
+                            s.use_bias, s.activation, step);
+}
+
+static const char *const transpose_keys[] = {"filters",
+                                             "kernel_size",
+                                             "strides",
+                                             "padding",
+                                             "output_padding",
+                                             "data_format",
+                                             "dilation_rate",
+                                             "groups",
+                                             "activation",
+                                             "use_bias",
+                                             MXU_WEIGHT_OPTION_KEYS};
+
+/* output_padding (an output size Keras' formula does not give) is
+ * refused. */
+static mxu_status read_transpose(const mxu_json_where *where,
+                                 const cJSON *config, mxu_json_node *node,
+                                 const char *name) {
+  mxu_conv2d_config conv = mxu_conv2d_defaults(0, 0, 0);
+  conv.name = name;
+  MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
+                       &conv.filters));
+  MXU_TRY(read_window(where, config, conv.kernel_size, conv.strides,
+                      &conv.padding, conv.dilation_rate));
+  MXU_TRY(mxu_json_require_null(where, config, "output_padding"));
+  MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, 1,
+                       &conv.groups));
+  MXU_TRY(mxu_json_activation(where, config, "activation",
+                              node->model->keras2_names, &conv.activation));
+  MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &conv.kernel));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", &conv.bias));
+  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_conv2d_transpose(node->model, &conv, node->inputs[0]));
+}
+
+static void write_transpose(mxu_json_out *out, const mxu_layer *layer,
+                            cJSON *config) {
+  write_conv2d(out, layer, config);
+  mxu_json_put_null(out, config, "output_padding");
+}
+
+const mxu_layer_class mxu_conv2d_transpose_class = {
+    .class_name = "Conv2DTranspose",
+    .flops = transpose_flops,
+    .config_keys = transpose_keys,
+    .read_config = read_transpose,
+    .write_config = write_transpose,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = transpose_infer,
+    .declare = conv2d_declare,
+    .plan = transpose_plan,
+    .forward = transpose_forward,
+    .backward = transpose_backward,
+    .logits = conv2d_logits,
 };
