@@ -373,6 +373,15 @@ typedef struct mxu_upsampling2d_config {
   int bilinear;
 } mxu_upsampling2d_config;
 
+/* Resizing (bilinear, TensorFlow's half-pixel resize, or nearest) and
+ * CenterCrop (the centre window; bilinear unused): images to height x
+ * width. */
+typedef struct mxu_resize_config {
+  const char *name;
+  int height, width;
+  int bilinear;
+} mxu_resize_config;
+
 /* Cropping2D: rows off the top and bottom, columns off the left and
  * right (the margins ZeroPadding2D would add). */
 typedef mxu_zero_padding2d_config mxu_cropping2d_config;
@@ -521,6 +530,12 @@ mxu_tensor_id mxu_apply_layer_normalization(mxu_model *model,
 mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,
                                      const mxu_upsampling2d_config *config,
                                      mxu_tensor_id x);
+mxu_tensor_id mxu_apply_resizing(mxu_model *model,
+                                 const mxu_resize_config *config,
+                                 mxu_tensor_id x);
+mxu_tensor_id mxu_apply_center_crop(mxu_model *model,
+                                    const mxu_resize_config *config,
+                                    mxu_tensor_id x);
 mxu_tensor_id mxu_apply_cropping2d(mxu_model *model,
                                    const mxu_cropping2d_config *config,
                                    mxu_tensor_id x);

@@ -42,6 +42,8 @@ static const mxu_layer_class *const registry[] = {
     &mxu_zero_padding2d_class,
     &mxu_cropping2d_class,
     &mxu_upsampling2d_class,
+    &mxu_resizing_class,
+    &mxu_center_crop_class,
     &mxu_relu_class,
     &mxu_reshape_class,
     &mxu_permute_class,
@@ -731,6 +733,28 @@ mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,
   proto.config.upsampling = *config;
   proto.config.upsampling.name = NULL;
   return apply(model, &mxu_upsampling2d_class, config->name, &proto, &x, 1);
+}
+
+static mxu_tensor_id apply_resize(mxu_model *model, const mxu_layer_class *cls,
+                                  const mxu_resize_config *config,
+                                  mxu_tensor_id x) {
+  if (x < 0 || !given(config, cls->class_name)) return -1;
+  mxu_layer proto = {0};
+  proto.config.resize = *config;
+  proto.config.resize.name = NULL;
+  return apply(model, cls, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_resizing(mxu_model *model,
+                                 const mxu_resize_config *config,
+                                 mxu_tensor_id x) {
+  return apply_resize(model, &mxu_resizing_class, config, x);
+}
+
+mxu_tensor_id mxu_apply_center_crop(mxu_model *model,
+                                    const mxu_resize_config *config,
+                                    mxu_tensor_id x) {
+  return apply_resize(model, &mxu_center_crop_class, config, x);
 }
 
 mxu_tensor_id mxu_apply_cropping2d(mxu_model *model,

@@ -186,6 +186,7 @@ struct mxu_layer {
     mxu_random_config random;
     mxu_permute_config permute;
     mxu_upsampling2d_config upsampling;
+    mxu_resize_config resize;
     mxu_layer_norm_config layer_norm;
     mxu_normalization_config normalization;
   } config;
@@ -270,6 +271,8 @@ extern const mxu_layer_class mxu_random_zoom_class;
 extern const mxu_layer_class mxu_cropping2d_class;
 extern const mxu_layer_class mxu_permute_class;
 extern const mxu_layer_class mxu_upsampling2d_class;
+extern const mxu_layer_class mxu_resizing_class;
+extern const mxu_layer_class mxu_center_crop_class;
 extern const mxu_layer_class mxu_gaussian_noise_class;
 extern const mxu_layer_class mxu_unit_normalization_class;
 extern const mxu_layer_class mxu_layer_normalization_class;

@@ -3,24 +3,26 @@ models (issue 18): the layers and activations keras.applications'
 mobile nets use, and the others mxu reads, in one Functional net.
 
   x (8,8,3) -> Rescaling(0.5, -0.25) -> Normalization (adapted)
+  -> Resizing(7, 9) (bilinear) -> CenterCrop(6, 7)
   -> Conv2D(4, 3, same, gelu) -> DepthwiseConv2D(3, multiplier 2, same,
   relu6) -> Conv2D(8, 3, same, dilation 2, swish) -> BatchNormalization
   -> a = LeakyReLU(0.1)
   se = Conv2D(8, 1, sigmoid)(GlobalAveragePooling2D(keepdims)(a))
   b = PReLU(shared_axes [1, 2])(Multiply([a, se]))     squeeze-excitation
   c = Conv2D(8, 3, same, groups 2, elu)(b) -> GroupNormalization(4)
-      -> ELU(0.7)
+      -> ELU(0.7) -> Conv2DTranspose(5, 3, strides 2, same, relu)
+      -> Conv2DTranspose(4, (2, 3), strides (1, 2), valid, tanh)
       -> UpSampling2D(2, bilinear) -> Cropping2D(((1, 2), (3, 0)))
       -> Permute((2, 1, 3)) -> SeparableConv2D(6, 3, multiplier 2, same,
-      tanh) -> UpSampling2D((1, 2)) -> Conv2DTranspose(5, 3, strides 2,
-      same, relu) -> Conv2DTranspose(4, (2, 3), strides (1, 2), valid)
-  d = Dense(6, mish) -> LayerNormalization -> Dense(6, softplus) -> Dense(6, softsign)
-      -> Dense(6, selu) -> Dense(6, exponential) (on UnitNormalization(
-      GAP(c)))
+      tanh) -> UpSampling2D((1, 2))
+  d = Dense(6, mish) -> LayerNormalization -> Dense(6, softplus)
+      -> Dense(6, softsign) -> Dense(6, selu) -> Dense(6, exponential)
+      (on UnitNormalization(GAP(c)))
   out = Softmax()(Dense(5)(d))
 Dropout and the Gaussian noise layers are left out: Keras' draws are not
-mxu's. hard_sigmoid too:
-tf.keras 2 and Keras 3 give it different slopes (both tested by hand).
+mxu's. hard_sigmoid too: tf.keras 2 and Keras 3 give it different slopes
+(both tested by hand). A bias summed over many equal terms (a linear layer
+before a pooling) is avoided: TensorFlow's float32 sums of it stray 1e-5.
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(3),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
 Batch: np.random.seed(2); x = rand(6, 8, 8, 3) float32; y = randint(0, 5, 6);
@@ -51,6 +53,8 @@ def build(K, adapt_on=None):
     if adapt_on is not None:
         norm.adapt(adapt_on)
     h = norm(L.Rescaling(0.5, offset=-0.25, name="rescale")(x))
+    h = L.Resizing(7, 9, name="resize")(h)
+    h = L.CenterCrop(6, 7, name="center")(h)
     h = L.Conv2D(4, 3, padding="same", activation="gelu", name="conv_gelu")(h)
     h = L.DepthwiseConv2D(3, depth_multiplier=2, padding="same",
                           activation="relu6", name="depthwise")(h)
@@ -65,15 +69,17 @@ def build(K, adapt_on=None):
     c = L.Conv2D(8, 3, padding="same", groups=2, activation="elu",
                  name="grouped")(b)
     c = L.ELU(0.7, name="elu")(L.GroupNormalization(4, name="group_norm")(c))
+    c = L.Conv2DTranspose(5, 3, strides=2, padding="same", activation="relu",
+                          name="transpose_same")(c)
+    c = L.Conv2DTranspose(4, (2, 3), strides=(1, 2), activation="tanh",
+                          name="transpose_valid")(c)
     c = L.UpSampling2D(2, interpolation="bilinear", name="up_bilinear")(c)
     c = L.Cropping2D(((1, 2), (3, 0)), name="crop")(c)
     c = L.Permute((2, 1, 3), name="transpose")(c)
     c = L.SeparableConv2D(6, 3, depth_multiplier=2, padding="same",
                           activation="tanh", name="separable")(c)
     c = L.UpSampling2D((1, 2), name="up_nearest")(c)
-    c = L.Conv2DTranspose(5, 3, strides=2, padding="same", activation="relu",
-                          name="transpose_same")(c)
-    c = L.Conv2DTranspose(4, (2, 3), strides=(1, 2), name="transpose_valid")(c)
+
     d = L.UnitNormalization(name="unit")(L.GlobalAveragePooling2D(name="gap")(c))
     for act in ["mish", "softplus", "softsign", "selu", "exponential"]:
         d = L.Dense(6, activation=act, name="dense_" + act)(d)

@@ -710,10 +710,12 @@ static void transpose_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (s.use_bias) {
     int64_t rows = (int64_t)layer->compiled->batch * layer->out_shape.dims[0] *
                    layer->out_shape.dims[1];
-    float *db = run->dw[1];
-    memset(db, 0, (size_t)s.filters * sizeof(float));
-    for (int64_t r = 0; r < rows; r++)
-      for (int c = 0; c < s.filters; c++) db[c] += dz[r * s.filters + c];
+    /* Summed in double, channel by channel: a sum over every pixel. */
+    for (int c = 0; c < s.filters; c++) {
+      double sum = 0.0;
+      for (int64_t r = 0; r < rows; r++) sum += dz[r * s.filters + c];
+      run->dw[1][c] = (float)sum;
+    }
   }
   if (run->need_dx)
     run->backend->conv2d_forward(run->ops[0], dz, run->w[0], NULL, run->dx);

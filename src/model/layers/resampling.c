@@ -1,7 +1,7 @@
-/* resampling.c — UpSampling2D: nearest (each pixel repeated) or bilinear
- * as TensorFlow's resize computes it (half-pixel centres: output pixel o
- * reads input (o + 0.5) / scale - 0.5, its two neighbours clamped to the
- * image), which both Keras versions call. Backward spreads each output
+/* resampling.c — UpSampling2D and Resizing: nearest or bilinear as
+ * TensorFlow's resize computes them (half-pixel centres: output pixel o
+ * reads input (o + 0.5) * in / out - 0.5, its two neighbours clamped to
+ * the image), which both Keras versions call. Backward spreads each output
  * gradient over the pixels it read, with the same weights. */
 #include "model/layers/layers.h"
 
@@ -15,9 +15,17 @@ typedef struct tap {
   float frac;
 } tap;
 
-static tap tap_at(int o, int scale, int in, int bilinear) {
-  if (!bilinear) return (tap){o / scale, o / scale, 0.0f};
-  float at = ((float)o + 0.5f) / (float)scale - 0.5f;
+/* Output pixel o of `out` reading an axis of `in` pixels. TensorFlow's
+ * nearest takes floor((o + 0.5) * in / out), which for UpSampling2D's
+ * whole factors is o / factor. */
+static tap tap_at(int o, int in, int out, int bilinear) {
+  float scale = (float)in / (float)out;
+  if (!bilinear) {
+    int i = (int)floorf(((float)o + 0.5f) * scale);
+    i = i > in - 1 ? in - 1 : i;
+    return (tap){i, i, 0.0f};
+  }
+  float at = ((float)o + 0.5f) * scale - 0.5f;
   float below = floorf(at);
   int lo = below < 0.0f ? 0 : (int)below;
   int hi = (int)ceilf(at);
@@ -45,6 +53,15 @@ static mxu_status upsampling_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
+static int is_resizing(const mxu_layer *layer) {
+  return layer->cls == &mxu_resizing_class;
+}
+
+static int bilinear_of(const mxu_layer *layer) {
+  return is_resizing(layer) ? layer->config.resize.bilinear
+                            : layer->config.upsampling.bilinear;
+}
+
 typedef struct geometry {
   int h, w, ch, out_h, out_w;
 } geometry;
@@ -57,15 +74,14 @@ static geometry geometry_of(const mxu_layer *layer) {
 
 /* TensorFlow's order: top and bottom lerps across, then down. */
 static void upsampling_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  const mxu_upsampling2d_config *c = &layer->config.upsampling;
   geometry g = geometry_of(layer);
   for (int64_t n = 0; n < layer->compiled->batch; n++) {
     const float *x = run->x + n * g.h * g.w * g.ch;
     float *y = run->y + n * g.out_h * g.out_w * g.ch;
     for (int r = 0; r < g.out_h; r++) {
-      tap ty = tap_at(r, c->size[0], g.h, c->bilinear);
+      tap ty = tap_at(r, g.h, g.out_h, bilinear_of(layer));
       for (int col = 0; col < g.out_w; col++) {
-        tap tx = tap_at(col, c->size[1], g.w, c->bilinear);
+        tap tx = tap_at(col, g.w, g.out_w, bilinear_of(layer));
         const float *tl = x + ((size_t)ty.lo * g.w + tx.lo) * g.ch;
         const float *tr = x + ((size_t)ty.lo * g.w + tx.hi) * g.ch;
         const float *bl = x + ((size_t)ty.hi * g.w + tx.lo) * g.ch;
@@ -83,7 +99,6 @@ static void upsampling_forward(mxu_layer *layer, const mxu_layer_run *run) {
 
 static void upsampling_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
-  const mxu_upsampling2d_config *c = &layer->config.upsampling;
   geometry g = geometry_of(layer);
   size_t per = (size_t)g.h * g.w * g.ch;
   memset(run->dx, 0, (size_t)layer->compiled->batch * per * sizeof(float));
@@ -91,9 +106,9 @@ static void upsampling_backward(mxu_layer *layer, const mxu_layer_run *run) {
     float *dx = run->dx + n * per;
     const float *dy = run->dy + n * g.out_h * g.out_w * g.ch;
     for (int r = 0; r < g.out_h; r++) {
-      tap ty = tap_at(r, c->size[0], g.h, c->bilinear);
+      tap ty = tap_at(r, g.h, g.out_h, bilinear_of(layer));
       for (int col = 0; col < g.out_w; col++) {
-        tap tx = tap_at(col, c->size[1], g.w, c->bilinear);
+        tap tx = tap_at(col, g.w, g.out_w, bilinear_of(layer));
         const float *d = dy + ((size_t)r * g.out_w + col) * g.ch;
         float *tl = dx + ((size_t)ty.lo * g.w + tx.lo) * g.ch;
         float *tr = dx + ((size_t)ty.lo * g.w + tx.hi) * g.ch;
@@ -114,7 +129,7 @@ static void upsampling_backward(mxu_layer *layer, const mxu_layer_run *run) {
 /* Bilinear: three lerps of two flops per value. */
 static double upsampling_flops(const mxu_layer *layer,
                                const mxu_flops_step *step) {
-  if (!layer->config.upsampling.bilinear) return 0.0;
+  if (!bilinear_of(layer)) return 0.0;
   return (double)mxu_shape_count(&layer->out_shape) *
          (step->need_dx ? 12.0 : 6.0);
 }
@@ -158,6 +173,87 @@ const mxu_layer_class mxu_upsampling2d_class = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = upsampling_infer,
+    .flops = upsampling_flops,
+    .plan = mxu_no_plan,
+    .forward = upsampling_forward,
+    .backward = upsampling_backward,
+};
+
+/* ---- Resizing
+ * ----------------------------------------------------------------
+ * crop_to_aspect_ratio and pad_to_aspect_ratio (Keras 3) must be false;
+ * interpolation bilinear (Keras' default) or nearest. */
+
+static const char *const resizing_keys[] = {"height",
+                                            "width",
+                                            "interpolation",
+                                            "crop_to_aspect_ratio",
+                                            "pad_to_aspect_ratio",
+                                            "fill_mode",
+                                            "fill_value",
+                                            "antialias",
+                                            "data_format",
+                                            NULL};
+
+static mxu_status read_resizing(const mxu_json_where *where,
+                                const cJSON *config, mxu_json_node *node,
+                                const char *name) {
+  mxu_resize_config c = {name, 0, 0, 1};
+  const char *interpolation = "bilinear";
+  MXU_TRY(mxu_json_int(where, config, "height", MXU_JSON_REQUIRED, 1, 1 << 20,
+                       &c.height));
+  MXU_TRY(mxu_json_int(where, config, "width", MXU_JSON_REQUIRED, 1, 1 << 20,
+                       &c.width));
+  MXU_TRY(mxu_json_string(where, config, "interpolation", MXU_JSON_OPTIONAL,
+                          &interpolation));
+  MXU_TRY(mxu_json_require_false(where, config, "crop_to_aspect_ratio"));
+  MXU_TRY(mxu_json_require_false(where, config, "pad_to_aspect_ratio"));
+  MXU_TRY(mxu_json_require_false(where, config, "antialias"));
+  MXU_TRY(mxu_json_data_format(where, config));
+  c.bilinear = strcmp(interpolation, "bilinear") == 0;
+  if (!c.bilinear && strcmp(interpolation, "nearest") != 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "interpolation '%s' is not supported (bilinear or "
+                         "nearest)",
+                         interpolation);
+  return mxu_json_applied(where, node,
+                          mxu_apply_resizing(node->model, &c, node->inputs[0]));
+}
+
+static void write_resizing(mxu_json_out *out, const mxu_layer *layer,
+                           cJSON *config) {
+  const mxu_resize_config *c = &layer->config.resize;
+  mxu_json_put_number(out, config, "height", c->height);
+  mxu_json_put_number(out, config, "width", c->width);
+  mxu_json_put_string(out, config, "interpolation",
+                      c->bilinear ? "bilinear" : "nearest");
+  mxu_json_put_bool(out, config, "crop_to_aspect_ratio", 0);
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+}
+
+static mxu_status resizing_infer(mxu_layer *layer) {
+  const mxu_resize_config *c = &layer->config.resize;
+  if (layer->in_shape.rank != 3)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: Resizing takes (height, width, channels) images",
+                    layer->name);
+  if (c->height < 1 || c->width < 1 || c->height > 1 << 20 ||
+      c->width > 1 << 20)
+    return mxu_fail(MXU_ERR_ARG, "%s: size %dx%d must be in 1..1048576",
+                    layer->name, c->height, c->width);
+  int64_t dims[3] = {c->height, c->width, layer->in_shape.dims[2]};
+  layer->out_shape = mxu_shape_make(3, dims);
+  return MXU_OK;
+}
+
+const mxu_layer_class mxu_resizing_class = {
+    .class_name = "Resizing",
+    .config_keys = resizing_keys,
+    .read_config = read_resizing,
+    .write_config = write_resizing,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = resizing_infer,
     .flops = upsampling_flops,
     .plan = mxu_no_plan,
     .forward = upsampling_forward,

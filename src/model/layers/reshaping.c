@@ -327,15 +327,13 @@ static mxu_status margins_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
-/* The small tensor's rows as runs inside the large one's, at the margins'
- * offset: into the large one (to_large, after zeroing it) or out of it. */
-static void inner_rows(const mxu_layer *layer, const float *from, float *to,
-                       int to_large) {
-  const mxu_zero_padding2d_config *c = &layer->config.padding;
-  const mxu_shape *small =
-      is_cropping(layer) ? &layer->out_shape : &layer->in_shape;
-  const mxu_shape *large =
-      is_cropping(layer) ? &layer->in_shape : &layer->out_shape;
+/* The small tensor's rows as runs inside the large one's at (top, left):
+ * into the large one (to_large, after zeroing it) or out of it. The small
+ * one is the output when cropping. */
+static void inner_rows(const mxu_layer *layer, int64_t top, int64_t left,
+                       int crop, const float *from, float *to, int to_large) {
+  const mxu_shape *small = crop ? &layer->out_shape : &layer->in_shape;
+  const mxu_shape *large = crop ? &layer->in_shape : &layer->out_shape;
   int64_t h = small->dims[0], w = small->dims[1], ch = small->dims[2];
   int64_t big_h = large->dims[0], big_w = large->dims[1];
   int64_t batch = layer->compiled->batch;
@@ -345,7 +343,7 @@ static void inner_rows(const mxu_layer *layer, const float *from, float *to,
   for (int64_t n = 0; n < batch; n++)
     for (int64_t r = 0; r < h; r++) {
       int64_t at_small = (n * h + r) * w * ch;
-      int64_t at_large = ((n * big_h + r + c->top) * big_w + c->left) * ch;
+      int64_t at_large = ((n * big_h + r + top) * big_w + left) * ch;
       if (to_large)
         memcpy(to + at_large, from + at_small, row);
       else
@@ -354,11 +352,16 @@ static void inner_rows(const mxu_layer *layer, const float *from, float *to,
 }
 
 static void margins_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  inner_rows(layer, run->x, run->y, !is_cropping(layer));
+  const mxu_zero_padding2d_config *c = &layer->config.padding;
+  int crop = is_cropping(layer);
+  inner_rows(layer, c->top, c->left, crop, run->x, run->y, !crop);
 }
 
 static void margins_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (run->need_dx) inner_rows(layer, run->dy, run->dx, is_cropping(layer));
+  const mxu_zero_padding2d_config *c = &layer->config.padding;
+  int crop = is_cropping(layer);
+  if (run->need_dx)
+    inner_rows(layer, c->top, c->left, crop, run->dy, run->dx, crop);
 }
 
 const mxu_layer_class mxu_zero_padding2d_class = {
@@ -538,4 +541,78 @@ const mxu_layer_class mxu_reshape_class = {
     .plan = mxu_no_plan,
     .forward = mxu_view_forward,
     .backward = mxu_view_backward,
+};
+
+/* ---- CenterCrop ----------------------------------------------------------
+ * The target window from the image's centre (offset (in - target) / 2,
+ * rounded down, as Keras'). Keras resizes an image smaller than the target
+ * first; mxu refuses it. */
+
+static const char *const center_crop_keys[] = {"height", "width", "data_format",
+                                               NULL};
+
+static mxu_status read_center_crop(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name) {
+  mxu_resize_config c = {name, 0, 0, 0};
+  MXU_TRY(mxu_json_int(where, config, "height", MXU_JSON_REQUIRED, 1, 1 << 20,
+                       &c.height));
+  MXU_TRY(mxu_json_int(where, config, "width", MXU_JSON_REQUIRED, 1, 1 << 20,
+                       &c.width));
+  MXU_TRY(mxu_json_data_format(where, config));
+  return mxu_json_applied(
+      where, node, mxu_apply_center_crop(node->model, &c, node->inputs[0]));
+}
+
+static void write_center_crop(mxu_json_out *out, const mxu_layer *layer,
+                              cJSON *config) {
+  mxu_json_put_number(out, config, "height", layer->config.resize.height);
+  mxu_json_put_number(out, config, "width", layer->config.resize.width);
+  mxu_json_put_string(out, config, "data_format", "channels_last");
+}
+
+static mxu_status center_crop_infer(mxu_layer *layer) {
+  const mxu_resize_config *c = &layer->config.resize;
+  MXU_TRY(need_image(layer));
+  if (c->height < 1 || c->width < 1 || c->height > layer->in_shape.dims[0] ||
+      c->width > layer->in_shape.dims[1])
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: CenterCrop to %dx%d of a %lldx%lld image: only a "
+                    "window inside the image is supported (Keras resizes a "
+                    "smaller one first)",
+                    layer->name, c->height, c->width,
+                    (long long)layer->in_shape.dims[0],
+                    (long long)layer->in_shape.dims[1]);
+  int64_t dims[3] = {c->height, c->width, layer->in_shape.dims[2]};
+  layer->out_shape = mxu_shape_make(3, dims);
+  return MXU_OK;
+}
+
+static void center_crop_move(const mxu_layer *layer, const float *from,
+                             float *to, int forward) {
+  int64_t top = (layer->in_shape.dims[0] - layer->out_shape.dims[0]) / 2;
+  int64_t left = (layer->in_shape.dims[1] - layer->out_shape.dims[1]) / 2;
+  inner_rows(layer, top, left, 1, from, to, !forward);
+}
+
+static void center_crop_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  center_crop_move(layer, run->x, run->y, 1);
+}
+
+static void center_crop_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->need_dx) center_crop_move(layer, run->dy, run->dx, 0);
+}
+
+const mxu_layer_class mxu_center_crop_class = {
+    .class_name = "CenterCrop",
+    .config_keys = center_crop_keys,
+    .read_config = read_center_crop,
+    .write_config = write_center_crop,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = center_crop_infer,
+    .flops = mxu_no_flops,
+    .plan = mxu_no_plan,
+    .forward = center_crop_forward,
+    .backward = center_crop_backward,
 };
