@@ -259,21 +259,9 @@ static void write_elu(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_float(out, config, "alpha", layer->config.act.alpha);
 }
 
-/* axis: -1 or the last axis counted with the batch, or a list of it. */
 static mxu_status read_softmax(const mxu_json_where *where, const cJSON *config,
                                mxu_json_node *node, const char *name) {
-  const cJSON *v = mxu_json_get(config, "axis");
-  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
-    v = cJSON_GetArrayItem(v, 0);
-  int rank = node->model->layers[node->inputs[0]].out_shape.rank;
-  if (v && !(cJSON_IsNumber(v) &&
-             (v->valuedouble == -1 || v->valuedouble == (double)rank))) {
-    char text[64];
-    mxu_json_text(mxu_json_get(config, "axis"), text, sizeof text);
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "axis %s is not supported (only the last axis: -1)",
-                         text);
-  }
+  MXU_TRY(mxu_json_last_axis(where, config, node));
   return mxu_json_applied(
       where, node, mxu_apply_softmax(node->model, name, node->inputs[0]));
 }

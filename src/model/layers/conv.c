@@ -373,6 +373,33 @@ static const char *const depthwise_keys[] = {"kernel_size",
                                              "bias_constraint",
                                              NULL};
 
+/* What DepthwiseConv2D and SeparableConv2D read alike after the window:
+ * groups (tf.keras writes 1), depth_multiplier, activation, use_bias and
+ * the depthwise kernel's and bias' options. */
+typedef struct depthwise_fields {
+  int *multiplier;
+  mxu_activation *activation;
+  int *use_bias;
+  mxu_weight_options *depthwise, *bias;
+} depthwise_fields;
+
+static mxu_status read_depthwise_fields(const mxu_json_where *where,
+                                        const cJSON *config,
+                                        const mxu_json_node *node,
+                                        const depthwise_fields *f) {
+  int groups = 1;
+  MXU_TRY(
+      mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, 1, &groups));
+  MXU_TRY(mxu_json_int(where, config, "depth_multiplier", MXU_JSON_OPTIONAL, 1,
+                       INT_MAX, f->multiplier));
+  MXU_TRY(mxu_json_activation(where, config, "activation",
+                              node->model->keras2_names, f->activation));
+  MXU_TRY(mxu_json_bool(where, config, "use_bias", f->use_bias));
+  MXU_TRY(mxu_config_weight_options(where, config, "depthwise", f->depthwise));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", f->bias));
+  return mxu_json_require_null(where, config, "activity_regularizer");
+}
+
 static mxu_status read_depthwise(const mxu_json_where *where,
                                  const cJSON *config, mxu_json_node *node,
                                  const char *name) {
@@ -380,17 +407,9 @@ static mxu_status read_depthwise(const mxu_json_where *where,
   dw.name = name;
   MXU_TRY(read_window(where, config, dw.kernel_size, dw.strides, &dw.padding,
                       dw.dilation_rate));
-  int groups = 1;
-  MXU_TRY(
-      mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, 1, &groups));
-  MXU_TRY(mxu_json_int(where, config, "depth_multiplier", MXU_JSON_OPTIONAL, 1,
-                       INT_MAX, &dw.depth_multiplier));
-  MXU_TRY(mxu_json_activation(where, config, "activation",
-                              node->model->keras2_names, &dw.activation));
-  MXU_TRY(mxu_json_bool(where, config, "use_bias", &dw.use_bias));
-  MXU_TRY(mxu_config_weight_options(where, config, "depthwise", &dw.depthwise));
-  MXU_TRY(mxu_config_weight_options(where, config, "bias", &dw.bias));
-  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
+  depthwise_fields f = {&dw.depth_multiplier, &dw.activation, &dw.use_bias,
+                        &dw.depthwise, &dw.bias};
+  MXU_TRY(read_depthwise_fields(where, config, node, &f));
   return mxu_json_applied(
       where, node,
       mxu_apply_depthwise_conv2d(node->model, &dw, node->inputs[0]));
@@ -560,18 +579,10 @@ static mxu_status read_separable(const mxu_json_where *where,
                        &c.filters));
   MXU_TRY(read_window(where, config, c.kernel_size, c.strides, &c.padding,
                       c.dilation_rate));
-  int groups = 1;
-  MXU_TRY(
-      mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, 1, &groups));
-  MXU_TRY(mxu_json_int(where, config, "depth_multiplier", MXU_JSON_OPTIONAL, 1,
-                       INT_MAX, &c.depth_multiplier));
-  MXU_TRY(mxu_json_activation(where, config, "activation",
-                              node->model->keras2_names, &c.activation));
-  MXU_TRY(mxu_json_bool(where, config, "use_bias", &c.use_bias));
-  MXU_TRY(mxu_config_weight_options(where, config, "depthwise", &c.depthwise));
+  depthwise_fields f = {&c.depth_multiplier, &c.activation, &c.use_bias,
+                        &c.depthwise, &c.bias};
+  MXU_TRY(read_depthwise_fields(where, config, node, &f));
   MXU_TRY(mxu_config_weight_options(where, config, "pointwise", &c.pointwise));
-  MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
-  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
   return mxu_json_applied(
       where, node,
       mxu_apply_separable_conv2d(node->model, &c, node->inputs[0]));

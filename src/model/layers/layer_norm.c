@@ -72,6 +72,21 @@ static int64_t at(const norm_sets *s, int64_t k, int64_t j, int *channel) {
   return (sample * s->positions + position) * s->stride + *channel;
 }
 
+/* Set k's mean and 1 / sqrt(biased variance + epsilon), in double. */
+static void set_stats(const norm_sets *s, int64_t k, const float *x,
+                      float epsilon, double *mean, double *inv) {
+  int64_t n = s->positions * s->width;
+  double sum = 0.0, squares = 0.0;
+  int ch;
+  for (int64_t j = 0; j < n; j++) sum += x[at(s, k, j, &ch)];
+  *mean = sum / (double)n;
+  for (int64_t j = 0; j < n; j++) {
+    double d = x[at(s, k, j, &ch)] - *mean;
+    squares += d * d;
+  }
+  *inv = 1.0 / sqrt(squares / (double)n + epsilon);
+}
+
 static void layer_norm_forward(mxu_layer *layer, const mxu_layer_run *run) {
   const mxu_layer_norm_config *c = &layer->config.layer_norm;
   const float *gamma = c->scale ? run->w[0] : NULL;
@@ -79,15 +94,9 @@ static void layer_norm_forward(mxu_layer *layer, const mxu_layer_run *run) {
   norm_sets s = sets_of(layer);
   int64_t n = s.positions * s.width;
   for (int64_t k = 0; k < s.count; k++) {
-    double sum = 0.0, squares = 0.0;
+    double mean, inv;
     int ch;
-    for (int64_t j = 0; j < n; j++) sum += run->x[at(&s, k, j, &ch)];
-    double mean = sum / (double)n;
-    for (int64_t j = 0; j < n; j++) {
-      double d = run->x[at(&s, k, j, &ch)] - mean;
-      squares += d * d;
-    }
-    double inv = 1.0 / sqrt(squares / (double)n + c->epsilon);
+    set_stats(&s, k, run->x, c->epsilon, &mean, &inv);
     for (int64_t j = 0; j < n; j++) {
       int64_t i = at(&s, k, j, &ch);
       double v = (run->x[i] - mean) * inv;
@@ -108,15 +117,9 @@ static void layer_norm_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (dgamma) memset(dgamma, 0, (size_t)channels(layer) * sizeof(float));
   if (dbeta) memset(dbeta, 0, (size_t)channels(layer) * sizeof(float));
   for (int64_t k = 0; k < s.count; k++) {
-    double sum = 0.0, squares = 0.0;
+    double mean, inv;
     int ch;
-    for (int64_t j = 0; j < n; j++) sum += run->x[at(&s, k, j, &ch)];
-    double mean = sum / (double)n;
-    for (int64_t j = 0; j < n; j++) {
-      double d = run->x[at(&s, k, j, &ch)] - mean;
-      squares += d * d;
-    }
-    double inv = 1.0 / sqrt(squares / (double)n + c->epsilon);
+    set_stats(&s, k, run->x, c->epsilon, &mean, &inv);
     double sum_d = 0.0, sum_dx = 0.0;
     for (int64_t j = 0; j < n; j++) {
       int64_t i = at(&s, k, j, &ch);
@@ -174,28 +177,11 @@ static const char *const group_norm_keys[] = {"groups",
                                               "gamma_constraint",
                                               NULL};
 
-static mxu_status read_last_axis(const mxu_json_where *where,
-                                 const cJSON *config, int rank) {
-  const cJSON *v = mxu_json_get(config, "axis");
-  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
-    v = cJSON_GetArrayItem(v, 0);
-  if (!v || (cJSON_IsNumber(v) &&
-             (v->valuedouble == -1 || v->valuedouble == (double)rank)))
-    return MXU_OK;
-  char text[64];
-  mxu_json_text(mxu_json_get(config, "axis"), text, sizeof text);
-  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                       "axis %s is not supported (only the last axis, -1 or "
-                       "%d)",
-                       text, rank);
-}
-
 static mxu_status read_norm(const mxu_json_where *where, const cJSON *config,
                             mxu_json_node *node, const char *name, int group) {
   mxu_layer_norm_config c = mxu_layer_norm_defaults(group ? 32 : 0);
   c.name = name;
-  MXU_TRY(read_last_axis(where, config,
-                         node->model->layers[node->inputs[0]].out_shape.rank));
+  MXU_TRY(mxu_json_last_axis(where, config, node));
   if (group)
     MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, 1 << 20,
                          &c.groups));

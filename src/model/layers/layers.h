@@ -113,4 +113,10 @@ void mxu_spread_move(const mxu_spread *p, int64_t batch, const float *from,
 /* The output is the input's shape (any rank but 0). */
 mxu_status mxu_same_shape_infer(mxu_layer *layer);
 
+/* A config's "axis" naming the last axis of the layer's input: absent,
+ * -1, or its index counting the batch (a list of one too); any other is
+ * unsupported. */
+mxu_status mxu_json_last_axis(const mxu_json_where *where, const cJSON *config,
+                              const mxu_json_node *node);
+
 #endif

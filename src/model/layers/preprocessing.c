@@ -89,30 +89,11 @@ const mxu_layer_class mxu_rescaling_class = {
 static const char *const normalization_keys[] = {"axis", "invert", "mean",
                                                  "variance", NULL};
 
-/* axis: -1, or the last axis counted with the batch ([3] for images), as
- * an int or a list of one; null (one statistic overall) is refused. */
-static mxu_status read_axis(const mxu_json_where *where, const cJSON *config,
-                            const mxu_model *model, int input) {
-  const cJSON *v = mxu_json_get(config, "axis");
-  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
-    v = cJSON_GetArrayItem(v, 0);
-  int rank = model->layers[input].out_shape.rank;
-  if (!v || (cJSON_IsNumber(v) &&
-             (v->valuedouble == -1 || v->valuedouble == (double)rank)))
-    return MXU_OK;
-  char text[64];
-  mxu_json_text(mxu_json_get(config, "axis"), text, sizeof text);
-  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                       "axis %s is not supported (only the last axis: -1 or "
-                       "[%d])",
-                       text, rank);
-}
-
 static mxu_status read_normalization(const mxu_json_where *where,
                                      const cJSON *config, mxu_json_node *node,
                                      const char *name) {
   mxu_normalization_config n = {name, 0};
-  MXU_TRY(read_axis(where, config, node->model, node->inputs[0]));
+  MXU_TRY(mxu_json_last_axis(where, config, node));
   MXU_TRY(mxu_json_bool(where, config, "invert", &n.invert));
   MXU_TRY(mxu_json_require_null(where, config, "mean"));
   MXU_TRY(mxu_json_require_null(where, config, "variance"));

@@ -275,3 +275,20 @@ mxu_status mxu_same_shape_infer(mxu_layer *layer) {
   layer->out_shape = layer->in_shape;
   return MXU_OK;
 }
+
+mxu_status mxu_json_last_axis(const mxu_json_where *where, const cJSON *config,
+                              const mxu_json_node *node) {
+  const cJSON *v = mxu_json_get(config, "axis");
+  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
+    v = cJSON_GetArrayItem(v, 0);
+  int rank = node->model->layers[node->inputs[0]].out_shape.rank;
+  if (!v || (cJSON_IsNumber(v) &&
+             (v->valuedouble == -1 || v->valuedouble == (double)rank)))
+    return MXU_OK;
+  char text[64];
+  mxu_json_text(mxu_json_get(config, "axis"), text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "axis %s is not supported (only the last axis, -1 or "
+                       "%d)",
+                       text, rank);
+}
