@@ -328,7 +328,8 @@ typedef enum mxu_random_kind {
   MXU_RANDOM_FLIP = 0,
   MXU_RANDOM_TRANSLATION,
   MXU_RANDOM_ROTATION,
-  MXU_RANDOM_ZOOM
+  MXU_RANDOM_ZOOM,
+  MXU_RANDOM_CONTRAST
 } mxu_random_kind;
 
 typedef struct mxu_random_config {
@@ -341,7 +342,11 @@ typedef struct mxu_random_config {
    * the height does. */
   float height[2], width[2];
   int has_width;
-  float factor[2]; /* RandomRotation: turns (positive: counter-clockwise) */
+  /* RandomRotation: turns (positive: counter-clockwise); RandomContrast:
+   * (a, b), each image's contrast factor c in [1 - a, 1 + b], its values
+   * (x - mean) * c + mean per channel, clipped to value_range. */
+  float factor[2];
+  float value_range[2];
   mxu_fill_mode fill_mode; /* Keras' default: reflect */
   float fill_value;
 } mxu_random_config;

@@ -550,6 +550,10 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
     r.factor[0] = -0.1f, r.factor[1] = 0.1f;
     r.fill_mode = c->random_kind == MXU_RANDOM_ZOOM ? MXU_FILL_CONSTANT
                                                     : MXU_FILL_REFLECT;
+    if (c->random_kind == MXU_RANDOM_CONTRAST) { /* [0.7, 1.2], no clip */
+      r.factor[0] = 0.3f, r.factor[1] = 0.2f;
+      r.value_range[0] = -100.0f, r.value_range[1] = 100.0f;
+    }
     y = mxu_apply_random(m, &r, x[0]);
     break;
   }
@@ -844,6 +848,13 @@ static const layer_case layer_cases[] = {
      .out_rank = 3,
      .layer = RANDOM,
      .random_kind = MXU_RANDOM_ROTATION},
+    {.name = "RandomContrast",
+     .inputs = 1,
+     .shape = {{5, 4, 2}},
+     .out = {5, 4, 2},
+     .out_rank = 3,
+     .layer = RANDOM,
+     .random_kind = MXU_RANDOM_CONTRAST},
     {.name = "RandomZoom constant",
      .inputs = 1,
      .shape = {{5, 4, 2}},
@@ -1055,6 +1066,49 @@ static mxu_tensor_id gaussian_graph(mxu_model *m, const void *ctx) {
   return head(m, *(const int *)ctx
                      ? mxu_apply_gaussian_dropout(m, "under_test", 0.2f, x)
                      : mxu_apply_gaussian_noise(m, "under_test", 0.5f, x));
+}
+
+/* RandomContrast (factor (0.3, 0.2): contrast in [0.7, 1.2]; values
+ * clipped to [0, 1]): each image's channels keep their mean where nothing
+ * is clipped, and y - mean = c (x - mean) with one c per image. */
+static mxu_tensor_id contrast_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t shape[3] = {4, 4, 2};
+  mxu_random_config r = mxu_random_defaults(MXU_RANDOM_CONTRAST);
+  r.name = "under_test";
+  r.factor[0] = 0.3f, r.factor[1] = 0.2f;
+  r.value_range[0] = -5.0f, r.value_range[1] = 1.0f;
+  return head(m, mxu_apply_random(m, &r, input_identity(m, shape)));
+}
+
+static void test_random_contrast(void) {
+  mxu_model *m =
+      build("RandomContrast", contrast_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  int node = node_named(m, "under_test"), bad = 0, clipped = 0;
+  load_inputs(m, 12);
+  train_step(m);
+  const float *x = act(m, m->layers[node].inputs[0]), *y = act(m, node);
+  for (int r = 0; r < BATCH; r++) {
+    double c = NAN;
+    for (int ch = 0; ch < 2; ch++) {
+      double mean = 0.0;
+      for (int i = ch; i < 32; i += 2) mean += x[r * 32 + i] / 16.0;
+      for (int i = ch; i < 32; i += 2) {
+        double want_c = (y[r * 32 + i] - mean) / (x[r * 32 + i] - mean);
+        if (y[r * 32 + i] == 1.0f) {
+          clipped++;
+          continue;
+        }
+        if (isnan(c)) c = want_c;
+        bad += !(fabs(want_c - c) < 1e-4 && c >= 0.7 - 1e-6 && c <= 1.2 + 1e-6);
+      }
+    }
+  }
+  CHECK_MSG(bad == 0 && clipped > 0,
+            "RandomContrast: %d values off one factor per image (%d clipped)",
+            bad, clipped);
+  mxu_model_free(m);
 }
 
 static void test_gaussian_layers(void) {
@@ -1851,6 +1905,7 @@ int main(void) {
   test_dropout_noise();
   test_preprocessing();
   test_random_flip();
+  test_random_contrast();
   test_gaussian_layers();
   test_fan_out();
   test_whole_graph();

@@ -508,6 +508,41 @@ static void reads_activation_names(void) {
     }
 }
 
+/* RandomContrast as each Keras writes it: tf.keras 2's factor 0.2 is
+ * contrast in [0.8, 1.2], Keras 3's own (0, 0.2) [1, 1.2]. */
+static void reads_random_contrast(void) {
+  static const struct {
+    const char *config;
+    float a, b, low, high;
+  } cases[] = {
+      {"\"factor\": 0.2, \"seed\": null, \"rng_type\": \"stateful\"", 0.2f,
+       0.2f, 0.0f, 255.0f},
+      {"\"factor\": [0, 0.2], \"value_range\": [0, 1], \"seed\": null, "
+       "\"data_format\": \"channels_last\"",
+       0.0f, 0.2f, 0.0f, 1.0f},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"class_name\": \"Sequential\", \"config\": {\"name\": "
+             "\"m\", \"layers\": [{\"class_name\": \"InputLayer\", "
+             "\"config\": {\"batch_input_shape\": [null, 4, 4, 3]}}, "
+             "{\"class_name\": \"RandomContrast\", \"config\": {%s}}]}}",
+             cases[i].config);
+    mxu_model *m = read_json(json, NULL, NULL);
+    if (!m) continue;
+    const mxu_random_config *r = &LAYER(m, 0)->config.random;
+    CHECK_MSG(r->kind == MXU_RANDOM_CONTRAST && r->factor[0] == cases[i].a &&
+                  r->factor[1] == cases[i].b &&
+                  r->value_range[0] == cases[i].low &&
+                  r->value_range[1] == cases[i].high,
+              "case %zu: factor (%g, %g), range (%g, %g)", i,
+              (double)r->factor[0], (double)r->factor[1],
+              (double)r->value_range[0], (double)r->value_range[1]);
+    mxu_model_free(m);
+  }
+}
+
 /* Older tf.keras writes no InputLayer: the first layer carries
  * batch_input_shape, and Keras names the input after it. */
 static void reads_without_input_layer(void) {
@@ -1793,6 +1828,7 @@ int main(void) {
   reads_keras_3();
   reads_without_input_layer();
   reads_activation_names();
+  reads_random_contrast();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

@@ -1,8 +1,8 @@
 /* augmentation.c — Keras' augmentation layers: RandomFlip,
- * RandomTranslation, RandomRotation, RandomZoom. In training each image
- * gets its own transform, drawn from this run's counter-based stream at
- * its row of the replica (so slices draw what the whole would) and
- * applied by core's image transform; backward is that transform's
+ * RandomTranslation, RandomRotation, RandomZoom, and RandomContrast. In
+ * training each image gets its own transform, drawn from this run's
+ * counter-based stream at its row of the replica (so slices draw what the whole
+ * would) and applied by core's image transform; backward is that transform's
  * adjoint. Inference passes the images through, as Keras does. */
 #include "model/layers/layers.h"
 
@@ -13,7 +13,8 @@ mxu_random_config mxu_random_defaults(mxu_random_kind kind) {
   return (mxu_random_config){.kind = kind,
                              .horizontal = 1,
                              .vertical = 1,
-                             .fill_mode = MXU_FILL_REFLECT};
+                             .fill_mode = MXU_FILL_REFLECT,
+                             .value_range = {0.0f, 255.0f}};
 }
 
 /* Where each draw of a sample lives in the stream. */
@@ -51,13 +52,16 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
     p.zy = 1.0 + draw(rng, sample, DRAW_A, c->height);
     p.zx = c->has_width ? 1.0 + draw(rng, sample, DRAW_B, c->width) : p.zy;
     break;
+  case MXU_RANDOM_CONTRAST: break; /* not geometric: see contrast_of */
   }
   return p;
 }
 
 static mxu_status random_infer(mxu_layer *layer) {
   const mxu_random_config *c = &layer->config.random;
-  const float *ranges[3] = {c->height, c->width, c->factor};
+  const float *ranges[3] = {c->height, c->width,
+                            c->kind == MXU_RANDOM_CONTRAST ? c->value_range
+                                                           : c->factor};
   for (int i = 0; i < 3; i++)
     if (!isfinite(ranges[i][0]) || !isfinite(ranges[i][1]) ||
         ranges[i][0] > ranges[i][1])
@@ -88,6 +92,76 @@ static image_dims dims_of(const mxu_layer *layer) {
                       mxu_shape_count(s)};
 }
 
+/* RandomContrast: an image's factor, as Keras 3 draws it (one per
+ * image), from [1 - a, 1 + b]. */
+static double contrast_of(const mxu_random_config *c, const mxu_rng *rng,
+                          int64_t sample) {
+  static const float unit[2] = {0.0f, 1.0f};
+  double u = draw(rng, sample, DRAW_A, unit);
+  return 1.0 - c->factor[0] + u * ((double)c->factor[0] + c->factor[1]);
+}
+
+/* Each channel's mean over the image, into mean[channels]. */
+static void channel_means(const float *x, image_dims d, double *mean) {
+  for (int k = 0; k < d.c; k++) mean[k] = 0.0;
+  for (int64_t i = 0; i < d.per; i++) mean[i % d.c] += x[i];
+  for (int k = 0; k < d.c; k++) mean[k] /= (double)(d.per / d.c);
+}
+
+/* y = clip((x - mean) * c + mean); backward, where the clip let the value
+ * through (as clip_by_value, ends included), dx = c g + (1 - c) mean(g)
+ * per channel. mean is a scratch of channels doubles, twice. */
+static void contrast_image(const mxu_random_config *c, double factor,
+                           image_dims d, const float *x, const float *dy,
+                           float *out, double *mean) {
+  channel_means(x, d, mean);
+  double *g_mean = mean + d.c;
+  for (int k = 0; dy && k < d.c; k++) g_mean[k] = 0.0;
+  for (int64_t i = 0; i < d.per; i++) {
+    int k = (int)(i % d.c);
+    double v = (x[i] - mean[k]) * factor + mean[k];
+    int passes = v >= c->value_range[0] && v <= c->value_range[1];
+    if (!dy)
+      out[i] = (float)(v < c->value_range[0]   ? c->value_range[0]
+                       : v > c->value_range[1] ? c->value_range[1]
+                                               : v);
+    else
+      g_mean[k] += passes ? dy[i] : 0.0;
+  }
+  for (int k = 0; dy && k < d.c; k++) g_mean[k] /= (double)(d.per / d.c);
+  for (int64_t i = 0; dy && i < d.per; i++) {
+    int k = (int)(i % d.c);
+    double v = (x[i] - mean[k]) * factor + mean[k];
+    double g = v >= c->value_range[0] && v <= c->value_range[1] ? dy[i] : 0.0;
+    out[i] = (float)(factor * g + (1.0 - factor) * g_mean[k]);
+  }
+}
+
+static void contrast_run(const mxu_layer *layer, const mxu_layer_run *run,
+                         int backward) {
+  image_dims d = dims_of(layer);
+  const mxu_random_config *c = &layer->config.random;
+  double *mean = (double *)(void *)(run->arena + layer->compiled->scratch[0]);
+  for (int64_t b = 0; b < layer->compiled->batch; b++) {
+    double factor = contrast_of(c, &run->rng, run->row_offset + b);
+    contrast_image(c, factor, d, run->x + b * d.per,
+                   backward ? run->dy + b * d.per : NULL,
+                   (backward ? run->dx : run->y) + b * d.per, mean);
+  }
+}
+
+/* RandomContrast's per-channel means (scratch[0]: twice channels
+ * doubles). */
+static mxu_status random_plan(mxu_layer *layer, const mxu_backend *backend,
+                              int batch, mxu_arena *layout) {
+  (void)backend;
+  (void)batch;
+  if (layer->config.random.kind == MXU_RANDOM_CONTRAST)
+    layer->compiled->scratch[0] = mxu_arena_reserve(
+        layout, 2 * (size_t)layer->in_shape.dims[2] * sizeof(double));
+  return MXU_OK;
+}
+
 static void random_forward(mxu_layer *layer, const mxu_layer_run *run) {
   image_dims d = dims_of(layer);
   const mxu_random_config *c = &layer->config.random;
@@ -95,6 +169,10 @@ static void random_forward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->training) {
     if (run->y != run->x)
       memcpy(run->y, run->x, (size_t)(batch * d.per) * sizeof(float));
+    return;
+  }
+  if (c->kind == MXU_RANDOM_CONTRAST) {
+    contrast_run(layer, run, 0);
     return;
   }
   for (int64_t b = 0; b < batch; b++) {
@@ -109,6 +187,10 @@ static void random_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
   image_dims d = dims_of(layer);
   const mxu_random_config *c = &layer->config.random;
+  if (c->kind == MXU_RANDOM_CONTRAST) {
+    contrast_run(layer, run, 1);
+    return;
+  }
   for (int64_t b = 0; b < layer->compiled->batch; b++) {
     mxu_augment_params p =
         draw_params(c, &run->rng, run->row_offset + b, d.h, d.w);
@@ -179,6 +261,33 @@ static mxu_status read_fill(const mxu_json_where *where, const cJSON *config,
                        mode);
 }
 
+/* factor: f (tf.keras 2: contrast in [1 - f, 1 + f]) or (a, b) (Keras 3
+ * writes its own (0, f) for f: [1, 1 + f]); value_range: Keras 3's clip,
+ * (0, 255) in both. */
+static mxu_status read_contrast(const mxu_json_where *where,
+                                const cJSON *config, mxu_random_config *c) {
+  const cJSON *f = mxu_json_get(config, "factor");
+  if (cJSON_IsNumber(f)) {
+    c->factor[0] = c->factor[1] = (float)fabs(f->valuedouble);
+  } else {
+    MXU_TRY(read_range(where, config, "factor", c->factor, NULL));
+  }
+  const cJSON *v = mxu_json_get(config, "value_range");
+  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 &&
+      cJSON_IsNumber(v->child) && cJSON_IsNumber(v->child->next)) {
+    c->value_range[0] = (float)v->child->valuedouble;
+    c->value_range[1] = (float)v->child->next->valuedouble;
+  } else if (v && !cJSON_IsNull(v)) {
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "value_range must be a pair [low, high]");
+  }
+  if (!(c->factor[0] >= 0.0f && c->factor[0] <= 1.0f && c->factor[1] >= 0.0f))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "factor (%g, %g) must be in [0, 1] and >= 0",
+                         (double)c->factor[0], (double)c->factor[1]);
+  return MXU_OK;
+}
+
 static mxu_status read_random(const mxu_json_where *where, const cJSON *config,
                               mxu_json_node *node, const char *name,
                               mxu_random_kind kind) {
@@ -196,6 +305,8 @@ static mxu_status read_random(const mxu_json_where *where, const cJSON *config,
                            "mode '%s' must be horizontal, vertical or "
                            "horizontal_and_vertical",
                            mode);
+  } else if (kind == MXU_RANDOM_CONTRAST) {
+    MXU_TRY(read_contrast(where, config, &c));
   } else {
     MXU_TRY(read_fill(where, config, &c));
   }
@@ -227,8 +338,10 @@ static void write_random(mxu_json_out *out, const mxu_layer *layer,
                         c->horizontal && c->vertical ? "horizontal_and_vertical"
                         : c->horizontal              ? "horizontal"
                                                      : "vertical");
-  } else if (c->kind == MXU_RANDOM_ROTATION) {
+  } else if (c->kind == MXU_RANDOM_ROTATION || c->kind == MXU_RANDOM_CONTRAST) {
     put_range(out, config, "factor", c->factor);
+    if (c->kind == MXU_RANDOM_CONTRAST)
+      put_range(out, config, "value_range", c->value_range);
   } else {
     put_range(out, config, "height_factor", c->height);
     if (c->has_width || c->kind == MXU_RANDOM_TRANSLATION)
@@ -236,7 +349,7 @@ static void write_random(mxu_json_out *out, const mxu_layer *layer,
     else
       mxu_json_put_null(out, config, "width_factor");
   }
-  if (c->kind != MXU_RANDOM_FLIP) {
+  if (c->kind != MXU_RANDOM_FLIP && c->kind != MXU_RANDOM_CONTRAST) {
     mxu_json_put_string(out, config, "fill_mode", modes[c->fill_mode]);
     mxu_json_put_string(out, config, "interpolation", "bilinear");
     mxu_json_put_float(out, config, "fill_value", c->fill_value);
@@ -253,9 +366,12 @@ RANDOM_READER(read_flip, MXU_RANDOM_FLIP)
 RANDOM_READER(read_translation, MXU_RANDOM_TRANSLATION)
 RANDOM_READER(read_rotation, MXU_RANDOM_ROTATION)
 RANDOM_READER(read_zoom, MXU_RANDOM_ZOOM)
+RANDOM_READER(read_contrast_layer, MXU_RANDOM_CONTRAST)
 
 static const char *const flip_keys[] = {"mode", "seed", "rng_type",
                                         "data_format", NULL};
+static const char *const contrast_keys[] = {"factor",   "value_range", "seed",
+                                            "rng_type", "data_format", NULL};
 static const char *const transform_keys[] = {
     "height_factor", "width_factor", "factor",   "fill_mode",   "fill_value",
     "interpolation", "seed",         "rng_type", "data_format", NULL};
@@ -270,7 +386,7 @@ static const char *const transform_keys[] = {
       .min_inputs = 1,                                                         \
       .max_inputs = 1,                                                         \
       .infer = random_infer,                                                   \
-      .plan = mxu_no_plan,                                                     \
+      .plan = random_plan,                                                     \
       .forward = random_forward,                                               \
       .backward = random_backward,                                             \
   }
@@ -281,3 +397,5 @@ RANDOM_CLASS(mxu_random_translation_class, "RandomTranslation",
 RANDOM_CLASS(mxu_random_rotation_class, "RandomRotation", read_rotation,
              transform_keys);
 RANDOM_CLASS(mxu_random_zoom_class, "RandomZoom", read_zoom, transform_keys);
+RANDOM_CLASS(mxu_random_contrast_class, "RandomContrast", read_contrast_layer,
+             contrast_keys);
