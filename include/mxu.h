@@ -329,7 +329,8 @@ typedef enum mxu_random_kind {
   MXU_RANDOM_TRANSLATION,
   MXU_RANDOM_ROTATION,
   MXU_RANDOM_ZOOM,
-  MXU_RANDOM_CONTRAST
+  MXU_RANDOM_CONTRAST,
+  MXU_RANDOM_CROP
 } mxu_random_kind;
 
 typedef struct mxu_random_config {
@@ -347,6 +348,10 @@ typedef struct mxu_random_config {
    * (x - mean) * c + mean per channel, clipped to value_range. */
   float factor[2];
   float value_range[2];
+  /* RandomCrop: a random height x width window in training; in inference
+   * Keras' smart resize (the largest centred window of that aspect ratio,
+   * resized to it). */
+  int height_px, width_px;
   mxu_fill_mode fill_mode; /* Keras' default: reflect */
   float fill_value;
 } mxu_random_config;

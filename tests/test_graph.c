@@ -550,6 +550,7 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
     r.factor[0] = -0.1f, r.factor[1] = 0.1f;
     r.fill_mode = c->random_kind == MXU_RANDOM_ZOOM ? MXU_FILL_CONSTANT
                                                     : MXU_FILL_REFLECT;
+    r.height_px = 3, r.width_px = 2;             /* RandomCrop */
     if (c->random_kind == MXU_RANDOM_CONTRAST) { /* [0.7, 1.2], no clip */
       r.factor[0] = 0.3f, r.factor[1] = 0.2f;
       r.value_range[0] = -100.0f, r.value_range[1] = 100.0f;
@@ -848,6 +849,13 @@ static const layer_case layer_cases[] = {
      .out_rank = 3,
      .layer = RANDOM,
      .random_kind = MXU_RANDOM_ROTATION},
+    {.name = "RandomCrop",
+     .inputs = 1,
+     .shape = {{5, 4, 2}},
+     .out = {3, 2, 2},
+     .out_rank = 3,
+     .layer = RANDOM,
+     .random_kind = MXU_RANDOM_CROP},
     {.name = "RandomContrast",
      .inputs = 1,
      .shape = {{5, 4, 2}},
@@ -1108,6 +1116,42 @@ static void test_random_contrast(void) {
   CHECK_MSG(bad == 0 && clipped > 0,
             "RandomContrast: %d values off one factor per image (%d clipped)",
             bad, clipped);
+  mxu_model_free(m);
+}
+
+/* RandomCrop(3, 2) of a 4x6 image: in training each image a 3x2 window
+ * of itself; in inference tf.keras 2's smart resize, whose output for
+ * 0..23 tf.keras printed as 3, 4, 11, 12, 19, 20 (Keras 3.15 passes the
+ * image through unchanged in inference, against its own output shape). */
+static mxu_tensor_id crop_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t shape[3] = {4, 6, 1};
+  mxu_random_config r = mxu_random_defaults(MXU_RANDOM_CROP);
+  r.name = "under_test";
+  r.height_px = 3, r.width_px = 2;
+  return head(m, mxu_apply_random(m, &r, input_identity(m, shape)));
+}
+
+static void test_random_crop(void) {
+  mxu_model *m = build("RandomCrop", crop_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  int node = node_named(m, "under_test"), windows = 0;
+  float x[BATCH * 24], probs[BATCH * CLASSES];
+  for (int i = 0; i < BATCH * 24; i++) x[i] = (float)(i % 24);
+  memcpy(act(m, m->inputs[0]), x, sizeof x);
+  train_step(m);
+  const float *y = act(m, node);
+  for (int r = 0; r < BATCH; r++) {
+    int top = (int)y[r * 6] / 6, left = (int)y[r * 6] % 6, same = 1;
+    for (int i = 0; i < 6; i++)
+      same &= y[r * 6 + i] == (float)((top + i / 2) * 6 + left + i % 2);
+    windows += same;
+  }
+  CHECK_MSG(windows == BATCH, "RandomCrop: %d of %d images are windows",
+            windows, BATCH);
+  static const float keras[6] = {3, 4, 11, 12, 19, 20};
+  CHECK_OK(mxu_predict(m, x, BATCH, probs));
+  for (int i = 0; i < 6; i++) CHECK_NEAR(act(m, node)[i], keras[i], 1e-5);
   mxu_model_free(m);
 }
 
@@ -1906,6 +1950,7 @@ int main(void) {
   test_preprocessing();
   test_random_flip();
   test_random_contrast();
+  test_random_crop();
   test_gaussian_layers();
   test_fan_out();
   test_whole_graph();

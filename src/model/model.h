@@ -269,6 +269,7 @@ extern const mxu_layer_class mxu_random_translation_class;
 extern const mxu_layer_class mxu_random_rotation_class;
 extern const mxu_layer_class mxu_random_zoom_class;
 extern const mxu_layer_class mxu_random_contrast_class;
+extern const mxu_layer_class mxu_random_crop_class;
 extern const mxu_layer_class mxu_cropping2d_class;
 extern const mxu_layer_class mxu_permute_class;
 extern const mxu_layer_class mxu_upsampling2d_class;

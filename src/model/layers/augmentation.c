@@ -1,5 +1,6 @@
 /* augmentation.c — Keras' augmentation layers: RandomFlip,
- * RandomTranslation, RandomRotation, RandomZoom, and RandomContrast. In
+ * RandomTranslation, RandomRotation, RandomZoom, RandomContrast and
+ * RandomCrop. In
  * training each image gets its own transform, drawn from this run's
  * counter-based stream at its row of the replica (so slices draw what the whole
  * would) and applied by core's image transform; backward is that transform's
@@ -52,7 +53,8 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
     p.zy = 1.0 + draw(rng, sample, DRAW_A, c->height);
     p.zx = c->has_width ? 1.0 + draw(rng, sample, DRAW_B, c->width) : p.zy;
     break;
-  case MXU_RANDOM_CONTRAST: break; /* not geometric: see contrast_of */
+  case MXU_RANDOM_CONTRAST:    /* not an affine map: see contrast_of, */
+  case MXU_RANDOM_CROP: break; /* crop_run */
   }
   return p;
 }
@@ -399,3 +401,135 @@ RANDOM_CLASS(mxu_random_rotation_class, "RandomRotation", read_rotation,
 RANDOM_CLASS(mxu_random_zoom_class, "RandomZoom", read_zoom, transform_keys);
 RANDOM_CLASS(mxu_random_contrast_class, "RandomContrast", read_contrast_layer,
              contrast_keys);
+
+/* ---- RandomCrop
+ * -------------------------------------------------------------- Training: a
+ * window at a random offset (uniform over the places it fits, as Keras 3 draws
+ * it), one per image; backward puts the gradient back in place. Inference:
+ * Keras' smart_resize, no gradient needed. An image smaller than the window,
+ * which Keras would resize in training too, is refused. */
+
+static mxu_status crop_infer(mxu_layer *layer) {
+  const mxu_random_config *c = &layer->config.random;
+  if (layer->in_shape.rank != 3)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: RandomCrop takes (height, width, "
+                    "channels) images",
+                    layer->name);
+  if (c->height_px < 1 || c->width_px < 1 ||
+      c->height_px > layer->in_shape.dims[0] ||
+      c->width_px > layer->in_shape.dims[1])
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: RandomCrop to %dx%d of a %lldx%lld image: only a "
+                    "window inside the image is supported (Keras resizes a "
+                    "smaller one)",
+                    layer->name, c->height_px, c->width_px,
+                    (long long)layer->in_shape.dims[0],
+                    (long long)layer->in_shape.dims[1]);
+  int64_t dims[3] = {c->height_px, c->width_px, layer->in_shape.dims[2]};
+  layer->out_shape = mxu_shape_make(3, dims);
+  return MXU_OK;
+}
+
+/* The window's corner for image `sample`. */
+static void crop_corner(const mxu_layer *layer, const mxu_rng *rng,
+                        int64_t sample, int *top, int *left) {
+  const mxu_random_config *c = &layer->config.random;
+  int rows = (int)layer->in_shape.dims[0] - c->height_px + 1;
+  int cols = (int)layer->in_shape.dims[1] - c->width_px + 1;
+  uint64_t at = (uint64_t)sample * DRAWS_PER_SAMPLE;
+  *top = (int)mxu_rng_below(rng, at + DRAW_A, (uint32_t)rows);
+  *left = (int)mxu_rng_below(rng, at + DRAW_B, (uint32_t)cols);
+}
+
+static void crop_run(const mxu_layer *layer, const mxu_layer_run *run,
+                     int backward) {
+  const mxu_random_config *c = &layer->config.random;
+  int h = (int)layer->in_shape.dims[0], w = (int)layer->in_shape.dims[1];
+  int ch = (int)layer->in_shape.dims[2];
+  size_t row = (size_t)c->width_px * ch * sizeof(float);
+  int64_t in_per = (int64_t)h * w * ch,
+          out_per = (int64_t)c->height_px * c->width_px * ch;
+  if (backward)
+    memset(run->dx, 0,
+           (size_t)(layer->compiled->batch * in_per) * sizeof(float));
+  for (int64_t b = 0; b < layer->compiled->batch; b++) {
+    int top, left;
+    crop_corner(layer, &run->rng, run->row_offset + b, &top, &left);
+    for (int r = 0; r < c->height_px; r++) {
+      int64_t in = b * in_per + ((int64_t)(top + r) * w + left) * ch;
+      int64_t out = b * out_per + (int64_t)r * c->width_px * ch;
+      if (backward)
+        memcpy(run->dx + in, run->dy + out, row);
+      else
+        memcpy(run->y + out, run->x + in, row);
+    }
+  }
+}
+
+/* Keras' smart_resize: the centred window of the target's aspect ratio
+ * (sides rounded down), resized bilinearly. */
+static void smart_resize(const mxu_layer *layer, const mxu_layer_run *run) {
+  const mxu_random_config *c = &layer->config.random;
+  int h = (int)layer->in_shape.dims[0], w = (int)layer->in_shape.dims[1];
+  int ch = (int)layer->in_shape.dims[2];
+  int crop_h = (int)((double)w * c->height_px / c->width_px);
+  int crop_w = (int)((double)h * c->width_px / c->height_px);
+  crop_h = crop_h < h ? crop_h : h;
+  crop_w = crop_w < w ? crop_w : w;
+  int top = (h - crop_h) / 2, left = (w - crop_w) / 2;
+  int64_t in_per = (int64_t)h * w * ch,
+          out_per = (int64_t)c->height_px * c->width_px * ch;
+  for (int64_t b = 0; b < layer->compiled->batch; b++)
+    mxu_resize_image(run->x + b * in_per + ((int64_t)top * w + left) * ch,
+                     crop_h, crop_w, w, ch, run->y + b * out_per, c->height_px,
+                     c->width_px, 1);
+}
+
+static void crop_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->training)
+    crop_run(layer, run, 0);
+  else
+    smart_resize(layer, run);
+}
+
+static void crop_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->need_dx) crop_run(layer, run, 1);
+}
+
+static const char *const crop_keys[] = {"height",   "width",       "seed",
+                                        "rng_type", "data_format", NULL};
+
+static mxu_status read_crop(const mxu_json_where *where, const cJSON *config,
+                            mxu_json_node *node, const char *name) {
+  mxu_random_config c = mxu_random_defaults(MXU_RANDOM_CROP);
+  c.name = name;
+  MXU_TRY(mxu_json_int(where, config, "height", MXU_JSON_REQUIRED, 1, 1 << 20,
+                       &c.height_px));
+  MXU_TRY(mxu_json_int(where, config, "width", MXU_JSON_REQUIRED, 1, 1 << 20,
+                       &c.width_px));
+  MXU_TRY(mxu_json_data_format(where, config));
+  return mxu_json_applied(where, node,
+                          mxu_apply_random(node->model, &c, node->inputs[0]));
+}
+
+static void write_crop(mxu_json_out *out, const mxu_layer *layer,
+                       cJSON *config) {
+  mxu_json_put_number(out, config, "height", layer->config.random.height_px);
+  mxu_json_put_number(out, config, "width", layer->config.random.width_px);
+  mxu_json_put_null(out, config, "seed");
+}
+
+const mxu_layer_class mxu_random_crop_class = {
+    .class_name = "RandomCrop",
+    .flops = mxu_no_flops, /* copies in training */
+    .config_keys = crop_keys,
+    .read_config = read_crop,
+    .write_config = write_crop,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = crop_infer,
+    .plan = mxu_no_plan,
+    .forward = crop_forward,
+    .backward = crop_backward,
+};

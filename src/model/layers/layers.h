@@ -119,4 +119,10 @@ mxu_status mxu_same_shape_infer(mxu_layer *layer);
 mxu_status mxu_json_last_axis(const mxu_json_where *where, const cJSON *config,
                               const mxu_json_node *node);
 
+/* One image (or a window of one: rows row_stride pixels apart) of h x w
+ * pixels of ch channels resized to out_h x out_w as TensorFlow's resize
+ * does (half-pixel centres), bilinear or nearest (resampling.c). */
+void mxu_resize_image(const float *x, int h, int w, int row_stride, int ch,
+                      float *y, int out_h, int out_w, int bilinear);
+
 #endif

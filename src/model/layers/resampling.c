@@ -73,28 +73,32 @@ static geometry geometry_of(const mxu_layer *layer) {
 }
 
 /* TensorFlow's order: top and bottom lerps across, then down. */
-static void upsampling_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  geometry g = geometry_of(layer);
-  for (int64_t n = 0; n < layer->compiled->batch; n++) {
-    const float *x = run->x + n * g.h * g.w * g.ch;
-    float *y = run->y + n * g.out_h * g.out_w * g.ch;
-    for (int r = 0; r < g.out_h; r++) {
-      tap ty = tap_at(r, g.h, g.out_h, bilinear_of(layer));
-      for (int col = 0; col < g.out_w; col++) {
-        tap tx = tap_at(col, g.w, g.out_w, bilinear_of(layer));
-        const float *tl = x + ((size_t)ty.lo * g.w + tx.lo) * g.ch;
-        const float *tr = x + ((size_t)ty.lo * g.w + tx.hi) * g.ch;
-        const float *bl = x + ((size_t)ty.hi * g.w + tx.lo) * g.ch;
-        const float *br = x + ((size_t)ty.hi * g.w + tx.hi) * g.ch;
-        float *out = y + ((size_t)r * g.out_w + col) * g.ch;
-        for (int k = 0; k < g.ch; k++) {
-          float top = tl[k] + (tr[k] - tl[k]) * tx.frac;
-          float bottom = bl[k] + (br[k] - bl[k]) * tx.frac;
-          out[k] = top + (bottom - top) * ty.frac;
-        }
+void mxu_resize_image(const float *x, int h, int w, int row_stride, int ch,
+                      float *y, int out_h, int out_w, int bilinear) {
+  for (int r = 0; r < out_h; r++) {
+    tap ty = tap_at(r, h, out_h, bilinear);
+    for (int col = 0; col < out_w; col++) {
+      tap tx = tap_at(col, w, out_w, bilinear);
+      const float *tl = x + ((size_t)ty.lo * row_stride + tx.lo) * ch;
+      const float *tr = x + ((size_t)ty.lo * row_stride + tx.hi) * ch;
+      const float *bl = x + ((size_t)ty.hi * row_stride + tx.lo) * ch;
+      const float *br = x + ((size_t)ty.hi * row_stride + tx.hi) * ch;
+      float *out = y + ((size_t)r * out_w + col) * ch;
+      for (int k = 0; k < ch; k++) {
+        float top = tl[k] + (tr[k] - tl[k]) * tx.frac;
+        float bottom = bl[k] + (br[k] - bl[k]) * tx.frac;
+        out[k] = top + (bottom - top) * ty.frac;
       }
     }
   }
+}
+
+static void upsampling_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  geometry g = geometry_of(layer);
+  for (int64_t n = 0; n < layer->compiled->batch; n++)
+    mxu_resize_image(run->x + n * g.h * g.w * g.ch, g.h, g.w, g.w, g.ch,
+                     run->y + n * g.out_h * g.out_w * g.ch, g.out_h, g.out_w,
+                     bilinear_of(layer));
 }
 
 static void upsampling_backward(mxu_layer *layer, const mxu_layer_run *run) {
