@@ -614,7 +614,7 @@ void mxu_summary(const mxu_model *model, FILE *out);
 typedef enum mxu_optimizer_kind {
   MXU_ADAM = 0,
   MXU_SGD,
-  MXU_RMSPROP,  /* rho, momentum, epsilon (not centered) */
+  MXU_RMSPROP,  /* rho, momentum, epsilon, centered */
   MXU_ADAGRAD,  /* initial_accumulator_value, epsilon */
   MXU_ADAMAX,   /* beta_1, beta_2, epsilon */
   MXU_NADAM,    /* beta_1, beta_2, epsilon */
@@ -667,6 +667,8 @@ typedef struct mxu_optimizer_config {
   float beta_1, beta_2, epsilon;
   float momentum;                  /* SGD, RMSprop */
   int nesterov;                    /* SGD */
+  int amsgrad;                     /* Adam, AdamW: the largest velocity */
+  int centered;                    /* RMSprop: less the mean gradient */
   float rho;                       /* RMSprop, Adadelta */
   float initial_accumulator_value; /* Adagrad */
   /* Every optimizer (Keras 3's base class): w -= w * weight_decay * lr

@@ -1592,13 +1592,13 @@ static void errors_compile(void) {
   } cases[] = {
       {"{\"optimizer\": \"ftrl\"}", "optimizer 'ftrl' is not supported"},
       {"{\"optimizer\": {\"class_name\": \"RMSprop\", \"config\": "
-       "{\"learning_rate\": 0.001, \"centered\": true}}}",
-       "centered true is not supported"},
+       "{\"learning_rate\": 0.001, \"use_ema\": true}}}",
+       "use_ema true is not supported"},
       {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
        "{\"learning_rate\": {\"class_name\": \"WarmupSchedule\", "
        "\"config\": {}}}}}",
        "schedule 'WarmupSchedule' is not supported"},
-      {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
+      {"{\"optimizer\": {\"class_name\": \"Adamax\", \"config\": "
        "{\"amsgrad\": true}}}",
        "amsgrad true"},
       {"{\"loss\": \"poisson\"}", "loss: loss 'poisson' is not supported"},
@@ -1657,6 +1657,16 @@ static mxu_compile_config compile_of(const char *key, const char *compile) {
 }
 
 static void compile_forms(void) {
+  /* AMSGrad and centered RMSprop, read as Keras writes them. */
+  mxu_compile_config a =
+      compile_of("compile_config", "{\"optimizer\": {\"class_name\": \"Adam\", "
+                                   "\"config\": {\"amsgrad\": true}}}");
+  CHECK(a.optimizer.kind == MXU_ADAM && a.optimizer.amsgrad == 1);
+  a = compile_of("compile_config",
+                 "{\"optimizer\": {\"class_name\": \"RMSprop\", "
+                 "\"config\": {\"centered\": true, \"momentum\": 0.5}}}");
+  CHECK(a.optimizer.kind == MXU_RMSPROP && a.optimizer.centered == 1 &&
+        a.optimizer.momentum == 0.5f);
   mxu_compile_config c = compile_of(
       "compile_config", "{\"optimizer\": \"sgd\", \"loss\": "
                         "\"categorical_crossentropy\", \"metrics\": "

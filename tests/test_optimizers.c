@@ -40,8 +40,9 @@ static float gradient(int step, int i) {
 }
 
 /* Keras 3's update of one value, in double. */
+/* a, b, c: the slots as slot_m, slot_v, slot_u hold them. */
 static void reference(const mxu_optimizer_config *o, int t, double g, double *w,
-                      double *a, double *b, double u_product) {
+                      double *a, double *b, double *c, double u_product) {
   double lr = o->learning_rate, b1 = o->beta_1, b2 = o->beta_2;
   double eps = o->epsilon;
   switch (o->kind) {
@@ -49,8 +50,9 @@ static void reference(const mxu_optimizer_config *o, int t, double g, double *w,
   case MXU_ADAMW: {
     *a += (g - *a) * (1 - b1);
     *b += (g * g - *b) * (1 - b2);
+    *c = fmax(*c, *b); /* AMSGrad's v_hat */
     double lr_t = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
-    *w -= lr_t * *a / (sqrt(*b) + eps);
+    *w -= lr_t * *a / (sqrt(o->amsgrad ? *c : *b) + eps);
     break;
   }
   case MXU_SGD:
@@ -59,7 +61,8 @@ static void reference(const mxu_optimizer_config *o, int t, double g, double *w,
     break;
   case MXU_RMSPROP: {
     *a = o->rho * *a + (1 - o->rho) * g * g;
-    double inc = lr * g / sqrt(*a + eps);
+    *c = o->rho * *c + (1 - o->rho) * g; /* centered: the mean gradient */
+    double inc = lr * g / sqrt(*a - (o->centered ? *c * *c : 0) + eps);
     *b = o->momentum * *b + inc;
     *w -= o->momentum > 0 ? *b : inc;
     break;
@@ -105,11 +108,11 @@ static void reference(const mxu_optimizer_config *o, int t, double g, double *w,
 static void check_rule(mxu_optimizer_config o, const char *what) {
   mxu_model *m = model_with(o);
   if (!m) return;
-  double w[W], a[W], b[W], tmp;
+  double w[W], a[W], b[W], c[W], tmp;
   for (int i = 0; i < W; i++) {
     w[i] = *value_at(m, m->weights, i, &tmp);
     a[i] = *slot(m, m->slot_m, i); /* Adagrad starts at its accumulator */
-    b[i] = 0;
+    b[i] = c[i] = 0;
   }
   double u_product = 1;
   for (int t = 1; t <= STEPS; t++) {
@@ -130,22 +133,22 @@ static void check_rule(mxu_optimizer_config o, const char *what) {
     }
     u_product *= o.beta_1 * (1 - 0.5 * pow(0.96, t));
     for (int i = 0; i < W; i++)
-      reference(&o, t, g[i], &w[i], &a[i], &b[i], u_product);
+      reference(&o, t, g[i], &w[i], &a[i], &b[i], &c[i], u_product);
     mxu_strategy_apply(m);
   }
-  /* The weights, and the slots as Keras keeps them (slot_m the first
-   * kind, slot_v the second). */
+  /* The weights, and the slots the optimizer keeps (slot_m, slot_v,
+   * slot_u as its spec names them). */
   double worst = 0;
-  int slots = mxu_optimizer_slots(&o).count;
+  mxu_slot_spec spec = mxu_optimizer_slots(&o);
+  const double *want[MXU_SLOTS] = {a, b, c};
   for (int i = 0; i < W; i++) {
     double got = *value_at(m, m->weights, i, &tmp);
     worst = fmax(worst, fabs(got - w[i]) / fmax(1e-3, fabs(w[i])));
-    if (slots > 0)
-      worst = fmax(worst, fabs(*slot(m, m->slot_m, i) - a[i]) /
-                              fmax(1e-3, fabs(a[i])));
-    if (slots > 1)
-      worst = fmax(worst, fabs(*slot(m, m->slot_v, i) - b[i]) /
-                              fmax(1e-3, fabs(b[i])));
+    for (int k = 0; k < MXU_SLOTS; k++)
+      if (spec.keras3[k])
+        worst =
+            fmax(worst, fabs(*slot(m, mxu_slot_buffer(m, k), i) - want[k][i]) /
+                            fmax(1e-3, fabs(want[k][i])));
   }
   CHECK_MSG(worst < 2e-5 && m->iterations == STEPS,
             "%s: weights off by %g (relative) after %d steps", what, worst,
@@ -167,6 +170,17 @@ static void rules(void) {
   CHECK_OK(mxu_optimizer_from_name("rmsprop", &o));
   o.momentum = 0.5f;
   check_rule(o, "rmsprop with momentum");
+  o.centered = 1;
+  check_rule(o, "rmsprop centered with momentum");
+  o.momentum = 0;
+  check_rule(o, "rmsprop centered");
+  o = mxu_adam(0.05f);
+  o.amsgrad = 1;
+  check_rule(o, "adam amsgrad");
+  CHECK_OK(mxu_optimizer_from_name("adamw", &o));
+  o.learning_rate = 0.05f;
+  o.amsgrad = 1;
+  check_rule(o, "adamw amsgrad");
   o = mxu_sgd(0.1f, 0.9f, 0);
   check_rule(o, "sgd with momentum");
   o = mxu_adam(0.01f);
@@ -197,15 +211,20 @@ static void rules(void) {
 /* Saved after two steps, restored into a fresh model: the third step
  * gives the same weights bit for bit, in both file layouts. */
 static void state_files(void) {
-  static const char *const names[] = {"rmsprop",  "adagrad", "adamax", "nadam",
-                                      "adadelta", "lion",    "adamw"};
+  /* The last two: rmsprop centered, adam with amsgrad (a third slot). */
+  static const char *const names[] = {"rmsprop", "adagrad",  "adamax",
+                                      "nadam",   "adadelta", "lion",
+                                      "adamw",   "rmsprop",  "adam"};
+  int count = (int)(sizeof names / sizeof *names);
   CHECK(check_temp_make("optimizers"));
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+  for (int i = 0; i < count; i++)
     for (int keras = 0; keras < 2; keras++) {
       mxu_optimizer_config o;
       CHECK_OK(mxu_optimizer_from_name(names[i], &o));
       o.learning_rate = 0.05f;
       if (o.kind == MXU_RMSPROP) o.momentum = 0.3f;
+      o.centered = i == count - 2;
+      o.amsgrad = i == count - 1;
       mxu_model *a = model_with(o), *b = model_with(o);
       if (!a || !b) return;
       for (int t = 1; t <= 3; t++) {
@@ -213,7 +232,8 @@ static void state_files(void) {
         mxu_strategy_apply(a);
         if (t != 2) continue;
         char name[64];
-        snprintf(name, sizeof name, "%s.%s", names[i], keras ? "keras" : "h5");
+        snprintf(name, sizeof name, "%s%d.%s", names[i], i,
+                 keras ? "keras" : "h5");
         CHECK_OK(mxu_save_model(a, temp_path(name), NULL));
         CHECK_OK(mxu_restore_model(b, temp_path(name), NULL));
       }

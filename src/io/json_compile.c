@@ -222,18 +222,25 @@ static mxu_status read_learning_rate(const mxu_json_where *where,
   return MXU_OK;
 }
 
-/* What mxu's optimizers do not have: legacy decay, EMA, accumulation,
- * AMSGrad, centered RMSprop. */
+/* What mxu's optimizers do not have: legacy decay, EMA, accumulation;
+ * AMSGrad is Adam's and AdamW's, centered RMSprop's alone. */
 static mxu_status read_optimizer_options(const mxu_json_where *where,
-                                         const cJSON *config) {
+                                         const cJSON *config,
+                                         mxu_optimizer_config *out) {
   static const char *const nulls[] = {"loss_scale_factor",
                                       "gradient_accumulation_steps", NULL};
   for (const char *const *key = nulls; *key; key++)
     MXU_TRY(mxu_json_require_null(where, config, *key));
   MXU_TRY(require_zero(where, config, "decay"));
   MXU_TRY(mxu_json_require_false(where, config, "use_ema"));
-  MXU_TRY(mxu_json_require_false(where, config, "amsgrad"));
-  MXU_TRY(mxu_json_require_false(where, config, "centered"));
+  if (out->kind == MXU_ADAM || out->kind == MXU_ADAMW)
+    MXU_TRY(mxu_json_bool(where, config, "amsgrad", &out->amsgrad));
+  else
+    MXU_TRY(mxu_json_require_false(where, config, "amsgrad"));
+  if (out->kind == MXU_RMSPROP)
+    MXU_TRY(mxu_json_bool(where, config, "centered", &out->centered));
+  else
+    MXU_TRY(mxu_json_require_false(where, config, "centered"));
   return mxu_json_check_keys(where, config, optimizer_keys, NULL);
 }
 
@@ -258,7 +265,7 @@ static mxu_status read_optimizer_config(const mxu_json_where *where,
   MXU_TRY(
       read_optional(where, config, "global_clipnorm", &out->global_clipnorm));
   MXU_TRY(read_optional(where, config, "clipvalue", &out->clipvalue));
-  return read_optimizer_options(where, config);
+  return read_optimizer_options(where, config, out);
 }
 
 /* "adam", "rmsprop", ..., or {"class_name": "Adam", "config": {...}};
@@ -496,7 +503,7 @@ static void put_optimizer_settings(mxu_json_out *out, cJSON *config,
     mxu_json_put_float(out, config, "rho", o->rho);
     mxu_json_put_float(out, config, "momentum", o->momentum);
     mxu_json_put_float(out, config, "epsilon", o->epsilon);
-    mxu_json_put_bool(out, config, "centered", 0);
+    mxu_json_put_bool(out, config, "centered", o->centered);
     return;
   case MXU_ADAGRAD:
     mxu_json_put_float(out, config, "initial_accumulator_value",
@@ -513,7 +520,7 @@ static void put_optimizer_settings(mxu_json_out *out, cJSON *config,
     if (o->kind == MXU_LION) return;
     mxu_json_put_float(out, config, "epsilon", o->epsilon);
     if (o->kind == MXU_ADAM || o->kind == MXU_ADAMW)
-      mxu_json_put_bool(out, config, "amsgrad", 0);
+      mxu_json_put_bool(out, config, "amsgrad", o->amsgrad);
   }
 }
 

@@ -71,13 +71,16 @@ static void slot_list_free(slot_list *list) {
 /* The optimizer's slot kinds as the layout names them, and their
  * buffers; returns how many. */
 static int slot_kinds(const mxu_model *model, slot_layout layout,
-                      const char *kinds[2], float *buffers[2]) {
+                      const char *kinds[MXU_SLOTS], float *buffers[MXU_SLOTS]) {
   mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
-  for (int k = 0; k < 2; k++) {
-    kinds[k] = layout == SLOTS_KERAS3 ? spec.keras3[k] : spec.legacy[k];
-    buffers[k] = k ? model->slot_v : model->slot_m;
+  int n = 0;
+  for (int k = 0; k < MXU_SLOTS; k++) {
+    const char *kind = layout == SLOTS_KERAS3 ? spec.keras3[k] : spec.legacy[k];
+    if (!kind) continue;
+    kinds[n] = kind;
+    buffers[n++] = mxu_slot_buffer(model, k);
   }
-  return spec.count;
+  return n;
 }
 
 static void name_slot(const mxu_model *model, slot_list *list, int e,
@@ -95,22 +98,35 @@ static void name_slot(const mxu_model *model, slot_list *list, int e,
              kind);
 }
 
-/* Weight by weight (each weight's slots together), or kind by kind. */
-static void fill_slot_entries(const mxu_model *model, slot_list *list,
-                              int by_weight) {
-  const char *kinds[2];
-  float *buffers[2];
-  int n = slot_kinds(model, list->layout, kinds, buffers);
-  int e = list->first_slot;
+/* Kinds first .. end - 1 weight by weight (each weight's together), or
+ * kind by kind, from entry *e on. */
+static void fill_kinds(const mxu_model *model, slot_list *list, int by_weight,
+                       const char *const *kinds, float *const *buffers,
+                       int first, int end, int *e) {
+  int n = end - first;
   for (int outer = 0; outer < (by_weight ? model->param_count : n); outer++)
     for (int inner = 0; inner < (by_weight ? n : model->param_count); inner++) {
-      int k = by_weight ? inner : outer, i = by_weight ? outer : inner;
+      int k = first + (by_weight ? inner : outer);
+      int i = by_weight ? outer : inner;
       const mxu_param *p = &model->params[i];
       if (!p->trainable) continue;
-      name_slot(model, list, e, p, kinds[k]);
-      list->param[e] = i;
-      list->buffer[e++] = buffers[k];
+      name_slot(model, list, *e, p, kinds[k]);
+      list->param[*e] = i;
+      list->buffer[(*e)++] = buffers[k];
     }
+}
+
+/* The first two kinds weight by weight or kind by kind; a third
+ * (AMSGrad's, centered RMSprop's), which Keras builds on its own, after
+ * them. */
+static void fill_slot_entries(const mxu_model *model, slot_list *list,
+                              int by_weight) {
+  const char *kinds[MXU_SLOTS];
+  float *buffers[MXU_SLOTS];
+  int n = slot_kinds(model, list->layout, kinds, buffers);
+  int paired = n < 2 ? n : 2, e = list->first_slot;
+  fill_kinds(model, list, by_weight, kinds, buffers, 0, paired, &e);
+  fill_kinds(model, list, by_weight, kinds, buffers, paired, n, &e);
 }
 
 static void fill_slots(const mxu_model *model, slot_list *list) {
@@ -139,8 +155,8 @@ static void fill_slots(const mxu_model *model, slot_list *list) {
 
 static mxu_status slot_list_make(const mxu_model *model, slot_layout layout,
                                  slot_list *list) {
-  const char *kinds[2];
-  float *buffers[2];
+  const char *kinds[MXU_SLOTS];
+  float *buffers[MXU_SLOTS];
   int trainable = 0;
   for (int i = 0; i < model->param_count; i++)
     trainable += model->params[i].trainable;

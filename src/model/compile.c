@@ -306,11 +306,11 @@ static mxu_status allocate_params(mxu_model *model) {
   size_t trainable = (size_t)model->trainable_count * sizeof(float);
   size_t state = (size_t)model->state_count * sizeof(float);
   size_t grads = mxu_model_grad_bytes(model);
-  float **buffers[] = {&model->weights, &model->grads, &model->slot_m,
-                       &model->slot_v, &model->state};
+  float **buffers[] = {&model->weights, &model->grads,  &model->state,
+                       &model->slot_m,  &model->slot_v, &model->slot_u};
   for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++) {
     mxu_aligned_free(*buffers[i]);
-    *buffers[i] = mxu_aligned_alloc(i == 4   ? state
+    *buffers[i] = mxu_aligned_alloc(i == 2   ? state
                                     : i == 1 ? grads
                                              : trainable);
     if (!*buffers[i])

@@ -161,6 +161,7 @@ void mxu_model_free(mxu_model *model) {
   mxu_aligned_free(model->grads);
   mxu_aligned_free(model->slot_m);
   mxu_aligned_free(model->slot_v);
+  mxu_aligned_free(model->slot_u);
   mxu_aligned_free(model->state);
   free(model->norms);
   free(model->history.epochs);

@@ -418,7 +418,9 @@ struct mxu_model {
   const mxu_backend *backend;
   mxu_param *params;
   int param_count;
-  float *weights, *grads, *slot_m, *slot_v; /* trainable_count each */
+  /* trainable_count each; slot_u is AMSGrad's velocity_hat and centered
+   * RMSprop's average_gradient. */
+  float *weights, *grads, *slot_m, *slot_v, *slot_u;
   /* Regularized weights (their penalties join the loss), and room for
    * the norms of the largest constrained weight (regularizers.c). */
   int penalized;
@@ -639,15 +641,19 @@ int mxu_metric_needs_labels(mxu_metric_kind kind);
 
 /* ---- optimizers.c ------------------------------------------------------ */
 
-/* The optimizer's slots: how many of slot_m, slot_v it uses, what Keras 3
- * (keras3) and tf.keras' legacy optimizers (legacy) call them, whether
- * Keras 3 keeps each weight's together (interleaved) and whether a Nadam
- * u_product follows them. */
+/* The optimizer's slots: what Keras 3 (keras3) and tf.keras' legacy
+ * optimizers (legacy) call the ones it keeps in slot_m, slot_v and slot_u
+ * (NULL: none; count of them), whether Keras keeps each weight's first
+ * two together (interleaved; a third always follows as a block) and
+ * whether a Nadam u_product follows them. */
+enum { MXU_SLOTS = 3 };
 typedef struct mxu_slot_spec {
   int count;
-  const char *keras3[2], *legacy[2];
+  const char *keras3[MXU_SLOTS], *legacy[MXU_SLOTS];
   int interleaved, u_product;
 } mxu_slot_spec;
+/* The model's buffer for slot k of a spec (slot_m, slot_v, slot_u). */
+float *mxu_slot_buffer(const mxu_model *model, int k);
 mxu_slot_spec mxu_optimizer_slots(const mxu_optimizer_config *o);
 /* The slots as a fresh optimizer has them (zeros; Adagrad's initial
  * accumulator value). */

@@ -19,40 +19,46 @@ typedef struct optimizer_class {
  * call (interleaved: m0 v0 m1 v1 ...) except RMSprop's, one kind after
  * the other; Nadam keeps u_product, a scalar, after them. */
 static const optimizer_class classes[] = {
-    {"adam", "Adam", MXU_ADAM, {2, {"momentum", "velocity"}, {"m", "v"}, 1, 0}},
-    {"sgd", "SGD", MXU_SGD, {1, {"momentum", NULL}, {"momentum", NULL}, 1, 0}},
+    {"adam",
+     "Adam",
+     MXU_ADAM,
+     {2, {"momentum", "velocity", NULL}, {"m", "v", NULL}, 1, 0}},
+    {"sgd",
+     "SGD",
+     MXU_SGD,
+     {1, {"momentum", NULL, NULL}, {"momentum", NULL, NULL}, 1, 0}},
     {"rmsprop",
      "RMSprop",
      MXU_RMSPROP,
-     {2, {"velocity", "momentum"}, {"rms", "momentum"}, 0, 0}},
+     {2, {"velocity", "momentum", NULL}, {"rms", "momentum", NULL}, 0, 0}},
     {"adagrad",
      "Adagrad",
      MXU_ADAGRAD,
-     {1, {"accumulator", NULL}, {"accumulator", NULL}, 1, 0}},
+     {1, {"accumulator", NULL, NULL}, {"accumulator", NULL, NULL}, 1, 0}},
     {"adamax",
      "Adamax",
      MXU_ADAMAX,
-     {2, {"momentum", "norm"}, {"m", "v"}, 1, 0}},
+     {2, {"momentum", "norm", NULL}, {"m", "v", NULL}, 1, 0}},
     {"nadam",
      "Nadam",
      MXU_NADAM,
-     {2, {"momentum", "velocity"}, {"m", "v"}, 1, 1}},
+     {2, {"momentum", "velocity", NULL}, {"m", "v", NULL}, 1, 1}},
     {"adadelta",
      "Adadelta",
      MXU_ADADELTA,
      {2,
-      {"accumulated_grad", "accumulated_delta_var"},
-      {"accum_grad", "accum_var"},
+      {"accumulated_grad", "accumulated_delta_var", NULL},
+      {"accum_grad", "accum_var", NULL},
       1,
       0}},
     {"lion",
      "Lion",
      MXU_LION,
-     {1, {"momentum", NULL}, {"momentum", NULL}, 1, 0}},
+     {1, {"momentum", NULL, NULL}, {"momentum", NULL, NULL}, 1, 0}},
     {"adamw",
      "AdamW",
      MXU_ADAMW,
-     {2, {"momentum", "velocity"}, {"m", "v"}, 1, 0}},
+     {2, {"momentum", "velocity", NULL}, {"m", "v", NULL}, 1, 0}},
 };
 
 enum { CLASS_COUNT = sizeof classes / sizeof *classes };
@@ -106,16 +112,32 @@ mxu_status mxu_optimizer_from_name(const char *name,
 mxu_slot_spec mxu_optimizer_slots(const mxu_optimizer_config *o) {
   mxu_slot_spec spec =
       classes[(unsigned)o->kind < CLASS_COUNT ? o->kind : 0].slots;
+  int adam = o->kind == MXU_ADAM || o->kind == MXU_ADAMW;
   /* Keras keeps no momentum slot without momentum. */
-  if ((o->kind == MXU_SGD || o->kind == MXU_RMSPROP) && !(o->momentum > 0))
+  if ((o->kind == MXU_SGD || o->kind == MXU_RMSPROP) && !(o->momentum > 0)) {
+    int k = o->kind == MXU_SGD ? 0 : 1;
+    spec.keras3[k] = spec.legacy[k] = NULL;
     spec.count--;
+  }
+  if (adam && o->amsgrad) {
+    spec.keras3[2] = "velocity_hat", spec.legacy[2] = "vhat";
+    spec.count++;
+  }
+  if (o->kind == MXU_RMSPROP && o->centered) {
+    spec.keras3[2] = "average_gradient", spec.legacy[2] = "mg";
+    spec.count++;
+  }
   return spec;
+}
+
+float *mxu_slot_buffer(const mxu_model *model, int k) {
+  return k == 0 ? model->slot_m : k == 1 ? model->slot_v : model->slot_u;
 }
 
 void mxu_optimizer_reset(mxu_model *model) {
   size_t n = (size_t)model->trainable_count;
-  memset(model->slot_m, 0, n * sizeof(float));
-  memset(model->slot_v, 0, n * sizeof(float));
+  for (int k = 0; k < MXU_SLOTS; k++)
+    memset(mxu_slot_buffer(model, k), 0, n * sizeof(float));
   const mxu_optimizer_config *o = &model->compile.optimizer;
   if (o->kind == MXU_ADAGRAD)
     for (size_t i = 0; i < n; i++)
@@ -155,18 +177,39 @@ static void clip_by_norm(mxu_model *model) {
 
 /* ---- update rules ------------------------------------------------------ */
 
+/* centered: the velocity less the square of the gradient's running mean
+ * (avg, slot_u), as Keras 3. */
 static void rmsprop(const mxu_optimizer_config *o, float lr, int64_t n,
-                    float *w, const float *g, float *v, float *m) {
+                    float *w, const float *g, float *v, float *m, float *avg) {
   float rho = o->rho;
   for (int64_t i = 0; i < n; i++) {
     v[i] = rho * v[i] + (1 - rho) * (g[i] * g[i]);
-    float increment = lr * g[i] / sqrtf(v[i] + o->epsilon);
+    float denominator = v[i] + o->epsilon;
+    if (o->centered) {
+      avg[i] = rho * avg[i] + (1 - rho) * g[i];
+      denominator = v[i] - avg[i] * avg[i] + o->epsilon;
+    }
+    float increment = lr * g[i] / sqrtf(denominator);
     if (o->momentum > 0) {
       m[i] = o->momentum * m[i] + increment;
       w[i] -= m[i];
     } else {
       w[i] -= increment;
     }
+  }
+}
+
+/* Adam with the largest velocity yet (v_hat, slot_u) in the step, as
+ * Keras 3: m, v as Adam's; v_hat = max(v_hat, v); w -= m alpha /
+ * (sqrt(v_hat) + epsilon). */
+static void amsgrad(const mxu_optimizer_config *o, float alpha, int64_t n,
+                    float *w, const float *g, float *m, float *v,
+                    float *v_hat) {
+  for (int64_t i = 0; i < n; i++) {
+    m[i] += (g[i] - m[i]) * (1 - o->beta_1);
+    v[i] += (g[i] * g[i] - v[i]) * (1 - o->beta_2);
+    v_hat[i] = fmaxf(v_hat[i], v[i]);
+    w[i] -= m[i] * alpha / (sqrtf(v_hat[i]) + o->epsilon);
   }
 }
 
@@ -274,6 +317,7 @@ void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
   int64_t n = end - begin;
   float *w = model->weights + begin, *g = model->grads + begin;
   float *m = model->slot_m + begin, *v = model->slot_v + begin;
+  float *u = model->slot_u + begin;
   float lr = model->step_rate;
   if (o->clipvalue > 0)
     for (int64_t i = 0; i < n; i++)
@@ -287,14 +331,17 @@ void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
     /* Keras folds the bias correction into the step size. */
     double lr_t =
         lr * sqrt(1.0 - pow(o->beta_2, t)) / (1.0 - pow(o->beta_1, t));
-    model->backend->adam_update(n, w, g, m, v, (float)lr_t, o->beta_1,
-                                o->beta_2, o->epsilon);
+    if (o->amsgrad)
+      amsgrad(o, (float)lr_t, n, w, g, m, v, u);
+    else
+      model->backend->adam_update(n, w, g, m, v, (float)lr_t, o->beta_1,
+                                  o->beta_2, o->epsilon);
     break;
   }
   case MXU_SGD:
     model->backend->sgd_update(n, w, g, m, lr, o->momentum, o->nesterov);
     break;
-  case MXU_RMSPROP: rmsprop(o, lr, n, w, g, m, v); break;
+  case MXU_RMSPROP: rmsprop(o, lr, n, w, g, m, v, u); break;
   case MXU_ADAGRAD: adagrad(o, lr, n, w, g, m); break;
   case MXU_ADAMAX: adamax(o, lr, t, n, w, g, m, v); break;
   case MXU_NADAM:

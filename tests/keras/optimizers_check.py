@@ -25,6 +25,9 @@ np.savez("d.npz", x_train=x, y_train=y, x_test=x, y_test=y)
 O = keras.optimizers
 CASES = {
     "rmsprop": O.RMSprop(0.05, momentum=0.3),
+    "rmsprop_centered": O.RMSprop(0.05, momentum=0.3, centered=True),
+    "adam_amsgrad": O.Adam(0.05, amsgrad=True),
+    "adamw_amsgrad": O.AdamW(0.05, weight_decay=0.1, amsgrad=True),
     "adagrad": O.Adagrad(0.05),
     "adamax": O.Adamax(0.05),
     "nadam": O.Nadam(0.05),
