@@ -586,6 +586,17 @@ static int given(const void *config, const char *what) {
   return config != NULL;
 }
 
+/* The mxu_apply_* of a layer whose prototype is its config alone (the
+ * layer keeps its own copy of the name). */
+#define APPLY_CONFIG(member, cls, what)                                        \
+  do {                                                                         \
+    if (x < 0 || !given(config, what)) return -1;                              \
+    mxu_layer proto = {0};                                                     \
+    proto.config.member = *config;                                             \
+    proto.config.member.name = NULL;                                           \
+    return apply(model, cls, config->name, &proto, &x, 1);                     \
+  } while (0)
+
 mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
                                          const mxu_global_pool2d_config *config,
                                          mxu_tensor_id x) {
@@ -602,11 +613,7 @@ mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
                                        const mxu_zero_padding2d_config *config,
                                        mxu_tensor_id x) {
-  if (x < 0 || !given(config, "ZeroPadding2D")) return -1;
-  mxu_layer proto = {0};
-  proto.config.padding = *config;
-  proto.config.padding.name = NULL;
-  return apply(model, &mxu_zero_padding2d_class, config->name, &proto, &x, 1);
+  APPLY_CONFIG(padding, &mxu_zero_padding2d_class, "ZeroPadding2D");
 }
 
 static mxu_status depthwise_proto(const mxu_depthwise_conv2d_config *config,
@@ -667,11 +674,7 @@ mxu_tensor_id mxu_apply_softmax(mxu_model *model, const char *name,
 
 mxu_tensor_id mxu_apply_prelu(mxu_model *model, const mxu_prelu_config *config,
                               mxu_tensor_id x) {
-  if (x < 0 || !given(config, "PReLU")) return -1;
-  mxu_layer proto = {0};
-  proto.config.prelu = *config;
-  proto.config.prelu.name = NULL;
-  return apply(model, &mxu_prelu_class, config->name, &proto, &x, 1);
+  APPLY_CONFIG(prelu, &mxu_prelu_class, "PReLU");
 }
 
 mxu_tensor_id mxu_apply_random(mxu_model *model,
@@ -732,21 +735,13 @@ mxu_tensor_id mxu_apply_layer_normalization(mxu_model *model,
 mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,
                                      const mxu_upsampling2d_config *config,
                                      mxu_tensor_id x) {
-  if (x < 0 || !given(config, "UpSampling2D")) return -1;
-  mxu_layer proto = {0};
-  proto.config.upsampling = *config;
-  proto.config.upsampling.name = NULL;
-  return apply(model, &mxu_upsampling2d_class, config->name, &proto, &x, 1);
+  APPLY_CONFIG(upsampling, &mxu_upsampling2d_class, "UpSampling2D");
 }
 
 static mxu_tensor_id apply_resize(mxu_model *model, const mxu_layer_class *cls,
                                   const mxu_resize_config *config,
                                   mxu_tensor_id x) {
-  if (x < 0 || !given(config, cls->class_name)) return -1;
-  mxu_layer proto = {0};
-  proto.config.resize = *config;
-  proto.config.resize.name = NULL;
-  return apply(model, cls, config->name, &proto, &x, 1);
+  APPLY_CONFIG(resize, cls, cls->class_name);
 }
 
 mxu_tensor_id mxu_apply_resizing(mxu_model *model,
@@ -764,41 +759,25 @@ mxu_tensor_id mxu_apply_center_crop(mxu_model *model,
 mxu_tensor_id mxu_apply_cropping2d(mxu_model *model,
                                    const mxu_cropping2d_config *config,
                                    mxu_tensor_id x) {
-  if (x < 0 || !given(config, "Cropping2D")) return -1;
-  mxu_layer proto = {0};
-  proto.config.padding = *config;
-  proto.config.padding.name = NULL;
-  return apply(model, &mxu_cropping2d_class, config->name, &proto, &x, 1);
+  APPLY_CONFIG(padding, &mxu_cropping2d_class, "Cropping2D");
 }
 
 mxu_tensor_id mxu_apply_permute(mxu_model *model,
                                 const mxu_permute_config *config,
                                 mxu_tensor_id x) {
-  if (x < 0 || !given(config, "Permute")) return -1;
-  mxu_layer proto = {0};
-  proto.config.permute = *config;
-  proto.config.permute.name = NULL;
-  return apply(model, &mxu_permute_class, config->name, &proto, &x, 1);
+  APPLY_CONFIG(permute, &mxu_permute_class, "Permute");
 }
 
 mxu_tensor_id mxu_apply_rescaling(mxu_model *model,
                                   const mxu_rescaling_config *config,
                                   mxu_tensor_id x) {
-  if (x < 0 || !given(config, "Rescaling")) return -1;
-  mxu_layer proto = {0};
-  proto.config.rescaling = *config;
-  proto.config.rescaling.name = NULL;
-  return apply(model, &mxu_rescaling_class, config->name, &proto, &x, 1);
+  APPLY_CONFIG(rescaling, &mxu_rescaling_class, "Rescaling");
 }
 
 mxu_tensor_id mxu_apply_normalization(mxu_model *model,
                                       const mxu_normalization_config *config,
                                       mxu_tensor_id x) {
-  if (x < 0 || !given(config, "Normalization")) return -1;
-  mxu_layer proto = {0};
-  proto.config.normalization = *config;
-  proto.config.normalization.name = NULL;
-  return apply(model, &mxu_normalization_class, config->name, &proto, &x, 1);
+  APPLY_CONFIG(normalization, &mxu_normalization_class, "Normalization");
 }
 
 mxu_tensor_id
@@ -825,21 +804,13 @@ mxu_apply_conv2d_transpose(mxu_model *model,
 
 mxu_tensor_id mxu_apply_relu(mxu_model *model, const mxu_relu_config *config,
                              mxu_tensor_id x) {
-  if (x < 0 || !given(config, "ReLU")) return -1;
-  mxu_layer proto = {0};
-  proto.config.relu = *config;
-  proto.config.relu.name = NULL;
-  return apply(model, &mxu_relu_class, config->name, &proto, &x, 1);
+  APPLY_CONFIG(relu, &mxu_relu_class, "ReLU");
 }
 
 mxu_tensor_id mxu_apply_reshape(mxu_model *model,
                                 const mxu_reshape_config *config,
                                 mxu_tensor_id x) {
-  if (x < 0 || !given(config, "Reshape")) return -1;
-  mxu_layer proto = {0};
-  proto.config.reshape = *config;
-  proto.config.reshape.name = NULL;
-  return apply(model, &mxu_reshape_class, config->name, &proto, &x, 1);
+  APPLY_CONFIG(reshape, &mxu_reshape_class, "Reshape");
 }
 
 mxu_tensor_id mxu_apply_again(mxu_model *model, mxu_tensor_id made_by,
