@@ -527,6 +527,12 @@ mxu_tensor_id mxu_apply_random(mxu_model *model,
 /* In training only: GaussianNoise adds N(0, stddev) to every value,
  * GaussianDropout multiplies it by N(1, sqrt(rate / (1 - rate))), drawn
  * as dropout's masks are. */
+/* ActivityRegularization: the identity, whose output's l1 sum(|y|) + l2
+ * sum(y^2), divided by the batch, joins the loss (as any layer's Keras
+ * activity_regularizer, which model files may also give). */
+mxu_tensor_id mxu_apply_activity_regularization(mxu_model *model,
+                                                const char *name, float l1,
+                                                float l2, mxu_tensor_id x);
 mxu_tensor_id mxu_apply_gaussian_noise(mxu_model *model, const char *name,
                                        float stddev, mxu_tensor_id x);
 mxu_tensor_id mxu_apply_gaussian_dropout(mxu_model *model, const char *name,

@@ -341,7 +341,8 @@ enum {
   UPSAMPLE, /* .keepdims: bilinear */
   UNIT_NORM,
   LAYER_NORM, /* .keepdims: groups */
-  TRANSPOSE   /* .keepdims: same */
+  TRANSPOSE,  /* .keepdims: same */
+  ACTIVITY
 };
 
 static int64_t count3(const int64_t *d) { return d[0] * d[1] * d[2]; }
@@ -592,6 +593,9 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
     y = mxu_apply_conv2d_transpose(m, &t, x[0]);
     break;
   }
+  case ACTIVITY:
+    y = mxu_apply_activity_regularization(m, "under_test", 0.05f, 0.1f, x[0]);
+    break;
   case UNIT_NORM:
     y = mxu_apply_unit_normalization(m, "under_test", x[0]);
     break;
@@ -933,6 +937,13 @@ static const layer_case layer_cases[] = {
      .out = {7, 5, 3},
      .out_rank = 3,
      .layer = TRANSPOSE},
+    {.name = "ActivityRegularization (its penalty in the loss)",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = copy_expect,
+     .layer = ACTIVITY},
     {.name = "Reshape (2, -1, 3)",
      .inputs = 1,
      .shape = {SHAPE342},

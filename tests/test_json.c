@@ -1417,8 +1417,10 @@ static const struct {
      "kernel_regularizer {'class_name': 'OrthogonalRegularizer'"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
-     "8, \"kernel_size\": 3, \"activity_regularizer\": \"l1\"}}",
-     MXU_ERR_UNSUPPORTED, "activity_regularizer 'l1'"},
+     "8, \"kernel_size\": 3, \"activity_regularizer\": {\"class_name\": "
+     "\"OrthogonalRegularizer\", \"config\": {\"factor\": 0.01}}}}",
+     MXU_ERR_UNSUPPORTED,
+     "activity_regularizer {'class_name': 'OrthogonalRegularizer'"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
      "8, \"kernel_size\": 3, \"kernel_constraint\": \"radial\"}}",

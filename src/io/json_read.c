@@ -367,7 +367,14 @@ static mxu_status read_class_once(const char *source,
                          e->class_name, mxu_layer_class_names());
   MXU_TRY(read_common(where, e->config));
   MXU_TRY(mxu_json_check_keys(where, e->config, cls->config_keys, common_keys));
-  return cls->read_config(where, e->config, node, e->name);
+  /* activity_regularizer, for the classes whose keys list it: the node's. */
+  mxu_regularizer activity = {0, 0};
+  MXU_TRY(mxu_json_regularizer(where, e->config, "activity_regularizer",
+                               &activity));
+  MXU_TRY(cls->read_config(where, e->config, node, e->name));
+  if (activity.l1 != 0 || activity.l2 != 0)
+    node->model->layers[node->output].activity = activity;
+  return MXU_OK;
 }
 
 /* A Sequential model's layer: it reads the one before. */

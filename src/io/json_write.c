@@ -69,6 +69,12 @@ static mxu_status layer_json(mxu_json_out *out, const mxu_layer *layer,
                     layer->name, layer->cls->class_name);
   cJSON *config = layer_config(out, layer->name);
   layer->cls->write_config(out, layer, config);
+  if (mxu_has_activity(layer) &&
+      layer->cls != &mxu_activity_regularization_class) {
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "activity_regularizer");
+    mxu_json_put_regularizer(out, config, "activity_regularizer",
+                             &layer->activity);
+  }
   *entry = layer_entry(out, layer->cls->class_name, config, layer);
   return MXU_OK;
 }

@@ -529,16 +529,21 @@ static int sole_consumer(const mxu_model *model, int i) {
  * plan asks the backend, which may decline. */
 static int fusion_proposal(mxu_model *model, int i) {
   mxu_layer *layer = &model->layers[i];
-  if (!model->backend->conv_pool_create || layer->cls != &mxu_conv2d_class)
+  /* A node with an activity regularizer must write its output. */
+  if (!model->backend->conv_pool_create || layer->cls != &mxu_conv2d_class ||
+      mxu_has_activity(layer))
     return 0;
   mxu_activation act = layer->config.conv.activation;
   if (act != MXU_LINEAR && act != MXU_RELU) return 0;
   int pool = sole_consumer(model, i);
-  if (pool < 0 || model->layers[pool].cls != &mxu_max_pooling2d_class) return 0;
+  if (pool < 0 || model->layers[pool].cls != &mxu_max_pooling2d_class ||
+      mxu_has_activity(&model->layers[pool]))
+    return 0;
   layer->compiled->fused[0] = &model->layers[pool];
   int relu = sole_consumer(model, pool);
   if (relu < 0 || model->layers[relu].cls != &mxu_activation_class ||
-      model->layers[relu].config.activation != MXU_RELU)
+      model->layers[relu].config.activation != MXU_RELU ||
+      mxu_has_activity(&model->layers[relu]))
     return 1;
   layer->compiled->fused[1] = &model->layers[relu];
   return 2;
@@ -751,6 +756,14 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   plan->fused_softmax = !model->compile.from_logits &&
                         mxu_loss_is_softmax(model->compile.loss) &&
                         final_softmax(model);
+  /* With the softmax fused, the output's gradient is the logits'. */
+  if (plan->fused_softmax &&
+      mxu_has_activity(&model->layers[mxu_model_output(model)]))
+    return mxu_fail(
+        MXU_ERR_UNSUPPORTED,
+        "compile: an activity regularizer on the output layer '%s', "
+        "whose softmax the loss takes with it, is not supported",
+        model->layers[mxu_model_output(model)].name);
   /* oneDNN sizes a primitive's work split by the threads it may use when
    * it is created: create them with the count they will run with. */
   omp_set_num_threads(plan->intra_threads);

@@ -7,6 +7,7 @@
 #include "model/layers/layers.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_dropout_class,
     &mxu_spatial_dropout2d_class,
     &mxu_gaussian_noise_class,
+    &mxu_activity_regularization_class,
     &mxu_gaussian_dropout_class,
     &mxu_batch_normalization_class,
     &mxu_unit_normalization_class,
@@ -695,6 +697,23 @@ mxu_tensor_id mxu_apply_random(mxu_model *model,
   proto.config.random = *config;
   proto.config.random.name = NULL;
   return apply(model, classes[config->kind], config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_activity_regularization(mxu_model *model,
+                                                const char *name, float l1,
+                                                float l2, mxu_tensor_id x) {
+  if (!(l1 >= 0 && l2 >= 0 && isfinite(l1) && isfinite(l2))) {
+    mxu_fail(MXU_ERR_ARG,
+             "add ActivityRegularization: l1 %g and l2 %g must "
+             "be finite and >= 0",
+             (double)l1, (double)l2);
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.activity = (mxu_regularizer){l1, l2};
+  return x < 0 ? -1
+               : apply(model, &mxu_activity_regularization_class, name, &proto,
+                       &x, 1);
 }
 
 mxu_tensor_id mxu_apply_gaussian_noise(mxu_model *model, const char *name,

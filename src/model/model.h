@@ -191,6 +191,10 @@ struct mxu_layer {
     mxu_normalization_config normalization;
   } config;
   int is_max_pool;
+  /* Keras' activity_regularizer (and the ActivityRegularization layer's):
+   * l1 |y| + l2 y^2 of the output, summed, joins the loss (divided by
+   * the batch, as Keras divides it), its gradient the output's. */
+  mxu_regularizer activity;
   mxu_shape in_shape, out_shape; /* without the batch dimension */
 
   /* The graph: the nodes whose outputs this one reads (a node is one
@@ -270,6 +274,7 @@ extern const mxu_layer_class mxu_random_rotation_class;
 extern const mxu_layer_class mxu_random_zoom_class;
 extern const mxu_layer_class mxu_random_contrast_class;
 extern const mxu_layer_class mxu_random_crop_class;
+extern const mxu_layer_class mxu_activity_regularization_class;
 extern const mxu_layer_class mxu_cropping2d_class;
 extern const mxu_layer_class mxu_permute_class;
 extern const mxu_layer_class mxu_upsampling2d_class;
@@ -362,6 +367,7 @@ typedef struct mxu_plan {
    * (compile.c says when), slice k belonging to logical replica k / split;
    * everything else treats a slice as a replica. */
   int batch;
+  float scale; /* the running step's loss scale (1 / global batch) */
   int split;
   const mxu_backend *backend;
   mxu_arena layout;     /* sizes and offsets; replicas commit copies */
@@ -555,6 +561,10 @@ typedef struct mxu_step_result {
 
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                                  const mxu_step_key *key, float scale);
+/* Whether a node's activity regularizer is set. */
+static inline int mxu_has_activity(const mxu_layer *layer) {
+  return layer->activity.l1 != 0 || layer->activity.l2 != 0;
+}
 
 /* ---- initializers.c ---------------------------------------------------- */
 

@@ -90,10 +90,36 @@ void mxu_replica_sum_shared(mxu_model *model, mxu_replica *replica) {
   }
 }
 
+/* A node's activity penalty over this replica's valid rows (grad NULL),
+ * or its gradient, scale (l1 sign(y) + 2 l2 y), added to grad. */
+static double activity(const mxu_model *model, const mxu_replica *replica,
+                       const mxu_layer *node, float scale, float *grad) {
+  const mxu_plan *plan = &model->plan;
+  int64_t per = mxu_shape_count(&node->out_shape);
+  const float *y = mxu_replica_floats(replica, plan->act[node->index]);
+  const float *mask = mxu_replica_floats(replica, plan->mask);
+  float l1 = node->activity.l1, l2 = node->activity.l2;
+  double sum = 0.0;
+  for (int64_t r = 0; r < plan->batch; r++) {
+    if (mask[r] == 0.0f) continue;
+    for (int64_t i = r * per; i < (r + 1) * per; i++) {
+      if (grad)
+        grad[i] +=
+            scale * (l1 * (float)((y[i] > 0) - (y[i] < 0)) + 2.0f * l2 * y[i]);
+      else
+        sum += l1 * fabs((double)y[i]) + l2 * (double)y[i] * y[i];
+    }
+  }
+  return sum;
+}
+
 void mxu_replica_backward(mxu_model *model, mxu_replica *replica, int layer,
                           const mxu_step_key *key) {
   mxu_layer *node = &model->layers[layer];
   if (node->compiled->absorbed) return;
+  if (mxu_has_activity(node))
+    activity(model, replica, node, model->plan.scale,
+             mxu_replica_floats(replica, model->plan.grad[layer]));
   mxu_layer_run run = mxu_replica_run(model, replica, layer, key);
   node->cls->backward(node, &run);
   mxu_replica_add_partials(model, replica, node, &run);
@@ -182,6 +208,9 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
   }
   mxu_step_result result = {0, 0};
   for (int64_t r = 0; r < rows; r++) result.loss_sum += loss[r];
+  for (int i = 0; i < model->layer_count; i++)
+    if (mxu_has_activity(&model->layers[i]))
+      result.loss_sum += activity(model, replica, &model->layers[i], 0, NULL);
   const int32_t *labels =
       (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
   result.metric_sum = mxu_metric_sum(model->metric_kind, rows, values, out,

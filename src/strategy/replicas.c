@@ -354,6 +354,7 @@ mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
   mxu_plan *plan = &model->plan;
   int local = plan->local_count;
   int single = mxu_distributed_size() == 1;
+  plan->scale = scale; /* the activity gradients' (step.c) */
   mxu_step_result results[local];
   float *grads[local];
   for (int r = 0; r < local; r++) grads[r] = plan->replica[r].grads;

@@ -32,3 +32,24 @@ m.load_weights("w1.weights.h5")
 mw = m.get_weights()
 print("max |weight diff| after one step:", max(np.abs(a-b).max() for a,b in zip(kw, mw)))
 print("column norms", np.linalg.norm(mw[0], axis=0))
+
+# Activity regularizers: on a hidden Dense (activity_regularizer) and an
+# ActivityRegularization layer, in the loss and its gradient, 3 full-batch
+# SGD steps.
+m = keras.Sequential([keras.Input((5,)),
+      keras.layers.Dense(4, activation="tanh",
+                         activity_regularizer=keras.regularizers.L1L2(l1=0.02, l2=0.05)),
+      keras.layers.ActivityRegularization(l1=0.03, l2=0.01),
+      keras.layers.Dense(3, activation="softmax")])
+m.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+open("a.json", "w").write(m.to_json())
+m.save_weights("a0.weights.h5")
+h = m.fit(x, y, batch_size=12, epochs=3, shuffle=False, verbose=0)
+kw = m.get_weights()
+subprocess.run([MXU, "train", "a.json", "--initial-weights", "a0.weights.h5",
+   "--data", "d.npz", "--epochs", "3", "--batch-size", "12", "--optimizer", "sgd", "--learning-rate", "0.5",
+   "--save-weights", "a1.weights.h5", "--report", "r.json", "--verbose", "0"], check=True, capture_output=True)
+r = json.load(open("r.json"))
+print("activity: keras fit losses", h.history["loss"], "mxu", [e["loss"] for e in r["epochs"]])
+m.load_weights("a1.weights.h5")
+print("activity: max |weight diff| after 3 steps:", max(np.abs(a-b).max() for a,b in zip(kw, m.get_weights())))

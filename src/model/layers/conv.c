@@ -291,7 +291,6 @@ static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &conv.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &conv.bias));
-  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
   return mxu_json_applied(
       where, node, mxu_apply_conv2d(node->model, &conv, node->inputs[0]));
 }
@@ -397,7 +396,7 @@ static mxu_status read_depthwise_fields(const mxu_json_where *where,
   MXU_TRY(mxu_json_bool(where, config, "use_bias", f->use_bias));
   MXU_TRY(mxu_config_weight_options(where, config, "depthwise", f->depthwise));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", f->bias));
-  return mxu_json_require_null(where, config, "activity_regularizer");
+  return MXU_OK;
 }
 
 static mxu_status read_depthwise(const mxu_json_where *where,
@@ -772,7 +771,6 @@ static mxu_status read_transpose(const mxu_json_where *where,
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &conv.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &conv.bias));
-  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
   return mxu_json_applied(
       where, node,
       mxu_apply_conv2d_transpose(node->model, &conv, node->inputs[0]));

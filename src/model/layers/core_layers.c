@@ -124,7 +124,6 @@ static mxu_status read_dense(const mxu_json_where *where, const cJSON *config,
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &dense.use_bias));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &dense.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &dense.bias));
-  MXU_TRY(mxu_json_require_null(where, config, "activity_regularizer"));
   return mxu_json_applied(
       where, node, mxu_apply_dense(node->model, &dense, node->inputs[0]));
 }

@@ -144,3 +144,60 @@ NOISE_CLASS(mxu_gaussian_noise_class, "GaussianNoise", read_gaussian_noise,
             gaussian_noise_keys);
 NOISE_CLASS(mxu_gaussian_dropout_class, "GaussianDropout",
             read_gaussian_dropout, gaussian_dropout_keys);
+
+/* ---- ActivityRegularization -------------------------------------------------
+ * The identity; its penalty and the penalty's gradient are the step's
+ * (step.c), as for any layer with an activity regularizer. */
+
+static const char *const activity_keys[] = {"l1", "l2", NULL};
+
+static mxu_status read_activity(const mxu_json_where *where,
+                                const cJSON *config, mxu_json_node *node,
+                                const char *name) {
+  float l1 = 0.0f, l2 = 0.0f;
+  MXU_TRY(mxu_json_float(where, config, "l1", MXU_JSON_OPTIONAL, &l1));
+  MXU_TRY(mxu_json_float(where, config, "l2", MXU_JSON_OPTIONAL, &l2));
+  return mxu_json_applied(where, node,
+                          mxu_apply_activity_regularization(
+                              node->model, name, l1, l2, node->inputs[0]));
+}
+
+static void write_activity(mxu_json_out *out, const mxu_layer *layer,
+                           cJSON *config) {
+  mxu_json_put_float(out, config, "l1", layer->activity.l1);
+  mxu_json_put_float(out, config, "l2", layer->activity.l2);
+}
+
+static void identity_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->y != run->x) memcpy(run->y, run->x, (size_t)values(layer) * 4);
+}
+
+static void identity_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->need_dx && run->dx != run->dy)
+    memcpy(run->dx, run->dy, (size_t)values(layer) * 4);
+}
+
+/* |y| or y^2 and an add per value, each way. */
+static double activity_flops(const mxu_layer *layer,
+                             const mxu_flops_step *step) {
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (step->need_dx ? 6.0 : 3.0);
+}
+
+static mxu_status activity_infer(mxu_layer *layer) {
+  return mxu_same_shape_infer(layer);
+}
+
+const mxu_layer_class mxu_activity_regularization_class = {
+    .class_name = "ActivityRegularization",
+    .flops = activity_flops,
+    .config_keys = activity_keys,
+    .read_config = read_activity,
+    .write_config = write_activity,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = activity_infer,
+    .plan = mxu_no_plan,
+    .forward = identity_forward,
+    .backward = identity_backward,
+};
