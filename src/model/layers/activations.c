@@ -3,7 +3,6 @@
  * and PReLU (its slopes learned). */
 #include "model/layers/layers.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -3,7 +3,6 @@
 #include "model/layers/layers.h"
 
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
