@@ -13,7 +13,9 @@ the tf.keras 2 JSON, Keras 3 for the Keras 3 JSON),
 mxu's side is apps_predict.c, built here against build/libmxu.so.
 Keras is never a dependency of mxu: this is a check to run by hand.
   /tmp/kenv/bin/python tests/keras/check_apps.py /tmp [NAME...]
+  MXU_APPS_SIZE=224 /tmp/kenv/bin/python tests/keras/check_apps.py /tmp ...
 """
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +28,9 @@ import tf_keras  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N = 4
+# MXU_APPS_SIZE=224: the apps built for 224x224 images (trained on random
+# ones) instead of 32x32 (trained on cifar-10).
+SIZE = int(os.environ.get("MXU_APPS_SIZE", "32"))
 
 
 def mxu_predict(tool, json_path, weights, x, work):
@@ -43,11 +48,22 @@ def main(work, names):
                     os.path.join(ROOT, "build/libmxu.so"),
                     "-Wl,-rpath," + os.path.join(ROOT, "build")], check=True)
     rng = np.random.RandomState(0)
-    x = rng.rand(N, 32, 32, 3).astype(np.float32)
+    x = rng.rand(N, SIZE, SIZE, 3).astype(np.float32)
+    data = os.path.join(ROOT, "../shared/data/cifar-10")
+    if SIZE != 32:  # 16 random images of the size to train on
+        data = os.path.join(work, f"images_{SIZE}.npz")
+        images = rng.rand(16, SIZE, SIZE, 3).astype("float32")
+        np.savez(data, x_train=images, y_train=np.arange(16) % 10,
+                 x_test=images[:8], y_test=np.arange(8))
     for name in names:
         for dialect, K in [("tf2", tf_keras), ("k3", keras)]:
             json_path = os.path.join(ROOT, "tests/keras_apps",
                                      f"{name}_32.{dialect}.json")
+            if SIZE != 32:  # the same model, built for SIZE x SIZE images
+                text = json.dumps(json.load(open(json_path)))
+                json_path = os.path.join(work, f"{name}_{SIZE}.{dialect}.json")
+                open(json_path, "w").write(
+                    text.replace("32, 32, 3]", f"{SIZE}, {SIZE}, 3]"))
             model = K.models.model_from_json(open(json_path).read())
             calibrate(K, model, rng)
             model.set_weights([w * (1 + 0.01 * rng.standard_normal(w.shape))
@@ -65,9 +81,11 @@ def main(work, names):
             b = np.abs(y - mxu_predict(tool, json_path, saved, x, work)).max()
             trained = os.path.join(work, f"mxu_{name}_{dialect}{suffix}")
             subprocess.run([os.path.join(ROOT, "build/mxu"), "train", json_path,
-                            "--data", os.path.join(ROOT, "../shared/data/cifar-10"),
-                            "--rescale", "1/255", "--epochs", "1",
-                            "--steps-per-epoch", "3", "--batch-size", "16",
+                            "--data", data,
+                            "--rescale", "1/255" if SIZE == 32 else "1",
+                            "--epochs", "1",
+                            "--steps-per-epoch", "3" if SIZE == 32 else "2",
+                            "--batch-size", "16" if SIZE == 32 else "8",
                             "--learning-rate", "1e-4", "--initial-weights",
                             saved, "--save-weights", trained],
                            check=True, stdout=subprocess.DEVNULL)
@@ -86,7 +104,8 @@ def calibrate(K, model, rng):
            if isinstance(l, K.layers.BatchNormalization)]
     for layer in bns:
         layer.momentum = 0.0
-    model(rng.rand(64, 32, 32, 3).astype(np.float32), training=True)
+    model(rng.rand(16 if SIZE > 32 else 64, SIZE, SIZE,
+                   3).astype(np.float32), training=True)
 
 
 if __name__ == "__main__":
