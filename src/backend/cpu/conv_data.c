@@ -198,8 +198,8 @@ void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
 }
 
 int cpu_conv_data_fits(const mxu_conv2d_desc *d) {
-  return !d->bf16 && mxu_conv2d_plain(d) && d->in_c <= MAX_IN && d->out_c % LANES == 0 &&
-         d->stride_h == 1 && d->stride_w == 1;
+  return !d->bf16 && mxu_conv2d_plain(d) && d->in_c <= MAX_IN &&
+         d->out_c % LANES == 0 && d->stride_h == 1 && d->stride_w == 1;
 }
 
 mxu_status cpu_conv_data_attach(mxu_op *op, const mxu_conv2d_desc *d) {

@@ -299,8 +299,8 @@ void cpu_conv_few_backward_relu(mxu_op *op, const float *x, const float *w,
 /* Pairs of channel vectors: out_c a multiple of 32; a linear or relu
  * output. */
 int cpu_conv_few_fits(const mxu_conv2d_desc *d) {
-  return !d->bf16 && mxu_conv2d_plain(d) && d->in_c <= MAX_IN && d->out_c % (2 * LANES) == 0 &&
-         d->stride_h == 1 && d->stride_w == 1 &&
+  return !d->bf16 && mxu_conv2d_plain(d) && d->in_c <= MAX_IN &&
+         d->out_c % (2 * LANES) == 0 && d->stride_h == 1 && d->stride_w == 1 &&
          (d->activation == MXU_LINEAR || d->activation == MXU_RELU);
 }
 

@@ -174,8 +174,8 @@ void cpu_conv_then_pool_backward(mxu_op *op, const float *x, const float *w,
  * vectors, after a linear or relu conv. */
 static int fits(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p) {
   return (c->activation == MXU_LINEAR || c->activation == MXU_RELU) &&
-         mxu_conv2d_plain(c) && !c->y_native && c->out_c % LANES == 0 && p->is_max &&
-         p->stride_h == p->pool_h && p->stride_w == p->pool_w &&
+         mxu_conv2d_plain(c) && !c->y_native && c->out_c % LANES == 0 &&
+         p->is_max && p->stride_h == p->pool_h && p->stride_w == p->pool_w &&
          p->pool_h * p->pool_w <= MAX_WINDOW && p->pad_top == 0 &&
          p->pad_left == 0 && p->pad_bottom == 0 && p->pad_right == 0 &&
          p->c == c->out_c && p->in_h == c->out_h && p->in_w == c->out_w &&
