@@ -176,7 +176,7 @@ static double relu_flops(const mxu_layer *layer, const mxu_flops_step *step) {
 
 static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
   const mxu_relu_config *c = &layer->config.relu;
-  int64_t count = layer->compiled->batch * mxu_shape_count(&layer->in_shape);
+  int64_t count = mxu_batch_values(layer);
   float top = c->max_value, slope = c->negative_slope, t = c->threshold;
   int capped = top >= 0;
   for (int64_t i = 0; i < count; i++) {
@@ -192,7 +192,7 @@ static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
 static void relu_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
   const mxu_relu_config *c = &layer->config.relu;
-  int64_t count = layer->compiled->batch * mxu_shape_count(&layer->in_shape);
+  int64_t count = mxu_batch_values(layer);
   float top = c->max_value, slope = c->negative_slope, t = c->threshold;
   int capped = top >= 0, relu6 = t == 0.0f && top == 6.0f;
   for (int64_t i = 0; i < count; i++) {

@@ -276,21 +276,30 @@ static mxu_status read_window(const mxu_json_where *where, const cJSON *config,
                            dilation);
 }
 
+/* What Conv2D and Conv2DTranspose read alike: all of a Conv2D's keys. */
+static mxu_status read_conv_fields(const mxu_json_where *where,
+                                   const cJSON *config,
+                                   const mxu_json_node *node, const char *name,
+                                   mxu_conv2d_config *conv) {
+  *conv = mxu_conv2d_defaults(0, 0, 0);
+  conv->name = name;
+  MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
+                       &conv->filters));
+  MXU_TRY(read_window(where, config, conv->kernel_size, conv->strides,
+                      &conv->padding, conv->dilation_rate));
+  MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, INT_MAX,
+                       &conv->groups));
+  MXU_TRY(mxu_json_activation(where, config, "activation",
+                              node->model->keras2_names, &conv->activation));
+  MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv->use_bias));
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &conv->kernel));
+  return mxu_config_weight_options(where, config, "bias", &conv->bias);
+}
+
 static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
                               mxu_json_node *node, const char *name) {
-  mxu_conv2d_config conv = mxu_conv2d_defaults(0, 0, 0);
-  conv.name = name;
-  MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
-                       &conv.filters));
-  MXU_TRY(read_window(where, config, conv.kernel_size, conv.strides,
-                      &conv.padding, conv.dilation_rate));
-  MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, INT_MAX,
-                       &conv.groups));
-  MXU_TRY(mxu_json_activation(where, config, "activation",
-                              node->model->keras2_names, &conv.activation));
-  MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
-  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &conv.kernel));
-  MXU_TRY(mxu_config_weight_options(where, config, "bias", &conv.bias));
+  mxu_conv2d_config conv;
+  MXU_TRY(read_conv_fields(where, config, node, name, &conv));
   return mxu_json_applied(
       where, node, mxu_apply_conv2d(node->model, &conv, node->inputs[0]));
 }
@@ -753,24 +762,13 @@ static const char *const transpose_keys[] = {"filters",
                                              MXU_WEIGHT_OPTION_KEYS};
 
 /* output_padding (an output size Keras' formula does not give) is
- * refused. */
+ * refused; groups other than 1 too (transpose_infer). */
 static mxu_status read_transpose(const mxu_json_where *where,
                                  const cJSON *config, mxu_json_node *node,
                                  const char *name) {
-  mxu_conv2d_config conv = mxu_conv2d_defaults(0, 0, 0);
-  conv.name = name;
-  MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
-                       &conv.filters));
-  MXU_TRY(read_window(where, config, conv.kernel_size, conv.strides,
-                      &conv.padding, conv.dilation_rate));
+  mxu_conv2d_config conv;
   MXU_TRY(mxu_json_require_null(where, config, "output_padding"));
-  MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, 1,
-                       &conv.groups));
-  MXU_TRY(mxu_json_activation(where, config, "activation",
-                              node->model->keras2_names, &conv.activation));
-  MXU_TRY(mxu_json_bool(where, config, "use_bias", &conv.use_bias));
-  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &conv.kernel));
-  MXU_TRY(mxu_config_weight_options(where, config, "bias", &conv.bias));
+  MXU_TRY(read_conv_fields(where, config, node, name, &conv));
   return mxu_json_applied(
       where, node,
       mxu_apply_conv2d_transpose(node->model, &conv, node->inputs[0]));

@@ -389,7 +389,7 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
 
 static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
-  int64_t count = layer->compiled->batch * mxu_shape_count(&layer->in_shape);
+  int64_t count = mxu_batch_values(layer);
   if (layer->config.dropout.rate == 0.0f) {
     memcpy(run->dx, run->dy, (size_t)count * 4);
     return;

@@ -125,4 +125,7 @@ mxu_status mxu_json_last_axis(const mxu_json_where *where, const cJSON *config,
 void mxu_resize_image(const float *x, int h, int w, int row_stride, int ch,
                       float *y, int out_h, int out_w, int bilinear);
 
+/* The values of the layer's input over its planned batch. */
+int64_t mxu_batch_values(const mxu_layer *layer);
+
 #endif

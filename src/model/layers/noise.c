@@ -25,10 +25,6 @@ static mxu_status noise_infer(mxu_layer *layer) {
   return mxu_same_shape_infer(layer);
 }
 
-static int64_t values(const mxu_layer *layer) {
-  return (int64_t)layer->compiled->batch * mxu_shape_count(&layer->in_shape);
-}
-
 static mxu_status noise_plan(mxu_layer *layer, const mxu_backend *backend,
                              int batch, mxu_arena *layout) {
   (void)backend;
@@ -54,7 +50,7 @@ static void normals(const mxu_rng *rng, uint64_t first, float *out,
 }
 
 static void noise_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  int64_t n = values(layer);
+  int64_t n = mxu_batch_values(layer);
   float v = layer->config.dropout.rate;
   if (!run->training || v == 0.0f) {
     if (run->y != run->x) memcpy(run->y, run->x, (size_t)n * sizeof(float));
@@ -78,7 +74,7 @@ static void noise_forward(mxu_layer *layer, const mxu_layer_run *run) {
 
 static void noise_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
-  int64_t n = values(layer);
+  int64_t n = mxu_batch_values(layer);
   if (is_gaussian_noise(layer) || layer->config.dropout.rate == 0.0f) {
     memcpy(run->dx, run->dy, (size_t)n * sizeof(float));
     return;
@@ -169,12 +165,13 @@ static void write_activity(mxu_json_out *out, const mxu_layer *layer,
 }
 
 static void identity_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (run->y != run->x) memcpy(run->y, run->x, (size_t)values(layer) * 4);
+  if (run->y != run->x)
+    memcpy(run->y, run->x, (size_t)mxu_batch_values(layer) * 4);
 }
 
 static void identity_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->need_dx && run->dx != run->dy)
-    memcpy(run->dx, run->dy, (size_t)values(layer) * 4);
+    memcpy(run->dx, run->dy, (size_t)mxu_batch_values(layer) * 4);
 }
 
 /* |y| or y^2 and an add per value, each way. */
@@ -182,10 +179,6 @@ static double activity_flops(const mxu_layer *layer,
                              const mxu_flops_step *step) {
   return (double)mxu_shape_count(&layer->in_shape) *
          (step->need_dx ? 6.0 : 3.0);
-}
-
-static mxu_status activity_infer(mxu_layer *layer) {
-  return mxu_same_shape_infer(layer);
 }
 
 const mxu_layer_class mxu_activity_regularization_class = {
@@ -196,7 +189,7 @@ const mxu_layer_class mxu_activity_regularization_class = {
     .write_config = write_activity,
     .min_inputs = 1,
     .max_inputs = 1,
-    .infer = activity_infer,
+    .infer = mxu_same_shape_infer,
     .plan = mxu_no_plan,
     .forward = identity_forward,
     .backward = identity_backward,

@@ -283,10 +283,6 @@ static const char *const batchnorm_keys[] = {"axis",
                                              "fused",
                                              NULL};
 
-static mxu_shape input_shape(const mxu_json_node *node) {
-  return node->model->layers[node->inputs[0]].out_shape;
-}
-
 /* mxu normalises over the last axis only: -1, or its index counting the
  * batch axis as tf.keras writes it once built ([3] for images). */
 static mxu_status read_batchnorm_axis(const mxu_json_where *where,
@@ -296,24 +292,18 @@ static mxu_status read_batchnorm_axis(const mxu_json_where *where,
   if (!v) return MXU_OK;
   const cJSON *axis =
       cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 ? v->child : v;
-  int rank = input_shape(node).rank;
   int is_int = cJSON_IsNumber(axis) && axis->valuedouble >= -1e6 &&
                axis->valuedouble <= 1e6 &&
                axis->valuedouble == (double)(int)axis->valuedouble;
-  char text[160];
-  mxu_json_text(v, text, sizeof text);
-  if (!is_int && !cJSON_IsArray(v))
+  if (!is_int && !cJSON_IsArray(v)) {
+    char text[160];
+    mxu_json_text(v, text, sizeof text);
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "axis must be an integer or a list of integers, got "
                          "%s",
                          text);
-  if (is_int &&
-      ((int)axis->valuedouble == -1 || (int)axis->valuedouble == rank))
-    return MXU_OK;
-  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                       "axis %s is not supported (only the last axis, -1 or "
-                       "%d)",
-                       text, rank);
+  }
+  return mxu_json_last_axis(where, config, node);
 }
 
 static mxu_status read_batchnorm(const mxu_json_where *where,
@@ -473,10 +463,6 @@ static double unit_flops(const mxu_layer *layer, const mxu_flops_step *step) {
          (step->need_dx ? 7.0 : 3.0);
 }
 
-static mxu_status unit_infer(mxu_layer *layer) {
-  return mxu_same_shape_infer(layer);
-}
-
 const mxu_layer_class mxu_unit_normalization_class = {
     .class_name = "UnitNormalization",
     .flops = unit_flops,
@@ -485,7 +471,7 @@ const mxu_layer_class mxu_unit_normalization_class = {
     .write_config = write_unit_normalization,
     .min_inputs = 1,
     .max_inputs = 1,
-    .infer = unit_infer,
+    .infer = mxu_same_shape_infer,
     .plan = mxu_no_plan,
     .forward = unit_forward,
     .backward = unit_backward,

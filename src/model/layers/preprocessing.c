@@ -6,17 +6,6 @@
 #include <math.h>
 #include <string.h>
 
-static int64_t values(const mxu_layer *layer) {
-  return (int64_t)layer->compiled->batch * mxu_shape_count(&layer->in_shape);
-}
-
-static mxu_status any_shape_infer(mxu_layer *layer) {
-  if (layer->in_shape.rank < 1)
-    return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions", layer->name);
-  layer->out_shape = layer->in_shape;
-  return MXU_OK;
-}
-
 static double one_per_value(const mxu_layer *layer,
                             const mxu_flops_step *step) {
   return (double)mxu_shape_count(&layer->in_shape) *
@@ -50,20 +39,20 @@ static mxu_status rescaling_infer(mxu_layer *layer) {
   if (!isfinite(c->scale) || !isfinite(c->offset))
     return mxu_fail(MXU_ERR_ARG, "%s: scale %g and offset %g must be finite",
                     layer->name, (double)c->scale, (double)c->offset);
-  return any_shape_infer(layer);
+  return mxu_same_shape_infer(layer);
 }
 
 static void rescaling_forward(mxu_layer *layer, const mxu_layer_run *run) {
   float scale = layer->config.rescaling.scale;
   float offset = layer->config.rescaling.offset;
-  int64_t n = values(layer);
+  int64_t n = mxu_batch_values(layer);
   for (int64_t i = 0; i < n; i++) run->y[i] = run->x[i] * scale + offset;
 }
 
 static void rescaling_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
   float scale = layer->config.rescaling.scale;
-  int64_t n = values(layer);
+  int64_t n = mxu_batch_values(layer);
   for (int64_t i = 0; i < n; i++) run->dx[i] = run->dy[i] * scale;
 }
 
@@ -139,7 +128,7 @@ static float spread_of_channel(const float *variance, int ch) {
 static void normalization_forward(mxu_layer *layer, const mxu_layer_run *run) {
   const float *mean = run->w[0], *variance = run->w[1];
   int c = channels(layer), invert = layer->config.normalization.invert;
-  int64_t rows = values(layer) / c;
+  int64_t rows = mxu_batch_values(layer) / c;
   for (int64_t r = 0; r < rows; r++)
     for (int ch = 0; ch < c; ch++) {
       float x = run->x[r * c + ch], s = spread_of_channel(variance, ch);
@@ -151,7 +140,7 @@ static void normalization_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
   const float *variance = run->w[1];
   int c = channels(layer), invert = layer->config.normalization.invert;
-  int64_t rows = values(layer) / c;
+  int64_t rows = mxu_batch_values(layer) / c;
   for (int64_t r = 0; r < rows; r++)
     for (int ch = 0; ch < c; ch++) {
       float s = spread_of_channel(variance, ch), dy = run->dy[r * c + ch];
@@ -166,7 +155,7 @@ const mxu_layer_class mxu_normalization_class = {
     .write_config = write_normalization,
     .min_inputs = 1,
     .max_inputs = 1,
-    .infer = any_shape_infer,
+    .infer = mxu_same_shape_infer,
     .declare = normalization_declare,
     .flops = one_per_value,
     .plan = mxu_no_plan,

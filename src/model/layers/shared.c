@@ -285,10 +285,14 @@ mxu_status mxu_json_last_axis(const mxu_json_where *where, const cJSON *config,
   if (!v || (cJSON_IsNumber(v) &&
              (v->valuedouble == -1 || v->valuedouble == (double)rank)))
     return MXU_OK;
-  char text[64];
+  char text[160];
   mxu_json_text(mxu_json_get(config, "axis"), text, sizeof text);
   return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                        "axis %s is not supported (only the last axis, -1 or "
                        "%d)",
                        text, rank);
+}
+
+int64_t mxu_batch_values(const mxu_layer *layer) {
+  return (int64_t)layer->compiled->batch * mxu_shape_count(&layer->in_shape);
 }
