@@ -49,7 +49,7 @@ static int layer_norm_declare(const mxu_layer *layer, mxu_param_decl *decls) {
 }
 
 /* The sets: `count` of them, each `positions` runs of `width` channels
- * starting at channel `first` of a position of `stride` channels. */
+ * of a position of `stride` channels. */
 typedef struct norm_sets {
   int64_t count, positions;
   int width, stride, groups;
@@ -64,27 +64,29 @@ static norm_sets sets_of(const mxu_layer *layer) {
   return (norm_sets){batch * g, positions, c / g, c, g};
 }
 
-/* Set k's value j (0 .. positions * width - 1): its offset, and channel. */
-static int64_t at(const norm_sets *s, int64_t k, int64_t j, int *channel) {
+/* Set k's first value, and the channel it starts at: its values are the
+ * `width` after base + p * stride for each position p. */
+static int64_t set_base(const norm_sets *s, int64_t k, int *first) {
   int64_t sample = k / s->groups, group = k % s->groups;
-  int64_t position = j / s->width;
-  *channel = (int)(group * s->width + j % s->width);
-  return (sample * s->positions + position) * s->stride + *channel;
+  *first = (int)(group * s->width);
+  return sample * s->positions * s->stride + *first;
 }
 
 /* Set k's mean and 1 / sqrt(biased variance + epsilon), in double. */
 static void set_stats(const norm_sets *s, int64_t k, const float *x,
                       float epsilon, double *mean, double *inv) {
-  int64_t n = s->positions * s->width;
-  double sum = 0.0, squares = 0.0;
-  int ch;
-  for (int64_t j = 0; j < n; j++) sum += x[at(s, k, j, &ch)];
-  *mean = sum / (double)n;
-  for (int64_t j = 0; j < n; j++) {
-    double d = x[at(s, k, j, &ch)] - *mean;
-    squares += d * d;
-  }
-  *inv = 1.0 / sqrt(squares / (double)n + epsilon);
+  int first;
+  const float *set = x + set_base(s, k, &first);
+  double n = (double)(s->positions * s->width), sum = 0.0, squares = 0.0;
+  for (int64_t p = 0; p < s->positions; p++)
+    for (int c = 0; c < s->width; c++) sum += set[p * s->stride + c];
+  *mean = sum / n;
+  for (int64_t p = 0; p < s->positions; p++)
+    for (int c = 0; c < s->width; c++) {
+      double d = set[p * s->stride + c] - *mean;
+      squares += d * d;
+    }
+  *inv = 1.0 / sqrt(squares / n + epsilon);
 }
 
 static void layer_norm_forward(mxu_layer *layer, const mxu_layer_run *run) {
@@ -92,18 +94,19 @@ static void layer_norm_forward(mxu_layer *layer, const mxu_layer_run *run) {
   const float *gamma = c->scale ? run->w[0] : NULL;
   const float *beta = c->center ? run->w[c->scale ? 1 : 0] : NULL;
   norm_sets s = sets_of(layer);
-  int64_t n = s.positions * s.width;
   for (int64_t k = 0; k < s.count; k++) {
     double mean, inv;
-    int ch;
+    int first;
     set_stats(&s, k, run->x, c->epsilon, &mean, &inv);
-    for (int64_t j = 0; j < n; j++) {
-      int64_t i = at(&s, k, j, &ch);
-      double v = (run->x[i] - mean) * inv;
-      if (gamma) v *= gamma[ch];
-      if (beta) v += beta[ch];
-      run->y[i] = (float)v;
-    }
+    int64_t base = set_base(&s, k, &first);
+    for (int64_t p = 0; p < s.positions; p++)
+      for (int j = 0; j < s.width; j++) {
+        int64_t i = base + p * s.stride + j;
+        double v = (run->x[i] - mean) * inv;
+        if (gamma) v *= gamma[first + j];
+        if (beta) v += beta[first + j];
+        run->y[i] = (float)v;
+      }
   }
 }
 
@@ -113,30 +116,31 @@ static void layer_norm_backward(mxu_layer *layer, const mxu_layer_run *run) {
   float *dgamma = c->scale ? run->dw[0] : NULL;
   float *dbeta = c->center ? run->dw[c->scale ? 1 : 0] : NULL;
   norm_sets s = sets_of(layer);
-  int64_t n = s.positions * s.width;
+  double n = (double)(s.positions * s.width);
   if (dgamma) memset(dgamma, 0, (size_t)channels(layer) * sizeof(float));
   if (dbeta) memset(dbeta, 0, (size_t)channels(layer) * sizeof(float));
   for (int64_t k = 0; k < s.count; k++) {
-    double mean, inv;
-    int ch;
+    double mean, inv, sum_d = 0.0, sum_dx = 0.0;
+    int first;
     set_stats(&s, k, run->x, c->epsilon, &mean, &inv);
-    double sum_d = 0.0, sum_dx = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-      int64_t i = at(&s, k, j, &ch);
-      double xhat = (run->x[i] - mean) * inv, dy = run->dy[i];
-      double dxhat = gamma ? dy * gamma[ch] : dy;
-      sum_d += dxhat;
-      sum_dx += dxhat * xhat;
-      if (dgamma) dgamma[ch] += (float)(dy * xhat);
-      if (dbeta) dbeta[ch] += (float)dy;
-    }
-    for (int64_t j = 0; j < n && run->need_dx; j++) {
-      int64_t i = at(&s, k, j, &ch);
-      double xhat = (run->x[i] - mean) * inv, dy = run->dy[i];
-      double dxhat = gamma ? dy * gamma[ch] : dy;
-      run->dx[i] = (float)(inv / (double)n *
-                           ((double)n * dxhat - sum_d - xhat * sum_dx));
-    }
+    int64_t base = set_base(&s, k, &first);
+    for (int64_t p = 0; p < s.positions; p++)
+      for (int j = 0; j < s.width; j++) {
+        int64_t i = base + p * s.stride + j;
+        double xhat = (run->x[i] - mean) * inv, dy = run->dy[i];
+        double dxhat = gamma ? dy * gamma[first + j] : dy;
+        sum_d += dxhat;
+        sum_dx += dxhat * xhat;
+        if (dgamma) dgamma[first + j] += (float)(dy * xhat);
+        if (dbeta) dbeta[first + j] += (float)dy;
+      }
+    for (int64_t p = 0; p < s.positions && run->need_dx; p++)
+      for (int j = 0; j < s.width; j++) {
+        int64_t i = base + p * s.stride + j;
+        double xhat = (run->x[i] - mean) * inv, dy = run->dy[i];
+        double dxhat = gamma ? dy * gamma[first + j] : dy;
+        run->dx[i] = (float)(inv / n * (n * dxhat - sum_d - xhat * sum_dx));
+      }
   }
 }
 
