@@ -683,6 +683,13 @@ typedef struct mxu_optimizer_config {
    * +-clipvalue (0: off; at most one). */
   float weight_decay;
   float clipnorm, global_clipnorm, clipvalue;
+  /* Every optimizer: an exponential moving average of the weights kept
+   * beside them (use_ema), avg = ema_momentum avg + (1 - ema_momentum) w
+   * after each update; the weights replaced by it every
+   * ema_overwrite_frequency steps (0: never) and when fit ends. */
+  int use_ema;
+  float ema_momentum;
+  int ema_overwrite_frequency;
 } mxu_optimizer_config;
 
 /* Keras' defaults: Adam(1e-3, 0.9, 0.999, 1e-7); SGD(0.01, 0, false). */

@@ -777,6 +777,9 @@ static void writes_compile_config(void) {
   if (!m) return;
   mxu_compile_config c = mxu_compile_defaults();
   c.optimizer = mxu_sgd(0.05f, 0.9f, 1);
+  c.optimizer.use_ema = 1;
+  c.optimizer.ema_momentum = 0.75f;
+  c.optimizer.ema_overwrite_frequency = 3;
   c.from_logits = 1;
   c.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   c.metric = "acc";
@@ -792,6 +795,11 @@ static void writes_compile_config(void) {
     CHECK(back.optimizer.kind == MXU_SGD);
     CHECK(back.optimizer.learning_rate == 0.05f);
     CHECK(back.optimizer.momentum == 0.9f && back.optimizer.nesterov == 1);
+    CHECK(back.optimizer.use_ema == 1 && back.optimizer.ema_momentum == 0.75f &&
+          back.optimizer.ema_overwrite_frequency == 3);
+    /* tf.keras 2 builds its legacy optimizer without the flag. */
+    CHECK(keras3 || (text && has(text, "\"is_legacy_optimizer\": false") &&
+                     has(text, "\"Custom>SGD\"")));
     CHECK(back.from_logits == 1);
     CHECK(back.metric && strcmp(back.metric, "acc") == 0);
     free(text);
@@ -1594,8 +1602,8 @@ static void errors_compile(void) {
   } cases[] = {
       {"{\"optimizer\": \"ftrl\"}", "optimizer 'ftrl' is not supported"},
       {"{\"optimizer\": {\"class_name\": \"RMSprop\", \"config\": "
-       "{\"learning_rate\": 0.001, \"use_ema\": true}}}",
-       "use_ema true is not supported"},
+       "{\"learning_rate\": 0.001, \"gradient_accumulation_steps\": 4}}}",
+       "gradient_accumulation_steps 4 is not supported"},
       {"{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
        "{\"learning_rate\": {\"class_name\": \"WarmupSchedule\", "
        "\"config\": {}}}}}",
@@ -1669,6 +1677,12 @@ static void compile_forms(void) {
                  "\"config\": {\"centered\": true, \"momentum\": 0.5}}}");
   CHECK(a.optimizer.kind == MXU_RMSPROP && a.optimizer.centered == 1 &&
         a.optimizer.momentum == 0.5f);
+  /* use_ema with Keras' defaults (momentum 0.99, no overwrites). */
+  a = compile_of("compile_config",
+                 "{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
+                 "{\"use_ema\": true, \"ema_overwrite_frequency\": null}}}");
+  CHECK(a.optimizer.use_ema == 1 && a.optimizer.ema_momentum == 0.99f &&
+        a.optimizer.ema_overwrite_frequency == 0);
   mxu_compile_config c = compile_of(
       "compile_config", "{\"optimizer\": \"sgd\", \"loss\": "
                         "\"categorical_crossentropy\", \"metrics\": "

@@ -103,14 +103,27 @@ static void reference(const mxu_optimizer_config *o, int t, double g, double *w,
   }
 }
 
+/* use_ema after step t: Keras 3's average starts at the first step's
+ * weights; tf.keras 2's (keras2) at a copy of the weights before it. */
+static void reference_average(const mxu_optimizer_config *o, int keras2, int t,
+                              double *w, double *average) {
+  double m = t == 1 && !keras2 ? 0 : o->ema_momentum;
+  *average = m * *average + (1 - m) * *w;
+  if (o->ema_overwrite_frequency > 0 && t % o->ema_overwrite_frequency == 0)
+    *w = *average;
+}
+
 /* Three steps of the model and of the reference, from the same weights
- * and the same gradients (clipped and decayed first as Keras does). */
-static void check_rule(mxu_optimizer_config o, const char *what) {
+ * and the same gradients (clipped and decayed first as Keras does); with
+ * use_ema, the average, and the weights fit leaves (the average). */
+static void check_rule_in(mxu_optimizer_config o, int keras2,
+                          const char *what) {
   mxu_model *m = model_with(o);
   if (!m) return;
-  double w[W], a[W], b[W], c[W], tmp;
+  m->keras2_names = keras2;
+  double w[W], a[W], b[W], c[W], average[W], tmp;
   for (int i = 0; i < W; i++) {
-    w[i] = *value_at(m, m->weights, i, &tmp);
+    w[i] = average[i] = *value_at(m, m->weights, i, &tmp);
     a[i] = *slot(m, m->slot_m, i); /* Adagrad starts at its accumulator */
     b[i] = c[i] = 0;
   }
@@ -132,8 +145,10 @@ static void check_rule(mxu_optimizer_config o, const char *what) {
       w[i] -= w[i] * o.weight_decay * o.learning_rate;
     }
     u_product *= o.beta_1 * (1 - 0.5 * pow(0.96, t));
-    for (int i = 0; i < W; i++)
+    for (int i = 0; i < W; i++) {
       reference(&o, t, g[i], &w[i], &a[i], &b[i], &c[i], u_product);
+      if (o.use_ema) reference_average(&o, keras2, t, &w[i], &average[i]);
+    }
     mxu_strategy_apply(m);
   }
   /* The weights, and the slots the optimizer keeps (slot_m, slot_v,
@@ -150,10 +165,19 @@ static void check_rule(mxu_optimizer_config o, const char *what) {
             fmax(worst, fabs(*slot(m, mxu_slot_buffer(m, k), i) - want[k][i]) /
                             fmax(1e-3, fabs(want[k][i])));
   }
+  mxu_optimizer_finalize(m);
+  for (int i = 0; o.use_ema && i < W; i++) {
+    double got = *value_at(m, m->weights, i, &tmp);
+    worst = fmax(worst, fabs(got - average[i]) / fmax(1e-3, fabs(average[i])));
+  }
   CHECK_MSG(worst < 2e-5 && m->iterations == STEPS,
             "%s: weights off by %g (relative) after %d steps", what, worst,
             STEPS);
   mxu_model_free(m);
+}
+
+static void check_rule(mxu_optimizer_config o, const char *what) {
+  check_rule_in(o, 0, what);
 }
 
 static void rules(void) {
@@ -206,15 +230,35 @@ static void rules(void) {
   mxu_model_free(m);
   EXPECT_FAIL(mxu_optimizer_from_name("ftrl", &o), MXU_ERR_UNSUPPORTED,
               "optimizer 'ftrl' is not supported");
+  o = mxu_adam(0.05f);
+  o.use_ema = 1;
+  o.ema_momentum = 0.5f;
+  check_rule_in(o, 0, "adam, use_ema");
+  check_rule_in(o, 1, "adam, use_ema as tf.keras 2");
+  o = mxu_sgd(0.1f, 0.9f, 0);
+  o.use_ema = 1;
+  o.ema_momentum = 0.7f;
+  o.ema_overwrite_frequency = 2;
+  check_rule_in(o, 0, "sgd, use_ema overwriting every 2 steps");
+  check_rule_in(o, 1, "sgd, use_ema overwriting every 2 steps as tf.keras 2");
+  o.ema_momentum = 1.5f;
+  m = mxu_sequential("ema");
+  CHECK_OK(mxu_add_input(m, NULL, mxu_shape_make(1, dims)));
+  CHECK_OK(mxu_add_dense(m, &d));
+  c.optimizer = o;
+  EXPECT_FAIL(mxu_compile(m, &c), MXU_ERR_ARG, "ema_momentum in [0, 1]");
+  mxu_model_free(m);
 }
 
 /* Saved after two steps, restored into a fresh model: the third step
  * gives the same weights bit for bit, in both file layouts. */
 static void state_files(void) {
-  /* The last two: rmsprop centered, adam with amsgrad (a third slot). */
-  static const char *const names[] = {"rmsprop", "adagrad",  "adamax",
-                                      "nadam",   "adadelta", "lion",
-                                      "adamw",   "rmsprop",  "adam"};
+  /* The last four: rmsprop centered, adam with amsgrad (a third slot),
+   * adam and sgd (without momentum, a slot only tf.keras 2 keeps) with
+   * use_ema (the average before the slots). */
+  static const char *const names[] = {
+      "rmsprop", "adagrad", "adamax", "nadam", "adadelta", "lion",
+      "adamw",   "rmsprop", "adam",   "adam",  "sgd"};
   int count = (int)(sizeof names / sizeof *names);
   CHECK(check_temp_make("optimizers"));
   for (int i = 0; i < count; i++)
@@ -223,8 +267,10 @@ static void state_files(void) {
       CHECK_OK(mxu_optimizer_from_name(names[i], &o));
       o.learning_rate = 0.05f;
       if (o.kind == MXU_RMSPROP) o.momentum = 0.3f;
-      o.centered = i == count - 2;
-      o.amsgrad = i == count - 1;
+      o.centered = i == count - 4;
+      o.amsgrad = i == count - 3;
+      o.use_ema = i >= count - 2;
+      o.ema_momentum = 0.6f;
       mxu_model *a = model_with(o), *b = model_with(o);
       if (!a || !b) return;
       for (int t = 1; t <= 3; t++) {

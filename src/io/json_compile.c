@@ -4,6 +4,7 @@
  * compiled model's settings written back in that shape. */
 #include "io/json.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -222,7 +223,26 @@ static mxu_status read_learning_rate(const mxu_json_where *where,
   return MXU_OK;
 }
 
-/* What mxu's optimizers do not have: legacy decay, EMA, accumulation;
+/* The weights' moving average: use_ema, its momentum (Keras' default
+ * 0.99) and how often it overwrites the weights (null: never). */
+static mxu_status read_ema(const mxu_json_where *where, const cJSON *config,
+                           mxu_optimizer_config *out) {
+  MXU_TRY(mxu_json_bool(where, config, "use_ema", &out->use_ema));
+  if (!out->use_ema) return MXU_OK;
+  out->ema_momentum = 0.99f;
+  MXU_TRY(read_optional(where, config, "ema_momentum", &out->ema_momentum));
+  if (!(out->ema_momentum >= 0 && out->ema_momentum <= 1))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "ema_momentum must be in [0, 1], got %g",
+                         (double)out->ema_momentum);
+  const char *key = "ema_overwrite_frequency";
+  const cJSON *every = mxu_json_get(config, key);
+  if (!every || cJSON_IsNull(every)) return MXU_OK;
+  return mxu_json_int(where, config, key, MXU_JSON_OPTIONAL, 1, INT_MAX,
+                      &out->ema_overwrite_frequency);
+}
+
+/* What mxu's optimizers do not have: legacy decay, accumulation;
  * AMSGrad is Adam's and AdamW's, centered RMSprop's alone. */
 static mxu_status read_optimizer_options(const mxu_json_where *where,
                                          const cJSON *config,
@@ -232,7 +252,7 @@ static mxu_status read_optimizer_options(const mxu_json_where *where,
   for (const char *const *key = nulls; *key; key++)
     MXU_TRY(mxu_json_require_null(where, config, *key));
   MXU_TRY(require_zero(where, config, "decay"));
-  MXU_TRY(mxu_json_require_false(where, config, "use_ema"));
+  MXU_TRY(read_ema(where, config, out));
   if (out->kind == MXU_ADAM || out->kind == MXU_ADAMW)
     MXU_TRY(mxu_json_bool(where, config, "amsgrad", &out->amsgrad));
   else
@@ -581,8 +601,25 @@ static cJSON *optimizer_object(mxu_json_out *out,
   put_optional(out, config, "clipnorm", o->clipnorm);
   put_optional(out, config, "global_clipnorm", o->global_clipnorm);
   put_optional(out, config, "clipvalue", o->clipvalue);
+  if (o->use_ema) {
+    mxu_json_put_bool(out, config, "use_ema", 1);
+    mxu_json_put_float(out, config, "ema_momentum", o->ema_momentum);
+    if (o->ema_overwrite_frequency > 0)
+      mxu_json_put_number(out, config, "ema_overwrite_frequency",
+                          o->ema_overwrite_frequency);
+    else
+      mxu_json_put_null(out, config, "ema_overwrite_frequency");
+  }
   put_optimizer_settings(out, config, o);
-  return mxu_json_object(out, "keras.optimizers", class_name, config);
+  if (out->keras3)
+    return mxu_json_object(out, "keras.optimizers", class_name, config);
+  /* As tf.keras 2.11+ writes them: without is_legacy_optimizer it would
+   * build its legacy optimizer, which knows none of these keys and keeps
+   * other slots; it finds Lion and AdamW by their registered names only. */
+  mxu_json_put_bool(out, config, "is_legacy_optimizer", 0);
+  char registered[64];
+  snprintf(registered, sizeof registered, "Custom>%s", class_name);
+  return mxu_json_object(out, "keras.optimizers", registered, config);
 }
 
 /* The function's name, or the class with its options where one is set. */

@@ -35,11 +35,11 @@ static mxu_status finish(mxu_status status) {
 /* ---- the optimizer's variables ----------------------------------------- */
 
 /* An optimizer's variables in the order a file keeps them: tf.keras'
- * legacy optimizers (mxu's .h5: iter, then one slot per trainable weight
- * for each slot kind, Adam's all m then all v); tf.keras 2.11+'s
- * (iteration, then each weight's m and v in turn); Keras 3's (iteration,
+ * legacy optimizers (iter, then one slot per trainable weight for each
+ * slot kind, Adam's all m then all v); tf.keras 2.11+'s (mxu's .h5:
+ * iteration, then each weight's m and v in turn); Keras 3's (iteration,
  * learning_rate, then the same). SGD keeps one slot (momentum), or none
- * without momentum. */
+ * without momentum (but tf.keras 2.11+ keeps it). */
 typedef enum slot_layout {
   SLOTS_LEGACY = 0,
   SLOTS_KERAS2,
@@ -75,7 +75,9 @@ static int slot_kinds(const mxu_model *model, slot_layout layout,
   mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
   int n = 0;
   for (int k = 0; k < MXU_SLOTS; k++) {
-    const char *kind = layout == SLOTS_KERAS3 ? spec.keras3[k] : spec.legacy[k];
+    const char *kind = layout == SLOTS_KERAS3   ? spec.keras3[k]
+                       : layout == SLOTS_KERAS2 ? spec.keras2[k]
+                                                : spec.legacy[k];
     if (!kind) continue;
     kinds[n] = kind;
     buffers[n++] = mxu_slot_buffer(model, k);
@@ -116,15 +118,21 @@ static void fill_kinds(const mxu_model *model, slot_list *list, int by_weight,
     }
 }
 
-/* The first two kinds weight by weight or kind by kind; a third
- * (AMSGrad's, centered RMSprop's), which Keras builds on its own, after
- * them. */
+/* The weights' moving average first (Keras' base class builds it before
+ * the optimizer's own); then the first two kinds weight by weight or
+ * kind by kind; a third (AMSGrad's, centered RMSprop's), which Keras
+ * builds on its own, after them. */
 static void fill_slot_entries(const mxu_model *model, slot_list *list,
                               int by_weight) {
   const char *kinds[MXU_SLOTS];
   float *buffers[MXU_SLOTS];
   int n = slot_kinds(model, list->layout, kinds, buffers);
   int paired = n < 2 ? n : 2, e = list->first_slot;
+  if (mxu_optimizer_slots(&model->compile.optimizer).average) {
+    const char *average[] = {"average"};
+    float *const buffer[] = {model->average};
+    fill_kinds(model, list, 0, average, buffer, 0, 1, &e);
+  }
   fill_kinds(model, list, by_weight, kinds, buffers, 0, paired, &e);
   fill_kinds(model, list, by_weight, kinds, buffers, paired, n, &e);
 }
@@ -142,11 +150,10 @@ static void fill_slots(const mxu_model *model, slot_list *list) {
     snprintf(list->names[1], sizeof list->names[1], "%s/learning_rate", lower);
   for (int e = 0; e < list->count; e++) list->param[e] = -1;
   mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
-  /* Legacy optimizers go kind by kind; Keras 3 as its spec says;
-   * tf.keras 2.11+'s weight by weight. */
+  /* Legacy optimizers go kind by kind; Keras 3 and tf.keras 2.11+ as the
+   * spec says. */
   fill_slot_entries(model, list,
-                    list->layout == SLOTS_KERAS2 ||
-                        (list->layout == SLOTS_KERAS3 && spec.interleaved));
+                    list->layout != SLOTS_LEGACY && spec.interleaved);
   if (list->slot_end < list->count)
     snprintf(list->names[list->slot_end], sizeof list->names[0], "%s/u_product",
              lower);
@@ -169,12 +176,11 @@ static mxu_status slot_list_make(const mxu_model *model, slot_layout layout,
               model->compile.optimizer.schedule.kind == MXU_DECAY_NONE
           ? 2
           : 1;
-  list->slot_end =
-      list->first_slot + slot_kinds(model, layout, kinds, buffers) * trainable;
+  mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
+  int per_weight = slot_kinds(model, layout, kinds, buffers) + spec.average;
+  list->slot_end = list->first_slot + per_weight * trainable;
   /* Keras 3's Nadam keeps its schedule product after the slots. */
-  list->count = list->slot_end +
-                (layout == SLOTS_KERAS3 &&
-                 mxu_optimizer_slots(&model->compile.optimizer).u_product);
+  list->count = list->slot_end + (layout == SLOTS_KERAS3 && spec.u_product);
   size_t n = (size_t)list->count;
   list->names = calloc(n, sizeof *list->names);
   list->items = calloc(n, sizeof *list->items);
@@ -393,7 +399,7 @@ static mxu_status write_model(const mxu_model *model, hid_t root,
   mxu_status s = mxu_keras2_write(model, group, path);
   H5Gclose(group);
   MXU_TRY(s);
-  return write_optimizer(model, root, path, SLOTS_LEGACY);
+  return write_optimizer(model, root, path, SLOTS_KERAS2);
 }
 
 /* A .keras archive's model.weights.h5: Keras 3's layers and optimizer
@@ -802,9 +808,12 @@ static mxu_status restore_file(mxu_model *model, const char *path, hid_t file,
   if (position) r.position.seed = position->seed; /* kept without one */
   MXU_TRY(slot_list_make(model, SLOTS_LEGACY, &r.list));
   r.load.scratch = calloc((size_t)model->param_count + 1, sizeof(float *));
-  /* Room for any layout's entries: Keras 3's adds learning_rate and
-   * Nadam's u_product. */
-  r.slots = calloc((size_t)r.list.count + 2, sizeof(float *));
+  /* Room for any layout's entries: iteration, learning_rate, the
+   * average and every kind for each weight, Nadam's u_product. */
+  int trainable = 0;
+  for (int i = 0; i < model->param_count; i++)
+    trainable += model->params[i].trainable;
+  r.slots = calloc(3 + (size_t)(MXU_SLOTS + 1) * trainable, sizeof(float *));
   mxu_status s = MXU_OK;
   if (!r.load.scratch || !r.slots)
     s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
@@ -901,6 +910,27 @@ static mxu_status read_keras_header(const char *path, hid_t file,
   return MXU_OK;
 }
 
+/* tf.keras 2 keeps keras_version on the file's root, not in model_config,
+ * where json_read tells the Kerases apart by it: it is copied there
+ * (JSON that does not parse is left for json_read to report). */
+static mxu_status carry_version(const char *path, hid_t file, model_header *h) {
+  char *version = NULL, *text = NULL;
+  MXU_TRY(read_text(path, file, "keras_version", &version));
+  cJSON *root = version ? cJSON_Parse(h->model_config) : NULL;
+  int add = cJSON_IsObject(root) &&
+            !cJSON_GetObjectItemCaseSensitive(root, "keras_version");
+  if (add && cJSON_AddStringToObject(root, "keras_version", version))
+    text = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  free(version);
+  if (add && !text) return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
+  if (text) {
+    free(h->model_config);
+    h->model_config = text;
+  }
+  return MXU_OK;
+}
+
 static mxu_status read_header(const char *path, hid_t file, model_header *h) {
   int found = 0;
   mxu_status s = read_text(path, file, "model_config", &h->model_config);
@@ -908,6 +938,7 @@ static mxu_status read_header(const char *path, hid_t file, model_header *h) {
     s = mxu_fail(MXU_ERR_FORMAT,
                  "%s: not a whole-model file (no model_config attribute)",
                  path);
+  if (s == MXU_OK) s = carry_version(path, file, h);
   if (s == MXU_OK)
     s = read_text(path, file, "training_config", &h->training_config);
   if (s == MXU_OK)

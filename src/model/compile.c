@@ -118,6 +118,12 @@ static mxu_status check_optimizer(const mxu_optimizer_config *o) {
     return mxu_fail(MXU_ERR_ARG,
                     "compile: only one of clipnorm, global_clipnorm and "
                     "clipvalue can be set (and none negative), as in Keras");
+  if (o->use_ema && !(o->ema_momentum >= 0 && o->ema_momentum <= 1 &&
+                      o->ema_overwrite_frequency >= 0))
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: use_ema needs ema_momentum in [0, 1] and "
+                    "ema_overwrite_frequency >= 0 (0: never), got %g and %d",
+                    (double)o->ema_momentum, o->ema_overwrite_frequency);
   if ((o->clipnorm > 0 || o->global_clipnorm > 0) && mxu_distributed_size() > 1)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "compile: clipnorm and global_clipnorm need each "
@@ -307,7 +313,8 @@ static mxu_status allocate_params(mxu_model *model) {
   size_t state = (size_t)model->state_count * sizeof(float);
   size_t grads = mxu_model_grad_bytes(model);
   float **buffers[] = {&model->weights, &model->grads,  &model->state,
-                       &model->slot_m,  &model->slot_v, &model->slot_u};
+                       &model->slot_m,  &model->slot_v, &model->slot_u,
+                       &model->average};
   for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++) {
     mxu_aligned_free(*buffers[i]);
     *buffers[i] = mxu_aligned_alloc(i == 2   ? state

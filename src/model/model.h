@@ -425,8 +425,9 @@ struct mxu_model {
   mxu_param *params;
   int param_count;
   /* trainable_count each; slot_u is AMSGrad's velocity_hat and centered
-   * RMSprop's average_gradient. */
-  float *weights, *grads, *slot_m, *slot_v, *slot_u;
+   * RMSprop's average_gradient; average the weights' moving average
+   * (use_ema). */
+  float *weights, *grads, *slot_m, *slot_v, *slot_u, *average;
   /* Regularized weights (their penalties join the loss), and room for
    * the norms of the largest constrained weight (regularizers.c). */
   int penalized;
@@ -651,16 +652,18 @@ int mxu_metric_needs_labels(mxu_metric_kind kind);
 
 /* ---- optimizers.c ------------------------------------------------------ */
 
-/* The optimizer's slots: what Keras 3 (keras3) and tf.keras' legacy
- * optimizers (legacy) call the ones it keeps in slot_m, slot_v and slot_u
- * (NULL: none; count of them), whether Keras keeps each weight's first
- * two together (interleaved; a third always follows as a block) and
- * whether a Nadam u_product follows them. */
+/* The optimizer's slots: what Keras 3 (keras3), tf.keras 2.11+ (keras2)
+ * and tf.keras' legacy optimizers (legacy) call the ones it keeps in
+ * slot_m, slot_v and slot_u (NULL: none), whether Keras keeps each
+ * weight's first
+ * two together (interleaved; a third always follows as a block),
+ * whether a Nadam u_product follows them, and whether the weights'
+ * moving average ("average", model->average) comes before them all, as
+ * every Keras builds it (use_ema). */
 enum { MXU_SLOTS = 3 };
 typedef struct mxu_slot_spec {
-  int count;
-  const char *keras3[MXU_SLOTS], *legacy[MXU_SLOTS];
-  int interleaved, u_product;
+  const char *keras3[MXU_SLOTS], *keras2[MXU_SLOTS], *legacy[MXU_SLOTS];
+  int interleaved, u_product, average;
 } mxu_slot_spec;
 /* The model's buffer for slot k of a spec (slot_m, slot_v, slot_u). */
 float *mxu_slot_buffer(const mxu_model *model, int k);
@@ -675,6 +678,9 @@ float mxu_optimizer_rate(const mxu_model *model);
  * count, the gradient clipped by norm (clipnorm, global_clipnorm) and
  * Nadam's schedule product brought to the step. */
 void mxu_optimizer_begin_step(mxu_model *model);
+/* When fit ends: the weights replaced by their moving average (use_ema),
+ * as Keras' finalize_variable_values. */
+void mxu_optimizer_finalize(mxu_model *model);
 /* Nadam's schedule product as of model->iterations (Keras' u_product). */
 float mxu_nadam_product(const mxu_model *model);
 /* The optimizer update of weights [begin, end) from model->grads, for

@@ -15,51 +15,40 @@ typedef struct optimizer_class {
   mxu_slot_spec slots;
 } optimizer_class;
 
-/* In mxu_optimizer_kind order. Keras 3 builds each weight's slots in one
- * call (interleaved: m0 v0 m1 v1 ...) except RMSprop's, one kind after
- * the other; Nadam keeps u_product, a scalar, after them. */
+/* In mxu_optimizer_kind order: the slots' names in Keras 3, in tf.keras
+ * 2.11+ (whose files mxu writes in .h5) and in tf.keras' legacy
+ * optimizers. Keras builds each weight's slots in one call (interleaved:
+ * m0 v0 m1 v1 ...) except RMSprop's, one kind after the other; Keras 3's
+ * Nadam keeps u_product, a scalar, after them. */
+#define SLOTS(k3a, k3b, k2a, k2b, la, lb, inter, product)                      \
+  {                                                                            \
+    .keras3 = {k3a, k3b, NULL}, .keras2 = {k2a, k2b, NULL},                    \
+    .legacy = {la, lb, NULL}, .interleaved = inter, .u_product = product       \
+  }
 static const optimizer_class classes[] = {
-    {"adam",
-     "Adam",
-     MXU_ADAM,
-     {2, {"momentum", "velocity", NULL}, {"m", "v", NULL}, 1, 0}},
-    {"sgd",
-     "SGD",
-     MXU_SGD,
-     {1, {"momentum", NULL, NULL}, {"momentum", NULL, NULL}, 1, 0}},
-    {"rmsprop",
-     "RMSprop",
-     MXU_RMSPROP,
-     {2, {"velocity", "momentum", NULL}, {"rms", "momentum", NULL}, 0, 0}},
-    {"adagrad",
-     "Adagrad",
-     MXU_ADAGRAD,
-     {1, {"accumulator", NULL, NULL}, {"accumulator", NULL, NULL}, 1, 0}},
-    {"adamax",
-     "Adamax",
-     MXU_ADAMAX,
-     {2, {"momentum", "norm", NULL}, {"m", "v", NULL}, 1, 0}},
-    {"nadam",
-     "Nadam",
-     MXU_NADAM,
-     {2, {"momentum", "velocity", NULL}, {"m", "v", NULL}, 1, 1}},
-    {"adadelta",
-     "Adadelta",
-     MXU_ADADELTA,
-     {2,
-      {"accumulated_grad", "accumulated_delta_var", NULL},
-      {"accum_grad", "accum_var", NULL},
-      1,
-      0}},
-    {"lion",
-     "Lion",
-     MXU_LION,
-     {1, {"momentum", NULL, NULL}, {"momentum", NULL, NULL}, 1, 0}},
-    {"adamw",
-     "AdamW",
-     MXU_ADAMW,
-     {2, {"momentum", "velocity", NULL}, {"m", "v", NULL}, 1, 0}},
+    {"adam", "Adam", MXU_ADAM,
+     SLOTS("momentum", "velocity", "m", "v", "m", "v", 1, 0)},
+    {"sgd", "SGD", MXU_SGD,
+     SLOTS("momentum", NULL, "m", NULL, "momentum", NULL, 1, 0)},
+    {"rmsprop", "RMSprop", MXU_RMSPROP,
+     SLOTS("velocity", "momentum", "velocity", "momentum", "rms", "momentum", 0,
+           0)},
+    {"adagrad", "Adagrad", MXU_ADAGRAD,
+     SLOTS("accumulator", NULL, "accumulator", NULL, "accumulator", NULL, 1,
+           0)},
+    {"adamax", "Adamax", MXU_ADAMAX,
+     SLOTS("momentum", "norm", "m", "u", "m", "v", 1, 0)},
+    {"nadam", "Nadam", MXU_NADAM,
+     SLOTS("momentum", "velocity", "m", "v", "m", "v", 1, 1)},
+    {"adadelta", "Adadelta", MXU_ADADELTA,
+     SLOTS("accumulated_grad", "accumulated_delta_var", "accumulated_grad",
+           "accumulated_delta_var", "accum_grad", "accum_var", 1, 0)},
+    {"lion", "Lion", MXU_LION,
+     SLOTS("momentum", NULL, "m", NULL, "momentum", NULL, 1, 0)},
+    {"adamw", "AdamW", MXU_ADAMW,
+     SLOTS("momentum", "velocity", "m", "v", "m", "v", 1, 0)},
 };
+#undef SLOTS
 
 enum { CLASS_COUNT = sizeof classes / sizeof *classes };
 
@@ -113,20 +102,20 @@ mxu_slot_spec mxu_optimizer_slots(const mxu_optimizer_config *o) {
   mxu_slot_spec spec =
       classes[(unsigned)o->kind < CLASS_COUNT ? o->kind : 0].slots;
   int adam = o->kind == MXU_ADAM || o->kind == MXU_ADAMW;
-  /* Keras keeps no momentum slot without momentum. */
+  /* Keras keeps no momentum slot without momentum (but tf.keras 2's SGD
+   * keeps an unused one). */
   if ((o->kind == MXU_SGD || o->kind == MXU_RMSPROP) && !(o->momentum > 0)) {
     int k = o->kind == MXU_SGD ? 0 : 1;
     spec.keras3[k] = spec.legacy[k] = NULL;
-    spec.count--;
+    if (o->kind == MXU_RMSPROP) spec.keras2[k] = NULL;
   }
-  if (adam && o->amsgrad) {
-    spec.keras3[2] = "velocity_hat", spec.legacy[2] = "vhat";
-    spec.count++;
-  }
-  if (o->kind == MXU_RMSPROP && o->centered) {
-    spec.keras3[2] = "average_gradient", spec.legacy[2] = "mg";
-    spec.count++;
-  }
+  if (adam && o->amsgrad)
+    spec.keras3[2] = "velocity_hat", spec.keras2[2] = "vhat",
+    spec.legacy[2] = "vhat";
+  if (o->kind == MXU_RMSPROP && o->centered)
+    spec.keras3[2] = "average_gradient", spec.keras2[2] = "average_gradient",
+    spec.legacy[2] = "mg";
+  spec.average = o->use_ema != 0;
   return spec;
 }
 
@@ -138,6 +127,7 @@ void mxu_optimizer_reset(mxu_model *model) {
   size_t n = (size_t)model->trainable_count;
   for (int k = 0; k < MXU_SLOTS; k++)
     memset(mxu_slot_buffer(model, k), 0, n * sizeof(float));
+  memset(model->average, 0, n * sizeof(float));
   const mxu_optimizer_config *o = &model->compile.optimizer;
   if (o->kind == MXU_ADAGRAD)
     for (size_t i = 0; i < n; i++)
@@ -296,6 +286,35 @@ static void nadam_advance(mxu_model *model) {
   model->u_product_step = t;
 }
 
+/* use_ema, after the update: Keras 3 starts the average from zero with
+ * momentum 0 on the first step; tf.keras 2 starts it from a copy of the
+ * weights before that step (moving_average_start) and never sets the
+ * momentum aside. Every ema_overwrite_frequency steps the weights take
+ * the average. */
+static void moving_average(const mxu_model *model, int64_t begin, int64_t n,
+                           float *w) {
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  float *avg = model->average + begin;
+  int fresh = model->iterations == 1 && !model->keras2_names;
+  float m = fresh ? 0.0f : o->ema_momentum, rest = 1.0f - m;
+  for (int64_t i = 0; i < n; i++) avg[i] = m * avg[i] + rest * w[i];
+  int64_t every = o->ema_overwrite_frequency;
+  if (every > 0 && model->iterations % every == 0)
+    memcpy(w, avg, (size_t)n * sizeof *w);
+}
+
+static void moving_average_start(const mxu_model *model, int64_t begin,
+                                 int64_t n, const float *w) {
+  if (model->iterations == 1 && model->keras2_names)
+    memcpy(model->average + begin, w, (size_t)n * sizeof *w);
+}
+
+void mxu_optimizer_finalize(mxu_model *model) {
+  if (model->compile.optimizer.use_ema)
+    memcpy(model->weights, model->average,
+           (size_t)model->trainable_count * sizeof(float));
+}
+
 float mxu_optimizer_rate(const mxu_model *model) {
   const mxu_optimizer_config *o = &model->compile.optimizer;
   if (o->schedule.kind != MXU_DECAY_NONE)
@@ -319,6 +338,7 @@ void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
   float *m = model->slot_m + begin, *v = model->slot_v + begin;
   float *u = model->slot_u + begin;
   float lr = model->step_rate;
+  if (o->use_ema) moving_average_start(model, begin, n, w);
   if (o->clipvalue > 0)
     for (int64_t i = 0; i < n; i++)
       g[i] = fminf(fmaxf(g[i], -o->clipvalue), o->clipvalue);
@@ -350,4 +370,5 @@ void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
   case MXU_ADADELTA: adadelta(o, lr, n, w, g, m, v); break;
   case MXU_LION: lion(o, lr, n, w, g, m); break;
   }
+  if (o->use_ema) moving_average(model, begin, n, w);
 }

@@ -417,7 +417,9 @@ void mxu_strategy_apply(mxu_model *model) {
 void mxu_strategy_sync_slots(mxu_model *model) {
   mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
   for (int k = 0; k < MXU_SLOTS; k++)
-    if (spec.keras3[k]) gather_shards(model, mxu_slot_buffer(model, k));
+    if (spec.keras3[k] || spec.keras2[k])
+      gather_shards(model, mxu_slot_buffer(model, k));
+  if (spec.average) gather_shards(model, model->average);
 }
 
 void mxu_strategy_outputs(mxu_model *model, int n, int64_t rows, float *out) {

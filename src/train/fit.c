@@ -431,9 +431,11 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
   if (status == MXU_OK)
     status = run_epochs(model, train, config, steps, order, &logs);
   mxu_strategy_sync_slots(model);
-  if (status == MXU_OK)
+  if (status == MXU_OK) {
+    mxu_optimizer_finalize(model);
     status =
         mxu_callbacks_run(config, model, MXU_HOOK_TRAIN_END, logs.epoch, &logs);
+  }
   free(order);
   mxu_checkpoint_unlock(lock);
   if (history) *history = &model->history;
