@@ -1,0 +1,408 @@
+/* hlo_print.c — the graph as MLIR text in StableHLO's generic op form
+ * ("stablehlo.add"(%3, %4) : (tensor<..>, tensor<..>) -> tensor<..>),
+ * which every PJRT plugin's parser takes, whatever its pretty syntax of
+ * the day. Values are %vN after their node; a region's arguments %rNa,
+ * %rNb. Only nodes the results need are printed. */
+#include "backend/pjrt/hlo.h"
+
+#include "core/core.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct text {
+  char *data;
+  size_t length, capacity;
+  int failed;
+} text;
+
+static void put(text *t, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *format, ...) {
+  if (t->failed) return;
+  for (;;) {
+    va_list args;
+    va_start(args, format);
+    size_t room = t->capacity - t->length;
+    int n = vsnprintf(t->data ? t->data + t->length : NULL, room, format, args);
+    va_end(args);
+    if (n < 0) {
+      t->failed = 1;
+      return;
+    }
+    if ((size_t)n < room) {
+      t->length += (size_t)n;
+      return;
+    }
+    size_t capacity = t->capacity ? 2 * t->capacity : 1 << 16;
+    while (capacity - t->length <= (size_t)n) capacity *= 2;
+    char *data = realloc(t->data, capacity);
+    if (!data) {
+      t->failed = 1;
+      return;
+    }
+    t->data = data;
+    t->capacity = capacity;
+  }
+}
+
+static const char *element(mxu_hlo_dtype dtype) {
+  switch (dtype) {
+  case MXU_HLO_F32: return "f32";
+  case MXU_HLO_F64: return "f64";
+  case MXU_HLO_BF16: return "bf16";
+  case MXU_HLO_S32: return "i32";
+  case MXU_HLO_U32: return "ui32";
+  case MXU_HLO_PRED: return "i1";
+  }
+  return "f32";
+}
+
+static void put_type(text *t, const mxu_hlo_shape *s) {
+  put(t, "tensor<");
+  for (int i = 0; i < s->rank; i++) put(t, "%" PRId64 "x", s->dims[i]);
+  put(t, "%s>", element(s->dtype));
+}
+
+static void put_i64_array(text *t, const char *name, int count,
+                          const int64_t *values) {
+  put(t, "%s = array<i64", name);
+  for (int i = 0; i < count; i++)
+    put(t, "%s %" PRId64, i ? "," : ":", values[i]);
+  put(t, ">");
+}
+
+/* A number of the type: floats in hex where they are not finite. */
+static void put_number(text *t, mxu_hlo_dtype dtype, double value) {
+  if (dtype == MXU_HLO_PRED) {
+    put(t, "%s", value != 0 ? "true" : "false");
+  } else if (dtype == MXU_HLO_S32 || dtype == MXU_HLO_U32) {
+    put(t, "%lld", (long long)value);
+  } else if (isnan(value)) {
+    put(t, "%s",
+        dtype == MXU_HLO_BF16  ? "0x7FC0"
+        : dtype == MXU_HLO_F64 ? "0x7FF8000000000000"
+                               : "0x7FC00000");
+  } else if (isinf(value)) {
+    put(t, "%s",
+        dtype == MXU_HLO_BF16 ? (value > 0 ? "0x7F80" : "0xFF80")
+        : dtype == MXU_HLO_F64
+            ? (value > 0 ? "0x7FF0000000000000" : "0xFFF0000000000000")
+            : (value > 0 ? "0x7F800000" : "0xFF800000"));
+  } else {
+    put(t, "%.17e", value);
+  }
+}
+
+static void put_operands(text *t, const mxu_hlo_node *n) {
+  put(t, "(");
+  for (int i = 0; i < n->count; i++) put(t, "%s%%v%d", i ? ", " : "", n->in[i]);
+  put(t, ")");
+}
+
+static void put_signature(text *t, const mxu_hlo *h, const mxu_hlo_node *n) {
+  put(t, " : (");
+  for (int i = 0; i < n->count; i++) {
+    if (i) put(t, ", ");
+    put_type(t, &h->nodes[n->in[i]].shape);
+  }
+  put(t, ") -> ");
+  put_type(t, &n->shape);
+  put(t, "\n");
+}
+
+/* A region of two scalar arguments returning op(a, b): "add", "maximum",
+ * or a GE comparison (select_and_scatter's select). */
+static void put_region(text *t, int id, char tag, mxu_hlo_dtype dtype,
+                       const char *op) {
+  const char *e = element(dtype);
+  put(t, "{\n    ^bb0(%%r%d%ca: tensor<%s>, %%r%d%cb: tensor<%s>):\n", id, tag,
+      e, id, tag, e);
+  if (strcmp(op, "ge") == 0)
+    put(t,
+        "      %%r%d%cc = \"stablehlo.compare\"(%%r%d%ca, %%r%d%cb) "
+        "{comparison_direction = #stablehlo<comparison_direction GE>} : "
+        "(tensor<%s>, tensor<%s>) -> tensor<i1>\n"
+        "      \"stablehlo.return\"(%%r%d%cc) : (tensor<i1>) -> ()\n    }",
+        id, tag, id, tag, id, tag, e, e, id, tag);
+  else
+    put(t,
+        "      %%r%d%cc = \"stablehlo.%s\"(%%r%d%ca, %%r%d%cb) : "
+        "(tensor<%s>, tensor<%s>) -> tensor<%s>\n"
+        "      \"stablehlo.return\"(%%r%d%cc) : (tensor<%s>) -> ()\n    }",
+        id, tag, op, id, tag, id, tag, e, e, e, id, tag, e);
+}
+
+static const char *reducer_op(mxu_hlo_reducer r) {
+  return r == MXU_HLO_SUM ? "add" : "maximum";
+}
+
+/* NHWC windows: 1 over N and C. */
+static void put_window(text *t, const mxu_hlo_window *w) {
+  int64_t size[4] = {1, w->size[0], w->size[1], 1};
+  int64_t stride[4] = {1, w->stride[0], w->stride[1], 1};
+  put_i64_array(t, "window_dimensions", 4, size);
+  put(t, ", ");
+  put_i64_array(t, "window_strides", 4, stride);
+  put(t,
+      ", padding = dense<[[0, 0], [%" PRId64 ", %" PRId64 "], [%" PRId64
+      ", %" PRId64 "], [0, 0]]> : tensor<4x2xi64>",
+      w->pad_low[0], w->pad_high[0], w->pad_low[1], w->pad_high[1]);
+}
+
+static void put_spec(text *t, const char *spec) {
+  put(t, "[");
+  for (int i = 0; spec[i]; i++) put(t, "%s%c", i ? ", " : "", spec[i]);
+  put(t, "]");
+}
+
+static void put_convolution(text *t, const mxu_hlo_node *n) {
+  const mxu_hlo_window *w = &n->window;
+  put(t,
+      " {batch_group_count = %" PRId64 " : i64, dimension_numbers = "
+      "#stablehlo.conv<",
+      n->batch_groups);
+  put_spec(t, n->spec[0]);
+  put(t, "x");
+  put_spec(t, n->spec[1]);
+  put(t, "->");
+  put_spec(t, n->spec[2]);
+  put(t, ">, feature_group_count = %" PRId64 " : i64, ", w->feature_groups);
+  put_i64_array(t, "lhs_dilation", 2, w->lhs_dilation);
+  put(t,
+      ", padding = dense<[[%" PRId64 ", %" PRId64 "], [%" PRId64 ", %" PRId64
+      "]]> : tensor<2x2xi64>, ",
+      w->pad_low[0], w->pad_high[0], w->pad_low[1], w->pad_high[1]);
+  put_i64_array(t, "rhs_dilation", 2, w->rhs_dilation);
+  put(t, ", ");
+  put_i64_array(t, "window_strides", 2, w->stride);
+  put(t, "}");
+}
+
+static void put_dot(text *t, const mxu_hlo_node *n) {
+  put(t, " {dot_dimension_numbers = #stablehlo.dot<");
+  const char *sep = "";
+  const struct {
+    const char *name;
+    int count;
+    const int64_t *dims;
+  } lists[] = {
+      {"lhs_batching_dimensions", n->batch_count, n->lhs_batch},
+      {"rhs_batching_dimensions", n->batch_count, n->rhs_batch},
+      {"lhs_contracting_dimensions", n->contract_count, n->lhs_contract},
+      {"rhs_contracting_dimensions", n->contract_count, n->rhs_contract}};
+  for (int l = 0; l < 4; l++) {
+    if (!lists[l].count) continue;
+    put(t, "%s%s = [", sep, lists[l].name);
+    for (int i = 0; i < lists[l].count; i++)
+      put(t, "%s%" PRId64, i ? ", " : "", lists[l].dims[i]);
+    put(t, "]");
+    sep = ", ";
+  }
+  put(t, ">}");
+}
+
+static const char *compare_name(mxu_hlo_compare c) {
+  static const char *const names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+  return names[c];
+}
+
+static const char *op_name(mxu_hlo_op op) {
+  switch (op) {
+  case MXU_HLO_CONSTANT: return "constant";
+  case MXU_HLO_ADD: return "add";
+  case MXU_HLO_SUBTRACT: return "subtract";
+  case MXU_HLO_MULTIPLY: return "multiply";
+  case MXU_HLO_DIVIDE: return "divide";
+  case MXU_HLO_MAXIMUM: return "maximum";
+  case MXU_HLO_MINIMUM: return "minimum";
+  case MXU_HLO_POWER: return "power";
+  case MXU_HLO_NEGATE: return "negate";
+  case MXU_HLO_EXP: return "exponential";
+  case MXU_HLO_LOG: return "log";
+  case MXU_HLO_SQRT: return "sqrt";
+  case MXU_HLO_RSQRT: return "rsqrt";
+  case MXU_HLO_TANH: return "tanh";
+  case MXU_HLO_LOGISTIC: return "logistic";
+  case MXU_HLO_ABS: return "abs";
+  case MXU_HLO_SIGN: return "sign";
+  case MXU_HLO_CONVERT: return "convert";
+  case MXU_HLO_COMPARE: return "compare";
+  case MXU_HLO_SELECT: return "select";
+  case MXU_HLO_BROADCAST: return "broadcast_in_dim";
+  case MXU_HLO_RESHAPE: return "reshape";
+  case MXU_HLO_TRANSPOSE: return "transpose";
+  case MXU_HLO_REVERSE: return "reverse";
+  case MXU_HLO_SLICE: return "slice";
+  case MXU_HLO_PAD: return "pad";
+  case MXU_HLO_REDUCE: return "reduce";
+  case MXU_HLO_DOT: return "dot_general";
+  case MXU_HLO_CONVOLUTION: return "convolution";
+  case MXU_HLO_REDUCE_WINDOW: return "reduce_window";
+  case MXU_HLO_SELECT_AND_SCATTER: return "select_and_scatter";
+  case MXU_HLO_ALL_REDUCE: return "all_reduce";
+  case MXU_HLO_IOTA: return "iota";
+  case MXU_HLO_REPLICA_ID: return "replica_id";
+  default: return "unknown";
+  }
+}
+
+/* Regions come between the operands and the attributes. */
+static void put_regions(text *t, const mxu_hlo *h, int id,
+                        const mxu_hlo_node *n) {
+  mxu_hlo_dtype dtype = h->nodes[n->in[0]].shape.dtype;
+  switch (n->op) {
+  case MXU_HLO_REDUCE:
+  case MXU_HLO_REDUCE_WINDOW:
+    put(t, " (");
+    put_region(t, id, 'a', dtype, reducer_op(n->reducer));
+    put(t, ")");
+    return;
+  case MXU_HLO_ALL_REDUCE:
+    put(t, " (");
+    put_region(t, id, 'a', dtype, "add");
+    put(t, ")");
+    return;
+  case MXU_HLO_SELECT_AND_SCATTER:
+    put(t, " (");
+    put_region(t, id, 'a', dtype, "ge");
+    put(t, ", ");
+    put_region(t, id, 'b', dtype, "add");
+    put(t, ")");
+    return;
+  default: return;
+  }
+}
+
+static void put_attributes(text *t, const mxu_hlo_node *n, int replicas) {
+  switch (n->op) {
+  case MXU_HLO_CONSTANT:
+    put(t, " {value = dense<");
+    put_number(t, n->shape.dtype, n->number);
+    put(t, "> : ");
+    put_type(t, &n->shape);
+    put(t, "}");
+    return;
+  case MXU_HLO_COMPARE:
+    put(t, " {comparison_direction = #stablehlo<comparison_direction %s>}",
+        compare_name(n->direction));
+    return;
+  case MXU_HLO_BROADCAST:
+    put(t, " {");
+    put_i64_array(t, "broadcast_dimensions", n->dim_count, n->dims);
+    put(t, "}");
+    return;
+  case MXU_HLO_TRANSPOSE:
+    put(t, " {");
+    put_i64_array(t, "permutation", n->dim_count, n->dims);
+    put(t, "}");
+    return;
+  case MXU_HLO_REVERSE:
+  case MXU_HLO_REDUCE:
+    put(t, " {");
+    put_i64_array(t, "dimensions", n->dim_count, n->dims);
+    put(t, "}");
+    return;
+  case MXU_HLO_SLICE:
+  case MXU_HLO_PAD: {
+    int rank = n->shape.rank, slice = n->op == MXU_HLO_SLICE;
+    put(t, " {");
+    put_i64_array(t, slice ? "start_indices" : "edge_padding_low", rank, n->a);
+    put(t, ", ");
+    put_i64_array(t, slice ? "limit_indices" : "edge_padding_high", rank, n->b);
+    put(t, ", ");
+    put_i64_array(t, slice ? "strides" : "interior_padding", rank, n->c);
+    put(t, "}");
+    return;
+  }
+  case MXU_HLO_DOT: put_dot(t, n); return;
+  case MXU_HLO_CONVOLUTION: put_convolution(t, n); return;
+  case MXU_HLO_REDUCE_WINDOW:
+  case MXU_HLO_SELECT_AND_SCATTER:
+    put(t, " {");
+    put_window(t, &n->window);
+    put(t, "}");
+    return;
+  case MXU_HLO_ALL_REDUCE:
+    put(t, " {replica_groups = dense<[[");
+    for (int r = 0; r < replicas; r++) put(t, "%s%d", r ? ", " : "", r);
+    put(t, "]]> : tensor<1x%dxi64>}", replicas);
+    return;
+  case MXU_HLO_IOTA:
+    put(t, " {iota_dimension = %" PRId64 " : i64}", n->dims[0]);
+    return;
+  default: return;
+  }
+}
+
+static void put_node(text *t, const mxu_hlo *h, int id, int replicas) {
+  const mxu_hlo_node *n = &h->nodes[id];
+  put(t, "    %%v%d = \"stablehlo.%s\"", id, op_name(n->op));
+  put_operands(t, n);
+  put_regions(t, h, id, n);
+  put_attributes(t, n, replicas);
+  put_signature(t, h, n);
+}
+
+/* Marks what the results need. */
+static unsigned char *needed(const mxu_hlo *h, int count,
+                             const mxu_hlo_value *results) {
+  unsigned char *need = calloc((size_t)h->count, 1);
+  if (!need) return NULL;
+  for (int i = 0; i < count; i++) need[results[i]] = 1;
+  for (int v = h->count - 1; v > 0; v--)
+    for (int i = 0; need[v] && i < h->nodes[v].count; i++)
+      need[h->nodes[v].in[i]] = 1;
+  return need;
+}
+
+mxu_status mxu_hlo_print(const mxu_hlo *h, int count,
+                         const mxu_hlo_value *results, int replicas,
+                         char **out) {
+  *out = NULL;
+  if (h->status != MXU_OK) return h->status;
+  for (int i = 0; i < count; i++)
+    if (results[i] <= 0 || results[i] >= h->count)
+      return mxu_fail(MXU_ERR_ARG, "hlo: result %d is no value", i);
+  unsigned char *need = needed(h, count, results);
+  if (!need) return mxu_fail(MXU_ERR_NOMEM, "hlo: out of memory");
+  text t = {0};
+  put(&t,
+      "module @mxu attributes {mhlo.num_replicas = %d : i32, "
+      "mhlo.num_partitions = 1 : i32} {\n  func.func public @main(",
+      replicas);
+  for (int v = 1, first = 1; v < h->count; v++) {
+    if (h->nodes[v].op != MXU_HLO_PARAMETER) continue;
+    put(&t, "%s%%v%d: ", first ? "" : ", ", v);
+    put_type(&t, &h->nodes[v].shape);
+    first = 0;
+  }
+  put(&t, ") -> (");
+  for (int i = 0; i < count; i++) {
+    if (i) put(&t, ", ");
+    put_type(&t, &h->nodes[results[i]].shape);
+  }
+  put(&t, ") {\n");
+  for (int v = 1; v < h->count; v++)
+    if (need[v] && h->nodes[v].op != MXU_HLO_PARAMETER)
+      put_node(&t, h, v, replicas);
+  put(&t, "    \"func.return\"(");
+  for (int i = 0; i < count; i++) put(&t, "%s%%v%d", i ? ", " : "", results[i]);
+  put(&t, ") : (");
+  for (int i = 0; i < count; i++) {
+    if (i) put(&t, ", ");
+    put_type(&t, &h->nodes[results[i]].shape);
+  }
+  put(&t, ") -> ()\n  }\n}\n");
+  free(need);
+  if (t.failed) {
+    free(t.data);
+    return mxu_fail(MXU_ERR_NOMEM, "hlo: out of memory printing the program");
+  }
+  *out = t.data;
+  return MXU_OK;
+}

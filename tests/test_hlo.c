@@ -1,0 +1,342 @@
+/* test_hlo.c — the hlo graph builder, its printer and its gradients, run
+ * on XLA's CPU plugin: each op's gradient (grad.c) against central finite
+ * differences of the same program, in float64, for f = sum(op(x) * r)
+ * with a fixed random r; and a dense layer's softmax cross-entropy in
+ * float32 against the same written out in C. */
+#include "backend/pjrt/hlo.h"
+#include "backend/pjrt/runtime.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_INPUTS = 3, MAX_VALUES = 512 };
+
+typedef mxu_hlo_value (*build_fn)(mxu_hlo *h, const mxu_hlo_value *x);
+
+typedef struct op_case {
+  const char *name;
+  int inputs;
+  mxu_hlo_shape shape[MAX_INPUTS];
+  build_fn build;
+  int positive; /* inputs in (0.5, 1.5) (log, sqrt, division) */
+} op_case;
+
+static mxu_pjrt *plugin;
+
+static mxu_hlo_shape f64(int rank, int64_t d0, int64_t d1, int64_t d2,
+                         int64_t d3) {
+  int64_t dims[4] = {d0, d1, d2, d3};
+  return mxu_hlo_shape_make(MXU_HLO_F64, rank, dims);
+}
+
+/* Deterministic values in (-1, 1), or (0.5, 1.5). */
+static void fill(double *x, int64_t n, unsigned seed, int positive) {
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    double u = (double)((seed >> 8) & 0xffff) / 65536.0;
+    x[i] = positive ? 0.5 + u : 2 * u - 1;
+  }
+}
+
+/* The op's result shape, from a scratch build. */
+static mxu_hlo_shape output_shape(const op_case *c) {
+  mxu_hlo h;
+  mxu_hlo_init(&h);
+  mxu_hlo_value x[MAX_INPUTS];
+  for (int i = 0; i < c->inputs; i++) x[i] = mxu_hlo_parameter(&h, c->shape[i]);
+  mxu_hlo_value y = c->build(&h, x);
+  CHECK_MSG(h.status == MXU_OK, "%s: %s", c->name, mxu_errmsg());
+  mxu_hlo_shape shape =
+      h.status == MXU_OK ? *mxu_hlo_shape_of(&h, y) : c->shape[0];
+  mxu_hlo_free(&h);
+  return shape;
+}
+
+/* f = sum(op(x) * r); with grads, also df/dx for each input. */
+static char *program(const op_case *c, int grads, mxu_hlo_shape ys) {
+  mxu_hlo h;
+  mxu_hlo_init(&h);
+  mxu_hlo_value x[MAX_INPUTS];
+  for (int i = 0; i < c->inputs; i++) x[i] = mxu_hlo_parameter(&h, c->shape[i]);
+  mxu_hlo_value r = mxu_hlo_parameter(&h, ys);
+  mxu_hlo_value y = c->build(&h, x);
+  int64_t all[MXU_HLO_MAX_RANK];
+  for (int d = 0; d < ys.rank; d++) all[d] = d;
+  mxu_hlo_value f =
+      mxu_hlo_reduce(&h, mxu_hlo_binary(&h, MXU_HLO_MULTIPLY, y, r),
+                     MXU_HLO_SUM, ys.rank, all);
+  mxu_hlo_value results[1 + MAX_INPUTS] = {f};
+  if (grads)
+    CHECK_OK(mxu_hlo_gradients(&h, f, mxu_hlo_full_like(&h, f, 1.0), c->inputs,
+                               x, results + 1));
+  char *text = NULL;
+  CHECK_OK(mxu_hlo_print(&h, 1 + (grads ? c->inputs : 0), results, 1, &text));
+  mxu_hlo_free(&h);
+  return text;
+}
+
+typedef struct run {
+  mxu_pjrt_program *program;
+  int inputs;
+  mxu_hlo_shape shape[MAX_INPUTS + 1];
+} run;
+
+/* Executes; out[0] gets f, out[1 + i] the gradient of input i (if any). */
+static int execute(run *r, double *const *values, int outputs,
+                   double *const *out) {
+  mxu_pjrt_buffer *args[MAX_INPUTS + 1] = {0}, *res[1 + MAX_INPUTS] = {0};
+  int ok = 1;
+  for (int i = 0; i <= r->inputs && ok; i++)
+    ok = mxu_pjrt_upload(plugin, 0, MXU_PJRT_F64, values[i], r->shape[i].rank,
+                         r->shape[i].dims, &args[i]) == MXU_OK;
+  if (ok)
+    ok = mxu_pjrt_execute(plugin, r->program, r->inputs + 1, args, res) ==
+         MXU_OK;
+  for (int o = 0; o < outputs && ok; o++) {
+    int64_t n = o == 0 ? 1 : mxu_hlo_count(&r->shape[o - 1]);
+    ok = mxu_pjrt_download(plugin, res[o], out[o],
+                           (size_t)n * sizeof(double)) == MXU_OK;
+  }
+  for (int i = 0; i <= r->inputs; i++) mxu_pjrt_buffer_free(plugin, args[i]);
+  for (int o = 0; o < 1 + MAX_INPUTS; o++) mxu_pjrt_buffer_free(plugin, res[o]);
+  CHECK_MSG(ok, "execute: %s", mxu_errmsg());
+  return ok;
+}
+
+static void check_op(const op_case *c) {
+  mxu_hlo_shape ys = output_shape(c);
+  char *forward = program(c, 0, ys), *backward = program(c, 1, ys);
+  run f = {.inputs = c->inputs}, b = {.inputs = c->inputs};
+  for (int i = 0; i < c->inputs; i++) f.shape[i] = b.shape[i] = c->shape[i];
+  f.shape[c->inputs] = b.shape[c->inputs] = ys;
+  if (forward) CHECK_OK(mxu_pjrt_compile(plugin, forward, 1, &f.program));
+  if (backward) CHECK_OK(mxu_pjrt_compile(plugin, backward, 1, &b.program));
+  if (!f.program || !b.program) {
+    fprintf(stderr, "%s:\n%s\n", c->name, backward ? backward : "(none)");
+    free(forward), free(backward);
+    mxu_pjrt_program_free(plugin, f.program);
+    mxu_pjrt_program_free(plugin, b.program);
+    return;
+  }
+  static double values[MAX_INPUTS + 1][MAX_VALUES],
+      grads[MAX_INPUTS][MAX_VALUES];
+  double *in[MAX_INPUTS + 1], *out[1 + MAX_INPUTS], f0 = 0;
+  out[0] = &f0;
+  for (int i = 0; i <= c->inputs; i++) {
+    int64_t n = mxu_hlo_count(i < c->inputs ? &c->shape[i] : &ys);
+    CHECK(n <= MAX_VALUES);
+    fill(values[i], n, 7u + 31u * (unsigned)i, i < c->inputs && c->positive);
+    in[i] = values[i];
+    if (i < c->inputs) out[1 + i] = grads[i];
+  }
+  double worst = 0;
+  if (execute(&b, in, 1 + c->inputs, out))
+    for (int i = 0; i < c->inputs; i++)
+      for (int64_t k = 0; k < mxu_hlo_count(&c->shape[i]); k++) {
+        const double eps = 1e-6;
+        double keep = values[i][k], up = 0, down = 0;
+        double *up_out[1] = {&up}, *down_out[1] = {&down};
+        values[i][k] = keep + eps;
+        execute(&f, in, 1, up_out);
+        values[i][k] = keep - eps;
+        execute(&f, in, 1, down_out);
+        values[i][k] = keep;
+        double numeric = (up - down) / (2 * eps);
+        worst = fmax(worst,
+                     fabs(numeric - grads[i][k]) / fmax(1e-3, fabs(numeric)));
+      }
+  CHECK_MSG(worst < 1e-6, "%s: gradient off by %.3g (relative)", c->name,
+            worst);
+  free(forward), free(backward);
+  mxu_pjrt_program_free(plugin, f.program);
+  mxu_pjrt_program_free(plugin, b.program);
+}
+
+/* ---- the ops ----------------------------------------------------------- */
+
+#define BINARY(fn, op)                                                         \
+  static mxu_hlo_value fn(mxu_hlo *h, const mxu_hlo_value *x) {                \
+    return mxu_hlo_binary(h, op, x[0], x[1]);                                  \
+  }
+#define UNARY(fn, op)                                                          \
+  static mxu_hlo_value fn(mxu_hlo *h, const mxu_hlo_value *x) {                \
+    return mxu_hlo_unary(h, op, x[0]);                                         \
+  }
+BINARY(add, MXU_HLO_ADD)
+BINARY(subtract, MXU_HLO_SUBTRACT)
+BINARY(multiply, MXU_HLO_MULTIPLY)
+BINARY(divide, MXU_HLO_DIVIDE)
+BINARY(maximum, MXU_HLO_MAXIMUM)
+BINARY(minimum, MXU_HLO_MINIMUM)
+BINARY(power, MXU_HLO_POWER)
+UNARY(negate, MXU_HLO_NEGATE)
+UNARY(exponential, MXU_HLO_EXP)
+UNARY(logarithm, MXU_HLO_LOG)
+UNARY(square_root, MXU_HLO_SQRT)
+UNARY(reciprocal_root, MXU_HLO_RSQRT)
+UNARY(hyperbolic_tangent, MXU_HLO_TANH)
+UNARY(logistic, MXU_HLO_LOGISTIC)
+UNARY(absolute, MXU_HLO_ABS)
+
+static mxu_hlo_value relu(mxu_hlo *h, const mxu_hlo_value *x) {
+  mxu_hlo_value zero = mxu_hlo_full_like(h, x[0], 0.0);
+  return mxu_hlo_select(h, mxu_hlo_compare_op(h, MXU_HLO_GT, x[0], zero), x[0],
+                        zero);
+}
+
+static mxu_hlo_value broadcast_reshape_transpose(mxu_hlo *h,
+                                                 const mxu_hlo_value *x) {
+  /* (3) -> (2, 3, 4) along dim 1 -> (4, 3, 2) -> (12, 2) */
+  int64_t dims[1] = {1}, perm[3] = {2, 1, 0}, flat[2] = {12, 2};
+  mxu_hlo_value b = mxu_hlo_broadcast(h, x[0], f64(3, 2, 3, 4, 0), dims);
+  mxu_hlo_value t = mxu_hlo_transpose(h, b, perm);
+  return mxu_hlo_reshape(h, t, mxu_hlo_shape_make(MXU_HLO_F64, 2, flat));
+}
+
+static mxu_hlo_value reverse_slice_pad(mxu_hlo *h, const mxu_hlo_value *x) {
+  int64_t d[1] = {1}, start[2] = {1, 0}, limit[2] = {4, 5}, stride[2] = {2, 2};
+  int64_t low[2] = {1, 0}, high[2] = {0, 2}, interior[2] = {1, 2};
+  mxu_hlo_value r = mxu_hlo_reverse(h, x[0], 1, d);
+  mxu_hlo_value s = mxu_hlo_slice(h, r, start, limit, stride);
+  return mxu_hlo_pad(h, s, 0.5, low, high, interior);
+}
+
+static mxu_hlo_value reduce_sum_max(mxu_hlo *h, const mxu_hlo_value *x) {
+  int64_t first[1] = {0}, last[1] = {1};
+  mxu_hlo_value s = mxu_hlo_reduce(h, x[0], MXU_HLO_SUM, 1, first);
+  return mxu_hlo_reduce(h, s, MXU_HLO_MAX, 1, last);
+}
+
+static mxu_hlo_value batched_dot(mxu_hlo *h, const mxu_hlo_value *x) {
+  /* (2, 3, 4) x (4, 2, 5): batch 0 with 1, contract 2 with 0 -> (2, 3, 5) */
+  int64_t ab[1] = {0}, bb[1] = {1}, ac[1] = {2}, bc[1] = {0};
+  return mxu_hlo_dot(h, x[0], x[1], 1, ab, bb, 1, ac, bc);
+}
+
+static mxu_hlo_value matmul(mxu_hlo *h, const mxu_hlo_value *x) {
+  return mxu_hlo_matmul(h, x[0], x[1]);
+}
+
+static mxu_hlo_value conv_strided(mxu_hlo *h, const mxu_hlo_value *x) {
+  mxu_hlo_window w = {.stride = {2, 1},
+                      .pad_low = {1, 0},
+                      .pad_high = {1, 1},
+                      .lhs_dilation = {1, 1},
+                      .rhs_dilation = {1, 2},
+                      .feature_groups = 1};
+  return mxu_hlo_convolution(h, x[0], x[1], &w);
+}
+
+static mxu_hlo_value conv_grouped(mxu_hlo *h, const mxu_hlo_value *x) {
+  mxu_hlo_window w = {.stride = {1, 2},
+                      .pad_low = {1, 1},
+                      .pad_high = {1, 0},
+                      .lhs_dilation = {1, 1},
+                      .rhs_dilation = {1, 1},
+                      .feature_groups = 2};
+  return mxu_hlo_convolution(h, x[0], x[1], &w);
+}
+
+static mxu_hlo_value pool(mxu_hlo *h, const mxu_hlo_value *x,
+                          mxu_hlo_reducer reducer) {
+  mxu_hlo_window w = {.size = {2, 3},
+                      .stride = {2, 2},
+                      .pad_low = {0, 1},
+                      .pad_high = {1, 1},
+                      .lhs_dilation = {1, 1},
+                      .rhs_dilation = {1, 1}};
+  return mxu_hlo_reduce_window(h, x[0], reducer, &w);
+}
+
+static mxu_hlo_value max_pool(mxu_hlo *h, const mxu_hlo_value *x) {
+  return pool(h, x, MXU_HLO_MAX);
+}
+
+static mxu_hlo_value sum_pool(mxu_hlo *h, const mxu_hlo_value *x) {
+  return pool(h, x, MXU_HLO_SUM);
+}
+
+static void ops(void) {
+  mxu_hlo_shape m = f64(2, 3, 4, 0, 0);
+  const op_case cases[] = {
+      {"add", 2, {m, m}, add, 0},
+      {"subtract", 2, {m, m}, subtract, 0},
+      {"multiply", 2, {m, m}, multiply, 0},
+      {"divide", 2, {m, m}, divide, 1},
+      {"maximum", 2, {m, m}, maximum, 0},
+      {"minimum", 2, {m, m}, minimum, 0},
+      {"power", 2, {m, m}, power, 1},
+      {"negate", 1, {m}, negate, 0},
+      {"exponential", 1, {m}, exponential, 0},
+      {"log", 1, {m}, logarithm, 1},
+      {"sqrt", 1, {m}, square_root, 1},
+      {"rsqrt", 1, {m}, reciprocal_root, 1},
+      {"tanh", 1, {m}, hyperbolic_tangent, 0},
+      {"logistic", 1, {m}, logistic, 0},
+      {"abs", 1, {m}, absolute, 0},
+      {"relu (compare, select)", 1, {m}, relu, 0},
+      {"broadcast, transpose, reshape",
+       1,
+       {f64(1, 3, 0, 0, 0)},
+       broadcast_reshape_transpose,
+       0},
+      {"reverse, strided slice, interior pad",
+       1,
+       {f64(2, 5, 6, 0, 0)},
+       reverse_slice_pad,
+       0},
+      {"reduce sum, max", 1, {f64(3, 2, 3, 4, 0)}, reduce_sum_max, 0},
+      {"matmul", 2, {m, f64(2, 4, 5, 0, 0)}, matmul, 0},
+      {"dot_general, batched",
+       2,
+       {f64(3, 2, 3, 4, 0), f64(3, 4, 2, 5, 0)},
+       batched_dot,
+       0},
+      {"convolution, strided, padded, dilated",
+       2,
+       {f64(4, 2, 5, 6, 3), f64(4, 3, 2, 3, 2)},
+       conv_strided,
+       0},
+      {"convolution, 2 groups",
+       2,
+       {f64(4, 2, 4, 5, 4), f64(4, 3, 3, 2, 4)},
+       conv_grouped,
+       0},
+      {"max pooling (reduce_window)", 1, {f64(4, 2, 5, 5, 2)}, max_pool, 0},
+      {"sum pooling (reduce_window)", 1, {f64(4, 2, 5, 5, 2)}, sum_pool, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_op(&cases[i]);
+}
+
+/* ---- errors ------------------------------------------------------------ */
+
+static void errors(void) {
+  mxu_hlo h;
+  mxu_hlo_init(&h);
+  mxu_hlo_value a = mxu_hlo_parameter(&h, f64(2, 3, 4, 0, 0));
+  mxu_hlo_value b = mxu_hlo_parameter(&h, f64(2, 4, 3, 0, 0));
+  CHECK(mxu_hlo_binary(&h, MXU_HLO_ADD, a, b) == 0);
+  CHECK(h.status == MXU_ERR_SHAPE);
+  /* Later ops give no value and keep the first failure. */
+  CHECK(mxu_hlo_matmul(&h, a, b) == 0 && h.status == MXU_ERR_SHAPE);
+  char *text = NULL;
+  CHECK(mxu_hlo_print(&h, 1, &a, 1, &text) == MXU_ERR_SHAPE && !text);
+  mxu_hlo_free(&h);
+  mxu_hlo_init(&h);
+  a = mxu_hlo_parameter(&h, f64(2, 3, 4, 0, 0));
+  b = mxu_hlo_parameter(&h, f64(2, 5, 4, 0, 0));
+  CHECK(mxu_hlo_matmul(&h, a, b) == 0);
+  CHECK(strstr(mxu_errmsg(), "contracting dims differ (4, 5)") != NULL);
+  mxu_hlo_free(&h);
+}
+
+int main(void) {
+  CHECK_OK(mxu_pjrt_open(mxu_pjrt_plugin_path(NULL), 1, &plugin));
+  if (!plugin) return check_report("test_hlo");
+  ops();
+  errors();
+  mxu_pjrt_close(plugin);
+  return check_report("test_hlo");
+}
