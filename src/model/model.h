@@ -5,6 +5,7 @@
 #define MXU_MODEL_H
 
 #include "backend/backend.h"
+#include "backend/pjrt/hlo.h"
 #include "core/core.h"
 #include "core/json.h"
 #include "mxu.h"
@@ -115,6 +116,10 @@ typedef struct mxu_layer_class {
                      mxu_arena *layout);
   void (*forward)(mxu_layer *layer, const mxu_layer_run *run);
   void (*backward)(mxu_layer *layer, const mxu_layer_run *run);
+  /* The forward computation as StableHLO ops for the pjrt backend, which
+   * derives the backward pass from it (grad.c); returns the output. NULL:
+   * not emitted yet (pjrt refuses the model, naming the layer). */
+  mxu_hlo_value (*emit)(const mxu_layer *layer, mxu_emit *e);
   /* For a layer that ends in a softmax: the pre-softmax values of this run,
    * which a cross-entropy loss uses instead of the probabilities, as
    * Keras does. NULL for other layers. */
@@ -649,6 +654,18 @@ const char *mxu_metric_names(void);
 const char *mxu_metric_name(const char *name);
 /* Whether the metric reads class labels (else the targets). */
 int mxu_metric_needs_labels(mxu_metric_kind kind);
+
+/* ---- programs.c ---------------------------------------------------------- */
+
+/* The training step as one StableHLO program for `replicas` replicas of
+ * `batch` rows (MLIR text, the caller's to free). Parameters: every weight
+ * (model->params order), the optimizer's slots kind by kind, the step's
+ * rate (Adam's with its bias correction folded in), x, the labels (int32)
+ * or targets, the rows' mask and the loss scale (1 / global batch).
+ * Results: the new weights, the new slots, the loss sum and the metric
+ * sum over every replica. MXU_ERR_UNSUPPORTED names what is not emitted. */
+mxu_status mxu_model_train_program(const mxu_model *model, int batch,
+                                   int replicas, char **text);
 
 /* ---- optimizers.c ------------------------------------------------------ */
 

@@ -99,6 +99,10 @@ static int activation_ends_in_softmax(const mxu_layer *layer) {
   return kind_of(layer) == MXU_SOFTMAX;
 }
 
+static mxu_hlo_value activation_emit(const mxu_layer *layer, mxu_emit *e) {
+  return mxu_emit_activation(e, kind_of(layer), alpha_of(layer), e->in[0]);
+}
+
 const mxu_layer_class mxu_activation_class = {
     .class_name = "Activation",
     .flops = activation_flops,
@@ -111,6 +115,7 @@ const mxu_layer_class mxu_activation_class = {
     .infer = mxu_same_shape_infer,
     .plan = activation_plan,
     .forward = activation_forward,
+    .emit = activation_emit,
     .backward = activation_backward,
     .logits = activation_logits,
 };

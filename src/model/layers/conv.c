@@ -343,8 +343,24 @@ static double conv2d_flops(const mxu_layer *layer, const mxu_flops_step *step) {
                             s.use_bias, s.activation, step);
 }
 
+/* Keras' kernel (kh, kw, in / groups, filters) is StableHLO's HWIO. */
+static mxu_hlo_value conv2d_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_conv2d_desc d = conv2d_describe(layer, e->batch);
+  mxu_hlo_window w = {.stride = {d.stride_h, d.stride_w},
+                      .pad_low = {d.pad_top, d.pad_left},
+                      .pad_high = {d.pad_bottom, d.pad_right},
+                      .lhs_dilation = {1, 1},
+                      .rhs_dilation = {d.dilation_h, d.dilation_w},
+                      .feature_groups = mxu_conv2d_groups(&d)};
+  mxu_hlo_value y = mxu_hlo_convolution(e->h, e->in[0], e->w[0], &w);
+  if (d.has_bias) y = mxu_emit_bias(e, y, e->w[1]);
+  return mxu_emit_activation(e, d.activation,
+                             mxu_activation_alpha(d.activation), y);
+}
+
 const mxu_layer_class mxu_conv2d_class = {
     .class_name = "Conv2D",
+    .emit = conv2d_emit,
     .flops = conv2d_flops,
     .config_keys = conv2d_keys,
     .read_config = read_conv2d,

@@ -238,8 +238,20 @@ static int dense_ends_in_softmax(const mxu_layer *layer) {
          layer->out_shape.rank == 1;
 }
 
+/* x (batch, ..., in) . kernel (in, units) on the last axis. */
+static mxu_hlo_value dense_emit(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_dense_config *c = &layer->config.dense;
+  int64_t last = layer->in_shape.rank, first = 0;
+  mxu_hlo_value y =
+      mxu_hlo_dot(e->h, e->in[0], e->w[0], 0, NULL, NULL, 1, &last, &first);
+  if (c->use_bias) y = mxu_emit_bias(e, y, e->w[1]);
+  return mxu_emit_activation(e, c->activation,
+                             mxu_activation_alpha(c->activation), y);
+}
+
 const mxu_layer_class mxu_dense_class = {
     .class_name = "Dense",
+    .emit = dense_emit,
     .flops = dense_flops,
     .ends_in_softmax = dense_ends_in_softmax,
     .config_keys = dense_keys,
@@ -268,6 +280,7 @@ static mxu_status flatten_infer(mxu_layer *layer) {
  * Flatten its input's buffer (a view) and there is nothing to copy. */
 const mxu_layer_class mxu_flatten_class = {
     .class_name = "Flatten",
+    .emit = mxu_emit_view,
     .config_keys = flatten_keys,
     .read_config = read_flatten,
     .write_config = write_flatten,

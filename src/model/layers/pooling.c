@@ -124,6 +124,24 @@ static double pool2d_flops(const mxu_layer *layer, const mxu_flops_step *step) {
   return outputs * (window + (step->need_dx ? window + 1 : 0));
 }
 
+/* Max over each window (padding never wins), or the window's sum over the
+ * number of its in-bounds pixels. */
+static mxu_hlo_value pool2d_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_pool2d_desc d = mxu_pool2d_describe(layer, e->batch);
+  mxu_hlo_window w = {.size = {d.pool_h, d.pool_w},
+                      .stride = {d.stride_h, d.stride_w},
+                      .pad_low = {d.pad_top, d.pad_left},
+                      .pad_high = {d.pad_bottom, d.pad_right},
+                      .lhs_dilation = {1, 1},
+                      .rhs_dilation = {1, 1}};
+  mxu_hlo_value x = e->in[0];
+  if (d.is_max) return mxu_hlo_reduce_window(e->h, x, MXU_HLO_MAX, &w);
+  mxu_hlo_value sum = mxu_hlo_reduce_window(e->h, x, MXU_HLO_SUM, &w);
+  mxu_hlo_value count = mxu_hlo_reduce_window(
+      e->h, mxu_hlo_full_like(e->h, x, 1.0), MXU_HLO_SUM, &w);
+  return mxu_hlo_binary(e->h, MXU_HLO_DIVIDE, sum, count);
+}
+
 const mxu_layer_class mxu_max_pooling2d_class = {
     .class_name = "MaxPooling2D",
     .flops = pool2d_flops,
@@ -136,6 +154,7 @@ const mxu_layer_class mxu_max_pooling2d_class = {
     .infer = pool2d_infer,
     .plan = pool2d_plan,
     .forward = pool2d_forward,
+    .emit = pool2d_emit,
     .backward = pool2d_backward,
 };
 
@@ -151,5 +170,6 @@ const mxu_layer_class mxu_average_pooling2d_class = {
     .infer = pool2d_infer,
     .plan = pool2d_plan,
     .forward = pool2d_forward,
+    .emit = pool2d_emit,
     .backward = pool2d_backward,
 };

@@ -1,0 +1,265 @@
+/* programs.c — a compiled model's training step as one StableHLO program
+ * for the pjrt backend: the layers' emitters in graph order, the loss over
+ * the replica's valid rows, its gradient (grad.c), the gradient summed
+ * over replicas with all_reduce, and the optimizer's update, so weights
+ * and slots stay on the device from one step to the next. */
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static mxu_hlo_shape f32(int rank, const int64_t *dims) {
+  return mxu_hlo_shape_make(MXU_HLO_F32, rank, dims);
+}
+
+static mxu_hlo_shape with_batch(int batch, const mxu_shape *s) {
+  mxu_hlo_shape h = {.dtype = MXU_HLO_F32, .rank = 1 + s->rank};
+  h.dims[0] = batch;
+  for (int d = 0; d < s->rank; d++) h.dims[1 + d] = s->dims[d];
+  return h;
+}
+
+static mxu_hlo_shape param_shape(const mxu_param *p) {
+  mxu_hlo_shape h = {.dtype = MXU_HLO_F32, .rank = p->shape.rank};
+  for (int d = 0; d < p->shape.rank; d++) h.dims[d] = p->shape.dims[d];
+  return h;
+}
+
+/* What the step program supports today; a clear refusal otherwise. */
+static mxu_status check_supported(const mxu_model *model) {
+  const mxu_compile_config *c = &model->compile;
+  if (c->loss != MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
+      c->loss != MXU_CATEGORICAL_CROSSENTROPY)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "pjrt: loss %s is not emitted yet (sparse and "
+                    "categorical cross-entropy are)",
+                    mxu_loss_name(c->loss));
+  if (c->optimizer.kind != MXU_ADAM && c->optimizer.kind != MXU_SGD)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "pjrt: optimizer %s is not emitted yet (adam and sgd are)",
+                    mxu_optimizer_name(c->optimizer.kind));
+  const mxu_optimizer_config *o = &c->optimizer;
+  if (o->amsgrad || o->use_ema || o->weight_decay > 0 || o->clipnorm > 0 ||
+      o->global_clipnorm > 0 || o->clipvalue > 0 || model->penalized ||
+      c->label_smoothing > 0 || model->input_count != 1 ||
+      model->state_count > 0)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "pjrt: the step program has no amsgrad, use_ema, weight "
+                    "decay, clipping, regularizers, label smoothing, "
+                    "several inputs or layer state yet");
+  for (int n = 0; n < model->layer_count; n++) {
+    const mxu_layer *l = &model->layers[n];
+    if (l->cls != &mxu_input_layer_class && !l->cls->emit)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "pjrt: layer '%s' (%s) is not emitted yet", l->name,
+                      l->cls->class_name);
+    if (l->activity.l1 != 0 || l->activity.l2 != 0)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "pjrt: layer '%s': activity regularizers are not "
+                      "emitted yet",
+                      l->name);
+  }
+  return MXU_OK;
+}
+
+/* The forward pass: each node's output value (nodes[n]); the logits of
+ * the output when it ends in a softmax. */
+static mxu_status forward(const mxu_model *model, mxu_hlo *h, int batch,
+                          int training, const mxu_hlo_value *weights,
+                          mxu_hlo_value x, mxu_hlo_value *nodes,
+                          mxu_hlo_value *logits) {
+  for (int n = 0; n < model->layer_count; n++) {
+    const mxu_layer *l = &model->layers[n];
+    if (l->cls == &mxu_input_layer_class) {
+      nodes[n] = x;
+      continue;
+    }
+    mxu_hlo_value in[MXU_MAX_INPUTS];
+    for (int i = 0; i < l->input_count; i++) in[i] = nodes[l->inputs[i]];
+    const mxu_layer *owner = &model->layers[l->owner];
+    mxu_emit e = {.h = h,
+                  .batch = batch,
+                  .training = training,
+                  .in = in,
+                  .w = weights + owner->param_first};
+    nodes[n] = l->cls->emit(l, &e);
+    if (n == mxu_model_output(model)) *logits = e.logits;
+  }
+  return h->status;
+}
+
+/* Cross-entropy per row, from logits: logsumexp(z) - z . t, t the one-hot
+ * label or the target row; summed over rows where mask is 1. */
+static mxu_hlo_value cross_entropy(mxu_hlo *h, mxu_hlo_value z,
+                                   mxu_hlo_value target, mxu_hlo_value mask) {
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, z);
+  int64_t last = 1, rows = 0;
+  mxu_hlo_value max = mxu_hlo_reduce(h, z, MXU_HLO_MAX, 1, &last);
+  mxu_hlo_value shifted = mxu_hlo_binary(h, MXU_HLO_SUBTRACT, z,
+                                         mxu_hlo_broadcast(h, max, s, &rows));
+  mxu_hlo_value lse = mxu_hlo_binary(
+      h, MXU_HLO_ADD, max,
+      mxu_hlo_unary(h, MXU_HLO_LOG,
+                    mxu_hlo_reduce(h, mxu_hlo_unary(h, MXU_HLO_EXP, shifted),
+                                   MXU_HLO_SUM, 1, &last)));
+  mxu_hlo_value picked = mxu_hlo_reduce(
+      h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, z, target), MXU_HLO_SUM, 1, &last);
+  mxu_hlo_value per_row = mxu_hlo_binary(h, MXU_HLO_SUBTRACT, lse, picked);
+  return mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, per_row, mask),
+                        MXU_HLO_SUM, 1, &rows);
+}
+
+/* The labels as one-hot rows of the output's width. */
+static mxu_hlo_value one_hot(mxu_hlo *h, mxu_hlo_value labels, int batch,
+                             int64_t classes) {
+  int64_t dims[2] = {batch, classes}, rows = 0;
+  mxu_hlo_shape s = mxu_hlo_shape_make(MXU_HLO_S32, 2, dims);
+  mxu_hlo_value classes_iota = mxu_hlo_iota(h, s, 1);
+  mxu_hlo_value spread = mxu_hlo_broadcast(h, labels, s, &rows);
+  return mxu_hlo_convert(
+      h, mxu_hlo_compare_op(h, MXU_HLO_EQ, classes_iota, spread), MXU_HLO_F32);
+}
+
+/* Rows whose largest score is at the label (the first of equals, as
+ * argmax), counted where mask is 1. */
+static mxu_hlo_value correct(mxu_hlo *h, mxu_hlo_value y, mxu_hlo_value hot,
+                             mxu_hlo_value mask) {
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, y);
+  int64_t last = 1, rows = 0;
+  mxu_hlo_value max = mxu_hlo_broadcast(
+      h, mxu_hlo_reduce(h, y, MXU_HLO_MAX, 1, &last), s, &rows);
+  mxu_hlo_value at_max = mxu_hlo_convert(
+      h, mxu_hlo_compare_op(h, MXU_HLO_EQ, y, max), MXU_HLO_F32);
+  /* the first maximum: its class index is the least among them */
+  mxu_hlo_value index = mxu_hlo_convert(
+      h, mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, s.rank, s.dims), 1),
+      MXU_HLO_F32);
+  mxu_hlo_value big = mxu_hlo_full_like(h, index, 1e9);
+  mxu_hlo_value first = mxu_hlo_unary(
+      h, MXU_HLO_NEGATE,
+      mxu_hlo_reduce(
+          h,
+          mxu_hlo_unary(h, MXU_HLO_NEGATE,
+                        mxu_hlo_select(h,
+                                       mxu_hlo_compare_op(
+                                           h, MXU_HLO_GT, at_max,
+                                           mxu_hlo_full_like(h, at_max, 0.5)),
+                                       index, big)),
+          MXU_HLO_MAX, 1, &last));
+  mxu_hlo_value label =
+      mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, hot, index),
+                     MXU_HLO_SUM, 1, &last);
+  mxu_hlo_value hit = mxu_hlo_convert(
+      h, mxu_hlo_compare_op(h, MXU_HLO_EQ, first, label), MXU_HLO_F32);
+  return mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, hit, mask),
+                        MXU_HLO_SUM, 1, &rows);
+}
+
+/* Keras' updates, in mxu's float order (cpu_ref's kernels): rate is the
+ * step's (Adam's with the bias correction folded in, as Keras does). */
+static void update(mxu_hlo *h, const mxu_optimizer_config *o,
+                   mxu_hlo_value rate, mxu_hlo_value w, mxu_hlo_value g,
+                   mxu_hlo_value *slots, mxu_hlo_value *new_w) {
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, w);
+  mxu_hlo_value lr = mxu_hlo_broadcast(h, rate, s, NULL);
+#define K(value) mxu_hlo_full_like(h, w, (double)(value))
+#define MUL(a, b) mxu_hlo_binary(h, MXU_HLO_MULTIPLY, a, b)
+#define ADD(a, b) mxu_hlo_binary(h, MXU_HLO_ADD, a, b)
+#define SUB(a, b) mxu_hlo_binary(h, MXU_HLO_SUBTRACT, a, b)
+  if (o->kind == MXU_ADAM) {
+    mxu_hlo_value m =
+        ADD(MUL(K(o->beta_1), slots[0]), MUL(K(1.0f - o->beta_1), g));
+    mxu_hlo_value v =
+        ADD(MUL(K(o->beta_2), slots[1]), MUL(MUL(K(1.0f - o->beta_2), g), g));
+    mxu_hlo_value step =
+        mxu_hlo_binary(h, MXU_HLO_DIVIDE, MUL(lr, m),
+                       ADD(mxu_hlo_unary(h, MXU_HLO_SQRT, v), K(o->epsilon)));
+    slots[0] = m, slots[1] = v;
+    *new_w = SUB(w, step);
+  } else if (o->momentum > 0) {
+    mxu_hlo_value velocity = SUB(MUL(K(o->momentum), slots[0]), MUL(lr, g));
+    slots[0] = velocity;
+    *new_w = o->nesterov
+                 ? ADD(w, SUB(MUL(K(o->momentum), velocity), MUL(lr, g)))
+                 : ADD(w, velocity);
+  } else {
+    *new_w = SUB(w, MUL(lr, g));
+  }
+#undef K
+#undef MUL
+#undef ADD
+#undef SUB
+}
+
+mxu_status mxu_model_train_program(const mxu_model *model, int batch,
+                                   int replicas, char **text) {
+  *text = NULL;
+  MXU_TRY(check_supported(model));
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  int slot_kinds = o->kind == MXU_ADAM ? 2 : o->momentum > 0;
+  int count = model->param_count, out_node = mxu_model_output(model);
+  const mxu_layer *out = &model->layers[out_node];
+  int64_t classes = mxu_shape_count(&out->out_shape);
+  mxu_hlo h;
+  mxu_hlo_init(&h);
+  size_t values =
+      (size_t)(count * (3 + 2 * slot_kinds) + model->layer_count + 8);
+  mxu_hlo_value *v = calloc(values, sizeof *v);
+  if (!v) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  mxu_hlo_value *w = v, *slots = w + count, *grads = slots + slot_kinds * count;
+  mxu_hlo_value *results = grads + count,
+                *nodes = results + count * (1 + slot_kinds) + 2;
+  /* Parameters: weights, slots (kind by kind), rate, x, labels or
+   * targets, mask, scale. */
+  for (int i = 0; i < count; i++)
+    w[i] = mxu_hlo_parameter(&h, param_shape(&model->params[i]));
+  for (int k = 0; k < slot_kinds; k++)
+    for (int i = 0; i < count; i++)
+      slots[k * count + i] =
+          mxu_hlo_parameter(&h, param_shape(&model->params[i]));
+  mxu_hlo_value rate = mxu_hlo_parameter(&h, f32(0, NULL));
+  mxu_hlo_value x = mxu_hlo_parameter(
+      &h, with_batch(batch, &model->layers[model->inputs[0]].out_shape));
+  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  int64_t target_dims[2] = {batch, classes};
+  mxu_hlo_value labels = mxu_hlo_parameter(
+      &h, sparse ? mxu_hlo_shape_make(MXU_HLO_S32, 1, target_dims)
+                 : f32(2, target_dims));
+  int64_t rows[1] = {batch};
+  mxu_hlo_value mask = mxu_hlo_parameter(&h, f32(1, rows));
+  mxu_hlo_value scale = mxu_hlo_parameter(&h, f32(0, NULL));
+
+  mxu_hlo_value logits = 0;
+  mxu_status s = forward(model, &h, batch, 1, w, x, nodes, &logits);
+  if (s == MXU_OK && !logits && !model->compile.from_logits)
+    s = mxu_fail(MXU_ERR_UNSUPPORTED,
+                 "pjrt: the cross-entropy needs the output to end in a "
+                 "softmax, or from_logits");
+  if (s == MXU_OK && !logits) logits = nodes[out_node];
+  mxu_hlo_value target = 0, loss = 0, loss_all = 0, hits = 0;
+  if (s == MXU_OK) {
+    target = sparse ? one_hot(&h, labels, batch, classes) : labels;
+    loss = cross_entropy(&h, logits, target, mask);
+    hits = correct(&h, nodes[out_node], target, mask);
+    loss_all = replicas > 1 ? mxu_hlo_all_reduce(&h, loss) : loss;
+    s = mxu_hlo_gradients(&h, loss, scale, count, w, grads);
+  }
+  int r = 0;
+  for (int i = 0; s == MXU_OK && i < count; i++) {
+    mxu_hlo_value g =
+        replicas > 1 ? mxu_hlo_all_reduce(&h, grads[i]) : grads[i];
+    mxu_hlo_value kept[2] = {0, 0}, new_w = w[i];
+    for (int k = 0; k < slot_kinds; k++) kept[k] = slots[k * count + i];
+    if (model->params[i].trainable) update(&h, o, rate, w[i], g, kept, &new_w);
+    results[i] = new_w;
+    for (int k = 0; k < slot_kinds; k++) results[count * (1 + k) + i] = kept[k];
+  }
+  r = count * (1 + slot_kinds);
+  results[r++] = loss_all;
+  results[r++] = replicas > 1 ? mxu_hlo_all_reduce(&h, hits) : hits;
+  if (s == MXU_OK) s = mxu_hlo_print(&h, r, results, replicas, text);
+  if (s == MXU_OK && h.status != MXU_OK) s = h.status;
+  mxu_hlo_free(&h);
+  free(v);
+  return s;
+}

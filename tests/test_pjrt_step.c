@@ -1,0 +1,215 @@
+/* test_pjrt_step.c — a model's whole training step as one StableHLO
+ * program (programs.c) on XLA's CPU plugin, over two replicas on two
+ * devices with the gradient all-reduced: three steps from the same
+ * weights as mxu's cpu_ref backend, for Adam and SGD with momentum, give
+ * the same weights, losses and accuracy; both devices' weights agree bit
+ * for bit; what the program cannot emit yet is refused by name. */
+#include "backend/pjrt/runtime.h"
+#include "check.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SIDE = 8, CLASSES = 10, ROWS = 8, REPLICAS = 2, STEPS = 3 };
+
+static mxu_pjrt *plugin;
+
+static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
+  mxu_model *m = mxu_sequential("step");
+  int64_t dims[3] = {SIDE, SIDE, 2};
+  CHECK_OK(mxu_add_input(m, NULL, mxu_shape_make(3, dims)));
+  mxu_conv2d_config c = mxu_conv2d_defaults(4, 3, 3);
+  c.padding = MXU_SAME;
+  c.strides[1] = 2;
+  CHECK_OK(mxu_add_conv2d(m, &c));
+  mxu_pool2d_config p = mxu_pool2d_defaults(2, 2);
+  CHECK_OK(mxu_add_max_pooling2d(m, &p));
+  CHECK_OK(mxu_add_activation(m, NULL, MXU_RELU));
+  CHECK_OK(mxu_add_flatten(m, NULL));
+  mxu_dense_config d = mxu_dense_defaults(CLASSES);
+  d.activation = MXU_TANH;
+  CHECK_OK(mxu_add_dense(m, &d));
+  mxu_dense_config d2 = mxu_dense_defaults(CLASSES);
+  CHECK_OK(mxu_add_dense(m, &d2));
+  CHECK_OK(mxu_add_activation(m, NULL, MXU_SOFTMAX));
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.optimizer = o;
+  cc.batch_size = ROWS;
+  cc.replicas = REPLICAS;
+  cc.threads = 1;
+  cc.backend = backend;
+  cc.metric = "accuracy";
+  CHECK_OK(mxu_compile(m, &cc));
+  return m;
+}
+
+static void data(float *x, int32_t *labels) {
+  unsigned s = 11;
+  for (int i = 0; i < ROWS * SIDE * SIDE * 2; i++) {
+    s = s * 1103515245u + 12345u;
+    x[i] = (float)((s >> 9) & 0xff) / 128.0f - 1.0f;
+  }
+  for (int r = 0; r < ROWS; r++) labels[r] = (r * 7) % CLASSES;
+}
+
+static mxu_pjrt_buffer *upload(const float *values, const mxu_shape *shape,
+                               int device) {
+  int64_t dims[MXU_MAX_RANK];
+  for (int d = 0; d < shape->rank; d++) dims[d] = shape->dims[d];
+  mxu_pjrt_buffer *b = NULL;
+  CHECK_OK(mxu_pjrt_upload(plugin, device, MXU_PJRT_F32, values, shape->rank,
+                           dims, &b));
+  return b;
+}
+
+/* Steps the program from the model's weights; leaves the result in the
+ * model's weights and the losses and accuracies per step. */
+static void run_program(mxu_model *m, const float *x, const int32_t *labels,
+                        double *loss, double *accuracy) {
+  char *text = NULL;
+  CHECK_OK(mxu_model_train_program(m, ROWS / REPLICAS, REPLICAS, &text));
+  mxu_pjrt_program *program = NULL;
+  if (text) CHECK_OK(mxu_pjrt_compile(plugin, text, REPLICAS, &program));
+  free(text);
+  if (!program) return;
+  const mxu_optimizer_config *o = &m->compile.optimizer;
+  int count = m->param_count, kinds = o->kind == MXU_ADAM ? 2 : 1;
+  int state = count * (1 + kinds), nargs = state + 5;
+  int outputs = mxu_pjrt_program_outputs(program);
+  CHECK(outputs == state + 2);
+  mxu_pjrt_buffer **args = calloc((size_t)(REPLICAS * nargs), sizeof *args);
+  mxu_pjrt_buffer **outs = calloc((size_t)(REPLICAS * outputs), sizeof *outs);
+  float *zeros = calloc((size_t)m->trainable_count, sizeof(float));
+  const int per = ROWS / REPLICAS, sample = SIDE * SIDE * 2;
+  for (int r = 0; r < REPLICAS; r++)
+    for (int i = 0; i < count; i++) {
+      const mxu_param *p = &m->params[i];
+      args[r * nargs + i] = upload(m->weights + p->offset, &p->shape, r);
+      for (int k = 0; k < kinds; k++)
+        args[r * nargs + count * (1 + k) + i] = upload(zeros, &p->shape, r);
+    }
+  float ones[ROWS];
+  for (int i = 0; i < ROWS; i++) ones[i] = 1.0f;
+  for (int t = 1; t <= STEPS; t++) {
+    double lr = o->learning_rate;
+    if (o->kind == MXU_ADAM)
+      lr = lr * sqrt(1.0 - pow(o->beta_2, t)) / (1.0 - pow(o->beta_1, t));
+    float rate = (float)lr, scale = 1.0f / ROWS;
+    for (int r = 0; r < REPLICAS; r++) {
+      int64_t xd[4] = {per, SIDE, SIDE, 2}, rows[1] = {per};
+      mxu_pjrt_buffer **a = args + r * nargs + state;
+      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, &rate, 0, NULL, &a[0]));
+      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, x + r * per * sample, 4,
+                               xd, &a[1]));
+      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, labels + r * per, 1,
+                               rows, &a[2]));
+      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, ones, 1, rows, &a[3]));
+      CHECK_OK(
+          mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, &scale, 0, NULL, &a[4]));
+    }
+    CHECK_OK(mxu_pjrt_execute(plugin, program, nargs, args, outs));
+    float sums[2] = {0, 0};
+    CHECK_OK(mxu_pjrt_download(plugin, outs[state], &sums[0], sizeof(float)));
+    CHECK_OK(
+        mxu_pjrt_download(plugin, outs[state + 1], &sums[1], sizeof(float)));
+    loss[t - 1] = sums[0] / ROWS;
+    accuracy[t - 1] = sums[1] / ROWS;
+    /* The new state is the next step's: the old buffers go. */
+    for (int r = 0; r < REPLICAS; r++) {
+      for (int i = 0; i < nargs; i++)
+        mxu_pjrt_buffer_free(plugin, args[r * nargs + i]);
+      for (int i = 0; i < state; i++)
+        args[r * nargs + i] = outs[r * outputs + i];
+      for (int i = state; i < outputs; i++)
+        mxu_pjrt_buffer_free(plugin, outs[r * outputs + i]);
+    }
+  }
+  /* Both devices hold the same weights, bit for bit. */
+  for (int i = 0; i < count; i++) {
+    const mxu_param *p = &m->params[i];
+    size_t bytes = (size_t)p->count * sizeof(float);
+    float *other = malloc(bytes);
+    CHECK_OK(mxu_pjrt_download(plugin, args[i], m->weights + p->offset, bytes));
+    CHECK_OK(mxu_pjrt_download(plugin, args[nargs + i], other, bytes));
+    CHECK_MSG(memcmp(other, m->weights + p->offset, bytes) == 0,
+              "%s: the replicas' weights differ", p->name);
+    free(other);
+  }
+  for (int r = 0; r < REPLICAS; r++)
+    for (int i = 0; i < state; i++)
+      mxu_pjrt_buffer_free(plugin, args[r * nargs + i]);
+  free(args), free(outs), free(zeros);
+  mxu_pjrt_program_free(plugin, program);
+}
+
+static void same_steps(mxu_optimizer_config o, const char *what) {
+  float x[ROWS * SIDE * SIDE * 2];
+  int32_t labels[ROWS];
+  data(x, labels);
+  mxu_model *ref = small_net(o, MXU_BACKEND_CPU_REF);
+  mxu_model *dev = small_net(o, MXU_BACKEND_CPU_REF);
+  if (!ref || !dev) return;
+  memcpy(dev->weights, ref->weights,
+         (size_t)ref->trainable_count * sizeof(float));
+  int64_t dims[3] = {SIDE, SIDE, 2};
+  mxu_dataset *set = NULL;
+  CHECK_OK(mxu_dataset_from_arrays(x, labels, ROWS, mxu_shape_make(3, dims),
+                                   CLASSES, &set));
+  mxu_fit_config fc = mxu_fit_defaults();
+  fc.epochs = STEPS;
+  fc.batch_size = ROWS;
+  fc.verbose = 0;
+  const mxu_history *history = NULL;
+  CHECK_OK(mxu_fit(ref, set, &fc, &history));
+  double loss[STEPS] = {0}, accuracy[STEPS] = {0};
+  run_program(dev, x, labels, loss, accuracy);
+  double worst = 0;
+  for (int i = 0; i < ref->trainable_count; i++)
+    worst = fmax(worst, fabs(ref->weights[i] - dev->weights[i]) /
+                            fmax(1e-2, fabs(ref->weights[i])));
+  CHECK_MSG(worst < 3e-5, "%s: weights after %d steps off by %.3g", what, STEPS,
+            worst);
+  for (int t = 0; history && t < STEPS; t++) {
+    CHECK_MSG(fabs(history->epochs[t].loss - loss[t]) < 1e-5,
+              "%s: step %d loss %.7f, cpu_ref %.7f", what, t + 1, loss[t],
+              history->epochs[t].loss);
+    CHECK_MSG(history->epochs[t].accuracy == accuracy[t],
+              "%s: step %d accuracy %g, cpu_ref %g", what, t + 1, accuracy[t],
+              history->epochs[t].accuracy);
+  }
+  mxu_dataset_free(set);
+  mxu_model_free(ref);
+  mxu_model_free(dev);
+}
+
+static void refusals(void) {
+  mxu_model *m = mxu_sequential("bn");
+  int64_t dims[1] = {4};
+  CHECK_OK(mxu_add_input(m, NULL, mxu_shape_make(1, dims)));
+  mxu_batchnorm_config b = mxu_batchnorm_defaults();
+  CHECK_OK(mxu_add_batch_normalization(m, &b));
+  mxu_dense_config d = mxu_dense_defaults(3);
+  d.activation = MXU_SOFTMAX;
+  CHECK_OK(mxu_add_dense(m, &d));
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.batch_size = 2;
+  cc.backend = MXU_BACKEND_CPU_REF;
+  CHECK_OK(mxu_compile(m, &cc));
+  char *text = (char *)1;
+  EXPECT_FAIL(mxu_model_train_program(m, 2, 1, &text), MXU_ERR_UNSUPPORTED,
+              "pjrt: ");
+  CHECK(text == NULL);
+  mxu_model_free(m);
+}
+
+int main(void) {
+  CHECK_OK(mxu_pjrt_open(mxu_pjrt_plugin_path(NULL), REPLICAS, &plugin));
+  if (!plugin) return check_report("test_pjrt_step");
+  same_steps(mxu_adam(0.01f), "adam");
+  same_steps(mxu_sgd(0.1f, 0.9f, 1), "sgd, nesterov momentum");
+  refusals();
+  mxu_pjrt_close(plugin);
+  return check_report("test_pjrt_step");
+}
