@@ -727,7 +727,10 @@ mxu_status mxu_loss_from_name(const char *name, mxu_loss *out);
 
 typedef enum mxu_backend_kind {
   MXU_BACKEND_CPU = 0, /* oneDNN */
-  MXU_BACKEND_CPU_REF  /* plain C loops: the oracle, slow */
+  MXU_BACKEND_CPU_REF, /* plain C loops: the oracle, slow */
+  /* The training step as one XLA program on a PJRT plugin's devices, one
+   * per replica (evaluation and prediction run on cpu). */
+  MXU_BACKEND_PJRT
 } mxu_backend_kind;
 
 /* Keras' dtype policy for the whole model. MXU_MIXED_BFLOAT16 is Keras'
@@ -753,6 +756,9 @@ typedef struct mxu_compile_config {
   float huber_delta; /* Huber's delta; Keras' 1.0 (mxu_compile_defaults) */
   int batch_size;
   mxu_backend_kind backend;
+  /* pjrt: the plugin (NULL: $MXU_PJRT_PLUGIN, else the CPU plugin the
+   * build fetched). */
+  const char *pjrt_plugin;
   uint64_t seed; /* initialisers */
   /* The one metric, by the name Keras prints and logs it under: "accuracy"
    * (or "acc"; binary_accuracy for a one-value output or the binary

@@ -184,6 +184,51 @@ static void same_steps(mxu_optimizer_config o, const char *what) {
   mxu_model_free(dev);
 }
 
+/* fit on --backend pjrt: the same epochs as on cpu_ref, and evaluate
+ * (the host's) sees the devices' weights. */
+static void fit_on_devices(void) {
+  float x[ROWS * SIDE * SIDE * 2];
+  int32_t labels[ROWS];
+  data(x, labels);
+  mxu_optimizer_config o = mxu_adam(0.01f);
+  mxu_model *ref = small_net(o, MXU_BACKEND_CPU_REF);
+  mxu_model *dev = small_net(o, MXU_BACKEND_PJRT);
+  if (!ref || !dev) return;
+  CHECK(dev->device != NULL && ref->device == NULL);
+  memcpy(dev->weights, ref->weights,
+         (size_t)ref->trainable_count * sizeof(float));
+  int64_t dims[3] = {SIDE, SIDE, 2};
+  mxu_dataset *set = NULL;
+  CHECK_OK(mxu_dataset_from_arrays(x, labels, ROWS, mxu_shape_make(3, dims),
+                                   CLASSES, &set));
+  mxu_fit_config fc = mxu_fit_defaults();
+  fc.epochs = 4;
+  fc.batch_size = ROWS / 2; /* two steps an epoch, shuffled */
+  fc.verbose = 0;
+  const mxu_history *a = NULL, *b = NULL;
+  CHECK_OK(mxu_fit(ref, set, &fc, &a));
+  CHECK_OK(mxu_fit(dev, set, &fc, &b));
+  double worst = 0;
+  for (int i = 0; i < ref->trainable_count; i++)
+    worst = fmax(worst, fabs(ref->weights[i] - dev->weights[i]) /
+                            fmax(1e-2, fabs(ref->weights[i])));
+  CHECK_MSG(worst < 3e-5 && dev->iterations == 8,
+            "fit on pjrt: weights off by %.3g after %lld steps", worst,
+            (long long)dev->iterations);
+  for (int e = 0; a && b && e < 4; e++)
+    CHECK_MSG(fabs(a->epochs[e].loss - b->epochs[e].loss) < 1e-5,
+              "epoch %d: loss %.7f on pjrt, %.7f on cpu_ref", e + 1,
+              b->epochs[e].loss, a->epochs[e].loss);
+  double loss_a = 0, loss_b = 0;
+  CHECK_OK(mxu_evaluate(ref, set, ROWS, &loss_a, NULL));
+  CHECK_OK(mxu_evaluate(dev, set, ROWS, &loss_b, NULL));
+  CHECK_MSG(fabs(loss_a - loss_b) < 1e-5, "evaluate: %.7f, %.7f", loss_b,
+            loss_a);
+  mxu_dataset_free(set);
+  mxu_model_free(ref);
+  mxu_model_free(dev);
+}
+
 static void refusals(void) {
   mxu_model *m = mxu_sequential("bn");
   int64_t dims[1] = {4};
@@ -209,6 +254,7 @@ int main(void) {
   if (!plugin) return check_report("test_pjrt_step");
   same_steps(mxu_adam(0.01f), "adam");
   same_steps(mxu_sgd(0.1f, 0.9f, 1), "sgd, nesterov momentum");
+  fit_on_devices();
   refusals();
   mxu_pjrt_close(plugin);
   return check_report("test_pjrt_step");

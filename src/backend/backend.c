@@ -3,6 +3,7 @@
 #include "backend/backend.h"
 
 const mxu_backend *mxu_backend_get(mxu_backend_kind kind) {
+  /* pjrt's host side (loading, evaluation, prediction) is cpu's. */
   return kind == MXU_BACKEND_CPU_REF ? mxu_backend_cpu_ref()
                                      : mxu_backend_cpu();
 }

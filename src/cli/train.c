@@ -27,6 +27,8 @@ static const char *const loss_names[] = {"sparse_categorical_crossentropy",
 static const char *const verbose_names[] = {"0", "1", "2", NULL};
 static const char *const precision_names[] = {"float32", "mixed_bfloat16",
                                               NULL};
+/* In mxu_backend_kind order. */
+static const char *const backend_names[] = {"cpu", "cpu_ref", "pjrt", NULL};
 
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
@@ -36,14 +38,15 @@ typedef struct train_args {
   int checkpoint_every;
   int replicas, threads, steps_per_execution;
   int epochs, batch_size, steps_per_epoch, validation_freq;
-  int optimizer, loss, verbose, precision;
+  int optimizer, loss, verbose, precision, backend;
+  const char *pjrt_plugin;
   float learning_rate, rescale;
   uint64_t seed;
   cli_fit_extras extras; /* callbacks and augmentation */
   int compile_flags;     /* --optimizer, --loss or --metric given */
 } train_args;
 
-#define TRAIN_BASE_OPTIONS 26
+#define TRAIN_BASE_OPTIONS 28
 #define TRAIN_OPTION_COUNT (TRAIN_BASE_OPTIONS + CLI_FIT_EXTRA_OPTIONS)
 
 /* The table lives in the caller's frame; targets point into args. */
@@ -107,6 +110,15 @@ static void train_options(train_args *a, cli_option *o) {
        "bfloat16 Conv2D and Dense on CPUs with AVX512_BF16; default "
        "float32)",
        CLI_CHOICE, &a->precision, precision_names, 0, 0},
+      {"--backend", "B",
+       "cpu (oneDNN and mxu's kernels), cpu_ref (plain C, slow) or pjrt "
+       "(the whole step as one XLA program on a PJRT plugin's devices, one "
+       "per replica) (default cpu)",
+       CLI_CHOICE, &a->backend, backend_names, 0, 0},
+      {"--pjrt-plugin", "PATH",
+       "the PJRT plugin for --backend pjrt (default: $MXU_PJRT_PLUGIN, else "
+       "XLA's CPU plugin the build fetched); TPUs: libtpu.so",
+       CLI_STRING, &a->pjrt_plugin, NULL, 0, 0},
       {"--rescale", "X",
        "multiply every sample value of both splits by X, e.g. 1/255 "
        "(default 1)",
@@ -192,6 +204,9 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
   c->seed = a->seed;
   c->replicas = a->replicas;
   c->threads = a->threads;
+  if (cli_find(cmd, "--backend")->given)
+    c->backend = (mxu_backend_kind)a->backend;
+  if (a->pjrt_plugin) c->pjrt_plugin = a->pjrt_plugin;
   if (a->steps_per_execution) c->steps_per_execution = a->steps_per_execution;
 }
 

@@ -377,6 +377,8 @@ mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config) {
   MXU_TRY(allocate_params(model));
   model->compiled = 1;
   mxu_status status = mxu_plan_build(model, config->batch_size);
+  if (status == MXU_OK && config->backend == MXU_BACKEND_PJRT)
+    status = mxu_device_open(model);
   if (status != MXU_OK) model->compiled = 0;
   return status;
 }
@@ -392,6 +394,7 @@ static void release_replica(mxu_model *model, mxu_replica *replica) {
 
 void mxu_plan_release(mxu_model *model) {
   mxu_plan *plan = &model->plan;
+  mxu_device_free(model);
   for (int r = 0; plan->replica && r < plan->local_count; r++)
     release_replica(model, &plan->replica[r]);
   free(plan->replica);

@@ -165,6 +165,7 @@ void mxu_model_free(mxu_model *model) {
   mxu_aligned_free(model->slot_v);
   mxu_aligned_free(model->slot_u);
   mxu_aligned_free(model->average);
+  mxu_device_free(model);
   mxu_aligned_free(model->state);
   free(model->norms);
   free(model->history.epochs);

@@ -433,6 +433,8 @@ struct mxu_model {
    * RMSprop's average_gradient; average the weights' moving average
    * (use_ema). */
   float *weights, *grads, *slot_m, *slot_v, *slot_u, *average;
+  /* The pjrt backend's devices and program (device.c); NULL otherwise. */
+  struct mxu_device *device;
   /* Regularized weights (their penalties join the loss), and room for
    * the norms of the largest constrained weight (regularizers.c). */
   int penalized;
@@ -563,6 +565,7 @@ void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica, int64_t rows);
 typedef struct mxu_step_result {
   double loss_sum;
   double metric_sum;
+  mxu_status status; /* a device's failure (pjrt); MXU_OK on the host */
 } mxu_step_result;
 
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
@@ -666,6 +669,22 @@ int mxu_metric_needs_labels(mxu_metric_kind kind);
  * sum over every replica. MXU_ERR_UNSUPPORTED names what is not emitted. */
 mxu_status mxu_model_train_program(const mxu_model *model, int batch,
                                    int replicas, char **text);
+
+/* ---- device.c ------------------------------------------------------------ */
+
+typedef struct mxu_device mxu_device;
+/* At compile, for the pjrt backend: the plugin, a device per replica and
+ * the training step compiled; freed with the plan. */
+mxu_status mxu_device_open(mxu_model *model);
+void mxu_device_free(mxu_model *model);
+/* The host's weights changed (a new fit, a restore): the next step sends
+ * them to the devices first. */
+void mxu_device_invalidate(mxu_model *model);
+/* One training step of the loaded batch on the devices; its update is
+ * kept there until mxu_device_apply makes it the state (and copies the
+ * weights and slots to the host). */
+mxu_step_result mxu_device_step(mxu_model *model, float scale);
+mxu_status mxu_device_apply(mxu_model *model);
 
 /* ---- optimizers.c ------------------------------------------------------ */
 

@@ -53,6 +53,13 @@ static mxu_status check_supported(const mxu_model *model) {
       return mxu_fail(MXU_ERR_UNSUPPORTED,
                       "pjrt: layer '%s' (%s) is not emitted yet", l->name,
                       l->cls->class_name);
+    for (int i = 0; i < l->param_count; i++)
+      if (model->params[l->param_first + i].constraint.kind !=
+          MXU_CONSTRAINT_NONE)
+        return mxu_fail(MXU_ERR_UNSUPPORTED,
+                        "pjrt: layer '%s': weight constraints are not "
+                        "emitted yet",
+                        l->name);
     if (l->activity.l1 != 0 || l->activity.l2 != 0)
       return mxu_fail(MXU_ERR_UNSUPPORTED,
                       "pjrt: layer '%s': activity regularizers are not "

@@ -206,7 +206,7 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                     mxu_replica_floats(replica, plan->loss),
                     mxu_replica_floats(replica, plan->grad[n]));
   }
-  mxu_step_result result = {0, 0};
+  mxu_step_result result = {0};
   for (int64_t r = 0; r < rows; r++) result.loss_sum += loss[r];
   for (int i = 0; i < model->layer_count; i++)
     if (mxu_has_activity(&model->layers[i]))

@@ -340,7 +340,7 @@ static void run_synchronized(mxu_model *model, const mxu_step_key *key,
  * the printed loss does not depend on the process count either. */
 static mxu_step_result combine(const mxu_plan *plan,
                                const mxu_step_result *local) {
-  mxu_step_result all[plan->replicas], total = {0, 0};
+  mxu_step_result all[plan->replicas], total = {0};
   mxu_dist_allgather(local, all, (size_t)plan->local_count * sizeof *local);
   for (int r = 0; r < plan->replicas; r++) {
     total.loss_sum += all[r].loss_sum;
@@ -351,6 +351,7 @@ static mxu_step_result combine(const mxu_plan *plan,
 
 mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
                                   float scale) {
+  if (key->training && model->device) return mxu_device_step(model, scale);
   mxu_plan *plan = &model->plan;
   int local = plan->local_count;
   int single = mxu_distributed_size() == 1;
@@ -396,7 +397,8 @@ static int all_threads(const mxu_plan *plan) {
   return plan->workers * plan->intra_threads;
 }
 
-void mxu_strategy_apply(mxu_model *model) {
+mxu_status mxu_strategy_apply(mxu_model *model) {
+  if (model->device) return mxu_device_apply(model);
   int64_t begin, end, per;
   shard(model, mxu_distributed_rank(), &begin, &end, &per);
   int64_t chunks = chunk_count(end - begin);
@@ -412,6 +414,7 @@ void mxu_strategy_apply(mxu_model *model) {
   gather_shards(model, model->weights);
   /* Whole weights, the same in every process. */
   mxu_apply_constraints(model);
+  return MXU_OK;
 }
 
 void mxu_strategy_sync_slots(mxu_model *model) {

@@ -22,8 +22,9 @@ mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
 
 /* Applies the optimizer to the summed gradient: one more iteration,
  * sharded over workers and processes; every process ends with the same
- * weights. */
-void mxu_strategy_apply(mxu_model *model);
+ * weights. On pjrt the devices made the update: it becomes their state,
+ * and the host's weights follow. */
+mxu_status mxu_strategy_apply(mxu_model *model);
 
 /* Under MPI each process keeps the optimizer slots of its shard only;
  * this gathers them everywhere (before a checkpoint or at the end of fit,

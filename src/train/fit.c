@@ -275,6 +275,7 @@ static mxu_status train_step(mxu_model *model, const mxu_fit_config *c,
   int64_t batch = global_batch(model);
   mxu_step_key key = {1, c->seed, (uint32_t)epoch, (uint32_t)step};
   mxu_step_result r = mxu_strategy_step(model, &key, 1.0f / (float)batch);
+  MXU_TRY(r.status);
   /* Keras adds the weights' penalties to each batch's mean loss, at the
    * weights before the update. */
   if (model->penalized)
@@ -285,7 +286,7 @@ static mxu_status train_step(mxu_model *model, const mxu_fit_config *c,
                     "stopped before applying this step (lower the learning "
                     "rate or rescale the inputs)",
                     epoch + 1, step + 1, isnan(r.loss_sum) ? "NaN" : "inf");
-  mxu_strategy_apply(model);
+  MXU_TRY(mxu_strategy_apply(model));
   totals->loss_sum += r.loss_sum;
   totals->metric_sum += r.metric_sum;
   totals->samples += batch;
@@ -423,6 +424,7 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
     return mxu_fail(MXU_ERR_NOMEM, "fit: out of memory");
   }
   model->stop_training = 0;
+  mxu_device_invalidate(model); /* the host's weights may be new */
   mxu_logs logs = {0};
   logs.val_loss = logs.val_accuracy = NAN;
   logs.metric = model->metric;
