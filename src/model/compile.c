@@ -450,7 +450,9 @@ static int64_t bytes_per_row(const mxu_model *model) {
 
 static int choose_split(const mxu_model *model, int rows) {
   int asked = model->compile.slice_rows;
-  if (batch_coupled(model)) return 1;
+  /* pjrt: a device is a logical replica. */
+  if (batch_coupled(model) || model->compile.backend == MXU_BACKEND_PJRT)
+    return 1;
   if (asked > 0) return rows % asked == 0 ? rows / asked : 1;
   int64_t row_bytes = bytes_per_row(model);
   if (row_bytes * rows <= mxu_machine_l2_bytes() ||

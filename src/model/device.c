@@ -19,7 +19,8 @@
 struct mxu_device {
   mxu_pjrt *pjrt;
   mxu_pjrt_program *train;
-  int devices, kinds, state, nargs, outputs;
+  int devices, kinds, trainable, state, nargs, outputs;
+  float *noise;           /* the host's draws for one node of one replica */
   mxu_pjrt_buffer **args; /* devices * nargs: state, then the step's */
   mxu_pjrt_buffer **outs; /* devices * outputs */
   int pending;            /* outs hold a step not yet applied */
@@ -43,6 +44,7 @@ void mxu_device_free(mxu_model *model) {
   if (d->outs) free_buffers(d, d->outs, 0, d->outputs, d->outputs);
   free(d->args);
   free(d->outs);
+  free(d->noise);
   mxu_pjrt_program_free(d->pjrt, d->train);
   mxu_pjrt_close(d->pjrt);
   free(d);
@@ -77,10 +79,19 @@ mxu_status mxu_device_open(mxu_model *model) {
   model->device = d;
   d->devices = plan->replicas;
   d->synced = -1;
-  const mxu_optimizer_config *o = &model->compile.optimizer;
-  d->kinds = o->kind == MXU_ADAM ? 2 : o->momentum > 0;
-  d->state = model->param_count * (1 + d->kinds);
-  d->nargs = d->state + 5;
+  d->kinds = mxu_model_slot_kinds(model);
+  for (int i = 0; i < model->param_count; i++)
+    d->trainable += model->params[i].trainable;
+  d->state = model->param_count + d->kinds * d->trainable;
+  int64_t largest = 0, noises = 0;
+  for (int n = 0; n < model->layer_count; n++) {
+    const mxu_layer *l = &model->layers[n];
+    if (!l->cls->emit_noise || !l->cls->emit_noise(l, NULL, NULL)) continue;
+    noises++;
+    int64_t values = plan->batch * mxu_shape_count(&l->out_shape);
+    if (values > largest) largest = values;
+  }
+  d->nargs = d->state + 5 + (int)noises;
   mxu_status s =
       mxu_pjrt_open(model->compile.pjrt_plugin, d->devices, &d->pjrt);
   if (s == MXU_OK) s = mxu_pjrt_compile(d->pjrt, text, d->devices, &d->train);
@@ -89,7 +100,8 @@ mxu_status mxu_device_open(mxu_model *model) {
     d->outputs = mxu_pjrt_program_outputs(d->train);
     d->args = calloc((size_t)(d->devices * d->nargs), sizeof *d->args);
     d->outs = calloc((size_t)(d->devices * d->outputs), sizeof *d->outs);
-    if (!d->args || !d->outs)
+    d->noise = malloc((size_t)(largest ? largest : 1) * sizeof(float));
+    if (!d->args || !d->outs || !d->noise)
       s = mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   }
   if (s != MXU_OK) mxu_device_free(model);
@@ -125,23 +137,47 @@ static mxu_status upload_param(mxu_device *d, int device, const mxu_param *p,
 static mxu_status upload_state(mxu_model *model) {
   mxu_device *d = model->device;
   int count = model->param_count;
-  for (int r = 0; r < d->devices; r++)
-    for (int i = 0; i < count; i++) {
+  for (int r = 0; r < d->devices; r++) {
+    mxu_pjrt_buffer **args = d->args + r * d->nargs;
+    for (int i = 0, t = 0; i < count; i++) {
       const mxu_param *p = &model->params[i];
-      mxu_pjrt_buffer **args = d->args + r * d->nargs;
       MXU_TRY(upload_param(
           d, r, p, p->trainable ? model->weights : model->state, &args[i]));
+      if (!p->trainable) continue;
       for (int k = 0; k < d->kinds; k++)
-        MXU_TRY(
-            upload_param(d, r, p, slot(model, k), &args[count * (1 + k) + i]));
+        MXU_TRY(upload_param(d, r, p, slot(model, k),
+                             &args[count + k * d->trainable + t]));
+      t++;
     }
+  }
   d->synced = model->iterations;
+  return MXU_OK;
+}
+
+/* Each noise-drawing node's draws for this replica and step, as the host
+ * forward pass would draw them. */
+static mxu_status upload_noise(mxu_model *model, int r, const mxu_step_key *key,
+                               mxu_pjrt_buffer **at) {
+  mxu_device *d = model->device;
+  mxu_replica *replica = &model->plan.replica[r];
+  for (int n = 0; n < model->layer_count; n++) {
+    const mxu_layer *l = &model->layers[n];
+    if (!l->cls->emit_noise || !l->cls->emit_noise(l, NULL, NULL)) continue;
+    mxu_layer_run run = mxu_replica_run(model, replica, n, key);
+    l->cls->emit_noise(l, &run, d->noise);
+    int64_t dims[MXU_MAX_RANK + 1] = {model->plan.batch};
+    for (int i = 0; i < l->out_shape.rank; i++)
+      dims[1 + i] = l->out_shape.dims[i];
+    MXU_TRY(upload(d, r, MXU_PJRT_F32, d->noise, 1 + l->out_shape.rank, dims,
+                   at++));
+  }
   return MXU_OK;
 }
 
 /* Each replica's loaded batch (the host plan's arenas) and the step's
  * scalars. */
-static mxu_status upload_batch(mxu_model *model, float rate, float scale) {
+static mxu_status upload_batch(mxu_model *model, const mxu_step_key *key,
+                               float rate, float scale) {
   mxu_device *d = model->device;
   const mxu_plan *plan = &model->plan;
   const mxu_shape *in = &model->layers[model->inputs[0]].out_shape;
@@ -169,6 +205,7 @@ static mxu_status upload_batch(mxu_model *model, float rate, float scale) {
     MXU_TRY(upload(d, r, MXU_PJRT_F32, mxu_replica_floats(replica, plan->mask),
                    1, rows, &a[3]));
     MXU_TRY(upload(d, r, MXU_PJRT_F32, &scale, 0, NULL, &a[4]));
+    MXU_TRY(upload_noise(model, r, key, &a[5]));
   }
   return MXU_OK;
 }
@@ -183,7 +220,8 @@ static float step_rate(const mxu_model *model) {
   return (float)rate;
 }
 
-mxu_step_result mxu_device_step(mxu_model *model, float scale) {
+mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
+                                float scale) {
   mxu_device *d = model->device;
   mxu_step_result result = {0};
   if (d->pending) free_buffers(d, d->outs, 0, d->outputs, d->outputs);
@@ -191,7 +229,7 @@ mxu_step_result mxu_device_step(mxu_model *model, float scale) {
   mxu_status s = MXU_OK;
   if (d->synced != model->iterations) s = upload_state(model);
   d->rate = step_rate(model);
-  if (s == MXU_OK) s = upload_batch(model, d->rate, scale);
+  if (s == MXU_OK) s = upload_batch(model, key, d->rate, scale);
   if (s == MXU_OK)
     s = mxu_pjrt_execute(d->pjrt, d->train, d->nargs, d->args, d->outs);
   float sums[2] = {0, 0};
@@ -221,14 +259,16 @@ mxu_status mxu_device_apply(mxu_model *model) {
   model->iterations++;
   d->synced = model->iterations;
   int count = model->param_count;
-  for (int i = 0; i < count; i++) {
+  for (int i = 0, t = 0; i < count; i++) {
     const mxu_param *p = &model->params[i];
     size_t bytes = (size_t)p->count * sizeof(float);
     MXU_TRY(mxu_pjrt_download(d->pjrt, d->args[i], mxu_param_values(model, p),
                               bytes));
+    if (!p->trainable) continue;
     for (int k = 0; k < d->kinds; k++)
-      MXU_TRY(mxu_pjrt_download(d->pjrt, d->args[count * (1 + k) + i],
+      MXU_TRY(mxu_pjrt_download(d->pjrt, d->args[count + k * d->trainable + t],
                                 slot(model, k) + p->offset, bytes));
+    t++;
   }
   return MXU_OK;
 }

@@ -120,6 +120,14 @@ typedef struct mxu_layer_class {
    * derives the backward pass from it (grad.c); returns the output. NULL:
    * not emitted yet (pjrt refuses the model, naming the layer). */
   mxu_hlo_value (*emit)(const mxu_layer *layer, mxu_emit *e);
+  /* For emitters that need randomness in training (Dropout): fills out
+   * with this replica's noise for the run's step, a float per output
+   * value of its batch rows, drawn on the host from the same stream the
+   * forward pass draws from, so a device's masks are cpu's. Returns 0
+   * (nothing drawn) when the layer needs none, e.g. rate 0; with out
+   * NULL, only says whether it draws. NULL: none. */
+  int (*emit_noise)(const mxu_layer *layer, const mxu_layer_run *run,
+                    float *out);
   /* For a layer that ends in a softmax: the pre-softmax values of this run,
    * which a cross-entropy loss uses instead of the probabilities, as
    * Keras does. NULL for other layers. */
@@ -662,13 +670,17 @@ int mxu_metric_needs_labels(mxu_metric_kind kind);
 
 /* The training step as one StableHLO program for `replicas` replicas of
  * `batch` rows (MLIR text, the caller's to free). Parameters: every weight
- * (model->params order), the optimizer's slots kind by kind, the step's
- * rate (Adam's with its bias correction folded in), x, the labels (int32)
- * or targets, the rows' mask and the loss scale (1 / global batch).
- * Results: the new weights, the new slots, the loss sum and the metric
- * sum over every replica. MXU_ERR_UNSUPPORTED names what is not emitted. */
+ * (model->params order), the trainable ones' optimizer slots kind by
+ * kind, the step's rate (Adam's with its bias correction folded in), x,
+ * the labels (int32) or targets, the rows' mask, the loss scale (1 /
+ * global batch) and the noise of each node that draws it (emit_noise), in
+ * node order. Results: every weight's new value, the new slots, the loss
+ * sum and the metric sum over every replica. MXU_ERR_UNSUPPORTED names what is
+ * not emitted. */
 mxu_status mxu_model_train_program(const mxu_model *model, int batch,
                                    int replicas, char **text);
+/* The optimizer's slot kinds the program keeps per trainable weight. */
+int mxu_model_slot_kinds(const mxu_model *model);
 
 /* ---- device.c ------------------------------------------------------------ */
 
@@ -683,7 +695,8 @@ void mxu_device_invalidate(mxu_model *model);
 /* One training step of the loaded batch on the devices; its update is
  * kept there until mxu_device_apply makes it the state (and copies the
  * weights and slots to the host). */
-mxu_step_result mxu_device_step(mxu_model *model, float scale);
+mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
+                                float scale);
 mxu_status mxu_device_apply(mxu_model *model);
 
 /* ---- optimizers.c ------------------------------------------------------ */

@@ -41,12 +41,11 @@ static mxu_status check_supported(const mxu_model *model) {
   const mxu_optimizer_config *o = &c->optimizer;
   if (o->amsgrad || o->use_ema || o->weight_decay > 0 || o->clipnorm > 0 ||
       o->global_clipnorm > 0 || o->clipvalue > 0 || model->penalized ||
-      c->label_smoothing > 0 || model->input_count != 1 ||
-      model->state_count > 0)
+      c->label_smoothing > 0 || model->input_count != 1)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "pjrt: the step program has no amsgrad, use_ema, weight "
-                    "decay, clipping, regularizers, label smoothing, "
-                    "several inputs or layer state yet");
+                    "decay, clipping, regularizers, label smoothing or "
+                    "several inputs yet");
   for (int n = 0; n < model->layer_count; n++) {
     const mxu_layer *l = &model->layers[n];
     if (l->cls != &mxu_input_layer_class && !l->cls->emit)
@@ -69,30 +68,47 @@ static mxu_status check_supported(const mxu_model *model) {
   return MXU_OK;
 }
 
+/* Whether node n's emitter takes host-drawn noise in training. */
+static int draws_noise(const mxu_layer *l) {
+  return l->cls->emit_noise && l->cls->emit_noise(l, NULL, NULL);
+}
+
 /* The forward pass: each node's output value (nodes[n]); the logits of
- * the output when it ends in a softmax. */
-static mxu_status forward(const mxu_model *model, mxu_hlo *h, int batch,
-                          int training, const mxu_hlo_value *weights,
-                          mxu_hlo_value x, mxu_hlo_value *nodes,
-                          mxu_hlo_value *logits) {
+ * the output when it ends in a softmax; each weight's new value where a
+ * layer updates state (moving, local 0 elsewhere). noise: one per node that
+ * draws it, in node order. */
+typedef struct pass {
+  mxu_hlo *h;
+  int batch, training, replicas;
+  const mxu_hlo_value *weights, *noise;
+  mxu_hlo_value x, logits;
+  mxu_hlo_value *nodes;
+  mxu_emit_moving *moving;
+} pass;
+
+static mxu_status forward(const mxu_model *model, pass *p) {
+  int drawn = 0;
   for (int n = 0; n < model->layer_count; n++) {
     const mxu_layer *l = &model->layers[n];
     if (l->cls == &mxu_input_layer_class) {
-      nodes[n] = x;
+      p->nodes[n] = p->x;
       continue;
     }
     mxu_hlo_value in[MXU_MAX_INPUTS];
-    for (int i = 0; i < l->input_count; i++) in[i] = nodes[l->inputs[i]];
+    for (int i = 0; i < l->input_count; i++) in[i] = p->nodes[l->inputs[i]];
     const mxu_layer *owner = &model->layers[l->owner];
-    mxu_emit e = {.h = h,
-                  .batch = batch,
-                  .training = training,
+    mxu_emit e = {.h = p->h,
+                  .batch = p->batch,
+                  .training = p->training,
+                  .replicas = p->replicas,
                   .in = in,
-                  .w = weights + owner->param_first};
-    nodes[n] = l->cls->emit(l, &e);
-    if (n == mxu_model_output(model)) *logits = e.logits;
+                  .w = p->weights + owner->param_first,
+                  .noise = draws_noise(l) ? p->noise[drawn++] : 0,
+                  .moving = p->moving + owner->param_first};
+    p->nodes[n] = l->cls->emit(l, &e);
+    if (n == mxu_model_output(model)) p->logits = e.logits;
   }
-  return h->status;
+  return p->h->status;
 }
 
 /* Cross-entropy per row, from logits: logsumexp(z) - z . t, t the one-hot
@@ -198,75 +214,168 @@ static void update(mxu_hlo *h, const mxu_optimizer_config *o,
 #undef SUB
 }
 
+/* The parameters in order: every weight, the slots of the trainable
+ * ones kind by kind, the rate, x, the labels or targets, the mask, the
+ * scale, and each noise-drawing node's noise. */
+typedef struct inputs {
+  mxu_hlo_value *w, *slots, *noise;
+  mxu_hlo_value rate, x, labels, mask, scale;
+} inputs;
+
+static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
+                           int kinds, inputs *in) {
+  int count = model->param_count, k = 0;
+  for (int i = 0; i < count; i++)
+    in->w[i] = mxu_hlo_parameter(h, param_shape(&model->params[i]));
+  for (int kind = 0; kind < kinds; kind++)
+    for (int i = 0; i < count; i++)
+      if (model->params[i].trainable)
+        in->slots[k++] = mxu_hlo_parameter(h, param_shape(&model->params[i]));
+  in->rate = mxu_hlo_parameter(h, f32(0, NULL));
+  in->x = mxu_hlo_parameter(
+      h, with_batch(batch, &model->layers[model->inputs[0]].out_shape));
+  int64_t rows[1] = {batch};
+  int64_t t_dims[2] = {
+      batch,
+      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape)};
+  in->labels = mxu_hlo_parameter(
+      h, model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
+             ? mxu_hlo_shape_make(MXU_HLO_S32, 1, rows)
+             : f32(2, t_dims));
+  in->mask = mxu_hlo_parameter(h, f32(1, rows));
+  in->scale = mxu_hlo_parameter(h, f32(0, NULL));
+  int drawn = 0;
+  for (int n = 0; n < model->layer_count; n++)
+    if (draws_noise(&model->layers[n]))
+      in->noise[drawn++] =
+          mxu_hlo_parameter(h, with_batch(batch, &model->layers[n].out_shape));
+}
+
+/* Every replica's values summed in one all_reduce: each flattened and
+ * laid end to end, then cut apart again. */
+static void sum_over_replicas(mxu_hlo *h, int count, mxu_hlo_value *values) {
+  mxu_hlo_value flat = 0;
+  for (int i = 0; i < count; i++) {
+    int64_t n = mxu_hlo_count(mxu_hlo_shape_of(h, values[i]));
+    mxu_hlo_value f = mxu_hlo_reshape(h, values[i], f32(1, &n));
+    flat = flat ? mxu_hlo_concatenate(h, flat, f, 0) : f;
+  }
+  mxu_hlo_value all = mxu_hlo_all_reduce(h, flat);
+  int64_t at = 0, one = 1;
+  for (int i = 0; i < count && h->status == MXU_OK; i++) {
+    mxu_hlo_shape s = *mxu_hlo_shape_of(h, values[i]);
+    int64_t end = at + mxu_hlo_count(&s);
+    values[i] = mxu_hlo_reshape(h, mxu_hlo_slice(h, all, &at, &end, &one), s);
+    at = end;
+  }
+}
+
+/* w momentum + (the replicas' mean of the statistic) factor (1 - momentum). */
+static mxu_hlo_value moving_average(mxu_hlo *h, mxu_hlo_value w,
+                                    const mxu_emit_moving *m, mxu_hlo_value sum,
+                                    int replicas) {
+  mxu_hlo_value mean = mxu_hlo_binary(h, MXU_HLO_DIVIDE, sum,
+                                      mxu_hlo_full_like(h, sum, replicas));
+  if (m->factor != 1.0f)
+    mean = mxu_hlo_binary(h, MXU_HLO_MULTIPLY, mean,
+                          mxu_hlo_full_like(h, mean, m->factor));
+  return mxu_hlo_binary(
+      h, MXU_HLO_ADD,
+      mxu_hlo_binary(h, MXU_HLO_MULTIPLY, w,
+                     mxu_hlo_full_like(h, w, m->momentum)),
+      mxu_hlo_binary(h, MXU_HLO_MULTIPLY, mean,
+                     mxu_hlo_full_like(h, mean, 1.0f - m->momentum)));
+}
+
+int mxu_model_slot_kinds(const mxu_model *model) {
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  return o->kind == MXU_ADAM ? 2 : o->momentum > 0;
+}
+
 mxu_status mxu_model_train_program(const mxu_model *model, int batch,
                                    int replicas, char **text) {
   *text = NULL;
   MXU_TRY(check_supported(model));
   const mxu_optimizer_config *o = &model->compile.optimizer;
-  int slot_kinds = o->kind == MXU_ADAM ? 2 : o->momentum > 0;
-  int count = model->param_count, out_node = mxu_model_output(model);
-  const mxu_layer *out = &model->layers[out_node];
-  int64_t classes = mxu_shape_count(&out->out_shape);
+  int kinds = mxu_model_slot_kinds(model), count = model->param_count;
+  int trainable = 0, out_node = mxu_model_output(model);
+  for (int i = 0; i < count; i++) trainable += model->params[i].trainable;
+  int64_t classes = mxu_shape_count(&model->layers[out_node].out_shape);
+  /* One block for every value list: weights, slots, noise, grads, nodes,
+   * results, sums. */
+  size_t values = (size_t)(5 * count + (2 * kinds + 1) * trainable +
+                           2 * model->layer_count + 8);
+  mxu_hlo_value *v = calloc(values, sizeof *v);
+  mxu_emit_moving *moving = calloc((size_t)count + 1, sizeof *moving);
+  if (!v || !moving) {
+    free(v), free(moving);
+    return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  }
+  inputs in = {
+      .w = v, .slots = v + count, .noise = v + count + kinds * trainable};
+  mxu_hlo_value *grads = in.noise + model->layer_count, *nodes = grads + count;
+  mxu_hlo_value *results = nodes + model->layer_count;
+  mxu_hlo_value *sums = results + count + kinds * trainable + 2;
   mxu_hlo h;
   mxu_hlo_init(&h);
-  size_t values =
-      (size_t)(count * (3 + 2 * slot_kinds) + model->layer_count + 8);
-  mxu_hlo_value *v = calloc(values, sizeof *v);
-  if (!v) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
-  mxu_hlo_value *w = v, *slots = w + count, *grads = slots + slot_kinds * count;
-  mxu_hlo_value *results = grads + count,
-                *nodes = results + count * (1 + slot_kinds) + 2;
-  /* Parameters: weights, slots (kind by kind), rate, x, labels or
-   * targets, mask, scale. */
-  for (int i = 0; i < count; i++)
-    w[i] = mxu_hlo_parameter(&h, param_shape(&model->params[i]));
-  for (int k = 0; k < slot_kinds; k++)
-    for (int i = 0; i < count; i++)
-      slots[k * count + i] =
-          mxu_hlo_parameter(&h, param_shape(&model->params[i]));
-  mxu_hlo_value rate = mxu_hlo_parameter(&h, f32(0, NULL));
-  mxu_hlo_value x = mxu_hlo_parameter(
-      &h, with_batch(batch, &model->layers[model->inputs[0]].out_shape));
-  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
-  int64_t target_dims[2] = {batch, classes};
-  mxu_hlo_value labels = mxu_hlo_parameter(
-      &h, sparse ? mxu_hlo_shape_make(MXU_HLO_S32, 1, target_dims)
-                 : f32(2, target_dims));
-  int64_t rows[1] = {batch};
-  mxu_hlo_value mask = mxu_hlo_parameter(&h, f32(1, rows));
-  mxu_hlo_value scale = mxu_hlo_parameter(&h, f32(0, NULL));
-
-  mxu_hlo_value logits = 0;
-  mxu_status s = forward(model, &h, batch, 1, w, x, nodes, &logits);
-  if (s == MXU_OK && !logits && !model->compile.from_logits)
+  declare_inputs(model, &h, batch, kinds, &in);
+  pass p = {.h = &h,
+            .batch = batch,
+            .training = 1,
+            .replicas = replicas,
+            .weights = in.w,
+            .noise = in.noise,
+            .x = in.x,
+            .nodes = nodes,
+            .moving = moving};
+  mxu_status s = forward(model, &p);
+  if (s == MXU_OK && !p.logits && !model->compile.from_logits)
     s = mxu_fail(MXU_ERR_UNSUPPORTED,
                  "pjrt: the cross-entropy needs the output to end in a "
                  "softmax, or from_logits");
-  if (s == MXU_OK && !logits) logits = nodes[out_node];
-  mxu_hlo_value target = 0, loss = 0, loss_all = 0, hits = 0;
+  mxu_hlo_value loss = 0, hits = 0;
   if (s == MXU_OK) {
-    target = sparse ? one_hot(&h, labels, batch, classes) : labels;
-    loss = cross_entropy(&h, logits, target, mask);
-    hits = correct(&h, nodes[out_node], target, mask);
-    loss_all = replicas > 1 ? mxu_hlo_all_reduce(&h, loss) : loss;
-    s = mxu_hlo_gradients(&h, loss, scale, count, w, grads);
+    mxu_hlo_value logits = p.logits ? p.logits : nodes[out_node];
+    int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+    mxu_hlo_value target =
+        sparse ? one_hot(&h, in.labels, batch, classes) : in.labels;
+    loss = cross_entropy(&h, logits, target, in.mask);
+    hits = correct(&h, nodes[out_node], target, in.mask);
+    s = mxu_hlo_gradients(&h, loss, in.scale, count, in.w, grads);
   }
-  int r = 0;
+  /* What the replicas sum, in one all_reduce: the trainable weights'
+   * gradients, the moving averages' statistics, the loss, the metric. */
+  int n = 0;
+  for (int i = 0; i < count; i++)
+    if (model->params[i].trainable) sums[n++] = grads[i];
+  for (int i = 0; i < count; i++)
+    if (moving[i].local) sums[n++] = moving[i].local;
+  sums[n++] = loss;
+  sums[n++] = hits;
+  if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, n, sums);
+  /* Results: every weight's new value, the slots, the sums. */
+  int slot = 0, next = 0;
   for (int i = 0; s == MXU_OK && i < count; i++) {
-    mxu_hlo_value g =
-        replicas > 1 ? mxu_hlo_all_reduce(&h, grads[i]) : grads[i];
-    mxu_hlo_value kept[2] = {0, 0}, new_w = w[i];
-    for (int k = 0; k < slot_kinds; k++) kept[k] = slots[k * count + i];
-    if (model->params[i].trainable) update(&h, o, rate, w[i], g, kept, &new_w);
-    results[i] = new_w;
-    for (int k = 0; k < slot_kinds; k++) results[count * (1 + k) + i] = kept[k];
+    results[i] = in.w[i];
+    if (!model->params[i].trainable) continue;
+    mxu_hlo_value kept[2] = {0, 0};
+    for (int k = 0; k < kinds; k++) kept[k] = in.slots[k * trainable + slot];
+    update(&h, o, in.rate, in.w[i], sums[next++], kept, &results[i]);
+    for (int k = 0; k < kinds; k++)
+      results[count + k * trainable + slot] = kept[k];
+    slot++;
   }
-  r = count * (1 + slot_kinds);
-  results[r++] = loss_all;
-  results[r++] = replicas > 1 ? mxu_hlo_all_reduce(&h, hits) : hits;
+  for (int i = 0; s == MXU_OK && i < count; i++)
+    if (moving[i].local)
+      results[i] =
+          moving_average(&h, in.w[i], &moving[i], sums[next++], replicas);
+  int r = count + kinds * trainable;
+  results[r++] = sums[n - 2];
+  results[r++] = sums[n - 1];
   if (s == MXU_OK) s = mxu_hlo_print(&h, r, results, replicas, text);
   if (s == MXU_OK && h.status != MXU_OK) s = h.status;
   mxu_hlo_free(&h);
   free(v);
+  free(moving);
   return s;
 }

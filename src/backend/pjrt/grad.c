@@ -156,6 +156,21 @@ static void slice(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
   accumulate(g, n->in[0], mxu_hlo_pad(g->h, dy, 0.0, low, high, interior));
 }
 
+/* Each operand's part of dy. */
+static void concatenate(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
+  int64_t start[MXU_HLO_MAX_RANK] = {0}, limit[MXU_HLO_MAX_RANK],
+          stride[MXU_HLO_MAX_RANK];
+  for (int i = 0; i < 2; i++) {
+    const mxu_hlo_shape *s = &g->h->nodes[n->in[i]].shape;
+    for (int d = 0; d < s->rank; d++) {
+      stride[d] = 1;
+      limit[d] = start[d] + s->dims[d];
+    }
+    accumulate(g, n->in[i], mxu_hlo_slice(g->h, dy, start, limit, stride));
+    start[n->dims[0]] = limit[n->dims[0]];
+  }
+}
+
 static void pad(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
   const mxu_hlo_shape *from = &g->h->nodes[n->in[0]].shape;
   int64_t start[MXU_HLO_MAX_RANK], limit[MXU_HLO_MAX_RANK],
@@ -389,6 +404,7 @@ static void backward(grad *g, mxu_hlo_value v) {
     accumulate(g, n.in[0], mxu_hlo_reverse(h, dy, n.dim_count, n.dims));
     return;
   case MXU_HLO_SLICE: slice(g, &n, dy); return;
+  case MXU_HLO_CONCATENATE: concatenate(g, &n, dy); return;
   case MXU_HLO_PAD: pad(g, &n, dy); return;
   case MXU_HLO_REDUCE: reduce(g, &n, v, dy); return;
   case MXU_HLO_DOT: dot(g, &n, dy); return;

@@ -285,6 +285,24 @@ mxu_hlo_value mxu_hlo_pad(mxu_hlo *h, mxu_hlo_value a, double value,
   return last(h);
 }
 
+mxu_hlo_value mxu_hlo_concatenate(mxu_hlo *h, mxu_hlo_value a, mxu_hlo_value b,
+                                  int64_t dim) {
+  mxu_hlo_value in[2] = {a, b};
+  if (!valid(h, 2, in)) return 0;
+  mxu_hlo_shape sa = h->nodes[a].shape, sb = h->nodes[b].shape;
+  int fits =
+      sa.rank == sb.rank && sa.dtype == sb.dtype && dim >= 0 && dim < sa.rank;
+  for (int d = 0; fits && d < sa.rank; d++)
+    fits = d == dim || sa.dims[d] == sb.dims[d];
+  if (!fits) return fail(h, MXU_ERR_SHAPE, "concatenate: shapes differ");
+  sa.dims[dim] += sb.dims[dim];
+  mxu_hlo_node *n = append(h, MXU_HLO_CONCATENATE, sa, 2, in);
+  if (!n) return 0;
+  n->dims[0] = dim;
+  n->dim_count = 1;
+  return last(h);
+}
+
 /* ---- reductions and contractions --------------------------------------- */
 
 /* The reducer's identity: 0, or the lowest float (-inf). */

@@ -60,10 +60,11 @@ typedef enum mxu_hlo_op {
   /* shape */
   MXU_HLO_BROADCAST, /* broadcast_in_dim: operand dim i -> result dims[i] */
   MXU_HLO_RESHAPE,
-  MXU_HLO_TRANSPOSE, /* result dim i is operand dim perm[i] */
-  MXU_HLO_REVERSE,   /* along dims */
-  MXU_HLO_SLICE,     /* start, limit, stride per dim */
-  MXU_HLO_PAD,       /* low, high, interior per dim; operand, value */
+  MXU_HLO_TRANSPOSE,   /* result dim i is operand dim perm[i] */
+  MXU_HLO_REVERSE,     /* along dims */
+  MXU_HLO_SLICE,       /* start, limit, stride per dim */
+  MXU_HLO_PAD,         /* low, high, interior per dim; operand, value */
+  MXU_HLO_CONCATENATE, /* two operands along dims[0] */
   /* reductions and contractions */
   MXU_HLO_REDUCE,      /* over dims, sum or max */
   MXU_HLO_DOT,         /* dot_general */
@@ -164,6 +165,10 @@ mxu_hlo_value mxu_hlo_pad(mxu_hlo *h, mxu_hlo_value a, double value,
                           const int64_t *low, const int64_t *high,
                           const int64_t *interior);
 
+/* a then b along dim (equal elsewhere). */
+mxu_hlo_value mxu_hlo_concatenate(mxu_hlo *h, mxu_hlo_value a, mxu_hlo_value b,
+                                  int64_t dim);
+
 /* Sum or max over `count` dims (removed from the shape). */
 mxu_hlo_value mxu_hlo_reduce(mxu_hlo *h, mxu_hlo_value a,
                              mxu_hlo_reducer reducer, int count,
@@ -202,15 +207,31 @@ mxu_hlo_value mxu_hlo_iota(mxu_hlo *h, mxu_hlo_shape shape, int64_t dim);
 /* ---- layers' forward computations (emit.c) ---------------------------- */
 
 /* What a layer's emitter gets: the builder, its inputs and weights (in
- * declaration order) as values with the batch dimension first, and
- * whether the program trains. An emitter whose output is a softmax leaves
- * the logits before it in `logits`, which a cross-entropy uses instead. */
+ * declaration order) as values with the batch dimension first, whether
+ * the program trains, over how many replicas, and in training the noise
+ * the host drew for it (mxu_layer_class.emit_noise). An emitter whose
+ * output is a softmax leaves the logits before it in `logits`, which a
+ * cross-entropy uses instead; one that updates state (BatchNormalization's
+ * moving statistics) leaves each weight's new value in updated[k]. */
+/* A weight that follows a moving average of a per-replica statistic:
+ * w = w momentum + (mean over replicas of local) factor (1 - momentum). */
+typedef struct mxu_emit_moving {
+  mxu_hlo_value local;
+  float momentum, factor;
+} mxu_emit_moving;
+
 typedef struct mxu_emit {
   mxu_hlo *h;
-  int batch, training;
+  int batch, training, replicas;
   const mxu_hlo_value *in;
   const mxu_hlo_value *w;
+  mxu_hlo_value noise;
   mxu_hlo_value logits;
+  /* Per weight: its moving average's statistic (local 0: none). The
+   * program sums every replica's in the one all_reduce that ends the step
+   * (collectives scattered through a program may meet in different orders
+   * on different devices). */
+  mxu_emit_moving *moving;
 } mxu_emit;
 
 /* x through an activation (alpha: leaky_relu's slope, elu's alpha). */

@@ -239,6 +239,7 @@ static const char *op_name(mxu_hlo_op op) {
   case MXU_HLO_REVERSE: return "reverse";
   case MXU_HLO_SLICE: return "slice";
   case MXU_HLO_PAD: return "pad";
+  case MXU_HLO_CONCATENATE: return "concatenate";
   case MXU_HLO_REDUCE: return "reduce";
   case MXU_HLO_DOT: return "dot_general";
   case MXU_HLO_CONVOLUTION: return "convolution";
@@ -334,6 +335,9 @@ static void put_attributes(text *t, const mxu_hlo_node *n, int replicas) {
     return;
   case MXU_HLO_IOTA:
     put(t, " {iota_dimension = %" PRId64 " : i64}", n->dims[0]);
+    return;
+  case MXU_HLO_CONCATENATE:
+    put(t, " {dimension = %" PRId64 " : i64}", n->dims[0]);
     return;
   default: return;
   }

@@ -421,9 +421,40 @@ static double dropout_flops(const mxu_layer *layer,
          (2.0 + (step->need_dx ? 1.0 : 0.0));
 }
 
+/* The mask dropout_forward applies, whole (spread where draws are shared). */
+static int dropout_noise(const mxu_layer *layer, const mxu_layer_run *run,
+                         float *mask) {
+  float rate = layer->config.dropout.rate;
+  if (rate == 0.0f) return 0;
+  if (!mask) return 1; /* asked whether it draws */
+  int64_t batch = layer->compiled->batch;
+  if (!shares_draws(layer)) {
+    int64_t per_row = mxu_shape_count(&layer->in_shape);
+    draw_mask(run, rate, (uint64_t)(run->row_offset * per_row), mask,
+              batch * per_row);
+    return 1;
+  }
+  mxu_shape noise = noise_of(layer);
+  int64_t per_noise = mxu_shape_count(&noise);
+  float *draws = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
+  draw_mask(run, rate, (uint64_t)(run->row_offset * per_noise), draws,
+            batch * per_noise);
+  mxu_spread p = mxu_spread_of(&noise, &layer->in_shape);
+  mxu_spread_move(&p, batch, draws, mask, 1);
+  return 1;
+}
+
+static mxu_hlo_value dropout_emit(const mxu_layer *layer, mxu_emit *e) {
+  (void)layer;
+  if (!e->training || !e->noise) return e->in[0];
+  return mxu_hlo_binary(e->h, MXU_HLO_MULTIPLY, e->in[0], e->noise);
+}
+
 const mxu_layer_class mxu_dropout_class = {
     .class_name = "Dropout",
     .flops = dropout_flops,
+    .emit = dropout_emit,
+    .emit_noise = dropout_noise,
     .config_keys = dropout_keys,
     .read_config = read_dropout,
     .write_config = write_dropout,
@@ -438,6 +469,8 @@ const mxu_layer_class mxu_dropout_class = {
 const mxu_layer_class mxu_spatial_dropout2d_class = {
     .class_name = "SpatialDropout2D",
     .flops = dropout_flops,
+    .emit = dropout_emit,
+    .emit_noise = dropout_noise,
     .config_keys = spatial_dropout_keys,
     .read_config = read_spatial_dropout,
     .write_config = write_dropout,

@@ -371,8 +371,56 @@ static double batchnorm_flops(const mxu_layer *layer,
          state / step->batch;
 }
 
+/* Training: normalised by this replica's batch statistics; the moving
+ * ones follow their mean over replicas, the variance unbiased as tf.keras'
+ * fused kernel for images (batchnorm_update_state). */
+static mxu_hlo_value batchnorm_emit(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_batchnorm_config *c = &layer->config.batchnorm;
+  mxu_hlo *h = e->h;
+  if (c->synchronized || !e->training) {
+    if (h->status == MXU_OK)
+      h->status = mxu_fail(MXU_ERR_UNSUPPORTED,
+                           "pjrt: layer '%s': synchronized BatchNormalization "
+                           "is not emitted yet",
+                           layer->name);
+    return 0;
+  }
+  mxu_hlo_value x = e->in[0];
+  const mxu_hlo_shape s = *mxu_hlo_shape_of(h, x);
+  int64_t over[MXU_HLO_MAX_RANK], last = s.rank - 1, n = 1;
+  for (int d = 0; d < last; d++) over[d] = d, n *= s.dims[d];
+  mxu_hlo_value mean = mxu_hlo_binary(
+      h, MXU_HLO_DIVIDE, mxu_hlo_reduce(h, x, MXU_HLO_SUM, (int)last, over),
+      mxu_hlo_constant(h, mxu_hlo_shape_make(MXU_HLO_F32, 1, &s.dims[last]),
+                       (double)n));
+  mxu_hlo_value centered = mxu_hlo_binary(h, MXU_HLO_SUBTRACT, x,
+                                          mxu_hlo_broadcast(h, mean, s, &last));
+  mxu_hlo_value var = mxu_hlo_binary(
+      h, MXU_HLO_DIVIDE,
+      mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, centered, centered),
+                     MXU_HLO_SUM, (int)last, over),
+      mxu_hlo_full_like(h, mean, (double)n));
+  mxu_hlo_value inv =
+      mxu_hlo_unary(h, MXU_HLO_RSQRT,
+                    mxu_hlo_binary(h, MXU_HLO_ADD, var,
+                                   mxu_hlo_full_like(h, var, c->epsilon)));
+  mxu_hlo_value y = mxu_hlo_binary(h, MXU_HLO_MULTIPLY, centered,
+                                   mxu_hlo_broadcast(h, inv, s, &last));
+  int k = 0;
+  if (c->scale)
+    y = mxu_hlo_binary(h, MXU_HLO_MULTIPLY, y,
+                       mxu_hlo_broadcast(h, e->w[k++], s, &last));
+  if (c->center) y = mxu_emit_bias(e, y, e->w[k++]);
+  /* The moving statistics follow each replica's, averaged. */
+  double unbias = n > 1 && layer->in_shape.rank == 3 ? (double)n / (n - 1) : 1;
+  e->moving[k] = (mxu_emit_moving){mean, c->momentum, 1.0f};
+  e->moving[k + 1] = (mxu_emit_moving){var, c->momentum, (float)unbias};
+  return y;
+}
+
 const mxu_layer_class mxu_batch_normalization_class = {
     .class_name = "BatchNormalization",
+    .emit = batchnorm_emit,
     .flops = batchnorm_flops,
     .config_keys = batchnorm_keys,
     .read_config = read_batchnorm,
