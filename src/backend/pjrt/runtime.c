@@ -203,8 +203,27 @@ static mxu_status create_client(const PJRT_Api *api, int devices,
   return MXU_OK;
 }
 
+/* XLA's CPU runtime runs XNNPACK's kernels on a thread pool shared by
+ * every device of the process; a device waiting in an all_reduce holds
+ * one of its threads, and with as many threads as cores (two here) another
+ * device's XNNPACK kernel waited for it forever (the cifar model on two
+ * devices). XLA's own kernels do not. Read from XLA_FLAGS when the plugin
+ * first compiles; a user's own setting stands. */
+static mxu_status avoid_shared_pool_deadlock(void) {
+  static const char flag[] = "--xla_cpu_use_xnnpack=false";
+  const char *now = getenv("XLA_FLAGS");
+  if (now && strstr(now, "xla_cpu_use_xnnpack")) return MXU_OK;
+  char flags[4096];
+  int n = snprintf(flags, sizeof flags, "%s%s%s", now ? now : "",
+                   now && *now ? " " : "", flag);
+  if (n < 0 || (size_t)n >= sizeof flags || setenv("XLA_FLAGS", flags, 1) != 0)
+    return mxu_fail(MXU_ERR_ARG, "pjrt: XLA_FLAGS is too long to add %s", flag);
+  return MXU_OK;
+}
+
 mxu_status mxu_pjrt_open(const char *plugin, int devices, mxu_pjrt **out) {
   *out = NULL;
+  if (devices > 1) MXU_TRY(avoid_shared_pool_deadlock());
   const char *path = mxu_pjrt_plugin_path(plugin);
   if (!path)
     return mxu_fail(MXU_ERR_ARG,
