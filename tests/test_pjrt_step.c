@@ -150,19 +150,37 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
   mxu_pjrt_program_free(plugin, program);
 }
 
+/* The test's samples as a data set. */
+static mxu_dataset *samples(float *x, int32_t *labels) {
+  data(x, labels);
+  int64_t dims[3] = {SIDE, SIDE, 2};
+  mxu_dataset *set = NULL;
+  CHECK_OK(mxu_dataset_from_arrays(x, labels, ROWS, mxu_shape_make(3, dims),
+                                   CLASSES, &set));
+  return set;
+}
+
+/* The largest relative difference of two models' weights and state. */
+static double apart(const mxu_model *a, const mxu_model *b) {
+  double worst = 0;
+  for (int i = 0; i < a->trainable_count; i++)
+    worst = fmax(worst, fabs(a->weights[i] - b->weights[i]) /
+                            fmax(1e-2, fabs(a->weights[i])));
+  for (int i = 0; i < a->state_count; i++)
+    worst = fmax(worst, fabs(a->state[i] - b->state[i]) /
+                            fmax(1e-2, fabs(a->state[i])));
+  return worst;
+}
+
 static void same_steps(mxu_optimizer_config o, const char *what) {
   float x[ROWS * SIDE * SIDE * 2];
   int32_t labels[ROWS];
-  data(x, labels);
+  mxu_dataset *set = samples(x, labels);
   mxu_model *ref = small_net(o, MXU_BACKEND_CPU_REF);
   mxu_model *dev = small_net(o, MXU_BACKEND_CPU_REF);
   if (!ref || !dev) return;
   memcpy(dev->weights, ref->weights,
          (size_t)ref->trainable_count * sizeof(float));
-  int64_t dims[3] = {SIDE, SIDE, 2};
-  mxu_dataset *set = NULL;
-  CHECK_OK(mxu_dataset_from_arrays(x, labels, ROWS, mxu_shape_make(3, dims),
-                                   CLASSES, &set));
   mxu_fit_config fc = mxu_fit_defaults();
   fc.epochs = STEPS;
   fc.batch_size = ROWS;
@@ -171,10 +189,7 @@ static void same_steps(mxu_optimizer_config o, const char *what) {
   CHECK_OK(mxu_fit(ref, set, &fc, &history));
   double loss[STEPS] = {0}, accuracy[STEPS] = {0};
   run_program(dev, x, labels, loss, accuracy);
-  double worst = 0;
-  for (int i = 0; i < ref->trainable_count; i++)
-    worst = fmax(worst, fabs(ref->weights[i] - dev->weights[i]) /
-                            fmax(1e-2, fabs(ref->weights[i])));
+  double worst = apart(ref, dev);
   CHECK_MSG(worst < 3e-5, "%s: weights after %d steps off by %.3g", what, STEPS,
             worst);
   for (int t = 0; history && t < STEPS; t++) {
@@ -195,7 +210,7 @@ static void same_steps(mxu_optimizer_config o, const char *what) {
 static void fit_on_devices(void) {
   float x[ROWS * SIDE * SIDE * 2];
   int32_t labels[ROWS];
-  data(x, labels);
+  mxu_dataset *set = samples(x, labels);
   mxu_optimizer_config o = mxu_adam(0.01f);
   mxu_model *ref = small_net(o, MXU_BACKEND_CPU_REF);
   mxu_model *dev = small_net(o, MXU_BACKEND_PJRT);
@@ -203,10 +218,6 @@ static void fit_on_devices(void) {
   CHECK(dev->device != NULL && ref->device == NULL);
   memcpy(dev->weights, ref->weights,
          (size_t)ref->trainable_count * sizeof(float));
-  int64_t dims[3] = {SIDE, SIDE, 2};
-  mxu_dataset *set = NULL;
-  CHECK_OK(mxu_dataset_from_arrays(x, labels, ROWS, mxu_shape_make(3, dims),
-                                   CLASSES, &set));
   mxu_fit_config fc = mxu_fit_defaults();
   fc.epochs = 4;
   fc.batch_size = ROWS / 2; /* two steps an epoch, shuffled */
@@ -214,14 +225,8 @@ static void fit_on_devices(void) {
   const mxu_history *a = NULL, *b = NULL;
   CHECK_OK(mxu_fit(ref, set, &fc, &a));
   CHECK_OK(mxu_fit(dev, set, &fc, &b));
-  double worst = 0;
-  for (int i = 0; i < ref->trainable_count; i++)
-    worst = fmax(worst, fabs(ref->weights[i] - dev->weights[i]) /
-                            fmax(1e-2, fabs(ref->weights[i])));
   /* BatchNormalization's moving statistics too (the state). */
-  for (int i = 0; i < ref->state_count; i++)
-    worst = fmax(worst, fabs(ref->state[i] - dev->state[i]) /
-                            fmax(1e-2, fabs(ref->state[i])));
+  double worst = apart(ref, dev);
   CHECK_MSG(worst < 3e-5 && dev->iterations == 8,
             "fit on pjrt: weights off by %.3g after %lld steps", worst,
             (long long)dev->iterations);
