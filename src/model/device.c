@@ -224,7 +224,8 @@ mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
                                 float scale) {
   mxu_device *d = model->device;
   mxu_step_result result = {0};
-  if (d->pending) free_buffers(d, d->outs, 0, d->outputs, d->outputs);
+  /* A step not applied (its loss was not finite) leaves its outputs. */
+  free_buffers(d, d->outs, 0, d->outputs, d->outputs);
   d->pending = 0;
   mxu_status s = MXU_OK;
   if (d->synced != model->iterations) s = upload_state(model);
@@ -237,6 +238,7 @@ mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
     s = mxu_pjrt_download(d->pjrt, d->outs[d->state + k], &sums[k],
                           sizeof(float));
   d->pending = s == MXU_OK;
+  if (s != MXU_OK) free_buffers(d, d->outs, 0, d->outputs, d->outputs);
   result.status = s;
   result.loss_sum = sums[0];
   result.metric_sum = sums[1];
@@ -257,7 +259,7 @@ mxu_status mxu_device_apply(mxu_model *model) {
   d->pending = 0;
   model->step_rate = d->rate;
   model->iterations++;
-  d->synced = model->iterations;
+  d->synced = -1; /* until the host has all of it */
   int count = model->param_count;
   for (int i = 0, t = 0; i < count; i++) {
     const mxu_param *p = &model->params[i];
@@ -270,5 +272,6 @@ mxu_status mxu_device_apply(mxu_model *model) {
                                 slot(model, k) + p->offset, bytes));
     t++;
   }
+  d->synced = model->iterations;
   return MXU_OK;
 }

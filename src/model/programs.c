@@ -151,24 +151,16 @@ static mxu_hlo_value correct(mxu_hlo *h, mxu_hlo_value y, mxu_hlo_value hot,
   int64_t last = 1, rows = 0;
   mxu_hlo_value max = mxu_hlo_broadcast(
       h, mxu_hlo_reduce(h, y, MXU_HLO_MAX, 1, &last), s, &rows);
-  mxu_hlo_value at_max = mxu_hlo_convert(
-      h, mxu_hlo_compare_op(h, MXU_HLO_EQ, y, max), MXU_HLO_F32);
-  /* the first maximum: its class index is the least among them */
+  /* argmax: the least class index at the maximum, as -max(-index) */
   mxu_hlo_value index = mxu_hlo_convert(
       h, mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, s.rank, s.dims), 1),
       MXU_HLO_F32);
-  mxu_hlo_value big = mxu_hlo_full_like(h, index, 1e9);
+  mxu_hlo_value negated =
+      mxu_hlo_select(h, mxu_hlo_compare_op(h, MXU_HLO_EQ, y, max),
+                     mxu_hlo_unary(h, MXU_HLO_NEGATE, index),
+                     mxu_hlo_full_like(h, index, -1e9));
   mxu_hlo_value first = mxu_hlo_unary(
-      h, MXU_HLO_NEGATE,
-      mxu_hlo_reduce(
-          h,
-          mxu_hlo_unary(h, MXU_HLO_NEGATE,
-                        mxu_hlo_select(h,
-                                       mxu_hlo_compare_op(
-                                           h, MXU_HLO_GT, at_max,
-                                           mxu_hlo_full_like(h, at_max, 0.5)),
-                                       index, big)),
-          MXU_HLO_MAX, 1, &last));
+      h, MXU_HLO_NEGATE, mxu_hlo_reduce(h, negated, MXU_HLO_MAX, 1, &last));
   mxu_hlo_value label =
       mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, hot, index),
                      MXU_HLO_SUM, 1, &last);
