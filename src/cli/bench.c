@@ -26,13 +26,14 @@ static const char *const precision_names[] = {"float32", "mixed_bfloat16",
 
 typedef struct bench_args {
   const char *model, *report;
-  int batch_size, replicas, threads, steps, repeats, precision;
+  int batch_size, replicas, threads, steps, repeats, precision, backend;
+  const char *pjrt_plugin;
   int slice_rows;
   int profile;
   int augment;
 } bench_args;
 
-#define BENCH_OPTION_COUNT 10
+#define BENCH_OPTION_COUNT 12
 
 static void bench_options(bench_args *a, cli_option *o) {
   cli_option table[BENCH_OPTION_COUNT] = {
@@ -58,6 +59,10 @@ static void bench_options(bench_args *a, cli_option *o) {
        "float32 or mixed_bfloat16: Keras' mixed precision, bfloat16 "
        "Conv2D and Dense on CPUs with AVX512_BF16 (default float32)",
        CLI_CHOICE, &a->precision, precision_names, 0, 0},
+      {"--backend", "B", CLI_BACKEND_HELP, CLI_CHOICE, &a->backend,
+       cli_backend_names, 0, 0},
+      {"--pjrt-plugin", "PATH", CLI_PJRT_PLUGIN_HELP, CLI_STRING,
+       &a->pjrt_plugin, NULL, 0, 0},
       {"--profile", "",
        "print the time of every layer, forward and backward, on the first "
        "replica",
@@ -137,6 +142,8 @@ static int prepare(const bench_args *a, bench_run *run) {
   run->compile.replicas = a->replicas;
   run->compile.threads = a->threads;
   run->compile.slice_rows = a->slice_rows;
+  if (a->backend) run->compile.backend = (mxu_backend_kind)a->backend;
+  if (a->pjrt_plugin) run->compile.pjrt_plugin = a->pjrt_plugin;
   run->compile.precision =
       a->precision ? MXU_MIXED_BFLOAT16 : MXU_PRECISION_FLOAT32;
   mxu_status compiled = mxu_compile(run->model, &run->compile);

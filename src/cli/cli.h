@@ -66,6 +66,16 @@ int cli_check_weights_path(const char *command, const char *flag,
 
 /* After compile: says on stderr (rank 0) when mixed_bfloat16 was asked
  * but the CPU computes in float32. */
+/* --backend's choices, in mxu_backend_kind order, and its help. */
+extern const char *const cli_backend_names[];
+#define CLI_BACKEND_HELP                                                       \
+  "cpu (oneDNN and mxu's kernels), cpu_ref (plain C, slow) or pjrt (the "      \
+  "whole step as one XLA program on a PJRT plugin's devices, one per "         \
+  "replica) (default cpu)"
+#define CLI_PJRT_PLUGIN_HELP                                                   \
+  "the PJRT plugin for --backend pjrt (default: $MXU_PJRT_PLUGIN, else "       \
+  "XLA's CPU plugin the build fetched); TPUs: libtpu.so"
+
 void cli_note_precision(const char *command, const mxu_model *model,
                         const mxu_compile_config *asked);
 

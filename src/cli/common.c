@@ -182,6 +182,8 @@ const char *cli_metric_label(const char *metric) {
   return strstr(metric, "acc") ? "accuracy" : metric;
 }
 
+const char *const cli_backend_names[] = {"cpu", "cpu_ref", "pjrt", NULL};
+
 void cli_note_precision(const char *command, const mxu_model *model,
                         const mxu_compile_config *asked) {
   if (asked->precision == MXU_MIXED_BFLOAT16 &&

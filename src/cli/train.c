@@ -27,8 +27,6 @@ static const char *const loss_names[] = {"sparse_categorical_crossentropy",
 static const char *const verbose_names[] = {"0", "1", "2", NULL};
 static const char *const precision_names[] = {"float32", "mixed_bfloat16",
                                               NULL};
-/* In mxu_backend_kind order. */
-static const char *const backend_names[] = {"cpu", "cpu_ref", "pjrt", NULL};
 
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
@@ -110,15 +108,10 @@ static void train_options(train_args *a, cli_option *o) {
        "bfloat16 Conv2D and Dense on CPUs with AVX512_BF16; default "
        "float32)",
        CLI_CHOICE, &a->precision, precision_names, 0, 0},
-      {"--backend", "B",
-       "cpu (oneDNN and mxu's kernels), cpu_ref (plain C, slow) or pjrt "
-       "(the whole step as one XLA program on a PJRT plugin's devices, one "
-       "per replica) (default cpu)",
-       CLI_CHOICE, &a->backend, backend_names, 0, 0},
-      {"--pjrt-plugin", "PATH",
-       "the PJRT plugin for --backend pjrt (default: $MXU_PJRT_PLUGIN, else "
-       "XLA's CPU plugin the build fetched); TPUs: libtpu.so",
-       CLI_STRING, &a->pjrt_plugin, NULL, 0, 0},
+      {"--backend", "B", CLI_BACKEND_HELP, CLI_CHOICE, &a->backend,
+       cli_backend_names, 0, 0},
+      {"--pjrt-plugin", "PATH", CLI_PJRT_PLUGIN_HELP, CLI_STRING,
+       &a->pjrt_plugin, NULL, 0, 0},
       {"--rescale", "X",
        "multiply every sample value of both splits by X, e.g. 1/255 "
        "(default 1)",
