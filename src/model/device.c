@@ -9,7 +9,6 @@
 #include "backend/pjrt/runtime.h"
 #include "model/model.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __GLIBC__
@@ -86,7 +85,7 @@ mxu_status mxu_device_open(mxu_model *model) {
   int64_t largest = 0, noises = 0;
   for (int n = 0; n < model->layer_count; n++) {
     const mxu_layer *l = &model->layers[n];
-    if (!l->cls->emit_noise || !l->cls->emit_noise(l, NULL, NULL)) continue;
+    if (!mxu_layer_draws_noise(l)) continue;
     noises++;
     int64_t values = plan->batch * mxu_shape_count(&l->out_shape);
     if (values > largest) largest = values;
@@ -110,11 +109,6 @@ mxu_status mxu_device_open(mxu_model *model) {
 
 void mxu_device_invalidate(mxu_model *model) {
   if (model->device) model->device->synced = -1;
-}
-
-/* Slot buffer of kind k, as programs.c orders the kinds. */
-static float *slot(const mxu_model *model, int k) {
-  return k == 0 ? model->slot_m : model->slot_v;
 }
 
 static mxu_status upload(mxu_device *d, int device, mxu_pjrt_type type,
@@ -145,7 +139,7 @@ static mxu_status upload_state(mxu_model *model) {
           d, r, p, p->trainable ? model->weights : model->state, &args[i]));
       if (!p->trainable) continue;
       for (int k = 0; k < d->kinds; k++)
-        MXU_TRY(upload_param(d, r, p, slot(model, k),
+        MXU_TRY(upload_param(d, r, p, mxu_slot_buffer(model, k),
                              &args[count + k * d->trainable + t]));
       t++;
     }
@@ -162,14 +156,11 @@ static mxu_status upload_noise(mxu_model *model, int r, const mxu_step_key *key,
   mxu_replica *replica = &model->plan.replica[r];
   for (int n = 0; n < model->layer_count; n++) {
     const mxu_layer *l = &model->layers[n];
-    if (!l->cls->emit_noise || !l->cls->emit_noise(l, NULL, NULL)) continue;
+    if (!mxu_layer_draws_noise(l)) continue;
     mxu_layer_run run = mxu_replica_run(model, replica, n, key);
     l->cls->emit_noise(l, &run, d->noise);
-    int64_t dims[MXU_MAX_RANK + 1] = {model->plan.batch};
-    for (int i = 0; i < l->out_shape.rank; i++)
-      dims[1 + i] = l->out_shape.dims[i];
-    MXU_TRY(upload(d, r, MXU_PJRT_F32, d->noise, 1 + l->out_shape.rank, dims,
-                   at++));
+    mxu_hlo_shape s = mxu_batch_shape(model->plan.batch, &l->out_shape);
+    MXU_TRY(upload(d, r, MXU_PJRT_F32, d->noise, s.rank, s.dims, at++));
   }
   return MXU_OK;
 }
@@ -180,9 +171,9 @@ static mxu_status upload_batch(mxu_model *model, const mxu_step_key *key,
                                float rate, float scale) {
   mxu_device *d = model->device;
   const mxu_plan *plan = &model->plan;
-  const mxu_shape *in = &model->layers[model->inputs[0]].out_shape;
-  int64_t x_dims[MXU_MAX_RANK + 1] = {plan->batch}, rows[1] = {plan->batch};
-  for (int i = 0; i < in->rank; i++) x_dims[1 + i] = in->dims[i];
+  mxu_hlo_shape x =
+      mxu_batch_shape(plan->batch, &model->layers[model->inputs[0]].out_shape);
+  int64_t rows[1] = {plan->batch};
   int64_t classes =
       mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape);
   int64_t t_dims[2] = {plan->batch, classes};
@@ -193,7 +184,7 @@ static mxu_status upload_batch(mxu_model *model, const mxu_step_key *key,
     MXU_TRY(upload(d, r, MXU_PJRT_F32, &rate, 0, NULL, &a[0]));
     MXU_TRY(upload(d, r, MXU_PJRT_F32,
                    mxu_replica_floats(replica, plan->act[model->inputs[0]]),
-                   1 + in->rank, x_dims, &a[1]));
+                   x.rank, x.dims, &a[1]));
     if (sparse)
       MXU_TRY(upload(d, r, MXU_PJRT_S32,
                      mxu_replica_floats(replica, plan->labels), 1, rows,
@@ -214,9 +205,9 @@ static mxu_status upload_batch(mxu_model *model, const mxu_step_key *key,
  * iteration before the step; Adam's with its bias correction folded in. */
 static float step_rate(const mxu_model *model) {
   const mxu_optimizer_config *o = &model->compile.optimizer;
-  double rate = mxu_optimizer_rate(model), t = (double)model->iterations + 1;
+  double rate = mxu_optimizer_rate(model);
   if (o->kind == MXU_ADAM)
-    rate = rate * sqrt(1.0 - pow(o->beta_2, t)) / (1.0 - pow(o->beta_1, t));
+    rate = mxu_adam_rate(o, rate, (double)model->iterations + 1);
   return (float)rate;
 }
 
@@ -269,7 +260,7 @@ mxu_status mxu_device_apply(mxu_model *model) {
     if (!p->trainable) continue;
     for (int k = 0; k < d->kinds; k++)
       MXU_TRY(mxu_pjrt_download(d->pjrt, d->args[count + k * d->trainable + t],
-                                slot(model, k) + p->offset, bytes));
+                                mxu_slot_buffer(model, k) + p->offset, bytes));
     t++;
   }
   d->synced = model->iterations;

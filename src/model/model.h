@@ -679,8 +679,15 @@ int mxu_metric_needs_labels(mxu_metric_kind kind);
  * not emitted. */
 mxu_status mxu_model_train_program(const mxu_model *model, int batch,
                                    int replicas, char **text);
-/* The optimizer's slot kinds the program keeps per trainable weight. */
+/* The optimizer's slot kinds the program keeps per trainable weight
+ * (mxu_slot_buffer's first ones). */
 int mxu_model_slot_kinds(const mxu_model *model);
+/* A tensor of `batch` rows of shape s, as the programs' values have it. */
+mxu_hlo_shape mxu_batch_shape(int batch, const mxu_shape *s);
+/* Whether a node's emitter takes host-drawn noise in training. */
+static inline int mxu_layer_draws_noise(const mxu_layer *l) {
+  return l->cls->emit_noise && l->cls->emit_noise(l, NULL, NULL);
+}
 
 /* ---- device.c ------------------------------------------------------------ */
 
@@ -720,6 +727,9 @@ mxu_slot_spec mxu_optimizer_slots(const mxu_optimizer_config *o);
 /* The slots as a fresh optimizer has them (zeros; Adagrad's initial
  * accumulator value). */
 void mxu_optimizer_reset(mxu_model *model);
+/* Adam's (and AdamW's) rate at step t with Keras' bias correction folded
+ * in, in double as the update computes it. */
+double mxu_adam_rate(const mxu_optimizer_config *o, double lr, double t);
 /* The learning rate of the next step: the schedule's at the iteration
  * count, or the fixed rate. */
 float mxu_optimizer_rate(const mxu_model *model);

@@ -315,6 +315,10 @@ void mxu_optimizer_finalize(mxu_model *model) {
            (size_t)model->trainable_count * sizeof(float));
 }
 
+double mxu_adam_rate(const mxu_optimizer_config *o, double lr, double t) {
+  return lr * sqrt(1.0 - pow(o->beta_2, t)) / (1.0 - pow(o->beta_1, t));
+}
+
 float mxu_optimizer_rate(const mxu_model *model) {
   const mxu_optimizer_config *o = &model->compile.optimizer;
   if (o->schedule.kind != MXU_DECAY_NONE)
@@ -349,8 +353,7 @@ void mxu_optimizer_apply_range(mxu_model *model, int64_t begin, int64_t end) {
   case MXU_ADAM:
   case MXU_ADAMW: {
     /* Keras folds the bias correction into the step size. */
-    double lr_t =
-        lr * sqrt(1.0 - pow(o->beta_2, t)) / (1.0 - pow(o->beta_1, t));
+    double lr_t = mxu_adam_rate(o, lr, t);
     if (o->amsgrad)
       amsgrad(o, (float)lr_t, n, w, g, m, v, u);
     else

@@ -12,7 +12,7 @@ static mxu_hlo_shape f32(int rank, const int64_t *dims) {
   return mxu_hlo_shape_make(MXU_HLO_F32, rank, dims);
 }
 
-static mxu_hlo_shape with_batch(int batch, const mxu_shape *s) {
+mxu_hlo_shape mxu_batch_shape(int batch, const mxu_shape *s) {
   mxu_hlo_shape h = {.dtype = MXU_HLO_F32, .rank = 1 + s->rank};
   h.dims[0] = batch;
   for (int d = 0; d < s->rank; d++) h.dims[1 + d] = s->dims[d];
@@ -68,11 +68,6 @@ static mxu_status check_supported(const mxu_model *model) {
   return MXU_OK;
 }
 
-/* Whether node n's emitter takes host-drawn noise in training. */
-static int draws_noise(const mxu_layer *l) {
-  return l->cls->emit_noise && l->cls->emit_noise(l, NULL, NULL);
-}
-
 /* The forward pass: each node's output value (nodes[n]); the logits of
  * the output when it ends in a softmax; each weight's new value where a
  * layer updates state (moving, local 0 elsewhere). noise: one per node that
@@ -103,7 +98,7 @@ static mxu_status forward(const mxu_model *model, pass *p) {
                   .replicas = p->replicas,
                   .in = in,
                   .w = p->weights + owner->param_first,
-                  .noise = draws_noise(l) ? p->noise[drawn++] : 0,
+                  .noise = mxu_layer_draws_noise(l) ? p->noise[drawn++] : 0,
                   .moving = p->moving + owner->param_first};
     p->nodes[n] = l->cls->emit(l, &e);
     if (n == mxu_model_output(model)) p->logits = e.logits;
@@ -225,7 +220,7 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
         in->slots[k++] = mxu_hlo_parameter(h, param_shape(&model->params[i]));
   in->rate = mxu_hlo_parameter(h, f32(0, NULL));
   in->x = mxu_hlo_parameter(
-      h, with_batch(batch, &model->layers[model->inputs[0]].out_shape));
+      h, mxu_batch_shape(batch, &model->layers[model->inputs[0]].out_shape));
   int64_t rows[1] = {batch};
   int64_t t_dims[2] = {
       batch,
@@ -238,9 +233,9 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
   in->scale = mxu_hlo_parameter(h, f32(0, NULL));
   int drawn = 0;
   for (int n = 0; n < model->layer_count; n++)
-    if (draws_noise(&model->layers[n]))
-      in->noise[drawn++] =
-          mxu_hlo_parameter(h, with_batch(batch, &model->layers[n].out_shape));
+    if (mxu_layer_draws_noise(&model->layers[n]))
+      in->noise[drawn++] = mxu_hlo_parameter(
+          h, mxu_batch_shape(batch, &model->layers[n].out_shape));
 }
 
 /* Every replica's values summed in one all_reduce: each flattened and
@@ -280,8 +275,12 @@ static mxu_hlo_value moving_average(mxu_hlo *h, mxu_hlo_value w,
 }
 
 int mxu_model_slot_kinds(const mxu_model *model) {
-  const mxu_optimizer_config *o = &model->compile.optimizer;
-  return o->kind == MXU_ADAM ? 2 : o->momentum > 0;
+  /* Adam's two, SGD's momentum (or none): the spec's first kinds, as no
+   * third is emitted (check_supported refuses amsgrad). */
+  mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
+  int kinds = 0;
+  while (kinds < MXU_SLOTS && spec.keras3[kinds]) kinds++;
+  return kinds;
 }
 
 mxu_status mxu_model_train_program(const mxu_model *model, int batch,

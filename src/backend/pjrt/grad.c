@@ -221,12 +221,6 @@ static void reduce(grad *g, const mxu_hlo_node *n, mxu_hlo_value out,
 
 /* ---- contractions ------------------------------------------------------ */
 
-static int listed(int64_t d, int count, const int64_t *list) {
-  for (int i = 0; i < count; i++)
-    if (list[i] == d) return 1;
-  return 0;
-}
-
 /* One operand's gradient of dot_general: dy contracted with the other
  * operand over the other's free dims, then transposed into this operand's
  * layout. mine/other: this operand's and the other's batch and
@@ -243,8 +237,8 @@ static mxu_hlo_value dot_operand(grad *g, mxu_hlo_value dy, mxu_hlo_value other,
   int frees = 0;
   for (int i = 0; i < batch; i++) dy_batch[i] = i;
   for (int d = 0; d < o->rank; d++)
-    if (!listed(d, batch, other_batch) &&
-        !listed(d, contract, other_contract)) {
+    if (!mxu_hlo_listed(d, batch, other_batch) &&
+        !mxu_hlo_listed(d, contract, other_contract)) {
       other_free[frees] = d;
       dy_free[frees] = free_at + frees;
       frees++;
@@ -257,7 +251,8 @@ static mxu_hlo_value dot_operand(grad *g, mxu_hlo_value dy, mxu_hlo_value other,
   int at = 0;
   for (int i = 0; i < batch; i++) source[at++] = my_batch[i];
   for (int d = 0; d < rank; d++)
-    if (!listed(d, batch, my_batch) && !listed(d, contract, my_contract))
+    if (!mxu_hlo_listed(d, batch, my_batch) &&
+        !mxu_hlo_listed(d, contract, my_contract))
       source[at++] = d;
   for (int d = 0; d < o->rank; d++)
     for (int j = 0; j < contract; j++)
@@ -283,18 +278,15 @@ static void dot(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
                            n->lhs_contract, n->batch_count));
 }
 
-static int64_t dilated(int64_t size, int64_t dilation) {
-  return size == 0 ? 0 : (size - 1) * dilation + 1;
-}
-
 /* The padding that turns a window's output gradient back into its
  * input's (JAX's _conv_general_vjp_lhs_padding), per spatial dim. */
 static void lhs_padding(int64_t in, int64_t window, int64_t stride, int64_t out,
                         int64_t pad_low, int64_t lhs_dilation,
                         int64_t rhs_dilation, int64_t *low, int64_t *high) {
-  int64_t lhs = dilated(in, lhs_dilation), rhs = dilated(window, rhs_dilation);
+  int64_t lhs = mxu_hlo_dilated(in, lhs_dilation),
+          rhs = mxu_hlo_dilated(window, rhs_dilation);
   *low = rhs - pad_low - 1;
-  *high = lhs + rhs - 1 - dilated(out, stride) - *low;
+  *high = lhs + rhs - 1 - mxu_hlo_dilated(out, stride) - *low;
 }
 
 static void convolution(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
@@ -343,9 +335,9 @@ static void convolution(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
      * the features (JAX's _conv_general_dilated_transpose_rhs). */
     mxu_hlo_window t = {.feature_groups = 1};
     for (int s = 0; s < 2; s++) {
-      int64_t lhs = dilated(xs.dims[1 + s], w->lhs_dilation[s]);
-      int64_t rhs = dilated(ks.dims[s], w->rhs_dilation[s]);
-      int64_t out = dilated(n->shape.dims[1 + s], w->stride[s]);
+      int64_t lhs = mxu_hlo_dilated(xs.dims[1 + s], w->lhs_dilation[s]);
+      int64_t rhs = mxu_hlo_dilated(ks.dims[s], w->rhs_dilation[s]);
+      int64_t out = mxu_hlo_dilated(n->shape.dims[1 + s], w->stride[s]);
       t.stride[s] = w->rhs_dilation[s];
       t.rhs_dilation[s] = w->stride[s];
       t.lhs_dilation[s] = w->lhs_dilation[s];

@@ -310,6 +310,18 @@ static double identity_of(mxu_hlo_reducer reducer) {
   return reducer == MXU_HLO_SUM ? 0.0 : -INFINITY;
 }
 
+/* A reduction's node: x and the reducer's identity as its initial value. */
+static mxu_hlo_node *append_reducing(mxu_hlo *h, mxu_hlo_op op, mxu_hlo_value x,
+                                     mxu_hlo_shape shape,
+                                     mxu_hlo_reducer reducer) {
+  mxu_hlo_value in[2] = {
+      x, mxu_hlo_constant(h, scalar(shape.dtype), identity_of(reducer))};
+  if (!valid(h, 2, in)) return NULL;
+  mxu_hlo_node *n = append(h, op, shape, 2, in);
+  if (n) n->reducer = reducer;
+  return n;
+}
+
 mxu_hlo_value mxu_hlo_reduce(mxu_hlo *h, mxu_hlo_value a,
                              mxu_hlo_reducer reducer, int count,
                              const int64_t *dims) {
@@ -323,21 +335,11 @@ mxu_hlo_value mxu_hlo_reduce(mxu_hlo *h, mxu_hlo_value a,
   }
   for (int i = 0; i < from.rank; i++)
     if (!((gone >> i) & 1)) shape.dims[shape.rank++] = from.dims[i];
-  mxu_hlo_value in[2] = {
-      a, mxu_hlo_constant(h, scalar(from.dtype), identity_of(reducer))};
-  if (!valid(h, 2, in)) return 0;
-  mxu_hlo_node *n = append(h, MXU_HLO_REDUCE, shape, 2, in);
+  mxu_hlo_node *n = append_reducing(h, MXU_HLO_REDUCE, a, shape, reducer);
   if (!n) return 0;
-  n->reducer = reducer;
   n->dim_count = count;
   for (int i = 0; i < count; i++) n->dims[i] = dims[i];
   return last(h);
-}
-
-static int listed(int64_t d, int count, const int64_t *list) {
-  for (int i = 0; i < count; i++)
-    if (list[i] == d) return 1;
-  return 0;
 }
 
 mxu_hlo_value mxu_hlo_dot(mxu_hlo *h, mxu_hlo_value a, mxu_hlo_value b,
@@ -362,10 +364,12 @@ mxu_hlo_value mxu_hlo_dot(mxu_hlo *h, mxu_hlo_value a, mxu_hlo_value b,
                   (long long)sa->dims[a_contract[i]],
                   (long long)sb->dims[b_contract[i]]);
   for (int d = 0; d < sa->rank; d++)
-    if (!listed(d, batch, a_batch) && !listed(d, contract, a_contract))
+    if (!mxu_hlo_listed(d, batch, a_batch) &&
+        !mxu_hlo_listed(d, contract, a_contract))
       shape.dims[shape.rank++] = sa->dims[d];
   for (int d = 0; d < sb->rank; d++)
-    if (!listed(d, batch, b_batch) && !listed(d, contract, b_contract))
+    if (!mxu_hlo_listed(d, batch, b_batch) &&
+        !mxu_hlo_listed(d, contract, b_contract))
       shape.dims[shape.rank++] = sb->dims[d];
   if (shape.rank > MXU_HLO_MAX_RANK)
     return fail(h, MXU_ERR_SHAPE, "dot: result rank %d", shape.rank);
@@ -391,8 +395,13 @@ static int spec_dim(const char *spec, char letter) {
   return at ? (int)(at - spec) : -1;
 }
 
-static int64_t dilated(int64_t size, int64_t dilation) {
-  return size == 0 ? 0 : (size - 1) * dilation + 1;
+/* Spatial dim s of a window's output: the input (dilated, padded) swept
+ * by a span of `span` at the window's stride. */
+static int64_t window_out(const mxu_hlo_window *w, int s, int64_t in,
+                          int64_t span) {
+  int64_t padded =
+      mxu_hlo_dilated(in, w->lhs_dilation[s]) + w->pad_low[s] + w->pad_high[s];
+  return padded < span ? 0 : (padded - span) / w->stride[s] + 1;
 }
 
 mxu_hlo_value
@@ -424,13 +433,10 @@ mxu_hlo_convolution_general(mxu_hlo *h, mxu_hlo_value lhs, mxu_hlo_value rhs,
   shape.dims[spec_dim(out_spec, 'f')] = k_out;
   for (int s = 0; s < 2; s++) {
     char letter = (char)('0' + s);
-    int64_t padded =
-        dilated(x->dims[spec_dim(lhs_spec, letter)], window->lhs_dilation[s]) +
-        window->pad_low[s] + window->pad_high[s];
-    int64_t span =
-        dilated(k->dims[spec_dim(rhs_spec, letter)], window->rhs_dilation[s]);
     shape.dims[spec_dim(out_spec, letter)] =
-        padded < span ? 0 : (padded - span) / window->stride[s] + 1;
+        window_out(window, s, x->dims[spec_dim(lhs_spec, letter)],
+                   mxu_hlo_dilated(k->dims[spec_dim(rhs_spec, letter)],
+                                   window->rhs_dilation[s]));
   }
   mxu_hlo_node *n = append(h, MXU_HLO_CONVOLUTION, shape, 2, in);
   if (!n) return 0;
@@ -457,20 +463,12 @@ mxu_hlo_value mxu_hlo_reduce_window(mxu_hlo *h, mxu_hlo_value x,
   mxu_hlo_shape shape = h->nodes[x].shape;
   if (shape.rank != 4)
     return fail(h, MXU_ERR_SHAPE, "reduce_window: NHWC only");
-  for (int s = 0; s < 2; s++) {
-    int64_t padded = dilated(shape.dims[1 + s], window->lhs_dilation[s]) +
-                     window->pad_low[s] + window->pad_high[s];
+  for (int s = 0; s < 2; s++)
     shape.dims[1 + s] =
-        padded < window->size[s]
-            ? 0
-            : (padded - window->size[s]) / window->stride[s] + 1;
-  }
-  mxu_hlo_value in[2] = {
-      x, mxu_hlo_constant(h, scalar(shape.dtype), identity_of(reducer))};
-  if (!valid(h, 2, in)) return 0;
-  mxu_hlo_node *n = append(h, MXU_HLO_REDUCE_WINDOW, shape, 2, in);
+        window_out(window, s, shape.dims[1 + s], window->size[s]);
+  mxu_hlo_node *n =
+      append_reducing(h, MXU_HLO_REDUCE_WINDOW, x, shape, reducer);
   if (!n) return 0;
-  n->reducer = reducer;
   n->window = *window;
   return last(h);
 }

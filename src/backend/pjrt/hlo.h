@@ -125,6 +125,18 @@ typedef struct mxu_hlo {
   mxu_status status; /* the first failure, or MXU_OK */
 } mxu_hlo;
 
+/* A size after dilation: its elements that far apart. */
+static inline int64_t mxu_hlo_dilated(int64_t size, int64_t dilation) {
+  return size == 0 ? 0 : (size - 1) * dilation + 1;
+}
+
+/* Whether d is among the count dims of list. */
+static inline int mxu_hlo_listed(int64_t d, int count, const int64_t *list) {
+  for (int i = 0; i < count; i++)
+    if (list[i] == d) return 1;
+  return 0;
+}
+
 void mxu_hlo_init(mxu_hlo *h);
 void mxu_hlo_free(mxu_hlo *h);
 const mxu_hlo_shape *mxu_hlo_shape_of(const mxu_hlo *h, mxu_hlo_value v);

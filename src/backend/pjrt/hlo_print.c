@@ -279,6 +279,13 @@ static void put_regions(text *t, const mxu_hlo *h, int id,
   }
 }
 
+/* The node's dims as its one attribute. */
+static void put_dims(text *t, const char *name, const mxu_hlo_node *n) {
+  put(t, " {");
+  put_i64_array(t, name, n->dim_count, n->dims);
+  put(t, "}");
+}
+
 static void put_attributes(text *t, const mxu_hlo_node *n, int replicas) {
   switch (n->op) {
   case MXU_HLO_CONSTANT:
@@ -292,22 +299,10 @@ static void put_attributes(text *t, const mxu_hlo_node *n, int replicas) {
     put(t, " {comparison_direction = #stablehlo<comparison_direction %s>}",
         compare_name(n->direction));
     return;
-  case MXU_HLO_BROADCAST:
-    put(t, " {");
-    put_i64_array(t, "broadcast_dimensions", n->dim_count, n->dims);
-    put(t, "}");
-    return;
-  case MXU_HLO_TRANSPOSE:
-    put(t, " {");
-    put_i64_array(t, "permutation", n->dim_count, n->dims);
-    put(t, "}");
-    return;
+  case MXU_HLO_BROADCAST: put_dims(t, "broadcast_dimensions", n); return;
+  case MXU_HLO_TRANSPOSE: put_dims(t, "permutation", n); return;
   case MXU_HLO_REVERSE:
-  case MXU_HLO_REDUCE:
-    put(t, " {");
-    put_i64_array(t, "dimensions", n->dim_count, n->dims);
-    put(t, "}");
-    return;
+  case MXU_HLO_REDUCE: put_dims(t, "dimensions", n); return;
   case MXU_HLO_SLICE:
   case MXU_HLO_PAD: {
     int rank = n->shape.rank, slice = n->op == MXU_HLO_SLICE;

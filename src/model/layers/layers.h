@@ -130,8 +130,6 @@ int64_t mxu_batch_values(const mxu_layer *layer);
 
 /* ---- pjrt emitters (shared.c) ------------------------------------------ */
 
-/* The output's shape with the batch first, as the emitters' values have. */
-mxu_hlo_shape mxu_emit_output_shape(const mxu_layer *layer, const mxu_emit *e);
 /* The input under the output's shape (Flatten, Reshape). */
 mxu_hlo_value mxu_emit_view(const mxu_layer *layer, mxu_emit *e);
 

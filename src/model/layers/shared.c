@@ -300,14 +300,7 @@ int64_t mxu_batch_values(const mxu_layer *layer) {
 /* ---- pjrt emitters --------------------------------------------------------
  */
 
-mxu_hlo_shape mxu_emit_output_shape(const mxu_layer *layer, const mxu_emit *e) {
-  mxu_hlo_shape s = {.dtype = MXU_HLO_F32, .rank = 1 + layer->out_shape.rank};
-  s.dims[0] = e->batch;
-  for (int d = 0; d < layer->out_shape.rank; d++)
-    s.dims[1 + d] = layer->out_shape.dims[d];
-  return s;
-}
-
 mxu_hlo_value mxu_emit_view(const mxu_layer *layer, mxu_emit *e) {
-  return mxu_hlo_reshape(e->h, e->in[0], mxu_emit_output_shape(layer, e));
+  return mxu_hlo_reshape(e->h, e->in[0],
+                         mxu_batch_shape(e->batch, &layer->out_shape));
 }
