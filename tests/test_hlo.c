@@ -332,10 +332,83 @@ static void errors(void) {
   mxu_hlo_free(&h);
 }
 
+/* ---- the step in an on-device loop --------------------------------------- */
+
+/* state w (2x3) and c (scalar); each step's x (2x3) and k (scalar):
+ * w' = w * k + x, c' = c + 1, results sum(w') and w'[0][0] as rows. Run
+ * 3 of 4 stacked steps, then 0, against the same in C. */
+static void loop(void) {
+  mxu_hlo h;
+  mxu_hlo_init(&h);
+  mxu_hlo_shape m = f64(2, 2, 3, 0, 0), scalar = f64(0, 0, 0, 0, 0);
+  mxu_hlo_value w = mxu_hlo_parameter(&h, m), c = mxu_hlo_parameter(&h, scalar);
+  mxu_hlo_value x = mxu_hlo_parameter(&h, m), k = mxu_hlo_parameter(&h, scalar);
+  mxu_hlo_value next =
+      mxu_hlo_binary(&h, MXU_HLO_ADD,
+                     mxu_hlo_binary(&h, MXU_HLO_MULTIPLY, w,
+                                    mxu_hlo_broadcast(&h, k, m, NULL)),
+                     x);
+  int64_t all[2] = {0, 1}, zero[2] = {0, 0}, one[2] = {1, 1};
+  mxu_hlo_value results[4] = {
+      next, mxu_hlo_binary(&h, MXU_HLO_ADD, c, mxu_hlo_full_like(&h, c, 1.0)),
+      mxu_hlo_reduce(&h, next, MXU_HLO_SUM, 2, all),
+      mxu_hlo_reshape(&h, mxu_hlo_slice(&h, next, zero, one, one),
+                      f64(1, 1, 0, 0, 0))};
+  char *text = NULL;
+  CHECK_OK(mxu_hlo_print_loop(&h, 4, results, 2, 4, 1, &text));
+  mxu_pjrt_program *program = NULL;
+  if (text) CHECK_OK(mxu_pjrt_compile(plugin, text, 1, &program));
+  free(text);
+  /* A loop whose state result is not its parameter's shape. */
+  mxu_hlo_value wrong[2] = {results[2], results[1]};
+  CHECK(mxu_hlo_print_loop(&h, 2, wrong, 2, 4, 1, &text) == MXU_ERR_SHAPE);
+  mxu_hlo_free(&h);
+  if (!program) return;
+  double w0[6] = {1, 2, 3, 4, 5, 6}, c0 = 10, xs[4][6], ks[4] = {2, -1, 0.5, 9};
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 6; j++) xs[i][j] = 0.25 * (i + 1) - j;
+  for (int n = 3; n >= 0; n -= 3) {
+    int steps = n;
+    int64_t dims_m[2] = {2, 3}, dims_x[3] = {4, 2, 3}, dims_k[1] = {4};
+    mxu_pjrt_buffer *args[5] = {0}, *outs[4] = {0};
+    CHECK_OK(mxu_pjrt_upload(plugin, 0, MXU_PJRT_F64, w0, 2, dims_m, &args[0]));
+    CHECK_OK(mxu_pjrt_upload(plugin, 0, MXU_PJRT_F64, &c0, 0, NULL, &args[1]));
+    CHECK_OK(mxu_pjrt_upload(plugin, 0, MXU_PJRT_F64, xs, 3, dims_x, &args[2]));
+    CHECK_OK(mxu_pjrt_upload(plugin, 0, MXU_PJRT_F64, ks, 1, dims_k, &args[3]));
+    CHECK_OK(
+        mxu_pjrt_upload(plugin, 0, MXU_PJRT_S32, &steps, 0, NULL, &args[4]));
+    CHECK_OK(mxu_pjrt_execute(plugin, program, 5, args, outs));
+    double w[6], c, sums[4], firsts[4];
+    CHECK_OK(mxu_pjrt_download(plugin, outs[0], w, sizeof w));
+    CHECK_OK(mxu_pjrt_download(plugin, outs[1], &c, sizeof c));
+    CHECK_OK(mxu_pjrt_download(plugin, outs[2], sums, sizeof sums));
+    CHECK_OK(mxu_pjrt_download(plugin, outs[3], firsts, sizeof firsts));
+    double expect[6], expect_sums[4] = {0}, expect_firsts[4] = {0};
+    memcpy(expect, w0, sizeof expect);
+    for (int i = 0; i < n; i++) {
+      for (int j = 0; j < 6; j++) {
+        expect[j] = expect[j] * ks[i] + xs[i][j];
+        expect_sums[i] += expect[j];
+      }
+      expect_firsts[i] = expect[0];
+    }
+    CHECK(c == c0 + n);
+    CHECK(memcmp(w, expect, sizeof w) == 0);
+    for (int i = 0; i < 4; i++)
+      CHECK_MSG(sums[i] == expect_sums[i] && firsts[i] == expect_firsts[i],
+                "n %d, step %d: %g %g against %g %g", n, i, sums[i], firsts[i],
+                expect_sums[i], expect_firsts[i]);
+    for (int i = 0; i < 5; i++) mxu_pjrt_buffer_free(plugin, args[i]);
+    for (int i = 0; i < 4; i++) mxu_pjrt_buffer_free(plugin, outs[i]);
+  }
+  mxu_pjrt_program_free(plugin, program);
+}
+
 int main(void) {
   CHECK_OK(mxu_pjrt_open(mxu_pjrt_plugin_path(NULL), 1, &plugin));
   if (!plugin) return check_report("test_hlo");
   ops();
+  loop();
   errors();
   mxu_pjrt_close(plugin);
   return check_report("test_hlo");

@@ -258,6 +258,17 @@ mxu_status mxu_hlo_print(const mxu_hlo *h, int count,
                          const mxu_hlo_value *results, int replicas,
                          char **text);
 
+/* The function as a step run n times in an on-device loop (a
+ * stablehlo.while around a call of it; one host round trip for n steps):
+ * its first `carried` parameters are state, results[0..carried) their new
+ * values; main takes each other parameter stacked `steps` deep (step i's
+ * at row i) and the run's step count n (at most `steps`, a scalar i32
+ * last), and returns the state after n steps and each other result
+ * stacked (step i's at row i; rows from n on are zero). */
+mxu_status mxu_hlo_print_loop(const mxu_hlo *h, int count,
+                              const mxu_hlo_value *results, int carried,
+                              int steps, int replicas, char **text);
+
 /* The gradient of a scalar f32 value with respect to each of `count`
  * values (wrt), appended to the graph: grads[i] has wrt[i]'s shape (zeros
  * where wrt[i] does not reach the value). */

@@ -359,49 +359,308 @@ static unsigned char *needed(const mxu_hlo *h, int count,
   return need;
 }
 
-mxu_status mxu_hlo_print(const mxu_hlo *h, int count,
-                         const mxu_hlo_value *results, int replicas,
-                         char **out) {
-  *out = NULL;
-  if (h->status != MXU_OK) return h->status;
+static void put_types(text *t, int count, const mxu_hlo_shape *shapes) {
+  put(t, "(");
+  for (int i = 0; i < count; i++) {
+    if (i) put(t, ", ");
+    put_type(t, &shapes[i]);
+  }
+  put(t, ")");
+}
+
+/* "head(params) -> (results) { body }" of the graph's nodes the results
+ * need. */
+static mxu_status put_function(text *t, const mxu_hlo *h, const char *head,
+                               int count, const mxu_hlo_value *results,
+                               int replicas) {
   for (int i = 0; i < count; i++)
     if (results[i] <= 0 || results[i] >= h->count)
       return mxu_fail(MXU_ERR_ARG, "hlo: result %d is no value", i);
   unsigned char *need = needed(h, count, results);
   if (!need) return mxu_fail(MXU_ERR_NOMEM, "hlo: out of memory");
-  text t = {0};
-  put(&t,
-      "module @mxu attributes {mhlo.num_replicas = %d : i32, "
-      "mhlo.num_partitions = 1 : i32} {\n  func.func public @main(",
-      replicas);
+  put(t, "  %s(", head);
   for (int v = 1, first = 1; v < h->count; v++) {
     if (h->nodes[v].op != MXU_HLO_PARAMETER) continue;
-    put(&t, "%s%%v%d: ", first ? "" : ", ", v);
-    put_type(&t, &h->nodes[v].shape);
+    put(t, "%s%%v%d: ", first ? "" : ", ", v);
+    put_type(t, &h->nodes[v].shape);
     first = 0;
   }
-  put(&t, ") -> (");
+  put(t, ") -> (");
   for (int i = 0; i < count; i++) {
-    if (i) put(&t, ", ");
-    put_type(&t, &h->nodes[results[i]].shape);
+    if (i) put(t, ", ");
+    put_type(t, &h->nodes[results[i]].shape);
   }
-  put(&t, ") {\n");
+  put(t, ") {\n");
   for (int v = 1; v < h->count; v++)
     if (need[v] && h->nodes[v].op != MXU_HLO_PARAMETER)
-      put_node(&t, h, v, replicas);
-  put(&t, "    \"func.return\"(");
-  for (int i = 0; i < count; i++) put(&t, "%s%%v%d", i ? ", " : "", results[i]);
-  put(&t, ") : (");
+      put_node(t, h, v, replicas);
+  put(t, "    \"func.return\"(");
+  for (int i = 0; i < count; i++) put(t, "%s%%v%d", i ? ", " : "", results[i]);
+  put(t, ") : (");
   for (int i = 0; i < count; i++) {
-    if (i) put(&t, ", ");
-    put_type(&t, &h->nodes[results[i]].shape);
+    if (i) put(t, ", ");
+    put_type(t, &h->nodes[results[i]].shape);
   }
-  put(&t, ") -> ()\n  }\n}\n");
+  put(t, ") -> ()\n  }\n");
   free(need);
-  if (t.failed) {
-    free(t.data);
-    return mxu_fail(MXU_ERR_NOMEM, "hlo: out of memory printing the program");
-  }
-  *out = t.data;
   return MXU_OK;
+}
+
+static void put_module_head(text *t, int replicas) {
+  put(t,
+      "module @mxu attributes {mhlo.num_replicas = %d : i32, "
+      "mhlo.num_partitions = 1 : i32} {\n",
+      replicas);
+}
+
+static mxu_status finish(text *t, mxu_status s, char **out) {
+  put(t, "}\n");
+  if (s == MXU_OK && t->failed)
+    s = mxu_fail(MXU_ERR_NOMEM, "hlo: out of memory printing the program");
+  if (s != MXU_OK) {
+    free(t->data);
+    return s;
+  }
+  *out = t->data;
+  return MXU_OK;
+}
+
+mxu_status mxu_hlo_print(const mxu_hlo *h, int count,
+                         const mxu_hlo_value *results, int replicas,
+                         char **out) {
+  *out = NULL;
+  if (h->status != MXU_OK) return h->status;
+  text t = {0};
+  put_module_head(&t, replicas);
+  return finish(
+      &t,
+      put_function(&t, h, "func.func public @main", count, results, replicas),
+      out);
+}
+
+/* ---- the step in an on-device loop --------------------------------------- */
+
+static int same_shape(const mxu_hlo_shape *a, const mxu_hlo_shape *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return 0;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return 0;
+  return 1;
+}
+
+static mxu_hlo_shape stacked(mxu_hlo_shape s, int64_t steps) {
+  memmove(s.dims + 1, s.dims, (size_t)s.rank * sizeof *s.dims);
+  s.dims[0] = steps;
+  s.rank++;
+  return s;
+}
+
+static void put_i32(text *t, const char *name, int value) {
+  put(t,
+      "      %s = \"stablehlo.constant\"() {value = dense<%d> : tensor<i32>} "
+      ": () -> tensor<i32>\n",
+      name, value);
+}
+
+/* "%b0, %zero, ...": the step index, then 0 for the other dims. */
+static void put_indices(text *t, int rank) {
+  put(t, "%%b0");
+  for (int d = 1; d < rank; d++) put(t, ", %%zero");
+}
+
+static void put_index_types(text *t, int rank) {
+  for (int d = 0; d < rank; d++) put(t, ", tensor<i32>");
+}
+
+/* The loop's body: step i's inputs sliced from the stacked ones, the step
+ * called, its per-step results written at row i. Carried values %bK:
+ * 0 the counter, 1 the step count, 2.. the state, the stacked inputs, the
+ * stacked results. */
+static void put_loop_body(text *t, const mxu_hlo_shape *carry, int carried,
+                          int inputs, int outputs, const mxu_hlo_shape *outs) {
+  int first_input = 2 + carried, first_output = first_input + inputs;
+  put_i32(t, "%zero", 0);
+  put_i32(t, "%one", 1);
+  for (int j = 0; j < inputs; j++) {
+    const mxu_hlo_shape *s = &carry[first_input + j];
+    mxu_hlo_shape row = *s;
+    row.dims[0] = 1;
+    put(t, "      %%s%d = \"stablehlo.dynamic_slice\"(%%b%d, ", j,
+        first_input + j);
+    put_indices(t, s->rank);
+    put(t, ") {");
+    put_i64_array(t, "slice_sizes", row.rank, row.dims);
+    put(t, "} : (");
+    put_type(t, s);
+    put_index_types(t, s->rank);
+    put(t, ") -> ");
+    put_type(t, &row);
+    put(t, "\n      %%x%d = \"stablehlo.reshape\"(%%s%d) : (", j, j);
+    put_type(t, &row);
+    put(t, ") -> ");
+    mxu_hlo_shape one = row;
+    memmove(one.dims, one.dims + 1, (size_t)(--one.rank) * sizeof *one.dims);
+    put_type(t, &one);
+    put(t, "\n");
+  }
+  put(t, "      %%o:%d = \"func.call\"(", carried + outputs);
+  for (int i = 0; i < carried; i++) put(t, "%s%%b%d", i ? ", " : "", 2 + i);
+  for (int j = 0; j < inputs; j++)
+    put(t, "%s%%x%d", carried + j ? ", " : "", j);
+  put(t, ") {callee = @step} : (");
+  for (int i = 0; i < carried + inputs; i++) {
+    if (i) put(t, ", ");
+    mxu_hlo_shape s = carry[2 + i];
+    if (i >= carried)
+      memmove(s.dims, s.dims + 1, (size_t)(--s.rank) * sizeof *s.dims);
+    put_type(t, &s);
+  }
+  put(t, ") -> (");
+  for (int i = 0; i < carried + outputs; i++) {
+    if (i) put(t, ", ");
+    put_type(t, i < carried ? &carry[2 + i] : &outs[i - carried]);
+  }
+  put(t, ")\n");
+  for (int j = 0; j < outputs; j++) {
+    const mxu_hlo_shape *s = &carry[first_output + j];
+    mxu_hlo_shape row = *s;
+    row.dims[0] = 1;
+    put(t, "      %%u%d = \"stablehlo.reshape\"(%%o#%d) : (", j, carried + j);
+    put_type(t, &outs[j]);
+    put(t, ") -> ");
+    put_type(t, &row);
+    put(t, "\n      %%d%d = \"stablehlo.dynamic_update_slice\"(%%b%d, %%u%d, ",
+        j, first_output + j, j);
+    put_indices(t, s->rank);
+    put(t, ") : (");
+    put_type(t, s);
+    put(t, ", ");
+    put_type(t, &row);
+    put_index_types(t, s->rank);
+    put(t, ") -> ");
+    put_type(t, s);
+    put(t, "\n");
+  }
+  put(t, "      %%next = \"stablehlo.add\"(%%b0, %%one) : (tensor<i32>, "
+         "tensor<i32>) -> tensor<i32>\n"
+         "      \"stablehlo.return\"(%%next, %%b1");
+  for (int i = 0; i < carried; i++) put(t, ", %%o#%d", i);
+  for (int j = 0; j < inputs; j++) put(t, ", %%b%d", first_input + j);
+  for (int j = 0; j < outputs; j++) put(t, ", %%d%d", j);
+  put(t, ") : ");
+  put_types(t, first_output + outputs, carry);
+  put(t, " -> ()\n");
+}
+
+static void put_block_args(text *t, char tag, int count,
+                           const mxu_hlo_shape *carry) {
+  put(t, "    ^bb0(");
+  for (int i = 0; i < count; i++) {
+    put(t, "%s%%%c%d: ", i ? ", " : "", tag, i);
+    put_type(t, &carry[i]);
+  }
+  put(t, "):\n");
+}
+
+/* main: the state, the stacked inputs and the step count n; a while loop
+ * runs the step n times, carrying the state; returns the state and the
+ * stacked per-step results. */
+static void put_loop_main(text *t, const mxu_hlo *h, int count,
+                          const mxu_hlo_value *results, int carried,
+                          const mxu_hlo_shape *carry, int params) {
+  int inputs = params - carried, outputs = count - carried;
+  int all = 2 + params + outputs;
+  put(t, "  func.func public @main(");
+  for (int i = 0; i < params; i++) {
+    put(t, "%%a%d: ", i);
+    put_type(t, &carry[2 + i]);
+    put(t, ", ");
+  }
+  put(t, "%%n: tensor<i32>) -> (");
+  for (int i = 0; i < count; i++) {
+    if (i) put(t, ", ");
+    put_type(t, &carry[i < carried ? 2 + i : 2 + params + (i - carried)]);
+  }
+  put(t, ") {\n");
+  put_i32(t, "%start", 0);
+  for (int j = 0; j < outputs; j++) {
+    put(t, "      %%z%d = \"stablehlo.constant\"() {value = dense<0.0> : ", j);
+    put_type(t, &carry[2 + params + j]);
+    put(t, "} : () -> ");
+    put_type(t, &carry[2 + params + j]);
+    put(t, "\n");
+  }
+  put(t, "    %%w:%d = \"stablehlo.while\"(%%start, %%n", all);
+  for (int i = 0; i < params; i++) put(t, ", %%a%d", i);
+  for (int j = 0; j < outputs; j++) put(t, ", %%z%d", j);
+  put(t, ") ({\n");
+  put_block_args(t, 'c', all, carry);
+  put(t, "      %%more = \"stablehlo.compare\"(%%c0, %%c1) "
+         "{comparison_direction = #stablehlo<comparison_direction LT>} : "
+         "(tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+         "      \"stablehlo.return\"(%%more) : (tensor<i1>) -> ()\n  }, {\n");
+  put_block_args(t, 'b', all, carry);
+  mxu_hlo_shape outs[outputs > 0 ? outputs : 1];
+  for (int j = 0; j < outputs; j++)
+    outs[j] = h->nodes[results[carried + j]].shape;
+  put_loop_body(t, carry, carried, inputs, outputs, outs);
+  put(t, "  }) : ");
+  put_types(t, all, carry);
+  put(t, " -> ");
+  put_types(t, all, carry);
+  put(t, "\n    \"func.return\"(");
+  for (int i = 0; i < count; i++)
+    put(t, "%s%%w#%d", i ? ", " : "",
+        i < carried ? 2 + i : 2 + params + (i - carried));
+  put(t, ") : (");
+  for (int i = 0; i < count; i++) {
+    if (i) put(t, ", ");
+    put_type(t, &carry[i < carried ? 2 + i : 2 + params + (i - carried)]);
+  }
+  put(t, ") -> ()\n  }\n");
+}
+
+mxu_status mxu_hlo_print_loop(const mxu_hlo *h, int count,
+                              const mxu_hlo_value *results, int carried,
+                              int steps, int replicas, char **out) {
+  *out = NULL;
+  if (h->status != MXU_OK) return h->status;
+  int params = 0;
+  for (int v = 1; v < h->count; v++)
+    params += h->nodes[v].op == MXU_HLO_PARAMETER;
+  if (steps < 1 || carried > count || carried > params)
+    return mxu_fail(MXU_ERR_ARG,
+                    "hlo: a loop of %d steps carrying %d of %d parameters "
+                    "and %d results",
+                    steps, carried, params, count);
+  int outputs = count - carried;
+  mxu_hlo_shape *carry = calloc((size_t)(2 + params + outputs), sizeof *carry);
+  if (!carry) return mxu_fail(MXU_ERR_NOMEM, "hlo: out of memory");
+  carry[0] = carry[1] = mxu_hlo_shape_make(MXU_HLO_S32, 0, NULL);
+  mxu_status s = MXU_OK;
+  for (int v = 1, i = 0; v < h->count; v++) {
+    if (h->nodes[v].op != MXU_HLO_PARAMETER) continue;
+    const mxu_hlo_shape *p = &h->nodes[v].shape;
+    carry[2 + i] = i < carried ? *p : stacked(*p, steps);
+    if (i < carried && (results[i] <= 0 || results[i] >= h->count ||
+                        !same_shape(&h->nodes[results[i]].shape, p)))
+      s = mxu_fail(MXU_ERR_SHAPE,
+                   "hlo: the loop's result %d is not its parameter's shape", i);
+    i++;
+  }
+  for (int j = 0; s == MXU_OK && j < outputs; j++) {
+    mxu_hlo_value r = results[carried + j];
+    if (r <= 0 || r >= h->count)
+      s = mxu_fail(MXU_ERR_ARG, "hlo: result %d is no value", carried + j);
+    else
+      carry[2 + params + j] = stacked(h->nodes[r].shape, steps);
+  }
+  text t = {0};
+  put_module_head(&t, replicas);
+  if (s == MXU_OK) {
+    put_loop_main(&t, h, count, results, carried, carry, params);
+    s = put_function(&t, h, "func.func private @step", count, results,
+                     replicas);
+  }
+  free(carry);
+  return finish(&t, s, out);
 }
