@@ -780,7 +780,9 @@ typedef struct mxu_compile_config {
    * that with more threads than replicas the spare threads work inside
    * each replica's kernels, whose reductions then follow the thread
    * count. steps_per_execution (Keras'; 0 means 1): steps run between two
-   * progress updates. */
+   * progress updates; on the pjrt backend, steps run on the devices in one
+   * execution (an on-device loop over that many stacked batches, one host
+   * round trip). */
   int replicas;
   int threads;
   /* Rows a replica runs through the network at a time. Where no layer
@@ -1184,6 +1186,12 @@ mxu_status mxu_profile_enable(mxu_model *model, int on);
 /* Fills up to capacity entries, one per layer; returns the layer count. */
 int mxu_profile_read(const mxu_model *model, mxu_layer_profile *out,
                      int capacity);
+
+/* The pjrt backend's host round trips since compile: the programs it
+ * executed and the training steps they ran (steps_per_execution K runs K
+ * steps an execution). Both 0 on the other backends. */
+void mxu_device_counts(const mxu_model *model, int64_t *executions,
+                       int64_t *steps);
 
 /* ---- files ------------------------------------------------------------- */
 

@@ -229,6 +229,17 @@ static mxu_hlo_value conv_strided(mxu_hlo *h, const mxu_hlo_value *x) {
   return mxu_hlo_convolution(h, x[0], x[1], &w);
 }
 
+/* A transposed convolution's: input dilation, with strides of its own. */
+static mxu_hlo_value conv_input_dilated(mxu_hlo *h, const mxu_hlo_value *x) {
+  mxu_hlo_window w = {.stride = {1, 2},
+                      .pad_low = {2, 1},
+                      .pad_high = {1, 2},
+                      .lhs_dilation = {2, 3},
+                      .rhs_dilation = {1, 1},
+                      .feature_groups = 1};
+  return mxu_hlo_convolution(h, x[0], x[1], &w);
+}
+
 static mxu_hlo_value conv_grouped(mxu_hlo *h, const mxu_hlo_value *x) {
   mxu_hlo_window w = {.stride = {1, 2},
                       .pad_low = {1, 1},
@@ -252,6 +263,26 @@ static mxu_hlo_value pool(mxu_hlo *h, const mxu_hlo_value *x,
 
 static mxu_hlo_value max_pool(mxu_hlo *h, const mxu_hlo_value *x) {
   return pool(h, x, MXU_HLO_MAX);
+}
+
+/* Windows that tile the input (grad.c's own rule): 2x2 windows leaving a
+ * row and a column out; 2x3 ones over padding. */
+static mxu_hlo_value max_pool_tiled(mxu_hlo *h, const mxu_hlo_value *x) {
+  mxu_hlo_window w = {.size = {2, 2},
+                      .stride = {2, 2},
+                      .lhs_dilation = {1, 1},
+                      .rhs_dilation = {1, 1}};
+  return mxu_hlo_reduce_window(h, x[0], MXU_HLO_MAX, &w);
+}
+
+static mxu_hlo_value max_pool_tiled_padded(mxu_hlo *h, const mxu_hlo_value *x) {
+  mxu_hlo_window w = {.size = {2, 3},
+                      .stride = {2, 3},
+                      .pad_low = {1, 0},
+                      .pad_high = {0, 2},
+                      .lhs_dilation = {1, 1},
+                      .rhs_dilation = {1, 1}};
+  return mxu_hlo_reduce_window(h, x[0], MXU_HLO_MAX, &w);
 }
 
 static mxu_hlo_value sum_pool(mxu_hlo *h, const mxu_hlo_value *x) {
@@ -299,6 +330,11 @@ static void ops(void) {
        {f64(4, 2, 5, 6, 3), f64(4, 3, 2, 3, 2)},
        conv_strided,
        0},
+      {"convolution, input dilated, strided",
+       2,
+       {f64(4, 2, 3, 4, 2), f64(4, 3, 2, 2, 3)},
+       conv_input_dilated,
+       0},
       {"convolution, 2 groups",
        2,
        {f64(4, 2, 4, 5, 4), f64(4, 3, 3, 2, 4)},
@@ -306,6 +342,16 @@ static void ops(void) {
        0},
       {"max pooling (reduce_window)", 1, {f64(4, 2, 5, 5, 2)}, max_pool, 0},
       {"sum pooling (reduce_window)", 1, {f64(4, 2, 5, 5, 2)}, sum_pool, 0},
+      {"max pooling, tiling windows",
+       1,
+       {f64(4, 2, 5, 7, 3)},
+       max_pool_tiled,
+       0},
+      {"max pooling, tiling windows over padding",
+       1,
+       {f64(4, 1, 5, 7, 2)},
+       max_pool_tiled_padded,
+       0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_op(&cases[i]);
 }
@@ -330,6 +376,55 @@ static void errors(void) {
   CHECK(mxu_hlo_matmul(&h, a, b) == 0);
   CHECK(strstr(mxu_errmsg(), "contracting dims differ (4, 5)") != NULL);
   mxu_hlo_free(&h);
+}
+
+/* ---- max pooling's gradient at ties -------------------------------------- */
+
+/* Equal values in a window (relu's zeros): the gradient goes to the first
+ * maximum in row-major order, as TensorFlow's and select_and_scatter's. */
+static void pooling_ties(void) {
+  enum { H = 4, W = 6 };
+  mxu_hlo h;
+  mxu_hlo_init(&h);
+  mxu_hlo_value x = mxu_hlo_parameter(&h, f64(4, 1, H, W, 1));
+  mxu_hlo_value r = mxu_hlo_parameter(&h, f64(4, 1, H / 2, W / 2, 1));
+  mxu_hlo_value y = max_pool_tiled(&h, &x);
+  int64_t all[4] = {0, 1, 2, 3};
+  mxu_hlo_value f = mxu_hlo_reduce(
+      &h, mxu_hlo_binary(&h, MXU_HLO_MULTIPLY, y, r), MXU_HLO_SUM, 4, all);
+  mxu_hlo_value dx = 0;
+  CHECK_OK(mxu_hlo_gradients(&h, f, mxu_hlo_full_like(&h, f, 1.0), 1, &x, &dx));
+  char *text = NULL;
+  CHECK_OK(mxu_hlo_print(&h, 1, &dx, 1, &text));
+  mxu_hlo_free(&h);
+  mxu_pjrt_program *program = NULL;
+  if (text) CHECK_OK(mxu_pjrt_compile(plugin, text, 1, &program));
+  free(text);
+  if (!program) return;
+  double xv[H][W], rv[H / 2][W / 2], got[H][W], want[H][W] = {{0}};
+  for (int i = 0; i < H; i++)
+    for (int j = 0; j < W; j++) xv[i][j] = (i * 7 + j * 3) % 4 == 0 ? 1 : 0;
+  for (int i = 0; i < H / 2; i++)
+    for (int j = 0; j < W / 2; j++) {
+      rv[i][j] = 1 + i * (W / 2) + j;
+      int bi = 2 * i, bj = 2 * j; /* the first maximum */
+      for (int k = 0; k < 4; k++)
+        if (xv[2 * i + k / 2][2 * j + k % 2] > xv[bi][bj])
+          bi = 2 * i + k / 2, bj = 2 * j + k % 2;
+      want[bi][bj] = rv[i][j];
+    }
+  int64_t xd[4] = {1, H, W, 1}, rd[4] = {1, H / 2, W / 2, 1};
+  mxu_pjrt_buffer *args[2] = {0}, *out = NULL;
+  CHECK_OK(mxu_pjrt_upload(plugin, 0, MXU_PJRT_F64, xv, 4, xd, &args[0]));
+  CHECK_OK(mxu_pjrt_upload(plugin, 0, MXU_PJRT_F64, rv, 4, rd, &args[1]));
+  CHECK_OK(mxu_pjrt_execute(plugin, program, 2, args, &out));
+  CHECK_OK(mxu_pjrt_download(plugin, out, got, sizeof got));
+  CHECK_MSG(memcmp(got, want, sizeof got) == 0,
+            "max pooling's gradient at ties is not at the first maximum");
+  mxu_pjrt_buffer_free(plugin, args[0]);
+  mxu_pjrt_buffer_free(plugin, args[1]);
+  mxu_pjrt_buffer_free(plugin, out);
+  mxu_pjrt_program_free(plugin, program);
 }
 
 /* ---- the step in an on-device loop --------------------------------------- */
@@ -408,6 +503,7 @@ int main(void) {
   CHECK_OK(mxu_pjrt_open(mxu_pjrt_plugin_path(NULL), 1, &plugin));
   if (!plugin) return check_report("test_hlo");
   ops();
+  pooling_ties();
   loop();
   errors();
   mxu_pjrt_close(plugin);

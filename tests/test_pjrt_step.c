@@ -9,6 +9,7 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,7 @@ enum { SIDE = 8, CLASSES = 10, ROWS = 8, REPLICAS = 2, STEPS = 3 };
 
 static mxu_pjrt *plugin;
 
-static int with_bn_dropout;
+static int with_bn_dropout, per_execution, dense_only;
 
 static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   mxu_model *m = mxu_sequential("step");
@@ -28,15 +29,17 @@ static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   mxu_conv2d_config c = mxu_conv2d_defaults(4, 3, 3);
   c.padding = MXU_SAME;
   c.strides[1] = 2;
-  CHECK_OK(mxu_add_conv2d(m, &c));
   mxu_pool2d_config p = mxu_pool2d_defaults(2, 2);
-  CHECK_OK(mxu_add_max_pooling2d(m, &p));
-  CHECK_OK(mxu_add_activation(m, NULL, MXU_RELU));
+  if (!dense_only) {
+    CHECK_OK(mxu_add_conv2d(m, &c));
+    CHECK_OK(mxu_add_max_pooling2d(m, &p));
+    CHECK_OK(mxu_add_activation(m, NULL, MXU_RELU));
+  }
   if (with_bn_dropout) CHECK_OK(mxu_add_dropout(m, NULL, 0.25f));
   CHECK_OK(mxu_add_flatten(m, NULL));
   mxu_dense_config d = mxu_dense_defaults(CLASSES);
   d.activation = MXU_TANH;
-  CHECK_OK(mxu_add_dense(m, &d));
+  if (!dense_only) CHECK_OK(mxu_add_dense(m, &d));
   mxu_dense_config d2 = mxu_dense_defaults(CLASSES);
   CHECK_OK(mxu_add_dense(m, &d2));
   CHECK_OK(mxu_add_activation(m, NULL, MXU_SOFTMAX));
@@ -47,6 +50,7 @@ static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   cc.threads = 1;
   cc.backend = backend;
   cc.metric = "accuracy";
+  cc.steps_per_execution = per_execution;
   CHECK_OK(mxu_compile(m, &cc));
   return m;
 }
@@ -75,14 +79,14 @@ static mxu_pjrt_buffer *upload(const float *values, const mxu_shape *shape,
 static void run_program(mxu_model *m, const float *x, const int32_t *labels,
                         double *loss, double *accuracy) {
   char *text = NULL;
-  CHECK_OK(mxu_model_train_program(m, ROWS / REPLICAS, REPLICAS, &text));
+  CHECK_OK(mxu_model_train_program(m, ROWS / REPLICAS, REPLICAS, 1, &text));
   mxu_pjrt_program *program = NULL;
   if (text) CHECK_OK(mxu_pjrt_compile(plugin, text, REPLICAS, &program));
   free(text);
   if (!program) return;
   const mxu_optimizer_config *o = &m->compile.optimizer;
   int count = m->param_count, kinds = o->kind == MXU_ADAM ? 2 : 1;
-  int state = count * (1 + kinds), nargs = state + 5;
+  int state = count * (1 + kinds), nargs = state + 6;
   int outputs = mxu_pjrt_program_outputs(program);
   CHECK(outputs == state + 2);
   mxu_pjrt_buffer **args = calloc((size_t)(REPLICAS * nargs), sizeof *args);
@@ -104,16 +108,20 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
       lr = lr * sqrt(1.0 - pow(o->beta_2, t)) / (1.0 - pow(o->beta_1, t));
     float rate = (float)lr, scale = 1.0f / ROWS;
     for (int r = 0; r < REPLICAS; r++) {
-      int64_t xd[4] = {per, SIDE, SIDE, 2}, rows[1] = {per};
+      /* One step of the loop program: each input stacked one deep. */
+      int64_t xd[5] = {1, per, SIDE, SIDE, 2}, rows[2] = {1, per}, one = 1;
+      int32_t steps = 1;
       mxu_pjrt_buffer **a = args + r * nargs + state;
-      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, &rate, 0, NULL, &a[0]));
-      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, x + r * per * sample, 4,
+      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, &rate, 1, &one, &a[0]));
+      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, x + r * per * sample, 5,
                                xd, &a[1]));
-      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, labels + r * per, 1,
+      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, labels + r * per, 2,
                                rows, &a[2]));
-      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, ones, 1, rows, &a[3]));
+      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, ones, 2, rows, &a[3]));
       CHECK_OK(
-          mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, &scale, 0, NULL, &a[4]));
+          mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, &scale, 1, &one, &a[4]));
+      CHECK_OK(
+          mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, &steps, 0, NULL, &a[5]));
     }
     CHECK_OK(mxu_pjrt_execute(plugin, program, nargs, args, outs));
     float sums[2] = {0, 0};
@@ -244,6 +252,106 @@ static void fit_on_devices(void) {
   mxu_model_free(dev);
 }
 
+/* A fit of 4 steps an epoch over 2 replicas of one row, unshuffled, k
+ * steps an execution; fails when the data has a row that is not finite.
+ * The model's weights and the device's counts are the caller's. */
+static mxu_status fit_k(mxu_model **out, const mxu_model *from, int k,
+                        const mxu_dataset *set, int checkpoint_every,
+                        const char *dir, const mxu_history **history) {
+  per_execution = k;
+  mxu_model *m = small_net(mxu_adam(0.01f), MXU_BACKEND_PJRT);
+  per_execution = 0;
+  *out = m;
+  if (!m) return MXU_ERR_ARG;
+  memcpy(m->weights, from->weights,
+         (size_t)from->trainable_count * sizeof(float));
+  mxu_fit_config fc = mxu_fit_defaults();
+  fc.epochs = 3;
+  fc.batch_size = 2;
+  fc.shuffle = 0;
+  fc.verbose = 0;
+  fc.checkpoint_every = checkpoint_every;
+  fc.checkpoint_dir = dir;
+  return mxu_fit(m, set, &fc, history);
+}
+
+static void same_weights(const mxu_model *a, const mxu_model *b,
+                         const char *what) {
+  CHECK_MSG(a->iterations == b->iterations &&
+                memcmp(a->weights, b->weights,
+                       (size_t)a->trainable_count * sizeof(float)) == 0 &&
+                memcmp(a->state, b->state,
+                       (size_t)a->state_count * sizeof(float)) == 0,
+            "%s: not the weights of one step at a time (%lld, %lld steps)",
+            what, (long long)a->iterations, (long long)b->iterations);
+}
+
+/* steps_per_execution K: K steps an execution on the devices, the same
+ * weights and losses bit for bit as one at a time; executions end at
+ * the epoch's end and where a checkpoint is due; a step whose loss is not
+ * finite stops training with the steps before it applied. */
+static void per_execution_loop(void) {
+  float x[ROWS * SIDE * SIDE * 2];
+  int32_t labels[ROWS];
+  mxu_dataset *set = samples(x, labels);
+  mxu_model *init = small_net(mxu_adam(0.01f), MXU_BACKEND_CPU_REF);
+  mxu_model *one = NULL, *three = NULL, *clipped = NULL;
+  const mxu_history *h1 = NULL, *h3 = NULL;
+  CHECK_OK(fit_k(&one, init, 1, set, 0, NULL, &h1));
+  CHECK_OK(fit_k(&three, init, 3, set, 0, NULL, &h3));
+  int64_t executions = 0, steps = 0;
+  if (one && three && h1 && h3) {
+    same_weights(one, three, "3 steps an execution");
+    for (int e = 0; e < 3; e++)
+      CHECK_MSG(h1->epochs[e].loss == h3->epochs[e].loss &&
+                    h1->epochs[e].accuracy == h3->epochs[e].accuracy,
+                "epoch %d: loss %.9g, 3 steps an execution %.9g", e + 1,
+                h1->epochs[e].loss, h3->epochs[e].loss);
+    mxu_device_counts(one, &executions, &steps);
+    CHECK(executions == 12 && steps == 12);
+    /* 3 + 1 steps an epoch: the epoch's end ends an execution. */
+    mxu_device_counts(three, &executions, &steps);
+    CHECK_MSG(executions == 6 && steps == 12, "%lld executions, %lld steps",
+              (long long)executions, (long long)steps);
+  }
+  /* A checkpoint every 2 steps cuts executions of 4 in two. */
+  char dir[] = "/tmp/mxu_pjrt_stepXXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  CHECK_OK(fit_k(&clipped, init, 4, set, 2, dir, NULL));
+  if (one && clipped) {
+    same_weights(one, clipped, "4 steps an execution, checkpoints every 2");
+    mxu_device_counts(clipped, &executions, &steps);
+    CHECK_MSG(executions == 6 && steps == 12, "%lld executions, %lld steps",
+              (long long)executions, (long long)steps);
+  }
+  char command[64];
+  snprintf(command, sizeof command, "rm -rf %s", dir);
+  CHECK(system(command) == 0);
+  mxu_model_free(one), mxu_model_free(three), mxu_model_free(clipped);
+  /* Step 3's rows not finite: the loss there is NaN; the two steps before
+   * it are applied, in one execution of 3 as one at a time. */
+  for (int i = 0; i < SIDE * SIDE * 2; i++)
+    x[4 * SIDE * SIDE * 2 + i] = INFINITY;
+  mxu_dataset_free(set);
+  int64_t dims[3] = {SIDE, SIDE, 2};
+  CHECK_OK(mxu_dataset_from_arrays(x, labels, ROWS, mxu_shape_make(3, dims),
+                                   CLASSES, &set));
+  dense_only = 1;
+  mxu_model_free(init);
+  init = small_net(mxu_adam(0.01f), MXU_BACKEND_CPU_REF);
+  EXPECT_FAIL(fit_k(&one, init, 1, set, 0, NULL, NULL), MXU_ERR_NUMERIC,
+              "epoch 1, step 3: the loss is NaN");
+  EXPECT_FAIL(fit_k(&three, init, 3, set, 0, NULL, NULL), MXU_ERR_NUMERIC,
+              "epoch 1, step 3: the loss is NaN");
+  dense_only = 0;
+  if (one && three) {
+    CHECK(three->iterations == 2);
+    same_weights(one, three, "a NaN loss in an execution of 3");
+  }
+  mxu_model_free(one), mxu_model_free(three), mxu_model_free(init);
+  mxu_dataset_free(set);
+}
+
 /* What the program cannot emit yet is refused, naming it. */
 static void refusal(int layer, const char *optimizer, const char *needle) {
   mxu_model *m = mxu_sequential("refused");
@@ -261,7 +369,7 @@ static void refusal(int layer, const char *optimizer, const char *needle) {
   CHECK_OK(mxu_optimizer_from_name(optimizer, &cc.optimizer));
   CHECK_OK(mxu_compile(m, &cc));
   char *text = (char *)1;
-  EXPECT_FAIL(mxu_model_train_program(m, 2, 1, &text), MXU_ERR_UNSUPPORTED,
+  EXPECT_FAIL(mxu_model_train_program(m, 2, 1, 1, &text), MXU_ERR_UNSUPPORTED,
               needle);
   CHECK(text == NULL);
   /* compile on pjrt says the same. */
@@ -283,6 +391,8 @@ int main(void) {
   fit_on_devices();
   with_bn_dropout = 1; /* the host's dropout masks, per-replica statistics */
   fit_on_devices();
+  with_bn_dropout = 0;
+  per_execution_loop();
   refusals();
   mxu_pjrt_close(plugin);
   return check_report("test_pjrt_step");

@@ -28,12 +28,12 @@ typedef struct bench_args {
   const char *model, *report;
   int batch_size, replicas, threads, steps, repeats, precision, backend;
   const char *pjrt_plugin;
-  int slice_rows;
+  int slice_rows, steps_per_execution;
   int profile;
   int augment;
 } bench_args;
 
-#define BENCH_OPTION_COUNT 12
+#define BENCH_OPTION_COUNT 13
 
 static void bench_options(bench_args *a, cli_option *o) {
   cli_option table[BENCH_OPTION_COUNT] = {
@@ -63,6 +63,8 @@ static void bench_options(bench_args *a, cli_option *o) {
        cli_backend_names, 0, 0},
       {"--pjrt-plugin", "PATH", CLI_PJRT_PLUGIN_HELP, CLI_STRING,
        &a->pjrt_plugin, NULL, 0, 0},
+      {"--steps-per-execution", "K", CLI_STEPS_PER_EXECUTION_HELP,
+       CLI_POSITIVE_INT, &a->steps_per_execution, NULL, 0, 0},
       {"--profile", "",
        "print the time of every layer, forward and backward, on the first "
        "replica",
@@ -142,6 +144,8 @@ static int prepare(const bench_args *a, bench_run *run) {
   run->compile.replicas = a->replicas;
   run->compile.threads = a->threads;
   run->compile.slice_rows = a->slice_rows;
+  if (a->steps_per_execution)
+    run->compile.steps_per_execution = a->steps_per_execution;
   if (a->backend) run->compile.backend = (mxu_backend_kind)a->backend;
   if (a->pjrt_plugin) run->compile.pjrt_plugin = a->pjrt_plugin;
   run->compile.precision =

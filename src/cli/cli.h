@@ -68,6 +68,10 @@ int cli_check_weights_path(const char *command, const char *flag,
  * but the CPU computes in float32. */
 /* --backend's choices, in mxu_backend_kind order, and its help. */
 extern const char *const cli_backend_names[];
+#define CLI_STEPS_PER_EXECUTION_HELP                                           \
+  "run K steps between progress updates (Keras' steps_per_execution); on "     \
+  "--backend pjrt, K steps on the devices per host round trip (default: "      \
+  "the model file's, else 1)"
 #define CLI_BACKEND_HELP                                                       \
   "cpu (oneDNN and mxu's kernels), cpu_ref (plain C, slow) or pjrt (the "      \
   "whole step as one XLA program on a PJRT plugin's devices, one per "         \

@@ -78,9 +78,7 @@ static void train_options(train_args *a, cli_option *o) {
       {"--threads", "T",
        "worker threads running the replicas (default: every core)",
        CLI_POSITIVE_INT, &a->threads, NULL, 0, 0},
-      {"--steps-per-execution", "K",
-       "run K steps between progress updates (Keras' steps_per_execution; "
-       "default: the model file's, else 1)",
+      {"--steps-per-execution", "K", CLI_STEPS_PER_EXECUTION_HELP,
        CLI_POSITIVE_INT, &a->steps_per_execution, NULL, 0, 0},
       {"--optimizer", "NAME",
        "adam, sgd, rmsprop, adagrad, adamax, nadam, adadelta, lion or "
@@ -396,6 +394,12 @@ static mxu_status fit_and_evaluate(train_args *a, train_run *run) {
   if (train) {
     s = mxu_fit(run->model, run->train, &fit, &run->history);
     if (s != MXU_OK) return s;
+    int64_t executions = 0, steps = 0;
+    mxu_device_counts(run->model, &executions, &steps);
+    if (a->verbose && executions)
+      printf("pjrt: %lld training steps in %lld executions (host round "
+             "trips)\n",
+             (long long)steps, (long long)executions);
     /* A last epoch that validated already scored the final weights on the
      * test split; a second pass would give the same numbers. */
     const mxu_epoch_log *last = &run->history->epochs[run->history->count - 1];

@@ -15,16 +15,25 @@
 #include <malloc.h>
 #endif
 
+/* A step's inputs besides the state, in the program's order: the rate, x,
+ * the labels or targets, the mask, the scale, each noise-drawing node's
+ * noise. The host stages `steps` of them (one execution's), stacked. */
+enum { RATE, X, LABELS, MASK, SCALE, NOISE };
+
 struct mxu_device {
   mxu_pjrt *pjrt;
   mxu_pjrt_program *train;
-  int devices, kinds, trainable, state, nargs, outputs;
-  float *noise;           /* the host's draws for one node of one replica */
-  mxu_pjrt_buffer **args; /* devices * nargs: state, then the step's */
+  int devices, kinds, trainable, state, inputs, nargs, outputs;
+  int steps;              /* the most one execution runs */
+  mxu_hlo_shape *shape;   /* inputs: one step's, dtype F32 or S32 */
+  int64_t *size;          /* inputs: one step's values */
+  float **stage;          /* devices * inputs: `steps` steps' values */
+  mxu_pjrt_buffer **args; /* devices * nargs: state, inputs, step count */
   mxu_pjrt_buffer **outs; /* devices * outputs */
-  int pending;            /* outs hold a step not yet applied */
+  int pending;            /* steps in outs not yet applied */
   int64_t synced;         /* model->iterations of the devices' state; -1 */
-  float rate;             /* the pending step's learning rate */
+  float *rates;           /* steps: each staged step's schedule rate */
+  int64_t executions, steps_run;
 };
 
 static void free_buffers(mxu_device *d, mxu_pjrt_buffer **b, int from, int to,
@@ -41,9 +50,14 @@ void mxu_device_free(mxu_model *model) {
   if (!d) return;
   if (d->args) free_buffers(d, d->args, 0, d->nargs, d->nargs);
   if (d->outs) free_buffers(d, d->outs, 0, d->outputs, d->outputs);
+  if (d->stage)
+    for (int i = 0; i < d->devices * d->inputs; i++) free(d->stage[i]);
+  free(d->stage);
+  free(d->shape);
+  free(d->rates);
+  free(d->size);
   free(d->args);
   free(d->outs);
-  free(d->noise);
   mxu_pjrt_program_free(d->pjrt, d->train);
   mxu_pjrt_close(d->pjrt);
   free(d);
@@ -60,6 +74,54 @@ static void keep_large_allocations(void) {
 #endif
 }
 
+/* One step's shape of each input. */
+static void input_shapes(const mxu_model *model, mxu_device *d) {
+  const mxu_plan *plan = &model->plan;
+  int64_t rows[1] = {plan->batch};
+  int64_t t_dims[2] = {
+      plan->batch,
+      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape)};
+  d->shape[RATE] = d->shape[SCALE] = mxu_hlo_shape_make(MXU_HLO_F32, 0, NULL);
+  d->shape[X] =
+      mxu_batch_shape(plan->batch, &model->layers[model->inputs[0]].out_shape);
+  d->shape[LABELS] = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
+                         ? mxu_hlo_shape_make(MXU_HLO_S32, 1, rows)
+                         : mxu_hlo_shape_make(MXU_HLO_F32, 2, t_dims);
+  d->shape[MASK] = mxu_hlo_shape_make(MXU_HLO_F32, 1, rows);
+  for (int n = 0, i = NOISE; n < model->layer_count; n++)
+    if (mxu_layer_draws_noise(&model->layers[n]))
+      d->shape[i++] = mxu_batch_shape(plan->batch, &model->layers[n].out_shape);
+  for (int i = 0; i < d->inputs; i++) d->size[i] = mxu_hlo_count(&d->shape[i]);
+}
+
+static mxu_status allocate(const mxu_model *model, mxu_device *d) {
+  int noises = 0;
+  for (int n = 0; n < model->layer_count; n++)
+    noises += mxu_layer_draws_noise(&model->layers[n]);
+  d->inputs = NOISE + noises;
+  d->nargs = d->state + d->inputs + 1;
+  d->outputs = mxu_pjrt_program_outputs(d->train);
+  d->shape = calloc((size_t)d->inputs, sizeof *d->shape);
+  d->size = calloc((size_t)d->inputs, sizeof *d->size);
+  d->rates = calloc((size_t)d->steps, sizeof *d->rates);
+  d->stage = calloc((size_t)(d->devices * d->inputs), sizeof *d->stage);
+  d->args = calloc((size_t)(d->devices * d->nargs), sizeof *d->args);
+  d->outs = calloc((size_t)(d->devices * d->outputs), sizeof *d->outs);
+  if (!d->shape || !d->size || !d->rates || !d->stage || !d->args || !d->outs)
+    return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  input_shapes(model, d);
+  for (int r = 0; r < d->devices; r++)
+    for (int i = 0; i < d->inputs; i++) {
+      size_t bytes = (size_t)(d->steps * d->size[i]) * sizeof(float);
+      if (!(d->stage[r * d->inputs + i] = malloc(bytes)))
+        return mxu_fail(MXU_ERR_NOMEM,
+                        "pjrt: out of memory for %d steps' inputs (%zu "
+                        "bytes each); lower steps_per_execution",
+                        d->steps, bytes);
+    }
+  return MXU_OK;
+}
+
 mxu_status mxu_device_open(mxu_model *model) {
   mxu_device_free(model);
   keep_large_allocations();
@@ -68,8 +130,12 @@ mxu_status mxu_device_open(mxu_model *model) {
                     "pjrt: one process drives every device; run without "
                     "mpirun");
   const mxu_plan *plan = &model->plan;
+  int steps = model->compile.steps_per_execution > 0
+                  ? model->compile.steps_per_execution
+                  : 1;
   char *text = NULL;
-  MXU_TRY(mxu_model_train_program(model, plan->batch, plan->replicas, &text));
+  MXU_TRY(mxu_model_train_program(model, plan->batch, plan->replicas, steps,
+                                  &text));
   mxu_device *d = calloc(1, sizeof *d);
   if (!d) {
     free(text);
@@ -77,32 +143,17 @@ mxu_status mxu_device_open(mxu_model *model) {
   }
   model->device = d;
   d->devices = plan->replicas;
+  d->steps = steps;
   d->synced = -1;
   d->kinds = mxu_model_slot_kinds(model);
   for (int i = 0; i < model->param_count; i++)
     d->trainable += model->params[i].trainable;
   d->state = model->param_count + d->kinds * d->trainable;
-  int64_t largest = 0, noises = 0;
-  for (int n = 0; n < model->layer_count; n++) {
-    const mxu_layer *l = &model->layers[n];
-    if (!mxu_layer_draws_noise(l)) continue;
-    noises++;
-    int64_t values = plan->batch * mxu_shape_count(&l->out_shape);
-    if (values > largest) largest = values;
-  }
-  d->nargs = d->state + 5 + (int)noises;
   mxu_status s =
       mxu_pjrt_open(model->compile.pjrt_plugin, d->devices, &d->pjrt);
   if (s == MXU_OK) s = mxu_pjrt_compile(d->pjrt, text, d->devices, &d->train);
   free(text);
-  if (s == MXU_OK) {
-    d->outputs = mxu_pjrt_program_outputs(d->train);
-    d->args = calloc((size_t)(d->devices * d->nargs), sizeof *d->args);
-    d->outs = calloc((size_t)(d->devices * d->outputs), sizeof *d->outs);
-    d->noise = malloc((size_t)(largest ? largest : 1) * sizeof(float));
-    if (!d->args || !d->outs || !d->noise)
-      s = mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
-  }
+  if (s == MXU_OK) s = allocate(model, d);
   if (s != MXU_OK) mxu_device_free(model);
   return s;
 }
@@ -148,92 +199,126 @@ static mxu_status upload_state(mxu_model *model) {
   return MXU_OK;
 }
 
-/* Each noise-drawing node's draws for this replica and step, as the host
- * forward pass would draw them. */
-static mxu_status upload_noise(mxu_model *model, int r, const mxu_step_key *key,
-                               mxu_pjrt_buffer **at) {
-  mxu_device *d = model->device;
-  mxu_replica *replica = &model->plan.replica[r];
-  for (int n = 0; n < model->layer_count; n++) {
-    const mxu_layer *l = &model->layers[n];
-    if (!mxu_layer_draws_noise(l)) continue;
-    mxu_layer_run run = mxu_replica_run(model, replica, n, key);
-    l->cls->emit_noise(l, &run, d->noise);
-    mxu_hlo_shape s = mxu_batch_shape(model->plan.batch, &l->out_shape);
-    MXU_TRY(upload(d, r, MXU_PJRT_F32, d->noise, s.rank, s.dims, at++));
-  }
-  return MXU_OK;
-}
-
-/* Each replica's loaded batch (the host plan's arenas) and the step's
- * scalars. */
-static mxu_status upload_batch(mxu_model *model, const mxu_step_key *key,
-                               float rate, float scale) {
-  mxu_device *d = model->device;
-  const mxu_plan *plan = &model->plan;
-  mxu_hlo_shape x =
-      mxu_batch_shape(plan->batch, &model->layers[model->inputs[0]].out_shape);
-  int64_t rows[1] = {plan->batch};
-  int64_t classes =
-      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape);
-  int64_t t_dims[2] = {plan->batch, classes};
-  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
-  for (int r = 0; r < d->devices; r++) {
-    const mxu_replica *replica = &plan->replica[r];
-    mxu_pjrt_buffer **a = d->args + r * d->nargs + d->state;
-    MXU_TRY(upload(d, r, MXU_PJRT_F32, &rate, 0, NULL, &a[0]));
-    MXU_TRY(upload(d, r, MXU_PJRT_F32,
-                   mxu_replica_floats(replica, plan->act[model->inputs[0]]),
-                   x.rank, x.dims, &a[1]));
-    if (sparse)
-      MXU_TRY(upload(d, r, MXU_PJRT_S32,
-                     mxu_replica_floats(replica, plan->labels), 1, rows,
-                     &a[2]));
-    else
-      MXU_TRY(upload(d, r, MXU_PJRT_F32,
-                     mxu_replica_floats(replica, plan->targets), 2, t_dims,
-                     &a[2]));
-    MXU_TRY(upload(d, r, MXU_PJRT_F32, mxu_replica_floats(replica, plan->mask),
-                   1, rows, &a[3]));
-    MXU_TRY(upload(d, r, MXU_PJRT_F32, &scale, 0, NULL, &a[4]));
-    MXU_TRY(upload_noise(model, r, key, &a[5]));
-  }
-  return MXU_OK;
+int mxu_device_steps(const mxu_model *model) {
+  return model->device ? model->device->steps : 0;
 }
 
 /* The step's rate as the host update would use it: the schedule's at the
- * iteration before the step; Adam's with its bias correction folded in. */
-static float step_rate(const mxu_model *model) {
+ * iteration before the step. */
+static double schedule_rate(const mxu_model *model, int64_t iteration) {
   const mxu_optimizer_config *o = &model->compile.optimizer;
-  double rate = mxu_optimizer_rate(model);
-  if (o->kind == MXU_ADAM)
-    rate = mxu_adam_rate(o, rate, (double)model->iterations + 1);
-  return (float)rate;
+  if (o->schedule.kind != MXU_DECAY_NONE)
+    return mxu_schedule_rate(&o->schedule, iteration);
+  return o->learning_rate;
 }
 
-mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
-                                float scale) {
+static void stage_copy(mxu_device *d, int r, int input, int step,
+                       const void *from) {
+  float *to = d->stage[r * d->inputs + input] + step * d->size[input];
+  memcpy(to, from, (size_t)d->size[input] * sizeof(float));
+}
+
+void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
+                      float scale) {
   mxu_device *d = model->device;
-  mxu_step_result result = {0};
-  /* A step not applied (its loss was not finite) leaves its outputs. */
+  const mxu_plan *plan = &model->plan;
+  int64_t iteration = model->iterations + step;
+  double rate = schedule_rate(model, iteration);
+  d->rates[step] = (float)rate;
+  /* Adam's with its bias correction folded in, as Keras computes it. */
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  float folded = (float)(o->kind == MXU_ADAM
+                             ? mxu_adam_rate(o, rate, (double)iteration + 1)
+                             : rate);
+  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  for (int r = 0; r < d->devices; r++) {
+    mxu_replica *replica = &plan->replica[r];
+    stage_copy(d, r, RATE, step, &folded);
+    stage_copy(d, r, X, step,
+               mxu_replica_floats(replica, plan->act[model->inputs[0]]));
+    stage_copy(
+        d, r, LABELS, step,
+        mxu_replica_floats(replica, sparse ? plan->labels : plan->targets));
+    stage_copy(d, r, MASK, step, mxu_replica_floats(replica, plan->mask));
+    stage_copy(d, r, SCALE, step, &scale);
+    /* Each noise-drawing node's draws, as the host forward pass would
+     * draw them. */
+    for (int n = 0, i = NOISE; n < model->layer_count; n++) {
+      const mxu_layer *l = &model->layers[n];
+      if (!mxu_layer_draws_noise(l)) continue;
+      mxu_layer_run run = mxu_replica_run(model, replica, n, key);
+      l->cls->emit_noise(l, &run,
+                         d->stage[r * d->inputs + i] + step * d->size[i]);
+      i++;
+    }
+  }
+}
+
+/* The staged steps, stacked, to every device. */
+static mxu_status upload_stage(mxu_device *d) {
+  for (int r = 0; r < d->devices; r++)
+    for (int i = 0; i < d->inputs; i++) {
+      const mxu_hlo_shape *s = &d->shape[i];
+      int64_t dims[MXU_HLO_MAX_RANK + 1] = {d->steps};
+      memcpy(dims + 1, s->dims, (size_t)s->rank * sizeof *dims);
+      MXU_TRY(upload(d, r,
+                     s->dtype == MXU_HLO_S32 ? MXU_PJRT_S32 : MXU_PJRT_F32,
+                     d->stage[r * d->inputs + i], s->rank + 1, dims,
+                     &d->args[r * d->nargs + d->state + i]));
+    }
+  return MXU_OK;
+}
+
+mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
+                          float *metric_sums) {
+  mxu_device *d = model->device;
+  if (steps < 1 || steps > d->steps)
+    return mxu_fail(MXU_ERR_ARG, "pjrt: %d steps in one execution (1 to %d)",
+                    steps, d->steps);
+  /* A run not applied (a loss was not finite) leaves its outputs. */
   free_buffers(d, d->outs, 0, d->outputs, d->outputs);
   d->pending = 0;
   mxu_status s = MXU_OK;
   if (d->synced != model->iterations) s = upload_state(model);
-  d->rate = step_rate(model);
-  if (s == MXU_OK) s = upload_batch(model, key, d->rate, scale);
+  if (s == MXU_OK) s = upload_stage(d);
+  int32_t count = steps;
+  for (int r = 0; s == MXU_OK && r < d->devices; r++)
+    s = upload(d, r, MXU_PJRT_S32, &count, 0, NULL,
+               &d->args[r * d->nargs + d->nargs - 1]);
   if (s == MXU_OK)
     s = mxu_pjrt_execute(d->pjrt, d->train, d->nargs, d->args, d->outs);
+  float *sums[2] = {loss_sums, metric_sums}, all[2][d->steps];
+  for (int k = 0; s == MXU_OK && k < 2; k++) {
+    s = mxu_pjrt_download(d->pjrt, d->outs[d->state + k], all[k],
+                          sizeof all[k]);
+    memcpy(sums[k], all[k], (size_t)steps * sizeof(float));
+  }
+  if (s != MXU_OK) {
+    free_buffers(d, d->outs, 0, d->outputs, d->outputs);
+    return s;
+  }
+  d->pending = steps;
+  d->executions++;
+  d->steps_run += steps;
+  return MXU_OK;
+}
+
+mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
+                                float scale) {
+  mxu_device_stage(model, 0, key, scale);
   float sums[2] = {0, 0};
-  for (int k = 0; s == MXU_OK && k < 2; k++)
-    s = mxu_pjrt_download(d->pjrt, d->outs[d->state + k], &sums[k],
-                          sizeof(float));
-  d->pending = s == MXU_OK;
-  if (s != MXU_OK) free_buffers(d, d->outs, 0, d->outputs, d->outputs);
-  result.status = s;
+  mxu_step_result result = {0};
+  result.status = mxu_device_run(model, 1, &sums[0], &sums[1]);
   result.loss_sum = sums[0];
   result.metric_sum = sums[1];
   return result;
+}
+
+void mxu_device_counts(const mxu_model *model, int64_t *executions,
+                       int64_t *steps) {
+  const mxu_device *d = model ? model->device : NULL;
+  if (executions) *executions = d ? d->executions : 0;
+  if (steps) *steps = d ? d->steps_run : 0;
 }
 
 mxu_status mxu_device_apply(mxu_model *model) {
@@ -247,9 +332,10 @@ mxu_status mxu_device_apply(mxu_model *model) {
       d->outs[r * d->outputs + i] = NULL;
     }
   free_buffers(d, d->outs, d->state, d->outputs, d->outputs);
+  /* The host's record of the last step, as its own update leaves it. */
+  model->step_rate = d->rates[d->pending - 1];
+  model->iterations += d->pending;
   d->pending = 0;
-  model->step_rate = d->rate;
-  model->iterations++;
   d->synced = -1; /* until the host has all of it */
   int count = model->param_count;
   for (int i = 0, t = 0; i < count; i++) {

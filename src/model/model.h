@@ -669,16 +669,17 @@ int mxu_metric_needs_labels(mxu_metric_kind kind);
 /* ---- programs.c ---------------------------------------------------------- */
 
 /* The training step as one StableHLO program for `replicas` replicas of
- * `batch` rows (MLIR text, the caller's to free). Parameters: every weight
+ * `batch` rows, run up to `steps` times in an on-device loop (MLIR text,
+ * the caller's to free; mxu_hlo_print_loop). Parameters: every weight
  * (model->params order), the trainable ones' optimizer slots kind by
- * kind, the step's rate (Adam's with its bias correction folded in), x,
- * the labels (int32) or targets, the rows' mask, the loss scale (1 /
- * global batch) and the noise of each node that draws it (emit_noise), in
- * node order. Results: every weight's new value, the new slots, the loss
- * sum and the metric sum over every replica. MXU_ERR_UNSUPPORTED names what is
- * not emitted. */
+ * kind, then each step's (stacked `steps` deep): its rate (Adam's with its
+ * bias correction folded in), x, the labels (int32) or targets, the rows'
+ * mask, the loss scale (1 / global batch) and the noise of each node that
+ * draws it (emit_noise), in node order; last the steps to run. Results:
+ * every weight's new value, the new slots, each step's loss sum and metric
+ * sum over every replica. MXU_ERR_UNSUPPORTED names what is not emitted. */
 mxu_status mxu_model_train_program(const mxu_model *model, int batch,
-                                   int replicas, char **text);
+                                   int replicas, int steps, char **text);
 /* The optimizer's slot kinds the program keeps per trainable weight
  * (mxu_slot_buffer's first ones). */
 int mxu_model_slot_kinds(const mxu_model *model);
@@ -693,15 +694,28 @@ static inline int mxu_layer_draws_noise(const mxu_layer *l) {
 
 typedef struct mxu_device mxu_device;
 /* At compile, for the pjrt backend: the plugin, a device per replica and
- * the training step compiled; freed with the plan. */
+ * the training step compiled; freed with the plan, and opened again by
+ * fit for a plan of another batch. */
 mxu_status mxu_device_open(mxu_model *model);
 void mxu_device_free(mxu_model *model);
 /* The host's weights changed (a new fit, a restore): the next step sends
  * them to the devices first. */
 void mxu_device_invalidate(mxu_model *model);
-/* One training step of the loaded batch on the devices; its update is
- * kept there until mxu_device_apply makes it the state (and copies the
- * weights and slots to the host). */
+/* Training steps run on the devices `steps` at a time, one host round
+ * trip each (steps_per_execution; an on-device loop): the most one run
+ * takes (0 without a device). */
+int mxu_device_steps(const mxu_model *model);
+/* The loaded batch as step `step` of the next run (its rate from the
+ * iteration model->iterations + step). */
+void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
+                      float scale);
+/* The first `steps` staged steps run from the devices' state, each step's
+ * loss and metric sums returned; kept until mxu_device_apply makes the
+ * result the state (and copies the weights and slots to the host). A run
+ * not applied is dropped by the next. */
+mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
+                          float *metric_sums);
+/* One step of the loaded batch (stage and run). */
 mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
                                 float scale);
 mxu_status mxu_device_apply(mxu_model *model);

@@ -44,7 +44,7 @@ static mxu_status check_supported(const mxu_model *model) {
       c->label_smoothing > 0 || model->input_count != 1)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "pjrt: the step program has no amsgrad, use_ema, weight "
-                    "decay, clipping, regularizers, label smoothing or "
+                    "decay, clipping, weight regularizers, label smoothing or "
                     "several inputs yet");
   for (int n = 0; n < model->layer_count; n++) {
     const mxu_layer *l = &model->layers[n];
@@ -59,11 +59,6 @@ static mxu_status check_supported(const mxu_model *model) {
                         "pjrt: layer '%s': weight constraints are not "
                         "emitted yet",
                         l->name);
-    if (l->activity.l1 != 0 || l->activity.l2 != 0)
-      return mxu_fail(MXU_ERR_UNSUPPORTED,
-                      "pjrt: layer '%s': activity regularizers are not "
-                      "emitted yet",
-                      l->name);
   }
   return MXU_OK;
 }
@@ -125,6 +120,34 @@ static mxu_hlo_value cross_entropy(mxu_hlo *h, mxu_hlo_value z,
   mxu_hlo_value per_row = mxu_hlo_binary(h, MXU_HLO_SUBTRACT, lse, picked);
   return mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, per_row, mask),
                         MXU_HLO_SUM, 1, &rows);
+}
+
+/* The nodes' activity penalties, l1 |y| + l2 y^2 summed over the valid
+ * rows, as step.c adds them to the loss. */
+static mxu_hlo_value activity_penalties(const mxu_model *model, mxu_hlo *h,
+                                        const mxu_hlo_value *nodes,
+                                        mxu_hlo_value mask,
+                                        mxu_hlo_value loss) {
+  for (int n = 0; n < model->layer_count; n++) {
+    const mxu_layer *l = &model->layers[n];
+    if (!mxu_has_activity(l)) continue;
+    mxu_hlo_value y = nodes[n];
+    mxu_hlo_shape s = *mxu_hlo_shape_of(h, y);
+    int64_t rows = 0, all[MXU_HLO_MAX_RANK];
+    for (int d = 0; d < s.rank; d++) all[d] = d;
+    mxu_hlo_value penalty = mxu_hlo_binary(
+        h, MXU_HLO_ADD,
+        mxu_hlo_binary(h, MXU_HLO_MULTIPLY, mxu_hlo_unary(h, MXU_HLO_ABS, y),
+                       mxu_hlo_full_like(h, y, l->activity.l1)),
+        mxu_hlo_binary(h, MXU_HLO_MULTIPLY,
+                       mxu_hlo_binary(h, MXU_HLO_MULTIPLY, y, y),
+                       mxu_hlo_full_like(h, y, l->activity.l2)));
+    penalty = mxu_hlo_binary(h, MXU_HLO_MULTIPLY, penalty,
+                             mxu_hlo_broadcast(h, mask, s, &rows));
+    loss = mxu_hlo_binary(h, MXU_HLO_ADD, loss,
+                          mxu_hlo_reduce(h, penalty, MXU_HLO_SUM, s.rank, all));
+  }
+  return loss;
 }
 
 /* The labels as one-hot rows of the output's width. */
@@ -284,7 +307,7 @@ int mxu_model_slot_kinds(const mxu_model *model) {
 }
 
 mxu_status mxu_model_train_program(const mxu_model *model, int batch,
-                                   int replicas, char **text) {
+                                   int replicas, int steps, char **text) {
   *text = NULL;
   MXU_TRY(check_supported(model));
   const mxu_optimizer_config *o = &model->compile.optimizer;
@@ -331,6 +354,7 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
     mxu_hlo_value target =
         sparse ? one_hot(&h, in.labels, batch, classes) : in.labels;
     loss = cross_entropy(&h, logits, target, in.mask);
+    loss = activity_penalties(model, &h, nodes, in.mask, loss);
     hits = correct(&h, nodes[out_node], target, in.mask);
     s = mxu_hlo_gradients(&h, loss, in.scale, count, in.w, grads);
   }
@@ -363,7 +387,9 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
   int r = count + kinds * trainable;
   results[r++] = sums[n - 2];
   results[r++] = sums[n - 1];
-  if (s == MXU_OK) s = mxu_hlo_print(&h, r, results, replicas, text);
+  if (s == MXU_OK)
+    s = mxu_hlo_print_loop(&h, r, results, count + kinds * trainable, steps,
+                           replicas, text);
   if (s == MXU_OK && h.status != MXU_OK) s = h.status;
   mxu_hlo_free(&h);
   free(v);

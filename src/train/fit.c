@@ -267,6 +267,40 @@ static mxu_logs epoch_logs(const mxu_model *model, int epoch,
   return logs;
 }
 
+static int steps_per_execution(const mxu_model *model) {
+  int k = model->compile.steps_per_execution;
+  return k > 0 ? k : 1;
+}
+
+static mxu_status check_finite(int epoch, int step, double loss_sum) {
+  if (isfinite(loss_sum)) return MXU_OK;
+  return mxu_fail(MXU_ERR_NUMERIC,
+                  "fit: epoch %d, step %d: the loss is %s; training "
+                  "stopped before applying this step (lower the learning "
+                  "rate or rescale the inputs)",
+                  epoch + 1, step + 1, isnan(loss_sum) ? "NaN" : "inf");
+}
+
+/* After a step is applied: the epoch's running totals, a checkpoint when
+ * due, and every steps_per_execution steps the progress bar and the
+ * batch-end callbacks. */
+static mxu_status after_step(mxu_model *model, const mxu_fit_config *c,
+                             int epoch, int step, int steps, int first,
+                             mxu_progress *progress, epoch_totals *totals,
+                             mxu_step_result r) {
+  totals->loss_sum += r.loss_sum;
+  totals->metric_sum += r.metric_sum;
+  totals->samples += global_batch(model);
+  MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
+  if ((step + 1 - first) % steps_per_execution(model) != 0 && step + 1 != steps)
+    return MXU_OK;
+  mxu_logs logs = epoch_logs(model, epoch, totals);
+  logs.step = step + 1;
+  mxu_metric_value m[2] = {{"loss", logs.loss}, {model->metric, logs.accuracy}};
+  mxu_progress_update(progress, step + 1, m, 2, 0);
+  return mxu_callbacks_run(c, model, MXU_HOOK_BATCH_END, epoch, &logs);
+}
+
 /* One step on the loaded batch: forward, backward, the all-reduce and
  * the update, with the epoch's running totals and the hooks after it. */
 static mxu_status train_step(mxu_model *model, const mxu_fit_config *c,
@@ -280,31 +314,64 @@ static mxu_status train_step(mxu_model *model, const mxu_fit_config *c,
    * weights before the update. */
   if (model->penalized)
     r.loss_sum += (double)batch * mxu_regularization_loss(model);
-  if (!isfinite(r.loss_sum))
-    return mxu_fail(MXU_ERR_NUMERIC,
-                    "fit: epoch %d, step %d: the loss is %s; training "
-                    "stopped before applying this step (lower the learning "
-                    "rate or rescale the inputs)",
-                    epoch + 1, step + 1, isnan(r.loss_sum) ? "NaN" : "inf");
+  MXU_TRY(check_finite(epoch, step, r.loss_sum));
   MXU_TRY(mxu_strategy_apply(model));
-  totals->loss_sum += r.loss_sum;
-  totals->metric_sum += r.metric_sum;
-  totals->samples += batch;
-  MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
-  /* steps_per_execution: the driver hears of the steps K at a time. */
-  int every = model->compile.steps_per_execution > 0
-                  ? model->compile.steps_per_execution
-                  : 1;
-  if ((step + 1 - first) % every != 0 && step + 1 != steps) return MXU_OK;
-  mxu_logs logs = epoch_logs(model, epoch, totals);
-  logs.step = step + 1;
-  mxu_metric_value m[2] = {{"loss", logs.loss}, {model->metric, logs.accuracy}};
-  mxu_progress_update(progress, step + 1, m, 2, 0);
-  return mxu_callbacks_run(c, model, MXU_HOOK_BATCH_END, epoch, &logs);
+  return after_step(model, c, epoch, step, steps, first, progress, totals, r);
+}
+
+/* How many steps from `step` run in one execution on the devices: up to
+ * steps_per_execution, ending where the host must see the weights (the
+ * batch-end callbacks every steps_per_execution steps, a checkpoint, the
+ * epoch's end). 1 on the host backends. */
+static int group_size(const mxu_model *model, const mxu_fit_config *c,
+                      int epoch, int step, int steps, int first) {
+  int most = mxu_device_steps(model), n = 1;
+  while (n < most && step + n < steps &&
+         (step + n - first) % steps_per_execution(model) != 0 &&
+         !(c->checkpoint_dir && c->checkpoint_every > 0 &&
+           ((int64_t)epoch * steps + step + n) % c->checkpoint_every == 0))
+    n++;
+  return n;
+}
+
+/* n staged steps on the devices in one execution. A step whose loss is
+ * not finite stops training with the steps before it applied, as on the
+ * host: the run is repeated without it and the rest. */
+static mxu_status device_steps(mxu_model *model, const mxu_fit_config *c,
+                               int epoch, int step, int n, int steps, int first,
+                               mxu_progress *progress, epoch_totals *totals) {
+  float loss[n], metric[n], again[n], again_metric[n];
+  MXU_TRY(mxu_device_run(model, n, loss, metric));
+  int good = 0;
+  while (good < n && isfinite(loss[good])) good++;
+  if (good > 0 && good < n)
+    MXU_TRY(mxu_device_run(model, good, again, again_metric));
+  if (good > 0) MXU_TRY(mxu_strategy_apply(model));
+  for (int j = 0; j < n; j++) {
+    mxu_step_result r = {.loss_sum = loss[j], .metric_sum = metric[j]};
+    MXU_TRY(check_finite(epoch, step + j, r.loss_sum));
+    MXU_TRY(after_step(model, c, epoch, step + j, steps, first, progress,
+                       totals, r));
+  }
+  return MXU_OK;
 }
 
 /* With augmentation the batches come from the prefetch thread, already
  * gathered and transformed; without, they are gathered in place. */
+static void load_step(mxu_model *model, const mxu_dataset *train,
+                      const int64_t *sequence, mxu_prefetch *prefetch,
+                      int step) {
+  int64_t batch = global_batch(model);
+  if (prefetch) {
+    mxu_dataset view;
+    mxu_prefetch_get(prefetch, step, &view);
+    load_batch(model, &view, NULL, 0, batch);
+    mxu_prefetch_release(prefetch, step);
+  } else {
+    load_batch(model, train, sequence, step * batch, batch);
+  }
+}
+
 static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
                               const mxu_fit_config *c, int epoch, int steps,
                               int64_t *order, mxu_progress *progress,
@@ -319,16 +386,21 @@ static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
     MXU_TRY(mxu_prefetch_start(train, sequence, batch, first, steps, c->augment,
                                c->seed, (uint32_t)epoch, &prefetch));
   mxu_status status = MXU_OK;
-  for (int step = first; step < steps && status == MXU_OK; step++) {
-    if (prefetch) {
-      mxu_dataset view;
-      mxu_prefetch_get(prefetch, step, &view);
-      load_batch(model, &view, NULL, 0, batch);
-      mxu_prefetch_release(prefetch, step);
+  for (int step = first, n = 1; step < steps && status == MXU_OK; step += n) {
+    if (!model->device) {
+      load_step(model, train, sequence, prefetch, step);
+      status =
+          train_step(model, c, epoch, step, steps, first, progress, totals);
     } else {
-      load_batch(model, train, sequence, step * batch, batch);
+      n = group_size(model, c, epoch, step, steps, first);
+      for (int j = 0; j < n; j++) {
+        load_step(model, train, sequence, prefetch, step + j);
+        mxu_step_key key = {1, c->seed, (uint32_t)epoch, (uint32_t)(step + j)};
+        mxu_device_stage(model, j, &key, 1.0f / (float)batch);
+      }
+      status = device_steps(model, c, epoch, step, n, steps, first, progress,
+                            totals);
     }
-    status = train_step(model, c, epoch, step, steps, first, progress, totals);
     if (model->stop_training) break;
   }
   mxu_prefetch_stop(prefetch);
@@ -414,6 +486,9 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
                       train->shape.rank);
   }
   MXU_TRY(ensure_batch(model, batch));
+  /* A plan for another batch than compile's has no device program yet. */
+  if (model->compile.backend == MXU_BACKEND_PJRT && !model->device)
+    MXU_TRY(mxu_device_open(model));
   MXU_TRY(grow_history(model, config->epochs));
   int lock = -1;
   if (config->checkpoint_dir && mxu_distributed_rank() == 0)

@@ -8,6 +8,7 @@
 
 #include "core/core.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -278,17 +279,6 @@ static void dot(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
                            n->lhs_contract, n->batch_count));
 }
 
-/* The padding that turns a window's output gradient back into its
- * input's (JAX's _conv_general_vjp_lhs_padding), per spatial dim. */
-static void lhs_padding(int64_t in, int64_t window, int64_t stride, int64_t out,
-                        int64_t pad_low, int64_t lhs_dilation,
-                        int64_t rhs_dilation, int64_t *low, int64_t *high) {
-  int64_t lhs = mxu_hlo_dilated(in, lhs_dilation),
-          rhs = mxu_hlo_dilated(window, rhs_dilation);
-  *low = rhs - pad_low - 1;
-  *high = lhs + rhs - 1 - mxu_hlo_dilated(out, stride) - *low;
-}
-
 static void convolution(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
   mxu_hlo *h = g->h;
   if (strcmp(n->spec[0], "b01f") || strcmp(n->spec[1], "01io") ||
@@ -302,33 +292,8 @@ static void convolution(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
   const mxu_hlo_window *w = &n->window;
   int64_t groups = w->feature_groups;
   if (g->reach[x]) {
-    /* dy with the kernel reversed, in and out exchanged (per group). */
-    mxu_hlo_value kernel = k;
-    if (groups > 1) {
-      int64_t split[5] = {ks.dims[0], ks.dims[1], ks.dims[2], groups,
-                          ks.dims[3] / groups};
-      int64_t perm[5] = {0, 1, 3, 2, 4};
-      int64_t merged[4] = {ks.dims[0], ks.dims[1], groups * ks.dims[2],
-                           ks.dims[3] / groups};
-      kernel = mxu_hlo_reshape(h, k, mxu_hlo_shape_make(ks.dtype, 5, split));
-      kernel = mxu_hlo_transpose(h, kernel, perm);
-      kernel =
-          mxu_hlo_reshape(h, kernel, mxu_hlo_shape_make(ks.dtype, 4, merged));
-    }
-    const int64_t spatial[2] = {0, 1};
-    kernel = mxu_hlo_reverse(h, kernel, 2, spatial);
-    mxu_hlo_window t = {.feature_groups = groups};
-    for (int s = 0; s < 2; s++) {
-      t.stride[s] = 1;
-      t.lhs_dilation[s] = w->stride[s];
-      t.rhs_dilation[s] = w->rhs_dilation[s];
-      lhs_padding(xs.dims[1 + s], ks.dims[s], w->stride[s],
-                  n->shape.dims[1 + s], w->pad_low[s], w->lhs_dilation[s],
-                  w->rhs_dilation[s], &t.pad_low[s], &t.pad_high[s]);
-    }
-    accumulate(g, x,
-               mxu_hlo_convolution_general(h, dy, kernel, &t, "b01f", "01oi",
-                                           "b01f", 1));
+    int64_t x_hw[2] = {xs.dims[1], xs.dims[2]};
+    accumulate(g, x, mxu_hlo_convolution_backward_data(h, dy, k, w, x_hw));
   }
   if (g->reach[k]) {
     /* x and dy correlated: x's channels act as the batch, the samples as
@@ -344,27 +309,94 @@ static void convolution(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
       t.pad_low[s] = w->pad_low[s];
       t.pad_high[s] = (out - lhs) + (rhs - w->pad_low[s] - 1);
     }
-    accumulate(g, k,
-               mxu_hlo_convolution_general(h, x, dy, &t, "f01b", "i01o", "01bf",
-                                           groups));
+    if (groups > 1) {
+      accumulate(g, k,
+                 mxu_hlo_convolution_general(h, x, dy, &t, "f01b", "i01o",
+                                             "01bf", groups));
+      return;
+    }
+    /* The same in the canonical layout, transposed by hand (see above):
+     * x as (C, H, W, N), dy as (H, W, N, C'), the result (C, kh, kw, C'). */
+    const int64_t x_perm[4] = {3, 1, 2, 0}, dy_perm[4] = {1, 2, 0, 3};
+    mxu_hlo_value c =
+        mxu_hlo_convolution(h, mxu_hlo_transpose(h, x, x_perm),
+                            mxu_hlo_transpose(h, dy, dy_perm), &t);
+    accumulate(g, k, mxu_hlo_transpose(h, c, dy_perm));
   }
 }
 
-static void reduce_window(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
+/* Max pooling's gradient where the windows tile the input (stride =
+ * size, no dilation): dy to each window's first maximum in row-major
+ * order (as select_and_scatter), with the windows laid out as dims of
+ * their own. Elementwise ops and reductions XLA's CPU code runs in
+ * parallel; the scatter it makes of select_and_scatter runs on one
+ * thread. 0 where the windows do not tile. */
+static int tiled_max_grad(grad *g, mxu_hlo_value x, mxu_hlo_value y,
+                          const mxu_hlo_window *w, mxu_hlo_value dy) {
+  mxu_hlo *h = g->h;
+  for (int s = 0; s < 2; s++)
+    if (w->stride[s] != w->size[s] || w->lhs_dilation[s] != 1 ||
+        w->rhs_dilation[s] != 1)
+      return 0;
+  const mxu_hlo_shape xs = h->nodes[x].shape, ys = h->nodes[y].shape;
+  int64_t a = w->size[0], b = w->size[1], rows = ys.dims[1] * a,
+          cols = ys.dims[2] * b;
+  /* What the windows cover: the padding added, what they leave cut. */
+  int64_t low[4] = {0, w->pad_low[0], w->pad_low[1], 0}, none[4] = {0};
+  int64_t high[4] = {0, rows - xs.dims[1] - low[1], cols - xs.dims[2] - low[2],
+                     0};
+  int64_t tiles[6] = {xs.dims[0], ys.dims[1], a, ys.dims[2], b, xs.dims[3]};
+  const mxu_hlo_shape ts = mxu_hlo_shape_make(xs.dtype, 6, tiles);
+  const int64_t outer[4] = {0, 1, 3, 5}, inner[2] = {2, 4};
+  mxu_hlo_value tiled =
+      mxu_hlo_reshape(h, mxu_hlo_pad(h, x, -INFINITY, low, high, none), ts);
+  mxu_hlo_value at_max = mxu_hlo_compare_op(h, MXU_HLO_EQ, tiled,
+                                            mxu_hlo_broadcast(h, y, ts, outer));
+  /* Each element's place in its window; the first maximum's is the least
+   * (a minimum as -max(-p)). */
+  mxu_hlo_value place =
+      mxu_hlo_binary(h, MXU_HLO_ADD,
+                     mxu_hlo_binary(h, MXU_HLO_MULTIPLY, mxu_hlo_iota(h, ts, 2),
+                                    mxu_hlo_constant(h, ts, (double)b)),
+                     mxu_hlo_iota(h, ts, 4));
+  mxu_hlo_value candidate =
+      mxu_hlo_select(h, at_max, mxu_hlo_unary(h, MXU_HLO_NEGATE, place),
+                     mxu_hlo_constant(h, ts, -(double)(a * b)));
+  mxu_hlo_value first = mxu_hlo_unary(
+      h, MXU_HLO_NEGATE, mxu_hlo_reduce(h, candidate, MXU_HLO_MAX, 2, inner));
+  mxu_hlo_value chosen = mxu_hlo_compare_op(
+      h, MXU_HLO_EQ, place, mxu_hlo_broadcast(h, first, ts, outer));
+  mxu_hlo_value spread =
+      mxu_hlo_select(h, chosen, mxu_hlo_broadcast(h, dy, ts, outer),
+                     mxu_hlo_constant(h, ts, 0.0));
+  int64_t covered[4] = {xs.dims[0], rows, cols, xs.dims[3]};
+  for (int d = 0; d < 4; d++) low[d] = -low[d], high[d] = -high[d];
+  accumulate(
+      g, x,
+      mxu_hlo_pad(
+          h,
+          mxu_hlo_reshape(h, spread, mxu_hlo_shape_make(xs.dtype, 4, covered)),
+          0.0, low, high, none));
+  return 1;
+}
+
+static void reduce_window(grad *g, const mxu_hlo_node *n, mxu_hlo_value v,
+                          mxu_hlo_value dy) {
   mxu_hlo *h = g->h;
   mxu_hlo_value x = n->in[0];
   const mxu_hlo_window *w = &n->window;
   if (n->reducer == MXU_HLO_MAX) {
-    accumulate(g, x, mxu_hlo_select_and_scatter(h, x, dy, w));
+    if (!tiled_max_grad(g, x, v, w, dy))
+      accumulate(g, x, mxu_hlo_select_and_scatter(h, x, dy, w));
     return;
   }
   /* A sum's: dy spread out by the strides, summed over each window. */
   const mxu_hlo_shape *xs = &h->nodes[x].shape;
   int64_t low[4] = {0}, high[4] = {0}, interior[4] = {0};
   for (int s = 0; s < 2; s++) {
-    lhs_padding(xs->dims[1 + s], w->size[s], w->stride[s], n->shape.dims[1 + s],
-                w->pad_low[s], w->lhs_dilation[s], 1, &low[1 + s],
-                &high[1 + s]);
+    mxu_hlo_backward_padding(xs->dims[1 + s], w->size[s], w->stride[s],
+                             n->shape.dims[1 + s], w->pad_low[s],
+                             w->lhs_dilation[s], 1, &low[1 + s], &high[1 + s]);
     interior[1 + s] = w->stride[s] - 1;
   }
   mxu_hlo_value spread = mxu_hlo_pad(h, dy, 0.0, low, high, interior);
@@ -401,7 +433,7 @@ static void backward(grad *g, mxu_hlo_value v) {
   case MXU_HLO_REDUCE: reduce(g, &n, v, dy); return;
   case MXU_HLO_DOT: dot(g, &n, dy); return;
   case MXU_HLO_CONVOLUTION: convolution(g, &n, dy); return;
-  case MXU_HLO_REDUCE_WINDOW: reduce_window(g, &n, dy); return;
+  case MXU_HLO_REDUCE_WINDOW: reduce_window(g, &n, v, dy); return;
   case MXU_HLO_ALL_REDUCE:
     accumulate(g, n.in[0], mxu_hlo_all_reduce(h, dy));
     return;

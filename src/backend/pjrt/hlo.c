@@ -14,6 +14,7 @@
 void mxu_hlo_init(mxu_hlo *h) { memset(h, 0, sizeof *h); }
 
 void mxu_hlo_free(mxu_hlo *h) {
+  for (int v = 1; v < h->count; v++) free(h->nodes[v].values);
   free(h->nodes);
   memset(h, 0, sizeof *h);
 }
@@ -103,6 +104,24 @@ mxu_hlo_value mxu_hlo_constant(mxu_hlo *h, mxu_hlo_shape shape, double value) {
   mxu_hlo_node *n = append(h, MXU_HLO_CONSTANT, shape, 0, NULL);
   if (!n) return 0;
   n->number = value;
+  return last(h);
+}
+
+mxu_hlo_value mxu_hlo_constant_values(mxu_hlo *h, mxu_hlo_shape shape,
+                                      const double *values) {
+  if (h->status != MXU_OK) return 0;
+  if (shape.dtype != MXU_HLO_F32 && shape.dtype != MXU_HLO_F64)
+    return fail(h, MXU_ERR_ARG, "constant: values of floating types only");
+  size_t bytes = (size_t)mxu_hlo_count(&shape) * sizeof(double);
+  double *copy = malloc(bytes ? bytes : 1);
+  if (!copy) return fail(h, MXU_ERR_NOMEM, "hlo: out of memory");
+  memcpy(copy, values, bytes);
+  mxu_hlo_node *n = append(h, MXU_HLO_CONSTANT, shape, 0, NULL);
+  if (!n) {
+    free(copy);
+    return 0;
+  }
+  n->values = copy;
   return last(h);
 }
 
@@ -501,4 +520,55 @@ mxu_hlo_value mxu_hlo_iota(mxu_hlo *h, mxu_hlo_shape shape, int64_t dim) {
   n->dims[0] = dim;
   n->dim_count = 1;
   return last(h);
+}
+
+void mxu_hlo_backward_padding(int64_t in, int64_t window, int64_t stride,
+                              int64_t out, int64_t pad_low,
+                              int64_t lhs_dilation, int64_t rhs_dilation,
+                              int64_t *low, int64_t *high) {
+  int64_t lhs = mxu_hlo_dilated(in, lhs_dilation),
+          rhs = mxu_hlo_dilated(window, rhs_dilation);
+  *low = rhs - pad_low - 1;
+  *high = lhs + rhs - 1 - mxu_hlo_dilated(out, stride) - *low;
+}
+
+mxu_hlo_value mxu_hlo_convolution_backward_data(mxu_hlo *h, mxu_hlo_value dy,
+                                                mxu_hlo_value k,
+                                                const mxu_hlo_window *w,
+                                                const int64_t x_hw[2]) {
+  mxu_hlo_value in[2] = {dy, k};
+  if (!valid(h, 2, in)) return 0;
+  const mxu_hlo_shape ks = h->nodes[k].shape, ys = h->nodes[dy].shape;
+  int64_t groups = w->feature_groups > 0 ? w->feature_groups : 1;
+  /* The kernel reversed, in and out exchanged (per group). */
+  mxu_hlo_value kernel = k;
+  if (groups > 1) {
+    int64_t split[5] = {ks.dims[0], ks.dims[1], ks.dims[2], groups,
+                        ks.dims[3] / groups};
+    int64_t perm[5] = {0, 1, 3, 2, 4};
+    int64_t merged[4] = {ks.dims[0], ks.dims[1], groups * ks.dims[2],
+                         ks.dims[3] / groups};
+    kernel = mxu_hlo_reshape(h, k, mxu_hlo_shape_make(ks.dtype, 5, split));
+    kernel = mxu_hlo_transpose(h, kernel, perm);
+    kernel =
+        mxu_hlo_reshape(h, kernel, mxu_hlo_shape_make(ks.dtype, 4, merged));
+  }
+  const int64_t spatial[2] = {0, 1}, swap_io[4] = {0, 1, 3, 2};
+  /* In and out exchanged by a transpose of our own: XLA's CPU compiler
+   * makes a convolution of another layout canonical only outside loops,
+   * and runs one it leaves as it is on one thread, slowly. */
+  kernel =
+      mxu_hlo_transpose(h, mxu_hlo_reverse(h, kernel, 2, spatial), swap_io);
+  mxu_hlo_window t = {.feature_groups = groups};
+  for (int s = 0; s < 2; s++) {
+    /* Strides and input dilation exchange (JAX's
+     * _conv_general_dilated_transpose_lhs). */
+    t.stride[s] = w->lhs_dilation[s];
+    t.lhs_dilation[s] = w->stride[s];
+    t.rhs_dilation[s] = w->rhs_dilation[s];
+    mxu_hlo_backward_padding(x_hw[s], ks.dims[s], w->stride[s], ys.dims[1 + s],
+                             w->pad_low[s], w->lhs_dilation[s],
+                             w->rhs_dilation[s], &t.pad_low[s], &t.pad_high[s]);
+  }
+  return mxu_hlo_convolution(h, dy, kernel, &t);
 }

@@ -101,6 +101,7 @@ typedef struct mxu_hlo_node {
   int count; /* operands */
   mxu_hlo_value in[3];
   double number;             /* CONSTANT */
+  double *values;            /* CONSTANT of values (the graph's), or NULL */
   mxu_hlo_compare direction; /* COMPARE */
   mxu_hlo_reducer reducer;   /* REDUCE, REDUCE_WINDOW */
   int64_t dims[MXU_HLO_MAX_RANK];
@@ -147,6 +148,9 @@ int64_t mxu_hlo_count(const mxu_hlo_shape *s);
 /* The next parameter of the function (in order). */
 mxu_hlo_value mxu_hlo_parameter(mxu_hlo *h, mxu_hlo_shape shape);
 mxu_hlo_value mxu_hlo_constant(mxu_hlo *h, mxu_hlo_shape shape, double value);
+/* A constant of the given values (row-major, copied), floating types. */
+mxu_hlo_value mxu_hlo_constant_values(mxu_hlo *h, mxu_hlo_shape shape,
+                                      const double *values);
 /* A scalar-valued constant of v's shape and type. */
 mxu_hlo_value mxu_hlo_full_like(mxu_hlo *h, mxu_hlo_value v, double value);
 
@@ -204,6 +208,20 @@ mxu_hlo_convolution_general(mxu_hlo *h, mxu_hlo_value lhs, mxu_hlo_value rhs,
                             const mxu_hlo_window *window, const char *lhs_spec,
                             const char *rhs_spec, const char *out_spec,
                             int64_t batch_groups);
+/* The gradient of convolution(x, k, w) with respect to x from dy's: the
+ * transposed convolution (Conv2DTranspose's forward); x_hw is x's height
+ * and width. */
+mxu_hlo_value mxu_hlo_convolution_backward_data(mxu_hlo *h, mxu_hlo_value dy,
+                                                mxu_hlo_value k,
+                                                const mxu_hlo_window *w,
+                                                const int64_t x_hw[2]);
+/* The padding that turns a window's output gradient back into its input's
+ * (JAX's _conv_general_vjp_lhs_padding), for one spatial dim of `in`
+ * values, a window of `window`, the output `out` long. */
+void mxu_hlo_backward_padding(int64_t in, int64_t window, int64_t stride,
+                              int64_t out, int64_t pad_low,
+                              int64_t lhs_dilation, int64_t rhs_dilation,
+                              int64_t *low, int64_t *high);
 /* Pooling over the H and W of NHWC; sum or max, padding with 0 or -inf. */
 mxu_hlo_value mxu_hlo_reduce_window(mxu_hlo *h, mxu_hlo_value x,
                                     mxu_hlo_reducer reducer,

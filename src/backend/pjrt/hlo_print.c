@@ -98,6 +98,25 @@ static void put_number(text *t, mxu_hlo_dtype dtype, double value) {
   }
 }
 
+/* A constant's values as MLIR's raw form: "0x" and the little-endian
+ * bytes of each element. */
+static void put_raw(text *t, const mxu_hlo_node *n) {
+  int64_t count = mxu_hlo_count(&n->shape);
+  put(t, "\"0x");
+  for (int64_t i = 0; i < count; i++) {
+    unsigned char bytes[8];
+    size_t size = n->shape.dtype == MXU_HLO_F64 ? 8 : 4;
+    if (size == 8) {
+      memcpy(bytes, &n->values[i], 8);
+    } else {
+      float f = (float)n->values[i];
+      memcpy(bytes, &f, 4);
+    }
+    for (size_t b = 0; b < size; b++) put(t, "%02X", bytes[b]);
+  }
+  put(t, "\"");
+}
+
 static void put_operands(text *t, const mxu_hlo_node *n) {
   put(t, "(");
   for (int i = 0; i < n->count; i++) put(t, "%s%%v%d", i ? ", " : "", n->in[i]);
@@ -290,7 +309,10 @@ static void put_attributes(text *t, const mxu_hlo_node *n, int replicas) {
   switch (n->op) {
   case MXU_HLO_CONSTANT:
     put(t, " {value = dense<");
-    put_number(t, n->shape.dtype, n->number);
+    if (n->values)
+      put_raw(t, n);
+    else
+      put_number(t, n->shape.dtype, n->number);
     put(t, "> : ");
     put_type(t, &n->shape);
     put(t, "}");
@@ -619,6 +641,81 @@ static void put_loop_main(text *t, const mxu_hlo *h, int count,
   put(t, ") -> ()\n  }\n");
 }
 
+/* "%name = reshape(%from) : (a) -> b" */
+static void put_reshape(text *t, const char *name, const char *from,
+                        const mxu_hlo_shape *a, const mxu_hlo_shape *b) {
+  put(t, "    %s = \"stablehlo.reshape\"(%s) : (", name, from);
+  put_type(t, a);
+  put(t, ") -> ");
+  put_type(t, b);
+  put(t, "\n");
+}
+
+static mxu_hlo_shape unstacked(mxu_hlo_shape s) {
+  memmove(s.dims, s.dims + 1, (size_t)(--s.rank) * sizeof *s.dims);
+  return s;
+}
+
+/* main for one step: no loop (XLA optimizes the step less inside one); the
+ * inputs' and results' stacking by reshapes, n unread. */
+static void put_single_main(text *t, int count, int carried,
+                            const mxu_hlo_shape *carry, int params) {
+  int outputs = count - carried;
+  put(t, "  func.func public @main(");
+  for (int i = 0; i < params; i++) {
+    put(t, "%%a%d: ", i);
+    put_type(t, &carry[2 + i]);
+    put(t, ", ");
+  }
+  put(t, "%%n: tensor<i32>) -> (");
+  for (int i = 0; i < count; i++) {
+    if (i) put(t, ", ");
+    put_type(t, &carry[i < carried ? 2 + i : 2 + params + (i - carried)]);
+  }
+  put(t, ") {\n");
+  char name[32], from[32];
+  for (int i = carried; i < params; i++) {
+    mxu_hlo_shape one = unstacked(carry[2 + i]);
+    snprintf(name, sizeof name, "%%x%d", i);
+    snprintf(from, sizeof from, "%%a%d", i);
+    put_reshape(t, name, from, &carry[2 + i], &one);
+  }
+  put(t, "    %%o:%d = \"func.call\"(", count);
+  for (int i = 0; i < params; i++)
+    put(t, "%s%%%c%d", i ? ", " : "", i < carried ? 'a' : 'x', i);
+  put(t, ") {callee = @step} : (");
+  for (int i = 0; i < params; i++) {
+    mxu_hlo_shape s = i < carried ? carry[2 + i] : unstacked(carry[2 + i]);
+    if (i) put(t, ", ");
+    put_type(t, &s);
+  }
+  put(t, ") -> (");
+  for (int i = 0; i < count; i++) {
+    mxu_hlo_shape s =
+        i < carried ? carry[2 + i] : unstacked(carry[2 + params + i - carried]);
+    if (i) put(t, ", ");
+    put_type(t, &s);
+  }
+  put(t, ")\n");
+  for (int j = 0; j < outputs; j++) {
+    const mxu_hlo_shape *s = &carry[2 + params + j];
+    mxu_hlo_shape one = unstacked(*s);
+    snprintf(name, sizeof name, "%%r%d", j);
+    snprintf(from, sizeof from, "%%o#%d", carried + j);
+    put_reshape(t, name, from, &one, s);
+  }
+  put(t, "    \"func.return\"(");
+  for (int i = 0; i < count; i++)
+    put(t, i < carried ? "%s%%o#%d" : "%s%%r%d", i ? ", " : "",
+        i < carried ? i : i - carried);
+  put(t, ") : (");
+  for (int i = 0; i < count; i++) {
+    if (i) put(t, ", ");
+    put_type(t, &carry[i < carried ? 2 + i : 2 + params + (i - carried)]);
+  }
+  put(t, ") -> ()\n  }\n");
+}
+
 mxu_status mxu_hlo_print_loop(const mxu_hlo *h, int count,
                               const mxu_hlo_value *results, int carried,
                               int steps, int replicas, char **out) {
@@ -657,7 +754,10 @@ mxu_status mxu_hlo_print_loop(const mxu_hlo *h, int count,
   text t = {0};
   put_module_head(&t, replicas);
   if (s == MXU_OK) {
-    put_loop_main(&t, h, count, results, carried, carry, params);
+    if (steps == 1)
+      put_single_main(&t, count, carried, carry, params);
+    else
+      put_loop_main(&t, h, count, results, carried, carry, params);
     s = put_function(&t, h, "func.func private @step", count, results,
                      replicas);
   }

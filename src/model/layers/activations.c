@@ -210,6 +210,26 @@ static void relu_backward(mxu_layer *layer, const mxu_layer_run *run) {
   }
 }
 
+static mxu_hlo_value relu_emit(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_relu_config *c = &layer->config.relu;
+  mxu_hlo *h = e->h;
+  mxu_hlo_value x = e->in[0], t = mxu_hlo_full_like(h, x, c->threshold);
+  mxu_hlo_value zero = mxu_hlo_full_like(h, x, 0.0);
+  mxu_hlo_value v =
+      mxu_hlo_select(h, mxu_hlo_compare_op(h, MXU_HLO_GT, x, t), x, zero);
+  if (c->max_value >= 0)
+    v = mxu_hlo_binary(h, MXU_HLO_MINIMUM,
+                       mxu_hlo_binary(h, MXU_HLO_MAXIMUM, v, zero),
+                       mxu_hlo_full_like(h, x, c->max_value));
+  if (c->negative_slope == 0) return v;
+  mxu_hlo_value below =
+      mxu_hlo_binary(h, MXU_HLO_SUBTRACT, v,
+                     mxu_hlo_binary(h, MXU_HLO_MULTIPLY,
+                                    mxu_hlo_full_like(h, x, c->negative_slope),
+                                    mxu_hlo_binary(h, MXU_HLO_SUBTRACT, t, x)));
+  return mxu_hlo_select(h, mxu_hlo_compare_op(h, MXU_HLO_LT, x, t), below, v);
+}
+
 const mxu_layer_class mxu_relu_class = {
     .class_name = "ReLU",
     .config_keys = relu_keys,
@@ -222,6 +242,7 @@ const mxu_layer_class mxu_relu_class = {
     .plan = mxu_no_plan,
     .forward = relu_forward,
     .backward = relu_backward,
+    .emit = relu_emit,
 };
 
 /* ---- LeakyReLU, ELU, Softmax ------------------------------------------------
@@ -297,6 +318,7 @@ static mxu_status alpha_infer(mxu_layer *layer) {
       .forward = activation_forward,                                           \
       .backward = activation_backward,                                         \
       .logits = activation_logits,                                             \
+      .emit = activation_emit,                                                 \
   }
 
 ACTIVATION_LAYER(mxu_leaky_relu_class, "LeakyReLU", read_leaky_relu,
@@ -449,6 +471,20 @@ static double prelu_flops(const mxu_layer *layer, const mxu_flops_step *step) {
          (step->need_dx ? 4.0 : 2.0);
 }
 
+/* alpha spread over the batch and the shared axes. */
+static mxu_hlo_value prelu_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_hlo *h = e->h;
+  mxu_hlo_value x = e->in[0];
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, x);
+  int64_t dims[MXU_HLO_MAX_RANK];
+  for (int d = 0; d + 1 < s.rank; d++) dims[d] = d + 1;
+  mxu_hlo_value alpha = mxu_hlo_broadcast(h, e->w[0], s, dims);
+  (void)layer;
+  return mxu_hlo_select(
+      h, mxu_hlo_compare_op(h, MXU_HLO_GT, x, mxu_hlo_full_like(h, x, 0.0)), x,
+      mxu_hlo_binary(h, MXU_HLO_MULTIPLY, alpha, x));
+}
+
 const mxu_layer_class mxu_prelu_class = {
     .class_name = "PReLU",
     .flops = prelu_flops,
@@ -462,4 +498,5 @@ const mxu_layer_class mxu_prelu_class = {
     .plan = prelu_plan,
     .forward = prelu_forward,
     .backward = prelu_backward,
+    .emit = prelu_emit,
 };

@@ -343,19 +343,47 @@ static double conv2d_flops(const mxu_layer *layer, const mxu_flops_step *step) {
                             s.use_bias, s.activation, step);
 }
 
-/* Keras' kernel (kh, kw, in / groups, filters) is StableHLO's HWIO. */
+static mxu_hlo_window window_of(const mxu_conv2d_desc *d) {
+  return (mxu_hlo_window){.stride = {d->stride_h, d->stride_w},
+                          .pad_low = {d->pad_top, d->pad_left},
+                          .pad_high = {d->pad_bottom, d->pad_right},
+                          .lhs_dilation = {1, 1},
+                          .rhs_dilation = {d->dilation_h, d->dilation_w},
+                          .feature_groups = mxu_conv2d_groups(d)};
+}
+
+static mxu_hlo_value bias_activation(mxu_emit *e, mxu_hlo_value y,
+                                     mxu_hlo_value bias,
+                                     mxu_activation activation) {
+  if (bias) y = mxu_emit_bias(e, y, bias);
+  return mxu_emit_activation(e, activation, mxu_activation_alpha(activation),
+                             y);
+}
+
+/* Keras' kernel (kh, kw, in / groups, filters) is StableHLO's HWIO; a
+ * depthwise one (kh, kw, in, multiplier) is (kh, kw, 1, in x multiplier)
+ * of `in` groups, its outputs channel by channel as TensorFlow's. A
+ * SeparableConv2D's pointwise half is a 1x1 convolution. */
 static mxu_hlo_value conv2d_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_conv2d_desc d = conv2d_describe(layer, e->batch);
-  mxu_hlo_window w = {.stride = {d.stride_h, d.stride_w},
-                      .pad_low = {d.pad_top, d.pad_left},
-                      .pad_high = {d.pad_bottom, d.pad_right},
-                      .lhs_dilation = {1, 1},
-                      .rhs_dilation = {d.dilation_h, d.dilation_w},
-                      .feature_groups = mxu_conv2d_groups(&d)};
-  mxu_hlo_value y = mxu_hlo_convolution(e->h, e->in[0], e->w[0], &w);
-  if (d.has_bias) y = mxu_emit_bias(e, y, e->w[1]);
-  return mxu_emit_activation(e, d.activation,
-                             mxu_activation_alpha(d.activation), y);
+  mxu_hlo_window w = window_of(&d);
+  mxu_hlo_value kernel = e->w[0];
+  if (is_depthwise(layer) || is_separable(layer)) {
+    const mxu_hlo_shape *k = mxu_hlo_shape_of(e->h, kernel);
+    int64_t dims[4] = {k->dims[0], k->dims[1], 1, k->dims[2] * k->dims[3]};
+    kernel =
+        mxu_hlo_reshape(e->h, kernel, mxu_hlo_shape_make(k->dtype, 4, dims));
+  }
+  mxu_hlo_value y = mxu_hlo_convolution(e->h, e->in[0], kernel, &w);
+  if (!is_separable(layer))
+    return bias_activation(e, y, d.has_bias ? e->w[1] : 0, d.activation);
+  const mxu_separable_conv2d_config *c = &layer->config.separable;
+  mxu_hlo_window one = {.stride = {1, 1},
+                        .lhs_dilation = {1, 1},
+                        .rhs_dilation = {1, 1},
+                        .feature_groups = 1};
+  y = mxu_hlo_convolution(e->h, y, e->w[1], &one);
+  return bias_activation(e, y, c->use_bias ? e->w[2] : 0, c->activation);
 }
 
 const mxu_layer_class mxu_conv2d_class = {
@@ -468,6 +496,7 @@ const mxu_layer_class mxu_depthwise_conv2d_class = {
     .declare = conv2d_declare,
     .plan = conv2d_plan,
     .forward = conv2d_forward,
+    .emit = conv2d_emit,
     .backward = conv2d_backward,
     .logits = conv2d_logits,
 };
@@ -650,6 +679,7 @@ const mxu_layer_class mxu_separable_conv2d_class = {
     .declare = conv2d_declare,
     .plan = separable_plan,
     .forward = separable_forward,
+    .emit = conv2d_emit,
     .backward = separable_backward,
     .logits = separable_logits,
 };
@@ -720,6 +750,17 @@ static mxu_status transpose_plan(mxu_layer *layer, const mxu_backend *backend,
   MXU_TRY(mxu_epilogue_plan(layer, spec_of(layer).activation, backend, rows,
                             d.in_c, layout, &fused));
   return backend->conv2d_create(&d, &layer->compiled->ops[0]);
+}
+
+/* D's input gradient: the transposed convolution. */
+static mxu_hlo_value transpose_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_conv2d_desc d = transpose_describe(layer, e->batch);
+  conv_spec s = spec_of(layer);
+  mxu_hlo_window w = window_of(&d);
+  const int64_t out_hw[2] = {d.in_h, d.in_w};
+  mxu_hlo_value y =
+      mxu_hlo_convolution_backward_data(e->h, e->in[0], e->w[0], &w, out_hw);
+  return bias_activation(e, y, s.use_bias ? e->w[1] : 0, s.activation);
 }
 
 static void transpose_forward(mxu_layer *layer, const mxu_layer_run *run) {
@@ -808,6 +849,7 @@ const mxu_layer_class mxu_conv2d_transpose_class = {
     .declare = conv2d_declare,
     .plan = transpose_plan,
     .forward = transpose_forward,
+    .emit = transpose_emit,
     .backward = transpose_backward,
     .logits = conv2d_logits,
 };

@@ -228,6 +228,52 @@ static void write_norm(mxu_json_out *out, const mxu_layer *layer,
                            0);
 }
 
+/* The sets as dims of their own: x as (batch, positions, groups, width),
+ * LayerNormalization's statistics over the width (one group), a group's
+ * over the positions and the width. */
+static mxu_hlo_value layer_norm_emit(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_layer_norm_config *c = &layer->config.layer_norm;
+  mxu_hlo *h = e->h;
+  mxu_hlo_value x = e->in[0];
+  const mxu_hlo_shape xs = *mxu_hlo_shape_of(h, x);
+  int g = is_group(layer), groups = g ? c->groups : 1, ch = channels(layer);
+  int64_t dims[4] = {e->batch, mxu_shape_count(&layer->in_shape) / ch, groups,
+                     ch / groups};
+  const mxu_hlo_shape ts = mxu_hlo_shape_make(xs.dtype, 4, dims);
+  static const int64_t group_over[2] = {1, 3}, group_keep[2] = {0, 2},
+                       layer_over[1] = {3}, layer_keep[3] = {0, 1, 2};
+  const int64_t *over = g ? group_over : layer_over;
+  const int64_t *keep = g ? group_keep : layer_keep;
+  int count = g ? 2 : 1;
+  double n = (double)dims[3] * (g ? (double)dims[1] : 1.0);
+  mxu_hlo_value t = mxu_hlo_reshape(h, x, ts);
+  mxu_hlo_value sum = mxu_hlo_reduce(h, t, MXU_HLO_SUM, count, over);
+  mxu_hlo_value mean =
+      mxu_hlo_binary(h, MXU_HLO_DIVIDE, sum, mxu_hlo_full_like(h, sum, n));
+  mxu_hlo_value centered = mxu_hlo_binary(h, MXU_HLO_SUBTRACT, t,
+                                          mxu_hlo_broadcast(h, mean, ts, keep));
+  mxu_hlo_value squares =
+      mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, centered, centered),
+                     MXU_HLO_SUM, count, over);
+  mxu_hlo_value var = mxu_hlo_binary(h, MXU_HLO_DIVIDE, squares,
+                                     mxu_hlo_full_like(h, squares, n));
+  mxu_hlo_value inv =
+      mxu_hlo_unary(h, MXU_HLO_RSQRT,
+                    mxu_hlo_binary(h, MXU_HLO_ADD, var,
+                                   mxu_hlo_full_like(h, var, c->epsilon)));
+  mxu_hlo_value y =
+      mxu_hlo_reshape(h,
+                      mxu_hlo_binary(h, MXU_HLO_MULTIPLY, centered,
+                                     mxu_hlo_broadcast(h, inv, ts, keep)),
+                      xs);
+  int k = 0;
+  if (c->scale)
+    y = mxu_hlo_binary(h, MXU_HLO_MULTIPLY, y,
+                       mxu_hlo_broadcast_to(h, e->w[k++], xs));
+  if (c->center) y = mxu_emit_bias(e, y, e->w[k]);
+  return y;
+}
+
 #define NORM_CLASS(symbol, keras_name, reader, keys)                           \
   const mxu_layer_class symbol = {                                             \
       .class_name = keras_name,                                                \
@@ -242,6 +288,7 @@ static void write_norm(mxu_json_out *out, const mxu_layer *layer,
       .plan = mxu_no_plan,                                                     \
       .forward = layer_norm_forward,                                           \
       .backward = layer_norm_backward,                                         \
+      .emit = layer_norm_emit,                                                 \
   }
 
 NORM_CLASS(mxu_layer_normalization_class, "LayerNormalization", read_layer_norm,

@@ -220,6 +220,33 @@ static void write_concatenate(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_number(out, config, "axis", layer->config.merge.axis);
 }
 
+/* The inputs spread to the output's shape and folded left to right, as
+ * elementwise_forward does. */
+static mxu_hlo_value merge_emit(const mxu_layer *layer, mxu_emit *e) {
+  static const mxu_hlo_op ops[] = {[MXU_MERGE_ADD] = MXU_HLO_ADD,
+                                   [MXU_MERGE_SUBTRACT] = MXU_HLO_SUBTRACT,
+                                   [MXU_MERGE_MULTIPLY] = MXU_HLO_MULTIPLY,
+                                   [MXU_MERGE_AVERAGE] = MXU_HLO_ADD,
+                                   [MXU_MERGE_MAXIMUM] = MXU_HLO_MAXIMUM,
+                                   [MXU_MERGE_MINIMUM] = MXU_HLO_MINIMUM};
+  mxu_hlo *h = e->h;
+  mxu_merge_kind kind = layer->config.merge.kind;
+  mxu_hlo_shape out = mxu_batch_shape(e->batch, &layer->out_shape);
+  int64_t same[MXU_HLO_MAX_RANK];
+  for (int d = 0; d < out.rank; d++) same[d] = d;
+  mxu_hlo_value y = 0;
+  for (int k = 0; k < layer->input_count; k++) {
+    mxu_hlo_value x = broadcasts(layer, k)
+                          ? mxu_hlo_broadcast(h, e->in[k], out, same)
+                          : e->in[k];
+    y = k ? mxu_hlo_binary(h, ops[kind], y, x) : x;
+  }
+  if (kind == MXU_MERGE_AVERAGE && layer->input_count > 1)
+    y = mxu_hlo_binary(h, MXU_HLO_DIVIDE, y,
+                       mxu_hlo_full_like(h, y, layer->input_count));
+  return y;
+}
+
 #define MERGE_CLASS(symbol, keras_name, least, reader)                         \
   const mxu_layer_class symbol = {                                             \
       .class_name = keras_name,                                                \
@@ -233,6 +260,7 @@ static void write_concatenate(mxu_json_out *out, const mxu_layer *layer,
       .plan = merge_plan,                                                      \
       .forward = elementwise_forward,                                          \
       .backward = elementwise_backward,                                        \
+      .emit = merge_emit,                                                      \
   }
 
 /* Keras takes one input for these too (a merge of one is the identity),
@@ -325,6 +353,13 @@ static void concatenate_backward(mxu_layer *layer, const mxu_layer_run *run) {
   concat_move(layer, run, 0);
 }
 
+static mxu_hlo_value concatenate_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_hlo_value y = e->in[0];
+  for (int k = 1; k < layer->input_count; k++)
+    y = mxu_hlo_concatenate(e->h, y, e->in[k], concat_axis(layer) + 1);
+  return y;
+}
+
 const mxu_layer_class mxu_concatenate_class = {
     .class_name = "Concatenate",
     .config_keys = concatenate_keys,
@@ -337,4 +372,5 @@ const mxu_layer_class mxu_concatenate_class = {
     .plan = mxu_no_plan,
     .forward = concatenate_forward,
     .backward = concatenate_backward,
+    .emit = concatenate_emit,
 };

@@ -121,6 +121,30 @@ static void write_noise(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_null(out, config, "seed");
 }
 
+/* What noise_forward adds (GaussianNoise) or multiplies by
+ * (GaussianDropout), for the program to apply. */
+static int noise_draws(const mxu_layer *layer, const mxu_layer_run *run,
+                       float *out) {
+  float v = layer->config.dropout.rate;
+  if (v == 0.0f) return 0;
+  if (!out) return 1; /* asked whether it draws */
+  int64_t n = mxu_batch_values(layer);
+  normals(&run->rng,
+          (uint64_t)(run->row_offset * mxu_shape_count(&layer->in_shape)), out,
+          n);
+  float stddev = is_gaussian_noise(layer) ? v : sqrtf(v / (1.0f - v));
+  float base = is_gaussian_noise(layer) ? 0.0f : 1.0f;
+  for (int64_t i = 0; i < n; i++) out[i] = base + stddev * out[i];
+  return 1;
+}
+
+static mxu_hlo_value noise_emit(const mxu_layer *layer, mxu_emit *e) {
+  if (!e->training || !e->noise) return e->in[0];
+  return mxu_hlo_binary(
+      e->h, is_gaussian_noise(layer) ? MXU_HLO_ADD : MXU_HLO_MULTIPLY, e->in[0],
+      e->noise);
+}
+
 #define NOISE_CLASS(symbol, keras_name, reader, keys)                          \
   const mxu_layer_class symbol = {                                             \
       .class_name = keras_name,                                                \
@@ -134,6 +158,8 @@ static void write_noise(mxu_json_out *out, const mxu_layer *layer,
       .plan = noise_plan,                                                      \
       .forward = noise_forward,                                                \
       .backward = noise_backward,                                              \
+      .emit = noise_emit,                                                      \
+      .emit_noise = noise_draws,                                               \
   }
 
 NOISE_CLASS(mxu_gaussian_noise_class, "GaussianNoise", read_gaussian_noise,
@@ -181,6 +207,11 @@ static double activity_flops(const mxu_layer *layer,
          (step->need_dx ? 6.0 : 3.0);
 }
 
+static mxu_hlo_value identity_emit(const mxu_layer *layer, mxu_emit *e) {
+  (void)layer;
+  return e->in[0];
+}
+
 const mxu_layer_class mxu_activity_regularization_class = {
     .class_name = "ActivityRegularization",
     .flops = activity_flops,
@@ -193,4 +224,5 @@ const mxu_layer_class mxu_activity_regularization_class = {
     .plan = mxu_no_plan,
     .forward = identity_forward,
     .backward = identity_backward,
+    .emit = identity_emit,
 };

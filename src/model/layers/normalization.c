@@ -511,6 +511,24 @@ static double unit_flops(const mxu_layer *layer, const mxu_flops_step *step) {
          (step->need_dx ? 7.0 : 3.0);
 }
 
+/* x / sqrt(max(sum of squares, epsilon)) along the last axis. */
+static mxu_hlo_value unit_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_hlo *h = e->h;
+  mxu_hlo_value x = e->in[0];
+  const mxu_hlo_shape s = *mxu_hlo_shape_of(h, x);
+  int64_t last = s.rank - 1, keep[MXU_HLO_MAX_RANK];
+  for (int d = 0; d < last; d++) keep[d] = d;
+  mxu_hlo_value sum = mxu_hlo_reduce(
+      h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, x, x), MXU_HLO_SUM, 1, &last);
+  mxu_hlo_value scale =
+      mxu_hlo_unary(h, MXU_HLO_RSQRT,
+                    mxu_hlo_binary(h, MXU_HLO_MAXIMUM, sum,
+                                   mxu_hlo_full_like(h, sum, UNIT_EPSILON)));
+  (void)layer;
+  return mxu_hlo_binary(h, MXU_HLO_MULTIPLY, x,
+                        mxu_hlo_broadcast(h, scale, s, keep));
+}
+
 const mxu_layer_class mxu_unit_normalization_class = {
     .class_name = "UnitNormalization",
     .flops = unit_flops,
@@ -523,4 +541,5 @@ const mxu_layer_class mxu_unit_normalization_class = {
     .plan = mxu_no_plan,
     .forward = unit_forward,
     .backward = unit_backward,
+    .emit = unit_emit,
 };

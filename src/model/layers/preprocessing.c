@@ -56,6 +56,15 @@ static void rescaling_backward(mxu_layer *layer, const mxu_layer_run *run) {
   for (int64_t i = 0; i < n; i++) run->dx[i] = run->dy[i] * scale;
 }
 
+static mxu_hlo_value rescaling_emit(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_rescaling_config *c = &layer->config.rescaling;
+  mxu_hlo_value x = e->in[0];
+  return mxu_hlo_binary(e->h, MXU_HLO_ADD,
+                        mxu_hlo_binary(e->h, MXU_HLO_MULTIPLY, x,
+                                       mxu_hlo_full_like(e->h, x, c->scale)),
+                        mxu_hlo_full_like(e->h, x, c->offset));
+}
+
 const mxu_layer_class mxu_rescaling_class = {
     .class_name = "Rescaling",
     .config_keys = rescaling_keys,
@@ -67,6 +76,7 @@ const mxu_layer_class mxu_rescaling_class = {
     .flops = one_per_value,
     .plan = mxu_no_plan,
     .forward = rescaling_forward,
+    .emit = rescaling_emit,
     .backward = rescaling_backward,
 };
 
@@ -148,6 +158,25 @@ static void normalization_backward(mxu_layer *layer, const mxu_layer_run *run) {
     }
 }
 
+/* The statistics spread along the last axis; max(sqrt(variance), 1e-7). */
+static mxu_hlo_value normalization_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_hlo *h = e->h;
+  mxu_hlo_value x = e->in[0];
+  const mxu_hlo_shape s = *mxu_hlo_shape_of(h, x);
+  mxu_hlo_value mean = mxu_hlo_broadcast_to(h, e->w[0], s);
+  mxu_hlo_value spread = mxu_hlo_broadcast_to(
+      h,
+      mxu_hlo_binary(h, MXU_HLO_MAXIMUM,
+                     mxu_hlo_unary(h, MXU_HLO_SQRT, e->w[1]),
+                     mxu_hlo_full_like(h, e->w[1], 1e-7f)),
+      s);
+  if (layer->config.normalization.invert)
+    return mxu_hlo_binary(h, MXU_HLO_ADD,
+                          mxu_hlo_binary(h, MXU_HLO_MULTIPLY, x, spread), mean);
+  return mxu_hlo_binary(h, MXU_HLO_DIVIDE,
+                        mxu_hlo_binary(h, MXU_HLO_SUBTRACT, x, mean), spread);
+}
+
 const mxu_layer_class mxu_normalization_class = {
     .class_name = "Normalization",
     .config_keys = normalization_keys,
@@ -161,4 +190,5 @@ const mxu_layer_class mxu_normalization_class = {
     .plan = mxu_no_plan,
     .forward = normalization_forward,
     .backward = normalization_backward,
+    .emit = normalization_emit,
 };

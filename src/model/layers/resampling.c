@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* An output row's or column's two input taps and the second's weight. */
@@ -130,6 +131,42 @@ static void upsampling_backward(mxu_layer *layer, const mxu_layer_run *run) {
   }
 }
 
+/* The taps as a matrix (out x in): each output row's weights of the input
+ * rows. */
+static mxu_hlo_value taps_matrix(mxu_emit *e, int in, int out, int bilinear) {
+  double *m = calloc((size_t)in * (size_t)out, sizeof *m);
+  if (!m) {
+    if (e->h->status == MXU_OK)
+      e->h->status = mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+    return 0;
+  }
+  for (int o = 0; o < out; o++) {
+    tap t = tap_at(o, in, out, bilinear);
+    m[(size_t)o * in + t.lo] += 1.0 - t.frac;
+    m[(size_t)o * in + t.hi] += t.frac;
+  }
+  int64_t dims[2] = {out, in};
+  mxu_hlo_value v = mxu_hlo_constant_values(
+      e->h, mxu_hlo_shape_make(MXU_HLO_F32, 2, dims), m);
+  free(m);
+  return v;
+}
+
+/* Rows, then columns, each a product with its taps matrix. */
+static mxu_hlo_value upsampling_emit(const mxu_layer *layer, mxu_emit *e) {
+  geometry g = geometry_of(layer);
+  int bilinear = bilinear_of(layer);
+  const int64_t one = 1, rows = 1, cols = 2;
+  /* (out_h, h) . (n, h, w, c) -> (out_h, n, w, c) */
+  mxu_hlo_value y = mxu_hlo_dot(e->h, taps_matrix(e, g.h, g.out_h, bilinear),
+                                e->in[0], 0, NULL, NULL, 1, &one, &rows);
+  /* (out_w, w) . (out_h, n, w, c) -> (out_w, out_h, n, c) */
+  y = mxu_hlo_dot(e->h, taps_matrix(e, g.w, g.out_w, bilinear), y, 0, NULL,
+                  NULL, 1, &one, &cols);
+  const int64_t order[4] = {2, 1, 0, 3};
+  return mxu_hlo_transpose(e->h, y, order);
+}
+
 /* Bilinear: three lerps of two flops per value. */
 static double upsampling_flops(const mxu_layer *layer,
                                const mxu_flops_step *step) {
@@ -181,6 +218,7 @@ const mxu_layer_class mxu_upsampling2d_class = {
     .plan = mxu_no_plan,
     .forward = upsampling_forward,
     .backward = upsampling_backward,
+    .emit = upsampling_emit,
 };
 
 /* ---- Resizing
@@ -262,4 +300,5 @@ const mxu_layer_class mxu_resizing_class = {
     .plan = mxu_no_plan,
     .forward = upsampling_forward,
     .backward = upsampling_backward,
+    .emit = upsampling_emit,
 };

@@ -92,6 +92,21 @@ static void global_max_backward(mxu_layer *layer, const mxu_layer_run *run) {
   }
 }
 
+/* Over height and width, then the output's shape (keepdims). */
+static mxu_hlo_value global_pool_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_hlo *h = e->h;
+  const int64_t image[2] = {1, 2};
+  int is_max = layer->cls == &mxu_global_max_pooling2d_class;
+  mxu_hlo_value y =
+      mxu_hlo_reduce(h, e->in[0], is_max ? MXU_HLO_MAX : MXU_HLO_SUM, 2, image);
+  if (!is_max)
+    y = mxu_hlo_binary(
+        h, MXU_HLO_DIVIDE, y,
+        mxu_hlo_full_like(
+            h, y, (double)(layer->in_shape.dims[0] * layer->in_shape.dims[1])));
+  return mxu_hlo_reshape(h, y, mxu_batch_shape(e->batch, &layer->out_shape));
+}
+
 /* ---- GlobalAveragePooling2D, GlobalMaxPooling2D ------------------------- */
 
 static const char *const global_pool_keys[] = {"data_format", "keepdims", NULL};
@@ -281,6 +296,7 @@ const mxu_layer_class mxu_global_average_pooling2d_class = {
     .plan = mxu_no_plan,
     .forward = global_average_forward,
     .backward = global_average_backward,
+    .emit = global_pool_emit,
 };
 
 const mxu_layer_class mxu_global_max_pooling2d_class = {
@@ -296,6 +312,7 @@ const mxu_layer_class mxu_global_max_pooling2d_class = {
     .plan = mxu_no_plan,
     .forward = global_max_forward,
     .backward = global_max_backward,
+    .emit = global_pool_emit,
 };
 
 /* ---- ZeroPadding2D ---------------------------------------------------------
@@ -364,6 +381,28 @@ static void margins_backward(mxu_layer *layer, const mxu_layer_run *run) {
     inner_rows(layer, c->top, c->left, crop, run->dy, run->dx, crop);
 }
 
+/* The image placed at (top, left) in the large one (zeros around), or
+ * cut out of it. */
+static mxu_hlo_value inner_emit(const mxu_layer *layer, mxu_emit *e,
+                                int64_t top, int64_t left, int crop) {
+  const mxu_shape *in = &layer->in_shape, *out = &layer->out_shape;
+  int64_t low[4] = {0, top, left, 0}, none[4] = {0};
+  if (!crop) {
+    int64_t high[4] = {0, out->dims[0] - in->dims[0] - top,
+                       out->dims[1] - in->dims[1] - left, 0};
+    return mxu_hlo_pad(e->h, e->in[0], 0.0, low, high, none);
+  }
+  int64_t limit[4] = {e->batch, top + out->dims[0], left + out->dims[1],
+                      out->dims[2]},
+          stride[4] = {1, 1, 1, 1};
+  return mxu_hlo_slice(e->h, e->in[0], low, limit, stride);
+}
+
+static mxu_hlo_value margins_emit(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_zero_padding2d_config *c = &layer->config.padding;
+  return inner_emit(layer, e, c->top, c->left, is_cropping(layer));
+}
+
 const mxu_layer_class mxu_zero_padding2d_class = {
     .class_name = "ZeroPadding2D",
     .config_keys = zero_padding_keys,
@@ -376,6 +415,7 @@ const mxu_layer_class mxu_zero_padding2d_class = {
     .plan = mxu_no_plan,
     .forward = margins_forward,
     .backward = margins_backward,
+    .emit = margins_emit,
 };
 
 static const char *const cropping_keys[] = {"cropping", "data_format", NULL};
@@ -392,6 +432,7 @@ const mxu_layer_class mxu_cropping2d_class = {
     .plan = mxu_no_plan,
     .forward = margins_forward,
     .backward = margins_backward,
+    .emit = margins_emit,
 };
 
 /* ---- Permute ------------------------------------------------------------
@@ -478,6 +519,13 @@ static void permute_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->need_dx) permute_move(layer, run->dy, run->dx, 0);
 }
 
+static mxu_hlo_value permute_emit(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_permute_config *p = &layer->config.permute;
+  int64_t perm[MXU_HLO_MAX_RANK] = {0};
+  for (int i = 0; i < p->rank; i++) perm[1 + i] = p->dims[i];
+  return mxu_hlo_transpose(e->h, e->in[0], perm);
+}
+
 const mxu_layer_class mxu_permute_class = {
     .class_name = "Permute",
     .config_keys = permute_keys,
@@ -490,6 +538,7 @@ const mxu_layer_class mxu_permute_class = {
     .plan = mxu_no_plan,
     .forward = permute_forward,
     .backward = permute_backward,
+    .emit = permute_emit,
 };
 
 /* ---- Reshape --------------------------------------------------------------
@@ -541,6 +590,7 @@ const mxu_layer_class mxu_reshape_class = {
     .plan = mxu_no_plan,
     .forward = mxu_view_forward,
     .backward = mxu_view_backward,
+    .emit = mxu_emit_view,
 };
 
 /* ---- CenterCrop ----------------------------------------------------------
@@ -595,6 +645,12 @@ static void center_crop_move(const mxu_layer *layer, const float *from,
   inner_rows(layer, top, left, 1, from, to, !forward);
 }
 
+static mxu_hlo_value center_crop_emit(const mxu_layer *layer, mxu_emit *e) {
+  int64_t top = (layer->in_shape.dims[0] - layer->out_shape.dims[0]) / 2;
+  int64_t left = (layer->in_shape.dims[1] - layer->out_shape.dims[1]) / 2;
+  return inner_emit(layer, e, top, left, 1);
+}
+
 static void center_crop_forward(mxu_layer *layer, const mxu_layer_run *run) {
   center_crop_move(layer, run->x, run->y, 1);
 }
@@ -615,4 +671,5 @@ const mxu_layer_class mxu_center_crop_class = {
     .plan = mxu_no_plan,
     .forward = center_crop_forward,
     .backward = center_crop_backward,
+    .emit = center_crop_emit,
 };

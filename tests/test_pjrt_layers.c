@@ -1,0 +1,281 @@
+/* test_pjrt_layers.c — every layer's emitter on XLA's CPU plugin against
+ * mxu's cpu_ref kernels (themselves checked against finite differences in
+ * test_layers): each layer sits in a small functional model between a
+ * trainable 1x1 convolution (whose weight gradient carries the layer's
+ * input gradient) and a Dense softmax head (whose weight gradient carries
+ * the layer's output). One SGD step of rate 1 on each backend from the
+ * same weights: the loss (forward), every weight's change (backward) and
+ * the state (moving statistics) must agree. */
+#include "check.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ROWS = 4, CLASSES = 3 };
+
+/* A second branch from the input, for merges. */
+#define LEAD2                                                                  \
+  LAYER("Conv2D", "lead2", ", \"filters\": 3, \"kernel_size\": [1, 1]", IN("x"))
+
+/* A layer object of the functional JSON: class, name, the config's keys
+ * after its name, and the inbound layers' names. */
+#define LAYER(cls, name, config, inbound)                                      \
+  "{\"class_name\": \"" cls "\", \"name\": \"" name                            \
+  "\", \"config\": {\"name\": \"" name "\"" config                             \
+  "}, \"inbound_nodes\": [[" inbound "]]}, "
+#define IN(name) "[\"" name "\", 0, 0, {}]"
+#define IN2(a, b) IN(a) ", " IN(b)
+
+typedef struct layer_case {
+  const char *name;
+  const char *shape;  /* the input's, "6, 6, 2" */
+  const char *layers; /* LAYERs after "lead" (the 1x1 convolution) */
+  const char *last;   /* the layer the head reads */
+  double tolerance;
+} layer_case;
+
+static char *model_json(const layer_case *c) {
+  static const char format[] =
+      "{\"class_name\": \"Functional\", \"config\": {\"name\": \"t\", "
+      "\"layers\": ["
+      "{\"class_name\": \"InputLayer\", \"name\": \"x\", \"config\": "
+      "{\"name\": \"x\", \"batch_input_shape\": [null, %s]}, "
+      "\"inbound_nodes\": []}, " LAYER(
+          "Conv2D", "lead",
+          ", \"filters\": 3, \"kernel_size\": [1, 1], \"activation\": "
+          "\"tanh\"",
+          IN("x")) "%s" LAYER("Flatten", "flat", "",
+                              IN("%s")) "{\"class_name\": \"Dense\", \"name\": "
+                                        "\"head\", \"config\": {\"name\": "
+                                        "\"head\", \"units\": %d, "
+                                        "\"activation\": \"softmax\"}, "
+                                        "\"inbound_nodes\": [[[\"flat\", 0, 0, "
+                                        "{}]]]}], "
+                                        "\"input_layers\": [[\"x\", 0, 0]], "
+                                        "\"output_layers\": [[\"head\", 0, "
+                                        "0]]}}";
+  size_t size = strlen(format) + strlen(c->shape) + strlen(c->layers) + 64;
+  char *json = malloc(size);
+  if (json) snprintf(json, size, format, c->shape, c->layers, c->last, CLASSES);
+  return json;
+}
+
+static mxu_model *build(const layer_case *c, mxu_backend_kind backend) {
+  char *json = model_json(c);
+  mxu_model *m = NULL;
+  CHECK_MSG(mxu_model_from_json(json, c->name, &m, NULL, NULL) == MXU_OK,
+            "%s: %s", c->name, mxu_errmsg());
+  free(json);
+  if (!m) return NULL;
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.optimizer = mxu_sgd(1.0f, 0.0f, 0);
+  cc.batch_size = ROWS;
+  cc.threads = 1;
+  cc.seed = 3;
+  cc.backend = backend;
+  mxu_status s = mxu_compile(m, &cc);
+  CHECK_MSG(s == MXU_OK, "%s on %s: %s", c->name,
+            backend == MXU_BACKEND_PJRT ? "pjrt" : "cpu_ref", mxu_errmsg());
+  if (s == MXU_OK) return m;
+  mxu_model_free(m);
+  return NULL;
+}
+
+static mxu_dataset *data(const mxu_model *m) {
+  mxu_shape shape = mxu_model_input_shape(m);
+  int64_t n = mxu_shape_count(&shape);
+  float *x = malloc((size_t)(ROWS * n) * sizeof *x);
+  int32_t labels[ROWS];
+  unsigned s = 7;
+  for (int64_t i = 0; x && i < ROWS * n; i++) {
+    s = s * 1103515245u + 12345u;
+    x[i] = (float)((s >> 9) & 0xff) / 64.0f - 2.0f;
+  }
+  for (int r = 0; r < ROWS; r++) labels[r] = (r * 2 + 1) % CLASSES;
+  mxu_dataset *set = NULL;
+  if (x)
+    CHECK_OK(mxu_dataset_from_arrays(x, labels, ROWS, shape, CLASSES, &set));
+  free(x);
+  return set;
+}
+
+static void check_case(const layer_case *c) {
+  mxu_model *ref = build(c, MXU_BACKEND_CPU_REF);
+  mxu_model *dev = build(c, MXU_BACKEND_PJRT);
+  mxu_dataset *set = ref ? data(ref) : NULL;
+  if (!ref || !dev || !set) {
+    mxu_model_free(ref), mxu_model_free(dev), mxu_dataset_free(set);
+    return;
+  }
+  int64_t n = ref->trainable_count;
+  size_t bytes = (size_t)n * sizeof(float);
+  /* State (moving statistics, Normalization's mean and variance) away
+   * from its initial zeros and ones. */
+  for (int64_t i = 0; i < ref->state_count; i++)
+    ref->state[i] = 0.5f + (float)(i % 7) / 7.0f;
+  memcpy(dev->weights, ref->weights, bytes);
+  memcpy(dev->state, ref->state, (size_t)ref->state_count * sizeof(float));
+  float *before = malloc(bytes);
+  if (before) memcpy(before, ref->weights, bytes);
+  mxu_fit_config fc = mxu_fit_defaults();
+  fc.epochs = 1;
+  fc.batch_size = ROWS;
+  fc.shuffle = 0;
+  fc.verbose = 0;
+  const mxu_history *a = NULL, *b = NULL;
+  CHECK_OK(mxu_fit(ref, set, &fc, &a));
+  CHECK_OK(mxu_fit(dev, set, &fc, &b));
+  if (a && b)
+    CHECK_MSG(fabs(a->epochs[0].loss - b->epochs[0].loss) <=
+                  c->tolerance * fabs(a->epochs[0].loss),
+              "%s: loss %.8g on pjrt, %.8g on cpu_ref", c->name,
+              b->epochs[0].loss, a->epochs[0].loss);
+  /* Each weight's change is its gradient (rate 1), relative to the
+   * largest of its parameter's. */
+  for (int p = 0; before && p < ref->param_count; p++) {
+    const mxu_param *q = &ref->params[p];
+    if (!q->trainable) continue;
+    double worst = 0, largest = 1e-6;
+    for (int64_t i = q->offset; i < q->offset + q->count; i++)
+      largest = fmax(largest, fabs(ref->weights[i] - before[i]));
+    for (int64_t i = q->offset; i < q->offset + q->count; i++)
+      worst = fmax(worst, fabs(ref->weights[i] - dev->weights[i]) / largest);
+    CHECK_MSG(worst <= c->tolerance, "%s: %s's gradient off by %.3g", c->name,
+              q->name, worst);
+  }
+  for (int64_t i = 0; i < ref->state_count; i++)
+    CHECK_MSG(fabs(ref->state[i] - dev->state[i]) <=
+                  c->tolerance * fmax(1.0, fabs(ref->state[i])),
+              "%s: state %lld: %.8g on pjrt, %.8g on cpu_ref", c->name,
+              (long long)i, dev->state[i], ref->state[i]);
+  free(before);
+  mxu_dataset_free(set);
+  mxu_model_free(ref);
+  mxu_model_free(dev);
+}
+
+static const layer_case cases[] = {
+    {"Conv2D, strides, same padding", "6, 6, 2",
+     LAYER("Conv2D", "c",
+           ", \"filters\": 4, \"kernel_size\": [3, 3], \"strides\": [2, 2], "
+           "\"padding\": \"same\", \"activation\": \"relu\"",
+           IN("lead")),
+     "c", 1e-4},
+    {"MaxPooling2D, AveragePooling2D", "6, 6, 2",
+     LAYER("MaxPooling2D", "m", ", \"pool_size\": [2, 2]", IN("lead"))
+         LAYER("AveragePooling2D", "a",
+               ", \"pool_size\": [2, 2], \"strides\": [1, 1], \"padding\": "
+               "\"same\"",
+               IN("m")),
+     "a", 1e-4},
+    {"BatchNormalization", "5, 5, 2",
+     LAYER("BatchNormalization", "b", ", \"momentum\": 0.5", IN("lead")), "b",
+     1e-4},
+    {"Activation", "4, 4, 2",
+     LAYER("Activation", "s", ", \"activation\": \"swish\"", IN("lead")), "s",
+     1e-4},
+    {"Add, Subtract, Multiply, Average, Maximum, Minimum, broadcast", "4, 5, 2",
+     LEAD2 LAYER("Add", "add", "", IN2("lead", "lead2"))
+         LAYER("Subtract", "sub", "", IN2("lead", "lead2"))
+             LAYER("Multiply", "mul", "", IN2("add", "sub"))
+                 LAYER("Average", "avg", "", IN2("mul", "lead"))
+                     LAYER("Maximum", "max", "", IN2("avg", "lead2"))
+                         LAYER("Minimum", "min", "", IN2("max", "add"))
+                             LAYER("GlobalAveragePooling2D", "gap",
+                                   ", \"keepdims\": true", IN("lead2"))
+                                 LAYER("Multiply", "se", "", IN2("min", "gap")),
+     "se", 1e-4},
+    {"Concatenate, channels and rows", "4, 5, 2",
+     LEAD2 LAYER("Concatenate", "c1", ", \"axis\": -1", IN2("lead", "lead2"))
+         LAYER("Concatenate", "c2", ", \"axis\": 1", IN2("c1", "c1")),
+     "c2", 1e-4},
+    {"GlobalMaxPooling2D", "4, 5, 2",
+     LAYER("GlobalMaxPooling2D", "g", "", IN("lead")), "g", 1e-4},
+    {"ZeroPadding2D, Cropping2D, CenterCrop", "4, 5, 2",
+     LAYER("ZeroPadding2D", "z", ", \"padding\": [[1, 2], [0, 1]]", IN("lead"))
+         LAYER("Cropping2D", "k", ", \"cropping\": [[0, 1], [2, 0]]", IN("z"))
+             LAYER("CenterCrop", "cc", ", \"height\": 3, \"width\": 2",
+                   IN("k")),
+     "cc", 1e-4},
+    {"Reshape, Permute", "4, 6, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [6, 4, 3]", IN("lead"))
+         LAYER("Permute", "p", ", \"dims\": [2, 3, 1]", IN("r")),
+     "p", 1e-4},
+    {"ReLU (threshold, max_value, negative_slope), LeakyReLU, ELU, PReLU",
+     "4, 4, 2",
+     LAYER("ReLU", "r",
+           ", \"threshold\": 0.1, \"max_value\": 0.6, \"negative_slope\": "
+           "0.2",
+           IN("lead")) LAYER("LeakyReLU", "l", ", \"alpha\": 0.25", IN("r"))
+         LAYER("ELU", "e", ", \"alpha\": 0.7", IN("l"))
+             LAYER("PReLU", "p",
+                   ", \"alpha_initializer\": {\"class_name\": "
+                   "\"Constant\", \"config\": {\"value\": 0.3}}, "
+                   "\"shared_axes\": [1, 2]",
+                   IN("e")),
+     "p", 1e-4},
+    {"Softmax layer", "3, 3, 2", LAYER("Softmax", "s", "", IN("lead")), "s",
+     1e-4},
+    {"DepthwiseConv2D, multiplier 2, strides", "6, 5, 2",
+     LAYER("DepthwiseConv2D", "d",
+           ", \"kernel_size\": [3, 3], \"strides\": [2, 2], \"padding\": "
+           "\"same\", \"depth_multiplier\": 2, \"activation\": \"relu6\"",
+           IN("lead")),
+     "d", 1e-4},
+    {"SeparableConv2D, dilated", "7, 7, 2",
+     LAYER("SeparableConv2D", "s",
+           ", \"filters\": 4, \"kernel_size\": [3, 3], \"dilation_rate\": "
+           "[2, 2], \"depth_multiplier\": 2, \"activation\": \"tanh\"",
+           IN("lead")),
+     "s", 1e-4},
+    {"Conv2DTranspose, valid and same", "3, 4, 2",
+     LAYER("Conv2DTranspose", "t",
+           ", \"filters\": 2, \"kernel_size\": [3, 3], \"strides\": [2, 2]",
+           IN("lead"))
+         LAYER("Conv2DTranspose", "t2",
+               ", \"filters\": 3, \"kernel_size\": [2, 3], \"strides\": [1, "
+               "2], \"padding\": \"same\", \"activation\": \"elu\"",
+               IN("t")),
+     "t2", 1e-4},
+    {"LayerNormalization, GroupNormalization", "4, 3, 2",
+     LAYER("Conv2D", "wide", ", \"filters\": 4, \"kernel_size\": [1, 1]",
+           IN("lead"))
+         LAYER("LayerNormalization", "ln", ", \"axis\": -1", IN("wide"))
+             LAYER("GroupNormalization", "gn", ", \"groups\": 2", IN("ln")),
+     "gn", 1e-4},
+    {"UpSampling2D nearest and bilinear, Resizing", "3, 4, 2",
+     LAYER("UpSampling2D", "u", ", \"size\": [2, 3]", IN("lead"))
+         LAYER("UpSampling2D", "b",
+               ", \"size\": [2, 1], \"interpolation\": \"bilinear\"", IN("u"))
+             LAYER("Resizing", "z", ", \"height\": 5, \"width\": 7", IN("b")),
+     "z", 1e-4},
+    {"Rescaling, Normalization, UnitNormalization", "3, 3, 2",
+     LAYER("Rescaling", "r", ", \"scale\": 0.5, \"offset\": -0.25", IN("lead"))
+         LAYER("Normalization", "n", "", IN("r"))
+             LAYER("UnitNormalization", "u", "", IN("n")),
+     "u", 1e-4},
+    {"GaussianNoise, GaussianDropout, Dropout, SpatialDropout2D", "4, 4, 2",
+     LAYER("GaussianNoise", "n", ", \"stddev\": 0.3", IN("lead"))
+         LAYER("GaussianDropout", "g", ", \"rate\": 0.2", IN("n"))
+             LAYER("Dropout", "d", ", \"rate\": 0.3", IN("g"))
+                 LAYER("SpatialDropout2D", "s", ", \"rate\": 0.4", IN("d")),
+     "s", 1e-4},
+    {"ActivityRegularization, activity_regularizer", "4, 4, 2",
+     LAYER("ActivityRegularization", "a", ", \"l1\": 0.01, \"l2\": 0.02",
+           IN("lead"))
+         LAYER("Conv2D", "c",
+               ", \"filters\": 2, \"kernel_size\": [2, 2], "
+               "\"activity_regularizer\": {\"class_name\": \"L2\", "
+               "\"config\": {\"l2\": 0.05}}",
+               IN("a")),
+     "c", 1e-4},
+};
+
+int main(void) {
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    check_case(&cases[i]);
+  return check_report("test_pjrt_layers");
+}
