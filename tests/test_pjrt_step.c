@@ -247,6 +247,13 @@ static void fit_on_devices(void) {
   CHECK_OK(mxu_evaluate(dev, set, ROWS, &loss_b, NULL));
   CHECK_MSG(fabs(loss_a - loss_b) < 1e-5, "evaluate: %.7f, %.7f", loss_b,
             loss_a);
+  /* predict: the devices' program, 5 rows (a partial batch). */
+  float pa[5 * CLASSES], pb[5 * CLASSES];
+  CHECK_OK(mxu_predict(ref, x, 5, pa));
+  CHECK_OK(mxu_predict(dev, x, 5, pb));
+  for (int i = 0; i < 5 * CLASSES; i++)
+    CHECK_MSG(fabsf(pa[i] - pb[i]) < 1e-5f, "predict %d: %g on pjrt, %g", i,
+              pb[i], pa[i]);
   mxu_dataset_free(set);
   mxu_model_free(ref);
   mxu_model_free(dev);
@@ -357,8 +364,9 @@ static void refusal(int layer, const char *optimizer, const char *needle) {
   mxu_model *m = mxu_sequential("refused");
   int64_t dims[3] = {6, 6, 2};
   CHECK_OK(mxu_add_input(m, NULL, mxu_shape_make(3, dims)));
-  mxu_depthwise_conv2d_config c = mxu_depthwise_conv2d_defaults(3, 3);
-  if (layer) CHECK_OK(mxu_add_depthwise_conv2d(m, &c));
+  mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+  bn.synchronized = 1;
+  if (layer) CHECK_OK(mxu_add_batch_normalization(m, &bn));
   CHECK_OK(mxu_add_flatten(m, NULL));
   mxu_dense_config d = mxu_dense_defaults(3);
   d.activation = MXU_SOFTMAX;
@@ -379,7 +387,7 @@ static void refusal(int layer, const char *optimizer, const char *needle) {
 }
 
 static void refusals(void) {
-  refusal(1, "adam", "(DepthwiseConv2D) is not emitted yet");
+  refusal(1, "adam", "synchronized BatchNormalization is not emitted yet");
   refusal(0, "rmsprop", "optimizer rmsprop is not emitted yet");
 }
 

@@ -1,14 +1,16 @@
 /* device.c — the pjrt backend's side of a compiled model: the plugin's
  * client with one device per replica, the training step compiled once
  * (programs.c), and the weights and optimizer slots kept on the devices
- * from one step to the next. The host plan still loads each replica's
- * batch and runs evaluation and prediction; after each step the host's
- * weights and slots are brought up to date from device 0 (so callbacks,
- * checkpoints and saves see them), and they go back to the devices when
- * the host changed them (a restore, a new fit). */
+ * from one step to the next; evaluation and prediction programs compiled
+ * when first asked for. The host plan still loads each replica's batch.
+ * The host's weights and slots are brought up to date from device 0 only
+ * when something reads them (callbacks, checkpoints, the end of fit), and
+ * go back to the devices when the host may have changed them (a restore,
+ * a new fit, callbacks). */
 #include "backend/pjrt/runtime.h"
 #include "model/model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __GLIBC__
@@ -23,6 +25,7 @@ enum { RATE, X, LABELS, MASK, SCALE, NOISE };
 struct mxu_device {
   mxu_pjrt *pjrt;
   mxu_pjrt_program *train;
+  char *train_text; /* the step, until it is compiled at its first run */
   int devices, kinds, trainable, state, inputs, nargs, outputs;
   int steps;              /* the most one execution runs */
   mxu_hlo_shape *shape;   /* inputs: one step's, dtype F32 or S32 */
@@ -34,6 +37,8 @@ struct mxu_device {
   int64_t synced;         /* model->iterations of the devices' state; -1 */
   float *rates;           /* steps: each staged step's schedule rate */
   int64_t executions, steps_run;
+  int host_stale;                   /* the host's weights are behind */
+  mxu_pjrt_program *eval, *predict; /* compiled when first asked for */
 };
 
 static void free_buffers(mxu_device *d, mxu_pjrt_buffer **b, int from, int to,
@@ -48,6 +53,12 @@ static void free_buffers(mxu_device *d, mxu_pjrt_buffer **b, int from, int to,
 void mxu_device_free(mxu_model *model) {
   mxu_device *d = model->device;
   if (!d) return;
+  /* The host keeps the last applied step (if the devices still answer). */
+  if (mxu_device_sync(model) != MXU_OK)
+    fprintf(stderr,
+            "mxu: pjrt: the weights of the last steps could not be "
+            "read back: %s\n",
+            mxu_errmsg());
   if (d->args) free_buffers(d, d->args, 0, d->nargs, d->nargs);
   if (d->outs) free_buffers(d, d->outs, 0, d->outputs, d->outputs);
   if (d->stage)
@@ -59,6 +70,9 @@ void mxu_device_free(mxu_model *model) {
   free(d->args);
   free(d->outs);
   mxu_pjrt_program_free(d->pjrt, d->train);
+  free(d->train_text);
+  mxu_pjrt_program_free(d->pjrt, d->eval);
+  mxu_pjrt_program_free(d->pjrt, d->predict);
   mxu_pjrt_close(d->pjrt);
   free(d);
   model->device = NULL;
@@ -100,7 +114,7 @@ static mxu_status allocate(const mxu_model *model, mxu_device *d) {
     noises += mxu_layer_draws_noise(&model->layers[n]);
   d->inputs = NOISE + noises;
   d->nargs = d->state + d->inputs + 1;
-  d->outputs = mxu_pjrt_program_outputs(d->train);
+  d->outputs = d->state + 2; /* the state, the loss and metric sums */
   d->shape = calloc((size_t)d->inputs, sizeof *d->shape);
   d->size = calloc((size_t)d->inputs, sizeof *d->size);
   d->rates = calloc((size_t)d->steps, sizeof *d->rates);
@@ -133,6 +147,9 @@ mxu_status mxu_device_open(mxu_model *model) {
   int steps = model->compile.steps_per_execution > 0
                   ? model->compile.steps_per_execution
                   : 1;
+  /* The step is built now (what cannot be emitted is refused at compile)
+   * but compiled by XLA when it first runs: evaluation and prediction,
+   * which may open a device for another batch, need only their own. */
   char *text = NULL;
   MXU_TRY(mxu_model_train_program(model, plan->batch, plan->replicas, steps,
                                   &text));
@@ -151,15 +168,17 @@ mxu_status mxu_device_open(mxu_model *model) {
   d->state = model->param_count + d->kinds * d->trainable;
   mxu_status s =
       mxu_pjrt_open(model->compile.pjrt_plugin, d->devices, &d->pjrt);
-  if (s == MXU_OK) s = mxu_pjrt_compile(d->pjrt, text, d->devices, &d->train);
-  free(text);
+  d->train_text = text;
   if (s == MXU_OK) s = allocate(model, d);
   if (s != MXU_OK) mxu_device_free(model);
   return s;
 }
 
-void mxu_device_invalidate(mxu_model *model) {
-  if (model->device) model->device->synced = -1;
+mxu_status mxu_device_invalidate(mxu_model *model) {
+  if (!model->device) return MXU_OK;
+  MXU_TRY(mxu_device_sync(model));
+  model->device->synced = -1;
+  return MXU_OK;
 }
 
 static mxu_status upload(mxu_device *d, int device, mxu_pjrt_type type,
@@ -285,6 +304,11 @@ mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
   for (int r = 0; s == MXU_OK && r < d->devices; r++)
     s = upload(d, r, MXU_PJRT_S32, &count, 0, NULL,
                &d->args[r * d->nargs + d->nargs - 1]);
+  if (s == MXU_OK && !d->train) {
+    s = mxu_pjrt_compile(d->pjrt, d->train_text, d->devices, &d->train);
+    free(d->train_text);
+    d->train_text = NULL;
+  }
   if (s == MXU_OK)
     s = mxu_pjrt_execute(d->pjrt, d->train, d->nargs, d->args, d->outs);
   float *sums[2] = {loss_sums, metric_sums}, all[2][d->steps];
@@ -336,7 +360,14 @@ mxu_status mxu_device_apply(mxu_model *model) {
   model->step_rate = d->rates[d->pending - 1];
   model->iterations += d->pending;
   d->pending = 0;
-  d->synced = -1; /* until the host has all of it */
+  d->synced = model->iterations;
+  d->host_stale = 1; /* read back when the host needs it (mxu_device_sync) */
+  return MXU_OK;
+}
+
+mxu_status mxu_device_sync(mxu_model *model) {
+  mxu_device *d = model->device;
+  if (!d || !d->host_stale) return MXU_OK;
   int count = model->param_count;
   for (int i = 0, t = 0; i < count; i++) {
     const mxu_param *p = &model->params[i];
@@ -349,6 +380,115 @@ mxu_status mxu_device_apply(mxu_model *model) {
                                 mxu_slot_buffer(model, k) + p->offset, bytes));
     t++;
   }
-  d->synced = model->iterations;
+  d->host_stale = 0;
   return MXU_OK;
+}
+
+/* ---- evaluation and prediction ------------------------------------------ */
+
+static mxu_status eval_program(mxu_model *model, int predict,
+                               mxu_pjrt_program **out) {
+  mxu_device *d = model->device;
+  mxu_pjrt_program **program = predict ? &d->predict : &d->eval;
+  if (!*program) {
+    char *text = NULL;
+    MXU_TRY(mxu_model_eval_program(model, model->plan.batch, d->devices,
+                                   predict, &text));
+    mxu_status s = mxu_pjrt_compile(d->pjrt, text, d->devices, program);
+    free(text);
+    MXU_TRY(s);
+  }
+  *out = *program;
+  return MXU_OK;
+}
+
+/* The program on each replica's loaded batch, with the devices' weights;
+ * outs: devices * the program's outputs, the caller's to free. */
+static mxu_status run_eval(mxu_model *model, int predict,
+                           mxu_pjrt_buffer **outs) {
+  mxu_device *d = model->device;
+  const mxu_plan *plan = &model->plan;
+  mxu_pjrt_program *program = NULL;
+  MXU_TRY(eval_program(model, predict, &program));
+  if (d->synced != model->iterations) MXU_TRY(upload_state(model));
+  int count = model->param_count, n = count + (predict ? 1 : 3);
+  mxu_pjrt_buffer **args = calloc((size_t)(d->devices * n), sizeof *args);
+  if (!args) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  mxu_status s = MXU_OK;
+  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  for (int r = 0; r < d->devices && s == MXU_OK; r++) {
+    const mxu_replica *replica = &plan->replica[r];
+    mxu_pjrt_buffer **a = args + r * n;
+    for (int i = 0; i < count; i++) a[i] = d->args[r * d->nargs + i];
+    const mxu_hlo_shape *x = &d->shape[X];
+    s = upload(d, r, MXU_PJRT_F32,
+               mxu_replica_floats(replica, plan->act[model->inputs[0]]),
+               x->rank, x->dims, &a[count]);
+    if (s == MXU_OK && !predict) {
+      const mxu_hlo_shape *l = &d->shape[LABELS], *m = &d->shape[MASK];
+      s = upload(
+          d, r, sparse ? MXU_PJRT_S32 : MXU_PJRT_F32,
+          mxu_replica_floats(replica, sparse ? plan->labels : plan->targets),
+          l->rank, l->dims, &a[count + 1]);
+      if (s == MXU_OK)
+        s = upload(d, r, MXU_PJRT_F32, mxu_replica_floats(replica, plan->mask),
+                   m->rank, m->dims, &a[count + 2]);
+    }
+  }
+  if (s == MXU_OK) s = mxu_pjrt_execute(d->pjrt, program, n, args, outs);
+  for (int r = 0; r < d->devices; r++)
+    for (int i = count; i < n; i++)
+      mxu_pjrt_buffer_free(d->pjrt, args[r * n + i]);
+  free(args);
+  return s;
+}
+
+mxu_status mxu_device_evaluate(mxu_model *model, double *loss_sum,
+                               double *metric_sum) {
+  mxu_device *d = model->device;
+  mxu_pjrt_buffer **outs = calloc((size_t)(2 * d->devices), sizeof *outs);
+  if (!outs) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  mxu_status s = run_eval(model, 0, outs);
+  float sums[2] = {0, 0};
+  for (int k = 0; s == MXU_OK && k < 2; k++)
+    s = mxu_pjrt_download(d->pjrt, outs[k], &sums[k], sizeof(float));
+  for (int i = 0; i < 2 * d->devices; i++)
+    mxu_pjrt_buffer_free(d->pjrt, outs[i]);
+  free(outs);
+  *loss_sum = sums[0];
+  *metric_sum = sums[1];
+  return s;
+}
+
+mxu_status mxu_device_predict(mxu_model *model, int64_t rows,
+                              float *const *outputs) {
+  mxu_device *d = model->device;
+  int count = mxu_model_output_count(model);
+  mxu_pjrt_buffer **outs = calloc((size_t)(count * d->devices), sizeof *outs);
+  if (!outs) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  mxu_status s = run_eval(model, 1, outs);
+  /* Replica r holds rows r * batch .. of the global batch. */
+  for (int j = 0; s == MXU_OK && j < count; j++) {
+    int node =
+        model->output_count ? model->outputs[j] : mxu_model_output(model);
+    int64_t size = mxu_shape_count(&model->layers[node].out_shape);
+    float *all = malloc((size_t)(model->plan.batch * size) * sizeof *all);
+    if (!all) s = mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+    for (int r = 0; s == MXU_OK && r < d->devices; r++) {
+      int64_t first = (int64_t)r * model->plan.batch;
+      int64_t own =
+          rows - first < model->plan.batch ? rows - first : model->plan.batch;
+      if (own <= 0) break;
+      s = mxu_pjrt_download(d->pjrt, outs[r * count + j], all,
+                            (size_t)(model->plan.batch * size) * sizeof *all);
+      if (s == MXU_OK)
+        memcpy(outputs[j] + first * size, all,
+               (size_t)(own * size) * sizeof *all);
+    }
+    free(all);
+  }
+  for (int i = 0; i < count * d->devices; i++)
+    mxu_pjrt_buffer_free(d->pjrt, outs[i]);
+  free(outs);
+  return s;
 }

@@ -680,6 +680,13 @@ int mxu_metric_needs_labels(mxu_metric_kind kind);
  * sum over every replica. MXU_ERR_UNSUPPORTED names what is not emitted. */
 mxu_status mxu_model_train_program(const mxu_model *model, int batch,
                                    int replicas, int steps, char **text);
+/* Evaluation (predict 0) or prediction (1) as one StableHLO program for
+ * `replicas` replicas of `batch` rows: parameters every weight, x, and for
+ * evaluation the labels (int32) or targets and the rows' mask; results
+ * the loss sum and metric sum over every replica, or each output's
+ * values. */
+mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
+                                  int replicas, int predict, char **text);
 /* The optimizer's slot kinds the program keeps per trainable weight
  * (mxu_slot_buffer's first ones). */
 int mxu_model_slot_kinds(const mxu_model *model);
@@ -694,13 +701,17 @@ static inline int mxu_layer_draws_noise(const mxu_layer *l) {
 
 typedef struct mxu_device mxu_device;
 /* At compile, for the pjrt backend: the plugin, a device per replica and
- * the training step compiled; freed with the plan, and opened again by
- * fit for a plan of another batch. */
+ * the training step compiled; freed with the plan (the host given the
+ * devices' weights first), and opened again by fit for a plan of another
+ * batch. */
 mxu_status mxu_device_open(mxu_model *model);
 void mxu_device_free(mxu_model *model);
-/* The host's weights changed (a new fit, a restore): the next step sends
- * them to the devices first. */
-void mxu_device_invalidate(mxu_model *model);
+/* The devices' weights and slots to the host, if they are ahead of it
+ * (steps applied since): before anything on the host reads them. */
+mxu_status mxu_device_sync(mxu_model *model);
+/* The host's weights may change (a new fit, a restore, callbacks): synced
+ * first, then sent to the devices before the next program runs. */
+mxu_status mxu_device_invalidate(mxu_model *model);
 /* Training steps run on the devices `steps` at a time, one host round
  * trip each (steps_per_execution; an on-device loop): the most one run
  * takes (0 without a device). */
@@ -718,7 +729,17 @@ mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
 /* One step of the loaded batch (stage and run). */
 mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
                                 float scale);
+/* The run's result becomes the devices' state; the host's copy is read
+ * back only when needed (mxu_device_sync). */
 mxu_status mxu_device_apply(mxu_model *model);
+/* The loaded batch evaluated on the devices (their weights): the loss and
+ * metric sums over every replica. The program is compiled on first use. */
+mxu_status mxu_device_evaluate(mxu_model *model, double *loss_sum,
+                               double *metric_sum);
+/* The loaded batch's outputs (rows of the global batch hold samples):
+ * each output's values into outputs[j]. */
+mxu_status mxu_device_predict(mxu_model *model, int64_t rows,
+                              float *const *outputs);
 
 /* ---- optimizers.c ------------------------------------------------------ */
 

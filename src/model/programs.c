@@ -25,15 +25,38 @@ static mxu_hlo_shape param_shape(const mxu_param *p) {
   return h;
 }
 
-/* What the step program supports today; a clear refusal otherwise. */
-static mxu_status check_supported(const mxu_model *model) {
-  const mxu_compile_config *c = &model->compile;
-  if (c->loss != MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
-      c->loss != MXU_CATEGORICAL_CROSSENTROPY)
+/* The layers every program emits; a refusal naming the first that is not
+ * emitted. */
+static mxu_status check_layers(const mxu_model *model) {
+  if (model->input_count != 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "pjrt: models of several inputs are not emitted yet");
+  for (int n = 0; n < model->layer_count; n++) {
+    const mxu_layer *l = &model->layers[n];
+    if (l->cls != &mxu_input_layer_class && !l->cls->emit)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "pjrt: layer '%s' (%s) is not emitted yet", l->name,
+                      l->cls->class_name);
+  }
+  return MXU_OK;
+}
+
+static mxu_status check_loss(const mxu_model *model) {
+  mxu_loss loss = model->compile.loss;
+  if (loss != MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
+      loss != MXU_CATEGORICAL_CROSSENTROPY)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "pjrt: loss %s is not emitted yet (sparse and "
                     "categorical cross-entropy are)",
-                    mxu_loss_name(c->loss));
+                    mxu_loss_name(loss));
+  return MXU_OK;
+}
+
+/* What the step program supports today; a clear refusal otherwise. */
+static mxu_status check_supported(const mxu_model *model) {
+  const mxu_compile_config *c = &model->compile;
+  MXU_TRY(check_layers(model));
+  MXU_TRY(check_loss(model));
   if (c->optimizer.kind != MXU_ADAM && c->optimizer.kind != MXU_SGD)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "pjrt: optimizer %s is not emitted yet (adam and sgd are)",
@@ -41,17 +64,13 @@ static mxu_status check_supported(const mxu_model *model) {
   const mxu_optimizer_config *o = &c->optimizer;
   if (o->amsgrad || o->use_ema || o->weight_decay > 0 || o->clipnorm > 0 ||
       o->global_clipnorm > 0 || o->clipvalue > 0 || model->penalized ||
-      c->label_smoothing > 0 || model->input_count != 1)
+      c->label_smoothing > 0)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "pjrt: the step program has no amsgrad, use_ema, weight "
-                    "decay, clipping, weight regularizers, label smoothing or "
-                    "several inputs yet");
+                    "decay, clipping, weight regularizers or label smoothing "
+                    "yet");
   for (int n = 0; n < model->layer_count; n++) {
     const mxu_layer *l = &model->layers[n];
-    if (l->cls != &mxu_input_layer_class && !l->cls->emit)
-      return mxu_fail(MXU_ERR_UNSUPPORTED,
-                      "pjrt: layer '%s' (%s) is not emitted yet", l->name,
-                      l->cls->class_name);
     for (int i = 0; i < l->param_count; i++)
       if (model->params[l->param_first + i].constraint.kind !=
           MXU_CONSTRAINT_NONE)
@@ -87,14 +106,15 @@ static mxu_status forward(const mxu_model *model, pass *p) {
     mxu_hlo_value in[MXU_MAX_INPUTS];
     for (int i = 0; i < l->input_count; i++) in[i] = p->nodes[l->inputs[i]];
     const mxu_layer *owner = &model->layers[l->owner];
-    mxu_emit e = {.h = p->h,
-                  .batch = p->batch,
-                  .training = p->training,
-                  .replicas = p->replicas,
-                  .in = in,
-                  .w = p->weights + owner->param_first,
-                  .noise = mxu_layer_draws_noise(l) ? p->noise[drawn++] : 0,
-                  .moving = p->moving + owner->param_first};
+    mxu_emit e = {
+        .h = p->h,
+        .batch = p->batch,
+        .training = p->training,
+        .replicas = p->replicas,
+        .in = in,
+        .w = p->weights + owner->param_first,
+        .noise = p->noise && mxu_layer_draws_noise(l) ? p->noise[drawn++] : 0,
+        .moving = p->moving ? p->moving + owner->param_first : NULL};
     p->nodes[n] = l->cls->emit(l, &e);
     if (n == mxu_model_output(model)) p->logits = e.logits;
   }
@@ -232,6 +252,17 @@ typedef struct inputs {
   mxu_hlo_value rate, x, labels, mask, scale;
 } inputs;
 
+/* int32 labels, or float targets of the output's width. */
+static mxu_hlo_shape labels_shape(const mxu_model *model, int batch) {
+  int64_t rows[1] = {batch};
+  int64_t t_dims[2] = {
+      batch,
+      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape)};
+  return model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
+             ? mxu_hlo_shape_make(MXU_HLO_S32, 1, rows)
+             : f32(2, t_dims);
+}
+
 static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
                            int kinds, inputs *in) {
   int count = model->param_count, k = 0;
@@ -245,13 +276,7 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
   in->x = mxu_hlo_parameter(
       h, mxu_batch_shape(batch, &model->layers[model->inputs[0]].out_shape));
   int64_t rows[1] = {batch};
-  int64_t t_dims[2] = {
-      batch,
-      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape)};
-  in->labels = mxu_hlo_parameter(
-      h, model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
-             ? mxu_hlo_shape_make(MXU_HLO_S32, 1, rows)
-             : f32(2, t_dims));
+  in->labels = mxu_hlo_parameter(h, labels_shape(model, batch));
   in->mask = mxu_hlo_parameter(h, f32(1, rows));
   in->scale = mxu_hlo_parameter(h, f32(0, NULL));
   int drawn = 0;
@@ -259,6 +284,29 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
     if (mxu_layer_draws_noise(&model->layers[n]))
       in->noise[drawn++] = mxu_hlo_parameter(
           h, mxu_batch_shape(batch, &model->layers[n].out_shape));
+}
+
+/* The batch's loss sum (the cross-entropy from the output's logits, the
+ * activity penalties) and metric sum over the rows where mask is 1. */
+static mxu_status loss_and_hits(const mxu_model *model, const pass *p,
+                                mxu_hlo_value labels, mxu_hlo_value mask,
+                                mxu_hlo_value *loss, mxu_hlo_value *hits) {
+  mxu_hlo *h = p->h;
+  int out_node = mxu_model_output(model);
+  if (!p->logits && !model->compile.from_logits)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "pjrt: the cross-entropy needs the output to end in a "
+                    "softmax, or from_logits");
+  mxu_hlo_value logits = p->logits ? p->logits : p->nodes[out_node];
+  int64_t classes = mxu_shape_count(&model->layers[out_node].out_shape);
+  mxu_hlo_value target =
+      model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
+          ? one_hot(h, labels, p->batch, classes)
+          : labels;
+  *loss = activity_penalties(model, h, p->nodes, mask,
+                             cross_entropy(h, logits, target, mask));
+  *hits = correct(h, p->nodes[out_node], target, mask);
+  return h->status;
 }
 
 /* Every replica's values summed in one all_reduce: each flattened and
@@ -312,9 +360,8 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
   MXU_TRY(check_supported(model));
   const mxu_optimizer_config *o = &model->compile.optimizer;
   int kinds = mxu_model_slot_kinds(model), count = model->param_count;
-  int trainable = 0, out_node = mxu_model_output(model);
+  int trainable = 0;
   for (int i = 0; i < count; i++) trainable += model->params[i].trainable;
-  int64_t classes = mxu_shape_count(&model->layers[out_node].out_shape);
   /* One block for every value list: weights, slots, noise, grads, nodes,
    * results, sums. */
   size_t values = (size_t)(5 * count + (2 * kinds + 1) * trainable +
@@ -342,22 +389,12 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
             .x = in.x,
             .nodes = nodes,
             .moving = moving};
-  mxu_status s = forward(model, &p);
-  if (s == MXU_OK && !p.logits && !model->compile.from_logits)
-    s = mxu_fail(MXU_ERR_UNSUPPORTED,
-                 "pjrt: the cross-entropy needs the output to end in a "
-                 "softmax, or from_logits");
   mxu_hlo_value loss = 0, hits = 0;
-  if (s == MXU_OK) {
-    mxu_hlo_value logits = p.logits ? p.logits : nodes[out_node];
-    int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
-    mxu_hlo_value target =
-        sparse ? one_hot(&h, in.labels, batch, classes) : in.labels;
-    loss = cross_entropy(&h, logits, target, in.mask);
-    loss = activity_penalties(model, &h, nodes, in.mask, loss);
-    hits = correct(&h, nodes[out_node], target, in.mask);
+  mxu_status s = forward(model, &p);
+  if (s == MXU_OK)
+    s = loss_and_hits(model, &p, in.labels, in.mask, &loss, &hits);
+  if (s == MXU_OK)
     s = mxu_hlo_gradients(&h, loss, in.scale, count, in.w, grads);
-  }
   /* What the replicas sum, in one all_reduce: the trainable weights'
    * gradients, the moving averages' statistics, the loss, the metric. */
   int n = 0;
@@ -394,5 +431,50 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
   mxu_hlo_free(&h);
   free(v);
   free(moving);
+  return s;
+}
+
+mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
+                                  int replicas, int predict, char **text) {
+  *text = NULL;
+  MXU_TRY(check_layers(model));
+  if (!predict) MXU_TRY(check_loss(model));
+  int count = model->param_count, outputs = mxu_model_output_count(model);
+  mxu_hlo_value *v = calloc(
+      (size_t)(count + model->layer_count + MXU_MAX_INPUTS + 2), sizeof *v);
+  if (!v) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  mxu_hlo_value *nodes = v + count, *results = nodes + model->layer_count;
+  mxu_hlo h;
+  mxu_hlo_init(&h);
+  for (int i = 0; i < count; i++)
+    v[i] = mxu_hlo_parameter(&h, param_shape(&model->params[i]));
+  int64_t rows[1] = {batch};
+  pass p = {.h = &h,
+            .batch = batch,
+            .replicas = replicas,
+            .weights = v,
+            .x = mxu_hlo_parameter(
+                &h, mxu_batch_shape(
+                        batch, &model->layers[model->inputs[0]].out_shape)),
+            .nodes = nodes};
+  mxu_hlo_value labels = 0, mask = 0;
+  if (!predict) {
+    labels = mxu_hlo_parameter(&h, labels_shape(model, batch));
+    mask = mxu_hlo_parameter(&h, f32(1, rows));
+  }
+  mxu_status s = forward(model, &p);
+  int r = 0;
+  if (s == MXU_OK && predict) {
+    for (; r < outputs; r++)
+      results[r] = nodes[model->output_count ? model->outputs[r]
+                                             : mxu_model_output(model)];
+  } else if (s == MXU_OK) {
+    s = loss_and_hits(model, &p, labels, mask, &results[0], &results[1]);
+    r = 2;
+    if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, 2, results);
+  }
+  if (s == MXU_OK) s = mxu_hlo_print(&h, r, results, replicas, text);
+  mxu_hlo_free(&h);
+  free(v);
   return s;
 }

@@ -15,6 +15,9 @@ mxu_status mxu_callbacks_run(const mxu_fit_config *config, mxu_model *model,
                   ? (config->out ? config->out : stdout)
                   : NULL;
   const mxu_logs *logs = given ? &local : NULL;
+  /* Callbacks read the weights and may change them: on pjrt, the host has
+   * the devices' before, and the devices the host's after. */
+  if (config->callback_count) MXU_TRY(mxu_device_sync(model));
   for (int i = 0; i < config->callback_count; i++) {
     const mxu_callback *cb = &config->callbacks[i];
     mxu_status s = MXU_OK;
@@ -37,7 +40,7 @@ mxu_status mxu_callbacks_run(const mxu_fit_config *config, mxu_model *model,
     }
     if (s != MXU_OK) return s;
   }
-  return MXU_OK;
+  return config->callback_count ? mxu_device_invalidate(model) : MXU_OK;
 }
 
 void mxu_callback_free(mxu_callback *callback) {

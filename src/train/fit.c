@@ -104,9 +104,13 @@ static int64_t global_batch(const mxu_model *model) {
   return (int64_t)model->plan.batch * model->plan.replicas;
 }
 
+/* A plan for `batch`; on pjrt with its devices (a plan for another batch
+ * than compile's has none yet). */
 static mxu_status ensure_batch(mxu_model *model, int batch) {
-  if (batch == global_batch(model)) return MXU_OK;
-  return mxu_plan_build(model, batch);
+  if (batch != global_batch(model)) MXU_TRY(mxu_plan_build(model, batch));
+  if (model->compile.backend == MXU_BACKEND_PJRT && !model->device)
+    MXU_TRY(mxu_device_open(model));
+  return MXU_OK;
 }
 
 /* Rows of the global batch that replica `index` gets when the batch holds
@@ -170,6 +174,13 @@ mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
   for (int64_t first = 0; first < data->count; first += batch) {
     int64_t rows = data->count - first < batch ? data->count - first : batch;
     load_batch(model, data, NULL, first, rows);
+    if (model->device) {
+      double l = 0, m = 0;
+      MXU_TRY(mxu_device_evaluate(model, &l, &m));
+      loss_sum += l;
+      metric_sum += m;
+      continue;
+    }
     mxu_step_result r = mxu_strategy_step(model, &key, 1.0f);
     loss_sum += r.loss_sum;
     metric_sum += r.metric_sum;
@@ -250,6 +261,7 @@ static mxu_status maybe_checkpoint(mxu_model *model, const mxu_fit_config *c,
   mxu_train_position next = {.epoch = step + 1 == steps ? epoch + 1 : epoch,
                              .step = step + 1 == steps ? 0 : step + 1,
                              .seed = c->seed};
+  MXU_TRY(mxu_device_sync(model));
   mxu_strategy_sync_slots(model);
   /* One process writes: all hold the same model. */
   if (mxu_distributed_rank() != 0) return MXU_OK;
@@ -486,9 +498,6 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
                       train->shape.rank);
   }
   MXU_TRY(ensure_batch(model, batch));
-  /* A plan for another batch than compile's has no device program yet. */
-  if (model->compile.backend == MXU_BACKEND_PJRT && !model->device)
-    MXU_TRY(mxu_device_open(model));
   MXU_TRY(grow_history(model, config->epochs));
   int lock = -1;
   if (config->checkpoint_dir && mxu_distributed_rank() == 0)
@@ -499,14 +508,18 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
     return mxu_fail(MXU_ERR_NOMEM, "fit: out of memory");
   }
   model->stop_training = 0;
-  mxu_device_invalidate(model); /* the host's weights may be new */
+  mxu_status status = mxu_device_invalidate(model); /* the host's may be new */
   mxu_logs logs = {0};
   logs.val_loss = logs.val_accuracy = NAN;
   logs.metric = model->metric;
-  mxu_status status =
-      mxu_callbacks_run(config, model, MXU_HOOK_TRAIN_BEGIN, 0, NULL);
+  if (status == MXU_OK)
+    status = mxu_callbacks_run(config, model, MXU_HOOK_TRAIN_BEGIN, 0, NULL);
   if (status == MXU_OK)
     status = run_epochs(model, train, config, steps, order, &logs);
+  /* The steps applied on the devices are the host's too, even after a
+   * failure. */
+  mxu_status synced = mxu_device_sync(model);
+  if (status == MXU_OK) status = synced;
   mxu_strategy_sync_slots(model);
   if (status == MXU_OK) {
     mxu_optimizer_finalize(model);
@@ -560,17 +573,24 @@ mxu_status mxu_predict_outputs(mxu_model *model, const float *const *inputs,
     if (!outputs[j])
       return mxu_fail(MXU_ERR_ARG, "predict_outputs: output %d is NULL", j);
   }
+  MXU_TRY(ensure_batch(model, global_batch(model)));
   int64_t batch = global_batch(model);
   mxu_step_key key = {0, 0, 0, 0};
   for (int64_t first = 0; first < count; first += batch) {
     int64_t rows = count - first < batch ? count - first : batch;
     for (int r = 0; r < model->plan.local_count; r++)
       load_inputs(model, &model->plan.replica[r], inputs, first, rows);
-    mxu_strategy_step(model, &key, 1.0f);
-    for (int j = 0; j < output_count; j++) {
-      int64_t size = mxu_shape_count(&model->layers[nodes[j]].out_shape);
-      mxu_strategy_outputs(model, nodes[j], rows, outputs[j] + first * size);
+    float *at[MXU_MAX_INPUTS];
+    for (int j = 0; j < output_count; j++)
+      at[j] = outputs[j] +
+              first * mxu_shape_count(&model->layers[nodes[j]].out_shape);
+    if (model->device) {
+      MXU_TRY(mxu_device_predict(model, rows, at));
+      continue;
     }
+    mxu_strategy_step(model, &key, 1.0f);
+    for (int j = 0; j < output_count; j++)
+      mxu_strategy_outputs(model, nodes[j], rows, at[j]);
   }
   return MXU_OK;
 }

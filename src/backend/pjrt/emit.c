@@ -64,6 +64,7 @@ static mxu_hlo_value softmax(mxu_emit *e, mxu_hlo_value x) {
 mxu_hlo_value mxu_emit_activation(mxu_emit *e, mxu_activation activation,
                                   float alpha, mxu_hlo_value x) {
   mxu_hlo *h = e->h;
+  if (h->status != MXU_OK || !x) return 0; /* an earlier op failed */
   switch (activation) {
   case MXU_LINEAR: return x;
   case MXU_RELU: return relu(e, x);

@@ -33,7 +33,10 @@ int64_t mxu_hlo_count(const mxu_hlo_shape *s) {
 }
 
 const mxu_hlo_shape *mxu_hlo_shape_of(const mxu_hlo *h, mxu_hlo_value v) {
-  return &h->nodes[v].shape;
+  /* No value (an op failed): a scalar, so emitters that chain ops on it
+   * go on safely until the builder's failure is looked at. */
+  static const mxu_hlo_shape none = {.dtype = MXU_HLO_F32};
+  return v > 0 && v < h->count ? &h->nodes[v].shape : &none;
 }
 
 static int same_shape(const mxu_hlo_shape *a, const mxu_hlo_shape *b) {

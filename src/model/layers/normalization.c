@@ -371,13 +371,45 @@ static double batchnorm_flops(const mxu_layer *layer,
          state / step->batch;
 }
 
+/* gamma, then beta, as the layer has them; k counts the weights used. */
+static mxu_hlo_value scale_shift(const mxu_layer *layer, mxu_emit *e,
+                                 mxu_hlo_value y, int *k) {
+  const mxu_batchnorm_config *c = &layer->config.batchnorm;
+  if (c->scale)
+    y = mxu_hlo_binary(
+        e->h, MXU_HLO_MULTIPLY, y,
+        mxu_hlo_broadcast_to(e->h, e->w[(*k)++], *mxu_hlo_shape_of(e->h, y)));
+  if (c->center) y = mxu_emit_bias(e, y, e->w[(*k)++]);
+  return y;
+}
+
+/* Inference: the moving statistics. */
+static mxu_hlo_value batchnorm_inference(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_batchnorm_config *c = &layer->config.batchnorm;
+  mxu_hlo *h = e->h;
+  mxu_hlo_value x = e->in[0];
+  const mxu_hlo_shape s = *mxu_hlo_shape_of(h, x);
+  int k = (c->scale != 0) + (c->center != 0);
+  mxu_hlo_value inv = mxu_hlo_unary(
+      h, MXU_HLO_RSQRT,
+      mxu_hlo_binary(h, MXU_HLO_ADD, e->w[k + 1],
+                     mxu_hlo_full_like(h, e->w[k + 1], c->epsilon)));
+  mxu_hlo_value y =
+      mxu_hlo_binary(h, MXU_HLO_MULTIPLY,
+                     mxu_hlo_binary(h, MXU_HLO_SUBTRACT, x,
+                                    mxu_hlo_broadcast_to(h, e->w[k], s)),
+                     mxu_hlo_broadcast_to(h, inv, s));
+  k = 0;
+  return scale_shift(layer, e, y, &k);
+}
+
 /* Training: normalised by this replica's batch statistics; the moving
  * ones follow their mean over replicas, the variance unbiased as tf.keras'
  * fused kernel for images (batchnorm_update_state). */
 static mxu_hlo_value batchnorm_emit(const mxu_layer *layer, mxu_emit *e) {
   const mxu_batchnorm_config *c = &layer->config.batchnorm;
   mxu_hlo *h = e->h;
-  if (c->synchronized || !e->training) {
+  if (c->synchronized && e->training) {
     if (h->status == MXU_OK)
       h->status = mxu_fail(MXU_ERR_UNSUPPORTED,
                            "pjrt: layer '%s': synchronized BatchNormalization "
@@ -387,6 +419,8 @@ static mxu_hlo_value batchnorm_emit(const mxu_layer *layer, mxu_emit *e) {
   }
   mxu_hlo_value x = e->in[0];
   const mxu_hlo_shape s = *mxu_hlo_shape_of(h, x);
+  int k = 0;
+  if (!e->training) return batchnorm_inference(layer, e);
   int64_t over[MXU_HLO_MAX_RANK], last = s.rank - 1, n = 1;
   for (int d = 0; d < last; d++) over[d] = d, n *= s.dims[d];
   mxu_hlo_value mean = mxu_hlo_binary(
@@ -406,11 +440,7 @@ static mxu_hlo_value batchnorm_emit(const mxu_layer *layer, mxu_emit *e) {
                                    mxu_hlo_full_like(h, var, c->epsilon)));
   mxu_hlo_value y = mxu_hlo_binary(h, MXU_HLO_MULTIPLY, centered,
                                    mxu_hlo_broadcast(h, inv, s, &last));
-  int k = 0;
-  if (c->scale)
-    y = mxu_hlo_binary(h, MXU_HLO_MULTIPLY, y,
-                       mxu_hlo_broadcast(h, e->w[k++], s, &last));
-  if (c->center) y = mxu_emit_bias(e, y, e->w[k++]);
+  y = scale_shift(layer, e, y, &k);
   /* The moving statistics follow each replica's, averaged. */
   double unbias = n > 1 && layer->in_shape.rank == 3 ? (double)n / (n - 1) : 1;
   e->moving[k] = (mxu_emit_moving){mean, c->momentum, 1.0f};
