@@ -272,10 +272,42 @@ static const layer_case cases[] = {
                "\"config\": {\"l2\": 0.05}}",
                IN("a")),
      "c", 1e-4},
+    {"RandomFlip, RandomRotation, RandomCrop (the host's, after the input)",
+     "6, 6, 2",
+     LAYER("RandomFlip", "f", ", \"mode\": \"horizontal\"", IN("x"))
+         LAYER("RandomRotation", "r", ", \"factor\": 0.1", IN("f"))
+             LAYER("RandomCrop", "k", ", \"height\": 4, \"width\": 5",
+                   IN("r"))
+                 LAYER("Conv2D", "c", ", \"filters\": 3, \"kernel_size\": [1, 1]",
+                       IN("k")) LAYER("GlobalAveragePooling2D", "g1", "", IN("c"))
+                     LAYER("GlobalAveragePooling2D", "g2", "", IN("lead"))
+                         LAYER("Add", "s", "", IN2("g1", "g2")),
+     "s", 1e-4},
 };
+
+/* An augmentation after a trainable layer would stop its gradient: refused,
+ * saying where it may go. */
+static void augmentation_refused(void) {
+  const layer_case c = {
+      "RandomFlip after a convolution", "4, 4, 2",
+      LAYER("RandomFlip", "f", "", IN("lead")), "f", 0};
+  char *json = model_json(&c);
+  mxu_model *m = NULL;
+  CHECK_OK(mxu_model_from_json(json, c.name, &m, NULL, NULL));
+  free(json);
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.batch_size = ROWS;
+  cc.backend = MXU_BACKEND_PJRT;
+  if (m)
+    EXPECT_FAIL(mxu_compile(m, &cc), MXU_ERR_UNSUPPORTED,
+                "'f' (RandomFlip) follows 'lead': random augmentations are "
+                "emitted only straight after the input");
+  mxu_model_free(m);
+}
 
 int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     check_case(&cases[i]);
+  augmentation_refused();
   return check_report("test_pjrt_layers");
 }

@@ -18,6 +18,9 @@ enum { SIDE = 8, CLASSES = 10, ROWS = 8, REPLICAS = 2, STEPS = 3 };
 static mxu_pjrt *plugin;
 
 static int with_bn_dropout, per_execution, dense_only;
+/* An L1L2 penalty on the first Dense's kernel, and categorical targets
+ * with label smoothing, for the optimizer cases. */
+static int penalized, smoothed;
 
 static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   mxu_model *m = mxu_sequential("step");
@@ -39,6 +42,12 @@ static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   CHECK_OK(mxu_add_flatten(m, NULL));
   mxu_dense_config d = mxu_dense_defaults(CLASSES);
   d.activation = MXU_TANH;
+  if (penalized) {
+    d.kernel.regularizer = (mxu_regularizer){0.01f, 0.02f};
+    d.kernel.constraint = (mxu_constraint){
+        .kind = MXU_MAX_NORM, .max_value = 0.5f, .axes = {0}, .axis_count = 1};
+    d.bias.constraint = (mxu_constraint){.kind = MXU_NON_NEG};
+  }
   if (!dense_only) CHECK_OK(mxu_add_dense(m, &d));
   mxu_dense_config d2 = mxu_dense_defaults(CLASSES);
   CHECK_OK(mxu_add_dense(m, &d2));
@@ -51,6 +60,10 @@ static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   cc.backend = backend;
   cc.metric = "accuracy";
   cc.steps_per_execution = per_execution;
+  if (smoothed) {
+    cc.loss = MXU_CATEGORICAL_CROSSENTROPY;
+    cc.label_smoothing = 0.2f;
+  }
   CHECK_OK(mxu_compile(m, &cc));
   return m;
 }
@@ -103,16 +116,16 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
   float ones[ROWS];
   for (int i = 0; i < ROWS; i++) ones[i] = 1.0f;
   for (int t = 1; t <= STEPS; t++) {
-    double lr = o->learning_rate;
-    if (o->kind == MXU_ADAM)
-      lr = lr * sqrt(1.0 - pow(o->beta_2, t)) / (1.0 - pow(o->beta_1, t));
-    float rate = (float)lr, scale = 1.0f / ROWS;
+    float hyper[MXU_HYPERS], scale = 1.0f / ROWS;
+    mxu_step_hypers(m, t, hyper);
     for (int r = 0; r < REPLICAS; r++) {
       /* One step of the loop program: each input stacked one deep. */
       int64_t xd[5] = {1, per, SIDE, SIDE, 2}, rows[2] = {1, per}, one = 1;
       int32_t steps = 1;
       mxu_pjrt_buffer **a = args + r * nargs + state;
-      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, &rate, 1, &one, &a[0]));
+      int64_t hypers[2] = {1, MXU_HYPERS};
+      CHECK_OK(
+          mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, hyper, 2, hypers, &a[0]));
       CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, x + r * per * sample, 5,
                                xd, &a[1]));
       CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, labels + r * per, 2,
@@ -359,6 +372,89 @@ static void per_execution_loop(void) {
   mxu_dataset_free(set);
 }
 
+/* Every optimizer and its options on the devices against cpu_ref's
+ * update: 6 steps (3 epochs of 2), weights, slots and losses. */
+static void optimizer_case(mxu_optimizer_config o, const char *what,
+                           double tolerance) {
+  float x[ROWS * SIDE * SIDE * 2];
+  int32_t labels[ROWS];
+  mxu_dataset *set = samples(x, labels);
+  mxu_model *ref = small_net(o, MXU_BACKEND_CPU_REF);
+  mxu_model *dev = small_net(o, MXU_BACKEND_PJRT);
+  if (!ref || !dev) {
+    CHECK_MSG(0, "%s: %s", what, mxu_errmsg());
+    mxu_model_free(ref), mxu_model_free(dev), mxu_dataset_free(set);
+    return;
+  }
+  memcpy(dev->weights, ref->weights,
+         (size_t)ref->trainable_count * sizeof(float));
+  mxu_fit_config fc = mxu_fit_defaults();
+  fc.epochs = 3;
+  fc.batch_size = ROWS / 2;
+  fc.verbose = 0;
+  const mxu_history *a = NULL, *b = NULL;
+  CHECK_OK(mxu_fit(ref, set, &fc, &a));
+  CHECK_OK(mxu_fit(dev, set, &fc, &b));
+  CHECK_MSG(apart(ref, dev) < tolerance, "%s: weights off by %.3g", what,
+            apart(ref, dev));
+  double slots = 0;
+  for (int k = 0; k <= MXU_SLOTS; k++) {
+    const float *p = mxu_slot_buffer(ref, k), *q = mxu_slot_buffer(dev, k);
+    for (int64_t i = 0; p && q && i < ref->trainable_count; i++)
+      slots = fmax(slots, fabs(p[i] - q[i]) / fmax(1e-2, fabs(p[i])));
+  }
+  CHECK_MSG(slots < tolerance, "%s: slots off by %.3g", what, slots);
+  for (int e = 0; a && b && e < 3; e++)
+    CHECK_MSG(fabs(a->epochs[e].loss - b->epochs[e].loss) <
+                  tolerance * fmax(1.0, fabs(a->epochs[e].loss)),
+              "%s: epoch %d loss %.7f on pjrt, %.7f on cpu_ref", what, e + 1,
+              b->epochs[e].loss, a->epochs[e].loss);
+  mxu_dataset_free(set);
+  mxu_model_free(ref);
+  mxu_model_free(dev);
+}
+
+static mxu_optimizer_config named(const char *name) {
+  mxu_optimizer_config o = mxu_adam(1e-3f);
+  CHECK_OK(mxu_optimizer_from_name(name, &o));
+  o.learning_rate = 0.01f;
+  return o;
+}
+
+static void optimizers(void) {
+  static const char *const names[] = {"adam",   "sgd",   "rmsprop",  "adagrad",
+                                      "adamax", "nadam", "adadelta", "adamw"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    optimizer_case(named(names[i]), names[i], 3e-5);
+  /* Lion's step is the sign of its momentum: a value near 0 may take
+   * either sign in either float order; a looser bound. */
+  optimizer_case(named("lion"), "lion", 1e-3);
+  mxu_optimizer_config o = named("adam");
+  o.amsgrad = 1;
+  optimizer_case(o, "adam, amsgrad", 3e-5);
+  o = named("rmsprop");
+  o.centered = 1, o.momentum = 0.5f;
+  optimizer_case(o, "rmsprop, centered, momentum", 3e-5);
+  o = named("adamax");
+  o.clipvalue = 0.002f;
+  optimizer_case(o, "adamax, clipvalue", 3e-5);
+  o = named("sgd");
+  o.momentum = 0.9f, o.clipnorm = 0.05f, o.weight_decay = 0.1f;
+  optimizer_case(o, "sgd, clipnorm, weight decay", 3e-5);
+  o = named("adam");
+  o.global_clipnorm = 0.1f, o.use_ema = 1, o.ema_momentum = 0.5f;
+  o.ema_overwrite_frequency = 2;
+  optimizer_case(o, "adam, global_clipnorm, use_ema", 3e-5);
+  o.schedule = (mxu_lr_decay){.kind = MXU_EXPONENTIAL_DECAY,
+                              .decay_steps = 2,
+                              .decay_rate = 0.5f,
+                              .initial_learning_rate = 0.02f};
+  penalized = smoothed = 1;
+  optimizer_case(o, "a schedule, L1L2, max_norm, non_neg, label smoothing",
+                 3e-5);
+  penalized = smoothed = 0;
+}
+
 /* What the program cannot emit yet is refused, naming it. */
 static void refusal(int layer, const char *optimizer, const char *needle) {
   mxu_model *m = mxu_sequential("refused");
@@ -388,7 +484,6 @@ static void refusal(int layer, const char *optimizer, const char *needle) {
 
 static void refusals(void) {
   refusal(1, "adam", "synchronized BatchNormalization is not emitted yet");
-  refusal(0, "rmsprop", "optimizer rmsprop is not emitted yet");
 }
 
 int main(void) {
@@ -401,6 +496,7 @@ int main(void) {
   fit_on_devices();
   with_bn_dropout = 0;
   per_execution_loop();
+  optimizers();
   refusals();
   mxu_pjrt_close(plugin);
   return check_report("test_pjrt_step");

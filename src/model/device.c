@@ -17,25 +17,27 @@
 #include <malloc.h>
 #endif
 
-/* A step's inputs besides the state, in the program's order: the rate, x,
+/* A step's inputs besides the state, in the program's order: the
+ * optimizer's scalars (mxu_step_hypers), x,
  * the labels or targets, the mask, the scale, each noise-drawing node's
  * noise. The host stages `steps` of them (one execution's), stacked. */
-enum { RATE, X, LABELS, MASK, SCALE, NOISE };
+enum { HYPER, X, LABELS, MASK, SCALE, NOISE };
 
 struct mxu_device {
   mxu_pjrt *pjrt;
   mxu_pjrt_program *train;
   char *train_text; /* the step, until it is compiled at its first run */
   int devices, kinds, trainable, state, inputs, nargs, outputs;
-  int steps;              /* the most one execution runs */
-  mxu_hlo_shape *shape;   /* inputs: one step's, dtype F32 or S32 */
-  int64_t *size;          /* inputs: one step's values */
-  float **stage;          /* devices * inputs: `steps` steps' values */
-  mxu_pjrt_buffer **args; /* devices * nargs: state, inputs, step count */
-  mxu_pjrt_buffer **outs; /* devices * outputs */
-  int pending;            /* steps in outs not yet applied */
-  int64_t synced;         /* model->iterations of the devices' state; -1 */
-  float *rates;           /* steps: each staged step's schedule rate */
+  int kind[MXU_SLOTS + 1]; /* each slot kind's buffer (mxu_slot_buffer) */
+  int steps;               /* the most one execution runs */
+  mxu_hlo_shape *shape;    /* inputs: one step's, dtype F32 or S32 */
+  int64_t *size;           /* inputs: one step's values */
+  float **stage;           /* devices * inputs: `steps` steps' values */
+  mxu_pjrt_buffer **args;  /* devices * nargs: state, inputs, step count */
+  mxu_pjrt_buffer **outs;  /* devices * outputs */
+  int pending;             /* steps in outs not yet applied */
+  int64_t synced;          /* model->iterations of the devices' state; -1 */
+  float *rates;            /* steps: each staged step's schedule rate */
   int64_t executions, steps_run;
   int host_stale;                   /* the host's weights are behind */
   mxu_pjrt_program *eval, *predict; /* compiled when first asked for */
@@ -95,7 +97,9 @@ static void input_shapes(const mxu_model *model, mxu_device *d) {
   int64_t t_dims[2] = {
       plan->batch,
       mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape)};
-  d->shape[RATE] = d->shape[SCALE] = mxu_hlo_shape_make(MXU_HLO_F32, 0, NULL);
+  int64_t hypers = MXU_HYPERS;
+  d->shape[HYPER] = mxu_hlo_shape_make(MXU_HLO_F32, 1, &hypers);
+  d->shape[SCALE] = mxu_hlo_shape_make(MXU_HLO_F32, 0, NULL);
   d->shape[X] =
       mxu_batch_shape(plan->batch, &model->layers[model->inputs[0]].out_shape);
   d->shape[LABELS] = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
@@ -162,7 +166,7 @@ mxu_status mxu_device_open(mxu_model *model) {
   d->devices = plan->replicas;
   d->steps = steps;
   d->synced = -1;
-  d->kinds = mxu_model_slot_kinds(model);
+  d->kinds = mxu_model_slot_kinds(model, d->kind);
   for (int i = 0; i < model->param_count; i++)
     d->trainable += model->params[i].trainable;
   d->state = model->param_count + d->kinds * d->trainable;
@@ -209,7 +213,7 @@ static mxu_status upload_state(mxu_model *model) {
           d, r, p, p->trainable ? model->weights : model->state, &args[i]));
       if (!p->trainable) continue;
       for (int k = 0; k < d->kinds; k++)
-        MXU_TRY(upload_param(d, r, p, mxu_slot_buffer(model, k),
+        MXU_TRY(upload_param(d, r, p, mxu_slot_buffer(model, d->kind[k]),
                              &args[count + k * d->trainable + t]));
       t++;
     }
@@ -222,15 +226,6 @@ int mxu_device_steps(const mxu_model *model) {
   return model->device ? model->device->steps : 0;
 }
 
-/* The step's rate as the host update would use it: the schedule's at the
- * iteration before the step. */
-static double schedule_rate(const mxu_model *model, int64_t iteration) {
-  const mxu_optimizer_config *o = &model->compile.optimizer;
-  if (o->schedule.kind != MXU_DECAY_NONE)
-    return mxu_schedule_rate(&o->schedule, iteration);
-  return o->learning_rate;
-}
-
 static void stage_copy(mxu_device *d, int r, int input, int step,
                        const void *from) {
   float *to = d->stage[r * d->inputs + input] + step * d->size[input];
@@ -241,18 +236,13 @@ void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
                       float scale) {
   mxu_device *d = model->device;
   const mxu_plan *plan = &model->plan;
-  int64_t iteration = model->iterations + step;
-  double rate = schedule_rate(model, iteration);
-  d->rates[step] = (float)rate;
-  /* Adam's with its bias correction folded in, as Keras computes it. */
-  const mxu_optimizer_config *o = &model->compile.optimizer;
-  float folded = (float)(o->kind == MXU_ADAM
-                             ? mxu_adam_rate(o, rate, (double)iteration + 1)
-                             : rate);
+  float hyper[MXU_HYPERS];
+  mxu_step_hypers(model, model->iterations + step + 1, hyper);
+  d->rates[step] = hyper[MXU_HYPER_LR];
   int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   for (int r = 0; r < d->devices; r++) {
     mxu_replica *replica = &plan->replica[r];
-    stage_copy(d, r, RATE, step, &folded);
+    stage_copy(d, r, HYPER, step, hyper);
     stage_copy(d, r, X, step,
                mxu_replica_floats(replica, plan->act[model->inputs[0]]));
     stage_copy(
@@ -377,7 +367,8 @@ mxu_status mxu_device_sync(mxu_model *model) {
     if (!p->trainable) continue;
     for (int k = 0; k < d->kinds; k++)
       MXU_TRY(mxu_pjrt_download(d->pjrt, d->args[count + k * d->trainable + t],
-                                mxu_slot_buffer(model, k) + p->offset, bytes));
+                                mxu_slot_buffer(model, d->kind[k]) + p->offset,
+                                bytes));
     t++;
   }
   d->host_stale = 0;

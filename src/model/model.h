@@ -128,6 +128,11 @@ typedef struct mxu_layer_class {
    * NULL, only says whether it draws. NULL: none. */
   int (*emit_noise)(const mxu_layer *layer, const mxu_layer_run *run,
                     float *out);
+  /* pjrt: in training the host computes the layer's output (emit_noise
+   * runs its forward pass and gives the output whole) and the devices take
+   * it as is: the random augmentations, which only input layers and other
+   * such layers may feed (no gradient flows back through them). */
+  int host_output;
   /* For a layer that ends in a softmax: the pre-softmax values of this run,
    * which a cross-entropy loss uses instead of the probabilities, as
    * Keras does. NULL for other layers. */
@@ -687,9 +692,47 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
  * values. */
 mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
                                   int replicas, int predict, char **text);
-/* The optimizer's slot kinds the program keeps per trainable weight
- * (mxu_slot_buffer's first ones). */
-int mxu_model_slot_kinds(const mxu_model *model);
+/* The optimizer state the program keeps per trainable weight, in order:
+ * mxu_slot_buffer's k of each slot in use (MXU_SLOTS: use_ema's average);
+ * returns how many (at most MXU_SLOTS + 1). */
+int mxu_model_slot_kinds(const mxu_model *model, int *kinds);
+
+/* ---- updates.c ----------------------------------------------------------- */
+
+/* The optimizer's step in the program takes these per-step scalars from
+ * the host (mxu_step_hypers): the rate; A Adam's rate with its bias
+ * correction folded in, Adamax's 1 - beta_1^t, Nadam's u_t; B, C, D, E
+ * Nadam's u_t+1, u_product_t+1, u_product, beta_2^t; use_ema's momentum,
+ * whether the weights take the average, whether it starts from them. */
+enum {
+  MXU_HYPER_LR,
+  MXU_HYPER_A,
+  MXU_HYPER_B,
+  MXU_HYPER_C,
+  MXU_HYPER_D,
+  MXU_HYPER_E,
+  MXU_HYPER_EMA_MOMENTUM,
+  MXU_HYPER_EMA_OVERWRITE,
+  MXU_HYPER_EMA_START,
+  MXU_HYPERS
+};
+/* The weights' penalties (L1, L2) as a scalar, 0 when none. */
+mxu_hlo_value mxu_emit_penalty(mxu_hlo *h, const mxu_model *model,
+                               const mxu_hlo_value *w);
+/* clipnorm and global_clipnorm over the `count` trainable weights'
+ * gradients g, in place. */
+void mxu_emit_clip_norms(mxu_hlo *h, const mxu_model *model, int count,
+                         mxu_hlo_value *g);
+/* Weight p's step from its gradient g: its penalty's gradient, clipvalue,
+ * weight decay, the optimizer's update and use_ema; slot[k] (by
+ * mxu_slot_buffer's k) replaced by their new values; returns the new w. */
+mxu_hlo_value mxu_emit_update(mxu_hlo *h, const mxu_model *model,
+                              const mxu_param *p, const mxu_hlo_value *hyper,
+                              mxu_hlo_value w, mxu_hlo_value g,
+                              mxu_hlo_value *slot);
+/* w under p's constraint (after the update), as mxu_apply_constraints. */
+mxu_hlo_value mxu_emit_constraint(mxu_hlo *h, const mxu_param *p,
+                                  mxu_hlo_value w);
 /* A tensor of `batch` rows of shape s, as the programs' values have it. */
 mxu_hlo_shape mxu_batch_shape(int batch, const mxu_shape *s);
 /* Whether a node's emitter takes host-drawn noise in training. */
@@ -756,7 +799,8 @@ typedef struct mxu_slot_spec {
   const char *keras3[MXU_SLOTS], *keras2[MXU_SLOTS], *legacy[MXU_SLOTS];
   int interleaved, u_product, average;
 } mxu_slot_spec;
-/* The model's buffer for slot k of a spec (slot_m, slot_v, slot_u). */
+/* The model's buffer for slot k of a spec (slot_m, slot_v, slot_u; k
+ * MXU_SLOTS: use_ema's average). */
 float *mxu_slot_buffer(const mxu_model *model, int k);
 mxu_slot_spec mxu_optimizer_slots(const mxu_optimizer_config *o);
 /* The slots as a fresh optimizer has them (zeros; Adagrad's initial
@@ -768,6 +812,9 @@ double mxu_adam_rate(const mxu_optimizer_config *o, double lr, double t);
 /* The learning rate of the next step: the schedule's at the iteration
  * count, or the fixed rate. */
 float mxu_optimizer_rate(const mxu_model *model);
+/* The per-step scalars of step t (1 for the first) the pjrt program's
+ * update takes (MXU_HYPER_*), as the host's update would compute them. */
+void mxu_step_hypers(const mxu_model *model, int64_t t, float *out);
 /* Before a step's updates, serially: the step's rate, the iteration
  * count, the gradient clipped by norm (clipnorm, global_clipnorm) and
  * Nadam's schedule product brought to the step. */

@@ -120,7 +120,10 @@ mxu_slot_spec mxu_optimizer_slots(const mxu_optimizer_config *o) {
 }
 
 float *mxu_slot_buffer(const mxu_model *model, int k) {
-  return k == 0 ? model->slot_m : k == 1 ? model->slot_v : model->slot_u;
+  return k == 0   ? model->slot_m
+         : k == 1 ? model->slot_v
+         : k == 2 ? model->slot_u
+                  : model->average;
 }
 
 void mxu_optimizer_reset(mxu_model *model) {
@@ -324,6 +327,44 @@ float mxu_optimizer_rate(const mxu_model *model) {
   if (o->schedule.kind != MXU_DECAY_NONE)
     return mxu_schedule_rate(&o->schedule, model->iterations);
   return o->learning_rate;
+}
+
+void mxu_step_hypers(const mxu_model *model, int64_t t, float *out) {
+  const mxu_optimizer_config *o = &model->compile.optimizer;
+  for (int i = 0; i < MXU_HYPERS; i++) out[i] = 0.0f;
+  float lr = o->schedule.kind != MXU_DECAY_NONE
+                 ? mxu_schedule_rate(&o->schedule, t - 1)
+                 : o->learning_rate;
+  out[MXU_HYPER_LR] = lr;
+  float b1 = o->beta_1, ft = (float)t;
+  switch (o->kind) {
+  case MXU_ADAM:
+  case MXU_ADAMW:
+    out[MXU_HYPER_A] = (float)mxu_adam_rate(o, lr, (double)t);
+    break;
+  case MXU_ADAMAX: out[MXU_HYPER_A] = 1.0f - powf(b1, ft); break;
+  case MXU_NADAM: {
+    /* nadam()'s scalars, u_product brought to t as nadam_advance does. */
+    float u =
+        model->u_product_step <= t && model->u_product_step >= 0
+            ? product_after(b1, model->u_product_step, model->u_product, t)
+            : product_after(b1, 0, 1.0f, t);
+    float u_t_1 = b1 * (1.0f - 0.5f * powf(0.96f, (float)(t + 1)));
+    out[MXU_HYPER_A] = b1 * (1.0f - 0.5f * powf(0.96f, ft));
+    out[MXU_HYPER_B] = u_t_1;
+    out[MXU_HYPER_C] = u * u_t_1;
+    out[MXU_HYPER_D] = u;
+    out[MXU_HYPER_E] = powf(o->beta_2, ft);
+    break;
+  }
+  default: break;
+  }
+  if (!o->use_ema) return;
+  int fresh = t == 1 && !model->keras2_names;
+  out[MXU_HYPER_EMA_MOMENTUM] = fresh ? 0.0f : o->ema_momentum;
+  out[MXU_HYPER_EMA_OVERWRITE] =
+      o->ema_overwrite_frequency > 0 && t % o->ema_overwrite_frequency == 0;
+  out[MXU_HYPER_EMA_START] = t == 1 && model->keras2_names;
 }
 
 void mxu_optimizer_begin_step(mxu_model *model) {

@@ -37,6 +37,15 @@ static mxu_status check_layers(const mxu_model *model) {
       return mxu_fail(MXU_ERR_UNSUPPORTED,
                       "pjrt: layer '%s' (%s) is not emitted yet", l->name,
                       l->cls->class_name);
+    for (int i = 0; l->cls->host_output && i < l->input_count; i++) {
+      const mxu_layer *from = &model->layers[l->inputs[i]];
+      if (from->cls != &mxu_input_layer_class && !from->cls->host_output)
+        return mxu_fail(MXU_ERR_UNSUPPORTED,
+                        "pjrt: layer '%s' (%s) follows '%s': random "
+                        "augmentations are emitted only straight after the "
+                        "input; move it there",
+                        l->name, l->cls->class_name, from->name);
+    }
   }
   return MXU_OK;
 }
@@ -49,36 +58,6 @@ static mxu_status check_loss(const mxu_model *model) {
                     "pjrt: loss %s is not emitted yet (sparse and "
                     "categorical cross-entropy are)",
                     mxu_loss_name(loss));
-  return MXU_OK;
-}
-
-/* What the step program supports today; a clear refusal otherwise. */
-static mxu_status check_supported(const mxu_model *model) {
-  const mxu_compile_config *c = &model->compile;
-  MXU_TRY(check_layers(model));
-  MXU_TRY(check_loss(model));
-  if (c->optimizer.kind != MXU_ADAM && c->optimizer.kind != MXU_SGD)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "pjrt: optimizer %s is not emitted yet (adam and sgd are)",
-                    mxu_optimizer_name(c->optimizer.kind));
-  const mxu_optimizer_config *o = &c->optimizer;
-  if (o->amsgrad || o->use_ema || o->weight_decay > 0 || o->clipnorm > 0 ||
-      o->global_clipnorm > 0 || o->clipvalue > 0 || model->penalized ||
-      c->label_smoothing > 0)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "pjrt: the step program has no amsgrad, use_ema, weight "
-                    "decay, clipping, weight regularizers or label smoothing "
-                    "yet");
-  for (int n = 0; n < model->layer_count; n++) {
-    const mxu_layer *l = &model->layers[n];
-    for (int i = 0; i < l->param_count; i++)
-      if (model->params[l->param_first + i].constraint.kind !=
-          MXU_CONSTRAINT_NONE)
-        return mxu_fail(MXU_ERR_UNSUPPORTED,
-                        "pjrt: layer '%s': weight constraints are not "
-                        "emitted yet",
-                        l->name);
-  }
   return MXU_OK;
 }
 
@@ -208,48 +187,12 @@ static mxu_hlo_value correct(mxu_hlo *h, mxu_hlo_value y, mxu_hlo_value hot,
                         MXU_HLO_SUM, 1, &rows);
 }
 
-/* Keras' updates, in mxu's float order (cpu_ref's kernels): rate is the
- * step's (Adam's with the bias correction folded in, as Keras does). */
-static void update(mxu_hlo *h, const mxu_optimizer_config *o,
-                   mxu_hlo_value rate, mxu_hlo_value w, mxu_hlo_value g,
-                   mxu_hlo_value *slots, mxu_hlo_value *new_w) {
-  mxu_hlo_shape s = *mxu_hlo_shape_of(h, w);
-  mxu_hlo_value lr = mxu_hlo_broadcast(h, rate, s, NULL);
-#define K(value) mxu_hlo_full_like(h, w, (double)(value))
-#define MUL(a, b) mxu_hlo_binary(h, MXU_HLO_MULTIPLY, a, b)
-#define ADD(a, b) mxu_hlo_binary(h, MXU_HLO_ADD, a, b)
-#define SUB(a, b) mxu_hlo_binary(h, MXU_HLO_SUBTRACT, a, b)
-  if (o->kind == MXU_ADAM) {
-    mxu_hlo_value m =
-        ADD(MUL(K(o->beta_1), slots[0]), MUL(K(1.0f - o->beta_1), g));
-    mxu_hlo_value v =
-        ADD(MUL(K(o->beta_2), slots[1]), MUL(MUL(K(1.0f - o->beta_2), g), g));
-    mxu_hlo_value step =
-        mxu_hlo_binary(h, MXU_HLO_DIVIDE, MUL(lr, m),
-                       ADD(mxu_hlo_unary(h, MXU_HLO_SQRT, v), K(o->epsilon)));
-    slots[0] = m, slots[1] = v;
-    *new_w = SUB(w, step);
-  } else if (o->momentum > 0) {
-    mxu_hlo_value velocity = SUB(MUL(K(o->momentum), slots[0]), MUL(lr, g));
-    slots[0] = velocity;
-    *new_w = o->nesterov
-                 ? ADD(w, SUB(MUL(K(o->momentum), velocity), MUL(lr, g)))
-                 : ADD(w, velocity);
-  } else {
-    *new_w = SUB(w, MUL(lr, g));
-  }
-#undef K
-#undef MUL
-#undef ADD
-#undef SUB
-}
-
 /* The parameters in order: every weight, the slots of the trainable
- * ones kind by kind, the rate, x, the labels or targets, the mask, the
- * scale, and each noise-drawing node's noise. */
+ * ones kind by kind, the step's hyper-parameters, x, the labels or
+ * targets, the mask, the scale, and each noise-drawing node's noise. */
 typedef struct inputs {
   mxu_hlo_value *w, *slots, *noise;
-  mxu_hlo_value rate, x, labels, mask, scale;
+  mxu_hlo_value hyper, x, labels, mask, scale;
 } inputs;
 
 /* int32 labels, or float targets of the output's width. */
@@ -272,7 +215,8 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
     for (int i = 0; i < count; i++)
       if (model->params[i].trainable)
         in->slots[k++] = mxu_hlo_parameter(h, param_shape(&model->params[i]));
-  in->rate = mxu_hlo_parameter(h, f32(0, NULL));
+  int64_t hypers = MXU_HYPERS;
+  in->hyper = mxu_hlo_parameter(h, f32(1, &hypers));
   in->x = mxu_hlo_parameter(
       h, mxu_batch_shape(batch, &model->layers[model->inputs[0]].out_shape));
   int64_t rows[1] = {batch};
@@ -303,8 +247,17 @@ static mxu_status loss_and_hits(const mxu_model *model, const pass *p,
       model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
           ? one_hot(h, labels, p->batch, classes)
           : labels;
+  float smoothing = model->compile.label_smoothing;
+  mxu_hlo_value smoothed =
+      smoothing > 0
+          ? mxu_hlo_binary(
+                h, MXU_HLO_ADD,
+                mxu_hlo_binary(h, MXU_HLO_MULTIPLY, target,
+                               mxu_hlo_full_like(h, target, 1.0f - smoothing)),
+                mxu_hlo_full_like(h, target, smoothing / (float)classes))
+          : target;
   *loss = activity_penalties(model, h, p->nodes, mask,
-                             cross_entropy(h, logits, target, mask));
+                             cross_entropy(h, logits, smoothed, mask));
   *hits = correct(h, p->nodes[out_node], target, mask);
   return h->status;
 }
@@ -345,21 +298,22 @@ static mxu_hlo_value moving_average(mxu_hlo *h, mxu_hlo_value w,
                      mxu_hlo_full_like(h, mean, 1.0f - m->momentum)));
 }
 
-int mxu_model_slot_kinds(const mxu_model *model) {
-  /* Adam's two, SGD's momentum (or none): the spec's first kinds, as no
-   * third is emitted (check_supported refuses amsgrad). */
+int mxu_model_slot_kinds(const mxu_model *model, int *kinds) {
   mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
-  int kinds = 0;
-  while (kinds < MXU_SLOTS && spec.keras3[kinds]) kinds++;
-  return kinds;
+  int count = 0;
+  for (int k = 0; k < MXU_SLOTS; k++)
+    if (spec.keras3[k]) kinds[count++] = k;
+  if (spec.average) kinds[count++] = MXU_SLOTS;
+  return count;
 }
 
 mxu_status mxu_model_train_program(const mxu_model *model, int batch,
                                    int replicas, int steps, char **text) {
   *text = NULL;
-  MXU_TRY(check_supported(model));
-  const mxu_optimizer_config *o = &model->compile.optimizer;
-  int kinds = mxu_model_slot_kinds(model), count = model->param_count;
+  MXU_TRY(check_layers(model));
+  MXU_TRY(check_loss(model));
+  int kind_of[MXU_SLOTS + 1];
+  int kinds = mxu_model_slot_kinds(model, kind_of), count = model->param_count;
   int trainable = 0;
   for (int i = 0; i < count; i++) trainable += model->params[i].trainable;
   /* One block for every value list: weights, slots, noise, grads, nodes,
@@ -405,16 +359,36 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
   sums[n++] = loss;
   sums[n++] = hits;
   if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, n, sums);
+  /* Keras adds the weights' penalties to each batch's mean loss, at the
+   * weights before the update. */
+  if (s == MXU_OK && model->penalized)
+    sums[n - 2] = mxu_hlo_binary(
+        &h, MXU_HLO_ADD, sums[n - 2],
+        mxu_hlo_binary(
+            &h, MXU_HLO_MULTIPLY,
+            mxu_hlo_constant(&h, f32(0, NULL), (double)batch * replicas),
+            mxu_emit_penalty(&h, model, in.w)));
   /* Results: every weight's new value, the slots, the sums. */
+  mxu_hlo_value hyper[MXU_HYPERS];
+  for (int64_t k = 0, one = 1; k < MXU_HYPERS; k++) {
+    int64_t end = k + 1;
+    hyper[k] = mxu_hlo_reshape(&h, mxu_hlo_slice(&h, in.hyper, &k, &end, &one),
+                               f32(0, NULL));
+  }
+  mxu_emit_clip_norms(&h, model, trainable, sums);
   int slot = 0, next = 0;
   for (int i = 0; s == MXU_OK && i < count; i++) {
     results[i] = in.w[i];
     if (!model->params[i].trainable) continue;
-    mxu_hlo_value kept[2] = {0, 0};
-    for (int k = 0; k < kinds; k++) kept[k] = in.slots[k * trainable + slot];
-    update(&h, o, in.rate, in.w[i], sums[next++], kept, &results[i]);
+    mxu_hlo_value kept[MXU_SLOTS + 1] = {0};
     for (int k = 0; k < kinds; k++)
-      results[count + k * trainable + slot] = kept[k];
+      kept[kind_of[k]] = in.slots[k * trainable + slot];
+    results[i] =
+        mxu_emit_constraint(&h, &model->params[i],
+                            mxu_emit_update(&h, model, &model->params[i], hyper,
+                                            in.w[i], sums[next++], kept));
+    for (int k = 0; k < kinds; k++)
+      results[count + k * trainable + slot] = kept[kind_of[k]];
     slot++;
   }
   for (int i = 0; s == MXU_OK && i < count; i++)

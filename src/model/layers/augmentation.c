@@ -391,6 +391,9 @@ static const char *const transform_keys[] = {
       .plan = random_plan,                                                     \
       .forward = random_forward,                                               \
       .backward = random_backward,                                             \
+      .emit = mxu_emit_host_output,                                            \
+      .emit_noise = mxu_host_output,                                           \
+      .host_output = 1,                                                        \
   }
 
 RANDOM_CLASS(mxu_random_flip_class, "RandomFlip", read_flip, flip_keys);
@@ -486,6 +489,25 @@ static void smart_resize(const mxu_layer *layer, const mxu_layer_run *run) {
                      c->width_px, 1);
 }
 
+/* Inference: smart_resize's window, resized. */
+static mxu_hlo_value crop_emit(const mxu_layer *layer, mxu_emit *e) {
+  if (e->training) return mxu_emit_host_output(layer, e);
+  const mxu_random_config *c = &layer->config.random;
+  int h = (int)layer->in_shape.dims[0], w = (int)layer->in_shape.dims[1];
+  int crop_h = (int)((double)w * c->height_px / c->width_px);
+  int crop_w = (int)((double)h * c->width_px / c->height_px);
+  crop_h = crop_h < h ? crop_h : h;
+  crop_w = crop_w < w ? crop_w : w;
+  int top = (h - crop_h) / 2, left = (w - crop_w) / 2;
+  int64_t start[4] = {0, top, left, 0},
+          limit[4] = {e->batch, top + crop_h, left + crop_w,
+                      layer->in_shape.dims[2]},
+          stride[4] = {1, 1, 1, 1};
+  mxu_hlo_value window = mxu_hlo_slice(e->h, e->in[0], start, limit, stride);
+  return mxu_emit_resize(e, window, crop_h, crop_w, c->height_px, c->width_px,
+                         1);
+}
+
 static void crop_forward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->training)
     crop_run(layer, run, 0);
@@ -532,4 +554,7 @@ const mxu_layer_class mxu_random_crop_class = {
     .plan = mxu_no_plan,
     .forward = crop_forward,
     .backward = crop_backward,
+    .emit = crop_emit,
+    .emit_noise = mxu_host_output,
+    .host_output = 1,
 };

@@ -125,6 +125,17 @@ mxu_status mxu_json_last_axis(const mxu_json_where *where, const cJSON *config,
 void mxu_resize_image(const float *x, int h, int w, int row_stride, int ch,
                       float *y, int out_h, int out_w, int bilinear);
 
+/* x (batch, h, w, c) resized to out_h x out_w as mxu_resize_image does,
+ * for the pjrt backend (resampling.c). */
+mxu_hlo_value mxu_emit_resize(mxu_emit *e, mxu_hlo_value x, int h, int w,
+                              int out_h, int out_w, int bilinear);
+/* A layer whose output the host computes in training (host_output): its
+ * forward pass on the run, the output copied to out (pjrt's emit_noise);
+ * and the input passed through in inference (its emit). */
+int mxu_host_output(const mxu_layer *layer, const mxu_layer_run *run,
+                    float *out);
+mxu_hlo_value mxu_emit_host_output(const mxu_layer *layer, mxu_emit *e);
+
 /* The values of the layer's input over its planned batch. */
 int64_t mxu_batch_values(const mxu_layer *layer);
 

@@ -153,18 +153,23 @@ static mxu_hlo_value taps_matrix(mxu_emit *e, int in, int out, int bilinear) {
 }
 
 /* Rows, then columns, each a product with its taps matrix. */
-static mxu_hlo_value upsampling_emit(const mxu_layer *layer, mxu_emit *e) {
-  geometry g = geometry_of(layer);
-  int bilinear = bilinear_of(layer);
+mxu_hlo_value mxu_emit_resize(mxu_emit *e, mxu_hlo_value x, int h, int w,
+                              int out_h, int out_w, int bilinear) {
   const int64_t one = 1, rows = 1, cols = 2;
   /* (out_h, h) . (n, h, w, c) -> (out_h, n, w, c) */
-  mxu_hlo_value y = mxu_hlo_dot(e->h, taps_matrix(e, g.h, g.out_h, bilinear),
-                                e->in[0], 0, NULL, NULL, 1, &one, &rows);
+  mxu_hlo_value y = mxu_hlo_dot(e->h, taps_matrix(e, h, out_h, bilinear), x, 0,
+                                NULL, NULL, 1, &one, &rows);
   /* (out_w, w) . (out_h, n, w, c) -> (out_w, out_h, n, c) */
-  y = mxu_hlo_dot(e->h, taps_matrix(e, g.w, g.out_w, bilinear), y, 0, NULL,
-                  NULL, 1, &one, &cols);
+  y = mxu_hlo_dot(e->h, taps_matrix(e, w, out_w, bilinear), y, 0, NULL, NULL,
+                  1, &one, &cols);
   const int64_t order[4] = {2, 1, 0, 3};
   return mxu_hlo_transpose(e->h, y, order);
+}
+
+static mxu_hlo_value upsampling_emit(const mxu_layer *layer, mxu_emit *e) {
+  geometry g = geometry_of(layer);
+  return mxu_emit_resize(e, e->in[0], g.h, g.w, g.out_h, g.out_w,
+                         bilinear_of(layer));
 }
 
 /* Bilinear: three lerps of two flops per value. */
