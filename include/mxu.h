@@ -1183,6 +1183,12 @@ typedef struct mxu_layer_profile {
 int mxu_model_slice_rows(const mxu_model *model);
 
 mxu_status mxu_profile_enable(mxu_model *model, int on);
+/* On the pjrt backend, where XLA does not time its ops: each layer's
+ * forward pass, then its forward and backward pass, run alone on device 0
+ * as programs of their own with made-up values (a replica's batch), the
+ * median of `repeats` runs; mxu_profile_read then gives one step's
+ * times per layer. */
+mxu_status mxu_profile_device(mxu_model *model, int repeats);
 /* Fills up to capacity entries, one per layer; returns the layer count. */
 int mxu_profile_read(const mxu_model *model, mxu_layer_profile *out,
                      int capacity);

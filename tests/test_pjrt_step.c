@@ -21,6 +21,10 @@ static int with_bn_dropout, per_execution, dense_only;
 /* An L1L2 penalty on the first Dense's kernel, and categorical targets
  * with label smoothing, for the optimizer cases. */
 static int penalized, smoothed;
+/* The loss and metric small_net compiles with (the loss cases). */
+static mxu_loss loss_kind = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+static const char *metric_name = "accuracy";
+static int logits;
 
 static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   mxu_model *m = mxu_sequential("step");
@@ -58,7 +62,9 @@ static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   cc.replicas = REPLICAS;
   cc.threads = 1;
   cc.backend = backend;
-  cc.metric = "accuracy";
+  cc.metric = metric_name;
+  cc.loss = loss_kind;
+  cc.from_logits = logits;
   cc.steps_per_execution = per_execution;
   if (smoothed) {
     cc.loss = MXU_CATEGORICAL_CROSSENTROPY;
@@ -409,6 +415,10 @@ static void optimizer_case(mxu_optimizer_config o, const char *what,
                   tolerance * fmax(1.0, fabs(a->epochs[e].loss)),
               "%s: epoch %d loss %.7f on pjrt, %.7f on cpu_ref", what, e + 1,
               b->epochs[e].loss, a->epochs[e].loss);
+  for (int e = 0; a && b && e < 3; e++)
+    CHECK_MSG(fabs(a->epochs[e].accuracy - b->epochs[e].accuracy) < 1e-5,
+              "%s: epoch %d metric %.7f on pjrt, %.7f on cpu_ref", what, e + 1,
+              b->epochs[e].accuracy, a->epochs[e].accuracy);
   mxu_dataset_free(set);
   mxu_model_free(ref);
   mxu_model_free(dev);
@@ -455,6 +465,38 @@ static void optimizers(void) {
   penalized = smoothed = 0;
 }
 
+/* Every loss and metric on the devices against cpu_ref's (the softmax
+ * output and one-hot targets serve them all). */
+static void losses(void) {
+  static const struct {
+    mxu_loss loss;
+    const char *metric;
+    int logits;
+  } cases[] = {
+      {MXU_SPARSE_CATEGORICAL_CROSSENTROPY, "sparse_top_k_categorical_accuracy",
+       0},
+      {MXU_CATEGORICAL_CROSSENTROPY, "top_k_categorical_accuracy", 0},
+      {MXU_BINARY_CROSSENTROPY, "binary_accuracy", 0},
+      {MXU_BINARY_CROSSENTROPY, "accuracy", 1},
+      {MXU_MEAN_SQUARED_ERROR, "mae", 0},
+      {MXU_MEAN_ABSOLUTE_ERROR, "mse", 0},
+      {MXU_HUBER, "categorical_accuracy", 0},
+      {MXU_KL_DIVERGENCE, "accuracy", 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    loss_kind = cases[i].loss;
+    metric_name = cases[i].metric;
+    logits = cases[i].logits;
+    char what[96];
+    snprintf(what, sizeof what, "%s%s, %s", mxu_loss_name(loss_kind),
+             logits ? " from logits" : "", metric_name);
+    optimizer_case(named("adam"), what, 3e-5);
+  }
+  loss_kind = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  metric_name = "accuracy";
+  logits = 0;
+}
+
 /* What the program cannot emit yet is refused, naming it. */
 static void refusal(int layer, const char *optimizer, const char *needle) {
   mxu_model *m = mxu_sequential("refused");
@@ -497,6 +539,7 @@ int main(void) {
   with_bn_dropout = 0;
   per_execution_loop();
   optimizers();
+  losses();
   refusals();
   mxu_pjrt_close(plugin);
   return check_report("test_pjrt_step");

@@ -23,6 +23,8 @@ static const char *const precision_names[] = {"float32", "mixed_bfloat16",
 /* Enough steps to reach steady speed (oneDNN's first calls, page faults
  * in the arenas) before anything is timed. */
 #define WARMUP_STEPS 2
+/* Runs of each layer's program when profiling pjrt (the median is kept). */
+#define PROFILE_REPEATS 5
 
 typedef struct bench_args {
   const char *model, *report;
@@ -207,6 +209,9 @@ static int measure(const bench_args *a, bench_run *run) {
   run->median = median(run->images_per_second, a->repeats);
   if (!a->profile) return CLI_OK;
   mxu_profile_enable(run->model, 0);
+  if (a->backend == MXU_BACKEND_PJRT &&
+      mxu_profile_device(run->model, PROFILE_REPEATS) != MXU_OK)
+    return cli_runtime_error("bench");
   run->layer_count = mxu_profile_read(run->model, NULL, 0);
   run->layers = calloc((size_t)run->layer_count, sizeof *run->layers);
   if (!run->layers) {

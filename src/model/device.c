@@ -483,3 +483,7 @@ mxu_status mxu_device_predict(mxu_model *model, int64_t rows,
   free(outs);
   return s;
 }
+
+mxu_pjrt *mxu_device_client(const mxu_model *model) {
+  return model->device ? model->device->pjrt : NULL;
+}

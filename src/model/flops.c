@@ -160,8 +160,9 @@ int mxu_profile_read(const mxu_model *model, mxu_layer_profile *out,
   for (int l = 0; out && l < count && l < capacity; l++) {
     int i = mxu_model_node(model, l);
     const mxu_layer *layer = i >= 0 ? &model->layers[i] : NULL;
+    /* The devices run every layer of their own (mxu_profile_device). */
     const mxu_layer *head =
-        layer && layer->compiled && layer->compiled->absorbed
+        layer && !model->device && layer->compiled && layer->compiled->absorbed
             ? fused_into(model, i)
             : NULL;
     double forward, backward;

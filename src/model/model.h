@@ -697,6 +697,21 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
  * returns how many (at most MXU_SLOTS + 1). */
 int mxu_model_slot_kinds(const mxu_model *model, int *kinds);
 
+/* ---- program_loss.c ------------------------------------------------------ */
+
+/* What a program's loss reads: the output's value y (batch first), the
+ * logits before its softmax (0: none), the labels (int32) or targets, the
+ * rows' mask. */
+typedef struct mxu_emit_loss_input {
+  mxu_hlo *h;
+  int batch;
+  mxu_hlo_value y, logits, labels, mask;
+} mxu_emit_loss_input;
+/* The compiled loss's and metric's sums over the rows whose mask is 1, as
+ * loss.c computes each row's; MXU_ERR_UNSUPPORTED if not emitted. */
+mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
+                         mxu_hlo_value *loss, mxu_hlo_value *metric);
+
 /* ---- updates.c ----------------------------------------------------------- */
 
 /* The optimizer's step in the program takes these per-step scalars from
@@ -743,6 +758,7 @@ static inline int mxu_layer_draws_noise(const mxu_layer *l) {
 /* ---- device.c ------------------------------------------------------------ */
 
 typedef struct mxu_device mxu_device;
+typedef struct mxu_pjrt mxu_pjrt; /* backend/pjrt/runtime.h */
 /* At compile, for the pjrt backend: the plugin, a device per replica and
  * the training step compiled; freed with the plan (the host given the
  * devices' weights first), and opened again by fit for a plan of another
@@ -772,6 +788,8 @@ mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
 /* One step of the loaded batch (stage and run). */
 mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
                                 float scale);
+/* The plugin's client the devices belong to. */
+mxu_pjrt *mxu_device_client(const mxu_model *model);
 /* The run's result becomes the devices' state; the host's copy is read
  * back only when needed (mxu_device_sync). */
 mxu_status mxu_device_apply(mxu_model *model);

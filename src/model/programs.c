@@ -50,17 +50,6 @@ static mxu_status check_layers(const mxu_model *model) {
   return MXU_OK;
 }
 
-static mxu_status check_loss(const mxu_model *model) {
-  mxu_loss loss = model->compile.loss;
-  if (loss != MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
-      loss != MXU_CATEGORICAL_CROSSENTROPY)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "pjrt: loss %s is not emitted yet (sparse and "
-                    "categorical cross-entropy are)",
-                    mxu_loss_name(loss));
-  return MXU_OK;
-}
-
 /* The forward pass: each node's output value (nodes[n]); the logits of
  * the output when it ends in a softmax; each weight's new value where a
  * layer updates state (moving, local 0 elsewhere). noise: one per node that
@@ -100,27 +89,6 @@ static mxu_status forward(const mxu_model *model, pass *p) {
   return p->h->status;
 }
 
-/* Cross-entropy per row, from logits: logsumexp(z) - z . t, t the one-hot
- * label or the target row; summed over rows where mask is 1. */
-static mxu_hlo_value cross_entropy(mxu_hlo *h, mxu_hlo_value z,
-                                   mxu_hlo_value target, mxu_hlo_value mask) {
-  mxu_hlo_shape s = *mxu_hlo_shape_of(h, z);
-  int64_t last = 1, rows = 0;
-  mxu_hlo_value max = mxu_hlo_reduce(h, z, MXU_HLO_MAX, 1, &last);
-  mxu_hlo_value shifted = mxu_hlo_binary(h, MXU_HLO_SUBTRACT, z,
-                                         mxu_hlo_broadcast(h, max, s, &rows));
-  mxu_hlo_value lse = mxu_hlo_binary(
-      h, MXU_HLO_ADD, max,
-      mxu_hlo_unary(h, MXU_HLO_LOG,
-                    mxu_hlo_reduce(h, mxu_hlo_unary(h, MXU_HLO_EXP, shifted),
-                                   MXU_HLO_SUM, 1, &last)));
-  mxu_hlo_value picked = mxu_hlo_reduce(
-      h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, z, target), MXU_HLO_SUM, 1, &last);
-  mxu_hlo_value per_row = mxu_hlo_binary(h, MXU_HLO_SUBTRACT, lse, picked);
-  return mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, per_row, mask),
-                        MXU_HLO_SUM, 1, &rows);
-}
-
 /* The nodes' activity penalties, l1 |y| + l2 y^2 summed over the valid
  * rows, as step.c adds them to the loss. */
 static mxu_hlo_value activity_penalties(const mxu_model *model, mxu_hlo *h,
@@ -147,44 +115,6 @@ static mxu_hlo_value activity_penalties(const mxu_model *model, mxu_hlo *h,
                           mxu_hlo_reduce(h, penalty, MXU_HLO_SUM, s.rank, all));
   }
   return loss;
-}
-
-/* The labels as one-hot rows of the output's width. */
-static mxu_hlo_value one_hot(mxu_hlo *h, mxu_hlo_value labels, int batch,
-                             int64_t classes) {
-  int64_t dims[2] = {batch, classes}, rows = 0;
-  mxu_hlo_shape s = mxu_hlo_shape_make(MXU_HLO_S32, 2, dims);
-  mxu_hlo_value classes_iota = mxu_hlo_iota(h, s, 1);
-  mxu_hlo_value spread = mxu_hlo_broadcast(h, labels, s, &rows);
-  return mxu_hlo_convert(
-      h, mxu_hlo_compare_op(h, MXU_HLO_EQ, classes_iota, spread), MXU_HLO_F32);
-}
-
-/* Rows whose largest score is at the label (the first of equals, as
- * argmax), counted where mask is 1. */
-static mxu_hlo_value correct(mxu_hlo *h, mxu_hlo_value y, mxu_hlo_value hot,
-                             mxu_hlo_value mask) {
-  mxu_hlo_shape s = *mxu_hlo_shape_of(h, y);
-  int64_t last = 1, rows = 0;
-  mxu_hlo_value max = mxu_hlo_broadcast(
-      h, mxu_hlo_reduce(h, y, MXU_HLO_MAX, 1, &last), s, &rows);
-  /* argmax: the least class index at the maximum, as -max(-index) */
-  mxu_hlo_value index = mxu_hlo_convert(
-      h, mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, s.rank, s.dims), 1),
-      MXU_HLO_F32);
-  mxu_hlo_value negated =
-      mxu_hlo_select(h, mxu_hlo_compare_op(h, MXU_HLO_EQ, y, max),
-                     mxu_hlo_unary(h, MXU_HLO_NEGATE, index),
-                     mxu_hlo_full_like(h, index, -1e9));
-  mxu_hlo_value first = mxu_hlo_unary(
-      h, MXU_HLO_NEGATE, mxu_hlo_reduce(h, negated, MXU_HLO_MAX, 1, &last));
-  mxu_hlo_value label =
-      mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, hot, index),
-                     MXU_HLO_SUM, 1, &last);
-  mxu_hlo_value hit = mxu_hlo_convert(
-      h, mxu_hlo_compare_op(h, MXU_HLO_EQ, first, label), MXU_HLO_F32);
-  return mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, hit, mask),
-                        MXU_HLO_SUM, 1, &rows);
 }
 
 /* The parameters in order: every weight, the slots of the trainable
@@ -230,36 +160,21 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
           h, mxu_batch_shape(batch, &model->layers[n].out_shape));
 }
 
-/* The batch's loss sum (the cross-entropy from the output's logits, the
- * activity penalties) and metric sum over the rows where mask is 1. */
+/* The batch's loss sum (the loss, the activity penalties) and metric sum
+ * over the rows where mask is 1 (program_loss.c). */
 static mxu_status loss_and_hits(const mxu_model *model, const pass *p,
                                 mxu_hlo_value labels, mxu_hlo_value mask,
                                 mxu_hlo_value *loss, mxu_hlo_value *hits) {
-  mxu_hlo *h = p->h;
-  int out_node = mxu_model_output(model);
-  if (!p->logits && !model->compile.from_logits)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "pjrt: the cross-entropy needs the output to end in a "
-                    "softmax, or from_logits");
-  mxu_hlo_value logits = p->logits ? p->logits : p->nodes[out_node];
-  int64_t classes = mxu_shape_count(&model->layers[out_node].out_shape);
-  mxu_hlo_value target =
-      model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
-          ? one_hot(h, labels, p->batch, classes)
-          : labels;
-  float smoothing = model->compile.label_smoothing;
-  mxu_hlo_value smoothed =
-      smoothing > 0
-          ? mxu_hlo_binary(
-                h, MXU_HLO_ADD,
-                mxu_hlo_binary(h, MXU_HLO_MULTIPLY, target,
-                               mxu_hlo_full_like(h, target, 1.0f - smoothing)),
-                mxu_hlo_full_like(h, target, smoothing / (float)classes))
-          : target;
-  *loss = activity_penalties(model, h, p->nodes, mask,
-                             cross_entropy(h, logits, smoothed, mask));
-  *hits = correct(h, p->nodes[out_node], target, mask);
-  return h->status;
+  int out = mxu_model_output(model);
+  mxu_emit_loss_input in = {.h = p->h,
+                            .batch = p->batch,
+                            .y = p->nodes[out],
+                            .logits = p->logits,
+                            .labels = labels,
+                            .mask = mask};
+  MXU_TRY(mxu_emit_loss(model, &in, loss, hits));
+  *loss = activity_penalties(model, p->h, p->nodes, mask, *loss);
+  return p->h->status;
 }
 
 /* Every replica's values summed in one all_reduce: each flattened and
@@ -311,7 +226,6 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
                                    int replicas, int steps, char **text) {
   *text = NULL;
   MXU_TRY(check_layers(model));
-  MXU_TRY(check_loss(model));
   int kind_of[MXU_SLOTS + 1];
   int kinds = mxu_model_slot_kinds(model, kind_of), count = model->param_count;
   int trainable = 0;
@@ -412,7 +326,6 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
                                   int replicas, int predict, char **text) {
   *text = NULL;
   MXU_TRY(check_layers(model));
-  if (!predict) MXU_TRY(check_loss(model));
   int count = model->param_count, outputs = mxu_model_output_count(model);
   mxu_hlo_value *v = calloc(
       (size_t)(count + model->layer_count + MXU_MAX_INPUTS + 2), sizeof *v);

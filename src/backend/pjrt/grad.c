@@ -326,10 +326,12 @@ static void convolution(grad *g, const mxu_hlo_node *n, mxu_hlo_value dy) {
 }
 
 /* Max pooling's gradient where the windows tile the input (stride =
- * size, no dilation): dy to each window's first maximum in row-major
- * order (as select_and_scatter), with the windows laid out as dims of
- * their own. Elementwise ops and reductions XLA's CPU code runs in
- * parallel; the scatter it makes of select_and_scatter runs on one
+ * size, no dilation, at most 16 places): dy to each window's first
+ * maximum in row-major order (as select_and_scatter). Each place of the
+ * windows is a strided slice of x; the gradient at a place is dy where
+ * the place holds the maximum and no earlier place did; the places are
+ * interleaved back. Elementwise ops XLA's CPU code fuses into one loop
+ * over the output; the scatter it makes of select_and_scatter runs on one
  * thread. 0 where the windows do not tile. */
 static int tiled_max_grad(grad *g, mxu_hlo_value x, mxu_hlo_value y,
                           const mxu_hlo_window *w, mxu_hlo_value dy) {
@@ -338,44 +340,46 @@ static int tiled_max_grad(grad *g, mxu_hlo_value x, mxu_hlo_value y,
     if (w->stride[s] != w->size[s] || w->lhs_dilation[s] != 1 ||
         w->rhs_dilation[s] != 1)
       return 0;
+  int64_t a = w->size[0], b = w->size[1];
+  if (a * b > 16) return 0;
   const mxu_hlo_shape xs = h->nodes[x].shape, ys = h->nodes[y].shape;
-  int64_t a = w->size[0], b = w->size[1], rows = ys.dims[1] * a,
-          cols = ys.dims[2] * b;
+  int64_t rows = ys.dims[1] * a, cols = ys.dims[2] * b;
   /* What the windows cover: the padding added, what they leave cut. */
   int64_t low[4] = {0, w->pad_low[0], w->pad_low[1], 0}, none[4] = {0};
   int64_t high[4] = {0, rows - xs.dims[1] - low[1], cols - xs.dims[2] - low[2],
                      0};
-  int64_t tiles[6] = {xs.dims[0], ys.dims[1], a, ys.dims[2], b, xs.dims[3]};
-  const mxu_hlo_shape ts = mxu_hlo_shape_make(xs.dtype, 6, tiles);
-  const int64_t outer[4] = {0, 1, 3, 5}, inner[2] = {2, 4};
-  mxu_hlo_value tiled =
-      mxu_hlo_reshape(h, mxu_hlo_pad(h, x, -INFINITY, low, high, none), ts);
-  mxu_hlo_value at_max = mxu_hlo_compare_op(h, MXU_HLO_EQ, tiled,
-                                            mxu_hlo_broadcast(h, y, ts, outer));
-  /* Each element's place in its window; the first maximum's is the least
-   * (a minimum as -max(-p)). */
-  mxu_hlo_value place =
-      mxu_hlo_binary(h, MXU_HLO_ADD,
-                     mxu_hlo_binary(h, MXU_HLO_MULTIPLY, mxu_hlo_iota(h, ts, 2),
-                                    mxu_hlo_constant(h, ts, (double)b)),
-                     mxu_hlo_iota(h, ts, 4));
-  mxu_hlo_value candidate =
-      mxu_hlo_select(h, at_max, mxu_hlo_unary(h, MXU_HLO_NEGATE, place),
-                     mxu_hlo_constant(h, ts, -(double)(a * b)));
-  mxu_hlo_value first = mxu_hlo_unary(
-      h, MXU_HLO_NEGATE, mxu_hlo_reduce(h, candidate, MXU_HLO_MAX, 2, inner));
-  mxu_hlo_value chosen = mxu_hlo_compare_op(
-      h, MXU_HLO_EQ, place, mxu_hlo_broadcast(h, first, ts, outer));
-  mxu_hlo_value spread =
-      mxu_hlo_select(h, chosen, mxu_hlo_broadcast(h, dy, ts, outer),
-                     mxu_hlo_constant(h, ts, 0.0));
-  int64_t covered[4] = {xs.dims[0], rows, cols, xs.dims[3]};
+  mxu_hlo_value covered = mxu_hlo_pad(h, x, -INFINITY, low, high, none);
+  mxu_hlo_shape pred = ys;
+  pred.dtype = MXU_HLO_PRED;
+  mxu_hlo_value taken = mxu_hlo_constant(h, pred, 0.0);
+  mxu_hlo_value zero = mxu_hlo_full_like(h, dy, 0.0), rows_of[16] = {0};
+  int64_t one[6] = {ys.dims[0], ys.dims[1], 1, ys.dims[2], 1, ys.dims[3]};
+  mxu_hlo_shape place = mxu_hlo_shape_make(ys.dtype, 6, one);
+  for (int64_t i = 0; i < a; i++) {
+    mxu_hlo_value row = 0;
+    for (int64_t j = 0; j < b; j++) {
+      int64_t start[4] = {0, i, j, 0}, stride[4] = {1, a, b, 1};
+      int64_t limit[4] = {xs.dims[0], rows, cols, xs.dims[3]};
+      mxu_hlo_value at = mxu_hlo_slice(h, covered, start, limit, stride);
+      mxu_hlo_value hit =
+          mxu_hlo_select(h, taken, mxu_hlo_constant(h, pred, 0.0),
+                         mxu_hlo_compare_op(h, MXU_HLO_EQ, at, y));
+      taken = mxu_hlo_select(h, hit, hit, taken);
+      mxu_hlo_value part =
+          mxu_hlo_reshape(h, mxu_hlo_select(h, hit, dy, zero), place);
+      row = row ? mxu_hlo_concatenate(h, row, part, 4) : part;
+    }
+    rows_of[i] = row;
+  }
+  mxu_hlo_value spread = rows_of[0];
+  for (int64_t i = 1; i < a; i++)
+    spread = mxu_hlo_concatenate(h, spread, rows_of[i], 2);
+  int64_t whole[4] = {xs.dims[0], rows, cols, xs.dims[3]};
   for (int d = 0; d < 4; d++) low[d] = -low[d], high[d] = -high[d];
   accumulate(
       g, x,
       mxu_hlo_pad(
-          h,
-          mxu_hlo_reshape(h, spread, mxu_hlo_shape_make(xs.dtype, 4, covered)),
+          h, mxu_hlo_reshape(h, spread, mxu_hlo_shape_make(xs.dtype, 4, whole)),
           0.0, low, high, none));
   return 1;
 }

@@ -1,0 +1,251 @@
+/* program_loss.c — mxu's losses and metrics as StableHLO ops for the pjrt
+ * programs, each row's as loss.c computes it (the softmax cross-entropies
+ * from the logits before the softmax, as Keras fuses them), summed over
+ * the rows whose mask is 1. Their gradients follow from grad.c's rules
+ * (a clip passes none outside its range, as on the host). */
+#include "model/model.h"
+
+#include <math.h>
+
+/* Keras' backend epsilon, loss.c's clip. */
+#define LOSS_EPSILON 1e-7f
+
+typedef struct ops {
+  mxu_hlo *h;
+  mxu_hlo_value like;
+} ops;
+
+static mxu_hlo_value k(const ops *o, double v) {
+  return mxu_hlo_full_like(o->h, o->like, v);
+}
+static mxu_hlo_value bin(const ops *o, mxu_hlo_op op, mxu_hlo_value a,
+                         mxu_hlo_value b) {
+  return mxu_hlo_binary(o->h, op, a, b);
+}
+static mxu_hlo_value un(const ops *o, mxu_hlo_op op, mxu_hlo_value a) {
+  return mxu_hlo_unary(o->h, op, a);
+}
+#define MUL(a, b) bin(o, MXU_HLO_MULTIPLY, a, b)
+#define ADD(a, b) bin(o, MXU_HLO_ADD, a, b)
+#define SUB(a, b) bin(o, MXU_HLO_SUBTRACT, a, b)
+#define DIV(a, b) bin(o, MXU_HLO_DIVIDE, a, b)
+#define CLIP(a, lo, hi)                                                        \
+  bin(o, MXU_HLO_MINIMUM, bin(o, MXU_HLO_MAXIMUM, a, k(o, lo)), k(o, hi))
+
+/* Per row of (rows, k): the sum over the row. */
+static mxu_hlo_value row_sums(mxu_hlo *h, mxu_hlo_value v) {
+  const int64_t last = 1;
+  return mxu_hlo_reduce(h, v, MXU_HLO_SUM, 1, &last);
+}
+
+/* Over the rows whose mask is 1. */
+static mxu_hlo_value masked_sum(mxu_hlo *h, mxu_hlo_value per_row,
+                                mxu_hlo_value mask) {
+  const int64_t rows = 0;
+  return mxu_hlo_reduce(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, per_row, mask),
+                        MXU_HLO_SUM, 1, &rows);
+}
+
+/* logsumexp(z) - z . t per row. */
+static mxu_hlo_value cross_entropy(mxu_hlo *h, mxu_hlo_value z,
+                                   mxu_hlo_value target) {
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, z);
+  int64_t rows = 0, last = 1;
+  mxu_hlo_value max = mxu_hlo_reduce(h, z, MXU_HLO_MAX, 1, &last);
+  mxu_hlo_value shifted = mxu_hlo_binary(h, MXU_HLO_SUBTRACT, z,
+                                         mxu_hlo_broadcast(h, max, s, &rows));
+  mxu_hlo_value lse = mxu_hlo_binary(
+      h, MXU_HLO_ADD, max,
+      mxu_hlo_unary(h, MXU_HLO_LOG,
+                    row_sums(h, mxu_hlo_unary(h, MXU_HLO_EXP, shifted))));
+  return mxu_hlo_binary(
+      h, MXU_HLO_SUBTRACT, lse,
+      row_sums(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, z, target)));
+}
+
+/* The labels as one-hot rows of k classes. */
+static mxu_hlo_value one_hot(mxu_hlo *h, mxu_hlo_value labels, int batch,
+                             int64_t classes) {
+  int64_t dims[2] = {batch, classes}, rows = 0;
+  mxu_hlo_shape s = mxu_hlo_shape_make(MXU_HLO_S32, 2, dims);
+  return mxu_hlo_convert(
+      h,
+      mxu_hlo_compare_op(h, MXU_HLO_EQ, mxu_hlo_iota(h, s, 1),
+                         mxu_hlo_broadcast(h, labels, s, &rows)),
+      MXU_HLO_F32);
+}
+
+/* Each row's first largest value's index (as float), argmax's. */
+static mxu_hlo_value first_argmax(mxu_hlo *h, mxu_hlo_value y) {
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, y);
+  int64_t last = 1, rows = 0;
+  mxu_hlo_value max = mxu_hlo_broadcast(
+      h, mxu_hlo_reduce(h, y, MXU_HLO_MAX, 1, &last), s, &rows);
+  mxu_hlo_value index = mxu_hlo_convert(
+      h, mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, s.rank, s.dims), 1),
+      MXU_HLO_F32);
+  /* the least index at the maximum, as -max(-index) */
+  mxu_hlo_value negated =
+      mxu_hlo_select(h, mxu_hlo_compare_op(h, MXU_HLO_EQ, y, max),
+                     mxu_hlo_unary(h, MXU_HLO_NEGATE, index),
+                     mxu_hlo_full_like(h, index, -1e9));
+  return mxu_hlo_unary(h, MXU_HLO_NEGATE,
+                       mxu_hlo_reduce(h, negated, MXU_HLO_MAX, 1, &last));
+}
+
+static mxu_hlo_value equal(mxu_hlo *h, mxu_hlo_value a, mxu_hlo_value b) {
+  return mxu_hlo_convert(h, mxu_hlo_compare_op(h, MXU_HLO_EQ, a, b),
+                         MXU_HLO_F32);
+}
+
+/* tf.math.in_top_k with k 5: fewer than 5 scores above the target's, which
+ * must be finite. */
+static mxu_hlo_value in_top_k(mxu_hlo *h, mxu_hlo_value y, mxu_hlo_value hot) {
+  const ops oo = {h, y}, *o = &oo;
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, y);
+  int64_t rows = 0;
+  mxu_hlo_value score = row_sums(
+      h, mxu_hlo_select(h, mxu_hlo_compare_op(h, MXU_HLO_GT, hot, k(o, 0.5)), y,
+                        k(o, 0.0)));
+  mxu_hlo_value above = row_sums(
+      h,
+      mxu_hlo_convert(h,
+                      mxu_hlo_compare_op(h, MXU_HLO_GT, y,
+                                         mxu_hlo_broadcast(h, score, s, &rows)),
+                      MXU_HLO_F32));
+  mxu_hlo_value few = mxu_hlo_compare_op(
+      h, MXU_HLO_LT, above, mxu_hlo_full_like(h, above, MXU_TOP_K));
+  mxu_hlo_value finite =
+      mxu_hlo_compare_op(h, MXU_HLO_LT, mxu_hlo_unary(h, MXU_HLO_ABS, score),
+                         mxu_hlo_full_like(h, score, INFINITY));
+  return mxu_hlo_select(h, finite, mxu_hlo_convert(h, few, MXU_HLO_F32),
+                        mxu_hlo_full_like(h, score, 0.0));
+}
+
+/* A row's sum over its `values` values. */
+static mxu_hlo_value mean_of(mxu_hlo *h, mxu_hlo_value sums, int64_t values) {
+  return mxu_hlo_binary(h, MXU_HLO_DIVIDE, sums,
+                        mxu_hlo_full_like(h, sums, (double)values));
+}
+
+/* Each row's metric (loss.c's row_metric): y and t (rows, k); hot the
+ * label's or the targets' argmax as one-hot rows. */
+static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
+                                mxu_hlo_value y, mxu_hlo_value t,
+                                mxu_hlo_value hot, int64_t values) {
+  const ops oo = {h, y}, *o = &oo;
+  switch (kind) {
+  case MXU_METRIC_SPARSE_ACCURACY:
+  case MXU_METRIC_CATEGORICAL_ACCURACY:
+    return equal(h, first_argmax(h, y), first_argmax(h, hot));
+  case MXU_METRIC_SPARSE_TOP_K:
+  case MXU_METRIC_TOP_K: return in_top_k(h, y, hot);
+  case MXU_METRIC_BINARY_ACCURACY: {
+    mxu_hlo_value above = mxu_hlo_convert(
+        h, mxu_hlo_compare_op(h, MXU_HLO_GT, y, k(o, 0.5)), MXU_HLO_F32);
+    return mean_of(h, row_sums(h, equal(h, above, t)), values);
+  }
+  case MXU_METRIC_MAE:
+    return mean_of(h, row_sums(h, un(o, MXU_HLO_ABS, SUB(y, t))), values);
+  case MXU_METRIC_MSE:
+    return mean_of(h, row_sums(h, MUL(SUB(y, t), SUB(y, t))), values);
+  }
+  return 0;
+}
+
+/* loss.c's element(): each value's loss, y and t (rows, k). */
+static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_compile_config *c,
+                                  mxu_hlo_value y, mxu_hlo_value t) {
+  const ops oo = {h, y}, *o = &oo;
+  switch (c->loss) {
+  case MXU_BINARY_CROSSENTROPY: {
+    float ls = c->label_smoothing;
+    if (ls > 0) t = ADD(MUL(t, k(o, 1.0f - ls)), k(o, 0.5f * ls));
+    if (c->from_logits) /* max(z, 0) - z t + log(1 + e^-|z|) */
+      return ADD(
+          SUB(bin(o, MXU_HLO_MAXIMUM, y, k(o, 0.0)), MUL(y, t)),
+          un(o, MXU_HLO_LOG,
+             ADD(k(o, 1.0), un(o, MXU_HLO_EXP,
+                               un(o, MXU_HLO_NEGATE, un(o, MXU_HLO_ABS, y))))));
+    mxu_hlo_value p = CLIP(y, LOSS_EPSILON, 1.0f - LOSS_EPSILON);
+    return un(
+        o, MXU_HLO_NEGATE,
+        ADD(MUL(t, un(o, MXU_HLO_LOG, p)),
+            MUL(SUB(k(o, 1.0), t), un(o, MXU_HLO_LOG, SUB(k(o, 1.0), p)))));
+  }
+  case MXU_MEAN_SQUARED_ERROR: return MUL(SUB(y, t), SUB(y, t));
+  case MXU_MEAN_ABSOLUTE_ERROR: return un(o, MXU_HLO_ABS, SUB(y, t));
+  case MXU_HUBER: {
+    mxu_hlo_value e = SUB(y, t), a = un(o, MXU_HLO_ABS, e);
+    float d = c->huber_delta;
+    return mxu_hlo_select(h, mxu_hlo_compare_op(h, MXU_HLO_LE, a, k(o, d)),
+                          MUL(k(o, 0.5), MUL(e, e)),
+                          SUB(MUL(k(o, d), a), k(o, 0.5f * d * d)));
+  }
+  case MXU_KL_DIVERGENCE: {
+    mxu_hlo_value tc = CLIP(t, LOSS_EPSILON, 1.0f);
+    return MUL(tc, un(o, MXU_HLO_LOG, DIV(tc, CLIP(y, LOSS_EPSILON, 1.0f))));
+  }
+  default: return 0;
+  }
+}
+
+mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
+                         mxu_hlo_value *loss, mxu_hlo_value *metric) {
+  mxu_hlo *h = in->h;
+  const mxu_compile_config *c = &model->compile;
+  const mxu_shape *out = &model->layers[mxu_model_output(model)].out_shape;
+  int64_t values = mxu_shape_count(out), dims[2] = {in->batch, values};
+  mxu_hlo_shape rows_shape = mxu_hlo_shape_make(MXU_HLO_F32, 2, dims);
+  mxu_hlo_value y = mxu_hlo_reshape(h, in->y, rows_shape);
+  int sparse = c->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  mxu_hlo_value t = sparse ? one_hot(h, in->labels, in->batch, values)
+                           : mxu_hlo_reshape(h, in->labels, rows_shape);
+  const ops oo = {h, y}, *o = &oo;
+  mxu_hlo_value per_row;
+  if (mxu_loss_is_softmax(c->loss)) {
+    if (!in->logits && !c->from_logits)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "pjrt: the cross-entropy needs the output to end in a "
+                      "softmax, or from_logits");
+    mxu_hlo_value z =
+        in->logits ? mxu_hlo_reshape(h, in->logits, rows_shape) : y;
+    float ls = c->label_smoothing;
+    mxu_hlo_value smoothed =
+        ls > 0 ? ADD(MUL(t, k(o, 1.0f - ls)), k(o, ls / (float)values)) : t;
+    per_row = cross_entropy(h, z, smoothed);
+  } else {
+    /* Keras means over the last axis (KL divergence sums over it), then
+     * over the sample's other axes. */
+    int64_t last = out->dims[out->rank - 1];
+    double divisor =
+        c->loss == MXU_KL_DIVERGENCE ? (double)(values / last) : (double)values;
+    mxu_hlo_value e = element_loss(h, c, y, t);
+    if (!e)
+      return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: loss %s is not emitted",
+                      mxu_loss_name(c->loss));
+    per_row = mean_of(h, row_sums(h, e), (int64_t)divisor);
+  }
+  *loss = masked_sum(h, per_row, in->mask);
+  /* The metric's own targets: the labels' one-hot rows, or the targets'
+   * argmax. */
+  mxu_metric_kind kind = model->metric_kind;
+  mxu_hlo_value hot = t;
+  if (kind == MXU_METRIC_CATEGORICAL_ACCURACY || kind == MXU_METRIC_TOP_K)
+    hot = mxu_hlo_convert(
+        h,
+        mxu_hlo_compare_op(
+            h, MXU_HLO_EQ,
+            mxu_hlo_convert(
+                h, mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, 2, dims), 1),
+                MXU_HLO_F32),
+            mxu_hlo_broadcast(h, first_argmax(h, t), rows_shape,
+                              (const int64_t[]){0})),
+        MXU_HLO_F32);
+  mxu_hlo_value m = row_metric(h, kind, y, t, hot, values);
+  if (!m)
+    return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: metric %s is not emitted",
+                    model->metric);
+  *metric = masked_sum(h, m, in->mask);
+  return h->status;
+}
