@@ -179,6 +179,7 @@ UNARY(reciprocal_root, MXU_HLO_RSQRT)
 UNARY(hyperbolic_tangent, MXU_HLO_TANH)
 UNARY(logistic, MXU_HLO_LOGISTIC)
 UNARY(absolute, MXU_HLO_ABS)
+UNARY(error_function, MXU_HLO_ERF)
 
 static mxu_hlo_value relu(mxu_hlo *h, const mxu_hlo_value *x) {
   mxu_hlo_value zero = mxu_hlo_full_like(h, x[0], 0.0);
@@ -306,6 +307,7 @@ static void ops(void) {
       {"rsqrt", 1, {m}, reciprocal_root, 1},
       {"tanh", 1, {m}, hyperbolic_tangent, 0},
       {"logistic", 1, {m}, logistic, 0},
+      {"erf (chlo)", 1, {m}, error_function, 0},
       {"abs", 1, {m}, absolute, 0},
       {"relu (compare, select)", 1, {m}, relu, 0},
       {"broadcast, transpose, reshape",

@@ -175,8 +175,9 @@ static const layer_case cases[] = {
      LAYER("BatchNormalization", "b", ", \"momentum\": 0.5", IN("lead")), "b",
      1e-4},
     {"Activation", "4, 4, 2",
-     LAYER("Activation", "s", ", \"activation\": \"swish\"", IN("lead")), "s",
-     1e-4},
+     LAYER("Activation", "s", ", \"activation\": \"swish\"", IN("lead"))
+         LAYER("Activation", "g", ", \"activation\": \"gelu\"", IN("s")),
+     "g", 1e-4},
     {"Add, Subtract, Multiply, Average, Maximum, Minimum, broadcast", "4, 5, 2",
      LEAD2 LAYER("Add", "add", "", IN2("lead", "lead2"))
          LAYER("Subtract", "sub", "", IN2("lead", "lead2"))
@@ -274,23 +275,26 @@ static const layer_case cases[] = {
      "c", 1e-4},
     {"RandomFlip, RandomRotation, RandomCrop (the host's, after the input)",
      "6, 6, 2",
-     LAYER("RandomFlip", "f", ", \"mode\": \"horizontal\"", IN("x"))
-         LAYER("RandomRotation", "r", ", \"factor\": 0.1", IN("f"))
-             LAYER("RandomCrop", "k", ", \"height\": 4, \"width\": 5",
-                   IN("r"))
-                 LAYER("Conv2D", "c", ", \"filters\": 3, \"kernel_size\": [1, 1]",
-                       IN("k")) LAYER("GlobalAveragePooling2D", "g1", "", IN("c"))
-                     LAYER("GlobalAveragePooling2D", "g2", "", IN("lead"))
-                         LAYER("Add", "s", "", IN2("g1", "g2")),
+     LAYER("RandomFlip", "f", ", \"mode\": \"horizontal\"", IN("x")) LAYER(
+         "RandomTranslation", "t",
+         ", \"height_factor\": 0.2, \"width_factor\": 0.1",
+         IN("f")) LAYER("RandomZoom", "z", ", \"height_factor\": 0.2", IN("t"))
+         LAYER("RandomContrast", "q", ", \"factor\": 0.3", IN("z")) LAYER(
+             "RandomRotation", "r", ", \"factor\": 0.1", IN("q"))
+             LAYER("RandomCrop", "k", ", \"height\": 4, \"width\": 5", IN("r"))
+                 LAYER("Conv2D", "c",
+                       ", \"filters\": 3, \"kernel_size\": [1, 1]", IN("k"))
+                     LAYER("GlobalAveragePooling2D", "g1", "", IN("c"))
+                         LAYER("GlobalAveragePooling2D", "g2", "", IN("lead"))
+                             LAYER("Add", "s", "", IN2("g1", "g2")),
      "s", 1e-4},
 };
 
 /* An augmentation after a trainable layer would stop its gradient: refused,
  * saying where it may go. */
 static void augmentation_refused(void) {
-  const layer_case c = {
-      "RandomFlip after a convolution", "4, 4, 2",
-      LAYER("RandomFlip", "f", "", IN("lead")), "f", 0};
+  const layer_case c = {"RandomFlip after a convolution", "4, 4, 2",
+                        LAYER("RandomFlip", "f", "", IN("lead")), "f", 0};
   char *json = model_json(&c);
   mxu_model *m = NULL;
   CHECK_OK(mxu_model_from_json(json, c.name, &m, NULL, NULL));

@@ -119,13 +119,18 @@ mxu_hlo_value mxu_emit_activation(mxu_emit *e, mxu_activation activation,
   case MXU_MISH:
     return op2(e, MXU_HLO_MULTIPLY, x,
                mxu_hlo_unary(h, MXU_HLO_TANH, softplus(e, x)));
-  case MXU_GELU: break;
+  case MXU_GELU: /* x (1 + erf(x / sqrt(2))) / 2 */
+    return op2(e, MXU_HLO_MULTIPLY,
+               op2(e, MXU_HLO_MULTIPLY, x,
+                   op2(e, MXU_HLO_ADD, k(e, x, 1.0),
+                       mxu_hlo_unary(h, MXU_HLO_ERF,
+                                     op2(e, MXU_HLO_MULTIPLY, x,
+                                         k(e, x, 0.70710678118654752440))))),
+               k(e, x, 0.5));
   }
   if (h->status == MXU_OK)
     h->status = mxu_fail(MXU_ERR_UNSUPPORTED,
-                         "pjrt: activation %d (exact gelu: StableHLO has no "
-                         "erf) is not emitted yet",
-                         (int)activation);
+                         "pjrt: activation %d is not emitted", (int)activation);
   return 0;
 }
 

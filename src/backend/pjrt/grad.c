@@ -115,6 +115,13 @@ static void elementwise(grad *g, const mxu_hlo_node *n, mxu_hlo_value out,
   case MXU_HLO_ABS:
     accumulate(g, a, mul(g, dy, mxu_hlo_unary(h, MXU_HLO_SIGN, a)));
     return;
+  case MXU_HLO_ERF: /* 2 / sqrt(pi) e^(-a^2) */
+    accumulate(
+        g, a,
+        mul(g, scaled(g, dy, 1.12837916709551257390),
+            mxu_hlo_unary(h, MXU_HLO_EXP,
+                          mxu_hlo_unary(h, MXU_HLO_NEGATE, mul(g, a, a)))));
+    return;
   case MXU_HLO_CONVERT:
     accumulate(g, a, mxu_hlo_convert(h, dy, h->nodes[a].shape.dtype));
     return;

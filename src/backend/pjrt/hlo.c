@@ -138,7 +138,7 @@ static int is_elementwise_binary(mxu_hlo_op op) {
 }
 
 static int is_elementwise_unary(mxu_hlo_op op) {
-  return op >= MXU_HLO_NEGATE && op <= MXU_HLO_SIGN;
+  return op >= MXU_HLO_NEGATE && op <= MXU_HLO_ERF;
 }
 
 mxu_hlo_value mxu_hlo_binary(mxu_hlo *h, mxu_hlo_op op, mxu_hlo_value a,

@@ -54,6 +54,7 @@ typedef enum mxu_hlo_op {
   MXU_HLO_LOGISTIC,
   MXU_HLO_ABS,
   MXU_HLO_SIGN,
+  MXU_HLO_ERF, /* CHLO's, which plugins lower: StableHLO has none */
   MXU_HLO_CONVERT,
   MXU_HLO_COMPARE, /* to pred; direction */
   MXU_HLO_SELECT,  /* pred, on_true, on_false */

@@ -249,6 +249,7 @@ static const char *op_name(mxu_hlo_op op) {
   case MXU_HLO_LOGISTIC: return "logistic";
   case MXU_HLO_ABS: return "abs";
   case MXU_HLO_SIGN: return "sign";
+  case MXU_HLO_ERF: return "erf";
   case MXU_HLO_CONVERT: return "convert";
   case MXU_HLO_COMPARE: return "compare";
   case MXU_HLO_SELECT: return "select";
@@ -362,7 +363,8 @@ static void put_attributes(text *t, const mxu_hlo_node *n, int replicas) {
 
 static void put_node(text *t, const mxu_hlo *h, int id, int replicas) {
   const mxu_hlo_node *n = &h->nodes[id];
-  put(t, "    %%v%d = \"stablehlo.%s\"", id, op_name(n->op));
+  put(t, "    %%v%d = \"%s.%s\"", id,
+      n->op == MXU_HLO_ERF ? "chlo" : "stablehlo", op_name(n->op));
   put_operands(t, n);
   put_regions(t, h, id, n);
   put_attributes(t, n, replicas);
