@@ -24,6 +24,10 @@
 
 extern char **environ;
 
+/* The backend the kill test trains on: cpu (NULL), or pjrt with 5 steps
+ * an execution (the checkpoints end executions). */
+static const char *backend;
+
 /* Starts `mxu train` on the fashion model: 2 epochs of 30 steps of 1000,
  * checkpoints every 10 steps into ckpt_dir (resuming from it), output to
  * log. */
@@ -50,6 +54,10 @@ static pid_t start_train(const char *ckpt_dir, const char *weights,
                   (char *)ckpt_dir,
                   "--save-weights",
                   (char *)weights,
+                  backend ? "--backend" : NULL,
+                  (char *)backend,
+                  "--steps-per-execution",
+                  "5",
                   NULL};
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -122,13 +130,21 @@ static void check_identical(const char *a_path, const char *b_path) {
   mxu_model_free(b);
 }
 
-static void kill_and_resume(void) {
-  const char *reference = temp_path("reference.h5");
-  const char *resumed = temp_path("resumed.h5");
+static void kill_and_resume(const char *on) {
+  backend = on;
+  /* The later tests reuse the cpu run's files. */
+  char name[64];
+  const char *suffix = on ? on : "";
+  snprintf(name, sizeof name, "reference%s.h5", suffix);
+  const char *reference = temp_path(name);
+  snprintf(name, sizeof name, "resumed%s.h5", suffix);
+  const char *resumed = temp_path(name);
   const char *log = temp_path("log.txt");
-  CHECK(wait_exit(start_train(temp_path("ckpt_ref"), reference, log)) == 0);
+  snprintf(name, sizeof name, "ckpt_ref%s", suffix);
+  CHECK(wait_exit(start_train(temp_path(name), reference, log)) == 0);
 
-  const char *dir = temp_path("ckpt");
+  snprintf(name, sizeof name, "ckpt%s", suffix);
+  const char *dir = temp_path(name);
   unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
   printf("kill test: rand seed %u\n", seed);
   srand(seed);
@@ -161,11 +177,13 @@ static void kill_and_resume(void) {
     CHECK_MSG(count_checkpoints(dir) <= 3, "%d checkpoints kept",
               count_checkpoints(dir));
   }
-  printf("kill test: %d kills before the run completed\n", kills);
+  printf("kill test (%s): %d kills before the run completed\n", on ? on : "cpu",
+         kills);
   CHECK(kills >= 1);
   if (access(resumed, R_OK) != 0)
     CHECK(wait_exit(start_train(dir, resumed, log)) == 0);
   check_identical(reference, resumed);
+  backend = NULL;
 }
 
 /* Damage done to a checkpoint file. */
@@ -357,7 +375,10 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
-  kill_and_resume();
+  kill_and_resume(NULL);
+  /* The same on XLA's CPU plugin: the devices' state comes back from the
+   * host's checkpoint. */
+  kill_and_resume("pjrt");
   corrupt_newest(FLIP_HEAP_BYTE);
   corrupt_newest(CUT_IN_HALF);
   resume_from_model_file();
