@@ -25,6 +25,7 @@ static int penalized, smoothed;
 static mxu_loss loss_kind = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
 static const char *metric_name = "accuracy";
 static int logits;
+static mxu_precision precision = MXU_PRECISION_FLOAT32;
 
 static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   mxu_model *m = mxu_sequential("step");
@@ -65,6 +66,7 @@ static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   cc.metric = metric_name;
   cc.loss = loss_kind;
   cc.from_logits = logits;
+  cc.precision = precision;
   cc.steps_per_execution = per_execution;
   if (smoothed) {
     cc.loss = MXU_CATEGORICAL_CROSSENTROPY;
@@ -497,6 +499,47 @@ static void losses(void) {
   logits = 0;
 }
 
+/* mixed_bfloat16: the devices convolve and multiply in bfloat16 (the
+ * program converts around them; the weights stay float32), so its losses
+ * follow the float32 oracle's within bfloat16's precision but not to the
+ * bit. */
+static void mixed_bfloat16(void) {
+  float x[ROWS * SIDE * SIDE * 2];
+  int32_t labels[ROWS];
+  mxu_dataset *set = samples(x, labels);
+  mxu_model *ref = small_net(mxu_adam(0.01f), MXU_BACKEND_CPU_REF);
+  precision = MXU_MIXED_BFLOAT16;
+  mxu_model *dev = small_net(mxu_adam(0.01f), MXU_BACKEND_PJRT);
+  precision = MXU_PRECISION_FLOAT32;
+  char *text = NULL;
+  if (dev)
+    CHECK_OK(mxu_model_train_program(dev, ROWS / REPLICAS, REPLICAS, 1, &text));
+  CHECK(text && strstr(text, "bf16>") != NULL);
+  free(text);
+  if (!ref || !dev) return;
+  memcpy(dev->weights, ref->weights,
+         (size_t)ref->trainable_count * sizeof(float));
+  mxu_fit_config fc = mxu_fit_defaults();
+  fc.epochs = 3;
+  fc.batch_size = ROWS / 2;
+  fc.verbose = 0;
+  const mxu_history *a = NULL, *b = NULL;
+  CHECK_OK(mxu_fit(ref, set, &fc, &a));
+  CHECK_OK(mxu_fit(dev, set, &fc, &b));
+  int same = 1;
+  for (int e = 0; a && b && e < 3; e++) {
+    CHECK_MSG(fabs(a->epochs[e].loss - b->epochs[e].loss) <
+                  2e-2 * a->epochs[e].loss,
+              "mixed_bfloat16: epoch %d loss %.6f, float32 %.6f", e + 1,
+              b->epochs[e].loss, a->epochs[e].loss);
+    same &= a->epochs[e].loss == b->epochs[e].loss;
+  }
+  CHECK_MSG(!same, "mixed_bfloat16 gave float32's losses to the bit");
+  mxu_dataset_free(set);
+  mxu_model_free(ref);
+  mxu_model_free(dev);
+}
+
 /* What the program cannot emit yet is refused, naming it. */
 static void refusal(int layer, const char *optimizer, const char *needle) {
   mxu_model *m = mxu_sequential("refused");
@@ -540,6 +583,7 @@ int main(void) {
   per_execution_loop();
   optimizers();
   losses();
+  mixed_bfloat16();
   refusals();
   mxu_pjrt_close(plugin);
   return check_report("test_pjrt_step");

@@ -54,6 +54,7 @@ static mxu_status build(const mxu_model *model, int n, int batch, int backward,
   prog->params = p;
   mxu_emit e = {.h = &h,
                 .batch = batch,
+                .bf16 = model->compile.precision == MXU_MIXED_BFLOAT16,
                 .training = 1,
                 .replicas = 1,
                 .in = v + weights,

@@ -18,17 +18,12 @@ typedef struct ops {
 static mxu_hlo_value k(const ops *o, double v) {
   return mxu_hlo_full_like(o->h, o->like, v);
 }
-static mxu_hlo_value bin(const ops *o, mxu_hlo_op op, mxu_hlo_value a,
-                         mxu_hlo_value b) {
-  return mxu_hlo_binary(o->h, op, a, b);
-}
-static mxu_hlo_value un(const ops *o, mxu_hlo_op op, mxu_hlo_value a) {
-  return mxu_hlo_unary(o->h, op, a);
-}
-#define MUL(a, b) bin(o, MXU_HLO_MULTIPLY, a, b)
-#define ADD(a, b) bin(o, MXU_HLO_ADD, a, b)
-#define SUB(a, b) bin(o, MXU_HLO_SUBTRACT, a, b)
-#define DIV(a, b) bin(o, MXU_HLO_DIVIDE, a, b)
+#define bin(o, op, a, b) mxu_hlo_binary((o)->h, op, a, b)
+#define un(o, op, a) mxu_hlo_unary((o)->h, op, a)
+#define MUL(a, b) mxu_hlo_mul(o->h, a, b)
+#define ADD(a, b) mxu_hlo_add(o->h, a, b)
+#define SUB(a, b) mxu_hlo_sub(o->h, a, b)
+#define DIV(a, b) mxu_hlo_div(o->h, a, b)
 #define CLIP(a, lo, hi)                                                        \
   bin(o, MXU_HLO_MINIMUM, bin(o, MXU_HLO_MAXIMUM, a, k(o, lo)), k(o, hi))
 

@@ -77,6 +77,7 @@ static mxu_status forward(const mxu_model *model, pass *p) {
     mxu_emit e = {
         .h = p->h,
         .batch = p->batch,
+        .bf16 = model->compile.precision == MXU_MIXED_BFLOAT16,
         .training = p->training,
         .replicas = p->replicas,
         .in = in,

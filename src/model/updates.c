@@ -21,17 +21,12 @@ static mxu_hlo_value hy(const rule *r, int i) {
   return mxu_hlo_broadcast_to(r->h, r->hyper[i],
                               *mxu_hlo_shape_of(r->h, r->like));
 }
-static mxu_hlo_value op(const rule *r, mxu_hlo_op o, mxu_hlo_value a,
-                        mxu_hlo_value b) {
-  return mxu_hlo_binary(r->h, o, a, b);
-}
-static mxu_hlo_value fn(const rule *r, mxu_hlo_op o, mxu_hlo_value a) {
-  return mxu_hlo_unary(r->h, o, a);
-}
-#define MUL(a, b) op(r, MXU_HLO_MULTIPLY, a, b)
-#define ADD(a, b) op(r, MXU_HLO_ADD, a, b)
-#define SUB(a, b) op(r, MXU_HLO_SUBTRACT, a, b)
-#define DIV(a, b) op(r, MXU_HLO_DIVIDE, a, b)
+#define op(r, o, a, b) mxu_hlo_binary((r)->h, o, a, b)
+#define fn(r, o, a) mxu_hlo_unary((r)->h, o, a)
+#define MUL(a, b) mxu_hlo_mul(r->h, a, b)
+#define ADD(a, b) mxu_hlo_add(r->h, a, b)
+#define SUB(a, b) mxu_hlo_sub(r->h, a, b)
+#define DIV(a, b) mxu_hlo_div(r->h, a, b)
 #define MAX(a, b) op(r, MXU_HLO_MAXIMUM, a, b)
 #define SQRT(a) fn(r, MXU_HLO_SQRT, a)
 

@@ -134,6 +134,14 @@ mxu_hlo_value mxu_emit_activation(mxu_emit *e, mxu_activation activation,
   return 0;
 }
 
+mxu_hlo_value mxu_emit_compute(mxu_emit *e, mxu_hlo_value v) {
+  return e->bf16 ? mxu_hlo_convert(e->h, v, MXU_HLO_BF16) : v;
+}
+
+mxu_hlo_value mxu_emit_result(mxu_emit *e, mxu_hlo_value v) {
+  return e->bf16 ? mxu_hlo_convert(e->h, v, MXU_HLO_F32) : v;
+}
+
 mxu_hlo_value mxu_emit_bias(mxu_emit *e, mxu_hlo_value x, mxu_hlo_value bias) {
   const mxu_hlo_shape s = *mxu_hlo_shape_of(e->h, x);
   int64_t last = s.rank - 1;

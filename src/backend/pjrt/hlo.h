@@ -158,6 +158,23 @@ mxu_hlo_value mxu_hlo_full_like(mxu_hlo *h, mxu_hlo_value v, double value);
 mxu_hlo_value mxu_hlo_binary(mxu_hlo *h, mxu_hlo_op op, mxu_hlo_value a,
                              mxu_hlo_value b);
 mxu_hlo_value mxu_hlo_unary(mxu_hlo *h, mxu_hlo_op op, mxu_hlo_value a);
+/* Shorthands for arithmetic written out (the optimizers, the losses). */
+static inline mxu_hlo_value mxu_hlo_add(mxu_hlo *h, mxu_hlo_value a,
+                                        mxu_hlo_value b) {
+  return mxu_hlo_binary(h, MXU_HLO_ADD, a, b);
+}
+static inline mxu_hlo_value mxu_hlo_sub(mxu_hlo *h, mxu_hlo_value a,
+                                        mxu_hlo_value b) {
+  return mxu_hlo_binary(h, MXU_HLO_SUBTRACT, a, b);
+}
+static inline mxu_hlo_value mxu_hlo_mul(mxu_hlo *h, mxu_hlo_value a,
+                                        mxu_hlo_value b) {
+  return mxu_hlo_binary(h, MXU_HLO_MULTIPLY, a, b);
+}
+static inline mxu_hlo_value mxu_hlo_div(mxu_hlo *h, mxu_hlo_value a,
+                                        mxu_hlo_value b) {
+  return mxu_hlo_binary(h, MXU_HLO_DIVIDE, a, b);
+}
 mxu_hlo_value mxu_hlo_convert(mxu_hlo *h, mxu_hlo_value a, mxu_hlo_dtype to);
 mxu_hlo_value mxu_hlo_compare_op(mxu_hlo *h, mxu_hlo_compare direction,
                                  mxu_hlo_value a, mxu_hlo_value b);
@@ -254,6 +271,7 @@ typedef struct mxu_emit_moving {
 typedef struct mxu_emit {
   mxu_hlo *h;
   int batch, training, replicas;
+  int bf16; /* mixed_bfloat16: convolutions and matmuls in bfloat16 */
   const mxu_hlo_value *in;
   const mxu_hlo_value *w;
   mxu_hlo_value noise;
@@ -270,6 +288,11 @@ mxu_hlo_value mxu_emit_activation(mxu_emit *e, mxu_activation activation,
                                   float alpha, mxu_hlo_value x);
 /* x + bias broadcast along the last dim. */
 mxu_hlo_value mxu_emit_bias(mxu_emit *e, mxu_hlo_value x, mxu_hlo_value bias);
+/* An operand of a convolution or matmul in its compute type (bfloat16 in
+ * mixed_bfloat16), and its result back in float32: the weights stay
+ * float32 and the gradients come back through the converts. */
+mxu_hlo_value mxu_emit_compute(mxu_emit *e, mxu_hlo_value v);
+mxu_hlo_value mxu_emit_result(mxu_emit *e, mxu_hlo_value v);
 
 /* The function main(parameters) -> (results) as MLIR text, for `replicas`
  * replicas; *text is the caller's to free. */

@@ -471,6 +471,11 @@ static int same_shape(const mxu_hlo_shape *a, const mxu_hlo_shape *b) {
   return 1;
 }
 
+static mxu_hlo_shape unstacked(mxu_hlo_shape s) {
+  memmove(s.dims, s.dims + 1, (size_t)(--s.rank) * sizeof *s.dims);
+  return s;
+}
+
 static mxu_hlo_shape stacked(mxu_hlo_shape s, int64_t steps) {
   memmove(s.dims + 1, s.dims, (size_t)s.rank * sizeof *s.dims);
   s.dims[0] = steps;
@@ -521,8 +526,7 @@ static void put_loop_body(text *t, const mxu_hlo_shape *carry, int carried,
     put(t, "\n      %%x%d = \"stablehlo.reshape\"(%%s%d) : (", j, j);
     put_type(t, &row);
     put(t, ") -> ");
-    mxu_hlo_shape one = row;
-    memmove(one.dims, one.dims + 1, (size_t)(--one.rank) * sizeof *one.dims);
+    mxu_hlo_shape one = unstacked(row);
     put_type(t, &one);
     put(t, "\n");
   }
@@ -533,9 +537,7 @@ static void put_loop_body(text *t, const mxu_hlo_shape *carry, int carried,
   put(t, ") {callee = @step} : (");
   for (int i = 0; i < carried + inputs; i++) {
     if (i) put(t, ", ");
-    mxu_hlo_shape s = carry[2 + i];
-    if (i >= carried)
-      memmove(s.dims, s.dims + 1, (size_t)(--s.rank) * sizeof *s.dims);
+    mxu_hlo_shape s = i >= carried ? unstacked(carry[2 + i]) : carry[2 + i];
     put_type(t, &s);
   }
   put(t, ") -> (");
@@ -585,6 +587,36 @@ static void put_block_args(text *t, char tag, int count,
   put(t, "):\n");
 }
 
+/* main's result i: state i, or a per-step result stacked. */
+static const mxu_hlo_shape *main_result(const mxu_hlo_shape *carry, int i,
+                                        int carried, int params) {
+  return &carry[i < carried ? 2 + i : 2 + params + (i - carried)];
+}
+
+static void put_main_results(text *t, int count, int carried,
+                             const mxu_hlo_shape *carry, int params) {
+  put(t, "(");
+  for (int i = 0; i < count; i++) {
+    if (i) put(t, ", ");
+    put_type(t, main_result(carry, i, carried, params));
+  }
+  put(t, ")");
+}
+
+/* "func.func public @main(state, stacked inputs, n) -> (results) {" */
+static void put_main_head(text *t, int count, int carried,
+                          const mxu_hlo_shape *carry, int params) {
+  put(t, "  func.func public @main(");
+  for (int i = 0; i < params; i++) {
+    put(t, "%%a%d: ", i);
+    put_type(t, &carry[2 + i]);
+    put(t, ", ");
+  }
+  put(t, "%%n: tensor<i32>) -> ");
+  put_main_results(t, count, carried, carry, params);
+  put(t, " {\n");
+}
+
 /* main: the state, the stacked inputs and the step count n; a while loop
  * runs the step n times, carrying the state; returns the state and the
  * stacked per-step results. */
@@ -593,18 +625,7 @@ static void put_loop_main(text *t, const mxu_hlo *h, int count,
                           const mxu_hlo_shape *carry, int params) {
   int inputs = params - carried, outputs = count - carried;
   int all = 2 + params + outputs;
-  put(t, "  func.func public @main(");
-  for (int i = 0; i < params; i++) {
-    put(t, "%%a%d: ", i);
-    put_type(t, &carry[2 + i]);
-    put(t, ", ");
-  }
-  put(t, "%%n: tensor<i32>) -> (");
-  for (int i = 0; i < count; i++) {
-    if (i) put(t, ", ");
-    put_type(t, &carry[i < carried ? 2 + i : 2 + params + (i - carried)]);
-  }
-  put(t, ") {\n");
+  put_main_head(t, count, carried, carry, params);
   put_i32(t, "%start", 0);
   for (int j = 0; j < outputs; j++) {
     put(t, "      %%z%d = \"stablehlo.constant\"() {value = dense<0.0> : ", j);
@@ -635,12 +656,9 @@ static void put_loop_main(text *t, const mxu_hlo *h, int count,
   for (int i = 0; i < count; i++)
     put(t, "%s%%w#%d", i ? ", " : "",
         i < carried ? 2 + i : 2 + params + (i - carried));
-  put(t, ") : (");
-  for (int i = 0; i < count; i++) {
-    if (i) put(t, ", ");
-    put_type(t, &carry[i < carried ? 2 + i : 2 + params + (i - carried)]);
-  }
-  put(t, ") -> ()\n  }\n");
+  put(t, ") : ");
+  put_main_results(t, count, carried, carry, params);
+  put(t, " -> ()\n  }\n");
 }
 
 /* "%name = reshape(%from) : (a) -> b" */
@@ -653,28 +671,12 @@ static void put_reshape(text *t, const char *name, const char *from,
   put(t, "\n");
 }
 
-static mxu_hlo_shape unstacked(mxu_hlo_shape s) {
-  memmove(s.dims, s.dims + 1, (size_t)(--s.rank) * sizeof *s.dims);
-  return s;
-}
-
 /* main for one step: no loop (XLA optimizes the step less inside one); the
  * inputs' and results' stacking by reshapes, n unread. */
 static void put_single_main(text *t, int count, int carried,
                             const mxu_hlo_shape *carry, int params) {
   int outputs = count - carried;
-  put(t, "  func.func public @main(");
-  for (int i = 0; i < params; i++) {
-    put(t, "%%a%d: ", i);
-    put_type(t, &carry[2 + i]);
-    put(t, ", ");
-  }
-  put(t, "%%n: tensor<i32>) -> (");
-  for (int i = 0; i < count; i++) {
-    if (i) put(t, ", ");
-    put_type(t, &carry[i < carried ? 2 + i : 2 + params + (i - carried)]);
-  }
-  put(t, ") {\n");
+  put_main_head(t, count, carried, carry, params);
   char name[32], from[32];
   for (int i = carried; i < params; i++) {
     mxu_hlo_shape one = unstacked(carry[2 + i]);
@@ -710,12 +712,9 @@ static void put_single_main(text *t, int count, int carried,
   for (int i = 0; i < count; i++)
     put(t, i < carried ? "%s%%o#%d" : "%s%%r%d", i ? ", " : "",
         i < carried ? i : i - carried);
-  put(t, ") : (");
-  for (int i = 0; i < count; i++) {
-    if (i) put(t, ", ");
-    put_type(t, &carry[i < carried ? 2 + i : 2 + params + (i - carried)]);
-  }
-  put(t, ") -> ()\n  }\n");
+  put(t, ") : ");
+  put_main_results(t, count, carried, carry, params);
+  put(t, " -> ()\n  }\n");
 }
 
 mxu_status mxu_hlo_print_loop(const mxu_hlo *h, int count,

@@ -374,7 +374,9 @@ static mxu_hlo_value conv2d_emit(const mxu_layer *layer, mxu_emit *e) {
     kernel =
         mxu_hlo_reshape(e->h, kernel, mxu_hlo_shape_make(k->dtype, 4, dims));
   }
-  mxu_hlo_value y = mxu_hlo_convolution(e->h, e->in[0], kernel, &w);
+  mxu_hlo_value y = mxu_emit_result(
+      e, mxu_hlo_convolution(e->h, mxu_emit_compute(e, e->in[0]),
+                             mxu_emit_compute(e, kernel), &w));
   if (!is_separable(layer))
     return bias_activation(e, y, d.has_bias ? e->w[1] : 0, d.activation);
   const mxu_separable_conv2d_config *c = &layer->config.separable;
@@ -382,7 +384,9 @@ static mxu_hlo_value conv2d_emit(const mxu_layer *layer, mxu_emit *e) {
                         .lhs_dilation = {1, 1},
                         .rhs_dilation = {1, 1},
                         .feature_groups = 1};
-  y = mxu_hlo_convolution(e->h, y, e->w[1], &one);
+  y = mxu_emit_result(e,
+                      mxu_hlo_convolution(e->h, mxu_emit_compute(e, y),
+                                          mxu_emit_compute(e, e->w[1]), &one));
   return bias_activation(e, y, c->use_bias ? e->w[2] : 0, c->activation);
 }
 
@@ -759,7 +763,9 @@ static mxu_hlo_value transpose_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo_window w = window_of(&d);
   const int64_t out_hw[2] = {d.in_h, d.in_w};
   mxu_hlo_value y =
-      mxu_hlo_convolution_backward_data(e->h, e->in[0], e->w[0], &w, out_hw);
+      mxu_emit_result(e, mxu_hlo_convolution_backward_data(
+                             e->h, mxu_emit_compute(e, e->in[0]),
+                             mxu_emit_compute(e, e->w[0]), &w, out_hw));
   return bias_activation(e, y, s.use_bias ? e->w[1] : 0, s.activation);
 }
 

@@ -243,7 +243,9 @@ static mxu_hlo_value dense_emit(const mxu_layer *layer, mxu_emit *e) {
   const mxu_dense_config *c = &layer->config.dense;
   int64_t last = layer->in_shape.rank, first = 0;
   mxu_hlo_value y =
-      mxu_hlo_dot(e->h, e->in[0], e->w[0], 0, NULL, NULL, 1, &last, &first);
+      mxu_emit_result(e, mxu_hlo_dot(e->h, mxu_emit_compute(e, e->in[0]),
+                                     mxu_emit_compute(e, e->w[0]), 0, NULL,
+                                     NULL, 1, &last, &first));
   if (c->use_bias) y = mxu_emit_bias(e, y, e->w[1]);
   return mxu_emit_activation(e, c->activation,
                              mxu_activation_alpha(c->activation), y);

@@ -160,8 +160,8 @@ mxu_hlo_value mxu_emit_resize(mxu_emit *e, mxu_hlo_value x, int h, int w,
   mxu_hlo_value y = mxu_hlo_dot(e->h, taps_matrix(e, h, out_h, bilinear), x, 0,
                                 NULL, NULL, 1, &one, &rows);
   /* (out_w, w) . (out_h, n, w, c) -> (out_w, out_h, n, c) */
-  y = mxu_hlo_dot(e->h, taps_matrix(e, w, out_w, bilinear), y, 0, NULL, NULL,
-                  1, &one, &cols);
+  y = mxu_hlo_dot(e->h, taps_matrix(e, w, out_w, bilinear), y, 0, NULL, NULL, 1,
+                  &one, &cols);
   const int64_t order[4] = {2, 1, 0, 3};
   return mxu_hlo_transpose(e->h, y, order);
 }

@@ -302,7 +302,7 @@ int64_t mxu_batch_values(const mxu_layer *layer) {
 
 int mxu_host_output(const mxu_layer *layer, const mxu_layer_run *run,
                     float *out) {
-  if (!out) return 1; /* asked whether it gives its output */
+  if (!out) return 1;                /* asked whether it gives its output */
   mxu_layer *l = (mxu_layer *)layer; /* forward's signature; run's buffers */
   l->cls->forward(l, run);
   memcpy(out, run->y,
