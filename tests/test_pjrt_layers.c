@@ -273,7 +273,8 @@ static const layer_case cases[] = {
                "\"config\": {\"l2\": 0.05}}",
                IN("a")),
      "c", 1e-4},
-    {"RandomFlip, RandomRotation, RandomCrop (the host's, after the input)",
+    {"RandomFlip, -Translation, -Zoom, -Contrast, -Rotation, RandomCrop "
+     "(the host's, after the input)",
      "6, 6, 2",
      LAYER("RandomFlip", "f", ", \"mode\": \"horizontal\"", IN("x")) LAYER(
          "RandomTranslation", "t",
