@@ -214,6 +214,37 @@ static mxu_hlo_value moving_average(mxu_hlo *h, mxu_hlo_value w,
                      mxu_hlo_full_like(h, mean, 1.0f - m->momentum)));
 }
 
+/* Each weight's new value (results[i]) and its slots' (after every
+ * weight, kind by kind) from the trainable weights' summed gradients:
+ * clipping by norm, then each one's update and constraint. */
+static void update_weights(mxu_hlo *h, const mxu_model *model, const inputs *in,
+                           int kinds, const int *kind_of, mxu_hlo_value *grads,
+                           mxu_hlo_value *results) {
+  int count = model->param_count, trainable = 0;
+  for (int i = 0; i < count; i++) trainable += model->params[i].trainable;
+  /* The step's scalars, one value each. */
+  mxu_hlo_value hyper[MXU_HYPERS];
+  for (int64_t k = 0, one = 1; k < MXU_HYPERS; k++) {
+    int64_t end = k + 1;
+    hyper[k] = mxu_hlo_reshape(h, mxu_hlo_slice(h, in->hyper, &k, &end, &one),
+                               f32(0, NULL));
+  }
+  mxu_emit_clip_norms(h, model, trainable, grads);
+  for (int i = 0, slot = 0; i < count; i++) {
+    const mxu_param *p = &model->params[i];
+    results[i] = in->w[i];
+    if (!p->trainable) continue;
+    mxu_hlo_value kept[MXU_SLOTS + 1] = {0};
+    for (int k = 0; k < kinds; k++)
+      kept[kind_of[k]] = in->slots[k * trainable + slot];
+    results[i] = mxu_emit_constraint(
+        h, p, mxu_emit_update(h, model, p, hyper, in->w[i], grads[slot], kept));
+    for (int k = 0; k < kinds; k++)
+      results[count + k * trainable + slot] = kept[kind_of[k]];
+    slot++;
+  }
+}
+
 int mxu_model_slot_kinds(const mxu_model *model, int *kinds) {
   mxu_slot_spec spec = mxu_optimizer_slots(&model->compile.optimizer);
   int count = 0;
@@ -284,29 +315,9 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
             mxu_hlo_constant(&h, f32(0, NULL), (double)batch * replicas),
             mxu_emit_penalty(&h, model, in.w)));
   /* Results: every weight's new value, the slots, the sums. */
-  mxu_hlo_value hyper[MXU_HYPERS];
-  for (int64_t k = 0, one = 1; k < MXU_HYPERS; k++) {
-    int64_t end = k + 1;
-    hyper[k] = mxu_hlo_reshape(&h, mxu_hlo_slice(&h, in.hyper, &k, &end, &one),
-                               f32(0, NULL));
-  }
-  mxu_emit_clip_norms(&h, model, trainable, sums);
-  int slot = 0, next = 0;
-  for (int i = 0; s == MXU_OK && i < count; i++) {
-    results[i] = in.w[i];
-    if (!model->params[i].trainable) continue;
-    mxu_hlo_value kept[MXU_SLOTS + 1] = {0};
-    for (int k = 0; k < kinds; k++)
-      kept[kind_of[k]] = in.slots[k * trainable + slot];
-    results[i] =
-        mxu_emit_constraint(&h, &model->params[i],
-                            mxu_emit_update(&h, model, &model->params[i], hyper,
-                                            in.w[i], sums[next++], kept));
-    for (int k = 0; k < kinds; k++)
-      results[count + k * trainable + slot] = kept[kind_of[k]];
-    slot++;
-  }
-  for (int i = 0; s == MXU_OK && i < count; i++)
+  if (s == MXU_OK)
+    update_weights(&h, model, &in, kinds, kind_of, sums, results);
+  for (int i = 0, next = trainable; s == MXU_OK && i < count; i++)
     if (moving[i].local)
       results[i] =
           moving_average(&h, in.w[i], &moving[i], sums[next++], replicas);
