@@ -6,6 +6,7 @@
 #include "backend/pjrt/hlo.h"
 #include "backend/pjrt/runtime.h"
 #include "check.h"
+#include "core/core.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -380,6 +381,44 @@ static void errors(void) {
   mxu_hlo_free(&h);
 }
 
+/* ---- mxu's generator on the device --------------------------------------- */
+
+/* The program's draws, bit for bit the host's (mxu_rng_uniform4), for a
+ * count that ends inside a group of 64. */
+static void uniform_draws(void) {
+  enum { COUNT = 200 };
+  mxu_rng rng = mxu_rng_make(0x123456789abcdefull, 3, 1, 4, 1);
+  mxu_hlo h;
+  mxu_hlo_init(&h);
+  int64_t four = 4;
+  mxu_hlo_value words =
+      mxu_hlo_parameter(&h, mxu_hlo_shape_make(MXU_HLO_U32, 1, &four));
+  mxu_emit e = {.h = &h};
+  mxu_hlo_value u = mxu_emit_uniform4(&e, words, COUNT);
+  char *text = NULL;
+  CHECK_OK(mxu_hlo_print(&h, 1, &u, 1, &text));
+  mxu_hlo_free(&h);
+  mxu_pjrt_program *program = NULL;
+  if (text) CHECK_OK(mxu_pjrt_compile(plugin, text, 1, &program));
+  free(text);
+  if (!program) return;
+  uint32_t in[4] = {rng.key[0], rng.key[1], rng.stream[0], rng.stream[1]};
+  float got[COUNT], want[COUNT];
+  mxu_rng_uniform4(&rng, 0, want, COUNT);
+  mxu_pjrt_buffer *arg = NULL, *out = NULL;
+  CHECK_OK(mxu_pjrt_upload(plugin, 0, MXU_PJRT_U32, in, 1, &four, &arg));
+  CHECK_OK(mxu_pjrt_execute(plugin, program, 1, &arg, &out));
+  CHECK_OK(mxu_pjrt_download(plugin, out, got, sizeof got));
+  int differ = 0;
+  for (int i = 0; i < COUNT; i++) differ += got[i] != want[i];
+  CHECK_MSG(differ == 0,
+            "%d of %d draws differ from the host's (first: %g, %g)", differ,
+            COUNT, got[0], want[0]);
+  mxu_pjrt_buffer_free(plugin, arg);
+  mxu_pjrt_buffer_free(plugin, out);
+  mxu_pjrt_program_free(plugin, program);
+}
+
 /* ---- max pooling's gradient at ties -------------------------------------- */
 
 /* Equal values in a window (relu's zeros): the gradient goes to the first
@@ -506,6 +545,7 @@ int main(void) {
   if (!plugin) return check_report("test_hlo");
   ops();
   pooling_ties();
+  uniform_draws();
   loop();
   errors();
   mxu_pjrt_close(plugin);

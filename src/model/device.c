@@ -108,7 +108,7 @@ static void input_shapes(const mxu_model *model, mxu_device *d) {
   d->shape[MASK] = mxu_hlo_shape_make(MXU_HLO_F32, 1, rows);
   for (int n = 0, i = NOISE; n < model->layer_count; n++)
     if (mxu_layer_draws_noise(&model->layers[n]))
-      d->shape[i++] = mxu_batch_shape(plan->batch, &model->layers[n].out_shape);
+      d->shape[i++] = mxu_noise_shape(&model->layers[n], plan->batch);
   for (int i = 0; i < d->inputs; i++) d->size[i] = mxu_hlo_count(&d->shape[i]);
 }
 
@@ -264,16 +264,21 @@ void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
 }
 
 /* The staged steps, stacked, to every device. */
+/* The plugin's type of a 4-byte element. */
+static mxu_pjrt_type type_of(mxu_hlo_dtype dtype) {
+  return dtype == MXU_HLO_S32   ? MXU_PJRT_S32
+         : dtype == MXU_HLO_U32 ? MXU_PJRT_U32
+                                : MXU_PJRT_F32;
+}
+
 static mxu_status upload_stage(mxu_device *d) {
   for (int r = 0; r < d->devices; r++)
     for (int i = 0; i < d->inputs; i++) {
       const mxu_hlo_shape *s = &d->shape[i];
       int64_t dims[MXU_HLO_MAX_RANK + 1] = {d->steps};
       memcpy(dims + 1, s->dims, (size_t)s->rank * sizeof *dims);
-      MXU_TRY(upload(d, r,
-                     s->dtype == MXU_HLO_S32 ? MXU_PJRT_S32 : MXU_PJRT_F32,
-                     d->stage[r * d->inputs + i], s->rank + 1, dims,
-                     &d->args[r * d->nargs + d->state + i]));
+      MXU_TRY(upload(d, r, type_of(s->dtype), d->stage[r * d->inputs + i],
+                     s->rank + 1, dims, &d->args[r * d->nargs + d->state + i]));
     }
   return MXU_OK;
 }

@@ -46,7 +46,9 @@ static mxu_status build(const mxu_model *model, int n, int batch, int backward,
     v[p++] = mxu_hlo_parameter(&h, mxu_batch_shape(batch, &l->in_shapes[i]));
   mxu_hlo_shape out = mxu_batch_shape(batch, &l->out_shape);
   mxu_hlo_value noise =
-      mxu_layer_draws_noise(l) ? (v[p++] = mxu_hlo_parameter(&h, out)) : 0;
+      mxu_layer_draws_noise(l)
+          ? (v[p++] = mxu_hlo_parameter(&h, mxu_noise_shape(l, batch)))
+          : 0;
   mxu_hlo_value r = v[p++] = mxu_hlo_parameter(&h, out);
   for (int i = 0;
        i < p && i < (int)(sizeof prog->shapes / sizeof *prog->shapes); i++)
@@ -110,8 +112,10 @@ static mxu_status time_program(mxu_pjrt *pjrt, const layer_program *prog,
     }
     for (int64_t j = 0; j < values; j++)
       data[j] = 0.5f + (float)((j * 7919) % 1000) / 1000.0f;
-    s = mxu_pjrt_upload(pjrt, 0, MXU_PJRT_F32, data, shape->rank, shape->dims,
-                        &args[i]);
+    /* A random stream's words (uint32) take the same made-up bits. */
+    s = mxu_pjrt_upload(
+        pjrt, 0, shape->dtype == MXU_HLO_U32 ? MXU_PJRT_U32 : MXU_PJRT_F32,
+        data, shape->rank, shape->dims, &args[i]);
     free(data);
   }
   for (int t = 0; s == MXU_OK && t <= repeats; t++) {

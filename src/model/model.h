@@ -133,6 +133,10 @@ typedef struct mxu_layer_class {
    * it as is: the random augmentations, which only input layers and other
    * such layers may feed (no gradient flows back through them). */
   int host_output;
+  /* pjrt: the noise emit_noise gives is the run's random stream (its key
+   * and stream words, 4 uint32) and the emitter draws on the device
+   * (mxu_emit_uniform4) what the host would (Dropout's masks). */
+  int noise_is_stream;
   /* For a layer that ends in a softmax: the pre-softmax values of this run,
    * which a cross-entropy loss uses instead of the probabilities, as
    * Keras does. NULL for other layers. */
@@ -750,6 +754,9 @@ mxu_hlo_value mxu_emit_constraint(mxu_hlo *h, const mxu_param *p,
                                   mxu_hlo_value w);
 /* A tensor of `batch` rows of shape s, as the programs' values have it. */
 mxu_hlo_shape mxu_batch_shape(int batch, const mxu_shape *s);
+/* The noise input a node's emitter takes in training, for `batch` rows:
+ * its stream's 4 words (noise_is_stream), or a value per output value. */
+mxu_hlo_shape mxu_noise_shape(const mxu_layer *l, int batch);
 /* Whether a node's emitter takes host-drawn noise in training. */
 static inline int mxu_layer_draws_noise(const mxu_layer *l) {
   return l->cls->emit_noise && l->cls->emit_noise(l, NULL, NULL);

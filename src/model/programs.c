@@ -12,6 +12,12 @@ static mxu_hlo_shape f32(int rank, const int64_t *dims) {
   return mxu_hlo_shape_make(MXU_HLO_F32, rank, dims);
 }
 
+mxu_hlo_shape mxu_noise_shape(const mxu_layer *l, int batch) {
+  int64_t words = 4;
+  return l->cls->noise_is_stream ? mxu_hlo_shape_make(MXU_HLO_U32, 1, &words)
+                                 : mxu_batch_shape(batch, &l->out_shape);
+}
+
 mxu_hlo_shape mxu_batch_shape(int batch, const mxu_shape *s) {
   mxu_hlo_shape h = {.dtype = MXU_HLO_F32, .rank = 1 + s->rank};
   h.dims[0] = batch;
@@ -157,8 +163,8 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
   int drawn = 0;
   for (int n = 0; n < model->layer_count; n++)
     if (mxu_layer_draws_noise(&model->layers[n]))
-      in->noise[drawn++] = mxu_hlo_parameter(
-          h, mxu_batch_shape(batch, &model->layers[n].out_shape));
+      in->noise[drawn++] =
+          mxu_hlo_parameter(h, mxu_noise_shape(&model->layers[n], batch));
 }
 
 /* The batch's loss sum (the loss, the activity penalties) and metric sum

@@ -147,3 +147,105 @@ mxu_hlo_value mxu_emit_bias(mxu_emit *e, mxu_hlo_value x, mxu_hlo_value bias) {
   int64_t last = s.rank - 1;
   return op2(e, MXU_HLO_ADD, x, mxu_hlo_broadcast(e->h, bias, s, &last));
 }
+
+/* ---- mxu's random generator on the device ------------------------------ */
+
+typedef struct words {
+  mxu_emit *e;
+  mxu_hlo_value like; /* u32 of the blocks' shape */
+} words;
+
+static mxu_hlo_value u32k(const words *w, uint32_t v) {
+  return mxu_hlo_full_like(w->e->h, w->like, (double)v);
+}
+
+static mxu_hlo_value bits(const words *w, mxu_hlo_op op, mxu_hlo_value a,
+                          mxu_hlo_value b) {
+  return mxu_hlo_binary(w->e->h, op, a, b);
+}
+
+/* The high and low halves of a * m (32 x 32 -> 64 bits) from 16-bit
+ * halves, each partial product within 32 bits. */
+static void mulhilo(const words *w, mxu_hlo_value a, uint32_t m,
+                    mxu_hlo_value *hi, mxu_hlo_value *lo) {
+  mxu_hlo_value mask = u32k(w, 0xFFFFu), sixteen = u32k(w, 16);
+  mxu_hlo_value al = bits(w, MXU_HLO_AND, a, mask);
+  mxu_hlo_value ah = bits(w, MXU_HLO_SHIFT_RIGHT_LOGICAL, a, sixteen);
+  mxu_hlo_value ml = u32k(w, m & 0xFFFFu), mh = u32k(w, m >> 16);
+  mxu_hlo_value ll = bits(w, MXU_HLO_MULTIPLY, al, ml);
+  mxu_hlo_value lh = bits(w, MXU_HLO_MULTIPLY, al, mh);
+  mxu_hlo_value hl = bits(w, MXU_HLO_MULTIPLY, ah, ml);
+  mxu_hlo_value hh = bits(w, MXU_HLO_MULTIPLY, ah, mh);
+  /* the middle column: its carry into the high half */
+  mxu_hlo_value middle = bits(
+      w, MXU_HLO_ADD,
+      bits(w, MXU_HLO_ADD, bits(w, MXU_HLO_SHIFT_RIGHT_LOGICAL, ll, sixteen),
+           bits(w, MXU_HLO_AND, lh, mask)),
+      bits(w, MXU_HLO_AND, hl, mask));
+  *hi = bits(w, MXU_HLO_ADD,
+             bits(w, MXU_HLO_ADD, hh,
+                  bits(w, MXU_HLO_SHIFT_RIGHT_LOGICAL, lh, sixteen)),
+             bits(w, MXU_HLO_ADD,
+                  bits(w, MXU_HLO_SHIFT_RIGHT_LOGICAL, hl, sixteen),
+                  bits(w, MXU_HLO_SHIFT_RIGHT_LOGICAL, middle, sixteen)));
+  *lo = bits(w, MXU_HLO_MULTIPLY, a, u32k(w, m));
+}
+
+/* rng's word i spread over the blocks. */
+static mxu_hlo_value rng_word(const words *w, mxu_hlo_value rng, int64_t i) {
+  mxu_hlo *h = w->e->h;
+  int64_t end = i + 1, one = 1;
+  mxu_hlo_value scalar =
+      mxu_hlo_reshape(h, mxu_hlo_slice(h, rng, &i, &end, &one),
+                      mxu_hlo_shape_make(MXU_HLO_U32, 0, NULL));
+  return mxu_hlo_broadcast(h, scalar, *mxu_hlo_shape_of(h, w->like), NULL);
+}
+
+mxu_hlo_value mxu_emit_uniform4(mxu_emit *e, mxu_hlo_value rng, int64_t count) {
+  mxu_hlo *h = e->h;
+  /* Groups of 64 values: value k is word k % 64 / 16 of block
+   * k / 64 * 16 + k % 16 (core.h), so a group is 16 blocks' four words. */
+  int64_t groups = (count + 63) / 64, dims[2] = {groups, 16};
+  mxu_hlo_shape blocks = mxu_hlo_shape_make(MXU_HLO_U32, 2, dims);
+  words ww = {e, mxu_hlo_iota(h, blocks, 1)}, *w = &ww;
+  mxu_hlo_value c[4], k[2];
+  c[0] =
+      bits(w, MXU_HLO_ADD,
+           bits(w, MXU_HLO_MULTIPLY, mxu_hlo_iota(h, blocks, 0), u32k(w, 16)),
+           ww.like);
+  c[1] = u32k(w, 0); /* the index's high word: below 2^32 blocks */
+  c[2] = rng_word(w, rng, 2);
+  c[3] = rng_word(w, rng, 3);
+  k[0] = rng_word(w, rng, 0);
+  k[1] = rng_word(w, rng, 1);
+  for (int round = 0; round < 10; round++) {
+    mxu_hlo_value hi0, lo0, hi1, lo1;
+    mulhilo(w, c[0], 0xD2511F53u, &hi0, &lo0);
+    mulhilo(w, c[2], 0xCD9E8D57u, &hi1, &lo1);
+    c[0] = bits(w, MXU_HLO_XOR, bits(w, MXU_HLO_XOR, hi1, c[1]), k[0]);
+    c[1] = lo1;
+    c[2] = bits(w, MXU_HLO_XOR, bits(w, MXU_HLO_XOR, hi0, c[3]), k[1]);
+    c[3] = lo0;
+    k[0] = bits(w, MXU_HLO_ADD, k[0], u32k(w, 0x9E3779B9u));
+    k[1] = bits(w, MXU_HLO_ADD, k[1], u32k(w, 0xBB67AE85u));
+  }
+  /* (groups, word, 16) in order, 24 bits of each word as [0, 1). */
+  int64_t one_word[3] = {groups, 1, 16}, all = groups * 64;
+  mxu_hlo_value stacked = 0;
+  for (int i = 0; i < 4; i++) {
+    mxu_hlo_value part =
+        mxu_hlo_reshape(h, c[i], mxu_hlo_shape_make(MXU_HLO_U32, 3, one_word));
+    stacked = i ? mxu_hlo_concatenate(h, stacked, part, 1) : part;
+  }
+  mxu_hlo_value flat =
+      mxu_hlo_reshape(h, stacked, mxu_hlo_shape_make(MXU_HLO_U32, 1, &all));
+  int64_t start = 0, stride = 1;
+  mxu_hlo_value drawn = mxu_hlo_slice(h, flat, &start, &count, &stride);
+  mxu_hlo_value top =
+      mxu_hlo_convert(h,
+                      mxu_hlo_binary(h, MXU_HLO_SHIFT_RIGHT_LOGICAL, drawn,
+                                     mxu_hlo_full_like(h, drawn, 8)),
+                      MXU_HLO_F32);
+  return mxu_hlo_binary(h, MXU_HLO_MULTIPLY, top,
+                        mxu_hlo_full_like(h, top, 1.0 / 16777216.0));
+}

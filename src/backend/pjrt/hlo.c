@@ -134,7 +134,7 @@ mxu_hlo_value mxu_hlo_full_like(mxu_hlo *h, mxu_hlo_value v, double value) {
 }
 
 static int is_elementwise_binary(mxu_hlo_op op) {
-  return op >= MXU_HLO_ADD && op <= MXU_HLO_POWER;
+  return op >= MXU_HLO_ADD && op <= MXU_HLO_SHIFT_RIGHT_LOGICAL;
 }
 
 static int is_elementwise_unary(mxu_hlo_op op) {

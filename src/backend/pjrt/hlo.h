@@ -44,6 +44,9 @@ typedef enum mxu_hlo_op {
   MXU_HLO_MAXIMUM,
   MXU_HLO_MINIMUM,
   MXU_HLO_POWER,
+  MXU_HLO_XOR, /* bits of integers (the random generator's) */
+  MXU_HLO_AND,
+  MXU_HLO_SHIFT_RIGHT_LOGICAL,
   /* elementwise, one operand */
   MXU_HLO_NEGATE,
   MXU_HLO_EXP,
@@ -288,6 +291,10 @@ mxu_hlo_value mxu_emit_activation(mxu_emit *e, mxu_activation activation,
                                   float alpha, mxu_hlo_value x);
 /* x + bias broadcast along the last dim. */
 mxu_hlo_value mxu_emit_bias(mxu_emit *e, mxu_hlo_value x, mxu_hlo_value bias);
+/* count uniform draws in [0, 1) as mxu_rng_uniform4 makes them from
+ * index 0 (Philox-4x32-10 in integer ops), the stream given as u32[4]:
+ * key[0], key[1], stream[0], stream[1]. */
+mxu_hlo_value mxu_emit_uniform4(mxu_emit *e, mxu_hlo_value rng, int64_t count);
 /* An operand of a convolution or matmul in its compute type (bfloat16 in
  * mixed_bfloat16), and its result back in float32: the weights stay
  * float32 and the gradients come back through the converts. */

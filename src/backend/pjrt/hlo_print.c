@@ -240,6 +240,9 @@ static const char *op_name(mxu_hlo_op op) {
   case MXU_HLO_MAXIMUM: return "maximum";
   case MXU_HLO_MINIMUM: return "minimum";
   case MXU_HLO_POWER: return "power";
+  case MXU_HLO_XOR: return "xor";
+  case MXU_HLO_AND: return "and";
+  case MXU_HLO_SHIFT_RIGHT_LOGICAL: return "shift_right_logical";
   case MXU_HLO_NEGATE: return "negate";
   case MXU_HLO_EXP: return "exponential";
   case MXU_HLO_LOG: return "log";

@@ -423,33 +423,41 @@ static double dropout_flops(const mxu_layer *layer,
          (2.0 + (step->need_dx ? 1.0 : 0.0));
 }
 
-/* The mask dropout_forward applies, whole (spread where draws are shared). */
+/* The run's stream (key, then stream words), from which the devices draw
+ * dropout_forward's mask (noise_is_stream): a replica's whole batch, from
+ * its first row. */
 static int dropout_noise(const mxu_layer *layer, const mxu_layer_run *run,
-                         float *mask) {
-  float rate = layer->config.dropout.rate;
-  if (rate == 0.0f) return 0;
-  if (!mask) return 1; /* asked whether it draws */
-  int64_t batch = layer->compiled->batch;
-  if (!shares_draws(layer)) {
-    int64_t per_row = mxu_shape_count(&layer->in_shape);
-    draw_mask(run, rate, (uint64_t)(run->row_offset * per_row), mask,
-              batch * per_row);
-    return 1;
-  }
-  mxu_shape noise = noise_of(layer);
-  int64_t per_noise = mxu_shape_count(&noise);
-  float *draws = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
-  draw_mask(run, rate, (uint64_t)(run->row_offset * per_noise), draws,
-            batch * per_noise);
-  mxu_spread p = mxu_spread_of(&noise, &layer->in_shape);
-  mxu_spread_move(&p, batch, draws, mask, 1);
+                         float *out) {
+  if (layer->config.dropout.rate == 0.0f) return 0;
+  if (!out) return 1; /* asked whether it draws */
+  uint32_t words[4] = {run->rng.key[0], run->rng.key[1], run->rng.stream[0],
+                       run->rng.stream[1]};
+  memcpy(out, words, sizeof words);
   return 1;
 }
 
+/* The mask drawn on the device as draw_mask draws it (u >= rate: kept and
+ * scaled by 1 / (1 - rate)), spread over the input where draws are
+ * shared. */
 static mxu_hlo_value dropout_emit(const mxu_layer *layer, mxu_emit *e) {
-  (void)layer;
   if (!e->training || !e->noise) return e->in[0];
-  return mxu_hlo_binary(e->h, MXU_HLO_MULTIPLY, e->in[0], e->noise);
+  mxu_hlo *h = e->h;
+  float rate = layer->config.dropout.rate, keep = 1.0f / (1.0f - rate);
+  mxu_shape noise = shares_draws(layer) ? noise_of(layer) : layer->in_shape;
+  mxu_hlo_value u = mxu_emit_uniform4(
+      e, e->noise, (int64_t)e->batch * mxu_shape_count(&noise));
+  mxu_hlo_value mask = mxu_hlo_reshape(
+      h,
+      mxu_hlo_select(
+          h,
+          mxu_hlo_compare_op(h, MXU_HLO_GE, u, mxu_hlo_full_like(h, u, rate)),
+          mxu_hlo_full_like(h, u, keep), mxu_hlo_full_like(h, u, 0.0)),
+      mxu_batch_shape(e->batch, &noise));
+  mxu_hlo_shape out = *mxu_hlo_shape_of(h, e->in[0]);
+  int64_t same[MXU_HLO_MAX_RANK];
+  for (int d = 0; d < out.rank; d++) same[d] = d;
+  if (shares_draws(layer)) mask = mxu_hlo_broadcast(h, mask, out, same);
+  return mxu_hlo_binary(h, MXU_HLO_MULTIPLY, e->in[0], mask);
 }
 
 const mxu_layer_class mxu_dropout_class = {
@@ -457,6 +465,7 @@ const mxu_layer_class mxu_dropout_class = {
     .flops = dropout_flops,
     .emit = dropout_emit,
     .emit_noise = dropout_noise,
+    .noise_is_stream = 1,
     .config_keys = dropout_keys,
     .read_config = read_dropout,
     .write_config = write_dropout,
@@ -473,6 +482,7 @@ const mxu_layer_class mxu_spatial_dropout2d_class = {
     .flops = dropout_flops,
     .emit = dropout_emit,
     .emit_noise = dropout_noise,
+    .noise_is_stream = 1,
     .config_keys = spatial_dropout_keys,
     .read_config = read_spatial_dropout,
     .write_config = write_dropout,
