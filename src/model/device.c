@@ -94,17 +94,12 @@ static void keep_large_allocations(void) {
 static void input_shapes(const mxu_model *model, mxu_device *d) {
   const mxu_plan *plan = &model->plan;
   int64_t rows[1] = {plan->batch};
-  int64_t t_dims[2] = {
-      plan->batch,
-      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape)};
   int64_t hypers = MXU_HYPERS;
   d->shape[HYPER] = mxu_hlo_shape_make(MXU_HLO_F32, 1, &hypers);
   d->shape[SCALE] = mxu_hlo_shape_make(MXU_HLO_F32, 0, NULL);
   d->shape[X] =
       mxu_batch_shape(plan->batch, &model->layers[model->inputs[0]].out_shape);
-  d->shape[LABELS] = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
-                         ? mxu_hlo_shape_make(MXU_HLO_S32, 1, rows)
-                         : mxu_hlo_shape_make(MXU_HLO_F32, 2, t_dims);
+  d->shape[LABELS] = mxu_labels_shape(model, plan->batch);
   d->shape[MASK] = mxu_hlo_shape_make(MXU_HLO_F32, 1, rows);
   for (int n = 0, i = NOISE; n < model->layer_count; n++)
     if (mxu_layer_draws_noise(&model->layers[n]))
@@ -226,6 +221,24 @@ int mxu_device_steps(const mxu_model *model) {
   return model->device ? model->device->steps : 0;
 }
 
+/* The plugin's type of a 4-byte element. */
+static mxu_pjrt_type type_of(mxu_hlo_dtype dtype) {
+  return dtype == MXU_HLO_S32   ? MXU_PJRT_S32
+         : dtype == MXU_HLO_U32 ? MXU_PJRT_U32
+                                : MXU_PJRT_F32;
+}
+
+/* Where the host plan loaded a replica's x, labels (or targets) and mask. */
+static const void *loaded(const mxu_model *model, const mxu_replica *replica,
+                          int input) {
+  const mxu_plan *plan = &model->plan;
+  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  size_t offset = input == X        ? plan->act[model->inputs[0]]
+                  : input == LABELS ? (sparse ? plan->labels : plan->targets)
+                                    : plan->mask;
+  return mxu_replica_floats(replica, offset);
+}
+
 static void stage_copy(mxu_device *d, int r, int input, int step,
                        const void *from) {
   float *to = d->stage[r * d->inputs + input] + step * d->size[input];
@@ -239,16 +252,11 @@ void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
   float hyper[MXU_HYPERS];
   mxu_step_hypers(model, model->iterations + step + 1, hyper);
   d->rates[step] = hyper[MXU_HYPER_LR];
-  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   for (int r = 0; r < d->devices; r++) {
     mxu_replica *replica = &plan->replica[r];
     stage_copy(d, r, HYPER, step, hyper);
-    stage_copy(d, r, X, step,
-               mxu_replica_floats(replica, plan->act[model->inputs[0]]));
-    stage_copy(
-        d, r, LABELS, step,
-        mxu_replica_floats(replica, sparse ? plan->labels : plan->targets));
-    stage_copy(d, r, MASK, step, mxu_replica_floats(replica, plan->mask));
+    for (int input = X; input <= MASK; input++)
+      stage_copy(d, r, input, step, loaded(model, replica, input));
     stage_copy(d, r, SCALE, step, &scale);
     /* Each noise-drawing node's draws, as the host forward pass would
      * draw them. */
@@ -264,13 +272,6 @@ void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
 }
 
 /* The staged steps, stacked, to every device. */
-/* The plugin's type of a 4-byte element. */
-static mxu_pjrt_type type_of(mxu_hlo_dtype dtype) {
-  return dtype == MXU_HLO_S32   ? MXU_PJRT_S32
-         : dtype == MXU_HLO_U32 ? MXU_PJRT_U32
-                                : MXU_PJRT_F32;
-}
-
 static mxu_status upload_stage(mxu_device *d) {
   for (int r = 0; r < d->devices; r++)
     for (int i = 0; i < d->inputs; i++) {
@@ -320,17 +321,6 @@ mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
   d->executions++;
   d->steps_run += steps;
   return MXU_OK;
-}
-
-mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
-                                float scale) {
-  mxu_device_stage(model, 0, key, scale);
-  float sums[2] = {0, 0};
-  mxu_step_result result = {0};
-  result.status = mxu_device_run(model, 1, &sums[0], &sums[1]);
-  result.loss_sum = sums[0];
-  result.metric_sum = sums[1];
-  return result;
 }
 
 void mxu_device_counts(const mxu_model *model, int64_t *executions,
@@ -411,24 +401,16 @@ static mxu_status run_eval(mxu_model *model, int predict,
   mxu_pjrt_buffer **args = calloc((size_t)(d->devices * n), sizeof *args);
   if (!args) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_status s = MXU_OK;
-  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  /* x, then for evaluation the labels and the mask. */
+  const int inputs[3] = {X, LABELS, MASK};
   for (int r = 0; r < d->devices && s == MXU_OK; r++) {
-    const mxu_replica *replica = &plan->replica[r];
     mxu_pjrt_buffer **a = args + r * n;
     for (int i = 0; i < count; i++) a[i] = d->args[r * d->nargs + i];
-    const mxu_hlo_shape *x = &d->shape[X];
-    s = upload(d, r, MXU_PJRT_F32,
-               mxu_replica_floats(replica, plan->act[model->inputs[0]]),
-               x->rank, x->dims, &a[count]);
-    if (s == MXU_OK && !predict) {
-      const mxu_hlo_shape *l = &d->shape[LABELS], *m = &d->shape[MASK];
-      s = upload(
-          d, r, sparse ? MXU_PJRT_S32 : MXU_PJRT_F32,
-          mxu_replica_floats(replica, sparse ? plan->labels : plan->targets),
-          l->rank, l->dims, &a[count + 1]);
-      if (s == MXU_OK)
-        s = upload(d, r, MXU_PJRT_F32, mxu_replica_floats(replica, plan->mask),
-                   m->rank, m->dims, &a[count + 2]);
+    for (int k = 0; k < n - count && s == MXU_OK; k++) {
+      const mxu_hlo_shape *shape = &d->shape[inputs[k]];
+      s = upload(d, r, type_of(shape->dtype),
+                 loaded(model, &plan->replica[r], inputs[k]), shape->rank,
+                 shape->dims, &a[count + k]);
     }
   }
   if (s == MXU_OK) s = mxu_pjrt_execute(d->pjrt, program, n, args, outs);

@@ -754,6 +754,9 @@ mxu_hlo_value mxu_emit_constraint(mxu_hlo *h, const mxu_param *p,
                                   mxu_hlo_value w);
 /* A tensor of `batch` rows of shape s, as the programs' values have it. */
 mxu_hlo_shape mxu_batch_shape(int batch, const mxu_shape *s);
+/* A batch's labels (int32) for the sparse cross-entropy, else its float
+ * targets of the output's width. */
+mxu_hlo_shape mxu_labels_shape(const mxu_model *model, int batch);
 /* The noise input a node's emitter takes in training, for `batch` rows:
  * its stream's 4 words (noise_is_stream), or a value per output value. */
 mxu_hlo_shape mxu_noise_shape(const mxu_layer *l, int batch);
@@ -792,9 +795,6 @@ void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
  * not applied is dropped by the next. */
 mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
                           float *metric_sums);
-/* One step of the loaded batch (stage and run). */
-mxu_step_result mxu_device_step(mxu_model *model, const mxu_step_key *key,
-                                float scale);
 /* The plugin's client the devices belong to. */
 mxu_pjrt *mxu_device_client(const mxu_model *model);
 /* The run's result becomes the devices' state; the host's copy is read

@@ -132,8 +132,7 @@ typedef struct inputs {
   mxu_hlo_value hyper, x, labels, mask, scale;
 } inputs;
 
-/* int32 labels, or float targets of the output's width. */
-static mxu_hlo_shape labels_shape(const mxu_model *model, int batch) {
+mxu_hlo_shape mxu_labels_shape(const mxu_model *model, int batch) {
   int64_t rows[1] = {batch};
   int64_t t_dims[2] = {
       batch,
@@ -157,7 +156,7 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
   in->x = mxu_hlo_parameter(
       h, mxu_batch_shape(batch, &model->layers[model->inputs[0]].out_shape));
   int64_t rows[1] = {batch};
-  in->labels = mxu_hlo_parameter(h, labels_shape(model, batch));
+  in->labels = mxu_hlo_parameter(h, mxu_labels_shape(model, batch));
   in->mask = mxu_hlo_parameter(h, f32(1, rows));
   in->scale = mxu_hlo_parameter(h, f32(0, NULL));
   int drawn = 0;
@@ -364,7 +363,7 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
             .nodes = nodes};
   mxu_hlo_value labels = 0, mask = 0;
   if (!predict) {
-    labels = mxu_hlo_parameter(&h, labels_shape(model, batch));
+    labels = mxu_hlo_parameter(&h, mxu_labels_shape(model, batch));
     mask = mxu_hlo_parameter(&h, f32(1, rows));
   }
   mxu_status s = forward(model, &p);

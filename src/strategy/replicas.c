@@ -351,7 +351,6 @@ static mxu_step_result combine(const mxu_plan *plan,
 
 mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
                                   float scale) {
-  if (key->training && model->device) return mxu_device_step(model, key, scale);
   mxu_plan *plan = &model->plan;
   int local = plan->local_count;
   int single = mxu_distributed_size() == 1;

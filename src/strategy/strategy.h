@@ -23,7 +23,7 @@ mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
 /* Applies the optimizer to the summed gradient: one more iteration,
  * sharded over workers and processes; every process ends with the same
  * weights. On pjrt the devices made the update: it becomes their state,
- * and the host's weights follow. */
+ * and the host reads it back when it needs it (mxu_device_sync). */
 mxu_status mxu_strategy_apply(mxu_model *model);
 
 /* Under MPI each process keeps the optimizer slots of its shard only;
