@@ -5,57 +5,48 @@
  * replica's step. Here each dx pixel sums its taps with the output
  * channels in vector lanes, one accumulator per input channel, and folds
  * the lanes at the end. Where a row's pixels see every kernel column,
- * four of them go together: each tap's weights are loaded once for the
- * four, and their 4 x nc sums fold in one transposing tree (reduce16)
+ * QUAD of them (4, or 2 on AVX2) go together: each tap's weights are
+ * loaded once for them, and their QUAD x nc sums fold in one transposing
+ * tree (reduce)
  * rather than one lane by lane each. The order of every sum is fixed. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/vec.h"
 
 #include <stdint.h>
 #define MAX_IN 4 /* input channels it takes */
-#define QUAD 4   /* pixels the inner loops take together */
+/* Pixels the inner loops take together: their MAX_IN sums fill a vector. */
+#define QUAD (LANES / MAX_IN)
 
 struct cpu_conv_data {
   mxu_conv2d_desc d;
-  /* Between neighbouring pixels and channel vectors of dy: NHWC, or
-   * nChw16c (y_native). */
+  /* Between neighbouring pixels and 16-channel groups of dy: NHWC, or
+   * nChw16c (y_native); see vec_offset. */
   int64_t pixel, block;
 };
-
-/* The sum of a vector's lanes, folded in halves. */
-static inline float lane_sum(v16 v) {
-  v += shuffle16(v,
-                 (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-  v += shuffle16(v,
-                 (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-  v += shuffle16(v,
-                 (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-  return v[0] + v[1];
-}
 
 /* One tap's contribution to a pixel's nc sums: dy of the output pixel it
  * reaches (g) times the tap's weights (wt, [nc][co]), two channel vectors
  * a step into two accumulators, so that with a set per tap parity twelve
  * FMA chains (three input channels) run side by side. */
-static inline __attribute__((always_inline)) void tap(v16 acc[2][MAX_IN],
+static inline __attribute__((always_inline)) void tap(vf acc[2][MAX_IN],
                                                       const float *g,
                                                       const float *wt, int co,
                                                       int nc, int64_t block) {
   int v = 0;
   for (; v + 2 * LANES <= co; v += 2 * LANES) {
-    const float *gv = g + v / LANES * block;
-    v16 a = *(const v16u *)gv, b = *(const v16u *)(gv + block);
+    vf a = *(const vfu *)(g + vec_offset(block, v / LANES)),
+       b = *(const vfu *)(g + vec_offset(block, v / LANES + 1));
 #pragma GCC unroll 4
     for (int c = 0; c < nc; c++) {
-      acc[0][c] += *(const v16u *)(wt + c * co + v) * a;
-      acc[1][c] += *(const v16u *)(wt + c * co + v + LANES) * b;
+      acc[0][c] += *(const vfu *)(wt + c * co + v) * a;
+      acc[1][c] += *(const vfu *)(wt + c * co + v + LANES) * b;
     }
   }
   if (v < co) {
-    v16 a = *(const v16u *)(g + v / LANES * block);
+    vf a = *(const vfu *)(g + vec_offset(block, v / LANES));
 #pragma GCC unroll 4
     for (int c = 0; c < nc; c++)
-      acc[0][c] += *(const v16u *)(wt + c * co + v) * a;
+      acc[0][c] += *(const vfu *)(wt + c * co + v) * a;
   }
 }
 
@@ -63,31 +54,40 @@ static inline int max_int(int a, int b) { return a > b ? a : b; }
 static inline int min_int(int a, int b) { return a < b ? a : b; }
 
 /* Lane i of the result is the sum of v[i]'s lanes: pairs of vectors fold
- * into halves, then quarters, eighths and single lanes, each level two
+ * into halves, then quarters, eighths (and sixteenths), each level two
  * two-input permutes and an add. */
-static inline __attribute__((always_inline)) v16 reduce16(v16 v[16]) {
-  static const v16i lo[4] = {
+static inline __attribute__((always_inline)) vf reduce(vf v[LANES]) {
+#if LANES == 16
+  static const vi lo[4] = {
       {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
       {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
       {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
       {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}};
-  static const v16i hi[4] = {
+  static const vi hi[4] = {
       {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
       {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31},
       {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31},
       {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}};
+#else
+  static const vi lo[3] = {{0, 1, 2, 3, 8, 9, 10, 11},
+                           {0, 1, 4, 5, 8, 9, 12, 13},
+                           {0, 2, 4, 6, 8, 10, 12, 14}};
+  static const vi hi[3] = {{4, 5, 6, 7, 12, 13, 14, 15},
+                           {2, 3, 6, 7, 10, 11, 14, 15},
+                           {1, 3, 5, 7, 9, 11, 13, 15}};
+#endif
 #pragma GCC unroll 4
-  for (int level = 0, n = 16; level < 4; level++, n /= 2)
+  for (int level = 0, n = LANES; n > 1; level++, n /= 2)
 #pragma GCC unroll 8
     for (int k = 0; k < n / 2; k++)
-      v[k] = shuffle32(v[2 * k], v[2 * k + 1], lo[level]) +
-             shuffle32(v[2 * k], v[2 * k + 1], hi[level]);
+      v[k] = shuffle2(v[2 * k], v[2 * k + 1], lo[level]) +
+             shuffle2(v[2 * k], v[2 * k + 1], hi[level]);
   return v[0];
 }
 
 /* dx at QUAD pixels from (iy, ix) on, each of which sees every kernel
  * column: over the kernel rows whose output row exists, each tap's
- * weights (nc vectors a channel vector) loaded once for the four pixels'
+ * weights (nc vectors a channel vector) loaded once for the QUAD pixels'
  * dy. */
 static inline __attribute__((always_inline)) void
 quad(const struct cpu_conv_data *cd, const float *dy, const float *w, int iy,
@@ -95,7 +95,7 @@ quad(const struct cpu_conv_data *cd, const float *dy, const float *w, int iy,
   const mxu_conv2d_desc *d = &cd->d;
   int64_t px = cd->pixel, bl = cd->block;
   int co = d->out_c, ty = iy + d->pad_top, tx = ix + d->pad_left;
-  v16 acc[16] = {{0}};
+  vf acc[LANES] = {{0}};
   int ky0 = max_int(0, ty - d->out_h + 1), ky1 = min_int(d->kernel_h, ty + 1);
   for (int ky = ky0; ky < ky1; ky++) {
     const float *row = dy + (int64_t)(ty - ky) * d->out_w * px;
@@ -103,21 +103,21 @@ quad(const struct cpu_conv_data *cd, const float *dy, const float *w, int iy,
       const float *wt = w + (int64_t)(ky * d->kernel_w + kx) * nc * co;
       const float *g = row + (int64_t)(tx - kx) * px;
       for (int v = 0; v < co / LANES; v++) {
-        v16 wv[MAX_IN];
+        vf wv[MAX_IN];
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++)
-          wv[c] = *(const v16u *)(wt + c * co + v * LANES);
+          wv[c] = *(const vfu *)(wt + c * co + v * LANES);
 #pragma GCC unroll 4
         for (int p = 0; p < QUAD; p++) {
-          v16 gv = *(const v16u *)(g + p * px + v * bl);
+          vf gv = *(const vfu *)(g + p * px + vec_offset(bl, v));
 #pragma GCC unroll 4
           for (int c = 0; c < nc; c++) acc[p * nc + c] += gv * wv[c];
         }
       }
     }
   }
-  v16 sums = reduce16(acc);
-  /* The four pixels' nc channels are consecutive in dx, as in sums. */
+  vf sums = reduce(acc);
+  /* The QUAD pixels' nc channels are consecutive in dx, as in sums. */
   for (int k = 0; k < QUAD * nc; k++) dx[k] = sums[k];
 }
 
@@ -129,7 +129,7 @@ pixel(const struct cpu_conv_data *cd, const float *dy, const float *w, int iy,
       int ix, int nc, float *dx) {
   const mxu_conv2d_desc *d = &cd->d;
   int64_t px = cd->pixel, bl = cd->block;
-  v16 acc[2][2][MAX_IN] = {{{{0}}}};
+  vf acc[2][2][MAX_IN] = {{{{0}}}};
   int co = d->out_c, ty = iy + d->pad_top, tx = ix + d->pad_left;
   /* Output pixel (ty - ky, tx - kx) must be inside the output. */
   int ky0 = max_int(0, ty - d->out_h + 1), ky1 = min_int(d->kernel_h, ty + 1);

@@ -24,14 +24,17 @@
 #include <string.h>
 
 #define MAX_IN 4      /* input channels it takes */
-#define TAP_CHUNK 12  /* taps whose sums are held at once */
+/* Taps whose sums are held at once, and output pixels the forward
+ * computes at once: as many (times 2 vectors) as the registers hold beside
+ * the operands. */
+#define TAP_CHUNK (VEC_REGS == 32 ? 12 : 5)
+#define PIXELS (VEC_REGS == 32 ? 8 : 6)
 #define IMAGE_BLOCK 8 /* images per partial gradient */
-#define PIXELS 8      /* output pixels the forward computes at once */
 
 struct cpu_conv_few {
   mxu_conv2d_desc d;
-  /* Floats between neighbouring pixels and channel vectors of y and dy:
-   * NHWC out_c and 16, nChw16c 16 and a plane. */
+  /* Floats between neighbouring pixels and 16-channel groups of y and
+   * dy: NHWC out_c and 16, nChw16c 16 and a plane (see vec_offset). */
   int64_t pixel, block;
   int64_t in_size, out_size; /* floats of one image's x, and of its y */
   int taps, padded_h, padded_w;
@@ -53,18 +56,20 @@ chunk(const struct cpu_conv_few *cf, const float *xs, const float *dy,
       int64_t images, int64_t at, int t0, int nt, int v0, float *part) {
   const mxu_conv2d_desc *d = &cf->d;
   int co = d->out_c;
-  v16 acc[TAP_CHUNK][2], bias[2] = {{0}, {0}};
+  vf acc[TAP_CHUNK][2], bias[2] = {{0}, {0}};
 #pragma GCC unroll 12
-  for (int k = 0; k < nt; k++) acc[k][0] = acc[k][1] = (v16){0};
+  for (int k = 0; k < nt; k++) acc[k][0] = acc[k][1] = (vf){0};
   for (int64_t i = 0; i < images; i++) {
     const float *x = xs + i * cf->padded_size;
-    const float *g = dy + i * cf->out_size + v0 * cf->block;
+    const float *g = dy + i * cf->out_size;
+    int64_t g0_at = vec_offset(cf->block, v0),
+            g1_at = vec_offset(cf->block, v0 + 1);
     for (int oy = 0; oy < d->out_h; oy++)
       for (int ox = 0; ox < d->out_w; ox++) {
         const float *taps =
             x + ((int64_t)oy * cf->padded_w + ox) * d->in_c + at;
         const float *gp = g + ((int64_t)oy * d->out_w + ox) * cf->pixel;
-        v16 g0 = *(const v16u *)gp, g1 = *(const v16u *)(gp + cf->block);
+        vf g0 = *(const vfu *)(gp + g0_at), g1 = *(const vfu *)(gp + g1_at);
         if (t0 == 0) bias[0] += g0, bias[1] += g1;
 #pragma GCC unroll 12
         for (int k = 0; k < nt; k++) {
@@ -77,13 +82,13 @@ chunk(const struct cpu_conv_few *cf, const float *xs, const float *dy,
 #pragma GCC unroll 12
   for (int k = 0; k < nt; k++) {
     float *row = part + (int64_t)(t0 + k) * co + v0 * LANES;
-    *(v16u *)row = acc[k][0];
-    *(v16u *)(row + LANES) = acc[k][1];
+    *(vfu *)row = acc[k][0];
+    *(vfu *)(row + LANES) = acc[k][1];
   }
   if (t0 == 0) {
     float *row = part + (int64_t)cf->taps * co + v0 * LANES;
-    *(v16u *)row = bias[0];
-    *(v16u *)(row + LANES) = bias[1];
+    *(vfu *)row = bias[0];
+    *(vfu *)(row + LANES) = bias[1];
   }
 }
 
@@ -100,6 +105,7 @@ static void chunk_n(const struct cpu_conv_few *cf, const float *xs,
     CHUNK_CASE(3)
     CHUNK_CASE(4)
     CHUNK_CASE(5)
+#if TAP_CHUNK > 5
     CHUNK_CASE(6)
     CHUNK_CASE(7)
     CHUNK_CASE(8)
@@ -107,6 +113,7 @@ static void chunk_n(const struct cpu_conv_few *cf, const float *xs,
     CHUNK_CASE(10)
     CHUNK_CASE(11)
     CHUNK_CASE(12)
+#endif
   }
 }
 
@@ -149,19 +156,19 @@ forward_pixels(const struct cpu_conv_few *cf, const float *xp, const float *w,
                const float *b, int oy, int ox, int v0, int np, float *y) {
   const mxu_conv2d_desc *d = &cf->d;
   int co = d->out_c, row = d->kernel_w * d->in_c;
-  v16 acc[PIXELS][2];
-  v16 b0 = {0}, b1 = {0};
+  vf acc[PIXELS][2];
+  vf b0 = {0}, b1 = {0};
   if (b)
-    b0 = *(const v16u *)(b + v0 * LANES),
-    b1 = *(const v16u *)(b + v0 * LANES + LANES);
+    b0 = *(const vfu *)(b + v0 * LANES),
+    b1 = *(const vfu *)(b + v0 * LANES + LANES);
 #pragma GCC unroll 8
   for (int p = 0; p < np; p++) acc[p][0] = b0, acc[p][1] = b1;
   for (int ky = 0; ky < d->kernel_h; ky++) {
     const float *taps = xp + ((int64_t)(oy + ky) * cf->padded_w + ox) * d->in_c;
     const float *wk = w + (int64_t)ky * row * co + v0 * LANES;
     for (int t = 0; t < row; t++) {
-      v16 w0 = *(const v16u *)(wk + (int64_t)t * co);
-      v16 w1 = *(const v16u *)(wk + (int64_t)t * co + LANES);
+      vf w0 = *(const vfu *)(wk + (int64_t)t * co);
+      vf w1 = *(const vfu *)(wk + (int64_t)t * co + LANES);
 #pragma GCC unroll 8
       for (int p = 0; p < np; p++) {
         float xv = taps[p * d->in_c + t];
@@ -170,17 +177,16 @@ forward_pixels(const struct cpu_conv_few *cf, const float *xp, const float *w,
       }
     }
   }
-  v16 zero = {0};
+  vf zero = {0};
 #pragma GCC unroll 8
   for (int p = 0; p < np; p++) {
     if (d->activation == MXU_RELU) {
-      acc[p][0] = select16(acc[p][0] > zero, acc[p][0], zero);
-      acc[p][1] = select16(acc[p][1] > zero, acc[p][1], zero);
+      acc[p][0] = select_v(acc[p][0] > zero, acc[p][0], zero);
+      acc[p][1] = select_v(acc[p][1] > zero, acc[p][1], zero);
     }
-    float *at =
-        y + ((int64_t)oy * d->out_w + ox + p) * cf->pixel + v0 * cf->block;
-    *(v16u *)at = acc[p][0];
-    *(v16u *)(at + cf->block) = acc[p][1];
+    float *at = y + ((int64_t)oy * d->out_w + ox + p) * cf->pixel;
+    *(vfu *)(at + vec_offset(cf->block, v0)) = acc[p][0];
+    *(vfu *)(at + vec_offset(cf->block, v0 + 1)) = acc[p][1];
   }
 }
 

@@ -9,8 +9,8 @@
  * stored, with the window position of the maximum as one byte (0xFF when
  * relu zeroed it, so backward needs neither y nor a mask).
  *
- * The lanes are output channels, 16 to a vector (GCC's vector extension,
- * which lowers to AVX-512, or to narrower units elsewhere); the input
+ * The lanes are output channels, a register's worth to a vector (vec.h:
+ * 16 on AVX-512, 8 on AVX2); the input
  * pixels are broadcast. Backward adds the weight gradient over fixed blocks
  * of images and then the blocks in order, so its bits do not depend on the
  * thread count. Shapes these loops do not take (more input channels) go to
@@ -23,8 +23,11 @@
 #include <string.h>
 
 #define WINDOW 4       /* 2x2 */
-#define MAX_BLOCKS 4   /* channel vectors per forward tile: 16 accumulators */
-#define TAP_CHUNK 12   /* weight-gradient accumulators held at once */
+/* Channel vectors per forward tile (4 x that accumulators), and
+ * weight-gradient accumulators held at once: as many as the registers
+ * take beside the operands. */
+#define MAX_BLOCKS (VEC_REGS == 32 ? 4 : 2)
+#define TAP_CHUNK (VEC_REGS == 32 ? 12 : 9)
 #define IMAGE_BLOCK 8  /* images per partial weight gradient */
 #define RELU_ZERO 0xFF /* workspace: relu made this output 0 */
 #define MAX_TAPS 64    /* kernel_h * kernel_w * in_c */
@@ -58,11 +61,11 @@ static int64_t window_off(const struct cpu_conv_pool *cp, int s) {
 static inline __attribute__((always_inline)) void
 forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
              const float *b, int c0, int nb, float *y, uint8_t *ws) {
-  v16 acc[WINDOW][MAX_BLOCKS];
+  vf acc[WINDOW][MAX_BLOCKS];
 #pragma GCC unroll 4
   for (int j = 0; j < nb; j++) {
-    v16 bias = {0};
-    if (b) bias = *(const v16u *)(b + c0 + j * LANES);
+    vf bias = {0};
+    if (b) bias = *(const vfu *)(b + c0 + j * LANES);
 #pragma GCC unroll 4
     for (int s = 0; s < WINDOW; s++) acc[s][j] = bias;
   }
@@ -73,30 +76,29 @@ forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
     const float *xt = x0 + cp->tap_off[t];
 #pragma GCC unroll 4
     for (int j = 0; j < nb; j++) {
-      v16 wv = *(const v16u *)(wt + j * LANES);
+      vf wv = *(const vfu *)(wt + j * LANES);
 #pragma GCC unroll 4
       for (int s = 0; s < WINDOW; s++) acc[s][j] += xt[off[s]] * wv;
     }
   }
 #pragma GCC unroll 4
   for (int j = 0; j < nb; j++) {
-    v16 m = acc[0][j];
-    v16i arg = {0};
+    vf m = acc[0][j];
+    vi arg = {0};
     /* Strictly greater: ties keep the first in row-major order. */
 #pragma GCC unroll 4
     for (int s = 1; s < WINDOW; s++) {
-      v16i greater = acc[s][j] > m;
-      m = select16(greater, acc[s][j], m);
+      vi greater = acc[s][j] > m;
+      m = select_v(greater, acc[s][j], m);
       arg = (greater & s) | (arg & ~greater);
     }
     if (cp->relu) {
-      v16i positive = m > 0.0f;
-      m = select16(positive, m, (v16){0});
+      vi positive = m > 0.0f;
+      m = select_v(positive, m, (vf){0});
       arg = (positive & arg) | (~positive & RELU_ZERO);
     }
-    *(v16u *)(y + c0 + j * LANES) = m;
-    if (ws)
-      *(v16bu *)(ws + c0 + j * LANES) = __builtin_convertvector(arg, v16b);
+    *(vfu *)(y + c0 + j * LANES) = m;
+    if (ws) store_bytes(ws + c0 + j * LANES, arg);
   }
 }
 
@@ -151,34 +153,34 @@ static void row_columns(const struct cpu_conv_pool *cp, const float *x, int py,
 /* Taps [t0, t0 + nt) of the weight gradient of channels c0.. over one
  * pooled row, added to part; on the first chunk, the bias gradient too.
  * Only the input under each lane's maximum contributes: a row of columns
- * holds 4 taps x 4 window positions, 16 floats, and one permute picks
+ * holds LANES / 4 taps x 4 window positions, and one permute picks
  * each lane's (tap, position) from it, one FMA per tap instead of four
  * with three of them multiplying zeros. Inlined with a constant nt (see
  * row_grads_n), so the sums stay in registers. */
 static inline __attribute__((always_inline)) void
 row_grads(const struct cpu_conv_pool *cp, const float *cols, const float *dy,
           const uint8_t *ws, int c0, int t0, int nt, float *part) {
-  v16 acc[TAP_CHUNK], bias = {0};
+  vf acc[TAP_CHUNK], bias = {0};
 #pragma GCC unroll 12
-  for (int k = 0; k < nt; k++) acc[k] = (v16){0};
+  for (int k = 0; k < nt; k++) acc[k] = (vf){0};
   for (int px = 0; px < cp->out_w; px++) {
     int64_t at = (int64_t)px * cp->c + c0;
     const float *col = cols + ((int64_t)px * cp->taps + t0) * WINDOW;
-    v16i pos = load_bytes16(ws + at);
-    v16 g = select16(pos != RELU_ZERO, *(const v16u *)(dy + at), (v16){0});
+    vi pos = load_bytes(ws + at);
+    vf g = select_v(pos != RELU_ZERO, *(const vfu *)(dy + at), (vf){0});
     bias += g;
-#pragma GCC unroll 3
+#pragma GCC unroll 6
     for (int k = 0; k < nt; k += LANES / WINDOW) {
-      v16 table = *(const v16u *)(col + k * WINDOW);
+      vf table = *(const vfu *)(col + k * WINDOW);
 #pragma GCC unroll 4
       for (int j = 0; j < LANES / WINDOW; j++)
-        if (k + j < nt) acc[k + j] += shuffle16(table, pos + j * WINDOW) * g;
+        if (k + j < nt) acc[k + j] += permute(table, pos + j * WINDOW) * g;
     }
   }
 #pragma GCC unroll 12
   for (int k = 0; k < nt; k++)
-    *(v16u *)(part + (int64_t)(t0 + k) * cp->c + c0) += acc[k];
-  if (t0 == 0) *(v16u *)(part + (int64_t)cp->taps * cp->c + c0) += bias;
+    *(vfu *)(part + (int64_t)(t0 + k) * cp->c + c0) += acc[k];
+  if (t0 == 0) *(vfu *)(part + (int64_t)cp->taps * cp->c + c0) += bias;
 }
 
 #define GRADS_CASE(N)                                                          \
@@ -198,9 +200,11 @@ static void row_grads_n(const struct cpu_conv_pool *cp, const float *cols,
     GRADS_CASE(7)
     GRADS_CASE(8)
     GRADS_CASE(9)
+#if TAP_CHUNK > 9
     GRADS_CASE(10)
     GRADS_CASE(11)
     GRADS_CASE(12)
+#endif
   }
 }
 
@@ -313,7 +317,8 @@ mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
   size_t head = (sizeof(struct cpu_conv_pool) + 63) / 64 * 64;
   size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)c->out_c;
   int col_threads = cpu_create_threads(); /* each with its own columns */
-  /* row_grads reads whole 16-float tables: up to 12 floats past a row. */
+  /* row_grads reads whole tables of LANES floats: up to LANES - 4 floats
+   * past a row. */
   size_t col_floats =
       ((size_t)p->out_w * (size_t)taps * WINDOW + 2 * LANES - 1) / LANES *
       LANES;

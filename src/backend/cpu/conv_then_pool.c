@@ -36,7 +36,7 @@ struct cpu_conv_then_pool {
   int relu; /* the conv's own, or one after the pooling */
   /* Where the conv's output lives: the conv op's nChw16c copy, or a
    * buffer of our own in NHWC (after this struct). pixel and block: the
-   * distance between neighbouring pixels and channel blocks in it. */
+   * distance between neighbouring pixels and 16-channel groups in it. */
   float *conv_y;
   int64_t pixel, block;
   int stream; /* the conv's dy is big enough to store past the cache */
@@ -47,10 +47,10 @@ struct cpu_conv_then_pool {
 
 static const char CONV_THEN_POOL[] = "conv_then_pool";
 
-/* The 16 channels from block cb of pixel (y, x) of image i, in conv_y. */
+/* Channel vector cb of pixel (y, x) of image i, in conv_y. */
 static float *conv_at(const struct cpu_conv_then_pool *t, int64_t i, int64_t cb,
                       int64_t y, int64_t x) {
-  return t->conv_y + i * t->h * t->w * t->c + cb * t->block +
+  return t->conv_y + i * t->h * t->w * t->c + vec_offset(t->block, cb) +
          (y * t->w + x) * t->pixel;
 }
 
@@ -64,23 +64,23 @@ static void pool_row(const struct cpu_conv_then_pool *t, int64_t i, int64_t oy,
   for (int64_t cb = 0; cb < t->c / LANES; cb++)
     for (int64_t ox = 0; ox < t->out_w; ox++) {
       const float *top = conv_at(t, i, cb, oy * t->pool_h, ox * t->pool_w);
-      v16 m = *(const v16 *)top;
-      v16i arg = {0};
+      vf m = *(const vf *)top;
+      vi arg = {0};
       for (int p = 1; p < window; p++) {
-        v16 v = *(const v16 *)(top + t->step[p]);
+        vf v = *(const vf *)(top + t->step[p]);
         /* Strictly greater: ties keep the first in row-major order. */
-        v16i greater = v > m;
-        m = select16(greater, v, m);
+        vi greater = v > m;
+        m = select_v(greater, v, m);
         arg = (greater & p) | (arg & ~greater);
       }
       if (t->relu) {
-        v16i positive = m > 0.0f;
-        m = select16(positive, m, (v16){0});
+        vi positive = m > 0.0f;
+        m = select_v(positive, m, (vf){0});
         arg = (positive & arg) | (~positive & RELU_ZERO);
       }
       int64_t at = ((i * t->out_h + oy) * t->out_w + ox) * t->c + cb * LANES;
-      *(v16u *)(y + at) = m;
-      if (ws) *(v16bu *)(ws + at) = __builtin_convertvector(arg, v16b);
+      *(vfu *)(y + at) = m;
+      if (ws) store_bytes(ws + at, arg);
     }
 }
 
@@ -100,7 +100,7 @@ void cpu_conv_then_pool_forward(mxu_op *op, int training, const float *x,
 
 /* Whole 64-byte lines; past the cache where the tensor is too big for it
  * anyway (the primitives read it only after all of it is written). */
-static inline void store_line(float *to, v16 v, int stream) {
+static inline void store_line(float *to, vf v, int stream) {
 #ifdef __AVX512F__
   if (stream) {
     _mm512_stream_ps(to, (__m512)v);
@@ -109,7 +109,7 @@ static inline void store_line(float *to, v16 v, int stream) {
 #else
   (void)stream;
 #endif
-  *(v16 *)to = v;
+  *(vf *)to = v;
 }
 
 static inline void lines_done(void) {
@@ -125,16 +125,16 @@ static void scatter_line(const struct cpu_conv_then_pool *t, int64_t i,
                          int64_t oy, int64_t cb, int k, const float *dy,
                          const uint8_t *ws) {
   float *to = conv_at(t, i, cb, oy * t->pool_h + k, 0);
-  v16 zero = {0};
+  vf zero = {0};
   int64_t col = 0;
   if (k < t->pool_h)
     for (int64_t ox = 0; ox < t->out_w; ox++) {
       int64_t at = ((i * t->out_h + oy) * t->out_w + ox) * t->c + cb * LANES;
-      v16i pos = load_bytes16(ws + at);
-      v16 g = *(const v16u *)(dy + at);
+      vi pos = load_bytes(ws + at);
+      vf g = *(const vfu *)(dy + at);
       for (int j = 0; j < t->pool_w; j++, col++)
         store_line(to + col * t->pixel,
-                   select16(pos == k * t->pool_w + j, g, zero), t->stream);
+                   select_v(pos == k * t->pool_w + j, g, zero), t->stream);
     }
   for (; col < t->w; col++) store_line(to + col * t->pixel, zero, t->stream);
 }

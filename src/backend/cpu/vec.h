@@ -1,65 +1,125 @@
-/* vec.h — the 16-lane vectors the hand-written CPU kernels compute in
- * (GCC's vector extension: AVX-512 with -march=native on such a CPU,
- * narrower units elsewhere), and the few operations on them that need
- * care. Internal to src/backend/cpu. */
+/* vec.h — the vectors the hand-written CPU kernels compute in: one
+ * machine register wide (GCC's vector extension; 16 floats on AVX-512, 8
+ * elsewhere), and the few operations on them that need care. GCC keeps a
+ * vector wider than the machine's registers in memory, not in register
+ * pairs: 16-float vectors on AVX2 spilled every accumulator and ran
+ * Fashion-MNIST's fused conv at a tenth of the speed. Internal to
+ * src/backend/cpu. */
 #ifndef MXU_BACKEND_CPU_VEC_H
 #define MXU_BACKEND_CPU_VEC_H
 
 #include <stdint.h>
 #include <string.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
+#ifdef __AVX512F__
 #define LANES 16
+#define VEC_REGS 32 /* zmm registers */
+#else
+#define LANES 8
+#define VEC_REGS 16 /* ymm registers */
+#endif
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint8_t v16b __attribute__((vector_size(16)));
+typedef float vf __attribute__((vector_size(LANES * 4)));
+typedef int32_t vi __attribute__((vector_size(LANES * 4)));
+typedef uint8_t vb __attribute__((vector_size(LANES)));
 /* The same, for addresses only 4-byte (or 1-byte) aligned. */
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-typedef uint8_t v16bu __attribute__((vector_size(16), aligned(1)));
+typedef float vfu __attribute__((vector_size(LANES * 4), aligned(4)));
+
+/* Where channel vector v (channels v * LANES on) starts, from a pixel's
+ * first channel, given the floats between neighbouring 16-channel groups
+ * (`block`: 16 in NHWC, a plane's 16 channels in nChw16c). */
+static inline int64_t vec_offset(int64_t block, int64_t v) {
+  return v * LANES / 16 * block + v * LANES % 16;
+}
 
 /* GCC's __builtin_shuffle: lane i of the result is lane m[i] of a (mod
- * 16), or of a then b (mod 32). Clang (the fuzz build) shuffles only by
- * constants, so it gets the lane loop. */
-static inline v16 shuffle16(v16 a, v16i m) {
+ * LANES), or of a then b (mod 2 * LANES). Clang (the fuzz build) shuffles
+ * only by constants, so it gets the lane loop. Constant masks compile to
+ * the machine's shuffles; for a mask computed at run time use permute. */
+static inline vf shuffle(vf a, vi m) {
 #ifdef __clang__
-  v16 r;
-  for (int i = 0; i < LANES; i++) r[i] = a[m[i] & 15];
+  vf r;
+  for (int i = 0; i < LANES; i++) r[i] = a[m[i] & (LANES - 1)];
   return r;
 #else
   return __builtin_shuffle(a, m);
 #endif
 }
 
-static inline v16 shuffle32(v16 a, v16 b, v16i m) {
+static inline vf shuffle2(vf a, vf b, vi m) {
 #ifdef __clang__
-  v16 r;
+  vf r;
   for (int i = 0; i < LANES; i++)
-    r[i] = m[i] & 16 ? b[m[i] & 15] : a[m[i] & 15];
+    r[i] = m[i] & LANES ? b[m[i] & (LANES - 1)] : a[m[i] & (LANES - 1)];
   return r;
 #else
   return __builtin_shuffle(a, b, m);
 #endif
 }
 
-/* Lanes of a where mask is set, else of b. */
-static inline v16 select16(v16i mask, v16 a, v16 b) {
-  return (v16)(((v16i)a & mask) | ((v16i)b & ~mask));
+/* Lane i of the result is lane m[i] (not a constant) of a: one vpermps.
+ * GCC lowers the generic variable shuffle on AVX2 lane by lane through
+ * memory. */
+static inline __attribute__((always_inline)) vf permute(vf a, vi m) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  return (vf)_mm256_permutevar8x32_ps((__m256)a, (__m256i)m);
+#else
+  return shuffle(a, m);
+#endif
 }
 
-/* 16 bytes (window positions) as 32-bit lanes. GCC lowers the generic
- * byte-to-int conversion one lane at a time, so AVX-512 builds say
- * vpmovzxbd themselves. */
-static inline __attribute__((always_inline)) v16i
-load_bytes16(const uint8_t *p) {
-#ifdef __AVX512F__
-  return (v16i)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+/* Lanes of a where mask is set, else of b. */
+static inline vf select_v(vi mask, vf a, vf b) {
+  return (vf)(((vi)a & mask) | ((vi)b & ~mask));
+}
+
+/* The sum of a vector's lanes, folded in halves. */
+static inline float lane_sum(vf v) {
+#if LANES == 16
+  v += shuffle(v, (vi){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  v += shuffle(v, (vi){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+  v += shuffle(v, (vi){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
 #else
-  v16b raw;
+  v += shuffle(v, (vi){4, 5, 6, 7, 0, 1, 2, 3});
+  v += shuffle(v, (vi){2, 3, 0, 1, 6, 7, 4, 5});
+#endif
+  return v[0] + v[1];
+}
+
+/* LANES bytes (window positions) as 32-bit lanes. GCC lowers the generic
+ * byte-to-int conversion one lane at a time, so AVX builds say vpmovzxbd
+ * themselves. */
+static inline __attribute__((always_inline)) vi load_bytes(const uint8_t *p) {
+#ifdef __AVX512F__
+  return (vi)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+#elif defined(__AVX2__)
+  return (vi)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+#else
+  vb raw;
   memcpy(&raw, p, sizeof raw);
-  return __builtin_convertvector(raw, v16i);
+  return __builtin_convertvector(raw, vi);
+#endif
+}
+
+/* The other way: each lane's value (0..255) as a byte to p. */
+static inline __attribute__((always_inline)) void store_bytes(uint8_t *p,
+                                                              vi v) {
+#ifdef __AVX512F__
+  _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8((__m512i)v));
+#elif defined(__AVX2__)
+  /* The packs work within 128-bit halves: lanes 0-3 and 4-7 meet in the
+   * low 64 bits of each. */
+  __m256i words = _mm256_packus_epi32((__m256i)v, (__m256i)v);
+  __m128i lo = _mm256_castsi256_si128(words);
+  __m128i hi = _mm256_extracti128_si256(words, 1);
+  _mm_storel_epi64((__m128i *)p,
+                   _mm_packus_epi16(_mm_unpacklo_epi64(lo, hi), lo));
+#else
+  vb bytes = __builtin_convertvector(v, vb);
+  memcpy(p, &bytes, sizeof bytes);
 #endif
 }
 
