@@ -128,7 +128,7 @@ static int winograd_fits(const mxu_conv2d_desc *d) {
 }
 
 /* Whether conv_few.c and conv_data.c run all three passes (few input
- * channels, filters in 32s, linear or relu). */
+ * channels, filters in pairs of vectors, linear or relu). */
 static int few_fits(const mxu_conv2d_desc *d) {
   return cpu_conv_few_fits(d) && cpu_conv_data_fits(d);
 }
@@ -154,7 +154,8 @@ static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
 /* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c):
  * Winograd where it fits and oneDNN has it, else direct; in f32 with few
  * input channels, backward data on conv_data.c's loops and, with filters
- * in 32s, forward and backward weights on conv_few.c's. */
+ * in pairs of vectors (32s, or 16s on AVX2), forward and backward weights
+ * on conv_few.c's. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   if (desc->bf16 && conv_create(desc, CONV_BF16, out) == MXU_OK) return MXU_OK;
   if (winograd_fits(desc) && conv_create(desc, CONV_WINOGRAD, out) == MXU_OK)

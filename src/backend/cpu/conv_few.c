@@ -1,6 +1,6 @@
 /* conv_few.c — a Conv2D's forward and backward weights when it has few
- * input channels (an image's 1-4), stride 1, filters in 32s: cifar's first
- * conv (3 -> 32, 3x3, same). oneDNN 2.6 ran its backward weights at 43
+ * input channels (an image's 1-4), stride 1, filters in 2 * LANES: cifar's
+ * first conv (3 -> 32, 3x3, same). oneDNN 2.6 ran its backward weights at 43
  * GFLOP/s, 5.2 ms of a 128-image replica's step, and writes its output
  * only in NHWC from NHWC input (nChw16c needs NCHW input, else it runs its
  * reference kernel), while the Winograd conv after it reads nChw16c.
@@ -8,10 +8,11 @@
  * Here the output channels are the lanes, and the input is first copied
  * with its padding into a zeroed buffer, so no tap needs a bounds check,
  * and the taps of one kernel row (kx, c) are consecutive floats from a
- * window's corner on. Forward: 8 output pixels x 2 channel vectors of sums
- * in registers, each tap's weights loaded once for the 8, its inputs
- * broadcast. Backward weights: dy's channel vectors times each tap's input
- * (broadcast), 12 taps x 2 vectors of sums held over a block of images.
+ * window's corner on. Forward: PIXELS output pixels x 2 channel vectors
+ * of sums in registers, each tap's weights loaded once for them, its
+ * inputs broadcast. Backward weights: dy's channel vectors times each
+ * tap's input (broadcast), TAP_CHUNK taps x 2 vectors of sums held over a
+ * block of images.
  * y and dy are NHWC, or nChw16c (y_native; see pixel and block below).
  *
  * The weight gradient is summed over fixed blocks of images, then the
@@ -23,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_IN 4      /* input channels it takes */
+#define MAX_IN 4 /* input channels it takes */
 /* Taps whose sums are held at once, and output pixels the forward
  * computes at once: as many (times 2 vectors) as the registers hold beside
  * the operands. */

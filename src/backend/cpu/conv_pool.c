@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define WINDOW 4       /* 2x2 */
+#define WINDOW 4 /* 2x2 */
 /* Channel vectors per forward tile (4 x that accumulators), and
  * weight-gradient accumulators held at once: as many as the registers
  * take beside the operands. */
