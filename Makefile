@@ -41,8 +41,11 @@ recipes: build
 
 # Training throughput of the reference models (mxu bench), kept with the
 # CPU model and the commit in bench/results/; then how cifar scales from 1
-# to 2 threads; keras.applications MobileNetV2 and EfficientNetB0 at 32x32
-# (depthwise convolutions on oneDNN's jit_dw / brdgmm_dw kernels).
+# to 2 threads, what another process on the cores costs (bench_busy.sh),
+# keras.applications MobileNetV2 and EfficientNetB0 at 32x32 (depthwise
+# convolutions on oneDNN's jit_dw / brdgmm_dw kernels). With
+# MXU_PEERS_PYTHON set, PyTorch and TF-Keras train the same models as peers
+# (bench/peers/run_peers.sh, ~15 minutes more), compared in the summary.
 bench: build
 	@mkdir -p bench/results
 	$(BUILD)/mxu bench models/cifar10.json --batch-size 1024 --replicas 8 \
@@ -51,6 +54,7 @@ bench: build
 	  --threads 2 --report bench/results/cifar10_2threads.json
 	$(BUILD)/mxu bench models/fashion_mnist.json --batch-size 1000 \
 	  --threads 2 --report bench/results/fashion_mnist_2threads.json
+	scripts/bench_busy.sh $(BUILD)/mxu bench/results
 	$(BUILD)/mxu bench models/cifar10.json --batch-size 1024 --replicas 8 \
 	  --threads 2 --precision mixed_bfloat16 \
 	  --report bench/results/cifar10_bf16.json
@@ -67,6 +71,7 @@ bench: build
 	$(BUILD)/mxu bench tests/keras_apps/EfficientNetB0_32.k3.json \
 	  --batch-size 64 --threads 2 \
 	  --report bench/results/efficientnetb0_32_2threads.json
+	-@bench/peers/run_peers.sh bench/results
 	@python3 scripts/bench_summary.py bench/results
 
 test-sanitize: deps
