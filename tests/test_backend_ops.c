@@ -215,6 +215,14 @@ static const grouped_case grouped_cases[] = {
     {{2, 10, 9, 24, 24, 5, 5, 2, 2, MXU_SAME}, 24, 1}, /* EfficientNet's */
     {{2, 9, 7, 3, 5, 3, 3, 1, 1, MXU_SAME}, 1, 2},     /* dilation 2 */
     {{2, 11, 9, 4, 4, 3, 2, 1, 1, MXU_VALID}, 4, 3},   /* depthwise dilated */
+    /* Channel vectors on the own depthwise weights gradient (conv_dw.c):
+     * MobileNetV2's last images at 32x32 (2x2, 1x1: most taps outside),
+     * a partial block of images, dilation. */
+    {{2, 2, 2, 48, 48, 3, 3, 1, 1, MXU_SAME}, 48, 1},
+    {{3, 1, 1, 32, 32, 3, 3, 1, 1, MXU_SAME}, 32, 1},
+    {{9, 5, 4, 32, 32, 3, 3, 2, 2, MXU_SAME}, 32, 1},
+    {{2, 11, 9, 16, 16, 3, 2, 1, 1, MXU_VALID}, 16, 3},
+    {{2, 7, 6, 16, 16, 5, 5, 1, 1, MXU_SAME}, 16, 1},
 };
 
 static mxu_conv2d_desc grouped_desc(const grouped_case *g, mxu_activation act,

@@ -65,6 +65,7 @@ struct mxu_op {
   struct cpu_conv_then_pool *conv_then_pool;
   struct cpu_conv_data *conv_data; /* conv_data.c's backward data, or NULL */
   struct cpu_conv_few *conv_few;   /* conv_few.c's forward and weights */
+  struct cpu_conv_dw *conv_dw;     /* conv_dw.c's depthwise weights */
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -183,6 +184,13 @@ void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
 /* The same for one image's dy and dx. */
 void cpu_conv_data_image(const mxu_op *op, const float *dy, const float *w,
                          float *dx);
+/* conv_dw.c: a depthwise conv's backward weights, float32 NHWC, attached
+ * to the conv op as conv_data.c's. */
+int cpu_conv_dw_fits(const mxu_conv2d_desc *desc);
+mxu_status cpu_conv_dw_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                  float *dw, float *db);
+
 /* conv_few.c: forward and backward weights for few input channels,
  * stride 1, float32, attached the same way; with conv_data.c, they read
  * and write y and dy in nChw16c too (y_native). */

@@ -1,0 +1,152 @@
+/* conv_dw.c — a DepthwiseConv2D's backward weights (one filter per
+ * channel, float32, NHWC). oneDNN 2.6 has a jit kernel for it only where
+ * the image is large enough; MobileNetV2 at 32x32 ends in 4x4, 2x2 and
+ * 1x1 images of 384-960 channels, where it falls back to a GEMM per
+ * channel: 60 ms for a layer that is 1.1 M multiply-adds, 224 of the
+ * model's 505 ms a step of 128 on an AVX2 EPYC.
+ *
+ * Here the channels are the lanes: for each channel vector, TAP_CHUNK
+ * taps' sums (and the bias's) stay in registers while the block's output
+ * pixels stream by, each pixel's dy loaded once and each tap adding its
+ * input times it where the tap lands inside the image. The gradient is
+ * summed over fixed blocks of images, then the blocks in order, so its
+ * bits do not depend on the thread count. */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/vec.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define TAP_CHUNK (VEC_REGS == 32 ? 16 : 9) /* sums held at once */
+#define IMAGE_BLOCK 8                       /* images per partial gradient */
+
+struct cpu_conv_dw {
+  mxu_conv2d_desc d;
+  int taps;
+  int64_t blocks; /* of IMAGE_BLOCK images */
+  float *partial; /* blocks x (taps + 1) x c: dw, then db */
+  int tap_y[64];  /* tap t's row and column offset from a window's corner */
+  int tap_x[64];
+};
+
+/* Taps [t0, t0 + nt) of channel vector v over images [first, last), the
+ * bias too on the first chunk, into part. Inlined with a constant nt, so
+ * the sums stay in registers. */
+static inline __attribute__((always_inline)) void
+chunk(const struct cpu_conv_dw *cd, const float *x, const float *dy,
+      int64_t first, int64_t last, int v, int t0, int nt, float *part) {
+  const mxu_conv2d_desc *d = &cd->d;
+  int64_t c = d->in_c, at = (int64_t)v * LANES;
+  vf acc[TAP_CHUNK], bias = {0};
+#pragma GCC unroll 16
+  for (int k = 0; k < nt; k++) acc[k] = (vf){0};
+  for (int64_t i = first; i < last; i++) {
+    const float *xi = x + i * d->in_h * d->in_w * c + at;
+    const float *g = dy + i * d->out_h * d->out_w * c + at;
+    for (int oy = 0; oy < d->out_h; oy++)
+      for (int ox = 0; ox < d->out_w; ox++, g += c) {
+        vf gv = *(const vfu *)g;
+        if (t0 == 0) bias += gv;
+        int y0 = oy * d->stride_h - d->pad_top,
+            x0 = ox * d->stride_w - d->pad_left;
+#pragma GCC unroll 16
+        for (int k = 0; k < nt; k++) {
+          int iy = y0 + cd->tap_y[t0 + k], ix = x0 + cd->tap_x[t0 + k];
+          if (iy >= 0 && iy < d->in_h && ix >= 0 && ix < d->in_w)
+            acc[k] +=
+                *(const vfu *)(xi + ((int64_t)iy * d->in_w + ix) * c) * gv;
+        }
+      }
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < nt; k++) *(vfu *)(part + (t0 + k) * c + at) = acc[k];
+  if (t0 == 0) *(vfu *)(part + (int64_t)cd->taps * c + at) = bias;
+}
+
+#define CHUNK_CASE(N)                                                          \
+  case N: chunk(cd, x, dy, first, last, v, t0, N, part); break;
+
+/* chunk for a run-time nt, one constant instance per size. */
+static void chunk_n(const struct cpu_conv_dw *cd, const float *x,
+                    const float *dy, int64_t first, int64_t last, int v, int t0,
+                    int nt, float *part) {
+  switch (nt) {
+    CHUNK_CASE(1)
+    CHUNK_CASE(2)
+    CHUNK_CASE(3)
+    CHUNK_CASE(4)
+    CHUNK_CASE(5)
+    CHUNK_CASE(6)
+    CHUNK_CASE(7)
+    CHUNK_CASE(8)
+    CHUNK_CASE(9)
+#if TAP_CHUNK > 9
+    CHUNK_CASE(10)
+    CHUNK_CASE(11)
+    CHUNK_CASE(12)
+    CHUNK_CASE(13)
+    CHUNK_CASE(14)
+    CHUNK_CASE(15)
+    CHUNK_CASE(16)
+#endif
+  }
+}
+
+void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                  float *dw, float *db) {
+  const struct cpu_conv_dw *cd = op->conv_dw;
+  int64_t c = cd->d.in_c, per = (int64_t)(cd->taps + 1) * c;
+  int vectors = (int)(c / LANES);
+#pragma omp parallel for schedule(dynamic)                                     \
+    num_threads(cpu_threads_for(cd->blocks))
+  for (int64_t blk = 0; blk < cd->blocks; blk++) {
+    int64_t first = blk * IMAGE_BLOCK;
+    int64_t last =
+        first + IMAGE_BLOCK < cd->d.n ? first + IMAGE_BLOCK : cd->d.n;
+    for (int v = 0; v < vectors; v++)
+      for (int t0 = 0; t0 < cd->taps; t0 += TAP_CHUNK) {
+        int nt = cd->taps - t0 < TAP_CHUNK ? cd->taps - t0 : TAP_CHUNK;
+        chunk_n(cd, x, dy, first, last, v, t0, nt, cd->partial + blk * per);
+      }
+  }
+  for (int64_t e = 0; e < per; e++) {
+    float sum = 0.0f;
+    for (int64_t blk = 0; blk < cd->blocks; blk++)
+      sum += cd->partial[blk * per + e];
+    if (e < per - c)
+      dw[e] = sum;
+    else if (db)
+      db[e - (per - c)] = sum;
+  }
+}
+
+/* One filter per channel (Keras' depth_multiplier 1), on whole channel
+ * vectors, float32 and NHWC. */
+int cpu_conv_dw_fits(const mxu_conv2d_desc *d) {
+  int taps = d->kernel_h * d->kernel_w;
+  return !d->bf16 && !d->x_native && !d->y_native && d->in_c > 1 &&
+         mxu_conv2d_groups(d) == d->in_c && d->out_c == d->in_c &&
+         d->in_c % LANES == 0 && taps <= 64;
+}
+
+mxu_status cpu_conv_dw_attach(mxu_op *op, const mxu_conv2d_desc *d) {
+  int taps = d->kernel_h * d->kernel_w;
+  int64_t blocks = (d->n + IMAGE_BLOCK - 1) / IMAGE_BLOCK;
+  size_t head = (sizeof(struct cpu_conv_dw) + 63) / 64 * 64;
+  size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)d->in_c;
+  struct cpu_conv_dw *cd = mxu_aligned_alloc(head + partial * sizeof(float));
+  if (!cd) return mxu_fail(MXU_ERR_NOMEM, "depthwise conv2d: out of memory");
+  *cd = (struct cpu_conv_dw){.d = *d,
+                             .taps = taps,
+                             .blocks = blocks,
+                             .partial = (float *)((char *)cd + head)};
+  int dh = d->dilation_h > 1 ? d->dilation_h : 1,
+      dwid = d->dilation_w > 1 ? d->dilation_w : 1;
+  /* Taps in the kernel's (kh, kw) order, as Keras' (kh, kw, c, 1). */
+  for (int t = 0; t < taps; t++) {
+    cd->tap_y[t] = t / d->kernel_w * dh;
+    cd->tap_x[t] = t % d->kernel_w * dwid;
+  }
+  op->conv_dw = cd;
+  return MXU_OK;
+}
