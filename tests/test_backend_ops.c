@@ -223,6 +223,9 @@ static const grouped_case grouped_cases[] = {
     {{9, 5, 4, 32, 32, 3, 3, 2, 2, MXU_SAME}, 32, 1},
     {{2, 11, 9, 16, 16, 3, 2, 1, 1, MXU_VALID}, 16, 3},
     {{2, 7, 6, 16, 16, 5, 5, 1, 1, MXU_SAME}, 16, 1},
+    /* EfficientNet's 5x5 on 1x1 images: oneDNN's forward is its GEMM, so
+     * conv_dw.c runs the forward too. */
+    {{3, 1, 1, 32, 32, 5, 5, 1, 1, MXU_SAME}, 32, 1},
 };
 
 static mxu_conv2d_desc grouped_desc(const grouped_case *g, mxu_activation act,

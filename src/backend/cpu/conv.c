@@ -174,6 +174,8 @@ void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,
                         const float *b, float *y) {
   if (op->conv_few)
     cpu_conv_few_forward(op, x, w, b, y);
+  else if (cpu_conv_dw_own_forward(op))
+    cpu_conv_dw_forward(op, x, w, b, y);
   else
     cpu_weighted_forward(op, x, w, b, y);
 }

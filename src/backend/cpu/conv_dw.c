@@ -1,9 +1,11 @@
 /* conv_dw.c — a DepthwiseConv2D's backward weights (one filter per
- * channel, float32, NHWC). oneDNN 2.6 has a jit kernel for it only where
- * the image is large enough; MobileNetV2 at 32x32 ends in 4x4, 2x2 and
- * 1x1 images of 384-960 channels, where it falls back to a GEMM per
- * channel: 60 ms for a layer that is 1.1 M multiply-adds, 224 of the
- * model's 505 ms a step of 128 on an AVX2 EPYC.
+ * channel, float32, NHWC), and its forward where oneDNN has no kernel of
+ * its own for the shape. oneDNN 2.6's jit kernels want images large
+ * enough; MobileNetV2 at 32x32 ends in 4x4, 2x2 and 1x1 images of 384-960
+ * channels, where its weight gradient fell back to a GEMM per channel:
+ * 60 ms for a layer that is 1.1 M multiply-adds, 224 of the model's 505
+ * ms a step of 128 on an AVX2 EPYC; EfficientNetB0's 5x5 forward on 1x1
+ * images of 1152 channels, 24-39 ms a layer.
  *
  * Here the channels are the lanes: for each channel vector, TAP_CHUNK
  * taps' sums (and the bias's) stay in registers while the block's output
@@ -22,6 +24,7 @@
 
 struct cpu_conv_dw {
   mxu_conv2d_desc d;
+  int own_forward; /* oneDNN's forward is generic: run forward_image */
   int taps;
   int64_t blocks; /* of IMAGE_BLOCK images */
   float *partial; /* blocks x (taps + 1) x c: dw, then db */
@@ -92,6 +95,51 @@ static void chunk_n(const struct cpu_conv_dw *cd, const float *x,
   }
 }
 
+/* ---- forward ------------------------------------------------------------ */
+
+/* One image: each output pixel's channel vectors, the bias plus each tap
+ * that lands inside the image. */
+static void forward_image(const struct cpu_conv_dw *cd, const float *x,
+                          const float *w, const float *b, float *y) {
+  const mxu_conv2d_desc *d = &cd->d;
+  int64_t c = d->in_c;
+  for (int oy = 0; oy < d->out_h; oy++)
+    for (int ox = 0; ox < d->out_w; ox++, y += c) {
+      int y0 = oy * d->stride_h - d->pad_top,
+          x0 = ox * d->stride_w - d->pad_left;
+      for (int64_t at = 0; at < c; at += LANES) {
+        vf acc = b ? *(const vfu *)(b + at) : (vf){0};
+        for (int t = 0; t < cd->taps; t++) {
+          int iy = y0 + cd->tap_y[t], ix = x0 + cd->tap_x[t];
+          if (iy >= 0 && iy < d->in_h && ix >= 0 && ix < d->in_w)
+            acc += *(const vfu *)(x + ((int64_t)iy * d->in_w + ix) * c + at) *
+                   *(const vfu *)(w + t * c + at);
+        }
+        if (d->activation == MXU_RELU) acc = select_v(acc > 0.0f, acc, (vf){0});
+        *(vfu *)(y + at) = acc;
+      }
+    }
+}
+
+int cpu_conv_dw_own_forward(const mxu_op *op) {
+  return op->conv_dw && op->conv_dw->own_forward;
+}
+
+/* Each image on its own: any split gives the same bits. */
+void cpu_conv_dw_forward(mxu_op *op, const float *x, const float *w,
+                         const float *b, float *y) {
+  const struct cpu_conv_dw *cd = op->conv_dw;
+  const mxu_conv2d_desc *d = &cd->d;
+  int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c,
+          out_size = (int64_t)d->out_h * d->out_w * d->in_c;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(d->n))
+  for (int64_t i = 0; i < d->n; i++)
+    forward_image(cd, x + i * in_size, w, op->has_bias ? b : NULL,
+                  y + i * out_size);
+}
+
+/* ---- backward weights --------------------------------------------------- */
+
 void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
                                   float *dw, float *db) {
   const struct cpu_conv_dw *cd = op->conv_dw;
@@ -136,7 +184,12 @@ mxu_status cpu_conv_dw_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)d->in_c;
   struct cpu_conv_dw *cd = mxu_aligned_alloc(head + partial * sizeof(float));
   if (!cd) return mxu_fail(MXU_ERR_NOMEM, "depthwise conv2d: out of memory");
+  /* The forward only where oneDNN's would be generic, and with an
+   * activation the loop applies. */
+  int own_forward = cpu_weighted_forward_generic(op) &&
+                    (d->activation == MXU_LINEAR || d->activation == MXU_RELU);
   *cd = (struct cpu_conv_dw){.d = *d,
+                             .own_forward = own_forward,
                              .taps = taps,
                              .blocks = blocks,
                              .partial = (float *)((char *)cd + head)};

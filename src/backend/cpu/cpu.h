@@ -150,6 +150,9 @@ void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
  * the backward as dy, unconverted. -1: another (the caller must not keep
  * y in it). */
 int cpu_weighted_dst_layout(mxu_op *op, void **copy);
+/* Whether oneDNN runs the forward on a generic kernel (its GEMM or
+ * reference one) rather than one of its own for the shape. */
+int cpu_weighted_forward_generic(const mxu_op *op);
 
 /* The post-op for a fused activation, or dnnl_alg_kind_undef for LINEAR;
  * fails for SOFTMAX, which is never fused. */
@@ -185,9 +188,13 @@ void cpu_conv_data_backward(mxu_op *op, const float *dy, const float *w,
 void cpu_conv_data_image(const mxu_op *op, const float *dy, const float *w,
                          float *dx);
 /* conv_dw.c: a depthwise conv's backward weights, float32 NHWC, attached
- * to the conv op as conv_data.c's. */
+ * to the conv op as conv_data.c's, and its forward where oneDNN's is
+ * generic (own_forward). */
 int cpu_conv_dw_fits(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_dw_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+int cpu_conv_dw_own_forward(const mxu_op *op);
+void cpu_conv_dw_forward(mxu_op *op, const float *x, const float *w,
+                         const float *b, float *y);
 void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
                                   float *dw, float *db);
 

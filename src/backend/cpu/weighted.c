@@ -182,6 +182,13 @@ static mxu_status check_bf16_kernel(const mxu_op *op, int i, const char *name,
                   impl ? impl : "unknown");
 }
 
+int cpu_weighted_forward_generic(const mxu_op *op) {
+  const char *impl = NULL;
+  dnnl_primitive_desc_query(op->prim[FWD].pd, dnnl_query_impl_info_str, 0,
+                            &impl);
+  return !impl || strstr(impl, "gemm") || strncmp(impl, "ref", 3) == 0;
+}
+
 static mxu_status forward_create(mxu_op *op, const cpu_weighted_descs *d,
                                  const char *name) {
   dnnl_alg_kind_t post;
