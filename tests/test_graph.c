@@ -779,6 +779,7 @@ static const layer_case layer_cases[] = {
      .left = 0,
      .right = 3},
     RELU_CASE("ReLU default", -1.0f, 0.0f, 0.0f),
+    RELU_CASE("ReLU max 6 (relu6, the backend's op)", 6.0f, 0.0f, 0.0f),
     RELU_CASE("ReLU max 1.5 slope 0.2 threshold 0.5", 1.5f, 0.2f, 0.5f),
     RELU_CASE("ReLU slope 0.1 threshold -0.5", -1.0f, 0.1f, -0.5f),
     RELU_CASE("ReLU max 1 slope 0.3", 1.0f, 0.3f, 0.0f),

@@ -179,7 +179,33 @@ static double relu_flops(const mxu_layer *layer, const mxu_flops_step *step) {
          (step->need_dx ? 4.0 : 2.0);
 }
 
+/* relu and relu6 (MobileNetV2's ReLU(6.)) as the backend's activation
+ * ops, vectorised and threaded: the same values, since both only select
+ * and clip (and relu6's gradient passes inside (0, 6) only, as below).
+ * The loops below take the other configurations. */
+static mxu_activation relu_kind(const mxu_relu_config *c) {
+  if (c->threshold != 0.0f || c->negative_slope != 0.0f) return MXU_LINEAR;
+  if (c->max_value < 0) return MXU_RELU;
+  return c->max_value == 6.0f ? MXU_RELU6 : MXU_LINEAR;
+}
+
+static mxu_status relu_plan(mxu_layer *layer, const mxu_backend *backend,
+                            int batch, mxu_arena *layout) {
+  (void)batch;
+  (void)layout;
+  mxu_activation kind = relu_kind(&layer->config.relu);
+  if (kind == MXU_LINEAR) return MXU_OK;
+  const mxu_shape *s = &layer->in_shape;
+  mxu_activation_desc d = {kind, batch_rows(layer, s),
+                           (int)s->dims[s->rank - 1], 0.0f};
+  return backend->activation_create(&d, &layer->compiled->ops[0]);
+}
+
 static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->ops[0]) {
+    run->backend->activation_forward(run->ops[0], run->x, run->y);
+    return;
+  }
   const mxu_relu_config *c = &layer->config.relu;
   int64_t count = mxu_batch_values(layer);
   float top = c->max_value, slope = c->negative_slope, t = c->threshold;
@@ -196,6 +222,11 @@ static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
  * relu6 case, which Keras routes there. */
 static void relu_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
+  if (run->ops[0]) {
+    run->backend->activation_backward(run->ops[0], run->x, run->y, run->dy,
+                                      run->dx);
+    return;
+  }
   const mxu_relu_config *c = &layer->config.relu;
   int64_t count = mxu_batch_values(layer);
   float top = c->max_value, slope = c->negative_slope, t = c->threshold;
@@ -239,7 +270,7 @@ const mxu_layer_class mxu_relu_class = {
     .max_inputs = 1,
     .infer = relu_infer,
     .flops = relu_flops,
-    .plan = mxu_no_plan,
+    .plan = relu_plan,
     .forward = relu_forward,
     .backward = relu_backward,
     .emit = relu_emit,
