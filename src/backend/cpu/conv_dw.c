@@ -66,33 +66,13 @@ chunk(const struct cpu_conv_dw *cd, const float *x, const float *dy,
   if (t0 == 0) *(vfu *)(part + (int64_t)cd->taps * c + at) = bias;
 }
 
-#define CHUNK_CASE(N)                                                          \
-  case N: chunk(cd, x, dy, first, last, v, t0, N, part); break;
+#define CHUNK(N) chunk(cd, x, dy, first, last, v, t0, N, part)
 
 /* chunk for a run-time nt, one constant instance per size. */
 static void chunk_n(const struct cpu_conv_dw *cd, const float *x,
                     const float *dy, int64_t first, int64_t last, int v, int t0,
                     int nt, float *part) {
-  switch (nt) {
-    CHUNK_CASE(1)
-    CHUNK_CASE(2)
-    CHUNK_CASE(3)
-    CHUNK_CASE(4)
-    CHUNK_CASE(5)
-    CHUNK_CASE(6)
-    CHUNK_CASE(7)
-    CHUNK_CASE(8)
-    CHUNK_CASE(9)
-#if TAP_CHUNK > 9
-    CHUNK_CASE(10)
-    CHUNK_CASE(11)
-    CHUNK_CASE(12)
-    CHUNK_CASE(13)
-    CHUNK_CASE(14)
-    CHUNK_CASE(15)
-    CHUNK_CASE(16)
-#endif
-  }
+  switch (nt) { VEC_CASES(CHUNK, TAP_CHUNK) }
 }
 
 /* ---- forward ------------------------------------------------------------ */

@@ -93,29 +93,13 @@ chunk(const struct cpu_conv_few *cf, const float *xs, const float *dy,
   }
 }
 
-#define CHUNK_CASE(N)                                                          \
-  case N: chunk(cf, xs, dy, images, at, t0, N, v0, part); break;
+#define CHUNK(N) chunk(cf, xs, dy, images, at, t0, N, v0, part)
 
 /* chunk for a run-time nt, one constant instance per size. */
 static void chunk_n(const struct cpu_conv_few *cf, const float *xs,
                     const float *dy, int64_t images, int64_t at, int t0, int nt,
                     int v0, float *part) {
-  switch (nt) {
-    CHUNK_CASE(1)
-    CHUNK_CASE(2)
-    CHUNK_CASE(3)
-    CHUNK_CASE(4)
-    CHUNK_CASE(5)
-#if TAP_CHUNK > 5
-    CHUNK_CASE(6)
-    CHUNK_CASE(7)
-    CHUNK_CASE(8)
-    CHUNK_CASE(9)
-    CHUNK_CASE(10)
-    CHUNK_CASE(11)
-    CHUNK_CASE(12)
-#endif
-  }
+  switch (nt) { VEC_CASES(CHUNK, TAP_CHUNK) }
 }
 
 /* One image into its zeroed, padded buffer. */

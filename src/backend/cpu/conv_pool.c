@@ -183,29 +183,13 @@ row_grads(const struct cpu_conv_pool *cp, const float *cols, const float *dy,
   if (t0 == 0) *(vfu *)(part + (int64_t)cp->taps * cp->c + c0) += bias;
 }
 
-#define GRADS_CASE(N)                                                          \
-  case N: row_grads(cp, cols, dy, ws, c0, t0, N, part); break;
+#define GRADS(N) row_grads(cp, cols, dy, ws, c0, t0, N, part)
 
 /* row_grads for a run-time nt, one constant instance per size. */
 static void row_grads_n(const struct cpu_conv_pool *cp, const float *cols,
                         const float *dy, const uint8_t *ws, int c0, int t0,
                         int nt, float *part) {
-  switch (nt) {
-    GRADS_CASE(1)
-    GRADS_CASE(2)
-    GRADS_CASE(3)
-    GRADS_CASE(4)
-    GRADS_CASE(5)
-    GRADS_CASE(6)
-    GRADS_CASE(7)
-    GRADS_CASE(8)
-    GRADS_CASE(9)
-#if TAP_CHUNK > 9
-    GRADS_CASE(10)
-    GRADS_CASE(11)
-    GRADS_CASE(12)
-#endif
-  }
+  switch (nt) { VEC_CASES(GRADS, TAP_CHUNK) }
 }
 
 /* Block `blk`'s images: its partial dw and db, summed row by row in

@@ -71,6 +71,24 @@ static inline __attribute__((always_inline)) vf permute(vf a, vi m) {
 #endif
 }
 
+/* The cases 1..16 of a switch over a kernel's run-time block size n, each
+ * running CALL(n) with n a constant, so that the inlined kernel keeps its
+ * sums in registers. Only n up to `limit` (the kernel's accumulators) is
+ * compiled; a larger constant would index past them. */
+#define VEC_CASE(CALL, n, limit)                                               \
+  case n:                                                                      \
+    if ((n) <= (limit)) CALL(n);                                               \
+    break;
+#define VEC_CASES(CALL, limit)                                                 \
+  VEC_CASE(CALL, 1, limit)                                                     \
+  VEC_CASE(CALL, 2, limit) VEC_CASE(CALL, 3, limit) VEC_CASE(CALL, 4, limit)   \
+      VEC_CASE(CALL, 5, limit) VEC_CASE(CALL, 6, limit)                        \
+          VEC_CASE(CALL, 7, limit) VEC_CASE(CALL, 8, limit)                    \
+              VEC_CASE(CALL, 9, limit) VEC_CASE(CALL, 10, limit)               \
+                  VEC_CASE(CALL, 11, limit) VEC_CASE(CALL, 12, limit)          \
+                      VEC_CASE(CALL, 13, limit) VEC_CASE(CALL, 14, limit)      \
+                          VEC_CASE(CALL, 15, limit) VEC_CASE(CALL, 16, limit)
+
 /* Lanes of a where mask is set, else of b. */
 static inline vf select_v(vi mask, vf a, vf b) {
   return (vf)(((vi)a & mask) | ((vi)b & ~mask));
