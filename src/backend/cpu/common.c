@@ -99,6 +99,7 @@ void cpu_op_free(mxu_op *op) {
   mxu_aligned_free(op->conv_data);
   mxu_aligned_free(op->conv_few);
   mxu_aligned_free(op->conv_dw);
+  mxu_aligned_free(op->conv_gemm);
   free(op);
 }
 

@@ -144,11 +144,14 @@ int cpu_conv2d_native(const mxu_conv2d_desc *desc) {
   return few_fits(desc) || (winograd_fits(desc) && avx512);
 }
 
-/* conv_data.c's, conv_few.c's and conv_dw.c's loops, where they fit. */
+/* conv_data.c's, conv_few.c's, conv_dw.c's and conv_gemm.c's loops,
+ * where they fit. */
 static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
   if (cpu_conv_data_fits(desc)) MXU_TRY(cpu_conv_data_attach(op, desc));
   if (cpu_conv_few_fits(desc)) MXU_TRY(cpu_conv_few_attach(op, desc));
   if (cpu_conv_dw_fits(desc)) MXU_TRY(cpu_conv_dw_attach(op, desc));
+  if (!op->conv_few && cpu_conv_gemm_fits(op, desc))
+    MXU_TRY(cpu_conv_gemm_attach(op, desc));
   return MXU_OK;
 }
 
@@ -156,7 +159,9 @@ static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
  * Winograd where it fits and oneDNN has it, else direct; in f32 with few
  * input channels, backward data on conv_data.c's loops and, with filters
  * in pairs of vectors (32s, or 16s on AVX2), forward and backward weights
- * on conv_few.c's; a depthwise conv's backward weights on conv_dw.c's. */
+ * on conv_few.c's; a depthwise conv's backward weights on conv_dw.c's;
+ * backward weights that oneDNN would run a GEMM per image for on
+ * conv_gemm.c's. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   if (desc->bf16 && conv_create(desc, CONV_BF16, out) == MXU_OK) return MXU_OK;
   if (winograd_fits(desc) && conv_create(desc, CONV_WINOGRAD, out) == MXU_OK)
@@ -186,6 +191,8 @@ void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
     cpu_conv_few_backward_weights(op, x, dy, dw, db);
   else if (op->conv_dw)
     cpu_conv_dw_backward_weights(op, x, dy, dw, db);
+  else if (op->conv_gemm)
+    cpu_conv_gemm_backward_weights(op, x, dy, dw, db);
   else
     cpu_weighted_backward_weights(op, x, dy, dw, db);
 }

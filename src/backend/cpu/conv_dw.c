@@ -166,7 +166,7 @@ mxu_status cpu_conv_dw_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   if (!cd) return mxu_fail(MXU_ERR_NOMEM, "depthwise conv2d: out of memory");
   /* The forward only where oneDNN's would be generic, and with an
    * activation the loop applies. */
-  int own_forward = cpu_weighted_forward_generic(op) &&
+  int own_forward = cpu_weighted_generic(op, CPU_PASS_FORWARD) &&
                     (d->activation == MXU_LINEAR || d->activation == MXU_RELU);
   *cd = (struct cpu_conv_dw){.d = *d,
                              .own_forward = own_forward,

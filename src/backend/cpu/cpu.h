@@ -66,6 +66,7 @@ struct mxu_op {
   struct cpu_conv_data *conv_data; /* conv_data.c's backward data, or NULL */
   struct cpu_conv_few *conv_few;   /* conv_few.c's forward and weights */
   struct cpu_conv_dw *conv_dw;     /* conv_dw.c's depthwise weights */
+  struct cpu_conv_gemm *conv_gemm; /* conv_gemm.c's weights, or NULL */
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -117,6 +118,13 @@ mxu_status cpu_prim_arg(cpu_prim *p, int arg, const char *op);
  * argument added). A failure can only be recorded for mxu_errmsg(). */
 void cpu_run(cpu_prim *p, const void *const *buffers);
 
+/* The three passes of a conv or dense op, its primitives 0..2. */
+typedef enum cpu_pass {
+  CPU_PASS_FORWARD,
+  CPU_PASS_BACKWARD_DATA,
+  CPU_PASS_BACKWARD_WEIGHTS
+} cpu_pass;
+
 /* Conv and dense are the same three primitives (forward with fused bias
  * and activation, backward data, backward weights + bias) over different
  * op descs; weighted.c builds and runs them for both. */
@@ -150,9 +158,9 @@ void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
  * the backward as dy, unconverted. -1: another (the caller must not keep
  * y in it). */
 int cpu_weighted_dst_layout(mxu_op *op, void **copy);
-/* Whether oneDNN runs the forward on a generic kernel (its GEMM or
- * reference one) rather than one of its own for the shape. */
-int cpu_weighted_forward_generic(const mxu_op *op);
+/* Whether oneDNN runs a pass on a generic kernel (its GEMM or reference
+ * one) rather than one of its own for the shape. */
+int cpu_weighted_generic(const mxu_op *op, cpu_pass pass);
 
 /* The post-op for a fused activation, or dnnl_alg_kind_undef for LINEAR;
  * fails for SOFTMAX, which is never fused. */
@@ -197,6 +205,13 @@ void cpu_conv_dw_forward(mxu_op *op, const float *x, const float *w,
                          const float *b, float *y);
 void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
                                   float *dw, float *db);
+
+/* conv_gemm.c: a conv's backward weights as one GEMM over the batch,
+ * where oneDNN's is generic (small images); fits reads the op's. */
+int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *desc);
+mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                    float *dw, float *db);
 
 /* conv_few.c: forward and backward weights for few input channels,
  * stride 1, float32, attached the same way; with conv_data.c, they read

@@ -13,9 +13,9 @@
 #include <string.h>
 
 enum {
-  FWD,
-  BWD_DATA,
-  BWD_WEIGHTS,
+  FWD = CPU_PASS_FORWARD,
+  BWD_DATA = CPU_PASS_BACKWARD_DATA,
+  BWD_WEIGHTS = CPU_PASS_BACKWARD_WEIGHTS,
   REORDER,              /* prim[REORDER + i]: weights for primitive i */
   SRC_IN = REORDER + 3, /* x into op->src_copy */
   DIFF_DST_IN,          /* dy into op->diff_dst_copy */
@@ -182,9 +182,9 @@ static mxu_status check_bf16_kernel(const mxu_op *op, int i, const char *name,
                   impl ? impl : "unknown");
 }
 
-int cpu_weighted_forward_generic(const mxu_op *op) {
+int cpu_weighted_generic(const mxu_op *op, cpu_pass pass) {
   const char *impl = NULL;
-  dnnl_primitive_desc_query(op->prim[FWD].pd, dnnl_query_impl_info_str, 0,
+  dnnl_primitive_desc_query(op->prim[pass].pd, dnnl_query_impl_info_str, 0,
                             &impl);
   return !impl || strstr(impl, "gemm") || strncmp(impl, "ref", 3) == 0;
 }
