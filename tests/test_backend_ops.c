@@ -133,11 +133,12 @@ static const conv_case conv_cases[] = {
     /* and with filters in 32s, cpu's own backward weights too */
     {9, 5, 7, 2, 64, 4, 4, 1, 1, MXU_SAME},  /* a partial image block */
     {3, 9, 8, 4, 32, 5, 4, 1, 1, MXU_VALID}, /* 16-tap rows: two chunks */
-    /* Small images of many channels, whose weight gradient oneDNN runs as
-     * a GEMM per image: cpu's one GEMM over the batch (conv_gemm.c),
-     * only the live taps (the centre alone on 1x1) */
-    {4, 1, 1, 64, 64, 3, 3, 1, 1, MXU_SAME},
-    {3, 2, 2, 128, 32, 3, 3, 1, 1, MXU_SAME},
+    /* Small images of many channels (16 M multiply-adds and more), whose
+     * weight gradient oneDNN runs as a GEMM per image: cpu's one GEMM over
+     * the batch (conv_gemm.c), only the live taps; on 1x1 (the centre
+     * tap alone) the forward and backward data as GEMMs too */
+    {8, 1, 1, 512, 512, 3, 3, 1, 1, MXU_SAME},
+    {8, 2, 2, 256, 256, 3, 3, 1, 1, MXU_SAME},
     /* 3x3 at stride 1 with channels in sixteens and 32 images on one
      * thread: cpu runs Winograd */
     {32, 6, 5, 16, 32, 3, 3, 1, 1, MXU_SAME}, /* partial 4x4 tiles */

@@ -181,6 +181,8 @@ void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,
     cpu_conv_few_forward(op, x, w, b, y);
   else if (cpu_conv_dw_own_forward(op))
     cpu_conv_dw_forward(op, x, w, b, y);
+  else if (cpu_conv_gemm_passes(op))
+    cpu_conv_gemm_forward(op, x, w, b, y);
   else
     cpu_weighted_forward(op, x, w, b, y);
 }
@@ -209,6 +211,8 @@ void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
                               float *dx) {
   if (op->conv_data)
     cpu_conv_data_backward(op, dy, w, dx);
+  else if (cpu_conv_gemm_passes(op))
+    cpu_conv_gemm_backward_data(op, dy, w, dx);
   else
     cpu_weighted_backward_data(op, dy, w, dx);
 }

@@ -11,7 +11,13 @@
  * padding, the centre only) gather the batch's inputs into columns
  * [rows = n * out_h * out_w][live taps x in_c], zero where a tap falls on
  * padding, and dw's live rows are columns^T x dy in one sgemm (K = rows);
- * the others are 0. db sums dy's rows in order. */
+ * the others are 0. db sums dy's rows in order.
+ *
+ * Where most taps see only padding (a 3x3 'same' conv on 1x1 images,
+ * ResNet50's last stage), oneDNN's own forward and backward data still
+ * run all nine: ~10 ms for what is one 64 x 512 x 512 product. There the
+ * forward is columns x the live taps' weights (packed), and backward data
+ * dy x their transpose, added back into dx. */
 #include "backend/cpu/cpu.h"
 
 #include <stdint.h>
@@ -20,10 +26,16 @@
 /* Columns buffer limit: larger images have fewer dead taps and oneDNN's
  * own kernels. */
 #define MAX_COLUMN_BYTES ((size_t)64 << 20)
+/* Multiply-adds of a direct pass below which oneDNN's kernels win anyway
+ * (the gathering and the GEMM's set-up cost ~0.5 ms): DenseNet121's 3x3
+ * 128 -> 32 convs on 2x2 and 1x1 images (2-9 M) ran as fast or faster on
+ * oneDNN; ResNet50's 256 and 512 channels (151 M) 3-10x slower. */
+#define MIN_MACS ((int64_t)1 << 24)
 
 struct cpu_conv_gemm {
   mxu_conv2d_desc d;
   int taps, live; /* kernel taps, and those that see the image */
+  int passes;     /* forward and backward data too: most taps are dead */
   int *live_tap;  /* [live]: which */
   float *columns; /* [rows][live * in_c] */
   float *product; /* [live * in_c][out_c] */
@@ -55,6 +67,12 @@ static int tap_live(const mxu_conv2d_desc *d, int t) {
   return rows && cols;
 }
 
+static int live_taps(const mxu_conv2d_desc *d) {
+  int live = 0;
+  for (int t = 0; t < d->kernel_h * d->kernel_w; t++) live += tap_live(d, t);
+  return live;
+}
+
 /* Output pixel r's row of columns: each live tap's in_c inputs, or 0. */
 static void gather_row(const struct cpu_conv_gemm *g, const float *x, int64_t r,
                        float *out) {
@@ -75,15 +93,88 @@ static void gather_row(const struct cpu_conv_gemm *g, const float *x, int64_t r,
   }
 }
 
+static int64_t rows_of(const mxu_conv2d_desc *d) {
+  return (int64_t)d->n * d->out_h * d->out_w;
+}
+
+static void gather(const struct cpu_conv_gemm *g, const float *x) {
+  int64_t rows = rows_of(&g->d), width = (int64_t)g->live * g->d.in_c;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
+  for (int64_t r = 0; r < rows; r++)
+    gather_row(g, x, r, g->columns + r * width);
+}
+
+/* The live taps' weights, [live * in_c][out_c], packed into product. */
+static const float *live_weights(const struct cpu_conv_gemm *g,
+                                 const float *w) {
+  int64_t tap_floats = (int64_t)g->d.in_c * g->d.out_c;
+  for (int k = 0; k < g->live; k++)
+    memcpy(g->product + k * tap_floats, w + g->live_tap[k] * tap_floats,
+           (size_t)tap_floats * sizeof *w);
+  return g->product;
+}
+
+int cpu_conv_gemm_passes(const mxu_op *op) {
+  return op->conv_gemm && op->conv_gemm->passes;
+}
+
+void cpu_conv_gemm_forward(mxu_op *op, const float *x, const float *w,
+                           const float *b, float *y) {
+  const struct cpu_conv_gemm *g = op->conv_gemm;
+  const mxu_conv2d_desc *d = &g->d;
+  int64_t rows = rows_of(d), width = (int64_t)g->live * d->in_c;
+  int64_t co = d->out_c;
+  gather(g, x);
+  dnnl_sgemm('N', 'N', rows, co, width, 1.0f, g->columns, width,
+             live_weights(g, w), co, 0.0f, y, co);
+  int relu = d->activation == MXU_RELU;
+  if (!op->has_bias) b = NULL;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
+  for (int64_t r = 0; r < rows; r++) {
+    float *yr = y + r * co;
+    for (int64_t o = 0; b && o < co; o++) yr[o] += b[o];
+    for (int64_t o = 0; relu && o < co; o++)
+      yr[o] = yr[o] > 0.0f ? yr[o] : 0.0f;
+  }
+}
+
+/* dx: each output pixel's row of dy x the live weights' transpose, added
+ * where its taps land, image by image in pixel order. */
+void cpu_conv_gemm_backward_data(mxu_op *op, const float *dy, const float *w,
+                                 float *dx) {
+  const struct cpu_conv_gemm *g = op->conv_gemm;
+  const mxu_conv2d_desc *d = &g->d;
+  int64_t per_image = (int64_t)d->out_h * d->out_w;
+  int64_t width = (int64_t)g->live * d->in_c, co = d->out_c;
+  int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
+  dnnl_sgemm('N', 'T', rows_of(d), width, co, 1.0f, dy, co, live_weights(g, w),
+             co, 0.0f, g->columns, width);
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(d->n))
+  for (int64_t i = 0; i < d->n; i++) {
+    float *image = dx + i * in_size;
+    memset(image, 0, (size_t)in_size * sizeof *image);
+    for (int64_t p = 0; p < per_image; p++) {
+      const float *col = g->columns + (i * per_image + p) * width;
+      int oy = (int)(p / d->out_w), ox = (int)(p % d->out_w);
+      for (int k = 0; k < g->live; k++, col += d->in_c) {
+        int t = g->live_tap[k];
+        int iy = tap_row(d, oy, t / d->kernel_w),
+            ix = tap_col(d, ox, t % d->kernel_w);
+        if (iy < 0 || iy >= d->in_h || ix < 0 || ix >= d->in_w) continue;
+        float *to = image + ((int64_t)iy * d->in_w + ix) * d->in_c;
+        for (int c = 0; c < d->in_c; c++) to[c] += col[c];
+      }
+    }
+  }
+}
+
 void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,
                                     float *dw, float *db) {
   const struct cpu_conv_gemm *g = op->conv_gemm;
   const mxu_conv2d_desc *d = &g->d;
-  int64_t rows = (int64_t)d->n * d->out_h * d->out_w;
-  int64_t width = (int64_t)g->live * d->in_c, co = d->out_c;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
-  for (int64_t r = 0; r < rows; r++)
-    gather_row(g, x, r, g->columns + r * width);
+  int64_t rows = rows_of(d), width = (int64_t)g->live * d->in_c;
+  int64_t co = d->out_c;
+  gather(g, x);
   if (width > 0)
     dnnl_sgemm('T', 'N', width, co, rows, 1.0f, g->columns, width, dy, co, 0.0f,
                g->product, co);
@@ -99,28 +190,37 @@ void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,
     for (int64_t o = 0; o < co; o++) db[o] += dy[r * co + o];
 }
 
-/* Plain float32 NHWC convs whose weight gradient oneDNN runs generically,
- * with columns of a sane size. */
+/* No more than half the taps see the image (and the activation is one the
+ * forward applies): the own forward and backward data pay. */
+static int mostly_dead(const mxu_conv2d_desc *d, int live) {
+  return live > 0 && 2 * live <= d->kernel_h * d->kernel_w &&
+         (d->activation == MXU_LINEAR || d->activation == MXU_RELU);
+}
+
+/* Plain float32 NHWC convs of some size whose weight gradient oneDNN
+ * runs generically, or whose taps mostly see padding, with columns of a
+ * sane size. */
 int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *d) {
-  size_t columns = (size_t)d->n * (size_t)d->out_h * (size_t)d->out_w *
-                   (size_t)d->kernel_h * (size_t)d->kernel_w * (size_t)d->in_c *
-                   sizeof(float);
+  int64_t taps = (int64_t)d->kernel_h * d->kernel_w;
+  size_t columns = (size_t)(rows_of(d) * taps * d->in_c) * sizeof(float);
+  int64_t macs = rows_of(d) * taps * d->in_c * d->out_c;
   return !d->bf16 && !d->x_native && !d->y_native &&
          mxu_conv2d_groups(d) == 1 && columns <= MAX_COLUMN_BYTES &&
-         cpu_weighted_generic(op, CPU_PASS_BACKWARD_WEIGHTS);
+         macs >= MIN_MACS &&
+         (cpu_weighted_generic(op, CPU_PASS_BACKWARD_WEIGHTS) ||
+          mostly_dead(d, live_taps(d)));
 }
 
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *d) {
-  int taps = d->kernel_h * d->kernel_w, live = 0;
-  for (int t = 0; t < taps; t++) live += tap_live(d, t);
-  size_t rows = (size_t)d->n * (size_t)d->out_h * (size_t)d->out_w;
-  size_t width = (size_t)live * (size_t)d->in_c;
+  int taps = d->kernel_h * d->kernel_w, live = live_taps(d);
+  size_t rows = (size_t)rows_of(d), width = (size_t)live * (size_t)d->in_c;
   size_t head = (sizeof(struct cpu_conv_gemm) + 63) / 64 * 64;
   size_t list = ((size_t)taps * sizeof(int) + 63) / 64 * 64;
   struct cpu_conv_gemm *g = mxu_aligned_alloc(
       head + list + (rows * width + width * (size_t)d->out_c) * sizeof(float));
   if (!g) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
-  *g = (struct cpu_conv_gemm){.d = *d, .taps = taps, .live = live};
+  *g = (struct cpu_conv_gemm){
+      .d = *d, .taps = taps, .live = live, .passes = mostly_dead(d, live)};
   g->live_tap = (int *)(void *)((char *)g + head);
   g->columns = (float *)(void *)((char *)g + head + list);
   g->product = g->columns + rows * width;

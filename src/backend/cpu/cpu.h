@@ -207,9 +207,15 @@ void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
                                   float *dw, float *db);
 
 /* conv_gemm.c: a conv's backward weights as one GEMM over the batch,
- * where oneDNN's is generic (small images); fits reads the op's. */
+ * where oneDNN's is generic (small images; fits reads the op's), and its
+ * forward and backward data where most taps see only padding (passes). */
 int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+int cpu_conv_gemm_passes(const mxu_op *op);
+void cpu_conv_gemm_forward(mxu_op *op, const float *x, const float *w,
+                           const float *b, float *y);
+void cpu_conv_gemm_backward_data(mxu_op *op, const float *dy, const float *w,
+                                 float *dx);
 void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,
                                     float *dw, float *db);
 
