@@ -42,8 +42,8 @@ recipes: build
 # Training throughput of the reference models (mxu bench), kept with the
 # CPU model and the commit in bench/results/; then how cifar scales from 1
 # to 2 threads, what another process on the cores costs (bench_busy.sh),
-# keras.applications MobileNetV2 and EfficientNetB0 at 32x32 (depthwise
-# convolutions on oneDNN's jit_dw / brdgmm_dw kernels). With
+# keras.applications MobileNetV2, ResNet50 and EfficientNetB0 at 32x32.
+# With
 # MXU_PEERS_PYTHON set, PyTorch and TF-Keras train the same models as peers
 # (bench/peers/run_peers.sh, ~15 minutes more), compared in the summary.
 bench: build
@@ -68,6 +68,9 @@ bench: build
 	$(BUILD)/mxu bench tests/keras_apps/MobileNetV2_32.k3.json \
 	  --batch-size 128 --threads 2 \
 	  --report bench/results/mobilenetv2_32_2threads.json
+	$(BUILD)/mxu bench tests/keras_apps/ResNet50_32.k3.json \
+	  --batch-size 64 --threads 2 \
+	  --report bench/results/resnet50_32_2threads.json
 	$(BUILD)/mxu bench tests/keras_apps/EfficientNetB0_32.k3.json \
 	  --batch-size 64 --threads 2 \
 	  --report bench/results/efficientnetb0_32_2threads.json

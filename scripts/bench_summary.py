@@ -45,6 +45,7 @@ MXU_REPORTS = {
     ("cifar", "mixed_bfloat16"): "cifar10_bf16.json",
     ("resnet20", "float32"): "resnet20_2threads.json",
     ("mobilenetv2", "float32"): "mobilenetv2_32_2threads.json",
+    ("resnet50", "float32"): "resnet50_32_2threads.json",
 }
 
 

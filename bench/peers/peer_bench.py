@@ -11,7 +11,7 @@ torch.compile or XLA compiles, then REPEATS runs of STEPS steps each; the
 median images/s of the repeats is reported.
 
 usage: peer_bench.py --framework torch|keras
-                     --model fashion|cifar|resnet20|mobilenetv2
+                     --model fashion|cifar|resnet20|mobilenetv2|resnet50
                      --batch-size B --threads T
                      [--precision float32|mixed_bfloat16]
                      [--compile] [--xla] [--steps N] [--repeats R]
@@ -38,6 +38,7 @@ MODELS = {
     "cifar": ("models/cifar10.json", (32, 32, 3)),
     "resnet20": ("models/resnet20.json", (32, 32, 3)),
     "mobilenetv2": ("tests/keras_apps/MobileNetV2_32.k3.json", (32, 32, 3)),
+    "resnet50": ("tests/keras_apps/ResNet50_32.k3.json", (32, 32, 3)),
 }
 CLASSES = 10
 WARMUP_STEPS = 2
@@ -171,6 +172,20 @@ def torch_model(name):
             num_classes=CLASSES,
             norm_layer=partial(nn.BatchNorm2d, eps=1e-3, momentum=0.001))
         net.classifier = nn.Linear(1280, CLASSES)
+    elif name == "resnet50":
+        # tests/keras_apps/ResNet50_32.k3.json is keras.applications
+        # ResNet50(input 32x32x3, include_top, 10 classes): torchvision's
+        # resnet50 has the same stages (7x7/2 stem, 3x3/2 max pooling,
+        # bottlenecks [3, 4, 6, 3], stride on the 3x3 as Keras' v1.5 puts it
+        # on the first 1x1 — the same shapes and FLOPs but for that 1x1),
+        # so 32x32 -> 16 -> 8 -> ... -> 1x1 as in Keras. Differences: its
+        # convolutions have no bias (Keras' have), BatchNormalization
+        # epsilon 1.001e-5 as Keras'.
+        from functools import partial
+        import torchvision
+        net = torchvision.models.resnet50(
+            num_classes=CLASSES,
+            norm_layer=partial(nn.BatchNorm2d, eps=1.001e-5, momentum=0.01))
     else:
         raise ValueError(name)
 
@@ -281,7 +296,7 @@ def run_torch(a, shape):
     rates, first_step, warmup = time_repeats(step, sync, a)
 
     versions = {"torch": torch.__version__}
-    try:  # only mobilenetv2 needs torchvision
+    try:  # only mobilenetv2 and resnet50 need torchvision
         import torchvision
         versions["torchvision"] = torchvision.__version__
     except ImportError:

@@ -11,7 +11,8 @@
 #                         on the first one that imports it (torch; tensorflow
 #                         for keras). Unset: nothing runs (exit 0).
 #   MXU_PEERS_FRAMEWORKS  "torch keras" by default
-#   MXU_PEERS_MODELS      "cifar fashion resnet20 mobilenetv2" by default
+#   MXU_PEERS_MODELS      "cifar fashion resnet20 mobilenetv2 resnet50"
+#                         by default
 #   MXU_PEERS_REPEATS     timed repeats of each run, 3 by default
 #   MXU_PEERS_COMPILED=0  skips the torch.compile and XLA runs (a third of
 #                         the time, mostly compiling)
@@ -41,7 +42,7 @@ fi
 threads=2 # as every `make bench` configuration below
 repeats=${MXU_PEERS_REPEATS:-3}
 frameworks=${MXU_PEERS_FRAMEWORKS:-torch keras}
-models=${MXU_PEERS_MODELS:-cifar fashion resnet20 mobilenetv2}
+models=${MXU_PEERS_MODELS:-cifar fashion resnet20 mobilenetv2 resnet50}
 
 # model, batch, precision, timed steps per repeat: the configurations of the
 # Makefile's bench target. mxu runs cifar's 1024 as 8 replicas of 128; a peer
@@ -52,7 +53,8 @@ configs="cifar 1024 float32 3
 fashion 1000 float32 5
 cifar 1024 mixed_bfloat16 1
 resnet20 128 float32 4
-mobilenetv2 128 float32 4"
+mobilenetv2 128 float32 4
+resnet50 64 float32 3"
 
 # The first interpreter in MXU_PEERS_PYTHON that imports module $1.
 find_python() {
