@@ -25,6 +25,35 @@
  * 21,600-25,900: slices do not all take the same time). Passive waits
  * (OMP_WAIT_POLICY) changed nothing. */
 
+/* What a step does for one replica (or chunk) k, with its arguments. */
+typedef struct each_job {
+  mxu_model *model;
+  const mxu_step_key *key;
+  float scale;
+  int layer, what;
+  const float *const *all;
+  mxu_step_result *results;
+  float **grads;
+} each_job;
+
+/* fn(job, k) for k in [0, count) on the plan's workers. One worker runs
+ * them in a plain loop, outside any parallel region: inside one, even of
+ * a single thread, every team the kernels open (oneDNN's, the own
+ * loops') is a nested team, whose threads libgomp creates and ends each
+ * time. MobileNetV2 at batch 128 (one worker lending the kernels 2
+ * threads) spent a quarter of its step creating threads and in the
+ * kernel's futexes: 277-439 -> 1,014-1,120 images/s. */
+static void on_workers(const mxu_plan *plan, int64_t count,
+                       void (*fn)(const each_job *, int64_t),
+                       const each_job *job) {
+  if (plan->workers == 1) {
+    for (int64_t k = 0; k < count; k++) fn(job, k);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic) num_threads(plan->workers)
+  for (int64_t k = 0; k < count; k++) fn(job, k);
+}
+
 /* ---- denormals ------------------------------------------------------------
  * A saturated softmax (raw 0..255 pixels, late training) gives
  * probabilities below FLT_MIN, and their gradients, products and squares
@@ -274,27 +303,29 @@ static void run_layer(mxu_layer *layer, const mxu_layer_run *run, phase what,
   }
 }
 
+static void phase_replica(const each_job *job, int64_t r) {
+  mxu_model *model = job->model;
+  mxu_layer *layer = &model->layers[job->layer];
+  mxu_replica *replica = &model->plan.replica[r];
+  double *profile = profile_of(model, replica, job->key);
+  double start = profile_start(profile);
+  unsigned mode = denormals_off();
+  mxu_layer_run run = mxu_replica_run(model, replica, job->layer, job->key);
+  run_layer(layer, &run, (phase)job->what, job->all, model->plan.replicas);
+  if (job->what == BACKWARD || job->what == BACKWARD_GLOBAL)
+    mxu_replica_add_partials(model, replica, layer, &run);
+  denormals_restore(mode);
+  profile_stop(profile, 2 * job->layer + (job->what >= BACKWARD), start);
+}
+
 /* One part of layer i on every replica; the *_GLOBAL parts get every
  * replica's shared values in all. */
 static void run_phase(mxu_model *model, int i, phase what,
                       const mxu_step_key *key, const float *const *all) {
-  mxu_plan *plan = &model->plan;
-  mxu_layer *layer = &model->layers[i];
-  if (layer->compiled->absorbed) return;
-#pragma omp parallel for schedule(dynamic)                                     \
-    num_threads(plan->workers) if (plan->workers > 1)
-  for (int r = 0; r < plan->local_count; r++) {
-    mxu_replica *replica = &plan->replica[r];
-    double *profile = profile_of(model, replica, key);
-    double start = profile_start(profile);
-    unsigned mode = denormals_off();
-    mxu_layer_run run = mxu_replica_run(model, replica, i, key);
-    run_layer(layer, &run, what, all, plan->replicas);
-    if (what == BACKWARD || what == BACKWARD_GLOBAL)
-      mxu_replica_add_partials(model, replica, layer, &run);
-    denormals_restore(mode);
-    profile_stop(profile, 2 * i + (what >= BACKWARD), start);
-  }
+  if (model->layers[i].compiled->absorbed) return;
+  each_job job = {
+      .model = model, .key = key, .layer = i, .what = what, .all = all};
+  on_workers(&model->plan, model->plan.local_count, phase_replica, &job);
 }
 
 /* A synchronized layer: its local half, the exchange, its global half. */
@@ -318,6 +349,26 @@ static int any_synchronized(const mxu_model *model) {
   return 0;
 }
 
+static void loss_replica(const each_job *job, int64_t r) {
+  unsigned mode = denormals_off();
+  job->results[r] = mxu_replica_loss(job->model, &job->model->plan.replica[r],
+                                     job->key, job->scale);
+  denormals_restore(mode);
+}
+
+static void step_replica(const each_job *job, int64_t r) {
+  run_replica(job->model, &job->model->plan.replica[r], job->key, job->scale,
+              &job->results[r]);
+}
+
+/* Chunk c of the gradients, summed over the local replicas into the
+ * first's. */
+static void sum_chunk(const each_job *job, int64_t c) {
+  int64_t count = job->model->trainable_count;
+  tree_sum(job->grads, job->model->plan.local_count, c * CHUNK,
+           min64((c + 1) * CHUNK, count));
+}
+
 static void run_synchronized(mxu_model *model, const mxu_step_key *key,
                              float scale, mxu_step_result *results) {
   mxu_plan *plan = &model->plan;
@@ -328,13 +379,9 @@ static void run_synchronized(mxu_model *model, const mxu_step_key *key,
     else
       run_phase(model, i, FORWARD, key, NULL);
   }
-#pragma omp parallel for schedule(dynamic)                                     \
-    num_threads(plan->workers) if (plan->workers > 1)
-  for (int r = 0; r < plan->local_count; r++) {
-    unsigned mode = denormals_off();
-    results[r] = mxu_replica_loss(model, &plan->replica[r], key, scale);
-    denormals_restore(mode);
-  }
+  each_job job = {
+      .model = model, .key = key, .scale = scale, .results = results};
+  on_workers(plan, plan->local_count, loss_replica, &job);
   for (int i = n - 1; i >= 0; i--) {
     if (synchronized(&model->layers[i]))
       run_split(model, i, 1, key);
@@ -373,24 +420,20 @@ mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
    * moving statistics) runs in the same mode as the workers'. */
   unsigned mode = denormals_off();
   pool_denormals_off(plan->intra_threads);
-  if (key->training && any_synchronized(model)) {
+  each_job job = {.model = model,
+                  .key = key,
+                  .scale = scale,
+                  .results = results,
+                  .grads = grads};
+  if (key->training && any_synchronized(model))
     run_synchronized(model, key, scale, results);
-  } else {
-#pragma omp parallel for schedule(dynamic)                                     \
-    num_threads(plan->workers) if (plan->workers > 1)
-    for (int r = 0; r < local; r++)
-      run_replica(model, &plan->replica[r], key, scale, &results[r]);
-  }
+  else
+    on_workers(plan, local, step_replica, &job);
   if (key->training) {
-    if (!single) {
+    if (!single)
       reduce_across_processes(model);
-    } else if (local > 1) {
-#pragma omp parallel for schedule(dynamic)                                     \
-    num_threads(plan->workers) if (plan->workers > 1)
-      for (int64_t c = 0; c < chunks; c++)
-        tree_sum(grads, local, c * CHUNK,
-                 min64((c + 1) * CHUNK, model->trainable_count));
-    }
+    else if (local > 1)
+      on_workers(plan, chunks, sum_chunk, &job);
     update_state(model);
     if (model->profiling) model->profile_steps++;
   }
