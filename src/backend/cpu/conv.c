@@ -172,7 +172,11 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   plain.y_native = desc->y_native && !few_fits(desc);
   mxu_op *op;
   MXU_TRY(conv_create(&plain, CONV_F32, &op));
-  return cpu_op_finish(op, attach_own(op, desc), out);
+  /* The op computes in float32 even where bf16 was asked for (no fast
+   * bf16 kernel here), so the own float32 loops take it as such. */
+  mxu_conv2d_desc own = *desc;
+  own.bf16 = 0;
+  return cpu_op_finish(op, attach_own(op, &own), out);
 }
 
 void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,

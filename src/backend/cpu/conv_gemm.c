@@ -197,18 +197,31 @@ static int mostly_dead(const mxu_conv2d_desc *d, int live) {
          (d->activation == MXU_LINEAR || d->activation == MXU_RELU);
 }
 
-/* Plain float32 NHWC convs of some size whose weight gradient oneDNN
- * runs generically, or whose taps mostly see padding, with columns of a
- * sane size. */
+/* oneDNN 2.6's jit_1x1 weight gradient of a strided 1x1 conv in NHWC,
+ * with input channels not filling its blocks (8 on AVX2, 16 on AVX-512),
+ * copies the strided input into a per-thread buffer it writes past: on
+ * 2 threads, wrong gradients in about one run in six (a golden test's
+ * 1x1 stride-2 conv of 4 channels, under load), or a hang or crash
+ * (oneDNN issue 6035, open). That gradient always runs here. */
+static int onednn_rtus_bug(const mxu_conv2d_desc *d) {
+  return d->kernel_h == 1 && d->kernel_w == 1 &&
+         (d->stride_h > 1 || d->stride_w > 1) && d->in_c % 16 != 0;
+}
+
+/* Plain float32 NHWC convs with columns of a sane size: of some size,
+ * whose weight gradient oneDNN runs generically or whose taps mostly see
+ * padding; or any that oneDNN's bug above would meet. */
 int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *d) {
   int64_t taps = (int64_t)d->kernel_h * d->kernel_w;
   size_t columns = (size_t)(rows_of(d) * taps * d->in_c) * sizeof(float);
   int64_t macs = rows_of(d) * taps * d->in_c * d->out_c;
-  return !d->bf16 && !d->x_native && !d->y_native &&
-         mxu_conv2d_groups(d) == 1 && columns <= MAX_COLUMN_BYTES &&
-         macs >= MIN_MACS &&
-         (cpu_weighted_generic(op, CPU_PASS_BACKWARD_WEIGHTS) ||
-          mostly_dead(d, live_taps(d)));
+  if (d->bf16 || d->x_native || d->y_native || mxu_conv2d_groups(d) != 1 ||
+      columns > MAX_COLUMN_BYTES)
+    return 0;
+  return onednn_rtus_bug(d) ||
+         (macs >= MIN_MACS &&
+          (cpu_weighted_generic(op, CPU_PASS_BACKWARD_WEIGHTS) ||
+           mostly_dead(d, live_taps(d))));
 }
 
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *d) {
