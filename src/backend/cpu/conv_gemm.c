@@ -17,7 +17,9 @@
  * ResNet50's last stage), oneDNN's own forward and backward data still
  * run all nine: ~10 ms for what is one 64 x 512 x 512 product. There the
  * forward is columns x the live taps' weights (packed), and backward data
- * dy x their transpose, added back into dx. */
+ * dy x their transpose, added back into dx. And a strided 1x1 conv of
+ * few input channels takes its weight gradient here always: oneDNN's is
+ * broken there (onednn_rtus_bug). */
 #include "backend/cpu/cpu.h"
 
 #include <stdint.h>
