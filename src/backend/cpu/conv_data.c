@@ -68,13 +68,16 @@ static inline __attribute__((always_inline)) vf reduce(vf v[LANES]) {
       {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31},
       {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31},
       {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}};
-#else
+#elif LANES == 8
   static const vi lo[3] = {{0, 1, 2, 3, 8, 9, 10, 11},
                            {0, 1, 4, 5, 8, 9, 12, 13},
                            {0, 2, 4, 6, 8, 10, 12, 14}};
   static const vi hi[3] = {{4, 5, 6, 7, 12, 13, 14, 15},
                            {2, 3, 6, 7, 10, 11, 14, 15},
                            {1, 3, 5, 7, 9, 11, 13, 15}};
+#else
+  static const vi lo[2] = {{0, 1, 4, 5}, {0, 2, 4, 6}};
+  static const vi hi[2] = {{2, 3, 6, 7}, {1, 3, 5, 7}};
 #endif
 #pragma GCC unroll 4
   for (int level = 0, n = LANES; n > 1; level++, n /= 2)

@@ -1,6 +1,7 @@
 /* vec.h — the vectors the hand-written CPU kernels compute in: one
- * machine register wide (GCC's vector extension; 16 floats on AVX-512, 8
- * elsewhere), and the few operations on them that need care. GCC keeps a
+ * machine register wide (GCC's vector extension: 16 floats on AVX-512, 8
+ * with AVX2, 4 with SSE or NEON), and the few operations on them that need
+ * care. GCC keeps a
  * vector wider than the machine's registers in memory, not in register
  * pairs: 16-float vectors on AVX2 spilled every accumulator and ran
  * Fashion-MNIST's fused conv at a tenth of the speed. Internal to
@@ -17,9 +18,12 @@
 #ifdef __AVX512F__
 #define LANES 16
 #define VEC_REGS 32 /* zmm registers */
-#else
+#elif defined(__AVX__)
 #define LANES 8
 #define VEC_REGS 16 /* ymm registers */
+#else
+#define LANES 4     /* SSE2 (builds without -march=native), NEON */
+#define VEC_REGS 16 /* xmm / q registers */
 #endif
 
 typedef float vf __attribute__((vector_size(LANES * 4)));
@@ -81,13 +85,14 @@ static inline __attribute__((always_inline)) vf permute(vf a, vi m) {
     break;
 #define VEC_CASES(CALL, limit)                                                 \
   VEC_CASE(CALL, 1, limit)                                                     \
-  VEC_CASE(CALL, 2, limit) VEC_CASE(CALL, 3, limit) VEC_CASE(CALL, 4, limit)   \
-      VEC_CASE(CALL, 5, limit) VEC_CASE(CALL, 6, limit)                        \
-          VEC_CASE(CALL, 7, limit) VEC_CASE(CALL, 8, limit)                    \
-              VEC_CASE(CALL, 9, limit) VEC_CASE(CALL, 10, limit)               \
-                  VEC_CASE(CALL, 11, limit) VEC_CASE(CALL, 12, limit)          \
-                      VEC_CASE(CALL, 13, limit) VEC_CASE(CALL, 14, limit)      \
-                          VEC_CASE(CALL, 15, limit) VEC_CASE(CALL, 16, limit)
+  VEC_CASE(CALL, 2, limit)                                                     \
+  VEC_CASE(CALL, 3, limit) VEC_CASE(CALL, 4, limit) VEC_CASE(CALL, 5, limit)   \
+      VEC_CASE(CALL, 6, limit) VEC_CASE(CALL, 7, limit)                        \
+          VEC_CASE(CALL, 8, limit) VEC_CASE(CALL, 9, limit)                    \
+              VEC_CASE(CALL, 10, limit) VEC_CASE(CALL, 11, limit)              \
+                  VEC_CASE(CALL, 12, limit) VEC_CASE(CALL, 13, limit)          \
+                      VEC_CASE(CALL, 14, limit) VEC_CASE(CALL, 15, limit)      \
+                          VEC_CASE(CALL, 16, limit)
 
 /* Lanes of a where mask is set, else of b. */
 static inline vf select_v(vi mask, vf a, vf b) {
@@ -100,9 +105,11 @@ static inline float lane_sum(vf v) {
   v += shuffle(v, (vi){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
   v += shuffle(v, (vi){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
   v += shuffle(v, (vi){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-#else
+#elif LANES == 8
   v += shuffle(v, (vi){4, 5, 6, 7, 0, 1, 2, 3});
   v += shuffle(v, (vi){2, 3, 0, 1, 6, 7, 4, 5});
+#else
+  v += shuffle(v, (vi){2, 3, 0, 1});
 #endif
   return v[0] + v[1];
 }
