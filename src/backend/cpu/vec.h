@@ -1,11 +1,10 @@
 /* vec.h — the vectors the hand-written CPU kernels compute in: one
  * machine register wide (GCC's vector extension: 16 floats on AVX-512, 8
  * with AVX2, 4 with SSE or NEON), and the few operations on them that need
- * care. GCC keeps a
- * vector wider than the machine's registers in memory, not in register
- * pairs: 16-float vectors on AVX2 spilled every accumulator and ran
- * Fashion-MNIST's fused conv at a tenth of the speed. Internal to
- * src/backend/cpu. */
+ * care. GCC keeps a vector wider than the machine's registers in memory,
+ * not in register pairs: 16-float vectors on AVX2 spilled every
+ * accumulator and ran Fashion-MNIST's fused conv at a tenth of the speed.
+ * Internal to src/backend/cpu. */
 #ifndef MXU_BACKEND_CPU_VEC_H
 #define MXU_BACKEND_CPU_VEC_H
 
