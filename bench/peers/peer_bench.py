@@ -140,7 +140,9 @@ def torch_model(name):
             nn.Conv2d(1, 64, 3), nn.MaxPool2d(2), nn.ReLU(),
             FlattenHWC(), nn.Linear(13 * 13 * 64, CLASSES))
     elif name == "cifar":
-        # models/cifar10.json, as bench/peers/cifar_torch.py. Exact.
+        # models/cifar10.json, as bench/peers/cifar_torch.py (exact), but
+        # flattening in Keras' NHWC order as a view (FlattenHWC), where
+        # cifar_torch.py's nn.Flatten copies a channels_last tensor.
         net = nn.Sequential(
             bn(3),
             nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
