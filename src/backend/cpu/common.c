@@ -66,6 +66,19 @@ int cpu_create_threads(void) {
   return omp_in_parallel() ? 1 : omp_get_max_threads();
 }
 
+void cpu_sum_blocks(const float *partial, int64_t blocks, int64_t taps,
+                    int64_t c, float *dw, float *db) {
+  int64_t weights = taps * c, per = weights + c;
+  for (int64_t e = 0; e < per; e++) {
+    float sum = 0.0f;
+    for (int64_t blk = 0; blk < blocks; blk++) sum += partial[blk * per + e];
+    if (e < weights)
+      dw[e] = sum;
+    else if (db)
+      db[e - weights] = sum;
+  }
+}
+
 mxu_status cpu_op_alloc(mxu_op **out, const char *op) {
   *out = calloc(1, sizeof **out);
   if (!*out) return mxu_fail(MXU_ERR_NOMEM, "onednn: %s: out of memory", op);

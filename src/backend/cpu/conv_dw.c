@@ -137,15 +137,7 @@ void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
         chunk_n(cd, x, dy, first, last, v, t0, nt, cd->partial + blk * per);
       }
   }
-  for (int64_t e = 0; e < per; e++) {
-    float sum = 0.0f;
-    for (int64_t blk = 0; blk < cd->blocks; blk++)
-      sum += cd->partial[blk * per + e];
-    if (e < per - c)
-      dw[e] = sum;
-    else if (db)
-      db[e - (per - c)] = sum;
-  }
+  cpu_sum_blocks(cd->partial, cd->blocks, cd->taps, c, dw, db);
 }
 
 /* One filter per channel (Keras' depth_multiplier 1), on whole channel

@@ -225,21 +225,6 @@ static void block_grads(const struct cpu_conv_few *cf, const float *x,
       }
 }
 
-/* The blocks' partial sums in block order into dw and db. */
-static void sum_blocks(const struct cpu_conv_few *cf, float *dw, float *db) {
-  int64_t per = (int64_t)(cf->taps + 1) * cf->d.out_c;
-  int64_t weights = (int64_t)cf->taps * cf->d.out_c;
-  for (int64_t e = 0; e < per; e++) {
-    float sum = 0.0f;
-    for (int64_t blk = 0; blk < cf->blocks; blk++)
-      sum += cf->partial[blk * per + e];
-    if (e < weights)
-      dw[e] = sum;
-    else if (db)
-      db[e - weights] = sum;
-  }
-}
-
 void cpu_conv_few_backward_weights(mxu_op *op, const float *x, const float *dy,
                                    float *dw, float *db) {
   const struct cpu_conv_few *cf = op->conv_few;
@@ -250,7 +235,7 @@ void cpu_conv_few_backward_weights(mxu_op *op, const float *x, const float *dy,
     for (int64_t blk = 0; blk < cf->blocks; blk++)
       block_grads(cf, x, dy + blk * IMAGE_BLOCK * cf->out_size, blk, xs);
   }
-  sum_blocks(cf, dw, db);
+  cpu_sum_blocks(cf->partial, cf->blocks, cf->taps, cf->d.out_c, dw, db);
 }
 
 /* ---- backward with relu ------------------------------------------------- *
@@ -282,7 +267,7 @@ void cpu_conv_few_backward_relu(mxu_op *op, const float *x, const float *w,
                             dx + (first + i) * cf->in_size);
     }
   }
-  sum_blocks(cf, dw, db);
+  cpu_sum_blocks(cf->partial, cf->blocks, cf->taps, cf->d.out_c, dw, db);
 }
 
 /* ---- create ------------------------------------------------------------- */

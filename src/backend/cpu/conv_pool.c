@@ -254,16 +254,7 @@ void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
     for (int64_t blk = 0; blk < cp->blocks; blk++)
       block_grads(cp, x, dy, ws, blk, cols);
   }
-  int64_t per = (int64_t)(cp->taps + 1) * cp->c;
-  for (int64_t e = 0; e < per; e++) {
-    float sum = 0.0f;
-    for (int64_t blk = 0; blk < cp->blocks; blk++)
-      sum += cp->partial[blk * per + e];
-    if (e < (int64_t)cp->taps * cp->c)
-      dw[e] = sum;
-    else if (db)
-      db[e - (int64_t)cp->taps * cp->c] = sum;
-  }
+  cpu_sum_blocks(cp->partial, cp->blocks, cp->taps, cp->c, dw, db);
   if (!dx) return;
   int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
   int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;

@@ -85,6 +85,13 @@ int cpu_threads_for(int64_t units);
  * region. Ops keep a buffer per thread. */
 int cpu_create_threads(void);
 
+/* The own kernels' weight gradients are summed over fixed blocks of
+ * images (partial: blocks x (taps + 1) x c, each block's dw then db),
+ * then the blocks in order into dw and db (when not NULL), so their bits
+ * do not depend on the thread count. */
+void cpu_sum_blocks(const float *partial, int64_t blocks, int64_t taps,
+                    int64_t c, float *dw, float *db);
+
 mxu_status cpu_op_alloc(mxu_op **out, const char *op);
 void cpu_op_free(mxu_op *op);
 /* Hands op out when its build succeeded, else frees it: the tail of every

@@ -81,17 +81,24 @@ static inline __attribute__((always_inline)) vf permute(vf a, vi m) {
 #define VEC_CASE(CALL, n, limit)                                               \
   case n:                                                                      \
     if ((n) <= (limit)) CALL(n);                                               \
-    break;
+    break
 #define VEC_CASES(CALL, limit)                                                 \
-  VEC_CASE(CALL, 1, limit)                                                     \
-  VEC_CASE(CALL, 2, limit)                                                     \
-  VEC_CASE(CALL, 3, limit) VEC_CASE(CALL, 4, limit) VEC_CASE(CALL, 5, limit)   \
-      VEC_CASE(CALL, 6, limit) VEC_CASE(CALL, 7, limit)                        \
-          VEC_CASE(CALL, 8, limit) VEC_CASE(CALL, 9, limit)                    \
-              VEC_CASE(CALL, 10, limit) VEC_CASE(CALL, 11, limit)              \
-                  VEC_CASE(CALL, 12, limit) VEC_CASE(CALL, 13, limit)          \
-                      VEC_CASE(CALL, 14, limit) VEC_CASE(CALL, 15, limit)      \
-                          VEC_CASE(CALL, 16, limit)
+  VEC_CASE(CALL, 1, limit);                                                    \
+  VEC_CASE(CALL, 2, limit);                                                    \
+  VEC_CASE(CALL, 3, limit);                                                    \
+  VEC_CASE(CALL, 4, limit);                                                    \
+  VEC_CASE(CALL, 5, limit);                                                    \
+  VEC_CASE(CALL, 6, limit);                                                    \
+  VEC_CASE(CALL, 7, limit);                                                    \
+  VEC_CASE(CALL, 8, limit);                                                    \
+  VEC_CASE(CALL, 9, limit);                                                    \
+  VEC_CASE(CALL, 10, limit);                                                   \
+  VEC_CASE(CALL, 11, limit);                                                   \
+  VEC_CASE(CALL, 12, limit);                                                   \
+  VEC_CASE(CALL, 13, limit);                                                   \
+  VEC_CASE(CALL, 14, limit);                                                   \
+  VEC_CASE(CALL, 15, limit);                                                   \
+  VEC_CASE(CALL, 16, limit);
 
 /* Lanes of a where mask is set, else of b. */
 static inline vf select_v(vi mask, vf a, vf b) {
