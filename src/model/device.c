@@ -221,13 +221,6 @@ int mxu_device_steps(const mxu_model *model) {
   return model->device ? model->device->steps : 0;
 }
 
-/* The plugin's type of a 4-byte element. */
-static mxu_pjrt_type type_of(mxu_hlo_dtype dtype) {
-  return dtype == MXU_HLO_S32   ? MXU_PJRT_S32
-         : dtype == MXU_HLO_U32 ? MXU_PJRT_U32
-                                : MXU_PJRT_F32;
-}
-
 /* Where the host plan loaded a replica's x, labels (or targets) and mask. */
 static const void *loaded(const mxu_model *model, const mxu_replica *replica,
                           int input) {
@@ -278,8 +271,9 @@ static mxu_status upload_stage(mxu_device *d) {
       const mxu_hlo_shape *s = &d->shape[i];
       int64_t dims[MXU_HLO_MAX_RANK + 1] = {d->steps};
       memcpy(dims + 1, s->dims, (size_t)s->rank * sizeof *dims);
-      MXU_TRY(upload(d, r, type_of(s->dtype), d->stage[r * d->inputs + i],
-                     s->rank + 1, dims, &d->args[r * d->nargs + d->state + i]));
+      MXU_TRY(upload(d, r, mxu_pjrt_type_of(s->dtype),
+                     d->stage[r * d->inputs + i], s->rank + 1, dims,
+                     &d->args[r * d->nargs + d->state + i]));
     }
   return MXU_OK;
 }
@@ -408,7 +402,7 @@ static mxu_status run_eval(mxu_model *model, int predict,
     for (int i = 0; i < count; i++) a[i] = d->args[r * d->nargs + i];
     for (int k = 0; k < n - count && s == MXU_OK; k++) {
       const mxu_hlo_shape *shape = &d->shape[inputs[k]];
-      s = upload(d, r, type_of(shape->dtype),
+      s = upload(d, r, mxu_pjrt_type_of(shape->dtype),
                  loaded(model, &plan->replica[r], inputs[k]), shape->rank,
                  shape->dims, &a[count + k]);
     }

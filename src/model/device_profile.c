@@ -113,9 +113,8 @@ static mxu_status time_program(mxu_pjrt *pjrt, const layer_program *prog,
     for (int64_t j = 0; j < values; j++)
       data[j] = 0.5f + (float)((j * 7919) % 1000) / 1000.0f;
     /* A random stream's words (uint32) take the same made-up bits. */
-    s = mxu_pjrt_upload(
-        pjrt, 0, shape->dtype == MXU_HLO_U32 ? MXU_PJRT_U32 : MXU_PJRT_F32,
-        data, shape->rank, shape->dims, &args[i]);
+    s = mxu_pjrt_upload(pjrt, 0, mxu_pjrt_type_of(shape->dtype), data,
+                        shape->rank, shape->dims, &args[i]);
     free(data);
   }
   for (int t = 0; s == MXU_OK && t <= repeats; t++) {

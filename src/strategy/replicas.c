@@ -16,15 +16,6 @@
  * shard starts on a cache line. */
 #define CHUNK 16384
 
-/* Every loop over replicas and chunks below hands them out dynamically:
- * each replica and chunk writes only its own buffers, so which thread ran
- * it changes no bit, and a worker the machine slows (another process on
- * its core) takes fewer. Fashion-MNIST's 25 slices beside a busy loop at
- * nice 0 on 2 cores: static 11,561-13,317 images/s, dynamic 17,623-17,714
- * (the fair share is 2/3 of 26,500-29,600 alone, also up from static's
- * 21,600-25,900: slices do not all take the same time). Passive waits
- * (OMP_WAIT_POLICY) changed nothing. */
-
 /* What a step does for one replica (or chunk) k, with its arguments. */
 typedef struct each_job {
   mxu_model *model;
@@ -36,7 +27,14 @@ typedef struct each_job {
   float **grads;
 } each_job;
 
-/* fn(job, k) for k in [0, count) on the plan's workers. One worker runs
+/* fn(job, k) for k in [0, count) on the plan's workers, handed out
+ * dynamically: each replica and chunk writes only its own buffers, so
+ * which thread ran it changes no bit, and a worker the machine slows
+ * (another process on its core) takes fewer. Fashion-MNIST's 25 slices
+ * beside a busy loop at nice 0 on 2 cores: static 11,561-13,317 images/s,
+ * dynamic 17,623-17,714 (the fair share is 2/3 of 26,500-29,600 alone,
+ * also up from static's 21,600-25,900: slices do not all take the same
+ * time). Passive waits (OMP_WAIT_POLICY) changed nothing. One worker runs
  * them in a plain loop, outside any parallel region: inside one, even of
  * a single thread, every team the kernels open (oneDNN's, the own
  * loops') is a nested team, whose threads libgomp creates and ends each

@@ -11,6 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+mxu_pjrt_type mxu_pjrt_type_of(mxu_hlo_dtype dtype) {
+  switch (dtype) {
+  case MXU_HLO_F64: return MXU_PJRT_F64;
+  case MXU_HLO_BF16: return MXU_PJRT_BF16;
+  case MXU_HLO_S32: return MXU_PJRT_S32;
+  case MXU_HLO_U32: return MXU_PJRT_U32;
+  default: return MXU_PJRT_F32;
+  }
+}
+
 #ifndef MXU_HAVE_PJRT
 
 /* Built without pjrt_c_api.h: every entry point says how to get it. */

@@ -6,6 +6,7 @@
 #ifndef MXU_PJRT_RUNTIME_H
 #define MXU_PJRT_RUNTIME_H
 
+#include "backend/pjrt/hlo.h"
 #include "mxu.h"
 
 #include <stddef.h>
@@ -23,6 +24,10 @@ typedef enum mxu_pjrt_type {
   MXU_PJRT_S64,
   MXU_PJRT_BF16
 } mxu_pjrt_type;
+
+/* The buffer type of a program value of that element type (PRED has
+ * none: F32). */
+mxu_pjrt_type mxu_pjrt_type_of(mxu_hlo_dtype dtype);
 
 /* The plugin to load: path, else $MXU_PJRT_PLUGIN, else the CPU plugin
  * the build downloaded (NULL when there is none). */

@@ -57,14 +57,20 @@ static float alpha_of(const mxu_layer *layer) {
              : layer->config.act.alpha;
 }
 
+/* The backend's op of `kind` over the layer's input, as ops[0]. */
+static mxu_status create_op(mxu_layer *layer, const mxu_backend *backend,
+                            mxu_activation kind, float alpha) {
+  const mxu_shape *s = &layer->in_shape;
+  mxu_activation_desc d = {kind, batch_rows(layer, s),
+                           (int)s->dims[s->rank - 1], alpha};
+  return backend->activation_create(&d, &layer->compiled->ops[0]);
+}
+
 static mxu_status activation_plan(mxu_layer *layer, const mxu_backend *backend,
                                   int batch, mxu_arena *layout) {
   (void)batch;
   (void)layout;
-  const mxu_shape *s = &layer->in_shape;
-  mxu_activation_desc d = {kind_of(layer), batch_rows(layer, s),
-                           (int)s->dims[s->rank - 1], alpha_of(layer)};
-  return backend->activation_create(&d, &layer->compiled->ops[0]);
+  return create_op(layer, backend, kind_of(layer), alpha_of(layer));
 }
 
 static void activation_forward(mxu_layer *layer, const mxu_layer_run *run) {
@@ -194,16 +200,12 @@ static mxu_status relu_plan(mxu_layer *layer, const mxu_backend *backend,
   (void)batch;
   (void)layout;
   mxu_activation kind = relu_kind(&layer->config.relu);
-  if (kind == MXU_LINEAR) return MXU_OK;
-  const mxu_shape *s = &layer->in_shape;
-  mxu_activation_desc d = {kind, batch_rows(layer, s),
-                           (int)s->dims[s->rank - 1], 0.0f};
-  return backend->activation_create(&d, &layer->compiled->ops[0]);
+  return kind == MXU_LINEAR ? MXU_OK : create_op(layer, backend, kind, 0.0f);
 }
 
 static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->ops[0]) {
-    run->backend->activation_forward(run->ops[0], run->x, run->y);
+    activation_forward(layer, run);
     return;
   }
   const mxu_relu_config *c = &layer->config.relu;
@@ -221,12 +223,11 @@ static void relu_forward(mxu_layer *layer, const mxu_layer_run *run) {
  * below the threshold, 0 elsewhere; tf.nn.relu6's open interval for the
  * relu6 case, which Keras routes there. */
 static void relu_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (!run->need_dx) return;
   if (run->ops[0]) {
-    run->backend->activation_backward(run->ops[0], run->x, run->y, run->dy,
-                                      run->dx);
+    activation_backward(layer, run);
     return;
   }
+  if (!run->need_dx) return;
   const mxu_relu_config *c = &layer->config.relu;
   int64_t count = mxu_batch_values(layer);
   float top = c->max_value, slope = c->negative_slope, t = c->threshold;
