@@ -144,11 +144,15 @@ static const conv_case conv_cases[] = {
      * cpu runs conv_gemm.c's */
     {8, 8, 8, 4, 8, 1, 1, 2, 2, MXU_VALID},
     /* 3x3 at stride 1 with channels in sixteens and 32 images on one
-     * thread: cpu runs Winograd */
+     * thread: cpu runs oneDNN's Winograd where it has one (AVX-512), else
+     * its own (conv_wino.c), as for the two after them (channels in
+     * vectors) and case 7 */
     {32, 6, 5, 16, 32, 3, 3, 1, 1, MXU_SAME}, /* partial 4x4 tiles */
     {32, 9, 9, 32, 16, 3, 3, 1, 1, MXU_VALID},
+    {8, 10, 10, 24, 40, 3, 3, 1, 1, MXU_SAME},  /* odd vectors on AVX2 */
+    {32, 16, 16, 16, 32, 3, 3, 1, 1, MXU_SAME}, /* 22 blocks, 8 chunks */
 };
-enum { FIRST_WINOGRAD_CASE = 17 };
+enum { FIRST_WINOGRAD_CASE = 17, END_WINOGRAD_CASE = 19 };
 
 static mxu_conv2d_desc conv_desc(const conv_case *c, mxu_activation act,
                                  int has_bias) {
@@ -347,7 +351,8 @@ static void test_conv2d_winograd(void) {
     omp_set_num_threads(t);
     for (int i = 0; i < COUNT(conv_cases); i++) {
       mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_RELU, 1);
-      int want = i >= FIRST_WINOGRAD_CASE && avx512 && t == 1;
+      int want =
+          i >= FIRST_WINOGRAD_CASE && i < END_WINOGRAD_CASE && avx512 && t == 1;
       CHECK_MSG(runs_winograd(&d) == want, "conv2d case %d on %d threads", i,
                 t);
       d.n = 16 * t;
@@ -357,6 +362,53 @@ static void test_conv2d_winograd(void) {
     }
   }
   omp_set_num_threads(threads);
+}
+
+/* conv_wino.c's passes, on one thread and on two (an op is created for
+ * the count it runs with): the same bits, as replicas need. These shapes
+ * run Winograd: oneDNN's where it has one (AVX-512, 32 images a thread),
+ * else the own. */
+static void conv_threads_check(const conv_case *c) {
+  const mxu_backend *be = backends[CPU];
+  int threads = omp_get_max_threads();
+  mxu_conv2d_desc d = conv_desc(c, MXU_RELU, 1);
+  size_t nx = (size_t)d.n * d.in_h * d.in_w * d.in_c;
+  size_t nw = (size_t)9 * d.in_c * d.out_c;
+  size_t ny = (size_t)d.n * d.out_h * d.out_w * d.out_c;
+  float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(d.out_c, -1, 1);
+  float *dy = rnd(ny, -1, 1);
+  float *y[2], *dx[2], *dw[2], *db[2];
+  int own = 0;
+  for (int k = 0; k < 2; k++) {
+    y[k] = zeros(ny), dx[k] = zeros(nx), dw[k] = zeros(nw);
+    db[k] = zeros(d.out_c);
+    omp_set_num_threads(k + 1);
+    mxu_op *op = NULL;
+    CHECK_OK(be->conv2d_create(&d, &op));
+    if (!op) continue;
+    own += op->conv_wino != NULL;
+    CHECK_MSG(op->conv_wino || strstr(forward_impl(op), "wino"),
+              "conv2d %dx%d %d->%d on %d threads: no Winograd", d.in_h, d.in_w,
+              d.in_c, d.out_c, k + 1);
+    be->conv2d_forward(op, x, w, b, y[k]);
+    be->conv2d_backward_data(op, dy, w, dx[k]);
+    be->conv2d_backward_weights(op, x, dy, dw[k], db[k]);
+    be->op_free(op);
+  }
+  omp_set_num_threads(threads);
+  if (own == 2) {
+    CHECK(memcmp(y[0], y[1], ny * sizeof(float)) == 0);
+    CHECK(memcmp(dx[0], dx[1], nx * sizeof(float)) == 0);
+    CHECK(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0);
+    CHECK(memcmp(db[0], db[1], d.out_c * sizeof(float)) == 0);
+  }
+  free_pair(y), free_pair(dx), free_pair(dw), free_pair(db);
+  free(x), free(w), free(b), free(dy);
+}
+
+static void test_conv2d_own_winograd(void) {
+  conv_threads_check(&conv_cases[COUNT(conv_cases) - 2]);
+  conv_threads_check(&conv_cases[COUNT(conv_cases) - 1]);
 }
 
 /* A shape oneDNN must refuse comes back as MXU_ERR_BACKEND, named. */
@@ -1262,6 +1314,7 @@ int main(void) {
   CHECK(strcmp(backends[CPU]->name, "cpu") == 0);
   test_conv2d();
   test_conv2d_winograd();
+  test_conv2d_own_winograd();
   test_conv2d_chain();
   test_conv2d_backward_relu();
   test_conv2d_error();

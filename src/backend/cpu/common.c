@@ -113,6 +113,7 @@ void cpu_op_free(mxu_op *op) {
   mxu_aligned_free(op->conv_few);
   mxu_aligned_free(op->conv_dw);
   mxu_aligned_free(op->conv_gemm);
+  mxu_aligned_free(op->conv_wino);
   free(op);
 }
 

@@ -4,8 +4,9 @@
  * Keras' HWIO kernel reordered to the layout oneDNN picks, asymmetric SAME
  * padding passed as padding_l / padding_r. In bf16 the primitives read x,
  * the kernel and dy in bfloat16 and write y, dx, dw and db in float32. The
- * primitives are built in weighted.c; convs with few input channels run
- * on conv_few.c's and conv_data.c's loops instead, which this file's
+ * primitives are built in weighted.c; the shapes oneDNN serves badly
+ * (few input channels, depthwise, small images, 3x3 where it has no
+ * Winograd) run on the own loops of conv_*.c instead, which this file's
  * entries dispatch to. */
 #include "backend/cpu/cpu.h"
 
@@ -144,14 +145,16 @@ int cpu_conv2d_native(const mxu_conv2d_desc *desc) {
   return few_fits(desc) || (winograd_fits(desc) && avx512);
 }
 
-/* conv_data.c's, conv_few.c's, conv_dw.c's and conv_gemm.c's loops,
- * where they fit. */
+/* conv_data.c's, conv_few.c's, conv_dw.c's, conv_gemm.c's and
+ * conv_wino.c's loops, where they fit. */
 static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
   if (cpu_conv_data_fits(desc)) MXU_TRY(cpu_conv_data_attach(op, desc));
   if (cpu_conv_few_fits(desc)) MXU_TRY(cpu_conv_few_attach(op, desc));
   if (cpu_conv_dw_fits(desc)) MXU_TRY(cpu_conv_dw_attach(op, desc));
   if (!op->conv_few && cpu_conv_gemm_fits(op, desc))
     MXU_TRY(cpu_conv_gemm_attach(op, desc));
+  else if (cpu_conv_wino_fits(desc))
+    MXU_TRY(cpu_conv_wino_attach(op, desc));
   return MXU_OK;
 }
 
@@ -161,7 +164,9 @@ static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
  * in pairs of vectors (32s, or 16s on AVX2), forward and backward weights
  * on conv_few.c's; a depthwise conv's backward weights on conv_dw.c's;
  * backward weights that oneDNN would run a GEMM per image for on
- * conv_gemm.c's. */
+ * conv_gemm.c's; 3x3 stride-1 convs where oneDNN has no Winograd (below
+ * AVX-512, or too few images per thread) all three passes on
+ * conv_wino.c's. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   if (desc->bf16 && conv_create(desc, CONV_BF16, out) == MXU_OK) return MXU_OK;
   if (winograd_fits(desc) && conv_create(desc, CONV_WINOGRAD, out) == MXU_OK)
@@ -187,6 +192,8 @@ void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,
     cpu_conv_dw_forward(op, x, w, b, y);
   else if (cpu_conv_gemm_passes(op))
     cpu_conv_gemm_forward(op, x, w, b, y);
+  else if (op->conv_wino)
+    cpu_conv_wino_forward(op, x, w, b, y);
   else
     cpu_weighted_forward(op, x, w, b, y);
 }
@@ -199,6 +206,8 @@ void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
     cpu_conv_dw_backward_weights(op, x, dy, dw, db);
   else if (op->conv_gemm)
     cpu_conv_gemm_backward_weights(op, x, dy, dw, db);
+  else if (op->conv_wino)
+    cpu_conv_wino_backward_weights(op, x, dy, dw, db);
   else
     cpu_weighted_backward_weights(op, x, dy, dw, db);
 }
@@ -217,6 +226,8 @@ void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
     cpu_conv_data_backward(op, dy, w, dx);
   else if (cpu_conv_gemm_passes(op))
     cpu_conv_gemm_backward_data(op, dy, w, dx);
+  else if (op->conv_wino)
+    cpu_conv_wino_backward_data(op, dy, w, dx);
   else
     cpu_weighted_backward_data(op, dy, w, dx);
 }

@@ -67,6 +67,7 @@ struct mxu_op {
   struct cpu_conv_few *conv_few;   /* conv_few.c's forward and weights */
   struct cpu_conv_dw *conv_dw;     /* conv_dw.c's depthwise weights */
   struct cpu_conv_gemm *conv_gemm; /* conv_gemm.c's weights, or NULL */
+  struct cpu_conv_wino *conv_wino; /* conv_wino.c's forward and data */
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -224,6 +225,17 @@ void cpu_conv_gemm_forward(mxu_op *op, const float *x, const float *w,
 void cpu_conv_gemm_backward_data(mxu_op *op, const float *dy, const float *w,
                                  float *dx);
 void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,
+                                    float *dw, float *db);
+
+/* conv_wino.c: a 3x3 stride-1 conv's forward and backward data by
+ * Winograd's F(4x4, 3x3), where oneDNN has no Winograd kernel. */
+int cpu_conv_wino_fits(const mxu_conv2d_desc *desc);
+mxu_status cpu_conv_wino_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+void cpu_conv_wino_forward(mxu_op *op, const float *x, const float *w,
+                           const float *b, float *y);
+void cpu_conv_wino_backward_data(mxu_op *op, const float *dy, const float *w,
+                                 float *dx);
+void cpu_conv_wino_backward_weights(mxu_op *op, const float *x, const float *dy,
                                     float *dw, float *db);
 
 /* conv_few.c: forward and backward weights for few input channels,
