@@ -1054,8 +1054,10 @@ static const bn_case bn_cases[] = {
     {2 * 9 * 9, 32, 1e-3f}, {2100, 3, 1e-3f}, /* three blocks, a tail */
     {1000, 5, 1e-3f},       {37, 24, 1e-3f}};
 
+/* y: the training output the backward masks dy by, with the relu fused
+ * (NULL: the run's own). */
 typedef struct bn_inputs {
-  const float *x, *gamma, *beta, *dy, *mean, *var;
+  const float *x, *gamma, *beta, *dy, *mean, *var, *y;
 } bn_inputs;
 
 /* out: y, mean, var (training); inference y; dx, dgamma, dbeta. */
@@ -1071,30 +1073,33 @@ static void bn_run(const mxu_batchnorm_desc *d, const bn_inputs *in,
                                   in->var, out[3]);
   /* Both backwards start from the oracle's batch statistics, so the
    * gradients are compared on identical inputs. */
-  be->batchnorm_backward(op, in->x, in->dy, in->gamma, out[1], out[2], out[4],
-                         out[5], out[6]);
+  be->batchnorm_backward(op, in->x, in->y ? in->y : out[0], in->dy, in->gamma,
+                         out[1], out[2], out[4], out[5], out[6]);
   expect_no_exec_error(be->name);
   be->op_free(op);
 }
 
-static void bn_check(const bn_case *c, int index) {
-  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon};
+static void bn_check(const bn_case *c, int relu, int index) {
+  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, relu};
   size_t n = (size_t)c->rows * c->c;
   bn_inputs in = {rnd(n, -1, 3), rnd(c->c, 0.5f, 1.5f), rnd(c->c, -1, 1),
-                  rnd(n, -1, 1), rnd(c->c, -0.5f, 1),   rnd(c->c, 0.2f, 2)};
+                  rnd(n, -1, 1), rnd(c->c, -0.5f, 1),   rnd(c->c, 0.2f, 2),
+                  NULL};
   size_t sizes[7] = {n, c->c, c->c, n, n, c->c, c->c};
   float *out[2][7];
   for (int k = 0; k < 2; k++)
     for (int j = 0; j < 7; j++) out[k][j] = zeros(sizes[j]);
   bn_run(&d, &in, out[REF], REF);
-  /* The cpu backward gets the oracle's mean and var as its inputs. */
+  /* The cpu backward gets the oracle's mean, var and y as its inputs. */
   memcpy(out[CPU][1], out[REF][1], c->c * sizeof(float));
   memcpy(out[CPU][2], out[REF][2], c->c * sizeof(float));
+  in.y = out[REF][0];
   bn_run(&d, &in, out[CPU], CPU);
   static const char *const what[7] = {
       "training y", "mean", "variance", "inference y", "dx", "dgamma", "dbeta"};
   char label[64];
-  snprintf(label, sizeof label, "batchnorm case %d", index);
+  snprintf(label, sizeof label, "batchnorm case %d%s", index,
+           relu ? " + relu" : "");
   for (int j = 0; j < 7; j++)
     expect_pair(label, what[j], (float *[]){out[CPU][j], out[REF][j]}, sizes[j],
                 TOL_LAYER);
@@ -1106,7 +1111,8 @@ static void bn_check(const bn_case *c, int index) {
 
 static void test_batchnorm(void) {
   int cases = (int)(sizeof bn_cases / sizeof *bn_cases);
-  for (int i = 0; i < cases; i++) bn_check(&bn_cases[i], i);
+  for (int i = 0; i < cases; i++)
+    for (int relu = 0; relu < 2; relu++) bn_check(&bn_cases[i], relu, i);
 }
 
 /* ---- activations ------------------------------------------------------- */

@@ -477,8 +477,10 @@ static void check_bn_stats(const bn_ctx *c, int64_t rows, int ch_count) {
   }
 }
 
-static void test_bn_case(int64_t rows, int ch_count, float epsilon) {
-  mxu_batchnorm_desc d = {rows, ch_count, epsilon};
+/* relu: the Activation('relu') after it fused; the objective then reads
+ * the relu'd y, and the backward masks by it. */
+static void test_bn_case(int64_t rows, int ch_count, float epsilon, int relu) {
+  mxu_batchnorm_desc d = {rows, ch_count, epsilon, relu};
   bn_ctx c = {0};
   char name[96];
   c.count = rows * ch_count;
@@ -496,25 +498,32 @@ static void test_bn_case(int64_t rows, int ch_count, float epsilon) {
   check_bn_stats(&c, rows, ch_count);
   float *dx = filled(c.count, 777.0f), *dgamma = filled(ch_count, 777.0f);
   float *dbeta = filled(ch_count, 777.0f);
-  be->batchnorm_backward(c.op, c.x, c.r, c.gamma, c.mean, c.var, dx, dgamma,
-                         dbeta);
-  snprintf(name, sizeof name, "batchnorm %lldx%d dx", (long long)rows,
-           ch_count);
+  be->batchnorm_backward(c.op, c.x, c.y, c.r, c.gamma, c.mean, c.var, dx,
+                         dgamma, dbeta);
+  if (relu) {
+    int64_t zeroed = 0;
+    for (int64_t i = 0; i < c.count; i++) zeroed += c.y[i] == 0.0f;
+    CHECK(zeroed > 0 && zeroed < c.count);
+  }
+  snprintf(name, sizeof name, "batchnorm%s %lldx%d dx", relu ? "+relu" : "",
+           (long long)rows, ch_count);
   fd_check(name, bn_objective, &c, c.x, c.count, dx, 1e-3);
-  snprintf(name, sizeof name, "batchnorm %lldx%d dgamma", (long long)rows,
-           ch_count);
+  snprintf(name, sizeof name, "batchnorm%s %lldx%d dgamma", relu ? "+relu" : "",
+           (long long)rows, ch_count);
   fd_check(name, bn_objective, &c, c.gamma, ch_count, dgamma, 1e-2);
-  snprintf(name, sizeof name, "batchnorm %lldx%d dbeta", (long long)rows,
-           ch_count);
+  snprintf(name, sizeof name, "batchnorm%s %lldx%d dbeta", relu ? "+relu" : "",
+           (long long)rows, ch_count);
   fd_check(name, bn_objective, &c, c.beta, ch_count, dbeta, 1e-2);
   be->op_free(c.op);
   scratch_free();
 }
 
 static void test_bn_gradients(void) {
-  test_bn_case(7, 3, 1e-3f);
-  test_bn_case(12, 2, 1e-3f);
-  test_bn_case(5, 1, 1e-5f);
+  for (int relu = 0; relu < 2; relu++) {
+    test_bn_case(7, 3, 1e-3f, relu);
+    test_bn_case(12, 2, 1e-3f, relu);
+    test_bn_case(5, 1, 1e-5f, relu);
+  }
 }
 
 /* ---- activations ------------------------------------------------------- */
@@ -826,7 +835,7 @@ static void test_pool_ties(void) {
 static void test_bn_by_hand(void) {
   float x[4] = {1, 2, 3, 4}, gamma = 2, beta = 1, y[4], mean, var, yi[4];
   float given_mean = 2, given_var = 4;
-  mxu_batchnorm_desc d = {4, 1, 1e-3f};
+  mxu_batchnorm_desc d = {4, 1, 1e-3f, 0};
   mxu_op *op = NULL;
   CHECK_OK(be->batchnorm_create(&d, &op));
   if (!op) return;
@@ -992,7 +1001,7 @@ static void test_bad_descs(void) {
   mxu_pool2d_desc pd = {1, 4, 4, 1, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1};
   mxu_dense_desc dd = {0, 3, 4, 1, MXU_LINEAR, 0};
   mxu_activation_desc ad = {MXU_SOFTMAX, 2, 0, 0};
-  mxu_batchnorm_desc bd = {0, 3, 1e-3f};
+  mxu_batchnorm_desc bd = {0, 3, 1e-3f, 0};
   mxu_op *op = (mxu_op *)&op;
   cd.out_h = 4;
   CHECK(be->conv2d_create(&cd, &op) == MXU_ERR_ARG && op == NULL);

@@ -1679,6 +1679,69 @@ static void test_fusion(void) {
   }
 }
 
+/* BatchNormalization and the relu that alone reads it, in a residual
+ * block: x -> conv -> BN -> relu (Activation, or a ReLU layer; with a cap
+ * of 6 it is no plain relu), added to a shortcut conv of x; or the BN's
+ * output read twice. */
+enum { BN_ACTIVATION, BN_RELU_LAYER, BN_RELU6, BN_READ_TWICE };
+
+static mxu_tensor_id bn_fusion_graph(mxu_model *m, const void *ctx) {
+  int variant = *(const int *)ctx;
+  static const int64_t dims[3] = {6, 6, 3};
+  mxu_tensor_id x = input_identity(m, dims);
+  mxu_conv2d_config conv = mxu_conv2d_defaults(4, 3, 3);
+  conv.padding = MXU_SAME;
+  mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+  bn.name = "bn";
+  mxu_tensor_id b =
+      mxu_apply_batch_normalization(m, &bn, mxu_apply_conv2d(m, &conv, x));
+  mxu_relu_config relu = mxu_relu_defaults();
+  relu.name = "relu";
+  if (variant == BN_RELU6) relu.max_value = 6.0f;
+  mxu_tensor_id r = variant == BN_RELU_LAYER || variant == BN_RELU6
+                        ? mxu_apply_relu(m, &relu, b)
+                        : mxu_apply_activation(m, "relu", MXU_RELU, b);
+  mxu_conv2d_config shortcut = mxu_conv2d_defaults(4, 1, 1);
+  mxu_tensor_id sum = mxu_add(m, NULL, r, mxu_apply_conv2d(m, &shortcut, x));
+  if (variant == BN_READ_TWICE) sum = mxu_add(m, NULL, sum, b);
+  mxu_global_pool2d_config gap = {NULL, 0, 0};
+  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
+  dense.activation = MXU_SOFTMAX;
+  return mxu_apply_dense(m, &dense, mxu_apply_global_pooling2d(m, &gap, sum));
+}
+
+/* Both backends fuse it (a relu'd normalisation, the gradient masked by
+ * that output), and it trains as the layers apart do: gradients against
+ * finite differences, cpu against cpu_ref. */
+static void test_bn_fusion(void) {
+  static const struct {
+    const char *name;
+    int variant, fused;
+  } cases[] = {
+      {"BN, Activation('relu') in a residual block", BN_ACTIVATION, 1},
+      {"BN, ReLU() in a residual block", BN_RELU_LAYER, 1},
+      {"BN, ReLU(6.)", BN_RELU6, 0},
+      {"a BN read twice", BN_READ_TWICE, 0},
+  };
+  static const mxu_backend_kind kinds[2] = {MXU_BACKEND_CPU,
+                                            MXU_BACKEND_CPU_REF};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *name = cases[i].name;
+    for (int k = 0; k < 2; k++) {
+      mxu_model *m = build(name, bn_fusion_graph, &cases[i].variant, kinds[k]);
+      if (!m) continue;
+      int bn = node_named(m, "bn"), relu = node_named(m, "relu");
+      CHECK_MSG(m->layers[bn].compiled->fused_layers == cases[i].fused,
+                "%s: fused_layers %d", name,
+                m->layers[bn].compiled->fused_layers);
+      CHECK(m->layers[relu].compiled->absorbed == cases[i].fused);
+      if (k == 1) finite_differences(m, name);
+      mxu_model_free(m);
+    }
+    backends_agree(name, bn_fusion_graph, &cases[i].variant);
+  }
+}
+
 /* ---- 6. errors -------------------------------------------------------------
  */
 
@@ -1968,6 +2031,7 @@ int main(void) {
   test_whole_graph();
   test_determinism();
   test_fusion();
+  test_bn_fusion();
   test_errors();
   return check_report("test_graph");
 }

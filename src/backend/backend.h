@@ -78,6 +78,10 @@ typedef struct mxu_batchnorm_desc {
   int64_t rows;
   int c;
   float epsilon;
+  /* The Activation('relu') that alone reads the output, fused: y is
+   * relu'd (NaN stays NaN, as TensorFlow's relu), and backward passes dy
+   * on only where that y is positive. */
+  int relu;
 } mxu_batchnorm_desc;
 
 static inline int mxu_activation_fusable(mxu_activation activation) {
@@ -173,7 +177,7 @@ typedef struct mxu_backend {
   /* Training: normalise with the batch mean and biased variance, which are
    * written to mean and var. Inference: use the given mean and var.
    * Backward: the batch-statistics gradient, from the training forward's
-   * mean and var. */
+   * mean and var (and its y, read with relu only: may be NULL without). */
   mxu_status (*batchnorm_create)(const mxu_batchnorm_desc *desc, mxu_op **out);
   void (*batchnorm_forward_training)(mxu_op *op, const float *x,
                                      const float *gamma, const float *beta,
@@ -182,10 +186,10 @@ typedef struct mxu_backend {
                                       const float *gamma, const float *beta,
                                       const float *mean, const float *var,
                                       float *y);
-  void (*batchnorm_backward)(mxu_op *op, const float *x, const float *dy,
-                             const float *gamma, const float *mean,
-                             const float *var, float *dx, float *dgamma,
-                             float *dbeta);
+  void (*batchnorm_backward)(mxu_op *op, const float *x, const float *y,
+                             const float *dy, const float *gamma,
+                             const float *mean, const float *var, float *dx,
+                             float *dgamma, float *dbeta);
 
   /* Backward gets the forward's input x and output y and reads whichever
    * the derivative is best computed from; x may be NULL for the fusable

@@ -534,16 +534,34 @@ static int sole_consumer(const mxu_model *model, int i) {
   return -1;
 }
 
-/* What node i could run itself: a Conv2D (linear or relu) whose output
- * only a MaxPooling2D reads, and an Activation('relu') that alone reads
- * that. Decided from readers, not positions, so the pattern fuses inside a
- * residual block and a tensor read twice is never fused away. The conv's
- * plan asks the backend, which may decline. */
+/* The relu (without an activity regularizer) that alone reads node i's
+ * output, or -1. */
+static int relu_reader(const mxu_model *model, int i) {
+  int next = sole_consumer(model, i);
+  return next >= 0 && mxu_layer_is_relu(&model->layers[next]) &&
+                 !mxu_has_activity(&model->layers[next])
+             ? next
+             : -1;
+}
+
+/* What node i could run itself: a BatchNormalization (per replica) and
+ * the relu that alone reads it (ResNets' every block: the relu's pass over
+ * memory, forward and backward, saved); a Conv2D (linear or relu) whose
+ * output only a MaxPooling2D reads, and an Activation('relu') that alone
+ * reads that. Decided from readers, not positions, so the pattern fuses
+ * inside a residual block and a tensor read twice is never fused away.
+ * The conv's plan asks the backend, which may decline. */
 static int fusion_proposal(mxu_model *model, int i) {
   mxu_layer *layer = &model->layers[i];
   /* A node with an activity regularizer must write its output. */
-  if (!model->backend->conv_pool_create || layer->cls != &mxu_conv2d_class ||
-      mxu_has_activity(layer))
+  if (mxu_has_activity(layer)) return 0;
+  if (layer->cls == &mxu_batch_normalization_class) {
+    int relu = relu_reader(model, i);
+    if (layer->config.batchnorm.synchronized || relu < 0) return 0;
+    layer->compiled->fused[0] = &model->layers[relu];
+    return 1;
+  }
+  if (!model->backend->conv_pool_create || layer->cls != &mxu_conv2d_class)
     return 0;
   mxu_activation act = layer->config.conv.activation;
   if (act != MXU_LINEAR && act != MXU_RELU) return 0;
@@ -552,11 +570,8 @@ static int fusion_proposal(mxu_model *model, int i) {
       mxu_has_activity(&model->layers[pool]))
     return 0;
   layer->compiled->fused[0] = &model->layers[pool];
-  int relu = sole_consumer(model, pool);
-  if (relu < 0 || model->layers[relu].cls != &mxu_activation_class ||
-      model->layers[relu].config.activation != MXU_RELU ||
-      mxu_has_activity(&model->layers[relu]))
-    return 1;
+  int relu = relu_reader(model, pool);
+  if (relu < 0) return 1;
   layer->compiled->fused[1] = &model->layers[relu];
   return 2;
 }

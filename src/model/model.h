@@ -260,10 +260,11 @@ typedef struct mxu_node_plan {
   size_t sync_offset;                    /* see sync_floats */
   /* Fusion: a layer that runs the fused_layers layers after it itself in
    * one backend op (Conv2D with the MaxPooling2D that alone reads it, and
-   * the relu that alone reads that) reads its input and writes the last
-   * one's output; those layers are `absorbed` and do nothing of their
-   * own. Compile proposes it from consumer counts, the layer's plan
-   * accepts; fused[k] are the absorbed nodes in order. */
+   * the relu that alone reads that; BatchNormalization with the relu that
+   * alone reads it) reads its input and writes the last one's output;
+   * those layers are `absorbed` and do nothing of their own. Compile
+   * proposes it from consumer counts, the layer's plan accepts; fused[k]
+   * are the absorbed nodes in order. */
   int fused_layers;
   struct mxu_layer *fused[2];
   int absorbed;
@@ -591,6 +592,10 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
 static inline int mxu_has_activity(const mxu_layer *layer) {
   return layer->activity.l1 != 0 || layer->activity.l2 != 0;
 }
+
+/* Whether a node computes max(x, 0) and nothing else: Activation('relu'),
+ * or a ReLU layer with no threshold, slope or cap (activations.c). */
+int mxu_layer_is_relu(const mxu_layer *layer);
 
 /* ---- initializers.c ---------------------------------------------------- */
 

@@ -156,10 +156,18 @@ static void moment_block(const bn_shape *s, int64_t b, const float *x,
   }
 }
 
-/* Block b's sums of dy and of dy * (x - mean), per channel, as above. */
-static void gradient_block(const bn_shape *s, int64_t b, const float *x,
-                           const float *dy, const float *mean,
-                           const periodic *p) {
+/* The gradient at the normalisation's output: dy, or with the relu fused
+ * (a constant where inlined), dy where the relu's y is positive. */
+static inline __attribute__((always_inline)) float
+dz_at(const float *y, const float *dy, int64_t i, int relu) {
+  return relu && !(y[i] > 0.0f) ? 0.0f : dy[i];
+}
+
+/* Block b's sums of dz and of dz * (x - mean), per channel, as above. */
+static inline __attribute__((always_inline)) void
+gradient_block(const bn_shape *s, int64_t b, const float *x, const float *y,
+               const float *dy, const float *mean, const periodic *p,
+               int relu) {
   int64_t c = s->c;
   float *restrict sum = partial_of(s, b), *restrict dot = sum + c;
   memset(sum, 0, (size_t)(2 * c) * sizeof *sum);
@@ -169,10 +177,12 @@ static void gradient_block(const bn_shape *s, int64_t b, const float *x,
     const float *restrict mp = p->v[0];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
       const float *restrict xv = x + r * c, *restrict g = dy + r * c;
+      const float *yv = relu ? y + r * c : NULL;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
-        lane_sum[j] += g[j];
-        lane_dot[j] += g[j] * (xv[j] - mp[j]);
+        float dz = dz_at(yv, g, j, relu);
+        lane_sum[j] += dz;
+        lane_dot[j] += dz * (xv[j] - mp[j]);
       }
     }
     for (int64_t j = 0; j < p->period; j++) {
@@ -182,10 +192,12 @@ static void gradient_block(const bn_shape *s, int64_t b, const float *x,
   }
   for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c, *restrict g = dy + r * c;
+    const float *yr = relu ? y + r * c : NULL;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
-      sum[j] += g[j];
-      dot[j] += g[j] * (xr[j] - mean[j]);
+      float dz = dz_at(yr, g, j, relu);
+      sum[j] += dz;
+      dot[j] += dz * (xr[j] - mean[j]);
     }
   }
 }
@@ -203,10 +215,12 @@ static void add_blocks(const bn_shape *s) {
 
 /* ---- elementwise passes ------------------------------------------------ */
 
-/* y = (x - mean) * scale + beta over block b. */
+/* y = (x - mean) * scale + beta over block b; 0 where that is below
+ * floor (0 for the fused relu, else -inf: never, NaN included). */
 static void normalise_block(const bn_shape *s, int64_t b, const float *x,
                             const float *mean, const float *scale,
-                            const float *beta, const periodic *p, float *y) {
+                            const float *beta, const periodic *p, float floor,
+                            float *y) {
   int64_t c = s->c;
   int64_t r = b * s->per;
   if (p->period) {
@@ -216,23 +230,28 @@ static void normalise_block(const bn_shape *s, int64_t b, const float *x,
       const float *restrict xv = x + r * c;
       float *restrict yv = y + r * c;
 #pragma omp simd
-      for (int64_t j = 0; j < p->period; j++)
-        yv[j] = (xv[j] - mp[j]) * sp[j] + bp[j];
+      for (int64_t j = 0; j < p->period; j++) {
+        float v = (xv[j] - mp[j]) * sp[j] + bp[j];
+        yv[j] = v < floor ? 0.0f : v;
+      }
     }
   }
   for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c;
     float *restrict yr = y + r * c;
 #pragma omp simd
-    for (int64_t j = 0; j < c; j++)
-      yr[j] = (xr[j] - mean[j]) * scale[j] + beta[j];
+    for (int64_t j = 0; j < c; j++) {
+      float v = (xr[j] - mean[j]) * scale[j] + beta[j];
+      yr[j] = v < floor ? 0.0f : v;
+    }
   }
 }
 
-/* dx = dy * k[0] + (x - mean) * k[1] + k[2] over block b, k[i] = k + i*c. */
-static void backward_block(const bn_shape *s, int64_t b, const float *x,
-                           const float *dy, const float *mean, const float *k,
-                           const periodic *p, float *dx) {
+/* dx = dz * k[0] + (x - mean) * k[1] + k[2] over block b, k[i] = k + i*c. */
+static inline __attribute__((always_inline)) void
+backward_block(const bn_shape *s, int64_t b, const float *x, const float *y,
+               const float *dy, const float *mean, const float *k,
+               const periodic *p, int relu, float *dx) {
   int64_t c = s->c;
   const float *k0 = k, *k1 = k + c, *k2 = k + 2 * c;
   int64_t r = b * s->per;
@@ -241,24 +260,28 @@ static void backward_block(const bn_shape *s, int64_t b, const float *x,
                           *restrict p1 = p->v[2], *restrict p2 = p->v[3];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
       const float *restrict xv = x + r * c, *restrict g = dy + r * c;
+      const float *yv = relu ? y + r * c : NULL;
       float *restrict out = dx + r * c;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++)
-        out[j] = g[j] * p0[j] + (xv[j] - mp[j]) * p1[j] + p2[j];
+        out[j] =
+            dz_at(yv, g, j, relu) * p0[j] + (xv[j] - mp[j]) * p1[j] + p2[j];
     }
   }
   for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c, *restrict g = dy + r * c;
+    const float *yr = relu ? y + r * c : NULL;
     float *restrict out = dx + r * c;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++)
-      out[j] = g[j] * k0[j] + (xr[j] - mean[j]) * k1[j] + k2[j];
+      out[j] =
+          dz_at(yr, g, j, relu) * k0[j] + (xr[j] - mean[j]) * k1[j] + k2[j];
   }
 }
 
 static void normalise(const bn_shape *s, const float *x, const float *gamma,
                       const float *beta, const float *mean, const float *var,
-                      float *y) {
+                      int relu, float *y) {
   float *scale = s->coefficient;
   for (int64_t j = 0; j < s->c; j++)
     scale[j] = (float)(gamma[j] / sqrt((double)var[j] + s->epsilon));
@@ -269,7 +292,7 @@ static void normalise(const bn_shape *s, const float *x, const float *gamma,
 #pragma omp parallel for schedule(static)                                      \
     num_threads(cpu_threads_for(s->blocks))
   for (int64_t b = 0; b < s->blocks; b++)
-    normalise_block(s, b, x, mean, scale, beta, &p, y);
+    normalise_block(s, b, x, mean, scale, beta, &p, relu ? 0.0f : -INFINITY, y);
 }
 
 /* ---- the table's entries ------------------------------------------------ */
@@ -293,7 +316,7 @@ void cpu_batchnorm_forward_training(mxu_op *op, const float *x,
     mean[j] = (float)(shift[j] + m);
     var[j] = (float)(v < 0.0 ? 0.0 : v); /* rounding; NaN stays */
   }
-  normalise(&s, x, gamma, beta, mean, var, y);
+  normalise(&s, x, gamma, beta, mean, var, op->activation == MXU_RELU, y);
 }
 
 void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
@@ -301,7 +324,7 @@ void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
                                      const float *mean, const float *var,
                                      float *y) {
   bn_shape s = shape_of(op);
-  normalise(&s, x, gamma, beta, mean, var, y);
+  normalise(&s, x, gamma, beta, mean, var, op->activation == MXU_RELU, y);
 }
 
 /* With xhat = (x - mean) / sigma, sigma = sqrt(var + eps), and N rows:
@@ -309,16 +332,22 @@ void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
  * dx = gamma / sigma * (dy - dbeta / N - xhat dgamma / N), which is
  * dy k0 + (x - mean) k1 + k2 with per-channel k0 = gamma / sigma,
  * k1 = -gamma dgamma / (N sigma^2) and k2 = -gamma dbeta / (N sigma). */
-void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
-                            const float *gamma, const float *mean,
-                            const float *var, float *dx, float *dgamma,
-                            float *dbeta) {
+void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
+                            const float *dy, const float *gamma,
+                            const float *mean, const float *var, float *dx,
+                            float *dgamma, float *dbeta) {
   bn_shape s = shape_of(op);
   int64_t c = s.c;
+  int relu = op->activation == MXU_RELU;
   periodic p = {.period = period_of(c)};
   expand(&p, 0, mean, c);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
-  for (int64_t b = 0; b < s.blocks; b++) gradient_block(&s, b, x, dy, mean, &p);
+  for (int64_t b = 0; b < s.blocks; b++) {
+    if (relu)
+      gradient_block(&s, b, x, y, dy, mean, &p, 1);
+    else
+      gradient_block(&s, b, x, y, dy, mean, &p, 0);
+  }
   add_blocks(&s);
   const double *total = s.total, rows = (double)s.rows;
   float *k = s.coefficient;
@@ -333,8 +362,12 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
   }
   for (int i = 0; i < 3; i++) expand(&p, 1 + i, k + i * c, c);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
-  for (int64_t b = 0; b < s.blocks; b++)
-    backward_block(&s, b, x, dy, mean, k, &p, dx);
+  for (int64_t b = 0; b < s.blocks; b++) {
+    if (relu)
+      backward_block(&s, b, x, y, dy, mean, k, &p, 1, dx);
+    else
+      backward_block(&s, b, x, y, dy, mean, k, &p, 0, dx);
+  }
 }
 
 /* ---- create: descriptors for the shape, and room for the sums ---------- */
@@ -368,5 +401,6 @@ static mxu_status bn_build(mxu_op *op, const mxu_batchnorm_desc *d) {
 mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc, mxu_op **out) {
   mxu_op *op;
   MXU_TRY(cpu_op_alloc(&op, BN));
+  op->activation = desc->relu ? MXU_RELU : MXU_LINEAR;
   return cpu_op_finish(op, bn_build(op, desc), out);
 }

@@ -33,7 +33,8 @@ static void normalise_channel(const mxu_batchnorm_desc *d, const float *x,
   double inv_std = 1.0 / sqrt(var + d->epsilon);
   for (int64_t r = 0; r < d->rows; r++) {
     int64_t i = r * d->c + ch;
-    y[i] = (float)(gamma * (x[i] - mean) * inv_std + beta);
+    float v = (float)(gamma * (x[i] - mean) * inv_std + beta);
+    y[i] = d->relu && v < 0.0f ? 0.0f : v;
   }
 }
 
@@ -67,13 +68,20 @@ void mxu_ref_batchnorm_forward_inference(mxu_op *op, const float *x,
                       var[ch], ch, y);
 }
 
-/* With xhat = (x - mean) / sqrt(var + eps) and N rows:
- * dbeta = sum dy, dgamma = sum dy xhat,
- * dx = gamma / sqrt(var + eps) / N * (N dy - dbeta - xhat dgamma). */
-void mxu_ref_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
-                                const float *gamma, const float *mean,
-                                const float *var, float *dx, float *dgamma,
-                                float *dbeta) {
+/* The gradient at the normalisation's output: dy, or with the relu
+ * fused, dy where y > 0. */
+static double dz_at(const mxu_batchnorm_desc *d, const float *y,
+                    const float *dy, int64_t i) {
+  return !d->relu || y[i] > 0.0f ? dy[i] : 0.0;
+}
+
+/* With xhat = (x - mean) / sqrt(var + eps), N rows and dz the gradient at
+ * the normalisation's output: dbeta = sum dz, dgamma = sum dz xhat,
+ * dx = gamma / sqrt(var + eps) / N * (N dz - dbeta - xhat dgamma). */
+void mxu_ref_batchnorm_backward(mxu_op *op, const float *x, const float *y,
+                                const float *dy, const float *gamma,
+                                const float *mean, const float *var, float *dx,
+                                float *dgamma, float *dbeta) {
   const mxu_batchnorm_desc *d = &op->desc.batchnorm;
   double rows = (double)d->rows;
   for (int ch = 0; ch < d->c; ch++) {
@@ -81,15 +89,17 @@ void mxu_ref_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
     double sum_dy = 0.0, sum_dy_xhat = 0.0;
     for (int64_t r = 0; r < d->rows; r++) {
       int64_t i = r * d->c + ch;
-      sum_dy += dy[i];
-      sum_dy_xhat += dy[i] * (x[i] - (double)mean[ch]) * inv_std;
+      double dz = dz_at(d, y, dy, i);
+      sum_dy += dz;
+      sum_dy_xhat += dz * (x[i] - (double)mean[ch]) * inv_std;
     }
     double g = gamma_of(gamma, ch);
     for (int64_t r = 0; r < d->rows; r++) {
       int64_t i = r * d->c + ch;
       double xhat = (x[i] - (double)mean[ch]) * inv_std;
-      dx[i] = (float)(g * inv_std / rows *
-                      (rows * dy[i] - sum_dy - xhat * sum_dy_xhat));
+      dx[i] =
+          (float)(g * inv_std / rows *
+                  (rows * dz_at(d, y, dy, i) - sum_dy - xhat * sum_dy_xhat));
     }
     if (dgamma) dgamma[ch] = (float)sum_dy_xhat;
     if (dbeta) dbeta[ch] = (float)sum_dy;

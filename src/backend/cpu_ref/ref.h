@@ -76,10 +76,10 @@ void mxu_ref_batchnorm_forward_inference(mxu_op *op, const float *x,
                                          const float *gamma, const float *beta,
                                          const float *mean, const float *var,
                                          float *y);
-void mxu_ref_batchnorm_backward(mxu_op *op, const float *x, const float *dy,
-                                const float *gamma, const float *mean,
-                                const float *var, float *dx, float *dgamma,
-                                float *dbeta);
+void mxu_ref_batchnorm_backward(mxu_op *op, const float *x, const float *y,
+                                const float *dy, const float *gamma,
+                                const float *mean, const float *var, float *dx,
+                                float *dgamma, float *dbeta);
 
 /* loss.c */
 void mxu_ref_softmax_cross_entropy(int64_t n, int k, const float *logits,

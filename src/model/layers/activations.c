@@ -195,6 +195,13 @@ static mxu_activation relu_kind(const mxu_relu_config *c) {
   return c->max_value == 6.0f ? MXU_RELU6 : MXU_LINEAR;
 }
 
+int mxu_layer_is_relu(const mxu_layer *layer) {
+  if (layer->cls == &mxu_activation_class)
+    return layer->config.activation == MXU_RELU;
+  return layer->cls == &mxu_relu_class &&
+         relu_kind(&layer->config.relu) == MXU_RELU;
+}
+
 static mxu_status relu_plan(mxu_layer *layer, const mxu_backend *backend,
                             int batch, mxu_arena *layout) {
   (void)batch;

@@ -70,7 +70,8 @@ static mxu_status batchnorm_plan(mxu_layer *layer, const mxu_backend *backend,
       mxu_arena_reserve(layout, 2 * c_bytes);
   layer->compiled->sync_offset = layer->compiled->scratch[SCRATCH_SYNC];
   mxu_batchnorm_desc d = {rows(layer), channels(layer),
-                          layer->config.batchnorm.epsilon};
+                          layer->config.batchnorm.epsilon,
+                          layer->compiled->fused_layers == 1};
   return backend->batchnorm_create(&d, &layer->compiled->ops[0]);
 }
 
@@ -151,8 +152,9 @@ static void batchnorm_backward(mxu_layer *layer, const mxu_layer_run *run) {
   bn_views v = views(layer, run);
   /* dx is always computed: the kernel gives all three gradients at once,
    * and run->dx is a real buffer even for the first layer. */
-  run->backend->batchnorm_backward(run->ops[0], run->x, run->dy, v.gamma,
-                                   v.mean, v.var, run->dx, v.dgamma, v.dbeta);
+  run->backend->batchnorm_backward(run->ops[0], run->x, run->y, run->dy,
+                                   v.gamma, v.mean, v.var, run->dx, v.dgamma,
+                                   v.dbeta);
 }
 
 /* ---- synchronized: statistics over the global batch ------------------
