@@ -10,6 +10,7 @@
 #include "check.h"
 #include "core/core.h"
 
+#include <math.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdint.h>
@@ -1267,6 +1268,40 @@ static void test_multiply(void) {
   }
 }
 
+/* Add, plain and relu'd, out of place and in place; more than a block
+ * of values, so the cpu's threads split it. NaN stays NaN through the
+ * relu (as TensorFlow's). */
+static void test_add(void) {
+  const size_t counts[] = {1, 37, 40000};
+  for (size_t c = 0; c < 3; c++)
+    for (int relu = 0; relu < 2; relu++) {
+      size_t n = counts[c];
+      float *a = rnd(n, -2, 2), *b = rnd(n, -2, 2), *y[2], *in_place[2];
+      a[n / 2] = NAN;
+      for (int k = 0; k < 2; k++) {
+        y[k] = zeros(n), in_place[k] = copy_of(a, n);
+        backends[k]->add((int64_t)n, a, b, relu, y[k]);
+        backends[k]->add((int64_t)n, in_place[k], b, relu, in_place[k]);
+        CHECK(isnan(y[k][n / 2]) && isnan(in_place[k][n / 2]));
+        y[k][n / 2] = in_place[k][n / 2] = 0.0f;
+      }
+      size_t zeroed = 0;
+      for (size_t i = 0; i < n; i++) {
+        float want = i == n / 2 ? 0.0f : a[i] + b[i];
+        if (relu && want < 0.0f) want = 0.0f;
+        zeroed += relu && y[CPU][i] == 0.0f;
+        CHECK_MSG(y[CPU][i] == want, "add%s [%zu]: %g, want %g",
+                  relu ? "+relu" : "", i, (double)y[CPU][i], (double)want);
+      }
+      CHECK(!relu || n < 1000 || zeroed > n / 4);
+      expect_pair(relu ? "add+relu" : "add", "y", y, n, TOL_OPS);
+      expect_pair(relu ? "add+relu" : "add", "y in place", in_place, n,
+                  TOL_OPS);
+      free_pair(y), free_pair(in_place);
+      free(a), free(b);
+    }
+}
+
 #define STEPS 3
 
 static void test_adam(void) {
@@ -1332,6 +1367,7 @@ int main(void) {
   test_activations();
   test_losses();
   test_multiply();
+  test_add();
   test_adam();
   test_sgd();
   printf("test_backend_ops: %d buffers compared, cpu against cpu_ref\n",

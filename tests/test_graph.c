@@ -1682,7 +1682,7 @@ static void test_fusion(void) {
 /* BatchNormalization and the relu that alone reads it, in a residual
  * block: x -> conv -> BN -> relu (Activation, or a ReLU layer; with a cap
  * of 6 it is no plain relu), added to a shortcut conv of x; or the BN's
- * output read twice. */
+ * output read twice. The (last) Add and the relu after it fuse too. */
 enum { BN_ACTIVATION, BN_RELU_LAYER, BN_RELU6, BN_READ_TWICE };
 
 static mxu_tensor_id bn_fusion_graph(mxu_model *m, const void *ctx) {
@@ -1704,15 +1704,16 @@ static mxu_tensor_id bn_fusion_graph(mxu_model *m, const void *ctx) {
   mxu_conv2d_config shortcut = mxu_conv2d_defaults(4, 1, 1);
   mxu_tensor_id sum = mxu_add(m, NULL, r, mxu_apply_conv2d(m, &shortcut, x));
   if (variant == BN_READ_TWICE) sum = mxu_add(m, NULL, sum, b);
+  sum = mxu_apply_activation(m, "add_relu", MXU_RELU, sum);
   mxu_global_pool2d_config gap = {NULL, 0, 0};
   mxu_dense_config dense = mxu_dense_defaults(CLASSES);
   dense.activation = MXU_SOFTMAX;
   return mxu_apply_dense(m, &dense, mxu_apply_global_pooling2d(m, &gap, sum));
 }
 
-/* Both backends fuse it (a relu'd normalisation, the gradient masked by
- * that output), and it trains as the layers apart do: gradients against
- * finite differences, cpu against cpu_ref. */
+/* Both backends fuse them (a relu'd output, the gradient masked by it),
+ * and they train as the layers apart do: gradients against finite
+ * differences, cpu against cpu_ref. */
 static void test_bn_fusion(void) {
   static const struct {
     const char *name;
@@ -1735,6 +1736,11 @@ static void test_bn_fusion(void) {
                 "%s: fused_layers %d", name,
                 m->layers[bn].compiled->fused_layers);
       CHECK(m->layers[relu].compiled->absorbed == cases[i].fused);
+      int add_relu = node_named(m, "add_relu");
+      int add = m->layers[add_relu].inputs[0];
+      CHECK(m->layers[add].cls == &mxu_add_class);
+      CHECK(m->layers[add].compiled->fused_layers == 1);
+      CHECK(m->layers[add_relu].compiled->absorbed);
       if (k == 1) finite_differences(m, name);
       mxu_model_free(m);
     }

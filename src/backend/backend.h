@@ -219,6 +219,10 @@ typedef struct mxu_backend {
 
   /* y = a * b elementwise (dropout's mask). */
   void (*multiply)(int64_t count, const float *a, const float *b, float *y);
+  /* y = a + b elementwise (the Add merge), relu'd where relu (the relu
+   * that alone reads it, fused: NaN stays NaN). y may alias a. */
+  void (*add)(int64_t count, const float *a, const float *b, int relu,
+              float *y);
 
   /* Keras Adam, with the bias correction folded into lr_t:
    * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr_t m / (sqrt(v) + eps).

@@ -544,9 +544,10 @@ static int relu_reader(const mxu_model *model, int i) {
              : -1;
 }
 
-/* What node i could run itself: a BatchNormalization (per replica) and
- * the relu that alone reads it (ResNets' every block: the relu's pass over
- * memory, forward and backward, saved); a Conv2D (linear or relu) whose
+/* What node i could run itself: a BatchNormalization (per replica) or an
+ * Add of two or more, and the relu that alone reads it (ResNets' every
+ * block: the relu's pass over memory, forward and backward, saved); a
+ * Conv2D (linear or relu) whose
  * output only a MaxPooling2D reads, and an Activation('relu') that alone
  * reads that. Decided from readers, not positions, so the pattern fuses
  * inside a residual block and a tensor read twice is never fused away.
@@ -555,9 +556,11 @@ static int fusion_proposal(mxu_model *model, int i) {
   mxu_layer *layer = &model->layers[i];
   /* A node with an activity regularizer must write its output. */
   if (mxu_has_activity(layer)) return 0;
-  if (layer->cls == &mxu_batch_normalization_class) {
+  if ((layer->cls == &mxu_batch_normalization_class &&
+       !layer->config.batchnorm.synchronized) ||
+      (layer->cls == &mxu_add_class && layer->input_count > 1)) {
     int relu = relu_reader(model, i);
-    if (layer->config.batchnorm.synchronized || relu < 0) return 0;
+    if (relu < 0) return 0;
     layer->compiled->fused[0] = &model->layers[relu];
     return 1;
   }

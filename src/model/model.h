@@ -260,8 +260,8 @@ typedef struct mxu_node_plan {
   size_t sync_offset;                    /* see sync_floats */
   /* Fusion: a layer that runs the fused_layers layers after it itself in
    * one backend op (Conv2D with the MaxPooling2D that alone reads it, and
-   * the relu that alone reads that; BatchNormalization with the relu that
-   * alone reads it) reads its input and writes the last one's output;
+   * the relu that alone reads that; BatchNormalization, or Add, with the
+   * relu that alone reads it) reads its input and writes the last one's output;
    * those layers are `absorbed` and do nothing of their own. Compile
    * proposes it from consumer counts, the layer's plan accepts; fused[k]
    * are the absorbed nodes in order. */

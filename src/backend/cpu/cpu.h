@@ -320,6 +320,7 @@ void cpu_cross_entropy(int64_t n, int k, const float *probs,
                        const float *mask, float scale, float *loss,
                        float *dprobs);
 void cpu_multiply(int64_t count, const float *a, const float *b, float *y);
+void cpu_add(int64_t count, const float *a, const float *b, int relu, float *y);
 void cpu_adam_update(int64_t count, float *w, const float *g, float *m,
                      float *v, float lr_t, float beta_1, float beta_2,
                      float epsilon);

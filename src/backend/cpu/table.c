@@ -33,6 +33,7 @@ static const mxu_backend cpu_backend = {
     .softmax_cross_entropy = cpu_softmax_cross_entropy,
     .cross_entropy = cpu_cross_entropy,
     .multiply = cpu_multiply,
+    .add = cpu_add,
     .adam_update = cpu_adam_update,
     .sgd_update = cpu_sgd_update,
 };

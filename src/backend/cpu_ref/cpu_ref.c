@@ -59,6 +59,7 @@ static const mxu_backend cpu_ref_table = {
     .softmax_cross_entropy = mxu_ref_softmax_cross_entropy,
     .cross_entropy = mxu_ref_cross_entropy,
     .multiply = mxu_ref_multiply,
+    .add = mxu_ref_add,
     .adam_update = mxu_ref_adam_update,
     .sgd_update = mxu_ref_sgd_update,
 };

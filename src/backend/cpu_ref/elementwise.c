@@ -162,3 +162,11 @@ void mxu_ref_activation_backward(mxu_op *op, const float *x, const float *y,
 void mxu_ref_multiply(int64_t count, const float *a, const float *b, float *y) {
   for (int64_t i = 0; i < count; i++) y[i] = a[i] * b[i];
 }
+
+void mxu_ref_add(int64_t count, const float *a, const float *b, int relu,
+                 float *y) {
+  for (int64_t i = 0; i < count; i++) {
+    float v = a[i] + b[i];
+    y[i] = relu && v < 0.0f ? 0.0f : v;
+  }
+}

@@ -39,6 +39,8 @@ void mxu_ref_activation_forward(mxu_op *op, const float *x, float *y);
 void mxu_ref_activation_backward(mxu_op *op, const float *x, const float *y,
                                  const float *dy, float *dx);
 void mxu_ref_multiply(int64_t count, const float *a, const float *b, float *y);
+void mxu_ref_add(int64_t count, const float *a, const float *b, int relu,
+                 float *y);
 
 /* conv.c */
 mxu_status mxu_ref_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out);

@@ -48,7 +48,13 @@ static int broadcasts(const mxu_layer *layer, int k) {
  * summed back to a broadcast input's shape (scratch[1]). */
 static mxu_status merge_plan(mxu_layer *layer, const mxu_backend *backend,
                              int batch, mxu_arena *layout) {
-  (void)backend;
+  /* An Add with the relu that alone reads it fused (compile): relu's
+   * backward op masks the inputs' gradients by the output. */
+  if (layer->compiled->fused_layers) {
+    mxu_activation_desc relu = {MXU_RELU, batch,
+                                (int)mxu_shape_count(&layer->out_shape), 0};
+    MXU_TRY(backend->activation_create(&relu, &layer->compiled->ops[0]));
+  }
   int spread = 0;
   for (int k = 0; k < layer->input_count; k++) spread += broadcasts(layer, k);
   if (!spread) return MXU_OK;
@@ -88,12 +94,28 @@ static double merge_flops(const mxu_layer *layer, const mxu_flops_step *step) {
 /* ---- elementwise ---------------------------------------------------------
  */
 
+/* Add on the backend (threaded), the fused relu with the last input. */
+static void add_forward(const mxu_layer *layer, const mxu_layer_run *run,
+                        const float *const *xs) {
+  int64_t n = values(layer);
+  int last = run->input_count - 1, relu = layer->compiled->fused_layers > 0;
+  if (last == 0 && xs[0] != run->y)
+    memcpy(run->y, xs[0], (size_t)n * sizeof(float));
+  for (int k = 1; k <= last; k++)
+    run->backend->add(n, k == 1 ? xs[0] : run->y, xs[k], relu && k == last,
+                      run->y);
+}
+
 static void elementwise_forward(mxu_layer *layer, const mxu_layer_run *run) {
   mxu_merge_kind kind = layer->config.merge.kind;
   int64_t n = values(layer);
   int inputs = run->input_count;
   const float *xs[MXU_MAX_INPUTS];
   merge_inputs(layer, run, 1, xs);
+  if (kind == MXU_MERGE_ADD) {
+    add_forward(layer, run, xs);
+    return;
+  }
   float *y = run->y;
   memcpy(y, xs[0], (size_t)n * sizeof(float));
   for (int k = 1; k < inputs; k++) {
@@ -147,8 +169,11 @@ static void input_gradient(mxu_merge_kind kind, const mxu_layer_run *run,
       if (j != k)
         for (int64_t i = 0; i < n; i++) dx[i] *= xs[j][i];
     break;
-  default: /* Add */
-    if (dx != dy) memcpy(dx, dy, (size_t)n * sizeof(float));
+  default: /* Add; with the relu fused, dy where y > 0 */
+    if (run->ops[0])
+      run->backend->activation_backward(run->ops[0], NULL, run->y, dy, dx);
+    else if (dx != dy)
+      memcpy(dx, dy, (size_t)n * sizeof(float));
   }
 }
 
