@@ -66,10 +66,8 @@ void mxu_replica_add_partials(mxu_model *model, mxu_replica *replica,
     int t = layer->inputs[k];
     int64_t count = (int64_t)model->plan.batch *
                     mxu_shape_count(&model->layers[t].out_shape);
-    float *restrict grad = mxu_replica_floats(replica, model->plan.grad[t]);
-    const float *restrict partial = run->dxs[k];
-#pragma omp simd
-    for (int64_t e = 0; e < count; e++) grad[e] += partial[e];
+    float *grad = mxu_replica_floats(replica, model->plan.grad[t]);
+    model->backend->add(count, grad, run->dxs[k], 0, grad);
   }
 }
 
