@@ -794,6 +794,10 @@ typedef struct mxu_compile_config {
   int slice_rows;
   int steps_per_execution;
   mxu_precision precision; /* float32 unless asked */
+  /* Every node's output gradient kept whole after a training step, for
+   * inspection; otherwise gradients share memory wherever their lives in
+   * the backward pass do not meet. */
+  int keep_gradients;
 } mxu_compile_config;
 
 mxu_compile_config mxu_compile_defaults(void);

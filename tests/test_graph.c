@@ -28,6 +28,7 @@ static mxu_compile_config config_for(mxu_backend_kind backend) {
   cc.backend = backend;
   cc.seed = 11;
   cc.threads = 1;
+  cc.keep_gradients = 1; /* the checks below read every node's */
   return cc;
 }
 
@@ -1748,6 +1749,102 @@ static void test_bn_fusion(void) {
   }
 }
 
+/* Gradients sharing memory where their lives in the backward pass do not
+ * meet (the default) train to the same bits as each kept whole: the same
+ * weights after two steps, for the graphs with weights on both sides of
+ * their branches and fusions (golden tests and recipes train every other
+ * model so); and in less memory. */
+static void same_with_shared_gradients(const char *name, graph_fn fn,
+                                       const void *ctx) {
+  mxu_model *m[2];
+  for (int keep = 0; keep < 2; keep++) {
+    mxu_compile_config cc = config_for(MXU_BACKEND_CPU);
+    cc.keep_gradients = keep;
+    m[keep] = build_with(name, fn, ctx, &cc);
+    if (!m[keep]) {
+      if (keep) mxu_model_free(m[0]);
+      return;
+    }
+    load_inputs(m[keep], 5);
+    train_step(m[keep]);
+    train_step(m[keep]);
+  }
+  CHECK_MSG(memcmp(m[0]->weights, m[1]->weights,
+                   (size_t)m[0]->trainable_count * sizeof(float)) == 0,
+            "%s: weights", name);
+  CHECK(m[0]->plan.layout.size <= m[1]->plan.layout.size);
+  mxu_model_free(m[0]), mxu_model_free(m[1]);
+}
+
+/* The backward step that runs node i: n - 1 - i, or its fused group
+ * head's. */
+static int step_of(const mxu_model *m, int i) {
+  while (m->layers[i].compiled->absorbed) i = m->layers[i].inputs[0];
+  return m->layer_count - 1 - i;
+}
+
+/* Node i's gradient is written from the step of its last reader (the
+ * loss's, -1, for the output) and read up to its own: two gradients live
+ * at one step (both ends count: a node reads its dy while it writes its
+ * dx) never overlap, unless one is the other (a view's). */
+static void gradients_apart(const char *name, graph_fn fn, const void *ctx) {
+  mxu_compile_config cc = config_for(MXU_BACKEND_CPU);
+  cc.keep_gradients = 0;
+  mxu_model *m = build_with(name, fn, ctx, &cc);
+  if (!m) return;
+  int n = m->layer_count, *first = calloc((size_t)n, sizeof *first);
+  for (int i = 0; i < n; i++) {
+    first[i] = i == mxu_model_output(m) ? -1 : n;
+    for (int j = i + 1; j < n; j++)
+      for (int k = 0; k < m->layers[j].input_count; k++)
+        if (m->layers[j].inputs[k] == i && step_of(m, j) < first[i])
+          first[i] = step_of(m, j);
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++) {
+      if (!output_written(m, i) || !output_written(m, j) ||
+          m->plan.grad[i] == m->plan.grad[j])
+        continue;
+      if (first[i] > step_of(m, j) || first[j] > step_of(m, i)) continue;
+      size_t a = m->plan.grad[i], b = m->plan.grad[j];
+      size_t a_end = a + (size_t)tensor_floats(m, i) * sizeof(float);
+      size_t b_end = b + (size_t)tensor_floats(m, j) * sizeof(float);
+      CHECK_MSG(a_end <= b || b_end <= a, "%s: gradients of %s and %s overlap",
+                name, m->layers[i].name, m->layers[j].name);
+    }
+  free(first);
+  mxu_model_free(m);
+}
+
+static void test_gradient_memory(void) {
+  static const int fuse_all = FUSE_ALL, bn_relu = BN_ACTIVATION;
+  static const residual_options no_dropout = {0.0f};
+  const struct {
+    const char *name;
+    graph_fn fn;
+    const void *ctx;
+  } graphs[] = {{"fan-out square", fan_out_square, NULL},
+                {"fan-out views", fan_out_views, NULL},
+                {"fan-out every layer", fan_out_every_layer, NULL},
+                {"two outputs", two_outputs, NULL},
+                {"residual cnn", residual_cnn, &no_dropout},
+                {"conv+pool+relu fusion", fusion_graph, &fuse_all},
+                {"BN+relu fusion", bn_fusion_graph, &bn_relu}};
+  for (size_t i = 0; i < sizeof graphs / sizeof *graphs; i++) {
+    same_with_shared_gradients(graphs[i].name, graphs[i].fn, graphs[i].ctx);
+    gradients_apart(graphs[i].name, graphs[i].fn, graphs[i].ctx);
+  }
+  mxu_compile_config cc = config_for(MXU_BACKEND_CPU);
+  size_t size[2];
+  for (int keep = 0; keep < 2; keep++) {
+    cc.keep_gradients = keep;
+    mxu_model *m = build_with("residual cnn", residual_cnn, &no_dropout, &cc);
+    size[keep] = m ? m->plan.layout.size : 0;
+    mxu_model_free(m);
+  }
+  CHECK(size[0] < size[1]);
+}
+
 /* ---- 6. errors -------------------------------------------------------------
  */
 
@@ -2038,6 +2135,7 @@ int main(void) {
   test_determinism();
   test_fusion();
   test_bn_fusion();
+  test_gradient_memory();
   test_errors();
   return check_report("test_graph");
 }

@@ -40,6 +40,7 @@ static mxu_model *build(const layer_case *c, mxu_backend_kind backend) {
   cc.seed = 11;
   cc.loss = c->loss;
   cc.from_logits = c->from_logits;
+  cc.keep_gradients = 1; /* every node's is compared */
   CHECK_OK(mxu_compile(model, &cc));
   return model;
 }
