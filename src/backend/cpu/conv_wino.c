@@ -498,9 +498,10 @@ void cpu_conv_wino_backward_weights(mxu_op *op, const float *x, const float *dy,
  * linear or relu, whose tiles are at least half used (2x2 outputs fill a
  * quarter of their 4x4 tile: no fewer multiplications than direct). The
  * transformed kernel is read once per block of tiles, so with 256 x 256
- * channels or more images need 4 tiles or more (mxu bench on 64 images:
- * 8x8 of 256 -> 256 3x fwd, 1.4x weights; 3x3 of 256 -> 256 and 4x4 of
- * 512 -> 512 1.2-3x slower than oneDNN but for the weights). */
+ * channels or more images need 4 tiles or more (the op alone on 64
+ * images, 2 threads: 8x8 of 256 -> 256 3x oneDNN's speed forward, 1.4x
+ * for the weights; 3x3 of 256 -> 256 and 4x4 of 512 -> 512 1.2-3x slower
+ * than oneDNN but for the weights). */
 int cpu_conv_wino_fits(const mxu_conv2d_desc *d) {
   int64_t tiles = (int64_t)((d->out_h + 3) / 4) * ((d->out_w + 3) / 4);
   return !d->bf16 && !d->x_native && !d->y_native && mxu_conv2d_plain(d) &&
