@@ -547,11 +547,10 @@ static int relu_reader(const mxu_model *model, int i) {
 /* What node i could run itself: a BatchNormalization (per replica) or an
  * Add of two or more, and the relu that alone reads it (ResNets' every
  * block: the relu's pass over memory, forward and backward, saved); a
- * Conv2D (linear or relu) whose
- * output only a MaxPooling2D reads, and an Activation('relu') that alone
- * reads that. Decided from readers, not positions, so the pattern fuses
- * inside a residual block and a tensor read twice is never fused away.
- * The conv's plan asks the backend, which may decline. */
+ * Conv2D (linear or relu) whose output only a MaxPooling2D reads, and a
+ * relu that alone reads that. Decided from readers, not positions, so the
+ * pattern fuses inside a residual block and a tensor read twice is never
+ * fused away. The conv's plan asks the backend, which may decline. */
 static int fusion_proposal(mxu_model *model, int i) {
   mxu_layer *layer = &model->layers[i];
   /* A node with an activity regularizer must write its output. */
@@ -579,15 +578,21 @@ static int fusion_proposal(mxu_model *model, int i) {
   return 2;
 }
 
+/* The node that runs node i: itself, or for an absorbed node the head of
+ * its fused group. */
+static const mxu_layer *group_head(const mxu_model *model, int i) {
+  const mxu_layer *layer = &model->layers[i];
+  while (layer->compiled->absorbed) layer = &model->layers[layer->inputs[0]];
+  return layer;
+}
+
 /* Whether node i's output buffer is read or written: not where a fused
  * op writes a later node's output instead. */
 static int output_used(const mxu_model *model, int i) {
   const mxu_layer *layer = &model->layers[i];
   if (layer->compiled->fused_layers) return 0;
-  if (!layer->compiled->absorbed) return 1;
-  const mxu_layer *head = &model->layers[layer->inputs[0]];
-  while (head->compiled->absorbed) head = &model->layers[head->inputs[0]];
-  return mxu_layer_writes(head) == i;
+  return !layer->compiled->absorbed ||
+         mxu_layer_writes(group_head(model, i)) == i;
 }
 
 /* Input edges, in the order backward visits nodes (fused groups run at
@@ -649,12 +654,9 @@ typedef struct grad_life {
   int first, last; /* backward steps; the loss's is -1 */
 } grad_life;
 
-/* Backward runs node i (its fused group's head for an absorbed node) at
- * step n - 1 - i. */
+/* Backward runs node i (its fused group's head) at step n - 1 - i. */
 static int backward_step(const mxu_model *model, int i) {
-  const mxu_layer *layer = &model->layers[i];
-  while (layer->compiled->absorbed) layer = &model->layers[layer->inputs[0]];
-  return model->layer_count - 1 - layer->index;
+  return model->layer_count - 1 - group_head(model, i)->index;
 }
 
 static int lives_meet(const grad_life *a, const grad_life *b) {
@@ -680,22 +682,31 @@ static size_t first_fit(const grad_life *lives, const int *placed, int count,
   return offset;
 }
 
-/* Node i's gradient life, added to its owner's (a view shares its input's
- * gradient where nothing else reads the input). */
-static void add_life(const mxu_model *model, int i, grad_life *life) {
-  int n = model->layer_count, first = is_output(model, i) ? -1 : n;
-  for (int j = i + 1; j < n; j++)
-    for (int k = 0; k < model->layers[j].input_count; k++)
-      if (model->layers[j].inputs[k] == i && backward_step(model, j) < first)
-        first = backward_step(model, j);
-  int last = backward_step(model, i);
-  if (model->compile.keep_gradients) first = -1, last = n;
-  size_t bytes =
-      (batch_bytes(model->plan.batch, &model->layers[i].out_shape) + 63) / 64 *
-      64;
-  if (bytes > life->bytes) life->bytes = bytes;
-  if (first < life->first) life->first = first;
-  if (last > life->last) life->last = last;
+/* Each gradient's life, merged into its owner's (a view shares its
+ * input's gradient where nothing else reads the input): written from its
+ * readers' steps (the loss's for an output), read up to its own. Sizes in
+ * the arena's 64-byte units, so every offset keeps its alignment. */
+static void find_lives(const mxu_model *model, const int *owner,
+                       grad_life *lives) {
+  int n = model->layer_count;
+  for (int i = 0; i < n; i++) lives[i].first = n, lives[i].last = -1;
+  for (int i = 0; i < n; i++) {
+    int step = backward_step(model, i);
+    const mxu_layer *layer = &model->layers[i];
+    for (int k = 0; k < layer->input_count; k++) {
+      grad_life *read = &lives[owner[layer->inputs[k]]];
+      if (step < read->first) read->first = step;
+    }
+    if (!output_used(model, i)) continue;
+    grad_life *life = &lives[owner[i]];
+    size_t bytes =
+        (batch_bytes(model->plan.batch, &layer->out_shape) + 63) / 64 * 64;
+    if (bytes > life->bytes) life->bytes = bytes;
+    if (step > life->last) life->last = step;
+    if (is_output(model, i)) life->first = -1;
+  }
+  for (int i = 0; model->compile.keep_gradients && i < n; i++)
+    lives[i].first = -1, lives[i].last = n;
 }
 
 static mxu_status reserve_gradients(mxu_model *model, const int *owner) {
@@ -707,9 +718,7 @@ static mxu_status reserve_gradients(mxu_model *model, const int *owner) {
     free(lives), free(order);
     return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   }
-  for (int i = 0; i < n; i++) lives[i].first = n, lives[i].last = -1;
-  for (int i = 0; i < n; i++)
-    if (output_used(model, i)) add_life(model, i, &lives[owner[i]]);
+  find_lives(model, owner, lives);
   for (int i = 0; i < n; i++) {
     if (!output_used(model, i) || owner[i] != i) continue;
     int at = count++; /* insertion by size, largest first */

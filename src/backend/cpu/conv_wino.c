@@ -166,21 +166,28 @@ static tile_at tile_where(const wino_pass *p, int64_t tile) {
                    (int)(r % across) * 4};
 }
 
+/* The addresses of a size x size window from (y0, x0) of an h x w image
+ * of c channels, row by row: each pixel's found once, `zeros` where it
+ * falls outside the image. */
+static void window(const float *image, int h, int w, int64_t c, int y0, int x0,
+                   int size, const float *zeros, const float **pixel) {
+  for (int a = 0; a < size; a++)
+    for (int b = 0; b < size; b++) {
+      int y = y0 + a, x = x0 + b;
+      pixel[a * size + b] = y >= 0 && y < h && x >= 0 && x < w
+                                ? image + ((int64_t)y * w + x) * c
+                                : zeros;
+    }
+}
+
 /* Tile t of the block (global tile `tile`): V[p][t][..] for every channel
- * vector, from its 6x6 window: each window pixel's address found once,
- * `zeros` (in_c of them) where it falls outside the image. */
+ * vector, from its 6x6 window of x. */
 static void input_tile(const wino_pass *p, const float *x, const float *zeros,
                        int64_t tile, int64_t t, int64_t block, float *v) {
   tile_at at = tile_where(p, tile);
-  const float *image = x + at.image * p->in_h * p->in_w * p->in_c;
   const float *pixel[6][6];
-  for (int a = 0; a < 6; a++)
-    for (int b = 0; b < 6; b++) {
-      int iy = at.y0 - p->pad_top + a, ix = at.x0 - p->pad_left + b;
-      pixel[a][b] = iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w
-                        ? image + ((int64_t)iy * p->in_w + ix) * p->in_c
-                        : zeros;
-    }
+  window(x + at.image * p->in_h * p->in_w * p->in_c, p->in_h, p->in_w, p->in_c,
+         at.y0 - p->pad_top, at.x0 - p->pad_left, 6, zeros, &pixel[0][0]);
   int64_t pos_stride = block * p->in_c;
   for (int64_t c = 0; c < p->in_c; c += LANES) {
     vf rows[6][6];
@@ -252,15 +259,9 @@ static void gradient_tile(const wino_pass *p, const float *dy,
                           const float *zeros, int64_t tile, int64_t t,
                           int64_t block, float *w, float *db) {
   tile_at at = tile_where(p, tile);
-  const float *image = dy + at.image * p->out_h * p->out_w * p->out_c;
   const float *pixel[4][4];
-  for (int a = 0; a < 4; a++)
-    for (int b = 0; b < 4; b++) {
-      int oy = at.y0 + a, ox = at.x0 + b;
-      pixel[a][b] = oy < p->out_h && ox < p->out_w
-                        ? image + ((int64_t)oy * p->out_w + ox) * p->out_c
-                        : zeros;
-    }
+  window(dy + at.image * p->out_h * p->out_w * p->out_c, p->out_h, p->out_w,
+         p->out_c, at.y0, at.x0, 4, zeros, &pixel[0][0]);
   int64_t pos_stride = block * p->out_c;
   for (int64_t c = 0; c < p->out_c; c += LANES) {
     vf rows[6][4], sum = {0};
