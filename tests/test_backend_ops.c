@@ -144,6 +144,12 @@ static const conv_case conv_cases[] = {
      * writes past its buffer (wrong values on 2 threads, a crash on 1);
      * cpu runs conv_gemm.c's */
     {8, 8, 8, 4, 8, 1, 1, 2, 2, MXU_VALID},
+    /* One output pixel per image: all three passes one GEMM over the batch
+     * (conv_gemm.c), a pointwise conv's on x, w, dx and dw themselves; and
+     * a pointwise conv's weight gradient on small images (case 6 too) */
+    {8, 1, 1, 64, 48, 1, 1, 1, 1, MXU_VALID},
+    {4, 3, 3, 16, 24, 3, 3, 1, 1, MXU_VALID},
+    {4, 5, 3, 24, 40, 1, 1, 1, 1, MXU_SAME},
     /* 3x3 at stride 1 with channels in sixteens and 32 images on one
      * thread: cpu runs oneDNN's Winograd where it has one (AVX-512), else
      * its own (conv_wino.c), as for the two after them (channels in
@@ -153,7 +159,7 @@ static const conv_case conv_cases[] = {
     {8, 10, 10, 24, 40, 3, 3, 1, 1, MXU_SAME},  /* odd vectors on AVX2 */
     {32, 16, 16, 16, 32, 3, 3, 1, 1, MXU_SAME}, /* 22 blocks, 8 chunks */
 };
-enum { FIRST_WINOGRAD_CASE = 17, END_WINOGRAD_CASE = 19 };
+enum { FIRST_GEMM_CASE = 17, FIRST_WINOGRAD_CASE = 20, END_WINOGRAD_CASE = 22 };
 
 static mxu_conv2d_desc conv_desc(const conv_case *c, mxu_activation act,
                                  int has_bias) {
@@ -363,6 +369,22 @@ static void test_conv2d_winograd(void) {
     }
   }
   omp_set_num_threads(threads);
+}
+
+/* The one-pixel cases run every pass on conv_gemm.c, the pointwise one
+ * its weight gradient. */
+static void test_conv2d_gemm(void) {
+  for (int i = FIRST_GEMM_CASE; i < FIRST_WINOGRAD_CASE; i++) {
+    mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_SIGMOID, 1);
+    mxu_op *op = NULL;
+    CHECK_OK(backends[CPU]->conv2d_create(&d, &op));
+    if (!op) continue;
+    int one_pixel = d.out_h == 1 && d.out_w == 1;
+    CHECK_MSG(op->conv_gemm && cpu_conv_gemm_passes(op) == one_pixel,
+              "conv2d case %d: conv_gemm %p, passes %d", i,
+              (void *)op->conv_gemm, cpu_conv_gemm_passes(op));
+    backends[CPU]->op_free(op);
+  }
 }
 
 /* conv_wino.c's passes, on one thread and on two (an op is created for
@@ -1356,6 +1378,7 @@ int main(void) {
   test_conv2d();
   test_conv2d_winograd();
   test_conv2d_own_winograd();
+  test_conv2d_gemm();
   test_conv2d_chain();
   test_conv2d_backward_relu();
   test_conv2d_error();

@@ -163,10 +163,10 @@ static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
  * input channels, backward data on conv_data.c's loops and, with filters
  * in pairs of vectors (32s, or 16s on AVX2), forward and backward weights
  * on conv_few.c's; a depthwise conv's backward weights on conv_dw.c's;
- * backward weights that oneDNN would run a GEMM per image for on
- * conv_gemm.c's; 3x3 stride-1 convs where oneDNN has no Winograd (below
- * AVX-512, or too few images per thread) all three passes on
- * conv_wino.c's. */
+ * backward weights that oneDNN would run a GEMM per image for, and all
+ * passes of convs with one output pixel per image, on conv_gemm.c's; 3x3
+ * stride-1 convs where oneDNN has no Winograd (below AVX-512, or too few images
+ * per thread) all three passes on conv_wino.c's. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   if (desc->bf16 && conv_create(desc, CONV_BF16, out) == MXU_OK) return MXU_OK;
   if (winograd_fits(desc) && conv_create(desc, CONV_WINOGRAD, out) == MXU_OK)

@@ -215,8 +215,10 @@ void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
                                   float *dw, float *db);
 
 /* conv_gemm.c: a conv's backward weights as one GEMM over the batch,
- * where oneDNN's is generic (small images; fits reads the op's), and its
- * forward and backward data where most taps see only padding (passes). */
+ * where oneDNN's is generic (small images; fits reads the op's) or the
+ * conv pointwise on images up to 8x8, and its forward and backward data
+ * where most taps see only padding or each image has one output pixel
+ * (passes). */
 int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_passes(const mxu_op *op);
