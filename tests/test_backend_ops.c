@@ -1102,11 +1102,18 @@ static void bn_run(const mxu_batchnorm_desc *d, const bn_inputs *in,
   be->op_free(op);
 }
 
-static void bn_check(const bn_case *c, int relu, int index) {
-  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, relu};
+/* act: MXU_LINEAR, or the relu or relu6 fused; for relu6 gammas of 2-6
+ * put part of y above the cap (checked). */
+static void bn_check(const bn_case *c, mxu_activation act, int index) {
+  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, act};
   size_t n = (size_t)c->rows * c->c;
-  bn_inputs in = {rnd(n, -1, 3), rnd(c->c, 0.5f, 1.5f), rnd(c->c, -1, 1),
-                  rnd(n, -1, 1), rnd(c->c, -0.5f, 1),   rnd(c->c, 0.2f, 2),
+  float gamma_low = act == MXU_RELU6 ? 2.0f : 0.5f;
+  bn_inputs in = {rnd(n, -1, 3),
+                  rnd(c->c, gamma_low, 3 * gamma_low),
+                  rnd(c->c, -1, 1),
+                  rnd(n, -1, 1),
+                  rnd(c->c, -0.5f, 1),
+                  rnd(c->c, 0.2f, 2),
                   NULL};
   size_t sizes[7] = {n, c->c, c->c, n, n, c->c, c->c};
   float *out[2][7];
@@ -1121,11 +1128,14 @@ static void bn_check(const bn_case *c, int relu, int index) {
   static const char *const what[7] = {
       "training y", "mean", "variance", "inference y", "dx", "dgamma", "dbeta"};
   char label[64];
-  snprintf(label, sizeof label, "batchnorm case %d%s", index,
-           relu ? " + relu" : "");
+  snprintf(label, sizeof label, "batchnorm case %d + %s", index,
+           act_names[act]);
   for (int j = 0; j < 7; j++)
     expect_pair(label, what[j], (float *[]){out[CPU][j], out[REF][j]}, sizes[j],
                 TOL_LAYER);
+  size_t capped = 0;
+  for (size_t j = 0; j < n; j++) capped += out[REF][0][j] == 6.0f;
+  CHECK_MSG(act != MXU_RELU6 || capped > 0, "%s: no y capped", label);
   for (int k = 0; k < 2; k++)
     for (int j = 0; j < 7; j++) free(out[k][j]);
   free((void *)in.x), free((void *)in.gamma), free((void *)in.beta);
@@ -1133,9 +1143,10 @@ static void bn_check(const bn_case *c, int relu, int index) {
 }
 
 static void test_batchnorm(void) {
+  static const mxu_activation bn_acts[] = {MXU_LINEAR, MXU_RELU, MXU_RELU6};
   int cases = (int)(sizeof bn_cases / sizeof *bn_cases);
   for (int i = 0; i < cases; i++)
-    for (int relu = 0; relu < 2; relu++) bn_check(&bn_cases[i], relu, i);
+    for (int a = 0; a < 3; a++) bn_check(&bn_cases[i], bn_acts[a], i);
 }
 
 /* ---- activations ------------------------------------------------------- */

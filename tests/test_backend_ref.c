@@ -68,8 +68,6 @@ static float *distinct_floats(int64_t count, double step) {
   return p;
 }
 
-/* Keeps values clear of relu's kink at 0. */
-
 static double weighted_sum(const float *y, const float *r, int64_t count) {
   double sum = 0.0;
   for (int64_t i = 0; i < count; i++) sum += (double)y[i] * r[i];
@@ -477,10 +475,15 @@ static void check_bn_stats(const bn_ctx *c, int64_t rows, int ch_count) {
   }
 }
 
-/* relu: the Activation('relu') after it fused; the objective then reads
- * the relu'd y, and the backward masks by it. */
-static void test_bn_case(int64_t rows, int ch_count, float epsilon, int relu) {
-  mxu_batchnorm_desc d = {rows, ch_count, epsilon, relu};
+/* act: the relu or relu6 after it fused (else MXU_LINEAR); the objective
+ * then reads the relu'd y, and the backward masks by it. For relu6,
+ * gammas of 3-5 and betas of 1.5-2.5 put part of y above the cap. */
+static void test_bn_case(int64_t rows, int ch_count, float epsilon,
+                         mxu_activation act) {
+  mxu_batchnorm_desc d = {rows, ch_count, epsilon, act};
+  const char *what = act == MXU_RELU6  ? "+relu6"
+                     : act == MXU_RELU ? "+relu"
+                                       : "";
   bn_ctx c = {0};
   char name[96];
   c.count = rows * ch_count;
@@ -489,8 +492,10 @@ static void test_bn_case(int64_t rows, int ch_count, float epsilon, int relu) {
   c.x = random_floats(c.count, -1, 1);
   for (int64_t i = 0; i < c.count; i++)
     c.x[i] = c.x[i] * (1 + i % ch_count) + i % ch_count;
-  c.gamma = random_floats(ch_count, 0.5, 1.5);
-  c.beta = random_floats(ch_count, -0.5, 0.5);
+  c.gamma = act == MXU_RELU6 ? random_floats(ch_count, 3, 5)
+                             : random_floats(ch_count, 0.5, 1.5);
+  c.beta = act == MXU_RELU6 ? random_floats(ch_count, 1.5, 2.5)
+                             : random_floats(ch_count, -0.5, 0.5);
   c.y = floats(c.count);
   c.mean = floats(ch_count), c.var = floats(ch_count);
   c.r = random_floats(c.count, -1, 1);
@@ -500,18 +505,22 @@ static void test_bn_case(int64_t rows, int ch_count, float epsilon, int relu) {
   float *dbeta = filled(ch_count, 777.0f);
   be->batchnorm_backward(c.op, c.x, c.y, c.r, c.gamma, c.mean, c.var, dx,
                          dgamma, dbeta);
-  if (relu) {
-    int64_t zeroed = 0;
-    for (int64_t i = 0; i < c.count; i++) zeroed += c.y[i] == 0.0f;
+  if (act != MXU_LINEAR) {
+    int64_t zeroed = 0, capped = 0;
+    for (int64_t i = 0; i < c.count; i++) {
+      zeroed += c.y[i] == 0.0f;
+      capped += c.y[i] == 6.0f;
+    }
     CHECK(zeroed > 0 && zeroed < c.count);
+    CHECK(act != MXU_RELU6 || capped > 0);
   }
-  snprintf(name, sizeof name, "batchnorm%s %lldx%d dx", relu ? "+relu" : "",
-           (long long)rows, ch_count);
+  snprintf(name, sizeof name, "batchnorm%s %lldx%d dx", what, (long long)rows,
+           ch_count);
   fd_check(name, bn_objective, &c, c.x, c.count, dx, 1e-3);
-  snprintf(name, sizeof name, "batchnorm%s %lldx%d dgamma", relu ? "+relu" : "",
+  snprintf(name, sizeof name, "batchnorm%s %lldx%d dgamma", what,
            (long long)rows, ch_count);
   fd_check(name, bn_objective, &c, c.gamma, ch_count, dgamma, 1e-2);
-  snprintf(name, sizeof name, "batchnorm%s %lldx%d dbeta", relu ? "+relu" : "",
+  snprintf(name, sizeof name, "batchnorm%s %lldx%d dbeta", what,
            (long long)rows, ch_count);
   fd_check(name, bn_objective, &c, c.beta, ch_count, dbeta, 1e-2);
   be->op_free(c.op);
@@ -519,10 +528,11 @@ static void test_bn_case(int64_t rows, int ch_count, float epsilon, int relu) {
 }
 
 static void test_bn_gradients(void) {
-  for (int relu = 0; relu < 2; relu++) {
-    test_bn_case(7, 3, 1e-3f, relu);
-    test_bn_case(12, 2, 1e-3f, relu);
-    test_bn_case(5, 1, 1e-5f, relu);
+  static const mxu_activation acts[] = {MXU_LINEAR, MXU_RELU, MXU_RELU6};
+  for (int a = 0; a < 3; a++) {
+    test_bn_case(7, 3, 1e-3f, acts[a]);
+    test_bn_case(12, 2, 1e-3f, acts[a]);
+    test_bn_case(5, 1, 1e-5f, acts[a]);
   }
 }
 

@@ -78,10 +78,11 @@ typedef struct mxu_batchnorm_desc {
   int64_t rows;
   int c;
   float epsilon;
-  /* The Activation('relu') that alone reads the output, fused: y is
-   * relu'd (NaN stays NaN, as TensorFlow's relu), and backward passes dy
-   * on only where that y is positive. */
-  int relu;
+  /* MXU_LINEAR, or the relu (MXU_RELU) or relu6 (MXU_RELU6, MobileNetV2's
+   * ReLU(6.)) that alone reads the output, fused: y is relu'd (NaN stays
+   * NaN, as TensorFlow's relu), and backward passes dy on only where that
+   * y is positive (and below 6: TensorFlow's side at the corners). */
+  mxu_activation activation;
 } mxu_batchnorm_desc;
 
 static inline int mxu_activation_fusable(mxu_activation activation) {

@@ -535,18 +535,18 @@ static int sole_consumer(const mxu_model *model, int i) {
 }
 
 /* The relu (without an activity regularizer) that alone reads node i's
- * output, or -1. */
-static int relu_reader(const mxu_model *model, int i) {
+ * output, or -1; relu6 too where the reader fuses it. */
+static int relu_reader(const mxu_model *model, int i, int relu6) {
   int next = sole_consumer(model, i);
-  return next >= 0 && mxu_layer_is_relu(&model->layers[next]) &&
-                 !mxu_has_activity(&model->layers[next])
-             ? next
-             : -1;
+  if (next < 0 || mxu_has_activity(&model->layers[next])) return -1;
+  mxu_activation kind = mxu_layer_relu_kind(&model->layers[next]);
+  return kind == MXU_RELU || (relu6 && kind == MXU_RELU6) ? next : -1;
 }
 
 /* What node i could run itself: a BatchNormalization (per replica) or an
  * Add of two or more, and the relu that alone reads it (ResNets' every
- * block: the relu's pass over memory, forward and backward, saved); a
+ * block: the relu's pass over memory, forward and backward, saved; for a
+ * BatchNormalization relu6 too, MobileNetV2's every block); a
  * Conv2D (linear or relu) whose output only a MaxPooling2D reads, and a
  * relu that alone reads that. Decided from readers, not positions, so the
  * pattern fuses inside a residual block and a tensor read twice is never
@@ -558,7 +558,7 @@ static int fusion_proposal(mxu_model *model, int i) {
   if ((layer->cls == &mxu_batch_normalization_class &&
        !layer->config.batchnorm.synchronized) ||
       (layer->cls == &mxu_add_class && layer->input_count > 1)) {
-    int relu = relu_reader(model, i);
+    int relu = relu_reader(model, i, layer->cls != &mxu_add_class);
     if (relu < 0) return 0;
     layer->compiled->fused[0] = &model->layers[relu];
     return 1;
@@ -572,7 +572,7 @@ static int fusion_proposal(mxu_model *model, int i) {
       mxu_has_activity(&model->layers[pool]))
     return 0;
   layer->compiled->fused[0] = &model->layers[pool];
-  int relu = relu_reader(model, pool);
+  int relu = relu_reader(model, pool, 0);
   if (relu < 0) return 1;
   layer->compiled->fused[1] = &model->layers[relu];
   return 2;

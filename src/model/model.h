@@ -593,9 +593,11 @@ static inline int mxu_has_activity(const mxu_layer *layer) {
   return layer->activity.l1 != 0 || layer->activity.l2 != 0;
 }
 
-/* Whether a node computes max(x, 0) and nothing else: Activation('relu'),
- * or a ReLU layer with no threshold, slope or cap (activations.c). */
-int mxu_layer_is_relu(const mxu_layer *layer);
+/* MXU_RELU where a node computes max(x, 0) and nothing else
+ * (Activation('relu'), or a ReLU layer with no threshold, slope or cap),
+ * MXU_RELU6 where min(max(x, 0), 6) (Activation('relu6'), ReLU(6.)), else
+ * MXU_LINEAR (activations.c). */
+mxu_activation mxu_layer_relu_kind(const mxu_layer *layer);
 
 /* ---- initializers.c ---------------------------------------------------- */
 

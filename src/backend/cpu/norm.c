@@ -157,17 +157,20 @@ static void moment_block(const bn_shape *s, int64_t b, const float *x,
 }
 
 /* The gradient at the normalisation's output: dy, or with the relu fused
- * (a constant where inlined), dy where the relu's y is positive. */
+ * (act a constant where inlined), dy where the relu's y is positive (and
+ * for relu6 below 6). */
 static inline __attribute__((always_inline)) float
-dz_at(const float *y, const float *dy, int64_t i, int relu) {
-  return relu && !(y[i] > 0.0f) ? 0.0f : dy[i];
+dz_at(const float *y, const float *dy, int64_t i, mxu_activation act) {
+  if (act == MXU_LINEAR) return dy[i];
+  int open = y[i] > 0.0f && (act != MXU_RELU6 || y[i] < 6.0f);
+  return open ? dy[i] : 0.0f;
 }
 
 /* Block b's sums of dz and of dz * (x - mean), per channel, as above. */
 static inline __attribute__((always_inline)) void
 gradient_block(const bn_shape *s, int64_t b, const float *x, const float *y,
                const float *dy, const float *mean, const periodic *p,
-               int relu) {
+               mxu_activation act) {
   int64_t c = s->c;
   float *restrict sum = partial_of(s, b), *restrict dot = sum + c;
   memset(sum, 0, (size_t)(2 * c) * sizeof *sum);
@@ -177,10 +180,10 @@ gradient_block(const bn_shape *s, int64_t b, const float *x, const float *y,
     const float *restrict mp = p->v[0];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
       const float *restrict xv = x + r * c, *restrict g = dy + r * c;
-      const float *yv = relu ? y + r * c : NULL;
+      const float *yv = act != MXU_LINEAR ? y + r * c : NULL;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
-        float dz = dz_at(yv, g, j, relu);
+        float dz = dz_at(yv, g, j, act);
         lane_sum[j] += dz;
         lane_dot[j] += dz * (xv[j] - mp[j]);
       }
@@ -192,10 +195,10 @@ gradient_block(const bn_shape *s, int64_t b, const float *x, const float *y,
   }
   for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c, *restrict g = dy + r * c;
-    const float *yr = relu ? y + r * c : NULL;
+    const float *yr = act != MXU_LINEAR ? y + r * c : NULL;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
-      float dz = dz_at(yr, g, j, relu);
+      float dz = dz_at(yr, g, j, act);
       sum[j] += dz;
       dot[j] += dz * (xr[j] - mean[j]);
     }
@@ -216,11 +219,13 @@ static void add_blocks(const bn_shape *s) {
 /* ---- elementwise passes ------------------------------------------------ */
 
 /* y = (x - mean) * scale + beta over block b; 0 where that is below
- * floor (0 for the fused relu, else -inf: never, NaN included). */
+ * floor and ceiling where above it (the fused relu's 0 and relu6's 6,
+ * else infinities: never, NaN included). */
 static void normalise_block(const bn_shape *s, int64_t b, const float *x,
                             const float *mean, const float *scale,
-                            const float *beta, const periodic *p, float floor,
-                            float *y) {
+                            const float *beta, const periodic *p,
+                            const float bounds[2], float *y) {
+  float floor = bounds[0], ceiling = bounds[1];
   int64_t c = s->c;
   int64_t r = b * s->per;
   if (p->period) {
@@ -232,7 +237,8 @@ static void normalise_block(const bn_shape *s, int64_t b, const float *x,
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
         float v = (xv[j] - mp[j]) * sp[j] + bp[j];
-        yv[j] = v < floor ? 0.0f : v;
+        v = v < floor ? 0.0f : v;
+        yv[j] = v > ceiling ? ceiling : v;
       }
     }
   }
@@ -242,7 +248,8 @@ static void normalise_block(const bn_shape *s, int64_t b, const float *x,
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
       float v = (xr[j] - mean[j]) * scale[j] + beta[j];
-      yr[j] = v < floor ? 0.0f : v;
+      v = v < floor ? 0.0f : v;
+      yr[j] = v > ceiling ? ceiling : v;
     }
   }
 }
@@ -251,7 +258,7 @@ static void normalise_block(const bn_shape *s, int64_t b, const float *x,
 static inline __attribute__((always_inline)) void
 backward_block(const bn_shape *s, int64_t b, const float *x, const float *y,
                const float *dy, const float *mean, const float *k,
-               const periodic *p, int relu, float *dx) {
+               const periodic *p, mxu_activation act, float *dx) {
   int64_t c = s->c;
   const float *k0 = k, *k1 = k + c, *k2 = k + 2 * c;
   int64_t r = b * s->per;
@@ -260,31 +267,31 @@ backward_block(const bn_shape *s, int64_t b, const float *x, const float *y,
                           *restrict p1 = p->v[2], *restrict p2 = p->v[3];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
       const float *restrict xv = x + r * c, *restrict g = dy + r * c;
-      const float *yv = relu ? y + r * c : NULL;
+      const float *yv = act != MXU_LINEAR ? y + r * c : NULL;
       float *restrict out = dx + r * c;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++)
-        out[j] =
-            dz_at(yv, g, j, relu) * p0[j] + (xv[j] - mp[j]) * p1[j] + p2[j];
+        out[j] = dz_at(yv, g, j, act) * p0[j] + (xv[j] - mp[j]) * p1[j] + p2[j];
     }
   }
   for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c, *restrict g = dy + r * c;
-    const float *yr = relu ? y + r * c : NULL;
+    const float *yr = act != MXU_LINEAR ? y + r * c : NULL;
     float *restrict out = dx + r * c;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++)
-      out[j] =
-          dz_at(yr, g, j, relu) * k0[j] + (xr[j] - mean[j]) * k1[j] + k2[j];
+      out[j] = dz_at(yr, g, j, act) * k0[j] + (xr[j] - mean[j]) * k1[j] + k2[j];
   }
 }
 
 static void normalise(const bn_shape *s, const float *x, const float *gamma,
                       const float *beta, const float *mean, const float *var,
-                      int relu, float *y) {
+                      mxu_activation act, float *y) {
   float *scale = s->coefficient;
   for (int64_t j = 0; j < s->c; j++)
     scale[j] = (float)(gamma[j] / sqrt((double)var[j] + s->epsilon));
+  float bounds[2] = {act == MXU_LINEAR ? -INFINITY : 0.0f,
+                     act == MXU_RELU6 ? 6.0f : INFINITY};
   periodic p = {.period = period_of(s->c)};
   expand(&p, 0, mean, s->c);
   expand(&p, 1, scale, s->c);
@@ -292,7 +299,7 @@ static void normalise(const bn_shape *s, const float *x, const float *gamma,
 #pragma omp parallel for schedule(static)                                      \
     num_threads(cpu_threads_for(s->blocks))
   for (int64_t b = 0; b < s->blocks; b++)
-    normalise_block(s, b, x, mean, scale, beta, &p, relu ? 0.0f : -INFINITY, y);
+    normalise_block(s, b, x, mean, scale, beta, &p, bounds, y);
 }
 
 /* ---- the table's entries ------------------------------------------------ */
@@ -316,7 +323,7 @@ void cpu_batchnorm_forward_training(mxu_op *op, const float *x,
     mean[j] = (float)(shift[j] + m);
     var[j] = (float)(v < 0.0 ? 0.0 : v); /* rounding; NaN stays */
   }
-  normalise(&s, x, gamma, beta, mean, var, op->activation == MXU_RELU, y);
+  normalise(&s, x, gamma, beta, mean, var, op->activation, y);
 }
 
 void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
@@ -324,7 +331,7 @@ void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
                                      const float *mean, const float *var,
                                      float *y) {
   bn_shape s = shape_of(op);
-  normalise(&s, x, gamma, beta, mean, var, op->activation == MXU_RELU, y);
+  normalise(&s, x, gamma, beta, mean, var, op->activation, y);
 }
 
 /* With xhat = (x - mean) / sigma, sigma = sqrt(var + eps), and N rows:
@@ -338,15 +345,18 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
                             float *dgamma, float *dbeta) {
   bn_shape s = shape_of(op);
   int64_t c = s.c;
-  int relu = op->activation == MXU_RELU;
+  mxu_activation act = op->activation;
   periodic p = {.period = period_of(c)};
   expand(&p, 0, mean, c);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++) {
-    if (relu)
-      gradient_block(&s, b, x, y, dy, mean, &p, 1);
+    /* One specialisation per activation, the mask's tests inlined. */
+    if (act == MXU_RELU)
+      gradient_block(&s, b, x, y, dy, mean, &p, MXU_RELU);
+    else if (act == MXU_RELU6)
+      gradient_block(&s, b, x, y, dy, mean, &p, MXU_RELU6);
     else
-      gradient_block(&s, b, x, y, dy, mean, &p, 0);
+      gradient_block(&s, b, x, y, dy, mean, &p, MXU_LINEAR);
   }
   add_blocks(&s);
   const double *total = s.total, rows = (double)s.rows;
@@ -363,10 +373,12 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
   for (int i = 0; i < 3; i++) expand(&p, 1 + i, k + i * c, c);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++) {
-    if (relu)
-      backward_block(&s, b, x, y, dy, mean, k, &p, 1, dx);
+    if (act == MXU_RELU)
+      backward_block(&s, b, x, y, dy, mean, k, &p, MXU_RELU, dx);
+    else if (act == MXU_RELU6)
+      backward_block(&s, b, x, y, dy, mean, k, &p, MXU_RELU6, dx);
     else
-      backward_block(&s, b, x, y, dy, mean, k, &p, 0, dx);
+      backward_block(&s, b, x, y, dy, mean, k, &p, MXU_LINEAR, dx);
   }
 }
 
@@ -401,6 +413,6 @@ static mxu_status bn_build(mxu_op *op, const mxu_batchnorm_desc *d) {
 mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc, mxu_op **out) {
   mxu_op *op;
   MXU_TRY(cpu_op_alloc(&op, BN));
-  op->activation = desc->relu ? MXU_RELU : MXU_LINEAR;
+  op->activation = desc->activation;
   return cpu_op_finish(op, bn_build(op, desc), out);
 }

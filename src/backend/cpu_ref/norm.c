@@ -34,7 +34,8 @@ static void normalise_channel(const mxu_batchnorm_desc *d, const float *x,
   for (int64_t r = 0; r < d->rows; r++) {
     int64_t i = r * d->c + ch;
     float v = (float)(gamma * (x[i] - mean) * inv_std + beta);
-    y[i] = d->relu && v < 0.0f ? 0.0f : v;
+    if (d->activation != MXU_LINEAR && v < 0.0f) v = 0.0f;
+    y[i] = d->activation == MXU_RELU6 && v > 6.0f ? 6.0f : v;
   }
 }
 
@@ -69,10 +70,12 @@ void mxu_ref_batchnorm_forward_inference(mxu_op *op, const float *x,
 }
 
 /* The gradient at the normalisation's output: dy, or with the relu
- * fused, dy where y > 0. */
+ * fused, dy where y > 0 (and, relu6, y < 6). */
 static double dz_at(const mxu_batchnorm_desc *d, const float *y,
                     const float *dy, int64_t i) {
-  return !d->relu || y[i] > 0.0f ? dy[i] : 0.0;
+  if (d->activation == MXU_LINEAR) return dy[i];
+  int open = y[i] > 0.0f && (d->activation != MXU_RELU6 || y[i] < 6.0f);
+  return open ? dy[i] : 0.0;
 }
 
 /* With xhat = (x - mean) / sqrt(var + eps), N rows and dz the gradient at

@@ -195,11 +195,13 @@ static mxu_activation relu_kind(const mxu_relu_config *c) {
   return c->max_value == 6.0f ? MXU_RELU6 : MXU_LINEAR;
 }
 
-int mxu_layer_is_relu(const mxu_layer *layer) {
+mxu_activation mxu_layer_relu_kind(const mxu_layer *layer) {
+  mxu_activation kind = MXU_LINEAR;
   if (layer->cls == &mxu_activation_class)
-    return layer->config.activation == MXU_RELU;
-  return layer->cls == &mxu_relu_class &&
-         relu_kind(&layer->config.relu) == MXU_RELU;
+    kind = layer->config.activation;
+  else if (layer->cls == &mxu_relu_class)
+    kind = relu_kind(&layer->config.relu);
+  return kind == MXU_RELU || kind == MXU_RELU6 ? kind : MXU_LINEAR;
 }
 
 static mxu_status relu_plan(mxu_layer *layer, const mxu_backend *backend,

@@ -71,7 +71,9 @@ static mxu_status batchnorm_plan(mxu_layer *layer, const mxu_backend *backend,
   layer->compiled->sync_offset = layer->compiled->scratch[SCRATCH_SYNC];
   mxu_batchnorm_desc d = {rows(layer), channels(layer),
                           layer->config.batchnorm.epsilon,
-                          layer->compiled->fused_layers == 1};
+                          layer->compiled->fused_layers == 1
+                              ? mxu_layer_relu_kind(layer->compiled->fused[0])
+                              : MXU_LINEAR};
   return backend->batchnorm_create(&d, &layer->compiled->ops[0]);
 }
 
