@@ -245,7 +245,7 @@ static void finite_differences(mxu_model *m, const char *name) {
  * last. */
 static int output_written(const mxu_model *m, int i) {
   const mxu_layer *layer = &m->layers[i];
-  if (layer->compiled->fused_layers) return 0;
+  if (layer->compiled->fused_layers || layer->compiled->folded) return 0;
   if (!layer->compiled->absorbed) return 1;
   for (int j = 0; j < i; j++)
     if (m->layers[j].compiled->fused_layers &&
@@ -2123,6 +2123,86 @@ static void test_empty_data(void) {
   mxu_model_free(m);
 }
 
+/* A ZeroPadding2D that a conv alone reads, folded into the conv's own
+ * padding: MobileNetV2's ((0, 1), (0, 1)) before a stride-2 depthwise
+ * conv, ResNet50's 3 all round before a 'valid' 7x7 conv, one whose input
+ * is read twice (its gradient then copied, not shared). Not folded: one
+ * before a 'same' conv (only 'valid' ones take margins), one read by two
+ * convs. */
+enum { PAD_DEPTHWISE, PAD_CONV, PAD_SAME, PAD_INPUT_TWICE, PAD_READ_TWICE };
+
+static mxu_tensor_id pad_fold_graph(mxu_model *m, const void *ctx) {
+  int variant = *(const int *)ctx;
+  static const int64_t dims[3] = {8, 7, 4};
+  mxu_tensor_id x = input_identity(m, dims);
+  mxu_zero_padding2d_config pad = {"pad", 1, 1, 1, 1};
+  if (variant == PAD_DEPTHWISE)
+    pad = (mxu_zero_padding2d_config){"pad", 0, 1, 0, 1};
+  if (variant == PAD_CONV) pad = (mxu_zero_padding2d_config){"pad", 3, 3, 3, 3};
+  if (variant == PAD_SAME) pad = (mxu_zero_padding2d_config){"pad", 2, 0, 1, 1};
+  mxu_tensor_id p = mxu_apply_zero_padding2d(m, &pad, x);
+  mxu_conv2d_config conv = mxu_conv2d_defaults(4, 3, 3);
+  conv.name = "conv";
+  mxu_tensor_id y;
+  if (variant == PAD_DEPTHWISE) {
+    mxu_depthwise_conv2d_config dw = mxu_depthwise_conv2d_defaults(3, 3);
+    dw.name = "conv";
+    dw.strides[0] = dw.strides[1] = 2;
+    y = mxu_apply_depthwise_conv2d(m, &dw, p);
+  } else {
+    if (variant == PAD_CONV) {
+      conv.kernel_size[0] = conv.kernel_size[1] = 7;
+      conv.strides[0] = conv.strides[1] = 2;
+    }
+    if (variant == PAD_SAME) conv.padding = MXU_SAME;
+    y = mxu_apply_conv2d(m, &conv, p);
+  }
+  if (variant == PAD_INPUT_TWICE) y = mxu_add(m, NULL, y, x);
+  if (variant == PAD_READ_TWICE) {
+    conv.name = "other";
+    y = mxu_add(m, NULL, y, mxu_apply_conv2d(m, &conv, p));
+  }
+  return head(m, mxu_apply_activation(m, NULL, MXU_RELU, y));
+}
+
+/* Both backends fold it (the ZeroPadding2D a view, the conv padding) and
+ * train as the layers apart do: gradients against finite differences,
+ * cpu against cpu_ref. */
+static void test_pad_folding(void) {
+  static const struct {
+    const char *name;
+    int variant, folded;
+  } cases[] = {
+      {"ZeroPadding2D((0, 1), (0, 1)), DepthwiseConv2D stride 2", PAD_DEPTHWISE,
+       1},
+      {"ZeroPadding2D(3), Conv2D 7x7 stride 2", PAD_CONV, 1},
+      {"ZeroPadding2D((2, 0), (1, 1)), Conv2D 'same'", PAD_SAME, 0},
+      {"ZeroPadding2D read by a conv, its input by an Add too", PAD_INPUT_TWICE,
+       1},
+      {"ZeroPadding2D read by two convs", PAD_READ_TWICE, 0},
+  };
+  static const mxu_backend_kind kinds[2] = {MXU_BACKEND_CPU,
+                                            MXU_BACKEND_CPU_REF};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *name = cases[i].name;
+    for (int k = 0; k < 2; k++) {
+      mxu_model *m = build(name, pad_fold_graph, &cases[i].variant, kinds[k]);
+      if (!m) continue;
+      int pad = node_named(m, "pad"), conv = node_named(m, "conv");
+      CHECK_MSG(m->layers[pad].compiled->folded == cases[i].folded,
+                "%s: folded %d", name, m->layers[pad].compiled->folded);
+      CHECK(m->layers[conv].compiled->margins[0] ==
+            (cases[i].folded ? m->layers[pad].config.padding.top : 0));
+      CHECK((m->plan.act[pad] == m->plan.act[m->layers[pad].inputs[0]]) ==
+            cases[i].folded);
+      if (k == 1) finite_differences(m, name);
+      mxu_model_free(m);
+    }
+    backends_agree(name, pad_fold_graph, &cases[i].variant);
+    same_with_shared_gradients(name, pad_fold_graph, &cases[i].variant);
+  }
+}
+
 int main(void) {
   test_empty_data();
   test_limits();
@@ -2140,6 +2220,7 @@ int main(void) {
   test_fusion();
   test_bn_fusion();
   test_gradient_memory();
+  test_pad_folding();
   test_errors();
   return check_report("test_graph");
 }

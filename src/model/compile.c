@@ -578,6 +578,40 @@ static int fusion_proposal(mxu_model *model, int i) {
   return 2;
 }
 
+/* Whether the margins can join a 'valid' conv's padding: backends take
+ * padding narrower than the (dilated) kernel, so no window is all
+ * padding. */
+static int margins_fit(const mxu_zero_padding2d_config *c, mxu_padding padding,
+                       const int kernel[2], const int dilation[2]) {
+  int span_h = (kernel[0] - 1) * (dilation[0] > 1 ? dilation[0] : 1) + 1;
+  int span_w = (kernel[1] - 1) * (dilation[1] > 1 ? dilation[1] : 1) + 1;
+  return padding == MXU_VALID && c->top < span_h && c->bottom < span_h &&
+         c->left < span_w && c->right < span_w;
+}
+
+/* A ZeroPadding2D (node i) that a 'valid' Conv2D or DepthwiseConv2D alone
+ * reads, not a call of a shared layer (one plan for every call): the conv
+ * pads for it. */
+static void fold_padding(mxu_model *model, int i) {
+  mxu_layer *pad = &model->layers[i];
+  int j = sole_consumer(model, i);
+  if (pad->cls != &mxu_zero_padding2d_class || mxu_has_activity(pad) || j < 0 ||
+      mxu_layer_is_call(&model->layers[j]))
+    return;
+  mxu_layer *conv = &model->layers[j];
+  const mxu_zero_padding2d_config *c = &pad->config.padding;
+  const mxu_conv2d_config *cc = &conv->config.conv;
+  const mxu_depthwise_conv2d_config *dc = &conv->config.depthwise;
+  if (!(conv->cls == &mxu_conv2d_class &&
+        margins_fit(c, cc->padding, cc->kernel_size, cc->dilation_rate)) &&
+      !(conv->cls == &mxu_depthwise_conv2d_class &&
+        margins_fit(c, dc->padding, dc->kernel_size, dc->dilation_rate)))
+    return;
+  pad->compiled->folded = 1;
+  int *m = conv->compiled->margins;
+  m[0] = c->top, m[1] = c->bottom, m[2] = c->left, m[3] = c->right;
+}
+
 /* The node that runs node i: itself, or for an absorbed node the head of
  * its fused group. */
 static const mxu_layer *group_head(const mxu_model *model, int i) {
@@ -739,8 +773,9 @@ static mxu_status reserve_gradients(mxu_model *model, const int *owner) {
   return MXU_OK;
 }
 
-/* Each node's output and gradient; a view shares its input's memory, and
- * its input's gradient too where nothing else reads the input. Then each
+/* Each node's output and gradient; a view (or a folded ZeroPadding2D)
+ * shares its input's memory, and its input's gradient too where nothing
+ * else reads the input. Then each
  * node's input edges, walking backward as the step does: a tensor's
  * gradient is written whole by its last reader and every earlier reader's
  * share is added to it after, from a partial buffer. */
@@ -748,13 +783,14 @@ static mxu_status reserve_io(mxu_model *model) {
   mxu_plan *plan = &model->plan;
   mxu_arena *layout = &plan->layout;
   int n = model->layer_count, batch = plan->batch;
+  if (n < 1) return MXU_OK; /* compile refuses such a model first */
   int *owner = calloc((size_t)n, sizeof *owner);
   if (!owner) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   for (int i = 0; i < n; i++) {
     const mxu_layer *layer = &model->layers[i];
     owner[i] = i;
     if (!output_used(model, i)) continue;
-    if (layer->cls->view && layer->input_count) {
+    if ((layer->cls->view || layer->compiled->folded) && layer->input_count) {
       int input = layer->inputs[0];
       plan->act[i] = plan->act[input];
       if (plan->consumers[input] == 1) owner[i] = owner[input];
@@ -905,6 +941,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
    * it is created: create them with the count they will run with. */
   omp_set_num_threads(plan->intra_threads);
   /* Every node's plan starts zeroed (calloc): nothing fused, no layout. */
+  for (int i = 0; i < n; i++) fold_padding(model, i);
   plan_precision_and_chains(model);
   for (int i = 0; i < n; i++) {
     mxu_layer *layer = &model->layers[i];

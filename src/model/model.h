@@ -272,6 +272,13 @@ typedef struct mxu_node_plan {
    * layout, the tensor stays in it (see mxu_conv2d_desc): the first's
    * native_out and the second's native_in. */
   int native_in, native_out;
+  /* A ZeroPadding2D that a conv alone reads pads nothing itself: the
+   * conv reads the unpadded input and pads it as part of its own padding
+   * (margins: top, bottom, left, right), and the ZeroPadding2D is a view
+   * (MobileNetV2's, EfficientNet's and ResNet50's: a copy of the batch
+   * there and back saved). folded marks the ZeroPadding2D. */
+  int folded;
+  int margins[4];
 } mxu_node_plan;
 
 /* The registry: one row per layer class. */

@@ -142,7 +142,9 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   return 2;
 }
 
-static mxu_conv2d_desc conv2d_describe(const mxu_layer *layer, int batch) {
+/* The conv as the graph has it: what a device runs (the ZeroPadding2D
+ * before it pads there). */
+static mxu_conv2d_desc graph_describe(const mxu_layer *layer, int batch) {
   conv_spec s = spec_of(layer);
   mxu_conv2d_desc d = {0};
   d.n = batch;
@@ -168,6 +170,18 @@ static mxu_conv2d_desc conv2d_describe(const mxu_layer *layer, int batch) {
   d.activation = s.activation;
   d.x_native = layer->compiled->native_in;
   d.y_native = layer->compiled->native_out;
+  return d;
+}
+
+/* As the plan runs it: reading the input of a ZeroPadding2D folded into
+ * it (compile), the conv pads that itself. */
+static mxu_conv2d_desc conv2d_describe(const mxu_layer *layer, int batch) {
+  mxu_conv2d_desc d = graph_describe(layer, batch);
+  const int *m = layer->compiled->margins;
+  d.in_h -= m[0] + m[1];
+  d.in_w -= m[2] + m[3];
+  d.pad_top += m[0], d.pad_bottom += m[1];
+  d.pad_left += m[2], d.pad_right += m[3];
   return d;
 }
 
@@ -365,7 +379,7 @@ static mxu_hlo_value bias_activation(mxu_emit *e, mxu_hlo_value y,
  * of `in` groups, its outputs channel by channel as TensorFlow's. A
  * SeparableConv2D's pointwise half is a 1x1 convolution. */
 static mxu_hlo_value conv2d_emit(const mxu_layer *layer, mxu_emit *e) {
-  mxu_conv2d_desc d = conv2d_describe(layer, e->batch);
+  mxu_conv2d_desc d = graph_describe(layer, e->batch);
   mxu_hlo_window w = window_of(&d);
   mxu_hlo_value kernel = e->w[0];
   if (is_depthwise(layer) || is_separable(layer)) {

@@ -368,16 +368,23 @@ static void inner_rows(const mxu_layer *layer, int64_t top, int64_t left,
     }
 }
 
+/* Folded into the conv that reads it (compile), a ZeroPadding2D is a
+ * view. */
 static void margins_forward(mxu_layer *layer, const mxu_layer_run *run) {
   const mxu_zero_padding2d_config *c = &layer->config.padding;
   int crop = is_cropping(layer);
-  inner_rows(layer, c->top, c->left, crop, run->x, run->y, !crop);
+  if (layer->compiled->folded)
+    mxu_view_forward(layer, run);
+  else
+    inner_rows(layer, c->top, c->left, crop, run->x, run->y, !crop);
 }
 
 static void margins_backward(mxu_layer *layer, const mxu_layer_run *run) {
   const mxu_zero_padding2d_config *c = &layer->config.padding;
   int crop = is_cropping(layer);
-  if (run->need_dx)
+  if (layer->compiled->folded)
+    mxu_view_backward(layer, run);
+  else if (run->need_dx)
     inner_rows(layer, c->top, c->left, crop, run->dy, run->dx, crop);
 }
 
