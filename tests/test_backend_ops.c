@@ -434,6 +434,35 @@ static void test_conv2d_own_winograd(void) {
   conv_threads_check(&conv_cases[COUNT(conv_cases) - 1]);
 }
 
+/* conv_dw.c's weight gradient sums fixed blocks of images: the same bits
+ * on one thread and on two (20 images: 3 blocks, the last partial). */
+static void test_conv2d_dw_threads(void) {
+  const mxu_backend *be = backends[CPU];
+  int threads = omp_get_max_threads();
+  mxu_conv2d_desc d = grouped_desc(&grouped_cases[9], MXU_LINEAR, 1);
+  d.n = 20;
+  size_t nx = (size_t)d.n * d.in_h * d.in_w * d.in_c;
+  size_t nw = (size_t)d.kernel_h * d.kernel_w * d.in_c;
+  size_t ny = (size_t)d.n * d.out_h * d.out_w * d.out_c;
+  float *x = rnd(nx, -1, 1), *dy = rnd(ny, -1, 1);
+  float *dw[2] = {zeros(nw), zeros(nw)},
+        *db[2] = {zeros(d.out_c), zeros(d.out_c)};
+  for (int k = 0; k < 2; k++) {
+    omp_set_num_threads(k + 1);
+    mxu_op *op = NULL;
+    CHECK_OK(be->conv2d_create(&d, &op));
+    if (!op) continue;
+    CHECK(op->conv_dw != NULL);
+    be->conv2d_backward_weights(op, x, dy, dw[k], db[k]);
+    be->op_free(op);
+  }
+  omp_set_num_threads(threads);
+  CHECK(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0);
+  CHECK(memcmp(db[0], db[1], d.out_c * sizeof(float)) == 0);
+  free_pair(dw), free_pair(db);
+  free(x), free(dy);
+}
+
 /* A shape oneDNN must refuse comes back as MXU_ERR_BACKEND, named. */
 static void test_conv2d_error(void) {
   mxu_conv2d_desc d = conv_desc(&conv_cases[0], MXU_RELU, 1);
@@ -1390,6 +1419,7 @@ int main(void) {
   test_conv2d_winograd();
   test_conv2d_own_winograd();
   test_conv2d_gemm();
+  test_conv2d_dw_threads();
   test_conv2d_chain();
   test_conv2d_backward_relu();
   test_conv2d_error();
