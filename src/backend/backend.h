@@ -224,6 +224,21 @@ typedef struct mxu_backend {
    * that alone reads it, fused: NaN stays NaN). y may alias a. */
   void (*add)(int64_t count, const float *a, const float *b, int relu,
               float *y);
+  /* Over n images of `pixels` pixels of c channels: y = x scaled by the
+   * image's s[i][c] (squeeze-and-excitation's Multiply of (h, w, c) by
+   * (1, 1, c)); its backward dx = dy s and ds[i][c] = the sum of dy x
+   * over the image's pixels in order (either NULL: not wanted). */
+  void (*scale_channels)(int64_t n, int64_t pixels, int c, const float *x,
+                         const float *s, float *y);
+  void (*scale_channels_backward)(int64_t n, int64_t pixels, int c,
+                                  const float *x, const float *s,
+                                  const float *dy, float *dx, float *ds);
+  /* GlobalAveragePooling2D: y[i][c] = the mean of image i's pixels (summed
+   * in order); its backward dx = dy / pixels at every pixel. */
+  void (*channel_mean)(int64_t n, int64_t pixels, int c, const float *x,
+                       float *y);
+  void (*channel_mean_backward)(int64_t n, int64_t pixels, int c,
+                                const float *dy, float *dx);
 
   /* Keras Adam, with the bias correction folded into lr_t:
    * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr_t m / (sqrt(v) + eps).

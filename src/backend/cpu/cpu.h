@@ -323,6 +323,15 @@ void cpu_cross_entropy(int64_t n, int k, const float *probs,
                        float *dprobs);
 void cpu_multiply(int64_t count, const float *a, const float *b, float *y);
 void cpu_add(int64_t count, const float *a, const float *b, int relu, float *y);
+void cpu_scale_channels(int64_t n, int64_t pixels, int c, const float *x,
+                        const float *s, float *y);
+void cpu_scale_channels_backward(int64_t n, int64_t pixels, int c,
+                                 const float *x, const float *s,
+                                 const float *dy, float *dx, float *ds);
+void cpu_channel_mean(int64_t n, int64_t pixels, int c, const float *x,
+                      float *y);
+void cpu_channel_mean_backward(int64_t n, int64_t pixels, int c,
+                               const float *dy, float *dx);
 void cpu_adam_update(int64_t count, float *w, const float *g, float *m,
                      float *v, float lr_t, float beta_1, float beta_2,
                      float epsilon);

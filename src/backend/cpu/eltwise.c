@@ -327,6 +327,75 @@ void cpu_add(int64_t count, const float *a, const float *b, int relu,
   }
 }
 
+/* Per channel over each image's pixels, image by image on every thread;
+ * the sums run over the pixels in order whatever the split. */
+void cpu_scale_channels(int64_t n, int64_t pixels, int c, const float *x,
+                        const float *s, float *y) {
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(n))
+  for (int64_t i = 0; i < n; i++) {
+    const float *restrict scale = s + i * c;
+    for (int64_t p = 0; p < pixels; p++) {
+      const float *restrict from = x + (i * pixels + p) * c;
+      float *restrict to = y + (i * pixels + p) * c;
+#pragma omp simd
+      for (int k = 0; k < c; k++) to[k] = from[k] * scale[k];
+    }
+  }
+}
+
+void cpu_scale_channels_backward(int64_t n, int64_t pixels, int c,
+                                 const float *x, const float *s,
+                                 const float *dy, float *dx, float *ds) {
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(n))
+  for (int64_t i = 0; i < n; i++) {
+    const float *restrict scale = s + i * c;
+    float *restrict sum = ds ? ds + i * c : NULL;
+    if (sum) memset(sum, 0, (size_t)c * sizeof *sum);
+    for (int64_t p = 0; p < pixels; p++) {
+      int64_t at = (i * pixels + p) * c;
+      const float *restrict g = dy + at, *restrict xr = x + at;
+      if (dx) {
+        float *restrict to = dx + at;
+#pragma omp simd
+        for (int k = 0; k < c; k++) to[k] = g[k] * scale[k];
+      }
+      if (sum) {
+#pragma omp simd
+        for (int k = 0; k < c; k++) sum[k] += g[k] * xr[k];
+      }
+    }
+  }
+}
+
+void cpu_channel_mean(int64_t n, int64_t pixels, int c, const float *x,
+                      float *y) {
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(n))
+  for (int64_t i = 0; i < n; i++) {
+    float *restrict sum = y + i * c;
+    memset(sum, 0, (size_t)c * sizeof *sum);
+    for (int64_t p = 0; p < pixels; p++) {
+      const float *restrict row = x + (i * pixels + p) * c;
+#pragma omp simd
+      for (int k = 0; k < c; k++) sum[k] += row[k];
+    }
+#pragma omp simd
+    for (int k = 0; k < c; k++) sum[k] /= (float)pixels;
+  }
+}
+
+void cpu_channel_mean_backward(int64_t n, int64_t pixels, int c,
+                               const float *dy, float *dx) {
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(n))
+  for (int64_t i = 0; i < n; i++) {
+    const float *restrict g = dy + i * c;
+    for (int64_t p = 0; p < pixels; p++) {
+      float *restrict to = dx + (i * pixels + p) * c;
+#pragma omp simd
+      for (int k = 0; k < c; k++) to[k] = g[k] / (float)pixels;
+    }
+  }
+}
+
 void cpu_activation_forward(mxu_op *op, const float *x, float *y) {
   if (op->activation == MXU_SOFTMAX)
     softmax_forward(op, x, y);

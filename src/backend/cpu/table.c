@@ -34,6 +34,10 @@ static const mxu_backend cpu_backend = {
     .cross_entropy = cpu_cross_entropy,
     .multiply = cpu_multiply,
     .add = cpu_add,
+    .scale_channels = cpu_scale_channels,
+    .scale_channels_backward = cpu_scale_channels_backward,
+    .channel_mean = cpu_channel_mean,
+    .channel_mean_backward = cpu_channel_mean_backward,
     .adam_update = cpu_adam_update,
     .sgd_update = cpu_sgd_update,
 };

@@ -60,6 +60,10 @@ static const mxu_backend cpu_ref_table = {
     .cross_entropy = mxu_ref_cross_entropy,
     .multiply = mxu_ref_multiply,
     .add = mxu_ref_add,
+    .scale_channels = mxu_ref_scale_channels,
+    .scale_channels_backward = mxu_ref_scale_channels_backward,
+    .channel_mean = mxu_ref_channel_mean,
+    .channel_mean_backward = mxu_ref_channel_mean_backward,
     .adam_update = mxu_ref_adam_update,
     .sgd_update = mxu_ref_sgd_update,
 };

@@ -170,3 +170,48 @@ void mxu_ref_add(int64_t count, const float *a, const float *b, int relu,
     y[i] = relu && v < 0.0f ? 0.0f : v;
   }
 }
+
+/* ---- per channel over each image's pixels (sums in double) -------------- */
+
+void mxu_ref_scale_channels(int64_t n, int64_t pixels, int c, const float *x,
+                            const float *s, float *y) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t p = 0; p < pixels; p++)
+      for (int k = 0; k < c; k++) {
+        int64_t at = (i * pixels + p) * c + k;
+        y[at] = x[at] * s[i * c + k];
+      }
+}
+
+void mxu_ref_scale_channels_backward(int64_t n, int64_t pixels, int c,
+                                     const float *x, const float *s,
+                                     const float *dy, float *dx, float *ds) {
+  for (int64_t i = 0; i < n; i++)
+    for (int k = 0; k < c; k++) {
+      double sum = 0.0;
+      for (int64_t p = 0; p < pixels; p++) {
+        int64_t at = (i * pixels + p) * c + k;
+        if (dx) dx[at] = dy[at] * s[i * c + k];
+        sum += (double)dy[at] * x[at];
+      }
+      if (ds) ds[i * c + k] = (float)sum;
+    }
+}
+
+void mxu_ref_channel_mean(int64_t n, int64_t pixels, int c, const float *x,
+                          float *y) {
+  for (int64_t i = 0; i < n; i++)
+    for (int k = 0; k < c; k++) {
+      double sum = 0.0;
+      for (int64_t p = 0; p < pixels; p++) sum += x[(i * pixels + p) * c + k];
+      y[i * c + k] = (float)(sum / (double)pixels);
+    }
+}
+
+void mxu_ref_channel_mean_backward(int64_t n, int64_t pixels, int c,
+                                   const float *dy, float *dx) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t p = 0; p < pixels; p++)
+      for (int k = 0; k < c; k++)
+        dx[(i * pixels + p) * c + k] = dy[i * c + k] / (float)pixels;
+}

@@ -39,6 +39,15 @@ void mxu_ref_activation_forward(mxu_op *op, const float *x, float *y);
 void mxu_ref_activation_backward(mxu_op *op, const float *x, const float *y,
                                  const float *dy, float *dx);
 void mxu_ref_multiply(int64_t count, const float *a, const float *b, float *y);
+void mxu_ref_scale_channels(int64_t n, int64_t pixels, int c, const float *x,
+                            const float *s, float *y);
+void mxu_ref_scale_channels_backward(int64_t n, int64_t pixels, int c,
+                                     const float *x, const float *s,
+                                     const float *dy, float *dx, float *ds);
+void mxu_ref_channel_mean(int64_t n, int64_t pixels, int c, const float *x,
+                          float *y);
+void mxu_ref_channel_mean_backward(int64_t n, int64_t pixels, int c,
+                                   const float *dy, float *dx);
 void mxu_ref_add(int64_t count, const float *a, const float *b, int relu,
                  float *y);
 

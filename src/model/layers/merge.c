@@ -43,6 +43,23 @@ static int broadcasts(const mxu_layer *layer, int k) {
          mxu_shape_count(&layer->out_shape);
 }
 
+/* A squeeze-and-excitation Multiply, (h, w, c) by (1, 1, c) in either
+ * order: which input is the (1, 1, c) one, or -1. The backend scales the
+ * channels in one pass, no spread copy. */
+static int channel_scale(const mxu_layer *layer) {
+  const mxu_shape *out = &layer->out_shape;
+  if (layer->config.merge.kind != MXU_MERGE_MULTIPLY ||
+      layer->input_count != 2 || out->rank != 3)
+    return -1;
+  for (int k = 0; k < 2; k++) {
+    const mxu_shape *s = &layer->in_shapes[k];
+    if (s->dims[0] == 1 && s->dims[1] == 1 && s->dims[2] == out->dims[2] &&
+        !broadcasts(layer, 1 - k))
+      return k;
+  }
+  return -1;
+}
+
 /* Input k's values spread to the output's shape (a copy each, in
  * scratch[0]), and one output-sized buffer for a gradient before it is
  * summed back to a broadcast input's shape (scratch[1]). */
@@ -57,7 +74,7 @@ static mxu_status merge_plan(mxu_layer *layer, const mxu_backend *backend,
   }
   int spread = 0;
   for (int k = 0; k < layer->input_count; k++) spread += broadcasts(layer, k);
-  if (!spread) return MXU_OK;
+  if (!spread || channel_scale(layer) >= 0) return MXU_OK;
   size_t bytes = (size_t)batch * (size_t)mxu_shape_count(&layer->out_shape) *
                  sizeof(float);
   layer->compiled->scratch[0] = mxu_arena_reserve(layout, bytes * spread);
@@ -106,10 +123,21 @@ static void add_forward(const mxu_layer *layer, const mxu_layer_run *run,
                       run->y);
 }
 
+static int64_t pixels_of(const mxu_layer *layer) {
+  return layer->out_shape.dims[0] * layer->out_shape.dims[1];
+}
+
 static void elementwise_forward(mxu_layer *layer, const mxu_layer_run *run) {
   mxu_merge_kind kind = layer->config.merge.kind;
   int64_t n = values(layer);
   int inputs = run->input_count;
+  int s = channel_scale(layer);
+  if (s >= 0) {
+    run->backend->scale_channels(layer->compiled->batch, pixels_of(layer),
+                                 (int)layer->out_shape.dims[2], run->xs[1 - s],
+                                 run->xs[s], run->y);
+    return;
+  }
   const float *xs[MXU_MAX_INPUTS];
   merge_inputs(layer, run, 1, xs);
   if (kind == MXU_MERGE_ADD) {
@@ -180,6 +208,15 @@ static void input_gradient(mxu_merge_kind kind, const mxu_layer_run *run,
 /* A broadcast input's gradient is summed over where it was spread. */
 static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
   int64_t n = values(layer);
+  int s = channel_scale(layer);
+  if (s >= 0) {
+    run->backend->scale_channels_backward(
+        layer->compiled->batch, pixels_of(layer), (int)layer->out_shape.dims[2],
+        run->xs[1 - s], run->xs[s], run->dy,
+        run->need_dxs[1 - s] ? run->dxs[1 - s] : NULL,
+        run->need_dxs[s] ? run->dxs[s] : NULL);
+    return;
+  }
   const float *xs[MXU_MAX_INPUTS];
   merge_inputs(layer, run, 0, xs);
   float *whole = (float *)(void *)(run->arena + layer->compiled->scratch[1]);

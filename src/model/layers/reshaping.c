@@ -33,30 +33,20 @@ static double global_pool_flops(const mxu_layer *layer,
   return n * (step->need_dx ? 2.0 : 1.0);
 }
 
+/* On the backend: threaded over the images. */
 static void global_average_forward(mxu_layer *layer, const mxu_layer_run *run) {
   int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
-  int64_t c = layer->in_shape.dims[2];
-  for (int64_t n = 0; n < layer->compiled->batch; n++) {
-    const float *x = run->x + n * pixels * c;
-    float *y = run->y + n * c;
-    for (int64_t k = 0; k < c; k++) y[k] = 0.0f;
-    for (int64_t p = 0; p < pixels; p++)
-      for (int64_t k = 0; k < c; k++) y[k] += x[p * c + k];
-    for (int64_t k = 0; k < c; k++) y[k] /= (float)pixels;
-  }
+  run->backend->channel_mean(layer->compiled->batch, pixels,
+                             (int)layer->in_shape.dims[2], run->x, run->y);
 }
 
 static void global_average_backward(mxu_layer *layer,
                                     const mxu_layer_run *run) {
   if (!run->need_dx) return;
   int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
-  int64_t c = layer->in_shape.dims[2];
-  for (int64_t n = 0; n < layer->compiled->batch; n++) {
-    const float *dy = run->dy + n * c;
-    float *dx = run->dx + n * pixels * c;
-    for (int64_t p = 0; p < pixels; p++)
-      for (int64_t k = 0; k < c; k++) dx[p * c + k] = dy[k] / (float)pixels;
-  }
+  run->backend->channel_mean_backward(layer->compiled->batch, pixels,
+                                      (int)layer->in_shape.dims[2], run->dy,
+                                      run->dx);
 }
 
 static void global_max_forward(mxu_layer *layer, const mxu_layer_run *run) {
