@@ -2211,6 +2211,43 @@ static void test_pad_folding(void) {
   }
 }
 
+/* What layers without weights make of a model input carries no gradient
+ * (none is computed) unless keep_gradients asks for every one: input ->
+ * Rescaling -> ZeroPadding2D -> conv, added to the Rescaling's output. */
+static mxu_tensor_id weightless_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t dims[3] = {6, 5, 3};
+  mxu_tensor_id x = mxu_input(m, NULL, mxu_shape_make(3, dims));
+  mxu_rescaling_config scale = {"rescaling", 0.5f, 0.25f};
+  mxu_tensor_id r = mxu_apply_rescaling(m, &scale, x);
+  mxu_zero_padding2d_config pad = {"pad", 1, 1, 1, 1};
+  mxu_conv2d_config conv = mxu_conv2d_defaults(3, 3, 3);
+  conv.name = "conv";
+  mxu_tensor_id c =
+      mxu_apply_conv2d(m, &conv, mxu_apply_zero_padding2d(m, &pad, r));
+  return head(m, mxu_add(m, "add", c, r));
+}
+
+static void test_gradients_needed(void) {
+  const char *name = "input, Rescaling, ZeroPadding2D, Conv2D, Add";
+  for (int keep = 0; keep < 2; keep++) {
+    mxu_compile_config cc = config_for(MXU_BACKEND_CPU);
+    cc.keep_gradients = keep;
+    mxu_model *m = build_with(name, weightless_graph, NULL, &cc);
+    if (!m) return;
+    int conv = node_named(m, "conv"), add = node_named(m, "add");
+    int pad = node_named(m, "pad"), rescaling = node_named(m, "rescaling");
+    const mxu_edge *e = m->plan.edges;
+    CHECK(e[conv * MXU_MAX_INPUTS].need_dx == keep);
+    CHECK(e[pad * MXU_MAX_INPUTS].need_dx == keep);
+    CHECK(e[rescaling * MXU_MAX_INPUTS].need_dx == 0); /* a model input */
+    CHECK(e[add * MXU_MAX_INPUTS].need_dx == 1);       /* the conv's */
+    CHECK(e[add * MXU_MAX_INPUTS + 1].need_dx == keep);
+    mxu_model_free(m);
+  }
+  same_with_shared_gradients(name, weightless_graph, NULL);
+}
+
 int main(void) {
   test_empty_data();
   test_limits();
@@ -2229,6 +2266,7 @@ int main(void) {
   test_bn_fusion();
   test_gradient_memory();
   test_pad_folding();
+  test_gradients_needed();
   test_errors();
   return check_report("test_graph");
 }

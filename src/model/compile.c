@@ -636,8 +636,12 @@ static mxu_status reserve_edges(mxu_model *model) {
   mxu_plan *plan = &model->plan;
   int n = model->layer_count;
   if (n < 1) return MXU_OK; /* compile refuses such a model first */
-  unsigned char *seen = calloc((size_t)n, 1);
-  if (!seen) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  unsigned char *seen = calloc((size_t)n, 1), *has_grad = calloc((size_t)n, 1);
+  if (!seen || !has_grad) {
+    free(seen), free(has_grad);
+    return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  }
+  mxu_tensors_with_grad(model, has_grad);
   /* The loss writes the output's gradient before any backward: a node
    * that reads the output too (another model output) adds its share. */
   seen[mxu_model_output(model)] = 1;
@@ -650,7 +654,7 @@ static mxu_status reserve_edges(mxu_model *model) {
     for (int k = 0; k < layer->input_count; k++) {
       int t = layer->inputs[k];
       mxu_edge *edge = &plan->edges[i * MXU_MAX_INPUTS + k];
-      int need_dx = mxu_tensor_has_grad(model, t);
+      int need_dx = has_grad[t];
       if (!seen[t]) {
         seen[t] = 1;
         *edge = (mxu_edge){plan->grad[t], 0, need_dx};
@@ -670,7 +674,7 @@ static mxu_status reserve_edges(mxu_model *model) {
   for (int e = 0; e < n * MXU_MAX_INPUTS; e++)
     if (plan->edges[e].partial)
       plan->edges[e].dx = first + plan->edges[e].dx * partial_bytes;
-  free(seen);
+  free(seen), free(has_grad);
   return MXU_OK;
 }
 

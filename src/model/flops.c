@@ -55,13 +55,14 @@ static int fused_softmax(const mxu_model *model) {
 
 /* Forward and backward of node i per sample, as step.c runs it: the
  * class counts its own. */
-static double layer_flops(const mxu_model *model, int i, double batch,
+static double layer_flops(const mxu_model *model, int i,
+                          const unsigned char *has_grad, double batch,
                           double replicas) {
   const mxu_layer *layer = &model->layers[i];
   if (!layer->cls->flops) return 0.0;
-  mxu_flops_step step = {
-      layer->input_count && mxu_tensor_has_grad(model, layer->inputs[0]),
-      i == mxu_model_output(model) && fused_softmax(model), batch, replicas};
+  mxu_flops_step step = {layer->input_count && has_grad[layer->inputs[0]],
+                         i == mxu_model_output(model) && fused_softmax(model),
+                         batch, replicas};
   return layer->cls->flops(layer, &step);
 }
 
@@ -96,8 +97,12 @@ double mxu_model_train_flops(const mxu_model *model) {
   double batch, replicas;
   step_shape(model, &batch, &replicas);
   double total = loss_flops(model) + update_flops(model, batch, replicas);
+  unsigned char *has_grad = calloc((size_t)model->layer_count, 1);
+  if (!has_grad) return 0.0;
+  mxu_tensors_with_grad(model, has_grad);
   for (int i = 0; i < model->layer_count; i++)
-    total += layer_flops(model, i, batch, replicas);
+    total += layer_flops(model, i, has_grad, batch, replicas);
+  free(has_grad);
   return total;
 }
 

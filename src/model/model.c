@@ -1178,10 +1178,28 @@ const mxu_layer *mxu_model_input(const mxu_model *model) {
   return model->input_count ? &model->layers[model->inputs[0]] : NULL;
 }
 
-int mxu_tensor_has_grad(const mxu_model *model, int t) {
-  const mxu_layer *from = &model->layers[t];
-  if (from->cls != &mxu_input_layer_class) return 1;
-  return from->input_count && mxu_tensor_has_grad(model, from->inputs[0]);
+static int declares_trainable(const mxu_layer *layer) {
+  mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
+  int n = mxu_layer_declare(layer, decls);
+  for (int k = 0; k < n; k++)
+    if (decls[k].trainable) return 1;
+  return 0;
+}
+
+/* Nodes come after the nodes they read, so one pass in order. */
+void mxu_tensors_with_grad(const mxu_model *model, unsigned char *has_grad) {
+  for (int t = 0; t < model->layer_count; t++) {
+    const mxu_layer *layer = &model->layers[t];
+    if (layer->cls == &mxu_input_layer_class) {
+      has_grad[t] = layer->input_count && has_grad[layer->inputs[0]];
+      continue;
+    }
+    int from_inputs = 0;
+    for (int k = 0; k < layer->input_count; k++)
+      from_inputs |= has_grad[layer->inputs[k]];
+    has_grad[t] = model->compile.keep_gradients || from_inputs ||
+                  declares_trainable(layer);
+  }
 }
 
 int mxu_layer_ends_in_softmax(const mxu_layer *layer) {

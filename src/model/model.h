@@ -374,7 +374,7 @@ typedef struct mxu_replica {
 typedef struct mxu_edge {
   size_t dx;   /* offset of the buffer dx is written into */
   int partial; /* 1: add the buffer into the input's gradient after */
-  int need_dx; /* mxu_tensor_has_grad of the input */
+  int need_dx; /* the input carries a gradient (mxu_tensors_with_grad) */
 } mxu_edge;
 
 /* The metric a model computes (loss.c), resolved from its name at
@@ -495,10 +495,15 @@ const mxu_layer *mxu_model_input(const mxu_model *model);
 /* Keras' model.layers[i] as a node index (a Sequential's InputLayer is
  * not one); -1 when out of range or a model used as a layer. */
 int mxu_model_node(const mxu_model *model, int layer);
-/* Whether tensor t (node t's output) carries a gradient: every tensor
- * but a model input does (an InputLayer inside a model used as a layer
- * passes on the gradient of what it views). */
-int mxu_tensor_has_grad(const mxu_model *model, int t);
+/* Whether each tensor (node t's output, has_grad[t]) carries a gradient:
+ * one that a trainable weight is computed from (the tensor of a layer
+ * that has one, or of a layer reading such a tensor), so not a model input
+ * nor what layers without weights make of it (Rescaling, Normalization,
+ * ZeroPadding2D before the first conv: no input gradient is computed for
+ * them); with keep_gradients, for inspection, every tensor but a model
+ * input. An InputLayer inside a model used as a layer passes on the
+ * gradient of what it views. */
+void mxu_tensors_with_grad(const mxu_model *model, unsigned char *has_grad);
 /* The node whose output a node's run writes: the last it fused, or its
  * own. */
 static inline int mxu_layer_writes(const mxu_layer *layer) {
