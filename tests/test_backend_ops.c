@@ -150,6 +150,11 @@ static const conv_case conv_cases[] = {
     {8, 1, 1, 64, 48, 1, 1, 1, 1, MXU_VALID},
     {4, 3, 3, 16, 24, 3, 3, 1, 1, MXU_VALID},
     {4, 5, 3, 24, 40, 1, 1, 1, 1, MXU_SAME},
+    /* 2x2 images: the weight gradient on conv_gemm.c; one tile an image
+     * of 128 x 128 channels: Winograd's forward and data, conv_gemm.c's
+     * weight gradient */
+    {8, 2, 2, 16, 16, 3, 3, 1, 1, MXU_SAME},
+    {4, 4, 4, 128, 128, 3, 3, 1, 1, MXU_SAME},
     /* 3x3 at stride 1 with channels in sixteens and 32 images on one
      * thread: cpu runs oneDNN's Winograd where it has one (AVX-512), else
      * its own (conv_wino.c), as for the two after them (channels in
@@ -159,7 +164,7 @@ static const conv_case conv_cases[] = {
     {8, 10, 10, 24, 40, 3, 3, 1, 1, MXU_SAME},  /* odd vectors on AVX2 */
     {32, 16, 16, 16, 32, 3, 3, 1, 1, MXU_SAME}, /* 22 blocks, 8 chunks */
 };
-enum { FIRST_GEMM_CASE = 17, FIRST_WINOGRAD_CASE = 20, END_WINOGRAD_CASE = 22 };
+enum { FIRST_GEMM_CASE = 17, FIRST_WINOGRAD_CASE = 22, END_WINOGRAD_CASE = 24 };
 
 static mxu_conv2d_desc conv_desc(const conv_case *c, mxu_activation act,
                                  int has_bias) {
@@ -371,20 +376,31 @@ static void test_conv2d_winograd(void) {
   omp_set_num_threads(threads);
 }
 
-/* The one-pixel cases run every pass on conv_gemm.c, the pointwise one
- * its weight gradient. */
+/* Which passes the cases from FIRST_GEMM_CASE run on conv_gemm.c (the
+ * weight gradient on all), and which on conv_wino.c: the one-pixel ones
+ * every pass on conv_gemm.c, the pointwise and the small 2x2 one its
+ * weight gradient, the 4x4 of 128 x 128 the others on Winograd. */
 static void test_conv2d_gemm(void) {
+  static const struct {
+    int passes, wino;
+  } want[FIRST_WINOGRAD_CASE - FIRST_GEMM_CASE] = {
+      {1, 0}, {1, 0}, {0, 0}, {0, 0}, {0, 1}};
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
   for (int i = FIRST_GEMM_CASE; i < FIRST_WINOGRAD_CASE; i++) {
-    mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_SIGMOID, 1);
+    mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_RELU, 1);
     mxu_op *op = NULL;
     CHECK_OK(backends[CPU]->conv2d_create(&d, &op));
     if (!op) continue;
-    int one_pixel = d.out_h == 1 && d.out_w == 1;
-    CHECK_MSG(op->conv_gemm && cpu_conv_gemm_passes(op) == one_pixel,
-              "conv2d case %d: conv_gemm %p, passes %d", i,
-              (void *)op->conv_gemm, cpu_conv_gemm_passes(op));
+    int k = i - FIRST_GEMM_CASE;
+    CHECK_MSG(op->conv_gemm && cpu_conv_gemm_passes(op) == want[k].passes &&
+                  (op->conv_wino != NULL) == want[k].wino,
+              "conv2d case %d: conv_gemm %p, passes %d, conv_wino %p", i,
+              (void *)op->conv_gemm, cpu_conv_gemm_passes(op),
+              (void *)op->conv_wino);
     backends[CPU]->op_free(op);
   }
+  omp_set_num_threads(threads);
 }
 
 /* conv_wino.c's passes, on one thread and on two (an op is created for

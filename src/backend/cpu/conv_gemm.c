@@ -265,6 +265,15 @@ static int pointwise(const mxu_conv2d_desc *d) {
  * runs here (see the top). */
 enum { POINTWISE_MAX_PIXELS = 64 };
 
+/* Images of 2x2 outputs or fewer: oneDNN 2.6 ran a 3x3 conv's weight
+ * gradient there 2.5-4x slower than one GEMM over the batch (DenseNet121's
+ * 128 -> 32 on 2x2 at 64 images: 0.5-0.8 -> 0.2 ms), and from MIN_MACS on
+ * its forward and backward data too 1.1-1.8x slower (ResNet50's 256 ->
+ * 256: forward 4.5 -> 2.5 ms, data 2.9 -> 2.4; 512 -> 128: 3.8 -> 2.4,
+ * 2.8 -> 2.6). At 128 -> 32 its backward data was faster (0.13 against
+ * 0.23 ms): there only the weight gradient runs here. */
+static int tiny(const mxu_conv2d_desc *d) { return d->out_h * d->out_w <= 4; }
+
 /* oneDNN 2.6's jit_1x1 weight gradient of a strided 1x1 conv in NHWC,
  * with input channels not filling its blocks (8 on AVX2, 16 on AVX-512),
  * copies the strided input into a per-thread buffer it writes past: on
@@ -276,20 +285,26 @@ static int onednn_rtus_bug(const mxu_conv2d_desc *d) {
          (d->stride_h > 1 || d->stride_w > 1) && d->in_c % 16 != 0;
 }
 
-/* Plain float32 NHWC convs with columns of a sane size: of some size,
- * whose weight gradient oneDNN runs generically or whose taps mostly see
- * padding; or any that oneDNN's bug above would meet. */
-int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *d) {
+static int64_t macs_of(const mxu_conv2d_desc *d) {
+  return rows_of(d) * d->kernel_h * d->kernel_w * d->in_c * d->out_c;
+}
+
+int cpu_conv_gemm_can(const mxu_conv2d_desc *d) {
   int64_t taps = (int64_t)d->kernel_h * d->kernel_w;
   size_t columns = (size_t)(rows_of(d) * taps * d->in_c) * sizeof(float);
-  int64_t macs = rows_of(d) * taps * d->in_c * d->out_c;
-  if (d->bf16 || d->x_native || d->y_native || mxu_conv2d_groups(d) != 1 ||
-      !mxu_activation_fusable(d->activation) ||
-      (!pointwise(d) && columns > MAX_COLUMN_BYTES))
-    return 0;
-  return onednn_rtus_bug(d) || one_pixel(d) ||
+  return !d->bf16 && !d->x_native && !d->y_native &&
+         mxu_conv2d_groups(d) == 1 && mxu_activation_fusable(d->activation) &&
+         (pointwise(d) || columns <= MAX_COLUMN_BYTES);
+}
+
+/* Where it can, and: of some size, whose weight gradient oneDNN runs
+ * generically or whose taps mostly see padding; on tiny images; or any
+ * that oneDNN's bug above would meet. */
+int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *d) {
+  if (!cpu_conv_gemm_can(d)) return 0;
+  return onednn_rtus_bug(d) || one_pixel(d) || tiny(d) ||
          (pointwise(d) && d->out_h * d->out_w <= POINTWISE_MAX_PIXELS) ||
-         (macs >= MIN_MACS &&
+         (macs_of(d) >= MIN_MACS &&
           (cpu_weighted_generic(op, CPU_PASS_BACKWARD_WEIGHTS) ||
            mostly_dead(d, live_taps(d))));
 }
@@ -308,7 +323,8 @@ mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   *g = (struct cpu_conv_gemm){.d = *d,
                               .taps = taps,
                               .live = live,
-                              .passes = mostly_dead(d, live) || one_pixel(d),
+                              .passes = mostly_dead(d, live) || one_pixel(d) ||
+                                        (tiny(d) && macs_of(d) >= MIN_MACS),
                               .direct = direct};
   g->live_tap = (int *)(void *)((char *)g + head);
   g->columns = (float *)(void *)((char *)g + head + list);

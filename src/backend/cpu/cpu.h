@@ -219,6 +219,8 @@ void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
  * conv pointwise on images up to 8x8, and its forward and backward data
  * where most taps see only padding or each image has one output pixel
  * (passes). */
+/* Plain float32 NHWC, columns of a sane size: it could. */
+int cpu_conv_gemm_can(const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_passes(const mxu_op *op);
