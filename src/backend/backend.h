@@ -233,6 +233,10 @@ typedef struct mxu_backend {
   void (*scale_channels_backward)(int64_t n, int64_t pixels, int c,
                                   const float *x, const float *s,
                                   const float *dy, float *dx, float *ds);
+  /* rows runs of width floats from src to dst, each strided by its own
+   * stride (Concatenate's slabs, forward and backward). */
+  void (*copy_rows)(int64_t rows, int64_t width, const float *src,
+                    int64_t src_stride, float *dst, int64_t dst_stride);
   /* GlobalAveragePooling2D: y[i][c] = the mean of image i's pixels (summed
    * in order); its backward dx = dy / pixels at every pixel. */
   void (*channel_mean)(int64_t n, int64_t pixels, int c, const float *x,

@@ -330,6 +330,8 @@ void cpu_scale_channels(int64_t n, int64_t pixels, int c, const float *x,
 void cpu_scale_channels_backward(int64_t n, int64_t pixels, int c,
                                  const float *x, const float *s,
                                  const float *dy, float *dx, float *ds);
+void cpu_copy_rows(int64_t rows, int64_t width, const float *src,
+                   int64_t src_stride, float *dst, int64_t dst_stride);
 void cpu_channel_mean(int64_t n, int64_t pixels, int c, const float *x,
                       float *y);
 void cpu_channel_mean_backward(int64_t n, int64_t pixels, int c,

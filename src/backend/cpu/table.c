@@ -36,6 +36,7 @@ static const mxu_backend cpu_backend = {
     .add = cpu_add,
     .scale_channels = cpu_scale_channels,
     .scale_channels_backward = cpu_scale_channels_backward,
+    .copy_rows = cpu_copy_rows,
     .channel_mean = cpu_channel_mean,
     .channel_mean_backward = cpu_channel_mean_backward,
     .adam_update = cpu_adam_update,

@@ -62,6 +62,7 @@ static const mxu_backend cpu_ref_table = {
     .add = mxu_ref_add,
     .scale_channels = mxu_ref_scale_channels,
     .scale_channels_backward = mxu_ref_scale_channels_backward,
+    .copy_rows = mxu_ref_copy_rows,
     .channel_mean = mxu_ref_channel_mean,
     .channel_mean_backward = mxu_ref_channel_mean_backward,
     .adam_update = mxu_ref_adam_update,

@@ -198,6 +198,13 @@ void mxu_ref_scale_channels_backward(int64_t n, int64_t pixels, int c,
     }
 }
 
+void mxu_ref_copy_rows(int64_t rows, int64_t width, const float *src,
+                       int64_t src_stride, float *dst, int64_t dst_stride) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t i = 0; i < width; i++)
+      dst[r * dst_stride + i] = src[r * src_stride + i];
+}
+
 void mxu_ref_channel_mean(int64_t n, int64_t pixels, int c, const float *x,
                           float *y) {
   for (int64_t i = 0; i < n; i++)

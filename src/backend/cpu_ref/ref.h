@@ -44,6 +44,8 @@ void mxu_ref_scale_channels(int64_t n, int64_t pixels, int c, const float *x,
 void mxu_ref_scale_channels_backward(int64_t n, int64_t pixels, int c,
                                      const float *x, const float *s,
                                      const float *dy, float *dx, float *ds);
+void mxu_ref_copy_rows(int64_t rows, int64_t width, const float *src,
+                       int64_t src_stride, float *dst, int64_t dst_stride);
 void mxu_ref_channel_mean(int64_t n, int64_t pixels, int c, const float *x,
                           float *y);
 void mxu_ref_channel_mean_backward(int64_t n, int64_t pixels, int c,

@@ -387,7 +387,8 @@ static concat_geometry geometry(const mxu_layer *layer) {
   return g;
 }
 
-/* Copies between y's runs and input k's: to_y 1 for forward. */
+/* Copies between y's runs and input k's, on the backend (threaded): to_y
+ * 1 for forward. */
 static void concat_move(const mxu_layer *layer, const mxu_layer_run *run,
                         int to_y) {
   concat_geometry g = geometry(layer);
@@ -395,14 +396,12 @@ static void concat_move(const mxu_layer *layer, const mxu_layer_run *run,
   int64_t total = layer->out_shape.dims[axis] * g.inner, at = 0;
   for (int k = 0; k < layer->input_count; k++) {
     int64_t slab = layer->in_shapes[k].dims[axis] * g.inner;
-    size_t bytes = (size_t)slab * sizeof(float);
-    if (to_y || run->need_dxs[k])
-      for (int64_t o = 0; o < g.outer; o++) {
-        if (to_y)
-          memcpy(run->y + o * total + at, run->xs[k] + o * slab, bytes);
-        else
-          memcpy(run->dxs[k] + o * slab, run->dy + o * total + at, bytes);
-      }
+    if (to_y)
+      run->backend->copy_rows(g.outer, slab, run->xs[k], slab, run->y + at,
+                              total);
+    else if (run->need_dxs[k])
+      run->backend->copy_rows(g.outer, slab, run->dy + at, total, run->dxs[k],
+                              slab);
     at += slab;
   }
 }
