@@ -495,7 +495,7 @@ static void test_bn_case(int64_t rows, int ch_count, float epsilon,
   c.gamma = act == MXU_RELU6 ? random_floats(ch_count, 3, 5)
                              : random_floats(ch_count, 0.5, 1.5);
   c.beta = act == MXU_RELU6 ? random_floats(ch_count, 1.5, 2.5)
-                             : random_floats(ch_count, -0.5, 0.5);
+                            : random_floats(ch_count, -0.5, 0.5);
   c.y = floats(c.count);
   c.mean = floats(ch_count), c.var = floats(ch_count);
   c.r = random_floats(c.count, -1, 1);

@@ -779,10 +779,10 @@ static mxu_status reserve_gradients(mxu_model *model, const int *owner) {
 
 /* Each node's output and gradient; a view (or a folded ZeroPadding2D)
  * shares its input's memory, and its input's gradient too where nothing
- * else reads the input. Then each
- * node's input edges, walking backward as the step does: a tensor's
- * gradient is written whole by its last reader and every earlier reader's
- * share is added to it after, from a partial buffer. */
+ * else reads the input. Then each node's input edges, walking backward as
+ * the step does: a tensor's gradient is written whole by its last reader
+ * and every earlier reader's share is added to it after, from a partial
+ * buffer. */
 static mxu_status reserve_io(mxu_model *model) {
   mxu_plan *plan = &model->plan;
   mxu_arena *layout = &plan->layout;

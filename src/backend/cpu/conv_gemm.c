@@ -52,7 +52,7 @@ struct cpu_conv_gemm {
   mxu_conv2d_desc d;
   int taps, live; /* kernel taps, and those that see the image */
   int passes;     /* forward and backward data too: most taps are dead,
-                   * or one output pixel per image */
+                   * one output pixel per image, or 2x2 of some size */
   int direct;     /* pointwise: x, w, dx, dw are the GEMMs' own operands */
   int *live_tap;  /* [live]: which */
   float *columns; /* [rows][live * in_c] */

@@ -369,8 +369,8 @@ void cpu_scale_channels_backward(int64_t n, int64_t pixels, int c,
 
 void cpu_copy_rows(int64_t rows, int64_t width, const float *src,
                    int64_t src_stride, float *dst, int64_t dst_stride) {
-#pragma omp parallel for schedule(static)                                      \
-    num_threads(cpu_threads_for(rows *width / BLOCK + 1))
+  int64_t blocks = rows * width / BLOCK + 1;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(blocks))
   for (int64_t r = 0; r < rows; r++)
     memcpy(dst + r * dst_stride, src + r * src_stride,
            (size_t)width * sizeof *dst);

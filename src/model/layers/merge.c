@@ -1,7 +1,8 @@
 /* merge.c — Keras' merge layers: Add, Subtract, Multiply, Average,
  * Maximum, Minimum over inputs of one shape (or broadcast to one), and
  * Concatenate along any axis. Data movement and one operation per value:
- * plain loops. */
+ * Add, squeeze-and-excitation's Multiply and Concatenate on the backend
+ * (threaded: the models' hot ones), the others plain loops. */
 #include "model/layers/layers.h"
 
 #include <string.h>

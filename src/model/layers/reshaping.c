@@ -1,7 +1,8 @@
 /* reshaping.c — layers that move values rather than compute them:
  * GlobalAveragePooling2D and GlobalMaxPooling2D (keepdims too),
- * ZeroPadding2D and Cropping2D, Reshape and Permute. Plain loops: each
- * touches every value once. */
+ * ZeroPadding2D and Cropping2D, Reshape and Permute. Plain loops (each
+ * touches every value once) but GlobalAveragePooling2D's, on the backend,
+ * and a ZeroPadding2D folded into the conv that reads it (a view). */
 #include "model/layers/layers.h"
 
 #include <string.h>
