@@ -232,6 +232,8 @@ void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
                               float *dx) {
   if (op->conv_data)
     cpu_conv_data_backward(op, dy, w, dx);
+  else if (cpu_conv_dw_own_data(op))
+    cpu_conv_dw_backward_data(op, dy, w, dx);
   else if (cpu_conv_gemm_passes(op))
     cpu_conv_gemm_backward_data(op, dy, w, dx);
   else if (op->conv_wino)

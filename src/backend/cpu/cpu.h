@@ -209,8 +209,11 @@ void cpu_conv_data_image(const mxu_op *op, const float *dy, const float *w,
 int cpu_conv_dw_fits(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_dw_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 int cpu_conv_dw_own_forward(const mxu_op *op);
+int cpu_conv_dw_own_data(const mxu_op *op);
 void cpu_conv_dw_forward(mxu_op *op, const float *x, const float *w,
                          const float *b, float *y);
+void cpu_conv_dw_backward_data(mxu_op *op, const float *dy, const float *w,
+                               float *dx);
 void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
                                   float *dw, float *db);
 
