@@ -602,11 +602,13 @@ static void fold_padding(mxu_model *model, int i) {
   const mxu_zero_padding2d_config *c = &pad->config.padding;
   const mxu_conv2d_config *cc = &conv->config.conv;
   const mxu_depthwise_conv2d_config *dc = &conv->config.depthwise;
-  if (!(conv->cls == &mxu_conv2d_class &&
-        margins_fit(c, cc->padding, cc->kernel_size, cc->dilation_rate)) &&
-      !(conv->cls == &mxu_depthwise_conv2d_class &&
-        margins_fit(c, dc->padding, dc->kernel_size, dc->dilation_rate)))
-    return;
+  int fits =
+      conv->cls == &mxu_conv2d_class
+          ? margins_fit(c, cc->padding, cc->kernel_size, cc->dilation_rate)
+      : conv->cls == &mxu_depthwise_conv2d_class
+          ? margins_fit(c, dc->padding, dc->kernel_size, dc->dilation_rate)
+          : 0;
+  if (!fits) return;
   pad->compiled->folded = 1;
   int *m = conv->compiled->margins;
   m[0] = c->top, m[1] = c->bottom, m[2] = c->left, m[3] = c->right;

@@ -24,20 +24,44 @@
 #include <string.h>
 
 #define IMAGE_BLOCK 8 /* images per partial gradient */
+#define MAX_TAPS 64   /* kernel taps (kh x kw) the op takes */
 
 struct cpu_conv_dw {
   mxu_conv2d_desc d;
   int own_forward; /* oneDNN's forward is generic: run forward_image */
   int own_data;    /* strided or tiny images: run data_image */
   int taps;
-  int64_t blocks; /* of IMAGE_BLOCK images */
-  float *partial; /* blocks x (taps + 1) x c: dw, then db */
-  int tap_y[64];  /* tap t's row and column offset from a window's corner */
-  int tap_x[64];
+  int64_t blocks;      /* of IMAGE_BLOCK images */
+  float *partial;      /* blocks x (taps + 1) x c: dw, then db */
+  int tap_y[MAX_TAPS]; /* tap t's row and column offset from a window's corner
+                        */
+  int tap_x[MAX_TAPS];
   /* Output rows and columns [lo, hi) whose windows lie inside the image:
    * there no tap needs a bounds check. */
   int row_lo, row_hi, col_lo, col_hi;
 };
+
+/* Output (oy, ox)'s window: its corner in the input (y0, x0), and
+ * whether it lies inside the image (then no tap needs a check). */
+static inline int corner(const struct cpu_conv_dw *cd, int oy, int ox, int *y0,
+                         int *x0) {
+  const mxu_conv2d_desc *d = &cd->d;
+  *y0 = oy * d->stride_h - d->pad_top;
+  *x0 = ox * d->stride_w - d->pad_left;
+  return oy >= cd->row_lo && oy < cd->row_hi && ox >= cd->col_lo &&
+         ox < cd->col_hi;
+}
+
+/* Where tap t of the window at (y0, x0) reads, in floats from the image's
+ * start, or -1 where it falls on padding. */
+static inline int64_t tap_from(const struct cpu_conv_dw *cd, int y0, int x0,
+                               int inside, int t) {
+  const mxu_conv2d_desc *d = &cd->d;
+  int iy = y0 + cd->tap_y[t], ix = x0 + cd->tap_x[t];
+  if (!inside && (iy < 0 || iy >= d->in_h || ix < 0 || ix >= d->in_w))
+    return -1;
+  return ((int64_t)iy * d->in_w + ix) * d->in_c;
+}
 
 /* ---- forward ------------------------------------------------------------ */
 
@@ -49,15 +73,14 @@ static void forward_image(const struct cpu_conv_dw *cd, const float *x,
   int64_t c = d->in_c;
   for (int oy = 0; oy < d->out_h; oy++)
     for (int ox = 0; ox < d->out_w; ox++, y += c) {
-      int y0 = oy * d->stride_h - d->pad_top,
-          x0 = ox * d->stride_w - d->pad_left;
+      int y0, x0, inside = corner(cd, oy, ox, &y0, &x0);
       for (int64_t at = 0; at < c; at += LANES) {
         vf acc = b ? *(const vfu *)(b + at) : (vf){0};
         for (int t = 0; t < cd->taps; t++) {
-          int iy = y0 + cd->tap_y[t], ix = x0 + cd->tap_x[t];
-          if (iy >= 0 && iy < d->in_h && ix >= 0 && ix < d->in_w)
-            acc += *(const vfu *)(x + ((int64_t)iy * d->in_w + ix) * c + at) *
-                   *(const vfu *)(w + t * c + at);
+          int64_t from = tap_from(cd, y0, x0, inside, t);
+          if (from >= 0)
+            acc +=
+                *(const vfu *)(x + from + at) * *(const vfu *)(w + t * c + at);
         }
         if (d->activation == MXU_RELU) acc = select_v(acc > 0.0f, acc, (vf){0});
         *(vfu *)(y + at) = acc;
@@ -100,17 +123,13 @@ static void image_gradient(const struct cpu_conv_dw *cd, const float *x,
   float *bias = part + (int64_t)cd->taps * c;
   for (int oy = 0; oy < d->out_h; oy++)
     for (int ox = 0; ox < d->out_w; ox++, g += c) {
-      int y0 = oy * d->stride_h - d->pad_top,
-          x0 = ox * d->stride_w - d->pad_left;
-      int in = oy >= cd->row_lo && oy < cd->row_hi && ox >= cd->col_lo &&
-               ox < cd->col_hi;
+      int y0, x0, inside = corner(cd, oy, ox, &y0, &x0);
       for (int64_t at = 0; at < c; at += LANES)
         *(vfu *)(bias + at) += *(const vfu *)(g + at);
       for (int t = 0; t < cd->taps; t++) {
-        int iy = y0 + cd->tap_y[t], ix = x0 + cd->tap_x[t];
-        if (!in && (iy < 0 || iy >= d->in_h || ix < 0 || ix >= d->in_w))
-          continue;
-        const float *xr = xi + ((int64_t)iy * d->in_w + ix) * c;
+        int64_t from = tap_from(cd, y0, x0, inside, t);
+        if (from < 0) continue;
+        const float *xr = xi + from;
         float *p = part + t * c;
         for (int64_t at = 0; at < c; at += LANES)
           *(vfu *)(p + at) += *(const vfu *)(xr + at) * *(const vfu *)(g + at);
@@ -136,15 +155,11 @@ static void data_image(const struct cpu_conv_dw *cd, const float *dy,
   memset(di, 0, (size_t)(d->in_h * d->in_w * c) * sizeof *di);
   for (int oy = 0; oy < d->out_h; oy++)
     for (int ox = 0; ox < d->out_w; ox++, g += c) {
-      int y0 = oy * d->stride_h - d->pad_top,
-          x0 = ox * d->stride_w - d->pad_left;
-      int in = oy >= cd->row_lo && oy < cd->row_hi && ox >= cd->col_lo &&
-               ox < cd->col_hi;
+      int y0, x0, inside = corner(cd, oy, ox, &y0, &x0);
       for (int t = 0; t < cd->taps; t++) {
-        int iy = y0 + cd->tap_y[t], ix = x0 + cd->tap_x[t];
-        if (!in && (iy < 0 || iy >= d->in_h || ix < 0 || ix >= d->in_w))
-          continue;
-        float *to = di + ((int64_t)iy * d->in_w + ix) * c;
+        int64_t from = tap_from(cd, y0, x0, inside, t);
+        if (from < 0) continue;
+        float *to = di + from;
         const float *wt = w + t * c;
         for (int64_t at = 0; at < c; at += LANES)
           *(vfu *)(to + at) += *(const vfu *)(g + at) * *(const vfu *)(wt + at);
@@ -183,7 +198,7 @@ int cpu_conv_dw_fits(const mxu_conv2d_desc *d) {
   int taps = d->kernel_h * d->kernel_w;
   return !d->bf16 && !d->x_native && !d->y_native && d->in_c > 1 &&
          mxu_conv2d_groups(d) == d->in_c && d->out_c == d->in_c &&
-         d->in_c % LANES == 0 && taps <= 64;
+         d->in_c % LANES == 0 && taps <= MAX_TAPS;
 }
 
 /* The outputs [lo, hi) along one axis whose window, from o * stride - pad

@@ -42,10 +42,12 @@
 /* Columns buffer limit: larger images have fewer dead taps and oneDNN's
  * own kernels. */
 #define MAX_COLUMN_BYTES ((size_t)64 << 20)
-/* Multiply-adds of a direct pass below which oneDNN's kernels win anyway
- * (the gathering and the GEMM's set-up cost ~0.5 ms): DenseNet121's 3x3
- * 128 -> 32 convs on 2x2 and 1x1 images (2-9 M) ran as fast or faster on
- * oneDNN; ResNet50's 256 and 512 channels (151 M) 3-10x slower. */
+/* Multiply-adds of a direct pass below which oneDNN's generic weight
+ * gradient and its forward and backward data on 2x2 images win anyway
+ * (the gathering and the GEMM's set-up cost): DenseNet121's 3x3 128 -> 32
+ * on 2x2 images (9 M) ran its backward data faster on oneDNN (though its
+ * weight gradient slower: see tiny); ResNet50's 256 and 512 channels
+ * (151 M) 3-10x slower. */
 #define MIN_MACS ((int64_t)1 << 24)
 
 struct cpu_conv_gemm {
