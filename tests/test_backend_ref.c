@@ -475,14 +475,17 @@ static void check_bn_stats(const bn_ctx *c, int64_t rows, int ch_count) {
   }
 }
 
-/* act: the relu or relu6 after it fused (else MXU_LINEAR); the objective
- * then reads the relu'd y, and the backward masks by it. For relu6,
- * gammas of 3-5 and betas of 1.5-2.5 put part of y above the cap. */
+/* act: the relu, relu6 or silu after it fused (else MXU_LINEAR); the
+ * objective then reads the activation's y, and the backward masks by it
+ * (relus) or recomputes the normalised value (silu, given no y). For
+ * relu6, gammas of 3-5 and betas of 1.5-2.5 put part of y above the
+ * cap. */
 static void test_bn_case(int64_t rows, int ch_count, float epsilon,
                          mxu_activation act) {
   mxu_batchnorm_desc d = {rows, ch_count, epsilon, act};
   const char *what = act == MXU_RELU6  ? "+relu6"
                      : act == MXU_RELU ? "+relu"
+                     : act == MXU_SILU ? "+silu"
                                        : "";
   bn_ctx c = {0};
   char name[96];
@@ -503,9 +506,9 @@ static void test_bn_case(int64_t rows, int ch_count, float epsilon,
   check_bn_stats(&c, rows, ch_count);
   float *dx = filled(c.count, 777.0f), *dgamma = filled(ch_count, 777.0f);
   float *dbeta = filled(ch_count, 777.0f);
-  be->batchnorm_backward(c.op, c.x, c.y, c.r, c.gamma, c.mean, c.var, dx,
-                         dgamma, dbeta);
-  if (act != MXU_LINEAR) {
+  be->batchnorm_backward(c.op, c.x, act == MXU_SILU ? NULL : c.y, c.r, c.gamma,
+                         c.beta, c.mean, c.var, dx, dgamma, dbeta);
+  if (act == MXU_RELU || act == MXU_RELU6) {
     int64_t zeroed = 0, capped = 0;
     for (int64_t i = 0; i < c.count; i++) {
       zeroed += c.y[i] == 0.0f;
@@ -528,8 +531,9 @@ static void test_bn_case(int64_t rows, int ch_count, float epsilon,
 }
 
 static void test_bn_gradients(void) {
-  static const mxu_activation acts[] = {MXU_LINEAR, MXU_RELU, MXU_RELU6};
-  for (int a = 0; a < 3; a++) {
+  static const mxu_activation acts[] = {MXU_LINEAR, MXU_RELU, MXU_RELU6,
+                                        MXU_SILU};
+  for (int a = 0; a < 4; a++) {
     test_bn_case(7, 3, 1e-3f, acts[a]);
     test_bn_case(12, 2, 1e-3f, acts[a]);
     test_bn_case(5, 1, 1e-5f, acts[a]);

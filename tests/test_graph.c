@@ -1689,11 +1689,19 @@ static void test_fusion(void) {
 }
 
 /* BatchNormalization and the relu that alone reads it, in a residual
- * block: x -> conv -> BN -> relu (Activation, a ReLU layer, ReLU(6.); a
- * cap of 3 is neither relu nor relu6), added to a shortcut conv of x; or
- * the BN's output read twice. The (last) Add and the relu after it fuse
- * too. */
-enum { BN_ACTIVATION, BN_RELU_LAYER, BN_RELU6, BN_RELU_CAP3, BN_READ_TWICE };
+ * block: x -> conv -> BN -> relu (Activation, a ReLU layer, ReLU(6.),
+ * Activation('silu'); a cap of 3 is neither relu nor relu6, gelu not
+ * fused), added to a shortcut conv of x; or the BN's output read twice.
+ * The (last) Add and the relu after it fuse too. */
+enum {
+  BN_ACTIVATION,
+  BN_RELU_LAYER,
+  BN_RELU6,
+  BN_RELU_CAP3,
+  BN_READ_TWICE,
+  BN_SILU,
+  BN_GELU
+};
 
 static mxu_tensor_id bn_fusion_graph(mxu_model *m, const void *ctx) {
   int variant = *(const int *)ctx;
@@ -1712,7 +1720,9 @@ static mxu_tensor_id bn_fusion_graph(mxu_model *m, const void *ctx) {
   mxu_tensor_id r =
       variant == BN_RELU_LAYER || variant == BN_RELU6 || variant == BN_RELU_CAP3
           ? mxu_apply_relu(m, &relu, b)
-          : mxu_apply_activation(m, "relu", MXU_RELU, b);
+      : variant == BN_SILU ? mxu_apply_activation(m, "relu", MXU_SILU, b)
+      : variant == BN_GELU ? mxu_apply_activation(m, "relu", MXU_GELU, b)
+                           : mxu_apply_activation(m, "relu", MXU_RELU, b);
   mxu_conv2d_config shortcut = mxu_conv2d_defaults(4, 1, 1);
   mxu_tensor_id sum = mxu_add(m, NULL, r, mxu_apply_conv2d(m, &shortcut, x));
   if (variant == BN_READ_TWICE) sum = mxu_add(m, NULL, sum, b);
@@ -1736,6 +1746,8 @@ static void test_bn_fusion(void) {
       {"BN, ReLU(6.) in a residual block", BN_RELU6, 1},
       {"BN, ReLU(3.)", BN_RELU_CAP3, 0},
       {"a BN read twice", BN_READ_TWICE, 0},
+      {"BN, Activation('silu') in a residual block", BN_SILU, 1},
+      {"BN, Activation('gelu')", BN_GELU, 0},
   };
   static const mxu_backend_kind kinds[2] = {MXU_BACKEND_CPU,
                                             MXU_BACKEND_CPU_REF};

@@ -78,12 +78,21 @@ typedef struct mxu_batchnorm_desc {
   int64_t rows;
   int c;
   float epsilon;
-  /* MXU_LINEAR, or the relu (MXU_RELU) or relu6 (MXU_RELU6, MobileNetV2's
-   * ReLU(6.)) that alone reads the output, fused: y is relu'd (NaN stays
-   * NaN, as TensorFlow's relu), and backward passes dy on only where that
-   * y is positive (and below 6: TensorFlow's side at the corners). */
+  /* MXU_LINEAR, or the activation that alone reads the output, fused:
+   * relu (MXU_RELU) or relu6 (MXU_RELU6, MobileNetV2's ReLU(6.)): y is
+   * relu'd (NaN stays NaN, as TensorFlow's relu), and backward passes dy
+   * on only where that y is positive (and below 6: TensorFlow's side at
+   * the corners); silu (MXU_SILU, EfficientNet's swish): y = v sigmoid(v)
+   * of the normalised v, which backward recomputes from x, gamma and
+   * beta (so y is not read). */
   mxu_activation activation;
 } mxu_batchnorm_desc;
+
+/* The activations a batch normalisation may fuse (above). */
+static inline int mxu_batchnorm_fusable(mxu_activation activation) {
+  return activation == MXU_LINEAR || activation == MXU_RELU ||
+         activation == MXU_RELU6 || activation == MXU_SILU;
+}
 
 static inline int mxu_activation_fusable(mxu_activation activation) {
   return activation == MXU_LINEAR || activation == MXU_RELU ||
@@ -178,7 +187,8 @@ typedef struct mxu_backend {
   /* Training: normalise with the batch mean and biased variance, which are
    * written to mean and var. Inference: use the given mean and var.
    * Backward: the batch-statistics gradient, from the training forward's
-   * mean and var (and its y, read with relu only: may be NULL without). */
+   * mean and var (and its y, read with relu or relu6 only: may be NULL
+   * otherwise; beta is read with silu only). */
   mxu_status (*batchnorm_create)(const mxu_batchnorm_desc *desc, mxu_op **out);
   void (*batchnorm_forward_training)(mxu_op *op, const float *x,
                                      const float *gamma, const float *beta,
@@ -189,8 +199,9 @@ typedef struct mxu_backend {
                                       float *y);
   void (*batchnorm_backward)(mxu_op *op, const float *x, const float *y,
                              const float *dy, const float *gamma,
-                             const float *mean, const float *var, float *dx,
-                             float *dgamma, float *dbeta);
+                             const float *beta, const float *mean,
+                             const float *var, float *dx, float *dgamma,
+                             float *dbeta);
 
   /* Backward gets the forward's input x and output y and reads whichever
    * the derivative is best computed from; x may be NULL for the fusable

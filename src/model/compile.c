@@ -535,18 +535,21 @@ static int sole_consumer(const mxu_model *model, int i) {
 }
 
 /* The relu (without an activity regularizer) that alone reads node i's
- * output, or -1; relu6 too where the reader fuses it. */
-static int relu_reader(const mxu_model *model, int i, int relu6) {
+ * output, or -1; relu6 and silu too where node i is a
+ * BatchNormalization. */
+static int relu_reader(const mxu_model *model, int i, int batchnorm) {
   int next = sole_consumer(model, i);
   if (next < 0 || mxu_has_activity(&model->layers[next])) return -1;
-  mxu_activation kind = mxu_layer_relu_kind(&model->layers[next]);
-  return kind == MXU_RELU || (relu6 && kind == MXU_RELU6) ? next : -1;
+  mxu_activation kind = mxu_layer_fusable_kind(&model->layers[next]);
+  if (kind == MXU_LINEAR) return -1;
+  return kind == MXU_RELU || batchnorm ? next : -1;
 }
 
 /* What node i could run itself: a BatchNormalization (per replica) or an
  * Add of two or more, and the relu that alone reads it (ResNets' every
  * block: the relu's pass over memory, forward and backward, saved; for a
- * BatchNormalization relu6 too, MobileNetV2's every block); a
+ * BatchNormalization relu6 and silu too, MobileNetV2's and EfficientNet's
+ * every block); a
  * Conv2D (linear or relu) whose output only a MaxPooling2D reads, and a
  * relu that alone reads that. Decided from readers, not positions, so the
  * pattern fuses inside a residual block and a tensor read twice is never

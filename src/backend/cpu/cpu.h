@@ -310,8 +310,9 @@ void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
                                      float *y);
 void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
                             const float *dy, const float *gamma,
-                            const float *mean, const float *var, float *dx,
-                            float *dgamma, float *dbeta);
+                            const float *beta, const float *mean,
+                            const float *var, float *dx, float *dgamma,
+                            float *dbeta);
 
 mxu_status cpu_activation_create(const mxu_activation_desc *desc, mxu_op **out);
 void cpu_activation_forward(mxu_op *op, const float *x, float *y);

@@ -144,6 +144,11 @@ static double derivative(mxu_activation activation, double alpha, double x,
   return 1.0;
 }
 
+double mxu_ref_slope(mxu_activation activation, double x) {
+  double alpha = mxu_activation_alpha(activation);
+  return derivative(activation, alpha, x, activate(activation, alpha, x));
+}
+
 void mxu_ref_activation_backward(mxu_op *op, const float *x, const float *y,
                                  const float *dy, float *dx) {
   const mxu_activation_desc *d = &op->desc.activation;

@@ -33,6 +33,8 @@ mxu_status mxu_ref_check_fused(const char *what, mxu_activation activation);
 
 /* elementwise.c */
 float mxu_ref_activate(mxu_activation activation, float x);
+/* The derivative of the activation at x (alpha its default). */
+double mxu_ref_slope(mxu_activation activation, double x);
 mxu_status mxu_ref_activation_create(const mxu_activation_desc *desc,
                                      mxu_op **out);
 void mxu_ref_activation_forward(mxu_op *op, const float *x, float *y);
@@ -91,8 +93,9 @@ void mxu_ref_batchnorm_forward_inference(mxu_op *op, const float *x,
                                          float *y);
 void mxu_ref_batchnorm_backward(mxu_op *op, const float *x, const float *y,
                                 const float *dy, const float *gamma,
-                                const float *mean, const float *var, float *dx,
-                                float *dgamma, float *dbeta);
+                                const float *beta, const float *mean,
+                                const float *var, float *dx, float *dgamma,
+                                float *dbeta);
 
 /* loss.c */
 void mxu_ref_softmax_cross_entropy(int64_t n, int k, const float *logits,

@@ -69,11 +69,11 @@ static mxu_status batchnorm_plan(mxu_layer *layer, const mxu_backend *backend,
   layer->compiled->scratch[SCRATCH_SYNC] =
       mxu_arena_reserve(layout, 2 * c_bytes);
   layer->compiled->sync_offset = layer->compiled->scratch[SCRATCH_SYNC];
-  mxu_batchnorm_desc d = {rows(layer), channels(layer),
-                          layer->config.batchnorm.epsilon,
-                          layer->compiled->fused_layers == 1
-                              ? mxu_layer_relu_kind(layer->compiled->fused[0])
-                              : MXU_LINEAR};
+  mxu_batchnorm_desc d = {
+      rows(layer), channels(layer), layer->config.batchnorm.epsilon,
+      layer->compiled->fused_layers == 1
+          ? mxu_layer_fusable_kind(layer->compiled->fused[0])
+          : MXU_LINEAR};
   return backend->batchnorm_create(&d, &layer->compiled->ops[0]);
 }
 
@@ -155,8 +155,8 @@ static void batchnorm_backward(mxu_layer *layer, const mxu_layer_run *run) {
   /* dx is always computed: the kernel gives all three gradients at once,
    * and run->dx is a real buffer even for the first layer. */
   run->backend->batchnorm_backward(run->ops[0], run->x, run->y, run->dy,
-                                   v.gamma, v.mean, v.var, run->dx, v.dgamma,
-                                   v.dbeta);
+                                   v.gamma, v.beta, v.mean, v.var, run->dx,
+                                   v.dgamma, v.dbeta);
 }
 
 /* ---- synchronized: statistics over the global batch ------------------
