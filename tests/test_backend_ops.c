@@ -1354,6 +1354,44 @@ static void test_multiply(void) {
   }
 }
 
+/* Per image and channel: scale_channels both ways (squeeze-and-excite's
+ * Multiply, Dropout's per-sample or per-channel draws) and channel_mean
+ * both ways (GlobalAveragePooling2D); one channel (a scale per image) is
+ * cpu's own loop. */
+static void test_channel_ops(void) {
+  static const int64_t cases[][3] = {
+      {3, 5, 1}, {5, 1000, 1}, {4, 7, 3}, {2, 6, 16}, {3, 9, 20}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    int64_t n = cases[i][0], pixels = cases[i][1];
+    int c = (int)cases[i][2];
+    size_t count = (size_t)(n * pixels * c), per = (size_t)(n * c);
+    float *x = rnd(count, -2, 2), *scale = rnd(per, -1, 2),
+          *dy = rnd(count, -1, 1), *out[4][2];
+    for (int k = 0; k < 2; k++) {
+      const mxu_backend *be = backends[k];
+      out[0][k] = zeros(count), out[1][k] = zeros(count);
+      out[2][k] = zeros(per), out[3][k] = zeros(per);
+      be->scale_channels(n, pixels, c, x, scale, out[0][k]);
+      be->scale_channels_backward(n, pixels, c, x, scale, dy, out[1][k],
+                                  out[2][k]);
+      be->channel_mean(n, pixels, c, x, out[3][k]);
+    }
+    char label[64];
+    snprintf(label, sizeof label, "channel ops %lldx%lldx%d", (long long)n,
+             (long long)pixels, c);
+    expect_pair(label, "scaled", out[0], count, TOL_OPS);
+    expect_pair(label, "scaled dx", out[1], count, TOL_OPS);
+    expect_pair(label, "scaled ds", out[2], per, TOL_LAYER);
+    expect_pair(label, "mean", out[3], per, TOL_LAYER);
+    /* one image's scale on another's pixels would differ */
+    for (int64_t j = 0; j < n; j++)
+      CHECK_MSG(out[0][CPU][j * pixels * c] == x[j * pixels * c] * scale[j * c],
+                "%s: image %lld's first value", label, (long long)j);
+    for (int k = 0; k < 4; k++) free_pair(out[k]);
+    free(x), free(scale), free(dy);
+  }
+}
+
 /* Add, plain and relu'd, out of place and in place; more than a block
  * of values, so the cpu's threads split it. NaN stays NaN through the
  * relu (as TensorFlow's). */
@@ -1456,6 +1494,7 @@ int main(void) {
   test_losses();
   test_multiply();
   test_add();
+  test_channel_ops();
   test_adam();
   test_sgd();
   printf("test_backend_ops: %d buffers compared, cpu against cpu_ref\n",

@@ -328,11 +328,20 @@ void cpu_add(int64_t count, const float *a, const float *b, int relu,
 }
 
 /* Per channel over each image's pixels, image by image on every thread;
- * the sums run over the pixels in order whatever the split. */
+ * the sums run over the pixels in order whatever the split. One channel
+ * (a scale per image: drop-connect) runs along the image instead. */
 void cpu_scale_channels(int64_t n, int64_t pixels, int c, const float *x,
                         const float *s, float *y) {
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(n))
   for (int64_t i = 0; i < n; i++) {
+    if (c == 1) {
+      const float *restrict from = x + i * pixels;
+      float *restrict to = y + i * pixels;
+      float scale = s[i];
+#pragma omp simd
+      for (int64_t p = 0; p < pixels; p++) to[p] = from[p] * scale;
+      continue;
+    }
     const float *restrict scale = s + i * c;
     for (int64_t p = 0; p < pixels; p++) {
       const float *restrict from = x + (i * pixels + p) * c;

@@ -341,12 +341,27 @@ static mxu_status dropout_infer(mxu_layer *layer) {
   return mxu_same_shape_infer(layer);
 }
 
-/* The mask (scratch[0]); with a noise_shape, its draws first (scratch[1]). */
+/* Where the noise varies along the last axis at most (EfficientNet's
+ * drop-connect, noise_shape (None, 1, 1, 1); SpatialDropout2D), its draws
+ * scale the input's channels as they are (the backend's scale_channels,
+ * both ways): no mask as large as the input is spread, written and read.
+ * The channels the draws cover (1 or the last axis'), else 0. */
+static int64_t noise_channels(const mxu_layer *layer) {
+  if (!shares_draws(layer)) return 0;
+  mxu_shape noise = noise_of(layer);
+  for (int d = 0; d + 1 < noise.rank; d++)
+    if (noise.dims[d] != 1) return 0;
+  return noise.dims[noise.rank - 1];
+}
+
+/* The mask (scratch[0]), where the draws are not scaled by as they are;
+ * with a noise_shape, the draws (scratch[1]). */
 static mxu_status dropout_plan(mxu_layer *layer, const mxu_backend *backend,
                                int batch, mxu_arena *layout) {
   (void)backend;
-  layer->compiled->scratch[0] =
-      mxu_arena_reserve(layout, batch_bytes(layer, &layer->in_shape));
+  if (!noise_channels(layer))
+    layer->compiled->scratch[0] =
+        mxu_arena_reserve(layout, batch_bytes(layer, &layer->in_shape));
   mxu_shape noise = noise_of(layer);
   if (shares_draws(layer))
     layer->compiled->scratch[1] = mxu_arena_reserve(
@@ -384,6 +399,12 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
     float *draws = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
     draw_mask(run, rate, (uint64_t)(run->row_offset * per_noise), draws,
               layer->compiled->batch * per_noise);
+    int64_t c = noise_channels(layer);
+    if (c) {
+      run->backend->scale_channels(layer->compiled->batch, per_row / c, (int)c,
+                                   run->x, draws, run->y);
+      return;
+    }
     mxu_spread p = mxu_spread_of(&noise, &layer->in_shape);
     mxu_spread_move(&p, layer->compiled->batch, draws, mask, 1);
     run->backend->multiply(count, run->x, mask, run->y);
@@ -407,6 +428,15 @@ static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
   int64_t count = mxu_batch_values(layer);
   if (layer->config.dropout.rate == 0.0f) {
     memcpy(run->dx, run->dy, (size_t)count * 4);
+    return;
+  }
+  int64_t c = noise_channels(layer);
+  if (c) {
+    const float *draws =
+        (const float *)(void *)(run->arena + layer->compiled->scratch[1]);
+    run->backend->scale_channels(layer->compiled->batch,
+                                 count / layer->compiled->batch / c, (int)c,
+                                 run->dy, draws, run->dx);
     return;
   }
   const float *mask =
