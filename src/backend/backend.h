@@ -187,8 +187,8 @@ typedef struct mxu_backend {
   /* Training: normalise with the batch mean and biased variance, which are
    * written to mean and var. Inference: use the given mean and var.
    * Backward: the batch-statistics gradient, from the training forward's
-   * mean and var (and its y, read with relu or relu6 only: may be NULL
-   * otherwise; beta is read with silu only). */
+   * mean and var (and its y, which a backend may read with relu or relu6
+   * fused: may be NULL otherwise; beta may be read with any fused). */
   mxu_status (*batchnorm_create)(const mxu_batchnorm_desc *desc, mxu_op **out);
   void (*batchnorm_forward_training)(mxu_op *op, const float *x,
                                      const float *gamma, const float *beta,

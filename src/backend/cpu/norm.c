@@ -62,14 +62,14 @@ typedef struct bn_shape {
 /* Longest period the periodic loops take (16 channels' worth). */
 #define MAX_PERIOD 256
 
-/* Per-channel values repeated along a period (see above): the mean, then
- * the normalisation's scale and shift (forward, and the silu's backward
- * sums) or backward's k0..k2 (its second pass). */
-enum { P_MEAN, P_SCALE, P_BETA, P_K0 = 1, P_K1, P_K2 };
+/* Per-channel values repeated along a period (see above): the mean, the
+ * normalisation's scale and shift (v = (x - mean) scale + beta, which
+ * backward recomputes under a fused activation) and backward's k0..k2. */
+enum { P_MEAN, P_SCALE, P_BETA, P_K0, P_K1, P_K2 };
 
 typedef struct periodic {
   int64_t period; /* lcm(c, 16), or 0 where the plain loops run */
-  float v[4][MAX_PERIOD];
+  float v[6][MAX_PERIOD];
 } periodic;
 
 static int64_t period_of(int64_t c) {
@@ -189,12 +189,13 @@ INLINE float activate(float v, mxu_activation act) {
 }
 
 /* The gradient at the normalisation's output v: dy; with the relu fused,
- * dy where the relu's y is positive (and for relu6 below 6); with silu,
- * dy silu'(v). v is read for silu only, y for the relus only. */
-INLINE float dz_at(float y, float dy, float v, mxu_activation act) {
+ * dy where v (so the relu's y) is positive (and for relu6 below 6); with
+ * silu, dy silu'(v). Backward recomputes v from x (the same expression as
+ * forward, so the same bits) rather than read y: a third less memory. */
+INLINE float dz_at(float dy, float v, mxu_activation act) {
   if (act == MXU_LINEAR) return dy;
   if (act == MXU_SILU) return dy * silu_slope(v);
-  int open = y > 0.0f && (act != MXU_RELU6 || y < 6.0f);
+  int open = v > 0.0f && (act != MXU_RELU6 || v < 6.0f);
   return open ? dy : 0.0f;
 }
 
@@ -272,13 +273,13 @@ static void moment_block(const bn_shape *s, int64_t b, const float *x,
  * with silu dz is also written to dz_out, so that the second pass reads
  * it rather than compute the slope again (1.3x faster). */
 INLINE void gradient_block(const bn_shape *s, int64_t b, const float *x,
-                           const float *y, const float *dy,
-                           const channel_values *cv, const periodic *p,
-                           mxu_activation act, float *dz_out) {
+                           const float *dy, const channel_values *cv,
+                           const periodic *p, mxu_activation act,
+                           float *dz_out) {
   int64_t c = s->c;
   float *restrict sum = partial_of(s, b), *restrict dot = sum + c;
   memset(sum, 0, (size_t)(2 * c) * sizeof *sum);
-  int relu = act == MXU_RELU || act == MXU_RELU6, fused_silu = act == MXU_SILU;
+  int fused = act != MXU_LINEAR, fused_silu = act == MXU_SILU;
   int64_t r = b * s->per;
   if (p->period) {
     float lane_sum[MAX_PERIOD] = {0}, lane_dot[MAX_PERIOD] = {0};
@@ -286,12 +287,11 @@ INLINE void gradient_block(const bn_shape *s, int64_t b, const float *x,
                           *restrict bp = p->v[P_BETA];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
       const float *restrict xv = x + r * c, *restrict g = dy + r * c;
-      const float *yv = relu ? y + r * c : NULL;
       float *restrict dzv = fused_silu ? dz_out + r * c : NULL;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
-        float v = fused_silu ? (xv[j] - mp[j]) * sp[j] + bp[j] : 0.0f;
-        float dz = dz_at(relu ? yv[j] : 0.0f, g[j], v, act);
+        float v = fused ? (xv[j] - mp[j]) * sp[j] + bp[j] : 0.0f;
+        float dz = dz_at(g[j], v, act);
         if (fused_silu) dzv[j] = dz;
         lane_sum[j] += dz;
         lane_dot[j] += dz * (xv[j] - mp[j]);
@@ -306,12 +306,11 @@ INLINE void gradient_block(const bn_shape *s, int64_t b, const float *x,
                         *restrict beta = cv->beta;
   for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c, *restrict g = dy + r * c;
-    const float *yr = relu ? y + r * c : NULL;
     float *restrict dzr = fused_silu ? dz_out + r * c : NULL;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
-      float v = fused_silu ? (xr[j] - mean[j]) * scale[j] + beta[j] : 0.0f;
-      float dz = dz_at(relu ? yr[j] : 0.0f, g[j], v, act);
+      float v = fused ? (xr[j] - mean[j]) * scale[j] + beta[j] : 0.0f;
+      float dz = dz_at(g[j], v, act);
       if (fused_silu) dzr[j] = dz;
       sum[j] += dz;
       dot[j] += dz * (xr[j] - mean[j]);
@@ -360,38 +359,40 @@ INLINE void normalise_block(const bn_shape *s, int64_t b, const float *x,
   }
 }
 
-/* dx = dz * k0 + (x - mean) * k1 + k2 over block b; dz may be dx (the
- * silu's, from the first pass): each is read before it is written. */
+/* dx = dz * k0 + (x - mean) * k1 + k2 over block b; dy may be dx (the
+ * silu's dz, from the first pass): each is read before it is written. */
 INLINE void backward_block(const bn_shape *s, int64_t b, const float *x,
-                           const float *y, const float *dy,
-                           const channel_values *cv, const periodic *p,
-                           mxu_activation act, float *dx) {
+                           const float *dy, const channel_values *cv,
+                           const periodic *p, mxu_activation act, float *dx) {
   int64_t c = s->c;
-  int relu = act == MXU_RELU || act == MXU_RELU6;
+  int fused = act != MXU_LINEAR;
   int64_t r = b * s->per;
   if (p->period) {
     const float *restrict mp = p->v[P_MEAN], *restrict p0 = p->v[P_K0],
-                          *restrict p1 = p->v[P_K1], *restrict p2 = p->v[P_K2];
+                          *restrict p1 = p->v[P_K1], *restrict p2 = p->v[P_K2],
+                          *restrict sp = p->v[P_SCALE],
+                          *restrict bp = p->v[P_BETA];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
       const float *restrict xv = x + r * c, *g = dy + r * c;
-      const float *yv = relu ? y + r * c : NULL;
       float *out = dx + r * c;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
-        float dz = dz_at(relu ? yv[j] : 0.0f, g[j], 0.0f, act);
+        float v = fused ? (xv[j] - mp[j]) * sp[j] + bp[j] : 0.0f;
+        float dz = dz_at(g[j], v, act);
         out[j] = dz * p0[j] + (xv[j] - mp[j]) * p1[j] + p2[j];
       }
     }
   }
   const float *restrict mean = cv->mean, *restrict k0 = cv->k[0],
-                        *restrict k1 = cv->k[1], *restrict k2 = cv->k[2];
+                        *restrict k1 = cv->k[1], *restrict k2 = cv->k[2],
+                        *restrict scale = cv->scale, *restrict beta = cv->beta;
   for (; r < block_end(s, b); r++) {
     const float *restrict xr = x + r * c, *g = dy + r * c;
-    const float *yr = relu ? y + r * c : NULL;
     float *out = dx + r * c;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
-      float dz = dz_at(relu ? yr[j] : 0.0f, g[j], 0.0f, act);
+      float v = fused ? (xr[j] - mean[j]) * scale[j] + beta[j] : 0.0f;
+      float dz = dz_at(g[j], v, act);
       out[j] = dz * k0[j] + (xr[j] - mean[j]) * k1[j] + k2[j];
     }
   }
@@ -463,6 +464,7 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
                             const float *beta, const float *mean,
                             const float *var, float *dx, float *dgamma,
                             float *dbeta) {
+  (void)y; /* the fused activation's mask comes from x (dz_at) */
   bn_shape s = shape_of(op);
   int64_t c = s.c;
   mxu_activation act = op->activation;
@@ -471,14 +473,14 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
       .mean = mean, .scale = scale, .beta = beta, .k = {k, k + c, k + 2 * c}};
   periodic p = {.period = period_of(c)};
   expand(&p, P_MEAN, mean, c);
-  if (act == MXU_SILU) {
+  if (act != MXU_LINEAR) {
     scale_of(&s, gamma, var, scale);
     expand(&p, P_SCALE, scale, c);
     expand(&p, P_BETA, beta, c);
   }
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++)
-    WITH_ACTIVATION(act, gradient_block(&s, b, x, y, dy, &cv, &p, A, dx));
+    WITH_ACTIVATION(act, gradient_block(&s, b, x, dy, &cv, &p, A, dx));
   add_blocks(&s);
   const double *total = s.total, rows = (double)s.rows;
   for (int64_t j = 0; j < c; j++) {
@@ -496,7 +498,7 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
   mxu_activation mask = act == MXU_SILU ? MXU_LINEAR : act;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++)
-    WITH_ACTIVATION(mask, backward_block(&s, b, x, y, dz, &cv, &p, A, dx));
+    WITH_ACTIVATION(mask, backward_block(&s, b, x, dz, &cv, &p, A, dx));
 }
 
 /* ---- create: descriptors for the shape, and room for the sums ---------- */
