@@ -549,11 +549,11 @@ static int relu_reader(const mxu_model *model, int i, int batchnorm) {
  * Add of two or more, and the relu that alone reads it (ResNets' every
  * block: the relu's pass over memory, forward and backward, saved; for a
  * BatchNormalization relu6 and silu too, MobileNetV2's and EfficientNet's
- * every block); a
- * Conv2D (linear or relu) whose output only a MaxPooling2D reads, and a
- * relu that alone reads that. Decided from readers, not positions, so the
- * pattern fuses inside a residual block and a tensor read twice is never
- * fused away. The conv's plan asks the backend, which may decline. */
+ * every block); a Conv2D (linear or relu) whose output only a
+ * MaxPooling2D reads, and a relu that alone reads that. Decided from
+ * readers, not positions, so the pattern fuses inside a residual block
+ * and a tensor read twice is never fused away. The conv's plan asks the
+ * backend, which may decline. */
 static int fusion_proposal(mxu_model *model, int i) {
   mxu_layer *layer = &model->layers[i];
   /* A node with an activity regularizer must write its output. */

@@ -25,8 +25,8 @@
  * cifar images (mxu bench --profile).
  *
  * The activation that alone reads the output may be fused (relu, relu6,
- * silu): its pass over memory, forward and backward, is saved. For silu
- * backward recomputes the normalised value from x rather than keep it. */
+ * silu): its pass over memory, forward and backward, is saved. Backward
+ * recomputes the normalised value from x rather than read y. */
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
@@ -220,7 +220,7 @@ INLINE float dz_at(float dy, float v, mxu_activation act) {
 
 /* Per-channel arrays a pass reads: the mean and the normalisation's scale
  * and shift (v = (x - mean) * scale + beta; backward reads scale and beta
- * for silu only), and backward's k0..k2. */
+ * under a fused activation only), and backward's k0..k2. */
 typedef struct channel_values {
   const float *mean, *scale, *beta, *k[3];
 } channel_values;

@@ -383,7 +383,8 @@ static void draw_mask(const mxu_layer_run *run, float rate, uint64_t first,
  * inference is the identity. The mask is a pure function of this run's RNG
  * stream, hence of (seed, epoch, step, replica, layer), drawn from the
  * slice's first row on: slices of a replica draw what it would whole. With
- * a noise_shape the draws are the noise's, spread over the input. */
+ * a noise_shape the draws are the noise's, spread over the input (or
+ * scaling its channels, noise_channels). */
 static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
   int64_t per_row = mxu_shape_count(&layer->in_shape);
   int64_t count = layer->compiled->batch * per_row;
