@@ -1366,15 +1366,16 @@ static void test_channel_ops(void) {
     int c = (int)cases[i][2];
     size_t count = (size_t)(n * pixels * c), per = (size_t)(n * c);
     float *x = rnd(count, -2, 2), *scale = rnd(per, -1, 2),
-          *dy = rnd(count, -1, 1), *out[4][2];
+          *dy = rnd(count, -1, 1), *out[5][2];
     for (int k = 0; k < 2; k++) {
       const mxu_backend *be = backends[k];
       out[0][k] = zeros(count), out[1][k] = zeros(count);
-      out[2][k] = zeros(per), out[3][k] = zeros(per);
+      out[2][k] = zeros(per), out[3][k] = zeros(per), out[4][k] = zeros(count);
       be->scale_channels(n, pixels, c, x, scale, out[0][k]);
       be->scale_channels_backward(n, pixels, c, x, scale, dy, out[1][k],
                                   out[2][k]);
       be->channel_mean(n, pixels, c, x, out[3][k]);
+      be->channel_mean_backward(n, pixels, c, scale, out[4][k]);
     }
     char label[64];
     snprintf(label, sizeof label, "channel ops %lldx%lldx%d", (long long)n,
@@ -1383,11 +1384,12 @@ static void test_channel_ops(void) {
     expect_pair(label, "scaled dx", out[1], count, TOL_OPS);
     expect_pair(label, "scaled ds", out[2], per, TOL_LAYER);
     expect_pair(label, "mean", out[3], per, TOL_LAYER);
+    expect_pair(label, "mean dx", out[4], count, TOL_OPS);
     /* one image's scale on another's pixels would differ */
     for (int64_t j = 0; j < n; j++)
       CHECK_MSG(out[0][CPU][j * pixels * c] == x[j * pixels * c] * scale[j * c],
                 "%s: image %lld's first value", label, (long long)j);
-    for (int k = 0; k < 4; k++) free_pair(out[k]);
+    for (int k = 0; k < 5; k++) free_pair(out[k]);
     free(x), free(scale), free(dy);
   }
 }
