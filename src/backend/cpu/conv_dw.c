@@ -151,9 +151,11 @@ static inline void row_dot(const float *x, int64_t xstep, const float *g,
  * once per row and tap. Adding each pixel's products to part in L1 (a load
  * and a store per multiply-add) ran up to 2x slower (harness, 2 threads,
  * best of 5: 16x16 of 32 at 128 images 0.66 -> 0.37 ms, EfficientNet's
- * 5x5 on 8x8 of 144 at 64 0.83 -> 0.42, 8x8 and 4x4 of 144-192 1.1-1.2x)
- * except at stride 2 on 16x16 of 96 (0.67 -> 0.84 ms), where x is read
- * every other pixel per tap. */
+ * 5x5 on 8x8 of 144 at 64 0.83 -> 0.42, 8x8 and 4x4 of 144-192 1.1-1.2x;
+ * at stride 2 on 16x16 of 96 0.67 -> 0.84 ms in one run, 0.54 -> 0.45 in
+ * another). The three taps of a 3-wide row at once (dy loaded once for
+ * them, x in order) measured the same (0.41-0.36 against 0.45-0.35 ms),
+ * so it was not kept. */
 static void image_gradient(const struct cpu_conv_dw *cd, const float *x,
                            const float *dy, int64_t i, float *part) {
   const mxu_conv2d_desc *d = &cd->d;
