@@ -23,6 +23,7 @@ typedef struct golden_case {
   const char *json[2];
   int rows, classes;
   int64_t input[3];
+  const char *fused; /* a node its producer runs fused, or NULL */
 } golden_case;
 
 typedef struct golden {
@@ -126,6 +127,11 @@ static void one_step(const char *json, mxu_backend_kind backend,
   mxu_model *keras = load(json, MXU_BACKEND_CPU_REF, after);
   int rows = current->rows, outputs = current->rows * current->classes;
   if (!model || !keras) goto done;
+  /* The step below then checks the fused path against Keras. */
+  for (int i = 0; current->fused && i < model->layer_count; i++)
+    if (strcmp(model->layers[i].name, current->fused) == 0)
+      CHECK_MSG(model->layers[i].compiled->absorbed, "%s: %s not fused", label,
+                current->fused);
   /* Seen: at most 4e-8 relative on either backend; oneDNN's kernels sum
    * in other orders than TensorFlow's, so they get more room. */
   double tolerance = backend == MXU_BACKEND_CPU ? 1e-5 : 1e-6;
@@ -163,8 +169,8 @@ done:
  * used as layers nested as groups) gives Keras' initial predictions. */
 static void keras3_weights(void) {
   static golden g;
-  current =
-      &(golden_case){"tests/golden/nested", {NULL, NULL}, 4, 3, {6, 6, 2}};
+  current = &(golden_case){
+      "tests/golden/nested", {NULL, NULL}, 4, 3, {6, 6, 2}, NULL};
   read_golden(&g);
   mxu_model *model =
       load("tests/golden/nested/model.tf2.json", MXU_BACKEND_CPU_REF,
@@ -192,14 +198,16 @@ int main(void) {
         "tests/golden/tiny_resnet.k3.json"},
        8,
        5,
-       {8, 8, 3}},
+       {8, 8, 3},
+       NULL},
       /* Keras' shared layers: a conv and a dense called twice each. */
       {"tests/golden/shared",
        {"tests/golden/shared/model.tf2.json",
         "tests/golden/shared/model.k3.json"},
        4,
        3,
-       {6, 6, 2}},
+       {6, 6, 2},
+       NULL},
       /* Models used as layers: a Functional "base" and a Sequential "head"
        * inside the model (make_nested.py). */
       {"tests/golden/nested",
@@ -207,17 +215,20 @@ int main(void) {
         "tests/golden/nested/model.k3.json"},
        4,
        3,
-       {6, 6, 2}},
+       {6, 6, 2},
+       NULL},
       /* The image models' Keras surface: Rescaling, adapted Normalization,
        * gelu/relu6/swish/elu/mish/softplus/softsign/selu/exponential,
        * depthwise, dilated and grouped convs, LeakyReLU, PReLU, ELU,
-       * Softmax, a broadcast Multiply (make_surface.py). */
+       * Softmax, a broadcast Multiply, a swish fused into the
+       * BatchNormalization before it (make_surface.py). */
       {"tests/golden/surface",
        {"tests/golden/surface/model.tf2.json",
         "tests/golden/surface/model.k3.json"},
        6,
        5,
-       {8, 8, 3}},
+       {8, 8, 3},
+       "bn_swish"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;

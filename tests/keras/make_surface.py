@@ -6,6 +6,7 @@ mobile nets use, and the others mxu reads, in one Functional net.
   -> Resizing(7, 9) (bilinear) -> CenterCrop(6, 7)
   -> Conv2D(4, 3, same, gelu) -> DepthwiseConv2D(3, multiplier 2, same,
   relu6) -> Conv2D(8, 3, same, dilation 2, swish) -> BatchNormalization
+  -> Activation('swish') (which mxu fuses into the BatchNormalization)
   -> a = LeakyReLU(0.1)
   se = Conv2D(8, 1, sigmoid)(GlobalAveragePooling2D(keepdims)(a))
   b = PReLU(shared_axes [1, 2])(Multiply([a, se]))     squeeze-excitation
@@ -61,6 +62,7 @@ def build(K, adapt_on=None):
     h = L.Conv2D(8, 3, padding="same", dilation_rate=2, activation="swish",
                  name="dilated")(h)
     h = L.BatchNormalization(name="bn")(h)
+    h = L.Activation("swish", name="bn_swish")(h)
     a = L.LeakyReLU(0.1, name="leaky")(h)
     se = L.GlobalAveragePooling2D(keepdims=True, name="squeeze")(a)
     se = L.Conv2D(8, 1, activation="sigmoid", name="excite")(se)
