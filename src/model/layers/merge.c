@@ -170,6 +170,18 @@ static void elementwise_forward(mxu_layer *layer, const mxu_layer_run *run) {
     for (int64_t i = 0; i < n; i++) y[i] /= (float)inputs;
 }
 
+/* dst = src, n floats, in rows the backend's threads share. */
+static void copy_gradient(const mxu_backend *backend, const float *src,
+                          float *dst, int64_t n) {
+  enum { WIDTH = 16384 };
+  int64_t rows = n / WIDTH, tail = n % WIDTH;
+  if (dst == src) return;
+  if (rows) backend->copy_rows(rows, WIDTH, src, WIDTH, dst, WIDTH);
+  if (tail)
+    backend->copy_rows(1, tail, src + rows * WIDTH, tail, dst + rows * WIDTH,
+                       tail);
+}
+
 /* The gradient of output-shaped input k, into dx. Maximum and Minimum:
  * the gradient goes to the first input holding the result, as
  * TensorFlow's chain of pairwise maximum(a, b) gives it (ties to a). */
@@ -201,8 +213,8 @@ static void input_gradient(mxu_merge_kind kind, const mxu_layer_run *run,
   default: /* Add; with the relu fused, dy where y > 0 */
     if (run->ops[0])
       run->backend->activation_backward(run->ops[0], NULL, run->y, dy, dx);
-    else if (dx != dy)
-      memcpy(dx, dy, (size_t)n * sizeof(float));
+    else
+      copy_gradient(run->backend, dy, dx, n);
   }
 }
 
@@ -221,11 +233,21 @@ static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
   const float *xs[MXU_MAX_INPUTS];
   merge_inputs(layer, run, 0, xs);
   float *whole = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
+  /* An Add gives every output-shaped input the same gradient: the first
+   * one's is copied (threaded) to the others, rather than computed (a
+   * relu's mask reads y and dy) for each: ResNets' every block. */
+  const float *same = NULL;
   for (int k = 0; k < run->input_count; k++) {
     if (!run->need_dxs[k]) continue;
     int spread_k = broadcasts(layer, k);
+    if (same && !spread_k) {
+      copy_gradient(run->backend, same, run->dxs[k], n);
+      continue;
+    }
     input_gradient(layer->config.merge.kind, run, xs, k, n,
                    spread_k ? whole : run->dxs[k]);
+    if (layer->config.merge.kind == MXU_MERGE_ADD && !spread_k)
+      same = run->dxs[k];
     if (!spread_k) continue;
     mxu_spread p = mxu_spread_of(&layer->in_shapes[k], &layer->out_shape);
     mxu_spread_move(&p, layer->compiled->batch, whole, run->dxs[k], 0);
