@@ -535,14 +535,14 @@ static int sole_consumer(const mxu_model *model, int i) {
 }
 
 /* The relu (without an activity regularizer) that alone reads node i's
- * output, or -1; relu6 and silu too where node i is a
- * BatchNormalization. */
+ * output, or -1; where node i is a BatchNormalization, any activation its
+ * backend fuses (relu6, silu: mxu_batchnorm_fusable). */
 static int relu_reader(const mxu_model *model, int i, int batchnorm) {
   int next = sole_consumer(model, i);
   if (next < 0 || mxu_has_activity(&model->layers[next])) return -1;
-  mxu_activation kind = mxu_layer_fusable_kind(&model->layers[next]);
-  if (kind == MXU_LINEAR) return -1;
-  return kind == MXU_RELU || batchnorm ? next : -1;
+  mxu_activation kind = mxu_layer_activation_kind(&model->layers[next]);
+  int fuses = batchnorm ? mxu_batchnorm_fusable(kind) : kind == MXU_RELU;
+  return kind != MXU_LINEAR && fuses ? next : -1;
 }
 
 /* What node i could run itself: a BatchNormalization (per replica) or an

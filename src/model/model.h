@@ -605,12 +605,11 @@ static inline int mxu_has_activity(const mxu_layer *layer) {
   return layer->activity.l1 != 0 || layer->activity.l2 != 0;
 }
 
-/* What a node computes if it is an activation another node may fuse:
- * MXU_RELU where max(x, 0) and nothing else (Activation('relu'), or a
- * ReLU layer with no threshold, slope or cap), MXU_RELU6 where
- * min(max(x, 0), 6) (Activation('relu6'), ReLU(6.)), MXU_SILU for
- * Activation('silu') (or 'swish'); else MXU_LINEAR (activations.c). */
-mxu_activation mxu_layer_fusable_kind(const mxu_layer *layer);
+/* The activation a node computes and nothing else, for another node to
+ * fuse: an Activation's, MXU_RELU for a ReLU layer with no threshold,
+ * slope or cap, MXU_RELU6 for ReLU(6.); else MXU_LINEAR (activations.c).
+ * Which of them a fusing node takes, its backend's descriptor says. */
+mxu_activation mxu_layer_activation_kind(const mxu_layer *layer);
 
 /* ---- initializers.c ---------------------------------------------------- */
 

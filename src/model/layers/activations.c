@@ -195,14 +195,10 @@ static mxu_activation relu_kind(const mxu_relu_config *c) {
   return c->max_value == 6.0f ? MXU_RELU6 : MXU_LINEAR;
 }
 
-mxu_activation mxu_layer_fusable_kind(const mxu_layer *layer) {
-  mxu_activation kind = MXU_LINEAR;
-  if (layer->cls == &mxu_activation_class)
-    kind = layer->config.activation;
-  else if (layer->cls == &mxu_relu_class)
-    kind = relu_kind(&layer->config.relu);
-  return kind == MXU_RELU || kind == MXU_RELU6 || kind == MXU_SILU ? kind
-                                                                   : MXU_LINEAR;
+mxu_activation mxu_layer_activation_kind(const mxu_layer *layer) {
+  if (layer->cls == &mxu_activation_class) return layer->config.activation;
+  if (layer->cls == &mxu_relu_class) return relu_kind(&layer->config.relu);
+  return MXU_LINEAR;
 }
 
 static mxu_status relu_plan(mxu_layer *layer, const mxu_backend *backend,

@@ -72,7 +72,7 @@ static mxu_status batchnorm_plan(mxu_layer *layer, const mxu_backend *backend,
   mxu_batchnorm_desc d = {
       rows(layer), channels(layer), layer->config.batchnorm.epsilon,
       layer->compiled->fused_layers == 1
-          ? mxu_layer_fusable_kind(layer->compiled->fused[0])
+          ? mxu_layer_activation_kind(layer->compiled->fused[0])
           : MXU_LINEAR};
   return backend->batchnorm_create(&d, &layer->compiled->ops[0]);
 }
