@@ -1394,6 +1394,33 @@ static void test_channel_ops(void) {
   }
 }
 
+/* copy_rows: strided rows (Concatenate's slabs) and one row longer than
+ * cpu's pieces, with a tail (an Add's gradient), each value where it
+ * belongs and the strides' gaps untouched. */
+static void test_copy_rows(void) {
+  static const int64_t cases[][4] = {/* rows, width, src, dst strides */
+                                     {7, 5, 9, 6},
+                                     {300, 64, 64, 200},
+                                     {1, 40000, 40000, 40000}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    int64_t rows = cases[i][0], width = cases[i][1], from = cases[i][2],
+            to = cases[i][3];
+    float *src = rnd((size_t)(rows * from), -1, 1);
+    for (int k = 0; k < 2; k++) {
+      float *dst = zeros((size_t)(rows * to));
+      backends[k]->copy_rows(rows, width, src, from, dst, to);
+      size_t bad = 0;
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < to; j++)
+          bad += dst[r * to + j] != (j < width ? src[r * from + j] : 0.0f);
+      CHECK_MSG(bad == 0, "%s copy_rows %lldx%lld: %zu values off",
+                backends[k]->name, (long long)rows, (long long)width, bad);
+      free(dst);
+    }
+    free(src);
+  }
+}
+
 /* Add, plain and relu'd, out of place and in place; more than a block
  * of values, so the cpu's threads split it. NaN stays NaN through the
  * relu (as TensorFlow's). */
@@ -1497,6 +1524,7 @@ int main(void) {
   test_multiply();
   test_add();
   test_channel_ops();
+  test_copy_rows();
   test_adam();
   test_sgd();
   printf("test_backend_ops: %d buffers compared, cpu against cpu_ref\n",

@@ -376,13 +376,20 @@ void cpu_scale_channels_backward(int64_t n, int64_t pixels, int c,
   }
 }
 
+/* In pieces of up to BLOCK floats of a row, so that one long row (an
+ * Add's gradient) is shared out as well as many short ones (Concatenate's
+ * slabs). */
 void cpu_copy_rows(int64_t rows, int64_t width, const float *src,
                    int64_t src_stride, float *dst, int64_t dst_stride) {
-  int64_t blocks = rows * width / BLOCK + 1;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(blocks))
-  for (int64_t r = 0; r < rows; r++)
-    memcpy(dst + r * dst_stride, src + r * src_stride,
-           (size_t)width * sizeof *dst);
+  int64_t pieces = (width + BLOCK - 1) / BLOCK, blocks = rows * width / BLOCK;
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(cpu_threads_for(blocks + 1))
+  for (int64_t p = 0; p < rows * pieces; p++) {
+    int64_t r = p / pieces, at = p % pieces * BLOCK;
+    int64_t n = width - at < BLOCK ? width - at : BLOCK;
+    memcpy(dst + r * dst_stride + at, src + r * src_stride + at,
+           (size_t)n * sizeof *dst);
+  }
 }
 
 void cpu_channel_mean(int64_t n, int64_t pixels, int c, const float *x,

@@ -170,16 +170,10 @@ static void elementwise_forward(mxu_layer *layer, const mxu_layer_run *run) {
     for (int64_t i = 0; i < n; i++) y[i] /= (float)inputs;
 }
 
-/* dst = src, n floats, in rows the backend's threads share. */
+/* dst = src, n floats, on the backend's threads. */
 static void copy_gradient(const mxu_backend *backend, const float *src,
                           float *dst, int64_t n) {
-  enum { WIDTH = 16384 };
-  int64_t rows = n / WIDTH, tail = n % WIDTH;
-  if (dst == src) return;
-  if (rows) backend->copy_rows(rows, WIDTH, src, WIDTH, dst, WIDTH);
-  if (tail)
-    backend->copy_rows(1, tail, src + rows * WIDTH, tail, dst + rows * WIDTH,
-                       tail);
+  if (dst != src) backend->copy_rows(1, n, src, n, dst, n);
 }
 
 /* The gradient of output-shaped input k, into dx. Maximum and Minimum:
