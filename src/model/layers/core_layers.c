@@ -436,7 +436,7 @@ static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
     const float *draws =
         (const float *)(void *)(run->arena + layer->compiled->scratch[1]);
     run->backend->scale_channels(layer->compiled->batch,
-                                 count / layer->compiled->batch / c, (int)c,
+                                 mxu_shape_count(&layer->in_shape) / c, (int)c,
                                  run->dy, draws, run->dx);
     return;
   }
