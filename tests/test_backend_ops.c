@@ -403,6 +403,44 @@ static void test_conv2d_gemm(void) {
   omp_set_num_threads(threads);
 }
 
+/* conv_gemm.c's sigmoid (sigmoid.h's, not libm's) on a one-pixel conv
+ * whose pre-activations pass +-100: within 3e-7 of the sigmoid in double
+ * (at most e^-87 where it is smaller), and an image of NaN inputs NaN. */
+static void test_conv2d_gemm_sigmoid(void) {
+  mxu_conv2d_desc d = conv_desc(&conv_cases[FIRST_GEMM_CASE], MXU_LINEAR, 0);
+  size_t nx = (size_t)d.n * d.in_c, ny = (size_t)d.n * d.out_c;
+  float *x = rnd(nx, -1, 1), *w = rnd((size_t)d.in_c * d.out_c, -20, 20);
+  for (int c = 0; c < d.in_c; c++) x[c] = NAN; /* image 0 */
+  float *v = zeros(ny), *y = zeros(ny);
+  mxu_op *linear = NULL, *sigmoid = NULL;
+  CHECK_OK(backends[CPU]->conv2d_create(&d, &linear));
+  d.activation = MXU_SIGMOID;
+  CHECK_OK(backends[CPU]->conv2d_create(&d, &sigmoid));
+  if (!linear || !sigmoid) return;
+  CHECK(sigmoid->conv_gemm && cpu_conv_gemm_passes(sigmoid));
+  backends[CPU]->conv2d_forward(linear, x, w, NULL, v);
+  backends[CPU]->conv2d_forward(sigmoid, x, w, NULL, y);
+  size_t bad = ny, nan = 0;
+  float lo = 0, hi = 0;
+  for (size_t i = 0; i < ny; i++) {
+    if (i < (size_t)d.out_c) {
+      nan += isnan(y[i]);
+      continue;
+    }
+    lo = fminf(lo, v[i]), hi = fmaxf(hi, v[i]);
+    double want = 1.0 / (1.0 + exp(-(double)v[i]));
+    if (!(fabs(y[i] - want) <= 3e-7 * want + 1.7e-38) && bad == ny) bad = i;
+  }
+  CHECK_MSG(bad == ny, "conv sigmoid: [%zu] v %.9g: %.9g", bad,
+            bad < ny ? v[bad] : 0.0, bad < ny ? y[bad] : 0.0);
+  CHECK_MSG(lo < -100 && hi > 100, "pre-activations only in [%g, %g]", lo, hi);
+  CHECK_MSG(nan == (size_t)d.out_c, "%zu of image 0's %d outputs NaN", nan,
+            d.out_c);
+  backends[CPU]->op_free(linear);
+  backends[CPU]->op_free(sigmoid);
+  free(x), free(w), free(v), free(y);
+}
+
 /* conv_wino.c's passes, on one thread and on two (an op is created for
  * the count it runs with): the same bits, as replicas need. These shapes
  * run Winograd: oneDNN's where it has one (AVX-512, 32 images a thread),
@@ -1510,6 +1548,7 @@ int main(void) {
   test_conv2d_winograd();
   test_conv2d_own_winograd();
   test_conv2d_gemm();
+  test_conv2d_gemm_sigmoid();
   test_conv2d_dw_threads();
   test_conv2d_chain();
   test_conv2d_backward_relu();

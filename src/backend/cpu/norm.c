@@ -28,6 +28,7 @@
  * silu): its pass over memory, forward and backward, is saved. Backward
  * recomputes the normalised value from x rather than read y. */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/sigmoid.h"
 
 #include <math.h>
 #include <omp.h>
@@ -126,53 +127,10 @@ static int64_t block_end(const bn_shape *s, int64_t b) {
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* e^-|v| inside the vectorised loops (libm's expf is a call per value):
- * with x = -|v| = n ln 2 + r, |r| <= ln(2) / 2, e^r by its Taylor series
- * to r^7 (within 2 ulp) and 2^n written into the exponent. |v| is
- * clamped to 87 on its bits, where 2^n stays a normal float (silu needs
- * nothing beyond: e^-87 beside 1 is nothing; NaN clamps too, and v
- * carries it on). On the bits because GCC compiles a float clamp before
- * a division into both paths and a blend, and the clamped path's
- * constant divisor made denormals of every value: 4x slower. */
-INLINE float exp_neg_abs(float v) {
-  union {
-    float f;
-    int32_t i;
-  } a = {fabsf(v)};
-  a.i = a.i > 0x42AE0000 ? 0x42AE0000 : a.i; /* 87.0f */
-  float x = -a.f;
-  /* Adding 1.5 * 2^23 rounds x / ln 2 to the integer n, which is then
-   * the low bits of t's mantissa. */
-  float t = x * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
-  /* ln 2 in two parts, the first exact in 8 bits: n * it is exact. */
-  float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  union {
-    float f;
-    int32_t i;
-  } bits = {t};
-  union {
-    int32_t i;
-    float f;
-  } two_n = {(bits.i - 0x4B400000 + 127) * (1 << 23)};
-  return p * two_n.f;
-}
-
 /* silu(v) = v sigmoid(v), and its slope sigmoid(v) (1 + v (1 -
- * sigmoid(v))); with e = e^-|v| and q = 1 / (1 + e), sigmoid(v) is q for
- * v >= 0 and e q below, 1 - sigmoid(v) the other, so that nothing
- * overflows or cancels. */
-INLINE float silu(float v) {
-  float e = exp_neg_abs(v), q = 1.0f / (1.0f + e);
-  return v * (v >= 0.0f ? q : e * q);
-}
+ * sigmoid(v))); with e = e^-|v| and q = 1 / (1 + e), 1 - sigmoid(v) is
+ * e q for v >= 0 and q below (sigmoid.h). */
+INLINE float silu(float v) { return v * sigmoid(v); }
 
 INLINE float silu_slope(float v) {
   float e = exp_neg_abs(v), q = 1.0f / (1.0f + e), eq = e * q;
