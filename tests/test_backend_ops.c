@@ -140,6 +140,12 @@ static const conv_case conv_cases[] = {
      * tap alone) the forward and backward data as GEMMs too */
     {8, 1, 1, 512, 512, 3, 3, 1, 1, MXU_SAME},
     {8, 2, 2, 256, 256, 3, 3, 1, 1, MXU_SAME},
+    /* and on tiny images by windows (a GEMM per output pixel and kernel
+     * row): stride 2 with pads 1/1 and 0/1, a 1x2 image, a 5x5 kernel
+     * whose rows reach past both edges */
+    {16, 3, 4, 256, 256, 3, 3, 2, 2, MXU_SAME},
+    {16, 1, 2, 256, 256, 3, 3, 1, 1, MXU_SAME},
+    {12, 2, 2, 128, 128, 5, 5, 1, 1, MXU_SAME},
     /* A strided 1x1 of 4 channels: oneDNN 2.6's jit_1x1 weight gradient
      * writes past its buffer (wrong values on 2 threads, a crash on 1);
      * cpu runs conv_gemm.c's */
@@ -150,8 +156,8 @@ static const conv_case conv_cases[] = {
     {8, 1, 1, 64, 48, 1, 1, 1, 1, MXU_VALID},
     {4, 3, 3, 16, 24, 3, 3, 1, 1, MXU_VALID},
     {4, 5, 3, 24, 40, 1, 1, 1, 1, MXU_SAME},
-    /* 2x2 images: the weight gradient on conv_gemm.c; one tile an image
-     * of 128 x 128 channels: Winograd's forward and data, conv_gemm.c's
+    /* 2x2 images of few channels: by windows too; one tile an image of
+     * 128 x 128 channels: Winograd's forward and data, conv_gemm.c's
      * weight gradient */
     {8, 2, 2, 16, 16, 3, 3, 1, 1, MXU_SAME},
     {4, 4, 4, 128, 128, 3, 3, 1, 1, MXU_SAME},
@@ -164,7 +170,12 @@ static const conv_case conv_cases[] = {
     {8, 10, 10, 24, 40, 3, 3, 1, 1, MXU_SAME},  /* odd vectors on AVX2 */
     {32, 16, 16, 16, 32, 3, 3, 1, 1, MXU_SAME}, /* 22 blocks, 8 chunks */
 };
-enum { FIRST_GEMM_CASE = 17, FIRST_WINOGRAD_CASE = 22, END_WINOGRAD_CASE = 24 };
+enum {
+  FIRST_WINDOWS_CASE = 14,
+  FIRST_GEMM_CASE = 20,
+  FIRST_WINOGRAD_CASE = 25,
+  END_WINOGRAD_CASE = 27
+};
 
 static mxu_conv2d_desc conv_desc(const conv_case *c, mxu_activation act,
                                  int has_bias) {
@@ -376,15 +387,32 @@ static void test_conv2d_winograd(void) {
   omp_set_num_threads(threads);
 }
 
+/* Which cases from FIRST_WINDOWS_CASE run their passes by windows on
+ * conv_gemm.c: the tiny images with padding or one pixel, whatever their
+ * size; not the pointwise, the strided 1x1 or larger ones. */
+static void test_conv2d_windows(void) {
+  static const int want[FIRST_WINOGRAD_CASE - FIRST_WINDOWS_CASE] = {
+      1, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0};
+  for (int i = FIRST_WINDOWS_CASE; i < FIRST_WINOGRAD_CASE; i++) {
+    mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_RELU, 1);
+    mxu_op *op = NULL;
+    CHECK_OK(backends[CPU]->conv2d_create(&d, &op));
+    if (!op) continue;
+    CHECK_MSG(cpu_conv_gemm_windows(op) == want[i - FIRST_WINDOWS_CASE],
+              "conv2d case %d: windows %d", i, cpu_conv_gemm_windows(op));
+    backends[CPU]->op_free(op);
+  }
+}
+
 /* Which passes the cases from FIRST_GEMM_CASE run on conv_gemm.c (the
  * weight gradient on all), and which on conv_wino.c: the one-pixel ones
- * every pass on conv_gemm.c, the pointwise and the small 2x2 one its
+ * and the small 2x2 one every pass on conv_gemm.c, the pointwise its
  * weight gradient, the 4x4 of 128 x 128 the others on Winograd. */
 static void test_conv2d_gemm(void) {
   static const struct {
     int passes, wino;
   } want[FIRST_WINOGRAD_CASE - FIRST_GEMM_CASE] = {
-      {1, 0}, {1, 0}, {0, 0}, {0, 0}, {0, 1}};
+      {1, 0}, {1, 0}, {0, 0}, {1, 0}, {0, 1}};
   int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   for (int i = FIRST_GEMM_CASE; i < FIRST_WINOGRAD_CASE; i++) {
@@ -1548,6 +1576,7 @@ int main(void) {
   test_conv2d_winograd();
   test_conv2d_own_winograd();
   test_conv2d_gemm();
+  test_conv2d_windows();
   test_conv2d_gemm_sigmoid();
   test_conv2d_dw_threads();
   test_conv2d_chain();

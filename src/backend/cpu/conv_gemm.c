@@ -17,9 +17,13 @@
  * ResNet50's last stage), oneDNN's own forward and backward data still
  * run all nine: ~10 ms for what is one 64 x 512 x 512 product. There the
  * forward is columns x the live taps' weights (packed), and backward data
- * dy x their transpose, added back into dx. And a strided 1x1 conv of
- * few input channels takes its weight gradient here always: oneDNN's is
- * broken there (onednn_rtus_bug).
+ * dy x their transpose, added back into dx. On images of 2x2 outputs or
+ * fewer the columns would still multiply padding (a 3x3 'same' conv on
+ * 2x2 sees 16 of its 36 pixel-tap pairs inside): there every pass goes by
+ * windows instead, a GEMM per output pixel and kernel row on the tensors
+ * where they lie. And a strided 1x1 conv of few input channels takes its
+ * weight gradient here always: oneDNN's is broken there
+ * (onednn_rtus_bug).
  *
  * Where each image has one output pixel, oneDNN 2.6 runs every pass image
  * by image too: 1x1 convs on 1x1 images (EfficientNetB0's, MobileNetV2's
@@ -54,9 +58,10 @@
 struct cpu_conv_gemm {
   mxu_conv2d_desc d;
   int taps, live; /* kernel taps, and those that see the image */
-  int passes;     /* forward and backward data too: most taps are dead,
-                   * one output pixel per image, or 2x2 of some size */
+  int passes;     /* forward and backward data too: by windows, most taps
+                   * dead, one output pixel per image, or 2x2 of some size */
   int direct;     /* pointwise: x, w, dx, dw are the GEMMs' own operands */
+  int windows;    /* tiny images: a GEMM per output pixel and kernel row */
   int *live_tap;  /* [live]: which */
   float *columns; /* [rows][live * in_c] */
   float *product; /* [live * in_c][out_c] */
@@ -157,8 +162,93 @@ static const float *live_weights(const struct cpu_conv_gemm *g,
   return g->product;
 }
 
+/* ---- windows: tiny images, one GEMM per output pixel and kernel row ----
+ * Output pixel p's kernel row ky reads one run of input pixels in one
+ * input row (dilation 1), and those taps are one run of HWIO's rows: the
+ * GEMMs take x, w, dy, dx and dw where they lie, with the images' strides,
+ * and multiply no padding. A 3x3 'same' conv on 2x2 images sees 16 of
+ * the 36 (pixel, tap) pairs the gathered columns hold. */
+
+typedef struct window_run {
+  int64_t x_at, w_at, width; /* floats into an image, into w; run x in_c */
+} window_run;
+
+/* Output pixel p's kernel row ky: whether it reads the image, and where. */
+static int window_of(const mxu_conv2d_desc *d, int p, int ky, window_run *run) {
+  int oy = p / d->out_w, ox = p % d->out_w;
+  int iy = tap_row(d, oy, ky), x0 = tap_col(d, ox, 0);
+  int lo = x0 < 0 ? -x0 : 0;
+  int hi = d->in_w - x0 < d->kernel_w ? d->in_w - x0 : d->kernel_w;
+  if (iy < 0 || iy >= d->in_h || hi <= lo) return 0;
+  run->x_at = ((int64_t)iy * d->in_w + x0 + lo) * d->in_c;
+  run->w_at = ((int64_t)ky * d->kernel_w + lo) * d->in_c * d->out_c;
+  run->width = (int64_t)(hi - lo) * d->in_c;
+  return 1;
+}
+
+/* The windows' widths summed: their multiply-adds per image and output
+ * channel, against the columns' pixels x live taps x in_c. */
+static int64_t window_macs(const mxu_conv2d_desc *d) {
+  int64_t sum = 0;
+  window_run run;
+  for (int p = 0; p < d->out_h * d->out_w; p++)
+    for (int ky = 0; ky < d->kernel_h; ky++)
+      if (window_of(d, p, ky, &run)) sum += run.width;
+  return sum;
+}
+
+static void windows_forward(const mxu_conv2d_desc *d, const float *x,
+                            const float *w, float *y) {
+  int pixels = d->out_h * d->out_w;
+  int64_t co = d->out_c, image = (int64_t)d->in_h * d->in_w * d->in_c;
+  for (int p = 0; p < pixels; p++) {
+    float beta = 0.0f;
+    window_run run;
+    for (int ky = 0; ky < d->kernel_h; ky++)
+      if (window_of(d, p, ky, &run)) {
+        dnnl_sgemm('N', 'N', d->n, co, run.width, 1.0f, x + run.x_at, image,
+                   w + run.w_at, co, beta, y + p * co, pixels * co);
+        beta = 1.0f;
+      }
+    if (beta == 0.0f) /* every tap on padding */
+      for (int64_t i = 0; i < d->n; i++)
+        memset(y + (i * pixels + p) * co, 0, (size_t)co * sizeof *y);
+  }
+}
+
+static void windows_backward_data(const mxu_conv2d_desc *d, const float *dy,
+                                  const float *w, float *dx) {
+  int pixels = d->out_h * d->out_w;
+  int64_t co = d->out_c, image = (int64_t)d->in_h * d->in_w * d->in_c;
+  memset(dx, 0, (size_t)(d->n * image) * sizeof *dx);
+  window_run run;
+  for (int p = 0; p < pixels; p++)
+    for (int ky = 0; ky < d->kernel_h; ky++)
+      if (window_of(d, p, ky, &run))
+        dnnl_sgemm('N', 'T', d->n, run.width, co, 1.0f, dy + p * co,
+                   pixels * co, w + run.w_at, co, 1.0f, dx + run.x_at, image);
+}
+
+static void windows_backward_weights(const mxu_conv2d_desc *d, const float *x,
+                                     const float *dy, float *dw) {
+  int pixels = d->out_h * d->out_w;
+  int64_t co = d->out_c, image = (int64_t)d->in_h * d->in_w * d->in_c;
+  memset(dw, 0,
+         (size_t)(d->kernel_h * d->kernel_w * d->in_c * co) * sizeof *dw);
+  window_run run;
+  for (int p = 0; p < pixels; p++)
+    for (int ky = 0; ky < d->kernel_h; ky++)
+      if (window_of(d, p, ky, &run))
+        dnnl_sgemm('T', 'N', run.width, co, d->n, 1.0f, x + run.x_at, image,
+                   dy + p * co, pixels * co, 1.0f, dw + run.w_at, co);
+}
+
 int cpu_conv_gemm_passes(const mxu_op *op) {
   return op->conv_gemm && op->conv_gemm->passes;
+}
+
+int cpu_conv_gemm_windows(const mxu_op *op) {
+  return op->conv_gemm && op->conv_gemm->windows;
 }
 
 void cpu_conv_gemm_forward(mxu_op *op, const float *x, const float *w,
@@ -167,8 +257,11 @@ void cpu_conv_gemm_forward(mxu_op *op, const float *x, const float *w,
   const mxu_conv2d_desc *d = &g->d;
   int64_t rows = rows_of(d), width = (int64_t)g->live * d->in_c;
   int64_t co = d->out_c;
-  dnnl_sgemm('N', 'N', rows, co, width, 1.0f, columns(g, x), width,
-             g->direct ? w : live_weights(g, w), co, 0.0f, y, co);
+  if (g->windows)
+    windows_forward(d, x, w, y);
+  else
+    dnnl_sgemm('N', 'N', rows, co, width, 1.0f, columns(g, x), width,
+               g->direct ? w : live_weights(g, w), co, 0.0f, y, co);
   if (!op->has_bias) b = NULL;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
   for (int64_t r = 0; r < rows; r++) epilogue(d->activation, b, co, y + r * co);
@@ -183,6 +276,10 @@ void cpu_conv_gemm_backward_data(mxu_op *op, const float *dy, const float *w,
   int64_t per_image = (int64_t)d->out_h * d->out_w;
   int64_t width = (int64_t)g->live * d->in_c, co = d->out_c;
   int64_t in_size = (int64_t)d->in_h * d->in_w * d->in_c;
+  if (g->windows) {
+    windows_backward_data(d, dy, w, dx);
+    return;
+  }
   if (g->direct) {
     dnnl_sgemm('N', 'T', rows_of(d), width, co, 1.0f, dy, co, w, co, 0.0f, dx,
                width);
@@ -232,7 +329,9 @@ void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,
   const mxu_conv2d_desc *d = &g->d;
   int64_t rows = rows_of(d), width = (int64_t)g->live * d->in_c;
   int64_t co = d->out_c;
-  if (g->direct) {
+  if (g->windows) {
+    windows_backward_weights(d, x, dy, dw);
+  } else if (g->direct) {
     dnnl_sgemm('T', 'N', width, co, rows, 1.0f, x, width, dy, co, 0.0f, dw, co);
   } else {
     if (width > 0)
@@ -273,10 +372,10 @@ enum { POINTWISE_MAX_PIXELS = 64 };
 /* Images of 2x2 outputs or fewer: oneDNN 2.6 ran a 3x3 conv's weight
  * gradient there 2.5-4x slower than one GEMM over the batch (DenseNet121's
  * 128 -> 32 on 2x2 at 64 images: 0.5-0.8 -> 0.2 ms), and from MIN_MACS on
- * its forward and backward data too 1.1-1.8x slower (ResNet50's 256 ->
- * 256: forward 4.5 -> 2.5 ms, data 2.9 -> 2.4; 512 -> 128: 3.8 -> 2.4,
- * 2.8 -> 2.6). At 128 -> 32 its backward data was faster (0.13 against
- * 0.23 ms): there only the weight gradient runs here. */
+ * its forward and backward data too 1.1-1.8x slower than the gathered
+ * columns (ResNet50's 256 -> 256: forward 4.5 -> 2.5 ms, data 2.9 -> 2.4;
+ * 512 -> 128: 3.8 -> 2.4, 2.8 -> 2.6). By windows (below) every pass
+ * runs here at any size. */
 static int tiny(const mxu_conv2d_desc *d) { return d->out_h * d->out_w <= 4; }
 
 /* oneDNN 2.6's jit_1x1 weight gradient of a strided 1x1 conv in NHWC,
@@ -314,12 +413,29 @@ int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *d) {
            mostly_dead(d, live_taps(d))));
 }
 
+/* All three passes by windows: tiny images, undilated, where the columns
+ * would hold padding (or gather the one pixel for nothing). Harness, 2
+ * threads, 64 images on 2x2, 3x3 'same', oneDNN's or the columns' ->
+ * windows, ms: ResNet50's 256 -> 256 (columns) forward 2.3-2.8 -> 1.0-1.4,
+ * data 2.3-2.5 -> 1.0-1.2, weights 2.9-3.2 -> 2.1-2.4; DenseNet121's 128
+ * -> 32 (oneDNN's but the weights) 0.14-0.22 -> 0.08, data the same
+ * (0.09-0.12), weights 0.15-0.18 -> 0.11; 32 -> 32 0.05-0.07 -> 0.03,
+ * 0.03-0.05 -> 0.03, 0.05-0.10 -> 0.03. */
+static int by_windows(const mxu_conv2d_desc *d, int live) {
+  int pixels = d->out_h * d->out_w;
+  return !pointwise(d) && tiny(d) && d->dilation_h <= 1 && d->dilation_w <= 1 &&
+         (pixels == 1 || window_macs(d) < (int64_t)pixels * live * d->in_c);
+}
+
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   int taps = d->kernel_h * d->kernel_w, live = live_taps(d);
   int direct = pointwise(d);
-  /* Pointwise, the GEMMs need no buffers of their own. */
-  size_t rows = direct ? 0 : (size_t)rows_of(d);
-  size_t width = direct ? 0 : (size_t)live * (size_t)d->in_c;
+  int windows = by_windows(d, live);
+  int passes = windows || mostly_dead(d, live) || one_pixel(d) ||
+               (tiny(d) && macs_of(d) >= MIN_MACS);
+  /* Pointwise or by windows, the GEMMs need no buffers of their own. */
+  size_t rows = direct || windows ? 0 : (size_t)rows_of(d);
+  size_t width = direct || windows ? 0 : (size_t)live * (size_t)d->in_c;
   size_t head = (sizeof(struct cpu_conv_gemm) + 63) / 64 * 64;
   size_t list = ((size_t)taps * sizeof(int) + 63) / 64 * 64;
   struct cpu_conv_gemm *g = mxu_aligned_alloc(
@@ -328,9 +444,9 @@ mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   *g = (struct cpu_conv_gemm){.d = *d,
                               .taps = taps,
                               .live = live,
-                              .passes = mostly_dead(d, live) || one_pixel(d) ||
-                                        (tiny(d) && macs_of(d) >= MIN_MACS),
-                              .direct = direct};
+                              .passes = passes,
+                              .direct = direct,
+                              .windows = windows};
   g->live_tap = (int *)(void *)((char *)g + head);
   g->columns = (float *)(void *)((char *)g + head + list);
   g->product = g->columns + rows * width;

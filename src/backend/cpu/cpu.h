@@ -227,6 +227,9 @@ int cpu_conv_gemm_can(const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_passes(const mxu_op *op);
+/* Whether those run as a GEMM per output pixel and kernel row (tiny
+ * images: no padding multiplied). */
+int cpu_conv_gemm_windows(const mxu_op *op);
 void cpu_conv_gemm_forward(mxu_op *op, const float *x, const float *w,
                            const float *b, float *y);
 void cpu_conv_gemm_backward_data(mxu_op *op, const float *dy, const float *w,
