@@ -47,6 +47,8 @@
 /* Columns buffer limit: larger images have fewer dead taps and oneDNN's
  * own kernels. */
 #define MAX_COLUMN_BYTES ((size_t)64 << 20)
+/* Copies of operands with aliasing strides (see unaliased) up to this. */
+#define MAX_SPARE_BYTES ((size_t)32 << 20)
 /* Multiply-adds of a direct pass below which oneDNN's generic weight
  * gradient and its forward and backward data on 2x2 images win anyway
  * (the gathering and the GEMM's set-up cost): DenseNet121's 3x3 128 -> 32
@@ -65,6 +67,7 @@ struct cpu_conv_gemm {
   int *live_tap;  /* [live]: which */
   float *columns; /* [rows][live * in_c] */
   float *product; /* [live * in_c][out_c] */
+  float *spare;   /* operands copied to unaliased strides, or NULL */
 };
 
 /* Input row and column of tap (ky, kx) for output (oy, ox). */
@@ -162,6 +165,43 @@ static const float *live_weights(const struct cpu_conv_gemm *g,
   return g->product;
 }
 
+/* ---- strides dnnl_sgemm reads slowly ----------------------------------
+ * dnnl_sgemm packs the operands it reads down their rows (A in a 'T'
+ * product, B in an 'N' one) from rows lda or ldb floats apart. Where that
+ * is a multiple of 512 floats (2 KB), the rows it reads together share
+ * cache sets and it ran at half speed (harness, 2 threads: 256 x 1024 x
+ * 256 with ldb 1024 82 GFLOP/s, 1040 175; 1536: 115 and 161; A^T of 1024 x
+ * 256 x 256 with lda 1024 71, 1040 132; strides of 768, 960 or 1280 lost
+ * 4-14%, not worth a copy). Such an operand is first copied to rows PAD
+ * floats longer, into the op's spare buffer. */
+enum { ALIASED = 512, PAD = 16 };
+
+typedef struct operand {
+  const float *at;
+  int64_t ld;
+} operand;
+
+static int aliased(int64_t ld) { return ld % ALIASED == 0; }
+
+/* rows x cols floats ld apart at src: themselves, or copied into *spare
+ * (then advanced past them) where ld aliases and there is a spare. */
+static operand unaliased(const float *src, int64_t rows, int64_t cols,
+                         int64_t ld, float **spare) {
+  if (!aliased(ld) || !*spare) return (operand){src, ld};
+  float *to = *spare;
+  int64_t pitch = cols + PAD;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(to + r * pitch, src + r * ld, (size_t)cols * sizeof *to);
+  *spare += rows * pitch;
+  return (operand){to, pitch};
+}
+
+/* The floats unaliased may take of a spare for rows x cols ld apart. */
+static int64_t spare_for(int64_t rows, int64_t cols, int64_t ld) {
+  return aliased(ld) ? rows * (cols + PAD) : 0;
+}
+
 /* ---- windows: tiny images, one GEMM per output pixel and kernel row ----
  * Output pixel p's kernel row ky reads one run of input pixels in one
  * input row (dilation 1), and those taps are one run of HWIO's rows: the
@@ -170,7 +210,8 @@ static const float *live_weights(const struct cpu_conv_gemm *g,
  * the 36 (pixel, tap) pairs the gathered columns hold. */
 
 typedef struct window_run {
-  int64_t x_at, w_at, width; /* floats into an image, into w; run x in_c */
+  int64_t x_at, w_row, width; /* floats into an image; w's [.][out_c] row;
+                               * run x in_c */
 } window_run;
 
 /* Output pixel p's kernel row ky: whether it reads the image, and where. */
@@ -181,7 +222,7 @@ static int window_of(const mxu_conv2d_desc *d, int p, int ky, window_run *run) {
   int hi = d->in_w - x0 < d->kernel_w ? d->in_w - x0 : d->kernel_w;
   if (iy < 0 || iy >= d->in_h || hi <= lo) return 0;
   run->x_at = ((int64_t)iy * d->in_w + x0 + lo) * d->in_c;
-  run->w_at = ((int64_t)ky * d->kernel_w + lo) * d->in_c * d->out_c;
+  run->w_row = ((int64_t)ky * d->kernel_w + lo) * d->in_c;
   run->width = (int64_t)(hi - lo) * d->in_c;
   return 1;
 }
@@ -197,17 +238,35 @@ static int64_t window_macs(const mxu_conv2d_desc *d) {
   return sum;
 }
 
+/* The rows of w [.][out_c] the windows read: [*first, *end). */
+static void window_rows(const mxu_conv2d_desc *d, int64_t *first,
+                        int64_t *end) {
+  *first = (int64_t)d->kernel_h * d->kernel_w * d->in_c, *end = 0;
+  window_run run;
+  for (int p = 0; p < d->out_h * d->out_w; p++)
+    for (int ky = 0; ky < d->kernel_h; ky++)
+      if (window_of(d, p, ky, &run)) {
+        if (run.w_row < *first) *first = run.w_row;
+        if (run.w_row + run.width > *end) *end = run.w_row + run.width;
+      }
+}
+
 static void windows_forward(const mxu_conv2d_desc *d, const float *x,
-                            const float *w, float *y) {
+                            const float *w, float *y, float *spare) {
   int pixels = d->out_h * d->out_w;
   int64_t co = d->out_c, image = (int64_t)d->in_h * d->in_w * d->in_c;
+  int64_t first, end;
+  window_rows(d, &first, &end);
+  /* Only the rows read (on 1x1 images one tap's of nine). */
+  operand wo = unaliased(w + first * co, end - first, co, co, &spare);
   for (int p = 0; p < pixels; p++) {
     float beta = 0.0f;
     window_run run;
     for (int ky = 0; ky < d->kernel_h; ky++)
       if (window_of(d, p, ky, &run)) {
         dnnl_sgemm('N', 'N', d->n, co, run.width, 1.0f, x + run.x_at, image,
-                   w + run.w_at, co, beta, y + p * co, pixels * co);
+                   wo.at + (run.w_row - first) * wo.ld, wo.ld, beta, y + p * co,
+                   pixels * co);
         beta = 1.0f;
       }
     if (beta == 0.0f) /* every tap on padding */
@@ -226,21 +285,24 @@ static void windows_backward_data(const mxu_conv2d_desc *d, const float *dy,
     for (int ky = 0; ky < d->kernel_h; ky++)
       if (window_of(d, p, ky, &run))
         dnnl_sgemm('N', 'T', d->n, run.width, co, 1.0f, dy + p * co,
-                   pixels * co, w + run.w_at, co, 1.0f, dx + run.x_at, image);
+                   pixels * co, w + run.w_row * co, co, 1.0f, dx + run.x_at,
+                   image);
 }
 
 static void windows_backward_weights(const mxu_conv2d_desc *d, const float *x,
-                                     const float *dy, float *dw) {
+                                     const float *dy, float *dw, float *spare) {
   int pixels = d->out_h * d->out_w;
   int64_t co = d->out_c, image = (int64_t)d->in_h * d->in_w * d->in_c;
   memset(dw, 0,
          (size_t)(d->kernel_h * d->kernel_w * d->in_c * co) * sizeof *dw);
+  operand xo = unaliased(x, d->n, image, image, &spare);
+  operand dyo = unaliased(dy, d->n, pixels * co, pixels * co, &spare);
   window_run run;
   for (int p = 0; p < pixels; p++)
     for (int ky = 0; ky < d->kernel_h; ky++)
       if (window_of(d, p, ky, &run))
-        dnnl_sgemm('T', 'N', run.width, co, d->n, 1.0f, x + run.x_at, image,
-                   dy + p * co, pixels * co, 1.0f, dw + run.w_at, co);
+        dnnl_sgemm('T', 'N', run.width, co, d->n, 1.0f, xo.at + run.x_at, xo.ld,
+                   dyo.at + p * co, dyo.ld, 1.0f, dw + run.w_row * co, co);
 }
 
 int cpu_conv_gemm_passes(const mxu_op *op) {
@@ -257,11 +319,15 @@ void cpu_conv_gemm_forward(mxu_op *op, const float *x, const float *w,
   const mxu_conv2d_desc *d = &g->d;
   int64_t rows = rows_of(d), width = (int64_t)g->live * d->in_c;
   int64_t co = d->out_c;
-  if (g->windows)
-    windows_forward(d, x, w, y);
-  else
-    dnnl_sgemm('N', 'N', rows, co, width, 1.0f, columns(g, x), width,
-               g->direct ? w : live_weights(g, w), co, 0.0f, y, co);
+  float *spare = g->spare;
+  if (g->windows) {
+    windows_forward(d, x, w, y, spare);
+  } else {
+    operand wo =
+        unaliased(g->direct ? w : live_weights(g, w), width, co, co, &spare);
+    dnnl_sgemm('N', 'N', rows, co, width, 1.0f, columns(g, x), width, wo.at,
+               wo.ld, 0.0f, y, co);
+  }
   if (!op->has_bias) b = NULL;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
   for (int64_t r = 0; r < rows; r++) epilogue(d->activation, b, co, y + r * co);
@@ -329,14 +395,16 @@ void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,
   const mxu_conv2d_desc *d = &g->d;
   int64_t rows = rows_of(d), width = (int64_t)g->live * d->in_c;
   int64_t co = d->out_c;
+  float *spare = g->spare;
   if (g->windows) {
-    windows_backward_weights(d, x, dy, dw);
-  } else if (g->direct) {
-    dnnl_sgemm('T', 'N', width, co, rows, 1.0f, x, width, dy, co, 0.0f, dw, co);
-  } else {
-    if (width > 0)
-      dnnl_sgemm('T', 'N', width, co, rows, 1.0f, columns(g, x), width, dy, co,
-                 0.0f, g->product, co);
+    windows_backward_weights(d, x, dy, dw, spare);
+  } else if (width > 0) {
+    operand xo = unaliased(columns(g, x), rows, width, width, &spare);
+    operand dyo = unaliased(dy, rows, co, co, &spare);
+    dnnl_sgemm('T', 'N', width, co, rows, 1.0f, xo.at, xo.ld, dyo.at, dyo.ld,
+               0.0f, g->direct ? dw : g->product, co);
+  }
+  if (!g->windows && !g->direct) {
     /* HWIO: tap t's rows are dw[t * in_c ..]. */
     int64_t tap_floats = (int64_t)d->in_c * co;
     memset(dw, 0, (size_t)(g->taps * tap_floats) * sizeof *dw);
@@ -427,6 +495,27 @@ static int by_windows(const mxu_conv2d_desc *d, int live) {
          (pixels == 1 || window_macs(d) < (int64_t)pixels * live * d->in_c);
 }
 
+/* The spare floats the passes take to unalias their operands (none past
+ * MAX_SPARE_BYTES: they then run on the strides as they are). */
+static size_t spare_floats(const mxu_conv2d_desc *d, int live, int windows) {
+  int64_t co = d->out_c, pixels = (int64_t)d->out_h * d->out_w;
+  int64_t image = (int64_t)d->in_h * d->in_w * d->in_c;
+  int64_t width = (int64_t)live * d->in_c, rows = rows_of(d);
+  int64_t forward, weights;
+  if (windows) {
+    int64_t first, end;
+    window_rows(d, &first, &end);
+    forward = spare_for(end - first, co, co);
+    weights = spare_for(d->n, image, image) +
+              spare_for(d->n, pixels * co, pixels * co);
+  } else {
+    forward = spare_for(width, co, co);
+    weights = spare_for(rows, width, width) + spare_for(rows, co, co);
+  }
+  size_t most = (size_t)(forward > weights ? forward : weights);
+  return most * sizeof(float) > MAX_SPARE_BYTES ? 0 : most;
+}
+
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   int taps = d->kernel_h * d->kernel_w, live = live_taps(d);
   int direct = pointwise(d);
@@ -436,10 +525,12 @@ mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   /* Pointwise or by windows, the GEMMs need no buffers of their own. */
   size_t rows = direct || windows ? 0 : (size_t)rows_of(d);
   size_t width = direct || windows ? 0 : (size_t)live * (size_t)d->in_c;
+  size_t spare = spare_floats(d, live, windows);
   size_t head = (sizeof(struct cpu_conv_gemm) + 63) / 64 * 64;
   size_t list = ((size_t)taps * sizeof(int) + 63) / 64 * 64;
   struct cpu_conv_gemm *g = mxu_aligned_alloc(
-      head + list + (rows * width + width * (size_t)d->out_c) * sizeof(float));
+      head + list +
+      (rows * width + width * (size_t)d->out_c + spare) * sizeof(float));
   if (!g) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
   *g = (struct cpu_conv_gemm){.d = *d,
                               .taps = taps,
@@ -450,6 +541,7 @@ mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *d) {
   g->live_tap = (int *)(void *)((char *)g + head);
   g->columns = (float *)(void *)((char *)g + head + list);
   g->product = g->columns + rows * width;
+  g->spare = spare ? g->product + width * (size_t)d->out_c : NULL;
   for (int t = 0, k = 0; t < taps; t++)
     if (tap_live(d, t)) g->live_tap[k++] = t;
   op->conv_gemm = g;
