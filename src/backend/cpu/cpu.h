@@ -220,8 +220,8 @@ void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
 /* conv_gemm.c: a conv's backward weights as one GEMM over the batch,
  * where oneDNN's is generic (small images; fits reads the op's) or the
  * conv pointwise on images up to 8x8, and its forward and backward data
- * where most taps see only padding or each image has one output pixel
- * (passes). */
+ * where most taps see only padding, each image has one output pixel or
+ * its outputs are 2x2 or fewer (passes). */
 /* Plain float32 NHWC, columns of a sane size: it could. */
 int cpu_conv_gemm_can(const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *desc);
