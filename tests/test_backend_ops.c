@@ -251,7 +251,10 @@ static const grouped_case grouped_cases[] = {
     {{4, 8, 8, 32, 32, 3, 3, 1, 1, MXU_SAME}, 32, 1},  /* MobileNet's */
     {{2, 10, 9, 24, 24, 5, 5, 2, 2, MXU_SAME}, 24, 1}, /* EfficientNet's */
     {{2, 9, 7, 3, 5, 3, 3, 1, 1, MXU_SAME}, 1, 2},     /* dilation 2 */
-    {{2, 11, 9, 4, 4, 3, 2, 1, 1, MXU_VALID}, 4, 3},   /* depthwise dilated */
+    /* dilated on 2x2 images, the centre tap alone live: conv_gemm.c's
+     * gathered columns, its 512 filters' packed weights on longer rows */
+    {{8, 2, 2, 16, 512, 3, 3, 1, 1, MXU_SAME}, 1, 2},
+    {{2, 11, 9, 4, 4, 3, 2, 1, 1, MXU_VALID}, 4, 3}, /* depthwise dilated */
     /* Channel vectors on the own depthwise weights gradient (conv_dw.c):
      * MobileNetV2's last images at 32x32 (2x2, 1x1: most taps outside),
      * a partial block of images, dilation. */

@@ -155,16 +155,6 @@ static void epilogue(mxu_activation act, const float *b, int64_t co,
   }
 }
 
-/* The live taps' weights, [live * in_c][out_c], packed into product. */
-static const float *live_weights(const struct cpu_conv_gemm *g,
-                                 const float *w) {
-  int64_t tap_floats = (int64_t)g->d.in_c * g->d.out_c;
-  for (int k = 0; k < g->live; k++)
-    memcpy(g->product + k * tap_floats, w + g->live_tap[k] * tap_floats,
-           (size_t)tap_floats * sizeof *w);
-  return g->product;
-}
-
 /* ---- strides dnnl_sgemm reads slowly ----------------------------------
  * dnnl_sgemm packs the operands it reads down their rows (A in a 'T'
  * product, B in an 'N' one) from rows lda or ldb floats apart. Where that
@@ -202,6 +192,25 @@ static int64_t spare_for(int64_t rows, int64_t cols, int64_t ld) {
   return aliased(ld) ? rows * (cols + PAD) : 0;
 }
 
+/* The live taps' weights, [live * in_c][out_c]: packed into product, or
+ * straight into *spare at the longer pitch where out_c aliases (spare
+ * NULL: product). */
+static operand live_weights(const struct cpu_conv_gemm *g, const float *w,
+                            float **spare) {
+  int64_t in_c = g->d.in_c, co = g->d.out_c, rows = g->live * in_c;
+  float *to = g->product;
+  int64_t pitch = co;
+  if (spare && *spare && aliased(co)) {
+    to = *spare, pitch = co + PAD;
+    *spare += rows * pitch;
+  }
+  for (int k = 0; k < g->live; k++)
+    for (int64_t r = 0; r < in_c; r++)
+      memcpy(to + (k * in_c + r) * pitch, w + (g->live_tap[k] * in_c + r) * co,
+             (size_t)co * sizeof *w);
+  return (operand){to, pitch};
+}
+
 /* ---- windows: tiny images, one GEMM per output pixel and kernel row ----
  * Output pixel p's kernel row ky reads one run of input pixels in one
  * input row (dilation 1), and those taps are one run of HWIO's rows: the
@@ -227,28 +236,22 @@ static int window_of(const mxu_conv2d_desc *d, int p, int ky, window_run *run) {
   return 1;
 }
 
-/* The windows' widths summed: their multiply-adds per image and output
- * channel, against the columns' pixels x live taps x in_c. */
-static int64_t window_macs(const mxu_conv2d_desc *d) {
+/* The windows' widths summed (their multiply-adds per image and output
+ * channel, against the columns' pixels x live taps x in_c), and the rows
+ * of w [.][out_c] they read: [*first, *end). */
+static int64_t window_span(const mxu_conv2d_desc *d, int64_t *first,
+                           int64_t *end) {
   int64_t sum = 0;
-  window_run run;
-  for (int p = 0; p < d->out_h * d->out_w; p++)
-    for (int ky = 0; ky < d->kernel_h; ky++)
-      if (window_of(d, p, ky, &run)) sum += run.width;
-  return sum;
-}
-
-/* The rows of w [.][out_c] the windows read: [*first, *end). */
-static void window_rows(const mxu_conv2d_desc *d, int64_t *first,
-                        int64_t *end) {
   *first = (int64_t)d->kernel_h * d->kernel_w * d->in_c, *end = 0;
   window_run run;
   for (int p = 0; p < d->out_h * d->out_w; p++)
     for (int ky = 0; ky < d->kernel_h; ky++)
       if (window_of(d, p, ky, &run)) {
+        sum += run.width;
         if (run.w_row < *first) *first = run.w_row;
         if (run.w_row + run.width > *end) *end = run.w_row + run.width;
       }
+  return sum;
 }
 
 static void windows_forward(const mxu_conv2d_desc *d, const float *x,
@@ -256,7 +259,7 @@ static void windows_forward(const mxu_conv2d_desc *d, const float *x,
   int pixels = d->out_h * d->out_w;
   int64_t co = d->out_c, image = (int64_t)d->in_h * d->in_w * d->in_c;
   int64_t first, end;
-  window_rows(d, &first, &end);
+  window_span(d, &first, &end);
   /* Only the rows read (on 1x1 images one tap's of nine). */
   operand wo = unaliased(w + first * co, end - first, co, co, &spare);
   for (int p = 0; p < pixels; p++) {
@@ -323,8 +326,8 @@ void cpu_conv_gemm_forward(mxu_op *op, const float *x, const float *w,
   if (g->windows) {
     windows_forward(d, x, w, y, spare);
   } else {
-    operand wo =
-        unaliased(g->direct ? w : live_weights(g, w), width, co, co, &spare);
+    operand wo = g->direct ? unaliased(w, width, co, co, &spare)
+                           : live_weights(g, w, &spare);
     dnnl_sgemm('N', 'N', rows, co, width, 1.0f, columns(g, x), width, wo.at,
                wo.ld, 0.0f, y, co);
   }
@@ -351,8 +354,8 @@ void cpu_conv_gemm_backward_data(mxu_op *op, const float *dy, const float *w,
                width);
     return;
   }
-  dnnl_sgemm('N', 'T', rows_of(d), width, co, 1.0f, dy, co, live_weights(g, w),
-             co, 0.0f, g->columns, width);
+  dnnl_sgemm('N', 'T', rows_of(d), width, co, 1.0f, dy, co,
+             live_weights(g, w, NULL).at, co, 0.0f, g->columns, width);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(d->n))
   for (int64_t i = 0; i < d->n; i++) {
     float *image = dx + i * in_size;
@@ -389,22 +392,31 @@ static void bias_gradient(const float *dy, int64_t rows, int64_t co,
   }
 }
 
+/* to [live * in_c][out_c] = columns^T x dy, over every output pixel. */
+static void columns_gradient(const struct cpu_conv_gemm *g, const float *x,
+                             const float *dy, float *to) {
+  const mxu_conv2d_desc *d = &g->d;
+  int64_t rows = rows_of(d), width = (int64_t)g->live * d->in_c;
+  int64_t co = d->out_c;
+  if (width == 0) return;
+  float *spare = g->spare;
+  operand xo = unaliased(columns(g, x), rows, width, width, &spare);
+  operand dyo = unaliased(dy, rows, co, co, &spare);
+  dnnl_sgemm('T', 'N', width, co, rows, 1.0f, xo.at, xo.ld, dyo.at, dyo.ld,
+             0.0f, to, co);
+}
+
 void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,
                                     float *dw, float *db) {
   const struct cpu_conv_gemm *g = op->conv_gemm;
   const mxu_conv2d_desc *d = &g->d;
-  int64_t rows = rows_of(d), width = (int64_t)g->live * d->in_c;
   int64_t co = d->out_c;
-  float *spare = g->spare;
   if (g->windows) {
-    windows_backward_weights(d, x, dy, dw, spare);
-  } else if (width > 0) {
-    operand xo = unaliased(columns(g, x), rows, width, width, &spare);
-    operand dyo = unaliased(dy, rows, co, co, &spare);
-    dnnl_sgemm('T', 'N', width, co, rows, 1.0f, xo.at, xo.ld, dyo.at, dyo.ld,
-               0.0f, g->direct ? dw : g->product, co);
-  }
-  if (!g->windows && !g->direct) {
+    windows_backward_weights(d, x, dy, dw, g->spare);
+  } else if (g->direct) {
+    columns_gradient(g, x, dy, dw);
+  } else {
+    columns_gradient(g, x, dy, g->product);
     /* HWIO: tap t's rows are dw[t * in_c ..]. */
     int64_t tap_floats = (int64_t)d->in_c * co;
     memset(dw, 0, (size_t)(g->taps * tap_floats) * sizeof *dw);
@@ -412,7 +424,7 @@ void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,
       memcpy(dw + g->live_tap[k] * tap_floats, g->product + k * tap_floats,
              (size_t)tap_floats * sizeof *dw);
   }
-  if (db) bias_gradient(dy, rows, co, db);
+  if (db) bias_gradient(dy, rows_of(d), co, db);
 }
 
 /* No more than half the taps see the image: the own forward and
@@ -491,8 +503,10 @@ int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *d) {
  * 0.03-0.05 -> 0.03, 0.05-0.10 -> 0.03. */
 static int by_windows(const mxu_conv2d_desc *d, int live) {
   int pixels = d->out_h * d->out_w;
+  int64_t first, end;
   return !pointwise(d) && tiny(d) && d->dilation_h <= 1 && d->dilation_w <= 1 &&
-         (pixels == 1 || window_macs(d) < (int64_t)pixels * live * d->in_c);
+         (pixels == 1 ||
+          window_span(d, &first, &end) < (int64_t)pixels * live * d->in_c);
 }
 
 /* The spare floats the passes take to unalias their operands (none past
@@ -504,7 +518,7 @@ static size_t spare_floats(const mxu_conv2d_desc *d, int live, int windows) {
   int64_t forward, weights;
   if (windows) {
     int64_t first, end;
-    window_rows(d, &first, &end);
+    window_span(d, &first, &end);
     forward = spare_for(end - first, co, co);
     weights = spare_for(d->n, image, image) +
               spare_for(d->n, pixels * co, pixels * co);
