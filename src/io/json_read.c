@@ -225,12 +225,29 @@ static mxu_status add_implicit_input(const mxu_json_where *where,
                           mxu_input(node->model, input_name, shape));
 }
 
+/* Whether the entry names the module and registered name Keras gives a
+ * class of mxu's from outside keras.layers (either dialect's). */
+static int known_origin(const cJSON *entry, const cJSON *module,
+                        const cJSON *registered) {
+  const cJSON *class_name = mxu_json_get(entry, "class_name");
+  const mxu_layer_class *cls =
+      cJSON_IsString(class_name) ? mxu_layer_class_find(class_name->valuestring)
+                                 : NULL;
+  const mxu_keras_origin *o = cls ? cls->origin : NULL;
+  if (!o || !cJSON_IsString(registered)) return 0;
+  const char *m = cJSON_IsString(module) ? module->valuestring : NULL;
+  const char *r = registered->valuestring;
+  return (!strcmp(r, o->registered_k3) && (!m || !strcmp(m, o->module_k3))) ||
+         (!strcmp(r, o->registered_tf2) && (!m || !strcmp(m, o->module_tf2)));
+}
+
 /* A Keras 3 entry may say where its class comes from; only Keras' own
  * classes are mxu's. */
 static mxu_status check_builtin(const mxu_json_where *where,
                                 const cJSON *entry) {
   const cJSON *module = mxu_json_get(entry, "module");
   const cJSON *registered = mxu_json_get(entry, "registered_name");
+  if (known_origin(entry, module, registered)) return MXU_OK;
   /* tf_keras names its own models' module tf_keras.src.engine... */
   if (cJSON_IsString(module) && module->valuestring &&
       strncmp(module->valuestring, "keras", 5) != 0 &&

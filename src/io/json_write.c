@@ -24,10 +24,21 @@ static cJSON *layer_config(mxu_json_out *out, const char *name) {
  * merge: the list of its inputs' shapes). */
 static cJSON *layer_entry(mxu_json_out *out, const char *class_name,
                           cJSON *config, const mxu_layer *built) {
-  cJSON *entry = mxu_json_object(out, "keras.layers", class_name, config);
+  const mxu_keras_origin *o = built ? built->cls->origin : NULL;
+  const char *module = !o            ? "keras.layers"
+                       : out->keras3 ? o->module_k3
+                                     : o->module_tf2;
+  cJSON *entry = mxu_json_object(out, module, class_name, config);
   if (!entry) {
     out->failed = 1;
     return NULL;
+  }
+  /* Keras finds such a class by its registered name (tf.keras 2 too). */
+  if (o) {
+    cJSON_DeleteItemFromObjectCaseSensitive(entry, "registered_name");
+    if (!out->keras3) mxu_json_put_string(out, entry, "module", module);
+    mxu_json_put_string(out, entry, "registered_name",
+                        out->keras3 ? o->registered_k3 : o->registered_tf2);
   }
   if (out->keras3 && built && built->input_count) {
     cJSON *shape = NULL;

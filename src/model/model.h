@@ -77,10 +77,21 @@ typedef struct mxu_layer_run {
   int fused_softmax;  /* backward: dy is already the gradient of the logits */
 } mxu_layer_run;
 
+/* Where Keras keeps a layer class that is not one of keras.layers
+ * (keras.applications' own layers): the module and registered_name each
+ * dialect writes, which the reader accepts and the writer gives back so
+ * that Keras finds the class again. */
+typedef struct mxu_keras_origin {
+  const char *module_k3, *registered_k3;
+  const char *module_tf2, *registered_tf2;
+} mxu_keras_origin;
+
 typedef struct mxu_layer_class {
   const char *class_name; /* Keras' class name */
   /* Other names Keras reads for it (Convolution2D, MaxPool2D, ...). */
   const char *const *aliases;
+  /* NULL: keras.layers, registered_name null. */
+  const mxu_keras_origin *origin;
   /* Its config in Keras' JSON, both dialects: the keys it reads besides
    * name, trainable and dtype; the reader, which applies the layer to
    * node->inputs (refusing what mxu cannot honour, naming the key); the
