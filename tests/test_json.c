@@ -1307,6 +1307,175 @@ static void errors_functional(void) {
       "a Sequential used as a layer has no layers");
 }
 
+/* A tf.keras 2 TFOpLambda named name: function on the tensor ref with
+ * kwargs y and name (the reference alone, not in a list). */
+static const char *tf2_op(const char *name, const char *function,
+                          const char *ref, const char *y) {
+  static char text[4][1024];
+  static int next;
+  char *t = text[next++ % 4];
+  snprintf(t, 1024,
+           "{\"module\": \"tf_keras.src.layers.core.tf_op_layer\", "
+           "\"class_name\": \"TFOpLambda\", \"config\": {\"name\": \"%s\", "
+           "\"trainable\": true, \"dtype\": \"float32\", \"function\": "
+           "\"%s\"}, \"registered_name\": \"TFOpLambda\", \"name\": \"%s\", "
+           "\"inbound_nodes\": [[\"%s\", 0, 0, {\"y\": %s, \"name\": null}]]}",
+           name, function, name, ref, y);
+  return t;
+}
+
+/* A Keras 3 tensor reference to layer's output of shape (4,). */
+#define K3_REF(layer)                                                          \
+  "{\"class_name\": \"__keras_tensor__\", \"config\": {\"shape\": [null, "     \
+  "4], \"dtype\": \"float32\", \"keras_history\": [\"" layer "\", 0, 0]}}"
+
+/* A Keras 3 keras.src.ops.numpy op named name, of class op, on args. */
+static const char *k3_op(const char *name, const char *op, const char *args) {
+  static char text[4][1024];
+  static int next;
+  char *t = text[next++ % 4];
+  snprintf(t, 1024,
+           "{\"module\": \"keras.src.ops.numpy\", \"class_name\": \"%s\", "
+           "\"config\": {\"name\": \"%s\"}, \"registered_name\": \"%s\", "
+           "\"name\": \"%s\", \"inbound_nodes\": [{\"args\": [%s], "
+           "\"kwargs\": {}}]}",
+           op, name, op, name, args);
+  return t;
+}
+
+/* A Keras 3 Functional model: InputLayer "in" of shape (4,), then the
+ * given layers, its output the layer named out. */
+static const char *k3_functional_with(const char *layers, const char *out) {
+  static char text[8192];
+  snprintf(text, sizeof text,
+           "{\"module\": \"keras\", \"class_name\": \"Functional\", "
+           "\"config\": {\"name\": \"f\", \"trainable\": true, \"layers\": "
+           "[{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", "
+           "\"config\": {\"batch_shape\": [null, 4], \"dtype\": \"float32\", "
+           "\"sparse\": false, \"name\": \"in\"}, \"registered_name\": null, "
+           "\"name\": \"in\", \"inbound_nodes\": []}, %s], \"input_layers\": "
+           "[\"in\", 0, 0], \"output_layers\": [\"%s\", 0, 0]}, "
+           "\"registered_name\": \"Functional\"}",
+           layers, out);
+  return text;
+}
+
+/* Layer named name is a Rescaling of input `from` by scale and offset. */
+static void check_rescaling(const char *label, const mxu_model *m,
+                            const char *name, const char *from, float scale,
+                            float offset) {
+  for (int i = 0; i < m->layer_count; i++) {
+    const mxu_layer *l = &m->layers[i];
+    if (strcmp(l->name, name) != 0) continue;
+    CHECK_MSG(l->cls == &mxu_rescaling_class && l->input_count == 1 &&
+                  strcmp(m->layers[l->inputs[0]].name, from) == 0 &&
+                  l->config.rescaling.scale == scale &&
+                  l->config.rescaling.offset == offset,
+              "%s: '%s' is %s(%g, %g) of '%s', want Rescaling(%g, %g) of '%s'",
+              label, name, l->cls->class_name,
+              (double)l->config.rescaling.scale,
+              (double)l->config.rescaling.offset, m->layers[l->inputs[0]].name,
+              (double)scale, (double)offset, from);
+    return;
+  }
+  CHECK_MSG(0, "%s: no layer '%s'", label, name);
+}
+
+/* Layer named name is the merge cls of inputs a and b. */
+static void check_merge(const char *label, const mxu_model *m, const char *name,
+                        const mxu_layer_class *cls, const char *a,
+                        const char *b) {
+  for (int i = 0; i < m->layer_count; i++) {
+    const mxu_layer *l = &m->layers[i];
+    if (strcmp(l->name, name) != 0) continue;
+    CHECK_MSG(l->cls == cls && l->input_count == 2 &&
+                  strcmp(m->layers[l->inputs[0]].name, a) == 0 &&
+                  strcmp(m->layers[l->inputs[1]].name, b) == 0,
+              "%s: '%s' is %s of %d inputs, want %s('%s', '%s')", label, name,
+              l->cls->class_name, l->input_count, cls->class_name, a, b);
+    return;
+  }
+  CHECK_MSG(0, "%s: no layer '%s'", label, name);
+}
+
+/* Ops on tensors that Keras records as layers (MobileNetV3's x + 3.0 and
+ * x * (1 / 6), ConvNeXt's residual x + y): a number makes a Rescaling of
+ * the same bits, two tensors the merge of the op's name. */
+static void reads_ops(void) {
+  char layers[4096];
+  snprintf(layers, sizeof layers, "%s, %s, %s, %s",
+           tf2_op("tf.__operators__.add", "__operators__.add", "in", "3.0"),
+           tf2_op("tf.math.multiply", "math.multiply", "tf.__operators__.add",
+                  "0.16666666666666666"),
+           tf2_op("tf.math.subtract", "math.subtract", "tf.math.multiply", "2"),
+           tf2_op("tf.__operators__.add_1", "__operators__.add",
+                  "tf.math.subtract", "[\"in\", 0, 0]"));
+  const char *tf2 = functional_with(layers, "[[\"in\", 0, 0]]",
+                                    "[[\"tf.__operators__.add_1\", 0, 0]]");
+  mxu_model *m = read_json(tf2, NULL, NULL);
+  if (m) {
+    check_rescaling("tf2", m, "tf.__operators__.add", "in", 1.0f, 3.0f);
+    check_rescaling("tf2", m, "tf.math.multiply", "tf.__operators__.add",
+                    1.0f / 6.0f, 0.0f);
+    check_rescaling("tf2", m, "tf.math.subtract", "tf.math.multiply", 1.0f,
+                    -2.0f);
+    check_merge("tf2", m, "tf.__operators__.add_1", &mxu_add_class,
+                "tf.math.subtract", "in");
+    /* Written back as those layers, which read back the same. */
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      char *text = write_json(m, keras3);
+      mxu_model *back = text ? read_json(text, NULL, NULL) : NULL;
+      if (back)
+        check_rescaling("tf2 written", back, "tf.math.subtract",
+                        "tf.math.multiply", 1.0f, -2.0f);
+      mxu_model_free(back);
+      free(text);
+    }
+  }
+  mxu_model_free(m);
+
+  snprintf(layers, sizeof layers, "%s, %s, %s, %s",
+           k3_op("add", "Add", K3_REF("in") ", 3.0"),
+           k3_op("multiply", "Multiply", "0.5, " K3_REF("add")),
+           k3_op("subtract", "Subtract", "1.5, " K3_REF("multiply")),
+           k3_op("add_1", "Add", K3_REF("subtract") ", " K3_REF("in")));
+  m = read_json(k3_functional_with(layers, "add_1"), NULL, NULL);
+  if (m) {
+    check_rescaling("k3", m, "add", "in", 1.0f, 3.0f);
+    check_rescaling("k3", m, "multiply", "add", 0.5f, 0.0f);
+    check_rescaling("k3", m, "subtract", "multiply", -1.0f, 1.5f); /* 1.5 - x */
+    check_merge("k3", m, "add_1", &mxu_add_class, "subtract", "in");
+  }
+  mxu_model_free(m);
+
+  /* What mxu cannot read, named. */
+  const char *out = "[[\"op\", 0, 0]]", *in = "[[\"in\", 0, 0]]";
+  EXPECT_JSON_FAIL(
+      functional_with(tf2_op("op", "math.truediv", "in", "2.0"), in, out),
+      MXU_ERR_UNSUPPORTED, "layer 'op' (TFOpLambda)",
+      "the op 'math.truediv' is not supported");
+  EXPECT_JSON_FAIL(
+      k3_functional_with(k3_op("op", "Divide", K3_REF("in") ", 2.0"), "op"),
+      MXU_ERR_UNSUPPORTED, "layer 'op' (Divide)",
+      "the op Divide is not supported");
+  EXPECT_JSON_FAIL(k3_functional_with(k3_op("op", "Add", "1.0, 2.0"), "op"),
+                   MXU_ERR_UNSUPPORTED, "layer 'op' (Add)",
+                   "an op on two numbers");
+  EXPECT_JSON_FAIL(k3_functional_with(k3_op("op", "Add", K3_REF("in")), "op"),
+                   MXU_ERR_FORMAT, "layer 'op' (Add)", "the op's 2 operands");
+  char bad[1024];
+  snprintf(bad, sizeof bad, "%s", tf2_op("op", "math.add", "in", "1.0"));
+  char *kw = strstr(bad, "\"name\": null");
+  if (kw) memcpy(kw, "\"nom\": 1.0  ", 12);
+  EXPECT_JSON_FAIL(functional_with(bad, in, out), MXU_ERR_UNSUPPORTED,
+                   "layer 'op' (TFOpLambda)", "op argument 'nom'");
+  snprintf(bad, sizeof bad, "%s", tf2_op("op", "math.add", "in", "1.0"));
+  kw = strstr(bad, "\"y\": 1.0");
+  if (kw) memcpy(kw, "\"x\"", 3);
+  EXPECT_JSON_FAIL(functional_with(bad, in, out), MXU_ERR_FORMAT,
+                   "layer 'op' (TFOpLambda)", "no operand y");
+}
+
 static void reads_functional(void) {
   reads_keras_apps();
   reads_tiny_resnet();
@@ -1328,6 +1497,7 @@ static void reads_functional(void) {
     cJSON_Delete(doc);
   }
   errors_functional();
+  reads_ops();
 }
 
 /* ---- errors -------------------------------------------------------------

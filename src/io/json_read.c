@@ -225,6 +225,16 @@ static mxu_status add_implicit_input(const mxu_json_where *where,
                           mxu_input(node->model, input_name, shape));
 }
 
+/* An op on tensors that Keras records as a layer (see "ops" below). */
+static int is_op(const cJSON *entry) {
+  const cJSON *module = mxu_json_get(entry, "module");
+  const cJSON *class_name = mxu_json_get(entry, "class_name");
+  return (cJSON_IsString(module) &&
+          strcmp(module->valuestring, "keras.src.ops.numpy") == 0) ||
+         (cJSON_IsString(class_name) &&
+          strcmp(class_name->valuestring, "TFOpLambda") == 0);
+}
+
 /* Whether the entry names the module and registered name Keras gives a
  * class of mxu's from outside keras.layers (either dialect's). */
 static int known_origin(const cJSON *entry, const cJSON *module,
@@ -247,7 +257,7 @@ static mxu_status check_builtin(const mxu_json_where *where,
                                 const cJSON *entry) {
   const cJSON *module = mxu_json_get(entry, "module");
   const cJSON *registered = mxu_json_get(entry, "registered_name");
-  if (known_origin(entry, module, registered)) return MXU_OK;
+  if (known_origin(entry, module, registered) || is_op(entry)) return MXU_OK;
   /* tf_keras names its own models' module tf_keras.src.engine... */
   if (cJSON_IsString(module) && module->valuestring &&
       strncmp(module->valuestring, "keras", 5) != 0 &&
@@ -615,6 +625,158 @@ static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
   return MXU_OK;
 }
 
+/* ---- ops Keras records as layers ---------------------------------------
+ * An op on a Functional model's tensors is a layer of its own: for
+ * x + 3.0 Keras 3 records keras.src.ops.numpy's Add called on (x, 3.0),
+ * tf.keras 2 a TFOpLambda of "__operators__.add" called on x with y 3.0
+ * (MobileNetV3's hard sigmoid; ConvNeXt's residual adds are of two
+ * tensors). On two tensors the op is the merge layer of its name; on a
+ * tensor and a number, a Rescaling, which gives the same bits: x * 1 + c
+ * is x + c, x * c + 0 is x * c, x - c is x + (-c) and c - x is
+ * x * -1 + c. mxu writes them back as those layers. */
+
+typedef struct op_number {
+  int given, first; /* a number is an operand; it is the first one */
+  float value;      /* as Keras converts it: to the tensor's float32 */
+} op_number;
+
+static const struct {
+  const char *k3, *tf2;
+  mxu_merge_kind kind;
+} known_ops[] = {{"Add", "__operators__.add", MXU_MERGE_ADD},
+                 {"Add", "math.add", MXU_MERGE_ADD},
+                 {"Subtract", "math.subtract", MXU_MERGE_SUBTRACT},
+                 {"Multiply", "math.multiply", MXU_MERGE_MULTIPLY}};
+
+/* The op: Keras 3 names it by its class, tf.keras 2 by config.function. */
+static mxu_status op_kind(const mxu_json_where *where, const layer_entry *e,
+                          mxu_merge_kind *kind) {
+  int tf2 = strcmp(e->class_name, "TFOpLambda") == 0;
+  const char *name = e->class_name;
+  if (tf2)
+    MXU_TRY(mxu_json_string(where, e->config, "function", MXU_JSON_REQUIRED,
+                            &name));
+  for (size_t i = 0; i < sizeof known_ops / sizeof *known_ops; i++)
+    if (strcmp(name, tf2 ? known_ops[i].tf2 : known_ops[i].k3) == 0) {
+      *kind = known_ops[i].kind;
+      return MXU_OK;
+    }
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "the op %s%s%s is not supported (mxu reads the ops +, "
+                       "- and * on two tensors or on a tensor and a number)",
+                       tf2 ? "'" : "", name, tf2 ? "'" : "");
+}
+
+/* One operand of an op: a number, or a tensor (a reference either
+ * dialect writes). */
+static mxu_status op_operand(const mxu_json_where *where, const cJSON *arg,
+                             mxu_json_node *node, op_number *number) {
+  if (!cJSON_IsNumber(arg)) {
+    if (node->input_count == MXU_MAX_INPUTS)
+      return mxu_json_fail(where, MXU_ERR_FORMAT, "an op of too many operands");
+    const cJSON *history =
+        cJSON_IsObject(arg)
+            ? mxu_json_get(mxu_json_get(arg, "config"), "keras_history")
+            : arg;
+    return read_history(where, history, node->model,
+                        &node->inputs[node->input_count++]);
+  }
+  if (number->given)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "an op on two numbers is not supported");
+  *number = (op_number){1, node->input_count == 0, (float)arg->valuedouble};
+  return MXU_OK;
+}
+
+/* Call `index` of an op: Keras 3's {"args": [a, b], "kwargs": {}}, or
+ * tf.keras 2's [layer, node, tensor, {"y": b, "name": null}]. */
+static mxu_status read_op_call(const mxu_json_where *where, const cJSON *entry,
+                               int index, mxu_json_node *node,
+                               op_number *number) {
+  const cJSON *call =
+      cJSON_GetArrayItem(mxu_json_get(entry, "inbound_nodes"), index);
+  node->input_count = 0;
+  *number = (op_number){0, 0, 0.0f};
+  if (cJSON_IsObject(call)) {
+    MXU_TRY(check_kwargs(where, mxu_json_get(call, "kwargs")));
+    const cJSON *args = mxu_json_get(call, "args");
+    if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 2)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "inbound_nodes[%d] must give the op's 2 operands "
+                           "in args",
+                           index);
+    for (const cJSON *arg = args->child; arg; arg = arg->next)
+      MXU_TRY(op_operand(where, arg, node, number));
+    return MXU_OK;
+  }
+  /* The reference alone, not in a list as a layer's are. */
+  const cJSON *ref =
+      cJSON_IsArray(call) && cJSON_IsString(call->child) ? call : NULL;
+  const cJSON *kwargs = cJSON_GetArrayItem(ref, 3);
+  if (!cJSON_IsObject(kwargs) || cJSON_GetArraySize(ref) != 4)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "inbound_nodes[%d] must be [layer, node, tensor, "
+                         "{\"y\": operand}]",
+                         index);
+  MXU_TRY(op_operand(where, ref, node, number));
+  const cJSON *y = mxu_json_get(kwargs, "y");
+  if (!y)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "inbound_nodes[%d] gives the op no operand y", index);
+  MXU_TRY(op_operand(where, y, node, number));
+  for (const cJSON *k = kwargs->child; k; k = k->next)
+    if (strcmp(k->string, "y") != 0 && !cJSON_IsNull(k))
+      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                           "op argument '%s' is not supported", k->string);
+  return MXU_OK;
+}
+
+/* The call's inputs, and an op's number. */
+static mxu_status read_any_call(const mxu_json_where *where, const cJSON *entry,
+                                int index, mxu_json_node *node,
+                                op_number *number) {
+  if (is_op(entry)) return read_op_call(where, entry, index, node, number);
+  return read_call(where, entry, index, node);
+}
+
+static mxu_status apply_op(const mxu_json_where *where, const layer_entry *e,
+                           const op_number *number, mxu_json_node *node) {
+  mxu_merge_kind kind = MXU_MERGE_ADD;
+  MXU_TRY(read_common(where, e->config));
+  static const char *const function[] = {"function", NULL};
+  MXU_TRY(mxu_json_check_keys(where, e->config, function, common_keys));
+  MXU_TRY(op_kind(where, e, &kind));
+  mxu_model *m = node->model;
+  if (!number->given)
+    return mxu_json_applied(
+        where, node,
+        mxu_merge(m, kind, e->name, node->inputs, node->input_count, -1));
+  mxu_rescaling_config r = {e->name, 1.0f, number->value};
+  if (kind == MXU_MERGE_MULTIPLY)
+    r = (mxu_rescaling_config){e->name, number->value, 0.0f};
+  else if (kind == MXU_MERGE_SUBTRACT && number->first)
+    r.scale = -1.0f;
+  else if (kind == MXU_MERGE_SUBTRACT)
+    r.offset = -number->value;
+  return mxu_json_applied(where, node,
+                          mxu_apply_rescaling(m, &r, node->inputs[0]));
+}
+
+/* An op, or a layer of a class (read_class). */
+static mxu_status read_op_or_class(const char *source,
+                                   const mxu_json_where *where,
+                                   const layer_entry *e, const cJSON *entry,
+                                   const op_number *number,
+                                   mxu_json_node *node) {
+  if (!is_op(entry)) return read_class(source, where, e, node);
+  mxu_status s = apply_op(where, e, number, node);
+  if (s != MXU_ERR_UNSUPPORTED || !collecting) return s;
+  note_unsupported(collecting, mxu_errmsg());
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_activation(node->model, e->name, MXU_LINEAR, node->inputs[0]));
+}
+
 /* One entry of config.layers and how far its calls have got: a call
  * whose inputs some later-listed layer makes (a shared layer called
  * again deeper in the graph) waits for a later pass. */
@@ -687,18 +849,19 @@ static mxu_status advance(const char *source, mxu_model *model,
     } else if (input_layer) {
       MXU_TRY(read_input_layer(&where, e.config, &node, e.name));
     } else {
-      MXU_TRY(read_call(&where, f->entry, f->done, &node));
+      op_number number;
+      MXU_TRY(read_any_call(&where, f->entry, f->done, &node, &number));
       if (!resolved(&node)) return MXU_OK;
       if (f->done == 0)
-        MXU_TRY(read_class(source, &where, &e, &node));
-      else if (mxu_layer_class_find(e.class_name))
+        MXU_TRY(read_op_or_class(source, &where, &e, f->entry, &number, &node));
+      else if (mxu_layer_class_find(e.class_name) && !is_op(f->entry))
         MXU_TRY(mxu_json_applied(
             &where, &node,
             mxu_apply_again(model, f->first, node.inputs, node.input_count)));
       else
-        return mxu_json_fail(&where, MXU_ERR_UNSUPPORTED,
-                             "a model used as a layer more than once is not "
-                             "supported");
+        return mxu_json_fail(
+            &where, MXU_ERR_UNSUPPORTED, "%s more than once is not supported",
+            is_op(f->entry) ? "an op layer called" : "a model used as a layer");
     }
     if (f->done == 0) f->first = node.output;
     f->done++;
@@ -715,7 +878,8 @@ static mxu_status stuck(const char *source, mxu_model *model,
   layer_entry e;
   MXU_TRY(read_entry(source, f->entry, f->index, &where, &e));
   mxu_json_node node = {model, {0}, 0, -1};
-  MXU_TRY(read_call(&where, f->entry, f->done, &node));
+  op_number number;
+  MXU_TRY(read_any_call(&where, f->entry, f->done, &node, &number));
   const cJSON *call =
       cJSON_GetArrayItem(mxu_json_get(f->entry, "inbound_nodes"), f->done);
   char text[200];
