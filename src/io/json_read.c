@@ -633,7 +633,8 @@ static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
  * tensors). On two tensors the op is the merge layer of its name; on a
  * tensor and a number, a Rescaling, which gives the same bits: x * 1 + c
  * is x + c, x * c + 0 is x * c, x - c is x + (-c) and c - x is
- * x * -1 + c. mxu writes them back as those layers. */
+ * x * -1 + c. The node remembers the op (mxu_layer.op), and the
+ * writer gives it back as one. */
 
 typedef struct op_number {
   int given, first; /* a number is an operand; it is the first one */
@@ -747,10 +748,6 @@ static mxu_status apply_op(const mxu_json_where *where, const layer_entry *e,
   MXU_TRY(mxu_json_check_keys(where, e->config, function, common_keys));
   MXU_TRY(op_kind(where, e, &kind));
   mxu_model *m = node->model;
-  if (!number->given)
-    return mxu_json_applied(
-        where, node,
-        mxu_merge(m, kind, e->name, node->inputs, node->input_count, -1));
   mxu_rescaling_config r = {e->name, 1.0f, number->value};
   if (kind == MXU_MERGE_MULTIPLY)
     r = (mxu_rescaling_config){e->name, number->value, 0.0f};
@@ -758,8 +755,13 @@ static mxu_status apply_op(const mxu_json_where *where, const layer_entry *e,
     r.scale = -1.0f;
   else if (kind == MXU_MERGE_SUBTRACT)
     r.offset = -number->value;
-  return mxu_json_applied(where, node,
-                          mxu_apply_rescaling(m, &r, node->inputs[0]));
+  MXU_TRY(mxu_json_applied(
+      where, node,
+      number->given
+          ? mxu_apply_rescaling(m, &r, node->inputs[0])
+          : mxu_merge(m, kind, e->name, node->inputs, node->input_count, -1)));
+  m->layers[node->output].op = 1 + (int)kind;
+  return MXU_OK;
 }
 
 /* An op, or a layer of a class (read_class). */

@@ -175,6 +175,83 @@ static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
   return nodes;
 }
 
+/* ---- ops Keras records as layers (json_read.c) ---------------------------
+ * Written back as Keras wrote them: Keras 3's keras.src.ops.numpy class
+ * called on {"args": [a, b]}, tf.keras 2's TFOpLambda called on
+ * [layer, node, tensor, {"y": b, "name": null}]. An op with a number was
+ * read as a Rescaling: x + c has scale 1, x * c offset 0, c - x scale -1
+ * and x - c offset -c. */
+
+static const char *const op_k3[] = {[MXU_MERGE_ADD] = "Add",
+                                    [MXU_MERGE_SUBTRACT] = "Subtract",
+                                    [MXU_MERGE_MULTIPLY] = "Multiply"};
+static const char *const op_tf2[] = {[MXU_MERGE_ADD] = "__operators__.add",
+                                     [MXU_MERGE_SUBTRACT] = "math.subtract",
+                                     [MXU_MERGE_MULTIPLY] = "math.multiply"};
+
+/* The op's second operand (*second), and its first (*first). */
+static void op_operands(mxu_json_out *out, const mxu_model *model,
+                        const mxu_layer *layer, cJSON **first, cJSON **second) {
+  mxu_merge_kind kind = (mxu_merge_kind)(layer->op - 1);
+  cJSON *(*ref)(mxu_json_out *, const mxu_model *, int, int) =
+      out->keras3 ? tensor_ref : history;
+  *first = ref(out, model, layer->scope, layer->inputs[0]);
+  if (layer->cls != &mxu_rescaling_class) {
+    *second = ref(out, model, layer->scope, layer->inputs[1]);
+    return;
+  }
+  const mxu_rescaling_config *r = &layer->config.rescaling;
+  float number = kind == MXU_MERGE_MULTIPLY                       ? r->scale
+                 : kind == MXU_MERGE_SUBTRACT && r->scale == 1.0f ? -r->offset
+                                                                  : r->offset;
+  *second = cJSON_CreateNumber(number);
+  if (kind == MXU_MERGE_SUBTRACT && r->scale != 1.0f) { /* c - x */
+    cJSON *t = *first;
+    *first = *second, *second = t;
+  }
+}
+
+static cJSON *op_json(mxu_json_out *out, const mxu_model *model,
+                      const mxu_layer *layer) {
+  mxu_merge_kind kind = (mxu_merge_kind)(layer->op - 1);
+  cJSON *first = NULL, *second = NULL;
+  op_operands(out, model, layer, &first, &second);
+  cJSON *entry = cJSON_CreateObject(), *config = NULL;
+  cJSON *nodes = cJSON_CreateArray(), *call = NULL;
+  if (out->keras3) {
+    config = cJSON_CreateObject();
+    mxu_json_put_string(out, config, "name", layer->name);
+    mxu_json_put_string(out, entry, "module", "keras.src.ops.numpy");
+    mxu_json_put_string(out, entry, "class_name", op_k3[kind]);
+    call = cJSON_CreateObject();
+    cJSON *args = cJSON_CreateArray();
+    append(out, args, first);
+    append(out, args, second);
+    mxu_json_put(out, call, "args", args);
+    mxu_json_put(out, call, "kwargs", cJSON_CreateObject());
+  } else {
+    config = layer_config(out, layer->name);
+    mxu_json_put_string(out, config, "function", op_tf2[kind]);
+    mxu_json_put_string(out, entry, "module",
+                        "tf_keras.src.layers.core.tf_op_layer");
+    mxu_json_put_string(out, entry, "class_name", "TFOpLambda");
+    /* A tensor y is a bare [layer, node, tensor]; the reference to x
+     * carries the call's kwargs in its fourth place. */
+    cJSON *kwargs = cJSON_CreateObject();
+    mxu_json_put(out, kwargs, "y", second);
+    mxu_json_put_null(out, kwargs, "name");
+    append(out, first, kwargs);
+    call = first;
+  }
+  mxu_json_put(out, entry, "config", config);
+  mxu_json_put_string(out, entry, "registered_name",
+                      out->keras3 ? op_k3[kind] : "TFOpLambda");
+  mxu_json_put_string(out, entry, "name", layer->name);
+  append(out, nodes, call);
+  mxu_json_put(out, entry, "inbound_nodes", nodes);
+  return entry;
+}
+
 /* The InputLayers of `scope` (a model used as a layer: those that view
  * the tensors it is called on), in node order. */
 static int scope_inputs(const mxu_model *model, int scope, int *out) {
@@ -269,8 +346,13 @@ static mxu_status scope_layers(mxu_json_out *out, const mxu_model *model,
       s = nested_json(out, model, -1 - items[j], &entry);
     } else {
       const mxu_layer *layer = &model->layers[items[j]];
-      s = layer_json(out, layer, &entry);
-      if (s == MXU_OK && !sequential) {
+      if (layer->op && !sequential) {
+        entry = op_json(out, model, layer);
+        if (!entry) out->failed = 1;
+      } else {
+        s = layer_json(out, layer, &entry);
+      }
+      if (s == MXU_OK && !sequential && !layer->op) {
         mxu_json_put_string(out, entry, "name", layer->name);
         mxu_json_put(out, entry, "inbound_nodes",
                      inbound_nodes(out, model, layer));

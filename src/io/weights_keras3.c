@@ -37,6 +37,12 @@ static const char *item_base(const mxu_model *model, int item, char *out,
   return out;
 }
 
+/* An op Keras recorded as a layer (mxu_layer.op): Keras 3 lists it among
+ * no model's layers, so it has no group and numbers none. */
+static int is_op(const mxu_model *model, int item) {
+  return item >= 0 && model->layers[item].op;
+}
+
 /* The group of item (a node, or -1 - scope) within `scope`, after its
  * scope's own path. */
 static void item_group(const mxu_model *model, int scope, int item, char *out,
@@ -54,6 +60,7 @@ static void item_group(const mxu_model *model, int scope, int item, char *out,
   int before = 0;
   for (int j = 0; j < count && items[j] != item; j++)
     before +=
+        !is_op(model, items[j]) &&
         strcmp(item_base(model, items[j], other, sizeof other), name) == 0;
   free(items);
   if (before)
@@ -117,8 +124,9 @@ static mxu_status write_scope(const mxu_model *model, int scope, hid_t root,
   int count = mxu_scope_layers(model, scope, items);
   mxu_status s = MXU_OK;
   for (int j = 0; s == MXU_OK && j < count; j++)
-    s = items[j] < 0 ? write_scope(model, -1 - items[j], root, path)
-                     : write_layer(model, items[j], root, path);
+    if (!is_op(model, items[j]))
+      s = items[j] < 0 ? write_scope(model, -1 - items[j], root, path)
+                       : write_layer(model, items[j], root, path);
   free(items);
   return s;
 }

@@ -224,6 +224,11 @@ struct mxu_layer {
     mxu_normalization_config normalization;
   } config;
   int is_max_pool;
+  /* Keras recorded the layer as an op on tensors (json_read.c: x + 3.0
+   * as Keras 3's keras.src.ops.numpy Add, tf.keras 2's TFOpLambda), not
+   * one of its layers: 1 + the op's mxu_merge_kind, else 0. The JSON
+   * writer gives it back so; Keras 3 keeps no weights group for it. */
+  int op;
   /* Keras' activity_regularizer (and the ActivityRegularization layer's):
    * l1 |y| + l2 y^2 of the output, summed, joins the loss (divided by
    * the batch, as Keras divides it), its gradient the output's. */

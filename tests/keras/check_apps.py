@@ -8,7 +8,10 @@ the tf.keras 2 JSON, Keras 3 for the Keras 3 JSON),
      mxu loads that file and predicts what Keras predicts;
   2. mxu trains a few steps from it (`mxu train --initial-weights`, cifar-10
      from ../shared/data) and saves; Keras loads mxu's file and predicts
-     what mxu predicts from it.
+     what mxu predicts from it;
+  3. Keras' load_model reads mxu's whole model file of that training (.h5
+     for tf.keras 2, .keras for Keras 3: mxu's JSON and weights) and
+     predicts the same.
 
 mxu's side is apps_predict.c, built here against build/libmxu.so.
 Keras is never a dependency of mxu: this is a check to run by hand.
@@ -80,6 +83,8 @@ def main(work, names):
             y = model.predict(x, verbose=0)
             b = np.abs(y - mxu_predict(tool, json_path, saved, x, work)).max()
             trained = os.path.join(work, f"mxu_{name}_{dialect}{suffix}")
+            whole = os.path.join(work, f"mxu_{name}_{dialect}" +
+                                 (".keras" if dialect == "k3" else ".h5"))
             subprocess.run([os.path.join(ROOT, "build/mxu"), "train", json_path,
                             "--data", data,
                             "--rescale", "1/255" if SIZE == 32 else "1",
@@ -87,15 +92,20 @@ def main(work, names):
                             "--steps-per-epoch", "3" if SIZE == 32 else "2",
                             "--batch-size", "16" if SIZE == 32 else "8",
                             "--learning-rate", "1e-4", "--initial-weights",
-                            saved, "--save-weights", trained],
+                            saved, "--save-weights", trained,
+                            "--save-model", whole],
                            check=True, stdout=subprocess.DEVNULL)
             model = K.models.model_from_json(open(json_path).read())
             model.load_weights(trained)
-            a = np.abs(model.predict(x, verbose=0) -
-                       mxu_predict(tool, json_path, trained, x, work)).max()
+            mine = mxu_predict(tool, json_path, trained, x, work)
+            a = np.abs(model.predict(x, verbose=0) - mine).max()
+            # mxu's whole model file: its own JSON (Keras' ops written back
+            # as ops), its weights, as Keras' load_model reads them.
+            model = K.models.load_model(whole, compile=False)
+            w = np.abs(model.predict(x, verbose=0) - mine).max()
             print(f"{name} {dialect}: Keras -> mxu {b:.2e}, mxu -> Keras "
-                  f"{a:.2e} (predictions' spread over samples "
-                  f"{y.std(axis=0).max():.2e})", flush=True)
+                  f"{a:.2e}, mxu's model file -> Keras {w:.2e} (predictions' "
+                  f"spread over samples {y.std(axis=0).max():.2e})", flush=True)
 
 
 def calibrate(K, model, rng):

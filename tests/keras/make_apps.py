@@ -1,7 +1,10 @@
 """make_apps.py — Keras-made reference files for mxu's Functional models:
-keras.applications ResNet50, DenseNet121, VGG16, MobileNetV2 and
-EfficientNetB0 (weights=None,
-classes=10) in both JSON dialects, and Keras' own parameter counts.
+keras.applications ResNet50, DenseNet121, VGG16, MobileNetV2,
+EfficientNetB0, and the newer MobileNetV3Small (ops recorded as layers),
+EfficientNetV2B0 (Normalization with its statistics in the config) and
+ConvNeXtTiny (LayerScale, LayerNormalization, models used as layers)
+(weights=None, classes=10) in both JSON dialects, and Keras' own parameter
+counts.
 
 Writes into OUTDIR (tests/keras_apps/ in the repository):
   NAME_32.tf2.json  tf.keras 2 (tf_keras.applications) model.to_json(), 32x32x3
@@ -28,7 +31,8 @@ import tf_keras  # tf.keras 2  # noqa: E402
 from keras.src.utils.summary_utils import count_params as k3_count  # noqa: E402
 from tf_keras.src.utils.layer_utils import count_params as tf2_count  # noqa: E402
 
-APPS = ["ResNet50", "DenseNet121", "VGG16", "MobileNetV2", "EfficientNetB0"]
+APPS = ["ResNet50", "DenseNet121", "VGG16", "MobileNetV2", "EfficientNetB0",
+        "MobileNetV3Small", "EfficientNetV2B0", "ConvNeXtTiny"]
 SIZES = [32, 224]
 
 
