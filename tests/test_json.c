@@ -1483,6 +1483,16 @@ static void reads_ops(void) {
       k3_functional_with(k3_op("op", "Divide", K3_REF("in") ", 2.0"), "op"),
       MXU_ERR_UNSUPPORTED, "layer 'op' (Divide)",
       "the op Divide is not supported");
+  /* Listed with the other items a file has that mxu cannot honour. */
+  char both[2048];
+  snprintf(both, sizeof both, "%s, %s",
+           tf2_op("half", "math.truediv", "in", "2.0"),
+           tf2_op("op", "math.floordiv", "half", "2.0"));
+  EXPECT_JSON_FAIL(functional_with(both, in, out), MXU_ERR_UNSUPPORTED,
+                   "1. test.json: layer 'half' (TFOpLambda): the op "
+                   "'math.truediv'",
+                   "2. test.json: layer 'op' (TFOpLambda): the op "
+                   "'math.floordiv'");
   EXPECT_JSON_FAIL(k3_functional_with(k3_op("op", "Add", "1.0, 2.0"), "op"),
                    MXU_ERR_UNSUPPORTED, "layer 'op' (Add)",
                    "an op on two numbers");

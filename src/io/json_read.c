@@ -366,18 +366,23 @@ static mxu_status read_class_once(const char *source,
                                   const mxu_json_where *where,
                                   const layer_entry *e, mxu_json_node *node);
 
-/* A layer of either kind of model, applied to node->inputs; with
- * unsupported items being collected, an unsupported one is noted and an
- * identity of its first input stands in for it. */
-static mxu_status read_class(const char *source, const mxu_json_where *where,
-                             const layer_entry *e, mxu_json_node *node) {
-  mxu_status s = read_class_once(source, where, e, node);
+/* s, what reading a layer gave; with unsupported items being collected,
+ * an unsupported one is noted and an identity of its first input stands
+ * in for it. */
+static mxu_status or_stand_in(mxu_status s, const mxu_json_where *where,
+                              const layer_entry *e, mxu_json_node *node) {
   if (s != MXU_ERR_UNSUPPORTED || !collecting || node->input_count < 1)
     return s;
   note_unsupported(collecting, mxu_errmsg());
   return mxu_json_applied(
       where, node,
       mxu_apply_activation(node->model, e->name, MXU_LINEAR, node->inputs[0]));
+}
+
+/* A layer of either kind of model, applied to node->inputs. */
+static mxu_status read_class(const char *source, const mxu_json_where *where,
+                             const layer_entry *e, mxu_json_node *node) {
+  return or_stand_in(read_class_once(source, where, e, node), where, e, node);
 }
 
 static mxu_status read_class_once(const char *source,
@@ -771,12 +776,7 @@ static mxu_status read_op_or_class(const char *source,
                                    const op_number *number,
                                    mxu_json_node *node) {
   if (!is_op(entry)) return read_class(source, where, e, node);
-  mxu_status s = apply_op(where, e, number, node);
-  if (s != MXU_ERR_UNSUPPORTED || !collecting) return s;
-  note_unsupported(collecting, mxu_errmsg());
-  return mxu_json_applied(
-      where, node,
-      mxu_apply_activation(node->model, e->name, MXU_LINEAR, node->inputs[0]));
+  return or_stand_in(apply_op(where, e, number, node), where, e, node);
 }
 
 /* One entry of config.layers and how far its calls have got: a call
