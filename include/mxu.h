@@ -365,13 +365,21 @@ typedef struct mxu_rescaling_config {
 } mxu_rescaling_config;
 
 /* Normalization over the last axis: (x - mean) / max(sqrt(variance),
- * 1e-7), or with invert x * max(sqrt(variance), 1e-7) + mean. mean,
- * variance and count are the layer's non-trainable weights, as Keras'
- * adapt() leaves them: zeros, ones and 0 until a weights file gives
- * them. */
+ * 1e-7), or with invert x * max(sqrt(variance), 1e-7) + mean.
+ * given 0: mean, variance and count are the layer's non-trainable
+ * weights, as Keras' adapt() leaves them: zeros, ones and 0 until a
+ * weights file gives them. given > 0: Keras' mean and variance passed to
+ * the layer (keras.applications' EfficientNetV2 and ConvNeXt do), float32
+ * constants and no weights: mean[0] and variance[0] for every channel
+ * (given 1), or one per channel of the last axis (given = channels), at
+ * most MXU_NORMALIZATION_VALUES; finite, variance >= 0. */
+#define MXU_NORMALIZATION_VALUES 64
 typedef struct mxu_normalization_config {
   const char *name;
   int invert;
+  int given;
+  float mean[MXU_NORMALIZATION_VALUES];
+  float variance[MXU_NORMALIZATION_VALUES];
 } mxu_normalization_config;
 
 /* UpSampling2D: each image size[0] times taller and size[1] times wider,

@@ -1041,50 +1041,84 @@ static void test_dropout_noise(void) {
   }
 }
 
-/* Rescaling then Normalization (invert or not) with statistics of its
- * own: y = (0.5 x + 0.25 - mean) / max(sqrt(variance), 1e-7) per channel
- * (x * that + mean inverted), a zero variance at the epsilon. */
+/* Rescaling then Normalization (invert or not): y = (0.5 x + 0.25 -
+ * mean) / max(sqrt(variance), 1e-7) per channel (x * that + mean
+ * inverted). The statistics are the layer's weights, set here (a zero
+ * variance at the epsilon), or given in its config (Keras' mean and
+ * variance arguments): one per channel, or one for every channel. */
+typedef struct normalization_case {
+  const char *name;
+  int invert, given; /* given: mxu_normalization_config's */
+  float mean[4], variance[4];
+} normalization_case;
+
 static mxu_tensor_id preprocessing_graph(mxu_model *m, const void *ctx) {
+  const normalization_case *c = ctx;
   static const int64_t shape[3] = {2, 3, 4};
   mxu_rescaling_config r = {"rescaling", 0.5f, 0.25f};
-  mxu_normalization_config n = {"under_test", *(const int *)ctx};
+  mxu_normalization_config n = {"under_test", c->invert, c->given, {0}, {0}};
+  memcpy(n.mean, c->mean, sizeof c->mean);
+  memcpy(n.variance, c->variance, sizeof c->variance);
   mxu_tensor_id x = input_identity(m, shape);
   return head(m, mxu_apply_normalization(m, &n, mxu_apply_rescaling(m, &r, x)));
 }
 
 static void test_preprocessing(void) {
-  static const float mean[4] = {0.5f, -0.25f, 0.0f, 2.0f};
-  static const float variance[4] = {4.0f, 0.25f, 0.0f, 1.0f};
-  for (int invert = 0; invert < 2; invert++) {
-    const char *name = invert ? "Normalization invert" : "Normalization";
-    mxu_model *m =
-        build(name, preprocessing_graph, &invert, MXU_BACKEND_CPU_REF);
+  static const normalization_case cases[] = {
+      {"Normalization", 0, 0, {0.5f, -0.25f, 0.0f, 2.0f}, {4, 0.25f, 0, 1}},
+      {"Normalization invert",
+       1,
+       0,
+       {0.5f, -0.25f, 0.0f, 2.0f},
+       {4, 0.25f, 0, 1}},
+      {"Normalization given per channel",
+       0,
+       4,
+       {0.5f, -0.25f, 0.0f, 2.0f},
+       {4, 0.25f, 0.5f, 1}},
+      {"Normalization given per channel, invert",
+       1,
+       4,
+       {0.5f, -0.25f, 0.0f, 2.0f},
+       {4, 0.25f, 0.5f, 1}},
+      {"Normalization given one for all", 0, 1, {-0.5f}, {2.25f}},
+      {"Normalization given one for all, invert", 1, 1, {-0.5f}, {2.25f}},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    const normalization_case *c = &cases[k];
+    mxu_model *m = build(c->name, preprocessing_graph, c, MXU_BACKEND_CPU_REF);
     if (!m) continue;
-    int node = node_named(m, "under_test");
+    int node = node_named(m, "under_test"), weights = 0;
     for (int i = 0; i < m->param_count; i++) {
       const mxu_param *p = &m->params[i];
-      if (p->layer != node || p->count != 4) continue;
-      memcpy(mxu_param_values(m, p), strcmp(p->name, "mean") ? variance : mean,
-             sizeof mean);
+      if (p->layer != node) continue;
+      weights++;
+      if (p->count == 4)
+        memcpy(mxu_param_values(m, p),
+               strcmp(p->name, "mean") ? c->variance : c->mean, sizeof c->mean);
     }
+    /* Given statistics are constants: no weights (Keras' too). */
+    CHECK_MSG(weights == (c->given ? 0 : 3), "%s: %d weights", c->name,
+              weights);
     load_inputs(m, 6);
     train_step(m);
     const float *x = act(m, m->inputs[0]), *y = act(m, node);
     int bad = 0;
     for (int64_t i = 0; i < tensor_floats(m, node); i++) {
-      int c = (int)(i % 4);
-      float s = sqrtf(variance[c]) > 1e-7f ? sqrtf(variance[c]) : 1e-7f;
+      int ch = c->given == 1 ? 0 : (int)(i % 4);
+      float root = sqrtf(c->variance[ch]), s = root > 1e-7f ? root : 1e-7f;
       float v = x[i] * 0.5f + 0.25f;
-      float want = invert ? v * s + mean[c] : (v - mean[c]) / s;
+      float want = c->invert ? v * s + c->mean[ch] : (v - c->mean[ch]) / s;
       bad += !(fabsf(y[i] - want) <= 1e-6f * (1.0f + fabsf(want)));
     }
-    CHECK_MSG(bad == 0, "%s: %d values off", name, bad);
+    CHECK_MSG(bad == 0, "%s: %d values off", c->name, bad);
     mxu_model_free(m);
-    /* Finite differences at Keras' initial statistics (0 and 1). */
-    m = build(name, preprocessing_graph, &invert, MXU_BACKEND_CPU_REF);
-    finite_differences(m, name);
+    /* Finite differences at Keras' initial statistics (0 and 1), or at
+     * the given ones. */
+    m = build(c->name, preprocessing_graph, c, MXU_BACKEND_CPU_REF);
+    finite_differences(m, c->name);
     mxu_model_free(m);
-    backends_agree(name, preprocessing_graph, &invert);
+    backends_agree(c->name, preprocessing_graph, c);
   }
 }
 

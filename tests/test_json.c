@@ -640,6 +640,14 @@ static int same_config(const mxu_layer *a, const mxu_layer *b) {
   }
   if (strcmp(cls, "Dropout") == 0)
     return a->config.dropout.rate == b->config.dropout.rate;
+  if (strcmp(cls, "Normalization") == 0) {
+    const mxu_normalization_config *x = &a->config.normalization,
+                                   *y = &b->config.normalization;
+    int same = x->invert == y->invert && x->given == y->given;
+    for (int i = 0; same && i < x->given; i++)
+      same = x->mean[i] == y->mean[i] && x->variance[i] == y->variance[i];
+    return same;
+  }
   if (strcmp(cls, "Activation") == 0)
     return a->config.activation == b->config.activation;
   return 1;
@@ -1060,6 +1068,166 @@ static char *replace_all(const char *text, const char *from, const char *to,
   }
   *o = 0;
   return out;
+}
+
+/* Normalization with Keras' mean and variance given in its config, as
+ * keras.applications' ConvNeXt and EfficientNetV2 write it (each Keras
+ * version's dialect): one per channel, a number for every channel (a
+ * list of one too), and the adapted kind beside them. Given statistics
+ * are float32 constants, not weights; both writers give them back as
+ * lists, and null for the adapted layer. */
+static void reads_given_normalization(void) {
+  static const char *const layers_tf2 =
+      "{\"class_name\": \"Normalization\", \"config\": {\"name\": \"pre\", "
+      "\"trainable\": true, \"dtype\": \"float32\", \"axis\": [-1], "
+      "\"invert\": false, \"mean\": [123.675, 116.28, 103.53], "
+      "\"variance\": [3409.9760250000004, 3262.6944000000003, 3291.890625]}}, "
+      "{\"class_name\": \"Normalization\", \"config\": {\"name\": \"one\", "
+      "\"axis\": 3, \"invert\": true, \"mean\": 0.5, \"variance\": 4}}, "
+      "{\"class_name\": \"Normalization\", \"config\": {\"name\": \"listed\", "
+      "\"axis\": -1, \"mean\": [-0.25], \"variance\": [0.0]}}, "
+      "{\"class_name\": \"Normalization\", \"config\": {\"name\": "
+      "\"adapted\", \"axis\": [3], \"mean\": null, \"variance\": null}}";
+  static const char *const layer_k3 =
+      "{\"module\": \"keras.layers\", \"class_name\": \"Normalization\", "
+      "\"config\": {\"name\": \"pre\", \"trainable\": true, \"dtype\": "
+      "{\"module\": \"keras\", \"class_name\": \"DTypePolicy\", \"config\": "
+      "{\"name\": \"float32\"}, \"registered_name\": null}, \"axis\": [-1], "
+      "\"invert\": false, \"mean\": [123.675, 116.28, 103.53], "
+      "\"variance\": [3409.9760250000004, 3262.6944000000003, 3291.890625]}, "
+      "\"registered_name\": null, \"build_config\": {\"input_shape\": [null, "
+      "4, 4, 3]}}";
+  static const struct {
+    const char *name;
+    int given, invert;
+    double mean[3], variance[3];
+  } want[] = {
+      {"pre",
+       3,
+       0,
+       {123.675, 116.28, 103.53},
+       {3409.9760250000004, 3262.6944000000003, 3291.890625}},
+      {"one", 1, 1, {0.5}, {4}},
+      {"listed", 1, 0, {-0.25}, {0}},
+      {"adapted", 0, 0, {0}, {0}},
+  };
+  char keras3[4096];
+  snprintf(keras3, sizeof keras3,
+           "{\"module\": \"keras\", \"class_name\": \"Sequential\", "
+           "\"config\": {\"name\": \"s\", \"layers\": [{\"module\": "
+           "\"keras.layers\", \"class_name\": \"InputLayer\", \"config\": "
+           "{\"batch_shape\": [null, 4, 4, 3], \"dtype\": \"float32\", "
+           "\"sparse\": false, \"name\": \"input_layer\"}, "
+           "\"registered_name\": null}, %s]}, \"registered_name\": null}",
+           layer_k3);
+  for (int dialect = 0; dialect < 2; dialect++) {
+    mxu_model *m =
+        read_json(dialect ? keras3 : model_with("[null, 4, 4, 3]", layers_tf2),
+                  NULL, NULL);
+    if (!m) continue;
+    int count = dialect ? 1 : 4;
+    CHECK(mxu_model_layer_count(m) == count);
+    /* No weights but the adapted layer's mean, variance and count. */
+    CHECK(mxu_model_param_count(m, 1) == 0);
+    CHECK(mxu_model_param_count(m, 0) == (dialect ? 0 : 7));
+    for (int i = 0; i < count; i++) {
+      const mxu_normalization_config *n = &LAYER(m, i)->config.normalization;
+      int same = strcmp(LAYER(m, i)->name, want[i].name) == 0 &&
+                 n->given == want[i].given && n->invert == want[i].invert;
+      for (int k = 0; k < n->given; k++)
+        same &= n->mean[k] == (float)want[i].mean[k] &&
+                n->variance[k] == (float)want[i].variance[k];
+      CHECK_MSG(same, "dialect %d: layer %d (%s) read as given %d", dialect, i,
+                want[i].name, n->given);
+    }
+    for (int keras3_out = 0; keras3_out < 2; keras3_out++) {
+      round_trip_text("given Normalization", m, keras3_out);
+      char *text = write_json(m, keras3_out);
+      cJSON *doc = text ? cJSON_Parse(text) : NULL;
+      const cJSON *layer = NULL;
+      int i = 0;
+      cJSON_ArrayForEach(layer, layers_of(doc)) {
+        const cJSON *config = cJSON_GetObjectItem(layer, "config");
+        if (strcmp(
+                cJSON_GetStringValue(cJSON_GetObjectItem(layer, "class_name")),
+                "InputLayer") == 0)
+          continue;
+        const cJSON *mean = cJSON_GetObjectItem(config, "mean");
+        const cJSON *variance = cJSON_GetObjectItem(config, "variance");
+        int same =
+            i < count &&
+            (want[i].given ? cJSON_IsArray(mean) && cJSON_IsArray(variance)
+                           : cJSON_IsNull(mean) && cJSON_IsNull(variance));
+        for (int k = 0; same && k < want[i].given; k++)
+          same = cJSON_GetArraySize(mean) == want[i].given &&
+                 (float)cJSON_GetArrayItem(mean, k)->valuedouble ==
+                     (float)want[i].mean[k] &&
+                 (float)cJSON_GetArrayItem(variance, k)->valuedouble ==
+                     (float)want[i].variance[k];
+        CHECK_MSG(same,
+                  "dialect %d written keras3=%d: layer %d's mean and "
+                  "variance",
+                  dialect, keras3_out, i);
+        i++;
+      }
+      CHECK_MSG(i == count, "dialect %d written keras3=%d: %d layers", dialect,
+                keras3_out, i);
+      cJSON_Delete(doc);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+
+  /* What Keras refuses, and more than mxu keeps. */
+  static const struct {
+    const char *config;
+    mxu_status status;
+    const char *needle;
+  } refused[] = {
+      {"\"mean\": [1, 2, 3], \"variance\": null", MXU_ERR_FORMAT,
+       "mean and variance are given together or not at all (here only mean)"},
+      {"\"variance\": 2", MXU_ERR_FORMAT,
+       "mean and variance are given together or not at all (here only "
+       "variance)"},
+      {"\"mean\": [1, 2, 3], \"variance\": [1, 2]", MXU_ERR_FORMAT,
+       "mean has 3 values and variance 2"},
+      {"\"mean\": [1, 2], \"variance\": [1, 2]", MXU_ERR_SHAPE,
+       "mean and variance have 2 values, and the input's last axis 3 "
+       "channels"},
+      {"\"mean\": [1, \"2\", 3], \"variance\": [1, 2, 3]", MXU_ERR_FORMAT,
+       "mean must be null, a number or a list of numbers, got [1, '2', 3]"},
+      {"\"mean\": [[1, 2, 3]], \"variance\": [[1, 2, 3]]", MXU_ERR_FORMAT,
+       "mean must be null, a number or a list of numbers"},
+      {"\"mean\": \"imagenet\", \"variance\": 1", MXU_ERR_FORMAT,
+       "mean must be null, a number or a list of numbers, got 'imagenet'"},
+      {"\"mean\": [], \"variance\": []", MXU_ERR_FORMAT,
+       "mean is an empty list"},
+      {"\"mean\": 1, \"variance\": 1e39", MXU_ERR_ARG,
+       "variance 1e+39 is beyond float32's range"},
+      {"\"mean\": [0, 0, 0], \"variance\": [1, -1, 1]", MXU_ERR_ARG,
+       "mean 0 and variance -1 (value 1) must be finite, the variance >= 0"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    char layer[512];
+    snprintf(layer, sizeof layer,
+             "{\"class_name\": \"Normalization\", \"config\": {\"name\": "
+             "\"norm\", %s}}",
+             refused[i].config);
+    EXPECT_JSON_FAIL(model_with("[null, 4, 4, 3]", layer), refused[i].status,
+                     "layer 'norm' (Normalization)", refused[i].needle);
+  }
+  /* 65 channels: one value more than mxu keeps. */
+  char values[512] = "[0", layer[1536];
+  for (int i = 1; i <= MXU_NORMALIZATION_VALUES; i++) strcat(values, ", 1");
+  strcat(values, "]");
+  snprintf(layer, sizeof layer,
+           "{\"class_name\": \"Normalization\", \"config\": {\"name\": "
+           "\"norm\", \"mean\": %s, \"variance\": %s}}",
+           values, values);
+  EXPECT_JSON_FAIL(model_with("[null, 65]", layer), MXU_ERR_UNSUPPORTED,
+                   "layer 'norm' (Normalization): mean has 65 values; mxu "
+                   "takes at most 64",
+                   "as the adapted layer's weights instead");
 }
 
 /* Keras' applications at 32x32x3 from both Keras versions, and again at
@@ -2060,6 +2228,7 @@ int main(void) {
   reads_without_input_layer();
   reads_activation_names();
   reads_random_contrast();
+  reads_given_normalization();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

@@ -258,6 +258,15 @@ static const layer_case cases[] = {
          LAYER("Normalization", "n", "", IN("r"))
              LAYER("UnitNormalization", "u", "", IN("n")),
      "u", 1e-4},
+    {"Normalization given mean and variance: per channel, one for all",
+     "3, 3, 2",
+     LAYER("Normalization", "n",
+           ", \"mean\": [0.5, -0.25, 0.1], \"variance\": [4, 0.25, 0.5]",
+           IN("lead"))
+         LAYER("Normalization", "i",
+               ", \"invert\": true, \"mean\": 0.3, \"variance\": 2.25",
+               IN("n")),
+     "i", 1e-4},
     {"GaussianNoise, GaussianDropout, Dropout, SpatialDropout2D", "4, 4, 2",
      LAYER("GaussianNoise", "n", ", \"stddev\": 0.3", IN("lead"))
          LAYER("GaussianDropout", "g", ", \"rate\": 0.2", IN("n"))

@@ -1,8 +1,10 @@
 /* preprocessing.c — the input pipeline layers Keras models carry:
  * Rescaling and Normalization (with the statistics adapt() left in its
- * weights). Plain loops: they touch each input value once. */
+ * weights, or given in its config). Plain loops: they touch each input value
+ * once. */
 #include "model/layers/layers.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -81,42 +83,140 @@ const mxu_layer_class mxu_rescaling_class = {
 };
 
 /* ---- Normalization --------------------------------------------------------
- * Over the last axis only (Keras' default, and what image models use);
- * the statistics come from the weights (mean and variance given in the
- * config instead are refused). */
+ * Over the last axis only (Keras' default, and what image models use).
+ * The statistics come from the weights, as adapt() leaves them, or from
+ * the config: keras.applications' EfficientNetV2 and ConvNeXt pass
+ * ImageNet's mean and variance to the layer, which then has no weights
+ * (nothing in the weights files, no params) and keeps them as float32
+ * constants. */
 
 static const char *const normalization_keys[] = {"axis", "invert", "mean",
                                                  "variance", NULL};
 
+/* A mean or variance given in the config: null or absent (the adapted
+ * weights: *count 0), a number (one for every channel) or a list of
+ * numbers (one per channel). */
+static mxu_status read_given(const mxu_json_where *where, const cJSON *config,
+                             const char *key, float *values, int *count) {
+  const cJSON *v = mxu_json_get(config, key);
+  *count = 0;
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  char text[160];
+  mxu_json_text(v, text, sizeof text);
+  int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 1;
+  if (n > MXU_NORMALIZATION_VALUES)
+    return mxu_json_fail(
+        where, MXU_ERR_UNSUPPORTED,
+        "%s has %d values; mxu takes at most %d given in the config "
+        "(MXU_NORMALIZATION_VALUES): give the statistics as the adapted "
+        "layer's weights instead (mean and variance null)",
+        key, n, MXU_NORMALIZATION_VALUES);
+  const cJSON *item = cJSON_IsArray(v) ? v->child : v;
+  for (int i = 0; i < n; i++, item = item->next) {
+    if (!cJSON_IsNumber(item))
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "%s must be null, a number or a list of numbers, "
+                           "got %s",
+                           key, text);
+    if (!(fabs(item->valuedouble) <= FLT_MAX))
+      return mxu_json_fail(where, MXU_ERR_ARG,
+                           "%s %s is beyond float32's range", key, text);
+    values[i] = (float)item->valuedouble;
+  }
+  if (n == 0)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "%s is an empty list (give a number, or one per "
+                         "channel)",
+                         key);
+  *count = n;
+  return MXU_OK;
+}
+
 static mxu_status read_normalization(const mxu_json_where *where,
                                      const cJSON *config, mxu_json_node *node,
                                      const char *name) {
-  mxu_normalization_config n = {name, 0};
+  mxu_normalization_config n = {name, 0, 0, {0}, {0}};
   MXU_TRY(mxu_json_last_axis(where, config, node));
   MXU_TRY(mxu_json_bool(where, config, "invert", &n.invert));
-  MXU_TRY(mxu_json_require_null(where, config, "mean"));
-  MXU_TRY(mxu_json_require_null(where, config, "variance"));
+  int means = 0, variances = 0;
+  MXU_TRY(read_given(where, config, "mean", n.mean, &means));
+  MXU_TRY(read_given(where, config, "variance", n.variance, &variances));
+  if (!means != !variances)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "mean and variance are given together or not at "
+                         "all (here only %s)",
+                         means ? "mean" : "variance");
+  if (means != variances)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "mean has %d values and variance %d: they must have "
+                         "the same shape",
+                         means, variances);
+  n.given = means;
   return mxu_json_applied(
       where, node, mxu_apply_normalization(node->model, &n, node->inputs[0]));
 }
 
+/* Given statistics go back as Keras lists (a single one too: Keras
+ * broadcasts [v] as it does v), adapted ones as null. */
+static void put_given(mxu_json_out *out, cJSON *config, const char *key,
+                      const float *values, int count) {
+  if (!count) {
+    mxu_json_put_null(out, config, key);
+    return;
+  }
+  cJSON *list = mxu_json_put(out, config, key, cJSON_CreateArray());
+  for (int i = 0; list && i < count; i++)
+    if (!cJSON_AddItemToArray(
+            list, cJSON_CreateNumber(mxu_json_short_float(values[i]))))
+      out->failed = 1;
+}
+
 static void write_normalization(mxu_json_out *out, const mxu_layer *layer,
                                 cJSON *config) {
+  const mxu_normalization_config *c = &layer->config.normalization;
   cJSON *axis = cJSON_CreateArray();
   if (axis)
     cJSON_AddItemToArray(axis, cJSON_CreateNumber(layer->in_shape.rank));
   mxu_json_put(out, config, "axis", axis);
-  mxu_json_put_bool(out, config, "invert", layer->config.normalization.invert);
-  mxu_json_put_null(out, config, "mean");
-  mxu_json_put_null(out, config, "variance");
+  mxu_json_put_bool(out, config, "invert", c->invert);
+  put_given(out, config, "mean", c->mean, c->given);
+  put_given(out, config, "variance", c->variance, c->given);
 }
 
 static int channels(const mxu_layer *layer) {
   return (int)layer->in_shape.dims[layer->in_shape.rank - 1];
 }
 
+/* Given statistics: one value, or one per channel, each usable. */
+static mxu_status normalization_infer(mxu_layer *layer) {
+  MXU_TRY(mxu_same_shape_infer(layer));
+  const mxu_normalization_config *c = &layer->config.normalization;
+  if (c->given < 0 || c->given > MXU_NORMALIZATION_VALUES)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: %d given mean and variance values; 0 (adapted "
+                    "weights) to %d",
+                    layer->name, c->given, MXU_NORMALIZATION_VALUES);
+  if (c->given > 1 && c->given != channels(layer))
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: mean and variance have %d values, and the input's "
+                    "last axis %d channels: give one value, or one per "
+                    "channel",
+                    layer->name, c->given, channels(layer));
+  for (int i = 0; i < c->given; i++)
+    if (!isfinite(c->mean[i]) || !isfinite(c->variance[i]) ||
+        c->variance[i] < 0)
+      return mxu_fail(MXU_ERR_ARG,
+                      "%s: mean %g and variance %g (value %d) must be finite, "
+                      "the variance >= 0",
+                      layer->name, (double)c->mean[i], (double)c->variance[i],
+                      i);
+  return MXU_OK;
+}
+
+/* Adapted statistics only: given ones are constants, not weights. */
 static int normalization_declare(const mxu_layer *layer,
                                  mxu_param_decl *decls) {
+  if (layer->config.normalization.given) return 0;
   int64_t c = channels(layer);
   mxu_shape shape = mxu_shape_make(1, &c);
   decls[0] = (mxu_param_decl){
@@ -129,48 +229,82 @@ static int normalization_declare(const mxu_layer *layer,
   return 3;
 }
 
+/* Where a run reads the statistics: channel ch's are mean[ch * step]
+ * and variance[ch * step] (step 0: one value for every channel). */
+typedef struct statistics {
+  const float *mean, *variance;
+  int step;
+} statistics;
+
+static statistics statistics_of(const mxu_layer *layer,
+                                const mxu_layer_run *run) {
+  const mxu_normalization_config *c = &layer->config.normalization;
+  if (c->given) return (statistics){c->mean, c->variance, c->given > 1};
+  return (statistics){run->w[0], run->w[1], 1};
+}
+
 /* Keras' denominator, max(sqrt(variance), epsilon). */
-static float spread_of_channel(const float *variance, int ch) {
-  float s = sqrtf(variance[ch]);
+static float spread_of(float variance) {
+  float s = sqrtf(variance);
   return s > 1e-7f ? s : 1e-7f;
 }
 
 static void normalization_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  const float *mean = run->w[0], *variance = run->w[1];
+  statistics st = statistics_of(layer, run);
   int c = channels(layer), invert = layer->config.normalization.invert;
   int64_t rows = mxu_batch_values(layer) / c;
   for (int64_t r = 0; r < rows; r++)
     for (int ch = 0; ch < c; ch++) {
-      float x = run->x[r * c + ch], s = spread_of_channel(variance, ch);
-      run->y[r * c + ch] = invert ? x * s + mean[ch] : (x - mean[ch]) / s;
+      float x = run->x[r * c + ch], mean = st.mean[ch * st.step],
+            s = spread_of(st.variance[ch * st.step]);
+      run->y[r * c + ch] = invert ? x * s + mean : (x - mean) / s;
     }
 }
 
 static void normalization_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
-  const float *variance = run->w[1];
+  statistics st = statistics_of(layer, run);
   int c = channels(layer), invert = layer->config.normalization.invert;
   int64_t rows = mxu_batch_values(layer) / c;
   for (int64_t r = 0; r < rows; r++)
     for (int ch = 0; ch < c; ch++) {
-      float s = spread_of_channel(variance, ch), dy = run->dy[r * c + ch];
+      float s = spread_of(st.variance[ch * st.step]), dy = run->dy[r * c + ch];
       run->dx[r * c + ch] = invert ? dy * s : dy / s;
     }
 }
 
+/* The statistics as a value along the last axis (the weights, or the
+ * given constants), or one for every channel (a scalar). */
+static mxu_hlo_value statistic(const mxu_layer *layer, mxu_emit *e, int k,
+                               const float *given) {
+  const mxu_normalization_config *c = &layer->config.normalization;
+  if (!c->given) return e->w[k];
+  double values[MXU_NORMALIZATION_VALUES];
+  for (int i = 0; i < c->given; i++) values[i] = given[i];
+  int64_t n = c->given;
+  return c->given == 1
+             ? mxu_hlo_constant(e->h, mxu_hlo_shape_make(MXU_HLO_F32, 0, NULL),
+                                values[0])
+             : mxu_hlo_constant_values(
+                   e->h, mxu_hlo_shape_make(MXU_HLO_F32, 1, &n), values);
+}
+
 /* The statistics spread along the last axis; max(sqrt(variance), 1e-7). */
 static mxu_hlo_value normalization_emit(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_normalization_config *c = &layer->config.normalization;
   mxu_hlo *h = e->h;
   mxu_hlo_value x = e->in[0];
   const mxu_hlo_shape s = *mxu_hlo_shape_of(h, x);
-  mxu_hlo_value mean = mxu_hlo_broadcast_to(h, e->w[0], s);
+  mxu_hlo_value variance = statistic(layer, e, 1, c->variance);
+  mxu_hlo_value mean =
+      mxu_hlo_broadcast_to(h, statistic(layer, e, 0, c->mean), s);
   mxu_hlo_value spread = mxu_hlo_broadcast_to(
       h,
       mxu_hlo_binary(h, MXU_HLO_MAXIMUM,
-                     mxu_hlo_unary(h, MXU_HLO_SQRT, e->w[1]),
-                     mxu_hlo_full_like(h, e->w[1], 1e-7f)),
+                     mxu_hlo_unary(h, MXU_HLO_SQRT, variance),
+                     mxu_hlo_full_like(h, variance, 1e-7f)),
       s);
-  if (layer->config.normalization.invert)
+  if (c->invert)
     return mxu_hlo_binary(h, MXU_HLO_ADD,
                           mxu_hlo_binary(h, MXU_HLO_MULTIPLY, x, spread), mean);
   return mxu_hlo_binary(h, MXU_HLO_DIVIDE,
@@ -184,7 +318,7 @@ const mxu_layer_class mxu_normalization_class = {
     .write_config = write_normalization,
     .min_inputs = 1,
     .max_inputs = 1,
-    .infer = mxu_same_shape_infer,
+    .infer = normalization_infer,
     .declare = normalization_declare,
     .flops = one_per_value,
     .plan = mxu_no_plan,
