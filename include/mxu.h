@@ -382,6 +382,15 @@ typedef struct mxu_normalization_config {
   float variance[MXU_NORMALIZATION_VALUES];
 } mxu_normalization_config;
 
+/* keras.applications ConvNeXt's own LayerScale: x * gamma along the last
+ * axis, gamma a trainable weight of projection_dim values (the input's
+ * last dimension) that starts at init_values. */
+typedef struct mxu_layer_scale_config {
+  const char *name;
+  float init_values;
+  int projection_dim;
+} mxu_layer_scale_config;
+
 /* UpSampling2D: each image size[0] times taller and size[1] times wider,
  * by repeating pixels (nearest) or by TensorFlow's bilinear resize (half-
  * pixel centres). */
@@ -572,6 +581,9 @@ mxu_tensor_id mxu_apply_rescaling(mxu_model *model,
 mxu_tensor_id mxu_apply_normalization(mxu_model *model,
                                       const mxu_normalization_config *config,
                                       mxu_tensor_id x);
+mxu_tensor_id mxu_apply_layer_scale(mxu_model *model,
+                                    const mxu_layer_scale_config *config,
+                                    mxu_tensor_id x);
 mxu_tensor_id
 mxu_apply_separable_conv2d(mxu_model *model,
                            const mxu_separable_conv2d_config *config,

@@ -1122,6 +1122,48 @@ static void test_preprocessing(void) {
   }
 }
 
+/* keras.applications ConvNeXt's LayerScale: y = x * gamma along the last
+ * axis. gamma starts at init_values everywhere; set apart per channel
+ * here, so that a channel read for another shows. */
+static mxu_tensor_id layer_scale_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t shape[3] = {2, 3, 4};
+  mxu_layer_scale_config c = {"under_test", 0.5f, 4};
+  return head(m, mxu_apply_layer_scale(m, &c, input_identity(m, shape)));
+}
+
+static void test_layer_scale(void) {
+  static const float gamma[4] = {0.5f, -1.25f, 2.0f, 0.75f};
+  const char *name = "LayerScale";
+  mxu_model *m = build(name, layer_scale_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  int node = node_named(m, "under_test");
+  const mxu_param *p = NULL;
+  for (int i = 0; i < m->param_count; i++)
+    if (m->params[i].layer == node) p = &m->params[i];
+  CHECK_MSG(p && strcmp(p->name, "gamma") == 0 && p->trainable && p->count == 4,
+            "%s: no trainable gamma of 4 values", name);
+  if (!p) {
+    mxu_model_free(m);
+    return;
+  }
+  float *w = mxu_param_values(m, p);
+  int initial = 0;
+  for (int i = 0; i < 4; i++) initial += w[i] == 0.5f;
+  CHECK_MSG(initial == 4, "%s: gamma does not start at init_values", name);
+  memcpy(w, gamma, sizeof gamma);
+  load_inputs(m, 6);
+  train_step(m);
+  const float *x = act(m, m->layers[node].inputs[0]), *y = act(m, node);
+  int bad = 0;
+  for (int64_t i = 0; i < tensor_floats(m, node); i++)
+    bad += y[i] != x[i] * gamma[i % 4];
+  CHECK_MSG(bad == 0, "%s: %d values off", name, bad);
+  finite_differences(m, name);
+  mxu_model_free(m);
+  backends_agree(name, layer_scale_graph, NULL);
+}
+
 /* GaussianNoise (stddev 0.5) and GaussianDropout (rate 0.2: factors of
  * stddev 0.5 about 1) in training: the noise's mean and spread over
  * 8 x 8 x 4 values a sample; inference passes values through. */
@@ -2305,6 +2347,7 @@ int main(void) {
   test_layers();
   test_dropout_noise();
   test_preprocessing();
+  test_layer_scale();
   test_random_flip();
   test_random_contrast();
   test_random_crop();

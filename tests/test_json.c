@@ -1230,6 +1230,103 @@ static void reads_given_normalization(void) {
                    "as the adapted layer's weights instead");
 }
 
+/* keras.applications ConvNeXt's LayerScale as each Keras writes it (the
+ * module and registered name tf_keras 2 and Keras 3 give it; older
+ * tf.keras gives neither): its config, its one trainable weight, and both
+ * writers giving back the module and registered name Keras finds the
+ * class by. */
+static void reads_layer_scale(void) {
+  static const char *const entries[] = {
+      "{\"module\": \"tf_keras.src.applications.convnext\", \"class_name\": "
+      "\"LayerScale\", \"config\": {\"name\": \"ls\", \"trainable\": true, "
+      "\"dtype\": \"float32\", \"init_values\": 1e-06, \"projection_dim\": "
+      "3}, \"registered_name\": \"LayerScale\", \"build_config\": "
+      "{\"input_shape\": [null, 4, 4, 3]}}",
+      "{\"class_name\": \"LayerScale\", \"config\": {\"name\": \"ls\", "
+      "\"trainable\": true, \"dtype\": \"float32\", \"init_values\": 1e-06, "
+      "\"projection_dim\": 3}}",
+      "{\"module\": \"keras.src.applications.convnext\", \"class_name\": "
+      "\"LayerScale\", \"config\": {\"name\": \"ls\", \"trainable\": true, "
+      "\"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+      "\"config\": {\"name\": \"float32\"}, \"registered_name\": null}, "
+      "\"init_values\": 1e-06, \"projection_dim\": 3}, \"registered_name\": "
+      "\"LayerScale\", \"build_config\": {\"input_shape\": [null, 4, 4, "
+      "3]}}",
+  };
+  for (size_t e = 0; e < sizeof entries / sizeof *entries; e++) {
+    mxu_model *m =
+        read_json(model_with("[null, 4, 4, 3]", entries[e]), NULL, NULL);
+    if (!m) continue;
+    const mxu_layer *ls = LAYER(m, 0);
+    CHECK_MSG(strcmp(class_of(m, 0), "LayerScale") == 0 &&
+                  ls->config.layer_scale.init_values == 1e-6f &&
+                  ls->config.layer_scale.projection_dim == 3,
+              "entry %zu: read as %s", e, class_of(m, 0));
+    CHECK(mxu_model_param_count(m, 1) == 3 && mxu_model_param_count(m, 0) == 0);
+    round_trip_text("LayerScale", m, 0);
+    round_trip_text("LayerScale", m, 1);
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      char *text = write_json(m, keras3);
+      cJSON *doc = text ? cJSON_Parse(text) : NULL;
+      const cJSON *entry = cJSON_GetArrayItem(layers_of(doc), 1);
+      const cJSON *config = cJSON_GetObjectItem(entry, "config");
+      const char *module =
+          cJSON_GetStringValue(cJSON_GetObjectItem(entry, "module"));
+      const char *registered =
+          cJSON_GetStringValue(cJSON_GetObjectItem(entry, "registered_name"));
+      const cJSON *init = cJSON_GetObjectItem(config, "init_values");
+      const cJSON *dim = cJSON_GetObjectItem(config, "projection_dim");
+      CHECK_MSG(
+          module &&
+              strcmp(module, keras3
+                                 ? "keras.src.applications.convnext"
+                                 : "tf_keras.src.applications.convnext") == 0 &&
+              registered && strcmp(registered, "LayerScale") == 0,
+          "entry %zu keras3=%d: module %s, registered_name %s", e, keras3,
+          module ? module : "(none)", registered ? registered : "(none)");
+      CHECK_MSG(cJSON_IsNumber(init) && init->valuedouble == 1e-6 &&
+                    cJSON_IsNumber(dim) && dim->valueint == 3,
+                "entry %zu keras3=%d: init_values, projection_dim", e, keras3);
+      cJSON_Delete(doc);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+  static const struct {
+    const char *entry;
+    mxu_status status;
+    const char *needle;
+  } refused[] = {
+      {"{\"class_name\": \"LayerScale\", \"config\": {\"name\": \"ls\", "
+       "\"init_values\": 0.1, \"projection_dim\": 4}}",
+       MXU_ERR_SHAPE,
+       "projection_dim 4, but the input (4, 4, 3) has 3 values on its last "
+       "axis"},
+      {"{\"class_name\": \"LayerScale\", \"config\": {\"name\": \"ls\", "
+       "\"init_values\": 0.1}}",
+       MXU_ERR_FORMAT, "projection_dim is missing"},
+      {"{\"class_name\": \"LayerScale\", \"config\": {\"name\": \"ls\", "
+       "\"projection_dim\": 3}}",
+       MXU_ERR_FORMAT, "init_values is missing"},
+      {"{\"class_name\": \"LayerScale\", \"config\": {\"name\": \"ls\", "
+       "\"init_values\": \"small\", \"projection_dim\": 3}}",
+       MXU_ERR_FORMAT, "init_values must be a number, got 'small'"},
+      /* Someone else's LayerScale is not ConvNeXt's. */
+      {"{\"module\": \"my_model.layers\", \"class_name\": \"LayerScale\", "
+       "\"config\": {\"name\": \"ls\", \"init_values\": 0.1, "
+       "\"projection_dim\": 3}, \"registered_name\": \"LayerScale\"}",
+       MXU_ERR_UNSUPPORTED, "custom layers are not supported"},
+      {"{\"module\": \"keras.src.applications.convnext\", \"class_name\": "
+       "\"LayerScale\", \"config\": {\"name\": \"ls\", \"init_values\": 0.1, "
+       "\"projection_dim\": 3}, \"registered_name\": \"MyLayerScale\"}",
+       MXU_ERR_UNSUPPORTED, "registered_name 'MyLayerScale'"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+    EXPECT_JSON_FAIL(model_with("[null, 4, 4, 3]", refused[i].entry),
+                     refused[i].status, "layer 'ls' (LayerScale)",
+                     refused[i].needle);
+}
+
 /* Keras' applications at 32x32x3 from both Keras versions, and again at
  * 224x224x3: Keras' own parameter and layer counts, the file's order. */
 static void reads_keras_apps(void) {
@@ -2229,6 +2326,7 @@ int main(void) {
   reads_activation_names();
   reads_random_contrast();
   reads_given_normalization();
+  reads_layer_scale();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

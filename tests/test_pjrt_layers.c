@@ -267,6 +267,10 @@ static const layer_case cases[] = {
                ", \"invert\": true, \"mean\": 0.3, \"variance\": 2.25",
                IN("n")),
      "i", 1e-4},
+    {"LayerScale (keras.applications ConvNeXt's)", "4, 4, 2",
+     LAYER("LayerScale", "s", ", \"init_values\": 0.3, \"projection_dim\": 3",
+           IN("lead")),
+     "s", 1e-4},
     {"GaussianNoise, GaussianDropout, Dropout, SpatialDropout2D", "4, 4, 2",
      LAYER("GaussianNoise", "n", ", \"stddev\": 0.3", IN("lead"))
          LAYER("GaussianDropout", "g", ", \"rate\": 0.2", IN("n"))

@@ -61,6 +61,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_random_contrast_class,
     &mxu_random_crop_class,
     &mxu_normalization_class,
+    &mxu_layer_scale_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -799,6 +800,12 @@ mxu_tensor_id mxu_apply_normalization(mxu_model *model,
                                       const mxu_normalization_config *config,
                                       mxu_tensor_id x) {
   APPLY_CONFIG(normalization, &mxu_normalization_class, "Normalization");
+}
+
+mxu_tensor_id mxu_apply_layer_scale(mxu_model *model,
+                                    const mxu_layer_scale_config *config,
+                                    mxu_tensor_id x) {
+  APPLY_CONFIG(layer_scale, &mxu_layer_scale_class, "LayerScale");
 }
 
 mxu_tensor_id

@@ -1,0 +1,142 @@
+/* applications.c — layer classes keras.applications defines for its own
+ * models rather than keras.layers: ConvNeXt's LayerScale. Keras files
+ * name them by module and registered name (their mxu_keras_origin).
+ * Plain loops: one operation per value. */
+#include "model/layers/layers.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- LayerScale -------------------------------------------------------------
+ * ConvNeXt's: y = x * gamma along the last axis, gamma one trainable
+ * weight of projection_dim values, Constant(init_values) at first. */
+
+static const mxu_keras_origin layer_scale_origin = {
+    "keras.src.applications.convnext", "LayerScale",
+    "tf_keras.src.applications.convnext", "LayerScale"};
+
+static const char *const layer_scale_keys[] = {"init_values", "projection_dim",
+                                               NULL};
+
+/* Keras' __init__ has no defaults for either. */
+static mxu_status read_layer_scale(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name) {
+  mxu_layer_scale_config c = {name, 0.0f, 0};
+  MXU_TRY(mxu_json_float(where, config, "init_values", MXU_JSON_REQUIRED,
+                         &c.init_values));
+  MXU_TRY(mxu_json_int(where, config, "projection_dim", MXU_JSON_REQUIRED, 1,
+                       1 << 24, &c.projection_dim));
+  return mxu_json_applied(
+      where, node, mxu_apply_layer_scale(node->model, &c, node->inputs[0]));
+}
+
+static void write_layer_scale(mxu_json_out *out, const mxu_layer *layer,
+                              cJSON *config) {
+  const mxu_layer_scale_config *c = &layer->config.layer_scale;
+  mxu_json_put_float(out, config, "init_values", c->init_values);
+  mxu_json_put_number(out, config, "projection_dim", c->projection_dim);
+}
+
+static int last_dim(const mxu_layer *layer) {
+  return (int)layer->in_shape.dims[layer->in_shape.rank - 1];
+}
+
+/* gamma multiplies the last axis value by value: it must be as long. */
+static mxu_status layer_scale_infer(mxu_layer *layer) {
+  MXU_TRY(mxu_same_shape_infer(layer));
+  const mxu_layer_scale_config *c = &layer->config.layer_scale;
+  if (!isfinite(c->init_values))
+    return mxu_fail(MXU_ERR_ARG, "%s: init_values %g must be finite",
+                    layer->name, (double)c->init_values);
+  if (c->projection_dim != last_dim(layer)) {
+    char shape[64];
+    mxu_shape_format(&layer->in_shape, shape, sizeof shape);
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: projection_dim %d, but the input %s has %d values "
+                    "on its last axis",
+                    layer->name, c->projection_dim, shape, last_dim(layer));
+  }
+  return MXU_OK;
+}
+
+static int layer_scale_declare(const mxu_layer *layer, mxu_param_decl *decls) {
+  const mxu_layer_scale_config *c = &layer->config.layer_scale;
+  int64_t n = c->projection_dim;
+  mxu_param_decl gamma = {
+      .name = "gamma", .shape = mxu_shape_make(1, &n), .trainable = 1};
+  gamma.init.kind = MXU_INIT_CONSTANT;
+  gamma.init.value = c->init_values;
+  decls[0] = gamma;
+  return 1;
+}
+
+/* A double per channel (scratch[0]): gamma's gradient summed over every
+ * row in one pass over dy, without rounding each row's share. */
+static mxu_status layer_scale_plan(mxu_layer *layer, const mxu_backend *backend,
+                                   int batch, mxu_arena *layout) {
+  (void)backend;
+  (void)batch;
+  layer->compiled->scratch[0] =
+      mxu_arena_reserve(layout, (size_t)last_dim(layer) * sizeof(double));
+  return MXU_OK;
+}
+
+/* Forward: the product; backward: dx = dy * gamma and gamma's
+ * dy * x summed. */
+static double layer_scale_flops(const mxu_layer *layer,
+                                const mxu_flops_step *step) {
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (step->need_dx ? 4.0 : 3.0);
+}
+
+static void layer_scale_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  const float *gamma = run->w[0];
+  int c = last_dim(layer);
+  int64_t rows = mxu_batch_values(layer) / c;
+  for (int64_t r = 0; r < rows; r++)
+    for (int ch = 0; ch < c; ch++)
+      run->y[r * c + ch] = run->x[r * c + ch] * gamma[ch];
+}
+
+static void layer_scale_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  const float *gamma = run->w[0];
+  int c = last_dim(layer);
+  int64_t rows = mxu_batch_values(layer) / c;
+  double *sum = (double *)(void *)(run->arena + layer->compiled->scratch[0]);
+  memset(sum, 0, (size_t)c * sizeof *sum);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *x = run->x + r * c, *dy = run->dy + r * c;
+    for (int ch = 0; ch < c; ch++) sum[ch] += (double)dy[ch] * x[ch];
+    if (run->need_dx)
+      for (int ch = 0; ch < c; ch++) run->dx[r * c + ch] = dy[ch] * gamma[ch];
+  }
+  for (int ch = 0; ch < c; ch++) run->dw[0][ch] = (float)sum[ch];
+}
+
+/* gamma spread over the batch and every axis but the last. */
+static mxu_hlo_value layer_scale_emit(const mxu_layer *layer, mxu_emit *e) {
+  (void)layer;
+  mxu_hlo *h = e->h;
+  mxu_hlo_value x = e->in[0];
+  return mxu_hlo_binary(
+      h, MXU_HLO_MULTIPLY, x,
+      mxu_hlo_broadcast_to(h, e->w[0], *mxu_hlo_shape_of(h, x)));
+}
+
+const mxu_layer_class mxu_layer_scale_class = {
+    .class_name = "LayerScale",
+    .origin = &layer_scale_origin,
+    .config_keys = layer_scale_keys,
+    .read_config = read_layer_scale,
+    .write_config = write_layer_scale,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = layer_scale_infer,
+    .declare = layer_scale_declare,
+    .flops = layer_scale_flops,
+    .plan = layer_scale_plan,
+    .forward = layer_scale_forward,
+    .backward = layer_scale_backward,
+    .emit = layer_scale_emit,
+};
