@@ -584,6 +584,11 @@ mxu_tensor_id mxu_apply_normalization(mxu_model *model,
 mxu_tensor_id mxu_apply_layer_scale(mxu_model *model,
                                     const mxu_layer_scale_config *config,
                                     mxu_tensor_id x);
+/* keras.applications InceptionResNetV2's own CustomScaleLayer: a + b *
+ * scale, a and b of one shape (a block's input and its residual). */
+mxu_tensor_id mxu_apply_custom_scale(mxu_model *model, const char *name,
+                                     float scale, mxu_tensor_id a,
+                                     mxu_tensor_id b);
 mxu_tensor_id
 mxu_apply_separable_conv2d(mxu_model *model,
                            const mxu_separable_conv2d_config *config,

@@ -1164,6 +1164,42 @@ static void test_layer_scale(void) {
   backends_agree(name, layer_scale_graph, NULL);
 }
 
+/* keras.applications InceptionResNetV2's CustomScaleLayer: y = a + b *
+ * scale, rounded as Keras' float32 ops round it (the product, then the
+ * sum); twice: of two tensors, and of one tensor read as both inputs
+ * (y = x + x * scale, its gradient both inputs' summed). */
+static mxu_tensor_id custom_scale_graph(mxu_model *m, const void *ctx) {
+  static const int64_t shape[3] = {3, 4, 2};
+  mxu_tensor_id a = input_identity(m, shape);
+  mxu_tensor_id b = *(const int *)ctx ? a : input_identity(m, shape);
+  return head(m, mxu_apply_custom_scale(m, "under_test", 0.17f, a, b));
+}
+
+static void test_custom_scale(void) {
+  for (int one = 0; one < 2; one++) {
+    const char *name =
+        one ? "CustomScaleLayer of one tensor twice" : "CustomScaleLayer";
+    mxu_model *m = build(name, custom_scale_graph, &one, MXU_BACKEND_CPU_REF);
+    if (!m) continue;
+    int node = node_named(m, "under_test");
+    const mxu_layer *l = &m->layers[node];
+    CHECK(l->input_count == 2 && (l->inputs[0] == l->inputs[1]) == one);
+    load_inputs(m, 6);
+    train_step(m);
+    const float *a = act(m, l->inputs[0]), *b = act(m, l->inputs[1]);
+    const float *y = act(m, node);
+    int bad = 0;
+    for (int64_t i = 0; i < tensor_floats(m, node); i++) {
+      float product = b[i] * 0.17f;
+      bad += y[i] != a[i] + product;
+    }
+    CHECK_MSG(bad == 0, "%s: %d values off", name, bad);
+    finite_differences(m, name);
+    mxu_model_free(m);
+    backends_agree(name, custom_scale_graph, &one);
+  }
+}
+
 /* GaussianNoise (stddev 0.5) and GaussianDropout (rate 0.2: factors of
  * stddev 0.5 about 1) in training: the noise's mean and spread over
  * 8 x 8 x 4 values a sample; inference passes values through. */
@@ -2348,6 +2384,7 @@ int main(void) {
   test_dropout_noise();
   test_preprocessing();
   test_layer_scale();
+  test_custom_scale();
   test_random_flip();
   test_random_contrast();
   test_random_crop();

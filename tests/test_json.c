@@ -1776,6 +1776,141 @@ static void reads_ops(void) {
                    "layer 'op' (TFOpLambda)", "no operand y");
 }
 
+/* A Keras 3 tensor argument: layer name's output, of shape (None, 2). */
+#define K3_TENSOR(name)                                                        \
+  "{\"class_name\": \"__keras_tensor__\", \"config\": {\"shape\": [null, "     \
+  "2], \"dtype\": \"float32\", \"keras_history\": [\"" name "\", 0, 0]}}"
+/* A Keras 3 Dense(2) named name reading the input "in". */
+#define K3_DENSE(name)                                                         \
+  "{\"module\": \"keras.layers\", \"class_name\": \"Dense\", \"config\": "     \
+  "{\"name\": \"" name "\", \"units\": 2}, \"registered_name\": null, "        \
+  "\"name\": \"" name "\", \"inbound_nodes\": [{\"args\": [{\"class_name\": "  \
+  "\"__keras_tensor__\", \"config\": {\"shape\": [null, 4], \"dtype\": "       \
+  "\"float32\", \"keras_history\": [\"in\", 0, 0]}}], \"kwargs\": {}}]}"
+
+/* keras.applications InceptionResNetV2's CustomScaleLayer as each Keras
+ * writes it: d1 + d2 * scale of two Dense layers; both writers give back
+ * its module and registered name (tf_keras registers it as
+ * Custom>CustomScaleLayer) and its two inputs. */
+static void reads_custom_scale(void) {
+  char tf2[2048];
+  snprintf(tf2, sizeof tf2,
+           "%s, %s, {\"module\": "
+           "\"tf_keras.src.applications.inception_resnet_v2\", "
+           "\"class_name\": \"CustomScaleLayer\", \"config\": {\"name\": "
+           "\"cs\", \"trainable\": true, \"dtype\": \"float32\", \"scale\": "
+           "0.17}, \"registered_name\": \"Custom>CustomScaleLayer\", "
+           "\"build_config\": {\"input_shape\": [[null, 2], [null, 2]]}, "
+           "\"name\": \"cs\", \"inbound_nodes\": [[[\"d1\", 0, 0, {}], "
+           "[\"d2\", 0, 0, {}]]]}",
+           dense_reading("d1", "[[[\"in\", 0, 0, {}]]]"),
+           dense_reading("d2", "[[[\"in\", 0, 0, {}]]]"));
+  static const char keras3[] =
+      "{\"module\": \"keras\", \"class_name\": \"Functional\", \"config\": "
+      "{\"name\": \"f\", \"trainable\": true, \"layers\": [{\"module\": "
+      "\"keras.layers\", \"class_name\": \"InputLayer\", \"config\": "
+      "{\"batch_shape\": [null, 4], \"dtype\": \"float32\", \"sparse\": "
+      "false, \"name\": \"in\"}, \"registered_name\": null, \"name\": \"in\", "
+      "\"inbound_nodes\": []}, " K3_DENSE("d1") ", " K3_DENSE(
+          "d2") ", "
+                "{\"module\": \"keras.src.applications.inception_resnet_v2\", "
+                "\"class_name\": \"CustomScaleLayer\", \"config\": {\"name\": "
+                "\"cs\", "
+                "\"trainable\": true, \"dtype\": {\"module\": \"keras\", "
+                "\"class_name\": \"DTypePolicy\", \"config\": {\"name\": "
+                "\"float32\"}, "
+                "\"registered_name\": null}, \"scale\": 0.17}, "
+                "\"registered_name\": "
+                "\"CustomScaleLayer\", \"build_config\": {\"input_shape\": "
+                "[[null, 2], "
+                "[null, 2]]}, \"name\": \"cs\", \"inbound_nodes\": [{\"args\": "
+                "[[" K3_TENSOR("d1") ", " K3_TENSOR(
+                    "d2") "]], \"kwargs\": {}}]}], "
+                          "\"input_layers\": [\"in\", 0, 0], "
+                          "\"output_layers\": [\"cs\", 0, 0]}, "
+                          "\"registered_name\": \"Functional\"}";
+  for (int dialect = 0; dialect < 2; dialect++) {
+    mxu_model *m = read_json(
+        dialect ? keras3
+                : functional_with(tf2, "[[\"in\", 0, 0]]", "[[\"cs\", 0, 0]]"),
+        NULL, NULL);
+    if (!m) continue;
+    CHECK(mxu_model_layer_count(m) == 4);
+    const mxu_layer *cs = LAYER(m, 3);
+    CHECK_MSG(strcmp(class_of(m, 3), "CustomScaleLayer") == 0 &&
+                  cs->config.custom_scale == 0.17f && cs->input_count == 2 &&
+                  strcmp(m->layers[cs->inputs[0]].name, "d1") == 0 &&
+                  strcmp(m->layers[cs->inputs[1]].name, "d2") == 0,
+              "dialect %d: read as %s", dialect, class_of(m, 3));
+    CHECK(mxu_model_param_count(m, 1) == 20);
+    round_trip_text("CustomScaleLayer", m, 0);
+    round_trip_text("CustomScaleLayer", m, 1);
+    for (int keras3_out = 0; keras3_out < 2; keras3_out++) {
+      char *text = write_json(m, keras3_out);
+      cJSON *doc = text ? cJSON_Parse(text) : NULL;
+      const cJSON *entry = cJSON_GetArrayItem(layers_of(doc), 3);
+      const char *module =
+          cJSON_GetStringValue(cJSON_GetObjectItem(entry, "module"));
+      const char *registered =
+          cJSON_GetStringValue(cJSON_GetObjectItem(entry, "registered_name"));
+      const cJSON *scale =
+          cJSON_GetObjectItem(cJSON_GetObjectItem(entry, "config"), "scale");
+      CHECK_MSG(
+          module && registered &&
+              strcmp(module, keras3_out
+                                 ? "keras.src.applications.inception_resnet_v2"
+                                 : "tf_keras.src.applications."
+                                   "inception_resnet_v2") == 0 &&
+              strcmp(registered, keras3_out ? "CustomScaleLayer"
+                                            : "Custom>CustomScaleLayer") == 0,
+          "dialect %d keras3=%d: module %s, registered_name %s", dialect,
+          keras3_out, module ? module : "(none)",
+          registered ? registered : "(none)");
+      CHECK_MSG(cJSON_IsNumber(scale) && scale->valuedouble == 0.17,
+                "dialect %d keras3=%d: scale", dialect, keras3_out);
+      /* Keras 3: the two tensors as one list argument, as Keras calls it. */
+      const cJSON *node =
+          cJSON_GetArrayItem(cJSON_GetObjectItem(entry, "inbound_nodes"), 0);
+      const cJSON *arg =
+          keras3_out ? cJSON_GetArrayItem(cJSON_GetObjectItem(node, "args"), 0)
+                     : node;
+      CHECK_MSG(cJSON_IsArray(arg) && cJSON_GetArraySize(arg) == 2,
+                "dialect %d keras3=%d: inbound node", dialect, keras3_out);
+      cJSON_Delete(doc);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+  /* Its scale is required; its inputs are of one shape. */
+  const char *in = "[[\"in\", 0, 0]]", *out = "[[\"cs\", 0, 0]]";
+  char bad[2048];
+  snprintf(bad, sizeof bad,
+           "%s, %s, {\"class_name\": \"CustomScaleLayer\", \"config\": "
+           "{\"name\": \"cs\"}, \"name\": \"cs\", \"inbound_nodes\": "
+           "[[[\"d1\", 0, 0, {}], [\"d2\", 0, 0, {}]]]}",
+           dense_reading("d1", "[[[\"in\", 0, 0, {}]]]"),
+           dense_reading("d2", "[[[\"in\", 0, 0, {}]]]"));
+  EXPECT_JSON_FAIL(functional_with(bad, in, out), MXU_ERR_FORMAT,
+                   "layer 'cs' (CustomScaleLayer)", "scale is missing");
+  snprintf(bad, sizeof bad,
+           "%s, {\"class_name\": \"CustomScaleLayer\", \"config\": "
+           "{\"name\": \"cs\", \"scale\": 0.1}, \"name\": \"cs\", "
+           "\"inbound_nodes\": [[[\"d1\", 0, 0, {}], [\"in\", 0, 0, {}]]]}",
+           dense_reading("d1", "[[[\"in\", 0, 0, {}]]]"));
+  EXPECT_JSON_FAIL(functional_with(bad, in, out), MXU_ERR_SHAPE,
+                   "layer 'cs' (CustomScaleLayer)",
+                   "inputs of shapes (2) and (4); CustomScaleLayer takes two "
+                   "of one shape");
+  snprintf(bad, sizeof bad,
+           "%s, {\"class_name\": \"CustomScaleLayer\", \"config\": "
+           "{\"name\": \"cs\", \"scale\": 0.1}, \"name\": \"cs\", "
+           "\"inbound_nodes\": [[[\"d1\", 0, 0, {}]]]}",
+           dense_reading("d1", "[[[\"in\", 0, 0, {}]]]"));
+  EXPECT_JSON_FAIL(functional_with(bad, in, out), MXU_ERR_FORMAT,
+                   "layer 'cs' (CustomScaleLayer)",
+                   "CustomScaleLayer takes 2 inputs, got 1");
+}
+
 static void reads_functional(void) {
   reads_keras_apps();
   reads_tiny_resnet();
@@ -2327,6 +2462,7 @@ int main(void) {
   reads_random_contrast();
   reads_given_normalization();
   reads_layer_scale();
+  reads_custom_scale();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

@@ -271,6 +271,10 @@ static const layer_case cases[] = {
      LAYER("LayerScale", "s", ", \"init_values\": 0.3, \"projection_dim\": 3",
            IN("lead")),
      "s", 1e-4},
+    {"CustomScaleLayer (keras.applications InceptionResNetV2's)", "4, 4, 2",
+     LEAD2 LAYER("CustomScaleLayer", "cs", ", \"scale\": 0.17",
+                 IN2("lead", "lead2")),
+     "cs", 1e-4},
     {"GaussianNoise, GaussianDropout, Dropout, SpatialDropout2D", "4, 4, 2",
      LAYER("GaussianNoise", "n", ", \"stddev\": 0.3", IN("lead"))
          LAYER("GaussianDropout", "g", ", \"rate\": 0.2", IN("n"))

@@ -62,6 +62,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_random_crop_class,
     &mxu_normalization_class,
     &mxu_layer_scale_class,
+    &mxu_custom_scale_layer_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -806,6 +807,15 @@ mxu_tensor_id mxu_apply_layer_scale(mxu_model *model,
                                     const mxu_layer_scale_config *config,
                                     mxu_tensor_id x) {
   APPLY_CONFIG(layer_scale, &mxu_layer_scale_class, "LayerScale");
+}
+
+mxu_tensor_id mxu_apply_custom_scale(mxu_model *model, const char *name,
+                                     float scale, mxu_tensor_id a,
+                                     mxu_tensor_id b) {
+  mxu_layer proto = {0};
+  proto.config.custom_scale = scale;
+  mxu_tensor_id both[2] = {a, b};
+  return apply(model, &mxu_custom_scale_layer_class, name, &proto, both, 2);
 }
 
 mxu_tensor_id

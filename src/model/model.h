@@ -223,6 +223,7 @@ struct mxu_layer {
     mxu_layer_norm_config layer_norm;
     mxu_normalization_config normalization;
     mxu_layer_scale_config layer_scale;
+    float custom_scale; /* CustomScaleLayer's scale */
   } config;
   int is_max_pool;
   /* Keras recorded the layer as an op on tensors (json_read.c: x + 3.0
@@ -334,6 +335,7 @@ extern const mxu_layer_class mxu_group_normalization_class;
 extern const mxu_layer_class mxu_gaussian_dropout_class;
 extern const mxu_layer_class mxu_normalization_class;
 extern const mxu_layer_class mxu_layer_scale_class;
+extern const mxu_layer_class mxu_custom_scale_layer_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
 extern const mxu_layer_class mxu_input_layer_class;
 extern const mxu_layer_class mxu_add_class;

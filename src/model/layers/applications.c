@@ -1,7 +1,8 @@
 /* applications.c — layer classes keras.applications defines for its own
- * models rather than keras.layers: ConvNeXt's LayerScale. Keras files
- * name them by module and registered name (their mxu_keras_origin).
- * Plain loops: one operation per value. */
+ * models rather than keras.layers: ConvNeXt's LayerScale and
+ * InceptionResNetV2's CustomScaleLayer. Keras files name them by module
+ * and registered name (their mxu_keras_origin). Plain loops: one or two
+ * operations per value. */
 #include "model/layers/layers.h"
 
 #include <math.h>
@@ -139,4 +140,104 @@ const mxu_layer_class mxu_layer_scale_class = {
     .forward = layer_scale_forward,
     .backward = layer_scale_backward,
     .emit = layer_scale_emit,
+};
+
+/* ---- CustomScaleLayer -------------------------------------------------------
+ * InceptionResNetV2's residual sum: y = inputs[0] + inputs[1] * scale, in
+ * that order (Keras' call), each step rounded to float32 as TensorFlow
+ * does (ISO C: no fused multiply-add). */
+
+static const mxu_keras_origin custom_scale_origin = {
+    "keras.src.applications.inception_resnet_v2", "CustomScaleLayer",
+    "tf_keras.src.applications.inception_resnet_v2", "Custom>CustomScaleLayer"};
+
+static const char *const custom_scale_keys[] = {"scale", NULL};
+
+static mxu_status read_custom_scale(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name) {
+  float scale = 0.0f;
+  MXU_TRY(mxu_json_float(where, config, "scale", MXU_JSON_REQUIRED, &scale));
+  if (node->input_count != 2)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "CustomScaleLayer takes 2 inputs, got %d",
+                         node->input_count);
+  return mxu_json_applied(where, node,
+                          mxu_apply_custom_scale(node->model, name, scale,
+                                                 node->inputs[0],
+                                                 node->inputs[1]));
+}
+
+static void write_custom_scale(mxu_json_out *out, const mxu_layer *layer,
+                               cJSON *config) {
+  mxu_json_put_float(out, config, "scale", layer->config.custom_scale);
+}
+
+/* Keras would broadcast; InceptionResNetV2 sums tensors of one shape. */
+static mxu_status custom_scale_infer(mxu_layer *layer) {
+  if (!isfinite(layer->config.custom_scale))
+    return mxu_fail(MXU_ERR_ARG, "%s: scale %g must be finite", layer->name,
+                    (double)layer->config.custom_scale);
+  const mxu_shape *a = &layer->in_shapes[0], *b = &layer->in_shapes[1];
+  int same = a->rank == b->rank;
+  for (int d = 0; same && d < a->rank; d++) same = a->dims[d] == b->dims[d];
+  if (!same) {
+    char first[64], second[64];
+    mxu_shape_format(a, first, sizeof first);
+    mxu_shape_format(b, second, sizeof second);
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: inputs of shapes %s and %s; CustomScaleLayer takes "
+                    "two of one shape",
+                    layer->name, first, second);
+  }
+  return mxu_same_shape_infer(layer);
+}
+
+/* Forward: a product and a sum; backward: the second input's product
+ * (the first's gradient is dy itself). */
+static double custom_scale_flops(const mxu_layer *layer,
+                                 const mxu_flops_step *step) {
+  return (double)mxu_shape_count(&layer->in_shape) *
+         (step->need_dx ? 3.0 : 2.0);
+}
+
+static void custom_scale_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  float scale = layer->config.custom_scale;
+  const float *a = run->xs[0], *b = run->xs[1];
+  int64_t n = mxu_batch_values(layer);
+  for (int64_t i = 0; i < n; i++) run->y[i] = a[i] + b[i] * scale;
+}
+
+static void custom_scale_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  float scale = layer->config.custom_scale;
+  int64_t n = mxu_batch_values(layer);
+  if (run->need_dxs[0] && run->dxs[0] != run->dy)
+    memcpy(run->dxs[0], run->dy, (size_t)n * sizeof(float));
+  if (run->need_dxs[1])
+    for (int64_t i = 0; i < n; i++) run->dxs[1][i] = run->dy[i] * scale;
+}
+
+static mxu_hlo_value custom_scale_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_hlo *h = e->h;
+  mxu_hlo_value b = e->in[1];
+  return mxu_hlo_binary(
+      h, MXU_HLO_ADD, e->in[0],
+      mxu_hlo_binary(h, MXU_HLO_MULTIPLY, b,
+                     mxu_hlo_full_like(h, b, layer->config.custom_scale)));
+}
+
+const mxu_layer_class mxu_custom_scale_layer_class = {
+    .class_name = "CustomScaleLayer",
+    .origin = &custom_scale_origin,
+    .config_keys = custom_scale_keys,
+    .read_config = read_custom_scale,
+    .write_config = write_custom_scale,
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .infer = custom_scale_infer,
+    .flops = custom_scale_flops,
+    .plan = mxu_no_plan,
+    .forward = custom_scale_forward,
+    .backward = custom_scale_backward,
+    .emit = custom_scale_emit,
 };
