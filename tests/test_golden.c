@@ -229,6 +229,17 @@ int main(void) {
        5,
        {8, 8, 3},
        "bn_swish"},
+      /* What keras.applications' newer models add: Normalization with its
+       * statistics in the config, ops recorded as layers (x + 3.0,
+       * * 1/6, - 0.25, a + b), ConvNeXt's LayerScale, InceptionResNetV2's
+       * CustomScaleLayer (make_apps_layers.py). */
+      {"tests/golden/apps_layers",
+       {"tests/golden/apps_layers/model.tf2.json",
+        "tests/golden/apps_layers/model.k3.json"},
+       6,
+       5,
+       {8, 8, 3},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
