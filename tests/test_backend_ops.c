@@ -1406,19 +1406,36 @@ static void test_losses(void) {
 
 /* ---- multiply and optimisers ------------------------------------------- */
 
+/* multiply and scale_shift, out of place and in place, over sizes up to
+ * several of the threaded blocks (16384). Each value is one rounding of
+ * the same operations, so the backends agree exactly. */
 static void test_multiply(void) {
-  const size_t counts[] = {1, 37, 1000};
-  for (size_t c = 0; c < 3; c++) {
+  const size_t counts[] = {1, 37, 1000, 70001};
+  for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
     size_t n = counts[c];
     float *a = rnd(n, -2, 2), *b = rnd(n, 0, 2), *y[2], *in_place[2];
+    float *shifted[2], *shifted_in_place[2];
     for (int k = 0; k < 2; k++) {
       y[k] = zeros(n), in_place[k] = copy_of(a, n);
+      shifted[k] = zeros(n), shifted_in_place[k] = copy_of(a, n);
       backends[k]->multiply((int64_t)n, a, b, y[k]);
       backends[k]->multiply((int64_t)n, in_place[k], b, in_place[k]);
+      backends[k]->scale_shift((int64_t)n, a, 0.3f, -1.7f, shifted[k]);
+      backends[k]->scale_shift((int64_t)n, shifted_in_place[k], -1.0f, 3.0f,
+                               shifted_in_place[k]);
     }
-    expect_pair("multiply", "y", y, n, TOL_OPS);
-    expect_pair("multiply", "y in place", in_place, n, TOL_OPS);
+    expect_pair("multiply", "y", y, n, 0.0);
+    expect_pair("multiply", "y in place", in_place, n, 0.0);
+    expect_pair("scale_shift", "y", shifted, n, 0.0);
+    expect_pair("scale_shift", "y in place", shifted_in_place, n, 0.0);
+    for (size_t i = 0; i < n; i++) {
+      float want = a[i] * 0.3f; /* rounded before the shift: no FMA */
+      CHECK_MSG(shifted[0][i] == want + -1.7f && y[0][i] == a[i] * b[i],
+                "scale_shift/multiply [%zu]: %.9g, %.9g", i,
+                (double)shifted[0][i], (double)y[0][i]);
+    }
     free_pair(y), free_pair(in_place);
+    free_pair(shifted), free_pair(shifted_in_place);
     free(a), free(b);
   }
 }

@@ -229,8 +229,13 @@ typedef struct mxu_backend {
                         const float *mask, float scale, float *loss,
                         float *dprobs);
 
-  /* y = a * b elementwise (dropout's mask). */
+  /* y = a * b elementwise (dropout's mask, a Multiply of two tensors).
+   * y may alias a or b. */
   void (*multiply)(int64_t count, const float *a, const float *b, float *y);
+  /* y = x * scale + offset elementwise, rounded after each operation
+   * (Rescaling). y may alias x. */
+  void (*scale_shift)(int64_t count, const float *x, float scale, float offset,
+                      float *y);
   /* y = a + b elementwise (the Add merge), relu'd where relu (the relu
    * that alone reads it, fused: NaN stays NaN). y may alias a. */
   void (*add)(int64_t count, const float *a, const float *b, int relu,

@@ -33,6 +33,7 @@ static const mxu_backend cpu_backend = {
     .softmax_cross_entropy = cpu_softmax_cross_entropy,
     .cross_entropy = cpu_cross_entropy,
     .multiply = cpu_multiply,
+    .scale_shift = cpu_scale_shift,
     .add = cpu_add,
     .scale_channels = cpu_scale_channels,
     .scale_channels_backward = cpu_scale_channels_backward,

@@ -1,6 +1,5 @@
-/* update.c — elementwise kernels of the oneDNN backend in plain C: the
- * dropout multiply and the Adam and SGD weight updates, written so that
- * gcc -O2 -march=native vectorises them. */
+/* update.c — the Adam and SGD weight updates of the oneDNN backend in
+ * plain C, written so that gcc -O2 -march=native vectorises them. */
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
@@ -18,27 +17,6 @@
       span(LANES, at_, __VA_ARGS__);                                           \
     span((int)((count)-body_), body_, __VA_ARGS__);                            \
   } while (0)
-
-static inline void mul_span(int n, int64_t at, const float *restrict a,
-                            const float *restrict b, float *restrict y) {
-  for (int i = 0; i < n; i++) y[at + i] = a[at + i] * b[at + i];
-}
-
-static inline void mul_into_span(int n, int64_t at, float *restrict y,
-                                 const float *restrict b) {
-  for (int i = 0; i < n; i++) y[at + i] *= b[at + i];
-}
-
-/* Dropout may run in place (y == a or y == b), which restrict forbids for
- * the three-pointer form. */
-void cpu_multiply(int64_t count, const float *a, const float *b, float *y) {
-  if (y != a && y != b)
-    BLOCKED(count, mul_span, a, b, y);
-  else if (a != b)
-    BLOCKED(count, mul_into_span, y, y == a ? b : a);
-  else
-    for (int64_t i = 0; i < count; i++) y[i] *= y[i];
-}
 
 /* The moments vectorise; sqrtf keeps a scalar errno path unless the build
  * has -fno-math-errno (gcc ignores it as a function attribute). */

@@ -59,6 +59,7 @@ static const mxu_backend cpu_ref_table = {
     .softmax_cross_entropy = mxu_ref_softmax_cross_entropy,
     .cross_entropy = mxu_ref_cross_entropy,
     .multiply = mxu_ref_multiply,
+    .scale_shift = mxu_ref_scale_shift,
     .add = mxu_ref_add,
     .scale_channels = mxu_ref_scale_channels,
     .scale_channels_backward = mxu_ref_scale_channels_backward,

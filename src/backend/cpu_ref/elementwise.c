@@ -168,6 +168,11 @@ void mxu_ref_multiply(int64_t count, const float *a, const float *b, float *y) {
   for (int64_t i = 0; i < count; i++) y[i] = a[i] * b[i];
 }
 
+void mxu_ref_scale_shift(int64_t count, const float *x, float scale,
+                         float offset, float *y) {
+  for (int64_t i = 0; i < count; i++) y[i] = x[i] * scale + offset;
+}
+
 void mxu_ref_add(int64_t count, const float *a, const float *b, int relu,
                  float *y) {
   for (int64_t i = 0; i < count; i++) {

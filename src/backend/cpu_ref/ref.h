@@ -52,6 +52,8 @@ void mxu_ref_channel_mean(int64_t n, int64_t pixels, int c, const float *x,
                           float *y);
 void mxu_ref_channel_mean_backward(int64_t n, int64_t pixels, int c,
                                    const float *dy, float *dx);
+void mxu_ref_scale_shift(int64_t count, const float *x, float scale,
+                         float offset, float *y);
 void mxu_ref_add(int64_t count, const float *a, const float *b, int relu,
                  float *y);
 

@@ -146,6 +146,10 @@ static void elementwise_forward(mxu_layer *layer, const mxu_layer_run *run) {
     return;
   }
   float *y = run->y;
+  if (kind == MXU_MERGE_MULTIPLY && inputs == 2) { /* threaded, same bits */
+    run->backend->multiply(n, xs[0], xs[1], y);
+    return;
+  }
   memcpy(y, xs[0], (size_t)n * sizeof(float));
   for (int k = 1; k < inputs; k++) {
     const float *x = xs[k];
@@ -199,6 +203,10 @@ static void input_gradient(mxu_merge_kind kind, const mxu_layer_run *run,
     for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / (float)run->input_count;
     break;
   case MXU_MERGE_MULTIPLY:
+    if (run->input_count == 2) {
+      run->backend->multiply(n, dy, xs[1 - k], dx);
+      break;
+    }
     memcpy(dx, dy, (size_t)n * sizeof(float));
     for (int j = 0; j < run->input_count; j++)
       if (j != k)

@@ -44,18 +44,18 @@ static mxu_status rescaling_infer(mxu_layer *layer) {
   return mxu_same_shape_infer(layer);
 }
 
+/* On the backend (threaded): tf.keras 2's MobileNetV3 computes its hard
+ * swish with ops read as Rescalings (json_read.c), on whole tensors. */
 static void rescaling_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  float scale = layer->config.rescaling.scale;
-  float offset = layer->config.rescaling.offset;
-  int64_t n = mxu_batch_values(layer);
-  for (int64_t i = 0; i < n; i++) run->y[i] = run->x[i] * scale + offset;
+  const mxu_rescaling_config *c = &layer->config.rescaling;
+  run->backend->scale_shift(mxu_batch_values(layer), run->x, c->scale,
+                            c->offset, run->y);
 }
 
 static void rescaling_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
-  float scale = layer->config.rescaling.scale;
-  int64_t n = mxu_batch_values(layer);
-  for (int64_t i = 0; i < n; i++) run->dx[i] = run->dy[i] * scale;
+  run->backend->scale_shift(mxu_batch_values(layer), run->dy,
+                            layer->config.rescaling.scale, 0.0f, run->dx);
 }
 
 static mxu_hlo_value rescaling_emit(const mxu_layer *layer, mxu_emit *e) {
