@@ -1,7 +1,7 @@
 /* preprocessing.c — the input pipeline layers Keras models carry:
- * Rescaling and Normalization (with the statistics adapt() left in its
- * weights, or given in its config). Plain loops: they touch each input value
- * once. */
+ * Rescaling (on the backend) and Normalization (with the statistics
+ * adapt() left in its weights, or given in its config; plain loops: it
+ * touches each input value once). */
 #include "model/layers/layers.h"
 
 #include <float.h>
