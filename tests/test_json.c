@@ -1658,6 +1658,23 @@ static void check_rescaling(const char *label, const mxu_model *m,
   CHECK_MSG(0, "%s: no layer '%s'", label, name);
 }
 
+/* Layer named name divides input `from` by divisor. */
+static void check_divide(const char *label, const mxu_model *m,
+                         const char *name, const char *from, float divisor) {
+  for (int i = 0; i < m->layer_count; i++) {
+    const mxu_layer *l = &m->layers[i];
+    if (strcmp(l->name, name) != 0) continue;
+    CHECK_MSG(l->cls == &mxu_divide_class && l->op == MXU_OP_DIVIDE &&
+                  strcmp(m->layers[l->inputs[0]].name, from) == 0 &&
+                  l->config.rescaling.scale == divisor,
+              "%s: '%s' is %s by %g, want %s / %g", label, name,
+              l->cls->class_name, (double)l->config.rescaling.scale, from,
+              (double)divisor);
+    return;
+  }
+  CHECK_MSG(0, "%s: no layer '%s'", label, name);
+}
+
 /* Layer named name is the merge cls of inputs a and b. */
 static void check_merge(const char *label, const mxu_model *m, const char *name,
                         const mxu_layer_class *cls, const char *a,
@@ -1687,8 +1704,19 @@ static void reads_ops(void) {
            tf2_op("tf.math.subtract", "math.subtract", "tf.math.multiply", "2"),
            tf2_op("tf.__operators__.add_1", "__operators__.add",
                   "tf.math.subtract", "[\"in\", 0, 0]"));
+  /* 1.5 - x, a number first as tf.keras 2 writes it, then that / 4. */
+  size_t used = strlen(layers);
+  snprintf(
+      layers + used, sizeof layers - used,
+      ", {\"class_name\": \"TFOpLambda\", \"config\": {\"name\": "
+      "\"tf.math.subtract_1\", \"function\": \"math.subtract\"}, "
+      "\"name\": \"tf.math.subtract_1\", \"inbound_nodes\": "
+      "[[\"_CONSTANT_VALUE\", -1, 1.5, {\"y\": [\"tf.math.subtract\", 0, "
+      "0], \"name\": null}]]}, %s",
+      tf2_op("tf.math.truediv", "math.truediv", "tf.math.subtract_1", "4.0"));
   const char *tf2 = functional_with(layers, "[[\"in\", 0, 0]]",
-                                    "[[\"tf.__operators__.add_1\", 0, 0]]");
+                                    "[[\"tf.__operators__.add_1\", 0, 0], "
+                                    "[\"tf.math.truediv\", 0, 0]]");
   mxu_model *m = read_json(tf2, NULL, NULL);
   if (m) {
     check_rescaling("tf2", m, "tf.__operators__.add", "in", 1.0f, 3.0f);
@@ -1698,6 +1726,9 @@ static void reads_ops(void) {
                     -2.0f);
     check_merge("tf2", m, "tf.__operators__.add_1", &mxu_add_class,
                 "tf.math.subtract", "in");
+    check_rescaling("tf2", m, "tf.math.subtract_1", "tf.math.subtract", -1.0f,
+                    1.5f);
+    check_divide("tf2", m, "tf.math.truediv", "tf.math.subtract_1", 4.0f);
     /* Written back as the ops Keras wrote, which read back the same. */
     for (int keras3 = 0; keras3 < 2; keras3++) {
       char *text = write_json(m, keras3);
@@ -1714,6 +1745,10 @@ static void reads_ops(void) {
                         1.0f, -2.0f);
         check_merge(label, back, "tf.__operators__.add_1", &mxu_add_class,
                     "tf.math.subtract", "in");
+        check_rescaling(label, back, "tf.math.subtract_1", "tf.math.subtract",
+                        -1.0f, 1.5f);
+        check_divide(label, back, "tf.math.truediv", "tf.math.subtract_1",
+                     4.0f);
         for (int i = 0; i < back->layer_count; i++)
           CHECK_MSG(back->layers[i].op == m->layers[i].op,
                     "%s: layer '%s' op %d, read %d", label,
@@ -1748,21 +1783,29 @@ static void reads_ops(void) {
   /* What mxu cannot read, named. */
   const char *out = "[[\"op\", 0, 0]]", *in = "[[\"in\", 0, 0]]";
   EXPECT_JSON_FAIL(
-      functional_with(tf2_op("op", "math.truediv", "in", "2.0"), in, out),
+      functional_with(tf2_op("op", "math.pow", "in", "2.0"), in, out),
       MXU_ERR_UNSUPPORTED, "layer 'op' (TFOpLambda)",
-      "the op 'math.truediv' is not supported");
+      "the op 'math.pow' is not supported");
   EXPECT_JSON_FAIL(
-      k3_functional_with(k3_op("op", "Divide", K3_REF("in") ", 2.0"), "op"),
-      MXU_ERR_UNSUPPORTED, "layer 'op' (Divide)",
-      "the op Divide is not supported");
+      k3_functional_with(k3_op("op", "Power", K3_REF("in") ", 2.0"), "op"),
+      MXU_ERR_UNSUPPORTED, "layer 'op' (Power)",
+      "the op Power is not supported");
+  EXPECT_JSON_FAIL(
+      k3_functional_with(k3_op("op", "TrueDivide", "2.0, " K3_REF("in")), "op"),
+      MXU_ERR_UNSUPPORTED, "layer 'op' (TrueDivide)",
+      "only of a tensor by a number");
+  EXPECT_JSON_FAIL(
+      functional_with(tf2_op("op", "math.truediv", "in", "[\"in\", 0, 0]"), in,
+                      out),
+      MXU_ERR_UNSUPPORTED, "layer 'op' (TFOpLambda)",
+      "only of a tensor by a number");
   /* Listed with the other items a file has that mxu cannot honour. */
   char both[2048];
-  snprintf(both, sizeof both, "%s, %s",
-           tf2_op("half", "math.truediv", "in", "2.0"),
+  snprintf(both, sizeof both, "%s, %s", tf2_op("half", "math.pow", "in", "2.0"),
            tf2_op("op", "math.floordiv", "half", "2.0"));
   EXPECT_JSON_FAIL(functional_with(both, in, out), MXU_ERR_UNSUPPORTED,
                    "1. test.json: layer 'half' (TFOpLambda): the op "
-                   "'math.truediv'",
+                   "'math.pow'",
                    "2. test.json: layer 'op' (TFOpLambda): the op "
                    "'math.floordiv'");
   EXPECT_JSON_FAIL(k3_functional_with(k3_op("op", "Add", "1.0, 2.0"), "op"),

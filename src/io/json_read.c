@@ -638,8 +638,8 @@ static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
  * tensors). On two tensors the op is the merge layer of its name; on a
  * tensor and a number, a Rescaling, which gives the same bits: x * 1 + c
  * is x + c, x * c + 0 is x * c, x - c is x + (-c) and c - x is
- * x * -1 + c. The node remembers the op (mxu_layer.op), and the
- * writer gives it back as one. */
+ * x * -1 + c; x / c is a layer of its own (mxu_divide_class). The node
+ * remembers the op (mxu_layer.op), and the writer gives it back as one. */
 
 typedef struct op_number {
   int given, first; /* a number is an operand; it is the first one */
@@ -648,15 +648,17 @@ typedef struct op_number {
 
 static const struct {
   const char *k3, *tf2;
-  mxu_merge_kind kind;
-} known_ops[] = {{"Add", "__operators__.add", MXU_MERGE_ADD},
-                 {"Add", "math.add", MXU_MERGE_ADD},
-                 {"Subtract", "math.subtract", MXU_MERGE_SUBTRACT},
-                 {"Multiply", "math.multiply", MXU_MERGE_MULTIPLY}};
+  mxu_op_kind kind;
+} known_ops[] = {{"Add", "__operators__.add", MXU_OP_ADD},
+                 {"Add", "math.add", MXU_OP_ADD},
+                 {"Subtract", "math.subtract", MXU_OP_SUBTRACT},
+                 {"Multiply", "math.multiply", MXU_OP_MULTIPLY},
+                 {"TrueDivide", "math.truediv", MXU_OP_DIVIDE},
+                 {"Divide", "math.divide", MXU_OP_DIVIDE}};
 
 /* The op: Keras 3 names it by its class, tf.keras 2 by config.function. */
 static mxu_status op_kind(const mxu_json_where *where, const layer_entry *e,
-                          mxu_merge_kind *kind) {
+                          mxu_op_kind *kind) {
   int tf2 = strcmp(e->class_name, "TFOpLambda") == 0;
   const char *name = e->class_name;
   if (tf2)
@@ -669,7 +671,8 @@ static mxu_status op_kind(const mxu_json_where *where, const layer_entry *e,
     }
   return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                        "the op %s%s%s is not supported (mxu reads the ops +, "
-                       "- and * on two tensors or on a tensor and a number)",
+                       "- and * on two tensors or on a tensor and a number, "
+                       "and a tensor / a number)",
                        tf2 ? "'" : "", name, tf2 ? "'" : "");
 }
 
@@ -724,7 +727,12 @@ static mxu_status read_op_call(const mxu_json_where *where, const cJSON *entry,
                          "inbound_nodes[%d] must be [layer, node, tensor, "
                          "{\"y\": operand}]",
                          index);
-  MXU_TRY(op_operand(where, ref, node, number));
+  /* A number first (3.0 - x) is ["_CONSTANT_VALUE", -1, 3.0, {y: x}]. */
+  const cJSON *constant = cJSON_GetArrayItem(ref, 2);
+  if (strcmp(ref->child->valuestring, "_CONSTANT_VALUE") == 0)
+    MXU_TRY(op_operand(where, constant, node, number));
+  else
+    MXU_TRY(op_operand(where, ref, node, number));
   const cJSON *y = mxu_json_get(kwargs, "y");
   if (!y)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
@@ -745,27 +753,42 @@ static mxu_status read_any_call(const mxu_json_where *where, const cJSON *entry,
   return read_call(where, entry, index, node);
 }
 
+/* The layer computing the op (see above). */
+static mxu_tensor_id op_layer(mxu_model *m, const char *name, mxu_op_kind op,
+                              const op_number *number, const int *inputs,
+                              int count) {
+  static const mxu_merge_kind merges[] = {
+      [MXU_OP_ADD] = MXU_MERGE_ADD,
+      [MXU_OP_SUBTRACT] = MXU_MERGE_SUBTRACT,
+      [MXU_OP_MULTIPLY] = MXU_MERGE_MULTIPLY};
+  if (!number->given) return mxu_merge(m, merges[op], name, inputs, count, -1);
+  if (op == MXU_OP_DIVIDE)
+    return mxu_apply_divide(m, name, number->value, inputs[0]);
+  mxu_rescaling_config r = {name, 1.0f, number->value};
+  if (op == MXU_OP_MULTIPLY)
+    r = (mxu_rescaling_config){name, number->value, 0.0f};
+  else if (op == MXU_OP_SUBTRACT && number->first)
+    r.scale = -1.0f;
+  else if (op == MXU_OP_SUBTRACT)
+    r.offset = -number->value;
+  return mxu_apply_rescaling(m, &r, inputs[0]);
+}
+
 static mxu_status apply_op(const mxu_json_where *where, const layer_entry *e,
                            const op_number *number, mxu_json_node *node) {
-  mxu_merge_kind kind = MXU_MERGE_ADD;
+  mxu_op_kind op = MXU_OP_NONE;
   MXU_TRY(read_common(where, e->config));
   static const char *const function[] = {"function", NULL};
   MXU_TRY(mxu_json_check_keys(where, e->config, function, common_keys));
-  MXU_TRY(op_kind(where, e, &kind));
-  mxu_model *m = node->model;
-  mxu_rescaling_config r = {e->name, 1.0f, number->value};
-  if (kind == MXU_MERGE_MULTIPLY)
-    r = (mxu_rescaling_config){e->name, number->value, 0.0f};
-  else if (kind == MXU_MERGE_SUBTRACT && number->first)
-    r.scale = -1.0f;
-  else if (kind == MXU_MERGE_SUBTRACT)
-    r.offset = -number->value;
-  MXU_TRY(mxu_json_applied(
-      where, node,
-      number->given
-          ? mxu_apply_rescaling(m, &r, node->inputs[0])
-          : mxu_merge(m, kind, e->name, node->inputs, node->input_count, -1)));
-  m->layers[node->output].op = 1 + (int)kind;
+  MXU_TRY(op_kind(where, e, &op));
+  if (op == MXU_OP_DIVIDE && (!number->given || number->first))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "a division is supported only of a tensor by a "
+                         "number (x / 255.0)");
+  MXU_TRY(mxu_json_applied(where, node,
+                           op_layer(node->model, e->name, op, number,
+                                    node->inputs, node->input_count)));
+  node->model->layers[node->output].op = op;
   return MXU_OK;
 }
 

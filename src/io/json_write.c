@@ -176,78 +176,97 @@ static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
 }
 
 /* ---- ops Keras records as layers (json_read.c) ---------------------------
- * Written back as Keras wrote them: Keras 3's keras.src.ops.numpy class
- * called on {"args": [a, b]}, tf.keras 2's TFOpLambda called on
- * [layer, node, tensor, {"y": b, "name": null}]. An op with a number was
- * read as a Rescaling: x + c has scale 1, x * c offset 0, c - x scale -1
- * and x - c offset -c. */
+ * Written back as Keras wrote them. An op with a number was read as a
+ * Rescaling: x + c has scale 1, x * c offset 0, c - x scale -1 and x - c
+ * offset -c; x / c as mxu_divide_class, c its scale. */
 
-static const char *const op_k3[] = {[MXU_MERGE_ADD] = "Add",
-                                    [MXU_MERGE_SUBTRACT] = "Subtract",
-                                    [MXU_MERGE_MULTIPLY] = "Multiply"};
-static const char *const op_tf2[] = {[MXU_MERGE_ADD] = "__operators__.add",
-                                     [MXU_MERGE_SUBTRACT] = "math.subtract",
-                                     [MXU_MERGE_MULTIPLY] = "math.multiply"};
+static const char *const op_k3[] = {[MXU_OP_ADD] = "Add",
+                                    [MXU_OP_SUBTRACT] = "Subtract",
+                                    [MXU_OP_MULTIPLY] = "Multiply",
+                                    [MXU_OP_DIVIDE] = "TrueDivide"};
+static const char *const op_tf2[] = {[MXU_OP_ADD] = "__operators__.add",
+                                     [MXU_OP_SUBTRACT] = "math.subtract",
+                                     [MXU_OP_MULTIPLY] = "math.multiply",
+                                     [MXU_OP_DIVIDE] = "math.truediv"};
 
-/* The op's second operand (*second), and its first (*first). */
-static void op_operands(mxu_json_out *out, const mxu_model *model,
-                        const mxu_layer *layer, cJSON **first, cJSON **second) {
-  mxu_merge_kind kind = (mxu_merge_kind)(layer->op - 1);
-  cJSON *(*ref)(mxu_json_out *, const mxu_model *, int, int) =
-      out->keras3 ? tensor_ref : history;
-  *first = ref(out, model, layer->scope, layer->inputs[0]);
-  if (layer->cls != &mxu_rescaling_class) {
-    *second = ref(out, model, layer->scope, layer->inputs[1]);
-    return;
-  }
+/* The op's number, and whether it is the first operand (c - x); 0 where
+ * the op is on two tensors. */
+static int op_number(const mxu_layer *layer, double *number) {
+  if (layer->cls != &mxu_rescaling_class && layer->cls != &mxu_divide_class)
+    return 0;
   const mxu_rescaling_config *r = &layer->config.rescaling;
-  float number = kind == MXU_MERGE_MULTIPLY                       ? r->scale
-                 : kind == MXU_MERGE_SUBTRACT && r->scale == 1.0f ? -r->offset
-                                                                  : r->offset;
-  *second = cJSON_CreateNumber(number);
-  if (kind == MXU_MERGE_SUBTRACT && r->scale != 1.0f) { /* c - x */
-    cJSON *t = *first;
-    *first = *second, *second = t;
+  int first = layer->op == MXU_OP_SUBTRACT && r->scale != 1.0f;
+  *number = layer->op == MXU_OP_MULTIPLY || layer->op == MXU_OP_DIVIDE
+                ? r->scale
+            : layer->op == MXU_OP_SUBTRACT && !first ? -r->offset
+                                                     : r->offset;
+  return first ? -1 : 1;
+}
+
+/* Keras 3: {"args": [a, b], "kwargs": {}}. */
+static cJSON *op_call_k3(mxu_json_out *out, const mxu_model *model,
+                         const mxu_layer *layer) {
+  double number = 0.0;
+  int has = op_number(layer, &number);
+  cJSON *args = cJSON_CreateArray(), *call = cJSON_CreateObject();
+  cJSON *a = tensor_ref(out, model, layer->scope, layer->inputs[0]);
+  cJSON *b = has ? cJSON_CreateNumber(number)
+                 : tensor_ref(out, model, layer->scope, layer->inputs[1]);
+  append(out, args, has < 0 ? b : a);
+  append(out, args, has < 0 ? a : b);
+  mxu_json_put(out, call, "args", args);
+  mxu_json_put(out, call, "kwargs", cJSON_CreateObject());
+  return call;
+}
+
+/* tf.keras 2: [layer, node, tensor, {"y": b, "name": null}], a tensor y
+ * a bare [layer, node, tensor]; a number first goes in the reference's
+ * place as ["_CONSTANT_VALUE", -1, c, ...]. */
+static cJSON *op_call_tf2(mxu_json_out *out, const mxu_model *model,
+                          const mxu_layer *layer) {
+  double number = 0.0;
+  int has = op_number(layer, &number);
+  cJSON *call = history(out, model, layer->scope, layer->inputs[0]), *y;
+  if (!has) {
+    y = history(out, model, layer->scope, layer->inputs[1]);
+  } else if (has > 0) {
+    y = cJSON_CreateNumber(number);
+  } else {
+    y = call;
+    call = cJSON_CreateArray();
+    append(out, call, cJSON_CreateString("_CONSTANT_VALUE"));
+    append(out, call, cJSON_CreateNumber(-1));
+    append(out, call, cJSON_CreateNumber(number));
   }
+  cJSON *kwargs = cJSON_CreateObject();
+  mxu_json_put(out, kwargs, "y", y);
+  mxu_json_put_null(out, kwargs, "name");
+  append(out, call, kwargs);
+  return call;
 }
 
 static cJSON *op_json(mxu_json_out *out, const mxu_model *model,
                       const mxu_layer *layer) {
-  mxu_merge_kind kind = (mxu_merge_kind)(layer->op - 1);
-  cJSON *first = NULL, *second = NULL;
-  op_operands(out, model, layer, &first, &second);
   cJSON *entry = cJSON_CreateObject(), *config = NULL;
-  cJSON *nodes = cJSON_CreateArray(), *call = NULL;
+  cJSON *nodes = cJSON_CreateArray();
   if (out->keras3) {
     config = cJSON_CreateObject();
     mxu_json_put_string(out, config, "name", layer->name);
     mxu_json_put_string(out, entry, "module", "keras.src.ops.numpy");
-    mxu_json_put_string(out, entry, "class_name", op_k3[kind]);
-    call = cJSON_CreateObject();
-    cJSON *args = cJSON_CreateArray();
-    append(out, args, first);
-    append(out, args, second);
-    mxu_json_put(out, call, "args", args);
-    mxu_json_put(out, call, "kwargs", cJSON_CreateObject());
+    mxu_json_put_string(out, entry, "class_name", op_k3[layer->op]);
+    append(out, nodes, op_call_k3(out, model, layer));
   } else {
     config = layer_config(out, layer->name);
-    mxu_json_put_string(out, config, "function", op_tf2[kind]);
+    mxu_json_put_string(out, config, "function", op_tf2[layer->op]);
     mxu_json_put_string(out, entry, "module",
                         "tf_keras.src.layers.core.tf_op_layer");
     mxu_json_put_string(out, entry, "class_name", "TFOpLambda");
-    /* A tensor y is a bare [layer, node, tensor]; the reference to x
-     * carries the call's kwargs in its fourth place. */
-    cJSON *kwargs = cJSON_CreateObject();
-    mxu_json_put(out, kwargs, "y", second);
-    mxu_json_put_null(out, kwargs, "name");
-    append(out, first, kwargs);
-    call = first;
+    append(out, nodes, op_call_tf2(out, model, layer));
   }
   mxu_json_put(out, entry, "config", config);
   mxu_json_put_string(out, entry, "registered_name",
-                      out->keras3 ? op_k3[kind] : "TFOpLambda");
+                      out->keras3 ? op_k3[layer->op] : "TFOpLambda");
   mxu_json_put_string(out, entry, "name", layer->name);
-  append(out, nodes, call);
   mxu_json_put(out, entry, "inbound_nodes", nodes);
   return entry;
 }

@@ -797,6 +797,13 @@ mxu_tensor_id mxu_apply_rescaling(mxu_model *model,
   APPLY_CONFIG(rescaling, &mxu_rescaling_class, "Rescaling");
 }
 
+mxu_tensor_id mxu_apply_divide(mxu_model *model, const char *name,
+                               float divisor, mxu_tensor_id x) {
+  mxu_rescaling_config c = {name, divisor, 0.0f};
+  const mxu_rescaling_config *config = &c;
+  APPLY_CONFIG(rescaling, &mxu_divide_class, "TrueDivide");
+}
+
 mxu_tensor_id mxu_apply_normalization(mxu_model *model,
                                       const mxu_normalization_config *config,
                                       mxu_tensor_id x) {

@@ -28,6 +28,16 @@ typedef struct mxu_param_decl {
 
 typedef struct mxu_layer mxu_layer;
 
+/* The ops on tensors Keras records as layers that mxu reads (see
+ * mxu_layer.op). */
+typedef enum mxu_op_kind {
+  MXU_OP_NONE = 0,
+  MXU_OP_ADD,
+  MXU_OP_SUBTRACT,
+  MXU_OP_MULTIPLY,
+  MXU_OP_DIVIDE /* by a number only: x / c */
+} mxu_op_kind;
+
 /* What a layer's FLOP count depends on beyond its shapes: whether it
  * computes its input's gradient, whether its softmax is fused into the
  * loss (no backward of its own), and the step's global batch and replica
@@ -228,9 +238,9 @@ struct mxu_layer {
   int is_max_pool;
   /* Keras recorded the layer as an op on tensors (json_read.c: x + 3.0
    * as Keras 3's keras.src.ops.numpy Add, tf.keras 2's TFOpLambda), not
-   * one of its layers: 1 + the op's mxu_merge_kind, else 0. The JSON
-   * writer gives it back so; Keras 3 keeps no weights group for it. */
-  int op;
+   * one of its layers. The JSON writer gives it back so; Keras 3 keeps
+   * no weights group for it. */
+  mxu_op_kind op;
   /* Keras' activity_regularizer (and the ActivityRegularization layer's):
    * l1 |y| + l2 y^2 of the output, summed, joins the loss (divided by
    * the batch, as Keras divides it), its gradient the output's. */
@@ -312,6 +322,11 @@ extern const mxu_layer_class mxu_dense_class;
 extern const mxu_layer_class mxu_dropout_class;
 extern const mxu_layer_class mxu_spatial_dropout2d_class;
 extern const mxu_layer_class mxu_rescaling_class;
+/* x / c, read from an op only (not a Keras layer, so not in the registry
+ * of names). */
+extern const mxu_layer_class mxu_divide_class;
+mxu_tensor_id mxu_apply_divide(mxu_model *model, const char *name,
+                               float divisor, mxu_tensor_id x);
 extern const mxu_layer_class mxu_leaky_relu_class;
 extern const mxu_layer_class mxu_elu_class;
 extern const mxu_layer_class mxu_softmax_class;

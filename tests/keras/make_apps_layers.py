@@ -1,12 +1,13 @@
 """make_apps_layers.py — a one-step golden test for what keras.applications'
 newer models add to the Keras surface: Normalization with its statistics in
 the config (EfficientNetV2, ConvNeXt), ops on tensors that Keras records as
-layers (MobileNetV3's hard sigmoid x + 3, * 1/6; ConvNeXt's residual a + b),
+layers (MobileNetV3's hard sigmoid x + 3, * 1/6; ConvNeXt's residual a + b;
+a number minus a tensor; a division by a number),
 ConvNeXt's LayerScale and InceptionResNetV2's CustomScaleLayer.
 
   x (8,8,3) -> Normalization(mean, variance given) -> h = Conv2D(8, 3, same)
   hs = ReLU(6)(h + 3.0) * (1 / 6)        (ops: a number each)
-  a = LayerScale(0.5, 8)(Multiply()([h, hs - 0.25]))
+  a = LayerScale(0.5, 8)(Multiply()([h, 1.25 - hs]) / 1.5)
   b = Conv2D(8, 1)(a)
   c = CustomScaleLayer(0.17)([a, b]) + b   (the + an op on two tensors)
   out = Dense(5, softmax)(GlobalAveragePooling2D()(c))
@@ -44,7 +45,7 @@ def build(K, package):
                         name="norm")(x)
     h = L.Conv2D(8, 3, padding="same", name="conv")(h)
     hs = L.ReLU(6.0, name="relu6")(h + 3.0) * (1.0 / 6.0)
-    a = L.Multiply(name="hard_swish")([h, hs - 0.25])
+    a = L.Multiply(name="hard_swish")([h, 1.25 - hs]) / 1.5
     a = LayerScale(0.5, 8, name="layer_scale")(a)
     b = L.Conv2D(8, 1, name="pointwise")(a)
     c = CustomScale(0.17, name="custom_scale")([a, b]) + b

@@ -82,6 +82,50 @@ const mxu_layer_class mxu_rescaling_class = {
     .backward = rescaling_backward,
 };
 
+/* ---- x / c ----------------------------------------------------------------
+ * An op Keras records as a layer (json_read.c: `inputs / 255.0`), which
+ * no Rescaling gives the bits of: x * (1 / c) rounds twice. The
+ * divisor is the Rescaling config's scale. */
+
+static mxu_status divide_infer(mxu_layer *layer) {
+  if (!isfinite(layer->config.rescaling.scale))
+    return mxu_fail(MXU_ERR_ARG, "%s: the divisor %g must be finite",
+                    layer->name, (double)layer->config.rescaling.scale);
+  return mxu_same_shape_infer(layer);
+}
+
+static void divide_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  float divisor = layer->config.rescaling.scale;
+  int64_t n = mxu_batch_values(layer);
+  for (int64_t i = 0; i < n; i++) run->y[i] = run->x[i] / divisor;
+}
+
+static void divide_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  float divisor = layer->config.rescaling.scale;
+  int64_t n = mxu_batch_values(layer);
+  for (int64_t i = 0; i < n; i++) run->dx[i] = run->dy[i] / divisor;
+}
+
+static mxu_hlo_value divide_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_hlo_value x = e->in[0];
+  return mxu_hlo_binary(
+      e->h, MXU_HLO_DIVIDE, x,
+      mxu_hlo_full_like(e->h, x, layer->config.rescaling.scale));
+}
+
+const mxu_layer_class mxu_divide_class = {
+    .class_name = "TrueDivide",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = divide_infer,
+    .flops = one_per_value,
+    .plan = mxu_no_plan,
+    .forward = divide_forward,
+    .emit = divide_emit,
+    .backward = divide_backward,
+};
+
 /* ---- Normalization --------------------------------------------------------
  * Over the last axis only (Keras' default, and what image models use).
  * The statistics come from the weights, as adapt() leaves them, or from
