@@ -2466,17 +2466,19 @@ static cJSON *replacement(int kind) {
 
 /* Each node of a real document, replaced by each kind of value or removed:
  * the reader answers every one without crashing (ASan/UBSan check it). */
-static void every_mutation(void) {
+/* Each node of the document replaced by each kind of odd value, or
+ * removed: a message or a model, never a crash. */
+static void mutate_every_node(const char *label, const char *text) {
   enum { KINDS = 8, MAX_NODES = 4096 };
   node_ref *refs = malloc(MAX_NODES * sizeof *refs);
-  cJSON *probe = cJSON_Parse(cifar_keras3);
+  cJSON *probe = cJSON_Parse(text);
   int nodes = probe && refs ? collect(probe, refs, 0, MAX_NODES) : 0;
   cJSON_Delete(probe);
-  CHECK(nodes > 300);
+  CHECK_MSG(nodes > 300, "%s: %d nodes", label, nodes);
   int accepted = 0, runs = 0;
   for (int i = 0; i < nodes; i++)
     for (int kind = 0; kind < KINDS; kind++) {
-      cJSON *doc = cJSON_Parse(cifar_keras3);
+      cJSON *doc = cJSON_Parse(text);
       collect(doc, refs, 0, MAX_NODES);
       cJSON *with = replacement(kind);
       /* cJSON's replace by pointer drops the key; keep it. */
@@ -2486,22 +2488,37 @@ static void every_mutation(void) {
         cJSON_ReplaceItemViaPointer(refs[i].parent, refs[i].item, with);
       else
         cJSON_Delete(cJSON_DetachItemViaPointer(refs[i].parent, refs[i].item));
-      char *text = cJSON_PrintUnformatted(doc);
+      char *mutant = cJSON_PrintUnformatted(doc);
       cJSON_Delete(doc);
       mxu_model *m = NULL;
       mxu_compile_config c = mxu_compile_defaults();
       int has_compile = 0;
-      mxu_status s = mxu_model_from_json(text, "mutant", &m, &c, &has_compile);
+      mxu_status s =
+          mxu_model_from_json(mutant, "mutant", &m, &c, &has_compile);
       CHECK((s == MXU_OK) == (m != NULL));
       CHECK(s == MXU_OK || strlen(mxu_errmsg()) > 0);
       accepted += s == MXU_OK;
       runs++;
       mxu_model_free(m);
-      cJSON_free(text);
+      cJSON_free(mutant);
     }
-  printf("mutations: %d runs, %d accepted (harmless changes)\n", runs,
-         accepted);
+  printf("mutations of %s: %d runs, %d accepted (harmless changes)\n", label,
+         runs, accepted);
   free(refs);
+}
+
+/* The cifar model, and a Functional net of ops recorded as layers, given
+ * statistics, LayerScale and CustomScaleLayer in both dialects. */
+static void every_mutation(void) {
+  mutate_every_node("cifar (Keras 3)", cifar_keras3);
+  static const char *const nets[] = {"tests/golden/apps_layers/model.tf2.json",
+                                     "tests/golden/apps_layers/model.k3.json"};
+  for (int n = 0; n < 2; n++) {
+    char *text = check_slurp(nets[n]);
+    CHECK_MSG(text != NULL, "%s: cannot read it", nets[n]);
+    if (text) mutate_every_node(nets[n], text);
+    free(text);
+  }
 }
 
 int main(void) {
