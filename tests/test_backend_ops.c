@@ -1216,15 +1216,17 @@ static void bn_run(const mxu_batchnorm_desc *d, const bn_inputs *in,
   be->op_free(op);
 }
 
-/* act: MXU_LINEAR, or the relu, relu6 or silu fused; for relu6 gammas of
- * 2-6 put part of y above the cap, for silu in odd cases gammas of 40-120
+/* act: MXU_LINEAR, or the relu, relu6, silu or hard_silu fused; for relu6
+ * and hard_silu gammas of 2-6 put part of y above the cap (and of the
+ * normalised values below -3), for silu in odd cases gammas of 40-120
  * part of the normalised values beyond +-88, where cpu's exp clamps
  * (both checked). */
 static void bn_check(const bn_case *c, mxu_activation act, int index) {
   mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, act};
   size_t n = (size_t)c->rows * c->c;
   int wide = act == MXU_SILU && index % 2;
-  float gamma_low = act == MXU_RELU6 ? 2.0f : wide ? 40.0f : 0.5f;
+  int capped_act = act == MXU_RELU6 || act == MXU_HARD_SILU;
+  float gamma_low = capped_act ? 2.0f : wide ? 40.0f : 0.5f;
   bn_inputs in = {rnd(n, -1, 3),
                   rnd(c->c, gamma_low, 3 * gamma_low),
                   rnd(c->c, -1, 1),
@@ -1250,12 +1252,15 @@ static void bn_check(const bn_case *c, mxu_activation act, int index) {
   for (int j = 0; j < 7; j++)
     expect_pair(label, what[j], (float *[]){out[CPU][j], out[REF][j]}, sizes[j],
                 TOL_LAYER);
-  size_t capped = 0, beyond = 0;
+  size_t capped = 0, beyond = 0, flat = 0;
   for (size_t j = 0; j < n; j++) {
     capped += out[REF][0][j] == 6.0f;
     beyond += out[REF][0][j] > 88.0f;
+    flat += out[REF][0][j] == 0.0f; /* hard_silu: v <= -3 */
   }
   CHECK_MSG(act != MXU_RELU6 || capped > 0, "%s: no y capped", label);
+  CHECK_MSG(act != MXU_HARD_SILU || flat > 0,
+            "%s: no normalised value below -3", label);
   CHECK_MSG(!wide || beyond > 0, "%s: no y beyond 88", label);
   for (int k = 0; k < 2; k++)
     for (int j = 0; j < 7; j++) free(out[k][j]);
@@ -1265,10 +1270,10 @@ static void bn_check(const bn_case *c, mxu_activation act, int index) {
 
 static void test_batchnorm(void) {
   static const mxu_activation bn_acts[] = {MXU_LINEAR, MXU_RELU, MXU_RELU6,
-                                           MXU_SILU};
+                                           MXU_SILU, MXU_HARD_SILU};
   int cases = (int)(sizeof bn_cases / sizeof *bn_cases);
   for (int i = 0; i < cases; i++)
-    for (int a = 0; a < 4; a++) bn_check(&bn_cases[i], bn_acts[a], i);
+    for (int a = 0; a < 5; a++) bn_check(&bn_cases[i], bn_acts[a], i);
 }
 
 /* ---- activations ------------------------------------------------------- */

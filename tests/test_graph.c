@@ -1814,6 +1814,7 @@ enum {
   BN_RELU_CAP3,
   BN_READ_TWICE,
   BN_SILU,
+  BN_HARD_SILU,
   BN_GELU
 };
 
@@ -1835,6 +1836,8 @@ static mxu_tensor_id bn_fusion_graph(mxu_model *m, const void *ctx) {
       variant == BN_RELU_LAYER || variant == BN_RELU6 || variant == BN_RELU_CAP3
           ? mxu_apply_relu(m, &relu, b)
       : variant == BN_SILU ? mxu_apply_activation(m, "relu", MXU_SILU, b)
+      : variant == BN_HARD_SILU
+          ? mxu_apply_activation(m, "relu", MXU_HARD_SILU, b)
       : variant == BN_GELU ? mxu_apply_activation(m, "relu", MXU_GELU, b)
                            : mxu_apply_activation(m, "relu", MXU_RELU, b);
   mxu_conv2d_config shortcut = mxu_conv2d_defaults(4, 1, 1);
@@ -1861,6 +1864,7 @@ static void test_bn_fusion(void) {
       {"BN, ReLU(3.)", BN_RELU_CAP3, 0},
       {"a BN read twice", BN_READ_TWICE, 0},
       {"BN, Activation('silu') in a residual block", BN_SILU, 1},
+      {"BN, Activation('hard_silu') in a residual block", BN_HARD_SILU, 1},
       {"BN, Activation('gelu')", BN_GELU, 0},
   };
   static const mxu_backend_kind kinds[2] = {MXU_BACKEND_CPU,

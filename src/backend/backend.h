@@ -83,15 +83,17 @@ typedef struct mxu_batchnorm_desc {
    * relu'd (NaN stays NaN, as TensorFlow's relu), and backward passes dy
    * on only where that y is positive (and below 6: TensorFlow's side at
    * the corners); silu (MXU_SILU, EfficientNet's swish): y = v sigmoid(v)
-   * of the normalised v, which backward recomputes from x, gamma and
-   * beta (so y is not read). */
+   * of the normalised v, and hard_silu (MXU_HARD_SILU, MobileNetV3's
+   * hard swish): y = v relu6(v + 3) / 6, both of which backward
+   * recomputes from x, gamma and beta (so y is not read). */
   mxu_activation activation;
 } mxu_batchnorm_desc;
 
 /* The activations a batch normalisation may fuse (above). */
 static inline int mxu_batchnorm_fusable(mxu_activation activation) {
   return activation == MXU_LINEAR || activation == MXU_RELU ||
-         activation == MXU_RELU6 || activation == MXU_SILU;
+         activation == MXU_RELU6 || activation == MXU_SILU ||
+         activation == MXU_HARD_SILU;
 }
 
 static inline int mxu_activation_fusable(mxu_activation activation) {

@@ -25,8 +25,8 @@
  * cifar images (mxu bench --profile).
  *
  * The activation that alone reads the output may be fused (relu, relu6,
- * silu): its pass over memory, forward and backward, is saved. Backward
- * recomputes the normalised value from x rather than read y. */
+ * silu, hard_silu): its pass over memory, forward and backward, is saved.
+ * Backward recomputes the normalised value from x rather than read y. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/sigmoid.h"
 
@@ -138,9 +138,25 @@ INLINE float silu_slope(float v) {
   return s * (1.0f + v * rest);
 }
 
+/* hard_silu(v) = v relu6(v + 3) / 6, rounded in Keras' order; its slope
+ * (2v + 3) / 6 inside (-3, 3), 1 above, 0 below (relu6's gradient is
+ * TensorFlow's: 0 at the corners). */
+INLINE float relu6_of(float v) {
+  v = v < 0.0f ? 0.0f : v;
+  return v > 6.0f ? 6.0f : v;
+}
+
+INLINE float hard_silu(float v) { return v * relu6_of(v + 3.0f) / 6.0f; }
+
+INLINE float hard_silu_slope(float v) {
+  float inside = v > -3.0f && v < 3.0f ? v / 6.0f : 0.0f;
+  return relu6_of(v + 3.0f) / 6.0f + inside;
+}
+
 /* The fused activation of the normalised v; the relus keep NaN. */
 INLINE float activate(float v, mxu_activation act) {
   if (act == MXU_SILU) return silu(v);
+  if (act == MXU_HARD_SILU) return hard_silu(v);
   if (act == MXU_LINEAR) return v;
   v = v < 0.0f ? 0.0f : v;
   return act == MXU_RELU6 && v > 6.0f ? 6.0f : v;
@@ -153,6 +169,7 @@ INLINE float activate(float v, mxu_activation act) {
 INLINE float dz_at(float dy, float v, mxu_activation act) {
   if (act == MXU_LINEAR) return dy;
   if (act == MXU_SILU) return dy * silu_slope(v);
+  if (act == MXU_HARD_SILU) return dy * hard_silu_slope(v);
   int open = v > 0.0f && (act != MXU_RELU6 || v < 6.0f);
   return open ? dy : 0.0f;
 }
@@ -169,6 +186,9 @@ INLINE float dz_at(float dy, float v, mxu_activation act) {
       CALL;                                                                    \
     } else if ((act) == MXU_SILU) {                                            \
       const mxu_activation A = MXU_SILU;                                       \
+      CALL;                                                                    \
+    } else if ((act) == MXU_HARD_SILU) {                                       \
+      const mxu_activation A = MXU_HARD_SILU;                                  \
       CALL;                                                                    \
     } else {                                                                   \
       const mxu_activation A = MXU_LINEAR;                                     \

@@ -43,8 +43,8 @@ static void normalise_channel(const mxu_batchnorm_desc *d, const float *x,
   for (int64_t r = 0; r < d->rows; r++) {
     int64_t i = r * d->c + ch;
     float v = (float)normalised(x[i], gamma, beta, mean, inv_std);
-    if (d->activation == MXU_SILU) {
-      y[i] = mxu_ref_activate(MXU_SILU, v);
+    if (d->activation == MXU_SILU || d->activation == MXU_HARD_SILU) {
+      y[i] = mxu_ref_activate(d->activation, v);
       continue;
     }
     if (d->activation != MXU_LINEAR && v < 0.0f) v = 0.0f;
@@ -83,11 +83,13 @@ void mxu_ref_batchnorm_forward_inference(mxu_op *op, const float *x,
 }
 
 /* The gradient at the normalisation's output v: dy, or with the relu
- * fused, dy where y > 0 (and, relu6, y < 6); with silu, dy silu'(v). */
+ * fused, dy where y > 0 (and, relu6, y < 6); with silu or hard_silu, dy
+ * times its slope at v. */
 static double dz_at(const mxu_batchnorm_desc *d, const float *y,
                     const float *dy, int64_t i, float v) {
   if (d->activation == MXU_LINEAR) return dy[i];
-  if (d->activation == MXU_SILU) return dy[i] * mxu_ref_slope(MXU_SILU, v);
+  if (d->activation == MXU_SILU || d->activation == MXU_HARD_SILU)
+    return dy[i] * mxu_ref_slope(d->activation, v);
   int open = y[i] > 0.0f && (d->activation != MXU_RELU6 || y[i] < 6.0f);
   return open ? dy[i] : 0.0;
 }
