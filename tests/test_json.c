@@ -1607,17 +1607,22 @@ static const char *tf2_op(const char *name, const char *function,
   "4], \"dtype\": \"float32\", \"keras_history\": [\"" layer "\", 0, 0]}}"
 
 /* A Keras 3 keras.src.ops.numpy op named name, of class op, on args. */
-static const char *k3_op(const char *name, const char *op, const char *args) {
+static const char *k3_op_in(const char *module, const char *name,
+                            const char *op, const char *args) {
   static char text[4][1024];
   static int next;
   char *t = text[next++ % 4];
   snprintf(t, 1024,
-           "{\"module\": \"keras.src.ops.numpy\", \"class_name\": \"%s\", "
+           "{\"module\": \"%s\", \"class_name\": \"%s\", "
            "\"config\": {\"name\": \"%s\"}, \"registered_name\": \"%s\", "
            "\"name\": \"%s\", \"inbound_nodes\": [{\"args\": [%s], "
            "\"kwargs\": {}}]}",
-           op, name, op, name, args);
+           module, op, name, op, name, args);
   return t;
+}
+
+static const char *k3_op(const char *name, const char *op, const char *args) {
+  return k3_op_in("keras.src.ops.numpy", name, op, args);
 }
 
 /* A Keras 3 Functional model: InputLayer "in" of shape (4,), then the
@@ -1673,6 +1678,82 @@ static void check_divide(const char *label, const mxu_model *m,
     return;
   }
   CHECK_MSG(0, "%s: no layer '%s'", label, name);
+}
+
+/* Layer named name is the op-read Activation act of input `from`. */
+static void check_activation(const char *label, const mxu_model *m,
+                             const char *name, const char *from,
+                             mxu_activation act) {
+  for (int i = 0; i < m->layer_count; i++) {
+    const mxu_layer *l = &m->layers[i];
+    if (strcmp(l->name, name) != 0) continue;
+    CHECK_MSG(l->cls == &mxu_activation_class && l->op == MXU_OP_ACTIVATION &&
+                  strcmp(m->layers[l->inputs[0]].name, from) == 0 &&
+                  mxu_layer_activation_kind(l) == act,
+              "%s: '%s' is %s (op %d) of '%s', want activation %d", label, name,
+              l->cls->class_name, (int)l->op, m->layers[l->inputs[0]].name,
+              (int)act);
+    return;
+  }
+  CHECK_MSG(0, "%s: no layer '%s'", label, name);
+}
+
+/* Activations of one tensor as ops, both dialects, read and written back
+ * (tf.nn.relu(x) gives {"name": null}, tf.math.sigmoid(x) {}). */
+static void reads_activation_ops(void) {
+  char layers[4096];
+  snprintf(layers, sizeof layers, "%s, %s",
+           tf2_op("tf.nn.relu", "nn.relu", "in", "null"),
+           tf2_op("tf.math.sigmoid", "math.sigmoid", "tf.nn.relu", "null"));
+  /* tf2_op gives y; these take none. */
+  char *y;
+  while ((y = strstr(layers, "\"y\": null, ")))
+    memmove(y, y + 11, strlen(y + 11) + 1);
+  const char *tf2 = functional_with(layers, "[[\"in\", 0, 0]]",
+                                    "[[\"tf.math.sigmoid\", 0, 0]]");
+  snprintf(layers, sizeof layers, "%s, %s",
+           k3_op_in("keras.src.ops.nn", "relu6", "Relu6", K3_REF("in")),
+           k3_op("tanh", "Tanh", K3_REF("relu6")));
+  char k3[8192];
+  snprintf(k3, sizeof k3, "%s", k3_functional_with(layers, "tanh"));
+  const char *texts[2] = {tf2, k3};
+  for (int d = 0; d < 2; d++) {
+    mxu_model *m = read_json(texts[d], NULL, NULL);
+    for (int keras3 = -1; m && keras3 < 2; keras3++) {
+      /* keras3 -1: the model as read; 0 and 1: written and read back. */
+      char *text = keras3 >= 0 ? write_json(m, keras3) : NULL;
+      mxu_model *back = text ? read_json(text, NULL, NULL) : m;
+      const char *label = d ? "k3 activations" : "tf2 activations";
+      if (back && d == 0) {
+        check_activation(label, back, "tf.nn.relu", "in", MXU_RELU);
+        check_activation(label, back, "tf.math.sigmoid", "tf.nn.relu",
+                         MXU_SIGMOID);
+      } else if (back) {
+        check_activation(label, back, "relu6", "in", MXU_RELU6);
+        check_activation(label, back, "tanh", "relu6", MXU_TANH);
+      }
+      if (back != m) mxu_model_free(back);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+  const char *in = "[[\"in\", 0, 0]]", *out = "[[\"op\", 0, 0]]";
+  EXPECT_JSON_FAIL(k3_functional_with(k3_op_in("keras.src.ops.nn", "op", "Relu",
+                                               K3_REF("in") ", " K3_REF("in")),
+                                      "op"),
+                   MXU_ERR_FORMAT, "layer 'op' (Relu)",
+                   "the op's 1 operand in args");
+  EXPECT_JSON_FAIL(
+      functional_with(tf2_op("op", "nn.relu", "in", "2.0"), in, out),
+      MXU_ERR_FORMAT, "layer 'op' (TFOpLambda)",
+      "an op of one operand a second, y");
+  char gelu[1024];
+  snprintf(gelu, sizeof gelu, "%s", tf2_op("op", "nn.gelu", "in", "null"));
+  if ((y = strstr(gelu, "\"y\": null, ")))
+    memmove(y, y + 11, strlen(y + 11) + 1);
+  EXPECT_JSON_FAIL(functional_with(gelu, in, out), MXU_ERR_UNSUPPORTED,
+                   "layer 'op' (TFOpLambda)",
+                   "the op 'nn.gelu' is not supported");
 }
 
 /* Layer named name is the merge cls of inputs a and b. */
@@ -1983,6 +2064,7 @@ static void reads_functional(void) {
   }
   errors_functional();
   reads_ops();
+  reads_activation_ops();
 }
 
 /* ---- errors -------------------------------------------------------------

@@ -27,4 +27,21 @@ mxu_status mxu_model_file_read_json(const char *path, mxu_model **out,
 /* The compiled model's compile settings, Keras 3 compile_config style. */
 cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model);
 
+/* ---- ops recorded as layers (json_ops.c) -------------------------------
+ */
+
+typedef struct mxu_json_op {
+  const char *k3_module, *k3; /* Keras 3: module and class */
+  const char *tf2;            /* tf.keras 2: TFOpLambda's function */
+  mxu_op_kind kind;
+  mxu_activation activation; /* MXU_OP_ACTIVATION's */
+} mxu_json_op;
+
+/* The op of that Keras 3 class (tf2 0) or TFOpLambda function, or NULL. */
+const mxu_json_op *mxu_json_op_named(int tf2, const char *name);
+/* The op a layer read from one computes (its first name), or NULL. */
+const mxu_json_op *mxu_json_op_of(const mxu_layer *layer);
+/* Whether a Keras 3 entry's module is one of the ops'. */
+int mxu_json_op_module(const char *module);
+
 #endif

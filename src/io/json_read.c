@@ -229,8 +229,7 @@ static mxu_status add_implicit_input(const mxu_json_where *where,
 static int is_op(const cJSON *entry) {
   const cJSON *module = mxu_json_get(entry, "module");
   const cJSON *class_name = mxu_json_get(entry, "class_name");
-  return (cJSON_IsString(module) &&
-          strcmp(module->valuestring, "keras.src.ops.numpy") == 0) ||
+  return (cJSON_IsString(module) && mxu_json_op_module(module->valuestring)) ||
          (cJSON_IsString(class_name) &&
           strcmp(class_name->valuestring, "TFOpLambda") == 0);
 }
@@ -638,41 +637,42 @@ static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
  * tensors). On two tensors the op is the merge layer of its name; on a
  * tensor and a number, a Rescaling, which gives the same bits: x * 1 + c
  * is x + c, x * c + 0 is x * c, x - c is x + (-c) and c - x is
- * x * -1 + c; x / c is a layer of its own (mxu_divide_class). The node
- * remembers the op (mxu_layer.op), and the writer gives it back as one. */
+ * x * -1 + c; x / c is a layer of its own (mxu_divide_class), and an
+ * activation of one tensor (tf.nn.relu(x)) the Activation layer. The node
+ * remembers the op (mxu_layer.op), and the writer gives it back as one
+ * (json_ops.c names them). */
 
 typedef struct op_number {
   int given, first; /* a number is an operand; it is the first one */
   float value;      /* as Keras converts it: to the tensor's float32 */
 } op_number;
 
-static const struct {
-  const char *k3, *tf2;
-  mxu_op_kind kind;
-} known_ops[] = {{"Add", "__operators__.add", MXU_OP_ADD},
-                 {"Add", "math.add", MXU_OP_ADD},
-                 {"Subtract", "math.subtract", MXU_OP_SUBTRACT},
-                 {"Multiply", "math.multiply", MXU_OP_MULTIPLY},
-                 {"TrueDivide", "math.truediv", MXU_OP_DIVIDE},
-                 {"Divide", "math.divide", MXU_OP_DIVIDE}};
+/* The op: Keras 3 names it by its class, tf.keras 2 by config.function;
+ * NULL where mxu has none of that name. */
+static const mxu_json_op *op_of(const cJSON *entry) {
+  const cJSON *class_name = mxu_json_get(entry, "class_name");
+  const char *name = cJSON_IsString(class_name) ? class_name->valuestring : "";
+  int tf2 = strcmp(name, "TFOpLambda") == 0;
+  if (tf2) {
+    const cJSON *f = mxu_json_get(mxu_json_get(entry, "config"), "function");
+    name = cJSON_IsString(f) ? f->valuestring : NULL;
+  }
+  return mxu_json_op_named(tf2, name);
+}
 
-/* The op: Keras 3 names it by its class, tf.keras 2 by config.function. */
 static mxu_status op_kind(const mxu_json_where *where, const layer_entry *e,
-                          mxu_op_kind *kind) {
+                          const cJSON *entry, const mxu_json_op **op) {
   int tf2 = strcmp(e->class_name, "TFOpLambda") == 0;
   const char *name = e->class_name;
   if (tf2)
     MXU_TRY(mxu_json_string(where, e->config, "function", MXU_JSON_REQUIRED,
                             &name));
-  for (size_t i = 0; i < sizeof known_ops / sizeof *known_ops; i++)
-    if (strcmp(name, tf2 ? known_ops[i].tf2 : known_ops[i].k3) == 0) {
-      *kind = known_ops[i].kind;
-      return MXU_OK;
-    }
+  if ((*op = op_of(entry))) return MXU_OK;
   return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                        "the op %s%s%s is not supported (mxu reads the ops +, "
                        "- and * on two tensors or on a tensor and a number, "
-                       "and a tensor / a number)",
+                       "a tensor / a number, and relu, relu6, sigmoid, silu, "
+                       "tanh and softplus of a tensor)",
                        tf2 ? "'" : "", name, tf2 ? "'" : "");
 }
 
@@ -706,14 +706,19 @@ static mxu_status read_op_call(const mxu_json_where *where, const cJSON *entry,
       cJSON_GetArrayItem(mxu_json_get(entry, "inbound_nodes"), index);
   node->input_count = 0;
   *number = (op_number){0, 0, 0.0f};
+  /* An op mxu does not know may have either; apply_op names it. */
+  const mxu_json_op *op = op_of(entry);
+  int operands = !op ? 0 : op->kind == MXU_OP_ACTIVATION ? 1 : 2;
   if (cJSON_IsObject(call)) {
     MXU_TRY(check_kwargs(where, mxu_json_get(call, "kwargs")));
     const cJSON *args = mxu_json_get(call, "args");
-    if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 2)
+    int given = cJSON_GetArraySize(args);
+    if (!operands && (given == 1 || given == 2)) operands = given;
+    if (!cJSON_IsArray(args) || given != operands)
       return mxu_json_fail(where, MXU_ERR_FORMAT,
-                           "inbound_nodes[%d] must give the op's 2 operands "
-                           "in args",
-                           index);
+                           "inbound_nodes[%d] must give the op's %d "
+                           "operand%s in args",
+                           index, operands, operands > 1 ? "s" : "");
     for (const cJSON *arg = args->child; arg; arg = arg->next)
       MXU_TRY(op_operand(where, arg, node, number));
     return MXU_OK;
@@ -734,10 +739,16 @@ static mxu_status read_op_call(const mxu_json_where *where, const cJSON *entry,
   else
     MXU_TRY(op_operand(where, ref, node, number));
   const cJSON *y = mxu_json_get(kwargs, "y");
-  if (!y)
+  if (!operands) operands = y ? 2 : 1;
+  if (!y && operands == 2)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "inbound_nodes[%d] gives the op no operand y", index);
-  MXU_TRY(op_operand(where, y, node, number));
+  if (y && operands == 1)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "inbound_nodes[%d] gives an op of one operand a "
+                         "second, y",
+                         index);
+  if (y) MXU_TRY(op_operand(where, y, node, number));
   for (const cJSON *k = kwargs->child; k; k = k->next)
     if (strcmp(k->string, "y") != 0 && !cJSON_IsNull(k))
       return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
@@ -754,41 +765,45 @@ static mxu_status read_any_call(const mxu_json_where *where, const cJSON *entry,
 }
 
 /* The layer computing the op (see above). */
-static mxu_tensor_id op_layer(mxu_model *m, const char *name, mxu_op_kind op,
-                              const op_number *number, const int *inputs,
-                              int count) {
+static mxu_tensor_id op_layer(mxu_model *m, const char *name,
+                              const mxu_json_op *op, const op_number *number,
+                              const int *inputs, int count) {
   static const mxu_merge_kind merges[] = {
       [MXU_OP_ADD] = MXU_MERGE_ADD,
       [MXU_OP_SUBTRACT] = MXU_MERGE_SUBTRACT,
       [MXU_OP_MULTIPLY] = MXU_MERGE_MULTIPLY};
-  if (!number->given) return mxu_merge(m, merges[op], name, inputs, count, -1);
-  if (op == MXU_OP_DIVIDE)
+  if (op->kind == MXU_OP_ACTIVATION)
+    return mxu_apply_activation(m, name, op->activation, inputs[0]);
+  if (!number->given)
+    return mxu_merge(m, merges[op->kind], name, inputs, count, -1);
+  if (op->kind == MXU_OP_DIVIDE)
     return mxu_apply_divide(m, name, number->value, inputs[0]);
   mxu_rescaling_config r = {name, 1.0f, number->value};
-  if (op == MXU_OP_MULTIPLY)
+  if (op->kind == MXU_OP_MULTIPLY)
     r = (mxu_rescaling_config){name, number->value, 0.0f};
-  else if (op == MXU_OP_SUBTRACT && number->first)
+  else if (op->kind == MXU_OP_SUBTRACT && number->first)
     r.scale = -1.0f;
-  else if (op == MXU_OP_SUBTRACT)
+  else if (op->kind == MXU_OP_SUBTRACT)
     r.offset = -number->value;
   return mxu_apply_rescaling(m, &r, inputs[0]);
 }
 
 static mxu_status apply_op(const mxu_json_where *where, const layer_entry *e,
-                           const op_number *number, mxu_json_node *node) {
-  mxu_op_kind op = MXU_OP_NONE;
+                           const cJSON *entry, const op_number *number,
+                           mxu_json_node *node) {
+  const mxu_json_op *op = NULL;
   MXU_TRY(read_common(where, e->config));
   static const char *const function[] = {"function", NULL};
   MXU_TRY(mxu_json_check_keys(where, e->config, function, common_keys));
-  MXU_TRY(op_kind(where, e, &op));
-  if (op == MXU_OP_DIVIDE && (!number->given || number->first))
+  MXU_TRY(op_kind(where, e, entry, &op));
+  if (op->kind == MXU_OP_DIVIDE && (!number->given || number->first))
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "a division is supported only of a tensor by a "
                          "number (x / 255.0)");
   MXU_TRY(mxu_json_applied(where, node,
                            op_layer(node->model, e->name, op, number,
                                     node->inputs, node->input_count)));
-  node->model->layers[node->output].op = op;
+  node->model->layers[node->output].op = op->kind;
   return MXU_OK;
 }
 
@@ -799,7 +814,7 @@ static mxu_status read_op_or_class(const char *source,
                                    const op_number *number,
                                    mxu_json_node *node) {
   if (!is_op(entry)) return read_class(source, where, e, node);
-  return or_stand_in(apply_op(where, e, number, node), where, e, node);
+  return or_stand_in(apply_op(where, e, entry, number, node), where, e, node);
 }
 
 /* One entry of config.layers and how far its calls have got: a call

@@ -180,15 +180,6 @@ static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
  * Rescaling: x + c has scale 1, x * c offset 0, c - x scale -1 and x - c
  * offset -c; x / c as mxu_divide_class, c its scale. */
 
-static const char *const op_k3[] = {[MXU_OP_ADD] = "Add",
-                                    [MXU_OP_SUBTRACT] = "Subtract",
-                                    [MXU_OP_MULTIPLY] = "Multiply",
-                                    [MXU_OP_DIVIDE] = "TrueDivide"};
-static const char *const op_tf2[] = {[MXU_OP_ADD] = "__operators__.add",
-                                     [MXU_OP_SUBTRACT] = "math.subtract",
-                                     [MXU_OP_MULTIPLY] = "math.multiply",
-                                     [MXU_OP_DIVIDE] = "math.truediv"};
-
 /* The op's number, and whether it is the first operand (c - x); 0 where
  * the op is on two tensors. */
 static int op_number(const mxu_layer *layer, double *number) {
@@ -203,7 +194,7 @@ static int op_number(const mxu_layer *layer, double *number) {
   return first ? -1 : 1;
 }
 
-/* Keras 3: {"args": [a, b], "kwargs": {}}. */
+/* Keras 3: {"args": [a, b], "kwargs": {}} (an activation: [a]). */
 static cJSON *op_call_k3(mxu_json_out *out, const mxu_model *model,
                          const mxu_layer *layer) {
   double number = 0.0;
@@ -211,9 +202,11 @@ static cJSON *op_call_k3(mxu_json_out *out, const mxu_model *model,
   cJSON *args = cJSON_CreateArray(), *call = cJSON_CreateObject();
   cJSON *a = tensor_ref(out, model, layer->scope, layer->inputs[0]);
   cJSON *b = has ? cJSON_CreateNumber(number)
-                 : tensor_ref(out, model, layer->scope, layer->inputs[1]);
+             : layer->input_count > 1
+                 ? tensor_ref(out, model, layer->scope, layer->inputs[1])
+                 : NULL;
   append(out, args, has < 0 ? b : a);
-  append(out, args, has < 0 ? a : b);
+  if (b) append(out, args, has < 0 ? a : b);
   mxu_json_put(out, call, "args", args);
   mxu_json_put(out, call, "kwargs", cJSON_CreateObject());
   return call;
@@ -227,7 +220,9 @@ static cJSON *op_call_tf2(mxu_json_out *out, const mxu_model *model,
   double number = 0.0;
   int has = op_number(layer, &number);
   cJSON *call = history(out, model, layer->scope, layer->inputs[0]), *y;
-  if (!has) {
+  if (layer->input_count == 1 && !has) {
+    y = NULL; /* an activation */
+  } else if (!has) {
     y = history(out, model, layer->scope, layer->inputs[1]);
   } else if (has > 0) {
     y = cJSON_CreateNumber(number);
@@ -239,7 +234,7 @@ static cJSON *op_call_tf2(mxu_json_out *out, const mxu_model *model,
     append(out, call, cJSON_CreateNumber(number));
   }
   cJSON *kwargs = cJSON_CreateObject();
-  mxu_json_put(out, kwargs, "y", y);
+  if (y) mxu_json_put(out, kwargs, "y", y);
   mxu_json_put_null(out, kwargs, "name");
   append(out, call, kwargs);
   return call;
@@ -247,17 +242,19 @@ static cJSON *op_call_tf2(mxu_json_out *out, const mxu_model *model,
 
 static cJSON *op_json(mxu_json_out *out, const mxu_model *model,
                       const mxu_layer *layer) {
+  const mxu_json_op *op = mxu_json_op_of(layer);
+  if (!op) return NULL;
   cJSON *entry = cJSON_CreateObject(), *config = NULL;
   cJSON *nodes = cJSON_CreateArray();
   if (out->keras3) {
     config = cJSON_CreateObject();
     mxu_json_put_string(out, config, "name", layer->name);
-    mxu_json_put_string(out, entry, "module", "keras.src.ops.numpy");
-    mxu_json_put_string(out, entry, "class_name", op_k3[layer->op]);
+    mxu_json_put_string(out, entry, "module", op->k3_module);
+    mxu_json_put_string(out, entry, "class_name", op->k3);
     append(out, nodes, op_call_k3(out, model, layer));
   } else {
     config = layer_config(out, layer->name);
-    mxu_json_put_string(out, config, "function", op_tf2[layer->op]);
+    mxu_json_put_string(out, config, "function", op->tf2);
     mxu_json_put_string(out, entry, "module",
                         "tf_keras.src.layers.core.tf_op_layer");
     mxu_json_put_string(out, entry, "class_name", "TFOpLambda");
@@ -265,7 +262,7 @@ static cJSON *op_json(mxu_json_out *out, const mxu_model *model,
   }
   mxu_json_put(out, entry, "config", config);
   mxu_json_put_string(out, entry, "registered_name",
-                      out->keras3 ? op_k3[layer->op] : "TFOpLambda");
+                      out->keras3 ? op->k3 : "TFOpLambda");
   mxu_json_put_string(out, entry, "name", layer->name);
   mxu_json_put(out, entry, "inbound_nodes", nodes);
   return entry;

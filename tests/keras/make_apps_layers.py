@@ -2,13 +2,13 @@
 newer models add to the Keras surface: Normalization with its statistics in
 the config (EfficientNetV2, ConvNeXt), ops on tensors that Keras records as
 layers (MobileNetV3's hard sigmoid x + 3, * 1/6; ConvNeXt's residual a + b;
-a number minus a tensor; a division by a number),
+a number minus a tensor; a division by a number; an activation op),
 ConvNeXt's LayerScale and InceptionResNetV2's CustomScaleLayer.
 
   x (8,8,3) -> Normalization(mean, variance given) -> h = Conv2D(8, 3, same)
   hs = ReLU(6)(h + 3.0) * (1 / 6)        (ops: a number each)
   a = LayerScale(0.5, 8)(Multiply()([h, 1.25 - hs]) / 1.5)
-  b = Conv2D(8, 1)(a)
+  b = silu(Conv2D(8, 1)(a))                (tf.nn.silu / keras.ops.silu)
   c = CustomScaleLayer(0.17)([a, b]) + b   (the + an op on two tensors)
   out = Dense(5, softmax)(GlobalAveragePooling2D()(c))
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(4),
@@ -29,6 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 import golden_step  # noqa: E402
@@ -48,6 +49,8 @@ def build(K, package):
     a = L.Multiply(name="hard_swish")([h, 1.25 - hs]) / 1.5
     a = LayerScale(0.5, 8, name="layer_scale")(a)
     b = L.Conv2D(8, 1, name="pointwise")(a)
+    # an activation op: tf.nn.silu(b) in tf.keras 2, keras.ops.silu(b)
+    b = tf.nn.silu(b) if package == "tf_keras" else K.ops.silu(b)
     c = CustomScale(0.17, name="custom_scale")([a, b]) + b
     out = L.Dense(5, activation="softmax", name="probs")(
         L.GlobalAveragePooling2D(name="gap")(c))
