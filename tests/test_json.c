@@ -1756,6 +1756,81 @@ static void reads_activation_ops(void) {
                    "the op 'nn.gelu' is not supported");
 }
 
+/* tf.concat and tf.reshape as ops (keras.ops.concatenate and .reshape in
+ * Keras 3's files: their axis and new shape in the config): a
+ * Concatenate and a Reshape, written back as ops; the batch stays. */
+static void reads_shape_ops(void) {
+  const char *tf2_layers =
+      "{\"class_name\": \"TFOpLambda\", \"config\": {\"name\": \"tf.concat\", "
+      "\"function\": \"concat\"}, \"name\": \"tf.concat\", \"inbound_nodes\": "
+      "[[[\"in\", 0, 0, {\"axis\": -1}], [\"in\", 0, 0, {\"axis\": -1}]]]}, "
+      "{\"class_name\": \"TFOpLambda\", \"config\": {\"name\": "
+      "\"tf.reshape\", \"function\": \"reshape\"}, \"name\": \"tf.reshape\", "
+      "\"inbound_nodes\": [[\"tf.concat\", 0, 0, {\"shape\": [-1, 2, 4], "
+      "\"name\": null}]]}";
+  char k3_layers[4096], k3[8192];
+  snprintf(k3_layers, sizeof k3_layers,
+           "{\"module\": \"keras.src.ops.numpy\", \"class_name\": "
+           "\"Concatenate\", \"config\": {\"name\": \"concatenate\", \"axis\": "
+           "1}, \"registered_name\": \"Concatenate\", \"name\": "
+           "\"concatenate\", \"inbound_nodes\": [{\"args\": [[%s, %s]], "
+           "\"kwargs\": {}}]}, {\"module\": \"keras.src.ops.numpy\", "
+           "\"class_name\": \"Reshape\", \"config\": {\"name\": \"reshape\", "
+           "\"newshape\": [-1, 4, -1]}, \"registered_name\": \"Reshape\", "
+           "\"name\": \"reshape\", \"inbound_nodes\": [{\"args\": "
+           "[{\"class_name\": \"__keras_tensor__\", \"config\": {\"shape\": "
+           "[null, 8], \"dtype\": \"float32\", \"keras_history\": "
+           "[\"concatenate\", 0, 0]}}], \"kwargs\": {}}]}",
+           K3_REF("in"), K3_REF("in"));
+  snprintf(k3, sizeof k3, "%s", k3_functional_with(k3_layers, "reshape"));
+  const char *texts[2] = {functional_with(tf2_layers, "[[\"in\", 0, 0]]",
+                                          "[[\"tf.reshape\", 0, 0]]"),
+                          k3};
+  static const char *const names[2][2] = {{"tf.concat", "tf.reshape"},
+                                          {"concatenate", "reshape"}};
+  for (int d = 0; d < 2; d++) {
+    char text0[8192];
+    snprintf(text0, sizeof text0, "%s", texts[d]);
+    mxu_model *m = read_json(text0, NULL, NULL);
+    for (int keras3 = -1; m && keras3 < 2; keras3++) {
+      char *text = keras3 >= 0 ? write_json(m, keras3) : NULL;
+      mxu_model *back = text ? read_json(text, NULL, NULL) : m;
+      for (int i = 0; back && i < back->layer_count; i++) {
+        const mxu_layer *l = &back->layers[i];
+        if (!strcmp(l->name, names[d][0]))
+          CHECK_MSG(l->cls == &mxu_concatenate_class && l->input_count == 2 &&
+                        l->op == MXU_OP_CONCATENATE &&
+                        l->config.merge.axis == (d ? 1 : -1) &&
+                        shape_is(l->out_shape, 1, 8, 0, 0),
+                    "dialect %d written %d: '%s'", d, keras3, l->name);
+        if (!strcmp(l->name, names[d][1]))
+          CHECK_MSG(l->cls == &mxu_reshape_class && l->op == MXU_OP_RESHAPE &&
+                        shape_is(l->out_shape, 2, d ? 4 : 2, d ? 2 : 4, 0),
+                    "dialect %d written %d: '%s'", d, keras3, l->name);
+      }
+      if (back != m) mxu_model_free(back);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+  /* The batch stays where it is. */
+  char bad[2048];
+  snprintf(bad, sizeof bad, "%s", tf2_layers);
+  char *at = strstr(bad, "{\"axis\": -1}], [\"in\", 0, 0, {\"axis\": -1}");
+  if (at) memcpy(at, "{\"axis\":  0}], [\"in\", 0, 0, {\"axis\":  0}", 40);
+  EXPECT_JSON_FAIL(
+      functional_with(bad, "[[\"in\", 0, 0]]", "[[\"tf.reshape\", 0, 0]]"),
+      MXU_ERR_UNSUPPORTED, "layer 'tf.concat' (TFOpLambda)",
+      "along the batch (axis 0)");
+  snprintf(bad, sizeof bad, "%s", tf2_layers);
+  at = strstr(bad, "[-1, 2, 4]");
+  if (at) memcpy(at, "[ 2, 2, 4]", 10);
+  EXPECT_JSON_FAIL(
+      functional_with(bad, "[[\"in\", 0, 0]]", "[[\"tf.reshape\", 0, 0]]"),
+      MXU_ERR_UNSUPPORTED, "layer 'tf.reshape' (TFOpLambda)",
+      "shape must be a list [-1, ...] keeping the batch");
+}
+
 /* Layer named name is the merge cls of inputs a and b. */
 static void check_merge(const char *label, const mxu_model *m, const char *name,
                         const mxu_layer_class *cls, const char *a,
@@ -2065,6 +2140,7 @@ static void reads_functional(void) {
   errors_functional();
   reads_ops();
   reads_activation_ops();
+  reads_shape_ops();
 }
 
 /* ---- errors -------------------------------------------------------------

@@ -25,6 +25,10 @@ static const mxu_json_op ops[] = {
     {"keras.src.ops.numpy", "Tanh", "math.tanh", MXU_OP_ACTIVATION, MXU_TANH},
     {"keras.src.ops.nn", "Softplus", "math.softplus", MXU_OP_ACTIVATION,
      MXU_SOFTPLUS},
+    /* Tensors joined along an axis; one tensor in another shape. */
+    {"keras.src.ops.numpy", "Concatenate", "concat", MXU_OP_CONCATENATE,
+     MXU_LINEAR},
+    {"keras.src.ops.numpy", "Reshape", "reshape", MXU_OP_RESHAPE, MXU_LINEAR},
 };
 
 const mxu_json_op *mxu_json_op_named(int tf2, const char *name) {

@@ -645,6 +645,9 @@ static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
 typedef struct op_number {
   int given, first; /* a number is an operand; it is the first one */
   float value;      /* as Keras converts it: to the tensor's float32 */
+  /* tf.keras 2's call arguments beside y (concat's axis, reshape's
+   * shape), which Keras 3 keeps in the config instead. */
+  const cJSON *kwargs;
 } op_number;
 
 /* The op: Keras 3 names it by its class, tf.keras 2 by config.function;
@@ -693,37 +696,80 @@ static mxu_status op_operand(const mxu_json_where *where, const cJSON *arg,
   if (number->given)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "an op on two numbers is not supported");
-  *number = (op_number){1, node->input_count == 0, (float)arg->valuedouble};
+  *number = (op_number){1, node->input_count == 0, (float)arg->valuedouble,
+                        number->kwargs};
   return MXU_OK;
 }
 
-/* Call `index` of an op: Keras 3's {"args": [a, b], "kwargs": {}}, or
- * tf.keras 2's [layer, node, tensor, {"y": b, "name": null}]. */
-static mxu_status read_op_call(const mxu_json_where *where, const cJSON *entry,
-                               int index, mxu_json_node *node,
-                               op_number *number) {
-  const cJSON *call =
-      cJSON_GetArrayItem(mxu_json_get(entry, "inbound_nodes"), index);
-  node->input_count = 0;
-  *number = (op_number){0, 0, 0.0f};
-  /* An op mxu does not know may have either; apply_op names it. */
-  const mxu_json_op *op = op_of(entry);
-  int operands = !op ? 0 : op->kind == MXU_OP_ACTIVATION ? 1 : 2;
-  if (cJSON_IsObject(call)) {
-    MXU_TRY(check_kwargs(where, mxu_json_get(call, "kwargs")));
-    const cJSON *args = mxu_json_get(call, "args");
-    int given = cJSON_GetArraySize(args);
-    if (!operands && (given == 1 || given == 2)) operands = given;
-    if (!cJSON_IsArray(args) || given != operands)
-      return mxu_json_fail(where, MXU_ERR_FORMAT,
-                           "inbound_nodes[%d] must give the op's %d "
-                           "operand%s in args",
-                           index, operands, operands > 1 ? "s" : "");
-    for (const cJSON *arg = args->child; arg; arg = arg->next)
-      MXU_TRY(op_operand(where, arg, node, number));
+/* How many operands the op takes: 1, 2, or -1 for a list (concat); 0
+ * for an op mxu does not know, which may have either (apply_op names
+ * it). */
+static int operands_of(const mxu_json_op *op) {
+  if (!op) return 0;
+  if (op->kind == MXU_OP_CONCATENATE) return -1;
+  return op->kind == MXU_OP_ACTIVATION || op->kind == MXU_OP_RESHAPE ? 1 : 2;
+}
+
+/* Keras 3's {"args": [a, b], "kwargs": {}}, or [[a, b, ...]] for a list. */
+static mxu_status read_op_call_k3(const mxu_json_where *where,
+                                  const cJSON *call, int index, int operands,
+                                  mxu_json_node *node, op_number *number) {
+  MXU_TRY(check_kwargs(where, mxu_json_get(call, "kwargs")));
+  const cJSON *args = mxu_json_get(call, "args");
+  int given = cJSON_GetArraySize(args);
+  if (operands < 0 && given == 1 && cJSON_IsArray(args->child)) {
+    args = args->child, operands = given = cJSON_GetArraySize(args);
+  }
+  if (!operands && (given == 1 || given == 2)) operands = given;
+  if (!cJSON_IsArray(args) || given != operands || given < 1)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "inbound_nodes[%d] must give the op's %s in args",
+                         index,
+                         operands < 0    ? "tensors as one list"
+                         : operands == 1 ? "1 operand"
+                                         : "2 operands");
+  for (const cJSON *arg = args->child; arg; arg = arg->next)
+    MXU_TRY(op_operand(where, arg, node, number));
+  return MXU_OK;
+}
+
+/* The call's keyword arguments: y, which reads a second operand, and the
+ * op's own (kept for apply_op); a null name. */
+static mxu_status op_kwargs(const mxu_json_where *where, const cJSON *kwargs,
+                            const mxu_json_op *op) {
+  const char *own = !op                              ? ""
+                    : op->kind == MXU_OP_CONCATENATE ? "axis"
+                    : op->kind == MXU_OP_RESHAPE     ? "shape"
+                                                     : "";
+  for (const cJSON *k = kwargs->child; k; k = k->next)
+    if (strcmp(k->string, "y") != 0 && strcmp(k->string, own) != 0 &&
+        !cJSON_IsNull(k))
+      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                           "op argument '%s' is not supported", k->string);
+  return MXU_OK;
+}
+
+/* tf.keras 2's [layer, node, tensor, {"y": b, "name": null}], the
+ * reference alone rather than in a list as a layer's are; concat's list
+ * [[layer, node, tensor, {"axis": a}], ...] as a layer's. */
+static mxu_status read_op_call_tf2(const mxu_json_where *where,
+                                   const cJSON *call, int index,
+                                   const mxu_json_op *op, mxu_json_node *node,
+                                   op_number *number) {
+  int operands = operands_of(op);
+  if (cJSON_IsArray(call) && cJSON_IsArray(call->child) && operands <= 0) {
+    for (const cJSON *ref = call->child; ref; ref = ref->next) {
+      number->kwargs = cJSON_GetArrayItem(ref, 3);
+      if (!cJSON_IsObject(number->kwargs))
+        return mxu_json_fail(where, MXU_ERR_FORMAT,
+                             "inbound_nodes[%d] must list [layer, node, "
+                             "tensor, {\"axis\": a}]",
+                             index);
+      MXU_TRY(op_kwargs(where, number->kwargs, op));
+      MXU_TRY(op_operand(where, ref, node, number));
+    }
     return MXU_OK;
   }
-  /* The reference alone, not in a list as a layer's are. */
   const cJSON *ref =
       cJSON_IsArray(call) && cJSON_IsString(call->child) ? call : NULL;
   const cJSON *kwargs = cJSON_GetArrayItem(ref, 3);
@@ -732,6 +778,7 @@ static mxu_status read_op_call(const mxu_json_where *where, const cJSON *entry,
                          "inbound_nodes[%d] must be [layer, node, tensor, "
                          "{\"y\": operand}]",
                          index);
+  number->kwargs = kwargs;
   /* A number first (3.0 - x) is ["_CONSTANT_VALUE", -1, 3.0, {y: x}]. */
   const cJSON *constant = cJSON_GetArrayItem(ref, 2);
   if (strcmp(ref->child->valuestring, "_CONSTANT_VALUE") == 0)
@@ -739,7 +786,7 @@ static mxu_status read_op_call(const mxu_json_where *where, const cJSON *entry,
   else
     MXU_TRY(op_operand(where, ref, node, number));
   const cJSON *y = mxu_json_get(kwargs, "y");
-  if (!operands) operands = y ? 2 : 1;
+  if (operands <= 0) operands = y ? 2 : 1;
   if (!y && operands == 2)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "inbound_nodes[%d] gives the op no operand y", index);
@@ -749,11 +796,21 @@ static mxu_status read_op_call(const mxu_json_where *where, const cJSON *entry,
                          "second, y",
                          index);
   if (y) MXU_TRY(op_operand(where, y, node, number));
-  for (const cJSON *k = kwargs->child; k; k = k->next)
-    if (strcmp(k->string, "y") != 0 && !cJSON_IsNull(k))
-      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                           "op argument '%s' is not supported", k->string);
-  return MXU_OK;
+  return op_kwargs(where, kwargs, op);
+}
+
+/* Call `index` of an op, in either dialect. */
+static mxu_status read_op_call(const mxu_json_where *where, const cJSON *entry,
+                               int index, mxu_json_node *node,
+                               op_number *number) {
+  const cJSON *call =
+      cJSON_GetArrayItem(mxu_json_get(entry, "inbound_nodes"), index);
+  node->input_count = 0;
+  *number = (op_number){0, 0, 0.0f, NULL};
+  const mxu_json_op *op = op_of(entry);
+  if (cJSON_IsObject(call))
+    return read_op_call_k3(where, call, index, operands_of(op), node, number);
+  return read_op_call_tf2(where, call, index, op, node, number);
 }
 
 /* The call's inputs, and an op's number. */
@@ -788,22 +845,77 @@ static mxu_tensor_id op_layer(mxu_model *m, const char *name,
   return mxu_apply_rescaling(m, &r, inputs[0]);
 }
 
+/* Reshape's new shape, [-1, d1, ...] with the batch first: the layer's
+ * target (one -1 among the dims Keras infers). */
+static mxu_status op_shape(const mxu_json_where *where, const cJSON *list,
+                           const char *key, mxu_shape *target) {
+  int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
+  int batch =
+      n > 0 && cJSON_IsNumber(list->child) && list->child->valuedouble == -1;
+  if (!batch || n - 1 > MXU_MAX_RANK || n < 2)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s must be a list [-1, ...] keeping the batch, of "
+                         "at most %d more dims",
+                         key, MXU_MAX_RANK);
+  target->rank = 0;
+  for (const cJSON *d = list->child->next; d; d = d->next) {
+    if (!cJSON_IsNumber(d) || d->valuedouble < -1 || d->valuedouble > 1e9 ||
+        d->valuedouble != (double)(int64_t)d->valuedouble)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "%s must hold whole numbers, -1 for one", key);
+    target->dims[target->rank++] = (int64_t)d->valuedouble;
+  }
+  return MXU_OK;
+}
+
+/* Concat's axis and reshape's shape: in tf.keras 2's call arguments, in
+ * Keras 3's config. */
+static mxu_status op_extra(const mxu_json_where *where, const layer_entry *e,
+                           const mxu_json_op *op, const op_number *number,
+                           int *axis, mxu_shape *shape) {
+  int tf2 = strcmp(e->class_name, "TFOpLambda") == 0;
+  const cJSON *from = tf2 ? number->kwargs : e->config;
+  if (op->kind == MXU_OP_CONCATENATE)
+    return mxu_json_int(where, from, "axis", MXU_JSON_REQUIRED,
+                        -MXU_MAX_RANK - 1, MXU_MAX_RANK, axis);
+  if (op->kind != MXU_OP_RESHAPE) return MXU_OK;
+  const char *key = tf2 ? "shape" : "newshape";
+  return op_shape(where, mxu_json_get(from, key), key, shape);
+}
+
 static mxu_status apply_op(const mxu_json_where *where, const layer_entry *e,
                            const cJSON *entry, const op_number *number,
                            mxu_json_node *node) {
   const mxu_json_op *op = NULL;
   MXU_TRY(read_common(where, e->config));
-  static const char *const function[] = {"function", NULL};
-  MXU_TRY(mxu_json_check_keys(where, e->config, function, common_keys));
   MXU_TRY(op_kind(where, e, entry, &op));
+  const char *const keys[] = {"function",
+                              op->kind == MXU_OP_CONCATENATE ? "axis"
+                              : op->kind == MXU_OP_RESHAPE   ? "newshape"
+                                                             : NULL,
+                              NULL};
+  MXU_TRY(mxu_json_check_keys(where, e->config, keys, common_keys));
   if (op->kind == MXU_OP_DIVIDE && (!number->given || number->first))
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "a division is supported only of a tensor by a "
                          "number (x / 255.0)");
-  MXU_TRY(mxu_json_applied(where, node,
-                           op_layer(node->model, e->name, op, number,
-                                    node->inputs, node->input_count)));
-  node->model->layers[node->output].op = op->kind;
+  int axis = -1;
+  mxu_reshape_config reshape = {e->name, {0}};
+  MXU_TRY(op_extra(where, e, op, number, &axis, &reshape.target));
+  if (op->kind == MXU_OP_CONCATENATE && axis == 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "a concatenation along the batch (axis 0) is not "
+                         "supported");
+  mxu_model *m = node->model;
+  mxu_tensor_id y =
+      op->kind == MXU_OP_CONCATENATE
+          ? mxu_merge(m, MXU_MERGE_CONCATENATE, e->name, node->inputs,
+                      node->input_count, axis)
+      : op->kind == MXU_OP_RESHAPE
+          ? mxu_apply_reshape(m, &reshape, node->inputs[0])
+          : op_layer(m, e->name, op, number, node->inputs, node->input_count);
+  MXU_TRY(mxu_json_applied(where, node, y));
+  m->layers[node->output].op = op->kind;
   return MXU_OK;
 }
 

@@ -194,9 +194,46 @@ static int op_number(const mxu_layer *layer, double *number) {
   return first ? -1 : 1;
 }
 
-/* Keras 3: {"args": [a, b], "kwargs": {}} (an activation: [a]). */
+/* Reshape's new shape with the batch first: [-1, d1, ...]. */
+static cJSON *op_shape(const mxu_layer *layer) {
+  cJSON *list = cJSON_CreateArray();
+  const mxu_shape *t = &layer->config.reshape.target;
+  cJSON_AddItemToArray(list, cJSON_CreateNumber(-1));
+  for (int d = 0; d < t->rank; d++)
+    cJSON_AddItemToArray(list, cJSON_CreateNumber((double)t->dims[d]));
+  return list;
+}
+
+/* Concat's tensors: Keras 3 one list argument, tf.keras 2 a reference
+ * each with the axis. */
+static cJSON *op_list(mxu_json_out *out, const mxu_model *model,
+                      const mxu_layer *layer) {
+  cJSON *list = cJSON_CreateArray();
+  for (int k = 0; k < layer->input_count; k++) {
+    cJSON *ref = out->keras3
+                     ? tensor_ref(out, model, layer->scope, layer->inputs[k])
+                     : history(out, model, layer->scope, layer->inputs[k]);
+    if (!out->keras3) {
+      cJSON *kwargs = cJSON_CreateObject();
+      mxu_json_put_number(out, kwargs, "axis", layer->config.merge.axis);
+      append(out, ref, kwargs);
+    }
+    append(out, list, ref);
+  }
+  return list;
+}
+
+/* Keras 3: {"args": [a, b], "kwargs": {}} (an activation, a reshape:
+ * [a]; a concat: [[a, b, ...]]). */
 static cJSON *op_call_k3(mxu_json_out *out, const mxu_model *model,
                          const mxu_layer *layer) {
+  if (layer->op == MXU_OP_CONCATENATE) {
+    cJSON *args = cJSON_CreateArray(), *call = cJSON_CreateObject();
+    append(out, args, op_list(out, model, layer));
+    mxu_json_put(out, call, "args", args);
+    mxu_json_put(out, call, "kwargs", cJSON_CreateObject());
+    return call;
+  }
   double number = 0.0;
   int has = op_number(layer, &number);
   cJSON *args = cJSON_CreateArray(), *call = cJSON_CreateObject();
@@ -217,6 +254,7 @@ static cJSON *op_call_k3(mxu_json_out *out, const mxu_model *model,
  * place as ["_CONSTANT_VALUE", -1, c, ...]. */
 static cJSON *op_call_tf2(mxu_json_out *out, const mxu_model *model,
                           const mxu_layer *layer) {
+  if (layer->op == MXU_OP_CONCATENATE) return op_list(out, model, layer);
   double number = 0.0;
   int has = op_number(layer, &number);
   cJSON *call = history(out, model, layer->scope, layer->inputs[0]), *y;
@@ -235,6 +273,8 @@ static cJSON *op_call_tf2(mxu_json_out *out, const mxu_model *model,
   }
   cJSON *kwargs = cJSON_CreateObject();
   if (y) mxu_json_put(out, kwargs, "y", y);
+  if (layer->op == MXU_OP_RESHAPE)
+    mxu_json_put(out, kwargs, "shape", op_shape(layer));
   mxu_json_put_null(out, kwargs, "name");
   append(out, call, kwargs);
   return call;
@@ -249,6 +289,10 @@ static cJSON *op_json(mxu_json_out *out, const mxu_model *model,
   if (out->keras3) {
     config = cJSON_CreateObject();
     mxu_json_put_string(out, config, "name", layer->name);
+    if (layer->op == MXU_OP_CONCATENATE)
+      mxu_json_put_number(out, config, "axis", layer->config.merge.axis);
+    if (layer->op == MXU_OP_RESHAPE)
+      mxu_json_put(out, config, "newshape", op_shape(layer));
     mxu_json_put_string(out, entry, "module", op->k3_module);
     mxu_json_put_string(out, entry, "class_name", op->k3);
     append(out, nodes, op_call_k3(out, model, layer));

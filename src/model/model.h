@@ -35,8 +35,10 @@ typedef enum mxu_op_kind {
   MXU_OP_ADD,
   MXU_OP_SUBTRACT,
   MXU_OP_MULTIPLY,
-  MXU_OP_DIVIDE,    /* by a number only: x / c */
-  MXU_OP_ACTIVATION /* of one tensor: tf.nn.relu(x), keras.ops.relu(x) */
+  MXU_OP_DIVIDE,      /* by a number only: x / c */
+  MXU_OP_ACTIVATION,  /* of one tensor: tf.nn.relu(x), keras.ops.relu(x) */
+  MXU_OP_CONCATENATE, /* tf.concat([a, b], axis) */
+  MXU_OP_RESHAPE      /* tf.reshape(x, [-1, ...]) */
 } mxu_op_kind;
 
 /* What a layer's FLOP count depends on beyond its shapes: whether it

@@ -2,7 +2,8 @@
 newer models add to the Keras surface: Normalization with its statistics in
 the config (EfficientNetV2, ConvNeXt), ops on tensors that Keras records as
 layers (MobileNetV3's hard sigmoid x + 3, * 1/6; ConvNeXt's residual a + b;
-a number minus a tensor; a division by a number; an activation op),
+a number minus a tensor; a division by a number; an activation op; a
+concat and a reshape),
 ConvNeXt's LayerScale and InceptionResNetV2's CustomScaleLayer.
 
   x (8,8,3) -> Normalization(mean, variance given) -> h = Conv2D(8, 3, same)
@@ -10,7 +11,9 @@ ConvNeXt's LayerScale and InceptionResNetV2's CustomScaleLayer.
   a = LayerScale(0.5, 8)(Multiply()([h, 1.25 - hs]) / 1.5)
   b = silu(Conv2D(8, 1)(a))                (tf.nn.silu / keras.ops.silu)
   c = CustomScaleLayer(0.17)([a, b]) + b   (the + an op on two tensors)
-  out = Dense(5, softmax)(GlobalAveragePooling2D()(c))
+  g = GlobalAveragePooling2D()(c)
+  g = reshape(concat([g, g * 0.5], axis=-1), [-1, 4, 4])   (ops)
+  out = Dense(5, softmax)(Flatten()(g))
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(4),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
 Batch: np.random.seed(6); x = rand(6, 8, 8, 3) float32; y = randint(0, 5, 6).
@@ -52,8 +55,14 @@ def build(K, package):
     # an activation op: tf.nn.silu(b) in tf.keras 2, keras.ops.silu(b)
     b = tf.nn.silu(b) if package == "tf_keras" else K.ops.silu(b)
     c = CustomScale(0.17, name="custom_scale")([a, b]) + b
+    g = L.GlobalAveragePooling2D(name="gap")(c)
+    # ops joining and reshaping tensors
+    if package == "tf_keras":
+        g = tf.reshape(tf.concat([g, g * 0.5], axis=-1), [-1, 4, 4])
+    else:
+        g = K.ops.reshape(K.ops.concatenate([g, g * 0.5], axis=-1), (-1, 4, 4))
     out = L.Dense(5, activation="softmax", name="probs")(
-        L.GlobalAveragePooling2D(name="gap")(c))
+        L.Flatten(name="flatten")(g))
     return K.Model(x, out, name="apps_layers")
 
 
