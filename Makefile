@@ -42,8 +42,9 @@ recipes: build
 # Training throughput of the reference models (mxu bench), kept with the
 # CPU model and the commit in bench/results/; then how cifar scales from 1
 # to 2 threads, what another process on the cores costs (bench_busy.sh),
-# keras.applications MobileNetV2, ResNet50 and EfficientNetB0 at 32x32.
-# With
+# keras.applications MobileNetV2, ResNet50, EfficientNetB0, MobileNetV3Small
+# (Keras 3's file and tf.keras 2's, whose hard swish is ops) and
+# EfficientNetV2B0 at 32x32. With
 # MXU_PEERS_PYTHON set, PyTorch and TF-Keras train the same models as peers
 # (bench/peers/run_peers.sh, ~15 minutes more), compared in the summary.
 bench: build
@@ -74,6 +75,15 @@ bench: build
 	$(BUILD)/mxu bench tests/keras_apps/EfficientNetB0_32.k3.json \
 	  --batch-size 64 --threads 2 \
 	  --report bench/results/efficientnetb0_32_2threads.json
+	$(BUILD)/mxu bench tests/keras_apps/MobileNetV3Small_32.k3.json \
+	  --batch-size 128 --threads 2 \
+	  --report bench/results/mobilenetv3small_32_2threads.json
+	$(BUILD)/mxu bench tests/keras_apps/MobileNetV3Small_32.tf2.json \
+	  --batch-size 128 --threads 2 \
+	  --report bench/results/mobilenetv3small_32_tf2_2threads.json
+	$(BUILD)/mxu bench tests/keras_apps/EfficientNetV2B0_32.k3.json \
+	  --batch-size 64 --threads 2 \
+	  --report bench/results/efficientnetv2b0_32_2threads.json
 	-@bench/peers/run_peers.sh bench/results
 	@python3 scripts/bench_summary.py bench/results
 

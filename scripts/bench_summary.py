@@ -28,6 +28,13 @@ print("cifar10 2 threads, mixed_bfloat16 / float32: %.2fx"
 print("cifar10_augmented batch 32, augmented / plain: %.2fx"
       % (rate("cifar10_augmented_augment.json")
          / rate("cifar10_augmented_plain.json")))
+# MobileNetV3Small as tf.keras 2 writes it (its hard swish as ops on whole
+# tensors: x * relu6(x + 3) * (1/6)) against Keras 3's (one hard_silu,
+# fused into the BatchNormalization before it).
+if os.path.exists(os.path.join(folder, "mobilenetv3small_32_tf2_2threads.json")):
+    print("mobilenetv3small 2 threads, tf.keras 2's file / Keras 3's: %.2fx"
+          % (rate("mobilenetv3small_32_tf2_2threads.json")
+             / rate("mobilenetv3small_32_2threads.json")))
 # scripts/bench_busy.sh: beside another process's busy loop.
 for level in (19, 0):
     busy = "fashion_mnist_busy_nice%d.json" % level
