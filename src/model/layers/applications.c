@@ -1,12 +1,11 @@
 /* applications.c — layer classes keras.applications defines for its own
  * models rather than keras.layers: ConvNeXt's LayerScale and
  * InceptionResNetV2's CustomScaleLayer. Keras files name them by module
- * and registered name (their mxu_keras_origin). Plain loops: one or two
- * operations per value. */
+ * and registered name (their mxu_keras_origin). LayerScale runs on the
+ * backend's channel scaling; CustomScaleLayer is a plain loop. */
 #include "model/layers/layers.h"
 
 #include <math.h>
-#include <string.h>
 
 /* ---- LayerScale -------------------------------------------------------------
  * ConvNeXt's: y = x * gamma along the last axis, gamma one trainable
@@ -72,17 +71,6 @@ static int layer_scale_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   return 1;
 }
 
-/* A double per channel (scratch[0]): gamma's gradient summed over every
- * row in one pass over dy, without rounding each row's share. */
-static mxu_status layer_scale_plan(mxu_layer *layer, const mxu_backend *backend,
-                                   int batch, mxu_arena *layout) {
-  (void)backend;
-  (void)batch;
-  layer->compiled->scratch[0] =
-      mxu_arena_reserve(layout, (size_t)last_dim(layer) * sizeof(double));
-  return MXU_OK;
-}
-
 /* Forward: the product; backward: dx = dy * gamma and gamma's
  * dy * x summed. */
 static double layer_scale_flops(const mxu_layer *layer,
@@ -91,28 +79,21 @@ static double layer_scale_flops(const mxu_layer *layer,
          (step->need_dx ? 4.0 : 3.0);
 }
 
+/* gamma scales the channels of one image of all the rows: the backend's
+ * squeeze-and-excitation kernel, with gamma's gradient its scale's. */
+static int64_t rows_of(const mxu_layer *layer) {
+  return mxu_batch_values(layer) / last_dim(layer);
+}
+
 static void layer_scale_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  const float *gamma = run->w[0];
-  int c = last_dim(layer);
-  int64_t rows = mxu_batch_values(layer) / c;
-  for (int64_t r = 0; r < rows; r++)
-    for (int ch = 0; ch < c; ch++)
-      run->y[r * c + ch] = run->x[r * c + ch] * gamma[ch];
+  run->backend->scale_channels(1, rows_of(layer), last_dim(layer), run->x,
+                               run->w[0], run->y);
 }
 
 static void layer_scale_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  const float *gamma = run->w[0];
-  int c = last_dim(layer);
-  int64_t rows = mxu_batch_values(layer) / c;
-  double *sum = (double *)(void *)(run->arena + layer->compiled->scratch[0]);
-  memset(sum, 0, (size_t)c * sizeof *sum);
-  for (int64_t r = 0; r < rows; r++) {
-    const float *x = run->x + r * c, *dy = run->dy + r * c;
-    for (int ch = 0; ch < c; ch++) sum[ch] += (double)dy[ch] * x[ch];
-    if (run->need_dx)
-      for (int ch = 0; ch < c; ch++) run->dx[r * c + ch] = dy[ch] * gamma[ch];
-  }
-  for (int ch = 0; ch < c; ch++) run->dw[0][ch] = (float)sum[ch];
+  run->backend->scale_channels_backward(
+      1, rows_of(layer), last_dim(layer), run->x, run->w[0], run->dy,
+      run->need_dx ? run->dx : NULL, run->dw[0]);
 }
 
 /* gamma spread over the batch and every axis but the last. */
@@ -136,7 +117,7 @@ const mxu_layer_class mxu_layer_scale_class = {
     .infer = layer_scale_infer,
     .declare = layer_scale_declare,
     .flops = layer_scale_flops,
-    .plan = layer_scale_plan,
+    .plan = mxu_no_plan,
     .forward = layer_scale_forward,
     .backward = layer_scale_backward,
     .emit = layer_scale_emit,
@@ -212,7 +193,7 @@ static void custom_scale_backward(mxu_layer *layer, const mxu_layer_run *run) {
   float scale = layer->config.custom_scale;
   int64_t n = mxu_batch_values(layer);
   if (run->need_dxs[0] && run->dxs[0] != run->dy)
-    memcpy(run->dxs[0], run->dy, (size_t)n * sizeof(float));
+    run->backend->copy_rows(1, n, run->dy, n, run->dxs[0], n);
   if (run->need_dxs[1])
     for (int64_t i = 0; i < n; i++) run->dxs[1][i] = run->dy[i] * scale;
 }
