@@ -35,6 +35,9 @@ typedef struct mxu_json_op {
   const char *tf2;            /* tf.keras 2: TFOpLambda's function */
   mxu_op_kind kind;
   mxu_activation activation; /* MXU_OP_ACTIVATION's */
+  /* The op's own argument (concat's axis, reshape's shape): its key in
+   * Keras 3's config and in tf.keras 2's call, or NULL. */
+  const char *k3_key, *tf2_key;
 } mxu_json_op;
 
 /* The op of that Keras 3 class (tf2 0) or TFOpLambda function, or NULL. */

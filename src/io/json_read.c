@@ -664,18 +664,19 @@ static const mxu_json_op *op_of(const cJSON *entry) {
 }
 
 static mxu_status op_kind(const mxu_json_where *where, const layer_entry *e,
-                          const cJSON *entry, const mxu_json_op **op) {
+                          const mxu_json_op **op) {
   int tf2 = strcmp(e->class_name, "TFOpLambda") == 0;
   const char *name = e->class_name;
   if (tf2)
     MXU_TRY(mxu_json_string(where, e->config, "function", MXU_JSON_REQUIRED,
                             &name));
-  if ((*op = op_of(entry))) return MXU_OK;
+  if ((*op = mxu_json_op_named(tf2, name))) return MXU_OK;
   return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                        "the op %s%s%s is not supported (mxu reads the ops +, "
                        "- and * on two tensors or on a tensor and a number, "
-                       "a tensor / a number, and relu, relu6, sigmoid, silu, "
-                       "tanh and softplus of a tensor)",
+                       "a tensor / a number, relu, relu6, sigmoid, silu, "
+                       "tanh and softplus of a tensor, and concat and "
+                       "reshape keeping the batch)",
                        tf2 ? "'" : "", name, tf2 ? "'" : "");
 }
 
@@ -737,10 +738,7 @@ static mxu_status read_op_call_k3(const mxu_json_where *where,
  * op's own (kept for apply_op); a null name. */
 static mxu_status op_kwargs(const mxu_json_where *where, const cJSON *kwargs,
                             const mxu_json_op *op) {
-  const char *own = !op                              ? ""
-                    : op->kind == MXU_OP_CONCATENATE ? "axis"
-                    : op->kind == MXU_OP_RESHAPE     ? "shape"
-                                                     : "";
+  const char *own = op && op->tf2_key ? op->tf2_key : "";
   for (const cJSON *k = kwargs->child; k; k = k->next)
     if (strcmp(k->string, "y") != 0 && strcmp(k->string, own) != 0 &&
         !cJSON_IsNull(k))
@@ -824,6 +822,7 @@ static mxu_status read_any_call(const mxu_json_where *where, const cJSON *entry,
 /* The layer computing the op (see above). */
 static mxu_tensor_id op_layer(mxu_model *m, const char *name,
                               const mxu_json_op *op, const op_number *number,
+                              int axis, const mxu_shape *shape,
                               const int *inputs, int count) {
   static const mxu_merge_kind merges[] = {
       [MXU_OP_ADD] = MXU_MERGE_ADD,
@@ -831,6 +830,12 @@ static mxu_tensor_id op_layer(mxu_model *m, const char *name,
       [MXU_OP_MULTIPLY] = MXU_MERGE_MULTIPLY};
   if (op->kind == MXU_OP_ACTIVATION)
     return mxu_apply_activation(m, name, op->activation, inputs[0]);
+  if (op->kind == MXU_OP_CONCATENATE)
+    return mxu_merge(m, MXU_MERGE_CONCATENATE, name, inputs, count, axis);
+  if (op->kind == MXU_OP_RESHAPE) {
+    mxu_reshape_config reshape = {name, *shape};
+    return mxu_apply_reshape(m, &reshape, inputs[0]);
+  }
   if (!number->given)
     return mxu_merge(m, merges[op->kind], name, inputs, count, -1);
   if (op->kind == MXU_OP_DIVIDE)
@@ -875,45 +880,36 @@ static mxu_status op_extra(const mxu_json_where *where, const layer_entry *e,
                            int *axis, mxu_shape *shape) {
   int tf2 = strcmp(e->class_name, "TFOpLambda") == 0;
   const cJSON *from = tf2 ? number->kwargs : e->config;
-  if (op->kind == MXU_OP_CONCATENATE)
-    return mxu_json_int(where, from, "axis", MXU_JSON_REQUIRED,
-                        -MXU_MAX_RANK - 1, MXU_MAX_RANK, axis);
+  if (op->kind == MXU_OP_CONCATENATE) {
+    MXU_TRY(mxu_json_int(where, from, op->tf2_key, MXU_JSON_REQUIRED,
+                         -MXU_MAX_RANK - 1, MXU_MAX_RANK, axis));
+    return *axis ? MXU_OK
+                 : mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                                 "a concatenation along the batch (axis 0) "
+                                 "is not supported");
+  }
   if (op->kind != MXU_OP_RESHAPE) return MXU_OK;
-  const char *key = tf2 ? "shape" : "newshape";
+  const char *key = tf2 ? op->tf2_key : op->k3_key;
   return op_shape(where, mxu_json_get(from, key), key, shape);
 }
 
 static mxu_status apply_op(const mxu_json_where *where, const layer_entry *e,
-                           const cJSON *entry, const op_number *number,
-                           mxu_json_node *node) {
+                           const op_number *number, mxu_json_node *node) {
   const mxu_json_op *op = NULL;
   MXU_TRY(read_common(where, e->config));
-  MXU_TRY(op_kind(where, e, entry, &op));
-  const char *const keys[] = {"function",
-                              op->kind == MXU_OP_CONCATENATE ? "axis"
-                              : op->kind == MXU_OP_RESHAPE   ? "newshape"
-                                                             : NULL,
-                              NULL};
+  MXU_TRY(op_kind(where, e, &op));
+  const char *const keys[] = {"function", op->k3_key, NULL};
   MXU_TRY(mxu_json_check_keys(where, e->config, keys, common_keys));
   if (op->kind == MXU_OP_DIVIDE && (!number->given || number->first))
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "a division is supported only of a tensor by a "
                          "number (x / 255.0)");
   int axis = -1;
-  mxu_reshape_config reshape = {e->name, {0}};
-  MXU_TRY(op_extra(where, e, op, number, &axis, &reshape.target));
-  if (op->kind == MXU_OP_CONCATENATE && axis == 0)
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "a concatenation along the batch (axis 0) is not "
-                         "supported");
+  mxu_shape shape = {0};
+  MXU_TRY(op_extra(where, e, op, number, &axis, &shape));
   mxu_model *m = node->model;
-  mxu_tensor_id y =
-      op->kind == MXU_OP_CONCATENATE
-          ? mxu_merge(m, MXU_MERGE_CONCATENATE, e->name, node->inputs,
-                      node->input_count, axis)
-      : op->kind == MXU_OP_RESHAPE
-          ? mxu_apply_reshape(m, &reshape, node->inputs[0])
-          : op_layer(m, e->name, op, number, node->inputs, node->input_count);
+  mxu_tensor_id y = op_layer(m, e->name, op, number, axis, &shape, node->inputs,
+                             node->input_count);
   MXU_TRY(mxu_json_applied(where, node, y));
   m->layers[node->output].op = op->kind;
   return MXU_OK;
@@ -926,7 +922,7 @@ static mxu_status read_op_or_class(const char *source,
                                    const op_number *number,
                                    mxu_json_node *node) {
   if (!is_op(entry)) return read_class(source, where, e, node);
-  return or_stand_in(apply_op(where, e, entry, number, node), where, e, node);
+  return or_stand_in(apply_op(where, e, number, node), where, e, node);
 }
 
 /* One entry of config.layers and how far its calls have got: a call

@@ -215,7 +215,8 @@ static cJSON *op_list(mxu_json_out *out, const mxu_model *model,
                      : history(out, model, layer->scope, layer->inputs[k]);
     if (!out->keras3) {
       cJSON *kwargs = cJSON_CreateObject();
-      mxu_json_put_number(out, kwargs, "axis", layer->config.merge.axis);
+      mxu_json_put_number(out, kwargs, mxu_json_op_of(layer)->tf2_key,
+                          layer->config.merge.axis);
       append(out, ref, kwargs);
     }
     append(out, list, ref);
@@ -274,7 +275,7 @@ static cJSON *op_call_tf2(mxu_json_out *out, const mxu_model *model,
   cJSON *kwargs = cJSON_CreateObject();
   if (y) mxu_json_put(out, kwargs, "y", y);
   if (layer->op == MXU_OP_RESHAPE)
-    mxu_json_put(out, kwargs, "shape", op_shape(layer));
+    mxu_json_put(out, kwargs, mxu_json_op_of(layer)->tf2_key, op_shape(layer));
   mxu_json_put_null(out, kwargs, "name");
   append(out, call, kwargs);
   return call;
@@ -290,9 +291,9 @@ static cJSON *op_json(mxu_json_out *out, const mxu_model *model,
     config = cJSON_CreateObject();
     mxu_json_put_string(out, config, "name", layer->name);
     if (layer->op == MXU_OP_CONCATENATE)
-      mxu_json_put_number(out, config, "axis", layer->config.merge.axis);
+      mxu_json_put_number(out, config, op->k3_key, layer->config.merge.axis);
     if (layer->op == MXU_OP_RESHAPE)
-      mxu_json_put(out, config, "newshape", op_shape(layer));
+      mxu_json_put(out, config, op->k3_key, op_shape(layer));
     mxu_json_put_string(out, entry, "module", op->k3_module);
     mxu_json_put_string(out, entry, "class_name", op->k3);
     append(out, nodes, op_call_k3(out, model, layer));
