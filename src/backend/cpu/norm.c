@@ -158,8 +158,8 @@ INLINE float activate(float v, mxu_activation act) {
   if (act == MXU_SILU) return silu(v);
   if (act == MXU_HARD_SILU) return hard_silu(v);
   if (act == MXU_LINEAR) return v;
-  v = v < 0.0f ? 0.0f : v;
-  return act == MXU_RELU6 && v > 6.0f ? 6.0f : v;
+  if (act == MXU_RELU6) return relu6_of(v);
+  return v < 0.0f ? 0.0f : v;
 }
 
 /* The gradient at the normalisation's output v: dy; with the relu fused,
