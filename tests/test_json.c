@@ -1642,60 +1642,56 @@ static const char *k3_functional_with(const char *layers, const char *out) {
   return text;
 }
 
+/* The layer named name, which must be there and read the layer named
+ * `from` first; NULL where it is not. */
+static const mxu_layer *reading(const char *label, const mxu_model *m,
+                                const char *name, const char *from) {
+  for (int i = 0; i < m->layer_count; i++) {
+    const mxu_layer *l = &m->layers[i];
+    if (strcmp(l->name, name) != 0) continue;
+    const char *first = l->input_count ? m->layers[l->inputs[0]].name : "";
+    CHECK_MSG(strcmp(first, from) == 0, "%s: '%s' reads '%s', want '%s'", label,
+              name, first, from);
+    return strcmp(first, from) == 0 ? l : NULL;
+  }
+  CHECK_MSG(0, "%s: no layer '%s'", label, name);
+  return NULL;
+}
+
 /* Layer named name is a Rescaling of input `from` by scale and offset. */
 static void check_rescaling(const char *label, const mxu_model *m,
                             const char *name, const char *from, float scale,
                             float offset) {
-  for (int i = 0; i < m->layer_count; i++) {
-    const mxu_layer *l = &m->layers[i];
-    if (strcmp(l->name, name) != 0) continue;
-    CHECK_MSG(l->cls == &mxu_rescaling_class && l->input_count == 1 &&
-                  strcmp(m->layers[l->inputs[0]].name, from) == 0 &&
-                  l->config.rescaling.scale == scale &&
-                  l->config.rescaling.offset == offset,
-              "%s: '%s' is %s(%g, %g) of '%s', want Rescaling(%g, %g) of '%s'",
-              label, name, l->cls->class_name,
-              (double)l->config.rescaling.scale,
-              (double)l->config.rescaling.offset, m->layers[l->inputs[0]].name,
-              (double)scale, (double)offset, from);
-    return;
-  }
-  CHECK_MSG(0, "%s: no layer '%s'", label, name);
+  const mxu_layer *l = reading(label, m, name, from);
+  CHECK_MSG(!l || (l->cls == &mxu_rescaling_class && l->input_count == 1 &&
+                   l->config.rescaling.scale == scale &&
+                   l->config.rescaling.offset == offset),
+            "%s: '%s' is %s(%g, %g), want Rescaling(%g, %g)", label, name,
+            l->cls->class_name, (double)l->config.rescaling.scale,
+            (double)l->config.rescaling.offset, (double)scale, (double)offset);
 }
 
 /* Layer named name divides input `from` by divisor. */
 static void check_divide(const char *label, const mxu_model *m,
                          const char *name, const char *from, float divisor) {
-  for (int i = 0; i < m->layer_count; i++) {
-    const mxu_layer *l = &m->layers[i];
-    if (strcmp(l->name, name) != 0) continue;
-    CHECK_MSG(l->cls == &mxu_divide_class && l->op == MXU_OP_DIVIDE &&
-                  strcmp(m->layers[l->inputs[0]].name, from) == 0 &&
-                  l->config.rescaling.scale == divisor,
-              "%s: '%s' is %s by %g, want %s / %g", label, name,
-              l->cls->class_name, (double)l->config.rescaling.scale, from,
-              (double)divisor);
-    return;
-  }
-  CHECK_MSG(0, "%s: no layer '%s'", label, name);
+  const mxu_layer *l = reading(label, m, name, from);
+  CHECK_MSG(!l || (l->cls == &mxu_divide_class && l->op == MXU_OP_DIVIDE &&
+                   l->config.rescaling.scale == divisor),
+            "%s: '%s' is %s by %g, want %s / %g", label, name,
+            l->cls->class_name, (double)l->config.rescaling.scale, from,
+            (double)divisor);
 }
 
 /* Layer named name is the op-read Activation act of input `from`. */
 static void check_activation(const char *label, const mxu_model *m,
                              const char *name, const char *from,
                              mxu_activation act) {
-  for (int i = 0; i < m->layer_count; i++) {
-    const mxu_layer *l = &m->layers[i];
-    if (strcmp(l->name, name) != 0) continue;
-    CHECK_MSG(l->cls == &mxu_activation_class && l->op == MXU_OP_ACTIVATION &&
-                  strcmp(m->layers[l->inputs[0]].name, from) == 0 &&
-                  mxu_layer_activation_kind(l) == act,
-              "%s: '%s' is %s (op %d) of '%s', want activation %d", label, name,
-              l->cls->class_name, (int)l->op, m->layers[l->inputs[0]].name,
-              (int)act);
-    return;
-  }
-  CHECK_MSG(0, "%s: no layer '%s'", label, name);
+  const mxu_layer *l = reading(label, m, name, from);
+  CHECK_MSG(!l || (l->cls == &mxu_activation_class &&
+                   l->op == MXU_OP_ACTIVATION &&
+                   mxu_layer_activation_kind(l) == act),
+            "%s: '%s' is %s (op %d), want activation %d", label, name,
+            l->cls->class_name, (int)l->op, (int)act);
 }
 
 /* Activations of one tensor as ops, both dialects, read and written back
@@ -1835,17 +1831,11 @@ static void reads_shape_ops(void) {
 static void check_merge(const char *label, const mxu_model *m, const char *name,
                         const mxu_layer_class *cls, const char *a,
                         const char *b) {
-  for (int i = 0; i < m->layer_count; i++) {
-    const mxu_layer *l = &m->layers[i];
-    if (strcmp(l->name, name) != 0) continue;
-    CHECK_MSG(l->cls == cls && l->input_count == 2 &&
-                  strcmp(m->layers[l->inputs[0]].name, a) == 0 &&
-                  strcmp(m->layers[l->inputs[1]].name, b) == 0,
-              "%s: '%s' is %s of %d inputs, want %s('%s', '%s')", label, name,
-              l->cls->class_name, l->input_count, cls->class_name, a, b);
-    return;
-  }
-  CHECK_MSG(0, "%s: no layer '%s'", label, name);
+  const mxu_layer *l = reading(label, m, name, a);
+  CHECK_MSG(!l || (l->cls == cls && l->input_count == 2 &&
+                   strcmp(m->layers[l->inputs[1]].name, b) == 0),
+            "%s: '%s' is %s of %d inputs, want %s('%s', '%s')", label, name,
+            l->cls->class_name, l->input_count, cls->class_name, a, b);
 }
 
 /* Ops on tensors that Keras records as layers (MobileNetV3's x + 3.0 and
