@@ -83,7 +83,9 @@ typedef enum mxu_activation {
   MXU_MISH /* x * tanh(softplus(x)) */
 } mxu_activation;
 
-typedef enum mxu_padding { MXU_VALID = 0, MXU_SAME } mxu_padding;
+/* MXU_CAUSAL: Conv1D's, all the padding before the sequence, so an output
+ * step reads no later input step (Keras' padding='causal'). */
+typedef enum mxu_padding { MXU_VALID = 0, MXU_SAME, MXU_CAUSAL } mxu_padding;
 
 /* Each config has a maker that fills in Keras' defaults; change fields
  * after it. A NULL name gets Keras' automatic one (conv2d, conv2d_1, ...). */
@@ -391,6 +393,37 @@ typedef struct mxu_layer_scale_config {
   int projection_dim;
 } mxu_layer_scale_config;
 
+/* ---- sequences: (steps, channels) ---------------------------------------
+ * Conv1D: a Conv2D over steps; its kernel is (kernel_size, channels /
+ * groups, filters). padding: valid, same or causal. */
+typedef struct mxu_conv1d_config {
+  const char *name;
+  int filters;
+  int kernel_size, strides, dilation_rate, groups;
+  mxu_padding padding;
+  mxu_activation activation;
+  int use_bias;
+  mxu_weight_options kernel, bias;
+} mxu_conv1d_config;
+
+/* MaxPooling1D / AveragePooling1D over steps (valid or same). */
+typedef struct mxu_pool1d_config {
+  const char *name;
+  int pool_size;
+  int strides; /* Keras: strides=None means pool_size */
+  mxu_padding padding;
+} mxu_pool1d_config;
+
+/* Embedding: an input of token ids (any shape) -> a row of `embeddings`
+ * (input_dim, output_dim) per id, the shape gaining an axis of
+ * output_dim. An id outside 0..input_dim-1 gives a row of zeros and no
+ * gradient (TensorFlow's GPU kernels do so; its CPU ones stop). */
+typedef struct mxu_embedding_config {
+  const char *name;
+  int input_dim, output_dim;
+  mxu_weight_options embeddings;
+} mxu_embedding_config;
+
 /* UpSampling2D: each image size[0] times taller and size[1] times wider,
  * by repeating pixels (nearest) or by TensorFlow's bilinear resize (half-
  * pixel centres). */
@@ -447,6 +480,8 @@ mxu_depthwise_conv2d_config mxu_depthwise_conv2d_defaults(int kernel_h,
 mxu_separable_conv2d_config
 mxu_separable_conv2d_defaults(int filters, int kernel_h, int kernel_w);
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w);
+mxu_conv1d_config mxu_conv1d_defaults(int filters, int kernel_size);
+mxu_pool1d_config mxu_pool1d_defaults(int pool_size);
 mxu_dense_config mxu_dense_defaults(int units);
 mxu_batchnorm_config mxu_batchnorm_defaults(void);
 
@@ -589,6 +624,23 @@ mxu_tensor_id mxu_apply_layer_scale(mxu_model *model,
 mxu_tensor_id mxu_apply_custom_scale(mxu_model *model, const char *name,
                                      float scale, mxu_tensor_id a,
                                      mxu_tensor_id b);
+mxu_tensor_id mxu_apply_conv1d(mxu_model *model,
+                               const mxu_conv1d_config *config,
+                               mxu_tensor_id x);
+mxu_tensor_id mxu_apply_max_pooling1d(mxu_model *model,
+                                      const mxu_pool1d_config *config,
+                                      mxu_tensor_id x);
+mxu_tensor_id mxu_apply_average_pooling1d(mxu_model *model,
+                                          const mxu_pool1d_config *config,
+                                          mxu_tensor_id x);
+/* GlobalAveragePooling1D / GlobalMaxPooling1D: (steps, c) -> (c), or
+ * (1, c) with keepdims. */
+mxu_tensor_id mxu_apply_global_pooling1d(mxu_model *model,
+                                         const mxu_global_pool2d_config *config,
+                                         mxu_tensor_id x);
+mxu_tensor_id mxu_apply_embedding(mxu_model *model,
+                                  const mxu_embedding_config *config,
+                                  mxu_tensor_id x);
 mxu_tensor_id
 mxu_apply_separable_conv2d(mxu_model *model,
                            const mxu_separable_conv2d_config *config,

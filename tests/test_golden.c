@@ -22,7 +22,7 @@ typedef struct golden_case {
   const char *dir; /* initial.h5, after_step.h5, batch.h5 in it */
   const char *json[2];
   int rows, classes;
-  int64_t input[3];
+  int64_t input[3]; /* the sample's shape; a shorter one ends in zeros */
   const char *fused; /* a node its producer runs fused, or NULL */
 } golden_case;
 
@@ -141,8 +141,10 @@ static void one_step(const char *json, mxu_backend_kind backend,
                "prediction before the step", label);
 
   mxu_dataset *data = NULL;
+  int rank = 0;
+  while (rank < 3 && current->input[rank]) rank++;
   CHECK_OK(mxu_dataset_from_arrays(g->x, g->y, rows,
-                                   mxu_shape_make(3, current->input),
+                                   mxu_shape_make(rank, current->input),
                                    current->classes, &data));
   mxu_fit_config fit = mxu_fit_defaults();
   fit.batch_size = rows;
@@ -239,6 +241,16 @@ int main(void) {
        6,
        5,
        {8, 8, 3},
+       NULL},
+      /* A text model: Embedding of int32 token ids, Conv1D causal and
+       * dilated, strided and grouped, the 1-D poolings, global ones too
+       * (make_sequence.py). */
+      {"tests/golden/sequence",
+       {"tests/golden/sequence/model.tf2.json",
+        "tests/golden/sequence/model.k3.json"},
+       6,
+       5,
+       {16, 0, 0},
        NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {

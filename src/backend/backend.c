@@ -17,6 +17,13 @@ int mxu_conv_output_size(int in, int kernel, int stride, mxu_padding padding,
     out = ((int64_t)in + stride - 1) / stride;
     total = (out - 1) * stride + kernel - in;
     if (total < 0) total = 0;
+  } else if (padding == MXU_CAUSAL) {
+    /* All of it before: the last output's window ends at the last input. */
+    out = ((int64_t)in - 1) / stride + 1;
+    total = kernel - 1;
+    if (pad_before) *pad_before = (int)total;
+    if (pad_after) *pad_after = 0;
+    return (int)out;
   } else {
     out = in < kernel ? 0 : ((int64_t)in - kernel) / stride + 1;
     total = 0;

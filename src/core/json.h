@@ -55,6 +55,9 @@ mxu_status mxu_json_int(const mxu_json_where *where, const cJSON *object,
 /* An int n (meaning n, n) or a list of two ints, each >= 1. */
 mxu_status mxu_json_int_pair(const mxu_json_where *where, const cJSON *object,
                              const char *key, int required, int out[2]);
+/* A 1-D layer's size: an int n or a list of one, >= 1. */
+mxu_status mxu_json_int_one(const mxu_json_where *where, const cJSON *object,
+                            const char *key, int required, int *out);
 mxu_status mxu_json_float(const mxu_json_where *where, const cJSON *object,
                           const char *key, int required, float *out);
 mxu_status mxu_json_bool(const mxu_json_where *where, const cJSON *object,
@@ -81,6 +84,9 @@ mxu_status mxu_json_activation(const mxu_json_where *where, const cJSON *object,
                                mxu_activation *out);
 mxu_status mxu_json_padding(const mxu_json_where *where, const cJSON *object,
                             mxu_padding *out);
+/* Conv1D's: 'causal' too. */
+mxu_status mxu_json_padding_causal(const mxu_json_where *where,
+                                   const cJSON *object, mxu_padding *out);
 mxu_status mxu_json_data_format(const mxu_json_where *where,
                                 const cJSON *object);
 mxu_status mxu_json_dtype(const mxu_json_where *where, const cJSON *object,
@@ -117,6 +123,9 @@ void mxu_json_put_bool(mxu_json_out *out, cJSON *object, const char *key,
 void mxu_json_put_null(mxu_json_out *out, cJSON *object, const char *key);
 void mxu_json_put_pair(mxu_json_out *out, cJSON *object, const char *key,
                        const int pair[2]);
+/* [value]: a 1-D layer's size, as Keras writes its tuple (n,). */
+void mxu_json_put_one(mxu_json_out *out, cJSON *object, const char *key,
+                      int value);
 /* Keras' serialisation of a built-in object: {"class_name", "config"}, and
  * in the Keras 3 form also "module" and "registered_name". Takes config. */
 cJSON *mxu_json_object(const mxu_json_out *out, const char *module,

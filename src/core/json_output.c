@@ -73,6 +73,11 @@ void mxu_json_put_pair(mxu_json_out *out, cJSON *object, const char *key,
   mxu_json_put(out, object, key, cJSON_CreateIntArray(pair, 2));
 }
 
+void mxu_json_put_one(mxu_json_out *out, cJSON *object, const char *key,
+                      int value) {
+  mxu_json_put(out, object, key, cJSON_CreateIntArray(&value, 1));
+}
+
 cJSON *mxu_json_object(const mxu_json_out *out, const char *module,
                        const char *class_name, cJSON *config) {
   cJSON *object = cJSON_CreateObject();

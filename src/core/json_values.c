@@ -172,6 +172,17 @@ mxu_status mxu_json_int_pair(const mxu_json_where *where, const cJSON *object,
   return wrong(where, key, v, "a positive integer or a list of two");
 }
 
+/* A 1-D layer's size: n or [n] (Keras writes the tuple (n,)). */
+mxu_status mxu_json_int_one(const mxu_json_where *where, const cJSON *object,
+                            const char *key, int required, int *out) {
+  const cJSON *v = mxu_json_get(object, key);
+  if (!v) return required ? missing(where, key) : MXU_OK;
+  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1) v = v->child;
+  if (integral(v, 1, INT_MAX, out)) return MXU_OK;
+  return wrong(where, key, mxu_json_get(object, key),
+               "a positive integer or a list of one");
+}
+
 mxu_status mxu_json_float(const mxu_json_where *where, const cJSON *object,
                           const char *key, int required, float *out) {
   const cJSON *v = mxu_json_get(object, key);
@@ -307,24 +318,38 @@ mxu_status mxu_json_activation(const mxu_json_where *where, const cJSON *object,
                      "exponential or mish");
 }
 
-mxu_status mxu_json_padding(const mxu_json_where *where, const cJSON *object,
-                            mxu_padding *out) {
+static mxu_status padding_of(const mxu_json_where *where, const cJSON *object,
+                             int causal, mxu_padding *out) {
+  const char *expected =
+      causal ? "'valid', 'same' or 'causal'" : "'valid' or 'same'";
   const cJSON *v = mxu_json_get(object, "padding");
   if (!v) return MXU_OK;
   if (!cJSON_IsString(v) || !v->valuestring)
-    return wrong(where, "padding", v, "'valid' or 'same'");
+    return wrong(where, "padding", v, expected);
   /* Keras lower-cases the padding before use. */
   if (strcasecmp(v->valuestring, "valid") == 0) {
     *out = MXU_VALID;
   } else if (strcasecmp(v->valuestring, "same") == 0) {
     *out = MXU_SAME;
+  } else if (causal && strcasecmp(v->valuestring, "causal") == 0) {
+    *out = MXU_CAUSAL;
   } else if (strcasecmp(v->valuestring, "causal") == 0 ||
              strcasecmp(v->valuestring, "full") == 0) {
-    return unsupported(where, "padding", v, "'valid' or 'same'");
+    return unsupported(where, "padding", v, expected);
   } else {
-    return wrong(where, "padding", v, "'valid' or 'same'");
+    return wrong(where, "padding", v, expected);
   }
   return MXU_OK;
+}
+
+mxu_status mxu_json_padding(const mxu_json_where *where, const cJSON *object,
+                            mxu_padding *out) {
+  return padding_of(where, object, 0, out);
+}
+
+mxu_status mxu_json_padding_causal(const mxu_json_where *where,
+                                   const cJSON *object, mxu_padding *out) {
+  return padding_of(where, object, 1, out);
 }
 
 mxu_status mxu_json_data_format(const mxu_json_where *where,

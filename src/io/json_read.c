@@ -181,6 +181,25 @@ static mxu_status read_name(const mxu_json_where *where, const cJSON *config,
   return MXU_OK;
 }
 
+/* One of mxu_input_dtypes (a string in both dialects), or a float
+ * policy as any layer's dtype. */
+static mxu_status read_input_dtype(const mxu_json_where *where,
+                                   const cJSON *config, int *dtype) {
+  const cJSON *v = mxu_json_get(config, "dtype");
+  for (int i = 1; cJSON_IsString(v) && mxu_input_dtypes[i]; i++)
+    if (strcmp(v->valuestring, mxu_input_dtypes[i]) == 0) {
+      *dtype = i;
+      return MXU_OK;
+    }
+  mxu_status status = mxu_json_dtype(where, config, "dtype");
+  if (status == MXU_ERR_UNSUPPORTED)
+    mxu_json_fail(where, status,
+                  "dtype %s is not supported: an input is float32, or int32 "
+                  "or int64 token ids",
+                  cJSON_IsString(v) ? v->valuestring : "(a policy)");
+  return status;
+}
+
 static mxu_status read_input_layer(const mxu_json_where *where,
                                    const cJSON *config, mxu_json_node *node,
                                    const char *name) {
@@ -190,11 +209,14 @@ static mxu_status read_input_layer(const mxu_json_where *where,
   if (!found)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "batch_input_shape (or batch_shape) is missing");
-  MXU_TRY(mxu_json_dtype(where, config, "dtype"));
+  int dtype = 0;
+  MXU_TRY(read_input_dtype(where, config, &dtype));
   MXU_TRY(mxu_json_require_false(where, config, "sparse"));
   MXU_TRY(mxu_json_require_false(where, config, "ragged"));
   MXU_TRY(mxu_json_check_keys(where, config, input_keys, NULL));
-  return mxu_json_applied(where, node, mxu_input(node->model, name, shape));
+  mxu_tensor_id x = mxu_input(node->model, name, shape);
+  if (x >= 0) node->model->layers[x].config.input_dtype = dtype;
+  return mxu_json_applied(where, node, x);
 }
 
 /* A model without an InputLayer takes its input from the first layer's

@@ -61,7 +61,8 @@ static cJSON *input_entry(mxu_json_out *out, const mxu_layer *input) {
   cJSON *config = cJSON_CreateObject();
   mxu_json_put(out, config, out->keras3 ? "batch_shape" : "batch_input_shape",
                mxu_json_batch_shape(&input->out_shape));
-  mxu_json_put_string(out, config, "dtype", "float32");
+  mxu_json_put_string(out, config, "dtype",
+                      mxu_input_dtypes[input->config.input_dtype]);
   mxu_json_put_bool(out, config, "sparse", 0);
   mxu_json_put_bool(out, config, "ragged", 0);
   mxu_json_put_string(out, config, "name", input->name);

@@ -63,6 +63,12 @@ static const mxu_layer_class *const registry[] = {
     &mxu_normalization_class,
     &mxu_layer_scale_class,
     &mxu_custom_scale_layer_class,
+    &mxu_conv1d_class,
+    &mxu_max_pooling1d_class,
+    &mxu_average_pooling1d_class,
+    &mxu_global_average_pooling1d_class,
+    &mxu_global_max_pooling1d_class,
+    &mxu_embedding_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -122,6 +128,21 @@ mxu_depthwise_conv2d_config mxu_depthwise_conv2d_defaults(int kernel_h,
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w) {
   return (mxu_pool2d_config){
       NULL, {pool_h, pool_w}, {pool_h, pool_w}, MXU_VALID};
+}
+
+mxu_conv1d_config mxu_conv1d_defaults(int filters, int kernel_size) {
+  return (mxu_conv1d_config){.filters = filters,
+                             .kernel_size = kernel_size,
+                             .strides = 1,
+                             .dilation_rate = 1,
+                             .groups = 1,
+                             .padding = MXU_VALID,
+                             .activation = MXU_LINEAR,
+                             .use_bias = 1};
+}
+
+mxu_pool1d_config mxu_pool1d_defaults(int pool_size) {
+  return (mxu_pool1d_config){NULL, pool_size, pool_size, MXU_VALID};
 }
 
 mxu_dense_config mxu_dense_defaults(int units) {
@@ -614,6 +635,71 @@ mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
                config->is_max ? &mxu_global_max_pooling2d_class
                               : &mxu_global_average_pooling2d_class,
                config->name, &proto, &x, 1);
+}
+
+/* The 1-D layers keep their sizes as the 1 x n window of the image
+ * (1, steps, channels) they run on. */
+mxu_tensor_id mxu_apply_conv1d(mxu_model *model,
+                               const mxu_conv1d_config *config,
+                               mxu_tensor_id x) {
+  if (x < 0 || !given(config, "Conv1D")) return -1;
+  mxu_conv2d_config conv =
+      mxu_conv2d_defaults(config->filters, 1, config->kernel_size);
+  conv.strides[1] = config->strides;
+  conv.dilation_rate[1] = config->dilation_rate;
+  conv.groups = config->groups;
+  conv.padding = config->padding;
+  conv.activation = config->activation;
+  conv.use_bias = config->use_bias;
+  conv.kernel = config->kernel;
+  conv.bias = config->bias;
+  mxu_layer proto;
+  if (conv2d_proto(&conv, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_conv1d_class, config->name, &proto, &x, 1);
+}
+
+static mxu_tensor_id pool1d(mxu_model *model, const mxu_pool1d_config *config,
+                            int is_max, mxu_tensor_id x) {
+  if (x < 0 || !given(config, "pooling")) return -1;
+  mxu_pool2d_config pool = mxu_pool2d_defaults(1, config->pool_size);
+  pool.strides[1] = config->strides;
+  pool.padding = config->padding;
+  mxu_layer proto;
+  if (pool_proto(&pool, is_max, &proto) != MXU_OK) return -1;
+  return apply(model,
+               is_max ? &mxu_max_pooling1d_class : &mxu_average_pooling1d_class,
+               config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_max_pooling1d(mxu_model *model,
+                                      const mxu_pool1d_config *config,
+                                      mxu_tensor_id x) {
+  return pool1d(model, config, 1, x);
+}
+
+mxu_tensor_id mxu_apply_average_pooling1d(mxu_model *model,
+                                          const mxu_pool1d_config *config,
+                                          mxu_tensor_id x) {
+  return pool1d(model, config, 0, x);
+}
+
+mxu_tensor_id mxu_apply_global_pooling1d(mxu_model *model,
+                                         const mxu_global_pool2d_config *config,
+                                         mxu_tensor_id x) {
+  if (x < 0 || !given(config, "global pooling")) return -1;
+  mxu_layer proto = {0};
+  proto.config.global_pool = *config;
+  proto.config.global_pool.name = NULL;
+  return apply(model,
+               config->is_max ? &mxu_global_max_pooling1d_class
+                              : &mxu_global_average_pooling1d_class,
+               config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_embedding(mxu_model *model,
+                                  const mxu_embedding_config *config,
+                                  mxu_tensor_id x) {
+  APPLY_CONFIG(embedding, &mxu_embedding_class, "Embedding");
 }
 
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,

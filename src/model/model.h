@@ -119,6 +119,10 @@ typedef struct mxu_layer_class {
    * compile gives both the same buffer and the layer copies nothing
    * (its gradient too, where the input has no other reader). */
   int view;
+  /* A layer over sequences (Conv1D, the 1-D poolings): its (steps,
+   * channels) tensors run as images (1, steps, channels) through the same
+   * kernels as its 2-D kind (mxu_image_shape). */
+  int sequence;
   /* How many inputs the layer takes: 1 for most; a merge 2 and up. */
   int min_inputs, max_inputs;
   /* in_shapes -> out_shape; rejects what the layer cannot take. */
@@ -237,6 +241,8 @@ struct mxu_layer {
     mxu_normalization_config normalization;
     mxu_layer_scale_config layer_scale;
     float custom_scale; /* CustomScaleLayer's scale */
+    mxu_embedding_config embedding;
+    int input_dtype; /* InputLayer: its index in mxu_input_dtypes */
   } config;
   int is_max_pool;
   /* Keras recorded the layer as an op on tensors (json_read.c: x + 3.0
@@ -312,11 +318,22 @@ typedef struct mxu_node_plan {
   int margins[4];
 } mxu_node_plan;
 
+/* The dtypes an InputLayer may declare, "float32" first: token ids come
+ * as int32 or int64 (Embedding's input). mxu's samples are float32
+ * whatever the file says; the name is kept to write it back. NULL-ended. */
+extern const char *const mxu_input_dtypes[];
+
 /* The registry: one row per layer class. */
 extern const mxu_layer_class mxu_conv2d_class;
 extern const mxu_layer_class mxu_depthwise_conv2d_class;
 extern const mxu_layer_class mxu_separable_conv2d_class;
 extern const mxu_layer_class mxu_conv2d_transpose_class;
+extern const mxu_layer_class mxu_conv1d_class;
+extern const mxu_layer_class mxu_max_pooling1d_class;
+extern const mxu_layer_class mxu_average_pooling1d_class;
+extern const mxu_layer_class mxu_global_average_pooling1d_class;
+extern const mxu_layer_class mxu_global_max_pooling1d_class;
+extern const mxu_layer_class mxu_embedding_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;

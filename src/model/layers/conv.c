@@ -1,5 +1,6 @@
 /* conv.c — Conv2D (channels_last, HWIO kernel, valid/same, strides,
- * dilation, groups, optional bias, activation) and DepthwiseConv2D, which
+ * dilation, groups, optional bias, activation), Conv1D (a Conv2D over the
+ * image (1, steps, channels), causal padding too) and DepthwiseConv2D, which
  * is a Conv2D with a group per input channel: its (kh, kw, in, multiplier)
  * kernel is, value for value, the grouped (kh, kw, 1, in * multiplier)
  * one. */
@@ -32,9 +33,15 @@ static int is_transpose(const mxu_layer *layer) {
   return layer->cls == &mxu_conv2d_transpose_class;
 }
 
+/* The input's channels, 0 for an input of the wrong rank. */
+static int in_channels(const mxu_layer *layer) {
+  mxu_shape image = mxu_image_shape(layer, &layer->in_shape);
+  return image.rank == 3 ? (int)image.dims[2] : 0;
+}
+
 /* A SeparableConv2D's spec is its depthwise half's: no bias, linear. */
 static conv_spec spec_of(const mxu_layer *layer) {
-  int in = layer->in_shape.rank == 3 ? (int)layer->in_shape.dims[2] : 0;
+  int in = in_channels(layer);
   if (is_separable(layer)) {
     const mxu_separable_conv2d_config *c = &layer->config.separable;
     return (conv_spec){
@@ -62,7 +69,7 @@ static int span(const conv_spec *s, int axis) {
 
 static mxu_status conv2d_infer(mxu_layer *layer) {
   conv_spec s = spec_of(layer);
-  int in = layer->in_shape.rank == 3 ? (int)layer->in_shape.dims[2] : 0;
+  int in = in_channels(layer);
   int multiplier =
       is_depthwise(layer)   ? layer->config.depthwise.depth_multiplier
       : is_separable(layer) ? layer->config.separable.depth_multiplier
@@ -74,7 +81,7 @@ static mxu_status conv2d_infer(mxu_layer *layer) {
   if (is_separable(layer) && layer->config.separable.filters <= 0)
     return mxu_fail(MXU_ERR_ARG, "%s: filters must be positive, got %d",
                     layer->name, layer->config.separable.filters);
-  if (s.filters <= 0 && layer->cls == &mxu_conv2d_class)
+  if (s.filters <= 0 && !is_depthwise(layer) && !is_separable(layer))
     return mxu_fail(MXU_ERR_ARG, "%s: filters must be positive, got %d",
                     layer->name, s.filters);
   if (s.dilation[0] <= 0 || s.dilation[1] <= 0 ||
@@ -101,7 +108,7 @@ static mxu_status conv2d_infer(mxu_layer *layer) {
 static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   conv_spec s = spec_of(layer);
   int64_t kh = s.kernel[0], kw = s.kernel[1], out = s.filters;
-  int64_t in = layer->in_shape.dims[2];
+  int64_t in = in_channels(layer);
   const mxu_weight_options *bias;
   if (is_separable(layer)) {
     const mxu_separable_conv2d_config *c = &layer->config.separable;
@@ -130,10 +137,13 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
                                mxu_init_glorot_uniform());
     bias = &c->bias;
   } else {
+    /* Conv1D's (kw, in / groups, out) is Conv2D's with kh = 1. */
     const mxu_conv2d_config *c = &layer->config.conv;
     int64_t kernel[4] = {kh, kw, in / s.groups, out};
-    decls[0] = mxu_weight_decl("kernel", mxu_shape_make(4, kernel), &c->kernel,
-                               mxu_init_glorot_uniform());
+    int sequence = layer->cls->sequence;
+    decls[0] = mxu_weight_decl(
+        "kernel", mxu_shape_make(sequence ? 3 : 4, kernel + sequence),
+        &c->kernel, mxu_init_glorot_uniform());
     bias = &c->bias;
   }
   if (!s.use_bias) return 1;
@@ -146,13 +156,15 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
  * before it pads there). */
 static mxu_conv2d_desc graph_describe(const mxu_layer *layer, int batch) {
   conv_spec s = spec_of(layer);
+  mxu_shape in = mxu_image_shape(layer, &layer->in_shape);
+  mxu_shape out = mxu_image_shape(layer, &layer->out_shape);
   mxu_conv2d_desc d = {0};
   d.n = batch;
-  d.in_h = (int)layer->in_shape.dims[0];
-  d.in_w = (int)layer->in_shape.dims[1];
-  d.in_c = (int)layer->in_shape.dims[2];
-  d.out_h = (int)layer->out_shape.dims[0];
-  d.out_w = (int)layer->out_shape.dims[1];
+  d.in_h = (int)in.dims[0];
+  d.in_w = (int)in.dims[1];
+  d.in_c = (int)in.dims[2];
+  d.out_h = (int)out.dims[0];
+  d.out_w = (int)out.dims[1];
   d.out_c = s.filters;
   d.kernel_h = s.kernel[0];
   d.kernel_w = s.kernel[1];
@@ -290,17 +302,35 @@ static mxu_status read_window(const mxu_json_where *where, const cJSON *config,
                            dilation);
 }
 
-/* What Conv2D and Conv2DTranspose read alike: all of a Conv2D's keys. */
+/* Conv1D's window: one dimension (Keras writes [n]), the image's 1 x n;
+ * its padding may be causal. */
+static mxu_status read_window_1d(const mxu_json_where *where,
+                                 const cJSON *config, int kernel[2],
+                                 int strides[2], mxu_padding *padding,
+                                 int dilation[2]) {
+  MXU_TRY(mxu_json_int_one(where, config, "kernel_size", MXU_JSON_REQUIRED,
+                           &kernel[1]));
+  MXU_TRY(mxu_json_int_one(where, config, "strides", MXU_JSON_OPTIONAL,
+                           &strides[1]));
+  MXU_TRY(mxu_json_padding_causal(where, config, padding));
+  MXU_TRY(mxu_json_data_format(where, config));
+  return mxu_json_int_one(where, config, "dilation_rate", MXU_JSON_OPTIONAL,
+                          &dilation[1]);
+}
+
+/* What Conv2D, Conv2DTranspose and Conv1D read alike: all of a Conv2D's
+ * keys, a Conv1D's window of one dimension (sequence). */
 static mxu_status read_conv_fields(const mxu_json_where *where,
                                    const cJSON *config,
                                    const mxu_json_node *node, const char *name,
-                                   mxu_conv2d_config *conv) {
-  *conv = mxu_conv2d_defaults(0, 0, 0);
+                                   int sequence, mxu_conv2d_config *conv) {
+  *conv = mxu_conv2d_defaults(0, 1, 1);
   conv->name = name;
   MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
                        &conv->filters));
-  MXU_TRY(read_window(where, config, conv->kernel_size, conv->strides,
-                      &conv->padding, conv->dilation_rate));
+  MXU_TRY((sequence ? read_window_1d : read_window)(
+      where, config, conv->kernel_size, conv->strides, &conv->padding,
+      conv->dilation_rate));
   MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, INT_MAX,
                        &conv->groups));
   MXU_TRY(mxu_json_activation(where, config, "activation",
@@ -313,19 +343,28 @@ static mxu_status read_conv_fields(const mxu_json_where *where,
 static mxu_status read_conv2d(const mxu_json_where *where, const cJSON *config,
                               mxu_json_node *node, const char *name) {
   mxu_conv2d_config conv;
-  MXU_TRY(read_conv_fields(where, config, node, name, &conv));
+  MXU_TRY(read_conv_fields(where, config, node, name, 0, &conv));
   return mxu_json_applied(
       where, node, mxu_apply_conv2d(node->model, &conv, node->inputs[0]));
 }
 
-static void put_window(mxu_json_out *out, cJSON *config, const conv_spec *s) {
+static void put_window(mxu_json_out *out, cJSON *config, const conv_spec *s,
+                       int sequence) {
   int dilation[2] = {at_least_one(s->dilation[0]),
                      at_least_one(s->dilation[1])};
-  mxu_json_put_pair(out, config, "kernel_size", s->kernel);
-  mxu_json_put_pair(out, config, "strides", s->strides);
+  if (sequence) { /* the image's 1 x n window as Keras' [n] */
+    mxu_json_put_one(out, config, "kernel_size", s->kernel[1]);
+    mxu_json_put_one(out, config, "strides", s->strides[1]);
+  } else {
+    mxu_json_put_pair(out, config, "kernel_size", s->kernel);
+    mxu_json_put_pair(out, config, "strides", s->strides);
+  }
   mxu_json_put_string(out, config, "padding", mxu_padding_name(s->padding));
   mxu_json_put_string(out, config, "data_format", "channels_last");
-  mxu_json_put_pair(out, config, "dilation_rate", dilation);
+  if (sequence)
+    mxu_json_put_one(out, config, "dilation_rate", dilation[1]);
+  else
+    mxu_json_put_pair(out, config, "dilation_rate", dilation);
 }
 
 static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
@@ -333,7 +372,7 @@ static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
   const mxu_conv2d_config *conv = &layer->config.conv;
   conv_spec s = spec_of(layer);
   mxu_json_put_number(out, config, "filters", conv->filters);
-  put_window(out, config, &s);
+  put_window(out, config, &s, layer->cls->sequence);
   mxu_json_put_number(out, config, "groups", s.groups);
   mxu_json_put_string(out, config, "activation",
                       mxu_json_activation_name(conv->activation));
@@ -351,8 +390,8 @@ static const char *const conv2d_aliases[] = {"Convolution2D", NULL};
 /* Each output reads kh * kw * (in / groups) inputs. */
 static double conv2d_flops(const mxu_layer *layer, const mxu_flops_step *step) {
   conv_spec s = spec_of(layer);
-  double window = (double)s.kernel[0] * s.kernel[1] *
-                  (double)layer->in_shape.dims[2] / s.groups;
+  double window =
+      (double)s.kernel[0] * s.kernel[1] * in_channels(layer) / s.groups;
   return mxu_weighted_flops((double)mxu_shape_count(&layer->out_shape), window,
                             s.use_bias, s.activation, step);
 }
@@ -382,17 +421,24 @@ static mxu_hlo_value conv2d_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_conv2d_desc d = graph_describe(layer, e->batch);
   mxu_hlo_window w = window_of(&d);
   mxu_hlo_value kernel = e->w[0];
+  const mxu_hlo_shape *k = mxu_hlo_shape_of(e->h, kernel);
   if (is_depthwise(layer) || is_separable(layer)) {
-    const mxu_hlo_shape *k = mxu_hlo_shape_of(e->h, kernel);
     int64_t dims[4] = {k->dims[0], k->dims[1], 1, k->dims[2] * k->dims[3]};
+    kernel =
+        mxu_hlo_reshape(e->h, kernel, mxu_hlo_shape_make(k->dtype, 4, dims));
+  } else if (layer->cls->sequence) { /* (kw, in, out) is (1, kw, in, out) */
+    int64_t dims[4] = {1, k->dims[0], k->dims[1], k->dims[2]};
     kernel =
         mxu_hlo_reshape(e->h, kernel, mxu_hlo_shape_make(k->dtype, 4, dims));
   }
   mxu_hlo_value y = mxu_emit_result(
-      e, mxu_hlo_convolution(e->h, mxu_emit_compute(e, e->in[0]),
-                             mxu_emit_compute(e, kernel), &w));
+      e, mxu_hlo_convolution(
+             e->h, mxu_emit_compute(e, mxu_emit_image_input(layer, e)),
+             mxu_emit_compute(e, kernel), &w));
   if (!is_separable(layer))
-    return bias_activation(e, y, d.has_bias ? e->w[1] : 0, d.activation);
+    return mxu_emit_sequence_output(
+        layer, e,
+        bias_activation(e, y, d.has_bias ? e->w[1] : 0, d.activation));
   const mxu_separable_conv2d_config *c = &layer->config.separable;
   mxu_hlo_window one = {.stride = {1, 1},
                         .lhs_dilation = {1, 1},
@@ -412,6 +458,50 @@ const mxu_layer_class mxu_conv2d_class = {
     .read_config = read_conv2d,
     .write_config = write_conv2d,
     .aliases = conv2d_aliases,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = conv2d_infer,
+    .declare = conv2d_declare,
+    .plan = conv2d_plan,
+    .forward = conv2d_forward,
+    .backward = conv2d_backward,
+    .logits = conv2d_logits,
+};
+
+/* ---- Conv1D ----------------------------------------------------------------
+ * Keras' keys are Conv2D's, its sizes lists of one; the layer keeps them
+ * as the 1 x n window of the image (1, steps, channels) it runs on. */
+
+static mxu_status read_conv1d(const mxu_json_where *where, const cJSON *config,
+                              mxu_json_node *node, const char *name) {
+  mxu_conv2d_config conv;
+  MXU_TRY(read_conv_fields(where, config, node, name, 1, &conv));
+  mxu_conv1d_config c = {name,
+                         conv.filters,
+                         conv.kernel_size[1],
+                         conv.strides[1],
+                         conv.dilation_rate[1],
+                         conv.groups,
+                         conv.padding,
+                         conv.activation,
+                         conv.use_bias,
+                         conv.kernel,
+                         conv.bias};
+  return mxu_json_applied(where, node,
+                          mxu_apply_conv1d(node->model, &c, node->inputs[0]));
+}
+
+static const char *const conv1d_aliases[] = {"Convolution1D", NULL};
+
+const mxu_layer_class mxu_conv1d_class = {
+    .class_name = "Conv1D",
+    .sequence = 1,
+    .emit = conv2d_emit,
+    .flops = conv2d_flops,
+    .config_keys = conv2d_keys,
+    .read_config = read_conv1d,
+    .write_config = write_conv2d,
+    .aliases = conv1d_aliases,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = conv2d_infer,
@@ -489,7 +579,7 @@ static void write_depthwise(mxu_json_out *out, const mxu_layer *layer,
                             cJSON *config) {
   const mxu_depthwise_conv2d_config *dw = &layer->config.depthwise;
   conv_spec s = spec_of(layer);
-  put_window(out, config, &s);
+  put_window(out, config, &s, layer->cls->sequence);
   mxu_json_put_number(out, config, "depth_multiplier", dw->depth_multiplier);
   mxu_json_put_string(out, config, "activation",
                       mxu_json_activation_name(dw->activation));
@@ -664,7 +754,7 @@ static void write_separable(mxu_json_out *out, const mxu_layer *layer,
   const mxu_separable_conv2d_config *c = &layer->config.separable;
   conv_spec s = spec_of(layer);
   mxu_json_put_number(out, config, "filters", c->filters);
-  put_window(out, config, &s);
+  put_window(out, config, &s, layer->cls->sequence);
   mxu_json_put_number(out, config, "depth_multiplier", c->depth_multiplier);
   mxu_json_put_string(out, config, "activation",
                       mxu_json_activation_name(c->activation));
@@ -845,7 +935,7 @@ static mxu_status read_transpose(const mxu_json_where *where,
                                  const char *name) {
   mxu_conv2d_config conv;
   MXU_TRY(mxu_json_require_null(where, config, "output_padding"));
-  MXU_TRY(read_conv_fields(where, config, node, name, &conv));
+  MXU_TRY(read_conv_fields(where, config, node, name, 0, &conv));
   return mxu_json_applied(
       where, node,
       mxu_apply_conv2d_transpose(node->model, &conv, node->inputs[0]));

@@ -530,6 +530,8 @@ const mxu_layer_class mxu_spatial_dropout2d_class = {
  * the shape was set when the node was made. Inside a model used as a
  * layer it reads the tensor that model is called on, as a view. */
 
+const char *const mxu_input_dtypes[] = {"float32", "int32", "int64", NULL};
+
 static mxu_status input_infer(mxu_layer *layer) {
   (void)layer;
   return MXU_OK;

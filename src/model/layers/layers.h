@@ -28,10 +28,15 @@ const float *mxu_epilogue_logits(const mxu_layer *layer,
 
 /* Shape inference of a 2-D window (Conv2D's kernel, a pool) sliding over
  * (height, width, channels): checks the sizes and sets out_shape to
- * (out_h, out_w, channels_out). */
+ * (out_h, out_w, channels_out). A sequence layer's window is 1 x size[1]
+ * over (steps, channels), its out_shape (out_steps, channels_out). */
 mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                             const int size[2], const int strides[2],
                             mxu_padding padding, int channels_out);
+
+/* The shape as the layer's 2-D kernels see it: a sequence layer's
+ * (steps, channels) is the image (1, steps, channels); others' as is. */
+mxu_shape mxu_image_shape(const mxu_layer *layer, const mxu_shape *shape);
 
 /* Whether Conv2D layers a and b (b reading a's output) may pass it in the
  * backend's own layout, for `batch` samples: both compute in it, and a's
@@ -143,5 +148,10 @@ int64_t mxu_batch_values(const mxu_layer *layer);
 
 /* The input under the output's shape (Flatten, Reshape). */
 mxu_hlo_value mxu_emit_view(const mxu_layer *layer, mxu_emit *e);
+/* A sequence layer's input as the image its 2-D ops read (others' as
+ * is), and the image it gives back as (steps, channels). */
+mxu_hlo_value mxu_emit_image_input(const mxu_layer *layer, mxu_emit *e);
+mxu_hlo_value mxu_emit_sequence_output(const mxu_layer *layer, mxu_emit *e,
+                                       mxu_hlo_value y);
 
 #endif

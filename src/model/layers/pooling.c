@@ -1,23 +1,28 @@
 /* pooling.c — MaxPooling2D and AveragePooling2D (pool size, strides,
- * valid/same; average over in-bounds pixels as Keras does). */
+ * valid/same; average over in-bounds pixels as Keras does), and their 1-D
+ * kinds over (steps, channels), run as 1 x n pools of (1, steps,
+ * channels). */
 #include "model/layers/layers.h"
 
 static mxu_status pool2d_infer(mxu_layer *layer) {
   const mxu_pool2d_config *c = &layer->config.pool;
-  int channels = layer->in_shape.rank == 3 ? (int)layer->in_shape.dims[2] : 0;
+  mxu_shape image = mxu_image_shape(layer, &layer->in_shape);
+  int channels = image.rank == 3 ? (int)image.dims[2] : 0;
   return mxu_window_infer(layer, "pool", c->pool_size, c->strides, c->padding,
                           channels);
 }
 
 mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch) {
   const mxu_pool2d_config *c = &layer->config.pool;
+  mxu_shape in = mxu_image_shape(layer, &layer->in_shape);
+  mxu_shape out = mxu_image_shape(layer, &layer->out_shape);
   mxu_pool2d_desc d = {0};
   d.n = batch;
-  d.in_h = (int)layer->in_shape.dims[0];
-  d.in_w = (int)layer->in_shape.dims[1];
-  d.c = (int)layer->in_shape.dims[2];
-  d.out_h = (int)layer->out_shape.dims[0];
-  d.out_w = (int)layer->out_shape.dims[1];
+  d.in_h = (int)in.dims[0];
+  d.in_w = (int)in.dims[1];
+  d.c = (int)in.dims[2];
+  d.out_h = (int)out.dims[0];
+  d.out_w = (int)out.dims[1];
   d.pool_h = c->pool_size[0];
   d.pool_w = c->pool_size[1];
   d.stride_h = c->strides[0];
@@ -62,50 +67,85 @@ static void pool2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
 static const char *const pool2d_keys[] = {"pool_size", "padding", "strides",
                                           "data_format", NULL};
 
-static mxu_status read_pool2d(const mxu_json_where *where, const cJSON *config,
-                              mxu_pool2d_config *pool, const char *name) {
-  *pool = mxu_pool2d_defaults(2, 2);
+/* A 1-D pool's sizes are lists of one (sequence): the 1 x n pool. */
+static mxu_status read_size(const mxu_json_where *where, const cJSON *config,
+                            const char *key, int sequence, int size[2]) {
+  if (sequence)
+    return mxu_json_int_one(where, config, key, MXU_JSON_OPTIONAL, &size[1]);
+  return mxu_json_int_pair(where, config, key, MXU_JSON_OPTIONAL, size);
+}
+
+static mxu_status read_pool(const mxu_json_where *where, const cJSON *config,
+                            int sequence, mxu_pool2d_config *pool,
+                            const char *name) {
+  *pool = mxu_pool2d_defaults(sequence ? 1 : 2, 2);
   pool->name = name;
-  MXU_TRY(mxu_json_int_pair(where, config, "pool_size", MXU_JSON_OPTIONAL,
-                            pool->pool_size));
+  MXU_TRY(read_size(where, config, "pool_size", sequence, pool->pool_size));
   /* Keras: strides=None means the pool size. */
   pool->strides[0] = pool->pool_size[0];
   pool->strides[1] = pool->pool_size[1];
   const cJSON *strides = mxu_json_get(config, "strides");
   if (strides && !cJSON_IsNull(strides))
-    MXU_TRY(mxu_json_int_pair(where, config, "strides", MXU_JSON_OPTIONAL,
-                              pool->strides));
+    MXU_TRY(read_size(where, config, "strides", sequence, pool->strides));
   MXU_TRY(mxu_json_padding(where, config, &pool->padding));
   return mxu_json_data_format(where, config);
+}
+
+static mxu_status read_pooling(const mxu_json_where *where, const cJSON *config,
+                               mxu_json_node *node, const char *name,
+                               int sequence, int is_max) {
+  mxu_pool2d_config pool;
+  MXU_TRY(read_pool(where, config, sequence, &pool, name));
+  mxu_pool1d_config pool1 = {name, pool.pool_size[1], pool.strides[1],
+                             pool.padding};
+  mxu_tensor_id x = node->inputs[0], y;
+  if (sequence)
+    y = is_max ? mxu_apply_max_pooling1d(node->model, &pool1, x)
+               : mxu_apply_average_pooling1d(node->model, &pool1, x);
+  else
+    y = is_max ? mxu_apply_max_pooling2d(node->model, &pool, x)
+               : mxu_apply_average_pooling2d(node->model, &pool, x);
+  return mxu_json_applied(where, node, y);
 }
 
 static mxu_status read_max_pooling2d(const mxu_json_where *where,
                                      const cJSON *config, mxu_json_node *node,
                                      const char *name) {
-  mxu_pool2d_config pool;
-  MXU_TRY(read_pool2d(where, config, &pool, name));
-  return mxu_json_applied(
-      where, node,
-      mxu_apply_max_pooling2d(node->model, &pool, node->inputs[0]));
+  return read_pooling(where, config, node, name, 0, 1);
 }
 
 static mxu_status read_average_pooling2d(const mxu_json_where *where,
                                          const cJSON *config,
                                          mxu_json_node *node,
                                          const char *name) {
-  mxu_pool2d_config pool;
-  MXU_TRY(read_pool2d(where, config, &pool, name));
-  return mxu_json_applied(
-      where, node,
-      mxu_apply_average_pooling2d(node->model, &pool, node->inputs[0]));
+  return read_pooling(where, config, node, name, 0, 0);
+}
+
+static mxu_status read_max_pooling1d(const mxu_json_where *where,
+                                     const cJSON *config, mxu_json_node *node,
+                                     const char *name) {
+  return read_pooling(where, config, node, name, 1, 1);
+}
+
+static mxu_status read_average_pooling1d(const mxu_json_where *where,
+                                         const cJSON *config,
+                                         mxu_json_node *node,
+                                         const char *name) {
+  return read_pooling(where, config, node, name, 1, 0);
 }
 
 static void write_pool2d(mxu_json_out *out, const mxu_layer *layer,
                          cJSON *config) {
   const mxu_pool2d_config *pool = &layer->config.pool;
-  mxu_json_put_pair(out, config, "pool_size", pool->pool_size);
+  if (layer->cls->sequence)
+    mxu_json_put_one(out, config, "pool_size", pool->pool_size[1]);
+  else
+    mxu_json_put_pair(out, config, "pool_size", pool->pool_size);
   mxu_json_put_string(out, config, "padding", mxu_padding_name(pool->padding));
-  mxu_json_put_pair(out, config, "strides", pool->strides);
+  if (layer->cls->sequence)
+    mxu_json_put_one(out, config, "strides", pool->strides[1]);
+  else
+    mxu_json_put_pair(out, config, "strides", pool->strides);
   mxu_json_put_string(out, config, "data_format", "channels_last");
 }
 
@@ -134,12 +174,16 @@ static mxu_hlo_value pool2d_emit(const mxu_layer *layer, mxu_emit *e) {
                       .pad_high = {d.pad_bottom, d.pad_right},
                       .lhs_dilation = {1, 1},
                       .rhs_dilation = {1, 1}};
-  mxu_hlo_value x = e->in[0];
-  if (d.is_max) return mxu_hlo_reduce_window(e->h, x, MXU_HLO_MAX, &w);
-  mxu_hlo_value sum = mxu_hlo_reduce_window(e->h, x, MXU_HLO_SUM, &w);
-  mxu_hlo_value count = mxu_hlo_reduce_window(
-      e->h, mxu_hlo_full_like(e->h, x, 1.0), MXU_HLO_SUM, &w);
-  return mxu_hlo_binary(e->h, MXU_HLO_DIVIDE, sum, count);
+  mxu_hlo_value x = mxu_emit_image_input(layer, e), y;
+  if (d.is_max) {
+    y = mxu_hlo_reduce_window(e->h, x, MXU_HLO_MAX, &w);
+  } else {
+    mxu_hlo_value sum = mxu_hlo_reduce_window(e->h, x, MXU_HLO_SUM, &w);
+    mxu_hlo_value count = mxu_hlo_reduce_window(
+        e->h, mxu_hlo_full_like(e->h, x, 1.0), MXU_HLO_SUM, &w);
+    y = mxu_hlo_binary(e->h, MXU_HLO_DIVIDE, sum, count);
+  }
+  return mxu_emit_sequence_output(layer, e, y);
 }
 
 const mxu_layer_class mxu_max_pooling2d_class = {
@@ -165,6 +209,43 @@ const mxu_layer_class mxu_average_pooling2d_class = {
     .read_config = read_average_pooling2d,
     .write_config = write_pool2d,
     .aliases = average_pool_aliases,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = pool2d_infer,
+    .plan = pool2d_plan,
+    .forward = pool2d_forward,
+    .emit = pool2d_emit,
+    .backward = pool2d_backward,
+};
+
+static const char *const max_pool1d_aliases[] = {"MaxPool1D", NULL};
+static const char *const average_pool1d_aliases[] = {"AvgPool1D", NULL};
+
+const mxu_layer_class mxu_max_pooling1d_class = {
+    .class_name = "MaxPooling1D",
+    .sequence = 1,
+    .flops = pool2d_flops,
+    .config_keys = pool2d_keys,
+    .read_config = read_max_pooling1d,
+    .write_config = write_pool2d,
+    .aliases = max_pool1d_aliases,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = pool2d_infer,
+    .plan = pool2d_plan,
+    .forward = pool2d_forward,
+    .emit = pool2d_emit,
+    .backward = pool2d_backward,
+};
+
+const mxu_layer_class mxu_average_pooling1d_class = {
+    .class_name = "AveragePooling1D",
+    .sequence = 1,
+    .flops = pool2d_flops,
+    .config_keys = pool2d_keys,
+    .read_config = read_average_pooling1d,
+    .write_config = write_pool2d,
+    .aliases = average_pool1d_aliases,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = pool2d_infer,

@@ -1,5 +1,6 @@
 /* reshaping.c — layers that move values rather than compute them:
- * GlobalAveragePooling2D and GlobalMaxPooling2D (keepdims too),
+ * GlobalAveragePooling2D and GlobalMaxPooling2D (keepdims too) and their
+ * 1-D kinds,
  * ZeroPadding2D and Cropping2D, Reshape and Permute. Plain loops (each
  * touches every value once) but GlobalAveragePooling2D's, on the backend,
  * and a ZeroPadding2D folded into the conv that reads it (a view). */
@@ -8,24 +9,36 @@
 #include <string.h>
 
 static mxu_status need_image(const mxu_layer *layer) {
-  if (layer->in_shape.rank == 3) return MXU_OK;
+  int sequence = layer->cls->sequence;
+  if (layer->in_shape.rank == (sequence ? 2 : 3)) return MXU_OK;
   char text[64];
   mxu_shape_format(&layer->in_shape, text, sizeof text);
-  return mxu_fail(MXU_ERR_SHAPE,
-                  "%s: expects (height, width, channels) input, got %s",
-                  layer->name, text);
+  return mxu_fail(MXU_ERR_SHAPE, "%s: expects %s input, got %s", layer->name,
+                  sequence ? "(steps, channels)" : "(height, width, channels)",
+                  text);
 }
 
-/* ---- GlobalAveragePooling2D, GlobalMaxPooling2D --------------------------
- * Over each image's height x width, per channel. */
+/* ---- GlobalAveragePooling2D, GlobalMaxPooling2D and their 1-D kinds ------
+ * Over each image's height x width (a sequence's steps), per channel. */
 
 static mxu_status global_pool_infer(mxu_layer *layer) {
   MXU_TRY(need_image(layer));
-  int64_t dims[3] = {1, 1, layer->in_shape.dims[2]};
+  int rank = layer->in_shape.rank;
+  int64_t dims[3] = {1, 1, layer->in_shape.dims[rank - 1]};
   layer->out_shape = layer->config.global_pool.keepdims
-                         ? mxu_shape_make(3, dims)
+                         ? mxu_shape_make(rank, dims + 3 - rank)
                          : mxu_shape_make(1, &dims[2]);
   return MXU_OK;
+}
+
+/* Values per channel of one sample: its pixels (steps). */
+static int64_t pixels_of(const mxu_layer *layer) {
+  return mxu_shape_count(&layer->in_shape) /
+         layer->in_shape.dims[layer->in_shape.rank - 1];
+}
+
+static int channels_of(const mxu_layer *layer) {
+  return (int)layer->in_shape.dims[layer->in_shape.rank - 1];
 }
 
 static double global_pool_flops(const mxu_layer *layer,
@@ -36,23 +49,19 @@ static double global_pool_flops(const mxu_layer *layer,
 
 /* On the backend: threaded over the images. */
 static void global_average_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
-  run->backend->channel_mean(layer->compiled->batch, pixels,
-                             (int)layer->in_shape.dims[2], run->x, run->y);
+  run->backend->channel_mean(layer->compiled->batch, pixels_of(layer),
+                             channels_of(layer), run->x, run->y);
 }
 
 static void global_average_backward(mxu_layer *layer,
                                     const mxu_layer_run *run) {
   if (!run->need_dx) return;
-  int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
-  run->backend->channel_mean_backward(layer->compiled->batch, pixels,
-                                      (int)layer->in_shape.dims[2], run->dy,
-                                      run->dx);
+  run->backend->channel_mean_backward(layer->compiled->batch, pixels_of(layer),
+                                      channels_of(layer), run->dy, run->dx);
 }
 
 static void global_max_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
-  int64_t c = layer->in_shape.dims[2];
+  int64_t pixels = pixels_of(layer), c = channels_of(layer);
   for (int64_t n = 0; n < layer->compiled->batch; n++) {
     const float *x = run->x + n * pixels * c;
     float *y = run->y + n * c;
@@ -67,8 +76,7 @@ static void global_max_forward(mxu_layer *layer, const mxu_layer_run *run) {
  * that hold the maximum (a channel that relu zeroed everywhere ties). */
 static void global_max_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
-  int64_t pixels = layer->in_shape.dims[0] * layer->in_shape.dims[1];
-  int64_t c = layer->in_shape.dims[2];
+  int64_t pixels = pixels_of(layer), c = channels_of(layer);
   for (int64_t n = 0; n < layer->compiled->batch; n++) {
     const float *x = run->x + n * pixels * c, *y = run->y + n * c;
     const float *dy = run->dy + n * c;
@@ -83,18 +91,17 @@ static void global_max_backward(mxu_layer *layer, const mxu_layer_run *run) {
   }
 }
 
-/* Over height and width, then the output's shape (keepdims). */
+/* Over height and width (steps), then the output's shape (keepdims). */
 static mxu_hlo_value global_pool_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo *h = e->h;
-  const int64_t image[2] = {1, 2};
-  int is_max = layer->cls == &mxu_global_max_pooling2d_class;
+  const int64_t axes[2] = {1, 2};
+  int is_max = layer->config.global_pool.is_max;
   mxu_hlo_value y =
-      mxu_hlo_reduce(h, e->in[0], is_max ? MXU_HLO_MAX : MXU_HLO_SUM, 2, image);
+      mxu_hlo_reduce(h, e->in[0], is_max ? MXU_HLO_MAX : MXU_HLO_SUM,
+                     layer->in_shape.rank - 1, axes);
   if (!is_max)
-    y = mxu_hlo_binary(
-        h, MXU_HLO_DIVIDE, y,
-        mxu_hlo_full_like(
-            h, y, (double)(layer->in_shape.dims[0] * layer->in_shape.dims[1])));
+    y = mxu_hlo_binary(h, MXU_HLO_DIVIDE, y,
+                       mxu_hlo_full_like(h, y, (double)pixels_of(layer)));
   return mxu_hlo_reshape(h, y, mxu_batch_shape(e->batch, &layer->out_shape));
 }
 
@@ -104,25 +111,39 @@ static const char *const global_pool_keys[] = {"data_format", "keepdims", NULL};
 
 static mxu_status read_global_pool(const mxu_json_where *where,
                                    const cJSON *config, mxu_json_node *node,
-                                   const char *name, int is_max) {
+                                   const char *name, int is_max, int sequence) {
   mxu_global_pool2d_config pool = {name, is_max, 0};
   MXU_TRY(mxu_json_data_format(where, config));
   MXU_TRY(mxu_json_bool(where, config, "keepdims", &pool.keepdims));
+  mxu_tensor_id x = node->inputs[0];
   return mxu_json_applied(
       where, node,
-      mxu_apply_global_pooling2d(node->model, &pool, node->inputs[0]));
+      sequence ? mxu_apply_global_pooling1d(node->model, &pool, x)
+               : mxu_apply_global_pooling2d(node->model, &pool, x));
 }
 
 static mxu_status read_global_average(const mxu_json_where *where,
                                       const cJSON *config, mxu_json_node *node,
                                       const char *name) {
-  return read_global_pool(where, config, node, name, 0);
+  return read_global_pool(where, config, node, name, 0, 0);
 }
 
 static mxu_status read_global_max(const mxu_json_where *where,
                                   const cJSON *config, mxu_json_node *node,
                                   const char *name) {
-  return read_global_pool(where, config, node, name, 1);
+  return read_global_pool(where, config, node, name, 1, 0);
+}
+
+static mxu_status read_global_average1d(const mxu_json_where *where,
+                                        const cJSON *config,
+                                        mxu_json_node *node, const char *name) {
+  return read_global_pool(where, config, node, name, 0, 1);
+}
+
+static mxu_status read_global_max1d(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name) {
+  return read_global_pool(where, config, node, name, 1, 1);
 }
 
 static void write_global_pool(mxu_json_out *out, const mxu_layer *layer,
@@ -131,6 +152,43 @@ static void write_global_pool(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_bool(out, config, "keepdims",
                     layer->config.global_pool.keepdims);
 }
+
+static const char *const global_average1d_aliases[] = {"GlobalAvgPool1D", NULL};
+static const char *const global_max1d_aliases[] = {"GlobalMaxPool1D", NULL};
+
+const mxu_layer_class mxu_global_average_pooling1d_class = {
+    .class_name = "GlobalAveragePooling1D",
+    .sequence = 1,
+    .config_keys = global_pool_keys,
+    .read_config = read_global_average1d,
+    .write_config = write_global_pool,
+    .aliases = global_average1d_aliases,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = global_pool_infer,
+    .flops = global_pool_flops,
+    .plan = mxu_no_plan,
+    .forward = global_average_forward,
+    .backward = global_average_backward,
+    .emit = global_pool_emit,
+};
+
+const mxu_layer_class mxu_global_max_pooling1d_class = {
+    .class_name = "GlobalMaxPooling1D",
+    .sequence = 1,
+    .config_keys = global_pool_keys,
+    .read_config = read_global_max1d,
+    .write_config = write_global_pool,
+    .aliases = global_max1d_aliases,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = global_pool_infer,
+    .flops = global_pool_flops,
+    .plan = mxu_no_plan,
+    .forward = global_max_forward,
+    .backward = global_max_backward,
+    .emit = global_pool_emit,
+};
 
 /* ---- ZeroPadding2D ---------------------------------------------------------
  * padding: n (all sides), [rows, columns] (symmetric), or [[top, bottom],

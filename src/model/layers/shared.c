@@ -71,15 +71,22 @@ void mxu_shape_format(const mxu_shape *shape, char *out, size_t size) {
   if (used < size) snprintf(out + used, size - used, ")");
 }
 
+mxu_shape mxu_image_shape(const mxu_layer *layer, const mxu_shape *shape) {
+  if (!layer->cls->sequence || shape->rank != 2) return *shape;
+  int64_t dims[3] = {1, shape->dims[0], shape->dims[1]};
+  return mxu_shape_make(3, dims);
+}
+
 mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                             const int size[2], const int strides[2],
                             mxu_padding padding, int channels_out) {
   char text[64];
   mxu_shape_format(&layer->in_shape, text, sizeof text);
-  if (layer->in_shape.rank != 3)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: expects (height, width, channels) input, got %s",
-                    layer->name, text);
+  int sequence = layer->cls->sequence;
+  if (layer->in_shape.rank != (sequence ? 2 : 3))
+    return mxu_fail(
+        MXU_ERR_SHAPE, "%s: expects %s input, got %s", layer->name,
+        sequence ? "(steps, channels)" : "(height, width, channels)", text);
   if (size[0] <= 0 || size[1] <= 0 || strides[0] <= 0 || strides[1] <= 0 ||
       size[0] > MXU_MAX_WINDOW || size[1] > MXU_MAX_WINDOW ||
       strides[0] > MXU_MAX_WINDOW || strides[1] > MXU_MAX_WINDOW)
@@ -88,10 +95,16 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                     "(MXU_MAX_WINDOW)",
                     layer->name, window, size[0], size[1], strides[0],
                     strides[1], MXU_MAX_WINDOW);
+  if (padding == MXU_CAUSAL && !(sequence && strcmp(window, "kernel") == 0))
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: padding 'causal' is Conv1D's only (as in Keras): use "
+                    "'valid' or 'same'",
+                    layer->name);
+  mxu_shape image = mxu_image_shape(layer, &layer->in_shape);
   int64_t out[3];
   for (int i = 0; i < 2; i++) {
-    out[i] = mxu_conv_output_size((int)layer->in_shape.dims[i], size[i],
-                                  strides[i], padding, NULL, NULL);
+    out[i] = mxu_conv_output_size((int)image.dims[i], size[i], strides[i],
+                                  padding, NULL, NULL);
     if (out[i] <= 0)
       return mxu_fail(MXU_ERR_SHAPE,
                       "%s: input %s is smaller than the %dx%d %s with "
@@ -99,7 +112,8 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                       layer->name, text, size[0], size[1], window);
   }
   out[2] = channels_out;
-  layer->out_shape = mxu_shape_make(3, out);
+  layer->out_shape =
+      sequence ? mxu_shape_make(2, &out[1]) : mxu_shape_make(3, out);
   return MXU_OK;
 }
 
@@ -231,7 +245,9 @@ void mxu_config_put_penalties(mxu_json_out *out, cJSON *config,
 }
 
 const char *mxu_padding_name(mxu_padding padding) {
-  return padding == MXU_SAME ? "same" : "valid";
+  return padding == MXU_SAME     ? "same"
+         : padding == MXU_CAUSAL ? "causal"
+                                 : "valid";
 }
 
 /* Runs of `run` values (the trailing dims not broadcast), each starting in
@@ -314,6 +330,18 @@ int mxu_host_output(const mxu_layer *layer, const mxu_layer_run *run,
 mxu_hlo_value mxu_emit_host_output(const mxu_layer *layer, mxu_emit *e) {
   (void)layer;
   return e->training ? e->noise : e->in[0];
+}
+
+mxu_hlo_value mxu_emit_image_input(const mxu_layer *layer, mxu_emit *e) {
+  if (!layer->cls->sequence) return e->in[0];
+  mxu_shape image = mxu_image_shape(layer, &layer->in_shape);
+  return mxu_hlo_reshape(e->h, e->in[0], mxu_batch_shape(e->batch, &image));
+}
+
+mxu_hlo_value mxu_emit_sequence_output(const mxu_layer *layer, mxu_emit *e,
+                                       mxu_hlo_value y) {
+  if (!layer->cls->sequence) return y;
+  return mxu_hlo_reshape(e->h, y, mxu_batch_shape(e->batch, &layer->out_shape));
 }
 
 mxu_hlo_value mxu_emit_view(const mxu_layer *layer, mxu_emit *e) {
