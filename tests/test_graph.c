@@ -2380,6 +2380,224 @@ static void test_gradients_needed(void) {
   same_with_shared_gradients(name, weightless_graph, NULL);
 }
 
+/* ---- sequences: (steps, channels) -----------------------------------------
+ * Conv1D and the 1-D poolings against loops written here over the
+ * sequence, then finite differences and the two backends; Embedding's
+ * rows and its table's gradient. */
+
+#define STEPS 9
+#define SEQ_CHANNELS 4
+
+typedef struct sequence_case {
+  const char *name;
+  enum { CONV1D, MAX1D, AVG1D, GLOBAL_AVG1D, GLOBAL_MAX1D } kind;
+  int size, strides, dilation, groups, filters; /* window; Conv1D's */
+  mxu_padding padding;
+  int keepdims;
+  int64_t out_steps;
+} sequence_case;
+
+static mxu_tensor_id sequence_graph(mxu_model *m, const void *ctx) {
+  const sequence_case *c = ctx;
+  static const int64_t shape[2] = {STEPS, SEQ_CHANNELS};
+  mxu_tensor_id x = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, NULL, mxu_shape_make(2, shape)));
+  mxu_pool1d_config pool = mxu_pool1d_defaults(c->size);
+  pool.name = "under_test";
+  pool.strides = c->strides;
+  pool.padding = c->padding;
+  mxu_global_pool2d_config global = {"under_test", c->kind == GLOBAL_MAX1D,
+                                     c->keepdims};
+  switch (c->kind) {
+  case CONV1D: {
+    mxu_conv1d_config conv = mxu_conv1d_defaults(c->filters, c->size);
+    conv.name = "under_test";
+    conv.strides = c->strides;
+    conv.dilation_rate = c->dilation;
+    conv.groups = c->groups;
+    conv.padding = c->padding;
+    conv.activation = MXU_TANH;
+    conv.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
+    conv.bias.initializer.minval = -0.5f, conv.bias.initializer.maxval = 0.5f;
+    return head(m, mxu_apply_conv1d(m, &conv, x));
+  }
+  case MAX1D: return head(m, mxu_apply_max_pooling1d(m, &pool, x));
+  case AVG1D: return head(m, mxu_apply_average_pooling1d(m, &pool, x));
+  default: return head(m, mxu_apply_global_pooling1d(m, &global, x));
+  }
+}
+
+/* Where the window of output step 0 starts: Keras' padding. */
+static int window_start(const sequence_case *c, int span) {
+  if (c->padding == MXU_CAUSAL) return -(span - 1);
+  if (c->padding == MXU_VALID) return 0;
+  int total = ((int)c->out_steps - 1) * c->strides + span - STEPS;
+  return total > 0 ? -(total / 2) : 0;
+}
+
+/* One sample's output: x (STEPS, SEQ_CHANNELS); w, b Conv1D's weights. */
+static void sequence_expect(const sequence_case *c, const float *x,
+                            const float *w, const float *b, float *y) {
+  int span = (c->size - 1) * (c->kind == CONV1D ? c->dilation : 1) + 1;
+  int start = window_start(c, span);
+  int in_group = SEQ_CHANNELS / (c->kind == CONV1D ? c->groups : 1);
+  for (int t = 0; t < (int)c->out_steps; t++) {
+    int first = t * c->strides + start;
+    if (c->kind == CONV1D) {
+      int per_group = c->filters / c->groups;
+      for (int f = 0; f < c->filters; f++) {
+        double sum = b[f];
+        int g = f / per_group;
+        for (int k = 0; k < c->size; k++) {
+          int at = first + k * c->dilation;
+          if (at < 0 || at >= STEPS) continue;
+          for (int ch = 0; ch < in_group; ch++)
+            sum += (double)x[at * SEQ_CHANNELS + g * in_group + ch] *
+                   w[(k * in_group + ch) * c->filters + f];
+        }
+        y[t * c->filters + f] = tanhf((float)sum);
+      }
+      continue;
+    }
+    for (int ch = 0; ch < SEQ_CHANNELS; ch++) {
+      double sum = 0;
+      float best = -INFINITY;
+      int n = 0;
+      for (int k = 0; k < c->size; k++) {
+        int at = first + k;
+        if (at < 0 || at >= STEPS) continue;
+        float v = x[at * SEQ_CHANNELS + ch];
+        sum += v, n++;
+        if (v > best) best = v;
+      }
+      y[t * SEQ_CHANNELS + ch] = c->kind == MAX1D ? best : (float)(sum / n);
+    }
+  }
+}
+
+static void global_expect(const sequence_case *c, const float *x, float *y) {
+  for (int ch = 0; ch < SEQ_CHANNELS; ch++) {
+    double sum = 0;
+    float best = x[ch];
+    for (int t = 0; t < STEPS; t++) {
+      float v = x[t * SEQ_CHANNELS + ch];
+      sum += v;
+      if (v > best) best = v;
+    }
+    y[ch] = c->kind == GLOBAL_MAX1D ? best : (float)(sum / STEPS);
+  }
+}
+
+static void check_sequence(const sequence_case *c) {
+  mxu_model *m = build(c->name, sequence_graph, c, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  int node = node_named(m, "under_test");
+  const mxu_layer *l = &m->layers[node];
+  int global = c->kind == GLOBAL_AVG1D || c->kind == GLOBAL_MAX1D;
+  int64_t channels = c->kind == CONV1D ? c->filters : SEQ_CHANNELS;
+  int rank = global ? 1 + c->keepdims : 2;
+  int64_t steps = global ? 1 : c->out_steps;
+  CHECK_MSG(
+      l->out_shape.rank == rank && l->out_shape.dims[rank - 1] == channels &&
+          (rank == 1 || l->out_shape.dims[0] == steps),
+      "%s: output shape of rank %d, (%lld, %lld)", c->name, l->out_shape.rank,
+      (long long)l->out_shape.dims[0], (long long)l->out_shape.dims[1]);
+  const float *w = NULL, *b = NULL;
+  for (int i = 0; i < m->param_count; i++)
+    if (m->params[i].layer == node)
+      *(strcmp(m->params[i].name, "kernel") == 0 ? &w : &b) =
+          mxu_param_values(m, &m->params[i]);
+  if (c->kind == CONV1D) CHECK_MSG(w && b, "%s: no kernel and bias", c->name);
+  load_inputs(m, 8);
+  train_step(m);
+  int64_t out_count = steps * channels;
+  float want[STEPS * 8];
+  for (int r = 0; r < BATCH && (w || c->kind != CONV1D); r++) {
+    const float *x = act(m, m->inputs[0]) + r * STEPS * SEQ_CHANNELS;
+    if (global)
+      global_expect(c, x, want);
+    else
+      sequence_expect(c, x, w, b, want);
+    const float *got = act(m, node) + r * out_count;
+    for (int64_t i = 0; i < out_count; i++)
+      if (!(fabs(got[i] - want[i]) <= 1e-5 * fabs(want[i]) + 1e-6)) {
+        CHECK_MSG(0, "%s: sample %d value %lld: %.7g, want %.7g", c->name, r,
+                  (long long)i, (double)got[i], (double)want[i]);
+        break;
+      }
+  }
+  finite_differences(m, c->name);
+  mxu_model_free(m);
+  backends_agree(c->name, sequence_graph, c);
+}
+
+static const sequence_case sequence_cases[] = {
+    {"Conv1D causal, dilation 2", CONV1D, 3, 1, 2, 1, 5, MXU_CAUSAL, 0, 9},
+    {"Conv1D same, strides 2, groups 2", CONV1D, 3, 2, 1, 2, 6, MXU_SAME, 0, 5},
+    {"Conv1D valid, kernel 4", CONV1D, 4, 1, 1, 1, 3, MXU_VALID, 0, 6},
+    {"Conv1D causal, strides 3", CONV1D, 2, 3, 1, 1, 2, MXU_CAUSAL, 0, 3},
+    {"MaxPooling1D(3, 2, same)", MAX1D, 3, 2, 1, 1, 0, MXU_SAME, 0, 5},
+    {"AveragePooling1D(2)", AVG1D, 2, 2, 1, 1, 0, MXU_VALID, 0, 4},
+    {"AveragePooling1D(4, 1, same)", AVG1D, 4, 1, 1, 1, 0, MXU_SAME, 0, 9},
+    {"GlobalAveragePooling1D", GLOBAL_AVG1D, 0, 0, 0, 0, 0, MXU_VALID, 0, 1},
+    {"GlobalMaxPooling1D keepdims", GLOBAL_MAX1D, 0, 0, 0, 0, 0, MXU_VALID, 1,
+     1},
+};
+
+/* Embedding(6, 3) of 5 ids a sample: ids toward zero as Keras casts them
+ * (-0.5 and 2.9 are rows 0 and 2), outside the table (-1, 6, NaN) zeros;
+ * the table's gradient against finite differences. */
+static mxu_tensor_id embedding_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  int64_t steps = 5;
+  mxu_embedding_config e = {
+      .name = "under_test", .input_dim = 6, .output_dim = 3};
+  return head(m, mxu_apply_embedding(
+                     m, &e, mxu_input(m, NULL, mxu_shape_make(1, &steps))));
+}
+
+static void test_embedding(void) {
+  static const float ids[BATCH][5] = {
+      {0, 5, 2.9f, -0.5f, 5}, {3, 3, -1, 6, 1}, {NAN, 3, 0, 1.5f, 2}};
+  const char *name = "Embedding";
+  for (int b = 0; b < 2; b++) {
+    mxu_model *m = build(name, embedding_graph, NULL,
+                         b ? MXU_BACKEND_CPU : MXU_BACKEND_CPU_REF);
+    if (!m) return;
+    int node = node_named(m, "under_test");
+    const mxu_param *p = &m->params[0];
+    CHECK(m->layers[node].out_shape.rank == 2 &&
+          m->layers[node].out_shape.dims[1] == 3 &&
+          strcmp(p->name, "embeddings") == 0 && p->count == 18);
+    float *table = mxu_param_values(m, p);
+    for (int i = 0; i < 18; i++) table[i] = 0.25f * (float)i - 2.0f;
+    load_inputs(m, 5);
+    memcpy(act(m, m->inputs[0]), ids, sizeof ids);
+    train_step(m);
+    const float *y = act(m, node);
+    int bad = 0;
+    for (int i = 0; i < BATCH * 5; i++) {
+      float id = ids[i / 5][i % 5];
+      int row = id > -1.0f && id < 6.0f ? (int)id : -1;
+      for (int k = 0; k < 3; k++)
+        bad += y[i * 3 + k] != (row < 0 ? 0.0f : table[row * 3 + k]);
+    }
+    CHECK_MSG(bad == 0, "%s: %d values off", name, bad);
+    /* Rows read get a gradient; row 4, which no id reads, none. */
+    float grads[18];
+    memcpy(grads, m->grads + p->offset, sizeof grads);
+    CHECK(grads[12] == 0 && grads[13] == 0 && grads[14] == 0 && grads[0] != 0);
+    check_fd(m, table, grads, 18, "embeddings", name);
+    mxu_model_free(m);
+  }
+}
+
+static void test_sequence_layers(void) {
+  for (size_t i = 0; i < sizeof sequence_cases / sizeof *sequence_cases; i++)
+    check_sequence(&sequence_cases[i]);
+  test_embedding();
+}
+
 int main(void) {
   test_empty_data();
   test_limits();
@@ -2389,6 +2607,7 @@ int main(void) {
   test_preprocessing();
   test_layer_scale();
   test_custom_scale();
+  test_sequence_layers();
   test_random_flip();
   test_random_contrast();
   test_random_crop();

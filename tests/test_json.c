@@ -621,7 +621,20 @@ static int same_config(const mxu_layer *a, const mxu_layer *b) {
            x->padding == y->padding && x->activation == y->activation &&
            x->use_bias == y->use_bias;
   }
-  if (strstr(cls, "Pooling2D")) {
+  if (strcmp(cls, "Conv1D") == 0) {
+    const mxu_conv2d_config *x = &a->config.conv, *y = &b->config.conv;
+    return x->filters == y->filters && x->kernel_size[1] == y->kernel_size[1] &&
+           x->strides[1] == y->strides[1] &&
+           x->dilation_rate[1] == y->dilation_rate[1] &&
+           x->groups == y->groups && x->padding == y->padding &&
+           x->activation == y->activation && x->use_bias == y->use_bias;
+  }
+  if (strcmp(cls, "Embedding") == 0)
+    return a->config.embedding.input_dim == b->config.embedding.input_dim &&
+           a->config.embedding.output_dim == b->config.embedding.output_dim;
+  if (strcmp(cls, "InputLayer") == 0)
+    return a->config.input_dtype == b->config.input_dtype;
+  if (strstr(cls, "Pooling2D") || strstr(cls, "Pooling1D")) {
     const mxu_pool2d_config *x = &a->config.pool, *y = &b->config.pool;
     return x->pool_size[0] == y->pool_size[0] &&
            x->pool_size[1] == y->pool_size[1] &&
@@ -2655,13 +2668,143 @@ static void mutate_every_node(const char *label, const char *text) {
   free(refs);
 }
 
+/* A config value of the written entry named `name`, as compact text. */
+static char *written_value(const cJSON *doc, const char *name,
+                           const char *key) {
+  for (const cJSON *e = layers_of(doc) ? layers_of(doc)->child : NULL; e;
+       e = e->next) {
+    const cJSON *config = cJSON_GetObjectItemCaseSensitive(e, "config");
+    const char *n =
+        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(config, "name"));
+    if (n && strcmp(n, name) == 0)
+      return cJSON_PrintUnformatted(
+          cJSON_GetObjectItemCaseSensitive(config, key));
+  }
+  return NULL;
+}
+
+/* The sequence net of test_golden (make_sequence.py) in both dialects:
+ * int32 ids, Embedding, Conv1D causal/strided/grouped, the 1-D poolings;
+ * read as Keras wrote them and written back with sizes as lists of one,
+ * padding 'causal' and the input's dtype. Then what is refused. */
+static void reads_sequences(void) {
+  static const char *const files[] = {"tests/golden/sequence/model.tf2.json",
+                                      "tests/golden/sequence/model.k3.json"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
+    if (!m) continue;
+    CHECK(mxu_model_param_count(m, 1) == 761 && mxu_model_layer_count(m) == 12);
+    const mxu_layer *in = mxu_model_input(m);
+    CHECK(in->config.input_dtype == 1 && in->out_shape.rank == 1 &&
+          in->out_shape.dims[0] == 16);
+    int causal = mxu_model_node(m, 2);
+    const mxu_layer *c = &m->layers[causal];
+    CHECK_MSG(strcmp(c->name, "causal") == 0 && c->cls == &mxu_conv1d_class &&
+                  c->config.conv.padding == MXU_CAUSAL &&
+                  c->config.conv.kernel_size[0] == 1 &&
+                  c->config.conv.kernel_size[1] == 3 &&
+                  c->config.conv.dilation_rate[1] == 2 &&
+                  shape_is(c->out_shape, 2, 16, 6, 0),
+              "%s: layer 2 is %s", files[f], c->name);
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      round_trip_text(files[f], m, keras3);
+      char *text = write_json(m, keras3);
+      cJSON *doc = text ? cJSON_Parse(text) : NULL;
+      static const char *const want[][3] = {
+          {"ids", "dtype", "\"int32\""},
+          {"causal", "kernel_size", "[3]"},
+          {"causal", "padding", "\"causal\""},
+          {"causal", "dilation_rate", "[2]"},
+          {"strided", "strides", "[2]"},
+          {"grouped", "groups", "2"},
+          {"max1d", "pool_size", "[2]"},
+          {"avg1d", "strides", "[1]"},
+          {"embed", "output_dim", "8"},
+          {"embed", "mask_zero", "false"},
+          {"gmp1d", "keepdims", "false"},
+      };
+      for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        char *got = doc ? written_value(doc, want[i][0], want[i][1]) : NULL;
+        CHECK_MSG(got && strcmp(got, want[i][2]) == 0,
+                  "%s keras3=%d: %s's %s written as %s, want %s", files[f],
+                  keras3, want[i][0], want[i][1], got ? got : "(none)",
+                  want[i][2]);
+        cJSON_free(got);
+      }
+      cJSON_Delete(doc);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+  static const struct {
+    const char *shape, *entry;
+    mxu_status status;
+    const char *needle;
+  } refused[] = {
+      {"[null, 6]",
+       "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", "
+       "\"input_dim\": 10, \"output_dim\": 4, \"mask_zero\": true}}",
+       MXU_ERR_UNSUPPORTED, "mask_zero"},
+      {"[null, 6]",
+       "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", "
+       "\"output_dim\": 4}}",
+       MXU_ERR_FORMAT, "input_dim is missing"},
+      {"[null, 6]",
+       "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", "
+       "\"input_dim\": 10, \"output_dim\": 4, \"lora_rank\": 4}}",
+       MXU_ERR_FORMAT, "lora_rank"},
+      {"[null, 4, 4, 3]",
+       "{\"class_name\": \"Conv1D\", \"config\": {\"name\": \"e\", "
+       "\"filters\": 2, \"kernel_size\": [3]}}",
+       MXU_ERR_SHAPE, "expects (steps, channels) input, got (4, 4, 3)"},
+      {"[null, 8, 3]",
+       "{\"class_name\": \"Conv1D\", \"config\": {\"name\": \"e\", "
+       "\"filters\": 2, \"kernel_size\": [3, 3]}}",
+       MXU_ERR_FORMAT, "a positive integer or a list of one"},
+      {"[null, 8, 3]",
+       "{\"class_name\": \"Conv1D\", \"config\": {\"name\": \"e\", "
+       "\"filters\": 2, \"kernel_size\": 3, \"padding\": \"full\"}}",
+       MXU_ERR_UNSUPPORTED, "'valid', 'same' or 'causal'"},
+      {"[null, 8, 3]",
+       "{\"class_name\": \"MaxPooling1D\", \"config\": {\"name\": \"e\", "
+       "\"pool_size\": 2, \"padding\": \"causal\"}}",
+       MXU_ERR_UNSUPPORTED, "'valid' or 'same'"},
+      {"[null, 4, 4, 3]",
+       "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"e\", "
+       "\"filters\": 2, \"kernel_size\": 3, \"padding\": \"causal\"}}",
+       MXU_ERR_UNSUPPORTED, "'valid' or 'same'"},
+      {"[null, 2, 3]",
+       "{\"class_name\": \"Conv1D\", \"config\": {\"name\": \"e\", "
+       "\"filters\": 2, \"kernel_size\": 3}}",
+       MXU_ERR_SHAPE, "smaller than the 1x3 kernel"},
+      {"[null, 4, 4, 3]",
+       "{\"class_name\": \"GlobalAveragePooling1D\", \"config\": {\"name\": "
+       "\"e\"}}",
+       MXU_ERR_SHAPE, "expects (steps, channels) input"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+    EXPECT_JSON_FAIL(model_with(refused[i].shape, refused[i].entry),
+                     refused[i].status, "layer 'e'", refused[i].needle);
+  /* An input of strings (TextVectorization's) is not one mxu reads. */
+  EXPECT_JSON_FAIL(
+      "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", "
+      "\"layers\": [{\"class_name\": \"InputLayer\", \"config\": "
+      "{\"batch_input_shape\": [null, 1], \"dtype\": \"string\", \"name\": "
+      "\"text\"}}]}}",
+      MXU_ERR_UNSUPPORTED, "dtype string is not supported",
+      "int32 or int64 token ids");
+}
+
 /* The cifar model, and a Functional net of ops recorded as layers, given
  * statistics, LayerScale and CustomScaleLayer in both dialects. */
 static void every_mutation(void) {
   mutate_every_node("cifar (Keras 3)", cifar_keras3);
   static const char *const nets[] = {"tests/golden/apps_layers/model.tf2.json",
-                                     "tests/golden/apps_layers/model.k3.json"};
-  for (int n = 0; n < 2; n++) {
+                                     "tests/golden/apps_layers/model.k3.json",
+                                     "tests/golden/sequence/model.tf2.json",
+                                     "tests/golden/sequence/model.k3.json"};
+  for (int n = 0; n < 4; n++) {
     char *text = check_slurp(nets[n]);
     CHECK_MSG(text != NULL, "%s: cannot read it", nets[n]);
     if (text) mutate_every_node(nets[n], text);
@@ -2678,6 +2821,7 @@ int main(void) {
   reads_given_normalization();
   reads_layer_scale();
   reads_custom_scale();
+  reads_sequences();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

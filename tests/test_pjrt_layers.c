@@ -267,6 +267,39 @@ static const layer_case cases[] = {
                ", \"invert\": true, \"mean\": 0.3, \"variance\": 2.25",
                IN("n")),
      "i", 1e-4},
+    /* The sequences: (8, 3) steps from the lead's (8, 1, 3) image. */
+    {"Conv1D causal dilated, strided same grouped; MaxPooling1D, "
+     "AveragePooling1D, GlobalMaxPooling1D keepdims",
+     "8, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [8, 3]", IN("lead"))
+         LAYER("Conv1D", "c",
+               ", \"filters\": 4, \"kernel_size\": 3, \"padding\": \"causal\", "
+               "\"dilation_rate\": 2, \"activation\": \"tanh\"",
+               IN("r"))
+             LAYER("Conv1D", "s",
+                   ", \"filters\": 4, \"kernel_size\": [3], \"strides\": 2, "
+                   "\"padding\": \"same\", \"groups\": 2",
+                   IN("c"))
+                 LAYER("MaxPooling1D", "m",
+                       ", \"pool_size\": 2, \"strides\": 1, \"padding\": "
+                       "\"same\"",
+                       IN("s")) LAYER("AveragePooling1D", "a",
+                                      ", \"pool_size\": 2", IN("m"))
+                     LAYER("GlobalMaxPooling1D", "g", ", \"keepdims\": true",
+                           IN("a")),
+     "g", 1e-4},
+    {"Conv1D valid, GlobalAveragePooling1D", "6, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead"))
+         LAYER("Conv1D", "c", ", \"filters\": 2, \"kernel_size\": 2", IN("r"))
+             LAYER("GlobalAveragePooling1D", "g", "", IN("c")),
+     "g", 1e-4},
+    /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
+     * and 0.x row 0, 1.x row 1. */
+    {"Embedding of the input, joined to the lead", "4, 1, 3",
+     LAYER("Embedding", "e", ", \"input_dim\": 3, \"output_dim\": 2", IN("x"))
+         LAYER("Reshape", "er", ", \"target_shape\": [4, 1, 6]", IN("e"))
+             LAYER("Concatenate", "j", "", IN2("lead", "er")),
+     "j", 1e-4},
     {"LayerScale (keras.applications ConvNeXt's)", "4, 4, 2",
      LAYER("LayerScale", "s", ", \"init_values\": 0.3, \"projection_dim\": 3",
            IN("lead")),
