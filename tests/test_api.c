@@ -297,6 +297,19 @@ static void errors_fit(void) {
     EXPECT_FAIL(mxu_fit(model, data, &v, NULL), MXU_ERR_SHAPE, NULL);
     mxu_dataset_free(bad);
   }
+  mxu_dataset *other = make_data(8, shape3(2, 8, 1), 3, 0, 1);
+  EXPECT_FAIL(mxu_fit(model, other, &f, NULL), MXU_ERR_SHAPE,
+              "the samples are (2, 8, 1) but the model's input 'input_1' "
+              "takes (4, 4, 1)");
+  mxu_dataset_free(other);
+  /* Axes of 1 aside, the same shape: (4, 4) samples, (1, 4, 4) too. */
+  const mxu_shape same[] = {{2, {4, 4}}, shape3(1, 4, 4)};
+  for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+    mxu_dataset *ok = make_data(8, same[i], 3, 0, 1);
+    CHECK_OK(mxu_fit(model, ok, &f, NULL));
+    CHECK_OK(mxu_evaluate(model, ok, 4, &loss, &accuracy));
+    mxu_dataset_free(ok);
+  }
   /* More classes than the model scores. */
   mxu_dataset *many = make_data(8, shape3(4, 4, 1), 5, 0, 1);
   EXPECT_FAIL(mxu_fit(model, many, &f, NULL), MXU_ERR_SHAPE, "classes");

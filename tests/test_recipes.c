@@ -135,9 +135,52 @@ static void cifar_augmented_short(void) {
   mxu_dataset_free(test);
 }
 
+/* Sequence models on real data (models/fashion_rows_conv1d.json,
+ * fashion_pixel_tokens.json, written by Keras 3): Fashion-MNIST's (28, 28,
+ * 1) images as 28 steps of 28 pixels through Conv1D and the 1-D poolings,
+ * and as 784 pixel-intensity tokens (0..255) through an Embedding; one
+ * epoch of batches of 128 each. Seen: test accuracy 0.8063 and 0.7150. */
+static void fashion_sequences(void) {
+  static const struct {
+    const char *path;
+    double accuracy;
+  } models[] = {{"models/fashion_rows_conv1d.json", 0.77},
+                {"models/fashion_pixel_tokens.json", 0.65}};
+  mxu_dataset *train = NULL, *test = NULL;
+  const char *dir = "/usr/share/datasets/fashion-mnist";
+  CHECK_OK(mxu_load_mnist_dir(dir, MXU_TRAIN, &train));
+  CHECK_OK(mxu_load_mnist_dir(dir, MXU_TEST, &test));
+  for (int i = 0; train && test && i < 2; i++) {
+    mxu_model *model = NULL;
+    mxu_compile_config compile = mxu_compile_defaults();
+    int has_compile = 0;
+    CHECK_OK(
+        mxu_model_load_json(models[i].path, &model, &compile, &has_compile));
+    if (!model) continue;
+    CHECK(has_compile && compile.optimizer.kind == MXU_ADAM);
+    compile.batch_size = 128;
+    CHECK_OK(mxu_compile(model, &compile));
+    mxu_fit_config fit = mxu_fit_defaults();
+    fit.batch_size = 128;
+    fit.verbose = 0;
+    const mxu_history *history = NULL;
+    CHECK_OK(mxu_fit(model, train, &fit, &history));
+    double loss = 0, accuracy = 0;
+    CHECK_OK(mxu_evaluate(model, test, 1000, &loss, &accuracy));
+    printf("%s, 1 epoch: test accuracy %.4f, loss %.4f\n", models[i].path,
+           accuracy, loss);
+    CHECK_MSG(accuracy > models[i].accuracy, "%s: test accuracy %.4f",
+              models[i].path, accuracy);
+    mxu_model_free(model);
+  }
+  mxu_dataset_free(train);
+  mxu_dataset_free(test);
+}
+
 int main(void) {
   fashion_one_epoch();
   cifar_one_short_epoch();
   cifar_augmented_short();
+  fashion_sequences();
   return check_report("test_recipes");
 }

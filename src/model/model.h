@@ -318,6 +318,9 @@ typedef struct mxu_node_plan {
   int margins[4];
 } mxu_node_plan;
 
+/* "(28, 28, 1)" (layers/shared.c) */
+void mxu_shape_format(const mxu_shape *shape, char *out, size_t size);
+
 /* The dtypes an InputLayer may declare, "float32" first: token ids come
  * as int32 or int64 (Embedding's input). mxu's samples are float32
  * whatever the file says; the name is kept to write it back. NULL-ended. */

@@ -62,6 +62,13 @@ static mxu_status check_targets(const mxu_model *model, const mxu_dataset *data,
   return MXU_OK;
 }
 
+static mxu_shape squeezed(const mxu_shape *s) {
+  mxu_shape out = {0};
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] != 1) out.dims[out.rank++] = s->dims[i];
+  return out;
+}
+
 static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                              const char *what) {
   if (!model || !model->compiled)
@@ -78,24 +85,30 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
   const mxu_layer *input = mxu_model_input(model);
   const mxu_shape *shape = &input->out_shape;
   int64_t want = mxu_shape_count(shape);
-  if (mxu_shape_count(&data->shape) != want ||
-      data->shape.rank != shape->rank) {
+  if (mxu_shape_count(&data->shape) != want) {
     char a[64], b[64];
-    snprintf(a, sizeof a, "%lld values",
-             (long long)mxu_shape_count(&data->shape));
-    snprintf(b, sizeof b, "%lld values", (long long)want);
+    mxu_shape_format(&data->shape, a, sizeof a);
+    mxu_shape_format(shape, b, sizeof b);
     return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: the samples have rank %d (%s) but the model's input "
-                    "'%s' takes rank %d (%s)",
-                    what, data->shape.rank, a, input->name, shape->rank, b);
+                    "%s: the samples are %s (%lld values) but the model's "
+                    "input '%s' takes %s (%lld values)",
+                    what, a, (long long)mxu_shape_count(&data->shape),
+                    input->name, b, (long long)want);
   }
-  for (int i = 0; i < data->shape.rank; i++)
-    if (data->shape.dims[i] != shape->dims[i])
-      return mxu_fail(MXU_ERR_SHAPE,
-                      "%s: sample dimension %d is %lld but the model's input "
-                      "takes %lld",
-                      what, i, (long long)data->shape.dims[i],
-                      (long long)shape->dims[i]);
+  /* Axes of 1 aside (the same values in the same order): Fashion-MNIST's
+   * (28, 28, 1) images feed a Keras model built for its (28, 28) arrays. */
+  mxu_shape a = squeezed(&data->shape), b = squeezed(shape);
+  int same = a.rank == b.rank;
+  for (int i = 0; same && i < a.rank; i++) same = a.dims[i] == b.dims[i];
+  if (!same) {
+    char x[64], y[64];
+    mxu_shape_format(&data->shape, x, sizeof x);
+    mxu_shape_format(shape, y, sizeof y);
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: the samples are %s but the model's input '%s' takes "
+                    "%s",
+                    what, x, input->name, y);
+  }
   return check_targets(model, data, what);
 }
 

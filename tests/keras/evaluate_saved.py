@@ -7,7 +7,8 @@ dependency:
 
   /tmp/kenv/bin/python tests/keras/evaluate_saved.py MODEL.keras
 
-The images are the raw 0..255 values, as mxu's fashion recipe reads them.
+The images are the raw 0..255 values, as mxu's fashion recipe reads them,
+shaped as the model's input (a sequence model's (28, 28) rows too).
 """
 import gzip
 import os
@@ -27,7 +28,15 @@ def idx(name, header):
 
 x = idx("t10k-images-idx3-ubyte", 16).reshape(-1, 28, 28, 1).astype("float32")
 y = idx("t10k-labels-idx1-ubyte", 8).astype("int32")
-model = keras.models.load_model(sys.argv[1])
+# Keras 3 cannot evaluate with the metrics of an .h5's training_config,
+# tf.keras 2's own files' included ('str' object is not callable): compile
+# such a model here.
+legacy = sys.argv[1].endswith(".h5")
+model = keras.models.load_model(sys.argv[1], compile=not legacy)
+if legacy:
+    model.compile(loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+# As the model's input takes them: (28, 28, 1) images, (28, 28) rows.
+x = x.reshape((-1,) + tuple(model.input_shape[1:]))
 loss, accuracy = model.evaluate(x, y, batch_size=1000, verbose=0)
 print(f"keras {keras.__version__}: {sys.argv[1]}: test loss {loss:.4f} - "
       f"test accuracy {accuracy:.4f}")

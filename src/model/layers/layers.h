@@ -99,9 +99,6 @@ void mxu_config_put_initializers(mxu_json_out *out, cJSON *config,
 /* "same" or "valid". */
 const char *mxu_padding_name(mxu_padding padding);
 
-/* "(28, 28, 1)" */
-void mxu_shape_format(const mxu_shape *shape, char *out, size_t size);
-
 /* Broadcasting a tensor of shape `in` (dims equal to `out`'s or 1) over
  * `out`, sample by sample: to_out copies x's values to every place they
  * repeat at; else sums a gradient over those places back into in's shape
