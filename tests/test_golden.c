@@ -22,7 +22,7 @@ typedef struct golden_case {
   const char *dir; /* initial.h5, after_step.h5, batch.h5 in it */
   const char *json[2];
   int rows, classes;
-  int64_t input[3]; /* the sample's shape; a shorter one ends in zeros */
+  int64_t input[3];  /* the sample's shape; a shorter one ends in zeros */
   const char *fused; /* a node its producer runs fused, or NULL */
 } golden_case;
 
@@ -193,6 +193,37 @@ static void keras3_weights(void) {
   mxu_model_free(model);
 }
 
+/* Keras 3's archive of the sequence net with its initial weights
+ * (make_sequence.py): mxu_load_model gives Keras' initial predictions;
+ * mxu's own .keras and .h5 of it load back predicting the same bits. */
+static void keras_archive(void) {
+  static golden g;
+  current = &(golden_case){
+      "tests/golden/sequence", {NULL, NULL}, 6, 5, {16, 0, 0}, NULL};
+  read_golden(&g);
+  mxu_model *model = NULL;
+  CHECK_OK(mxu_load_model("tests/golden/sequence/model.keras",
+                          MXU_BACKEND_CPU_REF, &model, NULL));
+  if (!model) return;
+  float probs[MAX_ROWS * MAX_CLASSES], again[MAX_ROWS * MAX_CLASSES];
+  CHECK_OK(mxu_predict(model, g.x, 6, probs));
+  expect_close(probs, g.before, 30, 1e-6, "prediction",
+               "sequence net, Keras 3's .keras");
+  static const char *const saved[] = {"/tmp/mxu_sequence.keras",
+                                      "/tmp/mxu_sequence.h5"};
+  for (int i = 0; i < 2; i++) {
+    mxu_model *back = NULL;
+    CHECK_OK(mxu_save_model(model, saved[i], NULL));
+    CHECK_OK(mxu_load_model(saved[i], MXU_BACKEND_CPU_REF, &back, NULL));
+    if (back) CHECK_OK(mxu_predict(back, g.x, 6, again));
+    if (back) expect_close(again, probs, 30, 0, "prediction", saved[i]);
+    CHECK(back && mxu_model_input(back)->config.input_dtype == 1);
+    mxu_model_free(back);
+    remove(saved[i]);
+  }
+  mxu_model_free(model);
+}
+
 int main(void) {
   static const golden_case cases[] = {
       {"tests/golden",
@@ -267,5 +298,6 @@ int main(void) {
     one_step(current->json[0], MXU_BACKEND_CPU, &g, label[2]);
   }
   keras3_weights();
+  keras_archive();
   return check_report("test_golden");
 }

@@ -15,7 +15,8 @@ Batch: np.random.seed(7); x = randint(0, 50, (6, 16)) int32, y =
 randint(0, 5, 6).
 
 Writes into OUTDIR (tests/golden/sequence/) what golden_step.py writes,
-and model.k3.json (the same model built in Keras 3).
+model.k3.json (the same model built in Keras 3) and model.keras (Keras 3's
+archive of it with the initial weights).
 
 Keras is never a dependency of mxu: this script only regenerates the files.
   /tmp/kenv/bin/python tests/keras/make_sequence.py tests/golden/sequence
@@ -63,6 +64,15 @@ def main(out):
     k3 = build(keras)
     with open(os.path.join(out, "model.k3.json"), "w") as f:
         f.write(k3.to_json(indent=1))
+    # Keras 3's whole-model archive of the same model with the initial
+    # weights (tf.keras 2's, the same order): its predictions are
+    # predict_before.
+    tf_keras.utils.set_random_seed(5)
+    first = build(tf_keras)
+    k3.set_weights(first.get_weights())
+    k3.compile(optimizer=keras.optimizers.SGD(0.1),
+               loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    k3.save(os.path.join(out, "model.keras"))
     print("loss", loss, "layers", [l.name for l in model.layers])
 
 
