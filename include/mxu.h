@@ -394,7 +394,32 @@ typedef struct mxu_layer_scale_config {
 } mxu_layer_scale_config;
 
 /* ---- sequences: (steps, channels) ---------------------------------------
- * Conv1D: a Conv2D over steps; its kernel is (kernel_size, channels /
+ * SimpleRNN, LSTM and GRU over (steps, features), from zero states: the
+ * last step's output (units), or every step's (steps, units) with
+ * return_sequences; go_backwards reads the steps last to first and
+ * returns them in that order, as Keras. Weights kernel (features, g *
+ * units), recurrent_kernel (units, g * units) and bias (g * units) with g
+ * gates: 1, LSTM's 4 (i, f, c, o), GRU's 3 (z, r, h); GRU's bias is (2, 3
+ * * units), its input and recurrent halves (Keras' reset_after). Defaults:
+ * tanh, recurrent sigmoid, glorot_uniform kernel, orthogonal recurrent
+ * kernel, zero bias but LSTM's forget block of ones (unit_forget_bias). */
+typedef enum mxu_rnn_kind {
+  MXU_SIMPLE_RNN = 0,
+  MXU_LSTM,
+  MXU_GRU
+} mxu_rnn_kind;
+
+typedef struct mxu_rnn_config {
+  const char *name;
+  mxu_rnn_kind kind;
+  int units;
+  mxu_activation activation, recurrent_activation;
+  int use_bias, return_sequences, go_backwards;
+  int unit_forget_bias; /* LSTM */
+  mxu_weight_options kernel, recurrent, bias;
+} mxu_rnn_config;
+
+/* Conv1D: a Conv2D over steps; its kernel is (kernel_size, channels /
  * groups, filters). padding: valid, same or causal. */
 typedef struct mxu_conv1d_config {
   const char *name;
@@ -482,6 +507,7 @@ mxu_separable_conv2d_defaults(int filters, int kernel_h, int kernel_w);
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w);
 mxu_conv1d_config mxu_conv1d_defaults(int filters, int kernel_size);
 mxu_pool1d_config mxu_pool1d_defaults(int pool_size);
+mxu_rnn_config mxu_rnn_defaults(mxu_rnn_kind kind, int units);
 mxu_dense_config mxu_dense_defaults(int units);
 mxu_batchnorm_config mxu_batchnorm_defaults(void);
 
@@ -641,6 +667,8 @@ mxu_tensor_id mxu_apply_global_pooling1d(mxu_model *model,
 mxu_tensor_id mxu_apply_embedding(mxu_model *model,
                                   const mxu_embedding_config *config,
                                   mxu_tensor_id x);
+mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
+                            mxu_tensor_id x);
 mxu_tensor_id
 mxu_apply_separable_conv2d(mxu_model *model,
                            const mxu_separable_conv2d_config *config,

@@ -86,13 +86,25 @@ static mxu_status create_vars(const char *path, hid_t root, const char *where,
   return s;
 }
 
+/* A layer whose class keeps its weights in a subgroup (an RNN's cell)
+ * gets an empty vars group of its own, as Keras writes it, and the
+ * weights in <group>/<subgroup>/vars. */
 static mxu_status write_layer(const mxu_model *model, int layer, hid_t root,
                               const char *path) {
-  char where[KERAS3_GROUP_SIZE * 4 + 8];
+  char where[KERAS3_GROUP_SIZE * 5 + 8];
   group_of(model, layer, where, KERAS3_GROUP_SIZE * 4);
-  strcat(where, "/vars");
+  const char *sub = model->layers[layer].cls->keras3_group;
   hid_t vars;
-  MXU_TRY(create_vars(path, root, where, model->layers[layer].name, &vars));
+  if (sub) {
+    size_t at = strlen(where);
+    strcat(where, "/vars");
+    MXU_TRY(create_vars(path, root, where, model->layers[layer].name, &vars));
+    H5Gclose(vars);
+    snprintf(where + at, sizeof where - at, "/%s", sub);
+  }
+  strcat(where, "/vars");
+  MXU_TRY(create_vars(path, root, where, sub ? sub : model->layers[layer].name,
+                      &vars));
   mxu_status s = MXU_OK;
   for (int k = 0; s == MXU_OK && k < model->layers[layer].param_count; k++) {
     const mxu_param *p = &model->params[model->layers[layer].param_first + k];
@@ -200,6 +212,11 @@ static mxu_status list_entry(const char *path, hid_t root, hid_t layers,
   int count = 0;
   MXU_TRY(vars_count(path, root, where, &count));
   if (count > 0) return push(path, found, where);
+  /* Keras 3's RNN layers keep their weights in their cell's group. */
+  char cell[KERAS3_GROUP_SIZE * 4 + 8];
+  snprintf(cell, sizeof cell, "%s/cell", where);
+  MXU_TRY(vars_count(path, root, cell, &count));
+  if (count > 0) return push(path, found, cell);
   char inner[KERAS3_GROUP_SIZE * 4 + 8];
   snprintf(inner, sizeof inner, "%s/", where);
   return list_group(path, root, inner, found);
@@ -236,8 +253,10 @@ static mxu_status pick_groups(const mxu_weights_load *load,
                               const mxu_h5_strings *file,
                               mxu_h5_strings *groups) {
   for (int l = 0; l < layers->count; l++) {
-    char where[KERAS3_GROUP_SIZE * 4];
-    group_of(load->model, layers->nodes[l], where, sizeof where);
+    char where[KERAS3_GROUP_SIZE * 5];
+    group_of(load->model, layers->nodes[l], where, KERAS3_GROUP_SIZE * 4);
+    const char *sub = load->model->layers[layers->nodes[l]].cls->keras3_group;
+    if (sub) snprintf(where + strlen(where), KERAS3_GROUP_SIZE, "/%s", sub);
     if (!listed(file, where)) {
       mxu_h5_strings_free(groups);
       for (int i = 0; i < file->count; i++)

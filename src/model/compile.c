@@ -349,6 +349,8 @@ static mxu_status allocate_params(mxu_model *model) {
       if (s != MXU_OK)
         return mxu_fail_prefix(s, "compile: layer '%s', %s: ", layer->name,
                                p->name);
+      for (int64_t j = 0; j < decls[k].ones_count; j++)
+        values[decls[k].ones_first + j] = 1.0f;
     }
   }
   model->iterations = 0;

@@ -69,6 +69,9 @@ static const mxu_layer_class *const registry[] = {
     &mxu_global_average_pooling1d_class,
     &mxu_global_max_pooling1d_class,
     &mxu_embedding_class,
+    &mxu_simple_rnn_class,
+    &mxu_lstm_class,
+    &mxu_gru_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -143,6 +146,15 @@ mxu_conv1d_config mxu_conv1d_defaults(int filters, int kernel_size) {
 
 mxu_pool1d_config mxu_pool1d_defaults(int pool_size) {
   return (mxu_pool1d_config){NULL, pool_size, pool_size, MXU_VALID};
+}
+
+mxu_rnn_config mxu_rnn_defaults(mxu_rnn_kind kind, int units) {
+  return (mxu_rnn_config){.kind = kind,
+                          .units = units,
+                          .activation = MXU_TANH,
+                          .recurrent_activation = MXU_SIGMOID,
+                          .use_bias = 1,
+                          .unit_forget_bias = 1};
 }
 
 mxu_dense_config mxu_dense_defaults(int units) {
@@ -700,6 +712,22 @@ mxu_tensor_id mxu_apply_embedding(mxu_model *model,
                                   const mxu_embedding_config *config,
                                   mxu_tensor_id x) {
   APPLY_CONFIG(embedding, &mxu_embedding_class, "Embedding");
+}
+
+mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
+                            mxu_tensor_id x) {
+  static const mxu_layer_class *const classes[] = {
+      &mxu_simple_rnn_class, &mxu_lstm_class, &mxu_gru_class};
+  if (x < 0 || !given(config, "recurrent layer")) return -1;
+  if ((unsigned)config->kind > MXU_GRU) {
+    mxu_fail(MXU_ERR_ARG, "add recurrent layer: unknown kind %d",
+             (int)config->kind);
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.config.rnn = *config;
+  proto.config.rnn.name = NULL;
+  return apply(model, classes[config->kind], config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,

@@ -24,6 +24,9 @@ typedef struct mxu_param_decl {
   int trainable;
   mxu_regularizer regularizer;
   mxu_constraint constraint;
+  /* Values set to 1 after the initializer drew them (LSTM's
+   * unit_forget_bias: its forget gate's block of the bias). */
+  int64_t ones_first, ones_count;
 } mxu_param_decl;
 
 typedef struct mxu_layer mxu_layer;
@@ -119,6 +122,9 @@ typedef struct mxu_layer_class {
    * compile gives both the same buffer and the layer copies nothing
    * (its gradient too, where the input has no other reader). */
   int view;
+  /* Keras 3 keeps the layer's weights in this subgroup of its own (an
+   * RNN's "cell": layers/lstm/cell/vars); NULL: in its own vars. */
+  const char *keras3_group;
   /* A layer over sequences (Conv1D, the 1-D poolings): its (steps,
    * channels) tensors run as images (1, steps, channels) through the same
    * kernels as its 2-D kind (mxu_image_shape). */
@@ -242,6 +248,7 @@ struct mxu_layer {
     mxu_layer_scale_config layer_scale;
     float custom_scale; /* CustomScaleLayer's scale */
     mxu_embedding_config embedding;
+    mxu_rnn_config rnn;
     int input_dtype; /* InputLayer: its index in mxu_input_dtypes */
   } config;
   int is_max_pool;
@@ -337,6 +344,9 @@ extern const mxu_layer_class mxu_average_pooling1d_class;
 extern const mxu_layer_class mxu_global_average_pooling1d_class;
 extern const mxu_layer_class mxu_global_max_pooling1d_class;
 extern const mxu_layer_class mxu_embedding_class;
+extern const mxu_layer_class mxu_simple_rnn_class;
+extern const mxu_layer_class mxu_lstm_class;
+extern const mxu_layer_class mxu_gru_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;

@@ -206,12 +206,12 @@ mxu_status mxu_config_weight_options(const mxu_json_where *where,
 mxu_param_decl mxu_weight_decl(const char *name, mxu_shape shape,
                                const mxu_weight_options *options,
                                mxu_initializer fallback) {
-  return (mxu_param_decl){name,
-                          shape,
-                          mxu_init_or(&options->initializer, fallback),
-                          1,
-                          options->regularizer,
-                          options->constraint};
+  return (mxu_param_decl){.name = name,
+                          .shape = shape,
+                          .init = mxu_init_or(&options->initializer, fallback),
+                          .trainable = 1,
+                          .regularizer = options->regularizer,
+                          .constraint = options->constraint};
 }
 
 void mxu_config_put_initializers(mxu_json_out *out, cJSON *config,

@@ -1,0 +1,71 @@
+"""make_recurrent.py — a one-step golden test for the recurrent layers:
+LSTM, GRU (reset_after) and SimpleRNN, returning sequences or the last
+step, read forwards and backwards. (Not hard_sigmoid: the two Keras
+versions' differ, and both dialects' files must be the same model.)
+
+  x (7, 3) -> a = LSTM(5, return_sequences)                      (7, 5)
+  b = GRU(4, return_sequences, go_backwards)(a)                   (7, 4)
+  c = SimpleRNN(3)(b)                                             (3)
+  d = LSTM(4, go_backwards, activation relu)(x)                   (4)
+  out = Dense(5, softmax)(concat(c, d))
+tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(8),
+default initializers; SGD(0.1), sparse_categorical_crossentropy.
+Batch: np.random.seed(9); x = 2 rand(6, 7, 3) - 1 float32; y =
+randint(0, 5, 6).
+
+Writes into OUTDIR (tests/golden/recurrent/) what golden_step.py writes,
+model.k3.json (the same model built in Keras 3) and model.keras (Keras 3's
+archive of it with the initial weights).
+
+Keras is never a dependency of mxu: this script only regenerates the files.
+  /tmp/kenv/bin/python tests/keras/make_recurrent.py tests/golden/recurrent
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+import tf_keras  # noqa: E402
+
+import golden_step  # noqa: E402
+
+
+def build(K):
+    L = K.layers
+    x = K.Input(shape=(7, 3), name="x")
+    a = L.LSTM(5, return_sequences=True, name="lstm")(x)
+    b = L.GRU(4, return_sequences=True, go_backwards=True, name="gru")(a)
+    c = L.SimpleRNN(3, name="rnn")(b)
+    d = L.LSTM(4, go_backwards=True, activation="relu", name="lstm_back")(x)
+    g = L.Concatenate(name="concat")([c, d])
+    out = L.Dense(5, activation="softmax", name="probs")(g)
+    return K.Model(x, out, name="recurrent")
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    tf_keras.utils.set_random_seed(8)
+    model = build(tf_keras)
+    model.compile(tf_keras.optimizers.SGD(0.1),
+                  "sparse_categorical_crossentropy", ["accuracy"])
+    np.random.seed(9)
+    x = (2 * np.random.rand(6, 7, 3) - 1).astype(np.float32)
+    y = np.random.randint(0, 5, size=6).astype(np.int32)
+    loss = golden_step.write(model, x, y, out)
+    k3 = build(keras)
+    with open(os.path.join(out, "model.k3.json"), "w") as f:
+        f.write(k3.to_json(indent=1))
+    # Keras 3's archive with the initial weights (tf.keras 2's, the same
+    # order): its predictions are predict_before.
+    tf_keras.utils.set_random_seed(8)
+    k3.set_weights(build(tf_keras).get_weights())
+    k3.compile(optimizer=keras.optimizers.SGD(0.1),
+               loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    k3.save(os.path.join(out, "model.keras"))
+    print("loss", loss, "layers", [l.name for l in model.layers])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
