@@ -2315,36 +2315,36 @@ static const struct {
  * come after them. */
 static void errors_listed_together(void) {
   mxu_model *m = NULL;
-  CHECK(
-      mxu_model_from_json(
-          image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
-                      "\"c1\", \"filters\": 4, \"kernel_size\": 3, "
-                      "\"activation\": \"celu\"}}, {\"class_name\": \"LSTM\", "
-                      "\"config\": {\"name\": \"lstm\", \"units\": 4}}, "
-                      "{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
-                      "\"c2\", \"filters\": 4, \"kernel_size\": 3, "
-                      "\"kernel_initializer\": \"mystery\"}}"),
-          "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
+  CHECK(mxu_model_from_json(
+            image_model(
+                "{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                "\"c1\", \"filters\": 4, \"kernel_size\": 3, "
+                "\"activation\": \"celu\"}}, {\"class_name\": \"Conv3D\", "
+                "\"config\": {\"name\": \"c3d\", \"filters\": 4}}, "
+                "{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                "\"c2\", \"filters\": 4, \"kernel_size\": 3, "
+                "\"kernel_initializer\": \"mystery\"}}"),
+            "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
   CHECK(m == NULL);
   const char *msg = mxu_errmsg();
   CHECK_MSG(has(msg, "model.json: 3 layers are not supported") &&
                 has(msg, "1. model.json: layer 'c1' (Conv2D): activation "
                          "'celu' is not supported") &&
-                has(msg, "2. model.json: layer 'lstm' (LSTM): layer class "
-                         "LSTM is not supported\n") &&
+                has(msg, "2. model.json: layer 'c3d' (Conv3D): layer class "
+                         "Conv3D is not supported\n") &&
                 has(msg, "3. model.json: layer 'c2' (Conv2D): "
                          "kernel_initializer: initializer 'mystery'") &&
                 has(msg, "mxu has the layer classes Conv2D"),
             "%s", msg);
   /* A shape the stand-in cannot give stops the reading after the items. */
   CHECK(mxu_model_from_json(
-            image_model("{\"class_name\": \"LSTM\", \"config\": "
-                        "{\"name\": \"lstm\", \"units\": 4}}, "
+            image_model("{\"class_name\": \"Conv3D\", \"config\": "
+                        "{\"name\": \"c3d\", \"filters\": 4}}, "
                         "{\"class_name\": \"Conv2D\", \"config\": "
                         "{\"name\": \"big\", \"filters\": 4, "
                         "\"kernel_size\": 40}}"),
             "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
-  CHECK_MSG(has(mxu_errmsg(), "layer class LSTM is not supported (mxu has") &&
+  CHECK_MSG(has(mxu_errmsg(), "layer class Conv3D is not supported (mxu has") &&
                 has(mxu_errmsg(), "reading stopped after them at: "
                                   "model.json: layer 'big' (Conv2D)"),
             "%s", mxu_errmsg());
@@ -2352,10 +2352,10 @@ static void errors_listed_together(void) {
 
 static void errors_layers(void) {
   EXPECT_JSON_FAIL(
-      image_model("{\"class_name\": \"LSTM\", \"config\": {\"name\": "
-                  "\"lstm\", \"units\": 8}}"),
-      MXU_ERR_UNSUPPORTED, "layer 'lstm' (LSTM)",
-      "layer class LSTM is not supported");
+      image_model("{\"class_name\": \"Conv3D\", \"config\": {\"name\": "
+                  "\"c3d\", \"filters\": 8}}"),
+      MXU_ERR_UNSUPPORTED, "layer 'c3d' (Conv3D)",
+      "layer class Conv3D is not supported");
   /* The whole message, as the issue spells it. */
   mxu_model *m = NULL;
   CHECK(mxu_model_from_json(
@@ -2796,6 +2796,85 @@ static void reads_sequences(void) {
       "int32 or int64 token ids");
 }
 
+/* The recurrent net of test_golden (make_recurrent.py) in both dialects,
+ * written back; what mxu's recurrent layers refuse. */
+static void reads_recurrent(void) {
+  static const char *const files[] = {"tests/golden/recurrent/model.tf2.json",
+                                      "tests/golden/recurrent/model.k3.json"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
+    if (!m) continue;
+    CHECK(mxu_model_param_count(m, 1) == 504 && mxu_model_layer_count(m) == 7);
+    const mxu_layer *gru = &m->layers[mxu_model_node(m, 2)];
+    CHECK(gru->cls == &mxu_gru_class && gru->config.rnn.units == 4 &&
+          gru->config.rnn.go_backwards && gru->config.rnn.return_sequences &&
+          shape_is(gru->out_shape, 2, 7, 4, 0));
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      round_trip_text(files[f], m, keras3);
+      char *text = write_json(m, keras3);
+      cJSON *doc = text ? cJSON_Parse(text) : NULL;
+      static const char *const want[][3] = {
+          {"lstm", "return_sequences", "true"},
+          {"lstm", "unit_forget_bias", "true"},
+          {"lstm", "recurrent_activation", "\"sigmoid\""},
+          {"gru", "go_backwards", "true"},
+          {"gru", "reset_after", "true"},
+          {"rnn", "return_sequences", "false"},
+          {"lstm_back", "activation", "\"relu\""},
+          {"lstm_back", "units", "4"},
+      };
+      for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        char *got = doc ? written_value(doc, want[i][0], want[i][1]) : NULL;
+        CHECK_MSG(got && strcmp(got, want[i][2]) == 0,
+                  "%s keras3=%d: %s's %s written as %s, want %s", files[f],
+                  keras3, want[i][0], want[i][1], got ? got : "(none)",
+                  want[i][2]);
+        cJSON_free(got);
+      }
+      cJSON_Delete(doc);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+  static const struct {
+    const char *shape, *entry;
+    mxu_status status;
+    const char *needle;
+  } refused[] = {
+      {"[null, 5, 3]",
+       "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"e\", \"units\": 4, "
+       "\"return_state\": true}}",
+       MXU_ERR_UNSUPPORTED, "return_state"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"GRU\", \"config\": {\"name\": \"e\", \"units\": 4, "
+       "\"stateful\": true}}",
+       MXU_ERR_UNSUPPORTED, "stateful"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"e\", \"units\": 4, "
+       "\"recurrent_dropout\": 0.2}}",
+       MXU_ERR_UNSUPPORTED, "recurrent_dropout 0.2 is not supported"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"GRU\", \"config\": {\"name\": \"e\", \"units\": 4, "
+       "\"reset_after\": false}}",
+       MXU_ERR_UNSUPPORTED, "reset_after false"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"SimpleRNN\", \"config\": {\"name\": \"e\", "
+       "\"units\": 4, \"activation\": \"gelu\"}}",
+       MXU_ERR_UNSUPPORTED, "tanh, sigmoid, hard_sigmoid, relu or linear"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"e\"}}",
+       MXU_ERR_FORMAT, "units is missing"},
+      {"[null, 4, 4, 3]",
+       "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"e\", \"units\": "
+       "4}}",
+       MXU_ERR_SHAPE, "expects (steps, features) input, got (4, 4, 3)"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+    EXPECT_JSON_FAIL(model_with(refused[i].shape, refused[i].entry),
+                     refused[i].status, "layer 'e'", refused[i].needle);
+}
+
 /* The cifar model, and a Functional net of ops recorded as layers, given
  * statistics, LayerScale and CustomScaleLayer in both dialects. */
 static void every_mutation(void) {
@@ -2803,8 +2882,10 @@ static void every_mutation(void) {
   static const char *const nets[] = {"tests/golden/apps_layers/model.tf2.json",
                                      "tests/golden/apps_layers/model.k3.json",
                                      "tests/golden/sequence/model.tf2.json",
-                                     "tests/golden/sequence/model.k3.json"};
-  for (int n = 0; n < 4; n++) {
+                                     "tests/golden/sequence/model.k3.json",
+                                     "tests/golden/recurrent/model.tf2.json",
+                                     "tests/golden/recurrent/model.k3.json"};
+  for (int n = 0; n < 6; n++) {
     char *text = check_slurp(nets[n]);
     CHECK_MSG(text != NULL, "%s: cannot read it", nets[n]);
     if (text) mutate_every_node(nets[n], text);
@@ -2822,6 +2903,7 @@ int main(void) {
   reads_layer_scale();
   reads_custom_scale();
   reads_sequences();
+  reads_recurrent();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

@@ -293,6 +293,25 @@ static const layer_case cases[] = {
          LAYER("Conv1D", "c", ", \"filters\": 2, \"kernel_size\": 2", IN("r"))
              LAYER("GlobalAveragePooling1D", "g", "", IN("c")),
      "g", 1e-4},
+    /* The recurrent layers unrolled over 6 steps. */
+    {"LSTM sequences, GRU backwards sequences, SimpleRNN", "6, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead")) LAYER(
+         "LSTM", "l", ", \"units\": 4, \"return_sequences\": true", IN("r"))
+         LAYER("GRU", "g",
+               ", \"units\": 3, \"return_sequences\": true, "
+               "\"go_backwards\": true",
+               IN("l")) LAYER("SimpleRNN", "s", ", \"units\": 2", IN("g")),
+     "s", 1e-4},
+    {"LSTM backwards without bias, GRU with a relu cell", "5, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [5, 3]", IN("lead"))
+         LAYER("LSTM", "l",
+               ", \"units\": 3, \"return_sequences\": true, \"go_backwards\": "
+               "true, \"use_bias\": false",
+               IN("r")) LAYER("GRU", "g",
+                              ", \"units\": 2, \"activation\": \"relu\", "
+                              "\"bias_initializer\": \"ones\"",
+                              IN("l")),
+     "g", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
      * and 0.x row 0, 1.x row 1. */
     {"Embedding of the input, joined to the lead", "4, 1, 3",
