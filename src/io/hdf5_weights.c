@@ -57,27 +57,45 @@ static mxu_status check_call(const mxu_model *model, const char *path,
 
 /* ---- what both layouts share ------------------------------------------- */
 
+/* Keras 3 keeps a layer's weights in one group, or in its sublayers'
+ * (a Bidirectional's forward and backward cells): an item each. */
+static int keras3_items(const mxu_model *model, mxu_weights_layers *out) {
+  int items = 0, used = 0;
+  for (int i = 0; i < model->layer_count; i++) {
+    const mxu_layer *layer = &model->layers[i];
+    if (!layer->param_count || mxu_layer_is_call(layer)) continue;
+    for (int k = 0; k < layer->param_count; k++) {
+      if (k == 0 ||
+          mxu_keras3_group(layer, k) != mxu_keras3_group(layer, k - 1)) {
+        out->nodes[items] = i;
+        out->names[items] = mxu_model_item_name(model, i);
+        out->first[items++] = used;
+      }
+      out->size[items - 1]++;
+      out->params[used++] = layer->param_first + k;
+    }
+  }
+  return items;
+}
+
 mxu_status mxu_weights_layers_make(const mxu_model *model, int keras3,
                                    mxu_weights_layers *out) {
-  int n = model->layer_count;
+  int n = model->layer_count, most = keras3 ? model->param_count + 1 : n + 1;
   memset(out, 0, sizeof *out);
-  out->names = calloc((size_t)n + 1, sizeof *out->names);
-  out->nodes = calloc((size_t)n + 1, sizeof *out->nodes);
-  out->first = calloc((size_t)n + 1, sizeof *out->first);
-  out->size = calloc((size_t)n + 1, sizeof *out->size);
+  out->names = calloc((size_t)most, sizeof *out->names);
+  out->nodes = calloc((size_t)most, sizeof *out->nodes);
+  out->first = calloc((size_t)most, sizeof *out->first);
+  out->size = calloc((size_t)most, sizeof *out->size);
   out->params = calloc((size_t)model->param_count + 1, sizeof *out->params);
   if (!out->names || !out->nodes || !out->first || !out->size || !out->params) {
     mxu_weights_layers_free(out);
     return mxu_fail(MXU_ERR_NOMEM, "weights: out of memory");
   }
-  int items = 0, used = 0;
   if (keras3) {
-    for (int i = 0; i < n; i++)
-      if (model->layers[i].param_count && !mxu_layer_is_call(&model->layers[i]))
-        out->nodes[items++] = i;
-  } else {
-    items = mxu_scope_layers(model, 0, out->nodes);
+    out->count = keras3_items(model, out);
+    return MXU_OK;
   }
+  int items = mxu_scope_layers(model, 0, out->nodes), used = 0;
   for (int l = 0; l < items; l++) {
     int item = out->nodes[l];
     out->names[l] = mxu_model_item_name(model, item);

@@ -86,34 +86,53 @@ static mxu_status create_vars(const char *path, hid_t root, const char *where,
   return s;
 }
 
-/* A layer whose class keeps its weights in a subgroup (an RNN's cell)
- * gets an empty vars group of its own, as Keras writes it, and the
- * weights in <group>/<subgroup>/vars. */
+/* Empty vars groups at `where` and at each subgroup of `sub` on the way
+ * to the last ("forward_layer/cell": <where>/vars,
+ * <where>/forward_layer/vars), as Keras writes its layers' sublayers;
+ * leaves `where` extended by `sub`. */
+static mxu_status create_path(const char *path, hid_t root, char *where,
+                              size_t size, const char *name, const char *sub) {
+  for (const char *part = sub, *end; part; part = end ? end + 1 : NULL) {
+    size_t at = strlen(where);
+    snprintf(where + at, size - at, "/vars");
+    hid_t vars;
+    MXU_TRY(create_vars(path, root, where, name, &vars));
+    H5Gclose(vars);
+    end = strchr(part, '/');
+    int length = end ? (int)(end - part) : (int)strlen(part);
+    snprintf(where + at, size - at, "/%.*s", length, part);
+    name = where + at + 1;
+  }
+  return MXU_OK;
+}
+
+/* A layer's weights in its vars, or run by run in the subgroups its class
+ * names (an RNN's cell, a Bidirectional's two), each numbered from 0. */
 static mxu_status write_layer(const mxu_model *model, int layer, hid_t root,
                               const char *path) {
-  char where[KERAS3_GROUP_SIZE * 5 + 8];
-  group_of(model, layer, where, KERAS3_GROUP_SIZE * 4);
-  const char *sub = model->layers[layer].cls->keras3_group;
-  hid_t vars;
-  if (sub) {
-    size_t at = strlen(where);
-    strcat(where, "/vars");
-    MXU_TRY(create_vars(path, root, where, model->layers[layer].name, &vars));
-    H5Gclose(vars);
-    snprintf(where + at, sizeof where - at, "/%s", sub);
-  }
-  strcat(where, "/vars");
-  MXU_TRY(create_vars(path, root, where, sub ? sub : model->layers[layer].name,
-                      &vars));
+  const mxu_layer *l = &model->layers[layer];
   mxu_status s = MXU_OK;
-  for (int k = 0; s == MXU_OK && k < model->layers[layer].param_count; k++) {
-    const mxu_param *p = &model->params[model->layers[layer].param_first + k];
-    char index[16];
-    snprintf(index, sizeof index, "%d", k);
-    s = mxu_h5_write_floats(path, vars, index, &p->shape,
-                            mxu_param_values(model, p));
-  }
-  H5Gclose(vars);
+  int k = 0;
+  do {
+    char where[KERAS3_GROUP_SIZE * 5 + 8];
+    group_of(model, layer, where, KERAS3_GROUP_SIZE * 4);
+    const char *sub = mxu_keras3_group(l, k);
+    MXU_TRY(create_path(path, root, where, sizeof where - 8, l->name, sub));
+    const char *name = strrchr(where, '/') + 1;
+    strcat(where, "/vars");
+    hid_t vars;
+    MXU_TRY(create_vars(path, root, where, sub ? name : l->name, &vars));
+    for (int index = 0; s == MXU_OK && k < l->param_count &&
+                        (index == 0 || mxu_keras3_group(l, k) == sub);
+         k++, index++) {
+      const mxu_param *p = &model->params[l->param_first + k];
+      char text[16];
+      snprintf(text, sizeof text, "%d", index);
+      s = mxu_h5_write_floats(path, vars, text, &p->shape,
+                              mxu_param_values(model, p));
+    }
+    H5Gclose(vars);
+  } while (s == MXU_OK && k < l->param_count);
   return s;
 }
 
@@ -212,11 +231,19 @@ static mxu_status list_entry(const char *path, hid_t root, hid_t layers,
   int count = 0;
   MXU_TRY(vars_count(path, root, where, &count));
   if (count > 0) return push(path, found, where);
-  /* Keras 3's RNN layers keep their weights in their cell's group. */
-  char cell[KERAS3_GROUP_SIZE * 4 + 8];
-  snprintf(cell, sizeof cell, "%s/cell", where);
-  MXU_TRY(vars_count(path, root, cell, &count));
-  if (count > 0) return push(path, found, cell);
+  /* Keras 3's RNN layers keep their weights in their cell's group, a
+   * Bidirectional in its two layers' cells. */
+  static const char *const cells[] = {"cell", "forward_layer/cell",
+                                      "backward_layer/cell"};
+  int cell_groups = 0;
+  for (int c = 0; c < 3; c++) {
+    char cell[KERAS3_GROUP_SIZE * 4 + 32];
+    snprintf(cell, sizeof cell, "%s/%s", where, cells[c]);
+    MXU_TRY(vars_count(path, root, cell, &count));
+    if (count > 0) MXU_TRY(push(path, found, cell));
+    cell_groups += count > 0;
+  }
+  if (cell_groups) return MXU_OK;
   char inner[KERAS3_GROUP_SIZE * 4 + 8];
   snprintf(inner, sizeof inner, "%s/", where);
   return list_group(path, root, inner, found);
@@ -255,7 +282,9 @@ static mxu_status pick_groups(const mxu_weights_load *load,
   for (int l = 0; l < layers->count; l++) {
     char where[KERAS3_GROUP_SIZE * 5];
     group_of(load->model, layers->nodes[l], where, KERAS3_GROUP_SIZE * 4);
-    const char *sub = load->model->layers[layers->nodes[l]].cls->keras3_group;
+    const mxu_layer *layer = &load->model->layers[layers->nodes[l]];
+    const char *sub = mxu_keras3_group(layer, layers->params[layers->first[l]] -
+                                                  layer->param_first);
     if (sub) snprintf(where + strlen(where), KERAS3_GROUP_SIZE, "/%s", sub);
     if (!listed(file, where)) {
       mxu_h5_strings_free(groups);

@@ -10,8 +10,8 @@
 #include "core/json.h"
 #include "mxu.h"
 
-#define MXU_MAX_LAYER_PARAMS 4
-#define MXU_MAX_LAYER_OPS 3
+#define MXU_MAX_LAYER_PARAMS 6
+#define MXU_MAX_LAYER_OPS 6
 
 #define MXU_MAX_LAYER_SCRATCH 4
 #define MXU_NAME_SIZE 128
@@ -122,9 +122,11 @@ typedef struct mxu_layer_class {
    * compile gives both the same buffer and the layer copies nothing
    * (its gradient too, where the input has no other reader). */
   int view;
-  /* Keras 3 keeps the layer's weights in this subgroup of its own (an
-   * RNN's "cell": layers/lstm/cell/vars); NULL: in its own vars. */
-  const char *keras3_group;
+  /* The subgroup of the layer's group in which Keras 3 keeps weight k (an
+   * RNN's "cell": layers/lstm/cell/vars/0; a Bidirectional's
+   * "forward_layer/cell"), one run of weights each. NULL: every weight in
+   * the layer's own vars (use mxu_keras3_group). */
+  const char *(*keras3_group)(const mxu_layer *layer, int k);
   /* A layer over sequences (Conv1D, the 1-D poolings): its (steps,
    * channels) tensors run as images (1, steps, channels) through the same
    * kernels as its 2-D kind (mxu_image_shape). */
@@ -324,6 +326,10 @@ typedef struct mxu_node_plan {
   int folded;
   int margins[4];
 } mxu_node_plan;
+
+/* Weight k's subgroup in Keras 3's files, NULL for the layer's own vars
+ * (layers/shared.c). */
+const char *mxu_keras3_group(const mxu_layer *layer, int k);
 
 /* "(28, 28, 1)" (layers/shared.c) */
 void mxu_shape_format(const mxu_shape *shape, char *out, size_t size);

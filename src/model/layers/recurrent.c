@@ -613,9 +613,15 @@ static mxu_status read_gru(const mxu_json_where *where, const cJSON *config,
   return read_rnn(where, config, node, name, MXU_GRU);
 }
 
+static const char *cell_group(const mxu_layer *layer, int k) {
+  (void)layer;
+  (void)k;
+  return "cell";
+}
+
 #define RNN_CLASS(cname, reader)                                               \
   {                                                                            \
-    .class_name = cname, .keras3_group = "cell", .config_keys = rnn_keys,      \
+    .class_name = cname, .keras3_group = cell_group, .config_keys = rnn_keys,  \
     .read_config = reader, .write_config = write_rnn, .min_inputs = 1,         \
     .max_inputs = 1, .infer = rnn_infer, .declare = rnn_declare,               \
     .flops = rnn_flops, .plan = rnn_plan, .forward = rnn_forward,              \

@@ -71,6 +71,10 @@ void mxu_shape_format(const mxu_shape *shape, char *out, size_t size) {
   if (used < size) snprintf(out + used, size - used, ")");
 }
 
+const char *mxu_keras3_group(const mxu_layer *layer, int k) {
+  return layer->cls->keras3_group ? layer->cls->keras3_group(layer, k) : NULL;
+}
+
 mxu_shape mxu_image_shape(const mxu_layer *layer, const mxu_shape *shape) {
   if (!layer->cls->sequence || shape->rank != 2) return *shape;
   int64_t dims[3] = {1, shape->dims[0], shape->dims[1]};
