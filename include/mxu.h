@@ -669,6 +669,16 @@ mxu_tensor_id mxu_apply_embedding(mxu_model *model,
                                   mxu_tensor_id x);
 mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
                             mxu_tensor_id x);
+/* Keras' Bidirectional(layer, merge_mode): the recurrent layer `layer`
+ * (its name, NULL: Keras' automatic one, names the weights
+ * forward_<name>/... and backward_<name>/...) reading forwards and a copy
+ * reading backwards, whose sequence is reversed back; the two merged by
+ * MXU_MERGE_CONCATENATE (Keras' concat), _ADD (sum), _MULTIPLY (mul) or
+ * _AVERAGE (ave). */
+mxu_tensor_id mxu_apply_bidirectional(mxu_model *model, const char *name,
+                                      const mxu_rnn_config *layer,
+                                      mxu_merge_kind merge_mode,
+                                      mxu_tensor_id x);
 mxu_tensor_id
 mxu_apply_separable_conv2d(mxu_model *model,
                            const mxu_separable_conv2d_config *config,

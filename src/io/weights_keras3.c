@@ -96,8 +96,10 @@ static mxu_status create_path(const char *path, hid_t root, char *where,
     size_t at = strlen(where);
     snprintf(where + at, size - at, "/vars");
     hid_t vars;
-    MXU_TRY(create_vars(path, root, where, name, &vars));
-    H5Gclose(vars);
+    if (!mxu_h5_has_group(root, where)) { /* a run before made it */
+      MXU_TRY(create_vars(path, root, where, name, &vars));
+      H5Gclose(vars);
+    }
     end = strchr(part, '/');
     int length = end ? (int)(end - part) : (int)strlen(part);
     snprintf(where + at, size - at, "/%.*s", length, part);

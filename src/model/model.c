@@ -72,6 +72,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_simple_rnn_class,
     &mxu_lstm_class,
     &mxu_gru_class,
+    &mxu_bidirectional_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -728,6 +729,28 @@ mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
   proto.config.rnn = *config;
   proto.config.rnn.name = NULL;
   return apply(model, classes[config->kind], config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_bidirectional(mxu_model *model, const char *name,
+                                      const mxu_rnn_config *layer,
+                                      mxu_merge_kind merge_mode,
+                                      mxu_tensor_id x) {
+  static const char *const automatic[] = {"simple_rnn", "lstm", "gru"};
+  if (x < 0 || !given(layer, "Bidirectional")) return -1;
+  if ((unsigned)layer->kind > MXU_GRU) {
+    mxu_fail(MXU_ERR_ARG, "add Bidirectional: unknown recurrent kind %d",
+             (int)layer->kind);
+    return -1;
+  }
+  mxu_layer proto = {0};
+  mxu_bidirectional_config *b = &proto.config.bidirectional;
+  b->rnn = *layer;
+  b->rnn.name = NULL;
+  b->merge = merge_mode;
+  snprintf(b->inner, sizeof b->inner, "%s",
+           layer->name ? layer->name : automatic[layer->kind]);
+  mxu_bidirectional_names(b);
+  return apply(model, &mxu_bidirectional_class, name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,

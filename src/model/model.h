@@ -215,6 +215,17 @@ typedef struct mxu_merge_config {
   int axis; /* Concatenate: the axis without the batch, 0-based */
 } mxu_merge_config;
 
+/* Bidirectional: the wrapped recurrent layer (its name in inner), how
+ * the two directions merge, and its weights' tf.keras 2 names, which
+ * hold the wrapped layer's name (mxu_bidirectional_names). */
+typedef struct mxu_bidirectional_config {
+  mxu_rnn_config rnn;
+  mxu_merge_kind merge;
+  char inner[MXU_NAME_SIZE];
+  char names[6][MXU_NAME_SIZE + 48];
+} mxu_bidirectional_config;
+void mxu_bidirectional_names(mxu_bidirectional_config *b);
+
 /* LeakyReLU, ELU and Softmax: an activation with the layer's own alpha. */
 typedef struct mxu_activation_layer_config {
   mxu_activation kind;
@@ -251,6 +262,7 @@ struct mxu_layer {
     float custom_scale; /* CustomScaleLayer's scale */
     mxu_embedding_config embedding;
     mxu_rnn_config rnn;
+    mxu_bidirectional_config bidirectional;
     int input_dtype; /* InputLayer: its index in mxu_input_dtypes */
   } config;
   int is_max_pool;
@@ -353,6 +365,7 @@ extern const mxu_layer_class mxu_embedding_class;
 extern const mxu_layer_class mxu_simple_rnn_class;
 extern const mxu_layer_class mxu_lstm_class;
 extern const mxu_layer_class mxu_gru_class;
+extern const mxu_layer_class mxu_bidirectional_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;

@@ -1,13 +1,15 @@
 """make_recurrent.py — a one-step golden test for the recurrent layers:
 LSTM, GRU (reset_after) and SimpleRNN, returning sequences or the last
-step, read forwards and backwards. (Not hard_sigmoid: the two Keras
+step, read forwards and backwards, and Bidirectional (concat, sum). (Not hard_sigmoid: the two Keras
 versions' differ, and both dialects' files must be the same model.)
 
   x (7, 3) -> a = LSTM(5, return_sequences)                      (7, 5)
   b = GRU(4, return_sequences, go_backwards)(a)                   (7, 4)
   c = SimpleRNN(3)(b)                                             (3)
   d = LSTM(4, go_backwards, activation relu)(x)                   (4)
-  out = Dense(5, softmax)(concat(c, d))
+  e = Bidirectional(LSTM(3, return_sequences))(x)                 (7, 6)
+  e = Bidirectional(GRU(2), merge_mode sum)(e)                    (2)
+  out = Dense(5, softmax)(concat(c, d, e))
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(8),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
 Batch: np.random.seed(9); x = 2 rand(6, 7, 3) - 1 float32; y =
@@ -39,7 +41,11 @@ def build(K):
     b = L.GRU(4, return_sequences=True, go_backwards=True, name="gru")(a)
     c = L.SimpleRNN(3, name="rnn")(b)
     d = L.LSTM(4, go_backwards=True, activation="relu", name="lstm_back")(x)
-    g = L.Concatenate(name="concat")([c, d])
+    e = L.Bidirectional(L.LSTM(3, return_sequences=True, name="seq"),
+                        name="bi_lstm")(x)
+    e = L.Bidirectional(L.GRU(2, name="last"), merge_mode="sum",
+                        name="bi_gru")(e)
+    g = L.Concatenate(name="concat")([c, d, e])
     out = L.Dense(5, activation="softmax", name="probs")(g)
     return K.Model(x, out, name="recurrent")
 

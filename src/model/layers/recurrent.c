@@ -63,18 +63,41 @@ static float slope(mxu_activation a, float y) {
 
 /* ---- shapes and weights ------------------------------------------------- */
 
+static int is_bidirectional(const mxu_layer *layer) {
+  return layer->cls == &mxu_bidirectional_class;
+}
+
+/* The recurrent layer a node runs: its own, or the one a Bidirectional
+ * wraps (run forwards, then backwards: two directions). */
+static const mxu_rnn_config *rnn_of(const mxu_layer *layer) {
+  return is_bidirectional(layer) ? &layer->config.bidirectional.rnn
+                                 : &layer->config.rnn;
+}
+
+static int directions_of(const mxu_layer *layer) {
+  return is_bidirectional(layer) ? 2 : 1;
+}
+
+/* Weights per direction: kernel, recurrent_kernel and the bias. */
+static int weights_per(const mxu_rnn_config *c) { return c->use_bias ? 3 : 2; }
+
 typedef struct rnn_dims {
   int64_t n, steps, features, units, gates;
 } rnn_dims;
 
 static rnn_dims dims_of(const mxu_layer *layer, int64_t batch) {
-  const mxu_rnn_config *c = &layer->config.rnn;
+  const mxu_rnn_config *c = rnn_of(layer);
   return (rnn_dims){batch, layer->in_shape.dims[0], layer->in_shape.dims[1],
                     c->units, gates_of(c->kind)};
 }
 
+static mxu_merge_kind merge_of(const mxu_layer *layer) {
+  return is_bidirectional(layer) ? layer->config.bidirectional.merge
+                                 : MXU_MERGE_CONCATENATE;
+}
+
 static mxu_status rnn_infer(mxu_layer *layer) {
-  const mxu_rnn_config *c = &layer->config.rnn;
+  const mxu_rnn_config *c = rnn_of(layer);
   char text[64];
   mxu_shape_format(&layer->in_shape, text, sizeof text);
   if (layer->in_shape.rank != 2)
@@ -84,6 +107,9 @@ static mxu_status rnn_infer(mxu_layer *layer) {
   if (c->units <= 0 || c->units > (1 << 20))
     return mxu_fail(MXU_ERR_ARG, "%s: units %d must be in 1..%d", layer->name,
                     c->units, 1 << 20);
+  if ((unsigned)c->kind > MXU_GRU)
+    return mxu_fail(MXU_ERR_ARG, "%s: unknown recurrent kind %d", layer->name,
+                    (int)c->kind);
   if (!supported_activation(c->activation) ||
       !supported_activation(c->recurrent_activation))
     return mxu_fail(
@@ -91,7 +117,16 @@ static mxu_status rnn_infer(mxu_layer *layer) {
         "%s: a recurrent cell's activation and recurrent_activation "
         "must be tanh, sigmoid, hard_sigmoid, relu or linear",
         layer->name);
-  int64_t dims[2] = {layer->in_shape.dims[0], c->units};
+  mxu_merge_kind merge = merge_of(layer);
+  if (merge != MXU_MERGE_CONCATENATE && merge != MXU_MERGE_ADD &&
+      merge != MXU_MERGE_MULTIPLY && merge != MXU_MERGE_AVERAGE)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: merge_mode must be concat, sum, mul or ave",
+                    layer->name);
+  int64_t width =
+      c->units *
+      (is_bidirectional(layer) && merge == MXU_MERGE_CONCATENATE ? 2 : 1);
+  int64_t dims[2] = {layer->in_shape.dims[0], width};
   layer->out_shape = c->return_sequences ? mxu_shape_make(2, dims)
                                          : mxu_shape_make(1, &dims[1]);
   return MXU_OK;
@@ -113,42 +148,53 @@ static mxu_initializer orthogonal(void) {
 }
 
 static int rnn_declare(const mxu_layer *layer, mxu_param_decl *decls) {
-  const mxu_rnn_config *c = &layer->config.rnn;
+  const mxu_rnn_config *c = rnn_of(layer);
   rnn_dims d = dims_of(layer, 1);
-  const char *const *names = weight_names[c->kind];
+  int per = weights_per(c);
   int64_t kernel[2] = {d.features, d.gates * d.units};
   int64_t recurrent[2] = {d.units, d.gates * d.units};
-  decls[0] = mxu_weight_decl(names[0], mxu_shape_make(2, kernel), &c->kernel,
-                             mxu_init_glorot_uniform());
-  decls[1] = mxu_weight_decl(names[1], mxu_shape_make(2, recurrent),
-                             &c->recurrent, orthogonal());
-  if (!c->use_bias) return 2;
   int64_t bias[2] = {2, d.gates * d.units};
-  int gru = c->kind == MXU_GRU;
-  decls[2] = mxu_weight_decl(
-      names[2], gru ? mxu_shape_make(2, bias) : mxu_shape_make(1, &bias[1]),
-      &c->bias, mxu_init_zeros());
-  if (c->kind == MXU_LSTM && c->unit_forget_bias) {
-    decls[2].ones_first = d.units;
-    decls[2].ones_count = d.units;
+  for (int dir = 0; dir < directions_of(layer); dir++) {
+    const char *names[3];
+    for (int k = 0; k < 3; k++)
+      names[k] = is_bidirectional(layer)
+                     ? layer->config.bidirectional.names[dir * 3 + k]
+                     : weight_names[c->kind][k];
+    mxu_param_decl *w = decls + dir * per;
+    w[0] = mxu_weight_decl(names[0], mxu_shape_make(2, kernel), &c->kernel,
+                           mxu_init_glorot_uniform());
+    w[1] = mxu_weight_decl(names[1], mxu_shape_make(2, recurrent),
+                           &c->recurrent, orthogonal());
+    if (!c->use_bias) continue;
+    w[2] = mxu_weight_decl(names[2],
+                           c->kind == MXU_GRU ? mxu_shape_make(2, bias)
+                                              : mxu_shape_make(1, &bias[1]),
+                           &c->bias, mxu_init_zeros());
+    if (c->kind == MXU_LSTM && c->unit_forget_bias) {
+      w[2].ones_first = d.units;
+      w[2].ones_count = d.units;
+    }
   }
-  return 3;
+  return per * directions_of(layer);
 }
 
-/* Per sample: the products forward (input and recurrent), twice that
- * backward, and some ten float ops per gate value each way. */
+/* Per sample and direction: the products forward (input and recurrent),
+ * twice that backward, and some ten float ops per gate value each way. */
 static double rnn_flops(const mxu_layer *layer, const mxu_flops_step *step) {
   rnn_dims d = dims_of(layer, 1);
   double width = (double)d.gates * d.units;
   double products = 2.0 * d.steps * (d.features + d.units) * width;
   double gates = 10.0 * d.steps * width;
   double backward = products * (step->need_dx ? 2.0 : 1.5) + gates;
-  return products + gates + backward;
+  return (products + gates + backward) * directions_of(layer);
 }
 
 /* ---- the plan ------------------------------------------------------------
- * scratch[0]: what backward reads of the forward pass; scratch[1]: the
- * steps' work. Offsets in floats within each. */
+ * Direction k has ops 3k .. 3k + 2 (the input projection, a step's
+ * recurrent product, the recurrent kernel's gradient over every step),
+ * scratch[2k] what backward reads of its forward pass and scratch[2k + 1]
+ * its steps' work; a Bidirectional's second work buffer also holds the
+ * two directions' output gradients and the second's input gradient. */
 
 typedef struct rnn_buffers {
   float *projected; /* (n, steps) rows of g * units: x W + b */
@@ -160,6 +206,7 @@ typedef struct rnn_buffers {
   float *d_input;   /* (n, steps) rows of g * units: the input side's */
   float *d_rec;     /* (step, n) rows of g * units: the recurrent side's */
   float *dh, *dc;   /* (n, units): into the step before */
+  float *extra;     /* a Bidirectional's second direction: dy, dy, dx */
 } rnn_buffers;
 
 static size_t forward_floats(const rnn_dims *d) {
@@ -174,12 +221,17 @@ static size_t work_floats(const rnn_dims *d) {
                   2 * d->n * d->units);
 }
 
-static rnn_buffers buffers_of(const mxu_layer *layer,
-                              const mxu_layer_run *run) {
+static size_t extra_floats(const rnn_dims *d) {
+  return (size_t)(d->n * d->steps * (2 * d->units + d->features));
+}
+
+static rnn_buffers buffers_of(const mxu_layer *layer, const mxu_layer_run *run,
+                              int dir) {
   rnn_dims d = dims_of(layer, layer->compiled->batch);
   int64_t values = d.n * d.steps * d.units, row = d.n * d.units;
-  float *f = (float *)(void *)(run->arena + layer->compiled->scratch[0]);
-  float *w = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
+  const size_t *scratch = layer->compiled->scratch + 2 * dir;
+  float *f = (float *)(void *)(run->arena + scratch[0]);
+  float *w = (float *)(void *)(run->arena + scratch[1]);
   rnn_buffers b;
   b.projected = f;
   b.gates = b.projected + values * d.gates;
@@ -191,12 +243,13 @@ static rnn_buffers buffers_of(const mxu_layer *layer,
   b.d_rec = b.d_input + values * d.gates;
   b.dh = b.d_rec + values * d.gates;
   b.dc = b.dh + row;
+  b.extra = b.dc + row;
   return b;
 }
 
 static mxu_status rnn_plan(mxu_layer *layer, const mxu_backend *backend,
                            int batch, mxu_arena *layout) {
-  const mxu_rnn_config *c = &layer->config.rnn;
+  const mxu_rnn_config *c = rnn_of(layer);
   rnn_dims d = dims_of(layer, batch);
   int width = (int)(d.gates * d.units);
   mxu_dense_desc input = {(int)(d.n * d.steps), (int)d.features, width,
@@ -204,22 +257,61 @@ static mxu_status rnn_plan(mxu_layer *layer, const mxu_backend *backend,
   mxu_dense_desc step = {(int)d.n, (int)d.units, width, 0, MXU_LINEAR, 0};
   mxu_dense_desc all_steps = {
       (int)(d.n * d.steps), (int)d.units, width, 0, MXU_LINEAR, 0};
-  MXU_TRY(backend->dense_create(&input, &layer->compiled->ops[0]));
-  MXU_TRY(backend->dense_create(&step, &layer->compiled->ops[1]));
-  MXU_TRY(backend->dense_create(&all_steps, &layer->compiled->ops[2]));
-  layer->compiled->scratch[0] =
-      mxu_arena_reserve(layout, forward_floats(&d) * sizeof(float));
-  layer->compiled->scratch[1] =
-      mxu_arena_reserve(layout, work_floats(&d) * sizeof(float));
+  for (int dir = 0; dir < directions_of(layer); dir++) {
+    mxu_op **ops = layer->compiled->ops + 3 * dir;
+    MXU_TRY(backend->dense_create(&input, &ops[0]));
+    MXU_TRY(backend->dense_create(&step, &ops[1]));
+    MXU_TRY(backend->dense_create(&all_steps, &ops[2]));
+    size_t work = work_floats(&d) + (dir ? extra_floats(&d) : 0);
+    layer->compiled->scratch[2 * dir] =
+        mxu_arena_reserve(layout, forward_floats(&d) * sizeof(float));
+    layer->compiled->scratch[2 * dir + 1] =
+        mxu_arena_reserve(layout, work * sizeof(float));
+  }
   return MXU_OK;
 }
 
-/* ---- forward ------------------------------------------------------------ */
+/* One direction as it runs: its weights, ops and buffers; it reads the
+ * steps last to first when go_backwards; flip puts its output for step s
+ * at position steps - 1 - s (a Bidirectional's backward direction, whose
+ * sequence Keras reverses back). */
+typedef struct rnn_unit {
+  const mxu_rnn_config *c;
+  rnn_dims d;
+  int go_backwards, flip;
+  mxu_op *const *ops;
+  float *const *w, *const *dw;
+  rnn_buffers b;
+} rnn_unit;
 
-static int64_t input_step(const rnn_dims *d, const mxu_rnn_config *c,
-                          int64_t s) {
-  return c->go_backwards ? d->steps - 1 - s : s;
+static rnn_unit unit_of(const mxu_layer *layer, const mxu_layer_run *run,
+                        int dir) {
+  const mxu_rnn_config *c = rnn_of(layer);
+  int per = weights_per(c);
+  return (rnn_unit){c,
+                    dims_of(layer, layer->compiled->batch),
+                    c->go_backwards != dir,
+                    dir && c->return_sequences,
+                    run->ops + 3 * dir,
+                    run->w + per * dir,
+                    run->dw + per * dir,
+                    buffers_of(layer, run, dir)};
 }
+
+static int64_t input_step(const rnn_unit *u, int64_t s) {
+  return u->go_backwards ? u->d.steps - 1 - s : s;
+}
+
+/* The unit's output at position p (the last step's without sequences) for
+ * batch row n. */
+static const float *output_at(const rnn_unit *u, int64_t p, int64_t n) {
+  int64_t s = !u->c->return_sequences ? u->d.steps - 1
+              : u->flip               ? u->d.steps - 1 - p
+                                      : p;
+  return u->b.hs + ((s + 1) * u->d.n + n) * u->d.units;
+}
+
+/* ---- forward ------------------------------------------------------------ */
 
 /* One step's gates and state for batch row n: p the input projection, r
  * the recurrent one (NULL at step 0), h_prev and c_prev the states before;
@@ -258,45 +350,68 @@ static void cell_forward(const mxu_rnn_config *c, int64_t u, const float *p,
   }
 }
 
-static const float *recurrent_bias(const mxu_layer *layer, float *const *w) {
-  const mxu_rnn_config *c = &layer->config.rnn;
-  return c->kind == MXU_GRU && c->use_bias ? w[2] + gates_of(c->kind) * c->units
-                                           : NULL;
+/* GRU's recurrent half of its (2, 3 units) bias. */
+static const float *recurrent_bias(const rnn_unit *u) {
+  return u->c->kind == MXU_GRU && u->c->use_bias
+             ? u->w[2] + u->d.gates * u->d.units
+             : NULL;
 }
 
+static void unit_forward(const rnn_unit *u, const mxu_backend *be,
+                         const float *x) {
+  const rnn_dims *d = &u->d;
+  const rnn_buffers *b = &u->b;
+  int64_t units = d->units, width = d->gates * units, row = d->n * units;
+  be->dense_forward(u->ops[0], x, u->w[0], u->c->use_bias ? u->w[2] : NULL,
+                    b->projected);
+  const float *rec_bias = recurrent_bias(u);
+  memset(b->hs, 0, (size_t)row * sizeof(float));
+  for (int64_t s = 0; s < d->steps; s++) {
+    const float *h_prev = b->hs + s * row;
+    if (s) be->dense_forward(u->ops[1], h_prev, u->w[1], NULL, b->recurrent);
+    int64_t t = input_step(u, s);
+    for (int64_t n = 0; n < d->n; n++) {
+      const float *c_prev = s ? b->cells + (s - 1) * row + n * units : b->hs;
+      cell_forward(
+          u->c, units, b->projected + (n * d->steps + t) * width,
+          s ? b->recurrent + n * width : NULL, rec_bias, h_prev + n * units,
+          c_prev, b->gates + (s * d->n + n) * width,
+          b->hs + (s + 1) * row + n * units, b->cells + s * row + n * units,
+          b->candidate + s * row + n * units);
+    }
+  }
+}
+
+/* The outputs merged, position by position: one direction's as they are;
+ * a Bidirectional's concatenated, summed, multiplied or averaged. */
 static void rnn_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  const mxu_rnn_config *c = &layer->config.rnn;
-  rnn_dims d = dims_of(layer, layer->compiled->batch);
-  rnn_buffers b = buffers_of(layer, run);
-  int64_t u = d.units, width = d.gates * u, row = d.n * u;
-  const mxu_backend *be = run->backend;
-  be->dense_forward(run->ops[0], run->x, run->w[0],
-                    c->use_bias ? run->w[2] : NULL, b.projected);
-  const float *rec_bias = recurrent_bias(layer, run->w);
-  memset(b.hs, 0, (size_t)row * sizeof(float));
-  for (int64_t s = 0; s < d.steps; s++) {
-    const float *h_prev = b.hs + s * row;
-    if (s) be->dense_forward(run->ops[1], h_prev, run->w[1], NULL, b.recurrent);
-    int64_t t = input_step(&d, c, s);
-    for (int64_t n = 0; n < d.n; n++) {
-      const float *c_prev = s ? b.cells + (s - 1) * row + n * u : b.hs;
-      cell_forward(c, u, b.projected + (n * d.steps + t) * width,
-                   s ? b.recurrent + n * width : NULL, rec_bias, h_prev + n * u,
-                   c_prev, b.gates + (s * d.n + n) * width,
-                   b.hs + (s + 1) * row + n * u, b.cells + s * row + n * u,
-                   b.candidate + s * row + n * u);
-    }
+  rnn_unit units[2];
+  int count = directions_of(layer);
+  for (int dir = 0; dir < count; dir++) {
+    units[dir] = unit_of(layer, run, dir);
+    unit_forward(&units[dir], run->backend, run->x);
   }
-  for (int64_t n = 0; n < d.n; n++) {
-    if (!c->return_sequences) {
-      memcpy(run->y + n * u, b.hs + d.steps * row + n * u,
-             (size_t)u * sizeof(float));
-      continue;
+  const rnn_dims *d = &units[0].d;
+  int64_t positions = rnn_of(layer)->return_sequences ? d->steps : 1;
+  int64_t u = d->units,
+          width = layer->out_shape.dims[layer->out_shape.rank - 1];
+  mxu_merge_kind merge = merge_of(layer);
+  for (int64_t n = 0; n < d->n; n++)
+    for (int64_t p = 0; p < positions; p++) {
+      float *y = run->y + (n * positions + p) * width;
+      const float *a = output_at(&units[0], p, n);
+      const float *b = count > 1 ? output_at(&units[1], p, n) : NULL;
+      for (int64_t j = 0; j < u; j++) {
+        if (!b || merge == MXU_MERGE_CONCATENATE) {
+          y[j] = a[j];
+          if (b) y[u + j] = b[j];
+        } else {
+          y[j] = merge == MXU_MERGE_ADD        ? a[j] + b[j]
+                 : merge == MXU_MERGE_MULTIPLY ? a[j] * b[j]
+                                               : (a[j] + b[j]) * 0.5f;
+        }
+      }
     }
-    for (int64_t s = 0; s < d.steps; s++)
-      memcpy(run->y + (n * d.steps + s) * u, b.hs + (s + 1) * row + n * u,
-             (size_t)u * sizeof(float));
-  }
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -342,13 +457,14 @@ static void cell_backward(const mxu_rnn_config *c, int64_t u,
   }
 }
 
-/* The output's gradient at step s for row n, into dh (added). */
-static void add_output_gradient(const mxu_layer *layer, const rnn_dims *d,
-                                const float *dy, int64_t s, int64_t n,
-                                float *dh) {
+/* The gradient of the unit's output at step s for row n, into dh (added):
+ * dy holds the unit's own outputs' gradients, position by position. */
+static void add_output_gradient(const rnn_unit *u, const float *dy, int64_t s,
+                                int64_t n, float *dh) {
+  const rnn_dims *d = &u->d;
   const float *g = NULL;
-  if (layer->config.rnn.return_sequences)
-    g = dy + (n * d->steps + s) * d->units;
+  if (u->c->return_sequences)
+    g = dy + (n * d->steps + (u->flip ? d->steps - 1 - s : s)) * d->units;
   else if (s == d->steps - 1)
     g = dy + n * d->units;
   for (int64_t j = 0; g && j < d->units; j++) dh[j] += g[j];
@@ -363,38 +479,84 @@ static void recurrent_bias_gradient(const rnn_dims *d, const float *d_rec,
     for (int64_t j = 0; j < width; j++) db[j] += d_rec[r * width + j];
 }
 
-static void rnn_backward(mxu_layer *layer, const mxu_layer_run *run) {
-  const mxu_rnn_config *c = &layer->config.rnn;
-  rnn_dims d = dims_of(layer, layer->compiled->batch);
-  rnn_buffers b = buffers_of(layer, run);
-  int64_t u = d.units, width = d.gates * u, row = d.n * u;
-  const mxu_backend *be = run->backend;
-  memset(b.dh, 0, (size_t)row * sizeof(float));
-  memset(b.dc, 0, (size_t)row * sizeof(float));
-  for (int64_t s = d.steps - 1; s >= 0; s--) {
-    int64_t t = input_step(&d, c, s);
-    for (int64_t n = 0; n < d.n; n++)
-      add_output_gradient(layer, &d, run->dy, s, n, b.dh + n * u);
-    float *d_rec = b.d_rec + s * d.n * width;
-    for (int64_t n = 0; n < d.n; n++) {
-      const float *c_prev = s ? b.cells + (s - 1) * row + n * u : b.hs;
-      cell_backward(c, u, b.gates + (s * d.n + n) * width,
-                    b.hs + s * row + n * u, c_prev, b.cells + s * row + n * u,
-                    b.candidate + s * row + n * u, b.dh + n * u, b.dc + n * u,
-                    b.d_input + (n * d.steps + t) * width, d_rec + n * width);
+/* dy: the gradients of the unit's outputs; dx NULL when not needed. */
+static void unit_backward(const rnn_unit *u, const mxu_backend *be,
+                          const float *x, const float *dy, float *dx) {
+  const rnn_dims *d = &u->d;
+  const rnn_buffers *b = &u->b;
+  int64_t units = d->units, width = d->gates * units, row = d->n * units;
+  memset(b->dh, 0, (size_t)row * sizeof(float));
+  memset(b->dc, 0, (size_t)row * sizeof(float));
+  for (int64_t s = d->steps - 1; s >= 0; s--) {
+    int64_t t = input_step(u, s);
+    float *d_rec = b->d_rec + s * d->n * width;
+    for (int64_t n = 0; n < d->n; n++) {
+      add_output_gradient(u, dy, s, n, b->dh + n * units);
+      const float *c_prev = s ? b->cells + (s - 1) * row + n * units : b->hs;
+      cell_backward(u->c, units, b->gates + (s * d->n + n) * width,
+                    b->hs + s * row + n * units, c_prev,
+                    b->cells + s * row + n * units,
+                    b->candidate + s * row + n * units, b->dh + n * units,
+                    b->dc + n * units, b->d_input + (n * d->steps + t) * width,
+                    d_rec + n * width);
     }
     if (s == 0) break;
     /* The previous h's: its direct term (left in dh) + d_rec U^T. */
-    be->dense_backward_data(run->ops[1], d_rec, run->w[1], b.recurrent);
-    for (int64_t i = 0; i < row; i++) b.dh[i] += b.recurrent[i];
+    be->dense_backward_data(u->ops[1], d_rec, u->w[1], b->recurrent);
+    for (int64_t i = 0; i < row; i++) b->dh[i] += b->recurrent[i];
   }
-  be->dense_backward_weights(run->ops[0], run->x, b.d_input, run->dw[0],
-                             c->use_bias ? run->dw[2] : NULL);
-  be->dense_backward_weights(run->ops[2], b.hs, b.d_rec, run->dw[1], NULL);
-  if (recurrent_bias(layer, run->w))
-    recurrent_bias_gradient(&d, b.d_rec, run->dw[2] + width);
-  if (run->need_dx)
-    be->dense_backward_data(run->ops[0], b.d_input, run->w[0], run->dx);
+  be->dense_backward_weights(u->ops[0], x, b->d_input, u->dw[0],
+                             u->c->use_bias ? u->dw[2] : NULL);
+  be->dense_backward_weights(u->ops[2], b->hs, b->d_rec, u->dw[1], NULL);
+  if (recurrent_bias(u)) recurrent_bias_gradient(d, b->d_rec, u->dw[2] + width);
+  if (dx) be->dense_backward_data(u->ops[0], b->d_input, u->w[0], dx);
+}
+
+/* A Bidirectional's output gradient split into each direction's: its half
+ * of a concatenation, the whole of a sum, half of an average, and times
+ * the other direction's output for a product. */
+static void split_gradient(const mxu_layer *layer, const rnn_unit *units,
+                           const float *dy, float *const *out) {
+  const rnn_dims *d = &units[0].d;
+  int64_t positions = rnn_of(layer)->return_sequences ? d->steps : 1;
+  int64_t u = d->units,
+          width = layer->out_shape.dims[layer->out_shape.rank - 1];
+  mxu_merge_kind merge = merge_of(layer);
+  for (int64_t n = 0; n < d->n; n++)
+    for (int64_t p = 0; p < positions; p++) {
+      const float *g = dy + (n * positions + p) * width;
+      for (int dir = 0; dir < 2; dir++) {
+        float *o = out[dir] + (n * positions + p) * u;
+        const float *other = output_at(&units[1 - dir], p, n);
+        for (int64_t j = 0; j < u; j++)
+          o[j] = merge == MXU_MERGE_CONCATENATE ? g[dir * u + j]
+                 : merge == MXU_MERGE_ADD       ? g[j]
+                 : merge == MXU_MERGE_MULTIPLY  ? g[j] * other[j]
+                                                : g[j] * 0.5f;
+      }
+    }
+}
+
+static void rnn_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  rnn_unit units[2];
+  units[0] = unit_of(layer, run, 0);
+  if (!is_bidirectional(layer)) {
+    unit_backward(&units[0], run->backend, run->x, run->dy,
+                  run->need_dx ? run->dx : NULL);
+    return;
+  }
+  units[1] = unit_of(layer, run, 1);
+  const rnn_dims *d = &units[0].d;
+  int64_t outputs = d->n * d->steps * d->units;
+  float *dys[2] = {units[1].b.extra, units[1].b.extra + outputs};
+  float *dx = dys[1] + outputs;
+  split_gradient(layer, units, run->dy, dys);
+  unit_backward(&units[0], run->backend, run->x, dys[0],
+                run->need_dx ? run->dx : NULL);
+  unit_backward(&units[1], run->backend, run->x, dys[1],
+                run->need_dx ? dx : NULL);
+  for (int64_t i = 0; run->need_dx && i < d->n * d->steps * d->features; i++)
+    run->dx[i] += dx[i];
 }
 
 /* ---- pjrt: the steps unrolled ------------------------------------------- */
@@ -446,19 +608,23 @@ static mxu_hlo_value cell_emit(mxu_emit *e, const mxu_rnn_config *c, int64_t n,
 #undef ACT
 }
 
-static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
+/* One direction over every step: its outputs in step order (n, steps,
+ * units), or the last one's (n, units). */
+static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
   mxu_hlo *h = e->h;
-  const mxu_rnn_config *c = &layer->config.rnn;
+  const mxu_rnn_config *c = rnn_of(layer);
+  const mxu_hlo_value *w = e->w + weights_per(c) * dir;
   rnn_dims d = dims_of(layer, e->batch);
+  int go_backwards = c->go_backwards != dir;
   int64_t u = d.units, width = d.gates * u;
   int gru = c->kind == MXU_GRU;
   int64_t flat[2] = {d.n * d.steps, d.features};
   mxu_hlo_value x =
       mxu_hlo_reshape(h, e->in[0], mxu_hlo_shape_make(MXU_HLO_F32, 2, flat));
-  mxu_hlo_value p = mxu_hlo_matmul(h, x, e->w[0]), rec_bias = 0;
+  mxu_hlo_value p = mxu_hlo_matmul(h, x, w[0]), rec_bias = 0;
   if (c->use_bias)
-    p = mxu_emit_bias(e, p, gru ? bias_row(h, e->w[2], 0, width) : e->w[2]);
-  if (c->use_bias && gru) rec_bias = bias_row(h, e->w[2], 1, width);
+    p = mxu_emit_bias(e, p, gru ? bias_row(h, w[2], 0, width) : w[2]);
+  if (c->use_bias && gru) rec_bias = bias_row(h, w[2], 1, width);
   int64_t by_step[3] = {d.n, d.steps, width}, row[2] = {d.n, u};
   p = mxu_hlo_reshape(h, p, mxu_hlo_shape_make(MXU_HLO_F32, 3, by_step));
   mxu_hlo_shape state = mxu_hlo_shape_make(MXU_HLO_F32, 2, row);
@@ -467,13 +633,13 @@ static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo_value zero =
       mxu_hlo_constant(h, mxu_hlo_shape_make(MXU_HLO_F32, 2, wide), 0.0);
   for (int64_t s = 0; s < d.steps; s++) {
-    int64_t t = input_step(&d, c, s);
+    int64_t t = go_backwards ? d.steps - 1 - s : s;
     int64_t start[3] = {0, t, 0}, limit[3] = {d.n, t + 1, width};
     int64_t stride[3] = {1, 1, 1};
     mxu_hlo_value pt =
         mxu_hlo_reshape(h, mxu_hlo_slice(h, p, start, limit, stride),
                         mxu_hlo_shape_make(MXU_HLO_F32, 2, wide));
-    mxu_hlo_value r = s ? mxu_hlo_matmul(h, hs, e->w[1]) : zero;
+    mxu_hlo_value r = s ? mxu_hlo_matmul(h, hs, w[1]) : zero;
     hs = cell_emit(e, c, d.n, pt, r, rec_bias, hs, &cell);
     if (!c->return_sequences) continue;
     mxu_hlo_value step =
@@ -481,6 +647,24 @@ static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
     seq = s ? mxu_hlo_concatenate(h, seq, step, 1) : step;
   }
   return c->return_sequences ? seq : hs;
+}
+
+/* A Bidirectional's backward sequence reversed back, then merged. */
+static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_hlo *h = e->h;
+  mxu_hlo_value a = unit_emit(e, layer, 0);
+  if (!is_bidirectional(layer)) return a;
+  const mxu_rnn_config *c = rnn_of(layer);
+  mxu_hlo_value b = unit_emit(e, layer, 1);
+  const int64_t time[1] = {1};
+  if (c->return_sequences) b = mxu_hlo_reverse(h, b, 1, time);
+  switch (merge_of(layer)) {
+  case MXU_MERGE_ADD: return mxu_hlo_add(h, a, b);
+  case MXU_MERGE_MULTIPLY: return mxu_hlo_mul(h, a, b);
+  case MXU_MERGE_AVERAGE:
+    return mxu_hlo_mul(h, mxu_hlo_add(h, a, b), mxu_hlo_full_like(h, a, 0.5));
+  default: return mxu_hlo_concatenate(h, a, b, c->return_sequences ? 2 : 1);
+  }
 }
 
 /* ---- Keras' JSON ---------------------------------------------------------
@@ -516,6 +700,7 @@ static const char *const rnn_keys[] = {"units",
                                        "reset_after",
                                        "use_cudnn",
                                        "seed",
+                                       "zero_output_for_mask",
                                        NULL};
 
 static mxu_status require_zero(const mxu_json_where *where, const cJSON *config,
@@ -529,12 +714,11 @@ static mxu_status require_zero(const mxu_json_where *where, const cJSON *config,
                        key, (double)v);
 }
 
-static mxu_status read_rnn(const mxu_json_where *where, const cJSON *config,
-                           mxu_json_node *node, const char *name,
-                           mxu_rnn_kind kind) {
+static mxu_status read_rnn_config(const mxu_json_where *where,
+                                  const cJSON *config, int keras2,
+                                  mxu_rnn_kind kind, mxu_rnn_config *out) {
   mxu_rnn_config c = mxu_rnn_defaults(kind, 0);
-  c.name = name;
-  int keras2 = node->model->keras2_names, reset_after = 1;
+  int reset_after = 1;
   MXU_TRY(mxu_json_int(where, config, "units", MXU_JSON_REQUIRED, 1, 1 << 20,
                        &c.units));
   MXU_TRY(
@@ -561,13 +745,22 @@ static mxu_status read_rnn(const mxu_json_where *where, const cJSON *config,
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "recurrent", &c.recurrent));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
+  *out = c;
+  return MXU_OK;
+}
+
+static mxu_status read_rnn(const mxu_json_where *where, const cJSON *config,
+                           mxu_json_node *node, const char *name,
+                           mxu_rnn_kind kind) {
+  mxu_rnn_config c;
+  MXU_TRY(read_rnn_config(where, config, node->model->keras2_names, kind, &c));
+  c.name = name;
   return mxu_json_applied(where, node,
                           mxu_apply_rnn(node->model, &c, node->inputs[0]));
 }
 
-static void write_rnn(mxu_json_out *out, const mxu_layer *layer,
-                      cJSON *config) {
-  const mxu_rnn_config *c = &layer->config.rnn;
+static void write_rnn_config(mxu_json_out *out, const mxu_rnn_config *c,
+                             cJSON *config) {
   mxu_json_put_bool(out, config, "return_sequences", c->return_sequences);
   mxu_json_put_bool(out, config, "return_state", 0);
   mxu_json_put_bool(out, config, "go_backwards", c->go_backwards);
@@ -595,6 +788,11 @@ static void write_rnn(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_float(out, config, "dropout", 0.0f);
   mxu_json_put_float(out, config, "recurrent_dropout", 0.0f);
   if (c->kind == MXU_GRU) mxu_json_put_bool(out, config, "reset_after", 1);
+}
+
+static void write_rnn(mxu_json_out *out, const mxu_layer *layer,
+                      cJSON *config) {
+  write_rnn_config(out, &layer->config.rnn, config);
 }
 
 static mxu_status read_simple_rnn(const mxu_json_where *where,
@@ -632,3 +830,171 @@ const mxu_layer_class mxu_simple_rnn_class =
     RNN_CLASS("SimpleRNN", read_simple_rnn);
 const mxu_layer_class mxu_lstm_class = RNN_CLASS("LSTM", read_lstm);
 const mxu_layer_class mxu_gru_class = RNN_CLASS("GRU", read_gru);
+
+/* ---- Bidirectional --------------------------------------------------------
+ * Keras' wrapper of a SimpleRNN, LSTM or GRU: the layer forwards and a
+ * copy backwards (go_backwards flipped), the copy's sequence reversed
+ * back, the two merged (merge_mode concat, sum, mul or ave). tf.keras 2
+ * writes the wrapped layer under its own name ("lstm") and names the
+ * weights forward_lstm/lstm_cell/kernel:0, ...; Keras 3 names it
+ * forward_lstm and writes the copy too, as backward_layer. */
+
+static const char *const bidirectional_keys[] = {
+    "layer", "merge_mode", "backward_layer", "weights", NULL};
+
+static const char *const merge_names[] = {[MXU_MERGE_CONCATENATE] = "concat",
+                                          [MXU_MERGE_ADD] = "sum",
+                                          [MXU_MERGE_MULTIPLY] = "mul",
+                                          [MXU_MERGE_AVERAGE] = "ave"};
+
+static const mxu_layer_class *const wrapped_classes[] = {
+    [MXU_SIMPLE_RNN] = &mxu_simple_rnn_class,
+    [MXU_LSTM] = &mxu_lstm_class,
+    [MXU_GRU] = &mxu_gru_class};
+
+static const char *const common_keys[] = {"name", "trainable", "dtype", NULL};
+
+/* The wrapped layer's entry: its class, its config read as the layer's
+ * own would be; its name (the forward_ prefix Keras 3 adds taken off). */
+static mxu_status read_wrapped(const mxu_json_where *where, const cJSON *entry,
+                               int keras2, mxu_rnn_config *c,
+                               const char **name) {
+  const cJSON *config = mxu_json_get(entry, "config");
+  const char *cls = cJSON_GetStringValue(mxu_json_get(entry, "class_name"));
+  int kind = -1;
+  for (int k = 0; cls && k <= MXU_GRU; k++)
+    if (strcmp(cls, wrapped_classes[k]->class_name) == 0) kind = k;
+  if (kind < 0 || !cJSON_IsObject(config))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "layer: wrapping %s is not supported (mxu wraps "
+                         "SimpleRNN, LSTM and GRU)",
+                         cls ? cls : "(no class_name)");
+  MXU_TRY(mxu_json_check_keys(where, config, rnn_keys, common_keys));
+  MXU_TRY(read_rnn_config(where, config, keras2, (mxu_rnn_kind)kind, c));
+  MXU_TRY(mxu_json_string(where, config, "name", MXU_JSON_OPTIONAL, name));
+  if (*name && strncmp(*name, "forward_", 8) == 0) *name += 8;
+  return MXU_OK;
+}
+
+static mxu_status read_merge_mode(const mxu_json_where *where,
+                                  const cJSON *config, mxu_merge_kind *merge) {
+  const cJSON *v = mxu_json_get(config, "merge_mode");
+  *merge = MXU_MERGE_CONCATENATE;
+  if (!v) return MXU_OK;
+  for (int m = 0; cJSON_IsString(v) && m <= MXU_MERGE_CONCATENATE; m++)
+    if (merge_names[m] && strcmp(v->valuestring, merge_names[m]) == 0) {
+      *merge = (mxu_merge_kind)m;
+      return MXU_OK;
+    }
+  char text[64];
+  mxu_json_text(v, text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "merge_mode %s is not supported (concat, sum, mul or "
+                       "ave; null gives two outputs)",
+                       text);
+}
+
+/* Keras 3's backward_layer: the wrapped layer reading backwards, or a
+ * layer of its own, which mxu does not take. */
+static mxu_status check_backward_layer(const mxu_json_where *where,
+                                       const cJSON *config, int keras2,
+                                       const mxu_rnn_config *forward) {
+  const cJSON *entry = mxu_json_get(config, "backward_layer");
+  if (!entry || cJSON_IsNull(entry)) return MXU_OK;
+  mxu_rnn_config back;
+  const char *name = NULL;
+  MXU_TRY(read_wrapped(where, entry, keras2, &back, &name));
+  if (back.kind != forward->kind || back.units != forward->units ||
+      back.go_backwards == forward->go_backwards ||
+      back.return_sequences != forward->return_sequences ||
+      back.use_bias != forward->use_bias ||
+      back.activation != forward->activation ||
+      back.recurrent_activation != forward->recurrent_activation)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "backward_layer: a backward layer other than the "
+                         "layer reading backwards is not supported");
+  return MXU_OK;
+}
+
+static mxu_status read_bidirectional(const mxu_json_where *where,
+                                     const cJSON *config, mxu_json_node *node,
+                                     const char *name) {
+  int keras2 = node->model->keras2_names;
+  const cJSON *entry = mxu_json_get(config, "layer");
+  if (!cJSON_IsObject(entry))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "layer is missing or not a layer object");
+  mxu_rnn_config c;
+  const char *inner = NULL;
+  mxu_merge_kind merge;
+  MXU_TRY(read_wrapped(where, entry, keras2, &c, &inner));
+  MXU_TRY(read_merge_mode(where, config, &merge));
+  MXU_TRY(check_backward_layer(where, config, keras2, &c));
+  MXU_TRY(mxu_json_require_null(where, config, "weights"));
+  c.name = inner;
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_bidirectional(node->model, name, &c, merge, node->inputs[0]));
+}
+
+/* The wrapped layer's entry: for Keras 3 forward_<name> (backward_<name>
+ * and go_backwards flipped for its copy), as Keras 3 writes them. */
+static cJSON *wrapped_entry(mxu_json_out *out, const mxu_layer *layer,
+                            int backward) {
+  const mxu_bidirectional_config *b = &layer->config.bidirectional;
+  mxu_rnn_config c = b->rnn;
+  char name[MXU_NAME_SIZE + 16];
+  snprintf(name, sizeof name, "%s%s",
+           !out->keras3 ? ""
+           : backward   ? "backward_"
+                        : "forward_",
+           b->inner);
+  if (backward) c.go_backwards = !c.go_backwards;
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put_string(out, config, "name", name);
+  mxu_json_put_bool(out, config, "trainable", 1);
+  mxu_json_put_dtype(out, config);
+  write_rnn_config(out, &c, config);
+  return mxu_json_object(out, "keras.layers",
+                         wrapped_classes[c.kind]->class_name, config);
+}
+
+static void write_bidirectional(mxu_json_out *out, const mxu_layer *layer,
+                                cJSON *config) {
+  mxu_json_put(out, config, "layer", wrapped_entry(out, layer, 0));
+  mxu_json_put_string(out, config, "merge_mode",
+                      merge_names[layer->config.bidirectional.merge]);
+  if (out->keras3)
+    mxu_json_put(out, config, "backward_layer", wrapped_entry(out, layer, 1));
+}
+
+/* Keras 3 keeps each direction's weights in its layer's cell. */
+static const char *direction_group(const mxu_layer *layer, int k) {
+  return k < weights_per(rnn_of(layer)) ? "forward_layer/cell"
+                                        : "backward_layer/cell";
+}
+
+const mxu_layer_class mxu_bidirectional_class = {
+    .class_name = "Bidirectional",
+    .keras3_group = direction_group,
+    .config_keys = bidirectional_keys,
+    .read_config = read_bidirectional,
+    .write_config = write_bidirectional,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = rnn_infer,
+    .declare = rnn_declare,
+    .flops = rnn_flops,
+    .plan = rnn_plan,
+    .forward = rnn_forward,
+    .backward = rnn_backward,
+    .emit = rnn_emit};
+
+/* The names of the weights, tf.keras 2's: forward_<inner>/<cell>/kernel. */
+void mxu_bidirectional_names(mxu_bidirectional_config *b) {
+  static const char *const direction[2] = {"forward_", "backward_"};
+  for (int dir = 0; dir < 2; dir++)
+    for (int k = 0; k < 3; k++)
+      snprintf(b->names[dir * 3 + k], sizeof b->names[0], "%s%s/%s",
+               direction[dir], b->inner, weight_names[b->rnn.kind][k]);
+}
