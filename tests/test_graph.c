@@ -2612,6 +2612,20 @@ static mxu_tensor_id rnn_graph(mxu_model *m, const void *ctx) {
   return head(m, mxu_apply_rnn(m, &c, x));
 }
 
+typedef struct bidirectional_case {
+  mxu_merge_kind merge;
+  mxu_rnn_config rnn;
+} bidirectional_case;
+
+static mxu_tensor_id bidirectional_graph(mxu_model *m, const void *ctx) {
+  static const int64_t shape[2] = {5, 3};
+  const bidirectional_case *c = ctx;
+  mxu_tensor_id x = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, NULL, mxu_shape_make(2, shape)));
+  return head(m,
+              mxu_apply_bidirectional(m, "under_test", &c->rnn, c->merge, x));
+}
+
 static void test_recurrent(void) {
   mxu_rnn_config cases[5];
   const char *names[5] = {"LSTM(4) sequences", "LSTM(2) backwards, no bias",
@@ -2637,6 +2651,31 @@ static void test_recurrent(void) {
     finite_differences(m, names[i]);
     mxu_model_free(m);
     backends_agree(names[i], rnn_graph, &cases[i]);
+  }
+  /* Bidirectional, every merge: sequences (the backward direction's
+   * reversed back) or last steps. */
+  static const mxu_merge_kind merges[] = {MXU_MERGE_CONCATENATE, MXU_MERGE_ADD,
+                                          MXU_MERGE_MULTIPLY,
+                                          MXU_MERGE_AVERAGE};
+  static const char *const merge_names[] = {
+      "Bidirectional(GRU sequences) concat", "Bidirectional(LSTM) sum",
+      "Bidirectional(SimpleRNN sequences) mul", "Bidirectional(LSTM) ave"};
+  for (int i = 0; i < 4; i++) {
+    bidirectional_case c = {merges[i],
+                            mxu_rnn_defaults(i == 0   ? MXU_GRU
+                                             : i == 2 ? MXU_SIMPLE_RNN
+                                                      : MXU_LSTM,
+                                             3)};
+    c.rnn.return_sequences = i % 2 == 0;
+    c.rnn.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
+    c.rnn.bias.initializer.minval = -0.3f;
+    c.rnn.bias.initializer.maxval = 0.3f;
+    mxu_model *bm =
+        build(merge_names[i], bidirectional_graph, &c, MXU_BACKEND_CPU_REF);
+    if (!bm) continue;
+    finite_differences(bm, merge_names[i]);
+    mxu_model_free(bm);
+    backends_agree(merge_names[i], bidirectional_graph, &c);
   }
   /* unit_forget_bias: the forget block of LSTM's bias starts at 1. */
   mxu_rnn_config lstm = mxu_rnn_defaults(MXU_LSTM, 3);

@@ -2796,6 +2796,12 @@ static void reads_sequences(void) {
       "int32 or int64 token ids");
 }
 
+static int node_named(const mxu_model *m, const char *name) {
+  for (int i = 0; i < m->layer_count; i++)
+    if (strcmp(m->layers[i].name, name) == 0) return i;
+  return 0;
+}
+
 /* The recurrent net of test_golden (make_recurrent.py) in both dialects,
  * written back; what mxu's recurrent layers refuse. */
 static void reads_recurrent(void) {
@@ -2805,7 +2811,13 @@ static void reads_recurrent(void) {
     mxu_model *m = NULL;
     CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
     if (!m) continue;
-    CHECK(mxu_model_param_count(m, 1) == 504 && mxu_model_layer_count(m) == 7);
+    CHECK(mxu_model_param_count(m, 1) == 802 && mxu_model_layer_count(m) == 9);
+    const mxu_layer *bi = &m->layers[node_named(m, "bi_gru")];
+    CHECK(bi->cls == &mxu_bidirectional_class &&
+          bi->config.bidirectional.merge == MXU_MERGE_ADD &&
+          bi->config.bidirectional.rnn.kind == MXU_GRU &&
+          strcmp(bi->config.bidirectional.inner, "last") == 0 &&
+          shape_is(bi->out_shape, 1, 2, 0, 0));
     const mxu_layer *gru = &m->layers[mxu_model_node(m, 2)];
     CHECK(gru->cls == &mxu_gru_class && gru->config.rnn.units == 4 &&
           gru->config.rnn.go_backwards && gru->config.rnn.return_sequences &&
@@ -2823,6 +2835,8 @@ static void reads_recurrent(void) {
           {"rnn", "return_sequences", "false"},
           {"lstm_back", "activation", "\"relu\""},
           {"lstm_back", "units", "4"},
+          {"bi_gru", "merge_mode", "\"sum\""},
+          {"bi_lstm", "merge_mode", "\"concat\""},
       };
       for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         char *got = doc ? written_value(doc, want[i][0], want[i][1]) : NULL;
@@ -2832,6 +2846,19 @@ static void reads_recurrent(void) {
                   want[i][2]);
         cJSON_free(got);
       }
+      /* The wrapped layer as each Keras writes it: Keras 3 its name with
+       * forward_ and its copy as backward_layer. */
+      char *layer = doc ? written_value(doc, "bi_gru", "layer") : NULL;
+      char *back = doc ? written_value(doc, "bi_gru", "backward_layer") : NULL;
+      CHECK_MSG(layer && has(layer, keras3 ? "\"name\":\"forward_last\""
+                                           : "\"name\":\"last\""),
+                "keras3=%d: layer %s", keras3, layer ? layer : "(none)");
+      CHECK_MSG(keras3 ? back && has(back, "\"name\":\"backward_last\"") &&
+                             has(back, "\"go_backwards\":true")
+                       : back == NULL || strcmp(back, "null") == 0,
+                "keras3=%d: backward_layer %s", keras3, back ? back : "(none)");
+      cJSON_free(layer);
+      cJSON_free(back);
       cJSON_Delete(doc);
       free(text);
     }
@@ -2842,6 +2869,26 @@ static void reads_recurrent(void) {
     mxu_status status;
     const char *needle;
   } refused[] = {
+      {"[null, 5, 3]",
+       "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"e\", "
+       "\"merge_mode\": null, \"layer\": {\"class_name\": \"LSTM\", "
+       "\"config\": {\"name\": \"l\", \"units\": 2}}}}",
+       MXU_ERR_UNSUPPORTED, "merge_mode null is not supported"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"e\", "
+       "\"layer\": {\"class_name\": \"Dense\", \"config\": {\"name\": "
+       "\"d\", \"units\": 2}}}}",
+       MXU_ERR_UNSUPPORTED, "wrapping Dense is not supported"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"e\", "
+       "\"layer\": {\"class_name\": \"LSTM\", \"config\": {\"name\": "
+       "\"l\", \"units\": 2}}, \"backward_layer\": {\"class_name\": "
+       "\"LSTM\", \"config\": {\"name\": \"b\", \"units\": 3, "
+       "\"go_backwards\": true}}}}",
+       MXU_ERR_UNSUPPORTED, "a backward layer other than the layer"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"e\"}}",
+       MXU_ERR_FORMAT, "layer is missing"},
       {"[null, 5, 3]",
        "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"e\", \"units\": 4, "
        "\"return_state\": true}}",

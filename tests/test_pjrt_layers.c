@@ -312,6 +312,18 @@ static const layer_case cases[] = {
                               "\"bias_initializer\": \"ones\"",
                               IN("l")),
      "g", 1e-4},
+    {"Bidirectional LSTM sequences concat, Bidirectional GRU mul", "5, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [5, 3]", IN("lead"))
+         LAYER("Bidirectional", "b",
+               ", \"layer\": {\"class_name\": \"LSTM\", \"config\": "
+               "{\"name\": \"lstm\", \"units\": 2, \"return_sequences\": "
+               "true}}",
+               IN("r"))
+             LAYER("Bidirectional", "g",
+                   ", \"merge_mode\": \"mul\", \"layer\": {\"class_name\": "
+                   "\"GRU\", \"config\": {\"name\": \"gru\", \"units\": 3}}",
+                   IN("b")),
+     "g", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
      * and 0.x row 0, 1.x row 1. */
     {"Embedding of the input, joined to the lead", "4, 1, 3",
