@@ -572,7 +572,10 @@ mxu_tensor_id mxu_apply_dropout(mxu_model *model, const char *name, float rate,
                                 mxu_tensor_id x);
 /* Dropout with Keras' noise_shape, without its batch dimension: a dim of 1
  * draws one value for the whole axis, 0 (Keras' None) one per value.
- * spatial: Keras' SpatialDropout2D, whose noise_shape is (1, 1, channels). */
+ * spatial: MXU_SPATIAL_2D, Keras' SpatialDropout2D, whose noise_shape is
+ * (1, 1, channels); MXU_SPATIAL_1D, SpatialDropout1D's (1, channels) over
+ * (steps, channels). */
+enum { MXU_SPATIAL_2D = 1, MXU_SPATIAL_1D = 2 };
 mxu_tensor_id mxu_apply_dropout_noise(mxu_model *model, const char *name,
                                       float rate, mxu_shape noise_shape,
                                       int spatial, mxu_tensor_id x);

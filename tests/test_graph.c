@@ -976,9 +976,9 @@ static void test_layers(void) {
 }
 
 /* Dropout with a noise_shape (Keras' (None, 1, 1, C), EfficientNet's
- * (None, 1, 1, 1)) and SpatialDropout2D: in training one draw per sample
- * and shared dims, so y / x is one value (0 or 1 / (1 - rate)) along them;
- * finite differences and cpu_ref over the same masks. */
+ * (None, 1, 1, 1)), SpatialDropout2D and SpatialDropout1D: in training one draw
+ * per sample and shared dims, so y / x is one value (0 or 1 / (1 - rate)) along
+ * them; finite differences and cpu_ref over the same masks. */
 typedef struct noise_case {
   const char *name;
   int64_t noise[3];
@@ -989,9 +989,13 @@ static mxu_tensor_id noise_graph(mxu_model *m, const void *ctx) {
   const noise_case *c = ctx;
   static const int64_t shape[3] = {3, 4, 5};
   mxu_tensor_id x = input_identity(m, shape);
-  return head(m, mxu_apply_dropout_noise(m, "under_test", 0.5f,
-                                         mxu_shape_make(3, c->noise),
-                                         c->spatial, x));
+  if (c->spatial == MXU_SPATIAL_1D) { /* 12 steps of 5 channels */
+    mxu_reshape_config r = {"steps", {2, {12, 5}}};
+    x = mxu_apply_reshape(m, &r, x);
+  }
+  mxu_shape noise = c->spatial ? (mxu_shape){0} : mxu_shape_make(3, c->noise);
+  return head(
+      m, mxu_apply_dropout_noise(m, "under_test", 0.5f, noise, c->spatial, x));
 }
 
 static void check_shared_mask(const noise_case *c, mxu_backend_kind kind) {
@@ -1027,7 +1031,8 @@ static void test_dropout_noise(void) {
       {"Dropout noise_shape (None, 1, 1, 5)", {1, 1, 0}, 0},
       {"Dropout noise_shape (None, 1, 1, 1)", {1, 1, 1}, 0},
       {"Dropout noise_shape (None, 3, 1, None)", {3, 1, 0}, 0},
-      {"SpatialDropout2D", {0, 0, 0}, 1},
+      {"SpatialDropout2D", {0, 0, 0}, MXU_SPATIAL_2D},
+      {"SpatialDropout1D over the 12 steps", {0, 0, 0}, MXU_SPATIAL_1D},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     /* cpu scales by the draws where the noise is per sample or channel */

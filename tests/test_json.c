@@ -2786,6 +2786,24 @@ static void reads_sequences(void) {
   for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
     EXPECT_JSON_FAIL(model_with(refused[i].shape, refused[i].entry),
                      refused[i].status, "layer 'e'", refused[i].needle);
+  /* SpatialDropout1D: one draw per channel of (steps, channels). */
+  mxu_model *dropped = read_json(
+      model_with("[null, 6, 3]",
+                 "{\"class_name\": \"SpatialDropout1D\", \"config\": "
+                 "{\"name\": \"sd\", \"rate\": 0.2, \"noise_shape\": null, "
+                 "\"seed\": null}}"),
+      NULL, NULL);
+  if (dropped) {
+    CHECK(LAYER(dropped, 0)->cls == &mxu_spatial_dropout1d_class &&
+          LAYER(dropped, 0)->config.dropout.rate == 0.2f);
+    round_trip_text("SpatialDropout1D", dropped, 0);
+    round_trip_text("SpatialDropout1D", dropped, 1);
+  }
+  mxu_model_free(dropped);
+  EXPECT_JSON_FAIL(model_with("[null, 4, 4, 3]",
+                              "{\"class_name\": \"SpatialDropout1D\", "
+                              "\"config\": {\"name\": \"e\", \"rate\": 0.2}}"),
+                   MXU_ERR_SHAPE, "layer 'e'", "takes (steps, channels)");
   /* An input of strings (TextVectorization's) is not one mxu reads. */
   EXPECT_JSON_FAIL(
       "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", "

@@ -288,10 +288,11 @@ static const layer_case cases[] = {
                      LAYER("GlobalMaxPooling1D", "g", ", \"keepdims\": true",
                            IN("a")),
      "g", 1e-4},
-    {"Conv1D valid, GlobalAveragePooling1D", "6, 1, 2",
+    {"SpatialDropout1D, Conv1D valid, GlobalAveragePooling1D", "6, 1, 2",
      LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead"))
-         LAYER("Conv1D", "c", ", \"filters\": 2, \"kernel_size\": 2", IN("r"))
-             LAYER("GlobalAveragePooling1D", "g", "", IN("c")),
+         LAYER("SpatialDropout1D", "d", ", \"rate\": 0.4", IN("r"))
+             LAYER("Conv1D", "c", ", \"filters\": 2, \"kernel_size\": 2",
+                   IN("d")) LAYER("GlobalAveragePooling1D", "g", "", IN("c")),
      "g", 1e-4},
     /* The recurrent layers unrolled over 6 steps. */
     {"LSTM sequences, GRU backwards sequences, SimpleRNN", "6, 1, 2",

@@ -25,6 +25,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_dense_class,
     &mxu_dropout_class,
     &mxu_spatial_dropout2d_class,
+    &mxu_spatial_dropout1d_class,
     &mxu_gaussian_noise_class,
     &mxu_activity_regularization_class,
     &mxu_gaussian_dropout_class,
@@ -607,7 +608,9 @@ mxu_tensor_id mxu_apply_dropout_noise(mxu_model *model, const char *name,
   mxu_layer proto = dropout_proto(rate);
   proto.config.dropout.noise = noise_shape;
   return apply(model,
-               spatial ? &mxu_spatial_dropout2d_class : &mxu_dropout_class,
+               spatial == MXU_SPATIAL_1D ? &mxu_spatial_dropout1d_class
+               : spatial                 ? &mxu_spatial_dropout2d_class
+                                         : &mxu_dropout_class,
                name, &proto, &x, 1);
 }
 

@@ -362,6 +362,7 @@ extern const mxu_layer_class mxu_average_pooling1d_class;
 extern const mxu_layer_class mxu_global_average_pooling1d_class;
 extern const mxu_layer_class mxu_global_max_pooling1d_class;
 extern const mxu_layer_class mxu_embedding_class;
+extern const mxu_layer_class mxu_spatial_dropout1d_class;
 extern const mxu_layer_class mxu_simple_rnn_class;
 extern const mxu_layer_class mxu_lstm_class;
 extern const mxu_layer_class mxu_gru_class;

@@ -203,7 +203,20 @@ static mxu_status read_dropout(const mxu_json_where *where, const cJSON *config,
 static mxu_status read_spatial_dropout(const mxu_json_where *where,
                                        const cJSON *config, mxu_json_node *node,
                                        const char *name) {
-  return read_dropouts(where, config, node, name, 1);
+  return read_dropouts(where, config, node, name, MXU_SPATIAL_2D);
+}
+
+static mxu_status read_spatial_dropout1d(const mxu_json_where *where,
+                                         const cJSON *config,
+                                         mxu_json_node *node,
+                                         const char *name) {
+  return read_dropouts(where, config, node, name, MXU_SPATIAL_1D);
+}
+
+/* SpatialDropout2D and SpatialDropout1D: one draw per channel. */
+static int is_spatial(const mxu_layer *layer) {
+  return layer->cls == &mxu_spatial_dropout2d_class ||
+         layer->cls == &mxu_spatial_dropout1d_class;
 }
 
 /* Keras writes the noise_shape it was given: SpatialDropout2D none. */
@@ -211,7 +224,7 @@ static void write_dropout(mxu_json_out *out, const mxu_layer *layer,
                           cJSON *config) {
   const mxu_dropout_config *c = &layer->config.dropout;
   mxu_json_put_float(out, config, "rate", c->rate);
-  if (c->noise.rank == 0 || layer->cls == &mxu_spatial_dropout2d_class) {
+  if (c->noise.rank == 0 || is_spatial(layer)) {
     mxu_json_put_null(out, config, "noise_shape");
   } else {
     cJSON *list = cJSON_CreateArray();
@@ -302,8 +315,10 @@ const mxu_layer_class mxu_flatten_class = {
 static mxu_shape noise_of(const mxu_layer *layer) {
   const mxu_shape *in = &layer->in_shape;
   mxu_shape noise = layer->config.dropout.noise;
-  if (layer->cls == &mxu_spatial_dropout2d_class)
-    noise = (mxu_shape){3, {1, 1, in->rank == 3 ? in->dims[2] : 0}};
+  if (is_spatial(layer)) { /* (1, ..., 1, channels) */
+    noise = (mxu_shape){in->rank, {1, 1, 1, 1, 1, 1}};
+    noise.dims[in->rank - 1] = in->dims[in->rank - 1];
+  }
   if (noise.rank == 0) return *in;
   for (int d = 0; d < noise.rank; d++)
     if (noise.dims[d] != 1) noise.dims[d] = in->dims[d];
@@ -311,8 +326,7 @@ static mxu_shape noise_of(const mxu_layer *layer) {
 }
 
 static int shares_draws(const mxu_layer *layer) {
-  return layer->config.dropout.noise.rank > 0 ||
-         layer->cls == &mxu_spatial_dropout2d_class;
+  return layer->config.dropout.noise.rank > 0 || is_spatial(layer);
 }
 
 static mxu_status dropout_infer(mxu_layer *layer) {
@@ -324,6 +338,10 @@ static mxu_status dropout_infer(mxu_layer *layer) {
   if (layer->cls == &mxu_spatial_dropout2d_class && in->rank != 3)
     return mxu_fail(MXU_ERR_SHAPE,
                     "%s: SpatialDropout2D takes (height, width, channels)",
+                    layer->name);
+  if (layer->cls == &mxu_spatial_dropout1d_class && in->rank != 2)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: SpatialDropout1D takes (steps, channels)",
                     layer->name);
   int fits = c->noise.rank == 0 || c->noise.rank == in->rank;
   for (int d = 0; fits && d < c->noise.rank; d++)
@@ -516,6 +534,23 @@ const mxu_layer_class mxu_spatial_dropout2d_class = {
     .noise_is_stream = 1,
     .config_keys = spatial_dropout_keys,
     .read_config = read_spatial_dropout,
+    .write_config = write_dropout,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = dropout_infer,
+    .plan = dropout_plan,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+};
+
+const mxu_layer_class mxu_spatial_dropout1d_class = {
+    .class_name = "SpatialDropout1D",
+    .flops = dropout_flops,
+    .emit = dropout_emit,
+    .emit_noise = dropout_noise,
+    .noise_is_stream = 1,
+    .config_keys = spatial_dropout_keys,
+    .read_config = read_spatial_dropout1d,
     .write_config = write_dropout,
     .min_inputs = 1,
     .max_inputs = 1,
