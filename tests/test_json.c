@@ -2683,6 +2683,18 @@ static char *written_value(const cJSON *doc, const char *name,
   return NULL;
 }
 
+/* Each (layer, key, value as compact text) of want in the written doc. */
+static void expect_written(const char *label, int keras3, const cJSON *doc,
+                           const char *const (*want)[3], size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    char *got = doc ? written_value(doc, want[i][0], want[i][1]) : NULL;
+    CHECK_MSG(got && strcmp(got, want[i][2]) == 0,
+              "%s keras3=%d: %s's %s written as %s, want %s", label, keras3,
+              want[i][0], want[i][1], got ? got : "(none)", want[i][2]);
+    cJSON_free(got);
+  }
+}
+
 /* The sequence net of test_golden (make_sequence.py) in both dialects:
  * int32 ids, Embedding, Conv1D causal/strided/grouped, the 1-D poolings;
  * read as Keras wrote them and written back with sizes as lists of one,
@@ -2724,14 +2736,7 @@ static void reads_sequences(void) {
           {"embed", "mask_zero", "false"},
           {"gmp1d", "keepdims", "false"},
       };
-      for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
-        char *got = doc ? written_value(doc, want[i][0], want[i][1]) : NULL;
-        CHECK_MSG(got && strcmp(got, want[i][2]) == 0,
-                  "%s keras3=%d: %s's %s written as %s, want %s", files[f],
-                  keras3, want[i][0], want[i][1], got ? got : "(none)",
-                  want[i][2]);
-        cJSON_free(got);
-      }
+      expect_written(files[f], keras3, doc, want, sizeof want / sizeof *want);
       cJSON_Delete(doc);
       free(text);
     }
@@ -2856,14 +2861,7 @@ static void reads_recurrent(void) {
           {"bi_gru", "merge_mode", "\"sum\""},
           {"bi_lstm", "merge_mode", "\"concat\""},
       };
-      for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
-        char *got = doc ? written_value(doc, want[i][0], want[i][1]) : NULL;
-        CHECK_MSG(got && strcmp(got, want[i][2]) == 0,
-                  "%s keras3=%d: %s's %s written as %s, want %s", files[f],
-                  keras3, want[i][0], want[i][1], got ? got : "(none)",
-                  want[i][2]);
-        cJSON_free(got);
-      }
+      expect_written(files[f], keras3, doc, want, sizeof want / sizeof *want);
       /* The wrapped layer as each Keras writes it: Keras 3 its name with
        * forward_ and its copy as backward_layer. */
       char *layer = doc ? written_value(doc, "bi_gru", "layer") : NULL;

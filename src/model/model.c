@@ -640,17 +640,25 @@ static int given(const void *config, const char *what) {
     return apply(model, cls, config->name, &proto, &x, 1);                     \
   } while (0)
 
-mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
-                                         const mxu_global_pool2d_config *config,
-                                         mxu_tensor_id x) {
+/* GlobalAveragePooling2D or GlobalMaxPooling2D (the 1-D ones: sequence). */
+static mxu_tensor_id global_pool(mxu_model *model,
+                                 const mxu_global_pool2d_config *config,
+                                 int sequence, mxu_tensor_id x) {
+  static const mxu_layer_class *const classes[2][2] = {
+      {&mxu_global_average_pooling2d_class, &mxu_global_max_pooling2d_class},
+      {&mxu_global_average_pooling1d_class, &mxu_global_max_pooling1d_class}};
   if (x < 0 || !given(config, "global pooling")) return -1;
   mxu_layer proto = {0};
   proto.config.global_pool = *config;
   proto.config.global_pool.name = NULL;
-  return apply(model,
-               config->is_max ? &mxu_global_max_pooling2d_class
-                              : &mxu_global_average_pooling2d_class,
-               config->name, &proto, &x, 1);
+  return apply(model, classes[sequence][config->is_max != 0], config->name,
+               &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
+                                         const mxu_global_pool2d_config *config,
+                                         mxu_tensor_id x) {
+  return global_pool(model, config, 0, x);
 }
 
 /* The 1-D layers keep their sizes as the 1 x n window of the image
@@ -702,14 +710,7 @@ mxu_tensor_id mxu_apply_average_pooling1d(mxu_model *model,
 mxu_tensor_id mxu_apply_global_pooling1d(mxu_model *model,
                                          const mxu_global_pool2d_config *config,
                                          mxu_tensor_id x) {
-  if (x < 0 || !given(config, "global pooling")) return -1;
-  mxu_layer proto = {0};
-  proto.config.global_pool = *config;
-  proto.config.global_pool.name = NULL;
-  return apply(model,
-               config->is_max ? &mxu_global_max_pooling1d_class
-                              : &mxu_global_average_pooling1d_class,
-               config->name, &proto, &x, 1);
+  return global_pool(model, config, 1, x);
 }
 
 mxu_tensor_id mxu_apply_embedding(mxu_model *model,
