@@ -441,8 +441,11 @@ typedef struct mxu_pool1d_config {
 
 /* Embedding: an input of token ids (any shape) -> a row of `embeddings`
  * (input_dim, output_dim) per id, the shape gaining an axis of
- * output_dim. An id outside 0..input_dim-1 gives a row of zeros and no
- * gradient (TensorFlow's GPU kernels do so; its CPU ones stop). */
+ * output_dim. fit, evaluate and predict refuse data with an id outside
+ * 0..input_dim-1 for an Embedding reading the model input, naming the
+ * sample (TensorFlow's CPU kernel stops on one too); inside the model such
+ * an id gives a row of zeros and no gradient (as TensorFlow's GPU
+ * kernel). */
 typedef struct mxu_embedding_config {
   const char *name;
   int input_dim, output_dim;

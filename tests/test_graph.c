@@ -2595,6 +2595,37 @@ static void test_embedding(void) {
     check_fd(m, table, grads, 18, "embeddings", name);
     mxu_model_free(m);
   }
+  /* fit, evaluate and predict refuse ids outside the table, naming the
+   * sample and value (TensorFlow's CPU kernel stops on them too). */
+  mxu_model *m = build(name, embedding_graph, NULL, MXU_BACKEND_CPU);
+  if (!m) return;
+  float good[BATCH * 5], bad[BATCH * 5];
+  int32_t labels[BATCH] = {0, 1, 2};
+  for (int i = 0; i < BATCH * 5; i++) good[i] = bad[i] = (float)(i % 6);
+  bad[8] = 6.0f;
+  mxu_dataset *ok = NULL, *wrong = NULL;
+  int64_t steps = 5;
+  CHECK_OK(mxu_dataset_from_arrays(good, labels, BATCH,
+                                   mxu_shape_make(1, &steps), CLASSES, &ok));
+  CHECK_OK(mxu_dataset_from_arrays(bad, labels, BATCH,
+                                   mxu_shape_make(1, &steps), CLASSES, &wrong));
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.batch_size = BATCH;
+  fit.verbose = 0;
+  double loss, accuracy;
+  float out[BATCH * CLASSES];
+  CHECK_OK(mxu_fit(m, ok, &fit, NULL));
+  EXPECT_FAIL(mxu_fit(m, wrong, &fit, NULL), MXU_ERR_ARG,
+              "fit: sample 1, value 3: id 6 is not a row of Embedding "
+              "'under_test' (0 to 5)");
+  EXPECT_FAIL(mxu_evaluate(m, wrong, BATCH, &loss, &accuracy), MXU_ERR_ARG,
+              "evaluate: sample 1, value 3: id 6");
+  EXPECT_FAIL(mxu_predict(m, bad, BATCH, out), MXU_ERR_ARG,
+              "predict: sample 1, value 3: id 6");
+  CHECK_OK(mxu_predict(m, good, BATCH, out));
+  mxu_dataset_free(ok);
+  mxu_dataset_free(wrong);
+  mxu_model_free(m);
 }
 
 static void test_sequence_layers(void) {

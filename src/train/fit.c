@@ -62,6 +62,29 @@ static mxu_status check_targets(const mxu_model *model, const mxu_dataset *data,
   return MXU_OK;
 }
 
+/* Token ids an Embedding reads straight from model input k must be rows
+ * of its table, as TensorFlow's CPU kernel demands: mxu's forward pass
+ * would give such an id a row of zeros and train on without a word. */
+static mxu_status check_ids(const mxu_model *model, int k, const float *x,
+                            int64_t count, const char *what) {
+  int node = model->inputs[k];
+  int64_t per = mxu_shape_count(&model->layers[node].out_shape);
+  for (int i = 0; x && i < model->layer_count; i++) {
+    const mxu_layer *l = &model->layers[i];
+    if (l->cls != &mxu_embedding_class || l->inputs[0] != node) continue;
+    int rows = l->config.embedding.input_dim;
+    for (int64_t j = 0; j < count * per; j++)
+      if (!(x[j] > -1.0f && x[j] < (float)rows))
+        return mxu_fail(MXU_ERR_ARG,
+                        "%s: sample %lld, value %lld: id %g is not a row of "
+                        "Embedding '%s' (0 to %d); map unknown tokens to a "
+                        "row of the table, or give it more rows",
+                        what, (long long)(j / per), (long long)(j % per),
+                        (double)x[j], l->name, rows - 1);
+  }
+  return MXU_OK;
+}
+
 static mxu_shape squeezed(const mxu_shape *s) {
   mxu_shape out = {0};
   for (int i = 0; i < s->rank; i++)
@@ -109,6 +132,7 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                     "%s",
                     what, x, input->name, y);
   }
+  MXU_TRY(check_ids(model, 0, mxu_dataset_x(data), data->count, what));
   return check_targets(model, data, what);
 }
 
@@ -575,9 +599,11 @@ mxu_status mxu_predict_outputs(mxu_model *model, const float *const *inputs,
   if (!inputs || !outputs || count < 0)
     return mxu_fail(MXU_ERR_ARG,
                     "predict_outputs: inputs and outputs are required");
-  for (int k = 0; k < model->input_count; k++)
+  for (int k = 0; k < model->input_count; k++) {
     if (!inputs[k])
       return mxu_fail(MXU_ERR_ARG, "predict_outputs: input %d is NULL", k);
+    MXU_TRY(check_ids(model, k, inputs[k], count, "predict"));
+  }
   int output_count = mxu_model_output_count(model);
   int nodes[MXU_MAX_INPUTS];
   for (int j = 0; j < output_count; j++) {
