@@ -1337,6 +1337,14 @@ mxu_status mxu_model_from_json(const char *json, const char *source,
                                int *has_compile);
 mxu_status mxu_model_load_json(const char *path, mxu_model **out,
                                mxu_compile_config *compile, int *has_compile);
+/* As mxu_model_load_json, for data whose samples are `sample` (without
+ * the batch): a null dimension of the model's input (Keras'
+ * Input(shape=(None,)), a sequence of any length) takes the samples'
+ * (their trailing axes of 1 aside). Without it such a model is refused
+ * with MXU_ERR_SHAPE. */
+mxu_status mxu_model_load_json_for(const char *path, mxu_shape sample,
+                                   mxu_model **out, mxu_compile_config *compile,
+                                   int *has_compile);
 /* The model as tf.keras 2.x JSON (keras3: the Keras 3 form), so Keras'
  * model_from_json rebuilds it. *out is malloc'd; free it with free(). */
 mxu_status mxu_model_to_json(const mxu_model *model, int keras3, char **out);

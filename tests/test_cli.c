@@ -414,6 +414,40 @@ static void summary_save_json(void) {
   result_free(&bad);
 }
 
+/* A sequence model of any length (Keras' Input(shape=(None, 28))): summary
+ * refuses it for want of a length; train, evaluate and predict take the
+ * data's (mnist_small.npz's 28 rows of 28 pixels). */
+static void any_length(void) {
+  const char *model = temp_path("any_length.json");
+  write_text(model, "{\"class_name\": \"Sequential\", \"config\": {\"name\": "
+                    "\"s\", \"layers\": [{\"class_name\": \"InputLayer\", "
+                    "\"config\": {\"batch_input_shape\": [null, null, 28], "
+                    "\"name\": \"rows\"}}, {\"class_name\": \"Rescaling\", "
+                    "\"config\": {\"name\": \"r\", \"scale\": 0.00392156862}}, "
+                    "{\"class_name\": \"GRU\", \"config\": {\"name\": \"g\", "
+                    "\"units\": 16}}, {\"class_name\": \"Dense\", \"config\": "
+                    "{\"name\": \"d\", \"units\": 10, \"activation\": "
+                    "\"softmax\"}}]}}");
+  const char *data = "tests/npz/mnist_small.npz";
+  const char *weights = temp_path("any_length.weights.h5");
+  result r = run("summary", model, NULL);
+  EXPECT_RUN(r, 1, "dimension 1 is null (any length)");
+  result_free(&r);
+  r = run("train", model, "--data", data, "--epochs", "2", "--batch-size", "50",
+          "--save-weights", weights, NULL);
+  EXPECT_RUN(r, 0, "");
+  CHECK_MSG(has(r.out, "test accuracy"), "%s", r.out);
+  result_free(&r);
+  r = run("evaluate", model, "--data", data, "--weights", weights, NULL);
+  EXPECT_RUN(r, 0, "");
+  CHECK_MSG(has(r.out, "test accuracy"), "%s", r.out);
+  result_free(&r);
+  r = run("predict", model, "--weights", weights, "--input", data, NULL);
+  EXPECT_RUN(r, 0, "");
+  CHECK_MSG(has(r.out, "sample 499:"), "%s", r.out);
+  result_free(&r);
+}
+
 int main(void) {
   if (!check_temp_make("test_cli")) {
     perror("mkdtemp");
@@ -425,6 +459,7 @@ int main(void) {
   compile_overridden();
   real_run();
   summary_save_json();
+  any_length();
   check_remove_tree(temp_dir);
   return check_report("test_cli");
 }

@@ -2396,7 +2396,7 @@ static void errors_layers(void) {
   for (size_t i = 0; i < sizeof layer_cases / sizeof *layer_cases; i++)
     EXPECT_JSON_FAIL(image_model(layer_cases[i].layer), layer_cases[i].status,
                      layer_cases[i].needle, NULL);
-  EXPECT_JSON_FAIL(model_with("[null, null, 28, 1]", ""), MXU_ERR_UNSUPPORTED,
+  EXPECT_JSON_FAIL(model_with("[null, null, 28, 1]", ""), MXU_ERR_SHAPE,
                    "dimension 1 is null", NULL);
   EXPECT_JSON_FAIL(model_with("[null, 28, \"28\", 1]", ""), MXU_ERR_FORMAT,
                    "batch_input_shape", "positive integers");
@@ -2791,6 +2791,36 @@ static void reads_sequences(void) {
   for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
     EXPECT_JSON_FAIL(model_with(refused[i].shape, refused[i].entry),
                      refused[i].status, "layer 'e'", refused[i].needle);
+  /* A sequence of any length (Keras' Input(shape=(None, 3))): refused
+   * alone, read for data of (12, 3) samples, (12, 3, 1) too. */
+  const char *any_length = temp_path("any_length.json");
+  const char *text =
+      model_with("[null, null, 3]", "{\"class_name\": \"LSTM\", \"config\": "
+                                    "{\"name\": \"l\", \"units\": 2}}");
+  check_write_bytes(any_length, text, strlen(text));
+  mxu_model *m = NULL;
+  EXPECT_FAIL(mxu_model_load_json(any_length, &m, NULL, NULL), MXU_ERR_SHAPE,
+              "dimension 1 is null (any length)");
+  const mxu_shape samples[] = {{2, {12, 3}}, {3, {12, 3, 1}}};
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(mxu_model_load_json_for(any_length, samples[i], &m, NULL, NULL));
+    CHECK(m && shape_is(mxu_model_input(m)->out_shape, 2, 12, 3, 0));
+    mxu_model_free(m);
+    m = NULL;
+  }
+  EXPECT_FAIL(
+      mxu_model_load_json_for(any_length, (mxu_shape){1, {36}}, &m, NULL, NULL),
+      MXU_ERR_SHAPE, "dimension 1 is null");
+  /* tf.keras 2 writes a first layer's own [null, null] after an
+   * InputLayer of [null, 7]: the InputLayer's length. */
+  mxu_model *after = read_json(
+      model_with("[null, 7]",
+                 "{\"class_name\": \"Embedding\", \"config\": {\"name\": "
+                 "\"e\", \"batch_input_shape\": [null, null], \"input_dim\": "
+                 "20, \"output_dim\": 4}}"),
+      NULL, NULL);
+  CHECK(after && shape_is(LAYER(after, 0)->out_shape, 2, 7, 4, 0));
+  mxu_model_free(after);
   /* SpatialDropout1D: one draw per channel of (steps, channels). */
   mxu_model *dropped = read_json(
       model_with("[null, 6, 3]",

@@ -23,6 +23,10 @@ int cli_plot(int argc, char **argv);
 mxu_status cli_load_model(const char *path, mxu_model **model,
                           mxu_compile_config *compile, char *metric,
                           size_t metric_size);
+/* As cli_load_model, a null dimension of the input from sample. */
+mxu_status cli_load_model_shaped(const char *path, const mxu_shape *sample,
+                                 mxu_model **model, mxu_compile_config *compile,
+                                 char *metric, size_t metric_size);
 
 /* Where a command's samples come from: --data, and for arrays and tables
  * --labels (FILE.npy) or --label-column (a CSV's), and --rescale. */
@@ -39,11 +43,20 @@ typedef struct cli_data {
 mxu_status cli_load_arrays(const char *path, const char *key, int labels,
                            mxu_dataset **out);
 
-/* One split of a data set (an image folder resized to the model's
- * input), multiplied by rescale unless it is 1. An .npy with --labels or
- * a CSV table is all of it either split. */
-mxu_status cli_load_split(const cli_data *d, mxu_split split,
-                          const mxu_model *model, mxu_dataset **out);
+/* One split of a data set (an image folder resized to `input`, the
+ * model's input shape; arrays and tables reshaped to it; rank 0: as they
+ * come), multiplied by rescale unless it is 1. An .npy with --labels or a
+ * CSV table is all of it either split. */
+mxu_status cli_load_split(const cli_data *d, mxu_split split, mxu_shape input,
+                          mxu_dataset **out);
+
+/* cli_load_model; a model whose input has a null dimension (Keras'
+ * shape=(None,): a sequence of any length) takes it from the samples of
+ * `split` of d (read first as they come, for their shape). */
+mxu_status cli_load_model_for(const char *path, const cli_data *d,
+                              mxu_split split, mxu_model **model,
+                              mxu_compile_config *compile, char *metric,
+                              size_t metric_size);
 
 /* A weights file name mxu cannot read or write (not .h5, .hdf5 or
  * .weights.h5; reading, also a .keras model file) is a usage error, caught

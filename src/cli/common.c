@@ -43,9 +43,18 @@ int cli_model_weights(const char *command, const char *model,
 mxu_status cli_load_model(const char *path, mxu_model **model,
                           mxu_compile_config *compile, char *metric,
                           size_t metric_size) {
+  return cli_load_model_shaped(path, NULL, model, compile, metric, metric_size);
+}
+
+mxu_status cli_load_model_shaped(const char *path, const mxu_shape *sample,
+                                 mxu_model **model, mxu_compile_config *compile,
+                                 char *metric, size_t metric_size) {
   *compile = mxu_compile_defaults();
   int has_compile = 0;
-  mxu_status status = mxu_model_load_json(path, model, compile, &has_compile);
+  mxu_status status =
+      sample
+          ? mxu_model_load_json_for(path, *sample, model, compile, &has_compile)
+          : mxu_model_load_json(path, model, compile, &has_compile);
   if (status != MXU_OK) return status;
   /* The config's metric may point into memory the loader owns; the
    * commands keep it past that. */
@@ -72,23 +81,22 @@ mxu_status cli_load_arrays(const char *path, const char *key, int labels,
   return mxu_load_npz_arrays(path, "x", labels ? "y" : NULL, out);
 }
 
-mxu_status cli_load_split(const cli_data *d, mxu_split split,
-                          const mxu_model *model, mxu_dataset **out) {
+mxu_status cli_load_split(const cli_data *d, mxu_split split, mxu_shape input,
+                          mxu_dataset **out) {
   mxu_status status;
   int arrays =
       d->labels || d->label_column ||
       (d->whole && split == MXU_TEST && cli_ends_with(d->data, ".npz"));
   if (!arrays)
-    status =
-        mxu_load_dataset_for(d->data, split, mxu_model_input_shape(model), out);
+    status = mxu_load_dataset_for(d->data, split, input, out);
   else if (d->labels || d->label_column)
     status = d->labels ? mxu_load_npy(d->data, d->labels, out)
                        : mxu_load_csv(d->data, d->label_column, out);
   else
     status = cli_load_arrays(d->data, NULL, 1, out);
   /* Arrays and tables are flat: they take the model's input shape. */
-  if (arrays && status == MXU_OK)
-    status = mxu_dataset_reshape(*out, mxu_model_input_shape(model));
+  if (arrays && status == MXU_OK && input.rank)
+    status = mxu_dataset_reshape(*out, input);
   if (arrays && status != MXU_OK) {
     mxu_dataset_free(*out);
     *out = NULL;
@@ -193,4 +201,22 @@ void cli_note_precision(const char *command, const mxu_model *model,
             "mxu %s: mixed_bfloat16 needs AVX512_BF16, which this CPU "
             "lacks: training in float32\n",
             command);
+}
+
+mxu_status cli_load_model_for(const char *path, const cli_data *d,
+                              mxu_split split, mxu_model **model,
+                              mxu_compile_config *compile, char *metric,
+                              size_t metric_size) {
+  mxu_status status = cli_load_model(path, model, compile, metric, metric_size);
+  if (status != MXU_ERR_SHAPE || !d || !d->data) return status;
+  cli_data plain = *d;
+  plain.rescale = 1.0f;
+  mxu_dataset *samples = NULL;
+  /* The model's message stands if the data cannot tell the length. */
+  if (cli_load_split(&plain, split, (mxu_shape){0}, &samples) != MXU_OK)
+    return cli_load_model(path, model, compile, metric, metric_size);
+  mxu_shape sample = mxu_dataset_shape(samples);
+  mxu_dataset_free(samples);
+  return cli_load_model_shaped(path, &sample, model, compile, metric,
+                               metric_size);
 }

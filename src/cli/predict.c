@@ -254,11 +254,32 @@ static int choose_inputs(const predict_args *a, predict_run *run) {
 
 /* --input: every sample of an array through the model; the outputs to
  * --output, or printed. Returns an exit code. */
+static mxu_status load_input(const predict_args *a, mxu_dataset **samples) {
+  return cli_ends_with(a->input, ".csv")
+             ? mxu_load_csv(a->input, a->label_column, samples)
+             : cli_load_arrays(a->input, a->key, 0, samples);
+}
+
+/* The model; one whose input has a null dimension (any length) takes it
+ * from --input's samples, or --data's. */
+static mxu_status load_model(const predict_args *a, predict_run *run) {
+  if (!a->input)
+    return cli_load_model_for(
+        a->model, &(cli_data){a->data, NULL, NULL, 1.0f, 0}, MXU_TEST,
+        &run->model, &run->compile, run->metric, sizeof run->metric);
+  mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
+                                run->metric, sizeof run->metric);
+  mxu_dataset *samples = NULL;
+  if (s != MXU_ERR_SHAPE || load_input(a, &samples) != MXU_OK) return s;
+  mxu_shape sample = mxu_dataset_shape(samples);
+  mxu_dataset_free(samples);
+  return cli_load_model_shaped(a->model, &sample, &run->model, &run->compile,
+                               run->metric, sizeof run->metric);
+}
+
 static int predict_arrays(const predict_args *a, predict_run *run) {
   mxu_dataset *samples = NULL;
-  mxu_status s = cli_ends_with(a->input, ".csv")
-                     ? mxu_load_csv(a->input, a->label_column, &samples)
-                     : cli_load_arrays(a->input, a->key, 0, &samples);
+  mxu_status s = load_input(a, &samples);
   if (s == MXU_OK)
     s = mxu_dataset_reshape(samples, mxu_model_input_shape(run->model));
   if (s == MXU_OK && a->rescale != 1.0f)
@@ -321,10 +342,10 @@ int cli_predict(int argc, char **argv) {
   int code = choose_inputs(&a, &run);
   if (code != CLI_OK) return code;
   /* --image and --input need --data only for class names. */
-  if (cli_load_model(a.model, &run.model, &run.compile, run.metric,
-                     sizeof run.metric) != MXU_OK ||
-      (a.data && cli_load_split(&(cli_data){a.data, NULL, NULL, a.rescale, 0},
-                                MXU_TEST, run.model, &run.test) != MXU_OK))
+  if (load_model(&a, &run) != MXU_OK ||
+      (a.data &&
+       cli_load_split(&(cli_data){a.data, NULL, NULL, a.rescale, 0}, MXU_TEST,
+                      mxu_model_input_shape(run.model), &run.test) != MXU_OK))
     code = cli_runtime_error("predict");
   else if (a.input)
     code = predict_arrays(&a, &run);

@@ -242,19 +242,20 @@ static mxu_status load_overridden(const train_args *a, train_run *run,
 
 static mxu_status load(const train_args *a, train_run *run) {
   cli_data data = {a->data, a->labels, a->label_column, a->rescale, 0};
-  mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
-                                run->metric, sizeof run->metric);
+  mxu_status s =
+      cli_load_model_for(a->model, &data, MXU_TRAIN, &run->model, &run->compile,
+                         run->metric, sizeof run->metric);
   s = load_overridden(a, run, s);
+  mxu_shape input =
+      s == MXU_OK ? mxu_model_input_shape(run->model) : (mxu_shape){0};
   if (s != MXU_OK || !a->validation_split) {
-    if (s == MXU_OK)
-      s = cli_load_split(&data, MXU_TRAIN, run->model, &run->train);
-    if (s == MXU_OK)
-      s = cli_load_split(&data, MXU_TEST, run->model, &run->test);
+    if (s == MXU_OK) s = cli_load_split(&data, MXU_TRAIN, input, &run->train);
+    if (s == MXU_OK) s = cli_load_split(&data, MXU_TEST, input, &run->test);
     return s;
   }
   /* Keras' split: the last samples, before any shuffling, at
    * floor(count * (1 - F)). */
-  s = cli_load_split(&data, MXU_TRAIN, run->model, &run->whole);
+  s = cli_load_split(&data, MXU_TRAIN, input, &run->whole);
   int64_t count = s == MXU_OK ? mxu_dataset_count(run->whole) : 0;
   int64_t at = (int64_t)floor((double)count * (1.0 - a->validation_split));
   /* Too few samples for the split leave both NULL: run_train says so. */

@@ -100,6 +100,20 @@ static mxu_status parse(const char *json, size_t length, const char *source,
 /* ---- shapes --------------------------------------------------------------
  */
 
+/* The samples a call reads the model for (mxu_model_load_json_for): a
+ * null dimension of a shape takes theirs. NULL in any other call. */
+static _Thread_local const mxu_shape *data_shape;
+
+/* Dimension i of the data's samples for a shape of `rank`, their
+ * trailing axes of 1 aside ((28, 28, 1) images for (None, 28)); 0 for
+ * none. */
+static int64_t data_dim(int rank, int i) {
+  if (!data_shape) return 0;
+  int r = data_shape->rank;
+  while (r > rank && data_shape->dims[r - 1] == 1) r--;
+  return r == rank ? data_shape->dims[i] : 0;
+}
+
 /* A list like [null, 28, 28, 1] (with_batch) or [28, 28, 1]. A fixed batch
  * size is allowed and ignored: mxu fixes the batch at compile. */
 static mxu_status read_shape(const mxu_json_where *where, const cJSON *value,
@@ -124,10 +138,14 @@ static mxu_status read_shape(const mxu_json_where *where, const cJSON *value,
     if (i < 0 && (cJSON_IsNull(d) || is_dim)) continue;
     if (is_dim) {
       out->dims[i] = (int64_t)v;
+    } else if (cJSON_IsNull(d) && data_dim(rank, i)) {
+      out->dims[i] = data_dim(rank, i);
     } else if (cJSON_IsNull(d)) {
-      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                           "%s %s: dimension %d is null; mxu needs every "
-                           "dimension but the batch's",
+      return mxu_json_fail(where, MXU_ERR_SHAPE,
+                           "%s %s: dimension %d is null (any length): mxu "
+                           "fixes every dimension but the batch's, and takes "
+                           "a null one from the data (mxu train, evaluate "
+                           "and predict do; mxu_model_load_json_for)",
                            key, text, i + (with_batch ? 1 : 0));
     } else {
       return mxu_json_fail(where, MXU_ERR_FORMAT,
@@ -318,7 +336,13 @@ static mxu_status check_first_shape(const mxu_json_where *where,
                                     const mxu_model *model) {
   mxu_shape shape = {0};
   int found = 0;
-  MXU_TRY(read_config_shape(where, config, &shape, &found));
+  /* Its null dimensions are the InputLayer's (tf.keras 2 writes an
+   * Embedding's [null, null] after an InputLayer of [null, 7]). */
+  const mxu_shape *saved = data_shape;
+  data_shape = &mxu_model_input(model)->out_shape;
+  mxu_status status = read_config_shape(where, config, &shape, &found);
+  data_shape = saved;
+  MXU_TRY(status);
   if (found && !same_shape(&shape, &mxu_model_input(model)->out_shape))
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "its input shape does not match the InputLayer's");
@@ -1377,6 +1401,16 @@ static mxu_status read_file(const char *path, char **text, size_t *length) {
   *text = buffer;
   *length = size;
   return MXU_OK;
+}
+
+mxu_status mxu_model_load_json_for(const char *path, mxu_shape sample,
+                                   mxu_model **out, mxu_compile_config *compile,
+                                   int *has_compile) {
+  const mxu_shape *saved = data_shape;
+  data_shape = &sample;
+  mxu_status status = mxu_model_load_json(path, out, compile, has_compile);
+  data_shape = saved;
+  return status;
 }
 
 mxu_status mxu_model_load_json(const char *path, mxu_model **out,
