@@ -326,9 +326,11 @@ static const layer_case cases[] = {
                    IN("b")),
      "g", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
-     * and 0.x row 0, 1.x row 1. */
+     * and 0.x row 0, 1.x row 1. Through a linear Activation: fit refuses
+     * ids outside the table in an Embedding's own data. */
     {"Embedding of the input, joined to the lead", "4, 1, 3",
-     LAYER("Embedding", "e", ", \"input_dim\": 3, \"output_dim\": 2", IN("x"))
+     LAYER("Activation", "ids", ", \"activation\": \"linear\"", IN("x")) LAYER(
+         "Embedding", "e", ", \"input_dim\": 3, \"output_dim\": 2", IN("ids"))
          LAYER("Reshape", "er", ", \"target_shape\": [4, 1, 6]", IN("e"))
              LAYER("Concatenate", "j", "", IN2("lead", "er")),
      "j", 1e-4},
