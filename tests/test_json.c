@@ -2695,6 +2695,20 @@ static void expect_written(const char *label, int keras3, const cJSON *doc,
   }
 }
 
+/* A layer entry after an InputLayer of `shape`, refused with `status`
+ * and a message naming layer 'e' and holding needle. */
+typedef struct refusal {
+  const char *shape, *entry;
+  mxu_status status;
+  const char *needle;
+} refusal;
+
+static void expect_refused(const refusal *refused, size_t count) {
+  for (size_t i = 0; i < count; i++)
+    EXPECT_JSON_FAIL(model_with(refused[i].shape, refused[i].entry),
+                     refused[i].status, "layer 'e'", refused[i].needle);
+}
+
 /* The sequence net of test_golden (make_sequence.py) in both dialects:
  * int32 ids, Embedding, Conv1D causal/strided/grouped, the 1-D poolings;
  * read as Keras wrote them and written back with sizes as lists of one,
@@ -2742,11 +2756,7 @@ static void reads_sequences(void) {
     }
     mxu_model_free(m);
   }
-  static const struct {
-    const char *shape, *entry;
-    mxu_status status;
-    const char *needle;
-  } refused[] = {
+  static const refusal refused[] = {
       {"[null, 6]",
        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", "
        "\"input_dim\": 10, \"output_dim\": 4, \"mask_zero\": true}}",
@@ -2788,9 +2798,7 @@ static void reads_sequences(void) {
        "\"e\"}}",
        MXU_ERR_SHAPE, "expects (steps, channels) input"},
   };
-  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
-    EXPECT_JSON_FAIL(model_with(refused[i].shape, refused[i].entry),
-                     refused[i].status, "layer 'e'", refused[i].needle);
+  expect_refused(refused, sizeof refused / sizeof *refused);
   /* A sequence of any length (Keras' Input(shape=(None, 3))): refused
    * alone, read for data of (12, 3) samples, (12, 3, 1) too. */
   const char *any_length = temp_path("any_length.json");
@@ -2910,11 +2918,7 @@ static void reads_recurrent(void) {
     }
     mxu_model_free(m);
   }
-  static const struct {
-    const char *shape, *entry;
-    mxu_status status;
-    const char *needle;
-  } refused[] = {
+  static const refusal refused[] = {
       {"[null, 5, 3]",
        "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"e\", "
        "\"merge_mode\": null, \"layer\": {\"class_name\": \"LSTM\", "
@@ -2963,9 +2967,7 @@ static void reads_recurrent(void) {
        "4}}",
        MXU_ERR_SHAPE, "expects (steps, features) input, got (4, 4, 3)"},
   };
-  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
-    EXPECT_JSON_FAIL(model_with(refused[i].shape, refused[i].entry),
-                     refused[i].status, "layer 'e'", refused[i].needle);
+  expect_refused(refused, sizeof refused / sizeof *refused);
 }
 
 /* The cifar model, and a Functional net of ops recorded as layers, given
