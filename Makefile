@@ -44,7 +44,8 @@ recipes: build
 # to 2 threads, what another process on the cores costs (bench_busy.sh),
 # keras.applications MobileNetV2, ResNet50, EfficientNetB0, MobileNetV3Small
 # (Keras 3's file and tf.keras 2's, whose hard swish is ops) and
-# EfficientNetV2B0 at 32x32. With
+# EfficientNetV2B0 at 32x32, and the sequence models over Fashion-MNIST's
+# rows (Conv1D; an LSTM and a GRU). With
 # MXU_PEERS_PYTHON set, PyTorch and TF-Keras train the same models as peers
 # (bench/peers/run_peers.sh, ~15 minutes more), compared in the summary.
 bench: build
@@ -84,6 +85,10 @@ bench: build
 	$(BUILD)/mxu bench tests/keras_apps/EfficientNetV2B0_32.k3.json \
 	  --batch-size 64 --threads 2 \
 	  --report bench/results/efficientnetv2b0_32_2threads.json
+	$(BUILD)/mxu bench models/fashion_rows_conv1d.json --batch-size 128 \
+	  --threads 2 --report bench/results/fashion_rows_conv1d_2threads.json
+	$(BUILD)/mxu bench models/fashion_rows_rnn.json --batch-size 128 \
+	  --threads 2 --report bench/results/fashion_rows_rnn_2threads.json
 	-@bench/peers/run_peers.sh bench/results
 	@python3 scripts/bench_summary.py bench/results
 
