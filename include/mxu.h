@@ -417,6 +417,10 @@ typedef struct mxu_rnn_config {
   int use_bias, return_sequences, go_backwards;
   int unit_forget_bias; /* LSTM */
   mxu_weight_options kernel, recurrent, bias;
+  /* Keras' dropout: in training, each sample's input features dropped
+   * with this rate, one mask for every step and gate (Keras' with
+   * recurrent_dropout 0), each direction of a Bidirectional its own. */
+  float dropout;
 } mxu_rnn_config;
 
 /* Conv1D: a Conv2D over steps; its kernel is (kernel_size, channels /

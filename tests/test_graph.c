@@ -2664,11 +2664,12 @@ static mxu_tensor_id bidirectional_graph(mxu_model *m, const void *ctx) {
 
 static void test_recurrent(void) {
   mxu_rnn_config cases[5];
-  const char *names[5] = {"LSTM(4) sequences", "LSTM(2) backwards, no bias",
-                          "GRU(3) backwards", "GRU(3) sequences, relu",
+  const char *names[5] = {"LSTM(4) sequences, dropout 0.3",
+                          "LSTM(2) backwards, no bias", "GRU(3) backwards",
+                          "GRU(3) sequences, relu",
                           "SimpleRNN(3) backwards sequences"};
   cases[0] = mxu_rnn_defaults(MXU_LSTM, 4);
-  cases[0].return_sequences = 1;
+  cases[0].return_sequences = 1, cases[0].dropout = 0.3f;
   cases[1] = mxu_rnn_defaults(MXU_LSTM, 2);
   cases[1].go_backwards = 1, cases[1].use_bias = 0;
   cases[2] = mxu_rnn_defaults(MXU_GRU, 3);
@@ -2694,7 +2695,8 @@ static void test_recurrent(void) {
                                           MXU_MERGE_MULTIPLY,
                                           MXU_MERGE_AVERAGE};
   static const char *const merge_names[] = {
-      "Bidirectional(GRU sequences) concat", "Bidirectional(LSTM) sum",
+      "Bidirectional(GRU sequences) concat",
+      "Bidirectional(LSTM, dropout 0.25) sum",
       "Bidirectional(SimpleRNN sequences) mul", "Bidirectional(LSTM) ave"};
   for (int i = 0; i < 4; i++) {
     bidirectional_case c = {merges[i],
@@ -2703,6 +2705,7 @@ static void test_recurrent(void) {
                                                       : MXU_LSTM,
                                              3)};
     c.rnn.return_sequences = i % 2 == 0;
+    c.rnn.dropout = i == 1 ? 0.25f : 0.0f;
     c.rnn.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
     c.rnn.bias.initializer.minval = -0.3f;
     c.rnn.bias.initializer.maxval = 0.3f;
@@ -2713,6 +2716,29 @@ static void test_recurrent(void) {
     mxu_model_free(bm);
     backends_agree(merge_names[i], bidirectional_graph, &c);
   }
+  /* dropout drops in training only: predictions are the dropout-free
+   * layer's, a training step's outputs are not. */
+  mxu_rnn_config plain = mxu_rnn_defaults(MXU_GRU, 3), dropping = plain;
+  dropping.dropout = 0.5f;
+  mxu_model *a = build("GRU", rnn_graph, &plain, MXU_BACKEND_CPU);
+  mxu_model *d =
+      build("GRU dropout 0.5", rnn_graph, &dropping, MXU_BACKEND_CPU);
+  if (a && d) {
+    float x[BATCH * 15], pa[BATCH * CLASSES], pd[BATCH * CLASSES];
+    for (int i = 0; i < BATCH * 15; i++) x[i] = 0.1f * (float)(i % 11) - 0.5f;
+    CHECK_OK(mxu_predict(a, x, BATCH, pa));
+    CHECK_OK(mxu_predict(d, x, BATCH, pd));
+    CHECK(memcmp(pa, pd, sizeof pa) == 0);
+    load_inputs(a, 2);
+    load_inputs(d, 2);
+    train_step(a);
+    train_step(d);
+    int node = node_named(d, "under_test");
+    CHECK(memcmp(act(a, node), act(d, node),
+                 (size_t)tensor_floats(d, node) * sizeof(float)) != 0);
+  }
+  mxu_model_free(a);
+  mxu_model_free(d);
   /* unit_forget_bias: the forget block of LSTM's bias starts at 1. */
   mxu_rnn_config lstm = mxu_rnn_defaults(MXU_LSTM, 3);
   mxu_model *m = build("LSTM", rnn_graph, &lstm, MXU_BACKEND_CPU_REF);

@@ -2866,6 +2866,24 @@ static int node_named(const mxu_model *m, const char *name) {
 /* The recurrent net of test_golden (make_recurrent.py) in both dialects,
  * written back; what mxu's recurrent layers refuse. */
 static void reads_recurrent(void) {
+  /* dropout: read and written back. */
+  mxu_model *d = read_json(
+      model_with("[null, 5, 3]",
+                 "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"l\", "
+                 "\"units\": 2, \"dropout\": 0.25, \"recurrent_dropout\": "
+                 "0.0}}"),
+      NULL, NULL);
+  CHECK(d && LAYER(d, 0)->config.rnn.dropout == 0.25f);
+  for (int keras3 = 0; d && keras3 < 2; keras3++) {
+    char *text = write_json(d, keras3);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    static const char *const want[][3] = {{"l", "dropout", "0.25"},
+                                          {"l", "recurrent_dropout", "0"}};
+    expect_written("LSTM dropout", keras3, doc, want, 2);
+    cJSON_Delete(doc);
+    free(text);
+  }
+  mxu_model_free(d);
   static const char *const files[] = {"tests/golden/recurrent/model.tf2.json",
                                       "tests/golden/recurrent/model.k3.json"};
   for (int f = 0; f < 2; f++) {

@@ -295,13 +295,16 @@ static const layer_case cases[] = {
                    IN("d")) LAYER("GlobalAveragePooling1D", "g", "", IN("c")),
      "g", 1e-4},
     /* The recurrent layers unrolled over 6 steps. */
-    {"LSTM sequences, GRU backwards sequences, SimpleRNN", "6, 1, 2",
-     LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead")) LAYER(
-         "LSTM", "l", ", \"units\": 4, \"return_sequences\": true", IN("r"))
-         LAYER("GRU", "g",
-               ", \"units\": 3, \"return_sequences\": true, "
-               "\"go_backwards\": true",
-               IN("l")) LAYER("SimpleRNN", "s", ", \"units\": 2", IN("g")),
+    {"LSTM sequences with dropout, GRU backwards sequences, SimpleRNN",
+     "6, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead"))
+         LAYER("LSTM", "l",
+               ", \"units\": 4, \"return_sequences\": true, \"dropout\": 0.3",
+               IN("r")) LAYER("GRU", "g",
+                              ", \"units\": 3, \"return_sequences\": true, "
+                              "\"go_backwards\": true",
+                              IN("l"))
+             LAYER("SimpleRNN", "s", ", \"units\": 2", IN("g")),
      "s", 1e-4},
     {"LSTM backwards without bias, GRU with a relu cell", "5, 1, 2",
      LAYER("Reshape", "r", ", \"target_shape\": [5, 3]", IN("lead"))
@@ -313,7 +316,8 @@ static const layer_case cases[] = {
                               "\"bias_initializer\": \"ones\"",
                               IN("l")),
      "g", 1e-4},
-    {"Bidirectional LSTM sequences concat, Bidirectional GRU mul", "5, 1, 2",
+    {"Bidirectional LSTM sequences concat, Bidirectional GRU mul, dropout",
+     "5, 1, 2",
      LAYER("Reshape", "r", ", \"target_shape\": [5, 3]", IN("lead"))
          LAYER("Bidirectional", "b",
                ", \"layer\": {\"class_name\": \"LSTM\", \"config\": "
@@ -322,7 +326,8 @@ static const layer_case cases[] = {
                IN("r"))
              LAYER("Bidirectional", "g",
                    ", \"merge_mode\": \"mul\", \"layer\": {\"class_name\": "
-                   "\"GRU\", \"config\": {\"name\": \"gru\", \"units\": 3}}",
+                   "\"GRU\", \"config\": {\"name\": \"gru\", \"units\": 3, "
+                   "\"dropout\": 0.4}}",
                    IN("b")),
      "g", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x

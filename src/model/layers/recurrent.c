@@ -117,6 +117,9 @@ static mxu_status rnn_infer(mxu_layer *layer) {
         "%s: a recurrent cell's activation and recurrent_activation "
         "must be tanh, sigmoid, hard_sigmoid, relu or linear",
         layer->name);
+  if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+    return mxu_fail(MXU_ERR_ARG, "%s: dropout must be in [0, 1), got %g",
+                    layer->name, (double)c->dropout);
   mxu_merge_kind merge = merge_of(layer);
   if (merge != MXU_MERGE_CONCATENATE && merge != MXU_MERGE_ADD &&
       merge != MXU_MERGE_MULTIPLY && merge != MXU_MERGE_AVERAGE)
@@ -197,6 +200,8 @@ static double rnn_flops(const mxu_layer *layer, const mxu_flops_step *step) {
  * two directions' output gradients and the second's input gradient. */
 
 typedef struct rnn_buffers {
+  float *mask;      /* dropout: (n, features), 0 or 1 / (1 - rate) */
+  float *dropped;   /* dropout: (n, steps) rows of features, x * mask */
   float *projected; /* (n, steps) rows of g * units: x W + b */
   float *gates;     /* (step, n) rows of g * units, activated */
   float *hs;        /* a zero block, then (step, n) rows of units */
@@ -211,8 +216,8 @@ typedef struct rnn_buffers {
 
 static size_t forward_floats(const rnn_dims *d) {
   int64_t values = d->n * d->steps * d->units;
-  return (size_t)(2 * values * d->gates + values + d->n * d->units +
-                  2 * values);
+  return (size_t)(d->n * d->features * (1 + d->steps) + 2 * values * d->gates +
+                  values + d->n * d->units + 2 * values);
 }
 
 static size_t work_floats(const rnn_dims *d) {
@@ -233,7 +238,9 @@ static rnn_buffers buffers_of(const mxu_layer *layer, const mxu_layer_run *run,
   float *f = (float *)(void *)(run->arena + scratch[0]);
   float *w = (float *)(void *)(run->arena + scratch[1]);
   rnn_buffers b;
-  b.projected = f;
+  b.mask = f;
+  b.dropped = b.mask + d.n * d.features;
+  b.projected = b.dropped + d.n * d.steps * d.features;
   b.gates = b.projected + values * d.gates;
   b.hs = b.gates + values * d.gates;
   b.cells = b.hs + values + row;
@@ -278,7 +285,9 @@ static mxu_status rnn_plan(mxu_layer *layer, const mxu_backend *backend,
 typedef struct rnn_unit {
   const mxu_rnn_config *c;
   rnn_dims d;
+  int dir, directions;
   int go_backwards, flip;
+  int dropping; /* training with dropout: x is x * mask */
   mxu_op *const *ops;
   float *const *w, *const *dw;
   rnn_buffers b;
@@ -290,8 +299,11 @@ static rnn_unit unit_of(const mxu_layer *layer, const mxu_layer_run *run,
   int per = weights_per(c);
   return (rnn_unit){c,
                     dims_of(layer, layer->compiled->batch),
+                    dir,
+                    directions_of(layer),
                     c->go_backwards != dir,
                     dir && c->return_sequences,
+                    run->training && c->dropout > 0.0f,
                     run->ops + 3 * dir,
                     run->w + per * dir,
                     run->dw + per * dir,
@@ -357,6 +369,31 @@ static const float *recurrent_bias(const rnn_unit *u) {
              : NULL;
 }
 
+/* Dropout's mask, drawn per row of the logical replica (row_offset on)
+ * and direction, so a sample's mask is the same in any slicing and on
+ * pjrt (rnn_emit); then every step's features times it. Returns the
+ * input the products read. */
+static const float *drop_input(const rnn_unit *u, const mxu_layer_run *run,
+                               const float *x) {
+  if (!u->dropping) return x;
+  const rnn_dims *d = &u->d;
+  float rate = u->c->dropout, keep = 1.0f / (1.0f - rate);
+  for (int64_t n = 0; n < d->n; n++) {
+    float *m = u->b.mask + n * d->features;
+    uint64_t first =
+        (uint64_t)(((run->row_offset + n) * u->directions + u->dir) *
+                   d->features);
+    mxu_rng_uniform4(&run->rng, first, m, (size_t)d->features);
+    for (int64_t j = 0; j < d->features; j++) m[j] = m[j] >= rate ? keep : 0;
+    for (int64_t t = 0; t < d->steps; t++) {
+      const float *in = x + (n * d->steps + t) * d->features;
+      float *out = u->b.dropped + (n * d->steps + t) * d->features;
+      for (int64_t j = 0; j < d->features; j++) out[j] = in[j] * m[j];
+    }
+  }
+  return u->b.dropped;
+}
+
 static void unit_forward(const rnn_unit *u, const mxu_backend *be,
                          const float *x) {
   const rnn_dims *d = &u->d;
@@ -389,7 +426,8 @@ static void rnn_forward(mxu_layer *layer, const mxu_layer_run *run) {
   int count = directions_of(layer);
   for (int dir = 0; dir < count; dir++) {
     units[dir] = unit_of(layer, run, dir);
-    unit_forward(&units[dir], run->backend, run->x);
+    unit_forward(&units[dir], run->backend,
+                 drop_input(&units[dir], run, run->x));
   }
   const rnn_dims *d = &units[0].d;
   int64_t positions = rnn_of(layer)->return_sequences ? d->steps : 1;
@@ -505,11 +543,18 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
     be->dense_backward_data(u->ops[1], d_rec, u->w[1], b->recurrent);
     for (int64_t i = 0; i < row; i++) b->dh[i] += b->recurrent[i];
   }
-  be->dense_backward_weights(u->ops[0], x, b->d_input, u->dw[0],
+  be->dense_backward_weights(u->ops[0], u->dropping ? b->dropped : x,
+                             b->d_input, u->dw[0],
                              u->c->use_bias ? u->dw[2] : NULL);
   be->dense_backward_weights(u->ops[2], b->hs, b->d_rec, u->dw[1], NULL);
   if (recurrent_bias(u)) recurrent_bias_gradient(d, b->d_rec, u->dw[2] + width);
-  if (dx) be->dense_backward_data(u->ops[0], b->d_input, u->w[0], dx);
+  if (!dx) return;
+  be->dense_backward_data(u->ops[0], b->d_input, u->w[0], dx);
+  for (int64_t n = 0; u->dropping && n < d->n; n++)
+    for (int64_t t = 0; t < d->steps; t++)
+      for (int64_t j = 0; j < d->features; j++)
+        dx[(n * d->steps + t) * d->features + j] *=
+            b->mask[n * d->features + j];
 }
 
 /* A Bidirectional's output gradient split into each direction's: its half
@@ -608,6 +653,32 @@ static mxu_hlo_value cell_emit(mxu_emit *e, const mxu_rnn_config *c, int64_t n,
 #undef ACT
 }
 
+/* In training with dropout, the input times direction dir's mask: the
+ * stream's draws as drop_input numbers them, (row, direction, feature). */
+static mxu_hlo_value dropped_emit(mxu_emit *e, const mxu_layer *layer, int dir,
+                                  const rnn_dims *d) {
+  float rate = rnn_of(layer)->dropout;
+  if (!e->training || !e->noise || rate == 0.0f) return e->in[0];
+  mxu_hlo *h = e->h;
+  int dirs = directions_of(layer);
+  int64_t by_row[3] = {d->n, dirs, d->features}, mask[2] = {d->n, d->features};
+  mxu_hlo_value u = mxu_hlo_reshape(
+      h, mxu_emit_uniform4(e, e->noise, d->n * dirs * d->features),
+      mxu_hlo_shape_make(MXU_HLO_F32, 3, by_row));
+  int64_t start[3] = {0, dir, 0}, limit[3] = {d->n, dir + 1, d->features};
+  int64_t stride[3] = {1, 1, 1};
+  u = mxu_hlo_reshape(h, mxu_hlo_slice(h, u, start, limit, stride),
+                      mxu_hlo_shape_make(MXU_HLO_F32, 2, mask));
+  mxu_hlo_value m = mxu_hlo_select(
+      h, mxu_hlo_compare_op(h, MXU_HLO_GE, u, mxu_hlo_full_like(h, u, rate)),
+      mxu_hlo_full_like(h, u, 1.0 / (1.0 - rate)),
+      mxu_hlo_full_like(h, u, 0.0));
+  const int64_t spread[2] = {0, 2};
+  return mxu_hlo_mul(
+      h, e->in[0],
+      mxu_hlo_broadcast(h, m, *mxu_hlo_shape_of(h, e->in[0]), spread));
+}
+
 /* One direction over every step: its outputs in step order (n, steps,
  * units), or the last one's (n, units). */
 static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
@@ -619,8 +690,8 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
   int64_t u = d.units, width = d.gates * u;
   int gru = c->kind == MXU_GRU;
   int64_t flat[2] = {d.n * d.steps, d.features};
-  mxu_hlo_value x =
-      mxu_hlo_reshape(h, e->in[0], mxu_hlo_shape_make(MXU_HLO_F32, 2, flat));
+  mxu_hlo_value x = mxu_hlo_reshape(h, dropped_emit(e, layer, dir, &d),
+                                    mxu_hlo_shape_make(MXU_HLO_F32, 2, flat));
   mxu_hlo_value p = mxu_hlo_matmul(h, x, w[0]), rec_bias = 0;
   if (c->use_bias)
     p = mxu_emit_bias(e, p, gru ? bias_row(h, w[2], 0, width) : w[2]);
@@ -668,8 +739,8 @@ static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 /* ---- Keras' JSON ---------------------------------------------------------
- * Refused: what mxu's zero-state, whole-sequence, dropout-free cell does
- * not do (return_state, stateful, dropout, recurrent_dropout, time_major,
+ * Refused: what mxu's zero-state, whole-sequence cell does not do
+ * (return_state, stateful, recurrent_dropout, time_major,
  * GRU's reset_after false). unroll, implementation, use_cudnn and seed
  * change nothing computed here. */
 
@@ -703,15 +774,18 @@ static const char *const rnn_keys[] = {"units",
                                        "zero_output_for_mask",
                                        NULL};
 
-static mxu_status require_zero(const mxu_json_where *where, const cJSON *config,
-                               const char *key) {
+/* Keras draws a mask per gate for the inputs and for h when
+ * recurrent_dropout is set (its implementation 1); mxu has neither. */
+static mxu_status require_no_recurrent_dropout(const mxu_json_where *where,
+                                               const cJSON *config) {
   float v = 0.0f;
-  MXU_TRY(mxu_json_float(where, config, key, MXU_JSON_OPTIONAL, &v));
+  MXU_TRY(mxu_json_float(where, config, "recurrent_dropout", MXU_JSON_OPTIONAL,
+                         &v));
   if (v == 0.0f) return MXU_OK;
   return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                       "%s %g is not supported (mxu's recurrent layers have "
-                       "no dropout): use 0, or a Dropout layer before",
-                       key, (double)v);
+                       "recurrent_dropout %g is not supported (masks of h "
+                       "per gate): use 0, and dropout for the inputs",
+                       (double)v);
 }
 
 static mxu_status read_rnn_config(const mxu_json_where *where,
@@ -740,8 +814,12 @@ static mxu_status read_rnn_config(const mxu_json_where *where,
   MXU_TRY(mxu_json_require_false(where, config, "return_state"));
   MXU_TRY(mxu_json_require_false(where, config, "stateful"));
   MXU_TRY(mxu_json_require_false(where, config, "time_major"));
-  MXU_TRY(require_zero(where, config, "dropout"));
-  MXU_TRY(require_zero(where, config, "recurrent_dropout"));
+  MXU_TRY(
+      mxu_json_float(where, config, "dropout", MXU_JSON_OPTIONAL, &c.dropout));
+  if (!(c.dropout >= 0.0f && c.dropout < 1.0f))
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "dropout %g must be in [0, 1)",
+                         (double)c.dropout);
+  MXU_TRY(require_no_recurrent_dropout(where, config));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "recurrent", &c.recurrent));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
@@ -785,7 +863,7 @@ static void write_rnn_config(mxu_json_out *out, const mxu_rnn_config *c,
   mxu_json_put_regularizer(out, config, "bias_regularizer",
                            &c->bias.regularizer);
   mxu_json_put_constraint(out, config, "bias_constraint", &c->bias.constraint);
-  mxu_json_put_float(out, config, "dropout", 0.0f);
+  mxu_json_put_float(out, config, "dropout", c->dropout);
   mxu_json_put_float(out, config, "recurrent_dropout", 0.0f);
   if (c->kind == MXU_GRU) mxu_json_put_bool(out, config, "reset_after", 1);
 }
@@ -811,6 +889,18 @@ static mxu_status read_gru(const mxu_json_where *where, const cJSON *config,
   return read_rnn(where, config, node, name, MXU_GRU);
 }
 
+/* pjrt: dropout's stream (its key and stream words), from which the
+ * device draws what drop_input draws. */
+static int rnn_noise(const mxu_layer *layer, const mxu_layer_run *run,
+                     float *out) {
+  if (rnn_of(layer)->dropout == 0.0f) return 0;
+  if (!out) return 1; /* asked whether it draws */
+  uint32_t words[4] = {run->rng.key[0], run->rng.key[1], run->rng.stream[0],
+                       run->rng.stream[1]};
+  memcpy(out, words, sizeof words);
+  return 1;
+}
+
 static const char *cell_group(const mxu_layer *layer, int k) {
   (void)layer;
   (void)k;
@@ -823,7 +913,8 @@ static const char *cell_group(const mxu_layer *layer, int k) {
     .read_config = reader, .write_config = write_rnn, .min_inputs = 1,         \
     .max_inputs = 1, .infer = rnn_infer, .declare = rnn_declare,               \
     .flops = rnn_flops, .plan = rnn_plan, .forward = rnn_forward,              \
-    .backward = rnn_backward, .emit = rnn_emit                                 \
+    .backward = rnn_backward, .emit = rnn_emit, .emit_noise = rnn_noise,       \
+    .noise_is_stream = 1                                                       \
   }
 
 const mxu_layer_class mxu_simple_rnn_class =
@@ -988,7 +1079,9 @@ const mxu_layer_class mxu_bidirectional_class = {
     .plan = rnn_plan,
     .forward = rnn_forward,
     .backward = rnn_backward,
-    .emit = rnn_emit};
+    .emit = rnn_emit,
+    .emit_noise = rnn_noise,
+    .noise_is_stream = 1};
 
 /* The names of the weights, tf.keras 2's: forward_<inner>/<cell>/kernel. */
 void mxu_bidirectional_names(mxu_bidirectional_config *b) {
