@@ -478,11 +478,7 @@ static double dropout_flops(const mxu_layer *layer,
 static int dropout_noise(const mxu_layer *layer, const mxu_layer_run *run,
                          float *out) {
   if (layer->config.dropout.rate == 0.0f) return 0;
-  if (!out) return 1; /* asked whether it draws */
-  uint32_t words[4] = {run->rng.key[0], run->rng.key[1], run->rng.stream[0],
-                       run->rng.stream[1]};
-  memcpy(out, words, sizeof words);
-  return 1;
+  return mxu_stream_noise(run, out);
 }
 
 /* The mask drawn on the device as draw_mask draws it (u >= rate: kept and

@@ -145,6 +145,9 @@ int64_t mxu_batch_values(const mxu_layer *layer);
 
 /* The input under the output's shape (Flatten, Reshape). */
 mxu_hlo_value mxu_emit_view(const mxu_layer *layer, mxu_emit *e);
+/* emit_noise for a layer that draws on the device (noise_is_stream): the
+ * run's stream, its key and stream words, into out (NULL: it draws). */
+int mxu_stream_noise(const mxu_layer_run *run, float *out);
 /* A sequence layer's input as the image its 2-D ops read (others' as
  * is), and the image it gives back as (steps, channels). */
 mxu_hlo_value mxu_emit_image_input(const mxu_layer *layer, mxu_emit *e);

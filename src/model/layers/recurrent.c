@@ -894,11 +894,7 @@ static mxu_status read_gru(const mxu_json_where *where, const cJSON *config,
 static int rnn_noise(const mxu_layer *layer, const mxu_layer_run *run,
                      float *out) {
   if (rnn_of(layer)->dropout == 0.0f) return 0;
-  if (!out) return 1; /* asked whether it draws */
-  uint32_t words[4] = {run->rng.key[0], run->rng.key[1], run->rng.stream[0],
-                       run->rng.stream[1]};
-  memcpy(out, words, sizeof words);
-  return 1;
+  return mxu_stream_noise(run, out);
 }
 
 static const char *cell_group(const mxu_layer *layer, int k) {

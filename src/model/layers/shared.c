@@ -331,6 +331,14 @@ int mxu_host_output(const mxu_layer *layer, const mxu_layer_run *run,
   return 1;
 }
 
+int mxu_stream_noise(const mxu_layer_run *run, float *out) {
+  if (!out) return 1; /* asked whether it draws */
+  uint32_t words[4] = {run->rng.key[0], run->rng.key[1], run->rng.stream[0],
+                       run->rng.stream[1]};
+  memcpy(out, words, sizeof words);
+  return 1;
+}
+
 mxu_hlo_value mxu_emit_host_output(const mxu_layer *layer, mxu_emit *e) {
   (void)layer;
   return e->training ? e->noise : e->in[0];
