@@ -289,33 +289,20 @@ static const char *const conv2d_keys[] = {
     "use_bias",    MXU_WEIGHT_OPTION_KEYS};
 
 /* What the two classes read alike: kernel_size .. dilation_rate. */
+/* The window's keys; a sequence layer's (Conv1D's) sizes are the 1 x n
+ * window of its image and its padding may be causal. */
 static mxu_status read_window(const mxu_json_where *where, const cJSON *config,
-                              int kernel[2], int strides[2],
+                              int sequence, int kernel[2], int strides[2],
                               mxu_padding *padding, int dilation[2]) {
-  MXU_TRY(mxu_json_int_pair(where, config, "kernel_size", MXU_JSON_REQUIRED,
-                            kernel));
-  MXU_TRY(
-      mxu_json_int_pair(where, config, "strides", MXU_JSON_OPTIONAL, strides));
-  MXU_TRY(mxu_json_padding(where, config, padding));
+  MXU_TRY(mxu_config_window_size(where, config, "kernel_size",
+                                 MXU_JSON_REQUIRED, sequence, kernel));
+  MXU_TRY(mxu_config_window_size(where, config, "strides", MXU_JSON_OPTIONAL,
+                                 sequence, strides));
+  MXU_TRY((sequence ? mxu_json_padding_causal : mxu_json_padding)(where, config,
+                                                                  padding));
   MXU_TRY(mxu_json_data_format(where, config));
-  return mxu_json_int_pair(where, config, "dilation_rate", MXU_JSON_OPTIONAL,
-                           dilation);
-}
-
-/* Conv1D's window: one dimension (Keras writes [n]), the image's 1 x n;
- * its padding may be causal. */
-static mxu_status read_window_1d(const mxu_json_where *where,
-                                 const cJSON *config, int kernel[2],
-                                 int strides[2], mxu_padding *padding,
-                                 int dilation[2]) {
-  MXU_TRY(mxu_json_int_one(where, config, "kernel_size", MXU_JSON_REQUIRED,
-                           &kernel[1]));
-  MXU_TRY(mxu_json_int_one(where, config, "strides", MXU_JSON_OPTIONAL,
-                           &strides[1]));
-  MXU_TRY(mxu_json_padding_causal(where, config, padding));
-  MXU_TRY(mxu_json_data_format(where, config));
-  return mxu_json_int_one(where, config, "dilation_rate", MXU_JSON_OPTIONAL,
-                          &dilation[1]);
+  return mxu_config_window_size(where, config, "dilation_rate",
+                                MXU_JSON_OPTIONAL, sequence, dilation);
 }
 
 /* What Conv2D, Conv2DTranspose and Conv1D read alike: all of a Conv2D's
@@ -328,9 +315,8 @@ static mxu_status read_conv_fields(const mxu_json_where *where,
   conv->name = name;
   MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
                        &conv->filters));
-  MXU_TRY((sequence ? read_window_1d : read_window)(
-      where, config, conv->kernel_size, conv->strides, &conv->padding,
-      conv->dilation_rate));
+  MXU_TRY(read_window(where, config, sequence, conv->kernel_size, conv->strides,
+                      &conv->padding, conv->dilation_rate));
   MXU_TRY(mxu_json_int(where, config, "groups", MXU_JSON_OPTIONAL, 1, INT_MAX,
                        &conv->groups));
   MXU_TRY(mxu_json_activation(where, config, "activation",
@@ -352,19 +338,11 @@ static void put_window(mxu_json_out *out, cJSON *config, const conv_spec *s,
                        int sequence) {
   int dilation[2] = {at_least_one(s->dilation[0]),
                      at_least_one(s->dilation[1])};
-  if (sequence) { /* the image's 1 x n window as Keras' [n] */
-    mxu_json_put_one(out, config, "kernel_size", s->kernel[1]);
-    mxu_json_put_one(out, config, "strides", s->strides[1]);
-  } else {
-    mxu_json_put_pair(out, config, "kernel_size", s->kernel);
-    mxu_json_put_pair(out, config, "strides", s->strides);
-  }
+  mxu_config_put_window_size(out, config, "kernel_size", s->kernel, sequence);
+  mxu_config_put_window_size(out, config, "strides", s->strides, sequence);
   mxu_json_put_string(out, config, "padding", mxu_padding_name(s->padding));
   mxu_json_put_string(out, config, "data_format", "channels_last");
-  if (sequence)
-    mxu_json_put_one(out, config, "dilation_rate", dilation[1]);
-  else
-    mxu_json_put_pair(out, config, "dilation_rate", dilation);
+  mxu_config_put_window_size(out, config, "dilation_rate", dilation, sequence);
 }
 
 static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
@@ -565,7 +543,7 @@ static mxu_status read_depthwise(const mxu_json_where *where,
                                  const char *name) {
   mxu_depthwise_conv2d_config dw = mxu_depthwise_conv2d_defaults(0, 0);
   dw.name = name;
-  MXU_TRY(read_window(where, config, dw.kernel_size, dw.strides, &dw.padding,
+  MXU_TRY(read_window(where, config, 0, dw.kernel_size, dw.strides, &dw.padding,
                       dw.dilation_rate));
   depthwise_fields f = {&dw.depth_multiplier, &dw.activation, &dw.use_bias,
                         &dw.depthwise, &dw.bias};
@@ -738,7 +716,7 @@ static mxu_status read_separable(const mxu_json_where *where,
   c.name = name;
   MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
                        &c.filters));
-  MXU_TRY(read_window(where, config, c.kernel_size, c.strides, &c.padding,
+  MXU_TRY(read_window(where, config, 0, c.kernel_size, c.strides, &c.padding,
                       c.dilation_rate));
   depthwise_fields f = {&c.depth_multiplier, &c.activation, &c.use_bias,
                         &c.depthwise, &c.bias};

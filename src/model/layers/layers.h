@@ -96,7 +96,17 @@ void mxu_config_put_initializers(mxu_json_out *out, cJSON *config,
                                  mxu_initializer a_default, const char *second,
                                  const mxu_initializer *b,
                                  mxu_initializer b_default);
-/* "same" or "valid". */
+/* A window's size key (kernel_size, strides, dilation_rate, pool_size):
+ * n or [a, b] into size; a sequence layer's n or [n] (Keras' tuple (n,))
+ * into size[1], its window 1 x n over the image (1, steps, channels). The
+ * writer gives each back as its Keras writes it. */
+mxu_status mxu_config_window_size(const mxu_json_where *where,
+                                  const cJSON *config, const char *key,
+                                  int required, int sequence, int size[2]);
+void mxu_config_put_window_size(mxu_json_out *out, cJSON *config,
+                                const char *key, const int size[2],
+                                int sequence);
+/* "same", "valid" or "causal". */
 const char *mxu_padding_name(mxu_padding padding);
 
 /* Broadcasting a tensor of shape `in` (dims equal to `out`'s or 1) over

@@ -67,26 +67,20 @@ static void pool2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
 static const char *const pool2d_keys[] = {"pool_size", "padding", "strides",
                                           "data_format", NULL};
 
-/* A 1-D pool's sizes are lists of one (sequence): the 1 x n pool. */
-static mxu_status read_size(const mxu_json_where *where, const cJSON *config,
-                            const char *key, int sequence, int size[2]) {
-  if (sequence)
-    return mxu_json_int_one(where, config, key, MXU_JSON_OPTIONAL, &size[1]);
-  return mxu_json_int_pair(where, config, key, MXU_JSON_OPTIONAL, size);
-}
-
 static mxu_status read_pool(const mxu_json_where *where, const cJSON *config,
                             int sequence, mxu_pool2d_config *pool,
                             const char *name) {
   *pool = mxu_pool2d_defaults(sequence ? 1 : 2, 2);
   pool->name = name;
-  MXU_TRY(read_size(where, config, "pool_size", sequence, pool->pool_size));
+  MXU_TRY(mxu_config_window_size(where, config, "pool_size", MXU_JSON_OPTIONAL,
+                                 sequence, pool->pool_size));
   /* Keras: strides=None means the pool size. */
   pool->strides[0] = pool->pool_size[0];
   pool->strides[1] = pool->pool_size[1];
   const cJSON *strides = mxu_json_get(config, "strides");
   if (strides && !cJSON_IsNull(strides))
-    MXU_TRY(read_size(where, config, "strides", sequence, pool->strides));
+    MXU_TRY(mxu_config_window_size(where, config, "strides", MXU_JSON_OPTIONAL,
+                                   sequence, pool->strides));
   MXU_TRY(mxu_json_padding(where, config, &pool->padding));
   return mxu_json_data_format(where, config);
 }
@@ -137,15 +131,11 @@ static mxu_status read_average_pooling1d(const mxu_json_where *where,
 static void write_pool2d(mxu_json_out *out, const mxu_layer *layer,
                          cJSON *config) {
   const mxu_pool2d_config *pool = &layer->config.pool;
-  if (layer->cls->sequence)
-    mxu_json_put_one(out, config, "pool_size", pool->pool_size[1]);
-  else
-    mxu_json_put_pair(out, config, "pool_size", pool->pool_size);
+  int sequence = layer->cls->sequence;
+  mxu_config_put_window_size(out, config, "pool_size", pool->pool_size,
+                             sequence);
   mxu_json_put_string(out, config, "padding", mxu_padding_name(pool->padding));
-  if (layer->cls->sequence)
-    mxu_json_put_one(out, config, "strides", pool->strides[1]);
-  else
-    mxu_json_put_pair(out, config, "strides", pool->strides);
+  mxu_config_put_window_size(out, config, "strides", pool->strides, sequence);
   mxu_json_put_string(out, config, "data_format", "channels_last");
 }
 

@@ -248,6 +248,22 @@ void mxu_config_put_penalties(mxu_json_out *out, cJSON *config,
   mxu_json_put_constraint(out, config, key, &b->constraint);
 }
 
+mxu_status mxu_config_window_size(const mxu_json_where *where,
+                                  const cJSON *config, const char *key,
+                                  int required, int sequence, int size[2]) {
+  if (sequence) return mxu_json_int_one(where, config, key, required, &size[1]);
+  return mxu_json_int_pair(where, config, key, required, size);
+}
+
+void mxu_config_put_window_size(mxu_json_out *out, cJSON *config,
+                                const char *key, const int size[2],
+                                int sequence) {
+  if (sequence)
+    mxu_json_put_one(out, config, key, size[1]);
+  else
+    mxu_json_put_pair(out, config, key, size);
+}
+
 const char *mxu_padding_name(mxu_padding padding) {
   return padding == MXU_SAME     ? "same"
          : padding == MXU_CAUSAL ? "causal"
