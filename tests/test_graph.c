@@ -2631,6 +2631,20 @@ static void test_embedding(void) {
 static void test_sequence_layers(void) {
   for (size_t i = 0; i < sizeof sequence_cases / sizeof *sequence_cases; i++)
     check_sequence(&sequence_cases[i]);
+  /* padding 'causal' is Conv1D's only: a Conv2D's or a pool's is refused. */
+  mxu_model *m = mxu_functional("causal");
+  int64_t image[3] = {4, 4, 2}, steps[2] = {6, 2};
+  mxu_tensor_id x = mxu_input(m, NULL, mxu_shape_make(3, image));
+  mxu_tensor_id s = mxu_input(m, NULL, mxu_shape_make(2, steps));
+  mxu_conv2d_config conv = mxu_conv2d_defaults(2, 3, 3);
+  conv.padding = MXU_CAUSAL;
+  mxu_pool1d_config pool = mxu_pool1d_defaults(2);
+  pool.padding = MXU_CAUSAL;
+  CHECK(mxu_apply_conv2d(m, &conv, x) < 0 &&
+        strstr(mxu_errmsg(), "padding 'causal' is Conv1D's only"));
+  CHECK(mxu_apply_max_pooling1d(m, &pool, s) < 0 &&
+        strstr(mxu_errmsg(), "padding 'causal' is Conv1D's only"));
+  mxu_model_free(m);
   test_embedding();
 }
 

@@ -100,9 +100,9 @@ static mxu_status conv2d_infer(mxu_layer *layer) {
                     "the %d filters",
                     layer->name, s.groups, in, s.filters);
   int size[2] = {span(&s, 0), span(&s, 1)};
-  return mxu_window_infer(layer, "kernel", size, s.strides, s.padding,
-                          is_separable(layer) ? layer->config.separable.filters
-                                              : s.filters);
+  return mxu_window_infer(
+      layer, "kernel", size, s.strides, s.padding, layer->cls->sequence,
+      is_separable(layer) ? layer->config.separable.filters : s.filters);
 }
 
 static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
@@ -288,9 +288,9 @@ static const char *const conv2d_keys[] = {
     "data_format", "dilation_rate",       "groups",  "activation",
     "use_bias",    MXU_WEIGHT_OPTION_KEYS};
 
-/* What the two classes read alike: kernel_size .. dilation_rate. */
-/* The window's keys; a sequence layer's (Conv1D's) sizes are the 1 x n
- * window of its image and its padding may be causal. */
+/* The window's keys, kernel_size .. dilation_rate; a sequence layer's
+ * (Conv1D's) sizes are the 1 x n window of its image and its padding may be
+ * causal. */
 static mxu_status read_window(const mxu_json_where *where, const cJSON *config,
                               int sequence, int kernel[2], int strides[2],
                               mxu_padding *padding, int dilation[2]) {

@@ -29,10 +29,11 @@ const float *mxu_epilogue_logits(const mxu_layer *layer,
 /* Shape inference of a 2-D window (Conv2D's kernel, a pool) sliding over
  * (height, width, channels): checks the sizes and sets out_shape to
  * (out_h, out_w, channels_out). A sequence layer's window is 1 x size[1]
- * over (steps, channels), its out_shape (out_steps, channels_out). */
+ * over (steps, channels), its out_shape (out_steps, channels_out). causal:
+ * whether the layer takes padding 'causal' (Conv1D). */
 mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                             const int size[2], const int strides[2],
-                            mxu_padding padding, int channels_out);
+                            mxu_padding padding, int causal, int channels_out);
 
 /* The shape as the layer's 2-D kernels see it: a sequence layer's
  * (steps, channels) is the image (1, steps, channels); others' as is. */

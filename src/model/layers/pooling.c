@@ -9,7 +9,7 @@ static mxu_status pool2d_infer(mxu_layer *layer) {
   mxu_shape image = mxu_image_shape(layer, &layer->in_shape);
   int channels = image.rank == 3 ? (int)image.dims[2] : 0;
   return mxu_window_infer(layer, "pool", c->pool_size, c->strides, c->padding,
-                          channels);
+                          0, channels);
 }
 
 mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch) {

@@ -83,7 +83,7 @@ mxu_shape mxu_image_shape(const mxu_layer *layer, const mxu_shape *shape) {
 
 mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                             const int size[2], const int strides[2],
-                            mxu_padding padding, int channels_out) {
+                            mxu_padding padding, int causal, int channels_out) {
   char text[64];
   mxu_shape_format(&layer->in_shape, text, sizeof text);
   int sequence = layer->cls->sequence;
@@ -99,7 +99,7 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                     "(MXU_MAX_WINDOW)",
                     layer->name, window, size[0], size[1], strides[0],
                     strides[1], MXU_MAX_WINDOW);
-  if (padding == MXU_CAUSAL && !(sequence && strcmp(window, "kernel") == 0))
+  if (padding == MXU_CAUSAL && !causal)
     return mxu_fail(MXU_ERR_ARG,
                     "%s: padding 'causal' is Conv1D's only (as in Keras): use "
                     "'valid' or 'same'",
