@@ -719,16 +719,21 @@ mxu_tensor_id mxu_apply_embedding(mxu_model *model,
   APPLY_CONFIG(embedding, &mxu_embedding_class, "Embedding");
 }
 
+/* A recurrent layer's config of a known kind (the classes and names are
+ * indexed by it). */
+static int rnn_given(const mxu_rnn_config *config, const char *what) {
+  if (!given(config, what)) return 0;
+  if ((unsigned)config->kind <= MXU_GRU) return 1;
+  mxu_fail(MXU_ERR_ARG, "add %s: unknown recurrent kind %d", what,
+           (int)config->kind);
+  return 0;
+}
+
 mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
                             mxu_tensor_id x) {
   static const mxu_layer_class *const classes[] = {
       &mxu_simple_rnn_class, &mxu_lstm_class, &mxu_gru_class};
-  if (x < 0 || !given(config, "recurrent layer")) return -1;
-  if ((unsigned)config->kind > MXU_GRU) {
-    mxu_fail(MXU_ERR_ARG, "add recurrent layer: unknown kind %d",
-             (int)config->kind);
-    return -1;
-  }
+  if (x < 0 || !rnn_given(config, "recurrent layer")) return -1;
   mxu_layer proto = {0};
   proto.config.rnn = *config;
   proto.config.rnn.name = NULL;
@@ -740,12 +745,7 @@ mxu_tensor_id mxu_apply_bidirectional(mxu_model *model, const char *name,
                                       mxu_merge_kind merge_mode,
                                       mxu_tensor_id x) {
   static const char *const automatic[] = {"simple_rnn", "lstm", "gru"};
-  if (x < 0 || !given(layer, "Bidirectional")) return -1;
-  if ((unsigned)layer->kind > MXU_GRU) {
-    mxu_fail(MXU_ERR_ARG, "add Bidirectional: unknown recurrent kind %d",
-             (int)layer->kind);
-    return -1;
-  }
+  if (x < 0 || !rnn_given(layer, "Bidirectional")) return -1;
   mxu_layer proto = {0};
   mxu_bidirectional_config *b = &proto.config.bidirectional;
   b->rnn = *layer;

@@ -107,9 +107,6 @@ static mxu_status rnn_infer(mxu_layer *layer) {
   if (c->units <= 0 || c->units > (1 << 20))
     return mxu_fail(MXU_ERR_ARG, "%s: units %d must be in 1..%d", layer->name,
                     c->units, 1 << 20);
-  if ((unsigned)c->kind > MXU_GRU)
-    return mxu_fail(MXU_ERR_ARG, "%s: unknown recurrent kind %d", layer->name,
-                    (int)c->kind);
   if (!supported_activation(c->activation) ||
       !supported_activation(c->recurrent_activation))
     return mxu_fail(
