@@ -259,8 +259,13 @@ static mxu_status rnn_plan(mxu_layer *layer, const mxu_backend *backend,
   mxu_dense_desc input = {(int)(d.n * d.steps), (int)d.features, width,
                           c->use_bias,          MXU_LINEAR,      0};
   mxu_dense_desc step = {(int)d.n, (int)d.units, width, 0, MXU_LINEAR, 0};
-  mxu_dense_desc all_steps = {
-      (int)(d.n * d.steps), (int)d.units, width, 0, MXU_LINEAR, 0};
+  /* Its bias gradient is GRU's recurrent bias's: every d_rec row summed. */
+  mxu_dense_desc all_steps = {(int)(d.n * d.steps),
+                              (int)d.units,
+                              width,
+                              c->kind == MXU_GRU && c->use_bias,
+                              MXU_LINEAR,
+                              0};
   for (int dir = 0; dir < directions_of(layer); dir++) {
     mxu_op **ops = layer->compiled->ops + 3 * dir;
     MXU_TRY(backend->dense_create(&input, &ops[0]));
@@ -275,15 +280,14 @@ static mxu_status rnn_plan(mxu_layer *layer, const mxu_backend *backend,
   return MXU_OK;
 }
 
-/* One direction as it runs: its weights, ops and buffers; it reads the
- * steps last to first when go_backwards; flip puts its output for step s
- * at position steps - 1 - s (a Bidirectional's backward direction, whose
- * sequence Keras reverses back). */
+/* One direction as it runs (dir 1: a Bidirectional's backward copy):
+ * its weights, ops and buffers; it reads the steps last to first when
+ * go_backwards. */
 typedef struct rnn_unit {
   const mxu_rnn_config *c;
   rnn_dims d;
   int dir, directions;
-  int go_backwards, flip;
+  int go_backwards;
   int dropping; /* training with dropout: x is x * mask */
   mxu_op *const *ops;
   float *const *w, *const *dw;
@@ -299,7 +303,6 @@ static rnn_unit unit_of(const mxu_layer *layer, const mxu_layer_run *run,
                     dir,
                     directions_of(layer),
                     c->go_backwards != dir,
-                    dir && c->return_sequences,
                     run->training && c->dropout > 0.0f,
                     run->ops + 3 * dir,
                     run->w + per * dir,
@@ -311,12 +314,17 @@ static int64_t input_step(const rnn_unit *u, int64_t s) {
   return u->go_backwards ? u->d.steps - 1 - s : s;
 }
 
+/* Where step s's output stands in a returned sequence: in step order, but
+ * a Bidirectional's backward copy's, which Keras reverses back (so this
+ * maps a position to its step too). */
+static int64_t position_of(const rnn_unit *u, int64_t s) {
+  return u->dir ? u->d.steps - 1 - s : s;
+}
+
 /* The unit's output at position p (the last step's without sequences) for
  * batch row n. */
 static const float *output_at(const rnn_unit *u, int64_t p, int64_t n) {
-  int64_t s = !u->c->return_sequences ? u->d.steps - 1
-              : u->flip               ? u->d.steps - 1 - p
-                                      : p;
+  int64_t s = u->c->return_sequences ? position_of(u, p) : u->d.steps - 1;
   return u->b.hs + ((s + 1) * u->d.n + n) * u->d.units;
 }
 
@@ -499,19 +507,10 @@ static void add_output_gradient(const rnn_unit *u, const float *dy, int64_t s,
   const rnn_dims *d = &u->d;
   const float *g = NULL;
   if (u->c->return_sequences)
-    g = dy + (n * d->steps + (u->flip ? d->steps - 1 - s : s)) * d->units;
+    g = dy + (n * d->steps + position_of(u, s)) * d->units;
   else if (s == d->steps - 1)
     g = dy + n * d->units;
   for (int64_t j = 0; g && j < d->units; j++) dh[j] += g[j];
-}
-
-/* GRU's recurrent bias: the sum of the recurrent side's gradients. */
-static void recurrent_bias_gradient(const rnn_dims *d, const float *d_rec,
-                                    float *db) {
-  int64_t width = d->gates * d->units;
-  memset(db, 0, (size_t)width * sizeof(float));
-  for (int64_t r = 0; r < d->n * d->steps; r++)
-    for (int64_t j = 0; j < width; j++) db[j] += d_rec[r * width + j];
 }
 
 /* dy: the gradients of the unit's outputs; dx NULL when not needed. */
@@ -543,8 +542,8 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
   be->dense_backward_weights(u->ops[0], u->dropping ? b->dropped : x,
                              b->d_input, u->dw[0],
                              u->c->use_bias ? u->dw[2] : NULL);
-  be->dense_backward_weights(u->ops[2], b->hs, b->d_rec, u->dw[1], NULL);
-  if (recurrent_bias(u)) recurrent_bias_gradient(d, b->d_rec, u->dw[2] + width);
+  be->dense_backward_weights(u->ops[2], b->hs, b->d_rec, u->dw[1],
+                             recurrent_bias(u) ? u->dw[2] + width : NULL);
   if (!dx) return;
   be->dense_backward_data(u->ops[0], b->d_input, u->w[0], dx);
   for (int64_t n = 0; u->dropping && n < d->n; n++)
