@@ -1,7 +1,9 @@
-"""golden_step.py — what make_shared.py and make_nested.py share: one SGD
-step of a tf_keras model on one batch, written as test_golden reads it
+"""golden_step.py — what the make_*.py golden scripts share: one SGD step
+of a tf_keras model on one batch, written as test_golden reads it
 (model.tf2.json, initial.h5, after_step.h5, batch.h5 with x, y, the loss
-and the predictions before and after the step). Not run on its own."""
+and the predictions before and after the step); and, for a model built in
+either Keras, that step with Keras 3's JSON and archive of the model too.
+Not run on its own."""
 import os
 
 import h5py
@@ -19,4 +21,27 @@ def write(model, x, y, out):
     with h5py.File(os.path.join(out, "batch.h5"), "w") as f:
         f["x"], f["y"], f["loss"] = x, y, float(loss)
         f["predict_before"], f["predict_after"] = before, after
+    return loss
+
+
+def write_dialects(build, tf_keras, keras, seed, x, y, out):
+    """build(K) makes the model in tf_keras or keras; tf_keras takes the
+    step from the initial weights of seed. Also writes model.k3.json and
+    model.keras, Keras 3's archive with those initial weights (the same
+    order), whose predictions are predict_before. Returns the loss."""
+    os.makedirs(out, exist_ok=True)
+    tf_keras.utils.set_random_seed(seed)
+    model = build(tf_keras)
+    model.compile(tf_keras.optimizers.SGD(0.1),
+                  "sparse_categorical_crossentropy", ["accuracy"])
+    loss = write(model, x, y, out)
+    k3 = build(keras)
+    with open(os.path.join(out, "model.k3.json"), "w") as f:
+        f.write(k3.to_json(indent=1))
+    tf_keras.utils.set_random_seed(seed)
+    k3.set_weights(build(tf_keras).get_weights())
+    k3.compile(optimizer=keras.optimizers.SGD(0.1),
+               loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    k3.save(os.path.join(out, "model.keras"))
+    print("loss", loss, "layers", [l.name for l in model.layers])
     return loss

@@ -52,28 +52,10 @@ def build(K):
 
 
 def main(out):
-    os.makedirs(out, exist_ok=True)
-    tf_keras.utils.set_random_seed(5)
-    model = build(tf_keras)
-    model.compile(tf_keras.optimizers.SGD(0.1),
-                  "sparse_categorical_crossentropy", ["accuracy"])
     np.random.seed(7)
     x = np.random.randint(0, 50, size=(6, 16)).astype(np.int32)
     y = np.random.randint(0, 5, size=6).astype(np.int32)
-    loss = golden_step.write(model, x, y, out)
-    k3 = build(keras)
-    with open(os.path.join(out, "model.k3.json"), "w") as f:
-        f.write(k3.to_json(indent=1))
-    # Keras 3's whole-model archive of the same model with the initial
-    # weights (tf.keras 2's, the same order): its predictions are
-    # predict_before.
-    tf_keras.utils.set_random_seed(5)
-    first = build(tf_keras)
-    k3.set_weights(first.get_weights())
-    k3.compile(optimizer=keras.optimizers.SGD(0.1),
-               loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    k3.save(os.path.join(out, "model.keras"))
-    print("loss", loss, "layers", [l.name for l in model.layers])
+    golden_step.write_dialects(build, tf_keras, keras, 5, x, y, out)
 
 
 if __name__ == "__main__":
