@@ -234,7 +234,8 @@ static mxu_status list_entry(const char *path, hid_t root, hid_t layers,
   MXU_TRY(vars_count(path, root, where, &count));
   if (count > 0) return push(path, found, where);
   /* Keras 3's RNN layers keep their weights in their cell's group, a
-   * Bidirectional in its two layers' cells. */
+   * Bidirectional in its two layers' cells: the subgroups their classes'
+   * keras3_group name, listed here before the model is known. */
   static const char *const cells[] = {"cell", "forward_layer/cell",
                                       "backward_layer/cell"};
   int cell_groups = 0;
