@@ -456,6 +456,30 @@ typedef struct mxu_embedding_config {
   mxu_weight_options embeddings;
 } mxu_embedding_config;
 
+/* MultiHeadAttention: every position of the query (Tq, query_dim)
+ * attends over the positions of the value (Tv, value_dim), through the key
+ * (Tv, key_input_dim; the value when none is given), as Keras' layer: per
+ * head, softmax(Q K^T / sqrt(key_dim)) V of the projections Q = query
+ * Wq + bq, K, V, the heads' results projected to output_dim (0: the
+ * query's last dim) by attention_output. Samples of higher rank (h, w,
+ * features) attend over all their positions (Keras' default
+ * attention_axes). Weights query/kernel (query_dim, num_heads, key_dim),
+ * query/bias (num_heads, key_dim), key/..., value/... (value_dim, 0:
+ * key_dim), attention_output/kernel (num_heads, value_dim, output_dim) and
+ * its bias (output_dim). causal: Keras' use_causal_mask, position i of
+ * the query attends to positions 0..i only. dropout: the attention
+ * probabilities', in training. tf2_fans: the kernels' initial scale uses
+ * tf.keras 2's fans of their 3-D shapes, as its files were made; else
+ * Keras 3's (fan in the projected features, fan out the heads' values). */
+typedef struct mxu_attention_config {
+  const char *name;
+  int num_heads, key_dim, value_dim, output_dim;
+  int use_bias, causal;
+  float dropout;
+  mxu_weight_options kernel, bias;
+  int tf2_fans;
+} mxu_attention_config;
+
 /* UpSampling2D: each image size[0] times taller and size[1] times wider,
  * by repeating pixels (nearest) or by TensorFlow's bilinear resize (half-
  * pixel centres). */
@@ -516,6 +540,7 @@ mxu_conv1d_config mxu_conv1d_defaults(int filters, int kernel_size);
 mxu_pool1d_config mxu_pool1d_defaults(int pool_size);
 mxu_rnn_config mxu_rnn_defaults(mxu_rnn_kind kind, int units);
 mxu_dense_config mxu_dense_defaults(int units);
+mxu_attention_config mxu_attention_defaults(int num_heads, int key_dim);
 mxu_batchnorm_config mxu_batchnorm_defaults(void);
 
 /* ---- model ------------------------------------------------------------- */
@@ -679,6 +704,13 @@ mxu_tensor_id mxu_apply_embedding(mxu_model *model,
                                   mxu_tensor_id x);
 mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
                             mxu_tensor_id x);
+/* MultiHeadAttention(query, value, key): key -1 for none (the value is
+ * the key), as Keras' call. */
+mxu_tensor_id mxu_apply_multi_head_attention(mxu_model *model,
+                                             const mxu_attention_config *config,
+                                             mxu_tensor_id query,
+                                             mxu_tensor_id value,
+                                             mxu_tensor_id key);
 /* Keras' Bidirectional(layer, merge_mode): the recurrent layer `layer`
  * (its name, NULL: Keras' automatic one, names the weights
  * forward_<name>/... and backward_<name>/...) reading forwards and a copy

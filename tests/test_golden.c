@@ -293,6 +293,16 @@ int main(void) {
        5,
        {7, 3, 0},
        NULL},
+      /* MultiHeadAttention: causal self-attention, cross-attention with a
+       * key of its own and no biases, attention over a grid's two axes
+       * (make_attention.py). */
+      {"tests/golden/attention",
+       {"tests/golden/attention/model.tf2.json",
+        "tests/golden/attention/model.k3.json"},
+       6,
+       5,
+       {6, 4, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -312,7 +322,8 @@ int main(void) {
    * int32. */
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     int sequence = strcmp(cases[c].dir, "tests/golden/sequence") == 0;
-    if (sequence || strcmp(cases[c].dir, "tests/golden/recurrent") == 0)
+    if (sequence || strcmp(cases[c].dir, "tests/golden/recurrent") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/attention") == 0)
       keras_archive(&cases[c], sequence);
   }
   return check_report("test_golden");

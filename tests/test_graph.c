@@ -2768,6 +2768,148 @@ static void test_recurrent(void) {
   mxu_model_free(m);
 }
 
+/* ---- MultiHeadAttention ----------------------------------------------------
+ * Its forward pass is checked against Keras (test_golden's attention
+ * net); here each case's backward against finite differences and cpu
+ * against cpu_ref: causal self-attention with dropout, the query also the
+ * value (two partial gradients of one tensor), cross-attention with a key
+ * of its own and no biases, and attention over a (2, 3) grid. */
+
+typedef struct attention_case {
+  const char *name;
+  mxu_attention_config c;
+  int64_t query[3], value[3], key[3]; /* key[0] 0: none */
+  int rank, self;                     /* self: the query is the value */
+} attention_case;
+
+static mxu_tensor_id identity_input(mxu_model *m, const int64_t *dims,
+                                    int rank) {
+  return mxu_apply_activation(m, NULL, MXU_LINEAR,
+                              mxu_input(m, NULL, mxu_shape_make(rank, dims)));
+}
+
+static mxu_tensor_id attention_graph(mxu_model *m, const void *ctx) {
+  const attention_case *a = ctx;
+  mxu_attention_config c = a->c;
+  c.name = "under_test";
+  mxu_tensor_id q = identity_input(m, a->query, a->rank);
+  mxu_tensor_id v = a->self ? q : identity_input(m, a->value, a->rank);
+  mxu_tensor_id k = a->key[0] ? identity_input(m, a->key, a->rank) : -1;
+  return head(m, mxu_apply_multi_head_attention(m, &c, q, v, k));
+}
+
+static void test_attention(void) {
+  attention_case cases[4] = {
+      {"MHA(2, 3) causal, value_dim 2, output 4, dropout 0.3",
+       mxu_attention_defaults(2, 3),
+       {5, 3},
+       {5, 3},
+       {0},
+       2,
+       1},
+      {"MHA(3, 2) cross, own key, no bias",
+       mxu_attention_defaults(3, 2),
+       {4, 3},
+       {6, 2},
+       {6, 4},
+       2,
+       0},
+      {"MHA(2, 2) query of 3 over 5 values",
+       mxu_attention_defaults(2, 2),
+       {3, 4},
+       {5, 3},
+       {0},
+       2,
+       0},
+      {"MHA(2, 3) over a (2, 3) grid",
+       mxu_attention_defaults(2, 3),
+       {2, 3, 3},
+       {2, 3, 3},
+       {0},
+       3,
+       1}};
+  cases[0].c.causal = 1, cases[0].c.value_dim = 2, cases[0].c.output_dim = 4;
+  cases[0].c.dropout = 0.3f;
+  cases[1].c.use_bias = 0;
+  cases[2].c.causal = 1; /* 3 queries over 5: position i sees 0..i */
+  for (int i = 0; i < 4; i++) {
+    /* Biases away from their zeros, so their gradients' paths count. */
+    mxu_initializer *b = &cases[i].c.bias.initializer;
+    b->kind = MXU_INIT_RANDOM_UNIFORM, b->minval = -0.3f, b->maxval = 0.3f;
+    mxu_model *m =
+        build(cases[i].name, attention_graph, &cases[i], MXU_BACKEND_CPU_REF);
+    if (!m) continue;
+    int node = node_named(m, "under_test");
+    CHECK(m->layers[node].param_count == (i == 1 ? 4 : 8));
+    finite_differences(m, cases[i].name);
+    mxu_model_free(m);
+    backends_agree(cases[i].name, attention_graph, &cases[i]);
+  }
+  /* dropout drops in training only. */
+  attention_case plain = cases[0];
+  plain.c.dropout = 0.0f;
+  mxu_model *a = build("MHA", attention_graph, &plain, MXU_BACKEND_CPU);
+  mxu_model *d =
+      build("MHA dropout", attention_graph, &cases[0], MXU_BACKEND_CPU);
+  if (a && d) {
+    float x[BATCH * 15], pa[BATCH * CLASSES], pd[BATCH * CLASSES];
+    for (int i = 0; i < BATCH * 15; i++) x[i] = 0.1f * (float)(i % 11) - 0.5f;
+    CHECK_OK(mxu_predict(a, x, BATCH, pa));
+    CHECK_OK(mxu_predict(d, x, BATCH, pd));
+    CHECK(memcmp(pa, pd, sizeof pa) == 0);
+    load_inputs(a, 2);
+    load_inputs(d, 2);
+    train_step(a);
+    train_step(d);
+    int node = node_named(d, "under_test");
+    CHECK(memcmp(act(a, node), act(d, node),
+                 (size_t)tensor_floats(d, node) * sizeof(float)) != 0);
+  }
+  mxu_model_free(a);
+  mxu_model_free(d);
+  /* The kernels' initial scale: Keras 3's glorot_uniform takes the fans of
+   * the projection (64 features to 4 heads of 16: sqrt(6 / 128)), tf.keras
+   * 2's those of the 3-D shape (64 * 4 and 16 * 64: sqrt(6 / 1280)). */
+  for (int tf2 = 0; tf2 < 2; tf2++) {
+    attention_case wide = {"MHA(4, 16) of 64",
+                           mxu_attention_defaults(4, 16),
+                           {3, 64},
+                           {3, 64},
+                           {0},
+                           2,
+                           1};
+    wide.c.tf2_fans = tf2;
+    mxu_model *w = build(wide.name, attention_graph, &wide, MXU_BACKEND_CPU);
+    const mxu_param *kernel = NULL;
+    for (int i = 0; w && i < w->param_count; i++)
+      if (strcmp(w->params[i].name, "query/kernel") == 0)
+        kernel = &w->params[i];
+    CHECK(kernel != NULL);
+    float top = 0, limit = sqrtf(6.0f / (tf2 ? 1280.0f : 128.0f));
+    for (int64_t i = 0; kernel && i < kernel->count; i++)
+      top = fmaxf(top, fabsf(mxu_param_values(w, kernel)[i]));
+    CHECK_MSG(top <= limit && top > 0.95f * limit,
+              "query/kernel (tf2 fans %d) reaches %g, limit %g", tf2,
+              (double)top, (double)limit);
+    mxu_model_free(w);
+  }
+  /* What the layer refuses, each named. */
+  attention_case grid = cases[3];
+  grid.c.causal = 1;
+  mxu_model *m = mxu_functional("refusals");
+  mxu_tensor_id q = identity_input(m, grid.query, 3);
+  CHECK(mxu_apply_multi_head_attention(m, &grid.c, q, q, -1) < 0 &&
+        strstr(mxu_errmsg(), "causal mask"));
+  mxu_attention_config bad = mxu_attention_defaults(0, 3);
+  CHECK(mxu_apply_multi_head_attention(m, &bad, q, q, -1) < 0 &&
+        strstr(mxu_errmsg(), "num_heads 0"));
+  static const int64_t other[2] = {6, 3};
+  mxu_tensor_id v = identity_input(m, other, 2);
+  CHECK(mxu_apply_multi_head_attention(m, &cases[3].c, q, v, -1) < 0 &&
+        strstr(mxu_errmsg(), "must be of one rank"));
+  mxu_model_free(m);
+}
+
 int main(void) {
   test_empty_data();
   test_limits();
@@ -2779,6 +2921,7 @@ int main(void) {
   test_custom_scale();
   test_sequence_layers();
   test_recurrent();
+  test_attention();
   test_random_flip();
   test_random_contrast();
   test_random_crop();

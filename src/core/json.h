@@ -33,6 +33,9 @@ typedef struct mxu_json_node {
   mxu_tensor_id inputs[MXU_MAX_INPUTS];
   int input_count;
   mxu_tensor_id output;
+  /* The call's kwargs, for a class with call options (use_causal_mask);
+   * NULL for others. */
+  const cJSON *kwargs;
 } mxu_json_node;
 
 /* Takes the result of an mxu_apply_* call as node's output, putting where

@@ -460,7 +460,7 @@ static mxu_status read_layer(const char *source, const cJSON *entry, int index,
   mxu_json_where where;
   layer_entry e;
   MXU_TRY(read_entry(source, entry, index, &where, &e));
-  mxu_json_node node = {model, {model->layer_count - 1}, 1, -1};
+  mxu_json_node node = {model, {model->layer_count - 1}, 1, -1, NULL};
   if (strcmp(e.class_name, "InputLayer") == 0) {
     if (model->input_count)
       return mxu_json_fail(&where, MXU_ERR_FORMAT,
@@ -594,22 +594,35 @@ static mxu_status read_history(const mxu_json_where *where, const cJSON *ref,
 /* Call arguments mxu has no use for must be absent or null ("mask": null,
  * which Keras 3 writes for BatchNormalization). A recorded "training"
  * flag is ignored: Keras 3's Functional replaces it with fit's and
- * predict's own (EfficientNet's Dropout records false). */
-static mxu_status check_kwargs(const mxu_json_where *where,
-                               const cJSON *kwargs) {
+ * predict's own (EfficientNet's Dropout records false). A class's named
+ * tensors and options (MultiHeadAttention's value, use_causal_mask) are
+ * its own to read. */
+static int listed(const char *const *names, const char *key) {
+  for (int i = 0; names && names[i]; i++)
+    if (strcmp(names[i], key) == 0) return 1;
+  return 0;
+}
+
+static mxu_status check_kwargs(const mxu_json_where *where, const cJSON *kwargs,
+                               const mxu_layer_class *cls) {
   if (!kwargs || cJSON_IsNull(kwargs)) return MXU_OK;
   if (!cJSON_IsObject(kwargs))
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "call kwargs must be an object");
   for (const cJSON *k = kwargs->child; k; k = k->next)
     if (!cJSON_IsNull(k) &&
-        !(strcmp(k->string, "training") == 0 && cJSON_IsBool(k)))
+        !(strcmp(k->string, "training") == 0 && cJSON_IsBool(k)) &&
+        !(cls && (listed(cls->call_tensors, k->string) ||
+                  listed(cls->call_options, k->string))))
       return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                            "call argument '%s' is not supported", k->string);
   return MXU_OK;
 }
 
+/* cls: the class whose call kwargs a tf.keras 2 reference carries (its
+ * named tensors and options); NULL: none but null ones. */
 static mxu_status add_input_ref(const mxu_json_where *where, const cJSON *ref,
+                                const mxu_layer_class *cls,
                                 mxu_json_node *node) {
   if (node->input_count == MXU_MAX_INPUTS)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
@@ -618,7 +631,7 @@ static mxu_status add_input_ref(const mxu_json_where *where, const cJSON *ref,
   if (cJSON_IsObject(ref)) {
     history = mxu_json_get(mxu_json_get(ref, "config"), "keras_history");
   } else if (cJSON_IsArray(ref) && cJSON_GetArraySize(ref) >= 4) {
-    MXU_TRY(check_kwargs(where, cJSON_GetArrayItem(ref, 3)));
+    MXU_TRY(check_kwargs(where, cJSON_GetArrayItem(ref, 3), cls));
   }
   return read_history(where, history, node->model,
                       &node->inputs[node->input_count++]);
@@ -644,30 +657,78 @@ static mxu_status count_calls(const mxu_json_where *where, const cJSON *entry,
   return MXU_OK;
 }
 
+/* A call of a class that names its tensors (call_tensors): the
+ * arguments fill the names in order, then the kwargs by name (tf.keras 2
+ * passes all but the first so); the tensors given must be the first
+ * names'. The kwargs stay in node->kwargs for the class's reader. */
+static mxu_status read_named_call(const mxu_json_where *where,
+                                  const cJSON *args, const cJSON *kwargs,
+                                  const mxu_layer_class *cls,
+                                  mxu_json_node *node) {
+  const char *const *names = cls->call_tensors;
+  const cJSON *given[MXU_MAX_INPUTS] = {0};
+  int count = 0, k = 0;
+  while (names[count]) count++;
+  for (const cJSON *arg = args->child; arg; arg = arg->next, k++)
+    if (k < count) given[k] = arg;
+  if (k > count)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "a call of %s passes %d tensors (at most %d)",
+                         cls->class_name, k, count);
+  for (k = 0; k < count; k++) {
+    const cJSON *named = mxu_json_get(kwargs, names[k]);
+    if (named && !cJSON_IsNull(named) && given[k])
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "a call of %s passes %s twice", cls->class_name,
+                           names[k]);
+    if (named && !cJSON_IsNull(named)) given[k] = named;
+  }
+  for (k = 0; k < count && given[k] && !cJSON_IsNull(given[k]); k++)
+    MXU_TRY(add_input_ref(where, given[k], cls, node));
+  for (int j = k; j < count; j++)
+    if (given[j] && !cJSON_IsNull(given[j]))
+      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                           "a call of %s passing %s without %s is not "
+                           "supported",
+                           cls->class_name, names[j], names[k]);
+  node->kwargs = kwargs;
+  return check_kwargs(where, kwargs, cls);
+}
+
 /* The tensors call `index` of the layer reads, into node->inputs; some
  * may be UNRESOLVED. */
 static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
                             int index, mxu_json_node *node) {
   const cJSON *call = cJSON_GetArrayItem(mxu_json_get(entry, "inbound_nodes"),
                                          index),
-              *args = call;
+              *args = call, *kwargs = NULL;
+  const mxu_layer_class *cls = mxu_layer_class_find(
+      cJSON_GetStringValue(mxu_json_get(entry, "class_name")));
   node->input_count = 0;
+  node->kwargs = NULL;
   if (cJSON_IsObject(call)) {
-    MXU_TRY(check_kwargs(where, mxu_json_get(call, "kwargs")));
+    kwargs = mxu_json_get(call, "kwargs");
     args = mxu_json_get(call, "args");
   }
   if (!cJSON_IsArray(args))
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "inbound_nodes[%d] must list the tensors read", index);
+  /* tf.keras 2 passes the named tensors in the first reference's kwargs:
+   * [[query, 0, 0, {"value": [...], ...}]]. */
+  if (cls && cls->call_tensors && !cJSON_IsObject(call))
+    kwargs = cJSON_GetArrayItem(args->child, 3);
+  if (cls && cls->call_tensors)
+    return read_named_call(where, args, kwargs, cls, node);
+  MXU_TRY(check_kwargs(where, kwargs, NULL));
   for (const cJSON *arg = args->child; arg; arg = arg->next) {
     /* Keras 3 passes a merge's inputs as one list argument. */
     int list = cJSON_IsArray(arg) && arg->child && cJSON_IsObject(arg->child);
     if (!list) {
-      MXU_TRY(add_input_ref(where, arg, node));
+      MXU_TRY(add_input_ref(where, arg, NULL, node));
       continue;
     }
     for (const cJSON *ref = arg->child; ref; ref = ref->next)
-      MXU_TRY(add_input_ref(where, ref, node));
+      MXU_TRY(add_input_ref(where, ref, NULL, node));
   }
   if (node->input_count == 0)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
@@ -761,7 +822,7 @@ static int operands_of(const mxu_json_op *op) {
 static mxu_status read_op_call_k3(const mxu_json_where *where,
                                   const cJSON *call, int index, int operands,
                                   mxu_json_node *node, op_number *number) {
-  MXU_TRY(check_kwargs(where, mxu_json_get(call, "kwargs")));
+  MXU_TRY(check_kwargs(where, mxu_json_get(call, "kwargs"), NULL));
   const cJSON *args = mxu_json_get(call, "args");
   int given = cJSON_GetArraySize(args);
   if (operands < 0 && given == 1 && cJSON_IsArray(args->child)) {
@@ -1037,7 +1098,7 @@ static mxu_status advance(const char *source, mxu_model *model,
   if (f->calls == 0)
     MXU_TRY(count_calls(&where, f->entry, input_layer, &f->calls));
   while (f->done < f->calls) {
-    mxu_json_node node = {model, {0}, 0, -1};
+    mxu_json_node node = {model, {0}, 0, -1, NULL};
     if (input_layer && nested) {
       MXU_TRY(read_nested_input(&where, &e, nested, &node));
     } else if (input_layer) {
@@ -1071,7 +1132,7 @@ static mxu_status stuck(const char *source, mxu_model *model,
   mxu_json_where where;
   layer_entry e;
   MXU_TRY(read_entry(source, f->entry, f->index, &where, &e));
-  mxu_json_node node = {model, {0}, 0, -1};
+  mxu_json_node node = {model, {0}, 0, -1, NULL};
   op_number number;
   MXU_TRY(read_any_call(&where, f->entry, f->done, &node, &number));
   const cJSON *call =
@@ -1197,7 +1258,7 @@ static mxu_status read_nested_sequential(const char *source,
     mxu_json_where where;
     layer_entry e;
     MXU_TRY(read_entry(source, entry, index++, &where, &e));
-    mxu_json_node node = {model, {previous}, 1, -1};
+    mxu_json_node node = {model, {previous}, 1, -1, NULL};
     int input_layer = strcmp(e.class_name, "InputLayer") == 0;
     if (input_layer && previous >= 0)
       return mxu_json_fail(&where, MXU_ERR_FORMAT,

@@ -40,7 +40,18 @@ static cJSON *layer_entry(mxu_json_out *out, const char *class_name,
     mxu_json_put_string(out, entry, "registered_name",
                         out->keras3 ? o->registered_k3 : o->registered_tf2);
   }
-  if (out->keras3 && built && built->input_count) {
+  if (out->keras3 && built && built->cls->call_tensors) {
+    /* build(query_shape, value_shape, key_shape): its shapes_dict */
+    cJSON *shapes = cJSON_CreateObject(), *build = cJSON_CreateObject();
+    for (int k = 0; k < built->input_count; k++) {
+      char key[64];
+      snprintf(key, sizeof key, "%s_shape", built->cls->call_tensors[k]);
+      mxu_json_put(out, shapes, key,
+                   mxu_json_batch_shape(&built->in_shapes[k]));
+    }
+    mxu_json_put(out, build, "shapes_dict", shapes);
+    mxu_json_put(out, entry, "build_config", build);
+  } else if (out->keras3 && built && built->input_count) {
     cJSON *shape = NULL;
     if (built->cls->max_inputs == 1) {
       shape = mxu_json_batch_shape(&built->in_shape);
@@ -153,6 +164,33 @@ static cJSON *call_json(mxu_json_out *out, const mxu_model *model, int scope,
   return call;
 }
 
+/* A call of a class that names its tensors (MultiHeadAttention): Keras 3
+ * passes them by position, tf.keras 2 the first so and the others by name
+ * in its kwargs; the class's options join the kwargs. */
+static cJSON *named_call_json(mxu_json_out *out, const mxu_model *model,
+                              const mxu_layer *node) {
+  cJSON *kwargs = cJSON_CreateObject();
+  const int *inputs = node->inputs;
+  if (!out->keras3)
+    for (int k = 1; k < node->input_count; k++)
+      mxu_json_put(out, kwargs, node->cls->call_tensors[k],
+                   history(out, model, node->scope, inputs[k]));
+  if (node->cls->write_call) node->cls->write_call(out, node, kwargs);
+  if (!out->keras3) {
+    cJSON *first = history(out, model, node->scope, inputs[0]);
+    append(out, first, kwargs);
+    cJSON *refs = cJSON_CreateArray();
+    append(out, refs, first);
+    return refs;
+  }
+  cJSON *args = cJSON_CreateArray(), *call = cJSON_CreateObject();
+  for (int k = 0; k < node->input_count; k++)
+    append(out, args, tensor_ref(out, model, node->scope, inputs[k]));
+  mxu_json_put(out, call, "args", args);
+  mxu_json_put(out, call, "kwargs", kwargs);
+  return call;
+}
+
 /* Every call of the layer in call order: a shared layer's other calls are
  * nodes of their own. */
 static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
@@ -167,8 +205,10 @@ static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
       const mxu_layer *node = &model->layers[i];
       if (node->owner == layer->index && node->call == call) {
         append(out, nodes,
-               call_json(out, model, layer->scope, node->inputs,
-                         node->input_count, layer->cls->max_inputs > 1));
+               layer->cls->call_tensors
+                   ? named_call_json(out, model, node)
+                   : call_json(out, model, layer->scope, node->inputs,
+                               node->input_count, layer->cls->max_inputs > 1));
         found = 1;
       }
     }

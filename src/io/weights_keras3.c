@@ -220,6 +220,43 @@ static mxu_status push(const char *path, mxu_h5_strings *list,
 static mxu_status list_group(const char *path, hid_t root, const char *at,
                              mxu_h5_strings *found);
 
+/* The groups below a layer's that hold values, depth first: where Keras 3
+ * keeps the weights of a layer's sublayers (an RNN's "cell", a
+ * Bidirectional's "forward_layer/cell", MultiHeadAttention's
+ * "query_dense"); a model used as a layer's "layers" are list_group's. */
+static mxu_status list_sublayers(const char *path, hid_t root,
+                                 const char *where, int depth,
+                                 mxu_h5_strings *found) {
+  if (depth > 3 || strlen(where) > KERAS3_GROUP_SIZE * 3) return MXU_OK;
+  hid_t group;
+  MXU_TRY(mxu_h5_open_group(path, root, where, &group));
+  H5G_info_t info;
+  mxu_status s = MXU_OK;
+  if (H5Gget_info(group, &info) < 0)
+    s = mxu_h5_fail(MXU_ERR_FORMAT, "%s: cannot list /%s", path, where);
+  for (hsize_t i = 0; s == MXU_OK && i < info.nlinks; i++) {
+    char name[KERAS3_GROUP_SIZE], sub[KERAS3_GROUP_SIZE * 4];
+    ssize_t length =
+        H5Lget_name_by_idx(group, ".", listing_order(group), H5_ITER_INC, i,
+                           name, sizeof name, H5P_DEFAULT);
+    if (length < 0 || length >= (ssize_t)sizeof name) {
+      s = mxu_h5_fail(MXU_ERR_FORMAT, "%s: /%s: cannot read entry %llu", path,
+                      where, (unsigned long long)i);
+      break;
+    }
+    if (strcmp(name, "vars") == 0 || strcmp(name, "layers") == 0) continue;
+    snprintf(sub, sizeof sub, "%s/%s", where, name);
+    if (!mxu_h5_has_group(root, sub)) continue;
+    int count = 0;
+    s = vars_count(path, root, sub, &count);
+    if (s == MXU_OK)
+      s = count > 0 ? push(path, found, sub)
+                    : list_sublayers(path, root, sub, depth + 1, found);
+  }
+  H5Gclose(group);
+  return s;
+}
+
 static mxu_status list_entry(const char *path, hid_t root, hid_t layers,
                              const char *at, hsize_t i, mxu_h5_strings *found) {
   char name[KERAS3_GROUP_SIZE], where[KERAS3_GROUP_SIZE * 4];
@@ -233,20 +270,9 @@ static mxu_status list_entry(const char *path, hid_t root, hid_t layers,
   int count = 0;
   MXU_TRY(vars_count(path, root, where, &count));
   if (count > 0) return push(path, found, where);
-  /* Keras 3's RNN layers keep their weights in their cell's group, a
-   * Bidirectional in its two layers' cells: the subgroups their classes'
-   * keras3_group name, listed here before the model is known. */
-  static const char *const cells[] = {"cell", "forward_layer/cell",
-                                      "backward_layer/cell"};
-  int cell_groups = 0;
-  for (int c = 0; c < 3; c++) {
-    char cell[KERAS3_GROUP_SIZE * 4 + 32];
-    snprintf(cell, sizeof cell, "%s/%s", where, cells[c]);
-    MXU_TRY(vars_count(path, root, cell, &count));
-    if (count > 0) MXU_TRY(push(path, found, cell));
-    cell_groups += count > 0;
-  }
-  if (cell_groups) return MXU_OK;
+  int pushed = found->count;
+  MXU_TRY(list_sublayers(path, root, where, 0, found));
+  if (found->count > pushed) return MXU_OK;
   char inner[KERAS3_GROUP_SIZE * 4 + 8];
   snprintf(inner, sizeof inner, "%s/", where);
   return list_group(path, root, inner, found);

@@ -344,7 +344,10 @@ static mxu_status allocate_params(mxu_model *model) {
       const mxu_param *p = &model->params[layer->param_first + k];
       float *values =
           (p->trainable ? model->weights : model->state) + p->offset;
-      mxu_status s = mxu_init_fill(&decls[k].init, &p->shape,
+      /* The fans' shape holds as many values as the weight's. */
+      const mxu_param_decl *d = &decls[k];
+      int by_fans = d->fans.rank && d->init.kind == MXU_INIT_VARIANCE_SCALING;
+      mxu_status s = mxu_init_fill(&d->init, by_fans ? &d->fans : &p->shape,
                                    model->compile.seed, layer->key, k, values);
       if (s != MXU_OK)
         return mxu_fail_prefix(s, "compile: layer '%s', %s: ", layer->name,

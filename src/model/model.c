@@ -74,6 +74,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_lstm_class,
     &mxu_gru_class,
     &mxu_bidirectional_class,
+    &mxu_multi_head_attention_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -157,6 +158,11 @@ mxu_rnn_config mxu_rnn_defaults(mxu_rnn_kind kind, int units) {
                           .recurrent_activation = MXU_SIGMOID,
                           .use_bias = 1,
                           .unit_forget_bias = 1};
+}
+
+mxu_attention_config mxu_attention_defaults(int num_heads, int key_dim) {
+  return (mxu_attention_config){
+      .num_heads = num_heads, .key_dim = key_dim, .use_bias = 1};
 }
 
 mxu_dense_config mxu_dense_defaults(int units) {
@@ -755,6 +761,20 @@ mxu_tensor_id mxu_apply_bidirectional(mxu_model *model, const char *name,
            layer->name ? layer->name : automatic[layer->kind]);
   mxu_bidirectional_names(b);
   return apply(model, &mxu_bidirectional_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_multi_head_attention(mxu_model *model,
+                                             const mxu_attention_config *config,
+                                             mxu_tensor_id query,
+                                             mxu_tensor_id value,
+                                             mxu_tensor_id key) {
+  if (!given(config, "MultiHeadAttention")) return -1;
+  mxu_layer proto = {0};
+  proto.config.attention = *config;
+  proto.config.attention.name = NULL;
+  mxu_tensor_id inputs[3] = {query, value, key};
+  return apply(model, &mxu_multi_head_attention_class, config->name, &proto,
+               inputs, key == -1 ? 2 : 3);
 }
 
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,

@@ -10,7 +10,7 @@
 #include "core/json.h"
 #include "mxu.h"
 
-#define MXU_MAX_LAYER_PARAMS 6
+#define MXU_MAX_LAYER_PARAMS 8
 #define MXU_MAX_LAYER_OPS 6
 
 #define MXU_MAX_LAYER_SCRATCH 4
@@ -27,6 +27,11 @@ typedef struct mxu_param_decl {
   /* Values set to 1 after the initializer drew them (LSTM's
    * unit_forget_bias: its forget gate's block of the bias). */
   int64_t ones_first, ones_count;
+  /* A variance-scaling initializer's fans as Keras 3 takes them for an
+   * EinsumDense kernel: the dims of this 2-D shape (the projected
+   * features, the heads' outputs). Rank 0: Keras' compute_fans of the
+   * weight's shape. */
+  mxu_shape fans;
 } mxu_param_decl;
 
 typedef struct mxu_layer mxu_layer;
@@ -131,6 +136,15 @@ typedef struct mxu_layer_class {
    * channels) tensors run as images (1, steps, channels) through the same
    * kernels as its 2-D kind (mxu_image_shape). */
   int sequence;
+  /* The tensors a call reads, by Keras' names of the call's parameters,
+   * in order (MultiHeadAttention's query, value, key): a call passes
+   * them by position or by name (tf.keras 2 all but the first by name).
+   * NULL: the call's positional arguments. */
+  const char *const *call_tensors;
+  /* The call's other arguments the layer takes (use_causal_mask): its
+   * reader finds them in node->kwargs, write_call puts them back. */
+  const char *const *call_options;
+  void (*write_call)(mxu_json_out *out, const mxu_layer *layer, cJSON *kwargs);
   /* How many inputs the layer takes: 1 for most; a merge 2 and up. */
   int min_inputs, max_inputs;
   /* in_shapes -> out_shape; rejects what the layer cannot take. */
@@ -263,6 +277,7 @@ struct mxu_layer {
     mxu_embedding_config embedding;
     mxu_rnn_config rnn;
     mxu_bidirectional_config bidirectional;
+    mxu_attention_config attention;
     int input_dtype; /* InputLayer: its index in mxu_input_dtypes */
   } config;
   int is_max_pool;
@@ -367,6 +382,7 @@ extern const mxu_layer_class mxu_simple_rnn_class;
 extern const mxu_layer_class mxu_lstm_class;
 extern const mxu_layer_class mxu_gru_class;
 extern const mxu_layer_class mxu_bidirectional_class;
+extern const mxu_layer_class mxu_multi_head_attention_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;
