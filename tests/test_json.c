@@ -2683,6 +2683,20 @@ static char *written_value(const cJSON *doc, const char *name,
   return NULL;
 }
 
+/* A key of the written entry named `name` (beside its config), as compact
+ * text. */
+static char *written_entry_key(const cJSON *doc, const char *name,
+                               const char *key) {
+  for (const cJSON *e = layers_of(doc) ? layers_of(doc)->child : NULL; e;
+       e = e->next) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(e, "config"), "name");
+    if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
+      return cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(e, key));
+  }
+  return NULL;
+}
+
 /* Each (layer, key, value as compact text) of want in the written doc. */
 static void expect_written(const char *label, int keras3, const cJSON *doc,
                            const char *const (*want)[3], size_t count) {
@@ -2988,6 +3002,126 @@ static void reads_recurrent(void) {
   expect_refused(refused, sizeof refused / sizeof *refused);
 }
 
+/* A Keras 3 Functional model: input x (5, 4), then MultiHeadAttention 'e'
+ * with the config's keys after its name, called with args and kwargs. */
+static const char *attention_with(const char *config, const char *args,
+                                  const char *kwargs) {
+  static char text[4096];
+  snprintf(text, sizeof text,
+           "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", "
+           "\"layers\": [{\"class_name\": \"InputLayer\", \"name\": \"x\", "
+           "\"config\": {\"name\": \"x\", \"batch_shape\": [null, 5, 4]}, "
+           "\"inbound_nodes\": []}, {\"class_name\": \"MultiHeadAttention\", "
+           "\"name\": \"e\", \"config\": {\"name\": \"e\", \"num_heads\": 2, "
+           "\"key_dim\": 3%s}, \"inbound_nodes\": [{\"args\": [%s], "
+           "\"kwargs\": {%s}}]}], \"input_layers\": [[\"x\", 0, 0]], "
+           "\"output_layers\": [[\"e\", 0, 0]]}}",
+           config, args, kwargs);
+  return text;
+}
+
+#define X_TENSOR                                                               \
+  "{\"class_name\": \"__keras_tensor__\", \"config\": {\"keras_history\": "    \
+  "[\"x\", 0, 0]}}"
+
+/* The attention net of test_golden (make_attention.py) in both dialects,
+ * its calls and configs written back as each Keras writes them; what
+ * MultiHeadAttention refuses. */
+static void reads_attention(void) {
+  static const char *const files[] = {"tests/golden/attention/model.tf2.json",
+                                      "tests/golden/attention/model.k3.json"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
+    if (!m) continue;
+    const mxu_layer *self = &m->layers[node_named(m, "self")];
+    const mxu_layer *cross = &m->layers[node_named(m, "cross")];
+    const mxu_layer *grid = &m->layers[node_named(m, "over_grid")];
+    CHECK(self->config.attention.causal && self->input_count == 2 &&
+          self->config.attention.value_dim == 4 &&
+          self->config.attention.output_dim == 5 &&
+          shape_is(self->out_shape, 2, 6, 5, 0));
+    CHECK(!cross->config.attention.causal && cross->input_count == 3 &&
+          !cross->config.attention.use_bias &&
+          cross->inputs[2] == node_named(m, "keys"));
+    CHECK(grid->input_count == 2 && grid->inputs[0] == grid->inputs[1] &&
+          shape_is(grid->out_shape, 3, 2, 3, 4));
+    CHECK(self->config.attention.tf2_fans == (f == 0));
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      round_trip_text(files[f], m, keras3);
+      char *text = write_json(m, keras3);
+      cJSON *doc = text ? cJSON_Parse(text) : NULL;
+      static const char *const want[][3] = {
+          {"self", "num_heads", "2"},
+          {"self", "key_dim", "3"},
+          {"self", "value_dim", "4"},
+          {"self", "output_shape", "5"},
+          {"self", "attention_axes", "[1]"},
+          {"cross", "use_bias", "false"},
+          {"cross", "value_dim", "2"},
+          {"cross", "output_shape", "null"},
+          {"over_grid", "attention_axes", "[1,2]"}};
+      expect_written(files[f], keras3, doc, want, sizeof want / sizeof *want);
+      /* The calls: Keras 3 every tensor by position, tf.keras 2 the value
+       * and the key by name; the causal mask in the kwargs. */
+      static const char *const calls[2][2] = {
+          {"[[[\"x\",0,0,{\"value\":[\"x\",0,0],\"use_causal_mask\":true}]]]",
+           "[[[\"norm\",0,0,{\"value\":[\"x\",0,0],\"key\":[\"keys\",0,0]}]]]"},
+          {"\"kwargs\":{\"use_causal_mask\":true}",
+           "\"keras_history\":[\"keys\""}};
+      char *self_call =
+          doc ? written_entry_key(doc, "self", "inbound_nodes") : NULL;
+      char *cross_call =
+          doc ? written_entry_key(doc, "cross", "inbound_nodes") : NULL;
+      CHECK_MSG(self_call && has(self_call, calls[keras3][0]),
+                "keras3=%d: self called as %s", keras3,
+                self_call ? self_call : "(none)");
+      CHECK_MSG(cross_call && has(cross_call, calls[keras3][1]),
+                "keras3=%d: cross called as %s", keras3,
+                cross_call ? cross_call : "(none)");
+      cJSON_free(self_call);
+      cJSON_free(cross_call);
+      cJSON_Delete(doc);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+  /* Keras 3 may pass the tensors by name too. */
+  mxu_model *named = read_json(
+      attention_with("", "", "\"query\": " X_TENSOR ", \"value\": " X_TENSOR),
+      NULL, NULL);
+  CHECK(named && named->layers[node_named(named, "e")].input_count == 2);
+  mxu_model_free(named);
+  static const struct {
+    const char *config, *args, *kwargs;
+    mxu_status status;
+    const char *needle;
+  } refused[] = {
+      {", \"use_gate\": true", X_TENSOR ", " X_TENSOR, "", MXU_ERR_UNSUPPORTED,
+       "use_gate"},
+      {", \"attention_axes\": [2]", X_TENSOR ", " X_TENSOR, "",
+       MXU_ERR_UNSUPPORTED, "attention_axes [2] is not supported"},
+      {", \"output_shape\": [2, 3]", X_TENSOR ", " X_TENSOR, "",
+       MXU_ERR_UNSUPPORTED, "output_shape [2, 3] is not supported"},
+      {"", X_TENSOR ", " X_TENSOR, "\"return_attention_scores\": true",
+       MXU_ERR_UNSUPPORTED, "return_attention_scores"},
+      {"", X_TENSOR ", " X_TENSOR, "\"attention_mask\": " X_TENSOR,
+       MXU_ERR_UNSUPPORTED, "call argument 'attention_mask'"},
+      {"", X_TENSOR, "\"key\": " X_TENSOR, MXU_ERR_UNSUPPORTED,
+       "passing key without value"},
+      {"", X_TENSOR ", " X_TENSOR, "\"value\": " X_TENSOR, MXU_ERR_FORMAT,
+       "passes value twice"},
+      {"", X_TENSOR ", " X_TENSOR ", " X_TENSOR ", " X_TENSOR, "",
+       MXU_ERR_FORMAT, "passes 4 tensors (at most 3)"},
+      {", \"dropout\": 1.5", X_TENSOR ", " X_TENSOR, "", MXU_ERR_FORMAT,
+       "dropout 1.5"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+    EXPECT_JSON_FAIL(
+        attention_with(refused[i].config, refused[i].args, refused[i].kwargs),
+        refused[i].status, "layer 'e'", refused[i].needle);
+}
+
 /* The cifar model, and a Functional net of ops recorded as layers, given
  * statistics, LayerScale and CustomScaleLayer in both dialects. */
 static void every_mutation(void) {
@@ -2997,8 +3131,10 @@ static void every_mutation(void) {
                                      "tests/golden/sequence/model.tf2.json",
                                      "tests/golden/sequence/model.k3.json",
                                      "tests/golden/recurrent/model.tf2.json",
-                                     "tests/golden/recurrent/model.k3.json"};
-  for (int n = 0; n < 6; n++) {
+                                     "tests/golden/recurrent/model.k3.json",
+                                     "tests/golden/attention/model.tf2.json",
+                                     "tests/golden/attention/model.k3.json"};
+  for (int n = 0; n < 8; n++) {
     char *text = check_slurp(nets[n]);
     CHECK_MSG(text != NULL, "%s: cannot read it", nets[n]);
     if (text) mutate_every_node(nets[n], text);
@@ -3017,6 +3153,7 @@ int main(void) {
   reads_custom_scale();
   reads_sequences();
   reads_recurrent();
+  reads_attention();
   reads_keras_variants();
   round_trips();
   writes_keras_text();
