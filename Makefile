@@ -45,7 +45,7 @@ recipes: build
 # keras.applications MobileNetV2, ResNet50, EfficientNetB0, MobileNetV3Small
 # (Keras 3's file and tf.keras 2's, whose hard swish is ops) and
 # EfficientNetV2B0 at 32x32, and the sequence models over Fashion-MNIST's
-# rows (Conv1D; an LSTM and a GRU). With
+# rows (Conv1D; an LSTM and a GRU; a Transformer encoder). With
 # MXU_PEERS_PYTHON set, PyTorch and TF-Keras train the same models as peers
 # (bench/peers/run_peers.sh, ~15 minutes more), compared in the summary.
 bench: build
@@ -89,6 +89,8 @@ bench: build
 	  --threads 2 --report bench/results/fashion_rows_conv1d_2threads.json
 	$(BUILD)/mxu bench models/fashion_rows_rnn.json --batch-size 128 \
 	  --threads 2 --report bench/results/fashion_rows_rnn_2threads.json
+	$(BUILD)/mxu bench models/fashion_rows_transformer.json --batch-size 128 \
+	  --threads 2 --report bench/results/fashion_rows_transformer_2threads.json
 	-@bench/peers/run_peers.sh bench/results
 	@python3 scripts/bench_summary.py bench/results
 

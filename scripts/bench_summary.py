@@ -53,6 +53,9 @@ MXU_REPORTS = {
     ("resnet20", "float32"): "resnet20_2threads.json",
     ("mobilenetv2", "float32"): "mobilenetv2_32_2threads.json",
     ("resnet50", "float32"): "resnet50_32_2threads.json",
+    ("rows_conv1d", "float32"): "fashion_rows_conv1d_2threads.json",
+    ("rows_rnn", "float32"): "fashion_rows_rnn_2threads.json",
+    ("rows_transformer", "float32"): "fashion_rows_transformer_2threads.json",
 }
 
 

@@ -11,7 +11,8 @@ torch.compile or XLA compiles, then REPEATS runs of STEPS steps each; the
 median images/s of the repeats is reported.
 
 usage: peer_bench.py --framework torch|keras
-                     --model fashion|cifar|resnet20|mobilenetv2|resnet50
+                     --model fashion|cifar|resnet20|mobilenetv2|resnet50|
+                             rows_conv1d|rows_rnn|rows_transformer (keras)
                      --batch-size B --threads T
                      [--precision float32|mixed_bfloat16]
                      [--compile] [--xla] [--steps N] [--repeats R]
@@ -39,7 +40,12 @@ MODELS = {
     "resnet20": ("models/resnet20.json", (32, 32, 3)),
     "mobilenetv2": ("tests/keras_apps/MobileNetV2_32.k3.json", (32, 32, 3)),
     "resnet50": ("tests/keras_apps/ResNet50_32.k3.json", (32, 32, 3)),
+    # Fashion-MNIST's 28 rows of 28 pixels: Keras only (no torch module).
+    "rows_conv1d": ("models/fashion_rows_conv1d.json", (28, 28)),
+    "rows_rnn": ("models/fashion_rows_rnn.json", (28, 28)),
+    "rows_transformer": ("models/fashion_rows_transformer.json", (28, 28)),
 }
+KERAS_ONLY = ("rows_conv1d", "rows_rnn", "rows_transformer")
 CLASSES = 10
 WARMUP_STEPS = 2
 
@@ -64,6 +70,8 @@ def parse_args():
         p.error("--compile is for --framework torch (use --xla for keras)")
     if a.xla and a.framework != "keras":
         p.error("--xla is for --framework keras (use --compile for torch)")
+    if a.framework == "torch" and a.model in KERAS_ONLY:
+        p.error("--model %s has no torch module: use --framework keras" % a.model)
     return a
 
 

@@ -11,8 +11,10 @@
 #                         on the first one that imports it (torch; tensorflow
 #                         for keras). Unset: nothing runs (exit 0).
 #   MXU_PEERS_FRAMEWORKS  "torch keras" by default
-#   MXU_PEERS_MODELS      "cifar fashion resnet20 mobilenetv2 resnet50"
-#                         by default
+#   MXU_PEERS_MODELS      "cifar fashion resnet20 mobilenetv2 resnet50
+#                         rows_conv1d rows_rnn rows_transformer" by default
+#                         (the rows_ models, Fashion-MNIST's rows as
+#                         sequences, Keras only)
 #   MXU_PEERS_REPEATS     timed repeats of each run, 3 by default
 #   MXU_PEERS_COMPILED=0  skips the torch.compile and XLA runs (a third of
 #                         the time, mostly compiling)
@@ -42,7 +44,7 @@ fi
 threads=2 # as every `make bench` configuration below
 repeats=${MXU_PEERS_REPEATS:-3}
 frameworks=${MXU_PEERS_FRAMEWORKS:-torch keras}
-models=${MXU_PEERS_MODELS:-cifar fashion resnet20 mobilenetv2 resnet50}
+models=${MXU_PEERS_MODELS:-cifar fashion resnet20 mobilenetv2 resnet50 rows_conv1d rows_rnn rows_transformer}
 
 # model, batch, precision, timed steps per repeat: the configurations of the
 # Makefile's bench target. mxu runs cifar's 1024 as 8 replicas of 128; a peer
@@ -54,7 +56,10 @@ fashion 1000 float32 5
 cifar 1024 mixed_bfloat16 1
 resnet20 128 float32 4
 mobilenetv2 128 float32 4
-resnet50 64 float32 3"
+resnet50 64 float32 3
+rows_conv1d 128 float32 10
+rows_rnn 128 float32 5
+rows_transformer 128 float32 5"
 
 # The first interpreter in MXU_PEERS_PYTHON that imports module $1.
 find_python() {
@@ -115,6 +120,8 @@ for fw in $frameworks; do
   echo "peers: $fw on $py"
   while read -r model batch precision steps; do
     case " $models " in *" $model "*) ;; *) continue ;; esac
+    # The sequence models over Fashion-MNIST's rows have no torch module.
+    case "$fw $model" in "torch rows_"*) continue ;; esac
     run "$fw" "$py" "$model" "$batch" "$precision" "$steps"
     # The compiled variant for float32 only: torch.compile, Keras' XLA.
     if [ "$precision" = float32 ] && [ "${MXU_PEERS_COMPILED:-1}" != 0 ]; then

@@ -284,14 +284,16 @@ static void transpose(const float *rows, int64_t count, int64_t dim,
 
 /* out[j] = sum over c of a[c] t[c][j], j < count: a row times the
  * transposed rows, in c's order (the inner loop runs along j). */
-static void row_times(const float *a, const float *t, int64_t dim,
-                      int64_t count, int64_t cols, float *out) {
+static void row_times(const float *restrict a, const float *restrict t,
+                      int64_t dim, int64_t count, int64_t cols,
+                      float *restrict out) {
   for (int64_t j = 0; j < count; j++) out[j] = 0.0f;
   for (int64_t c = 0; c < dim; c++)
     for (int64_t j = 0; j < count; j++) out[j] += a[c] * t[c * cols + j];
 }
 
-static void axpy(float a, const float *x, int64_t count, float *y) {
+static void axpy(float a, const float *restrict x, int64_t count,
+                 float *restrict y) {
   for (int64_t c = 0; c < count; c++) y[c] += a * x[c];
 }
 
