@@ -708,6 +708,8 @@ static void write_attention(mxu_json_out *out, const mxu_layer *layer,
     mxu_json_put_null(out, config, "seed");
     return;
   }
+  /* tf.keras 2's from_config requires them. (Keras 3 reads no .h5 with a
+   * MultiHeadAttention, tf.keras 2's own neither: its .keras it does.) */
   const mxu_shape *shapes[3] = {&layer->in_shapes[0], key_shape(layer),
                                 &layer->in_shapes[1]};
   static const char *const keys[3] = {"query_shape", "key_shape",
