@@ -419,8 +419,12 @@ typedef struct mxu_rnn_config {
   mxu_weight_options kernel, recurrent, bias;
   /* Keras' dropout: in training, each sample's input features dropped
    * with this rate, one mask for every step and gate (Keras' with
-   * recurrent_dropout 0), each direction of a Bidirectional its own. */
-  float dropout;
+   * recurrent_dropout 0), each direction of a Bidirectional its own.
+   * recurrent_dropout drops the previous h's units as well: then, as
+   * Keras' implementation 1, each gate has masks of its own, for the
+   * inputs and for h (LSTM's cell state and GRU's z h_prev stay
+   * unmasked). */
+  float dropout, recurrent_dropout;
 } mxu_rnn_config;
 
 /* Conv1D: a Conv2D over steps; its kernel is (kernel_size, channels /

@@ -2676,12 +2676,53 @@ static mxu_tensor_id bidirectional_graph(mxu_model *m, const void *ctx) {
               mxu_apply_bidirectional(m, "under_test", &c->rnn, c->merge, x));
 }
 
+/* recurrent_dropout runs each gate's products on their own (a mask per
+ * gate for the inputs and for h): at rates of 1e-6, whose masks are all
+ * 1 / (1 - 1e-6), a training step's outputs and weight gradients are the
+ * fused products' of the rate-0 layer, but for rounding. */
+static void recurrent_dropout_paths(void) {
+  static const mxu_rnn_kind kinds[3] = {MXU_LSTM, MXU_GRU, MXU_SIMPLE_RNN};
+  for (int k = 0; k < 3; k++) {
+    mxu_rnn_config plain = mxu_rnn_defaults(kinds[k], 3), tiny;
+    plain.return_sequences = 1;
+    plain.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
+    plain.bias.initializer.minval = -0.3f;
+    plain.bias.initializer.maxval = 0.3f;
+    tiny = plain;
+    tiny.dropout = tiny.recurrent_dropout = 1e-6f;
+    mxu_model *a = build("rate 0", rnn_graph, &plain, MXU_BACKEND_CPU);
+    mxu_model *b = build("rate 1e-6", rnn_graph, &tiny, MXU_BACKEND_CPU);
+    if (a && b) {
+      load_inputs(a, 6);
+      load_inputs(b, 6);
+      train_step(a);
+      train_step(b);
+      int node = node_named(a, "under_test");
+      const char *what = kinds[k] == MXU_LSTM  ? "LSTM"
+                         : kinds[k] == MXU_GRU ? "GRU"
+                                               : "SimpleRNN";
+      check_same(act(a, node), act(b, node), tensor_floats(a, node), "output",
+                 "recurrent_dropout 1e-6", what);
+      check_same(a->grads, b->grads, a->trainable_count, "weight gradient",
+                 "recurrent_dropout 1e-6", what);
+    }
+    mxu_model_free(a);
+    mxu_model_free(b);
+  }
+}
+
 static void test_recurrent(void) {
-  mxu_rnn_config cases[5];
-  const char *names[5] = {"LSTM(4) sequences, dropout 0.3",
-                          "LSTM(2) backwards, no bias", "GRU(3) backwards",
-                          "GRU(3) sequences, relu",
-                          "SimpleRNN(3) backwards sequences"};
+  enum { CASES = 8 };
+  mxu_rnn_config cases[CASES];
+  const char *names[CASES] = {
+      "LSTM(4) sequences, dropout 0.3",
+      "LSTM(2) backwards, no bias",
+      "GRU(3) backwards",
+      "GRU(3) sequences, relu",
+      "SimpleRNN(3) backwards sequences",
+      "LSTM(3) sequences, dropout 0.2, recurrent_dropout 0.3",
+      "GRU(3) backwards, recurrent_dropout 0.4",
+      "SimpleRNN(3), dropout 0.3, recurrent_dropout 0.3"};
   cases[0] = mxu_rnn_defaults(MXU_LSTM, 4);
   cases[0].return_sequences = 1, cases[0].dropout = 0.3f;
   cases[1] = mxu_rnn_defaults(MXU_LSTM, 2);
@@ -2692,7 +2733,14 @@ static void test_recurrent(void) {
   cases[3].return_sequences = 1, cases[3].activation = MXU_RELU;
   cases[4] = mxu_rnn_defaults(MXU_SIMPLE_RNN, 3);
   cases[4].go_backwards = cases[4].return_sequences = 1;
-  for (int i = 0; i < 5; i++) {
+  cases[5] = mxu_rnn_defaults(MXU_LSTM, 3);
+  cases[5].return_sequences = 1;
+  cases[5].dropout = 0.2f, cases[5].recurrent_dropout = 0.3f;
+  cases[6] = mxu_rnn_defaults(MXU_GRU, 3);
+  cases[6].go_backwards = 1, cases[6].recurrent_dropout = 0.4f;
+  cases[7] = mxu_rnn_defaults(MXU_SIMPLE_RNN, 3);
+  cases[7].dropout = cases[7].recurrent_dropout = 0.3f;
+  for (int i = 0; i < CASES; i++) {
     /* Biases away from their zeros, so their gradients' paths count. */
     cases[i].bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
     cases[i].bias.initializer.minval = -0.3f;
@@ -2711,7 +2759,8 @@ static void test_recurrent(void) {
   static const char *const merge_names[] = {
       "Bidirectional(GRU sequences) concat",
       "Bidirectional(LSTM, dropout 0.25) sum",
-      "Bidirectional(SimpleRNN sequences) mul", "Bidirectional(LSTM) ave"};
+      "Bidirectional(SimpleRNN sequences) mul",
+      "Bidirectional(LSTM, recurrent_dropout 0.3) ave"};
   for (int i = 0; i < 4; i++) {
     bidirectional_case c = {merges[i],
                             mxu_rnn_defaults(i == 0   ? MXU_GRU
@@ -2720,6 +2769,7 @@ static void test_recurrent(void) {
                                              3)};
     c.rnn.return_sequences = i % 2 == 0;
     c.rnn.dropout = i == 1 ? 0.25f : 0.0f;
+    c.rnn.recurrent_dropout = i == 3 ? 0.3f : 0.0f;
     c.rnn.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
     c.rnn.bias.initializer.minval = -0.3f;
     c.rnn.bias.initializer.maxval = 0.3f;
@@ -2753,6 +2803,7 @@ static void test_recurrent(void) {
   }
   mxu_model_free(a);
   mxu_model_free(d);
+  recurrent_dropout_paths();
   /* unit_forget_bias: the forget block of LSTM's bias starts at 1. */
   mxu_rnn_config lstm = mxu_rnn_defaults(MXU_LSTM, 3);
   mxu_model *m = build("LSTM", rnn_graph, &lstm, MXU_BACKEND_CPU_REF);

@@ -2880,19 +2880,20 @@ static int node_named(const mxu_model *m, const char *name) {
 /* The recurrent net of test_golden (make_recurrent.py) in both dialects,
  * written back; what mxu's recurrent layers refuse. */
 static void reads_recurrent(void) {
-  /* dropout: read and written back. */
+  /* dropout and recurrent_dropout: read and written back. */
   mxu_model *d = read_json(
       model_with("[null, 5, 3]",
                  "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"l\", "
                  "\"units\": 2, \"dropout\": 0.25, \"recurrent_dropout\": "
-                 "0.0}}"),
+                 "0.5}}"),
       NULL, NULL);
-  CHECK(d && LAYER(d, 0)->config.rnn.dropout == 0.25f);
+  CHECK(d && LAYER(d, 0)->config.rnn.dropout == 0.25f &&
+        LAYER(d, 0)->config.rnn.recurrent_dropout == 0.5f);
   for (int keras3 = 0; d && keras3 < 2; keras3++) {
     char *text = write_json(d, keras3);
     cJSON *doc = text ? cJSON_Parse(text) : NULL;
     static const char *const want[][3] = {{"l", "dropout", "0.25"},
-                                          {"l", "recurrent_dropout", "0"}};
+                                          {"l", "recurrent_dropout", "0.5"}};
     expect_written("LSTM dropout", keras3, doc, want, 2);
     cJSON_Delete(doc);
     free(text);
@@ -2981,8 +2982,8 @@ static void reads_recurrent(void) {
        MXU_ERR_UNSUPPORTED, "stateful"},
       {"[null, 5, 3]",
        "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"e\", \"units\": 4, "
-       "\"recurrent_dropout\": 0.2}}",
-       MXU_ERR_UNSUPPORTED, "recurrent_dropout 0.2 is not supported"},
+       "\"recurrent_dropout\": 1.2}}",
+       MXU_ERR_FORMAT, "recurrent_dropout 1.2 must be in [0, 1)"},
       {"[null, 5, 3]",
        "{\"class_name\": \"GRU\", \"config\": {\"name\": \"e\", \"units\": 4, "
        "\"reset_after\": false}}",

@@ -360,6 +360,31 @@ static const layer_case cases[] = {
      LAYER("MultiHeadAttention", "a", ", \"num_heads\": 2, \"key_dim\": 2",
            "[\"lead\", 0, 0, {\"value\": [\"lead\", 0, 0]}]"),
      "a", 1e-4},
+    /* recurrent_dropout: a mask per gate for the inputs and for h. */
+    {"LSTM dropout and recurrent_dropout, GRU and SimpleRNN "
+     "recurrent_dropout",
+     "6, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead")) LAYER(
+         "LSTM", "l",
+         ", \"units\": 4, \"return_sequences\": true, \"dropout\": "
+         "0.2, \"recurrent_dropout\": 0.3",
+         IN("r")) LAYER("GRU", "g",
+                        ", \"units\": 3, \"return_sequences\": true, "
+                        "\"go_backwards\": true, \"recurrent_dropout\": "
+                        "0.4",
+                        IN("l")) LAYER("SimpleRNN", "s",
+                                       ", \"units\": 2, \"dropout\": 0.3, "
+                                       "\"recurrent_dropout\": 0.3",
+                                       IN("g")),
+     "s", 1e-4},
+    {"Bidirectional GRU with dropout and recurrent_dropout", "5, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [5, 3]", IN("lead"))
+         LAYER("Bidirectional", "b",
+               ", \"layer\": {\"class_name\": \"GRU\", \"config\": "
+               "{\"name\": \"gru\", \"units\": 2, \"dropout\": 0.25, "
+               "\"recurrent_dropout\": 0.25}}",
+               IN("r")),
+     "b", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
      * and 0.x row 0, 1.x row 1. Through a linear Activation: fit refuses
      * ids outside the table in an Embedding's own data. */

@@ -11,7 +11,7 @@
 #include "mxu.h"
 
 #define MXU_MAX_LAYER_PARAMS 8
-#define MXU_MAX_LAYER_OPS 6
+#define MXU_MAX_LAYER_OPS 12
 
 #define MXU_MAX_LAYER_SCRATCH 4
 #define MXU_NAME_SIZE 128

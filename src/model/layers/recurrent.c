@@ -114,9 +114,13 @@ static mxu_status rnn_infer(mxu_layer *layer) {
         "%s: a recurrent cell's activation and recurrent_activation "
         "must be tanh, sigmoid, hard_sigmoid, relu or linear",
         layer->name);
-  if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
-    return mxu_fail(MXU_ERR_ARG, "%s: dropout must be in [0, 1), got %g",
-                    layer->name, (double)c->dropout);
+  if (!(c->dropout >= 0.0f && c->dropout < 1.0f) ||
+      !(c->recurrent_dropout >= 0.0f && c->recurrent_dropout < 1.0f))
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: dropout %g and recurrent_dropout %g must be in "
+                    "[0, 1)",
+                    layer->name, (double)c->dropout,
+                    (double)c->recurrent_dropout);
   mxu_merge_kind merge = merge_of(layer);
   if (merge != MXU_MERGE_CONCATENATE && merge != MXU_MERGE_ADD &&
       merge != MXU_MERGE_MULTIPLY && merge != MXU_MERGE_AVERAGE)
@@ -190,15 +194,45 @@ static double rnn_flops(const mxu_layer *layer, const mxu_flops_step *step) {
 }
 
 /* ---- the plan ------------------------------------------------------------
- * Direction k has ops 3k .. 3k + 2 (the input projection, a step's
- * recurrent product, the recurrent kernel's gradient over every step),
+ * Direction k has ops 6k .. 6k + 5: the input projection, a step's
+ * recurrent product, the recurrent kernel's gradient over every step, and
+ * the same three for one gate (recurrent_dropout's per-gate products);
  * scratch[2k] what backward reads of its forward pass and scratch[2k + 1]
  * its steps' work; a Bidirectional's second work buffer also holds the
  * two directions' output gradients and the second's input gradient. */
 
+enum { OPS_PER_DIRECTION = 6 };
+
+/* In training, the masks a direction draws per sample: for the inputs
+ * (dropout) one, or with recurrent_dropout one per gate (Keras'
+ * implementation 1); for h (recurrent_dropout) one per gate. */
+typedef struct rnn_masks {
+  int in, rec;
+} rnn_masks;
+
+static rnn_masks masks_of(const mxu_rnn_config *c, int training) {
+  rnn_masks m = {0, 0};
+  int per_gate = c->recurrent_dropout > 0.0f;
+  if (training && c->dropout > 0.0f) m.in = per_gate ? gates_of(c->kind) : 1;
+  if (training && per_gate) m.rec = gates_of(c->kind);
+  return m;
+}
+
+/* A sample's draws for one direction: its input masks', then h's. */
+static int64_t draws_per(const rnn_dims *d, rnn_masks m) {
+  return m.in * d->features + m.rec * d->units;
+}
+
+/* Whether the input side runs gate by gate (a mask per gate). */
+static int gate_inputs(rnn_masks m) { return m.in > 1; }
+
 typedef struct rnn_buffers {
-  float *mask;      /* dropout: (n, features), 0 or 1 / (1 - rate) */
-  float *dropped;   /* dropout: (n, steps) rows of features, x * mask */
+  float *mask;      /* dropout: (n, masks.in, features): 0 or 1/(1 - rate) */
+  float *dropped;   /* dropout: per input mask, (n, steps) rows: x * mask */
+  float *rec_mask;  /* recurrent_dropout: (n, gates, units) */
+  float *masked;    /* per gate, (step, n) rows: the previous h * mask */
+  float *gate_w;    /* per gate, its (features, units) columns of W */
+  float *gate_u;    /* per gate, its (units, units) columns of U */
   float *projected; /* (n, steps) rows of g * units: x W + b */
   float *gates;     /* (step, n) rows of g * units, activated */
   float *hs;        /* a zero block, then (step, n) rows of units */
@@ -208,19 +242,46 @@ typedef struct rnn_buffers {
   float *d_input;   /* (n, steps) rows of g * units: the input side's */
   float *d_rec;     /* (step, n) rows of g * units: the recurrent side's */
   float *dh, *dc;   /* (n, units): into the step before */
+  float *part;      /* per-gate products: (n, steps) rows of units */
+  float *d_weight;  /* a gate's weight gradient: (features or units, units) */
+  float *d_part;    /* a gate's input gradient: (n, steps) rows of features */
   float *extra;     /* a Bidirectional's second direction: dy, dy, dx */
 } rnn_buffers;
 
-static size_t forward_floats(const rnn_dims *d) {
-  int64_t values = d->n * d->steps * d->units;
-  return (size_t)(d->n * d->features * (1 + d->steps) + 2 * values * d->gates +
-                  values + d->n * d->units + 2 * values);
+/* The floats of each buffer, in buffers_of's order: the forward pass's
+ * (the first `kept`), then the steps' work. */
+enum { RNN_BUFFERS = 19, KEPT_BUFFERS = 11 };
+
+static void buffer_sizes(const rnn_dims *d, rnn_masks m, int64_t *size) {
+  int64_t rows = d->n * d->steps, u = d->units, f = d->features;
+  int64_t values = rows * u, g = d->gates, per_gate = m.rec > 0;
+  int64_t in_gates = gate_inputs(m) ? g : 0;
+  int64_t sizes[RNN_BUFFERS] = {d->n * m.in * f,                /* mask */
+                                m.in * rows * f,                /* dropped */
+                                d->n * m.rec * u,               /* rec_mask */
+                                m.rec * values,                 /* masked */
+                                in_gates * f * u,               /* gate_w */
+                                per_gate * g * u * u,           /* gate_u */
+                                values * g,                     /* projected */
+                                values * g,                     /* gates */
+                                values + d->n * u,              /* hs */
+                                values,                         /* cells */
+                                values,                         /* candidate */
+                                d->n * u * g,                   /* recurrent */
+                                values * g,                     /* d_input */
+                                values * g,                     /* d_rec */
+                                d->n * u,                       /* dh */
+                                d->n * u,                       /* dc */
+                                per_gate * values,              /* part */
+                                per_gate * (f > u ? f : u) * u, /* d_weight */
+                                in_gates * rows * f};           /* d_part */
+  memcpy(size, sizes, sizeof sizes);
 }
 
-static size_t work_floats(const rnn_dims *d) {
-  int64_t values = d->n * d->steps * d->units * d->gates;
-  return (size_t)(d->n * d->units * d->gates + 2 * values +
-                  2 * d->n * d->units);
+static size_t sum_floats(const int64_t *size, int first, int last) {
+  int64_t sum = 0;
+  for (int i = first; i < last; i++) sum += size[i];
+  return (size_t)sum;
 }
 
 static size_t extra_floats(const rnn_dims *d) {
@@ -230,24 +291,21 @@ static size_t extra_floats(const rnn_dims *d) {
 static rnn_buffers buffers_of(const mxu_layer *layer, const mxu_layer_run *run,
                               int dir) {
   rnn_dims d = dims_of(layer, layer->compiled->batch);
-  int64_t values = d.n * d.steps * d.units, row = d.n * d.units;
+  int64_t size[RNN_BUFFERS];
+  buffer_sizes(&d, masks_of(rnn_of(layer), 1), size);
   const size_t *scratch = layer->compiled->scratch + 2 * dir;
-  float *f = (float *)(void *)(run->arena + scratch[0]);
-  float *w = (float *)(void *)(run->arena + scratch[1]);
   rnn_buffers b;
-  b.mask = f;
-  b.dropped = b.mask + d.n * d.features;
-  b.projected = b.dropped + d.n * d.steps * d.features;
-  b.gates = b.projected + values * d.gates;
-  b.hs = b.gates + values * d.gates;
-  b.cells = b.hs + values + row;
-  b.candidate = b.cells + values;
-  b.recurrent = w;
-  b.d_input = b.recurrent + row * d.gates;
-  b.d_rec = b.d_input + values * d.gates;
-  b.dh = b.d_rec + values * d.gates;
-  b.dc = b.dh + row;
-  b.extra = b.dc + row;
+  float **slot[RNN_BUFFERS + 1] = {
+      &b.mask,      &b.dropped,   &b.rec_mask, &b.masked, &b.gate_w,
+      &b.gate_u,    &b.projected, &b.gates,    &b.hs,     &b.cells,
+      &b.candidate, &b.recurrent, &b.d_input,  &b.d_rec,  &b.dh,
+      &b.dc,        &b.part,      &b.d_weight, &b.d_part, &b.extra};
+  float *at = (float *)(void *)(run->arena + scratch[0]);
+  for (int i = 0; i <= RNN_BUFFERS; i++) {
+    if (i == KEPT_BUFFERS) at = (float *)(void *)(run->arena + scratch[1]);
+    *slot[i] = at;
+    if (i < RNN_BUFFERS) at += size[i];
+  }
   return b;
 }
 
@@ -255,25 +313,28 @@ static mxu_status rnn_plan(mxu_layer *layer, const mxu_backend *backend,
                            int batch, mxu_arena *layout) {
   const mxu_rnn_config *c = rnn_of(layer);
   rnn_dims d = dims_of(layer, batch);
-  int width = (int)(d.gates * d.units);
-  mxu_dense_desc input = {(int)(d.n * d.steps), (int)d.features, width,
-                          c->use_bias,          MXU_LINEAR,      0};
-  mxu_dense_desc step = {(int)d.n, (int)d.units, width, 0, MXU_LINEAR, 0};
-  /* Its bias gradient is GRU's recurrent bias's: every d_rec row summed. */
-  mxu_dense_desc all_steps = {(int)(d.n * d.steps),
-                              (int)d.units,
-                              width,
-                              c->kind == MXU_GRU && c->use_bias,
-                              MXU_LINEAR,
-                              0};
+  int rows = (int)(d.n * d.steps), u = (int)d.units, f = (int)d.features;
+  int width = (int)d.gates * u, gru_bias = c->kind == MXU_GRU && c->use_bias;
+  /* The all-steps ops' bias gradient is GRU's recurrent bias's: every
+   * d_rec row summed. */
+  mxu_dense_desc descs[OPS_PER_DIRECTION] = {
+      {rows, f, width, c->use_bias, MXU_LINEAR, 0},
+      {(int)d.n, u, width, 0, MXU_LINEAR, 0},
+      {rows, u, width, gru_bias, MXU_LINEAR, 0},
+      {rows, f, u, c->use_bias, MXU_LINEAR, 0},
+      {(int)d.n, u, u, 0, MXU_LINEAR, 0},
+      {rows, u, u, gru_bias, MXU_LINEAR, 0}};
+  int64_t size[RNN_BUFFERS];
+  buffer_sizes(&d, masks_of(c, 1), size);
+  int ops = c->recurrent_dropout > 0.0f ? OPS_PER_DIRECTION : 3;
   for (int dir = 0; dir < directions_of(layer); dir++) {
-    mxu_op **ops = layer->compiled->ops + 3 * dir;
-    MXU_TRY(backend->dense_create(&input, &ops[0]));
-    MXU_TRY(backend->dense_create(&step, &ops[1]));
-    MXU_TRY(backend->dense_create(&all_steps, &ops[2]));
-    size_t work = work_floats(&d) + (dir ? extra_floats(&d) : 0);
-    layer->compiled->scratch[2 * dir] =
-        mxu_arena_reserve(layout, forward_floats(&d) * sizeof(float));
+    mxu_op **op = layer->compiled->ops + OPS_PER_DIRECTION * dir;
+    for (int k = 0; k < ops; k++)
+      MXU_TRY(backend->dense_create(&descs[k], &op[k]));
+    size_t work = sum_floats(size, KEPT_BUFFERS, RNN_BUFFERS) +
+                  (dir ? extra_floats(&d) : 0);
+    layer->compiled->scratch[2 * dir] = mxu_arena_reserve(
+        layout, sum_floats(size, 0, KEPT_BUFFERS) * sizeof(float));
     layer->compiled->scratch[2 * dir + 1] =
         mxu_arena_reserve(layout, work * sizeof(float));
   }
@@ -288,7 +349,7 @@ typedef struct rnn_unit {
   rnn_dims d;
   int dir, directions;
   int go_backwards;
-  int dropping; /* training with dropout: x is x * mask */
+  rnn_masks masks; /* this run's */
   mxu_op *const *ops;
   float *const *w, *const *dw;
   rnn_buffers b;
@@ -303,8 +364,8 @@ static rnn_unit unit_of(const mxu_layer *layer, const mxu_layer_run *run,
                     dir,
                     directions_of(layer),
                     c->go_backwards != dir,
-                    run->training && c->dropout > 0.0f,
-                    run->ops + 3 * dir,
+                    masks_of(c, run->training),
+                    run->ops + OPS_PER_DIRECTION * dir,
                     run->w + per * dir,
                     run->dw + per * dir,
                     buffers_of(layer, run, dir)};
@@ -374,43 +435,116 @@ static const float *recurrent_bias(const rnn_unit *u) {
              : NULL;
 }
 
-/* Dropout's mask, drawn per row of the logical replica (row_offset on)
- * and direction, so a sample's mask is the same in any slicing and on
- * pjrt (rnn_emit); then every step's features times it. Returns the
- * input the products read. */
-static const float *drop_input(const rnn_unit *u, const mxu_layer_run *run,
-                               const float *x) {
-  if (!u->dropping) return x;
+/* The masks, drawn per row of the logical replica (row_offset on) and
+ * direction, so a sample's are the same in any slicing and on pjrt
+ * (rnn_emit): its input masks', then h's (draws_per); then every step's
+ * features times each input mask. */
+static void draw_masks(const rnn_unit *u, const mxu_layer_run *run,
+                       const float *x) {
   const rnn_dims *d = &u->d;
-  float rate = u->c->dropout, keep = 1.0f / (1.0f - rate);
+  const rnn_masks m = u->masks;
+  int64_t per = draws_per(d, m), f = d->features, rows = d->n * d->steps;
+  float rates[2] = {u->c->dropout, u->c->recurrent_dropout};
   for (int64_t n = 0; n < d->n; n++) {
-    float *m = u->b.mask + n * d->features;
+    float *in = u->b.mask + n * m.in * f,
+          *rec = u->b.rec_mask + n * m.rec * d->units;
     uint64_t first =
-        (uint64_t)(((run->row_offset + n) * u->directions + u->dir) *
-                   d->features);
-    mxu_rng_uniform4(&run->rng, first, m, (size_t)d->features);
-    for (int64_t j = 0; j < d->features; j++) m[j] = m[j] >= rate ? keep : 0;
-    for (int64_t t = 0; t < d->steps; t++) {
-      const float *in = x + (n * d->steps + t) * d->features;
-      float *out = u->b.dropped + (n * d->steps + t) * d->features;
-      for (int64_t j = 0; j < d->features; j++) out[j] = in[j] * m[j];
+        (uint64_t)(((run->row_offset + n) * u->directions + u->dir) * per);
+    mxu_rng_uniform4(&run->rng, first, in, (size_t)(m.in * f));
+    mxu_rng_uniform4(&run->rng, first + (uint64_t)(m.in * f), rec,
+                     (size_t)(m.rec * d->units));
+    for (int k = 0; k < 2; k++) {
+      float *v = k ? rec : in, keep = 1.0f / (1.0f - rates[k]);
+      int64_t count = k ? m.rec * d->units : m.in * f;
+      for (int64_t j = 0; j < count; j++) v[j] = v[j] >= rates[k] ? keep : 0;
     }
+    for (int g = 0; g < m.in; g++)
+      for (int64_t t = 0; t < d->steps; t++) {
+        const float *from = x + (n * d->steps + t) * f;
+        float *to = u->b.dropped + g * rows * f + (n * d->steps + t) * f;
+        for (int64_t j = 0; j < f; j++) to[j] = from[j] * in[g * f + j];
+      }
   }
-  return u->b.dropped;
 }
 
-static void unit_forward(const rnn_unit *u, const mxu_backend *be,
-                         const float *x) {
+/* Columns [g * units, (g + 1) * units) of each of `rows` rows of `width`
+ * floats, into part (rows, units); put_columns writes them back. */
+static void take_columns(const float *wide, int64_t rows, int64_t width, int g,
+                         int64_t units, float *part) {
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(part + r * units, wide + r * width + g * units,
+           (size_t)units * sizeof(float));
+}
+
+static void put_columns(float *wide, int64_t rows, int64_t width, int g,
+                        int64_t units, const float *part) {
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(wide + r * width + g * units, part + r * units,
+           (size_t)units * sizeof(float));
+}
+
+/* The input projection: x W + b in one product, or with a mask per gate
+ * gate by gate into its columns. */
+static void project_inputs(const rnn_unit *u, const mxu_backend *be,
+                           const float *x) {
   const rnn_dims *d = &u->d;
   const rnn_buffers *b = &u->b;
+  int64_t rows = d->n * d->steps, width = d->gates * d->units;
+  const float *bias = u->c->use_bias ? u->w[2] : NULL;
+  if (!gate_inputs(u->masks)) {
+    be->dense_forward(u->ops[0], u->masks.in ? b->dropped : x, u->w[0], bias,
+                      b->projected);
+    return;
+  }
+  for (int g = 0; g < d->gates; g++) {
+    float *w = b->gate_w + g * d->features * d->units;
+    take_columns(u->w[0], d->features, width, g, d->units, w);
+    be->dense_forward(u->ops[3], b->dropped + g * rows * d->features, w,
+                      bias ? bias + g * d->units : NULL, b->part);
+    put_columns(b->projected, rows, width, g, d->units, b->part);
+  }
+}
+
+/* Step s's recurrent product into b->recurrent: h U, or with
+ * recurrent_dropout (h * mask_g) U_g gate by gate, each masked h kept. */
+static void project_state(const rnn_unit *u, const mxu_backend *be, int64_t s) {
+  const rnn_dims *d = &u->d;
+  const rnn_buffers *b = &u->b;
+  int64_t units = d->units, row = d->n * units, width = d->gates * units;
+  const float *h = b->hs + s * row;
+  if (!u->masks.rec) {
+    be->dense_forward(u->ops[1], h, u->w[1], NULL, b->recurrent);
+    return;
+  }
+  for (int g = 0; g < d->gates; g++) {
+    float *masked = b->masked + (g * d->steps + s) * row;
+    for (int64_t n = 0; n < d->n; n++)
+      for (int64_t j = 0; j < units; j++)
+        masked[n * units + j] =
+            h[n * units + j] * b->rec_mask[(n * d->gates + g) * units + j];
+    be->dense_forward(u->ops[4], masked, b->gate_u + g * units * units, NULL,
+                      b->part);
+    put_columns(b->recurrent, d->n, width, g, units, b->part);
+  }
+}
+
+static void unit_forward(const rnn_unit *u, const mxu_layer_run *run) {
+  const rnn_dims *d = &u->d;
+  const rnn_buffers *b = &u->b;
+  const mxu_backend *be = run->backend;
   int64_t units = d->units, width = d->gates * units, row = d->n * units;
-  be->dense_forward(u->ops[0], x, u->w[0], u->c->use_bias ? u->w[2] : NULL,
-                    b->projected);
+  if (u->masks.in || u->masks.rec) draw_masks(u, run, run->x);
+  project_inputs(u, be, run->x);
+  for (int g = 0; u->masks.rec && g < d->gates; g++) {
+    take_columns(u->w[1], units, width, g, units,
+                 b->gate_u + g * units * units);
+    memset(b->masked + g * d->steps * row, 0, (size_t)row * sizeof(float));
+  }
   const float *rec_bias = recurrent_bias(u);
   memset(b->hs, 0, (size_t)row * sizeof(float));
   for (int64_t s = 0; s < d->steps; s++) {
     const float *h_prev = b->hs + s * row;
-    if (s) be->dense_forward(u->ops[1], h_prev, u->w[1], NULL, b->recurrent);
+    if (s) project_state(u, be, s);
     int64_t t = input_step(u, s);
     for (int64_t n = 0; n < d->n; n++) {
       const float *c_prev = s ? b->cells + (s - 1) * row + n * units : b->hs;
@@ -431,8 +565,7 @@ static void rnn_forward(mxu_layer *layer, const mxu_layer_run *run) {
   int count = directions_of(layer);
   for (int dir = 0; dir < count; dir++) {
     units[dir] = unit_of(layer, run, dir);
-    unit_forward(&units[dir], run->backend,
-                 drop_input(&units[dir], run, run->x));
+    unit_forward(&units[dir], run);
   }
   const rnn_dims *d = &units[0].d;
   int64_t positions = rnn_of(layer)->return_sequences ? d->steps : 1;
@@ -513,6 +646,89 @@ static void add_output_gradient(const rnn_unit *u, const float *dy, int64_t s,
   for (int64_t j = 0; g && j < d->units; j++) dh[j] += g[j];
 }
 
+/* The previous h's gradient from step s's recurrent side, added to dh:
+ * d_rec U^T, or gate by gate (d_rec_g U_g^T) * mask_g. */
+static void state_gradient(const rnn_unit *u, const mxu_backend *be,
+                           const float *d_rec) {
+  const rnn_dims *d = &u->d;
+  const rnn_buffers *b = &u->b;
+  int64_t units = d->units, row = d->n * units, width = d->gates * units;
+  if (!u->masks.rec) {
+    be->dense_backward_data(u->ops[1], d_rec, u->w[1], b->recurrent);
+    for (int64_t i = 0; i < row; i++) b->dh[i] += b->recurrent[i];
+    return;
+  }
+  for (int g = 0; g < d->gates; g++) {
+    take_columns(d_rec, d->n, width, g, units, b->part);
+    be->dense_backward_data(u->ops[4], b->part, b->gate_u + g * units * units,
+                            b->recurrent);
+    for (int64_t n = 0; n < d->n; n++)
+      for (int64_t j = 0; j < units; j++)
+        b->dh[n * units + j] += b->recurrent[n * units + j] *
+                                b->rec_mask[(n * d->gates + g) * units + j];
+  }
+}
+
+/* The weights' gradients after the steps: W's (and the bias's) from the
+ * input side, U's (and GRU's recurrent bias's) from every step's
+ * recurrent side; gate by gate into their columns where masked so. */
+static void weight_gradients(const rnn_unit *u, const mxu_backend *be,
+                             const float *x) {
+  const rnn_dims *d = &u->d;
+  const rnn_buffers *b = &u->b;
+  int64_t units = d->units, rows = d->n * d->steps, width = d->gates * units;
+  float *db = u->c->use_bias ? u->dw[2] : NULL;
+  float *db_rec = recurrent_bias(u) ? u->dw[2] + width : NULL;
+  if (!gate_inputs(u->masks)) {
+    be->dense_backward_weights(u->ops[0], u->masks.in ? b->dropped : x,
+                               b->d_input, u->dw[0], db);
+  } else {
+    for (int g = 0; g < d->gates; g++) {
+      take_columns(b->d_input, rows, width, g, units, b->part);
+      be->dense_backward_weights(u->ops[3], b->dropped + g * rows * d->features,
+                                 b->part, b->d_weight,
+                                 db ? db + g * units : NULL);
+      put_columns(u->dw[0], d->features, width, g, units, b->d_weight);
+    }
+  }
+  if (!u->masks.rec) {
+    be->dense_backward_weights(u->ops[2], b->hs, b->d_rec, u->dw[1], db_rec);
+    return;
+  }
+  for (int g = 0; g < d->gates; g++) {
+    take_columns(b->d_rec, rows, width, g, units, b->part);
+    be->dense_backward_weights(u->ops[5], b->masked + g * rows * units, b->part,
+                               b->d_weight, db_rec ? db_rec + g * units : NULL);
+    put_columns(u->dw[1], units, width, g, units, b->d_weight);
+  }
+}
+
+/* dx = d_input W^T, each feature times its mask; gate by gate summed
+ * where each gate has its own. */
+static void input_gradient(const rnn_unit *u, const mxu_backend *be,
+                           float *dx) {
+  const rnn_dims *d = &u->d;
+  const rnn_buffers *b = &u->b;
+  int64_t rows = d->n * d->steps, f = d->features, units = d->units;
+  int64_t width = d->gates * units;
+  if (!gate_inputs(u->masks))
+    be->dense_backward_data(u->ops[0], b->d_input, u->w[0], dx);
+  else
+    memset(dx, 0, (size_t)(rows * f) * sizeof(float));
+  for (int g = 0; gate_inputs(u->masks) && g < d->gates; g++) {
+    take_columns(b->d_input, rows, width, g, units, b->part);
+    be->dense_backward_data(u->ops[3], b->part, b->gate_w + g * f * units,
+                            b->d_part);
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j < f; j++)
+        dx[r * f + j] += b->d_part[r * f + j] *
+                         b->mask[((r / d->steps) * d->gates + g) * f + j];
+  }
+  for (int64_t r = 0; u->masks.in == 1 && r < rows; r++)
+    for (int64_t j = 0; j < f; j++)
+      dx[r * f + j] *= b->mask[(r / d->steps) * f + j];
+}
+
 /* dy: the gradients of the unit's outputs; dx NULL when not needed. */
 static void unit_backward(const rnn_unit *u, const mxu_backend *be,
                           const float *x, const float *dy, float *dx) {
@@ -534,23 +750,12 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
                     b->dc + n * units, b->d_input + (n * d->steps + t) * width,
                     d_rec + n * width);
     }
-    if (s == 0) break;
-    /* The previous h's: its direct term (left in dh) + d_rec U^T. */
-    be->dense_backward_data(u->ops[1], d_rec, u->w[1], b->recurrent);
-    for (int64_t i = 0; i < row; i++) b->dh[i] += b->recurrent[i];
+    /* The previous h's: its direct term (left in dh) + the recurrent
+     * side's. */
+    if (s) state_gradient(u, be, d_rec);
   }
-  be->dense_backward_weights(u->ops[0], u->dropping ? b->dropped : x,
-                             b->d_input, u->dw[0],
-                             u->c->use_bias ? u->dw[2] : NULL);
-  be->dense_backward_weights(u->ops[2], b->hs, b->d_rec, u->dw[1],
-                             recurrent_bias(u) ? u->dw[2] + width : NULL);
-  if (!dx) return;
-  be->dense_backward_data(u->ops[0], b->d_input, u->w[0], dx);
-  for (int64_t n = 0; u->dropping && n < d->n; n++)
-    for (int64_t t = 0; t < d->steps; t++)
-      for (int64_t j = 0; j < d->features; j++)
-        dx[(n * d->steps + t) * d->features + j] *=
-            b->mask[n * d->features + j];
+  weight_gradients(u, be, x);
+  if (dx) input_gradient(u, be, dx);
 }
 
 /* A Bidirectional's output gradient split into each direction's: its half
@@ -649,30 +854,88 @@ static mxu_hlo_value cell_emit(mxu_emit *e, const mxu_rnn_config *c, int64_t n,
 #undef ACT
 }
 
-/* In training with dropout, the input times direction dir's mask: the
- * stream's draws as drop_input numbers them, (row, direction, feature). */
-static mxu_hlo_value dropped_emit(mxu_emit *e, const mxu_layer *layer, int dir,
-                                  const rnn_dims *d) {
-  float rate = rnn_of(layer)->dropout;
-  if (!e->training || !e->noise || rate == 0.0f) return e->in[0];
-  mxu_hlo *h = e->h;
-  int dirs = directions_of(layer);
-  int64_t by_row[3] = {d->n, dirs, d->features}, mask[2] = {d->n, d->features};
-  mxu_hlo_value u = mxu_hlo_reshape(
-      h, mxu_emit_uniform4(e, e->noise, d->n * dirs * d->features),
-      mxu_hlo_shape_make(MXU_HLO_F32, 3, by_row));
-  int64_t start[3] = {0, dir, 0}, limit[3] = {d->n, dir + 1, d->features};
-  int64_t stride[3] = {1, 1, 1};
-  u = mxu_hlo_reshape(h, mxu_hlo_slice(h, u, start, limit, stride),
-                      mxu_hlo_shape_make(MXU_HLO_F32, 2, mask));
-  mxu_hlo_value m = mxu_hlo_select(
+/* 0 or 1 / (1 - rate) of uniform draws u. */
+static mxu_hlo_value keep_emit(mxu_hlo *h, mxu_hlo_value u, float rate) {
+  return mxu_hlo_select(
       h, mxu_hlo_compare_op(h, MXU_HLO_GE, u, mxu_hlo_full_like(h, u, rate)),
       mxu_hlo_full_like(h, u, 1.0 / (1.0 - rate)),
       mxu_hlo_full_like(h, u, 0.0));
+}
+
+/* Columns [first, first + count) of v (n, 1, per) as (n, masks, size). */
+static mxu_hlo_value mask_part(mxu_hlo *h, mxu_hlo_value v, int64_t n,
+                               int64_t first, int masks, int64_t size) {
+  int64_t start[3] = {0, 0, first}, limit[3] = {n, 1, first + masks * size};
+  int64_t stride[3] = {1, 1, 1}, shape[3] = {n, masks, size};
+  return mxu_hlo_reshape(h, mxu_hlo_slice(h, v, start, limit, stride),
+                         mxu_hlo_shape_make(MXU_HLO_F32, 3, shape));
+}
+
+/* Mask k of (n, masks, size) as (n, size). */
+static mxu_hlo_value mask_at(mxu_hlo *h, mxu_hlo_value m, int k) {
+  const mxu_hlo_shape *s = mxu_hlo_shape_of(h, m);
+  int64_t start[3] = {0, k, 0}, limit[3] = {s->dims[0], k + 1, s->dims[2]};
+  int64_t stride[3] = {1, 1, 1}, shape[2] = {s->dims[0], s->dims[2]};
+  return mxu_hlo_reshape(h, mxu_hlo_slice(h, m, start, limit, stride),
+                         mxu_hlo_shape_make(MXU_HLO_F32, 2, shape));
+}
+
+/* In training, direction dir's masks as draw_masks draws them: the
+ * inputs' (n, masks.in, features) in *in and h's (n, gates, units) in
+ * *rec; 0 where none. */
+static void masks_emit(mxu_emit *e, const mxu_layer *layer, int dir,
+                       const rnn_dims *d, rnn_masks m, mxu_hlo_value *in,
+                       mxu_hlo_value *rec) {
+  const mxu_rnn_config *c = rnn_of(layer);
+  mxu_hlo *h = e->h;
+  *in = *rec = 0;
+  if (!m.in && !m.rec) return;
+  int dirs = directions_of(layer);
+  int64_t per = draws_per(d, m), by_row[3] = {d->n, dirs, per};
+  mxu_hlo_value u =
+      mxu_hlo_reshape(h, mxu_emit_uniform4(e, e->noise, d->n * dirs * per),
+                      mxu_hlo_shape_make(MXU_HLO_F32, 3, by_row));
+  int64_t start[3] = {0, dir, 0}, limit[3] = {d->n, dir + 1, per};
+  int64_t stride[3] = {1, 1, 1};
+  u = mxu_hlo_slice(h, u, start, limit, stride);
+  if (m.in)
+    *in = keep_emit(h, mask_part(h, u, d->n, 0, m.in, d->features), c->dropout);
+  if (m.rec)
+    *rec =
+        keep_emit(h, mask_part(h, u, d->n, m.in * d->features, m.rec, d->units),
+                  c->recurrent_dropout);
+}
+
+/* v (n, size) times mask k of (n, masks, size). */
+static mxu_hlo_value masked_emit(mxu_hlo *h, mxu_hlo_value v, mxu_hlo_value m,
+                                 int k) {
+  return mxu_hlo_mul(h, v, mask_at(h, m, k));
+}
+
+/* x (n, steps, features) times input mask k, over every step, as
+ * (n * steps, features). */
+static mxu_hlo_value dropped_emit(mxu_hlo *h, mxu_hlo_value x, mxu_hlo_value in,
+                                  int k, const rnn_dims *d) {
+  int64_t flat[2] = {d->n * d->steps, d->features};
   const int64_t spread[2] = {0, 2};
-  return mxu_hlo_mul(
-      h, e->in[0],
-      mxu_hlo_broadcast(h, m, *mxu_hlo_shape_of(h, e->in[0]), spread));
+  if (in)
+    x = mxu_hlo_mul(h, x,
+                    mxu_hlo_broadcast(h, mask_at(h, in, k),
+                                      *mxu_hlo_shape_of(h, x), spread));
+  return mxu_hlo_reshape(h, x, mxu_hlo_shape_make(MXU_HLO_F32, 2, flat));
+}
+
+/* Each gate's a[g] (rows, in) times its columns [g * u, (g + 1) * u) of
+ * w (in, width), side by side: (rows, width). */
+static mxu_hlo_value gate_products(mxu_hlo *h, const mxu_hlo_value *a,
+                                   mxu_hlo_value w, int64_t in, int64_t u,
+                                   int gates) {
+  mxu_hlo_value y = 0;
+  for (int g = 0; g < gates; g++) {
+    mxu_hlo_value part = mxu_hlo_matmul(h, a[g], columns(h, w, in, g * u, u));
+    y = g ? mxu_hlo_concatenate(h, y, part, 1) : part;
+  }
+  return y;
 }
 
 /* One direction over every step: its outputs in step order (n, steps,
@@ -682,13 +945,19 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
   const mxu_rnn_config *c = rnn_of(layer);
   const mxu_hlo_value *w = e->w + weights_per(c) * dir;
   rnn_dims d = dims_of(layer, e->batch);
+  rnn_masks m = masks_of(c, e->training && e->noise);
   int go_backwards = c->go_backwards != dir;
   int64_t u = d.units, width = d.gates * u;
   int gru = c->kind == MXU_GRU;
-  int64_t flat[2] = {d.n * d.steps, d.features};
-  mxu_hlo_value x = mxu_hlo_reshape(h, dropped_emit(e, layer, dir, &d),
-                                    mxu_hlo_shape_make(MXU_HLO_F32, 2, flat));
-  mxu_hlo_value p = mxu_hlo_matmul(h, x, w[0]), rec_bias = 0;
+  mxu_hlo_value in_masks, rec_masks;
+  masks_emit(e, layer, dir, &d, m, &in_masks, &rec_masks);
+  mxu_hlo_value xs[4];
+  for (int g = 0; g < (gate_inputs(m) ? d.gates : 1); g++)
+    xs[g] = dropped_emit(h, e->in[0], in_masks, g, &d);
+  mxu_hlo_value p = gate_inputs(m)
+                        ? gate_products(h, xs, w[0], d.features, u, d.gates)
+                        : mxu_hlo_matmul(h, xs[0], w[0]);
+  mxu_hlo_value rec_bias = 0;
   if (c->use_bias)
     p = mxu_emit_bias(e, p, gru ? bias_row(h, w[2], 0, width) : w[2]);
   if (c->use_bias && gru) rec_bias = bias_row(h, w[2], 1, width);
@@ -706,7 +975,12 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
     mxu_hlo_value pt =
         mxu_hlo_reshape(h, mxu_hlo_slice(h, p, start, limit, stride),
                         mxu_hlo_shape_make(MXU_HLO_F32, 2, wide));
-    mxu_hlo_value r = s ? mxu_hlo_matmul(h, hs, w[1]) : zero;
+    mxu_hlo_value r = zero, masked[4];
+    for (int g = 0; s && m.rec && g < d.gates; g++)
+      masked[g] = masked_emit(h, hs, rec_masks, g);
+    if (s)
+      r = m.rec ? gate_products(h, masked, w[1], u, u, d.gates)
+                : mxu_hlo_matmul(h, hs, w[1]);
     hs = cell_emit(e, c, d.n, pt, r, rec_bias, hs, &cell);
     if (!c->return_sequences) continue;
     mxu_hlo_value step =
@@ -736,9 +1010,8 @@ static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
 
 /* ---- Keras' JSON ---------------------------------------------------------
  * Refused: what mxu's zero-state, whole-sequence cell does not do
- * (return_state, stateful, recurrent_dropout, time_major,
- * GRU's reset_after false). unroll, implementation, use_cudnn and seed
- * change nothing computed here. */
+ * (return_state, stateful, time_major, GRU's reset_after false). unroll,
+ * implementation, use_cudnn and seed change nothing computed here. */
 
 static const char *const rnn_keys[] = {"units",
                                        "activation",
@@ -770,18 +1043,13 @@ static const char *const rnn_keys[] = {"units",
                                        "zero_output_for_mask",
                                        NULL};
 
-/* Keras draws a mask per gate for the inputs and for h when
- * recurrent_dropout is set (its implementation 1); mxu has neither. */
-static mxu_status require_no_recurrent_dropout(const mxu_json_where *where,
-                                               const cJSON *config) {
-  float v = 0.0f;
-  MXU_TRY(mxu_json_float(where, config, "recurrent_dropout", MXU_JSON_OPTIONAL,
-                         &v));
-  if (v == 0.0f) return MXU_OK;
-  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                       "recurrent_dropout %g is not supported (masks of h "
-                       "per gate): use 0, and dropout for the inputs",
-                       (double)v);
+/* A dropout rate of the config: in [0, 1). */
+static mxu_status read_rate(const mxu_json_where *where, const cJSON *config,
+                            const char *key, float *rate) {
+  MXU_TRY(mxu_json_float(where, config, key, MXU_JSON_OPTIONAL, rate));
+  if (*rate >= 0.0f && *rate < 1.0f) return MXU_OK;
+  return mxu_json_fail(where, MXU_ERR_FORMAT, "%s %g must be in [0, 1)", key,
+                       (double)*rate);
 }
 
 static mxu_status read_rnn_config(const mxu_json_where *where,
@@ -810,12 +1078,8 @@ static mxu_status read_rnn_config(const mxu_json_where *where,
   MXU_TRY(mxu_json_require_false(where, config, "return_state"));
   MXU_TRY(mxu_json_require_false(where, config, "stateful"));
   MXU_TRY(mxu_json_require_false(where, config, "time_major"));
-  MXU_TRY(
-      mxu_json_float(where, config, "dropout", MXU_JSON_OPTIONAL, &c.dropout));
-  if (!(c.dropout >= 0.0f && c.dropout < 1.0f))
-    return mxu_json_fail(where, MXU_ERR_FORMAT, "dropout %g must be in [0, 1)",
-                         (double)c.dropout);
-  MXU_TRY(require_no_recurrent_dropout(where, config));
+  MXU_TRY(read_rate(where, config, "dropout", &c.dropout));
+  MXU_TRY(read_rate(where, config, "recurrent_dropout", &c.recurrent_dropout));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "recurrent", &c.recurrent));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
@@ -860,7 +1124,7 @@ static void write_rnn_config(mxu_json_out *out, const mxu_rnn_config *c,
                            &c->bias.regularizer);
   mxu_json_put_constraint(out, config, "bias_constraint", &c->bias.constraint);
   mxu_json_put_float(out, config, "dropout", c->dropout);
-  mxu_json_put_float(out, config, "recurrent_dropout", 0.0f);
+  mxu_json_put_float(out, config, "recurrent_dropout", c->recurrent_dropout);
   if (c->kind == MXU_GRU) mxu_json_put_bool(out, config, "reset_after", 1);
 }
 
@@ -889,7 +1153,8 @@ static mxu_status read_gru(const mxu_json_where *where, const cJSON *config,
  * device draws what drop_input draws. */
 static int rnn_noise(const mxu_layer *layer, const mxu_layer_run *run,
                      float *out) {
-  if (rnn_of(layer)->dropout == 0.0f) return 0;
+  const mxu_rnn_config *c = rnn_of(layer);
+  if (c->dropout == 0.0f && c->recurrent_dropout == 0.0f) return 0;
   return mxu_stream_noise(run, out);
 }
 
