@@ -38,7 +38,7 @@
  * at 64: 0.85 -> 0.41 ms; 144 -> 24 on 8x8: 0.39 -> 0.25), while its
  * forward and backward data there were as fast or faster. */
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/sigmoid.h"
+#include "core/fast_math.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -28,7 +28,7 @@
  * silu, hard_silu): its pass over memory, forward and backward, is saved.
  * Backward recomputes the normalised value from x rather than read y. */
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/sigmoid.h"
+#include "core/fast_math.h"
 
 #include <math.h>
 #include <omp.h>
@@ -129,7 +129,7 @@ static int64_t block_end(const bn_shape *s, int64_t b) {
 
 /* silu(v) = v sigmoid(v), and its slope sigmoid(v) (1 + v (1 -
  * sigmoid(v))); with e = e^-|v| and q = 1 / (1 + e), 1 - sigmoid(v) is
- * e q for v >= 0 and q below (sigmoid.h). */
+ * e q for v >= 0 and q below (core/fast_math.h). */
 INLINE float silu(float v) { return v * sigmoid(v); }
 
 INLINE float silu_slope(float v) {

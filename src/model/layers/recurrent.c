@@ -15,6 +15,8 @@
  * recurrent candidate term h U_h + b_h, which its reset gate scales. */
 #include "model/layers/layers.h"
 
+#include "core/fast_math.h"
+
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -32,33 +34,62 @@ static int supported_activation(mxu_activation a) {
          a == MXU_RELU || a == MXU_HARD_SIGMOID || a == MXU_HARD_SIGMOID_TF2;
 }
 
-static float activate(mxu_activation a, float x) {
+/* y = a(x) over count values (y may be x), each activation its own loop
+ * for GCC to vectorise (core/fast_math.h's sigmoid and tanh). */
+static void activate_all(mxu_activation a, const float *x, float *y,
+                         int64_t count) {
+  int64_t j;
   switch (a) {
-  case MXU_TANH: return tanhf(x);
-  case MXU_SIGMOID: return 1.0f / (1.0f + expf(-x));
-  case MXU_RELU: return x > 0.0f ? x : 0.0f;
-  case MXU_HARD_SIGMOID: {
-    float v = x / 6.0f + 0.5f;
-    return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
-  }
-  case MXU_HARD_SIGMOID_TF2: {
-    float v = 0.2f * x + 0.5f;
-    return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
-  }
-  default: return x;
+  case MXU_TANH:
+    for (j = 0; j < count; j++) y[j] = tanh_fast(x[j]);
+    return;
+  case MXU_SIGMOID:
+    for (j = 0; j < count; j++) y[j] = sigmoid(x[j]);
+    return;
+  case MXU_RELU:
+    for (j = 0; j < count; j++) y[j] = x[j] > 0.0f ? x[j] : 0.0f;
+    return;
+  case MXU_HARD_SIGMOID:
+    for (j = 0; j < count; j++)
+      y[j] = fminf(fmaxf(x[j] / 6.0f + 0.5f, 0.0f), 1.0f);
+    return;
+  case MXU_HARD_SIGMOID_TF2:
+    for (j = 0; j < count; j++)
+      y[j] = fminf(fmaxf(0.2f * x[j] + 0.5f, 0.0f), 1.0f);
+    return;
+  default:
+    if (y != x) memcpy(y, x, (size_t)count * sizeof(float));
   }
 }
 
-/* d activate / dx at the x that gave y. */
-static float slope(mxu_activation a, float y) {
+/* d a / dx at the x that gave each y, into out (count values). */
+static void slope_all(mxu_activation a, const float *y, float *out,
+                      int64_t count) {
+  int64_t j;
   switch (a) {
-  case MXU_TANH: return 1.0f - y * y;
-  case MXU_SIGMOID: return y * (1.0f - y);
-  case MXU_RELU: return y > 0.0f ? 1.0f : 0.0f;
-  case MXU_HARD_SIGMOID: return y > 0.0f && y < 1.0f ? 1.0f / 6.0f : 0.0f;
-  case MXU_HARD_SIGMOID_TF2: return y > 0.0f && y < 1.0f ? 0.2f : 0.0f;
-  default: return 1.0f;
+  case MXU_TANH:
+    for (j = 0; j < count; j++) out[j] = 1.0f - y[j] * y[j];
+    return;
+  case MXU_SIGMOID:
+    for (j = 0; j < count; j++) out[j] = y[j] * (1.0f - y[j]);
+    return;
+  case MXU_RELU:
+    for (j = 0; j < count; j++) out[j] = y[j] > 0.0f ? 1.0f : 0.0f;
+    return;
+  case MXU_HARD_SIGMOID:
+  case MXU_HARD_SIGMOID_TF2: {
+    float s = a == MXU_HARD_SIGMOID ? 1.0f / 6.0f : 0.2f;
+    for (j = 0; j < count; j++) out[j] = y[j] > 0.0f && y[j] < 1.0f ? s : 0.0f;
+    return;
   }
+  default:
+    for (j = 0; j < count; j++) out[j] = 1.0f;
+  }
+}
+
+/* y += x over count values. */
+static void add_all(const float *x, float *y, int64_t count) {
+  for (int64_t j = 0; j < count; j++) y[j] += x[j];
 }
 
 /* ---- shapes and weights ------------------------------------------------- */
@@ -245,12 +276,13 @@ typedef struct rnn_buffers {
   float *part;      /* per-gate products: (n, steps) rows of units */
   float *d_weight;  /* a gate's weight gradient: (features or units, units) */
   float *d_part;    /* a gate's input gradient: (n, steps) rows of features */
+  float *cell_tmp;  /* cell_backward's 2 * units */
   float *extra;     /* a Bidirectional's second direction: dy, dy, dx */
 } rnn_buffers;
 
 /* The floats of each buffer, in buffers_of's order: the forward pass's
  * (the first `kept`), then the steps' work. */
-enum { RNN_BUFFERS = 19, KEPT_BUFFERS = 11 };
+enum { RNN_BUFFERS = 20, KEPT_BUFFERS = 11 };
 
 static void buffer_sizes(const rnn_dims *d, rnn_masks m, int64_t *size) {
   int64_t rows = d->n * d->steps, u = d->units, f = d->features;
@@ -274,7 +306,8 @@ static void buffer_sizes(const rnn_dims *d, rnn_masks m, int64_t *size) {
                                 d->n * u,                       /* dc */
                                 per_gate * values,              /* part */
                                 per_gate * (f > u ? f : u) * u, /* d_weight */
-                                in_gates * rows * f};           /* d_part */
+                                in_gates * rows * f,            /* d_part */
+                                2 * u};                         /* cell_tmp */
   memcpy(size, sizes, sizeof sizes);
 }
 
@@ -299,7 +332,8 @@ static rnn_buffers buffers_of(const mxu_layer *layer, const mxu_layer_run *run,
       &b.mask,      &b.dropped,   &b.rec_mask, &b.masked, &b.gate_w,
       &b.gate_u,    &b.projected, &b.gates,    &b.hs,     &b.cells,
       &b.candidate, &b.recurrent, &b.d_input,  &b.d_rec,  &b.dh,
-      &b.dc,        &b.part,      &b.d_weight, &b.d_part, &b.extra};
+      &b.dc,        &b.part,      &b.d_weight, &b.d_part, &b.cell_tmp,
+      &b.extra};
   float *at = (float *)(void *)(run->arena + scratch[0]);
   for (int i = 0; i <= RNN_BUFFERS; i++) {
     if (i == KEPT_BUFFERS) at = (float *)(void *)(run->arena + scratch[1]);
@@ -399,33 +433,45 @@ static void cell_forward(const mxu_rnn_config *c, int64_t u, const float *p,
                          const float *h_prev, const float *c_prev, float *gates,
                          float *h, float *cell, float *candidate) {
   mxu_activation act = c->activation, rec = c->recurrent_activation;
-  for (int64_t j = 0; j < u; j++) {
-    if (c->kind == MXU_SIMPLE_RNN) {
-      h[j] = gates[j] = activate(act, p[j] + (r ? r[j] : 0.0f));
-      continue;
-    }
-    if (c->kind == MXU_LSTM) {
-      float z[4];
-      for (int g = 0; g < 4; g++) z[g] = p[g * u + j] + (r ? r[g * u + j] : 0);
-      float i = activate(rec, z[0]), f = activate(rec, z[1]);
-      float k = activate(act, z[2]), o = activate(rec, z[3]);
-      cell[j] = f * c_prev[j] + i * k;
-      h[j] = o * activate(act, cell[j]);
-      gates[j] = i, gates[u + j] = f, gates[2 * u + j] = k,
-      gates[3 * u + j] = o;
-      continue;
-    }
-    /* GRU, reset_after: the reset gate scales h U_h + b_h. */
-    float rz = r ? r[j] : 0.0f, rr = r ? r[u + j] : 0.0f;
-    float rh = r ? r[2 * u + j] : 0.0f;
-    if (rec_bias)
-      rz += rec_bias[j], rr += rec_bias[u + j], rh += rec_bias[2 * u + j];
-    float z = activate(rec, p[j] + rz), reset = activate(rec, p[u + j] + rr);
-    float k = activate(act, p[2 * u + j] + reset * rh);
-    h[j] = z * h_prev[j] + (1.0f - z) * k;
-    candidate[j] = rh;
-    gates[j] = z, gates[u + j] = reset, gates[2 * u + j] = k;
+  int64_t j, width = u * gates_of(c->kind);
+  if (c->kind != MXU_GRU) {
+    memcpy(gates, p, (size_t)width * sizeof(float));
+    if (r) add_all(r, gates, width);
   }
+  if (c->kind == MXU_SIMPLE_RNN) {
+    activate_all(act, gates, gates, u);
+    memcpy(h, gates, (size_t)u * sizeof(float));
+    return;
+  }
+  if (c->kind == MXU_LSTM) {
+    float *i = gates, *f = gates + u, *k = gates + 2 * u, *o = gates + 3 * u;
+    activate_all(rec, i, i, 2 * u);
+    activate_all(act, k, k, u);
+    activate_all(rec, o, o, u);
+    for (j = 0; j < u; j++) cell[j] = f[j] * c_prev[j] + i[j] * k[j];
+    activate_all(act, cell, h, u);
+    for (j = 0; j < u; j++) h[j] *= o[j];
+    return;
+  }
+  /* GRU, reset_after: the reset gate scales h U_h + b_h, the candidate
+   * term; z and the reset gate see p + (h U + b_h). */
+  float *z = gates, *reset = gates + u, *k = gates + 2 * u;
+  if (r) {
+    memcpy(gates, r, (size_t)(2 * u) * sizeof(float));
+    memcpy(candidate, r + 2 * u, (size_t)u * sizeof(float));
+  } else {
+    memset(gates, 0, (size_t)(2 * u) * sizeof(float));
+    memset(candidate, 0, (size_t)u * sizeof(float));
+  }
+  if (rec_bias) {
+    add_all(rec_bias, gates, 2 * u);
+    add_all(rec_bias + 2 * u, candidate, u);
+  }
+  for (j = 0; j < 2 * u; j++) gates[j] = p[j] + gates[j];
+  activate_all(rec, gates, gates, 2 * u);
+  for (j = 0; j < u; j++) k[j] = p[2 * u + j] + reset[j] * candidate[j];
+  activate_all(act, k, k, u);
+  for (j = 0; j < u; j++) h[j] = z[j] * h_prev[j] + (1.0f - z[j]) * k[j];
 }
 
 /* GRU's recurrent half of its (2, 3 units) bias. */
@@ -596,40 +642,54 @@ static void rnn_forward(mxu_layer *layer, const mxu_layer_run *run) {
  * the next step's), left as the previous h's direct term (GRU's z; 0
  * else); dc LSTM's cell gradient from the next step, left as the previous
  * cell's. Writes the input side's and the recurrent side's pre-activation
- * gradients. */
+ * gradients, each gate's slope first in d_input; tmp: 2 * u floats. */
 static void cell_backward(const mxu_rnn_config *c, int64_t u,
                           const float *gates, const float *h_prev,
                           const float *c_prev, const float *cell,
                           const float *candidate, float *dh, float *dc,
-                          float *d_input, float *d_rec) {
+                          float *d_input, float *d_rec, float *tmp) {
   mxu_activation act = c->activation, rec = c->recurrent_activation;
-  for (int64_t j = 0; j < u; j++) {
-    if (c->kind == MXU_SIMPLE_RNN) {
-      d_input[j] = d_rec[j] = dh[j] * slope(act, gates[j]);
+  int64_t j;
+  if (c->kind == MXU_SIMPLE_RNN) {
+    slope_all(act, gates, d_input, u);
+    for (j = 0; j < u; j++) {
+      d_rec[j] = d_input[j] *= dh[j];
       dh[j] = 0.0f;
-      continue;
     }
-    if (c->kind == MXU_LSTM) {
-      float i = gates[j], f = gates[u + j], k = gates[2 * u + j];
-      float o = gates[3 * u + j], tc = activate(act, cell[j]);
-      float dcell = dh[j] * o * slope(act, tc) + dc[j];
-      float g[4] = {dcell * k * slope(rec, i),
-                    dcell * c_prev[j] * slope(rec, f),
-                    dcell * i * slope(act, k), dh[j] * tc * slope(rec, o)};
-      for (int q = 0; q < 4; q++) d_input[q * u + j] = d_rec[q * u + j] = g[q];
-      dc[j] = dcell * f;
+    return;
+  }
+  if (c->kind == MXU_LSTM) {
+    const float *i = gates, *f = gates + u, *k = gates + 2 * u;
+    const float *o = gates + 3 * u;
+    float *tc = tmp, *s_tc = tmp + u;
+    activate_all(act, cell, tc, u);
+    slope_all(act, tc, s_tc, u);
+    slope_all(rec, i, d_input, 2 * u);
+    slope_all(act, k, d_input + 2 * u, u);
+    slope_all(rec, o, d_input + 3 * u, u);
+    for (j = 0; j < u; j++) {
+      float dcell = dh[j] * o[j] * s_tc[j] + dc[j];
+      d_rec[j] = d_input[j] *= dcell * k[j];
+      d_rec[u + j] = d_input[u + j] *= dcell * c_prev[j];
+      d_rec[2 * u + j] = d_input[2 * u + j] *= dcell * i[j];
+      d_rec[3 * u + j] = d_input[3 * u + j] *= dh[j] * tc[j];
+      dc[j] = dcell * f[j];
       dh[j] = 0.0f;
-      continue;
     }
-    float z = gates[j], reset = gates[u + j], k = gates[2 * u + j];
-    float dk = dh[j] * (1.0f - z) * slope(act, k);
-    float dz = dh[j] * (h_prev[j] - k) * slope(rec, z);
-    float dr = dk * candidate[j] * slope(rec, reset);
+    return;
+  }
+  const float *z = gates, *reset = gates + u, *k = gates + 2 * u;
+  slope_all(rec, z, d_input, 2 * u);
+  slope_all(act, k, d_input + 2 * u, u);
+  for (j = 0; j < u; j++) {
+    float dk = dh[j] * (1.0f - z[j]) * d_input[2 * u + j];
+    float dz = dh[j] * (h_prev[j] - k[j]) * d_input[j];
+    float dr = dk * candidate[j] * d_input[u + j];
     d_input[j] = d_rec[j] = dz;
     d_input[u + j] = d_rec[u + j] = dr;
     d_input[2 * u + j] = dk;
-    d_rec[2 * u + j] = dk * reset;
-    dh[j] *= z;
+    d_rec[2 * u + j] = dk * reset[j];
+    dh[j] *= z[j];
   }
 }
 
@@ -748,7 +808,7 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
                     b->cells + s * row + n * units,
                     b->candidate + s * row + n * units, b->dh + n * units,
                     b->dc + n * units, b->d_input + (n * d->steps + t) * width,
-                    d_rec + n * width);
+                    d_rec + n * width, b->cell_tmp);
     }
     /* The previous h's: its direct term (left in dh) + the recurrent
      * side's. */
