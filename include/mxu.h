@@ -425,6 +425,10 @@ typedef struct mxu_rnn_config {
    * inputs and for h (LSTM's cell state and GRU's z h_prev stay
    * unmasked). */
   float dropout, recurrent_dropout;
+  /* With an Embedding's mask: a skipped step's output is zeros, not the
+   * step before's (Keras' zero_output_for_mask; a Bidirectional's
+   * sequences always). */
+  int zero_output_for_mask;
 } mxu_rnn_config;
 
 /* Conv1D: a Conv2D over steps; its kernel is (kernel_size, channels /
@@ -458,6 +462,15 @@ typedef struct mxu_embedding_config {
   const char *name;
   int input_dim, output_dim;
   mxu_weight_options embeddings;
+  /* Keras' mask_zero: id 0 is padding. The mask (id != 0, per step of
+   * ids of shape (steps)) goes along with the output through the layers
+   * Keras lets it pass (Dense, Dropout, the activations and
+   * normalizations, merges, a recurrent layer returning sequences) to
+   * those that use it: SimpleRNN, LSTM, GRU and Bidirectional carry their
+   * state over a masked step (its output the step before's), and
+   * GlobalAveragePooling1D averages the unmasked steps. Other layers drop
+   * it, as Keras' do; MultiHeadAttention and the loss refuse it. */
+  int mask_zero;
 } mxu_embedding_config;
 
 /* MultiHeadAttention: every position of the query (Tq, query_dim)

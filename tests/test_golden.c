@@ -303,6 +303,16 @@ int main(void) {
        5,
        {6, 4, 0},
        NULL},
+      /* An Embedding's mask (mask_zero) through LSTM, GRU, SimpleRNN, a
+       * Bidirectional's sequences, Dense, Add and GlobalAveragePooling1D,
+       * over ids padded after, before and inside (make_masking.py). */
+      {"tests/golden/masking",
+       {"tests/golden/masking/model.tf2.json",
+        "tests/golden/masking/model.k3.json"},
+       6,
+       5,
+       {8, 0, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -321,7 +331,8 @@ int main(void) {
   /* The nets Keras 3 also wrote as archives; the sequence net's ids are
    * int32. */
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-    int sequence = strcmp(cases[c].dir, "tests/golden/sequence") == 0;
+    int sequence = strcmp(cases[c].dir, "tests/golden/sequence") == 0 ||
+                   strcmp(cases[c].dir, "tests/golden/masking") == 0;
     if (sequence || strcmp(cases[c].dir, "tests/golden/recurrent") == 0 ||
         strcmp(cases[c].dir, "tests/golden/attention") == 0)
       keras_archive(&cases[c], sequence);

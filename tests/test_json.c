@@ -419,7 +419,7 @@ static void reads_keras_3(void) {
                                       "dense",
                                       "dropout_2",
                                       "dense_1"};
-  CHECK(mxu_model_layer_count(m) == 14);
+  CHECK(mxu_model_layer_count(m) == 12);
   for (int i = 0; i < 14 && i < mxu_model_layer_count(m); i++)
     CHECK_MSG(strcmp(mxu_model_layer_name(m, i), names[i]) == 0, "layer %d: %s",
               i, mxu_model_layer_name(m, i));
@@ -2771,10 +2771,10 @@ static void reads_sequences(void) {
     mxu_model_free(m);
   }
   static const refusal refused[] = {
-      {"[null, 6]",
+      {"[null, 2, 3]",
        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", "
        "\"input_dim\": 10, \"output_dim\": 4, \"mask_zero\": true}}",
-       MXU_ERR_UNSUPPORTED, "mask_zero"},
+       MXU_ERR_UNSUPPORTED, "mask_zero over ids (2, 3) is not supported"},
       {"[null, 6]",
        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", "
        "\"output_dim\": 4}}",
@@ -3003,6 +3003,48 @@ static void reads_recurrent(void) {
   expect_refused(refused, sizeof refused / sizeof *refused);
 }
 
+/* The masking net of test_golden (make_masking.py) in both dialects
+ * (Keras 3's with the ops and kwargs by which it passes masks): where the
+ * Embedding's mask goes, and mask_zero and Bidirectional's zeroed
+ * sequences written back. */
+static void reads_masking(void) {
+  static const char *const files[] = {"tests/golden/masking/model.tf2.json",
+                                      "tests/golden/masking/model.k3.json"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
+    if (!m) continue;
+    int ids = node_named(m, "ids");
+    static const struct {
+      const char *node;
+      int in, out; /* masked */
+    } want[] = {{"embed", 0, 1}, {"lstm", 1, 1},       {"gru", 1, 0},
+                {"bi", 1, 1},    {"from_embed", 1, 1}, {"add", 1, 1},
+                {"pool", 1, 0},  {"rnn", 1, 0},        {"concat", 0, 0},
+                {"probs", 0, 0}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+      const mxu_layer *l = &m->layers[node_named(m, want[i].node)];
+      CHECK_MSG(l->mask_in == (want[i].in ? ids : -1) &&
+                    l->mask_out == (want[i].out ? ids : -1),
+                "%s: %s's masks %d, %d", files[f], want[i].node, l->mask_in,
+                l->mask_out);
+    }
+    CHECK(m->layers[node_named(m, "bi")]
+              .config.bidirectional.rnn.zero_output_for_mask);
+    CHECK(mxu_model_layer_count(m) == 12);
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      round_trip_text(files[f], m, keras3);
+      char *text = write_json(m, keras3);
+      cJSON *doc = text ? cJSON_Parse(text) : NULL;
+      static const char *const written[][3] = {{"embed", "mask_zero", "true"}};
+      expect_written(files[f], keras3, doc, written, 1);
+      cJSON_Delete(doc);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+}
+
 /* A Keras 3 Functional model: input x (5, 4), then MultiHeadAttention 'e'
  * with the config's keys after its name, called with args and kwargs. */
 static const char *attention_with(const char *config, const char *args,
@@ -3134,8 +3176,10 @@ static void every_mutation(void) {
                                      "tests/golden/recurrent/model.tf2.json",
                                      "tests/golden/recurrent/model.k3.json",
                                      "tests/golden/attention/model.tf2.json",
-                                     "tests/golden/attention/model.k3.json"};
-  for (int n = 0; n < 8; n++) {
+                                     "tests/golden/attention/model.k3.json",
+                                     "tests/golden/masking/model.tf2.json",
+                                     "tests/golden/masking/model.k3.json"};
+  for (int n = 0; n < 10; n++) {
     char *text = check_slurp(nets[n]);
     CHECK_MSG(text != NULL, "%s: cannot read it", nets[n]);
     if (text) mutate_every_node(nets[n], text);
@@ -3155,6 +3199,7 @@ int main(void) {
   reads_sequences();
   reads_recurrent();
   reads_attention();
+  reads_masking();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

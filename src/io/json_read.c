@@ -274,6 +274,17 @@ static int is_op(const cJSON *entry) {
           strcmp(class_name->valuestring, "TFOpLambda") == 0);
 }
 
+/* The ops by which Keras 3 computes and combines masks (an Embedding's
+ * ids != 0, a merge's masks or'ed), recorded as layers whose tensors only
+ * masks read (keras_mask): mxu makes no node of them. */
+static int is_mask_op(const cJSON *entry) {
+  static const char *const ops[] = {"NotEqual", "LogicalOr", "LogicalAnd"};
+  const cJSON *class_name = mxu_json_get(entry, "class_name");
+  for (int i = 0; is_op(entry) && cJSON_IsString(class_name) && i < 3; i++)
+    if (strcmp(class_name->valuestring, ops[i]) == 0) return 1;
+  return 0;
+}
+
 /* Whether the entry names the module and registered name Keras gives a
  * class of mxu's from outside keras.layers (either dialect's). */
 static int known_origin(const cJSON *entry, const cJSON *module,
@@ -603,6 +614,14 @@ static int listed(const char *const *names, const char *key) {
   return 0;
 }
 
+/* Keras 3 records the mask it passes a layer (an Embedding's mask_zero,
+ * computed by ops it records as layers: is_mask_op) as a bool tensor in
+ * the call's kwargs; mxu derives the same mask itself (mxu.h). */
+static int keras_mask(const cJSON *value) {
+  const cJSON *dtype = mxu_json_get(mxu_json_get(value, "config"), "dtype");
+  return cJSON_IsString(dtype) && strcmp(dtype->valuestring, "bool") == 0;
+}
+
 static mxu_status check_kwargs(const mxu_json_where *where, const cJSON *kwargs,
                                const mxu_layer_class *cls) {
   if (!kwargs || cJSON_IsNull(kwargs)) return MXU_OK;
@@ -612,6 +631,7 @@ static mxu_status check_kwargs(const mxu_json_where *where, const cJSON *kwargs,
   for (const cJSON *k = kwargs->child; k; k = k->next)
     if (!cJSON_IsNull(k) &&
         !(strcmp(k->string, "training") == 0 && cJSON_IsBool(k)) &&
+        !(strcmp(k->string, "mask") == 0 && keras_mask(k)) &&
         !(cls && (listed(cls->call_tensors, k->string) ||
                   listed(cls->call_options, k->string))))
       return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
@@ -1097,6 +1117,11 @@ static mxu_status advance(const char *source, mxu_model *model,
   int input_layer = strcmp(e.class_name, "InputLayer") == 0;
   if (f->calls == 0)
     MXU_TRY(count_calls(&where, f->entry, input_layer, &f->calls));
+  if (is_mask_op(f->entry) && f->done < f->calls) {
+    f->done = f->calls;
+    *progress = 1;
+    return MXU_OK;
+  }
   while (f->done < f->calls) {
     mxu_json_node node = {model, {0}, 0, -1, NULL};
     if (input_layer && nested) {

@@ -57,6 +57,17 @@ static mxu_status check_graph(const mxu_model *model) {
                     "and is not a model output; remove it or pass it to "
                     "mxu_model_outputs",
                     model->layers[unread].name);
+  /* Keras weighs a masked output's loss by the mask. */
+  for (int k = 0; k < model->output_count || k == 0; k++) {
+    int out = k ? model->outputs[k] : output;
+    if (model->layers[out].mask_out >= 0)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "compile: an Embedding's mask (mask_zero) reaches the "
+                      "model output '%s', whose loss Keras would mask: not "
+                      "supported (end the sequence with a recurrent layer "
+                      "without return_sequences, or pooling)",
+                      model->layers[out].name);
+  }
   return MXU_OK;
 }
 

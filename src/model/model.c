@@ -297,6 +297,31 @@ static mxu_status check_sizes(const mxu_layer *layer) {
 
 /* Appends a node of class cls reading `inputs` (node indices), its shape
  * inferred; *out is its index. */
+/* The mask on the layer's inputs: their one mask (Keras' merges AND
+ * theirs; masks of two Embeddings meeting are not supported), which a
+ * layer that does not keep or use it drops, as Keras' do. */
+static mxu_status input_mask(const mxu_model *model, mxu_layer *layer) {
+  int unmasked = 0;
+  layer->mask_in = -1;
+  for (int k = 0; k < layer->input_count; k++) {
+    int m = model->layers[layer->inputs[k]].mask_out;
+    if (m >= 0 && layer->mask_in >= 0 && m != layer->mask_in)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "%s: the masks of two Embeddings (mask_zero) meet here; "
+                      "mxu carries one",
+                      layer->name);
+    if (m >= 0) layer->mask_in = m;
+    unmasked += m < 0;
+  }
+  if (layer->mask_in >= 0 && unmasked && layer->cls->masks_or)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: a merge of masked (an Embedding's mask_zero) and "
+                    "unmasked tensors is not supported: Keras 3 drops the "
+                    "mask, tf.keras 2 keeps it",
+                    layer->name);
+  return MXU_OK;
+}
+
 static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
                            const char *name, const mxu_layer *proto,
                            const int *inputs, int input_count, int *out) {
@@ -338,8 +363,10 @@ static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
     layer->in_shapes[k] = model->layers[inputs[k]].out_shape;
   }
   if (input_count) layer->in_shape = layer->in_shapes[0];
+  MXU_TRY(input_mask(model, layer));
   MXU_TRY(cls->infer(layer));
   MXU_TRY(check_sizes(layer));
+  layer->mask_out = cls->output_mask ? cls->output_mask(layer) : -1;
   *out = model->layer_count++;
   return MXU_OK;
 }
@@ -756,6 +783,8 @@ mxu_tensor_id mxu_apply_bidirectional(mxu_model *model, const char *name,
   mxu_bidirectional_config *b = &proto.config.bidirectional;
   b->rnn = *layer;
   b->rnn.name = NULL;
+  /* Keras' Bidirectional zeroes a skipped step's outputs in sequences. */
+  b->rnn.zero_output_for_mask = layer->return_sequences;
   b->merge = merge_mode;
   snprintf(b->inner, sizeof b->inner, "%s",
            layer->name ? layer->name : automatic[layer->kind]);

@@ -95,7 +95,11 @@ typedef struct mxu_layer_run {
   mxu_op *const *ops; /* this replica's ops for the layer */
   mxu_rng rng;        /* this (seed, epoch, step, replica, layer) stream */
   int64_t row_offset; /* this slice's first row in its logical replica */
-  int fused_softmax;  /* backward: dy is already the gradient of the logits */
+  /* A layer that uses the mask (uses_mask), whose input has one: the ids
+   * of the mask's Embedding for this slice, (batch, steps); id 0 is a
+   * masked step. NULL: no mask. */
+  const float *mask_ids;
+  int fused_softmax; /* backward: dy is already the gradient of the logits */
 } mxu_layer_run;
 
 /* Where Keras keeps a layer class that is not one of keras.layers
@@ -145,6 +149,17 @@ typedef struct mxu_layer_class {
    * reader finds them in node->kwargs, write_call puts them back. */
   const char *const *call_options;
   void (*write_call)(mxu_json_out *out, const mxu_layer *layer, cJSON *kwargs);
+  /* An Embedding's mask (mask_zero) and the layers after it: the node
+   * whose ids mask the layer's output (Keras' compute_mask: an Embedding
+   * its input, most layers their input's mask, layer->mask_in), -1 for
+   * none; NULL: none, the layer drops a mask as Keras' do. uses_mask: the
+   * layer computes with its input's (run->mask_ids, e->mask). */
+  int (*output_mask)(const mxu_layer *layer);
+  int uses_mask;
+  /* A merge whose output mask Keras 3 ors from its inputs' (none when one
+   * has none) and tf.keras 2 ands from those that have one: a merge of
+   * masked and unmasked tensors is refused. */
+  int masks_or;
   /* How many inputs the layer takes: 1 for most; a merge 2 and up. */
   int min_inputs, max_inputs;
   /* in_shapes -> out_shape; rejects what the layer cannot take. */
@@ -290,6 +305,9 @@ struct mxu_layer {
    * l1 |y| + l2 y^2 of the output, summed, joins the loss (divided by
    * the batch, as Keras divides it), its gradient the output's. */
   mxu_regularizer activity;
+  /* Masks (an Embedding's mask_zero): the node whose output holds the ids
+   * of the mask on this node's inputs, and on its output; -1: none. */
+  int mask_in, mask_out;
   mxu_shape in_shape, out_shape; /* without the batch dimension */
 
   /* The graph: the nodes whose outputs this one reads (a node is one

@@ -89,6 +89,7 @@ static mxu_status forward(const mxu_model *model, pass *p) {
         .in = in,
         .w = p->weights + owner->param_first,
         .noise = p->noise && mxu_layer_draws_noise(l) ? p->noise[drawn++] : 0,
+        .mask = l->cls->uses_mask && l->mask_in >= 0 ? p->nodes[l->mask_in] : 0,
         .moving = p->moving ? p->moving + owner->param_first : NULL};
     p->nodes[n] = l->cls->emit(l, &e);
     if (n == mxu_model_output(model)) p->logits = e.logits;

@@ -107,6 +107,11 @@ static mxu_status attention_infer(mxu_layer *layer) {
                     "at least (positions, features), the key's positions "
                     "the value's",
                     layer->name, qt, vt, kt);
+  if (layer->mask_in >= 0)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: an Embedding's mask (mask_zero) reaching "
+                    "MultiHeadAttention is not supported",
+                    layer->name);
   if (c->causal && q->rank > 2)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "%s: a causal mask over query %s is not supported: "

@@ -265,6 +265,7 @@ static mxu_hlo_value dense_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 const mxu_layer_class mxu_dense_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "Dense",
     .emit = dense_emit,
     .flops = dense_flops,
@@ -506,6 +507,7 @@ static mxu_hlo_value dropout_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 const mxu_layer_class mxu_dropout_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "Dropout",
     .flops = dropout_flops,
     .emit = dropout_emit,
@@ -523,6 +525,7 @@ const mxu_layer_class mxu_dropout_class = {
 };
 
 const mxu_layer_class mxu_spatial_dropout2d_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "SpatialDropout2D",
     .flops = dropout_flops,
     .emit = dropout_emit,
@@ -540,6 +543,7 @@ const mxu_layer_class mxu_spatial_dropout2d_class = {
 };
 
 const mxu_layer_class mxu_spatial_dropout1d_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "SpatialDropout1D",
     .flops = dropout_flops,
     .emit = dropout_emit,

@@ -22,9 +22,9 @@ static const char *const embedding_keys[] = {"input_dim",
                                              "quantization_config",
                                              NULL};
 
-/* mask_zero makes id 0 a padding the layers after skip (masks, which mxu
- * does not carry); tf.keras 2's input_length only documents the input's
- * length; Keras 3's LoRA and quantization are off at null or 0. */
+/* mask_zero makes id 0 a padding the layers after skip (mxu.h says
+ * which); tf.keras 2's input_length only documents the input's length;
+ * Keras 3's LoRA and quantization are off at null or 0. */
 static mxu_status read_embedding(const mxu_json_where *where,
                                  const cJSON *config, mxu_json_node *node,
                                  const char *name) {
@@ -33,7 +33,7 @@ static mxu_status read_embedding(const mxu_json_where *where,
                        1 << 24, &c.input_dim));
   MXU_TRY(mxu_json_int(where, config, "output_dim", MXU_JSON_REQUIRED, 1,
                        1 << 24, &c.output_dim));
-  MXU_TRY(mxu_json_require_false(where, config, "mask_zero"));
+  MXU_TRY(mxu_json_bool(where, config, "mask_zero", &c.mask_zero));
   int lora = 0;
   MXU_TRY(
       mxu_json_int(where, config, "lora_rank", MXU_JSON_OPTIONAL, 0, 0, &lora));
@@ -63,7 +63,7 @@ static void write_embedding(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_null(out, config, "activity_regularizer");
   mxu_json_put_constraint(out, config, "embeddings_constraint",
                           &c->embeddings.constraint);
-  mxu_json_put_bool(out, config, "mask_zero", 0);
+  mxu_json_put_bool(out, config, "mask_zero", c->mask_zero);
 }
 
 /* The input's shape gains an axis of output_dim. */
@@ -78,9 +78,22 @@ static mxu_status embedding_infer(mxu_layer *layer) {
                     "%s: an input of rank %d has no room for "
                     "the embedding's axis (at most %d)",
                     layer->name, layer->in_shape.rank, MXU_MAX_RANK - 1);
+  if (c->mask_zero && layer->in_shape.rank != 1) {
+    char text[64];
+    mxu_shape_format(&layer->in_shape, text, sizeof text);
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: mask_zero over ids %s is not supported: mxu masks "
+                    "the steps of a sequence of ids (steps)",
+                    layer->name, text);
+  }
   layer->out_shape = layer->in_shape;
   layer->out_shape.dims[layer->out_shape.rank++] = c->output_dim;
   return MXU_OK;
+}
+
+/* mask_zero: the ids' zeros mask the output's steps. */
+static int embedding_mask(const mxu_layer *layer) {
+  return layer->config.embedding.mask_zero ? layer->inputs[0] : -1;
 }
 
 static int embedding_declare(const mxu_layer *layer, mxu_param_decl *decls) {
@@ -177,6 +190,7 @@ const mxu_layer_class mxu_embedding_class = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = embedding_infer,
+    .output_mask = embedding_mask,
     .declare = embedding_declare,
     .flops = embedding_flops,
     .plan = mxu_no_plan,

@@ -276,6 +276,7 @@ static mxu_hlo_value layer_norm_emit(const mxu_layer *layer, mxu_emit *e) {
 
 #define NORM_CLASS(symbol, keras_name, reader, keys)                           \
   const mxu_layer_class symbol = {                                             \
+      .output_mask = mxu_input_mask,                                           \
       .class_name = keras_name,                                                \
       .flops = layer_norm_flops,                                               \
       .config_keys = keys,                                                     \

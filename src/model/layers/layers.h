@@ -123,6 +123,9 @@ mxu_spread mxu_spread_of(const mxu_shape *in, const mxu_shape *out);
 void mxu_spread_move(const mxu_spread *p, int64_t batch, const float *from,
                      float *to, int to_out);
 
+/* output_mask of the layers whose output keeps their input's mask. */
+int mxu_input_mask(const mxu_layer *layer);
+
 /* The output is the input's shape (any rank but 0). */
 mxu_status mxu_same_shape_infer(mxu_layer *layer);
 

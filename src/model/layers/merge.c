@@ -336,6 +336,8 @@ static mxu_hlo_value merge_emit(const mxu_layer *layer, mxu_emit *e) {
 
 #define MERGE_CLASS(symbol, keras_name, least, reader)                         \
   const mxu_layer_class symbol = {                                             \
+      .output_mask = mxu_input_mask,                                           \
+      .masks_or = 1,                                                           \
       .class_name = keras_name,                                                \
       .config_keys = merge_keys,                                               \
       .read_config = reader,                                                   \
@@ -378,6 +380,12 @@ static mxu_status concatenate_infer(mxu_layer *layer) {
                     "axis, %d)",
                     layer->name, layer->config.merge.axis, first->rank,
                     first->rank + 1);
+  if (layer->mask_in >= 0 && axis != first->rank - 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: concatenating masked steps (an Embedding's "
+                    "mask_zero) along axis %d is not supported: only along "
+                    "the features",
+                    layer->name, layer->config.merge.axis);
   mxu_shape out = *first;
   for (int k = 1; k < layer->input_count; k++) {
     const mxu_shape *s = &layer->in_shapes[k];
@@ -447,6 +455,7 @@ static mxu_hlo_value concatenate_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 const mxu_layer_class mxu_concatenate_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "Concatenate",
     .config_keys = concatenate_keys,
     .read_config = read_concatenate,

@@ -147,6 +147,7 @@ static mxu_hlo_value noise_emit(const mxu_layer *layer, mxu_emit *e) {
 
 #define NOISE_CLASS(symbol, keras_name, reader, keys)                          \
   const mxu_layer_class symbol = {                                             \
+      .output_mask = mxu_input_mask,                                           \
       .class_name = keras_name,                                                \
       .flops = noise_flops,                                                    \
       .config_keys = keys,                                                     \
@@ -213,6 +214,7 @@ static mxu_hlo_value identity_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 const mxu_layer_class mxu_activity_regularization_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "ActivityRegularization",
     .flops = activity_flops,
     .config_keys = activity_keys,

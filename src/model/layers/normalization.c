@@ -453,6 +453,7 @@ static mxu_hlo_value batchnorm_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 const mxu_layer_class mxu_batch_normalization_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "BatchNormalization",
     .emit = batchnorm_emit,
     .flops = batchnorm_flops,
@@ -564,6 +565,7 @@ static mxu_hlo_value unit_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 const mxu_layer_class mxu_unit_normalization_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "UnitNormalization",
     .flops = unit_flops,
     .config_keys = unit_normalization_keys,

@@ -68,6 +68,7 @@ static mxu_hlo_value rescaling_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 const mxu_layer_class mxu_rescaling_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "Rescaling",
     .config_keys = rescaling_keys,
     .read_config = read_rescaling,
@@ -356,6 +357,7 @@ static mxu_hlo_value normalization_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 const mxu_layer_class mxu_normalization_class = {
+    .output_mask = mxu_input_mask,
     .class_name = "Normalization",
     .config_keys = normalization_keys,
     .read_config = read_normalization,

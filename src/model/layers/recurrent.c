@@ -383,7 +383,8 @@ typedef struct rnn_unit {
   rnn_dims d;
   int dir, directions;
   int go_backwards;
-  rnn_masks masks; /* this run's */
+  rnn_masks masks;  /* this run's */
+  const float *ids; /* an Embedding's mask's ids (n, steps), or NULL */
   mxu_op *const *ops;
   float *const *w, *const *dw;
   rnn_buffers b;
@@ -399,6 +400,7 @@ static rnn_unit unit_of(const mxu_layer *layer, const mxu_layer_run *run,
                     directions_of(layer),
                     c->go_backwards != dir,
                     masks_of(c, run->training),
+                    run->mask_ids,
                     run->ops + OPS_PER_DIRECTION * dir,
                     run->w + per * dir,
                     run->dw + per * dir,
@@ -407,6 +409,18 @@ static rnn_unit unit_of(const mxu_layer *layer, const mxu_layer_run *run,
 
 static int64_t input_step(const rnn_unit *u, int64_t s) {
   return u->go_backwards ? u->d.steps - 1 - s : s;
+}
+
+/* Whether an Embedding's mask skips input step t of row n: the state
+ * carries over it, as Keras' (its output is the step before's). */
+static int skipped(const rnn_unit *u, int64_t n, int64_t t) {
+  return u->ids && u->ids[n * u->d.steps + t] == 0.0f;
+}
+
+/* Whether step s's output for row n is zeros: skipped, where the layer
+ * zeroes a skipped step's output (zero_output_for_mask). */
+static int zeroed(const rnn_unit *u, int64_t n, int64_t s) {
+  return u->c->zero_output_for_mask && skipped(u, n, input_step(u, s));
 }
 
 /* Where step s's output stands in a returned sequence: in step order, but
@@ -420,6 +434,7 @@ static int64_t position_of(const rnn_unit *u, int64_t s) {
  * batch row n. */
 static const float *output_at(const rnn_unit *u, int64_t p, int64_t n) {
   int64_t s = u->c->return_sequences ? position_of(u, p) : u->d.steps - 1;
+  if (zeroed(u, n, s)) return u->b.hs + n * u->d.units; /* the zero block */
   return u->b.hs + ((s + 1) * u->d.n + n) * u->d.units;
 }
 
@@ -594,6 +609,12 @@ static void unit_forward(const rnn_unit *u, const mxu_layer_run *run) {
     int64_t t = input_step(u, s);
     for (int64_t n = 0; n < d->n; n++) {
       const float *c_prev = s ? b->cells + (s - 1) * row + n * units : b->hs;
+      if (skipped(u, n, t)) {
+        size_t bytes = (size_t)units * sizeof(float);
+        memcpy(b->hs + (s + 1) * row + n * units, h_prev + n * units, bytes);
+        memcpy(b->cells + s * row + n * units, c_prev, bytes);
+        continue;
+      }
       cell_forward(
           u->c, units, b->projected + (n * d->steps + t) * width,
           s ? b->recurrent + n * width : NULL, rec_bias, h_prev + n * units,
@@ -699,6 +720,7 @@ static void add_output_gradient(const rnn_unit *u, const float *dy, int64_t s,
                                 int64_t n, float *dh) {
   const rnn_dims *d = &u->d;
   const float *g = NULL;
+  if (zeroed(u, n, s)) return;
   if (u->c->return_sequences)
     g = dy + (n * d->steps + position_of(u, s)) * d->units;
   else if (s == d->steps - 1)
@@ -802,6 +824,12 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
     float *d_rec = b->d_rec + s * d->n * width;
     for (int64_t n = 0; n < d->n; n++) {
       add_output_gradient(u, dy, s, n, b->dh + n * units);
+      if (skipped(u, n, t)) { /* dh and dc carry over it */
+        size_t bytes = (size_t)width * sizeof(float);
+        memset(b->d_input + (n * d->steps + t) * width, 0, bytes);
+        memset(d_rec + n * width, 0, bytes);
+        continue;
+      }
       const float *c_prev = s ? b->cells + (s - 1) * row + n * units : b->hs;
       cell_backward(u->c, units, b->gates + (s * d->n + n) * width,
                     b->hs + s * row + n * units, c_prev,
@@ -998,6 +1026,21 @@ static mxu_hlo_value gate_products(mxu_hlo *h, const mxu_hlo_value *a,
   return y;
 }
 
+/* Whether each row's input step t is kept by the mask's ids (n, steps),
+ * as a predicate of the state's shape (n, units). */
+static mxu_hlo_value kept_emit(mxu_hlo *h, mxu_hlo_value ids, int64_t t,
+                               mxu_hlo_shape state) {
+  int64_t n = state.dims[0], start[2] = {0, t}, limit[2] = {n, t + 1};
+  int64_t stride[2] = {1, 1};
+  mxu_hlo_value id =
+      mxu_hlo_reshape(h, mxu_hlo_slice(h, ids, start, limit, stride),
+                      mxu_hlo_shape_make(MXU_HLO_F32, 1, &n));
+  const int64_t rows[1] = {0};
+  return mxu_hlo_broadcast(
+      h, mxu_hlo_compare_op(h, MXU_HLO_NE, id, mxu_hlo_full_like(h, id, 0.0)),
+      mxu_hlo_shape_make(MXU_HLO_PRED, 2, state.dims), rows);
+}
+
 /* One direction over every step: its outputs in step order (n, steps,
  * units), or the last one's (n, units). */
 static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
@@ -1026,6 +1069,7 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
   mxu_hlo_shape state = mxu_hlo_shape_make(MXU_HLO_F32, 2, row);
   int64_t wide[2] = {d.n, width}, one_step[3] = {d.n, 1, u};
   mxu_hlo_value hs = mxu_hlo_constant(h, state, 0.0), cell = hs, seq = 0;
+  mxu_hlo_value last = hs;
   mxu_hlo_value zero =
       mxu_hlo_constant(h, mxu_hlo_shape_make(MXU_HLO_F32, 2, wide), 0.0);
   for (int64_t s = 0; s < d.steps; s++) {
@@ -1041,13 +1085,26 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
     if (s)
       r = m.rec ? gate_products(h, masked, w[1], u, u, d.gates)
                 : mxu_hlo_matmul(h, hs, w[1]);
+    mxu_hlo_value h_prev = hs, c_prev = cell;
     hs = cell_emit(e, c, d.n, pt, r, rec_bias, hs, &cell);
-    if (!c->return_sequences) continue;
+    if (e->mask) { /* skipped steps carry the state over (skipped) */
+      mxu_hlo_value kept = kept_emit(h, e->mask, t, state);
+      hs = mxu_hlo_select(h, kept, hs, h_prev);
+      if (c->kind == MXU_LSTM) cell = mxu_hlo_select(h, kept, cell, c_prev);
+    }
+    mxu_hlo_value out = hs;
+    if (e->mask && c->zero_output_for_mask)
+      out = mxu_hlo_select(h, kept_emit(h, e->mask, t, state), hs,
+                           mxu_hlo_full_like(h, hs, 0.0));
+    if (!c->return_sequences) {
+      last = out;
+      continue;
+    }
     mxu_hlo_value step =
-        mxu_hlo_reshape(h, hs, mxu_hlo_shape_make(MXU_HLO_F32, 3, one_step));
+        mxu_hlo_reshape(h, out, mxu_hlo_shape_make(MXU_HLO_F32, 3, one_step));
     seq = s ? mxu_hlo_concatenate(h, seq, step, 1) : step;
   }
-  return c->return_sequences ? seq : hs;
+  return c->return_sequences ? seq : last;
 }
 
 /* A Bidirectional's backward sequence reversed back, then merged. */
@@ -1138,6 +1195,8 @@ static mxu_status read_rnn_config(const mxu_json_where *where,
   MXU_TRY(mxu_json_require_false(where, config, "return_state"));
   MXU_TRY(mxu_json_require_false(where, config, "stateful"));
   MXU_TRY(mxu_json_require_false(where, config, "time_major"));
+  MXU_TRY(mxu_json_bool(where, config, "zero_output_for_mask",
+                        &c.zero_output_for_mask));
   MXU_TRY(read_rate(where, config, "dropout", &c.dropout));
   MXU_TRY(read_rate(where, config, "recurrent_dropout", &c.recurrent_dropout));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
@@ -1185,6 +1244,8 @@ static void write_rnn_config(mxu_json_out *out, const mxu_rnn_config *c,
   mxu_json_put_constraint(out, config, "bias_constraint", &c->bias.constraint);
   mxu_json_put_float(out, config, "dropout", c->dropout);
   mxu_json_put_float(out, config, "recurrent_dropout", c->recurrent_dropout);
+  if (c->zero_output_for_mask)
+    mxu_json_put_bool(out, config, "zero_output_for_mask", 1);
   if (c->kind == MXU_GRU) mxu_json_put_bool(out, config, "reset_after", 1);
 }
 
@@ -1224,6 +1285,11 @@ static const char *cell_group(const mxu_layer *layer, int k) {
   return "cell";
 }
 
+/* Its sequence keeps the input's mask; its last step does not. */
+static int rnn_mask(const mxu_layer *layer) {
+  return rnn_of(layer)->return_sequences ? layer->mask_in : -1;
+}
+
 #define RNN_CLASS(cname, reader)                                               \
   {                                                                            \
     .class_name = cname, .keras3_group = cell_group, .config_keys = rnn_keys,  \
@@ -1231,7 +1297,7 @@ static const char *cell_group(const mxu_layer *layer, int k) {
     .max_inputs = 1, .infer = rnn_infer, .declare = rnn_declare,               \
     .flops = rnn_flops, .plan = rnn_plan, .forward = rnn_forward,              \
     .backward = rnn_backward, .emit = rnn_emit, .emit_noise = rnn_noise,       \
-    .noise_is_stream = 1                                                       \
+    .noise_is_stream = 1, .output_mask = rnn_mask, .uses_mask = 1              \
   }
 
 const mxu_layer_class mxu_simple_rnn_class =
@@ -1398,7 +1464,9 @@ const mxu_layer_class mxu_bidirectional_class = {
     .backward = rnn_backward,
     .emit = rnn_emit,
     .emit_noise = rnn_noise,
-    .noise_is_stream = 1};
+    .noise_is_stream = 1,
+    .output_mask = rnn_mask,
+    .uses_mask = 1};
 
 /* The names of the weights, tf.keras 2's: forward_<inner>/<cell>/kernel. */
 void mxu_bidirectional_names(mxu_bidirectional_config *b) {

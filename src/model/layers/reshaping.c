@@ -47,8 +47,39 @@ static double global_pool_flops(const mxu_layer *layer,
   return n * (step->need_dx ? 2.0 : 1.0);
 }
 
+/* With an Embedding's mask (GlobalAveragePooling1D): a sample's unmasked
+ * steps' mean, as Keras' sum of them over their count (a sample of
+ * padding only is 0 / 0, NaN, as in Keras). dy NULL: forward (x into y),
+ * else backward (dy into dx). */
+static void masked_mean(const mxu_layer *layer, const mxu_layer_run *run,
+                        const float *dy) {
+  int64_t steps = pixels_of(layer), c = channels_of(layer);
+  for (int64_t n = 0; n < layer->compiled->batch; n++) {
+    const float *ids = run->mask_ids + n * steps;
+    float count = 0.0f;
+    for (int64_t t = 0; t < steps; t++) count += ids[t] != 0.0f;
+    float *y = run->y + n * c;
+    if (!dy) memset(y, 0, (size_t)c * sizeof(float));
+    for (int64_t t = 0; t < steps; t++) {
+      int kept = ids[t] != 0.0f;
+      if (dy) {
+        float *dx = run->dx + (n * steps + t) * c;
+        for (int64_t k = 0; k < c; k++)
+          dx[k] = kept ? dy[n * c + k] / count : 0;
+      } else if (kept) {
+        for (int64_t k = 0; k < c; k++) y[k] += run->x[(n * steps + t) * c + k];
+      }
+    }
+    for (int64_t k = 0; !dy && k < c; k++) y[k] /= count;
+  }
+}
+
 /* On the backend: threaded over the images. */
 static void global_average_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (run->mask_ids) {
+    masked_mean(layer, run, NULL);
+    return;
+  }
   run->backend->channel_mean(layer->compiled->batch, pixels_of(layer),
                              channels_of(layer), run->x, run->y);
 }
@@ -56,6 +87,10 @@ static void global_average_forward(mxu_layer *layer, const mxu_layer_run *run) {
 static void global_average_backward(mxu_layer *layer,
                                     const mxu_layer_run *run) {
   if (!run->need_dx) return;
+  if (run->mask_ids) {
+    masked_mean(layer, run, run->dy);
+    return;
+  }
   run->backend->channel_mean_backward(layer->compiled->batch, pixels_of(layer),
                                       channels_of(layer), run->dy, run->dx);
 }
@@ -99,9 +134,27 @@ static mxu_hlo_value global_pool_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo_value y =
       mxu_hlo_reduce(h, e->in[0], is_max ? MXU_HLO_MAX : MXU_HLO_SUM,
                      layer->in_shape.rank - 1, axes);
-  if (!is_max)
+  if (!is_max && e->mask) {
+    /* The unmasked steps' sum over their count (masked_mean). */
+    mxu_hlo_shape xs = *mxu_hlo_shape_of(h, e->in[0]);
+    mxu_hlo_value kept =
+        mxu_hlo_convert(h,
+                        mxu_hlo_compare_op(h, MXU_HLO_NE, e->mask,
+                                           mxu_hlo_full_like(h, e->mask, 0.0)),
+                        MXU_HLO_F32);
+    const int64_t rows_steps[2] = {0, 1}, steps[1] = {1};
+    mxu_hlo_value x =
+        mxu_hlo_mul(h, e->in[0], mxu_hlo_broadcast(h, kept, xs, rows_steps));
+    y = mxu_hlo_reduce(h, x, MXU_HLO_SUM, 1, steps);
+    mxu_hlo_value count = mxu_hlo_reduce(h, kept, MXU_HLO_SUM, 1, steps);
+    const int64_t rows[1] = {0};
+    y = mxu_hlo_binary(
+        h, MXU_HLO_DIVIDE, y,
+        mxu_hlo_broadcast(h, count, *mxu_hlo_shape_of(h, y), rows));
+  } else if (!is_max) {
     y = mxu_hlo_binary(h, MXU_HLO_DIVIDE, y,
                        mxu_hlo_full_like(h, y, (double)pixels_of(layer)));
+  }
   return mxu_hlo_reshape(h, y, mxu_batch_shape(e->batch, &layer->out_shape));
 }
 
@@ -171,6 +224,7 @@ const mxu_layer_class mxu_global_average_pooling1d_class = {
     .forward = global_average_forward,
     .backward = global_average_backward,
     .emit = global_pool_emit,
+    .uses_mask = 1,
 };
 
 const mxu_layer_class mxu_global_max_pooling1d_class = {

@@ -305,6 +305,8 @@ void mxu_spread_move(const mxu_spread *p, int64_t batch, const float *from,
     }
 }
 
+int mxu_input_mask(const mxu_layer *layer) { return layer->mask_in; }
+
 mxu_status mxu_same_shape_infer(mxu_layer *layer) {
   if (layer->in_shape.rank < 1)
     return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions", layer->name);
