@@ -419,7 +419,7 @@ static void reads_keras_3(void) {
                                       "dense",
                                       "dropout_2",
                                       "dense_1"};
-  CHECK(mxu_model_layer_count(m) == 12);
+  CHECK(mxu_model_layer_count(m) == 14);
   for (int i = 0; i < 14 && i < mxu_model_layer_count(m); i++)
     CHECK_MSG(strcmp(mxu_model_layer_name(m, i), names[i]) == 0, "layer %d: %s",
               i, mxu_model_layer_name(m, i));
