@@ -198,11 +198,30 @@ static int input_reader(const mxu_model *m, int k) {
   return -1;
 }
 
+/* Token ids for model input `ids` of steps 6 (BATCH rows): padded with 0
+ * after, before and inside; no-op when ids is -1. */
+static void load_ids(mxu_model *m, int ids) {
+  static const float pattern[3][6] = {
+      {3, 1, 4, 0, 0, 0}, {0, 0, 2, 5, 1, 3}, {1, 0, 2, 0, 4, 5}};
+  if (ids < 0) return;
+  float *x = act(m, m->inputs[ids]);
+  for (int r = 0; r < BATCH; r++) memcpy(x + r * 6, pattern[r % 3], 6 * 4);
+}
+
+static void finite_differences_ids(mxu_model *m, const char *name, int ids);
+
 /* The gradient of every model input and every trainable weight against
  * finite differences of the loss. */
 static void finite_differences(mxu_model *m, const char *name) {
+  finite_differences_ids(m, name, -1);
+}
+
+/* ... with model input `ids` token ids (load_ids), whose gradient is not
+ * checked. */
+static void finite_differences_ids(mxu_model *m, const char *name, int ids) {
   if (!m) return;
   load_inputs(m, 3);
+  load_ids(m, ids);
   train_step(m);
   int64_t n_w = m->trainable_count;
   float *grad_w = malloc((size_t)(n_w ? n_w : 1) * sizeof(float));
@@ -224,8 +243,9 @@ static void finite_differences(mxu_model *m, const char *name) {
   for (int k = 0; k < m->input_count; k++) {
     char what[32];
     snprintf(what, sizeof what, "input %d", k);
-    check_fd(m, act(m, m->inputs[k]), grad_in[k],
-             tensor_floats(m, m->inputs[k]), what, name);
+    if (k != ids)
+      check_fd(m, act(m, m->inputs[k]), grad_in[k],
+               tensor_floats(m, m->inputs[k]), what, name);
     free(grad_in[k]);
   }
   for (int p = 0; p < m->param_count; p++) {
@@ -268,8 +288,10 @@ static void check_same(const float *a, const float *b, int64_t count,
 }
 
 /* The same graph, seed and batch on both backends: every activation and
- * gradient the CPU backend writes, the weight gradients and the state. */
-static void backends_agree(const char *name, graph_fn fn, const void *ctx) {
+ * gradient the CPU backend writes, the weight gradients and the state;
+ * model input `ids` (or -1) token ids (load_ids). */
+static void backends_agree_ids(const char *name, graph_fn fn, const void *ctx,
+                               int ids) {
   mxu_model *fast = build(name, fn, ctx, MXU_BACKEND_CPU);
   mxu_model *ref = build(name, fn, ctx, MXU_BACKEND_CPU_REF);
   if (!fast || !ref) {
@@ -279,6 +301,8 @@ static void backends_agree(const char *name, graph_fn fn, const void *ctx) {
   }
   load_inputs(fast, 4);
   load_inputs(ref, 4);
+  load_ids(fast, ids);
+  load_ids(ref, ids);
   CHECK(memcmp(fast->weights, ref->weights,
                (size_t)fast->trainable_count * sizeof(float)) == 0);
   mxu_step_result a = train_step(fast);
@@ -298,6 +322,10 @@ static void backends_agree(const char *name, graph_fn fn, const void *ctx) {
              "the model");
   mxu_model_free(fast);
   mxu_model_free(ref);
+}
+
+static void backends_agree(const char *name, graph_fn fn, const void *ctx) {
+  backends_agree_ids(name, fn, ctx, -1);
 }
 
 /* ---- 1. every new layer ---------------------------------------------------
@@ -2961,6 +2989,116 @@ static void test_attention(void) {
   mxu_model_free(m);
 }
 
+/* ---- an Embedding's mask -------------------------------------------------
+ * Checked against Keras by test_golden's masking net; here each layer that
+ * uses the mask against finite differences and cpu against cpu_ref, over
+ * ids padded after, before and inside (load_ids): the ids' Embedding
+ * (mask_zero) beside x (6, 2), concatenated along the features. */
+
+typedef struct mask_case {
+  const char *name;
+  enum { MASK_RNN, MASK_BIDIRECTIONAL, MASK_POOL } kind;
+  mxu_rnn_config rnn;
+} mask_case;
+
+static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
+  const mask_case *c = ctx;
+  static const int64_t steps = 6, x_shape[2] = {6, 2};
+  mxu_tensor_id x = identity_input(m, x_shape, 2);
+  mxu_tensor_id ids = identity_input(m, &steps, 1);
+  mxu_embedding_config e = {.input_dim = 6, .output_dim = 3, .mask_zero = 1};
+  e.embeddings.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
+  e.embeddings.initializer.minval = -1.0f;
+  e.embeddings.initializer.maxval = 1.0f;
+  mxu_tensor_id both[2] = {mxu_apply_embedding(m, &e, ids), x};
+  mxu_tensor_id seq = mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, both, 2, -1);
+  mxu_rnn_config rnn = c->rnn;
+  rnn.name = "under_test";
+  if (c->kind == MASK_RNN) return head(m, mxu_apply_rnn(m, &rnn, seq));
+  if (c->kind == MASK_BIDIRECTIONAL)
+    return head(m, mxu_apply_bidirectional(m, "under_test", &c->rnn,
+                                           MXU_MERGE_CONCATENATE, seq));
+  mxu_dense_config dense = mxu_dense_defaults(4);
+  dense.activation = MXU_TANH;
+  mxu_global_pool2d_config pool = {"under_test", 0, 0};
+  return head(
+      m, mxu_apply_global_pooling1d(m, &pool, mxu_apply_dense(m, &dense, seq)));
+}
+
+static void test_masking(void) {
+  mask_case cases[6] = {
+      {"masked LSTM(3) sequences", MASK_RNN, mxu_rnn_defaults(MXU_LSTM, 3)},
+      {"masked GRU(3) backwards", MASK_RNN, mxu_rnn_defaults(MXU_GRU, 3)},
+      {"masked SimpleRNN(2) sequences, zero_output_for_mask", MASK_RNN,
+       mxu_rnn_defaults(MXU_SIMPLE_RNN, 2)},
+      {"masked LSTM(2), recurrent_dropout 0.3", MASK_RNN,
+       mxu_rnn_defaults(MXU_LSTM, 2)},
+      {"masked Bidirectional(GRU(2) sequences)", MASK_BIDIRECTIONAL,
+       mxu_rnn_defaults(MXU_GRU, 2)},
+      {"masked GlobalAveragePooling1D", MASK_POOL,
+       mxu_rnn_defaults(MXU_LSTM, 1)},
+  };
+  cases[0].rnn.return_sequences = 1;
+  cases[1].rnn.go_backwards = 1;
+  cases[2].rnn.return_sequences = cases[2].rnn.zero_output_for_mask = 1;
+  cases[3].rnn.recurrent_dropout = 0.3f;
+  cases[4].rnn.return_sequences = 1;
+  for (int i = 0; i < 6; i++) {
+    mxu_initializer *b = &cases[i].rnn.bias.initializer;
+    b->kind = MXU_INIT_RANDOM_UNIFORM, b->minval = -0.3f, b->maxval = 0.3f;
+    mxu_model *m =
+        build(cases[i].name, mask_graph, &cases[i], MXU_BACKEND_CPU_REF);
+    if (!m) continue;
+    CHECK(m->layers[node_named(m, "under_test")].mask_in >= 0);
+    finite_differences_ids(m, cases[i].name, 1);
+    mxu_model_free(m);
+    backends_agree_ids(cases[i].name, mask_graph, &cases[i], 1);
+  }
+  /* Over a padded step the state carries: an LSTM's sequence repeats the
+   * step before's output there (row 0's steps 3..5), a zero_output one
+   * gives zeros, and the pooled mean is over the unpadded steps only. */
+  mxu_model *m = build("masked", mask_graph, &cases[0], MXU_BACKEND_CPU);
+  mxu_model *z = build("zeroed", mask_graph, &cases[2], MXU_BACKEND_CPU);
+  if (m && z) {
+    load_inputs(m, 2), load_ids(m, 1), train_step(m);
+    load_inputs(z, 2), load_ids(z, 1), train_step(z);
+    const float *y = act(m, node_named(m, "under_test"));
+    const float *yz = act(z, node_named(z, "under_test"));
+    CHECK(memcmp(y + 3 * 3, y + 2 * 3, 3 * 4) == 0 &&
+          memcmp(y + 5 * 3, y + 2 * 3, 3 * 4) == 0 && y[0] != 0);
+    CHECK(yz[3 * 2] == 0 && yz[5 * 2 + 1] == 0 && yz[2 * 2] != 0);
+    /* Row 1 is padded before: its first two outputs are the zero state. */
+    CHECK(y[6 * 3] == 0 && y[6 * 3 + 3 + 2] == 0 && y[6 * 3 + 6] != 0);
+  }
+  mxu_model_free(m);
+  mxu_model_free(z);
+  /* What is refused, each named. */
+  mxu_model *r = mxu_functional("refusals");
+  static const int64_t steps = 6, features[2] = {6, 3};
+  mxu_tensor_id ids = mxu_input(r, NULL, mxu_shape_make(1, &steps));
+  mxu_tensor_id x = mxu_input(r, NULL, mxu_shape_make(2, features));
+  mxu_embedding_config e = {.input_dim = 6, .output_dim = 3, .mask_zero = 1};
+  mxu_tensor_id a = mxu_apply_embedding(r, &e, ids);
+  mxu_tensor_id pair[2] = {a, x};
+  CHECK(mxu_merge(r, MXU_MERGE_ADD, NULL, pair, 2, -1) < 0 &&
+        strstr(mxu_errmsg(), "merge of masked"));
+  CHECK(mxu_merge(r, MXU_MERGE_CONCATENATE, NULL, pair, 2, 1) < 0 &&
+        strstr(mxu_errmsg(), "along axis 1"));
+  mxu_attention_config mha = mxu_attention_defaults(2, 2);
+  CHECK(mxu_apply_multi_head_attention(r, &mha, a, a, -1) < 0 &&
+        strstr(mxu_errmsg(), "reaching MultiHeadAttention"));
+  mxu_model_free(r);
+  /* The loss Keras would mask. */
+  mxu_model *o = mxu_functional("masked output");
+  mxu_tensor_id out =
+      mxu_apply_embedding(o, &e, mxu_input(o, NULL, mxu_shape_make(1, &steps)));
+  CHECK_OK(mxu_model_outputs(o, &out, 1));
+  mxu_compile_config cc = config_for(MXU_BACKEND_CPU);
+  EXPECT_FAIL(mxu_compile(o, &cc), MXU_ERR_UNSUPPORTED,
+              "reaches the model output");
+  mxu_model_free(o);
+}
+
 int main(void) {
   test_empty_data();
   test_limits();
@@ -2973,6 +3111,7 @@ int main(void) {
   test_sequence_layers();
   test_recurrent();
   test_attention();
+  test_masking();
   test_random_flip();
   test_random_contrast();
   test_random_crop();

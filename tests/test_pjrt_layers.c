@@ -385,6 +385,25 @@ static const layer_case cases[] = {
                "\"recurrent_dropout\": 0.25}}",
                IN("r")),
      "b", 1e-4},
+    /* An Embedding's mask (mask_zero): ids relu(x), about half of them 0,
+     * through LSTM and Bidirectional sequences to the masked mean. */
+    {"Masked LSTM, Bidirectional GRU and GlobalAveragePooling1D", "8, 1, 1",
+     LAYER("Reshape", "lr", ", \"target_shape\": [8, 3]", IN("lead")) LAYER(
+         "Activation", "ids", ", \"activation\": \"relu\"",
+         IN("x")) LAYER("Reshape", "ir", ", \"target_shape\": [8]", IN("ids"))
+         LAYER("Embedding", "e",
+               ", \"input_dim\": 3, \"output_dim\": 2, "
+               "\"mask_zero\": true",
+               IN("ir")) LAYER("Concatenate", "c", "", IN2("e", "lr"))
+             LAYER("LSTM", "l", ", \"units\": 3, \"return_sequences\": true",
+                   IN("c")) LAYER("Bidirectional", "b",
+                                  ", \"layer\": {\"class_name\": \"GRU\", "
+                                  "\"config\": {\"name\": \"gru\", "
+                                  "\"units\": 2, \"return_sequences\": true}}",
+                                  IN("l"))
+                 LAYER("Dense", "d", ", \"units\": 3", IN("b"))
+                     LAYER("GlobalAveragePooling1D", "g", "", IN("d")),
+     "g", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
      * and 0.x row 0, 1.x row 1. Through a linear Activation: fit refuses
      * ids outside the table in an Embedding's own data. */

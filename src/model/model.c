@@ -1204,6 +1204,9 @@ static mxu_status sort_nodes(mxu_model *model) {
       sorted[i].owner = place[sorted[i].owner];
       for (int k = 0; k < sorted[i].input_count; k++)
         sorted[i].inputs[k] = place[sorted[i].inputs[k]];
+      if (sorted[i].mask_in >= 0) sorted[i].mask_in = place[sorted[i].mask_in];
+      if (sorted[i].mask_out >= 0)
+        sorted[i].mask_out = place[sorted[i].mask_out];
     }
     /* A shared layer is listed (and holds the weights) at its first call
      * in this order, the deepest, where Keras lists it. */
