@@ -2676,6 +2676,33 @@ static void test_sequence_layers(void) {
   test_embedding();
 }
 
+/* A layer with dropout (the graph of ctx `dropping`; of `plain` the same
+ * without) drops in training only: predictions are the dropout-free
+ * layer's, a training step's outputs are not. The graph's input: 15
+ * values a sample. */
+static void drops_in_training_only(const char *name, graph_fn fn,
+                                   const void *plain, const void *dropping) {
+  mxu_model *a = build(name, fn, plain, MXU_BACKEND_CPU);
+  mxu_model *d = build(name, fn, dropping, MXU_BACKEND_CPU);
+  if (a && d) {
+    float x[BATCH * 15], pa[BATCH * CLASSES], pd[BATCH * CLASSES];
+    for (int i = 0; i < BATCH * 15; i++) x[i] = 0.1f * (float)(i % 11) - 0.5f;
+    CHECK_OK(mxu_predict(a, x, BATCH, pa));
+    CHECK_OK(mxu_predict(d, x, BATCH, pd));
+    CHECK_MSG(memcmp(pa, pd, sizeof pa) == 0, "%s: predictions differ", name);
+    load_inputs(a, 2);
+    load_inputs(d, 2);
+    train_step(a);
+    train_step(d);
+    int node = node_named(d, "under_test");
+    CHECK_MSG(memcmp(act(a, node), act(d, node),
+                     (size_t)tensor_floats(d, node) * sizeof(float)) != 0,
+              "%s: a training step drops nothing", name);
+  }
+  mxu_model_free(a);
+  mxu_model_free(d);
+}
+
 /* ---- recurrent layers -------------------------------------------------------
  * Their forward pass is checked against Keras (test_golden's recurrent
  * net); here each option's backward against finite differences and cpu
@@ -2808,29 +2835,10 @@ static void test_recurrent(void) {
     mxu_model_free(bm);
     backends_agree(merge_names[i], bidirectional_graph, &c);
   }
-  /* dropout drops in training only: predictions are the dropout-free
-   * layer's, a training step's outputs are not. */
+  /* dropout drops in training only. */
   mxu_rnn_config plain = mxu_rnn_defaults(MXU_GRU, 3), dropping = plain;
   dropping.dropout = 0.5f;
-  mxu_model *a = build("GRU", rnn_graph, &plain, MXU_BACKEND_CPU);
-  mxu_model *d =
-      build("GRU dropout 0.5", rnn_graph, &dropping, MXU_BACKEND_CPU);
-  if (a && d) {
-    float x[BATCH * 15], pa[BATCH * CLASSES], pd[BATCH * CLASSES];
-    for (int i = 0; i < BATCH * 15; i++) x[i] = 0.1f * (float)(i % 11) - 0.5f;
-    CHECK_OK(mxu_predict(a, x, BATCH, pa));
-    CHECK_OK(mxu_predict(d, x, BATCH, pd));
-    CHECK(memcmp(pa, pd, sizeof pa) == 0);
-    load_inputs(a, 2);
-    load_inputs(d, 2);
-    train_step(a);
-    train_step(d);
-    int node = node_named(d, "under_test");
-    CHECK(memcmp(act(a, node), act(d, node),
-                 (size_t)tensor_floats(d, node) * sizeof(float)) != 0);
-  }
-  mxu_model_free(a);
-  mxu_model_free(d);
+  drops_in_training_only("GRU dropout 0.5", rnn_graph, &plain, &dropping);
   recurrent_dropout_paths();
   /* unit_forget_bias: the forget block of LSTM's bias starts at 1. */
   mxu_rnn_config lstm = mxu_rnn_defaults(MXU_LSTM, 3);
@@ -2927,25 +2935,7 @@ static void test_attention(void) {
   /* dropout drops in training only. */
   attention_case plain = cases[0];
   plain.c.dropout = 0.0f;
-  mxu_model *a = build("MHA", attention_graph, &plain, MXU_BACKEND_CPU);
-  mxu_model *d =
-      build("MHA dropout", attention_graph, &cases[0], MXU_BACKEND_CPU);
-  if (a && d) {
-    float x[BATCH * 15], pa[BATCH * CLASSES], pd[BATCH * CLASSES];
-    for (int i = 0; i < BATCH * 15; i++) x[i] = 0.1f * (float)(i % 11) - 0.5f;
-    CHECK_OK(mxu_predict(a, x, BATCH, pa));
-    CHECK_OK(mxu_predict(d, x, BATCH, pd));
-    CHECK(memcmp(pa, pd, sizeof pa) == 0);
-    load_inputs(a, 2);
-    load_inputs(d, 2);
-    train_step(a);
-    train_step(d);
-    int node = node_named(d, "under_test");
-    CHECK(memcmp(act(a, node), act(d, node),
-                 (size_t)tensor_floats(d, node) * sizeof(float)) != 0);
-  }
-  mxu_model_free(a);
-  mxu_model_free(d);
+  drops_in_training_only("MHA dropout", attention_graph, &plain, &cases[0]);
   /* The kernels' initial scale: Keras 3's glorot_uniform takes the fans of
    * the projection (64 features to 4 heads of 16: sqrt(6 / 128)), tf.keras
    * 2's those of the 3-D shape (64 * 4 and 16 * 64: sqrt(6 / 1280)). */
