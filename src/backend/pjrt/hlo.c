@@ -200,17 +200,18 @@ mxu_hlo_value mxu_hlo_select(mxu_hlo *h, mxu_hlo_value pred, mxu_hlo_value a,
 mxu_hlo_value mxu_hlo_broadcast(mxu_hlo *h, mxu_hlo_value a,
                                 mxu_hlo_shape shape, const int64_t *dims) {
   if (!valid(h, 1, &a)) return 0;
-  const mxu_hlo_shape *from = &h->nodes[a].shape;
-  shape.dtype = from->dtype;
-  for (int i = 0; i < from->rank; i++)
+  /* A copy: append may move the nodes. */
+  const mxu_hlo_shape from = h->nodes[a].shape;
+  shape.dtype = from.dtype;
+  for (int i = 0; i < from.rank; i++)
     if (dims[i] < 0 || dims[i] >= shape.rank ||
-        (from->dims[i] != 1 && from->dims[i] != shape.dims[dims[i]]))
+        (from.dims[i] != 1 && from.dims[i] != shape.dims[dims[i]]))
       return fail(h, MXU_ERR_SHAPE, "broadcast: operand dim %d does not fit",
                   i);
   mxu_hlo_node *n = append(h, MXU_HLO_BROADCAST, shape, 1, &a);
   if (!n) return 0;
-  n->dim_count = from->rank;
-  for (int i = 0; i < from->rank; i++) n->dims[i] = dims[i];
+  n->dim_count = from.rank;
+  for (int i = 0; i < from.rank; i++) n->dims[i] = dims[i];
   return last(h);
 }
 
