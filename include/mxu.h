@@ -467,9 +467,11 @@ typedef struct mxu_embedding_config {
    * Keras lets it pass (Dense, Dropout, the activations and
    * normalizations, merges, a recurrent layer returning sequences) to
    * those that use it: SimpleRNN, LSTM, GRU and Bidirectional carry their
-   * state over a masked step (its output the step before's), and
-   * GlobalAveragePooling1D averages the unmasked steps. Other layers drop
-   * it, as Keras' do; MultiHeadAttention and the loss refuse it. */
+   * state over a masked step (its output the step before's),
+   * GlobalAveragePooling1D averages the unmasked steps, and
+   * MultiHeadAttention attends between unmasked positions (a masked
+   * query's row of probabilities is zeros, as Keras 3's). Other layers
+   * drop it, as Keras' do; the loss refuses it. */
   int mask_zero;
 } mxu_embedding_config;
 

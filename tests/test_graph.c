@@ -2987,8 +2987,9 @@ static void test_attention(void) {
 
 typedef struct mask_case {
   const char *name;
-  enum { MASK_RNN, MASK_BIDIRECTIONAL, MASK_POOL } kind;
+  enum { MASK_RNN, MASK_BIDIRECTIONAL, MASK_POOL, MASK_ATTENTION } kind;
   mxu_rnn_config rnn;
+  int causal; /* MASK_ATTENTION */
 } mask_case;
 
 static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
@@ -3008,6 +3009,14 @@ static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
   if (c->kind == MASK_BIDIRECTIONAL)
     return head(m, mxu_apply_bidirectional(m, "under_test", &c->rnn,
                                            MXU_MERGE_CONCATENATE, seq));
+  if (c->kind == MASK_ATTENTION) {
+    mxu_attention_config mha = mxu_attention_defaults(2, 2);
+    mha.name = "under_test";
+    mha.causal = c->causal;
+    mha.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
+    mha.bias.initializer.minval = -0.3f, mha.bias.initializer.maxval = 0.3f;
+    return head(m, mxu_apply_multi_head_attention(m, &mha, seq, seq, -1));
+  }
   mxu_dense_config dense = mxu_dense_defaults(4);
   dense.activation = MXU_TANH;
   mxu_global_pool2d_config pool = {"under_test", 0, 0};
@@ -3016,24 +3025,28 @@ static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
 }
 
 static void test_masking(void) {
-  mask_case cases[6] = {
-      {"masked LSTM(3) sequences", MASK_RNN, mxu_rnn_defaults(MXU_LSTM, 3)},
-      {"masked GRU(3) backwards", MASK_RNN, mxu_rnn_defaults(MXU_GRU, 3)},
+  mask_case cases[8] = {
+      {"masked LSTM(3) sequences", MASK_RNN, mxu_rnn_defaults(MXU_LSTM, 3), 0},
+      {"masked GRU(3) backwards", MASK_RNN, mxu_rnn_defaults(MXU_GRU, 3), 0},
       {"masked SimpleRNN(2) sequences, zero_output_for_mask", MASK_RNN,
-       mxu_rnn_defaults(MXU_SIMPLE_RNN, 2)},
+       mxu_rnn_defaults(MXU_SIMPLE_RNN, 2), 0},
       {"masked LSTM(2), recurrent_dropout 0.3", MASK_RNN,
-       mxu_rnn_defaults(MXU_LSTM, 2)},
+       mxu_rnn_defaults(MXU_LSTM, 2), 0},
       {"masked Bidirectional(GRU(2) sequences)", MASK_BIDIRECTIONAL,
-       mxu_rnn_defaults(MXU_GRU, 2)},
+       mxu_rnn_defaults(MXU_GRU, 2), 0},
       {"masked GlobalAveragePooling1D", MASK_POOL,
-       mxu_rnn_defaults(MXU_LSTM, 1)},
+       mxu_rnn_defaults(MXU_LSTM, 1), 0},
+      {"masked MultiHeadAttention(2, 2)", MASK_ATTENTION,
+       mxu_rnn_defaults(MXU_LSTM, 1), 0},
+      {"masked MultiHeadAttention(2, 2), causal", MASK_ATTENTION,
+       mxu_rnn_defaults(MXU_LSTM, 1), 1},
   };
   cases[0].rnn.return_sequences = 1;
   cases[1].rnn.go_backwards = 1;
   cases[2].rnn.return_sequences = cases[2].rnn.zero_output_for_mask = 1;
   cases[3].rnn.recurrent_dropout = 0.3f;
   cases[4].rnn.return_sequences = 1;
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < 8; i++) {
     mxu_initializer *b = &cases[i].rnn.bias.initializer;
     b->kind = MXU_INIT_RANDOM_UNIFORM, b->minval = -0.3f, b->maxval = 0.3f;
     mxu_model *m =
@@ -3071,12 +3084,12 @@ static void test_masking(void) {
   mxu_tensor_id a = mxu_apply_embedding(r, &e, ids);
   mxu_tensor_id pair[2] = {a, x};
   CHECK(mxu_merge(r, MXU_MERGE_ADD, NULL, pair, 2, -1) < 0 &&
-        strstr(mxu_errmsg(), "merge of masked"));
+        strstr(mxu_errmsg(), "and unmasked inputs together"));
   CHECK(mxu_merge(r, MXU_MERGE_CONCATENATE, NULL, pair, 2, 1) < 0 &&
         strstr(mxu_errmsg(), "along axis 1"));
   mxu_attention_config mha = mxu_attention_defaults(2, 2);
-  CHECK(mxu_apply_multi_head_attention(r, &mha, a, a, -1) < 0 &&
-        strstr(mxu_errmsg(), "reaching MultiHeadAttention"));
+  CHECK(mxu_apply_multi_head_attention(r, &mha, a, x, -1) < 0 &&
+        strstr(mxu_errmsg(), "masked (an Embedding's mask_zero) and unmasked"));
   mxu_model_free(r);
   /* The loss Keras would mask. */
   mxu_model *o = mxu_functional("masked output");

@@ -3018,10 +3018,10 @@ static void reads_masking(void) {
     static const struct {
       const char *node;
       int in, out; /* masked */
-    } want[] = {{"embed", 0, 1}, {"lstm", 1, 1},       {"gru", 1, 0},
-                {"bi", 1, 1},    {"from_embed", 1, 1}, {"add", 1, 1},
-                {"pool", 1, 0},  {"rnn", 1, 0},        {"concat", 0, 0},
-                {"probs", 0, 0}};
+    } want[] = {{"embed", 0, 1},       {"lstm", 1, 1},       {"gru", 1, 0},
+                {"bi", 1, 1},          {"from_embed", 1, 1}, {"add", 1, 1},
+                {"pool", 1, 0},        {"rnn", 1, 0},        {"attend", 1, 1},
+                {"pool_attend", 1, 0}, {"concat", 0, 0},     {"probs", 0, 0}};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
       const mxu_layer *l = &m->layers[node_named(m, want[i].node)];
       CHECK_MSG(l->mask_in == (want[i].in ? ids : -1) &&
@@ -3031,7 +3031,7 @@ static void reads_masking(void) {
     }
     CHECK(m->layers[node_named(m, "bi")]
               .config.bidirectional.rnn.zero_output_for_mask);
-    CHECK(mxu_model_layer_count(m) == 12);
+    CHECK(mxu_model_layer_count(m) == 14);
     for (int keras3 = 0; keras3 < 2; keras3++) {
       round_trip_text(files[f], m, keras3);
       char *text = write_json(m, keras3);

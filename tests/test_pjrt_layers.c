@@ -386,8 +386,11 @@ static const layer_case cases[] = {
                IN("r")),
      "b", 1e-4},
     /* An Embedding's mask (mask_zero): ids relu(x), about half of them 0,
-     * through LSTM and Bidirectional sequences to the masked mean. */
-    {"Masked LSTM, Bidirectional GRU and GlobalAveragePooling1D", "8, 1, 1",
+     * through LSTM and Bidirectional sequences to the masked mean, and
+     * through self-attention. */
+    {"Masked LSTM, Bidirectional GRU, MultiHeadAttention and "
+     "GlobalAveragePooling1D",
+     "8, 1, 1",
      LAYER("Reshape", "lr", ", \"target_shape\": [8, 3]", IN("lead")) LAYER(
          "Activation", "ids", ", \"activation\": \"relu\"",
          IN("x")) LAYER("Reshape", "ir", ", \"target_shape\": [8]", IN("ids"))
@@ -402,8 +405,13 @@ static const layer_case cases[] = {
                                   "\"units\": 2, \"return_sequences\": true}}",
                                   IN("l"))
                  LAYER("Dense", "d", ", \"units\": 3", IN("b"))
-                     LAYER("GlobalAveragePooling1D", "g", "", IN("d")),
-     "g", 1e-4},
+                     LAYER("GlobalAveragePooling1D", "g", "", IN("d"))
+                         LAYER("MultiHeadAttention", "m",
+                               ", \"num_heads\": 2, \"key_dim\": 2",
+                               "[\"c\", 0, 0, {\"value\": [\"c\", 0, 0]}]")
+                             LAYER("GlobalAveragePooling1D", "gm", "", IN("m"))
+                                 LAYER("Concatenate", "o", "", IN2("g", "gm")),
+     "o", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
      * and 0.x row 0, 1.x row 1. Through a linear Activation: fit refuses
      * ids outside the table in an Embedding's own data. */

@@ -616,7 +616,11 @@ static int listed(const char *const *names, const char *key) {
 
 /* Keras 3 records the mask it passes a layer (an Embedding's mask_zero,
  * computed by ops it records as layers: is_mask_op) as a bool tensor in
- * the call's kwargs; mxu derives the same mask itself (mxu.h). */
+ * the call's kwargs (MultiHeadAttention's per input); mxu derives the
+ * same masks itself (mxu.h). */
+static const char *const mask_keys[] = {"mask", "query_mask", "value_mask",
+                                        "key_mask", NULL};
+
 static int keras_mask(const cJSON *value) {
   const cJSON *dtype = mxu_json_get(mxu_json_get(value, "config"), "dtype");
   return cJSON_IsString(dtype) && strcmp(dtype->valuestring, "bool") == 0;
@@ -631,7 +635,7 @@ static mxu_status check_kwargs(const mxu_json_where *where, const cJSON *kwargs,
   for (const cJSON *k = kwargs->child; k; k = k->next)
     if (!cJSON_IsNull(k) &&
         !(strcmp(k->string, "training") == 0 && cJSON_IsBool(k)) &&
-        !(strcmp(k->string, "mask") == 0 && keras_mask(k)) &&
+        !(listed(mask_keys, k->string) && keras_mask(k)) &&
         !(cls && (listed(cls->call_tensors, k->string) ||
                   listed(cls->call_options, k->string))))
       return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,

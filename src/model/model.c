@@ -313,11 +313,10 @@ static mxu_status input_mask(const mxu_model *model, mxu_layer *layer) {
     if (m >= 0) layer->mask_in = m;
     unmasked += m < 0;
   }
-  if (layer->mask_in >= 0 && unmasked && layer->cls->masks_or)
+  if (layer->mask_in >= 0 && unmasked && layer->cls->mask_all_or_none)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "%s: a merge of masked (an Embedding's mask_zero) and "
-                    "unmasked tensors is not supported: Keras 3 drops the "
-                    "mask, tf.keras 2 keeps it",
+                    "%s: masked (an Embedding's mask_zero) and unmasked "
+                    "inputs together are not supported",
                     layer->name);
   return MXU_OK;
 }

@@ -156,10 +156,11 @@ typedef struct mxu_layer_class {
    * layer computes with its input's (run->mask_ids, e->mask). */
   int (*output_mask)(const mxu_layer *layer);
   int uses_mask;
-  /* A merge whose output mask Keras 3 ors from its inputs' (none when one
-   * has none) and tf.keras 2 ands from those that have one: a merge of
-   * masked and unmasked tensors is refused. */
-  int masks_or;
+  /* Masked and unmasked inputs together are refused: a merge's mask,
+   * which Keras 3 ors from its inputs' (none when one has none) and
+   * tf.keras 2 ands from those that have one; MultiHeadAttention's query
+   * and value masks, which mxu takes as one. */
+  int mask_all_or_none;
   /* How many inputs the layer takes: 1 for most; a merge 2 and up. */
   int min_inputs, max_inputs;
   /* in_shapes -> out_shape; rejects what the layer cannot take. */

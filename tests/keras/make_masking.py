@@ -2,7 +2,8 @@
 (mask_zero) through the layers that keep it and those that use it: the
 recurrent layers carry their state over a padded step (a Bidirectional's
 sequences give zeros there), GlobalAveragePooling1D averages the unpadded
-steps, Dense and Add keep the mask.
+steps, MultiHeadAttention attends between unpadded positions only, Dense
+and Add keep the mask.
 
   ids (8) int32 -> e = Embedding(20, 6, mask_zero)                  (8, 6)
   a = LSTM(5, return_sequences)(e)                                  (8, 5)
@@ -10,7 +11,8 @@ steps, Dense and Add keep the mask.
   c = Bidirectional(LSTM(3, return_sequences))(e)                   (8, 6)
   d = GlobalAveragePooling1D(Add(Dense(6)(c), Dense(6)(e)))         (6)
   g = SimpleRNN(3)(e)                                               (3)
-  out = Dense(5, softmax)(concat(b, d, g))
+  m = GlobalAveragePooling1D(MultiHeadAttention(2, 3)(e, e))        (6)
+  out = Dense(5, softmax)(concat(b, d, g, m))
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(4),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
 Batch: 6 rows of ids padded with 0 after, before and inside the sequence
@@ -46,7 +48,9 @@ def build(K):
                            L.Dense(6, name="from_embed")(e)])
     d = L.GlobalAveragePooling1D(name="pool")(d)
     g = L.SimpleRNN(3, name="rnn")(e)
-    h = L.Concatenate(name="concat")([b, d, g])
+    m = L.MultiHeadAttention(2, 3, name="attend")(e, e)
+    m = L.GlobalAveragePooling1D(name="pool_attend")(m)
+    h = L.Concatenate(name="concat")([b, d, g, m])
     out = L.Dense(5, activation="softmax", name="probs")(h)
     return K.Model(ids, out, name="masking")
 

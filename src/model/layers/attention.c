@@ -107,11 +107,6 @@ static mxu_status attention_infer(mxu_layer *layer) {
                     "at least (positions, features), the key's positions "
                     "the value's",
                     layer->name, qt, vt, kt);
-  if (layer->mask_in >= 0)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "%s: an Embedding's mask (mask_zero) reaching "
-                    "MultiHeadAttention is not supported",
-                    layer->name);
   if (c->causal && q->rank > 2)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "%s: a causal mask over query %s is not supported: "
@@ -264,10 +259,11 @@ typedef struct att_head {
   int64_t q_stride, v_stride; /* heads * kd, heads * vd */
   float *q, *k, *v, *heads;   /* the head's first values */
   float *probs, *keep;        /* its (tq, tv) block; keep NULL: none */
+  const float *ids; /* the mask's ids of the sample (tq = tv), or NULL */
 } att_head;
 
 static att_head head_of(const att_dims *d, const att_buffers *b, int64_t n,
-                        int64_t h, int dropping) {
+                        int64_t h, int dropping, const float *ids) {
   int64_t block = d->tq * d->tv, first = (n * d->heads + h) * block;
   return (att_head){d,
                     d->heads * d->kd,
@@ -277,7 +273,8 @@ static att_head head_of(const att_dims *d, const att_buffers *b, int64_t n,
                     b->v + n * d->tv * d->heads * d->vd + h * d->vd,
                     b->heads + n * d->tq * d->heads * d->vd + h * d->vd,
                     b->probs + first,
-                    dropping ? b->keep + first : NULL};
+                    dropping ? b->keep + first : NULL,
+                    ids ? ids + n * d->tq : NULL};
 }
 
 /* rows (count, dim), `stride` apart, into t (dim, count). */
@@ -309,7 +306,8 @@ static int64_t allowed(const mxu_attention_config *c, const att_dims *d,
 }
 
 /* Softmax of row[0..count) in place, the rest up to tv zeros (the causal
- * mask: Keras' exp of -1e9 below the maximum is 0 too). */
+ * mask: Keras' exp of -1e9 below the maximum is 0 too); -inf values, the
+ * padded positions, give 0 (one at least is finite: the query's own). */
 static void softmax_row(float *row, int64_t count, int64_t tv) {
   float top = row[0], sum = 0.0f;
   for (int64_t j = 1; j < count; j++)
@@ -326,9 +324,17 @@ static void head_forward(const mxu_attention_config *c, const att_head *a,
   for (int64_t i = 0; i < d->tq; i++) {
     int64_t count = allowed(c, d, i);
     float *p = a->probs + i * d->tv, *out = a->heads + i * a->v_stride;
-    row_times(a->q + i * a->q_stride, t, d->kd, count, d->tv, p);
-    softmax_row(p, count, d->tv);
     for (int64_t e = 0; e < d->vd; e++) out[e] = 0.0f;
+    /* An Embedding's mask: a padded query attends to nothing (Keras 3's
+     * softmax zeroes its row), and no query to a padded position. */
+    if (a->ids && a->ids[i] == 0.0f) {
+      memset(p, 0, (size_t)d->tv * sizeof(float));
+      continue;
+    }
+    row_times(a->q + i * a->q_stride, t, d->kd, count, d->tv, p);
+    for (int64_t j = 0; a->ids && j < count; j++)
+      if (a->ids[j] == 0.0f) p[j] = -INFINITY;
+    softmax_row(p, count, d->tv);
     for (int64_t j = 0; j < count; j++) {
       float weight = a->keep ? p[j] * a->keep[i * d->tv + j] : p[j];
       axpy(weight, a->v + j * a->v_stride, d->vd, out);
@@ -425,7 +431,7 @@ static void attention_forward(mxu_layer *layer, const mxu_layer_run *run) {
   if (r.dropping) draw_keep(&r, run);
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t h = 0; h < d->heads; h++) {
-      att_head a = head_of(d, &r.b, n, h, r.dropping);
+      att_head a = head_of(d, &r.b, n, h, r.dropping, run->mask_ids);
       head_forward(r.c, &a, r.b.t);
     }
   be->dense_forward(ops[OUTPUT], r.b.heads, r.w[OUTPUT], r.bias[OUTPUT],
@@ -449,8 +455,8 @@ static void attention_backward(mxu_layer *layer, const mxu_layer_run *run) {
   grads.heads = r.b.d_heads;
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t h = 0; h < d->heads; h++) {
-      att_head a = head_of(d, &r.b, n, h, r.dropping);
-      att_head g = head_of(d, &grads, n, h, 0);
+      att_head a = head_of(d, &r.b, n, h, r.dropping, NULL);
+      att_head g = head_of(d, &grads, n, h, 0, NULL);
       head_backward(r.c, &a, &g, r.b.row, r.b.t);
     }
   /* Through the scaling, to the query's projection. */
@@ -514,15 +520,27 @@ static mxu_hlo_value dropped_emit(mxu_emit *e, const mxu_attention_config *c,
   return mxu_hlo_mul(h, p, keep);
 }
 
-/* Scores past position i set to -1e9 before the softmax, as Keras' causal
- * mask: their probabilities are 0. */
-static mxu_hlo_value masked_emit(mxu_emit *e, mxu_hlo_value scores) {
+/* Where query i may attend to position j (n, heads, tq, tv): j <= i with
+ * the causal mask, both unpadded with an Embedding's (ids, (n, tq)). */
+static mxu_hlo_value allowed_emit(mxu_emit *e, mxu_hlo_value scores,
+                                  int causal) {
   mxu_hlo *h = e->h;
   mxu_hlo_shape s = *mxu_hlo_shape_of(h, scores);
-  mxu_hlo_shape whole = mxu_hlo_shape_make(MXU_HLO_S32, s.rank, s.dims);
-  mxu_hlo_value allowed = mxu_hlo_compare_op(
-      h, MXU_HLO_GE, mxu_hlo_iota(h, whole, 2), mxu_hlo_iota(h, whole, 3));
-  return mxu_hlo_select(h, allowed, scores, mxu_hlo_full_like(h, scores, -1e9));
+  mxu_hlo_shape whole = mxu_hlo_shape_make(MXU_HLO_PRED, s.rank, s.dims);
+  mxu_hlo_value allowed = 0;
+  if (causal) {
+    mxu_hlo_shape index = mxu_hlo_shape_make(MXU_HLO_S32, s.rank, s.dims);
+    allowed = mxu_hlo_compare_op(h, MXU_HLO_GE, mxu_hlo_iota(h, index, 2),
+                                 mxu_hlo_iota(h, index, 3));
+  }
+  if (!e->mask) return allowed;
+  mxu_hlo_value kept = mxu_hlo_compare_op(h, MXU_HLO_NE, e->mask,
+                                          mxu_hlo_full_like(h, e->mask, 0.0));
+  const int64_t rows[2] = {0, 2}, cols[2] = {0, 3};
+  mxu_hlo_value both =
+      mxu_hlo_binary(h, MXU_HLO_AND, mxu_hlo_broadcast(h, kept, whole, rows),
+                     mxu_hlo_broadcast(h, kept, whole, cols));
+  return allowed ? mxu_hlo_binary(h, MXU_HLO_AND, allowed, both) : both;
 }
 
 static mxu_hlo_value attention_emit(const mxu_layer *layer, mxu_emit *e) {
@@ -544,10 +562,16 @@ static mxu_hlo_value attention_emit(const mxu_layer *layer, mxu_emit *e) {
   const int64_t batch[2] = {0, 2}, contract_qk[1] = {3};
   mxu_hlo_value scores =
       mxu_hlo_dot(h, q, k, 2, batch, batch, 1, contract_qk, contract_qk);
-  if (c->causal) scores = masked_emit(e, scores);
+  /* Scores not allowed set to -1e9 before the softmax, as Keras' masks,
+   * and their probabilities to 0 after (a padded query's whole row). */
+  mxu_hlo_value allowed = allowed_emit(e, scores, c->causal);
+  if (allowed)
+    scores =
+        mxu_hlo_select(h, allowed, scores, mxu_hlo_full_like(h, scores, -1e9));
   mxu_hlo_value saved = e->logits; /* the softmax notes its logits */
   mxu_hlo_value p = mxu_emit_activation(e, MXU_SOFTMAX, 0.0f, scores);
   e->logits = saved;
+  if (allowed) p = mxu_hlo_select(h, allowed, p, mxu_hlo_full_like(h, p, 0.0));
   p = dropped_emit(e, c, p);
   /* (n, heads, tq, vd), then (n * tq, heads * vd) for the output's. */
   const int64_t p_batch[2] = {0, 1}, v_batch[2] = {0, 2};
@@ -748,4 +772,7 @@ const mxu_layer_class mxu_multi_head_attention_class = {
     .backward = attention_backward,
     .emit = attention_emit,
     .emit_noise = attention_noise,
-    .noise_is_stream = 1};
+    .noise_is_stream = 1,
+    .output_mask = mxu_input_mask,
+    .uses_mask = 1,
+    .mask_all_or_none = 1};

@@ -337,7 +337,7 @@ static mxu_hlo_value merge_emit(const mxu_layer *layer, mxu_emit *e) {
 #define MERGE_CLASS(symbol, keras_name, least, reader)                         \
   const mxu_layer_class symbol = {                                             \
       .output_mask = mxu_input_mask,                                           \
-      .masks_or = 1,                                                           \
+      .mask_all_or_none = 1,                                                   \
       .class_name = keras_name,                                                \
       .config_keys = merge_keys,                                               \
       .read_config = reader,                                                   \
