@@ -129,32 +129,30 @@ static void global_max_backward(mxu_layer *layer, const mxu_layer_run *run) {
 /* Over height and width (steps), then the output's shape (keepdims). */
 static mxu_hlo_value global_pool_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo *h = e->h;
-  const int64_t axes[2] = {1, 2};
+  const int64_t axes[2] = {1, 2}, rows[1] = {0};
   int is_max = layer->config.global_pool.is_max;
-  mxu_hlo_value y =
-      mxu_hlo_reduce(h, e->in[0], is_max ? MXU_HLO_MAX : MXU_HLO_SUM,
-                     layer->in_shape.rank - 1, axes);
+  mxu_hlo_value x = e->in[0], count = 0;
   if (!is_max && e->mask) {
     /* The unmasked steps' sum over their count (masked_mean). */
-    mxu_hlo_shape xs = *mxu_hlo_shape_of(h, e->in[0]);
     mxu_hlo_value kept =
         mxu_hlo_convert(h,
                         mxu_hlo_compare_op(h, MXU_HLO_NE, e->mask,
                                            mxu_hlo_full_like(h, e->mask, 0.0)),
                         MXU_HLO_F32);
-    const int64_t rows_steps[2] = {0, 1}, steps[1] = {1};
-    mxu_hlo_value x =
-        mxu_hlo_mul(h, e->in[0], mxu_hlo_broadcast(h, kept, xs, rows_steps));
-    y = mxu_hlo_reduce(h, x, MXU_HLO_SUM, 1, steps);
-    mxu_hlo_value count = mxu_hlo_reduce(h, kept, MXU_HLO_SUM, 1, steps);
-    const int64_t rows[1] = {0};
+    const int64_t rows_steps[2] = {0, 1};
+    x = mxu_hlo_mul(
+        h, x, mxu_hlo_broadcast(h, kept, *mxu_hlo_shape_of(h, x), rows_steps));
+    count = mxu_hlo_reduce(h, kept, MXU_HLO_SUM, 1, &axes[0]);
+  }
+  mxu_hlo_value y = mxu_hlo_reduce(h, x, is_max ? MXU_HLO_MAX : MXU_HLO_SUM,
+                                   layer->in_shape.rank - 1, axes);
+  if (count)
     y = mxu_hlo_binary(
         h, MXU_HLO_DIVIDE, y,
         mxu_hlo_broadcast(h, count, *mxu_hlo_shape_of(h, y), rows));
-  } else if (!is_max) {
+  else if (!is_max)
     y = mxu_hlo_binary(h, MXU_HLO_DIVIDE, y,
                        mxu_hlo_full_like(h, y, (double)pixels_of(layer)));
-  }
   return mxu_hlo_reshape(h, y, mxu_batch_shape(e->batch, &layer->out_shape));
 }
 
