@@ -2676,6 +2676,14 @@ static void test_sequence_layers(void) {
   test_embedding();
 }
 
+/* A bias drawn from U(-0.3, 0.3) rather than Keras' zeros, so that the
+ * paths of its gradient count in the checks. */
+static void live_bias(mxu_weight_options *bias) {
+  bias->initializer.kind = MXU_INIT_RANDOM_UNIFORM;
+  bias->initializer.minval = -0.3f;
+  bias->initializer.maxval = 0.3f;
+}
+
 /* A layer with dropout (the graph of ctx `dropping`; of `plain` the same
  * without) drops in training only: predictions are the dropout-free
  * layer's, a training step's outputs are not. The graph's input: 15
@@ -2740,9 +2748,7 @@ static void recurrent_dropout_paths(void) {
   for (int k = 0; k < 3; k++) {
     mxu_rnn_config plain = mxu_rnn_defaults(kinds[k], 3), tiny;
     plain.return_sequences = 1;
-    plain.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
-    plain.bias.initializer.minval = -0.3f;
-    plain.bias.initializer.maxval = 0.3f;
+    live_bias(&plain.bias);
     tiny = plain;
     tiny.dropout = tiny.recurrent_dropout = 1e-6f;
     mxu_model *a = build("rate 0", rnn_graph, &plain, MXU_BACKEND_CPU);
@@ -2796,10 +2802,7 @@ static void test_recurrent(void) {
   cases[7] = mxu_rnn_defaults(MXU_SIMPLE_RNN, 3);
   cases[7].dropout = cases[7].recurrent_dropout = 0.3f;
   for (int i = 0; i < CASES; i++) {
-    /* Biases away from their zeros, so their gradients' paths count. */
-    cases[i].bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
-    cases[i].bias.initializer.minval = -0.3f;
-    cases[i].bias.initializer.maxval = 0.3f;
+    live_bias(&cases[i].bias);
     mxu_model *m = build(names[i], rnn_graph, &cases[i], MXU_BACKEND_CPU_REF);
     if (!m) continue;
     finite_differences(m, names[i]);
@@ -2825,9 +2828,7 @@ static void test_recurrent(void) {
     c.rnn.return_sequences = i % 2 == 0;
     c.rnn.dropout = i == 1 ? 0.25f : 0.0f;
     c.rnn.recurrent_dropout = i == 3 ? 0.3f : 0.0f;
-    c.rnn.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
-    c.rnn.bias.initializer.minval = -0.3f;
-    c.rnn.bias.initializer.maxval = 0.3f;
+    live_bias(&c.rnn.bias);
     mxu_model *bm =
         build(merge_names[i], bidirectional_graph, &c, MXU_BACKEND_CPU_REF);
     if (!bm) continue;
@@ -2920,9 +2921,7 @@ static void test_attention(void) {
   cases[1].c.use_bias = 0;
   cases[2].c.causal = 1; /* 3 queries over 5: position i sees 0..i */
   for (int i = 0; i < 4; i++) {
-    /* Biases away from their zeros, so their gradients' paths count. */
-    mxu_initializer *b = &cases[i].c.bias.initializer;
-    b->kind = MXU_INIT_RANDOM_UNIFORM, b->minval = -0.3f, b->maxval = 0.3f;
+    live_bias(&cases[i].c.bias);
     mxu_model *m =
         build(cases[i].name, attention_graph, &cases[i], MXU_BACKEND_CPU_REF);
     if (!m) continue;
@@ -3013,8 +3012,7 @@ static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
     mxu_attention_config mha = mxu_attention_defaults(2, 2);
     mha.name = "under_test";
     mha.causal = c->causal;
-    mha.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
-    mha.bias.initializer.minval = -0.3f, mha.bias.initializer.maxval = 0.3f;
+    live_bias(&mha.bias);
     return head(m, mxu_apply_multi_head_attention(m, &mha, seq, seq, -1));
   }
   mxu_dense_config dense = mxu_dense_defaults(4);
@@ -3047,8 +3045,7 @@ static void test_masking(void) {
   cases[3].rnn.recurrent_dropout = 0.3f;
   cases[4].rnn.return_sequences = 1;
   for (int i = 0; i < 8; i++) {
-    mxu_initializer *b = &cases[i].rnn.bias.initializer;
-    b->kind = MXU_INIT_RANDOM_UNIFORM, b->minval = -0.3f, b->maxval = 0.3f;
+    live_bias(&cases[i].rnn.bias);
     mxu_model *m =
         build(cases[i].name, mask_graph, &cases[i], MXU_BACKEND_CPU_REF);
     if (!m) continue;

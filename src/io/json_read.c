@@ -280,7 +280,9 @@ static int is_op(const cJSON *entry) {
 static int is_mask_op(const cJSON *entry) {
   static const char *const ops[] = {"NotEqual", "LogicalOr", "LogicalAnd"};
   const cJSON *class_name = mxu_json_get(entry, "class_name");
-  for (int i = 0; is_op(entry) && cJSON_IsString(class_name) && i < 3; i++)
+  for (size_t i = 0; is_op(entry) && cJSON_IsString(class_name) &&
+                     i < sizeof ops / sizeof *ops;
+       i++)
     if (strcmp(class_name->valuestring, ops[i]) == 0) return 1;
   return 0;
 }

@@ -220,6 +220,18 @@ static mxu_status push(const char *path, mxu_h5_strings *list,
 static mxu_status list_group(const char *path, hid_t root, const char *at,
                              mxu_h5_strings *found);
 
+/* The name of entry i of `group` (at `where`, for the message), in the
+ * order listing_order gives. */
+static mxu_status link_name(const char *path, hid_t group, const char *where,
+                            hsize_t i, char name[KERAS3_GROUP_SIZE]) {
+  ssize_t length =
+      H5Lget_name_by_idx(group, ".", listing_order(group), H5_ITER_INC, i, name,
+                         KERAS3_GROUP_SIZE, H5P_DEFAULT);
+  if (length >= 0 && length < KERAS3_GROUP_SIZE) return MXU_OK;
+  return mxu_h5_fail(MXU_ERR_FORMAT, "%s: /%s: cannot read entry %llu", path,
+                     where, (unsigned long long)i);
+}
+
 /* The groups below a layer's that hold values, depth first: where Keras 3
  * keeps the weights of a layer's sublayers (an RNN's "cell", a
  * Bidirectional's "forward_layer/cell", MultiHeadAttention's
@@ -236,14 +248,8 @@ static mxu_status list_sublayers(const char *path, hid_t root,
     s = mxu_h5_fail(MXU_ERR_FORMAT, "%s: cannot list /%s", path, where);
   for (hsize_t i = 0; s == MXU_OK && i < info.nlinks; i++) {
     char name[KERAS3_GROUP_SIZE], sub[KERAS3_GROUP_SIZE * 4];
-    ssize_t length =
-        H5Lget_name_by_idx(group, ".", listing_order(group), H5_ITER_INC, i,
-                           name, sizeof name, H5P_DEFAULT);
-    if (length < 0 || length >= (ssize_t)sizeof name) {
-      s = mxu_h5_fail(MXU_ERR_FORMAT, "%s: /%s: cannot read entry %llu", path,
-                      where, (unsigned long long)i);
-      break;
-    }
+    s = link_name(path, group, where, i, name);
+    if (s != MXU_OK) break;
     if (strcmp(name, "vars") == 0 || strcmp(name, "layers") == 0) continue;
     snprintf(sub, sizeof sub, "%s/%s", where, name);
     if (!mxu_h5_has_group(root, sub)) continue;
@@ -260,12 +266,8 @@ static mxu_status list_sublayers(const char *path, hid_t root,
 static mxu_status list_entry(const char *path, hid_t root, hid_t layers,
                              const char *at, hsize_t i, mxu_h5_strings *found) {
   char name[KERAS3_GROUP_SIZE], where[KERAS3_GROUP_SIZE * 4];
-  ssize_t length =
-      H5Lget_name_by_idx(layers, ".", listing_order(layers), H5_ITER_INC, i,
-                         name, sizeof name, H5P_DEFAULT);
-  if (length < 0 || length >= (ssize_t)sizeof name)
-    return mxu_h5_fail(MXU_ERR_FORMAT, "%s: /%slayers: cannot read entry %llu",
-                       path, at, (unsigned long long)i);
+  snprintf(where, sizeof where, "%slayers", at);
+  MXU_TRY(link_name(path, layers, where, i, name));
   snprintf(where, sizeof where, "%slayers/%s", at, name);
   int count = 0;
   MXU_TRY(vars_count(path, root, where, &count));

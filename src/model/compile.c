@@ -58,8 +58,8 @@ static mxu_status check_graph(const mxu_model *model) {
                     "mxu_model_outputs",
                     model->layers[unread].name);
   /* Keras weighs a masked output's loss by the mask. */
-  for (int k = 0; k < model->output_count || k == 0; k++) {
-    int out = k ? model->outputs[k] : output;
+  for (int k = 0; k < mxu_model_output_count(model); k++) {
+    int out = model->output_count ? model->outputs[k] : output;
     if (model->layers[out].mask_out >= 0)
       return mxu_fail(MXU_ERR_UNSUPPORTED,
                       "compile: an Embedding's mask (mask_zero) reaches the "

@@ -295,11 +295,10 @@ static mxu_status check_sizes(const mxu_layer *layer) {
   return MXU_OK;
 }
 
-/* Appends a node of class cls reading `inputs` (node indices), its shape
- * inferred; *out is its index. */
-/* The mask on the layer's inputs: their one mask (Keras' merges AND
- * theirs; masks of two Embeddings meeting are not supported), which a
- * layer that does not keep or use it drops, as Keras' do. */
+/* The mask on the layer's inputs (an Embedding's mask_zero): the one
+ * mask among them, masks of two Embeddings meeting not supported; a class
+ * with mask_all_or_none refuses masked and unmasked inputs together. A
+ * layer that neither keeps nor uses it drops it, as Keras' do. */
 static mxu_status input_mask(const mxu_model *model, mxu_layer *layer) {
   int unmasked = 0;
   layer->mask_in = -1;
@@ -321,6 +320,8 @@ static mxu_status input_mask(const mxu_model *model, mxu_layer *layer) {
   return MXU_OK;
 }
 
+/* Appends a node of class cls reading `inputs` (node indices), its shape
+ * inferred; *out is its index. */
 static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
                            const char *name, const mxu_layer *proto,
                            const int *inputs, int input_count, int *out) {

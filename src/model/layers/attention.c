@@ -724,10 +724,11 @@ static void write_attention(mxu_json_out *out, const mxu_layer *layer,
     mxu_json_put_number(out, config, "output_shape", c->output_dim);
   else
     mxu_json_put_null(out, config, "output_shape");
-  cJSON *axes = cJSON_CreateArray();
-  for (int a = 1; axes && a < layer->in_shapes[0].rank; a++)
-    cJSON_AddItemToArray(axes, cJSON_CreateNumber(a));
-  mxu_json_put(out, config, "attention_axes", axes);
+  /* Keras' default, resolved as Keras 3 writes it: 1 .. rank - 1. */
+  int axes[MXU_MAX_RANK];
+  for (int a = 1; a < layer->in_shapes[0].rank; a++) axes[a - 1] = a;
+  mxu_json_put(out, config, "attention_axes",
+               cJSON_CreateIntArray(axes, layer->in_shapes[0].rank - 1));
   mxu_config_put_initializers(out, config, "kernel", &c->kernel.initializer,
                               mxu_init_glorot_uniform(), "bias",
                               &c->bias.initializer, mxu_init_zeros());

@@ -506,59 +506,31 @@ static mxu_hlo_value dropout_emit(const mxu_layer *layer, mxu_emit *e) {
   return mxu_hlo_binary(h, MXU_HLO_MULTIPLY, e->in[0], mask);
 }
 
-const mxu_layer_class mxu_dropout_class = {
-    .output_mask = mxu_input_mask,
-    .class_name = "Dropout",
-    .flops = dropout_flops,
-    .emit = dropout_emit,
-    .emit_noise = dropout_noise,
-    .noise_is_stream = 1,
-    .config_keys = dropout_keys,
-    .read_config = read_dropout,
-    .write_config = write_dropout,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = dropout_infer,
-    .plan = dropout_plan,
-    .forward = dropout_forward,
-    .backward = dropout_backward,
-};
+/* Dropout and the spatial ones: one class each, the same computation. */
+#define DROPOUT_CLASS(symbol, keras_name, reader, keys)                        \
+  const mxu_layer_class symbol = {                                             \
+      .output_mask = mxu_input_mask,                                           \
+      .class_name = keras_name,                                                \
+      .flops = dropout_flops,                                                  \
+      .emit = dropout_emit,                                                    \
+      .emit_noise = dropout_noise,                                             \
+      .noise_is_stream = 1,                                                    \
+      .config_keys = keys,                                                     \
+      .read_config = reader,                                                   \
+      .write_config = write_dropout,                                           \
+      .min_inputs = 1,                                                         \
+      .max_inputs = 1,                                                         \
+      .infer = dropout_infer,                                                  \
+      .plan = dropout_plan,                                                    \
+      .forward = dropout_forward,                                              \
+      .backward = dropout_backward,                                            \
+  }
 
-const mxu_layer_class mxu_spatial_dropout2d_class = {
-    .output_mask = mxu_input_mask,
-    .class_name = "SpatialDropout2D",
-    .flops = dropout_flops,
-    .emit = dropout_emit,
-    .emit_noise = dropout_noise,
-    .noise_is_stream = 1,
-    .config_keys = spatial_dropout_keys,
-    .read_config = read_spatial_dropout,
-    .write_config = write_dropout,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = dropout_infer,
-    .plan = dropout_plan,
-    .forward = dropout_forward,
-    .backward = dropout_backward,
-};
-
-const mxu_layer_class mxu_spatial_dropout1d_class = {
-    .output_mask = mxu_input_mask,
-    .class_name = "SpatialDropout1D",
-    .flops = dropout_flops,
-    .emit = dropout_emit,
-    .emit_noise = dropout_noise,
-    .noise_is_stream = 1,
-    .config_keys = spatial_dropout_keys,
-    .read_config = read_spatial_dropout1d,
-    .write_config = write_dropout,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = dropout_infer,
-    .plan = dropout_plan,
-    .forward = dropout_forward,
-    .backward = dropout_backward,
-};
+DROPOUT_CLASS(mxu_dropout_class, "Dropout", read_dropout, dropout_keys);
+DROPOUT_CLASS(mxu_spatial_dropout2d_class, "SpatialDropout2D",
+              read_spatial_dropout, spatial_dropout_keys);
+DROPOUT_CLASS(mxu_spatial_dropout1d_class, "SpatialDropout1D",
+              read_spatial_dropout1d, spatial_dropout_keys);
 
 /* ---- InputLayer -----------------------------------------------------------
  * A model input: its node's output buffer is where fit loads the samples;
