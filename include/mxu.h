@@ -723,6 +723,15 @@ mxu_tensor_id mxu_apply_embedding(mxu_model *model,
                                   mxu_tensor_id x);
 mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
                             mxu_tensor_id x);
+/* Masking over a sequence (steps, features): a step whose features all
+ * equal mask_value is padding, its output zeros, and masked for the
+ * layers after as an Embedding's mask_zero masks (mxu_embedding_config
+ * says where the mask goes). */
+mxu_tensor_id mxu_apply_masking(mxu_model *model, const char *name,
+                                float mask_value, mxu_tensor_id x);
+/* RepeatVector: (features) -> (n, features), the vector at every step. */
+mxu_tensor_id mxu_apply_repeat_vector(mxu_model *model, const char *name, int n,
+                                      mxu_tensor_id x);
 /* MultiHeadAttention(query, value, key): key -1 for none (the value is
  * the key), as Keras' call. */
 mxu_tensor_id mxu_apply_multi_head_attention(mxu_model *model,

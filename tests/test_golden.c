@@ -313,6 +313,16 @@ int main(void) {
        5,
        {8, 0, 0},
        NULL},
+      /* Series of floats padded with zero steps: Masking's mask through
+       * LSTM, GRU, SimpleRNN and GlobalAveragePooling1D, a Masking after a
+       * Dense, RepeatVector (make_timeseries.py). */
+      {"tests/golden/timeseries",
+       {"tests/golden/timeseries/model.tf2.json",
+        "tests/golden/timeseries/model.k3.json"},
+       6,
+       5,
+       {7, 3, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -334,7 +344,8 @@ int main(void) {
     int sequence = strcmp(cases[c].dir, "tests/golden/sequence") == 0 ||
                    strcmp(cases[c].dir, "tests/golden/masking") == 0;
     if (sequence || strcmp(cases[c].dir, "tests/golden/recurrent") == 0 ||
-        strcmp(cases[c].dir, "tests/golden/attention") == 0)
+        strcmp(cases[c].dir, "tests/golden/attention") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/timeseries") == 0)
       keras_archive(&cases[c], sequence);
   }
   return check_report("test_golden");

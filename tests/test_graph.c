@@ -205,7 +205,17 @@ static void load_ids(mxu_model *m, int ids) {
       {3, 1, 4, 0, 0, 0}, {0, 0, 2, 5, 1, 3}, {1, 0, 2, 0, 4, 5}};
   if (ids < 0) return;
   float *x = act(m, m->inputs[ids]);
-  for (int r = 0; r < BATCH; r++) memcpy(x + r * 6, pattern[r % 3], 6 * 4);
+  const mxu_shape *s = &m->layers[m->inputs[ids]].out_shape;
+  if (s->rank == 1) {
+    for (int r = 0; r < BATCH; r++) memcpy(x + r * 6, pattern[r % 3], 6 * 4);
+    return;
+  }
+  /* A series (6, f): its steps zeros where the ids are 0 (a padding a
+   * Masking finds), load_inputs' values elsewhere. */
+  int64_t f = s->dims[1];
+  for (int r = 0; r < BATCH; r++)
+    for (int t = 0; t < 6; t++)
+      if (pattern[r % 3][t] == 0) memset(x + (r * 6 + t) * f, 0, f * 4);
 }
 
 static void finite_differences_ids(mxu_model *m, const char *name, int ids);
@@ -2656,6 +2666,56 @@ static void test_embedding(void) {
   mxu_model_free(m);
 }
 
+static mxu_tensor_id identity_input(mxu_model *m, const int64_t *dims,
+                                    int rank) {
+  return mxu_apply_activation(m, NULL, MXU_LINEAR,
+                              mxu_input(m, NULL, mxu_shape_make(rank, dims)));
+}
+
+/* RepeatVector(3) of a vector of 4 (through a tanh Dense, so its
+ * gradient sums the steps' into weights the checks see), then a
+ * GRU over the steps. */
+static mxu_tensor_id repeat_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t features = 4;
+  mxu_dense_config d = mxu_dense_defaults(4);
+  d.activation = MXU_TANH;
+  mxu_tensor_id v = mxu_apply_dense(m, &d, identity_input(m, &features, 1));
+  mxu_rnn_config gru = mxu_rnn_defaults(MXU_GRU, 2);
+  gru.return_sequences = 1;
+  return head(m, mxu_apply_rnn(m, &gru,
+                               mxu_apply_repeat_vector(m, "under_test", 3, v)));
+}
+
+static void test_repeat_vector(void) {
+  mxu_model *m = build("RepeatVector", repeat_graph, NULL, MXU_BACKEND_CPU);
+  if (m) {
+    int node = node_named(m, "under_test");
+    load_inputs(m, 2);
+    train_step(m);
+    const float *v = act(m, m->layers[node].inputs[0]), *y = act(m, node);
+    for (int r = 0; r < BATCH; r++)
+      for (int t = 0; t < 3; t++)
+        CHECK(memcmp(y + (r * 3 + t) * 4, v + r * 4, 4 * 4) == 0);
+    finite_differences(m, "RepeatVector");
+  }
+  mxu_model_free(m);
+  backends_agree("RepeatVector", repeat_graph, NULL);
+  /* Refused, each named: a sequence repeated, n 0, Masking of an image. */
+  mxu_model *r = mxu_functional("refusals");
+  static const int64_t seq[2] = {5, 2}, image[3] = {4, 4, 2};
+  mxu_tensor_id s = mxu_input(r, NULL, mxu_shape_make(2, seq));
+  CHECK(mxu_apply_repeat_vector(r, NULL, 2, s) < 0 &&
+        strstr(mxu_errmsg(), "RepeatVector takes a vector (features)"));
+  CHECK(mxu_apply_repeat_vector(r, NULL, 0, mxu_apply_flatten(r, NULL, s)) <
+            0 &&
+        strstr(mxu_errmsg(), "n must be in 1.."));
+  CHECK(mxu_apply_masking(r, NULL, 0.0f,
+                          mxu_input(r, NULL, mxu_shape_make(3, image))) < 0 &&
+        strstr(mxu_errmsg(), "Masking over (4, 4, 2) is not supported"));
+  mxu_model_free(r);
+}
+
 static void test_sequence_layers(void) {
   for (size_t i = 0; i < sizeof sequence_cases / sizeof *sequence_cases; i++)
     check_sequence(&sequence_cases[i]);
@@ -2674,6 +2734,7 @@ static void test_sequence_layers(void) {
         strstr(mxu_errmsg(), "padding 'causal' is Conv1D's only"));
   mxu_model_free(m);
   test_embedding();
+  test_repeat_vector();
 }
 
 /* A bias drawn from U(-0.3, 0.3) rather than Keras' zeros, so that the
@@ -2870,12 +2931,6 @@ typedef struct attention_case {
   int rank, self;                     /* self: the query is the value */
 } attention_case;
 
-static mxu_tensor_id identity_input(mxu_model *m, const int64_t *dims,
-                                    int rank) {
-  return mxu_apply_activation(m, NULL, MXU_LINEAR,
-                              mxu_input(m, NULL, mxu_shape_make(rank, dims)));
-}
-
 static mxu_tensor_id attention_graph(mxu_model *m, const void *ctx) {
   const attention_case *a = ctx;
   mxu_attention_config c = a->c;
@@ -2989,18 +3044,35 @@ typedef struct mask_case {
   enum { MASK_RNN, MASK_BIDIRECTIONAL, MASK_POOL, MASK_ATTENTION } kind;
   mxu_rnn_config rnn;
   int causal; /* MASK_ATTENTION */
+  /* The mask from a Masking over a Dense (no bias) of a series padded
+   * with zero steps, not from an Embedding's ids. */
+  int masking;
 } mask_case;
 
-static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
-  const mask_case *c = ctx;
-  static const int64_t steps = 6, x_shape[2] = {6, 2};
-  mxu_tensor_id x = identity_input(m, x_shape, 2);
-  mxu_tensor_id ids = identity_input(m, &steps, 1);
+/* The masked sequence (6, 3): an Embedding of ids (mask_zero), or a
+ * Masking of a Dense of a padded series, whose gradient it passes at
+ * the unpadded steps only. */
+static mxu_tensor_id masked_input(mxu_model *m, int masking) {
+  static const int64_t steps = 6, series[2] = {6, 2};
+  if (masking) {
+    mxu_dense_config d = mxu_dense_defaults(3);
+    d.use_bias = 0;
+    return mxu_apply_masking(
+        m, "masking", 0.0f,
+        mxu_apply_dense(m, &d, identity_input(m, series, 2)));
+  }
   mxu_embedding_config e = {.input_dim = 6, .output_dim = 3, .mask_zero = 1};
   e.embeddings.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
   e.embeddings.initializer.minval = -1.0f;
   e.embeddings.initializer.maxval = 1.0f;
-  mxu_tensor_id both[2] = {mxu_apply_embedding(m, &e, ids), x};
+  return mxu_apply_embedding(m, &e, identity_input(m, &steps, 1));
+}
+
+static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
+  const mask_case *c = ctx;
+  static const int64_t x_shape[2] = {6, 2};
+  mxu_tensor_id x = identity_input(m, x_shape, 2);
+  mxu_tensor_id both[2] = {masked_input(m, c->masking), x};
   mxu_tensor_id seq = mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, both, 2, -1);
   mxu_rnn_config rnn = c->rnn;
   rnn.name = "under_test";
@@ -3023,28 +3095,39 @@ static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
 }
 
 static void test_masking(void) {
-  mask_case cases[8] = {
-      {"masked LSTM(3) sequences", MASK_RNN, mxu_rnn_defaults(MXU_LSTM, 3), 0},
-      {"masked GRU(3) backwards", MASK_RNN, mxu_rnn_defaults(MXU_GRU, 3), 0},
+  mask_case cases[12] = {
+      {"masked LSTM(3) sequences", MASK_RNN, mxu_rnn_defaults(MXU_LSTM, 3), 0,
+       0},
+      {"masked GRU(3) backwards", MASK_RNN, mxu_rnn_defaults(MXU_GRU, 3), 0, 0},
       {"masked SimpleRNN(2) sequences, zero_output_for_mask", MASK_RNN,
-       mxu_rnn_defaults(MXU_SIMPLE_RNN, 2), 0},
+       mxu_rnn_defaults(MXU_SIMPLE_RNN, 2), 0, 0},
       {"masked LSTM(2), recurrent_dropout 0.3", MASK_RNN,
-       mxu_rnn_defaults(MXU_LSTM, 2), 0},
+       mxu_rnn_defaults(MXU_LSTM, 2), 0, 0},
       {"masked Bidirectional(GRU(2) sequences)", MASK_BIDIRECTIONAL,
-       mxu_rnn_defaults(MXU_GRU, 2), 0},
+       mxu_rnn_defaults(MXU_GRU, 2), 0, 0},
       {"masked GlobalAveragePooling1D", MASK_POOL,
-       mxu_rnn_defaults(MXU_LSTM, 1), 0},
+       mxu_rnn_defaults(MXU_LSTM, 1), 0, 0},
       {"masked MultiHeadAttention(2, 2)", MASK_ATTENTION,
-       mxu_rnn_defaults(MXU_LSTM, 1), 0},
+       mxu_rnn_defaults(MXU_LSTM, 1), 0, 0},
       {"masked MultiHeadAttention(2, 2), causal", MASK_ATTENTION,
-       mxu_rnn_defaults(MXU_LSTM, 1), 1},
+       mxu_rnn_defaults(MXU_LSTM, 1), 1, 0},
+      {"Masking, LSTM(3) sequences", MASK_RNN, mxu_rnn_defaults(MXU_LSTM, 3), 0,
+       1},
+      {"Masking, GRU(2) backwards", MASK_RNN, mxu_rnn_defaults(MXU_GRU, 2), 0,
+       1},
+      {"Masking, GlobalAveragePooling1D", MASK_POOL,
+       mxu_rnn_defaults(MXU_LSTM, 1), 0, 1},
+      {"Masking, MultiHeadAttention(2, 2)", MASK_ATTENTION,
+       mxu_rnn_defaults(MXU_LSTM, 1), 0, 1},
   };
   cases[0].rnn.return_sequences = 1;
   cases[1].rnn.go_backwards = 1;
   cases[2].rnn.return_sequences = cases[2].rnn.zero_output_for_mask = 1;
   cases[3].rnn.recurrent_dropout = 0.3f;
   cases[4].rnn.return_sequences = 1;
-  for (int i = 0; i < 8; i++) {
+  cases[8].rnn.return_sequences = 1;
+  cases[9].rnn.go_backwards = 1;
+  for (int i = 0; i < 12; i++) {
     live_bias(&cases[i].rnn.bias);
     mxu_model *m =
         build(cases[i].name, mask_graph, &cases[i], MXU_BACKEND_CPU_REF);
@@ -3072,6 +3155,25 @@ static void test_masking(void) {
   }
   mxu_model_free(m);
   mxu_model_free(z);
+  /* So over a Masking's padded steps (row 0's steps 3..5 zeros, row 2's
+   * step 1); its output is zeros there, and a step with one feature 0
+   * is kept. */
+  mxu_model *k = build("Masking", mask_graph, &cases[8], MXU_BACKEND_CPU);
+  if (k) {
+    load_inputs(k, 2), load_ids(k, 1);
+    act(k, k->inputs[1])[5 * 12 + 2 * 2] = 0.0f; /* row 5, step 2, one 0 */
+    train_step(k);
+    const float *y = act(k, node_named(k, "under_test"));
+    const float *masked = act(k, node_named(k, "masking"));
+    CHECK(memcmp(y + 3 * 3, y + 2 * 3, 3 * 4) == 0 &&
+          memcmp(y + 5 * 3, y + 2 * 3, 3 * 4) == 0 && y[0] != 0);
+    CHECK(memcmp(y + 13 * 3, y + 12 * 3, 3 * 4) == 0 &&
+          memcmp(y + 14 * 3, y + 13 * 3, 3 * 4) != 0);
+    CHECK(masked[3 * 3] == 0 && masked[5 * 3 + 2] == 0 &&
+          masked[(5 * 6 + 2) * 3] != 0 && masked[(5 * 6 + 2) * 3 + 1] != 0);
+    CHECK(memcmp(y + (5 * 6 + 2) * 3, y + (5 * 6 + 1) * 3, 3 * 4) != 0);
+  }
+  mxu_model_free(k);
   /* What is refused, each named. */
   mxu_model *r = mxu_functional("refusals");
   static const int64_t steps = 6, features[2] = {6, 3};

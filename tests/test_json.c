@@ -3045,6 +3045,53 @@ static void reads_masking(void) {
   }
 }
 
+/* The timeseries net of test_golden (make_timeseries.py) in both
+ * dialects (Keras 3's with the NotEqual and Any ops by which it records
+ * Masking's mask): each Masking holds the mask of the layers after it;
+ * mask_value and RepeatVector's n written back. */
+static void reads_timeseries(void) {
+  static const char *const files[] = {"tests/golden/timeseries/model.tf2.json",
+                                      "tests/golden/timeseries/model.k3.json"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
+    if (!m) continue;
+    int mask = node_named(m, "mask"), shift = node_named(m, "mask_shift");
+    static const struct {
+      const char *node;
+      int in, out; /* 1: "mask"'s, 2: "mask_shift"'s */
+    } want[] = {{"mask", 0, 1},  {"lstm", 1, 1},   {"gru", 1, 0},
+                {"dense", 1, 1}, {"pool", 1, 0},   {"mask_shift", 0, 2},
+                {"rnn", 2, 0},   {"repeat", 0, 0}, {"decode", 0, 0}};
+    const int holder[3] = {-1, mask, shift};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+      const mxu_layer *l = &m->layers[node_named(m, want[i].node)];
+      CHECK_MSG(l->mask_in == holder[want[i].in] &&
+                    l->mask_out == holder[want[i].out],
+                "%s: %s's masks %d, %d", files[f], want[i].node, l->mask_in,
+                l->mask_out);
+    }
+    const mxu_layer *repeat = &m->layers[node_named(m, "repeat")];
+    CHECK(m->layers[shift].config.mask_value == 1.0f &&
+          repeat->config.repeats == 3 &&
+          shape_is(repeat->out_shape, 2, 3, 4, 0));
+    CHECK(mxu_model_layer_count(m) == 14);
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      round_trip_text(files[f], m, keras3);
+      char *text = write_json(m, keras3);
+      cJSON *doc = text ? cJSON_Parse(text) : NULL;
+      static const char *const written[][3] = {
+          {"mask", "mask_value", "0"},
+          {"mask_shift", "mask_value", "1"},
+          {"repeat", "n", "3"}};
+      expect_written(files[f], keras3, doc, written, 3);
+      cJSON_Delete(doc);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+}
+
 /* A Keras 3 Functional model: input x (5, 4), then MultiHeadAttention 'e'
  * with the config's keys after its name, called with args and kwargs. */
 static const char *attention_with(const char *config, const char *args,
@@ -3178,8 +3225,10 @@ static void every_mutation(void) {
                                      "tests/golden/attention/model.tf2.json",
                                      "tests/golden/attention/model.k3.json",
                                      "tests/golden/masking/model.tf2.json",
-                                     "tests/golden/masking/model.k3.json"};
-  for (int n = 0; n < 10; n++) {
+                                     "tests/golden/masking/model.k3.json",
+                                     "tests/golden/timeseries/model.tf2.json",
+                                     "tests/golden/timeseries/model.k3.json"};
+  for (int n = 0; n < 12; n++) {
     char *text = check_slurp(nets[n]);
     CHECK_MSG(text != NULL, "%s: cannot read it", nets[n]);
     if (text) mutate_every_node(nets[n], text);
@@ -3200,6 +3249,7 @@ int main(void) {
   reads_recurrent();
   reads_attention();
   reads_masking();
+  reads_timeseries();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

@@ -412,6 +412,20 @@ static const layer_case cases[] = {
                              LAYER("GlobalAveragePooling1D", "gm", "", IN("m"))
                                  LAYER("Concatenate", "o", "", IN2("g", "gm")),
      "o", 1e-4},
+    /* Masking of relu(lead + x): a step is padding where its 3 features
+     * are all <= 0 (about 1 in 8); its mask computed from a tensor with a
+     * gradient. RepeatVector after the masked mean. */
+    {"Masking, LSTM, masked mean, RepeatVector", "8, 1, 3",
+     LAYER("Reshape", "lr", ", \"target_shape\": [8, 3]", IN("lead"))
+         LAYER("Reshape", "xr", ", \"target_shape\": [8, 3]",
+               IN("x")) LAYER("Add", "sum", "", IN2("lr", "xr"))
+             LAYER("Activation", "a", ", \"activation\": \"relu\"", IN("sum"))
+                 LAYER("Masking", "k", ", \"mask_value\": 0.0", IN("a")) LAYER(
+                     "LSTM", "l", ", \"units\": 3, \"return_sequences\": true",
+                     IN("k")) LAYER("GlobalAveragePooling1D", "g", "", IN("l"))
+                     LAYER("RepeatVector", "rv", ", \"n\": 2", IN("g"))
+                         LAYER("SimpleRNN", "s", ", \"units\": 2", IN("rv")),
+     "s", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
      * and 0.x row 0, 1.x row 1. Through a linear Activation: fit refuses
      * ids outside the table in an Embedding's own data. */

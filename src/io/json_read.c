@@ -275,10 +275,12 @@ static int is_op(const cJSON *entry) {
 }
 
 /* The ops by which Keras 3 computes and combines masks (an Embedding's
- * ids != 0, a merge's masks or'ed), recorded as layers whose tensors only
- * masks read (keras_mask): mxu makes no node of them. */
+ * ids != 0, Masking's any(x != mask_value), a merge's masks or'ed),
+ * recorded as layers whose tensors only masks read (keras_mask): mxu
+ * makes no node of them. */
 static int is_mask_op(const cJSON *entry) {
-  static const char *const ops[] = {"NotEqual", "LogicalOr", "LogicalAnd"};
+  static const char *const ops[] = {"NotEqual", "Any", "LogicalOr",
+                                    "LogicalAnd"};
   const cJSON *class_name = mxu_json_get(entry, "class_name");
   for (size_t i = 0; is_op(entry) && cJSON_IsString(class_name) &&
                      i < sizeof ops / sizeof *ops;

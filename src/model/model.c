@@ -70,6 +70,8 @@ static const mxu_layer_class *const registry[] = {
     &mxu_global_average_pooling1d_class,
     &mxu_global_max_pooling1d_class,
     &mxu_embedding_class,
+    &mxu_masking_class,
+    &mxu_repeat_vector_class,
     &mxu_simple_rnn_class,
     &mxu_lstm_class,
     &mxu_gru_class,
@@ -922,6 +924,21 @@ mxu_tensor_id mxu_apply_gaussian_dropout(mxu_model *model, const char *name,
   mxu_layer proto = dropout_proto(rate);
   return x < 0 ? -1
                : apply(model, &mxu_gaussian_dropout_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_masking(mxu_model *model, const char *name,
+                                float mask_value, mxu_tensor_id x) {
+  mxu_layer proto = {0};
+  proto.config.mask_value = mask_value;
+  return x < 0 ? -1 : apply(model, &mxu_masking_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_repeat_vector(mxu_model *model, const char *name, int n,
+                                      mxu_tensor_id x) {
+  mxu_layer proto = {0};
+  proto.config.repeats = n;
+  return x < 0 ? -1
+               : apply(model, &mxu_repeat_vector_class, name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_unit_normalization(mxu_model *model, const char *name,

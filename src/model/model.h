@@ -96,8 +96,9 @@ typedef struct mxu_layer_run {
   mxu_rng rng;        /* this (seed, epoch, step, replica, layer) stream */
   int64_t row_offset; /* this slice's first row in its logical replica */
   /* A layer that uses the mask (uses_mask), whose input has one: the ids
-   * of the mask's Embedding for this slice, (batch, steps); id 0 is a
-   * masked step. NULL: no mask. */
+   * of the mask's Embedding for this slice, (batch, steps), or a
+   * Masking's 1 and 0 (computes_mask); 0 is a masked step. NULL: no
+   * mask. */
   const float *mask_ids;
   int fused_softmax; /* backward: dy is already the gradient of the logits */
 } mxu_layer_run;
@@ -156,6 +157,11 @@ typedef struct mxu_layer_class {
    * layer computes with its input's (run->mask_ids, e->mask). */
   int (*output_mask)(const mxu_layer *layer);
   int uses_mask;
+  /* The layer computes the mask its output carries (Masking; its
+   * output_mask is the node itself): 1 or 0 per step, (batch, steps)
+   * floats at scratch[0] of the replica's arena (cpu) or in e->mask_out
+   * (pjrt). A node of another class holds the mask's ids itself. */
+  int computes_mask;
   /* Masked and unmasked inputs together are refused: a merge's mask,
    * which Keras 3 ors from its inputs' (none when one has none) and
    * tf.keras 2 ands from those that have one; MultiHeadAttention's query
@@ -290,6 +296,8 @@ struct mxu_layer {
     mxu_normalization_config normalization;
     mxu_layer_scale_config layer_scale;
     float custom_scale; /* CustomScaleLayer's scale */
+    float mask_value;   /* Masking */
+    int repeats;        /* RepeatVector's n */
     mxu_embedding_config embedding;
     mxu_rnn_config rnn;
     mxu_bidirectional_config bidirectional;
@@ -306,8 +314,9 @@ struct mxu_layer {
    * l1 |y| + l2 y^2 of the output, summed, joins the loss (divided by
    * the batch, as Keras divides it), its gradient the output's. */
   mxu_regularizer activity;
-  /* Masks (an Embedding's mask_zero): the node whose output holds the ids
-   * of the mask on this node's inputs, and on its output; -1: none. */
+  /* Masks (an Embedding's mask_zero, Masking): the node that holds the
+   * mask on this node's inputs, and on its output (an Embedding's ids, or
+   * a Masking, computes_mask); -1: none. */
   int mask_in, mask_out;
   mxu_shape in_shape, out_shape; /* without the batch dimension */
 
@@ -396,6 +405,8 @@ extern const mxu_layer_class mxu_average_pooling1d_class;
 extern const mxu_layer_class mxu_global_average_pooling1d_class;
 extern const mxu_layer_class mxu_global_max_pooling1d_class;
 extern const mxu_layer_class mxu_embedding_class;
+extern const mxu_layer_class mxu_masking_class;
+extern const mxu_layer_class mxu_repeat_vector_class;
 extern const mxu_layer_class mxu_spatial_dropout1d_class;
 extern const mxu_layer_class mxu_simple_rnn_class;
 extern const mxu_layer_class mxu_lstm_class;

@@ -71,10 +71,14 @@ typedef struct pass {
 
 static mxu_status forward(const mxu_model *model, pass *p) {
   int drawn = 0;
+  /* Per node, the mask it holds (mxu_layer.mask_out): its output (an
+   * Embedding's ids) or what it computed (Masking). */
+  mxu_hlo_value *masks = calloc((size_t)model->layer_count, sizeof *masks);
+  if (!masks) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   for (int n = 0; n < model->layer_count; n++) {
     const mxu_layer *l = &model->layers[n];
     if (l->cls == &mxu_input_layer_class) {
-      p->nodes[n] = p->x;
+      p->nodes[n] = masks[n] = p->x;
       continue;
     }
     mxu_hlo_value in[MXU_MAX_INPUTS];
@@ -89,11 +93,13 @@ static mxu_status forward(const mxu_model *model, pass *p) {
         .in = in,
         .w = p->weights + owner->param_first,
         .noise = p->noise && mxu_layer_draws_noise(l) ? p->noise[drawn++] : 0,
-        .mask = l->cls->uses_mask && l->mask_in >= 0 ? p->nodes[l->mask_in] : 0,
+        .mask = l->cls->uses_mask && l->mask_in >= 0 ? masks[l->mask_in] : 0,
         .moving = p->moving ? p->moving + owner->param_first : NULL};
     p->nodes[n] = l->cls->emit(l, &e);
+    masks[n] = l->cls->computes_mask ? e.mask_out : p->nodes[n];
     if (n == mxu_model_output(model)) p->logits = e.logits;
   }
+  free(masks);
   return p->h->status;
 }
 

@@ -21,8 +21,12 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
     run.dxs[k] = mxu_replica_floats(replica, edges[k].dx);
     run.need_dxs[k] = edges[k].need_dx;
   }
-  if (layer->cls->uses_mask && layer->mask_in >= 0)
-    run.mask_ids = mxu_replica_floats(replica, plan->act[layer->mask_in]);
+  if (layer->cls->uses_mask && layer->mask_in >= 0) {
+    const mxu_layer *src = &model->layers[layer->mask_in];
+    run.mask_ids = mxu_replica_floats(replica, src->cls->computes_mask
+                                                   ? src->compiled->scratch[0]
+                                                   : plan->act[src->index]);
+  }
   run.x = run.xs[0];
   run.dx = run.dxs[0];
   run.need_dx = run.need_dxs[0];

@@ -464,8 +464,11 @@ mxu_status mxu_hlo_gradients(mxu_hlo *h, mxu_hlo_value of, mxu_hlo_value seed,
     return mxu_fail(MXU_ERR_NOMEM, "hlo: out of memory");
   }
   for (int i = 0; i < count; i++) g.reach[wrt[i]] = 1;
+  /* A comparison's truth values have no gradient (Masking's mask of its
+   * input): nothing past one reaches back. */
   for (int v = 1; v < g.count; v++)
-    for (int i = 0; i < h->nodes[v].count; i++)
+    for (int i = 0; i < h->nodes[v].count && h->nodes[v].op != MXU_HLO_COMPARE;
+         i++)
       g.reach[v] |= g.reach[h->nodes[v].in[i]];
   accumulate(&g, of, seed);
   for (int v = of; v > 0 && h->status == MXU_OK; v--)

@@ -281,6 +281,7 @@ typedef struct mxu_emit {
   /* A layer that uses the mask: the ids of its input's mask (batch,
    * steps), 0 where none (see mxu_layer_run.mask_ids). */
   mxu_hlo_value mask;
+  mxu_hlo_value mask_out; /* computes_mask: the output's mask */
   mxu_hlo_value logits;
   /* Per weight: its moving average's statistic (local 0: none). The
    * program sums every replica's in the one all_reduce that ends the step
