@@ -3047,8 +3047,9 @@ static void reads_masking(void) {
 
 /* The timeseries net of test_golden (make_timeseries.py) in both
  * dialects (Keras 3's with the NotEqual and Any ops by which it records
- * Masking's mask): each Masking holds the mask of the layers after it;
- * mask_value and RepeatVector's n written back. */
+ * Masking's mask): each Masking holds the mask of the layers after it,
+ * which TimeDistributed(Dense) keeps; mask_value, RepeatVector's n and
+ * the TimeDistributed wrappers written back. */
 static void reads_timeseries(void) {
   static const char *const files[] = {"tests/golden/timeseries/model.tf2.json",
                                       "tests/golden/timeseries/model.k3.json"};
@@ -3060,9 +3061,10 @@ static void reads_timeseries(void) {
     static const struct {
       const char *node;
       int in, out; /* 1: "mask"'s, 2: "mask_shift"'s */
-    } want[] = {{"mask", 0, 1},  {"lstm", 1, 1},   {"gru", 1, 0},
-                {"dense", 1, 1}, {"pool", 1, 0},   {"mask_shift", 0, 2},
-                {"rnn", 2, 0},   {"repeat", 0, 0}, {"decode", 0, 0}};
+    } want[] = {{"mask", 0, 1},     {"lstm", 1, 1},   {"gru", 1, 0},
+                {"each", 1, 1},     {"pool", 1, 0},   {"mask_shift", 0, 2},
+                {"rnn", 2, 0},      {"repeat", 0, 0}, {"decode", 0, 0},
+                {"each_step", 0, 0}};
     const int holder[3] = {-1, mask, shift};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
       const mxu_layer *l = &m->layers[node_named(m, want[i].node)];
@@ -3075,7 +3077,12 @@ static void reads_timeseries(void) {
     CHECK(m->layers[shift].config.mask_value == 1.0f &&
           repeat->config.repeats == 3 &&
           shape_is(repeat->out_shape, 2, 3, 4, 0));
-    CHECK(mxu_model_layer_count(m) == 14);
+    const mxu_layer *each = &m->layers[node_named(m, "each_step")];
+    CHECK(each->cls == &mxu_dense_class &&
+          strcmp(each->wrapped, "inner") == 0 &&
+          each->config.dense.activation == MXU_TANH &&
+          shape_is(each->out_shape, 2, 3, 2, 0));
+    CHECK(mxu_model_layer_count(m) == 15);
     for (int keras3 = 0; keras3 < 2; keras3++) {
       round_trip_text(files[f], m, keras3);
       char *text = write_json(m, keras3);
@@ -3085,11 +3092,55 @@ static void reads_timeseries(void) {
           {"mask_shift", "mask_value", "1"},
           {"repeat", "n", "3"}};
       expect_written(files[f], keras3, doc, written, 3);
+      char *cls = doc ? written_entry_key(doc, "each", "class_name") : NULL;
+      char *inner = doc ? written_value(doc, "each", "layer") : NULL;
+      CHECK_MSG(cls && strcmp(cls, "\"TimeDistributed\"") == 0 && inner &&
+                    strstr(inner, "\"class_name\":\"Dense\"") &&
+                    strstr(inner, "\"name\":\"dense\""),
+                "%s keras3=%d: each written as %s, %s", files[f], keras3,
+                cls ? cls : "(none)", inner ? inner : "(none)");
+      cJSON_free(cls);
+      cJSON_free(inner);
       cJSON_Delete(doc);
       free(text);
     }
     mxu_model_free(m);
   }
+  static const refusal refused[] = {
+      {"[null, 5, 4, 4, 3]",
+       "{\"class_name\": \"TimeDistributed\", \"config\": {\"name\": \"e\", "
+       "\"layer\": {\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+       "\"c\", \"filters\": 2, \"kernel_size\": 3}}}}",
+       MXU_ERR_UNSUPPORTED, "TimeDistributed(Conv2D) is not supported"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"TimeDistributed\", \"config\": {\"name\": \"e\", "
+       "\"layer\": {\"class_name\": \"Dropout\", \"config\": {\"name\": "
+       "\"d\", \"rate\": 0.5, \"noise_shape\": [null, 1]}}}}",
+       MXU_ERR_UNSUPPORTED, "with a noise_shape"},
+      {"[null, 3]",
+       "{\"class_name\": \"TimeDistributed\", \"config\": {\"name\": \"e\", "
+       "\"layer\": {\"class_name\": \"Dense\", \"config\": {\"name\": "
+       "\"d\", \"units\": 2}}}}",
+       MXU_ERR_SHAPE, "one input of (steps, ...)"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"TimeDistributed\", \"config\": {\"name\": \"e\", "
+       "\"layer\": \"Dense\"}}",
+       MXU_ERR_FORMAT, "layer must be a layer object"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"TimeDistributed\", \"config\": {\"name\": \"e\", "
+       "\"layer\": {\"class_name\": \"Dense\", \"config\": {\"name\": "
+       "\"d\", \"units\": 0}}}}",
+       MXU_ERR_FORMAT, "units"},
+      {"[null, 4, 4, 3]",
+       "{\"class_name\": \"Masking\", \"config\": {\"name\": \"e\", "
+       "\"mask_value\": 0.0}}",
+       MXU_ERR_UNSUPPORTED, "Masking over (4, 4, 3) is not supported"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"RepeatVector\", \"config\": {\"name\": \"e\", "
+       "\"n\": 2}}",
+       MXU_ERR_SHAPE, "RepeatVector takes a vector"},
+  };
+  expect_refused(refused, sizeof refused / sizeof *refused);
 }
 
 /* A Keras 3 Functional model: input x (5, 4), then MultiHeadAttention 'e'

@@ -342,6 +342,13 @@ static void validation_split(void) {
   char *a = train_with(0, npz, 4);
   CHECK_MSG(a && has(a, "Train on 1500 samples, validate on 500 samples"), "%s",
             a ? a : "");
+  /* 0.2 as Keras' double: 1600 (the float 0.2f would leave 1599). */
+  const char *fifth[] = {"--data", "tests/npz/mnist_small.npz",
+                         "--validation-split", "0.2"};
+  char *f = train_with(0, fifth, 4);
+  CHECK_MSG(f && has(f, "Train on 1600 samples, validate on 400 samples"), "%s",
+            f ? f : "");
+  free(f);
   char x[600], y[600];
   snprintf(x, sizeof x, "%s",
            extract("tests/npz/mnist_small.npz", "x_train.npy"));

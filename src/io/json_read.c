@@ -445,9 +445,59 @@ static mxu_status read_class(const char *source, const mxu_json_where *where,
   return or_stand_in(read_class_once(source, where, e, node), where, e, node);
 }
 
+/* Keras' TimeDistributed(layer) of a positionwise class (Dense, the
+ * activations, Dropout) is the layer itself over the sequence: a node of
+ * the wrapped class, named as the wrapper, that keeps the wrapped layer's
+ * name for the writers (mxu_layer.wrapped). */
+static mxu_status read_time_distributed(const char *source,
+                                        const mxu_json_where *where,
+                                        const layer_entry *e,
+                                        mxu_json_node *node) {
+  static const char *const keys[] = {"layer", NULL};
+  MXU_TRY(read_common(where, e->config));
+  MXU_TRY(mxu_json_check_keys(where, e->config, keys, common_keys));
+  const cJSON *entry = mxu_json_get(e->config, "layer");
+  layer_entry inner = {cJSON_GetStringValue(mxu_json_get(entry, "class_name")),
+                       mxu_json_get(entry, "config"), e->name};
+  const mxu_layer_class *cls =
+      inner.class_name ? mxu_layer_class_find(inner.class_name) : NULL;
+  if (!cJSON_IsObject(inner.config))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "layer must be a layer object with class_name and "
+                         "config");
+  if (!cls || !cls->positionwise)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "TimeDistributed(%s) is not supported: mxu wraps "
+                         "the layers that compute every step alike (Dense, "
+                         "Activation and the activation layers, Dropout, "
+                         "GaussianNoise, GaussianDropout, Rescaling)",
+                         inner.class_name ? inner.class_name : "?");
+  const mxu_shape *in = &node->model->layers[node->inputs[0]].out_shape;
+  if (node->input_count != 1 || in->rank < 2)
+    return mxu_json_fail(where, MXU_ERR_SHAPE,
+                         "TimeDistributed takes one input of (steps, ...) "
+                         "values a sample");
+  /* A shape the wrapped layer gives is one of a step's. */
+  const cJSON *noise = mxu_json_get(inner.config, "noise_shape");
+  if (noise && !cJSON_IsNull(noise))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "TimeDistributed(%s) with a noise_shape is not "
+                         "supported",
+                         inner.class_name);
+  const char *name = NULL;
+  MXU_TRY(
+      mxu_json_string(where, inner.config, "name", MXU_JSON_OPTIONAL, &name));
+  MXU_TRY(read_class_once(source, where, &inner, node));
+  mxu_layer *l = &node->model->layers[node->output];
+  snprintf(l->wrapped, sizeof l->wrapped, "%s", name ? name : e->name);
+  return MXU_OK;
+}
+
 static mxu_status read_class_once(const char *source,
                                   const mxu_json_where *where,
                                   const layer_entry *e, mxu_json_node *node) {
+  if (strcmp(e->class_name, "TimeDistributed") == 0)
+    return read_time_distributed(source, where, e, node);
   const mxu_layer_class *cls = mxu_layer_class_find(e->class_name);
   if (!cls && (strcmp(e->class_name, "Sequential") == 0 ||
                strcmp(e->class_name, "Functional") == 0 ||

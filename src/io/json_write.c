@@ -90,7 +90,8 @@ static mxu_status layer_json(mxu_json_out *out, const mxu_layer *layer,
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "model_to_json: layer '%s': no JSON writer for class %s",
                     layer->name, layer->cls->class_name);
-  cJSON *config = layer_config(out, layer->name);
+  cJSON *config =
+      layer_config(out, layer->wrapped[0] ? layer->wrapped : layer->name);
   layer->cls->write_config(out, layer, config);
   if (mxu_has_activity(layer) &&
       layer->cls != &mxu_activity_regularization_class) {
@@ -98,7 +99,15 @@ static mxu_status layer_json(mxu_json_out *out, const mxu_layer *layer,
     mxu_json_put_regularizer(out, config, "activity_regularizer",
                              &layer->activity);
   }
-  *entry = layer_entry(out, layer->cls->class_name, config, layer);
+  if (!layer->wrapped[0]) {
+    *entry = layer_entry(out, layer->cls->class_name, config, layer);
+    return MXU_OK;
+  }
+  /* TimeDistributed(layer): the wrapper builds the layer itself. */
+  cJSON *wrapper = layer_config(out, layer->name);
+  mxu_json_put(out, wrapper, "layer",
+               layer_entry(out, layer->cls->class_name, config, NULL));
+  *entry = layer_entry(out, "TimeDistributed", wrapper, layer);
   return MXU_OK;
 }
 

@@ -33,7 +33,9 @@ static const char *item_base(const mxu_model *model, int item, char *out,
                              size_t size) {
   if (item < 0)
     return model->scopes[-1 - item].sequential ? "sequential" : "functional";
-  mxu_snake_case(model->layers[item].cls->class_name, out, size);
+  const mxu_layer *l = &model->layers[item];
+  mxu_snake_case(l->wrapped[0] ? "TimeDistributed" : l->cls->class_name, out,
+                 size);
   return out;
 }
 

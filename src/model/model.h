@@ -162,6 +162,11 @@ typedef struct mxu_layer_class {
    * floats at scratch[0] of the replica's arena (cpu) or in e->mask_out
    * (pjrt). A node of another class holds the mask's ids itself. */
   int computes_mask;
+  /* The layer computes every position of its input's leading axes alike,
+   * its weights over the last axis only (Dense, the activations,
+   * Dropout): Keras' TimeDistributed of it is the layer itself over the
+   * sequence (mxu_layer.wrapped). */
+  int positionwise;
   /* Masked and unmasked inputs together are refused: a merge's mask,
    * which Keras 3 ors from its inputs' (none when one has none) and
    * tf.keras 2 ands from those that have one; MultiHeadAttention's query
@@ -318,6 +323,10 @@ struct mxu_layer {
    * mask on this node's inputs, and on its output (an Embedding's ids, or
    * a Masking, computes_mask); -1: none. */
   int mask_in, mask_out;
+  /* Read from Keras' TimeDistributed(layer) of a positionwise class: the
+   * wrapped layer's name, which the writers give back (the node has the
+   * wrapper's); "" for others. */
+  char wrapped[MXU_NAME_SIZE];
   mxu_shape in_shape, out_shape; /* without the batch dimension */
 
   /* The graph: the nodes whose outputs this one reads (a node is one

@@ -94,11 +94,16 @@ typedef struct entry {
 static entry entry_of(const mxu_model *model, int item) {
   if (item >= 0) {
     const mxu_layer *layer = &model->layers[item];
-    /* An op Keras recorded as a layer, as tf.keras 2's summary names it. */
-    return (entry){
-        layer->name, layer->op ? "TFOpLambda" : layer->cls->class_name,
-        layer,       layer_params(layer),
-        item,        item};
+    /* An op Keras recorded as a layer, as tf.keras 2's summary names it;
+     * a wrapped layer as its wrapper, as Keras'. */
+    return (entry){layer->name,
+                   layer->op           ? "TFOpLambda"
+                   : layer->wrapped[0] ? "TimeDistributed"
+                                       : layer->cls->class_name,
+                   layer,
+                   layer_params(layer),
+                   item,
+                   item};
   }
   const mxu_scope *scope = &model->scopes[-1 - item];
   entry e = {scope->name,

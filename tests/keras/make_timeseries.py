@@ -1,15 +1,16 @@
 """make_timeseries.py — a one-step golden test for padded series of floats:
 Masking (a step whose features all equal mask_value is padding) through
-the layers that use its mask, and RepeatVector (an LSTM autoencoder's
-bridge from the code back to a sequence).
+the layers that use its mask, RepeatVector (an LSTM autoencoder's bridge
+from the code back to a sequence) and TimeDistributed(Dense).
 
   x (7, 3) -> m = Masking(0.0)(x)                                  (7, 3)
   a = LSTM(5, return_sequences)(m)                                 (7, 5)
   b = GRU(4)(a)                                                    (4)
-  c = GlobalAveragePooling1D(Dense(4)(m))                          (4)
+  c = GlobalAveragePooling1D(TimeDistributed(Dense(4))(m))         (4)
   d = Masking(1.0)(Dense(3, bias_initializer ones)(x))             (7, 3)
   d = SimpleRNN(2)(d)                                              (2)
   r = SimpleRNN(2, return_sequences)(RepeatVector(3)(b))           (3, 2)
+  r = TimeDistributed(Dense(2, tanh))(r)                           (3, 2)
   out = Dense(5, softmax)(concat(b, c, d, Flatten(r)))
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(6),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
@@ -44,12 +45,15 @@ def build(K):
     m = L.Masking(0.0, name="mask")(x)
     a = L.LSTM(5, return_sequences=True, name="lstm")(m)
     b = L.GRU(4, name="gru")(a)
-    c = L.GlobalAveragePooling1D(name="pool")(L.Dense(4, name="dense")(m))
+    c = L.TimeDistributed(L.Dense(4, name="dense"), name="each")(m)
+    c = L.GlobalAveragePooling1D(name="pool")(c)
     d = L.Dense(3, bias_initializer="ones", name="shift")(x)
     d = L.Masking(1.0, name="mask_shift")(d)
     d = L.SimpleRNN(2, name="rnn")(d)
     r = L.RepeatVector(3, name="repeat")(b)
     r = L.SimpleRNN(2, return_sequences=True, name="decode")(r)
+    r = L.TimeDistributed(L.Dense(2, activation="tanh", name="inner"),
+                          name="each_step")(r)
     r = L.Flatten(name="flat")(r)
     h = L.Concatenate(name="concat")([b, c, d, r])
     out = L.Dense(5, activation="softmax", name="probs")(h)

@@ -111,6 +111,7 @@ static mxu_hlo_value activation_emit(const mxu_layer *layer, mxu_emit *e) {
 
 const mxu_layer_class mxu_activation_class = {
     .output_mask = mxu_input_mask,
+    .positionwise = 1,
     .class_name = "Activation",
     .flops = activation_flops,
     .ends_in_softmax = activation_ends_in_softmax,
@@ -271,6 +272,7 @@ static mxu_hlo_value relu_emit(const mxu_layer *layer, mxu_emit *e) {
 
 const mxu_layer_class mxu_relu_class = {
     .output_mask = mxu_input_mask,
+    .positionwise = 1,
     .class_name = "ReLU",
     .config_keys = relu_keys,
     .read_config = read_relu,
@@ -346,6 +348,7 @@ static mxu_status alpha_infer(mxu_layer *layer) {
 #define ACTIVATION_LAYER(symbol, keras_name, reader, writer, keys)             \
   const mxu_layer_class symbol = {                                             \
       .output_mask = mxu_input_mask,                                           \
+      .positionwise = 1,                                                       \
       .class_name = keras_name,                                                \
       .flops = activation_flops,                                               \
       .ends_in_softmax = activation_ends_in_softmax,                           \

@@ -266,6 +266,7 @@ static mxu_hlo_value dense_emit(const mxu_layer *layer, mxu_emit *e) {
 
 const mxu_layer_class mxu_dense_class = {
     .output_mask = mxu_input_mask,
+    .positionwise = 1,
     .class_name = "Dense",
     .emit = dense_emit,
     .flops = dense_flops,
@@ -507,9 +508,10 @@ static mxu_hlo_value dropout_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 /* Dropout and the spatial ones: one class each, the same computation. */
-#define DROPOUT_CLASS(symbol, keras_name, reader, keys)                        \
+#define DROPOUT_CLASS(symbol, keras_name, reader, keys, by_position)           \
   const mxu_layer_class symbol = {                                             \
       .output_mask = mxu_input_mask,                                           \
+      .positionwise = by_position,                                             \
       .class_name = keras_name,                                                \
       .flops = dropout_flops,                                                  \
       .emit = dropout_emit,                                                    \
@@ -526,11 +528,11 @@ static mxu_hlo_value dropout_emit(const mxu_layer *layer, mxu_emit *e) {
       .backward = dropout_backward,                                            \
   }
 
-DROPOUT_CLASS(mxu_dropout_class, "Dropout", read_dropout, dropout_keys);
+DROPOUT_CLASS(mxu_dropout_class, "Dropout", read_dropout, dropout_keys, 1);
 DROPOUT_CLASS(mxu_spatial_dropout2d_class, "SpatialDropout2D",
-              read_spatial_dropout, spatial_dropout_keys);
+              read_spatial_dropout, spatial_dropout_keys, 0);
 DROPOUT_CLASS(mxu_spatial_dropout1d_class, "SpatialDropout1D",
-              read_spatial_dropout1d, spatial_dropout_keys);
+              read_spatial_dropout1d, spatial_dropout_keys, 0);
 
 /* ---- InputLayer -----------------------------------------------------------
  * A model input: its node's output buffer is where fit loads the samples;

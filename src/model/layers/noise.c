@@ -148,6 +148,7 @@ static mxu_hlo_value noise_emit(const mxu_layer *layer, mxu_emit *e) {
 #define NOISE_CLASS(symbol, keras_name, reader, keys)                          \
   const mxu_layer_class symbol = {                                             \
       .output_mask = mxu_input_mask,                                           \
+      .positionwise = 1,                                                       \
       .class_name = keras_name,                                                \
       .flops = noise_flops,                                                    \
       .config_keys = keys,                                                     \

@@ -69,6 +69,7 @@ static mxu_hlo_value rescaling_emit(const mxu_layer *layer, mxu_emit *e) {
 
 const mxu_layer_class mxu_rescaling_class = {
     .output_mask = mxu_input_mask,
+    .positionwise = 1,
     .class_name = "Rescaling",
     .config_keys = rescaling_keys,
     .read_config = read_rescaling,

@@ -72,6 +72,7 @@ void mxu_shape_format(const mxu_shape *shape, char *out, size_t size) {
 }
 
 const char *mxu_keras3_group(const mxu_layer *layer, int k) {
+  if (layer->wrapped[0]) return "layer"; /* TimeDistributed's */
   return layer->cls->keras3_group ? layer->cls->keras3_group(layer, k) : NULL;
 }
 
