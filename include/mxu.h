@@ -732,6 +732,21 @@ mxu_tensor_id mxu_apply_masking(mxu_model *model, const char *name,
 /* RepeatVector: (features) -> (n, features), the vector at every step. */
 mxu_tensor_id mxu_apply_repeat_vector(mxu_model *model, const char *name, int n,
                                       mxu_tensor_id x);
+/* Over a sequence (steps, channels): UpSampling1D repeats each step `size`
+ * times; ZeroPadding1D adds steps of zeros before and after it;
+ * Cropping1D cuts steps off either end. */
+mxu_tensor_id mxu_apply_upsampling1d(mxu_model *model, const char *name,
+                                     int size, mxu_tensor_id x);
+mxu_tensor_id mxu_apply_zero_padding1d(mxu_model *model, const char *name,
+                                       int before, int after, mxu_tensor_id x);
+mxu_tensor_id mxu_apply_cropping1d(mxu_model *model, const char *name,
+                                   int before, int after, mxu_tensor_id x);
+/* Conv1DTranspose: the transpose of the Conv1D that maps its output back
+ * to its input (padding valid or same, groups 1); its kernel is
+ * (kernel_size, filters, channels). */
+mxu_tensor_id mxu_apply_conv1d_transpose(mxu_model *model,
+                                         const mxu_conv1d_config *config,
+                                         mxu_tensor_id x);
 /* MultiHeadAttention(query, value, key): key -1 for none (the value is
  * the key), as Keras' call. */
 mxu_tensor_id mxu_apply_multi_head_attention(mxu_model *model,

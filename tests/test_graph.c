@@ -2716,6 +2716,69 @@ static void test_repeat_vector(void) {
   mxu_model_free(r);
 }
 
+/* A bias drawn from U(-0.3, 0.3) rather than Keras' zeros, so that the
+ * paths of its gradient count in the checks. */
+static void live_bias(mxu_weight_options *bias) {
+  bias->initializer.kind = MXU_INIT_RANDOM_UNIFORM;
+  bias->initializer.minval = -0.3f;
+  bias->initializer.maxval = 0.3f;
+}
+
+/* A sequence's shape (steps, channels). */
+static int is_sequence(mxu_shape s, int64_t steps, int64_t channels) {
+  return s.rank == 2 && s.dims[0] == steps && s.dims[1] == channels;
+}
+
+/* A convolutional autoencoder's decoder over (5, 3): Conv1DTranspose(4,
+ * 3, strides 2, same, tanh) (10, 4), UpSampling1D(2) (20, 4),
+ * ZeroPadding1D(1, 2) (23, 4), Cropping1D(2, 1) (20, 4),
+ * Conv1DTranspose(2, 2, valid) (21, 2). */
+static mxu_tensor_id decoder_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t series[2] = {5, 3};
+  mxu_conv1d_config up = mxu_conv1d_defaults(4, 3);
+  up.strides = 2;
+  up.padding = MXU_SAME;
+  up.activation = MXU_TANH;
+  live_bias(&up.bias);
+  mxu_conv1d_config last = mxu_conv1d_defaults(2, 2);
+  mxu_tensor_id y =
+      mxu_apply_conv1d_transpose(m, &up, identity_input(m, series, 2));
+  y = mxu_apply_upsampling1d(m, "up", 2, y);
+  y = mxu_apply_zero_padding1d(m, "pad", 1, 2, y);
+  y = mxu_apply_cropping1d(m, "crop", 2, 1, y);
+  return head(m, mxu_apply_conv1d_transpose(m, &last, y));
+}
+
+static void test_decoder_layers(void) {
+  mxu_model *m = build("decoder", decoder_graph, NULL, MXU_BACKEND_CPU);
+  if (m) {
+    int up = node_named(m, "up"), pad = node_named(m, "pad");
+    int crop = node_named(m, "crop");
+    CHECK(is_sequence(m->layers[up].out_shape, 20, 4) &&
+          is_sequence(m->layers[pad].out_shape, 23, 4) &&
+          is_sequence(m->layers[crop].out_shape, 20, 4) &&
+          is_sequence(m->layers[crop + 1].out_shape, 21, 2));
+    load_inputs(m, 2);
+    train_step(m);
+    const float *x = act(m, m->layers[up].inputs[0]), *u = act(m, up);
+    const float *p = act(m, pad), *c = act(m, crop);
+    static const float zeros[4] = {0};
+    for (int r = 0; r < BATCH; r++) {
+      /* Each step twice; a step of zeros, then the steps, then two. */
+      CHECK(memcmp(u + (r * 20 + 7) * 4, x + (r * 10 + 3) * 4, 16) == 0 &&
+            memcmp(u + (r * 20 + 6) * 4, x + (r * 10 + 3) * 4, 16) == 0);
+      CHECK(memcmp(p + r * 23 * 4, zeros, 16) == 0 &&
+            memcmp(p + (r * 23 + 21) * 4, zeros, 16) == 0 &&
+            memcmp(p + (r * 23 + 1) * 4, u + r * 20 * 4, 20 * 16) == 0);
+      CHECK(memcmp(c + r * 20 * 4, p + (r * 23 + 2) * 4, 20 * 16) == 0);
+    }
+    finite_differences(m, "decoder");
+  }
+  mxu_model_free(m);
+  backends_agree("decoder", decoder_graph, NULL);
+}
+
 static void test_sequence_layers(void) {
   for (size_t i = 0; i < sizeof sequence_cases / sizeof *sequence_cases; i++)
     check_sequence(&sequence_cases[i]);
@@ -2735,14 +2798,7 @@ static void test_sequence_layers(void) {
   mxu_model_free(m);
   test_embedding();
   test_repeat_vector();
-}
-
-/* A bias drawn from U(-0.3, 0.3) rather than Keras' zeros, so that the
- * paths of its gradient count in the checks. */
-static void live_bias(mxu_weight_options *bias) {
-  bias->initializer.kind = MXU_INIT_RANDOM_UNIFORM;
-  bias->initializer.minval = -0.3f;
-  bias->initializer.maxval = 0.3f;
+  test_decoder_layers();
 }
 
 /* A layer with dropout (the graph of ctx `dropping`; of `plain` the same

@@ -3082,16 +3082,24 @@ static void reads_timeseries(void) {
           strcmp(each->wrapped, "inner") == 0 &&
           each->config.dense.activation == MXU_TANH &&
           shape_is(each->out_shape, 2, 3, 2, 0));
-    CHECK(mxu_model_layer_count(m) == 15);
+    CHECK(mxu_model_layer_count(m) == 21);
     for (int keras3 = 0; keras3 < 2; keras3++) {
       round_trip_text(files[f], m, keras3);
       char *text = write_json(m, keras3);
       cJSON *doc = text ? cJSON_Parse(text) : NULL;
       static const char *const written[][3] = {
-          {"mask", "mask_value", "0"},
-          {"mask_shift", "mask_value", "1"},
-          {"repeat", "n", "3"}};
-      expect_written(files[f], keras3, doc, written, 3);
+          {"mask", "mask_value", "0"},  {"mask_shift", "mask_value", "1"},
+          {"repeat", "n", "3"},         {"up", "size", "2"},
+          {"pad", "padding", "[1,2]"},  {"crop", "cropping", "[2,3]"},
+          {"up_conv", "strides", "[2]"}};
+      expect_written(files[f], keras3, doc, written,
+                     sizeof written / sizeof *written);
+      /* Keras 3's Conv1DTranspose takes no groups, tf.keras 2's does. */
+      char *groups = doc ? written_value(doc, "up_conv", "groups") : NULL;
+      CHECK_MSG(keras3 ? !groups : groups && strcmp(groups, "1") == 0,
+                "%s keras3=%d: groups written as %s", files[f], keras3,
+                groups ? groups : "(none)");
+      cJSON_free(groups);
       char *cls = doc ? written_entry_key(doc, "each", "class_name") : NULL;
       char *inner = doc ? written_value(doc, "each", "layer") : NULL;
       CHECK_MSG(cls && strcmp(cls, "\"TimeDistributed\"") == 0 && inner &&
@@ -3139,6 +3147,26 @@ static void reads_timeseries(void) {
        "{\"class_name\": \"RepeatVector\", \"config\": {\"name\": \"e\", "
        "\"n\": 2}}",
        MXU_ERR_SHAPE, "RepeatVector takes a vector"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"Conv1DTranspose\", \"config\": {\"name\": \"e\", "
+       "\"filters\": 2, \"kernel_size\": 3, \"padding\": \"causal\"}}",
+       MXU_ERR_UNSUPPORTED, "padding 'causal' is Conv1D's only"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"Conv1DTranspose\", \"config\": {\"name\": \"e\", "
+       "\"filters\": 2, \"kernel_size\": 3, \"output_padding\": 1}}",
+       MXU_ERR_UNSUPPORTED, "output_padding"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"Cropping1D\", \"config\": {\"name\": \"e\", "
+       "\"cropping\": [2, 3]}}",
+       MXU_ERR_SHAPE, "cropping (2, 3) leaves none of 5 steps"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"ZeroPadding1D\", \"config\": {\"name\": \"e\", "
+       "\"padding\": [1, -2]}}",
+       MXU_ERR_FORMAT, "padding must be n or [before, after]"},
+      {"[null, 4, 4, 3]",
+       "{\"class_name\": \"UpSampling1D\", \"config\": {\"name\": \"e\", "
+       "\"size\": 2}}",
+       MXU_ERR_SHAPE, "UpSampling1D takes (steps, channels)"},
   };
   expect_refused(refused, sizeof refused / sizeof *refused);
 }

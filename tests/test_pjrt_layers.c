@@ -426,6 +426,19 @@ static const layer_case cases[] = {
                      LAYER("RepeatVector", "rv", ", \"n\": 2", IN("g"))
                          LAYER("SimpleRNN", "s", ", \"units\": 2", IN("rv")),
      "s", 1e-4},
+    /* A convolutional autoencoder's decoder: Conv1DTranspose strided and
+     * valid, UpSampling1D, ZeroPadding1D, Cropping1D. */
+    {"Conv1DTranspose, UpSampling1D, ZeroPadding1D, Cropping1D", "5, 1, 3",
+     LAYER("Reshape", "lr", ", \"target_shape\": [5, 3]", IN("lead"))
+         LAYER("Conv1DTranspose", "t",
+               ", \"filters\": 4, \"kernel_size\": 3, \"strides\": 2, "
+               "\"padding\": \"same\", \"activation\": \"tanh\"",
+               IN("lr")) LAYER("UpSampling1D", "u", ", \"size\": 2", IN("t"))
+             LAYER("ZeroPadding1D", "p", ", \"padding\": [1, 2]", IN("u"))
+                 LAYER("Cropping1D", "c", ", \"cropping\": [2, 1]", IN("p"))
+                     LAYER("Conv1DTranspose", "v",
+                           ", \"filters\": 2, \"kernel_size\": 2", IN("c")),
+     "v", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
      * and 0.x row 0, 1.x row 1. Through a linear Activation: fit refuses
      * ids outside the table in an Embedding's own data. */

@@ -72,6 +72,10 @@ static const mxu_layer_class *const registry[] = {
     &mxu_embedding_class,
     &mxu_masking_class,
     &mxu_repeat_vector_class,
+    &mxu_upsampling1d_class,
+    &mxu_zero_padding1d_class,
+    &mxu_cropping1d_class,
+    &mxu_conv1d_transpose_class,
     &mxu_simple_rnn_class,
     &mxu_lstm_class,
     &mxu_gru_class,
@@ -698,10 +702,11 @@ mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
 
 /* The 1-D layers keep their sizes as the 1 x n window of the image
  * (1, steps, channels) they run on. */
-mxu_tensor_id mxu_apply_conv1d(mxu_model *model,
-                               const mxu_conv1d_config *config,
-                               mxu_tensor_id x) {
-  if (x < 0 || !given(config, "Conv1D")) return -1;
+/* Conv1D and Conv1DTranspose: a Conv2D's (Conv2DTranspose's) 1 x n window
+ * over the image (1, steps, channels). */
+static mxu_tensor_id conv1d(mxu_model *model, const mxu_layer_class *cls,
+                            const mxu_conv1d_config *config, mxu_tensor_id x) {
+  if (x < 0 || !given(config, cls->class_name)) return -1;
   mxu_conv2d_config conv =
       mxu_conv2d_defaults(config->filters, 1, config->kernel_size);
   conv.strides[1] = config->strides;
@@ -714,7 +719,19 @@ mxu_tensor_id mxu_apply_conv1d(mxu_model *model,
   conv.bias = config->bias;
   mxu_layer proto;
   if (conv2d_proto(&conv, &proto) != MXU_OK) return -1;
-  return apply(model, &mxu_conv1d_class, config->name, &proto, &x, 1);
+  return apply(model, cls, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_conv1d(mxu_model *model,
+                               const mxu_conv1d_config *config,
+                               mxu_tensor_id x) {
+  return conv1d(model, &mxu_conv1d_class, config, x);
+}
+
+mxu_tensor_id mxu_apply_conv1d_transpose(mxu_model *model,
+                                         const mxu_conv1d_config *config,
+                                         mxu_tensor_id x) {
+  return conv1d(model, &mxu_conv1d_transpose_class, config, x);
 }
 
 static mxu_tensor_id pool1d(mxu_model *model, const mxu_pool1d_config *config,
@@ -939,6 +956,33 @@ mxu_tensor_id mxu_apply_repeat_vector(mxu_model *model, const char *name, int n,
   proto.config.repeats = n;
   return x < 0 ? -1
                : apply(model, &mxu_repeat_vector_class, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_upsampling1d(mxu_model *model, const char *name,
+                                     int size, mxu_tensor_id x) {
+  mxu_layer proto = {0};
+  proto.config.repeats = size;
+  return x < 0 ? -1
+               : apply(model, &mxu_upsampling1d_class, name, &proto, &x, 1);
+}
+
+static mxu_tensor_id ends(mxu_model *model, const mxu_layer_class *cls,
+                          const char *name, int before, int after,
+                          mxu_tensor_id x) {
+  mxu_layer proto = {0};
+  proto.config.padding.top = before;
+  proto.config.padding.bottom = after;
+  return x < 0 ? -1 : apply(model, cls, name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_zero_padding1d(mxu_model *model, const char *name,
+                                       int before, int after, mxu_tensor_id x) {
+  return ends(model, &mxu_zero_padding1d_class, name, before, after, x);
+}
+
+mxu_tensor_id mxu_apply_cropping1d(mxu_model *model, const char *name,
+                                   int before, int after, mxu_tensor_id x) {
+  return ends(model, &mxu_cropping1d_class, name, before, after, x);
 }
 
 mxu_tensor_id mxu_apply_unit_normalization(mxu_model *model, const char *name,

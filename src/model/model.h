@@ -302,7 +302,7 @@ struct mxu_layer {
     mxu_layer_scale_config layer_scale;
     float custom_scale; /* CustomScaleLayer's scale */
     float mask_value;   /* Masking */
-    int repeats;        /* RepeatVector's n */
+    int repeats;        /* RepeatVector's n, UpSampling1D's size */
     mxu_embedding_config embedding;
     mxu_rnn_config rnn;
     mxu_bidirectional_config bidirectional;
@@ -416,6 +416,10 @@ extern const mxu_layer_class mxu_global_max_pooling1d_class;
 extern const mxu_layer_class mxu_embedding_class;
 extern const mxu_layer_class mxu_masking_class;
 extern const mxu_layer_class mxu_repeat_vector_class;
+extern const mxu_layer_class mxu_upsampling1d_class;
+extern const mxu_layer_class mxu_zero_padding1d_class;
+extern const mxu_layer_class mxu_cropping1d_class;
+extern const mxu_layer_class mxu_conv1d_transpose_class;
 extern const mxu_layer_class mxu_spatial_dropout1d_class;
 extern const mxu_layer_class mxu_simple_rnn_class;
 extern const mxu_layer_class mxu_lstm_class;

@@ -1,7 +1,9 @@
 """make_timeseries.py — a one-step golden test for padded series of floats:
 Masking (a step whose features all equal mask_value is padding) through
 the layers that use its mask, RepeatVector (an LSTM autoencoder's bridge
-from the code back to a sequence) and TimeDistributed(Dense).
+from the code back to a sequence) and TimeDistributed(Dense); a
+convolutional autoencoder's layers: Conv1DTranspose, UpSampling1D,
+ZeroPadding1D, Cropping1D.
 
   x (7, 3) -> m = Masking(0.0)(x)                                  (7, 3)
   a = LSTM(5, return_sequences)(m)                                 (7, 5)
@@ -11,7 +13,11 @@ from the code back to a sequence) and TimeDistributed(Dense).
   d = SimpleRNN(2)(d)                                              (2)
   r = SimpleRNN(2, return_sequences)(RepeatVector(3)(b))           (3, 2)
   r = TimeDistributed(Dense(2, tanh))(r)                           (3, 2)
-  out = Dense(5, softmax)(concat(b, c, d, Flatten(r)))
+  u = Conv1DTranspose(4, 3, strides 2, same, relu)(x)             (14, 4)
+  u = Cropping1D((2, 3))(ZeroPadding1D((1, 2))(UpSampling1D(2)(u)))  (26, 4)
+  u = Conv1DTranspose(2, 3)(u)                                     (28, 2)
+  u = GlobalMaxPooling1D()(u)                                      (2)
+  out = Dense(5, softmax)(concat(b, c, d, Flatten(r), u))
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(6),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
 Batch: np.random.seed(7); x = 2 rand(6, 7, 3) - 1 float32, with rows of
@@ -55,7 +61,14 @@ def build(K):
     r = L.TimeDistributed(L.Dense(2, activation="tanh", name="inner"),
                           name="each_step")(r)
     r = L.Flatten(name="flat")(r)
-    h = L.Concatenate(name="concat")([b, c, d, r])
+    u = L.Conv1DTranspose(4, 3, strides=2, padding="same", activation="relu",
+                          name="up_conv")(x)
+    u = L.UpSampling1D(2, name="up")(u)
+    u = L.ZeroPadding1D((1, 2), name="pad")(u)
+    u = L.Cropping1D((2, 3), name="crop")(u)
+    u = L.Conv1DTranspose(2, 3, name="valid")(u)
+    u = L.GlobalMaxPooling1D(name="max")(u)
+    h = L.Concatenate(name="concat")([b, c, d, r, u])
     out = L.Dense(5, activation="softmax", name="probs")(h)
     return K.Model(x, out, name="timeseries")
 

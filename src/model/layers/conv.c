@@ -30,7 +30,8 @@ static int is_separable(const mxu_layer *layer) {
 }
 
 static int is_transpose(const mxu_layer *layer) {
-  return layer->cls == &mxu_conv2d_transpose_class;
+  return layer->cls == &mxu_conv2d_transpose_class ||
+         layer->cls == &mxu_conv1d_transpose_class;
 }
 
 /* The input's channels, 0 for an input of the wrong rank. */
@@ -131,10 +132,13 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
                                &c->depthwise, mxu_init_glorot_uniform());
     bias = &c->bias;
   } else if (is_transpose(layer)) {
+    /* Conv1DTranspose's (kw, out, in) is Conv2DTranspose's with kh = 1. */
     const mxu_conv2d_config *c = &layer->config.conv;
     int64_t kernel[4] = {kh, kw, out, in};
-    decls[0] = mxu_weight_decl("kernel", mxu_shape_make(4, kernel), &c->kernel,
-                               mxu_init_glorot_uniform());
+    int sequence = layer->cls->sequence;
+    decls[0] = mxu_weight_decl("kernel",
+                               mxu_shape_make(4 - sequence, kernel + sequence),
+                               &c->kernel, mxu_init_glorot_uniform());
     bias = &c->bias;
   } else {
     /* Conv1D's (kw, in / groups, out) is Conv2D's with kh = 1. */
@@ -351,7 +355,10 @@ static void write_conv2d(mxu_json_out *out, const mxu_layer *layer,
   conv_spec s = spec_of(layer);
   mxu_json_put_number(out, config, "filters", conv->filters);
   put_window(out, config, &s, layer->cls->sequence);
-  mxu_json_put_number(out, config, "groups", s.groups);
+  /* Keras 3's transposed convolutions take no groups (tf.keras 2's
+   * inherit Conv's). */
+  if (!(out->keras3 && is_transpose(layer)))
+    mxu_json_put_number(out, config, "groups", s.groups);
   mxu_json_put_string(out, config, "activation",
                       mxu_json_activation_name(conv->activation));
   mxu_json_put_bool(out, config, "use_bias", conv->use_bias);
@@ -450,9 +457,14 @@ const mxu_layer_class mxu_conv2d_class = {
  * Keras' keys are Conv2D's, its sizes lists of one; the layer keeps them
  * as the 1 x n window of the image (1, steps, channels) it runs on. */
 
-static mxu_status read_conv1d(const mxu_json_where *where, const cJSON *config,
-                              mxu_json_node *node, const char *name) {
+/* Conv1D's config, or Conv1DTranspose's (output_padding refused, as
+ * Conv2DTranspose's). */
+static mxu_status read_conv1d_of(const mxu_json_where *where,
+                                 const cJSON *config, mxu_json_node *node,
+                                 const char *name, int transpose) {
   mxu_conv2d_config conv;
+  if (transpose)
+    MXU_TRY(mxu_json_require_null(where, config, "output_padding"));
   MXU_TRY(read_conv_fields(where, config, node, name, 1, &conv));
   mxu_conv1d_config c = {name,
                          conv.filters,
@@ -465,8 +477,15 @@ static mxu_status read_conv1d(const mxu_json_where *where, const cJSON *config,
                          conv.use_bias,
                          conv.kernel,
                          conv.bias};
-  return mxu_json_applied(where, node,
-                          mxu_apply_conv1d(node->model, &c, node->inputs[0]));
+  return mxu_json_applied(
+      where, node,
+      (transpose ? mxu_apply_conv1d_transpose
+                 : mxu_apply_conv1d)(node->model, &c, node->inputs[0]));
+}
+
+static mxu_status read_conv1d(const mxu_json_where *where, const cJSON *config,
+                              mxu_json_node *node, const char *name) {
+  return read_conv1d_of(where, config, node, name, 0);
 }
 
 static const char *const conv1d_aliases[] = {"Convolution1D", NULL};
@@ -778,18 +797,25 @@ const mxu_layer_class mxu_separable_conv2d_class = {
  * the kernel's gradient D's backward weights with the roles of x and dy
  * exchanged. */
 
+/* Conv1DTranspose is Conv2DTranspose's 1 x n window over the image (1,
+ * steps, channels), as Conv1D is Conv2D's. */
 static mxu_status transpose_infer(mxu_layer *layer) {
   conv_spec s = spec_of(layer);
-  if (layer->in_shape.rank != 3)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: Conv2DTranspose takes (height, width, channels)",
-                    layer->name);
+  int sequence = layer->cls->sequence;
+  if (layer->in_shape.rank != 3 - sequence)
+    return mxu_fail(
+        MXU_ERR_SHAPE, "%s: %s takes %s", layer->name, layer->cls->class_name,
+        sequence ? "(steps, channels)" : "(height, width, channels)");
   if (s.filters <= 0 || s.groups != 1)
     return mxu_fail(MXU_ERR_ARG, "%s: filters %d must be positive, groups 1",
                     layer->name, s.filters);
+  if (s.padding == MXU_CAUSAL)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: padding 'causal' is Conv1D's only", layer->name);
+  mxu_shape image = mxu_image_shape(layer, &layer->in_shape);
   int64_t dims[3] = {0, 0, s.filters};
   for (int a = 0; a < 2; a++) {
-    int64_t in = layer->in_shape.dims[a], k = span(&s, a), st = s.strides[a];
+    int64_t in = image.dims[a], k = span(&s, a), st = s.strides[a];
     if (k < 1 || st < 1 || k > MXU_MAX_WINDOW || st > MXU_MAX_WINDOW)
       return mxu_fail(MXU_ERR_ARG, "%s: kernel %d and stride %d out of 1..%d",
                       layer->name, s.kernel[a], s.strides[a], MXU_MAX_WINDOW);
@@ -797,21 +823,23 @@ static mxu_status transpose_infer(mxu_layer *layer) {
     if (dims[a] > 1 << 20)
       return mxu_fail(MXU_ERR_SHAPE, "%s: output too large", layer->name);
   }
-  layer->out_shape = mxu_shape_make(3, dims);
+  layer->out_shape = mxu_shape_make(3 - sequence, dims + sequence);
   return MXU_OK;
 }
 
 /* D: from this layer's output (its input) to this layer's input. */
 static mxu_conv2d_desc transpose_describe(const mxu_layer *layer, int batch) {
   conv_spec s = spec_of(layer);
+  mxu_shape in = mxu_image_shape(layer, &layer->in_shape);
+  mxu_shape out = mxu_image_shape(layer, &layer->out_shape);
   mxu_conv2d_desc d = {0};
   d.n = batch;
-  d.in_h = (int)layer->out_shape.dims[0];
-  d.in_w = (int)layer->out_shape.dims[1];
+  d.in_h = (int)out.dims[0];
+  d.in_w = (int)out.dims[1];
   d.in_c = s.filters;
-  d.out_h = (int)layer->in_shape.dims[0];
-  d.out_w = (int)layer->in_shape.dims[1];
-  d.out_c = (int)layer->in_shape.dims[2];
+  d.out_h = (int)in.dims[0];
+  d.out_w = (int)in.dims[1];
+  d.out_c = (int)in.dims[2];
   d.kernel_h = s.kernel[0];
   d.kernel_w = s.kernel[1];
   d.stride_h = s.strides[0];
@@ -844,11 +872,24 @@ static mxu_hlo_value transpose_emit(const mxu_layer *layer, mxu_emit *e) {
   conv_spec s = spec_of(layer);
   mxu_hlo_window w = window_of(&d);
   const int64_t out_hw[2] = {d.in_h, d.in_w};
-  mxu_hlo_value y =
-      mxu_emit_result(e, mxu_hlo_convolution_backward_data(
-                             e->h, mxu_emit_compute(e, e->in[0]),
-                             mxu_emit_compute(e, e->w[0]), &w, out_hw));
-  return bias_activation(e, y, s.use_bias ? e->w[1] : 0, s.activation);
+  mxu_hlo_value kernel = e->w[0];
+  if (layer->cls->sequence) { /* (kw, out, in) is (1, kw, out, in) */
+    int64_t hwoi[4] = {1, s.kernel[1], s.filters, d.out_c};
+    kernel =
+        mxu_hlo_reshape(e->h, kernel, mxu_hlo_shape_make(MXU_HLO_F32, 4, hwoi));
+  }
+  mxu_hlo_value y = mxu_emit_result(
+      e, mxu_hlo_convolution_backward_data(
+             e->h, mxu_emit_compute(e, mxu_emit_image_input(layer, e)),
+             mxu_emit_compute(e, kernel), &w, out_hw));
+  y = bias_activation(e, y, s.use_bias ? e->w[1] : 0, s.activation);
+  return layer->cls->sequence ? mxu_emit_sequence_output(layer, e, y) : y;
+}
+
+/* The output's pixels (a sequence's steps) over the batch. */
+static int64_t transpose_rows(const mxu_layer *layer) {
+  mxu_shape out = mxu_image_shape(layer, &layer->out_shape);
+  return (int64_t)layer->compiled->batch * out.dims[0] * out.dims[1];
 }
 
 static void transpose_forward(mxu_layer *layer, const mxu_layer_run *run) {
@@ -856,8 +897,7 @@ static void transpose_forward(mxu_layer *layer, const mxu_layer_run *run) {
   float *z = mxu_epilogue_target(layer, s.activation, run);
   run->backend->conv2d_backward_data(run->ops[0], run->x, run->w[0], z);
   if (s.use_bias) {
-    int64_t rows = (int64_t)layer->compiled->batch * layer->out_shape.dims[0] *
-                   layer->out_shape.dims[1];
+    int64_t rows = transpose_rows(layer);
     for (int64_t r = 0; r < rows; r++)
       for (int c = 0; c < s.filters; c++) z[r * s.filters + c] += run->w[1][c];
   }
@@ -872,8 +912,7 @@ static void transpose_backward(mxu_layer *layer, const mxu_layer_run *run) {
   run->backend->conv2d_backward_weights(run->ops[0], dz, run->x, run->dw[0],
                                         NULL);
   if (s.use_bias) {
-    int64_t rows = (int64_t)layer->compiled->batch * layer->out_shape.dims[0] *
-                   layer->out_shape.dims[1];
+    int64_t rows = transpose_rows(layer);
     /* Summed in double, channel by channel: a sum over every pixel. */
     for (int c = 0; c < s.filters; c++) {
       double sum = 0.0;
@@ -930,6 +969,34 @@ const mxu_layer_class mxu_conv2d_transpose_class = {
     .flops = transpose_flops,
     .config_keys = transpose_keys,
     .read_config = read_transpose,
+    .write_config = write_transpose,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = transpose_infer,
+    .declare = conv2d_declare,
+    .plan = transpose_plan,
+    .forward = transpose_forward,
+    .emit = transpose_emit,
+    .backward = transpose_backward,
+    .logits = conv2d_logits,
+};
+
+static mxu_status read_conv1d_transpose(const mxu_json_where *where,
+                                        const cJSON *config,
+                                        mxu_json_node *node, const char *name) {
+  return read_conv1d_of(where, config, node, name, 1);
+}
+
+static const char *const conv1d_transpose_aliases[] = {"Convolution1DTranspose",
+                                                       NULL};
+
+const mxu_layer_class mxu_conv1d_transpose_class = {
+    .class_name = "Conv1DTranspose",
+    .aliases = conv1d_transpose_aliases,
+    .sequence = 1,
+    .flops = transpose_flops,
+    .config_keys = transpose_keys,
+    .read_config = read_conv1d_transpose,
     .write_config = write_transpose,
     .min_inputs = 1,
     .max_inputs = 1,
