@@ -294,7 +294,7 @@ static void test_target_mismatch(void) {
   c.metric = "mse";
   CHECK_OK(mxu_compile(model, &c));
   EXPECT_FAIL(mxu_evaluate(model, data, 0, &loss, &metric), MXU_ERR_SHAPE,
-              "model outputs a different count");
+              "targets are 2 float values a sample, but the model outputs 3");
   c.label_smoothing = 0.1f;
   EXPECT_FAIL(mxu_compile(model, &c), MXU_ERR_ARG, "label_smoothing");
   mxu_model_free(model);

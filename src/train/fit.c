@@ -44,14 +44,17 @@ static mxu_status check_targets(const mxu_model *model, const mxu_dataset *data,
   int64_t values = output_values(model);
   int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
                mxu_metric_needs_labels(model->metric_kind);
-  if (data->num_classes == 0 && (sparse || data->target_size != values))
+  if (data->num_classes == 0 && sparse)
     return mxu_fail(MXU_ERR_SHAPE,
                     "%s: the data's targets are %d float values a sample, "
-                    "not class labels, %s",
-                    what, data->target_size,
-                    sparse ? "which the sparse loss and metrics need; use a "
-                             "loss such as mean_squared_error"
-                           : "but the model outputs a different count");
+                    "not class labels, which the sparse loss and metrics "
+                    "need; use a loss such as mean_squared_error",
+                    what, data->target_size);
+  if (data->num_classes == 0 && data->target_size != values)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: the data's targets are %d float values a sample, "
+                    "but the model outputs %lld",
+                    what, data->target_size, (long long)values);
   if (data->num_classes == 0 || values == 1 ||
       (data->targets && data->target_size == values && !sparse))
     return MXU_OK;
