@@ -787,6 +787,17 @@ mxu_tensor_id mxu_apply_again(mxu_model *model, mxu_tensor_id made_by,
  * does (the batch is axis 0, -1 the last). */
 mxu_tensor_id mxu_merge(mxu_model *model, mxu_merge_kind kind, const char *name,
                         const mxu_tensor_id *inputs, int count, int axis);
+/* Dot: Keras' batch_dot of a and b along axes[0] of a and axes[1] of b
+ * (the batch is axis 0; negative from the end), each a vector or a
+ * matrix a sample; normalize: each vector along the axis over its L2 norm
+ * first (cosine similarity). */
+typedef struct mxu_dot_config {
+  const char *name;
+  int axes[2];
+  int normalize;
+} mxu_dot_config;
+mxu_tensor_id mxu_apply_dot(mxu_model *model, const mxu_dot_config *config,
+                            mxu_tensor_id a, mxu_tensor_id b);
 /* Keras' layers.add([a, b]). */
 mxu_tensor_id mxu_add(mxu_model *model, const char *name, mxu_tensor_id a,
                       mxu_tensor_id b);

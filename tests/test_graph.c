@@ -2779,6 +2779,78 @@ static void test_decoder_layers(void) {
   backends_agree("decoder", decoder_graph, NULL);
 }
 
+/* Dot of a (4, 3) and b (5, 3), or of vectors (3): the vectors' dot,
+ * the sequences' along the features (a (4, 5)) or along the steps of a
+ * and a (4, 2) (a (3, 2)), normalized or not. */
+typedef struct dot_case {
+  const char *name;
+  int rank[2];
+  mxu_dot_config c;
+} dot_case;
+
+static mxu_tensor_id dot_graph(mxu_model *m, const void *ctx) {
+  const dot_case *d = ctx;
+  static const int64_t shapes[2][2][2] = {{{3}, {3}}, {{4, 3}, {5, 3}}};
+  static const int64_t steps[2] = {4, 2};
+  int seq = d->rank[0] == 2;
+  mxu_tensor_id a = identity_input(m, shapes[seq][0], d->rank[0]);
+  mxu_tensor_id b = d->c.axes[1] == 1 && seq
+                        ? identity_input(m, steps, 2)
+                        : identity_input(m, shapes[seq][1], d->rank[1]);
+  mxu_dot_config c = d->c;
+  c.name = "under_test";
+  return head(m, mxu_apply_dot(m, &c, a, b));
+}
+
+static void test_dot(void) {
+  static const dot_case cases[] = {
+      {"Dot(1) of vectors", {1, 1}, {NULL, {1, 1}, 0}},
+      {"Dot(-1, normalize) of vectors", {1, 1}, {NULL, {-1, -1}, 1}},
+      {"Dot(2) of sequences", {2, 2}, {NULL, {2, 2}, 0}},
+      {"Dot(2, normalize) of sequences", {2, 2}, {NULL, {2, -1}, 1}},
+      {"Dot((1, 1)) along the steps", {2, 2}, {NULL, {1, 1}, 0}},
+      {"Dot((1, 1), normalize) along the steps", {2, 2}, {NULL, {1, 1}, 1}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    mxu_model *m = build(cases[i].name, dot_graph, &cases[i], MXU_BACKEND_CPU);
+    if (!m) continue;
+    int node = node_named(m, "under_test");
+    load_inputs(m, 2);
+    train_step(m);
+    /* Sample 1's first output against its own sums. */
+    const dot_case *d = &cases[i];
+    int seq = d->rank[0] == 2, steps = seq && d->c.axes[0] == 1;
+    const float *a = act(m, m->layers[node].inputs[0]);
+    const float *b = act(m, m->layers[node].inputs[1]);
+    int64_t na = mxu_shape_count(&m->layers[node].in_shapes[0]);
+    int64_t nb = mxu_shape_count(&m->layers[node].in_shapes[1]);
+    int k = steps ? 4 : 3, sa = steps ? 3 : 1, sb = steps ? 2 : 1;
+    double dot = 0, aa = 0, bb = 0;
+    for (int j = 0; j < k; j++) {
+      double x = a[na + j * sa], z = b[nb + j * sb];
+      dot += x * z, aa += x * x, bb += z * z;
+    }
+    if (d->c.normalize) dot /= sqrt(aa) * sqrt(bb);
+    float got = act(m, node)[mxu_shape_count(&m->layers[node].out_shape)];
+    CHECK_MSG(fabs(got - dot) <= 1e-5 * fabs(dot) + 1e-6, "%s: %g, want %g",
+              d->name, (double)got, dot);
+    finite_differences(m, d->name);
+    mxu_model_free(m);
+    backends_agree(d->name, dot_graph, d);
+  }
+  mxu_model *r = mxu_functional("refusals");
+  static const int64_t image[3] = {2, 2, 3}, vec[1] = {4};
+  mxu_tensor_id x = mxu_input(r, NULL, mxu_shape_make(3, image));
+  mxu_tensor_id v = mxu_input(r, NULL, mxu_shape_make(1, vec));
+  mxu_dot_config c = {NULL, {3, 1}, 0};
+  CHECK(mxu_apply_dot(r, &c, x, v) < 0 &&
+        strstr(mxu_errmsg(), "Dot's axis 3 of input 0 (2, 2, 3)"));
+  c.axes[0] = 1;
+  CHECK(mxu_apply_dot(r, &c, v, mxu_apply_flatten(r, NULL, x)) < 0 &&
+        strstr(mxu_errmsg(), "have 4 and 12 values"));
+  mxu_model_free(r);
+}
+
 static void test_sequence_layers(void) {
   for (size_t i = 0; i < sizeof sequence_cases / sizeof *sequence_cases; i++)
     check_sequence(&sequence_cases[i]);
@@ -2799,6 +2871,7 @@ static void test_sequence_layers(void) {
   test_embedding();
   test_repeat_vector();
   test_decoder_layers();
+  test_dot();
 }
 
 /* A layer with dropout (the graph of ctx `dropping`; of `plain` the same

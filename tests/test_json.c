@@ -3082,16 +3082,26 @@ static void reads_timeseries(void) {
           strcmp(each->wrapped, "inner") == 0 &&
           each->config.dense.activation == MXU_TANH &&
           shape_is(each->out_shape, 2, 3, 2, 0));
-    CHECK(mxu_model_layer_count(m) == 21);
+    CHECK(mxu_model_layer_count(m) == 27);
+    const mxu_layer *steps = &m->layers[node_named(m, "over_steps")];
+    CHECK(steps->cls == &mxu_dot_class && steps->config.dot.axes[0] == 1 &&
+          steps->config.dot.axes[1] == 1 &&
+          shape_is(steps->out_shape, 2, 3, 3, 0));
     for (int keras3 = 0; keras3 < 2; keras3++) {
       round_trip_text(files[f], m, keras3);
       char *text = write_json(m, keras3);
       cJSON *doc = text ? cJSON_Parse(text) : NULL;
       static const char *const written[][3] = {
-          {"mask", "mask_value", "0"},  {"mask_shift", "mask_value", "1"},
-          {"repeat", "n", "3"},         {"up", "size", "2"},
-          {"pad", "padding", "[1,2]"},  {"crop", "cropping", "[2,3]"},
-          {"up_conv", "strides", "[2]"}};
+          {"mask", "mask_value", "0"},
+          {"mask_shift", "mask_value", "1"},
+          {"repeat", "n", "3"},
+          {"up", "size", "2"},
+          {"pad", "padding", "[1,2]"},
+          {"crop", "cropping", "[2,3]"},
+          {"up_conv", "strides", "[2]"},
+          {"dot", "axes", "1"},
+          {"cosine", "normalize", "true"},
+          {"over_steps", "axes", "1"}};
       expect_written(files[f], keras3, doc, written,
                      sizeof written / sizeof *written);
       /* Keras 3's Conv1DTranspose takes no groups, tf.keras 2's does. */

@@ -439,6 +439,21 @@ static const layer_case cases[] = {
                      LAYER("Conv1DTranspose", "v",
                            ", \"filters\": 2, \"kernel_size\": 2", IN("c")),
      "v", 1e-4},
+    /* Dot: cosine similarities of the rows along the features, a dot
+     * along the steps, of vectors. */
+    {"Dot along the features (normalized), the steps, of vectors", "5, 1, 3",
+     LAYER("Reshape", "lr", ", \"target_shape\": [5, 3]", IN("lead"))
+         LAYER("Dense", "d", ", \"units\": 3", IN("lr")) LAYER(
+             "Dot", "cos", ", \"axes\": 2, \"normalize\": true", IN2("lr", "d"))
+             LAYER("Dot", "st", ", \"axes\": [1, 1]", IN2("lr", "d"))
+                 LAYER("Flatten", "f1", "", IN("cos")) LAYER("Flatten", "f2",
+                                                             "", IN("st"))
+                     LAYER("Dense", "v1", ", \"units\": 4", IN("f1"))
+                         LAYER("Dense", "v2", ", \"units\": 4", IN("f2")) LAYER(
+                             "Dot", "vv", ", \"axes\": -1", IN2("v1", "v2"))
+                             LAYER("Concatenate", "o", "",
+                                   IN2("f1", "f2") ", " IN("vv")),
+     "o", 1e-4},
     /* The input's values in [-2, 2) as ids: -1.x outside the table, -0.x
      * and 0.x row 0, 1.x row 1. Through a linear Activation: fit refuses
      * ids outside the table in an Embedding's own data. */

@@ -76,6 +76,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_zero_padding1d_class,
     &mxu_cropping1d_class,
     &mxu_conv1d_transpose_class,
+    &mxu_dot_class,
     &mxu_simple_rnn_class,
     &mxu_lstm_class,
     &mxu_gru_class,
@@ -1172,6 +1173,16 @@ mxu_tensor_id mxu_merge(mxu_model *model, mxu_merge_kind kind, const char *name,
   proto.config.merge.kind = kind;
   proto.config.merge.axis = axis;
   return apply(model, cls, name, &proto, inputs, count);
+}
+
+mxu_tensor_id mxu_apply_dot(mxu_model *model, const mxu_dot_config *config,
+                            mxu_tensor_id a, mxu_tensor_id b) {
+  if (a < 0 || b < 0 || !given(config, "Dot")) return -1;
+  mxu_layer proto = {0};
+  proto.config.dot = *config;
+  proto.config.dot.name = NULL;
+  mxu_tensor_id both[2] = {a, b};
+  return apply(model, &mxu_dot_class, config->name, &proto, both, 2);
 }
 
 mxu_tensor_id mxu_add(mxu_model *model, const char *name, mxu_tensor_id a,

@@ -307,6 +307,7 @@ struct mxu_layer {
     mxu_rnn_config rnn;
     mxu_bidirectional_config bidirectional;
     mxu_attention_config attention;
+    mxu_dot_config dot;
     int input_dtype; /* InputLayer: its index in mxu_input_dtypes */
   } config;
   int is_max_pool;
@@ -420,6 +421,7 @@ extern const mxu_layer_class mxu_upsampling1d_class;
 extern const mxu_layer_class mxu_zero_padding1d_class;
 extern const mxu_layer_class mxu_cropping1d_class;
 extern const mxu_layer_class mxu_conv1d_transpose_class;
+extern const mxu_layer_class mxu_dot_class;
 extern const mxu_layer_class mxu_spatial_dropout1d_class;
 extern const mxu_layer_class mxu_simple_rnn_class;
 extern const mxu_layer_class mxu_lstm_class;

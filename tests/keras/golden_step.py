@@ -39,7 +39,11 @@ def write_dialects(build, tf_keras, keras, seed, x, y, out):
     with open(os.path.join(out, "model.k3.json"), "w") as f:
         f.write(k3.to_json(indent=1))
     tf_keras.utils.set_random_seed(seed)
-    k3.set_weights(build(tf_keras).get_weights())
+    # Layer by layer: the two Kerases may list a graph's layers (and so
+    # its weights) in different orders.
+    initial = build(tf_keras)
+    for layer in k3.layers:
+        layer.set_weights(initial.get_layer(layer.name).get_weights())
     k3.compile(optimizer=keras.optimizers.SGD(0.1),
                loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     k3.save(os.path.join(out, "model.keras"))

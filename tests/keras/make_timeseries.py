@@ -3,7 +3,8 @@ Masking (a step whose features all equal mask_value is padding) through
 the layers that use its mask, RepeatVector (an LSTM autoencoder's bridge
 from the code back to a sequence) and TimeDistributed(Dense); a
 convolutional autoencoder's layers: Conv1DTranspose, UpSampling1D,
-ZeroPadding1D, Cropping1D.
+ZeroPadding1D, Cropping1D; Dot of vectors, of sequences along the
+features (normalized: cosine similarities) and along the steps.
 
   x (7, 3) -> m = Masking(0.0)(x)                                  (7, 3)
   a = LSTM(5, return_sequences)(m)                                 (7, 5)
@@ -17,7 +18,10 @@ ZeroPadding1D, Cropping1D.
   u = Cropping1D((2, 3))(ZeroPadding1D((1, 2))(UpSampling1D(2)(u)))  (26, 4)
   u = Conv1DTranspose(2, 3)(u)                                     (28, 2)
   u = GlobalMaxPooling1D()(u)                                      (2)
-  out = Dense(5, softmax)(concat(b, c, d, Flatten(r), u))
+  s = Dot(1)([b, c])                                               (1)
+  v = Dot(2, normalize)([Dense(3)(x), x]) -> GlobalMaxPooling1D    (7)
+  w = Flatten(Dot((1, 1))([x, Dense(3)(x)]))                       (9)
+  out = Dense(5, softmax)(concat(b, c, d, Flatten(r), u, s, v, w))
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(6),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
 Batch: np.random.seed(7); x = 2 rand(6, 7, 3) - 1 float32, with rows of
@@ -68,7 +72,12 @@ def build(K):
     u = L.Cropping1D((2, 3), name="crop")(u)
     u = L.Conv1DTranspose(2, 3, name="valid")(u)
     u = L.GlobalMaxPooling1D(name="max")(u)
-    h = L.Concatenate(name="concat")([b, c, d, r, u])
+    s = L.Dot(1, name="dot")([b, c])
+    e = L.Dense(3, name="proj")(x)
+    v = L.Dot(2, normalize=True, name="cosine")([e, x])
+    v = L.GlobalMaxPooling1D(name="max_cos")(v)
+    w = L.Flatten(name="flat_steps")(L.Dot((1, 1), name="over_steps")([x, e]))
+    h = L.Concatenate(name="concat")([b, c, d, r, u, s, v, w])
     out = L.Dense(5, activation="softmax", name="probs")(h)
     return K.Model(x, out, name="timeseries")
 

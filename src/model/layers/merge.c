@@ -1,10 +1,11 @@
 /* merge.c — Keras' merge layers: Add, Subtract, Multiply, Average,
- * Maximum, Minimum over inputs of one shape (or broadcast to one), and
- * Concatenate along any axis. Data movement and one operation per value:
- * Add, squeeze-and-excitation's Multiply and Concatenate on the backend
+ * Maximum, Minimum over inputs of one shape (or broadcast to one),
+ * Concatenate along any axis, and Dot. Data movement and one operation per
+ * value: Add, squeeze-and-excitation's Multiply and Concatenate on the backend
  * (threaded: the models' hot ones), the others plain loops. */
 #include "model/layers/layers.h"
 
+#include <math.h>
 #include <string.h>
 
 static int64_t values(const mxu_layer *layer) {
@@ -468,4 +469,284 @@ const mxu_layer_class mxu_concatenate_class = {
     .forward = concatenate_forward,
     .backward = concatenate_backward,
     .emit = concatenate_emit,
+};
+
+/* ---- Dot -------------------------------------------------------------------
+ * Keras' batch_dot of two inputs along axes[0] of the first and axes[1]
+ * of the second (the batch is axis 0; negative from the end), each a
+ * vector or a matrix a sample: every vector of the first along its axis
+ * (P1 of them) dotted with every one of the second's (P2), the output
+ * (P1, P2) without the dims of a vector input, (1) for two vectors.
+ * normalize: each vector over the axis first divided by its L2 norm (as
+ * UnitNormalization: sqrt(max(sum(x^2), 1e-12))). Plain loops: the
+ * two-tower and similarity heads it serves are small. scratch[0] and [1]
+ * hold the normalized inputs, [2] and [3] their norms. */
+
+#define DOT_EPSILON 1e-12
+
+typedef struct dot_side {
+  int rank, axis;  /* per sample: 1 or 2; the contracted one */
+  int64_t vectors; /* P: the vectors along the axis */
+  int64_t size;    /* K: each one's length */
+} dot_side;
+
+static dot_side dot_side_of(const mxu_layer *layer, int k) {
+  const mxu_shape *s = &layer->in_shapes[k];
+  int axis = layer->config.dot.axes[k];
+  dot_side d = {s->rank, axis < 0 ? s->rank + axis : axis - 1, 1, 0};
+  if (d.axis >= 0 && d.axis < s->rank) d.size = s->dims[d.axis];
+  if (s->rank == 2 && d.axis >= 0 && d.axis < 2)
+    d.vectors = s->dims[1 - d.axis];
+  return d;
+}
+
+/* Element k of vector p of a sample's values x. */
+static int64_t dot_at(const dot_side *d, int64_t p, int64_t k) {
+  return d->rank == 1 || d->axis == 1 ? p * d->size + k : k * d->vectors + p;
+}
+
+static mxu_status dot_infer(mxu_layer *layer) {
+  if (layer->input_count != 2)
+    return mxu_fail(MXU_ERR_ARG, "%s: Dot takes 2 inputs, got %d", layer->name,
+                    layer->input_count);
+  dot_side a = dot_side_of(layer, 0), b = dot_side_of(layer, 1);
+  for (int k = 0; k < 2; k++) {
+    const dot_side *d = k ? &b : &a;
+    if (d->rank < 1 || d->rank > 2 || d->axis < 0 || d->axis >= d->rank) {
+      char s[64];
+      mxu_shape_format(&layer->in_shapes[k], s, sizeof s);
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "%s: Dot's axis %d of input %d %s is not supported "
+                      "(mxu takes a vector or a matrix a sample, and an axis "
+                      "of it)",
+                      layer->name, layer->config.dot.axes[k], k, s);
+    }
+  }
+  if (a.size != b.size)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: Dot's axes have %lld and %lld values; they must "
+                    "match",
+                    layer->name, (long long)a.size, (long long)b.size);
+  int64_t dims[2];
+  int rank = 0;
+  if (a.rank == 2) dims[rank++] = a.vectors;
+  if (b.rank == 2) dims[rank++] = b.vectors;
+  if (!rank) dims[rank++] = 1;
+  layer->out_shape = mxu_shape_make(rank, dims);
+  return MXU_OK;
+}
+
+static mxu_status dot_plan(mxu_layer *layer, const mxu_backend *backend,
+                           int batch, mxu_arena *layout) {
+  (void)backend;
+  if (!layer->config.dot.normalize) return MXU_OK;
+  for (int k = 0; k < 2; k++) {
+    dot_side d = dot_side_of(layer, k);
+    layer->compiled->scratch[k] = mxu_arena_reserve(
+        layout, (size_t)batch * (size_t)(d.vectors * d.size) * sizeof(float));
+    layer->compiled->scratch[2 + k] = mxu_arena_reserve(
+        layout, (size_t)batch * (size_t)d.vectors * sizeof(float));
+  }
+  return MXU_OK;
+}
+
+static float *dot_scratch(const mxu_layer *layer, const mxu_layer_run *run,
+                          int i) {
+  return (float *)(void *)(run->arena + layer->compiled->scratch[i]);
+}
+
+/* Input k as the product reads it: x, or x over its vectors' norms. */
+static const float *dot_operand(const mxu_layer *layer,
+                                const mxu_layer_run *run, int k) {
+  if (!layer->config.dot.normalize) return run->xs[k];
+  dot_side d = dot_side_of(layer, k);
+  float *unit = dot_scratch(layer, run, k),
+        *norm = dot_scratch(layer, run, 2 + k);
+  int64_t per = d.vectors * d.size;
+  for (int64_t n = 0; n < layer->compiled->batch; n++)
+    for (int64_t p = 0; p < d.vectors; p++) {
+      const float *x = run->xs[k] + n * per;
+      double sum = 0.0;
+      for (int64_t i = 0; i < d.size; i++)
+        sum += (double)x[dot_at(&d, p, i)] * x[dot_at(&d, p, i)];
+      float r = (float)sqrt(fmax(sum, DOT_EPSILON));
+      norm[n * d.vectors + p] = r;
+      for (int64_t i = 0; i < d.size; i++)
+        unit[n * per + dot_at(&d, p, i)] = x[dot_at(&d, p, i)] / r;
+    }
+  return unit;
+}
+
+static void dot_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  dot_side a = dot_side_of(layer, 0), b = dot_side_of(layer, 1);
+  const float *x = dot_operand(layer, run, 0), *z = dot_operand(layer, run, 1);
+  for (int64_t n = 0; n < layer->compiled->batch; n++) {
+    const float *xn = x + n * a.vectors * a.size,
+                *zn = z + n * b.vectors * b.size;
+    float *y = run->y + n * a.vectors * b.vectors;
+    for (int64_t p = 0; p < a.vectors; p++)
+      for (int64_t q = 0; q < b.vectors; q++) {
+        float sum = 0.0f;
+        for (int64_t i = 0; i < a.size; i++)
+          sum += xn[dot_at(&a, p, i)] * zn[dot_at(&b, q, i)];
+        y[p * b.vectors + q] = sum;
+      }
+  }
+}
+
+/* The gradient of input k from its operand's (g, in dx's place): through
+ * the normalization, (g - u <u, g>) / norm where the norm is above its
+ * floor, g / norm under it. */
+static void dot_unnormalize(const mxu_layer *layer, const mxu_layer_run *run,
+                            int k) {
+  dot_side d = dot_side_of(layer, k);
+  const float *unit = dot_scratch(layer, run, k);
+  const float *norm = dot_scratch(layer, run, 2 + k);
+  const float floor = (float)sqrt(DOT_EPSILON);
+  int64_t per = d.vectors * d.size;
+  for (int64_t n = 0; n < layer->compiled->batch; n++)
+    for (int64_t p = 0; p < d.vectors; p++) {
+      float *g = run->dxs[k] + n * per;
+      const float *u = unit + n * per;
+      float r = norm[n * d.vectors + p], along = 0.0f;
+      if (r > floor)
+        for (int64_t i = 0; i < d.size; i++)
+          along += u[dot_at(&d, p, i)] * g[dot_at(&d, p, i)];
+      for (int64_t i = 0; i < d.size; i++) {
+        int64_t at = dot_at(&d, p, i);
+        g[at] = (g[at] - u[at] * along) / r;
+      }
+    }
+}
+
+/* The operands forward multiplied: the inputs, or their normalized
+ * copies. */
+static const float *dot_operand_saved(const mxu_layer *layer,
+                                      const mxu_layer_run *run, int k) {
+  return layer->config.dot.normalize ? dot_scratch(layer, run, k) : run->xs[k];
+}
+
+static void dot_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  dot_side side[2] = {dot_side_of(layer, 0), dot_side_of(layer, 1)};
+  const float *op[2] = {dot_operand_saved(layer, run, 0),
+                        dot_operand_saved(layer, run, 1)};
+  int64_t out = side[0].vectors * side[1].vectors;
+  for (int k = 0; k < 2; k++) {
+    if (!run->need_dxs[k]) continue;
+    const dot_side *mine = &side[k], *other = &side[1 - k];
+    int64_t per = mine->vectors * mine->size;
+    for (int64_t n = 0; n < layer->compiled->batch; n++) {
+      const float *dy = run->dy + n * out;
+      const float *o = op[1 - k] + n * other->vectors * other->size;
+      float *g = run->dxs[k] + n * per;
+      for (int64_t p = 0; p < mine->vectors; p++)
+        for (int64_t i = 0; i < mine->size; i++) {
+          float sum = 0.0f;
+          for (int64_t q = 0; q < other->vectors; q++)
+            sum += (k ? dy[q * side[1].vectors + p]
+                      : dy[p * side[1].vectors + q]) *
+                   o[dot_at(other, q, i)];
+          g[dot_at(mine, p, i)] = sum;
+        }
+    }
+    if (layer->config.dot.normalize) dot_unnormalize(layer, run, k);
+  }
+}
+
+/* Input k over its vectors' norms along the axis (dims with the batch). */
+static mxu_hlo_value dot_normalized(mxu_emit *e, mxu_hlo_value x,
+                                    int64_t axis) {
+  mxu_hlo *h = e->h;
+  const mxu_hlo_shape *s = mxu_hlo_shape_of(h, x);
+  int64_t keep[MXU_HLO_MAX_RANK];
+  int kept = 0;
+  for (int64_t d = 0; d < s->rank; d++)
+    if (d != axis) keep[kept++] = d;
+  mxu_hlo_value sum =
+      mxu_hlo_reduce(h, mxu_hlo_mul(h, x, x), MXU_HLO_SUM, 1, &axis);
+  mxu_hlo_value norm =
+      mxu_hlo_unary(h, MXU_HLO_SQRT,
+                    mxu_hlo_binary(h, MXU_HLO_MAXIMUM, sum,
+                                   mxu_hlo_full_like(h, sum, DOT_EPSILON)));
+  return mxu_hlo_div(h, x, mxu_hlo_broadcast(h, norm, *s, keep));
+}
+
+static mxu_hlo_value dot_emit(const mxu_layer *layer, mxu_emit *e) {
+  dot_side a = dot_side_of(layer, 0), b = dot_side_of(layer, 1);
+  int64_t axes[2] = {a.axis + 1, b.axis + 1};
+  mxu_hlo_value x[2] = {e->in[0], e->in[1]};
+  for (int k = 0; k < 2 && layer->config.dot.normalize; k++)
+    x[k] = dot_normalized(e, x[k], axes[k]);
+  const int64_t batch = 0;
+  mxu_hlo_value y =
+      mxu_hlo_dot(e->h, x[0], x[1], 1, &batch, &batch, 1, &axes[0], &axes[1]);
+  int64_t dims[3] = {e->batch, layer->out_shape.dims[0],
+                     layer->out_shape.rank > 1 ? layer->out_shape.dims[1] : 1};
+  return mxu_hlo_reshape(
+      e->h, y,
+      mxu_hlo_shape_make(MXU_HLO_F32, 1 + layer->out_shape.rank, dims));
+}
+
+static double dot_flops(const mxu_layer *layer, const mxu_flops_step *step) {
+  dot_side a = dot_side_of(layer, 0), b = dot_side_of(layer, 1);
+  return 2.0 * (double)(a.vectors * b.vectors * a.size) *
+         (step->need_dx ? 3.0 : 1.0);
+}
+
+static const char *const dot_keys[] = {"axes", "normalize", NULL};
+
+/* axes: n (both inputs) or [a, b], counting the batch as axis 0. */
+static mxu_status read_dot(const mxu_json_where *where, const cJSON *config,
+                           mxu_json_node *node, const char *name) {
+  mxu_dot_config c = {name, {-1, -1}, 0};
+  const cJSON *axes = mxu_json_get(config, "axes");
+  int ok = cJSON_IsNumber(axes) ||
+           (cJSON_IsArray(axes) && cJSON_GetArraySize(axes) == 2 &&
+            cJSON_IsNumber(axes->child) && cJSON_IsNumber(axes->child->next));
+  for (int k = 0; ok && k < 2; k++) {
+    const cJSON *v = cJSON_IsNumber(axes) ? axes
+                     : k                  ? axes->child->next
+                                          : axes->child;
+    ok = v->valuedouble == (int)v->valuedouble && fabs(v->valuedouble) < 64;
+    c.axes[k] = ok ? (int)v->valuedouble : 0;
+  }
+  if (!ok) {
+    char text[128];
+    mxu_json_text(axes, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "axes must be an integer or a list of two, got %s",
+                         text);
+  }
+  MXU_TRY(mxu_json_bool(where, config, "normalize", &c.normalize));
+  if (node->input_count != 2)
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "Dot takes 2 inputs, got %d",
+                         node->input_count);
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_dot(node->model, &c, node->inputs[0], node->inputs[1]));
+}
+
+static void write_dot(mxu_json_out *out, const mxu_layer *layer,
+                      cJSON *config) {
+  const mxu_dot_config *c = &layer->config.dot;
+  if (c->axes[0] == c->axes[1])
+    mxu_json_put_number(out, config, "axes", c->axes[0]);
+  else
+    mxu_json_put(out, config, "axes", cJSON_CreateIntArray(c->axes, 2));
+  mxu_json_put_bool(out, config, "normalize", c->normalize);
+}
+
+const mxu_layer_class mxu_dot_class = {
+    .class_name = "Dot",
+    .config_keys = dot_keys,
+    .read_config = read_dot,
+    .write_config = write_dot,
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .infer = dot_infer,
+    .flops = dot_flops,
+    .plan = dot_plan,
+    .forward = dot_forward,
+    .backward = dot_backward,
+    .emit = dot_emit,
 };
