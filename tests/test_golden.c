@@ -15,7 +15,7 @@
 #include <hdf5.h>
 
 #define MAX_ROWS 8
-#define MAX_CLASSES 5
+#define MAX_CLASSES 12
 
 /* A golden directory: its files, batch and shapes. */
 typedef struct golden_case {
@@ -29,11 +29,16 @@ typedef struct golden_case {
 typedef struct golden {
   float x[MAX_ROWS * 8 * 8 * 3];
   int32_t y[MAX_ROWS];
+  /* A batch.h5 whose y is floats: one-hot targets (classes values a
+   * sample) under categorical_crossentropy. */
+  int targets;
+  float t[MAX_ROWS * MAX_CLASSES];
   double loss;
   float before[MAX_ROWS * MAX_CLASSES], after[MAX_ROWS * MAX_CLASSES];
 } golden;
 
 static const golden_case *current;
+static int categorical; /* the current batch's loss: golden.targets */
 
 static const char *in_dir(const char *name) {
   static char path[256];
@@ -54,7 +59,16 @@ static void read_golden(golden *g) {
   CHECK(file >= 0);
   if (file < 0) return;
   read_dataset(file, "x", H5T_NATIVE_FLOAT, g->x);
-  read_dataset(file, "y", H5T_NATIVE_INT32, g->y);
+  hid_t y = H5Dopen2(file, "y", H5P_DEFAULT);
+  hid_t type = y >= 0 ? H5Dget_type(y) : -1;
+  g->targets = type >= 0 && H5Tget_class(type) == H5T_FLOAT;
+  if (type >= 0) H5Tclose(type);
+  if (y >= 0) H5Dclose(y);
+  categorical = g->targets;
+  if (g->targets)
+    read_dataset(file, "y", H5T_NATIVE_FLOAT, g->t);
+  else
+    read_dataset(file, "y", H5T_NATIVE_INT32, g->y);
   read_dataset(file, "loss", H5T_NATIVE_DOUBLE, &g->loss);
   read_dataset(file, "predict_before", H5T_NATIVE_FLOAT, g->before);
   read_dataset(file, "predict_after", H5T_NATIVE_FLOAT, g->after);
@@ -69,6 +83,7 @@ static mxu_model *load(const char *json, mxu_backend_kind backend,
   if (!model) return NULL;
   mxu_compile_config cc = mxu_compile_defaults();
   cc.optimizer = mxu_sgd(0.1f, 0.0f, 0);
+  if (categorical) cc.loss = MXU_CATEGORICAL_CROSSENTROPY;
   cc.batch_size = current->rows;
   cc.backend = backend;
   CHECK_OK(mxu_compile(model, &cc));
@@ -143,9 +158,14 @@ static void one_step(const char *json, mxu_backend_kind backend,
   mxu_dataset *data = NULL;
   int rank = 0;
   while (rank < 3 && current->input[rank]) rank++;
-  CHECK_OK(mxu_dataset_from_arrays(g->x, g->y, rows,
-                                   mxu_shape_make(rank, current->input),
-                                   current->classes, &data));
+  if (g->targets)
+    CHECK_OK(mxu_dataset_from_targets(g->x, g->t, rows,
+                                      mxu_shape_make(rank, current->input),
+                                      current->classes, &data));
+  else
+    CHECK_OK(mxu_dataset_from_arrays(g->x, g->y, rows,
+                                     mxu_shape_make(rank, current->input),
+                                     current->classes, &data));
   mxu_fit_config fit = mxu_fit_defaults();
   fit.batch_size = rows;
   fit.shuffle = 0;
@@ -323,6 +343,16 @@ int main(void) {
        5,
        {7, 3, 0},
        NULL},
+      /* A softmax over every step under categorical_crossentropy with
+       * one-hot targets: LSTM, RepeatVector, LSTM sequences, Dense
+       * (make_seq2seq.py). */
+      {"tests/golden/seq2seq",
+       {"tests/golden/seq2seq/model.tf2.json",
+        "tests/golden/seq2seq/model.k3.json"},
+       6,
+       12,
+       {5, 4, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -345,7 +375,8 @@ int main(void) {
                    strcmp(cases[c].dir, "tests/golden/masking") == 0;
     if (sequence || strcmp(cases[c].dir, "tests/golden/recurrent") == 0 ||
         strcmp(cases[c].dir, "tests/golden/attention") == 0 ||
-        strcmp(cases[c].dir, "tests/golden/timeseries") == 0)
+        strcmp(cases[c].dir, "tests/golden/timeseries") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/seq2seq") == 0)
       keras_archive(&cases[c], sequence);
   }
   return check_report("test_golden");

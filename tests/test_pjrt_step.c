@@ -25,9 +25,33 @@ static int penalized, smoothed;
 static mxu_loss loss_kind = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
 static const char *metric_name = "accuracy";
 static int logits;
+/* The output as (2, 5): a softmax over each of two positions, whose
+ * cross-entropies and metrics are meaned per sample. */
+static int positions;
 static mxu_precision precision = MXU_PRECISION_FLOAT32;
 
+static mxu_compile_config compile_config(mxu_optimizer_config o,
+                                         mxu_backend_kind backend);
+
+/* positions: the input's Dense as (2, 5), a softmax over each row. */
+static mxu_model *positions_net(mxu_optimizer_config o,
+                                mxu_backend_kind backend) {
+  mxu_model *m = mxu_functional("positions");
+  int64_t dims[3] = {SIDE, SIDE, 2}, rows[2] = {2, CLASSES / 2};
+  mxu_dense_config d = mxu_dense_defaults(CLASSES);
+  mxu_reshape_config r = {NULL, mxu_shape_make(2, rows)};
+  mxu_tensor_id y = mxu_apply_dense(
+      m, &d,
+      mxu_apply_flatten(m, NULL, mxu_input(m, NULL, mxu_shape_make(3, dims))));
+  y = mxu_apply_activation(m, NULL, MXU_SOFTMAX, mxu_apply_reshape(m, &r, y));
+  CHECK_OK(mxu_model_outputs(m, &y, 1));
+  mxu_compile_config cc = compile_config(o, backend);
+  CHECK_OK(mxu_compile(m, &cc));
+  return m;
+}
+
 static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
+  if (positions) return positions_net(o, backend);
   mxu_model *m = mxu_sequential("step");
   int64_t dims[3] = {SIDE, SIDE, 2};
   CHECK_OK(mxu_add_input(m, NULL, mxu_shape_make(3, dims)));
@@ -57,6 +81,13 @@ static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
   mxu_dense_config d2 = mxu_dense_defaults(CLASSES);
   CHECK_OK(mxu_add_dense(m, &d2));
   CHECK_OK(mxu_add_activation(m, NULL, MXU_SOFTMAX));
+  mxu_compile_config cc = compile_config(o, backend);
+  CHECK_OK(mxu_compile(m, &cc));
+  return m;
+}
+
+static mxu_compile_config compile_config(mxu_optimizer_config o,
+                                         mxu_backend_kind backend) {
   mxu_compile_config cc = mxu_compile_defaults();
   cc.optimizer = o;
   cc.batch_size = ROWS;
@@ -72,8 +103,7 @@ static mxu_model *small_net(mxu_optimizer_config o, mxu_backend_kind backend) {
     cc.loss = MXU_CATEGORICAL_CROSSENTROPY;
     cc.label_smoothing = 0.2f;
   }
-  CHECK_OK(mxu_compile(m, &cc));
-  return m;
+  return cc;
 }
 
 static void data(float *x, int32_t *labels) {
@@ -184,6 +214,14 @@ static mxu_dataset *samples(float *x, int32_t *labels) {
   data(x, labels);
   int64_t dims[3] = {SIDE, SIDE, 2};
   mxu_dataset *set = NULL;
+  if (positions) { /* one-hot rows of each position's 5 classes */
+    float t[ROWS * CLASSES] = {0};
+    for (int r = 0; r < ROWS; r++)
+      t[r * CLASSES + labels[r] % 5] = t[r * CLASSES + 5 + r % 5] = 1.0f;
+    CHECK_OK(mxu_dataset_from_targets(x, t, ROWS, mxu_shape_make(3, dims),
+                                      CLASSES, &set));
+    return set;
+  }
   CHECK_OK(mxu_dataset_from_arrays(x, labels, ROWS, mxu_shape_make(3, dims),
                                    CLASSES, &set));
   return set;
@@ -494,6 +532,15 @@ static void losses(void) {
              logits ? " from logits" : "", metric_name);
     optimizer_case(named("adam"), what, 3e-5);
   }
+  /* Over two positions: the categorical targets' halves. */
+  positions = 1;
+  loss_kind = MXU_CATEGORICAL_CROSSENTROPY;
+  optimizer_case(named("adam"), "categorical_crossentropy over 2 positions",
+                 3e-5);
+  metric_name = "mse";
+  optimizer_case(named("sgd"), "categorical_crossentropy over 2 positions, mse",
+                 3e-5);
+  positions = 0;
   loss_kind = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   metric_name = "accuracy";
   logits = 0;

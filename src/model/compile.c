@@ -162,13 +162,23 @@ static mxu_status check_loss(const mxu_model *model,
     return mxu_fail(MXU_ERR_ARG, "compile: Huber's delta %g must be positive",
                     (double)c->huber_delta);
   const mxu_layer *last = &model->layers[mxu_model_output(model)];
-  if (mxu_loss_is_softmax(c->loss) &&
-      (last->out_shape.rank != 1 || last->out_shape.dims[0] < 2))
+  const mxu_shape *out = &last->out_shape;
+  if (mxu_loss_is_softmax(c->loss) && out->dims[out->rank - 1] < 2)
     return mxu_fail(MXU_ERR_SHAPE,
                     "compile: the output layer '%s' must output one score "
-                    "per class (rank 1, at least 2 classes) for a "
-                    "categorical cross-entropy loss",
+                    "per class (at least 2 classes, along the last axis) "
+                    "for a categorical cross-entropy loss",
                     last->name);
+  if (c->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY && out->rank != 1) {
+    char s[64];
+    mxu_shape_format(out, s, sizeof s);
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "compile: sparse_categorical_crossentropy over the "
+                    "output %s of layer '%s' would take a label per "
+                    "position, which mxu does not read; give one-hot "
+                    "targets and categorical_crossentropy",
+                    s, last->name);
+  }
   mxu_metric_kind kind;
   return mxu_metric_kind_of(c->metric ? c->metric : "accuracy", c->loss,
                             mxu_shape_count(&last->out_shape), &kind);
@@ -830,6 +840,7 @@ static mxu_status reserve_io(mxu_model *model) {
   MXU_TRY(reserve_edges(model));
   const mxu_layer *out = &model->layers[mxu_model_output(model)];
   size_t classes = (size_t)mxu_shape_count(&out->out_shape);
+  size_t positions = (size_t)mxu_loss_positions(model);
   plan->labels = mxu_arena_reserve(layout, (size_t)batch * sizeof(int32_t));
   plan->targets =
       mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
@@ -837,9 +848,14 @@ static mxu_status reserve_io(mxu_model *model) {
     plan->smoothed =
         mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
   plan->mask = mxu_arena_reserve(layout, (size_t)batch * sizeof(float));
+  plan->row_mask =
+      positions > 1
+          ? mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(float))
+          : plan->mask;
   plan->probs =
       mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
-  plan->loss = mxu_arena_reserve(layout, (size_t)batch * sizeof(float));
+  plan->loss =
+      mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(float));
   return MXU_OK;
 }
 

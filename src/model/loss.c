@@ -101,6 +101,12 @@ int mxu_loss_is_softmax(mxu_loss loss) {
          loss == MXU_CATEGORICAL_CROSSENTROPY;
 }
 
+int64_t mxu_loss_positions(const mxu_model *model) {
+  const mxu_shape *s = &model->layers[mxu_model_output(model)].out_shape;
+  if (!mxu_loss_is_softmax(model->compile.loss) || s->rank < 2) return 1;
+  return mxu_shape_count(s) / s->dims[s->rank - 1];
+}
+
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,
                         const float *targets, float *out) {
   for (int64_t i = 0; i < rows * k; i++)

@@ -562,6 +562,7 @@ typedef struct mxu_plan {
    * rows); smoothed: the categorical targets after label smoothing. */
   size_t labels, targets, smoothed;
   size_t mask;        /* 1 for real samples, 0 for padding */
+  size_t row_mask;    /* the mask of each row the loss scores (positions) */
   size_t probs, loss; /* loss outputs per sample */
   int fused_softmax;  /* the loss reads the last layer's logits */
   /* The strategy: `replicas` logical replicas, of which this process runs
@@ -824,6 +825,10 @@ void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
 /* The two cross-entropies the backend computes with a softmax (fused with
  * a final one, as Keras does); the other losses are mxu_target_loss's. */
 int mxu_loss_is_softmax(mxu_loss loss);
+/* The rows a softmax cross-entropy scores per sample: the positions of an
+ * output of several ((steps, classes): its steps), each a row of the last
+ * axis, whose losses and metrics Keras means per sample; 1 otherwise. */
+int64_t mxu_loss_positions(const mxu_model *model);
 /* Categorical label smoothing: out = t (1 - s) + s / k. */
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,
                         const float *targets, float *out);

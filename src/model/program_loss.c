@@ -41,7 +41,8 @@ static mxu_hlo_value masked_sum(mxu_hlo *h, mxu_hlo_value per_row,
                         MXU_HLO_SUM, 1, &rows);
 }
 
-/* logsumexp(z) - z . t per row. */
+/* -t . log softmax(z) = logsumexp(z) sum(t) - z . t per row (targets
+ * need not sum to 1: a row of zeros costs nothing, as on the host). */
 static mxu_hlo_value cross_entropy(mxu_hlo *h, mxu_hlo_value z,
                                    mxu_hlo_value target) {
   mxu_hlo_shape s = *mxu_hlo_shape_of(h, z);
@@ -54,7 +55,7 @@ static mxu_hlo_value cross_entropy(mxu_hlo *h, mxu_hlo_value z,
       mxu_hlo_unary(h, MXU_HLO_LOG,
                     row_sums(h, mxu_hlo_unary(h, MXU_HLO_EXP, shifted))));
   return mxu_hlo_binary(
-      h, MXU_HLO_SUBTRACT, lse,
+      h, MXU_HLO_SUBTRACT, mxu_hlo_mul(h, lse, row_sums(h, target)),
       row_sums(h, mxu_hlo_binary(h, MXU_HLO_MULTIPLY, z, target)));
 }
 
@@ -190,8 +191,26 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
   mxu_hlo *h = in->h;
   const mxu_compile_config *c = &model->compile;
   const mxu_shape *out = &model->layers[mxu_model_output(model)].out_shape;
-  int64_t values = mxu_shape_count(out), dims[2] = {in->batch, values};
+  /* A sequence's positions are rows of their own (loss.c's positions),
+   * each 1 / positions of its sample's loss and metric. */
+  int64_t positions = mxu_loss_positions(model);
+  int64_t values = mxu_shape_count(out) / positions;
+  int64_t dims[2] = {in->batch * positions, values};
   mxu_hlo_shape rows_shape = mxu_hlo_shape_make(MXU_HLO_F32, 2, dims);
+  mxu_hlo_value mask = in->mask;
+  if (positions > 1) {
+    int64_t spread[2] = {in->batch, positions};
+    const int64_t rows = 0;
+    mask = mxu_hlo_reshape(
+        h,
+        mxu_hlo_mul(
+            h,
+            mxu_hlo_broadcast(
+                h, in->mask, mxu_hlo_shape_make(MXU_HLO_F32, 2, spread), &rows),
+            mxu_hlo_constant(h, mxu_hlo_shape_make(MXU_HLO_F32, 2, spread),
+                             1.0 / (double)positions)),
+        mxu_hlo_shape_make(MXU_HLO_F32, 1, dims));
+  }
   mxu_hlo_value y = mxu_hlo_reshape(h, in->y, rows_shape);
   int sparse = c->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   mxu_hlo_value t = sparse ? one_hot(h, in->labels, in->batch, values)
@@ -221,7 +240,7 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
                       mxu_loss_name(c->loss));
     per_row = mean_of(h, row_sums(h, e), (int64_t)divisor);
   }
-  *loss = masked_sum(h, per_row, in->mask);
+  *loss = masked_sum(h, per_row, mask);
   /* The metric's own targets: the labels' one-hot rows, or the targets'
    * argmax. */
   mxu_metric_kind kind = model->metric_kind;
@@ -241,6 +260,6 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
   if (!m)
     return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: metric %s is not emitted",
                     model->metric);
-  *metric = masked_sum(h, m, in->mask);
+  *metric = masked_sum(h, m, mask);
   return h->status;
 }

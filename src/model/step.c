@@ -149,15 +149,32 @@ static void clear_other_outputs(mxu_model *model, mxu_replica *replica) {
   }
 }
 
+/* The mask of each row the loss scores: each sample's, repeated over its
+ * positions. */
+static const float *row_mask(const mxu_model *model, mxu_replica *replica) {
+  const mxu_plan *plan = &model->plan;
+  int64_t positions = mxu_loss_positions(model);
+  const float *mask = mxu_replica_floats(replica, plan->mask);
+  if (positions == 1) return mask;
+  float *rows = mxu_replica_floats(replica, plan->row_mask);
+  for (int64_t r = 0; r < plan->batch; r++)
+    for (int64_t p = 0; p < positions; p++) rows[r * positions + p] = mask[r];
+  return rows;
+}
+
 /* The softmax cross-entropies, on the backend: fused with a final softmax
- * (reading its logits), from logits, or on probabilities. */
+ * (reading its logits), from logits, or on probabilities; over a
+ * sequence's rows (positions), each 1 / positions of its sample's. */
 static void softmax_loss(mxu_model *model, mxu_replica *replica,
                          const mxu_step_key *key, float scale,
                          const float *targets) {
   mxu_plan *plan = &model->plan;
   int n = mxu_model_output(model);
   const mxu_layer *last = &model->layers[n];
-  int classes = (int)last->out_shape.dims[0];
+  int classes = (int)last->out_shape.dims[last->out_shape.rank - 1];
+  int64_t positions = mxu_loss_positions(model);
+  int64_t rows = plan->batch * positions;
+  scale /= (float)positions;
   const int32_t *labels =
       (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
   const float *onehot = NULL;
@@ -165,12 +182,12 @@ static void softmax_loss(mxu_model *model, mxu_replica *replica,
     onehot = targets;
     if (model->compile.label_smoothing > 0.0f) {
       float *smoothed = mxu_replica_floats(replica, plan->smoothed);
-      mxu_smooth_targets(plan->batch, classes, model->compile.label_smoothing,
-                         targets, smoothed);
+      mxu_smooth_targets(rows, classes, model->compile.label_smoothing, targets,
+                         smoothed);
       onehot = smoothed;
     }
   }
-  const float *mask = mxu_replica_floats(replica, plan->mask);
+  const float *mask = row_mask(model, replica);
   float *loss = mxu_replica_floats(replica, plan->loss);
   float *grad = mxu_replica_floats(replica, plan->grad[n]);
   const float *out = mxu_replica_floats(replica, plan->act[n]);
@@ -179,12 +196,11 @@ static void softmax_loss(mxu_model *model, mxu_replica *replica,
     const float *logits =
         plan->fused_softmax ? last->cls->logits(last, &last_run) : out;
     model->backend->softmax_cross_entropy(
-        plan->batch, classes, logits, onehot ? NULL : labels, onehot, mask,
-        scale, mxu_replica_floats(replica, plan->probs), loss, grad);
+        rows, classes, logits, onehot ? NULL : labels, onehot, mask, scale,
+        mxu_replica_floats(replica, plan->probs), loss, grad);
   } else {
-    model->backend->cross_entropy(plan->batch, classes, out,
-                                  onehot ? NULL : labels, onehot, mask, scale,
-                                  loss, grad);
+    model->backend->cross_entropy(rows, classes, out, onehot ? NULL : labels,
+                                  onehot, mask, scale, loss, grad);
   }
 }
 
@@ -210,14 +226,21 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                     mxu_replica_floats(replica, plan->loss),
                     mxu_replica_floats(replica, plan->grad[n]));
   }
+  /* A sequence's positions' losses and metrics, meaned per sample. */
+  int64_t positions = mxu_loss_positions(model);
   mxu_step_result result = {0};
-  for (int64_t r = 0; r < rows; r++) result.loss_sum += loss[r];
+  for (int64_t r = 0; r < rows * positions; r++) result.loss_sum += loss[r];
+  result.loss_sum /= (double)positions;
   for (int i = 0; i < model->layer_count; i++)
     if (mxu_has_activity(&model->layers[i]))
       result.loss_sum += activity(model, replica, &model->layers[i], 0, NULL);
   const int32_t *labels =
       (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
-  result.metric_sum = mxu_metric_sum(model->metric_kind, rows, values, out,
-                                     labels, targets, mask);
+  result.metric_sum =
+      mxu_metric_sum(model->metric_kind, rows * positions, values / positions,
+                     out, labels, targets,
+                     positions > 1 ? mxu_replica_floats(replica, plan->row_mask)
+                                   : mask) /
+      (double)positions;
   return result;
 }

@@ -24,17 +24,18 @@ def write(model, x, y, out):
     return loss
 
 
-def write_dialects(build, tf_keras, keras, seed, x, y, out):
+def write_dialects(build, tf_keras, keras, seed, x, y, out,
+                   loss="sparse_categorical_crossentropy"):
     """build(K) makes the model in tf_keras or keras; tf_keras takes the
     step from the initial weights of seed. Also writes model.k3.json and
     model.keras, Keras 3's archive with those initial weights (the same
-    order), whose predictions are predict_before. Returns the loss."""
+    order), whose predictions are predict_before. y: labels, or float
+    targets with loss categorical_crossentropy. Returns the loss."""
     os.makedirs(out, exist_ok=True)
     tf_keras.utils.set_random_seed(seed)
     model = build(tf_keras)
-    model.compile(tf_keras.optimizers.SGD(0.1),
-                  "sparse_categorical_crossentropy", ["accuracy"])
-    loss = write(model, x, y, out)
+    model.compile(tf_keras.optimizers.SGD(0.1), loss, ["accuracy"])
+    step_loss = write(model, x, y, out)
     k3 = build(keras)
     with open(os.path.join(out, "model.k3.json"), "w") as f:
         f.write(k3.to_json(indent=1))
@@ -44,8 +45,8 @@ def write_dialects(build, tf_keras, keras, seed, x, y, out):
     initial = build(tf_keras)
     for layer in k3.layers:
         layer.set_weights(initial.get_layer(layer.name).get_weights())
-    k3.compile(optimizer=keras.optimizers.SGD(0.1),
-               loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    k3.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss,
+               metrics=["accuracy"])
     k3.save(os.path.join(out, "model.keras"))
-    print("loss", loss, "layers", [l.name for l in model.layers])
-    return loss
+    print("loss", step_loss, "layers", [l.name for l in model.layers])
+    return step_loss
