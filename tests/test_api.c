@@ -189,20 +189,24 @@ static void errors_compile(void) {
   CHECK(mxu_model_layer_count(model) == 1);
   mxu_model_free(model);
 
-  /* The last layer must give one score per class: a label per sample
-   * scores a vector; one-hot targets score each position's row (each
-   * pixel's 2 classes here). */
+  /* The last layer must give one score per class along its last axis:
+   * each position's row is scored (each pixel's 2 classes here), which
+   * the sparse loss then needs a label for. */
   model = mxu_sequential(NULL);
   mxu_conv2d_config conv = mxu_conv2d_defaults(2, 3, 3);
   CHECK_OK(mxu_add_input(model, NULL, shape3(4, 4, 1)));
   CHECK_OK(mxu_add_conv2d(model, &conv));
   c = compile_config(2, MXU_BACKEND_CPU, 1);
-  EXPECT_FAIL(mxu_compile(model, &c), MXU_ERR_UNSUPPORTED,
-              "output (2, 2, 2) of layer 'conv2d' would take a label per "
-              "position");
-  c.loss = MXU_CATEGORICAL_CROSSENTROPY;
   CHECK_OK(mxu_compile(model, &c));
-  c.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  float pixels[2 * 16] = {0};
+  int32_t labels[2] = {0, 1};
+  mxu_dataset *per_sample = NULL;
+  CHECK_OK(mxu_dataset_from_arrays(pixels, labels, 2, shape3(4, 4, 1), 2,
+                                   &per_sample));
+  double loss, metric;
+  EXPECT_FAIL(mxu_evaluate(model, per_sample, 0, &loss, &metric), MXU_ERR_SHAPE,
+              "over the output's 4 positions needs a class index for each");
+  mxu_dataset_free(per_sample);
   mxu_model_free(model);
   model = mxu_sequential(NULL);
   d = mxu_dense_defaults(1);

@@ -15,7 +15,7 @@
 #include <hdf5.h>
 
 #define MAX_ROWS 8
-#define MAX_CLASSES 12
+#define MAX_CLASSES 28
 
 /* A golden directory: its files, batch and shapes. */
 typedef struct golden_case {
@@ -29,16 +29,17 @@ typedef struct golden_case {
 typedef struct golden {
   float x[MAX_ROWS * 8 * 8 * 3];
   int32_t y[MAX_ROWS];
-  /* A batch.h5 whose y is floats: one-hot targets (classes values a
-   * sample) under categorical_crossentropy. */
-  int targets;
+  /* A batch.h5 whose y has several values a sample (classes of them):
+   * one-hot targets under categorical_crossentropy (floats), or a label
+   * per position under the sparse loss (integers). */
+  int targets, per_sample;
   float t[MAX_ROWS * MAX_CLASSES];
   double loss;
   float before[MAX_ROWS * MAX_CLASSES], after[MAX_ROWS * MAX_CLASSES];
 } golden;
 
 static const golden_case *current;
-static int categorical; /* the current batch's loss: golden.targets */
+static int categorical; /* the current batch's y is one-hot floats */
 
 static const char *in_dir(const char *name) {
   static char path[256];
@@ -61,10 +62,16 @@ static void read_golden(golden *g) {
   read_dataset(file, "x", H5T_NATIVE_FLOAT, g->x);
   hid_t y = H5Dopen2(file, "y", H5P_DEFAULT);
   hid_t type = y >= 0 ? H5Dget_type(y) : -1;
-  g->targets = type >= 0 && H5Tget_class(type) == H5T_FLOAT;
+  hid_t space = y >= 0 ? H5Dget_space(y) : -1;
+  categorical = type >= 0 && H5Tget_class(type) == H5T_FLOAT;
+  hsize_t dims[4] = {0};
+  int rank = space >= 0 ? H5Sget_simple_extent_dims(space, dims, NULL) : 0;
+  g->targets = rank > 1;
+  g->per_sample = 1;
+  for (int d = 1; d < rank && d < 4; d++) g->per_sample *= (int)dims[d];
+  if (space >= 0) H5Sclose(space);
   if (type >= 0) H5Tclose(type);
   if (y >= 0) H5Dclose(y);
-  categorical = g->targets;
   if (g->targets)
     read_dataset(file, "y", H5T_NATIVE_FLOAT, g->t);
   else
@@ -161,7 +168,7 @@ static void one_step(const char *json, mxu_backend_kind backend,
   if (g->targets)
     CHECK_OK(mxu_dataset_from_targets(g->x, g->t, rows,
                                       mxu_shape_make(rank, current->input),
-                                      current->classes, &data));
+                                      g->per_sample, &data));
   else
     CHECK_OK(mxu_dataset_from_arrays(g->x, g->y, rows,
                                      mxu_shape_make(rank, current->input),
@@ -353,6 +360,15 @@ int main(void) {
        12,
        {5, 4, 0},
        NULL},
+      /* A class per step: sparse labels (6, 7) over a (7, 4) softmax
+       * after Embedding, Bidirectional(GRU) and Conv1D (make_tagging.py). */
+      {"tests/golden/tagging",
+       {"tests/golden/tagging/model.tf2.json",
+        "tests/golden/tagging/model.k3.json"},
+       6,
+       28,
+       {7, 0, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -372,7 +388,8 @@ int main(void) {
    * int32. */
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     int sequence = strcmp(cases[c].dir, "tests/golden/sequence") == 0 ||
-                   strcmp(cases[c].dir, "tests/golden/masking") == 0;
+                   strcmp(cases[c].dir, "tests/golden/masking") == 0 ||
+                   strcmp(cases[c].dir, "tests/golden/tagging") == 0;
     if (sequence || strcmp(cases[c].dir, "tests/golden/recurrent") == 0 ||
         strcmp(cases[c].dir, "tests/golden/attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/timeseries") == 0 ||

@@ -169,16 +169,6 @@ static mxu_status check_loss(const mxu_model *model,
                     "per class (at least 2 classes, along the last axis) "
                     "for a categorical cross-entropy loss",
                     last->name);
-  if (c->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY && out->rank != 1) {
-    char s[64];
-    mxu_shape_format(out, s, sizeof s);
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "compile: sparse_categorical_crossentropy over the "
-                    "output %s of layer '%s' would take a label per "
-                    "position, which mxu does not read; give one-hot "
-                    "targets and categorical_crossentropy",
-                    s, last->name);
-  }
   mxu_metric_kind kind;
   return mxu_metric_kind_of(c->metric ? c->metric : "accuracy", c->loss,
                             mxu_shape_count(&last->out_shape), &kind);
@@ -841,7 +831,8 @@ static mxu_status reserve_io(mxu_model *model) {
   const mxu_layer *out = &model->layers[mxu_model_output(model)];
   size_t classes = (size_t)mxu_shape_count(&out->out_shape);
   size_t positions = (size_t)mxu_loss_positions(model);
-  plan->labels = mxu_arena_reserve(layout, (size_t)batch * sizeof(int32_t));
+  plan->labels =
+      mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(int32_t));
   plan->targets =
       mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
   if (model->compile.label_smoothing > 0.0f)

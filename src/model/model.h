@@ -557,9 +557,11 @@ typedef struct mxu_plan {
    * reader: the loss); and its inputs' edges (MXU_MAX_INPUTS a node). */
   int *consumers;
   mxu_edge *edges;
-  /* This batch's class labels (int32) and targets (floats, the output's
-   * size a row: float targets as given, or labels as numbers or one-hot
-   * rows); smoothed: the categorical targets after label smoothing. */
+  /* This batch's class labels (int32; one per position of an output of
+   * several under the sparse loss: mxu_loss_positions) and targets
+   * (floats, the output's size a row: float targets as given, or labels as
+   * numbers or one-hot rows); smoothed: the categorical targets after
+   * label smoothing. */
   size_t labels, targets, smoothed;
   size_t mask;        /* 1 for real samples, 0 for padding */
   size_t row_mask;    /* the mask of each row the loss scores (positions) */

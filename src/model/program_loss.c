@@ -213,7 +213,7 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
   }
   mxu_hlo_value y = mxu_hlo_reshape(h, in->y, rows_shape);
   int sparse = c->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
-  mxu_hlo_value t = sparse ? one_hot(h, in->labels, in->batch, values)
+  mxu_hlo_value t = sparse ? one_hot(h, in->labels, (int)dims[0], values)
                            : mxu_hlo_reshape(h, in->labels, rows_shape);
   const ops oo = {h, y}, *o = &oo;
   mxu_hlo_value per_row;

@@ -140,12 +140,13 @@ typedef struct inputs {
 } inputs;
 
 mxu_hlo_shape mxu_labels_shape(const mxu_model *model, int batch) {
-  int64_t rows[1] = {batch};
   int64_t t_dims[2] = {
       batch,
       mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape)};
+  /* A label per position of an output of several (mxu_loss_positions). */
+  int64_t labels[1] = {batch * mxu_loss_positions(model)};
   return model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
-             ? mxu_hlo_shape_make(MXU_HLO_S32, 1, rows)
+             ? mxu_hlo_shape_make(MXU_HLO_S32, 1, labels)
              : f32(2, t_dims);
 }
 

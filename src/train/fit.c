@@ -36,11 +36,45 @@ static int64_t output_values(const mxu_model *model) {
   return mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape);
 }
 
+/* The sparse loss over an output of several positions (a sequence's
+ * steps): a class index per position, which the data gives as its targets
+ * (an .npy of (count, steps) labels). */
+static int positional_labels(const mxu_model *model) {
+  return model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
+         mxu_loss_positions(model) > 1;
+}
+
+static mxu_status check_positional(const mxu_model *model,
+                                   const mxu_dataset *data, const char *what) {
+  int64_t positions = mxu_loss_positions(model);
+  int64_t classes = output_values(model) / positions;
+  if (!data->targets || data->target_size != positions)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: sparse_categorical_crossentropy over the output's "
+                    "%lld positions needs a class index for each (labels of "
+                    "(count, %lld)), but the data gives %d values a sample",
+                    what, (long long)positions, (long long)positions,
+                    data->targets ? data->target_size : 1);
+  for (int64_t i = 0; i < data->count * positions; i++) {
+    float v = data->targets[i];
+    if (!(v >= 0 && v < (float)classes && v == floorf(v)))
+      return mxu_fail(MXU_ERR_ARG,
+                      "%s: sample %lld's label at position %lld is %g, not a "
+                      "class index in 0..%lld",
+                      what, (long long)(i / positions),
+                      (long long)(i % positions), (double)v,
+                      (long long)classes - 1);
+  }
+  return MXU_OK;
+}
+
 /* What the loss and metric read must be in the data: class labels for the
- * sparse ones; else targets of the output's size, or labels to stand for
- * them (as numbers for a one-value output, else one-hot rows). */
+ * sparse ones (one per position: check_positional); else targets of the
+ * output's size, or labels to stand for them (as numbers for a one-value
+ * output, else one-hot rows). */
 static mxu_status check_targets(const mxu_model *model, const mxu_dataset *data,
                                 const char *what) {
+  if (positional_labels(model)) return check_positional(model, data, what);
   int64_t values = output_values(model);
   int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
                mxu_metric_needs_labels(model->metric_kind);
@@ -176,16 +210,24 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
       (int32_t *)(void *)mxu_replica_floats(replica, plan->labels);
   float *targets = mxu_replica_floats(replica, plan->targets);
   int64_t sample = mxu_shape_count(&data->shape), values = output_values(model);
-  int given = data->targets && data->target_size == values;
-  memset(labels, 0, (size_t)batch * sizeof *labels);
+  int64_t positions = positional_labels(model) ? mxu_loss_positions(model) : 1;
+  int given =
+      data->targets && (data->target_size == values ||
+                        (positions > 1 && data->target_size == positions));
+  memset(labels, 0, (size_t)(batch * positions) * sizeof *labels);
   memset(targets, 0, (size_t)(batch * values) * sizeof *targets);
   /* predict's data has neither: labels read as class 0, targets as 0. */
   if (own > 0)
     mxu_dataset_gather(data, order, first, own, x,
-                       data->num_classes ? labels : NULL,
+                       data->num_classes && positions == 1 ? labels : NULL,
                        given ? targets : NULL);
   memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
   mxu_replica_set_rows(model, replica, own);
+  if (positions > 1) { /* each position's class index, from the targets */
+    for (int64_t i = 0; given && i < own * positions; i++)
+      labels[i] = (int32_t)targets[i];
+    return;
+  }
   if (given || !data->num_classes) return;
   for (int64_t r = 0; r < own; r++) {
     if (values == 1)
@@ -589,7 +631,7 @@ static void load_inputs(mxu_model *model, mxu_replica *replica,
     memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
   }
   memset(mxu_replica_floats(replica, model->plan.labels), 0,
-         (size_t)batch * sizeof(int32_t));
+         (size_t)(batch * mxu_loss_positions(model)) * sizeof(int32_t));
   memset(mxu_replica_floats(replica, model->plan.targets), 0,
          (size_t)(batch * output_values(model)) * sizeof(float));
   mxu_replica_set_rows(model, replica, own);

@@ -1,0 +1,49 @@
+"""make_tagging.py — a one-step golden test for a class per step (token
+tagging): sparse_categorical_crossentropy and its accuracy over every
+position of a (steps, classes) softmax, the labels (count, steps).
+
+  ids (7) int32 -> Embedding(12, 5) -> Bidirectional(GRU(3, sequences))
+  -> Conv1D(4, 3, same, relu) -> Dense(4, softmax)                 (7, 4)
+tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(14),
+default initializers; SGD(0.1), sparse_categorical_crossentropy.
+Batch: np.random.seed(15); ids = randint(0, 12, (6, 7)); y = randint(0,
+4, (6, 7)).
+
+Writes into OUTDIR (tests/golden/tagging/) what golden_step.py writes,
+model.k3.json and model.keras.
+
+Keras is never a dependency of mxu: this script only regenerates the files.
+  /tmp/kenv/bin/python tests/keras/make_tagging.py tests/golden/tagging
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+import tf_keras  # noqa: E402
+
+import golden_step  # noqa: E402
+
+
+def build(K):
+    L = K.layers
+    ids = K.Input(shape=(7,), dtype="int32", name="ids")
+    e = L.Embedding(12, 5, name="embed")(ids)
+    s = L.Bidirectional(L.GRU(3, return_sequences=True, name="gru"),
+                        name="bi")(e)
+    s = L.Conv1D(4, 3, padding="same", activation="relu", name="conv")(s)
+    out = L.Dense(4, activation="softmax", name="tags")(s)
+    return K.Model(ids, out, name="tagging")
+
+
+def main(out):
+    np.random.seed(15)
+    x = np.random.randint(0, 12, size=(6, 7)).astype(np.int32)
+    y = np.random.randint(0, 4, size=(6, 7)).astype(np.int32)
+    golden_step.write_dialects(build, tf_keras, keras, 14, x, y, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
