@@ -369,6 +369,15 @@ int main(void) {
        28,
        {7, 0, 0},
        NULL},
+      /* The same over ids padded with 0 (mask_zero): the loss the
+       * unmasked positions' mean (make_tagging.py --masked). */
+      {"tests/golden/tagging_masked",
+       {"tests/golden/tagging_masked/model.tf2.json",
+        "tests/golden/tagging_masked/model.k3.json"},
+       6,
+       28,
+       {7, 0, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -389,7 +398,8 @@ int main(void) {
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     int sequence = strcmp(cases[c].dir, "tests/golden/sequence") == 0 ||
                    strcmp(cases[c].dir, "tests/golden/masking") == 0 ||
-                   strcmp(cases[c].dir, "tests/golden/tagging") == 0;
+                   strcmp(cases[c].dir, "tests/golden/tagging") == 0 ||
+                   strcmp(cases[c].dir, "tests/golden/tagging_masked") == 0;
     if (sequence || strcmp(cases[c].dir, "tests/golden/recurrent") == 0 ||
         strcmp(cases[c].dir, "tests/golden/attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/timeseries") == 0 ||

@@ -57,18 +57,49 @@ static mxu_status check_graph(const mxu_model *model) {
                     "and is not a model output; remove it or pass it to "
                     "mxu_model_outputs",
                     model->layers[unread].name);
-  /* Keras weighs a masked output's loss by the mask. */
-  for (int k = 0; k < mxu_model_output_count(model); k++) {
-    int out = model->output_count ? model->outputs[k] : output;
-    if (model->layers[out].mask_out >= 0)
+  /* Keras weighs a masked output's loss by the mask: mxu does for the
+   * first output's cross-entropy (check_loss_mask); the others have no
+   * loss. */
+  for (int k = 1; k < mxu_model_output_count(model); k++)
+    if (model->layers[model->outputs[k]].mask_out >= 0)
       return mxu_fail(MXU_ERR_UNSUPPORTED,
-                      "compile: an Embedding's mask (mask_zero) reaches the "
-                      "model output '%s', whose loss Keras would mask: not "
-                      "supported (end the sequence with a recurrent layer "
-                      "without return_sequences, or pooling)",
-                      model->layers[out].name);
-  }
+                      "compile: a padding mask reaches the model output "
+                      "'%s' after the first: not supported",
+                      model->layers[model->outputs[k]].name);
   return MXU_OK;
+}
+
+/* A padding mask at the output: the loss scores the unmasked positions
+ * of a softmax over (steps, classes), their mask from the model input
+ * (an Embedding of it with mask_zero, or a Masking of it), which
+ * load_batch counts before the step. Sets plan->loss_mask. */
+static mxu_status check_loss_mask(mxu_model *model) {
+  const mxu_layer *out = &model->layers[mxu_model_output(model)];
+  model->plan.loss_mask = out->mask_out;
+  if (out->mask_out < 0) return MXU_OK;
+  const mxu_layer *holder = &model->layers[out->mask_out];
+  int from_input =
+      holder->cls == &mxu_input_layer_class ||
+      (holder->cls->computes_mask &&
+       model->layers[holder->inputs[0]].cls == &mxu_input_layer_class);
+  int64_t steps = holder->cls == &mxu_input_layer_class
+                      ? holder->out_shape.dims[0]
+                      : holder->in_shape.dims[0];
+  const char *why =
+      !mxu_loss_is_softmax(model->compile.loss)
+          ? "only the cross-entropies over (steps, classes) are masked"
+      : out->out_shape.rank != 2 || out->out_shape.dims[0] != steps
+          ? "the output must be (steps, classes), a class per masked step"
+      : !from_input ? "the mask must come from the model input (an Embedding "
+                      "of it with mask_zero, or a Masking of it)"
+      : model->compile.backend == MXU_BACKEND_PJRT
+          ? "not on the pjrt backend yet"
+          : NULL;
+  if (!why) return MXU_OK;
+  return mxu_fail(MXU_ERR_UNSUPPORTED,
+                  "compile: a padding mask reaches the model output '%s', "
+                  "whose loss Keras masks: %s",
+                  out->name, why);
 }
 
 static mxu_status check_schedule(const mxu_lr_decay *s) {
@@ -415,6 +446,7 @@ void mxu_plan_release(mxu_model *model) {
     release_replica(model, &plan->replica[r]);
   free(plan->replica);
   free(plan->exchange);
+  free(plan->mask_factor);
   for (int i = 0; plan->nodes && i < model->layer_count; i++)
     model->layers[i].compiled = NULL;
   free(plan->nodes);
@@ -958,6 +990,10 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   count_readers(model, plan->consumers);
   MXU_TRY(plan_strategy(model, batch));
   MXU_TRY(check_batch_sizes(model));
+  MXU_TRY(check_loss_mask(model));
+  plan->mask_factor =
+      calloc((size_t)plan->local_count, sizeof *plan->mask_factor);
+  if (!plan->mask_factor) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   plan->fused_softmax = !model->compile.from_logits &&
                         mxu_loss_is_softmax(model->compile.loss) &&
                         final_softmax(model);

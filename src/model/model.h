@@ -563,8 +563,15 @@ typedef struct mxu_plan {
    * numbers or one-hot rows); smoothed: the categorical targets after
    * label smoothing. */
   size_t labels, targets, smoothed;
-  size_t mask;        /* 1 for real samples, 0 for padding */
-  size_t row_mask;    /* the mask of each row the loss scores (positions) */
+  size_t mask;     /* 1 for real samples, 0 for padding */
+  size_t row_mask; /* the mask of each row the loss scores (positions) */
+  /* A padding mask reaching the loss (an Embedding's mask_zero of the
+   * model input, or a Masking of it): the node holding it, -1 for none;
+   * per local slice, its logical replica's real samples over its unmasked
+   * positions (Keras' loss: the masked positions' sum over their count),
+   * which load_batch counts from the input. */
+  int loss_mask;
+  double *mask_factor;
   size_t probs, loss; /* loss outputs per sample */
   int fused_softmax;  /* the loss reads the last layer's logits */
   /* The strategy: `replicas` logical replicas, of which this process runs
@@ -747,6 +754,10 @@ void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica, int64_t rows);
 typedef struct mxu_step_result {
   double loss_sum;
   double metric_sum;
+  /* What the metric sum averages over: the real samples, or under a
+   * padding mask the unmasked positions over positions a sample (Keras
+   * weighs a metric by the mask). */
+  double metric_count;
   mxu_status status; /* a device's failure (pjrt); MXU_OK on the host */
 } mxu_step_result;
 

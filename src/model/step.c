@@ -150,16 +150,33 @@ static void clear_other_outputs(mxu_model *model, mxu_replica *replica) {
 }
 
 /* The mask of each row the loss scores: each sample's, repeated over its
- * positions. */
+ * positions, and 0 at a position a padding mask masks (plan->loss_mask:
+ * an Embedding's ids, or a Masking's 1 and 0). */
 static const float *row_mask(const mxu_model *model, mxu_replica *replica) {
   const mxu_plan *plan = &model->plan;
   int64_t positions = mxu_loss_positions(model);
   const float *mask = mxu_replica_floats(replica, plan->mask);
   if (positions == 1) return mask;
+  const float *padding = NULL;
+  if (plan->loss_mask >= 0) {
+    const mxu_layer *holder = &model->layers[plan->loss_mask];
+    padding = mxu_replica_floats(replica, holder->cls->computes_mask
+                                              ? holder->compiled->scratch[0]
+                                              : plan->act[holder->index]);
+  }
   float *rows = mxu_replica_floats(replica, plan->row_mask);
-  for (int64_t r = 0; r < plan->batch; r++)
-    for (int64_t p = 0; p < positions; p++) rows[r * positions + p] = mask[r];
+  for (int64_t r = 0; r < plan->batch * positions; r++)
+    rows[r] = mask[r / positions] * (padding && padding[r] == 0.0f ? 0 : 1);
   return rows;
+}
+
+/* Each scored row's weight in its sample's loss: 1 / positions, or under
+ * a padding mask the logical replica's samples over its unmasked
+ * positions. */
+static double row_weight(const mxu_model *model, const mxu_replica *replica) {
+  const mxu_plan *plan = &model->plan;
+  if (plan->loss_mask < 0) return 1.0 / (double)mxu_loss_positions(model);
+  return plan->mask_factor[replica - plan->replica];
 }
 
 /* The softmax cross-entropies, on the backend: fused with a final softmax
@@ -174,7 +191,7 @@ static void softmax_loss(mxu_model *model, mxu_replica *replica,
   int classes = (int)last->out_shape.dims[last->out_shape.rank - 1];
   int64_t positions = mxu_loss_positions(model);
   int64_t rows = plan->batch * positions;
-  scale /= (float)positions;
+  scale *= (float)row_weight(model, replica);
   const int32_t *labels =
       (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
   const float *onehot = NULL;
@@ -226,11 +243,18 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                     mxu_replica_floats(replica, plan->loss),
                     mxu_replica_floats(replica, plan->grad[n]));
   }
-  /* A sequence's positions' losses and metrics, meaned per sample. */
+  /* A sequence's positions' losses and metrics, meaned per sample (over
+   * the unmasked ones under a padding mask). */
   int64_t positions = mxu_loss_positions(model);
+  const float *scored =
+      positions > 1 ? mxu_replica_floats(replica, plan->row_mask) : mask;
   mxu_step_result result = {0};
-  for (int64_t r = 0; r < rows * positions; r++) result.loss_sum += loss[r];
-  result.loss_sum /= (double)positions;
+  for (int64_t r = 0; r < rows * positions; r++) {
+    result.loss_sum += loss[r];
+    result.metric_count += scored[r];
+  }
+  result.loss_sum *= row_weight(model, replica);
+  result.metric_count /= (double)positions;
   for (int i = 0; i < model->layer_count; i++)
     if (mxu_has_activity(&model->layers[i]))
       result.loss_sum += activity(model, replica, &model->layers[i], 0, NULL);
@@ -238,9 +262,7 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
       (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
   result.metric_sum =
       mxu_metric_sum(model->metric_kind, rows * positions, values / positions,
-                     out, labels, targets,
-                     positions > 1 ? mxu_replica_floats(replica, plan->row_mask)
-                                   : mask) /
+                     out, labels, targets, scored) /
       (double)positions;
   return result;
 }

@@ -399,6 +399,7 @@ static mxu_step_result combine(const mxu_plan *plan,
   for (int r = 0; r < plan->replicas; r++) {
     total.loss_sum += all[r].loss_sum;
     total.metric_sum += all[r].metric_sum;
+    total.metric_count += all[r].metric_count;
   }
   return total;
 }

@@ -237,10 +237,48 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
   }
 }
 
+/* A padding mask reaching the loss (plan->loss_mask): each local slice's
+ * unmasked positions, from the input it holds (ids != 0, or a Masking's
+ * steps not all mask_value), summed per logical replica; each slice's
+ * factor is its logical replica's real samples over that sum (0 when
+ * none is unmasked, as Keras' divide_no_nan). */
+static void count_unmasked(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
+  const mxu_layer *holder = &model->layers[plan->loss_mask];
+  int masking = holder->cls->computes_mask;
+  int input = masking ? holder->inputs[0] : holder->index;
+  int64_t steps = model->layers[input].out_shape.dims[0];
+  int64_t width = mxu_shape_count(&model->layers[input].out_shape) / steps;
+  double valid[plan->local_count], own[plan->local_count];
+  for (int r = 0; r < plan->local_count; r++) {
+    const mxu_replica *replica = &plan->replica[r];
+    const float *x = mxu_replica_floats(replica, plan->act[input]);
+    const float *mask = mxu_replica_floats(replica, plan->mask);
+    valid[r] = own[r] = 0;
+    for (int64_t n = 0; n < plan->batch && mask[n] != 0.0f; n++, own[r]++)
+      for (int64_t t = 0; t < steps; t++) {
+        const float *v = x + (n * steps + t) * width;
+        int kept = 0;
+        for (int64_t j = 0; j < width && !kept; j++)
+          kept = masking ? v[j] != holder->config.mask_value : v[j] != 0.0f;
+        valid[r] += kept;
+      }
+  }
+  for (int r = 0; r < plan->local_count; r++) {
+    int logical = plan->replica[r].index / plan->split;
+    double v = 0, o = 0;
+    for (int s = 0; s < plan->local_count; s++)
+      if (plan->replica[s].index / plan->split == logical)
+        v += valid[s], o += own[s];
+    plan->mask_factor[r] = v > 0 ? o / v : 0.0;
+  }
+}
+
 static void load_batch(mxu_model *model, const mxu_dataset *data,
                        const int64_t *order, int64_t first, int64_t rows) {
   for (int r = 0; r < model->plan.local_count; r++)
     load_replica(model, &model->plan.replica[r], data, order, first, rows);
+  if (model->plan.loss_mask >= 0) count_unmasked(model);
 }
 
 mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
@@ -251,7 +289,7 @@ mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
                     batch_size);
   MXU_TRY(ensure_batch(model, batch_size ? batch_size : global_batch(model)));
   int64_t batch = global_batch(model);
-  double loss_sum = 0, metric_sum = 0;
+  double loss_sum = 0, metric_sum = 0, metric_count = 0;
   mxu_step_key key = {0, 0, 0, 0};
   for (int64_t first = 0; first < data->count; first += batch) {
     int64_t rows = data->count - first < batch ? data->count - first : batch;
@@ -261,16 +299,18 @@ mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
       MXU_TRY(mxu_device_evaluate(model, &l, &m));
       loss_sum += l;
       metric_sum += m;
+      metric_count += (double)rows;
       continue;
     }
     mxu_step_result r = mxu_strategy_step(model, &key, 1.0f);
     loss_sum += r.loss_sum;
     metric_sum += r.metric_sum;
+    metric_count += r.metric_count;
   }
   double n = data->count ? (double)data->count : 1.0;
   double penalty = model->penalized ? mxu_regularization_loss(model) : 0.0;
   if (loss) *loss = loss_sum / n + penalty;
-  if (accuracy) *accuracy = metric_sum / n;
+  if (accuracy) *accuracy = metric_count > 0 ? metric_sum / metric_count : 0.0;
   return MXU_OK;
 }
 
@@ -324,7 +364,7 @@ static mxu_status resolve_batch(const mxu_fit_config *c, int64_t count,
 }
 
 typedef struct epoch_totals {
-  double loss_sum, metric_sum;
+  double loss_sum, metric_sum, metric_count;
   int64_t samples;
 } epoch_totals;
 
@@ -354,8 +394,9 @@ static mxu_status maybe_checkpoint(mxu_model *model, const mxu_fit_config *c,
 static mxu_logs epoch_logs(const mxu_model *model, int epoch,
                            const epoch_totals *totals) {
   double n = totals->samples ? (double)totals->samples : 1.0;
+  double m = totals->metric_count > 0 ? totals->metric_count : 1.0;
   mxu_logs logs = {
-      epoch, 0,   totals->loss_sum / n,           totals->metric_sum / n,
+      epoch, 0,   totals->loss_sum / n,           totals->metric_sum / m,
       NAN,   NAN, mxu_model_learning_rate(model), model->metric,
       NULL}; /* callbacks get fit's stream */
   return logs;
@@ -384,6 +425,7 @@ static mxu_status after_step(mxu_model *model, const mxu_fit_config *c,
                              mxu_step_result r) {
   totals->loss_sum += r.loss_sum;
   totals->metric_sum += r.metric_sum;
+  totals->metric_count += r.metric_count;
   totals->samples += global_batch(model);
   MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
   if ((step + 1 - first) % steps_per_execution(model) != 0 && step + 1 != steps)
@@ -442,7 +484,9 @@ static mxu_status device_steps(mxu_model *model, const mxu_fit_config *c,
     MXU_TRY(mxu_device_run(model, good, again, again_metric));
   if (good > 0) MXU_TRY(mxu_strategy_apply(model));
   for (int j = 0; j < n; j++) {
-    mxu_step_result r = {.loss_sum = loss[j], .metric_sum = metric[j]};
+    mxu_step_result r = {.loss_sum = loss[j],
+                         .metric_sum = metric[j],
+                         .metric_count = (double)global_batch(model)};
     MXU_TRY(check_finite(epoch, step + j, r.loss_sum));
     MXU_TRY(after_step(model, c, epoch, step + j, steps, first, progress,
                        totals, r));
@@ -530,7 +574,8 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
     mxu_epoch_log *log = &model->history.epochs[model->history.count++];
     log->epoch = epoch + 1;
     log->loss = totals.loss_sum / (double)totals.samples;
-    log->accuracy = totals.metric_sum / (double)totals.samples;
+    log->accuracy = totals.metric_sum /
+                    (totals.metric_count > 0 ? totals.metric_count : 1.0);
     log->samples = totals.samples;
     log->val_loss = log->val_accuracy = NAN;
     int freq = c->validation_freq > 0 ? c->validation_freq : 1;

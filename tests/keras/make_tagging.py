@@ -4,6 +4,9 @@ position of a (steps, classes) softmax, the labels (count, steps).
 
   ids (7) int32 -> Embedding(12, 5) -> Bidirectional(GRU(3, sequences))
   -> Conv1D(4, 3, same, relu) -> Dense(4, softmax)                 (7, 4)
+With --masked (tests/golden/tagging_masked/): Embedding(mask_zero), no
+Conv1D (it would drop the mask), the ids padded with 0 after, before and
+inside: Keras' loss is then the unmasked positions' mean.
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(14),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
 Batch: np.random.seed(15); ids = randint(0, 12, (6, 7)); y = randint(0,
@@ -14,6 +17,8 @@ model.k3.json and model.keras.
 
 Keras is never a dependency of mxu: this script only regenerates the files.
   /tmp/kenv/bin/python tests/keras/make_tagging.py tests/golden/tagging
+  /tmp/kenv/bin/python tests/keras/make_tagging.py \
+      tests/golden/tagging_masked --masked
 """
 import os
 import sys
@@ -27,13 +32,17 @@ import tf_keras  # noqa: E402
 import golden_step  # noqa: E402
 
 
+MASKED = "--masked" in sys.argv
+
+
 def build(K):
     L = K.layers
     ids = K.Input(shape=(7,), dtype="int32", name="ids")
-    e = L.Embedding(12, 5, name="embed")(ids)
+    e = L.Embedding(12, 5, mask_zero=MASKED, name="embed")(ids)
     s = L.Bidirectional(L.GRU(3, return_sequences=True, name="gru"),
                         name="bi")(e)
-    s = L.Conv1D(4, 3, padding="same", activation="relu", name="conv")(s)
+    if not MASKED:
+        s = L.Conv1D(4, 3, padding="same", activation="relu", name="conv")(s)
     out = L.Dense(4, activation="softmax", name="tags")(s)
     return K.Model(ids, out, name="tagging")
 
@@ -42,6 +51,11 @@ def main(out):
     np.random.seed(15)
     x = np.random.randint(0, 12, size=(6, 7)).astype(np.int32)
     y = np.random.randint(0, 4, size=(6, 7)).astype(np.int32)
+    if MASKED:
+        x[x == 0] = 1
+        x[0, 4:] = 0      # padded after
+        x[1, :2] = 0      # padded before
+        x[2, 3] = 0       # inside
     golden_step.write_dialects(build, tf_keras, keras, 14, x, y, out)
 
 
