@@ -470,6 +470,58 @@ static void predict_arrays(void) {
   mxu_dataset_free(truth);
 }
 
+/* A tag per token from the command line: the masked tagging net of
+ * test_golden (Embedding(mask_zero), Bidirectional(GRU), Dense softmax
+ * per step) on ids padded with 0 after 2..7 tokens, each tag (id + the
+ * id before) % 4, labels of (count, 7). It learns (chance is 0.25), and
+ * the labels at padded steps change nothing: the loss masks them. */
+static void tags_per_token(void) {
+  enum { N = 600, T = 7 };
+  static float ids[N * T], tags[N * T];
+  unsigned s = 3;
+  for (int n = 0; n < N; n++) {
+    s = s * 1103515245u + 12345u;
+    int length = 2 + (int)((s >> 16) % (T - 1));
+    for (int t = 0; t < T; t++) {
+      s = s * 1103515245u + 12345u;
+      ids[n * T + t] = t < length ? (float)(1 + (s >> 16) % 11) : 0.0f;
+      float before = t ? ids[n * T + t - 1] : 0.0f;
+      tags[n * T + t] = (float)((int)(ids[n * T + t] + before) % 4);
+    }
+  }
+  int64_t shape[2] = {N, T};
+  char x[600], y[600], scrambled[600];
+  snprintf(x, sizeof x, "%s", temp_path("tag_ids.npy"));
+  snprintf(y, sizeof y, "%s", temp_path("tags.npy"));
+  snprintf(scrambled, sizeof scrambled, "%s", temp_path("tags_padded.npy"));
+  CHECK_OK(mxu_save_npy(x, shape, 2, ids));
+  CHECK_OK(mxu_save_npy(y, shape, 2, tags));
+  for (int i = 0; i < N * T; i++)
+    if (ids[i] == 0.0f) tags[i] = (float)(i % 4);
+  CHECK_OK(mxu_save_npy(scrambled, shape, 2, tags));
+  char *out[2] = {NULL, NULL};
+  const char *final[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    result r = check_run_bin(
+        MXU_BIN, "train", "tests/golden/tagging_masked/model.k3.json", "--data",
+        x, "--labels", k ? scrambled : y, "--validation-split", "0.2",
+        "--epochs", "10", "--batch-size", "16", "--optimizer", "adam",
+        "--learning-rate", "0.02", "--verbose", "2", NULL);
+    CHECK_MSG(r.code == 0, "exit %d: %s", r.code, r.err);
+    const char *test = r.out ? strstr(r.out, "test accuracy") : NULL;
+    double accuracy = test ? atof(test + strlen("test accuracy")) : 0;
+    CHECK_MSG(accuracy > 0.7, "tags per token: test accuracy %g", accuracy);
+    out[k] = r.out;
+    final[k] = r.out ? strstr(r.out, "test loss") : NULL;
+    free(r.err);
+  }
+  CHECK_MSG(final[0] && final[1] && strcmp(final[0], final[1]) == 0,
+            "labels at padded steps changed the result: %s, %s", final[0],
+            final[1]);
+  free(out[0]);
+  free(out[1]);
+}
+
 int main(void) {
   CHECK(check_temp_make("npz"));
   every_dtype();
@@ -481,6 +533,7 @@ int main(void) {
   predict_arrays();
   writes_npy();
   validation_split();
+  tags_per_token();
   check_remove_tree(check_temp_dir);
   return check_report("test_npz");
 }

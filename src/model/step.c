@@ -7,6 +7,16 @@
 #include <math.h>
 #include <string.h>
 
+/* The mask node `holder` holds in this replica: an Embedding's ids (its
+ * output), or what a Masking computed (computes_mask); 0 is masked. */
+static const float *mask_values(const mxu_model *model,
+                                const mxu_replica *replica, int holder) {
+  const mxu_layer *h = &model->layers[holder];
+  return mxu_replica_floats(replica, h->cls->computes_mask
+                                         ? h->compiled->scratch[0]
+                                         : model->plan.act[holder]);
+}
+
 mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
                               const mxu_step_key *key) {
   mxu_plan *plan = &model->plan;
@@ -21,12 +31,8 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
     run.dxs[k] = mxu_replica_floats(replica, edges[k].dx);
     run.need_dxs[k] = edges[k].need_dx;
   }
-  if (layer->cls->uses_mask && layer->mask_in >= 0) {
-    const mxu_layer *src = &model->layers[layer->mask_in];
-    run.mask_ids = mxu_replica_floats(replica, src->cls->computes_mask
-                                                   ? src->compiled->scratch[0]
-                                                   : plan->act[src->index]);
-  }
+  if (layer->cls->uses_mask && layer->mask_in >= 0)
+    run.mask_ids = mask_values(model, replica, layer->mask_in);
   run.x = run.xs[0];
   run.dx = run.dxs[0];
   run.need_dx = run.need_dxs[0];
@@ -157,13 +163,9 @@ static const float *row_mask(const mxu_model *model, mxu_replica *replica) {
   int64_t positions = mxu_loss_positions(model);
   const float *mask = mxu_replica_floats(replica, plan->mask);
   if (positions == 1) return mask;
-  const float *padding = NULL;
-  if (plan->loss_mask >= 0) {
-    const mxu_layer *holder = &model->layers[plan->loss_mask];
-    padding = mxu_replica_floats(replica, holder->cls->computes_mask
-                                              ? holder->compiled->scratch[0]
-                                              : plan->act[holder->index]);
-  }
+  const float *padding = plan->loss_mask >= 0
+                             ? mask_values(model, replica, plan->loss_mask)
+                             : NULL;
   float *rows = mxu_replica_floats(replica, plan->row_mask);
   for (int64_t r = 0; r < plan->batch * positions; r++)
     rows[r] = mask[r / positions] * (padding && padding[r] == 0.0f ? 0 : 1);

@@ -964,22 +964,28 @@ static void write_transpose(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_null(out, config, "output_padding");
 }
 
-const mxu_layer_class mxu_conv2d_transpose_class = {
-    .class_name = "Conv2DTranspose",
-    .flops = transpose_flops,
-    .config_keys = transpose_keys,
-    .read_config = read_transpose,
-    .write_config = write_transpose,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = transpose_infer,
-    .declare = conv2d_declare,
-    .plan = transpose_plan,
-    .forward = transpose_forward,
-    .emit = transpose_emit,
-    .backward = transpose_backward,
-    .logits = conv2d_logits,
-};
+#define TRANSPOSE_CLASS(symbol, keras_name, names, reader, by_steps)           \
+  const mxu_layer_class symbol = {                                             \
+      .class_name = keras_name,                                                \
+      .aliases = names,                                                        \
+      .sequence = by_steps,                                                    \
+      .flops = transpose_flops,                                                \
+      .config_keys = transpose_keys,                                           \
+      .read_config = reader,                                                   \
+      .write_config = write_transpose,                                         \
+      .min_inputs = 1,                                                         \
+      .max_inputs = 1,                                                         \
+      .infer = transpose_infer,                                                \
+      .declare = conv2d_declare,                                               \
+      .plan = transpose_plan,                                                  \
+      .forward = transpose_forward,                                            \
+      .emit = transpose_emit,                                                  \
+      .backward = transpose_backward,                                          \
+      .logits = conv2d_logits,                                                 \
+  }
+
+TRANSPOSE_CLASS(mxu_conv2d_transpose_class, "Conv2DTranspose", NULL,
+                read_transpose, 0);
 
 static mxu_status read_conv1d_transpose(const mxu_json_where *where,
                                         const cJSON *config,
@@ -990,21 +996,5 @@ static mxu_status read_conv1d_transpose(const mxu_json_where *where,
 static const char *const conv1d_transpose_aliases[] = {"Convolution1DTranspose",
                                                        NULL};
 
-const mxu_layer_class mxu_conv1d_transpose_class = {
-    .class_name = "Conv1DTranspose",
-    .aliases = conv1d_transpose_aliases,
-    .sequence = 1,
-    .flops = transpose_flops,
-    .config_keys = transpose_keys,
-    .read_config = read_conv1d_transpose,
-    .write_config = write_transpose,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = transpose_infer,
-    .declare = conv2d_declare,
-    .plan = transpose_plan,
-    .forward = transpose_forward,
-    .emit = transpose_emit,
-    .backward = transpose_backward,
-    .logits = conv2d_logits,
-};
+TRANSPOSE_CLASS(mxu_conv1d_transpose_class, "Conv1DTranspose",
+                conv1d_transpose_aliases, read_conv1d_transpose, 1);
