@@ -8,7 +8,8 @@
  * GlobalAveragePooling2D, Multiply, Subtract, Reshape and a fan-out of
  * several tensors; a second net (tests/golden/shared/, make_shared.py)
  * calls a Conv2D and a Dense twice each (Keras' shared layers). Both JSON
- * dialects and both backends are checked. */
+ * dialects and both backends are checked; the losses over positions
+ * (seq2seq, tagging) on pjrt too. */
 #include "check.h"
 #include "model/model.h"
 
@@ -156,7 +157,7 @@ static void one_step(const char *json, mxu_backend_kind backend,
                 current->fused);
   /* Seen: at most 4e-8 relative on either backend; oneDNN's kernels sum
    * in other orders than TensorFlow's, so they get more room. */
-  double tolerance = backend == MXU_BACKEND_CPU ? 1e-5 : 1e-6;
+  double tolerance = backend == MXU_BACKEND_CPU_REF ? 1e-6 : 1e-5;
   float probs[MAX_ROWS * MAX_CLASSES];
   CHECK_OK(mxu_predict(model, g->x, rows, probs));
   expect_close(probs, g->before, outputs, tolerance,
@@ -391,6 +392,11 @@ int main(void) {
     one_step(current->json[0], MXU_BACKEND_CPU_REF, &g, label[0]);
     one_step(current->json[1], MXU_BACKEND_CPU_REF, &g, label[1]);
     one_step(current->json[0], MXU_BACKEND_CPU, &g, label[2]);
+    /* The losses over positions (a padding mask's too) on a device. */
+    if (strstr(current->dir, "tagging") || strstr(current->dir, "seq2seq")) {
+      snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
+      one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
+    }
   }
   keras3_weights();
   /* The nets Keras 3 also wrote as archives; the sequence net's ids are

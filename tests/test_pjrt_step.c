@@ -139,7 +139,7 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
   int count = m->param_count, kinds = o->kind == MXU_ADAM ? 2 : 1;
   int state = count * (1 + kinds), nargs = state + 6;
   int outputs = mxu_pjrt_program_outputs(program);
-  CHECK(outputs == state + 2);
+  CHECK(outputs == state + 3); /* the loss, the metric, its count */
   mxu_pjrt_buffer **args = calloc((size_t)(REPLICAS * nargs), sizeof *args);
   mxu_pjrt_buffer **outs = calloc((size_t)(REPLICAS * outputs), sizeof *outs);
   float *zeros = calloc((size_t)m->trainable_count, sizeof(float));
@@ -175,10 +175,11 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
           mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, &steps, 0, NULL, &a[5]));
     }
     CHECK_OK(mxu_pjrt_execute(plugin, program, nargs, args, outs));
-    float sums[2] = {0, 0};
-    CHECK_OK(mxu_pjrt_download(plugin, outs[state], &sums[0], sizeof(float)));
-    CHECK_OK(
-        mxu_pjrt_download(plugin, outs[state + 1], &sums[1], sizeof(float)));
+    float sums[3] = {0, 0, 0};
+    for (int k = 0; k < 3; k++)
+      CHECK_OK(
+          mxu_pjrt_download(plugin, outs[state + k], &sums[k], sizeof(float)));
+    CHECK(sums[2] == ROWS);
     loss[t - 1] = sums[0] / ROWS;
     accuracy[t - 1] = sums[1] / ROWS;
     /* The new state is the next step's: the old buffers go. */

@@ -92,9 +92,7 @@ static mxu_status check_loss_mask(mxu_model *model) {
           ? "the output must be (steps, classes), a class per masked step"
       : !from_input ? "the mask must come from the model input (an Embedding "
                       "of it with mask_zero, or a Masking of it)"
-      : model->compile.backend == MXU_BACKEND_PJRT
-          ? "not on the pjrt backend yet"
-          : NULL;
+                    : NULL;
   if (!why) return MXU_OK;
   return mxu_fail(MXU_ERR_UNSUPPORTED,
                   "compile: a padding mask reaches the model output '%s', "

@@ -113,7 +113,8 @@ static mxu_status allocate(const mxu_model *model, mxu_device *d) {
     noises += mxu_layer_draws_noise(&model->layers[n]);
   d->inputs = NOISE + noises;
   d->nargs = d->state + d->inputs + 1;
-  d->outputs = d->state + 2; /* the state, the loss and metric sums */
+  /* the state, the loss and metric sums, the metric count */
+  d->outputs = d->state + 3;
   d->shape = calloc((size_t)d->inputs, sizeof *d->shape);
   d->size = calloc((size_t)d->inputs, sizeof *d->size);
   d->rates = calloc((size_t)d->steps, sizeof *d->rates);
@@ -279,7 +280,7 @@ static mxu_status upload_stage(mxu_device *d) {
 }
 
 mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
-                          float *metric_sums) {
+                          float *metric_sums, float *metric_counts) {
   mxu_device *d = model->device;
   if (steps < 1 || steps > d->steps)
     return mxu_fail(MXU_ERR_ARG, "pjrt: %d steps in one execution (1 to %d)",
@@ -301,8 +302,8 @@ mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
   }
   if (s == MXU_OK)
     s = mxu_pjrt_execute(d->pjrt, d->train, d->nargs, d->args, d->outs);
-  float *sums[2] = {loss_sums, metric_sums}, all[2][d->steps];
-  for (int k = 0; s == MXU_OK && k < 2; k++) {
+  float *sums[3] = {loss_sums, metric_sums, metric_counts}, all[3][d->steps];
+  for (int k = 0; s == MXU_OK && k < 3; k++) {
     s = mxu_pjrt_download(d->pjrt, d->outs[d->state + k], all[k],
                           sizeof all[k]);
     memcpy(sums[k], all[k], (size_t)steps * sizeof(float));
@@ -416,19 +417,20 @@ static mxu_status run_eval(mxu_model *model, int predict,
 }
 
 mxu_status mxu_device_evaluate(mxu_model *model, double *loss_sum,
-                               double *metric_sum) {
+                               double *metric_sum, double *metric_count) {
   mxu_device *d = model->device;
-  mxu_pjrt_buffer **outs = calloc((size_t)(2 * d->devices), sizeof *outs);
+  mxu_pjrt_buffer **outs = calloc((size_t)(3 * d->devices), sizeof *outs);
   if (!outs) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_status s = run_eval(model, 0, outs);
-  float sums[2] = {0, 0};
-  for (int k = 0; s == MXU_OK && k < 2; k++)
+  float sums[3] = {0, 0, 0};
+  for (int k = 0; s == MXU_OK && k < 3; k++)
     s = mxu_pjrt_download(d->pjrt, outs[k], &sums[k], sizeof(float));
-  for (int i = 0; i < 2 * d->devices; i++)
+  for (int i = 0; i < 3 * d->devices; i++)
     mxu_pjrt_buffer_free(d->pjrt, outs[i]);
   free(outs);
   *loss_sum = sums[0];
   *metric_sum = sums[1];
+  *metric_count = sums[2];
   return s;
 }
 

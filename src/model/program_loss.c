@@ -186,8 +186,45 @@ static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_compile_config *c,
   }
 }
 
+/* Each scored row's weights (loss.c's row_mask and row_weight): a
+ * sample's mask over its positions, 0 where the padding masks; in the
+ * loss 1 / positions of the sample's, or under a padding mask the
+ * replica's samples over its unmasked positions (0 when none, as Keras'
+ * divide_no_nan); in the metric 1 / positions. */
+static void row_weights(mxu_hlo *h, const mxu_emit_loss_input *in,
+                        int64_t positions, mxu_hlo_value *loss,
+                        mxu_hlo_value *metric) {
+  int64_t spread[2] = {in->batch, positions}, rows = in->batch * positions;
+  const int64_t samples = 0, all = 0;
+  mxu_hlo_shape grid = mxu_hlo_shape_make(MXU_HLO_F32, 2, spread);
+  mxu_hlo_value kept = mxu_hlo_broadcast(h, in->mask, grid, &samples);
+  if (in->padding)
+    kept =
+        mxu_hlo_mul(h, kept,
+                    mxu_hlo_convert(h,
+                                    mxu_hlo_compare_op(
+                                        h, MXU_HLO_NE, in->padding,
+                                        mxu_hlo_full_like(h, in->padding, 0)),
+                                    MXU_HLO_F32));
+  kept = mxu_hlo_reshape(h, kept, mxu_hlo_shape_make(MXU_HLO_F32, 1, &rows));
+  *metric = mxu_hlo_mul(h, kept, mxu_hlo_full_like(h, kept, 1.0 / positions));
+  if (!in->padding) {
+    *loss = *metric;
+    return;
+  }
+  mxu_hlo_value own = mxu_hlo_reduce(h, in->mask, MXU_HLO_SUM, 1, &all);
+  mxu_hlo_value valid = mxu_hlo_reduce(h, kept, MXU_HLO_SUM, 1, &all);
+  mxu_hlo_value factor = mxu_hlo_select(
+      h,
+      mxu_hlo_compare_op(h, MXU_HLO_GT, valid, mxu_hlo_full_like(h, valid, 0)),
+      mxu_hlo_div(h, own, valid), mxu_hlo_full_like(h, valid, 0));
+  *loss = mxu_hlo_mul(
+      h, kept, mxu_hlo_broadcast_to(h, factor, *mxu_hlo_shape_of(h, kept)));
+}
+
 mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
-                         mxu_hlo_value *loss, mxu_hlo_value *metric) {
+                         mxu_hlo_value *loss, mxu_hlo_value *metric,
+                         mxu_hlo_value *count) {
   mxu_hlo *h = in->h;
   const mxu_compile_config *c = &model->compile;
   const mxu_shape *out = &model->layers[mxu_model_output(model)].out_shape;
@@ -197,20 +234,8 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
   int64_t values = mxu_shape_count(out) / positions;
   int64_t dims[2] = {in->batch * positions, values};
   mxu_hlo_shape rows_shape = mxu_hlo_shape_make(MXU_HLO_F32, 2, dims);
-  mxu_hlo_value mask = in->mask;
-  if (positions > 1) {
-    int64_t spread[2] = {in->batch, positions};
-    const int64_t rows = 0;
-    mask = mxu_hlo_reshape(
-        h,
-        mxu_hlo_mul(
-            h,
-            mxu_hlo_broadcast(
-                h, in->mask, mxu_hlo_shape_make(MXU_HLO_F32, 2, spread), &rows),
-            mxu_hlo_constant(h, mxu_hlo_shape_make(MXU_HLO_F32, 2, spread),
-                             1.0 / (double)positions)),
-        mxu_hlo_shape_make(MXU_HLO_F32, 1, dims));
-  }
+  mxu_hlo_value mask = in->mask, metric_mask = in->mask;
+  if (positions > 1) row_weights(h, in, positions, &mask, &metric_mask);
   mxu_hlo_value y = mxu_hlo_reshape(h, in->y, rows_shape);
   int sparse = c->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   mxu_hlo_value t = sparse ? one_hot(h, in->labels, (int)dims[0], values)
@@ -260,6 +285,8 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
   if (!m)
     return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: metric %s is not emitted",
                     model->metric);
-  *metric = masked_sum(h, m, mask);
+  *metric = masked_sum(h, m, metric_mask);
+  const int64_t all = 0;
+  *count = mxu_hlo_reduce(h, metric_mask, MXU_HLO_SUM, 1, &all);
   return h->status;
 }

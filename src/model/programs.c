@@ -65,6 +65,7 @@ typedef struct pass {
   int batch, training, replicas;
   const mxu_hlo_value *weights, *noise;
   mxu_hlo_value x, logits;
+  mxu_hlo_value padding; /* the mask reaching the loss (plan.loss_mask) */
   mxu_hlo_value *nodes;
   mxu_emit_moving *moving;
 } pass;
@@ -99,6 +100,7 @@ static mxu_status forward(const mxu_model *model, pass *p) {
     masks[n] = l->cls->computes_mask ? e.mask_out : p->nodes[n];
     if (n == mxu_model_output(model)) p->logits = e.logits;
   }
+  if (model->plan.loss_mask >= 0) p->padding = masks[model->plan.loss_mask];
   free(masks);
   return p->h->status;
 }
@@ -174,19 +176,22 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
           mxu_hlo_parameter(h, mxu_noise_shape(&model->layers[n], batch));
 }
 
-/* The batch's loss sum (the loss, the activity penalties) and metric sum
- * over the rows where mask is 1 (program_loss.c). */
+/* The batch's loss sum (the loss, the activity penalties), metric sum
+ * and metric count over the rows where mask is 1 (program_loss.c):
+ * sums[0..3). */
 static mxu_status loss_and_hits(const mxu_model *model, const pass *p,
                                 mxu_hlo_value labels, mxu_hlo_value mask,
-                                mxu_hlo_value *loss, mxu_hlo_value *hits) {
+                                mxu_hlo_value *sums) {
   int out = mxu_model_output(model);
   mxu_emit_loss_input in = {.h = p->h,
                             .batch = p->batch,
                             .y = p->nodes[out],
                             .logits = p->logits,
                             .labels = labels,
-                            .mask = mask};
-  MXU_TRY(mxu_emit_loss(model, &in, loss, hits));
+                            .mask = mask,
+                            .padding = p->padding};
+  mxu_hlo_value *loss = &sums[0];
+  MXU_TRY(mxu_emit_loss(model, &in, loss, &sums[1], &sums[2]));
   *loss = activity_penalties(model, p->h, p->nodes, mask, *loss);
   return p->h->status;
 }
@@ -278,7 +283,7 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
   /* One block for every value list: weights, slots, noise, grads, nodes,
    * results, sums. */
   size_t values = (size_t)(5 * count + (2 * kinds + 1) * trainable +
-                           2 * model->layer_count + 8);
+                           2 * model->layer_count + 10);
   mxu_hlo_value *v = calloc(values, sizeof *v);
   mxu_emit_moving *moving = calloc((size_t)count + 1, sizeof *moving);
   if (!v || !moving) {
@@ -289,7 +294,7 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
       .w = v, .slots = v + count, .noise = v + count + kinds * trainable};
   mxu_hlo_value *grads = in.noise + model->layer_count, *nodes = grads + count;
   mxu_hlo_value *results = nodes + model->layer_count;
-  mxu_hlo_value *sums = results + count + kinds * trainable + 2;
+  mxu_hlo_value *sums = results + count + kinds * trainable + 3;
   mxu_hlo h;
   mxu_hlo_init(&h);
   declare_inputs(model, &h, batch, kinds, &in);
@@ -302,27 +307,26 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
             .x = in.x,
             .nodes = nodes,
             .moving = moving};
-  mxu_hlo_value loss = 0, hits = 0;
+  mxu_hlo_value metrics[3] = {0}; /* loss, metric, its count */
   mxu_status s = forward(model, &p);
+  if (s == MXU_OK) s = loss_and_hits(model, &p, in.labels, in.mask, metrics);
   if (s == MXU_OK)
-    s = loss_and_hits(model, &p, in.labels, in.mask, &loss, &hits);
-  if (s == MXU_OK)
-    s = mxu_hlo_gradients(&h, loss, in.scale, count, in.w, grads);
+    s = mxu_hlo_gradients(&h, metrics[0], in.scale, count, in.w, grads);
   /* What the replicas sum, in one all_reduce: the trainable weights'
-   * gradients, the moving averages' statistics, the loss, the metric. */
+   * gradients, the moving averages' statistics, the loss, the metric and
+   * its count. */
   int n = 0;
   for (int i = 0; i < count; i++)
     if (model->params[i].trainable) sums[n++] = grads[i];
   for (int i = 0; i < count; i++)
     if (moving[i].local) sums[n++] = moving[i].local;
-  sums[n++] = loss;
-  sums[n++] = hits;
+  for (int k = 0; k < 3; k++) sums[n++] = metrics[k];
   if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, n, sums);
   /* Keras adds the weights' penalties to each batch's mean loss, at the
    * weights before the update. */
   if (s == MXU_OK && model->penalized)
-    sums[n - 2] = mxu_hlo_binary(
-        &h, MXU_HLO_ADD, sums[n - 2],
+    sums[n - 3] = mxu_hlo_binary(
+        &h, MXU_HLO_ADD, sums[n - 3],
         mxu_hlo_binary(
             &h, MXU_HLO_MULTIPLY,
             mxu_hlo_constant(&h, f32(0, NULL), (double)batch * replicas),
@@ -335,8 +339,7 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
       results[i] =
           moving_average(&h, in.w[i], &moving[i], sums[next++], replicas);
   int r = count + kinds * trainable;
-  results[r++] = sums[n - 2];
-  results[r++] = sums[n - 1];
+  for (int k = 3; k > 0; k--) results[r++] = sums[n - k];
   if (s == MXU_OK)
     s = mxu_hlo_print_loop(&h, r, results, count + kinds * trainable, steps,
                            replicas, text);
@@ -353,7 +356,7 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
   MXU_TRY(check_layers(model));
   int count = model->param_count, outputs = mxu_model_output_count(model);
   mxu_hlo_value *v = calloc(
-      (size_t)(count + model->layer_count + MXU_MAX_INPUTS + 2), sizeof *v);
+      (size_t)(count + model->layer_count + MXU_MAX_INPUTS + 3), sizeof *v);
   if (!v) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_hlo_value *nodes = v + count, *results = nodes + model->layer_count;
   mxu_hlo h;
@@ -381,9 +384,9 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
       results[r] = nodes[model->output_count ? model->outputs[r]
                                              : mxu_model_output(model)];
   } else if (s == MXU_OK) {
-    s = loss_and_hits(model, &p, labels, mask, &results[0], &results[1]);
-    r = 2;
-    if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, 2, results);
+    s = loss_and_hits(model, &p, labels, mask, results);
+    r = 3;
+    if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, 3, results);
   }
   if (s == MXU_OK) s = mxu_hlo_print(&h, r, results, replicas, text);
   mxu_hlo_free(&h);

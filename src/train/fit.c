@@ -295,11 +295,11 @@ mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
     int64_t rows = data->count - first < batch ? data->count - first : batch;
     load_batch(model, data, NULL, first, rows);
     if (model->device) {
-      double l = 0, m = 0;
-      MXU_TRY(mxu_device_evaluate(model, &l, &m));
+      double l = 0, m = 0, k = 0;
+      MXU_TRY(mxu_device_evaluate(model, &l, &m, &k));
       loss_sum += l;
       metric_sum += m;
-      metric_count += (double)rows;
+      metric_count += k;
       continue;
     }
     mxu_step_result r = mxu_strategy_step(model, &key, 1.0f);
@@ -476,17 +476,17 @@ static int group_size(const mxu_model *model, const mxu_fit_config *c,
 static mxu_status device_steps(mxu_model *model, const mxu_fit_config *c,
                                int epoch, int step, int n, int steps, int first,
                                mxu_progress *progress, epoch_totals *totals) {
-  float loss[n], metric[n], again[n], again_metric[n];
-  MXU_TRY(mxu_device_run(model, n, loss, metric));
+  float loss[n], metric[n], counts[n], again[n], again_metric[n];
+  MXU_TRY(mxu_device_run(model, n, loss, metric, counts));
   int good = 0;
   while (good < n && isfinite(loss[good])) good++;
   if (good > 0 && good < n)
-    MXU_TRY(mxu_device_run(model, good, again, again_metric));
+    MXU_TRY(mxu_device_run(model, good, again, again_metric, counts));
   if (good > 0) MXU_TRY(mxu_strategy_apply(model));
   for (int j = 0; j < n; j++) {
     mxu_step_result r = {.loss_sum = loss[j],
                          .metric_sum = metric[j],
-                         .metric_count = (double)global_batch(model)};
+                         .metric_count = counts[j]};
     MXU_TRY(check_finite(epoch, step + j, r.loss_sum));
     MXU_TRY(after_step(model, c, epoch, step + j, steps, first, progress,
                        totals, r));
