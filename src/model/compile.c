@@ -70,7 +70,7 @@ static mxu_status check_graph(const mxu_model *model) {
 }
 
 /* A padding mask at the output: the loss scores the unmasked positions
- * of a softmax over (steps, classes), their mask from the model input
+ * of an output (steps, values), their mask from the model input
  * (an Embedding of it with mask_zero, or a Masking of it), which
  * load_batch counts before the step. Sets plan->loss_mask. */
 static mxu_status check_loss_mask(mxu_model *model) {
@@ -86,10 +86,8 @@ static mxu_status check_loss_mask(mxu_model *model) {
                       ? holder->out_shape.dims[0]
                       : holder->in_shape.dims[0];
   const char *why =
-      !mxu_loss_is_softmax(model->compile.loss)
-          ? "only the cross-entropies over (steps, classes) are masked"
-      : out->out_shape.rank != 2 || out->out_shape.dims[0] != steps
-          ? "the output must be (steps, classes), a class per masked step"
+      out->out_shape.rank != 2 || out->out_shape.dims[0] != steps
+          ? "the output must be (steps, values), the masked steps'"
       : !from_input ? "the mask must come from the model input (an Embedding "
                       "of it with mask_zero, or a Masking of it)"
                     : NULL;
@@ -453,6 +451,7 @@ void mxu_plan_release(mxu_model *model) {
   free(plan->consumers);
   free(plan->edges);
   memset(plan, 0, sizeof *plan);
+  plan->loss_mask = -1;
 }
 
 /* Keras fuses a final softmax into a cross-entropy loss: the loss then

@@ -103,7 +103,9 @@ int mxu_loss_is_softmax(mxu_loss loss) {
 
 int64_t mxu_loss_positions(const mxu_model *model) {
   const mxu_shape *s = &model->layers[mxu_model_output(model)].out_shape;
-  if (!mxu_loss_is_softmax(model->compile.loss) || s->rank < 2) return 1;
+  int scored =
+      mxu_loss_is_softmax(model->compile.loss) || model->plan.loss_mask >= 0;
+  if (!scored || s->rank < 2) return 1;
   return mxu_shape_count(s) / s->dims[s->rank - 1];
 }
 

@@ -192,6 +192,7 @@ static mxu_model *model_new(const char *name, const char *fallback,
   if (!model) return NULL;
   snprintf(model->name, sizeof model->name, "%s", name ? name : fallback);
   model->sequential = sequential;
+  model->plan.loss_mask = -1;
   return model;
 }
 

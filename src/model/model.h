@@ -840,7 +840,9 @@ void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
 int mxu_loss_is_softmax(mxu_loss loss);
 /* The rows a softmax cross-entropy scores per sample: the positions of an
  * output of several ((steps, classes): its steps), each a row of the last
- * axis, whose losses and metrics Keras means per sample; 1 otherwise. */
+ * axis, whose losses and metrics Keras means per sample; so too any loss
+ * under a padding mask (plan.loss_mask), which weighs the positions; 1
+ * otherwise (the other losses mean over every value alike). */
 int64_t mxu_loss_positions(const mxu_model *model);
 /* Categorical label smoothing: out = t (1 - s) + s / k. */
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,

@@ -238,10 +238,13 @@ mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
   if (mxu_loss_is_softmax(c->loss)) {
     softmax_loss(model, replica, key, scale, targets);
   } else {
+    /* Under a padding mask each position is a row of its own. */
+    int64_t per = mxu_loss_positions(model);
     mxu_loss_spec spec = {
         c->loss,        c->from_logits, c->label_smoothing,
-        c->huber_delta, values,         shape->dims[shape->rank - 1]};
-    mxu_target_loss(&spec, rows, out, targets, mask, scale,
+        c->huber_delta, values / per,   shape->dims[shape->rank - 1]};
+    mxu_target_loss(&spec, rows * per, out, targets, row_mask(model, replica),
+                    scale * (float)row_weight(model, replica),
                     mxu_replica_floats(replica, plan->loss),
                     mxu_replica_floats(replica, plan->grad[n]));
   }

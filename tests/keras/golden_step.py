@@ -36,6 +36,9 @@ def write_dialects(build, tf_keras, keras, seed, x, y, out,
     model = build(tf_keras)
     model.compile(tf_keras.optimizers.SGD(0.1), loss, ["accuracy"])
     step_loss = write(model, x, y, out)
+    if loss != "sparse_categorical_crossentropy":
+        with h5py.File(os.path.join(out, "batch.h5"), "a") as f:
+            f["loss_name"] = loss
     k3 = build(keras)
     with open(os.path.join(out, "model.k3.json"), "w") as f:
         f.write(k3.to_json(indent=1))
