@@ -506,7 +506,8 @@ static void tags_per_token(void) {
         MXU_BIN, "train", "tests/golden/tagging_masked/model.k3.json", "--data",
         x, "--labels", k ? scrambled : y, "--validation-split", "0.2",
         "--epochs", "10", "--batch-size", "16", "--optimizer", "adam",
-        "--learning-rate", "0.02", "--verbose", "2", NULL);
+        "--learning-rate", "0.02", "--verbose", "2", "--save-weights",
+        temp_path("tags.weights.h5"), NULL);
     CHECK_MSG(r.code == 0, "exit %d: %s", r.code, r.err);
     const char *test = r.out ? strstr(r.out, "test accuracy") : NULL;
     double accuracy = test ? atof(test + strlen("test accuracy")) : 0;
@@ -520,6 +521,25 @@ static void tags_per_token(void) {
             final[1]);
   free(out[0]);
   free(out[1]);
+  /* predict gives Keras' (samples, 7, 4), each step's a softmax. */
+  const char *probs = temp_path("tag_probs.npy");
+  result r = check_run_bin(MXU_BIN, "predict",
+                           "tests/golden/tagging_masked/model.k3.json",
+                           "--weights", temp_path("tags.weights.h5"), "--input",
+                           x, "--output", probs, NULL);
+  CHECK_MSG(r.code == 0 && r.out && has(r.out, "600 predictions of (7, 4)"),
+            "%s %s", r.out, r.err);
+  result_free(&r);
+  mxu_dataset *p = NULL;
+  CHECK_OK(mxu_load_npy(probs, NULL, &p));
+  if (!p) return;
+  mxu_shape each = mxu_dataset_shape(p);
+  CHECK(mxu_dataset_count(p) == N && each.rank == 2 && each.dims[0] == T &&
+        each.dims[1] == 4);
+  const float *v = mxu_dataset_x(p);
+  CHECK(fabs(v[0] + v[1] + v[2] + v[3] - 1) < 1e-5 &&
+        fabs(v[4] + v[5] + v[6] + v[7] - 1) < 1e-5);
+  mxu_dataset_free(p);
 }
 
 int main(void) {

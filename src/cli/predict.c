@@ -218,6 +218,33 @@ static void print_predictions(const predict_args *a, predict_run *run) {
   }
 }
 
+/* --input's outputs printed: a value a sample, its values, or the top
+ * classes of each of its positions (the last axis: a sequence's steps'
+ * classes). */
+static void print_outputs(const predict_args *a, predict_run *run, int64_t n,
+                          mxu_shape last) {
+  int values = run->classes, classes = (int)last.dims[last.rank - 1];
+  int positions = values / classes;
+  for (int64_t i = 0; classes == 1 && i < n; i++) {
+    printf("sample %lld:", (long long)i);
+    for (int v = 0; v < values; v++)
+      printf(" %g", (double)run->out[i * values + v]);
+    printf("\n");
+  }
+  run->classes = classes; /* what print_top ranks */
+  int top = a->top < classes ? a->top : classes;
+  for (int64_t i = 0; classes > 1 && i < n; i++)
+    for (int p = 0; p < positions; p++) {
+      float *row = run->out + i * values + (int64_t)p * classes;
+      if (run->compile.from_logits) softmax(row, classes);
+      if (positions > 1)
+        printf("sample %lld, position %d:\n", (long long)i, p);
+      else
+        printf("sample %lld:\n", (long long)i);
+      print_top(run, row, top);
+    }
+}
+
 /* Exactly one of --index (which needs --data), --image and --input;
  * splits the --image list into run->files. */
 static int choose_inputs(const predict_args *a, predict_run *run) {
@@ -299,9 +326,11 @@ static int predict_arrays(const predict_args *a, predict_run *run) {
     if (run->out)
       s = mxu_predict(run->model, mxu_dataset_x(samples), n, run->out);
   }
-  int64_t shape[2] = {n, run->classes};
+  /* (samples, the output's dims), as Keras' predict returns them. */
+  int64_t shape[MXU_MAX_RANK + 1] = {n};
+  for (int d = 0; d < last.rank; d++) shape[d + 1] = last.dims[d];
   if (s == MXU_OK && run->out && a->output)
-    s = mxu_save_npy(a->output, shape, 2, run->out);
+    s = mxu_save_npy(a->output, shape, last.rank + 1, run->out);
   mxu_dataset_free(samples);
   if (s != MXU_OK) return cli_runtime_error("predict");
   if (!run->out) {
@@ -309,19 +338,13 @@ static int predict_arrays(const predict_args *a, predict_run *run) {
     return CLI_RUNTIME;
   }
   if (a->output) {
-    printf("%lld predictions of %d values written to %s\n", (long long)n,
-           run->classes, a->output);
+    printf("%lld predictions of (", (long long)n);
+    for (int d = 0; d < last.rank; d++)
+      printf(d ? ", %lld" : "%lld", (long long)last.dims[d]);
+    printf(") written to %s\n", a->output);
     return CLI_OK;
   }
-  int top = a->top < run->classes ? a->top : run->classes;
-  for (int64_t i = 0; run->classes == 1 && i < n; i++)
-    printf("sample %lld: %g\n", (long long)i, (double)run->out[i]);
-  for (int64_t i = 0; run->classes > 1 && i < n; i++) {
-    float *row = run->out + i * run->classes;
-    if (run->compile.from_logits) softmax(row, run->classes);
-    printf("sample %lld:\n", (long long)i);
-    print_top(run, row, top);
-  }
+  print_outputs(a, run, n, last);
   return CLI_OK;
 }
 
