@@ -838,6 +838,9 @@ void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
 /* The two cross-entropies the backend computes with a softmax (fused with
  * a final one, as Keras does); the other losses are mxu_target_loss's. */
 int mxu_loss_is_softmax(mxu_loss loss);
+/* Whether a step of `width` values is kept by a mask: any value other
+ * than `padding` (Masking's mask_value; an Embedding's id 0, width 1). */
+int mxu_step_kept(const float *x, int64_t width, float padding);
 /* The rows a softmax cross-entropy scores per sample: the positions of an
  * output of several ((steps, classes): its steps), each a row of the last
  * axis, whose losses and metrics Keras means per sample; so too any loss

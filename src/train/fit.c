@@ -247,6 +247,7 @@ static void count_unmasked(mxu_model *model) {
   const mxu_layer *holder = &model->layers[plan->loss_mask];
   int masking = holder->cls->computes_mask;
   int input = masking ? holder->inputs[0] : holder->index;
+  float padding = masking ? holder->config.mask_value : 0.0f;
   int64_t steps = model->layers[input].out_shape.dims[0];
   int64_t width = mxu_shape_count(&model->layers[input].out_shape) / steps;
   double valid[plan->local_count], own[plan->local_count];
@@ -256,13 +257,8 @@ static void count_unmasked(mxu_model *model) {
     const float *mask = mxu_replica_floats(replica, plan->mask);
     valid[r] = own[r] = 0;
     for (int64_t n = 0; n < plan->batch && mask[n] != 0.0f; n++, own[r]++)
-      for (int64_t t = 0; t < steps; t++) {
-        const float *v = x + (n * steps + t) * width;
-        int kept = 0;
-        for (int64_t j = 0; j < width && !kept; j++)
-          kept = masking ? v[j] != holder->config.mask_value : v[j] != 0.0f;
-        valid[r] += kept;
-      }
+      for (int64_t t = 0; t < steps; t++)
+        valid[r] += mxu_step_kept(x + (n * steps + t) * width, width, padding);
   }
   for (int r = 0; r < plan->local_count; r++) {
     int logical = plan->replica[r].index / plan->split;
@@ -573,9 +569,9 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
         train_epoch(model, train, c, epoch, steps, order, &progress, &totals));
     mxu_epoch_log *log = &model->history.epochs[model->history.count++];
     log->epoch = epoch + 1;
-    log->loss = totals.loss_sum / (double)totals.samples;
-    log->accuracy = totals.metric_sum /
-                    (totals.metric_count > 0 ? totals.metric_count : 1.0);
+    mxu_logs so_far = epoch_logs(model, epoch, &totals);
+    log->loss = so_far.loss;
+    log->accuracy = so_far.accuracy;
     log->samples = totals.samples;
     log->val_loss = log->val_accuracy = NAN;
     int freq = c->validation_freq > 0 ? c->validation_freq : 1;

@@ -58,6 +58,12 @@ static mxu_status masking_plan(mxu_layer *layer, const mxu_backend *backend,
   return MXU_OK;
 }
 
+int mxu_step_kept(const float *x, int64_t width, float padding) {
+  for (int64_t j = 0; j < width; j++)
+    if (x[j] != padding) return 1;
+  return 0;
+}
+
 static float *mask_of(const mxu_layer *layer, const mxu_layer_run *run) {
   return (float *)(void *)(run->arena + layer->compiled->scratch[0]);
 }
@@ -68,9 +74,7 @@ static void masking_forward(mxu_layer *layer, const mxu_layer_run *run) {
   float value = layer->config.mask_value, *mask = mask_of(layer, run);
   for (int64_t r = 0; r < rows; r++) {
     const float *x = run->x + r * f;
-    int kept = 0;
-    for (int64_t j = 0; j < f && !kept; j++) kept = x[j] != value;
-    mask[r] = (float)kept;
+    mask[r] = (float)mxu_step_kept(x, f, value);
     for (int64_t j = 0; j < f; j++) run->y[r * f + j] = x[j] * mask[r];
   }
 }
