@@ -471,7 +471,8 @@ typedef struct mxu_embedding_config {
    * GlobalAveragePooling1D averages the unmasked steps, and
    * MultiHeadAttention attends between unmasked positions (a masked
    * query's row of probabilities is zeros, as Keras 3's). Other layers
-   * drop it, as Keras' do; the loss refuses it. */
+   * drop it, as Keras' do. Reaching a model output of (steps, values),
+   * it masks the loss and metric, as Keras' (mxu_loss_positions). */
   int mask_zero;
 } mxu_embedding_config;
 
@@ -801,8 +802,9 @@ mxu_tensor_id mxu_apply_dot(mxu_model *model, const mxu_dot_config *config,
 /* Keras' layers.add([a, b]). */
 mxu_tensor_id mxu_add(mxu_model *model, const char *name, mxu_tensor_id a,
                       mxu_tensor_id b);
-/* The tensors the model outputs, in order (fit, evaluate and predict take
- * models of one input and one output). This closes the graph: its layers
+/* The tensors the model outputs, in order (fit and evaluate take models
+ * of one output, and their data an array per input: mxu_dataset_add_input;
+ * mxu_predict one input, mxu_predict_outputs any). This closes the graph: its layers
  * are put in the order Keras lists them (by depth from the outputs), which
  * is the order of mxu_model_layer_name and of the files mxu writes, so
  * tensor ids from before no longer name the same layers. */
@@ -819,6 +821,10 @@ int mxu_model_layer_count(const mxu_model *model);
 mxu_shape mxu_model_layer_shape(const mxu_model *model, int layer);
 /* The (first) input's shape, without the batch dimension. */
 mxu_shape mxu_model_input_shape(const mxu_model *model);
+/* Input k's shape and name (its InputLayer's), in the order of the
+ * model's inputs; rank 0 and NULL for no such input. */
+mxu_shape mxu_model_input_shape_of(const mxu_model *model, int k);
+const char *mxu_model_input_name(const mxu_model *model, int k);
 const char *mxu_model_layer_name(const mxu_model *model, int layer);
 int64_t mxu_model_param_count(const mxu_model *model, int trainable);
 
@@ -1063,6 +1069,30 @@ mxu_status mxu_load_npy(const char *samples_path, const char *labels_path,
  * NULL for samples only, as predict reads them). */
 mxu_status mxu_load_npz_arrays(const char *path, const char *x_key,
                                const char *y_key, mxu_dataset **out);
+/* The arrays of an .npz for a model of several inputs (Keras' fit on a
+ * dict of arrays keyed by input name): x_keys[k] holds input k's samples
+ * (mxu_dataset_add_input), y_key the labels as mxu_load_npz_arrays reads
+ * them (NULL: none); every input's array must hold as many samples. */
+mxu_status mxu_load_npz_inputs(const char *path, const char *const *x_keys,
+                               int count, const char *y_key,
+                               mxu_dataset **out);
+/* One split of an .npz for a model of several inputs, its arrays named
+ * after the inputs (names[k] is input k's): NAME_train (NAME_test) beside
+ * y_train (y_test), or NAME beside y: the train split, or with `whole`
+ * the test split too. */
+mxu_status mxu_load_npz_named(const char *path, mxu_split split,
+                              const char *const *names, int count, int whole,
+                              mxu_dataset **out);
+/* The arrays an .npz holds, up to max: each name (without ".npy") and
+ * the shape of one of its samples (the array's shape without its first
+ * axis; (1) for a 1-D array). */
+#define MXU_NPZ_NAME_SIZE 128
+typedef struct mxu_npz_entry {
+  char name[MXU_NPZ_NAME_SIZE];
+  mxu_shape sample;
+} mxu_npz_entry;
+mxu_status mxu_npz_entries(const char *path, mxu_npz_entry *entries, int max,
+                           int *count);
 /* A numeric CSV table: a header row of column names, then one sample a
  * row; the column named label_column holds class indices (or, if any
  * value is not one, float regression targets), every other column is a
@@ -1149,7 +1179,19 @@ const char *mxu_dataset_class_name(const mxu_dataset *dataset, int label);
  * NumPy's reshape), e.g. (28, 28) samples as a model's (28, 28, 1) input;
  * MXU_ERR_ARG when the counts differ. */
 mxu_status mxu_dataset_reshape(mxu_dataset *dataset, mxu_shape shape);
-/* Multiplies every sample value by scale (e.g. 1/255). */
+/* A model of several inputs trains on samples of each (Keras' fit on a
+ * list of arrays, in the order of the model's inputs): the data set's own
+ * samples are input 0's, and each call adds the next input's, copying
+ * count * shape floats. Inputs are counted 0 .. input_count - 1; reshape
+ * of input k as mxu_dataset_reshape. */
+mxu_status mxu_dataset_add_input(mxu_dataset *dataset, const float *x,
+                                 mxu_shape shape);
+int mxu_dataset_input_count(const mxu_dataset *dataset);
+mxu_shape mxu_dataset_input_shape(const mxu_dataset *dataset, int k);
+const float *mxu_dataset_input(const mxu_dataset *dataset, int k);
+mxu_status mxu_dataset_reshape_input(mxu_dataset *dataset, int k,
+                                     mxu_shape shape);
+/* Multiplies every sample value (of every input) by scale (e.g. 1/255). */
 void mxu_dataset_rescale(mxu_dataset *dataset, float scale);
 /* A view of samples [first, first + count), sharing memory with parent. */
 mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
@@ -1435,6 +1477,15 @@ mxu_status mxu_model_load_json(const char *path, mxu_model **out,
 mxu_status mxu_model_load_json_for(const char *path, mxu_shape sample,
                                    mxu_model **out, mxu_compile_config *compile,
                                    int *has_compile);
+/* The same for a model of several inputs: the InputLayer named names[k]
+ * takes its null dimensions from samples of shapes[k] (an input not
+ * named keeps them, and is refused). */
+mxu_status mxu_model_load_json_for_inputs(const char *path,
+                                          const char *const *names,
+                                          const mxu_shape *shapes, int count,
+                                          mxu_model **out,
+                                          mxu_compile_config *compile,
+                                          int *has_compile);
 /* The model as tf.keras 2.x JSON (keras3: the Keras 3 form), so Keras'
  * model_from_json rebuilds it. *out is malloc'd; free it with free(). */
 mxu_status mxu_model_to_json(const mxu_model *model, int keras3, char **out);

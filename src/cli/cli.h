@@ -43,12 +43,14 @@ typedef struct cli_data {
 mxu_status cli_load_arrays(const char *path, const char *key, int labels,
                            mxu_dataset **out);
 
-/* One split of a data set (an image folder resized to `input`, the
- * model's input shape; arrays and tables reshaped to it; rank 0: as they
- * come), multiplied by rescale unless it is 1. An .npy with --labels or a
- * CSV table is all of it either split. */
-mxu_status cli_load_split(const cli_data *d, mxu_split split, mxu_shape input,
-                          mxu_dataset **out);
+/* One split of a data set for `model` (an image folder resized to its
+ * input shape; arrays and tables reshaped to it; NULL: as they come),
+ * multiplied by rescale unless it is 1. An .npy with --labels or a CSV
+ * table is all of it either split. A model of several inputs reads an
+ * .npz of an array per input, named after it (NAME_train and NAME_test
+ * beside y_train and y_test, or NAME beside y). */
+mxu_status cli_load_split(const cli_data *d, mxu_split split,
+                          const mxu_model *model, mxu_dataset **out);
 
 /* cli_load_model; a model whose input has a null dimension (Keras'
  * shape=(None,): a sequence of any length) takes it from the samples of

@@ -40,21 +40,30 @@ int cli_model_weights(const char *command, const char *model,
   return cli_check_weights_path(command, "--weights", *weights, 1);
 }
 
-mxu_status cli_load_model(const char *path, mxu_model **model,
-                          mxu_compile_config *compile, char *metric,
-                          size_t metric_size) {
-  return cli_load_model_shaped(path, NULL, model, compile, metric, metric_size);
-}
 
-mxu_status cli_load_model_shaped(const char *path, const mxu_shape *sample,
-                                 mxu_model **model, mxu_compile_config *compile,
-                                 char *metric, size_t metric_size) {
+/* The samples of each input the model may name, for its null dimensions:
+ * sample for its one input, or an .npz's arrays by name. */
+typedef struct cli_samples {
+  const mxu_shape *sample;
+  const char *const *names;
+  const mxu_shape *shapes;
+  int count;
+} cli_samples;
+
+static mxu_status load_model_with(const char *path, const cli_samples *given,
+                                  mxu_model **model,
+                                  mxu_compile_config *compile, char *metric,
+                                  size_t metric_size) {
   *compile = mxu_compile_defaults();
   int has_compile = 0;
   mxu_status status =
-      sample
-          ? mxu_model_load_json_for(path, *sample, model, compile, &has_compile)
-          : mxu_model_load_json(path, model, compile, &has_compile);
+      given && given->sample
+          ? mxu_model_load_json_for(path, *given->sample, model, compile,
+                                    &has_compile)
+      : given ? mxu_model_load_json_for_inputs(path, given->names,
+                                               given->shapes, given->count,
+                                               model, compile, &has_compile)
+              : mxu_model_load_json(path, model, compile, &has_compile);
   if (status != MXU_OK) return status;
   /* The config's metric may point into memory the loader owns; the
    * commands keep it past that. */
@@ -62,6 +71,20 @@ mxu_status cli_load_model_shaped(const char *path, const mxu_shape *sample,
            compile->metric ? compile->metric : "accuracy");
   compile->metric = metric;
   return MXU_OK;
+}
+
+mxu_status cli_load_model(const char *path, mxu_model **model,
+                          mxu_compile_config *compile, char *metric,
+                          size_t metric_size) {
+  return load_model_with(path, NULL, model, compile, metric, metric_size);
+}
+
+mxu_status cli_load_model_shaped(const char *path, const mxu_shape *sample,
+                                 mxu_model **model, mxu_compile_config *compile,
+                                 char *metric, size_t metric_size) {
+  cli_samples given = {sample, NULL, NULL, 0};
+  return load_model_with(path, sample ? &given : NULL, model, compile, metric,
+                         metric_size);
 }
 
 /* An .npz's arrays by key, or x_test (y_test) and then x (y): the second
@@ -81,13 +104,44 @@ mxu_status cli_load_arrays(const char *path, const char *key, int labels,
   return mxu_load_npz_arrays(path, "x", labels ? "y" : NULL, out);
 }
 
-mxu_status cli_load_split(const cli_data *d, mxu_split split, mxu_shape input,
-                          mxu_dataset **out) {
+/* Whether an .npz's entries hold one named `name`. */
+static int has_entry(const mxu_npz_entry *entries, int count,
+                     const char *name) {
+  for (int i = 0; i < count; i++)
+    if (strcmp(entries[i].name, name) == 0) return 1;
+  return 0;
+}
+
+#define MAX_NPZ_ENTRIES 64
+
+/* A model of several inputs reads an .npz of an array per input, by the
+ * inputs' names. */
+static mxu_status load_named_inputs(const cli_data *d, mxu_split split,
+                                    const mxu_model *model,
+                                    mxu_dataset **out) {
+  int n = mxu_model_input_count(model);
+  const char *names[MAX_NPZ_ENTRIES];
+  for (int k = 0; k < n && k < MAX_NPZ_ENTRIES; k++)
+    names[k] = mxu_model_input_name(model, k);
+  /* --labels and CSV tables hold one input: the library says so. */
+  const char *path = d->labels || d->label_column ? NULL : d->data;
+  mxu_status status = mxu_load_npz_named(path, split, names, n, d->whole, out);
+  for (int k = 0; k < n && status == MXU_OK; k++)
+    status = mxu_dataset_reshape_input(*out, k,
+                                       mxu_model_input_shape_of(model, k));
+  return status;
+}
+
+mxu_status cli_load_split(const cli_data *d, mxu_split split,
+                          const mxu_model *model, mxu_dataset **out) {
   mxu_status status;
+  mxu_shape input = mxu_model_input_shape(model);
   int arrays =
       d->labels || d->label_column ||
       (d->whole && split == MXU_TEST && cli_ends_with(d->data, ".npz"));
-  if (!arrays)
+  if (mxu_model_input_count(model) > 1)
+    status = load_named_inputs(d, split, model, out);
+  else if (!arrays)
     status = mxu_load_dataset_for(d->data, split, input, out);
   else if (d->labels || d->label_column)
     status = d->labels ? mxu_load_npy(d->data, d->labels, out)
@@ -95,9 +149,10 @@ mxu_status cli_load_split(const cli_data *d, mxu_split split, mxu_shape input,
   else
     status = cli_load_arrays(d->data, NULL, 1, out);
   /* Arrays and tables are flat: they take the model's input shape. */
-  if (arrays && status == MXU_OK && input.rank)
+  if (arrays && status == MXU_OK && input.rank &&
+      mxu_model_input_count(model) == 1)
     status = mxu_dataset_reshape(*out, input);
-  if (arrays && status != MXU_OK) {
+  if (status != MXU_OK) {
     mxu_dataset_free(*out);
     *out = NULL;
   }
@@ -203,6 +258,36 @@ void cli_note_precision(const char *command, const mxu_model *model,
             command);
 }
 
+/* A model of several inputs with a null dimension: the samples of each
+ * array of the .npz that the split reads (NAME_train or NAME_test, or
+ * NAME), by input name. */
+static mxu_status load_model_named(const char *path, const cli_data *d,
+                                   mxu_split split, mxu_model **model,
+                                   mxu_compile_config *compile, char *metric,
+                                   size_t metric_size) {
+  mxu_npz_entry entries[MAX_NPZ_ENTRIES];
+  int count = 0;
+  mxu_status status =
+      mxu_npz_entries(d->data, entries, MAX_NPZ_ENTRIES, &count);
+  if (status != MXU_OK) return status;
+  const char *suffix = split == MXU_TRAIN ? "_train" : "_test";
+  if (!has_entry(entries, count, split == MXU_TRAIN ? "y_train" : "y_test"))
+    suffix = "";
+  const char *names[MAX_NPZ_ENTRIES];
+  mxu_shape shapes[MAX_NPZ_ENTRIES];
+  int n = 0;
+  size_t cut = strlen(suffix);
+  for (int i = 0; i < count; i++) {
+    size_t length = strlen(entries[i].name);
+    if (length <= cut || strcmp(entries[i].name + length - cut, suffix)) continue;
+    entries[i].name[length - cut] = 0;
+    names[n] = entries[i].name;
+    shapes[n++] = entries[i].sample;
+  }
+  cli_samples given = {NULL, names, shapes, n};
+  return load_model_with(path, &given, model, compile, metric, metric_size);
+}
+
 mxu_status cli_load_model_for(const char *path, const cli_data *d,
                               mxu_split split, mxu_model **model,
                               mxu_compile_config *compile, char *metric,
@@ -213,8 +298,13 @@ mxu_status cli_load_model_for(const char *path, const cli_data *d,
   plain.rescale = 1.0f;
   mxu_dataset *samples = NULL;
   /* The model's message stands if the data cannot tell the length. */
-  if (cli_load_split(&plain, split, (mxu_shape){0}, &samples) != MXU_OK)
+  if (cli_load_split(&plain, split, NULL, &samples) != MXU_OK) {
+    if (cli_ends_with(d->data, ".npz") &&
+        load_model_named(path, d, split, model, compile, metric,
+                         metric_size) == MXU_OK)
+      return MXU_OK;
     return cli_load_model(path, model, compile, metric, metric_size);
+  }
   mxu_shape sample = mxu_dataset_shape(samples);
   mxu_dataset_free(samples);
   return cli_load_model_shaped(path, &sample, model, compile, metric,

@@ -368,7 +368,7 @@ int cli_predict(int argc, char **argv) {
   if (load_model(&a, &run) != MXU_OK ||
       (a.data &&
        cli_load_split(&(cli_data){a.data, NULL, NULL, a.rescale, 0}, MXU_TEST,
-                      mxu_model_input_shape(run.model), &run.test) != MXU_OK))
+                      run.model, &run.test) != MXU_OK))
     code = cli_runtime_error("predict");
   else if (a.input)
     code = predict_arrays(&a, &run);

@@ -247,8 +247,7 @@ static mxu_status load(const train_args *a, train_run *run) {
       cli_load_model_for(a->model, &data, MXU_TRAIN, &run->model, &run->compile,
                          run->metric, sizeof run->metric);
   s = load_overridden(a, run, s);
-  mxu_shape input =
-      s == MXU_OK ? mxu_model_input_shape(run->model) : (mxu_shape){0};
+  const mxu_model *input = s == MXU_OK ? run->model : NULL;
   if (s != MXU_OK || !a->validation_split) {
     if (s == MXU_OK) s = cli_load_split(&data, MXU_TRAIN, input, &run->train);
     if (s == MXU_OK) s = cli_load_split(&data, MXU_TEST, input, &run->test);

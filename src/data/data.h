@@ -4,6 +4,7 @@
 #ifndef MXU_DATA_H
 #define MXU_DATA_H
 
+#include "core/core.h"
 #include "mxu.h"
 
 struct mxu_dataset {
@@ -27,6 +28,12 @@ struct mxu_dataset {
    * write rather than read): the mapping, unmapped instead of freed. */
   void *mapping;
   size_t mapping_size;
+  /* The samples of a model's other inputs (Keras' fit on a list of
+   * arrays): input k >= 1 is more[k - 1], count * more_shape[k - 1]
+   * floats, owned like x. */
+  int more_count;
+  mxu_shape more_shape[MXU_MAX_INPUTS - 1];
+  float *more[MXU_MAX_INPUTS - 1];
 };
 
 /* Gives the data set names (copies); count must equal num_classes. */
@@ -47,5 +54,9 @@ mxu_status mxu_dataset_add_targets(mxu_dataset *dataset, int target_size);
 void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
                         int64_t first, int64_t n, float *x, int32_t *labels,
                         float *targets);
+/* The same for the samples of input k >= 1 (mxu_dataset_add_input). */
+void mxu_dataset_gather_input(const mxu_dataset *dataset, int k,
+                              const int64_t *order, int64_t first, int64_t n,
+                              float *x);
 
 #endif

@@ -165,6 +165,7 @@ void mxu_dataset_free(mxu_dataset *dataset) {
       free(dataset->x);
     free(dataset->labels);
     free(dataset->targets);
+    for (int k = 0; k < dataset->more_count; k++) free(dataset->more[k]);
     for (int i = 0; dataset->class_names && i < dataset->num_classes; i++)
       free(dataset->class_names[i]);
     free(dataset->class_names);
@@ -221,22 +222,71 @@ mxu_status mxu_dataset_set_class_names(mxu_dataset *dataset,
 }
 
 mxu_status mxu_dataset_reshape(mxu_dataset *dataset, mxu_shape shape) {
-  if (!dataset) return mxu_fail(MXU_ERR_ARG, "dataset: reshape of NULL");
+  return mxu_dataset_reshape_input(dataset, 0, shape);
+}
+
+mxu_status mxu_dataset_reshape_input(mxu_dataset *dataset, int k,
+                                     mxu_shape shape) {
+  if (!dataset || k < 0 || k > dataset->more_count)
+    return mxu_fail(MXU_ERR_ARG, "dataset: reshape of no input %d", k);
+  mxu_shape *now = k ? &dataset->more_shape[k - 1] : &dataset->shape;
   if (shape.rank < 1 || shape.rank > MXU_MAX_RANK ||
-      mxu_shape_count(&shape) != mxu_shape_count(&dataset->shape))
+      mxu_shape_count(&shape) != mxu_shape_count(now))
     return mxu_fail(MXU_ERR_ARG,
                     "dataset: samples of %lld values cannot take a shape of "
                     "%lld",
-                    (long long)mxu_shape_count(&dataset->shape),
+                    (long long)mxu_shape_count(now),
                     (long long)mxu_shape_count(&shape));
-  dataset->shape = shape;
+  *now = shape;
   return MXU_OK;
+}
+
+mxu_status mxu_dataset_add_input(mxu_dataset *dataset, const float *x,
+                                 mxu_shape shape) {
+  if (!dataset || !dataset->owns || (!x && dataset->count))
+    return mxu_fail(MXU_ERR_ARG,
+                    "dataset: add_input needs a data set of its own (not a "
+                    "slice) and samples");
+  if (dataset->more_count == MXU_MAX_INPUTS - 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED, "dataset: more than %d inputs",
+                    MXU_MAX_INPUTS);
+  int64_t per_sample = 0;
+  size_t bytes = 0;
+  MXU_TRY(sample_floats(shape, &per_sample));
+  MXU_TRY(array_bytes(dataset->count, per_sample, sizeof(float), &bytes));
+  float *copy = malloc(bytes ? bytes : 1);
+  if (!copy)
+    return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory for %lld samples",
+                    (long long)dataset->count);
+  if (bytes) memcpy(copy, x, bytes);
+  dataset->more_shape[dataset->more_count] = shape;
+  dataset->more[dataset->more_count++] = copy;
+  return MXU_OK;
+}
+
+int mxu_dataset_input_count(const mxu_dataset *dataset) {
+  return dataset ? 1 + dataset->more_count : 0;
+}
+
+mxu_shape mxu_dataset_input_shape(const mxu_dataset *dataset, int k) {
+  mxu_shape none = {0};
+  if (!dataset || k < 0 || k > dataset->more_count) return none;
+  return k ? dataset->more_shape[k - 1] : dataset->shape;
+}
+
+const float *mxu_dataset_input(const mxu_dataset *dataset, int k) {
+  if (!dataset || k < 0 || k > dataset->more_count) return NULL;
+  return k ? dataset->more[k - 1] : dataset->x;
 }
 
 void mxu_dataset_rescale(mxu_dataset *dataset, float scale) {
   if (!dataset) return;
-  size_t n = (size_t)dataset->count * (size_t)mxu_shape_count(&dataset->shape);
-  for (size_t i = 0; i < n; i++) dataset->x[i] *= scale;
+  for (int k = 0; k <= dataset->more_count; k++) {
+    mxu_shape shape = mxu_dataset_input_shape(dataset, k);
+    float *x = k ? dataset->more[k - 1] : dataset->x;
+    size_t n = (size_t)dataset->count * (size_t)mxu_shape_count(&shape);
+    for (size_t i = 0; i < n; i++) x[i] *= scale;
+  }
 }
 
 mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
@@ -259,6 +309,8 @@ mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
   view->labels = parent->labels + first;
   if (parent->targets)
     view->targets = parent->targets + first * parent->target_size;
+  for (int k = 0; k < parent->more_count; k++)
+    view->more[k] = parent->more[k] + first * mxu_shape_count(&view->more_shape[k]);
   view->count = count;
   view->owns = 0;
   *out = view;
@@ -303,5 +355,17 @@ void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
     if (targets)
       memcpy(targets + (size_t)k * t, dataset->targets + (size_t)sample * t,
              t * sizeof(float));
+  }
+}
+
+void mxu_dataset_gather_input(const mxu_dataset *dataset, int k,
+                              const int64_t *order, int64_t first, int64_t n,
+                              float *x) {
+  size_t floats = (size_t)mxu_shape_count(&dataset->more_shape[k - 1]);
+  const float *from = dataset->more[k - 1];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t sample = order ? order[first + i] : first + i;
+    memcpy(x + (size_t)i * floats, from + (size_t)sample * floats,
+           floats * sizeof(float));
   }
 }

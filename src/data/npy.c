@@ -365,7 +365,7 @@ static mxu_status zip_failure(const char *path, const char *what,
 /* Reads member key.npy whole; *found 0 when the archive has none. */
 static mxu_status read_member(zip_t *zip, const char *path, const char *key,
                               npz_member *m, int *found) {
-  char name[64];
+  char name[MXU_NPZ_NAME_SIZE + 8];
   snprintf(name, sizeof name, "%s.npy", key);
   m->source = (npy_source){path, key};
   zip_int64_t index = zip_name_locate(zip, name, 0);
@@ -513,6 +513,108 @@ mxu_status mxu_load_npz_arrays(const char *path, const char *x_key,
         to_dataset(&m[0].source, &m[0].array, &m[1].array, classes, &none, out);
   free(m[0].bytes);
   free(m[1].bytes);
+  zip_discard(zip);
+  return status;
+}
+
+mxu_status mxu_load_npz_inputs(const char *path, const char *const *x_keys,
+                               int count, const char *y_key,
+                               mxu_dataset **out) {
+  if (!out) return mxu_fail(MXU_ERR_ARG, "npz: out is NULL");
+  *out = NULL;
+  if (!x_keys || count < 1)
+    return mxu_fail(MXU_ERR_ARG, "npz: no input arrays named");
+  MXU_TRY(mxu_load_npz_arrays(path, x_keys[0], y_key, out));
+  mxu_status status = MXU_OK;
+  for (int k = 1; k < count && status == MXU_OK; k++) {
+    mxu_dataset *more = NULL;
+    status = mxu_load_npz_arrays(path, x_keys[k], NULL, &more);
+    if (status == MXU_OK && more->count != (*out)->count)
+      status = mxu_fail(MXU_ERR_SHAPE,
+                        "npz: %s: '%s' holds %lld samples but '%s' %lld; "
+                        "every input needs one per sample",
+                        path, x_keys[k], (long long)more->count, x_keys[0],
+                        (long long)(*out)->count);
+    if (status == MXU_OK)
+      status = mxu_dataset_add_input(*out, more->x, more->shape);
+    mxu_dataset_free(more);
+  }
+  if (status != MXU_OK) {
+    mxu_dataset_free(*out);
+    *out = NULL;
+  }
+  return status;
+}
+
+mxu_status mxu_load_npz_named(const char *path, mxu_split split,
+                              const char *const *names, int count, int whole,
+                              mxu_dataset **out) {
+  if (!out) return mxu_fail(MXU_ERR_ARG, "npz: out is NULL");
+  *out = NULL;
+  if (!names || count < 1 || count > MXU_MAX_INPUTS)
+    return mxu_fail(MXU_ERR_ARG, "npz: %d inputs", count);
+  if (!path || !mxu_ends_with(path, ".npz"))
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: the model has %d inputs ('%s', ...): give one .npz "
+                    "holding an array for each, named after the input "
+                    "(NAME_train and NAME_test beside y_train and y_test, or "
+                    "NAME beside y), as Keras' fit takes a dict of arrays",
+                    path ? path : "--labels", count, names[0]);
+  mxu_status status = MXU_OK;
+  zip_t *zip = open_zip(path, &status);
+  if (!zip) return status;
+  const char *y = split == MXU_TRAIN ? "y_train" : "y_test";
+  int split_form = zip_name_locate(zip, split == MXU_TRAIN ? "y_train.npy"
+                                                           : "y_test.npy",
+                                   0) >= 0;
+  zip_discard(zip);
+  if (!split_form && split == MXU_TEST && !whole)
+    return mxu_fail(MXU_ERR_FORMAT,
+                    "npz: %s: no test split (y_test): hold out part of the "
+                    "data with --validation-split F, or add each input's "
+                    "NAME_test and y_test to the archive",
+                    path);
+  const char *suffix = !split_form ? "" : split == MXU_TRAIN ? "_train" : "_test";
+  char keys[MXU_MAX_INPUTS][MXU_NPZ_NAME_SIZE + 8];
+  const char *x_keys[MXU_MAX_INPUTS];
+  for (int k = 0; k < count; k++) {
+    snprintf(keys[k], sizeof keys[k], "%s%s", names[k], suffix);
+    x_keys[k] = keys[k];
+  }
+  return mxu_load_npz_inputs(path, x_keys, count, split_form ? y : "y", out);
+}
+
+mxu_status mxu_npz_entries(const char *path, mxu_npz_entry *entries, int max,
+                           int *count) {
+  if (!path || !count || (max > 0 && !entries))
+    return mxu_fail(MXU_ERR_ARG, "npz: entries needs a path and room");
+  *count = 0;
+  mxu_status status = MXU_OK;
+  zip_t *zip = open_zip(path, &status);
+  if (!zip) return status;
+  zip_int64_t n = zip_get_num_entries(zip, 0);
+  for (zip_int64_t i = 0; i < n && *count < max && status == MXU_OK; i++) {
+    const char *name = zip_get_name(zip, (zip_uint64_t)i, 0);
+    size_t length = name ? strlen(name) : 0;
+    if (length < 5 || length - 4 >= MXU_NPZ_NAME_SIZE ||
+        strcmp(name + length - 4, ".npy") != 0)
+      continue;
+    mxu_npz_entry *e = &entries[*count];
+    memset(e, 0, sizeof *e);
+    memcpy(e->name, name, length - 4);
+    npz_member m;
+    memset(&m, 0, sizeof m);
+    int found = 0;
+    status = read_member(zip, path, e->name, &m, &found);
+    if (status == MXU_OK && found) {
+      e->sample.rank = m.array.rank > 1 ? m.array.rank - 1 : 1;
+      e->sample.dims[0] = 1;
+      for (int d = 1; d < m.array.rank; d++)
+        e->sample.dims[d - 1] = m.array.shape[d];
+      ++*count;
+    }
+    free(m.bytes);
+  }
   zip_discard(zip);
   return status;
 }

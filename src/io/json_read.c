@@ -104,6 +104,16 @@ static mxu_status parse(const char *json, size_t length, const char *source,
  * null dimension of a shape takes theirs. NULL in any other call. */
 static _Thread_local const mxu_shape *data_shape;
 
+/* For a model of several inputs (mxu_model_load_json_for_inputs): the
+ * samples of each input by name, which its InputLayer reads as
+ * data_shape. */
+typedef struct named_shapes {
+  const char *const *names;
+  const mxu_shape *shapes;
+  int count;
+} named_shapes;
+static _Thread_local const named_shapes *data_inputs;
+
 /* Dimension i of the data's samples for a shape of `rank`, their
  * trailing axes of 1 aside ((28, 28, 1) images for (None, 28)); 0 for
  * none. */
@@ -223,7 +233,13 @@ static mxu_status read_input_layer(const mxu_json_where *where,
                                    const char *name) {
   mxu_shape shape = {0};
   int found = 0;
-  MXU_TRY(read_config_shape(where, config, &shape, &found));
+  const mxu_shape *saved = data_shape;
+  for (int k = 0; data_inputs && name && k < data_inputs->count; k++)
+    if (strcmp(data_inputs->names[k], name) == 0)
+      data_shape = &data_inputs->shapes[k];
+  mxu_status status = read_config_shape(where, config, &shape, &found);
+  data_shape = saved;
+  MXU_TRY(status);
   if (!found)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "batch_input_shape (or batch_shape) is missing");
@@ -1554,6 +1570,20 @@ mxu_status mxu_model_load_json_for(const char *path, mxu_shape sample,
   data_shape = &sample;
   mxu_status status = mxu_model_load_json(path, out, compile, has_compile);
   data_shape = saved;
+  return status;
+}
+
+mxu_status mxu_model_load_json_for_inputs(const char *path,
+                                          const char *const *names,
+                                          const mxu_shape *shapes, int count,
+                                          mxu_model **out,
+                                          mxu_compile_config *compile,
+                                          int *has_compile) {
+  named_shapes given = {names, shapes, count};
+  const named_shapes *saved = data_inputs;
+  data_inputs = &given;
+  mxu_status status = mxu_model_load_json(path, out, compile, has_compile);
+  data_inputs = saved;
   return status;
 }
 

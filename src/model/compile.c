@@ -58,8 +58,7 @@ static mxu_status check_graph(const mxu_model *model) {
                     "mxu_model_outputs",
                     model->layers[unread].name);
   /* Keras weighs a masked output's loss by the mask: mxu does for the
-   * first output's cross-entropy (check_loss_mask); the others have no
-   * loss. */
+   * first output's loss (check_loss_mask); the others have no loss. */
   for (int k = 1; k < mxu_model_output_count(model); k++)
     if (model->layers[model->outputs[k]].mask_out >= 0)
       return mxu_fail(MXU_ERR_UNSUPPORTED,

@@ -1539,6 +1539,17 @@ mxu_shape mxu_model_input_shape(const mxu_model *model) {
   return model && model->input_count ? mxu_model_input(model)->out_shape : none;
 }
 
+mxu_shape mxu_model_input_shape_of(const mxu_model *model, int k) {
+  mxu_shape none = {0};
+  if (!model || k < 0 || k >= model->input_count) return none;
+  return model->layers[model->inputs[k]].out_shape;
+}
+
+const char *mxu_model_input_name(const mxu_model *model, int k) {
+  if (!model || k < 0 || k >= model->input_count) return NULL;
+  return model->layers[model->inputs[k]].name;
+}
+
 const char *mxu_model_layer_name(const mxu_model *model, int layer) {
   int item = nth_layer(model, layer);
   return item == INT_MIN ? NULL : mxu_model_item_name(model, item);

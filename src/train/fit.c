@@ -22,12 +22,12 @@ mxu_fit_config mxu_fit_defaults(void) {
 }
 
 static mxu_status check_io(const mxu_model *model, const char *what) {
-  if (model->input_count != 1 || mxu_model_output_count(model) != 1)
+  if (mxu_model_output_count(model) != 1)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "%s: the model has %d inputs and %d outputs; fit, "
-                    "evaluate and predict (and the mxu command) take models "
-                    "with one of each; mxu_predict_outputs runs the others",
-                    what, model->input_count, mxu_model_output_count(model));
+                    "%s: the model has %d outputs; fit, evaluate and predict "
+                    "(and the mxu command) take models with one; "
+                    "mxu_predict_outputs runs the others",
+                    what, mxu_model_output_count(model));
   return MXU_OK;
 }
 
@@ -129,6 +129,31 @@ static mxu_shape squeezed(const mxu_shape *s) {
   return out;
 }
 
+/* Input k's samples against the model's input k: the same values, in the
+ * same order, axes of 1 aside (Fashion-MNIST's (28, 28, 1) images feed a
+ * Keras model built for its (28, 28) arrays). */
+static mxu_status check_input(const mxu_model *model, const mxu_dataset *data,
+                              int k, const char *what) {
+  const mxu_layer *input = &model->layers[model->inputs[k]];
+  const mxu_shape *shape = &input->out_shape;
+  mxu_shape given = mxu_dataset_input_shape(data, k);
+  mxu_shape a = squeezed(&given), b = squeezed(shape);
+  int same = a.rank == b.rank;
+  for (int i = 0; same && i < a.rank; i++) same = a.dims[i] == b.dims[i];
+  if (!same) {
+    char x[64], y[64];
+    mxu_shape_format(&given, x, sizeof x);
+    mxu_shape_format(shape, y, sizeof y);
+    int64_t n = mxu_shape_count(&given), want = mxu_shape_count(shape);
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: the samples%s are %s (%lld values) but the model's "
+                    "input '%s' takes %s (%lld values)",
+                    what, data->more_count ? " of that input" : "", x,
+                    (long long)n, input->name, y, (long long)want);
+  }
+  return check_ids(model, k, mxu_dataset_input(data, k), data->count, what);
+}
+
 static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                              const char *what) {
   if (!model || !model->compiled)
@@ -142,34 +167,15 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                     "split",
                     what);
   MXU_TRY(check_io(model, what));
-  const mxu_layer *input = mxu_model_input(model);
-  const mxu_shape *shape = &input->out_shape;
-  int64_t want = mxu_shape_count(shape);
-  if (mxu_shape_count(&data->shape) != want) {
-    char a[64], b[64];
-    mxu_shape_format(&data->shape, a, sizeof a);
-    mxu_shape_format(shape, b, sizeof b);
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: the samples are %s (%lld values) but the model's "
-                    "input '%s' takes %s (%lld values)",
-                    what, a, (long long)mxu_shape_count(&data->shape),
-                    input->name, b, (long long)want);
-  }
-  /* Axes of 1 aside (the same values in the same order): Fashion-MNIST's
-   * (28, 28, 1) images feed a Keras model built for its (28, 28) arrays. */
-  mxu_shape a = squeezed(&data->shape), b = squeezed(shape);
-  int same = a.rank == b.rank;
-  for (int i = 0; same && i < a.rank; i++) same = a.dims[i] == b.dims[i];
-  if (!same) {
-    char x[64], y[64];
-    mxu_shape_format(&data->shape, x, sizeof x);
-    mxu_shape_format(shape, y, sizeof y);
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: the samples are %s but the model's input '%s' takes "
-                    "%s",
-                    what, x, input->name, y);
-  }
-  MXU_TRY(check_ids(model, 0, mxu_dataset_x(data), data->count, what));
+  if (mxu_dataset_input_count(data) != model->input_count)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: the data has samples for %d inputs but the model "
+                    "has %d (%s ...); give one array per input, in the "
+                    "order of the model's inputs (mxu_dataset_add_input)",
+                    what, mxu_dataset_input_count(data), model->input_count,
+                    mxu_model_input(model)->name);
+  for (int k = 0; k < model->input_count; k++)
+    MXU_TRY(check_input(model, data, k, what));
   return check_targets(model, data, what);
 }
 
@@ -222,6 +228,12 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
                        data->num_classes && positions == 1 ? labels : NULL,
                        given ? targets : NULL);
   memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
+  for (int k = 1; k < model->input_count; k++) {
+    int64_t per = mxu_shape_count(&data->more_shape[k - 1]);
+    float *more = mxu_replica_floats(replica, plan->act[model->inputs[k]]);
+    if (own > 0) mxu_dataset_gather_input(data, k, order, first, own, more);
+    memset(more + own * per, 0, (size_t)((batch - own) * per) * 4);
+  }
   mxu_replica_set_rows(model, replica, own);
   if (positions > 1) { /* each position's class index, from the targets */
     for (int64_t i = 0; given && i < own * positions; i++)
@@ -317,6 +329,11 @@ mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
   if (!x || !out || count < 0)
     return mxu_fail(MXU_ERR_ARG, "predict: x and out are required");
   MXU_TRY(check_io(model, "predict"));
+  if (model->input_count != 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "predict: the model has %d inputs; mxu_predict_outputs "
+                    "takes an array for each",
+                    model->input_count);
   return mxu_predict_outputs(model, &x, count, &out);
 }
 
@@ -619,6 +636,12 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
                       "fit: augmentation needs images (height, width, "
                       "channels), but the samples have rank %d",
                       train->shape.rank);
+    if (train->more_count && mxu_augment_active(config->augment))
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "fit: augmentation transforms the images of a model "
+                      "of one input; this one has %d (augment inside the "
+                      "model instead: RandomFlip, RandomRotation, ...)",
+                      model->input_count);
   }
   MXU_TRY(ensure_batch(model, batch));
   MXU_TRY(grow_history(model, config->epochs));
