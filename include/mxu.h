@@ -429,6 +429,10 @@ typedef struct mxu_rnn_config {
    * step before's (Keras' zero_output_for_mask; a Bidirectional's
    * sequences always). */
   int zero_output_for_mask;
+  /* Keras' return_state: the layer's outputs are its output, then its
+   * final states (h, and LSTM's c), taken apart with mxu_output_part
+   * (not for a Bidirectional). */
+  int return_state;
 } mxu_rnn_config;
 
 /* Conv1D: a Conv2D over steps; its kernel is (kernel_size, channels /
@@ -724,6 +728,16 @@ mxu_tensor_id mxu_apply_embedding(mxu_model *model,
                                   mxu_tensor_id x);
 mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
                             mxu_tensor_id x);
+/* The same from initial states (Keras' initial_state: h, and LSTM's c,
+ * each (units); the encoder's final states in an encoder-decoder): the
+ * gradient flows back into them. */
+mxu_tensor_id mxu_apply_rnn_from(mxu_model *model, const mxu_rnn_config *config,
+                                 mxu_tensor_id x, const mxu_tensor_id *states,
+                                 int count);
+/* Output k of a layer that returns several (an RNN with return_state:
+ * 0 its output, 1 its final h, 2 LSTM's final c), as Keras' list of
+ * outputs; -1 for no such output. */
+mxu_tensor_id mxu_output_part(mxu_model *model, mxu_tensor_id layer, int k);
 /* Masking over a sequence (steps, features): a step whose features all
  * equal mask_value is padding, its output zeros, and masked for the
  * layers after as an Embedding's mask_zero masks (mxu_embedding_config
@@ -804,9 +818,9 @@ mxu_tensor_id mxu_add(mxu_model *model, const char *name, mxu_tensor_id a,
                       mxu_tensor_id b);
 /* The tensors the model outputs, in order (fit and evaluate take models
  * of one output, and their data an array per input: mxu_dataset_add_input;
- * mxu_predict one input, mxu_predict_outputs any). This closes the graph: its layers
- * are put in the order Keras lists them (by depth from the outputs), which
- * is the order of mxu_model_layer_name and of the files mxu writes, so
+ * mxu_predict one input, mxu_predict_outputs any). This closes the graph: its
+ * layers are put in the order Keras lists them (by depth from the outputs),
+ * which is the order of mxu_model_layer_name and of the files mxu writes, so
  * tensor ids from before no longer name the same layers. */
 mxu_status mxu_model_outputs(mxu_model *model, const mxu_tensor_id *outputs,
                              int count);
@@ -1074,8 +1088,7 @@ mxu_status mxu_load_npz_arrays(const char *path, const char *x_key,
  * (mxu_dataset_add_input), y_key the labels as mxu_load_npz_arrays reads
  * them (NULL: none); every input's array must hold as many samples. */
 mxu_status mxu_load_npz_inputs(const char *path, const char *const *x_keys,
-                               int count, const char *y_key,
-                               mxu_dataset **out);
+                               int count, const char *y_key, mxu_dataset **out);
 /* One split of an .npz for a model of several inputs, its arrays named
  * after the inputs (names[k] is input k's): NAME_train (NAME_test) beside
  * y_train (y_test), or NAME beside y: the train split, or with `whole`
@@ -1480,12 +1493,9 @@ mxu_status mxu_model_load_json_for(const char *path, mxu_shape sample,
 /* The same for a model of several inputs: the InputLayer named names[k]
  * takes its null dimensions from samples of shapes[k] (an input not
  * named keeps them, and is refused). */
-mxu_status mxu_model_load_json_for_inputs(const char *path,
-                                          const char *const *names,
-                                          const mxu_shape *shapes, int count,
-                                          mxu_model **out,
-                                          mxu_compile_config *compile,
-                                          int *has_compile);
+mxu_status mxu_model_load_json_for_inputs(
+    const char *path, const char *const *names, const mxu_shape *shapes,
+    int count, mxu_model **out, mxu_compile_config *compile, int *has_compile);
 /* The model as tf.keras 2.x JSON (keras3: the Keras 3 form), so Keras'
  * model_from_json rebuilds it. *out is malloc'd; free it with free(). */
 mxu_status mxu_model_to_json(const mxu_model *model, int keras3, char **out);

@@ -27,8 +27,15 @@ typedef struct golden_case {
   const char *fused; /* a node its producer runs fused, or NULL */
 } golden_case;
 
+#define MAX_MORE 2
+
 typedef struct golden {
   float x[MAX_ROWS * 8 * 8 * 3];
+  /* A model of several inputs: batch.h5's x_1, x_2, ... (its shape each
+   * without the batch). */
+  int more_count;
+  float more[MAX_MORE][MAX_ROWS * 64];
+  mxu_shape more_shape[MAX_MORE];
   int32_t y[MAX_ROWS];
   /* A batch.h5 whose y has several values a sample (classes of them):
    * one-hot targets under categorical_crossentropy (floats), or a label
@@ -63,6 +70,23 @@ static void read_golden(golden *g) {
   CHECK(file >= 0);
   if (file < 0) return;
   read_dataset(file, "x", H5T_NATIVE_FLOAT, g->x);
+  for (g->more_count = 0; g->more_count < MAX_MORE; g->more_count++) {
+    char name[16];
+    snprintf(name, sizeof name, "x_%d", g->more_count + 1);
+    if (H5Lexists(file, name, H5P_DEFAULT) <= 0) break;
+    hid_t set = H5Dopen2(file, name, H5P_DEFAULT);
+    hid_t space = H5Dget_space(set);
+    hsize_t dims[4] = {0};
+    int rank = H5Sget_simple_extent_dims(space, dims, NULL);
+    mxu_shape *shape = &g->more_shape[g->more_count];
+    shape->rank = rank - 1;
+    for (int d = 1; d < rank; d++) shape->dims[d - 1] = (int64_t)dims[d];
+    CHECK(rank >= 2 &&
+          (int64_t)dims[0] * mxu_shape_count(shape) <= MAX_ROWS * 64);
+    H5Sclose(space);
+    H5Dclose(set);
+    read_dataset(file, name, H5T_NATIVE_FLOAT, g->more[g->more_count]);
+  }
   hid_t y = H5Dopen2(file, "y", H5P_DEFAULT);
   hid_t type = y >= 0 ? H5Dget_type(y) : -1;
   hid_t space = y >= 0 ? H5Dget_space(y) : -1;
@@ -157,6 +181,13 @@ static void expect_weights(const mxu_model *a, const mxu_model *b,
     }
 }
 
+/* The batch's predictions: of its one input, or of each. */
+static void predict(mxu_model *model, const golden *g, float *out) {
+  const float *inputs[1 + MAX_MORE] = {g->x};
+  for (int k = 0; k < g->more_count; k++) inputs[k + 1] = g->more[k];
+  CHECK_OK(mxu_predict_outputs(model, inputs, current->rows, &out));
+}
+
 static void one_step(const char *json, mxu_backend_kind backend,
                      const golden *g, const char *label) {
   char initial[256], after[256];
@@ -175,7 +206,7 @@ static void one_step(const char *json, mxu_backend_kind backend,
    * in other orders than TensorFlow's, so they get more room. */
   double tolerance = backend == MXU_BACKEND_CPU_REF ? 1e-6 : 1e-5;
   float probs[MAX_ROWS * MAX_CLASSES];
-  CHECK_OK(mxu_predict(model, g->x, rows, probs));
+  predict(model, g, probs);
   expect_close(probs, g->before, outputs, tolerance,
                "prediction before the step", label);
 
@@ -190,6 +221,8 @@ static void one_step(const char *json, mxu_backend_kind backend,
     CHECK_OK(mxu_dataset_from_arrays(g->x, g->y, rows,
                                      mxu_shape_make(rank, current->input),
                                      current->classes, &data));
+  for (int k = 0; data && k < g->more_count; k++)
+    CHECK_OK(mxu_dataset_add_input(data, g->more[k], g->more_shape[k]));
   mxu_fit_config fit = mxu_fit_defaults();
   fit.batch_size = rows;
   fit.shuffle = 0;
@@ -202,7 +235,7 @@ static void one_step(const char *json, mxu_backend_kind backend,
               "%s: loss %.9g, Keras %.9g", label, history->epochs[0].loss,
               g->loss);
   expect_weights(model, keras, tolerance, label);
-  CHECK_OK(mxu_predict(model, g->x, rows, probs));
+  predict(model, g, probs);
   expect_close(probs, g->after, outputs, tolerance, "prediction after the step",
                label);
   mxu_dataset_free(data);
@@ -252,7 +285,7 @@ static void keras_archive(const golden_case *c, int input_dtype) {
   if (!model) return;
   int outputs = c->rows * c->classes;
   float probs[MAX_ROWS * MAX_CLASSES], again[MAX_ROWS * MAX_CLASSES];
-  CHECK_OK(mxu_predict(model, g.x, c->rows, probs));
+  predict(model, &g, probs);
   expect_close(probs, g.before, outputs, 1e-6, "prediction", path);
   static const char *const saved[] = {"/tmp/mxu_archive.keras",
                                       "/tmp/mxu_archive.h5"};
@@ -260,7 +293,7 @@ static void keras_archive(const golden_case *c, int input_dtype) {
     mxu_model *back = NULL;
     CHECK_OK(mxu_save_model(model, saved[i], NULL));
     CHECK_OK(mxu_load_model(saved[i], MXU_BACKEND_CPU_REF, &back, NULL));
-    if (back) CHECK_OK(mxu_predict(back, g.x, c->rows, again));
+    if (back) predict(back, &g, again);
     if (back) expect_close(again, probs, outputs, 0, "prediction", saved[i]);
     CHECK(back && mxu_model_input(back)->config.input_dtype == input_dtype);
     mxu_model_free(back);
@@ -404,6 +437,16 @@ int main(void) {
        28,
        {7, 0, 0},
        NULL},
+      /* Keras' encoder-decoder: two inputs, the encoders' final states
+       * (return_state) starting the decoders (initial_state), LSTM and
+       * GRU (make_encdec.py). */
+      {"tests/golden/encdec",
+       {"tests/golden/encdec/model.tf2.json",
+        "tests/golden/encdec/model.k3.json"},
+       6,
+       12,
+       {4, 5, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -419,7 +462,8 @@ int main(void) {
     one_step(current->json[0], MXU_BACKEND_CPU, &g, label[2]);
     /* The losses over positions (a padding mask's too) on a device. */
     if (strstr(current->dir, "tagging") || strstr(current->dir, "seq2seq") ||
-        strstr(current->dir, "masked_series")) {
+        strstr(current->dir, "masked_series") ||
+        strstr(current->dir, "encdec")) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
     }
@@ -436,6 +480,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/timeseries") == 0 ||
         strcmp(cases[c].dir, "tests/golden/seq2seq") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/encdec") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

@@ -2273,8 +2273,8 @@ static void test_fit_several_inputs(void) {
   }
   int64_t da = 4, dc = 3;
   mxu_dataset *data = NULL, *train = NULL, *val = NULL;
-  CHECK_OK(mxu_dataset_from_arrays(xa, labels, N, mxu_shape_make(1, &da), 3,
-                                   &data));
+  CHECK_OK(
+      mxu_dataset_from_arrays(xa, labels, N, mxu_shape_make(1, &da), 3, &data));
   if (!data) return;
   mxu_model *fast = two_input_model(MXU_BACKEND_CPU);
   mxu_model *ref = two_input_model(MXU_BACKEND_CPU_REF);
@@ -3051,6 +3051,76 @@ static void recurrent_dropout_paths(void) {
   }
 }
 
+/* Keras' encoder-decoder: an encoder's final states (return_state) start
+ * a decoder over a second input (initial_state), whose sequence and own
+ * final states all reach the loss, so every gradient through the states
+ * is checked: into the decoder's initial states, out of its final ones. */
+typedef struct states_case {
+  mxu_rnn_config encoder, decoder;
+} states_case;
+
+static mxu_tensor_id states_graph(mxu_model *m, const void *ctx) {
+  static const int64_t enc_shape[2] = {5, 3}, dec_shape[2] = {4, 2};
+  const states_case *c = ctx;
+  mxu_rnn_config enc = c->encoder, dec = c->decoder;
+  enc.name = "encoder", dec.name = "decoder";
+  enc.return_state = dec.return_state = 1;
+  dec.return_sequences = 1;
+  mxu_tensor_id x = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, "enc", mxu_shape_make(2, enc_shape)));
+  mxu_tensor_id y = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, "dec", mxu_shape_make(2, dec_shape)));
+  mxu_tensor_id e = mxu_apply_rnn(m, &enc, x);
+  int states = enc.kind == MXU_LSTM ? 2 : 1;
+  mxu_tensor_id initial[2] = {mxu_output_part(m, e, 1),
+                              states > 1 ? mxu_output_part(m, e, 2) : -1};
+  mxu_tensor_id d = mxu_apply_rnn_from(m, &dec, y, initial, states);
+  mxu_tensor_id seq = mxu_apply_flatten(m, NULL, mxu_output_part(m, d, 0));
+  mxu_tensor_id parts[3] = {seq, mxu_output_part(m, d, 1),
+                            states > 1 ? mxu_output_part(m, d, 2) : -1};
+  return head(m,
+              mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, parts, 1 + states, -1));
+}
+
+static void test_recurrent_states(void) {
+  static const char *const names[] = {
+      "LSTM states -> LSTM", "GRU states -> GRU (backwards, dropouts)",
+      "SimpleRNN states -> SimpleRNN (sequences)"};
+  static const mxu_rnn_kind kinds[] = {MXU_LSTM, MXU_GRU, MXU_SIMPLE_RNN};
+  for (int i = 0; i < 3; i++) {
+    states_case c = {mxu_rnn_defaults(kinds[i], 3),
+                     mxu_rnn_defaults(kinds[i], 3)};
+    live_bias(&c.encoder.bias);
+    live_bias(&c.decoder.bias);
+    c.encoder.go_backwards = i == 1;
+    c.encoder.return_sequences = i == 2;
+    c.decoder.recurrent_dropout = i == 1 ? 0.3f : 0.0f;
+    c.encoder.dropout = i == 1 ? 0.2f : 0.0f;
+    mxu_model *m = build(names[i], states_graph, &c, MXU_BACKEND_CPU_REF);
+    if (!m) continue;
+    finite_differences(m, names[i]);
+    mxu_model_free(m);
+    backends_agree(names[i], states_graph, &c);
+  }
+  /* Refusals, naming the layer: a state of another size, too many. */
+  mxu_model *m = mxu_functional("bad states");
+  int64_t shape[2] = {5, 3}, three = 3, four = 4;
+  mxu_tensor_id x = mxu_input(m, "x", mxu_shape_make(2, shape));
+  mxu_tensor_id h = mxu_input(m, "h", mxu_shape_make(1, &four));
+  mxu_rnn_config gru = mxu_rnn_defaults(MXU_GRU, 3);
+  gru.name = "gru";
+  CHECK(mxu_apply_rnn_from(m, &gru, x, &h, 1) < 0 &&
+        strstr(mxu_errmsg(), "gru: initial state 0 is (4); the layer's "
+                             "states are (3)"));
+  mxu_tensor_id h3 = mxu_input(m, "h3", mxu_shape_make(1, &three));
+  mxu_tensor_id two[2] = {h3, h3};
+  CHECK(mxu_apply_rnn_from(m, &gru, x, two, 2) < 0);
+  mxu_tensor_id plain = mxu_apply_rnn(m, &gru, x);
+  CHECK(mxu_output_part(m, plain, 1) < 0 &&
+        strstr(mxu_errmsg(), "has 1 output"));
+  mxu_model_free(m);
+}
+
 static void test_recurrent(void) {
   enum { CASES = 8 };
   mxu_rnn_config cases[CASES];
@@ -3427,6 +3497,7 @@ int main(void) {
   test_limits();
   test_several_outputs();
   test_fit_several_inputs();
+  test_recurrent_states();
   test_layers();
   test_dropout_noise();
   test_preprocessing();

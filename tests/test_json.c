@@ -2975,7 +2975,12 @@ static void reads_recurrent(void) {
       {"[null, 5, 3]",
        "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"e\", \"units\": 4, "
        "\"return_state\": true}}",
-       MXU_ERR_UNSUPPORTED, "return_state"},
+       MXU_ERR_UNSUPPORTED, "returns several tensors (return_state)"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"e\", "
+       "\"layer\": {\"class_name\": \"LSTM\", \"config\": {\"name\": "
+       "\"l\", \"units\": 2, \"return_state\": true}}}}",
+       MXU_ERR_UNSUPPORTED, "a Bidirectional's return_state"},
       {"[null, 5, 3]",
        "{\"class_name\": \"GRU\", \"config\": {\"name\": \"e\", \"units\": 4, "
        "\"stateful\": true}}",

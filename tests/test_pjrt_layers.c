@@ -377,6 +377,20 @@ static const layer_case cases[] = {
                                        "\"recurrent_dropout\": 0.3",
                                        IN("g")),
      "s", 1e-4},
+    /* Keras' encoder-decoder: final states (return_state) starting the
+     * next layer (initial_state, tf.keras 2's extra tensors of a call). */
+    {"LSTM states into an LSTM, its final h into a SimpleRNN", "6, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead")) LAYER(
+         "LSTM", "enc",
+         ", \"units\": 3, \"return_state\": true, \"go_backwards\": "
+         "true, \"recurrent_dropout\": 0.3",
+         IN("r")) LAYER("LSTM", "dec",
+                        ", \"units\": 3, \"return_sequences\": true, "
+                        "\"return_state\": true, \"dropout\": 0.2",
+                        IN("r") ", [\"enc\", 0, 1, {}], [\"enc\", 0, 2, {}]")
+         LAYER("SimpleRNN", "s", ", \"units\": 3",
+               IN("dec") ", [\"dec\", 0, 1, {}]"),
+     "s", 1e-4},
     {"Bidirectional GRU with dropout and recurrent_dropout", "5, 1, 2",
      LAYER("Reshape", "r", ", \"target_shape\": [5, 3]", IN("lead"))
          LAYER("Bidirectional", "b",

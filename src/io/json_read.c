@@ -621,7 +621,9 @@ static mxu_status build_sequential(const char *source, const cJSON *root,
     MXU_TRY(read_layer(source, entry, index++, model, build_shape));
   if (!model->input_count)
     return mxu_json_fail(&where, MXU_ERR_FORMAT, "the model has no layers");
-  return mxu_model_mark_sequential(model);
+  mxu_status status = mxu_model_mark_sequential(model);
+  if (status != MXU_OK) mxu_fail_prefix(status, "%s: ", source);
+  return status;
 }
 
 /* ---- functional models -------------------------------------------------
@@ -634,10 +636,29 @@ static mxu_status build_sequential(const char *source, const cJSON *root,
  * call yet. Not an error until no layer can make progress. */
 #define UNRESOLVED (-2)
 
+/* Tensor k of a layer that returns several (an RNN's return_state) is
+ * its part k (mxu_output_part); of any other, only 0 is. */
+static mxu_status read_part(const mxu_json_where *where, const char *text,
+                            mxu_model *model, int k, int *out) {
+  if (*out == UNRESOLVED) return MXU_OK;
+  const mxu_layer *layer = &model->layers[*out];
+  int parts =
+      layer->cls->output_parts ? layer->cls->output_parts(layer, NULL) : 1;
+  if (parts == 1 && k == 0) return MXU_OK;
+  if (k >= parts)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "reads %s: layer '%s' has %d output%s", text,
+                         layer->name, parts, parts == 1 ? "" : "s");
+  *out = mxu_output_part(model, *out, k);
+  return *out >= 0 ? MXU_OK
+                   : mxu_json_fail(where, MXU_ERR_ARG, "%s", mxu_errmsg());
+}
+
 /* [layer, node index, tensor index, ...]: the node of that call of that
- * layer; UNRESOLVED in *out when there is none yet. */
+ * layer (tensor k of a layer of several); UNRESOLVED in *out when there is
+ * none yet. */
 static mxu_status read_history(const mxu_json_where *where, const cJSON *ref,
-                               const mxu_model *model, int *out) {
+                               mxu_model *model, int *out) {
   char text[160];
   mxu_json_text(ref, text, sizeof text);
   const cJSON *name = cJSON_IsArray(ref) ? ref->child : NULL;
@@ -650,11 +671,9 @@ static mxu_status read_history(const mxu_json_where *where, const cJSON *ref,
                          "an input reference must be [layer name, node index, "
                          "tensor index], got %s",
                          text);
-  if (tensor->valuedouble != 0)
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "reads %s: layers with several outputs are not "
-                         "supported",
-                         text);
+  if (tensor->valuedouble < 0 || tensor->valuedouble > MXU_MAX_INPUTS)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "reads %s: no such output of the layer", text);
   /* Names are looked up in the model being read (a model used as a layer
    * has names of its own), where a model used as a layer names its
    * output, whatever its node index (tf.keras counts its inner call). */
@@ -669,7 +688,7 @@ static mxu_status read_history(const mxu_json_where *where, const cJSON *ref,
     if (model->scopes[k].parent == scope && model->scopes[k].output >= 0 &&
         strcmp(model->scopes[k].name, name->valuestring) == 0)
       *out = model->scopes[k].output;
-  return MXU_OK;
+  return read_part(where, text, model, (int)tensor->valuedouble, out);
 }
 
 /* Call arguments mxu has no use for must be absent or null ("mask": null,
@@ -706,8 +725,10 @@ static mxu_status check_kwargs(const mxu_json_where *where, const cJSON *kwargs,
     if (!cJSON_IsNull(k) &&
         !(strcmp(k->string, "training") == 0 && cJSON_IsBool(k)) &&
         !(listed(mask_keys, k->string) && keras_mask(k)) &&
-        !(cls && (listed(cls->call_tensors, k->string) ||
-                  listed(cls->call_options, k->string))))
+        !(cls &&
+          (listed(cls->call_tensors, k->string) ||
+           listed(cls->call_options, k->string) ||
+           (cls->list_argument && strcmp(cls->list_argument, k->string) == 0))))
       return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                            "call argument '%s' is not supported", k->string);
   return MXU_OK;
@@ -813,7 +834,7 @@ static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
     kwargs = cJSON_GetArrayItem(args->child, 3);
   if (cls && cls->call_tensors)
     return read_named_call(where, args, kwargs, cls, node);
-  MXU_TRY(check_kwargs(where, kwargs, NULL));
+  MXU_TRY(check_kwargs(where, kwargs, cls && cls->list_argument ? cls : NULL));
   for (const cJSON *arg = args->child; arg; arg = arg->next) {
     /* Keras 3 passes a merge's inputs as one list argument. */
     int list = cJSON_IsArray(arg) && arg->child && cJSON_IsObject(arg->child);
@@ -824,6 +845,16 @@ static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
     for (const cJSON *ref = arg->child; ref; ref = ref->next)
       MXU_TRY(add_input_ref(where, ref, NULL, node));
   }
+  /* Keras 3's list argument (initial_state: [h, c]) after the args. */
+  const cJSON *list = cls && cls->list_argument
+                          ? mxu_json_get(kwargs, cls->list_argument)
+                          : NULL;
+  if (list && !cJSON_IsNull(list) && !cJSON_IsArray(list))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "inbound_nodes[%d]: %s must be a list of tensors",
+                         index, cls->list_argument);
+  for (const cJSON *ref = list ? list->child : NULL; ref; ref = ref->next)
+    MXU_TRY(add_input_ref(where, ref, NULL, node));
   if (node->input_count == 0)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "inbound_nodes[%d] lists no tensor", index);
@@ -1277,7 +1308,7 @@ static mxu_status read_functional_layers(const char *source,
  * 2), or one bare triple (Keras 3, a single tensor). */
 static mxu_status read_endpoints(const mxu_json_where *where,
                                  const cJSON *config, const char *key,
-                                 const mxu_model *model, int *ids, int *count) {
+                                 mxu_model *model, int *ids, int *count) {
   const cJSON *list = mxu_json_get(config, key);
   if (!cJSON_IsArray(list) || !list->child)
     return mxu_json_fail(where, MXU_ERR_FORMAT,
@@ -1573,12 +1604,9 @@ mxu_status mxu_model_load_json_for(const char *path, mxu_shape sample,
   return status;
 }
 
-mxu_status mxu_model_load_json_for_inputs(const char *path,
-                                          const char *const *names,
-                                          const mxu_shape *shapes, int count,
-                                          mxu_model **out,
-                                          mxu_compile_config *compile,
-                                          int *has_compile) {
+mxu_status mxu_model_load_json_for_inputs(
+    const char *path, const char *const *names, const mxu_shape *shapes,
+    int count, mxu_model **out, mxu_compile_config *compile, int *has_compile) {
   named_shapes given = {names, shapes, count};
   const named_shapes *saved = data_inputs;
   data_inputs = &given;

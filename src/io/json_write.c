@@ -111,16 +111,18 @@ static mxu_status layer_json(mxu_json_out *out, const mxu_layer *layer,
   return MXU_OK;
 }
 
-/* [layer, index, 0]: tensor t as the model `scope` names it: a layer's
- * call, or a model used as a layer there (mxu_scope_tensor). */
+/* [layer, index, tensor]: tensor t as the model `scope` names it: a
+ * layer's call (its output of several), or a model used as a layer there
+ * (mxu_scope_tensor). */
 static cJSON *history(mxu_json_out *out, const mxu_model *model, int scope,
                       int t) {
-  int index = 0;
-  const char *name = mxu_scope_tensor(model, scope, t, out->keras3, &index);
+  int index = 0, tensor = 0;
+  const char *name =
+      mxu_scope_tensor(model, scope, t, out->keras3, &index, &tensor);
   cJSON *triple = cJSON_CreateArray();
   if (!triple || !cJSON_AddItemToArray(triple, cJSON_CreateString(name)) ||
       !cJSON_AddItemToArray(triple, cJSON_CreateNumber(index)) ||
-      !cJSON_AddItemToArray(triple, cJSON_CreateNumber(0)))
+      !cJSON_AddItemToArray(triple, cJSON_CreateNumber(tensor)))
     out->failed = 1;
   return triple;
 }
@@ -153,23 +155,28 @@ static cJSON *tensor_ref(mxu_json_out *out, const mxu_model *model, int scope,
 
 /* One call reading `inputs`: [refs] (tf.keras 2), or {"args": [ref] or
  * [[refs]], "kwargs": {}} (Keras 3, a merge's inputs as one list
- * argument). */
+ * argument; the inputs after the first as the list argument `named`, an
+ * RNN's initial_state, in the kwargs). */
 static cJSON *call_json(mxu_json_out *out, const mxu_model *model, int scope,
-                        const int *inputs, int count, int list) {
+                        const int *inputs, int count, int list,
+                        const char *named) {
   cJSON *refs = cJSON_CreateArray();
   for (int k = 0; k < count; k++)
     append(out, refs, tensor_ref(out, model, scope, inputs[k]));
   if (!out->keras3) return refs;
-  cJSON *args = cJSON_CreateArray();
+  cJSON *args = cJSON_CreateArray(), *kwargs = cJSON_CreateObject();
   if (!list) {
     append(out, args, cJSON_DetachItemFromArray(refs, 0));
-    cJSON_Delete(refs);
+    if (named && count > 1)
+      mxu_json_put(out, kwargs, named, refs);
+    else
+      cJSON_Delete(refs);
   } else {
     append(out, args, refs);
   }
   cJSON *call = cJSON_CreateObject();
   mxu_json_put(out, call, "args", args);
-  mxu_json_put(out, call, "kwargs", cJSON_CreateObject());
+  mxu_json_put(out, call, "kwargs", kwargs);
   return call;
 }
 
@@ -217,7 +224,10 @@ static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
                layer->cls->call_tensors
                    ? named_call_json(out, model, node)
                    : call_json(out, model, layer->scope, node->inputs,
-                               node->input_count, layer->cls->max_inputs > 1));
+                               node->input_count,
+                               layer->cls->max_inputs > 1 &&
+                                   !layer->cls->list_argument,
+                               layer->cls->list_argument));
         found = 1;
       }
     }
@@ -433,7 +443,7 @@ static mxu_status nested_json(mxu_json_out *out, const mxu_model *model,
   for (int k = 0; k < count; k++) outer[k] = model->layers[inputs[k]].inputs[0];
   cJSON *nodes = cJSON_CreateArray();
   append(out, nodes,
-         call_json(out, model, sc->parent, outer, count, count > 1));
+         call_json(out, model, sc->parent, outer, count, count > 1, NULL));
   mxu_json_put(out, *entry, "inbound_nodes", nodes);
   return MXU_OK;
 }

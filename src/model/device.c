@@ -20,7 +20,8 @@
 /* A step's inputs besides the state, in the program's order: the
  * optimizer's scalars (mxu_step_hypers), x,
  * the labels or targets, the mask, the scale, each noise-drawing node's
- * noise. The host stages `steps` of them (one execution's), stacked. */
+ * noise, the model's other inputs' batches. The host stages `steps` of
+ * them (one execution's), stacked. */
 enum { HYPER, X, LABELS, MASK, SCALE, NOISE };
 
 struct mxu_device {
@@ -28,6 +29,7 @@ struct mxu_device {
   mxu_pjrt_program *train;
   char *train_text; /* the step, until it is compiled at its first run */
   int devices, kinds, trainable, state, inputs, nargs, outputs;
+  int more; /* where model input 1's batch stands among the inputs */
   int kind[MXU_SLOTS + 1]; /* each slot kind's buffer (mxu_slot_buffer) */
   int steps;               /* the most one execution runs */
   mxu_hlo_shape *shape;    /* inputs: one step's, dtype F32 or S32 */
@@ -104,6 +106,9 @@ static void input_shapes(const mxu_model *model, mxu_device *d) {
   for (int n = 0, i = NOISE; n < model->layer_count; n++)
     if (mxu_layer_draws_noise(&model->layers[n]))
       d->shape[i++] = mxu_noise_shape(&model->layers[n], plan->batch);
+  for (int k = 1; k < model->input_count; k++)
+    d->shape[d->more + k - 1] = mxu_batch_shape(
+        plan->batch, &model->layers[model->inputs[k]].out_shape);
   for (int i = 0; i < d->inputs; i++) d->size[i] = mxu_hlo_count(&d->shape[i]);
 }
 
@@ -111,7 +116,8 @@ static mxu_status allocate(const mxu_model *model, mxu_device *d) {
   int noises = 0;
   for (int n = 0; n < model->layer_count; n++)
     noises += mxu_layer_draws_noise(&model->layers[n]);
-  d->inputs = NOISE + noises;
+  d->more = NOISE + noises;
+  d->inputs = d->more + model->input_count - 1;
   d->nargs = d->state + d->inputs + 1;
   /* the state, the loss and metric sums, the metric count */
   d->outputs = d->state + 3;
@@ -222,7 +228,8 @@ int mxu_device_steps(const mxu_model *model) {
   return model->device ? model->device->steps : 0;
 }
 
-/* Where the host plan loaded a replica's x, labels (or targets) and mask. */
+/* Where the host plan loaded a replica's x, labels (or targets) and mask;
+ * and its batch of model input k. */
 static const void *loaded(const mxu_model *model, const mxu_replica *replica,
                           int input) {
   const mxu_plan *plan = &model->plan;
@@ -231,6 +238,11 @@ static const void *loaded(const mxu_model *model, const mxu_replica *replica,
                   : input == LABELS ? (sparse ? plan->labels : plan->targets)
                                     : plan->mask;
   return mxu_replica_floats(replica, offset);
+}
+
+static const void *loaded_input(const mxu_model *model,
+                                const mxu_replica *replica, int k) {
+  return mxu_replica_floats(replica, model->plan.act[model->inputs[k]]);
 }
 
 static void stage_copy(mxu_device *d, int r, int input, int step,
@@ -262,6 +274,8 @@ void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
                          d->stage[r * d->inputs + i] + step * d->size[i]);
       i++;
     }
+    for (int k = 1; k < model->input_count; k++)
+      stage_copy(d, r, d->more + k - 1, step, loaded_input(model, replica, k));
   }
 }
 
@@ -392,20 +406,24 @@ static mxu_status run_eval(mxu_model *model, int predict,
   mxu_pjrt_program *program = NULL;
   MXU_TRY(eval_program(model, predict, &program));
   if (d->synced != model->iterations) MXU_TRY(upload_state(model));
-  int count = model->param_count, n = count + (predict ? 1 : 3);
+  int given = predict ? 1 : 3, others = model->input_count - 1;
+  int count = model->param_count, n = count + given + others;
   mxu_pjrt_buffer **args = calloc((size_t)(d->devices * n), sizeof *args);
   if (!args) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_status s = MXU_OK;
-  /* x, then for evaluation the labels and the mask. */
+  /* x, for evaluation the labels and the mask, then the other inputs. */
   const int inputs[3] = {X, LABELS, MASK};
   for (int r = 0; r < d->devices && s == MXU_OK; r++) {
     mxu_pjrt_buffer **a = args + r * n;
+    const mxu_replica *replica = &plan->replica[r];
     for (int i = 0; i < count; i++) a[i] = d->args[r * d->nargs + i];
-    for (int k = 0; k < n - count && s == MXU_OK; k++) {
-      const mxu_hlo_shape *shape = &d->shape[inputs[k]];
+    for (int k = 0; k < given + others && s == MXU_OK; k++) {
+      int input = k < given ? inputs[k] : d->more + k - given;
+      const mxu_hlo_shape *shape = &d->shape[input];
       s = upload(d, r, mxu_pjrt_type_of(shape->dtype),
-                 loaded(model, &plan->replica[r], inputs[k]), shape->rank,
-                 shape->dims, &a[count + k]);
+                 k < given ? loaded(model, replica, input)
+                           : loaded_input(model, replica, k - given + 1),
+                 shape->rank, shape->dims, &a[count + k]);
     }
   }
   if (s == MXU_OK) s = mxu_pjrt_execute(d->pjrt, program, n, args, outs);

@@ -794,6 +794,61 @@ mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
   return apply(model, classes[config->kind], config->name, &proto, &x, 1);
 }
 
+mxu_tensor_id mxu_apply_rnn_from(mxu_model *model, const mxu_rnn_config *config,
+                                 mxu_tensor_id x, const mxu_tensor_id *states,
+                                 int count) {
+  static const mxu_layer_class *const classes[] = {
+      &mxu_simple_rnn_class, &mxu_lstm_class, &mxu_gru_class};
+  if (x < 0 || !rnn_given(config, "recurrent layer")) return -1;
+  if (count < 0 || count >= MXU_MAX_INPUTS || (count && !states)) {
+    mxu_fail(MXU_ERR_ARG, "add recurrent layer: %d initial states", count);
+    return -1;
+  }
+  mxu_layer proto = {0};
+  proto.config.rnn = *config;
+  proto.config.rnn.name = NULL;
+  mxu_tensor_id inputs[MXU_MAX_INPUTS] = {x};
+  for (int k = 0; k < count; k++) inputs[k + 1] = states[k];
+  return apply(model, classes[config->kind], config->name, &proto, inputs,
+               count + 1);
+}
+
+mxu_tensor_id mxu_output_part(mxu_model *model, mxu_tensor_id layer, int k) {
+  if (!model || layer < 0 || layer >= model->layer_count) {
+    mxu_fail(MXU_ERR_ARG, "output_part: no such layer");
+    return -1;
+  }
+  const mxu_layer *source = &model->layers[layer];
+  mxu_shape shapes[MXU_MAX_INPUTS];
+  int count =
+      source->cls->output_parts ? source->cls->output_parts(source, shapes) : 1;
+  if (count < 2 || k < 0 || k >= count) {
+    mxu_fail(MXU_ERR_ARG, "output_part: layer '%s' has %d output%s, not %d",
+             source->name, count, count == 1 ? "" : "s", k + 1);
+    return -1;
+  }
+  for (int i = 0; i < model->layer_count; i++)
+    if (model->layers[i].cls == &mxu_output_part_class &&
+        model->layers[i].inputs[0] == layer &&
+        model->layers[i].config.part.index == k)
+      return i;
+  mxu_layer proto = {0};
+  proto.config.part.index = k;
+  proto.config.part.shape = shapes[k];
+  for (int i = 0; i < k; i++)
+    proto.config.part.offset += mxu_shape_count(&shapes[i]);
+  char name[MXU_NAME_SIZE];
+  snprintf(name, sizeof name, "%.*s:%d", MXU_NAME_SIZE - 12, source->name, k);
+  int node = -1;
+  int scope = model->building_scope;
+  /* The part belongs where its layer is, whoever asks. */
+  model->building_scope = source->scope;
+  mxu_status status =
+      add_node(model, &mxu_output_part_class, name, &proto, &layer, 1, &node);
+  model->building_scope = scope;
+  return status == MXU_OK ? node : -1;
+}
+
 mxu_tensor_id mxu_apply_bidirectional(mxu_model *model, const char *name,
                                       const mxu_rnn_config *layer,
                                       mxu_merge_kind merge_mode,
@@ -1409,7 +1464,12 @@ const char *mxu_model_item_name(const mxu_model *model, int item) {
 }
 
 const char *mxu_scope_tensor(const mxu_model *model, int scope, int t,
-                             int keras3, int *index) {
+                             int keras3, int *index, int *tensor) {
+  *tensor = 0;
+  if (model->layers[t].cls == &mxu_output_part_class) {
+    *tensor = model->layers[t].config.part.index;
+    t = model->layers[t].inputs[0];
+  }
   int child = mxu_scope_child(model, scope, t);
   if (child) {
     *index = keras3 ? 0 : 1;
@@ -1421,13 +1481,24 @@ const char *mxu_scope_tensor(const mxu_model *model, int scope, int t,
 
 int mxu_layer_listed(const mxu_model *model, int i) {
   const mxu_layer *layer = &model->layers[i];
-  if (mxu_layer_is_call(layer)) return 0;
+  if (mxu_layer_is_call(layer) || layer->cls == &mxu_output_part_class)
+    return 0;
   int sequential =
       layer->scope ? model->scopes[layer->scope].sequential : model->sequential;
   return !(sequential && layer->cls == &mxu_input_layer_class);
 }
 
 mxu_status mxu_model_mark_sequential(mxu_model *model) {
+  /* Keras' Sequential refuses a layer of several outputs too. */
+  for (int i = 0; i < model->layer_count; i++) {
+    const mxu_layer *l = &model->layers[i];
+    if (l->cls->output_parts && l->cls->output_parts(l, NULL) > 1)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "model: layer '%s' returns several tensors "
+                      "(return_state), which a Sequential model cannot "
+                      "pass on; build a Functional model",
+                      l->name);
+  }
   /* A chain of layers; a model used as one is a run of nodes of its own. */
   for (int i = 1; i < model->layer_count && model->scope_count < 2; i++)
     if (model->layers[i].input_count != 1 ||

@@ -172,6 +172,16 @@ typedef struct mxu_layer_class {
    * tf.keras 2 ands from those that have one; MultiHeadAttention's query
    * and value masks, which mxu takes as one. */
   int mask_all_or_none;
+  /* A layer that returns several tensors (an RNN's return_state): how
+   * many, each one's shape into shapes (NULL: only the count); 1 for one.
+   * Its node's output holds them one after the other, per sample, and
+   * hidden OutputPart nodes (mxu_output_part) give them apart. NULL: one
+   * output. */
+  int (*output_parts)(const mxu_layer *layer, mxu_shape *shapes);
+  /* The inputs after the first are passed as one list in this call
+   * argument (an RNN's "initial_state"): Keras 3 writes them so, tf.keras
+   * 2 as more positional tensors. NULL: none. */
+  const char *list_argument;
   /* How many inputs the layer takes: 1 for most; a merge 2 and up. */
   int min_inputs, max_inputs;
   /* in_shapes -> out_shape; rejects what the layer cannot take. */
@@ -273,6 +283,15 @@ typedef struct mxu_activation_layer_config {
   float alpha;
 } mxu_activation_layer_config;
 
+/* OutputPart: output `index` of a layer that returns several
+ * (output_parts), the values [offset, offset + count of shape) of each
+ * sample of its input, which holds them one after the other. */
+typedef struct mxu_part_config {
+  int index;
+  int64_t offset;
+  mxu_shape shape;
+} mxu_part_config;
+
 struct mxu_layer {
   const mxu_layer_class *cls;
   char name[MXU_NAME_SIZE];
@@ -309,6 +328,7 @@ struct mxu_layer {
     mxu_attention_config attention;
     mxu_dot_config dot;
     int input_dtype; /* InputLayer: its index in mxu_input_dtypes */
+    mxu_part_config part;
   } config;
   int is_max_pool;
   /* Keras recorded the layer as an op on tensors (json_read.c: x + 3.0
@@ -467,6 +487,7 @@ extern const mxu_layer_class mxu_layer_scale_class;
 extern const mxu_layer_class mxu_custom_scale_layer_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
 extern const mxu_layer_class mxu_input_layer_class;
+extern const mxu_layer_class mxu_output_part_class;
 extern const mxu_layer_class mxu_add_class;
 extern const mxu_layer_class mxu_subtract_class;
 extern const mxu_layer_class mxu_multiply_class;
@@ -700,11 +721,12 @@ const char *mxu_model_item_name(const mxu_model *model, int item);
 /* The scope directly inside `scope` that node i belongs to (0: none, i
  * is in `scope` itself or outside it). */
 int mxu_scope_child(const mxu_model *model, int scope, int i);
-/* Keras' layer name and node index for tensor t (a node's output) as seen
- * from scope: a model used as a layer there names its output by its own
- * name; tf.keras counts that call as its node 1, Keras 3 as 0. */
+/* Keras' layer name, node index and tensor index (in *tensor) for tensor
+ * t (a node's output) as seen from scope: a model used as a layer there
+ * names its output by its own name; tf.keras counts that call as its node
+ * 1, Keras 3 as 0; an OutputPart is its layer's tensor of its index. */
 const char *mxu_scope_tensor(const mxu_model *model, int scope, int t,
-                             int keras3, int *index);
+                             int keras3, int *index, int *tensor);
 
 /* Marks a graph read from a Sequential model's JSON as one: a chain from
  * its one input, which is then not one of Keras' model.layers. */

@@ -34,9 +34,6 @@ static mxu_hlo_shape param_shape(const mxu_param *p) {
 /* The layers every program emits; a refusal naming the first that is not
  * emitted. */
 static mxu_status check_layers(const mxu_model *model) {
-  if (model->input_count != 1)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "pjrt: models of several inputs are not emitted yet");
   for (int n = 0; n < model->layer_count; n++) {
     const mxu_layer *l = &model->layers[n];
     if (l->cls != &mxu_input_layer_class && !l->cls->emit)
@@ -64,7 +61,8 @@ typedef struct pass {
   mxu_hlo *h;
   int batch, training, replicas;
   const mxu_hlo_value *weights, *noise;
-  mxu_hlo_value x, logits;
+  const mxu_hlo_value *x; /* each model input's batch */
+  mxu_hlo_value logits;
   mxu_hlo_value padding; /* the mask reaching the loss (plan.loss_mask) */
   mxu_hlo_value *nodes;
   mxu_emit_moving *moving;
@@ -79,7 +77,12 @@ static mxu_status forward(const mxu_model *model, pass *p) {
   for (int n = 0; n < model->layer_count; n++) {
     const mxu_layer *l = &model->layers[n];
     if (l->cls == &mxu_input_layer_class) {
-      p->nodes[n] = masks[n] = p->x;
+      /* A model input, or inside a model used as a layer a view of the
+       * tensor it is called on. */
+      int k = 0;
+      while (k < model->input_count - 1 && model->inputs[k] != n) k++;
+      p->nodes[n] = masks[n] =
+          l->input_count ? p->nodes[l->inputs[0]] : p->x[k];
       continue;
     }
     mxu_hlo_value in[MXU_MAX_INPUTS];
@@ -135,11 +138,19 @@ static mxu_hlo_value activity_penalties(const mxu_model *model, mxu_hlo *h,
 
 /* The parameters in order: every weight, the slots of the trainable
  * ones kind by kind, the step's hyper-parameters, x, the labels or
- * targets, the mask, the scale, and each noise-drawing node's noise. */
+ * targets, the mask, the scale, each noise-drawing node's noise, and the
+ * model's other inputs' batches (x[1..]). */
 typedef struct inputs {
   mxu_hlo_value *w, *slots, *noise;
-  mxu_hlo_value hyper, x, labels, mask, scale;
+  mxu_hlo_value hyper, x[MXU_MAX_INPUTS], labels, mask, scale;
 } inputs;
+
+/* A model input's batch as a parameter. */
+static mxu_hlo_value input_parameter(const mxu_model *model, mxu_hlo *h,
+                                     int batch, int k) {
+  return mxu_hlo_parameter(
+      h, mxu_batch_shape(batch, &model->layers[model->inputs[k]].out_shape));
+}
 
 mxu_hlo_shape mxu_labels_shape(const mxu_model *model, int batch) {
   int64_t t_dims[2] = {
@@ -163,8 +174,7 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
         in->slots[k++] = mxu_hlo_parameter(h, param_shape(&model->params[i]));
   int64_t hypers = MXU_HYPERS;
   in->hyper = mxu_hlo_parameter(h, f32(1, &hypers));
-  in->x = mxu_hlo_parameter(
-      h, mxu_batch_shape(batch, &model->layers[model->inputs[0]].out_shape));
+  in->x[0] = input_parameter(model, h, batch, 0);
   int64_t rows[1] = {batch};
   in->labels = mxu_hlo_parameter(h, mxu_labels_shape(model, batch));
   in->mask = mxu_hlo_parameter(h, f32(1, rows));
@@ -174,6 +184,8 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
     if (mxu_layer_draws_noise(&model->layers[n]))
       in->noise[drawn++] =
           mxu_hlo_parameter(h, mxu_noise_shape(&model->layers[n], batch));
+  for (int k = 1; k < model->input_count; k++)
+    in->x[k] = input_parameter(model, h, batch, k);
 }
 
 /* The batch's loss sum (the loss, the activity penalties), metric sum
@@ -364,19 +376,21 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
   for (int i = 0; i < count; i++)
     v[i] = mxu_hlo_parameter(&h, param_shape(&model->params[i]));
   int64_t rows[1] = {batch};
+  /* x, for evaluation the labels and the mask, then the other inputs. */
+  mxu_hlo_value x[MXU_MAX_INPUTS] = {input_parameter(model, &h, batch, 0)};
   pass p = {.h = &h,
             .batch = batch,
             .replicas = replicas,
             .weights = v,
-            .x = mxu_hlo_parameter(
-                &h, mxu_batch_shape(
-                        batch, &model->layers[model->inputs[0]].out_shape)),
+            .x = x,
             .nodes = nodes};
   mxu_hlo_value labels = 0, mask = 0;
   if (!predict) {
     labels = mxu_hlo_parameter(&h, mxu_labels_shape(model, batch));
     mask = mxu_hlo_parameter(&h, f32(1, rows));
   }
+  for (int k = 1; k < model->input_count; k++)
+    x[k] = input_parameter(model, &h, batch, k);
   mxu_status s = forward(model, &p);
   int r = 0;
   if (s == MXU_OK && predict) {

@@ -142,10 +142,10 @@ static void connections(const mxu_model *model, const entry *e, char *out,
   int n = outside_reads(model, e, reads, 4 * MXU_MAX_INPUTS);
   size_t used = (size_t)snprintf(out, size, "[");
   for (int k = 0; k < n && used < size; k++) {
-    int index = 0;
-    const char *name = mxu_scope_tensor(model, 0, reads[k], 0, &index);
-    used += (size_t)snprintf(out + used, size - used, "%s'%s[%d][0]'",
-                             k ? ", " : "", name, index);
+    int index = 0, tensor = 0;
+    const char *name = mxu_scope_tensor(model, 0, reads[k], 0, &index, &tensor);
+    used += (size_t)snprintf(out + used, size - used, "%s'%s[%d][%d]'",
+                             k ? ", " : "", name, index, tensor);
   }
   if (used < size) snprintf(out + used, size - used, "]");
 }
@@ -155,11 +155,22 @@ static void layer_row(FILE *out, const table *t, const mxu_model *model,
   char name[2 * MXU_NAME_SIZE + 16], shape[96], params[32], dims[80];
   char reads[4 * MXU_MAX_INPUTS * (MXU_NAME_SIZE + 12) + 4];
   snprintf(name, sizeof name, "%s (%s)", e->name, e->class_name);
-  mxu_shape_format(&e->output->out_shape, dims, sizeof dims);
-  /* tf.keras shows an InputLayer's output as a list of one shape. */
-  int input = e->output->cls == &mxu_input_layer_class && e->first == e->last;
-  snprintf(shape, sizeof shape, "%s(None, %s%s", input ? "[" : "", dims + 1,
-           input ? "]" : "");
+  /* tf.keras shows an InputLayer's output as a list of one shape, and a
+   * layer's of several (an RNN's return_state) as the list. */
+  mxu_shape parts[MXU_MAX_INPUTS];
+  const mxu_layer_class *cls = e->output->cls;
+  int count = cls->output_parts ? cls->output_parts(e->output, parts) : 1;
+  int input = cls == &mxu_input_layer_class && e->first == e->last;
+  if (count == 1) parts[0] = e->output->out_shape;
+  size_t used = (size_t)snprintf(shape, sizeof shape, "%s",
+                                 input || count > 1 ? "[" : "");
+  for (int k = 0; k < count && used < sizeof shape; k++) {
+    mxu_shape_format(&parts[k], dims, sizeof dims);
+    used += (size_t)snprintf(shape + used, sizeof shape - used, "%s(None, %s",
+                             k ? ", " : "", dims + 1);
+  }
+  if (used < sizeof shape && (input || count > 1))
+    snprintf(shape + used, sizeof shape - used, "]");
   snprintf(params, sizeof params, "%lld", (long long)e->params);
   connections(model, e, reads, sizeof reads);
   const char *cells[4] = {name, shape, params, reads};

@@ -145,11 +145,15 @@ static mxu_status check_input(const mxu_model *model, const mxu_dataset *data,
     mxu_shape_format(&given, x, sizeof x);
     mxu_shape_format(shape, y, sizeof y);
     int64_t n = mxu_shape_count(&given), want = mxu_shape_count(shape);
+    if (n == want)
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "%s: the samples are %s but the model's input '%s' "
+                      "takes %s",
+                      what, x, input->name, y);
     return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: the samples%s are %s (%lld values) but the model's "
+                    "%s: the samples are %s (%lld values) but the model's "
                     "input '%s' takes %s (%lld values)",
-                    what, data->more_count ? " of that input" : "", x,
-                    (long long)n, input->name, y, (long long)want);
+                    what, x, (long long)n, input->name, y, (long long)want);
   }
   return check_ids(model, k, mxu_dataset_input(data, k), data->count, what);
 }

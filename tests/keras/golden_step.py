@@ -1,7 +1,8 @@
 """golden_step.py — what the make_*.py golden scripts share: one SGD step
 of a tf_keras model on one batch, written as test_golden reads it
-(model.tf2.json, initial.h5, after_step.h5, batch.h5 with x, y, the loss
-and the predictions before and after the step); and, for a model built in
+(model.tf2.json, initial.h5, after_step.h5, batch.h5 with x (a list for a
+model of several inputs: x, x_1, ...), y, the loss and the predictions
+before and after the step); and, for a model built in
 either Keras, that step with Keras 3's JSON and archive of the model too.
 Not run on its own."""
 import os
@@ -19,7 +20,10 @@ def write(model, x, y, out):
     after = model.predict(x, verbose=0)
     model.save_weights(os.path.join(out, "after_step.h5"))
     with h5py.File(os.path.join(out, "batch.h5"), "w") as f:
-        f["x"], f["y"], f["loss"] = x, y, float(loss)
+        # A model of several inputs: x, then x_1, x_2, ...
+        for k, array in enumerate(x if isinstance(x, list) else [x]):
+            f["x" if k == 0 else f"x_{k}"] = array
+        f["y"], f["loss"] = y, float(loss)
         f["predict_before"], f["predict_after"] = before, after
     return loss
 

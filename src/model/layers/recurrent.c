@@ -1,5 +1,6 @@
 /* recurrent.c — SimpleRNN, LSTM and GRU (Keras' reset_after) over
- * (steps, features), from zero states, return_sequences and go_backwards.
+ * (steps, features), from zero states or initial_state, return_sequences,
+ * return_state and go_backwards.
  *
  * The products are the backend's dense ops: every step's input projection
  * x W + b in one (batch x steps) op before the steps, each step's h U in
@@ -10,7 +11,7 @@
  *
  * Step s of the recurrence reads input step t = s (go_backwards: steps - 1
  * - s). Per-step values are kept in step order, batch rows within: h in
- * `hs` after a zero block (so hs is also every step's previous h), the
+ * `hs` after the initial state (so hs is also every step's previous h), the
  * gates after their activations in `gates`, LSTM's cell states, and GRU's
  * recurrent candidate term h U_h + b_h, which its reset gate scales. */
 #include "model/layers/layers.h"
@@ -24,6 +25,9 @@
 static int gates_of(mxu_rnn_kind kind) {
   return kind == MXU_LSTM ? 4 : kind == MXU_GRU ? 3 : 1;
 }
+
+/* The states it carries: LSTM's h and c, the others' h. */
+static int states_of(mxu_rnn_kind kind) { return kind == MXU_LSTM ? 2 : 1; }
 
 /* ---- the cell's activations -------------------------------------------
  * Those whose derivative is a function of the output, which the backward
@@ -122,6 +126,46 @@ static rnn_dims dims_of(const mxu_layer *layer, int64_t batch) {
                     c->units, gates_of(c->kind)};
 }
 
+/* Positions of the output: every step's, or the last one's. */
+static int64_t positions_of(const mxu_layer *layer) {
+  return rnn_of(layer)->return_sequences ? layer->in_shape.dims[0] : 1;
+}
+
+/* Rows a sample's output holds: the positions, then with return_state a
+ * row per final state (rnn_parts). */
+static int64_t rows_of(const mxu_layer *layer) {
+  const mxu_rnn_config *c = rnn_of(layer);
+  return positions_of(layer) + (c->return_state ? states_of(c->kind) : 0);
+}
+
+/* Initial states, when given, are inputs 1.. (Keras' initial_state): one
+ * (units) each, h and LSTM's c. A Bidirectional takes neither them nor
+ * return_state. */
+static mxu_status check_states(const mxu_layer *layer) {
+  const mxu_rnn_config *c = rnn_of(layer);
+  int given = layer->input_count - 1, want = states_of(c->kind);
+  if (is_bidirectional(layer) && (given || c->return_state))
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: a Bidirectional's %s is not supported", layer->name,
+                    given ? "initial_state" : "return_state");
+  if (given && given != want)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: initial_state must give %d state%s (h%s), got %d",
+                    layer->name, want, want > 1 ? "s" : "",
+                    want > 1 ? " and c" : "", given);
+  for (int k = 1; k < layer->input_count; k++)
+    if (layer->in_shapes[k].rank != 1 ||
+        layer->in_shapes[k].dims[0] != c->units) {
+      char text[64];
+      mxu_shape_format(&layer->in_shapes[k], text, sizeof text);
+      return mxu_fail(MXU_ERR_SHAPE,
+                      "%s: initial state %d is %s; the layer's states are "
+                      "(%d)",
+                      layer->name, k - 1, text, c->units);
+    }
+  return MXU_OK;
+}
+
 static mxu_merge_kind merge_of(const mxu_layer *layer) {
   return is_bidirectional(layer) ? layer->config.bidirectional.merge
                                  : MXU_MERGE_CONCATENATE;
@@ -158,13 +202,28 @@ static mxu_status rnn_infer(mxu_layer *layer) {
     return mxu_fail(MXU_ERR_ARG,
                     "%s: merge_mode must be concat, sum, mul or ave",
                     layer->name);
+  MXU_TRY(check_states(layer));
   int64_t width =
       c->units *
       (is_bidirectional(layer) && merge == MXU_MERGE_CONCATENATE ? 2 : 1);
-  int64_t dims[2] = {layer->in_shape.dims[0], width};
-  layer->out_shape = c->return_sequences ? mxu_shape_make(2, dims)
-                                         : mxu_shape_make(1, &dims[1]);
+  /* return_state: the output's rows, then a row per state. */
+  int64_t dims[2] = {rows_of(layer), width};
+  layer->out_shape = c->return_sequences || c->return_state
+                         ? mxu_shape_make(2, dims)
+                         : mxu_shape_make(1, &dims[1]);
   return MXU_OK;
+}
+
+/* Its outputs with return_state: the output, then each final state. */
+static int rnn_parts(const mxu_layer *layer, mxu_shape *shapes) {
+  const mxu_rnn_config *c = rnn_of(layer);
+  if (!c->return_state) return 1;
+  int64_t dims[2] = {layer->in_shape.dims[0], c->units};
+  int count = 1 + states_of(c->kind);
+  for (int k = 0; shapes && k < count; k++)
+    shapes[k] = k == 0 && c->return_sequences ? mxu_shape_make(2, dims)
+                                              : mxu_shape_make(1, &dims[1]);
+  return count;
 }
 
 /* tf.keras 2 names the weights in the cell's scope
@@ -266,9 +325,11 @@ typedef struct rnn_buffers {
   float *gate_u;    /* per gate, its (units, units) columns of U */
   float *projected; /* (n, steps) rows of g * units: x W + b */
   float *gates;     /* (step, n) rows of g * units, activated */
-  float *hs;        /* a zero block, then (step, n) rows of units */
+  float *hs;        /* the initial h, then (step, n) rows of units */
   float *cells;     /* LSTM: (step, n) rows of units */
   float *candidate; /* GRU: (step, n) rows of units: h U_h + b_h */
+  float *c0;        /* LSTM: the initial cell state, (n, units) */
+  float *zeros;     /* units zeros: a skipped step's zeroed output */
   float *recurrent; /* a step's (n, g * units): h U */
   float *d_input;   /* (n, steps) rows of g * units: the input side's */
   float *d_rec;     /* (step, n) rows of g * units: the recurrent side's */
@@ -282,7 +343,7 @@ typedef struct rnn_buffers {
 
 /* The floats of each buffer, in buffers_of's order: the forward pass's
  * (the first `kept`), then the steps' work. */
-enum { RNN_BUFFERS = 20, KEPT_BUFFERS = 11 };
+enum { RNN_BUFFERS = 22, KEPT_BUFFERS = 13 };
 
 static void buffer_sizes(const rnn_dims *d, rnn_masks m, int64_t *size) {
   int64_t rows = d->n * d->steps, u = d->units, f = d->features;
@@ -299,6 +360,8 @@ static void buffer_sizes(const rnn_dims *d, rnn_masks m, int64_t *size) {
                                 values + d->n * u,              /* hs */
                                 values,                         /* cells */
                                 values,                         /* candidate */
+                                d->n * u,                       /* c0 */
+                                u,                              /* zeros */
                                 d->n * u * g,                   /* recurrent */
                                 values * g,                     /* d_input */
                                 values * g,                     /* d_rec */
@@ -329,11 +392,11 @@ static rnn_buffers buffers_of(const mxu_layer *layer, const mxu_layer_run *run,
   const size_t *scratch = layer->compiled->scratch + 2 * dir;
   rnn_buffers b;
   float **slot[RNN_BUFFERS + 1] = {
-      &b.mask,      &b.dropped,   &b.rec_mask, &b.masked, &b.gate_w,
-      &b.gate_u,    &b.projected, &b.gates,    &b.hs,     &b.cells,
-      &b.candidate, &b.recurrent, &b.d_input,  &b.d_rec,  &b.dh,
-      &b.dc,        &b.part,      &b.d_weight, &b.d_part, &b.cell_tmp,
-      &b.extra};
+      &b.mask,      &b.dropped,   &b.rec_mask, &b.masked,    &b.gate_w,
+      &b.gate_u,    &b.projected, &b.gates,    &b.hs,        &b.cells,
+      &b.candidate, &b.c0,        &b.zeros,    &b.recurrent, &b.d_input,
+      &b.d_rec,     &b.dh,        &b.dc,       &b.part,      &b.d_weight,
+      &b.d_part,    &b.cell_tmp,  &b.extra};
   float *at = (float *)(void *)(run->arena + scratch[0]);
   for (int i = 0; i <= RNN_BUFFERS; i++) {
     if (i == KEPT_BUFFERS) at = (float *)(void *)(run->arena + scratch[1]);
@@ -385,6 +448,11 @@ typedef struct rnn_unit {
   int go_backwards;
   rnn_masks masks;  /* this run's */
   const float *ids; /* an Embedding's mask's ids (n, steps), or NULL */
+  /* The initial states (initial_state), NULL for zeros; their gradients'
+   * buffers, NULL when not needed. */
+  const float *h0, *c0;
+  float *dh0, *dc0;
+  int64_t rows; /* a sample's rows in y and dy (rows_of; a direction's) */
   mxu_op *const *ops;
   float *const *w, *const *dw;
   rnn_buffers b;
@@ -393,7 +461,8 @@ typedef struct rnn_unit {
 static rnn_unit unit_of(const mxu_layer *layer, const mxu_layer_run *run,
                         int dir) {
   const mxu_rnn_config *c = rnn_of(layer);
-  int per = weights_per(c);
+  int per = weights_per(c), lstm = c->kind == MXU_LSTM;
+  int given = layer->input_count > 1;
   return (rnn_unit){c,
                     dims_of(layer, layer->compiled->batch),
                     dir,
@@ -401,6 +470,12 @@ static rnn_unit unit_of(const mxu_layer *layer, const mxu_layer_run *run,
                     c->go_backwards != dir,
                     masks_of(c, run->training),
                     run->mask_ids,
+                    given ? run->xs[1] : NULL,
+                    given && lstm ? run->xs[2] : NULL,
+                    given && run->need_dxs[1] ? run->dxs[1] : NULL,
+                    given && lstm && run->need_dxs[2] ? run->dxs[2] : NULL,
+                    is_bidirectional(layer) ? positions_of(layer)
+                                            : rows_of(layer),
                     run->ops + OPS_PER_DIRECTION * dir,
                     run->w + per * dir,
                     run->dw + per * dir,
@@ -434,8 +509,15 @@ static int64_t position_of(const rnn_unit *u, int64_t s) {
  * batch row n. */
 static const float *output_at(const rnn_unit *u, int64_t p, int64_t n) {
   int64_t s = u->c->return_sequences ? position_of(u, p) : u->d.steps - 1;
-  if (zeroed(u, n, s)) return u->b.hs + n * u->d.units; /* the zero block */
+  if (zeroed(u, n, s)) return u->b.zeros;
   return u->b.hs + ((s + 1) * u->d.n + n) * u->d.units;
+}
+
+/* Row n's final state k: h after the last step, LSTM's c. */
+static const float *final_state(const rnn_unit *u, int k, int64_t n) {
+  int64_t row = u->d.n * u->d.units, s = u->d.steps;
+  return k ? u->b.cells + (s - 1) * row + n * u->d.units
+           : u->b.hs + s * row + n * u->d.units;
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -602,13 +684,25 @@ static void unit_forward(const rnn_unit *u, const mxu_layer_run *run) {
     memset(b->masked + g * d->steps * row, 0, (size_t)row * sizeof(float));
   }
   const float *rec_bias = recurrent_bias(u);
-  memset(b->hs, 0, (size_t)row * sizeof(float));
+  size_t state_bytes = (size_t)row * sizeof(float);
+  if (u->h0)
+    memcpy(b->hs, u->h0, state_bytes);
+  else
+    memset(b->hs, 0, state_bytes);
+  if (u->c0)
+    memcpy(b->c0, u->c0, state_bytes);
+  else
+    memset(b->c0, 0, state_bytes);
+  memset(b->zeros, 0, (size_t)units * sizeof(float));
   for (int64_t s = 0; s < d->steps; s++) {
     const float *h_prev = b->hs + s * row;
-    if (s) project_state(u, be, s);
+    /* A zero h0 has no recurrent product. */
+    int recurrent = s || u->h0;
+    if (recurrent) project_state(u, be, s);
     int64_t t = input_step(u, s);
     for (int64_t n = 0; n < d->n; n++) {
-      const float *c_prev = s ? b->cells + (s - 1) * row + n * units : b->hs;
+      const float *c_prev =
+          s ? b->cells + (s - 1) * row + n * units : b->c0 + n * units;
       if (skipped(u, n, t)) {
         size_t bytes = (size_t)units * sizeof(float);
         memcpy(b->hs + (s + 1) * row + n * units, h_prev + n * units, bytes);
@@ -617,8 +711,8 @@ static void unit_forward(const rnn_unit *u, const mxu_layer_run *run) {
       }
       cell_forward(
           u->c, units, b->projected + (n * d->steps + t) * width,
-          s ? b->recurrent + n * width : NULL, rec_bias, h_prev + n * units,
-          c_prev, b->gates + (s * d->n + n) * width,
+          recurrent ? b->recurrent + n * width : NULL, rec_bias,
+          h_prev + n * units, c_prev, b->gates + (s * d->n + n) * width,
           b->hs + (s + 1) * row + n * units, b->cells + s * row + n * units,
           b->candidate + s * row + n * units);
     }
@@ -635,13 +729,17 @@ static void rnn_forward(mxu_layer *layer, const mxu_layer_run *run) {
     unit_forward(&units[dir], run);
   }
   const rnn_dims *d = &units[0].d;
-  int64_t positions = rnn_of(layer)->return_sequences ? d->steps : 1;
+  int64_t positions = positions_of(layer), rows = rows_of(layer);
   int64_t u = d->units,
           width = layer->out_shape.dims[layer->out_shape.rank - 1];
   mxu_merge_kind merge = merge_of(layer);
   for (int64_t n = 0; n < d->n; n++)
+    for (int64_t k = 0; k < rows - positions; k++)
+      memcpy(run->y + (n * rows + positions + k) * width,
+             final_state(&units[0], (int)k, n), (size_t)u * sizeof(float));
+  for (int64_t n = 0; n < d->n; n++)
     for (int64_t p = 0; p < positions; p++) {
-      float *y = run->y + (n * positions + p) * width;
+      float *y = run->y + (n * rows + p) * width;
       const float *a = output_at(&units[0], p, n);
       const float *b = count > 1 ? output_at(&units[1], p, n) : NULL;
       for (int64_t j = 0; j < u; j++) {
@@ -722,9 +820,9 @@ static void add_output_gradient(const rnn_unit *u, const float *dy, int64_t s,
   const float *g = NULL;
   if (zeroed(u, n, s)) return;
   if (u->c->return_sequences)
-    g = dy + (n * d->steps + position_of(u, s)) * d->units;
+    g = dy + (n * u->rows + position_of(u, s)) * d->units;
   else if (s == d->steps - 1)
-    g = dy + n * d->units;
+    g = dy + n * u->rows * d->units;
   for (int64_t j = 0; g && j < d->units; j++) dh[j] += g[j];
 }
 
@@ -819,6 +917,13 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
   int64_t units = d->units, width = d->gates * units, row = d->n * units;
   memset(b->dh, 0, (size_t)row * sizeof(float));
   memset(b->dc, 0, (size_t)row * sizeof(float));
+  /* return_state: the final states' gradients, after the positions'. */
+  int64_t states = u->c->return_state ? states_of(u->c->kind) : 0;
+  for (int64_t n = 0; n < d->n; n++)
+    for (int64_t k = 0; k < states; k++)
+      memcpy((k ? b->dc : b->dh) + n * units,
+             dy + (n * u->rows + u->rows - states + k) * units,
+             (size_t)units * sizeof(float));
   for (int64_t s = d->steps - 1; s >= 0; s--) {
     int64_t t = input_step(u, s);
     float *d_rec = b->d_rec + s * d->n * width;
@@ -830,7 +935,8 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
         memset(d_rec + n * width, 0, bytes);
         continue;
       }
-      const float *c_prev = s ? b->cells + (s - 1) * row + n * units : b->hs;
+      const float *c_prev =
+          s ? b->cells + (s - 1) * row + n * units : b->c0 + n * units;
       cell_backward(u->c, units, b->gates + (s * d->n + n) * width,
                     b->hs + s * row + n * units, c_prev,
                     b->cells + s * row + n * units,
@@ -839,9 +945,11 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
                     d_rec + n * width, b->cell_tmp);
     }
     /* The previous h's: its direct term (left in dh) + the recurrent
-     * side's. */
-    if (s) state_gradient(u, be, d_rec);
+     * side's; before step 0, the initial state's. */
+    if (s || u->h0) state_gradient(u, be, d_rec);
   }
+  if (u->dh0) memcpy(u->dh0, b->dh, (size_t)row * sizeof(float));
+  if (u->dc0) memcpy(u->dc0, b->dc, (size_t)row * sizeof(float));
   weight_gradients(u, be, x);
   if (dx) input_gradient(u, be, dx);
 }
@@ -1042,8 +1150,10 @@ static mxu_hlo_value kept_emit(mxu_hlo *h, mxu_hlo_value ids, int64_t t,
 }
 
 /* One direction over every step: its outputs in step order (n, steps,
- * units), or the last one's (n, units). */
-static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
+ * units), or the last one's (n, units); its final states (h, LSTM's c)
+ * into states. */
+static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir,
+                               mxu_hlo_value *states) {
   mxu_hlo *h = e->h;
   const mxu_rnn_config *c = rnn_of(layer);
   const mxu_hlo_value *w = e->w + weights_per(c) * dir;
@@ -1070,6 +1180,9 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
   int64_t wide[2] = {d.n, width}, one_step[3] = {d.n, 1, u};
   mxu_hlo_value hs = mxu_hlo_constant(h, state, 0.0), cell = hs, seq = 0;
   mxu_hlo_value last = hs;
+  int initial = layer->input_count > 1; /* else zero: no recurrent term */
+  if (initial) hs = e->in[1];
+  if (initial && c->kind == MXU_LSTM) cell = e->in[2];
   mxu_hlo_value zero =
       mxu_hlo_constant(h, mxu_hlo_shape_make(MXU_HLO_F32, 2, wide), 0.0);
   for (int64_t s = 0; s < d.steps; s++) {
@@ -1080,9 +1193,9 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
         mxu_hlo_reshape(h, mxu_hlo_slice(h, p, start, limit, stride),
                         mxu_hlo_shape_make(MXU_HLO_F32, 2, wide));
     mxu_hlo_value r = zero, masked[4];
-    for (int g = 0; s && m.rec && g < d.gates; g++)
+    for (int g = 0; (s || initial) && m.rec && g < d.gates; g++)
       masked[g] = masked_emit(h, hs, rec_masks, g);
-    if (s)
+    if (s || initial)
       r = m.rec ? gate_products(h, masked, w[1], u, u, d.gates)
                 : mxu_hlo_matmul(h, hs, w[1]);
     mxu_hlo_value h_prev = hs, c_prev = cell;
@@ -1104,16 +1217,27 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir) {
         mxu_hlo_reshape(h, out, mxu_hlo_shape_make(MXU_HLO_F32, 3, one_step));
     seq = s ? mxu_hlo_concatenate(h, seq, step, 1) : step;
   }
+  states[0] = hs;
+  states[1] = cell;
   return c->return_sequences ? seq : last;
 }
 
 /* A Bidirectional's backward sequence reversed back, then merged. */
 static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo *h = e->h;
-  mxu_hlo_value a = unit_emit(e, layer, 0);
-  if (!is_bidirectional(layer)) return a;
   const mxu_rnn_config *c = rnn_of(layer);
-  mxu_hlo_value b = unit_emit(e, layer, 1);
+  mxu_hlo_value states[2];
+  mxu_hlo_value a = unit_emit(e, layer, 0, states);
+  if (!is_bidirectional(layer) && !c->return_state) return a;
+  if (!is_bidirectional(layer)) { /* the output's rows, then the states' */
+    int64_t one[3] = {e->batch, 1, c->units};
+    mxu_hlo_shape row = mxu_hlo_shape_make(MXU_HLO_F32, 3, one);
+    if (!c->return_sequences) a = mxu_hlo_reshape(h, a, row);
+    for (int k = 0; k < states_of(c->kind); k++)
+      a = mxu_hlo_concatenate(h, a, mxu_hlo_reshape(h, states[k], row), 1);
+    return a;
+  }
+  mxu_hlo_value b = unit_emit(e, layer, 1, states);
   const int64_t time[1] = {1};
   if (c->return_sequences) b = mxu_hlo_reverse(h, b, 1, time);
   switch (merge_of(layer)) {
@@ -1126,8 +1250,8 @@ static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 /* ---- Keras' JSON ---------------------------------------------------------
- * Refused: what mxu's zero-state, whole-sequence cell does not do
- * (return_state, stateful, time_major, GRU's reset_after false). unroll,
+ * Refused: what mxu's whole-sequence cell does not do (stateful,
+ * time_major, GRU's reset_after false). unroll,
  * implementation, use_cudnn and seed change nothing computed here. */
 
 static const char *const rnn_keys[] = {"units",
@@ -1192,7 +1316,7 @@ static mxu_status read_rnn_config(const mxu_json_where *where,
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "reset_after false is not supported (Keras 1's GRU): "
                          "use the default, true");
-  MXU_TRY(mxu_json_require_false(where, config, "return_state"));
+  MXU_TRY(mxu_json_bool(where, config, "return_state", &c.return_state));
   MXU_TRY(mxu_json_require_false(where, config, "stateful"));
   MXU_TRY(mxu_json_require_false(where, config, "time_major"));
   MXU_TRY(mxu_json_bool(where, config, "zero_output_for_mask",
@@ -1213,13 +1337,15 @@ static mxu_status read_rnn(const mxu_json_where *where, const cJSON *config,
   MXU_TRY(read_rnn_config(where, config, node->model->keras2_names, kind, &c));
   c.name = name;
   return mxu_json_applied(where, node,
-                          mxu_apply_rnn(node->model, &c, node->inputs[0]));
+                          mxu_apply_rnn_from(node->model, &c, node->inputs[0],
+                                             node->inputs + 1,
+                                             node->input_count - 1));
 }
 
 static void write_rnn_config(mxu_json_out *out, const mxu_rnn_config *c,
                              cJSON *config) {
   mxu_json_put_bool(out, config, "return_sequences", c->return_sequences);
-  mxu_json_put_bool(out, config, "return_state", 0);
+  mxu_json_put_bool(out, config, "return_state", c->return_state);
   mxu_json_put_bool(out, config, "go_backwards", c->go_backwards);
   mxu_json_put_bool(out, config, "stateful", 0);
   mxu_json_put_bool(out, config, "unroll", 0);
@@ -1290,20 +1416,22 @@ static int rnn_mask(const mxu_layer *layer) {
   return rnn_of(layer)->return_sequences ? layer->mask_in : -1;
 }
 
-#define RNN_CLASS(cname, reader)                                               \
+#define RNN_CLASS(cname, reader, states)                                       \
   {                                                                            \
     .class_name = cname, .keras3_group = cell_group, .config_keys = rnn_keys,  \
     .read_config = reader, .write_config = write_rnn, .min_inputs = 1,         \
-    .max_inputs = 1, .infer = rnn_infer, .declare = rnn_declare,               \
-    .flops = rnn_flops, .plan = rnn_plan, .forward = rnn_forward,              \
-    .backward = rnn_backward, .emit = rnn_emit, .emit_noise = rnn_noise,       \
-    .noise_is_stream = 1, .output_mask = rnn_mask, .uses_mask = 1              \
+    .max_inputs = 1 + (states), .output_parts = rnn_parts,                     \
+    .list_argument = "initial_state", .infer = rnn_infer,                      \
+    .declare = rnn_declare, .flops = rnn_flops, .plan = rnn_plan,              \
+    .forward = rnn_forward, .backward = rnn_backward, .emit = rnn_emit,        \
+    .emit_noise = rnn_noise, .noise_is_stream = 1, .output_mask = rnn_mask,    \
+    .uses_mask = 1                                                             \
   }
 
 const mxu_layer_class mxu_simple_rnn_class =
-    RNN_CLASS("SimpleRNN", read_simple_rnn);
-const mxu_layer_class mxu_lstm_class = RNN_CLASS("LSTM", read_lstm);
-const mxu_layer_class mxu_gru_class = RNN_CLASS("GRU", read_gru);
+    RNN_CLASS("SimpleRNN", read_simple_rnn, 1);
+const mxu_layer_class mxu_lstm_class = RNN_CLASS("LSTM", read_lstm, 2);
+const mxu_layer_class mxu_gru_class = RNN_CLASS("GRU", read_gru, 1);
 
 /* ---- Bidirectional --------------------------------------------------------
  * Keras' wrapper of a SimpleRNN, LSTM or GRU: the layer forwards and a

@@ -781,3 +781,66 @@ const mxu_layer_class mxu_center_crop_class = {
     .backward = center_crop_backward,
     .emit = center_crop_emit,
 };
+
+/* ---- OutputPart -----------------------------------------------------------
+ * One of the tensors a layer returns several of (an RNN's output and its
+ * final states): the node not listed among Keras' layers, which the JSON
+ * writer names as Keras does, [layer, call, index]. */
+
+static mxu_status part_infer(mxu_layer *layer) {
+  const mxu_part_config *p = &layer->config.part;
+  if (p->offset < 0 || p->offset + mxu_shape_count(&p->shape) >
+                           mxu_shape_count(&layer->in_shape))
+    return mxu_fail(MXU_ERR_SHAPE, "%s: output %d lies outside its layer's",
+                    layer->name, p->index);
+  layer->out_shape = p->shape;
+  return MXU_OK;
+}
+
+static void part_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  int64_t whole = mxu_shape_count(&layer->in_shape);
+  int64_t count = mxu_shape_count(&layer->out_shape);
+  for (int64_t n = 0; n < layer->compiled->batch; n++)
+    memcpy(run->y + n * count, run->x + n * whole + layer->config.part.offset,
+           (size_t)count * sizeof(float));
+}
+
+static void part_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (!run->need_dx) return;
+  int64_t whole = mxu_shape_count(&layer->in_shape);
+  int64_t count = mxu_shape_count(&layer->out_shape);
+  memset(run->dx, 0, (size_t)(layer->compiled->batch * whole) * sizeof(float));
+  for (int64_t n = 0; n < layer->compiled->batch; n++)
+    memcpy(run->dx + n * whole + layer->config.part.offset, run->dy + n * count,
+           (size_t)count * sizeof(float));
+}
+
+static mxu_hlo_value part_emit(const mxu_layer *layer, mxu_emit *e) {
+  int64_t whole = mxu_shape_count(&layer->in_shape);
+  int64_t count = mxu_shape_count(&layer->out_shape);
+  int64_t flat[2] = {e->batch, whole};
+  int64_t start[2] = {0, layer->config.part.offset};
+  int64_t limit[2] = {e->batch, layer->config.part.offset + count};
+  int64_t stride[2] = {1, 1};
+  mxu_hlo_value x =
+      mxu_hlo_reshape(e->h, e->in[0], mxu_hlo_shape_make(MXU_HLO_F32, 2, flat));
+  return mxu_hlo_reshape(e->h, mxu_hlo_slice(e->h, x, start, limit, stride),
+                         mxu_batch_shape(e->batch, &layer->out_shape));
+}
+
+/* The first part (an RNN's output) keeps its layer's mask; its states
+ * have none. */
+static int part_mask(const mxu_layer *layer) {
+  return layer->config.part.index == 0 ? layer->mask_in : -1;
+}
+
+const mxu_layer_class mxu_output_part_class = {.class_name = "OutputPart",
+                                               .min_inputs = 1,
+                                               .max_inputs = 1,
+                                               .infer = part_infer,
+                                               .flops = mxu_no_flops,
+                                               .plan = mxu_no_plan,
+                                               .forward = part_forward,
+                                               .backward = part_backward,
+                                               .emit = part_emit,
+                                               .output_mask = part_mask};
