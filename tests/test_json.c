@@ -3308,6 +3308,54 @@ static void reads_attention(void) {
 
 /* The cifar model, and a Functional net of ops recorded as layers, given
  * statistics, LayerScale and CustomScaleLayer in both dialects. */
+/* Keras' encoder-decoder in both dialects (make_encdec.py): two inputs,
+ * an LSTM's and a GRU's final states (return_state, tensors 1 and 2 of
+ * the call) starting the decoders (initial_state). Written back, each
+ * decoder's call and Keras 3's build_config are Keras' own. */
+static void reads_encdec(void) {
+  static const char *const files[] = {"tests/golden/encdec/model.tf2.json",
+                                      "tests/golden/encdec/model.k3.json"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
+    if (!m) continue;
+    const mxu_layer *enc = &m->layers[node_named(m, "encoder")];
+    const mxu_layer *dec = &m->layers[node_named(m, "decoder")];
+    const mxu_layer *gru = &m->layers[node_named(m, "gru_decoder")];
+    CHECK(enc->config.rnn.return_state && shape_is(enc->out_shape, 2, 3, 6, 0));
+    CHECK(dec->input_count == 3 && gru->input_count == 2);
+    for (int k = 1; k < 3; k++) {
+      const mxu_layer *part = &m->layers[dec->inputs[k]];
+      CHECK(part->cls == &mxu_output_part_class &&
+            part->inputs[0] == enc->index && part->config.part.index == k);
+    }
+    CHECK(m->input_count == 2 && mxu_model_layer_count(m) == 8);
+    char *text = check_slurp(files[f]);
+    cJSON *keras = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    round_trip_text(files[f], m, f);
+    char *mine = write_json(m, f);
+    cJSON *doc = mine ? cJSON_Parse(mine) : NULL;
+    free(mine);
+    static const char *const names[] = {"decoder", "gru_decoder", "both"};
+    static const char *const keys[] = {"inbound_nodes", "build_config"};
+    for (int n = 0; n < 3; n++)
+      for (int k = 0; k < 1 + f; k++) {
+        char *got = written_entry_key(doc, names[n], keys[k]);
+        char *want = written_entry_key(keras, names[n], keys[k]);
+        CHECK_MSG(got && want && strcmp(got, want) == 0,
+                  "%s: %s's %s written as %s, Keras wrote %s", files[f],
+                  names[n], keys[k], got ? got : "(none)",
+                  want ? want : "(none)");
+        cJSON_free(got);
+        cJSON_free(want);
+      }
+    cJSON_Delete(doc);
+    cJSON_Delete(keras);
+    mxu_model_free(m);
+  }
+}
+
 static void every_mutation(void) {
   mutate_every_node("cifar (Keras 3)", cifar_keras3);
   static const char *const nets[] = {"tests/golden/apps_layers/model.tf2.json",
@@ -3321,8 +3369,10 @@ static void every_mutation(void) {
                                      "tests/golden/masking/model.tf2.json",
                                      "tests/golden/masking/model.k3.json",
                                      "tests/golden/timeseries/model.tf2.json",
-                                     "tests/golden/timeseries/model.k3.json"};
-  for (int n = 0; n < 12; n++) {
+                                     "tests/golden/timeseries/model.k3.json",
+                                     "tests/golden/encdec/model.tf2.json",
+                                     "tests/golden/encdec/model.k3.json"};
+  for (size_t n = 0; n < sizeof nets / sizeof *nets; n++) {
     char *text = check_slurp(nets[n]);
     CHECK_MSG(text != NULL, "%s: cannot read it", nets[n]);
     if (text) mutate_every_node(nets[n], text);
@@ -3344,6 +3394,7 @@ int main(void) {
   reads_attention();
   reads_masking();
   reads_timeseries();
+  reads_encdec();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

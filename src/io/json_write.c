@@ -51,9 +51,25 @@ static cJSON *layer_entry(mxu_json_out *out, const char *class_name,
     }
     mxu_json_put(out, build, "shapes_dict", shapes);
     mxu_json_put(out, entry, "build_config", build);
+  } else if (out->keras3 && built && built->cls->list_argument &&
+             built->input_count > 1) {
+    /* An RNN's build(sequences_shape, initial_state_shape). */
+    cJSON *shapes = cJSON_CreateObject(), *build = cJSON_CreateObject();
+    cJSON *list = cJSON_CreateArray();
+    char key[64];
+    mxu_json_put(out, shapes, "sequences_shape",
+                 mxu_json_batch_shape(&built->in_shapes[0]));
+    for (int k = 1; k < built->input_count; k++)
+      if (!cJSON_AddItemToArray(list,
+                                mxu_json_batch_shape(&built->in_shapes[k])))
+        out->failed = 1;
+    snprintf(key, sizeof key, "%s_shape", built->cls->list_argument);
+    mxu_json_put(out, shapes, key, list);
+    mxu_json_put(out, build, "shapes_dict", shapes);
+    mxu_json_put(out, entry, "build_config", build);
   } else if (out->keras3 && built && built->input_count) {
     cJSON *shape = NULL;
-    if (built->cls->max_inputs == 1) {
+    if (built->cls->max_inputs == 1 || built->cls->list_argument) {
       shape = mxu_json_batch_shape(&built->in_shape);
     } else if ((shape = cJSON_CreateArray())) {
       for (int k = 0; k < built->input_count; k++)
