@@ -1092,10 +1092,11 @@ mxu_status mxu_load_npz_inputs(const char *path, const char *const *x_keys,
 /* One split of an .npz for a model of several inputs, its arrays named
  * after the inputs (names[k] is input k's): NAME_train (NAME_test) beside
  * y_train (y_test), or NAME beside y: the train split, or with `whole`
- * the test split too. */
+ * the test split too. labels 0: samples only (as predict reads them; the
+ * labels, if any, are not read). */
 mxu_status mxu_load_npz_named(const char *path, mxu_split split,
                               const char *const *names, int count, int whole,
-                              mxu_dataset **out);
+                              int labels, mxu_dataset **out);
 /* The arrays an .npz holds, up to max: each name (without ".npy") and
  * the shape of one of its samples (the array's shape without its first
  * axis; (1) for a 1-D array). */

@@ -561,9 +561,9 @@ static void two_inputs(void) {
   CHECK_MSG(r.code == 0 && test_accuracy(r.out) > 0.75, "exit %d: %s %s",
             r.code, r.out, r.err);
   result_free(&r);
-  r = check_run_bin(MXU_BIN, "train", "tests/npz/two_inputs.tf2.json",
-                    "--data", "tests/npz/two_inputs_split.npz", "--epochs",
-                    "30", "--learning-rate", "0.01", "--verbose", "0",
+  r = check_run_bin(MXU_BIN, "train", "tests/npz/two_inputs.tf2.json", "--data",
+                    "tests/npz/two_inputs_split.npz", "--epochs", "30",
+                    "--learning-rate", "0.01", "--verbose", "0",
                     "--save-weights", weights, NULL);
   double trained = test_accuracy(r.out);
   CHECK_MSG(r.code == 0 && trained > 0.8, "exit %d: %s %s", r.code, r.out,
@@ -576,6 +576,32 @@ static void two_inputs(void) {
   CHECK_MSG(r.code == 0 && fabs(test_accuracy(r.out) - trained) < 1e-9,
             "exit %d: %s %s", r.code, r.out, r.err);
   result_free(&r);
+  /* predict reads each input's NAME_test and writes Keras' (100, 3),
+   * whose argmax scores the test accuracy evaluate printed. */
+  const char *probs = temp_path("two_probs.npy");
+  r = check_run_bin(MXU_BIN, "predict", "tests/npz/two_inputs.tf2.json",
+                    "--weights", weights, "--input",
+                    "tests/npz/two_inputs_split.npz", "--output", probs, NULL);
+  CHECK_MSG(r.code == 0 && r.out && has(r.out, "100 predictions of (3)"),
+            "exit %d: %s %s", r.code, r.out, r.err);
+  result_free(&r);
+  mxu_dataset *p = NULL, *test = NULL;
+  CHECK_OK(mxu_load_npy(probs, NULL, &p));
+  CHECK_OK(mxu_load_npz_arrays("tests/npz/two_inputs_split.npz", "series_test",
+                               "y_test", &test));
+  if (p && test && mxu_dataset_count(p) == 100) {
+    int right = 0;
+    for (int i = 0; i < 100; i++) {
+      const float *row = mxu_dataset_x(p) + 3 * i;
+      int best = row[1] > row[0] ? 1 : 0;
+      best = row[2] > row[best] ? 2 : best;
+      right += best == mxu_dataset_labels(test)[i];
+    }
+    CHECK_MSG(fabs(right / 100.0 - trained) < 1e-9,
+              "predict's argmax scores %d of 100, evaluate %g", right, trained);
+  }
+  mxu_dataset_free(p);
+  mxu_dataset_free(test);
   /* One array and --labels cannot feed two inputs (the series of 6 steps
    * here, else its null length would be the message); an archive of
    * arrays for other inputs names the one missing. */
@@ -590,17 +616,17 @@ static void two_inputs(void) {
   }
   if (f) fclose(f);
   free(json);
-  r = check_run_bin(MXU_BIN, "train", fixed, "--data", "tests/npz/v2.npy", "--labels",
-                    "tests/npz/labels2.npy", "--validation-split", "0.5",
-                    NULL);
+  r = check_run_bin(MXU_BIN, "train", fixed, "--data", "tests/npz/v2.npy",
+                    "--labels", "tests/npz/labels2.npy", "--validation-split",
+                    "0.5", NULL);
   CHECK_MSG(r.code == 1 && r.err && has(r.err, "the model has 2 inputs") &&
                 has(r.err, "named after the input"),
             "exit %d: %s", r.code, r.err);
   result_free(&r);
-  r = check_run_bin(MXU_BIN, "train", "tests/npz/two_inputs.k3.json",
-                    "--data", "tests/npz/mnist_small.npz", NULL);
-  CHECK_MSG(r.code == 1 && r.err && has(r.err, "series"), "exit %d: %s",
-            r.code, r.err);
+  r = check_run_bin(MXU_BIN, "train", "tests/npz/two_inputs.k3.json", "--data",
+                    "tests/npz/mnist_small.npz", NULL);
+  CHECK_MSG(r.code == 1 && r.err && has(r.err, "series"), "exit %d: %s", r.code,
+            r.err);
   result_free(&r);
 }
 

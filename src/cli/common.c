@@ -40,7 +40,6 @@ int cli_model_weights(const char *command, const char *model,
   return cli_check_weights_path(command, "--weights", *weights, 1);
 }
 
-
 /* The samples of each input the model may name, for its null dimensions:
  * sample for its one input, or an .npz's arrays by name. */
 typedef struct cli_samples {
@@ -117,18 +116,18 @@ static int has_entry(const mxu_npz_entry *entries, int count,
 /* A model of several inputs reads an .npz of an array per input, by the
  * inputs' names. */
 static mxu_status load_named_inputs(const cli_data *d, mxu_split split,
-                                    const mxu_model *model,
-                                    mxu_dataset **out) {
+                                    const mxu_model *model, mxu_dataset **out) {
   int n = mxu_model_input_count(model);
   const char *names[MAX_NPZ_ENTRIES];
   for (int k = 0; k < n && k < MAX_NPZ_ENTRIES; k++)
     names[k] = mxu_model_input_name(model, k);
   /* --labels and CSV tables hold one input: the library says so. */
   const char *path = d->labels || d->label_column ? NULL : d->data;
-  mxu_status status = mxu_load_npz_named(path, split, names, n, d->whole, out);
+  mxu_status status =
+      mxu_load_npz_named(path, split, names, n, d->whole, 1, out);
   for (int k = 0; k < n && status == MXU_OK; k++)
-    status = mxu_dataset_reshape_input(*out, k,
-                                       mxu_model_input_shape_of(model, k));
+    status =
+        mxu_dataset_reshape_input(*out, k, mxu_model_input_shape_of(model, k));
   return status;
 }
 
@@ -279,7 +278,8 @@ static mxu_status load_model_named(const char *path, const cli_data *d,
   size_t cut = strlen(suffix);
   for (int i = 0; i < count; i++) {
     size_t length = strlen(entries[i].name);
-    if (length <= cut || strcmp(entries[i].name + length - cut, suffix)) continue;
+    if (length <= cut || strcmp(entries[i].name + length - cut, suffix))
+      continue;
     entries[i].name[length - cut] = 0;
     names[n] = entries[i].name;
     shapes[n++] = entries[i].sample;
@@ -300,8 +300,8 @@ mxu_status cli_load_model_for(const char *path, const cli_data *d,
   /* The model's message stands if the data cannot tell the length. */
   if (cli_load_split(&plain, split, NULL, &samples) != MXU_OK) {
     if (cli_ends_with(d->data, ".npz") &&
-        load_model_named(path, d, split, model, compile, metric,
-                         metric_size) == MXU_OK)
+        load_model_named(path, d, split, model, compile, metric, metric_size) ==
+            MXU_OK)
       return MXU_OK;
     return cli_load_model(path, model, compile, metric, metric_size);
   }

@@ -297,18 +297,47 @@ static mxu_status load_model(const predict_args *a, predict_run *run) {
   mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
                                 run->metric, sizeof run->metric);
   mxu_dataset *samples = NULL;
-  if (s != MXU_ERR_SHAPE || load_input(a, &samples) != MXU_OK) return s;
+  if (s != MXU_ERR_SHAPE) return s;
+  /* Several inputs: an .npz of an array per input names their lengths. */
+  if (load_input(a, &samples) != MXU_OK)
+    return cli_ends_with(a->input, ".npz")
+               ? cli_load_model_for(a->model,
+                                    &(cli_data){a->input, NULL, NULL, 1.0f, 1},
+                                    MXU_TEST, &run->model, &run->compile,
+                                    run->metric, sizeof run->metric)
+               : s;
   mxu_shape sample = mxu_dataset_shape(samples);
   mxu_dataset_free(samples);
   return cli_load_model_shaped(a->model, &sample, &run->model, &run->compile,
                                run->metric, sizeof run->metric);
 }
 
+/* --input's samples for each of the model's inputs: a model of several
+ * reads an .npz of an array per input, named after it (NAME_test or
+ * NAME). */
+static mxu_status load_inputs(const predict_args *a, const mxu_model *model,
+                              mxu_dataset **samples) {
+  int n = mxu_model_input_count(model);
+  if (n == 1) {
+    mxu_status s = load_input(a, samples);
+    return s == MXU_OK
+               ? mxu_dataset_reshape(*samples, mxu_model_input_shape(model))
+               : s;
+  }
+  const char *names[16];
+  for (int k = 0; k < n && k < 16; k++)
+    names[k] = mxu_model_input_name(model, k);
+  const char *path = cli_ends_with(a->input, ".npz") ? a->input : NULL;
+  mxu_status s = mxu_load_npz_named(path, MXU_TEST, names, n, 1, 0, samples);
+  for (int k = 0; k < n && s == MXU_OK; k++)
+    s = mxu_dataset_reshape_input(*samples, k,
+                                  mxu_model_input_shape_of(model, k));
+  return s;
+}
+
 static int predict_arrays(const predict_args *a, predict_run *run) {
   mxu_dataset *samples = NULL;
-  mxu_status s = load_input(a, &samples);
-  if (s == MXU_OK)
-    s = mxu_dataset_reshape(samples, mxu_model_input_shape(run->model));
+  mxu_status s = load_inputs(a, run->model, &samples);
   if (s == MXU_OK && a->rescale != 1.0f)
     mxu_dataset_rescale(samples, a->rescale);
   int64_t n = s == MXU_OK ? mxu_dataset_count(samples) : 0;
@@ -323,8 +352,10 @@ static int predict_arrays(const predict_args *a, predict_run *run) {
   if (s == MXU_OK) {
     run->out =
         malloc((size_t)(n ? n : 1) * (size_t)run->classes * sizeof(float));
-    if (run->out)
-      s = mxu_predict(run->model, mxu_dataset_x(samples), n, run->out);
+    const float *inputs[16];
+    for (int k = 0; k < mxu_dataset_input_count(samples) && k < 16; k++)
+      inputs[k] = mxu_dataset_input(samples, k);
+    if (run->out) s = mxu_predict_outputs(run->model, inputs, n, &run->out);
   }
   /* (samples, the output's dims), as Keras' predict returns them. */
   int64_t shape[MXU_MAX_RANK + 1] = {n};
@@ -366,9 +397,8 @@ int cli_predict(int argc, char **argv) {
   if (code != CLI_OK) return code;
   /* --image and --input need --data only for class names. */
   if (load_model(&a, &run) != MXU_OK ||
-      (a.data &&
-       cli_load_split(&(cli_data){a.data, NULL, NULL, a.rescale, 0}, MXU_TEST,
-                      run.model, &run.test) != MXU_OK))
+      (a.data && cli_load_split(&(cli_data){a.data, NULL, NULL, a.rescale, 0},
+                                MXU_TEST, run.model, &run.test) != MXU_OK))
     code = cli_runtime_error("predict");
   else if (a.input)
     code = predict_arrays(&a, &run);

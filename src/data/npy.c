@@ -548,7 +548,7 @@ mxu_status mxu_load_npz_inputs(const char *path, const char *const *x_keys,
 
 mxu_status mxu_load_npz_named(const char *path, mxu_split split,
                               const char *const *names, int count, int whole,
-                              mxu_dataset **out) {
+                              int labels, mxu_dataset **out) {
   if (!out) return mxu_fail(MXU_ERR_ARG, "npz: out is NULL");
   *out = NULL;
   if (!names || count < 1 || count > MXU_MAX_INPUTS)
@@ -564,9 +564,13 @@ mxu_status mxu_load_npz_named(const char *path, mxu_split split,
   zip_t *zip = open_zip(path, &status);
   if (!zip) return status;
   const char *y = split == MXU_TRAIN ? "y_train" : "y_test";
-  int split_form = zip_name_locate(zip, split == MXU_TRAIN ? "y_train.npy"
-                                                           : "y_test.npy",
-                                   0) >= 0;
+  /* The split's form: y_train or y_test; samples alone, NAME_test. */
+  char first[MXU_NPZ_NAME_SIZE + 16];
+  snprintf(first, sizeof first, "%s_test.npy", names[0]);
+  int split_form =
+      zip_name_locate(zip, split == MXU_TRAIN ? "y_train.npy" : "y_test.npy",
+                      0) >= 0 ||
+      (!labels && split == MXU_TEST && zip_name_locate(zip, first, 0) >= 0);
   zip_discard(zip);
   if (!split_form && split == MXU_TEST && !whole)
     return mxu_fail(MXU_ERR_FORMAT,
@@ -574,14 +578,20 @@ mxu_status mxu_load_npz_named(const char *path, mxu_split split,
                     "data with --validation-split F, or add each input's "
                     "NAME_test and y_test to the archive",
                     path);
-  const char *suffix = !split_form ? "" : split == MXU_TRAIN ? "_train" : "_test";
+  const char *suffix = !split_form          ? ""
+                       : split == MXU_TRAIN ? "_train"
+                                            : "_test";
   char keys[MXU_MAX_INPUTS][MXU_NPZ_NAME_SIZE + 8];
   const char *x_keys[MXU_MAX_INPUTS];
   for (int k = 0; k < count; k++) {
     snprintf(keys[k], sizeof keys[k], "%s%s", names[k], suffix);
     x_keys[k] = keys[k];
   }
-  return mxu_load_npz_inputs(path, x_keys, count, split_form ? y : "y", out);
+  return mxu_load_npz_inputs(path, x_keys, count,
+                             !labels      ? NULL
+                             : split_form ? y
+                                          : "y",
+                             out);
 }
 
 mxu_status mxu_npz_entries(const char *path, mxu_npz_entry *entries, int max,
