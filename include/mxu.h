@@ -504,6 +504,20 @@ typedef struct mxu_attention_config {
   int tf2_fans;
 } mxu_attention_config;
 
+/* Keras' Attention (Luong's: score_mode "dot", q . k, times a scalar
+ * `scale` weight with use_scale; or "concat", concat_score_weight *
+ * sum(tanh(scale (q + k)))) and AdditiveAttention (Bahdanau's, additive:
+ * sum(scale * tanh(q + k)), scale a weight of the query's width with
+ * use_scale): over query (tq, dim), value (tv, dv) and key (tv, dim; the
+ * value when none), the softmax of the scores over the value's positions
+ * (the first i + 1 with causal, Keras' use_causal_mask) weighs the value:
+ * (tq, dv). dropout drops the weights in training. */
+typedef struct mxu_dense_attention_config {
+  const char *name;
+  int additive, concat, use_scale, causal;
+  float dropout;
+} mxu_dense_attention_config;
+
 /* UpSampling2D: each image size[0] times taller and size[1] times wider,
  * by repeating pixels (nearest) or by TensorFlow's bilinear resize (half-
  * pixel centres). */
@@ -762,6 +776,11 @@ mxu_tensor_id mxu_apply_cropping1d(mxu_model *model, const char *name,
 mxu_tensor_id mxu_apply_conv1d_transpose(mxu_model *model,
                                          const mxu_conv1d_config *config,
                                          mxu_tensor_id x);
+/* Attention and AdditiveAttention([query, value, key]): key -1 for none
+ * (the value is the key). */
+mxu_tensor_id mxu_apply_dense_attention(
+    mxu_model *model, const mxu_dense_attention_config *config,
+    mxu_tensor_id query, mxu_tensor_id value, mxu_tensor_id key);
 /* MultiHeadAttention(query, value, key): key -1 for none (the value is
  * the key), as Keras' call. */
 mxu_tensor_id mxu_apply_multi_head_attention(mxu_model *model,

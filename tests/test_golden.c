@@ -447,6 +447,15 @@ int main(void) {
        12,
        {4, 5, 0},
        NULL},
+      /* Keras' Attention (dot, scaled, concat, causal) and
+       * AdditiveAttention (make_dense_attention.py). */
+      {"tests/golden/dense_attention",
+       {"tests/golden/dense_attention/model.tf2.json",
+        "tests/golden/dense_attention/model.k3.json"},
+       6,
+       3,
+       {5, 4, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -463,7 +472,8 @@ int main(void) {
     /* The losses over positions (a padding mask's too) on a device. */
     if (strstr(current->dir, "tagging") || strstr(current->dir, "seq2seq") ||
         strstr(current->dir, "masked_series") ||
-        strstr(current->dir, "encdec")) {
+        strstr(current->dir, "encdec") ||
+        strstr(current->dir, "dense_attention")) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
     }
@@ -481,6 +491,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/timeseries") == 0 ||
         strcmp(cases[c].dir, "tests/golden/seq2seq") == 0 ||
         strcmp(cases[c].dir, "tests/golden/encdec") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/dense_attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

@@ -3321,6 +3321,81 @@ static void test_attention(void) {
   mxu_model_free(m);
 }
 
+/* ---- Attention and AdditiveAttention ------------------------------------
+ * Checked against Keras by test_golden's dense_attention net; here each
+ * score's backward against finite differences (its scale weights too)
+ * and cpu against cpu_ref: cross-attention of 3 queries over 5 values,
+ * with a key of its own, causal, with dropout. */
+
+typedef struct dense_attention_case {
+  const char *name;
+  mxu_dense_attention_config c;
+  int key, self;
+} dense_attention_case;
+
+static mxu_tensor_id dense_attention_graph(mxu_model *m, const void *ctx) {
+  static const int64_t q_shape[2] = {3, 4}, v_shape[2] = {5, 2},
+                       k_shape[2] = {5, 4};
+  const dense_attention_case *a = ctx;
+  mxu_dense_attention_config c = a->c;
+  c.name = "under_test";
+  mxu_tensor_id q = identity_input(m, q_shape, 2);
+  mxu_tensor_id v =
+      a->self ? q : identity_input(m, a->key ? v_shape : k_shape, 2);
+  mxu_tensor_id k = a->key ? identity_input(m, k_shape, 2) : -1;
+  return head(m, mxu_apply_dense_attention(m, &c, q, v, k));
+}
+
+static void test_dense_attention(void) {
+  dense_attention_case cases[] = {
+      {"Attention dot, scaled, own key", {.use_scale = 1}, 1, 0},
+      {"Attention dot over 5 values, causal", {.causal = 1}, 0, 0},
+      {"Attention concat, scaled, own key",
+       {.concat = 1, .use_scale = 1},
+       1,
+       0},
+      {"Attention concat, self, dropout 0.3",
+       {.concat = 1, .dropout = 0.3f},
+       0,
+       1},
+      {"AdditiveAttention, own key", {.additive = 1, .use_scale = 1}, 1, 0},
+      {"AdditiveAttention unscaled, self, causal",
+       {.additive = 1, .causal = 1},
+       0,
+       1},
+  };
+  int count = (int)(sizeof cases / sizeof *cases);
+  for (int i = 0; i < count; i++) {
+    mxu_model *m = build(cases[i].name, dense_attention_graph, &cases[i],
+                         MXU_BACKEND_CPU_REF);
+    if (!m) continue;
+    /* The scales away from their initial ones, so that their gradients
+     * are not the unscaled score's. */
+    for (int p = 0; p < m->param_count; p++)
+      if (strstr(m->params[p].name, "scale") ||
+          strstr(m->params[p].name, "weight"))
+        for (int64_t j = 0; j < m->params[p].count; j++)
+          m->weights[m->params[p].offset + j] += 0.3f + 0.1f * (float)j;
+    finite_differences(m, cases[i].name);
+    mxu_model_free(m);
+    backends_agree(cases[i].name, dense_attention_graph, &cases[i]);
+  }
+  dense_attention_case plain = cases[3];
+  plain.c.dropout = 0.0f;
+  drops_in_training_only("Attention dropout", dense_attention_graph, &plain,
+                         &cases[3]);
+  /* Refused: a query of other features than the key's. */
+  mxu_model *m = mxu_functional("bad attention");
+  int64_t a[2] = {3, 4}, b[2] = {5, 3};
+  mxu_dense_attention_config c = {.name = "att"};
+  CHECK(mxu_apply_dense_attention(
+            m, &c, mxu_input(m, "q", mxu_shape_make(2, a)),
+            mxu_input(m, "v", mxu_shape_make(2, b)), -1) < 0 &&
+        strstr(mxu_errmsg(), "att: the query's features (4) must be the "
+                             "key's (3)"));
+  mxu_model_free(m);
+}
+
 /* ---- an Embedding's mask -------------------------------------------------
  * Checked against Keras by test_golden's masking net; here each layer that
  * uses the mask against finite differences and cpu against cpu_ref, over
@@ -3329,12 +3404,19 @@ static void test_attention(void) {
 
 typedef struct mask_case {
   const char *name;
-  enum { MASK_RNN, MASK_BIDIRECTIONAL, MASK_POOL, MASK_ATTENTION } kind;
+  enum {
+    MASK_RNN,
+    MASK_BIDIRECTIONAL,
+    MASK_POOL,
+    MASK_ATTENTION,
+    MASK_DENSE_ATTENTION /* Attention, or with `additive` AdditiveAttention */
+  } kind;
   mxu_rnn_config rnn;
-  int causal; /* MASK_ATTENTION */
+  int causal; /* MASK_ATTENTION, MASK_DENSE_ATTENTION */
   /* The mask from a Masking over a Dense (no bias) of a series padded
    * with zero steps, not from an Embedding's ids. */
   int masking;
+  int additive; /* MASK_DENSE_ATTENTION */
 } mask_case;
 
 /* The masked sequence (6, 3): an Embedding of ids (mask_zero), or a
@@ -3375,6 +3457,13 @@ static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
     live_bias(&mha.bias);
     return head(m, mxu_apply_multi_head_attention(m, &mha, seq, seq, -1));
   }
+  if (c->kind == MASK_DENSE_ATTENTION) {
+    mxu_dense_attention_config a = {.name = "under_test",
+                                    .additive = c->additive,
+                                    .use_scale = 1,
+                                    .causal = c->causal};
+    return head(m, mxu_apply_dense_attention(m, &a, seq, seq, -1));
+  }
   mxu_dense_config dense = mxu_dense_defaults(4);
   dense.activation = MXU_TANH;
   mxu_global_pool2d_config pool = {"under_test", 0, 0};
@@ -3383,30 +3472,37 @@ static mxu_tensor_id mask_graph(mxu_model *m, const void *ctx) {
 }
 
 static void test_masking(void) {
-  mask_case cases[12] = {
+  mask_case cases[15] = {
       {"masked LSTM(3) sequences", MASK_RNN, mxu_rnn_defaults(MXU_LSTM, 3), 0,
+       0, 0},
+      {"masked GRU(3) backwards", MASK_RNN, mxu_rnn_defaults(MXU_GRU, 3), 0, 0,
        0},
-      {"masked GRU(3) backwards", MASK_RNN, mxu_rnn_defaults(MXU_GRU, 3), 0, 0},
       {"masked SimpleRNN(2) sequences, zero_output_for_mask", MASK_RNN,
-       mxu_rnn_defaults(MXU_SIMPLE_RNN, 2), 0, 0},
+       mxu_rnn_defaults(MXU_SIMPLE_RNN, 2), 0, 0, 0},
       {"masked LSTM(2), recurrent_dropout 0.3", MASK_RNN,
-       mxu_rnn_defaults(MXU_LSTM, 2), 0, 0},
+       mxu_rnn_defaults(MXU_LSTM, 2), 0, 0, 0},
       {"masked Bidirectional(GRU(2) sequences)", MASK_BIDIRECTIONAL,
-       mxu_rnn_defaults(MXU_GRU, 2), 0, 0},
+       mxu_rnn_defaults(MXU_GRU, 2), 0, 0, 0},
       {"masked GlobalAveragePooling1D", MASK_POOL,
-       mxu_rnn_defaults(MXU_LSTM, 1), 0, 0},
+       mxu_rnn_defaults(MXU_LSTM, 1), 0, 0, 0},
       {"masked MultiHeadAttention(2, 2)", MASK_ATTENTION,
-       mxu_rnn_defaults(MXU_LSTM, 1), 0, 0},
+       mxu_rnn_defaults(MXU_LSTM, 1), 0, 0, 0},
       {"masked MultiHeadAttention(2, 2), causal", MASK_ATTENTION,
-       mxu_rnn_defaults(MXU_LSTM, 1), 1, 0},
+       mxu_rnn_defaults(MXU_LSTM, 1), 1, 0, 0},
       {"Masking, LSTM(3) sequences", MASK_RNN, mxu_rnn_defaults(MXU_LSTM, 3), 0,
-       1},
+       1, 0},
       {"Masking, GRU(2) backwards", MASK_RNN, mxu_rnn_defaults(MXU_GRU, 2), 0,
-       1},
+       1, 0},
       {"Masking, GlobalAveragePooling1D", MASK_POOL,
-       mxu_rnn_defaults(MXU_LSTM, 1), 0, 1},
+       mxu_rnn_defaults(MXU_LSTM, 1), 0, 1, 0},
       {"Masking, MultiHeadAttention(2, 2)", MASK_ATTENTION,
-       mxu_rnn_defaults(MXU_LSTM, 1), 0, 1},
+       mxu_rnn_defaults(MXU_LSTM, 1), 0, 1, 0},
+      {"masked Attention, scaled", MASK_DENSE_ATTENTION,
+       mxu_rnn_defaults(MXU_LSTM, 1), 0, 0, 0},
+      {"masked AdditiveAttention, causal", MASK_DENSE_ATTENTION,
+       mxu_rnn_defaults(MXU_LSTM, 1), 1, 0, 1},
+      {"Masking, Attention causal", MASK_DENSE_ATTENTION,
+       mxu_rnn_defaults(MXU_LSTM, 1), 1, 1, 0},
   };
   cases[0].rnn.return_sequences = 1;
   cases[1].rnn.go_backwards = 1;
@@ -3415,7 +3511,7 @@ static void test_masking(void) {
   cases[4].rnn.return_sequences = 1;
   cases[8].rnn.return_sequences = 1;
   cases[9].rnn.go_backwards = 1;
-  for (int i = 0; i < 12; i++) {
+  for (int i = 0; i < 15; i++) {
     live_bias(&cases[i].rnn.bias);
     mxu_model *m =
         build(cases[i].name, mask_graph, &cases[i], MXU_BACKEND_CPU_REF);
@@ -3498,6 +3594,7 @@ int main(void) {
   test_several_outputs();
   test_fit_several_inputs();
   test_recurrent_states();
+  test_dense_attention();
   test_layers();
   test_dropout_noise();
   test_preprocessing();

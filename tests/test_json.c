@@ -3356,22 +3356,80 @@ static void reads_encdec(void) {
   }
 }
 
+/* Keras' Attention and AdditiveAttention in both dialects
+ * (make_dense_attention.py): their configs read, and written back with
+ * Keras' own calls (use_causal_mask: Keras 3's kwargs, tf.keras 2's in
+ * each tensor's), and Keras 3's config and build_config. */
+static void reads_dense_attention(void) {
+  static const char *const files[] = {
+      "tests/golden/dense_attention/model.tf2.json",
+      "tests/golden/dense_attention/model.k3.json"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
+    if (!m) continue;
+    const mxu_dense_attention_config *luong =
+        &m->layers[node_named(m, "luong")].config.dense_attention;
+    const mxu_dense_attention_config *concat =
+        &m->layers[node_named(m, "concat")].config.dense_attention;
+    const mxu_dense_attention_config *sum =
+        &m->layers[node_named(m, "plain_sum")].config.dense_attention;
+    const mxu_dense_attention_config *causal =
+        &m->layers[node_named(m, "causal")].config.dense_attention;
+    CHECK(luong->use_scale && !luong->concat && !luong->additive);
+    CHECK(concat->concat && concat->use_scale);
+    CHECK(sum->additive && !sum->use_scale);
+    CHECK(causal->causal && !causal->use_scale);
+    CHECK(m->layers[node_named(m, "concat")].input_count == 3);
+    char *text = check_slurp(files[f]);
+    cJSON *keras = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    round_trip_text(files[f], m, f);
+    char *mine = write_json(m, f);
+    cJSON *doc = mine ? cJSON_Parse(mine) : NULL;
+    free(mine);
+    static const char *const names[] = {"luong", "concat", "bahdanau",
+                                        "plain_sum", "causal"};
+    static const char *const keys[] = {"inbound_nodes", "config",
+                                       "build_config"};
+    /* tf.keras 2 orders the config's keys otherwise and needs no
+     * build_config. */
+    for (int n = 0; n < 5; n++)
+      for (int k = 0; k < (f ? 3 : 1); k++) {
+        char *got = written_entry_key(doc, names[n], keys[k]);
+        char *want = written_entry_key(keras, names[n], keys[k]);
+        CHECK_MSG(got && want && strcmp(got, want) == 0,
+                  "%s: %s's %s written as %s, Keras wrote %s", files[f],
+                  names[n], keys[k], got ? got : "(none)",
+                  want ? want : "(none)");
+        cJSON_free(got);
+        cJSON_free(want);
+      }
+    cJSON_Delete(doc);
+    cJSON_Delete(keras);
+    mxu_model_free(m);
+  }
+}
+
 static void every_mutation(void) {
   mutate_every_node("cifar (Keras 3)", cifar_keras3);
-  static const char *const nets[] = {"tests/golden/apps_layers/model.tf2.json",
-                                     "tests/golden/apps_layers/model.k3.json",
-                                     "tests/golden/sequence/model.tf2.json",
-                                     "tests/golden/sequence/model.k3.json",
-                                     "tests/golden/recurrent/model.tf2.json",
-                                     "tests/golden/recurrent/model.k3.json",
-                                     "tests/golden/attention/model.tf2.json",
-                                     "tests/golden/attention/model.k3.json",
-                                     "tests/golden/masking/model.tf2.json",
-                                     "tests/golden/masking/model.k3.json",
-                                     "tests/golden/timeseries/model.tf2.json",
-                                     "tests/golden/timeseries/model.k3.json",
-                                     "tests/golden/encdec/model.tf2.json",
-                                     "tests/golden/encdec/model.k3.json"};
+  static const char *const nets[] = {
+      "tests/golden/apps_layers/model.tf2.json",
+      "tests/golden/apps_layers/model.k3.json",
+      "tests/golden/sequence/model.tf2.json",
+      "tests/golden/sequence/model.k3.json",
+      "tests/golden/recurrent/model.tf2.json",
+      "tests/golden/recurrent/model.k3.json",
+      "tests/golden/attention/model.tf2.json",
+      "tests/golden/attention/model.k3.json",
+      "tests/golden/masking/model.tf2.json",
+      "tests/golden/masking/model.k3.json",
+      "tests/golden/timeseries/model.tf2.json",
+      "tests/golden/timeseries/model.k3.json",
+      "tests/golden/encdec/model.tf2.json",
+      "tests/golden/encdec/model.k3.json",
+      "tests/golden/dense_attention/model.tf2.json",
+      "tests/golden/dense_attention/model.k3.json"};
   for (size_t n = 0; n < sizeof nets / sizeof *nets; n++) {
     char *text = check_slurp(nets[n]);
     CHECK_MSG(text != NULL, "%s: cannot read it", nets[n]);
@@ -3395,6 +3453,7 @@ int main(void) {
   reads_masking();
   reads_timeseries();
   reads_encdec();
+  reads_dense_attention();
   reads_keras_variants();
   round_trips();
   writes_keras_text();

@@ -426,6 +426,31 @@ static const layer_case cases[] = {
                              LAYER("GlobalAveragePooling1D", "gm", "", IN("m"))
                                  LAYER("Concatenate", "o", "", IN2("g", "gm")),
      "o", 1e-4},
+    /* Keras' Attention and AdditiveAttention: concat scores with dropout
+     * and tf.keras 2's use_causal_mask in each tensor's kwargs; then over
+     * an Embedding's mask, a scaled dot product and the additive score. */
+    {"Attention concat causal with dropout, AdditiveAttention with a key",
+     "6, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead"))
+         LAYER("Attention", "a",
+               ", \"use_scale\": true, \"score_mode\": \"concat\", "
+               "\"dropout\": 0.2",
+               "[\"r\", 0, 0, {\"use_causal_mask\": true}], [\"r\", 0, 0, "
+               "{\"use_causal_mask\": true}]")
+             LAYER("AdditiveAttention", "b", "", IN("a") ", " IN2("r", "r")),
+     "b", 1e-4},
+    {"Masked Attention and AdditiveAttention", "8, 1, 1",
+     LAYER("Reshape", "lr", ", \"target_shape\": [8, 3]", IN("lead"))
+         LAYER("Activation", "ids", ", \"activation\": \"relu\"", IN("x"))
+             LAYER("Reshape", "ir", ", \"target_shape\": [8]", IN("ids")) LAYER(
+                 "Embedding", "e",
+                 ", \"input_dim\": 3, \"output_dim\": 2, "
+                 "\"mask_zero\": true",
+                 IN("ir")) LAYER("Concatenate", "c", "", IN2("e", "lr"))
+                 LAYER("Attention", "a", ", \"use_scale\": true", IN2("c", "c"))
+                     LAYER("AdditiveAttention", "b", ", \"use_scale\": true",
+                           IN2("a", "c")),
+     "b", 1e-4},
     /* Masking of relu(lead + x): a step is padding where its 3 features
      * are all <= 0 (about 1 in 8); its mask computed from a tensor with a
      * gradient. RepeatVector after the masked mean. */

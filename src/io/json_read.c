@@ -834,16 +834,23 @@ static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
     kwargs = cJSON_GetArrayItem(args->child, 3);
   if (cls && cls->call_tensors)
     return read_named_call(where, args, kwargs, cls, node);
-  MXU_TRY(check_kwargs(where, kwargs, cls && cls->list_argument ? cls : NULL));
+  /* A class's own call arguments (Attention's use_causal_mask, an RNN's
+   * initial_state): Keras 3's kwargs, tf.keras 2's in each reference. */
+  const mxu_layer_class *own =
+      cls && (cls->call_options || cls->list_argument) ? cls : NULL;
+  if (own && !cJSON_IsObject(call) && cJSON_IsArray(args->child))
+    kwargs = cJSON_GetArrayItem(args->child, 3);
+  node->kwargs = own ? kwargs : NULL;
+  MXU_TRY(check_kwargs(where, kwargs, own));
   for (const cJSON *arg = args->child; arg; arg = arg->next) {
     /* Keras 3 passes a merge's inputs as one list argument. */
     int list = cJSON_IsArray(arg) && arg->child && cJSON_IsObject(arg->child);
     if (!list) {
-      MXU_TRY(add_input_ref(where, arg, NULL, node));
+      MXU_TRY(add_input_ref(where, arg, own, node));
       continue;
     }
     for (const cJSON *ref = arg->child; ref; ref = ref->next)
-      MXU_TRY(add_input_ref(where, ref, NULL, node));
+      MXU_TRY(add_input_ref(where, ref, own, node));
   }
   /* Keras 3's list argument (initial_state: [h, c]) after the args. */
   const cJSON *list = cls && cls->list_argument

@@ -172,15 +172,23 @@ static cJSON *tensor_ref(mxu_json_out *out, const mxu_model *model, int scope,
 /* One call reading `inputs`: [refs] (tf.keras 2), or {"args": [ref] or
  * [[refs]], "kwargs": {}} (Keras 3, a merge's inputs as one list
  * argument; the inputs after the first as the list argument `named`, an
- * RNN's initial_state, in the kwargs). */
+ * RNN's initial_state, in the kwargs). node: the call's layer, whose
+ * write_call adds its call arguments (tf.keras 2: to every reference's
+ * kwargs), or NULL. */
 static cJSON *call_json(mxu_json_out *out, const mxu_model *model, int scope,
                         const int *inputs, int count, int list,
-                        const char *named) {
+                        const char *named, const mxu_layer *node) {
+  int options = node && node->cls->write_call;
   cJSON *refs = cJSON_CreateArray();
-  for (int k = 0; k < count; k++)
-    append(out, refs, tensor_ref(out, model, scope, inputs[k]));
+  for (int k = 0; k < count; k++) {
+    cJSON *ref = tensor_ref(out, model, scope, inputs[k]);
+    if (!out->keras3 && options)
+      node->cls->write_call(out, node, cJSON_GetArrayItem(ref, 3));
+    append(out, refs, ref);
+  }
   if (!out->keras3) return refs;
   cJSON *args = cJSON_CreateArray(), *kwargs = cJSON_CreateObject();
+  if (options) node->cls->write_call(out, node, kwargs);
   if (!list) {
     append(out, args, cJSON_DetachItemFromArray(refs, 0));
     if (named && count > 1)
@@ -243,7 +251,7 @@ static cJSON *inbound_nodes(mxu_json_out *out, const mxu_model *model,
                                node->input_count,
                                layer->cls->max_inputs > 1 &&
                                    !layer->cls->list_argument,
-                               layer->cls->list_argument));
+                               layer->cls->list_argument, node));
         found = 1;
       }
     }
@@ -458,8 +466,9 @@ static mxu_status nested_json(mxu_json_out *out, const mxu_model *model,
   int outer[MXU_MAX_INPUTS];
   for (int k = 0; k < count; k++) outer[k] = model->layers[inputs[k]].inputs[0];
   cJSON *nodes = cJSON_CreateArray();
-  append(out, nodes,
-         call_json(out, model, sc->parent, outer, count, count > 1, NULL));
+  append(
+      out, nodes,
+      call_json(out, model, sc->parent, outer, count, count > 1, NULL, NULL));
   mxu_json_put(out, *entry, "inbound_nodes", nodes);
   return MXU_OK;
 }

@@ -82,6 +82,8 @@ static const mxu_layer_class *const registry[] = {
     &mxu_gru_class,
     &mxu_bidirectional_class,
     &mxu_multi_head_attention_class,
+    &mxu_attention_class,
+    &mxu_additive_attention_class,
 };
 
 const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
@@ -880,6 +882,20 @@ mxu_tensor_id mxu_apply_multi_head_attention(mxu_model *model,
   mxu_tensor_id inputs[3] = {query, value, key};
   return apply(model, &mxu_multi_head_attention_class, config->name, &proto,
                inputs, key == -1 ? 2 : 3);
+}
+
+mxu_tensor_id mxu_apply_dense_attention(
+    mxu_model *model, const mxu_dense_attention_config *config,
+    mxu_tensor_id query, mxu_tensor_id value, mxu_tensor_id key) {
+  if (!given(config, "Attention")) return -1;
+  mxu_layer proto = {0};
+  proto.config.dense_attention = *config;
+  proto.config.dense_attention.name = NULL;
+  mxu_tensor_id inputs[3] = {query, value, key};
+  return apply(model,
+               config->additive ? &mxu_additive_attention_class
+                                : &mxu_attention_class,
+               config->name, &proto, inputs, key == -1 ? 2 : 3);
 }
 
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,

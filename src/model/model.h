@@ -329,6 +329,7 @@ struct mxu_layer {
     mxu_dot_config dot;
     int input_dtype; /* InputLayer: its index in mxu_input_dtypes */
     mxu_part_config part;
+    mxu_dense_attention_config dense_attention;
   } config;
   int is_max_pool;
   /* Keras recorded the layer as an op on tensors (json_read.c: x + 3.0
@@ -448,6 +449,8 @@ extern const mxu_layer_class mxu_lstm_class;
 extern const mxu_layer_class mxu_gru_class;
 extern const mxu_layer_class mxu_bidirectional_class;
 extern const mxu_layer_class mxu_multi_head_attention_class;
+extern const mxu_layer_class mxu_attention_class;
+extern const mxu_layer_class mxu_additive_attention_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;
