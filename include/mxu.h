@@ -430,8 +430,8 @@ typedef struct mxu_rnn_config {
    * sequences always). */
   int zero_output_for_mask;
   /* Keras' return_state: the layer's outputs are its output, then its
-   * final states (h, and LSTM's c), taken apart with mxu_output_part
-   * (not for a Bidirectional). */
+   * final states (h, and LSTM's c; a Bidirectional's forward ones, then
+   * its backward ones), taken apart with mxu_output_part. */
   int return_state;
 } mxu_rnn_config;
 
@@ -798,6 +798,16 @@ mxu_tensor_id mxu_apply_bidirectional(mxu_model *model, const char *name,
                                       const mxu_rnn_config *layer,
                                       mxu_merge_kind merge_mode,
                                       mxu_tensor_id x);
+/* The same from initial states: each direction's (h, and LSTM's c),
+ * forwards first. With the layer's return_state its outputs
+ * (mxu_output_part) are the merged output, then the forward direction's
+ * final states, then the backward one's, as Keras'. */
+mxu_tensor_id mxu_apply_bidirectional_from(mxu_model *model, const char *name,
+                                           const mxu_rnn_config *layer,
+                                           mxu_merge_kind merge_mode,
+                                           mxu_tensor_id x,
+                                           const mxu_tensor_id *states,
+                                           int count);
 mxu_tensor_id
 mxu_apply_separable_conv2d(mxu_model *model,
                            const mxu_separable_conv2d_config *config,

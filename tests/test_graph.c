@@ -3057,6 +3057,7 @@ static void recurrent_dropout_paths(void) {
  * is checked: into the decoder's initial states, out of its final ones. */
 typedef struct states_case {
   mxu_rnn_config encoder, decoder;
+  int bidirectional; /* both Bidirectional, the decoder's merge a sum */
 } states_case;
 
 static mxu_tensor_id states_graph(mxu_model *m, const void *ctx) {
@@ -3070,14 +3071,20 @@ static mxu_tensor_id states_graph(mxu_model *m, const void *ctx) {
       m, NULL, MXU_LINEAR, mxu_input(m, "enc", mxu_shape_make(2, enc_shape)));
   mxu_tensor_id y = mxu_apply_activation(
       m, NULL, MXU_LINEAR, mxu_input(m, "dec", mxu_shape_make(2, dec_shape)));
-  mxu_tensor_id e = mxu_apply_rnn(m, &enc, x);
-  int states = enc.kind == MXU_LSTM ? 2 : 1;
-  mxu_tensor_id initial[2] = {mxu_output_part(m, e, 1),
-                              states > 1 ? mxu_output_part(m, e, 2) : -1};
-  mxu_tensor_id d = mxu_apply_rnn_from(m, &dec, y, initial, states);
-  mxu_tensor_id seq = mxu_apply_flatten(m, NULL, mxu_output_part(m, d, 0));
-  mxu_tensor_id parts[3] = {seq, mxu_output_part(m, d, 1),
-                            states > 1 ? mxu_output_part(m, d, 2) : -1};
+  int states = (enc.kind == MXU_LSTM ? 2 : 1) * (c->bidirectional ? 2 : 1);
+  mxu_tensor_id e = c->bidirectional
+                        ? mxu_apply_bidirectional(m, "encoder", &enc,
+                                                  MXU_MERGE_CONCATENATE, x)
+                        : mxu_apply_rnn(m, &enc, x);
+  mxu_tensor_id initial[4], parts[5];
+  for (int k = 0; k < states; k++) initial[k] = mxu_output_part(m, e, k + 1);
+  mxu_tensor_id d =
+      c->bidirectional
+          ? mxu_apply_bidirectional_from(m, "decoder", &dec, MXU_MERGE_ADD, y,
+                                         initial, states)
+          : mxu_apply_rnn_from(m, &dec, y, initial, states);
+  parts[0] = mxu_apply_flatten(m, NULL, mxu_output_part(m, d, 0));
+  for (int k = 0; k < states; k++) parts[k + 1] = mxu_output_part(m, d, k + 1);
   return head(m,
               mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, parts, 1 + states, -1));
 }
@@ -3085,11 +3092,13 @@ static mxu_tensor_id states_graph(mxu_model *m, const void *ctx) {
 static void test_recurrent_states(void) {
   static const char *const names[] = {
       "LSTM states -> LSTM", "GRU states -> GRU (backwards, dropouts)",
-      "SimpleRNN states -> SimpleRNN (sequences)"};
-  static const mxu_rnn_kind kinds[] = {MXU_LSTM, MXU_GRU, MXU_SIMPLE_RNN};
-  for (int i = 0; i < 3; i++) {
+      "SimpleRNN states -> SimpleRNN (sequences)",
+      "Bidirectional LSTM states -> Bidirectional LSTM (sum)"};
+  static const mxu_rnn_kind kinds[] = {MXU_LSTM, MXU_GRU, MXU_SIMPLE_RNN,
+                                       MXU_LSTM};
+  for (int i = 0; i < 4; i++) {
     states_case c = {mxu_rnn_defaults(kinds[i], 3),
-                     mxu_rnn_defaults(kinds[i], 3)};
+                     mxu_rnn_defaults(kinds[i], 3), i == 3};
     live_bias(&c.encoder.bias);
     live_bias(&c.decoder.bias);
     c.encoder.go_backwards = i == 1;

@@ -855,8 +855,24 @@ mxu_tensor_id mxu_apply_bidirectional(mxu_model *model, const char *name,
                                       const mxu_rnn_config *layer,
                                       mxu_merge_kind merge_mode,
                                       mxu_tensor_id x) {
+  return mxu_apply_bidirectional_from(model, name, layer, merge_mode, x, NULL,
+                                      0);
+}
+
+mxu_tensor_id mxu_apply_bidirectional_from(mxu_model *model, const char *name,
+                                           const mxu_rnn_config *layer,
+                                           mxu_merge_kind merge_mode,
+                                           mxu_tensor_id x,
+                                           const mxu_tensor_id *states,
+                                           int count) {
   static const char *const automatic[] = {"simple_rnn", "lstm", "gru"};
   if (x < 0 || !rnn_given(layer, "Bidirectional")) return -1;
+  if (count < 0 || count >= MXU_MAX_INPUTS || (count && !states)) {
+    mxu_fail(MXU_ERR_ARG, "add Bidirectional: %d initial states", count);
+    return -1;
+  }
+  mxu_tensor_id inputs[MXU_MAX_INPUTS] = {x};
+  for (int k = 0; k < count; k++) inputs[k + 1] = states[k];
   mxu_layer proto = {0};
   mxu_bidirectional_config *b = &proto.config.bidirectional;
   b->rnn = *layer;
@@ -867,7 +883,8 @@ mxu_tensor_id mxu_apply_bidirectional(mxu_model *model, const char *name,
   snprintf(b->inner, sizeof b->inner, "%s",
            layer->name ? layer->name : automatic[layer->kind]);
   mxu_bidirectional_names(b);
-  return apply(model, &mxu_bidirectional_class, name, &proto, &x, 1);
+  return apply(model, &mxu_bidirectional_class, name, &proto, inputs,
+               count + 1);
 }
 
 mxu_tensor_id mxu_apply_multi_head_attention(mxu_model *model,

@@ -9,7 +9,11 @@ encoder's state starts a GRU decoder beside it.
              -> [seq, _, _]
   enc -> GRU(3, return_state, go_backwards) -> [_, g]
   dec -> GRU(3, sequences, initial_state=[g]) -> gseq
-  Concatenate([seq, gseq]) -> Dense(4, softmax)                   (3, 4)
+  enc -> Bidirectional(LSTM(2, sequences, return_state)) -> [_, fh, fc,
+         bh, bc]
+  dec -> Bidirectional(LSTM(2, sequences), sum, initial_state=[fh, fc, bh,
+         bc]) -> bseq
+  Concatenate([seq, gseq, bseq]) -> Dense(4, softmax)             (3, 4)
 tf_keras (tf.keras 2) Functional, tf_keras.utils.set_random_seed(16),
 default initializers; SGD(0.1), categorical_crossentropy, accuracy.
 Batch: np.random.seed(17); enc = 2 rand(6, 4, 5) - 1, dec = 2 rand(6, 3,
@@ -45,7 +49,13 @@ def build(K):
                  name="gru_encoder")(enc)
     gseq = L.GRU(3, return_sequences=True, name="gru_decoder")(
         dec, initial_state=[g])
-    both = L.Concatenate(name="both")([seq, gseq])
+    _, fh, fc, bh, bc = L.Bidirectional(
+        L.LSTM(2, return_sequences=True, return_state=True),
+        name="bi_encoder")(enc)
+    bseq = L.Bidirectional(L.LSTM(2, return_sequences=True),
+                           merge_mode="sum", name="bi_decoder")(
+        dec, initial_state=[fh, fc, bh, bc])
+    both = L.Concatenate(name="both")([seq, gseq, bseq])
     out = L.Dense(4, activation="softmax", name="chars")(both)
     return K.Model([enc, dec], out, name="encdec")
 

@@ -131,28 +131,43 @@ static int64_t positions_of(const mxu_layer *layer) {
   return rnn_of(layer)->return_sequences ? layer->in_shape.dims[0] : 1;
 }
 
-/* Rows a sample's output holds: the positions, then with return_state a
- * row per final state (rnn_parts). */
-static int64_t rows_of(const mxu_layer *layer) {
+/* The width of an output position: a Bidirectional's concatenation
+ * holds both directions'. */
+static int64_t width_of(const mxu_layer *layer) {
+  int both = is_bidirectional(layer) &&
+             layer->config.bidirectional.merge == MXU_MERGE_CONCATENATE;
+  return rnn_of(layer)->units * (both ? 2 : 1);
+}
+
+/* The states a direction carries with return_state (0 without). */
+static int64_t returned_states(const mxu_layer *layer) {
   const mxu_rnn_config *c = rnn_of(layer);
-  return positions_of(layer) + (c->return_state ? states_of(c->kind) : 0);
+  return c->return_state ? states_of(c->kind) : 0;
+}
+
+/* With return_state a sample's output holds the layer's output, then each
+ * direction's final states (h, LSTM's c), `units` each: where direction
+ * dir's state k starts, and the floats of the whole. */
+static int64_t state_offset(const mxu_layer *layer, int dir, int64_t k) {
+  return positions_of(layer) * width_of(layer) +
+         (dir * returned_states(layer) + k) * rnn_of(layer)->units;
+}
+
+static int64_t sample_floats(const mxu_layer *layer) {
+  return state_offset(layer, directions_of(layer), 0);
 }
 
 /* Initial states, when given, are inputs 1.. (Keras' initial_state): one
- * (units) each, h and LSTM's c. A Bidirectional takes neither them nor
- * return_state. */
+ * (units) each, h and LSTM's c, a Bidirectional's forward ones first. */
 static mxu_status check_states(const mxu_layer *layer) {
   const mxu_rnn_config *c = rnn_of(layer);
-  int given = layer->input_count - 1, want = states_of(c->kind);
-  if (is_bidirectional(layer) && (given || c->return_state))
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "%s: a Bidirectional's %s is not supported", layer->name,
-                    given ? "initial_state" : "return_state");
+  int given = layer->input_count - 1;
+  int want = states_of(c->kind) * directions_of(layer);
   if (given && given != want)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: initial_state must give %d state%s (h%s), got %d",
-                    layer->name, want, want > 1 ? "s" : "",
-                    want > 1 ? " and c" : "", given);
+    return mxu_fail(
+        MXU_ERR_SHAPE, "%s: initial_state must give %d states (h%s%s), got %d",
+        layer->name, want, c->kind == MXU_LSTM ? " and c" : "",
+        is_bidirectional(layer) ? " forwards, then backwards" : "", given);
   for (int k = 1; k < layer->input_count; k++)
     if (layer->in_shapes[k].rank != 1 ||
         layer->in_shapes[k].dims[0] != c->units) {
@@ -203,26 +218,27 @@ static mxu_status rnn_infer(mxu_layer *layer) {
                     "%s: merge_mode must be concat, sum, mul or ave",
                     layer->name);
   MXU_TRY(check_states(layer));
-  int64_t width =
-      c->units *
-      (is_bidirectional(layer) && merge == MXU_MERGE_CONCATENATE ? 2 : 1);
-  /* return_state: the output's rows, then a row per state. */
-  int64_t dims[2] = {rows_of(layer), width};
-  layer->out_shape = c->return_sequences || c->return_state
-                         ? mxu_shape_make(2, dims)
-                         : mxu_shape_make(1, &dims[1]);
+  int64_t dims[2] = {layer->in_shape.dims[0], width_of(layer)};
+  layer->out_shape = c->return_sequences ? mxu_shape_make(2, dims)
+                                         : mxu_shape_make(1, &dims[1]);
+  /* return_state: the output, then the states, flat (rnn_parts). */
+  int64_t whole = sample_floats(layer);
+  if (c->return_state) layer->out_shape = mxu_shape_make(1, &whole);
   return MXU_OK;
 }
 
-/* Its outputs with return_state: the output, then each final state. */
+/* Its outputs with return_state: the output, then each direction's final
+ * states. */
 static int rnn_parts(const mxu_layer *layer, mxu_shape *shapes) {
   const mxu_rnn_config *c = rnn_of(layer);
   if (!c->return_state) return 1;
-  int64_t dims[2] = {layer->in_shape.dims[0], c->units};
-  int count = 1 + states_of(c->kind);
+  int64_t dims[2] = {layer->in_shape.dims[0], width_of(layer)};
+  int64_t units = c->units;
+  int count = 1 + (int)(states_of(c->kind) * directions_of(layer));
   for (int k = 0; shapes && k < count; k++)
-    shapes[k] = k == 0 && c->return_sequences ? mxu_shape_make(2, dims)
-                                              : mxu_shape_make(1, &dims[1]);
+    shapes[k] = k > 0                 ? mxu_shape_make(1, &units)
+                : c->return_sequences ? mxu_shape_make(2, dims)
+                                      : mxu_shape_make(1, &dims[1]);
   return count;
 }
 
@@ -452,7 +468,10 @@ typedef struct rnn_unit {
    * buffers, NULL when not needed. */
   const float *h0, *c0;
   float *dh0, *dc0;
-  int64_t rows; /* a sample's rows in y and dy (rows_of; a direction's) */
+  /* The floats of a sample in the output gradient it reads (the layer's,
+   * or a Bidirectional direction's own), and of the layer's, where its
+   * final states' gradients are, from `states` on. */
+  int64_t stride, whole, states;
   mxu_op *const *ops;
   float *const *w, *const *dw;
   rnn_buffers b;
@@ -462,24 +481,27 @@ static rnn_unit unit_of(const mxu_layer *layer, const mxu_layer_run *run,
                         int dir) {
   const mxu_rnn_config *c = rnn_of(layer);
   int per = weights_per(c), lstm = c->kind == MXU_LSTM;
-  int given = layer->input_count > 1;
-  return (rnn_unit){c,
-                    dims_of(layer, layer->compiled->batch),
-                    dir,
-                    directions_of(layer),
-                    c->go_backwards != dir,
-                    masks_of(c, run->training),
-                    run->mask_ids,
-                    given ? run->xs[1] : NULL,
-                    given && lstm ? run->xs[2] : NULL,
-                    given && run->need_dxs[1] ? run->dxs[1] : NULL,
-                    given && lstm && run->need_dxs[2] ? run->dxs[2] : NULL,
-                    is_bidirectional(layer) ? positions_of(layer)
-                                            : rows_of(layer),
-                    run->ops + OPS_PER_DIRECTION * dir,
-                    run->w + per * dir,
-                    run->dw + per * dir,
-                    buffers_of(layer, run, dir)};
+  int given = layer->input_count > 1, first = 1 + dir * states_of(c->kind);
+  return (rnn_unit){
+      c,
+      dims_of(layer, layer->compiled->batch),
+      dir,
+      directions_of(layer),
+      c->go_backwards != dir,
+      masks_of(c, run->training),
+      run->mask_ids,
+      given ? run->xs[first] : NULL,
+      given && lstm ? run->xs[first + 1] : NULL,
+      given && run->need_dxs[first] ? run->dxs[first] : NULL,
+      given && lstm && run->need_dxs[first + 1] ? run->dxs[first + 1] : NULL,
+      is_bidirectional(layer) ? positions_of(layer) * c->units
+                              : sample_floats(layer),
+      sample_floats(layer),
+      state_offset(layer, dir, 0),
+      run->ops + OPS_PER_DIRECTION * dir,
+      run->w + per * dir,
+      run->dw + per * dir,
+      buffers_of(layer, run, dir)};
 }
 
 static int64_t input_step(const rnn_unit *u, int64_t s) {
@@ -729,17 +751,17 @@ static void rnn_forward(mxu_layer *layer, const mxu_layer_run *run) {
     unit_forward(&units[dir], run);
   }
   const rnn_dims *d = &units[0].d;
-  int64_t positions = positions_of(layer), rows = rows_of(layer);
-  int64_t u = d->units,
-          width = layer->out_shape.dims[layer->out_shape.rank - 1];
+  int64_t positions = positions_of(layer), whole = sample_floats(layer);
+  int64_t u = d->units, width = width_of(layer);
   mxu_merge_kind merge = merge_of(layer);
-  for (int64_t n = 0; n < d->n; n++)
-    for (int64_t k = 0; k < rows - positions; k++)
-      memcpy(run->y + (n * rows + positions + k) * width,
-             final_state(&units[0], (int)k, n), (size_t)u * sizeof(float));
+  for (int dir = 0; dir < count; dir++)
+    for (int64_t n = 0; n < d->n; n++)
+      for (int64_t k = 0; k < returned_states(layer); k++)
+        memcpy(run->y + n * whole + state_offset(layer, dir, k),
+               final_state(&units[dir], (int)k, n), (size_t)u * sizeof(float));
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t p = 0; p < positions; p++) {
-      float *y = run->y + (n * rows + p) * width;
+      float *y = run->y + n * whole + p * width;
       const float *a = output_at(&units[0], p, n);
       const float *b = count > 1 ? output_at(&units[1], p, n) : NULL;
       for (int64_t j = 0; j < u; j++) {
@@ -820,9 +842,9 @@ static void add_output_gradient(const rnn_unit *u, const float *dy, int64_t s,
   const float *g = NULL;
   if (zeroed(u, n, s)) return;
   if (u->c->return_sequences)
-    g = dy + (n * u->rows + position_of(u, s)) * d->units;
+    g = dy + n * u->stride + position_of(u, s) * d->units;
   else if (s == d->steps - 1)
-    g = dy + n * u->rows * d->units;
+    g = dy + n * u->stride;
   for (int64_t j = 0; g && j < d->units; j++) dh[j] += g[j];
 }
 
@@ -909,20 +931,21 @@ static void input_gradient(const rnn_unit *u, const mxu_backend *be,
       dx[r * f + j] *= b->mask[(r / d->steps) * f + j];
 }
 
-/* dy: the gradients of the unit's outputs; dx NULL when not needed. */
+/* dy: the gradients of the unit's outputs; layer_dy the layer's (its
+ * final states' with return_state); dx NULL when not needed. */
 static void unit_backward(const rnn_unit *u, const mxu_backend *be,
-                          const float *x, const float *dy, float *dx) {
+                          const float *x, const float *dy,
+                          const float *layer_dy, float *dx) {
   const rnn_dims *d = &u->d;
   const rnn_buffers *b = &u->b;
   int64_t units = d->units, width = d->gates * units, row = d->n * units;
   memset(b->dh, 0, (size_t)row * sizeof(float));
   memset(b->dc, 0, (size_t)row * sizeof(float));
-  /* return_state: the final states' gradients, after the positions'. */
   int64_t states = u->c->return_state ? states_of(u->c->kind) : 0;
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t k = 0; k < states; k++)
       memcpy((k ? b->dc : b->dh) + n * units,
-             dy + (n * u->rows + u->rows - states + k) * units,
+             layer_dy + n * u->whole + u->states + k * units,
              (size_t)units * sizeof(float));
   for (int64_t s = d->steps - 1; s >= 0; s--) {
     int64_t t = input_step(u, s);
@@ -960,13 +983,12 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
 static void split_gradient(const mxu_layer *layer, const rnn_unit *units,
                            const float *dy, float *const *out) {
   const rnn_dims *d = &units[0].d;
-  int64_t positions = rnn_of(layer)->return_sequences ? d->steps : 1;
-  int64_t u = d->units,
-          width = layer->out_shape.dims[layer->out_shape.rank - 1];
+  int64_t positions = positions_of(layer), whole = sample_floats(layer);
+  int64_t u = d->units, width = width_of(layer);
   mxu_merge_kind merge = merge_of(layer);
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t p = 0; p < positions; p++) {
-      const float *g = dy + (n * positions + p) * width;
+      const float *g = dy + n * whole + p * width;
       for (int dir = 0; dir < 2; dir++) {
         float *o = out[dir] + (n * positions + p) * u;
         const float *other = output_at(&units[1 - dir], p, n);
@@ -983,7 +1005,7 @@ static void rnn_backward(mxu_layer *layer, const mxu_layer_run *run) {
   rnn_unit units[2];
   units[0] = unit_of(layer, run, 0);
   if (!is_bidirectional(layer)) {
-    unit_backward(&units[0], run->backend, run->x, run->dy,
+    unit_backward(&units[0], run->backend, run->x, run->dy, run->dy,
                   run->need_dx ? run->dx : NULL);
     return;
   }
@@ -993,9 +1015,9 @@ static void rnn_backward(mxu_layer *layer, const mxu_layer_run *run) {
   float *dys[2] = {units[1].b.extra, units[1].b.extra + outputs};
   float *dx = dys[1] + outputs;
   split_gradient(layer, units, run->dy, dys);
-  unit_backward(&units[0], run->backend, run->x, dys[0],
+  unit_backward(&units[0], run->backend, run->x, dys[0], run->dy,
                 run->need_dx ? run->dx : NULL);
-  unit_backward(&units[1], run->backend, run->x, dys[1],
+  unit_backward(&units[1], run->backend, run->x, dys[1], run->dy,
                 run->need_dx ? dx : NULL);
   for (int64_t i = 0; run->need_dx && i < d->n * d->steps * d->features; i++)
     run->dx[i] += dx[i];
@@ -1181,8 +1203,9 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir,
   mxu_hlo_value hs = mxu_hlo_constant(h, state, 0.0), cell = hs, seq = 0;
   mxu_hlo_value last = hs;
   int initial = layer->input_count > 1; /* else zero: no recurrent term */
-  if (initial) hs = e->in[1];
-  if (initial && c->kind == MXU_LSTM) cell = e->in[2];
+  int first = 1 + dir * states_of(c->kind);
+  if (initial) hs = e->in[first];
+  if (initial && c->kind == MXU_LSTM) cell = e->in[first + 1];
   mxu_hlo_value zero =
       mxu_hlo_constant(h, mxu_hlo_shape_make(MXU_HLO_F32, 2, wide), 0.0);
   for (int64_t s = 0; s < d.steps; s++) {
@@ -1223,21 +1246,9 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir,
 }
 
 /* A Bidirectional's backward sequence reversed back, then merged. */
-static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
-  mxu_hlo *h = e->h;
+static mxu_hlo_value merge_emit(const mxu_layer *layer, mxu_hlo *h,
+                                mxu_hlo_value a, mxu_hlo_value b) {
   const mxu_rnn_config *c = rnn_of(layer);
-  mxu_hlo_value states[2];
-  mxu_hlo_value a = unit_emit(e, layer, 0, states);
-  if (!is_bidirectional(layer) && !c->return_state) return a;
-  if (!is_bidirectional(layer)) { /* the output's rows, then the states' */
-    int64_t one[3] = {e->batch, 1, c->units};
-    mxu_hlo_shape row = mxu_hlo_shape_make(MXU_HLO_F32, 3, one);
-    if (!c->return_sequences) a = mxu_hlo_reshape(h, a, row);
-    for (int k = 0; k < states_of(c->kind); k++)
-      a = mxu_hlo_concatenate(h, a, mxu_hlo_reshape(h, states[k], row), 1);
-    return a;
-  }
-  mxu_hlo_value b = unit_emit(e, layer, 1, states);
   const int64_t time[1] = {1};
   if (c->return_sequences) b = mxu_hlo_reverse(h, b, 1, time);
   switch (merge_of(layer)) {
@@ -1247,6 +1258,24 @@ static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
     return mxu_hlo_mul(h, mxu_hlo_add(h, a, b), mxu_hlo_full_like(h, a, 0.5));
   default: return mxu_hlo_concatenate(h, a, b, c->return_sequences ? 2 : 1);
   }
+}
+
+/* With return_state the output flat, then each direction's final states
+ * (sample_floats). */
+static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
+  mxu_hlo *h = e->h;
+  const mxu_rnn_config *c = rnn_of(layer);
+  mxu_hlo_value states[2][2];
+  mxu_hlo_value y = unit_emit(e, layer, 0, states[0]);
+  if (is_bidirectional(layer))
+    y = merge_emit(layer, h, y, unit_emit(e, layer, 1, states[1]));
+  if (!c->return_state) return y;
+  int64_t flat[2] = {e->batch, positions_of(layer) * width_of(layer)};
+  y = mxu_hlo_reshape(h, y, mxu_hlo_shape_make(MXU_HLO_F32, 2, flat));
+  for (int dir = 0; dir < directions_of(layer); dir++)
+    for (int k = 0; k < states_of(c->kind); k++)
+      y = mxu_hlo_concatenate(h, y, states[dir][k], 1);
+  return y;
 }
 
 /* ---- Keras' JSON ---------------------------------------------------------
@@ -1534,9 +1563,10 @@ static mxu_status read_bidirectional(const mxu_json_where *where,
   MXU_TRY(check_backward_layer(where, config, keras2, &c));
   MXU_TRY(mxu_json_require_null(where, config, "weights"));
   c.name = inner;
-  return mxu_json_applied(
-      where, node,
-      mxu_apply_bidirectional(node->model, name, &c, merge, node->inputs[0]));
+  return mxu_json_applied(where, node,
+                          mxu_apply_bidirectional_from(
+                              node->model, name, &c, merge, node->inputs[0],
+                              node->inputs + 1, node->input_count - 1));
 }
 
 /* The wrapped layer's entry: for Keras 3 forward_<name> (backward_<name>
@@ -1582,8 +1612,10 @@ const mxu_layer_class mxu_bidirectional_class = {
     .config_keys = bidirectional_keys,
     .read_config = read_bidirectional,
     .write_config = write_bidirectional,
+    .output_parts = rnn_parts,
+    .list_argument = "initial_state",
     .min_inputs = 1,
-    .max_inputs = 1,
+    .max_inputs = 5,
     .infer = rnn_infer,
     .declare = rnn_declare,
     .flops = rnn_flops,
