@@ -3308,6 +3308,26 @@ static void reads_attention(void) {
 
 /* The cifar model, and a Functional net of ops recorded as layers, given
  * statistics, LayerScale and CustomScaleLayer in both dialects. */
+/* The model read from file (keras3: Keras 3's dialect) written back in
+ * its dialect: the entry key `key` of layer `name` as Keras wrote it. */
+static void expect_as_keras(const char *file, const mxu_model *m, int keras3,
+                            const char *name, const char *key) {
+  char *text = check_slurp(file), *mine = write_json(m, keras3);
+  cJSON *keras = text ? cJSON_Parse(text) : NULL;
+  cJSON *doc = mine ? cJSON_Parse(mine) : NULL;
+  char *got = written_entry_key(doc, name, key);
+  char *want = written_entry_key(keras, name, key);
+  CHECK_MSG(got && want && strcmp(got, want) == 0,
+            "%s: %s's %s written as %s, Keras wrote %s", file, name, key,
+            got ? got : "(none)", want ? want : "(none)");
+  cJSON_free(got);
+  cJSON_free(want);
+  cJSON_Delete(doc);
+  cJSON_Delete(keras);
+  free(mine);
+  free(text);
+}
+
 /* Keras' encoder-decoder in both dialects (make_encdec.py): two inputs,
  * an LSTM's, a GRU's and a Bidirectional's final states (return_state,
  * tensors 1.. of the call) starting the decoders (initial_state). Written back,
@@ -3333,32 +3353,17 @@ static void reads_encdec(void) {
     }
     CHECK(m->input_count == 2 && mxu_model_layer_count(m) == 10);
     CHECK(m->layers[node_named(m, "bi_decoder")].input_count == 5);
-    char *text = check_slurp(files[f]);
-    cJSON *keras = text ? cJSON_Parse(text) : NULL;
-    free(text);
     round_trip_text(files[f], m, f);
-    char *mine = write_json(m, f);
-    cJSON *doc = mine ? cJSON_Parse(mine) : NULL;
-    free(mine);
     static const char *const names[] = {"decoder", "gru_decoder", "bi_decoder",
                                         "both"};
-    static const char *const keys[] = {"inbound_nodes", "build_config"};
     /* tf.keras 2 writes a Bidirectional's call with null initial_state
      * and constants in each tensor's kwargs, which its load_model does
      * without. */
-    for (int n = 0; n < 4; n++)
-      for (int k = f || n != 2 ? 0 : 2; k < 1 + f; k++) {
-        char *got = written_entry_key(doc, names[n], keys[k]);
-        char *want = written_entry_key(keras, names[n], keys[k]);
-        CHECK_MSG(got && want && strcmp(got, want) == 0,
-                  "%s: %s's %s written as %s, Keras wrote %s", files[f],
-                  names[n], keys[k], got ? got : "(none)",
-                  want ? want : "(none)");
-        cJSON_free(got);
-        cJSON_free(want);
-      }
-    cJSON_Delete(doc);
-    cJSON_Delete(keras);
+    for (int n = 0; n < 4; n++) {
+      if (f || n != 2)
+        expect_as_keras(files[f], m, f, names[n], "inbound_nodes");
+      if (f) expect_as_keras(files[f], m, f, names[n], "build_config");
+    }
     mxu_model_free(m);
   }
 }
@@ -3388,13 +3393,7 @@ static void reads_dense_attention(void) {
     CHECK(sum->additive && !sum->use_scale);
     CHECK(causal->causal && !causal->use_scale);
     CHECK(m->layers[node_named(m, "concat")].input_count == 3);
-    char *text = check_slurp(files[f]);
-    cJSON *keras = text ? cJSON_Parse(text) : NULL;
-    free(text);
     round_trip_text(files[f], m, f);
-    char *mine = write_json(m, f);
-    cJSON *doc = mine ? cJSON_Parse(mine) : NULL;
-    free(mine);
     static const char *const names[] = {"luong", "concat", "bahdanau",
                                         "plain_sum", "causal"};
     static const char *const keys[] = {"inbound_nodes", "config",
@@ -3402,18 +3401,8 @@ static void reads_dense_attention(void) {
     /* tf.keras 2 orders the config's keys otherwise and needs no
      * build_config. */
     for (int n = 0; n < 5; n++)
-      for (int k = 0; k < (f ? 3 : 1); k++) {
-        char *got = written_entry_key(doc, names[n], keys[k]);
-        char *want = written_entry_key(keras, names[n], keys[k]);
-        CHECK_MSG(got && want && strcmp(got, want) == 0,
-                  "%s: %s's %s written as %s, Keras wrote %s", files[f],
-                  names[n], keys[k], got ? got : "(none)",
-                  want ? want : "(none)");
-        cJSON_free(got);
-        cJSON_free(want);
-      }
-    cJSON_Delete(doc);
-    cJSON_Delete(keras);
+      for (int k = 0; k < (f ? 3 : 1); k++)
+        expect_as_keras(files[f], m, f, names[n], keys[k]);
     mxu_model_free(m);
   }
 }

@@ -401,15 +401,10 @@ static att_run run_of(const mxu_layer *layer, const mxu_layer_run *run) {
   return r;
 }
 
-/* Dropout's keep factors, drawn per row of the logical replica (row_offset
- * on), head and probability, so that any slicing and pjrt's device draws
- * (attention_emit) give the same ones. */
-static void draw_keep(const att_run *r, const mxu_layer_run *run) {
-  const att_dims *d = &r->d;
-  int64_t block = d->heads * d->tq * d->tv;
-  float rate = r->c->dropout, scale = 1.0f / (1.0f - rate);
-  for (int64_t n = 0; n < d->n; n++) {
-    float *keep = r->b.keep + n * block;
+void mxu_draw_keep(const mxu_layer_run *run, float *keep, int64_t rows,
+                   int64_t block, float rate) {
+  float scale = 1.0f / (1.0f - rate);
+  for (int64_t n = 0; n < rows; n++, keep += block) {
     mxu_rng_uniform4(&run->rng, (uint64_t)((run->row_offset + n) * block), keep,
                      (size_t)block);
     for (int64_t i = 0; i < block; i++) keep[i] = keep[i] >= rate ? scale : 0;
@@ -428,7 +423,8 @@ static void attention_forward(mxu_layer *layer, const mxu_layer_run *run) {
   float scale = (float)(1.0 / sqrt((double)d->kd));
   for (int64_t i = 0; i < d->n * d->tq * d->heads * d->kd; i++)
     r.b.q[i] *= scale;
-  if (r.dropping) draw_keep(&r, run);
+  if (r.dropping)
+    mxu_draw_keep(run, r.b.keep, d->n, d->heads * d->tq * d->tv, r.c->dropout);
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t h = 0; h < d->heads; h++) {
       att_head a = head_of(d, &r.b, n, h, r.dropping, run->mask_ids);
@@ -501,11 +497,8 @@ static mxu_hlo_value project_emit(mxu_emit *e, mxu_hlo_value x, int64_t n,
   return mxu_hlo_reshape(h, y, mxu_hlo_shape_make(MXU_HLO_F32, 4, out));
 }
 
-/* In training with dropout, the probabilities (n, heads, tq, tv) times the
- * keep factors, drawn as draw_keep numbers them. */
-static mxu_hlo_value dropped_emit(mxu_emit *e, const mxu_attention_config *c,
-                                  mxu_hlo_value p) {
-  if (!e->training || !e->noise || c->dropout == 0.0f) return p;
+mxu_hlo_value mxu_emit_dropped(mxu_emit *e, mxu_hlo_value p, float rate) {
+  if (!e->training || !e->noise || rate == 0.0f) return p;
   mxu_hlo *h = e->h;
   mxu_hlo_shape s = *mxu_hlo_shape_of(h, p);
   int64_t count = 1;
@@ -513,34 +506,51 @@ static mxu_hlo_value dropped_emit(mxu_emit *e, const mxu_attention_config *c,
   mxu_hlo_value u =
       mxu_hlo_reshape(h, mxu_emit_uniform4(e, e->noise, count), s);
   mxu_hlo_value keep = mxu_hlo_select(
-      h,
-      mxu_hlo_compare_op(h, MXU_HLO_GE, u, mxu_hlo_full_like(h, u, c->dropout)),
-      mxu_hlo_full_like(h, u, 1.0 / (1.0 - c->dropout)),
+      h, mxu_hlo_compare_op(h, MXU_HLO_GE, u, mxu_hlo_full_like(h, u, rate)),
+      mxu_hlo_full_like(h, u, 1.0 / (1.0 - rate)),
       mxu_hlo_full_like(h, u, 0.0));
   return mxu_hlo_mul(h, p, keep);
 }
 
-/* Where query i may attend to position j (n, heads, tq, tv): j <= i with
- * the causal mask, both unpadded with an Embedding's (ids, (n, tq)). */
+/* Where query i may attend to position j (scores' last two axes): j <= i
+ * with the causal mask, both unpadded with an Embedding's (ids, (n, tq));
+ * 0 for everywhere. */
 static mxu_hlo_value allowed_emit(mxu_emit *e, mxu_hlo_value scores,
                                   int causal) {
   mxu_hlo *h = e->h;
   mxu_hlo_shape s = *mxu_hlo_shape_of(h, scores);
   mxu_hlo_shape whole = mxu_hlo_shape_make(MXU_HLO_PRED, s.rank, s.dims);
+  int64_t i = s.rank - 2, j = s.rank - 1;
   mxu_hlo_value allowed = 0;
   if (causal) {
     mxu_hlo_shape index = mxu_hlo_shape_make(MXU_HLO_S32, s.rank, s.dims);
-    allowed = mxu_hlo_compare_op(h, MXU_HLO_GE, mxu_hlo_iota(h, index, 2),
-                                 mxu_hlo_iota(h, index, 3));
+    allowed = mxu_hlo_compare_op(h, MXU_HLO_GE, mxu_hlo_iota(h, index, i),
+                                 mxu_hlo_iota(h, index, j));
   }
   if (!e->mask) return allowed;
   mxu_hlo_value kept = mxu_hlo_compare_op(h, MXU_HLO_NE, e->mask,
                                           mxu_hlo_full_like(h, e->mask, 0.0));
-  const int64_t rows[2] = {0, 2}, cols[2] = {0, 3};
+  const int64_t rows[2] = {0, i}, cols[2] = {0, j};
   mxu_hlo_value both =
       mxu_hlo_binary(h, MXU_HLO_AND, mxu_hlo_broadcast(h, kept, whole, rows),
                      mxu_hlo_broadcast(h, kept, whole, cols));
   return allowed ? mxu_hlo_binary(h, MXU_HLO_AND, allowed, both) : both;
+}
+
+mxu_hlo_value mxu_emit_attention_weights(mxu_emit *e, mxu_hlo_value scores,
+                                         int causal) {
+  mxu_hlo *h = e->h;
+  /* Scores not allowed set to -1e9 before the softmax, as Keras' masks,
+   * and their weights to 0 after (a padded query's whole row). */
+  mxu_hlo_value allowed = allowed_emit(e, scores, causal);
+  if (allowed)
+    scores =
+        mxu_hlo_select(h, allowed, scores, mxu_hlo_full_like(h, scores, -1e9));
+  mxu_hlo_value saved = e->logits; /* the softmax notes its logits */
+  mxu_hlo_value p = mxu_emit_activation(e, MXU_SOFTMAX, 0.0f, scores);
+  e->logits = saved;
+  if (allowed) p = mxu_hlo_select(h, allowed, p, mxu_hlo_full_like(h, p, 0.0));
+  return p;
 }
 
 static mxu_hlo_value attention_emit(const mxu_layer *layer, mxu_emit *e) {
@@ -562,17 +572,8 @@ static mxu_hlo_value attention_emit(const mxu_layer *layer, mxu_emit *e) {
   const int64_t batch[2] = {0, 2}, contract_qk[1] = {3};
   mxu_hlo_value scores =
       mxu_hlo_dot(h, q, k, 2, batch, batch, 1, contract_qk, contract_qk);
-  /* Scores not allowed set to -1e9 before the softmax, as Keras' masks,
-   * and their probabilities to 0 after (a padded query's whole row). */
-  mxu_hlo_value allowed = allowed_emit(e, scores, c->causal);
-  if (allowed)
-    scores =
-        mxu_hlo_select(h, allowed, scores, mxu_hlo_full_like(h, scores, -1e9));
-  mxu_hlo_value saved = e->logits; /* the softmax notes its logits */
-  mxu_hlo_value p = mxu_emit_activation(e, MXU_SOFTMAX, 0.0f, scores);
-  e->logits = saved;
-  if (allowed) p = mxu_hlo_select(h, allowed, p, mxu_hlo_full_like(h, p, 0.0));
-  p = dropped_emit(e, c, p);
+  mxu_hlo_value p = mxu_emit_dropped(
+      e, mxu_emit_attention_weights(e, scores, c->causal), c->dropout);
   /* (n, heads, tq, vd), then (n * tq, heads * vd) for the output's. */
   const int64_t p_batch[2] = {0, 1}, v_batch[2] = {0, 2};
   const int64_t p_contract[1] = {3}, v_contract[1] = {1};

@@ -158,23 +158,10 @@ static float score(const datt_run *r, const float *q, const float *k,
   return c->additive ? s : (r->weight ? r->weight[0] : 1.0f) * s;
 }
 
-/* Keep factors per (row of the logical replica, i, j), as pjrt draws
- * them (datt_emit). */
-static void draw_keep(const datt_run *r, const mxu_layer_run *run) {
-  int64_t block = r->d.tq * r->d.tv;
-  float rate = r->c->dropout, kept = 1.0f / (1.0f - rate);
-  for (int64_t n = 0; n < r->d.n; n++) {
-    float *keep = r->keep + n * block;
-    mxu_rng_uniform4(&run->rng, (uint64_t)((run->row_offset + n) * block), keep,
-                     (size_t)block);
-    for (int64_t i = 0; i < block; i++) keep[i] = keep[i] >= rate ? kept : 0;
-  }
-}
-
 static void datt_forward(mxu_layer *layer, const mxu_layer_run *run) {
   datt_run r = run_of(layer, run);
   const datt_dims *d = &r.d;
-  if (r.keep) draw_keep(&r, run);
+  if (r.keep) mxu_draw_keep(run, r.keep, d->n, d->tq * d->tv, r.c->dropout);
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t i = 0; i < d->tq; i++) {
       float *p = r.probs + (n * d->tq + i) * d->tv;
@@ -318,53 +305,13 @@ static mxu_hlo_value scores_emit(const mxu_layer *layer, mxu_emit *e,
       h, s, mxu_hlo_broadcast(h, weight, *mxu_hlo_shape_of(h, s), none));
 }
 
-/* Where query i may weigh key j (n, tq, tv), or 0 for everywhere. */
-static mxu_hlo_value allowed_emit(mxu_emit *e, mxu_hlo_value scores,
-                                  int causal) {
-  mxu_hlo *h = e->h;
-  mxu_hlo_shape s = *mxu_hlo_shape_of(h, scores);
-  mxu_hlo_shape whole = mxu_hlo_shape_make(MXU_HLO_PRED, s.rank, s.dims);
-  mxu_hlo_value allowed = 0;
-  if (causal) {
-    mxu_hlo_shape index = mxu_hlo_shape_make(MXU_HLO_S32, s.rank, s.dims);
-    allowed = mxu_hlo_compare_op(h, MXU_HLO_GE, mxu_hlo_iota(h, index, 1),
-                                 mxu_hlo_iota(h, index, 2));
-  }
-  if (!e->mask) return allowed;
-  mxu_hlo_value kept = mxu_hlo_compare_op(h, MXU_HLO_NE, e->mask,
-                                          mxu_hlo_full_like(h, e->mask, 0.0));
-  const int64_t rows[2] = {0, 1}, cols[2] = {0, 2};
-  mxu_hlo_value both =
-      mxu_hlo_binary(h, MXU_HLO_AND, mxu_hlo_broadcast(h, kept, whole, rows),
-                     mxu_hlo_broadcast(h, kept, whole, cols));
-  return allowed ? mxu_hlo_binary(h, MXU_HLO_AND, allowed, both) : both;
-}
-
 static mxu_hlo_value datt_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo *h = e->h;
   const mxu_dense_attention_config *c = config_of(layer);
   datt_dims d = dims_of(layer, e->batch);
-  mxu_hlo_value scores = scores_emit(layer, e, &d);
-  mxu_hlo_value allowed = allowed_emit(e, scores, c->causal);
-  if (allowed)
-    scores =
-        mxu_hlo_select(h, allowed, scores, mxu_hlo_full_like(h, scores, -1e9));
-  mxu_hlo_value saved = e->logits; /* the softmax notes its logits */
-  mxu_hlo_value p = mxu_emit_activation(e, MXU_SOFTMAX, 0.0f, scores);
-  e->logits = saved;
-  if (allowed) p = mxu_hlo_select(h, allowed, p, mxu_hlo_full_like(h, p, 0.0));
-  if (e->training && e->noise && c->dropout > 0.0f) {
-    mxu_hlo_value u =
-        mxu_hlo_reshape(h, mxu_emit_uniform4(e, e->noise, d.n * d.tq * d.tv),
-                        *mxu_hlo_shape_of(h, p));
-    mxu_hlo_value keep =
-        mxu_hlo_select(h,
-                       mxu_hlo_compare_op(h, MXU_HLO_GE, u,
-                                          mxu_hlo_full_like(h, u, c->dropout)),
-                       mxu_hlo_full_like(h, u, 1.0 / (1.0 - c->dropout)),
-                       mxu_hlo_full_like(h, u, 0.0));
-    p = mxu_hlo_mul(h, p, keep);
-  }
+  mxu_hlo_value p = mxu_emit_dropped(
+      e, mxu_emit_attention_weights(e, scores_emit(layer, e, &d), c->causal),
+      c->dropout);
   const int64_t batch[1] = {0}, p_contract[1] = {2}, v_contract[1] = {1};
   return mxu_hlo_dot(h, p, e->in[1], 1, batch, batch, 1, p_contract,
                      v_contract);

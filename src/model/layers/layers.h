@@ -155,6 +155,22 @@ mxu_hlo_value mxu_emit_host_output(const mxu_layer *layer, mxu_emit *e);
 /* The values of the layer's input over its planned batch. */
 int64_t mxu_batch_values(const mxu_layer *layer);
 
+/* ---- attention (attention.c) -------------------------------------------- */
+
+/* Dropout's keep factors (0 or 1 / (1 - rate)), `block` a row, for `rows`
+ * rows of the logical replica from row_offset on, so that any slicing and
+ * a device's draws (mxu_emit_dropped) give the same ones. */
+void mxu_draw_keep(const mxu_layer_run *run, float *keep, int64_t rows,
+                   int64_t block, float rate);
+/* The softmax over scores' last axis (queries by keys: (..., tq, tv)),
+ * the keys not allowed (after query i with causal; e->mask's padded
+ * positions) weighing 0, and a padded query's whole row. */
+mxu_hlo_value mxu_emit_attention_weights(mxu_emit *e, mxu_hlo_value scores,
+                                         int causal);
+/* In training with dropout, p times keep factors drawn as
+ * mxu_draw_keep numbers them; else p. */
+mxu_hlo_value mxu_emit_dropped(mxu_emit *e, mxu_hlo_value p, float rate);
+
 /* ---- pjrt emitters (shared.c) ------------------------------------------ */
 
 /* The input under the output's shape (Flatten, Reshape). */
