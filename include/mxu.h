@@ -662,6 +662,18 @@ mxu_tensor_id
 mxu_apply_depthwise_conv2d(mxu_model *model,
                            const mxu_depthwise_conv2d_config *config,
                            mxu_tensor_id x);
+/* DepthwiseConv1D and SeparableConv1D over (steps, channels): the 2-D
+ * config with the 1 x n window (kernel_size, strides and dilation_rate
+ * {1, n}); kernels (n, channels, depth_multiplier) and (1, channels *
+ * depth_multiplier, filters), as Keras'. */
+mxu_tensor_id
+mxu_apply_depthwise_conv1d(mxu_model *model,
+                           const mxu_depthwise_conv2d_config *config,
+                           mxu_tensor_id x);
+mxu_tensor_id
+mxu_apply_separable_conv1d(mxu_model *model,
+                           const mxu_separable_conv2d_config *config,
+                           mxu_tensor_id x);
 /* Keras' LeakyReLU (its negative_slope; Keras' default 0.3), ELU (alpha;
  * default 1) and Softmax (over the last axis) layers. */
 mxu_tensor_id mxu_apply_leaky_relu(mxu_model *model, const char *name,

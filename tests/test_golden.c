@@ -447,6 +447,14 @@ int main(void) {
        12,
        {4, 5, 0},
        NULL},
+      /* DepthwiseConv1D and SeparableConv1D (make_separable1d.py). */
+      {"tests/golden/separable1d",
+       {"tests/golden/separable1d/model.tf2.json",
+        "tests/golden/separable1d/model.k3.json"},
+       6,
+       3,
+       {8, 3, 0},
+       NULL},
       /* Keras' Attention (dot, scaled, concat, causal) and
        * AdditiveAttention (make_dense_attention.py). */
       {"tests/golden/dense_attention",
@@ -473,7 +481,8 @@ int main(void) {
     if (strstr(current->dir, "tagging") || strstr(current->dir, "seq2seq") ||
         strstr(current->dir, "masked_series") ||
         strstr(current->dir, "encdec") ||
-        strstr(current->dir, "dense_attention")) {
+        strstr(current->dir, "dense_attention") ||
+        strstr(current->dir, "separable1d")) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
     }
@@ -492,6 +501,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/seq2seq") == 0 ||
         strcmp(cases[c].dir, "tests/golden/encdec") == 0 ||
         strcmp(cases[c].dir, "tests/golden/dense_attention") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/separable1d") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

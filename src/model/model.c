@@ -76,6 +76,8 @@ static const mxu_layer_class *const registry[] = {
     &mxu_zero_padding1d_class,
     &mxu_cropping1d_class,
     &mxu_conv1d_transpose_class,
+    &mxu_depthwise_conv1d_class,
+    &mxu_separable_conv1d_class,
     &mxu_dot_class,
     &mxu_simple_rnn_class,
     &mxu_lstm_class,
@@ -948,6 +950,15 @@ mxu_apply_depthwise_conv2d(mxu_model *model,
   return apply(model, &mxu_depthwise_conv2d_class, config->name, &proto, &x, 1);
 }
 
+mxu_tensor_id
+mxu_apply_depthwise_conv1d(mxu_model *model,
+                           const mxu_depthwise_conv2d_config *config,
+                           mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || depthwise_proto(config, &proto) != MXU_OK) return -1;
+  return apply(model, &mxu_depthwise_conv1d_class, config->name, &proto, &x, 1);
+}
+
 static mxu_tensor_id apply_activation_layer(mxu_model *model,
                                             const mxu_layer_class *cls,
                                             const char *name,
@@ -1177,6 +1188,19 @@ mxu_apply_separable_conv2d(mxu_model *model,
   proto.config.separable = *config;
   proto.config.separable.name = NULL;
   return apply(model, &mxu_separable_conv2d_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id
+mxu_apply_separable_conv1d(mxu_model *model,
+                           const mxu_separable_conv2d_config *config,
+                           mxu_tensor_id x) {
+  if (x < 0 || !given(config, "SeparableConv1D") ||
+      check_activation("SeparableConv1D", config->activation) != MXU_OK)
+    return -1;
+  mxu_layer proto = {0};
+  proto.config.separable = *config;
+  proto.config.separable.name = NULL;
+  return apply(model, &mxu_separable_conv1d_class, config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id

@@ -490,6 +490,8 @@ extern const mxu_layer_class mxu_layer_scale_class;
 extern const mxu_layer_class mxu_custom_scale_layer_class;
 extern const mxu_layer_class mxu_batch_normalization_class;
 extern const mxu_layer_class mxu_input_layer_class;
+extern const mxu_layer_class mxu_depthwise_conv1d_class;
+extern const mxu_layer_class mxu_separable_conv1d_class;
 extern const mxu_layer_class mxu_output_part_class;
 extern const mxu_layer_class mxu_add_class;
 extern const mxu_layer_class mxu_subtract_class;

@@ -20,13 +20,15 @@ typedef struct conv_spec {
 } conv_spec;
 
 static int is_depthwise(const mxu_layer *layer) {
-  return layer->cls == &mxu_depthwise_conv2d_class;
+  return layer->cls == &mxu_depthwise_conv2d_class ||
+         layer->cls == &mxu_depthwise_conv1d_class;
 }
 
 static int at_least_one(int v) { return v > 1 ? v : 1; }
 
 static int is_separable(const mxu_layer *layer) {
-  return layer->cls == &mxu_separable_conv2d_class;
+  return layer->cls == &mxu_separable_conv2d_class ||
+         layer->cls == &mxu_separable_conv1d_class;
 }
 
 static int is_transpose(const mxu_layer *layer) {
@@ -111,14 +113,19 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   int64_t kh = s.kernel[0], kw = s.kernel[1], out = s.filters;
   int64_t in = in_channels(layer);
   const mxu_weight_options *bias;
+  /* A sequence layer's kernels are its 2-D kind's without the first
+   * axis (kh = 1): (kw, in, multiplier), (1, in * multiplier, filters). */
+  int sequence = layer->cls->sequence;
   if (is_separable(layer)) {
     const mxu_separable_conv2d_config *c = &layer->config.separable;
     int64_t depthwise[4] = {kh, kw, in, c->depth_multiplier};
     int64_t pointwise[4] = {1, 1, out, c->filters};
-    decls[0] = mxu_weight_decl("depthwise_kernel", mxu_shape_make(4, depthwise),
-                               &c->depthwise, mxu_init_glorot_uniform());
-    decls[1] = mxu_weight_decl("pointwise_kernel", mxu_shape_make(4, pointwise),
-                               &c->pointwise, mxu_init_glorot_uniform());
+    decls[0] = mxu_weight_decl(
+        "depthwise_kernel", mxu_shape_make(4 - sequence, depthwise + sequence),
+        &c->depthwise, mxu_init_glorot_uniform());
+    decls[1] = mxu_weight_decl(
+        "pointwise_kernel", mxu_shape_make(4 - sequence, pointwise + sequence),
+        &c->pointwise, mxu_init_glorot_uniform());
     if (!c->use_bias) return 2;
     int64_t filters = c->filters;
     decls[2] = mxu_weight_decl("bias", mxu_shape_make(1, &filters), &c->bias,
@@ -128,14 +135,14 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   if (is_depthwise(layer)) {
     const mxu_depthwise_conv2d_config *c = &layer->config.depthwise;
     int64_t kernel[4] = {kh, kw, in, c->depth_multiplier};
-    decls[0] = mxu_weight_decl("depthwise_kernel", mxu_shape_make(4, kernel),
+    decls[0] = mxu_weight_decl("depthwise_kernel",
+                               mxu_shape_make(4 - sequence, kernel + sequence),
                                &c->depthwise, mxu_init_glorot_uniform());
     bias = &c->bias;
   } else if (is_transpose(layer)) {
     /* Conv1DTranspose's (kw, out, in) is Conv2DTranspose's with kh = 1. */
     const mxu_conv2d_config *c = &layer->config.conv;
     int64_t kernel[4] = {kh, kw, out, in};
-    int sequence = layer->cls->sequence;
     decls[0] = mxu_weight_decl("kernel",
                                mxu_shape_make(4 - sequence, kernel + sequence),
                                &c->kernel, mxu_init_glorot_uniform());
@@ -144,7 +151,6 @@ static int conv2d_declare(const mxu_layer *layer, mxu_param_decl *decls) {
     /* Conv1D's (kw, in / groups, out) is Conv2D's with kh = 1. */
     const mxu_conv2d_config *c = &layer->config.conv;
     int64_t kernel[4] = {kh, kw, in / s.groups, out};
-    int sequence = layer->cls->sequence;
     decls[0] = mxu_weight_decl(
         "kernel", mxu_shape_make(sequence ? 3 : 4, kernel + sequence),
         &c->kernel, mxu_init_glorot_uniform());
@@ -408,7 +414,10 @@ static mxu_hlo_value conv2d_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo_value kernel = e->w[0];
   const mxu_hlo_shape *k = mxu_hlo_shape_of(e->h, kernel);
   if (is_depthwise(layer) || is_separable(layer)) {
-    int64_t dims[4] = {k->dims[0], k->dims[1], 1, k->dims[2] * k->dims[3]};
+    /* (kh, kw, in, multiplier), or a sequence's (kw, in, multiplier). */
+    int seq = layer->cls->sequence;
+    int64_t dims[4] = {seq ? 1 : k->dims[0], k->dims[1 - seq], 1,
+                       k->dims[2 - seq] * k->dims[3 - seq]};
     kernel =
         mxu_hlo_reshape(e->h, kernel, mxu_hlo_shape_make(k->dtype, 4, dims));
   } else if (layer->cls->sequence) { /* (kw, in, out) is (1, kw, in, out) */
@@ -429,10 +438,16 @@ static mxu_hlo_value conv2d_emit(const mxu_layer *layer, mxu_emit *e) {
                         .lhs_dilation = {1, 1},
                         .rhs_dilation = {1, 1},
                         .feature_groups = 1};
-  y = mxu_emit_result(e,
-                      mxu_hlo_convolution(e->h, mxu_emit_compute(e, y),
-                                          mxu_emit_compute(e, e->w[1]), &one));
-  return bias_activation(e, y, c->use_bias ? e->w[2] : 0, c->activation);
+  /* The pointwise kernel as the 2-D kind's (1, 1, in, filters). */
+  int64_t k4[4] = {1, 1, (int64_t)in_channels(layer) * c->depth_multiplier,
+                   c->filters};
+  mxu_hlo_value w1 =
+      mxu_hlo_reshape(e->h, e->w[1], mxu_hlo_shape_make(MXU_HLO_F32, 4, k4));
+  y = mxu_emit_result(e, mxu_hlo_convolution(e->h, mxu_emit_compute(e, y),
+                                             mxu_emit_compute(e, w1), &one));
+  return mxu_emit_sequence_output(
+      layer, e,
+      bias_activation(e, y, c->use_bias ? e->w[2] : 0, c->activation));
 }
 
 const mxu_layer_class mxu_conv2d_class = {
@@ -557,19 +572,32 @@ static mxu_status read_depthwise_fields(const mxu_json_where *where,
   return MXU_OK;
 }
 
-static mxu_status read_depthwise(const mxu_json_where *where,
-                                 const cJSON *config, mxu_json_node *node,
-                                 const char *name) {
-  mxu_depthwise_conv2d_config dw = mxu_depthwise_conv2d_defaults(0, 0);
+static mxu_status read_depthwise_of(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name, int sequence) {
+  mxu_depthwise_conv2d_config dw = mxu_depthwise_conv2d_defaults(1, 1);
   dw.name = name;
-  MXU_TRY(read_window(where, config, 0, dw.kernel_size, dw.strides, &dw.padding,
-                      dw.dilation_rate));
+  MXU_TRY(read_window(where, config, sequence, dw.kernel_size, dw.strides,
+                      &dw.padding, dw.dilation_rate));
   depthwise_fields f = {&dw.depth_multiplier, &dw.activation, &dw.use_bias,
                         &dw.depthwise, &dw.bias};
   MXU_TRY(read_depthwise_fields(where, config, node, &f));
   return mxu_json_applied(
       where, node,
-      mxu_apply_depthwise_conv2d(node->model, &dw, node->inputs[0]));
+      (sequence ? mxu_apply_depthwise_conv1d : mxu_apply_depthwise_conv2d)(
+          node->model, &dw, node->inputs[0]));
+}
+
+static mxu_status read_depthwise(const mxu_json_where *where,
+                                 const cJSON *config, mxu_json_node *node,
+                                 const char *name) {
+  return read_depthwise_of(where, config, node, name, 0);
+}
+
+static mxu_status read_depthwise1d(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name) {
+  return read_depthwise_of(where, config, node, name, 1);
 }
 
 static void write_depthwise(mxu_json_out *out, const mxu_layer *layer,
@@ -589,22 +617,21 @@ static void write_depthwise(mxu_json_out *out, const mxu_layer *layer,
                            &dw->bias, 1);
 }
 
-const mxu_layer_class mxu_depthwise_conv2d_class = {
-    .class_name = "DepthwiseConv2D",
-    .flops = conv2d_flops,
-    .config_keys = depthwise_keys,
-    .read_config = read_depthwise,
-    .write_config = write_depthwise,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = conv2d_infer,
-    .declare = conv2d_declare,
-    .plan = conv2d_plan,
-    .forward = conv2d_forward,
-    .emit = conv2d_emit,
-    .backward = conv2d_backward,
-    .logits = conv2d_logits,
-};
+#define DEPTHWISE_CLASS(keras_name, reader, by_steps)                          \
+  {                                                                            \
+    .class_name = keras_name, .sequence = by_steps, .flops = conv2d_flops,     \
+    .config_keys = depthwise_keys, .read_config = reader,                      \
+    .write_config = write_depthwise, .min_inputs = 1, .max_inputs = 1,         \
+    .infer = conv2d_infer, .declare = conv2d_declare, .plan = conv2d_plan,     \
+    .forward = conv2d_forward, .emit = conv2d_emit,                            \
+    .backward = conv2d_backward, .logits = conv2d_logits,                      \
+  }
+
+const mxu_layer_class mxu_depthwise_conv2d_class =
+    DEPTHWISE_CLASS("DepthwiseConv2D", read_depthwise, 0);
+/* DepthwiseConv1D: DepthwiseConv2D's 1 x n window over the steps. */
+const mxu_layer_class mxu_depthwise_conv1d_class =
+    DEPTHWISE_CLASS("DepthwiseConv1D", read_depthwise1d, 1);
 
 /* ---- SeparableConv2D -------------------------------------------------------
  * Two backend convs: the depthwise one (ops[0], into t at scratch[2]) and
@@ -617,11 +644,12 @@ enum { SEP_T = 2, SEP_DT = 3, SEP_POINTWISE = 2 };
 
 static mxu_conv2d_desc pointwise_describe(const mxu_layer *layer, int batch) {
   const mxu_separable_conv2d_config *c = &layer->config.separable;
+  mxu_shape out = mxu_image_shape(layer, &layer->out_shape);
   mxu_conv2d_desc d = {0};
   d.n = batch;
-  d.in_h = d.out_h = (int)layer->out_shape.dims[0];
-  d.in_w = d.out_w = (int)layer->out_shape.dims[1];
-  d.in_c = (int)layer->in_shape.dims[2] * c->depth_multiplier;
+  d.in_h = d.out_h = (int)out.dims[0];
+  d.in_w = d.out_w = (int)out.dims[1];
+  d.in_c = in_channels(layer) * c->depth_multiplier;
   d.out_c = c->filters;
   d.kernel_h = d.kernel_w = d.stride_h = d.stride_w = 1;
   d.has_bias = c->use_bias;
@@ -691,7 +719,8 @@ static double separable_flops(const mxu_layer *layer,
                               const mxu_flops_step *step) {
   const mxu_separable_conv2d_config *c = &layer->config.separable;
   conv_spec s = spec_of(layer);
-  double pixels = (double)layer->out_shape.dims[0] * layer->out_shape.dims[1];
+  mxu_shape out = mxu_image_shape(layer, &layer->out_shape);
+  double pixels = (double)out.dims[0] * out.dims[1];
   return mxu_weighted_flops(pixels * s.filters,
                             (double)s.kernel[0] * s.kernel[1], 0, MXU_LINEAR,
                             step) +
@@ -726,24 +755,37 @@ static const char *const separable_keys[] = {"filters",
 
 /* tf.keras 2 writes its Conv base's kernel_* keys too, which the layer
  * never uses: read (so a malformed one is still refused) and dropped. */
-static mxu_status read_separable(const mxu_json_where *where,
-                                 const cJSON *config, mxu_json_node *node,
-                                 const char *name) {
+static mxu_status read_separable_of(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name, int sequence) {
   mxu_weight_options unused = {0};
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &unused));
-  mxu_separable_conv2d_config c = mxu_separable_conv2d_defaults(0, 0, 0);
+  mxu_separable_conv2d_config c = mxu_separable_conv2d_defaults(0, 1, 1);
   c.name = name;
   MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, INT_MAX,
                        &c.filters));
-  MXU_TRY(read_window(where, config, 0, c.kernel_size, c.strides, &c.padding,
-                      c.dilation_rate));
+  MXU_TRY(read_window(where, config, sequence, c.kernel_size, c.strides,
+                      &c.padding, c.dilation_rate));
   depthwise_fields f = {&c.depth_multiplier, &c.activation, &c.use_bias,
                         &c.depthwise, &c.bias};
   MXU_TRY(read_depthwise_fields(where, config, node, &f));
   MXU_TRY(mxu_config_weight_options(where, config, "pointwise", &c.pointwise));
   return mxu_json_applied(
       where, node,
-      mxu_apply_separable_conv2d(node->model, &c, node->inputs[0]));
+      (sequence ? mxu_apply_separable_conv1d : mxu_apply_separable_conv2d)(
+          node->model, &c, node->inputs[0]));
+}
+
+static mxu_status read_separable(const mxu_json_where *where,
+                                 const cJSON *config, mxu_json_node *node,
+                                 const char *name) {
+  return read_separable_of(where, config, node, name, 0);
+}
+
+static mxu_status read_separable1d(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name) {
+  return read_separable_of(where, config, node, name, 1);
 }
 
 static void write_separable(mxu_json_out *out, const mxu_layer *layer,
@@ -771,23 +813,21 @@ static void write_separable(mxu_json_out *out, const mxu_layer *layer,
                            &c->bias, 1);
 }
 
-const mxu_layer_class mxu_separable_conv2d_class = {
-    .class_name = "SeparableConv2D",
-    .aliases = NULL,
-    .flops = separable_flops,
-    .config_keys = separable_keys,
-    .read_config = read_separable,
-    .write_config = write_separable,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = conv2d_infer,
-    .declare = conv2d_declare,
-    .plan = separable_plan,
-    .forward = separable_forward,
-    .emit = conv2d_emit,
-    .backward = separable_backward,
-    .logits = separable_logits,
-};
+#define SEPARABLE_CLASS(keras_name, reader, by_steps)                          \
+  {                                                                            \
+    .class_name = keras_name, .sequence = by_steps, .flops = separable_flops,  \
+    .config_keys = separable_keys, .read_config = reader,                      \
+    .write_config = write_separable, .min_inputs = 1, .max_inputs = 1,         \
+    .infer = conv2d_infer, .declare = conv2d_declare, .plan = separable_plan,  \
+    .forward = separable_forward, .emit = conv2d_emit,                         \
+    .backward = separable_backward, .logits = separable_logits,                \
+  }
+
+const mxu_layer_class mxu_separable_conv2d_class =
+    SEPARABLE_CLASS("SeparableConv2D", read_separable, 0);
+/* SeparableConv1D: SeparableConv2D's 1 x n window over the steps. */
+const mxu_layer_class mxu_separable_conv1d_class =
+    SEPARABLE_CLASS("SeparableConv1D", read_separable1d, 1);
 
 /* ---- Conv2DTranspose
  * --------------------------------------------------------- The transpose of
