@@ -2663,6 +2663,48 @@ static void check_sequence(const sequence_case *c) {
   backends_agree(c->name, sequence_graph, c);
 }
 
+/* DepthwiseConv1D then SeparableConv1D (checked against Keras by
+ * test_golden's separable1d net): finite differences and the two
+ * backends. */
+static mxu_tensor_id separable1d_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t shape[2] = {STEPS, SEQ_CHANNELS};
+  mxu_tensor_id x = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, NULL, mxu_shape_make(2, shape)));
+  mxu_depthwise_conv2d_config dw = mxu_depthwise_conv2d_defaults(1, 3);
+  dw.name = "depthwise", dw.depth_multiplier = 2, dw.padding = MXU_SAME;
+  dw.activation = MXU_TANH;
+  dw.bias.initializer.kind = MXU_INIT_RANDOM_UNIFORM;
+  dw.bias.initializer.minval = -0.5f, dw.bias.initializer.maxval = 0.5f;
+  mxu_separable_conv2d_config sep = mxu_separable_conv2d_defaults(3, 1, 2);
+  sep.name = "separable", sep.strides[1] = 2, sep.depth_multiplier = 2;
+  sep.activation = MXU_TANH;
+  return head(m, mxu_apply_separable_conv1d(
+                     m, &sep, mxu_apply_depthwise_conv1d(m, &dw, x)));
+}
+
+static int dims_are(mxu_shape s, int rank, int64_t a, int64_t b, int64_t c) {
+  int64_t want[3] = {a, b, c};
+  if (s.rank != rank) return 0;
+  for (int i = 0; i < rank; i++)
+    if (s.dims[i] != want[i]) return 0;
+  return 1;
+}
+
+static void test_separable1d(void) {
+  const char *name = "DepthwiseConv1D, SeparableConv1D";
+  mxu_model *m = build(name, separable1d_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  const mxu_layer *sep = &m->layers[node_named(m, "separable")];
+  /* 9 steps, stride 2, kernel 2: 4; its kernels (2, 8, 2), (1, 16, 3). */
+  CHECK(dims_are(sep->out_shape, 2, 4, 3, 0) &&
+        dims_are(m->params[sep->param_first].shape, 3, 2, 8, 2) &&
+        dims_are(m->params[sep->param_first + 1].shape, 3, 1, 16, 3));
+  finite_differences(m, name);
+  mxu_model_free(m);
+  backends_agree(name, separable1d_graph, NULL);
+}
+
 static const sequence_case sequence_cases[] = {
     {"Conv1D causal, dilation 2", CONV1D, 3, 1, 2, 1, 5, MXU_CAUSAL, 0, 9},
     {"Conv1D same, strides 2, groups 2", CONV1D, 3, 2, 1, 2, 6, MXU_SAME, 0, 5},
@@ -3604,6 +3646,7 @@ int main(void) {
   test_fit_several_inputs();
   test_recurrent_states();
   test_dense_attention();
+  test_separable1d();
   test_layers();
   test_dropout_noise();
   test_preprocessing();
