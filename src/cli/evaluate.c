@@ -49,8 +49,7 @@ static mxu_status run_evaluate(const evaluate_args *a, evaluate_run *run) {
   mxu_status s =
       cli_load_model_for(a->model, &data, MXU_TEST, &run->model, &run->compile,
                          run->metric, sizeof run->metric);
-  if (s == MXU_OK)
-    s = cli_load_split(&data, MXU_TEST, run->model, &run->test);
+  if (s == MXU_OK) s = cli_load_split(&data, MXU_TEST, run->model, &run->test);
   if (s != MXU_OK) return s;
   run->compile.batch_size = a->batch_size;
   s = mxu_compile(run->model, &run->compile);

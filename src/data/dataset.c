@@ -310,7 +310,8 @@ mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
   if (parent->targets)
     view->targets = parent->targets + first * parent->target_size;
   for (int k = 0; k < parent->more_count; k++)
-    view->more[k] = parent->more[k] + first * mxu_shape_count(&view->more_shape[k]);
+    view->more[k] =
+        parent->more[k] + first * mxu_shape_count(&view->more_shape[k]);
   view->count = count;
   view->owns = 0;
   *out = view;
