@@ -343,30 +343,33 @@ void mxu_dataset_permutation(int64_t count, uint64_t seed, uint32_t epoch,
   }
 }
 
+/* Rows order[first .. first + n) (or first .. first + n - 1) of `from`,
+ * `floats` a row, into `to`. */
+static void gather_rows(const float *from, size_t floats, const int64_t *order,
+                        int64_t first, int64_t n, float *to) {
+  for (int64_t k = 0; k < n; k++) {
+    int64_t sample = order ? order[first + k] : first + k;
+    memcpy(to + (size_t)k * floats, from + (size_t)sample * floats,
+           floats * sizeof(float));
+  }
+}
+
 void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
                         int64_t first, int64_t n, float *x, int32_t *labels,
                         float *targets) {
-  size_t floats = (size_t)mxu_shape_count(&dataset->shape);
-  size_t t = (size_t)dataset->target_size;
-  for (int64_t k = 0; k < n; k++) {
-    int64_t sample = order ? order[first + k] : first + k;
-    memcpy(x + (size_t)k * floats, dataset->x + (size_t)sample * floats,
-           floats * sizeof(float));
-    if (labels) labels[k] = dataset->labels[sample];
-    if (targets)
-      memcpy(targets + (size_t)k * t, dataset->targets + (size_t)sample * t,
-             t * sizeof(float));
-  }
+  gather_rows(dataset->x, (size_t)mxu_shape_count(&dataset->shape), order,
+              first, n, x);
+  for (int64_t k = 0; labels && k < n; k++)
+    labels[k] = dataset->labels[order ? order[first + k] : first + k];
+  if (targets)
+    gather_rows(dataset->targets, (size_t)dataset->target_size, order, first, n,
+                targets);
 }
 
 void mxu_dataset_gather_input(const mxu_dataset *dataset, int k,
                               const int64_t *order, int64_t first, int64_t n,
                               float *x) {
-  size_t floats = (size_t)mxu_shape_count(&dataset->more_shape[k - 1]);
-  const float *from = dataset->more[k - 1];
-  for (int64_t i = 0; i < n; i++) {
-    int64_t sample = order ? order[first + i] : first + i;
-    memcpy(x + (size_t)i * floats, from + (size_t)sample * floats,
-           floats * sizeof(float));
-  }
+  gather_rows(dataset->more[k - 1],
+              (size_t)mxu_shape_count(&dataset->more_shape[k - 1]), order,
+              first, n, x);
 }
