@@ -18,6 +18,9 @@ int cli_summary(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_plot(int argc, char **argv);
 
+/* The most inputs a model has (the library's MXU_MAX_INPUTS). */
+#define CLI_MAX_INPUTS 16
+
 /* The model file and its compile_config over mxu_compile_defaults(); the
  * metric name is copied into metric (the config points at it). */
 mxu_status cli_load_model(const char *path, mxu_model **model,

@@ -118,8 +118,8 @@ static int has_entry(const mxu_npz_entry *entries, int count,
 static mxu_status load_named_inputs(const cli_data *d, mxu_split split,
                                     const mxu_model *model, mxu_dataset **out) {
   int n = mxu_model_input_count(model);
-  const char *names[MAX_NPZ_ENTRIES];
-  for (int k = 0; k < n && k < MAX_NPZ_ENTRIES; k++)
+  const char *names[CLI_MAX_INPUTS];
+  for (int k = 0; k < n && k < CLI_MAX_INPUTS; k++)
     names[k] = mxu_model_input_name(model, k);
   /* --labels and CSV tables hold one input: the library says so. */
   const char *path = d->labels || d->label_column ? NULL : d->data;

@@ -324,8 +324,8 @@ static mxu_status load_inputs(const predict_args *a, const mxu_model *model,
                ? mxu_dataset_reshape(*samples, mxu_model_input_shape(model))
                : s;
   }
-  const char *names[16];
-  for (int k = 0; k < n && k < 16; k++)
+  const char *names[CLI_MAX_INPUTS];
+  for (int k = 0; k < n && k < CLI_MAX_INPUTS; k++)
     names[k] = mxu_model_input_name(model, k);
   const char *path = cli_ends_with(a->input, ".npz") ? a->input : NULL;
   mxu_status s = mxu_load_npz_named(path, MXU_TEST, names, n, 1, 0, samples);
@@ -352,8 +352,9 @@ static int predict_arrays(const predict_args *a, predict_run *run) {
   if (s == MXU_OK) {
     run->out =
         malloc((size_t)(n ? n : 1) * (size_t)run->classes * sizeof(float));
-    const float *inputs[16];
-    for (int k = 0; k < mxu_dataset_input_count(samples) && k < 16; k++)
+    const float *inputs[CLI_MAX_INPUTS];
+    for (int k = 0; k < mxu_dataset_input_count(samples) && k < CLI_MAX_INPUTS;
+         k++)
       inputs[k] = mxu_dataset_input(samples, k);
     if (run->out) s = mxu_predict_outputs(run->model, inputs, n, &run->out);
   }
