@@ -857,9 +857,10 @@ mxu_tensor_id mxu_apply_dot(mxu_model *model, const mxu_dot_config *config,
 /* Keras' layers.add([a, b]). */
 mxu_tensor_id mxu_add(mxu_model *model, const char *name, mxu_tensor_id a,
                       mxu_tensor_id b);
-/* The tensors the model outputs, in order (fit and evaluate take models
- * of one output, and their data an array per input: mxu_dataset_add_input;
- * mxu_predict one input, mxu_predict_outputs any). This closes the graph: its
+/* The tensors the model outputs, in order (fit and evaluate take data
+ * with an array per input, mxu_dataset_add_input, and targets per output,
+ * mxu_dataset_add_output_labels; mxu_predict one input and output,
+ * mxu_predict_outputs any). This closes the graph: its
  * layers are put in the order Keras lists them (by depth from the outputs),
  * which is the order of mxu_model_layer_name and of the files mxu writes, so
  * tensor ids from before no longer name the same layers. */
@@ -880,6 +881,9 @@ mxu_shape mxu_model_input_shape(const mxu_model *model);
  * model's inputs; rank 0 and NULL for no such input. */
 mxu_shape mxu_model_input_shape_of(const mxu_model *model, int k);
 const char *mxu_model_input_name(const mxu_model *model, int k);
+/* Output j's name, Keras' output name (its layer's): the key of its loss
+ * and logs; NULL for no such output. */
+const char *mxu_model_output_name(const mxu_model *model, int j);
 const char *mxu_model_layer_name(const mxu_model *model, int layer);
 int64_t mxu_model_param_count(const mxu_model *model, int trainable);
 
@@ -1018,6 +1022,26 @@ typedef enum mxu_precision {
   MXU_MIXED_BFLOAT16
 } mxu_precision;
 
+/* Models of several outputs (Keras' compile with a list or dict of
+ * losses): what each output's loss is. The model's loss is the sum of
+ * each output's, times its weight (Keras' loss_weights), and the weights'
+ * penalties; logs carry each output's loss unweighted, as Keras does. */
+enum { MXU_MAX_OUTPUTS = 16 };
+
+typedef struct mxu_output_loss {
+  mxu_loss loss;
+  int from_logits;
+  float label_smoothing; /* as mxu_compile_config's */
+  float huber_delta;     /* 1.0 (mxu_output_loss_defaults) */
+  float weight;          /* the loss weight; 1.0 */
+  /* The output's metric, by the names mxu_compile_config.metric takes;
+   * NULL: none (Keras' metrics dict without this output). */
+  const char *metric;
+} mxu_output_loss;
+
+/* The sparse categorical cross-entropy, weight 1, delta 1, no metric. */
+mxu_output_loss mxu_output_loss_defaults(void);
+
 typedef struct mxu_compile_config {
   mxu_optimizer_config optimizer;
   mxu_loss loss;
@@ -1070,6 +1094,13 @@ typedef struct mxu_compile_config {
    * inspection; otherwise gradients share memory wherever their lives in
    * the backward pass do not meet. */
   int keep_gradients;
+  /* A model of several outputs: output_count entries, one per model
+   * output in the model's order. 0 gives every output the loss above
+   * (loss, from_logits, label_smoothing, huber_delta), weight 1 and the
+   * metric above (NULL: accuracy), as tf.keras' compile(loss=name,
+   * metrics=[name]) does. A model of one output may give one entry. */
+  int output_count;
+  mxu_output_loss outputs[MXU_MAX_OUTPUTS];
 } mxu_compile_config;
 
 mxu_compile_config mxu_compile_defaults(void);
@@ -1138,6 +1169,15 @@ mxu_status mxu_load_npz_inputs(const char *path, const char *const *x_keys,
 mxu_status mxu_load_npz_named(const char *path, mxu_split split,
                               const char *const *names, int count, int whole,
                               int labels, mxu_dataset **out);
+/* The same for a model of several outputs too (Keras' fit with a dict of
+ * y keyed by output name): output j's targets are the array named
+ * outputs[j] (OUT_train / OUT_test, or OUT), read as labels are
+ * (mxu_dataset_add_output_labels / _targets); output_count 0 reads
+ * y_train / y_test or y, as mxu_load_npz_named does. */
+mxu_status mxu_load_npz_model(const char *path, mxu_split split,
+                              const char *const *inputs, int input_count,
+                              const char *const *outputs, int output_count,
+                              int whole, int labels, mxu_dataset **out);
 /* The arrays an .npz holds, up to max: each name (without ".npy") and
  * the shape of one of its samples (the array's shape without its first
  * axis; (1) for a 1-D array). */
@@ -1246,6 +1286,17 @@ mxu_shape mxu_dataset_input_shape(const mxu_dataset *dataset, int k);
 const float *mxu_dataset_input(const mxu_dataset *dataset, int k);
 mxu_status mxu_dataset_reshape_input(mxu_dataset *dataset, int k,
                                      mxu_shape shape);
+/* A model of several outputs trains on targets for each (Keras' fit with
+ * a list or dict of y): the data set's own labels or targets are output
+ * 0's, and each call adds the next output's: count class labels in
+ * [0, num_classes), or count * target_size float targets (copied). */
+mxu_status mxu_dataset_add_output_labels(mxu_dataset *dataset,
+                                         const int32_t *labels,
+                                         int num_classes);
+mxu_status mxu_dataset_add_output_targets(mxu_dataset *dataset,
+                                          const float *targets,
+                                          int target_size);
+int mxu_dataset_output_count(const mxu_dataset *dataset);
 /* Multiplies every sample value (of every input) by scale (e.g. 1/255). */
 void mxu_dataset_rescale(mxu_dataset *dataset, float scale);
 /* A view of samples [first, first + count), sharing memory with parent. */
@@ -1309,12 +1360,26 @@ mxu_fit_config mxu_fit_defaults(void);
 int64_t mxu_fit_batch_size(int batch_size, int steps_per_epoch,
                            int64_t samples);
 
+/* A model of several outputs: each output's share of the logs, Keras'
+ * "<name>_loss" (unweighted) and "<name>_<metric>", and their val_. */
+typedef struct mxu_output_log {
+  const char *name;   /* the output layer's name; the model owns it */
+  const char *metric; /* the metric's name; NULL when it has none */
+  double loss, metric_value;
+  double val_loss, val_metric; /* NaN when not validated */
+} mxu_output_log;
+
 typedef struct mxu_epoch_log {
   int epoch; /* 1-based */
+  /* A model of several outputs: loss is the total and accuracy NaN;
+   * outputs[0 .. output_count) hold each output's (output_count 0 for a
+   * model of one output). */
   double loss, accuracy;
   double val_loss, val_accuracy; /* NaN when not validated */
   double seconds;
   int64_t samples;
+  int output_count;
+  mxu_output_log outputs[MXU_MAX_OUTPUTS];
 } mxu_epoch_log;
 
 typedef struct mxu_history {
@@ -1331,6 +1396,13 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
  * masked). batch_size 0 uses the compiled one. */
 mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
                         int batch_size, double *loss, double *accuracy);
+
+/* A model of several outputs: the total loss, and each output's loss and
+ * metric into outputs (mxu_model_output_count entries; val_ fields NaN).
+ * A model of one output fills outputs[0]. */
+mxu_status mxu_evaluate_outputs(mxu_model *model, const mxu_dataset *data,
+                                int batch_size, double *loss,
+                                mxu_output_log *outputs);
 
 /* Writes count * num_classes output values (the model's last layer) for the
  * samples x (count * input shape floats). */
@@ -1363,6 +1435,11 @@ typedef struct mxu_logs {
   double loss, accuracy, val_loss, val_accuracy;
   double learning_rate;
   const char *metric; /* the accuracy's name: "accuracy", ... */
+  /* A model of several outputs: loss is the total, accuracy NaN and
+   * metric NULL; each output's values are here (Keras' "<name>_loss",
+   * "<name>_<metric>"); output_count 0 for a model of one output. */
+  int output_count;
+  const mxu_output_log *outputs;
   /* Where fit prints (its out stream; NULL when silent): a callback's
    * warnings (Keras' "... is conditioned on metric ...") go there. */
   FILE *out;

@@ -99,8 +99,8 @@ static void load_inputs(mxu_model *m, uint64_t seed) {
   }
   mxu_rng rng = mxu_rng_make(seed, 98, 0, 0, 0);
   int classes = (int)m->layers[mxu_model_output(m)].out_shape.dims[0];
-  int32_t *labels = (int32_t *)(void *)mxu_plan_floats(m, plan->labels);
-  float *onehot = mxu_plan_floats(m, plan->targets);
+  int32_t *labels = (int32_t *)(void *)mxu_plan_floats(m, plan->head[0].labels);
+  float *onehot = mxu_plan_floats(m, plan->head[0].targets);
   memset(onehot, 0, (size_t)plan->batch * (size_t)classes * sizeof(float));
   for (int r = 0; r < plan->batch; r++) {
     labels[r] = (int32_t)mxu_rng_below(&rng, (uint64_t)r, (uint32_t)classes);
@@ -1588,7 +1588,9 @@ static void test_fan_out(void) {
       }
     mxu_model_free(m);
   }
-  /* A model output that another node reads. */
+  /* A model output that another node reads; the one loss compiled is
+   * every output's (Keras' compile(loss=name)), so the second output's
+   * kernel has a gradient of its own. */
   m = build("two outputs", two_outputs, NULL, MXU_BACKEND_CPU_REF);
   finite_differences(m, "two outputs");
   if (m) {
@@ -1598,7 +1600,7 @@ static void test_fan_out(void) {
     const mxu_param *p = &m->params[m->layers[second].param_first];
     double sum = 0;
     for (int64_t i = 0; i < p->count; i++) sum += fabs(m->grads[p->offset + i]);
-    CHECK_MSG(sum == 0, "the second output's kernel has gradient %g", sum);
+    CHECK_MSG(sum > 0, "the second output's kernel has no gradient");
   }
   mxu_model_free(m);
 }

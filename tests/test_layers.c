@@ -52,8 +52,9 @@ static void load_inputs(mxu_model *model, uint64_t seed) {
   mxu_rng rng = mxu_rng_make(seed, 99, 0, 0, 0);
   mxu_rng_uniform(&rng, 0, x, (size_t)count);
   for (int64_t i = 0; i < count; i++) x[i] = 4.0f * x[i] - 2.0f;
-  int32_t *labels = (int32_t *)(void *)mxu_plan_floats(model, plan->labels);
-  float *onehot = mxu_plan_floats(model, plan->targets);
+  int32_t *labels =
+      (int32_t *)(void *)mxu_plan_floats(model, plan->head[0].labels);
+  float *onehot = mxu_plan_floats(model, plan->head[0].targets);
   memset(onehot, 0, BATCH * CLASSES * sizeof(float));
   for (int r = 0; r < BATCH; r++) {
     labels[r] = (int32_t)mxu_rng_below(&rng, 1000 + (uint64_t)r, CLASSES);

@@ -256,7 +256,7 @@ static void test_binary_fit(void) {
   c.batch_size = 20;
   c.threads = 1;
   CHECK_OK(mxu_compile(model, &c));
-  CHECK(model->metric_kind == MXU_METRIC_BINARY_ACCURACY);
+  CHECK(model->heads[0].metric_kind == MXU_METRIC_BINARY_ACCURACY);
   mxu_fit_config f = mxu_fit_defaults();
   f.epochs = 30;
   f.verbose = 0;

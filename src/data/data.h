@@ -34,7 +34,26 @@ struct mxu_dataset {
   int more_count;
   mxu_shape more_shape[MXU_MAX_INPUTS - 1];
   float *more[MXU_MAX_INPUTS - 1];
+  /* The targets of a model's other outputs (Keras' fit with a list of y):
+   * output j >= 1's are outs[j - 1], class labels (num_classes > 0) or
+   * target_size floats a sample, owned like x. */
+  int out_count;
+  struct mxu_output_data {
+    int num_classes;
+    int32_t *labels;
+    float *targets;
+    int target_size;
+  } outs[MXU_MAX_OUTPUTS - 1];
 };
+
+/* A view of the data set whose labels and targets are output j's (0: its
+ * own), for the code that reads one output's. */
+void mxu_dataset_output_view(const mxu_dataset *dataset, int j,
+                             mxu_dataset *view);
+/* Adds an output's targets: copies of another data set's labels and
+ * targets (a file's y, read beside the same samples). */
+mxu_status mxu_dataset_add_output_of(mxu_dataset *dataset,
+                                     const mxu_dataset *from);
 
 /* Gives the data set names (copies); count must equal num_classes. */
 mxu_status mxu_dataset_set_class_names(mxu_dataset *dataset,

@@ -166,6 +166,10 @@ void mxu_dataset_free(mxu_dataset *dataset) {
     free(dataset->labels);
     free(dataset->targets);
     for (int k = 0; k < dataset->more_count; k++) free(dataset->more[k]);
+    for (int j = 0; j < dataset->out_count; j++) {
+      free(dataset->outs[j].labels);
+      free(dataset->outs[j].targets);
+    }
     for (int i = 0; dataset->class_names && i < dataset->num_classes; i++)
       free(dataset->class_names[i]);
     free(dataset->class_names);
@@ -279,6 +283,98 @@ const float *mxu_dataset_input(const mxu_dataset *dataset, int k) {
   return k ? dataset->more[k - 1] : dataset->x;
 }
 
+/* Room for output j's targets, or a refusal naming why not. */
+static mxu_status add_output(mxu_dataset *dataset, const void *values,
+                             size_t bytes_per_sample) {
+  if (!dataset || !dataset->owns || (!values && dataset->count))
+    return mxu_fail(MXU_ERR_ARG,
+                    "dataset: adding an output's targets needs a data set of "
+                    "its own (not a slice) and the targets");
+  if (dataset->out_count == MXU_MAX_OUTPUTS - 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED, "dataset: more than %d outputs",
+                    MXU_MAX_OUTPUTS);
+  size_t bytes = 0;
+  MXU_TRY(array_bytes(dataset->count, 1, bytes_per_sample, &bytes));
+  void *copy = malloc(bytes ? bytes : 1);
+  if (!copy)
+    return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory for %lld targets",
+                    (long long)dataset->count);
+  if (bytes) memcpy(copy, values, bytes);
+  struct mxu_output_data *o = &dataset->outs[dataset->out_count++];
+  memset(o, 0, sizeof *o);
+  o->targets = copy; /* the caller moves it to labels for labels */
+  return MXU_OK;
+}
+
+mxu_status mxu_dataset_add_output_labels(mxu_dataset *dataset,
+                                         const int32_t *labels,
+                                         int num_classes) {
+  if (num_classes < 1)
+    return mxu_fail(MXU_ERR_ARG, "dataset: num_classes %d (expected >= 1)",
+                    num_classes);
+  if (dataset && labels)
+    MXU_TRY(check_labels(labels, dataset->count, num_classes));
+  MXU_TRY(add_output(dataset, labels, sizeof(int32_t)));
+  struct mxu_output_data *o = &dataset->outs[dataset->out_count - 1];
+  o->labels = (int32_t *)(void *)o->targets;
+  o->targets = NULL;
+  o->num_classes = num_classes;
+  return MXU_OK;
+}
+
+mxu_status mxu_dataset_add_output_targets(mxu_dataset *dataset,
+                                          const float *targets,
+                                          int target_size) {
+  if (target_size < 1)
+    return mxu_fail(MXU_ERR_ARG, "dataset: %d targets a sample", target_size);
+  MXU_TRY(add_output(dataset, targets, (size_t)target_size * sizeof(float)));
+  dataset->outs[dataset->out_count - 1].target_size = target_size;
+  return MXU_OK;
+}
+
+mxu_status mxu_dataset_add_output_of(mxu_dataset *dataset,
+                                     const mxu_dataset *from) {
+  if (from->count != dataset->count)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "dataset: an output's targets hold %lld samples but the "
+                    "inputs %lld",
+                    (long long)from->count, (long long)dataset->count);
+  if (from->targets)
+    MXU_TRY(mxu_dataset_add_output_targets(dataset, from->targets,
+                                           from->target_size));
+  else
+    MXU_TRY(mxu_dataset_add_output_labels(dataset, from->labels,
+                                          from->num_classes));
+  if (!from->targets || !from->num_classes) return MXU_OK;
+  /* Both, as a file's labels are: the classes beside the values. */
+  struct mxu_output_data *o = &dataset->outs[dataset->out_count - 1];
+  size_t bytes = (size_t)dataset->count * sizeof(int32_t);
+  o->labels = malloc(bytes ? bytes : 1);
+  if (!o->labels)
+    return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory for %lld labels",
+                    (long long)dataset->count);
+  if (bytes) memcpy(o->labels, from->labels, bytes);
+  o->num_classes = from->num_classes;
+  return MXU_OK;
+}
+
+int mxu_dataset_output_count(const mxu_dataset *dataset) {
+  return dataset ? 1 + dataset->out_count : 0;
+}
+
+void mxu_dataset_output_view(const mxu_dataset *dataset, int j,
+                             mxu_dataset *view) {
+  *view = *dataset;
+  view->owns = 0;
+  if (j == 0) return;
+  const struct mxu_output_data *o = &dataset->outs[j - 1];
+  view->num_classes = o->num_classes;
+  view->labels = o->labels;
+  view->targets = o->targets;
+  view->target_size = o->target_size;
+  view->class_names = NULL;
+}
+
 void mxu_dataset_rescale(mxu_dataset *dataset, float scale) {
   if (!dataset) return;
   for (int k = 0; k <= dataset->more_count; k++) {
@@ -312,6 +408,11 @@ mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
   for (int k = 0; k < parent->more_count; k++)
     view->more[k] =
         parent->more[k] + first * mxu_shape_count(&view->more_shape[k]);
+  for (int j = 0; j < parent->out_count; j++) {
+    struct mxu_output_data *o = &view->outs[j];
+    if (o->labels) o->labels += first;
+    if (o->targets) o->targets += first * o->target_size;
+  }
   view->count = count;
   view->owns = 0;
   *out = view;
@@ -357,8 +458,9 @@ static void gather_rows(const float *from, size_t floats, const int64_t *order,
 void mxu_dataset_gather(const mxu_dataset *dataset, const int64_t *order,
                         int64_t first, int64_t n, float *x, int32_t *labels,
                         float *targets) {
-  gather_rows(dataset->x, (size_t)mxu_shape_count(&dataset->shape), order,
-              first, n, x);
+  if (x)
+    gather_rows(dataset->x, (size_t)mxu_shape_count(&dataset->shape), order,
+                first, n, x);
   for (int64_t k = 0; labels && k < n; k++)
     labels[k] = dataset->labels[order ? order[first + k] : first + k];
   if (targets)

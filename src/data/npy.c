@@ -546,38 +546,57 @@ mxu_status mxu_load_npz_inputs(const char *path, const char *const *x_keys,
   return status;
 }
 
-mxu_status mxu_load_npz_named(const char *path, mxu_split split,
-                              const char *const *names, int count, int whole,
-                              int labels, mxu_dataset **out) {
+/* Output j >= 1's targets, read beside input 0's samples and added. */
+static mxu_status add_output_array(const char *path, const char *x_key,
+                                   const char *y_key, mxu_dataset *data) {
+  mxu_dataset *y = NULL;
+  mxu_status status = mxu_load_npz_arrays(path, x_key, y_key, &y);
+  if (status == MXU_OK) status = mxu_dataset_add_output_of(data, y);
+  mxu_dataset_free(y);
+  return status;
+}
+
+mxu_status mxu_load_npz_model(const char *path, mxu_split split,
+                              const char *const *names, int count,
+                              const char *const *outputs, int output_count,
+                              int whole, int labels, mxu_dataset **out) {
   if (!out) return mxu_fail(MXU_ERR_ARG, "npz: out is NULL");
   *out = NULL;
   if (!names || count < 1 || count > MXU_MAX_INPUTS)
     return mxu_fail(MXU_ERR_ARG, "npz: %d inputs", count);
+  if (output_count < 0 || output_count > MXU_MAX_OUTPUTS ||
+      (output_count && !outputs))
+    return mxu_fail(MXU_ERR_ARG, "npz: %d outputs", output_count);
   if (!path || !mxu_ends_with(path, ".npz"))
     return mxu_fail(MXU_ERR_ARG,
-                    "%s: the model has %d inputs ('%s', ...): give one .npz "
-                    "holding an array for each, named after the input "
-                    "(NAME_train and NAME_test beside y_train and y_test, or "
-                    "NAME beside y), as Keras' fit takes a dict of arrays",
-                    path ? path : "--labels", count, names[0]);
+                    "%s: the model has %d inputs ('%s', ...) and %d outputs: "
+                    "give one .npz holding an array for each, named after "
+                    "the input (NAME_train and NAME_test beside y_train and "
+                    "y_test, or NAME beside y; a model of several outputs: "
+                    "an array named after each output in y's place), as "
+                    "Keras' fit takes dicts of arrays",
+                    path ? path : "--labels", count, names[0],
+                    output_count ? output_count : 1);
   mxu_status status = MXU_OK;
   zip_t *zip = open_zip(path, &status);
   if (!zip) return status;
-  const char *y = split == MXU_TRAIN ? "y_train" : "y_test";
-  /* The split's form: y_train or y_test; samples alone, NAME_test. */
-  char first[MXU_NPZ_NAME_SIZE + 16];
+  /* The split's form: y_train or y_test (OUT_train, OUT_test); samples
+   * alone, NAME_test. */
+  const char *y = output_count ? outputs[0] : "y";
+  char y_split[MXU_NPZ_NAME_SIZE + 16], first[MXU_NPZ_NAME_SIZE + 16];
+  snprintf(y_split, sizeof y_split, "%s%s.npy", y,
+           split == MXU_TRAIN ? "_train" : "_test");
   snprintf(first, sizeof first, "%s_test.npy", names[0]);
   int split_form =
-      zip_name_locate(zip, split == MXU_TRAIN ? "y_train.npy" : "y_test.npy",
-                      0) >= 0 ||
+      zip_name_locate(zip, y_split, 0) >= 0 ||
       (!labels && split == MXU_TEST && zip_name_locate(zip, first, 0) >= 0);
   zip_discard(zip);
   if (!split_form && split == MXU_TEST && !whole)
     return mxu_fail(MXU_ERR_FORMAT,
-                    "npz: %s: no test split (y_test): hold out part of the "
+                    "npz: %s: no test split (%s_test): hold out part of the "
                     "data with --validation-split F, or add each input's "
-                    "NAME_test and y_test to the archive",
-                    path);
+                    "NAME_test and %s_test to the archive",
+                    path, y, y);
   const char *suffix = !split_form          ? ""
                        : split == MXU_TRAIN ? "_train"
                                             : "_test";
@@ -587,11 +606,26 @@ mxu_status mxu_load_npz_named(const char *path, mxu_split split,
     snprintf(keys[k], sizeof keys[k], "%s%s", names[k], suffix);
     x_keys[k] = keys[k];
   }
-  return mxu_load_npz_inputs(path, x_keys, count,
-                             !labels      ? NULL
-                             : split_form ? y
-                                          : "y",
-                             out);
+  char y_keys[MXU_MAX_OUTPUTS][MXU_NPZ_NAME_SIZE + 8];
+  for (int j = 0; j < (output_count ? output_count : 1); j++)
+    snprintf(y_keys[j], sizeof y_keys[j], "%s%s",
+             output_count ? outputs[j] : "y", suffix);
+  MXU_TRY(
+      mxu_load_npz_inputs(path, x_keys, count, labels ? y_keys[0] : NULL, out));
+  for (int j = 1; labels && j < output_count && status == MXU_OK; j++)
+    status = add_output_array(path, x_keys[0], y_keys[j], *out);
+  if (status != MXU_OK) {
+    mxu_dataset_free(*out);
+    *out = NULL;
+  }
+  return status;
+}
+
+mxu_status mxu_load_npz_named(const char *path, mxu_split split,
+                              const char *const *names, int count, int whole,
+                              int labels, mxu_dataset **out) {
+  return mxu_load_npz_model(path, split, names, count, NULL, 0, whole, labels,
+                            out);
 }
 
 mxu_status mxu_npz_entries(const char *path, mxu_npz_entry *entries, int max,

@@ -57,24 +57,16 @@ static mxu_status check_graph(const mxu_model *model) {
                     "and is not a model output; remove it or pass it to "
                     "mxu_model_outputs",
                     model->layers[unread].name);
-  /* Keras weighs a masked output's loss by the mask: mxu does for the
-   * first output's loss (check_loss_mask); the others have no loss. */
-  for (int k = 1; k < mxu_model_output_count(model); k++)
-    if (model->layers[model->outputs[k]].mask_out >= 0)
-      return mxu_fail(MXU_ERR_UNSUPPORTED,
-                      "compile: a padding mask reaches the model output "
-                      "'%s' after the first: not supported",
-                      model->layers[model->outputs[k]].name);
   return MXU_OK;
 }
 
-/* A padding mask at the output: the loss scores the unmasked positions
+/* A padding mask at an output: its loss scores the unmasked positions
  * of an output (steps, values), their mask from the model input
  * (an Embedding of it with mask_zero, or a Masking of it), which
- * load_batch counts before the step. Sets plan->loss_mask. */
-static mxu_status check_loss_mask(mxu_model *model) {
-  const mxu_layer *out = &model->layers[mxu_model_output(model)];
-  model->plan.loss_mask = out->mask_out;
+ * load_batch counts before the step. Sets the head's loss_mask. */
+static mxu_status check_loss_mask(mxu_model *model, int h) {
+  const mxu_layer *out = &model->layers[model->heads[h].node];
+  model->plan.head[h].loss_mask = out->mask_out;
   if (out->mask_out < 0) return MXU_OK;
   const mxu_layer *holder = &model->layers[out->mask_out];
   int from_input =
@@ -169,35 +161,94 @@ static mxu_status check_optimizer(const mxu_optimizer_config *o) {
   return MXU_OK;
 }
 
-static mxu_status check_loss(const mxu_model *model,
-                             const mxu_compile_config *c) {
-  if ((unsigned)c->loss > MXU_KL_DIVERGENCE)
-    return mxu_fail(MXU_ERR_ARG, "compile: loss %d is not an mxu_loss",
-                    (int)c->loss);
-  if (!(c->label_smoothing >= 0.0f && c->label_smoothing <= 1.0f))
+/* Output k's node: the model's k-th output, or its last node. */
+static int output_node(const mxu_model *model, int k) {
+  return model->output_count ? model->outputs[k] : mxu_model_output(model);
+}
+
+/* What output k's loss is: the config's entry for it, or the config's
+ * one loss (weight 1, the one metric, "accuracy" when none is named). */
+static mxu_output_loss output_spec(const mxu_compile_config *c, int k) {
+  if (c->output_count) return c->outputs[k];
+  mxu_output_loss spec = {
+      c->loss,        c->from_logits, c->label_smoothing,
+      c->huber_delta, 1.0f,           c->metric ? c->metric : "accuracy"};
+  return spec;
+}
+
+/* An output's loss; with `shapes`, also against the output's shape (a
+ * loss named for every output of a model of several is checked against
+ * each when fit or evaluate scores it: Keras' compile takes it). */
+static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
+                             int shapes) {
+  if ((unsigned)o->loss > MXU_KL_DIVERGENCE)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: loss %d of output '%s' is not an "
+                    "mxu_loss",
+                    (int)o->loss, out->name);
+  if (!(o->label_smoothing >= 0.0f && o->label_smoothing <= 1.0f))
     return mxu_fail(MXU_ERR_ARG,
                     "compile: label_smoothing %g must be in [0, 1]",
-                    (double)c->label_smoothing);
-  if (c->label_smoothing > 0.0f && c->loss != MXU_CATEGORICAL_CROSSENTROPY &&
-      c->loss != MXU_BINARY_CROSSENTROPY)
+                    (double)o->label_smoothing);
+  if (o->label_smoothing > 0.0f && o->loss != MXU_CATEGORICAL_CROSSENTROPY &&
+      o->loss != MXU_BINARY_CROSSENTROPY)
     return mxu_fail(MXU_ERR_ARG,
                     "compile: label_smoothing is an option of the categorical "
                     "and binary cross-entropies only");
-  if (c->loss == MXU_HUBER &&
-      !(c->huber_delta > 0.0f && isfinite(c->huber_delta)))
+  if (o->loss == MXU_HUBER &&
+      !(o->huber_delta > 0.0f && isfinite(o->huber_delta)))
     return mxu_fail(MXU_ERR_ARG, "compile: Huber's delta %g must be positive",
-                    (double)c->huber_delta);
-  const mxu_layer *last = &model->layers[mxu_model_output(model)];
-  const mxu_shape *out = &last->out_shape;
-  if (mxu_loss_is_softmax(c->loss) && out->dims[out->rank - 1] < 2)
+                    (double)o->huber_delta);
+  if (!(o->weight >= 0.0f && isfinite(o->weight)))
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: the loss weight %g of output '%s' must be a "
+                    "number >= 0",
+                    (double)o->weight, out->name);
+  const mxu_shape *shape = &out->out_shape;
+  if (shapes && mxu_loss_is_softmax(o->loss) &&
+      shape->dims[shape->rank - 1] < 2)
     return mxu_fail(MXU_ERR_SHAPE,
                     "compile: the output layer '%s' must output one score "
                     "per class (at least 2 classes, along the last axis) "
                     "for a categorical cross-entropy loss",
-                    last->name);
+                    out->name);
   mxu_metric_kind kind;
-  return mxu_metric_kind_of(c->metric ? c->metric : "accuracy", c->loss,
-                            mxu_shape_count(&last->out_shape), &kind);
+  return !o->metric ? MXU_OK
+                    : mxu_metric_kind_of(o->metric, o->loss,
+                                         mxu_shape_count(shape), &kind);
+}
+
+/* Every output's loss, into heads (the model's own at compile). */
+static mxu_status resolve_heads(const mxu_model *model,
+                                const mxu_compile_config *c, mxu_head *heads) {
+  int outputs = mxu_model_output_count(model);
+  if (c->output_count < 0 || c->output_count > MXU_MAX_OUTPUTS ||
+      (c->output_count && c->output_count != outputs))
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: %d output losses given but the model has %d "
+                    "outputs; give one for each, in the model's order (or "
+                    "none: the one loss for all)",
+                    c->output_count, outputs);
+  for (int k = 0; k < outputs; k++) {
+    mxu_head *h = &heads[k];
+    h->node = output_node(model, k);
+    const mxu_layer *out = &model->layers[h->node];
+    h->spec = output_spec(c, k);
+    MXU_TRY(check_head(out, &h->spec, c->output_count || outputs == 1));
+    for (int j = 0; j < k; j++)
+      if (heads[j].node == h->node)
+        return mxu_fail(MXU_ERR_UNSUPPORTED,
+                        "compile: '%s' is the model's output %d and %d; "
+                        "a tensor may be one output only",
+                        out->name, j, k);
+    snprintf(h->metric, sizeof h->metric, "%s",
+             h->spec.metric ? h->spec.metric : "");
+    if (h->spec.metric)
+      mxu_metric_kind_of(h->metric, h->spec.loss,
+                         mxu_shape_count(&out->out_shape), &h->metric_kind);
+    h->spec.metric = h->spec.metric ? h->metric : NULL;
+  }
+  return MXU_OK;
 }
 
 static mxu_status check_compile(const mxu_model *model,
@@ -231,7 +282,8 @@ static mxu_status check_compile(const mxu_model *model,
                     "at most %d (MXU_MAX_BATCH)",
                     c->replicas, MXU_MAX_BATCH);
   MXU_TRY(check_optimizer(&c->optimizer));
-  return check_loss(model, c);
+  mxu_head heads[MXU_MAX_OUTPUTS];
+  return resolve_heads(model, c, heads);
 }
 
 /* Whether this CPU multiplies bfloat16 natively (AVX512_BF16). Without
@@ -407,13 +459,11 @@ mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config) {
   MXU_TRY(check_precision(config));
   mxu_plan_release(model);
   model->compile = *config;
-  snprintf(model->metric, sizeof model->metric, "%s",
-           config->metric ? config->metric : "accuracy");
-  model->compile.metric = model->metric;
-  mxu_metric_kind_of(
-      model->metric, config->loss,
-      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape),
-      &model->metric_kind);
+  resolve_heads(model, config, model->heads);
+  model->head_count = mxu_model_output_count(model);
+  model->compile.metric = model->heads[0].spec.metric;
+  for (int k = 0; k < config->output_count; k++)
+    model->compile.outputs[k].metric = model->heads[k].spec.metric;
   model->backend = mxu_backend_get(config->backend);
   MXU_TRY(build_params(model));
   MXU_TRY(allocate_params(model));
@@ -441,7 +491,7 @@ void mxu_plan_release(mxu_model *model) {
     release_replica(model, &plan->replica[r]);
   free(plan->replica);
   free(plan->exchange);
-  free(plan->mask_factor);
+  for (int h = 0; h < MXU_MAX_OUTPUTS; h++) free(plan->head[h].mask_factor);
   for (int i = 0; plan->nodes && i < model->layer_count; i++)
     model->layers[i].compiled = NULL;
   free(plan->nodes);
@@ -450,13 +500,17 @@ void mxu_plan_release(mxu_model *model) {
   free(plan->consumers);
   free(plan->edges);
   memset(plan, 0, sizeof *plan);
-  plan->loss_mask = -1;
+  for (int h = 0; h < MXU_MAX_OUTPUTS; h++) plan->head[h].loss_mask = -1;
 }
 
 /* Keras fuses a final softmax into a cross-entropy loss: the loss then
- * reads the logits, with no clipping. */
-static int final_softmax(const mxu_model *model) {
-  return mxu_layer_ends_in_softmax(&model->layers[mxu_model_output(model)]);
+ * reads the logits, with no clipping. Not where another layer reads the
+ * probabilities too: its gradient is theirs, not the logits'. */
+static int fuses_softmax(const mxu_model *model, int h) {
+  const mxu_head *head = &model->heads[h];
+  return !head->spec.from_logits && mxu_loss_is_softmax(head->spec.loss) &&
+         model->plan.consumers[head->node] == 1 &&
+         mxu_layer_ends_in_softmax(&model->layers[head->node]);
 }
 
 static size_t batch_bytes(int batch, const mxu_shape *shape) {
@@ -691,9 +745,9 @@ static mxu_status reserve_edges(mxu_model *model) {
     return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   }
   mxu_tensors_with_grad(model, has_grad);
-  /* The loss writes the output's gradient before any backward: a node
-   * that reads the output too (another model output) adds its share. */
-  seen[mxu_model_output(model)] = 1;
+  /* The loss writes each output's gradient before any backward: a node
+   * that reads an output too adds its share. */
+  for (int h = 0; h < model->head_count; h++) seen[model->heads[h].node] = 1;
   size_t partial_bytes = 0;
   int partial_slots = 0;
   for (int i = n - 1; i >= 0; i--) {
@@ -856,25 +910,50 @@ static mxu_status reserve_io(mxu_model *model) {
   free(owner);
   MXU_TRY(status);
   MXU_TRY(reserve_edges(model));
-  const mxu_layer *out = &model->layers[mxu_model_output(model)];
-  size_t classes = (size_t)mxu_shape_count(&out->out_shape);
-  size_t positions = (size_t)mxu_loss_positions(model);
-  plan->labels =
-      mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(int32_t));
-  plan->targets =
-      mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
-  if (model->compile.label_smoothing > 0.0f)
-    plan->smoothed =
-        mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
   plan->mask = mxu_arena_reserve(layout, (size_t)batch * sizeof(float));
-  plan->row_mask =
-      positions > 1
-          ? mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(float))
-          : plan->mask;
-  plan->probs =
-      mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
-  plan->loss =
-      mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(float));
+  for (int h = 0; h < model->head_count; h++) {
+    mxu_head_plan *hp = &plan->head[h];
+    const mxu_layer *out = &model->layers[model->heads[h].node];
+    size_t classes = (size_t)mxu_shape_count(&out->out_shape);
+    size_t positions = (size_t)mxu_loss_positions(model, h);
+    hp->labels =
+        mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(int32_t));
+    hp->targets =
+        mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
+    if (model->heads[h].spec.label_smoothing > 0.0f)
+      hp->smoothed =
+          mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
+    hp->row_mask = positions > 1
+                       ? mxu_arena_reserve(layout, (size_t)batch * positions *
+                                                       sizeof(float))
+                       : plan->mask;
+    hp->probs =
+        mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
+    hp->loss =
+        mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(float));
+  }
+  return MXU_OK;
+}
+
+/* Each head's padding mask and fused softmax. */
+static mxu_status plan_heads(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
+  for (int h = 0; h < model->head_count; h++) {
+    mxu_head_plan *hp = &plan->head[h];
+    MXU_TRY(check_loss_mask(model, h));
+    hp->mask_factor =
+        calloc((size_t)plan->local_count, sizeof *hp->mask_factor);
+    if (!hp->mask_factor) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+    hp->fused_softmax = fuses_softmax(model, h);
+    /* With the softmax fused, the output's gradient is the logits'. */
+    const mxu_layer *out = &model->layers[model->heads[h].node];
+    if (hp->fused_softmax && mxu_has_activity(out))
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "compile: an activity regularizer on the output layer "
+                      "'%s', whose softmax the loss takes with it, is not "
+                      "supported",
+                      out->name);
+  }
   return MXU_OK;
 }
 
@@ -986,21 +1065,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   count_readers(model, plan->consumers);
   MXU_TRY(plan_strategy(model, batch));
   MXU_TRY(check_batch_sizes(model));
-  MXU_TRY(check_loss_mask(model));
-  plan->mask_factor =
-      calloc((size_t)plan->local_count, sizeof *plan->mask_factor);
-  if (!plan->mask_factor) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
-  plan->fused_softmax = !model->compile.from_logits &&
-                        mxu_loss_is_softmax(model->compile.loss) &&
-                        final_softmax(model);
-  /* With the softmax fused, the output's gradient is the logits'. */
-  if (plan->fused_softmax &&
-      mxu_has_activity(&model->layers[mxu_model_output(model)]))
-    return mxu_fail(
-        MXU_ERR_UNSUPPORTED,
-        "compile: an activity regularizer on the output layer '%s', "
-        "whose softmax the loss takes with it, is not supported",
-        model->layers[mxu_model_output(model)].name);
+  MXU_TRY(plan_heads(model));
   /* oneDNN sizes a primitive's work split by the threads it may use when
    * it is created: create them with the count they will run with. */
   omp_set_num_threads(plan->intra_threads);

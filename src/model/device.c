@@ -149,6 +149,11 @@ mxu_status mxu_device_open(mxu_model *model) {
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "pjrt: one process drives every device; run without "
                     "mpirun");
+  if (model->head_count > 1 || model->heads[0].spec.weight != 1.0f)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "pjrt: the programs score one output with weight 1; "
+                    "train this model of %d outputs on the cpu backend",
+                    model->head_count);
   const mxu_plan *plan = &model->plan;
   int steps = model->compile.steps_per_execution > 0
                   ? model->compile.steps_per_execution
@@ -233,9 +238,10 @@ int mxu_device_steps(const mxu_model *model) {
 static const void *loaded(const mxu_model *model, const mxu_replica *replica,
                           int input) {
   const mxu_plan *plan = &model->plan;
-  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  const mxu_head_plan *hp = &plan->head[0];
+  int sparse = model->heads[0].spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   size_t offset = input == X        ? plan->act[model->inputs[0]]
-                  : input == LABELS ? (sparse ? plan->labels : plan->targets)
+                  : input == LABELS ? (sparse ? hp->labels : hp->targets)
                                     : plan->mask;
   return mxu_replica_floats(replica, offset);
 }

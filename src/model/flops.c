@@ -49,7 +49,7 @@ static void step_shape(const mxu_model *model, double *batch,
 /* The softmax the loss reads the logits of has no backward pass of its
  * own; compile decides it, and before compile it is Keras' default. */
 static int fused_softmax(const mxu_model *model) {
-  if (model->compiled) return model->plan.fused_softmax;
+  if (model->compiled) return model->plan.head[0].fused_softmax;
   return mxu_layer_ends_in_softmax(&model->layers[mxu_model_output(model)]);
 }
 

@@ -96,15 +96,22 @@ void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
   }
 }
 
+mxu_output_loss mxu_output_loss_defaults(void) {
+  mxu_output_loss o = {
+      MXU_SPARSE_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 1.0f, 1.0f, NULL};
+  return o;
+}
+
 int mxu_loss_is_softmax(mxu_loss loss) {
   return loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
          loss == MXU_CATEGORICAL_CROSSENTROPY;
 }
 
-int64_t mxu_loss_positions(const mxu_model *model) {
-  const mxu_shape *s = &model->layers[mxu_model_output(model)].out_shape;
-  int scored =
-      mxu_loss_is_softmax(model->compile.loss) || model->plan.loss_mask >= 0;
+int64_t mxu_loss_positions(const mxu_model *model, int h) {
+  const mxu_head *head = &model->heads[h];
+  const mxu_shape *s = &model->layers[head->node].out_shape;
+  int scored = mxu_loss_is_softmax(head->spec.loss) ||
+               model->plan.head[h].loss_mask >= 0;
   if (!scored || s->rank < 2) return 1;
   return mxu_shape_count(s) / s->dims[s->rank - 1];
 }

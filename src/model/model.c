@@ -196,7 +196,7 @@ static mxu_model *model_new(const char *name, const char *fallback,
   if (!model) return NULL;
   snprintf(model->name, sizeof model->name, "%s", name ? name : fallback);
   model->sequential = sequential;
-  model->plan.loss_mask = -1;
+  for (int h = 0; h < MXU_MAX_OUTPUTS; h++) model->plan.head[h].loss_mask = -1;
   return model;
 }
 
@@ -1676,6 +1676,14 @@ mxu_shape mxu_model_input_shape_of(const mxu_model *model, int k) {
 const char *mxu_model_input_name(const mxu_model *model, int k) {
   if (!model || k < 0 || k >= model->input_count) return NULL;
   return model->layers[model->inputs[k]].name;
+}
+
+const char *mxu_model_output_name(const mxu_model *model, int j) {
+  if (!model || j < 0 || j >= mxu_model_output_count(model)) return NULL;
+  return model
+      ->layers[model->output_count ? model->outputs[j]
+                                   : mxu_model_output(model)]
+      .name;
 }
 
 const char *mxu_model_layer_name(const mxu_model *model, int layer) {

@@ -566,6 +566,35 @@ typedef enum mxu_metric_kind {
 
 enum { MXU_TOP_K = 5 }; /* Keras' default k */
 
+/* A model output the loss scores (Keras: a loss for each output, their
+ * weighted sum the model's), resolved at compile from the config: its node,
+ * loss and metric. spec.metric points at metric, or is NULL for none. */
+typedef struct mxu_head {
+  int node;
+  mxu_output_loss spec;
+  char metric[64];
+  mxu_metric_kind metric_kind;
+} mxu_head;
+
+/* A head's buffers and decisions in the plan. labels: this batch's class
+ * labels (int32; one per position of an output of several under the
+ * sparse loss: mxu_loss_positions); targets: floats, the output's size a
+ * row (float targets as given, or labels as numbers or one-hot rows);
+ * smoothed: the categorical targets after label smoothing; row_mask: the
+ * mask of each row the loss scores (positions); probs, loss: the loss's
+ * outputs per row. */
+typedef struct mxu_head_plan {
+  size_t labels, targets, smoothed, row_mask, probs, loss;
+  /* A padding mask reaching the loss (an Embedding's mask_zero of the
+   * model input, or a Masking of it): the node holding it, -1 for none;
+   * per local slice, its logical replica's real samples over its unmasked
+   * positions (Keras' loss: the masked positions' sum over their count),
+   * which load_batch counts from the input. */
+  int loss_mask;
+  double *mask_factor;
+  int fused_softmax; /* the loss reads the output layer's logits */
+} mxu_head_plan;
+
 typedef struct mxu_plan {
   /* Rows per replica: the global batch / replicas. Here `replicas` counts
    * slices: each logical replica's rows may run in `split` slices
@@ -583,23 +612,8 @@ typedef struct mxu_plan {
    * reader: the loss); and its inputs' edges (MXU_MAX_INPUTS a node). */
   int *consumers;
   mxu_edge *edges;
-  /* This batch's class labels (int32; one per position of an output of
-   * several under the sparse loss: mxu_loss_positions) and targets
-   * (floats, the output's size a row: float targets as given, or labels as
-   * numbers or one-hot rows); smoothed: the categorical targets after
-   * label smoothing. */
-  size_t labels, targets, smoothed;
-  size_t mask;     /* 1 for real samples, 0 for padding */
-  size_t row_mask; /* the mask of each row the loss scores (positions) */
-  /* A padding mask reaching the loss (an Embedding's mask_zero of the
-   * model input, or a Masking of it): the node holding it, -1 for none;
-   * per local slice, its logical replica's real samples over its unmasked
-   * positions (Keras' loss: the masked positions' sum over their count),
-   * which load_batch counts from the input. */
-  int loss_mask;
-  double *mask_factor;
-  size_t probs, loss; /* loss outputs per sample */
-  int fused_softmax;  /* the loss reads the last layer's logits */
+  size_t mask;                         /* 1 for real samples, 0 for padding */
+  mxu_head_plan head[MXU_MAX_OUTPUTS]; /* model->head_count */
   /* The strategy: `replicas` logical replicas, of which this process runs
    * local_count starting at local_first (all of them without MPI), on
    * `workers` threads; oneDNN gets intra_threads inside each. */
@@ -633,9 +647,10 @@ struct mxu_model {
   int scope_count, building_scope;
 
   int compiled;
-  mxu_compile_config compile; /* compile.metric points at metric below */
-  char metric[64];
-  mxu_metric_kind metric_kind;
+  mxu_compile_config compile; /* compile.metric points at heads[0].metric */
+  /* The outputs the loss scores: every model output, in order. */
+  mxu_head heads[MXU_MAX_OUTPUTS];
+  int head_count;
   const mxu_backend *backend;
   mxu_param *params;
   int param_count;
@@ -775,16 +790,22 @@ void mxu_replica_add_partials(mxu_model *model, mxu_replica *replica,
 /* Marks rows >= rows as padding. */
 void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica, int64_t rows);
 
-/* The loss of a replica's batch and its metric, each the sum over its real
- * samples (a correct prediction counts 1); in training, also the gradient
- * of loss * scale with respect to the last layer. */
+/* A head's loss (unweighted) and metric over a batch, each the sum over
+ * its real samples (a correct prediction counts 1), and what the metric
+ * sum averages over: the real samples, or under a padding mask the
+ * unmasked positions over positions a sample (Keras weighs a metric by the
+ * mask). */
+typedef struct mxu_head_sums {
+  double loss, metric, count;
+} mxu_head_sums;
+
+/* The loss of a replica's batch: the heads' weighted sum and the activity
+ * penalties, summed over its real samples, and each head's sums; in
+ * training, also the gradient of loss * scale with respect to each output
+ * (its logits where the softmax is fused). */
 typedef struct mxu_step_result {
   double loss_sum;
-  double metric_sum;
-  /* What the metric sum averages over: the real samples, or under a
-   * padding mask the unmasked positions over positions a sample (Keras
-   * weighs a metric by the mask). */
-  double metric_count;
+  mxu_head_sums heads[MXU_MAX_OUTPUTS];
   mxu_status status; /* a device's failure (pjrt); MXU_OK on the host */
 } mxu_step_result;
 
@@ -871,9 +892,10 @@ int mxu_step_kept(const float *x, int64_t width, float padding);
 /* The rows a softmax cross-entropy scores per sample: the positions of an
  * output of several ((steps, classes): its steps), each a row of the last
  * axis, whose losses and metrics Keras means per sample; so too any loss
- * under a padding mask (plan.loss_mask), which weighs the positions; 1
- * otherwise (the other losses mean over every value alike). */
-int64_t mxu_loss_positions(const mxu_model *model);
+ * under a padding mask (the head's loss_mask), which weighs the
+ * positions; 1 otherwise (the other losses mean over every value alike).
+ * Of head h (0: the first output's). */
+int64_t mxu_loss_positions(const mxu_model *model, int h);
 /* Categorical label smoothing: out = t (1 - s) + s / k. */
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,
                         const float *targets, float *out);

@@ -150,7 +150,7 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
 }
 
 /* loss.c's element(): each value's loss, y and t (rows, k). */
-static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_compile_config *c,
+static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_output_loss *c,
                                   mxu_hlo_value y, mxu_hlo_value t) {
   const ops oo = {h, y}, *o = &oo;
   switch (c->loss) {
@@ -226,11 +226,11 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
                          mxu_hlo_value *loss, mxu_hlo_value *metric,
                          mxu_hlo_value *count) {
   mxu_hlo *h = in->h;
-  const mxu_compile_config *c = &model->compile;
-  const mxu_shape *out = &model->layers[mxu_model_output(model)].out_shape;
+  const mxu_output_loss *c = &model->heads[0].spec;
+  const mxu_shape *out = &model->layers[model->heads[0].node].out_shape;
   /* A sequence's positions are rows of their own (loss.c's positions),
    * each 1 / positions of its sample's loss and metric. */
-  int64_t positions = mxu_loss_positions(model);
+  int64_t positions = mxu_loss_positions(model, 0);
   int64_t values = mxu_shape_count(out) / positions;
   int64_t dims[2] = {in->batch * positions, values};
   mxu_hlo_shape rows_shape = mxu_hlo_shape_make(MXU_HLO_F32, 2, dims);
@@ -268,7 +268,7 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
   *loss = masked_sum(h, per_row, mask);
   /* The metric's own targets: the labels' one-hot rows, or the targets'
    * argmax. */
-  mxu_metric_kind kind = model->metric_kind;
+  mxu_metric_kind kind = model->heads[0].metric_kind;
   mxu_hlo_value hot = t;
   if (kind == MXU_METRIC_CATEGORICAL_ACCURACY || kind == MXU_METRIC_TOP_K)
     hot = mxu_hlo_convert(
@@ -284,7 +284,7 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
   mxu_hlo_value m = row_metric(h, kind, y, t, hot, values);
   if (!m)
     return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: metric %s is not emitted",
-                    model->metric);
+                    model->heads[0].metric);
   *metric = masked_sum(h, m, metric_mask);
   const int64_t all = 0;
   *count = mxu_hlo_reduce(h, metric_mask, MXU_HLO_SUM, 1, &all);

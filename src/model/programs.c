@@ -101,9 +101,10 @@ static mxu_status forward(const mxu_model *model, pass *p) {
         .moving = p->moving ? p->moving + owner->param_first : NULL};
     p->nodes[n] = l->cls->emit(l, &e);
     masks[n] = l->cls->computes_mask ? e.mask_out : p->nodes[n];
-    if (n == mxu_model_output(model)) p->logits = e.logits;
+    if (n == model->heads[0].node) p->logits = e.logits;
   }
-  if (model->plan.loss_mask >= 0) p->padding = masks[model->plan.loss_mask];
+  if (model->plan.head[0].loss_mask >= 0)
+    p->padding = masks[model->plan.head[0].loss_mask];
   free(masks);
   return p->h->status;
 }
@@ -154,11 +155,10 @@ static mxu_hlo_value input_parameter(const mxu_model *model, mxu_hlo *h,
 
 mxu_hlo_shape mxu_labels_shape(const mxu_model *model, int batch) {
   int64_t t_dims[2] = {
-      batch,
-      mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape)};
+      batch, mxu_shape_count(&model->layers[model->heads[0].node].out_shape)};
   /* A label per position of an output of several (mxu_loss_positions). */
-  int64_t labels[1] = {batch * mxu_loss_positions(model)};
-  return model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
+  int64_t labels[1] = {batch * mxu_loss_positions(model, 0)};
+  return model->heads[0].spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
              ? mxu_hlo_shape_make(MXU_HLO_S32, 1, labels)
              : f32(2, t_dims);
 }

@@ -58,7 +58,9 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
   run.row_offset = (int64_t)(replica->index % plan->split) * plan->batch;
   run.rng =
       mxu_rng_make(key->seed, MXU_STREAM_DROPOUT, key->epoch, key->step, id);
-  run.fused_softmax = plan->fused_softmax && last == mxu_model_output(model);
+  for (int h = 0; h < model->head_count; h++)
+    if (plan->head[h].fused_softmax && model->heads[h].node == last)
+      run.fused_softmax = 1;
   return run;
 }
 
@@ -142,31 +144,19 @@ void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica,
     mask[r] = r < rows ? 1.0f : 0.0f;
 }
 
-/* The loss of the batch and, when training, its gradient with respect to
- * the last layer's output (or its logits, when the softmax is fused). */
-/* Outputs after the first carry no loss: their gradient starts at zero
- * (a node that reads one writes its own share over it). */
-static void clear_other_outputs(mxu_model *model, mxu_replica *replica) {
-  for (int k = 1; k < model->output_count; k++) {
-    const mxu_layer *out = &model->layers[model->outputs[k]];
-    memset(mxu_replica_floats(replica, model->plan.grad[out->index]), 0,
-           (size_t)(model->plan.batch * mxu_shape_count(&out->out_shape)) *
-               sizeof(float));
-  }
-}
-
-/* The mask of each row the loss scores: each sample's, repeated over its
- * positions, and 0 at a position a padding mask masks (plan->loss_mask:
- * an Embedding's ids, or a Masking's 1 and 0). */
-static const float *row_mask(const mxu_model *model, mxu_replica *replica) {
+/* The mask of each row head h scores: each sample's, repeated over its
+ * positions, and 0 at a position a padding mask masks (the head's
+ * loss_mask: an Embedding's ids, or a Masking's 1 and 0). */
+static const float *row_mask(const mxu_model *model, mxu_replica *replica,
+                             int h) {
   const mxu_plan *plan = &model->plan;
-  int64_t positions = mxu_loss_positions(model);
+  const mxu_head_plan *hp = &plan->head[h];
+  int64_t positions = mxu_loss_positions(model, h);
   const float *mask = mxu_replica_floats(replica, plan->mask);
   if (positions == 1) return mask;
-  const float *padding = plan->loss_mask >= 0
-                             ? mask_values(model, replica, plan->loss_mask)
-                             : NULL;
-  float *rows = mxu_replica_floats(replica, plan->row_mask);
+  const float *padding =
+      hp->loss_mask >= 0 ? mask_values(model, replica, hp->loss_mask) : NULL;
+  float *rows = mxu_replica_floats(replica, hp->row_mask);
   for (int64_t r = 0; r < plan->batch * positions; r++)
     rows[r] = mask[r / positions] * (padding && padding[r] == 0.0f ? 0 : 1);
   return rows;
@@ -175,99 +165,109 @@ static const float *row_mask(const mxu_model *model, mxu_replica *replica) {
 /* Each scored row's weight in its sample's loss: 1 / positions, or under
  * a padding mask the logical replica's samples over its unmasked
  * positions. */
-static double row_weight(const mxu_model *model, const mxu_replica *replica) {
-  const mxu_plan *plan = &model->plan;
-  if (plan->loss_mask < 0) return 1.0 / (double)mxu_loss_positions(model);
-  return plan->mask_factor[replica - plan->replica];
+static double row_weight(const mxu_model *model, const mxu_replica *replica,
+                         int h) {
+  const mxu_head_plan *hp = &model->plan.head[h];
+  if (hp->loss_mask < 0) return 1.0 / (double)mxu_loss_positions(model, h);
+  return hp->mask_factor[replica - model->plan.replica];
 }
 
 /* The softmax cross-entropies, on the backend: fused with a final softmax
  * (reading its logits), from logits, or on probabilities; over a
  * sequence's rows (positions), each 1 / positions of its sample's. */
 static void softmax_loss(mxu_model *model, mxu_replica *replica,
-                         const mxu_step_key *key, float scale,
-                         const float *targets) {
-  mxu_plan *plan = &model->plan;
-  int n = mxu_model_output(model);
+                         const mxu_step_key *key, float scale, int h,
+                         const float *mask) {
+  const mxu_head *head = &model->heads[h];
+  const mxu_head_plan *hp = &model->plan.head[h];
+  int n = head->node;
   const mxu_layer *last = &model->layers[n];
   int classes = (int)last->out_shape.dims[last->out_shape.rank - 1];
-  int64_t positions = mxu_loss_positions(model);
-  int64_t rows = plan->batch * positions;
-  scale *= (float)row_weight(model, replica);
+  int64_t rows = model->plan.batch * mxu_loss_positions(model, h);
   const int32_t *labels =
-      (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
+      (const int32_t *)(const void *)mxu_replica_floats(replica, hp->labels);
   const float *onehot = NULL;
-  if (model->compile.loss == MXU_CATEGORICAL_CROSSENTROPY) {
-    onehot = targets;
-    if (model->compile.label_smoothing > 0.0f) {
-      float *smoothed = mxu_replica_floats(replica, plan->smoothed);
-      mxu_smooth_targets(rows, classes, model->compile.label_smoothing, targets,
+  if (head->spec.loss == MXU_CATEGORICAL_CROSSENTROPY) {
+    onehot = mxu_replica_floats(replica, hp->targets);
+    if (head->spec.label_smoothing > 0.0f) {
+      float *smoothed = mxu_replica_floats(replica, hp->smoothed);
+      mxu_smooth_targets(rows, classes, head->spec.label_smoothing, onehot,
                          smoothed);
       onehot = smoothed;
     }
   }
-  const float *mask = row_mask(model, replica);
-  float *loss = mxu_replica_floats(replica, plan->loss);
-  float *grad = mxu_replica_floats(replica, plan->grad[n]);
-  const float *out = mxu_replica_floats(replica, plan->act[n]);
-  if (plan->fused_softmax || model->compile.from_logits) {
+  float *loss = mxu_replica_floats(replica, hp->loss);
+  float *grad = mxu_replica_floats(replica, model->plan.grad[n]);
+  const float *out = mxu_replica_floats(replica, model->plan.act[n]);
+  if (hp->fused_softmax || head->spec.from_logits) {
     mxu_layer_run last_run = mxu_replica_run(model, replica, n, key);
     const float *logits =
-        plan->fused_softmax ? last->cls->logits(last, &last_run) : out;
+        hp->fused_softmax ? last->cls->logits(last, &last_run) : out;
     model->backend->softmax_cross_entropy(
         rows, classes, logits, onehot ? NULL : labels, onehot, mask, scale,
-        mxu_replica_floats(replica, plan->probs), loss, grad);
+        mxu_replica_floats(replica, hp->probs), loss, grad);
   } else {
     model->backend->cross_entropy(rows, classes, out, onehot ? NULL : labels,
                                   onehot, mask, scale, loss, grad);
   }
 }
 
+/* Head h's loss and metric sums, and in training its output's gradient
+ * (of its loss * weight * scale). */
+static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
+                               const mxu_step_key *key, float scale, int h) {
+  const mxu_plan *plan = &model->plan;
+  const mxu_head *head = &model->heads[h];
+  const mxu_head_plan *hp = &plan->head[h];
+  const mxu_shape *shape = &model->layers[head->node].out_shape;
+  int64_t rows = plan->batch, values = mxu_shape_count(shape);
+  /* A sequence's positions' losses and metrics, meaned per sample (over
+   * the unmasked ones under a padding mask); under a padding mask each
+   * position is a row of its own. */
+  int64_t positions = mxu_loss_positions(model, h);
+  const float *scored = row_mask(model, replica, h);
+  double weight = row_weight(model, replica, h);
+  float row_scale = scale * head->spec.weight * (float)weight;
+  const float *targets = mxu_replica_floats(replica, hp->targets);
+  const float *out = mxu_replica_floats(replica, plan->act[head->node]);
+  const float *loss = mxu_replica_floats(replica, hp->loss);
+  if (mxu_loss_is_softmax(head->spec.loss)) {
+    softmax_loss(model, replica, key, row_scale, h, scored);
+  } else {
+    const mxu_output_loss *o = &head->spec;
+    mxu_loss_spec spec = {
+        o->loss,        o->from_logits,     o->label_smoothing,
+        o->huber_delta, values / positions, shape->dims[shape->rank - 1]};
+    mxu_target_loss(&spec, rows * positions, out, targets, scored, row_scale,
+                    mxu_replica_floats(replica, hp->loss),
+                    mxu_replica_floats(replica, plan->grad[head->node]));
+  }
+  mxu_head_sums sums = {0};
+  for (int64_t r = 0; r < rows * positions; r++) {
+    sums.loss += loss[r];
+    sums.count += scored[r];
+  }
+  sums.loss *= weight;
+  sums.count /= (double)positions;
+  if (!head->spec.metric) return sums;
+  const int32_t *labels =
+      (const int32_t *)(const void *)mxu_replica_floats(replica, hp->labels);
+  sums.metric =
+      mxu_metric_sum(head->metric_kind, rows * positions, values / positions,
+                     out, labels, targets, scored) /
+      (double)positions;
+  return sums;
+}
+
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                                  const mxu_step_key *key, float scale) {
-  mxu_plan *plan = &model->plan;
-  if (key->training) clear_other_outputs(model, replica);
-  int n = mxu_model_output(model);
-  const mxu_shape *shape = &model->layers[n].out_shape;
-  int64_t rows = plan->batch, values = mxu_shape_count(shape);
-  const float *targets = mxu_replica_floats(replica, plan->targets);
-  const float *mask = mxu_replica_floats(replica, plan->mask);
-  const float *loss = mxu_replica_floats(replica, plan->loss);
-  const float *out = mxu_replica_floats(replica, plan->act[n]);
-  const mxu_compile_config *c = &model->compile;
-  if (mxu_loss_is_softmax(c->loss)) {
-    softmax_loss(model, replica, key, scale, targets);
-  } else {
-    /* Under a padding mask each position is a row of its own. */
-    int64_t per = mxu_loss_positions(model);
-    mxu_loss_spec spec = {
-        c->loss,        c->from_logits, c->label_smoothing,
-        c->huber_delta, values / per,   shape->dims[shape->rank - 1]};
-    mxu_target_loss(&spec, rows * per, out, targets, row_mask(model, replica),
-                    scale * (float)row_weight(model, replica),
-                    mxu_replica_floats(replica, plan->loss),
-                    mxu_replica_floats(replica, plan->grad[n]));
-  }
-  /* A sequence's positions' losses and metrics, meaned per sample (over
-   * the unmasked ones under a padding mask). */
-  int64_t positions = mxu_loss_positions(model);
-  const float *scored =
-      positions > 1 ? mxu_replica_floats(replica, plan->row_mask) : mask;
   mxu_step_result result = {0};
-  for (int64_t r = 0; r < rows * positions; r++) {
-    result.loss_sum += loss[r];
-    result.metric_count += scored[r];
+  for (int h = 0; h < model->head_count; h++) {
+    result.heads[h] = head_loss(model, replica, key, scale, h);
+    result.loss_sum += model->heads[h].spec.weight * result.heads[h].loss;
   }
-  result.loss_sum *= row_weight(model, replica);
-  result.metric_count /= (double)positions;
   for (int i = 0; i < model->layer_count; i++)
     if (mxu_has_activity(&model->layers[i]))
       result.loss_sum += activity(model, replica, &model->layers[i], 0, NULL);
-  const int32_t *labels =
-      (const int32_t *)(const void *)mxu_replica_floats(replica, plan->labels);
-  result.metric_sum =
-      mxu_metric_sum(model->metric_kind, rows * positions, values / positions,
-                     out, labels, targets, scored) /
-      (double)positions;
   return result;
 }

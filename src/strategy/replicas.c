@@ -398,8 +398,11 @@ static mxu_step_result combine(const mxu_plan *plan,
   mxu_dist_allgather(local, all, (size_t)plan->local_count * sizeof *local);
   for (int r = 0; r < plan->replicas; r++) {
     total.loss_sum += all[r].loss_sum;
-    total.metric_sum += all[r].metric_sum;
-    total.metric_count += all[r].metric_count;
+    for (int h = 0; h < MXU_MAX_OUTPUTS; h++) {
+      total.heads[h].loss += all[r].heads[h].loss;
+      total.heads[h].metric += all[r].heads[h].metric;
+      total.heads[h].count += all[r].heads[h].count;
+    }
   }
   return total;
 }

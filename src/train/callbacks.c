@@ -64,17 +64,50 @@ int mxu_monitor_improved(const char *monitor, mxu_monitor_mode mode,
   return value + delta < best;
 }
 
+/* Output j's value named base ("<name>_loss", "<name>_<metric>"). */
+static double output_value(const mxu_output_log *o, const char *base, int val) {
+  size_t n = strlen(o->name);
+  if (strncmp(base, o->name, n) != 0 || base[n] != '_') return NAN;
+  if (strcmp(base + n + 1, "loss") == 0) return val ? o->val_loss : o->loss;
+  if (o->metric && strcmp(base + n + 1, o->metric) == 0)
+    return val ? o->val_metric : o->metric_value;
+  return NAN;
+}
+
 double mxu_logs_value(const mxu_logs *logs, const char *name) {
   if (!logs || !name) return NAN;
   int val = strncmp(name, "val_", 4) == 0;
   const char *base = val ? name + 4 : name;
   if (strcmp(base, "loss") == 0) return val ? logs->val_loss : logs->loss;
-  if (strcmp(base, "accuracy") == 0 || strcmp(base, "acc") == 0 ||
-      (logs->metric && strcmp(base, logs->metric) == 0))
+  if (!logs->output_count &&
+      (strcmp(base, "accuracy") == 0 || strcmp(base, "acc") == 0 ||
+       (logs->metric && strcmp(base, logs->metric) == 0)))
     return val ? logs->val_accuracy : logs->accuracy;
   if (!val && (strcmp(name, "learning_rate") == 0 || strcmp(name, "lr") == 0))
     return logs->learning_rate;
+  for (int j = 0; j < logs->output_count; j++) {
+    double v = output_value(&logs->outputs[j], base, val);
+    if (!isnan(v)) return v;
+  }
   return NAN;
+}
+
+int mxu_logs_keys(const mxu_logs *logs, char keys[][MXU_LOG_KEY_SIZE]) {
+  int n = 0;
+  for (int v = 0; v <= !isnan(logs->val_loss); v++) {
+    const char *p = v ? "val_" : "";
+    snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%sloss", p);
+    if (!logs->output_count && logs->metric)
+      snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s%s", p, logs->metric);
+    for (int j = 0; j < logs->output_count; j++)
+      snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s%s_loss", p,
+               logs->outputs[j].name);
+    for (int j = 0; j < logs->output_count; j++)
+      if (logs->outputs[j].metric)
+        snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s%s_%s", p,
+                 logs->outputs[j].name, logs->outputs[j].metric);
+  }
+  return n;
 }
 
 void mxu_model_stop_training(mxu_model *model) {

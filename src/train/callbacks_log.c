@@ -20,9 +20,9 @@ static char *copy_text(const char *text) {
 
 /* ---- CSVLogger --------------------------------------------------------- */
 
-/* loss, lr, the metric and val_ of both: sorted, they fit in five. */
-#define CSV_MAX_KEYS 5
-#define CSV_KEY_SIZE 80
+/* The logs' keys and lr. */
+#define CSV_MAX_KEYS (MXU_MAX_LOG_KEYS + 1)
+#define CSV_KEY_SIZE MXU_LOG_KEY_SIZE
 
 typedef struct csv_logger {
   char *path;
@@ -68,15 +68,10 @@ static int compare_keys(const void *a, const void *b) { return strcmp(a, b); }
  * val_loss and val_<metric> when that epoch validated. A later epoch
  * without validation writes NA in them, as Keras does. */
 static void csv_pick_keys(csv_logger *csv, const mxu_logs *logs) {
-  const char *metric = logs->metric ? logs->metric : "accuracy";
-  int n = 0;
-  snprintf(csv->keys[n++], CSV_KEY_SIZE, "loss");
+  char keys[MXU_MAX_LOG_KEYS][MXU_LOG_KEY_SIZE];
+  int n = mxu_logs_keys(logs, keys);
+  memcpy(csv->keys, keys, (size_t)n * CSV_KEY_SIZE);
   snprintf(csv->keys[n++], CSV_KEY_SIZE, "lr");
-  snprintf(csv->keys[n++], CSV_KEY_SIZE, "%s", metric);
-  if (!isnan(logs->val_loss)) {
-    snprintf(csv->keys[n++], CSV_KEY_SIZE, "val_loss");
-    snprintf(csv->keys[n++], CSV_KEY_SIZE, "val_%s", metric);
-  }
   qsort(csv->keys, (size_t)n, CSV_KEY_SIZE, compare_keys);
   csv->key_count = n;
 }
@@ -241,34 +236,32 @@ static mxu_status tb_batch_end(void *self, mxu_model *model,
   return mxu_tb_scalar(tb->train, "batch_loss", step, logs->loss);
 }
 
-/* Keras names each scalar "epoch_" + the logs key: the metric keeps its
- * own name (epoch_accuracy, or epoch_sparse_categorical_accuracy when the
- * model logs that), never a second alias, so TensorBoard shows the same
- * tags Keras would for the same model. */
-static mxu_status tb_write_epoch(mxu_tb_writer *w, const mxu_logs *logs,
-                                 double loss, double accuracy) {
-  char tag[96];
-  snprintf(tag, sizeof tag, "epoch_%s",
-           logs->metric ? logs->metric : "accuracy");
-  MXU_TRY(mxu_tb_scalar(w, "epoch_loss", logs->epoch, loss));
-  return mxu_tb_scalar(w, tag, logs->epoch, accuracy);
-}
-
+/* Keras names each scalar "epoch_" + the logs key (val_ keys in the
+ * validation log, without val_): the metric keeps its own name
+ * (epoch_accuracy, or epoch_sparse_categorical_accuracy when the model
+ * logs that), never a second alias, so TensorBoard shows the same tags
+ * Keras would for the same model. */
 static mxu_status tb_epoch_end(void *self, mxu_model *model,
                                const mxu_logs *logs) {
   (void)model;
   tensorboard *tb = self;
   if (!tb->train) return MXU_OK;
-  MXU_TRY(tb_write_epoch(tb->train, logs, logs->loss, logs->accuracy));
+  if (!isnan(logs->val_loss) && !tb->validation)
+    MXU_TRY(mxu_tb_open(tb->validation_dir, &tb->validation));
+  char keys[MXU_MAX_LOG_KEYS][MXU_LOG_KEY_SIZE];
+  int n = mxu_logs_keys(logs, keys);
+  for (int i = 0; i < n; i++) {
+    int val = strncmp(keys[i], "val_", 4) == 0;
+    char tag[MXU_LOG_KEY_SIZE + 8];
+    snprintf(tag, sizeof tag, "epoch_%s", keys[i] + (val ? 4 : 0));
+    MXU_TRY(mxu_tb_scalar(val ? tb->validation : tb->train, tag, logs->epoch,
+                          mxu_logs_value(logs, keys[i])));
+  }
   MXU_TRY(mxu_tb_scalar(tb->train, "epoch_learning_rate", logs->epoch,
                         logs->learning_rate));
   MXU_TRY(mxu_tb_flush(tb->train));
-  if (isnan(logs->val_loss)) return MXU_OK;
-  if (!tb->validation)
-    MXU_TRY(mxu_tb_open(tb->validation_dir, &tb->validation));
-  MXU_TRY(
-      tb_write_epoch(tb->validation, logs, logs->val_loss, logs->val_accuracy));
-  return mxu_tb_flush(tb->validation);
+  return tb->validation && !isnan(logs->val_loss) ? mxu_tb_flush(tb->validation)
+                                                  : MXU_OK;
 }
 
 static mxu_status tb_train_end(void *self, mxu_model *model,

@@ -17,24 +17,26 @@ static double worst_value(const char *monitor, mxu_monitor_mode mode) {
 }
 
 /* Whether the logs hold the key at all, as a Keras logs dict would: val_*
- * only when the epoch was validated. mxu_logs_value on a copy whose values
- * are all 0 tells a known name (0) from an unknown one (NaN) without
- * repeating its naming rules. */
+ * only when the epoch was validated; the rate and "accuracy"'s aliases
+ * too, which mxu_logs_value names. */
 static int logs_have(const mxu_logs *logs, const char *name) {
+  char keys[MXU_MAX_LOG_KEYS][MXU_LOG_KEY_SIZE];
+  int n = mxu_logs_keys(logs, keys);
+  for (int i = 0; i < n; i++)
+    if (strcmp(keys[i], name) == 0) return 1;
   if (strncmp(name, "val_", 4) == 0 && isnan(logs->val_loss)) return 0;
-  mxu_logs probe = *logs;
-  probe.loss = probe.accuracy = probe.val_loss = probe.val_accuracy = 0;
-  probe.learning_rate = 0;
-  return !isnan(mxu_logs_value(&probe, name));
+  return !isnan(mxu_logs_value(logs, name));
 }
 
 /* The keys these logs hold, comma-separated as Keras lists them. */
 static void logs_keys(const mxu_logs *logs, char *out, size_t size) {
-  const char *metric = logs->metric ? logs->metric : "accuracy";
-  if (isnan(logs->val_loss))
-    snprintf(out, size, "loss,%s,lr", metric);
-  else
-    snprintf(out, size, "loss,%s,val_loss,val_%s,lr", metric, metric);
+  char keys[MXU_MAX_LOG_KEYS][MXU_LOG_KEY_SIZE];
+  int n = mxu_logs_keys(logs, keys);
+  size_t used = 0;
+  out[0] = 0;
+  for (int i = 0; i < n && used < size; i++)
+    used += (size_t)snprintf(out + used, size - used, "%s,", keys[i]);
+  if (used < size) snprintf(out + used, size - used, "lr");
 }
 
 /* Keras logs a warning and skips the epoch when the monitored key is
@@ -43,7 +45,7 @@ static void logs_keys(const mxu_logs *logs, char *out, size_t size) {
 static void warn_missing(const char *what, const char *monitor,
                          const mxu_logs *logs) {
   if (!logs->out) return;
-  char keys[256];
+  char keys[MXU_MAX_LOG_KEYS * MXU_LOG_KEY_SIZE];
   logs_keys(logs, keys, sizeof keys);
   fprintf(logs->out,
           "mxu: warning: %s is conditioned on metric `%s` which is not "

@@ -21,81 +21,96 @@ mxu_fit_config mxu_fit_defaults(void) {
   return config;
 }
 
-static mxu_status check_io(const mxu_model *model, const char *what) {
-  if (mxu_model_output_count(model) != 1)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "%s: the model has %d outputs; fit, evaluate and predict "
-                    "(and the mxu command) take models with one; "
-                    "mxu_predict_outputs runs the others",
-                    what, mxu_model_output_count(model));
-  return MXU_OK;
-}
-
-/* Values the model outputs a sample (classes for a classifier). */
-static int64_t output_values(const mxu_model *model) {
-  return mxu_shape_count(&model->layers[mxu_model_output(model)].out_shape);
+/* Values head h's output has a sample (classes for a classifier). */
+static int64_t output_values(const mxu_model *model, int h) {
+  return mxu_shape_count(&model->layers[model->heads[h].node].out_shape);
 }
 
 /* The sparse loss over an output of several positions (a sequence's
  * steps): a class index per position, which the data gives as its targets
  * (an .npy of (count, steps) labels). */
-static int positional_labels(const mxu_model *model) {
-  return model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
-         mxu_loss_positions(model) > 1;
+static int positional_labels(const mxu_model *model, int h) {
+  return model->heads[h].spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
+         mxu_loss_positions(model, h) > 1;
 }
 
-static mxu_status check_positional(const mxu_model *model,
+/* "output 'name': " before a message about one output of a model of
+ * several; nothing for a model of one. */
+static const char *output_label(const mxu_model *model, int h, char *out,
+                                size_t size) {
+  out[0] = 0;
+  if (model->head_count > 1)
+    snprintf(out, size,
+             "output '%s': ", model->layers[model->heads[h].node].name);
+  return out;
+}
+
+static mxu_status check_positional(const mxu_model *model, int h,
                                    const mxu_dataset *data, const char *what) {
-  int64_t positions = mxu_loss_positions(model);
-  int64_t classes = output_values(model) / positions;
+  int64_t positions = mxu_loss_positions(model, h);
+  int64_t classes = output_values(model, h) / positions;
+  char o[MXU_NAME_SIZE + 16];
+  output_label(model, h, o, sizeof o);
   if (!data->targets || data->target_size != positions)
     return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: sparse_categorical_crossentropy over the output's "
+                    "%s: %ssparse_categorical_crossentropy over the output's "
                     "%lld positions needs a class index for each (labels of "
                     "(count, %lld)), but the data gives %d values a sample",
-                    what, (long long)positions, (long long)positions,
+                    what, o, (long long)positions, (long long)positions,
                     data->targets ? data->target_size : 1);
   for (int64_t i = 0; i < data->count * positions; i++) {
     float v = data->targets[i];
     if (!(v >= 0 && v < (float)classes && v == floorf(v)))
       return mxu_fail(MXU_ERR_ARG,
-                      "%s: sample %lld's label at position %lld is %g, not a "
-                      "class index in 0..%lld",
-                      what, (long long)(i / positions),
+                      "%s: %ssample %lld's label at position %lld is %g, not "
+                      "a class index in 0..%lld",
+                      what, o, (long long)(i / positions),
                       (long long)(i % positions), (double)v,
                       (long long)classes - 1);
   }
   return MXU_OK;
 }
 
-/* What the loss and metric read must be in the data: class labels for the
- * sparse ones (one per position: check_positional); else targets of the
- * output's size, or labels to stand for them (as numbers for a one-value
- * output, else one-hot rows). */
-static mxu_status check_targets(const mxu_model *model, const mxu_dataset *data,
-                                const char *what) {
-  if (positional_labels(model)) return check_positional(model, data, what);
-  int64_t values = output_values(model);
-  int sparse = model->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
-               mxu_metric_needs_labels(model->metric_kind);
+/* What head h's loss and metric read must be in the data (its view of
+ * output h): class labels for the sparse ones (one per position:
+ * check_positional); else targets of the output's size, or labels to stand
+ * for them (as numbers for a one-value output, else one-hot rows). */
+static mxu_status check_targets(const mxu_model *model, int h,
+                                const mxu_dataset *data, const char *what) {
+  if (positional_labels(model, h))
+    return check_positional(model, h, data, what);
+  const mxu_head *head = &model->heads[h];
+  int64_t values = output_values(model, h);
+  int sparse =
+      head->spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
+      (head->spec.metric && mxu_metric_needs_labels(head->metric_kind));
+  char o[MXU_NAME_SIZE + 16];
+  output_label(model, h, o, sizeof o);
+  const mxu_shape *shape = &model->layers[head->node].out_shape;
+  if (mxu_loss_is_softmax(head->spec.loss) && shape->dims[shape->rank - 1] < 2)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: %sa categorical cross-entropy needs a score per "
+                    "class (at least 2, along the last axis); give this "
+                    "output its own loss (mxu_compile_config.outputs)",
+                    what, o);
   if (data->num_classes == 0 && sparse)
     return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: the data's targets are %d float values a sample, "
+                    "%s: %sthe data's targets are %d float values a sample, "
                     "not class labels, which the sparse loss and metrics "
                     "need; use a loss such as mean_squared_error",
-                    what, data->target_size);
+                    what, o, data->target_size);
   if (data->num_classes == 0 && data->target_size != values)
     return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: the data's targets are %d float values a sample, "
+                    "%s: %sthe data's targets are %d float values a sample, "
                     "but the model outputs %lld",
-                    what, data->target_size, (long long)values);
+                    what, o, data->target_size, (long long)values);
   if (data->num_classes == 0 || values == 1 ||
       (data->targets && data->target_size == values && !sparse))
     return MXU_OK;
   if (data->num_classes > values)
     return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: the data has %d classes but the model outputs %lld",
-                    what, data->num_classes, (long long)values);
+                    "%s: %sthe data has %d classes but the model outputs %lld",
+                    what, o, data->num_classes, (long long)values);
   return MXU_OK;
 }
 
@@ -170,7 +185,14 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                     "%s: the data set has no samples; check its path and "
                     "split",
                     what);
-  MXU_TRY(check_io(model, what));
+  if (mxu_dataset_output_count(data) != model->head_count)
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: the data has targets for %d outputs but the model "
+                    "has %d (%s ...); give targets for each, in the order "
+                    "of the model's outputs (mxu_dataset_add_output_labels, "
+                    "mxu_dataset_add_output_targets)",
+                    what, mxu_dataset_output_count(data), model->head_count,
+                    model->layers[model->heads[0].node].name);
   if (mxu_dataset_input_count(data) != model->input_count)
     return mxu_fail(MXU_ERR_ARG,
                     "%s: the data has samples for %d inputs but the model "
@@ -180,7 +202,12 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                     mxu_model_input(model)->name);
   for (int k = 0; k < model->input_count; k++)
     MXU_TRY(check_input(model, data, k, what));
-  return check_targets(model, data, what);
+  for (int h = 0; h < model->head_count; h++) {
+    mxu_dataset view;
+    mxu_dataset_output_view(data, h, &view);
+    MXU_TRY(check_targets(model, h, &view, what));
+  }
+  return MXU_OK;
 }
 
 /* The global batch: the per-replica batch times the replicas. */
@@ -205,6 +232,44 @@ static int64_t replica_rows(const mxu_model *model, int index, int64_t rows) {
   return left < 0 ? 0 : left < model->plan.batch ? left : model->plan.batch;
 }
 
+/* Head h's labels and targets of the replica's `own` samples from the
+ * data's output h, zeros after them. */
+static void load_targets(mxu_model *model, mxu_replica *replica, int h,
+                         const mxu_dataset *all, const int64_t *order,
+                         int64_t first, int64_t own) {
+  const mxu_head_plan *hp = &model->plan.head[h];
+  mxu_dataset data;
+  mxu_dataset_output_view(all, h, &data);
+  int64_t batch = model->plan.batch;
+  int32_t *labels = (int32_t *)(void *)mxu_replica_floats(replica, hp->labels);
+  float *targets = mxu_replica_floats(replica, hp->targets);
+  int64_t values = output_values(model, h);
+  int64_t positions =
+      positional_labels(model, h) ? mxu_loss_positions(model, h) : 1;
+  int given =
+      data.targets && (data.target_size == values ||
+                       (positions > 1 && data.target_size == positions));
+  memset(labels, 0, (size_t)(batch * positions) * sizeof *labels);
+  memset(targets, 0, (size_t)(batch * values) * sizeof *targets);
+  /* predict's data has neither: labels read as class 0, targets as 0. */
+  if (own > 0)
+    mxu_dataset_gather(&data, order, first, own, NULL,
+                       data.num_classes && positions == 1 ? labels : NULL,
+                       given ? targets : NULL);
+  if (positions > 1) { /* each position's class index, from the targets */
+    for (int64_t i = 0; given && i < own * positions; i++)
+      labels[i] = (int32_t)targets[i];
+    return;
+  }
+  if (given || !data.num_classes) return;
+  for (int64_t r = 0; r < own; r++) {
+    if (values == 1)
+      targets[r] = (float)labels[r];
+    else
+      targets[r * values + labels[r]] = 1.0f;
+  }
+}
+
 /* Copies a replica's samples of the global batch starting at `first` (of
  * order, or of the data set) into its arena, with zeros after its real
  * rows, and marks those rows. */
@@ -215,52 +280,29 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
   int64_t batch = plan->batch;
   int64_t own = replica_rows(model, replica->index, rows);
   first += (int64_t)replica->index * batch;
-  float *x = mxu_replica_floats(replica, plan->act[model->inputs[0]]);
-  int32_t *labels =
-      (int32_t *)(void *)mxu_replica_floats(replica, plan->labels);
-  float *targets = mxu_replica_floats(replica, plan->targets);
-  int64_t sample = mxu_shape_count(&data->shape), values = output_values(model);
-  int64_t positions = positional_labels(model) ? mxu_loss_positions(model) : 1;
-  int given =
-      data->targets && (data->target_size == values ||
-                        (positions > 1 && data->target_size == positions));
-  memset(labels, 0, (size_t)(batch * positions) * sizeof *labels);
-  memset(targets, 0, (size_t)(batch * values) * sizeof *targets);
-  /* predict's data has neither: labels read as class 0, targets as 0. */
-  if (own > 0)
-    mxu_dataset_gather(data, order, first, own, x,
-                       data->num_classes && positions == 1 ? labels : NULL,
-                       given ? targets : NULL);
-  memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
-  for (int k = 1; k < model->input_count; k++) {
-    int64_t per = mxu_shape_count(&data->more_shape[k - 1]);
-    float *more = mxu_replica_floats(replica, plan->act[model->inputs[k]]);
-    if (own > 0) mxu_dataset_gather_input(data, k, order, first, own, more);
-    memset(more + own * per, 0, (size_t)((batch - own) * per) * 4);
+  for (int k = 0; k < model->input_count; k++) {
+    int64_t per = mxu_shape_count(&model->layers[model->inputs[k]].out_shape);
+    float *x = mxu_replica_floats(replica, plan->act[model->inputs[k]]);
+    if (own > 0 && k == 0)
+      mxu_dataset_gather(data, order, first, own, x, NULL, NULL);
+    else if (own > 0)
+      mxu_dataset_gather_input(data, k, order, first, own, x);
+    memset(x + own * per, 0, (size_t)((batch - own) * per) * 4);
   }
+  for (int h = 0; h < model->head_count; h++)
+    load_targets(model, replica, h, data, order, first, own);
   mxu_replica_set_rows(model, replica, own);
-  if (positions > 1) { /* each position's class index, from the targets */
-    for (int64_t i = 0; given && i < own * positions; i++)
-      labels[i] = (int32_t)targets[i];
-    return;
-  }
-  if (given || !data->num_classes) return;
-  for (int64_t r = 0; r < own; r++) {
-    if (values == 1)
-      targets[r] = (float)labels[r];
-    else
-      targets[r * values + labels[r]] = 1.0f;
-  }
 }
 
-/* A padding mask reaching the loss (plan->loss_mask): each local slice's
- * unmasked positions, from the input it holds (ids != 0, or a Masking's
- * steps not all mask_value), summed per logical replica; each slice's
- * factor is its logical replica's real samples over that sum (0 when
- * none is unmasked, as Keras' divide_no_nan). */
-static void count_unmasked(mxu_model *model) {
+/* A padding mask reaching head h's loss (its loss_mask): each local
+ * slice's unmasked positions, from the input it holds (ids != 0, or a
+ * Masking's steps not all mask_value), summed per logical replica; each
+ * slice's factor is its logical replica's real samples over that sum (0
+ * when none is unmasked, as Keras' divide_no_nan). */
+static void count_unmasked(mxu_model *model, int h) {
   mxu_plan *plan = &model->plan;
-  const mxu_layer *holder = &model->layers[plan->loss_mask];
+  mxu_head_plan *hp = &plan->head[h];
+  const mxu_layer *holder = &model->layers[hp->loss_mask];
   int masking = holder->cls->computes_mask;
   int input = masking ? holder->inputs[0] : holder->index;
   float padding = masking ? holder->config.mask_value : 0.0f;
@@ -282,7 +324,7 @@ static void count_unmasked(mxu_model *model) {
     for (int s = 0; s < plan->local_count; s++)
       if (plan->replica[s].index / plan->split == logical)
         v += valid[s], o += own[s];
-    plan->mask_factor[r] = v > 0 ? o / v : 0.0;
+    hp->mask_factor[r] = v > 0 ? o / v : 0.0;
   }
 }
 
@@ -290,39 +332,78 @@ static void load_batch(mxu_model *model, const mxu_dataset *data,
                        const int64_t *order, int64_t first, int64_t rows) {
   for (int r = 0; r < model->plan.local_count; r++)
     load_replica(model, &model->plan.replica[r], data, order, first, rows);
-  if (model->plan.loss_mask >= 0) count_unmasked(model);
+  for (int h = 0; h < model->head_count; h++)
+    if (model->plan.head[h].loss_mask >= 0) count_unmasked(model, h);
 }
 
-mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
-                        int batch_size, double *loss, double *accuracy) {
+/* A step's sums added into running totals. */
+static void add_sums(mxu_step_result *totals, const mxu_step_result *r) {
+  totals->loss_sum += r->loss_sum;
+  for (int h = 0; h < MXU_MAX_OUTPUTS; h++) {
+    totals->heads[h].loss += r->heads[h].loss;
+    totals->heads[h].metric += r->heads[h].metric;
+    totals->heads[h].count += r->heads[h].count;
+  }
+}
+
+/* Each head's mean loss and metric from sums over `samples`. */
+static void output_means(const mxu_model *model, const mxu_step_result *sums,
+                         double samples, mxu_output_log *out) {
+  for (int h = 0; h < model->head_count; h++) {
+    const mxu_head *head = &model->heads[h];
+    const mxu_head_sums *t = &sums->heads[h];
+    out[h].name = model->layers[head->node].name;
+    out[h].metric = head->spec.metric;
+    out[h].loss = t->loss / (samples > 0 ? samples : 1.0);
+    out[h].metric_value = !head->spec.metric ? NAN
+                          : t->count > 0     ? t->metric / t->count
+                                             : 0.0;
+    out[h].val_loss = out[h].val_metric = NAN;
+  }
+}
+
+/* The device's sums for the loaded batch (pjrt evaluates one output). */
+static mxu_step_result device_evaluate(mxu_model *model) {
+  mxu_step_result r = {0};
+  r.status = mxu_device_evaluate(model, &r.loss_sum, &r.heads[0].metric,
+                                 &r.heads[0].count);
+  r.heads[0].loss = r.loss_sum;
+  return r;
+}
+
+mxu_status mxu_evaluate_outputs(mxu_model *model, const mxu_dataset *data,
+                                int batch_size, double *loss,
+                                mxu_output_log *outputs) {
   MXU_TRY(check_data(model, data, "evaluate"));
   if (batch_size < 0)
     return mxu_fail(MXU_ERR_ARG, "evaluate: batch size %d is negative",
                     batch_size);
   MXU_TRY(ensure_batch(model, batch_size ? batch_size : global_batch(model)));
   int64_t batch = global_batch(model);
-  double loss_sum = 0, metric_sum = 0, metric_count = 0;
+  mxu_step_result totals = {0};
   mxu_step_key key = {0, 0, 0, 0};
   for (int64_t first = 0; first < data->count; first += batch) {
     int64_t rows = data->count - first < batch ? data->count - first : batch;
     load_batch(model, data, NULL, first, rows);
-    if (model->device) {
-      double l = 0, m = 0, k = 0;
-      MXU_TRY(mxu_device_evaluate(model, &l, &m, &k));
-      loss_sum += l;
-      metric_sum += m;
-      metric_count += k;
-      continue;
-    }
-    mxu_step_result r = mxu_strategy_step(model, &key, 1.0f);
-    loss_sum += r.loss_sum;
-    metric_sum += r.metric_sum;
-    metric_count += r.metric_count;
+    mxu_step_result r = model->device ? device_evaluate(model)
+                                      : mxu_strategy_step(model, &key, 1.0f);
+    MXU_TRY(r.status);
+    add_sums(&totals, &r);
   }
   double n = data->count ? (double)data->count : 1.0;
   double penalty = model->penalized ? mxu_regularization_loss(model) : 0.0;
-  if (loss) *loss = loss_sum / n + penalty;
-  if (accuracy) *accuracy = metric_count > 0 ? metric_sum / metric_count : 0.0;
+  if (loss) *loss = totals.loss_sum / n + penalty;
+  if (outputs) output_means(model, &totals, n, outputs);
+  return MXU_OK;
+}
+
+mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
+                        int batch_size, double *loss, double *accuracy) {
+  mxu_output_log outputs[MXU_MAX_OUTPUTS];
+  MXU_TRY(mxu_evaluate_outputs(model, data, batch_size, loss, outputs));
+  /* A model of several outputs has no one accuracy. */
+  if (accuracy)
+    *accuracy = model->head_count == 1 ? outputs[0].metric_value : NAN;
   return MXU_OK;
 }
 
@@ -332,7 +413,11 @@ mxu_status mxu_predict(mxu_model *model, const float *x, int64_t count,
     return mxu_fail(MXU_ERR_ARG, "predict: compile the model first");
   if (!x || !out || count < 0)
     return mxu_fail(MXU_ERR_ARG, "predict: x and out are required");
-  MXU_TRY(check_io(model, "predict"));
+  if (mxu_model_output_count(model) != 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "predict: the model has %d outputs; mxu_predict_outputs "
+                    "takes an array for each",
+                    mxu_model_output_count(model));
   if (model->input_count != 1)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "predict: the model has %d inputs; mxu_predict_outputs "
@@ -381,8 +466,9 @@ static mxu_status resolve_batch(const mxu_fit_config *c, int64_t count,
 }
 
 typedef struct epoch_totals {
-  double loss_sum, metric_sum, metric_count;
+  mxu_step_result sums;
   int64_t samples;
+  mxu_output_log outputs[MXU_MAX_OUTPUTS]; /* the logs' means */
 } epoch_totals;
 
 /* Writes a checkpoint when one is due after `step` of `epoch` has been
@@ -407,16 +493,42 @@ static mxu_status maybe_checkpoint(mxu_model *model, const mxu_fit_config *c,
   return mxu_checkpoint_save(model, c->checkpoint_dir, &next, 2);
 }
 
+/* Keras' logs over `outputs` (means, their val_ too): a model of one
+ * output has its loss and metric in loss and accuracy; one of several its
+ * total in loss and each output's in outputs. */
+static mxu_logs logs_of(const mxu_model *model, int epoch, double loss,
+                        double val_loss, const mxu_output_log *outputs) {
+  int one = model->head_count == 1;
+  mxu_logs logs = {.epoch = epoch,
+                   .loss = loss,
+                   .accuracy = one ? outputs[0].metric_value : NAN,
+                   .val_loss = val_loss,
+                   .val_accuracy = one ? outputs[0].val_metric : NAN,
+                   .learning_rate = mxu_model_learning_rate(model),
+                   .metric = one ? outputs[0].metric : NULL,
+                   .output_count = one ? 0 : model->head_count,
+                   .outputs = outputs,
+                   .out = NULL}; /* callbacks get fit's stream */
+  return logs;
+}
+
 /* Keras' logs of the epoch so far (no validation yet). */
 static mxu_logs epoch_logs(const mxu_model *model, int epoch,
-                           const epoch_totals *totals) {
+                           epoch_totals *totals) {
   double n = totals->samples ? (double)totals->samples : 1.0;
-  double m = totals->metric_count > 0 ? totals->metric_count : 1.0;
-  mxu_logs logs = {
-      epoch, 0,   totals->loss_sum / n,           totals->metric_sum / m,
-      NAN,   NAN, mxu_model_learning_rate(model), model->metric,
-      NULL}; /* callbacks get fit's stream */
-  return logs;
+  output_means(model, &totals->sums, n, totals->outputs);
+  return logs_of(model, epoch, totals->sums.loss_sum / n, NAN, totals->outputs);
+}
+
+/* The progress bar shows the logs' keys, in tf.keras' order. */
+static void show_progress(mxu_progress *progress, int step,
+                          const mxu_logs *logs, int final) {
+  char keys[MXU_MAX_LOG_KEYS][MXU_LOG_KEY_SIZE];
+  mxu_metric_value values[MXU_MAX_LOG_KEYS];
+  int n = mxu_logs_keys(logs, keys);
+  for (int i = 0; i < n; i++)
+    values[i] = (mxu_metric_value){keys[i], mxu_logs_value(logs, keys[i])};
+  mxu_progress_update(progress, step, values, n, final);
 }
 
 static int steps_per_execution(const mxu_model *model) {
@@ -440,17 +552,14 @@ static mxu_status after_step(mxu_model *model, const mxu_fit_config *c,
                              int epoch, int step, int steps, int first,
                              mxu_progress *progress, epoch_totals *totals,
                              mxu_step_result r) {
-  totals->loss_sum += r.loss_sum;
-  totals->metric_sum += r.metric_sum;
-  totals->metric_count += r.metric_count;
+  add_sums(&totals->sums, &r);
   totals->samples += global_batch(model);
   MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
   if ((step + 1 - first) % steps_per_execution(model) != 0 && step + 1 != steps)
     return MXU_OK;
   mxu_logs logs = epoch_logs(model, epoch, totals);
   logs.step = step + 1;
-  mxu_metric_value m[2] = {{"loss", logs.loss}, {model->metric, logs.accuracy}};
-  mxu_progress_update(progress, step + 1, m, 2, 0);
+  show_progress(progress, step + 1, &logs, 0);
   return mxu_callbacks_run(c, model, MXU_HOOK_BATCH_END, epoch, &logs);
 }
 
@@ -502,8 +611,7 @@ static mxu_status device_steps(mxu_model *model, const mxu_fit_config *c,
   if (good > 0) MXU_TRY(mxu_strategy_apply(model));
   for (int j = 0; j < n; j++) {
     mxu_step_result r = {.loss_sum = loss[j],
-                         .metric_sum = metric[j],
-                         .metric_count = counts[j]};
+                         .heads[0] = {loss[j], metric[j], counts[j]}};
     MXU_TRY(check_finite(epoch, step + j, r.loss_sum));
     MXU_TRY(after_step(model, c, epoch, step + j, steps, first, progress,
                        totals, r));
@@ -571,13 +679,23 @@ static mxu_status grow_history(mxu_model *model, int epochs) {
   return MXU_OK;
 }
 
+/* The validation of an epoch, into its history entry. */
+static mxu_status validate(mxu_model *model, const mxu_dataset *data,
+                           mxu_epoch_log *log) {
+  mxu_output_log val[MXU_MAX_OUTPUTS];
+  MXU_TRY(mxu_evaluate_outputs(model, data, 0, &log->val_loss, val));
+  for (int h = 0; h < model->head_count; h++) {
+    log->outputs[h].val_loss = val[h].loss;
+    log->outputs[h].val_metric = val[h].metric_value;
+  }
+  if (model->head_count == 1) log->val_accuracy = val[0].metric_value;
+  return MXU_OK;
+}
+
 static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
                              const mxu_fit_config *c, int steps, int64_t *order,
                              mxu_logs *logs) {
   FILE *out = c->out ? c->out : stdout;
-  const char *metric = model->metric;
-  char val_metric[80];
-  snprintf(val_metric, sizeof val_metric, "val_%s", metric);
   for (int epoch = c->initial_epoch; epoch < c->epochs; epoch++) {
     mxu_progress progress;
     /* Only rank 0 of an MPI world prints. */
@@ -595,20 +713,16 @@ static mxu_status run_epochs(mxu_model *model, const mxu_dataset *train,
     log->accuracy = so_far.accuracy;
     log->samples = totals.samples;
     log->val_loss = log->val_accuracy = NAN;
+    log->output_count = so_far.output_count;
+    memcpy(log->outputs, totals.outputs, sizeof log->outputs);
     int freq = c->validation_freq > 0 ? c->validation_freq : 1;
     if (c->validation && (epoch + 1) % freq == 0)
-      MXU_TRY(mxu_evaluate(model, c->validation, 0, &log->val_loss,
-                           &log->val_accuracy));
+      MXU_TRY(validate(model, c->validation, log));
     log->seconds = mxu_now_seconds() - start;
-    mxu_metric_value m[4] = {{"loss", log->loss},
-                             {metric, log->accuracy},
-                             {"val_loss", log->val_loss},
-                             {val_metric, log->val_accuracy}};
-    mxu_progress_update(&progress, steps, m, isnan(log->val_loss) ? 2 : 4, 1);
+    /* The logs of the epoch's end live in the history, past this call. */
+    *logs = logs_of(model, epoch, log->loss, log->val_loss, log->outputs);
+    show_progress(&progress, steps, logs, 1);
     MXU_TRY(maybe_checkpoint(model, c, epoch, steps - 1, steps, 1));
-    *logs = epoch_logs(model, epoch, &totals);
-    logs->val_loss = log->val_loss;
-    logs->val_accuracy = log->val_accuracy;
     MXU_TRY(mxu_callbacks_run(c, model, MXU_HOOK_EPOCH_END, epoch, logs));
     if (model->stop_training) break;
   }
@@ -659,9 +773,9 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
   }
   model->stop_training = 0;
   mxu_status status = mxu_device_invalidate(model); /* the host's may be new */
-  mxu_logs logs = {0};
-  logs.val_loss = logs.val_accuracy = NAN;
-  logs.metric = model->metric;
+  mxu_output_log none[MXU_MAX_OUTPUTS];
+  output_means(model, &(mxu_step_result){0}, 1.0, none);
+  mxu_logs logs = logs_of(model, 0, 0.0, NAN, none);
   if (status == MXU_OK)
     status = mxu_callbacks_run(config, model, MXU_HOOK_TRAIN_BEGIN, 0, NULL);
   if (status == MXU_OK)
@@ -698,10 +812,13 @@ static void load_inputs(mxu_model *model, mxu_replica *replica,
       memcpy(x, inputs[k] + first * sample, (size_t)(own * sample) * 4);
     memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
   }
-  memset(mxu_replica_floats(replica, model->plan.labels), 0,
-         (size_t)(batch * mxu_loss_positions(model)) * sizeof(int32_t));
-  memset(mxu_replica_floats(replica, model->plan.targets), 0,
-         (size_t)(batch * output_values(model)) * sizeof(float));
+  for (int h = 0; h < model->head_count; h++) {
+    const mxu_head_plan *hp = &model->plan.head[h];
+    memset(mxu_replica_floats(replica, hp->labels), 0,
+           (size_t)(batch * mxu_loss_positions(model, h)) * sizeof(int32_t));
+    memset(mxu_replica_floats(replica, hp->targets), 0,
+           (size_t)(batch * output_values(model, h)) * sizeof(float));
+  }
   mxu_replica_set_rows(model, replica, own);
 }
 

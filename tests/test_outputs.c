@@ -1,0 +1,477 @@
+/* test_outputs.c — models of several outputs in fit, evaluate and the
+ * logs: a loss for each output, Keras' loss_weights and each output's
+ * metric, against tf.keras (tests/golden/outputs, make_outputs.py), finite
+ * differences of the weighted total, replicas, callbacks and refusals. */
+#include "check.h"
+#include "model/model.h"
+#include "train/callbacks.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DIR "tests/golden/outputs/"
+enum { ROWS = 8, FEATURES = 6 };
+
+/* The golden batch: x, each output's targets, Keras' losses and metrics
+ * of the step and its predictions before and after it. */
+typedef struct golden {
+  float x[ROWS * FEATURES];
+  int32_t cls[ROWS];
+  float reg[ROWS * 2], flag[ROWS];
+  double loss, losses[3], metrics[3];
+  float before[3][ROWS * 3], after[3][ROWS * 3];
+} golden;
+
+static const int widths[3] = {3, 2, 1};
+
+static void read_set(hid_t file, const char *name, hid_t type, void *out) {
+  hid_t set = H5Dopen2(file, name, H5P_DEFAULT);
+  CHECK_MSG(set >= 0, "batch.h5 has no %s", name);
+  if (set < 0) return;
+  CHECK(H5Dread(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
+  H5Dclose(set);
+}
+
+static void read_golden(golden *g) {
+  hid_t file = H5Fopen(DIR "batch.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  CHECK(file >= 0);
+  if (file < 0) return;
+  read_set(file, "x", H5T_NATIVE_FLOAT, g->x);
+  read_set(file, "y_0", H5T_NATIVE_INT32, g->cls);
+  read_set(file, "y_1", H5T_NATIVE_FLOAT, g->reg);
+  read_set(file, "y_2", H5T_NATIVE_FLOAT, g->flag);
+  read_set(file, "loss", H5T_NATIVE_DOUBLE, &g->loss);
+  for (int j = 0; j < 3; j++) {
+    char name[32];
+    snprintf(name, sizeof name, "loss_%d", j);
+    read_set(file, name, H5T_NATIVE_DOUBLE, &g->losses[j]);
+    snprintf(name, sizeof name, "metric_%d", j);
+    read_set(file, name, H5T_NATIVE_DOUBLE, &g->metrics[j]);
+    snprintf(name, sizeof name, "predict_before_%d", j);
+    read_set(file, name, H5T_NATIVE_FLOAT, g->before[j]);
+    snprintf(name, sizeof name, "predict_after_%d", j);
+    read_set(file, name, H5T_NATIVE_FLOAT, g->after[j]);
+  }
+  H5Fclose(file);
+}
+
+/* make_outputs.py's compile: sparse CE with accuracy, mse (weight 0.5)
+ * with mae, binary CE from logits with label smoothing 0.1 (weight 2) with
+ * accuracy; SGD(0.1). */
+static mxu_compile_config keras_compile(mxu_backend_kind backend) {
+  mxu_compile_config c = mxu_compile_defaults();
+  c.optimizer = mxu_sgd(0.1f, 0.0f, 0);
+  c.batch_size = ROWS;
+  c.backend = backend;
+  c.output_count = 3;
+  for (int j = 0; j < 3; j++) c.outputs[j] = mxu_output_loss_defaults();
+  c.outputs[0].metric = "accuracy";
+  c.outputs[1].loss = MXU_MEAN_SQUARED_ERROR;
+  c.outputs[1].weight = 0.5f;
+  c.outputs[1].metric = "mae";
+  c.outputs[2].loss = MXU_BINARY_CROSSENTROPY;
+  c.outputs[2].from_logits = 1;
+  c.outputs[2].label_smoothing = 0.1f;
+  c.outputs[2].weight = 2.0f;
+  c.outputs[2].metric = "accuracy";
+  return c;
+}
+
+static mxu_model *load(const char *json, const mxu_compile_config *c,
+                       const char *weights) {
+  mxu_model *model = NULL;
+  CHECK_OK(mxu_model_load_json(json, &model, NULL, NULL));
+  if (!model) return NULL;
+  CHECK_OK(mxu_compile(model, c));
+  if (weights) CHECK_OK(mxu_load_weights(model, weights));
+  return model;
+}
+
+static mxu_dataset *golden_data(const golden *g) {
+  mxu_dataset *d = NULL;
+  CHECK_OK(mxu_dataset_from_arrays(
+      g->x, g->cls, ROWS, mxu_shape_make(1, (int64_t[]){FEATURES}), 3, &d));
+  if (!d) return NULL;
+  CHECK_OK(mxu_dataset_add_output_targets(d, g->reg, 2));
+  CHECK_OK(mxu_dataset_add_output_targets(d, g->flag, 1));
+  return d;
+}
+
+static double worst_error(const float *got, const float *want, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)got[i] - want[i]) / (1.0 + fabs(want[i]));
+    if (e > worst) worst = e;
+  }
+  return worst;
+}
+
+static void expect_predictions(mxu_model *m, const golden *g,
+                               float want[3][ROWS * 3], double tolerance,
+                               const char *what) {
+  float out[3][ROWS * 3];
+  float *outs[3] = {out[0], out[1], out[2]};
+  const float *in = g->x;
+  CHECK_OK(mxu_predict_outputs(m, &in, ROWS, outs));
+  for (int j = 0; j < 3; j++) {
+    double e = worst_error(out[j], want[j], ROWS * widths[j]);
+    CHECK_MSG(e <= tolerance, "%s: output %d off Keras' by %.3g", what, j, e);
+  }
+}
+
+/* One step from Keras' initial weights: the total loss, each output's
+ * loss and metric, every weight and every prediction as tf.keras. */
+static void golden_step(const char *json, mxu_backend_kind backend) {
+  static golden g;
+  read_golden(&g);
+  mxu_compile_config c = keras_compile(backend);
+  mxu_model *m = load(json, &c, DIR "initial.h5");
+  mxu_model *keras = load(json, &c, DIR "after_step.h5");
+  mxu_dataset *data = golden_data(&g);
+  if (!m || !keras || !data) goto done;
+  double tolerance = backend == MXU_BACKEND_CPU_REF ? 1e-6 : 1e-5;
+  expect_predictions(m, &g, g.before, tolerance, json);
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.batch_size = ROWS;
+  fit.shuffle = 0;
+  fit.verbose = 0;
+  const mxu_history *h = NULL;
+  CHECK_OK(mxu_fit(m, data, &fit, &h));
+  if (!h || h->count != 1) goto done;
+  const mxu_epoch_log *log = &h->epochs[0];
+  CHECK_MSG(fabs(log->loss - g.loss) <= tolerance * g.loss,
+            "%s: loss %.9g, Keras %.9g", json, log->loss, g.loss);
+  CHECK(isnan(log->accuracy) && log->output_count == 3);
+  static const char *names[3] = {"cls", "reg", "flag"};
+  static const char *metrics[3] = {"accuracy", "mae", "accuracy"};
+  for (int j = 0; j < 3; j++) {
+    const mxu_output_log *o = &log->outputs[j];
+    CHECK(strcmp(o->name, names[j]) == 0 && strcmp(o->metric, metrics[j]) == 0);
+    CHECK_MSG(fabs(o->loss - g.losses[j]) <= tolerance * g.losses[j],
+              "%s: %s_loss %.9g, Keras %.9g", json, names[j], o->loss,
+              g.losses[j]);
+    CHECK_MSG(fabs(o->metric_value - g.metrics[j]) <= 1e-6,
+              "%s: %s_%s %.9g, Keras %.9g", json, names[j], metrics[j],
+              o->metric_value, g.metrics[j]);
+  }
+  CHECK(m->trainable_count == keras->trainable_count);
+  if (m->trainable_count == keras->trainable_count) {
+    double e = worst_error(m->weights, keras->weights, m->trainable_count);
+    CHECK_MSG(e <= tolerance, "%s: weights off Keras' by %.3g", json, e);
+  }
+  expect_predictions(m, &g, g.after, tolerance, json);
+done:
+  mxu_dataset_free(data);
+  mxu_model_free(m);
+  mxu_model_free(keras);
+}
+
+/* ---- a net of three heads, built here --------------------------------
+ * x (5) -> Dense(6, tanh) trunk; a = Dense(4, softmax)(trunk), sparse CE;
+ * b = Dense(2)(Concatenate(trunk, a)) mse, weight 0.7: a is an output that
+ * another layer reads, so its softmax is not fused into its loss and its
+ * gradient sums both; c = Dense(1, sigmoid)(trunk) binary CE with label
+ * smoothing 0.2, weight 1.5. */
+enum { N = 16, IN = 5 };
+
+static mxu_model *heads_model(mxu_backend_kind backend, int replicas,
+                              float rate) {
+  mxu_model *m = mxu_functional("heads");
+  int64_t d = IN;
+  mxu_tensor_id x = mxu_input(m, "x", mxu_shape_make(1, &d));
+  mxu_dense_config dense = mxu_dense_defaults(6);
+  dense.activation = MXU_TANH;
+  dense.name = "trunk";
+  mxu_tensor_id trunk = mxu_apply_dense(m, &dense, x);
+  dense = mxu_dense_defaults(4);
+  dense.activation = MXU_SOFTMAX;
+  dense.name = "a";
+  mxu_tensor_id a = mxu_apply_dense(m, &dense, trunk);
+  mxu_tensor_id both[2] = {trunk, a};
+  mxu_tensor_id joined =
+      mxu_merge(m, MXU_MERGE_CONCATENATE, "joined", both, 2, -1);
+  dense = mxu_dense_defaults(2);
+  dense.name = "b";
+  mxu_tensor_id b = mxu_apply_dense(m, &dense, joined);
+  dense = mxu_dense_defaults(1);
+  dense.activation = MXU_SIGMOID;
+  dense.name = "c";
+  mxu_tensor_id c = mxu_apply_dense(m, &dense, trunk);
+  mxu_tensor_id outs[3] = {a, b, c};
+  CHECK_OK(mxu_model_outputs(m, outs, 3));
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.optimizer = mxu_sgd(rate, 0.0f, 0);
+  cc.batch_size = N;
+  cc.backend = backend;
+  cc.replicas = replicas;
+  cc.seed = 11;
+  cc.output_count = 3;
+  for (int j = 0; j < 3; j++) cc.outputs[j] = mxu_output_loss_defaults();
+  cc.outputs[0].metric = "accuracy";
+  cc.outputs[1].loss = MXU_MEAN_SQUARED_ERROR;
+  cc.outputs[1].weight = 0.7f;
+  cc.outputs[1].metric = "mse";
+  cc.outputs[2].loss = MXU_BINARY_CROSSENTROPY;
+  cc.outputs[2].label_smoothing = 0.2f;
+  cc.outputs[2].weight = 1.5f;
+  CHECK_OK(mxu_compile(m, &cc));
+  return m;
+}
+
+/* count samples: x uniform in [-1, 1]; a's class the argmax of x's first
+ * four; b's targets x0 - x1 and x2 x3; c's 1 when x4 > 0. */
+static mxu_dataset *heads_data(int count, uint64_t seed) {
+  float *x = malloc((size_t)count * IN * sizeof *x);
+  float *b = malloc((size_t)count * 2 * sizeof *b);
+  float *c = malloc((size_t)count * sizeof *c);
+  int32_t *a = malloc((size_t)count * sizeof *a);
+  mxu_dataset *data = NULL;
+  if (!x || !b || !c || !a) goto done;
+  mxu_rng rng = mxu_rng_make(seed, 3, 0, 0, 0);
+  mxu_rng_uniform(&rng, 0, x, (size_t)count * IN);
+  for (int i = 0; i < count; i++) {
+    float *v = x + i * IN;
+    for (int k = 0; k < IN; k++) v[k] = 2.0f * v[k] - 1.0f;
+    a[i] = 0;
+    for (int k = 1; k < 4; k++)
+      if (v[k] > v[a[i]]) a[i] = k;
+    b[2 * i] = v[0] - v[1];
+    b[2 * i + 1] = v[2] * v[3];
+    c[i] = v[4] > 0;
+  }
+  CHECK_OK(mxu_dataset_from_arrays(
+      x, a, count, mxu_shape_make(1, (int64_t[]){IN}), 4, &data));
+  if (data) CHECK_OK(mxu_dataset_add_output_targets(data, b, 2));
+  if (data) CHECK_OK(mxu_dataset_add_output_targets(data, c, 1));
+done:
+  free(x), free(b), free(c), free(a);
+  return data;
+}
+
+/* The gradient of the weighted total, from one SGD step of rate 1 (the
+ * weights before less those after), against central differences of
+ * evaluate's loss; and the step's logged losses against evaluate's. */
+static void test_finite_differences(void) {
+  mxu_model *m = heads_model(MXU_BACKEND_CPU_REF, 1, 1.0f);
+  mxu_dataset *data = heads_data(N, 5);
+  if (!m || !data) goto done;
+  CHECK(!m->plan.head[0].fused_softmax); /* Dense b reads a's output */
+  int64_t count = m->trainable_count;
+  float *w0 = malloc((size_t)count * sizeof *w0);
+  double *grad = malloc((size_t)count * sizeof *grad);
+  if (!w0 || !grad) goto freed;
+  memcpy(w0, m->weights, (size_t)count * sizeof *w0);
+  double before = 0;
+  mxu_output_log outputs[3];
+  CHECK_OK(mxu_evaluate_outputs(m, data, N, &before, outputs));
+  double weighted =
+      outputs[0].loss + 0.7 * outputs[1].loss + 1.5 * outputs[2].loss;
+  CHECK_NEAR(before, weighted, 1e-6);
+  CHECK(isnan(outputs[2].metric_value) && !outputs[2].metric);
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.batch_size = N;
+  fit.shuffle = 0;
+  fit.verbose = 0;
+  const mxu_history *h = NULL;
+  CHECK_OK(mxu_fit(m, data, &fit, &h));
+  if (h && h->count == 1) {
+    CHECK_NEAR(h->epochs[0].loss, before, 1e-6);
+    for (int j = 0; j < 3; j++)
+      CHECK_NEAR(h->epochs[0].outputs[j].loss, outputs[j].loss, 1e-6);
+    CHECK_NEAR(h->epochs[0].outputs[0].metric_value, outputs[0].metric_value,
+               1e-12);
+  }
+  for (int64_t i = 0; i < count; i++) grad[i] = (double)w0[i] - m->weights[i];
+  const float eps = 1e-2f;
+  int bad = 0;
+  for (int64_t i = 0; i < count; i++) {
+    double up = 0, down = 0;
+    memcpy(m->weights, w0, (size_t)count * sizeof *w0);
+    m->weights[i] = w0[i] + eps;
+    CHECK_OK(mxu_evaluate_outputs(m, data, N, &up, NULL));
+    m->weights[i] = w0[i] - eps;
+    CHECK_OK(mxu_evaluate_outputs(m, data, N, &down, NULL));
+    double fd = (up - down) / (2.0 * eps);
+    if (fabs(fd - grad[i]) > 2e-3 + 2e-2 * fabs(fd) && bad++ < 5)
+      CHECK_MSG(0, "weight %lld: gradient %.6g, finite differences %.6g",
+                (long long)i, grad[i], fd);
+  }
+  CHECK(bad == 0);
+freed:
+  free(w0), free(grad);
+done:
+  mxu_dataset_free(data);
+  mxu_model_free(m);
+}
+
+/* Four replicas on the cpu backend train as one on cpu_ref: the per-head
+ * sums are gathered in logical order. */
+static void test_replicas(void) {
+  mxu_model *one = heads_model(MXU_BACKEND_CPU_REF, 1, 0.1f);
+  mxu_model *four = heads_model(MXU_BACKEND_CPU, 4, 0.1f);
+  mxu_dataset *data = heads_data(4 * N, 6);
+  if (!one || !four || !data) goto done;
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.batch_size = N;
+  fit.epochs = 2;
+  fit.verbose = 0;
+  fit.seed = 4;
+  const mxu_history *h1 = NULL, *h4 = NULL;
+  CHECK_OK(mxu_fit(one, data, &fit, &h1));
+  CHECK_OK(mxu_fit(four, data, &fit, &h4));
+  if (!h1 || !h4 || h1->count != 2 || h4->count != 2) goto done;
+  for (int e = 0; e < 2; e++)
+    for (int j = 0; j < 3; j++) {
+      CHECK_NEAR(h1->epochs[e].outputs[j].loss, h4->epochs[e].outputs[j].loss,
+                 1e-5);
+      if (j < 2)
+        CHECK_NEAR(h1->epochs[e].outputs[j].metric_value,
+                   h4->epochs[e].outputs[j].metric_value, 1e-5);
+    }
+  CHECK(worst_error(one->weights, four->weights, one->trainable_count) < 1e-5);
+done:
+  mxu_dataset_free(data);
+  mxu_model_free(one);
+  mxu_model_free(four);
+}
+
+/* Keras' logs keys: the CSV logger's header (sorted), EarlyStopping on
+ * an output's val_ metric, and the values the logs name. */
+static mxu_status check_logs(void *self, mxu_model *model,
+                             const mxu_logs *logs) {
+  (void)model;
+  int *seen = self;
+  ++*seen;
+  CHECK(logs->output_count == 3 && isnan(logs->accuracy) && !logs->metric);
+  CHECK(mxu_logs_value(logs, "b_loss") == logs->outputs[1].loss);
+  CHECK(mxu_logs_value(logs, "val_a_accuracy") == logs->outputs[0].val_metric);
+  CHECK(mxu_logs_value(logs, "val_b_mse") == logs->outputs[1].val_metric);
+  CHECK(isnan(mxu_logs_value(logs, "c_accuracy")));
+  CHECK(isnan(mxu_logs_value(logs, "accuracy")));
+  return MXU_OK;
+}
+
+static void test_callbacks(void) {
+  mxu_model *m = heads_model(MXU_BACKEND_CPU, 1, 0.1f);
+  mxu_dataset *data = heads_data(4 * N, 7), *train = NULL, *val = NULL;
+  if (!m || !data) goto done;
+  CHECK_OK(mxu_dataset_slice(data, 0, 3 * N, &train));
+  CHECK_OK(mxu_dataset_slice(data, 3 * N, N, &val));
+  char path[] = "/tmp/mxu_outputs_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  mxu_callback cbs[3];
+  int seen = 0;
+  CHECK_OK(mxu_csv_logger(path, 0, &cbs[0]));
+  mxu_early_stopping_config es = mxu_early_stopping_defaults();
+  es.monitor = "val_a_accuracy";
+  es.patience = 100;
+  CHECK_OK(mxu_early_stopping(&es, &cbs[1]));
+  cbs[2] = (mxu_callback){.self = &seen, .epoch_end = check_logs};
+  char printed[4096] = {0};
+  FILE *out = fmemopen(printed, sizeof printed - 1, "w");
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.batch_size = N;
+  fit.epochs = 2;
+  fit.verbose = 2;
+  fit.out = out;
+  fit.validation = val;
+  fit.callbacks = cbs;
+  fit.callback_count = 3;
+  CHECK_OK(mxu_fit(m, train, &fit, NULL));
+  if (out) fclose(out);
+  CHECK(seen == 2);
+  /* Keras' per-epoch line: the loss, each output's loss, each metric. */
+  CHECK_MSG(strstr(printed, " - loss: ") && strstr(printed, " - a_loss: ") &&
+                strstr(printed, " - c_loss: ") &&
+                strstr(printed, " - a_accuracy: ") &&
+                strstr(printed, " - b_mse: ") &&
+                strstr(printed, " - val_b_loss: ") &&
+                strstr(printed, " - val_a_accuracy: ") &&
+                !strstr(printed, "warning") && !strstr(printed, "c_accuracy"),
+            "printed: %s", printed);
+  FILE *csv = fopen(path, "r");
+  char header[512] = {0};
+  CHECK(csv && fgets(header, sizeof header, csv));
+  if (csv) fclose(csv);
+  CHECK_MSG(strcmp(header,
+                   "epoch,a_accuracy,a_loss,b_loss,b_mse,c_loss,loss,lr,"
+                   "val_a_accuracy,val_a_loss,val_b_loss,val_b_mse,"
+                   "val_c_loss,val_loss\r\n") == 0,
+            "header: %s", header);
+  remove(path);
+  for (int i = 0; i < 2; i++) mxu_callback_free(&cbs[i]);
+done:
+  mxu_dataset_free(train);
+  mxu_dataset_free(val);
+  mxu_dataset_free(data);
+  mxu_model_free(m);
+}
+
+/* What is refused, and how. */
+static void expect_fail(mxu_status s, mxu_status want, const char *text) {
+  CHECK_MSG(s == want && strstr(mxu_errmsg(), text),
+            "status %d, message: %s (wanted %d, '%s')", (int)s, mxu_errmsg(),
+            (int)want, text);
+}
+
+static void test_refusals(void) {
+  mxu_model *m = heads_model(MXU_BACKEND_CPU_REF, 1, 0.1f);
+  float x[N * IN] = {0}, wide[N * 3] = {0};
+  int32_t labels[N] = {0};
+  mxu_dataset *one = NULL, *wrong = NULL;
+  CHECK_OK(mxu_dataset_from_arrays(
+      x, labels, N, mxu_shape_make(1, (int64_t[]){IN}), 4, &one));
+  CHECK_OK(mxu_dataset_from_arrays(
+      x, labels, N, mxu_shape_make(1, (int64_t[]){IN}), 4, &wrong));
+  if (!m || !one || !wrong) goto done;
+  expect_fail(mxu_evaluate(m, one, 0, NULL, NULL), MXU_ERR_ARG,
+              "targets for 1 outputs but the model has 3");
+  CHECK_OK(mxu_dataset_add_output_targets(wrong, wide, 3));
+  CHECK_OK(mxu_dataset_add_output_targets(wrong, wide, 1));
+  expect_fail(mxu_evaluate(m, wrong, 0, NULL, NULL), MXU_ERR_SHAPE,
+              "output 'b': the data's targets are 3 float values a sample, "
+              "but the model outputs 2");
+  float out[N];
+  expect_fail(mxu_predict(m, x, N, out), MXU_ERR_UNSUPPORTED,
+              "mxu_predict_outputs takes an array for each");
+  mxu_compile_config cc = m->compile;
+  cc.output_count = 2;
+  expect_fail(mxu_compile(m, &cc), MXU_ERR_ARG,
+              "2 output losses given but the model has 3");
+  cc.output_count = 3;
+  cc.outputs[1].weight = -1.0f;
+  expect_fail(mxu_compile(m, &cc), MXU_ERR_ARG,
+              "the loss weight -1 of output 'b'");
+  cc.outputs[1].weight = 1.0f;
+  cc.outputs[2].loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  cc.outputs[2].label_smoothing = 0.0f;
+  expect_fail(mxu_compile(m, &cc), MXU_ERR_SHAPE,
+              "the output layer 'c' must output one score per class");
+  cc.outputs[2].loss = MXU_BINARY_CROSSENTROPY;
+  cc.backend = MXU_BACKEND_PJRT;
+  expect_fail(mxu_compile(m, &cc), MXU_ERR_UNSUPPORTED,
+              "train this model of 3 outputs on the cpu backend");
+  expect_fail(mxu_dataset_add_output_labels(one, (int32_t[N]){[3] = 5}, 4),
+              MXU_ERR_ARG, "label 5 of sample 3 out of range 0..3");
+done:
+  mxu_dataset_free(one);
+  mxu_dataset_free(wrong);
+  mxu_model_free(m);
+}
+
+int main(void) {
+  test_finite_differences();
+  test_replicas();
+  test_callbacks();
+  test_refusals();
+  golden_step(DIR "model.tf2.json", MXU_BACKEND_CPU_REF);
+  golden_step(DIR "model.k3.json", MXU_BACKEND_CPU_REF);
+  golden_step(DIR "model.tf2.json", MXU_BACKEND_CPU);
+  return check_report("test_outputs");
+}
