@@ -2434,7 +2434,7 @@ static void errors_compile(void) {
       {"{\"metrics\": [\"auc\"]}", "metrics: 'auc' is not supported"},
       {"{\"metrics\": [\"accuracy\", \"mse\"]}", "metrics: 'mse'"},
       {"{\"metrics\": [\"accuracy\", \"accuracy\"]}", "list only one"},
-      {"{\"loss_weights\": [0.5]}", "loss_weights [0.5]"},
+      {"{\"loss_weights\": \"half\"}", "loss_weights: 'half'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     mxu_model *m = NULL;
@@ -2577,6 +2577,392 @@ static void compile_forms(void) {
   CHECK(c.metric && strcmp(c.metric, "mean_squared_error") == 0);
   c = compile_of("training_config", "{\"loss\": \"kld\"}");
   CHECK(c.loss == MXU_KL_DIVERGENCE);
+}
+
+/* ---- models of several outputs ------------------------------------------
+ */
+
+/* Input "in" (4,) -> Dense "a", "b" (and "c"), each a model output in that
+ * order, with the given compile section under key. */
+static const char *outputs_with(int three, const char *key,
+                                const char *compile) {
+  static char text[16384];
+  const char *in = "[[[\"in\", 0, 0, {}]]]";
+  char layers[4096];
+  snprintf(layers, sizeof layers, "%s, %s%s%s", dense_reading("a", in),
+           dense_reading("b", in), three ? ", " : "",
+           three ? dense_reading("c", in) : "");
+  const char *model =
+      functional_with(layers, "[[\"in\", 0, 0]]",
+                      three ? "[[\"a\", 0, 0], [\"b\", 0, 0], [\"c\", 0, 0]]"
+                            : "[[\"a\", 0, 0], [\"b\", 0, 0]]");
+  size_t n = strlen(model); /* without its closing brace */
+  snprintf(text, sizeof text, "%.*s, \"%s\": %s}", (int)(n - 1), model, key,
+           compile);
+  return text;
+}
+
+static mxu_compile_config outputs_compile(int three, const char *key,
+                                          const char *compile) {
+  mxu_compile_config c = mxu_compile_defaults();
+  int has_compile = 0;
+  mxu_model *m = read_json(outputs_with(three, key, compile), &c, &has_compile);
+  CHECK(m && mxu_model_output_count(m) == (three ? 3 : 2));
+  CHECK(has_compile == 1);
+  mxu_model_free(m);
+  return c;
+}
+
+static int same_name(const char *a, const char *b) {
+  return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* Output k's entry is loss (from_logits, label_smoothing), weight and
+ * metric (NULL: none). */
+static void expect_output_at(int line, const mxu_compile_config *c, int k,
+                             mxu_loss loss, int from_logits, float smoothing,
+                             float weight, const char *metric) {
+  const mxu_output_loss *o = &c->outputs[k];
+  CHECK_MSG(k < c->output_count && o->loss == loss &&
+                o->from_logits == from_logits &&
+                o->label_smoothing == smoothing && o->weight == weight &&
+                same_name(o->metric, metric),
+            "line %d: output %d of %d: loss %s, from_logits %d, smoothing "
+            "%g, weight %g, metric %s",
+            line, k, c->output_count, mxu_loss_name(o->loss), o->from_logits,
+            (double)o->label_smoothing, (double)o->weight,
+            o->metric ? o->metric : "(none)");
+}
+
+#define EXPECT_OUTPUT(c, k, loss, logits, smoothing, weight, metric)           \
+  expect_output_at(__LINE__, &(c), k, loss, logits, smoothing, weight, metric)
+
+static void reads_output_losses(void) {
+  /* Keras 3: a dict by output name of names and objects, weights for
+   * some outputs, metrics for some. */
+  mxu_compile_config c = outputs_compile(
+      1, "compile_config",
+      "{\"optimizer\": \"sgd\", \"loss\": {\"b\": \"mse\", \"a\": "
+      "\"sparse_categorical_crossentropy\", \"c\": {\"module\": "
+      "\"keras.losses\", \"class_name\": \"BinaryCrossentropy\", \"config\": "
+      "{\"name\": \"binary_crossentropy\", \"reduction\": "
+      "\"sum_over_batch_size\", \"from_logits\": true, \"label_smoothing\": "
+      "0.1, \"axis\": -1}, \"registered_name\": null}}, \"loss_weights\": "
+      "{\"b\": 0.5, \"c\": 2.0}, \"metrics\": {\"a\": [\"accuracy\"], \"b\": "
+      "\"mae\"}, \"weighted_metrics\": null}");
+  CHECK(c.output_count == 3 && c.optimizer.kind == MXU_SGD);
+  EXPECT_OUTPUT(c, 0, MXU_SPARSE_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 1.0f,
+                "accuracy");
+  EXPECT_OUTPUT(c, 1, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 0.5f, "mae");
+  EXPECT_OUTPUT(c, 2, MXU_BINARY_CROSSENTROPY, 1, 0.1f, 2.0f, NULL);
+
+  /* Lists in output order; a list of lists of metrics (Keras 3). */
+  c = outputs_compile(1, "compile_config",
+                      "{\"loss\": [\"mse\", \"mae\", {\"class_name\": "
+                      "\"Huber\", \"config\": {\"delta\": 2.5}}], "
+                      "\"loss_weights\": [1, 2, 3], \"metrics\": [[\"mse\"], "
+                      "[], [{\"class_name\": \"MeanAbsoluteError\", "
+                      "\"config\": {\"name\": \"mean_absolute_error\"}}]]}");
+  CHECK(c.output_count == 3);
+  EXPECT_OUTPUT(c, 0, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, "mse");
+  EXPECT_OUTPUT(c, 1, MXU_MEAN_ABSOLUTE_ERROR, 0, 0.0f, 2.0f, NULL);
+  EXPECT_OUTPUT(c, 2, MXU_HUBER, 0, 0.0f, 3.0f, "mean_absolute_error");
+  CHECK(c.outputs[2].huber_delta == 2.5f && c.outputs[0].huber_delta == 1.0f);
+
+  /* A list of losses the same for every output is still a list. */
+  c = outputs_compile(0, "compile_config",
+                      "{\"loss\": [\"mse\", \"mse\"], \"metrics\": "
+                      "[[\"mae\"], [\"mae\"]]}");
+  CHECK(c.output_count == 2);
+  EXPECT_OUTPUT(c, 0, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, "mae");
+  EXPECT_OUTPUT(c, 1, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, "mae");
+
+  /* One loss and one metric for every output: the plain fields. */
+  c = outputs_compile(0, "compile_config",
+                      "{\"loss\": \"mse\", \"loss_weights\": null, "
+                      "\"metrics\": [\"mae\"]}");
+  CHECK(c.output_count == 0 && c.loss == MXU_MEAN_SQUARED_ERROR &&
+        same_name(c.metric, "mae"));
+  c = outputs_compile(0, "compile_config",
+                      "{\"loss\": \"mse\", \"loss_weights\": [1, 1.0], "
+                      "\"metrics\": {\"a\": \"mae\", \"b\": [\"mae\"]}}");
+  CHECK(c.output_count == 0 && c.loss == MXU_MEAN_SQUARED_ERROR &&
+        same_name(c.metric, "mae"));
+  c = outputs_compile(1, "compile_config", "{\"loss\": \"kld\"}");
+  CHECK(c.output_count == 0 && c.loss == MXU_KL_DIVERGENCE && !c.metric);
+
+  /* One loss with weights, or metrics for some outputs only: copies. */
+  c = outputs_compile(0, "compile_config",
+                      "{\"loss\": {\"class_name\": "
+                      "\"CategoricalCrossentropy\", \"config\": "
+                      "{\"from_logits\": true}}, \"loss_weights\": [1, 0.5], "
+                      "\"metrics\": [\"accuracy\"]}");
+  CHECK(c.output_count == 2);
+  EXPECT_OUTPUT(c, 0, MXU_CATEGORICAL_CROSSENTROPY, 1, 0.0f, 1.0f, "accuracy");
+  EXPECT_OUTPUT(c, 1, MXU_CATEGORICAL_CROSSENTROPY, 1, 0.0f, 0.5f, "accuracy");
+  c = outputs_compile(0, "compile_config",
+                      "{\"loss\": \"mse\", \"metrics\": {\"b\": [\"mse\"]}}");
+  CHECK(c.output_count == 2);
+  EXPECT_OUTPUT(c, 0, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, NULL);
+  EXPECT_OUTPUT(c, 1, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, "mse");
+  c = outputs_compile(0, "compile_config",
+                      "{\"loss\": \"mse\", \"metrics\": {}}");
+  CHECK(c.output_count == 2);
+  EXPECT_OUTPUT(c, 0, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, NULL);
+  EXPECT_OUTPUT(c, 1, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, NULL);
+
+  /* tf.keras 2 h5: training_config's dicts, its losses with fn, and the
+   * metrics a list per output, named after the output. */
+  c = outputs_compile(
+      0, "training_config",
+      "{\"loss\": {\"a\": \"sparse_categorical_crossentropy\", \"b\": "
+      "{\"class_name\": \"BinaryCrossentropy\", \"config\": {\"reduction\": "
+      "\"auto\", \"name\": \"binary_crossentropy\", \"from_logits\": true, "
+      "\"label_smoothing\": 0.1, \"axis\": -1, \"fn\": "
+      "\"binary_crossentropy\"}}}, \"metrics\": [[{\"class_name\": "
+      "\"MeanMetricWrapper\", \"config\": {\"name\": \"a_accuracy\", "
+      "\"dtype\": \"float32\", \"fn\": \"sparse_categorical_accuracy\"}}], "
+      "[{\"class_name\": \"MeanMetricWrapper\", \"config\": {\"name\": "
+      "\"b_mae\", \"dtype\": \"float32\", \"fn\": "
+      "\"mean_absolute_error\"}}]], \"weighted_metrics\": null, "
+      "\"loss_weights\": {\"a\": 1.0, \"b\": 0.25}, \"optimizer_config\": "
+      "{\"class_name\": \"Custom>SGD\", \"config\": {\"name\": \"SGD\", "
+      "\"learning_rate\": 0.1, \"is_legacy_optimizer\": false}}}");
+  CHECK(c.output_count == 2 && c.optimizer.kind == MXU_SGD);
+  EXPECT_OUTPUT(c, 0, MXU_SPARSE_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 1.0f,
+                "accuracy");
+  EXPECT_OUTPUT(c, 1, MXU_BINARY_CROSSENTROPY, 1, 0.1f, 0.25f, "mae");
+  /* tf.keras 2's list for every output, and [null] for an output
+   * without. */
+  c = outputs_compile(0, "training_config",
+                      "{\"loss\": \"mse\", \"metrics\": [\"mae\"]}");
+  CHECK(c.output_count == 0 && same_name(c.metric, "mae"));
+  c = outputs_compile(0, "training_config",
+                      "{\"loss\": \"mse\", \"metrics\": [[\"mae\"], "
+                      "[null]]}");
+  CHECK(c.output_count == 2);
+  EXPECT_OUTPUT(c, 0, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, "mae");
+  EXPECT_OUTPUT(c, 1, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, NULL);
+
+  /* A model of one output ("dense"): a list or dict of one is its loss;
+   * only a weight other than 1 makes an entry. */
+  c = compile_of("compile_config", "{\"loss\": [\"mse\"]}");
+  CHECK(c.output_count == 0 && c.loss == MXU_MEAN_SQUARED_ERROR);
+  c = compile_of("compile_config",
+                 "{\"loss\": {\"dense\": \"mae\"}, \"loss_weights\": "
+                 "{\"dense\": 1.0}, \"metrics\": {\"dense\": [\"mse\"]}}");
+  CHECK(c.output_count == 0 && c.loss == MXU_MEAN_ABSOLUTE_ERROR &&
+        same_name(c.metric, "mse"));
+  c = compile_of("compile_config",
+                 "{\"loss\": \"categorical_crossentropy\", \"loss_weights\": "
+                 "[0.5], \"metrics\": [\"accuracy\"]}");
+  CHECK(c.output_count == 1 && c.loss == MXU_CATEGORICAL_CROSSENTROPY);
+  EXPECT_OUTPUT(c, 0, MXU_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 0.5f, "accuracy");
+}
+
+/* Refusals name the key path, what is wrong and the outputs. */
+static void errors_output_losses(void) {
+  static const struct {
+    const char *compile;
+    mxu_status status;
+    const char *needle, *needle2;
+  } cases[] = {
+      {"{\"loss\": {\"a\": \"mse\", \"x\": \"mae\", \"b\": \"mse\"}}",
+       MXU_ERR_FORMAT, "compile_config: loss: 'x' is not an output",
+       "'a', 'b'"},
+      {"{\"loss\": {\"a\": \"mse\", \"x\": \"mae\", \"y\": \"mse\"}}",
+       MXU_ERR_FORMAT, "loss: 'x', 'y' are not outputs", "'a', 'b'"},
+      {"{\"loss\": {\"a\": \"mse\"}}", MXU_ERR_FORMAT,
+       "compile_config: loss: output 'b' has no loss", "'a', 'b'"},
+      {"{\"loss\": [\"mse\"]}", MXU_ERR_FORMAT,
+       "compile_config: loss: a list of 1 losses for a model of 2 outputs",
+       "'a', 'b'"},
+      {"{\"loss\": [\"mse\", \"poisson\"]}", MXU_ERR_UNSUPPORTED,
+       "compile_config: loss[1]: loss 'poisson' is not supported", NULL},
+      {"{\"loss\": {\"a\": \"mse\", \"b\": {\"class_name\": \"Huber\", "
+       "\"config\": {\"delta\": -1}}}}",
+       MXU_ERR_FORMAT, "compile_config: loss['b']: delta must be positive",
+       NULL},
+      {"{\"metrics\": {\"a\": [\"accuracy\", \"mae\"]}}", MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics['a']: 'mae': mxu computes one metric per "
+       "output",
+       NULL},
+      {"{\"metrics\": [[\"mae\"], [\"accuracy\", \"mse\"]]}",
+       MXU_ERR_UNSUPPORTED, "compile_config: metrics[1]: 'mse'",
+       "one metric per output"},
+      {"{\"metrics\": [\"accuracy\", \"mae\"]}", MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics: 'mae'", "one metric per output"},
+      {"{\"metrics\": [[\"mae\"]]}", MXU_ERR_FORMAT,
+       "compile_config: metrics: a list of 1 lists of metrics", "'a', 'b'"},
+      {"{\"metrics\": [\"mae\", [\"mae\"]]}", MXU_ERR_FORMAT,
+       "compile_config: metrics: mixes metrics and lists", NULL},
+      {"{\"metrics\": {\"a\": [\"mae\"], \"z\": [\"mae\"]}}", MXU_ERR_FORMAT,
+       "compile_config: metrics: 'z' is not an output", "'a', 'b'"},
+      {"{\"metrics\": {\"b\": [\"auc\"]}}", MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics['b']: 'auc' is not supported", NULL},
+      {"{\"metrics\": \"accuracy\"}", MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics: 'accuracy' is not supported", NULL},
+      {"{\"loss_weights\": {\"a\": 1, \"z\": 2}}", MXU_ERR_FORMAT,
+       "compile_config: loss_weights: 'z' is not an output", "'a', 'b'"},
+      {"{\"loss_weights\": [1, 2, 3]}", MXU_ERR_FORMAT,
+       "compile_config: loss_weights: a list of 3 loss weights", "'a', 'b'"},
+      {"{\"loss_weights\": [1, \"x\"]}", MXU_ERR_FORMAT,
+       "compile_config: loss_weights[1]: 'x' is not a loss weight", NULL},
+      {"{\"loss_weights\": {\"b\": -2}}", MXU_ERR_FORMAT,
+       "compile_config: loss_weights['b']: -2 is not a loss weight", NULL},
+      {"{\"loss_weights\": 0.5}", MXU_ERR_UNSUPPORTED,
+       "compile_config: loss_weights: 0.5 is not supported", NULL},
+  };
+  /* Failures say "line <the case's index>". */
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    expect_fail_at((int)i, outputs_with(0, "compile_config", cases[i].compile),
+                   cases[i].status, cases[i].needle, cases[i].needle2);
+  /* A model of one output: its name in a dict, one entry in a list. */
+  EXPECT_JSON_FAIL(compiled_with("compile_config", "{\"loss\": {\"a\": "
+                                                   "\"mse\"}}"),
+                   MXU_ERR_FORMAT, "compile_config: loss: 'a' is not an output",
+                   "'dense'");
+  EXPECT_JSON_FAIL(
+      compiled_with("training_config", "{\"loss_weights\": [0.5, 0.5]}"),
+      MXU_ERR_FORMAT,
+      "training_config: loss_weights: a list of 2 loss weights "
+      "for a model of 1 output",
+      NULL);
+}
+
+/* Keras' own files: golden/outputs (make_outputs.py) compiled with
+ * dicts by output name, Keras 3's compile_config and tf.keras 2's
+ * training_config. */
+static void reads_golden_outputs(void) {
+  static const char *const files[] = {"tests/golden/outputs/model.keras",
+                                      "tests/golden/outputs/model.h5"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    mxu_compile_config c = mxu_compile_defaults();
+    int has_compile = 0;
+    CHECK_OK(mxu_model_load_json(files[f], &m, &c, &has_compile));
+    CHECK_MSG(has_compile == 1 && c.output_count == 3, "%s: output_count %d",
+              files[f], c.output_count);
+    CHECK(m && mxu_model_output_count(m) == 3);
+    EXPECT_OUTPUT(c, 0, MXU_SPARSE_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 1.0f,
+                  "accuracy");
+    EXPECT_OUTPUT(c, 1, MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 0.5f, "mae");
+    EXPECT_OUTPUT(c, 2, MXU_BINARY_CROSSENTROPY, 1, 0.1f, 2.0f, "accuracy");
+    CHECK(c.optimizer.kind == MXU_SGD && c.optimizer.learning_rate == 0.1f);
+    mxu_model_free(m);
+  }
+}
+
+static void expect_same_outputs(const char *label, const mxu_compile_config *a,
+                                const mxu_compile_config *b) {
+  CHECK_MSG(a->output_count == b->output_count, "%s: output_count %d, want %d",
+            label, a->output_count, b->output_count);
+  for (int k = 0; k < a->output_count && k < b->output_count; k++) {
+    const mxu_output_loss *x = &a->outputs[k], *y = &b->outputs[k];
+    CHECK_MSG(x->loss == y->loss && x->from_logits == y->from_logits &&
+                  x->label_smoothing == y->label_smoothing &&
+                  x->huber_delta == y->huber_delta && x->weight == y->weight &&
+                  same_name(x->metric, y->metric),
+              "%s: output %d differs (%s/%s, weight %g/%g, metric %s/%s)",
+              label, k, mxu_loss_name(x->loss), mxu_loss_name(y->loss),
+              (double)x->weight, (double)y->weight,
+              x->metric ? x->metric : "(none)",
+              y->metric ? y->metric : "(none)");
+  }
+}
+
+/* A compiled model's per-output settings come back through both JSON
+ * dialects, the .h5's training_config and the .keras archive. */
+static void writes_output_losses(void) {
+  mxu_model *m = read_json(outputs_with(1, "unused", "null"), NULL, NULL);
+  if (!m) return;
+  mxu_compile_config c = mxu_compile_defaults();
+  c.optimizer = mxu_sgd(0.1f, 0.0f, 0);
+  c.batch_size = 4;
+  c.backend = MXU_BACKEND_CPU_REF;
+  c.output_count = 3;
+  for (int k = 0; k < 3; k++) c.outputs[k] = mxu_output_loss_defaults();
+  c.outputs[0].from_logits = 1;
+  c.outputs[0].metric = "accuracy";
+  c.outputs[1].loss = MXU_HUBER;
+  c.outputs[1].huber_delta = 2.5f;
+  c.outputs[1].weight = 0.5f;
+  c.outputs[1].metric = "mae";
+  c.outputs[2].loss = MXU_BINARY_CROSSENTROPY;
+  c.outputs[2].from_logits = 1;
+  c.outputs[2].label_smoothing = 0.1f;
+  c.outputs[2].weight = 2.0f;
+  mxu_status s = mxu_compile(m, &c);
+  CHECK_MSG(s == MXU_OK, "compile of three outputs: %s: %s", mxu_status_name(s),
+            mxu_errmsg());
+  if (s != MXU_OK) {
+    mxu_model_free(m);
+    return;
+  }
+  for (int keras3 = 0; keras3 < 2; keras3++) {
+    char *text = write_json(m, keras3);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    const cJSON *config = cJSON_GetObjectItem(doc, "compile_config");
+    /* Keras' dicts by output name, as its own files have them. */
+    const cJSON *loss = cJSON_GetObjectItem(config, "loss"),
+                *weights = cJSON_GetObjectItem(config, "loss_weights"),
+                *metrics = cJSON_GetObjectItem(config, "metrics");
+    CHECK(cJSON_IsString(cJSON_GetObjectItem(loss, "c")) == 0 &&
+          cJSON_IsObject(cJSON_GetObjectItem(loss, "c")));
+    CHECK(cJSON_GetArraySize(loss) == 3 && cJSON_GetArraySize(weights) == 3);
+    CHECK(cJSON_GetObjectItem(weights, "b") &&
+          cJSON_GetObjectItem(weights, "b")->valuedouble == 0.5);
+    CHECK(cJSON_GetArraySize(metrics) == 2 &&
+          cJSON_IsArray(cJSON_GetObjectItem(metrics, "b")) &&
+          !cJSON_GetObjectItem(metrics, "c"));
+    cJSON_Delete(doc);
+    mxu_compile_config back = mxu_compile_defaults();
+    int has_compile = 0;
+    mxu_model *again = text ? read_json(text, &back, &has_compile) : NULL;
+    CHECK(has_compile == 1);
+    expect_same_outputs(keras3 ? "keras 3 json" : "tf.keras 2 json", &back, &c);
+    free(text);
+    mxu_model_free(again);
+  }
+  CHECK(check_temp_make("json_outputs"));
+  static const char *const names[] = {"outputs.h5", "outputs.keras"};
+  for (int f = 0; f < 2; f++) {
+    const char *path = temp_path(names[f]);
+    CHECK_OK(mxu_save_model(m, path, NULL));
+    mxu_model *again = NULL;
+    mxu_compile_config back = mxu_compile_defaults();
+    int has_compile = 0;
+    CHECK_OK(mxu_model_load_json(path, &again, &back, &has_compile));
+    CHECK(has_compile == 1);
+    expect_same_outputs(path, &back, &c);
+    mxu_model_free(again);
+    /* Loaded whole, compiled as saved. */
+    again = NULL;
+    CHECK_OK(mxu_load_model(path, MXU_BACKEND_CPU_REF, &again, NULL));
+    if (again) expect_same_outputs(path, &again->compile, &c);
+    mxu_model_free(again);
+  }
+  check_remove_tree(check_temp_dir);
+  /* Several outputs under one loss: the one loss, and the metric for each
+   * output in a dict Keras 3 takes (its flat list needs one per output). */
+  mxu_compile_config one = mxu_compile_defaults();
+  one.loss = MXU_MEAN_SQUARED_ERROR;
+  one.metric = "mae";
+  one.batch_size = 4;
+  one.backend = MXU_BACKEND_CPU_REF;
+  CHECK_OK(mxu_compile(m, &one));
+  for (int keras3 = 0; keras3 < 2; keras3++) {
+    char *text = write_json(m, keras3);
+    CHECK(text && has(text, "\"loss\": \"mean_squared_error\"") &&
+          has(text, "\"loss_weights\": null"));
+    mxu_compile_config back = mxu_compile_defaults();
+    mxu_model *again = text ? read_json(text, &back, NULL) : NULL;
+    CHECK(back.output_count == 0 && back.loss == MXU_MEAN_SQUARED_ERROR &&
+          same_name(back.metric, "mae"));
+    free(text);
+    mxu_model_free(again);
+  }
+  mxu_model_free(m);
 }
 
 /* ---- robustness
@@ -3463,6 +3849,10 @@ int main(void) {
   errors_compile();
   missing_file();
   compile_forms();
+  reads_output_losses();
+  errors_output_losses();
+  reads_golden_outputs();
+  writes_output_losses();
   every_truncation();
   every_mutation();
   return check_report("test_json");

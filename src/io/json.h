@@ -15,9 +15,20 @@
  */
 
 /* Reads root's compile_config (Keras 3) or training_config (tf.keras 2.x)
- * over *compile; *found says whether either was there. */
+ * over *compile, its losses, loss weights and metrics matched to model's
+ * outputs by name or order; *found says whether either was there. */
 mxu_status mxu_json_read_compile(const char *source, const cJSON *root,
+                                 const mxu_model *model,
                                  mxu_compile_config *compile, int *found);
+/* Model output k's name, which Keras keys losses and metrics by: its
+ * layer's ("" past the outputs). */
+const char *mxu_json_output_name(const mxu_model *model, int k);
+/* Output k's loss under c: its entry, or the one loss of every output
+ * (weight 1, the metric or "accuracy"). */
+mxu_output_loss mxu_json_output_loss(const mxu_compile_config *c, int k);
+/* Whether the model's compile settings are written per output, in
+ * Keras' dicts by output name (several outputs, or a weighted one). */
+int mxu_json_per_output(const mxu_model *model);
 /* A full-model .h5's model_config as a model, its training_config over
  * *compile (model_file.c): what mxu_model_load_json gives for one. */
 mxu_status mxu_model_file_read_json(const char *path, mxu_model **out,

@@ -1,7 +1,9 @@
 /* json_compile.c — a model file's compile settings: Keras 3's
  * compile_config (or tf.keras 2.x's training_config) read into
- * mxu_compile_config (optimizer, loss, from_logits, metric name), and a
- * compiled model's settings written back in that shape. */
+ * mxu_compile_config (optimizer, loss, from_logits, metric name; for a
+ * model of several outputs each output's loss, weight and metric, keyed
+ * by output name or in output order), and a compiled model's settings
+ * written back in that shape. */
 #include "io/json.h"
 
 #include <limits.h>
@@ -48,9 +50,8 @@ static const char *const optimizer_keys[] = {"name",
                                              NULL};
 
 static const char *const loss_keys[] = {
-    "name",         "reduction",       "from_logits",
-    "ignore_class", "label_smoothing", "axis",
-    "dtype",        "delta",           NULL};
+    "name", "reduction", "from_logits", "ignore_class", "label_smoothing",
+    "axis", "dtype",     "delta",       "fn",           NULL};
 
 static const char *const compile_keys[] = {
     "optimizer",       "optimizer_config",    "loss",
@@ -312,36 +313,129 @@ static mxu_status read_optimizer(const mxu_json_where *where, const cJSON *v,
   return read_optimizer_config(where, mxu_json_get(v, "config"), out);
 }
 
+/* ---- outputs -------------------------------------------------------------
+ */
+
+const char *mxu_json_output_name(const mxu_model *model, int k) {
+  if (!model || k < 0 || k >= mxu_model_output_count(model)) return "";
+  int node = model->output_count ? model->outputs[k] : mxu_model_output(model);
+  /* Keras' output_names: the layer (or the model used as a layer) whose
+   * call gives the tensor. */
+  int index = 0, tensor = 0;
+  return mxu_scope_tensor(model, 0, node, 0, &index, &tensor);
+}
+
+mxu_output_loss mxu_json_output_loss(const mxu_compile_config *c, int k) {
+  if (c->output_count > 0 && k < c->output_count) return c->outputs[k];
+  mxu_output_loss o = mxu_output_loss_defaults();
+  o.loss = c->loss;
+  o.from_logits = c->from_logits;
+  o.label_smoothing = c->label_smoothing;
+  o.huber_delta = c->huber_delta;
+  o.metric = c->metric ? c->metric : "accuracy";
+  return o;
+}
+
+int mxu_json_per_output(const mxu_model *model) {
+  return model->compile.output_count > 0 || mxu_model_output_count(model) > 1;
+}
+
+/* A compile config's losses, loss weights and metrics, matched to the
+ * model's outputs: each output's entry, and whether the config set the
+ * outputs apart (a loss list or dict; metrics by output that leave one
+ * without). */
+typedef struct outputs_read {
+  const mxu_model *model;
+  int count;
+  mxu_output_loss at[MXU_MAX_OUTPUTS];
+  int apart;
+} outputs_read;
+
+static const char *output_name(const outputs_read *r, int k) {
+  return mxu_json_output_name(r->model, k);
+}
+
+static int is_output(const outputs_read *r, const char *name) {
+  for (int k = 0; k < r->count; k++)
+    if (name && strcmp(output_name(r, k), name) == 0) return 1;
+  return 0;
+}
+
+/* "'a', 'b', 'c'": the outputs, for messages. */
+static void output_names_text(const outputs_read *r, char *text, size_t size) {
+  size_t used = 0;
+  text[0] = 0;
+  for (int k = 0; k < r->count && used < size; k++)
+    used += (size_t)snprintf(text + used, size - used, "%s'%s'", k ? ", " : "",
+                             output_name(r, k));
+}
+
+/* A dict by output name: every key names one of the model's outputs. */
+static mxu_status check_output_keys(const mxu_json_where *where,
+                                    const outputs_read *r, const cJSON *dict,
+                                    const char *what) {
+  char unknown[256] = "", names[256];
+  size_t used = 0;
+  int count = 0;
+  for (const cJSON *e = dict->child; e; e = e->next) {
+    if (is_output(r, e->string)) continue;
+    count++;
+    if (used < sizeof unknown)
+      used +=
+          (size_t)snprintf(unknown + used, sizeof unknown - used, "%s'%s'",
+                           count > 1 ? ", " : "", e->string ? e->string : "");
+  }
+  if (!count) return MXU_OK;
+  output_names_text(r, names, sizeof names);
+  return mxu_json_fail(where, MXU_ERR_FORMAT,
+                       "%s %s not %s of the model; key the %s by its "
+                       "outputs' names: %s",
+                       unknown, count > 1 ? "are" : "is",
+                       count > 1 ? "outputs" : "an output", what, names);
+}
+
+/* A list in output order: one entry per output. */
+static mxu_status check_output_list(const mxu_json_where *where,
+                                    const outputs_read *r, const cJSON *list,
+                                    const char *what) {
+  int n = cJSON_GetArraySize(list);
+  if (n == r->count) return MXU_OK;
+  char names[256];
+  output_names_text(r, names, sizeof names);
+  return mxu_json_fail(where, MXU_ERR_FORMAT,
+                       "a list of %d %s for a model of %d output%s; give "
+                       "one per output, in the model's order (%s)",
+                       n, what, r->count, r->count > 1 ? "s" : "", names);
+}
+
 /* ---- loss ----------------------------------------------------------------
  */
 
 /* label_smoothing of the two cross-entropies that have it; 0 elsewhere. */
 static mxu_status read_smoothing(const mxu_json_where *where,
-                                 const cJSON *config,
-                                 mxu_compile_config *compile) {
-  if (compile->loss != MXU_CATEGORICAL_CROSSENTROPY &&
-      compile->loss != MXU_BINARY_CROSSENTROPY)
+                                 const cJSON *config, mxu_output_loss *out) {
+  if (out->loss != MXU_CATEGORICAL_CROSSENTROPY &&
+      out->loss != MXU_BINARY_CROSSENTROPY)
     return require_zero(where, config, "label_smoothing");
   MXU_TRY(mxu_json_float(where, config, "label_smoothing", MXU_JSON_OPTIONAL,
-                         &compile->label_smoothing));
-  if (!(compile->label_smoothing >= 0 && compile->label_smoothing <= 1))
+                         &out->label_smoothing));
+  if (!(out->label_smoothing >= 0 && out->label_smoothing <= 1))
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "label_smoothing must be in [0, 1], got %g",
-                         (double)compile->label_smoothing);
+                         (double)out->label_smoothing);
   return MXU_OK;
 }
 
 static mxu_status read_loss_config(const mxu_json_where *where,
-                                   const cJSON *config,
-                                   mxu_compile_config *compile) {
+                                   const cJSON *config, mxu_output_loss *out) {
   if (!config || cJSON_IsNull(config)) return MXU_OK;
   if (!cJSON_IsObject(config))
     return mxu_json_fail(where, MXU_ERR_FORMAT, "config must be an object");
-  MXU_TRY(mxu_json_bool(where, config, "from_logits", &compile->from_logits));
-  MXU_TRY(read_smoothing(where, config, compile));
+  MXU_TRY(mxu_json_bool(where, config, "from_logits", &out->from_logits));
+  MXU_TRY(read_smoothing(where, config, out));
   MXU_TRY(mxu_json_float(where, config, "delta", MXU_JSON_OPTIONAL,
-                         &compile->huber_delta));
-  if (!(compile->huber_delta > 0))
+                         &out->huber_delta));
+  if (!(out->huber_delta > 0))
     return mxu_json_fail(where, MXU_ERR_FORMAT, "delta must be positive");
   const cJSON *reduction = mxu_json_get(config, "reduction");
   if (cJSON_IsString(reduction) && reduction->valuestring &&
@@ -361,9 +455,10 @@ static mxu_status read_loss_config(const mxu_json_where *where,
   return mxu_json_check_keys(where, config, loss_keys, NULL);
 }
 
-static mxu_status read_loss(const mxu_json_where *where, const cJSON *v,
-                            mxu_compile_config *compile) {
-  if (!v || cJSON_IsNull(v)) return MXU_OK;
+/* One loss, by name or class, over out's loss settings (not its weight
+ * or metric). */
+static mxu_status read_one_loss(const mxu_json_where *where, const cJSON *v,
+                                mxu_output_loss *out) {
   const cJSON *name = cJSON_IsObject(v) ? mxu_json_get(v, "class_name") : v;
   if (!cJSON_IsString(name) || !name->valuestring) {
     char text[160];
@@ -376,49 +471,159 @@ static mxu_status read_loss(const mxu_json_where *where, const cJSON *v,
                          "class)",
                          text);
   }
-  if (mxu_loss_from_name(name->valuestring, &compile->loss) != MXU_OK) {
+  if (mxu_loss_from_name(name->valuestring, &out->loss) != MXU_OK) {
     char why[512]; /* the message buffer is about to be rewritten */
     snprintf(why, sizeof why, "%s", mxu_errmsg());
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED, "%s", why);
   }
-  compile->from_logits = 0;
-  compile->label_smoothing = 0.0f;
-  compile->huber_delta = 1.0f;
+  out->from_logits = 0;
+  out->label_smoothing = 0.0f;
+  out->huber_delta = 1.0f;
   return cJSON_IsObject(v)
-             ? read_loss_config(where, mxu_json_get(v, "config"), compile)
+             ? read_loss_config(where, mxu_json_get(v, "config"), out)
              : MXU_OK;
+}
+
+/* A dict by output name rather than one loss or metric object. */
+static int is_output_dict(const cJSON *v) {
+  return cJSON_IsObject(v) && !mxu_json_get(v, "class_name");
+}
+
+/* One loss for every output, a list in output order, or a dict by output
+ * name with an entry for each. */
+static mxu_status read_losses(const mxu_json_where *where, const cJSON *v,
+                              outputs_read *r) {
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  mxu_json_where at;
+  if (cJSON_IsArray(v)) {
+    MXU_TRY(check_output_list(where, r, v, "losses"));
+    int k = 0;
+    for (const cJSON *e = v->child; e; e = e->next, k++) {
+      mxu_json_where_set(&at, "%s[%d]", where->text, k);
+      MXU_TRY(read_one_loss(&at, e, &r->at[k]));
+    }
+    r->apart = 1;
+    return MXU_OK;
+  }
+  if (is_output_dict(v)) {
+    MXU_TRY(check_output_keys(where, r, v, "losses"));
+    for (int k = 0; k < r->count; k++) {
+      const char *name = output_name(r, k);
+      const cJSON *e = mxu_json_get(v, name);
+      if (!e) {
+        char names[256];
+        output_names_text(r, names, sizeof names);
+        return mxu_json_fail(where, MXU_ERR_FORMAT,
+                             "output '%s' has no loss; give each output "
+                             "one (%s)",
+                             name, names);
+      }
+      mxu_json_where_set(&at, "%s['%s']", where->text, name);
+      MXU_TRY(read_one_loss(&at, e, &r->at[k]));
+    }
+    r->apart = 1;
+    return MXU_OK;
+  }
+  MXU_TRY(read_one_loss(where, v, &r->at[0]));
+  for (int k = 1; k < r->count; k++) {
+    mxu_output_loss *o = &r->at[k];
+    float weight = o->weight;
+    const char *metric = o->metric;
+    *o = r->at[0];
+    o->weight = weight;
+    o->metric = metric;
+  }
+  return MXU_OK;
+}
+
+/* ---- loss_weights --------------------------------------------------------
+ */
+
+static mxu_status read_weight(const mxu_json_where *where, const cJSON *v,
+                              float *out) {
+  if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
+      !isfinite(v->valuedouble)) {
+    char text[160];
+    mxu_json_text(v, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "%s is not a loss weight (a number >= 0)", text);
+  }
+  *out = (float)v->valuedouble;
+  return MXU_OK;
+}
+
+/* null, a list in output order, or a dict by output name (the outputs it
+ * leaves out weigh 1). */
+static mxu_status read_loss_weights(const mxu_json_where *where, const cJSON *v,
+                                    outputs_read *r) {
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  mxu_json_where at;
+  if (cJSON_IsArray(v)) {
+    MXU_TRY(check_output_list(where, r, v, "loss weights"));
+    int k = 0;
+    for (const cJSON *e = v->child; e; e = e->next, k++) {
+      mxu_json_where_set(&at, "%s[%d]", where->text, k);
+      MXU_TRY(read_weight(&at, e, &r->at[k].weight));
+    }
+    return MXU_OK;
+  }
+  if (cJSON_IsObject(v)) {
+    MXU_TRY(check_output_keys(where, r, v, "loss weights"));
+    for (int k = 0; k < r->count; k++) {
+      const char *name = output_name(r, k);
+      const cJSON *e = mxu_json_get(v, name);
+      r->at[k].weight = 1.0f;
+      mxu_json_where_set(&at, "%s['%s']", where->text, name);
+      if (e) MXU_TRY(read_weight(&at, e, &r->at[k].weight));
+    }
+    return MXU_OK;
+  }
+  char text[160];
+  mxu_json_text(v, text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "%s is not supported (null, a list in output order "
+                       "or a dict by output name)",
+                       text);
 }
 
 /* ---- metrics -------------------------------------------------------------
  */
 
-/* compile->metric points into loss.c's table, never into the JSON, whose
- * memory is gone once the read returns. */
-static const char *metric_by_name(const cJSON *name) {
+/* The metric a name gives; one a tf.keras 2 h5 file names after its
+ * output ("cls_accuracy" for the output cls) too. It points into loss.c's
+ * table, never into the JSON, whose memory is gone once the read
+ * returns. */
+static const char *metric_by_name(const cJSON *name, const char *output) {
   if (!cJSON_IsString(name) || !name->valuestring) return NULL;
-  return mxu_metric_name(name->valuestring);
+  const char *found = mxu_metric_name(name->valuestring);
+  size_t n = output ? strlen(output) : 0;
+  if (!found && n && strncmp(name->valuestring, output, n) == 0 &&
+      name->valuestring[n] == '_')
+    found = mxu_metric_name(name->valuestring + n + 1);
+  return found;
 }
 
 /* "accuracy", or a metric object such as {"class_name":
  * "SparseCategoricalAccuracy", "config": {"name": ...}}. */
-static const char *metric_of(const cJSON *v) {
-  if (!cJSON_IsObject(v)) return metric_by_name(v);
-  const char *named =
-      metric_by_name(mxu_json_get(mxu_json_get(v, "config"), "name"));
+static const char *metric_of(const cJSON *v, const char *output) {
+  if (!cJSON_IsObject(v)) return metric_by_name(v, NULL);
+  const cJSON *config = mxu_json_get(v, "config");
+  const char *named = metric_by_name(mxu_json_get(config, "name"), output);
   const cJSON *class_name = mxu_json_get(v, "class_name");
   for (size_t i = 0; i < sizeof metric_classes / sizeof *metric_classes; i++)
     if (cJSON_IsString(class_name) && class_name->valuestring &&
         strcmp(class_name->valuestring, metric_classes[i].class_name) == 0)
       return named ? named : metric_classes[i].metric;
   /* tf.keras 2.x h5 files wrap the function: MeanMetricWrapper, fn. */
-  return named && metric_by_name(mxu_json_get(mxu_json_get(v, "config"), "fn"))
-             ? named
-             : NULL;
+  return named && metric_by_name(mxu_json_get(config, "fn"), NULL) ? named
+                                                                   : NULL;
 }
 
+/* One metric of an output's (output NULL: of every output's). */
 static mxu_status read_one_metric(const mxu_json_where *where, const cJSON *v,
+                                  const outputs_read *r, const char *output,
                                   int *count, const char **metric) {
-  const char *found = metric_of(v);
+  const char *found = metric_of(v, output);
   char text[160];
   mxu_json_text(v, text, sizeof text);
   if (!found)
@@ -427,45 +632,162 @@ static mxu_status read_one_metric(const mxu_json_where *where, const cJSON *v,
                          mxu_metric_names());
   if (++*count > 1)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "%s: mxu computes one metric; list only one", text);
+                         "%s: mxu computes one metric%s; list only one", text,
+                         r->count > 1 ? " per output" : "");
   *metric = found;
   return MXU_OK;
 }
 
-/* A list of metrics, in tf.keras 2.x h5 files nested one level deeper. */
-static mxu_status read_metrics(const mxu_json_where *where, const cJSON *v,
-                               const char **metric) {
-  if (!v || cJSON_IsNull(v)) return MXU_OK;
-  if (!cJSON_IsArray(v)) {
-    char text[160];
-    mxu_json_text(v, text, sizeof text);
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "%s is not supported (only a list)", text);
-  }
+/* A list of metrics, in tf.keras 2.x h5 files nested one level deeper
+ * (null: an output without). *metric changes only when it names one. */
+static mxu_status read_metric_list(const mxu_json_where *where, const cJSON *v,
+                                   const outputs_read *r, const char *output,
+                                   const char **metric) {
   int count = 0;
   for (const cJSON *m = v->child; m; m = m->next) {
     if (!cJSON_IsArray(m)) {
-      MXU_TRY(read_one_metric(where, m, &count, metric));
+      if (!cJSON_IsNull(m))
+        MXU_TRY(read_one_metric(where, m, r, output, &count, metric));
       continue;
     }
     for (const cJSON *inner = m->child; inner; inner = inner->next)
-      MXU_TRY(read_one_metric(where, inner, &count, metric));
+      if (!cJSON_IsNull(inner))
+        MXU_TRY(read_one_metric(where, inner, r, output, &count, metric));
   }
   return MXU_OK;
+}
+
+/* An output's entry in a dict or a list of lists: a metric, a list of
+ * one, or null (none). */
+static mxu_status read_output_metric(const mxu_json_where *where,
+                                     const cJSON *v, const outputs_read *r,
+                                     int k, const char **metric) {
+  *metric = NULL;
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  const char *output = output_name(r, k);
+  if (cJSON_IsArray(v)) return read_metric_list(where, v, r, output, metric);
+  int count = 0;
+  return read_one_metric(where, v, r, output, &count, metric);
+}
+
+/* Several outputs' metrics: a list for every output, a list of lists in
+ * output order, or a dict by output name (outputs left out: none). */
+static mxu_status read_output_metrics(const mxu_json_where *where,
+                                      const cJSON *v, outputs_read *r) {
+  mxu_json_where at;
+  if (is_output_dict(v)) {
+    MXU_TRY(check_output_keys(where, r, v, "metrics"));
+    for (int k = 0; k < r->count; k++) {
+      const char *name = output_name(r, k);
+      mxu_json_where_set(&at, "%s['%s']", where->text, name);
+      MXU_TRY(read_output_metric(&at, mxu_json_get(v, name), r, k,
+                                 &r->at[k].metric));
+      if (!r->at[k].metric) r->apart = 1;
+    }
+    return MXU_OK;
+  }
+  int lists = 0, others = 0;
+  for (const cJSON *m = v->child; m; m = m->next)
+    cJSON_IsArray(m) || cJSON_IsNull(m) ? lists++ : others++;
+  if (lists && others)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "mixes metrics and lists of metrics; give one list "
+                         "for every output, a list of lists in output order "
+                         "or a dict by output name");
+  if (!lists) {
+    const char *metric = NULL;
+    MXU_TRY(read_metric_list(where, v, r, NULL, &metric));
+    for (int k = 0; metric && k < r->count; k++) r->at[k].metric = metric;
+    return MXU_OK;
+  }
+  MXU_TRY(check_output_list(where, r, v, "lists of metrics"));
+  int k = 0;
+  for (const cJSON *m = v->child; m; m = m->next, k++) {
+    mxu_json_where_set(&at, "%s[%d]", where->text, k);
+    MXU_TRY(read_output_metric(&at, m, r, k, &r->at[k].metric));
+    if (!r->at[k].metric) r->apart = 1;
+  }
+  return MXU_OK;
+}
+
+static mxu_status read_metrics(const mxu_json_where *where, const cJSON *v,
+                               outputs_read *r) {
+  if (!v || cJSON_IsNull(v)) return MXU_OK;
+  if (r->count > 1 || is_output_dict(v)) {
+    if (cJSON_IsArray(v) || is_output_dict(v))
+      return read_output_metrics(where, v, r);
+  } else if (cJSON_IsArray(v)) {
+    return read_metric_list(where, v, r, output_name(r, 0), &r->at[0].metric);
+  }
+  char text[160];
+  mxu_json_text(v, text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "%s is not supported (only a list, or a dict by "
+                       "output name)",
+                       text);
 }
 
 /* ---- compile_config ------------------------------------------------------
  */
 
+static int same_loss(const mxu_output_loss *a, const mxu_output_loss *b) {
+  return a->loss == b->loss && a->from_logits == b->from_logits &&
+         a->label_smoothing == b->label_smoothing &&
+         a->huber_delta == b->huber_delta;
+}
+
+static int same_metric(const char *a, const char *b) {
+  return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* Each output's settings start from the caller's. */
+static void outputs_start(outputs_read *r, const mxu_model *model,
+                          const mxu_compile_config *compile) {
+  memset(r, 0, sizeof *r);
+  r->model = model;
+  r->count = model ? mxu_model_output_count(model) : 1;
+  if (r->count < 1) r->count = 1;
+  for (int k = 0; k < r->count && k < MXU_MAX_OUTPUTS; k++) {
+    r->at[k] = mxu_json_output_loss(compile, k);
+    if (compile->output_count != r->count) {
+      r->at[k].weight = 1.0f;
+      r->at[k].metric = compile->metric;
+    }
+  }
+}
+
+/* One loss for all outputs where that says it all (always for one output
+ * of weight 1); the outputs' own otherwise. */
+static void outputs_finish(const outputs_read *r, mxu_compile_config *c) {
+  const mxu_output_loss *first = &r->at[0];
+  int apart = r->apart;
+  for (int k = 0; k < r->count; k++)
+    apart |= r->at[k].weight != 1.0f || !same_loss(&r->at[k], first) ||
+             !same_metric(r->at[k].metric, first->metric);
+  if (r->count == 1) apart = first->weight != 1.0f;
+  c->loss = first->loss;
+  c->from_logits = first->from_logits;
+  c->label_smoothing = first->label_smoothing;
+  c->huber_delta = first->huber_delta;
+  c->output_count = apart ? r->count : 0;
+  if (!apart) c->metric = first->metric;
+  for (int k = 0; k < c->output_count; k++) c->outputs[k] = r->at[k];
+}
+
 static mxu_status read_compile_fields(const char *source, const char *key,
-                                      const cJSON *c,
+                                      const cJSON *c, const mxu_model *model,
                                       mxu_compile_config *compile) {
   mxu_json_where where;
   mxu_json_where_set(&where, "%s: %s", source, key);
   if (!cJSON_IsObject(c))
     return mxu_json_fail(&where, MXU_ERR_FORMAT, "must be an object");
   MXU_TRY(mxu_json_check_keys(&where, c, compile_keys, NULL));
-  MXU_TRY(mxu_json_require_null(&where, c, "loss_weights"));
+  outputs_read r;
+  outputs_start(&r, model, compile);
+  if (r.count > MXU_MAX_OUTPUTS)
+    return mxu_json_fail(&where, MXU_ERR_UNSUPPORTED,
+                         "the model has %d outputs; mxu compiles at most %d",
+                         r.count, MXU_MAX_OUTPUTS);
   const cJSON *weighted = mxu_json_get(c, "weighted_metrics");
   if (weighted && !(cJSON_IsArray(weighted) && !weighted->child))
     MXU_TRY(mxu_json_require_null(&where, c, "weighted_metrics"));
@@ -475,17 +797,22 @@ static mxu_status read_compile_fields(const char *source, const char *key,
   if (optimizer && !cJSON_IsNull(optimizer))
     MXU_TRY(read_optimizer(&where, optimizer, &compile->optimizer));
   mxu_json_where_set(&where, "%s: %s: loss", source, key);
-  MXU_TRY(read_loss(&where, mxu_json_get(c, "loss"), compile));
+  MXU_TRY(read_losses(&where, mxu_json_get(c, "loss"), &r));
+  mxu_json_where_set(&where, "%s: %s: loss_weights", source, key);
+  MXU_TRY(read_loss_weights(&where, mxu_json_get(c, "loss_weights"), &r));
   mxu_json_where_set(&where, "%s: %s", source, key);
   int steps = 1;
   MXU_TRY(mxu_json_int(&where, c, "steps_per_execution", MXU_JSON_OPTIONAL, 1,
                        1 << 30, &steps));
   compile->steps_per_execution = steps;
   mxu_json_where_set(&where, "%s: %s: metrics", source, key);
-  return read_metrics(&where, mxu_json_get(c, "metrics"), &compile->metric);
+  MXU_TRY(read_metrics(&where, mxu_json_get(c, "metrics"), &r));
+  outputs_finish(&r, compile);
+  return MXU_OK;
 }
 
 mxu_status mxu_json_read_compile(const char *source, const cJSON *root,
+                                 const mxu_model *model,
                                  mxu_compile_config *compile, int *found) {
   const char *key = "compile_config";
   const cJSON *c = mxu_json_get(root, key);
@@ -495,7 +822,7 @@ mxu_status mxu_json_read_compile(const char *source, const cJSON *root,
   }
   *found = 0;
   if (!c || cJSON_IsNull(c)) return MXU_OK;
-  MXU_TRY(read_compile_fields(source, key, c, compile));
+  MXU_TRY(read_compile_fields(source, key, c, model, compile));
   *found = 1;
   return MXU_OK;
 }
@@ -623,36 +950,88 @@ static cJSON *optimizer_object(mxu_json_out *out,
 }
 
 /* The function's name, or the class with its options where one is set. */
-static cJSON *loss_value(mxu_json_out *out, const mxu_compile_config *c) {
-  int huber = c->loss == MXU_HUBER && c->huber_delta != 1.0f;
-  if (!c->from_logits && c->label_smoothing == 0.0f && !huber)
-    return cJSON_CreateString(mxu_loss_name(c->loss));
+static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
+  int huber = o->loss == MXU_HUBER && o->huber_delta != 1.0f;
+  if (!o->from_logits && o->label_smoothing == 0.0f && !huber)
+    return cJSON_CreateString(mxu_loss_name(o->loss));
   cJSON *config = cJSON_CreateObject();
-  mxu_json_put_string(out, config, "name", mxu_loss_name(c->loss));
+  mxu_json_put_string(out, config, "name", mxu_loss_name(o->loss));
   mxu_json_put_string(out, config, "reduction",
                       out->keras3 ? "sum_over_batch_size" : "auto");
   if (huber) {
-    mxu_json_put_float(out, config, "delta", c->huber_delta);
+    mxu_json_put_float(out, config, "delta", o->huber_delta);
   } else {
-    mxu_json_put_bool(out, config, "from_logits", c->from_logits);
-    if (c->label_smoothing != 0.0f)
-      mxu_json_put_float(out, config, "label_smoothing", c->label_smoothing);
+    mxu_json_put_bool(out, config, "from_logits", o->from_logits);
+    if (o->label_smoothing != 0.0f)
+      mxu_json_put_float(out, config, "label_smoothing", o->label_smoothing);
   }
-  return mxu_json_object(out, "keras.losses", mxu_loss_class_name(c->loss),
+  return mxu_json_object(out, "keras.losses", mxu_loss_class_name(o->loss),
                          config);
+}
+
+static void append(mxu_json_out *out, cJSON *list, cJSON *item) {
+  if (!list || !item || !cJSON_AddItemToArray(list, item)) {
+    out->failed = 1;
+    cJSON_Delete(item);
+  }
+}
+
+/* The outputs the settings are written for: the config's entries, or
+ * the model's outputs. */
+static int outputs_written(const mxu_model *model) {
+  int count = mxu_model_output_count(model);
+  int given = model->compile.output_count;
+  return given > 0 && given < count ? given : count;
+}
+
+/* Keras' dicts by output name, as both write them for loss, loss_weights
+ * and metrics ({"cls": ["accuracy"], ...}; an output without a metric is
+ * left out). */
+static void put_output_settings(mxu_json_out *out, cJSON *config,
+                                const mxu_model *model) {
+  const mxu_compile_config *c = &model->compile;
+  int count = outputs_written(model);
+  cJSON *losses = cJSON_CreateObject(), *weights = cJSON_CreateObject();
+  cJSON *metrics = cJSON_CreateObject();
+  for (int k = 0; k < count; k++) {
+    const char *name = mxu_json_output_name(model, k);
+    mxu_output_loss o = mxu_json_output_loss(c, k);
+    if (c->output_count > 0) {
+      mxu_json_put(out, losses, name, loss_value(out, &o));
+      mxu_json_put_float(out, weights, name, o.weight);
+    }
+    if (!o.metric) continue;
+    cJSON *list = cJSON_CreateArray();
+    append(out, list, cJSON_CreateString(o.metric));
+    mxu_json_put(out, metrics, name, list);
+  }
+  if (c->output_count > 0) {
+    mxu_json_put(out, config, "loss", losses);
+    mxu_json_put(out, config, "loss_weights", weights);
+  } else {
+    cJSON_Delete(losses);
+    cJSON_Delete(weights);
+    mxu_output_loss one = mxu_json_output_loss(c, 0);
+    mxu_json_put(out, config, "loss", loss_value(out, &one));
+    mxu_json_put_null(out, config, "loss_weights");
+  }
+  mxu_json_put(out, config, "metrics", metrics);
 }
 
 cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model) {
   const mxu_compile_config *c = &model->compile;
   cJSON *config = cJSON_CreateObject();
   mxu_json_put(out, config, "optimizer", optimizer_object(out, &c->optimizer));
-  mxu_json_put(out, config, "loss", loss_value(out, c));
-  mxu_json_put_null(out, config, "loss_weights");
-  cJSON *metrics = cJSON_CreateArray();
-  const char *metric = c->metric ? c->metric : "accuracy";
-  if (!cJSON_AddItemToArray(metrics, cJSON_CreateString(metric)))
-    out->failed = 1;
-  mxu_json_put(out, config, "metrics", metrics);
+  if (mxu_json_per_output(model)) {
+    put_output_settings(out, config, model);
+  } else {
+    mxu_output_loss one = mxu_json_output_loss(c, 0);
+    mxu_json_put(out, config, "loss", loss_value(out, &one));
+    mxu_json_put_null(out, config, "loss_weights");
+    cJSON *metrics = cJSON_CreateArray();
+    append(out, metrics, cJSON_CreateString(one.metric));
+    mxu_json_put(out, config, "metrics", metrics);
+  }
   mxu_json_put_null(out, config, "weighted_metrics");
   mxu_json_put_bool(out, config, "run_eagerly", 0);
   mxu_json_put_number(out, config, "steps_per_execution",

@@ -1532,7 +1532,7 @@ static mxu_status from_text(const char *json, size_t length, const char *source,
   mxu_compile_config read = compile ? *compile : mxu_compile_defaults();
   int found = 0;
   if (status == MXU_OK && compile)
-    status = mxu_json_read_compile(source, root, &read, &found);
+    status = mxu_json_read_compile(source, root, model, &read, &found);
   cJSON_Delete(root);
   if (status != MXU_OK) {
     mxu_model_free(model);

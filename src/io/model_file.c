@@ -246,20 +246,76 @@ static mxu_status model_checksum(const mxu_model *model, const slot_list *list,
 
 /* ---- saving ------------------------------------------------------------ */
 
+/* tf.keras 2.x's MeanMetricWrapper of a metric under its name. */
+static cJSON *metric_wrapper(mxu_json_out *out, const char *name,
+                             const char *fn) {
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put_string(out, config, "name", name);
+  mxu_json_put_string(out, config, "dtype", "float32");
+  mxu_json_put_string(out, config, "fn", fn);
+  return mxu_json_object(out, "", "MeanMetricWrapper", config);
+}
+
+static void append_item(mxu_json_out *out, cJSON *list, cJSON *item) {
+  if (!list || !item || !cJSON_AddItemToArray(list, item)) {
+    out->failed = 1;
+    cJSON_Delete(item);
+  }
+}
+
+/* The function tf.keras 2.x resolves output k's metric to: "accuracy"
+ * by the loss and the output's size, the aliases by their full names. */
+static const char *output_metric_fn(const mxu_model *model,
+                                    const mxu_output_loss *o, int k) {
+  const char *name = o->metric;
+  if (strcmp(name, "mae") == 0) return "mean_absolute_error";
+  if (strcmp(name, "mse") == 0) return "mean_squared_error";
+  if (strcmp(name, "accuracy") != 0 && strcmp(name, "acc") != 0) return name;
+  int node = model->output_count ? model->outputs[k] : mxu_model_output(model);
+  const mxu_shape *shape = &model->layers[node].out_shape;
+  if (o->loss == MXU_BINARY_CROSSENTROPY ||
+      (shape->rank > 0 && shape->dims[shape->rank - 1] == 1))
+    return "binary_accuracy";
+  return o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
+             ? "sparse_categorical_accuracy"
+             : "categorical_accuracy";
+}
+
+/* A model of several outputs: a list per output in the model's order, as
+ * tf.keras 2.x saves them, each metric named after its output
+ * ("cls_accuracy"); [null] for an output without. */
+static cJSON *output_metrics_value(mxu_json_out *out, const mxu_model *model) {
+  cJSON *outer = cJSON_CreateArray();
+  int count = mxu_model_output_count(model);
+  for (int k = 0; k < count; k++) {
+    mxu_output_loss o = mxu_json_output_loss(&model->compile, k);
+    cJSON *inner = cJSON_CreateArray();
+    if (o.metric) {
+      char name[2 * MXU_NAME_SIZE + 64];
+      snprintf(name, sizeof name, "%s_%s", mxu_json_output_name(model, k),
+               o.metric);
+      append_item(out, inner,
+                  metric_wrapper(out, name, output_metric_fn(model, &o, k)));
+    } else {
+      append_item(out, inner, cJSON_CreateNull());
+    }
+    append_item(out, outer, inner);
+  }
+  return outer;
+}
+
 /* tf.keras 2.x compiles "accuracy" into the function matching the loss. */
-static cJSON *metrics_value(mxu_json_out *out, const mxu_compile_config *c) {
+static cJSON *metrics_value(mxu_json_out *out, const mxu_model *model) {
+  if (mxu_json_per_output(model)) return output_metrics_value(out, model);
+  const mxu_compile_config *c = &model->compile;
   const char *name = c->metric ? c->metric : "accuracy";
   const char *fn = name;
   if (strcmp(name, "accuracy") == 0 || strcmp(name, "acc") == 0)
     fn = c->loss == MXU_CATEGORICAL_CROSSENTROPY
              ? "categorical_accuracy"
              : "sparse_categorical_accuracy";
-  cJSON *config = cJSON_CreateObject();
-  mxu_json_put_string(out, config, "name", name);
-  mxu_json_put_string(out, config, "dtype", "float32");
-  mxu_json_put_string(out, config, "fn", fn);
   cJSON *inner = cJSON_CreateArray(), *outer = cJSON_CreateArray();
-  cJSON *wrapper = mxu_json_object(out, "", "MeanMetricWrapper", config);
+  cJSON *wrapper = metric_wrapper(out, name, fn);
   if (!cJSON_AddItemToArray(inner, wrapper)) out->failed = 1;
   if (!cJSON_AddItemToArray(outer, inner)) out->failed = 1;
   return outer;
@@ -267,7 +323,8 @@ static cJSON *metrics_value(mxu_json_out *out, const mxu_compile_config *c) {
 
 /* The compile settings in training_config's shape: compile_config's loss
  * and optimizer, the optimizer under optimizer_config, metrics nested one
- * level deeper as MeanMetricWrapper objects. */
+ * level deeper as MeanMetricWrapper objects (per output in the model's
+ * order for several outputs, as tf.keras 2.x writes them). */
 static char *training_config_text(const mxu_model *model) {
   mxu_json_out out = {0, 0};
   cJSON *config = mxu_json_compile_config(&out, model);
@@ -277,7 +334,7 @@ static char *training_config_text(const mxu_model *model) {
                                      "steps_per_execution", "jit_compile"};
   for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
     cJSON_DeleteItemFromObject(config, drop[i]);
-  mxu_json_put(&out, config, "metrics", metrics_value(&out, &model->compile));
+  mxu_json_put(&out, config, "metrics", metrics_value(&out, model));
   mxu_json_put(&out, config, "optimizer_config", optimizer);
   char *text = out.failed ? NULL : cJSON_PrintUnformatted(config);
   cJSON_Delete(config);
@@ -951,6 +1008,7 @@ static mxu_status read_header(const char *path, hid_t file, model_header *h) {
 /* training_config is the tf.keras 2.x form json_compile.c already reads
  * inside a model JSON; it gets the same treatment here. */
 static mxu_status read_training_config(const char *path, const char *text,
+                                       const mxu_model *model,
                                        mxu_compile_config *compile) {
   cJSON *config = cJSON_Parse(text);
   cJSON *root = cJSON_CreateObject();
@@ -962,7 +1020,8 @@ static mxu_status read_training_config(const char *path, const char *text,
   else
     config = NULL; /* root owns it now */
   int found = 0;
-  if (s == MXU_OK) s = mxu_json_read_compile(path, root, compile, &found);
+  if (s == MXU_OK)
+    s = mxu_json_read_compile(path, root, model, compile, &found);
   cJSON_Delete(config);
   cJSON_Delete(root);
   return s;
@@ -974,7 +1033,7 @@ static mxu_status build(const char *path, const model_header *h,
   MXU_TRY(mxu_model_from_json(h->model_config, path, out, &compile, NULL));
   mxu_status s = MXU_OK;
   if (h->training_config)
-    s = read_training_config(path, h->training_config, &compile);
+    s = read_training_config(path, h->training_config, *out, &compile);
   compile.batch_size = (int)h->batch_size;
   compile.backend = backend;
   if (s == MXU_OK) s = mxu_compile(*out, &compile);
@@ -1013,7 +1072,7 @@ mxu_status mxu_model_file_read_json(const char *path, mxu_model **out,
   if (s == MXU_OK)
     s = mxu_model_from_json(h.model_config, path, out, NULL, NULL);
   if (s == MXU_OK && h.training_config)
-    s = read_training_config(path, h.training_config, &read);
+    s = read_training_config(path, h.training_config, *out, &read);
   if (s == MXU_OK && h.batch_size > 0) read.batch_size = (int)h.batch_size;
   if (s == MXU_OK && compile) *compile = read;
   if (s == MXU_OK && has_compile) *has_compile = h.training_config != NULL;
