@@ -107,6 +107,10 @@ double cli_now(void);
 /* How "test loss L - test METRIC M" names the metric: "accuracy" for every
  * accuracy, else the metric's name (mae, mse, ...). */
 const char *cli_metric_label(const char *metric);
+/* "test loss L - test accuracy A"; of a model of several outputs
+ * (output_count > 1), the total loss and each output's loss and metric. */
+void cli_print_test(double loss, double accuracy, const char *metric,
+                    const mxu_output_log *outputs, int output_count);
 
 /* The test confusion matrix of a compiled model: *matrix_out is a malloc'd
  * classes x classes array of counts, [true][predicted] row-major, the
@@ -125,6 +129,10 @@ typedef struct cli_report {
   const mxu_history *history; /* NULL for evaluate */
   int batch_size;
   double test_loss, test_accuracy;
+  /* A model of several outputs (output_count > 1): each one's test loss
+   * and metric. */
+  int output_count;
+  const mxu_output_log *test_outputs;
   double wall_seconds;
   /* Optional test confusion matrix (cli_confusion); NULL: none. A NULL
    * class_names, or a NULL name in it, is written as the class index. */

@@ -113,18 +113,21 @@ static int has_entry(const mxu_npz_entry *entries, int count,
 
 #define MAX_NPZ_ENTRIES 64
 
-/* A model of several inputs reads an .npz of an array per input, by the
- * inputs' names. */
-static mxu_status load_named_inputs(const cli_data *d, mxu_split split,
-                                    const mxu_model *model, mxu_dataset **out) {
-  int n = mxu_model_input_count(model);
-  const char *names[CLI_MAX_INPUTS];
+/* A model of several inputs or outputs reads an .npz of an array per
+ * input, by the inputs' names, and of several outputs an array of targets
+ * per output, by the outputs' names. */
+static mxu_status load_named(const cli_data *d, mxu_split split,
+                             const mxu_model *model, mxu_dataset **out) {
+  int n = mxu_model_input_count(model), m = mxu_model_output_count(model);
+  const char *names[CLI_MAX_INPUTS], *outputs[MXU_MAX_OUTPUTS];
   for (int k = 0; k < n && k < CLI_MAX_INPUTS; k++)
     names[k] = mxu_model_input_name(model, k);
+  for (int j = 0; j < m && j < MXU_MAX_OUTPUTS; j++)
+    outputs[j] = mxu_model_output_name(model, j);
   /* --labels and CSV tables hold one input: the library says so. */
   const char *path = d->labels || d->label_column ? NULL : d->data;
-  mxu_status status =
-      mxu_load_npz_named(path, split, names, n, d->whole, 1, out);
+  mxu_status status = mxu_load_npz_model(path, split, names, n, outputs,
+                                         m > 1 ? m : 0, d->whole, 1, out);
   for (int k = 0; k < n && status == MXU_OK; k++)
     status =
         mxu_dataset_reshape_input(*out, k, mxu_model_input_shape_of(model, k));
@@ -138,8 +141,8 @@ mxu_status cli_load_split(const cli_data *d, mxu_split split,
   int arrays =
       d->labels || d->label_column ||
       (d->whole && split == MXU_TEST && cli_ends_with(d->data, ".npz"));
-  if (mxu_model_input_count(model) > 1)
-    status = load_named_inputs(d, split, model, out);
+  if (mxu_model_input_count(model) > 1 || mxu_model_output_count(model) > 1)
+    status = load_named(d, split, model, out);
   else if (!arrays)
     status = mxu_load_dataset_for(d->data, split, input, out);
   else if (d->labels || d->label_column)
@@ -242,6 +245,20 @@ int cli_confusion(const char *command, mxu_model *model,
 
 const char *cli_metric_label(const char *metric) {
   return strstr(metric, "acc") ? "accuracy" : metric;
+}
+
+void cli_print_test(double loss, double accuracy, const char *metric,
+                    const mxu_output_log *outputs, int output_count) {
+  printf("test loss %.4f", loss);
+  if (output_count < 2 && metric)
+    printf(" - test %s %.4f", cli_metric_label(metric), accuracy);
+  for (int j = 0; output_count > 1 && j < output_count; j++)
+    printf(" - test %s_loss %.4f", outputs[j].name, outputs[j].loss);
+  for (int j = 0; output_count > 1 && j < output_count; j++)
+    if (outputs[j].metric)
+      printf(" - test %s_%s %.4f", outputs[j].name, outputs[j].metric,
+             outputs[j].metric_value);
+  printf("\n");
 }
 
 const char *const cli_backend_names[] = {"cpu", "cpu_ref", "pjrt", NULL};

@@ -54,11 +54,13 @@ static mxu_status run_evaluate(const evaluate_args *a, evaluate_run *run) {
   run->compile.batch_size = a->batch_size;
   s = mxu_compile(run->model, &run->compile);
   if (s == MXU_OK) s = mxu_load_weights(run->model, a->weights);
+  mxu_output_log outputs[MXU_MAX_OUTPUTS];
   if (s == MXU_OK)
-    s = mxu_evaluate(run->model, run->test, 0, &run->loss, &run->accuracy);
+    s = mxu_evaluate_outputs(run->model, run->test, 0, &run->loss, outputs);
   if (s != MXU_OK) return s;
-  printf("test loss %.4f - test %s %.4f\n", run->loss,
-         cli_metric_label(run->metric), run->accuracy);
+  run->accuracy = outputs[0].metric_value;
+  cli_print_test(run->loss, run->accuracy, run->metric, outputs,
+                 mxu_model_output_count(run->model));
   fflush(stdout);
   return MXU_OK;
 }

@@ -12,19 +12,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Each output's loss and metric under Keras' names ("cls_loss",
+ * "val_cls_accuracy"): of an epoch (val: its validation) or of the test. */
+static void add_outputs(cJSON *e, const mxu_output_log *outputs, int count,
+                        int val) {
+  const char *p = val ? "val_" : "";
+  for (int j = 0; j < count; j++) {
+    const mxu_output_log *o = &outputs[j];
+    char key[256];
+    snprintf(key, sizeof key, "%s%s_loss", p, o->name);
+    cJSON_AddNumberToObject(e, key, val ? o->val_loss : o->loss);
+    if (!o->metric) continue;
+    snprintf(key, sizeof key, "%s%s_%s", p, o->name, o->metric);
+    cJSON_AddNumberToObject(e, key, val ? o->val_metric : o->metric_value);
+  }
+}
+
 /* Keras' log names: "accuracy" or "sparse_categorical_accuracy", and the
- * same with "val_" for validation. Epochs that did not validate get no
- * val_ entries rather than NaN, which JSON cannot hold. */
+ * same with "val_" for validation; a model of several outputs each
+ * output's. Epochs that did not validate get no val_ entries rather than
+ * NaN, which JSON cannot hold. */
 static cJSON *epoch_json(const mxu_epoch_log *log, const char *metric) {
   cJSON *e = cJSON_CreateObject();
   char val_metric[96];
   snprintf(val_metric, sizeof val_metric, "val_%s", metric);
   cJSON_AddNumberToObject(e, "epoch", log->epoch);
   cJSON_AddNumberToObject(e, "loss", log->loss);
-  cJSON_AddNumberToObject(e, metric, log->accuracy);
+  if (!log->output_count) cJSON_AddNumberToObject(e, metric, log->accuracy);
+  add_outputs(e, log->outputs, log->output_count, 0);
   if (!isnan(log->val_loss)) {
     cJSON_AddNumberToObject(e, "val_loss", log->val_loss);
-    cJSON_AddNumberToObject(e, val_metric, log->val_accuracy);
+    if (!log->output_count)
+      cJSON_AddNumberToObject(e, val_metric, log->val_accuracy);
+    add_outputs(e, log->outputs, log->output_count, 1);
   }
   cJSON_AddNumberToObject(e, "seconds", log->seconds);
   return e;
@@ -77,7 +97,10 @@ static cJSON *report_json(const cli_report *r) {
   if (r->history) add_training(root, r);
   cJSON *test = cJSON_AddObjectToObject(root, "test");
   cJSON_AddNumberToObject(test, "loss", r->test_loss);
-  cJSON_AddNumberToObject(test, r->metric, r->test_accuracy);
+  if (r->output_count > 1)
+    add_outputs(test, r->test_outputs, r->output_count, 0);
+  else
+    cJSON_AddNumberToObject(test, r->metric, r->test_accuracy);
   if (r->confusion) add_confusion(root, r);
   if (r->history)
     cJSON_AddNumberToObject(root, "train_images_per_second",
@@ -131,10 +154,12 @@ int cli_report_confusion(const char *command, mxu_model *model,
                          const mxu_dataset *test, cli_report *report) {
   int64_t *matrix;
   int classes;
-  /* Regression targets and one-value outputs have no classes to confuse. */
+  /* Regression targets and one-value outputs have no classes to confuse;
+   * a model of several outputs no one set of classes. */
   mxu_shape out =
       mxu_model_layer_shape(model, mxu_model_layer_count(model) - 1);
-  if (mxu_dataset_num_classes(test) == 0 || mxu_shape_count(&out) < 2)
+  if (mxu_dataset_num_classes(test) == 0 || mxu_shape_count(&out) < 2 ||
+      mxu_model_output_count(model) > 1)
     return CLI_OK;
   int code = cli_confusion(command, model, test, &matrix, &classes);
   if (code != CLI_OK) return code;

@@ -191,6 +191,14 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
     match_metric(metric, metric_size, c->loss);
   }
   if (a->metric) snprintf(metric, metric_size, "%s", a->metric);
+  /* A model of several outputs: the flags give every output the loss or
+   * metric, each keeping its loss weight. */
+  for (int j = 0; j < c->output_count; j++) {
+    mxu_output_loss *o = &c->outputs[j];
+    if (cli_find(cmd, "--loss")->given)
+      *o = (mxu_output_loss){c->loss, 0, 0.0f, 1.0f, o->weight, o->metric};
+    if (a->metric) o->metric = a->metric;
+  }
   if (cli_find(cmd, "--precision")->given)
     c->precision = a->precision ? MXU_MIXED_BFLOAT16 : MXU_PRECISION_FLOAT32;
   c->seed = a->seed;
@@ -215,6 +223,7 @@ typedef struct train_run {
   char metric[64];
   const mxu_history *history;
   double test_loss, test_accuracy;
+  mxu_output_log test_outputs[MXU_MAX_OUTPUTS];
   uint64_t seed; /* the fit seed, the checkpoint's when resumed */
 } train_run;
 
@@ -409,14 +418,21 @@ static mxu_status fit_and_evaluate(train_args *a, train_run *run) {
     const mxu_epoch_log *last = &run->history->epochs[run->history->count - 1];
     run->test_loss = last->val_loss;
     run->test_accuracy = last->val_accuracy;
+    for (int j = 0; j < last->output_count; j++) {
+      run->test_outputs[j] = last->outputs[j];
+      run->test_outputs[j].loss = last->outputs[j].val_loss;
+      run->test_outputs[j].metric_value = last->outputs[j].val_metric;
+    }
   }
-  if (isnan(run->test_loss))
-    s = mxu_evaluate(run->model, run->test, 0, &run->test_loss,
-                     &run->test_accuracy);
+  if (isnan(run->test_loss)) {
+    s = mxu_evaluate_outputs(run->model, run->test, 0, &run->test_loss,
+                             run->test_outputs);
+    run->test_accuracy = run->test_outputs[0].metric_value;
+  }
   if (s != MXU_OK) return s;
   if (mxu_distributed_rank() == 0)
-    printf("test loss %.4f - test %s %.4f\n", run->test_loss,
-           cli_metric_label(run->metric), run->test_accuracy);
+    cli_print_test(run->test_loss, run->test_accuracy, run->metric,
+                   run->test_outputs, mxu_model_output_count(run->model));
   fflush(stdout);
   return MXU_OK;
 }
@@ -432,6 +448,8 @@ static int write_report(const train_args *a, train_run *run, double start) {
   report.batch_size = run->compile.batch_size;
   report.test_loss = run->test_loss;
   report.test_accuracy = run->test_accuracy;
+  report.test_outputs = run->test_outputs;
+  report.output_count = mxu_model_output_count(run->model);
   int code = cli_report_confusion("train", run->model, run->test, &report);
   report.wall_seconds = cli_now() - start; /* the confusion pass included */
   if (code == CLI_OK && mxu_distributed_rank() == 0)
