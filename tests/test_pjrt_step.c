@@ -139,7 +139,8 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
   int count = m->param_count, kinds = o->kind == MXU_ADAM ? 2 : 1;
   int state = count * (1 + kinds), nargs = state + 6;
   int outputs = mxu_pjrt_program_outputs(program);
-  CHECK(outputs == state + 3); /* the loss, the metric, its count */
+  /* the loss, then the one output's loss, metric and its count */
+  CHECK(outputs == state + 4);
   mxu_pjrt_buffer **args = calloc((size_t)(REPLICAS * nargs), sizeof *args);
   mxu_pjrt_buffer **outs = calloc((size_t)(REPLICAS * outputs), sizeof *outs);
   float *zeros = calloc((size_t)m->trainable_count, sizeof(float));
@@ -175,13 +176,13 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
           mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, &steps, 0, NULL, &a[5]));
     }
     CHECK_OK(mxu_pjrt_execute(plugin, program, nargs, args, outs));
-    float sums[3] = {0, 0, 0};
-    for (int k = 0; k < 3; k++)
+    float sums[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4; k++)
       CHECK_OK(
           mxu_pjrt_download(plugin, outs[state + k], &sums[k], sizeof(float)));
-    CHECK(sums[2] == ROWS);
+    CHECK(sums[3] == ROWS && sums[0] == sums[1]);
     loss[t - 1] = sums[0] / ROWS;
-    accuracy[t - 1] = sums[1] / ROWS;
+    accuracy[t - 1] = sums[2] / ROWS;
     /* The new state is the next step's: the old buffers go. */
     for (int r = 0; r < REPLICAS; r++) {
       for (int i = 0; i < nargs; i++)

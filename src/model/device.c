@@ -18,10 +18,10 @@
 #endif
 
 /* A step's inputs besides the state, in the program's order: the
- * optimizer's scalars (mxu_step_hypers), x,
- * the labels or targets, the mask, the scale, each noise-drawing node's
- * noise, the model's other inputs' batches. The host stages `steps` of
- * them (one execution's), stacked. */
+ * optimizer's scalars (mxu_step_hypers), x, the first output's labels or
+ * targets, the mask, the scale, each noise-drawing node's noise, the
+ * model's other inputs' batches, the other outputs' labels or targets.
+ * The host stages `steps` of them (one execution's), stacked. */
 enum { HYPER, X, LABELS, MASK, SCALE, NOISE };
 
 struct mxu_device {
@@ -29,7 +29,9 @@ struct mxu_device {
   mxu_pjrt_program *train;
   char *train_text; /* the step, until it is compiled at its first run */
   int devices, kinds, trainable, state, inputs, nargs, outputs;
-  int more; /* where model input 1's batch stands among the inputs */
+  int more;   /* where model input 1's batch stands among the inputs */
+  int labels; /* where output 1's labels stand among the inputs */
+  int sums;   /* the loss sums a program gives (programs.c's loss_sums) */
   int kind[MXU_SLOTS + 1]; /* each slot kind's buffer (mxu_slot_buffer) */
   int steps;               /* the most one execution runs */
   mxu_hlo_shape *shape;    /* inputs: one step's, dtype F32 or S32 */
@@ -101,7 +103,7 @@ static void input_shapes(const mxu_model *model, mxu_device *d) {
   d->shape[SCALE] = mxu_hlo_shape_make(MXU_HLO_F32, 0, NULL);
   d->shape[X] =
       mxu_batch_shape(plan->batch, &model->layers[model->inputs[0]].out_shape);
-  d->shape[LABELS] = mxu_labels_shape(model, plan->batch);
+  d->shape[LABELS] = mxu_labels_shape(model, 0, plan->batch);
   d->shape[MASK] = mxu_hlo_shape_make(MXU_HLO_F32, 1, rows);
   for (int n = 0, i = NOISE; n < model->layer_count; n++)
     if (mxu_layer_draws_noise(&model->layers[n]))
@@ -109,6 +111,8 @@ static void input_shapes(const mxu_model *model, mxu_device *d) {
   for (int k = 1; k < model->input_count; k++)
     d->shape[d->more + k - 1] = mxu_batch_shape(
         plan->batch, &model->layers[model->inputs[k]].out_shape);
+  for (int j = 1; j < model->head_count; j++)
+    d->shape[d->labels + j - 1] = mxu_labels_shape(model, j, plan->batch);
   for (int i = 0; i < d->inputs; i++) d->size[i] = mxu_hlo_count(&d->shape[i]);
 }
 
@@ -117,10 +121,12 @@ static mxu_status allocate(const mxu_model *model, mxu_device *d) {
   for (int n = 0; n < model->layer_count; n++)
     noises += mxu_layer_draws_noise(&model->layers[n]);
   d->more = NOISE + noises;
-  d->inputs = d->more + model->input_count - 1;
+  d->labels = d->more + model->input_count - 1;
+  d->inputs = d->labels + model->head_count - 1;
   d->nargs = d->state + d->inputs + 1;
-  /* the state, the loss and metric sums, the metric count */
-  d->outputs = d->state + 3;
+  /* the state, the loss and each head's loss, metric and metric count */
+  d->sums = 1 + 3 * model->head_count;
+  d->outputs = d->state + d->sums;
   d->shape = calloc((size_t)d->inputs, sizeof *d->shape);
   d->size = calloc((size_t)d->inputs, sizeof *d->size);
   d->rates = calloc((size_t)d->steps, sizeof *d->rates);
@@ -149,11 +155,6 @@ mxu_status mxu_device_open(mxu_model *model) {
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "pjrt: one process drives every device; run without "
                     "mpirun");
-  if (model->head_count > 1 || model->heads[0].spec.weight != 1.0f)
-    return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "pjrt: the programs score one output with weight 1; "
-                    "train this model of %d outputs on the cpu backend",
-                    model->head_count);
   const mxu_plan *plan = &model->plan;
   int steps = model->compile.steps_per_execution > 0
                   ? model->compile.steps_per_execution
@@ -233,17 +234,21 @@ int mxu_device_steps(const mxu_model *model) {
   return model->device ? model->device->steps : 0;
 }
 
-/* Where the host plan loaded a replica's x, labels (or targets) and mask;
- * and its batch of model input k. */
+/* Where the host plan loaded a replica's labels (or targets) of head j. */
+static const void *loaded_labels(const mxu_model *model,
+                                 const mxu_replica *replica, int j) {
+  const mxu_head_plan *hp = &model->plan.head[j];
+  int sparse = model->heads[j].spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  return mxu_replica_floats(replica, sparse ? hp->labels : hp->targets);
+}
+
+/* Where the host plan loaded a replica's x, first labels and mask. */
 static const void *loaded(const mxu_model *model, const mxu_replica *replica,
                           int input) {
+  if (input == LABELS) return loaded_labels(model, replica, 0);
   const mxu_plan *plan = &model->plan;
-  const mxu_head_plan *hp = &plan->head[0];
-  int sparse = model->heads[0].spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
-  size_t offset = input == X        ? plan->act[model->inputs[0]]
-                  : input == LABELS ? (sparse ? hp->labels : hp->targets)
-                                    : plan->mask;
-  return mxu_replica_floats(replica, offset);
+  return mxu_replica_floats(replica, input == X ? plan->act[model->inputs[0]]
+                                                : plan->mask);
 }
 
 static const void *loaded_input(const mxu_model *model,
@@ -282,6 +287,9 @@ void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
     }
     for (int k = 1; k < model->input_count; k++)
       stage_copy(d, r, d->more + k - 1, step, loaded_input(model, replica, k));
+    for (int j = 1; j < model->head_count; j++)
+      stage_copy(d, r, d->labels + j - 1, step,
+                 loaded_labels(model, replica, j));
   }
 }
 
@@ -299,8 +307,17 @@ static mxu_status upload_stage(mxu_device *d) {
   return MXU_OK;
 }
 
-mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
-                          float *metric_sums, float *metric_counts) {
+/* A program's loss sums (sums: d->sums values) as a step's result. */
+static void read_sums(const mxu_model *model, const float *sums,
+                      mxu_step_result *out) {
+  *out = (mxu_step_result){.loss_sum = sums[0]};
+  for (int j = 0; j < model->head_count; j++)
+    out->heads[j] =
+        (mxu_head_sums){sums[1 + 3 * j], sums[2 + 3 * j], sums[3 + 3 * j]};
+}
+
+mxu_status mxu_device_run(mxu_model *model, int steps,
+                          mxu_step_result *results) {
   mxu_device *d = model->device;
   if (steps < 1 || steps > d->steps)
     return mxu_fail(MXU_ERR_ARG, "pjrt: %d steps in one execution (1 to %d)",
@@ -322,11 +339,14 @@ mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
   }
   if (s == MXU_OK)
     s = mxu_pjrt_execute(d->pjrt, d->train, d->nargs, d->args, d->outs);
-  float *sums[3] = {loss_sums, metric_sums, metric_counts}, all[3][d->steps];
-  for (int k = 0; s == MXU_OK && k < 3; k++) {
+  /* Each sum over the execution's steps, stacked. */
+  float all[d->sums][d->steps], sums[d->sums];
+  for (int k = 0; s == MXU_OK && k < d->sums; k++)
     s = mxu_pjrt_download(d->pjrt, d->outs[d->state + k], all[k],
                           sizeof all[k]);
-    memcpy(sums[k], all[k], (size_t)steps * sizeof(float));
+  for (int j = 0; s == MXU_OK && j < steps; j++) {
+    for (int k = 0; k < d->sums; k++) sums[k] = all[k][j];
+    read_sums(model, sums, &results[j]);
   }
   if (s != MXU_OK) {
     free_buffers(d, d->outs, 0, d->outputs, d->outputs);
@@ -413,7 +433,8 @@ static mxu_status run_eval(mxu_model *model, int predict,
   MXU_TRY(eval_program(model, predict, &program));
   if (d->synced != model->iterations) MXU_TRY(upload_state(model));
   int given = predict ? 1 : 3, others = model->input_count - 1;
-  int count = model->param_count, n = count + given + others;
+  int heads = predict ? 0 : model->head_count - 1;
+  int count = model->param_count, n = count + given + others + heads;
   mxu_pjrt_buffer **args = calloc((size_t)(d->devices * n), sizeof *args);
   if (!args) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_status s = MXU_OK;
@@ -423,13 +444,18 @@ static mxu_status run_eval(mxu_model *model, int predict,
     mxu_pjrt_buffer **a = args + r * n;
     const mxu_replica *replica = &plan->replica[r];
     for (int i = 0; i < count; i++) a[i] = d->args[r * d->nargs + i];
-    for (int k = 0; k < given + others && s == MXU_OK; k++) {
-      int input = k < given ? inputs[k] : d->more + k - given;
+    for (int k = 0; k < given + others + heads && s == MXU_OK; k++) {
+      int other = k - given, head = k - given - others + 1;
+      int input = k < given        ? inputs[k]
+                  : other < others ? d->more + other
+                                   : d->labels + head - 1;
+      const void *from = k < given ? loaded(model, replica, input)
+                         : other < others
+                             ? loaded_input(model, replica, other + 1)
+                             : loaded_labels(model, replica, head);
       const mxu_hlo_shape *shape = &d->shape[input];
-      s = upload(d, r, mxu_pjrt_type_of(shape->dtype),
-                 k < given ? loaded(model, replica, input)
-                           : loaded_input(model, replica, k - given + 1),
-                 shape->rank, shape->dims, &a[count + k]);
+      s = upload(d, r, mxu_pjrt_type_of(shape->dtype), from, shape->rank,
+                 shape->dims, &a[count + k]);
     }
   }
   if (s == MXU_OK) s = mxu_pjrt_execute(d->pjrt, program, n, args, outs);
@@ -440,21 +466,20 @@ static mxu_status run_eval(mxu_model *model, int predict,
   return s;
 }
 
-mxu_status mxu_device_evaluate(mxu_model *model, double *loss_sum,
-                               double *metric_sum, double *metric_count) {
+mxu_status mxu_device_evaluate(mxu_model *model, mxu_step_result *result) {
   mxu_device *d = model->device;
-  mxu_pjrt_buffer **outs = calloc((size_t)(3 * d->devices), sizeof *outs);
+  int n = d->sums;
+  mxu_pjrt_buffer **outs = calloc((size_t)(n * d->devices), sizeof *outs);
   if (!outs) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_status s = run_eval(model, 0, outs);
-  float sums[3] = {0, 0, 0};
-  for (int k = 0; s == MXU_OK && k < 3; k++)
+  float sums[n];
+  memset(sums, 0, sizeof sums);
+  for (int k = 0; s == MXU_OK && k < n; k++)
     s = mxu_pjrt_download(d->pjrt, outs[k], &sums[k], sizeof(float));
-  for (int i = 0; i < 3 * d->devices; i++)
+  for (int i = 0; i < n * d->devices; i++)
     mxu_pjrt_buffer_free(d->pjrt, outs[i]);
   free(outs);
-  *loss_sum = sums[0];
-  *metric_sum = sums[1];
-  *metric_count = sums[2];
+  read_sums(model, sums, result);
   return s;
 }
 

@@ -950,16 +950,17 @@ typedef struct mxu_emit_loss_input {
   mxu_hlo *h;
   int batch;
   mxu_hlo_value y, logits, labels, mask;
-  /* A padding mask reaching the loss (plan.loss_mask): the values of the
-   * node that holds it, (batch, steps), 0 where masked; else 0. */
+  /* A padding mask reaching the loss (the head's loss_mask): the values
+   * of the node that holds it, (batch, steps), 0 where masked; else 0. */
   mxu_hlo_value padding;
 } mxu_emit_loss_input;
-/* The compiled loss's and metric's sums over the rows whose mask is 1, as
- * loss.c computes each row's, and what the metric sum averages over
- * (mxu_step_result.metric_count); MXU_ERR_UNSUPPORTED if not emitted. */
-mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
-                         mxu_hlo_value *loss, mxu_hlo_value *metric,
-                         mxu_hlo_value *count);
+/* Head `head`'s compiled loss (unweighted) and metric sums over the rows
+ * whose mask is 1, as loss.c computes each row's, and what the metric sum
+ * averages over (mxu_head_sums.count); MXU_ERR_UNSUPPORTED if not
+ * emitted. */
+mxu_status mxu_emit_loss(const mxu_model *model, int head,
+                         const mxu_emit_loss_input *in, mxu_hlo_value *loss,
+                         mxu_hlo_value *metric, mxu_hlo_value *count);
 
 /* ---- updates.c ----------------------------------------------------------- */
 
@@ -1001,7 +1002,7 @@ mxu_hlo_value mxu_emit_constraint(mxu_hlo *h, const mxu_param *p,
 mxu_hlo_shape mxu_batch_shape(int batch, const mxu_shape *s);
 /* A batch's labels (int32) for the sparse cross-entropy, else its float
  * targets of the output's width. */
-mxu_hlo_shape mxu_labels_shape(const mxu_model *model, int batch);
+mxu_hlo_shape mxu_labels_shape(const mxu_model *model, int head, int batch);
 /* The noise input a node's emitter takes in training, for `batch` rows:
  * its stream's 4 words (noise_is_stream), or a value per output value. */
 mxu_hlo_shape mxu_noise_shape(const mxu_layer *l, int batch);
@@ -1038,8 +1039,8 @@ void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
  * loss and metric sums and metric count returned; kept until
  * mxu_device_apply makes the result the state (and copies the weights and
  * slots to the host). A run not applied is dropped by the next. */
-mxu_status mxu_device_run(mxu_model *model, int steps, float *loss_sums,
-                          float *metric_sums, float *metric_counts);
+mxu_status mxu_device_run(mxu_model *model, int steps,
+                          mxu_step_result *results);
 /* The plugin's client the devices belong to. */
 mxu_pjrt *mxu_device_client(const mxu_model *model);
 /* The run's result becomes the devices' state; the host's copy is read
@@ -1048,8 +1049,7 @@ mxu_status mxu_device_apply(mxu_model *model);
 /* The loaded batch evaluated on the devices (their weights): the loss and
  * metric sums and the metric count over every replica. The program is
  * compiled on first use. */
-mxu_status mxu_device_evaluate(mxu_model *model, double *loss_sum,
-                               double *metric_sum, double *metric_count);
+mxu_status mxu_device_evaluate(mxu_model *model, mxu_step_result *result);
 /* The loaded batch's outputs (rows of the global batch hold samples):
  * each output's values into outputs[j]. */
 mxu_status mxu_device_predict(mxu_model *model, int64_t rows,

@@ -222,15 +222,15 @@ static void row_weights(mxu_hlo *h, const mxu_emit_loss_input *in,
       h, kept, mxu_hlo_broadcast_to(h, factor, *mxu_hlo_shape_of(h, kept)));
 }
 
-mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
-                         mxu_hlo_value *loss, mxu_hlo_value *metric,
-                         mxu_hlo_value *count) {
+mxu_status mxu_emit_loss(const mxu_model *model, int head,
+                         const mxu_emit_loss_input *in, mxu_hlo_value *loss,
+                         mxu_hlo_value *metric, mxu_hlo_value *count) {
   mxu_hlo *h = in->h;
-  const mxu_output_loss *c = &model->heads[0].spec;
-  const mxu_shape *out = &model->layers[model->heads[0].node].out_shape;
+  const mxu_output_loss *c = &model->heads[head].spec;
+  const mxu_shape *out = &model->layers[model->heads[head].node].out_shape;
   /* A sequence's positions are rows of their own (loss.c's positions),
    * each 1 / positions of its sample's loss and metric. */
-  int64_t positions = mxu_loss_positions(model, 0);
+  int64_t positions = mxu_loss_positions(model, head);
   int64_t values = mxu_shape_count(out) / positions;
   int64_t dims[2] = {in->batch * positions, values};
   mxu_hlo_shape rows_shape = mxu_hlo_shape_make(MXU_HLO_F32, 2, dims);
@@ -266,9 +266,15 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
     per_row = mean_of(h, row_sums(h, e), (int64_t)divisor);
   }
   *loss = masked_sum(h, per_row, mask);
+  const int64_t all = 0;
+  *count = mxu_hlo_reduce(h, metric_mask, MXU_HLO_SUM, 1, &all);
+  if (!model->heads[head].spec.metric) { /* none: a sum of 0 */
+    *metric = mxu_hlo_full_like(h, *count, 0);
+    return h->status;
+  }
   /* The metric's own targets: the labels' one-hot rows, or the targets'
    * argmax. */
-  mxu_metric_kind kind = model->heads[0].metric_kind;
+  mxu_metric_kind kind = model->heads[head].metric_kind;
   mxu_hlo_value hot = t;
   if (kind == MXU_METRIC_CATEGORICAL_ACCURACY || kind == MXU_METRIC_TOP_K)
     hot = mxu_hlo_convert(
@@ -284,9 +290,7 @@ mxu_status mxu_emit_loss(const mxu_model *model, const mxu_emit_loss_input *in,
   mxu_hlo_value m = row_metric(h, kind, y, t, hot, values);
   if (!m)
     return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: metric %s is not emitted",
-                    model->heads[0].metric);
+                    model->heads[head].metric);
   *metric = masked_sum(h, m, metric_mask);
-  const int64_t all = 0;
-  *count = mxu_hlo_reduce(h, metric_mask, MXU_HLO_SUM, 1, &all);
   return h->status;
 }

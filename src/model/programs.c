@@ -62,8 +62,10 @@ typedef struct pass {
   int batch, training, replicas;
   const mxu_hlo_value *weights, *noise;
   const mxu_hlo_value *x; /* each model input's batch */
-  mxu_hlo_value logits;
-  mxu_hlo_value padding; /* the mask reaching the loss (plan.loss_mask) */
+  /* Per head: its output's logits where it ends in a softmax (Keras'
+   * cross-entropy reads them), and the padding mask reaching its loss
+   * (the head's loss_mask). */
+  mxu_hlo_value logits[MXU_MAX_OUTPUTS], padding[MXU_MAX_OUTPUTS];
   mxu_hlo_value *nodes;
   mxu_emit_moving *moving;
 } pass;
@@ -101,10 +103,12 @@ static mxu_status forward(const mxu_model *model, pass *p) {
         .moving = p->moving ? p->moving + owner->param_first : NULL};
     p->nodes[n] = l->cls->emit(l, &e);
     masks[n] = l->cls->computes_mask ? e.mask_out : p->nodes[n];
-    if (n == model->heads[0].node) p->logits = e.logits;
+    for (int j = 0; j < model->head_count; j++)
+      if (n == model->heads[j].node) p->logits[j] = e.logits;
   }
-  if (model->plan.head[0].loss_mask >= 0)
-    p->padding = masks[model->plan.head[0].loss_mask];
+  for (int j = 0; j < model->head_count; j++)
+    if (model->plan.head[j].loss_mask >= 0)
+      p->padding[j] = masks[model->plan.head[j].loss_mask];
   free(masks);
   return p->h->status;
 }
@@ -138,12 +142,13 @@ static mxu_hlo_value activity_penalties(const mxu_model *model, mxu_hlo *h,
 }
 
 /* The parameters in order: every weight, the slots of the trainable
- * ones kind by kind, the step's hyper-parameters, x, the labels or
- * targets, the mask, the scale, each noise-drawing node's noise, and the
- * model's other inputs' batches (x[1..]). */
+ * ones kind by kind, the step's hyper-parameters, x, the first output's
+ * labels or targets, the mask, the scale, each noise-drawing node's noise,
+ * the model's other inputs' batches (x[1..]) and the other outputs'
+ * labels or targets (labels[1..]). */
 typedef struct inputs {
   mxu_hlo_value *w, *slots, *noise;
-  mxu_hlo_value hyper, x[MXU_MAX_INPUTS], labels, mask, scale;
+  mxu_hlo_value hyper, x[MXU_MAX_INPUTS], labels[MXU_MAX_OUTPUTS], mask, scale;
 } inputs;
 
 /* A model input's batch as a parameter. */
@@ -153,12 +158,13 @@ static mxu_hlo_value input_parameter(const mxu_model *model, mxu_hlo *h,
       h, mxu_batch_shape(batch, &model->layers[model->inputs[k]].out_shape));
 }
 
-mxu_hlo_shape mxu_labels_shape(const mxu_model *model, int batch) {
-  int64_t t_dims[2] = {
-      batch, mxu_shape_count(&model->layers[model->heads[0].node].out_shape)};
+mxu_hlo_shape mxu_labels_shape(const mxu_model *model, int head, int batch) {
+  const mxu_head *h = &model->heads[head];
+  int64_t t_dims[2] = {batch,
+                       mxu_shape_count(&model->layers[h->node].out_shape)};
   /* A label per position of an output of several (mxu_loss_positions). */
-  int64_t labels[1] = {batch * mxu_loss_positions(model, 0)};
-  return model->heads[0].spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
+  int64_t labels[1] = {batch * mxu_loss_positions(model, head)};
+  return h->spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
              ? mxu_hlo_shape_make(MXU_HLO_S32, 1, labels)
              : f32(2, t_dims);
 }
@@ -176,7 +182,7 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
   in->hyper = mxu_hlo_parameter(h, f32(1, &hypers));
   in->x[0] = input_parameter(model, h, batch, 0);
   int64_t rows[1] = {batch};
-  in->labels = mxu_hlo_parameter(h, mxu_labels_shape(model, batch));
+  in->labels[0] = mxu_hlo_parameter(h, mxu_labels_shape(model, 0, batch));
   in->mask = mxu_hlo_parameter(h, f32(1, rows));
   in->scale = mxu_hlo_parameter(h, f32(0, NULL));
   int drawn = 0;
@@ -186,26 +192,40 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
           mxu_hlo_parameter(h, mxu_noise_shape(&model->layers[n], batch));
   for (int k = 1; k < model->input_count; k++)
     in->x[k] = input_parameter(model, h, batch, k);
+  for (int j = 1; j < model->head_count; j++)
+    in->labels[j] = mxu_hlo_parameter(h, mxu_labels_shape(model, j, batch));
 }
 
-/* The batch's loss sum (the loss, the activity penalties), metric sum
- * and metric count over the rows where mask is 1 (program_loss.c):
- * sums[0..3). */
+/* The batch's sums over the rows where mask is 1 (program_loss.c):
+ * sums[0] the loss (each head's times its weight, and the activity
+ * penalties), then each head's loss, metric and metric count (the
+ * mxu_head_sums of mxu_step_result): 1 + 3 * heads values. */
 static mxu_status loss_and_hits(const mxu_model *model, const pass *p,
-                                mxu_hlo_value labels, mxu_hlo_value mask,
+                                const mxu_hlo_value *labels, mxu_hlo_value mask,
                                 mxu_hlo_value *sums) {
-  int out = mxu_model_output(model);
-  mxu_emit_loss_input in = {.h = p->h,
-                            .batch = p->batch,
-                            .y = p->nodes[out],
-                            .logits = p->logits,
-                            .labels = labels,
-                            .mask = mask,
-                            .padding = p->padding};
-  mxu_hlo_value *loss = &sums[0];
-  MXU_TRY(mxu_emit_loss(model, &in, loss, &sums[1], &sums[2]));
-  *loss = activity_penalties(model, p->h, p->nodes, mask, *loss);
+  mxu_hlo_value total = 0;
+  for (int j = 0; j < model->head_count; j++) {
+    mxu_emit_loss_input in = {.h = p->h,
+                              .batch = p->batch,
+                              .y = p->nodes[model->heads[j].node],
+                              .logits = p->logits[j],
+                              .labels = labels[j],
+                              .mask = mask,
+                              .padding = p->padding[j]};
+    mxu_hlo_value *own = &sums[1 + 3 * j];
+    MXU_TRY(mxu_emit_loss(model, j, &in, &own[0], &own[1], &own[2]));
+    mxu_hlo_value weighted = mxu_hlo_mul(
+        p->h, own[0],
+        mxu_hlo_full_like(p->h, own[0], model->heads[j].spec.weight));
+    total = total ? mxu_hlo_add(p->h, total, weighted) : weighted;
+  }
+  sums[0] = activity_penalties(model, p->h, p->nodes, mask, total);
   return p->h->status;
+}
+
+/* The values loss_and_hits gives. */
+static int loss_sums(const mxu_model *model) {
+  return 1 + 3 * model->head_count;
 }
 
 /* Every replica's values summed in one all_reduce: each flattened and
@@ -295,7 +315,7 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
   /* One block for every value list: weights, slots, noise, grads, nodes,
    * results, sums. */
   size_t values = (size_t)(5 * count + (2 * kinds + 1) * trainable +
-                           2 * model->layer_count + 10);
+                           2 * model->layer_count + 10 + 6 * MXU_MAX_OUTPUTS);
   mxu_hlo_value *v = calloc(values, sizeof *v);
   mxu_emit_moving *moving = calloc((size_t)count + 1, sizeof *moving);
   if (!v || !moving) {
@@ -306,7 +326,8 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
       .w = v, .slots = v + count, .noise = v + count + kinds * trainable};
   mxu_hlo_value *grads = in.noise + model->layer_count, *nodes = grads + count;
   mxu_hlo_value *results = nodes + model->layer_count;
-  mxu_hlo_value *sums = results + count + kinds * trainable + 3;
+  int totals = loss_sums(model);
+  mxu_hlo_value *sums = results + count + kinds * trainable + totals;
   mxu_hlo h;
   mxu_hlo_init(&h);
   declare_inputs(model, &h, batch, kinds, &in);
@@ -319,26 +340,26 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
             .x = in.x,
             .nodes = nodes,
             .moving = moving};
-  mxu_hlo_value metrics[3] = {0}; /* loss, metric, its count */
+  mxu_hlo_value metrics[1 + 3 * MXU_MAX_OUTPUTS] = {0}; /* loss_and_hits' */
   mxu_status s = forward(model, &p);
   if (s == MXU_OK) s = loss_and_hits(model, &p, in.labels, in.mask, metrics);
   if (s == MXU_OK)
     s = mxu_hlo_gradients(&h, metrics[0], in.scale, count, in.w, grads);
   /* What the replicas sum, in one all_reduce: the trainable weights'
-   * gradients, the moving averages' statistics, the loss, the metric and
-   * its count. */
+   * gradients, the moving averages' statistics, the loss and each head's
+   * sums. */
   int n = 0;
   for (int i = 0; i < count; i++)
     if (model->params[i].trainable) sums[n++] = grads[i];
   for (int i = 0; i < count; i++)
     if (moving[i].local) sums[n++] = moving[i].local;
-  for (int k = 0; k < 3; k++) sums[n++] = metrics[k];
+  for (int k = 0; k < totals; k++) sums[n++] = metrics[k];
   if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, n, sums);
   /* Keras adds the weights' penalties to each batch's mean loss, at the
    * weights before the update. */
   if (s == MXU_OK && model->penalized)
-    sums[n - 3] = mxu_hlo_binary(
-        &h, MXU_HLO_ADD, sums[n - 3],
+    sums[n - totals] = mxu_hlo_binary(
+        &h, MXU_HLO_ADD, sums[n - totals],
         mxu_hlo_binary(
             &h, MXU_HLO_MULTIPLY,
             mxu_hlo_constant(&h, f32(0, NULL), (double)batch * replicas),
@@ -351,7 +372,7 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
       results[i] =
           moving_average(&h, in.w[i], &moving[i], sums[next++], replicas);
   int r = count + kinds * trainable;
-  for (int k = 3; k > 0; k--) results[r++] = sums[n - k];
+  for (int k = totals; k > 0; k--) results[r++] = sums[n - k];
   if (s == MXU_OK)
     s = mxu_hlo_print_loop(&h, r, results, count + kinds * trainable, steps,
                            replicas, text);
@@ -368,7 +389,8 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
   MXU_TRY(check_layers(model));
   int count = model->param_count, outputs = mxu_model_output_count(model);
   mxu_hlo_value *v = calloc(
-      (size_t)(count + model->layer_count + MXU_MAX_INPUTS + 3), sizeof *v);
+      (size_t)(count + model->layer_count + MXU_MAX_INPUTS + loss_sums(model)),
+      sizeof *v);
   if (!v) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_hlo_value *nodes = v + count, *results = nodes + model->layer_count;
   mxu_hlo h;
@@ -376,7 +398,8 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
   for (int i = 0; i < count; i++)
     v[i] = mxu_hlo_parameter(&h, param_shape(&model->params[i]));
   int64_t rows[1] = {batch};
-  /* x, for evaluation the labels and the mask, then the other inputs. */
+  /* x, for evaluation the first output's labels and the mask, then the
+   * other inputs and for evaluation the other outputs' labels. */
   mxu_hlo_value x[MXU_MAX_INPUTS] = {input_parameter(model, &h, batch, 0)};
   pass p = {.h = &h,
             .batch = batch,
@@ -384,13 +407,15 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
             .weights = v,
             .x = x,
             .nodes = nodes};
-  mxu_hlo_value labels = 0, mask = 0;
+  mxu_hlo_value labels[MXU_MAX_OUTPUTS] = {0}, mask = 0;
   if (!predict) {
-    labels = mxu_hlo_parameter(&h, mxu_labels_shape(model, batch));
+    labels[0] = mxu_hlo_parameter(&h, mxu_labels_shape(model, 0, batch));
     mask = mxu_hlo_parameter(&h, f32(1, rows));
   }
   for (int k = 1; k < model->input_count; k++)
     x[k] = input_parameter(model, &h, batch, k);
+  for (int j = 1; !predict && j < model->head_count; j++)
+    labels[j] = mxu_hlo_parameter(&h, mxu_labels_shape(model, j, batch));
   mxu_status s = forward(model, &p);
   int r = 0;
   if (s == MXU_OK && predict) {
@@ -399,8 +424,8 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
                                              : mxu_model_output(model)];
   } else if (s == MXU_OK) {
     s = loss_and_hits(model, &p, labels, mask, results);
-    r = 3;
-    if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, 3, results);
+    r = loss_sums(model);
+    if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, r, results);
   }
   if (s == MXU_OK) s = mxu_hlo_print(&h, r, results, replicas, text);
   mxu_hlo_free(&h);

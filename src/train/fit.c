@@ -362,12 +362,11 @@ static void output_means(const mxu_model *model, const mxu_step_result *sums,
   }
 }
 
-/* The device's sums for the loaded batch (pjrt evaluates one output). */
+/* The devices' sums for the loaded batch. */
 static mxu_step_result device_evaluate(mxu_model *model) {
   mxu_step_result r = {0};
-  r.status = mxu_device_evaluate(model, &r.loss_sum, &r.heads[0].metric,
-                                 &r.heads[0].count);
-  r.heads[0].loss = r.loss_sum;
+  mxu_status s = mxu_device_evaluate(model, &r);
+  r.status = s;
   return r;
 }
 
@@ -602,21 +601,22 @@ static int group_size(const mxu_model *model, const mxu_fit_config *c,
 static mxu_status device_steps(mxu_model *model, const mxu_fit_config *c,
                                int epoch, int step, int n, int steps, int first,
                                mxu_progress *progress, epoch_totals *totals) {
-  float loss[n], metric[n], counts[n], again[n], again_metric[n];
-  MXU_TRY(mxu_device_run(model, n, loss, metric, counts));
+  mxu_step_result *r = malloc(2 * (size_t)n * sizeof *r);
+  if (!r) return mxu_fail(MXU_ERR_NOMEM, "fit: out of memory");
+  mxu_status s = mxu_device_run(model, n, r);
   int good = 0;
-  while (good < n && isfinite(loss[good])) good++;
-  if (good > 0 && good < n)
-    MXU_TRY(mxu_device_run(model, good, again, again_metric, counts));
-  if (good > 0) MXU_TRY(mxu_strategy_apply(model));
-  for (int j = 0; j < n; j++) {
-    mxu_step_result r = {.loss_sum = loss[j],
-                         .heads[0] = {loss[j], metric[j], counts[j]}};
-    MXU_TRY(check_finite(epoch, step + j, r.loss_sum));
-    MXU_TRY(after_step(model, c, epoch, step + j, steps, first, progress,
-                       totals, r));
+  while (s == MXU_OK && good < n && isfinite(r[good].loss_sum)) good++;
+  if (s == MXU_OK && good > 0 && good < n)
+    s = mxu_device_run(model, good, r + n);
+  if (s == MXU_OK && good > 0) s = mxu_strategy_apply(model);
+  for (int j = 0; s == MXU_OK && j < n; j++) {
+    s = check_finite(epoch, step + j, r[j].loss_sum);
+    if (s == MXU_OK)
+      s = after_step(model, c, epoch, step + j, steps, first, progress, totals,
+                     r[j]);
   }
-  return MXU_OK;
+  free(r);
+  return s;
 }
 
 /* With augmentation the batches come from the prefetch thread, already
