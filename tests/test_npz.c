@@ -630,6 +630,59 @@ static void two_inputs(void) {
   result_free(&r);
 }
 
+/* ---- a model of three outputs --------------------------------------------
+ * tests/npz/multi_outputs.*.json (make_multi_outputs.py: a class, a sum
+ * and a sign from one input, losses, weights and metrics per output in the
+ * file's compile settings) trained from an .npz of arrays named after the
+ * outputs: each output learns its own target, so each got its own rows. */
+static double value_after(const char *out, const char *key) {
+  const char *at = out ? strstr(out, key) : NULL;
+  return at ? atof(at + strlen(key)) : NAN;
+}
+
+static void multi_outputs(void) {
+  const char *weights = temp_path("multi.weights.h5");
+  const char *report = temp_path("multi_report.json");
+  static const char *models[2] = {"tests/npz/multi_outputs.k3.json",
+                                  "tests/npz/multi_outputs.tf2.json"};
+  double seen[2][3];
+  for (int i = 0; i < 2; i++) {
+    result r = check_run_bin(
+        MXU_BIN, "train", models[i], "--data", "tests/npz/multi_outputs.npz",
+        "--epochs", "30", "--batch-size", "32", "--verbose", "0",
+        "--save-weights", weights, "--report", report, NULL);
+    seen[i][0] = value_after(r.out, "test kind_accuracy");
+    seen[i][1] = value_after(r.out, "test size_mae");
+    seen[i][2] = value_after(r.out, "test odd_accuracy");
+    /* Keras 3 fit the same (make_multi_outputs.py): 0.955, 0.163, 0.945. */
+    CHECK_MSG(r.code == 0 && seen[i][0] > 0.9 && seen[i][1] < 0.25 &&
+                  seen[i][2] > 0.85,
+              "%s: exit %d: %s %s", models[i], r.code, r.out, r.err);
+    result_free(&r);
+  }
+  /* Both dialects' compile settings are one and the same. */
+  for (int k = 0; k < 3; k++) CHECK(seen[0][k] == seen[1][k]);
+  char *text = check_slurp(report);
+  CHECK_MSG(text && has(text, "\"val_kind_loss\"") &&
+                has(text, "\"odd_accuracy\"") && has(text, "\"size_mae\"") &&
+                !has(text, "\"confusion\""),
+            "report: %s", text ? text : "(none)");
+  free(text);
+  result r = check_run_bin(MXU_BIN, "evaluate", models[0], "--weights", weights,
+                           "--data", "tests/npz/multi_outputs.npz", NULL);
+  CHECK_MSG(r.code == 0 &&
+                value_after(r.out, "test kind_accuracy") == seen[1][0] &&
+                value_after(r.out, "test odd_accuracy") == seen[1][2],
+            "exit %d: %s %s", r.code, r.out, r.err);
+  result_free(&r);
+  /* An archive without the outputs' arrays names the first missing. */
+  r = check_run_bin(MXU_BIN, "train", models[0], "--data",
+                    "tests/npz/mnist_small.npz", NULL);
+  CHECK_MSG(r.code != 0 && r.err && has(r.err, "kind_train"), "exit %d: %s",
+            r.code, r.err);
+  result_free(&r);
+}
+
 int main(void) {
   CHECK(check_temp_make("npz"));
   every_dtype();
@@ -643,6 +696,7 @@ int main(void) {
   validation_split();
   tags_per_token();
   two_inputs();
+  multi_outputs();
   check_remove_tree(check_temp_dir);
   return check_report("test_npz");
 }

@@ -590,16 +590,37 @@ mxu_status mxu_load_npz_model(const char *path, mxu_split split,
   int split_form =
       zip_name_locate(zip, y_split, 0) >= 0 ||
       (!labels && split == MXU_TEST && zip_name_locate(zip, first, 0) >= 0);
-  zip_discard(zip);
-  if (!split_form && split == MXU_TEST && !whole)
+  if (!split_form && split == MXU_TEST && !whole) {
+    zip_discard(zip);
     return mxu_fail(MXU_ERR_FORMAT,
                     "npz: %s: no test split (%s_test): hold out part of the "
                     "data with --validation-split F, or add each input's "
                     "NAME_test and %s_test to the archive",
                     path, y, y);
+  }
   const char *suffix = !split_form          ? ""
                        : split == MXU_TRAIN ? "_train"
                                             : "_test";
+  /* A model of several outputs: each output's targets must be there. */
+  for (int j = 0; labels && j < output_count; j++) {
+    char name[MXU_NPZ_NAME_SIZE + 16];
+    snprintf(name, sizeof name, "%s%s.npy", outputs[j], suffix);
+    if (zip_name_locate(zip, name, 0) >= 0) continue;
+    zip_discard(zip);
+    char wanted[2 * MXU_NPZ_NAME_SIZE + 32];
+    if (suffix[0])
+      snprintf(wanted, sizeof wanted, "'%s%s'", outputs[j], suffix);
+    else
+      snprintf(wanted, sizeof wanted, "'%s_train' or '%s'", outputs[j],
+               outputs[j]);
+    return mxu_fail(MXU_ERR_FORMAT,
+                    "npz: %s: no array %s: the model's outputs ('%s', ...) "
+                    "take their targets from arrays named after them "
+                    "(NAME_train and NAME_test, or NAME), as Keras' fit "
+                    "takes a dict of y",
+                    path, wanted, outputs[0]);
+  }
+  zip_discard(zip);
   char keys[MXU_MAX_INPUTS][MXU_NPZ_NAME_SIZE + 8];
   const char *x_keys[MXU_MAX_INPUTS];
   for (int k = 0; k < count; k++) {
