@@ -3,6 +3,7 @@
  * metric, against tf.keras (tests/golden/outputs, make_outputs.py), finite
  * differences of the weighted total, replicas, callbacks and refusals. */
 #include "check.h"
+#include "data/data.h"
 #include "model/model.h"
 #include "train/callbacks.h"
 
@@ -255,17 +256,48 @@ done:
 
 /* The gradient of the weighted total, from one SGD step of rate 1 (the
  * weights before less those after), against central differences of
- * evaluate's loss; and the step's logged losses against evaluate's. */
+ * evaluate's loss: model m (cpu_ref, SGD of rate 1) on one batch of
+ * data. */
+static void expect_gradient(mxu_model *m, const mxu_dataset *data, int rows,
+                            const char *what) {
+  int64_t count = m->trainable_count;
+  float *w0 = malloc((size_t)count * sizeof *w0);
+  double *grad = malloc((size_t)count * sizeof *grad);
+  if (!w0 || !grad) goto done;
+  memcpy(w0, m->weights, (size_t)count * sizeof *w0);
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.batch_size = rows;
+  fit.shuffle = 0;
+  fit.verbose = 0;
+  CHECK_OK(mxu_fit(m, data, &fit, NULL));
+  for (int64_t i = 0; i < count; i++) grad[i] = (double)w0[i] - m->weights[i];
+  const float eps = 1e-2f;
+  int bad = 0;
+  for (int64_t i = 0; i < count; i++) {
+    double up = 0, down = 0;
+    memcpy(m->weights, w0, (size_t)count * sizeof *w0);
+    m->weights[i] = w0[i] + eps;
+    CHECK_OK(mxu_evaluate_outputs(m, data, rows, &up, NULL));
+    m->weights[i] = w0[i] - eps;
+    CHECK_OK(mxu_evaluate_outputs(m, data, rows, &down, NULL));
+    double fd = (up - down) / (2.0 * eps);
+    if (fabs(fd - grad[i]) > 2e-3 + 2e-2 * fabs(fd) && bad++ < 5)
+      CHECK_MSG(0, "%s: weight %lld: gradient %.6g, finite differences %.6g",
+                what, (long long)i, grad[i], fd);
+  }
+  CHECK_MSG(bad == 0, "%s: %d weights off", what, bad);
+  memcpy(m->weights, w0, (size_t)count * sizeof *w0);
+done:
+  free(w0), free(grad);
+}
+
+/* The heads' logged losses: the step's and evaluate's, the total their
+ * weighted sum; then the gradient of that total. */
 static void test_finite_differences(void) {
   mxu_model *m = heads_model(MXU_BACKEND_CPU_REF, 1, 1, 1.0f);
   mxu_dataset *data = heads_data(N, 5);
   if (!m || !data) goto done;
   CHECK(!m->plan.head[0].fused_softmax); /* Dense b reads a's output */
-  int64_t count = m->trainable_count;
-  float *w0 = malloc((size_t)count * sizeof *w0);
-  double *grad = malloc((size_t)count * sizeof *grad);
-  if (!w0 || !grad) goto freed;
-  memcpy(w0, m->weights, (size_t)count * sizeof *w0);
   double before = 0;
   mxu_output_log outputs[3];
   CHECK_OK(mxu_evaluate_outputs(m, data, N, &before, outputs));
@@ -273,6 +305,8 @@ static void test_finite_differences(void) {
       outputs[0].loss + 0.7 * outputs[1].loss + 1.5 * outputs[2].loss;
   CHECK_NEAR(before, weighted, 1e-6);
   CHECK(isnan(outputs[2].metric_value) && !outputs[2].metric);
+  float *w0 = malloc((size_t)m->trainable_count * sizeof *w0);
+  if (w0) memcpy(w0, m->weights, (size_t)m->trainable_count * sizeof *w0);
   mxu_fit_config fit = mxu_fit_defaults();
   fit.batch_size = N;
   fit.shuffle = 0;
@@ -286,24 +320,118 @@ static void test_finite_differences(void) {
     CHECK_NEAR(h->epochs[0].outputs[0].metric_value, outputs[0].metric_value,
                1e-12);
   }
-  for (int64_t i = 0; i < count; i++) grad[i] = (double)w0[i] - m->weights[i];
-  const float eps = 1e-2f;
-  int bad = 0;
-  for (int64_t i = 0; i < count; i++) {
-    double up = 0, down = 0;
-    memcpy(m->weights, w0, (size_t)count * sizeof *w0);
-    m->weights[i] = w0[i] + eps;
-    CHECK_OK(mxu_evaluate_outputs(m, data, N, &up, NULL));
-    m->weights[i] = w0[i] - eps;
-    CHECK_OK(mxu_evaluate_outputs(m, data, N, &down, NULL));
-    double fd = (up - down) / (2.0 * eps);
-    if (fabs(fd - grad[i]) > 2e-3 + 2e-2 * fabs(fd) && bad++ < 5)
-      CHECK_MSG(0, "weight %lld: gradient %.6g, finite differences %.6g",
-                (long long)i, grad[i], fd);
+  if (w0) memcpy(m->weights, w0, (size_t)m->trainable_count * sizeof *w0);
+  free(w0);
+  expect_gradient(m, data, N, "three heads");
+done:
+  mxu_dataset_free(data);
+  mxu_model_free(m);
+}
+
+/* ---- heads under a padding mask ------------------------------------------
+ * ids (5 steps, trailing zeros) -> Embedding(mask_zero) -> LSTM(sequences)
+ * -> tag: Dense(3, softmax) per step, sparse CE; score: Dense(1) per step,
+ * mse x 0.5; and GlobalAveragePooling1D -> kind: Dense(2, softmax). Both
+ * per-step losses mean over the unmasked steps only. */
+enum { STEPS = 5, M = 8 };
+
+static mxu_model *masked_model(mxu_backend_kind backend, float rate) {
+  mxu_model *m = mxu_functional("masked_heads");
+  int64_t steps = STEPS;
+  mxu_tensor_id ids = mxu_input(m, "ids", mxu_shape_make(1, &steps));
+  mxu_embedding_config emb = {.name = "emb", .input_dim = 7, .output_dim = 4};
+  emb.mask_zero = 1;
+  mxu_tensor_id e = mxu_apply_embedding(m, &emb, ids);
+  mxu_rnn_config rnn = mxu_rnn_defaults(MXU_LSTM, 5);
+  rnn.name = "lstm";
+  rnn.return_sequences = 1;
+  mxu_tensor_id seq = mxu_apply_rnn(m, &rnn, e);
+  mxu_dense_config dense = mxu_dense_defaults(3);
+  dense.activation = MXU_SOFTMAX;
+  dense.name = "tag";
+  mxu_tensor_id tag = mxu_apply_dense(m, &dense, seq);
+  dense = mxu_dense_defaults(1);
+  dense.name = "score";
+  mxu_tensor_id score = mxu_apply_dense(m, &dense, seq);
+  mxu_global_pool2d_config pool = {.name = "pool"};
+  mxu_tensor_id mean = mxu_apply_global_pooling1d(m, &pool, seq);
+  dense = mxu_dense_defaults(2);
+  dense.activation = MXU_SOFTMAX;
+  dense.name = "kind";
+  mxu_tensor_id kind = mxu_apply_dense(m, &dense, mean);
+  mxu_tensor_id outs[3] = {tag, score, kind};
+  CHECK_OK(mxu_model_outputs(m, outs, 3));
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.optimizer = mxu_sgd(rate, 0.0f, 0);
+  cc.batch_size = M;
+  cc.backend = backend;
+  cc.seed = 12;
+  cc.output_count = 3;
+  for (int j = 0; j < 3; j++) cc.outputs[j] = mxu_output_loss_defaults();
+  cc.outputs[0].metric = "accuracy";
+  cc.outputs[1].loss = MXU_MEAN_SQUARED_ERROR;
+  cc.outputs[1].weight = 0.5f;
+  cc.outputs[2].metric = "accuracy";
+  CHECK_OK(mxu_compile(m, &cc));
+  return m;
+}
+
+/* Sample i has 2 + i % 4 ids, then padding. */
+static mxu_dataset *masked_data(void) {
+  float ids[M * STEPS] = {0}, tags[M * STEPS] = {0}, scores[M * STEPS] = {0};
+  int32_t kinds[M];
+  for (int i = 0; i < M; i++) {
+    for (int t = 0; t < 2 + i % 4; t++) {
+      ids[i * STEPS + t] = (float)(1 + (i * 3 + t * 5) % 6);
+      tags[i * STEPS + t] = (float)((i + t) % 3);
+      scores[i * STEPS + t] = 0.3f * (float)(t - i % 3);
+    }
+    kinds[i] = i % 2;
   }
-  CHECK(bad == 0);
-freed:
-  free(w0), free(grad);
+  mxu_dataset *d = NULL;
+  CHECK_OK(mxu_dataset_from_targets(
+      ids, tags, M, mxu_shape_make(1, (int64_t[]){STEPS}), STEPS, &d));
+  if (d) CHECK_OK(mxu_dataset_add_output_targets(d, scores, STEPS));
+  if (d) CHECK_OK(mxu_dataset_add_output_labels(d, kinds, 2));
+  return d;
+}
+
+/* The padded steps count in no output's loss: changing their targets
+ * changes nothing; the gradient of the total against finite differences;
+ * pjrt's masks against cpu_ref's after two steps. */
+static void test_masked_heads(void) {
+  mxu_model *m = masked_model(MXU_BACKEND_CPU_REF, 1.0f);
+  mxu_dataset *data = masked_data();
+  if (!m || !data) goto done;
+  CHECK(m->plan.head[0].loss_mask >= 0 && m->plan.head[1].loss_mask >= 0 &&
+        m->plan.head[2].loss_mask < 0);
+  double loss = 0, other = 0;
+  mxu_output_log a[3], b[3];
+  CHECK_OK(mxu_evaluate_outputs(m, data, M, &loss, a));
+  /* The last sample has 5 ids: its steps are all real; the first's past
+   * its second are padding, whose targets are not read. */
+  data->outs[0].targets[3] = 100.0f;
+  data->targets[4] = 2.0f;
+  CHECK_OK(mxu_evaluate_outputs(m, data, M, &other, b));
+  CHECK(loss == other && a[0].loss == b[0].loss && a[1].loss == b[1].loss);
+  expect_gradient(m, data, M, "masked heads");
+  mxu_model *ref = masked_model(MXU_BACKEND_CPU_REF, 0.1f);
+  mxu_model *dev = masked_model(MXU_BACKEND_PJRT, 0.1f);
+  if (ref && dev) {
+    mxu_fit_config fit = mxu_fit_defaults();
+    fit.batch_size = M;
+    fit.epochs = 2;
+    fit.verbose = 0;
+    const mxu_history *h1 = NULL, *h2 = NULL;
+    CHECK_OK(mxu_fit(ref, data, &fit, &h1));
+    CHECK_OK(mxu_fit(dev, data, &fit, &h2));
+    for (int j = 0; h1 && h2 && j < 3; j++)
+      CHECK_NEAR(h1->epochs[1].outputs[j].loss, h2->epochs[1].outputs[j].loss,
+                 1e-5);
+    CHECK(worst_error(ref->weights, dev->weights, ref->trainable_count) < 1e-5);
+  }
+  mxu_model_free(ref);
+  mxu_model_free(dev);
 done:
   mxu_dataset_free(data);
   mxu_model_free(m);
@@ -475,6 +603,7 @@ done:
 
 int main(void) {
   test_finite_differences();
+  test_masked_heads();
   test_replicas(MXU_BACKEND_CPU, 4, 1);
   test_replicas(MXU_BACKEND_PJRT, 2, 3);
   test_callbacks();
