@@ -884,6 +884,8 @@ const char *mxu_model_input_name(const mxu_model *model, int k);
 /* Output j's name, Keras' output name (its layer's): the key of its loss
  * and logs; NULL for no such output. */
 const char *mxu_model_output_name(const mxu_model *model, int j);
+/* Output j's shape (a sample's); rank 0 for no such output. */
+mxu_shape mxu_model_output_shape_of(const mxu_model *model, int j);
 const char *mxu_model_layer_name(const mxu_model *model, int layer);
 int64_t mxu_model_param_count(const mxu_model *model, int trainable);
 
@@ -1203,6 +1205,12 @@ mxu_status mxu_load_csv(const char *path, const char *label_column,
  * mxu_file_write. */
 mxu_status mxu_save_npy(const char *path, const int64_t *shape, int rank,
                         const float *values);
+/* np.savez of float32 arrays: array k named names[k] (its member
+ * NAME.npy), of shapes[k] (ranks[k] dims), values[k]; count 1 to
+ * MXU_MAX_OUTPUTS (a model's outputs, as mxu predict writes them). */
+mxu_status mxu_save_npz(const char *path, int count, const char *const *names,
+                        const int64_t *const *shapes, const int *ranks,
+                        const float *const *values);
 /* The four standard MNIST-style files in dir ({train,t10k}-{images-idx3,
  * labels-idx1}-ubyte, with or without .gz). */
 mxu_status mxu_load_mnist_dir(const char *dir, mxu_split split,

@@ -675,6 +675,44 @@ static void multi_outputs(void) {
                 value_after(r.out, "test odd_accuracy") == seen[1][2],
             "exit %d: %s %s", r.code, r.out, r.err);
   result_free(&r);
+  /* predict writes an array per output, named after it, into an .npz:
+   * the kind's argmax scores what evaluate printed; an .npy cannot hold
+   * three. */
+  const char *preds = temp_path("multi_preds.npz");
+  r = check_run_bin(MXU_BIN, "predict", models[0], "--weights", weights,
+                    "--input", "tests/npz/multi_outputs.npz", "--output", preds,
+                    NULL);
+  CHECK_MSG(r.code == 0 && has(r.out, "200 predictions of (3), (1), (1)"),
+            "exit %d: %s %s", r.code, r.out, r.err);
+  result_free(&r);
+  mxu_dataset *kind = NULL, *odd = NULL, *test = NULL;
+  CHECK_OK(mxu_load_npz_arrays(preds, "kind", NULL, &kind));
+  CHECK_OK(mxu_load_npz_arrays(preds, "odd", NULL, &odd));
+  CHECK_OK(mxu_load_npz_arrays("tests/npz/multi_outputs.npz", "x_test",
+                               "kind_test", &test));
+  if (kind && odd && test && mxu_dataset_count(kind) == 200) {
+    int right = 0;
+    for (int i = 0; i < 200; i++) {
+      const float *row = mxu_dataset_x(kind) + 3 * i;
+      int best = row[1] > row[0] ? 1 : 0;
+      best = row[2] > row[best] ? 2 : best;
+      right += best == mxu_dataset_labels(test)[i];
+    }
+    CHECK_MSG(fabs(right / 200.0 - seen[1][0]) < 1e-9,
+              "predict's argmax scores %d of 200, evaluate %g", right,
+              seen[1][0]);
+    mxu_shape one = mxu_dataset_shape(odd);
+    CHECK(mxu_dataset_count(odd) == 200 && mxu_shape_count(&one) == 1);
+  }
+  mxu_dataset_free(kind);
+  mxu_dataset_free(odd);
+  mxu_dataset_free(test);
+  r = check_run_bin(MXU_BIN, "predict", models[0], "--weights", weights,
+                    "--input", "tests/npz/multi_outputs.npz", "--output",
+                    temp_path("multi.npy"), NULL);
+  CHECK_MSG(r.code == 2 && r.err && has(r.err, "give an .npz"), "exit %d: %s",
+            r.code, r.err);
+  result_free(&r);
   /* An archive without the outputs' arrays names the first missing. */
   r = check_run_bin(MXU_BIN, "train", models[0], "--data",
                     "tests/npz/mnist_small.npz", NULL);

@@ -44,9 +44,11 @@ static void predict_options(predict_args *a, cli_option *o) {
        "with --input FILE.csv: a column to leave out (the labels); every "
        "other column is a feature",
        CLI_STRING, &a->label_column, NULL, 0, 0},
-      {"--output", "FILE.npy",
+      {"--output", "FILE.npy|FILE.npz",
        "with --input: write the model's outputs, (samples, classes) "
-       "float32, as Keras' predict returns them, instead of printing them",
+       "float32, as Keras' predict returns them, instead of printing them "
+       "(a model of several outputs: an .npz of an array per output, named "
+       "after it)",
        CLI_STRING, &a->output, NULL, 0, 0},
       {"--top", "K", "classes to show per image, most likely first (default 3)",
        CLI_POSITIVE_INT, &a->top, NULL, 0, 0},
@@ -335,9 +337,55 @@ static mxu_status load_inputs(const predict_args *a, const mxu_model *model,
   return s;
 }
 
+/* The model's outputs for n samples of every input into outs[j], room
+ * for output j's (the caller's). */
+static mxu_status predict_all(predict_run *run, const mxu_dataset *samples,
+                              int64_t n, float **outs) {
+  const float *inputs[CLI_MAX_INPUTS];
+  for (int k = 0; k < mxu_dataset_input_count(samples) && k < CLI_MAX_INPUTS;
+       k++)
+    inputs[k] = mxu_dataset_input(samples, k);
+  return mxu_predict_outputs(run->model, inputs, n, outs);
+}
+
+/* --output: an .npy of the one output, (samples, the output's dims) as
+ * Keras' predict returns it; an .npz of an array per output, named after
+ * it, as np.savez of Keras' list. */
+static mxu_status save_outputs(const predict_args *a, const mxu_model *model,
+                               int64_t n, float *const *outs) {
+  int outputs = mxu_model_output_count(model);
+  int64_t dims[MXU_MAX_OUTPUTS][MXU_MAX_RANK + 1];
+  const int64_t *shapes[MXU_MAX_OUTPUTS];
+  const char *names[MXU_MAX_OUTPUTS];
+  int ranks[MXU_MAX_OUTPUTS];
+  for (int j = 0; j < outputs; j++) {
+    mxu_shape shape = mxu_model_output_shape_of(model, j);
+    dims[j][0] = n;
+    for (int d = 0; d < shape.rank; d++) dims[j][d + 1] = shape.dims[d];
+    shapes[j] = dims[j];
+    ranks[j] = shape.rank + 1;
+    names[j] = mxu_model_output_name(model, j);
+  }
+  if (!cli_ends_with(a->output, ".npz"))
+    return mxu_save_npy(a->output, dims[0], ranks[0], outs[0]);
+  return mxu_save_npz(a->output, outputs, names, shapes, ranks,
+                      (const float *const *)outs);
+}
+
 static int predict_arrays(const predict_args *a, predict_run *run) {
   mxu_dataset *samples = NULL;
   mxu_status s = load_inputs(a, run->model, &samples);
+  int outputs = mxu_model_output_count(run->model);
+  if (s == MXU_OK && outputs > 1 && a->output &&
+      !cli_ends_with(a->output, ".npz")) {
+    mxu_dataset_free(samples);
+    return cli_usage_error("predict",
+                           "--output %s: the model has %d outputs; give an "
+                           ".npz, which holds an array for each, named after "
+                           "it ('%s', ...)",
+                           a->output, outputs,
+                           mxu_model_output_name(run->model, 0));
+  }
   if (s == MXU_OK && a->rescale != 1.0f)
     mxu_dataset_rescale(samples, a->rescale);
   int64_t n = s == MXU_OK ? mxu_dataset_count(samples) : 0;
@@ -346,38 +394,42 @@ static int predict_arrays(const predict_args *a, predict_run *run) {
     s = mxu_compile(run->model, &run->compile);
   }
   if (s == MXU_OK) s = mxu_load_weights(run->model, a->weights);
-  mxu_shape last =
-      mxu_model_layer_shape(run->model, mxu_model_layer_count(run->model) - 1);
-  run->classes = (int)mxu_shape_count(&last);
-  if (s == MXU_OK) {
-    run->out =
-        malloc((size_t)(n ? n : 1) * (size_t)run->classes * sizeof(float));
-    const float *inputs[CLI_MAX_INPUTS];
-    for (int k = 0; k < mxu_dataset_input_count(samples) && k < CLI_MAX_INPUTS;
-         k++)
-      inputs[k] = mxu_dataset_input(samples, k);
-    if (run->out) s = mxu_predict_outputs(run->model, inputs, n, &run->out);
-  }
-  /* (samples, the output's dims), as Keras' predict returns them. */
-  int64_t shape[MXU_MAX_RANK + 1] = {n};
-  for (int d = 0; d < last.rank; d++) shape[d + 1] = last.dims[d];
-  if (s == MXU_OK && run->out && a->output)
-    s = mxu_save_npy(a->output, shape, last.rank + 1, run->out);
-  mxu_dataset_free(samples);
-  if (s != MXU_OK) return cli_runtime_error("predict");
-  if (!run->out) {
+  float *outs[MXU_MAX_OUTPUTS] = {0};
+  for (int j = 0; s == MXU_OK && j < outputs; j++) {
+    mxu_shape shape = mxu_model_output_shape_of(run->model, j);
+    outs[j] = malloc((size_t)(n ? n : 1) * (size_t)mxu_shape_count(&shape) *
+                     sizeof(float));
+    if (outs[j]) continue;
+    for (int k = 0; k < j; k++) free(outs[k]);
+    mxu_dataset_free(samples);
     fprintf(stderr, "mxu predict: out of memory\n");
     return CLI_RUNTIME;
   }
-  if (a->output) {
-    printf("%lld predictions of (", (long long)n);
-    for (int d = 0; d < last.rank; d++)
-      printf(d ? ", %lld" : "%lld", (long long)last.dims[d]);
-    printf(") written to %s\n", a->output);
-    return CLI_OK;
+  if (s == MXU_OK) s = predict_all(run, samples, n, outs);
+  if (s == MXU_OK && a->output) s = save_outputs(a, run->model, n, outs);
+  mxu_dataset_free(samples);
+  for (int j = 0; s == MXU_OK && !a->output && j < outputs; j++) {
+    mxu_shape shape = mxu_model_output_shape_of(run->model, j);
+    if (outputs > 1)
+      printf("output '%s':\n", mxu_model_output_name(run->model, j));
+    run->out = outs[j];
+    run->classes = (int)mxu_shape_count(&shape);
+    print_outputs(a, run, n, shape);
   }
-  print_outputs(a, run, n, last);
-  return CLI_OK;
+  run->out = NULL;
+  if (s == MXU_OK && a->output) {
+    printf("%lld predictions of ", (long long)n);
+    for (int j = 0; j < outputs; j++) {
+      mxu_shape shape = mxu_model_output_shape_of(run->model, j);
+      printf(j ? ", (" : "(");
+      for (int d = 0; d < shape.rank; d++)
+        printf(d ? ", %lld" : "%lld", (long long)shape.dims[d]);
+      printf(")");
+    }
+    printf(" written to %s\n", a->output);
+  }
+  for (int j = 0; j < outputs; j++) free(outs[j]);
+  return s == MXU_OK ? CLI_OK : cli_runtime_error("predict");
 }
 
 int cli_predict(int argc, char **argv) {

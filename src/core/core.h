@@ -130,6 +130,16 @@ typedef struct mxu_file_out {
 mxu_status mxu_file_begin(mxu_file_out *out, const char *path);
 /* Writes the bytes, syncs, renames; on failure the target is untouched. */
 mxu_status mxu_file_finish(mxu_file_out *out, const void *bytes, size_t size);
+
+/* A zip archive of the members (stored, each dated now) built in memory
+ * (zip.c): *bytes, malloc'd, and *size; errors name path. */
+typedef struct mxu_zip_member {
+  const char *name;
+  const void *bytes;
+  size_t size;
+} mxu_zip_member;
+mxu_status mxu_zip_build(const char *path, const mxu_zip_member *members,
+                         int count, unsigned char **bytes, size_t *size);
 void mxu_file_abandon(mxu_file_out *out);
 
 /* The machine's physical memory (0 when unknown). */

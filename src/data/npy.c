@@ -760,8 +760,11 @@ mxu_status mxu_load_npy(const char *x_path, const char *y_path,
 
 /* ---- writing ----------------------------------------------------------- */
 
-mxu_status mxu_save_npy(const char *path, const int64_t *shape, int rank,
-                        const float *values) {
+/* np.save's bytes of float32 values of the given shape: *bytes
+ * (malloc'd), *size. */
+static mxu_status npy_bytes(const char *path, const int64_t *shape, int rank,
+                            const float *values, unsigned char **out,
+                            size_t *out_size) {
   if (!path || !shape || rank < 1 || rank > MXU_MAX_RANK + 1 || !values)
     return mxu_fail(MXU_ERR_ARG,
                     "npy: a path, a shape of rank 1..%d and values are needed",
@@ -798,7 +801,45 @@ mxu_status mxu_save_npy(const char *path, const int64_t *shape, int rank,
     for (int b = 0; b < 4; b++)
       data[i * 4 + b] = (unsigned char)(bits >> 8 * b);
   }
+  *out = bytes;
+  *out_size = size;
+  return MXU_OK;
+}
+
+mxu_status mxu_save_npy(const char *path, const int64_t *shape, int rank,
+                        const float *values) {
+  unsigned char *bytes = NULL;
+  size_t size = 0;
+  MXU_TRY(npy_bytes(path, shape, rank, values, &bytes, &size));
   mxu_status status = mxu_file_write(path, bytes, size);
   free(bytes);
+  return status;
+}
+
+mxu_status mxu_save_npz(const char *path, int count, const char *const *names,
+                        const int64_t *const *shapes, const int *ranks,
+                        const float *const *values) {
+  if (!path || count < 1 || count > MXU_MAX_OUTPUTS || !names || !shapes ||
+      !ranks || !values)
+    return mxu_fail(MXU_ERR_ARG, "npz: a path and 1..%d named arrays needed",
+                    MXU_MAX_OUTPUTS);
+  unsigned char *npy[MXU_MAX_OUTPUTS] = {0}, *zip = NULL;
+  char member[MXU_MAX_OUTPUTS][MXU_NPZ_NAME_SIZE + 8];
+  mxu_zip_member members[MXU_MAX_OUTPUTS];
+  mxu_status status = MXU_OK;
+  for (int k = 0; k < count && status == MXU_OK; k++) {
+    snprintf(member[k], sizeof member[k], "%s.npy", names[k]);
+    members[k].name = member[k];
+    members[k].bytes = NULL;
+    status = npy_bytes(path, shapes[k], ranks[k], values[k], &npy[k],
+                       &members[k].size);
+    members[k].bytes = npy[k];
+  }
+  size_t size = 0;
+  if (status == MXU_OK)
+    status = mxu_zip_build(path, members, count, &zip, &size);
+  if (status == MXU_OK) status = mxu_file_write(path, zip, size);
+  free(zip);
+  for (int k = 0; k < count; k++) free(npy[k]);
   return status;
 }

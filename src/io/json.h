@@ -23,9 +23,6 @@ mxu_status mxu_json_read_compile(const char *source, const cJSON *root,
 /* Model output k's name, which Keras keys losses and metrics by: its
  * layer's ("" past the outputs). */
 const char *mxu_json_output_name(const mxu_model *model, int k);
-/* Output k's loss under c: its entry, or the one loss of every output
- * (weight 1, the metric or "accuracy"). */
-mxu_output_loss mxu_json_output_loss(const mxu_compile_config *c, int k);
 /* Whether the model's compile settings are written per output, in
  * Keras' dicts by output name (several outputs, or a weighted one). */
 int mxu_json_per_output(const mxu_model *model);

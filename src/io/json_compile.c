@@ -317,23 +317,8 @@ static mxu_status read_optimizer(const mxu_json_where *where, const cJSON *v,
  */
 
 const char *mxu_json_output_name(const mxu_model *model, int k) {
-  if (!model || k < 0 || k >= mxu_model_output_count(model)) return "";
-  int node = model->output_count ? model->outputs[k] : mxu_model_output(model);
-  /* Keras' output_names: the layer (or the model used as a layer) whose
-   * call gives the tensor. */
-  int index = 0, tensor = 0;
-  return mxu_scope_tensor(model, 0, node, 0, &index, &tensor);
-}
-
-mxu_output_loss mxu_json_output_loss(const mxu_compile_config *c, int k) {
-  if (c->output_count > 0 && k < c->output_count) return c->outputs[k];
-  mxu_output_loss o = mxu_output_loss_defaults();
-  o.loss = c->loss;
-  o.from_logits = c->from_logits;
-  o.label_smoothing = c->label_smoothing;
-  o.huber_delta = c->huber_delta;
-  o.metric = c->metric ? c->metric : "accuracy";
-  return o;
+  const char *name = mxu_model_output_name(model, k);
+  return name ? name : "";
 }
 
 int mxu_json_per_output(const mxu_model *model) {
@@ -748,7 +733,7 @@ static void outputs_start(outputs_read *r, const mxu_model *model,
   r->count = model ? mxu_model_output_count(model) : 1;
   if (r->count < 1) r->count = 1;
   for (int k = 0; k < r->count && k < MXU_MAX_OUTPUTS; k++) {
-    r->at[k] = mxu_json_output_loss(compile, k);
+    r->at[k] = mxu_output_spec(compile, k);
     if (compile->output_count != r->count) {
       r->at[k].weight = 1.0f;
       r->at[k].metric = compile->metric;
@@ -995,7 +980,7 @@ static void put_output_settings(mxu_json_out *out, cJSON *config,
   cJSON *metrics = cJSON_CreateObject();
   for (int k = 0; k < count; k++) {
     const char *name = mxu_json_output_name(model, k);
-    mxu_output_loss o = mxu_json_output_loss(c, k);
+    mxu_output_loss o = mxu_output_spec(c, k);
     if (c->output_count > 0) {
       mxu_json_put(out, losses, name, loss_value(out, &o));
       mxu_json_put_float(out, weights, name, o.weight);
@@ -1011,7 +996,7 @@ static void put_output_settings(mxu_json_out *out, cJSON *config,
   } else {
     cJSON_Delete(losses);
     cJSON_Delete(weights);
-    mxu_output_loss one = mxu_json_output_loss(c, 0);
+    mxu_output_loss one = mxu_output_spec(c, 0);
     mxu_json_put(out, config, "loss", loss_value(out, &one));
     mxu_json_put_null(out, config, "loss_weights");
   }
@@ -1025,7 +1010,7 @@ cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model) {
   if (mxu_json_per_output(model)) {
     put_output_settings(out, config, model);
   } else {
-    mxu_output_loss one = mxu_json_output_loss(c, 0);
+    mxu_output_loss one = mxu_output_spec(c, 0);
     mxu_json_put(out, config, "loss", loss_value(out, &one));
     mxu_json_put_null(out, config, "loss_weights");
     cJSON *metrics = cJSON_CreateArray();

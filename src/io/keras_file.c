@@ -128,45 +128,6 @@ mxu_status mxu_keras_name_extracted(mxu_status status, const char *extracted,
 
 /* ---- writing ----------------------------------------------------------- */
 
-static mxu_status add_member(zip_t *zip, const char *path, const char *name,
-                             const void *bytes, size_t size, time_t when) {
-  zip_source_t *source = zip_source_buffer(zip, bytes, size, 0);
-  zip_int64_t index =
-      source ? zip_file_add(zip, name, source, ZIP_FL_ENC_UTF_8) : -1;
-  if (index < 0) {
-    zip_source_free(source);
-    return zip_failure(path, name, zip_get_error(zip));
-  }
-  if (zip_set_file_compression(zip, (zip_uint64_t)index, ZIP_CM_STORE, 0) ||
-      zip_file_set_mtime(zip, (zip_uint64_t)index, when, 0))
-    return zip_failure(path, name, zip_get_error(zip));
-  return MXU_OK;
-}
-
-/* The archive libzip wrote into source, copied out. */
-static mxu_status take_bytes(const char *path, zip_source_t *source,
-                             unsigned char **bytes, size_t *size) {
-  zip_stat_t st;
-  if (zip_source_stat(source, &st) != 0 || !(st.valid & ZIP_STAT_SIZE) ||
-      zip_source_open(source) != 0)
-    return zip_failure(path, "archive", zip_source_error(source));
-  *bytes = malloc(st.size ? st.size : 1);
-  zip_int64_t got = *bytes ? zip_source_read(source, *bytes, st.size) : -1;
-  mxu_status s = MXU_OK;
-  if (!*bytes)
-    s = mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", path);
-  else if (got < 0 || (zip_uint64_t)got != st.size)
-    s = zip_failure(path, "archive", zip_source_error(source));
-  zip_source_close(source);
-  if (s != MXU_OK) {
-    free(*bytes);
-    *bytes = NULL;
-    return s;
-  }
-  *size = st.size;
-  return MXU_OK;
-}
-
 mxu_status mxu_keras_archive(const char *path, const char *config,
                              const unsigned char *weights, size_t weights_size,
                              unsigned char **bytes, size_t *size) {
@@ -181,29 +142,9 @@ mxu_status mxu_keras_archive(const char *path, const char *config,
            "\"%04d-%02d-%02d@%02d:%02d:%02d\"}",
            MXU_KERAS3_VERSION, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
            tm.tm_hour, tm.tm_min, tm.tm_sec);
-  zip_error_t error;
-  zip_error_init(&error);
-  zip_source_t *source = zip_source_buffer_create(NULL, 0, 0, &error);
-  zip_t *zip =
-      source ? zip_open_from_source(source, ZIP_TRUNCATE, &error) : NULL;
-  if (!zip) {
-    mxu_status s = zip_failure(path, "archive", &error);
-    zip_source_free(source);
-    zip_error_fini(&error);
-    return s;
-  }
-  zip_error_fini(&error);
-  zip_source_keep(source); /* zip_close would free it */
-  mxu_status s =
-      add_member(zip, path, "metadata.json", metadata, strlen(metadata), now);
-  if (s == MXU_OK)
-    s = add_member(zip, path, "config.json", config, strlen(config), now);
-  if (s == MXU_OK)
-    s = add_member(zip, path, "model.weights.h5", weights, weights_size, now);
-  if (s == MXU_OK && zip_close(zip) != 0)
-    s = zip_failure(path, "archive", zip_get_error(zip));
-  if (s != MXU_OK) zip_discard(zip);
-  if (s == MXU_OK) s = take_bytes(path, source, bytes, size);
-  zip_source_free(source);
-  return s;
+  const mxu_zip_member members[3] = {
+      {"metadata.json", metadata, strlen(metadata)},
+      {"config.json", config, strlen(config)},
+      {"model.weights.h5", weights, weights_size}};
+  return mxu_zip_build(path, members, 3, bytes, size);
 }

@@ -271,7 +271,7 @@ static const char *output_metric_fn(const mxu_model *model,
   if (strcmp(name, "mae") == 0) return "mean_absolute_error";
   if (strcmp(name, "mse") == 0) return "mean_squared_error";
   if (strcmp(name, "accuracy") != 0 && strcmp(name, "acc") != 0) return name;
-  int node = model->output_count ? model->outputs[k] : mxu_model_output(model);
+  int node = mxu_model_output_node(model, k);
   const mxu_shape *shape = &model->layers[node].out_shape;
   if (o->loss == MXU_BINARY_CROSSENTROPY ||
       (shape->rank > 0 && shape->dims[shape->rank - 1] == 1))
@@ -288,7 +288,7 @@ static cJSON *output_metrics_value(mxu_json_out *out, const mxu_model *model) {
   cJSON *outer = cJSON_CreateArray();
   int count = mxu_model_output_count(model);
   for (int k = 0; k < count; k++) {
-    mxu_output_loss o = mxu_json_output_loss(&model->compile, k);
+    mxu_output_loss o = mxu_output_spec(&model->compile, k);
     cJSON *inner = cJSON_CreateArray();
     if (o.metric) {
       char name[2 * MXU_NAME_SIZE + 64];

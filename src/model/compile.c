@@ -161,15 +161,8 @@ static mxu_status check_optimizer(const mxu_optimizer_config *o) {
   return MXU_OK;
 }
 
-/* Output k's node: the model's k-th output, or its last node. */
-static int output_node(const mxu_model *model, int k) {
-  return model->output_count ? model->outputs[k] : mxu_model_output(model);
-}
-
-/* What output k's loss is: the config's entry for it, or the config's
- * one loss (weight 1, the one metric, "accuracy" when none is named). */
-static mxu_output_loss output_spec(const mxu_compile_config *c, int k) {
-  if (c->output_count) return c->outputs[k];
+mxu_output_loss mxu_output_spec(const mxu_compile_config *c, int k) {
+  if (c->output_count > k) return c->outputs[k];
   mxu_output_loss spec = {
       c->loss,        c->from_logits, c->label_smoothing,
       c->huber_delta, 1.0f,           c->metric ? c->metric : "accuracy"};
@@ -231,9 +224,9 @@ static mxu_status resolve_heads(const mxu_model *model,
                     c->output_count, outputs);
   for (int k = 0; k < outputs; k++) {
     mxu_head *h = &heads[k];
-    h->node = output_node(model, k);
+    h->node = mxu_model_output_node(model, k);
     const mxu_layer *out = &model->layers[h->node];
-    h->spec = output_spec(c, k);
+    h->spec = mxu_output_spec(c, k);
     MXU_TRY(check_head(out, &h->spec, c->output_count || outputs == 1));
     for (int j = 0; j < k; j++)
       if (heads[j].node == h->node)

@@ -492,8 +492,7 @@ mxu_status mxu_device_predict(mxu_model *model, int64_t rows,
   mxu_status s = run_eval(model, 1, outs);
   /* Replica r holds rows r * batch .. of the global batch. */
   for (int j = 0; s == MXU_OK && j < count; j++) {
-    int node =
-        model->output_count ? model->outputs[j] : mxu_model_output(model);
+    int node = mxu_model_output_node(model, j);
     int64_t size = mxu_shape_count(&model->layers[node].out_shape);
     float *all = malloc((size_t)(model->plan.batch * size) * sizeof *all);
     if (!all) s = mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");

@@ -1678,12 +1678,23 @@ const char *mxu_model_input_name(const mxu_model *model, int k) {
   return model->layers[model->inputs[k]].name;
 }
 
+int mxu_model_output_node(const mxu_model *model, int j) {
+  if (!model || j < 0 || j >= mxu_model_output_count(model)) return -1;
+  return model->output_count ? model->outputs[j] : mxu_model_output(model);
+}
+
 const char *mxu_model_output_name(const mxu_model *model, int j) {
-  if (!model || j < 0 || j >= mxu_model_output_count(model)) return NULL;
-  return model
-      ->layers[model->output_count ? model->outputs[j]
-                                   : mxu_model_output(model)]
-      .name;
+  int node = mxu_model_output_node(model, j);
+  /* Keras' output_names: the layer (or the model used as a layer) whose
+   * call gives the tensor. */
+  int index = 0, tensor = 0;
+  return node < 0 ? NULL : mxu_scope_tensor(model, 0, node, 0, &index, &tensor);
+}
+
+mxu_shape mxu_model_output_shape_of(const mxu_model *model, int j) {
+  int node = mxu_model_output_node(model, j);
+  mxu_shape none = {0};
+  return node < 0 ? none : model->layers[node].out_shape;
 }
 
 const char *mxu_model_layer_name(const mxu_model *model, int layer) {

@@ -690,6 +690,12 @@ struct mxu_model {
 
 /* The node the loss and predict read: the model's first output. */
 int mxu_model_output(const mxu_model *model);
+/* Output j's node (the model's j-th output; a model without outputs set
+ * has one, its last node); -1 for no such output. */
+int mxu_model_output_node(const mxu_model *model, int j);
+/* What output k's loss is: the config's entry for it, or the config's
+ * one loss (weight 1, the one metric, "accuracy" when none is named). */
+mxu_output_loss mxu_output_spec(const mxu_compile_config *c, int k);
 /* Its input 0's node, shape and name, for single-input code (fit). */
 const mxu_layer *mxu_model_input(const mxu_model *model);
 /* Keras' model.layers[i] as a node index (a Sequential's InputLayer is

@@ -420,8 +420,7 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
   int r = 0;
   if (s == MXU_OK && predict) {
     for (; r < outputs; r++)
-      results[r] = nodes[model->output_count ? model->outputs[r]
-                                             : mxu_model_output(model)];
+      results[r] = nodes[mxu_model_output_node(model, r)];
   } else if (s == MXU_OK) {
     s = loss_and_hits(model, &p, labels, mask, results);
     r = loss_sums(model);

@@ -40,8 +40,7 @@ static const char *output_label(const mxu_model *model, int h, char *out,
                                 size_t size) {
   out[0] = 0;
   if (model->head_count > 1)
-    snprintf(out, size,
-             "output '%s': ", model->layers[model->heads[h].node].name);
+    snprintf(out, size, "output '%s': ", mxu_model_output_name(model, h));
   return out;
 }
 
@@ -192,7 +191,7 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
                     "of the model's outputs (mxu_dataset_add_output_labels, "
                     "mxu_dataset_add_output_targets)",
                     what, mxu_dataset_output_count(data), model->head_count,
-                    model->layers[model->heads[0].node].name);
+                    mxu_model_output_name(model, 0));
   if (mxu_dataset_input_count(data) != model->input_count)
     return mxu_fail(MXU_ERR_ARG,
                     "%s: the data has samples for %d inputs but the model "
@@ -352,7 +351,7 @@ static void output_means(const mxu_model *model, const mxu_step_result *sums,
   for (int h = 0; h < model->head_count; h++) {
     const mxu_head *head = &model->heads[h];
     const mxu_head_sums *t = &sums->heads[h];
-    out[h].name = model->layers[head->node].name;
+    out[h].name = mxu_model_output_name(model, h);
     out[h].metric = head->spec.metric;
     out[h].loss = t->loss / (samples > 0 ? samples : 1.0);
     out[h].metric_value = !head->spec.metric ? NAN
@@ -837,8 +836,7 @@ mxu_status mxu_predict_outputs(mxu_model *model, const float *const *inputs,
   int output_count = mxu_model_output_count(model);
   int nodes[MXU_MAX_INPUTS];
   for (int j = 0; j < output_count; j++) {
-    nodes[j] =
-        model->output_count ? model->outputs[j] : mxu_model_output(model);
+    nodes[j] = mxu_model_output_node(model, j);
     if (!outputs[j])
       return mxu_fail(MXU_ERR_ARG, "predict_outputs: output %d is NULL", j);
   }
