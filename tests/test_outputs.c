@@ -179,6 +179,23 @@ done:
  * smoothing 0.2, weight 1.5. */
 enum { N = 16, IN = 5 };
 
+/* SGD of `rate` over batches of `batch`; three outputs: sparse CE with
+ * accuracy, mse of weight `weight`, and a third sparse CE without a metric
+ * (each net changes what it needs). */
+static mxu_compile_config three_heads(mxu_backend_kind backend, int batch,
+                                      float rate, float weight) {
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.optimizer = mxu_sgd(rate, 0.0f, 0);
+  cc.batch_size = batch;
+  cc.backend = backend;
+  cc.output_count = 3;
+  for (int j = 0; j < 3; j++) cc.outputs[j] = mxu_output_loss_defaults();
+  cc.outputs[0].metric = "accuracy";
+  cc.outputs[1].loss = MXU_MEAN_SQUARED_ERROR;
+  cc.outputs[1].weight = weight;
+  return cc;
+}
+
 static mxu_model *heads_model(mxu_backend_kind backend, int replicas,
                               int per_execution, float rate) {
   mxu_model *m = mxu_functional("heads");
@@ -204,18 +221,10 @@ static mxu_model *heads_model(mxu_backend_kind backend, int replicas,
   mxu_tensor_id c = mxu_apply_dense(m, &dense, trunk);
   mxu_tensor_id outs[3] = {a, b, c};
   CHECK_OK(mxu_model_outputs(m, outs, 3));
-  mxu_compile_config cc = mxu_compile_defaults();
-  cc.optimizer = mxu_sgd(rate, 0.0f, 0);
-  cc.batch_size = N;
-  cc.backend = backend;
+  mxu_compile_config cc = three_heads(backend, N, rate, 0.7f);
   cc.replicas = replicas;
   cc.steps_per_execution = per_execution;
   cc.seed = 11;
-  cc.output_count = 3;
-  for (int j = 0; j < 3; j++) cc.outputs[j] = mxu_output_loss_defaults();
-  cc.outputs[0].metric = "accuracy";
-  cc.outputs[1].loss = MXU_MEAN_SQUARED_ERROR;
-  cc.outputs[1].weight = 0.7f;
   cc.outputs[1].metric = "mse";
   cc.outputs[2].loss = MXU_BINARY_CROSSENTROPY;
   cc.outputs[2].label_smoothing = 0.2f;
@@ -361,16 +370,8 @@ static mxu_model *masked_model(mxu_backend_kind backend, float rate) {
   mxu_tensor_id kind = mxu_apply_dense(m, &dense, mean);
   mxu_tensor_id outs[3] = {tag, score, kind};
   CHECK_OK(mxu_model_outputs(m, outs, 3));
-  mxu_compile_config cc = mxu_compile_defaults();
-  cc.optimizer = mxu_sgd(rate, 0.0f, 0);
-  cc.batch_size = M;
-  cc.backend = backend;
+  mxu_compile_config cc = three_heads(backend, M, rate, 0.5f);
   cc.seed = 12;
-  cc.output_count = 3;
-  for (int j = 0; j < 3; j++) cc.outputs[j] = mxu_output_loss_defaults();
-  cc.outputs[0].metric = "accuracy";
-  cc.outputs[1].loss = MXU_MEAN_SQUARED_ERROR;
-  cc.outputs[1].weight = 0.5f;
   cc.outputs[2].metric = "accuracy";
   CHECK_OK(mxu_compile(m, &cc));
   return m;
