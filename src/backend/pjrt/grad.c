@@ -239,7 +239,8 @@ static mxu_hlo_value dot_operand(grad *g, mxu_hlo_value dy, mxu_hlo_value other,
                                  const int64_t *other_batch, int contract,
                                  const int64_t *my_contract,
                                  const int64_t *other_contract, int free_at) {
-  const mxu_hlo_shape *o = &g->h->nodes[other].shape;
+  /* A copy: mxu_hlo_dot below may move the nodes. */
+  const mxu_hlo_shape shape = g->h->nodes[other].shape, *o = &shape;
   int64_t dy_batch[2] = {0}, dy_free[MXU_HLO_MAX_RANK] = {0},
           other_free[MXU_HLO_MAX_RANK] = {0};
   int frees = 0;
