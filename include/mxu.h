@@ -1305,6 +1305,12 @@ mxu_status mxu_dataset_add_output_targets(mxu_dataset *dataset,
                                           const float *targets,
                                           int target_size);
 int mxu_dataset_output_count(const mxu_dataset *dataset);
+/* Keras' sample_weight: each sample's loss (of every output) counts
+ * weights[i] times (count values, finite and >= 0, copied); the mean over
+ * a batch still divides by its samples, and the metrics stay unweighted,
+ * as Keras' fit and evaluate do. A data set without them weighs 1. */
+mxu_status mxu_dataset_set_sample_weights(mxu_dataset *dataset,
+                                          const float *weights);
 /* Multiplies every sample value (of every input) by scale (e.g. 1/255). */
 void mxu_dataset_rescale(mxu_dataset *dataset, float scale);
 /* A view of samples [first, first + count), sharing memory with parent. */
@@ -1359,6 +1365,12 @@ typedef struct mxu_fit_config {
   /* On-the-fly augmentation of the training samples (NULL: none), drawn
    * per (seed, epoch, sample) and computed ahead on a prefetch thread. */
   const mxu_augment_config *augment;
+  /* Keras' class_weight: a training sample of class c counts
+   * class_weight[c] times in the loss (times its sample weight), for the
+   * class_weight_count classes of a model of one output trained on class
+   * labels; validation is not weighted by it. NULL: none. */
+  const float *class_weight;
+  int class_weight_count;
 } mxu_fit_config;
 
 mxu_fit_config mxu_fit_defaults(void);

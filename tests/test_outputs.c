@@ -111,6 +111,13 @@ static double worst_error(const float *got, const float *want, int64_t n) {
   return worst;
 }
 
+/* What is refused, and how. */
+static void expect_fail(mxu_status s, mxu_status want, const char *text) {
+  CHECK_MSG(s == want && strstr(mxu_errmsg(), text),
+            "status %d, message: %s (wanted %d, '%s')", (int)s, mxu_errmsg(),
+            (int)want, text);
+}
+
 static void expect_predictions(mxu_model *m, const golden *g,
                                float want[3][ROWS * 3], double tolerance,
                                const char *what) {
@@ -235,7 +242,7 @@ static mxu_model *heads_model(mxu_backend_kind backend, int replicas,
 
 /* count samples: x uniform in [-1, 1]; a's class the argmax of x's first
  * four; b's targets x0 - x1 and x2 x3; c's 1 when x4 > 0. */
-static mxu_dataset *heads_data(int count, uint64_t seed) {
+static mxu_dataset *heads_data(int count, uint64_t seed, int outputs) {
   float *x = malloc((size_t)count * IN * sizeof *x);
   float *b = malloc((size_t)count * 2 * sizeof *b);
   float *c = malloc((size_t)count * sizeof *c);
@@ -256,8 +263,10 @@ static mxu_dataset *heads_data(int count, uint64_t seed) {
   }
   CHECK_OK(mxu_dataset_from_arrays(
       x, a, count, mxu_shape_make(1, (int64_t[]){IN}), 4, &data));
-  if (data) CHECK_OK(mxu_dataset_add_output_targets(data, b, 2));
-  if (data) CHECK_OK(mxu_dataset_add_output_targets(data, c, 1));
+  if (data && outputs == 3) {
+    CHECK_OK(mxu_dataset_add_output_targets(data, b, 2));
+    CHECK_OK(mxu_dataset_add_output_targets(data, c, 1));
+  }
 done:
   free(x), free(b), free(c), free(a);
   return data;
@@ -304,7 +313,7 @@ done:
  * weighted sum; then the gradient of that total. */
 static void test_finite_differences(void) {
   mxu_model *m = heads_model(MXU_BACKEND_CPU_REF, 1, 1, 1.0f);
-  mxu_dataset *data = heads_data(N, 5);
+  mxu_dataset *data = heads_data(N, 5, 3);
   if (!m || !data) goto done;
   CHECK(!m->plan.head[0].fused_softmax); /* Dense b reads a's output */
   double before = 0;
@@ -445,7 +454,7 @@ static void test_replicas(mxu_backend_kind backend, int replicas,
                           int per_execution) {
   mxu_model *one = heads_model(MXU_BACKEND_CPU_REF, 1, 1, 0.1f);
   mxu_model *four = heads_model(backend, replicas, per_execution, 0.1f);
-  mxu_dataset *data = heads_data(4 * N, 6);
+  mxu_dataset *data = heads_data(4 * N, 6, 3);
   if (!one || !four || !data) goto done;
   mxu_fit_config fit = mxu_fit_defaults();
   fit.batch_size = N;
@@ -480,6 +489,132 @@ done:
   mxu_model_free(four);
 }
 
+/* ---- sample and class weights -------------------------------------------
+ * Keras' fit(sample_weight=, class_weight=): a sample's loss counts its
+ * weight times, the batch's mean still over its samples; the metrics are
+ * not weighted (tf.keras 2.21 and Keras 3.15 agree: loss = sum w l / N). */
+static mxu_model *one_head(mxu_backend_kind backend) {
+  mxu_model *m = mxu_functional("one_head");
+  int64_t d = IN;
+  mxu_tensor_id x = mxu_input(m, "x", mxu_shape_make(1, &d));
+  mxu_dense_config dense = mxu_dense_defaults(6);
+  dense.activation = MXU_TANH;
+  mxu_tensor_id h = mxu_apply_dense(m, &dense, x);
+  dense = mxu_dense_defaults(4);
+  dense.activation = MXU_SOFTMAX;
+  mxu_tensor_id y = mxu_apply_dense(m, &dense, h);
+  CHECK_OK(mxu_model_outputs(m, &y, 1));
+  mxu_compile_config cc = mxu_compile_defaults();
+  cc.optimizer = mxu_sgd(1.0f, 0.0f, 0); /* expect_gradient reads a step */
+  cc.batch_size = N;
+  cc.backend = backend;
+  cc.seed = 13;
+  CHECK_OK(mxu_compile(m, &cc));
+  return m;
+}
+
+static const float class_weight[4] = {2.0f, 0.5f, 1.0f, 0.0f};
+
+static void test_weights(void) {
+  mxu_dataset *data = heads_data(N, 8, 1), *plain = heads_data(N, 8, 1);
+  mxu_dataset *three = heads_data(N, 8, 3);
+  mxu_model *m = one_head(MXU_BACKEND_CPU_REF);
+  mxu_model *heads = heads_model(MXU_BACKEND_CPU_REF, 1, 1, 1.0f);
+  float w[N];
+  for (int i = 0; i < N; i++) w[i] = 0.25f * (float)(i % 5);
+  if (!data || !plain || !three || !m || !heads) goto done;
+  CHECK_OK(mxu_dataset_set_sample_weights(data, w));
+  CHECK_OK(mxu_dataset_set_sample_weights(three, w));
+  /* evaluate: sum w l / N of each sample's own loss; accuracy unweighted */
+  double loss = 0, sum = 0, accuracy = 0, unweighted = 0;
+  CHECK_OK(mxu_evaluate(m, data, N, &loss, &accuracy));
+  CHECK_OK(mxu_evaluate(m, plain, N, NULL, &unweighted));
+  CHECK(accuracy == unweighted);
+  for (int i = 0; i < N; i++) {
+    mxu_dataset *one = NULL;
+    double l = 0;
+    CHECK_OK(mxu_dataset_slice(plain, i, 1, &one));
+    if (one) CHECK_OK(mxu_evaluate(m, one, N, &l, NULL));
+    sum += w[i] * l;
+    mxu_dataset_free(one);
+  }
+  CHECK_MSG(fabs(loss - sum / N) < 1e-6, "weighted loss %.8f, sum w l / N %.8f",
+            loss, sum / N);
+  /* the weighted loss's gradient, for one head and for three */
+  expect_gradient(m, data, N, "sample weights");
+  expect_gradient(heads, three, N, "sample weights, three heads");
+  /* class_weight is a sample weight by class: the same step */
+  mxu_model *a = one_head(MXU_BACKEND_CPU_REF), *b = one_head(MXU_BACKEND_CPU);
+  mxu_dataset *by_class = heads_data(N, 8, 1);
+  float cw[N];
+  for (int i = 0; i < N; i++)
+    cw[i] = class_weight[mxu_dataset_labels(plain)[i]];
+  if (by_class) CHECK_OK(mxu_dataset_set_sample_weights(by_class, cw));
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.batch_size = N;
+  fit.shuffle = 0;
+  fit.verbose = 0;
+  const mxu_history *ha = NULL, *hb = NULL;
+  if (a && b && by_class) {
+    CHECK_OK(mxu_fit(a, by_class, &fit, &ha));
+    fit.class_weight = class_weight;
+    fit.class_weight_count = 4;
+    CHECK_OK(mxu_fit(b, plain, &fit, &hb));
+    CHECK(ha && hb && fabs(ha->epochs[0].loss - hb->epochs[0].loss) < 1e-6);
+    CHECK(worst_error(a->weights, b->weights, a->trainable_count) < 1e-6);
+  }
+  /* what is refused */
+  fit.class_weight_count = 3;
+  expect_fail(mxu_fit(b, plain, &fit, NULL), MXU_ERR_ARG,
+              "class_weight has 3 weights but the data has 4 classes");
+  fit.class_weight_count = 4;
+  expect_fail(mxu_fit(heads, three, &fit, NULL), MXU_ERR_UNSUPPORTED,
+              "class_weight weighs the samples of a model of one output");
+  w[3] = -1.0f;
+  expect_fail(mxu_dataset_set_sample_weights(plain, w), MXU_ERR_ARG,
+              "sample 3's weight is -1");
+  mxu_model_free(a);
+  mxu_model_free(b);
+  mxu_dataset_free(by_class);
+done:
+  mxu_dataset_free(data);
+  mxu_dataset_free(plain);
+  mxu_dataset_free(three);
+  mxu_model_free(m);
+  mxu_model_free(heads);
+}
+
+/* pjrt weighs the samples as the host does: two steps with sample and
+ * class weights, and the weighted evaluation. */
+static void test_weights_pjrt(void) {
+  mxu_model *ref = one_head(MXU_BACKEND_CPU_REF),
+            *dev = one_head(MXU_BACKEND_PJRT);
+  mxu_dataset *data = heads_data(2 * N, 9, 1);
+  float w[2 * N];
+  for (int i = 0; i < 2 * N; i++) w[i] = 0.2f * (float)(i % 7);
+  if (!ref || !dev || !data) goto done;
+  CHECK_OK(mxu_dataset_set_sample_weights(data, w));
+  mxu_fit_config fit = mxu_fit_defaults();
+  fit.batch_size = N;
+  fit.verbose = 0;
+  fit.class_weight = class_weight;
+  fit.class_weight_count = 4;
+  const mxu_history *h1 = NULL, *h2 = NULL;
+  CHECK_OK(mxu_fit(ref, data, &fit, &h1));
+  CHECK_OK(mxu_fit(dev, data, &fit, &h2));
+  CHECK(h1 && h2 && fabs(h1->epochs[0].loss - h2->epochs[0].loss) < 1e-5);
+  CHECK(worst_error(ref->weights, dev->weights, ref->trainable_count) < 1e-5);
+  double l1 = 0, l2 = 0, a1 = 0, a2 = 0;
+  CHECK_OK(mxu_evaluate(ref, data, 0, &l1, &a1));
+  CHECK_OK(mxu_evaluate(dev, data, 0, &l2, &a2));
+  CHECK_NEAR(l1, l2, 1e-5);
+  CHECK(a1 == a2);
+done:
+  mxu_dataset_free(data);
+  mxu_model_free(ref);
+  mxu_model_free(dev);
+}
+
 /* Keras' logs keys: the CSV logger's header (sorted), EarlyStopping on
  * an output's val_ metric, and the values the logs name. */
 static mxu_status check_logs(void *self, mxu_model *model,
@@ -498,7 +633,7 @@ static mxu_status check_logs(void *self, mxu_model *model,
 
 static void test_callbacks(void) {
   mxu_model *m = heads_model(MXU_BACKEND_CPU, 1, 1, 0.1f);
-  mxu_dataset *data = heads_data(4 * N, 7), *train = NULL, *val = NULL;
+  mxu_dataset *data = heads_data(4 * N, 7, 3), *train = NULL, *val = NULL;
   if (!m || !data) goto done;
   CHECK_OK(mxu_dataset_slice(data, 0, 3 * N, &train));
   CHECK_OK(mxu_dataset_slice(data, 3 * N, N, &val));
@@ -554,13 +689,6 @@ done:
   mxu_model_free(m);
 }
 
-/* What is refused, and how. */
-static void expect_fail(mxu_status s, mxu_status want, const char *text) {
-  CHECK_MSG(s == want && strstr(mxu_errmsg(), text),
-            "status %d, message: %s (wanted %d, '%s')", (int)s, mxu_errmsg(),
-            (int)want, text);
-}
-
 static void test_refusals(void) {
   mxu_model *m = heads_model(MXU_BACKEND_CPU_REF, 1, 1, 0.1f);
   float x[N * IN] = {0}, wide[N * 3] = {0};
@@ -605,6 +733,8 @@ done:
 int main(void) {
   test_finite_differences();
   test_masked_heads();
+  test_weights();
+  test_weights_pjrt();
   test_replicas(MXU_BACKEND_CPU, 4, 1);
   test_replicas(MXU_BACKEND_PJRT, 2, 3);
   test_callbacks();

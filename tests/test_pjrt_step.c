@@ -137,7 +137,7 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
   if (!program) return;
   const mxu_optimizer_config *o = &m->compile.optimizer;
   int count = m->param_count, kinds = o->kind == MXU_ADAM ? 2 : 1;
-  int state = count * (1 + kinds), nargs = state + 6;
+  int state = count * (1 + kinds), nargs = state + 7;
   int outputs = mxu_pjrt_program_outputs(program);
   /* the loss, then the one output's loss, metric and its count */
   CHECK(outputs == state + 4);
@@ -169,11 +169,13 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
                                xd, &a[1]));
       CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, labels + r * per, 2,
                                rows, &a[2]));
+      /* the mask, then each sample's weight */
       CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, ones, 2, rows, &a[3]));
+      CHECK_OK(mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, ones, 2, rows, &a[4]));
       CHECK_OK(
-          mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, &scale, 1, &one, &a[4]));
+          mxu_pjrt_upload(plugin, r, MXU_PJRT_F32, &scale, 1, &one, &a[5]));
       CHECK_OK(
-          mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, &steps, 0, NULL, &a[5]));
+          mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, &steps, 0, NULL, &a[6]));
     }
     CHECK_OK(mxu_pjrt_execute(plugin, program, nargs, args, outs));
     float sums[4] = {0, 0, 0, 0};

@@ -37,6 +37,8 @@ struct mxu_dataset {
   /* The targets of a model's other outputs (Keras' fit with a list of y):
    * output j >= 1's are outs[j - 1], class labels (num_classes > 0) or
    * target_size floats a sample, owned like x. */
+  /* Keras' sample_weight, count values, owned like x; NULL: each 1. */
+  float *weights;
   int out_count;
   struct mxu_output_data {
     int num_classes;

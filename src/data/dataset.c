@@ -5,6 +5,7 @@
 #include "data/data.h"
 #include "data/loader.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -170,6 +171,7 @@ void mxu_dataset_free(mxu_dataset *dataset) {
       free(dataset->outs[j].labels);
       free(dataset->outs[j].targets);
     }
+    free(dataset->weights);
     for (int i = 0; dataset->class_names && i < dataset->num_classes; i++)
       free(dataset->class_names[i]);
     free(dataset->class_names);
@@ -358,6 +360,29 @@ mxu_status mxu_dataset_add_output_of(mxu_dataset *dataset,
   return MXU_OK;
 }
 
+mxu_status mxu_dataset_set_sample_weights(mxu_dataset *dataset,
+                                          const float *weights) {
+  if (!dataset || !dataset->owns || (!weights && dataset->count))
+    return mxu_fail(MXU_ERR_ARG,
+                    "dataset: sample weights need a data set of its own (not "
+                    "a slice) and a weight for each sample");
+  for (int64_t i = 0; i < dataset->count; i++)
+    if (!(weights[i] >= 0.0f) || !isfinite(weights[i]))
+      return mxu_fail(MXU_ERR_ARG,
+                      "dataset: sample %lld's weight is %g; a sample weight "
+                      "is a finite number >= 0",
+                      (long long)i, (double)weights[i]);
+  size_t bytes = (size_t)dataset->count * sizeof(float);
+  float *copy = malloc(bytes ? bytes : 1);
+  if (!copy)
+    return mxu_fail(MXU_ERR_NOMEM, "dataset: out of memory for %lld weights",
+                    (long long)dataset->count);
+  if (bytes) memcpy(copy, weights, bytes);
+  free(dataset->weights);
+  dataset->weights = copy;
+  return MXU_OK;
+}
+
 int mxu_dataset_output_count(const mxu_dataset *dataset) {
   return dataset ? 1 + dataset->out_count : 0;
 }
@@ -408,6 +433,7 @@ mxu_status mxu_dataset_slice(const mxu_dataset *parent, int64_t first,
   for (int k = 0; k < parent->more_count; k++)
     view->more[k] =
         parent->more[k] + first * mxu_shape_count(&view->more_shape[k]);
+  if (parent->weights) view->weights = parent->weights + first;
   for (int j = 0; j < parent->out_count; j++) {
     struct mxu_output_data *o = &view->outs[j];
     if (o->labels) o->labels += first;

@@ -904,6 +904,7 @@ static mxu_status reserve_io(mxu_model *model) {
   MXU_TRY(status);
   MXU_TRY(reserve_edges(model));
   plan->mask = mxu_arena_reserve(layout, (size_t)batch * sizeof(float));
+  plan->weight = mxu_arena_reserve(layout, (size_t)batch * sizeof(float));
   for (int h = 0; h < model->head_count; h++) {
     mxu_head_plan *hp = &plan->head[h];
     const mxu_layer *out = &model->layers[model->heads[h].node];

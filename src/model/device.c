@@ -19,10 +19,11 @@
 
 /* A step's inputs besides the state, in the program's order: the
  * optimizer's scalars (mxu_step_hypers), x, the first output's labels or
- * targets, the mask, the scale, each noise-drawing node's noise, the
+ * targets, the mask, the samples' weights, the scale, each noise-drawing
+ * node's noise, the
  * model's other inputs' batches, the other outputs' labels or targets.
  * The host stages `steps` of them (one execution's), stacked. */
-enum { HYPER, X, LABELS, MASK, SCALE, NOISE };
+enum { HYPER, X, LABELS, MASK, WEIGHTS, SCALE, NOISE };
 
 struct mxu_device {
   mxu_pjrt *pjrt;
@@ -105,6 +106,7 @@ static void input_shapes(const mxu_model *model, mxu_device *d) {
       mxu_batch_shape(plan->batch, &model->layers[model->inputs[0]].out_shape);
   d->shape[LABELS] = mxu_labels_shape(model, 0, plan->batch);
   d->shape[MASK] = mxu_hlo_shape_make(MXU_HLO_F32, 1, rows);
+  d->shape[WEIGHTS] = d->shape[MASK];
   for (int n = 0, i = NOISE; n < model->layer_count; n++)
     if (mxu_layer_draws_noise(&model->layers[n]))
       d->shape[i++] = mxu_noise_shape(&model->layers[n], plan->batch);
@@ -242,13 +244,15 @@ static const void *loaded_labels(const mxu_model *model,
   return mxu_replica_floats(replica, sparse ? hp->labels : hp->targets);
 }
 
-/* Where the host plan loaded a replica's x, first labels and mask. */
+/* Where the host plan loaded a replica's x, first labels, mask and
+ * weights. */
 static const void *loaded(const mxu_model *model, const mxu_replica *replica,
                           int input) {
   if (input == LABELS) return loaded_labels(model, replica, 0);
   const mxu_plan *plan = &model->plan;
   return mxu_replica_floats(replica, input == X ? plan->act[model->inputs[0]]
-                                                : plan->mask);
+                                     : input == MASK ? plan->mask
+                                                     : plan->weight);
 }
 
 static const void *loaded_input(const mxu_model *model,
@@ -272,7 +276,7 @@ void mxu_device_stage(mxu_model *model, int step, const mxu_step_key *key,
   for (int r = 0; r < d->devices; r++) {
     mxu_replica *replica = &plan->replica[r];
     stage_copy(d, r, HYPER, step, hyper);
-    for (int input = X; input <= MASK; input++)
+    for (int input = X; input <= WEIGHTS; input++)
       stage_copy(d, r, input, step, loaded(model, replica, input));
     stage_copy(d, r, SCALE, step, &scale);
     /* Each noise-drawing node's draws, as the host forward pass would
@@ -432,14 +436,15 @@ static mxu_status run_eval(mxu_model *model, int predict,
   mxu_pjrt_program *program = NULL;
   MXU_TRY(eval_program(model, predict, &program));
   if (d->synced != model->iterations) MXU_TRY(upload_state(model));
-  int given = predict ? 1 : 3, others = model->input_count - 1;
+  int given = predict ? 1 : 4, others = model->input_count - 1;
   int heads = predict ? 0 : model->head_count - 1;
   int count = model->param_count, n = count + given + others + heads;
   mxu_pjrt_buffer **args = calloc((size_t)(d->devices * n), sizeof *args);
   if (!args) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_status s = MXU_OK;
-  /* x, for evaluation the labels and the mask, then the other inputs. */
-  const int inputs[3] = {X, LABELS, MASK};
+  /* x, for evaluation the labels, the mask and the weights, then the
+   * other inputs and the other outputs' labels. */
+  const int inputs[4] = {X, LABELS, MASK, WEIGHTS};
   for (int r = 0; r < d->devices && s == MXU_OK; r++) {
     mxu_pjrt_buffer **a = args + r * n;
     const mxu_replica *replica = &plan->replica[r];

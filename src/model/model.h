@@ -612,7 +612,13 @@ typedef struct mxu_plan {
    * reader: the loss); and its inputs' edges (MXU_MAX_INPUTS a node). */
   int *consumers;
   mxu_edge *edges;
-  size_t mask;                         /* 1 for real samples, 0 for padding */
+  size_t mask; /* 1 for real samples, 0 for padding */
+  /* Each sample's weight in the loss (Keras' sample_weight times its
+   * class_weight), when this batch has any (weighted); else unread. */
+  size_t weight;
+  int weighted;
+  /* Keras' class_weight while fit trains (NULL otherwise): by class. */
+  const float *class_weight;
   mxu_head_plan head[MXU_MAX_OUTPUTS]; /* model->head_count */
   /* The strategy: `replicas` logical replicas, of which this process runs
    * local_count starting at local_first (all of them without MPI), on
@@ -956,6 +962,7 @@ typedef struct mxu_emit_loss_input {
   mxu_hlo *h;
   int batch;
   mxu_hlo_value y, logits, labels, mask;
+  mxu_hlo_value weights; /* each sample's weight in the loss (batch) */
   /* A padding mask reaching the loss (the head's loss_mask): the values
    * of the node that holds it, (batch, steps), 0 where masked; else 0. */
   mxu_hlo_value padding;

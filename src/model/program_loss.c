@@ -265,7 +265,15 @@ mxu_status mxu_emit_loss(const mxu_model *model, int head,
                       mxu_loss_name(c->loss));
     per_row = mean_of(h, row_sums(h, e), (int64_t)divisor);
   }
-  *loss = masked_sum(h, per_row, mask);
+  /* Each sample's weight over its positions' rows. */
+  const int64_t samples = 0;
+  int64_t spread[2] = {in->batch, positions};
+  mxu_hlo_value w = mxu_hlo_reshape(
+      h,
+      mxu_hlo_broadcast(h, in->weights,
+                        mxu_hlo_shape_make(MXU_HLO_F32, 2, spread), &samples),
+      mxu_hlo_shape_make(MXU_HLO_F32, 1, &dims[0]));
+  *loss = masked_sum(h, mxu_hlo_mul(h, per_row, w), mask);
   const int64_t all = 0;
   *count = mxu_hlo_reduce(h, metric_mask, MXU_HLO_SUM, 1, &all);
   if (!model->heads[head].spec.metric) { /* none: a sum of 0 */

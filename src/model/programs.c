@@ -143,12 +143,14 @@ static mxu_hlo_value activity_penalties(const mxu_model *model, mxu_hlo *h,
 
 /* The parameters in order: every weight, the slots of the trainable
  * ones kind by kind, the step's hyper-parameters, x, the first output's
- * labels or targets, the mask, the scale, each noise-drawing node's noise,
+ * labels or targets, the mask, the samples' weights, the scale, each
+ * noise-drawing node's noise,
  * the model's other inputs' batches (x[1..]) and the other outputs'
  * labels or targets (labels[1..]). */
 typedef struct inputs {
   mxu_hlo_value *w, *slots, *noise;
-  mxu_hlo_value hyper, x[MXU_MAX_INPUTS], labels[MXU_MAX_OUTPUTS], mask, scale;
+  mxu_hlo_value hyper, x[MXU_MAX_INPUTS], labels[MXU_MAX_OUTPUTS], mask;
+  mxu_hlo_value weights, scale;
 } inputs;
 
 /* A model input's batch as a parameter. */
@@ -184,6 +186,7 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
   int64_t rows[1] = {batch};
   in->labels[0] = mxu_hlo_parameter(h, mxu_labels_shape(model, 0, batch));
   in->mask = mxu_hlo_parameter(h, f32(1, rows));
+  in->weights = mxu_hlo_parameter(h, f32(1, rows));
   in->scale = mxu_hlo_parameter(h, f32(0, NULL));
   int drawn = 0;
   for (int n = 0; n < model->layer_count; n++)
@@ -202,7 +205,7 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
  * mxu_head_sums of mxu_step_result): 1 + 3 * heads values. */
 static mxu_status loss_and_hits(const mxu_model *model, const pass *p,
                                 const mxu_hlo_value *labels, mxu_hlo_value mask,
-                                mxu_hlo_value *sums) {
+                                mxu_hlo_value weights, mxu_hlo_value *sums) {
   mxu_hlo_value total = 0;
   for (int j = 0; j < model->head_count; j++) {
     mxu_emit_loss_input in = {.h = p->h,
@@ -211,6 +214,7 @@ static mxu_status loss_and_hits(const mxu_model *model, const pass *p,
                               .logits = p->logits[j],
                               .labels = labels[j],
                               .mask = mask,
+                              .weights = weights,
                               .padding = p->padding[j]};
     mxu_hlo_value *own = &sums[1 + 3 * j];
     MXU_TRY(mxu_emit_loss(model, j, &in, &own[0], &own[1], &own[2]));
@@ -342,7 +346,8 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
             .moving = moving};
   mxu_hlo_value metrics[1 + 3 * MXU_MAX_OUTPUTS] = {0}; /* loss_and_hits' */
   mxu_status s = forward(model, &p);
-  if (s == MXU_OK) s = loss_and_hits(model, &p, in.labels, in.mask, metrics);
+  if (s == MXU_OK)
+    s = loss_and_hits(model, &p, in.labels, in.mask, in.weights, metrics);
   if (s == MXU_OK)
     s = mxu_hlo_gradients(&h, metrics[0], in.scale, count, in.w, grads);
   /* What the replicas sum, in one all_reduce: the trainable weights'
@@ -398,8 +403,9 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
   for (int i = 0; i < count; i++)
     v[i] = mxu_hlo_parameter(&h, param_shape(&model->params[i]));
   int64_t rows[1] = {batch};
-  /* x, for evaluation the first output's labels and the mask, then the
-   * other inputs and for evaluation the other outputs' labels. */
+  /* x, for evaluation the first output's labels, the mask and the
+   * weights, then the other inputs and for evaluation the other outputs'
+   * labels. */
   mxu_hlo_value x[MXU_MAX_INPUTS] = {input_parameter(model, &h, batch, 0)};
   pass p = {.h = &h,
             .batch = batch,
@@ -407,10 +413,11 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
             .weights = v,
             .x = x,
             .nodes = nodes};
-  mxu_hlo_value labels[MXU_MAX_OUTPUTS] = {0}, mask = 0;
+  mxu_hlo_value labels[MXU_MAX_OUTPUTS] = {0}, mask = 0, weights = 0;
   if (!predict) {
     labels[0] = mxu_hlo_parameter(&h, mxu_labels_shape(model, 0, batch));
     mask = mxu_hlo_parameter(&h, f32(1, rows));
+    weights = mxu_hlo_parameter(&h, f32(1, rows));
   }
   for (int k = 1; k < model->input_count; k++)
     x[k] = input_parameter(model, &h, batch, k);
@@ -422,7 +429,7 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
     for (; r < outputs; r++)
       results[r] = nodes[mxu_model_output_node(model, r)];
   } else if (s == MXU_OK) {
-    s = loss_and_hits(model, &p, labels, mask, results);
+    s = loss_and_hits(model, &p, labels, mask, weights, results);
     r = loss_sums(model);
     if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, r, results);
   }

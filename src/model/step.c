@@ -212,6 +212,24 @@ static void softmax_loss(mxu_model *model, mxu_replica *replica,
   }
 }
 
+/* Each sample's rows of head h's loss and of its output's gradient (its
+ * logits' where the softmax is fused: the same layout) times the sample's
+ * weight (plan.weight). */
+static void weigh_rows(mxu_model *model, mxu_replica *replica, int h,
+                       int64_t positions, float *loss) {
+  const mxu_plan *plan = &model->plan;
+  int node = model->heads[h].node;
+  const float *w = mxu_replica_floats(replica, plan->weight);
+  float *grad = mxu_replica_floats(replica, plan->grad[node]);
+  int64_t rows = plan->batch * positions;
+  int64_t k = mxu_shape_count(&model->layers[node].out_shape) / positions;
+  for (int64_t r = 0; r < rows; r++) {
+    float weight = w[r / positions];
+    loss[r] *= weight;
+    for (int64_t i = r * k; i < (r + 1) * k; i++) grad[i] *= weight;
+  }
+}
+
 /* Head h's loss and metric sums, and in training its output's gradient
  * (of its loss * weight * scale). */
 static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
@@ -242,6 +260,9 @@ static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
                     mxu_replica_floats(replica, hp->loss),
                     mxu_replica_floats(replica, plan->grad[head->node]));
   }
+  if (plan->weighted)
+    weigh_rows(model, replica, h, positions,
+               mxu_replica_floats(replica, hp->loss));
   mxu_head_sums sums = {0};
   for (int64_t r = 0; r < rows * positions; r++) {
     sums.loss += loss[r];

@@ -209,6 +209,32 @@ static mxu_status check_data(const mxu_model *model, const mxu_dataset *data,
   return MXU_OK;
 }
 
+/* Keras' class_weight: for a model of one output trained on one class
+ * label a sample, a finite weight >= 0 for each class the data has. */
+static mxu_status check_class_weight(const mxu_model *model,
+                                     const mxu_dataset *train,
+                                     const mxu_fit_config *c) {
+  if (!c->class_weight) return MXU_OK;
+  if (model->head_count > 1 || !train->num_classes ||
+      positional_labels(model, 0))
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "fit: class_weight weighs the samples of a model of one "
+                    "output by their one class label; give sample weights "
+                    "instead (mxu_dataset_set_sample_weights)");
+  if (c->class_weight_count < train->num_classes)
+    return mxu_fail(MXU_ERR_ARG,
+                    "fit: class_weight has %d weights but the data has %d "
+                    "classes; give one for each",
+                    c->class_weight_count, train->num_classes);
+  for (int k = 0; k < c->class_weight_count; k++)
+    if (!(c->class_weight[k] >= 0.0f) || !isfinite(c->class_weight[k]))
+      return mxu_fail(MXU_ERR_ARG,
+                      "fit: class %d's weight is %g; a class weight is a "
+                      "finite number >= 0",
+                      k, (double)c->class_weight[k]);
+  return MXU_OK;
+}
+
 /* The global batch: the per-replica batch times the replicas. */
 static int64_t global_batch(const mxu_model *model) {
   return (int64_t)model->plan.batch * model->plan.replicas;
@@ -269,6 +295,23 @@ static void load_targets(mxu_model *model, mxu_replica *replica, int h,
   }
 }
 
+/* Each of the replica's samples' weight in the loss: its sample weight
+ * (1 without) times its class's weight, while training with class_weight
+ * (plan->class_weight); 0 past its real rows. The host reads them when
+ * the batch has any (plan->weighted), the devices always. */
+static void load_weights(mxu_model *model, mxu_replica *replica,
+                         const mxu_dataset *data, const int64_t *order,
+                         int64_t first, int64_t own) {
+  const mxu_plan *plan = &model->plan;
+  float *w = mxu_replica_floats(replica, plan->weight);
+  for (int64_t r = 0; r < plan->batch; r++) {
+    int64_t i = r < own ? (order ? order[first + r] : first + r) : -1;
+    w[r] = i < 0 ? 0.0f : data->weights ? data->weights[i] : 1.0f;
+    if (i >= 0 && plan->class_weight)
+      w[r] *= plan->class_weight[data->labels[i]];
+  }
+}
+
 /* Copies a replica's samples of the global batch starting at `first` (of
  * order, or of the data set) into its arena, with zeros after its real
  * rows, and marks those rows. */
@@ -291,6 +334,7 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
   for (int h = 0; h < model->head_count; h++)
     load_targets(model, replica, h, data, order, first, own);
   mxu_replica_set_rows(model, replica, own);
+  load_weights(model, replica, data, order, first, own);
 }
 
 /* A padding mask reaching head h's loss (its loss_mask): each local
@@ -329,6 +373,7 @@ static void count_unmasked(mxu_model *model, int h) {
 
 static void load_batch(mxu_model *model, const mxu_dataset *data,
                        const int64_t *order, int64_t first, int64_t rows) {
+  model->plan.weighted = data->weights || model->plan.class_weight;
   for (int r = 0; r < model->plan.local_count; r++)
     load_replica(model, &model->plan.replica[r], data, order, first, rows);
   for (int h = 0; h < model->head_count; h++)
@@ -648,6 +693,7 @@ static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
     MXU_TRY(mxu_prefetch_start(train, sequence, batch, first, steps, c->augment,
                                c->seed, (uint32_t)epoch, &prefetch));
   mxu_status status = MXU_OK;
+  model->plan.class_weight = c->class_weight; /* training's, not validation's */
   for (int step = first, n = 1; step < steps && status == MXU_OK; step += n) {
     if (!model->device) {
       load_step(model, train, sequence, prefetch, step);
@@ -665,6 +711,7 @@ static mxu_status train_epoch(mxu_model *model, const mxu_dataset *train,
     }
     if (model->stop_training) break;
   }
+  model->plan.class_weight = NULL;
   mxu_prefetch_stop(prefetch);
   return status;
 }
@@ -753,13 +800,17 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
                       "fit: augmentation needs images (height, width, "
                       "channels), but the samples have rank %d",
                       train->shape.rank);
-    if (train->more_count && mxu_augment_active(config->augment))
+    if ((train->more_count || train->out_count || train->weights) &&
+        mxu_augment_active(config->augment))
       return mxu_fail(MXU_ERR_UNSUPPORTED,
                       "fit: augmentation transforms the images of a model "
-                      "of one input; this one has %d (augment inside the "
-                      "model instead: RandomFlip, RandomRotation, ...)",
-                      model->input_count);
+                      "of one input and one output, without sample weights; "
+                      "this one has %d inputs and %d outputs (augment "
+                      "inside the model instead: RandomFlip, "
+                      "RandomRotation, ...)",
+                      model->input_count, model->head_count);
   }
+  MXU_TRY(check_class_weight(model, train, config));
   MXU_TRY(ensure_batch(model, batch));
   MXU_TRY(grow_history(model, config->epochs));
   int lock = -1;
@@ -811,6 +862,7 @@ static void load_inputs(mxu_model *model, mxu_replica *replica,
       memcpy(x, inputs[k] + first * sample, (size_t)(own * sample) * 4);
     memset(x + own * sample, 0, (size_t)((batch - own) * sample) * 4);
   }
+  model->plan.weighted = 0;
   for (int h = 0; h < model->head_count; h++) {
     const mxu_head_plan *hp = &model->plan.head[h];
     memset(mxu_replica_floats(replica, hp->labels), 0,
