@@ -246,6 +246,55 @@ static void compile_overridden(void) {
   result_free(&r);
 }
 
+/* --class-weight: every class weighing 1 is no weight at all (the same
+ * figures, bit for bit); a weight on one class changes the run; too few
+ * weights and a negative one are refused. */
+static void class_weight(void) {
+  const char *base[] = {"train",
+                        fashion_json,
+                        "--data",
+                        "fashion-mnist",
+                        "--epochs",
+                        "1",
+                        "--steps-per-epoch",
+                        "3",
+                        "--batch-size",
+                        "100",
+                        "--verbose",
+                        "0"};
+  char *printed[3] = {NULL};
+  const char *weights[3] = {NULL, "1,1,1,1,1,1,1,1,1,1", "1,1,1,1,1,1,4,1,1,1"};
+  for (int i = 0; i < 3; i++) {
+    result r =
+        weights[i]
+            ? run(base[0], base[1], base[2], base[3], base[4], base[5], base[6],
+                  base[7], base[8], base[9], base[10], base[11],
+                  "--class-weight", weights[i], NULL)
+            : run(base[0], base[1], base[2], base[3], base[4], base[5], base[6],
+                  base[7], base[8], base[9], base[10], base[11], NULL);
+    CHECK_MSG(r.code == 0, "--class-weight %s: exit %d",
+              weights[i] ? weights[i] : "(none)", r.code);
+    const char *at = r.out ? strstr(r.out, "test loss") : NULL;
+    printed[i] = at ? strdup(at) : NULL;
+    result_free(&r);
+  }
+  CHECK(printed[0] && printed[1] && printed[2]);
+  if (printed[0] && printed[1] && printed[2]) {
+    CHECK_MSG(strcmp(printed[0], printed[1]) == 0, "%s vs %s", printed[0],
+              printed[1]);
+    CHECK_MSG(strcmp(printed[0], printed[2]) != 0, "%s", printed[2]);
+  }
+  for (int i = 0; i < 3; i++) free(printed[i]);
+  result r = run("train", fashion_json, "--data", "fashion-mnist", "--epochs",
+                 "1", "--class-weight", "1,2", NULL);
+  EXPECT_RUN(r, 1, "class_weight has 2 weights but the data has 10 classes");
+  result_free(&r);
+  r = run("train", fashion_json, "--data", "fashion-mnist", "--class-weight",
+          "1,-2", NULL);
+  EXPECT_RUN(r, 2, "numbers >= 0");
+  result_free(&r);
+}
+
 /* The file of the real run for a model with 32 filters instead of 64. */
 static void weights_for_another_model(const char *weights) {
   const char *narrow = temp_path("narrow.json");
@@ -457,6 +506,7 @@ int main(void) {
   help();
   runtime_errors();
   compile_overridden();
+  class_weight();
   real_run();
   summary_save_json();
   any_length();

@@ -94,22 +94,38 @@ static int parse_choice(const char *text, const char *const *choices,
   return 0;
 }
 
-static int parse_indices(const char *text, cli_indices *out) {
-  out->count = 0;
+/* A comma-separated list of at most CLI_MAX_INDICES items, each taken by
+ * item(text, k, out) as the k-th. */
+static int parse_list(const char *text, int (*item)(const char *, int, void *),
+                      void *out, int *count) {
+  *count = 0;
   const char *p = text;
   for (;;) {
     size_t length = strcspn(p, ",");
-    char item[32];
-    if (length == 0 || length >= sizeof item) return 0;
-    memcpy(item, p, length);
-    item[length] = 0;
-    uint64_t v;
-    if (!parse_count(item, &v) || v > INT64_MAX) return 0;
-    if (out->count == CLI_MAX_INDICES) return 0;
-    out->items[out->count++] = (int64_t)v;
+    char one[32];
+    if (length == 0 || length >= sizeof one) return 0;
+    memcpy(one, p, length);
+    one[length] = 0;
+    if (*count == CLI_MAX_INDICES || !item(one, *count, out)) return 0;
+    ++*count;
     if (!p[length]) return 1;
     p += length + 1;
   }
+}
+
+static int index_item(const char *text, int k, void *out) {
+  uint64_t v;
+  if (!parse_count(text, &v) || v > INT64_MAX) return 0;
+  ((cli_indices *)out)->items[k] = (int64_t)v;
+  return 1;
+}
+
+static int weight_item(const char *text, int k, void *out) {
+  double v;
+  if (!parse_number(text, text + strlen(text), &v) || !(v >= 0) || v > 3.0e38)
+    return 0;
+  ((cli_weights *)out)->items[k] = (float)v;
+  return 1;
 }
 
 static void choices_text(const char *const *choices, char *out, size_t size) {
@@ -135,6 +151,12 @@ static void describe(const cli_option *o, char *out, size_t size) {
     snprintf(out, size, "one of %s", list);
     break;
   case CLI_FLAG: snprintf(out, size, "a switch without a value"); break;
+  case CLI_WEIGHTS:
+    snprintf(out, size,
+             "a comma-separated list of at most %d numbers >= 0 (e.g. "
+             "1,5.5)",
+             CLI_MAX_INDICES);
+    break;
   case CLI_INDICES:
     snprintf(out, size,
              "a comma-separated list of at most %d sample indices (e.g. "
@@ -154,7 +176,12 @@ static int parse_value(const cli_option *o, const char *text) {
   case CLI_COUNT: return parse_count(text, o->target);
   case CLI_POSITIVE_FLOAT: return parse_positive_float(text, o->target);
   case CLI_CHOICE: return parse_choice(text, o->choices, o->target);
-  case CLI_INDICES: return parse_indices(text, o->target);
+  case CLI_INDICES:
+    return parse_list(text, index_item, o->target,
+                      &((cli_indices *)o->target)->count);
+  case CLI_WEIGHTS:
+    return parse_list(text, weight_item, o->target,
+                      &((cli_weights *)o->target)->count);
   case CLI_FLAG: return 0;
   }
   return 0;

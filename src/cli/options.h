@@ -19,6 +19,7 @@ typedef enum cli_kind {
   CLI_POSITIVE_FLOAT, /* float *, finite and > 0; "1/255" allowed */
   CLI_CHOICE,         /* int *: index into choices */
   CLI_INDICES,        /* cli_indices * */
+  CLI_WEIGHTS,        /* cli_weights *: numbers >= 0 */
   CLI_FLAG            /* int *, set to 1; takes no value */
 } cli_kind;
 
@@ -26,6 +27,11 @@ typedef struct cli_indices {
   int count;
   int64_t items[CLI_MAX_INDICES];
 } cli_indices;
+
+typedef struct cli_weights {
+  int count;
+  float items[CLI_MAX_INDICES];
+} cli_weights;
 
 typedef struct cli_option {
   const char *flag;    /* "--epochs" */

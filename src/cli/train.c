@@ -41,11 +41,12 @@ typedef struct train_args {
   const char *pjrt_plugin;
   float learning_rate, rescale;
   uint64_t seed;
+  cli_weights class_weight;
   cli_fit_extras extras; /* callbacks and augmentation */
   int compile_flags;     /* --optimizer, --loss or --metric given */
 } train_args;
 
-#define TRAIN_BASE_OPTIONS 28
+#define TRAIN_BASE_OPTIONS 29
 #define TRAIN_OPTION_COUNT (TRAIN_BASE_OPTIONS + CLI_FIT_EXTRA_OPTIONS)
 
 /* The table lives in the caller's frame; targets point into args. */
@@ -71,6 +72,10 @@ static void train_options(train_args *a, cli_option *o) {
       {"--validation-freq", "F",
        "validate on the test split after every F-th epoch (default 1)",
        CLI_POSITIVE_INT, &a->validation_freq, NULL, 0, 0},
+      {"--class-weight", "W0,W1,...",
+       "weigh each training sample's loss by its class's weight, class 0 "
+       "first (Keras' fit(class_weight=...), for imbalanced classes)",
+       CLI_WEIGHTS, &a->class_weight, NULL, 0, 0},
       {"--replicas", "N",
        "split each batch over N replicas, as TPUStrategy over N cores: the "
        "batch size must divide by N; weights depend on N, not on --threads "
@@ -393,6 +398,10 @@ static mxu_status fit_and_evaluate(train_args *a, train_run *run) {
   if (!fit.checkpoint_dir && a->resume && !is_file(a->resume))
     fit.checkpoint_dir = a->resume;
   fit.checkpoint_every = a->checkpoint_every;
+  if (a->class_weight.count) {
+    fit.class_weight = a->class_weight.items;
+    fit.class_weight_count = a->class_weight.count;
+  }
   cli_fit_extras_apply(&a->extras, &fit);
   mxu_status s = resume(a, run, &fit);
   if (s != MXU_OK) return s;
