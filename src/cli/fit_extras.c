@@ -19,7 +19,8 @@ void cli_fit_extra_options(cli_fit_extras *e, cli_option *o) {
        CLI_POSITIVE_INT, &e->early_stopping, NULL, 0, 0},
       {"--monitor", "NAME",
        "what EarlyStopping, ReduceLROnPlateau and --save-best-only watch: "
-       "val_loss (default), loss, val_accuracy, accuracy",
+       "val_loss (default), loss, val_accuracy, accuracy; of a model of "
+       "several outputs each one's, e.g. val_NAME_loss, val_NAME_accuracy",
        CLI_STRING, &e->monitor, NULL, 0, 0},
       {"--restore-best-weights", "",
        "when EarlyStopping stops, go back to the best epoch's weights",
