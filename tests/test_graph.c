@@ -2210,7 +2210,7 @@ static void test_several_outputs(void) {
   const float *inputs[2] = {xa, xb};
   float *outputs[2] = {probs, sums};
   CHECK_OK(mxu_predict_outputs(m, inputs, N, outputs));
-  /* Fit and evaluate take one input and one output, and say so. */
+  /* mxu_predict takes one input and one output, and says so. */
   CHECK(mxu_predict(m, xa, N, probs) == MXU_ERR_UNSUPPORTED);
   CHECK_OK(mxu_predict_outputs(m, inputs, N, outputs));
   mxu_tensor kernel, bias;
