@@ -113,6 +113,8 @@ typedef struct mxu_json_out {
 /* Adds item under key (taking it, or freeing it on failure); returns it. */
 cJSON *mxu_json_put(mxu_json_out *out, cJSON *object, const char *key,
                     cJSON *item);
+/* Appends item to list, as mxu_json_put adds under a key. */
+void mxu_json_append(mxu_json_out *out, cJSON *list, cJSON *item);
 void mxu_json_put_number(mxu_json_out *out, cJSON *object, const char *key,
                          double value);
 /* A float32 with the fewest digits that read back to it: 0.99, not

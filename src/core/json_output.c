@@ -19,6 +19,13 @@ cJSON *mxu_json_put(mxu_json_out *out, cJSON *object, const char *key,
   return item;
 }
 
+void mxu_json_append(mxu_json_out *out, cJSON *list, cJSON *item) {
+  if (!item || !list || !cJSON_AddItemToArray(list, item)) {
+    cJSON_Delete(item);
+    out->failed = 1;
+  }
+}
+
 void mxu_json_put_number(mxu_json_out *out, cJSON *object, const char *key,
                          double value) {
   mxu_json_put(out, object, key, cJSON_CreateNumber(value));

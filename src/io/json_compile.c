@@ -954,28 +954,13 @@ static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
                          config);
 }
 
-static void append(mxu_json_out *out, cJSON *list, cJSON *item) {
-  if (!list || !item || !cJSON_AddItemToArray(list, item)) {
-    out->failed = 1;
-    cJSON_Delete(item);
-  }
-}
-
-/* The outputs the settings are written for: the config's entries, or
- * the model's outputs. */
-static int outputs_written(const mxu_model *model) {
-  int count = mxu_model_output_count(model);
-  int given = model->compile.output_count;
-  return given > 0 && given < count ? given : count;
-}
-
 /* Keras' dicts by output name, as both write them for loss, loss_weights
  * and metrics ({"cls": ["accuracy"], ...}; an output without a metric is
  * left out). */
 static void put_output_settings(mxu_json_out *out, cJSON *config,
                                 const mxu_model *model) {
   const mxu_compile_config *c = &model->compile;
-  int count = outputs_written(model);
+  int count = mxu_model_output_count(model);
   cJSON *losses = cJSON_CreateObject(), *weights = cJSON_CreateObject();
   cJSON *metrics = cJSON_CreateObject();
   for (int k = 0; k < count; k++) {
@@ -987,7 +972,7 @@ static void put_output_settings(mxu_json_out *out, cJSON *config,
     }
     if (!o.metric) continue;
     cJSON *list = cJSON_CreateArray();
-    append(out, list, cJSON_CreateString(o.metric));
+    mxu_json_append(out, list, cJSON_CreateString(o.metric));
     mxu_json_put(out, metrics, name, list);
   }
   if (c->output_count > 0) {
@@ -1014,7 +999,7 @@ cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model) {
     mxu_json_put(out, config, "loss", loss_value(out, &one));
     mxu_json_put_null(out, config, "loss_weights");
     cJSON *metrics = cJSON_CreateArray();
-    append(out, metrics, cJSON_CreateString(one.metric));
+    mxu_json_append(out, metrics, cJSON_CreateString(one.metric));
     mxu_json_put(out, config, "metrics", metrics);
   }
   mxu_json_put_null(out, config, "weighted_metrics");

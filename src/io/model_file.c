@@ -256,31 +256,6 @@ static cJSON *metric_wrapper(mxu_json_out *out, const char *name,
   return mxu_json_object(out, "", "MeanMetricWrapper", config);
 }
 
-static void append_item(mxu_json_out *out, cJSON *list, cJSON *item) {
-  if (!list || !item || !cJSON_AddItemToArray(list, item)) {
-    out->failed = 1;
-    cJSON_Delete(item);
-  }
-}
-
-/* The function tf.keras 2.x resolves output k's metric to: "accuracy"
- * by the loss and the output's size, the aliases by their full names. */
-static const char *output_metric_fn(const mxu_model *model,
-                                    const mxu_output_loss *o, int k) {
-  const char *name = o->metric;
-  if (strcmp(name, "mae") == 0) return "mean_absolute_error";
-  if (strcmp(name, "mse") == 0) return "mean_squared_error";
-  if (strcmp(name, "accuracy") != 0 && strcmp(name, "acc") != 0) return name;
-  int node = mxu_model_output_node(model, k);
-  const mxu_shape *shape = &model->layers[node].out_shape;
-  if (o->loss == MXU_BINARY_CROSSENTROPY ||
-      (shape->rank > 0 && shape->dims[shape->rank - 1] == 1))
-    return "binary_accuracy";
-  return o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY
-             ? "sparse_categorical_accuracy"
-             : "categorical_accuracy";
-}
-
 /* A model of several outputs: a list per output in the model's order, as
  * tf.keras 2.x saves them, each metric named after its output
  * ("cls_accuracy"); [null] for an output without. */
@@ -294,12 +269,14 @@ static cJSON *output_metrics_value(mxu_json_out *out, const mxu_model *model) {
       char name[2 * MXU_NAME_SIZE + 64];
       snprintf(name, sizeof name, "%s_%s", mxu_json_output_name(model, k),
                o.metric);
-      append_item(out, inner,
-                  metric_wrapper(out, name, output_metric_fn(model, &o, k)));
+      mxu_json_append(
+          out, inner,
+          metric_wrapper(out, name,
+                         mxu_metric_function(model->heads[k].metric_kind)));
     } else {
-      append_item(out, inner, cJSON_CreateNull());
+      mxu_json_append(out, inner, cJSON_CreateNull());
     }
-    append_item(out, outer, inner);
+    mxu_json_append(out, outer, inner);
   }
   return outer;
 }

@@ -242,6 +242,19 @@ const char *mxu_metric_name(const char *name) {
   return NULL;
 }
 
+const char *mxu_metric_function(mxu_metric_kind kind) {
+  switch (kind) {
+  case MXU_METRIC_SPARSE_ACCURACY: return "sparse_categorical_accuracy";
+  case MXU_METRIC_CATEGORICAL_ACCURACY: return "categorical_accuracy";
+  case MXU_METRIC_BINARY_ACCURACY: return "binary_accuracy";
+  case MXU_METRIC_TOP_K: return "top_k_categorical_accuracy";
+  case MXU_METRIC_SPARSE_TOP_K: return "sparse_top_k_categorical_accuracy";
+  case MXU_METRIC_MAE: return "mean_absolute_error";
+  case MXU_METRIC_MSE: return "mean_squared_error";
+  }
+  return "";
+}
+
 const char *mxu_metric_names(void) {
   return "accuracy, acc, sparse_categorical_accuracy, categorical_accuracy, "
          "binary_accuracy, top_k_categorical_accuracy, "

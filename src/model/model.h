@@ -923,6 +923,9 @@ mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
 /* The supported names, for messages; the table's own copy of a supported
  * name (a string that lives as long as the program), or NULL. */
 const char *mxu_metric_names(void);
+/* The Keras function a kind is ("binary_accuracy", "mean_absolute_error"):
+ * tf.keras 2's metric wrappers name it. */
+const char *mxu_metric_function(mxu_metric_kind kind);
 const char *mxu_metric_name(const char *name);
 /* Whether the metric reads class labels (else the targets). */
 int mxu_metric_needs_labels(mxu_metric_kind kind);
