@@ -286,11 +286,9 @@ static cJSON *metrics_value(mxu_json_out *out, const mxu_model *model) {
   if (mxu_json_per_output(model)) return output_metrics_value(out, model);
   const mxu_compile_config *c = &model->compile;
   const char *name = c->metric ? c->metric : "accuracy";
-  const char *fn = name;
-  if (strcmp(name, "accuracy") == 0 || strcmp(name, "acc") == 0)
-    fn = c->loss == MXU_CATEGORICAL_CROSSENTROPY
-             ? "categorical_accuracy"
-             : "sparse_categorical_accuracy";
+  /* The function compile resolved it to (binary_accuracy for the binary
+   * cross-entropy or a one-value output, as tf.keras 2.x does). */
+  const char *fn = mxu_metric_function(model->heads[0].metric_kind);
   cJSON *inner = cJSON_CreateArray(), *outer = cJSON_CreateArray();
   cJSON *wrapper = metric_wrapper(out, name, fn);
   if (!cJSON_AddItemToArray(inner, wrapper)) out->failed = 1;
