@@ -34,7 +34,7 @@ static int train_once(const mxu_dataset *train, const mxu_dataset *test,
   compile.replicas = 8; /* 128 per core x 8, so each BatchNormalization
                            takes its statistics over 128 images */
   compile.seed = seed;
-  compile.metric = "sparse_categorical_accuracy";
+  compile.metrics[0] = "sparse_categorical_accuracy";
   if (mxu_compile(model, &compile)) return fail("compile");
   if (seed == 1) mxu_summary(model, stdout);
 

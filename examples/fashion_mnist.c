@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
   compile.optimizer = mxu_adam(1e-3f);
   compile.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   compile.batch_size = 1000;
-  compile.metric = "sparse_categorical_accuracy";
+  compile.metrics[0] = "sparse_categorical_accuracy";
   if (mxu_compile(model, &compile)) return fail("compile");
   mxu_summary(model, stdout);
 

@@ -1028,7 +1028,7 @@ typedef enum mxu_precision {
  * losses): what each output's loss is. The model's loss is the sum of
  * each output's, times its weight (Keras' loss_weights), and the weights'
  * penalties; logs carry each output's loss unweighted, as Keras does. */
-enum { MXU_MAX_OUTPUTS = 16 };
+enum { MXU_MAX_OUTPUTS = 16, MXU_MAX_METRICS = 8 };
 
 typedef struct mxu_output_loss {
   mxu_loss loss;
@@ -1036,9 +1036,10 @@ typedef struct mxu_output_loss {
   float label_smoothing; /* as mxu_compile_config's */
   float huber_delta;     /* 1.0 (mxu_output_loss_defaults) */
   float weight;          /* the loss weight; 1.0 */
-  /* The output's metric, by the names mxu_compile_config.metric takes;
-   * NULL: none (Keras' metrics dict without this output). */
-  const char *metric;
+  /* The output's metrics, by the names mxu_compile_config.metrics takes,
+   * NULL after the last; none: no metric (Keras' metrics dict without
+   * this output). */
+  const char *metrics[MXU_MAX_METRICS];
 } mxu_output_loss;
 
 /* The sparse categorical cross-entropy, weight 1, delta 1, no metric. */
@@ -1058,16 +1059,19 @@ typedef struct mxu_compile_config {
    * build fetched). */
   const char *pjrt_plugin;
   uint64_t seed; /* initialisers */
-  /* The one metric, by the name Keras prints and logs it under: "accuracy"
-   * (or "acc"; binary_accuracy for a one-value output or the binary
-   * cross-entropy, sparse_categorical_accuracy for the sparse loss,
-   * categorical_accuracy otherwise, as Keras chooses), those three by
-   * name, "top_k_categorical_accuracy" and
-   * "sparse_top_k_categorical_accuracy" (k = 5), "mae" or
-   * "mean_absolute_error", "mse" or "mean_squared_error". NULL means
-   * "accuracy". Logs, histories and callbacks carry its value where they
-   * say accuracy. */
-  const char *metric;
+  /* The metrics (Keras' compile(metrics=[...])), NULL after the last, by
+   * the names Keras prints and logs them under: "accuracy" (or "acc";
+   * binary_accuracy for a one-value output or the binary cross-entropy,
+   * sparse_categorical_accuracy for the sparse loss, categorical_accuracy
+   * otherwise, as Keras chooses), those three by name,
+   * "top_k_categorical_accuracy" and "sparse_top_k_categorical_accuracy"
+   * (k = 5), "mae" or "mean_absolute_error", "mse" or
+   * "mean_squared_error", "root_mean_squared_error", and "precision" and
+   * "recall" (Keras' Precision() and Recall(): each output value > 0.5
+   * a positive prediction, each target != 0 a positive, counted over the
+   * epoch). None: {"accuracy"}. Logs, histories and callbacks carry the
+   * first one's value where they say accuracy. */
+  const char *metrics[MXU_MAX_METRICS];
   /* The strategy, as TPUStrategy: batch_size is the global batch, split
    * over `replicas` logical replicas (0 means 1; batch_size must divide by
    * it); each runs forward and backward on its slice, the gradients are
@@ -1099,8 +1103,8 @@ typedef struct mxu_compile_config {
   /* A model of several outputs: output_count entries, one per model
    * output in the model's order. 0 gives every output the loss above
    * (loss, from_logits, label_smoothing, huber_delta), weight 1 and the
-   * metric above (NULL: accuracy), as tf.keras' compile(loss=name,
-   * metrics=[name]) does. A model of one output may give one entry. */
+   * metrics above, as tf.keras' compile(loss=name, metrics=[name]) does. A
+   * model of one output may give one entry. */
   int output_count;
   mxu_output_loss outputs[MXU_MAX_OUTPUTS];
 } mxu_compile_config;
@@ -1380,20 +1384,24 @@ mxu_fit_config mxu_fit_defaults(void);
 int64_t mxu_fit_batch_size(int batch_size, int steps_per_epoch,
                            int64_t samples);
 
-/* A model of several outputs: each output's share of the logs, Keras'
- * "<name>_loss" (unweighted) and "<name>_<metric>", and their val_. */
+/* An output's share of the logs: its loss (unweighted) and each metric's
+ * value, and their val_. Keras logs a model of several outputs' as
+ * "<name>_loss" and "<name>_<metric>", a model of one output's metrics
+ * by their names. */
 typedef struct mxu_output_log {
-  const char *name;   /* the output layer's name; the model owns it */
-  const char *metric; /* the metric's name; NULL when it has none */
-  double loss, metric_value;
-  double val_loss, val_metric; /* NaN when not validated */
+  const char *name;      /* the output layer's name; the model owns it */
+  double loss, val_loss; /* val_: NaN when not validated */
+  int metric_count;
+  const char *metrics[MXU_MAX_METRICS]; /* their names; the model owns them */
+  double values[MXU_MAX_METRICS], val_values[MXU_MAX_METRICS];
 } mxu_output_log;
 
 typedef struct mxu_epoch_log {
   int epoch; /* 1-based */
-  /* A model of several outputs: loss is the total and accuracy NaN;
-   * outputs[0 .. output_count) hold each output's (output_count 0 for a
-   * model of one output). */
+  /* loss: the total; accuracy: a model of one output's first metric (NaN
+   * for several outputs, or none); outputs[0 .. output_count) hold each
+   * output's loss and metrics (output_count 1 for a model of one
+   * output). */
   double loss, accuracy;
   double val_loss, val_accuracy; /* NaN when not validated */
   double seconds;
@@ -1417,9 +1425,8 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
 mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
                         int batch_size, double *loss, double *accuracy);
 
-/* A model of several outputs: the total loss, and each output's loss and
- * metric into outputs (mxu_model_output_count entries; val_ fields NaN).
- * A model of one output fills outputs[0]. */
+/* The total loss, and each output's loss and metrics into outputs
+ * (mxu_model_output_count entries; val_ fields NaN). */
 mxu_status mxu_evaluate_outputs(mxu_model *model, const mxu_dataset *data,
                                 int batch_size, double *loss,
                                 mxu_output_log *outputs);
@@ -1455,9 +1462,11 @@ typedef struct mxu_logs {
   double loss, accuracy, val_loss, val_accuracy;
   double learning_rate;
   const char *metric; /* the accuracy's name: "accuracy", ... */
-  /* A model of several outputs: loss is the total, accuracy NaN and
-   * metric NULL; each output's values are here (Keras' "<name>_loss",
-   * "<name>_<metric>"); output_count 0 for a model of one output. */
+  /* Each output's loss and metrics (output_count 1 for a model of one
+   * output: Keras' "loss", "<metric>"; of several, loss is the total,
+   * accuracy NaN and metric NULL, and Keras logs "<name>_loss",
+   * "<name>_<metric>"). Logs a caller builds may leave output_count 0:
+   * one output, its one metric named by metric. */
   int output_count;
   const mxu_output_log *outputs;
   /* Where fit prints (its out stream; NULL when silent): a callback's

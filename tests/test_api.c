@@ -65,7 +65,8 @@ static mxu_compile_config compile_config(int batch, mxu_backend_kind backend,
   c.batch_size = batch;
   c.backend = backend;
   c.seed = seed;
-  c.metric = "sparse_categorical_accuracy"; /* the name the progress shows */
+  c.metrics[0] =
+      "sparse_categorical_accuracy"; /* the name the progress shows */
   return c;
 }
 

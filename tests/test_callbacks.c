@@ -48,7 +48,7 @@ static mxu_model *toy_model(const char *metric) {
   c.optimizer = mxu_adam(0.01f);
   c.batch_size = BATCH;
   c.seed = 7;
-  c.metric = metric;
+  c.metrics[0] = metric;
   CHECK_OK(mxu_compile(model, &c));
   return model;
 }

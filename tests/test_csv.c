@@ -180,7 +180,7 @@ static void regression(void) {
   CHECK_OK(mxu_add_dense(model, &out));
   mxu_compile_config c = mxu_compile_defaults();
   c.loss = MXU_MEAN_SQUARED_ERROR;
-  c.metric = "mae";
+  c.metrics[0] = "mae";
   CHECK_OK(mxu_compile(model, &c));
   const char *json = temp_path("prices.json"), *w = temp_path("prices.h5");
   CHECK_OK(mxu_model_save_json(model, json, 0));

@@ -131,7 +131,7 @@ static mxu_model *load(const char *json, mxu_backend_kind backend,
   mxu_compile_config cc = mxu_compile_defaults();
   cc.optimizer = mxu_sgd(0.1f, 0.0f, 0);
   cc.loss = loss_of_batch;
-  if (!mxu_loss_is_softmax(cc.loss)) cc.metric = "mae";
+  if (!mxu_loss_is_softmax(cc.loss)) cc.metrics[0] = "mae";
   cc.batch_size = current->rows;
   cc.backend = backend;
   CHECK_OK(mxu_compile(model, &cc));

@@ -390,12 +390,12 @@ static void reads_tf_keras_2(void) {
   /* No compile section: the caller's settings stay as they were. */
   CHECK(has_compile == 0);
   CHECK(compile.batch_size == 1000 && compile.loss == 0 &&
-        compile.metric == NULL);
+        compile.metrics[0] == NULL);
   mxu_model_free(m);
 }
 
 /* Keras 3's text from a heap copy that is gone before the checks, so
- * compile.metric must not point into it (ASan would see that). */
+ * compile.metrics[0] must not point into it (ASan would see that). */
 static void reads_keras_3(void) {
   char *copy = strdup(cifar_keras3);
   int has_compile = 0;
@@ -449,8 +449,8 @@ static void reads_keras_3(void) {
         compile.optimizer.epsilon == 1e-7f);
   CHECK(compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY);
   CHECK(compile.from_logits == 0);
-  CHECK(compile.metric &&
-        strcmp(compile.metric, "sparse_categorical_accuracy") == 0);
+  CHECK(compile.metrics[0] &&
+        strcmp(compile.metrics[0], "sparse_categorical_accuracy") == 0);
   mxu_model_free(m);
 }
 
@@ -722,7 +722,8 @@ static void round_trips(void) {
     CHECK(compile.optimizer.kind == MXU_ADAM &&
           compile.optimizer.learning_rate == 1e-3f);
     CHECK(compile.loss == files[f].loss);
-    CHECK(compile.metric && strcmp(compile.metric, files[f].metric) == 0);
+    CHECK(compile.metrics[0] &&
+          strcmp(compile.metrics[0], files[f].metric) == 0);
     round_trip_text(files[f].path, m, 0);
     round_trip_text(files[f].path, m, 1);
     /* Keras 3 text read back writes the same tf.keras 2.x text. */
@@ -803,7 +804,7 @@ static void writes_compile_config(void) {
   c.optimizer.ema_overwrite_frequency = 3;
   c.from_logits = 1;
   c.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
-  c.metric = "acc";
+  c.metrics[0] = "acc";
   c.batch_size = 4;
   c.backend = MXU_BACKEND_CPU_REF;
   CHECK_OK(mxu_compile(m, &c));
@@ -822,7 +823,7 @@ static void writes_compile_config(void) {
     CHECK(keras3 || (text && has(text, "\"is_legacy_optimizer\": false") &&
                      has(text, "\"Custom>SGD\"")));
     CHECK(back.from_logits == 1);
-    CHECK(back.metric && strcmp(back.metric, "acc") == 0);
+    CHECK(back.metrics[0] && strcmp(back.metrics[0], "acc") == 0);
     free(text);
     mxu_model_free(again);
   }
@@ -847,7 +848,7 @@ static void writes_compile_config(void) {
     c.from_logits = losses[i].from_logits;
     c.label_smoothing = losses[i].smoothing;
     c.huber_delta = losses[i].delta;
-    c.metric = losses[i].metric;
+    c.metrics[0] = losses[i].metric;
     CHECK_OK(mxu_compile(m, &c));
     for (int keras3 = 0; keras3 < 2; keras3++) {
       char *text = write_json(m, keras3);
@@ -856,8 +857,8 @@ static void writes_compile_config(void) {
       mxu_model *again = text ? read_json(text, &back, &has_compile) : NULL;
       CHECK_MSG(back.loss == c.loss && back.from_logits == c.from_logits &&
                     back.label_smoothing == c.label_smoothing &&
-                    back.huber_delta == c.huber_delta && back.metric &&
-                    strcmp(back.metric, c.metric) == 0,
+                    back.huber_delta == c.huber_delta && back.metrics[0] &&
+                    strcmp(back.metrics[0], c.metrics[0]) == 0,
                 "loss %s, keras3 %d", mxu_loss_name(c.loss), keras3);
       free(text);
       mxu_model_free(again);
@@ -2432,8 +2433,18 @@ static void errors_compile(void) {
        "\"config\": {\"label_smoothing\": 0.1}}}",
        "label_smoothing 0.1"},
       {"{\"metrics\": [\"auc\"]}", "metrics: 'auc' is not supported"},
-      {"{\"metrics\": [\"accuracy\", \"mse\"]}", "metrics: 'mse'"},
-      {"{\"metrics\": [\"accuracy\", \"accuracy\"]}", "list only one"},
+      {"{\"metrics\": [\"accuracy\", \"mse\", \"accuracy\"]}",
+       "metrics: 'accuracy' is listed twice"},
+      {"{\"metrics\": [\"accuracy\", \"mse\", \"mae\", \"acc\", "
+       "\"precision\", \"recall\", \"root_mean_squared_error\", "
+       "\"top_k_categorical_accuracy\", \"binary_accuracy\"]}",
+       "'binary_accuracy': mxu computes at most 8 metrics"},
+      {"{\"metrics\": [{\"class_name\": \"Precision\", \"config\": "
+       "{\"thresholds\": [0.3, 0.7]}}]}",
+       "Precision with thresholds is not supported"},
+      {"{\"metrics\": [{\"class_name\": \"Recall\", \"config\": "
+       "{\"class_id\": 2}}]}",
+       "Recall with class_id is not supported"},
       {"{\"loss_weights\": \"half\"}", "loss_weights: 'half'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -2451,7 +2462,7 @@ static void errors_compile(void) {
               "case %zu: '%s' lacks '%s'", i, mxu_errmsg(), cases[i].needle);
     /* A refused read leaves the caller's settings alone. */
     CHECK(compile.batch_size == 77 && compile.optimizer.kind == MXU_ADAM &&
-          compile.metric == NULL && has_compile == 0);
+          compile.metrics[0] == NULL && has_compile == 0);
     mxu_model_free(m);
   }
   /* Without a compile config to fill, the section is not read at all. */
@@ -2506,7 +2517,7 @@ static void compile_forms(void) {
   CHECK(c.optimizer.kind == MXU_SGD && c.optimizer.learning_rate == 0.01f &&
         c.optimizer.momentum == 0 && c.optimizer.nesterov == 0);
   CHECK(c.loss == MXU_CATEGORICAL_CROSSENTROPY && !c.from_logits);
-  CHECK(c.metric && strcmp(c.metric, "accuracy") == 0);
+  CHECK(c.metrics[0] && strcmp(c.metrics[0], "accuracy") == 0);
 
   c = compile_of(
       "compile_config",
@@ -2527,7 +2538,7 @@ static void compile_forms(void) {
   CHECK(c.optimizer.kind == MXU_SGD && c.optimizer.learning_rate == 0.05f &&
         c.optimizer.momentum == 0.9f && c.optimizer.nesterov == 1);
   CHECK(c.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY && c.from_logits == 1);
-  CHECK(c.metric && strcmp(c.metric, "categorical_accuracy") == 0);
+  CHECK(c.metrics[0] && strcmp(c.metrics[0], "categorical_accuracy") == 0);
 
   c = compile_of("compile_config",
                  "{\"optimizer\": {\"class_name\": \"Adam\", \"config\": "
@@ -2552,12 +2563,12 @@ static void compile_forms(void) {
       "\"decay\": 0.0, \"beta_1\": 0.9, \"beta_2\": 0.999, \"epsilon\": "
       "1e-07, \"amsgrad\": false}}}");
   CHECK(c.optimizer.kind == MXU_ADAM && c.optimizer.learning_rate == 5e-4f);
-  CHECK(c.metric && strcmp(c.metric, "accuracy") == 0);
+  CHECK(c.metrics[0] && strcmp(c.metrics[0], "accuracy") == 0);
 
   /* The target losses by alias and class, with their options. */
   c = compile_of("compile_config",
                  "{\"loss\": \"mse\", \"metrics\": [\"mae\"]}");
-  CHECK(c.loss == MXU_MEAN_SQUARED_ERROR && strcmp(c.metric, "mae") == 0);
+  CHECK(c.loss == MXU_MEAN_SQUARED_ERROR && strcmp(c.metrics[0], "mae") == 0);
   c = compile_of("compile_config",
                  "{\"loss\": {\"class_name\": \"BinaryCrossentropy\", "
                  "\"config\": {\"name\": \"binary_crossentropy\", "
@@ -2567,14 +2578,14 @@ static void compile_forms(void) {
                  "{\"name\": \"binary_accuracy\", \"threshold\": 0.5}}]}");
   CHECK(c.loss == MXU_BINARY_CROSSENTROPY && c.from_logits == 1 &&
         c.label_smoothing == 0.1f);
-  CHECK(c.metric && strcmp(c.metric, "binary_accuracy") == 0);
+  CHECK(c.metrics[0] && strcmp(c.metrics[0], "binary_accuracy") == 0);
   c = compile_of("compile_config",
                  "{\"loss\": {\"class_name\": \"Huber\", \"config\": "
                  "{\"name\": \"huber_loss\", \"delta\": 2.5}}, \"metrics\": "
                  "[{\"class_name\": \"MeanSquaredError\", \"config\": "
                  "{\"name\": \"mean_squared_error\"}}]}");
   CHECK(c.loss == MXU_HUBER && c.huber_delta == 2.5f);
-  CHECK(c.metric && strcmp(c.metric, "mean_squared_error") == 0);
+  CHECK(c.metrics[0] && strcmp(c.metrics[0], "mean_squared_error") == 0);
   c = compile_of("training_config", "{\"loss\": \"kld\"}");
   CHECK(c.loss == MXU_KL_DIVERGENCE);
 }
@@ -2626,12 +2637,12 @@ static void expect_output_at(int line, const mxu_compile_config *c, int k,
   CHECK_MSG(k < c->output_count && o->loss == loss &&
                 o->from_logits == from_logits &&
                 o->label_smoothing == smoothing && o->weight == weight &&
-                same_name(o->metric, metric),
+                same_name(o->metrics[0], metric) && !o->metrics[1],
             "line %d: output %d of %d: loss %s, from_logits %d, smoothing "
             "%g, weight %g, metric %s",
             line, k, c->output_count, mxu_loss_name(o->loss), o->from_logits,
             (double)o->label_smoothing, (double)o->weight,
-            o->metric ? o->metric : "(none)");
+            o->metrics[0] ? o->metrics[0] : "(none)");
 }
 
 #define EXPECT_OUTPUT(c, k, loss, logits, smoothing, weight, metric)           \
@@ -2682,14 +2693,14 @@ static void reads_output_losses(void) {
                       "{\"loss\": \"mse\", \"loss_weights\": null, "
                       "\"metrics\": [\"mae\"]}");
   CHECK(c.output_count == 0 && c.loss == MXU_MEAN_SQUARED_ERROR &&
-        same_name(c.metric, "mae"));
+        same_name(c.metrics[0], "mae"));
   c = outputs_compile(0, "compile_config",
                       "{\"loss\": \"mse\", \"loss_weights\": [1, 1.0], "
                       "\"metrics\": {\"a\": \"mae\", \"b\": [\"mae\"]}}");
   CHECK(c.output_count == 0 && c.loss == MXU_MEAN_SQUARED_ERROR &&
-        same_name(c.metric, "mae"));
+        same_name(c.metrics[0], "mae"));
   c = outputs_compile(1, "compile_config", "{\"loss\": \"kld\"}");
-  CHECK(c.output_count == 0 && c.loss == MXU_KL_DIVERGENCE && !c.metric);
+  CHECK(c.output_count == 0 && c.loss == MXU_KL_DIVERGENCE && !c.metrics[0]);
 
   /* One loss with weights, or metrics for some outputs only: copies. */
   c = outputs_compile(0, "compile_config",
@@ -2736,7 +2747,7 @@ static void reads_output_losses(void) {
    * without. */
   c = outputs_compile(0, "training_config",
                       "{\"loss\": \"mse\", \"metrics\": [\"mae\"]}");
-  CHECK(c.output_count == 0 && same_name(c.metric, "mae"));
+  CHECK(c.output_count == 0 && same_name(c.metrics[0], "mae"));
   c = outputs_compile(0, "training_config",
                       "{\"loss\": \"mse\", \"metrics\": [[\"mae\"], "
                       "[null]]}");
@@ -2752,12 +2763,51 @@ static void reads_output_losses(void) {
                  "{\"loss\": {\"dense\": \"mae\"}, \"loss_weights\": "
                  "{\"dense\": 1.0}, \"metrics\": {\"dense\": [\"mse\"]}}");
   CHECK(c.output_count == 0 && c.loss == MXU_MEAN_ABSOLUTE_ERROR &&
-        same_name(c.metric, "mse"));
+        same_name(c.metrics[0], "mse"));
   c = compile_of("compile_config",
                  "{\"loss\": \"categorical_crossentropy\", \"loss_weights\": "
                  "[0.5], \"metrics\": [\"accuracy\"]}");
   CHECK(c.output_count == 1 && c.loss == MXU_CATEGORICAL_CROSSENTROPY);
   EXPECT_OUTPUT(c, 0, MXU_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 0.5f, "accuracy");
+}
+
+/* Several metrics an output: lists, objects (Precision, Recall,
+ * RootMeanSquaredError in both dialects' forms), in order. */
+static void reads_several_metrics(void) {
+  mxu_compile_config c = outputs_compile(
+      0, "compile_config",
+      "{\"loss\": {\"a\": \"binary_crossentropy\", \"b\": \"mse\"}, "
+      "\"metrics\": {\"a\": [\"accuracy\", {\"module\": \"keras.metrics\", "
+      "\"class_name\": \"Precision\", \"config\": {\"name\": "
+      "\"precision_2\", \"dtype\": \"float32\", \"thresholds\": null, "
+      "\"top_k\": null, \"class_id\": null}, \"registered_name\": null}, "
+      "\"recall\"], \"b\": [\"mae\", {\"class_name\": "
+      "\"RootMeanSquaredError\", \"config\": {\"name\": "
+      "\"root_mean_squared_error\"}}]}}");
+  CHECK(c.output_count == 2);
+  const char *a[] = {"accuracy", "precision", "recall", NULL};
+  const char *b[] = {"mae", "root_mean_squared_error", NULL};
+  for (int m = 0; m < 4; m++) {
+    CHECK_MSG(same_name(c.outputs[0].metrics[m], a[m]), "a's metric %d: %s", m,
+              c.outputs[0].metrics[m] ? c.outputs[0].metrics[m] : "none");
+    CHECK_MSG(same_name(c.outputs[1].metrics[m], m < 3 ? b[m] : NULL),
+              "b's metric %d", m);
+  }
+  /* tf.keras 2's h5: a list per output, each named after it; one flat
+   * list (Keras' every output) the same for both. */
+  c = outputs_compile(
+      0, "training_config",
+      "{\"loss\": \"mse\", \"metrics\": [[{\"class_name\": "
+      "\"MeanMetricWrapper\", \"config\": {\"name\": \"a_mae\", \"fn\": "
+      "\"mean_absolute_error\"}}, {\"class_name\": \"Recall\", \"config\": "
+      "{\"name\": \"a_recall\", \"thresholds\": 0.5}}], [null]]}");
+  CHECK(c.output_count == 2 && same_name(c.outputs[0].metrics[0], "mae") &&
+        same_name(c.outputs[0].metrics[1], "recall") &&
+        !c.outputs[0].metrics[2] && !c.outputs[1].metrics[0]);
+  c = outputs_compile(0, "compile_config",
+                      "{\"loss\": \"mse\", \"metrics\": [\"mae\", \"mse\"]}");
+  CHECK(c.output_count == 0 && same_name(c.metrics[0], "mae") &&
+        same_name(c.metrics[1], "mse") && !c.metrics[2]);
 }
 
 /* Refusals name the key path, what is wrong and the outputs. */
@@ -2783,15 +2833,16 @@ static void errors_output_losses(void) {
        "\"config\": {\"delta\": -1}}}}",
        MXU_ERR_FORMAT, "compile_config: loss['b']: delta must be positive",
        NULL},
-      {"{\"metrics\": {\"a\": [\"accuracy\", \"mae\"]}}", MXU_ERR_UNSUPPORTED,
-       "compile_config: metrics['a']: 'mae': mxu computes one metric per "
-       "output",
-       NULL},
-      {"{\"metrics\": [[\"mae\"], [\"accuracy\", \"mse\"]]}",
-       MXU_ERR_UNSUPPORTED, "compile_config: metrics[1]: 'mse'",
-       "one metric per output"},
-      {"{\"metrics\": [\"accuracy\", \"mae\"]}", MXU_ERR_UNSUPPORTED,
-       "compile_config: metrics: 'mae'", "one metric per output"},
+      {"{\"metrics\": {\"a\": [\"mae\", \"mse\", \"mae\"]}}",
+       MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics['a']: 'mae' is listed twice", NULL},
+      {"{\"metrics\": [[\"mae\"], [\"accuracy\", {\"class_name\": "
+       "\"Precision\", \"config\": {\"top_k\": 2}}]]}",
+       MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics[1]: Precision with top_k is not supported",
+       "threshold 0.5"},
+      {"{\"metrics\": [\"accuracy\", \"mae\", \"auc\"]}", MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics: 'auc'", "is not supported"},
       {"{\"metrics\": [[\"mae\"]]}", MXU_ERR_FORMAT,
        "compile_config: metrics: a list of 1 lists of metrics", "'a', 'b'"},
       {"{\"metrics\": [\"mae\", [\"mae\"]]}", MXU_ERR_FORMAT,
@@ -2853,6 +2904,12 @@ static void reads_golden_outputs(void) {
   }
 }
 
+static int same_metrics(const char *const *a, const char *const *b) {
+  for (int m = 0; m < MXU_MAX_METRICS; m++)
+    if (!same_name(a[m], b[m])) return 0;
+  return 1;
+}
+
 static void expect_same_outputs(const char *label, const mxu_compile_config *a,
                                 const mxu_compile_config *b) {
   CHECK_MSG(a->output_count == b->output_count, "%s: output_count %d, want %d",
@@ -2862,12 +2919,12 @@ static void expect_same_outputs(const char *label, const mxu_compile_config *a,
     CHECK_MSG(x->loss == y->loss && x->from_logits == y->from_logits &&
                   x->label_smoothing == y->label_smoothing &&
                   x->huber_delta == y->huber_delta && x->weight == y->weight &&
-                  same_name(x->metric, y->metric),
+                  same_metrics(x->metrics, y->metrics),
               "%s: output %d differs (%s/%s, weight %g/%g, metric %s/%s)",
               label, k, mxu_loss_name(x->loss), mxu_loss_name(y->loss),
               (double)x->weight, (double)y->weight,
-              x->metric ? x->metric : "(none)",
-              y->metric ? y->metric : "(none)");
+              x->metrics[0] ? x->metrics[0] : "(none)",
+              y->metrics[0] ? y->metrics[0] : "(none)");
   }
 }
 
@@ -2883,11 +2940,13 @@ static void writes_output_losses(void) {
   c.output_count = 3;
   for (int k = 0; k < 3; k++) c.outputs[k] = mxu_output_loss_defaults();
   c.outputs[0].from_logits = 1;
-  c.outputs[0].metric = "accuracy";
+  c.outputs[0].metrics[0] = "accuracy";
   c.outputs[1].loss = MXU_HUBER;
   c.outputs[1].huber_delta = 2.5f;
   c.outputs[1].weight = 0.5f;
-  c.outputs[1].metric = "mae";
+  c.outputs[1].metrics[0] = "mae";
+  c.outputs[1].metrics[1] = "root_mean_squared_error";
+  c.outputs[1].metrics[2] = "recall";
   c.outputs[2].loss = MXU_BINARY_CROSSENTROPY;
   c.outputs[2].from_logits = 1;
   c.outputs[2].label_smoothing = 0.1f;
@@ -2913,8 +2972,14 @@ static void writes_output_losses(void) {
     CHECK(cJSON_GetObjectItem(weights, "b") &&
           cJSON_GetObjectItem(weights, "b")->valuedouble == 0.5);
     CHECK(cJSON_GetArraySize(metrics) == 2 &&
-          cJSON_IsArray(cJSON_GetObjectItem(metrics, "b")) &&
+          cJSON_GetArraySize(cJSON_GetObjectItem(metrics, "b")) == 3 &&
           !cJSON_GetObjectItem(metrics, "c"));
+    /* RootMeanSquaredError and Recall are classes, written as objects. */
+    const cJSON *rmse =
+        cJSON_GetArrayItem(cJSON_GetObjectItem(metrics, "b"), 1);
+    CHECK(cJSON_IsObject(rmse) &&
+          has(cJSON_GetObjectItem(rmse, "class_name")->valuestring,
+              "RootMeanSquaredError"));
     cJSON_Delete(doc);
     mxu_compile_config back = mxu_compile_defaults();
     int has_compile = 0;
@@ -2947,7 +3012,7 @@ static void writes_output_losses(void) {
    * output in a dict Keras 3 takes (its flat list needs one per output). */
   mxu_compile_config one = mxu_compile_defaults();
   one.loss = MXU_MEAN_SQUARED_ERROR;
-  one.metric = "mae";
+  one.metrics[0] = "mae";
   one.batch_size = 4;
   one.backend = MXU_BACKEND_CPU_REF;
   CHECK_OK(mxu_compile(m, &one));
@@ -2958,7 +3023,7 @@ static void writes_output_losses(void) {
     mxu_compile_config back = mxu_compile_defaults();
     mxu_model *again = text ? read_json(text, &back, NULL) : NULL;
     CHECK(back.output_count == 0 && back.loss == MXU_MEAN_SQUARED_ERROR &&
-          same_name(back.metric, "mae"));
+          same_name(back.metrics[0], "mae"));
     free(text);
     mxu_model_free(again);
   }
@@ -3850,6 +3915,7 @@ int main(void) {
   missing_file();
   compile_forms();
   reads_output_losses();
+  reads_several_metrics();
   errors_output_losses();
   reads_golden_outputs();
   writes_output_losses();

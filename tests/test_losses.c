@@ -128,29 +128,30 @@ static void test_smoothing(void) {
 }
 
 static void test_metrics(void) {
+  double of = 0;
   const int32_t labels[ROWS] = {3, 2, 0};
   const float mask[ROWS] = {1, 1, 0};
   /* argmax rows: 3, 2, 3; target argmax: 1 (the first of a tie, as
    * TF's), 0, 3. */
-  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, ROWS, K, Y, labels, T,
-                       MASK) == 2.0);
-  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, ROWS, K, Y, labels, T,
-                       mask) == 2.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, ROWS, K, Y, labels, T, MASK,
+                       &of) == 2.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, ROWS, K, Y, labels, T, mask,
+                       &of) == 2.0);
   CHECK(mxu_metric_sum(MXU_METRIC_CATEGORICAL_ACCURACY, ROWS, K, Y, labels, T,
-                       MASK) == 1.0);
+                       MASK, &of) == 1.0);
   /* binary: row 0 (y > 0.5) = 0 1 0 1 vs 0 1 0 1: 4 of 4; row 1: 0 0 1 0
    * vs 1 0 0.25 0.5: 1 of 4; row 2: 1 0 0 1 vs 0 0 0 1: 3 of 4. */
-  double binary =
-      mxu_metric_sum(MXU_METRIC_BINARY_ACCURACY, ROWS, K, Y, labels, T, MASK);
+  double binary = mxu_metric_sum(MXU_METRIC_BINARY_ACCURACY, ROWS, K, Y, labels,
+                                 T, MASK, &of);
   CHECK_MSG(fabs(binary - 2.0) < 1e-12, "binary accuracy sum %g", binary);
   double mae = 0, mse = 0;
   for (int i = 0; i < ROWS * K; i++) {
     mae += fabs(Y[i] - T[i]) / K;
     mse += (Y[i] - T[i]) * (Y[i] - T[i]) / K;
   }
-  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MAE, ROWS, K, Y, labels, T, MASK) -
+  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MAE, ROWS, K, Y, labels, T, MASK, &of) -
              mae) < 1e-6);
-  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MSE, ROWS, K, Y, labels, T, MASK) -
+  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MSE, ROWS, K, Y, labels, T, MASK, &of) -
              mse) < 1e-6);
   /* Top 5 of 7 classes; ties at the boundary count in, as in_top_k. */
   float scores[2 * 7] = {7, 6, 5, 4, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1};
@@ -159,10 +160,10 @@ static void test_metrics(void) {
   onehot[4] = 1; /* row 0: class 4, rank 5 */
   onehot[7 + 6] = 1;
   float both[2] = {1, 1};
-  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_TOP_K, 2, 7, scores, top, onehot,
-                       both) == 1.0);
-  CHECK(mxu_metric_sum(MXU_METRIC_TOP_K, 2, 7, scores, top, onehot, both) ==
-        2.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_TOP_K, 2, 7, scores, top, onehot, both,
+                       &of) == 1.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_TOP_K, 2, 7, scores, top, onehot, both,
+                       &of) == 2.0);
 }
 
 static void test_metric_names(void) {
@@ -205,7 +206,7 @@ static void test_regression_fit(void) {
   CHECK_OK(mxu_add_dense(model, &d));
   mxu_compile_config c = mxu_compile_defaults();
   c.loss = MXU_MEAN_SQUARED_ERROR;
-  c.metric = "mae";
+  c.metrics[0] = "mae";
   c.optimizer = mxu_adam(0.05f);
   c.batch_size = 32;
   c.threads = 1;
@@ -256,7 +257,7 @@ static void test_binary_fit(void) {
   c.batch_size = 20;
   c.threads = 1;
   CHECK_OK(mxu_compile(model, &c));
-  CHECK(model->heads[0].metric_kind == MXU_METRIC_BINARY_ACCURACY);
+  CHECK(model->heads[0].metric_kind[0] == MXU_METRIC_BINARY_ACCURACY);
   mxu_fit_config f = mxu_fit_defaults();
   f.epochs = 30;
   f.verbose = 0;
@@ -291,7 +292,7 @@ static void test_target_mismatch(void) {
   EXPECT_FAIL(mxu_evaluate(model, data, 0, &loss, &metric), MXU_ERR_SHAPE,
               "not class labels");
   c.loss = MXU_MEAN_SQUARED_ERROR;
-  c.metric = "mse";
+  c.metrics[0] = "mse";
   CHECK_OK(mxu_compile(model, &c));
   EXPECT_FAIL(mxu_evaluate(model, data, 0, &loss, &metric), MXU_ERR_SHAPE,
               "targets are 2 float values a sample, but the model outputs 3");

@@ -106,7 +106,7 @@ static void round_trip(mxu_optimizer_config optimizer, const char *name) {
         b->compile.optimizer.kind == optimizer.kind);
   CHECK(memcmp(&b->compile.optimizer, &a->compile.optimizer,
                sizeof optimizer) == 0);
-  CHECK(strcmp(b->compile.metric, a->compile.metric) == 0);
+  CHECK(strcmp(b->compile.metrics[0], a->compile.metrics[0]) == 0);
   /* a fresh model restored in place gets the same values */
   mxu_model *c = cifar(optimizer, 9);
   CHECK_OK(mxu_restore_model(c, temp_path(name), NULL));

@@ -70,15 +70,15 @@ static mxu_compile_config keras_compile(mxu_backend_kind backend) {
   c.backend = backend;
   c.output_count = 3;
   for (int j = 0; j < 3; j++) c.outputs[j] = mxu_output_loss_defaults();
-  c.outputs[0].metric = "accuracy";
+  c.outputs[0].metrics[0] = "accuracy";
   c.outputs[1].loss = MXU_MEAN_SQUARED_ERROR;
   c.outputs[1].weight = 0.5f;
-  c.outputs[1].metric = "mae";
+  c.outputs[1].metrics[0] = "mae";
   c.outputs[2].loss = MXU_BINARY_CROSSENTROPY;
   c.outputs[2].from_logits = 1;
   c.outputs[2].label_smoothing = 0.1f;
   c.outputs[2].weight = 2.0f;
-  c.outputs[2].metric = "accuracy";
+  c.outputs[2].metrics[0] = "accuracy";
   return c;
 }
 
@@ -158,13 +158,14 @@ static void golden_step(const char *json, mxu_backend_kind backend) {
   static const char *metrics[3] = {"accuracy", "mae", "accuracy"};
   for (int j = 0; j < 3; j++) {
     const mxu_output_log *o = &log->outputs[j];
-    CHECK(strcmp(o->name, names[j]) == 0 && strcmp(o->metric, metrics[j]) == 0);
+    CHECK(strcmp(o->name, names[j]) == 0 &&
+          strcmp(o->metrics[0], metrics[j]) == 0);
     CHECK_MSG(fabs(o->loss - g.losses[j]) <= tolerance * g.losses[j],
               "%s: %s_loss %.9g, Keras %.9g", json, names[j], o->loss,
               g.losses[j]);
-    CHECK_MSG(fabs(o->metric_value - g.metrics[j]) <= 1e-6,
+    CHECK_MSG(fabs(o->values[0] - g.metrics[j]) <= 1e-6,
               "%s: %s_%s %.9g, Keras %.9g", json, names[j], metrics[j],
-              o->metric_value, g.metrics[j]);
+              o->values[0], g.metrics[j]);
   }
   CHECK(m->trainable_count == keras->trainable_count);
   if (m->trainable_count == keras->trainable_count) {
@@ -197,7 +198,7 @@ static mxu_compile_config three_heads(mxu_backend_kind backend, int batch,
   cc.backend = backend;
   cc.output_count = 3;
   for (int j = 0; j < 3; j++) cc.outputs[j] = mxu_output_loss_defaults();
-  cc.outputs[0].metric = "accuracy";
+  cc.outputs[0].metrics[0] = "accuracy";
   cc.outputs[1].loss = MXU_MEAN_SQUARED_ERROR;
   cc.outputs[1].weight = weight;
   return cc;
@@ -232,7 +233,7 @@ static mxu_model *heads_model(mxu_backend_kind backend, int replicas,
   cc.replicas = replicas;
   cc.steps_per_execution = per_execution;
   cc.seed = 11;
-  cc.outputs[1].metric = "mse";
+  cc.outputs[1].metrics[0] = "mse";
   cc.outputs[2].loss = MXU_BINARY_CROSSENTROPY;
   cc.outputs[2].label_smoothing = 0.2f;
   cc.outputs[2].weight = 1.5f;
@@ -322,7 +323,7 @@ static void test_finite_differences(void) {
   double weighted =
       outputs[0].loss + 0.7 * outputs[1].loss + 1.5 * outputs[2].loss;
   CHECK_NEAR(before, weighted, 1e-6);
-  CHECK(isnan(outputs[2].metric_value) && !outputs[2].metric);
+  CHECK(outputs[2].metric_count == 0);
   float *w0 = malloc((size_t)m->trainable_count * sizeof *w0);
   if (w0) memcpy(w0, m->weights, (size_t)m->trainable_count * sizeof *w0);
   mxu_fit_config fit = mxu_fit_defaults();
@@ -335,8 +336,7 @@ static void test_finite_differences(void) {
     CHECK_NEAR(h->epochs[0].loss, before, 1e-6);
     for (int j = 0; j < 3; j++)
       CHECK_NEAR(h->epochs[0].outputs[j].loss, outputs[j].loss, 1e-6);
-    CHECK_NEAR(h->epochs[0].outputs[0].metric_value, outputs[0].metric_value,
-               1e-12);
+    CHECK_NEAR(h->epochs[0].outputs[0].values[0], outputs[0].values[0], 1e-12);
   }
   if (w0) memcpy(m->weights, w0, (size_t)m->trainable_count * sizeof *w0);
   free(w0);
@@ -381,7 +381,7 @@ static mxu_model *masked_model(mxu_backend_kind backend, float rate) {
   CHECK_OK(mxu_model_outputs(m, outs, 3));
   mxu_compile_config cc = three_heads(backend, M, rate, 0.5f);
   cc.seed = 12;
-  cc.outputs[2].metric = "accuracy";
+  cc.outputs[2].metrics[0] = "accuracy";
   CHECK_OK(mxu_compile(m, &cc));
   return m;
 }
@@ -470,8 +470,8 @@ static void test_replicas(mxu_backend_kind backend, int replicas,
       CHECK_NEAR(h1->epochs[e].outputs[j].loss, h4->epochs[e].outputs[j].loss,
                  1e-5);
       if (j < 2)
-        CHECK_NEAR(h1->epochs[e].outputs[j].metric_value,
-                   h4->epochs[e].outputs[j].metric_value, 1e-5);
+        CHECK_NEAR(h1->epochs[e].outputs[j].values[0],
+                   h4->epochs[e].outputs[j].values[0], 1e-5);
     }
   CHECK(worst_error(one->weights, four->weights, one->trainable_count) < 1e-5);
   double loss1 = 0, loss4 = 0;
@@ -481,7 +481,7 @@ static void test_replicas(mxu_backend_kind backend, int replicas,
   CHECK_NEAR(loss1, loss4, 1e-5);
   for (int j = 0; j < 3; j++) {
     CHECK_NEAR(o1[j].loss, o4[j].loss, 1e-5);
-    if (j < 2) CHECK_NEAR(o1[j].metric_value, o4[j].metric_value, 1e-6);
+    if (j < 2) CHECK_NEAR(o1[j].values[0], o4[j].values[0], 1e-6);
   }
 done:
   mxu_dataset_free(data);
@@ -624,8 +624,9 @@ static mxu_status check_logs(void *self, mxu_model *model,
   ++*seen;
   CHECK(logs->output_count == 3 && isnan(logs->accuracy) && !logs->metric);
   CHECK(mxu_logs_value(logs, "b_loss") == logs->outputs[1].loss);
-  CHECK(mxu_logs_value(logs, "val_a_accuracy") == logs->outputs[0].val_metric);
-  CHECK(mxu_logs_value(logs, "val_b_mse") == logs->outputs[1].val_metric);
+  CHECK(mxu_logs_value(logs, "val_a_accuracy") ==
+        logs->outputs[0].val_values[0]);
+  CHECK(mxu_logs_value(logs, "val_b_mse") == logs->outputs[1].val_values[0]);
   CHECK(isnan(mxu_logs_value(logs, "c_accuracy")));
   CHECK(isnan(mxu_logs_value(logs, "accuracy")));
   return MXU_OK;

@@ -94,7 +94,7 @@ static mxu_compile_config compile_config(mxu_optimizer_config o,
   cc.replicas = REPLICAS;
   cc.threads = 1;
   cc.backend = backend;
-  cc.metric = metric_name;
+  cc.metrics[0] = metric_name;
   cc.loss = loss_kind;
   cc.from_logits = logits;
   cc.precision = precision;
@@ -139,8 +139,9 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
   int count = m->param_count, kinds = o->kind == MXU_ADAM ? 2 : 1;
   int state = count * (1 + kinds), nargs = state + 7;
   int outputs = mxu_pjrt_program_outputs(program);
-  /* the loss, then the one output's loss, metric and its count */
-  CHECK(outputs == state + 4);
+  /* the loss, then the one output's loss and count, its metric's sum and
+   * divisor */
+  CHECK(outputs == state + 5);
   mxu_pjrt_buffer **args = calloc((size_t)(REPLICAS * nargs), sizeof *args);
   mxu_pjrt_buffer **outs = calloc((size_t)(REPLICAS * outputs), sizeof *outs);
   float *zeros = calloc((size_t)m->trainable_count, sizeof(float));
@@ -178,13 +179,13 @@ static void run_program(mxu_model *m, const float *x, const int32_t *labels,
           mxu_pjrt_upload(plugin, r, MXU_PJRT_S32, &steps, 0, NULL, &a[6]));
     }
     CHECK_OK(mxu_pjrt_execute(plugin, program, nargs, args, outs));
-    float sums[4] = {0, 0, 0, 0};
-    for (int k = 0; k < 4; k++)
+    float sums[5] = {0, 0, 0, 0, 0};
+    for (int k = 0; k < 5; k++)
       CHECK_OK(
           mxu_pjrt_download(plugin, outs[state + k], &sums[k], sizeof(float)));
-    CHECK(sums[3] == ROWS && sums[0] == sums[1]);
+    CHECK(sums[2] == ROWS && sums[4] == ROWS && sums[0] == sums[1]);
     loss[t - 1] = sums[0] / ROWS;
-    accuracy[t - 1] = sums[2] / ROWS;
+    accuracy[t - 1] = sums[3] / ROWS;
     /* The new state is the next step's: the old buffers go. */
     for (int r = 0; r < REPLICAS; r++) {
       for (int i = 0; i < nargs; i++)

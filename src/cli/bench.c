@@ -95,7 +95,6 @@ typedef struct bench_run {
   mxu_model *model;
   mxu_dataset *data;
   mxu_compile_config compile;
-  char metric[64];
   double flops; /* per training image */
   double peak;  /* GFLOP/s */
   const char *peak_kind;
@@ -132,8 +131,7 @@ static int synthetic_data(const mxu_shape *shape, int classes, int64_t count,
 
 /* The model, data for every step, and the compiled plan. */
 static int prepare(const bench_args *a, bench_run *run) {
-  if (cli_load_model(a->model, &run->model, &run->compile, run->metric,
-                     sizeof run->metric) != MXU_OK)
+  if (cli_load_model(a->model, &run->model, &run->compile) != MXU_OK)
     return cli_runtime_error("bench");
   mxu_shape shape = mxu_model_input_shape(run->model);
   int layers = mxu_model_layer_count(run->model);

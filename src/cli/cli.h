@@ -21,15 +21,13 @@ int cli_plot(int argc, char **argv);
 /* The most inputs a model has (the library's MXU_MAX_INPUTS). */
 #define CLI_MAX_INPUTS 16
 
-/* The model file and its compile_config over mxu_compile_defaults(); the
- * metric name is copied into metric (the config points at it). */
+/* The model file and its compile_config over mxu_compile_defaults(). */
 mxu_status cli_load_model(const char *path, mxu_model **model,
-                          mxu_compile_config *compile, char *metric,
-                          size_t metric_size);
+                          mxu_compile_config *compile);
 /* As cli_load_model, a null dimension of the input from sample. */
 mxu_status cli_load_model_shaped(const char *path, const mxu_shape *sample,
-                                 mxu_model **model, mxu_compile_config *compile,
-                                 char *metric, size_t metric_size);
+                                 mxu_model **model,
+                                 mxu_compile_config *compile);
 
 /* Where a command's samples come from: --data, and for arrays and tables
  * --labels (FILE.npy) or --label-column (a CSV's), and --rescale. */
@@ -60,8 +58,7 @@ mxu_status cli_load_split(const cli_data *d, mxu_split split,
  * `split` of d (read first as they come, for their shape). */
 mxu_status cli_load_model_for(const char *path, const cli_data *d,
                               mxu_split split, mxu_model **model,
-                              mxu_compile_config *compile, char *metric,
-                              size_t metric_size);
+                              mxu_compile_config *compile);
 
 /* A weights file name mxu cannot read or write (not .h5, .hdf5 or
  * .weights.h5; reading, also a .keras model file) is a usage error, caught
@@ -107,10 +104,11 @@ double cli_now(void);
 /* How "test loss L - test METRIC M" names the metric: "accuracy" for every
  * accuracy, else the metric's name (mae, mse, ...). */
 const char *cli_metric_label(const char *metric);
-/* "test loss L - test accuracy A"; of a model of several outputs
- * (output_count > 1), the total loss and each output's loss and metric. */
-void cli_print_test(double loss, double accuracy, const char *metric,
-                    const mxu_output_log *outputs, int output_count);
+/* "test loss L - test accuracy A - test precision P"; of a model of
+ * several outputs (output_count > 1), the total loss and each output's
+ * loss and metrics. */
+void cli_print_test(double loss, const mxu_output_log *outputs,
+                    int output_count);
 
 /* The test confusion matrix of a compiled model: *matrix_out is a malloc'd
  * classes x classes array of counts, [true][predicted] row-major, the
@@ -125,12 +123,10 @@ int cli_confusion(const char *command, mxu_model *model,
 
 typedef struct cli_report {
   const char *model, *data, *weights; /* weights: NULL for train */
-  const char *metric;
-  const mxu_history *history; /* NULL for evaluate */
+  const mxu_history *history;         /* NULL for evaluate */
   int batch_size;
-  double test_loss, test_accuracy;
-  /* A model of several outputs (output_count > 1): each one's test loss
-   * and metric. */
+  double test_loss;
+  /* Each output's test loss and metrics. */
   int output_count;
   const mxu_output_log *test_outputs;
   double wall_seconds;

@@ -51,39 +51,29 @@ typedef struct cli_samples {
 
 static mxu_status load_model_with(const char *path, const cli_samples *given,
                                   mxu_model **model,
-                                  mxu_compile_config *compile, char *metric,
-                                  size_t metric_size) {
+                                  mxu_compile_config *compile) {
   *compile = mxu_compile_defaults();
   int has_compile = 0;
-  mxu_status status =
-      given && given->sample
-          ? mxu_model_load_json_for(path, *given->sample, model, compile,
-                                    &has_compile)
-      : given ? mxu_model_load_json_for_inputs(path, given->names,
-                                               given->shapes, given->count,
-                                               model, compile, &has_compile)
-              : mxu_model_load_json(path, model, compile, &has_compile);
-  if (status != MXU_OK) return status;
-  /* The config's metric may point into memory the loader owns; the
-   * commands keep it past that. */
-  snprintf(metric, metric_size, "%s",
-           compile->metric ? compile->metric : "accuracy");
-  compile->metric = metric;
-  return MXU_OK;
+  if (given && given->sample)
+    return mxu_model_load_json_for(path, *given->sample, model, compile,
+                                   &has_compile);
+  if (given)
+    return mxu_model_load_json_for_inputs(path, given->names, given->shapes,
+                                          given->count, model, compile,
+                                          &has_compile);
+  return mxu_model_load_json(path, model, compile, &has_compile);
 }
 
 mxu_status cli_load_model(const char *path, mxu_model **model,
-                          mxu_compile_config *compile, char *metric,
-                          size_t metric_size) {
-  return load_model_with(path, NULL, model, compile, metric, metric_size);
+                          mxu_compile_config *compile) {
+  return load_model_with(path, NULL, model, compile);
 }
 
 mxu_status cli_load_model_shaped(const char *path, const mxu_shape *sample,
-                                 mxu_model **model, mxu_compile_config *compile,
-                                 char *metric, size_t metric_size) {
+                                 mxu_model **model,
+                                 mxu_compile_config *compile) {
   cli_samples given = {sample, NULL, NULL, 0};
-  return load_model_with(path, sample ? &given : NULL, model, compile, metric,
-                         metric_size);
+  return load_model_with(path, sample ? &given : NULL, model, compile);
 }
 
 /* An .npz's arrays by key, or x_test (y_test) and then x (y): the second
@@ -247,17 +237,18 @@ const char *cli_metric_label(const char *metric) {
   return strstr(metric, "acc") ? "accuracy" : metric;
 }
 
-void cli_print_test(double loss, double accuracy, const char *metric,
-                    const mxu_output_log *outputs, int output_count) {
+void cli_print_test(double loss, const mxu_output_log *outputs,
+                    int output_count) {
   printf("test loss %.4f", loss);
-  if (output_count < 2 && metric)
-    printf(" - test %s %.4f", cli_metric_label(metric), accuracy);
   for (int j = 0; output_count > 1 && j < output_count; j++)
     printf(" - test %s_loss %.4f", outputs[j].name, outputs[j].loss);
-  for (int j = 0; output_count > 1 && j < output_count; j++)
-    if (outputs[j].metric)
-      printf(" - test %s_%s %.4f", outputs[j].name, outputs[j].metric,
-             outputs[j].metric_value);
+  for (int j = 0; j < output_count; j++)
+    for (int m = 0; m < outputs[j].metric_count; m++)
+      printf(" - test %s%s%s %.4f", output_count > 1 ? outputs[j].name : "",
+             output_count > 1 ? "_" : "",
+             output_count > 1 || m ? outputs[j].metrics[m]
+                                   : cli_metric_label(outputs[j].metrics[m]),
+             outputs[j].values[m]);
   printf("\n");
 }
 
@@ -279,8 +270,7 @@ void cli_note_precision(const char *command, const mxu_model *model,
  * NAME), by input name. */
 static mxu_status load_model_named(const char *path, const cli_data *d,
                                    mxu_split split, mxu_model **model,
-                                   mxu_compile_config *compile, char *metric,
-                                   size_t metric_size) {
+                                   mxu_compile_config *compile) {
   mxu_npz_entry entries[MAX_NPZ_ENTRIES];
   int count = 0;
   mxu_status status =
@@ -302,14 +292,13 @@ static mxu_status load_model_named(const char *path, const cli_data *d,
     shapes[n++] = entries[i].sample;
   }
   cli_samples given = {NULL, names, shapes, n};
-  return load_model_with(path, &given, model, compile, metric, metric_size);
+  return load_model_with(path, &given, model, compile);
 }
 
 mxu_status cli_load_model_for(const char *path, const cli_data *d,
                               mxu_split split, mxu_model **model,
-                              mxu_compile_config *compile, char *metric,
-                              size_t metric_size) {
-  mxu_status status = cli_load_model(path, model, compile, metric, metric_size);
+                              mxu_compile_config *compile) {
+  mxu_status status = cli_load_model(path, model, compile);
   if (status != MXU_ERR_SHAPE || !d || !d->data) return status;
   cli_data plain = *d;
   plain.rescale = 1.0f;
@@ -317,13 +306,11 @@ mxu_status cli_load_model_for(const char *path, const cli_data *d,
   /* The model's message stands if the data cannot tell the length. */
   if (cli_load_split(&plain, split, NULL, &samples) != MXU_OK) {
     if (cli_ends_with(d->data, ".npz") &&
-        load_model_named(path, d, split, model, compile, metric, metric_size) ==
-            MXU_OK)
+        load_model_named(path, d, split, model, compile) == MXU_OK)
       return MXU_OK;
-    return cli_load_model(path, model, compile, metric, metric_size);
+    return cli_load_model(path, model, compile);
   }
   mxu_shape sample = mxu_dataset_shape(samples);
   mxu_dataset_free(samples);
-  return cli_load_model_shaped(path, &sample, model, compile, metric,
-                               metric_size);
+  return cli_load_model_shaped(path, &sample, model, compile);
 }

@@ -40,27 +40,24 @@ typedef struct evaluate_run {
   mxu_model *model;
   mxu_dataset *test;
   mxu_compile_config compile;
-  char metric[64];
-  double loss, accuracy;
+  double loss;
+  mxu_output_log outputs[MXU_MAX_OUTPUTS];
 } evaluate_run;
 
 static mxu_status run_evaluate(const evaluate_args *a, evaluate_run *run) {
   cli_data data = {a->data, a->labels, a->label_column, a->rescale, 1};
   mxu_status s =
-      cli_load_model_for(a->model, &data, MXU_TEST, &run->model, &run->compile,
-                         run->metric, sizeof run->metric);
+      cli_load_model_for(a->model, &data, MXU_TEST, &run->model, &run->compile);
   if (s == MXU_OK) s = cli_load_split(&data, MXU_TEST, run->model, &run->test);
   if (s != MXU_OK) return s;
   run->compile.batch_size = a->batch_size;
   s = mxu_compile(run->model, &run->compile);
   if (s == MXU_OK) s = mxu_load_weights(run->model, a->weights);
-  mxu_output_log outputs[MXU_MAX_OUTPUTS];
   if (s == MXU_OK)
-    s = mxu_evaluate_outputs(run->model, run->test, 0, &run->loss, outputs);
+    s = mxu_evaluate_outputs(run->model, run->test, 0, &run->loss,
+                             run->outputs);
   if (s != MXU_OK) return s;
-  run->accuracy = outputs[0].metric_value;
-  cli_print_test(run->loss, run->accuracy, run->metric, outputs,
-                 mxu_model_output_count(run->model));
+  cli_print_test(run->loss, run->outputs, mxu_model_output_count(run->model));
   fflush(stdout);
   return MXU_OK;
 }
@@ -87,10 +84,10 @@ int cli_evaluate(int argc, char **argv) {
     cli_report report = {.model = a.model,
                          .data = a.data,
                          .weights = a.weights,
-                         .metric = run.metric,
                          .batch_size = a.batch_size,
                          .test_loss = run.loss,
-                         .test_accuracy = run.accuracy};
+                         .output_count = mxu_model_output_count(run.model),
+                         .test_outputs = run.outputs};
     /* The confusion matrix only for a report: it costs a second pass. */
     code = cli_report_confusion("evaluate", run.model, run.test, &report);
     report.wall_seconds = cli_now() - start;

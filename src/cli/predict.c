@@ -68,7 +68,6 @@ typedef struct predict_run {
   int count;         /* images to classify */
   char files[CLI_MAX_INDICES][1024];
   mxu_compile_config compile;
-  char metric[64];
   float *x, *out;
   int classes;
 } predict_run;
@@ -293,11 +292,10 @@ static mxu_status load_input(const predict_args *a, mxu_dataset **samples) {
  * from --input's samples, or --data's. */
 static mxu_status load_model(const predict_args *a, predict_run *run) {
   if (!a->input)
-    return cli_load_model_for(
-        a->model, &(cli_data){a->data, NULL, NULL, 1.0f, 0}, MXU_TEST,
-        &run->model, &run->compile, run->metric, sizeof run->metric);
-  mxu_status s = cli_load_model(a->model, &run->model, &run->compile,
-                                run->metric, sizeof run->metric);
+    return cli_load_model_for(a->model,
+                              &(cli_data){a->data, NULL, NULL, 1.0f, 0},
+                              MXU_TEST, &run->model, &run->compile);
+  mxu_status s = cli_load_model(a->model, &run->model, &run->compile);
   mxu_dataset *samples = NULL;
   if (s != MXU_ERR_SHAPE) return s;
   /* Several inputs: an .npz of an array per input names their lengths. */
@@ -305,13 +303,11 @@ static mxu_status load_model(const predict_args *a, predict_run *run) {
     return cli_ends_with(a->input, ".npz")
                ? cli_load_model_for(a->model,
                                     &(cli_data){a->input, NULL, NULL, 1.0f, 1},
-                                    MXU_TEST, &run->model, &run->compile,
-                                    run->metric, sizeof run->metric)
+                                    MXU_TEST, &run->model, &run->compile)
                : s;
   mxu_shape sample = mxu_dataset_shape(samples);
   mxu_dataset_free(samples);
-  return cli_load_model_shaped(a->model, &sample, &run->model, &run->compile,
-                               run->metric, sizeof run->metric);
+  return cli_load_model_shaped(a->model, &sample, &run->model, &run->compile);
 }
 
 /* --input's samples for each of the model's inputs: a model of several

@@ -12,38 +12,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Each output's loss and metric under Keras' names ("cls_loss",
- * "val_cls_accuracy"): of an epoch (val: its validation) or of the test. */
+/* Each output's loss and metrics under Keras' names ("accuracy",
+ * "precision"; of several outputs "cls_loss", "val_cls_accuracy"): of an
+ * epoch (val: its validation) or of the test. */
 static void add_outputs(cJSON *e, const mxu_output_log *outputs, int count,
                         int val) {
   const char *p = val ? "val_" : "";
   for (int j = 0; j < count; j++) {
     const mxu_output_log *o = &outputs[j];
+    const char *name = count > 1 ? o->name : "", *cut = count > 1 ? "_" : "";
     char key[256];
     snprintf(key, sizeof key, "%s%s_loss", p, o->name);
-    cJSON_AddNumberToObject(e, key, val ? o->val_loss : o->loss);
-    if (!o->metric) continue;
-    snprintf(key, sizeof key, "%s%s_%s", p, o->name, o->metric);
-    cJSON_AddNumberToObject(e, key, val ? o->val_metric : o->metric_value);
+    if (count > 1) cJSON_AddNumberToObject(e, key, val ? o->val_loss : o->loss);
+    for (int m = 0; m < o->metric_count; m++) {
+      snprintf(key, sizeof key, "%s%s%s%s", p, name, cut, o->metrics[m]);
+      cJSON_AddNumberToObject(e, key, val ? o->val_values[m] : o->values[m]);
+    }
   }
 }
 
-/* Keras' log names: "accuracy" or "sparse_categorical_accuracy", and the
- * same with "val_" for validation; a model of several outputs each
- * output's. Epochs that did not validate get no val_ entries rather than
- * NaN, which JSON cannot hold. */
-static cJSON *epoch_json(const mxu_epoch_log *log, const char *metric) {
+/* Keras' log names, and the same with "val_" for validation. Epochs that
+ * did not validate get no val_ entries rather than NaN, which JSON cannot
+ * hold. */
+static cJSON *epoch_json(const mxu_epoch_log *log) {
   cJSON *e = cJSON_CreateObject();
-  char val_metric[96];
-  snprintf(val_metric, sizeof val_metric, "val_%s", metric);
   cJSON_AddNumberToObject(e, "epoch", log->epoch);
   cJSON_AddNumberToObject(e, "loss", log->loss);
-  if (!log->output_count) cJSON_AddNumberToObject(e, metric, log->accuracy);
   add_outputs(e, log->outputs, log->output_count, 0);
   if (!isnan(log->val_loss)) {
     cJSON_AddNumberToObject(e, "val_loss", log->val_loss);
-    if (!log->output_count)
-      cJSON_AddNumberToObject(e, val_metric, log->val_accuracy);
     add_outputs(e, log->outputs, log->output_count, 1);
   }
   cJSON_AddNumberToObject(e, "seconds", log->seconds);
@@ -66,7 +63,7 @@ static void add_training(cJSON *root, const cli_report *r) {
   cJSON_AddNumberToObject(root, "batch_size", r->batch_size);
   cJSON *epochs = cJSON_AddArrayToObject(root, "epochs");
   for (int i = 0; i < r->history->count; i++)
-    cJSON_AddItemToArray(epochs, epoch_json(&r->history->epochs[i], r->metric));
+    cJSON_AddItemToArray(epochs, epoch_json(&r->history->epochs[i]));
 }
 
 /* "confusion": {"class_names": [...], "matrix": [[...]]}, rows the true
@@ -97,10 +94,7 @@ static cJSON *report_json(const cli_report *r) {
   if (r->history) add_training(root, r);
   cJSON *test = cJSON_AddObjectToObject(root, "test");
   cJSON_AddNumberToObject(test, "loss", r->test_loss);
-  if (r->output_count > 1)
-    add_outputs(test, r->test_outputs, r->output_count, 0);
-  else
-    cJSON_AddNumberToObject(test, r->metric, r->test_accuracy);
+  add_outputs(test, r->test_outputs, r->output_count, 0);
   if (r->confusion) add_confusion(root, r);
   if (r->history)
     cJSON_AddNumberToObject(root, "train_images_per_second",

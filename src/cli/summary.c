@@ -31,8 +31,7 @@ int cli_summary(int argc, char **argv) {
   if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
   mxu_model *model = NULL;
   mxu_compile_config compile;
-  char metric[64];
-  if (cli_load_model(path, &model, &compile, metric, sizeof metric) != MXU_OK)
+  if (cli_load_model(path, &model, &compile) != MXU_OK)
     return cli_runtime_error("summary");
   mxu_summary(model, stdout);
   int status = CLI_OK;

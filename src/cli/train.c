@@ -44,6 +44,9 @@ typedef struct train_args {
   cli_weights class_weight;
   cli_fit_extras extras; /* callbacks and augmentation */
   int compile_flags;     /* --optimizer, --loss or --metric given */
+  /* --metric's names (NAME,NAME,...), cut apart in metric_text */
+  char metric_text[256];
+  const char *metrics[MXU_MAX_METRICS];
 } train_args;
 
 #define TRAIN_BASE_OPTIONS 29
@@ -101,10 +104,12 @@ static void train_options(train_args *a, cli_option *o) {
        "(mse), mean_absolute_error (mae), huber, kl_divergence (kld) "
        "(default: the model file's, else sparse_categorical_crossentropy)",
        CLI_CHOICE, &a->loss, loss_names, 0, 0},
-      {"--metric", "NAME",
-       "the metric: accuracy, binary_accuracy, categorical_accuracy, "
+      {"--metric", "NAME[,NAME...]",
+       "the metrics, separated by commas: accuracy, binary_accuracy, "
+       "categorical_accuracy, "
        "sparse_categorical_accuracy, top_k_categorical_accuracy, "
-       "sparse_top_k_categorical_accuracy, mae, mse (default: the model "
+       "sparse_top_k_categorical_accuracy, mae, mse, "
+       "root_mean_squared_error, precision, recall (default: the model "
        "file's, else accuracy)",
        CLI_STRING, &a->metric, NULL, 0, 0},
       {"--precision", "P",
@@ -167,19 +172,40 @@ static const char train_summary[] =
     "the test split.";
 
 /* Keras' names for the accuracy that goes with each loss. */
-static void match_metric(char *metric, size_t size, mxu_loss loss) {
+static void match_metrics(const char **metrics, mxu_loss loss) {
   const char *sparse = "sparse_categorical_accuracy";
   const char *dense = "categorical_accuracy";
-  if (loss == MXU_CATEGORICAL_CROSSENTROPY && strcmp(metric, sparse) == 0)
-    snprintf(metric, size, "%s", dense);
-  if (loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY && strcmp(metric, dense) == 0)
-    snprintf(metric, size, "%s", sparse);
+  for (int m = 0; m < MXU_MAX_METRICS && metrics[m]; m++) {
+    if (loss == MXU_CATEGORICAL_CROSSENTROPY && strcmp(metrics[m], sparse) == 0)
+      metrics[m] = dense;
+    if (loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
+        strcmp(metrics[m], dense) == 0)
+      metrics[m] = sparse;
+  }
+}
+
+/* --metric NAME,NAME,...: the names into a->metrics. */
+static int split_metrics(train_args *a) {
+  if (!a->metric) return CLI_OK;
+  snprintf(a->metric_text, sizeof a->metric_text, "%s", a->metric);
+  int n = 0;
+  for (char *name = a->metric_text; name;) {
+    char *comma = strchr(name, ',');
+    if (comma) *comma = 0;
+    if (!*name || n == MXU_MAX_METRICS)
+      return cli_usage_error("train",
+                             "--metric: '%s' is not a list of 1 to %d metric "
+                             "names separated by commas",
+                             a->metric, MXU_MAX_METRICS);
+    a->metrics[n++] = name;
+    name = comma ? comma + 1 : NULL;
+  }
+  return CLI_OK;
 }
 
 /* Flags given on the command line win over the model file. */
 static void apply_overrides(const cli_command *cmd, const train_args *a,
-                            mxu_compile_config *c, char *metric,
-                            size_t metric_size) {
+                            mxu_compile_config *c) {
   if (cli_find(cmd, "--optimizer")->given) {
     mxu_optimizer_config named;
     mxu_optimizer_from_name(optimizer_names[a->optimizer], &named);
@@ -193,16 +219,22 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
     c->from_logits = 0;
     c->label_smoothing = 0.0f;
     c->huber_delta = 1.0f;
-    match_metric(metric, metric_size, c->loss);
+    match_metrics(c->metrics, c->loss);
   }
-  if (a->metric) snprintf(metric, metric_size, "%s", a->metric);
+  if (a->metric) memcpy(c->metrics, a->metrics, sizeof c->metrics);
   /* A model of several outputs: the flags give every output the loss or
-   * metric, each keeping its loss weight. */
+   * metrics, each keeping its loss weight. */
   for (int j = 0; j < c->output_count; j++) {
     mxu_output_loss *o = &c->outputs[j];
-    if (cli_find(cmd, "--loss")->given)
-      *o = (mxu_output_loss){c->loss, 0, 0.0f, 1.0f, o->weight, o->metric};
-    if (a->metric) o->metric = a->metric;
+    if (cli_find(cmd, "--loss")->given) {
+      mxu_output_loss own = *o;
+      *o = mxu_output_loss_defaults();
+      o->loss = c->loss;
+      o->weight = own.weight;
+      memcpy(o->metrics, own.metrics, sizeof o->metrics);
+      match_metrics(o->metrics, c->loss);
+    }
+    if (a->metric) memcpy(o->metrics, a->metrics, sizeof o->metrics);
   }
   if (cli_find(cmd, "--precision")->given)
     c->precision = a->precision ? MXU_MIXED_BFLOAT16 : MXU_PRECISION_FLOAT32;
@@ -225,9 +257,8 @@ typedef struct train_run {
   mxu_dataset *train, *test;
   mxu_dataset *whole; /* with --validation-split: what train and test view */
   mxu_compile_config compile;
-  char metric[64];
   const mxu_history *history;
-  double test_loss, test_accuracy;
+  double test_loss;
   mxu_output_log test_outputs[MXU_MAX_OUTPUTS];
   uint64_t seed; /* the fit seed, the checkpoint's when resumed */
 } train_run;
@@ -250,16 +281,13 @@ static mxu_status load_overridden(const train_args *a, train_run *run,
             "settings (Keras' defaults for what they leave out)\n",
             why);
   run->compile = mxu_compile_defaults();
-  snprintf(run->metric, sizeof run->metric, "accuracy");
-  run->compile.metric = run->metric;
   return MXU_OK;
 }
 
 static mxu_status load(const train_args *a, train_run *run) {
   cli_data data = {a->data, a->labels, a->label_column, a->rescale, 0};
-  mxu_status s =
-      cli_load_model_for(a->model, &data, MXU_TRAIN, &run->model, &run->compile,
-                         run->metric, sizeof run->metric);
+  mxu_status s = cli_load_model_for(a->model, &data, MXU_TRAIN, &run->model,
+                                    &run->compile);
   s = load_overridden(a, run, s);
   const mxu_model *input = s == MXU_OK ? run->model : NULL;
   if (s != MXU_OK || !a->validation_split) {
@@ -304,7 +332,7 @@ static int check_batch(const train_args *a, const train_run *run) {
 
 static mxu_status compile_model(const cli_command *cmd, const train_args *a,
                                 train_run *run) {
-  apply_overrides(cmd, a, &run->compile, run->metric, sizeof run->metric);
+  apply_overrides(cmd, a, &run->compile);
   run->compile.batch_size = fit_batch(a, mxu_dataset_count(run->train));
   mxu_status s = mxu_compile(run->model, &run->compile);
   if (s == MXU_OK) cli_note_precision("train", run->model, &run->compile);
@@ -426,22 +454,20 @@ static mxu_status fit_and_evaluate(train_args *a, train_run *run) {
      * test split; a second pass would give the same numbers. */
     const mxu_epoch_log *last = &run->history->epochs[run->history->count - 1];
     run->test_loss = last->val_loss;
-    run->test_accuracy = last->val_accuracy;
     for (int j = 0; j < last->output_count; j++) {
-      run->test_outputs[j] = last->outputs[j];
-      run->test_outputs[j].loss = last->outputs[j].val_loss;
-      run->test_outputs[j].metric_value = last->outputs[j].val_metric;
+      mxu_output_log *o = &run->test_outputs[j];
+      *o = last->outputs[j];
+      o->loss = o->val_loss;
+      memcpy(o->values, o->val_values, sizeof o->values);
     }
   }
-  if (isnan(run->test_loss)) {
+  if (isnan(run->test_loss))
     s = mxu_evaluate_outputs(run->model, run->test, 0, &run->test_loss,
                              run->test_outputs);
-    run->test_accuracy = run->test_outputs[0].metric_value;
-  }
   if (s != MXU_OK) return s;
   if (mxu_distributed_rank() == 0)
-    cli_print_test(run->test_loss, run->test_accuracy, run->metric,
-                   run->test_outputs, mxu_model_output_count(run->model));
+    cli_print_test(run->test_loss, run->test_outputs,
+                   mxu_model_output_count(run->model));
   fflush(stdout);
   return MXU_OK;
 }
@@ -452,11 +478,9 @@ static int write_report(const train_args *a, train_run *run, double start) {
   cli_report report = {0};
   report.model = a->model;
   report.data = a->data;
-  report.metric = run->metric;
   report.history = run->history;
   report.batch_size = run->compile.batch_size;
   report.test_loss = run->test_loss;
-  report.test_accuracy = run->test_accuracy;
   report.test_outputs = run->test_outputs;
   report.output_count = mxu_model_output_count(run->model);
   int code = cli_report_confusion("train", run->model, run->test, &report);
@@ -517,6 +541,8 @@ int cli_train(int argc, char **argv) {
                      TRAIN_OPTION_COUNT};
   int parsed = cli_parse(&cmd, argc, argv, &a.model);
   if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+  parsed = split_metrics(&a);
+  if (parsed != CLI_OK) return parsed;
   a.compile_flags = cli_find(&cmd, "--optimizer")->given ||
                     cli_find(&cmd, "--loss")->given ||
                     cli_find(&cmd, "--metric")->given;

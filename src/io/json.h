@@ -34,6 +34,12 @@ mxu_status mxu_model_file_read_json(const char *path, mxu_model **out,
 
 /* The compiled model's compile settings, Keras 3 compile_config style. */
 cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model);
+/* The class object Keras writes for a metric that is no function
+ * (Precision, Recall, RootMeanSquaredError) under `name`; NULL for the
+ * others, which Keras writes by name (or tf.keras 2 as a wrapped
+ * function). */
+cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
+                             mxu_metric_kind kind);
 
 /* ---- ops recorded as layers (json_ops.c) -------------------------------
  */

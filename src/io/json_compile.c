@@ -21,6 +21,9 @@ static const struct {
     {"SparseTopKCategoricalAccuracy", "sparse_top_k_categorical_accuracy"},
     {"MeanAbsoluteError", "mean_absolute_error"},
     {"MeanSquaredError", "mean_squared_error"},
+    {"RootMeanSquaredError", "root_mean_squared_error"},
+    {"Precision", "precision"},
+    {"Recall", "recall"},
 };
 
 static const char *const optimizer_keys[] = {"name",
@@ -512,11 +515,10 @@ static mxu_status read_losses(const mxu_json_where *where, const cJSON *v,
   MXU_TRY(read_one_loss(where, v, &r->at[0]));
   for (int k = 1; k < r->count; k++) {
     mxu_output_loss *o = &r->at[k];
-    float weight = o->weight;
-    const char *metric = o->metric;
+    mxu_output_loss own = *o;
     *o = r->at[0];
-    o->weight = weight;
-    o->metric = metric;
+    o->weight = own.weight;
+    memcpy(o->metrics, own.metrics, sizeof o->metrics);
   }
   return MXU_OK;
 }
@@ -588,71 +590,115 @@ static const char *metric_by_name(const cJSON *name, const char *output) {
   return found;
 }
 
+/* Precision's and Recall's options other than Keras' defaults (one
+ * threshold of 0.5, every class), which mxu does not compute. */
+static mxu_status check_counts_config(const mxu_json_where *where,
+                                      const cJSON *config, const char *cls) {
+  const cJSON *t = mxu_json_get(config, "thresholds");
+  if (cJSON_IsArray(t) && cJSON_GetArraySize(t) == 1) t = t->child;
+  int default_threshold =
+      !t || cJSON_IsNull(t) || (cJSON_IsNumber(t) && t->valuedouble == 0.5);
+  const char *option = !default_threshold ? "thresholds"
+                       : mxu_json_get(config, "top_k") &&
+                               !cJSON_IsNull(mxu_json_get(config, "top_k"))
+                           ? "top_k"
+                       : mxu_json_get(config, "class_id") &&
+                               !cJSON_IsNull(mxu_json_get(config, "class_id"))
+                           ? "class_id"
+                           : NULL;
+  if (!option) return MXU_OK;
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "%s with %s is not supported: mxu counts every "
+                       "output value against the threshold 0.5 (Keras' "
+                       "default %s())",
+                       cls, option, cls);
+}
+
 /* "accuracy", or a metric object such as {"class_name":
- * "SparseCategoricalAccuracy", "config": {"name": ...}}. */
-static const char *metric_of(const cJSON *v, const char *output) {
-  if (!cJSON_IsObject(v)) return metric_by_name(v, NULL);
+ * "SparseCategoricalAccuracy", "config": {"name": ...}}; *found NULL when
+ * neither names a metric mxu computes. */
+static mxu_status metric_of(const mxu_json_where *where, const cJSON *v,
+                            const char *output, const char **found) {
+  *found = NULL;
+  if (!cJSON_IsObject(v)) {
+    *found = metric_by_name(v, NULL);
+    return MXU_OK;
+  }
   const cJSON *config = mxu_json_get(v, "config");
   const char *named = metric_by_name(mxu_json_get(config, "name"), output);
   const cJSON *class_name = mxu_json_get(v, "class_name");
-  for (size_t i = 0; i < sizeof metric_classes / sizeof *metric_classes; i++)
-    if (cJSON_IsString(class_name) && class_name->valuestring &&
-        strcmp(class_name->valuestring, metric_classes[i].class_name) == 0)
-      return named ? named : metric_classes[i].metric;
+  for (size_t i = 0; i < sizeof metric_classes / sizeof *metric_classes; i++) {
+    if (!cJSON_IsString(class_name) || !class_name->valuestring ||
+        strcmp(class_name->valuestring, metric_classes[i].class_name) != 0)
+      continue;
+    const char *metric = metric_classes[i].metric;
+    *found = named ? named : metric;
+    if (strcmp(metric, "precision") == 0 || strcmp(metric, "recall") == 0)
+      return check_counts_config(where, config, class_name->valuestring);
+    return MXU_OK;
+  }
   /* tf.keras 2.x h5 files wrap the function: MeanMetricWrapper, fn. */
-  return named && metric_by_name(mxu_json_get(config, "fn"), NULL) ? named
-                                                                   : NULL;
+  *found =
+      named && metric_by_name(mxu_json_get(config, "fn"), NULL) ? named : NULL;
+  return MXU_OK;
 }
 
-/* One metric of an output's (output NULL: of every output's). */
+/* One metric appended to an output's list (output NULL: every output's). */
 static mxu_status read_one_metric(const mxu_json_where *where, const cJSON *v,
-                                  const outputs_read *r, const char *output,
-                                  int *count, const char **metric) {
-  const char *found = metric_of(v, output);
+                                  const char *output, const char **list) {
+  const char *found;
+  MXU_TRY(metric_of(where, v, output, &found));
   char text[160];
   mxu_json_text(v, text, sizeof text);
   if (!found)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "%s is not supported (supported: %s)", text,
                          mxu_metric_names());
-  if (++*count > 1)
+  int n = 0;
+  while (n < MXU_MAX_METRICS && list[n]) {
+    if (strcmp(list[n], found) == 0)
+      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                           "%s is listed twice; Keras logs one value by each "
+                           "name",
+                           text);
+    n++;
+  }
+  if (n == MXU_MAX_METRICS)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "%s: mxu computes one metric%s; list only one", text,
-                         r->count > 1 ? " per output" : "");
-  *metric = found;
+                         "%s: mxu computes at most %d metrics%s", text,
+                         MXU_MAX_METRICS, output ? " per output" : "");
+  list[n] = found;
   return MXU_OK;
 }
 
 /* A list of metrics, in tf.keras 2.x h5 files nested one level deeper
- * (null: an output without). *metric changes only when it names one. */
+ * (null: an output without), replacing *list when it names any. */
 static mxu_status read_metric_list(const mxu_json_where *where, const cJSON *v,
-                                   const outputs_read *r, const char *output,
-                                   const char **metric) {
-  int count = 0;
+                                   const char *output, const char **list) {
+  const char *read[MXU_MAX_METRICS] = {0};
   for (const cJSON *m = v->child; m; m = m->next) {
     if (!cJSON_IsArray(m)) {
-      if (!cJSON_IsNull(m))
-        MXU_TRY(read_one_metric(where, m, r, output, &count, metric));
+      if (!cJSON_IsNull(m)) MXU_TRY(read_one_metric(where, m, output, read));
       continue;
     }
     for (const cJSON *inner = m->child; inner; inner = inner->next)
       if (!cJSON_IsNull(inner))
-        MXU_TRY(read_one_metric(where, inner, r, output, &count, metric));
+        MXU_TRY(read_one_metric(where, inner, output, read));
   }
+  if (read[0]) memcpy(list, read, sizeof read);
   return MXU_OK;
 }
 
-/* An output's entry in a dict or a list of lists: a metric, a list of
- * one, or null (none). */
+/* An output's entry in a dict or a list of lists: a metric, a list, or
+ * null (none). */
 static mxu_status read_output_metric(const mxu_json_where *where,
                                      const cJSON *v, const outputs_read *r,
-                                     int k, const char **metric) {
-  *metric = NULL;
+                                     int k, const char **list) {
+  memset(list, 0, MXU_MAX_METRICS * sizeof *list);
   if (!v || cJSON_IsNull(v)) return MXU_OK;
   const char *output = output_name(r, k);
-  if (cJSON_IsArray(v)) return read_metric_list(where, v, r, output, metric);
-  int count = 0;
-  return read_one_metric(where, v, r, output, &count, metric);
+  if (cJSON_IsArray(v)) return read_metric_list(where, v, output, list);
+  return read_one_metric(where, v, output, list);
 }
 
 /* Several outputs' metrics: a list for every output, a list of lists in
@@ -666,8 +712,8 @@ static mxu_status read_output_metrics(const mxu_json_where *where,
       const char *name = output_name(r, k);
       mxu_json_where_set(&at, "%s['%s']", where->text, name);
       MXU_TRY(read_output_metric(&at, mxu_json_get(v, name), r, k,
-                                 &r->at[k].metric));
-      if (!r->at[k].metric) r->apart = 1;
+                                 r->at[k].metrics));
+      if (!r->at[k].metrics[0]) r->apart = 1;
     }
     return MXU_OK;
   }
@@ -680,17 +726,18 @@ static mxu_status read_output_metrics(const mxu_json_where *where,
                          "for every output, a list of lists in output order "
                          "or a dict by output name");
   if (!lists) {
-    const char *metric = NULL;
-    MXU_TRY(read_metric_list(where, v, r, NULL, &metric));
-    for (int k = 0; metric && k < r->count; k++) r->at[k].metric = metric;
+    const char *every[MXU_MAX_METRICS] = {0};
+    MXU_TRY(read_metric_list(where, v, NULL, every));
+    for (int k = 0; every[0] && k < r->count; k++)
+      memcpy(r->at[k].metrics, every, sizeof every);
     return MXU_OK;
   }
   MXU_TRY(check_output_list(where, r, v, "lists of metrics"));
   int k = 0;
   for (const cJSON *m = v->child; m; m = m->next, k++) {
     mxu_json_where_set(&at, "%s[%d]", where->text, k);
-    MXU_TRY(read_output_metric(&at, m, r, k, &r->at[k].metric));
-    if (!r->at[k].metric) r->apart = 1;
+    MXU_TRY(read_output_metric(&at, m, r, k, r->at[k].metrics));
+    if (!r->at[k].metrics[0]) r->apart = 1;
   }
   return MXU_OK;
 }
@@ -702,7 +749,7 @@ static mxu_status read_metrics(const mxu_json_where *where, const cJSON *v,
     if (cJSON_IsArray(v) || is_output_dict(v))
       return read_output_metrics(where, v, r);
   } else if (cJSON_IsArray(v)) {
-    return read_metric_list(where, v, r, output_name(r, 0), &r->at[0].metric);
+    return read_metric_list(where, v, output_name(r, 0), r->at[0].metrics);
   }
   char text[160];
   mxu_json_text(v, text, sizeof text);
@@ -721,8 +768,10 @@ static int same_loss(const mxu_output_loss *a, const mxu_output_loss *b) {
          a->huber_delta == b->huber_delta;
 }
 
-static int same_metric(const char *a, const char *b) {
-  return a == b || (a && b && strcmp(a, b) == 0);
+static int same_metrics(const char *const *a, const char *const *b) {
+  for (int m = 0; m < MXU_MAX_METRICS; m++)
+    if (a[m] != b[m] && (!a[m] || !b[m] || strcmp(a[m], b[m]) != 0)) return 0;
+  return 1;
 }
 
 /* Each output's settings start from the caller's. */
@@ -734,10 +783,10 @@ static void outputs_start(outputs_read *r, const mxu_model *model,
   if (r->count < 1) r->count = 1;
   for (int k = 0; k < r->count && k < MXU_MAX_OUTPUTS; k++) {
     r->at[k] = mxu_output_spec(compile, k);
-    if (compile->output_count != r->count) {
-      r->at[k].weight = 1.0f;
-      r->at[k].metric = compile->metric;
-    }
+    if (compile->output_count == r->count) continue;
+    /* The caller's metrics as given (none given: its default stays). */
+    r->at[k].weight = 1.0f;
+    memcpy(r->at[k].metrics, compile->metrics, sizeof compile->metrics);
   }
 }
 
@@ -748,14 +797,14 @@ static void outputs_finish(const outputs_read *r, mxu_compile_config *c) {
   int apart = r->apart;
   for (int k = 0; k < r->count; k++)
     apart |= r->at[k].weight != 1.0f || !same_loss(&r->at[k], first) ||
-             !same_metric(r->at[k].metric, first->metric);
+             !same_metrics(r->at[k].metrics, first->metrics);
   if (r->count == 1) apart = first->weight != 1.0f;
   c->loss = first->loss;
   c->from_logits = first->from_logits;
   c->label_smoothing = first->label_smoothing;
   c->huber_delta = first->huber_delta;
   c->output_count = apart ? r->count : 0;
-  if (!apart) c->metric = first->metric;
+  if (!apart) memcpy(c->metrics, first->metrics, sizeof c->metrics);
   for (int k = 0; k < c->output_count; k++) c->outputs[k] = r->at[k];
 }
 
@@ -954,6 +1003,36 @@ static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
                          config);
 }
 
+cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
+                             mxu_metric_kind kind) {
+  const char *cls = kind == MXU_METRIC_PRECISION ? "Precision"
+                    : kind == MXU_METRIC_RECALL  ? "Recall"
+                    : kind == MXU_METRIC_RMSE    ? "RootMeanSquaredError"
+                                                 : NULL;
+  if (!cls) return NULL;
+  cJSON *config = cJSON_CreateObject();
+  mxu_json_put_string(out, config, "name", name);
+  mxu_json_put_string(out, config, "dtype", "float32");
+  if (kind != MXU_METRIC_RMSE) {
+    mxu_json_put_null(out, config, "thresholds");
+    mxu_json_put_null(out, config, "top_k");
+    mxu_json_put_null(out, config, "class_id");
+  }
+  return mxu_json_object(out, "keras.metrics", cls, config);
+}
+
+/* Head k's metrics as Keras 3's compile_config lists them. */
+static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k) {
+  const mxu_head *h = &model->heads[k];
+  cJSON *list = cJSON_CreateArray();
+  for (int m = 0; m < h->metric_count; m++) {
+    cJSON *object = mxu_json_metric_class(out, h->metric[m], h->metric_kind[m]);
+    mxu_json_append(out, list,
+                    object ? object : cJSON_CreateString(h->metric[m]));
+  }
+  return list;
+}
+
 /* Keras' dicts by output name, as both write them for loss, loss_weights
  * and metrics ({"cls": ["accuracy"], ...}; an output without a metric is
  * left out). */
@@ -970,10 +1049,8 @@ static void put_output_settings(mxu_json_out *out, cJSON *config,
       mxu_json_put(out, losses, name, loss_value(out, &o));
       mxu_json_put_float(out, weights, name, o.weight);
     }
-    if (!o.metric) continue;
-    cJSON *list = cJSON_CreateArray();
-    mxu_json_append(out, list, cJSON_CreateString(o.metric));
-    mxu_json_put(out, metrics, name, list);
+    if (model->heads[k].metric_count)
+      mxu_json_put(out, metrics, name, head_metrics(out, model, k));
   }
   if (c->output_count > 0) {
     mxu_json_put(out, config, "loss", losses);
@@ -998,9 +1075,7 @@ cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model) {
     mxu_output_loss one = mxu_output_spec(c, 0);
     mxu_json_put(out, config, "loss", loss_value(out, &one));
     mxu_json_put_null(out, config, "loss_weights");
-    cJSON *metrics = cJSON_CreateArray();
-    mxu_json_append(out, metrics, cJSON_CreateString(one.metric));
-    mxu_json_put(out, config, "metrics", metrics);
+    mxu_json_put(out, config, "metrics", head_metrics(out, model, 0));
   }
   mxu_json_put_null(out, config, "weighted_metrics");
   mxu_json_put_bool(out, config, "run_eagerly", 0);

@@ -256,43 +256,38 @@ static cJSON *metric_wrapper(mxu_json_out *out, const char *name,
   return mxu_json_object(out, "", "MeanMetricWrapper", config);
 }
 
-/* A model of several outputs: a list per output in the model's order, as
- * tf.keras 2.x saves them, each metric named after its output
- * ("cls_accuracy"); [null] for an output without. */
-static cJSON *output_metrics_value(mxu_json_out *out, const mxu_model *model) {
-  cJSON *outer = cJSON_CreateArray();
-  int count = mxu_model_output_count(model);
-  for (int k = 0; k < count; k++) {
-    mxu_output_loss o = mxu_output_spec(&model->compile, k);
-    cJSON *inner = cJSON_CreateArray();
-    if (o.metric) {
-      char name[2 * MXU_NAME_SIZE + 64];
-      snprintf(name, sizeof name, "%s_%s", mxu_json_output_name(model, k),
-               o.metric);
-      mxu_json_append(
-          out, inner,
-          metric_wrapper(out, name,
-                         mxu_metric_function(model->heads[k].metric_kind)));
-    } else {
-      mxu_json_append(out, inner, cJSON_CreateNull());
-    }
-    mxu_json_append(out, outer, inner);
+/* Head k's metrics as tf.keras 2.x saves them: the functions wrapped
+ * (tf.keras 2.x compiles "accuracy" into the function matching the loss:
+ * binary_accuracy for the binary cross-entropy or a one-value output), the
+ * classes by their configs; with `prefix`, each named after its output
+ * ("cls_accuracy"); [null] for none. */
+static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k,
+                           int prefix) {
+  const mxu_head *h = &model->heads[k];
+  cJSON *list = cJSON_CreateArray();
+  for (int m = 0; m < h->metric_count; m++) {
+    char name[2 * MXU_NAME_SIZE + 64];
+    snprintf(name, sizeof name, "%s%s%s",
+             prefix ? mxu_json_output_name(model, k) : "", prefix ? "_" : "",
+             h->metric[m]);
+    cJSON *object = mxu_json_metric_class(out, name, h->metric_kind[m]);
+    mxu_json_append(
+        out, list,
+        object ? object
+               : metric_wrapper(out, name,
+                                mxu_metric_function(h->metric_kind[m])));
   }
-  return outer;
+  if (!h->metric_count) mxu_json_append(out, list, cJSON_CreateNull());
+  return list;
 }
 
-/* tf.keras 2.x compiles "accuracy" into the function matching the loss. */
+/* A list per output in the model's order (one for a model of one
+ * output), as tf.keras 2.x saves them. */
 static cJSON *metrics_value(mxu_json_out *out, const mxu_model *model) {
-  if (mxu_json_per_output(model)) return output_metrics_value(out, model);
-  const mxu_compile_config *c = &model->compile;
-  const char *name = c->metric ? c->metric : "accuracy";
-  /* The function compile resolved it to (binary_accuracy for the binary
-   * cross-entropy or a one-value output, as tf.keras 2.x does). */
-  const char *fn = mxu_metric_function(model->heads[0].metric_kind);
-  cJSON *inner = cJSON_CreateArray(), *outer = cJSON_CreateArray();
-  cJSON *wrapper = metric_wrapper(out, name, fn);
-  if (!cJSON_AddItemToArray(inner, wrapper)) out->failed = 1;
-  if (!cJSON_AddItemToArray(outer, inner)) out->failed = 1;
+  cJSON *outer = cJSON_CreateArray();
+  int per_output = mxu_json_per_output(model);
+  for (int k = 0; k < mxu_model_output_count(model); k++)
+    mxu_json_append(out, outer, head_metrics(out, model, k, per_output));
   return outer;
 }
 

@@ -163,9 +163,9 @@ static mxu_status check_optimizer(const mxu_optimizer_config *o) {
 
 mxu_output_loss mxu_output_spec(const mxu_compile_config *c, int k) {
   if (c->output_count > k) return c->outputs[k];
-  mxu_output_loss spec = {
-      c->loss,        c->from_logits, c->label_smoothing,
-      c->huber_delta, 1.0f,           c->metric ? c->metric : "accuracy"};
+  mxu_output_loss spec = {c->loss,        c->from_logits, c->label_smoothing,
+                          c->huber_delta, 1.0f,           {"accuracy"}};
+  if (c->metrics[0]) memcpy(spec.metrics, c->metrics, sizeof spec.metrics);
   return spec;
 }
 
@@ -205,10 +205,40 @@ static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
                     "per class (at least 2 classes, along the last axis) "
                     "for a categorical cross-entropy loss",
                     out->name);
-  mxu_metric_kind kind;
-  return !o->metric ? MXU_OK
-                    : mxu_metric_kind_of(o->metric, o->loss,
-                                         mxu_shape_count(shape), &kind);
+  for (int m = 0; m < MXU_MAX_METRICS && o->metrics[m]; m++) {
+    mxu_metric_kind kind;
+    MXU_TRY(mxu_metric_kind_of(o->metrics[m], o->loss, mxu_shape_count(shape),
+                               &kind));
+    if (!mxu_metric_is_mean(kind) &&
+        o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "compile: metric '%s' of output '%s' compares each "
+                      "output value with a target of the output's shape, "
+                      "but the sparse loss's targets are class labels; use "
+                      "one-hot targets and categorical_crossentropy, or an "
+                      "accuracy",
+                      o->metrics[m], out->name);
+    for (int j = 0; j < m; j++)
+      if (strcmp(o->metrics[j], o->metrics[m]) == 0)
+        return mxu_fail(MXU_ERR_ARG,
+                        "compile: metric '%s' of output '%s' is named "
+                        "twice; Keras logs one value by each name",
+                        o->metrics[m], out->name);
+  }
+  return MXU_OK;
+}
+
+/* The head's own copies of its metrics' names, and their kinds (checked
+ * by check_head). */
+static void resolve_metrics(const mxu_layer *out, mxu_head *h) {
+  h->metric_count = 0;
+  for (int m = 0; m < MXU_MAX_METRICS && h->spec.metrics[m]; m++) {
+    snprintf(h->metric[m], sizeof h->metric[m], "%s", h->spec.metrics[m]);
+    mxu_metric_kind_of(h->metric[m], h->spec.loss,
+                       mxu_shape_count(&out->out_shape), &h->metric_kind[m]);
+    h->spec.metrics[m] = h->metric[m];
+    h->metric_count++;
+  }
 }
 
 /* Every output's loss, into heads (the model's own at compile). */
@@ -234,12 +264,7 @@ static mxu_status resolve_heads(const mxu_model *model,
                         "compile: '%s' is the model's output %d and %d; "
                         "a tensor may be one output only",
                         out->name, j, k);
-    snprintf(h->metric, sizeof h->metric, "%s",
-             h->spec.metric ? h->spec.metric : "");
-    if (h->spec.metric)
-      mxu_metric_kind_of(h->metric, h->spec.loss,
-                         mxu_shape_count(&out->out_shape), &h->metric_kind);
-    h->spec.metric = h->spec.metric ? h->metric : NULL;
+    resolve_metrics(out, h);
   }
   return MXU_OK;
 }
@@ -454,9 +479,10 @@ mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config) {
   model->compile = *config;
   resolve_heads(model, config, model->heads);
   model->head_count = mxu_model_output_count(model);
-  model->compile.metric = model->heads[0].spec.metric;
+  memcpy(model->compile.metrics, model->heads[0].spec.metrics,
+         sizeof model->compile.metrics);
   for (int k = 0; k < config->output_count; k++)
-    model->compile.outputs[k].metric = model->heads[k].spec.metric;
+    model->compile.outputs[k] = model->heads[k].spec;
   model->backend = mxu_backend_get(config->backend);
   MXU_TRY(build_params(model));
   MXU_TRY(allocate_params(model));

@@ -126,8 +126,8 @@ static mxu_status allocate(const mxu_model *model, mxu_device *d) {
   d->labels = d->more + model->input_count - 1;
   d->inputs = d->labels + model->head_count - 1;
   d->nargs = d->state + d->inputs + 1;
-  /* the state, the loss and each head's loss, metric and metric count */
-  d->sums = 1 + 3 * model->head_count;
+  /* the state, the loss and each head's sums */
+  d->sums = mxu_program_sum_count(model);
   d->outputs = d->state + d->sums;
   d->shape = calloc((size_t)d->inputs, sizeof *d->shape);
   d->size = calloc((size_t)d->inputs, sizeof *d->size);
@@ -315,9 +315,17 @@ static mxu_status upload_stage(mxu_device *d) {
 static void read_sums(const mxu_model *model, const float *sums,
                       mxu_step_result *out) {
   *out = (mxu_step_result){.loss_sum = sums[0]};
-  for (int j = 0; j < model->head_count; j++)
-    out->heads[j] =
-        (mxu_head_sums){sums[1 + 3 * j], sums[2 + 3 * j], sums[3 + 3 * j]};
+  const float *own = sums + 1;
+  for (int j = 0; j < model->head_count; j++) {
+    mxu_head_sums *t = &out->heads[j];
+    t->loss = own[0];
+    t->count = own[1];
+    for (int m = 0; m < model->heads[j].metric_count; m++) {
+      t->metric[m] = own[2 + 2 * m];
+      t->divisor[m] = own[3 + 2 * m];
+    }
+    own += mxu_head_sum_count(model, j);
+  }
 }
 
 mxu_status mxu_device_run(mxu_model *model, int steps,

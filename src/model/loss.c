@@ -98,7 +98,7 @@ void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
 
 mxu_output_loss mxu_output_loss_defaults(void) {
   mxu_output_loss o = {
-      MXU_SPARSE_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 1.0f, 1.0f, NULL};
+      MXU_SPARSE_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 1.0f, 1.0f, {NULL}};
   return o;
 }
 
@@ -145,6 +145,10 @@ static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
                          int32_t label, const float *t) {
   double sum = 0.0;
   switch (kind) {
+  case MXU_METRIC_PRECISION: /* true positives */
+  case MXU_METRIC_RECALL:
+    for (int64_t j = 0; j < k; j++) sum += y[j] > 0.5f && t[j] != 0.0f;
+    return sum;
   case MXU_METRIC_SPARSE_ACCURACY: return argmax(y, k) == label;
   case MXU_METRIC_CATEGORICAL_ACCURACY: return argmax(y, k) == argmax(t, k);
   case MXU_METRIC_SPARSE_TOP_K: return in_top_k(y, k, label, MXU_TOP_K);
@@ -156,20 +160,44 @@ static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
     for (int64_t j = 0; j < k; j++) sum += fabsf(y[j] - t[j]);
     break;
   case MXU_METRIC_MSE:
+  case MXU_METRIC_RMSE:
     for (int64_t j = 0; j < k; j++) sum += (y[j] - t[j]) * (y[j] - t[j]);
     break;
   }
   return sum / (double)k;
 }
 
+/* Precision's divisor: the predicted positives; recall's: the true ones. */
+static double row_positives(mxu_metric_kind kind, const float *y, int64_t k,
+                            const float *t) {
+  double n = 0.0;
+  for (int64_t j = 0; j < k; j++)
+    n += kind == MXU_METRIC_PRECISION ? y[j] > 0.5f : t[j] != 0.0f;
+  return n;
+}
+
+int mxu_metric_is_mean(mxu_metric_kind kind) {
+  return kind != MXU_METRIC_PRECISION && kind != MXU_METRIC_RECALL;
+}
+
 double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
                       const float *y, const int32_t *labels,
-                      const float *targets, const float *mask) {
-  double total = 0.0;
-  for (int64_t r = 0; r < rows; r++)
-    if (mask[r] != 0.0f)
-      total += row_metric(kind, y + r * k, k, labels[r], targets + r * k);
+                      const float *targets, const float *mask,
+                      double *divisor) {
+  double total = 0.0, of = 0.0;
+  int mean = mxu_metric_is_mean(kind);
+  for (int64_t r = 0; r < rows; r++) {
+    if (mask[r] == 0.0f) continue;
+    total += row_metric(kind, y + r * k, k, labels[r], targets + r * k);
+    of += mean ? 1.0 : row_positives(kind, y + r * k, k, targets + r * k);
+  }
+  *divisor = of;
   return total;
+}
+
+double mxu_metric_result(mxu_metric_kind kind, double sum, double divisor) {
+  double mean = divisor > 0 ? sum / divisor : 0.0;
+  return kind == MXU_METRIC_RMSE ? sqrt(mean) : mean;
 }
 
 /* ---- names ---------------------------------------------------------------
@@ -234,6 +262,9 @@ static const struct {
     {"mean_absolute_error", MXU_METRIC_MAE, 0},
     {"mse", MXU_METRIC_MSE, 0},
     {"mean_squared_error", MXU_METRIC_MSE, 0},
+    {"root_mean_squared_error", MXU_METRIC_RMSE, 0},
+    {"precision", MXU_METRIC_PRECISION, 0},
+    {"recall", MXU_METRIC_RECALL, 0},
 };
 
 const char *mxu_metric_name(const char *name) {
@@ -251,6 +282,9 @@ const char *mxu_metric_function(mxu_metric_kind kind) {
   case MXU_METRIC_SPARSE_TOP_K: return "sparse_top_k_categorical_accuracy";
   case MXU_METRIC_MAE: return "mean_absolute_error";
   case MXU_METRIC_MSE: return "mean_squared_error";
+  case MXU_METRIC_RMSE: return "root_mean_squared_error";
+  case MXU_METRIC_PRECISION: return "precision";
+  case MXU_METRIC_RECALL: return "recall";
   }
   return "";
 }
@@ -259,7 +293,7 @@ const char *mxu_metric_names(void) {
   return "accuracy, acc, sparse_categorical_accuracy, categorical_accuracy, "
          "binary_accuracy, top_k_categorical_accuracy, "
          "sparse_top_k_categorical_accuracy, mae, mean_absolute_error, mse, "
-         "mean_squared_error";
+         "mean_squared_error, root_mean_squared_error, precision, recall";
 }
 
 /* Keras resolves "accuracy" by the loss and the output: binary for the

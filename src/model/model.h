@@ -561,19 +561,23 @@ typedef enum mxu_metric_kind {
   MXU_METRIC_TOP_K,                /* the target's class among the top 5 */
   MXU_METRIC_SPARSE_TOP_K,
   MXU_METRIC_MAE,
-  MXU_METRIC_MSE
+  MXU_METRIC_MSE,
+  MXU_METRIC_RMSE,      /* the square root of the epoch's mean */
+  MXU_METRIC_PRECISION, /* of every value: y > 0.5 among targets != 0 */
+  MXU_METRIC_RECALL
 } mxu_metric_kind;
 
 enum { MXU_TOP_K = 5 }; /* Keras' default k */
 
 /* A model output the loss scores (Keras: a loss for each output, their
  * weighted sum the model's), resolved at compile from the config: its node,
- * loss and metric. spec.metric points at metric, or is NULL for none. */
+ * loss and metrics. spec.metrics point at metric[]. */
 typedef struct mxu_head {
   int node;
   mxu_output_loss spec;
-  char metric[64];
-  mxu_metric_kind metric_kind;
+  int metric_count;
+  char metric[MXU_MAX_METRICS][64];
+  mxu_metric_kind metric_kind[MXU_MAX_METRICS];
 } mxu_head;
 
 /* A head's buffers and decisions in the plan. labels: this batch's class
@@ -653,7 +657,7 @@ struct mxu_model {
   int scope_count, building_scope;
 
   int compiled;
-  mxu_compile_config compile; /* compile.metric points at heads[0].metric */
+  mxu_compile_config compile; /* compile.metrics point at heads[0].metric */
   /* The outputs the loss scores: every model output, in order. */
   mxu_head heads[MXU_MAX_OUTPUTS];
   int head_count;
@@ -802,13 +806,15 @@ void mxu_replica_add_partials(mxu_model *model, mxu_replica *replica,
 /* Marks rows >= rows as padding. */
 void mxu_replica_set_rows(mxu_model *model, mxu_replica *replica, int64_t rows);
 
-/* A head's loss (unweighted) and metric over a batch, each the sum over
- * its real samples (a correct prediction counts 1), and what the metric
- * sum averages over: the real samples, or under a padding mask the
- * unmasked positions over positions a sample (Keras weighs a metric by the
- * mask). */
+/* A head's loss (unweighted) over a batch, the sum over its real samples;
+ * count: the real samples, or under a padding mask the unmasked positions
+ * over positions a sample (Keras weighs a metric by the mask); each
+ * metric's sum and what it divides by over an epoch (count for the mean
+ * metrics, where a correct prediction counts 1; the predicted or the true
+ * positives for precision and recall). */
 typedef struct mxu_head_sums {
-  double loss, metric, count;
+  double loss, count;
+  double metric[MXU_MAX_METRICS], divisor[MXU_MAX_METRICS];
 } mxu_head_sums;
 
 /* The loss of a replica's batch: the heads' weighted sum and the activity
@@ -823,6 +829,8 @@ typedef struct mxu_step_result {
 
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                                  const mxu_step_key *key, float scale);
+/* total += r, every sum. */
+void mxu_step_result_add(mxu_step_result *total, const mxu_step_result *r);
 /* Whether a node's activity regularizer is set. */
 static inline int mxu_has_activity(const mxu_layer *layer) {
   return layer->activity.l1 != 0 || layer->activity.l2 != 0;
@@ -911,11 +919,17 @@ int64_t mxu_loss_positions(const mxu_model *model, int h);
 /* Categorical label smoothing: out = t (1 - s) + s / k. */
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,
                         const float *targets, float *out);
-/* The metric summed over the rows with mask 1 (each row's value in [0, 1]
- * for the accuracies). */
+/* The metric's sum over the rows with mask 1, and for precision and
+ * recall what it divides by (the mean metrics': the rows; each row's value
+ * in [0, 1] for the accuracies). */
 double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
                       const float *y, const int32_t *labels,
-                      const float *targets, const float *mask);
+                      const float *targets, const float *mask, double *divisor);
+/* The metric's value from its sums over an epoch (0 where it divides by
+ * 0, as Keras' divide_no_nan). */
+double mxu_metric_result(mxu_metric_kind kind, double sum, double divisor);
+/* Whether the metric is a mean of each row's value (else counts). */
+int mxu_metric_is_mean(mxu_metric_kind kind);
 /* The kind a metric name means with this loss and output size (Keras'
  * resolution of "accuracy"); MXU_ERR_UNSUPPORTED naming what is. */
 mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
@@ -971,12 +985,16 @@ typedef struct mxu_emit_loss_input {
   mxu_hlo_value padding;
 } mxu_emit_loss_input;
 /* Head `head`'s compiled loss (unweighted) and metric sums over the rows
- * whose mask is 1, as loss.c computes each row's, and what the metric sum
- * averages over (mxu_head_sums.count); MXU_ERR_UNSUPPORTED if not
- * emitted. */
+ * whose mask is 1, as loss.c computes each row's, into sums: the loss,
+ * the count (mxu_head_sums'), then each metric's sum and divisor;
+ * MXU_ERR_UNSUPPORTED if not emitted. */
 mxu_status mxu_emit_loss(const mxu_model *model, int head,
-                         const mxu_emit_loss_input *in, mxu_hlo_value *loss,
-                         mxu_hlo_value *metric, mxu_hlo_value *count);
+                         const mxu_emit_loss_input *in, mxu_hlo_value *sums);
+/* The values mxu_emit_loss gives head `head`: 2 + 2 * its metrics. */
+int mxu_head_sum_count(const mxu_model *model, int head);
+/* The loss sums a program returns: the total, then each head's
+ * mxu_emit_loss values. */
+int mxu_program_sum_count(const mxu_model *model);
 
 /* ---- updates.c ----------------------------------------------------------- */
 

@@ -124,6 +124,18 @@ static mxu_hlo_value mean_of(mxu_hlo *h, mxu_hlo_value sums, int64_t values) {
                         mxu_hlo_full_like(h, sums, (double)values));
 }
 
+/* 1 where y > 0.5 (a positive prediction), else 0. */
+static mxu_hlo_value positive(const ops *o, mxu_hlo_value y) {
+  return mxu_hlo_convert(
+      o->h, mxu_hlo_compare_op(o->h, MXU_HLO_GT, y, k(o, 0.5)), MXU_HLO_F32);
+}
+
+/* 1 where t != 0 (a positive target), else 0. */
+static mxu_hlo_value true_(const ops *o, mxu_hlo_value t) {
+  return mxu_hlo_convert(
+      o->h, mxu_hlo_compare_op(o->h, MXU_HLO_NE, t, k(o, 0.0)), MXU_HLO_F32);
+}
+
 /* Each row's metric (loss.c's row_metric): y and t (rows, k); hot the
  * label's or the targets' argmax as one-hot rows. */
 static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
@@ -144,9 +156,21 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
   case MXU_METRIC_MAE:
     return mean_of(h, row_sums(h, un(o, MXU_HLO_ABS, SUB(y, t))), values);
   case MXU_METRIC_MSE:
+  case MXU_METRIC_RMSE:
     return mean_of(h, row_sums(h, MUL(SUB(y, t), SUB(y, t))), values);
+  case MXU_METRIC_PRECISION: /* true positives */
+  case MXU_METRIC_RECALL: return row_sums(h, MUL(positive(o, y), true_(o, t)));
   }
   return 0;
+}
+
+/* Precision's divisor a row: its predicted positives; recall's: its true
+ * ones. */
+static mxu_hlo_value row_positives(mxu_hlo *h, mxu_metric_kind kind,
+                                   mxu_hlo_value y, mxu_hlo_value t) {
+  const ops oo = {h, y}, *o = &oo;
+  return row_sums(h,
+                  kind == MXU_METRIC_PRECISION ? positive(o, y) : true_(o, t));
 }
 
 /* loss.c's element(): each value's loss, y and t (rows, k). */
@@ -222,9 +246,52 @@ static void row_weights(mxu_hlo *h, const mxu_emit_loss_input *in,
       h, kept, mxu_hlo_broadcast_to(h, factor, *mxu_hlo_shape_of(h, kept)));
 }
 
+int mxu_head_sum_count(const mxu_model *model, int head) {
+  return 2 + 2 * model->heads[head].metric_count;
+}
+
+/* A head's metric m: its sum over the rows metric_mask weighs (1 /
+ * positions each, or 0 where masked), and its divisor (the mean metrics'
+ * count; precision's and recall's positives, counted whole). */
+static mxu_status emit_metric(const mxu_model *model, int head, int m,
+                              mxu_hlo *h, mxu_hlo_value y, mxu_hlo_value t,
+                              mxu_hlo_value metric_mask, mxu_hlo_value count,
+                              int64_t positions, mxu_hlo_value *sums) {
+  /* The metric's own targets: the labels' one-hot rows, or the targets'
+   * argmax. */
+  mxu_metric_kind kind = model->heads[head].metric_kind[m];
+  /* A copy: the node list moves as the ops below append to it. */
+  mxu_hlo_shape rows_shape = *mxu_hlo_shape_of(h, y);
+  int64_t dims[2] = {rows_shape.dims[0], rows_shape.dims[1]};
+  mxu_hlo_value hot = t;
+  if (kind == MXU_METRIC_CATEGORICAL_ACCURACY || kind == MXU_METRIC_TOP_K)
+    hot = mxu_hlo_convert(
+        h,
+        mxu_hlo_compare_op(
+            h, MXU_HLO_EQ,
+            mxu_hlo_convert(
+                h, mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, 2, dims), 1),
+                MXU_HLO_F32),
+            mxu_hlo_broadcast(h, first_argmax(h, t), rows_shape,
+                              (const int64_t[]){0})),
+        MXU_HLO_F32);
+  mxu_hlo_value value = row_metric(h, kind, y, t, hot, dims[1]);
+  if (!value)
+    return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: metric %s is not emitted",
+                    model->heads[head].metric[m]);
+  sums[0] = masked_sum(h, value, metric_mask);
+  sums[1] = count;
+  if (mxu_metric_is_mean(kind)) return h->status;
+  /* Counts: each kept row whole, not 1 / positions of it. */
+  mxu_hlo_value whole = mxu_hlo_mul(
+      h, metric_mask, mxu_hlo_full_like(h, metric_mask, (double)positions));
+  sums[0] = masked_sum(h, value, whole);
+  sums[1] = masked_sum(h, row_positives(h, kind, y, t), whole);
+  return h->status;
+}
+
 mxu_status mxu_emit_loss(const mxu_model *model, int head,
-                         const mxu_emit_loss_input *in, mxu_hlo_value *loss,
-                         mxu_hlo_value *metric, mxu_hlo_value *count) {
+                         const mxu_emit_loss_input *in, mxu_hlo_value *sums) {
   mxu_hlo *h = in->h;
   const mxu_output_loss *c = &model->heads[head].spec;
   const mxu_shape *out = &model->layers[model->heads[head].node].out_shape;
@@ -273,32 +340,11 @@ mxu_status mxu_emit_loss(const mxu_model *model, int head,
       mxu_hlo_broadcast(h, in->weights,
                         mxu_hlo_shape_make(MXU_HLO_F32, 2, spread), &samples),
       mxu_hlo_shape_make(MXU_HLO_F32, 1, &dims[0]));
-  *loss = masked_sum(h, mxu_hlo_mul(h, per_row, w), mask);
+  sums[0] = masked_sum(h, mxu_hlo_mul(h, per_row, w), mask);
   const int64_t all = 0;
-  *count = mxu_hlo_reduce(h, metric_mask, MXU_HLO_SUM, 1, &all);
-  if (!model->heads[head].spec.metric) { /* none: a sum of 0 */
-    *metric = mxu_hlo_full_like(h, *count, 0);
-    return h->status;
-  }
-  /* The metric's own targets: the labels' one-hot rows, or the targets'
-   * argmax. */
-  mxu_metric_kind kind = model->heads[head].metric_kind;
-  mxu_hlo_value hot = t;
-  if (kind == MXU_METRIC_CATEGORICAL_ACCURACY || kind == MXU_METRIC_TOP_K)
-    hot = mxu_hlo_convert(
-        h,
-        mxu_hlo_compare_op(
-            h, MXU_HLO_EQ,
-            mxu_hlo_convert(
-                h, mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, 2, dims), 1),
-                MXU_HLO_F32),
-            mxu_hlo_broadcast(h, first_argmax(h, t), rows_shape,
-                              (const int64_t[]){0})),
-        MXU_HLO_F32);
-  mxu_hlo_value m = row_metric(h, kind, y, t, hot, values);
-  if (!m)
-    return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: metric %s is not emitted",
-                    model->heads[head].metric);
-  *metric = masked_sum(h, m, metric_mask);
+  sums[1] = mxu_hlo_reduce(h, metric_mask, MXU_HLO_SUM, 1, &all);
+  for (int m = 0; m < model->heads[head].metric_count; m++)
+    MXU_TRY(emit_metric(model, head, m, h, y, t, metric_mask, sums[1],
+                        positions, sums + 2 + 2 * m));
   return h->status;
 }

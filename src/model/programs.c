@@ -201,12 +201,12 @@ static void declare_inputs(const mxu_model *model, mxu_hlo *h, int batch,
 
 /* The batch's sums over the rows where mask is 1 (program_loss.c):
  * sums[0] the loss (each head's times its weight, and the activity
- * penalties), then each head's loss, metric and metric count (the
- * mxu_head_sums of mxu_step_result): 1 + 3 * heads values. */
+ * penalties), then each head's mxu_emit_loss values (its loss, count and
+ * metrics' sums: the mxu_head_sums of mxu_step_result). */
 static mxu_status loss_and_hits(const mxu_model *model, const pass *p,
                                 const mxu_hlo_value *labels, mxu_hlo_value mask,
                                 mxu_hlo_value weights, mxu_hlo_value *sums) {
-  mxu_hlo_value total = 0;
+  mxu_hlo_value total = 0, *own = sums + 1;
   for (int j = 0; j < model->head_count; j++) {
     mxu_emit_loss_input in = {.h = p->h,
                               .batch = p->batch,
@@ -216,20 +216,21 @@ static mxu_status loss_and_hits(const mxu_model *model, const pass *p,
                               .mask = mask,
                               .weights = weights,
                               .padding = p->padding[j]};
-    mxu_hlo_value *own = &sums[1 + 3 * j];
-    MXU_TRY(mxu_emit_loss(model, j, &in, &own[0], &own[1], &own[2]));
+    MXU_TRY(mxu_emit_loss(model, j, &in, own));
     mxu_hlo_value weighted = mxu_hlo_mul(
         p->h, own[0],
         mxu_hlo_full_like(p->h, own[0], model->heads[j].spec.weight));
     total = total ? mxu_hlo_add(p->h, total, weighted) : weighted;
+    own += mxu_head_sum_count(model, j);
   }
   sums[0] = activity_penalties(model, p->h, p->nodes, mask, total);
   return p->h->status;
 }
 
-/* The values loss_and_hits gives. */
-static int loss_sums(const mxu_model *model) {
-  return 1 + 3 * model->head_count;
+int mxu_program_sum_count(const mxu_model *model) {
+  int n = 1;
+  for (int j = 0; j < model->head_count; j++) n += mxu_head_sum_count(model, j);
+  return n;
 }
 
 /* Every replica's values summed in one all_reduce: each flattened and
@@ -330,7 +331,7 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
       .w = v, .slots = v + count, .noise = v + count + kinds * trainable};
   mxu_hlo_value *grads = in.noise + model->layer_count, *nodes = grads + count;
   mxu_hlo_value *results = nodes + model->layer_count;
-  int totals = loss_sums(model);
+  int totals = mxu_program_sum_count(model);
   mxu_hlo_value *sums = results + count + kinds * trainable + totals;
   mxu_hlo h;
   mxu_hlo_init(&h);
@@ -344,7 +345,8 @@ mxu_status mxu_model_train_program(const mxu_model *model, int batch,
             .x = in.x,
             .nodes = nodes,
             .moving = moving};
-  mxu_hlo_value metrics[1 + 3 * MXU_MAX_OUTPUTS] = {0}; /* loss_and_hits' */
+  /* loss_and_hits' */
+  mxu_hlo_value metrics[1 + (2 + 2 * MXU_MAX_METRICS) * MXU_MAX_OUTPUTS] = {0};
   mxu_status s = forward(model, &p);
   if (s == MXU_OK)
     s = loss_and_hits(model, &p, in.labels, in.mask, in.weights, metrics);
@@ -393,9 +395,10 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
   *text = NULL;
   MXU_TRY(check_layers(model));
   int count = model->param_count, outputs = mxu_model_output_count(model);
-  mxu_hlo_value *v = calloc(
-      (size_t)(count + model->layer_count + MXU_MAX_INPUTS + loss_sums(model)),
-      sizeof *v);
+  mxu_hlo_value *v =
+      calloc((size_t)(count + model->layer_count + MXU_MAX_INPUTS +
+                      mxu_program_sum_count(model)),
+             sizeof *v);
   if (!v) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_hlo_value *nodes = v + count, *results = nodes + model->layer_count;
   mxu_hlo h;
@@ -430,7 +433,7 @@ mxu_status mxu_model_eval_program(const mxu_model *model, int batch,
       results[r] = nodes[mxu_model_output_node(model, r)];
   } else if (s == MXU_OK) {
     s = loss_and_hits(model, &p, labels, mask, weights, results);
-    r = loss_sums(model);
+    r = mxu_program_sum_count(model);
     if (s == MXU_OK && replicas > 1) sum_over_replicas(&h, r, results);
   }
   if (s == MXU_OK) s = mxu_hlo_print(&h, r, results, replicas, text);

@@ -270,14 +270,34 @@ static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
   }
   sums.loss *= weight;
   sums.count /= (double)positions;
-  if (!head->spec.metric) return sums;
   const int32_t *labels =
       (const int32_t *)(const void *)mxu_replica_floats(replica, hp->labels);
-  sums.metric =
-      mxu_metric_sum(head->metric_kind, rows * positions, values / positions,
-                     out, labels, targets, scored) /
-      (double)positions;
+  for (int m = 0; m < head->metric_count; m++) {
+    mxu_metric_kind kind = head->metric_kind[m];
+    sums.metric[m] =
+        mxu_metric_sum(kind, rows * positions, values / positions, out, labels,
+                       targets, scored, &sums.divisor[m]);
+    /* The mean metrics mean a sample's positions first, as its loss. */
+    if (mxu_metric_is_mean(kind)) {
+      sums.metric[m] /= (double)positions;
+      sums.divisor[m] = sums.count;
+    }
+  }
   return sums;
+}
+
+void mxu_step_result_add(mxu_step_result *total, const mxu_step_result *r) {
+  total->loss_sum += r->loss_sum;
+  for (int h = 0; h < MXU_MAX_OUTPUTS; h++) {
+    mxu_head_sums *t = &total->heads[h];
+    const mxu_head_sums *s = &r->heads[h];
+    t->loss += s->loss;
+    t->count += s->count;
+    for (int m = 0; m < MXU_MAX_METRICS; m++) {
+      t->metric[m] += s->metric[m];
+      t->divisor[m] += s->divisor[m];
+    }
+  }
 }
 
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,

@@ -396,14 +396,7 @@ static mxu_step_result combine(const mxu_plan *plan,
                                const mxu_step_result *local) {
   mxu_step_result all[plan->replicas], total = {0};
   mxu_dist_allgather(local, all, (size_t)plan->local_count * sizeof *local);
-  for (int r = 0; r < plan->replicas; r++) {
-    total.loss_sum += all[r].loss_sum;
-    for (int h = 0; h < MXU_MAX_OUTPUTS; h++) {
-      total.heads[h].loss += all[r].heads[h].loss;
-      total.heads[h].metric += all[r].heads[h].metric;
-      total.heads[h].count += all[r].heads[h].count;
-    }
-  }
+  for (int r = 0; r < plan->replicas; r++) mxu_step_result_add(&total, &all[r]);
   return total;
 }
 

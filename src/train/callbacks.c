@@ -64,14 +64,21 @@ int mxu_monitor_improved(const char *monitor, mxu_monitor_mode mode,
   return value + delta < best;
 }
 
+/* An output's metric named `metric`, or NaN. */
+static double metric_value(const mxu_output_log *o, const char *metric,
+                           int val) {
+  for (int m = 0; m < o->metric_count; m++)
+    if (strcmp(metric, o->metrics[m]) == 0)
+      return val ? o->val_values[m] : o->values[m];
+  return NAN;
+}
+
 /* Output j's value named base ("<name>_loss", "<name>_<metric>"). */
 static double output_value(const mxu_output_log *o, const char *base, int val) {
   size_t n = strlen(o->name);
   if (strncmp(base, o->name, n) != 0 || base[n] != '_') return NAN;
   if (strcmp(base + n + 1, "loss") == 0) return val ? o->val_loss : o->loss;
-  if (o->metric && strcmp(base + n + 1, o->metric) == 0)
-    return val ? o->val_metric : o->metric_value;
-  return NAN;
+  return metric_value(o, base + n + 1, val);
 }
 
 double mxu_logs_value(const mxu_logs *logs, const char *name) {
@@ -79,33 +86,39 @@ double mxu_logs_value(const mxu_logs *logs, const char *name) {
   int val = strncmp(name, "val_", 4) == 0;
   const char *base = val ? name + 4 : name;
   if (strcmp(base, "loss") == 0) return val ? logs->val_loss : logs->loss;
-  if (!logs->output_count &&
-      (strcmp(base, "accuracy") == 0 || strcmp(base, "acc") == 0 ||
-       (logs->metric && strcmp(base, logs->metric) == 0)))
-    return val ? logs->val_accuracy : logs->accuracy;
   if (!val && (strcmp(name, "learning_rate") == 0 || strcmp(name, "lr") == 0))
     return logs->learning_rate;
-  for (int j = 0; j < logs->output_count; j++) {
-    double v = output_value(&logs->outputs[j], base, val);
-    if (!isnan(v)) return v;
+  if (logs->output_count > 1) {
+    for (int j = 0; j < logs->output_count; j++) {
+      double v = output_value(&logs->outputs[j], base, val);
+      if (!isnan(v)) return v;
+    }
+    return NAN;
   }
-  return NAN;
+  if (strcmp(base, "accuracy") == 0 || strcmp(base, "acc") == 0 ||
+      (logs->metric && strcmp(base, logs->metric) == 0))
+    return val ? logs->val_accuracy : logs->accuracy;
+  return logs->output_count ? metric_value(&logs->outputs[0], base, val) : NAN;
 }
 
+/* Keras' keys, in tf.keras 2's order: loss, the outputs' losses (of
+ * several), each output's metrics; then their val_. */
 int mxu_logs_keys(const mxu_logs *logs, char keys[][MXU_LOG_KEY_SIZE]) {
-  int n = 0;
+  int n = 0, several = logs->output_count > 1;
   for (int v = 0; v <= !isnan(logs->val_loss); v++) {
     const char *p = v ? "val_" : "";
     snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%sloss", p);
-    if (!logs->output_count && logs->metric)
-      snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s%s", p, logs->metric);
-    for (int j = 0; j < logs->output_count; j++)
+    for (int j = 0; several && j < logs->output_count; j++)
       snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s%s_loss", p,
                logs->outputs[j].name);
-    for (int j = 0; j < logs->output_count; j++)
-      if (logs->outputs[j].metric)
-        snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s%s_%s", p,
-                 logs->outputs[j].name, logs->outputs[j].metric);
+    if (!logs->output_count && logs->metric) /* logs without outputs */
+      snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s%s", p, logs->metric);
+    for (int j = 0; j < logs->output_count; j++) {
+      const mxu_output_log *o = &logs->outputs[j];
+      for (int m = 0; m < o->metric_count; m++)
+        snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s%s%s%s", p,
+                 several ? o->name : "", several ? "_" : "", o->metrics[m]);
+    }
   }
   return n;
 }

@@ -25,19 +25,19 @@ int mxu_monitor_is_max(const char *monitor, mxu_monitor_mode mode);
  * ReduceLROnPlateau and ModelCheckpoint. */
 int mxu_monitor_improved(const char *monitor, mxu_monitor_mode mode,
                          double min_delta, double value, double best);
-/* A named value of the logs: loss, val_loss, the metric or val_<metric>
+/* A named value of the logs: loss, val_loss, a metric or val_<metric>
  * (also "accuracy"/"val_accuracy" for whichever accuracy a model of one
  * output has), an output's "<name>_loss" or "<name>_<metric>" and their
  * val_, learning_rate / lr. NaN when absent. */
 double mxu_logs_value(const mxu_logs *logs, const char *name);
 /* The keys Keras' logs dict holds, in tf.keras' order: loss and the
- * metric (a model of one output), or loss, each output's loss and each
- * output's metric (several); then the same with val_ when the epoch was
+ * metrics (a model of one output), or loss, each output's loss and each
+ * output's metrics (several); then the same with val_ when the epoch was
  * validated (logs->val_loss not NaN). Returns the count (at most
  * MXU_MAX_LOG_KEYS). */
 enum {
   MXU_LOG_KEY_SIZE = 96,
-  MXU_MAX_LOG_KEYS = 2 * (1 + 2 * MXU_MAX_OUTPUTS)
+  MXU_MAX_LOG_KEYS = 2 * (1 + MXU_MAX_OUTPUTS * (1 + MXU_MAX_METRICS))
 };
 int mxu_logs_keys(const mxu_logs *logs, char keys[][MXU_LOG_KEY_SIZE]);
 

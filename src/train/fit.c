@@ -80,9 +80,9 @@ static mxu_status check_targets(const mxu_model *model, int h,
     return check_positional(model, h, data, what);
   const mxu_head *head = &model->heads[h];
   int64_t values = output_values(model, h);
-  int sparse =
-      head->spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
-      (head->spec.metric && mxu_metric_needs_labels(head->metric_kind));
+  int sparse = head->spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  for (int m = 0; m < head->metric_count; m++)
+    sparse |= mxu_metric_needs_labels(head->metric_kind[m]);
   char o[MXU_NAME_SIZE + 16];
   output_label(model, h, o, sizeof o);
   const mxu_shape *shape = &model->layers[head->node].out_shape;
@@ -380,30 +380,31 @@ static void load_batch(mxu_model *model, const mxu_dataset *data,
     if (model->plan.head[h].loss_mask >= 0) count_unmasked(model, h);
 }
 
-/* A step's sums added into running totals. */
-static void add_sums(mxu_step_result *totals, const mxu_step_result *r) {
-  totals->loss_sum += r->loss_sum;
-  for (int h = 0; h < MXU_MAX_OUTPUTS; h++) {
-    totals->heads[h].loss += r->heads[h].loss;
-    totals->heads[h].metric += r->heads[h].metric;
-    totals->heads[h].count += r->heads[h].count;
-  }
-}
-
-/* Each head's mean loss and metric from sums over `samples`. */
+/* Each head's mean loss and metrics from sums over `samples`. */
 static void output_means(const mxu_model *model, const mxu_step_result *sums,
                          double samples, mxu_output_log *out) {
   for (int h = 0; h < model->head_count; h++) {
     const mxu_head *head = &model->heads[h];
     const mxu_head_sums *t = &sums->heads[h];
-    out[h].name = mxu_model_output_name(model, h);
-    out[h].metric = head->spec.metric;
-    out[h].loss = t->loss / (samples > 0 ? samples : 1.0);
-    out[h].metric_value = !head->spec.metric ? NAN
-                          : t->count > 0     ? t->metric / t->count
-                                             : 0.0;
-    out[h].val_loss = out[h].val_metric = NAN;
+    mxu_output_log *o = &out[h];
+    o->name = mxu_model_output_name(model, h);
+    o->loss = t->loss / (samples > 0 ? samples : 1.0);
+    o->val_loss = NAN;
+    o->metric_count = head->metric_count;
+    for (int m = 0; m < head->metric_count; m++) {
+      o->metrics[m] = head->spec.metrics[m];
+      o->values[m] =
+          mxu_metric_result(head->metric_kind[m], t->metric[m], t->divisor[m]);
+      o->val_values[m] = NAN;
+    }
   }
+}
+
+/* A model of one output's first metric, where logs say accuracy. */
+static double first_metric(const mxu_model *model, const mxu_output_log *o,
+                           int val) {
+  if (model->head_count != 1 || !o->metric_count) return NAN;
+  return val ? o->val_values[0] : o->values[0];
 }
 
 /* The devices' sums for the loaded batch. */
@@ -431,7 +432,7 @@ mxu_status mxu_evaluate_outputs(mxu_model *model, const mxu_dataset *data,
     mxu_step_result r = model->device ? device_evaluate(model)
                                       : mxu_strategy_step(model, &key, 1.0f);
     MXU_TRY(r.status);
-    add_sums(&totals, &r);
+    mxu_step_result_add(&totals, &r);
   }
   double n = data->count ? (double)data->count : 1.0;
   double penalty = model->penalized ? mxu_regularization_loss(model) : 0.0;
@@ -445,8 +446,7 @@ mxu_status mxu_evaluate(mxu_model *model, const mxu_dataset *data,
   mxu_output_log outputs[MXU_MAX_OUTPUTS];
   MXU_TRY(mxu_evaluate_outputs(model, data, batch_size, loss, outputs));
   /* A model of several outputs has no one accuracy. */
-  if (accuracy)
-    *accuracy = model->head_count == 1 ? outputs[0].metric_value : NAN;
+  if (accuracy) *accuracy = first_metric(model, &outputs[0], 0);
   return MXU_OK;
 }
 
@@ -536,20 +536,20 @@ static mxu_status maybe_checkpoint(mxu_model *model, const mxu_fit_config *c,
   return mxu_checkpoint_save(model, c->checkpoint_dir, &next, 2);
 }
 
-/* Keras' logs over `outputs` (means, their val_ too): a model of one
- * output has its loss and metric in loss and accuracy; one of several its
- * total in loss and each output's in outputs. */
+/* Keras' logs over `outputs` (means, their val_ too): the total loss, a
+ * model of one output's first metric as its accuracy, and each output's
+ * loss and metrics. */
 static mxu_logs logs_of(const mxu_model *model, int epoch, double loss,
                         double val_loss, const mxu_output_log *outputs) {
-  int one = model->head_count == 1;
+  int one = model->head_count == 1 && outputs[0].metric_count;
   mxu_logs logs = {.epoch = epoch,
                    .loss = loss,
-                   .accuracy = one ? outputs[0].metric_value : NAN,
+                   .accuracy = first_metric(model, &outputs[0], 0),
                    .val_loss = val_loss,
-                   .val_accuracy = one ? outputs[0].val_metric : NAN,
+                   .val_accuracy = first_metric(model, &outputs[0], 1),
                    .learning_rate = mxu_model_learning_rate(model),
-                   .metric = one ? outputs[0].metric : NULL,
-                   .output_count = one ? 0 : model->head_count,
+                   .metric = one ? outputs[0].metrics[0] : NULL,
+                   .output_count = model->head_count,
                    .outputs = outputs,
                    .out = NULL}; /* callbacks get fit's stream */
   return logs;
@@ -595,7 +595,7 @@ static mxu_status after_step(mxu_model *model, const mxu_fit_config *c,
                              int epoch, int step, int steps, int first,
                              mxu_progress *progress, epoch_totals *totals,
                              mxu_step_result r) {
-  add_sums(&totals->sums, &r);
+  mxu_step_result_add(&totals->sums, &r);
   totals->samples += global_batch(model);
   MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
   if ((step + 1 - first) % steps_per_execution(model) != 0 && step + 1 != steps)
@@ -732,9 +732,9 @@ static mxu_status validate(mxu_model *model, const mxu_dataset *data,
   MXU_TRY(mxu_evaluate_outputs(model, data, 0, &log->val_loss, val));
   for (int h = 0; h < model->head_count; h++) {
     log->outputs[h].val_loss = val[h].loss;
-    log->outputs[h].val_metric = val[h].metric_value;
+    memcpy(log->outputs[h].val_values, val[h].values, sizeof val[h].values);
   }
-  if (model->head_count == 1) log->val_accuracy = val[0].metric_value;
+  log->val_accuracy = first_metric(model, &val[0], 0);
   return MXU_OK;
 }
 
