@@ -1,0 +1,158 @@
+"""make_metrics.py — golden values of several metrics an output, counted
+over batches of which the last is short, from Keras itself:
+
+  x (5,) -> Dense(8, relu) "trunk"
+  trunk -> Dense(3, softmax) "cls"    categorical CE, one-hot targets
+  trunk -> Dense(2) "reg"             mse
+  trunk -> Dense(1, sigmoid) "flag"   binary CE
+  Model(x, [cls, reg, flag], name="metrics")
+  metrics = {"cls": ["accuracy", "top_k_categorical_accuracy",
+                     Precision(name="precision"), Recall(name="recall")],
+             "reg": ["mae", "mse",
+                     RootMeanSquaredError(name="root_mean_squared_error")],
+             "flag": ["accuracy", Precision(name="precision"),
+                      Recall(name="recall")]}
+
+and a model of one output, "binary": x (5,) -> Dense(8, relu) -> Dense(1,
+sigmoid) "out", binary CE, metrics ["accuracy", Precision(), Recall(),
+RootMeanSquaredError()] (all by explicit names: Keras numbers the names
+of unnamed instances, precision_1, ...). SGD(0.1) both.
+
+tf_keras (tf.keras 2) builds each, tf_keras.utils.set_random_seed(33),
+default initialisers. Data: np.random.seed(32); x = 6 rand(20, 5) - 3, y_cls
+one-hot of randint(0, 3, 20), y_reg = rand(20, 2), y_flag = randint(0, 2,
+(20, 1)), all float32.
+
+Writes into OUTDIR (tests/golden/metrics/), for NAME in metrics, binary:
+  NAME.h5        tf_keras model.save of the fresh compiled model (its
+                 training_config lists the metric objects)
+  NAME.keras     Keras 3's archive of the same initial weights, compiled
+                 the same (its compile_config lists them)
+  NAME.initial.h5  tf_keras save_weights of the initial weights
+  data.h5        x, y_cls, y_reg, y_flag; for NAME: NAME/evaluate/KEY,
+                 evaluate(batch_size=8, return_dict=True) of the initial
+                 weights (20 samples: batches of 8, 8 and 4), and
+                 NAME/fit/KEY, history of fit(batch_size=4, epochs=1,
+                 shuffle=False) from them (5 steps, whole: mxu's fit drops
+                 a short last batch): float64 scalars
+  keys.txt       per model and dialect, the keys of evaluate's dict in its
+                 order and of fit's history in its order
+
+Checks (assert) that Keras 3's evaluate gives tf_keras's metrics (1e-6).
+Keras is never a dependency of mxu: this script only regenerates the files.
+  /tmp/kenv/bin/python tests/keras/make_metrics.py tests/golden/metrics
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+import tf_keras  # noqa: E402
+
+SEED = 33
+
+
+def counts(K):
+    M = K.metrics
+    return [M.Precision(name="precision"), M.Recall(name="recall")]
+
+
+def build_metrics(K):
+    L, M = K.layers, K.metrics
+    x = K.Input((5,), name="x")
+    trunk = L.Dense(8, activation="relu", name="trunk")(x)
+    cls = L.Dense(3, activation="softmax", name="cls")(trunk)
+    reg = L.Dense(2, name="reg")(trunk)
+    flag = L.Dense(1, activation="sigmoid", name="flag")(trunk)
+    model = K.Model(x, [cls, reg, flag], name="metrics")
+    model.compile(
+        optimizer=K.optimizers.SGD(0.1),
+        loss={"cls": "categorical_crossentropy", "reg": "mse",
+              "flag": "binary_crossentropy"},
+        metrics={"cls": ["accuracy", "top_k_categorical_accuracy"]
+                 + counts(K),
+                 "reg": ["mae", "mse",
+                         M.RootMeanSquaredError(
+                             name="root_mean_squared_error")],
+                 "flag": ["accuracy"] + counts(K)})
+    return model
+
+
+def build_binary(K):
+    L, M = K.layers, K.metrics
+    x = K.Input((5,), name="x")
+    trunk = L.Dense(8, activation="relu", name="trunk")(x)
+    out = L.Dense(1, activation="sigmoid", name="out")(trunk)
+    model = K.Model(x, out, name="binary")
+    model.compile(optimizer=K.optimizers.SGD(0.1), loss="binary_crossentropy",
+                  metrics=["accuracy"] + counts(K) + [
+                      M.RootMeanSquaredError(name="root_mean_squared_error")])
+    return model
+
+
+def fresh(K, build):
+    """K's model with tf_keras's initial weights of SEED, layer by layer."""
+    tf_keras.utils.set_random_seed(SEED)
+    initial = build(tf_keras)
+    if K is tf_keras:
+        return initial
+    model = build(K)
+    for layer in model.layers:
+        layer.set_weights(initial.get_layer(layer.name).get_weights())
+    return model
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    np.random.seed(32)
+    x = (6 * np.random.rand(20, 5) - 3).astype(np.float32)
+    y_cls = np.eye(3, dtype=np.float32)[np.random.randint(0, 3, 20)]
+    y_reg = np.random.rand(20, 2).astype(np.float32)
+    y_flag = np.random.randint(0, 2, (20, 1)).astype(np.float32)
+    targets = {"metrics": [y_cls, y_reg, y_flag], "binary": y_flag}
+    lines = []
+    with h5py.File(os.path.join(out, "data.h5"), "w") as f:
+        f["x"], f["y_cls"], f["y_reg"], f["y_flag"] = x, y_cls, y_reg, y_flag
+        for name, build in (("metrics", build_metrics),
+                            ("binary", build_binary)):
+            y = targets[name]
+            model = fresh(tf_keras, build)
+            model.save(os.path.join(out, f"{name}.h5"))
+            model.save_weights(os.path.join(out, f"{name}.initial.h5"))
+            evaluated = model.evaluate(x, y, batch_size=8, return_dict=True,
+                                       verbose=0)
+            history = model.fit(x, y, batch_size=4, epochs=1, shuffle=False,
+                                verbose=0).history
+            for key, value in evaluated.items():
+                f[f"{name}/evaluate/{key}"] = float(value)
+            for key, value in history.items():
+                f[f"{name}/fit/{key}"] = float(value[0])
+            lines.append(f"{name} tf2 evaluate: " + " ".join(evaluated))
+            lines.append(f"{name} tf2 fit: " + " ".join(history))
+            print(name, "tf2 evaluate", evaluated)
+            print(name, "tf2 fit", {k: v[0] for k, v in history.items()})
+
+            k3 = fresh(keras, build)
+            k3.save(os.path.join(out, f"{name}.keras"))
+            k3_evaluated = k3.evaluate(x, y, batch_size=8, return_dict=True,
+                                       verbose=0)
+            k3_history = k3.fit(x, y, batch_size=4, epochs=1, shuffle=False,
+                                verbose=0).history
+            lines.append(f"{name} k3 evaluate: " + " ".join(k3_evaluated))
+            lines.append(f"{name} k3 fit: " + " ".join(k3_history))
+            print(name, "k3 evaluate", k3_evaluated)
+            for key, value in evaluated.items():
+                if key.endswith("loss"):
+                    continue  # Keras 3 means output losses over batches
+                assert abs(k3_evaluated[key] - value) <= 1e-6, (key, value,
+                                                                k3_evaluated)
+    with open(os.path.join(out, "keys.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,288 @@
+/* test_metrics.c — several metrics an output, against Keras itself
+ * (tests/golden/metrics, make_metrics.py): the compile settings read from
+ * the files tf.keras 2 and Keras 3 saved (Precision, Recall and
+ * RootMeanSquaredError objects among the names), every value evaluate and
+ * one epoch of fit log, under Keras' keys in tf.keras' order, on every
+ * backend; counts over batches of which the last is short; the written
+ * settings read back; refusals. */
+#include "check.h"
+#include "model/model.h"
+#include "train/callbacks.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DIR "tests/golden/metrics/"
+enum { ROWS = 20, FEATURES = 5, BATCH = 8, MAX_KEYS = 32 };
+
+typedef struct golden {
+  float x[ROWS * FEATURES], cls[ROWS * 3], reg[ROWS * 2], flag[ROWS];
+} golden;
+
+static void read_set(hid_t file, const char *name, hid_t type, void *out) {
+  hid_t set = H5Dopen2(file, name, H5P_DEFAULT);
+  CHECK_MSG(set >= 0, "data.h5 has no %s", name);
+  if (set < 0) return;
+  CHECK(H5Dread(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
+  H5Dclose(set);
+}
+
+static void read_golden(golden *g) {
+  hid_t file = H5Fopen(DIR "data.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  CHECK(file >= 0);
+  if (file < 0) return;
+  read_set(file, "x", H5T_NATIVE_FLOAT, g->x);
+  read_set(file, "y_cls", H5T_NATIVE_FLOAT, g->cls);
+  read_set(file, "y_reg", H5T_NATIVE_FLOAT, g->reg);
+  read_set(file, "y_flag", H5T_NATIVE_FLOAT, g->flag);
+  H5Fclose(file);
+}
+
+/* Keras' value of `key` in group NAME/WHAT ("evaluate" or "fit"). */
+static double keras_value(const char *name, const char *what, const char *key) {
+  double v = NAN;
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s/%s", name, what, key);
+  hid_t file = H5Fopen(DIR "data.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file >= 0 && H5Lexists(file, path, H5P_DEFAULT) > 0)
+    read_set(file, path, H5T_NATIVE_DOUBLE, &v);
+  if (file >= 0) H5Fclose(file);
+  return v;
+}
+
+/* keys.txt's line "NAME tf2 WHAT: k1 k2 ...": tf.keras' keys in order. */
+static int keras_keys(const char *name, const char *what,
+                      char keys[MAX_KEYS][MXU_LOG_KEY_SIZE]) {
+  FILE *f = fopen(DIR "keys.txt", "r");
+  CHECK(f != NULL);
+  if (!f) return 0;
+  char line[4096], head[128];
+  snprintf(head, sizeof head, "%s tf2 %s: ", name, what);
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, head, strlen(head)) != 0) continue;
+    for (char *k = strtok(line + strlen(head), " \n"); k && n < MAX_KEYS;
+         k = strtok(NULL, " \n"))
+      snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s", k);
+  }
+  fclose(f);
+  return n;
+}
+
+static mxu_dataset *golden_data(const golden *g, int several) {
+  mxu_dataset *d = NULL;
+  mxu_shape shape = mxu_shape_make(1, (int64_t[]){FEATURES});
+  if (!several) {
+    CHECK_OK(mxu_dataset_from_targets(g->x, g->flag, ROWS, shape, 1, &d));
+    return d;
+  }
+  CHECK_OK(mxu_dataset_from_targets(g->x, g->cls, ROWS, shape, 3, &d));
+  if (!d) return NULL;
+  CHECK_OK(mxu_dataset_add_output_targets(d, g->reg, 2));
+  CHECK_OK(mxu_dataset_add_output_targets(d, g->flag, 1));
+  return d;
+}
+
+/* The logs of a loss and outputs, as fit hands them to callbacks. */
+static mxu_logs logs_of(double loss, const mxu_output_log *outputs, int count) {
+  mxu_logs logs = {.loss = loss,
+                   .accuracy = count == 1 ? outputs[0].values[0] : NAN,
+                   .val_loss = NAN,
+                   .val_accuracy = NAN,
+                   .learning_rate = 0.1,
+                   .metric = count == 1 ? outputs[0].metrics[0] : NULL,
+                   .output_count = count,
+                   .outputs = outputs};
+  return logs;
+}
+
+/* Every key Keras logged, in its order, with its value (1e-5: float32
+ * sums in another order). */
+static void expect_logs(const mxu_logs *logs, const char *name,
+                        const char *what, const char *label) {
+  char want[MAX_KEYS][MXU_LOG_KEY_SIZE],
+      got[MXU_MAX_LOG_KEYS][MXU_LOG_KEY_SIZE];
+  int n = keras_keys(name, what, want), m = mxu_logs_keys(logs, got);
+  CHECK_MSG(n > 4 && n == m, "%s: %d keys, Keras %d", label, m, n);
+  for (int i = 0; i < n && i < m; i++) {
+    CHECK_MSG(strcmp(want[i], got[i]) == 0, "%s: key %d is %s, Keras' %s",
+              label, i, got[i], want[i]);
+    double keras = keras_value(name, what, want[i]);
+    double mine = mxu_logs_value(logs, want[i]);
+    CHECK_MSG(fabs(mine - keras) <= 1e-5 * (1 + fabs(keras)),
+              "%s: %s %.8f, Keras %.8f", label, want[i], mine, keras);
+  }
+}
+
+static mxu_model *load(const char *path, mxu_backend_kind backend,
+                       const char *name) {
+  mxu_model *m = NULL;
+  mxu_compile_config c = mxu_compile_defaults();
+  int has_compile = 0;
+  CHECK_OK(mxu_model_load_json(path, &m, &c, &has_compile));
+  CHECK(has_compile == 1);
+  if (!m) return NULL;
+  c.batch_size = BATCH;
+  c.backend = backend;
+  c.threads = 1;
+  CHECK_OK(mxu_compile(m, &c));
+  char weights[256];
+  snprintf(weights, sizeof weights, DIR "%s.initial.h5", name);
+  CHECK_OK(mxu_load_weights(m, weights));
+  return m;
+}
+
+/* The metrics the file compiled each output with, in its order. */
+static void expect_compiled(const mxu_model *m, const char *path) {
+  static const char *const want[3][5] = {
+      {"accuracy", "top_k_categorical_accuracy", "precision", "recall"},
+      {"mae", "mse", "root_mean_squared_error"},
+      {"accuracy", "precision", "recall"}};
+  static const char *const binary[5] = {"accuracy", "precision", "recall",
+                                        "root_mean_squared_error"};
+  for (int h = 0; h < m->head_count; h++) {
+    const char *const *names = m->head_count == 1 ? binary : want[h];
+    int count = 0;
+    while (names[count]) count++;
+    CHECK_MSG(m->heads[h].metric_count == count, "%s: output %d: %d metrics",
+              path, h, m->heads[h].metric_count);
+    for (int k = 0; k < count && k < m->heads[h].metric_count; k++)
+      CHECK_MSG(strcmp(m->heads[h].metric[k], names[k]) == 0,
+                "%s: output %d metric %d is %s", path, h, k,
+                m->heads[h].metric[k]);
+  }
+}
+
+static void golden_run(const char *name, const char *file,
+                       mxu_backend_kind backend) {
+  static golden g;
+  read_golden(&g);
+  char path[256], label[320];
+  snprintf(path, sizeof path, DIR "%s%s", name, file);
+  static const char *const backend_names[] = {"cpu", "cpu_ref", "pjrt"};
+  snprintf(label, sizeof label, "%s on %s", path, backend_names[backend]);
+  mxu_model *m = load(path, backend, name);
+  if (!m) return;
+  int several = strcmp(name, "metrics") == 0;
+  expect_compiled(m, path);
+  mxu_dataset *d = golden_data(&g, several);
+  int count = mxu_model_output_count(m);
+  mxu_output_log outputs[MXU_MAX_OUTPUTS];
+  double loss = NAN;
+  CHECK_OK(mxu_evaluate_outputs(m, d, BATCH, &loss, outputs));
+  mxu_logs logs = logs_of(loss, outputs, count);
+  char what[360];
+  snprintf(what, sizeof what, "%s evaluate", label);
+  expect_logs(&logs, name, "evaluate", what);
+  double accuracy = NAN;
+  CHECK_OK(mxu_evaluate(m, d, BATCH, &loss, &accuracy));
+  CHECK(count > 1 ? isnan(accuracy) : accuracy == outputs[0].values[0]);
+
+  mxu_fit_config f = mxu_fit_defaults();
+  f.epochs = 1;
+  f.batch_size = 4; /* whole batches: fit drops a short one */
+  f.shuffle = 0;
+  f.verbose = 0;
+  const mxu_history *h = NULL;
+  CHECK_OK(mxu_fit(m, d, &f, &h));
+  if (h && h->count == 1) {
+    const mxu_epoch_log *e = &h->epochs[0];
+    CHECK(e->output_count == count);
+    logs = logs_of(e->loss, e->outputs, count);
+    snprintf(what, sizeof what, "%s fit", label);
+    expect_logs(&logs, name, "fit", what);
+    CHECK(count > 1 ? isnan(e->accuracy)
+                    : e->accuracy == e->outputs[0].values[0]);
+  }
+  mxu_dataset_free(d);
+  mxu_model_free(m);
+}
+
+/* Precision and recall count over the epoch: not the mean of each
+ * batch's ratio. Three batches whose ratios' mean is not the whole's. */
+static void counts_over_batches(void) {
+  mxu_model *m = NULL;
+  mxu_compile_config c = mxu_compile_defaults();
+  CHECK_OK(mxu_model_load_json(DIR "binary.h5", &m, &c, NULL));
+  if (!m) return;
+  c.batch_size = 2;
+  c.backend = MXU_BACKEND_CPU_REF;
+  memset(c.metrics, 0, sizeof c.metrics);
+  c.metrics[0] = "precision";
+  c.metrics[1] = "recall";
+  CHECK_OK(mxu_compile(m, &c));
+  /* The output's kernel 0 and bias: y = sigmoid(b) for every sample,
+   * then its inputs choose: a last Dense whose kernel is 0 and bias b. */
+  int last = mxu_model_output_node(m, 0);
+  mxu_tensor kernel, bias;
+  CHECK_OK(mxu_layer_weight(m, last, 0, &kernel, NULL));
+  CHECK_OK(mxu_layer_weight(m, last, 1, &bias, NULL));
+  memset(kernel.data, 0, (size_t)mxu_shape_count(&kernel.shape) * 4);
+  /* All predicted positive: precision = positives / samples. */
+  ((float *)bias.data)[0] = 5.0f;
+  float x[6 * FEATURES] = {0}, t[6] = {1, 0, 0, 0, 1, 1};
+  mxu_dataset *d = NULL;
+  CHECK_OK(mxu_dataset_from_targets(
+      x, t, 6, mxu_shape_make(1, (int64_t[]){FEATURES}), 1, &d));
+  mxu_output_log o[1];
+  double loss;
+  CHECK_OK(mxu_evaluate_outputs(m, d, 2, &loss, o));
+  /* Batches: {1,0}: 1/2, {0,0}: 0/2, {1,1}: 2/2; mean 0.5, whole 3/6. */
+  CHECK_NEAR(o[0].values[0], 0.5, 1e-12);
+  CHECK_NEAR(o[0].values[1], 1.0, 1e-12);
+  /* Batches of 4 and a short one of 2: 1/4 and 2/2, whole 3/6 still. */
+  CHECK_OK(mxu_evaluate_outputs(m, d, 4, &loss, o));
+  CHECK_NEAR(o[0].values[0], 0.5, 1e-12);
+  /* None predicted positive: precision 0 (Keras' divide_no_nan), recall
+   * 0. */
+  ((float *)bias.data)[0] = -5.0f;
+  CHECK_OK(mxu_evaluate_outputs(m, d, 2, &loss, o));
+  CHECK(o[0].values[0] == 0.0 && o[0].values[1] == 0.0);
+  mxu_dataset_free(d);
+  mxu_model_free(m);
+}
+
+static void refusals(void) {
+  mxu_model *m = NULL;
+  mxu_compile_config c = mxu_compile_defaults();
+  CHECK_OK(mxu_model_load_json(DIR "binary.h5", &m, &c, NULL));
+  if (!m) return;
+  c.batch_size = 4;
+  c.backend = MXU_BACKEND_CPU_REF;
+  memset(c.metrics, 0, sizeof c.metrics);
+  c.metrics[0] = "mae";
+  c.metrics[1] = "auc";
+  CHECK(mxu_compile(m, &c) == MXU_ERR_UNSUPPORTED &&
+        strstr(mxu_errmsg(), "metric 'auc' is not supported"));
+  c.metrics[1] = "mae";
+  CHECK(mxu_compile(m, &c) == MXU_ERR_ARG &&
+        strstr(mxu_errmsg(), "'mae' of output 'out' is named twice"));
+  mxu_model_free(m);
+  /* Precision compares each value with a target: no class labels. */
+  m = NULL;
+  c = mxu_compile_defaults();
+  CHECK_OK(mxu_model_load_json(DIR "metrics.h5", &m, &c, NULL));
+  if (!m) return;
+  c.batch_size = 4;
+  c.backend = MXU_BACKEND_CPU_REF;
+  c.outputs[0].loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  CHECK(mxu_compile(m, &c) == MXU_ERR_UNSUPPORTED &&
+        strstr(mxu_errmsg(), "metric 'precision' of output 'cls' compares "
+                             "each output value with a target"));
+  mxu_model_free(m);
+}
+
+int main(void) {
+  static const mxu_backend_kind backends[] = {
+      MXU_BACKEND_CPU_REF, MXU_BACKEND_CPU, MXU_BACKEND_PJRT};
+  for (int b = 0; b < 3; b++) {
+    golden_run("metrics", b == 1 ? ".keras" : ".h5", backends[b]);
+    golden_run("binary", b == 1 ? ".h5" : ".keras", backends[b]);
+  }
+  counts_over_batches();
+  refusals();
+  return check_report("test_metrics");
+}
