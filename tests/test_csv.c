@@ -167,8 +167,9 @@ static void command(void) {
 }
 
 /* A regression from the command line alone: a model file compiled with
- * mean_squared_error and the mae metric, trained on a table with a float
- * target, evaluated, and its predictions written as an array. */
+ * mean_squared_error and the mae and root_mean_squared_error metrics,
+ * trained on a table with a float target, evaluated, and its predictions
+ * written as an array; --metric's list in the report. */
 static void regression(void) {
   mxu_model *model = mxu_sequential("prices");
   int64_t dims[1] = {3};
@@ -181,6 +182,7 @@ static void regression(void) {
   mxu_compile_config c = mxu_compile_defaults();
   c.loss = MXU_MEAN_SQUARED_ERROR;
   c.metrics[0] = "mae";
+  c.metrics[1] = "root_mean_squared_error";
   CHECK_OK(mxu_compile(model, &c));
   const char *json = temp_path("prices.json"), *w = temp_path("prices.h5");
   CHECK_OK(mxu_model_save_json(model, json, 0));
@@ -205,7 +207,41 @@ static void regression(void) {
                       "price",   NULL};
   code = check_run(evaluate, &text, &err);
   double all = value_after(text, "test mae ");
+  double rmse = value_after(text, " - test root_mean_squared_error ");
   CHECK_MSG(code == 0 && all < 0.2, "exit %d: %s %s", code, text, err);
+  /* The square root of the mean square, never below the mean error. */
+  CHECK_MSG(rmse >= all && rmse < 0.5, "rmse %g, mae %g: %s", rmse, all, text);
+  free(text);
+  free(err);
+  const char *report = temp_path("prices.report.json");
+  char *listed[] = {MXU_BIN,          "train",
+                    (char *)json,     "--data",
+                    (char *)table,    "--label-column",
+                    "price",          "--validation-split",
+                    "0.2",            "--epochs",
+                    "2",              "--metric",
+                    "mse,root_mean_squared_error",
+                    "--verbose",      "0",
+                    "--report",       (char *)report,
+                    NULL};
+  code = check_run(listed, &text, &err);
+  CHECK_MSG(code == 0 && strstr(text, " - test mse ") &&
+                strstr(text, " - test root_mean_squared_error ") &&
+                !strstr(text, "test mae"),
+            "exit %d: %s %s", code, text, err);
+  free(text);
+  free(err);
+  char *json_text = check_slurp(report);
+  double mse = value_after(json_text, "\"val_mse\":");
+  rmse = value_after(json_text, "\"val_root_mean_squared_error\":");
+  CHECK_MSG(fabs(sqrt(mse) - rmse) < 1e-6 * (1 + rmse), "mse %g, rmse %g: %s",
+            mse, rmse, json_text);
+  free(json_text);
+  char *too_many[] = {MXU_BIN, "train", (char *)json, "--data", (char *)table,
+                      "--label-column", "price", "--metric", "mae,,mse", NULL};
+  code = check_run(too_many, &text, &err);
+  CHECK_MSG(code == 2 && strstr(err, "--metric: 'mae,,mse' is not a list"),
+            "exit %d: %s", code, err);
   free(text);
   free(err);
   const char *npy = temp_path("prices.npy");
