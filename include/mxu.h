@@ -1066,11 +1066,13 @@ typedef struct mxu_compile_config {
    * otherwise, as Keras chooses), those three by name,
    * "top_k_categorical_accuracy" and "sparse_top_k_categorical_accuracy"
    * (k = 5), "mae" or "mean_absolute_error", "mse" or
-   * "mean_squared_error", "root_mean_squared_error", and "precision" and
+   * "mean_squared_error", "root_mean_squared_error", "precision" and
    * "recall" (Keras' Precision() and Recall(): each output value > 0.5
    * a positive prediction, each target != 0 a positive, counted over the
-   * epoch). None: {"accuracy"}. Logs, histories and callbacks carry the
-   * first one's value where they say accuracy. */
+   * epoch), and "auc" (Keras' AUC(): the area under the ROC curve of every
+   * output value against its target, at 200 thresholds, counted over the
+   * epoch; at most 4 a model). None: {"accuracy"}. Logs, histories and
+   * callbacks carry the first one's value where they say accuracy. */
   const char *metrics[MXU_MAX_METRICS];
   /* The strategy, as TPUStrategy: batch_size is the global batch, split
    * over `replicas` logical replicas (0 means 1; batch_size must divide by

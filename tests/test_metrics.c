@@ -117,7 +117,7 @@ static void expect_logs(const mxu_logs *logs, const char *name,
   }
 }
 
-static mxu_model *load(const char *path, mxu_backend_kind backend,
+static mxu_model *load(const char *path, mxu_backend_kind backend, int replicas,
                        const char *name) {
   mxu_model *m = NULL;
   mxu_compile_config c = mxu_compile_defaults();
@@ -127,7 +127,8 @@ static mxu_model *load(const char *path, mxu_backend_kind backend,
   if (!m) return NULL;
   c.batch_size = BATCH;
   c.backend = backend;
-  c.threads = 1;
+  c.replicas = replicas;
+  c.threads = replicas > 1 ? 2 : 1;
   CHECK_OK(mxu_compile(m, &c));
   char weights[256];
   snprintf(weights, sizeof weights, DIR "%s.initial.h5", name);
@@ -137,12 +138,12 @@ static mxu_model *load(const char *path, mxu_backend_kind backend,
 
 /* The metrics the file compiled each output with, in its order. */
 static void expect_compiled(const mxu_model *m, const char *path) {
-  static const char *const want[3][5] = {
-      {"accuracy", "top_k_categorical_accuracy", "precision", "recall"},
+  static const char *const want[3][6] = {
+      {"accuracy", "top_k_categorical_accuracy", "precision", "recall", "auc"},
       {"mae", "mse", "root_mean_squared_error"},
-      {"accuracy", "precision", "recall"}};
-  static const char *const binary[5] = {"accuracy", "precision", "recall",
-                                        "root_mean_squared_error"};
+      {"accuracy", "precision", "recall", "auc"}};
+  static const char *const binary[6] = {"accuracy", "precision", "recall",
+                                        "auc", "root_mean_squared_error"};
   for (int h = 0; h < m->head_count; h++) {
     const char *const *names = m->head_count == 1 ? binary : want[h];
     int count = 0;
@@ -156,15 +157,18 @@ static void expect_compiled(const mxu_model *m, const char *path) {
   }
 }
 
+/* Replicas: the batch split over them, their sums (and AUC curves)
+ * gathered in logical order. */
 static void golden_run(const char *name, const char *file,
-                       mxu_backend_kind backend) {
+                       mxu_backend_kind backend, int replicas) {
   static golden g;
   read_golden(&g);
   char path[256], label[320];
   snprintf(path, sizeof path, DIR "%s%s", name, file);
   static const char *const backend_names[] = {"cpu", "cpu_ref", "pjrt"};
-  snprintf(label, sizeof label, "%s on %s", path, backend_names[backend]);
-  mxu_model *m = load(path, backend, name);
+  snprintf(label, sizeof label, "%s on %s, %d replicas", path,
+           backend_names[backend], replicas);
+  mxu_model *m = load(path, backend, replicas, name);
   if (!m) return;
   int several = strcmp(name, "metrics") == 0;
   expect_compiled(m, path);
@@ -245,6 +249,48 @@ static void counts_over_batches(void) {
   mxu_model_free(m);
 }
 
+/* The area under the ROC curve at its ends: a perfect ranking 1, the
+ * reverse 0, one score for all 0.5 (a single trapezoid), and no
+ * positives 0 (Keras' divide_no_nan). */
+static void auc_values(void) {
+  static const struct {
+    float y[4], t[4];
+    double auc;
+  } cases[] = {
+      {{0.9f, 0.8f, 0.2f, 0.1f}, {1, 1, 0, 0}, 1.0},
+      {{0.1f, 0.2f, 0.8f, 0.9f}, {1, 1, 0, 0}, 0.0},
+      {{0.5f, 0.5f, 0.5f, 0.5f}, {1, 0, 1, 0}, 0.5},
+      {{0.3f, 0.6f, 0.5f, 0.9f}, {0, 0, 0, 0}, 0.0},
+      /* 3 of the 4 pairs ranked right */
+      {{0.9f, 0.4f, 0.6f, 0.1f}, {1, 1, 0, 0}, 0.75},
+  };
+  const float mask[4] = {1, 1, 1, 1};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    float curve[MXU_AUC_VALUES] = {0};
+    double wide[MXU_AUC_VALUES];
+    mxu_auc_counts(4, 1, cases[i].y, cases[i].t, mask, curve);
+    for (int v = 0; v < MXU_AUC_VALUES; v++) wide[v] = curve[v];
+    CHECK_MSG(fabs(mxu_auc_result(wide) - cases[i].auc) < 1e-12,
+              "case %zu: auc %.6f, want %.2f", i, mxu_auc_result(wide),
+              cases[i].auc);
+  }
+}
+
+/* EarlyStopping and the others in mode "auto": these metrics improve
+ * upwards (Keras 3's directions), the errors downwards. */
+static void monitor_directions(void) {
+  static const char *const up[] = {"val_auc",       "flag_auc",
+                                   "val_precision", "cls_recall",
+                                   "val_accuracy",  "acc"};
+  static const char *const down[] = {"val_loss", "val_root_mean_squared_error",
+                                     "reg_mae", "val_mse", "auc_loss"};
+  for (int i = 0; i < 6; i++)
+    CHECK_MSG(mxu_monitor_is_max(up[i], MXU_MODE_AUTO), "%s", up[i]);
+  for (int i = 0; i < 5; i++)
+    CHECK_MSG(!mxu_monitor_is_max(down[i], MXU_MODE_AUTO), "%s", down[i]);
+  CHECK(!mxu_monitor_is_max("val_auc", MXU_MODE_MIN));
+}
+
 static void refusals(void) {
   mxu_model *m = NULL;
   mxu_compile_config c = mxu_compile_defaults();
@@ -254,9 +300,9 @@ static void refusals(void) {
   c.backend = MXU_BACKEND_CPU_REF;
   memset(c.metrics, 0, sizeof c.metrics);
   c.metrics[0] = "mae";
-  c.metrics[1] = "auc";
+  c.metrics[1] = "auroc";
   CHECK(mxu_compile(m, &c) == MXU_ERR_UNSUPPORTED &&
-        strstr(mxu_errmsg(), "metric 'auc' is not supported"));
+        strstr(mxu_errmsg(), "metric 'auroc' is not supported"));
   c.metrics[1] = "mae";
   CHECK(mxu_compile(m, &c) == MXU_ERR_ARG &&
         strstr(mxu_errmsg(), "'mae' of output 'out' is named twice"));
@@ -279,10 +325,14 @@ int main(void) {
   static const mxu_backend_kind backends[] = {
       MXU_BACKEND_CPU_REF, MXU_BACKEND_CPU, MXU_BACKEND_PJRT};
   for (int b = 0; b < 3; b++) {
-    golden_run("metrics", b == 1 ? ".keras" : ".h5", backends[b]);
-    golden_run("binary", b == 1 ? ".h5" : ".keras", backends[b]);
+    golden_run("metrics", b == 1 ? ".keras" : ".h5", backends[b], 1);
+    golden_run("binary", b == 1 ? ".h5" : ".keras", backends[b], 1);
   }
+  golden_run("metrics", ".h5", MXU_BACKEND_CPU, 4);
+  golden_run("binary", ".keras", MXU_BACKEND_PJRT, 2);
   counts_over_batches();
+  auc_values();
+  monitor_directions();
   refusals();
   return check_report("test_metrics");
 }

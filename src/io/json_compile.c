@@ -24,6 +24,7 @@ static const struct {
     {"RootMeanSquaredError", "root_mean_squared_error"},
     {"Precision", "precision"},
     {"Recall", "recall"},
+    {"AUC", "auc"},
 };
 
 static const char *const optimizer_keys[] = {"name",
@@ -614,6 +615,43 @@ static mxu_status check_counts_config(const mxu_json_where *where,
                        cls, option, cls);
 }
 
+/* AUC's options other than Keras' defaults, which mxu does not compute:
+ * the area under the ROC curve of every value, at 200 thresholds, by
+ * interpolation, of probabilities. */
+static mxu_status check_auc_config(const mxu_json_where *where,
+                                   const cJSON *config) {
+  static const struct {
+    const char *key, *want; /* want: a string, "200", "false" or "null" */
+  } defaults[] = {
+      {"num_thresholds", "200"},
+      {"curve", "ROC"},
+      {"summation_method", "interpolation"},
+      {"multi_label", "false"},
+      {"label_weights", "null"},
+      {"from_logits", "false"},
+      {"thresholds", "null"},
+  };
+  for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++) {
+    const cJSON *v = mxu_json_get(config, defaults[i].key);
+    const char *want = defaults[i].want;
+    int ok = !v || cJSON_IsNull(v) ||
+             (cJSON_IsString(v) && strcmp(v->valuestring, want) == 0) ||
+             (cJSON_IsNumber(v) && strcmp(want, "200") == 0 &&
+              v->valuedouble == 200) ||
+             (cJSON_IsFalse(v) && strcmp(want, "false") == 0);
+    if (ok) continue;
+    char text[96];
+    mxu_json_text(v, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "AUC with %s %s is not supported: mxu computes "
+                         "Keras' default AUC() (the ROC curve of every "
+                         "value at 200 thresholds, interpolated, of "
+                         "probabilities)",
+                         defaults[i].key, text);
+  }
+  return MXU_OK;
+}
+
 /* "accuracy", or a metric object such as {"class_name":
  * "SparseCategoricalAccuracy", "config": {"name": ...}}; *found NULL when
  * neither names a metric mxu computes. */
@@ -635,6 +673,7 @@ static mxu_status metric_of(const mxu_json_where *where, const cJSON *v,
     *found = named ? named : metric;
     if (strcmp(metric, "precision") == 0 || strcmp(metric, "recall") == 0)
       return check_counts_config(where, config, class_name->valuestring);
+    if (strcmp(metric, "auc") == 0) return check_auc_config(where, config);
     return MXU_OK;
   }
   /* tf.keras 2.x h5 files wrap the function: MeanMetricWrapper, fn. */
@@ -1008,12 +1047,21 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
   const char *cls = kind == MXU_METRIC_PRECISION ? "Precision"
                     : kind == MXU_METRIC_RECALL  ? "Recall"
                     : kind == MXU_METRIC_RMSE    ? "RootMeanSquaredError"
+                    : kind == MXU_METRIC_AUC     ? "AUC"
                                                  : NULL;
   if (!cls) return NULL;
   cJSON *config = cJSON_CreateObject();
   mxu_json_put_string(out, config, "name", name);
   mxu_json_put_string(out, config, "dtype", "float32");
-  if (kind != MXU_METRIC_RMSE) {
+  if (kind == MXU_METRIC_AUC) {
+    mxu_json_put_number(out, config, "num_thresholds", MXU_AUC_THRESHOLDS);
+    mxu_json_put_string(out, config, "curve", "ROC");
+    mxu_json_put_string(out, config, "summation_method", "interpolation");
+    mxu_json_put_bool(out, config, "multi_label", 0);
+    mxu_json_put_null(out, config, "num_labels");
+    mxu_json_put_null(out, config, "label_weights");
+    mxu_json_put_bool(out, config, "from_logits", 0);
+  } else if (kind != MXU_METRIC_RMSE) {
     mxu_json_put_null(out, config, "thresholds");
     mxu_json_put_null(out, config, "top_k");
     mxu_json_put_null(out, config, "class_id");

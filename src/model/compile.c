@@ -237,6 +237,7 @@ static void resolve_metrics(const mxu_layer *out, mxu_head *h) {
     mxu_metric_kind_of(h->metric[m], h->spec.loss,
                        mxu_shape_count(&out->out_shape), &h->metric_kind[m]);
     h->spec.metrics[m] = h->metric[m];
+    h->curve[m] = -1; /* an AUC's: reserve_buffers */
     h->metric_count++;
   }
 }
@@ -510,6 +511,8 @@ void mxu_plan_release(mxu_model *model) {
     release_replica(model, &plan->replica[r]);
   free(plan->replica);
   free(plan->exchange);
+  free(plan->curves);
+  free(plan->curve_stage);
   for (int h = 0; h < MXU_MAX_OUTPUTS; h++) free(plan->head[h].mask_factor);
   for (int i = 0; plan->nodes && i < model->layer_count; i++)
     model->layers[i].compiled = NULL;
@@ -951,6 +954,21 @@ static mxu_status reserve_io(mxu_model *model) {
         mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
     hp->loss =
         mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(float));
+    mxu_head *head = &model->heads[h];
+    hp->curve_first = plan->curve_count;
+    for (int m = 0; m < head->metric_count; m++)
+      if (head->metric_kind[m] == MXU_METRIC_AUC)
+        head->curve[m] = plan->curve_count++;
+    hp->curve_count = plan->curve_count - hp->curve_first;
+    if (plan->curve_count > MXU_MAX_CURVES)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "compile: output '%s' brings the model's AUC metrics "
+                      "to %d; mxu computes at most %d",
+                      model->layers[head->node].name, plan->curve_count,
+                      MXU_MAX_CURVES);
+    if (hp->curve_count)
+      hp->curves = mxu_arena_reserve(
+          layout, (size_t)hp->curve_count * MXU_AUC_VALUES * sizeof(float));
   }
   return MXU_OK;
 }
@@ -974,6 +992,21 @@ static mxu_status plan_heads(mxu_model *model) {
                       "supported",
                       out->name);
   }
+  return MXU_OK;
+}
+
+/* The AUCs' curves of a step, and strategy/'s stage for every replica's
+ * (and the local ones' to send). */
+static mxu_status reserve_curves(mxu_model *model) {
+  mxu_plan *plan = &model->plan;
+  if (!plan->curve_count) return MXU_OK;
+  size_t values = (size_t)plan->curve_count * MXU_AUC_VALUES;
+  plan->curves = calloc(values, sizeof *plan->curves);
+  plan->curve_stage =
+      calloc(values * (size_t)(plan->replicas + plan->local_count),
+             sizeof *plan->curve_stage);
+  if (!plan->curves || !plan->curve_stage)
+    return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   return MXU_OK;
 }
 
@@ -1102,6 +1135,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   }
   MXU_TRY(reserve_io(model));
   MXU_TRY(reserve_exchange(model));
+  MXU_TRY(reserve_curves(model));
   /* Refused rather than left to the kernel's OOM killer. */
   int64_t memory = mxu_machine_memory_bytes();
   int64_t needed = (int64_t)plan->layout.size * plan->local_count;

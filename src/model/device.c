@@ -30,9 +30,12 @@ struct mxu_device {
   mxu_pjrt_program *train;
   char *train_text; /* the step, until it is compiled at its first run */
   int devices, kinds, trainable, state, inputs, nargs, outputs;
-  int more;   /* where model input 1's batch stands among the inputs */
-  int labels; /* where output 1's labels stand among the inputs */
-  int sums;   /* the loss sums a program gives (programs.c's loss_sums) */
+  int more;       /* where model input 1's batch stands among the inputs */
+  int labels;     /* where output 1's labels stand among the inputs */
+  int sums;       /* the loss sums a program gives (programs.c's loss_sums) */
+  int *sum_size;  /* sums: each one's floats (an AUC's curves: T each) */
+  int sum_floats; /* all the sums' of one step */
+  float *curves;  /* steps * the AUCs' curves: the last run's */
   int kind[MXU_SLOTS + 1]; /* each slot kind's buffer (mxu_slot_buffer) */
   int steps;               /* the most one execution runs */
   mxu_hlo_shape *shape;    /* inputs: one step's, dtype F32 or S32 */
@@ -73,6 +76,8 @@ void mxu_device_free(mxu_model *model) {
   free(d->stage);
   free(d->shape);
   free(d->rates);
+  free(d->sum_size);
+  free(d->curves);
   free(d->size);
   free(d->args);
   free(d->outs);
@@ -129,6 +134,24 @@ static mxu_status allocate(const mxu_model *model, mxu_device *d) {
   /* the state, the loss and each head's sums */
   d->sums = mxu_program_sum_count(model);
   d->outputs = d->state + d->sums;
+  d->sum_size = calloc((size_t)d->sums, sizeof *d->sum_size);
+  int curve_values = model->plan.curve_count * MXU_AUC_VALUES;
+  d->curves = calloc((size_t)(d->steps * curve_values + 1), sizeof *d->curves);
+  if (!d->sum_size || !d->curves)
+    return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  /* The total, then each head's loss, count and metrics' two each. */
+  int k = 0;
+  d->sum_size[k++] = 1;
+  for (int j = 0; j < model->head_count; j++) {
+    d->sum_size[k++] = 1;
+    d->sum_size[k++] = 1;
+    for (int m = 0; m < model->heads[j].metric_count; m++) {
+      int size = model->heads[j].curve[m] >= 0 ? MXU_AUC_THRESHOLDS : 1;
+      d->sum_size[k++] = size;
+      d->sum_size[k++] = size;
+    }
+  }
+  for (k = 0; k < d->sums; k++) d->sum_floats += d->sum_size[k];
   d->shape = calloc((size_t)d->inputs, sizeof *d->shape);
   d->size = calloc((size_t)d->inputs, sizeof *d->size);
   d->rates = calloc((size_t)d->steps, sizeof *d->rates);
@@ -311,21 +334,36 @@ static mxu_status upload_stage(mxu_device *d) {
   return MXU_OK;
 }
 
-/* A program's loss sums (sums: d->sums values) as a step's result. */
+/* A program's loss sums of a step (sums: d->sum_floats values, each sum
+ * its sum_size) as the step's result, an AUC's curve into curves (the
+ * model's, MXU_AUC_VALUES each). */
 static void read_sums(const mxu_model *model, const float *sums,
-                      mxu_step_result *out) {
+                      mxu_step_result *out, float *curves) {
   *out = (mxu_step_result){.loss_sum = sums[0]};
   const float *own = sums + 1;
   for (int j = 0; j < model->head_count; j++) {
+    const mxu_head *head = &model->heads[j];
     mxu_head_sums *t = &out->heads[j];
-    t->loss = own[0];
-    t->count = own[1];
-    for (int m = 0; m < model->heads[j].metric_count; m++) {
-      t->metric[m] = own[2 + 2 * m];
-      t->divisor[m] = own[3 + 2 * m];
+    t->loss = *own++;
+    t->count = *own++;
+    for (int m = 0; m < head->metric_count; m++) {
+      if (head->curve[m] >= 0) {
+        memcpy(curves + head->curve[m] * MXU_AUC_VALUES, own,
+               MXU_AUC_VALUES * sizeof *own);
+        own += MXU_AUC_VALUES;
+        continue;
+      }
+      t->metric[m] = *own++;
+      t->divisor[m] = *own++;
     }
-    own += mxu_head_sum_count(model, j);
   }
+}
+
+void mxu_device_curves(mxu_model *model, int step) {
+  mxu_device *d = model->device;
+  int values = model->plan.curve_count * MXU_AUC_VALUES;
+  for (int v = 0; v < values; v++)
+    model->plan.curves[v] = d->curves[step * values + v];
 }
 
 mxu_status mxu_device_run(mxu_model *model, int steps,
@@ -351,15 +389,26 @@ mxu_status mxu_device_run(mxu_model *model, int steps,
   }
   if (s == MXU_OK)
     s = mxu_pjrt_execute(d->pjrt, d->train, d->nargs, d->args, d->outs);
-  /* Each sum over the execution's steps, stacked. */
-  float all[d->sums][d->steps], sums[d->sums];
-  for (int k = 0; s == MXU_OK && k < d->sums; k++)
-    s = mxu_pjrt_download(d->pjrt, d->outs[d->state + k], all[k],
-                          sizeof all[k]);
+  /* Each sum over the execution's steps, stacked: sum k's at all +
+   * steps * (the floats of the sums before it). */
+  float *all = malloc((size_t)(d->steps + 1) * d->sum_floats * sizeof *all);
+  if (s == MXU_OK && !all) s = mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  float *sums = all + (size_t)d->steps * d->sum_floats;
+  for (int k = 0, at = 0; s == MXU_OK && k < d->sums;
+       at += d->sum_size[k++] * d->steps)
+    s = mxu_pjrt_download(d->pjrt, d->outs[d->state + k], all + at,
+                          (size_t)(d->steps * d->sum_size[k]) * sizeof *all);
+  int values = model->plan.curve_count * MXU_AUC_VALUES;
   for (int j = 0; s == MXU_OK && j < steps; j++) {
-    for (int k = 0; k < d->sums; k++) sums[k] = all[k][j];
-    read_sums(model, sums, &results[j]);
+    for (int k = 0, at = 0, to = 0; k < d->sums; k++) {
+      int size = d->sum_size[k];
+      memcpy(sums + to, all + at + j * size, (size_t)size * sizeof *sums);
+      at += size * d->steps;
+      to += size;
+    }
+    read_sums(model, sums, &results[j], d->curves + j * values);
   }
+  free(all);
   if (s != MXU_OK) {
     free_buffers(d, d->outs, 0, d->outputs, d->outputs);
     return s;
@@ -485,14 +534,19 @@ mxu_status mxu_device_evaluate(mxu_model *model, mxu_step_result *result) {
   mxu_pjrt_buffer **outs = calloc((size_t)(n * d->devices), sizeof *outs);
   if (!outs) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_status s = run_eval(model, 0, outs);
-  float sums[n];
-  memset(sums, 0, sizeof sums);
-  for (int k = 0; s == MXU_OK && k < n; k++)
-    s = mxu_pjrt_download(d->pjrt, outs[k], &sums[k], sizeof(float));
+  float *sums = calloc((size_t)d->sum_floats, sizeof *sums);
+  if (s == MXU_OK && !sums) s = mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  for (int k = 0, at = 0; s == MXU_OK && k < n; at += d->sum_size[k++])
+    s = mxu_pjrt_download(d->pjrt, outs[k], sums + at,
+                          (size_t)d->sum_size[k] * sizeof *sums);
   for (int i = 0; i < n * d->devices; i++)
     mxu_pjrt_buffer_free(d->pjrt, outs[i]);
   free(outs);
-  read_sums(model, sums, result);
+  if (s == MXU_OK) {
+    read_sums(model, sums, result, d->curves);
+    mxu_device_curves(model, 0);
+  }
+  free(sums);
   return s;
 }
 

@@ -145,7 +145,8 @@ static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
                          int32_t label, const float *t) {
   double sum = 0.0;
   switch (kind) {
-  case MXU_METRIC_PRECISION: /* true positives */
+  case MXU_METRIC_AUC: return 0.0; /* a curve: mxu_auc_counts */
+  case MXU_METRIC_PRECISION:       /* true positives */
   case MXU_METRIC_RECALL:
     for (int64_t j = 0; j < k; j++) sum += y[j] > 0.5f && t[j] != 0.0f;
     return sum;
@@ -177,7 +178,8 @@ static double row_positives(mxu_metric_kind kind, const float *y, int64_t k,
 }
 
 int mxu_metric_is_mean(mxu_metric_kind kind) {
-  return kind != MXU_METRIC_PRECISION && kind != MXU_METRIC_RECALL;
+  return kind != MXU_METRIC_PRECISION && kind != MXU_METRIC_RECALL &&
+         kind != MXU_METRIC_AUC;
 }
 
 double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
@@ -186,6 +188,8 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
                       double *divisor) {
   double total = 0.0, of = 0.0;
   int mean = mxu_metric_is_mean(kind);
+  *divisor = 0.0;
+  if (kind == MXU_METRIC_AUC) return 0.0; /* a curve: mxu_auc_counts */
   for (int64_t r = 0; r < rows; r++) {
     if (mask[r] == 0.0f) continue;
     total += row_metric(kind, y + r * k, k, labels[r], targets + r * k);
@@ -193,6 +197,46 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
   }
   *divisor = of;
   return total;
+}
+
+/* Keras' bucket of a prediction: the thresholds i / (T - 1) it is above,
+ * ceil(y (T - 1)) - 1, in float32 as Keras computes it; below 0 the
+ * first (the threshold -epsilon), above 1 the last. */
+static int auc_bucket(float y) {
+  float b = ceilf(y * (float)(MXU_AUC_THRESHOLDS - 1)) - 1.0f;
+  if (!(b > 0.0f)) return 0;
+  return b >= MXU_AUC_THRESHOLDS - 1 ? MXU_AUC_THRESHOLDS - 1 : (int)b;
+}
+
+void mxu_auc_counts(int64_t rows, int64_t k, const float *y,
+                    const float *targets, const float *mask, float *curve) {
+  for (int64_t r = 0; r < rows; r++) {
+    if (mask[r] == 0.0f) continue;
+    for (int64_t j = r * k; j < (r + 1) * k; j++) {
+      int b = auc_bucket(y[j]);
+      curve[b] += targets[j];
+      curve[MXU_AUC_THRESHOLDS + b] += 1.0f - targets[j];
+    }
+  }
+}
+
+double mxu_auc_result(const double *curve) {
+  /* At threshold i: the true and false values above it, the buckets from
+   * i on; their rates over all true (all false) values. */
+  double tp[MXU_AUC_THRESHOLDS], fp[MXU_AUC_THRESHOLDS], t = 0.0, f = 0.0;
+  for (int i = MXU_AUC_THRESHOLDS - 1; i >= 0; i--) {
+    tp[i] = t += curve[i];
+    fp[i] = f += curve[MXU_AUC_THRESHOLDS + i];
+  }
+  double area = 0.0;
+  for (int i = 0; i + 1 < MXU_AUC_THRESHOLDS; i++) {
+    double tpr = t > 0 ? tp[i] / t : 0.0,
+           next_tpr = t > 0 ? tp[i + 1] / t : 0.0;
+    double fpr = f > 0 ? fp[i] / f : 0.0,
+           next_fpr = f > 0 ? fp[i + 1] / f : 0.0;
+    area += (fpr - next_fpr) * (tpr + next_tpr) / 2.0;
+  }
+  return area;
 }
 
 double mxu_metric_result(mxu_metric_kind kind, double sum, double divisor) {
@@ -265,6 +309,7 @@ static const struct {
     {"root_mean_squared_error", MXU_METRIC_RMSE, 0},
     {"precision", MXU_METRIC_PRECISION, 0},
     {"recall", MXU_METRIC_RECALL, 0},
+    {"auc", MXU_METRIC_AUC, 0},
 };
 
 const char *mxu_metric_name(const char *name) {
@@ -285,6 +330,7 @@ const char *mxu_metric_function(mxu_metric_kind kind) {
   case MXU_METRIC_RMSE: return "root_mean_squared_error";
   case MXU_METRIC_PRECISION: return "precision";
   case MXU_METRIC_RECALL: return "recall";
+  case MXU_METRIC_AUC: return "auc";
   }
   return "";
 }
@@ -293,7 +339,8 @@ const char *mxu_metric_names(void) {
   return "accuracy, acc, sparse_categorical_accuracy, categorical_accuracy, "
          "binary_accuracy, top_k_categorical_accuracy, "
          "sparse_top_k_categorical_accuracy, mae, mean_absolute_error, mse, "
-         "mean_squared_error, root_mean_squared_error, precision, recall";
+         "mean_squared_error, root_mean_squared_error, precision, recall, "
+         "auc";
 }
 
 /* Keras resolves "accuracy" by the loss and the output: binary for the

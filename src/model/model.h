@@ -564,8 +564,18 @@ typedef enum mxu_metric_kind {
   MXU_METRIC_MSE,
   MXU_METRIC_RMSE,      /* the square root of the epoch's mean */
   MXU_METRIC_PRECISION, /* of every value: y > 0.5 among targets != 0 */
-  MXU_METRIC_RECALL
+  MXU_METRIC_RECALL,
+  MXU_METRIC_AUC /* Keras' AUC(): the ROC curve at MXU_AUC_THRESHOLDS */
 } mxu_metric_kind;
+
+/* Keras' AUC: num_thresholds 200, evenly spaced over [0, 1] (the ends
+ * moved out by epsilon). Its counts are a curve: per threshold bucket, the
+ * true and the false values whose prediction falls in it. */
+enum {
+  MXU_AUC_THRESHOLDS = 200,
+  MXU_AUC_VALUES = 2 * MXU_AUC_THRESHOLDS,
+  MXU_MAX_CURVES = 4 /* AUCs a model */
+};
 
 enum { MXU_TOP_K = 5 }; /* Keras' default k */
 
@@ -578,6 +588,9 @@ typedef struct mxu_head {
   int metric_count;
   char metric[MXU_MAX_METRICS][64];
   mxu_metric_kind metric_kind[MXU_MAX_METRICS];
+  /* An AUC's curve: its place among the model's (mxu_plan.curves), in
+   * units of MXU_AUC_VALUES; -1 for the other metrics. */
+  int curve[MXU_MAX_METRICS];
 } mxu_head;
 
 /* A head's buffers and decisions in the plan. labels: this batch's class
@@ -589,6 +602,10 @@ typedef struct mxu_head {
  * outputs per row. */
 typedef struct mxu_head_plan {
   size_t labels, targets, smoothed, row_mask, probs, loss;
+  /* Its AUCs' curves of this batch (floats), where it has any: the
+   * model's curves curve_first .. + curve_count (mxu_plan.curves). */
+  size_t curves;
+  int curve_first, curve_count;
   /* A padding mask reaching the loss (an Embedding's mask_zero of the
    * model input, or a Masking of it): the node holding it, -1 for none;
    * per local slice, its logical replica's real samples over its unmasked
@@ -630,6 +647,12 @@ typedef struct mxu_plan {
   int replicas, local_first, local_count;
   int workers, intra_threads;
   mxu_replica *replica; /* local_count */
+  /* The AUCs' curves (curve_count of them, MXU_AUC_VALUES each) of the
+   * last step, summed over every replica in logical order; stage: every
+   * replica's, gathered. NULL without an AUC. */
+  int curve_count;
+  double *curves;
+  float *curve_stage;
   /* strategy/'s staging for exchanges between processes, sized at
    * compile for the largest one, so steps do not allocate. */
   float *exchange;
@@ -928,6 +951,13 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
 /* The metric's value from its sums over an epoch (0 where it divides by
  * 0, as Keras' divide_no_nan). */
 double mxu_metric_result(mxu_metric_kind kind, double sum, double divisor);
+/* An AUC's counts of rows with mask 1 added into curve (MXU_AUC_VALUES:
+ * the true, then the false weight of each threshold bucket). */
+void mxu_auc_counts(int64_t rows, int64_t k, const float *y,
+                    const float *targets, const float *mask, float *curve);
+/* The area under the ROC curve of counts (Keras' interpolation: the
+ * trapezoids between thresholds). */
+double mxu_auc_result(const double *curve);
 /* Whether the metric is a mean of each row's value (else counts). */
 int mxu_metric_is_mean(mxu_metric_kind kind);
 /* The kind a metric name means with this loss and output size (Keras'
@@ -1084,6 +1114,9 @@ mxu_status mxu_device_apply(mxu_model *model);
  * metric sums and the metric count over every replica. The program is
  * compiled on first use. */
 mxu_status mxu_device_evaluate(mxu_model *model, mxu_step_result *result);
+/* Step `step` of the last run's AUC curves into model->plan.curves (an
+ * evaluation's are there already). */
+void mxu_device_curves(mxu_model *model, int step);
 /* The loaded batch's outputs (rows of the global batch hold samples):
  * each output's values into outputs[j]. */
 mxu_status mxu_device_predict(mxu_model *model, int64_t rows,

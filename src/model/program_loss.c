@@ -158,7 +158,8 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
   case MXU_METRIC_MSE:
   case MXU_METRIC_RMSE:
     return mean_of(h, row_sums(h, MUL(SUB(y, t), SUB(y, t))), values);
-  case MXU_METRIC_PRECISION: /* true positives */
+  case MXU_METRIC_AUC: return 0; /* not emitted */
+  case MXU_METRIC_PRECISION:     /* true positives */
   case MXU_METRIC_RECALL: return row_sums(h, MUL(positive(o, y), true_(o, t)));
   }
   return 0;
@@ -246,6 +247,48 @@ static void row_weights(mxu_hlo *h, const mxu_emit_loss_input *in,
       h, kept, mxu_hlo_broadcast_to(h, factor, *mxu_hlo_shape_of(h, kept)));
 }
 
+/* An AUC's curve (loss.c's mxu_auc_counts): of each value of y and t
+ * (rows, k) in a row `kept` weighs 1, its bucket ceil(y (T - 1)) - 1
+ * (clamped into [0, T)) as a one-hot row: bucket b holds z = y (T - 1)
+ * when b < z <= b + 1, the first also z <= 0 and the last z > T - 1;
+ * sums[0] each bucket's true weight (t), sums[1] its false (1 - t). */
+static void emit_curve(mxu_hlo *h, mxu_hlo_value y, mxu_hlo_value t,
+                       mxu_hlo_value kept, mxu_hlo_value *sums) {
+  mxu_hlo_shape rows = *mxu_hlo_shape_of(h, y); /* a copy: nodes move */
+  int64_t n = rows.dims[0] * rows.dims[1], T = MXU_AUC_THRESHOLDS;
+  int64_t grid_dims[2] = {n, T};
+  const int64_t first = 0, all = 0;
+  mxu_hlo_shape flat = mxu_hlo_shape_make(MXU_HLO_F32, 1, &n);
+  mxu_hlo_shape grid = mxu_hlo_shape_make(MXU_HLO_F32, 2, grid_dims);
+  const ops oo = {h, y}, *o = &oo;
+  mxu_hlo_value z = mxu_hlo_broadcast(
+      h, mxu_hlo_reshape(h, MUL(y, k(o, (double)(T - 1))), flat), grid, &first);
+  mxu_hlo_value b = mxu_hlo_convert(
+      h, mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, 2, grid_dims), 1),
+      MXU_HLO_F32);
+  const ops go = {h, b}, *g = &go;
+  mxu_hlo_value low = mxu_hlo_select(
+      h, mxu_hlo_compare_op(h, MXU_HLO_EQ, b, k(g, 0.0)), k(g, -1e30), b);
+  mxu_hlo_value high =
+      mxu_hlo_select(h, mxu_hlo_compare_op(h, MXU_HLO_EQ, b, k(g, T - 1.0)),
+                     k(g, 1e30), mxu_hlo_add(h, b, k(g, 1.0)));
+  mxu_hlo_value hot =
+      MUL(mxu_hlo_convert(h, mxu_hlo_compare_op(h, MXU_HLO_GT, z, low),
+                          MXU_HLO_F32),
+          mxu_hlo_convert(h, mxu_hlo_compare_op(h, MXU_HLO_LE, z, high),
+                          MXU_HLO_F32));
+  mxu_hlo_value weight =
+      mxu_hlo_reshape(h, mxu_hlo_broadcast(h, kept, rows, &first), flat);
+  mxu_hlo_value truth = MUL(mxu_hlo_reshape(h, t, flat), weight);
+  mxu_hlo_value falsity = SUB(weight, truth);
+  sums[0] =
+      mxu_hlo_reduce(h, MUL(hot, mxu_hlo_broadcast(h, truth, grid, &first)),
+                     MXU_HLO_SUM, 1, &all);
+  sums[1] =
+      mxu_hlo_reduce(h, MUL(hot, mxu_hlo_broadcast(h, falsity, grid, &first)),
+                     MXU_HLO_SUM, 1, &all);
+}
+
 int mxu_head_sum_count(const mxu_model *model, int head) {
   return 2 + 2 * model->heads[head].metric_count;
 }
@@ -260,6 +303,13 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
   /* The metric's own targets: the labels' one-hot rows, or the targets'
    * argmax. */
   mxu_metric_kind kind = model->heads[head].metric_kind[m];
+  /* Counts: each kept row whole, not 1 / positions of it. */
+  mxu_hlo_value whole = mxu_hlo_mul(
+      h, metric_mask, mxu_hlo_full_like(h, metric_mask, (double)positions));
+  if (kind == MXU_METRIC_AUC) {
+    emit_curve(h, y, t, whole, sums);
+    return h->status;
+  }
   /* A copy: the node list moves as the ops below append to it. */
   mxu_hlo_shape rows_shape = *mxu_hlo_shape_of(h, y);
   int64_t dims[2] = {rows_shape.dims[0], rows_shape.dims[1]};
@@ -282,9 +332,6 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
   sums[0] = masked_sum(h, value, metric_mask);
   sums[1] = count;
   if (mxu_metric_is_mean(kind)) return h->status;
-  /* Counts: each kept row whole, not 1 / positions of it. */
-  mxu_hlo_value whole = mxu_hlo_mul(
-      h, metric_mask, mxu_hlo_full_like(h, metric_mask, (double)positions));
   sums[0] = masked_sum(h, value, whole);
   sums[1] = masked_sum(h, row_positives(h, kind, y, t), whole);
   return h->status;

@@ -51,7 +51,14 @@ void mxu_callback_free(mxu_callback *callback) {
 
 int mxu_monitor_is_max(const char *monitor, mxu_monitor_mode mode) {
   if (mode != MXU_MODE_AUTO) return mode == MXU_MODE_MAX;
-  return monitor && strstr(monitor, "acc") != NULL;
+  if (!monitor) return 0;
+  static const char *const up[] = {"auc", "precision", "recall"};
+  size_t n = strlen(monitor);
+  for (size_t i = 0; i < sizeof up / sizeof *up; i++) {
+    size_t k = strlen(up[i]);
+    if (n >= k && strcmp(monitor + n - k, up[i]) == 0) return 1;
+  }
+  return strstr(monitor, "acc") != NULL;
 }
 
 /* Keras: min_delta counts against the direction of improvement, so an

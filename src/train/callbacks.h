@@ -18,7 +18,9 @@ typedef enum mxu_hook {
 mxu_status mxu_callbacks_run(const mxu_fit_config *config, mxu_model *model,
                              mxu_hook hook, int epoch, const mxu_logs *logs);
 
-/* Keras' mode "auto": max for a name holding "acc", else min. */
+/* Keras' mode "auto": max for a name holding "acc" or ending in "auc",
+ * "precision" or "recall" (Keras 3's directions of those metrics), else
+ * min. */
 int mxu_monitor_is_max(const char *monitor, mxu_monitor_mode mode);
 /* Whether the monitored value improved on best (mode resolved from the
  * name when AUTO); min_delta as Keras applies it. Shared by EarlyStopping,

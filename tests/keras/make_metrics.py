@@ -7,15 +7,16 @@ over batches of which the last is short, from Keras itself:
   trunk -> Dense(1, sigmoid) "flag"   binary CE
   Model(x, [cls, reg, flag], name="metrics")
   metrics = {"cls": ["accuracy", "top_k_categorical_accuracy",
-                     Precision(name="precision"), Recall(name="recall")],
+                     Precision(name="precision"), Recall(name="recall"),
+                     AUC(name="auc")],
              "reg": ["mae", "mse",
                      RootMeanSquaredError(name="root_mean_squared_error")],
              "flag": ["accuracy", Precision(name="precision"),
-                      Recall(name="recall")]}
+                      Recall(name="recall"), AUC(name="auc")]}
 
 and a model of one output, "binary": x (5,) -> Dense(8, relu) -> Dense(1,
 sigmoid) "out", binary CE, metrics ["accuracy", Precision(), Recall(),
-RootMeanSquaredError()] (all by explicit names: Keras numbers the names
+AUC(), RootMeanSquaredError()] (all by explicit names: Keras numbers the names
 of unnamed instances, precision_1, ...). SGD(0.1) both.
 
 tf_keras (tf.keras 2) builds each, tf_keras.utils.set_random_seed(33),
@@ -57,7 +58,8 @@ SEED = 33
 
 def counts(K):
     M = K.metrics
-    return [M.Precision(name="precision"), M.Recall(name="recall")]
+    return [M.Precision(name="precision"), M.Recall(name="recall"),
+            M.AUC(name="auc")]
 
 
 def build_metrics(K):
