@@ -1028,7 +1028,7 @@ typedef enum mxu_precision {
  * losses): what each output's loss is. The model's loss is the sum of
  * each output's, times its weight (Keras' loss_weights), and the weights'
  * penalties; logs carry each output's loss unweighted, as Keras does. */
-enum { MXU_MAX_OUTPUTS = 16, MXU_MAX_METRICS = 8 };
+enum { MXU_MAX_OUTPUTS = 16, MXU_MAX_METRICS = 16 };
 
 typedef struct mxu_output_loss {
   mxu_loss loss;
@@ -1069,9 +1069,12 @@ typedef struct mxu_compile_config {
    * "mean_squared_error", "root_mean_squared_error", "precision" and
    * "recall" (Keras' Precision() and Recall(): each output value > 0.5
    * a positive prediction, each target != 0 a positive, counted over the
-   * epoch), and "auc" (Keras' AUC(): the area under the ROC curve of every
-   * output value against its target, at 200 thresholds, counted over the
-   * epoch; at most 4 a model). None: {"accuracy"}. Logs, histories and
+   * epoch), "true_positives", "false_positives", "true_negatives" and
+   * "false_negatives" (their counts), "binary_crossentropy" (of
+   * probabilities), "auc" (Keras' AUC(): the area under the ROC curve of
+   * every output value against its target, at 200 thresholds, counted
+   * over the epoch) and "prc" (AUC(curve="PR"), as Keras interpolates
+   * it); at most 4 AUCs a model. None: {"accuracy"}. Logs, histories and
    * callbacks carry the first one's value where they say accuracy. */
   const char *metrics[MXU_MAX_METRICS];
   /* The strategy, as TPUStrategy: batch_size is the global batch, split

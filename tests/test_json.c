@@ -2434,8 +2434,8 @@ static void errors_compile(void) {
        "label_smoothing 0.1"},
       {"{\"metrics\": [\"f1_score\"]}", "metrics: 'f1_score' is not supported"},
       {"{\"metrics\": [{\"class_name\": \"AUC\", \"config\": {\"name\": "
-       "\"prc\", \"curve\": \"PR\"}}]}",
-       "AUC with curve 'PR' is not supported"},
+       "\"prg\", \"curve\": \"PRGAIN\"}}]}",
+       "AUC with curve 'PRGAIN' is not supported"},
       {"{\"metrics\": [{\"class_name\": \"AUC\", \"config\": "
        "{\"num_thresholds\": 100}}]}",
        "AUC with num_thresholds 100 is not supported"},
@@ -2443,8 +2443,11 @@ static void errors_compile(void) {
        "metrics: 'accuracy' is listed twice"},
       {"{\"metrics\": [\"accuracy\", \"mse\", \"mae\", \"acc\", "
        "\"precision\", \"recall\", \"root_mean_squared_error\", "
-       "\"top_k_categorical_accuracy\", \"binary_accuracy\"]}",
-       "'binary_accuracy': mxu computes at most 8 metrics"},
+       "\"top_k_categorical_accuracy\", \"auc\", \"prc\", "
+       "\"true_positives\", \"false_positives\", \"true_negatives\", "
+       "\"false_negatives\", \"binary_crossentropy\", "
+       "\"mean_squared_error\", \"binary_accuracy\"]}",
+       "'binary_accuracy': mxu computes at most 16 metrics"},
       {"{\"metrics\": [{\"class_name\": \"Precision\", \"config\": "
        "{\"thresholds\": [0.3, 0.7]}}]}",
        "Precision with thresholds is not supported"},
@@ -2810,6 +2813,16 @@ static void reads_several_metrics(void) {
   CHECK(c.output_count == 2 && same_name(c.outputs[0].metrics[0], "mae") &&
         same_name(c.outputs[0].metrics[1], "recall") &&
         !c.outputs[0].metrics[2] && !c.outputs[1].metrics[0]);
+  /* AUC(curve="PR") keeps Keras' default name "auc": its curve decides;
+   * the counts' own names ("tp") give way to mxu's. */
+  c = compile_of("compile_config",
+                 "{\"loss\": \"binary_crossentropy\", \"metrics\": "
+                 "[{\"class_name\": \"AUC\", \"config\": {\"name\": \"auc\", "
+                 "\"curve\": \"PR\"}}, {\"class_name\": \"AUC\", \"config\": "
+                 "{\"name\": \"auc_1\"}}, {\"class_name\": \"TruePositives\", "
+                 "\"config\": {\"name\": \"tp\", \"thresholds\": null}}]}");
+  CHECK(same_name(c.metrics[0], "prc") && same_name(c.metrics[1], "auc") &&
+        same_name(c.metrics[2], "true_positives") && !c.metrics[3]);
   c = outputs_compile(0, "compile_config",
                       "{\"loss\": \"mse\", \"metrics\": [\"mae\", \"mse\"]}");
   CHECK(c.output_count == 0 && same_name(c.metrics[0], "mae") &&

@@ -109,7 +109,9 @@ static void train_options(train_args *a, cli_option *o) {
        "categorical_accuracy, "
        "sparse_categorical_accuracy, top_k_categorical_accuracy, "
        "sparse_top_k_categorical_accuracy, mae, mse, "
-       "root_mean_squared_error, precision, recall, auc (default: the model "
+       "root_mean_squared_error, precision, recall, auc, prc (the PR "
+       "curve's), true_positives, false_positives, true_negatives, "
+       "false_negatives, binary_crossentropy (default: the model "
        "file's, else accuracy)",
        CLI_STRING, &a->metric, NULL, 0, 0},
       {"--precision", "P",

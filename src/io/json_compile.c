@@ -24,7 +24,12 @@ static const struct {
     {"RootMeanSquaredError", "root_mean_squared_error"},
     {"Precision", "precision"},
     {"Recall", "recall"},
-    {"AUC", "auc"},
+    {"AUC", "auc"}, /* or "prc": its curve decides */
+    {"TruePositives", "true_positives"},
+    {"FalsePositives", "false_positives"},
+    {"TrueNegatives", "true_negatives"},
+    {"FalseNegatives", "false_negatives"},
+    {"BinaryCrossentropy", "binary_crossentropy"},
 };
 
 static const char *const optimizer_keys[] = {"name",
@@ -616,21 +621,28 @@ static mxu_status check_counts_config(const mxu_json_where *where,
 }
 
 /* AUC's options other than Keras' defaults, which mxu does not compute:
- * the area under the ROC curve of every value, at 200 thresholds, by
- * interpolation, of probabilities. */
+ * the area under the ROC or the PR curve ("auc" or "prc" into *metric) of
+ * every value, at 200 thresholds, by interpolation, of probabilities. */
 static mxu_status check_auc_config(const mxu_json_where *where,
-                                   const cJSON *config) {
+                                   const cJSON *config, const char **metric) {
   static const struct {
     const char *key, *want; /* want: a string, "200", "false" or "null" */
   } defaults[] = {
-      {"num_thresholds", "200"},
-      {"curve", "ROC"},
-      {"summation_method", "interpolation"},
-      {"multi_label", "false"},
-      {"label_weights", "null"},
-      {"from_logits", "false"},
-      {"thresholds", "null"},
+      {"num_thresholds", "200"}, {"summation_method", "interpolation"},
+      {"multi_label", "false"},  {"label_weights", "null"},
+      {"from_logits", "false"},  {"thresholds", "null"},
   };
+  const cJSON *curve = mxu_json_get(config, "curve");
+  int pr = cJSON_IsString(curve) && strcmp(curve->valuestring, "PR") == 0;
+  *metric = pr ? "prc" : "auc";
+  if (curve && !cJSON_IsNull(curve) && !pr &&
+      !(cJSON_IsString(curve) && strcmp(curve->valuestring, "ROC") == 0)) {
+    char text[96];
+    mxu_json_text(curve, text, sizeof text);
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "AUC with curve %s is not supported (ROC or PR)",
+                         text);
+  }
   for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++) {
     const cJSON *v = mxu_json_get(config, defaults[i].key);
     const char *want = defaults[i].want;
@@ -644,11 +656,28 @@ static mxu_status check_auc_config(const mxu_json_where *where,
     mxu_json_text(v, text, sizeof text);
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "AUC with %s %s is not supported: mxu computes "
-                         "Keras' default AUC() (the ROC curve of every "
+                         "Keras' default AUC() (the ROC or PR curve of every "
                          "value at 200 thresholds, interpolated, of "
                          "probabilities)",
                          defaults[i].key, text);
   }
+  return MXU_OK;
+}
+
+/* The BinaryCrossentropy metric of probabilities, as Keras' default. */
+static mxu_status check_bce_config(const mxu_json_where *where,
+                                   const cJSON *config) {
+  const cJSON *logits = mxu_json_get(config, "from_logits");
+  const cJSON *smoothing = mxu_json_get(config, "label_smoothing");
+  if (cJSON_IsTrue(logits))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "the BinaryCrossentropy metric with from_logits is "
+                         "not supported (only of probabilities)");
+  if (cJSON_IsNumber(smoothing) && smoothing->valuedouble != 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "the BinaryCrossentropy metric with label_smoothing "
+                         "%g is not supported (only 0)",
+                         smoothing->valuedouble);
   return MXU_OK;
 }
 
@@ -671,9 +700,14 @@ static mxu_status metric_of(const mxu_json_where *where, const cJSON *v,
       continue;
     const char *metric = metric_classes[i].metric;
     *found = named ? named : metric;
-    if (strcmp(metric, "precision") == 0 || strcmp(metric, "recall") == 0)
+    /* The curve, not the name (AUC(curve="PR") is named "auc"), decides. */
+    if (strcmp(metric, "auc") == 0)
+      return check_auc_config(where, config, found);
+    if (strcmp(metric, "binary_crossentropy") == 0)
+      return check_bce_config(where, config);
+    if (strstr(metric, "positives") || strstr(metric, "negatives") ||
+        strcmp(metric, "precision") == 0 || strcmp(metric, "recall") == 0)
       return check_counts_config(where, config, class_name->valuestring);
-    if (strcmp(metric, "auc") == 0) return check_auc_config(where, config);
     return MXU_OK;
   }
   /* tf.keras 2.x h5 files wrap the function: MeanMetricWrapper, fn. */
@@ -1044,18 +1078,27 @@ static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
 
 cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
                              mxu_metric_kind kind) {
-  const char *cls = kind == MXU_METRIC_PRECISION ? "Precision"
-                    : kind == MXU_METRIC_RECALL  ? "Recall"
-                    : kind == MXU_METRIC_RMSE    ? "RootMeanSquaredError"
-                    : kind == MXU_METRIC_AUC     ? "AUC"
-                                                 : NULL;
+  static const char *const classes[] = {
+      [MXU_METRIC_PRECISION] = "Precision",
+      [MXU_METRIC_RECALL] = "Recall",
+      [MXU_METRIC_RMSE] = "RootMeanSquaredError",
+      [MXU_METRIC_AUC] = "AUC",
+      [MXU_METRIC_AUC_PR] = "AUC",
+      [MXU_METRIC_TRUE_POSITIVES] = "TruePositives",
+      [MXU_METRIC_FALSE_POSITIVES] = "FalsePositives",
+      [MXU_METRIC_TRUE_NEGATIVES] = "TrueNegatives",
+      [MXU_METRIC_FALSE_NEGATIVES] = "FalseNegatives",
+      [MXU_METRIC_BINARY_CROSSENTROPY] = NULL, /* a function */
+  };
+  const char *cls = classes[kind];
   if (!cls) return NULL;
   cJSON *config = cJSON_CreateObject();
   mxu_json_put_string(out, config, "name", name);
   mxu_json_put_string(out, config, "dtype", "float32");
-  if (kind == MXU_METRIC_AUC) {
+  if (mxu_metric_has_curve(kind)) {
     mxu_json_put_number(out, config, "num_thresholds", MXU_AUC_THRESHOLDS);
-    mxu_json_put_string(out, config, "curve", "ROC");
+    mxu_json_put_string(out, config, "curve",
+                        kind == MXU_METRIC_AUC_PR ? "PR" : "ROC");
     mxu_json_put_string(out, config, "summation_method", "interpolation");
     mxu_json_put_bool(out, config, "multi_label", 0);
     mxu_json_put_null(out, config, "num_labels");
@@ -1063,6 +1106,8 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
     mxu_json_put_bool(out, config, "from_logits", 0);
   } else if (kind != MXU_METRIC_RMSE) {
     mxu_json_put_null(out, config, "thresholds");
+  }
+  if (kind == MXU_METRIC_PRECISION || kind == MXU_METRIC_RECALL) {
     mxu_json_put_null(out, config, "top_k");
     mxu_json_put_null(out, config, "class_id");
   }

@@ -957,7 +957,7 @@ static mxu_status reserve_io(mxu_model *model) {
     mxu_head *head = &model->heads[h];
     hp->curve_first = plan->curve_count;
     for (int m = 0; m < head->metric_count; m++)
-      if (head->metric_kind[m] == MXU_METRIC_AUC)
+      if (mxu_metric_has_curve(head->metric_kind[m]))
         head->curve[m] = plan->curve_count++;
     hp->curve_count = plan->curve_count - hp->curve_first;
     if (plan->curve_count > MXU_MAX_CURVES)

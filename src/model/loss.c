@@ -141,15 +141,35 @@ static int in_top_k(const float *row, int64_t classes, int64_t target, int k) {
   return above < k;
 }
 
+/* Whether a value and its target fall in the confusion matrix's cell
+ * the kind counts (precision's and recall's: the true positives). */
+static int in_cell(mxu_metric_kind kind, float y, float t) {
+  int predicted = y > 0.5f, positive = t != 0.0f;
+  switch (kind) {
+  case MXU_METRIC_FALSE_POSITIVES: return predicted && !positive;
+  case MXU_METRIC_TRUE_NEGATIVES: return !predicted && !positive;
+  case MXU_METRIC_FALSE_NEGATIVES: return !predicted && positive;
+  default: return predicted && positive;
+  }
+}
+
 static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
                          int32_t label, const float *t) {
   double sum = 0.0;
   switch (kind) {
-  case MXU_METRIC_AUC: return 0.0; /* a curve: mxu_auc_counts */
-  case MXU_METRIC_PRECISION:       /* true positives */
+  case MXU_METRIC_AUC:
+  case MXU_METRIC_AUC_PR: return 0.0; /* a curve: mxu_auc_counts */
+  case MXU_METRIC_PRECISION:          /* true positives */
   case MXU_METRIC_RECALL:
-    for (int64_t j = 0; j < k; j++) sum += y[j] > 0.5f && t[j] != 0.0f;
+  case MXU_METRIC_TRUE_POSITIVES:
+  case MXU_METRIC_FALSE_POSITIVES:
+  case MXU_METRIC_TRUE_NEGATIVES:
+  case MXU_METRIC_FALSE_NEGATIVES:
+    for (int64_t j = 0; j < k; j++) sum += in_cell(kind, y[j], t[j]);
     return sum;
+  case MXU_METRIC_BINARY_CROSSENTROPY:
+    for (int64_t j = 0; j < k; j++) sum += bce_prob(y[j], t[j]).loss;
+    break;
   case MXU_METRIC_SPARSE_ACCURACY: return argmax(y, k) == label;
   case MXU_METRIC_CATEGORICAL_ACCURACY: return argmax(y, k) == argmax(t, k);
   case MXU_METRIC_SPARSE_TOP_K: return in_top_k(y, k, label, MXU_TOP_K);
@@ -178,8 +198,17 @@ static double row_positives(mxu_metric_kind kind, const float *y, int64_t k,
 }
 
 int mxu_metric_is_mean(mxu_metric_kind kind) {
-  return kind != MXU_METRIC_PRECISION && kind != MXU_METRIC_RECALL &&
-         kind != MXU_METRIC_AUC;
+  return kind < MXU_METRIC_PRECISION || kind == MXU_METRIC_BINARY_CROSSENTROPY;
+}
+
+int mxu_metric_has_curve(mxu_metric_kind kind) {
+  return kind == MXU_METRIC_AUC || kind == MXU_METRIC_AUC_PR;
+}
+
+/* The counts' value is their sum; precision and recall divide it. */
+static int is_count(mxu_metric_kind kind) {
+  return kind >= MXU_METRIC_TRUE_POSITIVES &&
+         kind <= MXU_METRIC_FALSE_NEGATIVES;
 }
 
 double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
@@ -189,7 +218,7 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
   double total = 0.0, of = 0.0;
   int mean = mxu_metric_is_mean(kind);
   *divisor = 0.0;
-  if (kind == MXU_METRIC_AUC) return 0.0; /* a curve: mxu_auc_counts */
+  if (mxu_metric_has_curve(kind)) return 0.0; /* mxu_auc_counts */
   for (int64_t r = 0; r < rows; r++) {
     if (mask[r] == 0.0f) continue;
     total += row_metric(kind, y + r * k, k, labels[r], targets + r * k);
@@ -220,7 +249,26 @@ void mxu_auc_counts(int64_t rows, int64_t k, const float *y,
   }
 }
 
-double mxu_auc_result(const double *curve) {
+static double divide_no_nan(double a, double b) { return b != 0 ? a / b : 0.0; }
+
+/* Keras' interpolation of the precision-recall curve: between thresholds
+ * precision varies as TP and P = TP + FP do, linearly, whose integral over
+ * P is slope (dTP + intercept log(P_i / P_i+1)), over all positives. */
+static double pr_area(const double *tp, const double *fp, double positives) {
+  double area = 0.0;
+  for (int i = 0; i + 1 < MXU_AUC_THRESHOLDS; i++) {
+    double dtp = tp[i] - tp[i + 1];
+    double p = tp[i] + fp[i], next = tp[i + 1] + fp[i + 1];
+    double slope = divide_no_nan(dtp, fmax(p - next, 0.0));
+    double intercept = tp[i + 1] - slope * next;
+    double ratio = p > 0 && next > 0 ? divide_no_nan(p, fmax(next, 0.0)) : 1.0;
+    area += divide_no_nan(slope * (dtp + intercept * log(ratio)),
+                          fmax(positives, 0.0));
+  }
+  return area;
+}
+
+double mxu_auc_result(mxu_metric_kind kind, const double *curve) {
   /* At threshold i: the true and false values above it, the buckets from
    * i on; their rates over all true (all false) values. */
   double tp[MXU_AUC_THRESHOLDS], fp[MXU_AUC_THRESHOLDS], t = 0.0, f = 0.0;
@@ -228,6 +276,7 @@ double mxu_auc_result(const double *curve) {
     tp[i] = t += curve[i];
     fp[i] = f += curve[MXU_AUC_THRESHOLDS + i];
   }
+  if (kind == MXU_METRIC_AUC_PR) return pr_area(tp, fp, t);
   double area = 0.0;
   for (int i = 0; i + 1 < MXU_AUC_THRESHOLDS; i++) {
     double tpr = t > 0 ? tp[i] / t : 0.0,
@@ -240,6 +289,7 @@ double mxu_auc_result(const double *curve) {
 }
 
 double mxu_metric_result(mxu_metric_kind kind, double sum, double divisor) {
+  if (is_count(kind)) return sum;
   double mean = divisor > 0 ? sum / divisor : 0.0;
   return kind == MXU_METRIC_RMSE ? sqrt(mean) : mean;
 }
@@ -310,6 +360,12 @@ static const struct {
     {"precision", MXU_METRIC_PRECISION, 0},
     {"recall", MXU_METRIC_RECALL, 0},
     {"auc", MXU_METRIC_AUC, 0},
+    {"prc", MXU_METRIC_AUC_PR, 0},
+    {"true_positives", MXU_METRIC_TRUE_POSITIVES, 0},
+    {"false_positives", MXU_METRIC_FALSE_POSITIVES, 0},
+    {"true_negatives", MXU_METRIC_TRUE_NEGATIVES, 0},
+    {"false_negatives", MXU_METRIC_FALSE_NEGATIVES, 0},
+    {"binary_crossentropy", MXU_METRIC_BINARY_CROSSENTROPY, 0},
 };
 
 const char *mxu_metric_name(const char *name) {
@@ -331,6 +387,12 @@ const char *mxu_metric_function(mxu_metric_kind kind) {
   case MXU_METRIC_PRECISION: return "precision";
   case MXU_METRIC_RECALL: return "recall";
   case MXU_METRIC_AUC: return "auc";
+  case MXU_METRIC_AUC_PR: return "prc";
+  case MXU_METRIC_TRUE_POSITIVES: return "true_positives";
+  case MXU_METRIC_FALSE_POSITIVES: return "false_positives";
+  case MXU_METRIC_TRUE_NEGATIVES: return "true_negatives";
+  case MXU_METRIC_FALSE_NEGATIVES: return "false_negatives";
+  case MXU_METRIC_BINARY_CROSSENTROPY: return "binary_crossentropy";
   }
   return "";
 }
@@ -340,7 +402,8 @@ const char *mxu_metric_names(void) {
          "binary_accuracy, top_k_categorical_accuracy, "
          "sparse_top_k_categorical_accuracy, mae, mean_absolute_error, mse, "
          "mean_squared_error, root_mean_squared_error, precision, recall, "
-         "auc";
+         "auc, prc, true_positives, false_positives, true_negatives, "
+         "false_negatives, binary_crossentropy";
 }
 
 /* Keras resolves "accuracy" by the loss and the output: binary for the

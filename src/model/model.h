@@ -565,7 +565,15 @@ typedef enum mxu_metric_kind {
   MXU_METRIC_RMSE,      /* the square root of the epoch's mean */
   MXU_METRIC_PRECISION, /* of every value: y > 0.5 among targets != 0 */
   MXU_METRIC_RECALL,
-  MXU_METRIC_AUC /* Keras' AUC(): the ROC curve at MXU_AUC_THRESHOLDS */
+  MXU_METRIC_AUC,    /* Keras' AUC(): the ROC curve at MXU_AUC_THRESHOLDS */
+  MXU_METRIC_AUC_PR, /* AUC(curve="PR"), Keras' interpolation */
+  /* Counts over the epoch of every value, y > 0.5 a positive prediction,
+   * a target != 0 a positive: Keras' TruePositives() and the others. */
+  MXU_METRIC_TRUE_POSITIVES,
+  MXU_METRIC_FALSE_POSITIVES,
+  MXU_METRIC_TRUE_NEGATIVES,
+  MXU_METRIC_FALSE_NEGATIVES,
+  MXU_METRIC_BINARY_CROSSENTROPY /* of probabilities, as the loss's */
 } mxu_metric_kind;
 
 /* Keras' AUC: num_thresholds 200, evenly spaced over [0, 1] (the ends
@@ -955,11 +963,14 @@ double mxu_metric_result(mxu_metric_kind kind, double sum, double divisor);
  * the true, then the false weight of each threshold bucket). */
 void mxu_auc_counts(int64_t rows, int64_t k, const float *y,
                     const float *targets, const float *mask, float *curve);
-/* The area under the ROC curve of counts (Keras' interpolation: the
- * trapezoids between thresholds). */
-double mxu_auc_result(const double *curve);
+/* The area under the curve of counts: ROC (MXU_METRIC_AUC: Keras'
+ * interpolation, the trapezoids between thresholds) or precision-recall
+ * (MXU_METRIC_AUC_PR: Keras' interpolate_pr_auc). */
+double mxu_auc_result(mxu_metric_kind kind, const double *curve);
 /* Whether the metric is a mean of each row's value (else counts). */
 int mxu_metric_is_mean(mxu_metric_kind kind);
+/* Whether it is an AUC, whose counts are a curve (mxu_auc_counts). */
+int mxu_metric_has_curve(mxu_metric_kind kind);
 /* The kind a metric name means with this loss and output size (Keras'
  * resolution of "accuracy"); MXU_ERR_UNSUPPORTED naming what is. */
 mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,

@@ -136,6 +136,9 @@ static mxu_hlo_value true_(const ops *o, mxu_hlo_value t) {
       o->h, mxu_hlo_compare_op(o->h, MXU_HLO_NE, t, k(o, 0.0)), MXU_HLO_F32);
 }
 
+static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_output_loss *c,
+                                  mxu_hlo_value y, mxu_hlo_value t);
+
 /* Each row's metric (loss.c's row_metric): y and t (rows, k); hot the
  * label's or the targets' argmax as one-hot rows. */
 static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
@@ -158,9 +161,24 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
   case MXU_METRIC_MSE:
   case MXU_METRIC_RMSE:
     return mean_of(h, row_sums(h, MUL(SUB(y, t), SUB(y, t))), values);
-  case MXU_METRIC_AUC: return 0; /* not emitted */
-  case MXU_METRIC_PRECISION:     /* true positives */
-  case MXU_METRIC_RECALL: return row_sums(h, MUL(positive(o, y), true_(o, t)));
+  case MXU_METRIC_AUC:
+  case MXU_METRIC_AUC_PR: return 0; /* a curve: emit_curve */
+  case MXU_METRIC_PRECISION:        /* true positives */
+  case MXU_METRIC_RECALL:
+  case MXU_METRIC_TRUE_POSITIVES:
+    return row_sums(h, MUL(positive(o, y), true_(o, t)));
+  case MXU_METRIC_FALSE_POSITIVES:
+    return row_sums(h, MUL(positive(o, y), SUB(k(o, 1.0), true_(o, t))));
+  case MXU_METRIC_TRUE_NEGATIVES:
+    return row_sums(
+        h, MUL(SUB(k(o, 1.0), positive(o, y)), SUB(k(o, 1.0), true_(o, t))));
+  case MXU_METRIC_FALSE_NEGATIVES:
+    return row_sums(h, MUL(SUB(k(o, 1.0), positive(o, y)), true_(o, t)));
+  case MXU_METRIC_BINARY_CROSSENTROPY: {
+    mxu_output_loss bce = mxu_output_loss_defaults();
+    bce.loss = MXU_BINARY_CROSSENTROPY;
+    return mean_of(h, row_sums(h, element_loss(h, &bce, y, t)), values);
+  }
   }
   return 0;
 }
@@ -306,7 +324,7 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
   /* Counts: each kept row whole, not 1 / positions of it. */
   mxu_hlo_value whole = mxu_hlo_mul(
       h, metric_mask, mxu_hlo_full_like(h, metric_mask, (double)positions));
-  if (kind == MXU_METRIC_AUC) {
+  if (mxu_metric_has_curve(kind)) {
     emit_curve(h, y, t, whole, sums);
     return h->status;
   }

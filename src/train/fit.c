@@ -406,7 +406,8 @@ static void output_means(const mxu_model *model, const mxu_step_result *sums,
       o->metrics[m] = head->spec.metrics[m];
       o->values[m] =
           head->curve[m] >= 0
-              ? mxu_auc_result(curves->at + head->curve[m] * MXU_AUC_VALUES)
+              ? mxu_auc_result(head->metric_kind[m],
+                               curves->at + head->curve[m] * MXU_AUC_VALUES)
               : mxu_metric_result(head->metric_kind[m], t->metric[m],
                                   t->divisor[m]);
       o->val_values[m] = NAN;

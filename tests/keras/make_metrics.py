@@ -16,7 +16,10 @@ over batches of which the last is short, from Keras itself:
 
 and a model of one output, "binary": x (5,) -> Dense(8, relu) -> Dense(1,
 sigmoid) "out", binary CE, metrics ["accuracy", Precision(), Recall(),
-AUC(), RootMeanSquaredError()] (all by explicit names: Keras numbers the names
+AUC(), RootMeanSquaredError(), AUC(curve="PR") named "prc",
+BinaryCrossentropy(), MeanSquaredError(), TruePositives(),
+FalsePositives(), TrueNegatives(), FalseNegatives()] (Keras'
+imbalanced-data tutorial's; all by explicit names: Keras numbers the names
 of unnamed instances, precision_1, ...). SGD(0.1) both.
 
 tf_keras (tf.keras 2) builds each, tf_keras.utils.set_random_seed(33),
@@ -84,6 +87,7 @@ def build_metrics(K):
 
 
 def build_binary(K):
+    """Keras' imbalanced-data tutorial's metrics, under mxu's names."""
     L, M = K.layers, K.metrics
     x = K.Input((5,), name="x")
     trunk = L.Dense(8, activation="relu", name="trunk")(x)
@@ -91,7 +95,14 @@ def build_binary(K):
     model = K.Model(x, out, name="binary")
     model.compile(optimizer=K.optimizers.SGD(0.1), loss="binary_crossentropy",
                   metrics=["accuracy"] + counts(K) + [
-                      M.RootMeanSquaredError(name="root_mean_squared_error")])
+                      M.RootMeanSquaredError(name="root_mean_squared_error"),
+                      M.AUC(name="prc", curve="PR"),
+                      M.BinaryCrossentropy(name="binary_crossentropy"),
+                      M.MeanSquaredError(name="mean_squared_error"),
+                      M.TruePositives(name="true_positives"),
+                      M.FalsePositives(name="false_positives"),
+                      M.TrueNegatives(name="true_negatives"),
+                      M.FalseNegatives(name="false_negatives")])
     return model
 
 
