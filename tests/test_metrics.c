@@ -302,6 +302,26 @@ static void monitor_directions(void) {
   CHECK(!mxu_monitor_is_max("val_auc", MXU_MODE_MIN));
 }
 
+/* A metric named "accuracy" after others: the logs' "accuracy" is it,
+ * not the first metric (what logs say accuracy of otherwise). */
+static void accuracy_by_name(void) {
+  mxu_output_log o = {.name = "out",
+                      .loss = 0.5,
+                      .val_loss = 0.25,
+                      .metric_count = 2,
+                      .metrics = {"binary_crossentropy", "accuracy"},
+                      .values = {0.5, 0.75},
+                      .val_values = {0.25, 0.875}};
+  mxu_logs logs = logs_of(0.5, &o, 1);
+  logs.val_loss = 0.25;
+  logs.val_accuracy = o.val_values[0];
+  CHECK(mxu_logs_value(&logs, "accuracy") == 0.75);
+  CHECK(mxu_logs_value(&logs, "val_accuracy") == 0.875);
+  CHECK(mxu_logs_value(&logs, "binary_crossentropy") == 0.5);
+  CHECK(mxu_logs_value(&logs, "val_binary_crossentropy") == 0.25);
+  CHECK(isnan(mxu_logs_value(&logs, "out_accuracy")));
+}
+
 static void refusals(void) {
   mxu_model *m = NULL;
   mxu_compile_config c = mxu_compile_defaults();
@@ -344,6 +364,7 @@ int main(void) {
   counts_over_batches();
   auc_values();
   monitor_directions();
+  accuracy_by_name();
   refusals();
   return check_report("test_metrics");
 }

@@ -102,10 +102,14 @@ double mxu_logs_value(const mxu_logs *logs, const char *name) {
     }
     return NAN;
   }
+  /* A metric of that name first: "accuracy" may be any of several. */
+  for (int m = 0; logs->output_count && m < logs->outputs[0].metric_count; m++)
+    if (strcmp(base, logs->outputs[0].metrics[m]) == 0)
+      return metric_value(&logs->outputs[0], base, val);
   if (strcmp(base, "accuracy") == 0 || strcmp(base, "acc") == 0 ||
       (logs->metric && strcmp(base, logs->metric) == 0))
     return val ? logs->val_accuracy : logs->accuracy;
-  return logs->output_count ? metric_value(&logs->outputs[0], base, val) : NAN;
+  return NAN;
 }
 
 /* Keras' keys, in tf.keras 2's order: loss, the outputs' losses (of
