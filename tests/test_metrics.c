@@ -218,17 +218,28 @@ static void golden_run(const char *name, const char *file,
 
 /* Precision and recall count over the epoch: not the mean of each
  * batch's ratio. Three batches whose ratios' mean is not the whole's. */
-static void counts_over_batches(void) {
+/* binary.h5's model and compile settings on cpu_ref with two metrics of
+ * its own (compiled into *status). */
+static mxu_model *binary_with(int batch, const char *first, const char *second,
+                              mxu_status *status) {
   mxu_model *m = NULL;
   mxu_compile_config c = mxu_compile_defaults();
   CHECK_OK(mxu_model_load_json(DIR "binary.h5", &m, &c, NULL));
-  if (!m) return;
-  c.batch_size = 2;
+  if (!m) return NULL;
+  c.batch_size = batch;
   c.backend = MXU_BACKEND_CPU_REF;
   memset(c.metrics, 0, sizeof c.metrics);
-  c.metrics[0] = "precision";
-  c.metrics[1] = "recall";
-  CHECK_OK(mxu_compile(m, &c));
+  c.metrics[0] = first;
+  c.metrics[1] = second;
+  *status = mxu_compile(m, &c);
+  return m;
+}
+
+static void counts_over_batches(void) {
+  mxu_status compiled;
+  mxu_model *m = binary_with(2, "precision", "recall", &compiled);
+  if (!m) return;
+  CHECK_OK(compiled);
   /* The output's kernel 0 and bias: y = sigmoid(b) for every sample,
    * then its inputs choose: a last Dense whose kernel is 0 and bias b. */
   int last = mxu_model_output_node(m, 0);
@@ -323,24 +334,18 @@ static void accuracy_by_name(void) {
 }
 
 static void refusals(void) {
-  mxu_model *m = NULL;
-  mxu_compile_config c = mxu_compile_defaults();
-  CHECK_OK(mxu_model_load_json(DIR "binary.h5", &m, &c, NULL));
-  if (!m) return;
-  c.batch_size = 4;
-  c.backend = MXU_BACKEND_CPU_REF;
-  memset(c.metrics, 0, sizeof c.metrics);
-  c.metrics[0] = "mae";
-  c.metrics[1] = "auroc";
-  CHECK(mxu_compile(m, &c) == MXU_ERR_UNSUPPORTED &&
+  mxu_status s;
+  mxu_model *m = binary_with(4, "mae", "auroc", &s);
+  CHECK(s == MXU_ERR_UNSUPPORTED &&
         strstr(mxu_errmsg(), "metric 'auroc' is not supported"));
-  c.metrics[1] = "mae";
-  CHECK(mxu_compile(m, &c) == MXU_ERR_ARG &&
+  mxu_model_free(m);
+  m = binary_with(4, "mae", "mae", &s);
+  CHECK(s == MXU_ERR_ARG &&
         strstr(mxu_errmsg(), "'mae' of output 'out' is named twice"));
   mxu_model_free(m);
   /* Precision compares each value with a target: no class labels. */
   m = NULL;
-  c = mxu_compile_defaults();
+  mxu_compile_config c = mxu_compile_defaults();
   CHECK_OK(mxu_model_load_json(DIR "metrics.h5", &m, &c, NULL));
   if (!m) return;
   c.batch_size = 4;

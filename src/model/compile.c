@@ -237,7 +237,7 @@ static void resolve_metrics(const mxu_layer *out, mxu_head *h) {
     mxu_metric_kind_of(h->metric[m], h->spec.loss,
                        mxu_shape_count(&out->out_shape), &h->metric_kind[m]);
     h->spec.metrics[m] = h->metric[m];
-    h->curve[m] = -1; /* an AUC's: reserve_buffers */
+    h->curve[m] = -1; /* an AUC's: reserve_io numbers them */
     h->metric_count++;
   }
 }
