@@ -169,7 +169,7 @@ static void train_options(train_args *a, cli_option *o) {
 
 static const char train_summary[] =
     "Trains the Keras model in MODEL.json (model.to_json(); its "
-    "compile_config,\nif any, gives the optimizer, loss and metric) on "
+    "compile_config,\nif any, gives the optimizer, loss and metrics) on "
     "DATA's train split,\nvalidating on its test split, then evaluates on "
     "the test split.";
 
