@@ -214,15 +214,23 @@ static void regression(void) {
   free(text);
   free(err);
   const char *report = temp_path("prices.report.json");
-  char *listed[] = {MXU_BIN,          "train",
-                    (char *)json,     "--data",
-                    (char *)table,    "--label-column",
-                    "price",          "--validation-split",
-                    "0.2",            "--epochs",
-                    "2",              "--metric",
+  char *listed[] = {MXU_BIN,
+                    "train",
+                    (char *)json,
+                    "--data",
+                    (char *)table,
+                    "--label-column",
+                    "price",
+                    "--validation-split",
+                    "0.2",
+                    "--epochs",
+                    "2",
+                    "--metric",
                     "mse,root_mean_squared_error",
-                    "--verbose",      "0",
-                    "--report",       (char *)report,
+                    "--verbose",
+                    "0",
+                    "--report",
+                    (char *)report,
                     NULL};
   code = check_run(listed, &text, &err);
   CHECK_MSG(code == 0 && strstr(text, " - test mse ") &&
@@ -237,8 +245,9 @@ static void regression(void) {
   CHECK_MSG(fabs(sqrt(mse) - rmse) < 1e-6 * (1 + rmse), "mse %g, rmse %g: %s",
             mse, rmse, json_text);
   free(json_text);
-  char *too_many[] = {MXU_BIN, "train", (char *)json, "--data", (char *)table,
-                      "--label-column", "price", "--metric", "mae,,mse", NULL};
+  char *too_many[] = {
+      MXU_BIN,          "train", (char *)json, "--data",   (char *)table,
+      "--label-column", "price", "--metric",   "mae,,mse", NULL};
   code = check_run(too_many, &text, &err);
   CHECK_MSG(code == 2 && strstr(err, "--metric: 'mae,,mse' is not a list"),
             "exit %d: %s", code, err);
