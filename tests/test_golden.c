@@ -11,9 +11,8 @@
  * dialects and both backends are checked; the losses over positions
  * (seq2seq, tagging) on pjrt too. */
 #include "check.h"
+#include "check_h5.h"
 #include "model/model.h"
-
-#include <hdf5.h>
 
 #define MAX_ROWS 8
 #define MAX_CLASSES 28
@@ -57,19 +56,11 @@ static const char *in_dir(const char *name) {
   return path;
 }
 
-static void read_dataset(hid_t file, const char *name, hid_t type, void *out) {
-  hid_t set = H5Dopen2(file, name, H5P_DEFAULT);
-  CHECK_MSG(set >= 0, "batch.h5 has no %s", name);
-  if (set < 0) return;
-  CHECK(H5Dread(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
-  H5Dclose(set);
-}
-
 static void read_golden(golden *g) {
   hid_t file = H5Fopen(in_dir("batch.h5"), H5F_ACC_RDONLY, H5P_DEFAULT);
   CHECK(file >= 0);
   if (file < 0) return;
-  read_dataset(file, "x", H5T_NATIVE_FLOAT, g->x);
+  check_h5_read(file, "x", H5T_NATIVE_FLOAT, g->x);
   for (g->more_count = 0; g->more_count < MAX_MORE; g->more_count++) {
     char name[16];
     snprintf(name, sizeof name, "x_%d", g->more_count + 1);
@@ -85,7 +76,7 @@ static void read_golden(golden *g) {
           (int64_t)dims[0] * mxu_shape_count(shape) <= MAX_ROWS * 64);
     H5Sclose(space);
     H5Dclose(set);
-    read_dataset(file, name, H5T_NATIVE_FLOAT, g->more[g->more_count]);
+    check_h5_read(file, name, H5T_NATIVE_FLOAT, g->more[g->more_count]);
   }
   hid_t y = H5Dopen2(file, "y", H5P_DEFAULT);
   hid_t type = y >= 0 ? H5Dget_type(y) : -1;
@@ -113,12 +104,12 @@ static void read_golden(golden *g) {
   if (type >= 0) H5Tclose(type);
   if (y >= 0) H5Dclose(y);
   if (g->targets)
-    read_dataset(file, "y", H5T_NATIVE_FLOAT, g->t);
+    check_h5_read(file, "y", H5T_NATIVE_FLOAT, g->t);
   else
-    read_dataset(file, "y", H5T_NATIVE_INT32, g->y);
-  read_dataset(file, "loss", H5T_NATIVE_DOUBLE, &g->loss);
-  read_dataset(file, "predict_before", H5T_NATIVE_FLOAT, g->before);
-  read_dataset(file, "predict_after", H5T_NATIVE_FLOAT, g->after);
+    check_h5_read(file, "y", H5T_NATIVE_INT32, g->y);
+  check_h5_read(file, "loss", H5T_NATIVE_DOUBLE, &g->loss);
+  check_h5_read(file, "predict_before", H5T_NATIVE_FLOAT, g->before);
+  check_h5_read(file, "predict_after", H5T_NATIVE_FLOAT, g->after);
   H5Fclose(file);
 }
 

@@ -6,10 +6,10 @@
  * backend; counts over batches of which the last is short; the written
  * settings read back; refusals. */
 #include "check.h"
+#include "check_h5.h"
 #include "model/model.h"
 #include "train/callbacks.h"
 
-#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,22 +22,14 @@ typedef struct golden {
   float x[ROWS * FEATURES], cls[ROWS * 3], reg[ROWS * 2], flag[ROWS];
 } golden;
 
-static void read_set(hid_t file, const char *name, hid_t type, void *out) {
-  hid_t set = H5Dopen2(file, name, H5P_DEFAULT);
-  CHECK_MSG(set >= 0, "data.h5 has no %s", name);
-  if (set < 0) return;
-  CHECK(H5Dread(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
-  H5Dclose(set);
-}
-
 static void read_golden(golden *g) {
   hid_t file = H5Fopen(DIR "data.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
   CHECK(file >= 0);
   if (file < 0) return;
-  read_set(file, "x", H5T_NATIVE_FLOAT, g->x);
-  read_set(file, "y_cls", H5T_NATIVE_FLOAT, g->cls);
-  read_set(file, "y_reg", H5T_NATIVE_FLOAT, g->reg);
-  read_set(file, "y_flag", H5T_NATIVE_FLOAT, g->flag);
+  check_h5_read(file, "x", H5T_NATIVE_FLOAT, g->x);
+  check_h5_read(file, "y_cls", H5T_NATIVE_FLOAT, g->cls);
+  check_h5_read(file, "y_reg", H5T_NATIVE_FLOAT, g->reg);
+  check_h5_read(file, "y_flag", H5T_NATIVE_FLOAT, g->flag);
   H5Fclose(file);
 }
 
@@ -48,7 +40,7 @@ static double keras_value(const char *name, const char *what, const char *key) {
   snprintf(path, sizeof path, "%s/%s/%s", name, what, key);
   hid_t file = H5Fopen(DIR "data.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file >= 0 && H5Lexists(file, path, H5P_DEFAULT) > 0)
-    read_set(file, path, H5T_NATIVE_DOUBLE, &v);
+    check_h5_read(file, path, H5T_NATIVE_DOUBLE, &v);
   if (file >= 0) H5Fclose(file);
   return v;
 }

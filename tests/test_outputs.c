@@ -3,11 +3,11 @@
  * metric, against tf.keras (tests/golden/outputs, make_outputs.py), finite
  * differences of the weighted total, replicas, callbacks and refusals. */
 #include "check.h"
+#include "check_h5.h"
 #include "data/data.h"
 #include "model/model.h"
 #include "train/callbacks.h"
 
-#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,33 +29,25 @@ typedef struct golden {
 
 static const int widths[3] = {3, 2, 1};
 
-static void read_set(hid_t file, const char *name, hid_t type, void *out) {
-  hid_t set = H5Dopen2(file, name, H5P_DEFAULT);
-  CHECK_MSG(set >= 0, "batch.h5 has no %s", name);
-  if (set < 0) return;
-  CHECK(H5Dread(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
-  H5Dclose(set);
-}
-
 static void read_golden(golden *g) {
   hid_t file = H5Fopen(DIR "batch.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
   CHECK(file >= 0);
   if (file < 0) return;
-  read_set(file, "x", H5T_NATIVE_FLOAT, g->x);
-  read_set(file, "y_0", H5T_NATIVE_INT32, g->cls);
-  read_set(file, "y_1", H5T_NATIVE_FLOAT, g->reg);
-  read_set(file, "y_2", H5T_NATIVE_FLOAT, g->flag);
-  read_set(file, "loss", H5T_NATIVE_DOUBLE, &g->loss);
+  check_h5_read(file, "x", H5T_NATIVE_FLOAT, g->x);
+  check_h5_read(file, "y_0", H5T_NATIVE_INT32, g->cls);
+  check_h5_read(file, "y_1", H5T_NATIVE_FLOAT, g->reg);
+  check_h5_read(file, "y_2", H5T_NATIVE_FLOAT, g->flag);
+  check_h5_read(file, "loss", H5T_NATIVE_DOUBLE, &g->loss);
   for (int j = 0; j < 3; j++) {
     char name[32];
     snprintf(name, sizeof name, "loss_%d", j);
-    read_set(file, name, H5T_NATIVE_DOUBLE, &g->losses[j]);
+    check_h5_read(file, name, H5T_NATIVE_DOUBLE, &g->losses[j]);
     snprintf(name, sizeof name, "metric_%d", j);
-    read_set(file, name, H5T_NATIVE_DOUBLE, &g->metrics[j]);
+    check_h5_read(file, name, H5T_NATIVE_DOUBLE, &g->metrics[j]);
     snprintf(name, sizeof name, "predict_before_%d", j);
-    read_set(file, name, H5T_NATIVE_FLOAT, g->before[j]);
+    check_h5_read(file, name, H5T_NATIVE_FLOAT, g->before[j]);
     snprintf(name, sizeof name, "predict_after_%d", j);
-    read_set(file, name, H5T_NATIVE_FLOAT, g->after[j]);
+    check_h5_read(file, name, H5T_NATIVE_FLOAT, g->after[j]);
   }
   H5Fclose(file);
 }

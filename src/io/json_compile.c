@@ -11,25 +11,30 @@
 #include <string.h>
 #include <strings.h>
 
+/* Which of a metric class's options mxu checks (metric_of). */
+typedef enum { OPTIONS_NONE, OPTIONS_COUNTS, OPTIONS_AUC, OPTIONS_BCE } options;
+
 static const struct {
   const char *class_name, *metric;
+  options options;
 } metric_classes[] = {
-    {"SparseCategoricalAccuracy", "sparse_categorical_accuracy"},
-    {"CategoricalAccuracy", "categorical_accuracy"},
-    {"BinaryAccuracy", "binary_accuracy"},
-    {"TopKCategoricalAccuracy", "top_k_categorical_accuracy"},
-    {"SparseTopKCategoricalAccuracy", "sparse_top_k_categorical_accuracy"},
-    {"MeanAbsoluteError", "mean_absolute_error"},
-    {"MeanSquaredError", "mean_squared_error"},
-    {"RootMeanSquaredError", "root_mean_squared_error"},
-    {"Precision", "precision"},
-    {"Recall", "recall"},
-    {"AUC", "auc"}, /* or "prc": its curve decides */
-    {"TruePositives", "true_positives"},
-    {"FalsePositives", "false_positives"},
-    {"TrueNegatives", "true_negatives"},
-    {"FalseNegatives", "false_negatives"},
-    {"BinaryCrossentropy", "binary_crossentropy"},
+    {"SparseCategoricalAccuracy", "sparse_categorical_accuracy", OPTIONS_NONE},
+    {"CategoricalAccuracy", "categorical_accuracy", OPTIONS_NONE},
+    {"BinaryAccuracy", "binary_accuracy", OPTIONS_NONE},
+    {"TopKCategoricalAccuracy", "top_k_categorical_accuracy", OPTIONS_NONE},
+    {"SparseTopKCategoricalAccuracy", "sparse_top_k_categorical_accuracy",
+     OPTIONS_NONE},
+    {"MeanAbsoluteError", "mean_absolute_error", OPTIONS_NONE},
+    {"MeanSquaredError", "mean_squared_error", OPTIONS_NONE},
+    {"RootMeanSquaredError", "root_mean_squared_error", OPTIONS_NONE},
+    {"Precision", "precision", OPTIONS_COUNTS},
+    {"Recall", "recall", OPTIONS_COUNTS},
+    {"AUC", "auc", OPTIONS_AUC}, /* or "prc": its curve decides */
+    {"TruePositives", "true_positives", OPTIONS_COUNTS},
+    {"FalsePositives", "false_positives", OPTIONS_COUNTS},
+    {"TrueNegatives", "true_negatives", OPTIONS_COUNTS},
+    {"FalseNegatives", "false_negatives", OPTIONS_COUNTS},
+    {"BinaryCrossentropy", "binary_crossentropy", OPTIONS_BCE},
 };
 
 static const char *const optimizer_keys[] = {"name",
@@ -698,16 +703,15 @@ static mxu_status metric_of(const mxu_json_where *where, const cJSON *v,
     if (!cJSON_IsString(class_name) || !class_name->valuestring ||
         strcmp(class_name->valuestring, metric_classes[i].class_name) != 0)
       continue;
-    const char *metric = metric_classes[i].metric;
-    *found = named ? named : metric;
-    /* The curve, not the name (AUC(curve="PR") is named "auc"), decides. */
-    if (strcmp(metric, "auc") == 0)
-      return check_auc_config(where, config, found);
-    if (strcmp(metric, "binary_crossentropy") == 0)
-      return check_bce_config(where, config);
-    if (strstr(metric, "positives") || strstr(metric, "negatives") ||
-        strcmp(metric, "precision") == 0 || strcmp(metric, "recall") == 0)
+    *found = named ? named : metric_classes[i].metric;
+    switch (metric_classes[i].options) {
+    case OPTIONS_COUNTS:
       return check_counts_config(where, config, class_name->valuestring);
+    case OPTIONS_AUC: /* its curve, not its name ("auc" for PR too) */
+      return check_auc_config(where, config, found);
+    case OPTIONS_BCE: return check_bce_config(where, config);
+    case OPTIONS_NONE: return MXU_OK;
+    }
     return MXU_OK;
   }
   /* tf.keras 2.x h5 files wrap the function: MeanMetricWrapper, fn. */

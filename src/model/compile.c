@@ -513,6 +513,7 @@ void mxu_plan_release(mxu_model *model) {
   free(plan->exchange);
   free(plan->curves);
   free(plan->curve_stage);
+  free(plan->results);
   for (int h = 0; h < MXU_MAX_OUTPUTS; h++) free(plan->head[h].mask_factor);
   for (int i = 0; plan->nodes && i < model->layer_count; i++)
     model->layers[i].compiled = NULL;
@@ -995,10 +996,13 @@ static mxu_status plan_heads(mxu_model *model) {
   return MXU_OK;
 }
 
-/* The AUCs' curves of a step, and strategy/'s stage for every replica's
- * (and the local ones' to send). */
-static mxu_status reserve_curves(mxu_model *model) {
+/* A step's results and AUC curves, and strategy/'s stage for every
+ * replica's (and the local ones' to send). */
+static mxu_status reserve_results(mxu_model *model) {
   mxu_plan *plan = &model->plan;
+  plan->results = calloc((size_t)(plan->replicas + plan->local_count),
+                         sizeof *plan->results);
+  if (!plan->results) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   if (!plan->curve_count) return MXU_OK;
   size_t values = (size_t)plan->curve_count * MXU_AUC_VALUES;
   plan->curves = calloc(values, sizeof *plan->curves);
@@ -1135,7 +1139,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   }
   MXU_TRY(reserve_io(model));
   MXU_TRY(reserve_exchange(model));
-  MXU_TRY(reserve_curves(model));
+  MXU_TRY(reserve_results(model));
   /* Refused rather than left to the kernel's OOM killer. */
   int64_t memory = mxu_machine_memory_bytes();
   int64_t needed = (int64_t)plan->layout.size * plan->local_count;

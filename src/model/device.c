@@ -36,6 +36,8 @@ struct mxu_device {
   int *sum_size;  /* sums: each one's floats (an AUC's curves: T each) */
   int sum_floats; /* all the sums' of one step */
   float *curves;  /* steps * the AUCs' curves: the last run's */
+  /* The sums downloaded: steps stacked, then one step's gathered. */
+  float *sum_stage;
   int kind[MXU_SLOTS + 1]; /* each slot kind's buffer (mxu_slot_buffer) */
   int steps;               /* the most one execution runs */
   mxu_hlo_shape *shape;    /* inputs: one step's, dtype F32 or S32 */
@@ -78,6 +80,7 @@ void mxu_device_free(mxu_model *model) {
   free(d->rates);
   free(d->sum_size);
   free(d->curves);
+  free(d->sum_stage);
   free(d->size);
   free(d->args);
   free(d->outs);
@@ -152,6 +155,9 @@ static mxu_status allocate(const mxu_model *model, mxu_device *d) {
     }
   }
   for (k = 0; k < d->sums; k++) d->sum_floats += d->sum_size[k];
+  d->sum_stage =
+      malloc((size_t)(d->steps + 1) * d->sum_floats * sizeof *d->sum_stage);
+  if (!d->sum_stage) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   d->shape = calloc((size_t)d->inputs, sizeof *d->shape);
   d->size = calloc((size_t)d->inputs, sizeof *d->size);
   d->rates = calloc((size_t)d->steps, sizeof *d->rates);
@@ -391,9 +397,7 @@ mxu_status mxu_device_run(mxu_model *model, int steps,
     s = mxu_pjrt_execute(d->pjrt, d->train, d->nargs, d->args, d->outs);
   /* Each sum over the execution's steps, stacked: sum k's at all +
    * steps * (the floats of the sums before it). */
-  float *all = malloc((size_t)(d->steps + 1) * d->sum_floats * sizeof *all);
-  if (s == MXU_OK && !all) s = mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
-  float *sums = all + (size_t)d->steps * d->sum_floats;
+  float *all = d->sum_stage, *sums = all + (size_t)d->steps * d->sum_floats;
   for (int k = 0, at = 0; s == MXU_OK && k < d->sums;
        at += d->sum_size[k++] * d->steps)
     s = mxu_pjrt_download(d->pjrt, d->outs[d->state + k], all + at,
@@ -408,7 +412,6 @@ mxu_status mxu_device_run(mxu_model *model, int steps,
     }
     read_sums(model, sums, &results[j], d->curves + j * values);
   }
-  free(all);
   if (s != MXU_OK) {
     free_buffers(d, d->outs, 0, d->outputs, d->outputs);
     return s;
@@ -534,8 +537,7 @@ mxu_status mxu_device_evaluate(mxu_model *model, mxu_step_result *result) {
   mxu_pjrt_buffer **outs = calloc((size_t)(n * d->devices), sizeof *outs);
   if (!outs) return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   mxu_status s = run_eval(model, 0, outs);
-  float *sums = calloc((size_t)d->sum_floats, sizeof *sums);
-  if (s == MXU_OK && !sums) s = mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
+  float *sums = d->sum_stage;
   for (int k = 0, at = 0; s == MXU_OK && k < n; at += d->sum_size[k++])
     s = mxu_pjrt_download(d->pjrt, outs[k], sums + at,
                           (size_t)d->sum_size[k] * sizeof *sums);
@@ -546,7 +548,6 @@ mxu_status mxu_device_evaluate(mxu_model *model, mxu_step_result *result) {
     read_sums(model, sums, result, d->curves);
     mxu_device_curves(model, 0);
   }
-  free(sums);
   return s;
 }
 

@@ -198,7 +198,17 @@ static double row_positives(mxu_metric_kind kind, const float *y, int64_t k,
 }
 
 int mxu_metric_is_mean(mxu_metric_kind kind) {
-  return kind < MXU_METRIC_PRECISION || kind == MXU_METRIC_BINARY_CROSSENTROPY;
+  switch (kind) {
+  case MXU_METRIC_PRECISION:
+  case MXU_METRIC_RECALL:
+  case MXU_METRIC_AUC:
+  case MXU_METRIC_AUC_PR:
+  case MXU_METRIC_TRUE_POSITIVES:
+  case MXU_METRIC_FALSE_POSITIVES:
+  case MXU_METRIC_TRUE_NEGATIVES:
+  case MXU_METRIC_FALSE_NEGATIVES: return 0;
+  default: return 1;
+  }
 }
 
 int mxu_metric_has_curve(mxu_metric_kind kind) {
@@ -207,8 +217,8 @@ int mxu_metric_has_curve(mxu_metric_kind kind) {
 
 /* The counts' value is their sum; precision and recall divide it. */
 static int is_count(mxu_metric_kind kind) {
-  return kind >= MXU_METRIC_TRUE_POSITIVES &&
-         kind <= MXU_METRIC_FALSE_NEGATIVES;
+  return !mxu_metric_is_mean(kind) && !mxu_metric_has_curve(kind) &&
+         kind != MXU_METRIC_PRECISION && kind != MXU_METRIC_RECALL;
 }
 
 double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
@@ -216,13 +226,16 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
                       const float *targets, const float *mask,
                       double *divisor) {
   double total = 0.0, of = 0.0;
-  int mean = mxu_metric_is_mean(kind);
+  int mean = mxu_metric_is_mean(kind), ratio = !mean && !is_count(kind);
   *divisor = 0.0;
   if (mxu_metric_has_curve(kind)) return 0.0; /* mxu_auc_counts */
   for (int64_t r = 0; r < rows; r++) {
     if (mask[r] == 0.0f) continue;
     total += row_metric(kind, y + r * k, k, labels[r], targets + r * k);
-    of += mean ? 1.0 : row_positives(kind, y + r * k, k, targets + r * k);
+    if (mean)
+      of += 1.0;
+    else if (ratio) /* precision's and recall's */
+      of += row_positives(kind, y + r * k, k, targets + r * k);
   }
   *divisor = of;
   return total;

@@ -624,6 +624,8 @@ typedef struct mxu_head_plan {
   int fused_softmax; /* the loss reads the output layer's logits */
 } mxu_head_plan;
 
+typedef struct mxu_step_result mxu_step_result; /* below */
+
 typedef struct mxu_plan {
   /* Rows per replica: the global batch / replicas. Here `replicas` counts
    * slices: each logical replica's rows may run in `split` slices
@@ -661,6 +663,9 @@ typedef struct mxu_plan {
   int curve_count;
   double *curves;
   float *curve_stage;
+  /* A step's results: every replica's gathered (replicas), then the local
+   * ones' (local_count), off the stack (a result is kilobytes). */
+  mxu_step_result *results;
   /* strategy/'s staging for exchanges between processes, sized at
    * compile for the largest one, so steps do not allocate. */
   float *exchange;
@@ -852,11 +857,11 @@ typedef struct mxu_head_sums {
  * penalties, summed over its real samples, and each head's sums; in
  * training, also the gradient of loss * scale with respect to each output
  * (its logits where the softmax is fused). */
-typedef struct mxu_step_result {
+struct mxu_step_result {
   double loss_sum;
   mxu_head_sums heads[MXU_MAX_OUTPUTS];
   mxu_status status; /* a device's failure (pjrt); MXU_OK on the host */
-} mxu_step_result;
+};
 
 mxu_step_result mxu_replica_loss(mxu_model *model, mxu_replica *replica,
                                  const mxu_step_key *key, float scale);

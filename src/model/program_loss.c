@@ -322,8 +322,11 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
    * argmax. */
   mxu_metric_kind kind = model->heads[head].metric_kind[m];
   /* Counts: each kept row whole, not 1 / positions of it. */
-  mxu_hlo_value whole = mxu_hlo_mul(
-      h, metric_mask, mxu_hlo_full_like(h, metric_mask, (double)positions));
+  mxu_hlo_value whole =
+      mxu_metric_is_mean(kind)
+          ? 0
+          : mxu_hlo_mul(h, metric_mask,
+                        mxu_hlo_full_like(h, metric_mask, (double)positions));
   if (mxu_metric_has_curve(kind)) {
     emit_curve(h, y, t, whole, sums);
     return h->status;

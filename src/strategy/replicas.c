@@ -394,7 +394,7 @@ static void run_synchronized(mxu_model *model, const mxu_step_key *key,
  * the printed loss does not depend on the process count either. */
 static mxu_step_result combine(const mxu_plan *plan,
                                const mxu_step_result *local) {
-  mxu_step_result all[plan->replicas], total = {0};
+  mxu_step_result *all = plan->results, total = {0};
   mxu_dist_allgather(local, all, (size_t)plan->local_count * sizeof *local);
   for (int r = 0; r < plan->replicas; r++) mxu_step_result_add(&total, &all[r]);
   return total;
@@ -430,7 +430,7 @@ mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
   int local = plan->local_count;
   int single = mxu_distributed_size() == 1;
   plan->scale = scale; /* the activity gradients' (step.c) */
-  mxu_step_result results[local];
+  mxu_step_result *results = plan->results + plan->replicas;
   float *grads[local];
   for (int r = 0; r < local; r++) grads[r] = plan->replica[r].grads;
   int64_t chunks = chunk_count(model->trainable_count);
