@@ -1074,8 +1074,11 @@ typedef struct mxu_compile_config {
    * probabilities), "auc" (Keras' AUC(): the area under the ROC curve of
    * every output value against its target, at 200 thresholds, counted
    * over the epoch) and "prc" (AUC(curve="PR"), as Keras interpolates
-   * it); at most 4 AUCs a model. None: {"accuracy"}. Logs, histories and
-   * callbacks carry the first one's value where they say accuracy. */
+   * it); at most 4 AUCs a model. "NAME=METRIC" logs METRIC under NAME
+   * (Keras' name= of a metric object: "roc=auc", "tp=true_positives"; a
+   * model file's compile settings read so point at text the model
+   * keeps). None: {"accuracy"}. Logs, histories and callbacks carry the
+   * first one's value where they say accuracy. */
   const char *metrics[MXU_MAX_METRICS];
   /* The strategy, as TPUStrategy: batch_size is the global batch, split
    * over `replicas` logical replicas (0 means 1; batch_size must divide by
@@ -1505,7 +1508,11 @@ mxu_status mxu_model_snapshot(const mxu_model *model, float **out);
 void mxu_model_restore_snapshot(mxu_model *model, const float *snapshot);
 
 typedef enum mxu_monitor_mode {
-  MXU_MODE_AUTO = 0, /* max when the name holds "acc", else min */
+  /* Keras 3's direction of the model's metric of that name (max for the
+   * accuracies, precision, recall and AUCs, whatever they are named; min
+   * for the errors and cross-entropy); for other keys max when the name
+   * holds "acc" or ends in auc, precision or recall, else min. */
+  MXU_MODE_AUTO = 0,
   MXU_MODE_MIN,
   MXU_MODE_MAX
 } mxu_monitor_mode;
@@ -1523,8 +1530,10 @@ mxu_status mxu_early_stopping(const mxu_early_stopping_config *config,
                               mxu_callback *out);
 
 typedef struct mxu_model_checkpoint_config {
-  /* Python format fields {epoch}, {loss}, {val_loss}, {accuracy}, ... with
-   * format specs such as {epoch:02d} and {val_loss:.2f}. */
+  /* Python format fields {epoch}, {loss}, {val_loss}, {accuracy}, any
+   * key of the logs ({val_auc}, {out_loss}), {lr}, with format specs such
+   * as {epoch:02d} and {val_loss:.2f}; the fields are checked against the
+   * model's keys when fit begins. */
   const char *filepath;
   const char *monitor; /* for save_best_only; default "val_loss" */
   mxu_monitor_mode mode;

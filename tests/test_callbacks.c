@@ -357,7 +357,8 @@ static const char *in_dir(const char *dir, const char *name) {
   return path;
 }
 
-/* One epoch_end with these logs through a fresh checkpoint callback. */
+/* train_begin, then one epoch_end with these logs, through a fresh
+ * checkpoint callback. */
 static mxu_status checkpoint_once(const char *filepath, mxu_model *model,
                                   const mxu_logs *logs) {
   mxu_model_checkpoint_config c = mxu_model_checkpoint_defaults(filepath);
@@ -365,7 +366,8 @@ static mxu_status checkpoint_once(const char *filepath, mxu_model *model,
   mxu_callback cb;
   mxu_status s = mxu_model_checkpoint(&c, &cb);
   if (s != MXU_OK) return s;
-  s = cb.epoch_end(cb.self, model, logs);
+  s = cb.train_begin(cb.self, model);
+  if (s == MXU_OK) s = cb.epoch_end(cb.self, model, logs);
   mxu_callback_free(&cb);
   return s;
 }
@@ -401,9 +403,12 @@ static void test_checkpoint_names(void) {
   logs = logs_at(1, 0.5, 0.5, NAN, NAN);
   EXPECT_FAIL(checkpoint_once(in_dir(dir, "v{val_loss:.2f}.h5"), model, &logs),
               MXU_ERR_ARG, "{val_loss}: epoch 2 has no value for it");
+  /* A key the model never logs fails when training begins. */
   EXPECT_FAIL(
       checkpoint_once(in_dir(dir, "v{categorical_accuracy}.h5"), model, &logs),
-      MXU_ERR_ARG, "{categorical_accuracy}");
+      MXU_ERR_ARG,
+      "{categorical_accuracy}: unknown field; the fields are epoch and what "
+      "the logs hold: loss,accuracy,val_loss,val_accuracy,lr");
   mxu_model_free(sparse);
   mxu_model_free(model);
 }
@@ -493,7 +498,6 @@ static void test_checkpoint_errors(void) {
   static const struct {
     const char *template, *needle;
   } bad[] = {
-      {"{val_los}.h5", "{val_los}: unknown field"},
       {"{epoch.h5", "expected '}' before end of string"},
       {"a}.h5", "single '}'"},
       {"{loss:d}.h5", "format code 'd'"},
@@ -540,6 +544,14 @@ static void test_checkpoint_errors(void) {
   mxu_status fit = mxu_fit(model, data, &f, &history);
   CHECK(fit == s && has(mxu_errmsg(), "no/such/dir/m1.h5"));
   CHECK(history && history->count == 1);
+  mxu_callback_free(&cb);
+  /* A misspelt key stops fit before its first step. */
+  c = mxu_model_checkpoint_defaults(temp_path("{val_los}.h5"));
+  CHECK_OK(mxu_model_checkpoint(&c, &cb));
+  int64_t iterations = model->iterations;
+  EXPECT_FAIL(mxu_fit(model, data, &f, NULL), MXU_ERR_ARG,
+              "{val_los}: unknown field");
+  CHECK(model->iterations == iterations);
   mxu_callback_free(&cb);
   mxu_dataset_free(data);
   mxu_model_free(model);
@@ -765,6 +777,12 @@ static void test_csv_text(void) {
   check_text(fresh, "epoch,loss,lr,sparse_categorical_accuracy\r\n"
                     "0,0.5,0.001,0.25\r\n"
                     "1,0.5,0.001,0.25\r\n");
+  /* A metric's own name quoted as Python's csv module quotes it. */
+  const char *quoted = temp_path("quoted.csv");
+  sparse[0].metric = sparse[1].metric = "say \"hi\", then";
+  csv_run(quoted, 0, sparse, 1);
+  check_text(quoted, "epoch,loss,lr,\"say \"\"hi\"\", then\"\r\n"
+                     "0,0.5,0.001,0.25\r\n");
   /* An I/O error names the file. */
   mxu_callback cb;
   mxu_model *model = toy_model(NULL);

@@ -2493,12 +2493,20 @@ static void missing_file(void) {
 /* ---- compile_config forms -------------------------------------------------
  */
 
+/* The model the last compile settings were read with: names they give
+ * ("roc=auc") point at text it keeps, so it lives until the next read. */
+static mxu_model *settings_model;
+
+static void keep_settings_model(mxu_model *m) {
+  mxu_model_free(settings_model);
+  settings_model = m;
+}
+
 static mxu_compile_config compile_of(const char *key, const char *compile) {
   mxu_compile_config c = mxu_compile_defaults();
   int has_compile = 0;
-  mxu_model *m = read_json(compiled_with(key, compile), &c, &has_compile);
+  keep_settings_model(read_json(compiled_with(key, compile), &c, &has_compile));
   CHECK(has_compile == 1);
-  mxu_model_free(m);
   return c;
 }
 
@@ -2629,7 +2637,7 @@ static mxu_compile_config outputs_compile(int three, const char *key,
   mxu_model *m = read_json(outputs_with(three, key, compile), &c, &has_compile);
   CHECK(m && mxu_model_output_count(m) == (three ? 3 : 2));
   CHECK(has_compile == 1);
-  mxu_model_free(m);
+  keep_settings_model(m);
   return c;
 }
 
@@ -2794,7 +2802,7 @@ static void reads_several_metrics(void) {
       "\"RootMeanSquaredError\", \"config\": {\"name\": "
       "\"root_mean_squared_error\"}}]}}");
   CHECK(c.output_count == 2);
-  const char *a[] = {"accuracy", "precision", "recall", NULL};
+  const char *a[] = {"accuracy", "precision_2=precision", "recall", NULL};
   const char *b[] = {"mae", "root_mean_squared_error", NULL};
   for (int m = 0; m < 4; m++) {
     CHECK_MSG(same_name(c.outputs[0].metrics[m], a[m]), "a's metric %d: %s", m,
@@ -2813,16 +2821,18 @@ static void reads_several_metrics(void) {
   CHECK(c.output_count == 2 && same_name(c.outputs[0].metrics[0], "mae") &&
         same_name(c.outputs[0].metrics[1], "recall") &&
         !c.outputs[0].metrics[2] && !c.outputs[1].metrics[0]);
-  /* AUC(curve="PR") keeps Keras' default name "auc": its curve decides;
-   * the counts' own names ("tp") give way to mxu's. */
+  /* An AUC's curve, not its name, decides what it computes; Keras logs
+   * each by its own name (AUC(curve="PR") keeps the default "auc"), as do
+   * the counts ("tp"). */
   c = compile_of("compile_config",
                  "{\"loss\": \"binary_crossentropy\", \"metrics\": "
                  "[{\"class_name\": \"AUC\", \"config\": {\"name\": \"auc\", "
                  "\"curve\": \"PR\"}}, {\"class_name\": \"AUC\", \"config\": "
                  "{\"name\": \"auc_1\"}}, {\"class_name\": \"TruePositives\", "
                  "\"config\": {\"name\": \"tp\", \"thresholds\": null}}]}");
-  CHECK(same_name(c.metrics[0], "prc") && same_name(c.metrics[1], "auc") &&
-        same_name(c.metrics[2], "true_positives") && !c.metrics[3]);
+  CHECK(same_name(c.metrics[0], "auc=prc") &&
+        same_name(c.metrics[1], "auc_1=auc") &&
+        same_name(c.metrics[2], "tp=true_positives") && !c.metrics[3]);
   c = outputs_compile(0, "compile_config",
                       "{\"loss\": \"mse\", \"metrics\": [\"mae\", \"mse\"]}");
   CHECK(c.output_count == 0 && same_name(c.metrics[0], "mae") &&
@@ -3941,5 +3951,6 @@ int main(void) {
   writes_output_losses();
   every_truncation();
   every_mutation();
+  keep_settings_model(NULL);
   return check_report("test_json");
 }

@@ -45,7 +45,8 @@ static double keras_value(const char *name, const char *what, const char *key) {
   return v;
 }
 
-/* keys.txt's line "NAME tf2 WHAT: k1 k2 ...": tf.keras' keys in order. */
+/* keys.txt's line "NAME tf2 WHAT: k1,k2,...": tf.keras' keys in order
+ * (one may hold a space: the tutorial's "cross entropy"). */
 static int keras_keys(const char *name, const char *what,
                       char keys[MAX_KEYS][MXU_LOG_KEY_SIZE]) {
   FILE *f = fopen(DIR "keys.txt", "r");
@@ -56,8 +57,8 @@ static int keras_keys(const char *name, const char *what,
   int n = 0;
   while (fgets(line, sizeof line, f)) {
     if (strncmp(line, head, strlen(head)) != 0) continue;
-    for (char *k = strtok(line + strlen(head), " \n"); k && n < MAX_KEYS;
-         k = strtok(NULL, " \n"))
+    for (char *k = strtok(line + strlen(head), ",\n"); k && n < MAX_KEYS;
+         k = strtok(NULL, ",\n"))
       snprintf(keys[n++], MXU_LOG_KEY_SIZE, "%s", k);
   }
   fclose(f);
@@ -132,20 +133,20 @@ static mxu_model *load(const char *path, mxu_backend_kind backend, int replicas,
 static void expect_compiled(const mxu_model *m, const char *path) {
   static const char *const want[3][6] = {
       {"accuracy", "top_k_categorical_accuracy", "precision", "recall", "auc"},
-      {"mae", "mse", "root_mean_squared_error"},
-      {"accuracy", "precision", "recall", "auc"}};
-  static const char *const binary[] = {"accuracy",
+      {"mae", "mse", "rmse"},
+      {"accuracy", "p", "recall", "roc"}};
+  static const char *const binary[] = {"cross entropy",
+                                       "Brier score",
+                                       "tp",
+                                       "fp",
+                                       "tn",
+                                       "fn",
+                                       "accuracy",
                                        "precision",
                                        "recall",
                                        "auc",
-                                       "root_mean_squared_error",
                                        "prc",
-                                       "binary_crossentropy",
-                                       "mean_squared_error",
-                                       "true_positives",
-                                       "false_positives",
-                                       "true_negatives",
-                                       "false_negatives",
+                                       "root_mean_squared_error",
                                        NULL};
   for (int h = 0; h < m->head_count; h++) {
     const char *const *names = m->head_count == 1 ? binary : want[h];
@@ -349,7 +350,86 @@ static void refusals(void) {
   mxu_model_free(m);
 }
 
+/* Each output's metrics, as logged and as computed, alike in both. */
+static void expect_same_metrics(const mxu_model *a, const mxu_model *b,
+                                const char *label) {
+  CHECK_MSG(a->head_count == b->head_count, "%s: outputs", label);
+  for (int h = 0; h < a->head_count && h < b->head_count; h++) {
+    const mxu_head *x = &a->heads[h], *y = &b->heads[h];
+    CHECK_MSG(x->metric_count == y->metric_count, "%s: output %d", label, h);
+    for (int k = 0; k < x->metric_count && k < y->metric_count; k++)
+      CHECK_MSG(strcmp(x->metric[k], y->metric[k]) == 0 &&
+                    x->metric_kind[k] == y->metric_kind[k],
+                "%s: output %d metric %d: %s, read back %s", label, h, k,
+                x->metric[k], y->metric[k]);
+  }
+}
+
+/* Metrics under names of their own (Keras' name=): the direction mode
+ * "auto" takes from what they compute, the names through both files mxu
+ * writes, and names compile refuses. */
+static void named_metrics(void) {
+  mxu_model *m = load(DIR "metrics.h5", MXU_BACKEND_CPU_REF, 1, "metrics");
+  mxu_model *b = load(DIR "binary.keras", MXU_BACKEND_CPU_REF, 1, "binary");
+  if (!m || !b) goto done;
+  static const struct {
+    int binary;
+    const char *monitor;
+    mxu_monitor_mode want;
+  } modes[] = {
+      {0, "val_flag_roc", MXU_MODE_MAX},
+      {0, "flag_p", MXU_MODE_MAX},
+      {0, "val_reg_rmse", MXU_MODE_MIN},
+      {0, "val_flag_loss", MXU_MODE_AUTO},
+      {0, "val_roc", MXU_MODE_AUTO},
+      {1, "val_prc", MXU_MODE_MAX},
+      {1, "val_Brier score", MXU_MODE_MIN},
+      {1, "cross entropy", MXU_MODE_MIN},
+      {1, "tp", MXU_MODE_AUTO}, /* a count: Keras 3 gives none */
+  };
+  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+    CHECK_MSG(mxu_monitor_mode_for(modes[i].binary ? b : m, modes[i].monitor,
+                                   MXU_MODE_AUTO) == modes[i].want,
+              "%s", modes[i].monitor);
+  CHECK(mxu_monitor_mode_for(b, "val_prc", MXU_MODE_MIN) == MXU_MODE_MIN);
+  CHECK(!mxu_monitor_is_max("val_Brier score", MXU_MODE_AUTO)); /* by name */
+  static const char *const files[] = {"named.keras", "named.h5"};
+  for (int f = 0; f < 4; f++) {
+    mxu_model *from = f < 2 ? m : b, *back = NULL;
+    const char *path = temp_path(files[f % 2]);
+    CHECK_OK(mxu_save_model(from, path, NULL));
+    CHECK_OK(mxu_load_model(path, MXU_BACKEND_CPU_REF, &back, NULL));
+    if (back) expect_same_metrics(from, back, path);
+    mxu_model_free(back);
+  }
+done:
+  mxu_model_free(m);
+  mxu_model_free(b);
+  static const struct {
+    const char *first, *second, *needle;
+  } bad[] = {
+      {"mae", "=auc", "'=auc': the name it is logged under must be 1 to 63"},
+      {"mae", "x=auroc", "metric 'auroc' is not supported"},
+      /* the same name twice, whatever each computes */
+      {"roc=auc", "roc=prc", "'roc' of output 'out' is named twice"},
+      {"auc", "auc=mae", "'auc' of output 'out' is named twice"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    mxu_status s;
+    mxu_model_free(binary_with(4, bad[i].first, bad[i].second, &s));
+    CHECK_MSG(s != MXU_OK && strstr(mxu_errmsg(), bad[i].needle), "%s: %s",
+              bad[i].second, mxu_errmsg());
+  }
+  char longer[80];
+  memset(longer, 'n', 64);
+  strcpy(longer + 64, "=auc");
+  mxu_status s;
+  mxu_model_free(binary_with(4, "mae", longer, &s));
+  CHECK(s == MXU_ERR_ARG && strstr(mxu_errmsg(), "1 to 63 characters"));
+}
+
 int main(void) {
+  CHECK(check_temp_make("metrics"));
   static const mxu_backend_kind backends[] = {
       MXU_BACKEND_CPU_REF, MXU_BACKEND_CPU, MXU_BACKEND_PJRT};
   for (int b = 0; b < 3; b++) {
@@ -363,5 +443,7 @@ int main(void) {
   monitor_directions();
   accuracy_by_name();
   refusals();
+  named_metrics();
+  check_remove_tree(check_temp_dir);
   return check_report("test_metrics");
 }

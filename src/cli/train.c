@@ -111,8 +111,8 @@ static void train_options(train_args *a, cli_option *o) {
        "sparse_top_k_categorical_accuracy, mae, mse, "
        "root_mean_squared_error, precision, recall, auc, prc (the PR "
        "curve's), true_positives, false_positives, true_negatives, "
-       "false_negatives, binary_crossentropy (default: the model "
-       "file's, else accuracy)",
+       "false_negatives, binary_crossentropy; NAME=METRIC logs METRIC "
+       "as NAME (roc=auc) (default: the model file's, else accuracy)",
        CLI_STRING, &a->metric, NULL, 0, 0},
       {"--precision", "P",
        "float32 or mixed_bfloat16 (Keras' mixed precision: float32 weights, "

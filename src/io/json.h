@@ -16,10 +16,12 @@
 
 /* Reads root's compile_config (Keras 3) or training_config (tf.keras 2.x)
  * over *compile, its losses, loss weights and metrics matched to model's
- * outputs by name or order; *found says whether either was there. */
+ * outputs by name or order; *found says whether either was there. A
+ * metric Keras logs under a name of its own is read as "NAME=METRIC",
+ * text the model keeps. */
 mxu_status mxu_json_read_compile(const char *source, const cJSON *root,
-                                 const mxu_model *model,
-                                 mxu_compile_config *compile, int *found);
+                                 mxu_model *model, mxu_compile_config *compile,
+                                 int *found);
 /* Model output k's name, which Keras keys losses and metrics by: its
  * layer's ("" past the outputs). */
 const char *mxu_json_output_name(const mxu_model *model, int k);
@@ -34,12 +36,13 @@ mxu_status mxu_model_file_read_json(const char *path, mxu_model **out,
 
 /* The compiled model's compile settings, Keras 3 compile_config style. */
 cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model);
-/* The class object Keras writes for a metric that is no function
- * (Precision, Recall, RootMeanSquaredError) under `name`; NULL for the
- * others, which Keras writes by name (or tf.keras 2 as a wrapped
- * function). */
+/* The class object Keras writes for a metric under `name`: always for
+ * those that are no function (Precision, AUC, RootMeanSquaredError...),
+ * for the others (accuracies, mae, ...) only when `named` (logged under a
+ * name of their own); NULL where Keras writes the function by name (or
+ * tf.keras 2 wraps it). */
 cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
-                             mxu_metric_kind kind);
+                             mxu_metric_kind kind, int named);
 
 /* ---- ops recorded as layers (json_ops.c) -------------------------------
  */

@@ -12,7 +12,14 @@
 #include <strings.h>
 
 /* Which of a metric class's options mxu checks (metric_of). */
-typedef enum { OPTIONS_NONE, OPTIONS_COUNTS, OPTIONS_AUC, OPTIONS_BCE } options;
+typedef enum {
+  OPTIONS_NONE,
+  OPTIONS_TOP_K,
+  OPTIONS_THRESHOLD,
+  OPTIONS_COUNTS,
+  OPTIONS_AUC,
+  OPTIONS_BCE
+} options;
 
 static const struct {
   const char *class_name, *metric;
@@ -20,10 +27,10 @@ static const struct {
 } metric_classes[] = {
     {"SparseCategoricalAccuracy", "sparse_categorical_accuracy", OPTIONS_NONE},
     {"CategoricalAccuracy", "categorical_accuracy", OPTIONS_NONE},
-    {"BinaryAccuracy", "binary_accuracy", OPTIONS_NONE},
-    {"TopKCategoricalAccuracy", "top_k_categorical_accuracy", OPTIONS_NONE},
+    {"BinaryAccuracy", "binary_accuracy", OPTIONS_THRESHOLD},
+    {"TopKCategoricalAccuracy", "top_k_categorical_accuracy", OPTIONS_TOP_K},
     {"SparseTopKCategoricalAccuracy", "sparse_top_k_categorical_accuracy",
-     OPTIONS_NONE},
+     OPTIONS_TOP_K},
     {"MeanAbsoluteError", "mean_absolute_error", OPTIONS_NONE},
     {"MeanSquaredError", "mean_squared_error", OPTIONS_NONE},
     {"RootMeanSquaredError", "root_mean_squared_error", OPTIONS_NONE},
@@ -344,7 +351,8 @@ int mxu_json_per_output(const mxu_model *model) {
  * outputs apart (a loss list or dict; metrics by output that leave one
  * without). */
 typedef struct outputs_read {
-  const mxu_model *model;
+  mxu_model *model; /* keeps the metrics' own names (mxu_model_keep) */
+  int keras2;       /* tf.keras 2's training_config */
   int count;
   mxu_output_loss at[MXU_MAX_OUTPUTS];
   int apart;
@@ -587,18 +595,26 @@ static mxu_status read_loss_weights(const mxu_json_where *where, const cJSON *v,
 /* ---- metrics -------------------------------------------------------------
  */
 
-/* The metric a name gives; one a tf.keras 2 h5 file names after its
- * output ("cls_accuracy" for the output cls) too. It points into loss.c's
- * table, never into the JSON, whose memory is gone once the read
- * returns. */
-static const char *metric_by_name(const cJSON *name, const char *output) {
+/* The metric a name gives, pointing into loss.c's table (never into the
+ * JSON, whose memory is gone once the read returns); NULL for none. */
+static const char *metric_by_name(const cJSON *name) {
   if (!cJSON_IsString(name) || !name->valuestring) return NULL;
-  const char *found = mxu_metric_name(name->valuestring);
-  size_t n = output ? strlen(output) : 0;
-  if (!found && n && strncmp(name->valuestring, output, n) == 0 &&
-      name->valuestring[n] == '_')
-    found = mxu_metric_name(name->valuestring + n + 1);
-  return found;
+  return mxu_metric_name(name->valuestring);
+}
+
+/* A number option other than its one value mxu computes (absent or null:
+ * Keras' default, which is that value). */
+static mxu_status check_number(const mxu_json_where *where, const cJSON *config,
+                               const char *cls, const char *key, double want) {
+  const cJSON *v = mxu_json_get(config, key);
+  if (!v || cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble == want))
+    return MXU_OK;
+  char text[96];
+  mxu_json_text(v, text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                       "%s with %s %s is not supported: mxu computes Keras' "
+                       "default %s=%g",
+                       cls, key, text, key, want);
 }
 
 /* Precision's and Recall's options other than Keras' defaults (one
@@ -686,54 +702,105 @@ static mxu_status check_bce_config(const mxu_json_where *where,
   return MXU_OK;
 }
 
-/* "accuracy", or a metric object such as {"class_name":
- * "SparseCategoricalAccuracy", "config": {"name": ...}}; *found NULL when
- * neither names a metric mxu computes. */
+/* A metric object's name as Keras logs it: its config's name, less the
+ * output's name tf.keras 2 writes before it in a model of several
+ * outputs ("flag_roc" for output flag's "roc"); NULL for none. */
+static const char *object_name(const cJSON *config, const char *prefix) {
+  const cJSON *name = mxu_json_get(config, "name");
+  if (!cJSON_IsString(name) || !name->valuestring || !*name->valuestring)
+    return NULL;
+  size_t n = prefix ? strlen(prefix) : 0;
+  if (n && strncmp(name->valuestring, prefix, n) == 0 &&
+      name->valuestring[n] == '_' && name->valuestring[n + 1])
+    return name->valuestring + n + 1;
+  return name->valuestring;
+}
+
+/* A metric class's options other than Keras' defaults, refused. */
+static mxu_status check_options(const mxu_json_where *where,
+                                const cJSON *config, const char *cls,
+                                options options, const char **metric) {
+  switch (options) {
+  case OPTIONS_TOP_K: return check_number(where, config, cls, "k", MXU_TOP_K);
+  case OPTIONS_THRESHOLD:
+    return check_number(where, config, cls, "threshold", 0.5);
+  case OPTIONS_COUNTS: return check_counts_config(where, config, cls);
+  case OPTIONS_AUC: /* its curve, not its name ("auc" for PR too) */
+    return check_auc_config(where, config, metric);
+  case OPTIONS_BCE: return check_bce_config(where, config);
+  case OPTIONS_NONE: return MXU_OK;
+  }
+  return MXU_OK;
+}
+
+/* "accuracy", or a metric object such as {"class_name": "AUC", "config":
+ * {"name": "roc", ...}}: into *metric what it computes (NULL when mxu
+ * does not), into *name what Keras logs it as (NULL: *metric). */
 static mxu_status metric_of(const mxu_json_where *where, const cJSON *v,
-                            const char *output, const char **found) {
-  *found = NULL;
+                            const char *prefix, const char **metric,
+                            const char **name) {
+  *name = NULL;
   if (!cJSON_IsObject(v)) {
-    *found = metric_by_name(v, NULL);
+    *metric = metric_by_name(v);
     return MXU_OK;
   }
   const cJSON *config = mxu_json_get(v, "config");
-  const char *named = metric_by_name(mxu_json_get(config, "name"), output);
   const cJSON *class_name = mxu_json_get(v, "class_name");
+  *name = object_name(config, prefix);
   for (size_t i = 0; i < sizeof metric_classes / sizeof *metric_classes; i++) {
     if (!cJSON_IsString(class_name) || !class_name->valuestring ||
         strcmp(class_name->valuestring, metric_classes[i].class_name) != 0)
       continue;
-    *found = named ? named : metric_classes[i].metric;
-    switch (metric_classes[i].options) {
-    case OPTIONS_COUNTS:
-      return check_counts_config(where, config, class_name->valuestring);
-    case OPTIONS_AUC: /* its curve, not its name ("auc" for PR too) */
-      return check_auc_config(where, config, found);
-    case OPTIONS_BCE: return check_bce_config(where, config);
-    case OPTIONS_NONE: return MXU_OK;
-    }
-    return MXU_OK;
+    *metric = metric_classes[i].metric;
+    return check_options(where, config, class_name->valuestring,
+                         metric_classes[i].options, metric);
   }
   /* tf.keras 2.x h5 files wrap the function: MeanMetricWrapper, fn. */
-  *found =
-      named && metric_by_name(mxu_json_get(config, "fn"), NULL) ? named : NULL;
+  *metric = metric_by_name(mxu_json_get(config, "fn"));
   return MXU_OK;
 }
 
-/* One metric appended to an output's list (output NULL: every output's). */
+/* The part of a metric compile takes ("roc=auc", "auc") that Keras logs. */
+static size_t logged_length(const char *spec) {
+  const char *eq = strrchr(spec, '=');
+  return eq ? (size_t)(eq - spec) : strlen(spec);
+}
+
+static int same_logged(const char *a, const char *b) {
+  size_t n = logged_length(a);
+  return n == logged_length(b) && strncmp(a, b, n) == 0;
+}
+
+/* One metric appended to an output's list (k -1: every output's), as
+ * compile takes it: the metric's name, or "NAME=METRIC" for one Keras
+ * logs under a name of its own, kept by the model. */
 static mxu_status read_one_metric(const mxu_json_where *where, const cJSON *v,
-                                  const char *output, const char **list) {
-  const char *found;
-  MXU_TRY(metric_of(where, v, output, &found));
+                                  outputs_read *r, int k, const char **list) {
+  const char *prefix =
+      r->keras2 && k >= 0 && r->count > 1 ? output_name(r, k) : NULL;
+  const char *found, *name;
+  MXU_TRY(metric_of(where, v, prefix, &found, &name));
   char text[160];
   mxu_json_text(v, text, sizeof text);
   if (!found)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "%s is not supported (supported: %s)", text,
                          mxu_metric_names());
+  if (name && mxu_metric_says(name, found)) {
+    found = mxu_metric_name(name);
+  } else if (name && strcmp(name, found) != 0) {
+    if (strlen(name) >= MXU_METRIC_LOG_SIZE)
+      return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                           "%s: mxu logs names of at most %d characters", text,
+                           MXU_METRIC_LOG_SIZE - 1);
+    char spec[2 * MXU_METRIC_LOG_SIZE];
+    snprintf(spec, sizeof spec, "%s=%s", name, found);
+    found = r->model ? mxu_model_keep(r->model, spec) : NULL;
+    if (!found) return mxu_json_fail(where, MXU_ERR_NOMEM, "out of memory");
+  }
   int n = 0;
   while (n < MXU_MAX_METRICS && list[n]) {
-    if (strcmp(list[n], found) == 0)
+    if (same_logged(list[n], found))
       return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                            "%s is listed twice; Keras logs one value by each "
                            "name",
@@ -743,7 +810,7 @@ static mxu_status read_one_metric(const mxu_json_where *where, const cJSON *v,
   if (n == MXU_MAX_METRICS)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "%s: mxu computes at most %d metrics%s", text,
-                         MXU_MAX_METRICS, output ? " per output" : "");
+                         MXU_MAX_METRICS, k >= 0 ? " per output" : "");
   list[n] = found;
   return MXU_OK;
 }
@@ -751,16 +818,16 @@ static mxu_status read_one_metric(const mxu_json_where *where, const cJSON *v,
 /* A list of metrics, in tf.keras 2.x h5 files nested one level deeper
  * (null: an output without), replacing *list when it names any. */
 static mxu_status read_metric_list(const mxu_json_where *where, const cJSON *v,
-                                   const char *output, const char **list) {
+                                   outputs_read *r, int k, const char **list) {
   const char *read[MXU_MAX_METRICS] = {0};
   for (const cJSON *m = v->child; m; m = m->next) {
     if (!cJSON_IsArray(m)) {
-      if (!cJSON_IsNull(m)) MXU_TRY(read_one_metric(where, m, output, read));
+      if (!cJSON_IsNull(m)) MXU_TRY(read_one_metric(where, m, r, k, read));
       continue;
     }
     for (const cJSON *inner = m->child; inner; inner = inner->next)
       if (!cJSON_IsNull(inner))
-        MXU_TRY(read_one_metric(where, inner, output, read));
+        MXU_TRY(read_one_metric(where, inner, r, k, read));
   }
   if (read[0]) memcpy(list, read, sizeof read);
   return MXU_OK;
@@ -769,13 +836,12 @@ static mxu_status read_metric_list(const mxu_json_where *where, const cJSON *v,
 /* An output's entry in a dict or a list of lists: a metric, a list, or
  * null (none). */
 static mxu_status read_output_metric(const mxu_json_where *where,
-                                     const cJSON *v, const outputs_read *r,
-                                     int k, const char **list) {
+                                     const cJSON *v, outputs_read *r, int k,
+                                     const char **list) {
   memset(list, 0, MXU_MAX_METRICS * sizeof *list);
   if (!v || cJSON_IsNull(v)) return MXU_OK;
-  const char *output = output_name(r, k);
-  if (cJSON_IsArray(v)) return read_metric_list(where, v, output, list);
-  return read_one_metric(where, v, output, list);
+  if (cJSON_IsArray(v)) return read_metric_list(where, v, r, k, list);
+  return read_one_metric(where, v, r, k, list);
 }
 
 /* Several outputs' metrics: a list for every output, a list of lists in
@@ -804,7 +870,7 @@ static mxu_status read_output_metrics(const mxu_json_where *where,
                          "or a dict by output name");
   if (!lists) {
     const char *every[MXU_MAX_METRICS] = {0};
-    MXU_TRY(read_metric_list(where, v, NULL, every));
+    MXU_TRY(read_metric_list(where, v, r, -1, every));
     for (int k = 0; every[0] && k < r->count; k++)
       memcpy(r->at[k].metrics, every, sizeof every);
     return MXU_OK;
@@ -826,7 +892,7 @@ static mxu_status read_metrics(const mxu_json_where *where, const cJSON *v,
     if (cJSON_IsArray(v) || is_output_dict(v))
       return read_output_metrics(where, v, r);
   } else if (cJSON_IsArray(v)) {
-    return read_metric_list(where, v, output_name(r, 0), r->at[0].metrics);
+    return read_metric_list(where, v, r, 0, r->at[0].metrics);
   }
   char text[160];
   mxu_json_text(v, text, sizeof text);
@@ -852,7 +918,7 @@ static int same_metrics(const char *const *a, const char *const *b) {
 }
 
 /* Each output's settings start from the caller's. */
-static void outputs_start(outputs_read *r, const mxu_model *model,
+static void outputs_start(outputs_read *r, mxu_model *model,
                           const mxu_compile_config *compile) {
   memset(r, 0, sizeof *r);
   r->model = model;
@@ -886,7 +952,7 @@ static void outputs_finish(const outputs_read *r, mxu_compile_config *c) {
 }
 
 static mxu_status read_compile_fields(const char *source, const char *key,
-                                      const cJSON *c, const mxu_model *model,
+                                      const cJSON *c, mxu_model *model,
                                       mxu_compile_config *compile) {
   mxu_json_where where;
   mxu_json_where_set(&where, "%s: %s", source, key);
@@ -895,6 +961,7 @@ static mxu_status read_compile_fields(const char *source, const char *key,
   MXU_TRY(mxu_json_check_keys(&where, c, compile_keys, NULL));
   outputs_read r;
   outputs_start(&r, model, compile);
+  r.keras2 = strcmp(key, "training_config") == 0;
   if (r.count > MXU_MAX_OUTPUTS)
     return mxu_json_fail(&where, MXU_ERR_UNSUPPORTED,
                          "the model has %d outputs; mxu compiles at most %d",
@@ -923,8 +990,8 @@ static mxu_status read_compile_fields(const char *source, const char *key,
 }
 
 mxu_status mxu_json_read_compile(const char *source, const cJSON *root,
-                                 const mxu_model *model,
-                                 mxu_compile_config *compile, int *found) {
+                                 mxu_model *model, mxu_compile_config *compile,
+                                 int *found) {
   const char *key = "compile_config";
   const cJSON *c = mxu_json_get(root, key);
   if (!c || cJSON_IsNull(c)) {
@@ -1081,25 +1148,47 @@ static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
 }
 
 cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
-                             mxu_metric_kind kind) {
-  static const char *const classes[] = {
-      [MXU_METRIC_PRECISION] = "Precision",
-      [MXU_METRIC_RECALL] = "Recall",
-      [MXU_METRIC_RMSE] = "RootMeanSquaredError",
-      [MXU_METRIC_AUC] = "AUC",
-      [MXU_METRIC_AUC_PR] = "AUC",
-      [MXU_METRIC_TRUE_POSITIVES] = "TruePositives",
-      [MXU_METRIC_FALSE_POSITIVES] = "FalsePositives",
-      [MXU_METRIC_TRUE_NEGATIVES] = "TrueNegatives",
-      [MXU_METRIC_FALSE_NEGATIVES] = "FalseNegatives",
-      [MXU_METRIC_BINARY_CROSSENTROPY] = NULL, /* a function */
+                             mxu_metric_kind kind, int named) {
+  static const struct {
+    const char *name;
+    int function; /* a string unless named */
+  } classes[] = {
+      [MXU_METRIC_SPARSE_ACCURACY] = {"SparseCategoricalAccuracy", 1},
+      [MXU_METRIC_CATEGORICAL_ACCURACY] = {"CategoricalAccuracy", 1},
+      [MXU_METRIC_BINARY_ACCURACY] = {"BinaryAccuracy", 1},
+      [MXU_METRIC_TOP_K] = {"TopKCategoricalAccuracy", 1},
+      [MXU_METRIC_SPARSE_TOP_K] = {"SparseTopKCategoricalAccuracy", 1},
+      [MXU_METRIC_MAE] = {"MeanAbsoluteError", 1},
+      [MXU_METRIC_MSE] = {"MeanSquaredError", 1},
+      [MXU_METRIC_RMSE] = {"RootMeanSquaredError", 0},
+      [MXU_METRIC_PRECISION] = {"Precision", 0},
+      [MXU_METRIC_RECALL] = {"Recall", 0},
+      [MXU_METRIC_AUC] = {"AUC", 0},
+      [MXU_METRIC_AUC_PR] = {"AUC", 0},
+      [MXU_METRIC_TRUE_POSITIVES] = {"TruePositives", 0},
+      [MXU_METRIC_FALSE_POSITIVES] = {"FalsePositives", 0},
+      [MXU_METRIC_TRUE_NEGATIVES] = {"TrueNegatives", 0},
+      [MXU_METRIC_FALSE_NEGATIVES] = {"FalseNegatives", 0},
+      [MXU_METRIC_BINARY_CROSSENTROPY] = {"BinaryCrossentropy", 1},
   };
-  const char *cls = classes[kind];
-  if (!cls) return NULL;
+  if (classes[kind].function && !named) return NULL;
   cJSON *config = cJSON_CreateObject();
   mxu_json_put_string(out, config, "name", name);
   mxu_json_put_string(out, config, "dtype", "float32");
-  if (mxu_metric_has_curve(kind)) {
+  switch (kind) {
+  case MXU_METRIC_BINARY_ACCURACY:
+    mxu_json_put_float(out, config, "threshold", 0.5f);
+    break;
+  case MXU_METRIC_TOP_K:
+  case MXU_METRIC_SPARSE_TOP_K:
+    mxu_json_put_number(out, config, "k", MXU_TOP_K);
+    break;
+  case MXU_METRIC_BINARY_CROSSENTROPY:
+    mxu_json_put_bool(out, config, "from_logits", 0);
+    mxu_json_put_number(out, config, "label_smoothing", 0);
+    break;
+  case MXU_METRIC_AUC:
+  case MXU_METRIC_AUC_PR:
     mxu_json_put_number(out, config, "num_thresholds", MXU_AUC_THRESHOLDS);
     mxu_json_put_string(out, config, "curve",
                         kind == MXU_METRIC_AUC_PR ? "PR" : "ROC");
@@ -1108,14 +1197,22 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
     mxu_json_put_null(out, config, "num_labels");
     mxu_json_put_null(out, config, "label_weights");
     mxu_json_put_bool(out, config, "from_logits", 0);
-  } else if (kind != MXU_METRIC_RMSE) {
+    break;
+  case MXU_METRIC_PRECISION:
+  case MXU_METRIC_RECALL:
     mxu_json_put_null(out, config, "thresholds");
-  }
-  if (kind == MXU_METRIC_PRECISION || kind == MXU_METRIC_RECALL) {
     mxu_json_put_null(out, config, "top_k");
     mxu_json_put_null(out, config, "class_id");
+    break;
+  case MXU_METRIC_TRUE_POSITIVES:
+  case MXU_METRIC_FALSE_POSITIVES:
+  case MXU_METRIC_TRUE_NEGATIVES:
+  case MXU_METRIC_FALSE_NEGATIVES:
+    mxu_json_put_null(out, config, "thresholds");
+    break;
+  default: break;
   }
-  return mxu_json_object(out, "keras.metrics", cls, config);
+  return mxu_json_object(out, "keras.metrics", classes[kind].name, config);
 }
 
 /* Head k's metrics as Keras 3's compile_config lists them. */
@@ -1123,7 +1220,10 @@ static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k) {
   const mxu_head *h = &model->heads[k];
   cJSON *list = cJSON_CreateArray();
   for (int m = 0; m < h->metric_count; m++) {
-    cJSON *object = mxu_json_metric_class(out, h->metric[m], h->metric_kind[m]);
+    /* "accuracy" as given (Keras resolves it by the loss again) */
+    int named = strcmp(h->metric[m], h->metric_spec[m]) != 0;
+    cJSON *object =
+        mxu_json_metric_class(out, h->metric[m], h->metric_kind[m], named);
     mxu_json_append(out, list,
                     object ? object : cJSON_CreateString(h->metric[m]));
   }

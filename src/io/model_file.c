@@ -270,7 +270,7 @@ static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k,
     snprintf(name, sizeof name, "%s%s%s",
              prefix ? mxu_json_output_name(model, k) : "", prefix ? "_" : "",
              h->metric[m]);
-    cJSON *object = mxu_json_metric_class(out, name, h->metric_kind[m]);
+    cJSON *object = mxu_json_metric_class(out, name, h->metric_kind[m], 0);
     mxu_json_append(
         out, list,
         object ? object
@@ -978,7 +978,7 @@ static mxu_status read_header(const char *path, hid_t file, model_header *h) {
 /* training_config is the tf.keras 2.x form json_compile.c already reads
  * inside a model JSON; it gets the same treatment here. */
 static mxu_status read_training_config(const char *path, const char *text,
-                                       const mxu_model *model,
+                                       mxu_model *model,
                                        mxu_compile_config *compile) {
   cJSON *config = cJSON_Parse(text);
   cJSON *root = cJSON_CreateObject();

@@ -205,10 +205,11 @@ static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
                     "per class (at least 2 classes, along the last axis) "
                     "for a categorical cross-entropy loss",
                     out->name);
+  char logged[MXU_MAX_METRICS][MXU_METRIC_LOG_SIZE];
   for (int m = 0; m < MXU_MAX_METRICS && o->metrics[m]; m++) {
     mxu_metric_kind kind;
-    MXU_TRY(mxu_metric_kind_of(o->metrics[m], o->loss, mxu_shape_count(shape),
-                               &kind));
+    MXU_TRY(mxu_metric_parse(o->metrics[m], o->loss, mxu_shape_count(shape),
+                             logged[m], &kind));
     if (!mxu_metric_is_mean(kind) &&
         o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
       return mxu_fail(MXU_ERR_UNSUPPORTED,
@@ -219,24 +220,26 @@ static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
                       "accuracy",
                       o->metrics[m], out->name);
     for (int j = 0; j < m; j++)
-      if (strcmp(o->metrics[j], o->metrics[m]) == 0)
+      if (strcmp(logged[j], logged[m]) == 0)
         return mxu_fail(MXU_ERR_ARG,
                         "compile: metric '%s' of output '%s' is named "
                         "twice; Keras logs one value by each name",
-                        o->metrics[m], out->name);
+                        logged[m], out->name);
   }
   return MXU_OK;
 }
 
-/* The head's own copies of its metrics' names, and their kinds (checked
- * by check_head). */
+/* The head's own copies of its metrics, their names and their kinds
+ * (checked by check_head). */
 static void resolve_metrics(const mxu_layer *out, mxu_head *h) {
   h->metric_count = 0;
   for (int m = 0; m < MXU_MAX_METRICS && h->spec.metrics[m]; m++) {
-    snprintf(h->metric[m], sizeof h->metric[m], "%s", h->spec.metrics[m]);
-    mxu_metric_kind_of(h->metric[m], h->spec.loss,
-                       mxu_shape_count(&out->out_shape), &h->metric_kind[m]);
-    h->spec.metrics[m] = h->metric[m];
+    snprintf(h->metric_spec[m], sizeof h->metric_spec[m], "%s",
+             h->spec.metrics[m]);
+    mxu_metric_parse(h->metric_spec[m], h->spec.loss,
+                     mxu_shape_count(&out->out_shape), h->metric[m],
+                     &h->metric_kind[m]);
+    h->spec.metrics[m] = h->metric_spec[m];
     h->curve[m] = -1; /* an AUC's: reserve_io numbers them */
     h->metric_count++;
   }

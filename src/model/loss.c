@@ -387,6 +387,21 @@ const char *mxu_metric_name(const char *name) {
   return NULL;
 }
 
+int mxu_metric_says(const char *name, const char *metric) {
+  int a = -1, b = -1;
+  for (int i = 0; i < (int)(sizeof metric_names / sizeof *metric_names); i++) {
+    if (strcmp(name, metric_names[i].name) == 0) a = i;
+    if (strcmp(metric, metric_names[i].name) == 0) b = i;
+  }
+  if (a < 0 || b < 0) return 0;
+  mxu_metric_kind kind = metric_names[b].kind;
+  if (metric_names[a].accuracy)
+    return metric_names[b].accuracy || kind == MXU_METRIC_SPARSE_ACCURACY ||
+           kind == MXU_METRIC_CATEGORICAL_ACCURACY ||
+           kind == MXU_METRIC_BINARY_ACCURACY;
+  return !metric_names[b].accuracy && metric_names[a].kind == kind;
+}
+
 const char *mxu_metric_function(mxu_metric_kind kind) {
   switch (kind) {
   case MXU_METRIC_SPARSE_ACCURACY: return "sparse_categorical_accuracy";
@@ -441,6 +456,36 @@ mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
   return mxu_fail(MXU_ERR_UNSUPPORTED,
                   "compile: metric '%s' is not supported (supported: %s)", name,
                   mxu_metric_names());
+}
+
+mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
+                            char log[MXU_METRIC_LOG_SIZE],
+                            mxu_metric_kind *kind) {
+  const char *eq = strrchr(spec, '='); /* a name may hold one */
+  size_t n = eq ? (size_t)(eq - spec) : strlen(spec);
+  if (n == 0 || n >= MXU_METRIC_LOG_SIZE)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: metric '%s': the name it is logged under must "
+                    "be 1 to %d characters (\"NAME=METRIC\" logs METRIC as "
+                    "NAME)",
+                    spec, MXU_METRIC_LOG_SIZE - 1);
+  memcpy(log, spec, n);
+  log[n] = '\0';
+  return mxu_metric_kind_of(eq ? eq + 1 : spec, loss, outputs, kind);
+}
+
+int mxu_metric_direction(mxu_metric_kind kind) {
+  switch (kind) {
+  case MXU_METRIC_MAE:
+  case MXU_METRIC_MSE:
+  case MXU_METRIC_RMSE:
+  case MXU_METRIC_BINARY_CROSSENTROPY: return -1;
+  case MXU_METRIC_TRUE_POSITIVES:
+  case MXU_METRIC_FALSE_POSITIVES:
+  case MXU_METRIC_TRUE_NEGATIVES:
+  case MXU_METRIC_FALSE_NEGATIVES: return 0;
+  default: return 1; /* the accuracies, precision, recall, the AUCs */
+  }
 }
 
 int mxu_metric_needs_labels(mxu_metric_kind kind) {

@@ -225,7 +225,19 @@ void mxu_model_free(mxu_model *model) {
   free(model->norms);
   free(model->history.epochs);
   free(model->profile);
+  for (int i = 0; i < model->kept_count; i++) free(model->kept[i]);
+  free(model->kept);
   free(model);
+}
+
+const char *mxu_model_keep(mxu_model *model, const char *text) {
+  char **grown = realloc(model->kept, (model->kept_count + 1) * sizeof *grown);
+  if (!grown) return NULL;
+  model->kept = grown;
+  size_t n = strlen(text) + 1;
+  char *copy = malloc(n);
+  if (copy) grown[model->kept_count++] = memcpy(copy, text, n);
+  return copy;
 }
 
 /* ---- nodes ---------------------------------------------------------------

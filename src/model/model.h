@@ -587,14 +587,19 @@ enum {
 
 enum { MXU_TOP_K = 5 }; /* Keras' default k */
 
+enum { MXU_METRIC_LOG_SIZE = 64 }; /* a metric's logged name, its NUL too */
+
 /* A model output the loss scores (Keras: a loss for each output, their
  * weighted sum the model's), resolved at compile from the config: its node,
- * loss and metrics. spec.metrics point at metric[]. */
+ * loss and metrics. spec.metrics point at metric_spec[]. */
 typedef struct mxu_head {
   int node;
   mxu_output_loss spec;
   int metric_count;
-  char metric[MXU_MAX_METRICS][64];
+  /* Each metric's name in the logs, and as compile was given it
+   * ("roc=auc", "auc"). */
+  char metric[MXU_MAX_METRICS][MXU_METRIC_LOG_SIZE];
+  char metric_spec[MXU_MAX_METRICS][2 * MXU_METRIC_LOG_SIZE];
   mxu_metric_kind metric_kind[MXU_MAX_METRICS];
   /* An AUC's curve: its place among the model's (mxu_plan.curves), in
    * units of MXU_AUC_VALUES; -1 for the other metrics. */
@@ -725,6 +730,10 @@ struct mxu_model {
 
   mxu_plan plan;
   mxu_history history;
+  /* Text the compile settings read with the model point at (metrics
+   * logged under their own names: "roc=auc"); freed with the model. */
+  char **kept;
+  int kept_count;
 
   /* mxu_profile_enable: seconds of local replica 0's layers, forward at
    * [2 * layer] and backward at [2 * layer + 1], over profile_steps
@@ -734,6 +743,9 @@ struct mxu_model {
   int profiling;
 };
 
+/* A copy of text that lives as long as the model; NULL when out of
+ * memory. */
+const char *mxu_model_keep(mxu_model *model, const char *text);
 /* The node the loss and predict read: the model's first output. */
 int mxu_model_output(const mxu_model *model);
 /* Output j's node (the model's j-th output; a model without outputs set
@@ -980,6 +992,16 @@ int mxu_metric_has_curve(mxu_metric_kind kind);
  * resolution of "accuracy"); MXU_ERR_UNSUPPORTED naming what is. */
 mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
                               mxu_metric_kind *out);
+/* A metric as compile takes it: a name, or "NAME=METRIC" (METRIC logged
+ * as NAME, Keras' name= of a metric object): the name logged, and the
+ * kind. */
+mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
+                            char log[MXU_METRIC_LOG_SIZE],
+                            mxu_metric_kind *kind);
+/* Keras 3's direction of the metric (its _direction): 1 up (the
+ * accuracies, precision, recall, the AUCs), -1 down (the errors and the
+ * cross-entropy), 0 none (the counts). */
+int mxu_metric_direction(mxu_metric_kind kind);
 /* The supported names, for messages; the table's own copy of a supported
  * name (a string that lives as long as the program), or NULL. */
 const char *mxu_metric_names(void);
@@ -987,6 +1009,10 @@ const char *mxu_metric_names(void);
  * tf.keras 2's metric wrappers name it. */
 const char *mxu_metric_function(mxu_metric_kind kind);
 const char *mxu_metric_name(const char *name);
+/* Whether Keras' metric name alone computes `metric` (loss.c's names):
+ * "mae" does mean_absolute_error, "accuracy" any accuracy (Keras resolves
+ * it by the loss, as it did the function a file wrote). */
+int mxu_metric_says(const char *name, const char *metric);
 /* Whether the metric reads class labels (else the targets). */
 int mxu_metric_needs_labels(mxu_metric_kind kind);
 

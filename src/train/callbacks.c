@@ -61,6 +61,31 @@ int mxu_monitor_is_max(const char *monitor, mxu_monitor_mode mode) {
   return strstr(monitor, "acc") != NULL;
 }
 
+/* Whether `base` is head h's metric m as the logs name it. */
+static int is_metric_key(const mxu_model *model, int h, int m,
+                         const char *base) {
+  const char *metric = model->heads[h].metric[m];
+  if (model->head_count == 1) return strcmp(base, metric) == 0;
+  const char *output = mxu_model_output_name(model, h);
+  size_t n = output ? strlen(output) : 0;
+  return n && strncmp(base, output, n) == 0 && base[n] == '_' &&
+         strcmp(base + n + 1, metric) == 0;
+}
+
+mxu_monitor_mode mxu_monitor_mode_for(const mxu_model *model,
+                                      const char *monitor,
+                                      mxu_monitor_mode mode) {
+  if (mode != MXU_MODE_AUTO || !model || !monitor) return mode;
+  const char *base = strncmp(monitor, "val_", 4) == 0 ? monitor + 4 : monitor;
+  for (int h = 0; h < model->head_count; h++)
+    for (int m = 0; m < model->heads[h].metric_count; m++) {
+      if (!is_metric_key(model, h, m, base)) continue;
+      int direction = mxu_metric_direction(model->heads[h].metric_kind[m]);
+      if (direction) return direction > 0 ? MXU_MODE_MAX : MXU_MODE_MIN;
+    }
+  return mode;
+}
+
 /* Keras: min_delta counts against the direction of improvement, so an
  * improvement must beat best by more than |min_delta|. */
 int mxu_monitor_improved(const char *monitor, mxu_monitor_mode mode,

@@ -22,6 +22,13 @@ mxu_status mxu_callbacks_run(const mxu_fit_config *config, mxu_model *model,
  * "precision" or "recall" (Keras 3's directions of those metrics), else
  * min. */
 int mxu_monitor_is_max(const char *monitor, mxu_monitor_mode mode);
+/* Mode "auto" for a metric the model computes under that name: its
+ * kind's direction (Keras 3's: a metric logged under a name of its own,
+ * "roc" for an AUC, is maximized); otherwise `mode` unchanged, which
+ * mxu_monitor_is_max reads off the name. */
+mxu_monitor_mode mxu_monitor_mode_for(const mxu_model *model,
+                                      const char *monitor,
+                                      mxu_monitor_mode mode);
 /* Whether the monitored value improved on best (mode resolved from the
  * name when AUTO); min_delta as Keras applies it. Shared by EarlyStopping,
  * ReduceLROnPlateau and ModelCheckpoint. */

@@ -88,12 +88,27 @@ static void csv_value(const mxu_logs *logs, const char *key, char *out,
     mxu_python_float(mxu_logs_value(logs, key), 0, 0, out, size);
 }
 
+/* A key as Python's csv module writes it: in quotes, its quotes doubled,
+ * when it holds a comma, a quote or a line break (a metric's own name). */
+static void csv_write_key(FILE *file, const char *key) {
+  if (!strpbrk(key, ",\"\r\n")) {
+    fprintf(file, ",%s", key);
+    return;
+  }
+  fputs(",\"", file);
+  for (const char *c = key; *c; c++) {
+    if (*c == '"') fputc('"', file);
+    fputc(*c, file);
+  }
+  fputc('"', file);
+}
+
 /* Python's csv module ends every line with \r\n (the excel dialect), so
  * Keras' files do too. */
 static void csv_write_header(csv_logger *csv) {
   fputs("epoch", csv->file);
   for (int i = 0; i < csv->key_count; i++)
-    fprintf(csv->file, ",%s", csv->keys[i]);
+    csv_write_key(csv->file, csv->keys[i]);
   fputs("\r\n", csv->file);
   csv->header_due = 0;
 }

@@ -72,6 +72,7 @@ static mxu_status copy_monitor(const char *who, const char *monitor,
 typedef struct early_stopping {
   mxu_early_stopping_config config;
   char *monitor;
+  mxu_monitor_mode mode; /* config's, resolved for the model at train begin */
   int wait, stopped_epoch, best_epoch;
   double best;
   float *best_weights; /* restore_best_weights: the best epoch's */
@@ -85,10 +86,10 @@ mxu_early_stopping_config mxu_early_stopping_defaults(void) {
 }
 
 static mxu_status early_train_begin(void *self, mxu_model *model) {
-  (void)model;
   early_stopping *es = self;
   es->wait = es->stopped_epoch = es->best_epoch = 0;
-  es->best = worst_value(es->monitor, es->config.mode);
+  es->mode = mxu_monitor_mode_for(model, es->monitor, es->config.mode);
+  es->best = worst_value(es->monitor, es->mode);
   free(es->best_weights);
   es->best_weights = NULL;
   return MXU_OK;
@@ -118,8 +119,8 @@ static mxu_status early_epoch_end(void *self, mxu_model *model,
     MXU_TRY(keep_weights(es, model));
   double current = mxu_logs_value(logs, es->monitor);
   es->wait++;
-  if (mxu_monitor_improved(es->monitor, es->config.mode, es->config.min_delta,
-                           current, es->best)) {
+  if (mxu_monitor_improved(es->monitor, es->mode, es->config.min_delta, current,
+                           es->best)) {
     es->best = current;
     es->best_epoch = logs->epoch;
     es->wait = 0;
@@ -185,6 +186,7 @@ mxu_status mxu_early_stopping(const mxu_early_stopping_config *config,
 typedef struct reduce_lr {
   mxu_reduce_lr_config config;
   char *monitor;
+  mxu_monitor_mode mode; /* as early_stopping's */
   int wait, cooldown_counter;
   double best;
 } reduce_lr;
@@ -200,10 +202,10 @@ mxu_reduce_lr_config mxu_reduce_lr_defaults(void) {
 }
 
 static mxu_status reduce_train_begin(void *self, mxu_model *model) {
-  (void)model;
   reduce_lr *r = self;
   r->wait = r->cooldown_counter = 0;
-  r->best = worst_value(r->monitor, r->config.mode);
+  r->mode = mxu_monitor_mode_for(model, r->monitor, r->config.mode);
+  r->best = worst_value(r->monitor, r->mode);
   return MXU_OK;
 }
 
@@ -234,8 +236,8 @@ static mxu_status reduce_epoch_end(void *self, mxu_model *model,
     r->cooldown_counter--;
     r->wait = 0;
   }
-  if (mxu_monitor_improved(r->monitor, r->config.mode, r->config.min_delta,
-                           current, r->best)) {
+  if (mxu_monitor_improved(r->monitor, r->mode, r->config.min_delta, current,
+                           r->best)) {
     r->best = current;
     r->wait = 0;
   } else if (r->cooldown_counter <= 0) {
@@ -318,11 +320,13 @@ typedef struct field_value {
 } field_value;
 
 /* Where values come from: stand-ins at construction (logs NULL), the
+ * keys the model will log at train begin (model_logs, `model` set), the
  * epoch's logs later. */
 typedef struct field_source {
   const char *template; /* for messages */
   const mxu_logs *logs;
   int epoch; /* 0-based */
+  int model; /* logs are model_logs' */
 } field_source;
 
 typedef struct text_out {
@@ -365,25 +369,31 @@ template_error(const field_source *src, const char *name, const char *fmt,
                   src->template, name, what);
 }
 
-/* The names a template may use: epoch, lr, learning_rate, and loss or an
- * accuracy metric's name (anything holding "acc", as Keras' mode "auto"
- * reads it), each of the last two also with val_. */
-static int known_field(const char *name) {
-  if (!strcmp(name, "epoch") || !strcmp(name, "lr") ||
-      !strcmp(name, "learning_rate"))
-    return 1;
-  const char *base = strncmp(name, "val_", 4) == 0 ? name + 4 : name;
-  return !strcmp(base, "loss") || strstr(base, "acc") != NULL;
+/* Logs of the keys fit will log for the model, validated, every value
+ * 0: what a template's fields are checked against before training. */
+static void model_logs(const mxu_model *model, mxu_output_log *outputs,
+                       mxu_logs *logs) {
+  memset(logs, 0, sizeof *logs);
+  logs->output_count = model->head_count;
+  logs->outputs = outputs;
+  logs->accuracy = NAN; /* "accuracy" names a one-output model's first */
+  for (int h = 0; h < model->head_count; h++) {
+    const mxu_head *head = &model->heads[h];
+    mxu_output_log *o = &outputs[h];
+    memset(o, 0, sizeof *o);
+    o->name = mxu_model_output_name(model, h);
+    o->metric_count = head->metric_count;
+    for (int m = 0; m < head->metric_count; m++)
+      o->metrics[m] = head->metric[m];
+    if (model->head_count == 1 && head->metric_count) logs->accuracy = 0;
+  }
+  logs->val_accuracy = logs->accuracy;
 }
 
+/* epoch is the 1-based count, every other field a logged value: loss, a
+ * metric, their val_, lr (Keras' template takes any key of the logs). */
 static mxu_status field_lookup(const field_source *src, const char *name,
                                field_value *out) {
-  if (!known_field(name))
-    return template_error(src, name,
-                          "unknown field; the fields are epoch, loss, the "
-                          "accuracy metric's name (accuracy, "
-                          "sparse_categorical_accuracy, ...), val_loss, val_ "
-                          "+ the metric's name, and lr");
   out->is_int = strcmp(name, "epoch") == 0;
   if (!src->logs) { /* construction: any stand-in checks the syntax */
     out->value = 1;
@@ -394,8 +404,13 @@ static mxu_status field_lookup(const field_source *src, const char *name,
     return MXU_OK;
   }
   if (!logs_have(src->logs, name)) {
-    char keys[256];
+    char keys[MXU_MAX_LOG_KEYS * MXU_LOG_KEY_SIZE];
     logs_keys(src->logs, keys, sizeof keys);
+    if (src->model)
+      return template_error(src, name,
+                            "unknown field; the fields are epoch and what "
+                            "the logs hold: %s",
+                            keys);
     return template_error(src, name,
                           "epoch %d has no value for it (the logs hold %s)",
                           src->epoch + 1, keys);
@@ -590,7 +605,8 @@ static mxu_status render_template(const field_source *src, text_out *out) {
 typedef struct checkpoint {
   mxu_model_checkpoint_config config;
   char *filepath, *monitor;
-  double best; /* as in Keras, kept from one fit to the next */
+  mxu_monitor_mode mode; /* as early_stopping's, until something is saved */
+  double best;           /* as in Keras, kept from one fit to the next */
   char path[PATH_CAPACITY];
 } checkpoint;
 
@@ -624,7 +640,7 @@ static mxu_status save_checkpoint(checkpoint *c, mxu_model *model, int epoch) {
 static mxu_status checkpoint_epoch_end(void *self, mxu_model *model,
                                        const mxu_logs *logs) {
   checkpoint *c = self;
-  field_source src = {c->filepath, logs, logs->epoch};
+  field_source src = {c->filepath, logs, logs->epoch, 0};
   text_out out = {c->path, 0, sizeof c->path};
   MXU_TRY(render_template(&src, &out));
   if (c->config.save_best_only) {
@@ -633,11 +649,29 @@ static mxu_status checkpoint_epoch_end(void *self, mxu_model *model,
       return MXU_OK;
     }
     double current = mxu_logs_value(logs, c->monitor);
-    if (!mxu_monitor_improved(c->monitor, c->config.mode, 0, current, c->best))
+    if (!mxu_monitor_improved(c->monitor, c->mode, 0, current, c->best))
       return MXU_OK;
     c->best = current;
   }
   return save_checkpoint(c, model, logs->epoch);
+}
+
+/* The template's fields against the keys the model logs; the direction
+ * the model's metric gives (Keras 3 reads it off the compiled metric),
+ * while no epoch has been saved as the best. */
+static mxu_status checkpoint_train_begin(void *self, mxu_model *model) {
+  checkpoint *c = self;
+  mxu_output_log outputs[MXU_MAX_OUTPUTS];
+  mxu_logs logs;
+  model_logs(model, outputs, &logs);
+  field_source src = {c->filepath, &logs, 0, 1};
+  text_out out = {c->path, 0, sizeof c->path};
+  MXU_TRY(render_template(&src, &out));
+  if (isinf(c->best)) {
+    c->mode = mxu_monitor_mode_for(model, c->monitor, c->config.mode);
+    c->best = worst_value(c->monitor, c->mode);
+  }
+  return MXU_OK;
 }
 
 static void checkpoint_free(void *self) {
@@ -648,10 +682,11 @@ static void checkpoint_free(void *self) {
   free(c);
 }
 
-/* The template with stand-in values: its syntax, its fields and, for
- * weights, the file name's suffix, all checked before training starts. */
+/* The template with stand-in values: its syntax and, for weights, the
+ * file name's suffix (its fields are checked at train begin, once the
+ * model's keys are known). */
 static mxu_status check_template(checkpoint *c) {
-  field_source src = {c->filepath, NULL, 0};
+  field_source src = {c->filepath, NULL, 0, 0};
   text_out out = {c->path, 0, sizeof c->path};
   MXU_TRY(render_template(&src, &out));
   if (c->config.save_weights_only && mxu_weights_path_check(c->path) != MXU_OK)
@@ -671,7 +706,8 @@ static mxu_status checkpoint_setup(checkpoint *c,
   MXU_TRY(copy_monitor("model_checkpoint", config->monitor, config->mode,
                        &c->monitor));
   c->config.monitor = c->monitor;
-  c->best = worst_value(c->monitor, config->mode);
+  c->mode = config->mode;
+  c->best = worst_value(c->monitor, c->mode);
   return check_template(c);
 }
 
@@ -691,6 +727,7 @@ mxu_status mxu_model_checkpoint(const mxu_model_checkpoint_config *config,
     return s;
   }
   out->self = c;
+  out->train_begin = checkpoint_train_begin;
   out->epoch_end = checkpoint_epoch_end;
   out->free = checkpoint_free;
   return MXU_OK;

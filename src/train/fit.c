@@ -403,7 +403,7 @@ static void output_means(const mxu_model *model, const mxu_step_result *sums,
     o->val_loss = NAN;
     o->metric_count = head->metric_count;
     for (int m = 0; m < head->metric_count; m++) {
-      o->metrics[m] = head->spec.metrics[m];
+      o->metrics[m] = head->metric[m];
       o->values[m] =
           head->curve[m] >= 0
               ? mxu_auc_result(head->metric_kind[m],

@@ -9,18 +9,20 @@ over batches of which the last is short, from Keras itself:
   metrics = {"cls": ["accuracy", "top_k_categorical_accuracy",
                      Precision(name="precision"), Recall(name="recall"),
                      AUC(name="auc")],
-             "reg": ["mae", "mse",
-                     RootMeanSquaredError(name="root_mean_squared_error")],
-             "flag": ["accuracy", Precision(name="precision"),
-                      Recall(name="recall"), AUC(name="auc")]}
+             "reg": ["mae", "mse", RootMeanSquaredError(name="rmse")],
+             "flag": ["accuracy", Precision(name="p"),
+                      Recall(name="recall"), AUC(name="roc")]}
 
+(tf.keras 2 writes the flag's "p" as "flag_p" in its training_config),
 and a model of one output, "binary": x (5,) -> Dense(8, relu) -> Dense(1,
-sigmoid) "out", binary CE, metrics ["accuracy", Precision(), Recall(),
-AUC(), RootMeanSquaredError(), AUC(curve="PR") named "prc",
-BinaryCrossentropy(), MeanSquaredError(), TruePositives(),
-FalsePositives(), TrueNegatives(), FalseNegatives()] (Keras'
-imbalanced-data tutorial's; all by explicit names: Keras numbers the names
-of unnamed instances, precision_1, ...). SGD(0.1) both.
+sigmoid) "out", binary CE, the metrics of Keras' imbalanced-data tutorial
+under its names: BinaryCrossentropy "cross entropy", MeanSquaredError
+"Brier score", TruePositives "tp", FalsePositives "fp", TrueNegatives
+"tn", FalseNegatives "fn", BinaryAccuracy "accuracy", Precision
+"precision", Recall "recall", AUC "auc", AUC(curve="PR") "prc"; then
+RootMeanSquaredError "root_mean_squared_error" (all by explicit names:
+Keras numbers the names of unnamed instances, precision_1, ...).
+SGD(0.1) both.
 
 tf_keras (tf.keras 2) builds each, tf_keras.utils.set_random_seed(33),
 default initialisers. Data: np.random.seed(32); x = 6 rand(20, 5) - 3, y_cls
@@ -40,7 +42,8 @@ Writes into OUTDIR (tests/golden/metrics/), for NAME in metrics, binary:
                  shuffle=False) from them (5 steps, whole: mxu's fit drops
                  a short last batch): float64 scalars
   keys.txt       per model and dialect, the keys of evaluate's dict in its
-                 order and of fit's history in its order
+                 order and of fit's history in its order, comma-separated
+                 (a key may hold a space)
 
 Checks (assert) that Keras 3's evaluate gives tf_keras's metrics (1e-6).
 Keras is never a dependency of mxu: this script only regenerates the files.
@@ -59,10 +62,10 @@ import tf_keras  # noqa: E402
 SEED = 33
 
 
-def counts(K):
+def counts(K, precision="precision", auc="auc"):
     M = K.metrics
-    return [M.Precision(name="precision"), M.Recall(name="recall"),
-            M.AUC(name="auc")]
+    return [M.Precision(name=precision), M.Recall(name="recall"),
+            M.AUC(name=auc)]
 
 
 def build_metrics(K):
@@ -79,30 +82,29 @@ def build_metrics(K):
               "flag": "binary_crossentropy"},
         metrics={"cls": ["accuracy", "top_k_categorical_accuracy"]
                  + counts(K),
-                 "reg": ["mae", "mse",
-                         M.RootMeanSquaredError(
-                             name="root_mean_squared_error")],
-                 "flag": ["accuracy"] + counts(K)})
+                 "reg": ["mae", "mse", M.RootMeanSquaredError(name="rmse")],
+                 "flag": ["accuracy"] + counts(K, "p", "roc")})
     return model
 
 
 def build_binary(K):
-    """Keras' imbalanced-data tutorial's metrics, under mxu's names."""
+    """Keras' imbalanced-data tutorial's metrics, under its names."""
     L, M = K.layers, K.metrics
     x = K.Input((5,), name="x")
     trunk = L.Dense(8, activation="relu", name="trunk")(x)
     out = L.Dense(1, activation="sigmoid", name="out")(trunk)
     model = K.Model(x, out, name="binary")
     model.compile(optimizer=K.optimizers.SGD(0.1), loss="binary_crossentropy",
-                  metrics=["accuracy"] + counts(K) + [
-                      M.RootMeanSquaredError(name="root_mean_squared_error"),
+                  metrics=[
+                      M.BinaryCrossentropy(name="cross entropy"),
+                      M.MeanSquaredError(name="Brier score"),
+                      M.TruePositives(name="tp"),
+                      M.FalsePositives(name="fp"),
+                      M.TrueNegatives(name="tn"),
+                      M.FalseNegatives(name="fn"),
+                      M.BinaryAccuracy(name="accuracy")] + counts(K) + [
                       M.AUC(name="prc", curve="PR"),
-                      M.BinaryCrossentropy(name="binary_crossentropy"),
-                      M.MeanSquaredError(name="mean_squared_error"),
-                      M.TruePositives(name="true_positives"),
-                      M.FalsePositives(name="false_positives"),
-                      M.TrueNegatives(name="true_negatives"),
-                      M.FalseNegatives(name="false_negatives")])
+                      M.RootMeanSquaredError(name="root_mean_squared_error")])
     return model
 
 
@@ -143,8 +145,8 @@ def main(out):
                 f[f"{name}/evaluate/{key}"] = float(value)
             for key, value in history.items():
                 f[f"{name}/fit/{key}"] = float(value[0])
-            lines.append(f"{name} tf2 evaluate: " + " ".join(evaluated))
-            lines.append(f"{name} tf2 fit: " + " ".join(history))
+            lines.append(f"{name} tf2 evaluate: " + ",".join(evaluated))
+            lines.append(f"{name} tf2 fit: " + ",".join(history))
             print(name, "tf2 evaluate", evaluated)
             print(name, "tf2 fit", {k: v[0] for k, v in history.items()})
 
@@ -154,8 +156,8 @@ def main(out):
                                        verbose=0)
             k3_history = k3.fit(x, y, batch_size=4, epochs=1, shuffle=False,
                                 verbose=0).history
-            lines.append(f"{name} k3 evaluate: " + " ".join(k3_evaluated))
-            lines.append(f"{name} k3 fit: " + " ".join(k3_history))
+            lines.append(f"{name} k3 evaluate: " + ",".join(k3_evaluated))
+            lines.append(f"{name} k3 fit: " + ",".join(k3_history))
             print(name, "k3 evaluate", k3_evaluated)
             for key, value in evaluated.items():
                 if key.endswith("loss"):
