@@ -2439,6 +2439,20 @@ static void errors_compile(void) {
       {"{\"metrics\": [{\"class_name\": \"AUC\", \"config\": "
        "{\"num_thresholds\": 100}}]}",
        "AUC with num_thresholds 100 is not supported"},
+      {"{\"metrics\": [{\"class_name\": \"TopKCategoricalAccuracy\", "
+       "\"config\": {\"name\": \"top3\", \"k\": 3}}]}",
+       "TopKCategoricalAccuracy with k 3 is not supported: mxu computes "
+       "Keras' default k=5"},
+      {"{\"metrics\": [{\"class_name\": \"BinaryAccuracy\", \"config\": "
+       "{\"threshold\": 0.7}}]}",
+       "BinaryAccuracy with threshold 0.7 is not supported"},
+      {"{\"metrics\": [{\"class_name\": \"AUC\", \"config\": {\"name\": "
+       "\"a_name_of_sixty_four_characters_or_more_which_mxu_cannot_log_"
+       "at_all\"}}]}",
+       "mxu logs names of at most 63 characters"},
+      {"{\"metrics\": [\"accuracy\", {\"class_name\": \"AUC\", "
+       "\"config\": {\"name\": \"accuracy\"}}]}",
+       "is listed twice"},
       {"{\"metrics\": [\"accuracy\", \"mse\", \"accuracy\"]}",
        "metrics: 'accuracy' is listed twice"},
       {"{\"metrics\": [\"accuracy\", \"mse\", \"mae\", \"acc\", "
