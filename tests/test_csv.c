@@ -279,11 +279,62 @@ static void regression(void) {
   mxu_dataset_free(data);
 }
 
+/* F-scores from the command line: the table's classes one-hot under the
+ * categorical cross-entropy, a list whose options hold commas; with each
+ * row's largest value its prediction, the micro average is the
+ * accuracy. */
+static void f_scores(void) {
+  char *args[] = {MXU_BIN,
+                  "train",
+                  (char *)temp_path("table.json"),
+                  "--data",
+                  "tests/csv/blobs.csv",
+                  "--label-column",
+                  "species",
+                  "--validation-split",
+                  "0.2",
+                  "--epochs",
+                  "20",
+                  "--batch-size",
+                  "16",
+                  "--learning-rate",
+                  "0.01",
+                  "--loss",
+                  "categorical_crossentropy",
+                  "--metric",
+                  "accuracy,f1=f1_score(average=macro),micro=f1_score("
+                  "average=micro),fbeta_score(average=weighted,beta=0.5,"
+                  "threshold=0.5)",
+                  "--verbose",
+                  "0",
+                  NULL};
+  char *text, *err;
+  int code = check_run(args, &text, &err);
+  double accuracy = value_after(text, "test accuracy ");
+  double macro = value_after(text, " - test f1 ");
+  double micro = value_after(text, " - test micro ");
+  double fbeta = value_after(text, " - test fbeta_score ");
+  CHECK_MSG(code == 0 && accuracy >= 0.9 && macro >= 0.85 && fbeta >= 0.85,
+            "exit %d: %s %s", code, text, err);
+  CHECK_MSG(fabs(micro - accuracy) < 2e-4, "micro F1 %g, accuracy %g: %s",
+            micro, accuracy, text);
+  free(text);
+  free(err);
+  args[18] = "f1_score";
+  code = check_run(args, &text, &err);
+  CHECK_MSG(code != 0 && strstr(err, "without an average Keras logs a score "
+                                     "per class"),
+            "exit %d: %s", code, err);
+  free(text);
+  free(err);
+}
+
 int main(void) {
   CHECK(check_temp_make("csv"));
   reads_table();
   refusals();
   command();
+  f_scores();
   regression();
   check_remove_tree(check_temp_dir);
   return check_report("test_csv");

@@ -2432,7 +2432,10 @@ static void errors_compile(void) {
       {"{\"loss\": {\"class_name\": \"SparseCategoricalCrossentropy\", "
        "\"config\": {\"label_smoothing\": 0.1}}}",
        "label_smoothing 0.1"},
-      {"{\"metrics\": [\"f1_score\"]}", "metrics: 'f1_score' is not supported"},
+      {"{\"metrics\": [\"hinge\"]}", "metrics: 'hinge' is not supported"},
+      {"{\"metrics\": [\"f1_score\"]}",
+       "metrics: 'f1_score' is Keras' F1Score(), whose average None logs a "
+       "score per class"},
       {"{\"metrics\": [{\"class_name\": \"AUC\", \"config\": {\"name\": "
        "\"prg\", \"curve\": \"PRGAIN\"}}]}",
        "AUC with curve 'PRGAIN' is not supported"},
@@ -2443,6 +2446,9 @@ static void errors_compile(void) {
        "\"config\": {\"name\": \"top3\", \"k\": 3}}]}",
        "TopKCategoricalAccuracy with k 3 is not supported: mxu computes "
        "Keras' default k=5"},
+      {"{\"metrics\": [{\"class_name\": \"F1Score\", \"config\": "
+       "{\"name\": \"f1_score\", \"average\": null, \"threshold\": null}}]}",
+       "metrics: F1Score with average None logs a score per class"},
       {"{\"metrics\": [{\"class_name\": \"BinaryAccuracy\", \"config\": "
        "{\"threshold\": 0.7}}]}",
        "BinaryAccuracy with threshold 0.7 is not supported"},
@@ -2884,17 +2890,16 @@ static void errors_output_losses(void) {
        MXU_ERR_UNSUPPORTED,
        "compile_config: metrics[1]: Precision with top_k is not supported",
        "threshold 0.5"},
-      {"{\"metrics\": [\"accuracy\", \"mae\", \"f1_score\"]}",
-       MXU_ERR_UNSUPPORTED, "compile_config: metrics: 'f1_score'",
-       "is not supported"},
+      {"{\"metrics\": [\"accuracy\", \"mae\", \"hinge\"]}", MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics: 'hinge'", "is not supported"},
       {"{\"metrics\": [[\"mae\"]]}", MXU_ERR_FORMAT,
        "compile_config: metrics: a list of 1 lists of metrics", "'a', 'b'"},
       {"{\"metrics\": [\"mae\", [\"mae\"]]}", MXU_ERR_FORMAT,
        "compile_config: metrics: mixes metrics and lists", NULL},
       {"{\"metrics\": {\"a\": [\"mae\"], \"z\": [\"mae\"]}}", MXU_ERR_FORMAT,
        "compile_config: metrics: 'z' is not an output", "'a', 'b'"},
-      {"{\"metrics\": {\"b\": [\"f1_score\"]}}", MXU_ERR_UNSUPPORTED,
-       "compile_config: metrics['b']: 'f1_score' is not supported", NULL},
+      {"{\"metrics\": {\"b\": [\"hinge\"]}}", MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics['b']: 'hinge' is not supported", NULL},
       {"{\"metrics\": \"accuracy\"}", MXU_ERR_UNSUPPORTED,
        "compile_config: metrics: 'accuracy' is not supported", NULL},
       {"{\"loss_weights\": {\"a\": 1, \"z\": 2}}", MXU_ERR_FORMAT,

@@ -131,10 +131,11 @@ static mxu_model *load(const char *path, mxu_backend_kind backend, int replicas,
 
 /* The metrics the file compiled each output with, in its order. */
 static void expect_compiled(const mxu_model *m, const char *path) {
-  static const char *const want[3][6] = {
-      {"accuracy", "top_k_categorical_accuracy", "precision", "recall", "auc"},
+  static const char *const want[3][8] = {
+      {"accuracy", "top_k_categorical_accuracy", "precision", "recall", "auc",
+       "f1", "f2"},
       {"mae", "mse", "rmse"},
-      {"accuracy", "p", "recall", "roc"}};
+      {"accuracy", "p", "recall", "roc", "f1"}};
   static const char *const binary[] = {"cross entropy",
                                        "Brier score",
                                        "tp",
@@ -359,7 +360,9 @@ static void expect_same_metrics(const mxu_model *a, const mxu_model *b,
     CHECK_MSG(x->metric_count == y->metric_count, "%s: output %d", label, h);
     for (int k = 0; k < x->metric_count && k < y->metric_count; k++)
       CHECK_MSG(strcmp(x->metric[k], y->metric[k]) == 0 &&
-                    x->metric_kind[k] == y->metric_kind[k],
+                    x->metric_kind[k] == y->metric_kind[k] &&
+                    !memcmp(&x->metric_options[k], &y->metric_options[k],
+                            sizeof x->metric_options[k]),
                 "%s: output %d metric %d: %s, read back %s", label, h, k,
                 x->metric[k], y->metric[k]);
   }
@@ -413,6 +416,14 @@ done:
       /* the same name twice, whatever each computes */
       {"roc=auc", "roc=prc", "'roc' of output 'out' is named twice"},
       {"auc", "auc=mae", "'auc' of output 'out' is named twice"},
+      /* F-scores: an average (one number), options each knows */
+      {"mae", "f1_score", "'f1_score': without an average Keras logs"},
+      {"mae", "f1_score(average=mean)",
+       "option 'average=mean' is not one of average=micro|macro|weighted"},
+      {"mae", "f1_score(average=macro,beta=2)", "option 'beta=2'"},
+      {"mae", "f=fbeta_score(average=macro,beta=0)", "option 'beta=0'"},
+      {"mae", "f1_score(average=macro,threshold=1.5)", "'threshold=1.5'"},
+      {"mae", "auc(curve=PR)", "'auc(curve=PR)': auc takes no options"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     mxu_status s;

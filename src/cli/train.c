@@ -111,8 +111,11 @@ static void train_options(train_args *a, cli_option *o) {
        "sparse_top_k_categorical_accuracy, mae, mse, "
        "root_mean_squared_error, precision, recall, auc, prc (the PR "
        "curve's), true_positives, false_positives, true_negatives, "
-       "false_negatives, binary_crossentropy; NAME=METRIC logs METRIC "
-       "as NAME (roc=auc) (default: the model file's, else accuracy)",
+       "false_negatives, binary_crossentropy, "
+       "f1_score(average=micro|macro|weighted[,threshold=T]), "
+       "fbeta_score(average=A,beta=B[,threshold=T]); NAME=METRIC logs "
+       "METRIC as NAME (roc=auc) (default: the model file's, else "
+       "accuracy)",
        CLI_STRING, &a->metric, NULL, 0, 0},
       {"--precision", "P",
        "float32 or mixed_bfloat16 (Keras' mixed precision: float32 weights, "
@@ -192,7 +195,11 @@ static int split_metrics(train_args *a) {
   snprintf(a->metric_text, sizeof a->metric_text, "%s", a->metric);
   int n = 0;
   for (char *name = a->metric_text; name;) {
-    char *comma = strchr(name, ',');
+    /* The next comma outside a metric's options, "f1_score(a=1,b=2)". */
+    char *comma = name;
+    for (int depth = 0; *comma && (*comma != ',' || depth); comma++)
+      depth += (*comma == '(') - (*comma == ')');
+    comma = *comma ? comma : NULL;
     if (comma) *comma = 0;
     if (!*name || n == MXU_MAX_METRICS)
       return cli_usage_error("train",

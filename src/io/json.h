@@ -42,7 +42,8 @@ cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model);
  * name of their own); NULL where Keras writes the function by name (or
  * tf.keras 2 wraps it). */
 cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
-                             mxu_metric_kind kind, int named);
+                             mxu_metric_kind kind,
+                             const mxu_metric_options *options, int named);
 
 /* ---- ops recorded as layers (json_ops.c) -------------------------------
  */

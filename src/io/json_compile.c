@@ -18,7 +18,8 @@ typedef enum {
   OPTIONS_THRESHOLD,
   OPTIONS_COUNTS,
   OPTIONS_AUC,
-  OPTIONS_BCE
+  OPTIONS_BCE,
+  OPTIONS_F_SCORE
 } options;
 
 static const struct {
@@ -42,6 +43,8 @@ static const struct {
     {"TrueNegatives", "true_negatives", OPTIONS_COUNTS},
     {"FalseNegatives", "false_negatives", OPTIONS_COUNTS},
     {"BinaryCrossentropy", "binary_crossentropy", OPTIONS_BCE},
+    {"F1Score", "f1_score", OPTIONS_F_SCORE},
+    {"FBetaScore", "fbeta_score", OPTIONS_F_SCORE},
 };
 
 static const char *const optimizer_keys[] = {"name",
@@ -702,6 +705,34 @@ static mxu_status check_bce_config(const mxu_json_where *where,
   return MXU_OK;
 }
 
+/* An F-score's options as compile takes them, "(average=macro,...)",
+ * into text: Keras' average None (a score per class) is refused. */
+static mxu_status read_f_score_config(const mxu_json_where *where,
+                                      const cJSON *config, const char *cls,
+                                      char *text, size_t size) {
+  const cJSON *average = mxu_json_get(config, "average");
+  if (!cJSON_IsString(average) || !average->valuestring)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s with average None logs a score per class; mxu "
+                         "logs one number a metric: give average 'micro', "
+                         "'macro' or 'weighted'",
+                         cls);
+  size_t used =
+      (size_t)snprintf(text, size, "(average=%s", average->valuestring);
+  static const char *const numbers[] = {"beta", "threshold"};
+  for (int i = 0; i < 2 && used < size; i++) {
+    const cJSON *v = mxu_json_get(config, numbers[i]);
+    if (!v || cJSON_IsNull(v)) continue;
+    if (!cJSON_IsNumber(v))
+      return mxu_json_fail(where, MXU_ERR_FORMAT, "%s's %s must be a number",
+                           cls, numbers[i]);
+    used += (size_t)snprintf(text + used, size - used, ",%s=%.9g", numbers[i],
+                             v->valuedouble);
+  }
+  if (used < size) snprintf(text + used, size - used, ")");
+  return MXU_OK;
+}
+
 /* A metric object's name as Keras logs it: its config's name, less the
  * output's name tf.keras 2 writes before it in a model of several
  * outputs ("flag_roc" for output flag's "roc"); NULL for none. */
@@ -716,11 +747,15 @@ static const char *object_name(const cJSON *config, const char *prefix) {
   return name->valuestring;
 }
 
-/* A metric class's options other than Keras' defaults, refused. */
+/* A metric class's options: other than Keras' defaults refused, or the
+ * F-scores' into text. */
 static mxu_status check_options(const mxu_json_where *where,
                                 const cJSON *config, const char *cls,
-                                options options, const char **metric) {
+                                options options, const char **metric,
+                                char *text, size_t size) {
   switch (options) {
+  case OPTIONS_F_SCORE:
+    return read_f_score_config(where, config, cls, text, size);
   case OPTIONS_TOP_K: return check_number(where, config, cls, "k", MXU_TOP_K);
   case OPTIONS_THRESHOLD:
     return check_number(where, config, cls, "threshold", 0.5);
@@ -735,11 +770,13 @@ static mxu_status check_options(const mxu_json_where *where,
 
 /* "accuracy", or a metric object such as {"class_name": "AUC", "config":
  * {"name": "roc", ...}}: into *metric what it computes (NULL when mxu
- * does not), into *name what Keras logs it as (NULL: *metric). */
+ * does not) and into options its options' text (empty for none), into
+ * *name what Keras logs it as (NULL: *metric). */
 static mxu_status metric_of(const mxu_json_where *where, const cJSON *v,
                             const char *prefix, const char **metric,
-                            const char **name) {
+                            char *options, size_t size, const char **name) {
   *name = NULL;
+  options[0] = '\0';
   if (!cJSON_IsObject(v)) {
     *metric = metric_by_name(v);
     return MXU_OK;
@@ -753,17 +790,23 @@ static mxu_status metric_of(const mxu_json_where *where, const cJSON *v,
       continue;
     *metric = metric_classes[i].metric;
     return check_options(where, config, class_name->valuestring,
-                         metric_classes[i].options, metric);
+                         metric_classes[i].options, metric, options, size);
   }
   /* tf.keras 2.x h5 files wrap the function: MeanMetricWrapper, fn. */
   *metric = metric_by_name(mxu_json_get(config, "fn"));
   return MXU_OK;
 }
 
-/* The part of a metric compile takes ("roc=auc", "auc") that Keras logs. */
+/* The part of a metric compile takes ("roc=auc", "auc",
+ * "f1=f1_score(average=macro)") that Keras logs: before the last '='
+ * outside the options' parentheses, else the metric's name. */
 static size_t logged_length(const char *spec) {
-  const char *eq = strrchr(spec, '=');
-  return eq ? (size_t)(eq - spec) : strlen(spec);
+  size_t n = strlen(spec);
+  const char *open = n && spec[n - 1] == ')' ? strrchr(spec, '(') : NULL;
+  size_t head = open ? (size_t)(open - spec) : n;
+  for (size_t i = head; i > 0; i--)
+    if (spec[i - 1] == '=') return i - 1;
+  return head;
 }
 
 static int same_logged(const char *a, const char *b) {
@@ -779,22 +822,33 @@ static mxu_status read_one_metric(const mxu_json_where *where, const cJSON *v,
   const char *prefix =
       r->keras2 && k >= 0 && r->count > 1 ? output_name(r, k) : NULL;
   const char *found, *name;
-  MXU_TRY(metric_of(where, v, prefix, &found, &name));
+  char options[96];
+  MXU_TRY(metric_of(where, v, prefix, &found, options, sizeof options, &name));
   char text[160];
   mxu_json_text(v, text, sizeof text);
   if (!found)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "%s is not supported (supported: %s)", text,
                          mxu_metric_names());
-  if (name && mxu_metric_says(name, found)) {
+  if (!options[0] &&
+      (!strcmp(found, "f1_score") || !strcmp(found, "fbeta_score")))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s is Keras' F1Score(), whose average None logs a "
+                         "score per class; mxu logs one number a metric: "
+                         "give F1Score(average='macro') (or 'micro', "
+                         "'weighted')",
+                         text);
+  if (name && !options[0] && mxu_metric_says(name, found)) {
     found = mxu_metric_name(name);
-  } else if (name && strcmp(name, found) != 0) {
-    if (strlen(name) >= MXU_METRIC_LOG_SIZE)
+  } else if ((name && strcmp(name, found) != 0) || options[0]) {
+    if (name && strlen(name) >= MXU_METRIC_LOG_SIZE)
       return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                            "%s: mxu logs names of at most %d characters", text,
                            MXU_METRIC_LOG_SIZE - 1);
-    char spec[2 * MXU_METRIC_LOG_SIZE];
-    snprintf(spec, sizeof spec, "%s=%s", name, found);
+    int renamed = name && strcmp(name, found) != 0;
+    char spec[2 * MXU_METRIC_LOG_SIZE + sizeof options];
+    snprintf(spec, sizeof spec, "%s%s%s%s", renamed ? name : "",
+             renamed ? "=" : "", found, options);
     found = r->model ? mxu_model_keep(r->model, spec) : NULL;
     if (!found) return mxu_json_fail(where, MXU_ERR_NOMEM, "out of memory");
   }
@@ -1147,8 +1201,24 @@ static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
                          config);
 }
 
+/* An F-score's class and settings (Keras' average, beta, threshold). */
+static const char *f_score_config(mxu_json_out *out, cJSON *config,
+                                  const mxu_metric_options *o) {
+  static const char *const averages[] = {"micro", "macro", "weighted"};
+  mxu_json_put_string(out, config, "average",
+                      averages[o->average - MXU_AVERAGE_MICRO]);
+  /* Keras takes Python floats only: 2.0, not 2. */
+  if (o->beta != 1.0) mxu_json_put_float(out, config, "beta", (float)o->beta);
+  if (o->threshold > 0)
+    mxu_json_put_float(out, config, "threshold", (float)o->threshold);
+  else
+    mxu_json_put_null(out, config, "threshold");
+  return o->beta != 1.0 ? "FBetaScore" : "F1Score";
+}
+
 cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
-                             mxu_metric_kind kind, int named) {
+                             mxu_metric_kind kind,
+                             const mxu_metric_options *options, int named) {
   static const struct {
     const char *name;
     int function; /* a string unless named */
@@ -1170,7 +1240,9 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
       [MXU_METRIC_TRUE_NEGATIVES] = {"TrueNegatives", 0},
       [MXU_METRIC_FALSE_NEGATIVES] = {"FalseNegatives", 0},
       [MXU_METRIC_BINARY_CROSSENTROPY] = {"BinaryCrossentropy", 1},
+      [MXU_METRIC_F_SCORE] = {"F1Score", 0},
   };
+  const char *cls = classes[kind].name;
   if (classes[kind].function && !named) return NULL;
   cJSON *config = cJSON_CreateObject();
   mxu_json_put_string(out, config, "name", name);
@@ -1210,9 +1282,10 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
   case MXU_METRIC_FALSE_NEGATIVES:
     mxu_json_put_null(out, config, "thresholds");
     break;
+  case MXU_METRIC_F_SCORE: cls = f_score_config(out, config, options); break;
   default: break;
   }
-  return mxu_json_object(out, "keras.metrics", classes[kind].name, config);
+  return mxu_json_object(out, "keras.metrics", cls, config);
 }
 
 /* Head k's metrics as Keras 3's compile_config lists them. */
@@ -1222,8 +1295,8 @@ static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k) {
   for (int m = 0; m < h->metric_count; m++) {
     /* "accuracy" as given (Keras resolves it by the loss again) */
     int named = strcmp(h->metric[m], h->metric_spec[m]) != 0;
-    cJSON *object =
-        mxu_json_metric_class(out, h->metric[m], h->metric_kind[m], named);
+    cJSON *object = mxu_json_metric_class(out, h->metric[m], h->metric_kind[m],
+                                          &h->metric_options[m], named);
     mxu_json_append(out, list,
                     object ? object : cJSON_CreateString(h->metric[m]));
   }

@@ -270,7 +270,8 @@ static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k,
     snprintf(name, sizeof name, "%s%s%s",
              prefix ? mxu_json_output_name(model, k) : "", prefix ? "_" : "",
              h->metric[m]);
-    cJSON *object = mxu_json_metric_class(out, name, h->metric_kind[m], 0);
+    cJSON *object = mxu_json_metric_class(out, name, h->metric_kind[m],
+                                          &h->metric_options[m], 0);
     mxu_json_append(
         out, list,
         object ? object

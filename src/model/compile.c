@@ -209,7 +209,13 @@ static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
   for (int m = 0; m < MXU_MAX_METRICS && o->metrics[m]; m++) {
     mxu_metric_kind kind;
     MXU_TRY(mxu_metric_parse(o->metrics[m], o->loss, mxu_shape_count(shape),
-                             logged[m], &kind));
+                             logged[m], &kind, NULL));
+    if (kind == MXU_METRIC_F_SCORE && shape->rank != 1)
+      return mxu_fail(MXU_ERR_UNSUPPORTED,
+                      "compile: metric '%s' of output '%s': an F-score takes "
+                      "outputs of (values,) a sample, as Keras' (2-D "
+                      "batches)",
+                      o->metrics[m], out->name);
     if (!mxu_metric_is_mean(kind) &&
         o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
       return mxu_fail(MXU_ERR_UNSUPPORTED,
@@ -238,9 +244,9 @@ static void resolve_metrics(const mxu_layer *out, mxu_head *h) {
              h->spec.metrics[m]);
     mxu_metric_parse(h->metric_spec[m], h->spec.loss,
                      mxu_shape_count(&out->out_shape), h->metric[m],
-                     &h->metric_kind[m]);
+                     &h->metric_kind[m], &h->metric_options[m]);
     h->spec.metrics[m] = h->metric_spec[m];
-    h->curve[m] = -1; /* an AUC's: reserve_io numbers them */
+    h->tally[m] = -1; /* an AUC's: reserve_io numbers them */
     h->metric_count++;
   }
 }
@@ -514,8 +520,8 @@ void mxu_plan_release(mxu_model *model) {
     release_replica(model, &plan->replica[r]);
   free(plan->replica);
   free(plan->exchange);
-  free(plan->curves);
-  free(plan->curve_stage);
+  free(plan->tallies);
+  free(plan->tally_stage);
   free(plan->results);
   for (int h = 0; h < MXU_MAX_OUTPUTS; h++) free(plan->head[h].mask_factor);
   for (int i = 0; plan->nodes && i < model->layer_count; i++)
@@ -959,20 +965,26 @@ static mxu_status reserve_io(mxu_model *model) {
     hp->loss =
         mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(float));
     mxu_head *head = &model->heads[h];
-    hp->curve_first = plan->curve_count;
-    for (int m = 0; m < head->metric_count; m++)
-      if (mxu_metric_has_curve(head->metric_kind[m]))
-        head->curve[m] = plan->curve_count++;
-    hp->curve_count = plan->curve_count - hp->curve_first;
-    if (plan->curve_count > MXU_MAX_CURVES)
-      return mxu_fail(MXU_ERR_UNSUPPORTED,
-                      "compile: output '%s' brings the model's AUC metrics "
-                      "to %d; mxu computes at most %d",
-                      model->layers[head->node].name, plan->curve_count,
-                      MXU_MAX_CURVES);
-    if (hp->curve_count)
-      hp->curves = mxu_arena_reserve(
-          layout, (size_t)hp->curve_count * MXU_AUC_VALUES * sizeof(float));
+    hp->tally_first = plan->tally_values;
+    for (int m = 0; m < head->metric_count; m++) {
+      int64_t size = mxu_metric_tally_size(head->metric_kind[m],
+                                           (int64_t)(classes / positions));
+      if (!size) continue;
+      if (plan->tally_values + size > MXU_MAX_TALLY_VALUES)
+        return mxu_fail(MXU_ERR_UNSUPPORTED,
+                        "compile: metric '%s' of output '%s' needs %lld "
+                        "values over the epoch, which brings the model's "
+                        "(AUCs' curves, F-scores' counts per class) past "
+                        "the %d mxu keeps",
+                        head->metric[m], model->layers[head->node].name,
+                        (long long)size, MXU_MAX_TALLY_VALUES);
+      head->tally[m] = plan->tally_values;
+      plan->tally_values += (int)size;
+    }
+    hp->tally_values = plan->tally_values - hp->tally_first;
+    if (hp->tally_values)
+      hp->tallies =
+          mxu_arena_reserve(layout, (size_t)hp->tally_values * sizeof(float));
   }
   return MXU_OK;
 }
@@ -999,20 +1011,20 @@ static mxu_status plan_heads(mxu_model *model) {
   return MXU_OK;
 }
 
-/* A step's results and AUC curves, and strategy/'s stage for every
+/* A step's results and metrics' tallies, and strategy/'s stage for every
  * replica's (and the local ones' to send). */
 static mxu_status reserve_results(mxu_model *model) {
   mxu_plan *plan = &model->plan;
   plan->results = calloc((size_t)(plan->replicas + plan->local_count),
                          sizeof *plan->results);
   if (!plan->results) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
-  if (!plan->curve_count) return MXU_OK;
-  size_t values = (size_t)plan->curve_count * MXU_AUC_VALUES;
-  plan->curves = calloc(values, sizeof *plan->curves);
-  plan->curve_stage =
+  if (!plan->tally_values) return MXU_OK;
+  size_t values = (size_t)plan->tally_values;
+  plan->tallies = calloc(values, sizeof *plan->tallies);
+  plan->tally_stage =
       calloc(values * (size_t)(plan->replicas + plan->local_count),
-             sizeof *plan->curve_stage);
-  if (!plan->curves || !plan->curve_stage)
+             sizeof *plan->tally_stage);
+  if (!plan->tallies || !plan->tally_stage)
     return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
   return MXU_OK;
 }

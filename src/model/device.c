@@ -33,9 +33,9 @@ struct mxu_device {
   int more;       /* where model input 1's batch stands among the inputs */
   int labels;     /* where output 1's labels stand among the inputs */
   int sums;       /* the loss sums a program gives (programs.c's loss_sums) */
-  int *sum_size;  /* sums: each one's floats (an AUC's curves: T each) */
+  int *sum_size;  /* sums: each one's floats (a tally's: half of it each) */
   int sum_floats; /* all the sums' of one step */
-  float *curves;  /* steps * the AUCs' curves: the last run's */
+  float *tallies; /* steps * the metrics' tallies: the last run's */
   /* The sums downloaded: steps stacked, then one step's gathered. */
   float *sum_stage;
   int kind[MXU_SLOTS + 1]; /* each slot kind's buffer (mxu_slot_buffer) */
@@ -79,7 +79,7 @@ void mxu_device_free(mxu_model *model) {
   free(d->shape);
   free(d->rates);
   free(d->sum_size);
-  free(d->curves);
+  free(d->tallies);
   free(d->sum_stage);
   free(d->size);
   free(d->args);
@@ -138,9 +138,9 @@ static mxu_status allocate(const mxu_model *model, mxu_device *d) {
   d->sums = mxu_program_sum_count(model);
   d->outputs = d->state + d->sums;
   d->sum_size = calloc((size_t)d->sums, sizeof *d->sum_size);
-  int curve_values = model->plan.curve_count * MXU_AUC_VALUES;
-  d->curves = calloc((size_t)(d->steps * curve_values + 1), sizeof *d->curves);
-  if (!d->sum_size || !d->curves)
+  d->tallies = calloc((size_t)(d->steps * model->plan.tally_values + 1),
+                      sizeof *d->tallies);
+  if (!d->sum_size || !d->tallies)
     return mxu_fail(MXU_ERR_NOMEM, "pjrt: out of memory");
   /* The total, then each head's loss, count and metrics' two each. */
   int k = 0;
@@ -149,7 +149,13 @@ static mxu_status allocate(const mxu_model *model, mxu_device *d) {
     d->sum_size[k++] = 1;
     d->sum_size[k++] = 1;
     for (int m = 0; m < model->heads[j].metric_count; m++) {
-      int size = model->heads[j].curve[m] >= 0 ? MXU_AUC_THRESHOLDS : 1;
+      const mxu_head *head = &model->heads[j];
+      int size =
+          head->tally[m] >= 0
+              ? (int)mxu_metric_tally_size(head->metric_kind[m],
+                                           mxu_head_row_values(model, j)) /
+                    2
+              : 1;
       d->sum_size[k++] = size;
       d->sum_size[k++] = size;
     }
@@ -341,10 +347,10 @@ static mxu_status upload_stage(mxu_device *d) {
 }
 
 /* A program's loss sums of a step (sums: d->sum_floats values, each sum
- * its sum_size) as the step's result, an AUC's curve into curves (the
- * model's, MXU_AUC_VALUES each). */
+ * its sum_size) as the step's result, a metric's tally into tallies (the
+ * model's). */
 static void read_sums(const mxu_model *model, const float *sums,
-                      mxu_step_result *out, float *curves) {
+                      mxu_step_result *out, float *tallies) {
   *out = (mxu_step_result){.loss_sum = sums[0]};
   const float *own = sums + 1;
   for (int j = 0; j < model->head_count; j++) {
@@ -353,10 +359,11 @@ static void read_sums(const mxu_model *model, const float *sums,
     t->loss = *own++;
     t->count = *own++;
     for (int m = 0; m < head->metric_count; m++) {
-      if (head->curve[m] >= 0) {
-        memcpy(curves + head->curve[m] * MXU_AUC_VALUES, own,
-               MXU_AUC_VALUES * sizeof *own);
-        own += MXU_AUC_VALUES;
+      if (head->tally[m] >= 0) {
+        int64_t size = mxu_metric_tally_size(head->metric_kind[m],
+                                             mxu_head_row_values(model, j));
+        memcpy(tallies + head->tally[m], own, (size_t)size * sizeof *own);
+        own += size;
         continue;
       }
       t->metric[m] = *own++;
@@ -365,11 +372,11 @@ static void read_sums(const mxu_model *model, const float *sums,
   }
 }
 
-void mxu_device_curves(mxu_model *model, int step) {
+void mxu_device_tallies(mxu_model *model, int step) {
   mxu_device *d = model->device;
-  int values = model->plan.curve_count * MXU_AUC_VALUES;
+  int values = model->plan.tally_values;
   for (int v = 0; v < values; v++)
-    model->plan.curves[v] = d->curves[step * values + v];
+    model->plan.tallies[v] = d->tallies[step * values + v];
 }
 
 mxu_status mxu_device_run(mxu_model *model, int steps,
@@ -402,7 +409,7 @@ mxu_status mxu_device_run(mxu_model *model, int steps,
        at += d->sum_size[k++] * d->steps)
     s = mxu_pjrt_download(d->pjrt, d->outs[d->state + k], all + at,
                           (size_t)(d->steps * d->sum_size[k]) * sizeof *all);
-  int values = model->plan.curve_count * MXU_AUC_VALUES;
+  int values = model->plan.tally_values;
   for (int j = 0; s == MXU_OK && j < steps; j++) {
     for (int k = 0, at = 0, to = 0; k < d->sums; k++) {
       int size = d->sum_size[k];
@@ -410,7 +417,7 @@ mxu_status mxu_device_run(mxu_model *model, int steps,
       at += size * d->steps;
       to += size;
     }
-    read_sums(model, sums, &results[j], d->curves + j * values);
+    read_sums(model, sums, &results[j], d->tallies + j * values);
   }
   if (s != MXU_OK) {
     free_buffers(d, d->outs, 0, d->outputs, d->outputs);
@@ -545,8 +552,8 @@ mxu_status mxu_device_evaluate(mxu_model *model, mxu_step_result *result) {
     mxu_pjrt_buffer_free(d->pjrt, outs[i]);
   free(outs);
   if (s == MXU_OK) {
-    read_sums(model, sums, result, d->curves);
-    mxu_device_curves(model, 0);
+    read_sums(model, sums, result, d->tallies);
+    mxu_device_tallies(model, 0);
   }
   return s;
 }

@@ -6,6 +6,8 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Keras' backend epsilon, the clip of probabilities away from 0 and 1. */
@@ -116,6 +118,11 @@ int64_t mxu_loss_positions(const mxu_model *model, int h) {
   return mxu_shape_count(s) / s->dims[s->rank - 1];
 }
 
+int64_t mxu_head_row_values(const mxu_model *model, int h) {
+  const mxu_shape *s = &model->layers[model->heads[h].node].out_shape;
+  return mxu_shape_count(s) / mxu_loss_positions(model, h);
+}
+
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,
                         const float *targets, float *out) {
   for (int64_t i = 0; i < rows * k; i++)
@@ -158,8 +165,9 @@ static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
   double sum = 0.0;
   switch (kind) {
   case MXU_METRIC_AUC:
-  case MXU_METRIC_AUC_PR: return 0.0; /* a curve: mxu_auc_counts */
-  case MXU_METRIC_PRECISION:          /* true positives */
+  case MXU_METRIC_AUC_PR:
+  case MXU_METRIC_F_SCORE: return 0.0; /* a tally: mxu_metric_tally */
+  case MXU_METRIC_PRECISION:           /* true positives */
   case MXU_METRIC_RECALL:
   case MXU_METRIC_TRUE_POSITIVES:
   case MXU_METRIC_FALSE_POSITIVES:
@@ -206,7 +214,8 @@ int mxu_metric_is_mean(mxu_metric_kind kind) {
   case MXU_METRIC_TRUE_POSITIVES:
   case MXU_METRIC_FALSE_POSITIVES:
   case MXU_METRIC_TRUE_NEGATIVES:
-  case MXU_METRIC_FALSE_NEGATIVES: return 0;
+  case MXU_METRIC_FALSE_NEGATIVES:
+  case MXU_METRIC_F_SCORE: return 0;
   default: return 1;
   }
 }
@@ -215,9 +224,14 @@ int mxu_metric_has_curve(mxu_metric_kind kind) {
   return kind == MXU_METRIC_AUC || kind == MXU_METRIC_AUC_PR;
 }
 
+int64_t mxu_metric_tally_size(mxu_metric_kind kind, int64_t values) {
+  if (mxu_metric_has_curve(kind)) return MXU_AUC_VALUES;
+  return kind == MXU_METRIC_F_SCORE ? 4 * values : 0;
+}
+
 /* The counts' value is their sum; precision and recall divide it. */
 static int is_count(mxu_metric_kind kind) {
-  return !mxu_metric_is_mean(kind) && !mxu_metric_has_curve(kind) &&
+  return !mxu_metric_is_mean(kind) && !mxu_metric_tally_size(kind, 1) &&
          kind != MXU_METRIC_PRECISION && kind != MXU_METRIC_RECALL;
 }
 
@@ -228,7 +242,7 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
   double total = 0.0, of = 0.0;
   int mean = mxu_metric_is_mean(kind), ratio = !mean && !is_count(kind);
   *divisor = 0.0;
-  if (mxu_metric_has_curve(kind)) return 0.0; /* mxu_auc_counts */
+  if (mxu_metric_tally_size(kind, k)) return 0.0; /* mxu_metric_tally */
   for (int64_t r = 0; r < rows; r++) {
     if (mask[r] == 0.0f) continue;
     total += row_metric(kind, y + r * k, k, labels[r], targets + r * k);
@@ -299,6 +313,74 @@ double mxu_auc_result(mxu_metric_kind kind, const double *curve) {
     area += (fpr - next_fpr) * (tpr + next_tpr) / 2.0;
   }
   return area;
+}
+
+/* Keras' F-score counts: a value is predicted positive above the
+ * threshold, or without one where it is its row's largest and not 0;
+ * per value of the row, the true positives, false positives, false
+ * negatives and the targets' sum (each class's support), in turn. */
+static void f_score_counts(const mxu_metric_options *o, int64_t rows, int64_t k,
+                           const float *y, const float *targets,
+                           const float *mask, float *tally) {
+  for (int64_t r = 0; r < rows; r++) {
+    if (mask[r] == 0.0f) continue;
+    const float *row = y + r * k, *t = targets + r * k;
+    float max = row[0];
+    for (int64_t j = 1; j < k; j++) max = row[j] > max ? row[j] : max;
+    for (int64_t j = 0; j < k; j++) {
+      float p = o->threshold > 0
+                    ? (float)(row[j] > (float)o->threshold)
+                    : (float)(row[j] >= max && fabsf(row[j]) > 1e-9f);
+      tally[j] += p * t[j];
+      tally[k + j] += p * (1.0f - t[j]);
+      tally[2 * k + j] += (1.0f - p) * t[j];
+      tally[3 * k + j] += t[j];
+    }
+  }
+}
+
+void mxu_metric_tally(mxu_metric_kind kind, const mxu_metric_options *options,
+                      int64_t rows, int64_t k, const float *y,
+                      const float *targets, const float *mask, float *tally) {
+  if (kind == MXU_METRIC_F_SCORE)
+    f_score_counts(options, rows, k, y, targets, mask, tally);
+  else
+    mxu_auc_counts(rows, k, y, targets, mask, tally);
+}
+
+/* Keras' F-beta of the counts, its epsilon (1e-7) where it divides. */
+static double f_beta(double tp, double fp, double fn, double beta) {
+  const double eps = 1e-7, b2 = beta * beta;
+  double precision = tp / (tp + fp + eps), recall = tp / (tp + fn + eps);
+  return precision * recall / (b2 * precision + recall + eps) * (1 + b2);
+}
+
+static double f_score_result(const mxu_metric_options *o, const double *tally,
+                             int64_t k) {
+  const double *tp = tally, *fp = tally + k, *fn = tally + 2 * k,
+               *support = tally + 3 * k;
+  double score = 0.0, sums[3] = {0}, total = 0.0;
+  for (int64_t j = 0; j < k; j++) {
+    sums[0] += tp[j];
+    sums[1] += fp[j];
+    sums[2] += fn[j];
+    total += support[j];
+  }
+  if (o->average == MXU_AVERAGE_MICRO)
+    return f_beta(sums[0], sums[1], sums[2], o->beta);
+  for (int64_t j = 0; j < k; j++) {
+    double f = f_beta(tp[j], fp[j], fn[j], o->beta);
+    score += o->average == MXU_AVERAGE_WEIGHTED
+                 ? f * support[j] / (total + 1e-7)
+                 : f / (double)k;
+  }
+  return score;
+}
+
+double mxu_tally_result(mxu_metric_kind kind, const mxu_metric_options *options,
+                        const double *tally, int64_t values) {
+  if (kind == MXU_METRIC_F_SCORE) return f_score_result(options, tally, values);
+  return mxu_auc_result(kind, tally);
 }
 
 double mxu_metric_result(mxu_metric_kind kind, double sum, double divisor) {
@@ -379,6 +461,8 @@ static const struct {
     {"true_negatives", MXU_METRIC_TRUE_NEGATIVES, 0},
     {"false_negatives", MXU_METRIC_FALSE_NEGATIVES, 0},
     {"binary_crossentropy", MXU_METRIC_BINARY_CROSSENTROPY, 0},
+    {"f1_score", MXU_METRIC_F_SCORE, 0},
+    {"fbeta_score", MXU_METRIC_F_SCORE, 0},
 };
 
 const char *mxu_metric_name(const char *name) {
@@ -421,6 +505,7 @@ const char *mxu_metric_function(mxu_metric_kind kind) {
   case MXU_METRIC_TRUE_NEGATIVES: return "true_negatives";
   case MXU_METRIC_FALSE_NEGATIVES: return "false_negatives";
   case MXU_METRIC_BINARY_CROSSENTROPY: return "binary_crossentropy";
+  case MXU_METRIC_F_SCORE: return "f1_score";
   }
   return "";
 }
@@ -431,7 +516,9 @@ const char *mxu_metric_names(void) {
          "sparse_top_k_categorical_accuracy, mae, mean_absolute_error, mse, "
          "mean_squared_error, root_mean_squared_error, precision, recall, "
          "auc, prc, true_positives, false_positives, true_negatives, "
-         "false_negatives, binary_crossentropy";
+         "false_negatives, binary_crossentropy, f1_score(average=A) and "
+         "fbeta_score(average=A,beta=B) (A micro, macro or weighted; "
+         "threshold=T too)";
 }
 
 /* Keras resolves "accuracy" by the loss and the output: binary for the
@@ -458,11 +545,76 @@ mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
                   mxu_metric_names());
 }
 
+/* An F-score's option "key=value" (n characters) into o. */
+static mxu_status f_score_option(const char *spec, const char *text, size_t n,
+                                 int fbeta, mxu_metric_options *o) {
+  static const char *const averages[] = {"micro", "macro", "weighted"};
+  char option[64];
+  snprintf(option, sizeof option, "%.*s", (int)(n < 63 ? n : 63), text);
+  char *value = strchr(option, '=');
+  if (value) *value++ = '\0';
+  char *end = NULL;
+  double number = value ? strtod(value, &end) : NAN;
+  int is_number = value && *value && end && !*end && isfinite(number);
+  if (value && !strcmp(option, "average")) {
+    for (int i = 0; i < 3; i++)
+      if (!strcmp(value, averages[i])) {
+        o->average = (mxu_metric_average)(MXU_AVERAGE_MICRO + i);
+        return MXU_OK;
+      }
+  } else if (value && !strcmp(option, "threshold")) {
+    if (is_number && number > 0 && number <= 1) {
+      o->threshold = number;
+      return MXU_OK;
+    }
+  } else if (value && fbeta && !strcmp(option, "beta")) {
+    if (is_number && number > 0) {
+      o->beta = number;
+      return MXU_OK;
+    }
+  }
+  return mxu_fail(MXU_ERR_ARG,
+                  "compile: metric '%s': option '%.*s' is not one of "
+                  "average=micro|macro|weighted, threshold=T (0 < T <= 1)%s",
+                  spec, (int)n, text, fbeta ? ", beta=B (B > 0)" : "");
+}
+
+/* The options in parentheses of an F-score (the text between them). */
+static mxu_status f_score_options(const char *spec, const char *text, size_t n,
+                                  int fbeta, mxu_metric_options *o) {
+  for (size_t at = 0; text && at < n;) {
+    size_t len = 0;
+    while (at + len < n && text[at + len] != ',') len++;
+    MXU_TRY(f_score_option(spec, text + at, len, fbeta, o));
+    at += len + 1;
+  }
+  if (o->average) return MXU_OK;
+  return mxu_fail(MXU_ERR_UNSUPPORTED,
+                  "compile: metric '%s': without an average Keras logs a "
+                  "score per class, and mxu logs one number a metric: give "
+                  "one, as in f1_score(average=macro) (micro, macro or "
+                  "weighted)",
+                  spec);
+}
+
 mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
                             char log[MXU_METRIC_LOG_SIZE],
-                            mxu_metric_kind *kind) {
-  const char *eq = strrchr(spec, '='); /* a name may hold one */
-  size_t n = eq ? (size_t)(eq - spec) : strlen(spec);
+                            mxu_metric_kind *kind,
+                            mxu_metric_options *options) {
+  mxu_metric_options own;
+  if (!options) options = &own;
+  *options = (mxu_metric_options){0, 1.0, 0.0};
+  /* The options: the parentheses the text ends with. */
+  size_t length = strlen(spec), head = length;
+  const char *open =
+      length && spec[length - 1] == ')' ? strrchr(spec, '(') : NULL;
+  if (open) head = (size_t)(open - spec);
+  const char *eq = NULL; /* a name may hold one: the last */
+  for (const char *c = spec; c < spec + head; c++)
+    if (*c == '=') eq = c;
+  size_t n = eq ? (size_t)(eq - spec) : head;
+  const char *name = eq ? eq + 1 : spec;
+  size_t name_length = (size_t)(spec + head - name);
   if (n == 0 || n >= MXU_METRIC_LOG_SIZE)
     return mxu_fail(MXU_ERR_ARG,
                     "compile: metric '%s': the name it is logged under must "
@@ -471,7 +623,19 @@ mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
                     spec, MXU_METRIC_LOG_SIZE - 1);
   memcpy(log, spec, n);
   log[n] = '\0';
-  return mxu_metric_kind_of(eq ? eq + 1 : spec, loss, outputs, kind);
+  char metric[MXU_METRIC_LOG_SIZE];
+  snprintf(metric, sizeof metric, "%.*s",
+           (int)(name_length < sizeof metric ? name_length : sizeof metric - 1),
+           name);
+  MXU_TRY(mxu_metric_kind_of(metric, loss, outputs, kind));
+  if (*kind == MXU_METRIC_F_SCORE)
+    return f_score_options(spec, open ? open + 1 : NULL,
+                           open ? length - head - 2 : 0,
+                           strcmp(metric, "fbeta_score") == 0, options);
+  if (open)
+    return mxu_fail(MXU_ERR_ARG, "compile: metric '%s': %s takes no options",
+                    spec, metric);
+  return MXU_OK;
 }
 
 int mxu_metric_direction(mxu_metric_kind kind) {

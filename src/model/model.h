@@ -573,16 +573,39 @@ typedef enum mxu_metric_kind {
   MXU_METRIC_FALSE_POSITIVES,
   MXU_METRIC_TRUE_NEGATIVES,
   MXU_METRIC_FALSE_NEGATIVES,
-  MXU_METRIC_BINARY_CROSSENTROPY /* of probabilities, as the loss's */
+  MXU_METRIC_BINARY_CROSSENTROPY, /* of probabilities, as the loss's */
+  /* Keras' F1Score and FBetaScore: each value a positive prediction above
+   * the threshold (or its row's largest), counted per class against the
+   * targets over the epoch, averaged as the options say. */
+  MXU_METRIC_F_SCORE
 } mxu_metric_kind;
+
+/* The options of the metrics that take them (the F-scores), from a
+ * metric's text: "f1_score(average=macro,threshold=0.5)". */
+typedef enum mxu_metric_average {
+  MXU_AVERAGE_MICRO = 1, /* the classes' counts summed, then the score */
+  MXU_AVERAGE_MACRO,     /* the classes' scores' mean */
+  MXU_AVERAGE_WEIGHTED   /* their mean weighted by each class's targets */
+} mxu_metric_average;
+
+typedef struct mxu_metric_options {
+  mxu_metric_average average;
+  double beta;      /* recall's weight: 1 (F1) */
+  double threshold; /* a positive prediction above it; 0: its row's max */
+} mxu_metric_options;
 
 /* Keras' AUC: num_thresholds 200, evenly spaced over [0, 1] (the ends
  * moved out by epsilon). Its counts are a curve: per threshold bucket, the
- * true and the false values whose prediction falls in it. */
+ * true and the false values whose prediction falls in it.
+ *
+ * A metric that keeps more than a sum and a divisor over the epoch keeps
+ * a tally, a vector of sums (an AUC's curve, an F-score's counts per
+ * class), summed over replicas, processes and steps as the sums are; a
+ * model's tallies hold at most MXU_MAX_TALLY_VALUES floats. */
 enum {
   MXU_AUC_THRESHOLDS = 200,
   MXU_AUC_VALUES = 2 * MXU_AUC_THRESHOLDS,
-  MXU_MAX_CURVES = 4 /* AUCs a model */
+  MXU_MAX_TALLY_VALUES = 8192
 };
 
 enum { MXU_TOP_K = 5 }; /* Keras' default k */
@@ -601,9 +624,10 @@ typedef struct mxu_head {
   char metric[MXU_MAX_METRICS][MXU_METRIC_LOG_SIZE];
   char metric_spec[MXU_MAX_METRICS][2 * MXU_METRIC_LOG_SIZE];
   mxu_metric_kind metric_kind[MXU_MAX_METRICS];
-  /* An AUC's curve: its place among the model's (mxu_plan.curves), in
-   * units of MXU_AUC_VALUES; -1 for the other metrics. */
-  int curve[MXU_MAX_METRICS];
+  mxu_metric_options metric_options[MXU_MAX_METRICS];
+  /* A metric's tally (mxu_metric_tally_size): where it starts among the
+   * model's (mxu_plan.tallies), in floats; -1 for the other metrics. */
+  int tally[MXU_MAX_METRICS];
 } mxu_head;
 
 /* A head's buffers and decisions in the plan. labels: this batch's class
@@ -615,10 +639,10 @@ typedef struct mxu_head {
  * outputs per row. */
 typedef struct mxu_head_plan {
   size_t labels, targets, smoothed, row_mask, probs, loss;
-  /* Its AUCs' curves of this batch (floats), where it has any: the
-   * model's curves curve_first .. + curve_count (mxu_plan.curves). */
-  size_t curves;
-  int curve_first, curve_count;
+  /* Its metrics' tallies of this batch (floats), where it has any: the
+   * model's values tally_first .. + tally_values (mxu_plan.tallies). */
+  size_t tallies;
+  int tally_first, tally_values;
   /* A padding mask reaching the loss (an Embedding's mask_zero of the
    * model input, or a Masking of it): the node holding it, -1 for none;
    * per local slice, its logical replica's real samples over its unmasked
@@ -662,12 +686,12 @@ typedef struct mxu_plan {
   int replicas, local_first, local_count;
   int workers, intra_threads;
   mxu_replica *replica; /* local_count */
-  /* The AUCs' curves (curve_count of them, MXU_AUC_VALUES each) of the
-   * last step, summed over every replica in logical order; stage: every
-   * replica's, gathered. NULL without an AUC. */
-  int curve_count;
-  double *curves;
-  float *curve_stage;
+  /* The metrics' tallies (tally_values floats: each head's in turn) of
+   * the last step, summed over every replica in logical order; stage:
+   * every replica's, gathered. NULL without a tally. */
+  int tally_values;
+  double *tallies;
+  float *tally_stage;
   /* A step's results: every replica's gathered (replicas), then the local
    * ones' (local_count), off the stack (a result is kilobytes). */
   mxu_step_result *results;
@@ -751,6 +775,9 @@ int mxu_model_output(const mxu_model *model);
 /* Output j's node (the model's j-th output; a model without outputs set
  * has one, its last node); -1 for no such output. */
 int mxu_model_output_node(const mxu_model *model, int j);
+/* The values a row of head h's output holds, which its metrics compare
+ * (the output's per position of a sequence's). */
+int64_t mxu_head_row_values(const mxu_model *model, int h);
 /* What output k's loss is: the config's entry for it, or the config's
  * one loss (weight 1, the one metric, "accuracy" when none is named). */
 mxu_output_loss mxu_output_spec(const mxu_compile_config *c, int k);
@@ -993,11 +1020,24 @@ int mxu_metric_has_curve(mxu_metric_kind kind);
 mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
                               mxu_metric_kind *out);
 /* A metric as compile takes it: a name, or "NAME=METRIC" (METRIC logged
- * as NAME, Keras' name= of a metric object): the name logged, and the
- * kind. */
+ * as NAME, Keras' name= of a metric object), METRIC with its options in
+ * parentheses where it takes some ("f1_score(average=macro)"): the name
+ * logged, the kind and the options (options may be NULL). */
 mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
                             char log[MXU_METRIC_LOG_SIZE],
-                            mxu_metric_kind *kind);
+                            mxu_metric_kind *kind, mxu_metric_options *options);
+/* The floats of the metric's tally for outputs of `values` a row: an
+ * AUC's curve (MXU_AUC_VALUES), an F-score's true positives, false
+ * positives, false negatives and targets per value (4 values); 0 for a
+ * metric of sums. */
+int64_t mxu_metric_tally_size(mxu_metric_kind kind, int64_t values);
+/* Its counts of rows (k values each) with mask 1 added into tally. */
+void mxu_metric_tally(mxu_metric_kind kind, const mxu_metric_options *options,
+                      int64_t rows, int64_t k, const float *y,
+                      const float *targets, const float *mask, float *tally);
+/* Its value from the tally of an epoch. */
+double mxu_tally_result(mxu_metric_kind kind, const mxu_metric_options *options,
+                        const double *tally, int64_t values);
 /* Keras 3's direction of the metric (its _direction): 1 up (the
  * accuracies, precision, recall, the AUCs), -1 down (the errors and the
  * cross-entropy), 0 none (the counts). */
@@ -1156,9 +1196,9 @@ mxu_status mxu_device_apply(mxu_model *model);
  * metric sums and the metric count over every replica. The program is
  * compiled on first use. */
 mxu_status mxu_device_evaluate(mxu_model *model, mxu_step_result *result);
-/* Step `step` of the last run's AUC curves into model->plan.curves (an
+/* Step `step` of the last run's tallies into model->plan.tallies (an
  * evaluation's are there already). */
-void mxu_device_curves(mxu_model *model, int step);
+void mxu_device_tallies(mxu_model *model, int step);
 /* The loaded batch's outputs (rows of the global batch hold samples):
  * each output's values into outputs[j]. */
 mxu_status mxu_device_predict(mxu_model *model, int64_t rows,

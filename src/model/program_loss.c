@@ -162,8 +162,9 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
   case MXU_METRIC_RMSE:
     return mean_of(h, row_sums(h, MUL(SUB(y, t), SUB(y, t))), values);
   case MXU_METRIC_AUC:
-  case MXU_METRIC_AUC_PR: return 0; /* a curve: emit_curve */
-  case MXU_METRIC_PRECISION:        /* true positives */
+  case MXU_METRIC_AUC_PR:
+  case MXU_METRIC_F_SCORE: return 0; /* a tally: emit_tally */
+  case MXU_METRIC_PRECISION:         /* true positives */
   case MXU_METRIC_RECALL:
   case MXU_METRIC_TRUE_POSITIVES:
     return row_sums(h, MUL(positive(o, y), true_(o, t)));
@@ -307,6 +308,42 @@ static void emit_curve(mxu_hlo *h, mxu_hlo_value y, mxu_hlo_value t,
                      MXU_HLO_SUM, 1, &all);
 }
 
+/* An F-score's counts (loss.c's f_score_counts): of y and t (rows, k) in
+ * the rows `kept` weighs 1, per value the true positives and false
+ * positives (sums[0], 2k), the false negatives and the targets' sum
+ * (sums[1], 2k). */
+static void emit_f_score(mxu_hlo *h, const mxu_metric_options *options,
+                         mxu_hlo_value y, mxu_hlo_value t, mxu_hlo_value kept,
+                         mxu_hlo_value *sums) {
+  mxu_hlo_shape rows = *mxu_hlo_shape_of(h, y); /* a copy: nodes move */
+  const int64_t first = 0, last = 1;
+  const ops oo = {h, y}, *o = &oo;
+  mxu_hlo_value p;
+  if (options->threshold > 0) {
+    p = mxu_hlo_convert(
+        h, mxu_hlo_compare_op(h, MXU_HLO_GT, y, k(o, options->threshold)),
+        MXU_HLO_F32);
+  } else {
+    mxu_hlo_value max = mxu_hlo_broadcast(
+        h, mxu_hlo_reduce(h, y, MXU_HLO_MAX, 1, &last), rows, &first);
+    p = MUL(
+        mxu_hlo_convert(h, mxu_hlo_compare_op(h, MXU_HLO_GE, y, max),
+                        MXU_HLO_F32),
+        mxu_hlo_convert(h,
+                        mxu_hlo_compare_op(h, MXU_HLO_GT, un(o, MXU_HLO_ABS, y),
+                                           k(o, 1e-9)),
+                        MXU_HLO_F32));
+  }
+  mxu_hlo_value weight = mxu_hlo_broadcast(h, kept, rows, &first);
+  mxu_hlo_value pw = MUL(p, weight), tw = MUL(t, weight);
+  mxu_hlo_value counts[4] = {MUL(pw, t), MUL(pw, SUB(k(o, 1.0), t)),
+                             MUL(SUB(weight, pw), t), tw};
+  for (int i = 0; i < 4; i++)
+    counts[i] = mxu_hlo_reduce(h, counts[i], MXU_HLO_SUM, 1, &first);
+  sums[0] = mxu_hlo_concatenate(h, counts[0], counts[1], 0);
+  sums[1] = mxu_hlo_concatenate(h, counts[2], counts[3], 0);
+}
+
 int mxu_head_sum_count(const mxu_model *model, int head) {
   return 2 + 2 * model->heads[head].metric_count;
 }
@@ -329,6 +366,10 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
                         mxu_hlo_full_like(h, metric_mask, (double)positions));
   if (mxu_metric_has_curve(kind)) {
     emit_curve(h, y, t, whole, sums);
+    return h->status;
+  }
+  if (kind == MXU_METRIC_F_SCORE) {
+    emit_f_score(h, &model->heads[head].metric_options[m], y, t, whole, sums);
     return h->status;
   }
   /* A copy: the node list moves as the ops below append to it. */

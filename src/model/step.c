@@ -272,15 +272,14 @@ static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
   sums.count /= (double)positions;
   const int32_t *labels =
       (const int32_t *)(const void *)mxu_replica_floats(replica, hp->labels);
-  float *curves = mxu_replica_floats(replica, hp->curves);
-  if (hp->curve_count)
-    memset(curves, 0,
-           (size_t)hp->curve_count * MXU_AUC_VALUES * sizeof *curves);
+  float *tallies = mxu_replica_floats(replica, hp->tallies);
+  if (hp->tally_values)
+    memset(tallies, 0, (size_t)hp->tally_values * sizeof *tallies);
   for (int m = 0; m < head->metric_count; m++) {
-    if (head->curve[m] >= 0) {
-      mxu_auc_counts(rows * positions, values / positions, out, targets, scored,
-                     curves +
-                         (head->curve[m] - hp->curve_first) * MXU_AUC_VALUES);
+    if (head->tally[m] >= 0) {
+      mxu_metric_tally(head->metric_kind[m], &head->metric_options[m],
+                       rows * positions, values / positions, out, targets,
+                       scored, tallies + head->tally[m] - hp->tally_first);
       continue;
     }
     mxu_metric_kind kind = head->metric_kind[m];

@@ -400,28 +400,28 @@ static mxu_step_result combine(const mxu_plan *plan,
   return total;
 }
 
-/* The AUCs' curves of every replica's batch: each local replica's (from
- * its heads' buffers), gathered from every process, summed into
- * plan->curves in logical order. */
-static void sum_curves(mxu_model *model) {
+/* The metrics' tallies of every replica's batch: each local replica's
+ * (from its heads' buffers), gathered from every process, summed into
+ * plan->tallies in logical order. */
+static void sum_tallies(mxu_model *model) {
   mxu_plan *plan = &model->plan;
-  if (!plan->curve_count) return;
-  size_t values = (size_t)plan->curve_count * MXU_AUC_VALUES;
-  float *all = plan->curve_stage,
+  if (!plan->tally_values) return;
+  size_t values = (size_t)plan->tally_values;
+  float *all = plan->tally_stage,
         *local = all + (size_t)plan->replicas * values;
   for (int r = 0; r < plan->local_count; r++)
     for (int h = 0; h < model->head_count; h++) {
       const mxu_head_plan *hp = &plan->head[h];
-      if (hp->curve_count)
-        memcpy(local + r * values + (size_t)hp->curve_first * MXU_AUC_VALUES,
-               mxu_replica_floats(&plan->replica[r], hp->curves),
-               (size_t)hp->curve_count * MXU_AUC_VALUES * sizeof(float));
+      if (hp->tally_values)
+        memcpy(local + r * values + (size_t)hp->tally_first,
+               mxu_replica_floats(&plan->replica[r], hp->tallies),
+               (size_t)hp->tally_values * sizeof(float));
     }
   mxu_dist_allgather(local, all,
                      (size_t)plan->local_count * values * sizeof(float));
-  memset(plan->curves, 0, values * sizeof *plan->curves);
+  memset(plan->tallies, 0, values * sizeof *plan->tallies);
   for (int r = 0; r < plan->replicas; r++)
-    for (size_t v = 0; v < values; v++) plan->curves[v] += all[r * values + v];
+    for (size_t v = 0; v < values; v++) plan->tallies[v] += all[r * values + v];
 }
 
 mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
@@ -458,7 +458,7 @@ mxu_step_result mxu_strategy_step(mxu_model *model, const mxu_step_key *key,
   }
   pool_denormals_restore(plan->intra_threads);
   denormals_restore(mode);
-  sum_curves(model);
+  sum_tallies(model);
   return combine(plan, results);
 }
 

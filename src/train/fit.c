@@ -380,19 +380,19 @@ static void load_batch(mxu_model *model, const mxu_dataset *data,
     if (model->plan.head[h].loss_mask >= 0) count_unmasked(model, h);
 }
 
-/* A run's AUC curves (mxu_plan.curves summed over its steps). */
-typedef struct curve_totals {
-  double at[MXU_MAX_CURVES * MXU_AUC_VALUES];
-} curve_totals;
+/* A run's metrics' tallies (mxu_plan.tallies summed over its steps). */
+typedef struct tally_totals {
+  double at[MXU_MAX_TALLY_VALUES];
+} tally_totals;
 
-static void add_curves(const mxu_model *model, curve_totals *totals) {
-  int64_t values = (int64_t)model->plan.curve_count * MXU_AUC_VALUES;
-  for (int64_t v = 0; v < values; v++) totals->at[v] += model->plan.curves[v];
+static void add_tallies(const mxu_model *model, tally_totals *totals) {
+  for (int v = 0; v < model->plan.tally_values; v++)
+    totals->at[v] += model->plan.tallies[v];
 }
 
 /* Each head's mean loss and metrics from sums over `samples`. */
 static void output_means(const mxu_model *model, const mxu_step_result *sums,
-                         const curve_totals *curves, double samples,
+                         const tally_totals *tallies, double samples,
                          mxu_output_log *out) {
   for (int h = 0; h < model->head_count; h++) {
     const mxu_head *head = &model->heads[h];
@@ -405,9 +405,10 @@ static void output_means(const mxu_model *model, const mxu_step_result *sums,
     for (int m = 0; m < head->metric_count; m++) {
       o->metrics[m] = head->metric[m];
       o->values[m] =
-          head->curve[m] >= 0
-              ? mxu_auc_result(head->metric_kind[m],
-                               curves->at + head->curve[m] * MXU_AUC_VALUES)
+          head->tally[m] >= 0
+              ? mxu_tally_result(head->metric_kind[m], &head->metric_options[m],
+                                 tallies->at + head->tally[m],
+                                 mxu_head_row_values(model, h))
               : mxu_metric_result(head->metric_kind[m], t->metric[m],
                                   t->divisor[m]);
       o->val_values[m] = NAN;
@@ -440,7 +441,7 @@ mxu_status mxu_evaluate_outputs(mxu_model *model, const mxu_dataset *data,
   MXU_TRY(ensure_batch(model, batch_size ? batch_size : global_batch(model)));
   int64_t batch = global_batch(model);
   mxu_step_result totals = {0};
-  curve_totals curves = {{0}};
+  tally_totals tallies = {{0}};
   mxu_step_key key = {0, 0, 0, 0};
   for (int64_t first = 0; first < data->count; first += batch) {
     int64_t rows = data->count - first < batch ? data->count - first : batch;
@@ -449,12 +450,12 @@ mxu_status mxu_evaluate_outputs(mxu_model *model, const mxu_dataset *data,
                                       : mxu_strategy_step(model, &key, 1.0f);
     MXU_TRY(r.status);
     mxu_step_result_add(&totals, &r);
-    add_curves(model, &curves);
+    add_tallies(model, &tallies);
   }
   double n = data->count ? (double)data->count : 1.0;
   double penalty = model->penalized ? mxu_regularization_loss(model) : 0.0;
   if (loss) *loss = totals.loss_sum / n + penalty;
-  if (outputs) output_means(model, &totals, &curves, n, outputs);
+  if (outputs) output_means(model, &totals, &tallies, n, outputs);
   return MXU_OK;
 }
 
@@ -527,7 +528,7 @@ static mxu_status resolve_batch(const mxu_fit_config *c, int64_t count,
 
 typedef struct epoch_totals {
   mxu_step_result sums;
-  curve_totals curves;
+  tally_totals tallies;
   int64_t samples;
   mxu_output_log outputs[MXU_MAX_OUTPUTS]; /* the logs' means */
 } epoch_totals;
@@ -577,7 +578,7 @@ static mxu_logs logs_of(const mxu_model *model, int epoch, double loss,
 static mxu_logs epoch_logs(const mxu_model *model, int epoch,
                            epoch_totals *totals) {
   double n = totals->samples ? (double)totals->samples : 1.0;
-  output_means(model, &totals->sums, &totals->curves, n, totals->outputs);
+  output_means(model, &totals->sums, &totals->tallies, n, totals->outputs);
   return logs_of(model, epoch, totals->sums.loss_sum / n, NAN, totals->outputs);
 }
 
@@ -614,7 +615,7 @@ static mxu_status after_step(mxu_model *model, const mxu_fit_config *c,
                              mxu_progress *progress, epoch_totals *totals,
                              mxu_step_result r) {
   mxu_step_result_add(&totals->sums, &r);
-  add_curves(model, &totals->curves);
+  add_tallies(model, &totals->tallies);
   totals->samples += global_batch(model);
   MXU_TRY(maybe_checkpoint(model, c, epoch, step, steps, 0));
   if ((step + 1 - first) % steps_per_execution(model) != 0 && step + 1 != steps)
@@ -674,7 +675,7 @@ static mxu_status device_steps(mxu_model *model, const mxu_fit_config *c,
   if (s == MXU_OK && good > 0) s = mxu_strategy_apply(model);
   for (int j = 0; s == MXU_OK && j < n; j++) {
     s = check_finite(epoch, step + j, r[j].loss_sum);
-    if (model->plan.curve_count) mxu_device_curves(model, j);
+    if (model->plan.tally_values) mxu_device_tallies(model, j);
     if (s == MXU_OK)
       s = after_step(model, c, epoch, step + j, steps, first, progress, totals,
                      r[j]);
@@ -844,8 +845,8 @@ mxu_status mxu_fit(mxu_model *model, const mxu_dataset *train,
   model->stop_training = 0;
   mxu_status status = mxu_device_invalidate(model); /* the host's may be new */
   mxu_output_log none[MXU_MAX_OUTPUTS];
-  static const curve_totals no_curves;
-  output_means(model, &(mxu_step_result){0}, &no_curves, 1.0, none);
+  static const tally_totals no_tallies;
+  output_means(model, &(mxu_step_result){0}, &no_tallies, 1.0, none);
   mxu_logs logs = logs_of(model, 0, 0.0, NAN, none);
   if (status == MXU_OK)
     status = mxu_callbacks_run(config, model, MXU_HOOK_TRAIN_BEGIN, 0, NULL);

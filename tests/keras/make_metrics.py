@@ -8,10 +8,13 @@ over batches of which the last is short, from Keras itself:
   Model(x, [cls, reg, flag], name="metrics")
   metrics = {"cls": ["accuracy", "top_k_categorical_accuracy",
                      Precision(name="precision"), Recall(name="recall"),
-                     AUC(name="auc")],
+                     AUC(name="auc"), F1Score(average="macro", name="f1"),
+                     FBetaScore(average="weighted", beta=2.0,
+                                threshold=0.4, name="f2")],
              "reg": ["mae", "mse", RootMeanSquaredError(name="rmse")],
              "flag": ["accuracy", Precision(name="p"),
-                      Recall(name="recall"), AUC(name="roc")]}
+                      Recall(name="recall"), AUC(name="roc"),
+                      F1Score(average="micro", threshold=0.5, name="f1")]}
 
 (tf.keras 2 writes the flag's "p" as "flag_p" in its training_config),
 and a model of one output, "binary": x (5,) -> Dense(8, relu) -> Dense(1,
@@ -81,9 +84,13 @@ def build_metrics(K):
         loss={"cls": "categorical_crossentropy", "reg": "mse",
               "flag": "binary_crossentropy"},
         metrics={"cls": ["accuracy", "top_k_categorical_accuracy"]
-                 + counts(K),
+                 + counts(K) + [
+                     M.F1Score(average="macro", name="f1"),
+                     M.FBetaScore(average="weighted", beta=2.0,
+                                  threshold=0.4, name="f2")],
                  "reg": ["mae", "mse", M.RootMeanSquaredError(name="rmse")],
-                 "flag": ["accuracy"] + counts(K, "p", "roc")})
+                 "flag": ["accuracy"] + counts(K, "p", "roc") + [
+                     M.F1Score(average="micro", threshold=0.5, name="f1")]})
     return model
 
 
