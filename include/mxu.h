@@ -1040,6 +1040,8 @@ typedef struct mxu_output_loss {
    * NULL after the last; none: no metric (Keras' metrics dict without
    * this output). */
   const char *metrics[MXU_MAX_METRICS];
+  /* Its weighted metrics, as mxu_compile_config.weighted_metrics. */
+  const char *weighted_metrics[MXU_MAX_METRICS];
 } mxu_output_loss;
 
 /* The sparse categorical cross-entropy, weight 1, delta 1, no metric. */
@@ -1080,6 +1082,13 @@ typedef struct mxu_compile_config {
    * keeps). None: {"accuracy"}. Logs, histories and callbacks carry the
    * first one's value where they say accuracy. */
   const char *metrics[MXU_MAX_METRICS];
+  /* Keras' weighted_metrics, NULL after the last: metrics as above that
+   * the samples' weights weigh (mxu_dataset_set_sample_weights and
+   * class_weight, as they weigh the loss: a mean divides by the weights'
+   * sum, the counts and curves count each sample by its weight), logged
+   * after the metrics, as "weighted_NAME" where a metric of the output is
+   * named NAME; at most MXU_MAX_METRICS an output with the metrics. */
+  const char *weighted_metrics[MXU_MAX_METRICS];
   /* The strategy, as TPUStrategy: batch_size is the global batch, split
    * over `replicas` logical replicas (0 means 1; batch_size must divide by
    * it); each runs forward and backward on its slice, the gradients are

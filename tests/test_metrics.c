@@ -20,6 +20,7 @@ enum { ROWS = 20, FEATURES = 5, BATCH = 8, MAX_KEYS = 40 };
 
 typedef struct golden {
   float x[ROWS * FEATURES], cls[ROWS * 3], reg[ROWS * 2], flag[ROWS];
+  float w[ROWS]; /* the weighted model's sample weights */
 } golden;
 
 static void read_golden(golden *g) {
@@ -30,6 +31,7 @@ static void read_golden(golden *g) {
   check_h5_read(file, "y_cls", H5T_NATIVE_FLOAT, g->cls);
   check_h5_read(file, "y_reg", H5T_NATIVE_FLOAT, g->reg);
   check_h5_read(file, "y_flag", H5T_NATIVE_FLOAT, g->flag);
+  check_h5_read(file, "w", H5T_NATIVE_FLOAT, g->w);
   H5Fclose(file);
 }
 
@@ -65,11 +67,14 @@ static int keras_keys(const char *name, const char *what,
   return n;
 }
 
-static mxu_dataset *golden_data(const golden *g, int several) {
+/* The data of model `name`: the weighted one's with its sample weights. */
+static mxu_dataset *golden_data(const golden *g, const char *name) {
   mxu_dataset *d = NULL;
   mxu_shape shape = mxu_shape_make(1, (int64_t[]){FEATURES});
-  if (!several) {
+  if (strcmp(name, "metrics") != 0) {
     CHECK_OK(mxu_dataset_from_targets(g->x, g->flag, ROWS, shape, 1, &d));
+    if (d && strcmp(name, "weighted") == 0)
+      CHECK_OK(mxu_dataset_set_sample_weights(d, g->w));
     return d;
   }
   CHECK_OK(mxu_dataset_from_targets(g->x, g->cls, ROWS, shape, 3, &d));
@@ -129,8 +134,12 @@ static mxu_model *load(const char *path, mxu_backend_kind backend, int replicas,
   return m;
 }
 
-/* The metrics the file compiled each output with, in its order. */
+/* The metrics the file compiled each output with, in its order (the
+ * weighted ones after the others). */
 static void expect_compiled(const mxu_model *m, const char *path) {
+  static const char *const weighted[] = {
+      "accuracy", "auc", "weighted_accuracy", "precision", "wauc", "mae",
+      "f1",       NULL};
   static const char *const want[3][8] = {
       {"accuracy", "top_k_categorical_accuracy", "precision", "recall", "auc",
        "f1", "f2"},
@@ -150,7 +159,9 @@ static void expect_compiled(const mxu_model *m, const char *path) {
                                        "root_mean_squared_error",
                                        NULL};
   for (int h = 0; h < m->head_count; h++) {
-    const char *const *names = m->head_count == 1 ? binary : want[h];
+    const char *const *names = m->head_count > 1          ? want[h]
+                               : strstr(path, "weighted") ? weighted
+                                                          : binary;
     int count = 0;
     while (names[count]) count++;
     CHECK_MSG(m->heads[h].metric_count == count, "%s: output %d: %d metrics",
@@ -175,9 +186,9 @@ static void golden_run(const char *name, const char *file,
            backend_names[backend], replicas);
   mxu_model *m = load(path, backend, replicas, name);
   if (!m) return;
-  int several = strcmp(name, "metrics") == 0;
+
   expect_compiled(m, path);
-  mxu_dataset *d = golden_data(&g, several);
+  mxu_dataset *d = golden_data(&g, name);
   int count = mxu_model_output_count(m);
   mxu_output_log outputs[MXU_MAX_OUTPUTS];
   double loss = NAN;
@@ -361,6 +372,7 @@ static void expect_same_metrics(const mxu_model *a, const mxu_model *b,
     for (int k = 0; k < x->metric_count && k < y->metric_count; k++)
       CHECK_MSG(strcmp(x->metric[k], y->metric[k]) == 0 &&
                     x->metric_kind[k] == y->metric_kind[k] &&
+                    x->metric_weighted[k] == y->metric_weighted[k] &&
                     !memcmp(&x->metric_options[k], &y->metric_options[k],
                             sizeof x->metric_options[k]),
                 "%s: output %d metric %d: %s, read back %s", label, h, k,
@@ -374,7 +386,8 @@ static void expect_same_metrics(const mxu_model *a, const mxu_model *b,
 static void named_metrics(void) {
   mxu_model *m = load(DIR "metrics.h5", MXU_BACKEND_CPU_REF, 1, "metrics");
   mxu_model *b = load(DIR "binary.keras", MXU_BACKEND_CPU_REF, 1, "binary");
-  if (!m || !b) goto done;
+  mxu_model *w = load(DIR "weighted.h5", MXU_BACKEND_CPU_REF, 1, "weighted");
+  if (!m || !b || !w) goto done;
   static const struct {
     int binary;
     const char *monitor;
@@ -397,8 +410,8 @@ static void named_metrics(void) {
   CHECK(mxu_monitor_mode_for(b, "val_prc", MXU_MODE_MIN) == MXU_MODE_MIN);
   CHECK(!mxu_monitor_is_max("val_Brier score", MXU_MODE_AUTO)); /* by name */
   static const char *const files[] = {"named.keras", "named.h5"};
-  for (int f = 0; f < 4; f++) {
-    mxu_model *from = f < 2 ? m : b, *back = NULL;
+  for (int f = 0; f < 6; f++) {
+    mxu_model *from = f < 2 ? m : f < 4 ? b : w, *back = NULL;
     const char *path = temp_path(files[f % 2]);
     CHECK_OK(mxu_save_model(from, path, NULL));
     CHECK_OK(mxu_load_model(path, MXU_BACKEND_CPU_REF, &back, NULL));
@@ -408,6 +421,7 @@ static void named_metrics(void) {
 done:
   mxu_model_free(m);
   mxu_model_free(b);
+  mxu_model_free(w);
   static const struct {
     const char *first, *second, *needle;
   } bad[] = {
@@ -446,9 +460,11 @@ int main(void) {
   for (int b = 0; b < 3; b++) {
     golden_run("metrics", b == 1 ? ".keras" : ".h5", backends[b], 1);
     golden_run("binary", b == 1 ? ".h5" : ".keras", backends[b], 1);
+    golden_run("weighted", b == 0 ? ".keras" : ".h5", backends[b], 1);
   }
   golden_run("metrics", ".h5", MXU_BACKEND_CPU, 4);
   golden_run("binary", ".keras", MXU_BACKEND_PJRT, 2);
+  golden_run("weighted", ".keras", MXU_BACKEND_CPU, 4);
   counts_over_batches();
   auc_values();
   monitor_directions();

@@ -29,10 +29,17 @@ static const char *const verbose_names[] = {"0", "1", "2", NULL};
 static const char *const precision_names[] = {"float32", "mixed_bfloat16",
                                               NULL};
 
+/* A list of metrics a flag gives (NAME,NAME,...), cut apart in text. */
+typedef struct metric_list {
+  const char *given, *flag;
+  char text[256];
+  const char *names[MXU_MAX_METRICS];
+} metric_list;
+
 typedef struct train_args {
   const char *model, *data, *save_weights, *report;
   const char *checkpoint_dir, *resume, *save_model, *initial_weights;
-  const char *labels, *label_column, *metric;
+  const char *labels, *label_column;
   float validation_split;
   int checkpoint_every;
   int replicas, threads, steps_per_execution;
@@ -43,13 +50,11 @@ typedef struct train_args {
   uint64_t seed;
   cli_weights class_weight;
   cli_fit_extras extras; /* callbacks and augmentation */
-  int compile_flags;     /* --optimizer, --loss or --metric given */
-  /* --metric's names (NAME,NAME,...), cut apart in metric_text */
-  char metric_text[256];
-  const char *metrics[MXU_MAX_METRICS];
+  int compile_flags;     /* --optimizer, --loss or a metrics flag given */
+  metric_list metrics, weighted; /* --metric, --weighted-metric */
 } train_args;
 
-#define TRAIN_BASE_OPTIONS 29
+#define TRAIN_BASE_OPTIONS 30
 #define TRAIN_OPTION_COUNT (TRAIN_BASE_OPTIONS + CLI_FIT_EXTRA_OPTIONS)
 
 /* The table lives in the caller's frame; targets point into args. */
@@ -116,7 +121,12 @@ static void train_options(train_args *a, cli_option *o) {
        "fbeta_score(average=A,beta=B[,threshold=T]); NAME=METRIC logs "
        "METRIC as NAME (roc=auc) (default: the model file's, else "
        "accuracy)",
-       CLI_STRING, &a->metric, NULL, 0, 0},
+       CLI_STRING, &a->metrics.given, NULL, 0, 0},
+      {"--weighted-metric", "NAME[,NAME...]",
+       "Keras' weighted_metrics: metrics as --metric's that the samples' "
+       "weights (--class-weight) weigh, logged as "
+       "weighted_NAME beside a metric NAME (default: the model file's)",
+       CLI_STRING, &a->weighted.given, NULL, 0, 0},
       {"--precision", "P",
        "float32 or mixed_bfloat16 (Keras' mixed precision: float32 weights, "
        "bfloat16 Conv2D and Dense on CPUs with AVX512_BF16; default "
@@ -189,12 +199,12 @@ static void match_metrics(const char **metrics, mxu_loss loss) {
   }
 }
 
-/* --metric NAME,NAME,...: the names into a->metrics. */
-static int split_metrics(train_args *a) {
-  if (!a->metric) return CLI_OK;
-  snprintf(a->metric_text, sizeof a->metric_text, "%s", a->metric);
+/* A flag's NAME,NAME,...: the names into list->names. */
+static int split_metrics(metric_list *list) {
+  if (!list->given) return CLI_OK;
+  snprintf(list->text, sizeof list->text, "%s", list->given);
   int n = 0;
-  for (char *name = a->metric_text; name;) {
+  for (char *name = list->text; name;) {
     /* The next comma outside a metric's options, "f1_score(a=1,b=2)". */
     char *comma = name;
     for (int depth = 0; *comma && (*comma != ',' || depth); comma++)
@@ -203,10 +213,10 @@ static int split_metrics(train_args *a) {
     if (comma) *comma = 0;
     if (!*name || n == MXU_MAX_METRICS)
       return cli_usage_error("train",
-                             "--metric: '%s' is not a list of 1 to %d metric "
+                             "%s: '%s' is not a list of 1 to %d metric "
                              "names separated by commas",
-                             a->metric, MXU_MAX_METRICS);
-    a->metrics[n++] = name;
+                             list->flag, list->given, MXU_MAX_METRICS);
+    list->names[n++] = name;
     name = comma ? comma + 1 : NULL;
   }
   return CLI_OK;
@@ -229,8 +239,11 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
     c->label_smoothing = 0.0f;
     c->huber_delta = 1.0f;
     match_metrics(c->metrics, c->loss);
+    match_metrics(c->weighted_metrics, c->loss);
   }
-  if (a->metric) memcpy(c->metrics, a->metrics, sizeof c->metrics);
+  if (a->metrics.given) memcpy(c->metrics, a->metrics.names, sizeof c->metrics);
+  if (a->weighted.given)
+    memcpy(c->weighted_metrics, a->weighted.names, sizeof c->weighted_metrics);
   /* A model of several outputs: the flags give every output the loss or
    * metrics, each keeping its loss weight. */
   for (int j = 0; j < c->output_count; j++) {
@@ -241,9 +254,16 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
       o->loss = c->loss;
       o->weight = own.weight;
       memcpy(o->metrics, own.metrics, sizeof o->metrics);
+      memcpy(o->weighted_metrics, own.weighted_metrics,
+             sizeof o->weighted_metrics);
       match_metrics(o->metrics, c->loss);
+      match_metrics(o->weighted_metrics, c->loss);
     }
-    if (a->metric) memcpy(o->metrics, a->metrics, sizeof o->metrics);
+    if (a->metrics.given)
+      memcpy(o->metrics, a->metrics.names, sizeof o->metrics);
+    if (a->weighted.given)
+      memcpy(o->weighted_metrics, a->weighted.names,
+             sizeof o->weighted_metrics);
   }
   if (cli_find(cmd, "--precision")->given)
     c->precision = a->precision ? MXU_MIXED_BFLOAT16 : MXU_PRECISION_FLOAT32;
@@ -550,11 +570,15 @@ int cli_train(int argc, char **argv) {
                      TRAIN_OPTION_COUNT};
   int parsed = cli_parse(&cmd, argc, argv, &a.model);
   if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
-  parsed = split_metrics(&a);
+  a.metrics.flag = "--metric";
+  a.weighted.flag = "--weighted-metric";
+  parsed = split_metrics(&a.metrics);
+  if (parsed == CLI_OK) parsed = split_metrics(&a.weighted);
   if (parsed != CLI_OK) return parsed;
   a.compile_flags = cli_find(&cmd, "--optimizer")->given ||
                     cli_find(&cmd, "--loss")->given ||
-                    cli_find(&cmd, "--metric")->given;
+                    cli_find(&cmd, "--metric")->given ||
+                    cli_find(&cmd, "--weighted-metric")->given;
   if (mxu_distributed_rank() != 0) a.verbose = 0; /* rank 0 speaks */
   /* Before training, not after it: a bad name must not cost the run. */
   parsed = cli_check_weights_path("train", "--save-weights", a.save_weights, 0);

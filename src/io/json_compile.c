@@ -898,10 +898,17 @@ static mxu_status read_output_metric(const mxu_json_where *where,
   return read_one_metric(where, v, r, k, list);
 }
 
-/* Several outputs' metrics: a list for every output, a list of lists in
- * output order, or a dict by output name (outputs left out: none). */
+/* Output k's metrics, or its weighted metrics. */
+static const char **list_of(outputs_read *r, int k, int weighted) {
+  return weighted ? r->at[k].weighted_metrics : r->at[k].metrics;
+}
+
+/* Several outputs' metrics (or weighted metrics): a list for every
+ * output, a list of lists in output order, or a dict by output name
+ * (outputs left out: none). */
 static mxu_status read_output_metrics(const mxu_json_where *where,
-                                      const cJSON *v, outputs_read *r) {
+                                      const cJSON *v, outputs_read *r,
+                                      int weighted) {
   mxu_json_where at;
   if (is_output_dict(v)) {
     MXU_TRY(check_output_keys(where, r, v, "metrics"));
@@ -909,8 +916,8 @@ static mxu_status read_output_metrics(const mxu_json_where *where,
       const char *name = output_name(r, k);
       mxu_json_where_set(&at, "%s['%s']", where->text, name);
       MXU_TRY(read_output_metric(&at, mxu_json_get(v, name), r, k,
-                                 r->at[k].metrics));
-      if (!r->at[k].metrics[0]) r->apart = 1;
+                                 list_of(r, k, weighted)));
+      if (!list_of(r, k, weighted)[0]) r->apart = 1;
     }
     return MXU_OK;
   }
@@ -926,27 +933,27 @@ static mxu_status read_output_metrics(const mxu_json_where *where,
     const char *every[MXU_MAX_METRICS] = {0};
     MXU_TRY(read_metric_list(where, v, r, -1, every));
     for (int k = 0; every[0] && k < r->count; k++)
-      memcpy(r->at[k].metrics, every, sizeof every);
+      memcpy(list_of(r, k, weighted), every, sizeof every);
     return MXU_OK;
   }
   MXU_TRY(check_output_list(where, r, v, "lists of metrics"));
   int k = 0;
   for (const cJSON *m = v->child; m; m = m->next, k++) {
     mxu_json_where_set(&at, "%s[%d]", where->text, k);
-    MXU_TRY(read_output_metric(&at, m, r, k, r->at[k].metrics));
-    if (!r->at[k].metrics[0]) r->apart = 1;
+    MXU_TRY(read_output_metric(&at, m, r, k, list_of(r, k, weighted)));
+    if (!list_of(r, k, weighted)[0]) r->apart = 1;
   }
   return MXU_OK;
 }
 
 static mxu_status read_metrics(const mxu_json_where *where, const cJSON *v,
-                               outputs_read *r) {
+                               outputs_read *r, int weighted) {
   if (!v || cJSON_IsNull(v)) return MXU_OK;
   if (r->count > 1 || is_output_dict(v)) {
     if (cJSON_IsArray(v) || is_output_dict(v))
-      return read_output_metrics(where, v, r);
+      return read_output_metrics(where, v, r, weighted);
   } else if (cJSON_IsArray(v)) {
-    return read_metric_list(where, v, r, 0, r->at[0].metrics);
+    return read_metric_list(where, v, r, 0, list_of(r, 0, weighted));
   }
   char text[160];
   mxu_json_text(v, text, sizeof text);
@@ -984,6 +991,8 @@ static void outputs_start(outputs_read *r, mxu_model *model,
     /* The caller's metrics as given (none given: its default stays). */
     r->at[k].weight = 1.0f;
     memcpy(r->at[k].metrics, compile->metrics, sizeof compile->metrics);
+    memcpy(r->at[k].weighted_metrics, compile->weighted_metrics,
+           sizeof compile->weighted_metrics);
   }
 }
 
@@ -994,14 +1003,19 @@ static void outputs_finish(const outputs_read *r, mxu_compile_config *c) {
   int apart = r->apart;
   for (int k = 0; k < r->count; k++)
     apart |= r->at[k].weight != 1.0f || !same_loss(&r->at[k], first) ||
-             !same_metrics(r->at[k].metrics, first->metrics);
+             !same_metrics(r->at[k].metrics, first->metrics) ||
+             !same_metrics(r->at[k].weighted_metrics, first->weighted_metrics);
   if (r->count == 1) apart = first->weight != 1.0f;
   c->loss = first->loss;
   c->from_logits = first->from_logits;
   c->label_smoothing = first->label_smoothing;
   c->huber_delta = first->huber_delta;
   c->output_count = apart ? r->count : 0;
-  if (!apart) memcpy(c->metrics, first->metrics, sizeof c->metrics);
+  if (!apart) {
+    memcpy(c->metrics, first->metrics, sizeof c->metrics);
+    memcpy(c->weighted_metrics, first->weighted_metrics,
+           sizeof c->weighted_metrics);
+  }
   for (int k = 0; k < c->output_count; k++) c->outputs[k] = r->at[k];
 }
 
@@ -1020,9 +1034,6 @@ static mxu_status read_compile_fields(const char *source, const char *key,
     return mxu_json_fail(&where, MXU_ERR_UNSUPPORTED,
                          "the model has %d outputs; mxu compiles at most %d",
                          r.count, MXU_MAX_OUTPUTS);
-  const cJSON *weighted = mxu_json_get(c, "weighted_metrics");
-  if (weighted && !(cJSON_IsArray(weighted) && !weighted->child))
-    MXU_TRY(mxu_json_require_null(&where, c, "weighted_metrics"));
   const cJSON *optimizer = mxu_json_get(c, "optimizer");
   if (!optimizer) optimizer = mxu_json_get(c, "optimizer_config");
   mxu_json_where_set(&where, "%s: %s: optimizer", source, key);
@@ -1038,7 +1049,9 @@ static mxu_status read_compile_fields(const char *source, const char *key,
                        1 << 30, &steps));
   compile->steps_per_execution = steps;
   mxu_json_where_set(&where, "%s: %s: metrics", source, key);
-  MXU_TRY(read_metrics(&where, mxu_json_get(c, "metrics"), &r));
+  MXU_TRY(read_metrics(&where, mxu_json_get(c, "metrics"), &r, 0));
+  mxu_json_where_set(&where, "%s: %s: weighted_metrics", source, key);
+  MXU_TRY(read_metrics(&where, mxu_json_get(c, "weighted_metrics"), &r, 1));
   outputs_finish(&r, compile);
   return MXU_OK;
 }
@@ -1289,18 +1302,31 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
 }
 
 /* Head k's metrics as Keras 3's compile_config lists them. */
-static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k) {
+static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k,
+                           int weighted) {
   const mxu_head *h = &model->heads[k];
   cJSON *list = cJSON_CreateArray();
   for (int m = 0; m < h->metric_count; m++) {
+    if (h->metric_weighted[m] != weighted) continue;
+    /* Its own name: a weighted one's without the weighted_ of the logs. */
+    char name[MXU_METRIC_LOG_SIZE];
+    mxu_metric_kind kind;
+    mxu_metric_parse(h->metric_spec[m], h->spec.loss, 0, name, &kind, NULL);
     /* "accuracy" as given (Keras resolves it by the loss again) */
-    int named = strcmp(h->metric[m], h->metric_spec[m]) != 0;
-    cJSON *object = mxu_json_metric_class(out, h->metric[m], h->metric_kind[m],
+    int named = strcmp(name, h->metric_spec[m]) != 0;
+    cJSON *object = mxu_json_metric_class(out, name, h->metric_kind[m],
                                           &h->metric_options[m], named);
-    mxu_json_append(out, list,
-                    object ? object : cJSON_CreateString(h->metric[m]));
+    mxu_json_append(out, list, object ? object : cJSON_CreateString(name));
   }
   return list;
+}
+
+/* How many of head k's metrics are (weighted) or are not. */
+static int metrics_of_kind(const mxu_model *model, int k, int weighted) {
+  int n = 0;
+  for (int m = 0; m < model->heads[k].metric_count; m++)
+    n += model->heads[k].metric_weighted[m] == weighted;
+  return n;
 }
 
 /* Keras' dicts by output name, as both write them for loss, loss_weights
@@ -1311,7 +1337,8 @@ static void put_output_settings(mxu_json_out *out, cJSON *config,
   const mxu_compile_config *c = &model->compile;
   int count = mxu_model_output_count(model);
   cJSON *losses = cJSON_CreateObject(), *weights = cJSON_CreateObject();
-  cJSON *metrics = cJSON_CreateObject();
+  cJSON *metrics[2] = {cJSON_CreateObject(), cJSON_CreateObject()};
+  int weighted = 0;
   for (int k = 0; k < count; k++) {
     const char *name = mxu_json_output_name(model, k);
     mxu_output_loss o = mxu_output_spec(c, k);
@@ -1319,8 +1346,10 @@ static void put_output_settings(mxu_json_out *out, cJSON *config,
       mxu_json_put(out, losses, name, loss_value(out, &o));
       mxu_json_put_float(out, weights, name, o.weight);
     }
-    if (model->heads[k].metric_count)
-      mxu_json_put(out, metrics, name, head_metrics(out, model, k));
+    for (int w = 0; w < 2; w++)
+      if (metrics_of_kind(model, k, w))
+        mxu_json_put(out, metrics[w], name, head_metrics(out, model, k, w));
+    weighted += metrics_of_kind(model, k, 1);
   }
   if (c->output_count > 0) {
     mxu_json_put(out, config, "loss", losses);
@@ -1332,7 +1361,13 @@ static void put_output_settings(mxu_json_out *out, cJSON *config,
     mxu_json_put(out, config, "loss", loss_value(out, &one));
     mxu_json_put_null(out, config, "loss_weights");
   }
-  mxu_json_put(out, config, "metrics", metrics);
+  mxu_json_put(out, config, "metrics", metrics[0]);
+  if (weighted) {
+    mxu_json_put(out, config, "weighted_metrics", metrics[1]);
+  } else {
+    cJSON_Delete(metrics[1]);
+    mxu_json_put_null(out, config, "weighted_metrics");
+  }
 }
 
 cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model) {
@@ -1345,9 +1380,13 @@ cJSON *mxu_json_compile_config(mxu_json_out *out, const mxu_model *model) {
     mxu_output_loss one = mxu_output_spec(c, 0);
     mxu_json_put(out, config, "loss", loss_value(out, &one));
     mxu_json_put_null(out, config, "loss_weights");
-    mxu_json_put(out, config, "metrics", head_metrics(out, model, 0));
+    mxu_json_put(out, config, "metrics", head_metrics(out, model, 0, 0));
+    if (metrics_of_kind(model, 0, 1))
+      mxu_json_put(out, config, "weighted_metrics",
+                   head_metrics(out, model, 0, 1));
+    else
+      mxu_json_put_null(out, config, "weighted_metrics");
   }
-  mxu_json_put_null(out, config, "weighted_metrics");
   mxu_json_put_bool(out, config, "run_eagerly", 0);
   mxu_json_put_number(out, config, "steps_per_execution",
                       c->steps_per_execution > 0 ? c->steps_per_execution : 1);

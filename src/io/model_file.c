@@ -262,10 +262,13 @@ static cJSON *metric_wrapper(mxu_json_out *out, const char *name,
  * classes by their configs; with `prefix`, each named after its output
  * ("cls_accuracy"); [null] for none. */
 static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k,
-                           int prefix) {
+                           int prefix, int weighted) {
   const mxu_head *h = &model->heads[k];
   cJSON *list = cJSON_CreateArray();
+  int count = 0;
   for (int m = 0; m < h->metric_count; m++) {
+    if (h->metric_weighted[m] != weighted) continue;
+    count++;
     char name[2 * MXU_NAME_SIZE + 64];
     snprintf(name, sizeof name, "%s%s%s",
              prefix ? mxu_json_output_name(model, k) : "", prefix ? "_" : "",
@@ -278,17 +281,25 @@ static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k,
                : metric_wrapper(out, name,
                                 mxu_metric_function(h->metric_kind[m])));
   }
-  if (!h->metric_count) mxu_json_append(out, list, cJSON_CreateNull());
+  if (!count) mxu_json_append(out, list, cJSON_CreateNull());
   return list;
 }
 
-/* A list per output in the model's order (one for a model of one
- * output), as tf.keras 2.x saves them. */
-static cJSON *metrics_value(mxu_json_out *out, const mxu_model *model) {
+/* The metrics (or weighted metrics: null for none), a list per output in
+ * the model's order (one for a model of one output), as tf.keras 2.x
+ * saves them; a weighted one under its logged name ("weighted_accuracy"
+ * beside "accuracy"), as tf.keras 2.x does. */
+static cJSON *metrics_value(mxu_json_out *out, const mxu_model *model,
+                            int weighted) {
+  int any = 0;
+  for (int k = 0; k < model->head_count; k++)
+    any |= mxu_head_weighs_metrics(&model->heads[k]);
+  if (weighted && !any) return cJSON_CreateNull();
   cJSON *outer = cJSON_CreateArray();
   int per_output = mxu_json_per_output(model);
   for (int k = 0; k < mxu_model_output_count(model); k++)
-    mxu_json_append(out, outer, head_metrics(out, model, k, per_output));
+    mxu_json_append(out, outer,
+                    head_metrics(out, model, k, per_output, weighted));
   return outer;
 }
 
@@ -301,11 +312,13 @@ static char *training_config_text(const mxu_model *model) {
   cJSON *config = mxu_json_compile_config(&out, model);
   if (!config) return NULL;
   cJSON *optimizer = cJSON_DetachItemFromObject(config, "optimizer");
-  static const char *const drop[] = {"metrics", "run_eagerly",
-                                     "steps_per_execution", "jit_compile"};
+  static const char *const drop[] = {"metrics", "weighted_metrics",
+                                     "run_eagerly", "steps_per_execution",
+                                     "jit_compile"};
   for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
     cJSON_DeleteItemFromObject(config, drop[i]);
-  mxu_json_put(&out, config, "metrics", metrics_value(&out, model));
+  mxu_json_put(&out, config, "metrics", metrics_value(&out, model, 0));
+  mxu_json_put(&out, config, "weighted_metrics", metrics_value(&out, model, 1));
   mxu_json_put(&out, config, "optimizer_config", optimizer);
   char *text = out.failed ? NULL : cJSON_PrintUnformatted(config);
   cJSON_Delete(config);

@@ -164,10 +164,16 @@ static mxu_status check_optimizer(const mxu_optimizer_config *o) {
 mxu_output_loss mxu_output_spec(const mxu_compile_config *c, int k) {
   if (c->output_count > k) return c->outputs[k];
   mxu_output_loss spec = {c->loss,        c->from_logits, c->label_smoothing,
-                          c->huber_delta, 1.0f,           {"accuracy"}};
+                          c->huber_delta, 1.0f,           {"accuracy"},
+                          {NULL}};
   if (c->metrics[0]) memcpy(spec.metrics, c->metrics, sizeof spec.metrics);
+  memcpy(spec.weighted_metrics, c->weighted_metrics,
+         sizeof spec.weighted_metrics);
   return spec;
 }
+
+static mxu_status head_metrics(const mxu_layer *out, const mxu_output_loss *o,
+                               mxu_head *h);
 
 /* An output's loss; with `shapes`, also against the output's shape (a
  * loss named for every output of a model of several is checked against
@@ -205,49 +211,98 @@ static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
                     "per class (at least 2 classes, along the last axis) "
                     "for a categorical cross-entropy loss",
                     out->name);
-  char logged[MXU_MAX_METRICS][MXU_METRIC_LOG_SIZE];
-  for (int m = 0; m < MXU_MAX_METRICS && o->metrics[m]; m++) {
-    mxu_metric_kind kind;
-    MXU_TRY(mxu_metric_parse(o->metrics[m], o->loss, mxu_shape_count(shape),
-                             logged[m], &kind, NULL));
-    if (kind == MXU_METRIC_F_SCORE && shape->rank != 1)
-      return mxu_fail(MXU_ERR_UNSUPPORTED,
-                      "compile: metric '%s' of output '%s': an F-score takes "
-                      "outputs of (values,) a sample, as Keras' (2-D "
-                      "batches)",
-                      o->metrics[m], out->name);
-    if (!mxu_metric_is_mean(kind) &&
-        o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
-      return mxu_fail(MXU_ERR_UNSUPPORTED,
-                      "compile: metric '%s' of output '%s' compares each "
-                      "output value with a target of the output's shape, "
-                      "but the sparse loss's targets are class labels; use "
-                      "one-hot targets and categorical_crossentropy, or an "
-                      "accuracy",
-                      o->metrics[m], out->name);
-    for (int j = 0; j < m; j++)
-      if (strcmp(logged[j], logged[m]) == 0)
-        return mxu_fail(MXU_ERR_ARG,
-                        "compile: metric '%s' of output '%s' is named "
-                        "twice; Keras logs one value by each name",
-                        logged[m], out->name);
+  mxu_head scratch;
+  return head_metrics(out, o, &scratch);
+}
+
+/* What compile refuses of metric m of h (read from o): an F-score of
+ * more than a row a sample, a count of class labels, a name twice. */
+static mxu_status check_metric(const mxu_layer *out, const mxu_output_loss *o,
+                               const mxu_head *h, int m) {
+  const char *spec = h->metric_spec[m];
+  if (h->metric_kind[m] == MXU_METRIC_F_SCORE && out->out_shape.rank != 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "compile: metric '%s' of output '%s': an F-score takes "
+                    "outputs of (values,) a sample, as Keras' (2-D "
+                    "batches)",
+                    spec, out->name);
+  if (!mxu_metric_is_mean(h->metric_kind[m]) &&
+      o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "compile: metric '%s' of output '%s' compares each "
+                    "output value with a target of the output's shape, "
+                    "but the sparse loss's targets are class labels; use "
+                    "one-hot targets and categorical_crossentropy, or an "
+                    "accuracy",
+                    spec, out->name);
+  for (int j = 0; j < m; j++)
+    if (strcmp(h->metric[j], h->metric[m]) == 0)
+      return mxu_fail(MXU_ERR_ARG,
+                      "compile: metric '%s' of output '%s' is named "
+                      "twice; Keras logs one value by each name",
+                      h->metric[m], out->name);
+  return MXU_OK;
+}
+
+/* A weighted metric named as a metric of the output: Keras logs it as
+ * "weighted_NAME". */
+static mxu_status rename_weighted(const mxu_layer *out, mxu_head *h, int m) {
+  for (int j = 0; j < m; j++) {
+    if (h->metric_weighted[j] || strcmp(h->metric[j], h->metric[m]) != 0)
+      continue;
+    char name[MXU_METRIC_LOG_SIZE + 16];
+    snprintf(name, sizeof name, "weighted_%s", h->metric[m]);
+    if (strlen(name) >= sizeof h->metric[m])
+      return mxu_fail(MXU_ERR_ARG,
+                      "compile: weighted metric '%s' of output '%s': its "
+                      "name '%s' is longer than %d characters",
+                      h->metric_spec[m], out->name, name,
+                      MXU_METRIC_LOG_SIZE - 1);
+    memcpy(h->metric[m], name, strlen(name) + 1);
   }
   return MXU_OK;
 }
 
-/* The head's own copies of its metrics, their names and their kinds
- * (checked by check_head). */
-static void resolve_metrics(const mxu_layer *out, mxu_head *h) {
+/* Output o's metrics, then its weighted ones, into h: their text, the
+ * names logged, kinds and options, checked. */
+static mxu_status head_metrics(const mxu_layer *out, const mxu_output_loss *o,
+                               mxu_head *h) {
   h->metric_count = 0;
-  for (int m = 0; m < MXU_MAX_METRICS && h->spec.metrics[m]; m++) {
-    snprintf(h->metric_spec[m], sizeof h->metric_spec[m], "%s",
-             h->spec.metrics[m]);
-    mxu_metric_parse(h->metric_spec[m], h->spec.loss,
-                     mxu_shape_count(&out->out_shape), h->metric[m],
-                     &h->metric_kind[m], &h->metric_options[m]);
-    h->spec.metrics[m] = h->metric_spec[m];
-    h->tally[m] = -1; /* an AUC's: reserve_io numbers them */
-    h->metric_count++;
+  for (int weighted = 0; weighted < 2; weighted++) {
+    const char *const *list = weighted ? o->weighted_metrics : o->metrics;
+    for (int i = 0; i < MXU_MAX_METRICS && list[i]; i++) {
+      int m = h->metric_count;
+      if (m == MXU_MAX_METRICS || strlen(list[i]) >= sizeof h->metric_spec[m])
+        return mxu_fail(MXU_ERR_ARG,
+                        "compile: output '%s': %s (mxu computes at most %d "
+                        "metrics an output, the weighted ones included, of "
+                        "at most %d characters each)",
+                        out->name,
+                        m == MXU_MAX_METRICS ? "too many metrics" : list[i],
+                        MXU_MAX_METRICS, (int)sizeof h->metric_spec[m] - 1);
+      memcpy(h->metric_spec[m], list[i], strlen(list[i]) + 1);
+      MXU_TRY(mxu_metric_parse(list[i], o->loss,
+                               mxu_shape_count(&out->out_shape), h->metric[m],
+                               &h->metric_kind[m], &h->metric_options[m]));
+      h->metric_weighted[m] = (unsigned char)weighted;
+      h->tally[m] = -1; /* a tally's: reserve_io numbers them */
+      if (weighted) MXU_TRY(rename_weighted(out, h, m));
+      MXU_TRY(check_metric(out, o, h, m));
+      h->metric_count++;
+    }
+  }
+  return MXU_OK;
+}
+
+/* The head's own copies of its metrics (checked by check_head), which its
+ * spec points at. */
+static void resolve_metrics(const mxu_layer *out, mxu_head *h) {
+  head_metrics(out, &h->spec, h);
+  for (int m = 0, plain = 0, weighted = 0; m < h->metric_count; m++) {
+    if (h->metric_weighted[m])
+      h->spec.weighted_metrics[weighted++] = h->metric_spec[m];
+    else
+      h->spec.metrics[plain++] = h->metric_spec[m];
   }
 }
 
@@ -491,6 +546,8 @@ mxu_status mxu_compile(mxu_model *model, const mxu_compile_config *config) {
   model->head_count = mxu_model_output_count(model);
   memcpy(model->compile.metrics, model->heads[0].spec.metrics,
          sizeof model->compile.metrics);
+  memcpy(model->compile.weighted_metrics, model->heads[0].spec.weighted_metrics,
+         sizeof model->compile.weighted_metrics);
   for (int k = 0; k < config->output_count; k++)
     model->compile.outputs[k] = model->heads[k].spec;
   model->backend = mxu_backend_get(config->backend);
@@ -982,6 +1039,9 @@ static mxu_status reserve_io(mxu_model *model) {
       plan->tally_values += (int)size;
     }
     hp->tally_values = plan->tally_values - hp->tally_first;
+    if (mxu_head_weighs_metrics(head))
+      hp->weighted_mask =
+          mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(float));
     if (hp->tally_values)
       hp->tallies =
           mxu_arena_reserve(layout, (size_t)hp->tally_values * sizeof(float));

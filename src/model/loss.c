@@ -100,7 +100,7 @@ void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
 
 mxu_output_loss mxu_output_loss_defaults(void) {
   mxu_output_loss o = {
-      MXU_SPARSE_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 1.0f, 1.0f, {NULL}};
+      MXU_SPARSE_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 1.0f, 1.0f, {NULL}, {NULL}};
   return o;
 }
 
@@ -244,12 +244,13 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
   *divisor = 0.0;
   if (mxu_metric_tally_size(kind, k)) return 0.0; /* mxu_metric_tally */
   for (int64_t r = 0; r < rows; r++) {
-    if (mask[r] == 0.0f) continue;
-    total += row_metric(kind, y + r * k, k, labels[r], targets + r * k);
+    if (mask[r] == 0.0f) continue; /* a masked row's values may be any */
+    double w = mask[r];
+    total += w * row_metric(kind, y + r * k, k, labels[r], targets + r * k);
     if (mean)
-      of += 1.0;
+      of += w;
     else if (ratio) /* precision's and recall's */
-      of += row_positives(kind, y + r * k, k, targets + r * k);
+      of += w * row_positives(kind, y + r * k, k, targets + r * k);
   }
   *divisor = of;
   return total;
@@ -270,8 +271,8 @@ void mxu_auc_counts(int64_t rows, int64_t k, const float *y,
     if (mask[r] == 0.0f) continue;
     for (int64_t j = r * k; j < (r + 1) * k; j++) {
       int b = auc_bucket(y[j]);
-      curve[b] += targets[j];
-      curve[MXU_AUC_THRESHOLDS + b] += 1.0f - targets[j];
+      curve[b] += mask[r] * targets[j];
+      curve[MXU_AUC_THRESHOLDS + b] += mask[r] * (1.0f - targets[j]);
     }
   }
 }
@@ -331,10 +332,11 @@ static void f_score_counts(const mxu_metric_options *o, int64_t rows, int64_t k,
       float p = o->threshold > 0
                     ? (float)(row[j] > (float)o->threshold)
                     : (float)(row[j] >= max && fabsf(row[j]) > 1e-9f);
-      tally[j] += p * t[j];
-      tally[k + j] += p * (1.0f - t[j]);
-      tally[2 * k + j] += (1.0f - p) * t[j];
-      tally[3 * k + j] += t[j];
+      float w = mask[r];
+      tally[j] += w * p * t[j];
+      tally[k + j] += w * p * (1.0f - t[j]);
+      tally[2 * k + j] += w * (1.0f - p) * t[j];
+      tally[3 * k + j] += w * t[j];
     }
   }
 }

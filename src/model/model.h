@@ -625,10 +625,19 @@ typedef struct mxu_head {
   char metric_spec[MXU_MAX_METRICS][2 * MXU_METRIC_LOG_SIZE];
   mxu_metric_kind metric_kind[MXU_MAX_METRICS];
   mxu_metric_options metric_options[MXU_MAX_METRICS];
+  /* The metrics come first, then the weighted metrics (Keras' order). */
+  unsigned char metric_weighted[MXU_MAX_METRICS];
   /* A metric's tally (mxu_metric_tally_size): where it starts among the
    * model's (mxu_plan.tallies), in floats; -1 for the other metrics. */
   int tally[MXU_MAX_METRICS];
 } mxu_head;
+
+/* Whether any of the head's metrics is weighted. */
+static inline int mxu_head_weighs_metrics(const mxu_head *head) {
+  for (int m = 0; m < head->metric_count; m++)
+    if (head->metric_weighted[m]) return 1;
+  return 0;
+}
 
 /* A head's buffers and decisions in the plan. labels: this batch's class
  * labels (int32; one per position of an output of several under the
@@ -643,6 +652,8 @@ typedef struct mxu_head_plan {
    * model's values tally_first .. + tally_values (mxu_plan.tallies). */
   size_t tallies;
   int tally_first, tally_values;
+  /* With weighted metrics, each row's mask times its sample's weight. */
+  size_t weighted_mask;
   /* A padding mask reaching the loss (an Embedding's mask_zero of the
    * model input, or a Masking of it): the node holding it, -1 for none;
    * per local slice, its logical replica's real samples over its unmasked
@@ -994,16 +1005,17 @@ int64_t mxu_loss_positions(const mxu_model *model, int h);
 /* Categorical label smoothing: out = t (1 - s) + s / k. */
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,
                         const float *targets, float *out);
-/* The metric's sum over the rows with mask 1, and for precision and
- * recall what it divides by (the mean metrics': the rows; each row's value
- * in [0, 1] for the accuracies). */
+/* The metric's sum over the rows, each by its mask (0: left out; a
+ * weighted metric's, the sample's weight), and what it divides by
+ * (precision's and recall's positives, the mean metrics' masks' sum;
+ * each row's value in [0, 1] for the accuracies). */
 double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
                       const float *y, const int32_t *labels,
                       const float *targets, const float *mask, double *divisor);
 /* The metric's value from its sums over an epoch (0 where it divides by
  * 0, as Keras' divide_no_nan). */
 double mxu_metric_result(mxu_metric_kind kind, double sum, double divisor);
-/* An AUC's counts of rows with mask 1 added into curve (MXU_AUC_VALUES:
+/* An AUC's counts of rows, each by its mask, added into curve (MXU_AUC_VALUES:
  * the true, then the false weight of each threshold bucket). */
 void mxu_auc_counts(int64_t rows, int64_t k, const float *y,
                     const float *targets, const float *mask, float *curve);
@@ -1031,7 +1043,8 @@ mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
  * positives, false negatives and targets per value (4 values); 0 for a
  * metric of sums. */
 int64_t mxu_metric_tally_size(mxu_metric_kind kind, int64_t values);
-/* Its counts of rows (k values each) with mask 1 added into tally. */
+/* Its counts of rows (k values each), each by its mask (0: left out; a
+ * weighted metric's, the sample's weight), added into tally. */
 void mxu_metric_tally(mxu_metric_kind kind, const mxu_metric_options *options,
                       int64_t rows, int64_t k, const float *y,
                       const float *targets, const float *mask, float *tally);

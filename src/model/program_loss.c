@@ -452,8 +452,17 @@ mxu_status mxu_emit_loss(const mxu_model *model, int head,
   sums[0] = masked_sum(h, mxu_hlo_mul(h, per_row, w), mask);
   const int64_t all = 0;
   sums[1] = mxu_hlo_reduce(h, metric_mask, MXU_HLO_SUM, 1, &all);
-  for (int m = 0; m < model->heads[head].metric_count; m++)
-    MXU_TRY(emit_metric(model, head, m, h, y, t, metric_mask, sums[1],
-                        positions, sums + 2 + 2 * m));
+  /* Weighted metrics count each row by its sample's weight too. */
+  mxu_hlo_value weighted_mask = metric_mask, weighted_count = sums[1];
+  if (mxu_head_weighs_metrics(&model->heads[head])) {
+    weighted_mask = mxu_hlo_mul(h, metric_mask, w);
+    weighted_count = mxu_hlo_reduce(h, weighted_mask, MXU_HLO_SUM, 1, &all);
+  }
+  for (int m = 0; m < model->heads[head].metric_count; m++) {
+    int weighted = model->heads[head].metric_weighted[m];
+    MXU_TRY(emit_metric(
+        model, head, m, h, y, t, weighted ? weighted_mask : metric_mask,
+        weighted ? weighted_count : sums[1], positions, sums + 2 + 2 * m));
+  }
   return h->status;
 }

@@ -230,6 +230,22 @@ static void weigh_rows(mxu_model *model, mxu_replica *replica, int h,
   }
 }
 
+/* The mask a weighted metric of head h counts rows by: each scored row's
+ * mask times its sample's weight (plan.weight); the mask itself where no
+ * weights were given. */
+static const float *weighted_mask(const mxu_model *model, mxu_replica *replica,
+                                  int h, const float *scored,
+                                  int64_t positions) {
+  const mxu_plan *plan = &model->plan;
+  if (!plan->weighted || !mxu_head_weighs_metrics(&model->heads[h]))
+    return scored;
+  const float *w = mxu_replica_floats(replica, plan->weight);
+  float *out = mxu_replica_floats(replica, plan->head[h].weighted_mask);
+  for (int64_t r = 0; r < plan->batch * positions; r++)
+    out[r] = scored[r] * w[r / positions];
+  return out;
+}
+
 /* Head h's loss and metric sums, and in training its output's gradient
  * (of its loss * weight * scale). */
 static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
@@ -275,21 +291,24 @@ static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
   float *tallies = mxu_replica_floats(replica, hp->tallies);
   if (hp->tally_values)
     memset(tallies, 0, (size_t)hp->tally_values * sizeof *tallies);
+  const float *weighted = weighted_mask(model, replica, h, scored, positions);
   for (int m = 0; m < head->metric_count; m++) {
+    const float *mask = head->metric_weighted[m] ? weighted : scored;
     if (head->tally[m] >= 0) {
       mxu_metric_tally(head->metric_kind[m], &head->metric_options[m],
-                       rows * positions, values / positions, out, targets,
-                       scored, tallies + head->tally[m] - hp->tally_first);
+                       rows * positions, values / positions, out, targets, mask,
+                       tallies + head->tally[m] - hp->tally_first);
       continue;
     }
     mxu_metric_kind kind = head->metric_kind[m];
     sums.metric[m] =
         mxu_metric_sum(kind, rows * positions, values / positions, out, labels,
-                       targets, scored, &sums.divisor[m]);
+                       targets, mask, &sums.divisor[m]);
     /* The mean metrics mean a sample's positions first, as its loss. */
     if (mxu_metric_is_mean(kind)) {
       sums.metric[m] /= (double)positions;
-      sums.divisor[m] = sums.count;
+      sums.divisor[m] =
+          mask == scored ? sums.count : sums.divisor[m] / (double)positions;
     }
   }
   return sums;

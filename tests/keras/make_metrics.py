@@ -25,20 +25,25 @@ under its names: BinaryCrossentropy "cross entropy", MeanSquaredError
 "precision", Recall "recall", AUC "auc", AUC(curve="PR") "prc"; then
 RootMeanSquaredError "root_mean_squared_error" (all by explicit names:
 Keras numbers the names of unnamed instances, precision_1, ...).
-SGD(0.1) both.
+SGD(0.1) both. A third, "weighted", is binary's network compiled with
+metrics ["accuracy", AUC "auc"] and weighted_metrics ["accuracy" (logged
+weighted_accuracy), Precision, AUC "wauc", "mae", F1Score(average="micro",
+threshold=0.5) "f1"], evaluated and fitted with sample_weight w =
+0.25 + 2 rand(20).
 
 tf_keras (tf.keras 2) builds each, tf_keras.utils.set_random_seed(33),
 default initialisers. Data: np.random.seed(32); x = 6 rand(20, 5) - 3, y_cls
 one-hot of randint(0, 3, 20), y_reg = rand(20, 2), y_flag = randint(0, 2,
 (20, 1)), all float32.
 
-Writes into OUTDIR (tests/golden/metrics/), for NAME in metrics, binary:
+Writes into OUTDIR (tests/golden/metrics/), for NAME in metrics, binary,
+weighted:
   NAME.h5        tf_keras model.save of the fresh compiled model (its
                  training_config lists the metric objects)
   NAME.keras     Keras 3's archive of the same initial weights, compiled
                  the same (its compile_config lists them)
   NAME.initial.h5  tf_keras save_weights of the initial weights
-  data.h5        x, y_cls, y_reg, y_flag; for NAME: NAME/evaluate/KEY,
+  data.h5        x, y_cls, y_reg, y_flag, w; for NAME: NAME/evaluate/KEY,
                  evaluate(batch_size=8, return_dict=True) of the initial
                  weights (20 samples: batches of 8, 8 and 4), and
                  NAME/fit/KEY, history of fit(batch_size=4, epochs=1,
@@ -48,7 +53,11 @@ Writes into OUTDIR (tests/golden/metrics/), for NAME in metrics, binary:
                  order and of fit's history in its order, comma-separated
                  (a key may hold a space)
 
-Checks (assert) that Keras 3's evaluate gives tf_keras's metrics (1e-6).
+Checks (assert) that Keras 3's evaluate gives tf_keras's metrics (1e-6),
+and for "weighted" its fit too, but for the weighted F1: tf_keras
+multiplies an F-score's counts by (batch, 1, 1) weights, every sample by
+every weight, so "weighted"'s values are Keras 3's (tf_keras's order of
+keys still).
 Keras is never a dependency of mxu: this script only regenerates the files.
   /tmp/kenv/bin/python tests/keras/make_metrics.py tests/golden/metrics
 """
@@ -115,6 +124,22 @@ def build_binary(K):
     return model
 
 
+def build_weighted(K):
+    """weighted_metrics, evaluated and fitted with sample weights."""
+    L, M = K.layers, K.metrics
+    x = K.Input((5,), name="x")
+    trunk = L.Dense(8, activation="relu", name="trunk")(x)
+    out = L.Dense(1, activation="sigmoid", name="out")(trunk)
+    model = K.Model(x, out, name="weighted")
+    model.compile(optimizer=K.optimizers.SGD(0.1), loss="binary_crossentropy",
+                  metrics=["accuracy", M.AUC(name="auc")],
+                  weighted_metrics=[
+                      "accuracy", M.Precision(name="precision"),
+                      M.AUC(name="wauc"), "mae",
+                      M.F1Score(average="micro", threshold=0.5, name="f1")])
+    return model
+
+
 def fresh(K, build):
     """K's model with tf_keras's initial weights of SEED, layer by layer."""
     tf_keras.utils.set_random_seed(SEED)
@@ -134,24 +159,25 @@ def main(out):
     y_cls = np.eye(3, dtype=np.float32)[np.random.randint(0, 3, 20)]
     y_reg = np.random.rand(20, 2).astype(np.float32)
     y_flag = np.random.randint(0, 2, (20, 1)).astype(np.float32)
-    targets = {"metrics": [y_cls, y_reg, y_flag], "binary": y_flag}
+    w = (0.25 + 2 * np.random.rand(20)).astype(np.float32)
+    targets = {"metrics": [y_cls, y_reg, y_flag], "binary": y_flag,
+               "weighted": y_flag}
     lines = []
     with h5py.File(os.path.join(out, "data.h5"), "w") as f:
         f["x"], f["y_cls"], f["y_reg"], f["y_flag"] = x, y_cls, y_reg, y_flag
+        f["w"] = w
         for name, build in (("metrics", build_metrics),
-                            ("binary", build_binary)):
+                            ("binary", build_binary),
+                            ("weighted", build_weighted)):
             y = targets[name]
+            sw = w if name == "weighted" else None
             model = fresh(tf_keras, build)
             model.save(os.path.join(out, f"{name}.h5"))
             model.save_weights(os.path.join(out, f"{name}.initial.h5"))
             evaluated = model.evaluate(x, y, batch_size=8, return_dict=True,
-                                       verbose=0)
+                                       sample_weight=sw, verbose=0)
             history = model.fit(x, y, batch_size=4, epochs=1, shuffle=False,
-                                verbose=0).history
-            for key, value in evaluated.items():
-                f[f"{name}/evaluate/{key}"] = float(value)
-            for key, value in history.items():
-                f[f"{name}/fit/{key}"] = float(value[0])
+                                sample_weight=sw, verbose=0).history
             lines.append(f"{name} tf2 evaluate: " + ",".join(evaluated))
             lines.append(f"{name} tf2 fit: " + ",".join(history))
             print(name, "tf2 evaluate", evaluated)
@@ -160,17 +186,35 @@ def main(out):
             k3 = fresh(keras, build)
             k3.save(os.path.join(out, f"{name}.keras"))
             k3_evaluated = k3.evaluate(x, y, batch_size=8, return_dict=True,
-                                       verbose=0)
+                                       sample_weight=sw, verbose=0)
             k3_history = k3.fit(x, y, batch_size=4, epochs=1, shuffle=False,
-                                verbose=0).history
+                                sample_weight=sw, verbose=0).history
             lines.append(f"{name} k3 evaluate: " + ",".join(k3_evaluated))
             lines.append(f"{name} k3 fit: " + ",".join(k3_history))
             print(name, "k3 evaluate", k3_evaluated)
+            print(name, "k3 fit", {k: v[0] for k, v in k3_history.items()})
+            # tf.keras 2 hands an F-score weights of (batch, 1), which it
+            # multiplies as (batch, 1, 1): every sample's counts by every
+            # weight. Keras 3 weighs each sample by its own, and so does
+            # mxu: the weighted model's values are Keras 3's.
+            k3_fit = {k: v[0] for k, v in k3_history.items()}
+            for tf2, k3_values in ((evaluated, k3_evaluated),
+                                   ({k: v[0] for k, v in history.items()},
+                                    k3_fit)):
+                for key, value in tf2.items():
+                    if key.endswith("loss") and name == "metrics":
+                        continue  # Keras 3 means output losses over batches
+                    if key == "f1" and name == "weighted":
+                        continue
+                    if tf2 is evaluated or name == "weighted":
+                        assert abs(k3_values[key] - value) <= 1e-6, (
+                            key, value, k3_values)
+            if name == "weighted":
+                evaluated, history = k3_evaluated, k3_history
             for key, value in evaluated.items():
-                if key.endswith("loss"):
-                    continue  # Keras 3 means output losses over batches
-                assert abs(k3_evaluated[key] - value) <= 1e-6, (key, value,
-                                                                k3_evaluated)
+                f[f"{name}/evaluate/{key}"] = float(value)
+            for key, value in history.items():
+                f[f"{name}/fit/{key}"] = float(value[0])
     with open(os.path.join(out, "keys.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
