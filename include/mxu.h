@@ -622,6 +622,13 @@ mxu_status mxu_add_batch_normalization(mxu_model *model,
 typedef int mxu_tensor_id;
 
 mxu_model *mxu_functional(const char *name);
+/* Keras' TimeDistributed: while on, each layer applied (or added) next
+ * runs on every step of its (steps, ...) input: Conv2D, DepthwiseConv2D,
+ * SeparableConv2D, the poolings, Flatten and their 1-D kinds each step's
+ * image, the layers that compute every step alike (Dense, the
+ * activations, Dropout, BatchNormalization, ...) as they are; others are
+ * refused. The files mxu writes wrap each in a TimeDistributed. */
+mxu_status mxu_time_distributed(mxu_model *model, int on);
 mxu_tensor_id mxu_input(mxu_model *model, const char *name, mxu_shape shape);
 mxu_tensor_id mxu_apply_conv2d(mxu_model *model,
                                const mxu_conv2d_config *config,

@@ -22,7 +22,7 @@ typedef struct golden_case {
   const char *dir; /* initial.h5, after_step.h5, batch.h5 in it */
   const char *json[2];
   int rows, classes;
-  int64_t input[3];  /* the sample's shape; a shorter one ends in zeros */
+  int64_t input[4];  /* the sample's shape; a shorter one ends in zeros */
   const char *fused; /* a node its producer runs fused, or NULL */
 } golden_case;
 
@@ -203,7 +203,7 @@ static void one_step(const char *json, mxu_backend_kind backend,
 
   mxu_dataset *data = NULL;
   int rank = 0;
-  while (rank < 3 && current->input[rank]) rank++;
+  while (rank < 4 && current->input[rank]) rank++;
   if (g->targets)
     CHECK_OK(mxu_dataset_from_targets(g->x, g->t, rows,
                                       mxu_shape_make(rank, current->input),
@@ -438,6 +438,16 @@ int main(void) {
        12,
        {4, 5, 0},
        NULL},
+      /* TimeDistributed Conv2D, BatchNormalization, MaxPooling2D,
+       * DepthwiseConv2D, Flatten, GlobalAveragePooling2D and Dense over
+       * a clip's frames (make_time_distributed.py). */
+      {"tests/golden/time_distributed",
+       {"tests/golden/time_distributed/model.tf2.json",
+        "tests/golden/time_distributed/model.k3.json"},
+       6,
+       3,
+       {3, 8, 8, 1},
+       NULL},
       /* DepthwiseConv1D and SeparableConv1D (make_separable1d.py). */
       {"tests/golden/separable1d",
        {"tests/golden/separable1d/model.tf2.json",
@@ -474,6 +484,7 @@ int main(void) {
         strstr(current->dir, "encdec") ||
         strstr(current->dir, "dense_attention") ||
         strstr(current->dir, "separable1d") ||
+        strstr(current->dir, "time_distributed") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
@@ -494,6 +505,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/encdec") == 0 ||
         strcmp(cases[c].dir, "tests/golden/dense_attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/separable1d") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/time_distributed") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

@@ -2707,6 +2707,85 @@ static void test_separable1d(void) {
   backends_agree(name, separable1d_graph, NULL);
 }
 
+/* TimeDistributed: a clip of 3 frames (5, 5, 2), each through Conv2D
+ * (same, relu), BatchNormalization, MaxPooling2D, DepthwiseConv2D and
+ * GlobalAveragePooling2D; and a series of 3 sequences (6, 2) through
+ * Conv1D and Flatten: each step's image one of the batch. */
+static mxu_tensor_id time_distributed_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  int64_t clip[4] = {3, 5, 5, 2}, series[3] = {3, 6, 2};
+  mxu_tensor_id x = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, "clip", mxu_shape_make(4, clip)));
+  mxu_tensor_id s = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, "series", mxu_shape_make(3, series)));
+  CHECK_OK(mxu_time_distributed(m, 1));
+  mxu_conv2d_config conv = mxu_conv2d_defaults(3, 3, 3);
+  conv.name = "frames_conv";
+  conv.padding = MXU_SAME;
+  conv.activation = MXU_RELU;
+  x = mxu_apply_conv2d(m, &conv, x);
+  mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+  x = mxu_apply_batch_normalization(m, &bn, x);
+  mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
+  x = mxu_apply_max_pooling2d(m, &pool, x);
+  mxu_depthwise_conv2d_config dw = mxu_depthwise_conv2d_defaults(2, 2);
+  dw.activation = MXU_TANH;
+  x = mxu_apply_depthwise_conv2d(m, &dw, x);
+  mxu_global_pool2d_config gap = {"frames_gap", 0, 0};
+  x = mxu_apply_global_pooling2d(m, &gap, x);
+  mxu_conv1d_config c1 = mxu_conv1d_defaults(2, 3);
+  c1.name = "series_conv";
+  s = mxu_apply_flatten(m, "series_flat", mxu_apply_conv1d(m, &c1, s));
+  CHECK_OK(mxu_time_distributed(m, 0));
+  mxu_tensor_id both[2] = {x, s};
+  return head(m, mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, both, 2, -1));
+}
+
+static void test_time_distributed(void) {
+  const char *name = "TimeDistributed image layers";
+  mxu_model *m = build(name, time_distributed_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  /* The steps stay in every shape; each step's image runs alone. */
+  CHECK(
+      dims_are(m->layers[node_named(m, "frames_gap")].out_shape, 2, 3, 3, 0) &&
+      dims_are(m->layers[node_named(m, "series_conv")].out_shape, 3, 3, 4, 2) &&
+      dims_are(m->layers[node_named(m, "series_flat")].out_shape, 2, 3, 8, 0));
+  CHECK(m->layers[node_named(m, "frames_conv")].time_steps == 3 &&
+        strcmp(m->layers[node_named(m, "frames_conv")].wrapped,
+               "frames_conv") == 0);
+  finite_differences(m, name);
+  mxu_model_free(m);
+  backends_agree(name, time_distributed_graph, NULL);
+  /* Called again (shared) on a clip of other length: that clip's steps. */
+  m = mxu_functional("again");
+  int64_t three[4] = {3, 5, 5, 2}, two[4] = {2, 5, 5, 2};
+  mxu_tensor_id a = mxu_input(m, "a", mxu_shape_make(4, three));
+  mxu_tensor_id b = mxu_input(m, "b", mxu_shape_make(4, two));
+  CHECK_OK(mxu_time_distributed(m, 1));
+  mxu_conv2d_config shared = mxu_conv2d_defaults(3, 3, 3);
+  shared.padding = MXU_SAME;
+  a = mxu_apply_conv2d(m, &shared, a);
+  CHECK_OK(mxu_time_distributed(m, 0));
+  b = mxu_apply_again(m, a, &b, 1);
+  const mxu_shape *again = b >= 0 ? &m->layers[b].out_shape : NULL;
+  CHECK(again && m->layers[b].time_steps == 2 && again->rank == 4 &&
+        again->dims[0] == 2 && again->dims[1] == 5 && again->dims[2] == 5 &&
+        again->dims[3] == 3);
+  mxu_model_free(m);
+  /* What TimeDistributed does not wrap, and inputs it cannot split. */
+  m = mxu_functional("refused");
+  int64_t dims[2] = {3, 4};
+  mxu_tensor_id x = mxu_input(m, NULL, mxu_shape_make(2, dims));
+  CHECK_OK(mxu_time_distributed(m, 1));
+  mxu_rnn_config rnn = mxu_rnn_defaults(MXU_LSTM, 2);
+  mxu_apply_rnn(m, &rnn, x);
+  check_message("", "TimeDistributed(LSTM) 'lstm' is not supported");
+  mxu_conv2d_config conv = mxu_conv2d_defaults(2, 1, 1);
+  mxu_apply_conv2d(m, &conv, x);
+  check_message("", "expects (steps, height, width, channels) input");
+  mxu_model_free(m);
+}
+
 static const sequence_case sequence_cases[] = {
     {"Conv1D causal, dilation 2", CONV1D, 3, 1, 2, 1, 5, MXU_CAUSAL, 0, 9},
     {"Conv1D same, strides 2, groups 2", CONV1D, 3, 2, 1, 2, 6, MXU_SAME, 0, 5},
@@ -3649,6 +3728,7 @@ int main(void) {
   test_recurrent_states();
   test_dense_attention();
   test_separable1d();
+  test_time_distributed();
   test_layers();
   test_dropout_noise();
   test_preprocessing();

@@ -3632,9 +3632,10 @@ static void reads_timeseries(void) {
   static const refusal refused[] = {
       {"[null, 5, 4, 4, 3]",
        "{\"class_name\": \"TimeDistributed\", \"config\": {\"name\": \"e\", "
-       "\"layer\": {\"class_name\": \"Conv2D\", \"config\": {\"name\": "
-       "\"c\", \"filters\": 2, \"kernel_size\": 3}}}}",
-       MXU_ERR_UNSUPPORTED, "TimeDistributed(Conv2D) is not supported"},
+       "\"layer\": {\"class_name\": \"Conv2DTranspose\", \"config\": "
+       "{\"name\": \"c\", \"filters\": 2, \"kernel_size\": 3}}}}",
+       MXU_ERR_UNSUPPORTED,
+       "TimeDistributed(Conv2DTranspose) is not supported"},
       {"[null, 5, 3]",
        "{\"class_name\": \"TimeDistributed\", \"config\": {\"name\": \"e\", "
        "\"layer\": {\"class_name\": \"Dropout\", \"config\": {\"name\": "

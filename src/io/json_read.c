@@ -461,10 +461,10 @@ static mxu_status read_class(const char *source, const mxu_json_where *where,
   return or_stand_in(read_class_once(source, where, e, node), where, e, node);
 }
 
-/* Keras' TimeDistributed(layer) of a positionwise class (Dense, the
- * activations, Dropout) is the layer itself over the sequence: a node of
- * the wrapped class, named as the wrapper, that keeps the wrapped layer's
- * name for the writers (mxu_layer.wrapped). */
+/* Keras' TimeDistributed(layer): a node of the wrapped class, named as
+ * the wrapper, applied under mxu_time_distributed (a positionwise class
+ * over the sequence as it is, an image layer on each step), that keeps
+ * the wrapped layer's name for the writers (mxu_layer.wrapped). */
 static mxu_status read_time_distributed(const char *source,
                                         const mxu_json_where *where,
                                         const layer_entry *e,
@@ -481,12 +481,15 @@ static mxu_status read_time_distributed(const char *source,
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "layer must be a layer object with class_name and "
                          "config");
-  if (!cls || !cls->positionwise)
+  if (!cls || (!cls->positionwise && !cls->steps_in_batch))
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "TimeDistributed(%s) is not supported: mxu wraps "
                          "the layers that compute every step alike (Dense, "
                          "Activation and the activation layers, Dropout, "
-                         "GaussianNoise, GaussianDropout, Rescaling)",
+                         "BatchNormalization, GaussianNoise, "
+                         "GaussianDropout, Rescaling) and the image layers "
+                         "(Conv2D, DepthwiseConv2D, SeparableConv2D, the "
+                         "poolings, Flatten and their 1-D kinds)",
                          inner.class_name ? inner.class_name : "?");
   const mxu_shape *in = &node->model->layers[node->inputs[0]].out_shape;
   if (node->input_count != 1 || in->rank < 2)
@@ -503,7 +506,10 @@ static mxu_status read_time_distributed(const char *source,
   const char *name = NULL;
   MXU_TRY(
       mxu_json_string(where, inner.config, "name", MXU_JSON_OPTIONAL, &name));
-  MXU_TRY(read_class_once(source, where, &inner, node));
+  node->model->time_distributed = 1;
+  mxu_status s = read_class_once(source, where, &inner, node);
+  node->model->time_distributed = 0;
+  MXU_TRY(s);
   mxu_layer *l = &node->model->layers[node->output];
   snprintf(l->wrapped, sizeof l->wrapped, "%s", name ? name : e->name);
   return MXU_OK;

@@ -743,8 +743,9 @@ static int relu_reader(const mxu_model *model, int i, int batchnorm) {
  * backend, which may decline. */
 static int fusion_proposal(mxu_model *model, int i) {
   mxu_layer *layer = &model->layers[i];
-  /* A node with an activity regularizer must write its output. */
-  if (mxu_has_activity(layer)) return 0;
+  /* A node with an activity regularizer must write its output; a
+   * TimeDistributed one runs alone. */
+  if (mxu_has_activity(layer) || layer->time_steps) return 0;
   if ((layer->cls == &mxu_batch_normalization_class &&
        !layer->config.batchnorm.synchronized) ||
       (layer->cls == &mxu_add_class && layer->input_count > 1)) {
@@ -1151,12 +1152,13 @@ static void plan_precision_and_chains(mxu_model *model) {
     /* cpu_ref ignores it: the oracle stays float32. */
     layers[i].compiled->bf16 =
         model->compile.precision == MXU_MIXED_BFLOAT16 && cpu_has_bf16();
-    layers[i].compiled->batch = model->plan.batch;
+    layers[i].compiled->batch = mxu_layer_rows(&layers[i], model->plan.batch);
   }
   for (int i = 0; i < n; i++) {
     int next = sole_consumer(model, i);
-    if (next >= 0 && mxu_conv2d_chains(&layers[i], &layers[next],
-                                       model->backend, model->plan.batch))
+    if (next >= 0 && !layers[i].time_steps && !layers[next].time_steps &&
+        mxu_conv2d_chains(&layers[i], &layers[next], model->backend,
+                          model->plan.batch))
       layers[i].compiled->native_out = layers[next].compiled->native_in = 1;
   }
 }
@@ -1170,7 +1172,8 @@ static mxu_status plan_layer(mxu_model *model, int i) {
   for (int r = 0; r < plan->local_count; r++) {
     mxu_arena copy = before;
     memset(layer->compiled->scratch, 0, sizeof layer->compiled->scratch);
-    mxu_status status = layer->cls->plan(layer, model->backend, plan->batch,
+    mxu_status status = layer->cls->plan(layer, model->backend,
+                                         mxu_layer_rows(layer, plan->batch),
                                          r == 0 ? &plan->layout : &copy);
     memcpy(&plan->replica[r].ops[i * MXU_MAX_LAYER_OPS], layer->compiled->ops,
            sizeof layer->compiled->ops);

@@ -344,6 +344,47 @@ static mxu_status input_mask(const mxu_model *model, mxu_layer *layer) {
   return MXU_OK;
 }
 
+/* Under mxu_time_distributed: a positionwise layer as it is, an image
+ * layer's steps in the batch (named after itself in the writers'
+ * TimeDistributed wrapper, which a file's reader renames); others
+ * refused. */
+static mxu_status time_distribute(const mxu_model *model, mxu_layer *layer) {
+  /* A TimeDistributed layer called again (a copy of it): this input's
+   * steps. */
+  if (!model->time_distributed && !layer->time_steps) return MXU_OK;
+  const char *what = layer->cls->class_name;
+  if (layer->input_count != 1 || layer->in_shape.rank < 2)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "TimeDistributed(%s) '%s' takes one input of (steps, "
+                    "...) values a sample",
+                    what, layer->name);
+  if (!layer->cls->positionwise && !layer->cls->steps_in_batch)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "TimeDistributed(%s) '%s' is not supported: mxu wraps "
+                    "the layers that compute every step alike (Dense, the "
+                    "activations, Dropout, BatchNormalization, ...) and "
+                    "the image layers (Conv2D, DepthwiseConv2D, "
+                    "SeparableConv2D, the poolings, Flatten and their 1-D "
+                    "kinds)",
+                    what, layer->name);
+  if (layer->mask_in >= 0 && layer->cls->steps_in_batch)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "TimeDistributed(%s) '%s' of a masked sequence is not "
+                    "supported",
+                    what, layer->name);
+  if (layer->cls->steps_in_batch)
+    layer->time_steps = (int)layer->in_shape.dims[0];
+  if (!layer->wrapped[0])
+    snprintf(layer->wrapped, sizeof layer->wrapped, "%s", layer->name);
+  return MXU_OK;
+}
+
+mxu_status mxu_time_distributed(mxu_model *model, int on) {
+  if (!model) return mxu_fail(MXU_ERR_ARG, "time_distributed: no model");
+  model->time_distributed = on != 0;
+  return MXU_OK;
+}
+
 /* Appends a node of class cls reading `inputs` (node indices), its shape
  * inferred; *out is its index. */
 static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
@@ -388,6 +429,7 @@ static mxu_status add_node(mxu_model *model, const mxu_layer_class *cls,
   }
   if (input_count) layer->in_shape = layer->in_shapes[0];
   MXU_TRY(input_mask(model, layer));
+  MXU_TRY(time_distribute(model, layer));
   MXU_TRY(cls->infer(layer));
   MXU_TRY(check_sizes(layer));
   layer->mask_out = cls->output_mask ? cls->output_mask(layer) : -1;

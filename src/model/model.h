@@ -164,9 +164,14 @@ typedef struct mxu_layer_class {
   int computes_mask;
   /* The layer computes every position of its input's leading axes alike,
    * its weights over the last axis only (Dense, the activations,
-   * Dropout): Keras' TimeDistributed of it is the layer itself over the
-   * sequence (mxu_layer.wrapped). */
+   * Dropout; BatchNormalization, whose statistics span them as Keras'
+   * TimeDistributed's do): Keras' TimeDistributed of it is the layer
+   * itself over the sequence (mxu_layer.wrapped). */
   int positionwise;
+  /* An image layer (Conv2D, the poolings, Flatten and their 1-D kinds):
+   * Keras' TimeDistributed of it runs the sequence's steps as that many
+   * more images of the batch (mxu_layer.time_steps). */
+  int steps_in_batch;
   /* Masked and unmasked inputs together are refused: a merge's mask,
    * which Keras 3 ors from its inputs' (none when one has none) and
    * tf.keras 2 ands from those that have one; MultiHeadAttention's query
@@ -349,6 +354,10 @@ struct mxu_layer {
    * wrapped layer's name, which the writers give back (the node has the
    * wrapper's); "" for others. */
   char wrapped[MXU_NAME_SIZE];
+  /* TimeDistributed of a steps_in_batch class: the steps (its input's
+   * first axis), each an image of its own (mxu_image_shape, run for
+   * mxu_layer_rows samples); 0 for others. Its shapes keep the steps. */
+  int time_steps;
   mxu_shape in_shape, out_shape; /* without the batch dimension */
 
   /* The graph: the nodes whose outputs this one reads (a node is one
@@ -731,6 +740,9 @@ struct mxu_model {
    * building_scope. */
   mxu_scope *scopes;
   int scope_count, building_scope;
+  /* Set while Keras' TimeDistributed wraps the layers applied next
+   * (mxu_time_distributed). */
+  int time_distributed;
 
   int compiled;
   mxu_compile_config compile; /* compile.metrics point at heads[0].metric */
@@ -777,6 +789,12 @@ struct mxu_model {
   int64_t profile_steps;
   int profiling;
 };
+
+/* The samples a layer runs for a batch of `batch`: a TimeDistributed
+ * image layer's each step an image of its own. */
+static inline int mxu_layer_rows(const mxu_layer *layer, int batch) {
+  return layer->time_steps ? batch * layer->time_steps : batch;
+}
 
 /* A copy of text that lives as long as the model; NULL when out of
  * memory. */

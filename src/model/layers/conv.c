@@ -452,6 +452,7 @@ static mxu_hlo_value conv2d_emit(const mxu_layer *layer, mxu_emit *e) {
 
 const mxu_layer_class mxu_conv2d_class = {
     .class_name = "Conv2D",
+    .steps_in_batch = 1,
     .emit = conv2d_emit,
     .flops = conv2d_flops,
     .config_keys = conv2d_keys,
@@ -507,6 +508,7 @@ static const char *const conv1d_aliases[] = {"Convolution1D", NULL};
 
 const mxu_layer_class mxu_conv1d_class = {
     .class_name = "Conv1D",
+    .steps_in_batch = 1,
     .sequence = 1,
     .emit = conv2d_emit,
     .flops = conv2d_flops,
@@ -619,11 +621,11 @@ static void write_depthwise(mxu_json_out *out, const mxu_layer *layer,
 
 #define DEPTHWISE_CLASS(keras_name, reader, by_steps)                          \
   {                                                                            \
-    .class_name = keras_name, .sequence = by_steps, .flops = conv2d_flops,     \
-    .config_keys = depthwise_keys, .read_config = reader,                      \
-    .write_config = write_depthwise, .min_inputs = 1, .max_inputs = 1,         \
-    .infer = conv2d_infer, .declare = conv2d_declare, .plan = conv2d_plan,     \
-    .forward = conv2d_forward, .emit = conv2d_emit,                            \
+    .class_name = keras_name, .sequence = by_steps, .steps_in_batch = 1,       \
+    .flops = conv2d_flops, .config_keys = depthwise_keys,                      \
+    .read_config = reader, .write_config = write_depthwise, .min_inputs = 1,   \
+    .max_inputs = 1, .infer = conv2d_infer, .declare = conv2d_declare,         \
+    .plan = conv2d_plan, .forward = conv2d_forward, .emit = conv2d_emit,       \
     .backward = conv2d_backward, .logits = conv2d_logits,                      \
   }
 
@@ -815,11 +817,11 @@ static void write_separable(mxu_json_out *out, const mxu_layer *layer,
 
 #define SEPARABLE_CLASS(keras_name, reader, by_steps)                          \
   {                                                                            \
-    .class_name = keras_name, .sequence = by_steps, .flops = separable_flops,  \
-    .config_keys = separable_keys, .read_config = reader,                      \
-    .write_config = write_separable, .min_inputs = 1, .max_inputs = 1,         \
-    .infer = conv2d_infer, .declare = conv2d_declare, .plan = separable_plan,  \
-    .forward = separable_forward, .emit = conv2d_emit,                         \
+    .class_name = keras_name, .sequence = by_steps, .steps_in_batch = 1,       \
+    .flops = separable_flops, .config_keys = separable_keys,                   \
+    .read_config = reader, .write_config = write_separable, .min_inputs = 1,   \
+    .max_inputs = 1, .infer = conv2d_infer, .declare = conv2d_declare,         \
+    .plan = separable_plan, .forward = separable_forward, .emit = conv2d_emit, \
     .backward = separable_backward, .logits = separable_logits,                \
   }
 

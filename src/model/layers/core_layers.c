@@ -288,8 +288,10 @@ const mxu_layer_class mxu_dense_class = {
  */
 
 static mxu_status flatten_infer(mxu_layer *layer) {
-  int64_t count = mxu_shape_count(&layer->in_shape);
-  layer->out_shape = mxu_shape_make(1, &count);
+  int64_t dims[2] = {layer->time_steps, mxu_shape_count(&layer->in_shape)};
+  if (layer->time_steps) dims[1] /= layer->time_steps;
+  layer->out_shape =
+      layer->time_steps ? mxu_shape_make(2, dims) : mxu_shape_make(1, &dims[1]);
   return MXU_OK;
 }
 
@@ -297,6 +299,7 @@ static mxu_status flatten_infer(mxu_layer *layer) {
  * Flatten its input's buffer (a view) and there is nothing to copy. */
 const mxu_layer_class mxu_flatten_class = {
     .class_name = "Flatten",
+    .steps_in_batch = 1,
     .emit = mxu_emit_view,
     .config_keys = flatten_keys,
     .read_config = read_flatten,

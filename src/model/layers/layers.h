@@ -28,16 +28,21 @@ const float *mxu_epilogue_logits(const mxu_layer *layer,
 
 /* Shape inference of a 2-D window (Conv2D's kernel, a pool) sliding over
  * (height, width, channels): checks the sizes and sets out_shape to
- * (out_h, out_w, channels_out). A sequence layer's window is 1 x size[1]
- * over (steps, channels), its out_shape (out_steps, channels_out). causal:
- * whether the layer takes padding 'causal' (Conv1D). */
+ * (out_h, out_w, channels_out) (a TimeDistributed layer's steps first). A
+ * sequence layer's window is 1 x size[1] over (steps, channels), its out_shape
+ * (out_steps, channels_out). causal: whether the layer takes padding 'causal'
+ * (Conv1D). */
 mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                             const int size[2], const int strides[2],
                             mxu_padding padding, int causal, int channels_out);
 
-/* The shape as the layer's 2-D kernels see it: a sequence layer's
- * (steps, channels) is the image (1, steps, channels); others' as is. */
+/* The shape as the layer's 2-D kernels see it: a TimeDistributed layer's
+ * without its steps (each an image of the batch), a sequence layer's
+ * (steps, channels) the image (1, steps, channels); others' as is. */
 mxu_shape mxu_image_shape(const mxu_layer *layer, const mxu_shape *shape);
+/* A step's shape with a TimeDistributed layer's steps before it (the
+ * shape itself for others). */
+mxu_shape mxu_steps_shape(const mxu_layer *layer, mxu_shape step);
 
 /* Whether Conv2D layers a and b (b reading a's output) may pass it in the
  * backend's own layout, for `batch` samples: both compute in it, and a's
@@ -178,8 +183,9 @@ mxu_hlo_value mxu_emit_view(const mxu_layer *layer, mxu_emit *e);
 /* emit_noise for a layer that draws on the device (noise_is_stream): the
  * run's stream, its key and stream words, into out (NULL: it draws). */
 int mxu_stream_noise(const mxu_layer_run *run, float *out);
-/* A sequence layer's input as the image its 2-D ops read (others' as
- * is), and the image it gives back as (steps, channels). */
+/* A sequence layer's input as the image its 2-D ops read (a
+ * TimeDistributed one's steps as images of the batch; others' as is), and
+ * the image it gives back as the layer's output shape. */
 mxu_hlo_value mxu_emit_image_input(const mxu_layer *layer, mxu_emit *e);
 mxu_hlo_value mxu_emit_sequence_output(const mxu_layer *layer, mxu_emit *e,
                                        mxu_hlo_value y);

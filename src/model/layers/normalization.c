@@ -342,8 +342,9 @@ static void write_batchnorm(mxu_json_out *out, const mxu_layer *layer,
   if (out->keras3) {
     mxu_json_put_number(out, config, "axis", -1);
   } else {
-    /* tf.keras turns axis -1 into [last index] when the layer is built. */
-    int last = layer->in_shape.rank;
+    /* tf.keras turns axis -1 into [last index] when the layer is built
+     * (inside a TimeDistributed, on a step's shape). */
+    int last = layer->in_shape.rank - (layer->wrapped[0] != 0);
     mxu_json_put(out, config, "axis", cJSON_CreateIntArray(&last, 1));
   }
   mxu_json_put_float(out, config, "momentum", bn->momentum);
@@ -454,6 +455,7 @@ static mxu_hlo_value batchnorm_emit(const mxu_layer *layer, mxu_emit *e) {
 
 const mxu_layer_class mxu_batch_normalization_class = {
     .output_mask = mxu_input_mask,
+    .positionwise = 1, /* TimeDistributed's statistics span the steps too */
     .class_name = "BatchNormalization",
     .emit = batchnorm_emit,
     .flops = batchnorm_flops,

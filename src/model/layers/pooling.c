@@ -178,6 +178,7 @@ static mxu_hlo_value pool2d_emit(const mxu_layer *layer, mxu_emit *e) {
 
 const mxu_layer_class mxu_max_pooling2d_class = {
     .class_name = "MaxPooling2D",
+    .steps_in_batch = 1,
     .flops = pool2d_flops,
     .config_keys = pool2d_keys,
     .read_config = read_max_pooling2d,
@@ -194,6 +195,7 @@ const mxu_layer_class mxu_max_pooling2d_class = {
 
 const mxu_layer_class mxu_average_pooling2d_class = {
     .class_name = "AveragePooling2D",
+    .steps_in_batch = 1,
     .flops = pool2d_flops,
     .config_keys = pool2d_keys,
     .read_config = read_average_pooling2d,
@@ -213,6 +215,7 @@ static const char *const average_pool1d_aliases[] = {"AvgPool1D", NULL};
 
 const mxu_layer_class mxu_max_pooling1d_class = {
     .class_name = "MaxPooling1D",
+    .steps_in_batch = 1,
     .sequence = 1,
     .flops = pool2d_flops,
     .config_keys = pool2d_keys,
@@ -230,6 +233,7 @@ const mxu_layer_class mxu_max_pooling1d_class = {
 
 const mxu_layer_class mxu_average_pooling1d_class = {
     .class_name = "AveragePooling1D",
+    .steps_in_batch = 1,
     .sequence = 1,
     .flops = pool2d_flops,
     .config_keys = pool2d_keys,

@@ -10,7 +10,8 @@
 
 static mxu_status need_image(const mxu_layer *layer) {
   int sequence = layer->cls->sequence;
-  if (layer->in_shape.rank == (sequence ? 2 : 3)) return MXU_OK;
+  if (layer->in_shape.rank == (sequence ? 2 : 3) + (layer->time_steps > 0))
+    return MXU_OK;
   char text[64];
   mxu_shape_format(&layer->in_shape, text, sizeof text);
   return mxu_fail(MXU_ERR_SHAPE, "%s: expects %s input, got %s", layer->name,
@@ -21,20 +22,28 @@ static mxu_status need_image(const mxu_layer *layer) {
 /* ---- GlobalAveragePooling2D, GlobalMaxPooling2D and their 1-D kinds ------
  * Over each image's height x width (a sequence's steps), per channel. */
 
+/* A sample's image (a TimeDistributed layer's: a step's). */
+static mxu_shape image_of(const mxu_layer *layer) {
+  mxu_shape s = layer->in_shape;
+  if (!layer->time_steps) return s;
+  return mxu_shape_make(s.rank - 1, s.dims + 1);
+}
+
 static mxu_status global_pool_infer(mxu_layer *layer) {
   MXU_TRY(need_image(layer));
-  int rank = layer->in_shape.rank;
-  int64_t dims[3] = {1, 1, layer->in_shape.dims[rank - 1]};
-  layer->out_shape = layer->config.global_pool.keepdims
-                         ? mxu_shape_make(rank, dims + 3 - rank)
-                         : mxu_shape_make(1, &dims[2]);
+  int rank = image_of(layer).rank;
+  int64_t dims[3] = {1, 1, layer->in_shape.dims[layer->in_shape.rank - 1]};
+  layer->out_shape =
+      mxu_steps_shape(layer, layer->config.global_pool.keepdims
+                                 ? mxu_shape_make(rank, dims + 3 - rank)
+                                 : mxu_shape_make(1, &dims[2]));
   return MXU_OK;
 }
 
-/* Values per channel of one sample: its pixels (steps). */
+/* Values per channel of one image: its pixels (steps). */
 static int64_t pixels_of(const mxu_layer *layer) {
-  return mxu_shape_count(&layer->in_shape) /
-         layer->in_shape.dims[layer->in_shape.rank - 1];
+  mxu_shape image = image_of(layer);
+  return mxu_shape_count(&image) / image.dims[image.rank - 1];
 }
 
 static int channels_of(const mxu_layer *layer) {
@@ -131,7 +140,14 @@ static mxu_hlo_value global_pool_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo *h = e->h;
   const int64_t axes[2] = {1, 2}, rows[1] = {0};
   int is_max = layer->config.global_pool.is_max;
-  mxu_hlo_value x = e->in[0], count = 0;
+  mxu_shape image = image_of(layer);
+  mxu_hlo_value x = layer->time_steps
+                        ? mxu_hlo_reshape(
+                              h, e->in[0],
+                              mxu_batch_shape(mxu_layer_rows(layer, e->batch),
+                                              &image))
+                        : e->in[0],
+                count = 0;
   if (!is_max && e->mask) {
     /* The unmasked steps' sum over their count (masked_mean). */
     mxu_hlo_value kept =
@@ -145,7 +161,7 @@ static mxu_hlo_value global_pool_emit(const mxu_layer *layer, mxu_emit *e) {
     count = mxu_hlo_reduce(h, kept, MXU_HLO_SUM, 1, &axes[0]);
   }
   mxu_hlo_value y = mxu_hlo_reduce(h, x, is_max ? MXU_HLO_MAX : MXU_HLO_SUM,
-                                   layer->in_shape.rank - 1, axes);
+                                   image.rank - 1, axes);
   if (count)
     y = mxu_hlo_binary(
         h, MXU_HLO_DIVIDE, y,
@@ -209,6 +225,7 @@ static const char *const global_max1d_aliases[] = {"GlobalMaxPool1D", NULL};
 
 const mxu_layer_class mxu_global_average_pooling1d_class = {
     .class_name = "GlobalAveragePooling1D",
+    .steps_in_batch = 1,
     .sequence = 1,
     .config_keys = global_pool_keys,
     .read_config = read_global_average1d,
@@ -227,6 +244,7 @@ const mxu_layer_class mxu_global_average_pooling1d_class = {
 
 const mxu_layer_class mxu_global_max_pooling1d_class = {
     .class_name = "GlobalMaxPooling1D",
+    .steps_in_batch = 1,
     .sequence = 1,
     .config_keys = global_pool_keys,
     .read_config = read_global_max1d,
@@ -386,6 +404,7 @@ static const char *const global_max_aliases[] = {"GlobalMaxPool2D", NULL};
 
 const mxu_layer_class mxu_global_average_pooling2d_class = {
     .class_name = "GlobalAveragePooling2D",
+    .steps_in_batch = 1,
     .config_keys = global_pool_keys,
     .read_config = read_global_average,
     .write_config = write_global_pool,
@@ -402,6 +421,7 @@ const mxu_layer_class mxu_global_average_pooling2d_class = {
 
 const mxu_layer_class mxu_global_max_pooling2d_class = {
     .class_name = "GlobalMaxPooling2D",
+    .steps_in_batch = 1,
     .config_keys = global_pool_keys,
     .read_config = read_global_max,
     .write_config = write_global_pool,

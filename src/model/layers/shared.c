@@ -77,9 +77,20 @@ const char *mxu_keras3_group(const mxu_layer *layer, int k) {
 }
 
 mxu_shape mxu_image_shape(const mxu_layer *layer, const mxu_shape *shape) {
-  if (!layer->cls->sequence || shape->rank != 2) return *shape;
-  int64_t dims[3] = {1, shape->dims[0], shape->dims[1]};
+  mxu_shape step = *shape;
+  if (layer->time_steps && step.rank > 1) /* each step an image */
+    step = mxu_shape_make(step.rank - 1, step.dims + 1);
+  if (!layer->cls->sequence || step.rank != 2) return step;
+  int64_t dims[3] = {1, step.dims[0], step.dims[1]};
   return mxu_shape_make(3, dims);
+}
+
+mxu_shape mxu_steps_shape(const mxu_layer *layer, mxu_shape step) {
+  if (!layer->time_steps) return step;
+  int64_t dims[MXU_MAX_RANK] = {layer->time_steps};
+  for (int i = 0; i < step.rank && i + 1 < MXU_MAX_RANK; i++)
+    dims[i + 1] = step.dims[i];
+  return mxu_shape_make(step.rank + 1, dims);
 }
 
 mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
@@ -87,11 +98,14 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                             mxu_padding padding, int causal, int channels_out) {
   char text[64];
   mxu_shape_format(&layer->in_shape, text, sizeof text);
-  int sequence = layer->cls->sequence;
-  if (layer->in_shape.rank != (sequence ? 2 : 3))
+  int sequence = layer->cls->sequence, steps = layer->time_steps > 0;
+  if (layer->in_shape.rank != (sequence ? 2 : 3) + steps)
     return mxu_fail(
         MXU_ERR_SHAPE, "%s: expects %s input, got %s", layer->name,
-        sequence ? "(steps, channels)" : "(height, width, channels)", text);
+        sequence ? (steps ? "(steps, steps, channels)" : "(steps, channels)")
+        : steps  ? "(steps, height, width, channels)"
+                 : "(height, width, channels)",
+        text);
   if (size[0] <= 0 || size[1] <= 0 || strides[0] <= 0 || strides[1] <= 0 ||
       size[0] > MXU_MAX_WINDOW || size[1] > MXU_MAX_WINDOW ||
       strides[0] > MXU_MAX_WINDOW || strides[1] > MXU_MAX_WINDOW)
@@ -117,8 +131,8 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
                       layer->name, text, size[0], size[1], window);
   }
   out[2] = channels_out;
-  layer->out_shape =
-      sequence ? mxu_shape_make(2, &out[1]) : mxu_shape_make(3, out);
+  layer->out_shape = mxu_steps_shape(
+      layer, sequence ? mxu_shape_make(2, &out[1]) : mxu_shape_make(3, out));
   return MXU_OK;
 }
 
@@ -321,6 +335,8 @@ mxu_status mxu_json_last_axis(const mxu_json_where *where, const cJSON *config,
   if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
     v = cJSON_GetArrayItem(v, 0);
   int rank = node->model->layers[node->inputs[0]].out_shape.rank;
+  /* Under TimeDistributed the layer's own input has no steps axis. */
+  if (node->model->time_distributed) rank--;
   if (!v || (cJSON_IsNumber(v) &&
              (v->valuedouble == -1 || v->valuedouble == (double)rank)))
     return MXU_OK;
@@ -364,14 +380,15 @@ mxu_hlo_value mxu_emit_host_output(const mxu_layer *layer, mxu_emit *e) {
 }
 
 mxu_hlo_value mxu_emit_image_input(const mxu_layer *layer, mxu_emit *e) {
-  if (!layer->cls->sequence) return e->in[0];
+  if (!layer->cls->sequence && !layer->time_steps) return e->in[0];
   mxu_shape image = mxu_image_shape(layer, &layer->in_shape);
-  return mxu_hlo_reshape(e->h, e->in[0], mxu_batch_shape(e->batch, &image));
+  return mxu_hlo_reshape(
+      e->h, e->in[0], mxu_batch_shape(mxu_layer_rows(layer, e->batch), &image));
 }
 
 mxu_hlo_value mxu_emit_sequence_output(const mxu_layer *layer, mxu_emit *e,
                                        mxu_hlo_value y) {
-  if (!layer->cls->sequence) return y;
+  if (!layer->cls->sequence && !layer->time_steps) return y;
   return mxu_hlo_reshape(e->h, y, mxu_batch_shape(e->batch, &layer->out_shape));
 }
 
