@@ -1336,6 +1336,42 @@ static void test_activations(void) {
   act_check(&act_cases[1], MXU_ELU, 0.5f, 1);
 }
 
+/* Far out, where these activations' values are tiny (or x itself): to
+ * their own relative precision, not only to TOL_OPS absolute. A softplus
+ * of -20 is 2e-9; oneDNN's kernel gave -1.9e-6, whose log (a Poisson
+ * loss's) is NaN. */
+static void test_activation_tails(void) {
+  static const mxu_activation tails[] = {MXU_SIGMOID, MXU_SOFTPLUS, MXU_MISH,
+                                         MXU_EXPONENTIAL, MXU_SILU};
+  enum { N = 61 };
+  float x[N], dy[N], y[2][N], dx[2][N];
+  for (int i = 0; i < N; i++) {
+    x[i] = i < 40 ? -40.0f + 0.75f * (float)i : 10.0f + (float)(i - 40);
+    dy[i] = 1.0f;
+  }
+  for (size_t a = 0; a < sizeof tails / sizeof *tails; a++) {
+    /* exp overflows past 88: its tail is the negative one only. */
+    int n = tails[a] == MXU_EXPONENTIAL ? 40 : N;
+    mxu_activation_desc d = {tails[a], 1, n, mxu_activation_alpha(tails[a])};
+    for (int b = 0; b < 2; b++) {
+      mxu_op *op = NULL;
+      CHECK_OK(backends[b]->activation_create(&d, &op));
+      if (!op) return;
+      backends[b]->activation_forward(op, x, y[b]);
+      backends[b]->activation_backward(op, x, y[b], dy, dx[b]);
+      backends[b]->op_free(op);
+    }
+    for (int i = 0; i < n; i++) {
+      CHECK_MSG(fabsf(y[CPU][i] - y[REF][i]) <= 1e-5f * fabsf(y[REF][i]),
+                "%s(%g): %.8g, reference %.8g", act_names[tails[a]],
+                (double)x[i], (double)y[CPU][i], (double)y[REF][i]);
+      CHECK_MSG(fabsf(dx[CPU][i] - dx[REF][i]) <= 1e-5f * fabsf(dx[REF][i]),
+                "%s'(%g): %.8g, reference %.8g", act_names[tails[a]],
+                (double)x[i], (double)dx[CPU][i], (double)dx[REF][i]);
+    }
+  }
+}
+
 /* ---- losses ------------------------------------------------------------ */
 
 typedef struct loss_inputs {
@@ -1613,6 +1649,7 @@ int main(void) {
   test_conv_pool();
   test_batchnorm();
   test_activations();
+  test_activation_tails();
   test_losses();
   test_multiply();
   test_add();

@@ -34,7 +34,10 @@ static const char ACT[] = "activation";
 /* How oneDNN computes an activation: the algorithm, its alpha and beta,
  * and whether its backward reads y (the *_use_dst_for_bwd ones, used
  * where y determines the derivative) or x. alg is undef for those oneDNN
- * 2.6 lacks (selu, softsign, both hard_sigmoids: own loops below). */
+ * 2.6 lacks (selu, softsign, both hard_sigmoids: own loops below) and
+ * for softplus and mish, whose oneDNN kernels are off by up to 4e-6 for
+ * inputs below -15 (softplus even negative there, where it is 1e-7 and
+ * less): Poisson losses and variances take the log of it. */
 typedef struct eltwise_alg {
   dnnl_alg_kind_t alg;
   float alpha, beta;
@@ -56,11 +59,10 @@ static eltwise_alg alg_of(mxu_activation activation, float alpha) {
   case MXU_GELU: return (eltwise_alg){dnnl_eltwise_gelu_erf, 0, 0, 0};
   case MXU_GELU_TANH: return (eltwise_alg){dnnl_eltwise_gelu_tanh, 0, 0, 0};
   case MXU_SILU: return (eltwise_alg){dnnl_eltwise_swish, 1, 0, 0};
-  case MXU_SOFTPLUS: return (eltwise_alg){dnnl_eltwise_soft_relu, 0, 0, 0};
+
   case MXU_HARD_SILU: return (eltwise_alg){dnnl_eltwise_hardswish, 0, 0, 0};
   case MXU_EXPONENTIAL:
     return (eltwise_alg){dnnl_eltwise_exp_use_dst_for_bwd, 0, 0, 1};
-  case MXU_MISH: return (eltwise_alg){dnnl_eltwise_mish, 0, 0, 0};
   default: return (eltwise_alg){dnnl_alg_kind_undef, 0, 0, 0};
   }
 }
@@ -131,9 +133,15 @@ mxu_status cpu_activation_create(const mxu_activation_desc *desc,
 }
 
 /* ---- what oneDNN 2.6 lacks ---------------------------------------------
- * selu, softsign and the two hard_sigmoids, forward and backward from x,
- * over blocks as relu's backward. The derivatives take TensorFlow's side
- * at their corners (see cpu_ref's elementwise.c). */
+ * selu, softsign and the two hard_sigmoids (and softplus and mish, to
+ * the last bit of small values), forward and backward from x, over blocks
+ * as relu's backward. The derivatives take TensorFlow's side at their
+ * corners (see cpu_ref's elementwise.c). */
+
+/* log(1 + e^x) without overflow, and to full precision where it is tiny. */
+static inline float softplus(float x) {
+  return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
+}
 
 #define SELU_ALPHA 1.67326324f
 #define SELU_SCALE 1.05070098f
@@ -153,6 +161,12 @@ static void own_forward_span(mxu_activation a, int64_t begin, int64_t end,
 #pragma omp simd
     for (int64_t i = begin; i < end; i++)
       y[i] = fminf(fmaxf(x[i] + 3.0f, 0.0f), 6.0f) / 6.0f;
+    break;
+  case MXU_SOFTPLUS:
+    for (int64_t i = begin; i < end; i++) y[i] = softplus(x[i]);
+    break;
+  case MXU_MISH:
+    for (int64_t i = begin; i < end; i++) y[i] = x[i] * tanhf(softplus(x[i]));
     break;
   default: /* MXU_HARD_SIGMOID_TF2 */
 #pragma omp simd
@@ -181,6 +195,15 @@ static void own_backward_span(mxu_activation a, int64_t begin, int64_t end,
 #pragma omp simd
     for (int64_t i = begin; i < end; i++)
       dx[i] = x[i] > -3.0f && x[i] < 3.0f ? dy[i] / 6.0f : 0.0f;
+    break;
+  case MXU_SOFTPLUS: /* sigmoid(x) */
+    for (int64_t i = begin; i < end; i++) dx[i] = dy[i] / (1.0f + expf(-x[i]));
+    break;
+  case MXU_MISH:
+    for (int64_t i = begin; i < end; i++) {
+      float t = tanhf(softplus(x[i]));
+      dx[i] = dy[i] * (t + x[i] * (1.0f - t * t) / (1.0f + expf(-x[i])));
+    }
     break;
   default: /* MXU_HARD_SIGMOID_TF2 */
 #pragma omp simd
