@@ -999,8 +999,14 @@ typedef enum mxu_loss {
                               [1e-7, 1 - 1e-7], or logits */
   MXU_MEAN_SQUARED_ERROR,
   MXU_MEAN_ABSOLUTE_ERROR,
-  MXU_HUBER,        /* delta: huber_delta */
-  MXU_KL_DIVERGENCE /* targets and outputs clipped to [1e-7, 1] */
+  MXU_HUBER,         /* delta: huber_delta */
+  MXU_KL_DIVERGENCE, /* targets and outputs clipped to [1e-7, 1] */
+  /* 100 |t - y| / max(|t|, 1e-7) */
+  MXU_MEAN_ABSOLUTE_PERCENTAGE_ERROR,
+  /* (log(max(y, 1e-7) + 1) - log(max(t, 1e-7) + 1))^2 */
+  MXU_MEAN_SQUARED_LOGARITHMIC_ERROR,
+  MXU_LOG_COSH, /* log(cosh(y - t)) */
+  MXU_POISSON   /* y - t log(y + 1e-7) */
 } mxu_loss;
 
 /* Keras' function name of a loss ("binary_crossentropy") and its class

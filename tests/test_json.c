@@ -2428,7 +2428,8 @@ static void errors_compile(void) {
       {"{\"optimizer\": {\"class_name\": \"Adamax\", \"config\": "
        "{\"amsgrad\": true}}}",
        "amsgrad true"},
-      {"{\"loss\": \"poisson\"}", "loss: loss 'poisson' is not supported"},
+      {"{\"loss\": \"categorical_hinge\"}",
+       "loss: loss 'categorical_hinge' is not supported"},
       {"{\"loss\": {\"class_name\": \"SparseCategoricalCrossentropy\", "
        "\"config\": {\"label_smoothing\": 0.1}}}",
        "label_smoothing 0.1"},
@@ -2876,8 +2877,9 @@ static void errors_output_losses(void) {
       {"{\"loss\": [\"mse\"]}", MXU_ERR_FORMAT,
        "compile_config: loss: a list of 1 losses for a model of 2 outputs",
        "'a', 'b'"},
-      {"{\"loss\": [\"mse\", \"poisson\"]}", MXU_ERR_UNSUPPORTED,
-       "compile_config: loss[1]: loss 'poisson' is not supported", NULL},
+      {"{\"loss\": [\"mse\", \"categorical_hinge\"]}", MXU_ERR_UNSUPPORTED,
+       "compile_config: loss[1]: loss 'categorical_hinge' is not supported",
+       NULL},
       {"{\"loss\": {\"a\": \"mse\", \"b\": {\"class_name\": \"Huber\", "
        "\"config\": {\"delta\": -1}}}}",
        MXU_ERR_FORMAT, "compile_config: loss['b']: delta must be positive",

@@ -12,6 +12,8 @@ static const float Y[ROWS * K] = {0.2f, 0.7f, 0.05f, 0.9f, -1.5f, 0.3f,
 static const float T[ROWS * K] = {0.0f,  1.0f, 0.0f, 1.0f, 1.0f, 0.0f,
                                   0.25f, 0.5f, 0.0f, 0.0f, 0.0f, 1.0f};
 static const float MASK[ROWS] = {1, 1, 1};
+/* The targets check_loss_at scores against: T, or others it is given. */
+static const float *targets = T;
 
 static mxu_loss_spec spec_of(mxu_loss loss) {
   mxu_loss_spec s = {loss, 0, 0.0f, 1.0f, K, K};
@@ -42,6 +44,14 @@ static double keras_element(const mxu_loss_spec *s, double y, double t) {
     double tc = fmin(fmax(t, eps), 1), pc = fmin(fmax(y, eps), 1);
     return tc * log(tc / pc);
   }
+  case MXU_MEAN_ABSOLUTE_PERCENTAGE_ERROR:
+    return 100 * fabs((t - y) / fmax(fabs(t), eps));
+  case MXU_MEAN_SQUARED_LOGARITHMIC_ERROR: {
+    double d = log(fmax(y, eps) + 1) - log(fmax(t, eps) + 1);
+    return d * d;
+  }
+  case MXU_LOG_COSH: return log(cosh(y - t));
+  case MXU_POISSON: return y - t * log(y + eps);
   default: return NAN;
   }
 }
@@ -55,37 +65,43 @@ static double keras_row(const mxu_loss_spec *s, const float *y,
 
 static double loss_total(const mxu_loss_spec *s, const float *y) {
   float loss[ROWS], grad[ROWS * K];
-  mxu_target_loss(s, ROWS, y, T, MASK, 1.0f, loss, grad);
+  mxu_target_loss(s, ROWS, y, targets, MASK, 1.0f, loss, grad);
   double total = 0;
   for (int r = 0; r < ROWS; r++) total += loss[r];
   return total;
 }
 
-static void check_loss(mxu_loss_spec s, const char *what) {
+/* At outputs Y (or base, for losses of positive outputs only). */
+static void check_loss_at(mxu_loss_spec s, const char *what,
+                          const float *base) {
   float loss[ROWS], grad[ROWS * K];
   const float scale = 0.5f;
-  mxu_target_loss(&s, ROWS, Y, T, MASK, scale, loss, grad);
+  mxu_target_loss(&s, ROWS, base, targets, MASK, scale, loss, grad);
   for (int r = 0; r < ROWS; r++) {
-    double want = keras_row(&s, Y + r * K, T + r * K);
+    double want = keras_row(&s, base + r * K, targets + r * K);
     CHECK_MSG(fabs(loss[r] - want) <= 1e-5 * fmax(1, fabs(want)),
               "%s row %d: %.8g, Keras' formula %.8g", what, r, loss[r], want);
   }
   /* The gradient of scale * sum of row losses, element by element. */
   for (int i = 0; i < ROWS * K; i++) {
     float y[ROWS * K];
-    memcpy(y, Y, sizeof y);
+    memcpy(y, base, sizeof y);
     /* Away from the kinks (|y - t| = 0, delta; the clip bounds), a step
      * small beside y where log(y) curves fast. */
-    const float h = 1e-3f * fmaxf(fabsf(Y[i]), 0.1f);
-    y[i] = Y[i] + h;
+    const float h = 1e-3f * fmaxf(fabsf(base[i]), 0.1f);
+    y[i] = base[i] + h;
     double up = loss_total(&s, y);
-    y[i] = Y[i] - h;
+    y[i] = base[i] - h;
     double down = loss_total(&s, y);
     double want = scale * (up - down) / (2 * (double)h);
     CHECK_MSG(fabs(grad[i] - want) <= 5e-3 * fmax(1, fabs(want)),
               "%s d/dy[%d]: %.6g, finite differences %.6g", what, i, grad[i],
               want);
   }
+}
+
+static void check_loss(mxu_loss_spec s, const char *what) {
+  check_loss_at(s, what, Y);
 }
 
 static void test_target_losses(void) {
@@ -96,6 +112,27 @@ static void test_target_losses(void) {
   h.huber_delta = 0.3f;
   check_loss(h, "huber delta 0.3");
   check_loss(spec_of(MXU_KL_DIVERGENCE), "kl_divergence");
+  /* MAPE divides by |t|: where t is 0 by 1e-7, a loss too large for
+   * finite differences in float32, so targets away from 0 here. */
+  static const float away[ROWS * K] = {0.5f,  1.0f, -0.3f, 1.0f,  1.0f, 0.2f,
+                                       0.25f, 0.5f, 2.0f,  -1.0f, 0.1f, 1.0f};
+  targets = away;
+  check_loss(spec_of(MXU_MEAN_ABSOLUTE_PERCENTAGE_ERROR), "mape");
+  targets = T;
+  float big[ROWS], big_grad[ROWS * K];
+  mxu_loss_spec mape = spec_of(MXU_MEAN_ABSOLUTE_PERCENTAGE_ERROR);
+  mxu_target_loss(&mape, ROWS, Y, T, MASK, 1.0f, big, big_grad);
+  CHECK_MSG(fabs(big[0] - keras_row(&mape, Y, T)) <= 1e-6 * big[0],
+            "mape of targets 0: %g", big[0]);
+  check_loss(spec_of(MXU_LOG_COSH), "log_cosh");
+  /* MSLE clips negative outputs (no gradient there); Poisson takes the
+   * positive outputs it is meant for. */
+  check_loss(spec_of(MXU_MEAN_SQUARED_LOGARITHMIC_ERROR), "msle");
+  float positive[ROWS * K];
+  for (int i = 0; i < ROWS * K; i++) positive[i] = fabsf(Y[i]) + 0.05f;
+  check_loss_at(spec_of(MXU_POISSON), "poisson", positive);
+  check_loss_at(spec_of(MXU_MEAN_SQUARED_LOGARITHMIC_ERROR),
+                "msle of positive outputs", positive);
   /* Probabilities for the binary cross-entropy: |Y| folded into (0, 1). */
   mxu_loss_spec b = spec_of(MXU_BINARY_CROSSENTROPY);
   check_loss(b, "binary_crossentropy");

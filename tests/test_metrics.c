@@ -71,6 +71,10 @@ static int keras_keys(const char *name, const char *what,
 static mxu_dataset *golden_data(const golden *g, const char *name) {
   mxu_dataset *d = NULL;
   mxu_shape shape = mxu_shape_make(1, (int64_t[]){FEATURES});
+  if (strcmp(name, "regress") == 0) {
+    CHECK_OK(mxu_dataset_from_targets(g->x, g->reg, ROWS, shape, 2, &d));
+    return d;
+  }
   if (strcmp(name, "metrics") != 0) {
     CHECK_OK(mxu_dataset_from_targets(g->x, g->flag, ROWS, shape, 1, &d));
     if (d && strcmp(name, "weighted") == 0)
@@ -140,6 +144,8 @@ static void expect_compiled(const mxu_model *m, const char *path) {
   static const char *const weighted[] = {
       "accuracy", "auc", "weighted_accuracy", "precision", "wauc", "mae",
       "f1",       NULL};
+  static const char *const regress[] = {"msle", "logcosh", "poisson", "mape",
+                                        NULL};
   static const char *const want[3][8] = {
       {"accuracy", "top_k_categorical_accuracy", "precision", "recall", "auc",
        "f1", "f2"},
@@ -161,6 +167,7 @@ static void expect_compiled(const mxu_model *m, const char *path) {
   for (int h = 0; h < m->head_count; h++) {
     const char *const *names = m->head_count > 1          ? want[h]
                                : strstr(path, "weighted") ? weighted
+                               : strstr(path, "regress")  ? regress
                                                           : binary;
     int count = 0;
     while (names[count]) count++;
@@ -461,6 +468,7 @@ int main(void) {
     golden_run("metrics", b == 1 ? ".keras" : ".h5", backends[b], 1);
     golden_run("binary", b == 1 ? ".h5" : ".keras", backends[b], 1);
     golden_run("weighted", b == 0 ? ".keras" : ".h5", backends[b], 1);
+    golden_run("regress", b == 1 ? ".keras" : ".h5", backends[b], 1);
   }
   golden_run("metrics", ".h5", MXU_BACKEND_CPU, 4);
   golden_run("binary", ".keras", MXU_BACKEND_PJRT, 2);

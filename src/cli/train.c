@@ -24,6 +24,12 @@ static const char *const loss_names[] = {"sparse_categorical_crossentropy",
                                          "huber",
                                          "kl_divergence",
                                          "kld",
+                                         "mean_absolute_percentage_error",
+                                         "mape",
+                                         "mean_squared_logarithmic_error",
+                                         "msle",
+                                         "log_cosh",
+                                         "poisson",
                                          NULL};
 static const char *const verbose_names[] = {"0", "1", "2", NULL};
 static const char *const precision_names[] = {"float32", "mixed_bfloat16",
@@ -106,7 +112,9 @@ static void train_options(train_args *a, cli_option *o) {
       {"--loss", "NAME",
        "a Keras loss: sparse_categorical_crossentropy, "
        "categorical_crossentropy, binary_crossentropy, mean_squared_error "
-       "(mse), mean_absolute_error (mae), huber, kl_divergence (kld) "
+       "(mse), mean_absolute_error (mae), huber, kl_divergence (kld), "
+       "mean_absolute_percentage_error (mape), "
+       "mean_squared_logarithmic_error (msle), log_cosh, poisson "
        "(default: the model file's, else sparse_categorical_crossentropy)",
        CLI_CHOICE, &a->loss, loss_names, 0, 0},
       {"--metric", "NAME[,NAME...]",

@@ -43,6 +43,12 @@ static const struct {
     {"TrueNegatives", "true_negatives", OPTIONS_COUNTS},
     {"FalseNegatives", "false_negatives", OPTIONS_COUNTS},
     {"BinaryCrossentropy", "binary_crossentropy", OPTIONS_BCE},
+    {"MeanAbsolutePercentageError", "mean_absolute_percentage_error",
+     OPTIONS_NONE},
+    {"MeanSquaredLogarithmicError", "mean_squared_logarithmic_error",
+     OPTIONS_NONE},
+    {"LogCoshError", "logcosh", OPTIONS_NONE},
+    {"Poisson", "poisson", OPTIONS_NONE},
     {"F1Score", "f1_score", OPTIONS_F_SCORE},
     {"FBetaScore", "fbeta_score", OPTIONS_F_SCORE},
 };
@@ -1254,6 +1260,11 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
       [MXU_METRIC_FALSE_NEGATIVES] = {"FalseNegatives", 0},
       [MXU_METRIC_BINARY_CROSSENTROPY] = {"BinaryCrossentropy", 1},
       [MXU_METRIC_F_SCORE] = {"F1Score", 0},
+      [MXU_METRIC_MAPE] = {"MeanAbsolutePercentageError", 1},
+      [MXU_METRIC_MSLE] = {"MeanSquaredLogarithmicError", 1},
+      /* Keras 3 takes no "logcosh" by name */
+      [MXU_METRIC_LOGCOSH] = {"LogCoshError", 0},
+      [MXU_METRIC_POISSON] = {"Poisson", 1},
   };
   const char *cls = classes[kind].name;
   if (classes[kind].function && !named) return NULL;

@@ -180,7 +180,7 @@ static mxu_status head_metrics(const mxu_layer *out, const mxu_output_loss *o,
  * each when fit or evaluate scores it: Keras' compile takes it). */
 static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
                              int shapes) {
-  if ((unsigned)o->loss > MXU_KL_DIVERGENCE)
+  if ((unsigned)o->loss > MXU_POISSON)
     return mxu_fail(MXU_ERR_ARG,
                     "compile: loss %d of output '%s' is not an "
                     "mxu_loss",

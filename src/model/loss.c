@@ -54,8 +54,33 @@ static elem_loss kl(float p, float t) {
   return e;
 }
 
+/* Keras' mean_squared_logarithmic_error: max(y, eps) passes the gradient
+ * where y >= eps only. */
+static elem_loss msle(float y, float t) {
+  float yc = fmaxf(y, LOSS_EPSILON);
+  float d = logf(yc + 1.0f) - logf(fmaxf(t, LOSS_EPSILON) + 1.0f);
+  return (elem_loss){d * d, y >= LOSS_EPSILON ? 2.0f * d / (yc + 1.0f) : 0};
+}
+
+/* log(cosh(x)) as Keras computes it, x + softplus(-2x) - log 2 (no
+ * overflow for large |x|); its gradient tanh(x). */
+static elem_loss log_cosh(float x) {
+  float z = -2.0f * x;
+  float softplus = fmaxf(z, 0.0f) + log1pf(expf(-fabsf(z)));
+  return (elem_loss){x + softplus - 0.69314718f, tanhf(x)};
+}
+
 static elem_loss element(const mxu_loss_spec *spec, float y, float t) {
   switch (spec->loss) {
+  case MXU_MEAN_ABSOLUTE_PERCENTAGE_ERROR: {
+    float d = fmaxf(fabsf(t), LOSS_EPSILON);
+    return (elem_loss){100.0f * fabsf(t - y) / d, 100.0f * sign(y - t) / d};
+  }
+  case MXU_MEAN_SQUARED_LOGARITHMIC_ERROR: return msle(y, t);
+  case MXU_LOG_COSH: return log_cosh(y - t);
+  case MXU_POISSON:
+    return (elem_loss){y - t * logf(y + LOSS_EPSILON),
+                       1.0f - t / (y + LOSS_EPSILON)};
   case MXU_BINARY_CROSSENTROPY:
     t = t * (1.0f - spec->label_smoothing) + 0.5f * spec->label_smoothing;
     return spec->from_logits ? bce_logit(y, t) : bce_prob(y, t);
@@ -160,6 +185,16 @@ static int in_cell(mxu_metric_kind kind, float y, float t) {
   }
 }
 
+mxu_loss mxu_metric_loss(mxu_metric_kind kind) {
+  switch (kind) {
+  case MXU_METRIC_MAPE: return MXU_MEAN_ABSOLUTE_PERCENTAGE_ERROR;
+  case MXU_METRIC_MSLE: return MXU_MEAN_SQUARED_LOGARITHMIC_ERROR;
+  case MXU_METRIC_LOGCOSH: return MXU_LOG_COSH;
+  case MXU_METRIC_POISSON: return MXU_POISSON;
+  default: return MXU_BINARY_CROSSENTROPY; /* the metric's: probabilities */
+  }
+}
+
 static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
                          int32_t label, const float *t) {
   double sum = 0.0;
@@ -176,8 +211,14 @@ static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
     for (int64_t j = 0; j < k; j++) sum += in_cell(kind, y[j], t[j]);
     return sum;
   case MXU_METRIC_BINARY_CROSSENTROPY:
-    for (int64_t j = 0; j < k; j++) sum += bce_prob(y[j], t[j]).loss;
+  case MXU_METRIC_MAPE:
+  case MXU_METRIC_MSLE:
+  case MXU_METRIC_LOGCOSH:
+  case MXU_METRIC_POISSON: {
+    mxu_loss_spec spec = {mxu_metric_loss(kind), 0, 0.0f, 1.0f, k, k};
+    for (int64_t j = 0; j < k; j++) sum += element(&spec, y[j], t[j]).loss;
     break;
+  }
   case MXU_METRIC_SPARSE_ACCURACY: return argmax(y, k) == label;
   case MXU_METRIC_CATEGORICAL_ACCURACY: return argmax(y, k) == argmax(t, k);
   case MXU_METRIC_SPARSE_TOP_K: return in_top_k(y, k, label, MXU_TOP_K);
@@ -406,6 +447,14 @@ static const struct {
     {"mean_absolute_error", "MeanAbsoluteError", {"mae", NULL}},
     {"huber", "Huber", {"huber_loss", NULL}},
     {"kl_divergence", "KLDivergence", {"kld", "kullback_leibler_divergence"}},
+    {"mean_absolute_percentage_error",
+     "MeanAbsolutePercentageError",
+     {"mape", NULL}},
+    {"mean_squared_logarithmic_error",
+     "MeanSquaredLogarithmicError",
+     {"msle", NULL}},
+    {"log_cosh", "LogCosh", {"logcosh", NULL}},
+    {"poisson", "Poisson", {0}},
 };
 
 enum { LOSS_COUNT = sizeof losses / sizeof *losses };
@@ -432,8 +481,10 @@ mxu_status mxu_loss_from_name(const char *name, mxu_loss *out) {
                   "loss '%s' is not supported (supported: "
                   "sparse_categorical_crossentropy, categorical_crossentropy, "
                   "binary_crossentropy, mean_squared_error (mse), "
-                  "mean_absolute_error (mae), huber, kl_divergence (kld), or "
-                  "their classes)",
+                  "mean_absolute_error (mae), huber, kl_divergence (kld), "
+                  "mean_absolute_percentage_error (mape), "
+                  "mean_squared_logarithmic_error (msle), log_cosh, "
+                  "poisson, or their classes)",
                   name ? name : "(null)");
 }
 
@@ -463,6 +514,12 @@ static const struct {
     {"true_negatives", MXU_METRIC_TRUE_NEGATIVES, 0},
     {"false_negatives", MXU_METRIC_FALSE_NEGATIVES, 0},
     {"binary_crossentropy", MXU_METRIC_BINARY_CROSSENTROPY, 0},
+    {"mape", MXU_METRIC_MAPE, 0},
+    {"mean_absolute_percentage_error", MXU_METRIC_MAPE, 0},
+    {"msle", MXU_METRIC_MSLE, 0},
+    {"mean_squared_logarithmic_error", MXU_METRIC_MSLE, 0},
+    {"logcosh", MXU_METRIC_LOGCOSH, 0},
+    {"poisson", MXU_METRIC_POISSON, 0},
     {"f1_score", MXU_METRIC_F_SCORE, 0},
     {"fbeta_score", MXU_METRIC_F_SCORE, 0},
 };
@@ -507,6 +564,10 @@ const char *mxu_metric_function(mxu_metric_kind kind) {
   case MXU_METRIC_TRUE_NEGATIVES: return "true_negatives";
   case MXU_METRIC_FALSE_NEGATIVES: return "false_negatives";
   case MXU_METRIC_BINARY_CROSSENTROPY: return "binary_crossentropy";
+  case MXU_METRIC_MAPE: return "mean_absolute_percentage_error";
+  case MXU_METRIC_MSLE: return "mean_squared_logarithmic_error";
+  case MXU_METRIC_LOGCOSH: return "logcosh";
+  case MXU_METRIC_POISSON: return "poisson";
   case MXU_METRIC_F_SCORE: return "f1_score";
   }
   return "";
@@ -518,7 +579,8 @@ const char *mxu_metric_names(void) {
          "sparse_top_k_categorical_accuracy, mae, mean_absolute_error, mse, "
          "mean_squared_error, root_mean_squared_error, precision, recall, "
          "auc, prc, true_positives, false_positives, true_negatives, "
-         "false_negatives, binary_crossentropy, f1_score(average=A) and "
+         "false_negatives, binary_crossentropy, mape, msle, logcosh, "
+         "poisson, f1_score(average=A) and "
          "fbeta_score(average=A,beta=B) (A micro, macro or weighted; "
          "threshold=T too)";
 }
@@ -645,7 +707,11 @@ int mxu_metric_direction(mxu_metric_kind kind) {
   case MXU_METRIC_MAE:
   case MXU_METRIC_MSE:
   case MXU_METRIC_RMSE:
-  case MXU_METRIC_BINARY_CROSSENTROPY: return -1;
+  case MXU_METRIC_BINARY_CROSSENTROPY:
+  case MXU_METRIC_MAPE:
+  case MXU_METRIC_MSLE:
+  case MXU_METRIC_LOGCOSH:
+  case MXU_METRIC_POISSON: return -1;
   case MXU_METRIC_TRUE_POSITIVES:
   case MXU_METRIC_FALSE_POSITIVES:
   case MXU_METRIC_TRUE_NEGATIVES:

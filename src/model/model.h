@@ -583,6 +583,11 @@ typedef enum mxu_metric_kind {
   MXU_METRIC_TRUE_NEGATIVES,
   MXU_METRIC_FALSE_NEGATIVES,
   MXU_METRIC_BINARY_CROSSENTROPY, /* of probabilities, as the loss's */
+  /* The losses of those names as metrics, meaned as the losses are. */
+  MXU_METRIC_MAPE,
+  MXU_METRIC_MSLE,
+  MXU_METRIC_LOGCOSH,
+  MXU_METRIC_POISSON,
   /* Keras' F1Score and FBetaScore: each value a positive prediction above
    * the threshold (or its row's largest), counted per class against the
    * targets over the epoch, averaged as the options say. */
@@ -1069,6 +1074,9 @@ void mxu_metric_tally(mxu_metric_kind kind, const mxu_metric_options *options,
 /* Its value from the tally of an epoch. */
 double mxu_tally_result(mxu_metric_kind kind, const mxu_metric_options *options,
                         const double *tally, int64_t values);
+/* The loss a metric of a loss's name computes (binary_crossentropy,
+ * mape, msle, logcosh, poisson), of probabilities. */
+mxu_loss mxu_metric_loss(mxu_metric_kind kind);
 /* Keras 3's direction of the metric (its _direction): 1 up (the
  * accuracies, precision, recall, the AUCs), -1 down (the errors and the
  * cross-entropy), 0 none (the counts). */

@@ -175,10 +175,14 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
         h, MUL(SUB(k(o, 1.0), positive(o, y)), SUB(k(o, 1.0), true_(o, t))));
   case MXU_METRIC_FALSE_NEGATIVES:
     return row_sums(h, MUL(SUB(k(o, 1.0), positive(o, y)), true_(o, t)));
-  case MXU_METRIC_BINARY_CROSSENTROPY: {
-    mxu_output_loss bce = mxu_output_loss_defaults();
-    bce.loss = MXU_BINARY_CROSSENTROPY;
-    return mean_of(h, row_sums(h, element_loss(h, &bce, y, t)), values);
+  case MXU_METRIC_BINARY_CROSSENTROPY:
+  case MXU_METRIC_MAPE:
+  case MXU_METRIC_MSLE:
+  case MXU_METRIC_LOGCOSH:
+  case MXU_METRIC_POISSON: {
+    mxu_output_loss loss = mxu_output_loss_defaults();
+    loss.loss = mxu_metric_loss(kind);
+    return mean_of(h, row_sums(h, element_loss(h, &loss, y, t)), values);
   }
   }
   return 0;
@@ -226,6 +230,29 @@ static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_output_loss *c,
     mxu_hlo_value tc = CLIP(t, LOSS_EPSILON, 1.0f);
     return MUL(tc, un(o, MXU_HLO_LOG, DIV(tc, CLIP(y, LOSS_EPSILON, 1.0f))));
   }
+  case MXU_MEAN_ABSOLUTE_PERCENTAGE_ERROR:
+    return MUL(k(o, 100.0), DIV(un(o, MXU_HLO_ABS, SUB(t, y)),
+                                bin(o, MXU_HLO_MAXIMUM, un(o, MXU_HLO_ABS, t),
+                                    k(o, LOSS_EPSILON))));
+  case MXU_MEAN_SQUARED_LOGARITHMIC_ERROR: {
+    mxu_hlo_value d =
+        SUB(un(o, MXU_HLO_LOG,
+               ADD(bin(o, MXU_HLO_MAXIMUM, y, k(o, LOSS_EPSILON)), k(o, 1.0))),
+            un(o, MXU_HLO_LOG,
+               ADD(bin(o, MXU_HLO_MAXIMUM, t, k(o, LOSS_EPSILON)), k(o, 1.0))));
+    return MUL(d, d);
+  }
+  case MXU_LOG_COSH: { /* x + softplus(-2x) - log 2 */
+    mxu_hlo_value x = SUB(y, t), z = MUL(x, k(o, -2.0));
+    mxu_hlo_value softplus = ADD(
+        bin(o, MXU_HLO_MAXIMUM, z, k(o, 0.0)),
+        un(o, MXU_HLO_LOG,
+           ADD(k(o, 1.0), un(o, MXU_HLO_EXP,
+                             un(o, MXU_HLO_NEGATE, un(o, MXU_HLO_ABS, z))))));
+    return SUB(ADD(x, softplus), k(o, 0.69314718f));
+  }
+  case MXU_POISSON:
+    return SUB(y, MUL(t, un(o, MXU_HLO_LOG, ADD(y, k(o, LOSS_EPSILON)))));
   default: return 0;
   }
 }

@@ -29,7 +29,9 @@ SGD(0.1) both. A third, "weighted", is binary's network compiled with
 metrics ["accuracy", AUC "auc"] and weighted_metrics ["accuracy" (logged
 weighted_accuracy), Precision, AUC "wauc", "mae", F1Score(average="micro",
 threshold=0.5) "f1"], evaluated and fitted with sample_weight w =
-0.25 + 2 rand(20).
+0.25 + 2 rand(20). A fourth, "regress": x -> Dense(8, relu) -> Dense(2,
+softplus) "out" on y_reg, loss "mape", metrics ["msle", LogCoshError
+"logcosh", "poisson", MeanAbsolutePercentageError "mape"].
 
 tf_keras (tf.keras 2) builds each, tf_keras.utils.set_random_seed(33),
 default initialisers. Data: np.random.seed(32); x = 6 rand(20, 5) - 3, y_cls
@@ -37,7 +39,7 @@ one-hot of randint(0, 3, 20), y_reg = rand(20, 2), y_flag = randint(0, 2,
 (20, 1)), all float32.
 
 Writes into OUTDIR (tests/golden/metrics/), for NAME in metrics, binary,
-weighted:
+weighted, regress:
   NAME.h5        tf_keras model.save of the fresh compiled model (its
                  training_config lists the metric objects)
   NAME.keras     Keras 3's archive of the same initial weights, compiled
@@ -103,13 +105,19 @@ def build_metrics(K):
     return model
 
 
-def build_binary(K):
-    """Keras' imbalanced-data tutorial's metrics, under its names."""
-    L, M = K.layers, K.metrics
+def one_output(K, name, units=1, activation="sigmoid"):
+    """x (5,) -> Dense(8, relu) "trunk" -> Dense(units, activation) "out"."""
+    L = K.layers
     x = K.Input((5,), name="x")
     trunk = L.Dense(8, activation="relu", name="trunk")(x)
-    out = L.Dense(1, activation="sigmoid", name="out")(trunk)
-    model = K.Model(x, out, name="binary")
+    out = L.Dense(units, activation=activation, name="out")(trunk)
+    return K.Model(x, out, name=name)
+
+
+def build_binary(K):
+    """Keras' imbalanced-data tutorial's metrics, under its names."""
+    M = K.metrics
+    model = one_output(K, "binary")
     model.compile(optimizer=K.optimizers.SGD(0.1), loss="binary_crossentropy",
                   metrics=[
                       M.BinaryCrossentropy(name="cross entropy"),
@@ -126,17 +134,24 @@ def build_binary(K):
 
 def build_weighted(K):
     """weighted_metrics, evaluated and fitted with sample weights."""
-    L, M = K.layers, K.metrics
-    x = K.Input((5,), name="x")
-    trunk = L.Dense(8, activation="relu", name="trunk")(x)
-    out = L.Dense(1, activation="sigmoid", name="out")(trunk)
-    model = K.Model(x, out, name="weighted")
+    M = K.metrics
+    model = one_output(K, "weighted")
     model.compile(optimizer=K.optimizers.SGD(0.1), loss="binary_crossentropy",
                   metrics=["accuracy", M.AUC(name="auc")],
                   weighted_metrics=[
                       "accuracy", M.Precision(name="precision"),
                       M.AUC(name="wauc"), "mae",
                       M.F1Score(average="micro", threshold=0.5, name="f1")])
+    return model
+
+
+def build_regress(K):
+    """The regression losses and metrics Keras names by function."""
+    M = K.metrics
+    model = one_output(K, "regress", 2, "softplus")
+    model.compile(optimizer=K.optimizers.SGD(0.1), loss="mape",
+                  metrics=["msle", M.LogCoshError(name="logcosh"), "poisson",
+                           M.MeanAbsolutePercentageError(name="mape")])
     return model
 
 
@@ -161,14 +176,15 @@ def main(out):
     y_flag = np.random.randint(0, 2, (20, 1)).astype(np.float32)
     w = (0.25 + 2 * np.random.rand(20)).astype(np.float32)
     targets = {"metrics": [y_cls, y_reg, y_flag], "binary": y_flag,
-               "weighted": y_flag}
+               "weighted": y_flag, "regress": y_reg}
     lines = []
     with h5py.File(os.path.join(out, "data.h5"), "w") as f:
         f["x"], f["y_cls"], f["y_reg"], f["y_flag"] = x, y_cls, y_reg, y_flag
         f["w"] = w
         for name, build in (("metrics", build_metrics),
                             ("binary", build_binary),
-                            ("weighted", build_weighted)):
+                            ("weighted", build_weighted),
+                            ("regress", build_regress)):
             y = targets[name]
             sw = w if name == "weighted" else None
             model = fresh(tf_keras, build)

@@ -194,20 +194,21 @@ double mxu_weighted_flops(double outputs, double window, int use_bias,
   return dot * (2 + step->need_dx) + bias + epilogue;
 }
 
+/* The bytes of the layer's input over the batch (a TimeDistributed
+ * layer's compiled batch counts its steps: its in_shape holds them). */
+static size_t input_bytes(const mxu_layer *layer) {
+  int64_t samples =
+      layer->compiled->batch / (layer->time_steps ? layer->time_steps : 1);
+  return (size_t)(samples * mxu_shape_count(&layer->in_shape)) * sizeof(float);
+}
+
 void mxu_view_forward(mxu_layer *layer, const mxu_layer_run *run) {
-  if (run->y != run->x)
-    memcpy(
-        run->y, run->x,
-        (size_t)(layer->compiled->batch * mxu_shape_count(&layer->in_shape)) *
-            sizeof(float));
+  if (run->y != run->x) memcpy(run->y, run->x, input_bytes(layer));
 }
 
 void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (run->need_dx && run->dx != run->dy)
-    memcpy(
-        run->dx, run->dy,
-        (size_t)(layer->compiled->batch * mxu_shape_count(&layer->in_shape)) *
-            sizeof(float));
+    memcpy(run->dx, run->dy, input_bytes(layer));
 }
 
 mxu_status mxu_config_weight_options(const mxu_json_where *where,
