@@ -803,21 +803,9 @@ static mxu_status metric_of(const mxu_json_where *where, const cJSON *v,
   return MXU_OK;
 }
 
-/* The part of a metric compile takes ("roc=auc", "auc",
- * "f1=f1_score(average=macro)") that Keras logs: before the last '='
- * outside the options' parentheses, else the metric's name. */
-static size_t logged_length(const char *spec) {
-  size_t n = strlen(spec);
-  const char *open = n && spec[n - 1] == ')' ? strrchr(spec, '(') : NULL;
-  size_t head = open ? (size_t)(open - spec) : n;
-  for (size_t i = head; i > 0; i--)
-    if (spec[i - 1] == '=') return i - 1;
-  return head;
-}
-
 static int same_logged(const char *a, const char *b) {
-  size_t n = logged_length(a);
-  return n == logged_length(b) && strncmp(a, b, n) == 0;
+  size_t n = mxu_metric_logged_length(a);
+  return n == mxu_metric_logged_length(b) && strncmp(a, b, n) == 0;
 }
 
 /* One metric appended to an output's list (k -1: every output's), as

@@ -661,6 +661,25 @@ static mxu_status f_score_options(const char *spec, const char *text, size_t n,
                   spec);
 }
 
+/* Where a metric's text ends before its options (the parentheses it ends
+ * with), and where its METRIC starts (after the last '=' before them; 0
+ * without a NAME=). */
+static void metric_parts(const char *spec, size_t *head, size_t *metric) {
+  size_t length = strlen(spec);
+  const char *open =
+      length && spec[length - 1] == ')' ? strrchr(spec, '(') : NULL;
+  *head = open ? (size_t)(open - spec) : length;
+  *metric = 0;
+  for (size_t i = *head; i > 0 && !*metric; i--) /* a name may hold '=' */
+    if (spec[i - 1] == '=') *metric = i;
+}
+
+size_t mxu_metric_logged_length(const char *spec) {
+  size_t head, metric;
+  metric_parts(spec, &head, &metric);
+  return metric ? metric - 1 : head;
+}
+
 mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
                             char log[MXU_METRIC_LOG_SIZE],
                             mxu_metric_kind *kind,
@@ -668,17 +687,12 @@ mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
   mxu_metric_options own;
   if (!options) options = &own;
   *options = (mxu_metric_options){0, 1.0, 0.0};
-  /* The options: the parentheses the text ends with. */
-  size_t length = strlen(spec), head = length;
-  const char *open =
-      length && spec[length - 1] == ')' ? strrchr(spec, '(') : NULL;
-  if (open) head = (size_t)(open - spec);
-  const char *eq = NULL; /* a name may hold one: the last */
-  for (const char *c = spec; c < spec + head; c++)
-    if (*c == '=') eq = c;
-  size_t n = eq ? (size_t)(eq - spec) : head;
-  const char *name = eq ? eq + 1 : spec;
-  size_t name_length = (size_t)(spec + head - name);
+  size_t head, at, length = strlen(spec);
+  metric_parts(spec, &head, &at);
+  const char *open = head < length ? spec + head : NULL;
+  size_t n = mxu_metric_logged_length(spec);
+  const char *name = spec + at;
+  size_t name_length = head - at;
   if (n == 0 || n >= MXU_METRIC_LOG_SIZE)
     return mxu_fail(MXU_ERR_ARG,
                     "compile: metric '%s': the name it is logged under must "

@@ -1061,6 +1061,9 @@ mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
 mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
                             char log[MXU_METRIC_LOG_SIZE],
                             mxu_metric_kind *kind, mxu_metric_options *options);
+/* The length of the name a metric's text is logged under ("roc" of
+ * "roc=auc", "f1_score" of "f1_score(average=macro)"). */
+size_t mxu_metric_logged_length(const char *spec);
 /* The floats of the metric's tally for outputs of `values` a row: an
  * AUC's curve (MXU_AUC_VALUES), an F-score's true positives, false
  * positives, false negatives and targets per value (4 values); 0 for a
