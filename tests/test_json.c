@@ -2450,9 +2450,9 @@ static void errors_compile(void) {
       {"{\"metrics\": [{\"class_name\": \"F1Score\", \"config\": "
        "{\"name\": \"f1_score\", \"average\": null, \"threshold\": null}}]}",
        "metrics: F1Score with average None logs a score per class"},
-      {"{\"metrics\": [{\"class_name\": \"BinaryAccuracy\", \"config\": "
-       "{\"threshold\": 0.7}}]}",
-       "BinaryAccuracy with threshold 0.7 is not supported"},
+      {"{\"metrics\": [{\"class_name\": \"AUC\", \"config\": "
+       "{\"multi_label\": true}}]}",
+       "AUC with multi_label true is not supported"},
       {"{\"metrics\": [{\"class_name\": \"AUC\", \"config\": {\"name\": "
        "\"a_name_of_sixty_four_characters_or_more_which_mxu_cannot_log_"
        "at_all\"}}]}",

@@ -146,6 +146,8 @@ static void expect_compiled(const mxu_model *m, const char *path) {
       "f1",       NULL};
   static const char *const regress[] = {"msle", "logcosh", "poisson", "mape",
                                         NULL};
+  static const char *const logits[] = {"accuracy",  "acc_low", "auc", "prc",
+                                       "precision", "mae",     NULL};
   static const char *const want[3][8] = {
       {"accuracy", "top_k_categorical_accuracy", "precision", "recall", "auc",
        "f1", "f2"},
@@ -168,6 +170,7 @@ static void expect_compiled(const mxu_model *m, const char *path) {
     const char *const *names = m->head_count > 1          ? want[h]
                                : strstr(path, "weighted") ? weighted
                                : strstr(path, "regress")  ? regress
+                               : strstr(path, "logits")   ? logits
                                                           : binary;
     int count = 0;
     while (names[count]) count++;
@@ -302,7 +305,7 @@ static void auc_values(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     float curve[MXU_AUC_VALUES] = {0};
     double wide[MXU_AUC_VALUES];
-    mxu_auc_counts(4, 1, cases[i].y, cases[i].t, mask, curve);
+    mxu_auc_counts(4, 1, cases[i].y, cases[i].t, mask, 0, curve);
     for (int v = 0; v < MXU_AUC_VALUES; v++) wide[v] = curve[v];
     double auc = mxu_auc_result(MXU_METRIC_AUC, wide);
     CHECK_MSG(fabs(auc - cases[i].auc) < 1e-12, "case %zu: auc %.6f, want %.2f",
@@ -394,7 +397,8 @@ static void named_metrics(void) {
   mxu_model *m = load(DIR "metrics.h5", MXU_BACKEND_CPU_REF, 1, "metrics");
   mxu_model *b = load(DIR "binary.keras", MXU_BACKEND_CPU_REF, 1, "binary");
   mxu_model *w = load(DIR "weighted.h5", MXU_BACKEND_CPU_REF, 1, "weighted");
-  if (!m || !b || !w) goto done;
+  mxu_model *l = load(DIR "logits.keras", MXU_BACKEND_CPU_REF, 1, "logits");
+  if (!m || !b || !w || !l) goto done;
   static const struct {
     int binary;
     const char *monitor;
@@ -417,8 +421,8 @@ static void named_metrics(void) {
   CHECK(mxu_monitor_mode_for(b, "val_prc", MXU_MODE_MIN) == MXU_MODE_MIN);
   CHECK(!mxu_monitor_is_max("val_Brier score", MXU_MODE_AUTO)); /* by name */
   static const char *const files[] = {"named.keras", "named.h5"};
-  for (int f = 0; f < 6; f++) {
-    mxu_model *from = f < 2 ? m : f < 4 ? b : w, *back = NULL;
+  for (int f = 0; f < 8; f++) {
+    mxu_model *from = f < 2 ? m : f < 4 ? b : f < 6 ? w : l, *back = NULL;
     const char *path = temp_path(files[f % 2]);
     CHECK_OK(mxu_save_model(from, path, NULL));
     CHECK_OK(mxu_load_model(path, MXU_BACKEND_CPU_REF, &back, NULL));
@@ -429,6 +433,7 @@ done:
   mxu_model_free(m);
   mxu_model_free(b);
   mxu_model_free(w);
+  mxu_model_free(l);
   static const struct {
     const char *first, *second, *needle;
   } bad[] = {
@@ -444,7 +449,9 @@ done:
       {"mae", "f1_score(average=macro,beta=2)", "option 'beta=2'"},
       {"mae", "f=fbeta_score(average=macro,beta=0)", "option 'beta=0'"},
       {"mae", "f1_score(average=macro,threshold=1.5)", "'threshold=1.5'"},
-      {"mae", "auc(curve=PR)", "'auc(curve=PR)': auc takes no options"},
+      {"mae", "mse(k=1)", "'mse(k=1)': mse takes no options"},
+      {"mae", "auc(curve=PR)", "option 'curve=PR' is not one of from_logits"},
+      {"mae", "accuracy(threshold=0)", "accuracy takes no options"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     mxu_status s;
@@ -469,6 +476,7 @@ int main(void) {
     golden_run("binary", b == 1 ? ".h5" : ".keras", backends[b], 1);
     golden_run("weighted", b == 0 ? ".keras" : ".h5", backends[b], 1);
     golden_run("regress", b == 1 ? ".keras" : ".h5", backends[b], 1);
+    golden_run("logits", b == 2 ? ".keras" : ".h5", backends[b], 1);
   }
   golden_run("metrics", ".h5", MXU_BACKEND_CPU, 4);
   golden_run("binary", ".keras", MXU_BACKEND_PJRT, 2);

@@ -652,15 +652,19 @@ static mxu_status check_counts_config(const mxu_json_where *where,
 
 /* AUC's options other than Keras' defaults, which mxu does not compute:
  * the area under the ROC or the PR curve ("auc" or "prc" into *metric) of
- * every value, at 200 thresholds, by interpolation, of probabilities. */
+ * every value, at 200 thresholds, by interpolation, of probabilities or
+ * (from_logits, into text) of logits. */
 static mxu_status check_auc_config(const mxu_json_where *where,
-                                   const cJSON *config, const char **metric) {
+                                   const cJSON *config, const char **metric,
+                                   char *text, size_t size) {
+  if (cJSON_IsTrue(mxu_json_get(config, "from_logits")))
+    snprintf(text, size, "(from_logits=1)");
   static const struct {
     const char *key, *want; /* want: a string, "200", "false" or "null" */
   } defaults[] = {
       {"num_thresholds", "200"}, {"summation_method", "interpolation"},
       {"multi_label", "false"},  {"label_weights", "null"},
-      {"from_logits", "false"},  {"thresholds", "null"},
+      {"thresholds", "null"},
   };
   const cJSON *curve = mxu_json_get(config, "curve");
   int pr = cJSON_IsString(curve) && strcmp(curve->valuestring, "PR") == 0;
@@ -687,8 +691,8 @@ static mxu_status check_auc_config(const mxu_json_where *where,
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "AUC with %s %s is not supported: mxu computes "
                          "Keras' default AUC() (the ROC or PR curve of every "
-                         "value at 200 thresholds, interpolated, of "
-                         "probabilities)",
+                         "value at 200 thresholds, interpolated), of "
+                         "probabilities or from_logits",
                          defaults[i].key, text);
   }
   return MXU_OK;
@@ -763,11 +767,18 @@ static mxu_status check_options(const mxu_json_where *where,
   case OPTIONS_F_SCORE:
     return read_f_score_config(where, config, cls, text, size);
   case OPTIONS_TOP_K: return check_number(where, config, cls, "k", MXU_TOP_K);
-  case OPTIONS_THRESHOLD:
-    return check_number(where, config, cls, "threshold", 0.5);
+  case OPTIONS_THRESHOLD: { /* BinaryAccuracy's, any (0 for logits) */
+    const cJSON *t = mxu_json_get(config, "threshold");
+    if (cJSON_IsNumber(t) && t->valuedouble != 0.5)
+      snprintf(text, size, "(threshold=%.9g)", t->valuedouble);
+    else if (t && !cJSON_IsNull(t) && !cJSON_IsNumber(t))
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "%s's threshold must be a number", cls);
+    return MXU_OK;
+  }
   case OPTIONS_COUNTS: return check_counts_config(where, config, cls);
   case OPTIONS_AUC: /* its curve, not its name ("auc" for PR too) */
-    return check_auc_config(where, config, metric);
+    return check_auc_config(where, config, metric, text, size);
   case OPTIONS_BCE: return check_bce_config(where, config);
   case OPTIONS_NONE: return MXU_OK;
   }
@@ -1216,7 +1227,7 @@ static const char *f_score_config(mxu_json_out *out, cJSON *config,
                       averages[o->average - MXU_AVERAGE_MICRO]);
   /* Keras takes Python floats only: 2.0, not 2. */
   if (o->beta != 1.0) mxu_json_put_float(out, config, "beta", (float)o->beta);
-  if (o->threshold > 0)
+  if (o->has_threshold)
     mxu_json_put_float(out, config, "threshold", (float)o->threshold);
   else
     mxu_json_put_null(out, config, "threshold");
@@ -1261,7 +1272,9 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
   mxu_json_put_string(out, config, "dtype", "float32");
   switch (kind) {
   case MXU_METRIC_BINARY_ACCURACY:
-    mxu_json_put_float(out, config, "threshold", 0.5f);
+    mxu_json_put_float(out, config, "threshold",
+                       options->has_threshold ? (float)options->threshold
+                                              : 0.5f);
     break;
   case MXU_METRIC_TOP_K:
   case MXU_METRIC_SPARSE_TOP_K:
@@ -1280,7 +1293,7 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
     mxu_json_put_bool(out, config, "multi_label", 0);
     mxu_json_put_null(out, config, "num_labels");
     mxu_json_put_null(out, config, "label_weights");
-    mxu_json_put_bool(out, config, "from_logits", 0);
+    mxu_json_put_bool(out, config, "from_logits", options->from_logits);
     break;
   case MXU_METRIC_PRECISION:
   case MXU_METRIC_RECALL:

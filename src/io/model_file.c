@@ -273,8 +273,11 @@ static cJSON *head_metrics(mxu_json_out *out, const mxu_model *model, int k,
     snprintf(name, sizeof name, "%s%s%s",
              prefix ? mxu_json_output_name(model, k) : "", prefix ? "_" : "",
              h->metric[m]);
+    /* A metric with options (a threshold) is only a class's. */
+    const char *spec = h->metric_spec[m];
+    int options = *spec && spec[strlen(spec) - 1] == ')';
     cJSON *object = mxu_json_metric_class(out, name, h->metric_kind[m],
-                                          &h->metric_options[m], 0);
+                                          &h->metric_options[m], options);
     mxu_json_append(
         out, list,
         object ? object

@@ -195,8 +195,9 @@ mxu_loss mxu_metric_loss(mxu_metric_kind kind) {
   }
 }
 
-static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
-                         int32_t label, const float *t) {
+static double row_metric(mxu_metric_kind kind, const mxu_metric_options *o,
+                         const float *y, int64_t k, int32_t label,
+                         const float *t) {
   double sum = 0.0;
   switch (kind) {
   case MXU_METRIC_AUC:
@@ -223,9 +224,11 @@ static double row_metric(mxu_metric_kind kind, const float *y, int64_t k,
   case MXU_METRIC_CATEGORICAL_ACCURACY: return argmax(y, k) == argmax(t, k);
   case MXU_METRIC_SPARSE_TOP_K: return in_top_k(y, k, label, MXU_TOP_K);
   case MXU_METRIC_TOP_K: return in_top_k(y, k, argmax(t, k), MXU_TOP_K);
-  case MXU_METRIC_BINARY_ACCURACY:
-    for (int64_t j = 0; j < k; j++) sum += (float)(y[j] > 0.5f) == t[j];
+  case MXU_METRIC_BINARY_ACCURACY: {
+    float threshold = o && o->has_threshold ? (float)o->threshold : 0.5f;
+    for (int64_t j = 0; j < k; j++) sum += (float)(y[j] > threshold) == t[j];
     break;
+  }
   case MXU_METRIC_MAE:
     for (int64_t j = 0; j < k; j++) sum += fabsf(y[j] - t[j]);
     break;
@@ -276,10 +279,10 @@ static int is_count(mxu_metric_kind kind) {
          kind != MXU_METRIC_PRECISION && kind != MXU_METRIC_RECALL;
 }
 
-double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
-                      const float *y, const int32_t *labels,
-                      const float *targets, const float *mask,
-                      double *divisor) {
+double mxu_metric_sum(mxu_metric_kind kind, const mxu_metric_options *options,
+                      int64_t rows, int64_t k, const float *y,
+                      const int32_t *labels, const float *targets,
+                      const float *mask, double *divisor) {
   double total = 0.0, of = 0.0;
   int mean = mxu_metric_is_mean(kind), ratio = !mean && !is_count(kind);
   *divisor = 0.0;
@@ -287,7 +290,8 @@ double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
   for (int64_t r = 0; r < rows; r++) {
     if (mask[r] == 0.0f) continue; /* a masked row's values may be any */
     double w = mask[r];
-    total += w * row_metric(kind, y + r * k, k, labels[r], targets + r * k);
+    total +=
+        w * row_metric(kind, options, y + r * k, k, labels[r], targets + r * k);
     if (mean)
       of += w;
     else if (ratio) /* precision's and recall's */
@@ -307,11 +311,12 @@ static int auc_bucket(float y) {
 }
 
 void mxu_auc_counts(int64_t rows, int64_t k, const float *y,
-                    const float *targets, const float *mask, float *curve) {
+                    const float *targets, const float *mask, int from_logits,
+                    float *curve) {
   for (int64_t r = 0; r < rows; r++) {
     if (mask[r] == 0.0f) continue;
     for (int64_t j = r * k; j < (r + 1) * k; j++) {
-      int b = auc_bucket(y[j]);
+      int b = auc_bucket(from_logits ? 1.0f / (1.0f + expf(-y[j])) : y[j]);
       curve[b] += mask[r] * targets[j];
       curve[MXU_AUC_THRESHOLDS + b] += mask[r] * (1.0f - targets[j]);
     }
@@ -370,7 +375,7 @@ static void f_score_counts(const mxu_metric_options *o, int64_t rows, int64_t k,
     float max = row[0];
     for (int64_t j = 1; j < k; j++) max = row[j] > max ? row[j] : max;
     for (int64_t j = 0; j < k; j++) {
-      float p = o->threshold > 0
+      float p = o->has_threshold
                     ? (float)(row[j] > (float)o->threshold)
                     : (float)(row[j] >= max && fabsf(row[j]) > 1e-9f);
       float w = mask[r];
@@ -388,7 +393,7 @@ void mxu_metric_tally(mxu_metric_kind kind, const mxu_metric_options *options,
   if (kind == MXU_METRIC_F_SCORE)
     f_score_counts(options, rows, k, y, targets, mask, tally);
   else
-    mxu_auc_counts(rows, k, y, targets, mask, tally);
+    mxu_auc_counts(rows, k, y, targets, mask, options->from_logits, tally);
 }
 
 /* Keras' F-beta of the counts, its epsilon (1e-7) where it divides. */
@@ -609,10 +614,40 @@ mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
                   mxu_metric_names());
 }
 
-/* An F-score's option "key=value" (n characters) into o. */
-static mxu_status f_score_option(const char *spec, const char *text, size_t n,
-                                 int fbeta, mxu_metric_options *o) {
+/* Which options a metric takes: an F-score's average, beta (FBetaScore)
+ * and threshold in (0, 1]; BinaryAccuracy's threshold, any; an AUC's
+ * from_logits. */
+typedef enum {
+  TAKES_NONE,
+  TAKES_F,
+  TAKES_FBETA,
+  TAKES_THRESHOLD,
+  TAKES_LOGITS
+} takes;
+
+static takes options_taken(mxu_metric_kind kind, const char *metric) {
+  switch (kind) {
+  case MXU_METRIC_F_SCORE:
+    return strcmp(metric, "fbeta_score") == 0 ? TAKES_FBETA : TAKES_F;
+  case MXU_METRIC_BINARY_ACCURACY:
+    return strcmp(metric, "binary_accuracy") == 0 ? TAKES_THRESHOLD
+                                                  : TAKES_NONE;
+  case MXU_METRIC_AUC:
+  case MXU_METRIC_AUC_PR: return TAKES_LOGITS;
+  default: return TAKES_NONE;
+  }
+}
+
+/* Option "key=value" (n characters) of a metric taking `t`, into o. */
+static mxu_status read_option(const char *spec, const char *text, size_t n,
+                              takes t, mxu_metric_options *o) {
   static const char *const averages[] = {"micro", "macro", "weighted"};
+  static const char *const offered[] = {
+      [TAKES_F] = "average=micro|macro|weighted, threshold=T (0 < T <= 1)",
+      [TAKES_FBETA] = "average=micro|macro|weighted, threshold=T (0 < T <= "
+                      "1), beta=B (B > 0)",
+      [TAKES_THRESHOLD] = "threshold=T",
+      [TAKES_LOGITS] = "from_logits=0|1"};
   char option[64];
   snprintf(option, sizeof option, "%.*s", (int)(n < 63 ? n : 63), text);
   char *value = strchr(option, '=');
@@ -620,39 +655,46 @@ static mxu_status f_score_option(const char *spec, const char *text, size_t n,
   char *end = NULL;
   double number = value ? strtod(value, &end) : NAN;
   int is_number = value && *value && end && !*end && isfinite(number);
-  if (value && !strcmp(option, "average")) {
+  int f = t == TAKES_F || t == TAKES_FBETA;
+  if (f && value && !strcmp(option, "average")) {
     for (int i = 0; i < 3; i++)
       if (!strcmp(value, averages[i])) {
         o->average = (mxu_metric_average)(MXU_AVERAGE_MICRO + i);
         return MXU_OK;
       }
-  } else if (value && !strcmp(option, "threshold")) {
-    if (is_number && number > 0 && number <= 1) {
+  } else if ((f || t == TAKES_THRESHOLD) && is_number &&
+             !strcmp(option, "threshold")) {
+    if (!f || (number > 0 && number <= 1)) {
       o->threshold = number;
+      o->has_threshold = 1;
       return MXU_OK;
     }
-  } else if (value && fbeta && !strcmp(option, "beta")) {
-    if (is_number && number > 0) {
+  } else if (t == TAKES_FBETA && is_number && !strcmp(option, "beta")) {
+    if (number > 0) {
       o->beta = number;
+      return MXU_OK;
+    }
+  } else if (t == TAKES_LOGITS && is_number && !strcmp(option, "from_logits")) {
+    if (number == 0 || number == 1) {
+      o->from_logits = number == 1;
       return MXU_OK;
     }
   }
   return mxu_fail(MXU_ERR_ARG,
-                  "compile: metric '%s': option '%.*s' is not one of "
-                  "average=micro|macro|weighted, threshold=T (0 < T <= 1)%s",
-                  spec, (int)n, text, fbeta ? ", beta=B (B > 0)" : "");
+                  "compile: metric '%s': option '%.*s' is not one of %s", spec,
+                  (int)n, text, offered[t]);
 }
 
-/* The options in parentheses of an F-score (the text between them). */
-static mxu_status f_score_options(const char *spec, const char *text, size_t n,
-                                  int fbeta, mxu_metric_options *o) {
+/* The options in parentheses of a metric (the text between them). */
+static mxu_status read_options(const char *spec, const char *text, size_t n,
+                               takes t, mxu_metric_options *o) {
   for (size_t at = 0; text && at < n;) {
     size_t len = 0;
     while (at + len < n && text[at + len] != ',') len++;
-    MXU_TRY(f_score_option(spec, text + at, len, fbeta, o));
+    MXU_TRY(read_option(spec, text + at, len, t, o));
     at += len + 1;
   }
-  if (o->average) return MXU_OK;
+  if (o->average || (t != TAKES_F && t != TAKES_FBETA)) return MXU_OK;
   return mxu_fail(MXU_ERR_UNSUPPORTED,
                   "compile: metric '%s': without an average Keras logs a "
                   "score per class, and mxu logs one number a metric: give "
@@ -686,7 +728,7 @@ mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
                             mxu_metric_options *options) {
   mxu_metric_options own;
   if (!options) options = &own;
-  *options = (mxu_metric_options){0, 1.0, 0.0};
+  *options = (mxu_metric_options){.beta = 1.0};
   size_t head, at, length = strlen(spec);
   metric_parts(spec, &head, &at);
   const char *open = head < length ? spec + head : NULL;
@@ -706,14 +748,12 @@ mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
            (int)(name_length < sizeof metric ? name_length : sizeof metric - 1),
            name);
   MXU_TRY(mxu_metric_kind_of(metric, loss, outputs, kind));
-  if (*kind == MXU_METRIC_F_SCORE)
-    return f_score_options(spec, open ? open + 1 : NULL,
-                           open ? length - head - 2 : 0,
-                           strcmp(metric, "fbeta_score") == 0, options);
-  if (open)
+  takes t = options_taken(*kind, metric);
+  if (open && t == TAKES_NONE)
     return mxu_fail(MXU_ERR_ARG, "compile: metric '%s': %s takes no options",
                     spec, metric);
-  return MXU_OK;
+  return read_options(spec, open ? open + 1 : NULL,
+                      open ? length - head - 2 : 0, t, options);
 }
 
 int mxu_metric_direction(mxu_metric_kind kind) {

@@ -594,8 +594,9 @@ typedef enum mxu_metric_kind {
   MXU_METRIC_F_SCORE
 } mxu_metric_kind;
 
-/* The options of the metrics that take them (the F-scores), from a
- * metric's text: "f1_score(average=macro,threshold=0.5)". */
+/* The options of the metrics that take them, from a metric's text:
+ * "f1_score(average=macro,threshold=0.5)", "fbeta_score(average=micro,
+ * beta=2)", "binary_accuracy(threshold=0)", "auc(from_logits=1)". */
 typedef enum mxu_metric_average {
   MXU_AVERAGE_MICRO = 1, /* the classes' counts summed, then the score */
   MXU_AVERAGE_MACRO,     /* the classes' scores' mean */
@@ -603,9 +604,13 @@ typedef enum mxu_metric_average {
 } mxu_metric_average;
 
 typedef struct mxu_metric_options {
-  mxu_metric_average average;
-  double beta;      /* recall's weight: 1 (F1) */
-  double threshold; /* a positive prediction above it; 0: its row's max */
+  mxu_metric_average average; /* an F-score's */
+  double beta;                /* an F-score's recall weight: 1 (F1) */
+  /* An F-score's or BinaryAccuracy's: a positive prediction above it;
+   * without, an F-score's row's largest value, BinaryAccuracy's 0.5. */
+  int has_threshold;
+  double threshold;
+  int from_logits; /* an AUC's: of sigmoid(output) */
 } mxu_metric_options;
 
 /* Keras' AUC: num_thresholds 200, evenly spaced over [0, 1] (the ends
@@ -1032,16 +1037,18 @@ void mxu_smooth_targets(int64_t rows, int k, float smoothing,
  * weighted metric's, the sample's weight), and what it divides by
  * (precision's and recall's positives, the mean metrics' masks' sum;
  * each row's value in [0, 1] for the accuracies). */
-double mxu_metric_sum(mxu_metric_kind kind, int64_t rows, int64_t k,
-                      const float *y, const int32_t *labels,
-                      const float *targets, const float *mask, double *divisor);
+double mxu_metric_sum(mxu_metric_kind kind, const mxu_metric_options *options,
+                      int64_t rows, int64_t k, const float *y,
+                      const int32_t *labels, const float *targets,
+                      const float *mask, double *divisor);
 /* The metric's value from its sums over an epoch (0 where it divides by
  * 0, as Keras' divide_no_nan). */
 double mxu_metric_result(mxu_metric_kind kind, double sum, double divisor);
 /* An AUC's counts of rows, each by its mask, added into curve (MXU_AUC_VALUES:
  * the true, then the false weight of each threshold bucket). */
 void mxu_auc_counts(int64_t rows, int64_t k, const float *y,
-                    const float *targets, const float *mask, float *curve);
+                    const float *targets, const float *mask, int from_logits,
+                    float *curve);
 /* The area under the curve of counts: ROC (MXU_METRIC_AUC: Keras'
  * interpolation, the trapezoids between thresholds) or precision-recall
  * (MXU_METRIC_AUC_PR: Keras' interpolate_pr_auc). */

@@ -142,6 +142,7 @@ static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_output_loss *c,
 /* Each row's metric (loss.c's row_metric): y and t (rows, k); hot the
  * label's or the targets' argmax as one-hot rows. */
 static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
+                                const mxu_metric_options *options,
                                 mxu_hlo_value y, mxu_hlo_value t,
                                 mxu_hlo_value hot, int64_t values) {
   const ops oo = {h, y}, *o = &oo;
@@ -152,8 +153,9 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
   case MXU_METRIC_SPARSE_TOP_K:
   case MXU_METRIC_TOP_K: return in_top_k(h, y, hot);
   case MXU_METRIC_BINARY_ACCURACY: {
+    float threshold = options->has_threshold ? (float)options->threshold : 0.5f;
     mxu_hlo_value above = mxu_hlo_convert(
-        h, mxu_hlo_compare_op(h, MXU_HLO_GT, y, k(o, 0.5)), MXU_HLO_F32);
+        h, mxu_hlo_compare_op(h, MXU_HLO_GT, y, k(o, threshold)), MXU_HLO_F32);
     return mean_of(h, row_sums(h, equal(h, above, t)), values);
   }
   case MXU_METRIC_MAE:
@@ -392,7 +394,14 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
           : mxu_hlo_mul(h, metric_mask,
                         mxu_hlo_full_like(h, metric_mask, (double)positions));
   if (mxu_metric_has_curve(kind)) {
-    emit_curve(h, y, t, whole, sums);
+    /* from_logits: of sigmoid(y), 1 / (1 + e^-y) as the host's */
+    const ops oo = {h, y}, *o = &oo;
+    mxu_hlo_value p =
+        model->heads[head].metric_options[m].from_logits
+            ? DIV(k(o, 1.0),
+                  ADD(k(o, 1.0), un(o, MXU_HLO_EXP, un(o, MXU_HLO_NEGATE, y))))
+            : y;
+    emit_curve(h, p, t, whole, sums);
     return h->status;
   }
   if (kind == MXU_METRIC_F_SCORE) {
@@ -414,7 +423,8 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
             mxu_hlo_broadcast(h, first_argmax(h, t), rows_shape,
                               (const int64_t[]){0})),
         MXU_HLO_F32);
-  mxu_hlo_value value = row_metric(h, kind, y, t, hot, dims[1]);
+  mxu_hlo_value value = row_metric(
+      h, kind, &model->heads[head].metric_options[m], y, t, hot, dims[1]);
   if (!value)
     return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: metric %s is not emitted",
                     model->heads[head].metric[m]);

@@ -31,7 +31,12 @@ weighted_accuracy), Precision, AUC "wauc", "mae", F1Score(average="micro",
 threshold=0.5) "f1"], evaluated and fitted with sample_weight w =
 0.25 + 2 rand(20). A fourth, "regress": x -> Dense(8, relu) -> Dense(2,
 softplus) "out" on y_reg, loss "mape", metrics ["msle", LogCoshError
-"logcosh", "poisson", MeanAbsolutePercentageError "mape"].
+"logcosh", "poisson", MeanAbsolutePercentageError "mape"]. A fifth,
+"logits": binary's network with a linear output, BinaryCrossentropy(
+from_logits=True), metrics [BinaryAccuracy(threshold=0.0) "accuracy",
+BinaryAccuracy(threshold=-0.3) "acc_low",
+AUC(from_logits=True) "auc", AUC(from_logits=True, curve="PR") "prc",
+Precision "precision", "mae"].
 
 tf_keras (tf.keras 2) builds each, tf_keras.utils.set_random_seed(33),
 default initialisers. Data: np.random.seed(32); x = 6 rand(20, 5) - 3, y_cls
@@ -39,7 +44,7 @@ one-hot of randint(0, 3, 20), y_reg = rand(20, 2), y_flag = randint(0, 2,
 (20, 1)), all float32.
 
 Writes into OUTDIR (tests/golden/metrics/), for NAME in metrics, binary,
-weighted, regress:
+weighted, regress, logits:
   NAME.h5        tf_keras model.save of the fresh compiled model (its
                  training_config lists the metric objects)
   NAME.keras     Keras 3's archive of the same initial weights, compiled
@@ -155,6 +160,20 @@ def build_regress(K):
     return model
 
 
+def build_logits(K):
+    """A logit output: BinaryAccuracy(threshold=0) and AUC(from_logits)."""
+    M = K.metrics
+    model = one_output(K, "logits", 1, None)
+    model.compile(optimizer=K.optimizers.SGD(0.1),
+                  loss=K.losses.BinaryCrossentropy(from_logits=True),
+                  metrics=[M.BinaryAccuracy(threshold=0.0, name="accuracy"),
+                           M.BinaryAccuracy(threshold=-0.3, name="acc_low"),
+                           M.AUC(from_logits=True, name="auc"),
+                           M.AUC(from_logits=True, curve="PR", name="prc"),
+                           M.Precision(name="precision"), "mae"])
+    return model
+
+
 def fresh(K, build):
     """K's model with tf_keras's initial weights of SEED, layer by layer."""
     tf_keras.utils.set_random_seed(SEED)
@@ -176,7 +195,7 @@ def main(out):
     y_flag = np.random.randint(0, 2, (20, 1)).astype(np.float32)
     w = (0.25 + 2 * np.random.rand(20)).astype(np.float32)
     targets = {"metrics": [y_cls, y_reg, y_flag], "binary": y_flag,
-               "weighted": y_flag, "regress": y_reg}
+               "weighted": y_flag, "regress": y_reg, "logits": y_flag}
     lines = []
     with h5py.File(os.path.join(out, "data.h5"), "w") as f:
         f["x"], f["y_cls"], f["y_reg"], f["y_flag"] = x, y_cls, y_reg, y_flag
@@ -184,7 +203,8 @@ def main(out):
         for name, build in (("metrics", build_metrics),
                             ("binary", build_binary),
                             ("weighted", build_weighted),
-                            ("regress", build_regress)):
+                            ("regress", build_regress),
+                            ("logits", build_logits)):
             y = targets[name]
             sw = w if name == "weighted" else None
             model = fresh(tf_keras, build)
