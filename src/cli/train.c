@@ -126,6 +126,7 @@ static void train_options(train_args *a, cli_option *o) {
        "curve's), true_positives, false_positives, true_negatives, "
        "false_negatives, binary_crossentropy, "
        "f1_score(average=micro|macro|weighted[,threshold=T]), "
+       "binary_accuracy(threshold=T), auc(from_logits=1), "
        "fbeta_score(average=A,beta=B[,threshold=T]); NAME=METRIC logs "
        "METRIC as NAME (roc=auc) (default: the model file's, else "
        "accuracy)",
