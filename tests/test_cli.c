@@ -159,7 +159,10 @@ static void expect_help(const char *command, const char *const *flags) {
 }
 
 static void help(void) {
+  /* The longest help whole, to its last words. */
   const char *const train[] = {"usage: mxu train MODEL.json",
+                               "the model file's, else accuracy)",
+                               "--weighted-metric",
                                "--data",
                                "--epochs",
                                "--batch-size",

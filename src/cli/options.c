@@ -354,7 +354,7 @@ void cli_print_help(const cli_command *command) {
   printf(" [options]\n\n%s\n\noptions:\n", command->summary);
   for (int i = 0; i < command->option_count; i++) {
     const cli_option *o = &command->options[i];
-    char left[64], text[512];
+    char left[64], text[2048]; /* the longest help, --metric's, is ~800 */
     snprintf(left, sizeof left, "%s %s", o->flag, o->metavar);
     snprintf(text, sizeof text, "%s%s", o->help,
              o->required ? " (required)" : "");
