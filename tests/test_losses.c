@@ -170,25 +170,27 @@ static void test_metrics(void) {
   const float mask[ROWS] = {1, 1, 0};
   /* argmax rows: 3, 2, 3; target argmax: 1 (the first of a tie, as
    * TF's), 0, 3. */
-  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, NULL, ROWS, K, Y, labels, T, MASK,
-                       &of) == 2.0);
-  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, NULL, ROWS, K, Y, labels, T, mask,
-                       &of) == 2.0);
-  CHECK(mxu_metric_sum(MXU_METRIC_CATEGORICAL_ACCURACY, NULL, ROWS, K, Y, labels, T,
-                       MASK, &of) == 1.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, NULL, ROWS, K, Y, labels, T,
+                       MASK, &of) == 2.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_ACCURACY, NULL, ROWS, K, Y, labels, T,
+                       mask, &of) == 2.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_CATEGORICAL_ACCURACY, NULL, ROWS, K, Y,
+                       labels, T, MASK, &of) == 1.0);
   /* binary: row 0 (y > 0.5) = 0 1 0 1 vs 0 1 0 1: 4 of 4; row 1: 0 0 1 0
    * vs 1 0 0.25 0.5: 1 of 4; row 2: 1 0 0 1 vs 0 0 0 1: 3 of 4. */
-  double binary = mxu_metric_sum(MXU_METRIC_BINARY_ACCURACY, NULL, ROWS, K, Y, labels,
-                                 T, MASK, &of);
+  double binary = mxu_metric_sum(MXU_METRIC_BINARY_ACCURACY, NULL, ROWS, K, Y,
+                                 labels, T, MASK, &of);
   CHECK_MSG(fabs(binary - 2.0) < 1e-12, "binary accuracy sum %g", binary);
   double mae = 0, mse = 0;
   for (int i = 0; i < ROWS * K; i++) {
     mae += fabs(Y[i] - T[i]) / K;
     mse += (Y[i] - T[i]) * (Y[i] - T[i]) / K;
   }
-  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MAE, NULL, ROWS, K, Y, labels, T, MASK, &of) -
+  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MAE, NULL, ROWS, K, Y, labels, T, MASK,
+                            &of) -
              mae) < 1e-6);
-  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MSE, NULL, ROWS, K, Y, labels, T, MASK, &of) -
+  CHECK(fabs(mxu_metric_sum(MXU_METRIC_MSE, NULL, ROWS, K, Y, labels, T, MASK,
+                            &of) -
              mse) < 1e-6);
   /* Top 5 of 7 classes; ties at the boundary count in, as in_top_k. */
   float scores[2 * 7] = {7, 6, 5, 4, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1};
@@ -197,8 +199,8 @@ static void test_metrics(void) {
   onehot[4] = 1; /* row 0: class 4, rank 5 */
   onehot[7 + 6] = 1;
   float both[2] = {1, 1};
-  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_TOP_K, NULL, 2, 7, scores, top, onehot, both,
-                       &of) == 1.0);
+  CHECK(mxu_metric_sum(MXU_METRIC_SPARSE_TOP_K, NULL, 2, 7, scores, top, onehot,
+                       both, &of) == 1.0);
   CHECK(mxu_metric_sum(MXU_METRIC_TOP_K, NULL, 2, 7, scores, top, onehot, both,
                        &of) == 2.0);
 }

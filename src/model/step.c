@@ -301,10 +301,9 @@ static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
       continue;
     }
     mxu_metric_kind kind = head->metric_kind[m];
-    sums.metric[m] =
-        mxu_metric_sum(kind, &head->metric_options[m], rows * positions,
-                       values / positions, out, labels, targets, mask,
-                       &sums.divisor[m]);
+    sums.metric[m] = mxu_metric_sum(kind, &head->metric_options[m],
+                                    rows * positions, values / positions, out,
+                                    labels, targets, mask, &sums.divisor[m]);
     /* The mean metrics mean a sample's positions first, as its loss. */
     if (mxu_metric_is_mean(kind)) {
       sums.metric[m] /= (double)positions;
