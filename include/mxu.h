@@ -1006,7 +1006,23 @@ typedef enum mxu_loss {
   /* (log(max(y, 1e-7) + 1) - log(max(t, 1e-7) + 1))^2 */
   MXU_MEAN_SQUARED_LOGARITHMIC_ERROR,
   MXU_LOG_COSH, /* log(cosh(y - t)) */
-  MXU_POISSON   /* y - t log(y + 1e-7) */
+  MXU_POISSON,  /* y - t log(y + 1e-7) */
+  /* max(1 - t y, 0) and its square, targets -1 and 1 (a target 0 counts
+   * as -1: Keras turns labels 0 and 1 into -1 and 1 where all the batch's
+   * are 0 or 1) */
+  MXU_HINGE,
+  MXU_SQUARED_HINGE,
+  /* of a row: max(max((1 - t) y) - sum(t y) + 1, 0), one-hot targets */
+  MXU_CATEGORICAL_HINGE,
+  /* of a row: -(t / |t|) . (y / |y|), each norm at least 1e-7 */
+  MXU_COSINE_SIMILARITY,
+  /* the binary cross-entropy times (1 - p_t)^gamma, p_t the probability
+   * given the target (y where t is 1, 1 - y where 0); with
+   * apply_class_balancing times alpha for targets 1, 1 - alpha for 0 */
+  MXU_BINARY_FOCAL_CROSSENTROPY,
+  /* of a row of class probabilities p (the output over its sum, clipped
+   * to [1e-7, 1 - 1e-7]): -sum alpha (1 - p)^gamma t log p */
+  MXU_CATEGORICAL_FOCAL_CROSSENTROPY
 } mxu_loss;
 
 /* Keras' function name of a loss ("binary_crossentropy") and its class
@@ -1048,7 +1064,10 @@ typedef struct mxu_output_loss {
   int from_logits;
   float label_smoothing; /* as mxu_compile_config's */
   float huber_delta;     /* 1.0 (mxu_output_loss_defaults) */
-  float weight;          /* the loss weight; 1.0 */
+  /* The focal cross-entropies' (as mxu_compile_config's). */
+  float gamma, alpha;
+  int apply_class_balancing;
+  float weight; /* the loss weight; 1.0 */
   /* The output's metrics, by the names mxu_compile_config.metrics takes,
    * NULL after the last; none: no metric (Keras' metrics dict without
    * this output). */
@@ -1068,6 +1087,11 @@ typedef struct mxu_compile_config {
    * targets t become t (1 - s) + s / classes (binary: + s / 2). */
   float label_smoothing;
   float huber_delta; /* Huber's delta; Keras' 1.0 (mxu_compile_defaults) */
+  /* The focal cross-entropies': gamma, the focusing power (Keras' 2.0),
+   * alpha, the weight of a class (Keras' 0.25; the binary one's with
+   * apply_class_balancing only). */
+  float gamma, alpha;
+  int apply_class_balancing;
   int batch_size;
   mxu_backend_kind backend;
   /* pjrt: the plugin (NULL: $MXU_PJRT_PLUGIN, else the CPU plugin the
@@ -1132,7 +1156,8 @@ typedef struct mxu_compile_config {
   int keep_gradients;
   /* A model of several outputs: output_count entries, one per model
    * output in the model's order. 0 gives every output the loss above
-   * (loss, from_logits, label_smoothing, huber_delta), weight 1 and the
+   * (loss, from_logits, label_smoothing, huber_delta, the focal ones'),
+   * weight 1 and the
    * metrics above, as tf.keras' compile(loss=name, metrics=[name]) does. A
    * model of one output may give one entry. */
   int output_count;

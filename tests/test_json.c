@@ -833,17 +833,36 @@ static void writes_compile_config(void) {
     int from_logits;
     float smoothing, delta;
     const char *metric;
+    float gamma, alpha;
+    int balanced;
   } losses[] = {
       {MXU_CATEGORICAL_CROSSENTROPY, 0, 0.2f, 1.0f,
-       "top_k_categorical_accuracy"},
-      {MXU_BINARY_CROSSENTROPY, 1, 0.1f, 1.0f, "binary_accuracy"},
-      {MXU_BINARY_CROSSENTROPY, 0, 0.0f, 1.0f, "accuracy"},
-      {MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, "mae"},
-      {MXU_MEAN_ABSOLUTE_ERROR, 0, 0.0f, 1.0f, "mean_squared_error"},
-      {MXU_HUBER, 0, 0.0f, 0.5f, "mse"},
-      {MXU_KL_DIVERGENCE, 0, 0.0f, 1.0f, "categorical_accuracy"},
+       "top_k_categorical_accuracy", 2.0f, 0.25f, 0},
+      {MXU_BINARY_CROSSENTROPY, 1, 0.1f, 1.0f, "binary_accuracy", 2.0f, 0.25f,
+       0},
+      {MXU_BINARY_CROSSENTROPY, 0, 0.0f, 1.0f, "accuracy", 2.0f, 0.25f, 0},
+      {MXU_MEAN_SQUARED_ERROR, 0, 0.0f, 1.0f, "mae", 2.0f, 0.25f, 0},
+      {MXU_MEAN_ABSOLUTE_ERROR, 0, 0.0f, 1.0f, "mean_squared_error", 2.0f,
+       0.25f, 0},
+      {MXU_HUBER, 0, 0.0f, 0.5f, "mse", 2.0f, 0.25f, 0},
+      {MXU_KL_DIVERGENCE, 0, 0.0f, 1.0f, "categorical_accuracy", 2.0f, 0.25f,
+       0},
+      {MXU_HINGE, 0, 0.0f, 1.0f, "squared_hinge", 2.0f, 0.25f, 0},
+      {MXU_SQUARED_HINGE, 0, 0.0f, 1.0f, "hinge", 2.0f, 0.25f, 0},
+      {MXU_CATEGORICAL_HINGE, 0, 0.0f, 1.0f, "cosine_similarity", 2.0f, 0.25f,
+       0},
+      {MXU_COSINE_SIMILARITY, 0, 0.0f, 1.0f, "categorical_hinge", 2.0f, 0.25f,
+       0},
+      {MXU_BINARY_FOCAL_CROSSENTROPY, 1, 0.1f, 1.0f, "accuracy", 1.5f, 0.4f, 1},
+      {MXU_BINARY_FOCAL_CROSSENTROPY, 0, 0.0f, 1.0f, "accuracy", 2.0f, 0.25f,
+       0},
+      {MXU_CATEGORICAL_FOCAL_CROSSENTROPY, 0, 0.0f, 1.0f, "accuracy", 0.5f,
+       0.75f, 0},
   };
   for (size_t i = 0; i < sizeof losses / sizeof *losses; i++) {
+    c.gamma = losses[i].gamma;
+    c.alpha = losses[i].alpha;
+    c.apply_class_balancing = losses[i].balanced;
     c.loss = losses[i].loss;
     c.from_logits = losses[i].from_logits;
     c.label_smoothing = losses[i].smoothing;
@@ -857,7 +876,10 @@ static void writes_compile_config(void) {
       mxu_model *again = text ? read_json(text, &back, &has_compile) : NULL;
       CHECK_MSG(back.loss == c.loss && back.from_logits == c.from_logits &&
                     back.label_smoothing == c.label_smoothing &&
-                    back.huber_delta == c.huber_delta && back.metrics[0] &&
+                    back.huber_delta == c.huber_delta &&
+                    back.gamma == c.gamma && back.alpha == c.alpha &&
+                    back.apply_class_balancing == c.apply_class_balancing &&
+                    back.metrics[0] &&
                     strcmp(back.metrics[0], c.metrics[0]) == 0,
                 "loss %s, keras3 %d", mxu_loss_name(c.loss), keras3);
       free(text);
@@ -2428,12 +2450,18 @@ static void errors_compile(void) {
       {"{\"optimizer\": {\"class_name\": \"Adamax\", \"config\": "
        "{\"amsgrad\": true}}}",
        "amsgrad true"},
-      {"{\"loss\": \"categorical_hinge\"}",
-       "loss: loss 'categorical_hinge' is not supported"},
+      {"{\"loss\": \"ctc\"}", "loss: loss 'ctc' is not supported"},
       {"{\"loss\": {\"class_name\": \"SparseCategoricalCrossentropy\", "
        "\"config\": {\"label_smoothing\": 0.1}}}",
        "label_smoothing 0.1"},
-      {"{\"metrics\": [\"hinge\"]}", "metrics: 'hinge' is not supported"},
+      {"{\"loss\": {\"class_name\": \"CategoricalFocalCrossentropy\", "
+       "\"config\": {\"alpha\": [0.2, 0.3, 0.5]}}}",
+       "alpha must be one number (a weight per class is not supported)"},
+      {"{\"metrics\": [{\"class_name\": \"CosineSimilarity\", "
+       "\"config\": {\"axis\": 1}}]}",
+       "CosineSimilarity with axis 1 is not supported"},
+      {"{\"metrics\": [\"pearson_correlation\"]}",
+       "metrics: 'pearson_correlation' is not supported"},
       {"{\"metrics\": [\"f1_score\"]}",
        "metrics: 'f1_score' is Keras' F1Score(), whose average None logs a "
        "score per class"},
@@ -2877,9 +2905,8 @@ static void errors_output_losses(void) {
       {"{\"loss\": [\"mse\"]}", MXU_ERR_FORMAT,
        "compile_config: loss: a list of 1 losses for a model of 2 outputs",
        "'a', 'b'"},
-      {"{\"loss\": [\"mse\", \"categorical_hinge\"]}", MXU_ERR_UNSUPPORTED,
-       "compile_config: loss[1]: loss 'categorical_hinge' is not supported",
-       NULL},
+      {"{\"loss\": [\"mse\", \"ctc\"]}", MXU_ERR_UNSUPPORTED,
+       "compile_config: loss[1]: loss 'ctc' is not supported", NULL},
       {"{\"loss\": {\"a\": \"mse\", \"b\": {\"class_name\": \"Huber\", "
        "\"config\": {\"delta\": -1}}}}",
        MXU_ERR_FORMAT, "compile_config: loss['b']: delta must be positive",
@@ -2892,16 +2919,16 @@ static void errors_output_losses(void) {
        MXU_ERR_UNSUPPORTED,
        "compile_config: metrics[1]: Precision with top_k is not supported",
        "threshold 0.5"},
-      {"{\"metrics\": [\"accuracy\", \"mae\", \"hinge\"]}", MXU_ERR_UNSUPPORTED,
-       "compile_config: metrics: 'hinge'", "is not supported"},
+      {"{\"metrics\": [\"accuracy\", \"mae\", \"ctc\"]}", MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics: 'ctc'", "is not supported"},
       {"{\"metrics\": [[\"mae\"]]}", MXU_ERR_FORMAT,
        "compile_config: metrics: a list of 1 lists of metrics", "'a', 'b'"},
       {"{\"metrics\": [\"mae\", [\"mae\"]]}", MXU_ERR_FORMAT,
        "compile_config: metrics: mixes metrics and lists", NULL},
       {"{\"metrics\": {\"a\": [\"mae\"], \"z\": [\"mae\"]}}", MXU_ERR_FORMAT,
        "compile_config: metrics: 'z' is not an output", "'a', 'b'"},
-      {"{\"metrics\": {\"b\": [\"hinge\"]}}", MXU_ERR_UNSUPPORTED,
-       "compile_config: metrics['b']: 'hinge' is not supported", NULL},
+      {"{\"metrics\": {\"b\": [\"ctc\"]}}", MXU_ERR_UNSUPPORTED,
+       "compile_config: metrics['b']: 'ctc' is not supported", NULL},
       {"{\"metrics\": \"accuracy\"}", MXU_ERR_UNSUPPORTED,
        "compile_config: metrics: 'accuracy' is not supported", NULL},
       {"{\"loss_weights\": {\"a\": 1, \"z\": 2}}", MXU_ERR_FORMAT,

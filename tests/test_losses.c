@@ -16,17 +16,18 @@ static const float MASK[ROWS] = {1, 1, 1};
 static const float *targets = T;
 
 static mxu_loss_spec spec_of(mxu_loss loss) {
-  mxu_loss_spec s = {loss, 0, 0.0f, 1.0f, K, K};
+  mxu_loss_spec s = {mxu_output_loss_defaults(), K, K};
+  s.o.loss = loss;
   return s;
 }
 
 /* Keras' per-element formula in double, the row's loss its mean (KL: sum). */
 static double keras_element(const mxu_loss_spec *s, double y, double t) {
   const double eps = 1e-7;
-  switch (s->loss) {
+  switch (s->o.loss) {
   case MXU_BINARY_CROSSENTROPY: {
-    t = t * (1 - s->label_smoothing) + 0.5 * s->label_smoothing;
-    if (s->from_logits) {
+    t = t * (1 - s->o.label_smoothing) + 0.5 * s->o.label_smoothing;
+    if (s->o.from_logits) {
       double p = 1 / (1 + exp(-y));
       return -(t * log(p) + (1 - t) * log(1 - p));
     }
@@ -37,7 +38,7 @@ static double keras_element(const mxu_loss_spec *s, double y, double t) {
   case MXU_MEAN_SQUARED_ERROR: return (y - t) * (y - t);
   case MXU_MEAN_ABSOLUTE_ERROR: return fabs(y - t);
   case MXU_HUBER: {
-    double e = fabs(y - t), d = s->huber_delta;
+    double e = fabs(y - t), d = s->o.huber_delta;
     return e <= d ? 0.5 * e * e : d * e - 0.5 * d * d;
   }
   case MXU_KL_DIVERGENCE: {
@@ -52,15 +53,65 @@ static double keras_element(const mxu_loss_spec *s, double y, double t) {
   }
   case MXU_LOG_COSH: return log(cosh(y - t));
   case MXU_POISSON: return y - t * log(y + eps);
+  case MXU_HINGE:
+  case MXU_SQUARED_HINGE: { /* labels 0 and 1 as -1 and 1 */
+    double m = fmax(1 - (t == 0 ? -1 : t) * y, 0);
+    return s->o.loss == MXU_HINGE ? m : m * m;
+  }
+  case MXU_BINARY_FOCAL_CROSSENTROPY: {
+    const mxu_output_loss *o = &s->o;
+    t = t * (1 - o->label_smoothing) + 0.5 * o->label_smoothing;
+    double p = o->from_logits ? 1 / (1 + exp(-y)) : y;
+    double c = fmin(fmax(p, eps), (double)(1.0f - 1e-7f));
+    double bce = -(t * log(c) + (1 - t) * log(1 - c));
+    double w =
+        o->apply_class_balancing ? t * o->alpha + (1 - t) * (1 - o->alpha) : 1;
+    return w * pow(1 - (t * p + (1 - t) * (1 - p)), o->gamma) * bce;
+  }
   default: return NAN;
   }
 }
 
+/* Keras' formulas of a vector of n values. */
+static double keras_vector(const mxu_loss_spec *s, const float *y,
+                           const float *t, int n) {
+  const mxu_output_loss *o = &s->o;
+  double ty = 0, yy = 0, tt = 0, neg = -INFINITY, ps = 0, max = -INFINITY;
+  for (int j = 0; j < n; j++) {
+    ty += (double)t[j] * y[j];
+    yy += (double)y[j] * y[j];
+    tt += (double)t[j] * t[j];
+    neg = fmax(neg, (1 - t[j]) * y[j]);
+    max = fmax(max, y[j]);
+  }
+  if (o->loss == MXU_CATEGORICAL_HINGE) return fmax(neg - ty + 1, 0);
+  if (o->loss == MXU_COSINE_SIMILARITY)
+    return -ty * fmin(1 / sqrt(yy), 1e7) * fmin(1 / sqrt(tt), 1e7);
+  double p[K], loss = 0;
+  for (int j = 0; j < n; j++) {
+    p[j] = o->from_logits ? exp(y[j] - max) : y[j];
+    ps += p[j];
+  }
+  for (int j = 0; j < n; j++) { /* the categorical focal cross-entropy */
+    double c = fmin(fmax(p[j] / ps, 1e-7), (double)(1.0f - 1e-7f));
+    double tj = t[j] * (1 - o->label_smoothing) + o->label_smoothing / n;
+    loss -= o->alpha * pow(1 - c, o->gamma) * tj * log(c);
+  }
+  return loss;
+}
+
+/* A row's loss: the mean of its values' (KL: the sum), or the mean of
+ * its vectors'. */
 static double keras_row(const mxu_loss_spec *s, const float *y,
                         const float *t) {
   double sum = 0;
+  if (mxu_loss_of_vectors(s->o.loss)) {
+    for (int j = 0; j < K; j += (int)s->last)
+      sum += keras_vector(s, y + j, t + j, (int)s->last);
+    return sum / (double)(K / s->last);
+  }
   for (int j = 0; j < K; j++) sum += keras_element(s, y[j], t[j]);
-  return s->loss == MXU_KL_DIVERGENCE ? sum : sum / K;
+  return s->o.loss == MXU_KL_DIVERGENCE ? sum : sum / K;
 }
 
 static double loss_total(const mxu_loss_spec *s, const float *y) {
@@ -104,12 +155,75 @@ static void check_loss(mxu_loss_spec s, const char *what) {
   check_loss_at(s, what, Y);
 }
 
+/* The hinges (labels 0 and 1, as -1 and 1), the vectors' losses over
+ * one vector a row and over two, the focal cross-entropies. */
+static void test_hinge_and_focal_losses(const float *positive) {
+  check_loss(spec_of(MXU_HINGE), "hinge");
+  check_loss(spec_of(MXU_SQUARED_HINGE), "squared_hinge");
+  static const float signs[ROWS * K] = {-1, 1, -1, 1,  1, -1,
+                                        1,  1, -1, -1, 1, -1};
+  targets = signs;
+  check_loss(spec_of(MXU_HINGE), "hinge of labels -1 and 1");
+  targets = T;
+  static const mxu_loss vectors[] = {MXU_CATEGORICAL_HINGE,
+                                     MXU_COSINE_SIMILARITY,
+                                     MXU_CATEGORICAL_FOCAL_CROSSENTROPY};
+  for (int i = 0; i < 3; i++)
+    for (int last = K; last >= 2; last /= 2) {
+      mxu_loss_spec v = spec_of(vectors[i]);
+      v.last = last;
+      char what[96];
+      snprintf(what, sizeof what, "%s, vectors of %d", mxu_loss_name(v.o.loss),
+               last);
+      check_loss_at(v, what, i == 2 ? positive : Y);
+    }
+  /* Probabilities for the binary focal cross-entropy. */
+  float p[ROWS * K];
+  for (int i = 0; i < ROWS * K; i++) p[i] = positive[i] / 3.0f;
+  mxu_loss_spec f = spec_of(MXU_BINARY_FOCAL_CROSSENTROPY);
+  check_loss_at(f, "binary_focal_crossentropy", p);
+  f.o.gamma = 0.5f;
+  f.o.apply_class_balancing = 1;
+  f.o.alpha = 0.3f;
+  f.o.label_smoothing = 0.1f;
+  check_loss_at(f, "binary_focal_crossentropy gamma 0.5, balanced", p);
+  f.o.from_logits = 1;
+  check_loss(f, "binary_focal_crossentropy from logits");
+  mxu_loss_spec c = spec_of(MXU_CATEGORICAL_FOCAL_CROSSENTROPY);
+  c.o.gamma = 1.5f;
+  c.o.alpha = 0.7f;
+  c.o.label_smoothing = 0.2f;
+  c.o.from_logits = 1;
+  check_loss(c, "categorical_focal_crossentropy from logits");
+  /* gamma 0, alpha 1: the categorical cross-entropy of the normalized
+   * output. */
+  c = spec_of(MXU_CATEGORICAL_FOCAL_CROSSENTROPY);
+  c.o.gamma = 0.0f;
+  c.o.alpha = 1.0f;
+  float loss[ROWS], grad[ROWS * K];
+  mxu_target_loss(&c, ROWS, positive, T, MASK, 1.0f, loss, grad);
+  double sum = 0, cce = 0;
+  for (int j = 0; j < K; j++) sum += positive[j];
+  for (int j = 0; j < K; j++) cce -= T[j] * log(positive[j] / sum);
+  CHECK_MSG(fabs(loss[0] - cce) < 1e-5, "focal, gamma 0: %g, cce %g", loss[0],
+            cce);
+  /* The categorical hinge's max shared among ties, as TensorFlow's. */
+  mxu_loss_spec h = spec_of(MXU_CATEGORICAL_HINGE);
+  const float tied[K] = {0.5f, 0.5f, 0.2f, 0.5f}, hot[K] = {0, 0, 1, 0};
+  float one = 1.0f;
+  mxu_target_loss(&h, 1, tied, hot, &one, 1.0f, loss, grad);
+  CHECK_MSG(
+      fabsf(loss[0] - 1.3f) < 1e-6f && fabsf(grad[0] - 1.0f / 3) < 1e-6f &&
+          fabsf(grad[2] + 1.0f) < 1e-6f,
+      "categorical hinge of ties: %g, d/dy %g %g", loss[0], grad[0], grad[2]);
+}
+
 static void test_target_losses(void) {
   check_loss(spec_of(MXU_MEAN_SQUARED_ERROR), "mse");
   check_loss(spec_of(MXU_MEAN_ABSOLUTE_ERROR), "mae");
   check_loss(spec_of(MXU_HUBER), "huber");
   mxu_loss_spec h = spec_of(MXU_HUBER);
-  h.huber_delta = 0.3f;
+  h.o.huber_delta = 0.3f;
   check_loss(h, "huber delta 0.3");
   check_loss(spec_of(MXU_KL_DIVERGENCE), "kl_divergence");
   /* MAPE divides by |t|: where t is 0 by 1e-7, a loss too large for
@@ -136,10 +250,11 @@ static void test_target_losses(void) {
   /* Probabilities for the binary cross-entropy: |Y| folded into (0, 1). */
   mxu_loss_spec b = spec_of(MXU_BINARY_CROSSENTROPY);
   check_loss(b, "binary_crossentropy");
-  b.label_smoothing = 0.2f;
+  b.o.label_smoothing = 0.2f;
   check_loss(b, "binary_crossentropy, label_smoothing 0.2");
-  b.from_logits = 1;
+  b.o.from_logits = 1;
   check_loss(b, "binary_crossentropy from logits, label_smoothing 0.2");
+  test_hinge_and_focal_losses(positive);
   /* A masked row costs nothing and passes no gradient. */
   float loss[ROWS], grad[ROWS * K], mask[ROWS] = {1, 0, 1};
   mxu_loss_spec m = spec_of(MXU_MEAN_SQUARED_ERROR);
@@ -151,7 +266,9 @@ static void test_target_losses(void) {
 /* The logits form stays finite where the probability form would need
  * log(0): z = +-100. */
 static void test_bce_logits_extremes(void) {
-  mxu_loss_spec s = {MXU_BINARY_CROSSENTROPY, 1, 0.0f, 1.0f, 2, 2};
+  mxu_loss_spec s = spec_of(MXU_BINARY_CROSSENTROPY);
+  s.o.from_logits = 1;
+  s.values = s.last = 2;
   float y[2] = {100.0f, -100.0f}, t[2] = {0.0f, 0.0f}, loss, grad[2], mask = 1;
   mxu_target_loss(&s, 1, y, t, &mask, 1.0f, &loss, grad);
   CHECK_MSG(fabs(loss - 50.0) < 1e-3, "loss %g", loss);
@@ -192,6 +309,26 @@ static void test_metrics(void) {
   CHECK(fabs(mxu_metric_sum(MXU_METRIC_MSE, NULL, ROWS, K, Y, labels, T, MASK,
                             &of) -
              mse) < 1e-6);
+  /* The hinges and the cosine similarity as the losses compute them,
+   * the cosine positive; over vectors of 2 the mean of theirs. */
+  mxu_metric_options two = {.vector = 2};
+  for (int i = 0; i < 4; i++) {
+    static const mxu_metric_kind kinds[] = {
+        MXU_METRIC_HINGE, MXU_METRIC_SQUARED_HINGE,
+        MXU_METRIC_CATEGORICAL_HINGE, MXU_METRIC_COSINE_SIMILARITY};
+    static const mxu_loss losses[] = {MXU_HINGE, MXU_SQUARED_HINGE,
+                                      MXU_CATEGORICAL_HINGE,
+                                      MXU_COSINE_SIMILARITY};
+    mxu_loss_spec s = spec_of(losses[i]);
+    s.last = i >= 2 ? 2 : K;
+    double want = 0;
+    for (int r = 0; r < 2; r++) want += keras_row(&s, Y + r * K, T + r * K);
+    if (kinds[i] == MXU_METRIC_COSINE_SIMILARITY) want = -want;
+    double got =
+        mxu_metric_sum(kinds[i], &two, ROWS, K, Y, labels, T, mask, &of);
+    CHECK_MSG(fabs(got - want) < 1e-5 && of == 2, "%s: %g, want %g (of %g)",
+              mxu_loss_name(losses[i]), got, want, of);
+  }
   /* Top 5 of 7 classes; ties at the boundary count in, as in_top_k. */
   float scores[2 * 7] = {7, 6, 5, 4, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1};
   int32_t top[2] = {5, 6};
@@ -219,8 +356,10 @@ static void test_metric_names(void) {
   CHECK(k == MXU_METRIC_SPARSE_ACCURACY);
   CHECK_OK(mxu_metric_kind_of("mean_absolute_error", MXU_HUBER, 1, &k));
   CHECK(k == MXU_METRIC_MAE);
-  EXPECT_FAIL(mxu_metric_kind_of("hinge", MXU_HUBER, 1, &k),
-              MXU_ERR_UNSUPPORTED, "metric 'hinge' is not supported");
+  EXPECT_FAIL(mxu_metric_kind_of("mean_iou", MXU_HUBER, 1, &k),
+              MXU_ERR_UNSUPPORTED, "metric 'mean_iou' is not supported");
+  CHECK_OK(mxu_metric_kind_of("cosine_similarity", MXU_HUBER, 4, &k));
+  CHECK(k == MXU_METRIC_COSINE_SIMILARITY);
 }
 
 /* y = 2 x0 - 3 x1 + 0.5 from a Dense(1) with MSE: the fit finds it. */

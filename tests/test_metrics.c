@@ -71,8 +71,12 @@ static int keras_keys(const char *name, const char *what,
 static mxu_dataset *golden_data(const golden *g, const char *name) {
   mxu_dataset *d = NULL;
   mxu_shape shape = mxu_shape_make(1, (int64_t[]){FEATURES});
-  if (strcmp(name, "regress") == 0) {
+  if (strcmp(name, "regress") == 0 || strcmp(name, "cosine") == 0) {
     CHECK_OK(mxu_dataset_from_targets(g->x, g->reg, ROWS, shape, 2, &d));
+    return d;
+  }
+  if (strcmp(name, "hinge") == 0 || strcmp(name, "cfocal") == 0) {
+    CHECK_OK(mxu_dataset_from_targets(g->x, g->cls, ROWS, shape, 3, &d));
     return d;
   }
   if (strcmp(name, "metrics") != 0) {
@@ -108,7 +112,7 @@ static void expect_logs(const mxu_logs *logs, const char *name,
   char want[MAX_KEYS][MXU_LOG_KEY_SIZE],
       got[MXU_MAX_LOG_KEYS][MXU_LOG_KEY_SIZE];
   int n = keras_keys(name, what, want), m = mxu_logs_keys(logs, got);
-  CHECK_MSG(n > 4 && n == m, "%s: %d keys, Keras %d", label, m, n);
+  CHECK_MSG(n > 2 && n == m, "%s: %d keys, Keras %d", label, m, n);
   for (int i = 0; i < n && i < m; i++) {
     CHECK_MSG(strcmp(want[i], got[i]) == 0, "%s: key %d is %s, Keras' %s",
               label, i, got[i], want[i]);
@@ -148,6 +152,13 @@ static void expect_compiled(const mxu_model *m, const char *path) {
                                         NULL};
   static const char *const logits[] = {"accuracy",  "acc_low", "auc", "prc",
                                        "precision", "mae",     NULL};
+  static const struct {
+    const char *model, *metrics[5];
+  } others[] = {
+      {"hinge", {"hinge", "squared_hinge", "ch", "cosine_similarity"}},
+      {"cosine", {"cos", "squared_hinge"}},
+      {"focal", {"accuracy", "hinge"}}, /* before "cfocal", its tail */
+      {"cfocal", {"accuracy", "categorical_hinge"}}};
   static const char *const want[3][8] = {
       {"accuracy", "top_k_categorical_accuracy", "precision", "recall", "auc",
        "f1", "f2"},
@@ -172,6 +183,8 @@ static void expect_compiled(const mxu_model *m, const char *path) {
                                : strstr(path, "regress")  ? regress
                                : strstr(path, "logits")   ? logits
                                                           : binary;
+    for (int i = 0; i < 4; i++)
+      if (strstr(path, others[i].model)) names = others[i].metrics;
     int count = 0;
     while (names[count]) count++;
     CHECK_MSG(m->heads[h].metric_count == count, "%s: output %d: %d metrics",
@@ -477,6 +490,10 @@ int main(void) {
     golden_run("weighted", b == 0 ? ".keras" : ".h5", backends[b], 1);
     golden_run("regress", b == 1 ? ".keras" : ".h5", backends[b], 1);
     golden_run("logits", b == 2 ? ".keras" : ".h5", backends[b], 1);
+    golden_run("hinge", b == 0 ? ".keras" : ".h5", backends[b], 1);
+    golden_run("cosine", b == 1 ? ".keras" : ".h5", backends[b], 1);
+    golden_run("focal", b == 2 ? ".keras" : ".h5", backends[b], 1);
+    golden_run("cfocal", b == 0 ? ".h5" : ".keras", backends[b], 1);
   }
   golden_run("metrics", ".h5", MXU_BACKEND_CPU, 4);
   golden_run("binary", ".keras", MXU_BACKEND_PJRT, 2);

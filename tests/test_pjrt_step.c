@@ -606,6 +606,8 @@ static void losses(void) {
       {MXU_SPARSE_CATEGORICAL_CROSSENTROPY, "sparse_top_k_categorical_accuracy",
        0},
       {MXU_CATEGORICAL_CROSSENTROPY, "top_k_categorical_accuracy", 0},
+      /* the softmax's output taken as the logits */
+      {MXU_CATEGORICAL_CROSSENTROPY, "accuracy", 1},
       {MXU_BINARY_CROSSENTROPY, "binary_accuracy", 0},
       {MXU_BINARY_CROSSENTROPY, "accuracy", 1},
       {MXU_MEAN_SQUARED_ERROR, "mae", 0},
@@ -617,6 +619,14 @@ static void losses(void) {
       {MXU_MEAN_SQUARED_LOGARITHMIC_ERROR, "logcosh", 0},
       {MXU_LOG_COSH, "poisson", 0},
       {MXU_POISSON, "msle", 0},
+      {MXU_HINGE, "squared_hinge", 0},
+      {MXU_SQUARED_HINGE, "hinge", 0},
+      {MXU_CATEGORICAL_HINGE, "cosine_similarity", 0},
+      {MXU_COSINE_SIMILARITY, "categorical_hinge", 0},
+      {MXU_BINARY_FOCAL_CROSSENTROPY, "binary_accuracy", 0},
+      {MXU_BINARY_FOCAL_CROSSENTROPY, "binary_accuracy", 1},
+      {MXU_CATEGORICAL_FOCAL_CROSSENTROPY, "accuracy", 0},
+      {MXU_CATEGORICAL_FOCAL_CROSSENTROPY, "accuracy", 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     loss_kind = cases[i].loss;
@@ -627,6 +637,7 @@ static void losses(void) {
              logits ? " from logits" : "", metric_name);
     optimizer_case(named("adam"), what, 3e-5);
   }
+  logits = 0;
   /* Over two positions: the categorical targets' halves. */
   positions = 1;
   loss_kind = MXU_CATEGORICAL_CROSSENTROPY;
@@ -635,6 +646,14 @@ static void losses(void) {
   metric_name = "mse";
   optimizer_case(named("sgd"), "categorical_crossentropy over 2 positions, mse",
                  3e-5);
+  /* The vectors' losses and metrics of each position's. */
+  loss_kind = MXU_COSINE_SIMILARITY;
+  metric_name = "categorical_hinge";
+  optimizer_case(named("adam"), "cosine_similarity over 2 positions", 3e-5);
+  loss_kind = MXU_CATEGORICAL_FOCAL_CROSSENTROPY;
+  metric_name = "cosine_similarity";
+  optimizer_case(named("adam"),
+                 "categorical_focal_crossentropy over 2 positions", 3e-5);
   loss_kind = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   metric_name = "accuracy";
   optimizer_case(named("adam"), "sparse labels over 2 positions", 3e-5);

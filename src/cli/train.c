@@ -30,6 +30,12 @@ static const char *const loss_names[] = {"sparse_categorical_crossentropy",
                                          "msle",
                                          "log_cosh",
                                          "poisson",
+                                         "hinge",
+                                         "squared_hinge",
+                                         "categorical_hinge",
+                                         "cosine_similarity",
+                                         "binary_focal_crossentropy",
+                                         "categorical_focal_crossentropy",
                                          NULL};
 static const char *const verbose_names[] = {"0", "1", "2", NULL};
 static const char *const precision_names[] = {"float32", "mixed_bfloat16",
@@ -114,7 +120,10 @@ static void train_options(train_args *a, cli_option *o) {
        "categorical_crossentropy, binary_crossentropy, mean_squared_error "
        "(mse), mean_absolute_error (mae), huber, kl_divergence (kld), "
        "mean_absolute_percentage_error (mape), "
-       "mean_squared_logarithmic_error (msle), log_cosh, poisson "
+       "mean_squared_logarithmic_error (msle), log_cosh, poisson, hinge, "
+       "squared_hinge, categorical_hinge, cosine_similarity, "
+       "binary_focal_crossentropy, categorical_focal_crossentropy (Keras' "
+       "gamma 2, alpha 0.25) "
        "(default: the model file's, else sparse_categorical_crossentropy)",
        CLI_CHOICE, &a->loss, loss_names, 0, 0},
       {"--metric", "NAME[,NAME...]",
@@ -124,7 +133,8 @@ static void train_options(train_args *a, cli_option *o) {
        "sparse_top_k_categorical_accuracy, mae, mse, "
        "root_mean_squared_error, precision, recall, auc, prc (the PR "
        "curve's), true_positives, false_positives, true_negatives, "
-       "false_negatives, binary_crossentropy, "
+       "false_negatives, binary_crossentropy, mape, msle, logcosh, "
+       "poisson, hinge, squared_hinge, categorical_hinge, cosine_similarity, "
        "f1_score(average=micro|macro|weighted[,threshold=T]), "
        "binary_accuracy(threshold=T), auc(from_logits=1), "
        "fbeta_score(average=A,beta=B[,threshold=T]); NAME=METRIC logs "
@@ -247,6 +257,9 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
     c->from_logits = 0;
     c->label_smoothing = 0.0f;
     c->huber_delta = 1.0f;
+    c->gamma = 2.0f;
+    c->alpha = 0.25f;
+    c->apply_class_balancing = 0;
     match_metrics(c->metrics, c->loss);
     match_metrics(c->weighted_metrics, c->loss);
   }

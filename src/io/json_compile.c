@@ -19,7 +19,8 @@ typedef enum {
   OPTIONS_COUNTS,
   OPTIONS_AUC,
   OPTIONS_BCE,
-  OPTIONS_F_SCORE
+  OPTIONS_F_SCORE,
+  OPTIONS_AXIS
 } options;
 
 static const struct {
@@ -49,6 +50,10 @@ static const struct {
      OPTIONS_NONE},
     {"LogCoshError", "logcosh", OPTIONS_NONE},
     {"Poisson", "poisson", OPTIONS_NONE},
+    {"Hinge", "hinge", OPTIONS_NONE},
+    {"SquaredHinge", "squared_hinge", OPTIONS_NONE},
+    {"CategoricalHinge", "categorical_hinge", OPTIONS_NONE},
+    {"CosineSimilarity", "cosine_similarity", OPTIONS_AXIS},
     {"F1Score", "f1_score", OPTIONS_F_SCORE},
     {"FBetaScore", "fbeta_score", OPTIONS_F_SCORE},
 };
@@ -79,9 +84,19 @@ static const char *const optimizer_keys[] = {"name",
                                              "gradient_accumulation_steps",
                                              NULL};
 
-static const char *const loss_keys[] = {
-    "name", "reduction", "from_logits", "ignore_class", "label_smoothing",
-    "axis", "dtype",     "delta",       "fn",           NULL};
+static const char *const loss_keys[] = {"name",
+                                        "reduction",
+                                        "from_logits",
+                                        "ignore_class",
+                                        "label_smoothing",
+                                        "axis",
+                                        "dtype",
+                                        "delta",
+                                        "fn",
+                                        "alpha",
+                                        "gamma",
+                                        "apply_class_balancing",
+                                        NULL};
 
 static const char *const compile_keys[] = {
     "optimizer",       "optimizer_config",    "loss",
@@ -427,11 +442,10 @@ static mxu_status check_output_list(const mxu_json_where *where,
 /* ---- loss ----------------------------------------------------------------
  */
 
-/* label_smoothing of the two cross-entropies that have it; 0 elsewhere. */
+/* label_smoothing of the cross-entropies that have it; 0 elsewhere. */
 static mxu_status read_smoothing(const mxu_json_where *where,
                                  const cJSON *config, mxu_output_loss *out) {
-  if (out->loss != MXU_CATEGORICAL_CROSSENTROPY &&
-      out->loss != MXU_BINARY_CROSSENTROPY)
+  if (!mxu_loss_smooths(out->loss))
     return require_zero(where, config, "label_smoothing");
   MXU_TRY(mxu_json_float(where, config, "label_smoothing", MXU_JSON_OPTIONAL,
                          &out->label_smoothing));
@@ -442,6 +456,31 @@ static mxu_status read_smoothing(const mxu_json_where *where,
   return MXU_OK;
 }
 
+/* The focal cross-entropies' gamma, alpha (a number: one per class is
+ * not supported) and the binary one's apply_class_balancing. */
+static mxu_status read_focal(const mxu_json_where *where, const cJSON *config,
+                             mxu_output_loss *out) {
+  const cJSON *alpha = mxu_json_get(config, "alpha");
+  if (alpha && !cJSON_IsNumber(alpha) && !cJSON_IsNull(alpha))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "alpha must be one number (a weight per class is not "
+                         "supported)");
+  MXU_TRY(
+      mxu_json_float(where, config, "alpha", MXU_JSON_OPTIONAL, &out->alpha));
+  MXU_TRY(
+      mxu_json_float(where, config, "gamma", MXU_JSON_OPTIONAL, &out->gamma));
+  if (!(out->gamma >= 0 && isfinite(out->gamma) && isfinite(out->alpha)))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "gamma must be a number >= 0 and alpha a number");
+  return mxu_json_bool(where, config, "apply_class_balancing",
+                       &out->apply_class_balancing);
+}
+
+static int is_focal(mxu_loss loss) {
+  return loss == MXU_BINARY_FOCAL_CROSSENTROPY ||
+         loss == MXU_CATEGORICAL_FOCAL_CROSSENTROPY;
+}
+
 static mxu_status read_loss_config(const mxu_json_where *where,
                                    const cJSON *config, mxu_output_loss *out) {
   if (!config || cJSON_IsNull(config)) return MXU_OK;
@@ -449,6 +488,7 @@ static mxu_status read_loss_config(const mxu_json_where *where,
     return mxu_json_fail(where, MXU_ERR_FORMAT, "config must be an object");
   MXU_TRY(mxu_json_bool(where, config, "from_logits", &out->from_logits));
   MXU_TRY(read_smoothing(where, config, out));
+  if (is_focal(out->loss)) MXU_TRY(read_focal(where, config, out));
   MXU_TRY(mxu_json_float(where, config, "delta", MXU_JSON_OPTIONAL,
                          &out->huber_delta));
   if (!(out->huber_delta > 0))
@@ -495,6 +535,9 @@ static mxu_status read_one_loss(const mxu_json_where *where, const cJSON *v,
   out->from_logits = 0;
   out->label_smoothing = 0.0f;
   out->huber_delta = 1.0f;
+  out->gamma = 2.0f;
+  out->alpha = 0.25f;
+  out->apply_class_balancing = 0;
   return cJSON_IsObject(v)
              ? read_loss_config(where, mxu_json_get(v, "config"), out)
              : MXU_OK;
@@ -780,6 +823,7 @@ static mxu_status check_options(const mxu_json_where *where,
   case OPTIONS_AUC: /* its curve, not its name ("auc" for PR too) */
     return check_auc_config(where, config, metric, text, size);
   case OPTIONS_BCE: return check_bce_config(where, config);
+  case OPTIONS_AXIS: return check_number(where, config, cls, "axis", -1);
   case OPTIONS_NONE: return MXU_OK;
   }
   return MXU_OK;
@@ -974,7 +1018,9 @@ static mxu_status read_metrics(const mxu_json_where *where, const cJSON *v,
 static int same_loss(const mxu_output_loss *a, const mxu_output_loss *b) {
   return a->loss == b->loss && a->from_logits == b->from_logits &&
          a->label_smoothing == b->label_smoothing &&
-         a->huber_delta == b->huber_delta;
+         a->huber_delta == b->huber_delta && a->gamma == b->gamma &&
+         a->alpha == b->alpha &&
+         a->apply_class_balancing == b->apply_class_balancing;
 }
 
 static int same_metrics(const char *const *a, const char *const *b) {
@@ -1015,6 +1061,9 @@ static void outputs_finish(const outputs_read *r, mxu_compile_config *c) {
   c->from_logits = first->from_logits;
   c->label_smoothing = first->label_smoothing;
   c->huber_delta = first->huber_delta;
+  c->gamma = first->gamma;
+  c->alpha = first->alpha;
+  c->apply_class_balancing = first->apply_class_balancing;
   c->output_count = apart ? r->count : 0;
   if (!apart) {
     memcpy(c->metrics, first->metrics, sizeof c->metrics);
@@ -1202,7 +1251,9 @@ static cJSON *optimizer_object(mxu_json_out *out,
 /* The function's name, or the class with its options where one is set. */
 static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
   int huber = o->loss == MXU_HUBER && o->huber_delta != 1.0f;
-  if (!o->from_logits && o->label_smoothing == 0.0f && !huber)
+  int focal = is_focal(o->loss) && (o->gamma != 2.0f || o->alpha != 0.25f ||
+                                    o->apply_class_balancing);
+  if (!o->from_logits && o->label_smoothing == 0.0f && !huber && !focal)
     return cJSON_CreateString(mxu_loss_name(o->loss));
   cJSON *config = cJSON_CreateObject();
   mxu_json_put_string(out, config, "name", mxu_loss_name(o->loss));
@@ -1214,6 +1265,13 @@ static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
     mxu_json_put_bool(out, config, "from_logits", o->from_logits);
     if (o->label_smoothing != 0.0f)
       mxu_json_put_float(out, config, "label_smoothing", o->label_smoothing);
+  }
+  if (focal) {
+    mxu_json_put_float(out, config, "gamma", o->gamma);
+    mxu_json_put_float(out, config, "alpha", o->alpha);
+    if (o->loss == MXU_BINARY_FOCAL_CROSSENTROPY)
+      mxu_json_put_bool(out, config, "apply_class_balancing",
+                        o->apply_class_balancing);
   }
   return mxu_json_object(out, "keras.losses", mxu_loss_class_name(o->loss),
                          config);
@@ -1264,6 +1322,10 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
       /* Keras 3 takes no "logcosh" by name */
       [MXU_METRIC_LOGCOSH] = {"LogCoshError", 0},
       [MXU_METRIC_POISSON] = {"Poisson", 1},
+      [MXU_METRIC_HINGE] = {"Hinge", 1},
+      [MXU_METRIC_SQUARED_HINGE] = {"SquaredHinge", 1},
+      [MXU_METRIC_CATEGORICAL_HINGE] = {"CategoricalHinge", 1},
+      [MXU_METRIC_COSINE_SIMILARITY] = {"CosineSimilarity", 1},
   };
   const char *cls = classes[kind].name;
   if (classes[kind].function && !named) return NULL;

@@ -16,6 +16,8 @@ mxu_compile_config mxu_compile_defaults(void) {
   config.optimizer = mxu_adam(1e-3f);
   config.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   config.huber_delta = 1.0f;
+  config.gamma = 2.0f;
+  config.alpha = 0.25f;
   config.batch_size = 32;
   config.backend = MXU_BACKEND_CPU;
   config.seed = 0;
@@ -163,9 +165,15 @@ static mxu_status check_optimizer(const mxu_optimizer_config *o) {
 
 mxu_output_loss mxu_output_spec(const mxu_compile_config *c, int k) {
   if (c->output_count > k) return c->outputs[k];
-  mxu_output_loss spec = {c->loss,        c->from_logits, c->label_smoothing,
-                          c->huber_delta, 1.0f,           {"accuracy"},
-                          {NULL}};
+  mxu_output_loss spec = {.loss = c->loss,
+                          .from_logits = c->from_logits,
+                          .label_smoothing = c->label_smoothing,
+                          .huber_delta = c->huber_delta,
+                          .gamma = c->gamma,
+                          .alpha = c->alpha,
+                          .apply_class_balancing = c->apply_class_balancing,
+                          .weight = 1.0f,
+                          .metrics = {"accuracy"}};
   if (c->metrics[0]) memcpy(spec.metrics, c->metrics, sizeof spec.metrics);
   memcpy(spec.weighted_metrics, c->weighted_metrics,
          sizeof spec.weighted_metrics);
@@ -180,7 +188,7 @@ static mxu_status head_metrics(const mxu_layer *out, const mxu_output_loss *o,
  * each when fit or evaluate scores it: Keras' compile takes it). */
 static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
                              int shapes) {
-  if ((unsigned)o->loss > MXU_POISSON)
+  if ((unsigned)o->loss > MXU_CATEGORICAL_FOCAL_CROSSENTROPY)
     return mxu_fail(MXU_ERR_ARG,
                     "compile: loss %d of output '%s' is not an "
                     "mxu_loss",
@@ -189,11 +197,15 @@ static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
     return mxu_fail(MXU_ERR_ARG,
                     "compile: label_smoothing %g must be in [0, 1]",
                     (double)o->label_smoothing);
-  if (o->label_smoothing > 0.0f && o->loss != MXU_CATEGORICAL_CROSSENTROPY &&
-      o->loss != MXU_BINARY_CROSSENTROPY)
+  if (o->label_smoothing > 0.0f && !mxu_loss_smooths(o->loss))
     return mxu_fail(MXU_ERR_ARG,
                     "compile: label_smoothing is an option of the categorical "
-                    "and binary cross-entropies only");
+                    "and binary cross-entropies (and their focal kinds) only");
+  if (!(o->gamma >= 0.0f && isfinite(o->gamma) && isfinite(o->alpha)))
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: a focal loss's gamma %g must be >= 0 and its "
+                    "alpha %g a number",
+                    (double)o->gamma, (double)o->alpha);
   if (o->loss == MXU_HUBER &&
       !(o->huber_delta > 0.0f && isfinite(o->huber_delta)))
     return mxu_fail(MXU_ERR_ARG, "compile: Huber's delta %g must be positive",
@@ -284,6 +296,8 @@ static mxu_status head_metrics(const mxu_layer *out, const mxu_output_loss *o,
       MXU_TRY(mxu_metric_parse(list[i], o->loss,
                                mxu_shape_count(&out->out_shape), h->metric[m],
                                &h->metric_kind[m], &h->metric_options[m]));
+      h->metric_options[m].vector =
+          out->out_shape.dims[out->out_shape.rank - 1];
       h->metric_weighted[m] = (unsigned char)weighted;
       h->tally[m] = -1; /* a tally's: reserve_io numbers them */
       if (weighted) MXU_TRY(rename_weighted(out, h, m));

@@ -70,8 +70,43 @@ static elem_loss log_cosh(float x) {
   return (elem_loss){x + softplus - 0.69314718f, tanhf(x)};
 }
 
+/* Keras 3's binary focal cross-entropy: of a probability (a logit's
+ * sigmoid first), the clipped cross-entropy times (1 - p_t)^gamma, p_t =
+ * t p + (1 - t)(1 - p) of the unclipped p; with class balancing times
+ * alpha for a target 1, 1 - alpha for 0. */
+static elem_loss binary_focal(const mxu_output_loss *o, float y, float t) {
+  t = t * (1.0f - o->label_smoothing) + 0.5f * o->label_smoothing;
+  float p = o->from_logits ? 1.0f / (1.0f + expf(-y)) : y;
+  elem_loss bce = bce_prob(p, t);
+  float base = 1.0f - (t * p + (1.0f - t) * (1.0f - p));
+  float focal = powf(base, o->gamma), d_focal = 0.0f;
+  if (base > 0.0f && o->gamma != 0.0f) /* d/dp of base^gamma */
+    d_focal = -o->gamma * powf(base, o->gamma - 1.0f) * (2.0f * t - 1.0f);
+  float w =
+      o->apply_class_balancing ? t * o->alpha + (1 - t) * (1 - o->alpha) : 1.0f;
+  elem_loss e = {w * focal * bce.loss,
+                 w * (d_focal * bce.loss + focal * bce.grad)};
+  if (o->from_logits) e.grad *= p * (1.0f - p);
+  return e;
+}
+
+/* Hinge targets: -1 and 1, a 0 counting as -1 (see mxu_loss). */
+static float hinge_margin(float y, float t) {
+  return 1.0f - (t == 0.0f ? -1.0f : t) * y;
+}
+
 static elem_loss element(const mxu_loss_spec *spec, float y, float t) {
-  switch (spec->loss) {
+  switch (spec->o.loss) {
+  case MXU_HINGE: {
+    float m = hinge_margin(y, t);
+    return m > 0 ? (elem_loss){m, (t == 0.0f ? 1.0f : -t)} : (elem_loss){0, 0};
+  }
+  case MXU_SQUARED_HINGE: {
+    float m = hinge_margin(y, t);
+    return m > 0 ? (elem_loss){m * m, 2.0f * m * (t == 0.0f ? 1.0f : -t)}
+                 : (elem_loss){0, 0};
+  }
+  case MXU_BINARY_FOCAL_CROSSENTROPY: return binary_focal(&spec->o, y, t);
   case MXU_MEAN_ABSOLUTE_PERCENTAGE_ERROR: {
     float d = fmaxf(fabsf(t), LOSS_EPSILON);
     return (elem_loss){100.0f * fabsf(t - y) / d, 100.0f * sign(y - t) / d};
@@ -82,21 +117,115 @@ static elem_loss element(const mxu_loss_spec *spec, float y, float t) {
     return (elem_loss){y - t * logf(y + LOSS_EPSILON),
                        1.0f - t / (y + LOSS_EPSILON)};
   case MXU_BINARY_CROSSENTROPY:
-    t = t * (1.0f - spec->label_smoothing) + 0.5f * spec->label_smoothing;
-    return spec->from_logits ? bce_logit(y, t) : bce_prob(y, t);
+    t = t * (1.0f - spec->o.label_smoothing) + 0.5f * spec->o.label_smoothing;
+    return spec->o.from_logits ? bce_logit(y, t) : bce_prob(y, t);
   case MXU_MEAN_SQUARED_ERROR:
     return (elem_loss){(y - t) * (y - t), 2.0f * (y - t)};
   case MXU_MEAN_ABSOLUTE_ERROR: return (elem_loss){fabsf(y - t), sign(y - t)};
-  case MXU_HUBER: return huber(y - t, spec->huber_delta);
+  case MXU_HUBER: return huber(y - t, spec->o.huber_delta);
   case MXU_KL_DIVERGENCE: return kl(y, t);
   default: return (elem_loss){NAN, NAN};
   }
 }
 
-/* Keras means each loss over the output's last axis, except KL divergence,
- * which sums over it; both then mean over the other axes and the batch. */
+/* ---- the losses of a whole vector (the output's last axis) ---------------
+ * Each returns the vector's loss and its gradient in g (the hinge's and
+ * the cosine's: unless NULL, for the metrics). */
+
+/* max(max((1 - t) y) - t . y + 1, 0); the max's gradient split among its
+ * ties, as TensorFlow's and JAX's. */
+static float categorical_hinge(const float *y, const float *t, int64_t n,
+                               float *g) {
+  double pos = 0.0;
+  float neg = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+    pos += t[j] * y[j];
+    neg = fmaxf(neg, (1.0f - t[j]) * y[j]);
+  }
+  float margin = neg - (float)pos + 1.0f;
+  int ties = 0;
+  for (int64_t j = 0; g && j < n; j++) ties += (1.0f - t[j]) * y[j] == neg;
+  for (int64_t j = 0; g && j < n; j++) {
+    g[j] = 0.0f;
+    if (!(margin > 0.0f)) continue;
+    g[j] = -t[j];
+    if ((1.0f - t[j]) * y[j] == neg) g[j] += (1.0f - t[j]) / (float)ties;
+  }
+  return margin > 0.0f ? margin : 0.0f;
+}
+
+/* Keras 3's normalize: x * min(rsqrt(x . x), 1 / 1e-7). */
+static float inverse_norm(const float *x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; j++) sum += (double)x[j] * x[j];
+  return fminf(1.0f / sqrtf((float)sum), 1.0f / LOSS_EPSILON);
+}
+
+/* -(t |t|^-1) . (y |y|^-1); where |y|'s inverse is capped, a constant. */
+static float cosine_loss(const float *y, const float *t, int64_t n, float *g) {
+  float iy = inverse_norm(y, n), it = inverse_norm(t, n);
+  double ty = 0.0;
+  for (int64_t j = 0; j < n; j++) ty += (double)t[j] * y[j];
+  int capped = iy == 1.0f / LOSS_EPSILON;
+  for (int64_t j = 0; g && j < n; j++)
+    g[j] =
+        -it * (t[j] * iy - (capped ? 0.0f : (float)ty * iy * iy * iy * y[j]));
+  return -(float)ty * iy * it;
+}
+
+/* Keras 3's categorical focal cross-entropy of a row of probabilities p
+ * (a logit row's softmax first): q = p / sum(p) clipped into [eps, 1 -
+ * eps], the loss -sum alpha (1 - q)^gamma t log q. */
+static float categorical_focal(const mxu_output_loss *o, const float *y,
+                               const float *targets, int64_t n, float *g) {
+  float max = y[0], z = 0.0f, s = 0.0f;
+  for (int64_t j = 1; j < n; j++) max = fmaxf(max, y[j]);
+  if (o->from_logits)
+    for (int64_t j = 0; j < n; j++) z += expf(y[j] - max);
+#define P(j) (o->from_logits ? expf(y[j] - max) / z : y[j])
+  for (int64_t j = 0; j < n; j++) s += P(j);
+  double loss = 0.0, dq_q = 0.0, dp_p = 0.0;
+  float smooth = o->label_smoothing;
+  for (int64_t j = 0; j < n; j++) { /* g: d/dq */
+    float t = targets[j] * (1.0f - smooth) + smooth / (float)n;
+    float q = P(j) / s, c = fminf(fmaxf(q, LOSS_EPSILON), 1 - LOSS_EPSILON);
+    float focal = powf(1.0f - c, o->gamma);
+    loss -= o->alpha * focal * t * logf(c);
+    g[j] = 0.0f;
+    if (q >= LOSS_EPSILON && q <= 1 - LOSS_EPSILON)
+      g[j] = -o->alpha * t *
+             (focal / c - o->gamma * powf(1.0f - c, o->gamma - 1.0f) * logf(c));
+    dq_q += g[j] * q;
+  }
+  for (int64_t j = 0; j < n; j++) { /* g: d/dp, through q = p / s */
+    g[j] = (g[j] - (float)dq_q) / s;
+    dp_p += g[j] * P(j);
+  }
+  if (o->from_logits) /* through the softmax */
+    for (int64_t j = 0; j < n; j++) g[j] = P(j) * (g[j] - (float)dp_p);
+#undef P
+  return (float)loss;
+}
+
+int mxu_loss_of_vectors(mxu_loss loss) {
+  return loss == MXU_CATEGORICAL_HINGE || loss == MXU_COSINE_SIMILARITY ||
+         loss == MXU_CATEGORICAL_FOCAL_CROSSENTROPY;
+}
+
+static float vector_loss(const mxu_output_loss *o, const float *y,
+                         const float *t, int64_t n, float *g) {
+  switch (o->loss) {
+  case MXU_CATEGORICAL_HINGE: return categorical_hinge(y, t, n, g);
+  case MXU_COSINE_SIMILARITY: return cosine_loss(y, t, n, g);
+  default: return categorical_focal(o, y, t, n, g);
+  }
+}
+
+/* Keras means each loss over the output's last axis, except KL divergence
+ * and the vectors' losses, which sum over it; all then mean over the
+ * other axes and the batch. */
 static float row_divisor(const mxu_loss_spec *spec) {
-  if (spec->loss == MXU_KL_DIVERGENCE)
+  if (spec->o.loss == MXU_KL_DIVERGENCE || mxu_loss_of_vectors(spec->o.loss))
     return (float)(spec->values / spec->last);
   return (float)spec->values;
 }
@@ -114,24 +243,41 @@ void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
       continue;
     }
     double sum = 0.0;
-    for (int64_t j = 0; j < k; j++) {
-      elem_loss e = element(spec, y[r * k + j], targets[r * k + j]);
-      sum += e.loss;
-      d[j] = e.grad * factor;
+    if (mxu_loss_of_vectors(spec->o.loss)) {
+      for (int64_t j = 0; j < k; j += spec->last)
+        sum += vector_loss(&spec->o, y + r * k + j, targets + r * k + j,
+                           spec->last, d + j);
+      for (int64_t j = 0; j < k; j++) d[j] *= factor;
+    } else {
+      for (int64_t j = 0; j < k; j++) {
+        elem_loss e = element(spec, y[r * k + j], targets[r * k + j]);
+        sum += e.loss;
+        d[j] = e.grad * factor;
+      }
     }
     loss[r] = (float)(sum / divisor);
   }
 }
 
 mxu_output_loss mxu_output_loss_defaults(void) {
-  mxu_output_loss o = {
-      MXU_SPARSE_CATEGORICAL_CROSSENTROPY, 0, 0.0f, 1.0f, 1.0f, {NULL}, {NULL}};
+  mxu_output_loss o = {.loss = MXU_SPARSE_CATEGORICAL_CROSSENTROPY,
+                       .huber_delta = 1.0f,
+                       .gamma = 2.0f,
+                       .alpha = 0.25f,
+                       .weight = 1.0f};
   return o;
 }
 
 int mxu_loss_is_softmax(mxu_loss loss) {
   return loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY ||
          loss == MXU_CATEGORICAL_CROSSENTROPY;
+}
+
+int mxu_loss_smooths(mxu_loss loss) {
+  return loss == MXU_CATEGORICAL_CROSSENTROPY ||
+         loss == MXU_BINARY_CROSSENTROPY ||
+         loss == MXU_BINARY_FOCAL_CROSSENTROPY ||
+         loss == MXU_CATEGORICAL_FOCAL_CROSSENTROPY;
 }
 
 int64_t mxu_loss_positions(const mxu_model *model, int h) {
@@ -191,6 +337,8 @@ mxu_loss mxu_metric_loss(mxu_metric_kind kind) {
   case MXU_METRIC_MSLE: return MXU_MEAN_SQUARED_LOGARITHMIC_ERROR;
   case MXU_METRIC_LOGCOSH: return MXU_LOG_COSH;
   case MXU_METRIC_POISSON: return MXU_POISSON;
+  case MXU_METRIC_HINGE: return MXU_HINGE;
+  case MXU_METRIC_SQUARED_HINGE: return MXU_SQUARED_HINGE;
   default: return MXU_BINARY_CROSSENTROPY; /* the metric's: probabilities */
   }
 }
@@ -215,10 +363,22 @@ static double row_metric(mxu_metric_kind kind, const mxu_metric_options *o,
   case MXU_METRIC_MAPE:
   case MXU_METRIC_MSLE:
   case MXU_METRIC_LOGCOSH:
-  case MXU_METRIC_POISSON: {
-    mxu_loss_spec spec = {mxu_metric_loss(kind), 0, 0.0f, 1.0f, k, k};
+  case MXU_METRIC_POISSON:
+  case MXU_METRIC_HINGE:
+  case MXU_METRIC_SQUARED_HINGE: {
+    mxu_loss_spec spec = {mxu_output_loss_defaults(), k, k};
+    spec.o.loss = mxu_metric_loss(kind);
     for (int64_t j = 0; j < k; j++) sum += element(&spec, y[j], t[j]).loss;
     break;
+  }
+  case MXU_METRIC_CATEGORICAL_HINGE: /* the mean over the vectors */
+  case MXU_METRIC_COSINE_SIMILARITY: {
+    int64_t n = o && o->vector > 0 ? o->vector : k;
+    for (int64_t j = 0; j < k; j += n)
+      sum += kind == MXU_METRIC_COSINE_SIMILARITY
+                 ? -cosine_loss(y + j, t + j, n, NULL)
+                 : categorical_hinge(y + j, t + j, n, NULL);
+    return sum * (double)n / (double)k;
   }
   case MXU_METRIC_SPARSE_ACCURACY: return argmax(y, k) == label;
   case MXU_METRIC_CATEGORICAL_ACCURACY: return argmax(y, k) == argmax(t, k);
@@ -460,6 +620,12 @@ static const struct {
      {"msle", NULL}},
     {"log_cosh", "LogCosh", {"logcosh", NULL}},
     {"poisson", "Poisson", {0}},
+    {"hinge", "Hinge", {0}},
+    {"squared_hinge", "SquaredHinge", {0}},
+    {"categorical_hinge", "CategoricalHinge", {0}},
+    {"cosine_similarity", "CosineSimilarity", {0}},
+    {"binary_focal_crossentropy", "BinaryFocalCrossentropy", {0}},
+    {"categorical_focal_crossentropy", "CategoricalFocalCrossentropy", {0}},
 };
 
 enum { LOSS_COUNT = sizeof losses / sizeof *losses };
@@ -489,7 +655,9 @@ mxu_status mxu_loss_from_name(const char *name, mxu_loss *out) {
                   "mean_absolute_error (mae), huber, kl_divergence (kld), "
                   "mean_absolute_percentage_error (mape), "
                   "mean_squared_logarithmic_error (msle), log_cosh, "
-                  "poisson, or their classes)",
+                  "poisson, hinge, squared_hinge, categorical_hinge, "
+                  "cosine_similarity, binary_focal_crossentropy, "
+                  "categorical_focal_crossentropy, or their classes)",
                   name ? name : "(null)");
 }
 
@@ -525,6 +693,10 @@ static const struct {
     {"mean_squared_logarithmic_error", MXU_METRIC_MSLE, 0},
     {"logcosh", MXU_METRIC_LOGCOSH, 0},
     {"poisson", MXU_METRIC_POISSON, 0},
+    {"hinge", MXU_METRIC_HINGE, 0},
+    {"squared_hinge", MXU_METRIC_SQUARED_HINGE, 0},
+    {"categorical_hinge", MXU_METRIC_CATEGORICAL_HINGE, 0},
+    {"cosine_similarity", MXU_METRIC_COSINE_SIMILARITY, 0},
     {"f1_score", MXU_METRIC_F_SCORE, 0},
     {"fbeta_score", MXU_METRIC_F_SCORE, 0},
 };
@@ -573,6 +745,10 @@ const char *mxu_metric_function(mxu_metric_kind kind) {
   case MXU_METRIC_MSLE: return "mean_squared_logarithmic_error";
   case MXU_METRIC_LOGCOSH: return "logcosh";
   case MXU_METRIC_POISSON: return "poisson";
+  case MXU_METRIC_HINGE: return "hinge";
+  case MXU_METRIC_SQUARED_HINGE: return "squared_hinge";
+  case MXU_METRIC_CATEGORICAL_HINGE: return "categorical_hinge";
+  case MXU_METRIC_COSINE_SIMILARITY: return "cosine_similarity";
   case MXU_METRIC_F_SCORE: return "f1_score";
   }
   return "";
@@ -585,7 +761,8 @@ const char *mxu_metric_names(void) {
          "mean_squared_error, root_mean_squared_error, precision, recall, "
          "auc, prc, true_positives, false_positives, true_negatives, "
          "false_negatives, binary_crossentropy, mape, msle, logcosh, "
-         "poisson, f1_score(average=A) and "
+         "poisson, hinge, squared_hinge, categorical_hinge, "
+         "cosine_similarity, f1_score(average=A) and "
          "fbeta_score(average=A,beta=B) (A micro, macro or weighted; "
          "threshold=T too)";
 }
@@ -765,7 +942,10 @@ int mxu_metric_direction(mxu_metric_kind kind) {
   case MXU_METRIC_MAPE:
   case MXU_METRIC_MSLE:
   case MXU_METRIC_LOGCOSH:
-  case MXU_METRIC_POISSON: return -1;
+  case MXU_METRIC_POISSON:
+  case MXU_METRIC_HINGE:
+  case MXU_METRIC_SQUARED_HINGE:
+  case MXU_METRIC_CATEGORICAL_HINGE: return -1;
   case MXU_METRIC_TRUE_POSITIVES:
   case MXU_METRIC_FALSE_POSITIVES:
   case MXU_METRIC_TRUE_NEGATIVES:

@@ -588,6 +588,10 @@ typedef enum mxu_metric_kind {
   MXU_METRIC_MSLE,
   MXU_METRIC_LOGCOSH,
   MXU_METRIC_POISSON,
+  MXU_METRIC_HINGE,
+  MXU_METRIC_SQUARED_HINGE,
+  MXU_METRIC_CATEGORICAL_HINGE, /* of each vector of the last axis */
+  MXU_METRIC_COSINE_SIMILARITY, /* t . y over their norms, each vector's */
   /* Keras' F1Score and FBetaScore: each value a positive prediction above
    * the threshold (or its row's largest), counted per class against the
    * targets over the epoch, averaged as the options say. */
@@ -611,6 +615,10 @@ typedef struct mxu_metric_options {
   int has_threshold;
   double threshold;
   int from_logits; /* an AUC's: of sigmoid(output) */
+  /* Not of the text: the length of the vectors the categorical hinge
+   * and the cosine similarity compare, the output's last axis (compile
+   * sets it; 0: the whole row). */
+  int64_t vector;
 } mxu_metric_options;
 
 /* Keras' AUC: num_thresholds 200, evenly spaced over [0, 1] (the ends
@@ -1006,9 +1014,7 @@ void mxu_apply_constraints(mxu_model *model);
 /* A target loss over rows of `values` outputs, `last` of them on the last
  * axis. */
 typedef struct mxu_loss_spec {
-  mxu_loss loss;
-  int from_logits;
-  float label_smoothing, huber_delta;
+  mxu_output_loss o;
   int64_t values, last;
 } mxu_loss_spec;
 
@@ -1020,6 +1026,13 @@ void mxu_target_loss(const mxu_loss_spec *spec, int64_t rows, const float *y,
 /* The two cross-entropies the backend computes with a softmax (fused with
  * a final one, as Keras does); the other losses are mxu_target_loss's. */
 int mxu_loss_is_softmax(mxu_loss loss);
+/* Whether a loss takes label_smoothing: the categorical and binary
+ * cross-entropies and their focal kinds. */
+int mxu_loss_smooths(mxu_loss loss);
+/* Whether a loss is of each vector of the last axis as a whole (the
+ * categorical hinge, cosine similarity and categorical focal
+ * cross-entropy), summed over it, rather than of each value. */
+int mxu_loss_of_vectors(mxu_loss loss);
 /* Whether a step of `width` values is kept by a mask: any value other
  * than `padding` (Masking's mask_value; an Embedding's id 0, width 1). */
 int mxu_step_kept(const float *x, int64_t width, float padding);

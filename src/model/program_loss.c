@@ -138,6 +138,9 @@ static mxu_hlo_value true_(const ops *o, mxu_hlo_value t) {
 
 static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_output_loss *c,
                                   mxu_hlo_value y, mxu_hlo_value t);
+static mxu_hlo_value vectors_per_row(mxu_hlo *h, const mxu_output_loss *c,
+                                     mxu_hlo_value y, mxu_hlo_value t,
+                                     int64_t n);
 
 /* Each row's metric (loss.c's row_metric): y and t (rows, k); hot the
  * label's or the targets' argmax as one-hot rows. */
@@ -181,10 +184,21 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
   case MXU_METRIC_MAPE:
   case MXU_METRIC_MSLE:
   case MXU_METRIC_LOGCOSH:
-  case MXU_METRIC_POISSON: {
+  case MXU_METRIC_POISSON:
+  case MXU_METRIC_HINGE:
+  case MXU_METRIC_SQUARED_HINGE: {
     mxu_output_loss loss = mxu_output_loss_defaults();
     loss.loss = mxu_metric_loss(kind);
     return mean_of(h, row_sums(h, element_loss(h, &loss, y, t)), values);
+  }
+  case MXU_METRIC_CATEGORICAL_HINGE: /* the mean over the vectors */
+  case MXU_METRIC_COSINE_SIMILARITY: {
+    mxu_output_loss loss = mxu_output_loss_defaults();
+    int cosine = kind == MXU_METRIC_COSINE_SIMILARITY;
+    loss.loss = cosine ? MXU_COSINE_SIMILARITY : MXU_CATEGORICAL_HINGE;
+    int64_t n = options->vector > 0 ? options->vector : values;
+    mxu_hlo_value sum = vectors_per_row(h, &loss, y, t, n);
+    return mean_of(h, cosine ? un(o, MXU_HLO_NEGATE, sum) : sum, values / n);
   }
   }
   return 0;
@@ -255,8 +269,95 @@ static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_output_loss *c,
   }
   case MXU_POISSON:
     return SUB(y, MUL(t, un(o, MXU_HLO_LOG, ADD(y, k(o, LOSS_EPSILON)))));
+  case MXU_HINGE:
+  case MXU_SQUARED_HINGE: { /* a target 0 counts as -1 */
+    mxu_hlo_value signed_t = mxu_hlo_select(
+        h, mxu_hlo_compare_op(h, MXU_HLO_EQ, t, k(o, 0.0)), k(o, -1.0), t);
+    mxu_hlo_value m =
+        bin(o, MXU_HLO_MAXIMUM, SUB(k(o, 1.0), MUL(signed_t, y)), k(o, 0.0));
+    return c->loss == MXU_HINGE ? m : MUL(m, m);
+  }
+  case MXU_BINARY_FOCAL_CROSSENTROPY: {
+    float ls = c->label_smoothing;
+    if (ls > 0) t = ADD(MUL(t, k(o, 1.0f - ls)), k(o, 0.5f * ls));
+    mxu_hlo_value p = c->from_logits ? un(o, MXU_HLO_LOGISTIC, y) : y;
+    mxu_hlo_value clipped = CLIP(p, LOSS_EPSILON, 1.0f - LOSS_EPSILON);
+    mxu_hlo_value bce =
+        un(o, MXU_HLO_NEGATE,
+           ADD(MUL(t, un(o, MXU_HLO_LOG, clipped)),
+               MUL(SUB(k(o, 1.0), t),
+                   un(o, MXU_HLO_LOG, SUB(k(o, 1.0), clipped)))));
+    mxu_hlo_value p_t =
+        ADD(MUL(t, p), MUL(SUB(k(o, 1.0), t), SUB(k(o, 1.0), p)));
+    mxu_hlo_value e =
+        MUL(bin(o, MXU_HLO_POWER, SUB(k(o, 1.0), p_t), k(o, c->gamma)), bce);
+    if (!c->apply_class_balancing) return e;
+    return MUL(e, ADD(MUL(t, k(o, c->alpha)),
+                      MUL(SUB(k(o, 1.0), t), k(o, 1.0f - c->alpha))));
+  }
   default: return 0;
   }
+}
+
+/* Keras 3's normalize's factor per row: min(rsqrt(x . x), 1e7). */
+static mxu_hlo_value inverse_norm(const ops *o, mxu_hlo_value x) {
+  mxu_hlo_value n = un(o, MXU_HLO_RSQRT, row_sums(o->h, MUL(x, x)));
+  return bin(o, MXU_HLO_MINIMUM, n,
+             mxu_hlo_full_like(o->h, n, 1.0f / LOSS_EPSILON));
+}
+
+/* loss.c's vector losses of y and t (vectors, n): each vector's. */
+static mxu_hlo_value vector_loss(mxu_hlo *h, const mxu_output_loss *c,
+                                 mxu_hlo_value y, mxu_hlo_value t) {
+  const ops oo = {h, y}, *o = &oo;
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, y); /* a copy: nodes move */
+  const int64_t last = 1, rows = 0;
+  switch (c->loss) {
+  case MXU_CATEGORICAL_HINGE: {
+    mxu_hlo_value pos = row_sums(h, MUL(t, y));
+    mxu_hlo_value neg =
+        mxu_hlo_reduce(h, MUL(SUB(k(o, 1.0), t), y), MXU_HLO_MAX, 1, &last);
+    mxu_hlo_value m = ADD(SUB(neg, pos), mxu_hlo_full_like(h, pos, 1.0));
+    return mxu_hlo_binary(h, MXU_HLO_MAXIMUM, m, mxu_hlo_full_like(h, m, 0.0));
+  }
+  case MXU_COSINE_SIMILARITY:
+    return un(o, MXU_HLO_NEGATE,
+              MUL(row_sums(h, MUL(t, y)),
+                  MUL(inverse_norm(o, y), inverse_norm(o, t))));
+  case MXU_CATEGORICAL_FOCAL_CROSSENTROPY: {
+    float ls = c->label_smoothing;
+    if (ls > 0) t = ADD(MUL(t, k(o, 1.0f - ls)), k(o, ls / (float)s.dims[1]));
+    mxu_hlo_value p = y;
+    if (c->from_logits) {
+      mxu_hlo_value max = mxu_hlo_broadcast(
+          h, mxu_hlo_reduce(h, y, MXU_HLO_MAX, 1, &last), s, &rows);
+      p = un(o, MXU_HLO_EXP, SUB(y, max));
+    }
+    mxu_hlo_value q = DIV(p, mxu_hlo_broadcast(h, row_sums(h, p), s, &rows));
+    mxu_hlo_value clipped = CLIP(q, LOSS_EPSILON, 1.0f - LOSS_EPSILON);
+    mxu_hlo_value focal =
+        bin(o, MXU_HLO_POWER, SUB(k(o, 1.0), clipped), k(o, c->gamma));
+    return row_sums(h, MUL(MUL(k(o, -c->alpha), focal),
+                           MUL(t, un(o, MXU_HLO_LOG, clipped))));
+  }
+  default: return 0;
+  }
+}
+
+/* A vector loss's (or metric's) per row of y and t (rows, values): the
+ * sum over the row's vectors of `n` values each. */
+static mxu_hlo_value vectors_per_row(mxu_hlo *h, const mxu_output_loss *c,
+                                     mxu_hlo_value y, mxu_hlo_value t,
+                                     int64_t n) {
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, y);
+  int64_t vectors[2] = {s.dims[0] * s.dims[1] / n, n};
+  int64_t per_row[2] = {s.dims[0], s.dims[1] / n};
+  mxu_hlo_shape v = mxu_hlo_shape_make(MXU_HLO_F32, 2, vectors);
+  mxu_hlo_value each =
+      vector_loss(h, c, mxu_hlo_reshape(h, y, v), mxu_hlo_reshape(h, t, v));
+  if (!each) return 0;
+  return row_sums(
+      h, mxu_hlo_reshape(h, each, mxu_hlo_shape_make(MXU_HLO_F32, 2, per_row)));
 }
 
 /* Each scored row's weights (loss.c's row_mask and row_weight): a
@@ -460,8 +561,10 @@ mxu_status mxu_emit_loss(const mxu_model *model, int head,
       return mxu_fail(MXU_ERR_UNSUPPORTED,
                       "pjrt: the cross-entropy needs the output to end in a "
                       "softmax, or from_logits");
+    /* from_logits takes the output as the logits, a softmax's too (its
+     * probabilities then pass through another), as Keras and the host. */
     mxu_hlo_value z =
-        in->logits ? mxu_hlo_reshape(h, in->logits, rows_shape) : y;
+        c->from_logits ? y : mxu_hlo_reshape(h, in->logits, rows_shape);
     float ls = c->label_smoothing;
     mxu_hlo_value smoothed =
         ls > 0 ? ADD(MUL(t, k(o, 1.0f - ls)), k(o, ls / (float)values)) : t;
@@ -472,11 +575,14 @@ mxu_status mxu_emit_loss(const mxu_model *model, int head,
     int64_t last = out->dims[out->rank - 1];
     double divisor =
         c->loss == MXU_KL_DIVERGENCE ? (double)(values / last) : (double)values;
-    mxu_hlo_value e = element_loss(h, c, y, t);
+    int vectors = mxu_loss_of_vectors(c->loss);
+    if (vectors) divisor = (double)(values / last);
+    mxu_hlo_value e = vectors ? vectors_per_row(h, c, y, t, last)
+                              : row_sums(h, element_loss(h, c, y, t));
     if (!e)
       return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: loss %s is not emitted",
                       mxu_loss_name(c->loss));
-    per_row = mean_of(h, row_sums(h, e), (int64_t)divisor);
+    per_row = mean_of(h, e, (int64_t)divisor);
   }
   /* Each sample's weight over its positions' rows. */
   const int64_t samples = 0;

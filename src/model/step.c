@@ -268,10 +268,8 @@ static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
   if (mxu_loss_is_softmax(head->spec.loss)) {
     softmax_loss(model, replica, key, row_scale, h, scored);
   } else {
-    const mxu_output_loss *o = &head->spec;
-    mxu_loss_spec spec = {
-        o->loss,        o->from_logits,     o->label_smoothing,
-        o->huber_delta, values / positions, shape->dims[shape->rank - 1]};
+    mxu_loss_spec spec = {head->spec, values / positions,
+                          shape->dims[shape->rank - 1]};
     mxu_target_loss(&spec, rows * positions, out, targets, scored, row_scale,
                     mxu_replica_floats(replica, hp->loss),
                     mxu_replica_floats(replica, plan->grad[head->node]));

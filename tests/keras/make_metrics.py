@@ -36,7 +36,17 @@ softplus) "out" on y_reg, loss "mape", metrics ["msle", LogCoshError
 from_logits=True), metrics [BinaryAccuracy(threshold=0.0) "accuracy",
 BinaryAccuracy(threshold=-0.3) "acc_low",
 AUC(from_logits=True) "auc", AUC(from_logits=True, curve="PR") "prc",
-Precision "precision", "mae"].
+Precision "precision", "mae"]. Four of the hinge, cosine and focal
+losses: "hinge", x -> trunk -> Dense(3, tanh) on y_cls, loss
+"categorical_hinge", metrics ["hinge", "squared_hinge", CategoricalHinge
+"ch", "cosine_similarity"]; "cosine", a linear Dense(2) on y_reg,
+CosineSimilarity() loss, metrics [CosineSimilarity "cos",
+"squared_hinge"]; "focal", a sigmoid Dense(1) on y_flag,
+BinaryFocalCrossentropy(apply_class_balancing=True, alpha=0.4, gamma=1.5,
+label_smoothing=0.1), metrics ["accuracy", "hinge"]; "cfocal", a linear
+Dense(3) on y_cls, CategoricalFocalCrossentropy(alpha=0.5, gamma=2.5,
+from_logits=True, label_smoothing=0.1), metrics [CategoricalAccuracy
+"accuracy", "categorical_hinge"].
 
 tf_keras (tf.keras 2) builds each, tf_keras.utils.set_random_seed(33),
 default initialisers. Data: np.random.seed(32); x = 6 rand(20, 5) - 3, y_cls
@@ -44,7 +54,7 @@ one-hot of randint(0, 3, 20), y_reg = rand(20, 2), y_flag = randint(0, 2,
 (20, 1)), all float32.
 
 Writes into OUTDIR (tests/golden/metrics/), for NAME in metrics, binary,
-weighted, regress, logits:
+weighted, regress, logits, hinge, cosine, focal, cfocal:
   NAME.h5        tf_keras model.save of the fresh compiled model (its
                  training_config lists the metric objects)
   NAME.keras     Keras 3's archive of the same initial weights, compiled
@@ -174,6 +184,51 @@ def build_logits(K):
     return model
 
 
+def build_hinge(K):
+    """The hinges and the cosine similarity as metrics; targets one-hot."""
+    M = K.metrics
+    model = one_output(K, "hinge", 3, "tanh")
+    model.compile(optimizer=K.optimizers.SGD(0.1), loss="categorical_hinge",
+                  metrics=["hinge", "squared_hinge",
+                           M.CategoricalHinge(name="ch"), "cosine_similarity"])
+    return model
+
+
+def build_cosine(K):
+    """The cosine similarity loss; the squared hinge of targets in (0, 1),
+    which Keras leaves as they are."""
+    M = K.metrics
+    model = one_output(K, "cosine", 2, None)
+    model.compile(optimizer=K.optimizers.SGD(0.1),
+                  loss=K.losses.CosineSimilarity(),
+                  metrics=[M.CosineSimilarity(name="cos"), "squared_hinge"])
+    return model
+
+
+def build_focal(K):
+    """The binary focal cross-entropy, balanced, smoothed, gamma 1.5."""
+    model = one_output(K, "focal")
+    model.compile(optimizer=K.optimizers.SGD(0.1),
+                  loss=K.losses.BinaryFocalCrossentropy(
+                      apply_class_balancing=True, alpha=0.4, gamma=1.5,
+                      label_smoothing=0.1),
+                  metrics=["accuracy", "hinge"])
+    return model
+
+
+def build_cfocal(K):
+    """The categorical focal cross-entropy of logits, smoothed."""
+    M = K.metrics
+    model = one_output(K, "cfocal", 3, None)
+    model.compile(optimizer=K.optimizers.SGD(0.1),
+                  loss=K.losses.CategoricalFocalCrossentropy(
+                      alpha=0.5, gamma=2.5, from_logits=True,
+                      label_smoothing=0.1),
+                  metrics=[M.CategoricalAccuracy(name="accuracy"),
+                           "categorical_hinge"])
+    return model
+
+
 def fresh(K, build):
     """K's model with tf_keras's initial weights of SEED, layer by layer."""
     tf_keras.utils.set_random_seed(SEED)
@@ -195,7 +250,9 @@ def main(out):
     y_flag = np.random.randint(0, 2, (20, 1)).astype(np.float32)
     w = (0.25 + 2 * np.random.rand(20)).astype(np.float32)
     targets = {"metrics": [y_cls, y_reg, y_flag], "binary": y_flag,
-               "weighted": y_flag, "regress": y_reg, "logits": y_flag}
+               "weighted": y_flag, "regress": y_reg, "logits": y_flag,
+               "hinge": y_cls, "cosine": y_reg, "focal": y_flag,
+               "cfocal": y_cls}
     lines = []
     with h5py.File(os.path.join(out, "data.h5"), "w") as f:
         f["x"], f["y_cls"], f["y_reg"], f["y_flag"] = x, y_cls, y_reg, y_flag
@@ -204,7 +261,11 @@ def main(out):
                             ("binary", build_binary),
                             ("weighted", build_weighted),
                             ("regress", build_regress),
-                            ("logits", build_logits)):
+                            ("logits", build_logits),
+                            ("hinge", build_hinge),
+                            ("cosine", build_cosine),
+                            ("focal", build_focal),
+                            ("cfocal", build_cfocal)):
             y = targets[name]
             sw = w if name == "weighted" else None
             model = fresh(tf_keras, build)
