@@ -259,6 +259,29 @@ typedef struct mxu_batchnorm_config {
   mxu_initializer moving_mean_initializer, moving_variance_initializer;
 } mxu_batchnorm_config;
 
+/* Conv3D over volumes (depth, height, width, channels): as Conv2D, with
+ * a third size of each; its kernel (kd, kh, kw, in / groups, filters). */
+typedef struct mxu_conv3d_config {
+  const char *name;
+  int filters;
+  int kernel_size[3];
+  int strides[3];
+  mxu_padding padding; /* valid or same */
+  mxu_activation activation;
+  int use_bias;
+  mxu_weight_options kernel, bias;
+  int dilation_rate[3];
+  int groups;
+} mxu_conv3d_config;
+
+/* MaxPooling3D and AveragePooling3D (the average over in-bounds cells). */
+typedef struct mxu_pool3d_config {
+  const char *name;
+  int pool_size[3];
+  int strides[3];
+  mxu_padding padding;
+} mxu_pool3d_config;
+
 /* GlobalAveragePooling2D / GlobalMaxPooling2D: (h, w, c) -> (c), or
  * (1, 1, c) with keepdims. */
 typedef struct mxu_global_pool2d_config {
@@ -576,6 +599,9 @@ mxu_separable_conv2d_defaults(int filters, int kernel_h, int kernel_w);
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w);
 mxu_conv1d_config mxu_conv1d_defaults(int filters, int kernel_size);
 mxu_pool1d_config mxu_pool1d_defaults(int pool_size);
+mxu_conv3d_config mxu_conv3d_defaults(int filters, int kernel_d, int kernel_h,
+                                      int kernel_w);
+mxu_pool3d_config mxu_pool3d_defaults(int pool_size); /* its strides too */
 mxu_rnn_config mxu_rnn_defaults(mxu_rnn_kind kind, int units);
 mxu_dense_config mxu_dense_defaults(int units);
 mxu_attention_config mxu_attention_defaults(int num_heads, int key_dim);
@@ -665,6 +691,21 @@ mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
 mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
                                        const mxu_zero_padding2d_config *config,
                                        mxu_tensor_id x);
+/* The volume layers, of (depth, height, width, channels): Conv3D,
+ * MaxPooling3D, AveragePooling3D, and GlobalAveragePooling3D /
+ * GlobalMaxPooling3D ((1, 1, 1, c) with keepdims). */
+mxu_tensor_id mxu_apply_conv3d(mxu_model *model,
+                               const mxu_conv3d_config *config,
+                               mxu_tensor_id x);
+mxu_tensor_id mxu_apply_max_pooling3d(mxu_model *model,
+                                      const mxu_pool3d_config *config,
+                                      mxu_tensor_id x);
+mxu_tensor_id mxu_apply_average_pooling3d(mxu_model *model,
+                                          const mxu_pool3d_config *config,
+                                          mxu_tensor_id x);
+mxu_tensor_id mxu_apply_global_pooling3d(mxu_model *model,
+                                         const mxu_global_pool2d_config *config,
+                                         mxu_tensor_id x);
 mxu_tensor_id
 mxu_apply_depthwise_conv2d(mxu_model *model,
                            const mxu_depthwise_conv2d_config *config,

@@ -448,6 +448,15 @@ int main(void) {
        3,
        {3, 8, 8, 1},
        NULL},
+      /* Volumes: Conv3D, BatchNormalization, MaxPooling3D,
+       * AveragePooling3D, the global 3-D poolings (make_volume.py). */
+      {"tests/golden/volume",
+       {"tests/golden/volume/model.tf2.json",
+        "tests/golden/volume/model.k3.json"},
+       6,
+       3,
+       {4, 6, 6, 1},
+       NULL},
       /* DepthwiseConv1D and SeparableConv1D (make_separable1d.py). */
       {"tests/golden/separable1d",
        {"tests/golden/separable1d/model.tf2.json",
@@ -485,6 +494,7 @@ int main(void) {
         strstr(current->dir, "dense_attention") ||
         strstr(current->dir, "separable1d") ||
         strstr(current->dir, "time_distributed") ||
+        strstr(current->dir, "volume") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
@@ -506,6 +516,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/dense_attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/separable1d") == 0 ||
         strcmp(cases[c].dir, "tests/golden/time_distributed") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/volume") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

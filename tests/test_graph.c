@@ -2707,6 +2707,63 @@ static void test_separable1d(void) {
   backends_agree(name, separable1d_graph, NULL);
 }
 
+/* Volumes (6, 7, 6, 2): Conv3D (same, strides 2 along depth: the last
+ * depth tap reads padding; groups 2; relu), MaxPooling3D (same),
+ * AveragePooling3D (1 along width, stride 1, same: windows cut by the
+ * edges), Conv3D (valid, dilated along height, tanh), then
+ * GlobalMaxPooling3D and GlobalAveragePooling3D. */
+static mxu_tensor_id volume_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  int64_t dims[4] = {6, 7, 6, 2};
+  mxu_tensor_id x = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, "volume", mxu_shape_make(4, dims)));
+  mxu_conv3d_config conv = mxu_conv3d_defaults(4, 3, 2, 3);
+  conv.name = "conv3d";
+  conv.padding = MXU_SAME;
+  conv.strides[0] = 2;
+  conv.groups = 2;
+  conv.activation = MXU_RELU;
+  x = mxu_apply_conv3d(m, &conv, x);
+  mxu_pool3d_config pool = mxu_pool3d_defaults(2);
+  pool.padding = MXU_SAME;
+  x = mxu_apply_max_pooling3d(m, &pool, x);
+  mxu_pool3d_config avg = {"avg3d", {2, 2, 1}, {1, 1, 1}, MXU_SAME};
+  x = mxu_apply_average_pooling3d(m, &avg, x);
+  mxu_conv3d_config second = mxu_conv3d_defaults(3, 2, 2, 2);
+  second.name = "dilated3d";
+  second.dilation_rate[1] = 2;
+  second.activation = MXU_TANH;
+  x = mxu_apply_conv3d(m, &second, x);
+  mxu_global_pool2d_config gmp = {"gmp3d", 1, 0}, gap = {"gap3d", 0, 1};
+  mxu_tensor_id both[2] = {
+      mxu_apply_global_pooling3d(m, &gmp, x),
+      mxu_apply_flatten(m, NULL, mxu_apply_global_pooling3d(m, &gap, x))};
+  return head(m, mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, both, 2, -1));
+}
+
+static int volume_is(mxu_shape s, int64_t d, int64_t h, int64_t w, int64_t c) {
+  return s.rank == 4 && s.dims[0] == d && s.dims[1] == h && s.dims[2] == w &&
+         s.dims[3] == c;
+}
+
+static void test_volumes(void) {
+  const char *name = "Conv3D, the 3-D poolings";
+  mxu_model *m = build(name, volume_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  const mxu_layer *conv = &m->layers[node_named(m, "conv3d")];
+  const mxu_layer *dilated = &m->layers[node_named(m, "dilated3d")];
+  /* depth 6 stride 2 same: 3; pooled (2, 4, 3); dilated valid (1, 2, 2). */
+  const mxu_shape *kernel = &m->params[conv->param_first].shape;
+  CHECK(volume_is(conv->out_shape, 3, 7, 6, 4) && kernel->rank == 5 &&
+        kernel->dims[0] == 3 && kernel->dims[3] == 1 && kernel->dims[4] == 4);
+  CHECK(volume_is(m->layers[node_named(m, "avg3d")].out_shape, 2, 4, 3, 4) &&
+        volume_is(dilated->out_shape, 1, 2, 2, 3));
+  CHECK(volume_is(m->layers[node_named(m, "gap3d")].out_shape, 1, 1, 1, 3));
+  finite_differences(m, name);
+  mxu_model_free(m);
+  backends_agree(name, volume_graph, NULL);
+}
+
 /* TimeDistributed: a clip of 3 frames (5, 5, 2), each through Conv2D
  * (same, relu), BatchNormalization, MaxPooling2D, DepthwiseConv2D and
  * GlobalAveragePooling2D; and a series of 3 sequences (6, 2) through
@@ -3728,6 +3785,7 @@ int main(void) {
   test_recurrent_states();
   test_dense_attention();
   test_separable1d();
+  test_volumes();
   test_time_distributed();
   test_layers();
   test_dropout_noise();

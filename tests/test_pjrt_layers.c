@@ -293,6 +293,38 @@ static const layer_case cases[] = {
                      LAYER("GlobalMaxPooling1D", "g", ", \"keepdims\": true",
                            IN("a")),
      "g", 1e-4},
+    /* Volumes (4, 5, 6, 3) from the lead's (20, 6, 3) image. */
+    {"Conv3D same strided grouped, valid dilated; MaxPooling3D, "
+     "AveragePooling3D, GlobalMaxPooling3D keepdims",
+     "20, 6, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [4, 5, 6, 3]", IN("lead"))
+         LAYER("Conv3D", "c",
+               ", \"filters\": 6, \"kernel_size\": [3, 2, 3], \"strides\": "
+               "[2, 1, 1], \"padding\": \"same\", \"groups\": 3, "
+               "\"activation\": \"relu\"",
+               IN("r"))
+             LAYER("MaxPooling3D", "m",
+                   ", \"pool_size\": [1, 2, 2], \"strides\": [1, 1, 1], "
+                   "\"padding\": \"same\"",
+                   IN("c"))
+                 LAYER("Conv3D", "d",
+                       ", \"filters\": 4, \"kernel_size\": 2, "
+                       "\"dilation_rate\": [1, 2, 1], \"activation\": "
+                       "\"tanh\"",
+                       IN("m"))
+                     LAYER("AveragePooling3D", "a",
+                           ", \"pool_size\": [1, 2, 2], \"padding\": "
+                           "\"same\"",
+                           IN("d")) LAYER("GlobalMaxPooling3D", "g",
+                                          ", \"keepdims\": true", IN("a")),
+     "g", 1e-4},
+    {"Conv3D softmax, GlobalAveragePooling3D", "8, 3, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [2, 4, 3, 3]", IN("lead"))
+         LAYER("Conv3D", "c",
+               ", \"filters\": 2, \"kernel_size\": [2, 1, 2], "
+               "\"use_bias\": false, \"activation\": \"softmax\"",
+               IN("r")) LAYER("GlobalAveragePooling3D", "g", "", IN("c")),
+     "g", 1e-4},
     {"SpatialDropout1D, Conv1D valid, GlobalAveragePooling1D", "6, 1, 2",
      LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead"))
          LAYER("SpatialDropout1D", "d", ", \"rate\": 0.4", IN("r"))

@@ -58,6 +58,9 @@ mxu_status mxu_json_int(const mxu_json_where *where, const cJSON *object,
 /* An int n (meaning n, n) or a list of two ints, each >= 1. */
 mxu_status mxu_json_int_pair(const mxu_json_where *where, const cJSON *object,
                              const char *key, int required, int out[2]);
+/* A 3-D layer's size: an int n (n, n, n) or a list of three, each >= 1. */
+mxu_status mxu_json_int_triple(const mxu_json_where *where, const cJSON *object,
+                               const char *key, int required, int out[3]);
 /* A 1-D layer's size: an int n or a list of one, >= 1. */
 mxu_status mxu_json_int_one(const mxu_json_where *where, const cJSON *object,
                             const char *key, int required, int *out);
@@ -128,6 +131,8 @@ void mxu_json_put_bool(mxu_json_out *out, cJSON *object, const char *key,
 void mxu_json_put_null(mxu_json_out *out, cJSON *object, const char *key);
 void mxu_json_put_pair(mxu_json_out *out, cJSON *object, const char *key,
                        const int pair[2]);
+void mxu_json_put_triple(mxu_json_out *out, cJSON *object, const char *key,
+                         const int triple[3]);
 /* [value]: a 1-D layer's size, as Keras writes its tuple (n,). */
 void mxu_json_put_one(mxu_json_out *out, cJSON *object, const char *key,
                       int value);

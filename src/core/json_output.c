@@ -80,6 +80,11 @@ void mxu_json_put_pair(mxu_json_out *out, cJSON *object, const char *key,
   mxu_json_put(out, object, key, cJSON_CreateIntArray(pair, 2));
 }
 
+void mxu_json_put_triple(mxu_json_out *out, cJSON *object, const char *key,
+                         const int triple[3]) {
+  mxu_json_put(out, object, key, cJSON_CreateIntArray(triple, 3));
+}
+
 void mxu_json_put_one(mxu_json_out *out, cJSON *object, const char *key,
                       int value) {
   mxu_json_put(out, object, key, cJSON_CreateIntArray(&value, 1));

@@ -172,6 +172,26 @@ mxu_status mxu_json_int_pair(const mxu_json_where *where, const cJSON *object,
   return wrong(where, key, v, "a positive integer or a list of two");
 }
 
+mxu_status mxu_json_int_triple(const mxu_json_where *where, const cJSON *object,
+                               const char *key, int required, int out[3]) {
+  const cJSON *v = mxu_json_get(object, key);
+  if (!v) return required ? missing(where, key) : MXU_OK;
+  int values[3];
+  if (integral(v, 1, INT_MAX, &values[0])) {
+    out[0] = out[1] = out[2] = values[0];
+    return MXU_OK;
+  }
+  const cJSON *e =
+      cJSON_IsArray(v) && cJSON_GetArraySize(v) == 3 ? v->child : NULL;
+  for (int i = 0; e && i < 3; i++, e = e->next)
+    if (!integral(e, 1, INT_MAX, &values[i]))
+      return wrong(where, key, v, "a positive integer or a list of three");
+  if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3)
+    return wrong(where, key, v, "a positive integer or a list of three");
+  memcpy(out, values, sizeof values);
+  return MXU_OK;
+}
+
 /* A 1-D layer's size: n or [n] (Keras writes the tuple (n,)). */
 mxu_status mxu_json_int_one(const mxu_json_where *where, const cJSON *object,
                             const char *key, int required, int *out) {

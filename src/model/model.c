@@ -20,6 +20,11 @@ static const mxu_layer_class *const registry[] = {
     &mxu_conv2d_transpose_class,
     &mxu_max_pooling2d_class,
     &mxu_average_pooling2d_class,
+    &mxu_conv3d_class,
+    &mxu_max_pooling3d_class,
+    &mxu_average_pooling3d_class,
+    &mxu_global_average_pooling3d_class,
+    &mxu_global_max_pooling3d_class,
     &mxu_activation_class,
     &mxu_flatten_class,
     &mxu_dense_class,
@@ -145,6 +150,23 @@ mxu_depthwise_conv2d_config mxu_depthwise_conv2d_defaults(int kernel_h,
 mxu_pool2d_config mxu_pool2d_defaults(int pool_h, int pool_w) {
   return (mxu_pool2d_config){
       NULL, {pool_h, pool_w}, {pool_h, pool_w}, MXU_VALID};
+}
+
+mxu_conv3d_config mxu_conv3d_defaults(int filters, int kernel_d, int kernel_h,
+                                      int kernel_w) {
+  return (mxu_conv3d_config){.filters = filters,
+                             .kernel_size = {kernel_d, kernel_h, kernel_w},
+                             .strides = {1, 1, 1},
+                             .padding = MXU_VALID,
+                             .activation = MXU_LINEAR,
+                             .use_bias = 1,
+                             .dilation_rate = {1, 1, 1},
+                             .groups = 1};
+}
+
+mxu_pool3d_config mxu_pool3d_defaults(int pool_size) {
+  int p = pool_size;
+  return (mxu_pool3d_config){NULL, {p, p, p}, {p, p, p}, MXU_VALID};
 }
 
 mxu_conv1d_config mxu_conv1d_defaults(int filters, int kernel_size) {
@@ -758,6 +780,35 @@ mxu_tensor_id mxu_apply_global_pooling2d(mxu_model *model,
                                          const mxu_global_pool2d_config *config,
                                          mxu_tensor_id x) {
   return global_pool(model, config, 0, x);
+}
+
+mxu_tensor_id mxu_apply_conv3d(mxu_model *model,
+                               const mxu_conv3d_config *config,
+                               mxu_tensor_id x) {
+  if (config && check_activation("Conv3D", config->activation) != MXU_OK)
+    return -1;
+  APPLY_CONFIG(conv3d, &mxu_conv3d_class, "Conv3D");
+}
+
+mxu_tensor_id mxu_apply_max_pooling3d(mxu_model *model,
+                                      const mxu_pool3d_config *config,
+                                      mxu_tensor_id x) {
+  APPLY_CONFIG(pool3d, &mxu_max_pooling3d_class, "MaxPooling3D");
+}
+
+mxu_tensor_id mxu_apply_average_pooling3d(mxu_model *model,
+                                          const mxu_pool3d_config *config,
+                                          mxu_tensor_id x) {
+  APPLY_CONFIG(pool3d, &mxu_average_pooling3d_class, "AveragePooling3D");
+}
+
+mxu_tensor_id mxu_apply_global_pooling3d(mxu_model *model,
+                                         const mxu_global_pool2d_config *config,
+                                         mxu_tensor_id x) {
+  APPLY_CONFIG(global_pool,
+               config && config->is_max ? &mxu_global_max_pooling3d_class
+                                        : &mxu_global_average_pooling3d_class,
+               "GlobalPooling3D");
 }
 
 /* The 1-D layers keep their sizes as the 1 x n window of the image

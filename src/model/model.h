@@ -302,6 +302,8 @@ struct mxu_layer {
   char name[MXU_NAME_SIZE];
   union {
     mxu_conv2d_config conv;
+    mxu_conv3d_config conv3d;
+    mxu_pool3d_config pool3d;
     mxu_depthwise_conv2d_config depthwise;
     mxu_separable_conv2d_config separable;
     mxu_pool2d_config pool;
@@ -461,6 +463,11 @@ extern const mxu_layer_class mxu_multi_head_attention_class;
 extern const mxu_layer_class mxu_attention_class;
 extern const mxu_layer_class mxu_additive_attention_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
+extern const mxu_layer_class mxu_conv3d_class;
+extern const mxu_layer_class mxu_max_pooling3d_class;
+extern const mxu_layer_class mxu_average_pooling3d_class;
+extern const mxu_layer_class mxu_global_average_pooling3d_class;
+extern const mxu_layer_class mxu_global_max_pooling3d_class;
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;
 extern const mxu_layer_class mxu_flatten_class;

@@ -122,20 +122,26 @@ static int batchnorm_stats_floats(const mxu_layer *layer) {
   return 2 * channels(layer);
 }
 
+/* Whether tf.keras 2.x runs its fused kernel, which feeds the moving
+ * variance the unbiased batch variance: on 4-D and 5-D inputs (images and
+ * volumes), unsynchronized. */
+static int unbiased_moving_variance(const mxu_layer *layer) {
+  int rank = layer->in_shape.rank;
+  return (rank == 3 || rank == 4) && !layer->config.batchnorm.synchronized;
+}
+
 /* moving = momentum * moving + (1 - momentum) * mean over replicas of the
- * batch statistic; tf.keras 2.x feeds the moving variance the unbiased
- * batch variance on 4-D inputs (its fused kernel), the biased one
- * otherwise. Replicas are summed in their logical order. */
+ * batch statistic, its variance unbiased where tf.keras 2.x's is
+ * (unbiased_moving_variance). Replicas are summed in their logical
+ * order. */
 static void batchnorm_update_state(mxu_layer *layer, const float *const *stats,
                                    int replicas, float *const *w) {
   const mxu_batchnorm_config *c = &layer->config.batchnorm;
   int first = c->scale + c->center, channel_count = channels(layer);
   float *moving_mean = w[first], *moving_var = w[first + 1];
   double n = (double)rows(layer);
-  /* Synchronized statistics come from tf.keras' non-fused path: biased. */
-  float unbias = n > 1 && layer->in_shape.rank == 3 && !c->synchronized
-                     ? (float)(n / (n - 1))
-                     : 1.0f;
+  float unbias =
+      n > 1 && unbiased_moving_variance(layer) ? (float)(n / (n - 1)) : 1.0f;
   float momentum = c->momentum;
   for (int k = 0; k < channel_count; k++) {
     float mean = 0.0f, var = 0.0f;
@@ -447,7 +453,8 @@ static mxu_hlo_value batchnorm_emit(const mxu_layer *layer, mxu_emit *e) {
                                    mxu_hlo_broadcast(h, inv, s, &last));
   y = scale_shift(layer, e, y, &k);
   /* The moving statistics follow each replica's, averaged. */
-  double unbias = n > 1 && layer->in_shape.rank == 3 ? (double)n / (n - 1) : 1;
+  double unbias =
+      n > 1 && unbiased_moving_variance(layer) ? (double)n / (n - 1) : 1;
   e->moving[k] = (mxu_emit_moving){mean, c->momentum, 1.0f};
   e->moving[k + 1] = (mxu_emit_moving){var, c->momentum, (float)unbias};
   return y;

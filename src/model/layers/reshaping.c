@@ -8,14 +8,21 @@
 
 #include <string.h>
 
+static int is_volume(const mxu_layer *layer) {
+  return layer->cls == &mxu_global_average_pooling3d_class ||
+         layer->cls == &mxu_global_max_pooling3d_class;
+}
+
 static mxu_status need_image(const mxu_layer *layer) {
-  int sequence = layer->cls->sequence;
-  if (layer->in_shape.rank == (sequence ? 2 : 3) + (layer->time_steps > 0))
-    return MXU_OK;
+  int sequence = layer->cls->sequence, volume = is_volume(layer);
+  int rank = sequence ? 2 : volume ? 4 : 3;
+  if (layer->in_shape.rank == rank + (layer->time_steps > 0)) return MXU_OK;
   char text[64];
   mxu_shape_format(&layer->in_shape, text, sizeof text);
   return mxu_fail(MXU_ERR_SHAPE, "%s: expects %s input, got %s", layer->name,
-                  sequence ? "(steps, channels)" : "(height, width, channels)",
+                  sequence ? "(steps, channels)"
+                  : volume ? "(depth, height, width, channels)"
+                           : "(height, width, channels)",
                   text);
 }
 
@@ -32,11 +39,11 @@ static mxu_shape image_of(const mxu_layer *layer) {
 static mxu_status global_pool_infer(mxu_layer *layer) {
   MXU_TRY(need_image(layer));
   int rank = image_of(layer).rank;
-  int64_t dims[3] = {1, 1, layer->in_shape.dims[layer->in_shape.rank - 1]};
+  int64_t dims[4] = {1, 1, 1, layer->in_shape.dims[layer->in_shape.rank - 1]};
   layer->out_shape =
       mxu_steps_shape(layer, layer->config.global_pool.keepdims
-                                 ? mxu_shape_make(rank, dims + 3 - rank)
-                                 : mxu_shape_make(1, &dims[2]));
+                                 ? mxu_shape_make(rank, dims + 4 - rank)
+                                 : mxu_shape_make(1, &dims[3]));
   return MXU_OK;
 }
 
@@ -138,7 +145,7 @@ static void global_max_backward(mxu_layer *layer, const mxu_layer_run *run) {
 /* Over height and width (steps), then the output's shape (keepdims). */
 static mxu_hlo_value global_pool_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo *h = e->h;
-  const int64_t axes[2] = {1, 2}, rows[1] = {0};
+  const int64_t axes[3] = {1, 2, 3}, rows[1] = {0};
   int is_max = layer->config.global_pool.is_max;
   mxu_shape image = image_of(layer);
   mxu_hlo_value x = layer->time_steps
@@ -250,6 +257,64 @@ const mxu_layer_class mxu_global_max_pooling1d_class = {
     .read_config = read_global_max1d,
     .write_config = write_global_pool,
     .aliases = global_max1d_aliases,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = global_pool_infer,
+    .flops = global_pool_flops,
+    .plan = mxu_no_plan,
+    .forward = global_max_forward,
+    .backward = global_max_backward,
+    .emit = global_pool_emit,
+};
+
+static mxu_status read_global_pool3d(const mxu_json_where *where,
+                                     const cJSON *config, mxu_json_node *node,
+                                     const char *name, int is_max) {
+  mxu_global_pool2d_config pool = {name, is_max, 0};
+  MXU_TRY(mxu_json_data_format(where, config));
+  MXU_TRY(mxu_json_bool(where, config, "keepdims", &pool.keepdims));
+  return mxu_json_applied(
+      where, node,
+      mxu_apply_global_pooling3d(node->model, &pool, node->inputs[0]));
+}
+
+static mxu_status read_global_average3d(const mxu_json_where *where,
+                                        const cJSON *config,
+                                        mxu_json_node *node, const char *name) {
+  return read_global_pool3d(where, config, node, name, 0);
+}
+
+static mxu_status read_global_max3d(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name) {
+  return read_global_pool3d(where, config, node, name, 1);
+}
+
+static const char *const global_average3d_aliases[] = {"GlobalAvgPool3D", NULL};
+static const char *const global_max3d_aliases[] = {"GlobalMaxPool3D", NULL};
+
+const mxu_layer_class mxu_global_average_pooling3d_class = {
+    .class_name = "GlobalAveragePooling3D",
+    .config_keys = global_pool_keys,
+    .read_config = read_global_average3d,
+    .write_config = write_global_pool,
+    .aliases = global_average3d_aliases,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = global_pool_infer,
+    .flops = global_pool_flops,
+    .plan = mxu_no_plan,
+    .forward = global_average_forward,
+    .backward = global_average_backward,
+    .emit = global_pool_emit,
+};
+
+const mxu_layer_class mxu_global_max_pooling3d_class = {
+    .class_name = "GlobalMaxPooling3D",
+    .config_keys = global_pool_keys,
+    .read_config = read_global_max3d,
+    .write_config = write_global_pool,
+    .aliases = global_max3d_aliases,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = global_pool_infer,
