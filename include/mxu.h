@@ -282,6 +282,20 @@ typedef struct mxu_pool3d_config {
   mxu_padding padding;
 } mxu_pool3d_config;
 
+/* ZeroPadding3D (zeros added) and Cropping3D (cells cut): margins[a][0]
+ * before and margins[a][1] after along depth, height and width (a = 0,
+ * 1, 2). */
+typedef struct mxu_margins3d_config {
+  const char *name;
+  int margins[3][2];
+} mxu_margins3d_config;
+
+/* UpSampling3D: each cell repeated size[a] times along axis a. */
+typedef struct mxu_upsampling3d_config {
+  const char *name;
+  int size[3];
+} mxu_upsampling3d_config;
+
 /* GlobalAveragePooling2D / GlobalMaxPooling2D: (h, w, c) -> (c), or
  * (1, 1, c) with keepdims. */
 typedef struct mxu_global_pool2d_config {
@@ -692,11 +706,17 @@ mxu_tensor_id mxu_apply_zero_padding2d(mxu_model *model,
                                        const mxu_zero_padding2d_config *config,
                                        mxu_tensor_id x);
 /* The volume layers, of (depth, height, width, channels): Conv3D,
- * MaxPooling3D, AveragePooling3D, and GlobalAveragePooling3D /
- * GlobalMaxPooling3D ((1, 1, 1, c) with keepdims). */
+ * MaxPooling3D, AveragePooling3D, GlobalAveragePooling3D /
+ * GlobalMaxPooling3D ((1, 1, 1, c) with keepdims), ZeroPadding3D,
+ * Cropping3D and UpSampling3D. */
 mxu_tensor_id mxu_apply_conv3d(mxu_model *model,
                                const mxu_conv3d_config *config,
                                mxu_tensor_id x);
+/* Conv3DTranspose: the transpose of a Conv3D, sizes as Conv2DTranspose's;
+ * its kernel (kd, kh, kw, filters, in), groups 1. */
+mxu_tensor_id mxu_apply_conv3d_transpose(mxu_model *model,
+                                         const mxu_conv3d_config *config,
+                                         mxu_tensor_id x);
 mxu_tensor_id mxu_apply_max_pooling3d(mxu_model *model,
                                       const mxu_pool3d_config *config,
                                       mxu_tensor_id x);
@@ -706,6 +726,15 @@ mxu_tensor_id mxu_apply_average_pooling3d(mxu_model *model,
 mxu_tensor_id mxu_apply_global_pooling3d(mxu_model *model,
                                          const mxu_global_pool2d_config *config,
                                          mxu_tensor_id x);
+mxu_tensor_id mxu_apply_zero_padding3d(mxu_model *model,
+                                       const mxu_margins3d_config *config,
+                                       mxu_tensor_id x);
+mxu_tensor_id mxu_apply_cropping3d(mxu_model *model,
+                                   const mxu_margins3d_config *config,
+                                   mxu_tensor_id x);
+mxu_tensor_id mxu_apply_upsampling3d(mxu_model *model,
+                                     const mxu_upsampling3d_config *config,
+                                     mxu_tensor_id x);
 mxu_tensor_id
 mxu_apply_depthwise_conv2d(mxu_model *model,
                            const mxu_depthwise_conv2d_config *config,

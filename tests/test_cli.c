@@ -65,12 +65,12 @@ static const char narrow_json[] =
     "\"keras_version\": \"2.6.0\", \"backend\": \"tensorflow\"}";
 
 /* A layer class mxu does not have. */
-static const char conv3d_json[] =
+static const char unknown_json[] =
     "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"sequential\", "
     "\"layers\": ["
     "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
     "[null, 28, 28, 28, 1], \"dtype\": \"float32\", \"name\": \"input_1\"}},"
-    "{\"class_name\": \"Conv3D\", \"config\": {\"name\": \"conv3d\", "
+    "{\"class_name\": \"ConvLSTM2D\", \"config\": {\"name\": \"conv_lstm\", "
     "\"filters\": 8}}]}}";
 
 /* ---- usage errors: exit 2 ---------------------------------------------- */
@@ -209,10 +209,10 @@ static void runtime_errors(void) {
   CHECK(has(r.err, "malformed.json"));
   result_free(&r);
 
-  const char *conv3d = temp_path("conv3d.json");
-  write_text(conv3d, conv3d_json);
-  r = run("summary", conv3d, NULL);
-  EXPECT_RUN(r, 1, "layer class Conv3D is not supported");
+  const char *unknown = temp_path("conv_lstm.json");
+  write_text(unknown, unknown_json);
+  r = run("summary", unknown, NULL);
+  EXPECT_RUN(r, 1, "layer class ConvLSTM2D is not supported");
   result_free(&r);
 
   r = run("train", fashion_json, "--data", temp_dir, NULL);

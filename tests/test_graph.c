@@ -2711,7 +2711,9 @@ static void test_separable1d(void) {
  * depth tap reads padding; groups 2; relu), MaxPooling3D (same),
  * AveragePooling3D (1 along width, stride 1, same: windows cut by the
  * edges), Conv3D (valid, dilated along height, tanh), then
- * GlobalMaxPooling3D and GlobalAveragePooling3D. */
+ * GlobalMaxPooling3D, GlobalAveragePooling3D, and Conv3DTranspose
+ * (valid, strided; same, dilated), UpSampling3D, ZeroPadding3D and
+ * Cropping3D. */
 static mxu_tensor_id volume_graph(mxu_model *m, const void *ctx) {
   (void)ctx;
   int64_t dims[4] = {6, 7, 6, 2};
@@ -2735,10 +2737,29 @@ static mxu_tensor_id volume_graph(mxu_model *m, const void *ctx) {
   second.activation = MXU_TANH;
   x = mxu_apply_conv3d(m, &second, x);
   mxu_global_pool2d_config gmp = {"gmp3d", 1, 0}, gap = {"gap3d", 0, 1};
-  mxu_tensor_id both[2] = {
+  /* (1, 2, 2) -> transposed, valid (2, 4, 4) -> (4, 4, 8) -> (5, 5, 8)
+   * -> (4, 4, 5); and transposed, same, dilated (1, 2, 2). */
+  mxu_conv3d_config t = mxu_conv3d_defaults(2, 2, 3, 2);
+  t.name = "transposed3d";
+  t.strides[0] = t.strides[2] = 2;
+  t.activation = MXU_RELU;
+  mxu_conv3d_config same = mxu_conv3d_defaults(3, 3, 2, 2);
+  same.name = "same_transposed3d";
+  same.padding = MXU_SAME;
+  same.dilation_rate[0] = 2;
+  same.activation = MXU_TANH;
+  mxu_upsampling3d_config up = {"up3d", {2, 1, 2}};
+  mxu_margins3d_config pad = {"pad3d", {{0, 1}, {1, 0}, {0, 0}}},
+                       crop = {"crop3d", {{1, 0}, {0, 1}, {1, 2}}};
+  mxu_tensor_id u = mxu_apply_zero_padding3d(
+      m, &pad,
+      mxu_apply_upsampling3d(m, &up, mxu_apply_conv3d_transpose(m, &t, x)));
+  mxu_tensor_id all[4] = {
       mxu_apply_global_pooling3d(m, &gmp, x),
-      mxu_apply_flatten(m, NULL, mxu_apply_global_pooling3d(m, &gap, x))};
-  return head(m, mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, both, 2, -1));
+      mxu_apply_flatten(m, NULL, mxu_apply_global_pooling3d(m, &gap, x)),
+      mxu_apply_flatten(m, NULL, mxu_apply_cropping3d(m, &crop, u)),
+      mxu_apply_flatten(m, NULL, mxu_apply_conv3d_transpose(m, &same, x))};
+  return head(m, mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, all, 4, -1));
 }
 
 static int volume_is(mxu_shape s, int64_t d, int64_t h, int64_t w, int64_t c) {
@@ -2759,6 +2780,14 @@ static void test_volumes(void) {
   CHECK(volume_is(m->layers[node_named(m, "avg3d")].out_shape, 2, 4, 3, 4) &&
         volume_is(dilated->out_shape, 1, 2, 2, 3));
   CHECK(volume_is(m->layers[node_named(m, "gap3d")].out_shape, 1, 1, 1, 3));
+  const mxu_layer *t = &m->layers[node_named(m, "transposed3d")];
+  CHECK(volume_is(t->out_shape, 2, 4, 4, 2) &&
+        m->params[t->param_first].shape.dims[3] == 2 &&
+        m->params[t->param_first].shape.dims[4] == 3);
+  CHECK(volume_is(m->layers[node_named(m, "pad3d")].out_shape, 5, 5, 8, 2) &&
+        volume_is(m->layers[node_named(m, "crop3d")].out_shape, 4, 4, 5, 2) &&
+        volume_is(m->layers[node_named(m, "same_transposed3d")].out_shape, 1, 2,
+                  2, 3));
   finite_differences(m, name);
   mxu_model_free(m);
   backends_agree(name, volume_graph, NULL);

@@ -318,6 +318,24 @@ static const layer_case cases[] = {
                            IN("d")) LAYER("GlobalMaxPooling3D", "g",
                                           ", \"keepdims\": true", IN("a")),
      "g", 1e-4},
+    {"Conv3DTranspose valid strided, same dilated", "8, 3, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [2, 4, 3, 3]", IN("lead"))
+         LAYER("Conv3DTranspose", "t",
+               ", \"filters\": 2, \"kernel_size\": [3, 2, 2], \"strides\": "
+               "[2, 1, 2], \"activation\": \"relu\"",
+               IN("r"))
+             LAYER("Conv3DTranspose", "s",
+                   ", \"filters\": 3, \"kernel_size\": 2, \"padding\": "
+                   "\"same\", \"dilation_rate\": [2, 1, 1]",
+                   IN("t")),
+     "s", 1e-4},
+    {"UpSampling3D, ZeroPadding3D, Cropping3D", "8, 3, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [2, 4, 3, 3]", IN("lead"))
+         LAYER("UpSampling3D", "u", ", \"size\": [2, 1, 2]", IN("r"))
+             LAYER("ZeroPadding3D", "p",
+                   ", \"padding\": [[1, 0], [0, 2], [1, 1]]", IN("u"))
+                 LAYER("Cropping3D", "c", ", \"cropping\": [1, 2, 3]", IN("p")),
+     "c", 1e-4},
     {"Conv3D softmax, GlobalAveragePooling3D", "8, 3, 2",
      LAYER("Reshape", "r", ", \"target_shape\": [2, 4, 3, 3]", IN("lead"))
          LAYER("Conv3D", "c",

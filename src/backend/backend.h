@@ -133,6 +133,11 @@ typedef struct mxu_backend {
                                float *dx);
   void (*conv2d_backward_weights)(mxu_op *op, const float *x, const float *dy,
                                   float *dw, float *db);
+  /* The buffers given before hold new values: an op keeping copies made
+   * of them by their addresses (within a step, from its forward on)
+   * drops them. The transposed convolutions call it before a forward
+   * that is their op's backward data. NULL: nothing kept. */
+  void (*conv2d_new_inputs)(mxu_op *op);
 
   /* y[n,out] = act(x[n,in] w[in,out] + b) */
   mxu_status (*dense_create)(const mxu_dense_desc *desc, mxu_op **out);

@@ -21,10 +21,14 @@ static const mxu_layer_class *const registry[] = {
     &mxu_max_pooling2d_class,
     &mxu_average_pooling2d_class,
     &mxu_conv3d_class,
+    &mxu_conv3d_transpose_class,
     &mxu_max_pooling3d_class,
     &mxu_average_pooling3d_class,
     &mxu_global_average_pooling3d_class,
     &mxu_global_max_pooling3d_class,
+    &mxu_zero_padding3d_class,
+    &mxu_cropping3d_class,
+    &mxu_upsampling3d_class,
     &mxu_activation_class,
     &mxu_flatten_class,
     &mxu_dense_class,
@@ -790,6 +794,15 @@ mxu_tensor_id mxu_apply_conv3d(mxu_model *model,
   APPLY_CONFIG(conv3d, &mxu_conv3d_class, "Conv3D");
 }
 
+mxu_tensor_id mxu_apply_conv3d_transpose(mxu_model *model,
+                                         const mxu_conv3d_config *config,
+                                         mxu_tensor_id x) {
+  if (config &&
+      check_activation("Conv3DTranspose", config->activation) != MXU_OK)
+    return -1;
+  APPLY_CONFIG(conv3d, &mxu_conv3d_transpose_class, "Conv3DTranspose");
+}
+
 mxu_tensor_id mxu_apply_max_pooling3d(mxu_model *model,
                                       const mxu_pool3d_config *config,
                                       mxu_tensor_id x) {
@@ -809,6 +822,24 @@ mxu_tensor_id mxu_apply_global_pooling3d(mxu_model *model,
                config && config->is_max ? &mxu_global_max_pooling3d_class
                                         : &mxu_global_average_pooling3d_class,
                "GlobalPooling3D");
+}
+
+mxu_tensor_id mxu_apply_zero_padding3d(mxu_model *model,
+                                       const mxu_margins3d_config *config,
+                                       mxu_tensor_id x) {
+  APPLY_CONFIG(margins3d, &mxu_zero_padding3d_class, "ZeroPadding3D");
+}
+
+mxu_tensor_id mxu_apply_cropping3d(mxu_model *model,
+                                   const mxu_margins3d_config *config,
+                                   mxu_tensor_id x) {
+  APPLY_CONFIG(margins3d, &mxu_cropping3d_class, "Cropping3D");
+}
+
+mxu_tensor_id mxu_apply_upsampling3d(mxu_model *model,
+                                     const mxu_upsampling3d_config *config,
+                                     mxu_tensor_id x) {
+  APPLY_CONFIG(upsampling3d, &mxu_upsampling3d_class, "UpSampling3D");
 }
 
 /* The 1-D layers keep their sizes as the 1 x n window of the image

@@ -10,6 +10,12 @@ keras.io build them:
   -> AveragePooling3D((1, 2, 2), same) -> Flatten   (3,)
   and GlobalAveragePooling3D of "pool"             (4,)
   and GlobalMaxPooling3D of "conv2"                (3,)
+  and "conv2" -> Conv3DTranspose(2, (2, 3, 2), strides (2, 1, 2), relu)
+                                                    (2, 4, 4, 2)
+  -> Conv3DTranspose(3, 2, same)                    (2, 4, 4, 3)
+  -> UpSampling3D((2, 1, 1))                        (4, 4, 4, 3)
+  -> ZeroPadding3D(((0, 1), (1, 1), (0, 0)))       (5, 6, 4, 3)
+  -> Cropping3D(((1, 0), (0, 2), (0, 1))) -> Flatten (4 x 4 x 3 x 3,)
   -> Concatenate -> Dense(3, softmax)
 tf_keras (tf.keras 2) Functional, tf_keras.utils.set_random_seed(50),
 default initializers; SGD(0.1), sparse_categorical_crossentropy. Batch:
@@ -50,7 +56,14 @@ def build(K):
     a = L.Flatten(name="flat")(a)
     b = L.GlobalAveragePooling3D(name="gap")(p)
     m = L.GlobalMaxPooling3D(name="gmp")(c)
-    y = L.Concatenate(name="concat")([a, b, m])
+    u = L.Conv3DTranspose(2, (2, 3, 2), strides=(2, 1, 2), activation="relu",
+                          name="transposed")(c)
+    u = L.Conv3DTranspose(3, 2, padding="same", name="same_transposed")(u)
+    u = L.UpSampling3D((2, 1, 1), name="up")(u)
+    u = L.ZeroPadding3D(((0, 1), (1, 1), (0, 0)), name="pad")(u)
+    u = L.Cropping3D(((1, 0), (0, 2), (0, 1)), name="crop")(u)
+    u = L.Flatten(name="flat_u")(u)
+    y = L.Concatenate(name="concat")([a, b, m, u])
     y = L.Dense(3, activation="softmax", name="out")(y)
     return K.Model(x, y, name="volume")
 

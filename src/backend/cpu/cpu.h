@@ -266,6 +266,7 @@ void cpu_conv_few_backward_relu(mxu_op *op, const float *x, const float *w,
 /* The table's conv entries: the own kernels where attached, else oneDNN. */
 void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,
                         const float *b, float *y);
+void cpu_weighted_new_inputs(mxu_op *op);
 void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
                                  float *dw, float *db);
 int cpu_conv2d_backward_relu(mxu_op *op, const float *x, const float *w,

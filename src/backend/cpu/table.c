@@ -9,6 +9,7 @@ static const mxu_backend cpu_backend = {
     .conv2d_forward = cpu_conv2d_forward,
     .conv2d_backward_data = cpu_conv2d_backward_data,
     .conv2d_backward_weights = cpu_conv2d_backward_weights,
+    .conv2d_new_inputs = cpu_weighted_new_inputs,
     .conv2d_native = cpu_conv2d_native,
     .conv2d_backward_relu = cpu_conv2d_backward_relu,
     .dense_create = cpu_dense_create,

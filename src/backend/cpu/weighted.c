@@ -301,10 +301,14 @@ static const void *backward_data_weights(mxu_op *op, const float *w) {
   return op->blocked[FWD];
 }
 
+void cpu_weighted_new_inputs(mxu_op *op) {
+  op->src_from = op->weights_from = op->diff_dst_from = NULL;
+}
+
 void cpu_weighted_forward(mxu_op *op, const float *x, const float *w,
                           const float *b, float *y) {
   /* A forward starts a step: the copies of the last one are stale. */
-  op->src_from = op->weights_from = op->diff_dst_from = NULL;
+  cpu_weighted_new_inputs(op);
   const void *xs = src_for(op, x);
   const void *wf = weights_for(op, FWD, w);
   op->weights_from = w;
