@@ -274,6 +274,24 @@ typedef struct mxu_conv3d_config {
   int groups;
 } mxu_conv3d_config;
 
+/* ConvLSTM2D over (steps, height, width, channels): an LSTM whose gates
+ * are convolutions, of the step's image (kernel (kh, kw, channels, 4
+ * filters), strides, valid or same padding, dilation) and of the last h
+ * (recurrent_kernel (kh, kw, filters, 4 filters), same padding); gates
+ * i, f, c, o along the last axis as Keras'. Outputs (out_h, out_w,
+ * filters), or every step's with return_sequences. */
+typedef struct mxu_conv_lstm2d_config {
+  const char *name;
+  int filters;
+  int kernel_size[2];
+  int strides[2];
+  mxu_padding padding;
+  int dilation_rate[2];
+  mxu_activation activation, recurrent_activation;
+  int use_bias, unit_forget_bias, return_sequences, go_backwards;
+  mxu_weight_options kernel, recurrent, bias;
+} mxu_conv_lstm2d_config;
+
 /* MaxPooling3D and AveragePooling3D (the average over in-bounds cells). */
 typedef struct mxu_pool3d_config {
   const char *name;
@@ -615,6 +633,9 @@ mxu_conv1d_config mxu_conv1d_defaults(int filters, int kernel_size);
 mxu_pool1d_config mxu_pool1d_defaults(int pool_size);
 mxu_conv3d_config mxu_conv3d_defaults(int filters, int kernel_d, int kernel_h,
                                       int kernel_w);
+/* Keras 3's: tanh, sigmoid, unit_forget_bias, valid, strides 1. */
+mxu_conv_lstm2d_config mxu_conv_lstm2d_defaults(int filters, int kernel_h,
+                                                int kernel_w);
 mxu_pool3d_config mxu_pool3d_defaults(int pool_size); /* its strides too */
 mxu_rnn_config mxu_rnn_defaults(mxu_rnn_kind kind, int units);
 mxu_dense_config mxu_dense_defaults(int units);
@@ -717,6 +738,9 @@ mxu_tensor_id mxu_apply_conv3d(mxu_model *model,
 mxu_tensor_id mxu_apply_conv3d_transpose(mxu_model *model,
                                          const mxu_conv3d_config *config,
                                          mxu_tensor_id x);
+mxu_tensor_id mxu_apply_conv_lstm2d(mxu_model *model,
+                                    const mxu_conv_lstm2d_config *config,
+                                    mxu_tensor_id x);
 mxu_tensor_id mxu_apply_max_pooling3d(mxu_model *model,
                                       const mxu_pool3d_config *config,
                                       mxu_tensor_id x);

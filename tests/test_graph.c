@@ -2793,6 +2793,49 @@ static void test_volumes(void) {
   backends_agree(name, volume_graph, NULL);
 }
 
+/* ConvLSTM2D over 3 frames (5, 4, 2): same padding, sequences, then
+ * valid and strided, backwards, the last step, a hard sigmoid without
+ * bias. */
+static mxu_tensor_id conv_lstm_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  int64_t dims[4] = {3, 5, 4, 2};
+  mxu_tensor_id x = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, "clip", mxu_shape_make(4, dims)));
+  mxu_conv_lstm2d_config a = mxu_conv_lstm2d_defaults(3, 3, 2);
+  a.name = "conv_lstm";
+  a.padding = MXU_SAME;
+  a.return_sequences = 1;
+  x = mxu_apply_conv_lstm2d(m, &a, x);
+  mxu_conv_lstm2d_config b = mxu_conv_lstm2d_defaults(2, 2, 2);
+  b.name = "conv_lstm_back";
+  b.strides[0] = 2;
+  b.go_backwards = 1;
+  b.use_bias = 0;
+  b.recurrent_activation = MXU_HARD_SIGMOID;
+  return head(m, mxu_apply_conv_lstm2d(m, &b, x));
+}
+
+static void test_conv_lstm(void) {
+  const char *name = "ConvLSTM2D";
+  mxu_model *m = build(name, conv_lstm_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  const mxu_layer *a = &m->layers[node_named(m, "conv_lstm")];
+  const mxu_layer *b = &m->layers[node_named(m, "conv_lstm_back")];
+  CHECK(volume_is(a->out_shape, 3, 5, 4, 3) &&
+        dims_are(b->out_shape, 3, 2, 3, 2));
+  const mxu_shape *kernel = &m->params[a->param_first].shape,
+                  *recurrent = &m->params[a->param_first + 1].shape;
+  CHECK(kernel->rank == 4 && kernel->dims[2] == 2 && kernel->dims[3] == 12 &&
+        recurrent->dims[2] == 3 && recurrent->dims[3] == 12);
+  /* unit_forget_bias: the f gate's bias starts at ones. */
+  const float *bias = m->weights + m->params[a->param_first + 2].offset;
+  CHECK(bias[0] == 0.0f && bias[3] == 1.0f && bias[5] == 1.0f &&
+        bias[6] == 0.0f);
+  finite_differences(m, name);
+  mxu_model_free(m);
+  backends_agree(name, conv_lstm_graph, NULL);
+}
+
 /* TimeDistributed: a clip of 3 frames (5, 5, 2), each through Conv2D
  * (same, relu), BatchNormalization, MaxPooling2D, DepthwiseConv2D and
  * GlobalAveragePooling2D; and a series of 3 sequences (6, 2) through
@@ -3815,6 +3858,7 @@ int main(void) {
   test_dense_attention();
   test_separable1d();
   test_volumes();
+  test_conv_lstm();
   test_time_distributed();
   test_layers();
   test_dropout_noise();

@@ -21,6 +21,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_max_pooling2d_class,
     &mxu_average_pooling2d_class,
     &mxu_conv3d_class,
+    &mxu_conv_lstm2d_class,
     &mxu_conv3d_transpose_class,
     &mxu_max_pooling3d_class,
     &mxu_average_pooling3d_class,
@@ -166,6 +167,19 @@ mxu_conv3d_config mxu_conv3d_defaults(int filters, int kernel_d, int kernel_h,
                              .use_bias = 1,
                              .dilation_rate = {1, 1, 1},
                              .groups = 1};
+}
+
+mxu_conv_lstm2d_config mxu_conv_lstm2d_defaults(int filters, int kernel_h,
+                                                int kernel_w) {
+  return (mxu_conv_lstm2d_config){.filters = filters,
+                                  .kernel_size = {kernel_h, kernel_w},
+                                  .strides = {1, 1},
+                                  .padding = MXU_VALID,
+                                  .dilation_rate = {1, 1},
+                                  .activation = MXU_TANH,
+                                  .recurrent_activation = MXU_SIGMOID,
+                                  .use_bias = 1,
+                                  .unit_forget_bias = 1};
 }
 
 mxu_pool3d_config mxu_pool3d_defaults(int pool_size) {
@@ -801,6 +815,12 @@ mxu_tensor_id mxu_apply_conv3d_transpose(mxu_model *model,
       check_activation("Conv3DTranspose", config->activation) != MXU_OK)
     return -1;
   APPLY_CONFIG(conv3d, &mxu_conv3d_transpose_class, "Conv3DTranspose");
+}
+
+mxu_tensor_id mxu_apply_conv_lstm2d(mxu_model *model,
+                                    const mxu_conv_lstm2d_config *config,
+                                    mxu_tensor_id x) {
+  APPLY_CONFIG(conv_lstm, &mxu_conv_lstm2d_class, "ConvLSTM2D");
 }
 
 mxu_tensor_id mxu_apply_max_pooling3d(mxu_model *model,

@@ -303,6 +303,7 @@ struct mxu_layer {
   union {
     mxu_conv2d_config conv;
     mxu_conv3d_config conv3d;
+    mxu_conv_lstm2d_config conv_lstm;
     mxu_pool3d_config pool3d;
     mxu_margins3d_config margins3d;
     mxu_upsampling3d_config upsampling3d;
@@ -466,6 +467,7 @@ extern const mxu_layer_class mxu_attention_class;
 extern const mxu_layer_class mxu_additive_attention_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_conv3d_class;
+extern const mxu_layer_class mxu_conv_lstm2d_class;
 extern const mxu_layer_class mxu_conv3d_transpose_class;
 extern const mxu_layer_class mxu_max_pooling3d_class;
 extern const mxu_layer_class mxu_average_pooling3d_class;

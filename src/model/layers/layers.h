@@ -50,6 +50,14 @@ mxu_shape mxu_steps_shape(const mxu_layer *layer, mxu_shape step);
 int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
                       const mxu_backend *backend, int batch);
 
+/* The recurrent cells' activations (tanh, sigmoid, relu, linear, the
+ * hard sigmoids): y = a(x) over count values (y may be x), and the slope
+ * at the x that gave each y, from y. */
+int mxu_rnn_activation_supported(mxu_activation a);
+void mxu_rnn_activate(mxu_activation a, const float *x, float *y,
+                      int64_t count);
+void mxu_rnn_slope(mxu_activation a, const float *y, float *out, int64_t count);
+
 /* A pooling layer's backend description for `batch` samples. */
 mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch);
 

@@ -33,15 +33,15 @@ static int states_of(mxu_rnn_kind kind) { return kind == MXU_LSTM ? 2 : 1; }
  * Those whose derivative is a function of the output, which the backward
  * steps read from the kept gates. */
 
-static int supported_activation(mxu_activation a) {
+int mxu_rnn_activation_supported(mxu_activation a) {
   return a == MXU_TANH || a == MXU_SIGMOID || a == MXU_LINEAR ||
          a == MXU_RELU || a == MXU_HARD_SIGMOID || a == MXU_HARD_SIGMOID_TF2;
 }
 
 /* y = a(x) over count values (y may be x), each activation its own loop
  * for GCC to vectorise (core/fast_math.h's sigmoid and tanh). */
-static void activate_all(mxu_activation a, const float *x, float *y,
-                         int64_t count) {
+void mxu_rnn_activate(mxu_activation a, const float *x, float *y,
+                      int64_t count) {
   int64_t j;
   switch (a) {
   case MXU_TANH:
@@ -67,8 +67,8 @@ static void activate_all(mxu_activation a, const float *x, float *y,
 }
 
 /* d a / dx at the x that gave each y, into out (count values). */
-static void slope_all(mxu_activation a, const float *y, float *out,
-                      int64_t count) {
+void mxu_rnn_slope(mxu_activation a, const float *y, float *out,
+                   int64_t count) {
   int64_t j;
   switch (a) {
   case MXU_TANH:
@@ -197,8 +197,8 @@ static mxu_status rnn_infer(mxu_layer *layer) {
   if (c->units <= 0 || c->units > (1 << 20))
     return mxu_fail(MXU_ERR_ARG, "%s: units %d must be in 1..%d", layer->name,
                     c->units, 1 << 20);
-  if (!supported_activation(c->activation) ||
-      !supported_activation(c->recurrent_activation))
+  if (!mxu_rnn_activation_supported(c->activation) ||
+      !mxu_rnn_activation_supported(c->recurrent_activation))
     return mxu_fail(
         MXU_ERR_UNSUPPORTED,
         "%s: a recurrent cell's activation and recurrent_activation "
@@ -558,17 +558,17 @@ static void cell_forward(const mxu_rnn_config *c, int64_t u, const float *p,
     if (r) add_all(r, gates, width);
   }
   if (c->kind == MXU_SIMPLE_RNN) {
-    activate_all(act, gates, gates, u);
+    mxu_rnn_activate(act, gates, gates, u);
     memcpy(h, gates, (size_t)u * sizeof(float));
     return;
   }
   if (c->kind == MXU_LSTM) {
     float *i = gates, *f = gates + u, *k = gates + 2 * u, *o = gates + 3 * u;
-    activate_all(rec, i, i, 2 * u);
-    activate_all(act, k, k, u);
-    activate_all(rec, o, o, u);
+    mxu_rnn_activate(rec, i, i, 2 * u);
+    mxu_rnn_activate(act, k, k, u);
+    mxu_rnn_activate(rec, o, o, u);
     for (j = 0; j < u; j++) cell[j] = f[j] * c_prev[j] + i[j] * k[j];
-    activate_all(act, cell, h, u);
+    mxu_rnn_activate(act, cell, h, u);
     for (j = 0; j < u; j++) h[j] *= o[j];
     return;
   }
@@ -587,9 +587,9 @@ static void cell_forward(const mxu_rnn_config *c, int64_t u, const float *p,
     add_all(rec_bias + 2 * u, candidate, u);
   }
   for (j = 0; j < 2 * u; j++) gates[j] = p[j] + gates[j];
-  activate_all(rec, gates, gates, 2 * u);
+  mxu_rnn_activate(rec, gates, gates, 2 * u);
   for (j = 0; j < u; j++) k[j] = p[2 * u + j] + reset[j] * candidate[j];
-  activate_all(act, k, k, u);
+  mxu_rnn_activate(act, k, k, u);
   for (j = 0; j < u; j++) h[j] = z[j] * h_prev[j] + (1.0f - z[j]) * k[j];
 }
 
@@ -792,7 +792,7 @@ static void cell_backward(const mxu_rnn_config *c, int64_t u,
   mxu_activation act = c->activation, rec = c->recurrent_activation;
   int64_t j;
   if (c->kind == MXU_SIMPLE_RNN) {
-    slope_all(act, gates, d_input, u);
+    mxu_rnn_slope(act, gates, d_input, u);
     for (j = 0; j < u; j++) {
       d_rec[j] = d_input[j] *= dh[j];
       dh[j] = 0.0f;
@@ -803,11 +803,11 @@ static void cell_backward(const mxu_rnn_config *c, int64_t u,
     const float *i = gates, *f = gates + u, *k = gates + 2 * u;
     const float *o = gates + 3 * u;
     float *tc = tmp, *s_tc = tmp + u;
-    activate_all(act, cell, tc, u);
-    slope_all(act, tc, s_tc, u);
-    slope_all(rec, i, d_input, 2 * u);
-    slope_all(act, k, d_input + 2 * u, u);
-    slope_all(rec, o, d_input + 3 * u, u);
+    mxu_rnn_activate(act, cell, tc, u);
+    mxu_rnn_slope(act, tc, s_tc, u);
+    mxu_rnn_slope(rec, i, d_input, 2 * u);
+    mxu_rnn_slope(act, k, d_input + 2 * u, u);
+    mxu_rnn_slope(rec, o, d_input + 3 * u, u);
     for (j = 0; j < u; j++) {
       float dcell = dh[j] * o[j] * s_tc[j] + dc[j];
       d_rec[j] = d_input[j] *= dcell * k[j];
@@ -820,8 +820,8 @@ static void cell_backward(const mxu_rnn_config *c, int64_t u,
     return;
   }
   const float *z = gates, *reset = gates + u, *k = gates + 2 * u;
-  slope_all(rec, z, d_input, 2 * u);
-  slope_all(act, k, d_input + 2 * u, u);
+  mxu_rnn_slope(rec, z, d_input, 2 * u);
+  mxu_rnn_slope(act, k, d_input + 2 * u, u);
   for (j = 0; j < u; j++) {
     float dk = dh[j] * (1.0f - z[j]) * d_input[2 * u + j];
     float dz = dh[j] * (h_prev[j] - k[j]) * d_input[j];
