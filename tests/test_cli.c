@@ -70,7 +70,8 @@ static const char unknown_json[] =
     "\"layers\": ["
     "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
     "[null, 28, 28, 28, 1], \"dtype\": \"float32\", \"name\": \"input_1\"}},"
-    "{\"class_name\": \"ConvLSTM2D\", \"config\": {\"name\": \"conv_lstm\", "
+    "{\"class_name\": \"LocallyConnected2D\", \"config\": {\"name\": "
+    "\"local\", "
     "\"filters\": 8}}]}}";
 
 /* ---- usage errors: exit 2 ---------------------------------------------- */
@@ -209,10 +210,10 @@ static void runtime_errors(void) {
   CHECK(has(r.err, "malformed.json"));
   result_free(&r);
 
-  const char *unknown = temp_path("conv_lstm.json");
+  const char *unknown = temp_path("local.json");
   write_text(unknown, unknown_json);
   r = run("summary", unknown, NULL);
-  EXPECT_RUN(r, 1, "layer class ConvLSTM2D is not supported");
+  EXPECT_RUN(r, 1, "layer class LocallyConnected2D is not supported");
   result_free(&r);
 
   r = run("train", fashion_json, "--data", temp_dir, NULL);

@@ -457,6 +457,15 @@ int main(void) {
        3,
        {4, 6, 6, 1},
        NULL},
+      /* ConvLSTM2D's sequences read by a Conv3D, and a strided one
+       * backwards (make_conv_lstm.py). */
+      {"tests/golden/conv_lstm",
+       {"tests/golden/conv_lstm/model.tf2.json",
+        "tests/golden/conv_lstm/model.k3.json"},
+       6,
+       3,
+       {3, 6, 5, 1},
+       NULL},
       /* DepthwiseConv1D and SeparableConv1D (make_separable1d.py). */
       {"tests/golden/separable1d",
        {"tests/golden/separable1d/model.tf2.json",
@@ -494,7 +503,7 @@ int main(void) {
         strstr(current->dir, "dense_attention") ||
         strstr(current->dir, "separable1d") ||
         strstr(current->dir, "time_distributed") ||
-        strstr(current->dir, "volume") ||
+        strstr(current->dir, "volume") || strstr(current->dir, "conv_lstm") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
@@ -517,6 +526,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/separable1d") == 0 ||
         strcmp(cases[c].dir, "tests/golden/time_distributed") == 0 ||
         strcmp(cases[c].dir, "tests/golden/volume") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/conv_lstm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

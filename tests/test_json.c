@@ -2339,47 +2339,50 @@ static const struct {
 static void errors_listed_together(void) {
   mxu_model *m = NULL;
   CHECK(mxu_model_from_json(
-            image_model(
-                "{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
-                "\"c1\", \"filters\": 4, \"kernel_size\": 3, "
-                "\"activation\": \"celu\"}}, {\"class_name\": \"ConvLSTM2D\", "
-                "\"config\": {\"name\": \"c3d\", \"filters\": 4}}, "
-                "{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
-                "\"c2\", \"filters\": 4, \"kernel_size\": 3, "
-                "\"kernel_initializer\": \"mystery\"}}"),
+            image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                        "\"c1\", \"filters\": 4, \"kernel_size\": 3, "
+                        "\"activation\": \"celu\"}}, {\"class_name\": "
+                        "\"LocallyConnected2D\", "
+                        "\"config\": {\"name\": \"c3d\", \"filters\": 4}}, "
+                        "{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
+                        "\"c2\", \"filters\": 4, \"kernel_size\": 3, "
+                        "\"kernel_initializer\": \"mystery\"}}"),
             "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
   CHECK(m == NULL);
   const char *msg = mxu_errmsg();
-  CHECK_MSG(has(msg, "model.json: 3 layers are not supported") &&
-                has(msg, "1. model.json: layer 'c1' (Conv2D): activation "
-                         "'celu' is not supported") &&
-                has(msg, "2. model.json: layer 'c3d' (ConvLSTM2D): layer class "
-                         "ConvLSTM2D is not supported\n") &&
-                has(msg, "3. model.json: layer 'c2' (Conv2D): "
-                         "kernel_initializer: initializer 'mystery'") &&
-                has(msg, "mxu has the layer classes Conv2D"),
-            "%s", msg);
+  CHECK_MSG(
+      has(msg, "model.json: 3 layers are not supported") &&
+          has(msg, "1. model.json: layer 'c1' (Conv2D): activation "
+                   "'celu' is not supported") &&
+          has(msg,
+              "2. model.json: layer 'c3d' (LocallyConnected2D): layer class "
+              "LocallyConnected2D is not supported\n") &&
+          has(msg, "3. model.json: layer 'c2' (Conv2D): "
+                   "kernel_initializer: initializer 'mystery'") &&
+          has(msg, "mxu has the layer classes Conv2D"),
+      "%s", msg);
   /* A shape the stand-in cannot give stops the reading after the items. */
   CHECK(mxu_model_from_json(
-            image_model("{\"class_name\": \"ConvLSTM2D\", \"config\": "
+            image_model("{\"class_name\": \"LocallyConnected2D\", \"config\": "
                         "{\"name\": \"c3d\", \"filters\": 4}}, "
                         "{\"class_name\": \"Conv2D\", \"config\": "
                         "{\"name\": \"big\", \"filters\": 4, "
                         "\"kernel_size\": 40}}"),
             "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
-  CHECK_MSG(
-      has(mxu_errmsg(), "layer class ConvLSTM2D is not supported (mxu has") &&
-          has(mxu_errmsg(), "reading stopped after them at: "
-                            "model.json: layer 'big' (Conv2D)"),
-      "%s", mxu_errmsg());
+  CHECK_MSG(has(mxu_errmsg(),
+                "layer class LocallyConnected2D is not supported (mxu has") &&
+                has(mxu_errmsg(), "reading stopped after them at: "
+                                  "model.json: layer 'big' (Conv2D)"),
+            "%s", mxu_errmsg());
 }
 
 static void errors_layers(void) {
   EXPECT_JSON_FAIL(
-      image_model("{\"class_name\": \"ConvLSTM2D\", \"config\": {\"name\": "
-                  "\"c3d\", \"filters\": 8}}"),
-      MXU_ERR_UNSUPPORTED, "layer 'c3d' (ConvLSTM2D)",
-      "layer class ConvLSTM2D is not supported");
+      image_model(
+          "{\"class_name\": \"LocallyConnected2D\", \"config\": {\"name\": "
+          "\"c3d\", \"filters\": 8}}"),
+      MXU_ERR_UNSUPPORTED, "layer 'c3d' (LocallyConnected2D)",
+      "layer class LocallyConnected2D is not supported");
   /* The whole message, as the issue spells it. */
   mxu_model *m = NULL;
   CHECK(mxu_model_from_json(

@@ -329,6 +329,18 @@ static const layer_case cases[] = {
                    "\"same\", \"dilation_rate\": [2, 1, 1]",
                    IN("t")),
      "s", 1e-4},
+    {"ConvLSTM2D same sequences, valid strided backwards", "8, 3, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [2, 4, 3, 3]", IN("lead"))
+         LAYER("ConvLSTM2D", "a",
+               ", \"filters\": 3, \"kernel_size\": [3, 2], \"padding\": "
+               "\"same\", \"return_sequences\": true",
+               IN("r"))
+             LAYER("ConvLSTM2D", "b",
+                   ", \"filters\": 2, \"kernel_size\": 2, \"strides\": "
+                   "[2, 1], \"go_backwards\": true, \"use_bias\": false, "
+                   "\"recurrent_activation\": \"hard_sigmoid\"",
+                   IN("a")),
+     "b", 1e-4},
     {"UpSampling3D, ZeroPadding3D, Cropping3D", "8, 3, 2",
      LAYER("Reshape", "r", ", \"target_shape\": [2, 4, 3, 3]", IN("lead"))
          LAYER("UpSampling3D", "u", ", \"size\": [2, 1, 2]", IN("r"))

@@ -26,13 +26,13 @@ double mxu_now_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Keras' to_snake_case, its two regular expressions as scans:
- * (.)([A-Z][a-z0-9]+) -> \1_\2, then ([a-z])([A-Z]) -> \1_\2, then lower
+/* Keras 3's to_snake_case, its two regular expressions as scans:
+ * (.)([A-Z][a-z]+) -> \1_\2, then ([a-z])([A-Z]) -> \1_\2, then lower
  * case. Conv2D -> conv2d, MaxPooling2D -> max_pooling2d, ConvLSTM2D ->
- * conv_lst_m2d. */
+ * conv_lstm2d (the name of its group in a .keras archive; tf.keras 2's
+ * [a-z0-9]+ made it conv_lst_m2d). */
 static int word_start(const char *s, size_t i) {
-  return isupper((unsigned char)s[i]) &&
-         (islower((unsigned char)s[i + 1]) || isdigit((unsigned char)s[i + 1]));
+  return isupper((unsigned char)s[i]) && islower((unsigned char)s[i + 1]);
 }
 
 void mxu_snake_case(const char *name, char *out, size_t out_size) {
@@ -44,9 +44,7 @@ void mxu_snake_case(const char *name, char *out, size_t out_size) {
       first[j++] = name[i++];
       first[j++] = '_';
       first[j++] = name[i++];
-      while (
-          i < len && j + 1 < sizeof first &&
-          (islower((unsigned char)name[i]) || isdigit((unsigned char)name[i])))
+      while (i < len && j + 1 < sizeof first && islower((unsigned char)name[i]))
         first[j++] = name[i++];
     } else {
       first[j++] = name[i++];

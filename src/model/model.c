@@ -108,7 +108,7 @@ const mxu_layer_class *mxu_layer_class_find(const char *class_name) {
 }
 
 const char *mxu_layer_class_names(void) {
-  static char names[1024];
+  static char names[4096]; /* every class, some 90 */
   if (names[0]) return names;
   size_t used = 0;
   for (size_t i = 0; i < sizeof registry / sizeof *registry; i++)

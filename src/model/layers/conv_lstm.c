@@ -350,6 +350,90 @@ static void conv_lstm_backward(mxu_layer *layer, const mxu_layer_run *run) {
     run->backend->conv2d_backward_data(run->ops[0], dp, run->w[0], run->dx);
 }
 
+/* ---- pjrt ------------------------------------------------------------------
+ * The same steps unrolled: the input's convolution over every step's
+ * image, then per step the recurrent convolution and the cells over
+ * (batch x pixels, 4 filters) rows; XLA's differentiation runs them
+ * backward. */
+
+static mxu_hlo_window window_of(const mxu_conv2d_desc *d) {
+  return (mxu_hlo_window){.stride = {d->stride_h, d->stride_w},
+                          .pad_low = {d->pad_top, d->pad_left},
+                          .pad_high = {d->pad_bottom, d->pad_right},
+                          .lhs_dilation = {1, 1},
+                          .rhs_dilation = {d->dilation_h, d->dilation_w},
+                          .feature_groups = 1};
+}
+
+/* Gate g's columns of rows (rows, 4 u). */
+static mxu_hlo_value gate(mxu_hlo *h, mxu_hlo_value v, int64_t rows, int64_t u,
+                          int g) {
+  int64_t start[2] = {0, g * u}, limit[2] = {rows, (g + 1) * u},
+          stride[2] = {1, 1};
+  return mxu_hlo_slice(h, v, start, limit, stride);
+}
+
+static mxu_hlo_value conv_lstm_emit(const mxu_layer *layer, mxu_emit *e) {
+  const mxu_conv_lstm2d_config *c = config_of(layer);
+  mxu_hlo *h = e->h;
+  lstm_dims d = dims_of(layer, e->batch);
+  int64_t u = d.units, rows = d.n * d.pix;
+  mxu_conv2d_desc in = conv_describe(layer, e->batch, 0),
+                  rec = conv_describe(layer, e->batch, 1);
+  mxu_hlo_window wi = window_of(&in), wr = window_of(&rec);
+  int64_t images[4] = {d.n * d.steps, d.h, d.w, d.c};
+  int64_t by_step[4] = {d.n, d.steps, d.pix, 4 * u};
+  int64_t cells[2] = {rows, 4 * u}, state[4] = {d.n, d.oh, d.ow, u};
+  int64_t frame[5] = {d.n, 1, d.oh, d.ow, u};
+  mxu_hlo_value p = mxu_emit_result(
+      e, mxu_hlo_convolution(
+             h,
+             mxu_emit_compute(e, mxu_hlo_reshape(h, e->in[0],
+                                                 mxu_hlo_shape_make(
+                                                     MXU_HLO_F32, 4, images))),
+             mxu_emit_compute(e, e->w[0]), &wi));
+  if (c->use_bias) p = mxu_emit_bias(e, p, e->w[2]);
+  p = mxu_hlo_reshape(h, p, mxu_hlo_shape_make(MXU_HLO_F32, 4, by_step));
+  mxu_hlo_value hv = 0, cell = 0, out = 0;
+#define ACT(a, v) mxu_emit_activation(e, a, 0.0f, v)
+  for (int64_t s = 0; s < d.steps; s++) {
+    int64_t t = input_step(layer, &d, s);
+    const int64_t start[4] = {0, t, 0, 0},
+                  limit[4] = {d.n, t + 1, d.pix, 4 * u}, ones[4] = {1, 1, 1, 1};
+    mxu_hlo_value z =
+        mxu_hlo_reshape(h, mxu_hlo_slice(h, p, start, limit, ones),
+                        mxu_hlo_shape_make(MXU_HLO_F32, 2, cells));
+    if (hv) {
+      mxu_hlo_value r = mxu_emit_result(
+          e, mxu_hlo_convolution(
+                 h,
+                 mxu_emit_compute(
+                     e, mxu_hlo_reshape(
+                            h, hv, mxu_hlo_shape_make(MXU_HLO_F32, 4, state))),
+                 mxu_emit_compute(e, e->w[1]), &wr));
+      z = mxu_hlo_add(
+          h, z,
+          mxu_hlo_reshape(h, r, mxu_hlo_shape_make(MXU_HLO_F32, 2, cells)));
+    }
+    mxu_hlo_value i = ACT(c->recurrent_activation, gate(h, z, rows, u, 0));
+    mxu_hlo_value f = ACT(c->recurrent_activation, gate(h, z, rows, u, 1));
+    mxu_hlo_value k = ACT(c->activation, gate(h, z, rows, u, 2));
+    mxu_hlo_value o = ACT(c->recurrent_activation, gate(h, z, rows, u, 3));
+    mxu_hlo_value ik = mxu_hlo_mul(h, i, k);
+    cell = cell ? mxu_hlo_add(h, mxu_hlo_mul(h, f, cell), ik) : ik;
+    hv = mxu_hlo_mul(h, o, ACT(c->activation, cell));
+    if (!c->return_sequences) continue;
+    mxu_hlo_value step =
+        mxu_hlo_reshape(h, hv, mxu_hlo_shape_make(MXU_HLO_F32, 5, frame));
+    out = out ? mxu_hlo_concatenate(h, out, step, 1) : step;
+  }
+#undef ACT
+  return c->return_sequences
+             ? out
+             : mxu_hlo_reshape(h, hv,
+                               mxu_batch_shape(e->batch, &layer->out_shape));
+}
+
 /* ---- Keras config ---------------------------------------------------------
  */
 
@@ -492,4 +576,5 @@ const mxu_layer_class mxu_conv_lstm2d_class = {
     .forward = conv_lstm_forward,
     .backward = conv_lstm_backward,
     .flops = conv_lstm_flops,
+    .emit = conv_lstm_emit,
 };
