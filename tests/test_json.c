@@ -2503,10 +2503,10 @@ static void errors_compile(void) {
        "'binary_accuracy': mxu computes at most 16 metrics"},
       {"{\"metrics\": [{\"class_name\": \"Precision\", \"config\": "
        "{\"thresholds\": [0.3, 0.7]}}]}",
-       "Precision with thresholds is not supported"},
+       "Precision with thresholds [0.3, 0.7] is not supported"},
       {"{\"metrics\": [{\"class_name\": \"Recall\", \"config\": "
-       "{\"class_id\": 2}}]}",
-       "Recall with class_id is not supported"},
+       "{\"thresholds\": 1.5}}]}",
+       "Recall with thresholds 1.5 is not supported"},
       {"{\"loss_weights\": \"half\"}", "loss_weights: 'half'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -2919,10 +2919,11 @@ static void errors_output_losses(void) {
        MXU_ERR_UNSUPPORTED,
        "compile_config: metrics['a']: 'mae' is listed twice", NULL},
       {"{\"metrics\": [[\"mae\"], [\"accuracy\", {\"class_name\": "
-       "\"Precision\", \"config\": {\"top_k\": 2}}]]}",
+       "\"Precision\", \"config\": {\"thresholds\": [0.2, 0.4]}}]]}",
        MXU_ERR_UNSUPPORTED,
-       "compile_config: metrics[1]: Precision with top_k is not supported",
-       "threshold 0.5"},
+       "compile_config: metrics[1]: Precision with thresholds [0.2, 0.4] is "
+       "not supported",
+       "one threshold"},
       {"{\"metrics\": [\"accuracy\", \"mae\", \"ctc\"]}", MXU_ERR_UNSUPPORTED,
        "compile_config: metrics: 'ctc'", "is not supported"},
       {"{\"metrics\": [[\"mae\"]]}", MXU_ERR_FORMAT,

@@ -75,7 +75,8 @@ static mxu_dataset *golden_data(const golden *g, const char *name) {
     CHECK_OK(mxu_dataset_from_targets(g->x, g->reg, ROWS, shape, 2, &d));
     return d;
   }
-  if (strcmp(name, "hinge") == 0 || strcmp(name, "cfocal") == 0) {
+  if (strcmp(name, "hinge") == 0 || strcmp(name, "cfocal") == 0 ||
+      strcmp(name, "classes") == 0) {
     CHECK_OK(mxu_dataset_from_targets(g->x, g->cls, ROWS, shape, 3, &d));
     return d;
   }
@@ -153,12 +154,13 @@ static void expect_compiled(const mxu_model *m, const char *path) {
   static const char *const logits[] = {"accuracy",  "acc_low", "auc", "prc",
                                        "precision", "mae",     NULL};
   static const struct {
-    const char *model, *metrics[5];
+    const char *model, *metrics[7];
   } others[] = {
       {"hinge", {"hinge", "squared_hinge", "ch", "cosine_similarity"}},
       {"cosine", {"cos", "squared_hinge"}},
       {"focal", {"accuracy", "hinge"}}, /* before "cfocal", its tail */
-      {"cfocal", {"accuracy", "categorical_hinge"}}};
+      {"cfocal", {"accuracy", "categorical_hinge"}},
+      {"classes", {"p1", "r2", "p03", "r1", "tp", "fn"}}};
   static const char *const want[3][8] = {
       {"accuracy", "top_k_categorical_accuracy", "precision", "recall", "auc",
        "f1", "f2"},
@@ -183,7 +185,7 @@ static void expect_compiled(const mxu_model *m, const char *path) {
                                : strstr(path, "regress")  ? regress
                                : strstr(path, "logits")   ? logits
                                                           : binary;
-    for (int i = 0; i < 4; i++)
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++)
       if (strstr(path, others[i].model)) names = others[i].metrics;
     int count = 0;
     while (names[count]) count++;
@@ -494,7 +496,9 @@ int main(void) {
     golden_run("cosine", b == 1 ? ".keras" : ".h5", backends[b], 1);
     golden_run("focal", b == 2 ? ".keras" : ".h5", backends[b], 1);
     golden_run("cfocal", b == 0 ? ".h5" : ".keras", backends[b], 1);
+    golden_run("classes", b == 1 ? ".h5" : ".keras", backends[b], 1);
   }
+  golden_run("classes", ".h5", MXU_BACKEND_CPU, 4);
   golden_run("metrics", ".h5", MXU_BACKEND_CPU, 4);
   golden_run("binary", ".keras", MXU_BACKEND_PJRT, 2);
   golden_run("weighted", ".keras", MXU_BACKEND_CPU, 4);

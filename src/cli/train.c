@@ -137,6 +137,8 @@ static void train_options(train_args *a, cli_option *o) {
        "poisson, hinge, squared_hinge, categorical_hinge, cosine_similarity, "
        "f1_score(average=micro|macro|weighted[,threshold=T]), "
        "binary_accuracy(threshold=T), auc(from_logits=1), "
+       "precision and recall(threshold=T,top_k=K,class_id=C), "
+       "true_positives and the other counts(threshold=T), "
        "fbeta_score(average=A,beta=B[,threshold=T]); NAME=METRIC logs "
        "METRIC as NAME (roc=auc) (default: the model file's, else "
        "accuracy)",

@@ -669,28 +669,47 @@ static mxu_status check_number(const mxu_json_where *where, const cJSON *config,
                        cls, key, text, key, want);
 }
 
-/* Precision's and Recall's options other than Keras' defaults (one
- * threshold of 0.5, every class), which mxu does not compute. */
-static mxu_status check_counts_config(const mxu_json_where *where,
-                                      const cJSON *config, const char *cls) {
+/* The confusion metrics' options as compile takes them, into text: one
+ * threshold (a list of several, a value per threshold, is refused),
+ * Precision's and Recall's top_k and class_id. */
+static mxu_status read_counts_config(const mxu_json_where *where,
+                                     const cJSON *config, const char *cls,
+                                     int top_k, char *text, size_t size) {
   const cJSON *t = mxu_json_get(config, "thresholds");
   if (cJSON_IsArray(t) && cJSON_GetArraySize(t) == 1) t = t->child;
-  int default_threshold =
-      !t || cJSON_IsNull(t) || (cJSON_IsNumber(t) && t->valuedouble == 0.5);
-  const char *option = !default_threshold ? "thresholds"
-                       : mxu_json_get(config, "top_k") &&
-                               !cJSON_IsNull(mxu_json_get(config, "top_k"))
-                           ? "top_k"
-                       : mxu_json_get(config, "class_id") &&
-                               !cJSON_IsNull(mxu_json_get(config, "class_id"))
-                           ? "class_id"
-                           : NULL;
-  if (!option) return MXU_OK;
-  return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                       "%s with %s is not supported: mxu counts every "
-                       "output value against the threshold 0.5 (Keras' "
-                       "default %s())",
-                       cls, option, cls);
+  if (t && !cJSON_IsNull(t) &&
+      !(cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble <= 1)) {
+    char shown[96];
+    mxu_json_text(mxu_json_get(config, "thresholds"), shown, sizeof shown);
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s with thresholds %s is not supported: mxu logs "
+                         "one number a metric, of one threshold in [0, 1]",
+                         cls, shown);
+  }
+  /* 0.5, the default, unless top_k makes the default -inf. */
+  const cJSON *k = mxu_json_get(config, "top_k");
+  size_t used = 0;
+  if (cJSON_IsNumber(t) && (t->valuedouble != 0.5 || (k && !cJSON_IsNull(k))))
+    used = (size_t)snprintf(text, size, "(threshold=%.9g", t->valuedouble);
+  static const char *const keys[] = {"top_k", "class_id"};
+  for (int i = 0; i < 2 && used < size; i++) {
+    const cJSON *v = mxu_json_get(config, keys[i]);
+    if (!v || cJSON_IsNull(v)) continue;
+    if (!top_k)
+      return mxu_json_fail(where, MXU_ERR_FORMAT, "%s takes no %s", cls,
+                           keys[i]);
+    int least = i == 0 ? 1 : 0; /* top_k >= 1, class_id >= 0 */
+    if (!cJSON_IsNumber(v) || v->valuedouble < least ||
+        v->valuedouble > 1 << 20 ||
+        v->valuedouble != (double)(int)v->valuedouble)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "%s's %s must be an integer >= %d", cls, keys[i],
+                           least);
+    used += (size_t)snprintf(text + used, size - used, "%s%s=%d",
+                             used ? "," : "(", keys[i], (int)v->valuedouble);
+  }
+  if (used && used < size) snprintf(text + used, size - used, ")");
+  return MXU_OK;
 }
 
 /* AUC's options other than Keras' defaults, which mxu does not compute:
@@ -819,7 +838,11 @@ static mxu_status check_options(const mxu_json_where *where,
                            "%s's threshold must be a number", cls);
     return MXU_OK;
   }
-  case OPTIONS_COUNTS: return check_counts_config(where, config, cls);
+  case OPTIONS_COUNTS:
+    return read_counts_config(where, config, cls,
+                              !strcmp(*metric, "precision") ||
+                                  !strcmp(*metric, "recall"),
+                              text, size);
   case OPTIONS_AUC: /* its curve, not its name ("auc" for PR too) */
     return check_auc_config(where, config, metric, text, size);
   case OPTIONS_BCE: return check_bce_config(where, config);
@@ -1292,6 +1315,15 @@ static const char *f_score_config(mxu_json_out *out, cJSON *config,
   return o->beta != 1.0 ? "FBetaScore" : "F1Score";
 }
 
+/* A confusion metric's threshold: null (Keras' default), or the one. */
+static void put_thresholds(mxu_json_out *out, cJSON *config,
+                           const mxu_metric_options *o) {
+  if (o->has_threshold)
+    mxu_json_put_float(out, config, "thresholds", (float)o->threshold);
+  else
+    mxu_json_put_null(out, config, "thresholds");
+}
+
 cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
                              mxu_metric_kind kind,
                              const mxu_metric_options *options, int named) {
@@ -1359,16 +1391,20 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
     break;
   case MXU_METRIC_PRECISION:
   case MXU_METRIC_RECALL:
-    mxu_json_put_null(out, config, "thresholds");
-    mxu_json_put_null(out, config, "top_k");
-    mxu_json_put_null(out, config, "class_id");
+    put_thresholds(out, config, options);
+    if (options->top_k)
+      mxu_json_put_number(out, config, "top_k", options->top_k);
+    else
+      mxu_json_put_null(out, config, "top_k");
+    if (options->has_class_id)
+      mxu_json_put_number(out, config, "class_id", options->class_id);
+    else
+      mxu_json_put_null(out, config, "class_id");
     break;
   case MXU_METRIC_TRUE_POSITIVES:
   case MXU_METRIC_FALSE_POSITIVES:
   case MXU_METRIC_TRUE_NEGATIVES:
-  case MXU_METRIC_FALSE_NEGATIVES:
-    mxu_json_put_null(out, config, "thresholds");
-    break;
+  case MXU_METRIC_FALSE_NEGATIVES: put_thresholds(out, config, options); break;
   case MXU_METRIC_F_SCORE: cls = f_score_config(out, config, options); break;
   default: break;
   }

@@ -232,6 +232,16 @@ static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
 static mxu_status check_metric(const mxu_layer *out, const mxu_output_loss *o,
                                const mxu_head *h, int m) {
   const char *spec = h->metric_spec[m];
+  const mxu_metric_options *mo = &h->metric_options[m];
+  if ((mo->top_k || mo->has_class_id) &&
+      (out->out_shape.rank != 1 ||
+       (mo->has_class_id && mo->class_id >= out->out_shape.dims[0])))
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "compile: metric '%s' of output '%s': top_k and class_id "
+                    "take outputs of (classes,) a sample, class_id one of "
+                    "them (the output has %lld values a sample)",
+                    spec, out->name,
+                    (long long)mxu_shape_count(&out->out_shape));
   if (h->metric_kind[m] == MXU_METRIC_F_SCORE && out->out_shape.rank != 1)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "compile: metric '%s' of output '%s': an F-score takes "

@@ -319,15 +319,42 @@ static int in_top_k(const float *row, int64_t classes, int64_t target, int k) {
   return above < k;
 }
 
-/* Whether a value and its target fall in the confusion matrix's cell
- * the kind counts (precision's and recall's: the true positives). */
-static int in_cell(mxu_metric_kind kind, float y, float t) {
-  int predicted = y > 0.5f, positive = t != 0.0f;
+/* Keras' confusion-matrix prediction of value j of a row of k: above the
+ * threshold (0.5, or -inf with top_k) and, with top_k, among the row's
+ * top_k largest (ties to the lower index, as top_k's). */
+static int predicted(const mxu_metric_options *o, const float *row, int64_t k,
+                     int64_t j) {
+  int top = o && o->top_k > 0;
+  float threshold = o && o->has_threshold ? (float)o->threshold
+                    : top                 ? -INFINITY
+                                          : 0.5f;
+  if (!(row[j] > threshold)) return 0;
+  int64_t above = 0;
+  for (int64_t i = 0; top && i < k; i++)
+    above += row[i] > row[j] || (row[i] == row[j] && i < j);
+  return !top || above < o->top_k;
+}
+
+/* The values of a row of k the confusion metrics count: all, or
+ * class_id's. */
+static int64_t counted_first(const mxu_metric_options *o) {
+  return o && o->has_class_id ? o->class_id : 0;
+}
+
+static int64_t counted_end(const mxu_metric_options *o, int64_t k) {
+  return o && o->has_class_id ? o->class_id + 1 : k;
+}
+
+/* Whether a value's prediction and its target fall in the confusion
+ * matrix's cell the kind counts (precision's and recall's: the true
+ * positives). */
+static int in_cell(mxu_metric_kind kind, int says, float t) {
+  int positive = t != 0.0f;
   switch (kind) {
-  case MXU_METRIC_FALSE_POSITIVES: return predicted && !positive;
-  case MXU_METRIC_TRUE_NEGATIVES: return !predicted && !positive;
-  case MXU_METRIC_FALSE_NEGATIVES: return !predicted && positive;
-  default: return predicted && positive;
+  case MXU_METRIC_FALSE_POSITIVES: return says && !positive;
+  case MXU_METRIC_TRUE_NEGATIVES: return !says && !positive;
+  case MXU_METRIC_FALSE_NEGATIVES: return !says && positive;
+  default: return says && positive;
   }
 }
 
@@ -357,7 +384,8 @@ static double row_metric(mxu_metric_kind kind, const mxu_metric_options *o,
   case MXU_METRIC_FALSE_POSITIVES:
   case MXU_METRIC_TRUE_NEGATIVES:
   case MXU_METRIC_FALSE_NEGATIVES:
-    for (int64_t j = 0; j < k; j++) sum += in_cell(kind, y[j], t[j]);
+    for (int64_t j = counted_first(o); j < counted_end(o, k); j++)
+      sum += in_cell(kind, predicted(o, y, k, j), t[j]);
     return sum;
   case MXU_METRIC_BINARY_CROSSENTROPY:
   case MXU_METRIC_MAPE:
@@ -401,11 +429,11 @@ static double row_metric(mxu_metric_kind kind, const mxu_metric_options *o,
 }
 
 /* Precision's divisor: the predicted positives; recall's: the true ones. */
-static double row_positives(mxu_metric_kind kind, const float *y, int64_t k,
-                            const float *t) {
+static double row_positives(mxu_metric_kind kind, const mxu_metric_options *o,
+                            const float *y, int64_t k, const float *t) {
   double n = 0.0;
-  for (int64_t j = 0; j < k; j++)
-    n += kind == MXU_METRIC_PRECISION ? y[j] > 0.5f : t[j] != 0.0f;
+  for (int64_t j = counted_first(o); j < counted_end(o, k); j++)
+    n += kind == MXU_METRIC_PRECISION ? predicted(o, y, k, j) : t[j] != 0.0f;
   return n;
 }
 
@@ -455,7 +483,7 @@ double mxu_metric_sum(mxu_metric_kind kind, const mxu_metric_options *options,
     if (mean)
       of += w;
     else if (ratio) /* precision's and recall's */
-      of += w * row_positives(kind, y + r * k, k, targets + r * k);
+      of += w * row_positives(kind, options, y + r * k, k, targets + r * k);
   }
   *divisor = of;
   return total;
@@ -764,7 +792,8 @@ const char *mxu_metric_names(void) {
          "poisson, hinge, squared_hinge, categorical_hinge, "
          "cosine_similarity, f1_score(average=A) and "
          "fbeta_score(average=A,beta=B) (A micro, macro or weighted; "
-         "threshold=T too)";
+         "threshold=T too), precision and recall with "
+         "(threshold=T,top_k=K,class_id=C), the counts with (threshold=T)";
 }
 
 /* Keras resolves "accuracy" by the loss and the output: binary for the
@@ -793,13 +822,16 @@ mxu_status mxu_metric_kind_of(const char *name, mxu_loss loss, int64_t outputs,
 
 /* Which options a metric takes: an F-score's average, beta (FBetaScore)
  * and threshold in (0, 1]; BinaryAccuracy's threshold, any; an AUC's
- * from_logits. */
+ * from_logits; the counts' threshold in [0, 1], and Precision's and
+ * Recall's top_k and class_id too. */
 typedef enum {
   TAKES_NONE,
   TAKES_F,
   TAKES_FBETA,
   TAKES_THRESHOLD,
-  TAKES_LOGITS
+  TAKES_LOGITS,
+  TAKES_COUNT,
+  TAKES_PR
 } takes;
 
 static takes options_taken(mxu_metric_kind kind, const char *metric) {
@@ -811,6 +843,12 @@ static takes options_taken(mxu_metric_kind kind, const char *metric) {
                                                   : TAKES_NONE;
   case MXU_METRIC_AUC:
   case MXU_METRIC_AUC_PR: return TAKES_LOGITS;
+  case MXU_METRIC_PRECISION:
+  case MXU_METRIC_RECALL: return TAKES_PR;
+  case MXU_METRIC_TRUE_POSITIVES:
+  case MXU_METRIC_FALSE_POSITIVES:
+  case MXU_METRIC_TRUE_NEGATIVES:
+  case MXU_METRIC_FALSE_NEGATIVES: return TAKES_COUNT;
   default: return TAKES_NONE;
   }
 }
@@ -824,7 +862,10 @@ static mxu_status read_option(const char *spec, const char *text, size_t n,
       [TAKES_FBETA] = "average=micro|macro|weighted, threshold=T (0 < T <= "
                       "1), beta=B (B > 0)",
       [TAKES_THRESHOLD] = "threshold=T",
-      [TAKES_LOGITS] = "from_logits=0|1"};
+      [TAKES_LOGITS] = "from_logits=0|1",
+      [TAKES_COUNT] = "threshold=T (0 <= T <= 1)",
+      [TAKES_PR] = "threshold=T (0 <= T <= 1), top_k=K (K >= 1), "
+                   "class_id=C (C >= 0)"};
   char option[64];
   snprintf(option, sizeof option, "%.*s", (int)(n < 63 ? n : 63), text);
   char *value = strchr(option, '=');
@@ -833,7 +874,24 @@ static mxu_status read_option(const char *spec, const char *text, size_t n,
   double number = value ? strtod(value, &end) : NAN;
   int is_number = value && *value && end && !*end && isfinite(number);
   int f = t == TAKES_F || t == TAKES_FBETA;
-  if (f && value && !strcmp(option, "average")) {
+  int counts = t == TAKES_COUNT || t == TAKES_PR;
+  int whole = is_number && number == (double)(int)number && number >= 0 &&
+              number < 1 << 20;
+  if (counts && is_number && !strcmp(option, "threshold")) {
+    if (number >= 0 && number <= 1) {
+      o->threshold = number;
+      o->has_threshold = 1;
+      return MXU_OK;
+    }
+  } else if (t == TAKES_PR && whole && number >= 1 &&
+             !strcmp(option, "top_k")) {
+    o->top_k = (int)number;
+    return MXU_OK;
+  } else if (t == TAKES_PR && whole && !strcmp(option, "class_id")) {
+    o->class_id = (int)number;
+    o->has_class_id = 1;
+    return MXU_OK;
+  } else if (f && value && !strcmp(option, "average")) {
     for (int i = 0; i < 3; i++)
       if (!strcmp(value, averages[i])) {
         o->average = (mxu_metric_average)(MXU_AVERAGE_MICRO + i);

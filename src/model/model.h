@@ -630,6 +630,11 @@ typedef struct mxu_metric_options {
   int has_threshold;
   double threshold;
   int from_logits; /* an AUC's: of sigmoid(output) */
+  /* Precision's and Recall's (the counts' take the threshold): only a
+   * row's top_k largest values predicted positive (0: every value; the
+   * threshold then -inf unless given), only value class_id counted
+   * (has_class_id). */
+  int top_k, has_class_id, class_id;
   /* Not of the text: the length of the vectors the categorical hinge
    * and the cosine similarity compare, the output's last axis (compile
    * sets it; 0: the whole row). */

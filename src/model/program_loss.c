@@ -124,16 +124,54 @@ static mxu_hlo_value mean_of(mxu_hlo *h, mxu_hlo_value sums, int64_t values) {
                         mxu_hlo_full_like(h, sums, (double)values));
 }
 
-/* 1 where y > 0.5 (a positive prediction), else 0. */
-static mxu_hlo_value positive(const ops *o, mxu_hlo_value y) {
-  return mxu_hlo_convert(
-      o->h, mxu_hlo_compare_op(o->h, MXU_HLO_GT, y, k(o, 0.5)), MXU_HLO_F32);
+static mxu_hlo_value truth(mxu_hlo *h, mxu_hlo_compare c, mxu_hlo_value a,
+                           mxu_hlo_value b) {
+  return mxu_hlo_convert(h, mxu_hlo_compare_op(h, c, a, b), MXU_HLO_F32);
+}
+
+/* 1 where loss.c's predicted(): above the threshold (0.5, or -inf with
+ * top_k) and, with top_k, among the row's top_k (fewer than top_k values
+ * above it, or equal before it); else 0. y (rows, k). */
+static mxu_hlo_value positive(const ops *o, const mxu_metric_options *m,
+                              mxu_hlo_value y) {
+  mxu_hlo *h = o->h;
+  mxu_hlo_value p = k(o, 1.0); /* top_k's threshold: -inf */
+  if (m->has_threshold || !m->top_k)
+    p = truth(h, MXU_HLO_GT, y,
+              k(o, m->has_threshold ? (float)m->threshold : 0.5f));
+  if (!m->top_k) return p;
+  mxu_hlo_shape s = *mxu_hlo_shape_of(h, y); /* a copy: nodes move */
+  int64_t cube[3] = {s.dims[0], s.dims[1], s.dims[1]};
+  const int64_t others[2] = {0, 2}, mine[2] = {0, 1}, last = 2;
+  mxu_hlo_shape c = mxu_hlo_shape_make(MXU_HLO_F32, 3, cube);
+  mxu_hlo_value a = mxu_hlo_broadcast(h, y, c, others); /* [r, j, i]: y_i */
+  mxu_hlo_value b = mxu_hlo_broadcast(h, y, c, mine);   /* [r, j, i]: y_j */
+  mxu_hlo_shape ic = mxu_hlo_shape_make(MXU_HLO_S32, 3, cube);
+  mxu_hlo_value before =
+      truth(h, MXU_HLO_LT, mxu_hlo_iota(h, ic, 2), mxu_hlo_iota(h, ic, 1));
+  mxu_hlo_value above =
+      mxu_hlo_add(h, truth(h, MXU_HLO_GT, a, b),
+                  mxu_hlo_mul(h, truth(h, MXU_HLO_EQ, a, b), before));
+  mxu_hlo_value rank = mxu_hlo_reduce(h, above, MXU_HLO_SUM, 1, &last);
+  return mxu_hlo_mul(h, p, truth(h, MXU_HLO_LT, rank, k(o, m->top_k)));
 }
 
 /* 1 where t != 0 (a positive target), else 0. */
 static mxu_hlo_value true_(const ops *o, mxu_hlo_value t) {
-  return mxu_hlo_convert(
-      o->h, mxu_hlo_compare_op(o->h, MXU_HLO_NE, t, k(o, 0.0)), MXU_HLO_F32);
+  return truth(o->h, MXU_HLO_NE, t, k(o, 0.0));
+}
+
+/* v (rows, k) where the confusion metrics count: every column, or
+ * class_id's only. */
+static mxu_hlo_value counted(const ops *o, const mxu_metric_options *m,
+                             mxu_hlo_value v) {
+  if (!m->has_class_id) return v;
+  mxu_hlo_shape s = *mxu_hlo_shape_of(o->h, v);
+  mxu_hlo_value column = mxu_hlo_convert(
+      o->h, mxu_hlo_iota(o->h, mxu_hlo_shape_make(MXU_HLO_S32, 2, s.dims), 1),
+      MXU_HLO_F32);
+  return mxu_hlo_mul(o->h, v,
+                     truth(o->h, MXU_HLO_EQ, column, k(o, m->class_id)));
 }
 
 static mxu_hlo_value element_loss(mxu_hlo *h, const mxu_output_loss *c,
@@ -172,14 +210,16 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
   case MXU_METRIC_PRECISION:         /* true positives */
   case MXU_METRIC_RECALL:
   case MXU_METRIC_TRUE_POSITIVES:
-    return row_sums(h, MUL(positive(o, y), true_(o, t)));
   case MXU_METRIC_FALSE_POSITIVES:
-    return row_sums(h, MUL(positive(o, y), SUB(k(o, 1.0), true_(o, t))));
   case MXU_METRIC_TRUE_NEGATIVES:
-    return row_sums(
-        h, MUL(SUB(k(o, 1.0), positive(o, y)), SUB(k(o, 1.0), true_(o, t))));
-  case MXU_METRIC_FALSE_NEGATIVES:
-    return row_sums(h, MUL(SUB(k(o, 1.0), positive(o, y)), true_(o, t)));
+  case MXU_METRIC_FALSE_NEGATIVES: {
+    mxu_hlo_value p = positive(o, options, y), q = true_(o, t);
+    if (kind == MXU_METRIC_FALSE_POSITIVES || kind == MXU_METRIC_TRUE_NEGATIVES)
+      q = SUB(k(o, 1.0), q);
+    if (kind == MXU_METRIC_TRUE_NEGATIVES || kind == MXU_METRIC_FALSE_NEGATIVES)
+      p = SUB(k(o, 1.0), p);
+    return row_sums(h, counted(o, options, MUL(p, q)));
+  }
   case MXU_METRIC_BINARY_CROSSENTROPY:
   case MXU_METRIC_MAPE:
   case MXU_METRIC_MSLE:
@@ -207,10 +247,13 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
 /* Precision's divisor a row: its predicted positives; recall's: its true
  * ones. */
 static mxu_hlo_value row_positives(mxu_hlo *h, mxu_metric_kind kind,
+                                   const mxu_metric_options *options,
                                    mxu_hlo_value y, mxu_hlo_value t) {
   const ops oo = {h, y}, *o = &oo;
   return row_sums(h,
-                  kind == MXU_METRIC_PRECISION ? positive(o, y) : true_(o, t));
+                  counted(o, options,
+                          kind == MXU_METRIC_PRECISION ? positive(o, options, y)
+                                                       : true_(o, t)));
 }
 
 /* loss.c's element(): each value's loss, y and t (rows, k). */
@@ -533,7 +576,9 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
   sums[1] = count;
   if (mxu_metric_is_mean(kind)) return h->status;
   sums[0] = masked_sum(h, value, whole);
-  sums[1] = masked_sum(h, row_positives(h, kind, y, t), whole);
+  sums[1] = masked_sum(
+      h, row_positives(h, kind, &model->heads[head].metric_options[m], y, t),
+      whole);
   return h->status;
 }
 

@@ -46,7 +46,11 @@ BinaryFocalCrossentropy(apply_class_balancing=True, alpha=0.4, gamma=1.5,
 label_smoothing=0.1), metrics ["accuracy", "hinge"]; "cfocal", a linear
 Dense(3) on y_cls, CategoricalFocalCrossentropy(alpha=0.5, gamma=2.5,
 from_logits=True, label_smoothing=0.1), metrics [CategoricalAccuracy
-"accuracy", "categorical_hinge"].
+"accuracy", "categorical_hinge"]. "classes": a softmax Dense(3) on y_cls,
+categorical CE, metrics [Precision(class_id=1) "p1", Recall(top_k=2)
+"r2", Precision(thresholds=0.3) "p03", Recall(top_k=1, thresholds=0.4)
+"r1", TruePositives(thresholds=0.25) "tp", FalseNegatives(thresholds=0.6)
+"fn"].
 
 tf_keras (tf.keras 2) builds each, tf_keras.utils.set_random_seed(33),
 default initialisers. Data: np.random.seed(32); x = 6 rand(20, 5) - 3, y_cls
@@ -54,7 +58,7 @@ one-hot of randint(0, 3, 20), y_reg = rand(20, 2), y_flag = randint(0, 2,
 (20, 1)), all float32.
 
 Writes into OUTDIR (tests/golden/metrics/), for NAME in metrics, binary,
-weighted, regress, logits, hinge, cosine, focal, cfocal:
+weighted, regress, logits, hinge, cosine, focal, cfocal, classes:
   NAME.h5        tf_keras model.save of the fresh compiled model (its
                  training_config lists the metric objects)
   NAME.keras     Keras 3's archive of the same initial weights, compiled
@@ -229,6 +233,22 @@ def build_cfocal(K):
     return model
 
 
+def build_classes(K):
+    """Precision and Recall of one class, of the top k, at a threshold;
+    the counts at thresholds of their own."""
+    M = K.metrics
+    model = one_output(K, "classes", 3, "softmax")
+    model.compile(optimizer=K.optimizers.SGD(0.1),
+                  loss="categorical_crossentropy",
+                  metrics=[M.Precision(class_id=1, name="p1"),
+                           M.Recall(top_k=2, name="r2"),
+                           M.Precision(thresholds=0.3, name="p03"),
+                           M.Recall(top_k=1, thresholds=0.4, name="r1"),
+                           M.TruePositives(thresholds=0.25, name="tp"),
+                           M.FalseNegatives(thresholds=0.6, name="fn")])
+    return model
+
+
 def fresh(K, build):
     """K's model with tf_keras's initial weights of SEED, layer by layer."""
     tf_keras.utils.set_random_seed(SEED)
@@ -252,7 +272,7 @@ def main(out):
     targets = {"metrics": [y_cls, y_reg, y_flag], "binary": y_flag,
                "weighted": y_flag, "regress": y_reg, "logits": y_flag,
                "hinge": y_cls, "cosine": y_reg, "focal": y_flag,
-               "cfocal": y_cls}
+               "cfocal": y_cls, "classes": y_cls}
     lines = []
     with h5py.File(os.path.join(out, "data.h5"), "w") as f:
         f["x"], f["y_cls"], f["y_reg"], f["y_flag"] = x, y_cls, y_reg, y_flag
@@ -265,7 +285,8 @@ def main(out):
                             ("hinge", build_hinge),
                             ("cosine", build_cosine),
                             ("focal", build_focal),
-                            ("cfocal", build_cfocal)):
+                            ("cfocal", build_cfocal),
+                            ("classes", build_classes)):
             y = targets[name]
             sw = w if name == "weighted" else None
             model = fresh(tf_keras, build)
