@@ -741,6 +741,12 @@ mxu_tensor_id mxu_apply_conv3d_transpose(mxu_model *model,
 mxu_tensor_id mxu_apply_conv_lstm2d(mxu_model *model,
                                     const mxu_conv_lstm2d_config *config,
                                     mxu_tensor_id x);
+/* ConvLSTM1D over (steps, width, channels): the 2-D config with the 1 x n
+ * window (kernel_size, strides and dilation_rate {1, n}); its kernels
+ * (n, channels, 4 filters) and (n, filters, 4 filters), as Keras'. */
+mxu_tensor_id mxu_apply_conv_lstm1d(mxu_model *model,
+                                    const mxu_conv_lstm2d_config *config,
+                                    mxu_tensor_id x);
 mxu_tensor_id mxu_apply_max_pooling3d(mxu_model *model,
                                       const mxu_pool3d_config *config,
                                       mxu_tensor_id x);

@@ -308,10 +308,12 @@ static void snake_case(void) {
       {"SimpleRNN", "simple_rnn"},
       {"LSTM", "lstm"},
       {"UpSampling2D", "up_sampling2d"},
-      /* A capital with a lower-case letter or digit after it starts a word
-       * even after another capital: Keras names ConvLSTM2D layers
-       * conv_lst_m2d. */
-      {"ConvLSTM2D", "conv_lst_m2d"},
+      /* A capital with a lower-case letter after it starts a word even
+       * after another capital (a digit does not: Keras 3 names ConvLSTM2D
+       * layers conv_lstm2d, tf.keras 2 conv_lst_m2d). */
+      {"ConvLSTM2D", "conv_lstm2d"},
+      {"Conv3DTranspose", "conv3d_transpose"},
+      {"GlobalAveragePooling3D", "global_average_pooling3d"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     char out[64];

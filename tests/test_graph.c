@@ -2815,6 +2815,23 @@ static mxu_tensor_id conv_lstm_graph(mxu_model *m, const void *ctx) {
   return head(m, mxu_apply_conv_lstm2d(m, &b, x));
 }
 
+/* ConvLSTM1D over 4 frames (7, 2): same, sequences; valid and strided,
+ * backwards. */
+static mxu_tensor_id conv_lstm1d_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  int64_t dims[3] = {4, 7, 2};
+  mxu_tensor_id x = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, "series", mxu_shape_make(3, dims)));
+  mxu_conv_lstm2d_config a = mxu_conv_lstm2d_defaults(3, 1, 3);
+  a.name = "conv_lstm1d";
+  a.padding = MXU_SAME;
+  a.return_sequences = 1;
+  mxu_conv_lstm2d_config b = mxu_conv_lstm2d_defaults(2, 1, 2);
+  b.strides[1] = 2;
+  b.go_backwards = 1;
+  return head(m, mxu_apply_conv_lstm1d(m, &b, mxu_apply_conv_lstm1d(m, &a, x)));
+}
+
 static void test_conv_lstm(void) {
   const char *name = "ConvLSTM2D";
   mxu_model *m = build(name, conv_lstm_graph, NULL, MXU_BACKEND_CPU_REF);
@@ -2834,6 +2851,16 @@ static void test_conv_lstm(void) {
   finite_differences(m, name);
   mxu_model_free(m);
   backends_agree(name, conv_lstm_graph, NULL);
+  name = "ConvLSTM1D";
+  m = build(name, conv_lstm1d_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  a = &m->layers[node_named(m, "conv_lstm1d")];
+  kernel = &m->params[a->param_first].shape;
+  CHECK(dims_are(a->out_shape, 3, 4, 7, 3) && kernel->rank == 3 &&
+        kernel->dims[0] == 3 && kernel->dims[1] == 2 && kernel->dims[2] == 12);
+  finite_differences(m, name);
+  mxu_model_free(m);
+  backends_agree(name, conv_lstm1d_graph, NULL);
 }
 
 /* TimeDistributed: a clip of 3 frames (5, 5, 2), each through Conv2D

@@ -341,6 +341,16 @@ static const layer_case cases[] = {
                    "\"recurrent_activation\": \"hard_sigmoid\"",
                    IN("a")),
      "b", 1e-4},
+    {"ConvLSTM1D same sequences, strided backwards", "8, 3, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [4, 6, 3]", IN("lead")) LAYER(
+         "ConvLSTM1D", "a",
+         ", \"filters\": 3, \"kernel_size\": 3, \"padding\": "
+         "\"same\", \"return_sequences\": true",
+         IN("r")) LAYER("ConvLSTM1D", "b",
+                        ", \"filters\": 2, \"kernel_size\": [2], \"strides\": "
+                        "2, \"go_backwards\": true",
+                        IN("a")),
+     "b", 1e-4},
     {"UpSampling3D, ZeroPadding3D, Cropping3D", "8, 3, 2",
      LAYER("Reshape", "r", ", \"target_shape\": [2, 4, 3, 3]", IN("lead"))
          LAYER("UpSampling3D", "u", ", \"size\": [2, 1, 2]", IN("r"))

@@ -136,7 +136,8 @@ typedef struct mxu_backend {
   /* The buffers given before hold new values: an op keeping copies made
    * of them by their addresses (within a step, from its forward on)
    * drops them. The transposed convolutions call it before a forward
-   * that is their op's backward data. NULL: nothing kept. */
+   * that is their op's backward data, ConvLSTM before each step's
+   * backward. */
   void (*conv2d_new_inputs)(mxu_op *op);
 
   /* y[n,out] = act(x[n,in] w[in,out] + b) */

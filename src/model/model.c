@@ -22,6 +22,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_average_pooling2d_class,
     &mxu_conv3d_class,
     &mxu_conv_lstm2d_class,
+    &mxu_conv_lstm1d_class,
     &mxu_conv3d_transpose_class,
     &mxu_max_pooling3d_class,
     &mxu_average_pooling3d_class,
@@ -821,6 +822,12 @@ mxu_tensor_id mxu_apply_conv_lstm2d(mxu_model *model,
                                     const mxu_conv_lstm2d_config *config,
                                     mxu_tensor_id x) {
   APPLY_CONFIG(conv_lstm, &mxu_conv_lstm2d_class, "ConvLSTM2D");
+}
+
+mxu_tensor_id mxu_apply_conv_lstm1d(mxu_model *model,
+                                    const mxu_conv_lstm2d_config *config,
+                                    mxu_tensor_id x) {
+  APPLY_CONFIG(conv_lstm, &mxu_conv_lstm1d_class, "ConvLSTM1D");
 }
 
 mxu_tensor_id mxu_apply_max_pooling3d(mxu_model *model,

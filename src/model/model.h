@@ -468,6 +468,7 @@ extern const mxu_layer_class mxu_additive_attention_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;
 extern const mxu_layer_class mxu_conv3d_class;
 extern const mxu_layer_class mxu_conv_lstm2d_class;
+extern const mxu_layer_class mxu_conv_lstm1d_class;
 extern const mxu_layer_class mxu_conv3d_transpose_class;
 extern const mxu_layer_class mxu_max_pooling3d_class;
 extern const mxu_layer_class mxu_average_pooling3d_class;

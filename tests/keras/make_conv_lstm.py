@@ -1,5 +1,6 @@
 """make_conv_lstm.py — a one-step golden test of ConvLSTM2D, as Keras'
-next-frame video prediction builds it, with a Conv3D reading the frames:
+next-frame video prediction builds it, with a Conv3D reading the frames,
+and of ConvLSTM1D:
 
   x (3, 6, 5, 1), three frames
   -> ConvLSTM2D(4, 3, same, return_sequences)       (3, 6, 5, 4)
@@ -7,6 +8,8 @@ next-frame video prediction builds it, with a Conv3D reading the frames:
   -> Conv3D(2, (2, 3, 3), same, sigmoid) -> GlobalAveragePooling3D  (2,)
   and "seq" -> ConvLSTM2D(3, 2, strides (1, 2), go_backwards)  (5, 2, 3)
   -> Flatten                                        (30,)
+  and x -> Reshape((3, 30, 1)) -> ConvLSTM1D(2, 3, same)    (30, 2)
+  -> Flatten                                        (60,)
   -> Concatenate -> Dense(3, softmax)
 recurrent_activation "sigmoid" (Keras 3's default; tf.keras 2's is its
 hard_sigmoid). tf_keras (tf.keras 2) Functional,
@@ -44,7 +47,11 @@ def build(K):
     b = L.ConvLSTM2D(3, 2, strides=(1, 2), go_backwards=True,
                      recurrent_activation="sigmoid", name="conv_lstm_back")(s)
     b = L.Flatten(name="flat")(b)
-    y = L.Concatenate(name="concat")([a, b])
+    r = L.Reshape((3, 30, 1), name="rows")(x)
+    r = L.ConvLSTM1D(2, 3, padding="same", recurrent_activation="sigmoid",
+                     name="conv_lstm1d")(r)
+    r = L.Flatten(name="flat_rows")(r)
+    y = L.Concatenate(name="concat")([a, b, r])
     y = L.Dense(3, activation="softmax", name="out")(y)
     return K.Model(x, y, name="conv_lstm")
 

@@ -34,6 +34,9 @@ mxu_status mxu_ref_check_fused(const char *what, mxu_activation activation) {
                   what, (int)activation);
 }
 
+/* The oracle converts nothing: no copies to drop. */
+static void keeps_nothing(mxu_op *op) { (void)op; }
+
 static const mxu_backend cpu_ref_table = {
     .name = "cpu_ref",
     .op_free = ref_op_free,
@@ -41,6 +44,7 @@ static const mxu_backend cpu_ref_table = {
     .conv2d_forward = mxu_ref_conv2d_forward,
     .conv2d_backward_data = mxu_ref_conv2d_backward_data,
     .conv2d_backward_weights = mxu_ref_conv2d_backward_weights,
+    .conv2d_new_inputs = keeps_nothing,
     .dense_create = mxu_ref_dense_create,
     .dense_forward = mxu_ref_dense_forward,
     .dense_backward_data = mxu_ref_dense_backward_data,

@@ -937,8 +937,7 @@ static int64_t transpose_rows(const mxu_layer *layer) {
 static void transpose_forward(mxu_layer *layer, const mxu_layer_run *run) {
   conv_spec s = spec_of(layer);
   float *z = mxu_epilogue_target(layer, s.activation, run);
-  if (run->backend->conv2d_new_inputs)
-    run->backend->conv2d_new_inputs(run->ops[0]);
+  run->backend->conv2d_new_inputs(run->ops[0]);
   run->backend->conv2d_backward_data(run->ops[0], run->x, run->w[0], z);
   if (s.use_bias) {
     int64_t rows = transpose_rows(layer);

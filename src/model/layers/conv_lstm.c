@@ -36,10 +36,15 @@ static int span(const mxu_conv_lstm2d_config *c, int a) {
   return (c->kernel_size[a] - 1) * at_least_one(c->dilation_rate[a]) + 1;
 }
 
+/* ConvLSTM1D's frames (width, channels) are images (1, width, channels),
+ * its sizes the 1 x n window (kernel_size[0] = 1), as Conv1D's. */
+static int is_1d(const mxu_layer *layer) { return layer->cls->sequence; }
+
 static lstm_dims dims_of(const mxu_layer *layer, int64_t batch) {
   const int64_t *in = layer->in_shape.dims;
   const mxu_conv_lstm2d_config *c = config_of(layer);
-  lstm_dims d = {batch, in[0], in[1], in[2], in[3], 0, 0, c->filters, 0};
+  lstm_dims d = {batch, in[0], 1, in[1], in[2], 0, 0, c->filters, 0};
+  if (!is_1d(layer)) d.h = in[1], d.w = in[2], d.c = in[3];
   d.oh = mxu_conv_output_size((int)d.h, span(c, 0), c->strides[0], c->padding,
                               NULL, NULL);
   d.ow = mxu_conv_output_size((int)d.w, span(c, 1), c->strides[1], c->padding,
@@ -52,11 +57,11 @@ static mxu_status conv_lstm_infer(mxu_layer *layer) {
   const mxu_conv_lstm2d_config *c = config_of(layer);
   char text[64];
   mxu_shape_format(&layer->in_shape, text, sizeof text);
-  if (layer->in_shape.rank != 4 || layer->time_steps)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: expects (steps, height, width, channels) input, got "
-                    "%s",
-                    layer->name, text);
+  if (layer->in_shape.rank != 4 - is_1d(layer) || layer->time_steps)
+    return mxu_fail(MXU_ERR_SHAPE, "%s: expects %s input, got %s", layer->name,
+                    is_1d(layer) ? "(steps, width, channels)"
+                                 : "(steps, height, width, channels)",
+                    text);
   if (c->filters <= 0 || c->filters > 1 << 20)
     return mxu_fail(MXU_ERR_ARG, "%s: filters %d must be in 1..%d", layer->name,
                     c->filters, 1 << 20);
@@ -87,20 +92,26 @@ static mxu_status conv_lstm_infer(mxu_layer *layer) {
                     "'valid' padding",
                     layer->name, text, c->kernel_size[0], c->kernel_size[1]);
   int64_t out[4] = {d.steps, d.oh, d.ow, d.units};
-  layer->out_shape =
-      c->return_sequences ? mxu_shape_make(4, out) : mxu_shape_make(3, out + 1);
+  int64_t out1d[3] = {d.steps, d.ow, d.units};
+  const int64_t *dims = is_1d(layer) ? out1d : out;
+  int rank = 4 - is_1d(layer);
+  layer->out_shape = c->return_sequences ? mxu_shape_make(rank, dims)
+                                         : mxu_shape_make(rank - 1, dims + 1);
   return MXU_OK;
 }
 
 static int conv_lstm_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   const mxu_conv_lstm2d_config *c = config_of(layer);
   int64_t f = c->filters, kh = c->kernel_size[0], kw = c->kernel_size[1];
-  int64_t kernel[4] = {kh, kw, layer->in_shape.dims[3], 4 * f};
+  /* ConvLSTM1D's (kw, channels, 4 f) are the 2-D kind's with kh = 1. */
+  int one = is_1d(layer);
+  int64_t kernel[4] = {kh, kw, dims_of(layer, 1).c, 4 * f};
   int64_t recurrent[4] = {kh, kw, f, 4 * f}, bias = 4 * f;
-  decls[0] = mxu_weight_decl("kernel", mxu_shape_make(4, kernel), &c->kernel,
-                             mxu_init_glorot_uniform());
+  decls[0] = mxu_weight_decl("kernel", mxu_shape_make(4 - one, kernel + one),
+                             &c->kernel, mxu_init_glorot_uniform());
   decls[1] = mxu_weight_decl(
-      "recurrent_kernel", mxu_shape_make(4, recurrent), &c->recurrent,
+      "recurrent_kernel", mxu_shape_make(4 - one, recurrent + one),
+      &c->recurrent,
       (mxu_initializer){.kind = MXU_INIT_ORTHOGONAL, .gain = 1.0f});
   if (!c->use_bias) return 2;
   decls[2] = mxu_weight_decl("bias", mxu_shape_make(1, &bias), &c->bias,
@@ -337,8 +348,7 @@ static void conv_lstm_backward(mxu_layer *layer, const mxu_layer_run *run) {
     /* The recurrent product's: the step before's h and dh. dg is one
      * buffer refilled each step: the backend must not take it for a copy
      * it made of the step after's. */
-    if (run->backend->conv2d_new_inputs)
-      run->backend->conv2d_new_inputs(run->ops[1]);
+    run->backend->conv2d_new_inputs(run->ops[1]);
     run->backend->conv2d_backward_weights(run->ops[1], hs + (s - 1) * rows * u,
                                           dg, dw, NULL);
     for (int64_t k = 0; k < weights; k++) run->dw[1][k] += dw[k];
@@ -363,6 +373,14 @@ static mxu_hlo_window window_of(const mxu_conv2d_desc *d) {
                           .lhs_dilation = {1, 1},
                           .rhs_dilation = {d->dilation_h, d->dilation_w},
                           .feature_groups = 1};
+}
+
+/* A kernel as HWIO: ConvLSTM1D's (kw, in, out) as (1, kw, in, out). */
+static mxu_hlo_value hwio(mxu_hlo *h, mxu_hlo_value kernel) {
+  const mxu_hlo_shape *k = mxu_hlo_shape_of(h, kernel);
+  if (k->rank == 4) return kernel;
+  int64_t dims[4] = {1, k->dims[0], k->dims[1], k->dims[2]};
+  return mxu_hlo_reshape(h, kernel, mxu_hlo_shape_make(k->dtype, 4, dims));
 }
 
 /* Gate g's columns of rows (rows, 4 u). */
@@ -391,7 +409,7 @@ static mxu_hlo_value conv_lstm_emit(const mxu_layer *layer, mxu_emit *e) {
              mxu_emit_compute(e, mxu_hlo_reshape(h, e->in[0],
                                                  mxu_hlo_shape_make(
                                                      MXU_HLO_F32, 4, images))),
-             mxu_emit_compute(e, e->w[0]), &wi));
+             mxu_emit_compute(e, hwio(h, e->w[0])), &wi));
   if (c->use_bias) p = mxu_emit_bias(e, p, e->w[2]);
   p = mxu_hlo_reshape(h, p, mxu_hlo_shape_make(MXU_HLO_F32, 4, by_step));
   mxu_hlo_value hv = 0, cell = 0, out = 0;
@@ -410,7 +428,7 @@ static mxu_hlo_value conv_lstm_emit(const mxu_layer *layer, mxu_emit *e) {
                  mxu_emit_compute(
                      e, mxu_hlo_reshape(
                             h, hv, mxu_hlo_shape_make(MXU_HLO_F32, 4, state))),
-                 mxu_emit_compute(e, e->w[1]), &wr));
+                 mxu_emit_compute(e, hwio(h, e->w[1])), &wr));
       z = mxu_hlo_add(
           h, z,
           mxu_hlo_reshape(h, r, mxu_hlo_shape_make(MXU_HLO_F32, 2, cells)));
@@ -428,10 +446,8 @@ static mxu_hlo_value conv_lstm_emit(const mxu_layer *layer, mxu_emit *e) {
     out = out ? mxu_hlo_concatenate(h, out, step, 1) : step;
   }
 #undef ACT
-  return c->return_sequences
-             ? out
-             : mxu_hlo_reshape(h, hv,
-                               mxu_batch_shape(e->batch, &layer->out_shape));
+  return mxu_hlo_reshape(h, c->return_sequences ? out : hv,
+                         mxu_batch_shape(e->batch, &layer->out_shape));
 }
 
 /* ---- Keras config ---------------------------------------------------------
@@ -480,9 +496,11 @@ static mxu_status require_no_dropout(const mxu_json_where *where,
                        (double)rate);
 }
 
-static mxu_status read_conv_lstm(const mxu_json_where *where,
-                                 const cJSON *config, mxu_json_node *node,
-                                 const char *name) {
+/* ConvLSTM2D's config, or ConvLSTM1D's (one: its sizes lists of one, the
+ * 1 x n window). */
+static mxu_status read_conv_lstm_of(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name, int one) {
   mxu_conv_lstm2d_config c = mxu_conv_lstm2d_defaults(0, 1, 1);
   int keras2 = node->model->keras2_names;
   c.name = name;
@@ -490,13 +508,13 @@ static mxu_status read_conv_lstm(const mxu_json_where *where,
   MXU_TRY(mxu_json_int(where, config, "filters", MXU_JSON_REQUIRED, 1, 1 << 20,
                        &c.filters));
   MXU_TRY(mxu_config_window_size(where, config, "kernel_size",
-                                 MXU_JSON_REQUIRED, 0, c.kernel_size));
-  MXU_TRY(mxu_config_window_size(where, config, "strides", MXU_JSON_OPTIONAL, 0,
-                                 c.strides));
+                                 MXU_JSON_REQUIRED, one, c.kernel_size));
+  MXU_TRY(mxu_config_window_size(where, config, "strides", MXU_JSON_OPTIONAL,
+                                 one, c.strides));
   MXU_TRY(mxu_json_padding(where, config, &c.padding));
   MXU_TRY(mxu_json_data_format(where, config));
   MXU_TRY(mxu_config_window_size(where, config, "dilation_rate",
-                                 MXU_JSON_OPTIONAL, 0, c.dilation_rate));
+                                 MXU_JSON_OPTIONAL, one, c.dilation_rate));
   MXU_TRY(
       mxu_json_activation(where, config, "activation", keras2, &c.activation));
   MXU_TRY(mxu_json_activation(where, config, "recurrent_activation", keras2,
@@ -515,8 +533,21 @@ static mxu_status read_conv_lstm(const mxu_json_where *where,
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "recurrent", &c.recurrent));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
-  return mxu_json_applied(
-      where, node, mxu_apply_conv_lstm2d(node->model, &c, node->inputs[0]));
+  return mxu_json_applied(where, node,
+                          (one ? mxu_apply_conv_lstm1d : mxu_apply_conv_lstm2d)(
+                              node->model, &c, node->inputs[0]));
+}
+
+static mxu_status read_conv_lstm(const mxu_json_where *where,
+                                 const cJSON *config, mxu_json_node *node,
+                                 const char *name) {
+  return read_conv_lstm_of(where, config, node, name, 0);
+}
+
+static mxu_status read_conv_lstm1d(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name) {
+  return read_conv_lstm_of(where, config, node, name, 1);
 }
 
 static void write_conv_lstm(mxu_json_out *out, const mxu_layer *layer,
@@ -530,11 +561,12 @@ static void write_conv_lstm(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_bool(out, config, "stateful", 0);
   mxu_json_put_bool(out, config, "unroll", 0);
   mxu_json_put_number(out, config, "filters", c->filters);
-  mxu_json_put_pair(out, config, "kernel_size", c->kernel_size);
-  mxu_json_put_pair(out, config, "strides", c->strides);
+  int one = is_1d(layer);
+  mxu_config_put_window_size(out, config, "kernel_size", c->kernel_size, one);
+  mxu_config_put_window_size(out, config, "strides", c->strides, one);
   mxu_json_put_string(out, config, "padding", mxu_padding_name(c->padding));
   mxu_json_put_string(out, config, "data_format", "channels_last");
-  mxu_json_put_pair(out, config, "dilation_rate", dilation);
+  mxu_config_put_window_size(out, config, "dilation_rate", dilation, one);
   mxu_json_put_string(out, config, "activation",
                       mxu_json_activation_name(c->activation));
   mxu_json_put_string(out, config, "recurrent_activation",
@@ -567,6 +599,24 @@ const mxu_layer_class mxu_conv_lstm2d_class = {
     .keras3_group = cell_group,
     .config_keys = conv_lstm_keys,
     .read_config = read_conv_lstm,
+    .write_config = write_conv_lstm,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = conv_lstm_infer,
+    .declare = conv_lstm_declare,
+    .plan = conv_lstm_plan,
+    .forward = conv_lstm_forward,
+    .backward = conv_lstm_backward,
+    .flops = conv_lstm_flops,
+    .emit = conv_lstm_emit,
+};
+
+const mxu_layer_class mxu_conv_lstm1d_class = {
+    .class_name = "ConvLSTM1D",
+    .keras3_group = cell_group,
+    .sequence = 1,
+    .config_keys = conv_lstm_keys,
+    .read_config = read_conv_lstm1d,
     .write_config = write_conv_lstm,
     .min_inputs = 1,
     .max_inputs = 1,

@@ -354,8 +354,7 @@ static void conv3d_backward(mxu_layer *layer, const mxu_layer_run *run) {
  * and dy exchanged. */
 static void transpose3d_forward(mxu_layer *layer, const mxu_layer_run *run) {
   float *part = scratch(layer, run, 1), *z = pre_activation(layer, run);
-  if (run->backend->conv2d_new_inputs)
-    run->backend->conv2d_new_inputs(run->ops[0]);
+  run->backend->conv2d_new_inputs(run->ops[0]);
   memset(z, 0,
          (size_t)(mxu_shape_count(&layer->out_shape) * layer->compiled->batch) *
              sizeof(float));
