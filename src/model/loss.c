@@ -1,6 +1,7 @@
 /* loss.c — the losses that compare the output with float targets (binary
- * cross-entropy, mean squared and absolute error, Huber, KL divergence),
- * and the metrics. The softmax cross-entropies are the backend's (they
+ * cross-entropy, mean squared and absolute error, Huber, KL divergence,
+ * the hinges, cosine similarity, the focal cross-entropies, ...), and the
+ * metrics. The softmax cross-entropies are the backend's (they
  * touch every class score of large outputs); these read an output of a
  * few values a sample, so one plain-C version serves every backend. */
 #include "model/model.h"
@@ -176,13 +177,20 @@ static float cosine_loss(const float *y, const float *t, int64_t n, float *g) {
 /* Keras 3's categorical focal cross-entropy of a row of probabilities p
  * (a logit row's softmax first): q = p / sum(p) clipped into [eps, 1 -
  * eps], the loss -sum alpha (1 - q)^gamma t log q. */
+/* p_j of a row: y_j, or a logit row's softmax (max its largest, z its
+ * exponentials' sum). */
+static float probability(const mxu_output_loss *o, const float *y, int64_t j,
+                         float max, float z) {
+  return o->from_logits ? expf(y[j] - max) / z : y[j];
+}
+
 static float categorical_focal(const mxu_output_loss *o, const float *y,
                                const float *targets, int64_t n, float *g) {
   float max = y[0], z = 0.0f, s = 0.0f;
   for (int64_t j = 1; j < n; j++) max = fmaxf(max, y[j]);
   if (o->from_logits)
     for (int64_t j = 0; j < n; j++) z += expf(y[j] - max);
-#define P(j) (o->from_logits ? expf(y[j] - max) / z : y[j])
+#define P(j) probability(o, y, j, max, z)
   for (int64_t j = 0; j < n; j++) s += P(j);
   double loss = 0.0, dq_q = 0.0, dp_p = 0.0;
   float smooth = o->label_smoothing;

@@ -89,9 +89,10 @@ static mxu_hlo_value first_argmax(mxu_hlo *h, mxu_hlo_value y) {
                        mxu_hlo_reduce(h, negated, MXU_HLO_MAX, 1, &last));
 }
 
-static mxu_hlo_value equal(mxu_hlo *h, mxu_hlo_value a, mxu_hlo_value b) {
-  return mxu_hlo_convert(h, mxu_hlo_compare_op(h, MXU_HLO_EQ, a, b),
-                         MXU_HLO_F32);
+/* 1.0 where the comparison holds, else 0.0. */
+static mxu_hlo_value truth(mxu_hlo *h, mxu_hlo_compare c, mxu_hlo_value a,
+                           mxu_hlo_value b) {
+  return mxu_hlo_convert(h, mxu_hlo_compare_op(h, c, a, b), MXU_HLO_F32);
 }
 
 /* tf.math.in_top_k with k 5: fewer than 5 scores above the target's, which
@@ -122,11 +123,6 @@ static mxu_hlo_value in_top_k(mxu_hlo *h, mxu_hlo_value y, mxu_hlo_value hot) {
 static mxu_hlo_value mean_of(mxu_hlo *h, mxu_hlo_value sums, int64_t values) {
   return mxu_hlo_binary(h, MXU_HLO_DIVIDE, sums,
                         mxu_hlo_full_like(h, sums, (double)values));
-}
-
-static mxu_hlo_value truth(mxu_hlo *h, mxu_hlo_compare c, mxu_hlo_value a,
-                           mxu_hlo_value b) {
-  return mxu_hlo_convert(h, mxu_hlo_compare_op(h, c, a, b), MXU_HLO_F32);
 }
 
 /* 1 where loss.c's predicted(): above the threshold (0.5, or -inf with
@@ -190,14 +186,14 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
   switch (kind) {
   case MXU_METRIC_SPARSE_ACCURACY:
   case MXU_METRIC_CATEGORICAL_ACCURACY:
-    return equal(h, first_argmax(h, y), first_argmax(h, hot));
+    return truth(h, MXU_HLO_EQ, first_argmax(h, y), first_argmax(h, hot));
   case MXU_METRIC_SPARSE_TOP_K:
   case MXU_METRIC_TOP_K: return in_top_k(h, y, hot);
   case MXU_METRIC_BINARY_ACCURACY: {
     float threshold = options->has_threshold ? (float)options->threshold : 0.5f;
     mxu_hlo_value above = mxu_hlo_convert(
         h, mxu_hlo_compare_op(h, MXU_HLO_GT, y, k(o, threshold)), MXU_HLO_F32);
-    return mean_of(h, row_sums(h, equal(h, above, t)), values);
+    return mean_of(h, row_sums(h, truth(h, MXU_HLO_EQ, above, t)), values);
   }
   case MXU_METRIC_MAE:
     return mean_of(h, row_sums(h, un(o, MXU_HLO_ABS, SUB(y, t))), values);

@@ -293,7 +293,7 @@ static const float *conv2d_logits(const mxu_layer *layer,
 /* ---- Conv2D --------------------------------------------------------------
  */
 
-static const char *const conv2d_keys[] = {
+const char *const mxu_conv_keys[] = {
     "filters",     "kernel_size",         "strides", "padding",
     "data_format", "dilation_rate",       "groups",  "activation",
     "use_bias",    MXU_WEIGHT_OPTION_KEYS};
@@ -455,7 +455,7 @@ const mxu_layer_class mxu_conv2d_class = {
     .steps_in_batch = 1,
     .emit = conv2d_emit,
     .flops = conv2d_flops,
-    .config_keys = conv2d_keys,
+    .config_keys = mxu_conv_keys,
     .read_config = read_conv2d,
     .write_config = write_conv2d,
     .aliases = conv2d_aliases,
@@ -512,7 +512,7 @@ const mxu_layer_class mxu_conv1d_class = {
     .sequence = 1,
     .emit = conv2d_emit,
     .flops = conv2d_flops,
-    .config_keys = conv2d_keys,
+    .config_keys = mxu_conv_keys,
     .read_config = read_conv1d,
     .write_config = write_conv2d,
     .aliases = conv1d_aliases,
@@ -976,17 +976,17 @@ static double transpose_flops(const mxu_layer *layer,
                             s.use_bias, s.activation, step);
 }
 
-static const char *const transpose_keys[] = {"filters",
-                                             "kernel_size",
-                                             "strides",
-                                             "padding",
-                                             "output_padding",
-                                             "data_format",
-                                             "dilation_rate",
-                                             "groups",
-                                             "activation",
-                                             "use_bias",
-                                             MXU_WEIGHT_OPTION_KEYS};
+const char *const mxu_conv_transpose_keys[] = {"filters",
+                                               "kernel_size",
+                                               "strides",
+                                               "padding",
+                                               "output_padding",
+                                               "data_format",
+                                               "dilation_rate",
+                                               "groups",
+                                               "activation",
+                                               "use_bias",
+                                               MXU_WEIGHT_OPTION_KEYS};
 
 /* output_padding (an output size Keras' formula does not give) is
  * refused; groups other than 1 too (transpose_infer). */
@@ -1013,7 +1013,7 @@ static void write_transpose(mxu_json_out *out, const mxu_layer *layer,
       .aliases = names,                                                        \
       .sequence = by_steps,                                                    \
       .flops = transpose_flops,                                                \
-      .config_keys = transpose_keys,                                           \
+      .config_keys = mxu_conv_transpose_keys,                                  \
       .read_config = reader,                                                   \
       .write_config = write_transpose,                                         \
       .min_inputs = 1,                                                         \

@@ -80,6 +80,11 @@ void mxu_view_backward(mxu_layer *layer, const mxu_layer_run *run);
 
 /* ---- Keras config (each class reads and writes its own) ---------------- */
 
+/* The config keys of Conv2D and the other convolutions (Conv1D, Conv3D),
+ * and of the transposed ones. */
+extern const char *const mxu_conv_keys[];
+extern const char *const mxu_conv_transpose_keys[];
+
 /* The keys Conv2D and Dense share for their kernel and bias. */
 #define MXU_WEIGHT_OPTION_KEYS                                                 \
   "kernel_initializer", "bias_initializer", "kernel_regularizer",              \

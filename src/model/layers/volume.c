@@ -508,11 +508,6 @@ static mxu_hlo_value transpose3d_emit(const mxu_layer *layer, mxu_emit *e) {
                               mxu_hlo_slice(h, y, start, limit, ones));
 }
 
-static const char *const conv3d_keys[] = {
-    "filters",     "kernel_size",         "strides", "padding",
-    "data_format", "dilation_rate",       "groups",  "activation",
-    "use_bias",    MXU_WEIGHT_OPTION_KEYS};
-
 /* Conv3D's keys, Conv3DTranspose's too (output_padding refused, as
  * Conv2DTranspose's). */
 static mxu_status read_conv3d_of(const mxu_json_where *where,
@@ -587,7 +582,7 @@ static const char *const conv3d_aliases[] = {"Convolution3D", NULL};
 const mxu_layer_class mxu_conv3d_class = {
     .class_name = "Conv3D",
     .aliases = conv3d_aliases,
-    .config_keys = conv3d_keys,
+    .config_keys = mxu_conv_keys,
     .read_config = read_conv3d,
     .write_config = write_conv3d,
     .min_inputs = 1,
@@ -662,25 +657,13 @@ static double transpose3d_flops(const mxu_layer *layer,
                             c->use_bias, c->activation, step);
 }
 
-static const char *const transpose3d_keys[] = {"filters",
-                                               "kernel_size",
-                                               "strides",
-                                               "padding",
-                                               "output_padding",
-                                               "data_format",
-                                               "dilation_rate",
-                                               "groups",
-                                               "activation",
-                                               "use_bias",
-                                               MXU_WEIGHT_OPTION_KEYS};
-
 static const char *const transpose3d_aliases[] = {"Convolution3DTranspose",
                                                   NULL};
 
 const mxu_layer_class mxu_conv3d_transpose_class = {
     .class_name = "Conv3DTranspose",
     .aliases = transpose3d_aliases,
-    .config_keys = transpose3d_keys,
+    .config_keys = mxu_conv_transpose_keys,
     .read_config = read_conv3d_transpose,
     .write_config = write_conv3d,
     .min_inputs = 1,
