@@ -387,7 +387,8 @@ typedef enum mxu_random_kind {
   MXU_RANDOM_ROTATION,
   MXU_RANDOM_ZOOM,
   MXU_RANDOM_CONTRAST,
-  MXU_RANDOM_CROP
+  MXU_RANDOM_CROP,
+  MXU_RANDOM_BRIGHTNESS
 } mxu_random_kind;
 
 typedef struct mxu_random_config {
@@ -402,7 +403,10 @@ typedef struct mxu_random_config {
   int has_width;
   /* RandomRotation: turns (positive: counter-clockwise); RandomContrast:
    * (a, b), each image's contrast factor c in [1 - a, 1 + b], its values
-   * (x - mean) * c + mean per channel, clipped to value_range. */
+   * (x - mean) * c + mean per channel, clipped to value_range;
+   * RandomBrightness: [lower, upper] in [-1, 1], each image's values
+   * plus a delta drawn from it times value_range's width, clipped to
+   * value_range. */
   float factor[2];
   float value_range[2];
   /* RandomCrop: a random height x width window in training; in inference

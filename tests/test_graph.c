@@ -1297,6 +1297,51 @@ static void test_random_contrast(void) {
   mxu_model_free(m);
 }
 
+/* RandomBrightness((-0.2, 0.3), value_range (-1, 1)): each image its own
+ * delta in [-0.4, 0.6] (the range times value_range's width), the values
+ * clipped to [-1, 1], whose gradient passes where unclipped only. */
+static mxu_tensor_id brightness_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t shape[3] = {4, 4, 2};
+  mxu_random_config r = mxu_random_defaults(MXU_RANDOM_BRIGHTNESS);
+  r.name = "under_test";
+  r.factor[0] = -0.2f, r.factor[1] = 0.3f;
+  r.value_range[0] = -1.0f, r.value_range[1] = 1.0f;
+  return head(m, mxu_apply_random(m, &r, input_identity(m, shape)));
+}
+
+static void test_random_brightness(void) {
+  mxu_model *m =
+      build("RandomBrightness", brightness_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  int node = node_named(m, "under_test"), in = m->layers[node].inputs[0];
+  int bad = 0, clipped = 0, deltas = 0;
+  load_inputs(m, 12);
+  train_step(m);
+  const float *x = act(m, in), *y = act(m, node);
+  const float *dx = grad(m, in), *dy = grad(m, node);
+  double first = NAN;
+  for (int r = 0; r < BATCH; r++) {
+    double delta = NAN; /* from the image's first unclipped value */
+    for (int i = r * 32; i < r * 32 + 32 && isnan(delta); i++)
+      if (fabsf(y[i]) < 1.0f) delta = y[i] - x[i];
+    for (int i = r * 32; i < r * 32 + 32; i++) {
+      int cut = fabs(x[i] + delta) > 1.0 + 1e-6;
+      clipped += cut;
+      bad += cut ? !(fabsf(y[i]) == 1.0f && dx[i] == 0.0f)
+                 : !(fabs(y[i] - x[i] - delta) < 1e-5 && dx[i] == dy[i]);
+    }
+    bad += !(delta >= -0.4 - 1e-6 && delta <= 0.6 + 1e-6);
+    if (r == 0) first = delta;
+    deltas += r > 0 && fabs(delta - first) > 1e-6;
+  }
+  CHECK_MSG(bad == 0 && clipped > 0 && deltas > 0,
+            "RandomBrightness: %d values off one delta per image (%d clipped, "
+            "%d images unlike the first)",
+            bad, clipped, deltas);
+  mxu_model_free(m);
+}
+
 /* RandomCrop(3, 2) of a 4x6 image: in training each image a 3x2 window
  * of itself; in inference tf.keras 2's smart resize, whose output for
  * 0..23 tf.keras printed as 3, 4, 11, 12, 19, 20 (Keras 3.15 passes the
@@ -3898,6 +3943,7 @@ int main(void) {
   test_masking();
   test_random_flip();
   test_random_contrast();
+  test_random_brightness();
   test_random_crop();
   test_gaussian_layers();
   test_fan_out();

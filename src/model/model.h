@@ -498,6 +498,7 @@ extern const mxu_layer_class mxu_random_translation_class;
 extern const mxu_layer_class mxu_random_rotation_class;
 extern const mxu_layer_class mxu_random_zoom_class;
 extern const mxu_layer_class mxu_random_contrast_class;
+extern const mxu_layer_class mxu_random_brightness_class;
 extern const mxu_layer_class mxu_random_crop_class;
 extern const mxu_layer_class mxu_activity_regularization_class;
 extern const mxu_layer_class mxu_cropping2d_class;

@@ -54,6 +54,7 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
     p.zx = c->has_width ? 1.0 + draw(rng, sample, DRAW_B, c->width) : p.zy;
     break;
   case MXU_RANDOM_CONTRAST:    /* not an affine map: see contrast_of, */
+  case MXU_RANDOM_BRIGHTNESS:  /* brightness_run, */
   case MXU_RANDOM_CROP: break; /* crop_run */
   }
   return p;
@@ -61,9 +62,10 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
 
 static mxu_status random_infer(mxu_layer *layer) {
   const mxu_random_config *c = &layer->config.random;
+  int clips =
+      c->kind == MXU_RANDOM_CONTRAST || c->kind == MXU_RANDOM_BRIGHTNESS;
   const float *ranges[3] = {c->height, c->width,
-                            c->kind == MXU_RANDOM_CONTRAST ? c->value_range
-                                                           : c->factor};
+                            clips ? c->value_range : c->factor};
   for (int i = 0; i < 3; i++)
     if (!isfinite(ranges[i][0]) || !isfinite(ranges[i][1]) ||
         ranges[i][0] > ranges[i][1])
@@ -152,6 +154,30 @@ static void contrast_run(const mxu_layer *layer, const mxu_layer_run *run,
   }
 }
 
+/* RandomBrightness: y = clip(x + delta), delta an image's draw from the
+ * factor's range times value_range's width; backward, dy where the clip
+ * let the value through (ends included, as clip_by_value's). */
+static void brightness_run(const mxu_layer *layer, const mxu_layer_run *run,
+                           int backward) {
+  image_dims d = dims_of(layer);
+  const mxu_random_config *c = &layer->config.random;
+  float low = c->value_range[0], high = c->value_range[1];
+  for (int64_t b = 0; b < layer->compiled->batch; b++) {
+    float delta =
+        (float)(draw(&run->rng, run->row_offset + b, DRAW_A, c->factor) *
+                ((double)high - low));
+    const float *x = run->x + b * d.per, *dy = run->dy + b * d.per;
+    float *out = (backward ? run->dx : run->y) + b * d.per;
+    for (int64_t i = 0; i < d.per; i++) {
+      float v = x[i] + delta;
+      if (backward)
+        out[i] = v >= low && v <= high ? dy[i] : 0.0f;
+      else
+        out[i] = v < low ? low : v > high ? high : v;
+    }
+  }
+}
+
 /* RandomContrast's per-channel means (scratch[0]: twice channels
  * doubles). */
 static mxu_status random_plan(mxu_layer *layer, const mxu_backend *backend,
@@ -173,8 +199,9 @@ static void random_forward(mxu_layer *layer, const mxu_layer_run *run) {
       memcpy(run->y, run->x, (size_t)(batch * d.per) * sizeof(float));
     return;
   }
-  if (c->kind == MXU_RANDOM_CONTRAST) {
-    contrast_run(layer, run, 0);
+  if (c->kind == MXU_RANDOM_CONTRAST || c->kind == MXU_RANDOM_BRIGHTNESS) {
+    (c->kind == MXU_RANDOM_CONTRAST ? contrast_run : brightness_run)(layer, run,
+                                                                     0);
     return;
   }
   for (int64_t b = 0; b < batch; b++) {
@@ -189,8 +216,9 @@ static void random_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
   image_dims d = dims_of(layer);
   const mxu_random_config *c = &layer->config.random;
-  if (c->kind == MXU_RANDOM_CONTRAST) {
-    contrast_run(layer, run, 1);
+  if (c->kind == MXU_RANDOM_CONTRAST || c->kind == MXU_RANDOM_BRIGHTNESS) {
+    (c->kind == MXU_RANDOM_CONTRAST ? contrast_run : brightness_run)(layer, run,
+                                                                     1);
     return;
   }
   for (int64_t b = 0; b < layer->compiled->batch; b++) {
@@ -263,14 +291,16 @@ static mxu_status read_fill(const mxu_json_where *where, const cJSON *config,
                        mode);
 }
 
-/* factor: f (tf.keras 2: contrast in [1 - f, 1 + f]) or (a, b) (Keras 3
- * writes its own (0, f) for f: [1, 1 + f]); value_range: Keras 3's clip,
- * (0, 255) in both. */
+/* factor: f (tf.keras 2: contrast in [1 - f, 1 + f]; brightness in [-f,
+ * f]) or (a, b) (Keras 3 writes its own (0, f) for a contrast's f: [1, 1
+ * + f]); value_range: Keras 3's clip, (0, 255) in both. */
 static mxu_status read_contrast(const mxu_json_where *where,
                                 const cJSON *config, mxu_random_config *c) {
   const cJSON *f = mxu_json_get(config, "factor");
+  int brightness = c->kind == MXU_RANDOM_BRIGHTNESS;
   if (cJSON_IsNumber(f)) {
     c->factor[0] = c->factor[1] = (float)fabs(f->valuedouble);
+    if (brightness) c->factor[0] = -c->factor[0];
   } else {
     MXU_TRY(read_range(where, config, "factor", c->factor, NULL));
   }
@@ -282,6 +312,20 @@ static mxu_status read_contrast(const mxu_json_where *where,
   } else if (v && !cJSON_IsNull(v)) {
     return mxu_json_fail(where, MXU_ERR_FORMAT,
                          "value_range must be a pair [low, high]");
+  }
+  if (brightness) { /* Keras sorts both */
+    if (c->factor[0] > c->factor[1]) {
+      float low = c->factor[1];
+      c->factor[1] = c->factor[0], c->factor[0] = low;
+    }
+    if (c->value_range[0] > c->value_range[1]) {
+      float low = c->value_range[1];
+      c->value_range[1] = c->value_range[0], c->value_range[0] = low;
+    }
+    if (c->factor[0] >= -1.0f && c->factor[1] <= 1.0f) return MXU_OK;
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "factor (%g, %g) must be in [-1, 1]",
+                         (double)c->factor[0], (double)c->factor[1]);
   }
   if (!(c->factor[0] >= 0.0f && c->factor[0] <= 1.0f && c->factor[1] >= 0.0f))
     return mxu_json_fail(where, MXU_ERR_FORMAT,
@@ -307,7 +351,7 @@ static mxu_status read_random(const mxu_json_where *where, const cJSON *config,
                            "mode '%s' must be horizontal, vertical or "
                            "horizontal_and_vertical",
                            mode);
-  } else if (kind == MXU_RANDOM_CONTRAST) {
+  } else if (kind == MXU_RANDOM_CONTRAST || kind == MXU_RANDOM_BRIGHTNESS) {
     MXU_TRY(read_contrast(where, config, &c));
   } else {
     MXU_TRY(read_fill(where, config, &c));
@@ -340,9 +384,10 @@ static void write_random(mxu_json_out *out, const mxu_layer *layer,
                         c->horizontal && c->vertical ? "horizontal_and_vertical"
                         : c->horizontal              ? "horizontal"
                                                      : "vertical");
-  } else if (c->kind == MXU_RANDOM_ROTATION || c->kind == MXU_RANDOM_CONTRAST) {
+  } else if (c->kind == MXU_RANDOM_ROTATION || c->kind == MXU_RANDOM_CONTRAST ||
+             c->kind == MXU_RANDOM_BRIGHTNESS) {
     put_range(out, config, "factor", c->factor);
-    if (c->kind == MXU_RANDOM_CONTRAST)
+    if (c->kind != MXU_RANDOM_ROTATION)
       put_range(out, config, "value_range", c->value_range);
   } else {
     put_range(out, config, "height_factor", c->height);
@@ -351,7 +396,8 @@ static void write_random(mxu_json_out *out, const mxu_layer *layer,
     else
       mxu_json_put_null(out, config, "width_factor");
   }
-  if (c->kind != MXU_RANDOM_FLIP && c->kind != MXU_RANDOM_CONTRAST) {
+  if (c->kind != MXU_RANDOM_FLIP && c->kind != MXU_RANDOM_CONTRAST &&
+      c->kind != MXU_RANDOM_BRIGHTNESS) {
     mxu_json_put_string(out, config, "fill_mode", modes[c->fill_mode]);
     mxu_json_put_string(out, config, "interpolation", "bilinear");
     mxu_json_put_float(out, config, "fill_value", c->fill_value);
@@ -369,6 +415,7 @@ RANDOM_READER(read_translation, MXU_RANDOM_TRANSLATION)
 RANDOM_READER(read_rotation, MXU_RANDOM_ROTATION)
 RANDOM_READER(read_zoom, MXU_RANDOM_ZOOM)
 RANDOM_READER(read_contrast_layer, MXU_RANDOM_CONTRAST)
+RANDOM_READER(read_brightness, MXU_RANDOM_BRIGHTNESS)
 
 static const char *const flip_keys[] = {"mode", "seed", "rng_type",
                                         "data_format", NULL};
@@ -403,6 +450,8 @@ RANDOM_CLASS(mxu_random_rotation_class, "RandomRotation", read_rotation,
              transform_keys);
 RANDOM_CLASS(mxu_random_zoom_class, "RandomZoom", read_zoom, transform_keys);
 RANDOM_CLASS(mxu_random_contrast_class, "RandomContrast", read_contrast_layer,
+             contrast_keys);
+RANDOM_CLASS(mxu_random_brightness_class, "RandomBrightness", read_brightness,
              contrast_keys);
 
 /* ---- RandomCrop
