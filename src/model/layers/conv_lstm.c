@@ -221,48 +221,6 @@ static mxu_status conv_lstm_plan(mxu_layer *layer, const mxu_backend *backend,
   return MXU_OK;
 }
 
-/* ---- the cell -------------------------------------------------------------
- */
-
-/* A pixel's cell: gates (i, f, c, o pre-activation in, activated out),
- * c_prev (NULL: zeros) into cell and h. */
-static void cell_forward(const mxu_conv_lstm2d_config *c, int64_t u,
-                         float *gates, const float *c_prev, float *cell,
-                         float *h) {
-  float *i = gates, *f = gates + u, *k = gates + 2 * u, *o = gates + 3 * u;
-  mxu_rnn_activate(c->recurrent_activation, i, i, 2 * u);
-  mxu_rnn_activate(c->activation, k, k, u);
-  mxu_rnn_activate(c->recurrent_activation, o, o, u);
-  for (int64_t j = 0; j < u; j++)
-    cell[j] = (c_prev ? f[j] * c_prev[j] : 0.0f) + i[j] * k[j];
-  mxu_rnn_activate(c->activation, cell, h, u);
-  for (int64_t j = 0; j < u; j++) h[j] *= o[j];
-}
-
-/* Its gradient: dh and dc (the step after's) in; the gates' gradient
- * (before their activations) into dg, dc the step before's. tmp: 2 u. */
-static void cell_backward(const mxu_conv_lstm2d_config *c, int64_t u,
-                          const float *gates, const float *c_prev,
-                          const float *cell, const float *dh, float *dc,
-                          float *dg, float *tmp) {
-  const float *i = gates, *f = gates + u, *k = gates + 2 * u,
-              *o = gates + 3 * u;
-  float *tc = tmp, *s_tc = tmp + u;
-  mxu_rnn_activate(c->activation, cell, tc, u);
-  mxu_rnn_slope(c->activation, tc, s_tc, u);
-  mxu_rnn_slope(c->recurrent_activation, i, dg, 2 * u);
-  mxu_rnn_slope(c->activation, k, dg + 2 * u, u);
-  mxu_rnn_slope(c->recurrent_activation, o, dg + 3 * u, u);
-  for (int64_t j = 0; j < u; j++) {
-    float dcell = dh[j] * o[j] * s_tc[j] + dc[j];
-    dg[j] *= dcell * k[j];
-    dg[u + j] *= c_prev ? dcell * c_prev[j] : 0.0f;
-    dg[2 * u + j] *= dcell * i[j];
-    dg[3 * u + j] *= dh[j] * tc[j];
-    dc[j] = dcell * f[j];
-  }
-}
-
 /* ---- forward and backward -------------------------------------------------
  */
 
@@ -295,8 +253,9 @@ static void conv_lstm_forward(mxu_layer *layer, const mxu_layer_run *run) {
         gs[n * image + k] += r[n * image + k];
     }
     for (int64_t q = 0; q < rows; q++)
-      cell_forward(c, u, gs + q * 4 * u, s ? cs - rows * u + q * u : NULL,
-                   cs + q * u, hs_s + q * u);
+      mxu_lstm_cell_forward(c->activation, c->recurrent_activation, u,
+                            gs + q * 4 * u, s ? cs - rows * u + q * u : NULL,
+                            cs + q * u, hs_s + q * u);
   }
   /* The output: every step's h (in the order processed), or the last. */
   int64_t frame = d.pix * u;
@@ -338,8 +297,10 @@ static void conv_lstm_backward(mxu_layer *layer, const mxu_layer_run *run) {
     add_output_gradient(layer, &d, run->dy, s, dh);
     const float *gs = g + s * rows * 4 * u, *cs = cells + s * rows * u;
     for (int64_t q = 0; q < rows; q++)
-      cell_backward(c, u, gs + q * 4 * u, s ? cs - rows * u + q * u : NULL,
-                    cs + q * u, dh + q * u, dc + q * u, dg + q * 4 * u, tmp);
+      mxu_lstm_cell_backward(c->activation, c->recurrent_activation, u,
+                             gs + q * 4 * u, s ? cs - rows * u + q * u : NULL,
+                             cs + q * u, dh + q * u, dc + q * u, dg + q * 4 * u,
+                             tmp);
     int64_t t = input_step(layer, &d, s);
     for (int64_t n = 0; n < d.n; n++)
       memcpy(dp + (n * d.steps + t) * image, dg + n * image,

@@ -58,6 +58,19 @@ void mxu_rnn_activate(mxu_activation a, const float *x, float *y,
                       int64_t count);
 void mxu_rnn_slope(mxu_activation a, const float *y, float *out, int64_t count);
 
+/* An LSTM cell of u units (LSTM's and each pixel's of ConvLSTM): gates
+ * (i, f, c, o before their activations in, activated out), c_prev (NULL:
+ * zeros) into cell and h; backward, dh and dc (the step after's) in, the
+ * gates' gradient before their activations into dg, dc the step
+ * before's. tmp: 2 u floats. */
+void mxu_lstm_cell_forward(mxu_activation act, mxu_activation rec, int64_t u,
+                           float *gates, const float *c_prev, float *cell,
+                           float *h);
+void mxu_lstm_cell_backward(mxu_activation act, mxu_activation rec, int64_t u,
+                            const float *gates, const float *c_prev,
+                            const float *cell, const float *dh, float *dc,
+                            float *dg, float *tmp);
+
 /* A pooling layer's backend description for `batch` samples. */
 mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch);
 

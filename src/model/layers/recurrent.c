@@ -96,6 +96,47 @@ static void add_all(const float *x, float *y, int64_t count) {
   for (int64_t j = 0; j < count; j++) y[j] += x[j];
 }
 
+/* ---- the LSTM cell ------------------------------------------------------- */
+
+/* A pixel's cell: gates (i, f, c, o pre-activation in, activated out),
+ * c_prev (NULL: zeros) into cell and h. */
+void mxu_lstm_cell_forward(mxu_activation act, mxu_activation rec, int64_t u,
+                           float *gates, const float *c_prev, float *cell,
+                           float *h) {
+  float *i = gates, *f = gates + u, *k = gates + 2 * u, *o = gates + 3 * u;
+  mxu_rnn_activate(rec, i, i, 2 * u);
+  mxu_rnn_activate(act, k, k, u);
+  mxu_rnn_activate(rec, o, o, u);
+  for (int64_t j = 0; j < u; j++)
+    cell[j] = (c_prev ? f[j] * c_prev[j] : 0.0f) + i[j] * k[j];
+  mxu_rnn_activate(act, cell, h, u);
+  for (int64_t j = 0; j < u; j++) h[j] *= o[j];
+}
+
+/* Its gradient: dh and dc (the step after's) in; the gates' gradient
+ * (before their activations) into dg, dc the step before's. tmp: 2 u. */
+void mxu_lstm_cell_backward(mxu_activation act, mxu_activation rec, int64_t u,
+                            const float *gates, const float *c_prev,
+                            const float *cell, const float *dh, float *dc,
+                            float *dg, float *tmp) {
+  const float *i = gates, *f = gates + u, *k = gates + 2 * u,
+              *o = gates + 3 * u;
+  float *tc = tmp, *s_tc = tmp + u;
+  mxu_rnn_activate(act, cell, tc, u);
+  mxu_rnn_slope(act, tc, s_tc, u);
+  mxu_rnn_slope(rec, i, dg, 2 * u);
+  mxu_rnn_slope(act, k, dg + 2 * u, u);
+  mxu_rnn_slope(rec, o, dg + 3 * u, u);
+  for (int64_t j = 0; j < u; j++) {
+    float dcell = dh[j] * o[j] * s_tc[j] + dc[j];
+    dg[j] *= dcell * k[j];
+    dg[u + j] *= c_prev ? dcell * c_prev[j] : 0.0f;
+    dg[2 * u + j] *= dcell * i[j];
+    dg[3 * u + j] *= dh[j] * tc[j];
+    dc[j] = dcell * f[j];
+  }
+}
+
 /* ---- shapes and weights ------------------------------------------------- */
 
 static int is_bidirectional(const mxu_layer *layer) {
@@ -563,13 +604,7 @@ static void cell_forward(const mxu_rnn_config *c, int64_t u, const float *p,
     return;
   }
   if (c->kind == MXU_LSTM) {
-    float *i = gates, *f = gates + u, *k = gates + 2 * u, *o = gates + 3 * u;
-    mxu_rnn_activate(rec, i, i, 2 * u);
-    mxu_rnn_activate(act, k, k, u);
-    mxu_rnn_activate(rec, o, o, u);
-    for (j = 0; j < u; j++) cell[j] = f[j] * c_prev[j] + i[j] * k[j];
-    mxu_rnn_activate(act, cell, h, u);
-    for (j = 0; j < u; j++) h[j] *= o[j];
+    mxu_lstm_cell_forward(act, rec, u, gates, c_prev, cell, h);
     return;
   }
   /* GRU, reset_after: the reset gate scales h U_h + b_h, the candidate
@@ -800,23 +835,10 @@ static void cell_backward(const mxu_rnn_config *c, int64_t u,
     return;
   }
   if (c->kind == MXU_LSTM) {
-    const float *i = gates, *f = gates + u, *k = gates + 2 * u;
-    const float *o = gates + 3 * u;
-    float *tc = tmp, *s_tc = tmp + u;
-    mxu_rnn_activate(act, cell, tc, u);
-    mxu_rnn_slope(act, tc, s_tc, u);
-    mxu_rnn_slope(rec, i, d_input, 2 * u);
-    mxu_rnn_slope(act, k, d_input + 2 * u, u);
-    mxu_rnn_slope(rec, o, d_input + 3 * u, u);
-    for (j = 0; j < u; j++) {
-      float dcell = dh[j] * o[j] * s_tc[j] + dc[j];
-      d_rec[j] = d_input[j] *= dcell * k[j];
-      d_rec[u + j] = d_input[u + j] *= dcell * c_prev[j];
-      d_rec[2 * u + j] = d_input[2 * u + j] *= dcell * i[j];
-      d_rec[3 * u + j] = d_input[3 * u + j] *= dh[j] * tc[j];
-      dc[j] = dcell * f[j];
-      dh[j] = 0.0f;
-    }
+    mxu_lstm_cell_backward(act, rec, u, gates, c_prev, cell, dh, dc, d_input,
+                           tmp);
+    memcpy(d_rec, d_input, (size_t)(4 * u) * sizeof(float));
+    memset(dh, 0, (size_t)u * sizeof(float));
     return;
   }
   const float *z = gates, *reset = gates + u, *k = gates + 2 * u;
