@@ -555,37 +555,22 @@ static const char *cell_group(const mxu_layer *layer, int k) {
   return "cell";
 }
 
-const mxu_layer_class mxu_conv_lstm2d_class = {
-    .class_name = "ConvLSTM2D",
-    .keras3_group = cell_group,
-    .config_keys = conv_lstm_keys,
-    .read_config = read_conv_lstm,
-    .write_config = write_conv_lstm,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = conv_lstm_infer,
-    .declare = conv_lstm_declare,
-    .plan = conv_lstm_plan,
-    .forward = conv_lstm_forward,
-    .backward = conv_lstm_backward,
-    .flops = conv_lstm_flops,
-    .emit = conv_lstm_emit,
-};
+#define CONV_LSTM_CLASS(symbol, keras_name, reader, one)                       \
+  const mxu_layer_class symbol = {.class_name = keras_name,                    \
+                                  .keras3_group = cell_group,                  \
+                                  .sequence = one,                             \
+                                  .config_keys = conv_lstm_keys,               \
+                                  .read_config = reader,                       \
+                                  .write_config = write_conv_lstm,             \
+                                  .min_inputs = 1,                             \
+                                  .max_inputs = 1,                             \
+                                  .infer = conv_lstm_infer,                    \
+                                  .declare = conv_lstm_declare,                \
+                                  .plan = conv_lstm_plan,                      \
+                                  .forward = conv_lstm_forward,                \
+                                  .backward = conv_lstm_backward,              \
+                                  .flops = conv_lstm_flops,                    \
+                                  .emit = conv_lstm_emit}
 
-const mxu_layer_class mxu_conv_lstm1d_class = {
-    .class_name = "ConvLSTM1D",
-    .keras3_group = cell_group,
-    .sequence = 1,
-    .config_keys = conv_lstm_keys,
-    .read_config = read_conv_lstm1d,
-    .write_config = write_conv_lstm,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = conv_lstm_infer,
-    .declare = conv_lstm_declare,
-    .plan = conv_lstm_plan,
-    .forward = conv_lstm_forward,
-    .backward = conv_lstm_backward,
-    .flops = conv_lstm_flops,
-    .emit = conv_lstm_emit,
-};
+CONV_LSTM_CLASS(mxu_conv_lstm2d_class, "ConvLSTM2D", read_conv_lstm, 0);
+CONV_LSTM_CLASS(mxu_conv_lstm1d_class, "ConvLSTM1D", read_conv_lstm1d, 1);

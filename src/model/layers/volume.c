@@ -1095,47 +1095,23 @@ static const char *const zero_padding3d_keys[] = {"padding", "data_format",
 static const char *const cropping3d_keys[] = {"cropping", "data_format", NULL};
 static const char *const upsampling3d_keys[] = {"size", "data_format", NULL};
 
-const mxu_layer_class mxu_zero_padding3d_class = {
-    .class_name = "ZeroPadding3D",
-    .config_keys = zero_padding3d_keys,
-    .read_config = read_zero_padding3d,
-    .write_config = write_margins3d,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = resize3d_infer,
-    .plan = mxu_no_plan,
-    .flops = mxu_no_flops,
-    .forward = resize3d_forward,
-    .backward = resize3d_backward,
-    .emit = resize3d_emit,
-};
+#define RESIZE3D_CLASS(symbol, keras_name, keys, reader, writer)               \
+  const mxu_layer_class symbol = {.class_name = keras_name,                    \
+                                  .config_keys = keys,                         \
+                                  .read_config = reader,                       \
+                                  .write_config = writer,                      \
+                                  .min_inputs = 1,                             \
+                                  .max_inputs = 1,                             \
+                                  .infer = resize3d_infer,                     \
+                                  .plan = mxu_no_plan,                         \
+                                  .flops = mxu_no_flops,                       \
+                                  .forward = resize3d_forward,                 \
+                                  .backward = resize3d_backward,               \
+                                  .emit = resize3d_emit}
 
-const mxu_layer_class mxu_cropping3d_class = {
-    .class_name = "Cropping3D",
-    .config_keys = cropping3d_keys,
-    .read_config = read_cropping3d,
-    .write_config = write_margins3d,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = resize3d_infer,
-    .plan = mxu_no_plan,
-    .flops = mxu_no_flops,
-    .forward = resize3d_forward,
-    .backward = resize3d_backward,
-    .emit = resize3d_emit,
-};
-
-const mxu_layer_class mxu_upsampling3d_class = {
-    .class_name = "UpSampling3D",
-    .config_keys = upsampling3d_keys,
-    .read_config = read_upsampling3d,
-    .write_config = write_upsampling3d,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = resize3d_infer,
-    .plan = mxu_no_plan,
-    .flops = mxu_no_flops,
-    .forward = resize3d_forward,
-    .backward = resize3d_backward,
-    .emit = resize3d_emit,
-};
+RESIZE3D_CLASS(mxu_zero_padding3d_class, "ZeroPadding3D", zero_padding3d_keys,
+               read_zero_padding3d, write_margins3d);
+RESIZE3D_CLASS(mxu_cropping3d_class, "Cropping3D", cropping3d_keys,
+               read_cropping3d, write_margins3d);
+RESIZE3D_CLASS(mxu_upsampling3d_class, "UpSampling3D", upsampling3d_keys,
+               read_upsampling3d, write_upsampling3d);
