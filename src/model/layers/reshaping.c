@@ -183,6 +183,7 @@ static mxu_hlo_value global_pool_emit(const mxu_layer *layer, mxu_emit *e) {
 
 static const char *const global_pool_keys[] = {"data_format", "keepdims", NULL};
 
+/* The 1-D (sequence 1), 2-D (0) or 3-D (sequence -1) kind's config. */
 static mxu_status read_global_pool(const mxu_json_where *where,
                                    const cJSON *config, mxu_json_node *node,
                                    const char *name, int is_max, int sequence) {
@@ -192,8 +193,9 @@ static mxu_status read_global_pool(const mxu_json_where *where,
   mxu_tensor_id x = node->inputs[0];
   return mxu_json_applied(
       where, node,
-      sequence ? mxu_apply_global_pooling1d(node->model, &pool, x)
-               : mxu_apply_global_pooling2d(node->model, &pool, x));
+      (sequence > 0   ? mxu_apply_global_pooling1d
+       : sequence < 0 ? mxu_apply_global_pooling3d
+                      : mxu_apply_global_pooling2d)(node->model, &pool, x));
 }
 
 static mxu_status read_global_average(const mxu_json_where *where,
@@ -267,27 +269,16 @@ const mxu_layer_class mxu_global_max_pooling1d_class = {
     .emit = global_pool_emit,
 };
 
-static mxu_status read_global_pool3d(const mxu_json_where *where,
-                                     const cJSON *config, mxu_json_node *node,
-                                     const char *name, int is_max) {
-  mxu_global_pool2d_config pool = {name, is_max, 0};
-  MXU_TRY(mxu_json_data_format(where, config));
-  MXU_TRY(mxu_json_bool(where, config, "keepdims", &pool.keepdims));
-  return mxu_json_applied(
-      where, node,
-      mxu_apply_global_pooling3d(node->model, &pool, node->inputs[0]));
-}
-
 static mxu_status read_global_average3d(const mxu_json_where *where,
                                         const cJSON *config,
                                         mxu_json_node *node, const char *name) {
-  return read_global_pool3d(where, config, node, name, 0);
+  return read_global_pool(where, config, node, name, 0, -1);
 }
 
 static mxu_status read_global_max3d(const mxu_json_where *where,
                                     const cJSON *config, mxu_json_node *node,
                                     const char *name) {
-  return read_global_pool3d(where, config, node, name, 1);
+  return read_global_pool(where, config, node, name, 1, -1);
 }
 
 static const char *const global_average3d_aliases[] = {"GlobalAvgPool3D", NULL};
