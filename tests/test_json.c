@@ -2371,6 +2371,7 @@ static void errors_listed_together(void) {
             "model.json", &m, NULL, NULL) == MXU_ERR_UNSUPPORTED);
   CHECK_MSG(has(mxu_errmsg(),
                 "layer class LocallyConnected2D is not supported (mxu has") &&
+                has(mxu_errmsg(), mxu_layer_class_names()) &&
                 has(mxu_errmsg(), "reading stopped after them at: "
                                   "model.json: layer 'big' (Conv2D)"),
             "%s", mxu_errmsg());

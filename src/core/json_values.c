@@ -19,7 +19,8 @@ void mxu_json_where_set(mxu_json_where *where, const char *fmt, ...) {
 
 mxu_status mxu_json_fail(const mxu_json_where *where, mxu_status status,
                          const char *fmt, ...) {
-  char message[768];
+  /* As long as mxu's error buffer: a message may list every layer class. */
+  char message[4096];
   va_list args;
   va_start(args, fmt);
   vsnprintf(message, sizeof message, fmt, args);

@@ -419,7 +419,7 @@ typedef struct unsupported_list {
   int count, classes; /* items; of them, unknown layer classes */
   size_t used;
   char text[3000];
-  char first[1024]; /* the first item's whole message */
+  char first[4096]; /* the first item's whole message, every class named */
 } unsupported_list;
 
 static _Thread_local unsupported_list *collecting;
