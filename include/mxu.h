@@ -714,13 +714,20 @@ mxu_tensor_id mxu_apply_dropout(mxu_model *model, const char *name, float rate,
                                 mxu_tensor_id x);
 /* Dropout with Keras' noise_shape, without its batch dimension: a dim of 1
  * draws one value for the whole axis, 0 (Keras' None) one per value.
- * spatial: MXU_SPATIAL_2D, Keras' SpatialDropout2D, whose noise_shape is
- * (1, 1, channels); MXU_SPATIAL_1D, SpatialDropout1D's (1, channels) over
- * (steps, channels). */
-enum { MXU_SPATIAL_2D = 1, MXU_SPATIAL_1D = 2 };
+ * kind: 0, Dropout; MXU_SPATIAL_2D, Keras' SpatialDropout2D, whose
+ * noise_shape is (1, 1, channels); MXU_SPATIAL_1D, SpatialDropout1D's
+ * (1, channels) over (steps, channels); MXU_SPATIAL_3D, SpatialDropout3D's
+ * (1, 1, 1, channels); MXU_ALPHA_DROPOUT, AlphaDropout, which sets dropped
+ * values to SELU's saturation and keeps the mean and variance. */
+enum {
+  MXU_SPATIAL_2D = 1,
+  MXU_SPATIAL_1D = 2,
+  MXU_SPATIAL_3D = 3,
+  MXU_ALPHA_DROPOUT = 4
+};
 mxu_tensor_id mxu_apply_dropout_noise(mxu_model *model, const char *name,
                                       float rate, mxu_shape noise_shape,
-                                      int spatial, mxu_tensor_id x);
+                                      int kind, mxu_tensor_id x);
 mxu_tensor_id mxu_apply_batch_normalization(mxu_model *model,
                                             const mxu_batchnorm_config *config,
                                             mxu_tensor_id x);
@@ -807,6 +814,9 @@ mxu_tensor_id mxu_apply_random(mxu_model *model,
 mxu_tensor_id mxu_apply_activity_regularization(mxu_model *model,
                                                 const char *name, float l1,
                                                 float l2, mxu_tensor_id x);
+/* Identity: the input as it is (Keras' placeholder layer). */
+mxu_tensor_id mxu_apply_identity(mxu_model *model, const char *name,
+                                 mxu_tensor_id x);
 mxu_tensor_id mxu_apply_gaussian_noise(mxu_model *model, const char *name,
                                        float stddev, mxu_tensor_id x);
 mxu_tensor_id mxu_apply_gaussian_dropout(mxu_model *model, const char *name,

@@ -1014,26 +1014,59 @@ static void test_layers(void) {
 }
 
 /* Dropout with a noise_shape (Keras' (None, 1, 1, C), EfficientNet's
- * (None, 1, 1, 1)), SpatialDropout2D and SpatialDropout1D: in training one draw
- * per sample and shared dims, so y / x is one value (0 or 1 / (1 - rate)) along
- * them; finite differences and cpu_ref over the same masks. */
+ * (None, 1, 1, 1)), SpatialDropout1D/2D/3D and AlphaDropout: in training one
+ * draw per sample and shared dims, so every value of a run sharing a draw is
+ * kept (y = a x + b: 1 / (1 - rate) x for Dropout, Keras' affine map for
+ * AlphaDropout) or dropped (y = 0, AlphaDropout's saturation) alike; finite
+ * differences and cpu_ref over the same masks. */
 typedef struct noise_case {
   const char *name;
   int64_t noise[3];
-  int spatial;
+  int kind; /* mxu_apply_dropout_noise's */
 } noise_case;
+
+static int is_spatial_kind(int kind) {
+  return kind == MXU_SPATIAL_1D || kind == MXU_SPATIAL_2D ||
+         kind == MXU_SPATIAL_3D;
+}
 
 static mxu_tensor_id noise_graph(mxu_model *m, const void *ctx) {
   const noise_case *c = ctx;
   static const int64_t shape[3] = {3, 4, 5};
   mxu_tensor_id x = input_identity(m, shape);
-  if (c->spatial == MXU_SPATIAL_1D) { /* 12 steps of 5 channels */
+  if (c->kind == MXU_SPATIAL_1D) { /* 12 steps of 5 channels */
     mxu_reshape_config r = {"steps", {2, {12, 5}}};
     x = mxu_apply_reshape(m, &r, x);
   }
-  mxu_shape noise = c->spatial ? (mxu_shape){0} : mxu_shape_make(3, c->noise);
+  if (c->kind == MXU_SPATIAL_3D) { /* a volume of 3 x 2 x 2, 5 channels */
+    mxu_reshape_config r = {"volume", {4, {3, 2, 2, 5}}};
+    x = mxu_apply_reshape(m, &r, x);
+  }
+  int per_value = !(c->noise[0] || c->noise[1] || c->noise[2]);
+  mxu_shape noise = is_spatial_kind(c->kind) || per_value
+                        ? (mxu_shape){0}
+                        : mxu_shape_make(3, c->noise);
   return head(
-      m, mxu_apply_dropout_noise(m, "under_test", 0.5f, noise, c->spatial, x));
+      m, mxu_apply_dropout_noise(m, "under_test", 0.5f, noise, c->kind, x));
+}
+
+/* Keras' AlphaDropout at rate q, as its call writes it: a and b, and the
+ * value a dropped one takes. */
+static void alpha_dropout_affine(double q, double *a, double *b,
+                                 double *dropped) {
+  double alpha_p =
+      -1.6732632423543772848170429916717 * 1.0507009873554804934193349852946;
+  *a = pow((1 - q) * (1 + q * alpha_p * alpha_p), -0.5);
+  *b = -*a * alpha_p * q;
+  *dropped = *a * alpha_p + *b;
+}
+
+/* 1 if y is x kept, 0 if dropped, -1 if neither. */
+static int kept_or_dropped(int kind, float x, float y) {
+  double a = 2.0, b = 0.0, dropped = 0.0;
+  if (kind == MXU_ALPHA_DROPOUT) alpha_dropout_affine(0.5, &a, &b, &dropped);
+  if (fabs(y - (a * x + b)) <= 1e-6 * (1 + fabs(y))) return 1;
+  return fabs(y - dropped) <= 1e-6 ? 0 : -1;
 }
 
 static void check_shared_mask(const noise_case *c, mxu_backend_kind kind) {
@@ -1044,7 +1077,8 @@ static void check_shared_mask(const noise_case *c, mxu_backend_kind kind) {
   train_step(m);
   const float *x = act(m, m->layers[node].inputs[0]), *y = act(m, node);
   int64_t dims[3] = {3, 4, 5}, shared[3];
-  for (int d = 0; d < 3; d++) shared[d] = c->spatial ? d < 2 : c->noise[d] == 1;
+  for (int d = 0; d < 3; d++)
+    shared[d] = is_spatial_kind(c->kind) ? d < 2 : c->noise[d] == 1;
   int kept = 0, dropped = 0, bad = 0;
   for (int r = 0; r < BATCH; r++)
     for (int64_t i = 0; i < 60; i++) {
@@ -1052,15 +1086,53 @@ static void check_shared_mask(const noise_case *c, mxu_backend_kind kind) {
       /* the first value of the run this one shares its draw with */
       int64_t j = ((shared[0] ? 0 : h) * dims[1] + (shared[1] ? 0 : w)) * 5 +
                   (shared[2] ? 0 : ch);
-      float ri = y[r * 60 + i] / x[r * 60 + i],
-            rj = y[r * 60 + j] / x[r * 60 + j];
-      bad += !(ri == rj && (ri == 0.0f || ri == 2.0f));
-      if (i == j) ri == 0.0f ? dropped++ : kept++;
+      int ki = kept_or_dropped(c->kind, x[r * 60 + i], y[r * 60 + i]),
+          kj = kept_or_dropped(c->kind, x[r * 60 + j], y[r * 60 + j]);
+      bad += ki < 0 || ki != kj;
+      if (i == j) ki == 0 ? dropped++ : kept++;
     }
   /* Both kinds of draw, where there are enough draws to expect them. */
   CHECK_MSG(bad == 0 && (kept + dropped < 10 || (kept > 0 && dropped > 0)),
             "%s: %d values off their run's mask (%d draws kept, %d dropped)",
             c->name, bad, kept, dropped);
+  mxu_model_free(m);
+}
+
+/* AlphaDropout keeps the mean 0 and variance 1 of a normalized input (what
+ * it is for, after SELU), and drops about its rate of the values. */
+static mxu_tensor_id alpha_moments_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  static const int64_t shape[3] = {10, 10, 100};
+  mxu_tensor_id x = input_identity(m, shape);
+  return head(m, mxu_apply_dropout_noise(m, "under_test", 0.3f, (mxu_shape){0},
+                                         MXU_ALPHA_DROPOUT, x));
+}
+
+static void test_alpha_dropout_moments(void) {
+  mxu_model *m = build("AlphaDropout's moments", alpha_moments_graph, NULL,
+                       MXU_BACKEND_CPU);
+  if (!m) return;
+  load_inputs(m, 4);
+  int node = node_named(m, "under_test"), in = m->inputs[0];
+  int64_t n = tensor_floats(m, node);
+  float *u = act(m, in);
+  for (int64_t i = 0; i < n; i++) u[i] *= 0.8660254f; /* variance 1 */
+  train_step(m);
+  const float *y = act(m, node);
+  double a, b, dropped, sum = 0, squares = 0;
+  alpha_dropout_affine(0.3, &a, &b, &dropped);
+  int64_t drops = 0;
+  for (int64_t i = 0; i < n; i++) {
+    sum += y[i];
+    squares += (double)y[i] * y[i];
+    drops += fabs(y[i] - dropped) < 1e-6;
+  }
+  double mean = sum / (double)n, variance = squares / (double)n - mean * mean;
+  CHECK_MSG(fabs(mean) < 0.03 && fabs(variance - 1) < 0.05 &&
+                fabs((double)drops / (double)n - 0.3) < 0.02,
+            "AlphaDropout(0.3) of a mean 0, variance 1 input: mean %.4f, "
+            "variance %.4f, %.4f dropped",
+            mean, variance, (double)drops / (double)n);
   mxu_model_free(m);
 }
 
@@ -1071,6 +1143,11 @@ static void test_dropout_noise(void) {
       {"Dropout noise_shape (None, 3, 1, None)", {3, 1, 0}, 0},
       {"SpatialDropout2D", {0, 0, 0}, MXU_SPATIAL_2D},
       {"SpatialDropout1D over the 12 steps", {0, 0, 0}, MXU_SPATIAL_1D},
+      {"SpatialDropout3D over a 3 x 2 x 2 volume", {0, 0, 0}, MXU_SPATIAL_3D},
+      {"AlphaDropout", {0, 0, 0}, MXU_ALPHA_DROPOUT},
+      {"AlphaDropout noise_shape (None, 1, 1, 5)",
+       {1, 1, 0},
+       MXU_ALPHA_DROPOUT},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     /* cpu scales by the draws where the noise is per sample or channel */
@@ -3934,6 +4011,7 @@ int main(void) {
   test_time_distributed();
   test_layers();
   test_dropout_noise();
+  test_alpha_dropout_moments();
   test_preprocessing();
   test_layer_scale();
   test_custom_scale();

@@ -3406,6 +3406,67 @@ static void reads_sequences(void) {
       "int32 or int64 token ids");
 }
 
+/* SpatialDropout3D, AlphaDropout and Identity as each Keras writes them
+ * (Keras 3 the first two layers, tf.keras 2 the last two: AlphaDropout
+ * without its noise_shape). Keras 3's SpatialDropouts refuse trainable
+ * and noise_shape: mxu's Keras 3 text leaves them out. */
+static void reads_volume_dropouts(void) {
+  mxu_model *m = read_json(
+      model_with(
+          "[null, 2, 3, 3, 4]",
+          "{\"class_name\": \"SpatialDropout3D\", \"config\": {\"rate\": 0.2, "
+          "\"seed\": null, \"name\": \"sd3\", \"dtype\": \"float32\", "
+          "\"data_format\": \"channels_last\"}}, "
+          "{\"class_name\": \"AlphaDropout\", \"config\": {\"name\": \"ad\", "
+          "\"trainable\": true, \"dtype\": {\"module\": \"keras\", "
+          "\"class_name\": \"DTypePolicy\", \"config\": {\"name\": "
+          "\"float32\"}, \"registered_name\": null}, \"rate\": 0.1, \"seed\": "
+          "null, \"noise_shape\": [null, 1, 1, 1, 4]}}, "
+          "{\"class_name\": \"AlphaDropout\", \"config\": {\"name\": \"ad2\", "
+          "\"trainable\": true, \"dtype\": \"float32\", \"rate\": 0.3, "
+          "\"seed\": null}}, "
+          "{\"class_name\": \"Identity\", \"config\": {\"name\": \"id\", "
+          "\"trainable\": true, \"dtype\": \"float32\"}}"),
+      NULL, NULL);
+  if (!m) return;
+  const mxu_layer *sd = LAYER(m, 0), *ad = LAYER(m, 1), *ad2 = LAYER(m, 2);
+  CHECK(sd->cls == &mxu_spatial_dropout3d_class &&
+        sd->config.dropout.rate == 0.2f);
+  CHECK(ad->cls == &mxu_alpha_dropout_class &&
+        ad->config.dropout.rate == 0.1f && ad->config.dropout.noise.rank == 4 &&
+        ad->config.dropout.noise.dims[0] == 1 &&
+        ad->config.dropout.noise.dims[3] == 4);
+  CHECK(ad2->cls == &mxu_alpha_dropout_class &&
+        ad2->config.dropout.rate == 0.3f &&
+        ad2->config.dropout.noise.rank == 0);
+  CHECK(LAYER(m, 3)->cls == &mxu_identity_class &&
+        LAYER(m, 3)->out_shape.rank == 4);
+  round_trip_text("volume dropouts", m, 0);
+  round_trip_text("volume dropouts", m, 1);
+  char *k3 = write_json(m, 1);
+  cJSON *root = k3 ? cJSON_Parse(k3) : NULL;
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetArrayItem(
+          cJSON_GetObjectItemCaseSensitive(
+              cJSON_GetObjectItemCaseSensitive(root, "config"), "layers"),
+          1),
+      "config");
+  CHECK_MSG(
+      c && !cJSON_HasObjectItem(c, "trainable") &&
+          !cJSON_HasObjectItem(c, "noise_shape") &&
+          cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "dtype")) &&
+          cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "data_format")),
+      "Keras 3's SpatialDropout3D config: %s", k3);
+  cJSON_Delete(root);
+  free(k3);
+  mxu_model_free(m);
+  EXPECT_JSON_FAIL(model_with("[null, 4, 4, 3]",
+                              "{\"class_name\": \"SpatialDropout3D\", "
+                              "\"config\": {\"name\": \"e\", \"rate\": 0.2}}"),
+                   MXU_ERR_SHAPE, "layer 'e'",
+                   "takes (depth, height, width, channels)");
+}
+
 static int node_named(const mxu_model *m, const char *name) {
   for (int i = 0; i < m->layer_count; i++)
     if (strcmp(m->layers[i].name, name) == 0) return i;
@@ -3980,6 +4041,7 @@ int main(void) {
   reads_layer_scale();
   reads_custom_scale();
   reads_sequences();
+  reads_volume_dropouts();
   reads_recurrent();
   reads_attention();
   reads_masking();

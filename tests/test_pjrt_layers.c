@@ -588,6 +588,15 @@ static const layer_case cases[] = {
              LAYER("Dropout", "d", ", \"rate\": 0.3", IN("g"))
                  LAYER("SpatialDropout2D", "s", ", \"rate\": 0.4", IN("d")),
      "s", 1e-4},
+    {"AlphaDropout, AlphaDropout noise_shape, SpatialDropout3D, Identity",
+     "8, 3, 2",
+     LAYER("AlphaDropout", "a", ", \"rate\": 0.3", IN("lead"))
+         LAYER("AlphaDropout", "b",
+               ", \"rate\": 0.4, \"noise_shape\": [null, 1, 3, 1]", IN("a"))
+             LAYER("Reshape", "r", ", \"target_shape\": [2, 4, 3, 3]", IN("b"))
+                 LAYER("SpatialDropout3D", "s", ", \"rate\": 0.4", IN("r"))
+                     LAYER("Identity", "i", "", IN("s")),
+     "i", 1e-4},
     {"ActivityRegularization, activity_regularizer", "4, 4, 2",
      LAYER("ActivityRegularization", "a", ", \"l1\": 0.01, \"l2\": 0.02",
            IN("lead"))

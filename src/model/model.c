@@ -37,8 +37,11 @@ static const mxu_layer_class *const registry[] = {
     &mxu_dropout_class,
     &mxu_spatial_dropout2d_class,
     &mxu_spatial_dropout1d_class,
+    &mxu_spatial_dropout3d_class,
+    &mxu_alpha_dropout_class,
     &mxu_gaussian_noise_class,
     &mxu_activity_regularization_class,
+    &mxu_identity_class,
     &mxu_gaussian_dropout_class,
     &mxu_batch_normalization_class,
     &mxu_unit_normalization_class,
@@ -740,19 +743,23 @@ mxu_tensor_id mxu_apply_dropout(mxu_model *model, const char *name, float rate,
 
 mxu_tensor_id mxu_apply_dropout_noise(mxu_model *model, const char *name,
                                       float rate, mxu_shape noise_shape,
-                                      int spatial, mxu_tensor_id x) {
+                                      int kind, mxu_tensor_id x) {
+  static const mxu_layer_class *const classes[] = {
+      &mxu_dropout_class, &mxu_spatial_dropout2d_class,
+      &mxu_spatial_dropout1d_class, &mxu_spatial_dropout3d_class,
+      &mxu_alpha_dropout_class};
   if (noise_shape.rank < 0 || noise_shape.rank > MXU_MAX_RANK) {
     mxu_fail(MXU_ERR_ARG, "add Dropout: noise_shape of rank %d",
              noise_shape.rank);
     return -1;
   }
+  if (kind < 0 || kind > MXU_ALPHA_DROPOUT) {
+    mxu_fail(MXU_ERR_ARG, "add Dropout: kind %d is none of mxu's", kind);
+    return -1;
+  }
   mxu_layer proto = dropout_proto(rate);
   proto.config.dropout.noise = noise_shape;
-  return apply(model,
-               spatial == MXU_SPATIAL_1D ? &mxu_spatial_dropout1d_class
-               : spatial                 ? &mxu_spatial_dropout2d_class
-                                         : &mxu_dropout_class,
-               name, &proto, &x, 1);
+  return apply(model, classes[kind], name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_batch_normalization(mxu_model *model,
@@ -1193,6 +1200,12 @@ mxu_tensor_id mxu_apply_activity_regularization(mxu_model *model,
   return x < 0 ? -1
                : apply(model, &mxu_activity_regularization_class, name, &proto,
                        &x, 1);
+}
+
+mxu_tensor_id mxu_apply_identity(mxu_model *model, const char *name,
+                                 mxu_tensor_id x) {
+  mxu_layer proto = {0};
+  return x < 0 ? -1 : apply(model, &mxu_identity_class, name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_gaussian_noise(mxu_model *model, const char *name,

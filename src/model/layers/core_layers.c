@@ -1,8 +1,10 @@
-/* core_layers.c — Keras' core family: Dense, Flatten, Dropout and
- * SpatialDropout2D, and InputLayer (a model input as a node). */
+/* core_layers.c — Keras' core family: Dense, Flatten, the Dropouts
+ * (Dropout, SpatialDropout1D/2D/3D, AlphaDropout: one mask computation),
+ * and InputLayer (a model input as a node). */
 #include "model/layers/layers.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -213,17 +215,53 @@ static mxu_status read_spatial_dropout1d(const mxu_json_where *where,
   return read_dropouts(where, config, node, name, MXU_SPATIAL_1D);
 }
 
-/* SpatialDropout2D and SpatialDropout1D: one draw per channel. */
-static int is_spatial(const mxu_layer *layer) {
-  return layer->cls == &mxu_spatial_dropout2d_class ||
-         layer->cls == &mxu_spatial_dropout1d_class;
+static mxu_status read_spatial_dropout3d(const mxu_json_where *where,
+                                         const cJSON *config,
+                                         mxu_json_node *node,
+                                         const char *name) {
+  return read_dropouts(where, config, node, name, MXU_SPATIAL_3D);
 }
 
-/* Keras writes the noise_shape it was given: SpatialDropout2D none. */
+static mxu_status read_alpha_dropout(const mxu_json_where *where,
+                                     const cJSON *config, mxu_json_node *node,
+                                     const char *name) {
+  return read_dropouts(where, config, node, name, MXU_ALPHA_DROPOUT);
+}
+
+/* The rank the SpatialDropouts take (one draw per channel); 0 for the
+ * others. */
+static int spatial_rank(const mxu_layer *layer) {
+  return layer->cls == &mxu_spatial_dropout1d_class   ? 2
+         : layer->cls == &mxu_spatial_dropout2d_class ? 3
+         : layer->cls == &mxu_spatial_dropout3d_class ? 4
+                                                      : 0;
+}
+
+static int is_spatial(const mxu_layer *layer) {
+  return spatial_rank(layer) > 0;
+}
+
+static int is_alpha(const mxu_layer *layer) {
+  return layer->cls == &mxu_alpha_dropout_class;
+}
+
+/* Keras writes the noise_shape it was given: SpatialDropout2D none. Keras
+ * 3's SpatialDropouts take only rate, seed, name, dtype and (2D, 3D)
+ * data_format: their constructors refuse trainable and noise_shape. They
+ * write their dtype as its name. */
 static void write_dropout(mxu_json_out *out, const mxu_layer *layer,
                           cJSON *config) {
   const mxu_dropout_config *c = &layer->config.dropout;
   mxu_json_put_float(out, config, "rate", c->rate);
+  if (out->keras3 && is_spatial(layer)) {
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "trainable");
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "dtype");
+    mxu_json_put_string(out, config, "dtype", "float32");
+    mxu_json_put_null(out, config, "seed");
+    if (spatial_rank(layer) > 2) /* SpatialDropout1D has none */
+      mxu_json_put_string(out, config, "data_format", "channels_last");
+    return;
+  }
   if (c->noise.rank == 0 || is_spatial(layer)) {
     mxu_json_put_null(out, config, "noise_shape");
   } else {
@@ -340,14 +378,13 @@ static mxu_status dropout_infer(mxu_layer *layer) {
   if (!(c->rate >= 0.0f && c->rate < 1.0f))
     return mxu_fail(MXU_ERR_ARG, "%s: rate must be in [0, 1), got %g",
                     layer->name, (double)c->rate);
-  if (layer->cls == &mxu_spatial_dropout2d_class && in->rank != 3)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: SpatialDropout2D takes (height, width, channels)",
-                    layer->name);
-  if (layer->cls == &mxu_spatial_dropout1d_class && in->rank != 2)
-    return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: SpatialDropout1D takes (steps, channels)",
-                    layer->name);
+  static const char *const takes[] = {"(steps, channels)",
+                                      "(height, width, channels)",
+                                      "(depth, height, width, channels)"};
+  int rank = spatial_rank(layer);
+  if (rank && in->rank != rank)
+    return mxu_fail(MXU_ERR_SHAPE, "%s: %s takes %s", layer->name,
+                    layer->cls->class_name, takes[rank - 2]);
   int fits = c->noise.rank == 0 || c->noise.rank == in->rank;
   for (int d = 0; fits && d < c->noise.rank; d++)
     fits = c->noise.dims[d] == 0 || c->noise.dims[d] == 1 ||
@@ -370,7 +407,7 @@ static mxu_status dropout_infer(mxu_layer *layer) {
  * both ways): no mask as large as the input is spread, written and read.
  * The channels the draws cover (1 or the last axis'), else 0. */
 static int64_t noise_channels(const mxu_layer *layer) {
-  if (!shares_draws(layer)) return 0;
+  if (!shares_draws(layer) || is_alpha(layer)) return 0;
   mxu_shape noise = noise_of(layer);
   for (int d = 0; d + 1 < noise.rank; d++)
     if (noise.dims[d] != 1) return 0;
@@ -393,13 +430,41 @@ static mxu_status dropout_plan(mxu_layer *layer, const mxu_backend *backend,
   return MXU_OK;
 }
 
+/* AlphaDropout's y = a (x k + alpha' (1 - k)) + b, k 1 where kept, with
+ * SELU's saturation alpha' = -alpha scale (Keras' constants, as it writes
+ * them): a and b keep a SELU-normalized input's mean and variance. */
+typedef struct alpha_affine {
+  float a, b, dropped; /* dropped: y where k is 0, a alpha' + b */
+} alpha_affine;
+
+static alpha_affine alpha_of(float rate) {
+  double alpha_p =
+      -1.6732632423543772848170429916717 * 1.0507009873554804934193349852946;
+  double a = pow((1.0 - rate) * (1.0 + rate * alpha_p * alpha_p), -0.5);
+  double b = -a * alpha_p * rate;
+  return (alpha_affine){(float)a, (float)b, (float)(a * alpha_p + b)};
+}
+
+/* What a kept draw scales by: 1 / (1 - rate), AlphaDropout's a. */
+static float kept_scale(const mxu_layer *layer) {
+  float rate = layer->config.dropout.rate;
+  return is_alpha(layer) ? alpha_of(rate).a : 1.0f / (1.0f - rate);
+}
+
 /* keep or 0 for `count` draws from the stream's place `first` on. */
-static void draw_mask(const mxu_layer_run *run, float rate, uint64_t first,
-                      float *m, int64_t count) {
-  float keep = 1.0f / (1.0f - rate);
+static void draw_mask(const mxu_layer_run *run, float rate, float keep,
+                      uint64_t first, float *m, int64_t count) {
   mxu_rng_uniform4(&run->rng, first, m, (size_t)count);
 #pragma omp simd
   for (int64_t i = 0; i < count; i++) m[i] = m[i] >= rate ? keep : 0.0f;
+}
+
+/* AlphaDropout's shift after the multiply by the mask (a or 0). */
+static void alpha_shift(const mxu_layer *layer, int64_t count,
+                        const float *mask, float *y) {
+  if (!is_alpha(layer)) return;
+  alpha_affine f = alpha_of(layer->config.dropout.rate);
+  for (int64_t i = 0; i < count; i++) y[i] += mask[i] != 0.0f ? f.b : f.dropped;
 }
 
 /* Inverted dropout: kept values are scaled by 1/(1-rate) in training, so
@@ -421,7 +486,8 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
     mxu_shape noise = noise_of(layer);
     int64_t per_noise = mxu_shape_count(&noise);
     float *draws = (float *)(void *)(run->arena + layer->compiled->scratch[1]);
-    draw_mask(run, rate, (uint64_t)(run->row_offset * per_noise), draws,
+    draw_mask(run, rate, kept_scale(layer),
+              (uint64_t)(run->row_offset * per_noise), draws,
               layer->compiled->batch * per_noise);
     int64_t c = noise_channels(layer);
     if (c) {
@@ -432,6 +498,7 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
     mxu_spread p = mxu_spread_of(&noise, &layer->in_shape);
     mxu_spread_move(&p, layer->compiled->batch, draws, mask, 1);
     run->backend->multiply(count, run->x, mask, run->y);
+    alpha_shift(layer, count, mask, run->y);
     return;
   }
   /* One pass in L1-sized chunks (draw, threshold, multiply) rather than
@@ -442,8 +509,9 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
   uint64_t first = (uint64_t)(run->row_offset * per_row);
   for (int64_t at = 0; at < count; at += CHUNK) {
     int64_t n = count - at < CHUNK ? count - at : CHUNK;
-    draw_mask(run, rate, first + (uint64_t)at, mask + at, n);
+    draw_mask(run, rate, kept_scale(layer), first + (uint64_t)at, mask + at, n);
     run->backend->multiply(n, run->x + at, mask + at, run->y + at);
+    alpha_shift(layer, n, mask + at, run->y + at);
   }
 }
 
@@ -474,7 +542,7 @@ static double dropout_flops(const mxu_layer *layer,
                             const mxu_flops_step *step) {
   if (layer->config.dropout.rate == 0.0f) return 0.0;
   return (double)mxu_shape_count(&layer->in_shape) *
-         (2.0 + (step->need_dx ? 1.0 : 0.0));
+         (2.0 + is_alpha(layer) + (step->need_dx ? 1.0 : 0.0));
 }
 
 /* The run's stream (key, then stream words), from which the devices draw
@@ -486,28 +554,43 @@ static int dropout_noise(const mxu_layer *layer, const mxu_layer_run *run,
   return mxu_stream_noise(run, out);
 }
 
-/* The mask drawn on the device as draw_mask draws it (u >= rate: kept and
- * scaled by 1 / (1 - rate)), spread over the input where draws are
- * shared. */
-static mxu_hlo_value dropout_emit(const mxu_layer *layer, mxu_emit *e) {
-  if (!e->training || !e->noise) return e->in[0];
+/* kept where u >= rate (kept_u), else dropped, in the input's shape: the
+ * draws spread over it where they are shared. */
+static mxu_hlo_value emit_choice(const mxu_layer *layer, mxu_emit *e,
+                                 mxu_hlo_value u, mxu_hlo_value kept_u,
+                                 float kept, float dropped) {
   mxu_hlo *h = e->h;
-  float rate = layer->config.dropout.rate, keep = 1.0f / (1.0f - rate);
   mxu_shape noise = shares_draws(layer) ? noise_of(layer) : layer->in_shape;
-  mxu_hlo_value u = mxu_emit_uniform4(
-      e, e->noise, (int64_t)e->batch * mxu_shape_count(&noise));
-  mxu_hlo_value mask = mxu_hlo_reshape(
-      h,
-      mxu_hlo_select(
-          h,
-          mxu_hlo_compare_op(h, MXU_HLO_GE, u, mxu_hlo_full_like(h, u, rate)),
-          mxu_hlo_full_like(h, u, keep), mxu_hlo_full_like(h, u, 0.0)),
-      mxu_batch_shape(e->batch, &noise));
+  mxu_hlo_value v =
+      mxu_hlo_reshape(h,
+                      mxu_hlo_select(h, kept_u, mxu_hlo_full_like(h, u, kept),
+                                     mxu_hlo_full_like(h, u, dropped)),
+                      mxu_batch_shape(e->batch, &noise));
+  if (!shares_draws(layer)) return v;
   mxu_hlo_shape out = *mxu_hlo_shape_of(h, e->in[0]);
   int64_t same[MXU_HLO_MAX_RANK];
   for (int d = 0; d < out.rank; d++) same[d] = d;
-  if (shares_draws(layer)) mask = mxu_hlo_broadcast(h, mask, out, same);
-  return mxu_hlo_binary(h, MXU_HLO_MULTIPLY, e->in[0], mask);
+  return mxu_hlo_broadcast(h, v, out, same);
+}
+
+/* The mask drawn on the device as draw_mask draws it (u >= rate: kept and
+ * scaled by kept_scale), and AlphaDropout's shift after it. */
+static mxu_hlo_value dropout_emit(const mxu_layer *layer, mxu_emit *e) {
+  if (!e->training || !e->noise) return e->in[0];
+  mxu_hlo *h = e->h;
+  float rate = layer->config.dropout.rate;
+  mxu_shape noise = shares_draws(layer) ? noise_of(layer) : layer->in_shape;
+  mxu_hlo_value u = mxu_emit_uniform4(
+      e, e->noise, (int64_t)e->batch * mxu_shape_count(&noise));
+  mxu_hlo_value kept_u =
+      mxu_hlo_compare_op(h, MXU_HLO_GE, u, mxu_hlo_full_like(h, u, rate));
+  mxu_hlo_value y =
+      mxu_hlo_binary(h, MXU_HLO_MULTIPLY, e->in[0],
+                     emit_choice(layer, e, u, kept_u, kept_scale(layer), 0.0f));
+  if (!is_alpha(layer)) return y;
+  alpha_affine f = alpha_of(rate);
+  return mxu_hlo_binary(h, MXU_HLO_ADD, y,
+                        emit_choice(layer, e, u, kept_u, f.b, f.dropped));
 }
 
 /* Dropout and the spatial ones: one class each, the same computation. */
@@ -536,6 +619,10 @@ DROPOUT_CLASS(mxu_spatial_dropout2d_class, "SpatialDropout2D",
               read_spatial_dropout, spatial_dropout_keys, 0);
 DROPOUT_CLASS(mxu_spatial_dropout1d_class, "SpatialDropout1D",
               read_spatial_dropout1d, spatial_dropout_keys, 0);
+DROPOUT_CLASS(mxu_spatial_dropout3d_class, "SpatialDropout3D",
+              read_spatial_dropout3d, spatial_dropout_keys, 0);
+DROPOUT_CLASS(mxu_alpha_dropout_class, "AlphaDropout", read_alpha_dropout,
+              dropout_keys, 1);
 
 /* ---- InputLayer -----------------------------------------------------------
  * A model input: its node's output buffer is where fit loads the samples;

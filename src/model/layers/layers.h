@@ -81,6 +81,9 @@ mxu_pool2d_desc mxu_pool2d_describe(const mxu_layer *layer, int batch);
 mxu_status mxu_no_plan(mxu_layer *layer, const mxu_backend *backend, int batch,
                        mxu_arena *layout);
 double mxu_no_flops(const mxu_layer *layer, const mxu_flops_step *step);
+/* The config writer of a class with no options (Add, Identity). */
+void mxu_write_nothing(mxu_json_out *out, const mxu_layer *layer,
+                       cJSON *config);
 /* An activation per element, forward (backward 0) or backward (1). */
 double mxu_activation_cost(mxu_activation activation, int backward);
 /* Conv2D and Dense: `outputs` values, each a dot product over `window`

@@ -284,13 +284,6 @@ MERGE_READER(read_average, MXU_MERGE_AVERAGE)
 MERGE_READER(read_maximum, MXU_MERGE_MAXIMUM)
 MERGE_READER(read_minimum, MXU_MERGE_MINIMUM)
 
-static void write_nothing(mxu_json_out *out, const mxu_layer *layer,
-                          cJSON *config) {
-  (void)out;
-  (void)layer;
-  (void)config;
-}
-
 static mxu_status read_concatenate(const mxu_json_where *where,
                                    const cJSON *config, mxu_json_node *node,
                                    const char *name) {
@@ -342,7 +335,7 @@ static mxu_hlo_value merge_emit(const mxu_layer *layer, mxu_emit *e) {
       .class_name = keras_name,                                                \
       .config_keys = merge_keys,                                               \
       .read_config = reader,                                                   \
-      .write_config = write_nothing,                                           \
+      .write_config = mxu_write_nothing,                                       \
       .min_inputs = least,                                                     \
       .max_inputs = MXU_MAX_INPUTS,                                            \
       .infer = broadcast_infer,                                                \

@@ -3,7 +3,8 @@
  * draws from this run's counter-based stream at the value's place in the
  * replica (Box-Muller over two uniform draws), so slices draw what the
  * whole would; inference passes values through. GaussianDropout keeps
- * its factors (scratch[0]) for backward. */
+ * its factors (scratch[0]) for backward. Beside them the identities:
+ * ActivityRegularization (whose penalty is the step's) and Identity. */
 #include "model/layers/layers.h"
 
 #include <math.h>
@@ -221,6 +222,34 @@ const mxu_layer_class mxu_activity_regularization_class = {
     .config_keys = activity_keys,
     .read_config = read_activity,
     .write_config = write_activity,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = mxu_same_shape_infer,
+    .plan = mxu_no_plan,
+    .forward = identity_forward,
+    .backward = identity_backward,
+    .emit = identity_emit,
+};
+
+/* ---- Identity ------------------------------------------------------------ */
+
+static const char *const no_keys[] = {NULL};
+
+static mxu_status read_identity(const mxu_json_where *where,
+                                const cJSON *config, mxu_json_node *node,
+                                const char *name) {
+  (void)config;
+  return mxu_json_applied(
+      where, node, mxu_apply_identity(node->model, name, node->inputs[0]));
+}
+
+const mxu_layer_class mxu_identity_class = {
+    .output_mask = mxu_input_mask,
+    .positionwise = 1,
+    .class_name = "Identity",
+    .config_keys = no_keys,
+    .read_config = read_identity,
+    .write_config = mxu_write_nothing,
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = mxu_same_shape_infer,

@@ -136,6 +136,13 @@ mxu_status mxu_window_infer(mxu_layer *layer, const char *window,
   return MXU_OK;
 }
 
+void mxu_write_nothing(mxu_json_out *out, const mxu_layer *layer,
+                       cJSON *config) {
+  (void)out;
+  (void)layer;
+  (void)config;
+}
+
 mxu_status mxu_no_plan(mxu_layer *layer, const mxu_backend *backend, int batch,
                        mxu_arena *layout) {
   (void)layer;
