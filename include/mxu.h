@@ -341,12 +341,14 @@ typedef struct mxu_relu_config {
 /* LayerNormalization (groups 0: each position's channels normalised
  * alone) and GroupNormalization (groups > 0: each sample's channels split
  * in that many groups, each normalised over all positions): (x - mean) /
- * sqrt(var + epsilon), then * gamma + beta per channel (scale, center). */
+ * sqrt(var + epsilon), then * gamma + beta per channel (scale, center).
+ * rms_scaling (LayerNormalization only, Keras 3's): x / sqrt(var +
+ * epsilon) * gamma, x not centred and no beta. */
 typedef struct mxu_layer_norm_config {
   const char *name;
   int groups;
   float epsilon;
-  int center, scale;
+  int center, scale, rms_scaling;
   mxu_weight_options beta, gamma;
 } mxu_layer_norm_config;
 
@@ -827,6 +829,10 @@ mxu_tensor_id mxu_apply_unit_normalization(mxu_model *model, const char *name,
 mxu_tensor_id mxu_apply_layer_normalization(mxu_model *model,
                                             const mxu_layer_norm_config *config,
                                             mxu_tensor_id x);
+/* RMSNormalization over the last axis: x / sqrt(mean(x^2) + epsilon) *
+ * scale, one scale per channel (Keras 3's default epsilon 1e-6). */
+mxu_tensor_id mxu_apply_rms_normalization(mxu_model *model, const char *name,
+                                          float epsilon, mxu_tensor_id x);
 mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,
                                      const mxu_upsampling2d_config *config,
                                      mxu_tensor_id x);

@@ -483,6 +483,16 @@ int main(void) {
        3,
        {5, 4, 0},
        NULL},
+      /* Keras 3's RMSNormalization and LayerNormalization(rms_scaling),
+       * which tf.keras 2 lacks: Keras 3's files only, its weights files
+       * too (make_rms_norm.py). */
+      {"tests/golden/rms_norm",
+       {"tests/golden/rms_norm/model.k3.json",
+        "tests/golden/rms_norm/model.k3.json"},
+       6,
+       3,
+       {6, 5, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -504,6 +514,7 @@ int main(void) {
         strstr(current->dir, "separable1d") ||
         strstr(current->dir, "time_distributed") ||
         strstr(current->dir, "volume") || strstr(current->dir, "conv_lstm") ||
+        strstr(current->dir, "rms_norm") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
@@ -527,6 +538,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/time_distributed") == 0 ||
         strcmp(cases[c].dir, "tests/golden/volume") == 0 ||
         strcmp(cases[c].dir, "tests/golden/conv_lstm") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/rms_norm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

@@ -381,7 +381,9 @@ enum {
   UNIT_NORM,
   LAYER_NORM, /* .keepdims: groups */
   TRANSPOSE,  /* .keepdims: same */
-  ACTIVITY
+  ACTIVITY,
+  RMS_NORM /* .keepdims: LayerNormalization(rms_scaling), else RMSNormalization
+            */
 };
 
 static int64_t count3(const int64_t *d) { return d[0] * d[1] * d[2]; }
@@ -435,6 +437,21 @@ static void slope_expect(const layer_case *c, const float *const *x, float *y) {
     y[i] = v > 0             ? v
            : c->layer == ELU ? (float)(c->alpha * expm1((double)v))
                              : c->alpha * v;
+  }
+}
+
+/* Keras 3's formulas over the last axis, the scale still all ones:
+ * RMSNormalization x / sqrt(mean(x^2) + 1e-6); LayerNormalization's
+ * rms_scaling x / sqrt(var(x) + 1e-3). */
+static void rms_expect(const layer_case *c, const float *const *x, float *y) {
+  int64_t k = c->shape[0][2];
+  for (int64_t r = 0; r < count3(c->shape[0]) / k; r++) {
+    const float *v = x[0] + r * k;
+    double mean = 0.0, squares = 0.0;
+    for (int64_t j = 0; j < k && c->keepdims; j++) mean += v[j] / (double)k;
+    for (int64_t j = 0; j < k; j++) squares += (v[j] - mean) * (v[j] - mean);
+    double inv = 1.0 / sqrt(squares / (double)k + (c->keepdims ? 1e-3 : 1e-6));
+    for (int64_t j = 0; j < k; j++) y[r * k + j] = (float)(v[j] * inv);
   }
 }
 
@@ -635,6 +652,14 @@ static mxu_tensor_id case_graph(mxu_model *m, const void *ctx) {
   case ACTIVITY:
     y = mxu_apply_activity_regularization(m, "under_test", 0.05f, 0.1f, x[0]);
     break;
+  case RMS_NORM: {
+    mxu_layer_norm_config n = mxu_layer_norm_defaults(0);
+    n.name = "under_test";
+    n.rms_scaling = 1;
+    y = c->keepdims ? mxu_apply_layer_normalization(m, &n, x[0])
+                    : mxu_apply_rms_normalization(m, "under_test", 1e-6f, x[0]);
+    break;
+  }
   case UNIT_NORM:
     y = mxu_apply_unit_normalization(m, "under_test", x[0]);
     break;
@@ -972,6 +997,21 @@ static const layer_case layer_cases[] = {
      .out_rank = 3,
      .layer = LAYER_NORM,
      .keepdims = 2},
+    {.name = "RMSNormalization",
+     .inputs = 1,
+     .shape = {SHAPE342},
+     .out = SHAPE342,
+     .out_rank = 3,
+     .expect = rms_expect,
+     .layer = RMS_NORM},
+    {.name = "LayerNormalization rms_scaling",
+     .inputs = 1,
+     .shape = {{3, 4, 6}},
+     .out = {3, 4, 6},
+     .out_rank = 3,
+     .expect = rms_expect,
+     .layer = RMS_NORM,
+     .keepdims = 1},
     {.name = "Conv2DTranspose same (values: the golden surface test)",
      .inputs = 1,
      .shape = {SHAPE342},

@@ -3473,6 +3473,34 @@ static int node_named(const mxu_model *m, const char *name) {
   return 0;
 }
 
+/* Keras 3's RMSNormalization and LayerNormalization(rms_scaling), as it
+ * wrote them (the rms_norm golden net): both texts round-trip; tf.keras 2's
+ * text names rms_scaling only where it is set, a key tf.keras 2 does not
+ * have. */
+static void reads_rms_norms(void) {
+  mxu_model *m = NULL;
+  CHECK_OK(mxu_model_load_json("tests/golden/rms_norm/model.k3.json", &m, NULL,
+                               NULL));
+  if (!m) return;
+  int rms = node_named(m, "rms"), ln = node_named(m, "ln_rms");
+  CHECK(rms >= 0 && m->layers[rms].cls == &mxu_rms_normalization_class &&
+        m->layers[rms].config.layer_norm.epsilon == 1e-6f);
+  CHECK(ln >= 0 && m->layers[ln].config.layer_norm.rms_scaling == 1);
+  /* scale (8), gamma (8), Dense kernels and biases */
+  CHECK(mxu_model_param_count(m, 1) ==
+        5 * 8 + 8 + 8 + 8 * 8 + 8 + 8 + 8 * 3 + 3);
+  round_trip_text("rms_norm", m, 0);
+  round_trip_text("rms_norm", m, 1);
+  char *k2 = write_json(m, 0);
+  CHECK(has(k2, "\"rms_scaling\": true") && !has(k2, "\"rms_scaling\": false"));
+  free(k2);
+  mxu_model_free(m);
+  EXPECT_JSON_FAIL(model_with("[null, 4, 3]",
+                              "{\"class_name\": \"RMSNormalization\", "
+                              "\"config\": {\"name\": \"r\", \"axis\": 1}}"),
+                   MXU_ERR_UNSUPPORTED, "layer 'r'", "axis 1 is not supported");
+}
+
 /* The recurrent net of test_golden (make_recurrent.py) in both dialects,
  * written back; what mxu's recurrent layers refuse. */
 static void reads_recurrent(void) {
@@ -4042,6 +4070,7 @@ int main(void) {
   reads_custom_scale();
   reads_sequences();
   reads_volume_dropouts();
+  reads_rms_norms();
   reads_recurrent();
   reads_attention();
   reads_masking();

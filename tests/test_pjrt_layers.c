@@ -252,6 +252,13 @@ static const layer_case cases[] = {
          LAYER("LayerNormalization", "ln", ", \"axis\": -1", IN("wide"))
              LAYER("GroupNormalization", "gn", ", \"groups\": 2", IN("ln")),
      "gn", 1e-4},
+    {"RMSNormalization, LayerNormalization rms_scaling", "4, 3, 2",
+     LAYER("Conv2D", "wide", ", \"filters\": 4, \"kernel_size\": [1, 1]",
+           IN("lead")) LAYER("RMSNormalization", "rms",
+                             ", \"axis\": [-1], \"epsilon\": 0.01", IN("wide"))
+         LAYER("LayerNormalization", "ln",
+               ", \"rms_scaling\": true, \"center\": true", IN("rms")),
+     "ln", 1e-4},
     {"UpSampling2D nearest and bilinear, Resizing", "3, 4, 2",
      LAYER("UpSampling2D", "u", ", \"size\": [2, 3]", IN("lead"))
          LAYER("UpSampling2D", "b",

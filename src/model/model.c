@@ -46,6 +46,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_batch_normalization_class,
     &mxu_unit_normalization_class,
     &mxu_layer_normalization_class,
+    &mxu_rms_normalization_class,
     &mxu_group_normalization_class,
     &mxu_add_class,
     &mxu_subtract_class,
@@ -1283,6 +1284,17 @@ mxu_tensor_id mxu_apply_layer_normalization(mxu_model *model,
                config->groups > 0 ? &mxu_group_normalization_class
                                   : &mxu_layer_normalization_class,
                config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_rms_normalization(mxu_model *model, const char *name,
+                                          float epsilon, mxu_tensor_id x) {
+  mxu_layer proto = {0};
+  proto.config.layer_norm = mxu_layer_norm_defaults(0);
+  proto.config.layer_norm.epsilon = epsilon;
+  proto.config.layer_norm.center = 0;
+  return x < 0
+             ? -1
+             : apply(model, &mxu_rms_normalization_class, name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_upsampling2d(mxu_model *model,

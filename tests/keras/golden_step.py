@@ -57,3 +57,30 @@ def write_dialects(build, tf_keras, keras, seed, x, y, out,
     k3.save(os.path.join(out, "model.keras"))
     print("loss", step_loss, "layers", [l.name for l in model.layers])
     return step_loss
+
+
+def write_keras3(build, keras, seed, x, y, out):
+    """The same files for a model only Keras 3 has (its layers are not in
+    tf.keras 2): model.k3.json, model.keras with the initial weights, and
+    initial.h5 / after_step.h5 as Keras 3's save_weights writes them."""
+    os.makedirs(out, exist_ok=True)
+    keras.utils.set_random_seed(seed)
+    model = build(keras)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    with open(os.path.join(out, "model.k3.json"), "w") as f:
+        f.write(model.to_json(indent=1))
+    model.save(os.path.join(out, "model.keras"))
+    weights = os.path.join(out, "w.weights.h5")
+    model.save_weights(weights)
+    os.replace(weights, os.path.join(out, "initial.h5"))
+    before = model.predict(x, verbose=0)
+    loss, _ = model.train_on_batch(x, y)
+    after = model.predict(x, verbose=0)
+    model.save_weights(weights)
+    os.replace(weights, os.path.join(out, "after_step.h5"))
+    with h5py.File(os.path.join(out, "batch.h5"), "w") as f:
+        f["x"], f["y"], f["loss"] = x, y, float(loss)
+        f["predict_before"], f["predict_after"] = before, after
+    print("loss", loss, "layers", [l.name for l in model.layers])
+    return loss
