@@ -494,6 +494,9 @@ typedef struct mxu_rnn_config {
    * final states (h, and LSTM's c; a Bidirectional's forward ones, then
    * its backward ones), taken apart with mxu_output_part. */
   int return_state;
+  /* Keras' RNN(LSTMCell(...)) (GRUCell, SimpleRNNCell): the same layer,
+   * named and written as an RNN of that cell. */
+  int of_cell;
 } mxu_rnn_config;
 
 /* Conv1D: a Conv2D over steps; its kernel is (kernel_size, channels /

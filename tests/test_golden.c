@@ -483,6 +483,15 @@ int main(void) {
        3,
        {5, 4, 0},
        NULL},
+      /* Keras' RNN around an LSTMCell (return_state), a GRUCell
+       * (go_backwards) and a SimpleRNNCell (make_rnn_cells.py). */
+      {"tests/golden/rnn_cells",
+       {"tests/golden/rnn_cells/model.tf2.json",
+        "tests/golden/rnn_cells/model.k3.json"},
+       6,
+       3,
+       {5, 3, 0},
+       NULL},
       /* Keras 3's RMSNormalization and LayerNormalization(rms_scaling),
        * which tf.keras 2 lacks: Keras 3's files only, its weights files
        * too (make_rms_norm.py). */
@@ -514,7 +523,7 @@ int main(void) {
         strstr(current->dir, "separable1d") ||
         strstr(current->dir, "time_distributed") ||
         strstr(current->dir, "volume") || strstr(current->dir, "conv_lstm") ||
-        strstr(current->dir, "rms_norm") ||
+        strstr(current->dir, "rms_norm") || strstr(current->dir, "rnn_cells") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
@@ -539,6 +548,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/volume") == 0 ||
         strcmp(cases[c].dir, "tests/golden/conv_lstm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rms_norm") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/rnn_cells") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

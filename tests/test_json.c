@@ -3473,6 +3473,77 @@ static int node_named(const mxu_model *m, const char *name) {
   return 0;
 }
 
+/* Keras' RNN(cell), both Kerases' texts (the rnn_cells golden net): a node
+ * of the cell's computation named RNN, written back with the sequence's
+ * options in the RNN's config and the cell's in the cell's. */
+static void reads_rnn_cells(void) {
+  static const char *const files[] = {"tests/golden/rnn_cells/model.tf2.json",
+                                      "tests/golden/rnn_cells/model.k3.json"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
+    if (!m) continue;
+    int lstm = node_named(m, "lstm_rnn"), gru = node_named(m, "gru_rnn");
+    CHECK(lstm >= 0 && m->layers[lstm].cls == &mxu_rnn_class &&
+          m->layers[lstm].config.rnn.kind == MXU_LSTM &&
+          m->layers[lstm].config.rnn.return_state &&
+          m->layers[lstm].config.rnn.return_sequences);
+    CHECK(gru >= 0 && m->layers[gru].config.rnn.kind == MXU_GRU &&
+          m->layers[gru].config.rnn.go_backwards);
+    round_trip_text(files[f], m, 0);
+    round_trip_text(files[f], m, 1);
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      char *text = write_json(m, keras3);
+      cJSON *root = text ? cJSON_Parse(text) : NULL;
+      const cJSON *layer = cJSON_GetArrayItem(
+          cJSON_GetObjectItemCaseSensitive(
+              cJSON_GetObjectItemCaseSensitive(root, "config"), "layers"),
+          lstm);
+      const cJSON *config = cJSON_GetObjectItemCaseSensitive(layer, "config");
+      const cJSON *cell = cJSON_GetObjectItemCaseSensitive(config, "cell");
+      const cJSON *cell_config =
+          cJSON_GetObjectItemCaseSensitive(cell, "config");
+      CHECK_MSG(
+          cJSON_IsTrue(
+              cJSON_GetObjectItemCaseSensitive(config, "return_state")) &&
+              strcmp(cJSON_GetStringValue(
+                         cJSON_GetObjectItemCaseSensitive(cell, "class_name")),
+                     "LSTMCell") == 0 &&
+              cJSON_GetObjectItemCaseSensitive(cell_config, "units") &&
+              !cJSON_HasObjectItem(cell_config, "return_state") &&
+              !cJSON_HasObjectItem(cell_config, "go_backwards") &&
+              !cJSON_HasObjectItem(config, "time_major") &&
+              !cJSON_HasObjectItem(cell_config, "activity_regularizer") &&
+              cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cell, "module")),
+          "%s keras3=%d: RNN entry in %s", files[f], keras3, text);
+      cJSON_Delete(root);
+      free(text);
+    }
+    mxu_model_free(m);
+  }
+  EXPECT_JSON_FAIL(
+      model_with("[null, 5, 3]",
+                 "{\"class_name\": \"RNN\", \"config\": {\"name\": \"r\", "
+                 "\"cell\": {\"class_name\": \"StackedRNNCells\", \"config\": "
+                 "{\"cells\": []}}}}"),
+      MXU_ERR_UNSUPPORTED, "layer 'r' (RNN)",
+      "StackedRNNCells is not supported: give each cell an RNN layer");
+  EXPECT_JSON_FAIL(
+      model_with("[null, 5, 3]",
+                 "{\"class_name\": \"RNN\", \"config\": {\"name\": \"r\", "
+                 "\"cell\": {\"class_name\": \"LSTMCell\", \"config\": "
+                 "{\"units\": 2, \"return_sequences\": true}}}}"),
+      MXU_ERR_FORMAT, "layer 'r' (RNN)",
+      "return_sequences is the RNN layer's option");
+  EXPECT_JSON_FAIL(
+      model_with("[null, 5, 3]",
+                 "{\"class_name\": \"RNN\", \"config\": {\"name\": \"r\", "
+                 "\"cell\": {\"class_name\": \"MinimalRNNCell\", "
+                 "\"config\": {\"units\": 2}}}}"),
+      MXU_ERR_UNSUPPORTED, "layer 'r' (RNN)",
+      "MinimalRNNCell is not supported");
+}
+
 /* Keras 3's RMSNormalization and LayerNormalization(rms_scaling), as it
  * wrote them (the rms_norm golden net): both texts round-trip; tf.keras 2's
  * text names rms_scaling only where it is set, a key tf.keras 2 does not
@@ -4071,6 +4142,7 @@ int main(void) {
   reads_sequences();
   reads_volume_dropouts();
   reads_rms_norms();
+  reads_rnn_cells();
   reads_recurrent();
   reads_attention();
   reads_masking();

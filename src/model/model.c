@@ -98,6 +98,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_simple_rnn_class,
     &mxu_lstm_class,
     &mxu_gru_class,
+    &mxu_rnn_class,
     &mxu_bidirectional_class,
     &mxu_multi_head_attention_class,
     &mxu_attention_class,
@@ -961,13 +962,7 @@ static int rnn_given(const mxu_rnn_config *config, const char *what) {
 
 mxu_tensor_id mxu_apply_rnn(mxu_model *model, const mxu_rnn_config *config,
                             mxu_tensor_id x) {
-  static const mxu_layer_class *const classes[] = {
-      &mxu_simple_rnn_class, &mxu_lstm_class, &mxu_gru_class};
-  if (x < 0 || !rnn_given(config, "recurrent layer")) return -1;
-  mxu_layer proto = {0};
-  proto.config.rnn = *config;
-  proto.config.rnn.name = NULL;
-  return apply(model, classes[config->kind], config->name, &proto, &x, 1);
+  return mxu_apply_rnn_from(model, config, x, NULL, 0);
 }
 
 mxu_tensor_id mxu_apply_rnn_from(mxu_model *model, const mxu_rnn_config *config,
@@ -985,8 +980,8 @@ mxu_tensor_id mxu_apply_rnn_from(mxu_model *model, const mxu_rnn_config *config,
   proto.config.rnn.name = NULL;
   mxu_tensor_id inputs[MXU_MAX_INPUTS] = {x};
   for (int k = 0; k < count; k++) inputs[k + 1] = states[k];
-  return apply(model, classes[config->kind], config->name, &proto, inputs,
-               count + 1);
+  return apply(model, config->of_cell ? &mxu_rnn_class : classes[config->kind],
+               config->name, &proto, inputs, count + 1);
 }
 
 mxu_tensor_id mxu_output_part(mxu_model *model, mxu_tensor_id layer, int k) {

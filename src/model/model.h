@@ -465,6 +465,7 @@ extern const mxu_layer_class mxu_rms_normalization_class;
 extern const mxu_layer_class mxu_simple_rnn_class;
 extern const mxu_layer_class mxu_lstm_class;
 extern const mxu_layer_class mxu_gru_class;
+extern const mxu_layer_class mxu_rnn_class;
 extern const mxu_layer_class mxu_bidirectional_class;
 extern const mxu_layer_class mxu_multi_head_attention_class;
 extern const mxu_layer_class mxu_attention_class;

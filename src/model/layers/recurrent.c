@@ -1344,6 +1344,19 @@ static mxu_status read_rate(const mxu_json_where *where, const cJSON *config,
                        (double)*rate);
 }
 
+/* What the layer does with the cell's steps: Keras' RNN's own options. */
+static mxu_status read_sequence_flags(const mxu_json_where *where,
+                                      const cJSON *config, mxu_rnn_config *c) {
+  MXU_TRY(
+      mxu_json_bool(where, config, "return_sequences", &c->return_sequences));
+  MXU_TRY(mxu_json_bool(where, config, "go_backwards", &c->go_backwards));
+  MXU_TRY(mxu_json_bool(where, config, "return_state", &c->return_state));
+  MXU_TRY(mxu_json_require_false(where, config, "stateful"));
+  MXU_TRY(mxu_json_require_false(where, config, "time_major"));
+  return mxu_json_bool(where, config, "zero_output_for_mask",
+                       &c->zero_output_for_mask);
+}
+
 static mxu_status read_rnn_config(const mxu_json_where *where,
                                   const cJSON *config, int keras2,
                                   mxu_rnn_kind kind, mxu_rnn_config *out) {
@@ -1359,19 +1372,12 @@ static mxu_status read_rnn_config(const mxu_json_where *where,
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &c.use_bias));
   MXU_TRY(
       mxu_json_bool(where, config, "unit_forget_bias", &c.unit_forget_bias));
-  MXU_TRY(
-      mxu_json_bool(where, config, "return_sequences", &c.return_sequences));
-  MXU_TRY(mxu_json_bool(where, config, "go_backwards", &c.go_backwards));
   MXU_TRY(mxu_json_bool(where, config, "reset_after", &reset_after));
   if (!reset_after)
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "reset_after false is not supported (Keras 1's GRU): "
                          "use the default, true");
-  MXU_TRY(mxu_json_bool(where, config, "return_state", &c.return_state));
-  MXU_TRY(mxu_json_require_false(where, config, "stateful"));
-  MXU_TRY(mxu_json_require_false(where, config, "time_major"));
-  MXU_TRY(mxu_json_bool(where, config, "zero_output_for_mask",
-                        &c.zero_output_for_mask));
+  MXU_TRY(read_sequence_flags(where, config, &c));
   MXU_TRY(read_rate(where, config, "dropout", &c.dropout));
   MXU_TRY(read_rate(where, config, "recurrent_dropout", &c.recurrent_dropout));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
@@ -1483,6 +1489,114 @@ const mxu_layer_class mxu_simple_rnn_class =
     RNN_CLASS("SimpleRNN", read_simple_rnn, 1);
 const mxu_layer_class mxu_lstm_class = RNN_CLASS("LSTM", read_lstm, 2);
 const mxu_layer_class mxu_gru_class = RNN_CLASS("GRU", read_gru, 1);
+
+/* ---- RNN ----------------------------------------------------------------
+ * Keras' RNN(cell) of one LSTMCell, GRUCell or SimpleRNNCell: the layer of
+ * that cell (LSTM, GRU, SimpleRNN) under the name RNN, its cell's options
+ * in the cell's config and the sequence's in the RNN's. Its weights are
+ * where that layer keeps them (tf.keras 2: rnn/lstm_cell/kernel:0; Keras
+ * 3: layers/rnn/cell/vars). StackedRNNCells is refused. */
+
+static const char *const rnn_wrapper_keys[] = {
+    "cell",     "return_sequences", "return_state", "go_backwards",
+    "stateful", "unroll",           "time_major",   "zero_output_for_mask",
+    NULL};
+
+static const char *const cell_names[] = {[MXU_SIMPLE_RNN] = "SimpleRNNCell",
+                                         [MXU_LSTM] = "LSTMCell",
+                                         [MXU_GRU] = "GRUCell"};
+
+/* The layer's keys, which write_rnn_config writes among the cell's. */
+static const char *const sequence_keys[] = {
+    "return_sequences", "return_state", "go_backwards",
+    "stateful",         "unroll",       "zero_output_for_mask"};
+
+static mxu_status read_rnn_wrapper(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name) {
+  const cJSON *entry = mxu_json_get(config, "cell"),
+              *cell = mxu_json_get(entry, "config");
+  const char *cls = cJSON_GetStringValue(mxu_json_get(entry, "class_name"));
+  int kind = -1;
+  for (int k = 0; cls && k <= MXU_GRU; k++)
+    if (strcmp(cls, cell_names[k]) == 0) kind = k;
+  if (cls && strcmp(cls, "StackedRNNCells") == 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "cell: StackedRNNCells is not supported: give each "
+                         "cell an RNN layer of its own, return_sequences "
+                         "true on all but the last (the same computation)");
+  if (kind < 0 || !cJSON_IsObject(cell))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "cell: %s is not supported (mxu's RNN takes one "
+                         "LSTMCell, GRUCell or SimpleRNNCell)",
+                         cls ? cls : "(no class_name)");
+  static const char *const cell_common[] = {"name", "trainable", "dtype", NULL};
+  MXU_TRY(mxu_json_check_keys(where, cell, rnn_keys, cell_common));
+  for (size_t k = 0; k < sizeof sequence_keys / sizeof *sequence_keys; k++)
+    if (mxu_json_get(cell, sequence_keys[k]))
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "cell: %s is the RNN layer's option, not its "
+                           "cell's",
+                           sequence_keys[k]);
+  mxu_rnn_config c;
+  MXU_TRY(read_rnn_config(where, cell, node->model->keras2_names,
+                          (mxu_rnn_kind)kind, &c));
+  MXU_TRY(read_sequence_flags(where, config, &c));
+  c.name = name;
+  c.of_cell = 1;
+  return mxu_json_applied(where, node,
+                          mxu_apply_rnn_from(node->model, &c, node->inputs[0],
+                                             node->inputs + 1,
+                                             node->input_count - 1));
+}
+
+/* write_rnn_config's keys, the layer's moved out of the cell's (a cell
+ * has no activity_regularizer). For tf.keras 2 too the cell names its
+ * module, and time_major is left out: Keras 3 reads the .h5 then. */
+static void write_rnn_wrapper(mxu_json_out *out, const mxu_layer *layer,
+                              cJSON *config) {
+  const mxu_rnn_config *c = &layer->config.rnn;
+  static const char *const automatic[] = {[MXU_SIMPLE_RNN] = "simple_rnn_cell",
+                                          [MXU_LSTM] = "lstm_cell",
+                                          [MXU_GRU] = "gru_cell"};
+  cJSON *cell = cJSON_CreateObject();
+  mxu_json_put_string(out, cell, "name", automatic[c->kind]);
+  mxu_json_put_bool(out, cell, "trainable", 1);
+  mxu_json_put_dtype(out, cell);
+  write_rnn_config(out, c, cell);
+  for (size_t k = 0; cell && k < sizeof sequence_keys / sizeof *sequence_keys;
+       k++) {
+    cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(cell, sequence_keys[k]);
+    if (v) cJSON_AddItemToObject(config, sequence_keys[k], v);
+  }
+  cJSON_DeleteItemFromObjectCaseSensitive(cell, "activity_regularizer");
+  mxu_json_out named = *out;
+  named.keras3 = 1;
+  mxu_json_put(
+      out, config, "cell",
+      mxu_json_object(&named, "keras.layers", cell_names[c->kind], cell));
+}
+
+const mxu_layer_class mxu_rnn_class = {.class_name = "RNN",
+                                       .keras3_group = cell_group,
+                                       .config_keys = rnn_wrapper_keys,
+                                       .read_config = read_rnn_wrapper,
+                                       .write_config = write_rnn_wrapper,
+                                       .min_inputs = 1,
+                                       .max_inputs = 3,
+                                       .output_parts = rnn_parts,
+                                       .list_argument = "initial_state",
+                                       .infer = rnn_infer,
+                                       .declare = rnn_declare,
+                                       .flops = rnn_flops,
+                                       .plan = rnn_plan,
+                                       .forward = rnn_forward,
+                                       .backward = rnn_backward,
+                                       .emit = rnn_emit,
+                                       .emit_noise = rnn_noise,
+                                       .noise_is_stream = 1,
+                                       .output_mask = rnn_mask,
+                                       .uses_mask = 1};
 
 /* ---- Bidirectional --------------------------------------------------------
  * Keras' wrapper of a SimpleRNN, LSTM or GRU: the layer forwards and a
