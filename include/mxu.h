@@ -566,6 +566,11 @@ typedef struct mxu_attention_config {
   float dropout;
   mxu_weight_options kernel, bias;
   int tf2_fans;
+  /* Keras 3's GroupQueryAttention when > 0: the key's and value's heads
+   * (num_key_value_heads, dividing num_heads, its num_query_heads), each
+   * shared by num_heads / kv_heads query heads; key_dim its head_dim,
+   * value_dim and output_dim 0. 0: MultiHeadAttention. */
+  int kv_heads;
 } mxu_attention_config;
 
 /* Keras' Attention (Luong's: score_mode "dot", q . k, times a scalar
@@ -924,7 +929,7 @@ mxu_tensor_id mxu_apply_dense_attention(
     mxu_model *model, const mxu_dense_attention_config *config,
     mxu_tensor_id query, mxu_tensor_id value, mxu_tensor_id key);
 /* MultiHeadAttention(query, value, key): key -1 for none (the value is
- * the key), as Keras' call. */
+ * the key), as Keras' call; GroupQueryAttention with config->kv_heads. */
 mxu_tensor_id mxu_apply_multi_head_attention(mxu_model *model,
                                              const mxu_attention_config *config,
                                              mxu_tensor_id query,

@@ -492,6 +492,16 @@ int main(void) {
        3,
        {5, 3, 0},
        NULL},
+      /* Keras 3's GroupQueryAttention: 4 query heads over 2 key and
+       * value heads, then 2 over 1 with a key of its own and the causal
+       * mask; three inputs (make_group_attention.py). */
+      {"tests/golden/group_attention",
+       {"tests/golden/group_attention/model.k3.json",
+        "tests/golden/group_attention/model.k3.json"},
+       6,
+       3,
+       {6, 8, 0},
+       NULL},
       /* Keras 3's RMSNormalization and LayerNormalization(rms_scaling),
        * which tf.keras 2 lacks: Keras 3's files only, its weights files
        * too (make_rms_norm.py). */
@@ -524,6 +534,7 @@ int main(void) {
         strstr(current->dir, "time_distributed") ||
         strstr(current->dir, "volume") || strstr(current->dir, "conv_lstm") ||
         strstr(current->dir, "rms_norm") || strstr(current->dir, "rnn_cells") ||
+        strstr(current->dir, "group_attention") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
@@ -549,6 +560,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/conv_lstm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rms_norm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rnn_cells") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/group_attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

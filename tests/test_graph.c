@@ -3680,7 +3680,7 @@ static mxu_tensor_id attention_graph(mxu_model *m, const void *ctx) {
 }
 
 static void test_attention(void) {
-  attention_case cases[4] = {
+  attention_case cases[6] = {
       {"MHA(2, 3) causal, value_dim 2, output 4, dropout 0.3",
        mxu_attention_defaults(2, 3),
        {5, 3},
@@ -3708,12 +3708,28 @@ static void test_attention(void) {
        {2, 3, 3},
        {0},
        3,
-       1}};
+       1},
+      {"GroupQueryAttention 4 query heads over 2, causal, dropout 0.3",
+       mxu_attention_defaults(4, 2),
+       {5, 3},
+       {5, 3},
+       {0},
+       2,
+       1},
+      {"GroupQueryAttention 3 query heads over 1, own key",
+       mxu_attention_defaults(3, 2),
+       {4, 3},
+       {6, 3},
+       {6, 5},
+       2,
+       0}};
+  cases[4].c.kv_heads = 2, cases[4].c.causal = 1, cases[4].c.dropout = 0.3f;
+  cases[5].c.kv_heads = 1;
   cases[0].c.causal = 1, cases[0].c.value_dim = 2, cases[0].c.output_dim = 4;
   cases[0].c.dropout = 0.3f;
   cases[1].c.use_bias = 0;
   cases[2].c.causal = 1; /* 3 queries over 5: position i sees 0..i */
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 6; i++) {
     live_bias(&cases[i].c.bias);
     mxu_model *m =
         build(cases[i].name, attention_graph, &cases[i], MXU_BACKEND_CPU_REF);
@@ -3768,6 +3784,14 @@ static void test_attention(void) {
   mxu_tensor_id v = identity_input(m, other, 2);
   CHECK(mxu_apply_multi_head_attention(m, &cases[3].c, q, v, -1) < 0 &&
         strstr(mxu_errmsg(), "must be of one rank"));
+  mxu_attention_config uneven = cases[4].c;
+  uneven.kv_heads = 3;
+  mxu_tensor_id s = identity_input(m, cases[4].query, 2);
+  CHECK(mxu_apply_multi_head_attention(m, &uneven, s, s, -1) < 0 &&
+        strstr(mxu_errmsg(), "num_key_value_heads 3 must divide"));
+  mxu_tensor_id wide = identity_input(m, cases[1].key, 2);
+  CHECK(mxu_apply_multi_head_attention(m, &cases[5].c, s, wide, -1) < 0 &&
+        strstr(mxu_errmsg(), "as many features each"));
   mxu_model_free(m);
 }
 

@@ -3544,6 +3544,49 @@ static void reads_rnn_cells(void) {
       "MinimalRNNCell is not supported");
 }
 
+/* Keras 3's GroupQueryAttention as it wrote it (the group_attention golden
+ * net): round trips, the causal mask kept; gates and windows refused. */
+static void reads_group_attention(void) {
+  mxu_model *m = NULL;
+  CHECK_OK(mxu_model_load_json("tests/golden/group_attention/model.k3.json", &m,
+                               NULL, NULL));
+  if (!m) return;
+  int gqa = node_named(m, "gqa"), mqa = node_named(m, "mqa");
+  CHECK(gqa >= 0 && m->layers[gqa].cls == &mxu_group_query_attention_class &&
+        m->layers[gqa].config.attention.num_heads == 4 &&
+        m->layers[gqa].config.attention.kv_heads == 2 &&
+        m->layers[gqa].config.attention.key_dim == 3);
+  CHECK(mqa >= 0 && m->layers[mqa].config.attention.kv_heads == 1 &&
+        m->layers[mqa].config.attention.causal &&
+        !m->layers[mqa].config.attention.use_bias &&
+        m->layers[mqa].input_count == 3);
+  round_trip_text("group_attention", m, 1);
+  round_trip_text("group_attention", m, 0);
+  mxu_model_free(m);
+  static const char *const refused[][2] = {
+      {"\"use_gate\": true", "use_gate"},
+      {"\"sliding_window\": 4", "sliding_window"}};
+  for (int k = 0; k < 2; k++) {
+    char layer[512];
+    snprintf(layer, sizeof layer,
+             "{\"class_name\": \"GroupQueryAttention\", \"config\": "
+             "{\"name\": \"g\", \"head_dim\": 2, \"num_query_heads\": 2, "
+             "\"num_key_value_heads\": 1, %s}, \"inbound_nodes\": [[[\"x\", "
+             "0, 0, {}], [\"x\", 0, 0, {}]]]}",
+             refused[k][0]);
+    char model[1024];
+    snprintf(model, sizeof model,
+             "{\"class_name\": \"Functional\", \"config\": {\"name\": "
+             "\"f\", \"layers\": [{\"class_name\": \"InputLayer\", "
+             "\"config\": {\"batch_input_shape\": [null, 4, 6], \"name\": "
+             "\"x\"}, \"name\": \"x\", \"inbound_nodes\": []}, %s], "
+             "\"input_layers\": [[\"x\", 0, 0]], \"output_layers\": "
+             "[[\"g\", 0, 0]]}}",
+             layer);
+    EXPECT_JSON_FAIL(model, MXU_ERR_UNSUPPORTED, "layer 'g'", refused[k][1]);
+  }
+}
+
 /* Keras 3's RMSNormalization and LayerNormalization(rms_scaling), as it
  * wrote them (the rms_norm golden net): both texts round-trip; tf.keras 2's
  * text names rms_scaling only where it is set, a key tf.keras 2 does not
@@ -4143,6 +4186,7 @@ int main(void) {
   reads_volume_dropouts();
   reads_rms_norms();
   reads_rnn_cells();
+  reads_group_attention();
   reads_recurrent();
   reads_attention();
   reads_masking();

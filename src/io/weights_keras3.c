@@ -34,8 +34,10 @@ static const char *item_base(const mxu_model *model, int item, char *out,
   if (item < 0)
     return model->scopes[-1 - item].sequential ? "sequential" : "functional";
   const mxu_layer *l = &model->layers[item];
-  mxu_snake_case(l->wrapped[0] ? "TimeDistributed" : l->cls->class_name, out,
-                 size);
+  mxu_snake_case(l->wrapped[0]          ? "TimeDistributed"
+                 : l->cls->python_class ? l->cls->python_class
+                                        : l->cls->class_name,
+                 out, size);
   return out;
 }
 

@@ -101,6 +101,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_rnn_class,
     &mxu_bidirectional_class,
     &mxu_multi_head_attention_class,
+    &mxu_group_query_attention_class,
     &mxu_attention_class,
     &mxu_additive_attention_class,
 };
@@ -305,7 +306,8 @@ static int name_taken(const mxu_model *model, const char *name) {
 static void auto_name(const mxu_model *model, const mxu_layer_class *cls,
                       char *out, size_t size) {
   char base[MXU_NAME_SIZE / 2];
-  mxu_snake_case(cls->class_name, base, sizeof base);
+  mxu_snake_case(cls->python_class ? cls->python_class : cls->class_name, base,
+                 sizeof base);
   int suffix = 0;
   for (int i = 0; i < model->layer_count; i++)
     if (model->layers[i].cls == cls && !mxu_layer_is_call(&model->layers[i]))
@@ -1066,8 +1068,10 @@ mxu_tensor_id mxu_apply_multi_head_attention(mxu_model *model,
   proto.config.attention = *config;
   proto.config.attention.name = NULL;
   mxu_tensor_id inputs[3] = {query, value, key};
-  return apply(model, &mxu_multi_head_attention_class, config->name, &proto,
-               inputs, key == -1 ? 2 : 3);
+  return apply(model,
+               config->kv_heads ? &mxu_group_query_attention_class
+                                : &mxu_multi_head_attention_class,
+               config->name, &proto, inputs, key == -1 ? 2 : 3);
 }
 
 mxu_tensor_id mxu_apply_dense_attention(

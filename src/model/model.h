@@ -118,6 +118,10 @@ typedef struct mxu_layer_class {
   const char *const *aliases;
   /* NULL: keras.layers, registered_name null. */
   const mxu_keras_origin *origin;
+  /* Keras 3's Python class where its name is not class_name
+   * (GroupedQueryAttention, which Keras 3 writes as GroupQueryAttention):
+   * the layer's automatic name and .keras group come from it. */
+  const char *python_class;
   /* Its config in Keras' JSON, both dialects: the keys it reads besides
    * name, trainable and dtype; the reader, which applies the layer to
    * node->inputs (refusing what mxu cannot honour, naming the key); the
@@ -468,6 +472,7 @@ extern const mxu_layer_class mxu_gru_class;
 extern const mxu_layer_class mxu_rnn_class;
 extern const mxu_layer_class mxu_bidirectional_class;
 extern const mxu_layer_class mxu_multi_head_attention_class;
+extern const mxu_layer_class mxu_group_query_attention_class;
 extern const mxu_layer_class mxu_attention_class;
 extern const mxu_layer_class mxu_additive_attention_class;
 extern const mxu_layer_class mxu_max_pooling2d_class;

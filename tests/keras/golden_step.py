@@ -80,7 +80,9 @@ def write_keras3(build, keras, seed, x, y, out):
     model.save_weights(weights)
     os.replace(weights, os.path.join(out, "after_step.h5"))
     with h5py.File(os.path.join(out, "batch.h5"), "w") as f:
-        f["x"], f["y"], f["loss"] = x, y, float(loss)
+        for k, array in enumerate(x if isinstance(x, list) else [x]):
+            f["x" if k == 0 else f"x_{k}"] = array
+        f["y"], f["loss"] = y, float(loss)
         f["predict_before"], f["predict_after"] = before, after
     print("loss", loss, "layers", [l.name for l in model.layers])
     return loss

@@ -1,5 +1,8 @@
 /* attention.c — MultiHeadAttention, Keras' layer: the query attends over
- * the value's positions through the key, head by head.
+ * the value's positions through the key, head by head; and Keras 3's
+ * GroupQueryAttention, the same with fewer key and value heads, each
+ * shared by a group of query heads (query head h reads key and value
+ * head h / (heads / kv_heads), as Keras' repeat of them lays them out).
  *
  * The four projections (query, key, value, attention_output) are the
  * backend's dense ops over every position at once. Between them, per
@@ -11,8 +14,8 @@
  *
  * Layouts, per sample: positions first, heads within, each head's values
  * last; Q, K and V as the projections write them ((T, heads, dim) is the
- * (T, heads * dim) the dense op writes), the probabilities (heads, Tq, Tv)
- * as Keras' attention scores. */
+ * (T, heads * dim) the dense op writes; K and V with kv_heads), the
+ * probabilities (heads, Tq, Tv) as Keras' attention scores. */
 #include "model/layers/layers.h"
 
 #include <math.h>
@@ -27,14 +30,17 @@ static const char *const weight_names[PROJECTIONS][2] = {
     {"value/kernel", "value/bias"},
     {"attention_output/kernel", "attention_output/bias"}};
 
-/* Keras 3's subgroup of each projection (layers/<mha>/query_dense/vars). */
-static const char *const keras3_groups[PROJECTIONS] = {
-    "query_dense", "key_dense", "value_dense", "output_dense"};
+/* Keras 3's subgroup of each projection (layers/<mha>/query_dense/vars);
+ * GroupQueryAttention's keep their attributes' underscores. */
+static const char *const keras3_groups[2][PROJECTIONS] = {
+    {"query_dense", "key_dense", "value_dense", "output_dense"},
+    {"_query_dense", "_key_dense", "_value_dense", "_output_dense"}};
 
 typedef struct att_dims {
   int64_t n, tq, tv;          /* samples, query and value positions */
   int64_t dq, dk, dv;         /* the query's, key's and value's features */
   int64_t heads, kd, vd, out; /* key_dim, value_dim, output_dim */
+  int64_t kvh;                /* the key's and value's heads */
 } att_dims;
 
 static int value_dim_of(const mxu_attention_config *c) {
@@ -64,7 +70,8 @@ static att_dims dims_of(const mxu_layer *layer, int64_t batch) {
                     c->num_heads,
                     c->key_dim,
                     value_dim_of(c),
-                    last_dim(&layer->out_shape)};
+                    last_dim(&layer->out_shape),
+                    c->kv_heads ? c->kv_heads : c->num_heads};
 }
 
 /* ---- shapes and weights ------------------------------------------------- */
@@ -84,6 +91,11 @@ static mxu_status check_config(const mxu_layer *layer) {
   if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
     return mxu_fail(MXU_ERR_ARG, "%s: dropout must be in [0, 1), got %g",
                     layer->name, (double)c->dropout);
+  if (c->kv_heads < 0 || (c->kv_heads && c->num_heads % c->kv_heads))
+    return mxu_fail(MXU_ERR_ARG,
+                    "%s: num_key_value_heads %d must divide num_query_heads "
+                    "%d",
+                    layer->name, c->kv_heads, c->num_heads);
   return MXU_OK;
 }
 
@@ -107,6 +119,15 @@ static mxu_status attention_infer(mxu_layer *layer) {
                     "at least (positions, features), the key's positions "
                     "the value's",
                     layer->name, qt, vt, kt);
+  /* Keras' GroupQueryAttention: (positions, features) and a value of the
+   * query's features, which its output has. */
+  if (c->kv_heads && (q->rank != 2 || last_dim(v) != last_dim(q) ||
+                      c->value_dim || c->output_dim))
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: GroupQueryAttention takes a query and value of "
+                    "(positions, features), as many features each; got "
+                    "query %s, value %s",
+                    layer->name, qt, vt);
   if (c->causal && q->rank > 2)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "%s: a causal mask over query %s is not supported: "
@@ -129,8 +150,8 @@ static int attention_declare(const mxu_layer *layer, mxu_param_decl *decls) {
    * value_dim, out); Keras 3's fans: (in, heads * dim), (heads *
    * value_dim, out). */
   int64_t kernels[PROJECTIONS][3] = {{d.dq, d.heads, d.kd},
-                                     {d.dk, d.heads, d.kd},
-                                     {d.dv, d.heads, d.vd},
+                                     {d.dk, d.kvh, d.kd},
+                                     {d.dv, d.kvh, d.vd},
                                      {d.heads, d.vd, d.out}};
   int per = weights_per(c), count = 0;
   for (int p = 0; p < PROJECTIONS; p++) {
@@ -152,7 +173,8 @@ static int attention_declare(const mxu_layer *layer, mxu_param_decl *decls) {
 }
 
 static const char *attention_group(const mxu_layer *layer, int k) {
-  return keras3_groups[k / weights_per(&layer->config.attention)];
+  const mxu_attention_config *c = &layer->config.attention;
+  return keras3_groups[c->kv_heads > 0][k / weights_per(c)];
 }
 
 /* The projections' products, and per head the scores and the weighted sum
@@ -162,8 +184,8 @@ static double attention_flops(const mxu_layer *layer,
                               const mxu_flops_step *step) {
   att_dims d = dims_of(layer, 1);
   double projections =
-      2.0 * (d.tq * d.dq * d.heads * d.kd + d.tv * d.dk * d.heads * d.kd +
-             d.tv * d.dv * d.heads * d.vd + d.tq * d.heads * d.vd * d.out);
+      2.0 * (d.tq * d.dq * d.heads * d.kd + d.tv * d.dk * d.kvh * d.kd +
+             d.tv * d.dv * d.kvh * d.vd + d.tq * d.heads * d.vd * d.out);
   double pairs = (double)d.heads * d.tq * d.tv;
   double core = 2.0 * pairs * (d.kd + d.vd) + 5.0 * pairs;
   double backward =
@@ -177,8 +199,8 @@ static double attention_flops(const mxu_layer *layer,
 
 typedef struct att_buffers {
   float *q;     /* (n, tq, heads, kd): the query's projection, scaled */
-  float *k;     /* (n, tv, heads, kd) */
-  float *v;     /* (n, tv, heads, vd) */
+  float *k;     /* (n, tv, kvh, kd) */
+  float *v;     /* (n, tv, kvh, vd) */
   float *probs; /* (n, heads, tq, tv): after the softmax */
   float *keep;  /* dropout: the same, 0 or 1 / (1 - rate) */
   float *heads; /* (n, tq, heads, vd): the attention's results */
@@ -190,7 +212,7 @@ typedef struct att_buffers {
 
 static size_t forward_floats(const att_dims *d) {
   return (size_t)(d->n * (d->tq * d->heads * (d->kd + d->vd) +
-                          d->tv * d->heads * (d->kd + d->vd) +
+                          d->tv * d->kvh * (d->kd + d->vd) +
                           2 * d->heads * d->tq * d->tv));
 }
 
@@ -200,7 +222,7 @@ static int64_t transposed_floats(const att_dims *d) {
 
 static size_t work_floats(const att_dims *d) {
   return (size_t)(d->n * (d->tq * d->heads * (d->vd + d->kd) +
-                          d->tv * d->heads * (d->kd + d->vd) + d->tv * d->dk) +
+                          d->tv * d->kvh * (d->kd + d->vd) + d->tv * d->dk) +
                   d->tv + transposed_floats(d));
 }
 
@@ -209,7 +231,7 @@ static att_buffers buffers_of(const mxu_layer *layer, const mxu_layer_run *run,
   const size_t *scratch = layer->compiled->scratch;
   float *f = (float *)(void *)(run->arena + scratch[0]);
   float *w = (float *)(void *)(run->arena + scratch[1]);
-  int64_t hq = d->n * d->tq * d->heads, hv = d->n * d->tv * d->heads;
+  int64_t hq = d->n * d->tq * d->heads, hv = d->n * d->tv * d->kvh;
   int64_t pairs = d->n * d->heads * d->tq * d->tv;
   att_buffers b;
   b.q = f;
@@ -235,9 +257,9 @@ static mxu_status attention_plan(mxu_layer *layer, const mxu_backend *backend,
   mxu_dense_desc descs[PROJECTIONS] = {
       {(int)(d.n * d.tq), (int)d.dq, (int)(d.heads * d.kd), c->use_bias,
        MXU_LINEAR, 0},
-      {(int)(d.n * d.tv), (int)d.dk, (int)(d.heads * d.kd), c->use_bias,
+      {(int)(d.n * d.tv), (int)d.dk, (int)(d.kvh * d.kd), c->use_bias,
        MXU_LINEAR, 0},
-      {(int)(d.n * d.tv), (int)d.dv, (int)(d.heads * d.vd), c->use_bias,
+      {(int)(d.n * d.tv), (int)d.dv, (int)(d.kvh * d.vd), c->use_bias,
        MXU_LINEAR, 0},
       {(int)(d.n * d.tq), (int)(d.heads * d.vd), (int)d.out, c->use_bias,
        MXU_LINEAR, 0}};
@@ -251,12 +273,13 @@ static mxu_status attention_plan(mxu_layer *layer, const mxu_backend *backend,
 }
 
 /* ---- one sample's head ---------------------------------------------------
- * A head of sample n: its rows of Q, K and V are `stride` floats apart
- * (heads * dim), its probabilities a (tq, tv) block. */
+ * A head of sample n: its rows of Q, K, V and results are `stride` floats
+ * apart (heads or kv_heads times dim), its probabilities a (tq, tv) block. */
 
 typedef struct att_head {
   const att_dims *d;
-  int64_t q_stride, v_stride; /* heads * kd, heads * vd */
+  int64_t q_stride, k_stride; /* heads * kd, kvh * kd */
+  int64_t v_stride, o_stride; /* kvh * vd, heads * vd */
   float *q, *k, *v, *heads;   /* the head's first values */
   float *probs, *keep;        /* its (tq, tv) block; keep NULL: none */
   const float *ids; /* the mask's ids of the sample (tq = tv), or NULL */
@@ -265,12 +288,15 @@ typedef struct att_head {
 static att_head head_of(const att_dims *d, const att_buffers *b, int64_t n,
                         int64_t h, int dropping, const float *ids) {
   int64_t block = d->tq * d->tv, first = (n * d->heads + h) * block;
+  int64_t kv = h / (d->heads / d->kvh);
   return (att_head){d,
                     d->heads * d->kd,
+                    d->kvh * d->kd,
+                    d->kvh * d->vd,
                     d->heads * d->vd,
                     b->q + n * d->tq * d->heads * d->kd + h * d->kd,
-                    b->k + n * d->tv * d->heads * d->kd + h * d->kd,
-                    b->v + n * d->tv * d->heads * d->vd + h * d->vd,
+                    b->k + n * d->tv * d->kvh * d->kd + kv * d->kd,
+                    b->v + n * d->tv * d->kvh * d->vd + kv * d->vd,
                     b->heads + n * d->tq * d->heads * d->vd + h * d->vd,
                     b->probs + first,
                     dropping ? b->keep + first : NULL,
@@ -320,10 +346,10 @@ static void softmax_row(float *row, int64_t count, int64_t tv) {
 static void head_forward(const mxu_attention_config *c, const att_head *a,
                          float *t) {
   const att_dims *d = a->d;
-  transpose(a->k, d->tv, d->kd, a->q_stride, t);
+  transpose(a->k, d->tv, d->kd, a->k_stride, t);
   for (int64_t i = 0; i < d->tq; i++) {
     int64_t count = allowed(c, d, i);
-    float *p = a->probs + i * d->tv, *out = a->heads + i * a->v_stride;
+    float *p = a->probs + i * d->tv, *out = a->heads + i * a->o_stride;
     for (int64_t e = 0; e < d->vd; e++) out[e] = 0.0f;
     /* An Embedding's mask: a padded query attends to nothing (Keras 3's
      * softmax zeroes its row), and no query to a padded position. */
@@ -352,7 +378,7 @@ static void head_backward(const mxu_attention_config *c, const att_head *a,
     int64_t count = allowed(c, d, i);
     const float *p = a->probs + i * d->tv;
     const float *keep = a->keep ? a->keep + i * d->tv : NULL;
-    const float *dout = g->heads + i * a->v_stride;
+    const float *dout = g->heads + i * a->o_stride;
     /* The dropped probabilities' gradient, then the softmax's. */
     row_times(dout, t, d->vd, count, d->tv, row);
     float dot = 0.0f;
@@ -364,8 +390,8 @@ static void head_backward(const mxu_attention_config *c, const att_head *a,
     }
     for (int64_t j = 0; j < count; j++) {
       float ds = p[j] * (row[j] - dot);
-      axpy(ds, a->k + j * a->q_stride, d->kd, g->q + i * a->q_stride);
-      axpy(ds, a->q + i * a->q_stride, d->kd, g->k + j * a->q_stride);
+      axpy(ds, a->k + j * a->k_stride, d->kd, g->q + i * a->q_stride);
+      axpy(ds, a->q + i * a->q_stride, d->kd, g->k + j * a->k_stride);
     }
   }
 }
@@ -442,7 +468,7 @@ static void attention_backward(mxu_layer *layer, const mxu_layer_run *run) {
   be->dense_backward_weights(ops[OUTPUT], r.b.heads, run->dy, r.dw[OUTPUT],
                              r.db[OUTPUT]);
   be->dense_backward_data(ops[OUTPUT], run->dy, r.w[OUTPUT], r.b.d_heads);
-  int64_t hq = d->n * d->tq * d->heads, hv = d->n * d->tv * d->heads;
+  int64_t hq = d->n * d->tq * d->heads, hv = d->n * d->tv * d->kvh;
   memset(r.b.dq, 0, (size_t)(hq * d->kd) * sizeof(float));
   memset(r.b.dk, 0, (size_t)(hv * d->kd) * sizeof(float));
   memset(r.b.dv, 0, (size_t)(hv * d->vd) * sizeof(float));
@@ -495,6 +521,18 @@ static mxu_hlo_value project_emit(mxu_emit *e, mxu_hlo_value x, int64_t n,
     y = mxu_emit_bias(
         e, y, mxu_hlo_reshape(h, b, mxu_hlo_shape_make(MXU_HLO_F32, 1, &wide)));
   return mxu_hlo_reshape(h, y, mxu_hlo_shape_make(MXU_HLO_F32, 4, out));
+}
+
+/* GroupQueryAttention's key or value (n, t, kvh, dim) as heads of their
+ * own, each repeated for its group: (n, t, kvh * group, dim). */
+static mxu_hlo_value repeat_heads(mxu_hlo *h, mxu_hlo_value x, int64_t group) {
+  if (group == 1) return x;
+  const mxu_hlo_shape s = *mxu_hlo_shape_of(h, x);
+  int64_t wide[5] = {s.dims[0], s.dims[1], s.dims[2], group, s.dims[3]};
+  int64_t out[4] = {s.dims[0], s.dims[1], s.dims[2] * group, s.dims[3]};
+  static const int64_t keep[4] = {0, 1, 2, 4};
+  x = mxu_hlo_broadcast(h, x, mxu_hlo_shape_make(s.dtype, 5, wide), keep);
+  return mxu_hlo_reshape(h, x, mxu_hlo_shape_make(s.dtype, 4, out));
 }
 
 mxu_hlo_value mxu_emit_dropped(mxu_emit *e, mxu_hlo_value p, float rate) {
@@ -563,9 +601,11 @@ static mxu_hlo_value attention_emit(const mxu_layer *layer, mxu_emit *e) {
   mxu_hlo_value q =
       project_emit(e, e->in[0], d.n, d.tq, d.dq, w[0], BIAS(0), d.heads, d.kd);
   mxu_hlo_value k = project_emit(e, e->in[layer->input_count > 2 ? 2 : 1], d.n,
-                                 d.tv, d.dk, w[per], BIAS(KEY), d.heads, d.kd);
+                                 d.tv, d.dk, w[per], BIAS(KEY), d.kvh, d.kd);
   mxu_hlo_value v = project_emit(e, e->in[1], d.n, d.tv, d.dv, w[2 * per],
-                                 BIAS(VALUE), d.heads, d.vd);
+                                 BIAS(VALUE), d.kvh, d.vd);
+  k = repeat_heads(h, k, d.heads / d.kvh);
+  v = repeat_heads(h, v, d.heads / d.kvh);
   q = mxu_hlo_mul(h, q,
                   mxu_hlo_full_like(h, q, (float)(1.0 / sqrt((double)d.kd))));
   /* (n, heads, tq, tv): batch dims n and heads, contracting the key dim. */
@@ -749,32 +789,116 @@ static void write_attention(mxu_json_out *out, const mxu_layer *layer,
     mxu_json_put(out, config, keys[k], mxu_json_batch_shape(shapes[k]));
 }
 
+/* ---- GroupQueryAttention ------------------------------------------------
+ * Keras 3's: head_dim for every head, no value_dim, output_shape or
+ * attention_axes (the output has the query's features, attention over its
+ * positions). Refused: use_gate and sliding_window, unless off. */
+
+static const char *const group_keys[] = {"head_dim",
+                                         "num_query_heads",
+                                         "num_key_value_heads",
+                                         "use_bias",
+                                         "use_gate",
+                                         "sliding_window",
+                                         "dropout",
+                                         "kernel_initializer",
+                                         "bias_initializer",
+                                         "kernel_regularizer",
+                                         "bias_regularizer",
+                                         "activity_regularizer",
+                                         "kernel_constraint",
+                                         "bias_constraint",
+                                         "seed",
+                                         NULL};
+
+static mxu_status read_group_attention(const mxu_json_where *where,
+                                       const cJSON *config, mxu_json_node *node,
+                                       const char *name) {
+  mxu_attention_config c = mxu_attention_defaults(0, 0);
+  c.name = name;
+  MXU_TRY(mxu_json_int(where, config, "head_dim", MXU_JSON_REQUIRED, 1, 1 << 16,
+                       &c.key_dim));
+  MXU_TRY(mxu_json_int(where, config, "num_query_heads", MXU_JSON_REQUIRED, 1,
+                       1 << 16, &c.num_heads));
+  MXU_TRY(mxu_json_int(where, config, "num_key_value_heads", MXU_JSON_REQUIRED,
+                       1, 1 << 16, &c.kv_heads));
+  if (c.num_heads % c.kv_heads)
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "num_key_value_heads %d must divide num_query_heads "
+                         "%d",
+                         c.kv_heads, c.num_heads);
+  MXU_TRY(mxu_json_bool(where, config, "use_bias", &c.use_bias));
+  MXU_TRY(mxu_json_require_false(where, config, "use_gate"));
+  MXU_TRY(mxu_json_require_null(where, config, "sliding_window"));
+  MXU_TRY(
+      mxu_json_float(where, config, "dropout", MXU_JSON_OPTIONAL, &c.dropout));
+  if (!(c.dropout >= 0.0f && c.dropout < 1.0f))
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "dropout %g must be in [0, 1)",
+                         (double)c.dropout);
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
+  MXU_TRY(mxu_json_bool(where, node->kwargs, "use_causal_mask", &c.causal));
+  MXU_TRY(
+      mxu_json_require_false(where, node->kwargs, "return_attention_scores"));
+  mxu_tensor_id key = node->input_count > 2 ? node->inputs[2] : -1;
+  return mxu_json_applied(where, node,
+                          mxu_apply_multi_head_attention(node->model, &c,
+                                                         node->inputs[0],
+                                                         node->inputs[1], key));
+}
+
+static void write_group_attention(mxu_json_out *out, const mxu_layer *layer,
+                                  cJSON *config) {
+  const mxu_attention_config *c = &layer->config.attention;
+  mxu_json_put_number(out, config, "head_dim", c->key_dim);
+  mxu_json_put_number(out, config, "num_query_heads", c->num_heads);
+  mxu_json_put_number(out, config, "num_key_value_heads", c->kv_heads);
+  mxu_json_put_bool(out, config, "use_bias", c->use_bias);
+  mxu_json_put_bool(out, config, "use_gate", 0);
+  mxu_json_put_null(out, config, "sliding_window");
+  mxu_json_put_float(out, config, "dropout", c->dropout);
+  mxu_config_put_initializers(out, config, "kernel", &c->kernel.initializer,
+                              mxu_init_glorot_uniform(), "bias",
+                              &c->bias.initializer, mxu_init_zeros());
+  mxu_config_put_penalties(out, config, "kernel", &c->kernel, "bias", &c->bias,
+                           1);
+  mxu_json_put_null(out, config, "seed");
+}
+
 static void write_attention_call(mxu_json_out *out, const mxu_layer *layer,
                                  cJSON *kwargs) {
   if (layer->config.attention.causal)
     mxu_json_put_bool(out, kwargs, "use_causal_mask", 1);
 }
 
-const mxu_layer_class mxu_multi_head_attention_class = {
-    .class_name = "MultiHeadAttention",
-    .keras3_group = attention_group,
-    .config_keys = attention_keys,
-    .read_config = read_attention,
-    .write_config = write_attention,
-    .call_tensors = call_tensors,
-    .call_options = call_options,
-    .write_call = write_attention_call,
-    .min_inputs = 2,
-    .max_inputs = 3,
-    .infer = attention_infer,
-    .declare = attention_declare,
-    .flops = attention_flops,
-    .plan = attention_plan,
-    .forward = attention_forward,
-    .backward = attention_backward,
-    .emit = attention_emit,
-    .emit_noise = attention_noise,
-    .noise_is_stream = 1,
-    .output_mask = mxu_input_mask,
-    .uses_mask = 1,
-    .mask_all_or_none = 1};
+/* The two attentions: one computation, their own configs. */
+#define ATTENTION_CLASS(symbol, keras_name, python, keys, reader, writer)      \
+  const mxu_layer_class symbol = {.class_name = keras_name,                    \
+                                  .python_class = python,                      \
+                                  .keras3_group = attention_group,             \
+                                  .config_keys = keys,                         \
+                                  .read_config = reader,                       \
+                                  .write_config = writer,                      \
+                                  .call_tensors = call_tensors,                \
+                                  .call_options = call_options,                \
+                                  .write_call = write_attention_call,          \
+                                  .min_inputs = 2,                             \
+                                  .max_inputs = 3,                             \
+                                  .infer = attention_infer,                    \
+                                  .declare = attention_declare,                \
+                                  .flops = attention_flops,                    \
+                                  .plan = attention_plan,                      \
+                                  .forward = attention_forward,                \
+                                  .backward = attention_backward,              \
+                                  .emit = attention_emit,                      \
+                                  .emit_noise = attention_noise,               \
+                                  .noise_is_stream = 1,                        \
+                                  .output_mask = mxu_input_mask,               \
+                                  .uses_mask = 1,                              \
+                                  .mask_all_or_none = 1}
+
+ATTENTION_CLASS(mxu_multi_head_attention_class, "MultiHeadAttention", NULL,
+                attention_keys, read_attention, write_attention);
+ATTENTION_CLASS(mxu_group_query_attention_class, "GroupQueryAttention",
+                "GroupedQueryAttention", group_keys, read_group_attention,
+                write_group_attention);
