@@ -390,7 +390,11 @@ typedef enum mxu_random_kind {
   MXU_RANDOM_ZOOM,
   MXU_RANDOM_CONTRAST,
   MXU_RANDOM_CROP,
-  MXU_RANDOM_BRIGHTNESS
+  MXU_RANDOM_BRIGHTNESS,
+  MXU_RANDOM_GRAYSCALE,
+  MXU_RANDOM_INVERT,
+  MXU_SOLARIZATION,
+  MXU_RANDOM_POSTERIZATION
 } mxu_random_kind;
 
 typedef struct mxu_random_config {
@@ -408,9 +412,18 @@ typedef struct mxu_random_config {
    * (x - mean) * c + mean per channel, clipped to value_range;
    * RandomBrightness: [lower, upper] in [-1, 1], each image's values
    * plus a delta drawn from it times value_range's width, clipped to
-   * value_range. */
+   * value_range. RandomGrayscale: factor[1], the probability an image
+   * becomes its luma (0.2989 R + 0.587 G + 0.114 B, Keras'), RGB images
+   * only; RandomInvert: each image's probability drawn from factor, an
+   * inverted image value_range[1] - x; Solarization: factor the addition's
+   * range, threshold the threshold's, each [lower, upper * 255] (Keras'
+   * draws) on the image taken to [0, 255]: x + addition clipped to [0, 255],
+   * then 255 - that from the threshold up; RandomPosterization: factor the
+   * bits kept, drawn from [lower, upper) (lower where equal), on the image
+   * taken to [0, 255] (no gradient through the rounding). */
   float factor[2];
   float value_range[2];
+  float threshold[2];
   /* RandomCrop: a random height x width window in training; in inference
    * Keras' smart resize (the largest centred window of that aspect ratio,
    * resized to it). */

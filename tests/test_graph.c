@@ -1459,6 +1459,149 @@ static void test_random_brightness(void) {
   mxu_model_free(m);
 }
 
+/* Keras 3's colour layers over 16 RGB images of values in [-2, 2)
+ * (value_range (-2, 2)): each image its own draw, checked against Keras'
+ * formulas image by image, with the gradient each map has; inference
+ * passes the images through. */
+typedef struct color_case {
+  const char *name;
+  mxu_random_kind kind;
+  float factor[2], threshold[2];
+} color_case;
+
+enum { COLOR_BATCH = 16, COLOR_PER = 4 * 4 * 3 };
+
+static mxu_tensor_id color_graph(mxu_model *m, const void *ctx) {
+  const color_case *c = ctx;
+  static const int64_t shape[3] = {4, 4, 3};
+  mxu_random_config r = mxu_random_defaults(c->kind);
+  r.name = "under_test";
+  memcpy(r.factor, c->factor, sizeof r.factor);
+  memcpy(r.threshold, c->threshold, sizeof r.threshold);
+  r.value_range[0] = -2.0f, r.value_range[1] = 2.0f;
+  return head(m, mxu_apply_random(m, &r, input_identity(m, shape)));
+}
+
+/* x of [-2, 2] on [0, 255] and back. */
+static double to_bytes(double x) { return (x + 2.0) / 4.0 * 255.0; }
+static double from_bytes(double v) { return v / 255.0 * 4.0 - 2.0; }
+
+/* Whether image x maps to y with gradient dx of dy, as Keras' layer would
+ * for some draw within its ranges: 1 if changed, 0 if passed through, -1
+ * if neither. */
+static int color_image(const color_case *c, const float *x, const float *y,
+                       const float *dx, const float *dy) {
+  int same = 1;
+  for (int i = 0; i < COLOR_PER; i++) same &= y[i] == x[i] && dx[i] == dy[i];
+  if (same && c->kind != MXU_SOLARIZATION &&
+      c->kind != MXU_RANDOM_POSTERIZATION)
+    return 0;
+  int fits = 1;
+  if (c->kind == MXU_RANDOM_GRAYSCALE) {
+    for (int p = 0; p < COLOR_PER; p += 3) {
+      double luma = 0.2989 * x[p] + 0.587 * x[p + 1] + 0.114 * x[p + 2];
+      double g = (double)dy[p] + dy[p + 1] + dy[p + 2];
+      for (int k = 0; k < 3; k++)
+        fits &= fabs(y[p + k] - luma) < 1e-5 &&
+                fabs(dx[p + k] - (k == 0   ? 0.2989
+                                  : k == 1 ? 0.587
+                                           : 0.114) *
+                                     g) < 1e-6;
+    }
+  } else if (c->kind == MXU_RANDOM_INVERT) {
+    for (int i = 0; i < COLOR_PER; i++)
+      fits &= fabs(y[i] - (2.0 - x[i])) < 1e-6 && dx[i] == -dy[i];
+  } else if (c->kind == MXU_RANDOM_POSTERIZATION) {
+    int any = 0; /* some number of bits in [2, 5) fits every value */
+    for (int bits = 2; bits < 5 && !any; bits++) {
+      int s = 8 - bits, all = 1;
+      for (int i = 0; i < COLOR_PER; i++) {
+        int q = ((int)to_bytes(x[i]) >> s) << s;
+        all &= fabs(y[i] - from_bytes(q)) < 1e-5 && dx[i] == 0.0f;
+      }
+      any = all;
+    }
+    fits = any;
+  } else if (c->factor[1] > 0.0f) {
+    /* Solarization, threshold 0: y = 255 - clip(x + a), one a in [0, 51]. */
+    double a = NAN;
+    for (int i = 0; i < COLOR_PER; i++) {
+      double v = to_bytes(x[i]), out = to_bytes(y[i]);
+      if (out < 1e-3) { /* clipped at 255 */
+        fits &= dx[i] == 0.0f;
+        continue;
+      }
+      double here = 255.0 - out - v;
+      if (isnan(a)) a = here;
+      fits &= fabs(here - a) < 1e-3 && dx[i] == -dy[i];
+    }
+    fits &= isnan(a) || (a >= -1e-3 && a <= 51.0 + 1e-3);
+  } else {
+    /* Solarization, no addition: values below one threshold kept, the
+     * others 255 - v. */
+    double kept = -1.0, flipped = 256.0;
+    for (int i = 0; i < COLOR_PER; i++) {
+      double v = to_bytes(x[i]);
+      if (fabs(y[i] - x[i]) < 1e-5 && dx[i] == dy[i])
+        kept = fmax(kept, v);
+      else if (fabs(to_bytes(y[i]) - (255.0 - v)) < 1e-3 && dx[i] == -dy[i])
+        flipped = fmin(flipped, v);
+      else
+        fits = 0;
+    }
+    fits &= kept < flipped;
+    return fits ? kept >= 0.0 && flipped <= 255.0 : -1;
+  }
+  return fits ? 1 : -1;
+}
+
+static void test_color_layers(void) {
+  static const color_case cases[] = {
+      {"RandomGrayscale(0.5)", MXU_RANDOM_GRAYSCALE, {0, 0.5f}, {0, 0}},
+      {"RandomInvert((0, 1))", MXU_RANDOM_INVERT, {0, 1}, {0, 0}},
+      {"Solarization(addition (0, 0.2))", MXU_SOLARIZATION, {0, 0.2f}, {0, 0}},
+      {"Solarization(threshold (0, 1))", MXU_SOLARIZATION, {0, 0}, {0, 1}},
+      {"RandomPosterization((2, 5))", MXU_RANDOM_POSTERIZATION, {2, 5}, {0, 0}},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    const color_case *c = &cases[k];
+    mxu_compile_config cc = config_for(MXU_BACKEND_CPU_REF);
+    cc.batch_size = COLOR_BATCH;
+    mxu_model *m = build_with(c->name, color_graph, c, &cc);
+    if (!m) continue;
+    int node = node_named(m, "under_test"), in = m->layers[node].inputs[0];
+    load_inputs(m, 21);
+    train_step(m);
+    const float *x = act(m, in), *y = act(m, node);
+    const float *dx = grad(m, in), *dy = grad(m, node);
+    int changed = 0, passed = 0, bad = 0;
+    for (int r = 0; r < COLOR_BATCH; r++) {
+      int o = r * COLOR_PER;
+      int v = color_image(c, x + o, y + o, dx + o, dy + o);
+      changed += v == 1, passed += v == 0, bad += v < 0;
+    }
+    /* Every image changes where the layer always applies. */
+    int always =
+        c->kind == MXU_SOLARIZATION || c->kind == MXU_RANDOM_POSTERIZATION;
+    CHECK_MSG(bad == 0 && changed > 0 && (always || passed > 0),
+              "%s: %d images off Keras' map (%d changed, %d passed)", c->name,
+              bad, changed, passed);
+    float xs[COLOR_BATCH * COLOR_PER], probs[COLOR_BATCH * CLASSES];
+    memcpy(xs, act(m, m->inputs[0]), sizeof xs);
+    CHECK_OK(mxu_predict(m, xs, COLOR_BATCH, probs));
+    CHECK_MSG(memcmp(act(m, node), xs, sizeof xs) == 0,
+              "%s: inference changed the images", c->name);
+    mxu_model_free(m);
+  }
+  /* RandomGrayscale reads RGB images only. */
+  mxu_model *m = mxu_functional("gray");
+  static const int64_t two[3] = {4, 4, 2};
+  mxu_random_config r = mxu_random_defaults(MXU_RANDOM_GRAYSCALE);
+  CHECK(mxu_apply_random(m, &r, input_identity(m, two)) < 0 &&
+        strstr(mxu_errmsg(), "takes RGB images (3 channels), got 2"));
+  mxu_model_free(m);
+}
+
 /* RandomCrop(3, 2) of a 4x6 image: in training each image a 3x2 window
  * of itself; in inference tf.keras 2's smart resize, whose output for
  * 0..23 tf.keras printed as 3, 4, 11, 12, 19, 20 (Keras 3.15 passes the
@@ -4086,6 +4229,7 @@ int main(void) {
   test_random_flip();
   test_random_contrast();
   test_random_brightness();
+  test_color_layers();
   test_random_crop();
   test_gaussian_layers();
   test_fan_out();

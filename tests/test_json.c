@@ -3406,6 +3406,50 @@ static void reads_sequences(void) {
       "int32 or int64 token ids");
 }
 
+/* Keras 3's colour layers as it writes them: each read, its text
+ * round-tripping in both dialects. */
+static void reads_color_layers(void) {
+  const char *json =
+      "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"m\", "
+      "\"layers\": [{\"class_name\": \"InputLayer\", \"config\": "
+      "{\"batch_shape\": [null, 8, 8, 3]}}, "
+      "{\"class_name\": \"RandomGrayscale\", \"config\": {\"name\": "
+      "\"random_grayscale\", \"trainable\": true, \"data_format\": "
+      "\"channels_last\", \"factor\": 0.3}}, "
+      "{\"class_name\": \"RandomInvert\", \"config\": {\"name\": "
+      "\"random_invert\", \"data_format\": \"channels_last\", \"factor\": "
+      "[0, 0.4], \"value_range\": [0, 255], \"seed\": null}}, "
+      "{\"class_name\": \"Solarization\", \"config\": {\"name\": "
+      "\"solarization\", \"data_format\": \"channels_last\", "
+      "\"value_range\": [0, 255], \"addition_factor\": [0, 0.2], "
+      "\"threshold_factor\": [0, 0.1], \"seed\": null}}, "
+      "{\"class_name\": \"RandomPosterization\", \"config\": {\"name\": "
+      "\"random_posterization\", \"data_format\": \"channels_last\", "
+      "\"factor\": 4, \"value_range\": [0, 1], \"seed\": null}}]}}";
+  mxu_model *m = read_json(json, NULL, NULL);
+  if (!m) return;
+  const mxu_random_config *g = &LAYER(m, 0)->config.random,
+                          *i = &LAYER(m, 1)->config.random,
+                          *s = &LAYER(m, 2)->config.random,
+                          *p = &LAYER(m, 3)->config.random;
+  CHECK(g->kind == MXU_RANDOM_GRAYSCALE && g->factor[1] == 0.3f);
+  CHECK(i->kind == MXU_RANDOM_INVERT && i->factor[0] == 0.0f &&
+        i->factor[1] == 0.4f);
+  CHECK(s->kind == MXU_SOLARIZATION && s->factor[1] == 0.2f &&
+        s->threshold[1] == 0.1f);
+  /* Keras' _set_factor: 4 is (1, 4) bits. */
+  CHECK(p->kind == MXU_RANDOM_POSTERIZATION && p->factor[0] == 1.0f &&
+        p->factor[1] == 4.0f && p->value_range[1] == 1.0f);
+  round_trip_text("colour layers", m, 0);
+  round_trip_text("colour layers", m, 1);
+  mxu_model_free(m);
+  EXPECT_JSON_FAIL(model_with("[null, 4, 4, 3]",
+                              "{\"class_name\": \"RandomPosterization\", "
+                              "\"config\": {\"name\": \"p\", \"factor\": "
+                              "[2, 9]}}"),
+                   MXU_ERR_FORMAT, "layer 'p'", "must be in [1, 8]");
+}
+
 /* SpatialDropout3D, AlphaDropout and Identity as each Keras writes them
  * (Keras 3 the first two layers, tf.keras 2 the last two: AlphaDropout
  * without its noise_shape). Keras 3's SpatialDropouts refuse trainable
@@ -4179,6 +4223,7 @@ int main(void) {
   reads_without_input_layer();
   reads_activation_names();
   reads_random_contrast();
+  reads_color_layers();
   reads_given_normalization();
   reads_layer_scale();
   reads_custom_scale();

@@ -629,6 +629,26 @@ static const layer_case cases[] = {
                          LAYER("GlobalAveragePooling2D", "g2", "", IN("lead"))
                              LAYER("Add", "s", "", IN2("g1", "g2")),
      "s", 1e-4},
+    {"RandomGrayscale, RandomInvert, Solarization, RandomPosterization (the "
+     "host's, after the input)",
+     "5, 5, 3",
+     LAYER("RandomGrayscale", "gray", ", \"factor\": 0.5", IN("x"))
+         LAYER("RandomInvert", "inv",
+               ", \"factor\": [0, 0.6], \"value_range\": "
+               "[-1, 1]",
+               IN("gray"))
+             LAYER("Solarization", "sol",
+                   ", \"addition_factor\": [0, 0.1], \"threshold_factor\": [0, "
+                   "0.9], \"value_range\": [-1, 1]",
+                   IN("inv")) LAYER("RandomPosterization", "post",
+                                    ", \"factor\": 6, \"value_range\": [-1, 1]",
+                                    IN("sol"))
+                 LAYER("Conv2D", "c",
+                       ", \"filters\": 3, \"kernel_size\": [1, 1]", IN("post"))
+                     LAYER("GlobalAveragePooling2D", "g1", "", IN("c"))
+                         LAYER("GlobalAveragePooling2D", "g2", "", IN("lead"))
+                             LAYER("Add", "s", "", IN2("g1", "g2")),
+     "s", 1e-4},
 };
 
 /* An augmentation after a trainable layer would stop its gradient: refused,

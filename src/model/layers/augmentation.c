@@ -1,6 +1,7 @@
 /* augmentation.c — Keras' augmentation layers: RandomFlip,
- * RandomTranslation, RandomRotation, RandomZoom, RandomContrast and
- * RandomCrop. In
+ * RandomTranslation, RandomRotation, RandomZoom, RandomContrast,
+ * RandomBrightness, RandomCrop, and Keras 3's colour layers
+ * RandomGrayscale, RandomInvert, Solarization and RandomPosterization. In
  * training each image gets its own transform, drawn from this run's
  * counter-based stream at its row of the replica (so slices draw what the whole
  * would) and applied by core's image transform; backward is that transform's
@@ -53,11 +54,40 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
     p.zy = 1.0 + draw(rng, sample, DRAW_A, c->height);
     p.zx = c->has_width ? 1.0 + draw(rng, sample, DRAW_B, c->width) : p.zy;
     break;
-  case MXU_RANDOM_CONTRAST:    /* not an affine map: see contrast_of, */
-  case MXU_RANDOM_BRIGHTNESS:  /* brightness_run, */
-  case MXU_RANDOM_CROP: break; /* crop_run */
+  default:
+    break; /* not an affine map: contrast_run, brightness_run,
+              color_run, crop_run */
   }
   return p;
+}
+
+static int is_color(mxu_random_kind kind) {
+  return kind >= MXU_RANDOM_GRAYSCALE;
+}
+
+/* The colour layers' own checks: RGB images for RandomGrayscale, a range
+ * to map from for the others, factors in Keras' bounds. */
+static mxu_status color_infer(const mxu_layer *layer) {
+  const mxu_random_config *c = &layer->config.random;
+  float low = c->kind == MXU_RANDOM_POSTERIZATION ? 1.0f : 0.0f,
+        high = c->kind == MXU_RANDOM_POSTERIZATION ? 8.0f : 1.0f;
+  const float *ranges[2] = {c->factor, c->threshold};
+  for (int i = 0; i < (c->kind == MXU_SOLARIZATION ? 2 : 1); i++)
+    if (!(ranges[i][0] >= low && ranges[i][0] <= ranges[i][1] &&
+          ranges[i][1] <= high))
+      return mxu_fail(MXU_ERR_ARG, "%s: factor [%g, %g] must be in [%g, %g]",
+                      layer->name, (double)ranges[i][0], (double)ranges[i][1],
+                      (double)low, (double)high);
+  if (!(c->value_range[0] < c->value_range[1]))
+    return mxu_fail(MXU_ERR_ARG, "%s: value_range [%g, %g] must be increasing",
+                    layer->name, (double)c->value_range[0],
+                    (double)c->value_range[1]);
+  if (c->kind == MXU_RANDOM_GRAYSCALE && layer->in_shape.dims[2] != 3)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: RandomGrayscale takes RGB images (3 channels), got "
+                    "%lld",
+                    layer->name, (long long)layer->in_shape.dims[2]);
+  return MXU_OK;
 }
 
 static mxu_status random_infer(mxu_layer *layer) {
@@ -82,6 +112,7 @@ static mxu_status random_infer(mxu_layer *layer) {
     return mxu_fail(MXU_ERR_SHAPE,
                     "%s: %s takes (height, width, channels) images",
                     layer->name, layer->cls->class_name);
+  if (is_color(c->kind)) MXU_TRY(color_infer(layer));
   return mxu_same_shape_infer(layer);
 }
 
@@ -178,6 +209,121 @@ static void brightness_run(const mxu_layer *layer, const mxu_layer_run *run,
   }
 }
 
+/* ---- the colour layers ----------------------------------------------------
+ * Each image's draw, then a map of its values (RandomGrayscale: of each
+ * pixel's channels); backward, that map's derivative. */
+
+typedef struct color_draw {
+  int apply;            /* RandomGrayscale, RandomInvert */
+  float add, threshold; /* Solarization, on [0, 255] */
+  int shift;            /* RandomPosterization: 8 - the bits kept */
+} color_draw;
+
+static color_draw color_of(const mxu_random_config *c, const mxu_rng *rng,
+                           int64_t sample) {
+  static const float unit[2] = {0.0f, 1.0f};
+  color_draw d = {1, 0.0f, 0.0f, 0};
+  if (c->kind == MXU_RANDOM_GRAYSCALE) {
+    d.apply = draw(rng, sample, DRAW_A, unit) < c->factor[1];
+  } else if (c->kind == MXU_RANDOM_INVERT) {
+    double p = draw(rng, sample, DRAW_A, c->factor);
+    d.apply = draw(rng, sample, DRAW_B, unit) < p;
+  } else if (c->kind == MXU_SOLARIZATION) {
+    /* Keras' ranges: the lower end as given, the upper times 255. */
+    float add[2] = {c->factor[0], c->factor[1] * 255.0f},
+          threshold[2] = {c->threshold[0], c->threshold[1] * 255.0f};
+    d.add = (float)draw(rng, sample, DRAW_A, add);
+    d.threshold = (float)draw(rng, sample, DRAW_B, threshold);
+  } else {
+    int low = (int)c->factor[0], high = (int)c->factor[1];
+    int bits =
+        low == high
+            ? low
+            : low + (int)mxu_rng_below(
+                        rng, (uint64_t)sample * DRAWS_PER_SAMPLE + DRAW_A,
+                        (uint32_t)(high - low));
+    d.shift = 8 - bits;
+  }
+  return d;
+}
+
+/* x from value_range to [0, 255] and back, as Keras' _transform_value_range
+ * (nothing where value_range is [0, 255]). */
+static float to_byte_range(const mxu_random_config *c, float x) {
+  float low = c->value_range[0], high = c->value_range[1];
+  if (low == 0.0f && high == 255.0f) return x;
+  return (x - low) / (high - low) * 255.0f;
+}
+
+static float from_byte_range(const mxu_random_config *c, float x) {
+  float low = c->value_range[0], high = c->value_range[1];
+  if (low == 0.0f && high == 255.0f) return x;
+  return x / 255.0f * (high - low) + low;
+}
+
+/* An image's value x mapped by its draw d; its derivative in *slope (the
+ * two range maps' scales cancel). */
+static float color_value(const mxu_random_config *c, const color_draw *d,
+                         float x, float *slope) {
+  if (c->kind == MXU_RANDOM_INVERT) {
+    *slope = -1.0f;
+    return c->value_range[1] - x;
+  }
+  float v = to_byte_range(c, x);
+  if (c->kind == MXU_RANDOM_POSTERIZATION) {
+    *slope = 0.0f;
+    v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+    return from_byte_range(c, (float)(((int)v >> d->shift) << d->shift));
+  }
+  /* Solarization: the clip passes the gradient at its ends too, as
+   * clip_by_value. */
+  v += d->add;
+  *slope = v < 0.0f || v > 255.0f ? 0.0f : 1.0f;
+  v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+  if (!(v < d->threshold)) {
+    v = 255.0f - v;
+    *slope = -*slope;
+  }
+  return from_byte_range(c, v);
+}
+
+/* Keras' rgb_to_grayscale weights; the luma is each channel's value. */
+static void grayscale_image(int64_t per, const float *x, const float *dy,
+                            float *out) {
+  static const float luma[3] = {0.2989f, 0.5870f, 0.1140f};
+  for (int64_t p = 0; p < per; p += 3) {
+    if (dy) {
+      float sum = dy[p] + dy[p + 1] + dy[p + 2];
+      for (int k = 0; k < 3; k++) out[p + k] = luma[k] * sum;
+    } else {
+      float g = luma[0] * x[p] + luma[1] * x[p + 1] + luma[2] * x[p + 2];
+      out[p] = out[p + 1] = out[p + 2] = g;
+    }
+  }
+}
+
+static void color_run(const mxu_layer *layer, const mxu_layer_run *run,
+                      int backward) {
+  image_dims d = dims_of(layer);
+  const mxu_random_config *c = &layer->config.random;
+  for (int64_t b = 0; b < layer->compiled->batch; b++) {
+    color_draw k = color_of(c, &run->rng, run->row_offset + b);
+    const float *x = run->x + b * d.per;
+    const float *dy = backward ? run->dy + b * d.per : NULL;
+    float *out = (backward ? run->dx : run->y) + b * d.per;
+    if (!k.apply) {
+      memcpy(out, backward ? dy : x, (size_t)d.per * sizeof(float));
+    } else if (c->kind == MXU_RANDOM_GRAYSCALE) {
+      grayscale_image(d.per, x, dy, out);
+    } else {
+      for (int64_t i = 0; i < d.per; i++) {
+        float slope, v = color_value(c, &k, x[i], &slope);
+        out[i] = backward ? slope * dy[i] : v;
+      }
+    }
+  }
+}
+
 /* RandomContrast's per-channel means (scratch[0]: twice channels
  * doubles). */
 static mxu_status random_plan(mxu_layer *layer, const mxu_backend *backend,
@@ -204,6 +350,10 @@ static void random_forward(mxu_layer *layer, const mxu_layer_run *run) {
                                                                      0);
     return;
   }
+  if (is_color(c->kind)) {
+    color_run(layer, run, 0);
+    return;
+  }
   for (int64_t b = 0; b < batch; b++) {
     mxu_augment_params p =
         draw_params(c, &run->rng, run->row_offset + b, d.h, d.w);
@@ -219,6 +369,10 @@ static void random_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (c->kind == MXU_RANDOM_CONTRAST || c->kind == MXU_RANDOM_BRIGHTNESS) {
     (c->kind == MXU_RANDOM_CONTRAST ? contrast_run : brightness_run)(layer, run,
                                                                      1);
+    return;
+  }
+  if (is_color(c->kind)) {
+    color_run(layer, run, 1);
     return;
   }
   for (int64_t b = 0; b < layer->compiled->batch; b++) {
@@ -291,6 +445,74 @@ static mxu_status read_fill(const mxu_json_where *where, const cJSON *config,
                        mode);
 }
 
+/* value_range: a pair [low, high]; (0, 255) when none. */
+static mxu_status read_value_range(const mxu_json_where *where,
+                                   const cJSON *config, mxu_random_config *c) {
+  const cJSON *v = mxu_json_get(config, "value_range");
+  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 &&
+      cJSON_IsNumber(v->child) && cJSON_IsNumber(v->child->next)) {
+    c->value_range[0] = (float)v->child->valuedouble;
+    c->value_range[1] = (float)v->child->next->valuedouble;
+  } else if (v && !cJSON_IsNull(v)) {
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "value_range must be a pair [low, high]");
+  }
+  return MXU_OK;
+}
+
+/* Keras 3's _set_factor for the colour layers: a number f is [max(-|f|,
+ * low), |f|], a pair is sorted; either within [low, high]. */
+static mxu_status read_bounded(const mxu_json_where *where, const cJSON *config,
+                               const char *key, float low, float high,
+                               float range[2]) {
+  const cJSON *v = mxu_json_get(config, key);
+  if (!v) return MXU_OK; /* the default, already in range */
+  MXU_TRY(read_range(where, config, key, range, NULL));
+  if (cJSON_IsNumber(v) && range[0] < low) range[0] = low;
+  if (range[0] > range[1]) {
+    float first = range[1];
+    range[1] = range[0], range[0] = first;
+  }
+  if (range[0] >= low && range[1] <= high) return MXU_OK;
+  char text[96];
+  mxu_json_text(v, text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_FORMAT, "%s %s must be in [%g, %g]", key,
+                       text, (double)low, (double)high);
+}
+
+/* The colour layers' options, with Keras 3's defaults: RandomGrayscale's
+ * probability 0.5 (a number), RandomInvert's factor 1, Solarization's
+ * factors 0, RandomPosterization's bits (1, 8)... as given. */
+static mxu_status read_color(const mxu_json_where *where, const cJSON *config,
+                             mxu_random_config *c) {
+  MXU_TRY(read_value_range(where, config, c));
+  switch (c->kind) {
+  case MXU_RANDOM_GRAYSCALE:
+    c->factor[0] = 0.0f, c->factor[1] = 0.5f;
+    MXU_TRY(mxu_json_float(where, config, "factor", MXU_JSON_OPTIONAL,
+                           &c->factor[1]));
+    if (c->factor[1] >= 0.0f && c->factor[1] <= 1.0f) return MXU_OK;
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "factor %g must be in [0, 1]",
+                         (double)c->factor[1]);
+  case MXU_RANDOM_INVERT:
+    c->factor[0] = 0.0f, c->factor[1] = 1.0f;
+    return read_bounded(where, config, "factor", 0.0f, 1.0f, c->factor);
+  case MXU_SOLARIZATION:
+    MXU_TRY(
+        read_bounded(where, config, "addition_factor", 0.0f, 1.0f, c->factor));
+    return read_bounded(where, config, "threshold_factor", 0.0f, 1.0f,
+                        c->threshold);
+  default:
+    c->factor[0] = 1.0f, c->factor[1] = 8.0f;
+    MXU_TRY(read_bounded(where, config, "factor", 1.0f, 8.0f, c->factor));
+    if (c->factor[0] == (int)c->factor[0] && c->factor[1] == (int)c->factor[1])
+      return MXU_OK;
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "factor [%g, %g] must be whole numbers of bits",
+                         (double)c->factor[0], (double)c->factor[1]);
+  }
+}
+
 /* factor: f (tf.keras 2: contrast in [1 - f, 1 + f]; brightness in [-f,
  * f]) or (a, b) (Keras 3 writes its own (0, f) for a contrast's f: [1, 1
  * + f]); value_range: Keras 3's clip, (0, 255) in both. */
@@ -304,15 +526,7 @@ static mxu_status read_contrast(const mxu_json_where *where,
   } else {
     MXU_TRY(read_range(where, config, "factor", c->factor, NULL));
   }
-  const cJSON *v = mxu_json_get(config, "value_range");
-  if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 &&
-      cJSON_IsNumber(v->child) && cJSON_IsNumber(v->child->next)) {
-    c->value_range[0] = (float)v->child->valuedouble;
-    c->value_range[1] = (float)v->child->next->valuedouble;
-  } else if (v && !cJSON_IsNull(v)) {
-    return mxu_json_fail(where, MXU_ERR_FORMAT,
-                         "value_range must be a pair [low, high]");
-  }
+  MXU_TRY(read_value_range(where, config, c));
   if (brightness) { /* Keras sorts both */
     if (c->factor[0] > c->factor[1]) {
       float low = c->factor[1];
@@ -353,6 +567,8 @@ static mxu_status read_random(const mxu_json_where *where, const cJSON *config,
                            mode);
   } else if (kind == MXU_RANDOM_CONTRAST || kind == MXU_RANDOM_BRIGHTNESS) {
     MXU_TRY(read_contrast(where, config, &c));
+  } else if (is_color(kind)) {
+    MXU_TRY(read_color(where, config, &c));
   } else {
     MXU_TRY(read_fill(where, config, &c));
   }
@@ -379,7 +595,16 @@ static void write_random(mxu_json_out *out, const mxu_layer *layer,
                          cJSON *config) {
   static const char *const modes[] = {"nearest", "constant", "reflect", "wrap"};
   const mxu_random_config *c = &layer->config.random;
-  if (c->kind == MXU_RANDOM_FLIP) {
+  if (c->kind == MXU_RANDOM_GRAYSCALE) {
+    mxu_json_put_float(out, config, "factor", c->factor[1]);
+  } else if (c->kind == MXU_SOLARIZATION) {
+    put_range(out, config, "value_range", c->value_range);
+    put_range(out, config, "addition_factor", c->factor);
+    put_range(out, config, "threshold_factor", c->threshold);
+  } else if (is_color(c->kind)) {
+    put_range(out, config, "factor", c->factor);
+    put_range(out, config, "value_range", c->value_range);
+  } else if (c->kind == MXU_RANDOM_FLIP) {
     mxu_json_put_string(out, config, "mode",
                         c->horizontal && c->vertical ? "horizontal_and_vertical"
                         : c->horizontal              ? "horizontal"
@@ -397,7 +622,7 @@ static void write_random(mxu_json_out *out, const mxu_layer *layer,
       mxu_json_put_null(out, config, "width_factor");
   }
   if (c->kind != MXU_RANDOM_FLIP && c->kind != MXU_RANDOM_CONTRAST &&
-      c->kind != MXU_RANDOM_BRIGHTNESS) {
+      c->kind != MXU_RANDOM_BRIGHTNESS && !is_color(c->kind)) {
     mxu_json_put_string(out, config, "fill_mode", modes[c->fill_mode]);
     mxu_json_put_string(out, config, "interpolation", "bilinear");
     mxu_json_put_float(out, config, "fill_value", c->fill_value);
@@ -416,11 +641,21 @@ RANDOM_READER(read_rotation, MXU_RANDOM_ROTATION)
 RANDOM_READER(read_zoom, MXU_RANDOM_ZOOM)
 RANDOM_READER(read_contrast_layer, MXU_RANDOM_CONTRAST)
 RANDOM_READER(read_brightness, MXU_RANDOM_BRIGHTNESS)
+RANDOM_READER(read_grayscale, MXU_RANDOM_GRAYSCALE)
+RANDOM_READER(read_invert, MXU_RANDOM_INVERT)
+RANDOM_READER(read_solarization, MXU_SOLARIZATION)
+RANDOM_READER(read_posterization, MXU_RANDOM_POSTERIZATION)
 
 static const char *const flip_keys[] = {"mode", "seed", "rng_type",
                                         "data_format", NULL};
 static const char *const contrast_keys[] = {"factor",   "value_range", "seed",
                                             "rng_type", "data_format", NULL};
+static const char *const grayscale_keys[] = {"factor", "seed", "data_format",
+                                             NULL};
+static const char *const solarization_keys[] = {
+    "addition_factor", "threshold_factor",
+    "value_range",     "seed",
+    "data_format",     NULL};
 static const char *const transform_keys[] = {
     "height_factor", "width_factor", "factor",   "fill_mode",   "fill_value",
     "interpolation", "seed",         "rng_type", "data_format", NULL};
@@ -453,6 +688,14 @@ RANDOM_CLASS(mxu_random_contrast_class, "RandomContrast", read_contrast_layer,
              contrast_keys);
 RANDOM_CLASS(mxu_random_brightness_class, "RandomBrightness", read_brightness,
              contrast_keys);
+RANDOM_CLASS(mxu_random_grayscale_class, "RandomGrayscale", read_grayscale,
+             grayscale_keys);
+RANDOM_CLASS(mxu_random_invert_class, "RandomInvert", read_invert,
+             contrast_keys);
+RANDOM_CLASS(mxu_solarization_class, "Solarization", read_solarization,
+             solarization_keys);
+RANDOM_CLASS(mxu_random_posterization_class, "RandomPosterization",
+             read_posterization, contrast_keys);
 
 /* ---- RandomCrop
  * -------------------------------------------------------------- Training: a
