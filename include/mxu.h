@@ -244,6 +244,17 @@ typedef struct mxu_dense_config {
   mxu_activation activation;
   int use_bias;
   mxu_weight_options kernel, bias;
+  /* Keras' EinsumDense of an equation Dense computes ("abc,cd->abd",
+   * "abc,cde->abde", "...b,bc->...c"): the input's last `contracted` axes
+   * against the kernel's first, giving its other axes, new_axes, as the
+   * output's last (units: their product; the kernel (contracted dims...,
+   * new_axes...), the bias new_axes when use_bias). contracted 0: Dense. */
+  int contracted;
+  mxu_shape new_axes;
+  /* As Keras' config gives them, to write back: the equation, bias_axes
+   * ("" for none) and output_shape (0 for a null dim). */
+  char equation[48], bias_axes[8];
+  mxu_shape output_shape;
 } mxu_dense_config;
 
 typedef struct mxu_batchnorm_config {
@@ -733,6 +744,10 @@ mxu_tensor_id mxu_apply_flatten(mxu_model *model, const char *name,
                                 mxu_tensor_id x);
 mxu_tensor_id mxu_apply_dense(mxu_model *model, const mxu_dense_config *config,
                               mxu_tensor_id x);
+/* EinsumDense: config->contracted and new_axes set (see mxu_dense_config). */
+mxu_tensor_id mxu_apply_einsum_dense(mxu_model *model,
+                                     const mxu_dense_config *config,
+                                     mxu_tensor_id x);
 mxu_tensor_id mxu_apply_dropout(mxu_model *model, const char *name, float rate,
                                 mxu_tensor_id x);
 /* Dropout with Keras' noise_shape, without its batch dimension: a dim of 1

@@ -492,6 +492,15 @@ int main(void) {
        3,
        {5, 3, 0},
        NULL},
+      /* EinsumDense in Dense's equations: one axis contracted, one split
+       * in two, two merged, and an ellipsis (make_einsum_dense.py). */
+      {"tests/golden/einsum_dense",
+       {"tests/golden/einsum_dense/model.tf2.json",
+        "tests/golden/einsum_dense/model.k3.json"},
+       6,
+       3,
+       {5, 6, 0},
+       NULL},
       /* Keras 3's GroupQueryAttention: 4 query heads over 2 key and
        * value heads, then 2 over 1 with a key of its own and the causal
        * mask; three inputs (make_group_attention.py). */
@@ -535,6 +544,7 @@ int main(void) {
         strstr(current->dir, "volume") || strstr(current->dir, "conv_lstm") ||
         strstr(current->dir, "rms_norm") || strstr(current->dir, "rnn_cells") ||
         strstr(current->dir, "group_attention") ||
+        strstr(current->dir, "einsum_dense") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
@@ -561,6 +571,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/rms_norm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rnn_cells") == 0 ||
         strcmp(cases[c].dir, "tests/golden/group_attention") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/einsum_dense") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

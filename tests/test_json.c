@@ -350,6 +350,12 @@ static int shape_is(mxu_shape s, int rank, int64_t a, int64_t b, int64_t c) {
   return 1;
 }
 
+static int node_named(const mxu_model *m, const char *name) {
+  for (int i = 0; i < m->layer_count; i++)
+    if (strcmp(m->layers[i].name, name) == 0) return i;
+  return 0;
+}
+
 /* ---- reading real files ---------------------------------------------------
  */
 
@@ -3406,6 +3412,52 @@ static void reads_sequences(void) {
       "int32 or int64 token ids");
 }
 
+/* EinsumDense (the einsum_dense golden net, both Kerases' texts): round
+ * trips; equations Dense does not compute, and a bias over some of the
+ * new axes, refused with what mxu takes. */
+static void reads_einsum_dense(void) {
+  static const char *const files[] = {
+      "tests/golden/einsum_dense/model.tf2.json",
+      "tests/golden/einsum_dense/model.k3.json"};
+  for (int f = 0; f < 2; f++) {
+    mxu_model *m = NULL;
+    CHECK_OK(mxu_model_load_json(files[f], &m, NULL, NULL));
+    if (!m) continue;
+    int merge = node_named(m, "merge"), split = node_named(m, "split");
+    CHECK(merge >= 0 && m->layers[merge].config.dense.contracted == 2 &&
+          !m->layers[merge].config.dense.use_bias &&
+          m->layers[merge].out_shape.rank == 2);
+    mxu_param_decl decls[MXU_MAX_LAYER_PARAMS];
+    CHECK(split >= 0 && m->layers[split].out_shape.rank == 3 &&
+          mxu_layer_declare(&m->layers[split], decls) == 2 &&
+          decls[0].shape.rank == 3 && decls[1].shape.rank == 2);
+    round_trip_text(files[f], m, 0);
+    round_trip_text(files[f], m, 1);
+    mxu_model_free(m);
+  }
+  static const char *const refused[][2] = {
+      {"\"equation\": \"abc,cd->adb\", \"output_shape\": [4, null]",
+       "equation 'abc,cd->adb' is not supported"},
+      {"\"equation\": \"abc,cde->abde\", \"output_shape\": [null, 2, 3], "
+       "\"bias_axes\": \"e\"",
+       "bias_axes 'e' is not supported"},
+      {"\"equation\": \"abc,cd->abd\", \"output_shape\": [null, null]",
+       "output_shape must give the size of output axis 'd'"}};
+  for (int k = 0; k < 3; k++) {
+    char layer[512];
+    snprintf(layer, sizeof layer,
+             "{\"class_name\": \"EinsumDense\", \"config\": {\"name\": "
+             "\"e\", %s}}",
+             refused[k][0]);
+    mxu_model *m = (mxu_model *)1;
+    mxu_status s = mxu_model_from_json(model_with("[null, 5, 6]", layer), "m",
+                                       &m, NULL, NULL);
+    CHECK_MSG(s != MXU_OK && strstr(mxu_errmsg(), refused[k][1]) &&
+                  strstr(mxu_errmsg(), "layer 'e'"),
+              "%s: %s", refused[k][1], mxu_errmsg());
+  }
+}
+
 /* Keras 3's colour layers as it writes them: each read, its text
  * round-tripping in both dialects. */
 static void reads_color_layers(void) {
@@ -3509,12 +3561,6 @@ static void reads_volume_dropouts(void) {
                               "\"config\": {\"name\": \"e\", \"rate\": 0.2}}"),
                    MXU_ERR_SHAPE, "layer 'e'",
                    "takes (depth, height, width, channels)");
-}
-
-static int node_named(const mxu_model *m, const char *name) {
-  for (int i = 0; i < m->layer_count; i++)
-    if (strcmp(m->layers[i].name, name) == 0) return i;
-  return 0;
 }
 
 /* Keras' RNN(cell), both Kerases' texts (the rnn_cells golden net): a node
@@ -4224,6 +4270,7 @@ int main(void) {
   reads_activation_names();
   reads_random_contrast();
   reads_color_layers();
+  reads_einsum_dense();
   reads_given_normalization();
   reads_layer_scale();
   reads_custom_scale();

@@ -34,6 +34,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_activation_class,
     &mxu_flatten_class,
     &mxu_dense_class,
+    &mxu_einsum_dense_class,
     &mxu_dropout_class,
     &mxu_spatial_dropout2d_class,
     &mxu_spatial_dropout1d_class,
@@ -741,6 +742,20 @@ mxu_tensor_id mxu_apply_dense(mxu_model *model, const mxu_dense_config *config,
   mxu_layer proto;
   if (x < 0 || dense_proto(config, &proto) != MXU_OK) return -1;
   return apply(model, &mxu_dense_class, config->name, &proto, &x, 1);
+}
+
+mxu_tensor_id mxu_apply_einsum_dense(mxu_model *model,
+                                     const mxu_dense_config *config,
+                                     mxu_tensor_id x) {
+  mxu_layer proto;
+  if (x < 0 || dense_proto(config, &proto) != MXU_OK) return -1;
+  if (config->contracted < 1 || config->new_axes.rank < 1 ||
+      config->new_axes.rank > MXU_MAX_RANK) {
+    mxu_fail(MXU_ERR_ARG, "add EinsumDense: %d contracted axes, %d new",
+             config->contracted, config->new_axes.rank);
+    return -1;
+  }
+  return apply(model, &mxu_einsum_dense_class, config->name, &proto, &x, 1);
 }
 
 mxu_tensor_id mxu_apply_dropout(mxu_model *model, const char *name, float rate,

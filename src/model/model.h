@@ -465,6 +465,7 @@ extern const mxu_layer_class mxu_spatial_dropout1d_class;
 extern const mxu_layer_class mxu_spatial_dropout3d_class;
 extern const mxu_layer_class mxu_alpha_dropout_class;
 extern const mxu_layer_class mxu_identity_class;
+extern const mxu_layer_class mxu_einsum_dense_class;
 extern const mxu_layer_class mxu_rms_normalization_class;
 extern const mxu_layer_class mxu_simple_rnn_class;
 extern const mxu_layer_class mxu_lstm_class;

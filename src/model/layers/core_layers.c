@@ -17,18 +17,55 @@ static size_t batch_bytes(const mxu_layer *layer, const mxu_shape *shape) {
  */
 
 /* On an input of higher rank Dense acts on the last axis, each position
- * of the others a row of its own, as Keras' does. */
+ * of the others a row of its own, as Keras' does; EinsumDense on its last
+ * `contracted` axes, as one. */
 static int64_t dense_in(const mxu_layer *layer) {
-  return layer->in_shape.dims[layer->in_shape.rank - 1];
+  const mxu_shape *in = &layer->in_shape;
+  int contracted = layer->config.dense.contracted;
+  int64_t n = 1;
+  for (int d = in->rank - (contracted ? contracted : 1); d < in->rank; d++)
+    n *= in->dims[d];
+  return n;
 }
 
 static int64_t dense_rows(const mxu_layer *layer) {
   return mxu_shape_count(&layer->in_shape) / dense_in(layer);
 }
 
+/* EinsumDense: the kept axes, then the new ones; the units their product,
+ * a softmax over the last axis only where it is the only new one. */
+static mxu_status einsum_infer(mxu_layer *layer) {
+  mxu_dense_config *c = &layer->config.dense;
+  const mxu_shape *in = &layer->in_shape;
+  int kept = in->rank - c->contracted;
+  if (kept < 0 || kept + c->new_axes.rank > MXU_MAX_RANK)
+    return mxu_fail(MXU_ERR_SHAPE,
+                    "%s: input of %d axes for an equation contracting %d and "
+                    "adding %d",
+                    layer->name, in->rank, c->contracted, c->new_axes.rank);
+  if (c->activation == MXU_SOFTMAX && c->new_axes.rank > 1)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: a softmax over the last of several new axes is not "
+                    "supported",
+                    layer->name);
+  layer->out_shape.rank = kept + c->new_axes.rank;
+  int64_t units = 1;
+  for (int d = 0; d < layer->out_shape.rank; d++) {
+    int64_t v = d < kept ? in->dims[d] : c->new_axes.dims[d - kept];
+    layer->out_shape.dims[d] = v;
+    if (d >= kept) units *= v;
+  }
+  if (units < 1 || units > INT_MAX)
+    return mxu_fail(MXU_ERR_SHAPE, "%s: %lld output values a row", layer->name,
+                    (long long)units);
+  c->units = (int)units;
+  return MXU_OK;
+}
+
 static mxu_status dense_infer(mxu_layer *layer) {
   if (layer->in_shape.rank < 1)
     return mxu_fail(MXU_ERR_SHAPE, "%s: input has no dimensions", layer->name);
+  if (layer->config.dense.contracted) return einsum_infer(layer);
   if (layer->config.dense.units <= 0)
     return mxu_fail(MXU_ERR_ARG, "%s: units must be positive, got %d",
                     layer->name, layer->config.dense.units);
@@ -37,15 +74,27 @@ static mxu_status dense_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
+/* EinsumDense's kernel: (contracted dims..., new dims...), bias the new
+ * dims; Keras' glorot fans those of the (in, units) product. */
 static int dense_declare(const mxu_layer *layer, mxu_param_decl *decls) {
   int64_t in = dense_in(layer), out = layer->config.dense.units;
   int64_t kernel[2] = {in, out};
   const mxu_dense_config *c = &layer->config.dense;
-  decls[0] = mxu_weight_decl("kernel", mxu_shape_make(2, kernel), &c->kernel,
+  mxu_shape kernel_shape = mxu_shape_make(2, kernel),
+            bias_shape = mxu_shape_make(1, &out);
+  if (c->contracted) {
+    const mxu_shape *x = &layer->in_shape;
+    kernel_shape =
+        mxu_shape_make(c->contracted, x->dims + x->rank - c->contracted);
+    for (int d = 0; d < c->new_axes.rank; d++)
+      kernel_shape.dims[kernel_shape.rank++] = c->new_axes.dims[d];
+    bias_shape = c->new_axes;
+  }
+  decls[0] = mxu_weight_decl("kernel", kernel_shape, &c->kernel,
                              mxu_init_glorot_uniform());
+  if (c->contracted) decls[0].fans = mxu_shape_make(2, kernel); /* Keras 3's */
   if (!c->use_bias) return 1;
-  decls[1] = mxu_weight_decl("bias", mxu_shape_make(1, &out), &c->bias,
-                             mxu_init_zeros());
+  decls[1] = mxu_weight_decl("bias", bias_shape, &c->bias, mxu_init_zeros());
   return 2;
 }
 
@@ -276,6 +325,164 @@ static void write_dropout(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_null(out, config, "seed");
 }
 
+/* ---- EinsumDense ---------------------------------------------------------
+ * The equations Dense computes: in = [batch letter or ...][kept][contracted],
+ * kernel = [contracted][new], out = [the same batch][kept][new], each group
+ * in order; bias_axes none or the new letters. Others (a transposed
+ * output, a kernel axis shared with the batch) are refused. */
+
+static const char *const einsum_keys[] = {
+    "equation",  "output_shape", "activation",          "bias_axes",
+    "lora_rank", "lora_alpha",   "quantization_config", MXU_WEIGHT_OPTION_KEYS};
+
+typedef struct einsum_spec {
+  char in[16], kernel[16], out[16]; /* the letters, batch and ... taken off */
+  int ellipsis;
+} einsum_spec;
+
+/* Splits "abc,cde->abde" (or "...b,bc->...c") into its letters without
+ * the batch's. 0 when it is not of that form. */
+static int einsum_split(const char *equation, einsum_spec *s) {
+  memset(s, 0, sizeof *s);
+  const char *comma = strchr(equation, ','), *arrow = strstr(equation, "->");
+  if (!comma || !arrow || arrow < comma) return 0;
+  size_t n_in = (size_t)(comma - equation),
+         n_kernel = (size_t)(arrow - comma - 1), n_out = strlen(arrow + 2);
+  const char *in = equation, *out = arrow + 2;
+  if (n_in >= sizeof s->in || n_kernel >= sizeof s->kernel ||
+      n_out >= sizeof s->out)
+    return 0;
+  s->ellipsis = strncmp(in, "...", 3) == 0;
+  size_t skip = s->ellipsis ? 3 : 1;
+  if (n_in < skip || n_out < skip || strncmp(in, out, skip) != 0) return 0;
+  memcpy(s->in, in + skip, n_in - skip);
+  memcpy(s->kernel, comma + 1, n_kernel);
+  memcpy(s->out, out + skip, n_out - skip);
+  if (!s->ellipsis && strchr(s->kernel, in[0])) return 0;
+  return 1;
+}
+
+/* The contracted letters (the longest tail of the input the kernel starts
+ * with, none of them in the output) and the new ones (the kernel's rest),
+ * where out is the input's others, then the new: 0 when it is not. */
+static int einsum_groups(const einsum_spec *s, int *contracted, int *added) {
+  size_t n_in = strlen(s->in), n_kernel = strlen(s->kernel);
+  size_t c = n_kernel < n_in ? n_kernel : n_in;
+  while (c > 0 && strncmp(s->in + n_in - c, s->kernel, c) != 0) c--;
+  for (size_t i = 0; i < c; i++)
+    if (strchr(s->out, s->kernel[i])) return 0;
+  char want[40];
+  snprintf(want, sizeof want, "%.*s%s", (int)(n_in - c), s->in, s->kernel + c);
+  if (c == 0 || strcmp(want, s->out) != 0) return 0;
+  *contracted = (int)c;
+  *added = (int)(n_kernel - c);
+  return *added > 0;
+}
+
+/* output_shape: a size, or a list of sizes and nulls, one per output letter
+ * after the batch (or ...). */
+static mxu_status read_output_shape(const mxu_json_where *where,
+                                    const cJSON *config, size_t letters,
+                                    mxu_shape *shape) {
+  const cJSON *v = mxu_json_get(config, "output_shape");
+  *shape = (mxu_shape){0};
+  int n = cJSON_IsNumber(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+  int fits = n == (int)letters && n <= MXU_MAX_RANK;
+  for (int d = 0; fits && d < n; d++) {
+    const cJSON *e = cJSON_IsNumber(v) ? v : cJSON_GetArrayItem(v, d);
+    fits = cJSON_IsNull(e) ||
+           (cJSON_IsNumber(e) && e->valuedouble >= 1 &&
+            e->valuedouble <= INT_MAX && e->valuedouble == (int)e->valuedouble);
+    shape->dims[d] = fits && !cJSON_IsNull(e) ? (int64_t)e->valuedouble : 0;
+  }
+  shape->rank = n;
+  if (fits) return MXU_OK;
+  char text[96];
+  mxu_json_text(v, text, sizeof text);
+  return mxu_json_fail(where, MXU_ERR_FORMAT,
+                       "output_shape %s must give a size or null for each of "
+                       "the %zu output axes after the batch",
+                       text, letters);
+}
+
+static mxu_status read_einsum_dense(const mxu_json_where *where,
+                                    const cJSON *config, mxu_json_node *node,
+                                    const char *name) {
+  mxu_dense_config c = mxu_dense_defaults(1);
+  c.name = name;
+  const char *equation = NULL, *bias_axes = NULL;
+  MXU_TRY(
+      mxu_json_string(where, config, "equation", MXU_JSON_REQUIRED, &equation));
+  einsum_spec s;
+  int added = 0;
+  if (strlen(equation) >= sizeof c.equation || !einsum_split(equation, &s) ||
+      !einsum_groups(&s, &c.contracted, &added))
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "equation '%s' is not supported: mxu computes those "
+                         "of a Dense over the input's last axes, "
+                         "input [batch][kept][contracted], kernel "
+                         "[contracted][new], output [batch][kept][new] "
+                         "('abc,cde->abde', '...b,bc->...c')",
+                         equation);
+  snprintf(c.equation, sizeof c.equation, "%s", equation);
+  MXU_TRY(read_output_shape(where, config, strlen(s.out), &c.output_shape));
+  c.new_axes.rank = added;
+  for (int d = 0; d < added; d++) {
+    int64_t v = c.output_shape.dims[c.output_shape.rank - added + d];
+    if (v == 0)
+      return mxu_json_fail(where, MXU_ERR_FORMAT,
+                           "output_shape must give the size of output axis "
+                           "'%c', which the kernel adds",
+                           s.out[strlen(s.out) - (size_t)added + (size_t)d]);
+    c.new_axes.dims[d] = v;
+  }
+  if (!cJSON_IsNull(mxu_json_get(config, "bias_axes")))
+    MXU_TRY(mxu_json_string(where, config, "bias_axes", MXU_JSON_OPTIONAL,
+                            &bias_axes));
+  const char *new_letters = s.kernel + c.contracted;
+  c.use_bias = bias_axes && bias_axes[0];
+  if (c.use_bias && strcmp(bias_axes, new_letters) != 0)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "bias_axes '%s' is not supported: none, or the "
+                         "kernel's output axes '%s'",
+                         bias_axes, new_letters);
+  if (c.use_bias) snprintf(c.bias_axes, sizeof c.bias_axes, "%s", bias_axes);
+  MXU_TRY(mxu_json_activation(where, config, "activation",
+                              node->model->keras2_names, &c.activation));
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
+  int lora = 0;
+  MXU_TRY(
+      mxu_json_int(where, config, "lora_rank", MXU_JSON_OPTIONAL, 0, 0, &lora));
+  MXU_TRY(mxu_json_require_null(where, config, "quantization_config"));
+  return mxu_json_applied(
+      where, node, mxu_apply_einsum_dense(node->model, &c, node->inputs[0]));
+}
+
+static void write_einsum_dense(mxu_json_out *out, const mxu_layer *layer,
+                               cJSON *config) {
+  const mxu_dense_config *c = &layer->config.dense;
+  cJSON *shape = cJSON_CreateArray();
+  for (int d = 0; shape && d < c->output_shape.rank; d++)
+    cJSON_AddItemToArray(
+        shape, c->output_shape.dims[d]
+                   ? cJSON_CreateNumber((double)c->output_shape.dims[d])
+                   : cJSON_CreateNull());
+  mxu_json_put(out, config, "output_shape", shape);
+  mxu_json_put_string(out, config, "equation", c->equation);
+  mxu_json_put_string(out, config, "activation",
+                      mxu_json_activation_name(c->activation));
+  if (c->use_bias)
+    mxu_json_put_string(out, config, "bias_axes", c->bias_axes);
+  else
+    mxu_json_put_null(out, config, "bias_axes");
+  mxu_config_put_initializers(out, config, "kernel", &c->kernel.initializer,
+                              mxu_init_glorot_uniform(), "bias",
+                              &c->bias.initializer, mxu_init_zeros());
+  mxu_config_put_penalties(out, config, "kernel", &c->kernel, "bias", &c->bias,
+                           1);
+}
+
 static double dense_flops(const mxu_layer *layer, const mxu_flops_step *step) {
   const mxu_dense_config *c = &layer->config.dense;
   return mxu_weighted_flops((double)mxu_shape_count(&layer->out_shape),
@@ -289,38 +496,57 @@ static int dense_ends_in_softmax(const mxu_layer *layer) {
          layer->out_shape.rank == 1;
 }
 
-/* x (batch, ..., in) . kernel (in, units) on the last axis. */
+/* x (batch, ..., in) . kernel (in, units) on the last axis; EinsumDense's
+ * as rows of its contracted values, then its output's shape. */
 static mxu_hlo_value dense_emit(const mxu_layer *layer, mxu_emit *e) {
   const mxu_dense_config *c = &layer->config.dense;
+  mxu_hlo *h = e->h;
+  mxu_hlo_value x = e->in[0], w = e->w[0], b = c->use_bias ? e->w[1] : 0;
   int64_t last = layer->in_shape.rank, first = 0;
-  mxu_hlo_value y =
-      mxu_emit_result(e, mxu_hlo_dot(e->h, mxu_emit_compute(e, e->in[0]),
-                                     mxu_emit_compute(e, e->w[0]), 0, NULL,
-                                     NULL, 1, &last, &first));
-  if (c->use_bias) y = mxu_emit_bias(e, y, e->w[1]);
-  return mxu_emit_activation(e, c->activation,
-                             mxu_activation_alpha(c->activation), y);
+  if (c->contracted) {
+    int64_t rows[2] = {(int64_t)e->batch * mxu_shape_count(&layer->in_shape) /
+                           dense_in(layer),
+                       dense_in(layer)},
+            kernel[2] = {dense_in(layer), c->units}, units = c->units;
+    x = mxu_hlo_reshape(h, x, mxu_hlo_shape_make(MXU_HLO_F32, 2, rows));
+    w = mxu_hlo_reshape(h, w, mxu_hlo_shape_make(MXU_HLO_F32, 2, kernel));
+    if (b)
+      b = mxu_hlo_reshape(h, b, mxu_hlo_shape_make(MXU_HLO_F32, 1, &units));
+    last = 1;
+  }
+  mxu_hlo_value y = mxu_emit_result(
+      e, mxu_hlo_dot(h, mxu_emit_compute(e, x), mxu_emit_compute(e, w), 0, NULL,
+                     NULL, 1, &last, &first));
+  if (b) y = mxu_emit_bias(e, y, b);
+  y = mxu_emit_activation(e, c->activation, mxu_activation_alpha(c->activation),
+                          y);
+  if (!c->contracted) return y;
+  return mxu_hlo_reshape(h, y, mxu_batch_shape(e->batch, &layer->out_shape));
 }
 
-const mxu_layer_class mxu_dense_class = {
-    .output_mask = mxu_input_mask,
-    .positionwise = 1,
-    .class_name = "Dense",
-    .emit = dense_emit,
-    .flops = dense_flops,
-    .ends_in_softmax = dense_ends_in_softmax,
-    .config_keys = dense_keys,
-    .read_config = read_dense,
-    .write_config = write_dense,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .infer = dense_infer,
-    .declare = dense_declare,
-    .plan = dense_plan,
-    .forward = dense_forward,
-    .backward = dense_backward,
-    .logits = dense_logits,
-};
+/* Dense and EinsumDense: one computation, their own configs. */
+#define DENSE_CLASS(symbol, keras_name, by_position, keys, reader, writer)     \
+  const mxu_layer_class symbol = {.output_mask = mxu_input_mask,               \
+                                  .positionwise = by_position,                 \
+                                  .class_name = keras_name,                    \
+                                  .emit = dense_emit,                          \
+                                  .flops = dense_flops,                        \
+                                  .ends_in_softmax = dense_ends_in_softmax,    \
+                                  .config_keys = keys,                         \
+                                  .read_config = reader,                       \
+                                  .write_config = writer,                      \
+                                  .min_inputs = 1,                             \
+                                  .max_inputs = 1,                             \
+                                  .infer = dense_infer,                        \
+                                  .declare = dense_declare,                    \
+                                  .plan = dense_plan,                          \
+                                  .forward = dense_forward,                    \
+                                  .backward = dense_backward,                  \
+                                  .logits = dense_logits}
+
+DENSE_CLASS(mxu_dense_class, "Dense", 1, dense_keys, read_dense, write_dense);
+DENSE_CLASS(mxu_einsum_dense_class, "EinsumDense", 0, einsum_keys,
+            read_einsum_dense, write_einsum_dense);
 
 /* ---- Flatten ------------------------------------------------------------
  */
