@@ -5,7 +5,8 @@ one cell, the way keras.io's custom-RNN examples write recurrent layers:
   -> RNN(LSTMCell(4), return_sequences, return_state)  (5, 4), h (4), c (4)
   -> RNN(GRUCell(3), return_sequences, go_backwards)   (5, 3)
   -> RNN(SimpleRNNCell(2, relu))                        (2,)
-  Concatenate([that, h, c]) -> Dense(3, softmax)
+  x -> Bidirectional(RNN(GRUCell(2)), sum)              (2,)
+  Concatenate([those, h, c]) -> Dense(3, softmax)
 tf_keras (tf.keras 2) Functional, tf_keras.utils.set_random_seed(70),
 default initializers; SGD(0.1), sparse_categorical_crossentropy. Batch:
 np.random.seed(71); x = 2 rand(6, 5, 3) - 1 float32; y = randint(0, 3, 6).
@@ -36,7 +37,9 @@ def build(K):
     s = L.RNN(L.GRUCell(3), return_sequences=True, go_backwards=True,
               name="gru_rnn")(s)
     s = L.RNN(L.SimpleRNNCell(2, activation="relu"), name="simple_rnn")(s)
-    y = L.Concatenate(name="concat")([s, h, c])
+    b = L.Bidirectional(L.RNN(L.GRUCell(2), name="rnn_gru"), merge_mode="sum",
+                        name="both_ways")(x)
+    y = L.Concatenate(name="concat")([s, b, h, c])
     y = L.Dense(3, activation="softmax", name="out")(y)
     return K.Model(x, y, name="rnn_cells")
 

@@ -1511,9 +1511,10 @@ static const char *const sequence_keys[] = {
     "return_sequences", "return_state", "go_backwards",
     "stateful",         "unroll",       "zero_output_for_mask"};
 
-static mxu_status read_rnn_wrapper(const mxu_json_where *where,
-                                   const cJSON *config, mxu_json_node *node,
-                                   const char *name) {
+/* An RNN layer's config: its cell's options, then its own. */
+static mxu_status read_cell_layer(const mxu_json_where *where,
+                                  const cJSON *config, int keras2,
+                                  mxu_rnn_config *out) {
   const cJSON *entry = mxu_json_get(config, "cell"),
               *cell = mxu_json_get(entry, "config");
   const char *cls = cJSON_GetStringValue(mxu_json_get(entry, "class_name"));
@@ -1538,12 +1539,18 @@ static mxu_status read_rnn_wrapper(const mxu_json_where *where,
                            "cell: %s is the RNN layer's option, not its "
                            "cell's",
                            sequence_keys[k]);
+  MXU_TRY(read_rnn_config(where, cell, keras2, (mxu_rnn_kind)kind, out));
+  MXU_TRY(read_sequence_flags(where, config, out));
+  out->of_cell = 1;
+  return MXU_OK;
+}
+
+static mxu_status read_rnn_wrapper(const mxu_json_where *where,
+                                   const cJSON *config, mxu_json_node *node,
+                                   const char *name) {
   mxu_rnn_config c;
-  MXU_TRY(read_rnn_config(where, cell, node->model->keras2_names,
-                          (mxu_rnn_kind)kind, &c));
-  MXU_TRY(read_sequence_flags(where, config, &c));
+  MXU_TRY(read_cell_layer(where, config, node->model->keras2_names, &c));
   c.name = name;
-  c.of_cell = 1;
   return mxu_json_applied(where, node,
                           mxu_apply_rnn_from(node->model, &c, node->inputs[0],
                                              node->inputs + 1,
@@ -1553,9 +1560,8 @@ static mxu_status read_rnn_wrapper(const mxu_json_where *where,
 /* write_rnn_config's keys, the layer's moved out of the cell's (a cell
  * has no activity_regularizer). For tf.keras 2 too the cell names its
  * module, and time_major is left out: Keras 3 reads the .h5 then. */
-static void write_rnn_wrapper(mxu_json_out *out, const mxu_layer *layer,
-                              cJSON *config) {
-  const mxu_rnn_config *c = &layer->config.rnn;
+static void write_cell_layer(mxu_json_out *out, const mxu_rnn_config *c,
+                             cJSON *config) {
   static const char *const automatic[] = {[MXU_SIMPLE_RNN] = "simple_rnn_cell",
                                           [MXU_LSTM] = "lstm_cell",
                                           [MXU_GRU] = "gru_cell"};
@@ -1575,6 +1581,11 @@ static void write_rnn_wrapper(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put(
       out, config, "cell",
       mxu_json_object(&named, "keras.layers", cell_names[c->kind], cell));
+}
+
+static void write_rnn_wrapper(mxu_json_out *out, const mxu_layer *layer,
+                              cJSON *config) {
+  write_cell_layer(out, &layer->config.rnn, config);
 }
 
 const mxu_layer_class mxu_rnn_class = {.class_name = "RNN",
@@ -1628,16 +1639,21 @@ static mxu_status read_wrapped(const mxu_json_where *where, const cJSON *entry,
                                const char **name) {
   const cJSON *config = mxu_json_get(entry, "config");
   const char *cls = cJSON_GetStringValue(mxu_json_get(entry, "class_name"));
-  int kind = -1;
+  int kind = -1, of_cell = cls && strcmp(cls, "RNN") == 0;
   for (int k = 0; cls && k <= MXU_GRU; k++)
     if (strcmp(cls, wrapped_classes[k]->class_name) == 0) kind = k;
-  if (kind < 0 || !cJSON_IsObject(config))
+  if ((kind < 0 && !of_cell) || !cJSON_IsObject(config))
     return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
                          "layer: wrapping %s is not supported (mxu wraps "
-                         "SimpleRNN, LSTM and GRU)",
+                         "SimpleRNN, LSTM, GRU and an RNN of their cells)",
                          cls ? cls : "(no class_name)");
-  MXU_TRY(mxu_json_check_keys(where, config, rnn_keys, common_keys));
-  MXU_TRY(read_rnn_config(where, config, keras2, (mxu_rnn_kind)kind, c));
+  if (of_cell) {
+    MXU_TRY(mxu_json_check_keys(where, config, rnn_wrapper_keys, common_keys));
+    MXU_TRY(read_cell_layer(where, config, keras2, c));
+  } else {
+    MXU_TRY(mxu_json_check_keys(where, config, rnn_keys, common_keys));
+    MXU_TRY(read_rnn_config(where, config, keras2, (mxu_rnn_kind)kind, c));
+  }
   MXU_TRY(mxu_json_string(where, config, "name", MXU_JSON_OPTIONAL, name));
   if (*name && strncmp(*name, "forward_", 8) == 0) *name += 8;
   return MXU_OK;
@@ -1722,9 +1738,13 @@ static cJSON *wrapped_entry(mxu_json_out *out, const mxu_layer *layer,
   mxu_json_put_string(out, config, "name", name);
   mxu_json_put_bool(out, config, "trainable", 1);
   mxu_json_put_dtype(out, config);
-  write_rnn_config(out, &c, config);
-  return mxu_json_object(out, "keras.layers",
-                         wrapped_classes[c.kind]->class_name, config);
+  if (c.of_cell)
+    write_cell_layer(out, &c, config);
+  else
+    write_rnn_config(out, &c, config);
+  return mxu_json_object(
+      out, "keras.layers",
+      c.of_cell ? "RNN" : wrapped_classes[c.kind]->class_name, config);
 }
 
 static void write_bidirectional(mxu_json_out *out, const mxu_layer *layer,
