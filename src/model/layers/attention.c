@@ -646,25 +646,10 @@ static int attention_noise(const mxu_layer *layer, const mxu_layer_run *run,
  * some of several axes, and an output_shape of several dims. tf.keras 2's
  * query_shape, key_shape and value_shape restate the inputs' shapes. */
 
-static const char *const attention_keys[] = {"num_heads",
-                                             "key_dim",
-                                             "value_dim",
-                                             "dropout",
-                                             "use_bias",
-                                             "output_shape",
-                                             "attention_axes",
-                                             "kernel_initializer",
-                                             "bias_initializer",
-                                             "kernel_regularizer",
-                                             "bias_regularizer",
-                                             "activity_regularizer",
-                                             "kernel_constraint",
-                                             "bias_constraint",
-                                             "seed",
-                                             "query_shape",
-                                             "key_shape",
-                                             "value_shape",
-                                             NULL};
+static const char *const attention_keys[] = {
+    "num_heads",   "key_dim",      "value_dim",      "dropout",
+    "use_bias",    "output_shape", "attention_axes", "seed",
+    "query_shape", "key_shape",    "value_shape",    MXU_WEIGHT_OPTION_KEYS};
 
 static const char *const call_tensors[] = {"query", "value", "key", NULL};
 static const char *const call_options[] = {"use_causal_mask",
@@ -720,6 +705,30 @@ static mxu_status read_axes(const mxu_json_where *where, const cJSON *config,
                        text, rank - 2);
 }
 
+/* Both attentions' use_bias, dropout, weight options and call options;
+ * then the layer on the node's query, value and key. */
+static mxu_status read_shared_and_apply(const mxu_json_where *where,
+                                        const cJSON *config,
+                                        mxu_json_node *node,
+                                        mxu_attention_config *c) {
+  MXU_TRY(mxu_json_bool(where, config, "use_bias", &c->use_bias));
+  MXU_TRY(
+      mxu_json_float(where, config, "dropout", MXU_JSON_OPTIONAL, &c->dropout));
+  if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+    return mxu_json_fail(where, MXU_ERR_FORMAT, "dropout %g must be in [0, 1)",
+                         (double)c->dropout);
+  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c->kernel));
+  MXU_TRY(mxu_config_weight_options(where, config, "bias", &c->bias));
+  MXU_TRY(mxu_json_bool(where, node->kwargs, "use_causal_mask", &c->causal));
+  MXU_TRY(
+      mxu_json_require_false(where, node->kwargs, "return_attention_scores"));
+  mxu_tensor_id key = node->input_count > 2 ? node->inputs[2] : -1;
+  return mxu_json_applied(where, node,
+                          mxu_apply_multi_head_attention(node->model, c,
+                                                         node->inputs[0],
+                                                         node->inputs[1], key));
+}
+
 static mxu_status read_attention(const mxu_json_where *where,
                                  const cJSON *config, mxu_json_node *node,
                                  const char *name) {
@@ -732,25 +741,11 @@ static mxu_status read_attention(const mxu_json_where *where,
                        &c.key_dim));
   MXU_TRY(read_dim(where, config, "value_dim", &c.value_dim));
   MXU_TRY(read_dim(where, config, "output_shape", &c.output_dim));
-  MXU_TRY(mxu_json_bool(where, config, "use_bias", &c.use_bias));
-  MXU_TRY(
-      mxu_json_float(where, config, "dropout", MXU_JSON_OPTIONAL, &c.dropout));
-  if (!(c.dropout >= 0.0f && c.dropout < 1.0f))
-    return mxu_json_fail(where, MXU_ERR_FORMAT, "dropout %g must be in [0, 1)",
-                         (double)c.dropout);
   mxu_tensor_id query = node->inputs[0];
   if (query >= 0)
     MXU_TRY(read_axes(where, config,
                       node->model->layers[query].out_shape.rank + 1));
-  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
-  MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
-  MXU_TRY(mxu_json_bool(where, node->kwargs, "use_causal_mask", &c.causal));
-  MXU_TRY(
-      mxu_json_require_false(where, node->kwargs, "return_attention_scores"));
-  mxu_tensor_id key = node->input_count > 2 ? node->inputs[2] : -1;
-  return mxu_json_applied(where, node,
-                          mxu_apply_multi_head_attention(node->model, &c, query,
-                                                         node->inputs[1], key));
+  return read_shared_and_apply(where, config, node, &c);
 }
 
 static void write_attention(mxu_json_out *out, const mxu_layer *layer,
@@ -801,15 +796,8 @@ static const char *const group_keys[] = {"head_dim",
                                          "use_gate",
                                          "sliding_window",
                                          "dropout",
-                                         "kernel_initializer",
-                                         "bias_initializer",
-                                         "kernel_regularizer",
-                                         "bias_regularizer",
-                                         "activity_regularizer",
-                                         "kernel_constraint",
-                                         "bias_constraint",
                                          "seed",
-                                         NULL};
+                                         MXU_WEIGHT_OPTION_KEYS};
 
 static mxu_status read_group_attention(const mxu_json_where *where,
                                        const cJSON *config, mxu_json_node *node,
@@ -827,24 +815,9 @@ static mxu_status read_group_attention(const mxu_json_where *where,
                          "num_key_value_heads %d must divide num_query_heads "
                          "%d",
                          c.kv_heads, c.num_heads);
-  MXU_TRY(mxu_json_bool(where, config, "use_bias", &c.use_bias));
   MXU_TRY(mxu_json_require_false(where, config, "use_gate"));
   MXU_TRY(mxu_json_require_null(where, config, "sliding_window"));
-  MXU_TRY(
-      mxu_json_float(where, config, "dropout", MXU_JSON_OPTIONAL, &c.dropout));
-  if (!(c.dropout >= 0.0f && c.dropout < 1.0f))
-    return mxu_json_fail(where, MXU_ERR_FORMAT, "dropout %g must be in [0, 1)",
-                         (double)c.dropout);
-  MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
-  MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));
-  MXU_TRY(mxu_json_bool(where, node->kwargs, "use_causal_mask", &c.causal));
-  MXU_TRY(
-      mxu_json_require_false(where, node->kwargs, "return_attention_scores"));
-  mxu_tensor_id key = node->input_count > 2 ? node->inputs[2] : -1;
-  return mxu_json_applied(where, node,
-                          mxu_apply_multi_head_attention(node->model, &c,
-                                                         node->inputs[0],
-                                                         node->inputs[1], key));
+  return read_shared_and_apply(where, config, node, &c);
 }
 
 static void write_group_attention(mxu_json_out *out, const mxu_layer *layer,

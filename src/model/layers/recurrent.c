@@ -1387,16 +1387,22 @@ static mxu_status read_rnn_config(const mxu_json_where *where,
   return MXU_OK;
 }
 
+/* The layer read, on its input and initial states (the node's others). */
+static mxu_status apply_read(const mxu_json_where *where, mxu_json_node *node,
+                             mxu_rnn_config *c, const char *name) {
+  c->name = name;
+  return mxu_json_applied(where, node,
+                          mxu_apply_rnn_from(node->model, c, node->inputs[0],
+                                             node->inputs + 1,
+                                             node->input_count - 1));
+}
+
 static mxu_status read_rnn(const mxu_json_where *where, const cJSON *config,
                            mxu_json_node *node, const char *name,
                            mxu_rnn_kind kind) {
   mxu_rnn_config c;
   MXU_TRY(read_rnn_config(where, config, node->model->keras2_names, kind, &c));
-  c.name = name;
-  return mxu_json_applied(where, node,
-                          mxu_apply_rnn_from(node->model, &c, node->inputs[0],
-                                             node->inputs + 1,
-                                             node->input_count - 1));
+  return apply_read(where, node, &c, name);
 }
 
 static void write_rnn_config(mxu_json_out *out, const mxu_rnn_config *c,
@@ -1550,11 +1556,7 @@ static mxu_status read_rnn_wrapper(const mxu_json_where *where,
                                    const char *name) {
   mxu_rnn_config c;
   MXU_TRY(read_cell_layer(where, config, node->model->keras2_names, &c));
-  c.name = name;
-  return mxu_json_applied(where, node,
-                          mxu_apply_rnn_from(node->model, &c, node->inputs[0],
-                                             node->inputs + 1,
-                                             node->input_count - 1));
+  return apply_read(where, node, &c, name);
 }
 
 /* write_rnn_config's keys, the layer's moved out of the cell's (a cell
