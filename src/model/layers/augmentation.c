@@ -272,7 +272,7 @@ static float color_value(const mxu_random_config *c, const color_draw *d,
   float v = to_byte_range(c, x);
   if (c->kind == MXU_RANDOM_POSTERIZATION) {
     *slope = 0.0f;
-    v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+    v = v > 0.0f ? (v < 255.0f ? v : 255.0f) : 0.0f; /* NaN too: an int */
     return from_byte_range(c, (float)(((int)v >> d->shift) << d->shift));
   }
   /* Solarization: the clip passes the gradient at its ends too, as

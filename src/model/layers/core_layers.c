@@ -525,8 +525,9 @@ static mxu_hlo_value dense_emit(const mxu_layer *layer, mxu_emit *e) {
 }
 
 /* Dense and EinsumDense: one computation, their own configs. */
-#define DENSE_CLASS(symbol, keras_name, by_position, keys, reader, writer)     \
-  const mxu_layer_class symbol = {.output_mask = mxu_input_mask,               \
+#define DENSE_CLASS(symbol, keras_name, by_position, mask, keys, reader,       \
+                    writer)                                                    \
+  const mxu_layer_class symbol = {.output_mask = mask,                         \
                                   .positionwise = by_position,                 \
                                   .class_name = keras_name,                    \
                                   .emit = dense_emit,                          \
@@ -544,8 +545,10 @@ static mxu_hlo_value dense_emit(const mxu_layer *layer, mxu_emit *e) {
                                   .backward = dense_backward,                  \
                                   .logits = dense_logits}
 
-DENSE_CLASS(mxu_dense_class, "Dense", 1, dense_keys, read_dense, write_dense);
-DENSE_CLASS(mxu_einsum_dense_class, "EinsumDense", 0, einsum_keys,
+DENSE_CLASS(mxu_dense_class, "Dense", 1, mxu_input_mask, dense_keys, read_dense,
+            write_dense);
+/* Keras' EinsumDense drops a mask (it may contract the masked axis). */
+DENSE_CLASS(mxu_einsum_dense_class, "EinsumDense", 0, NULL, einsum_keys,
             read_einsum_dense, write_einsum_dense);
 
 /* ---- Flatten ------------------------------------------------------------
