@@ -1479,10 +1479,12 @@ static int rnn_mask(const mxu_layer *layer) {
   return rnn_of(layer)->return_sequences ? layer->mask_in : -1;
 }
 
-#define RNN_CLASS(cname, reader, states)                                       \
+/* The recurrent classes: one computation; an RNN of a cell reads and
+ * writes its own config. */
+#define RNN_CLASS_OF(cname, keys, reader, writer, states)                      \
   {                                                                            \
-    .class_name = cname, .keras3_group = cell_group, .config_keys = rnn_keys,  \
-    .read_config = reader, .write_config = write_rnn, .min_inputs = 1,         \
+    .class_name = cname, .keras3_group = cell_group, .config_keys = keys,      \
+    .read_config = reader, .write_config = writer, .min_inputs = 1,            \
     .max_inputs = 1 + (states), .output_parts = rnn_parts,                     \
     .list_argument = "initial_state", .infer = rnn_infer,                      \
     .declare = rnn_declare, .flops = rnn_flops, .plan = rnn_plan,              \
@@ -1490,6 +1492,8 @@ static int rnn_mask(const mxu_layer *layer) {
     .emit_noise = rnn_noise, .noise_is_stream = 1, .output_mask = rnn_mask,    \
     .uses_mask = 1                                                             \
   }
+#define RNN_CLASS(cname, reader, states)                                       \
+  RNN_CLASS_OF(cname, rnn_keys, reader, write_rnn, states)
 
 const mxu_layer_class mxu_simple_rnn_class =
     RNN_CLASS("SimpleRNN", read_simple_rnn, 1);
@@ -1590,26 +1594,9 @@ static void write_rnn_wrapper(mxu_json_out *out, const mxu_layer *layer,
   write_cell_layer(out, &layer->config.rnn, config);
 }
 
-const mxu_layer_class mxu_rnn_class = {.class_name = "RNN",
-                                       .keras3_group = cell_group,
-                                       .config_keys = rnn_wrapper_keys,
-                                       .read_config = read_rnn_wrapper,
-                                       .write_config = write_rnn_wrapper,
-                                       .min_inputs = 1,
-                                       .max_inputs = 3,
-                                       .output_parts = rnn_parts,
-                                       .list_argument = "initial_state",
-                                       .infer = rnn_infer,
-                                       .declare = rnn_declare,
-                                       .flops = rnn_flops,
-                                       .plan = rnn_plan,
-                                       .forward = rnn_forward,
-                                       .backward = rnn_backward,
-                                       .emit = rnn_emit,
-                                       .emit_noise = rnn_noise,
-                                       .noise_is_stream = 1,
-                                       .output_mask = rnn_mask,
-                                       .uses_mask = 1};
+/* Its states: an LSTMCell's two at most. */
+const mxu_layer_class mxu_rnn_class = RNN_CLASS_OF(
+    "RNN", rnn_wrapper_keys, read_rnn_wrapper, write_rnn_wrapper, 2);
 
 /* ---- Bidirectional --------------------------------------------------------
  * Keras' wrapper of a SimpleRNN, LSTM or GRU: the layer forwards and a
