@@ -3652,6 +3652,10 @@ static void reads_group_attention(void) {
         m->layers[mqa].input_count == 3);
   round_trip_text("group_attention", m, 1);
   round_trip_text("group_attention", m, 0);
+  /* Keras' summary names the Python class, GroupedQueryAttention. */
+  char *text = summary_of(m);
+  CHECK_MSG(text && has(text, "(GroupedQueryAttention"), "%s", text);
+  free(text);
   mxu_model_free(m);
   static const char *const refused[][2] = {
       {"\"use_gate\": true", "use_gate"},

@@ -120,7 +120,8 @@ typedef struct mxu_layer_class {
   const mxu_keras_origin *origin;
   /* Keras 3's Python class where its name is not class_name
    * (GroupedQueryAttention, which Keras 3 writes as GroupQueryAttention):
-   * the layer's automatic name and .keras group come from it. */
+   * the layer's automatic name, .keras group and summary's class come from
+   * it. */
   const char *python_class;
   /* Its config in Keras' JSON, both dialects: the keys it reads besides
    * name, trainable and dtype; the reader, which applies the layer to

@@ -95,11 +95,13 @@ static entry entry_of(const mxu_model *model, int item) {
   if (item >= 0) {
     const mxu_layer *layer = &model->layers[item];
     /* An op Keras recorded as a layer, as tf.keras 2's summary names it;
-     * a wrapped layer as its wrapper, as Keras'. */
+     * a wrapped layer as its wrapper, and a class by its Python name, as
+     * Keras'. */
     return (entry){layer->name,
-                   layer->op           ? "TFOpLambda"
-                   : layer->wrapped[0] ? "TimeDistributed"
-                                       : layer->cls->class_name,
+                   layer->op                  ? "TFOpLambda"
+                   : layer->wrapped[0]        ? "TimeDistributed"
+                   : layer->cls->python_class ? layer->cls->python_class
+                                              : layer->cls->class_name,
                    layer,
                    layer_params(layer),
                    item,
