@@ -712,11 +712,7 @@ static mxu_status read_shared_and_apply(const mxu_json_where *where,
                                         mxu_json_node *node,
                                         mxu_attention_config *c) {
   MXU_TRY(mxu_json_bool(where, config, "use_bias", &c->use_bias));
-  MXU_TRY(
-      mxu_json_float(where, config, "dropout", MXU_JSON_OPTIONAL, &c->dropout));
-  if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
-    return mxu_json_fail(where, MXU_ERR_FORMAT, "dropout %g must be in [0, 1)",
-                         (double)c->dropout);
+  MXU_TRY(mxu_json_rate(where, config, "dropout", &c->dropout));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c->kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &c->bias));
   MXU_TRY(mxu_json_bool(where, node->kwargs, "use_causal_mask", &c->causal));

@@ -341,11 +341,7 @@ static mxu_status read_common(const mxu_json_where *where, const cJSON *config,
                               mxu_dense_attention_config *c) {
   c->name = name;
   MXU_TRY(mxu_json_bool(where, config, "use_scale", &c->use_scale));
-  MXU_TRY(
-      mxu_json_float(where, config, "dropout", MXU_JSON_OPTIONAL, &c->dropout));
-  if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
-    return mxu_json_fail(where, MXU_ERR_FORMAT, "dropout %g must be in [0, 1)",
-                         (double)c->dropout);
+  MXU_TRY(mxu_json_rate(where, config, "dropout", &c->dropout));
   MXU_TRY(mxu_json_bool(where, config, "causal", &c->causal));
   MXU_TRY(mxu_json_bool(where, node->kwargs, "use_causal_mask", &c->causal));
   MXU_TRY(

@@ -163,6 +163,11 @@ int mxu_input_mask(const mxu_layer *layer);
 /* The output is the input's shape (any rank but 0). */
 mxu_status mxu_same_shape_infer(mxu_layer *layer);
 
+/* A dropout rate of the config (optional, as given when absent): in
+ * [0, 1). */
+mxu_status mxu_json_rate(const mxu_json_where *where, const cJSON *config,
+                         const char *key, float *rate);
+
 /* A config's "axis" naming the last axis of the layer's input: absent,
  * -1, or its index counting the batch (a list of one too); any other is
  * unsupported. */

@@ -1335,15 +1335,6 @@ static const char *const rnn_keys[] = {"units",
                                        "zero_output_for_mask",
                                        NULL};
 
-/* A dropout rate of the config: in [0, 1). */
-static mxu_status read_rate(const mxu_json_where *where, const cJSON *config,
-                            const char *key, float *rate) {
-  MXU_TRY(mxu_json_float(where, config, key, MXU_JSON_OPTIONAL, rate));
-  if (*rate >= 0.0f && *rate < 1.0f) return MXU_OK;
-  return mxu_json_fail(where, MXU_ERR_FORMAT, "%s %g must be in [0, 1)", key,
-                       (double)*rate);
-}
-
 /* What the layer does with the cell's steps: Keras' RNN's own options. */
 static mxu_status read_sequence_flags(const mxu_json_where *where,
                                       const cJSON *config, mxu_rnn_config *c) {
@@ -1378,8 +1369,9 @@ static mxu_status read_rnn_config(const mxu_json_where *where,
                          "reset_after false is not supported (Keras 1's GRU): "
                          "use the default, true");
   MXU_TRY(read_sequence_flags(where, config, &c));
-  MXU_TRY(read_rate(where, config, "dropout", &c.dropout));
-  MXU_TRY(read_rate(where, config, "recurrent_dropout", &c.recurrent_dropout));
+  MXU_TRY(mxu_json_rate(where, config, "dropout", &c.dropout));
+  MXU_TRY(
+      mxu_json_rate(where, config, "recurrent_dropout", &c.recurrent_dropout));
   MXU_TRY(mxu_config_weight_options(where, config, "kernel", &c.kernel));
   MXU_TRY(mxu_config_weight_options(where, config, "recurrent", &c.recurrent));
   MXU_TRY(mxu_config_weight_options(where, config, "bias", &c.bias));

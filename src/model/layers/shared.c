@@ -337,6 +337,14 @@ mxu_status mxu_same_shape_infer(mxu_layer *layer) {
   return MXU_OK;
 }
 
+mxu_status mxu_json_rate(const mxu_json_where *where, const cJSON *config,
+                         const char *key, float *rate) {
+  MXU_TRY(mxu_json_float(where, config, key, MXU_JSON_OPTIONAL, rate));
+  if (*rate >= 0.0f && *rate < 1.0f) return MXU_OK;
+  return mxu_json_fail(where, MXU_ERR_FORMAT, "%s %g must be in [0, 1)", key,
+                       (double)*rate);
+}
+
 mxu_status mxu_json_last_axis(const mxu_json_where *where, const cJSON *config,
                               const mxu_json_node *node) {
   const cJSON *v = mxu_json_get(config, "axis");
