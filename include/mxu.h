@@ -80,7 +80,18 @@ typedef enum mxu_activation {
   MXU_HARD_SIGMOID_TF2,
   MXU_HARD_SILU, /* x * relu6(x + 3) / 6, also named hard_swish */
   MXU_EXPONENTIAL,
-  MXU_MISH /* x * tanh(softplus(x)) */
+  MXU_MISH, /* x * tanh(softplus(x)) */
+  /* Keras 3's. */
+  MXU_CELU,        /* elu's (alpha 1) */
+  MXU_HARD_TANH,   /* min(max(x, -1), 1) */
+  MXU_LOG_SIGMOID, /* -softplus(-x) */
+  MXU_TANH_SHRINK, /* x - tanh(x) */
+  MXU_SQUAREPLUS,  /* (x + sqrt(x^2 + 4)) / 2 */
+  MXU_SPARSE_PLUS, /* 0, (x + 1)^2 / 4 or x: left of -1, inside, right of 1 */
+  MXU_SPARSE_SIGMOID, /* 0, (x + 1) / 2 or 1: left of -1, inside, right of 1 */
+  MXU_SOFT_SHRINK,    /* |x| > 0.5 ? x - 0.5 sign(x) : 0 */
+  MXU_HARD_SHRINK,    /* |x| > 0.5 ? x : 0 */
+  MXU_LOG_SOFTMAX     /* x - log(sum(e^x)) over the last axis */
 } mxu_activation;
 
 /* MXU_CAUSAL: Conv1D's, all the padding before the sequence, so an output

@@ -40,11 +40,14 @@ enum { CPU, REF };
 static const mxu_activation fused_acts[] = {MXU_LINEAR, MXU_RELU, MXU_SIGMOID,
                                             MXU_TANH};
 static const char *const act_names[] = {
-    "linear",    "relu",        "sigmoid",      "tanh",
-    "softmax",   "relu6",       "leaky_relu",   "elu",
-    "selu",      "gelu",        "gelu_tanh",    "silu",
-    "softplus",  "softsign",    "hard_sigmoid", "hard_sigmoid_tf2",
-    "hard_silu", "exponential", "mish"};
+    "linear",      "relu",           "sigmoid",      "tanh",
+    "softmax",     "relu6",          "leaky_relu",   "elu",
+    "selu",        "gelu",           "gelu_tanh",    "silu",
+    "softplus",    "softsign",       "hard_sigmoid", "hard_sigmoid_tf2",
+    "hard_silu",   "exponential",    "mish",         "celu",
+    "hard_tanh",   "log_sigmoid",    "tanh_shrink",  "squareplus",
+    "sparse_plus", "sparse_sigmoid", "soft_shrink",  "hard_shrink",
+    "log_softmax"};
 
 /* ---- buffers ----------------------------------------------------------- */
 
@@ -1330,7 +1333,7 @@ static void act_check(const act_case *c, mxu_activation act, float alpha,
 static void test_activations(void) {
   int cases = (int)(sizeof act_cases / sizeof *act_cases);
   for (int i = 0; i < cases; i++)
-    for (int a = MXU_LINEAR; a <= MXU_MISH; a++)
+    for (int a = MXU_LINEAR; a <= MXU_LAST_ACTIVATION; a++)
       act_check(&act_cases[i], (mxu_activation)a, 0.0f, i);
   act_check(&act_cases[1], MXU_LEAKY_RELU, 0.3f, 1);
   act_check(&act_cases[1], MXU_ELU, 0.5f, 1);
@@ -1341,8 +1344,9 @@ static void test_activations(void) {
  * of -20 is 2e-9; oneDNN's kernel gave -1.9e-6, whose log (a Poisson
  * loss's) is NaN. */
 static void test_activation_tails(void) {
-  static const mxu_activation tails[] = {MXU_SIGMOID, MXU_SOFTPLUS, MXU_MISH,
-                                         MXU_EXPONENTIAL, MXU_SILU};
+  static const mxu_activation tails[] = {
+      MXU_SIGMOID, MXU_SOFTPLUS,    MXU_MISH,      MXU_EXPONENTIAL,
+      MXU_SILU,    MXU_LOG_SIGMOID, MXU_SQUAREPLUS};
   enum { N = 61 };
   float x[N], dy[N], y[2][N], dx[2][N];
   for (int i = 0; i < N; i++) {

@@ -554,11 +554,13 @@ static double act_objective(void *p) {
   return weighted_sum(c->y, c->r, c->count);
 }
 
-/* Where the activations have kinks (relu6 at 6 is outside the draws). */
+/* Where the activations have kinks or jumps (the shrinks' at +-0.5;
+ * relu6's at 6 is outside the draws). */
 static void push_from_kinks(float *p, int64_t count, double margin) {
-  static const float kinks[] = {0.0f, -2.5f, 2.5f, -3.0f, 3.0f};
+  static const float kinks[] = {0.0f,  -0.5f, 0.5f,  -1.0f, 1.0f,
+                                -2.5f, 2.5f,  -3.0f, 3.0f};
   for (int64_t i = 0; i < count; i++)
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < (int)(sizeof kinks / sizeof *kinks); k++)
       if (fabsf(p[i] - kinks[k]) < margin)
         p[i] = kinks[k] + (p[i] < kinks[k] ? -2 * margin : 2 * margin);
 }
@@ -589,11 +591,12 @@ static void test_activation_case(mxu_activation activation, float alpha,
 }
 
 static void test_activation_gradients(void) {
-  for (int a = MXU_LINEAR; a <= MXU_MISH; a++) {
+  for (int a = MXU_LINEAR; a <= MXU_LAST_ACTIVATION; a++) {
     test_activation_case((mxu_activation)a, 0.0f, 3, 7);
     test_activation_case((mxu_activation)a, 0.0f, 1, 1);
   }
   test_activation_case(MXU_SOFTMAX, 0.0f, 4, 10);
+  test_activation_case(MXU_LOG_SOFTMAX, 0.0f, 4, 10);
   test_activation_case(MXU_LEAKY_RELU, 0.3f, 3, 7); /* LeakyReLU's default */
   test_activation_case(MXU_ELU, 0.5f, 3, 7);
 }
@@ -899,6 +902,23 @@ static void test_activation_by_hand(void) {
       {MXU_HARD_SILU, {-1, 1, 2.5f}, {-0.33333299f, 0.66666698f, 2.29166698f}},
       {MXU_EXPONENTIAL, {-1, 1, 2.5f}, {0.36787900f, 2.71828198f, 12.1824942f}},
       {MXU_MISH, {-1, 1, 2.5f}, {-0.30340201f, 0.86509800f, 2.47139192f}},
+      /* Keras 3.15's newer ones, which tf.keras 2 lacks. */
+      {MXU_CELU, {-1, 0.25f, 2.5f}, {-0.63212055f, 0.25f, 2.5f}},
+      {MXU_HARD_TANH, {-1, 0.25f, 2.5f}, {-1, 0.25f, 1}},
+      {MXU_LOG_SIGMOID,
+       {-1, 0.25f, 2.5f},
+       {-1.3132616f, -0.57593942f, -0.078889735f}},
+      {MXU_TANH_SHRINK,
+       {-1, 0.25f, 2.5f},
+       {-0.23840582f, 0.0050813407f, 1.5133857f}},
+      {MXU_SQUAREPLUS, {-1, 0.25f, 2.5f}, {0.61803401f, 1.1327822f, 2.850781f}},
+      {MXU_SPARSE_PLUS, {-1, 0.25f, 2.5f}, {0, 0.390625f, 2.5f}},
+      {MXU_SPARSE_SIGMOID, {-1, 0.25f, 2.5f}, {0, 0.625f, 1}},
+      {MXU_SOFT_SHRINK, {-1, 0.25f, 2.5f}, {-0.5f, 0, 2}},
+      {MXU_HARD_SHRINK, {-1, 0.25f, 2.5f}, {-1, 0, 2.5f}},
+      {MXU_LOG_SOFTMAX,
+       {-1, 0.25f, 2.5f},
+       {-3.6271582f, -2.3771582f, -0.12715818f}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     mxu_activation_desc d = {cases[i].act, 1, 3,

@@ -521,6 +521,16 @@ int main(void) {
        3,
        {6, 5, 0},
        NULL},
+      /* Keras 3's newer activations (celu, hard_tanh, log_sigmoid,
+       * tanh_shrink, squareplus, sparse_plus, sparse_sigmoid, the shrinks,
+       * log_softmax), which tf.keras 2 lacks (make_activations3.py). */
+      {"tests/golden/activations3",
+       {"tests/golden/activations3/model.k3.json",
+        "tests/golden/activations3/model.k3.json"},
+       8,
+       3,
+       {10, 0, 0},
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     static golden g;
@@ -543,6 +553,7 @@ int main(void) {
         strstr(current->dir, "time_distributed") ||
         strstr(current->dir, "volume") || strstr(current->dir, "conv_lstm") ||
         strstr(current->dir, "rms_norm") || strstr(current->dir, "rnn_cells") ||
+        strstr(current->dir, "activations3") ||
         strstr(current->dir, "group_attention") ||
         strstr(current->dir, "einsum_dense") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
@@ -569,6 +580,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/volume") == 0 ||
         strcmp(cases[c].dir, "tests/golden/conv_lstm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rms_norm") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/activations3") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rnn_cells") == 0 ||
         strcmp(cases[c].dir, "tests/golden/group_attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/einsum_dense") == 0 ||

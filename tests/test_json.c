@@ -483,6 +483,16 @@ static void reads_activation_names(void) {
       {"hard_swish", MXU_HARD_SILU, MXU_HARD_SILU},
       {"exponential", MXU_EXPONENTIAL, MXU_EXPONENTIAL},
       {"mish", MXU_MISH, MXU_MISH},
+      {"celu", MXU_CELU, MXU_CELU},
+      {"hard_tanh", MXU_HARD_TANH, MXU_HARD_TANH},
+      {"log_sigmoid", MXU_LOG_SIGMOID, MXU_LOG_SIGMOID},
+      {"tanh_shrink", MXU_TANH_SHRINK, MXU_TANH_SHRINK},
+      {"squareplus", MXU_SQUAREPLUS, MXU_SQUAREPLUS},
+      {"sparse_plus", MXU_SPARSE_PLUS, MXU_SPARSE_PLUS},
+      {"sparse_sigmoid", MXU_SPARSE_SIGMOID, MXU_SPARSE_SIGMOID},
+      {"soft_shrink", MXU_SOFT_SHRINK, MXU_SOFT_SHRINK},
+      {"hard_shrink", MXU_HARD_SHRINK, MXU_HARD_SHRINK},
+      {"log_softmax", MXU_LOG_SOFTMAX, MXU_LOG_SOFTMAX},
   };
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     for (int keras2 = 0; keras2 < 2; keras2++) {
@@ -2280,8 +2290,8 @@ static const struct {
      MXU_ERR_UNSUPPORTED, "kernel_constraint 'radial'"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
-     "8, \"kernel_size\": 3, \"activation\": \"celu\"}}",
-     MXU_ERR_UNSUPPORTED, "activation 'celu' is not supported (only linear"},
+     "8, \"kernel_size\": 3, \"activation\": \"glu\"}}",
+     MXU_ERR_UNSUPPORTED, "activation 'glu' is not supported (only linear"},
     {"{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
      "\"filters\": "
      "8, \"kernel_size\": [3]}}",
@@ -2347,7 +2357,7 @@ static void errors_listed_together(void) {
   CHECK(mxu_model_from_json(
             image_model("{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
                         "\"c1\", \"filters\": 4, \"kernel_size\": 3, "
-                        "\"activation\": \"celu\"}}, {\"class_name\": "
+                        "\"activation\": \"glu\"}}, {\"class_name\": "
                         "\"LocallyConnected2D\", "
                         "\"config\": {\"name\": \"c3d\", \"filters\": 4}}, "
                         "{\"class_name\": \"Conv2D\", \"config\": {\"name\": "
@@ -2359,7 +2369,7 @@ static void errors_listed_together(void) {
   CHECK_MSG(
       has(msg, "model.json: 3 layers are not supported") &&
           has(msg, "1. model.json: layer 'c1' (Conv2D): activation "
-                   "'celu' is not supported") &&
+                   "'glu' is not supported") &&
           has(msg,
               "2. model.json: layer 'c3d' (LocallyConnected2D): layer class "
               "LocallyConnected2D is not supported\n") &&

@@ -209,21 +209,26 @@ static mxu_status activations(mxu_model *m) {
   return s;
 }
 /* Every activation a name gives, after each other: the smooth ones, and
- * those with corners (at 0, +-2.5, +-3: the finite differences step over
- * them, as for relu above). */
+ * those with corners (at 0, +-0.5, +-1, +-2.5, +-3: the finite differences
+ * step over them, as for relu above). */
 static mxu_status activations_smooth(mxu_model *m) {
   static const mxu_activation acts[] = {
-      MXU_GELU,     MXU_GELU_TANH,   MXU_SILU, MXU_MISH, MXU_SOFTPLUS,
-      MXU_SOFTSIGN, MXU_EXPONENTIAL, MXU_ELU,  MXU_SELU};
+      MXU_GELU,       MXU_GELU_TANH,  MXU_SILU,        MXU_MISH,
+      MXU_SOFTPLUS,   MXU_SOFTSIGN,   MXU_EXPONENTIAL, MXU_ELU,
+      MXU_SELU,       MXU_CELU,       MXU_LOG_SIGMOID, MXU_TANH_SHRINK,
+      MXU_SQUAREPLUS, MXU_LOG_SOFTMAX};
   mxu_status s = MXU_OK;
   for (size_t i = 0; i < sizeof acts / sizeof *acts && !s; i++)
     s = mxu_add_activation(m, NULL, acts[i]);
   return s;
 }
 static mxu_status activations_cornered(mxu_model *m) {
-  static const mxu_activation acts[] = {MXU_LEAKY_RELU, MXU_HARD_SILU,
-                                        MXU_HARD_SIGMOID, MXU_RELU6,
-                                        MXU_HARD_SIGMOID_TF2};
+  /* The shrinks first, on inputs in [-2, 2): later, in [0, 1], they would
+   * pass nothing. */
+  static const mxu_activation acts[] = {
+      MXU_HARD_SHRINK,    MXU_SOFT_SHRINK,     MXU_HARD_TANH, MXU_SPARSE_PLUS,
+      MXU_SPARSE_SIGMOID, MXU_LEAKY_RELU,      MXU_HARD_SILU, MXU_HARD_SIGMOID,
+      MXU_RELU6,          MXU_HARD_SIGMOID_TF2};
   mxu_status s = MXU_OK;
   for (size_t i = 0; i < sizeof acts / sizeof *acts && !s; i++)
     s = mxu_add_activation(m, NULL, acts[i]);

@@ -101,7 +101,8 @@ static inline int mxu_activation_fusable(mxu_activation activation) {
          activation == MXU_SIGMOID || activation == MXU_TANH;
 }
 
-/* Elementwise over rows*cols values; softmax runs over each row of cols.
+/* Elementwise over rows*cols values; softmax and log_softmax run over each
+ * row of cols.
  * alpha is leaky_relu's negative slope and elu's alpha (Keras' layers
  * LeakyReLU and ELU set their own); mxu_activation_alpha gives the
  * default an activation's name implies. */
@@ -112,11 +113,20 @@ typedef struct mxu_activation_desc {
   float alpha;
 } mxu_activation_desc;
 
+/* celu is elu with Keras' default alpha, 1: the backends compute it so. */
 static inline float mxu_activation_alpha(mxu_activation activation) {
-  return activation == MXU_LEAKY_RELU ? 0.2f
-         : activation == MXU_ELU      ? 1.0f
-                                      : 0.0f;
+  return activation == MXU_LEAKY_RELU                      ? 0.2f
+         : activation == MXU_ELU || activation == MXU_CELU ? 1.0f
+                                                           : 0.0f;
 }
+
+/* The activations over each row of the last axis, not elementwise: their
+ * backward reads y. */
+static inline int mxu_activation_rowwise(mxu_activation activation) {
+  return activation == MXU_SOFTMAX || activation == MXU_LOG_SOFTMAX;
+}
+
+#define MXU_LAST_ACTIVATION MXU_LOG_SOFTMAX
 
 typedef struct mxu_backend {
   const char *name;

@@ -285,6 +285,16 @@ static const char *const activation_names[] = {
     [MXU_HARD_SILU] = "hard_silu",
     [MXU_EXPONENTIAL] = "exponential",
     [MXU_MISH] = "mish",
+    [MXU_CELU] = "celu",
+    [MXU_HARD_TANH] = "hard_tanh",
+    [MXU_LOG_SIGMOID] = "log_sigmoid",
+    [MXU_TANH_SHRINK] = "tanh_shrink",
+    [MXU_SQUAREPLUS] = "squareplus",
+    [MXU_SPARSE_PLUS] = "sparse_plus",
+    [MXU_SPARSE_SIGMOID] = "sparse_sigmoid",
+    [MXU_SOFT_SHRINK] = "soft_shrink",
+    [MXU_HARD_SHRINK] = "hard_shrink",
+    [MXU_LOG_SOFTMAX] = "log_softmax",
 };
 
 const char *mxu_json_activation_name(mxu_activation activation) {
@@ -336,7 +346,9 @@ mxu_status mxu_json_activation(const mxu_json_where *where, const cJSON *object,
                      "linear, relu, sigmoid, tanh, softmax, relu6, "
                      "leaky_relu, elu, selu, gelu, silu (swish), softplus, "
                      "softsign, hard_sigmoid, hard_silu (hard_swish), "
-                     "exponential or mish");
+                     "exponential, mish, celu, hard_tanh, log_sigmoid, "
+                     "tanh_shrink, squareplus, sparse_plus, sparse_sigmoid, "
+                     "soft_shrink, hard_shrink or log_softmax");
 }
 
 static mxu_status padding_of(const mxu_json_where *where, const cJSON *object,

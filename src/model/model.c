@@ -589,7 +589,7 @@ static mxu_tensor_id apply(mxu_model *model, const mxu_layer_class *cls,
 
 static mxu_status check_activation(const char *class_name,
                                    mxu_activation activation) {
-  if ((unsigned)activation > MXU_MISH)
+  if ((unsigned)activation > MXU_LAST_ACTIVATION)
     return mxu_fail(MXU_ERR_ARG, "add %s: unknown activation %d", class_name,
                     (int)activation);
   return MXU_OK;

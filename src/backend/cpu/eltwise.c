@@ -1,6 +1,7 @@
 /* eltwise.c — standalone activations over [rows, cols]: oneDNN eltwise
  * primitives for those it has (backward from y where y determines the
- * derivative, else from x); relu's backward, softmax (over each row) and
+ * derivative, else from x); relu's backward, softmax and log_softmax (over
+ * each row) and
  * what oneDNN 2.6 lacks in plain C. Linear is a copy.
  *
  * Why plain C for those: relu's backward is pure memory traffic, and
@@ -56,6 +57,7 @@ static eltwise_alg alg_of(mxu_activation activation, float alpha) {
   case MXU_RELU6: return (eltwise_alg){dnnl_eltwise_clip_v2, 0, 6, 0};
   case MXU_LEAKY_RELU: return (eltwise_alg){dnnl_eltwise_relu, alpha, 0, 0};
   case MXU_ELU: return (eltwise_alg){dnnl_eltwise_elu, alpha, 0, 0};
+  case MXU_CELU: return (eltwise_alg){dnnl_eltwise_elu, 1, 0, 0};
   case MXU_GELU: return (eltwise_alg){dnnl_eltwise_gelu_erf, 0, 0, 0};
   case MXU_GELU_TANH: return (eltwise_alg){dnnl_eltwise_gelu_tanh, 0, 0, 0};
   case MXU_SILU: return (eltwise_alg){dnnl_eltwise_swish, 1, 0, 0};
@@ -77,7 +79,7 @@ typedef union act_desc {
  * the row length for the C loops. */
 static mxu_status forward_desc(const mxu_activation_desc *d,
                                const dnnl_memory_desc_t *md, act_desc *fwd) {
-  if (d->activation == MXU_SOFTMAX) {
+  if (mxu_activation_rowwise(d->activation)) {
     CPU_TRY(ACT, dnnl_softmax_forward_desc_init, &fwd->softmax,
             dnnl_forward_training, md, 1);
     return MXU_OK;
@@ -88,7 +90,7 @@ static mxu_status forward_desc(const mxu_activation_desc *d,
   return MXU_OK;
 }
 
-/* relu and softmax have their own backward loops. */
+/* relu and the row-wise ones have their own backward loops. */
 static mxu_status backward_create(mxu_op *op, const mxu_activation_desc *d,
                                   const dnnl_memory_desc_t *md) {
   eltwise_alg a = alg_of(d->activation, d->alpha);
@@ -113,13 +115,14 @@ static mxu_status act_build(mxu_op *op, const mxu_activation_desc *d) {
   MXU_TRY(cpu_prim_create(f, &fwd, dnnl_alg_kind_undef, NULL, ACT, "forward"));
   MXU_TRY(cpu_prim_arg(f, DNNL_ARG_SRC, ACT));
   MXU_TRY(cpu_prim_arg(f, DNNL_ARG_DST, ACT));
-  if (d->activation == MXU_SOFTMAX || d->activation == MXU_RELU) return MXU_OK;
+  if (mxu_activation_rowwise(d->activation) || d->activation == MXU_RELU)
+    return MXU_OK;
   return backward_create(op, d, &md);
 }
 
 mxu_status cpu_activation_create(const mxu_activation_desc *desc,
                                  mxu_op **out) {
-  if (desc->activation < MXU_LINEAR || desc->activation > MXU_MISH ||
+  if (desc->activation < MXU_LINEAR || desc->activation > MXU_LAST_ACTIVATION ||
       !isfinite(desc->alpha))
     return mxu_fail(MXU_ERR_ARG, "onednn: %s: unknown activation %d", ACT,
                     (int)desc->activation);
@@ -127,16 +130,16 @@ mxu_status cpu_activation_create(const mxu_activation_desc *desc,
   MXU_TRY(cpu_op_alloc(&op, ACT));
   op->activation = desc->activation;
   op->count = desc->rows * desc->cols;
-  int primitive = desc->activation == MXU_SOFTMAX ||
+  int primitive = mxu_activation_rowwise(desc->activation) ||
                   alg_of(desc->activation, 0).alg != dnnl_alg_kind_undef;
   return cpu_op_finish(op, primitive ? act_build(op, desc) : MXU_OK, out);
 }
 
 /* ---- what oneDNN 2.6 lacks ---------------------------------------------
- * selu, softsign and the two hard_sigmoids (and softplus and mish, to
- * the last bit of small values), forward and backward from x, over blocks
- * as relu's backward. The derivatives take TensorFlow's side at their
- * corners (see cpu_ref's elementwise.c). */
+ * selu, softsign, the two hard_sigmoids and Keras 3's newer ones (and
+ * softplus and mish, to the last bit of small values), forward and
+ * backward from x, over blocks as relu's backward. The derivatives take
+ * TensorFlow's side at their corners (see cpu_ref's elementwise.c). */
 
 /* log(1 + e^x) without overflow, and to full precision where it is tiny. */
 static inline float softplus(float x) {
@@ -145,6 +148,100 @@ static inline float softplus(float x) {
 
 #define SELU_ALPHA 1.67326324f
 #define SELU_SCALE 1.05070098f
+
+/* Keras 3's: each a branch of its where()s, or a clip. */
+static void keras3_forward_span(mxu_activation a, int64_t begin, int64_t end,
+                                const float *restrict x, float *restrict y) {
+  switch (a) {
+  case MXU_HARD_TANH:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++)
+      y[i] = fminf(fmaxf(x[i], -1.0f), 1.0f);
+    break;
+  case MXU_LOG_SIGMOID:
+    for (int64_t i = begin; i < end; i++) y[i] = -softplus(-x[i]);
+    break;
+  case MXU_TANH_SHRINK:
+    for (int64_t i = begin; i < end; i++) y[i] = x[i] - tanhf(x[i]);
+    break;
+  case MXU_SQUAREPLUS: /* left of 0 as 2 / (s - x): no cancellation */
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++) {
+      float v = x[i], s = sqrtf(v * v + 4.0f);
+      y[i] = v >= 0.0f ? 0.5f * (v + s) : 2.0f / (s - v);
+    }
+    break;
+  case MXU_SPARSE_PLUS:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++) {
+      float v = x[i], q = 0.25f * (v + 1.0f) * (v + 1.0f);
+      y[i] = v <= -1.0f ? 0.0f : v < 1.0f ? q : v;
+    }
+    break;
+  case MXU_SPARSE_SIGMOID:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++) {
+      float v = x[i];
+      y[i] = v <= -1.0f ? 0.0f : v >= 1.0f ? 1.0f : 0.5f * (v + 1.0f);
+    }
+    break;
+  case MXU_SOFT_SHRINK:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++) {
+      float v = x[i];
+      y[i] = v > 0.5f ? v - 0.5f : v < -0.5f ? v + 0.5f : 0.0f;
+    }
+    break;
+  default: /* MXU_HARD_SHRINK */
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++)
+      y[i] = fabsf(x[i]) > 0.5f ? x[i] : 0.0f;
+  }
+}
+
+static void keras3_backward_span(mxu_activation a, int64_t begin, int64_t end,
+                                 const float *x, const float *dy, float *dx) {
+  switch (a) {
+  case MXU_HARD_TANH:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++)
+      dx[i] = x[i] >= -1.0f && x[i] <= 1.0f ? dy[i] : 0.0f;
+    break;
+  case MXU_LOG_SIGMOID: /* sigmoid(-x) */
+    for (int64_t i = begin; i < end; i++) dx[i] = dy[i] / (1.0f + expf(x[i]));
+    break;
+  case MXU_TANH_SHRINK:
+    for (int64_t i = begin; i < end; i++) {
+      float t = tanhf(x[i]);
+      dx[i] = dy[i] * t * t;
+    }
+    break;
+  case MXU_SQUAREPLUS: /* (1 + x / s) / 2, left of 0 as 2 / (s (s - x)) */
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++) {
+      float v = x[i], s = sqrtf(v * v + 4.0f);
+      dx[i] =
+          dy[i] * (v >= 0.0f ? 0.5f * (1.0f + v / s) : 2.0f / (s * (s - v)));
+    }
+    break;
+  case MXU_SPARSE_PLUS:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++) {
+      float v = x[i];
+      dx[i] = v <= -1.0f ? 0.0f : v < 1.0f ? dy[i] * 0.5f * (v + 1.0f) : dy[i];
+    }
+    break;
+  case MXU_SPARSE_SIGMOID:
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++)
+      dx[i] = x[i] > -1.0f && x[i] < 1.0f ? 0.5f * dy[i] : 0.0f;
+    break;
+  default: /* MXU_SOFT_SHRINK, MXU_HARD_SHRINK */
+#pragma omp simd
+    for (int64_t i = begin; i < end; i++)
+      dx[i] = fabsf(x[i]) > 0.5f ? dy[i] : 0.0f;
+  }
+}
 
 static void own_forward_span(mxu_activation a, int64_t begin, int64_t end,
                              const float *restrict x, float *restrict y) {
@@ -168,7 +265,8 @@ static void own_forward_span(mxu_activation a, int64_t begin, int64_t end,
   case MXU_MISH:
     for (int64_t i = begin; i < end; i++) y[i] = x[i] * tanhf(softplus(x[i]));
     break;
-  default: /* MXU_HARD_SIGMOID_TF2 */
+  default: keras3_forward_span(a, begin, end, x, y); break;
+  case MXU_HARD_SIGMOID_TF2:
 #pragma omp simd
     for (int64_t i = begin; i < end; i++)
       y[i] = fminf(fmaxf(0.2f * x[i] + 0.5f, 0.0f), 1.0f);
@@ -205,7 +303,8 @@ static void own_backward_span(mxu_activation a, int64_t begin, int64_t end,
       dx[i] = dy[i] * (t + x[i] * (1.0f - t * t) / (1.0f + expf(-x[i])));
     }
     break;
-  default: /* MXU_HARD_SIGMOID_TF2 */
+  default: keras3_backward_span(a, begin, end, x, dy, dx); break;
+  case MXU_HARD_SIGMOID_TF2:
 #pragma omp simd
     for (int64_t i = begin; i < end; i++)
       dx[i] = x[i] >= -2.5f && x[i] <= 2.5f ? 0.2f * dy[i] : 0.0f;
@@ -251,6 +350,25 @@ static void softmax_row_backward(int cols, const float *y, const float *dy,
   for (int j = 0; j < cols; j++) dx[j] = y[j] * (dy[j] - (float)dot);
 }
 
+/* x - max - log(sum(e^(x - max))), summed in double as cpu_ref does. */
+static void log_softmax_row(int cols, const float *restrict x,
+                            float *restrict y) {
+  float max = x[0];
+  for (int j = 1; j < cols; j++) max = x[j] > max ? x[j] : max;
+  double sum = 0.0;
+  for (int j = 0; j < cols; j++) sum += expf(x[j] - max);
+  float shift = max + (float)log(sum);
+  for (int j = 0; j < cols; j++) y[j] = x[j] - shift;
+}
+
+/* dy - e^y * sum(dy), the sum taken first as for softmax. */
+static void log_softmax_row_backward(int cols, const float *y, const float *dy,
+                                     float *dx) {
+  double sum = 0.0;
+  for (int j = 0; j < cols; j++) sum += dy[j];
+  for (int j = 0; j < cols; j++) dx[j] = dy[j] - expf(y[j]) * (float)sum;
+}
+
 /* The row length, from the softmax primitive's [rows, cols] descriptor. */
 static int cols_of(const mxu_op *op) {
   return (int)dnnl_primitive_desc_query_md(op->prim[ACT_FWD].pd,
@@ -258,23 +376,24 @@ static int cols_of(const mxu_op *op) {
       ->dims[1];
 }
 
-static void softmax_forward(const mxu_op *op, const float *x, float *y) {
-  int cols = cols_of(op);
+static void rowwise_forward(const mxu_op *op, const float *x, float *y) {
+  int cols = cols_of(op), log = op->activation == MXU_LOG_SOFTMAX;
   int64_t rows = op->count / cols, per = BLOCK / cols + 1;
 #pragma omp parallel for schedule(static)                                      \
     num_threads(cpu_threads_for(rows / per))
   for (int64_t r = 0; r < rows; r++)
-    softmax_row(cols, x + r * cols, y + r * cols);
+    (log ? log_softmax_row : softmax_row)(cols, x + r * cols, y + r * cols);
 }
 
-static void softmax_backward(const mxu_op *op, const float *y, const float *dy,
+static void rowwise_backward(const mxu_op *op, const float *y, const float *dy,
                              float *dx) {
-  int cols = cols_of(op);
+  int cols = cols_of(op), log = op->activation == MXU_LOG_SOFTMAX;
   int64_t rows = op->count / cols, per = BLOCK / cols + 1;
 #pragma omp parallel for schedule(static)                                      \
     num_threads(cpu_threads_for(rows / per))
   for (int64_t r = 0; r < rows; r++)
-    softmax_row_backward(cols, y + r * cols, dy + r * cols, dx + r * cols);
+    (log ? log_softmax_row_backward : softmax_row_backward)(
+        cols, y + r * cols, dy + r * cols, dx + r * cols);
 }
 
 /* ---- relu's backward --------------------------------------------------- */
@@ -499,8 +618,8 @@ void cpu_channel_mean_backward(int64_t n, int64_t pixels, int c,
 }
 
 void cpu_activation_forward(mxu_op *op, const float *x, float *y) {
-  if (op->activation == MXU_SOFTMAX)
-    softmax_forward(op, x, y);
+  if (mxu_activation_rowwise(op->activation))
+    rowwise_forward(op, x, y);
   else if (op->activation == MXU_LINEAR) {
     if (x != y) memcpy(y, x, (size_t)op->count * sizeof *y);
   } else if (op->prim[ACT_FWD].prim)
@@ -509,13 +628,14 @@ void cpu_activation_forward(mxu_op *op, const float *x, float *y) {
     own_run(op, x, NULL, y);
 }
 
-/* Elementwise (softmax: row by row), so dx may alias dy: each dy is read
- * before the same dx is written. */
+/* Elementwise (softmax and log_softmax: row by row), so dx may alias dy: each
+ * dy is read before the same dx is written. */
 void cpu_activation_backward(mxu_op *op, const float *x, const float *y,
                              const float *dy, float *dx) {
   switch (op->activation) {
   case MXU_RELU: relu_backward(op->count, y, dy, dx); break;
-  case MXU_SOFTMAX: softmax_backward(op, y, dy, dx); break;
+  case MXU_SOFTMAX:
+  case MXU_LOG_SOFTMAX: rowwise_backward(op, y, dy, dx); break;
   case MXU_LINEAR:
     if (dx != dy) memcpy(dx, dy, (size_t)op->count * sizeof *dx);
     break;

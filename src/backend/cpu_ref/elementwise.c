@@ -11,7 +11,7 @@ mxu_status mxu_ref_activation_create(const mxu_activation_desc *desc,
                                      mxu_op **out) {
   *out = NULL;
   if (desc->rows <= 0 || desc->cols <= 0 || desc->activation < MXU_LINEAR ||
-      desc->activation > MXU_MISH || !isfinite(desc->alpha))
+      desc->activation > MXU_LAST_ACTIVATION || !isfinite(desc->alpha))
     return mxu_fail(MXU_ERR_ARG, "cpu_ref: activation %d over %lld x %d values",
                     (int)desc->activation, (long long)desc->rows, desc->cols);
   MXU_TRY(mxu_ref_op_new(out));
@@ -37,8 +37,16 @@ static double gelu_tanh_inner(double x) {
   return SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
 }
 
-/* Softmax is not elementwise, so it has no entry here: callers never fuse
- * it (it maps to the identity so a stray caller is merely wrong, not UB). */
+/* Keras 3's sparse_plus: 0, (x + 1)^2 / 4, then x, joined smoothly. */
+static double sparse_plus(double x) {
+  return x <= -1.0 ? 0.0 : x < 1.0 ? 0.25 * (x + 1.0) * (x + 1.0) : x;
+}
+
+static double shrunk(double x) { return fabs(x) > 0.5; }
+
+/* Softmax and log_softmax are not elementwise, so they have no entry here:
+ * callers never fuse them (they map to the identity so a stray caller is
+ * merely wrong, not UB). */
 static double activate(mxu_activation activation, double alpha, double x) {
   switch (activation) {
   case MXU_RELU: return x > 0.0 ? x : 0.0;
@@ -61,8 +69,19 @@ static double activate(mxu_activation activation, double alpha, double x) {
   case MXU_HARD_SILU: return x * relu6(x + 3.0) / 6.0;
   case MXU_EXPONENTIAL: return exp(x);
   case MXU_MISH: return x * tanh(softplus(x));
+  case MXU_CELU: return x > 0.0 ? x : expm1(x);
+  case MXU_HARD_TANH: return x < -1.0 ? -1.0 : x > 1.0 ? 1.0 : x;
+  case MXU_LOG_SIGMOID: return -softplus(-x);
+  case MXU_TANH_SHRINK: return x - tanh(x);
+  case MXU_SQUAREPLUS: return 0.5 * (x + sqrt(x * x + 4.0));
+  case MXU_SPARSE_PLUS: return sparse_plus(x);
+  case MXU_SPARSE_SIGMOID:
+    return x <= -1.0 ? 0.0 : x >= 1.0 ? 1.0 : 0.5 * (x + 1.0);
+  case MXU_SOFT_SHRINK: return shrunk(x) ? x - copysign(0.5, x) : 0.0;
+  case MXU_HARD_SHRINK: return shrunk(x) ? x : 0.0;
   case MXU_LINEAR:
-  case MXU_SOFTMAX: break;
+  case MXU_SOFTMAX:
+  case MXU_LOG_SOFTMAX: break;
   }
   return x;
 }
@@ -81,11 +100,23 @@ static void softmax_row(int cols, const float *x, float *y) {
   for (int j = 0; j < cols; j++) y[j] = (float)(exp((double)x[j] - max) / sum);
 }
 
+/* x - max - log(sum(e^(x - max))). */
+static void log_softmax_row(int cols, const float *x, float *y) {
+  float max = x[0];
+  for (int j = 1; j < cols; j++)
+    if (x[j] > max) max = x[j];
+  double sum = 0.0;
+  for (int j = 0; j < cols; j++) sum += exp((double)x[j] - max);
+  double log_sum = log(sum);
+  for (int j = 0; j < cols; j++) y[j] = (float)((double)x[j] - max - log_sum);
+}
+
 void mxu_ref_activation_forward(mxu_op *op, const float *x, float *y) {
   const mxu_activation_desc *d = &op->desc.activation;
-  if (d->activation == MXU_SOFTMAX) {
+  if (mxu_activation_rowwise(d->activation)) {
     for (int64_t r = 0; r < d->rows; r++)
-      softmax_row(d->cols, x + r * d->cols, y + r * d->cols);
+      (d->activation == MXU_SOFTMAX ? softmax_row : log_softmax_row)(
+          d->cols, x + r * d->cols, y + r * d->cols);
     return;
   }
   for (int64_t i = 0; i < d->rows * d->cols; i++)
@@ -101,10 +132,21 @@ static void softmax_row_backward(int cols, const float *y, const float *dy,
   for (int j = 0; j < cols; j++) dx[j] = (float)(y[j] * (dy[j] - dot));
 }
 
+/* dy - softmax * sum(dy), softmax being e^y; the sum is taken first, as
+ * dx may be dy. */
+static void log_softmax_row_backward(int cols, const float *y, const float *dy,
+                                     float *dx) {
+  double sum = 0.0;
+  for (int j = 0; j < cols; j++) sum += dy[j];
+  for (int j = 0; j < cols; j++)
+    dx[j] = (float)(dy[j] - exp((double)y[j]) * sum);
+}
+
 /* The derivative at x (y for the fusable ones). Where a derivative jumps,
  * the side TensorFlow's gradient takes: relu6 and hard_sigmoid pass only
- * strictly inside their ramps, clip_by_value (tf.keras 2's hard_sigmoid)
- * at its ends too. */
+ * strictly inside their ramps, clip_by_value (tf.keras 2's hard_sigmoid,
+ * hard_tanh) at its ends too; the where()s of Keras 3's sparse and shrink
+ * ones the branch their comparisons choose. */
 static double derivative(mxu_activation activation, double alpha, double x,
                          double y) {
   switch (activation) {
@@ -138,8 +180,19 @@ static double derivative(mxu_activation activation, double alpha, double x,
     double t = tanh(softplus(x));
     return t + x * (1.0 - t * t) * sigmoid(x);
   }
+  case MXU_CELU: return x > 0.0 ? 1.0 : exp(x);
+  case MXU_HARD_TANH: return x >= -1.0 && x <= 1.0 ? 1.0 : 0.0;
+  case MXU_LOG_SIGMOID: return sigmoid(-x);
+  case MXU_TANH_SHRINK: return tanh(x) * tanh(x);
+  case MXU_SQUAREPLUS: return 0.5 * (1.0 + x / sqrt(x * x + 4.0));
+  case MXU_SPARSE_PLUS:
+    return x <= -1.0 ? 0.0 : x < 1.0 ? 0.5 * (x + 1.0) : 1.0;
+  case MXU_SPARSE_SIGMOID: return x > -1.0 && x < 1.0 ? 0.5 : 0.0;
+  case MXU_SOFT_SHRINK:
+  case MXU_HARD_SHRINK: return shrunk(x);
   case MXU_LINEAR:
-  case MXU_SOFTMAX: break;
+  case MXU_SOFTMAX:
+  case MXU_LOG_SOFTMAX: break;
   }
   return 1.0;
 }
@@ -152,10 +205,11 @@ double mxu_ref_slope(mxu_activation activation, double x) {
 void mxu_ref_activation_backward(mxu_op *op, const float *x, const float *y,
                                  const float *dy, float *dx) {
   const mxu_activation_desc *d = &op->desc.activation;
-  if (d->activation == MXU_SOFTMAX) {
+  if (mxu_activation_rowwise(d->activation)) {
     for (int64_t r = 0; r < d->rows; r++)
-      softmax_row_backward(d->cols, y + r * d->cols, dy + r * d->cols,
-                           dx + r * d->cols);
+      (d->activation == MXU_SOFTMAX ? softmax_row_backward
+                                    : log_softmax_row_backward)(
+          d->cols, y + r * d->cols, dy + r * d->cols, dx + r * d->cols);
     return;
   }
   int fusable = mxu_activation_fusable(d->activation);

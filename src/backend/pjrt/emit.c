@@ -47,8 +47,9 @@ static mxu_hlo_value softplus(mxu_emit *e, mxu_hlo_value x) {
   return op2(e, MXU_HLO_ADD, op2(e, MXU_HLO_MAXIMUM, x, k(e, x, 0.0)), tail);
 }
 
-/* Over the last dim, less its maximum first. */
-static mxu_hlo_value softmax(mxu_emit *e, mxu_hlo_value x) {
+/* Over the last dim, less its maximum first: softmax, or log_softmax's
+ * shifted - log(sum(e^shifted)). */
+static mxu_hlo_value softmax(mxu_emit *e, mxu_hlo_value x, int log) {
   const mxu_hlo_shape s = *mxu_hlo_shape_of(e->h, x);
   int64_t last = s.rank - 1, keep[MXU_HLO_MAX_RANK];
   for (int d = 0; d < last; d++) keep[d] = d;
@@ -56,9 +57,68 @@ static mxu_hlo_value softmax(mxu_emit *e, mxu_hlo_value x) {
   mxu_hlo_value shifted =
       op2(e, MXU_HLO_SUBTRACT, x, mxu_hlo_broadcast(e->h, max, s, keep));
   mxu_hlo_value ex = mxu_hlo_unary(e->h, MXU_HLO_EXP, shifted);
-  mxu_hlo_value sum = mxu_hlo_reduce(e->h, ex, MXU_HLO_SUM, 1, &last);
+  mxu_hlo_value sum = mxu_hlo_broadcast(
+      e->h, mxu_hlo_reduce(e->h, ex, MXU_HLO_SUM, 1, &last), s, keep);
+  if (log)
+    return op2(e, MXU_HLO_SUBTRACT, shifted,
+               mxu_hlo_unary(e->h, MXU_HLO_LOG, sum));
   e->logits = x;
-  return op2(e, MXU_HLO_DIVIDE, ex, mxu_hlo_broadcast(e->h, sum, s, keep));
+  return op2(e, MXU_HLO_DIVIDE, ex, sum);
+}
+
+/* x's comparison with a number. */
+static mxu_hlo_value is(mxu_emit *e, mxu_hlo_compare direction, mxu_hlo_value x,
+                        double value) {
+  return mxu_hlo_compare_op(e->h, direction, x, k(e, x, value));
+}
+
+/* Keras 3's newer ones, as its where()s and clips compute them (so their
+ * gradients take the same branches). */
+static mxu_hlo_value keras3_activation(mxu_emit *e, mxu_activation activation,
+                                       mxu_hlo_value x) {
+  mxu_hlo *h = e->h;
+  mxu_hlo_value zero = k(e, x, 0.0), half = k(e, x, 0.5);
+  mxu_hlo_value x1 = op2(e, MXU_HLO_ADD, x, k(e, x, 1.0)); /* x + 1 */
+  switch (activation) {
+  case MXU_CELU: return elu(e, x, 1.0);
+  case MXU_HARD_TANH:
+    return op2(e, MXU_HLO_MINIMUM, op2(e, MXU_HLO_MAXIMUM, x, k(e, x, -1.0)),
+               k(e, x, 1.0));
+  case MXU_LOG_SIGMOID:
+    return mxu_hlo_unary(h, MXU_HLO_NEGATE,
+                         softplus(e, mxu_hlo_unary(h, MXU_HLO_NEGATE, x)));
+  case MXU_TANH_SHRINK:
+    return op2(e, MXU_HLO_SUBTRACT, x, mxu_hlo_unary(h, MXU_HLO_TANH, x));
+  case MXU_SQUAREPLUS: { /* left of 0 as 2 / (s - x): no cancellation */
+    mxu_hlo_value s = mxu_hlo_unary(
+        h, MXU_HLO_SQRT,
+        op2(e, MXU_HLO_ADD, op2(e, MXU_HLO_MULTIPLY, x, x), k(e, x, 4.0)));
+    return mxu_hlo_select(
+        h, is(e, MXU_HLO_GE, x, 0.0),
+        op2(e, MXU_HLO_MULTIPLY, op2(e, MXU_HLO_ADD, x, s), half),
+        op2(e, MXU_HLO_DIVIDE, k(e, x, 2.0), op2(e, MXU_HLO_SUBTRACT, s, x)));
+  }
+  case MXU_SPARSE_PLUS: {
+    mxu_hlo_value q = op2(e, MXU_HLO_MULTIPLY, op2(e, MXU_HLO_MULTIPLY, x1, x1),
+                          k(e, x, 0.25));
+    return mxu_hlo_select(h, is(e, MXU_HLO_LE, x, -1.0), zero,
+                          mxu_hlo_select(h, is(e, MXU_HLO_LT, x, 1.0), q, x));
+  }
+  case MXU_SPARSE_SIGMOID:
+    return mxu_hlo_select(h, is(e, MXU_HLO_LE, x, -1.0), zero,
+                          mxu_hlo_select(h, is(e, MXU_HLO_GE, x, 1.0),
+                                         k(e, x, 1.0),
+                                         op2(e, MXU_HLO_MULTIPLY, x1, half)));
+  case MXU_SOFT_SHRINK:
+    return mxu_hlo_select(h, is(e, MXU_HLO_GT, x, 0.5),
+                          op2(e, MXU_HLO_SUBTRACT, x, half),
+                          mxu_hlo_select(h, is(e, MXU_HLO_LT, x, -0.5),
+                                         op2(e, MXU_HLO_ADD, x, half), zero));
+  case MXU_HARD_SHRINK:
+    return mxu_hlo_select(
+        h, is(e, MXU_HLO_GT, mxu_hlo_unary(h, MXU_HLO_ABS, x), 0.5), x, zero);
+  default: return softmax(e, x, 1); /* MXU_LOG_SOFTMAX */
+  }
 }
 
 mxu_hlo_value mxu_emit_activation(mxu_emit *e, mxu_activation activation,
@@ -70,7 +130,7 @@ mxu_hlo_value mxu_emit_activation(mxu_emit *e, mxu_activation activation,
   case MXU_RELU: return relu(e, x);
   case MXU_SIGMOID: return mxu_hlo_unary(h, MXU_HLO_LOGISTIC, x);
   case MXU_TANH: return mxu_hlo_unary(h, MXU_HLO_TANH, x);
-  case MXU_SOFTMAX: return softmax(e, x);
+  case MXU_SOFTMAX: return softmax(e, x, 0);
   case MXU_RELU6: return relu6(e, x);
   case MXU_LEAKY_RELU:
     return mxu_hlo_select(h, positive(e, x), x,
@@ -119,6 +179,16 @@ mxu_hlo_value mxu_emit_activation(mxu_emit *e, mxu_activation activation,
   case MXU_MISH:
     return op2(e, MXU_HLO_MULTIPLY, x,
                mxu_hlo_unary(h, MXU_HLO_TANH, softplus(e, x)));
+  case MXU_CELU:
+  case MXU_HARD_TANH:
+  case MXU_LOG_SIGMOID:
+  case MXU_TANH_SHRINK:
+  case MXU_SQUAREPLUS:
+  case MXU_SPARSE_PLUS:
+  case MXU_SPARSE_SIGMOID:
+  case MXU_SOFT_SHRINK:
+  case MXU_HARD_SHRINK:
+  case MXU_LOG_SOFTMAX: return keras3_activation(e, activation, x);
   case MXU_GELU: /* x (1 + erf(x / sqrt(2))) / 2 */
     return op2(e, MXU_HLO_MULTIPLY,
                op2(e, MXU_HLO_MULTIPLY, x,

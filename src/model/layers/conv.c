@@ -210,7 +210,8 @@ static mxu_conv2d_desc conv2d_describe(const mxu_layer *layer, int batch) {
 int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
                       const mxu_backend *backend, int batch) {
   if (!backend->conv2d_native || a->cls != &mxu_conv2d_class ||
-      b->cls != &mxu_conv2d_class || a->config.conv.activation == MXU_SOFTMAX)
+      b->cls != &mxu_conv2d_class ||
+      mxu_activation_rowwise(a->config.conv.activation))
     return 0; /* the native layout is blocked by channel: no softmax */
   mxu_conv2d_desc da = conv2d_describe(a, batch);
   mxu_conv2d_desc db = conv2d_describe(b, batch);

@@ -43,11 +43,11 @@ static mxu_status einsum_infer(mxu_layer *layer) {
                     "%s: input of %d axes for an equation contracting %d and "
                     "adding %d",
                     layer->name, in->rank, c->contracted, c->new_axes.rank);
-  if (c->activation == MXU_SOFTMAX && c->new_axes.rank > 1)
+  if (mxu_activation_rowwise(c->activation) && c->new_axes.rank > 1)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
-                    "%s: a softmax over the last of several new axes is not "
+                    "%s: a %s over the last of several new axes is not "
                     "supported",
-                    layer->name);
+                    layer->name, mxu_json_activation_name(c->activation));
   layer->out_shape.rank = kept + c->new_axes.rank;
   int64_t units = 1;
   for (int d = 0; d < layer->out_shape.rank; d++) {

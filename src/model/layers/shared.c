@@ -182,6 +182,16 @@ double mxu_activation_cost(mxu_activation activation, int backward) {
       [MXU_HARD_SILU] = {5, 6},
       [MXU_EXPONENTIAL] = {1, 1},
       [MXU_MISH] = {7, 12},
+      [MXU_CELU] = {3, 3},
+      [MXU_HARD_TANH] = {2, 2},
+      [MXU_LOG_SIGMOID] = {4, 4},
+      [MXU_TANH_SHRINK] = {2, 3},
+      [MXU_SQUAREPLUS] = {5, 6},
+      [MXU_SPARSE_PLUS] = {4, 3},
+      [MXU_SPARSE_SIGMOID] = {4, 2},
+      [MXU_SOFT_SHRINK] = {3, 2},
+      [MXU_HARD_SHRINK] = {2, 2},
+      [MXU_LOG_SOFTMAX] = {5, 4}, /* as softmax, a log for the divide */
   };
   return cost[activation][backward != 0];
 }
