@@ -496,7 +496,8 @@ typedef struct mxu_layer_scale_config {
  * returns them in that order, as Keras. Weights kernel (features, g *
  * units), recurrent_kernel (units, g * units) and bias (g * units) with g
  * gates: 1, LSTM's 4 (i, f, c, o), GRU's 3 (z, r, h); GRU's bias is (2, 3
- * * units), its input and recurrent halves (Keras' reset_after). Defaults:
+ * * units), its input and recurrent halves (Keras' reset_after; but see
+ * reset_before). Defaults:
  * tanh, recurrent sigmoid, glorot_uniform kernel, orthogonal recurrent
  * kernel, zero bias but LSTM's forget block of ones (unit_forget_bias). */
 typedef enum mxu_rnn_kind {
@@ -532,6 +533,11 @@ typedef struct mxu_rnn_config {
   /* Keras' RNN(LSTMCell(...)) (GRUCell, SimpleRNNCell): the same layer,
    * named and written as an RNN of that cell. */
   int of_cell;
+  /* GRU: the reset gate scales h before the recurrent product, h_cand =
+   * act(x W_h + b_h + (r * h) U_h), with one bias of 3 * units (Keras'
+   * reset_after false, Keras 2.2's default). 0: Keras' default since,
+   * r * (h U_h + b_h). */
+  int reset_before;
 } mxu_rnn_config;
 
 /* Conv1D: a Conv2D over steps; its kernel is (kernel_size, channels /

@@ -521,6 +521,16 @@ int main(void) {
        3,
        {6, 5, 0},
        NULL},
+      /* GRU with reset_after=False: its reset gate before U_h, masked
+       * steps, go_backwards, return_state into another's initial_state,
+       * no bias, Bidirectional (make_gru_reset_before.py). */
+      {"tests/golden/gru_reset_before",
+       {"tests/golden/gru_reset_before/model.tf2.json",
+        "tests/golden/gru_reset_before/model.k3.json"},
+       6,
+       5,
+       {7, 3, 0},
+       NULL},
       /* Keras 3's newer activations (celu, hard_tanh, log_sigmoid,
        * tanh_shrink, squareplus, sparse_plus, sparse_sigmoid, the shrinks,
        * log_softmax), which tf.keras 2 lacks (make_activations3.py). */
@@ -554,6 +564,7 @@ int main(void) {
         strstr(current->dir, "volume") || strstr(current->dir, "conv_lstm") ||
         strstr(current->dir, "rms_norm") || strstr(current->dir, "rnn_cells") ||
         strstr(current->dir, "activations3") ||
+        strstr(current->dir, "gru_reset_before") ||
         strstr(current->dir, "group_attention") ||
         strstr(current->dir, "einsum_dense") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
@@ -581,6 +592,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/conv_lstm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rms_norm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/activations3") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/gru_reset_before") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rnn_cells") == 0 ||
         strcmp(cases[c].dir, "tests/golden/group_attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/einsum_dense") == 0 ||

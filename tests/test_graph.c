@@ -3715,7 +3715,7 @@ static void test_recurrent_states(void) {
 }
 
 static void test_recurrent(void) {
-  enum { CASES = 8 };
+  enum { CASES = 10 };
   mxu_rnn_config cases[CASES];
   const char *names[CASES] = {
       "LSTM(4) sequences, dropout 0.3",
@@ -3725,7 +3725,9 @@ static void test_recurrent(void) {
       "SimpleRNN(3) backwards sequences",
       "LSTM(3) sequences, dropout 0.2, recurrent_dropout 0.3",
       "GRU(3) backwards, recurrent_dropout 0.4",
-      "SimpleRNN(3), dropout 0.3, recurrent_dropout 0.3"};
+      "SimpleRNN(3), dropout 0.3, recurrent_dropout 0.3",
+      "GRU(3) reset_before, sequences",
+      "GRU(4) reset_before, backwards, dropout 0.2, recurrent_dropout 0.4"};
   cases[0] = mxu_rnn_defaults(MXU_LSTM, 4);
   cases[0].return_sequences = 1, cases[0].dropout = 0.3f;
   cases[1] = mxu_rnn_defaults(MXU_LSTM, 2);
@@ -3743,6 +3745,11 @@ static void test_recurrent(void) {
   cases[6].go_backwards = 1, cases[6].recurrent_dropout = 0.4f;
   cases[7] = mxu_rnn_defaults(MXU_SIMPLE_RNN, 3);
   cases[7].dropout = cases[7].recurrent_dropout = 0.3f;
+  cases[8] = mxu_rnn_defaults(MXU_GRU, 3);
+  cases[8].reset_before = cases[8].return_sequences = 1;
+  cases[9] = mxu_rnn_defaults(MXU_GRU, 4);
+  cases[9].reset_before = cases[9].go_backwards = 1;
+  cases[9].dropout = 0.2f, cases[9].recurrent_dropout = 0.4f;
   for (int i = 0; i < CASES; i++) {
     live_bias(&cases[i].bias);
     mxu_model *m = build(names[i], rnn_graph, &cases[i], MXU_BACKEND_CPU_REF);

@@ -456,6 +456,20 @@ static const layer_case cases[] = {
                                        "\"recurrent_dropout\": 0.3",
                                        IN("g")),
      "s", 1e-4},
+    /* GRU reset_after=False: the reset gate before U_h. */
+    {"GRU reset_after false: sequences with dropout and recurrent_dropout, "
+     "backwards without bias",
+     "6, 1, 2",
+     LAYER("Reshape", "r", ", \"target_shape\": [6, 3]", IN("lead"))
+         LAYER("GRU", "g",
+               ", \"units\": 4, \"return_sequences\": true, "
+               "\"reset_after\": false, \"dropout\": 0.2, "
+               "\"recurrent_dropout\": 0.4",
+               IN("r")) LAYER("GRU", "b",
+                              ", \"units\": 3, \"go_backwards\": true, "
+                              "\"reset_after\": false, \"use_bias\": false",
+                              IN("g")),
+     "b", 1e-4},
     /* Keras' encoder-decoder: final states (return_state) starting the
      * next layer (initial_state, tf.keras 2's extra tensors of a call). */
     {"LSTM states into an LSTM, its final h into a SimpleRNN", "6, 1, 2",

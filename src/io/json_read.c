@@ -858,13 +858,16 @@ static mxu_status read_call(const mxu_json_where *where, const cJSON *entry,
     for (const cJSON *ref = arg->child; ref; ref = ref->next)
       MXU_TRY(add_input_ref(where, ref, own, node));
   }
-  /* Keras 3's list argument (initial_state: [h, c]) after the args. */
+  /* Keras 3's list argument (initial_state: [h, c]) after the args; a
+   * single tensor (a GRU's initial_state=h) is written as itself. */
   const cJSON *list = cls && cls->list_argument
                           ? mxu_json_get(kwargs, cls->list_argument)
                           : NULL;
+  if (cJSON_IsObject(list)) return add_input_ref(where, list, NULL, node);
   if (list && !cJSON_IsNull(list) && !cJSON_IsArray(list))
     return mxu_json_fail(where, MXU_ERR_FORMAT,
-                         "inbound_nodes[%d]: %s must be a list of tensors",
+                         "inbound_nodes[%d]: %s must be a tensor or a list "
+                         "of them",
                          index, cls->list_argument);
   for (const cJSON *ref = list ? list->child : NULL; ref; ref = ref->next)
     MXU_TRY(add_input_ref(where, ref, NULL, node));

@@ -1,4 +1,4 @@
-/* recurrent.c — SimpleRNN, LSTM and GRU (Keras' reset_after) over
+/* recurrent.c — SimpleRNN, LSTM and GRU (Keras' reset_after either way) over
  * (steps, features), from zero states or initial_state, return_sequences,
  * return_state and go_backwards.
  *
@@ -28,6 +28,16 @@ static int gates_of(mxu_rnn_kind kind) {
 
 /* The states it carries: LSTM's h and c, the others' h. */
 static int states_of(mxu_rnn_kind kind) { return kind == MXU_LSTM ? 2 : 1; }
+
+/* A GRU whose reset gate scales h before U_h (Keras' reset_after false). */
+static int resets_before(const mxu_rnn_config *c) {
+  return c->kind == MXU_GRU && c->reset_before;
+}
+
+/* GRU's (2, 3 units) bias of input and recurrent halves (reset_after). */
+static int two_biases(const mxu_rnn_config *c) {
+  return c->kind == MXU_GRU && c->use_bias && !c->reset_before;
+}
 
 /* ---- the cell's activations -------------------------------------------
  * Those whose derivative is a function of the output, which the backward
@@ -238,6 +248,9 @@ static mxu_status rnn_infer(mxu_layer *layer) {
   if (c->units <= 0 || c->units > (1 << 20))
     return mxu_fail(MXU_ERR_ARG, "%s: units %d must be in 1..%d", layer->name,
                     c->units, 1 << 20);
+  if (c->reset_before && c->kind != MXU_GRU)
+    return mxu_fail(MXU_ERR_ARG, "%s: reset_before is a GRU's option",
+                    layer->name);
   if (!mxu_rnn_activation_supported(c->activation) ||
       !mxu_rnn_activation_supported(c->recurrent_activation))
     return mxu_fail(
@@ -318,8 +331,8 @@ static int rnn_declare(const mxu_layer *layer, mxu_param_decl *decls) {
                            &c->recurrent, orthogonal());
     if (!c->use_bias) continue;
     w[2] = mxu_weight_decl(names[2],
-                           c->kind == MXU_GRU ? mxu_shape_make(2, bias)
-                                              : mxu_shape_make(1, &bias[1]),
+                           two_biases(c) ? mxu_shape_make(2, bias)
+                                         : mxu_shape_make(1, &bias[1]),
                            &c->bias, mxu_init_zeros());
     if (c->kind == MXU_LSTM && c->unit_forget_bias) {
       w[2].ones_first = d.units;
@@ -343,7 +356,8 @@ static double rnn_flops(const mxu_layer *layer, const mxu_flops_step *step) {
 /* ---- the plan ------------------------------------------------------------
  * Direction k has ops 6k .. 6k + 5: the input projection, a step's
  * recurrent product, the recurrent kernel's gradient over every step, and
- * the same three for one gate (recurrent_dropout's per-gate products);
+ * the same three for one gate (recurrent_dropout's per-gate products, and
+ * the candidate's product of a GRU whose reset gate comes before it);
  * scratch[2k] what backward reads of its forward pass and scratch[2k + 1]
  * its steps' work; a Bidirectional's second work buffer also holds the
  * two directions' output gradients and the second's input gradient. */
@@ -384,7 +398,8 @@ typedef struct rnn_buffers {
   float *gates;     /* (step, n) rows of g * units, activated */
   float *hs;        /* the initial h, then (step, n) rows of units */
   float *cells;     /* LSTM: (step, n) rows of units */
-  float *candidate; /* GRU: (step, n) rows of units: h U_h + b_h */
+  float *candidate; /* GRU: (step, n) rows of units: h U_h + b_h, or the
+                     * r * h its reset_before multiplies by U_h */
   float *c0;        /* LSTM: the initial cell state, (n, units) */
   float *zeros;     /* units zeros: a skipped step's zeroed output */
   float *recurrent; /* a step's (n, g * units): h U */
@@ -402,9 +417,16 @@ typedef struct rnn_buffers {
  * (the first `kept`), then the steps' work. */
 enum { RNN_BUFFERS = 22, KEPT_BUFFERS = 13 };
 
-static void buffer_sizes(const rnn_dims *d, rnn_masks m, int64_t *size) {
+/* Gate by gate: the recurrent products with recurrent_dropout's masks,
+ * and a GRU's candidate product when its reset gate comes before. */
+static int by_gate(const mxu_rnn_config *c, rnn_masks m) {
+  return m.rec > 0 || resets_before(c);
+}
+
+static void buffer_sizes(const mxu_rnn_config *c, const rnn_dims *d,
+                         rnn_masks m, int64_t *size) {
   int64_t rows = d->n * d->steps, u = d->units, f = d->features;
-  int64_t values = rows * u, g = d->gates, per_gate = m.rec > 0;
+  int64_t values = rows * u, g = d->gates, per_gate = by_gate(c, m);
   int64_t in_gates = gate_inputs(m) ? g : 0;
   int64_t sizes[RNN_BUFFERS] = {d->n * m.in * f,                /* mask */
                                 m.in * rows * f,                /* dropped */
@@ -445,7 +467,7 @@ static rnn_buffers buffers_of(const mxu_layer *layer, const mxu_layer_run *run,
                               int dir) {
   rnn_dims d = dims_of(layer, layer->compiled->batch);
   int64_t size[RNN_BUFFERS];
-  buffer_sizes(&d, masks_of(rnn_of(layer), 1), size);
+  buffer_sizes(rnn_of(layer), &d, masks_of(rnn_of(layer), 1), size);
   const size_t *scratch = layer->compiled->scratch + 2 * dir;
   rnn_buffers b;
   float **slot[RNN_BUFFERS + 1] = {
@@ -468,7 +490,7 @@ static mxu_status rnn_plan(mxu_layer *layer, const mxu_backend *backend,
   const mxu_rnn_config *c = rnn_of(layer);
   rnn_dims d = dims_of(layer, batch);
   int rows = (int)(d.n * d.steps), u = (int)d.units, f = (int)d.features;
-  int width = (int)d.gates * u, gru_bias = c->kind == MXU_GRU && c->use_bias;
+  int width = (int)d.gates * u, gru_bias = two_biases(c);
   /* The all-steps ops' bias gradient is GRU's recurrent bias's: every
    * d_rec row summed. */
   mxu_dense_desc descs[OPS_PER_DIRECTION] = {
@@ -479,8 +501,8 @@ static mxu_status rnn_plan(mxu_layer *layer, const mxu_backend *backend,
       {(int)d.n, u, u, 0, MXU_LINEAR, 0},
       {rows, u, u, gru_bias, MXU_LINEAR, 0}};
   int64_t size[RNN_BUFFERS];
-  buffer_sizes(&d, masks_of(c, 1), size);
-  int ops = c->recurrent_dropout > 0.0f ? OPS_PER_DIRECTION : 3;
+  buffer_sizes(c, &d, masks_of(c, 1), size);
+  int ops = by_gate(c, masks_of(c, 1)) ? OPS_PER_DIRECTION : 3;
   for (int dir = 0; dir < directions_of(layer); dir++) {
     mxu_op **op = layer->compiled->ops + OPS_PER_DIRECTION * dir;
     for (int k = 0; k < ops; k++)
@@ -630,9 +652,7 @@ static void cell_forward(const mxu_rnn_config *c, int64_t u, const float *p,
 
 /* GRU's recurrent half of its (2, 3 units) bias. */
 static const float *recurrent_bias(const rnn_unit *u) {
-  return u->c->kind == MXU_GRU && u->c->use_bias
-             ? u->w[2] + u->d.gates * u->d.units
-             : NULL;
+  return two_biases(u->c) ? u->w[2] + u->d.gates * u->d.units : NULL;
 }
 
 /* The masks, drawn per row of the logical replica (row_offset on) and
@@ -712,11 +732,12 @@ static void project_state(const rnn_unit *u, const mxu_backend *be, int64_t s) {
   const rnn_buffers *b = &u->b;
   int64_t units = d->units, row = d->n * units, width = d->gates * units;
   const float *h = b->hs + s * row;
-  if (!u->masks.rec) {
+  if (!u->masks.rec) { /* reset_before's h U_h is not read */
     be->dense_forward(u->ops[1], h, u->w[1], NULL, b->recurrent);
     return;
   }
-  for (int g = 0; g < d->gates; g++) {
+  /* reset_before's candidate product waits for its reset gate. */
+  for (int g = 0; g < d->gates - resets_before(u->c); g++) {
     float *masked = b->masked + (g * d->steps + s) * row;
     for (int64_t n = 0; n < d->n; n++)
       for (int64_t j = 0; j < units; j++)
@@ -728,6 +749,56 @@ static void project_state(const rnn_unit *u, const mxu_backend *be, int64_t s) {
   }
 }
 
+/* The recurrent-dropout mask of gate g for row n, or NULL. */
+static const float *rec_mask_of(const rnn_unit *u, int64_t n, int g) {
+  return u->masks.rec ? u->b.rec_mask + (n * u->d.gates + g) * u->d.units
+                      : NULL;
+}
+
+/* Step s of a GRU whose reset gate comes before U_h, every row: z and r
+ * from p + h U; then h_c = r * h (h times the candidate's recurrent
+ * dropout mask), kept in `candidate`, times U_h in one product over the
+ * rows; then the candidate and h. */
+static void gru_before_forward(const rnn_unit *u, const mxu_backend *be,
+                               int64_t s, int recurrent) {
+  const rnn_dims *d = &u->d;
+  const rnn_buffers *b = &u->b;
+  int64_t units = d->units, width = 3 * units, row = d->n * units;
+  int64_t t = input_step(u, s);
+  const float *h_prev = b->hs + s * row;
+  float *rh = b->candidate + s * row, *h = b->hs + (s + 1) * row;
+  for (int64_t n = 0; n < d->n; n++) {
+    const float *p = b->projected + (n * d->steps + t) * width;
+    const float *hp = h_prev + n * units, *m = rec_mask_of(u, n, 2);
+    float *gates = b->gates + (s * d->n + n) * width;
+    for (int64_t j = 0; j < 2 * units; j++)
+      gates[j] = p[j] + (recurrent ? b->recurrent[n * width + j] : 0.0f);
+    mxu_rnn_activate(u->c->recurrent_activation, gates, gates, 2 * units);
+    for (int64_t j = 0; j < units; j++)
+      rh[n * units + j] = skipped(u, n, t)
+                              ? 0.0f
+                              : gates[units + j] * hp[j] * (m ? m[j] : 1.0f);
+  }
+  if (recurrent)
+    be->dense_forward(u->ops[4], rh, b->gate_u + 2 * units * units, NULL,
+                      b->part);
+  for (int64_t n = 0; n < d->n; n++) {
+    const float *p = b->projected + (n * d->steps + t) * width;
+    const float *hp = h_prev + n * units;
+    float *z = b->gates + (s * d->n + n) * width, *k = z + 2 * units;
+    float *out = h + n * units;
+    if (skipped(u, n, t)) {
+      memcpy(out, hp, (size_t)units * sizeof(float));
+      continue;
+    }
+    for (int64_t j = 0; j < units; j++)
+      k[j] = p[2 * units + j] + (recurrent ? b->part[n * units + j] : 0.0f);
+    mxu_rnn_activate(u->c->activation, k, k, units);
+    for (int64_t j = 0; j < units; j++)
+      out[j] = z[j] * hp[j] + (1.0f - z[j]) * k[j];
+  }
+}
+
 static void unit_forward(const rnn_unit *u, const mxu_layer_run *run) {
   const rnn_dims *d = &u->d;
   const rnn_buffers *b = &u->b;
@@ -735,11 +806,11 @@ static void unit_forward(const rnn_unit *u, const mxu_layer_run *run) {
   int64_t units = d->units, width = d->gates * units, row = d->n * units;
   if (u->masks.in || u->masks.rec) draw_masks(u, run, run->x);
   project_inputs(u, be, run->x);
-  for (int g = 0; u->masks.rec && g < d->gates; g++) {
+  for (int g = 0; by_gate(u->c, u->masks) && g < d->gates; g++)
     take_columns(u->w[1], units, width, g, units,
                  b->gate_u + g * units * units);
+  for (int g = 0; u->masks.rec && g < d->gates; g++)
     memset(b->masked + g * d->steps * row, 0, (size_t)row * sizeof(float));
-  }
   const float *rec_bias = recurrent_bias(u);
   size_t state_bytes = (size_t)row * sizeof(float);
   if (u->h0)
@@ -756,6 +827,10 @@ static void unit_forward(const rnn_unit *u, const mxu_layer_run *run) {
     /* A zero h0 has no recurrent product. */
     int recurrent = s || u->h0;
     if (recurrent) project_state(u, be, s);
+    if (resets_before(u->c)) {
+      gru_before_forward(u, be, s, recurrent);
+      continue;
+    }
     int64_t t = input_step(u, s);
     for (int64_t n = 0; n < d->n; n++) {
       const float *c_prev =
@@ -847,12 +922,15 @@ static void cell_backward(const mxu_rnn_config *c, int64_t u,
   for (j = 0; j < u; j++) {
     float dk = dh[j] * (1.0f - z[j]) * d_input[2 * u + j];
     float dz = dh[j] * (h_prev[j] - k[j]) * d_input[j];
-    float dr = dk * candidate[j] * d_input[u + j];
     d_input[j] = d_rec[j] = dz;
-    d_input[u + j] = d_rec[u + j] = dr;
     d_input[2 * u + j] = dk;
-    d_rec[2 * u + j] = dk * reset[j];
     dh[j] *= z[j];
+    if (c->reset_before) { /* r's slope stays, for gru_before_backward */
+      d_rec[2 * u + j] = dk;
+      continue;
+    }
+    d_input[u + j] = d_rec[u + j] = dk * candidate[j] * d_input[u + j];
+    d_rec[2 * u + j] = dk * reset[j];
   }
 }
 
@@ -871,25 +949,58 @@ static void add_output_gradient(const rnn_unit *u, const float *dy, int64_t s,
 }
 
 /* The previous h's gradient from step s's recurrent side, added to dh:
- * d_rec U^T, or gate by gate (d_rec_g U_g^T) * mask_g. */
+ * d_rec U^T, or gate by gate (d_rec_g U_g^T) * mask_g; a reset_before
+ * GRU's candidate went through r * h (gru_before_backward). */
 static void state_gradient(const rnn_unit *u, const mxu_backend *be,
                            const float *d_rec) {
   const rnn_dims *d = &u->d;
   const rnn_buffers *b = &u->b;
   int64_t units = d->units, row = d->n * units, width = d->gates * units;
-  if (!u->masks.rec) {
+  if (!by_gate(u->c, u->masks)) {
     be->dense_backward_data(u->ops[1], d_rec, u->w[1], b->recurrent);
     for (int64_t i = 0; i < row; i++) b->dh[i] += b->recurrent[i];
     return;
   }
-  for (int g = 0; g < d->gates; g++) {
+  for (int g = 0; g < d->gates - resets_before(u->c); g++) {
     take_columns(d_rec, d->n, width, g, units, b->part);
     be->dense_backward_data(u->ops[4], b->part, b->gate_u + g * units * units,
                             b->recurrent);
-    for (int64_t n = 0; n < d->n; n++)
+    for (int64_t n = 0; n < d->n; n++) {
+      const float *m = rec_mask_of(u, n, g);
       for (int64_t j = 0; j < units; j++)
-        b->dh[n * units + j] += b->recurrent[n * units + j] *
-                                b->rec_mask[(n * d->gates + g) * units + j];
+        b->dh[n * units + j] += b->recurrent[n * units + j] * (m ? m[j] : 1.0f);
+    }
+  }
+}
+
+/* A reset_before GRU's step s after cell_backward's per-row part (dz, dk
+ * and r's slope in d_input): the gradient of h_c = r * h through U_h, in
+ * one product over the rows, into r's gate gradient and the previous h's
+ * (dh). Without a recurrent product (s = 0 from zeros), r had none. */
+static void gru_before_backward(const rnn_unit *u, const mxu_backend *be,
+                                int64_t s, int recurrent) {
+  const rnn_dims *d = &u->d;
+  const rnn_buffers *b = &u->b;
+  int64_t units = d->units, width = 3 * units, row = d->n * units;
+  int64_t t = input_step(u, s);
+  float *d_rec = b->d_rec + s * d->n * width;
+  if (recurrent) {
+    take_columns(d_rec, d->n, width, 2, units, b->part);
+    be->dense_backward_data(u->ops[4], b->part, b->gate_u + 2 * units * units,
+                            b->recurrent);
+  }
+  for (int64_t n = 0; n < d->n; n++) {
+    if (skipped(u, n, t)) continue;
+    const float *hp = b->hs + s * row + n * units, *m = rec_mask_of(u, n, 2);
+    const float *reset = b->gates + (s * d->n + n) * width + units;
+    float *dr = b->d_input + (n * d->steps + t) * width + units;
+    for (int64_t j = 0; j < units; j++) {
+      float g =
+          recurrent ? b->recurrent[n * units + j] * (m ? m[j] : 1.0f) : 0.0f;
+      dr[j] *= g * hp[j];
+      d_rec[n * width + units + j] = dr[j];
+      b->dh[n * units + j] += g * reset[j];
+    }
   }
 }
 
@@ -915,14 +1026,18 @@ static void weight_gradients(const rnn_unit *u, const mxu_backend *be,
       put_columns(u->dw[0], d->features, width, g, units, b->d_weight);
     }
   }
+  /* A reset_before GRU's U_h multiplied r * h, kept in `candidate`. */
+  int first = 0, before = resets_before(u->c);
   if (!u->masks.rec) {
     be->dense_backward_weights(u->ops[2], b->hs, b->d_rec, u->dw[1], db_rec);
-    return;
+    first = before ? 2 : d->gates;
   }
-  for (int g = 0; g < d->gates; g++) {
+  for (int g = first; g < d->gates; g++) {
+    const float *h =
+        before && g == 2 ? b->candidate : b->masked + g * rows * units;
     take_columns(b->d_rec, rows, width, g, units, b->part);
-    be->dense_backward_weights(u->ops[5], b->masked + g * rows * units, b->part,
-                               b->d_weight, db_rec ? db_rec + g * units : NULL);
+    be->dense_backward_weights(u->ops[5], h, b->part, b->d_weight,
+                               db_rec ? db_rec + g * units : NULL);
     put_columns(u->dw[1], units, width, g, units, b->d_weight);
   }
 }
@@ -989,6 +1104,7 @@ static void unit_backward(const rnn_unit *u, const mxu_backend *be,
                     b->dc + n * units, b->d_input + (n * d->steps + t) * width,
                     d_rec + n * width, b->cell_tmp);
     }
+    if (resets_before(u->c)) gru_before_backward(u, be, s, s || u->h0);
     /* The previous h's: its direct term (left in dh) + the recurrent
      * side's; before step 0, the initial state's. */
     if (s || u->h0) state_gradient(u, be, d_rec);
@@ -1064,11 +1180,14 @@ static mxu_hlo_value bias_row(mxu_hlo *h, mxu_hlo_value b, int64_t row,
 }
 
 /* One step: p the input projection (n, g * u), r the recurrent one (or 0
- * at step 0); returns h, and LSTM's cell in *cell. */
+ * at step 0); returns h, and LSTM's cell in *cell. A reset_before GRU's
+ * candidate reads (r * h_c) u_h instead of r's last gate, h_c the previous
+ * h (times its recurrent dropout mask). */
 static mxu_hlo_value cell_emit(mxu_emit *e, const mxu_rnn_config *c, int64_t n,
                                mxu_hlo_value p, mxu_hlo_value r,
                                mxu_hlo_value rec_bias, mxu_hlo_value h_prev,
-                               mxu_hlo_value *cell) {
+                               mxu_hlo_value *cell, mxu_hlo_value h_c,
+                               mxu_hlo_value u_h) {
   mxu_hlo *h = e->h;
   int64_t u = c->units;
   mxu_activation act = c->activation, rec = c->recurrent_activation;
@@ -1085,8 +1204,10 @@ static mxu_hlo_value cell_emit(mxu_emit *e, const mxu_rnn_config *c, int64_t n,
   if (rec_bias) r = mxu_emit_bias(e, r, rec_bias);
   mxu_hlo_value z = ACT(rec, mxu_hlo_add(h, GATE(p, 0), GATE(r, 0)));
   mxu_hlo_value reset = ACT(rec, mxu_hlo_add(h, GATE(p, 1), GATE(r, 1)));
-  mxu_hlo_value k =
-      ACT(act, mxu_hlo_add(h, GATE(p, 2), mxu_hlo_mul(h, reset, GATE(r, 2))));
+  mxu_hlo_value candidate =
+      c->reset_before ? mxu_hlo_matmul(h, mxu_hlo_mul(h, reset, h_c), u_h)
+                      : mxu_hlo_mul(h, reset, GATE(r, 2));
+  mxu_hlo_value k = ACT(act, mxu_hlo_add(h, GATE(p, 2), candidate));
   mxu_hlo_value one = mxu_hlo_full_like(h, z, 1.0);
   return mxu_hlo_add(h, mxu_hlo_mul(h, z, h_prev),
                      mxu_hlo_mul(h, mxu_hlo_sub(h, one, z), k));
@@ -1205,7 +1326,6 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir,
   rnn_masks m = masks_of(c, e->training && e->noise);
   int go_backwards = c->go_backwards != dir;
   int64_t u = d.units, width = d.gates * u;
-  int gru = c->kind == MXU_GRU;
   mxu_hlo_value in_masks, rec_masks;
   masks_emit(e, layer, dir, &d, m, &in_masks, &rec_masks);
   mxu_hlo_value xs[4];
@@ -1216,8 +1336,9 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir,
                         : mxu_hlo_matmul(h, xs[0], w[0]);
   mxu_hlo_value rec_bias = 0;
   if (c->use_bias)
-    p = mxu_emit_bias(e, p, gru ? bias_row(h, w[2], 0, width) : w[2]);
-  if (c->use_bias && gru) rec_bias = bias_row(h, w[2], 1, width);
+    p = mxu_emit_bias(e, p, two_biases(c) ? bias_row(h, w[2], 0, width) : w[2]);
+  if (two_biases(c)) rec_bias = bias_row(h, w[2], 1, width);
+  mxu_hlo_value u_h = resets_before(c) ? columns(h, w[1], u, 2 * u, u) : 0;
   int64_t by_step[3] = {d.n, d.steps, width}, row[2] = {d.n, u};
   p = mxu_hlo_reshape(h, p, mxu_hlo_shape_make(MXU_HLO_F32, 3, by_step));
   mxu_hlo_shape state = mxu_hlo_shape_make(MXU_HLO_F32, 2, row);
@@ -1244,7 +1365,8 @@ static mxu_hlo_value unit_emit(mxu_emit *e, const mxu_layer *layer, int dir,
       r = m.rec ? gate_products(h, masked, w[1], u, u, d.gates)
                 : mxu_hlo_matmul(h, hs, w[1]);
     mxu_hlo_value h_prev = hs, c_prev = cell;
-    hs = cell_emit(e, c, d.n, pt, r, rec_bias, hs, &cell);
+    mxu_hlo_value h_c = (s || initial) && m.rec ? masked[d.gates - 1] : hs;
+    hs = cell_emit(e, c, d.n, pt, r, rec_bias, hs, &cell, h_c, u_h);
     if (e->mask) { /* skipped steps carry the state over (skipped) */
       mxu_hlo_value kept = kept_emit(h, e->mask, t, state);
       hs = mxu_hlo_select(h, kept, hs, h_prev);
@@ -1302,7 +1424,7 @@ static mxu_hlo_value rnn_emit(const mxu_layer *layer, mxu_emit *e) {
 
 /* ---- Keras' JSON ---------------------------------------------------------
  * Refused: what mxu's whole-sequence cell does not do (stateful,
- * time_major, GRU's reset_after false). unroll,
+ * time_major). unroll,
  * implementation, use_cudnn and seed change nothing computed here. */
 
 static const char *const rnn_keys[] = {"units",
@@ -1352,7 +1474,7 @@ static mxu_status read_rnn_config(const mxu_json_where *where,
                                   const cJSON *config, int keras2,
                                   mxu_rnn_kind kind, mxu_rnn_config *out) {
   mxu_rnn_config c = mxu_rnn_defaults(kind, 0);
-  int reset_after = 1;
+  int reset_after = kind == MXU_GRU;
   MXU_TRY(mxu_json_int(where, config, "units", MXU_JSON_REQUIRED, 1, 1 << 20,
                        &c.units));
   MXU_TRY(
@@ -1364,10 +1486,7 @@ static mxu_status read_rnn_config(const mxu_json_where *where,
   MXU_TRY(
       mxu_json_bool(where, config, "unit_forget_bias", &c.unit_forget_bias));
   MXU_TRY(mxu_json_bool(where, config, "reset_after", &reset_after));
-  if (!reset_after)
-    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
-                         "reset_after false is not supported (Keras 1's GRU): "
-                         "use the default, true");
+  c.reset_before = kind == MXU_GRU && !reset_after;
   MXU_TRY(read_sequence_flags(where, config, &c));
   MXU_TRY(mxu_json_rate(where, config, "dropout", &c.dropout));
   MXU_TRY(
@@ -1427,7 +1546,8 @@ static void write_rnn_config(mxu_json_out *out, const mxu_rnn_config *c,
   mxu_json_put_float(out, config, "recurrent_dropout", c->recurrent_dropout);
   if (c->zero_output_for_mask)
     mxu_json_put_bool(out, config, "zero_output_for_mask", 1);
-  if (c->kind == MXU_GRU) mxu_json_put_bool(out, config, "reset_after", 1);
+  if (c->kind == MXU_GRU)
+    mxu_json_put_bool(out, config, "reset_after", !c->reset_before);
 }
 
 static void write_rnn(mxu_json_out *out, const mxu_layer *layer,
