@@ -336,6 +336,17 @@ typedef struct mxu_upsampling3d_config {
   int size[3];
 } mxu_upsampling3d_config;
 
+/* Keras 3's (and PyTorch's) adaptive poolings over (steps, channels),
+ * images or volumes: output_size[a] cells along spatial axis a (one entry
+ * per spatial axis of the input, the rest 0), cell i the max or mean of
+ * inputs [floor(i L / out), ceil((i + 1) L / out)) of that axis's L, so
+ * neighbouring cells may share an input. AdaptiveAveragePooling1D..3D and
+ * AdaptiveMaxPooling1D..3D. */
+typedef struct mxu_adaptive_pool_config {
+  const char *name;
+  int output_size[3];
+} mxu_adaptive_pool_config;
+
 /* GlobalAveragePooling2D / GlobalMaxPooling2D: (h, w, c) -> (c), or
  * (1, 1, c) with keepdims. */
 typedef struct mxu_global_pool2d_config {
@@ -828,6 +839,10 @@ mxu_tensor_id mxu_apply_zero_padding3d(mxu_model *model,
 mxu_tensor_id mxu_apply_cropping3d(mxu_model *model,
                                    const mxu_margins3d_config *config,
                                    mxu_tensor_id x);
+mxu_tensor_id mxu_apply_adaptive_average_pooling(
+    mxu_model *model, const mxu_adaptive_pool_config *config, mxu_tensor_id x);
+mxu_tensor_id mxu_apply_adaptive_max_pooling(
+    mxu_model *model, const mxu_adaptive_pool_config *config, mxu_tensor_id x);
 mxu_tensor_id mxu_apply_upsampling3d(mxu_model *model,
                                      const mxu_upsampling3d_config *config,
                                      mxu_tensor_id x);

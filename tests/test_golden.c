@@ -531,6 +531,15 @@ int main(void) {
        5,
        {7, 3, 0},
        NULL},
+      /* Keras 3's adaptive poolings, 1-D to 3-D, max and average, their
+       * windows overlapping (make_adaptive_pooling.py). */
+      {"tests/golden/adaptive_pooling",
+       {"tests/golden/adaptive_pooling/model.k3.json",
+        "tests/golden/adaptive_pooling/model.k3.json"},
+       6,
+       3,
+       {10, 9, 2},
+       NULL},
       /* Keras 3's newer activations (celu, hard_tanh, log_sigmoid,
        * tanh_shrink, squareplus, sparse_plus, sparse_sigmoid, the shrinks,
        * log_softmax), which tf.keras 2 lacks (make_activations3.py). */
@@ -564,6 +573,7 @@ int main(void) {
         strstr(current->dir, "volume") || strstr(current->dir, "conv_lstm") ||
         strstr(current->dir, "rms_norm") || strstr(current->dir, "rnn_cells") ||
         strstr(current->dir, "activations3") ||
+        strstr(current->dir, "adaptive_pooling") ||
         strstr(current->dir, "gru_reset_before") ||
         strstr(current->dir, "group_attention") ||
         strstr(current->dir, "einsum_dense") ||
@@ -592,6 +602,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/conv_lstm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rms_norm") == 0 ||
         strcmp(cases[c].dir, "tests/golden/activations3") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/adaptive_pooling") == 0 ||
         strcmp(cases[c].dir, "tests/golden/gru_reset_before") == 0 ||
         strcmp(cases[c].dir, "tests/golden/rnn_cells") == 0 ||
         strcmp(cases[c].dir, "tests/golden/group_attention") == 0 ||

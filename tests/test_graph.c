@@ -3098,6 +3098,64 @@ static void test_volumes(void) {
   backends_agree(name, volume_graph, NULL);
 }
 
+/* The adaptive poolings on (7, 5, 2) images: 2-D max (3, 2) and average
+ * (4, 3) (windows sharing inputs), 1-D over the rows (7, 10) to 3 and 7
+ * (one input a window), 3-D over (7, 5, 1, 2) to (2, 4, 1). */
+static mxu_tensor_id adaptive_graph(mxu_model *m, const void *ctx) {
+  (void)ctx;
+  int64_t dims[3] = {7, 5, 2}, rows[2] = {7, 10}, volume[4] = {7, 5, 1, 2};
+  mxu_tensor_id x = mxu_apply_activation(
+      m, NULL, MXU_LINEAR, mxu_input(m, "image", mxu_shape_make(3, dims)));
+  mxu_adaptive_pool_config max2d = {"max2d", {3, 2, 0}},
+                           avg2d = {"avg2d", {4, 3, 0}},
+                           avg1d = {"avg1d", {3, 0, 0}},
+                           max1d = {"max1d", {7, 0, 0}},
+                           max3d = {"max3d", {2, 4, 1}};
+  mxu_reshape_config r = {"rows", mxu_shape_make(2, rows)},
+                     v = {"volume", mxu_shape_make(4, volume)};
+  mxu_tensor_id seq = mxu_apply_reshape(m, &r, x);
+  mxu_tensor_id all[5] = {
+      mxu_apply_flatten(m, NULL, mxu_apply_adaptive_max_pooling(m, &max2d, x)),
+      mxu_apply_flatten(m, NULL,
+                        mxu_apply_adaptive_average_pooling(m, &avg2d, x)),
+      mxu_apply_flatten(m, NULL,
+                        mxu_apply_adaptive_average_pooling(m, &avg1d, seq)),
+      mxu_apply_flatten(m, NULL,
+                        mxu_apply_adaptive_max_pooling(m, &max1d, seq)),
+      mxu_apply_flatten(m, NULL,
+                        mxu_apply_adaptive_max_pooling(
+                            m, &max3d, mxu_apply_reshape(m, &v, x)))};
+  return head(m, mxu_merge(m, MXU_MERGE_CONCATENATE, NULL, all, 5, -1));
+}
+
+static void test_adaptive_pooling(void) {
+  const char *name = "adaptive poolings";
+  mxu_model *m = build(name, adaptive_graph, NULL, MXU_BACKEND_CPU_REF);
+  if (!m) return;
+  const mxu_layer *avg = &m->layers[node_named(m, "avg2d")];
+  CHECK(avg->cls == &mxu_adaptive_pooling_classes[0][1] &&
+        avg->out_shape.rank == 3 && avg->out_shape.dims[0] == 4 &&
+        avg->out_shape.dims[1] == 3 && avg->out_shape.dims[2] == 2);
+  CHECK(m->layers[node_named(m, "max3d")].cls ==
+            &mxu_adaptive_pooling_classes[1][2] &&
+        volume_is(m->layers[node_named(m, "max3d")].out_shape, 2, 4, 1, 2));
+  finite_differences(m, name);
+  mxu_model_free(m);
+  backends_agree(name, adaptive_graph, NULL);
+  /* Sizes the input cannot take. */
+  mxu_model *bad = mxu_functional("bad");
+  int64_t dims[3] = {7, 5, 2};
+  mxu_tensor_id x = mxu_input(bad, "x", mxu_shape_make(3, dims));
+  mxu_adaptive_pool_config three = {"three", {2, 2, 2}},
+                           none = {"none", {0, 0, 0}};
+  CHECK(mxu_apply_adaptive_max_pooling(bad, &three, x) < 0 &&
+        strstr(mxu_errmsg(), "three: AdaptiveMaxPooling3D expects 3 spatial "
+                             "axes and channels, got (7, 5, 2)"));
+  CHECK(mxu_apply_adaptive_average_pooling(bad, &none, x) < 0 &&
+        strstr(mxu_errmsg(), "output_size is empty"));
+  mxu_model_free(bad);
+}
+
 /* ConvLSTM2D over 3 frames (5, 4, 2): same padding, sequences, then
  * valid and strided, backwards, the last step, a hard sigmoid without
  * bias. */
@@ -4221,6 +4279,7 @@ int main(void) {
   test_dense_attention();
   test_separable1d();
   test_volumes();
+  test_adaptive_pooling();
   test_conv_lstm();
   test_time_distributed();
   test_layers();

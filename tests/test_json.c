@@ -3855,6 +3855,18 @@ static void reads_recurrent(void) {
        "\"recurrent_dropout\": 1.2}}",
        MXU_ERR_FORMAT, "recurrent_dropout 1.2 must be in [0, 1)"},
       {"[null, 5, 3]",
+       "{\"class_name\": \"AdaptiveMaxPooling1D\", \"config\": {\"name\": "
+       "\"e\", \"output_size\": [2, 2]}}",
+       MXU_ERR_FORMAT, "output_size"},
+      {"[null, 5, 4, 3]",
+       "{\"class_name\": \"AdaptiveAveragePooling2D\", \"config\": {\"name\": "
+       "\"e\", \"output_size\": 2, \"data_format\": \"channels_first\"}}",
+       MXU_ERR_UNSUPPORTED, "data_format 'channels_first'"},
+      {"[null, 5, 3]",
+       "{\"class_name\": \"AdaptiveAveragePooling2D\", \"config\": {\"name\": "
+       "\"e\", \"output_size\": [2, 2]}}",
+       MXU_ERR_SHAPE, "expects 2 spatial axes and channels, got (5, 3)"},
+      {"[null, 5, 3]",
        "{\"class_name\": \"SimpleRNN\", \"config\": {\"name\": \"e\", "
        "\"units\": 4, \"activation\": \"gelu\"}}",
        MXU_ERR_UNSUPPORTED, "tanh, sigmoid, hard_sigmoid, relu or linear"},

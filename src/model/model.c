@@ -31,6 +31,12 @@ static const mxu_layer_class *const registry[] = {
     &mxu_zero_padding3d_class,
     &mxu_cropping3d_class,
     &mxu_upsampling3d_class,
+    &mxu_adaptive_pooling_classes[0][0],
+    &mxu_adaptive_pooling_classes[0][1],
+    &mxu_adaptive_pooling_classes[0][2],
+    &mxu_adaptive_pooling_classes[1][0],
+    &mxu_adaptive_pooling_classes[1][1],
+    &mxu_adaptive_pooling_classes[1][2],
     &mxu_activation_class,
     &mxu_flatten_class,
     &mxu_dense_class,
@@ -898,6 +904,30 @@ mxu_tensor_id mxu_apply_upsampling3d(mxu_model *model,
                                      const mxu_upsampling3d_config *config,
                                      mxu_tensor_id x) {
   APPLY_CONFIG(upsampling3d, &mxu_upsampling3d_class, "UpSampling3D");
+}
+
+/* The class by the output's spatial axes, its leading sizes given. */
+static mxu_tensor_id adaptive_pooling(mxu_model *model,
+                                      const mxu_adaptive_pool_config *config,
+                                      int is_max, mxu_tensor_id x) {
+  int rank = 0;
+  while (config && rank < 3 && config->output_size[rank] > 0) rank++;
+  if (config && rank == 0) {
+    mxu_fail(MXU_ERR_ARG, "apply adaptive pooling: output_size is empty");
+    return -1;
+  }
+  APPLY_CONFIG(adaptive, &mxu_adaptive_pooling_classes[is_max][rank - 1],
+               "adaptive pooling");
+}
+
+mxu_tensor_id mxu_apply_adaptive_average_pooling(
+    mxu_model *model, const mxu_adaptive_pool_config *config, mxu_tensor_id x) {
+  return adaptive_pooling(model, config, 0, x);
+}
+
+mxu_tensor_id mxu_apply_adaptive_max_pooling(
+    mxu_model *model, const mxu_adaptive_pool_config *config, mxu_tensor_id x) {
+  return adaptive_pooling(model, config, 1, x);
 }
 
 /* The 1-D layers keep their sizes as the 1 x n window of the image

@@ -312,6 +312,7 @@ struct mxu_layer {
     mxu_pool3d_config pool3d;
     mxu_margins3d_config margins3d;
     mxu_upsampling3d_config upsampling3d;
+    mxu_adaptive_pool_config adaptive;
     mxu_depthwise_conv2d_config depthwise;
     mxu_separable_conv2d_config separable;
     mxu_pool2d_config pool;
@@ -489,6 +490,8 @@ extern const mxu_layer_class mxu_global_max_pooling3d_class;
 extern const mxu_layer_class mxu_zero_padding3d_class;
 extern const mxu_layer_class mxu_cropping3d_class;
 extern const mxu_layer_class mxu_upsampling3d_class;
+/* [0] average, [1] max; [r - 1] over r spatial axes. */
+extern const mxu_layer_class mxu_adaptive_pooling_classes[2][3];
 extern const mxu_layer_class mxu_average_pooling2d_class;
 extern const mxu_layer_class mxu_activation_class;
 extern const mxu_layer_class mxu_flatten_class;
