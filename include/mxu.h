@@ -427,7 +427,8 @@ typedef enum mxu_random_kind {
   MXU_RANDOM_GRAYSCALE,
   MXU_RANDOM_INVERT,
   MXU_SOLARIZATION,
-  MXU_RANDOM_POSTERIZATION
+  MXU_RANDOM_POSTERIZATION,
+  MXU_RANDOM_SHEAR
 } mxu_random_kind;
 
 typedef struct mxu_random_config {
@@ -437,7 +438,10 @@ typedef struct mxu_random_config {
   /* RandomTranslation: fractions of the height and width (positive moves
    * the image down, right); RandomZoom: a positive value zooms out by that
    * fraction, and without a width range (has_width 0) the width zooms as
-   * the height does. */
+   * the height does; RandomShear (Keras 3's): y_factor and x_factor, each
+   * image's shears s_y and s_x drawn from them, both negated with
+   * probability 1/2, and output pixel (row, col) read from (row + s_y col,
+   * col + s_x row), sheared about the top-left corner as Keras'. */
   float height[2], width[2];
   int has_width;
   /* RandomRotation: turns (positive: counter-clockwise); RandomContrast:

@@ -31,7 +31,7 @@ static float at(const float *image, int w, int channels, int r, int c, int ch) {
 }
 
 static mxu_augment_params no_change(void) {
-  mxu_augment_params p = {0, 0, 0, 1, 1, 0, 0};
+  mxu_augment_params p = {.zx = 1, .zy = 1};
   return p;
 }
 
@@ -213,6 +213,33 @@ static void test_zoom(void) {
 }
 
 /* ---- draws --------------------------------------------------------------- */
+
+/* Keras 3's RandomShear, about the top-left corner: with s_x = 1, output
+ * (r, c) reads input (r, c + r); with s_y = -1, input (r - c, c). Keras'
+ * affine_transform gave, on this image, for s_x = 1:
+ *   0 10 20 30 40 / 110 120 130 140 f / 220 230 240 f f / 330 340 f f f
+ * and for s_y = -1: 0 f f f f / 100 10 f f f / 200 110 20 f f /
+ * 300 210 120 30 f (f the constant fill). */
+static void test_shear(void) {
+  enum { H = 4, W = 5 };
+  float in[H * W], out[H * W];
+  fill_pattern(in, H, W, 1);
+  for (int axis = 0; axis < 2; axis++) {
+    mxu_augment_params p = no_change();
+    if (axis)
+      p.shear_y = -1;
+    else
+      p.shear_x = 1;
+    mxu_augment_apply(&p, MXU_FILL_CONSTANT, -1, in, out, H, W, 1);
+    for (int r = 0; r < H; r++)
+      for (int c = 0; c < W; c++) {
+        int sr = axis ? r - c : r, sc = axis ? c : c + r;
+        float want = sr < 0 || sc >= W ? -1.0f : pattern(sr, sc, 0);
+        CHECK_MSG(out[r * W + c] == want, "shear %s: (%d,%d) = %g, want %g",
+                  axis ? "y" : "x", r, c, (double)out[r * W + c], (double)want);
+      }
+  }
+}
 
 static void test_draw_ranges(void) {
   mxu_augment_config config = mxu_augment_defaults();
@@ -398,6 +425,7 @@ int main(void) {
   test_shifts();
   test_rotation();
   test_zoom();
+  test_shear();
   test_draw_ranges();
   test_determinism();
   test_batch_threads();

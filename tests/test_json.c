@@ -3512,6 +3512,44 @@ static void reads_color_layers(void) {
                    MXU_ERR_FORMAT, "layer 'p'", "must be in [1, 8]");
 }
 
+/* Keras 3's RandomShear as it writes it (y_factor given as (0.3, 0.1),
+ * which Keras sorts), and a pair out of order. */
+static void reads_random_shear(void) {
+  mxu_model *m = read_json(
+      model_with("[null, 6, 6, 3]",
+                 "{\"class_name\": \"RandomShear\", \"config\": {\"name\": "
+                 "\"shear\", \"trainable\": true, \"data_format\": "
+                 "\"channels_last\", \"x_factor\": [-0.2, 0.2], \"y_factor\": "
+                 "[0.1, 0.3], \"fill_mode\": \"constant\", \"interpolation\": "
+                 "\"bilinear\", \"seed\": null, \"fill_value\": 0.5}}, "
+                 "{\"class_name\": \"RandomShear\", \"config\": {\"name\": "
+                 "\"sorted\", \"x_factor\": [0.4, 0.1], \"y_factor\": 0.25}}"),
+      NULL, NULL);
+  if (!m) return;
+  const mxu_random_config *a = &LAYER(m, 0)->config.random,
+                          *b = &LAYER(m, 1)->config.random;
+  CHECK(LAYER(m, 0)->cls == &mxu_random_shear_class &&
+        a->kind == MXU_RANDOM_SHEAR && a->width[0] == -0.2f &&
+        a->width[1] == 0.2f && a->height[0] == 0.1f && a->height[1] == 0.3f &&
+        a->fill_mode == MXU_FILL_CONSTANT && a->fill_value == 0.5f);
+  CHECK(b->width[0] == 0.1f && b->width[1] == 0.4f && b->height[0] == -0.25f &&
+        b->height[1] == 0.25f && b->fill_mode == MXU_FILL_REFLECT);
+  for (int keras3 = 0; keras3 < 2; keras3++) {
+    char *text = write_json(m, keras3);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    static const char *const want[][3] = {
+        {"shear", "x_factor", "[-0.2,0.2]"},
+        {"shear", "y_factor", "[0.1,0.3]"},
+        {"shear", "fill_mode", "\"constant\""},
+        {"sorted", "x_factor", "[0.1,0.4]"}};
+    expect_written("RandomShear", keras3, doc, want, 4);
+    round_trip_text("RandomShear", m, keras3);
+    cJSON_Delete(doc);
+    free(text);
+  }
+  mxu_model_free(m);
+}
+
 /* SpatialDropout3D, AlphaDropout and Identity as each Keras writes them
  * (Keras 3 the first two layers, tf.keras 2 the last two: AlphaDropout
  * without its noise_shape). Keras 3's SpatialDropouts refuse trainable
@@ -4325,6 +4363,7 @@ int main(void) {
   reads_rnn_cells();
   reads_group_attention();
   reads_recurrent();
+  reads_random_shear();
   reads_gru_reset_before();
   reads_attention();
   reads_masking();

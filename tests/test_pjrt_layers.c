@@ -627,16 +627,18 @@ static const layer_case cases[] = {
                "\"config\": {\"l2\": 0.05}}",
                IN("a")),
      "c", 1e-4},
-    {"RandomFlip, -Translation, -Zoom, -Contrast, -Rotation, RandomCrop "
-     "(the host's, after the input)",
+    {"RandomFlip, -Translation, -Zoom, -Contrast, -Rotation, -Shear, "
+     "RandomCrop (the host's, after the input)",
      "6, 6, 2",
      LAYER("RandomFlip", "f", ", \"mode\": \"horizontal\"", IN("x")) LAYER(
          "RandomTranslation", "t",
          ", \"height_factor\": 0.2, \"width_factor\": 0.1",
          IN("f")) LAYER("RandomZoom", "z", ", \"height_factor\": 0.2", IN("t"))
-         LAYER("RandomContrast", "q", ", \"factor\": 0.3", IN("z")) LAYER(
-             "RandomRotation", "r", ", \"factor\": 0.1", IN("q"))
-             LAYER("RandomCrop", "k", ", \"height\": 4, \"width\": 5", IN("r"))
+         LAYER("RandomContrast", "q", ", \"factor\": 0.3", IN("z"))
+             LAYER("RandomRotation", "r", ", \"factor\": 0.1", IN("q")) LAYER(
+                 "RandomShear", "sh", ", \"x_factor\": 0.2, \"y_factor\": 0.1",
+                 IN("r")) LAYER("RandomCrop", "k",
+                                ", \"height\": 4, \"width\": 5", IN("sh"))
                  LAYER("Conv2D", "c",
                        ", \"filters\": 3, \"kernel_size\": [1, 1]", IN("k"))
                      LAYER("GlobalAveragePooling2D", "g1", "", IN("c"))

@@ -158,6 +158,9 @@ typedef struct mxu_augment_params {
   double tx, ty;
   double zx, zy;
   int flip_horizontal, flip_vertical;
+  /* Keras 3's RandomShear, alone (about the top-left corner, not the
+   * centre): input row += shear_y * col, input col += shear_x * row. */
+  double shear_x, shear_y;
 } mxu_augment_params;
 
 /* The 2x3 matrix scipy.ndimage.affine_transform gets for params on an

@@ -32,6 +32,8 @@ void mxu_augment_matrix(const mxu_augment_params *p, int h, int w,
   m[1][0] = -sin_t * p->zy;
   m[1][1] = cos_t * p->zx;
   m[1][2] = cx + cos_t * p->tx - sin_t * p->ty - m[1][0] * cy - m[1][1] * cx;
+  m[0][1] += p->shear_y;
+  m[1][0] += p->shear_x;
 }
 
 /* ---- scipy's boundary modes ------------------------------------------- */
@@ -140,7 +142,8 @@ static void sample_point(const image_view *in, const double coord[2],
 }
 
 static int is_identity(const mxu_augment_params *p) {
-  return p->theta == 0 && p->tx == 0 && p->ty == 0 && p->zx == 1 && p->zy == 1;
+  return p->theta == 0 && p->tx == 0 && p->ty == 0 && p->zx == 1 &&
+         p->zy == 1 && p->shear_x == 0 && p->shear_y == 0;
 }
 
 /* Keras flips after the affine step, so pixel (r, c) of the transform

@@ -103,6 +103,7 @@ void mxu_augment_draw(const mxu_augment_config *config, int h, int w,
   params->flip_horizontal =
       draw_flip(&rng, DRAW_FLIP_H, config->horizontal_flip);
   params->flip_vertical = draw_flip(&rng, DRAW_FLIP_V, config->vertical_flip);
+  params->shear_x = params->shear_y = 0; /* the layer RandomShear only */
 }
 
 /* ---- the matrix --------------------------------------------------------- */

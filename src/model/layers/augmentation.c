@@ -20,7 +20,7 @@ mxu_random_config mxu_random_defaults(mxu_random_kind kind) {
 }
 
 /* Where each draw of a sample lives in the stream. */
-enum { DRAW_A, DRAW_B, DRAWS_PER_SAMPLE = 4 };
+enum { DRAW_A, DRAW_B, DRAW_C, DRAWS_PER_SAMPLE = 4 };
 
 static double draw(const mxu_rng *rng, int64_t sample, int which,
                    const float range[2]) {
@@ -37,7 +37,7 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
                                       const mxu_rng *rng, int64_t sample, int h,
                                       int w) {
   static const float half[2] = {0.0f, 1.0f};
-  mxu_augment_params p = {0, 0, 0, 1, 1, 0, 0};
+  mxu_augment_params p = {.zx = 1, .zy = 1};
   switch (c->kind) {
   case MXU_RANDOM_FLIP:
     p.flip_horizontal = c->horizontal && draw(rng, sample, DRAW_A, half) < 0.5;
@@ -54,6 +54,12 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
     p.zy = 1.0 + draw(rng, sample, DRAW_A, c->height);
     p.zx = c->has_width ? 1.0 + draw(rng, sample, DRAW_B, c->width) : p.zy;
     break;
+  case MXU_RANDOM_SHEAR: { /* Keras 3 negates both with probability 1/2 */
+    double sign = draw(rng, sample, DRAW_C, half) > 0.5 ? -1.0 : 1.0;
+    p.shear_y = sign * draw(rng, sample, DRAW_A, c->height);
+    p.shear_x = sign * draw(rng, sample, DRAW_B, c->width);
+    break;
+  }
   default:
     break; /* not an affine map: contrast_run, brightness_run,
               color_run, crop_run */
@@ -62,7 +68,7 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
 }
 
 static int is_color(mxu_random_kind kind) {
-  return kind >= MXU_RANDOM_GRAYSCALE;
+  return kind >= MXU_RANDOM_GRAYSCALE && kind <= MXU_RANDOM_POSTERIZATION;
 }
 
 /* The colour layers' own checks: RGB images for RandomGrayscale, a range
@@ -548,6 +554,13 @@ static mxu_status read_contrast(const mxu_json_where *where,
   return MXU_OK;
 }
 
+/* Keras 3's RandomShear sorts a pair it is given. */
+static void in_order(float range[2]) {
+  if (range[0] <= range[1]) return;
+  float low = range[1];
+  range[1] = range[0], range[0] = low;
+}
+
 static mxu_status read_random(const mxu_json_where *where, const cJSON *config,
                               mxu_json_node *node, const char *name,
                               mxu_random_kind kind) {
@@ -577,6 +590,12 @@ static mxu_status read_random(const mxu_json_where *where, const cJSON *config,
   if (kind == MXU_RANDOM_TRANSLATION || kind == MXU_RANDOM_ZOOM) {
     MXU_TRY(read_range(where, config, "height_factor", c.height, NULL));
     MXU_TRY(read_range(where, config, "width_factor", c.width, &c.has_width));
+  }
+  if (kind == MXU_RANDOM_SHEAR) {
+    MXU_TRY(read_range(where, config, "y_factor", c.height, NULL));
+    MXU_TRY(read_range(where, config, "x_factor", c.width, NULL));
+    in_order(c.height);
+    in_order(c.width);
   }
   return mxu_json_applied(where, node,
                           mxu_apply_random(node->model, &c, node->inputs[0]));
@@ -609,6 +628,9 @@ static void write_random(mxu_json_out *out, const mxu_layer *layer,
                         c->horizontal && c->vertical ? "horizontal_and_vertical"
                         : c->horizontal              ? "horizontal"
                                                      : "vertical");
+  } else if (c->kind == MXU_RANDOM_SHEAR) {
+    put_range(out, config, "x_factor", c->width);
+    put_range(out, config, "y_factor", c->height);
   } else if (c->kind == MXU_RANDOM_ROTATION || c->kind == MXU_RANDOM_CONTRAST ||
              c->kind == MXU_RANDOM_BRIGHTNESS) {
     put_range(out, config, "factor", c->factor);
@@ -645,6 +667,7 @@ RANDOM_READER(read_grayscale, MXU_RANDOM_GRAYSCALE)
 RANDOM_READER(read_invert, MXU_RANDOM_INVERT)
 RANDOM_READER(read_solarization, MXU_SOLARIZATION)
 RANDOM_READER(read_posterization, MXU_RANDOM_POSTERIZATION)
+RANDOM_READER(read_shear, MXU_RANDOM_SHEAR)
 
 static const char *const flip_keys[] = {"mode", "seed", "rng_type",
                                         "data_format", NULL};
@@ -656,6 +679,9 @@ static const char *const solarization_keys[] = {
     "addition_factor", "threshold_factor",
     "value_range",     "seed",
     "data_format",     NULL};
+static const char *const shear_keys[] = {
+    "x_factor",      "y_factor", "fill_mode",   "fill_value",
+    "interpolation", "seed",     "data_format", NULL};
 static const char *const transform_keys[] = {
     "height_factor", "width_factor", "factor",   "fill_mode",   "fill_value",
     "interpolation", "seed",         "rng_type", "data_format", NULL};
@@ -696,6 +722,7 @@ RANDOM_CLASS(mxu_solarization_class, "Solarization", read_solarization,
              solarization_keys);
 RANDOM_CLASS(mxu_random_posterization_class, "RandomPosterization",
              read_posterization, contrast_keys);
+RANDOM_CLASS(mxu_random_shear_class, "RandomShear", read_shear, shear_keys);
 
 /* ---- RandomCrop
  * -------------------------------------------------------------- Training: a
