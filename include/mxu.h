@@ -428,7 +428,8 @@ typedef enum mxu_random_kind {
   MXU_RANDOM_INVERT,
   MXU_SOLARIZATION,
   MXU_RANDOM_POSTERIZATION,
-  MXU_RANDOM_SHEAR
+  MXU_RANDOM_SHEAR,
+  MXU_RANDOM_COLOR_DEGENERATION
 } mxu_random_kind;
 
 typedef struct mxu_random_config {
@@ -457,7 +458,9 @@ typedef struct mxu_random_config {
    * draws) on the image taken to [0, 255]: x + addition clipped to [0, 255],
    * then 255 - that from the threshold up; RandomPosterization: factor the
    * bits kept, drawn from [lower, upper) (lower where equal), on the image
-   * taken to [0, 255] (no gradient through the rounding). */
+   * taken to [0, 255] (no gradient through the rounding);
+   * RandomColorDegeneration: each image's f drawn from factor, in [-1, 1],
+   * its values x + f (luma - x) clipped to value_range (RGB images). */
   float factor[2];
   float value_range[2];
   float threshold[2];

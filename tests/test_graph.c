@@ -1493,6 +1493,35 @@ static mxu_tensor_id color_graph(mxu_model *m, const void *ctx) {
 static double to_bytes(double x) { return (x + 2.0) / 4.0 * 255.0; }
 static double from_bytes(double v) { return v / 255.0 * 4.0 - 2.0; }
 
+/* Whether y = clip(x + f (luma - x), -2, 2) for one f in the factor's
+ * range, and dx that map's gradient of dy. */
+static int color_degenerated(const color_case *c, const float *x,
+                             const float *y, const float *dx, const float *dy) {
+  static const double w[3] = {0.2989, 0.587, 0.114};
+  double f = NAN;
+  for (int i = 0; i < COLOR_PER && isnan(f); i++) {
+    int p = i - i % 3;
+    double g = w[0] * x[p] + w[1] * x[p + 1] + w[2] * x[p + 2];
+    if (fabs(g - x[i]) > 0.1 && fabs(y[i]) < 1.99)
+      f = (y[i] - x[i]) / (g - x[i]);
+  }
+  int fits = !isnan(f) && f >= c->factor[0] - 1e-5 && f <= c->factor[1] + 1e-5;
+  for (int p = 0; p < COLOR_PER; p += 3) {
+    double g = w[0] * x[p] + w[1] * x[p + 1] + w[2] * x[p + 2], through = 0;
+    double pass[3];
+    for (int k = 0; k < 3; k++) {
+      double v = x[p + k] + f * (g - x[p + k]);
+      pass[k] = v >= -2.0 && v <= 2.0;
+      through += f * pass[k] * dy[p + k];
+      fits &= fabs(y[p + k] - fmin(fmax(v, -2.0), 2.0)) < 1e-4;
+    }
+    for (int k = 0; k < 3; k++)
+      fits &= fabs(dx[p + k] -
+                   ((1.0 - f) * pass[k] * dy[p + k] + w[k] * through)) < 1e-5;
+  }
+  return fits;
+}
+
 /* Whether image x maps to y with gradient dx of dy, as Keras' layer would
  * for some draw within its ranges: 1 if changed, 0 if passed through, -1
  * if neither. */
@@ -1518,6 +1547,8 @@ static int color_image(const color_case *c, const float *x, const float *y,
   } else if (c->kind == MXU_RANDOM_INVERT) {
     for (int i = 0; i < COLOR_PER; i++)
       fits &= fabs(y[i] - (2.0 - x[i])) < 1e-6 && dx[i] == -dy[i];
+  } else if (c->kind == MXU_RANDOM_COLOR_DEGENERATION) {
+    fits = color_degenerated(c, x, y, dx, dy);
   } else if (c->kind == MXU_RANDOM_POSTERIZATION) {
     int any = 0; /* some number of bits in [2, 5) fits every value */
     for (int bits = 2; bits < 5 && !any; bits++) {
@@ -1569,6 +1600,10 @@ static void test_color_layers(void) {
       {"Solarization(addition (0, 0.2))", MXU_SOLARIZATION, {0, 0.2f}, {0, 0}},
       {"Solarization(threshold (0, 1))", MXU_SOLARIZATION, {0, 0}, {0, 1}},
       {"RandomPosterization((2, 5))", MXU_RANDOM_POSTERIZATION, {2, 5}, {0, 0}},
+      {"RandomColorDegeneration((-0.5, 0.5))",
+       MXU_RANDOM_COLOR_DEGENERATION,
+       {-0.5f, 0.5f},
+       {0, 0}},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     const color_case *c = &cases[k];
@@ -1588,8 +1623,9 @@ static void test_color_layers(void) {
       changed += v == 1, passed += v == 0, bad += v < 0;
     }
     /* Every image changes where the layer always applies. */
-    int always =
-        c->kind == MXU_SOLARIZATION || c->kind == MXU_RANDOM_POSTERIZATION;
+    int always = c->kind == MXU_SOLARIZATION ||
+                 c->kind == MXU_RANDOM_POSTERIZATION ||
+                 c->kind == MXU_RANDOM_COLOR_DEGENERATION;
     CHECK_MSG(bad == 0 && changed > 0 && (always || passed > 0),
               "%s: %d images off Keras' map (%d changed, %d passed)", c->name,
               bad, changed, passed);

@@ -3487,9 +3487,15 @@ static void reads_color_layers(void) {
       "\"threshold_factor\": [0, 0.1], \"seed\": null}}, "
       "{\"class_name\": \"RandomPosterization\", \"config\": {\"name\": "
       "\"random_posterization\", \"data_format\": \"channels_last\", "
-      "\"factor\": 4, \"value_range\": [0, 1], \"seed\": null}}]}}";
+      "\"factor\": 4, \"value_range\": [0, 1], \"seed\": null}}, "
+      "{\"class_name\": \"RandomColorDegeneration\", \"config\": {\"name\": "
+      "\"deg\", \"data_format\": \"channels_last\", \"factor\": [-0.4, 0.4], "
+      "\"value_range\": [0, 255], \"seed\": null}}]}}";
   mxu_model *m = read_json(json, NULL, NULL);
   if (!m) return;
+  CHECK(LAYER(m, 4)->cls == &mxu_random_color_degeneration_class &&
+        LAYER(m, 4)->config.random.factor[0] == -0.4f &&
+        LAYER(m, 4)->config.random.factor[1] == 0.4f);
   const mxu_random_config *g = &LAYER(m, 0)->config.random,
                           *i = &LAYER(m, 1)->config.random,
                           *s = &LAYER(m, 2)->config.random,
@@ -3510,6 +3516,10 @@ static void reads_color_layers(void) {
                               "\"config\": {\"name\": \"p\", \"factor\": "
                               "[2, 9]}}"),
                    MXU_ERR_FORMAT, "layer 'p'", "must be in [1, 8]");
+  EXPECT_JSON_FAIL(model_with("[null, 4, 4, 3]",
+                              "{\"class_name\": \"RandomColorDegeneration\", "
+                              "\"config\": {\"name\": \"d\"}}"),
+                   MXU_ERR_FORMAT, "layer 'd'", "factor is missing");
 }
 
 /* Keras 3's RandomShear as it writes it (y_factor given as (0.3, 0.1),

@@ -88,6 +88,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_solarization_class,
     &mxu_random_posterization_class,
     &mxu_random_shear_class,
+    &mxu_random_color_degeneration_class,
     &mxu_random_crop_class,
     &mxu_normalization_class,
     &mxu_layer_scale_class,
@@ -1218,14 +1219,21 @@ mxu_tensor_id mxu_apply_random(mxu_model *model,
                                const mxu_random_config *config,
                                mxu_tensor_id x) {
   static const mxu_layer_class *const classes[] = {
-      &mxu_random_flip_class,          &mxu_random_translation_class,
-      &mxu_random_rotation_class,      &mxu_random_zoom_class,
-      &mxu_random_contrast_class,      &mxu_random_crop_class,
-      &mxu_random_brightness_class,    &mxu_random_grayscale_class,
-      &mxu_random_invert_class,        &mxu_solarization_class,
-      &mxu_random_posterization_class, &mxu_random_shear_class};
+      &mxu_random_flip_class,
+      &mxu_random_translation_class,
+      &mxu_random_rotation_class,
+      &mxu_random_zoom_class,
+      &mxu_random_contrast_class,
+      &mxu_random_crop_class,
+      &mxu_random_brightness_class,
+      &mxu_random_grayscale_class,
+      &mxu_random_invert_class,
+      &mxu_solarization_class,
+      &mxu_random_posterization_class,
+      &mxu_random_shear_class,
+      &mxu_random_color_degeneration_class};
   if (x < 0 || !given(config, "augmentation layer")) return -1;
-  if ((unsigned)config->kind > MXU_RANDOM_SHEAR ||
+  if ((unsigned)config->kind > MXU_RANDOM_COLOR_DEGENERATION ||
       (unsigned)config->fill_mode > MXU_FILL_WRAP) {
     mxu_fail(MXU_ERR_ARG, "add augmentation layer: kind %d, fill mode %d",
              (int)config->kind, (int)config->fill_mode);

@@ -68,14 +68,17 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
 }
 
 static int is_color(mxu_random_kind kind) {
-  return kind >= MXU_RANDOM_GRAYSCALE && kind <= MXU_RANDOM_POSTERIZATION;
+  return (kind >= MXU_RANDOM_GRAYSCALE && kind <= MXU_RANDOM_POSTERIZATION) ||
+         kind == MXU_RANDOM_COLOR_DEGENERATION;
 }
 
 /* The colour layers' own checks: RGB images for RandomGrayscale, a range
  * to map from for the others, factors in Keras' bounds. */
 static mxu_status color_infer(const mxu_layer *layer) {
   const mxu_random_config *c = &layer->config.random;
-  float low = c->kind == MXU_RANDOM_POSTERIZATION ? 1.0f : 0.0f,
+  float low = c->kind == MXU_RANDOM_POSTERIZATION        ? 1.0f
+              : c->kind == MXU_RANDOM_COLOR_DEGENERATION ? -1.0f
+                                                         : 0.0f,
         high = c->kind == MXU_RANDOM_POSTERIZATION ? 8.0f : 1.0f;
   const float *ranges[2] = {c->factor, c->threshold};
   for (int i = 0; i < (c->kind == MXU_SOLARIZATION ? 2 : 1); i++)
@@ -88,11 +91,13 @@ static mxu_status color_infer(const mxu_layer *layer) {
     return mxu_fail(MXU_ERR_ARG, "%s: value_range [%g, %g] must be increasing",
                     layer->name, (double)c->value_range[0],
                     (double)c->value_range[1]);
-  if (c->kind == MXU_RANDOM_GRAYSCALE && layer->in_shape.dims[2] != 3)
+  if ((c->kind == MXU_RANDOM_GRAYSCALE ||
+       c->kind == MXU_RANDOM_COLOR_DEGENERATION) &&
+      layer->in_shape.dims[2] != 3)
     return mxu_fail(MXU_ERR_SHAPE,
-                    "%s: RandomGrayscale takes RGB images (3 channels), got "
-                    "%lld",
-                    layer->name, (long long)layer->in_shape.dims[2]);
+                    "%s: %s takes RGB images (3 channels), got %lld",
+                    layer->name, layer->cls->class_name,
+                    (long long)layer->in_shape.dims[2]);
   return MXU_OK;
 }
 
@@ -223,13 +228,16 @@ typedef struct color_draw {
   int apply;            /* RandomGrayscale, RandomInvert */
   float add, threshold; /* Solarization, on [0, 255] */
   int shift;            /* RandomPosterization: 8 - the bits kept */
+  float blend;          /* RandomColorDegeneration: f */
 } color_draw;
 
 static color_draw color_of(const mxu_random_config *c, const mxu_rng *rng,
                            int64_t sample) {
   static const float unit[2] = {0.0f, 1.0f};
-  color_draw d = {1, 0.0f, 0.0f, 0};
-  if (c->kind == MXU_RANDOM_GRAYSCALE) {
+  color_draw d = {1, 0.0f, 0.0f, 0, 0.0f};
+  if (c->kind == MXU_RANDOM_COLOR_DEGENERATION) {
+    d.blend = (float)draw(rng, sample, DRAW_A, c->factor);
+  } else if (c->kind == MXU_RANDOM_GRAYSCALE) {
     d.apply = draw(rng, sample, DRAW_A, unit) < c->factor[1];
   } else if (c->kind == MXU_RANDOM_INVERT) {
     double p = draw(rng, sample, DRAW_A, c->factor);
@@ -293,10 +301,12 @@ static float color_value(const mxu_random_config *c, const color_draw *d,
   return from_byte_range(c, v);
 }
 
-/* Keras' rgb_to_grayscale weights; the luma is each channel's value. */
+/* Keras' rgb_to_grayscale weights. */
+static const float luma[3] = {0.2989f, 0.5870f, 0.1140f};
+
+/* The luma is each channel's value. */
 static void grayscale_image(int64_t per, const float *x, const float *dy,
                             float *out) {
-  static const float luma[3] = {0.2989f, 0.5870f, 0.1140f};
   for (int64_t p = 0; p < per; p += 3) {
     if (dy) {
       float sum = dy[p] + dy[p + 1] + dy[p + 2];
@@ -305,6 +315,25 @@ static void grayscale_image(int64_t per, const float *x, const float *dy,
       float g = luma[0] * x[p] + luma[1] * x[p + 1] + luma[2] * x[p + 2];
       out[p] = out[p + 1] = out[p + 2] = g;
     }
+  }
+}
+
+/* RandomColorDegeneration: x + f (luma - x), clipped to value_range (the
+ * clip passing the gradient at its ends, as clip_by_value). */
+static void degenerate_image(const mxu_random_config *c, float f, int64_t per,
+                             const float *x, const float *dy, float *out) {
+  float low = c->value_range[0], high = c->value_range[1];
+  for (int64_t p = 0; p < per; p += 3) {
+    float g = luma[0] * x[p] + luma[1] * x[p + 1] + luma[2] * x[p + 2];
+    float v[3], pass[3], through = 0.0f;
+    for (int k = 0; k < 3; k++) {
+      v[k] = x[p + k] + f * (g - x[p + k]);
+      pass[k] = v[k] >= low && v[k] <= high ? 1.0f : 0.0f;
+      if (dy) through += f * pass[k] * dy[p + k];
+    }
+    for (int k = 0; k < 3; k++)
+      out[p + k] = dy ? (1.0f - f) * pass[k] * dy[p + k] + luma[k] * through
+                      : fminf(fmaxf(v[k], low), high);
   }
 }
 
@@ -321,6 +350,8 @@ static void color_run(const mxu_layer *layer, const mxu_layer_run *run,
       memcpy(out, backward ? dy : x, (size_t)d.per * sizeof(float));
     } else if (c->kind == MXU_RANDOM_GRAYSCALE) {
       grayscale_image(d.per, x, dy, out);
+    } else if (c->kind == MXU_RANDOM_COLOR_DEGENERATION) {
+      degenerate_image(c, k.blend, d.per, x, dy, out);
     } else {
       for (int64_t i = 0; i < d.per; i++) {
         float slope, v = color_value(c, &k, x[i], &slope);
@@ -503,6 +534,10 @@ static mxu_status read_color(const mxu_json_where *where, const cJSON *config,
   case MXU_RANDOM_INVERT:
     c->factor[0] = 0.0f, c->factor[1] = 1.0f;
     return read_bounded(where, config, "factor", 0.0f, 1.0f, c->factor);
+  case MXU_RANDOM_COLOR_DEGENERATION:
+    if (!mxu_json_get(config, "factor"))
+      return mxu_json_fail(where, MXU_ERR_FORMAT, "factor is missing");
+    return read_bounded(where, config, "factor", -1.0f, 1.0f, c->factor);
   case MXU_SOLARIZATION:
     MXU_TRY(
         read_bounded(where, config, "addition_factor", 0.0f, 1.0f, c->factor));
@@ -668,6 +703,7 @@ RANDOM_READER(read_invert, MXU_RANDOM_INVERT)
 RANDOM_READER(read_solarization, MXU_SOLARIZATION)
 RANDOM_READER(read_posterization, MXU_RANDOM_POSTERIZATION)
 RANDOM_READER(read_shear, MXU_RANDOM_SHEAR)
+RANDOM_READER(read_color_degeneration, MXU_RANDOM_COLOR_DEGENERATION)
 
 static const char *const flip_keys[] = {"mode", "seed", "rng_type",
                                         "data_format", NULL};
@@ -723,6 +759,8 @@ RANDOM_CLASS(mxu_solarization_class, "Solarization", read_solarization,
 RANDOM_CLASS(mxu_random_posterization_class, "RandomPosterization",
              read_posterization, contrast_keys);
 RANDOM_CLASS(mxu_random_shear_class, "RandomShear", read_shear, shear_keys);
+RANDOM_CLASS(mxu_random_color_degeneration_class, "RandomColorDegeneration",
+             read_color_degeneration, contrast_keys);
 
 /* ---- RandomCrop
  * -------------------------------------------------------------- Training: a
