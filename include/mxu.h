@@ -429,7 +429,8 @@ typedef enum mxu_random_kind {
   MXU_SOLARIZATION,
   MXU_RANDOM_POSTERIZATION,
   MXU_RANDOM_SHEAR,
-  MXU_RANDOM_COLOR_DEGENERATION
+  MXU_RANDOM_COLOR_DEGENERATION,
+  MXU_RANDOM_SHARPNESS
 } mxu_random_kind;
 
 typedef struct mxu_random_config {
@@ -460,7 +461,11 @@ typedef struct mxu_random_config {
    * bits kept, drawn from [lower, upper) (lower where equal), on the image
    * taken to [0, 255] (no gradient through the rounding);
    * RandomColorDegeneration: each image's f drawn from factor, in [-1, 1],
-   * its values x + f (luma - x) clipped to value_range (RGB images). */
+   * its values x + f (luma - x) clipped to value_range (RGB images);
+   * RandomSharpness: each image's f drawn from factor, in [0, 1], s = 2 f,
+   * its values s x + (1 - s) smooth(x) clipped to value_range, smooth
+   * Keras' 3x3 filter (5/13 in the middle, 1/13 around, zeros past the
+   * edges) of each channel. */
   float factor[2];
   float value_range[2];
   float threshold[2];

@@ -1522,6 +1522,42 @@ static int color_degenerated(const color_case *c, const float *x,
   return fits;
 }
 
+/* Keras' RandomSharpness smoothing of a 4x4x3 image at value i. */
+static double smoothed(const float *x, int i) {
+  int r = i / 12, col = i / 3 % 4, k = i % 3;
+  double sum = 0;
+  for (int rr = r - 1; rr <= r + 1; rr++)
+    for (int cc = col - 1; cc <= col + 1; cc++)
+      if (rr >= 0 && rr < 4 && cc >= 0 && cc < 4)
+        sum += (rr == r && cc == col ? 5.0 : 1.0) / 13.0 *
+               x[(rr * 4 + cc) * 3 + k];
+  return sum;
+}
+
+/* Whether y = clip(s x + (1 - s) smooth(x), -2, 2) for one s = 2 f, f in
+ * the factor's range, and dx = s u + (1 - s) smooth(u), u the gradient
+ * the clip passes. */
+static int color_sharpened(const color_case *c, const float *x, const float *y,
+                           const float *dx, const float *dy) {
+  double s = NAN;
+  float u[COLOR_PER];
+  for (int i = 0; i < COLOR_PER && isnan(s); i++) {
+    double sm = smoothed(x, i);
+    if (fabs(sm - x[i]) > 0.1 && fabs(y[i]) < 1.99)
+      s = 1.0 - (y[i] - x[i]) / (sm - x[i]);
+  }
+  int fits =
+      !isnan(s) && s >= 2 * c->factor[0] - 1e-4 && s <= 2 * c->factor[1] + 1e-4;
+  for (int i = 0; i < COLOR_PER; i++) {
+    double v = s * x[i] + (1.0 - s) * smoothed(x, i);
+    fits &= fabs(y[i] - fmin(fmax(v, -2.0), 2.0)) < 1e-4;
+    u[i] = v >= -2.0 && v <= 2.0 ? dy[i] : 0.0f;
+  }
+  for (int i = 0; i < COLOR_PER; i++)
+    fits &= fabs(dx[i] - (s * u[i] + (1.0 - s) * smoothed(u, i))) < 1e-5;
+  return fits;
+}
+
 /* Whether image x maps to y with gradient dx of dy, as Keras' layer would
  * for some draw within its ranges: 1 if changed, 0 if passed through, -1
  * if neither. */
@@ -1549,6 +1585,8 @@ static int color_image(const color_case *c, const float *x, const float *y,
       fits &= fabs(y[i] - (2.0 - x[i])) < 1e-6 && dx[i] == -dy[i];
   } else if (c->kind == MXU_RANDOM_COLOR_DEGENERATION) {
     fits = color_degenerated(c, x, y, dx, dy);
+  } else if (c->kind == MXU_RANDOM_SHARPNESS) {
+    fits = color_sharpened(c, x, y, dx, dy);
   } else if (c->kind == MXU_RANDOM_POSTERIZATION) {
     int any = 0; /* some number of bits in [2, 5) fits every value */
     for (int bits = 2; bits < 5 && !any; bits++) {
@@ -1604,6 +1642,10 @@ static void test_color_layers(void) {
        MXU_RANDOM_COLOR_DEGENERATION,
        {-0.5f, 0.5f},
        {0, 0}},
+      {"RandomSharpness((0.1, 0.9))",
+       MXU_RANDOM_SHARPNESS,
+       {0.1f, 0.9f},
+       {0, 0}},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     const color_case *c = &cases[k];
@@ -1625,7 +1667,8 @@ static void test_color_layers(void) {
     /* Every image changes where the layer always applies. */
     int always = c->kind == MXU_SOLARIZATION ||
                  c->kind == MXU_RANDOM_POSTERIZATION ||
-                 c->kind == MXU_RANDOM_COLOR_DEGENERATION;
+                 c->kind == MXU_RANDOM_COLOR_DEGENERATION ||
+                 c->kind == MXU_RANDOM_SHARPNESS;
     CHECK_MSG(bad == 0 && changed > 0 && (always || passed > 0),
               "%s: %d images off Keras' map (%d changed, %d passed)", c->name,
               bad, changed, passed);

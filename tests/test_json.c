@@ -3490,12 +3490,17 @@ static void reads_color_layers(void) {
       "\"factor\": 4, \"value_range\": [0, 1], \"seed\": null}}, "
       "{\"class_name\": \"RandomColorDegeneration\", \"config\": {\"name\": "
       "\"deg\", \"data_format\": \"channels_last\", \"factor\": [-0.4, 0.4], "
+      "\"value_range\": [0, 255], \"seed\": null}}, "
+      "{\"class_name\": \"RandomSharpness\", \"config\": {\"name\": "
+      "\"sharp\", \"data_format\": \"channels_last\", \"factor\": [0.0, 0.6], "
       "\"value_range\": [0, 255], \"seed\": null}}]}}";
   mxu_model *m = read_json(json, NULL, NULL);
   if (!m) return;
   CHECK(LAYER(m, 4)->cls == &mxu_random_color_degeneration_class &&
         LAYER(m, 4)->config.random.factor[0] == -0.4f &&
         LAYER(m, 4)->config.random.factor[1] == 0.4f);
+  CHECK(LAYER(m, 5)->cls == &mxu_random_sharpness_class &&
+        LAYER(m, 5)->config.random.factor[1] == 0.6f);
   const mxu_random_config *g = &LAYER(m, 0)->config.random,
                           *i = &LAYER(m, 1)->config.random,
                           *s = &LAYER(m, 2)->config.random,

@@ -89,6 +89,7 @@ static const mxu_layer_class *const registry[] = {
     &mxu_random_posterization_class,
     &mxu_random_shear_class,
     &mxu_random_color_degeneration_class,
+    &mxu_random_sharpness_class,
     &mxu_random_crop_class,
     &mxu_normalization_class,
     &mxu_layer_scale_class,
@@ -1231,9 +1232,10 @@ mxu_tensor_id mxu_apply_random(mxu_model *model,
       &mxu_solarization_class,
       &mxu_random_posterization_class,
       &mxu_random_shear_class,
-      &mxu_random_color_degeneration_class};
+      &mxu_random_color_degeneration_class,
+      &mxu_random_sharpness_class};
   if (x < 0 || !given(config, "augmentation layer")) return -1;
-  if ((unsigned)config->kind > MXU_RANDOM_COLOR_DEGENERATION ||
+  if ((unsigned)config->kind > MXU_RANDOM_SHARPNESS ||
       (unsigned)config->fill_mode > MXU_FILL_WRAP) {
     mxu_fail(MXU_ERR_ARG, "add augmentation layer: kind %d, fill mode %d",
              (int)config->kind, (int)config->fill_mode);

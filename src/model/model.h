@@ -520,6 +520,7 @@ extern const mxu_layer_class mxu_solarization_class;
 extern const mxu_layer_class mxu_random_posterization_class;
 extern const mxu_layer_class mxu_random_shear_class;
 extern const mxu_layer_class mxu_random_color_degeneration_class;
+extern const mxu_layer_class mxu_random_sharpness_class;
 extern const mxu_layer_class mxu_random_crop_class;
 extern const mxu_layer_class mxu_activity_regularization_class;
 extern const mxu_layer_class mxu_cropping2d_class;

@@ -69,7 +69,7 @@ static mxu_augment_params draw_params(const mxu_random_config *c,
 
 static int is_color(mxu_random_kind kind) {
   return (kind >= MXU_RANDOM_GRAYSCALE && kind <= MXU_RANDOM_POSTERIZATION) ||
-         kind == MXU_RANDOM_COLOR_DEGENERATION;
+         kind >= MXU_RANDOM_COLOR_DEGENERATION;
 }
 
 /* The colour layers' own checks: RGB images for RandomGrayscale, a range
@@ -228,7 +228,7 @@ typedef struct color_draw {
   int apply;            /* RandomGrayscale, RandomInvert */
   float add, threshold; /* Solarization, on [0, 255] */
   int shift;            /* RandomPosterization: 8 - the bits kept */
-  float blend;          /* RandomColorDegeneration: f */
+  float blend; /* RandomColorDegeneration: f; RandomSharpness: s = 2 f */
 } color_draw;
 
 static color_draw color_of(const mxu_random_config *c, const mxu_rng *rng,
@@ -237,6 +237,8 @@ static color_draw color_of(const mxu_random_config *c, const mxu_rng *rng,
   color_draw d = {1, 0.0f, 0.0f, 0, 0.0f};
   if (c->kind == MXU_RANDOM_COLOR_DEGENERATION) {
     d.blend = (float)draw(rng, sample, DRAW_A, c->factor);
+  } else if (c->kind == MXU_RANDOM_SHARPNESS) {
+    d.blend = 2.0f * (float)draw(rng, sample, DRAW_A, c->factor);
   } else if (c->kind == MXU_RANDOM_GRAYSCALE) {
     d.apply = draw(rng, sample, DRAW_A, unit) < c->factor[1];
   } else if (c->kind == MXU_RANDOM_INVERT) {
@@ -337,6 +339,45 @@ static void degenerate_image(const mxu_random_config *c, float f, int64_t per,
   }
 }
 
+/* Keras' smoothing filter at (r, col) of channel k: 5/13 of the pixel and
+ * 1/13 of each neighbour, none past the edges (a same convolution). It is
+ * symmetric, so also its own transpose. */
+static float smooth_at(image_dims d, const float *x, int r, int col, int k) {
+  float sum = 0.0f;
+  for (int dr = -1; dr <= 1; dr++)
+    for (int dc = -1; dc <= 1; dc++) {
+      int rr = r + dr, cc = col + dc;
+      if (rr < 0 || rr >= d.h || cc < 0 || cc >= d.w) continue;
+      float weight = dr || dc ? 1.0f / 13.0f : 5.0f / 13.0f;
+      sum += weight * x[((int64_t)rr * d.w + cc) * d.c + k];
+    }
+  return sum;
+}
+
+/* RandomSharpness: s x + (1 - s) smooth(x), clipped; backward, with u the
+ * gradient the clip passes (kept in `passed`), s u + (1 - s) smooth(u). */
+static void sharpen_image(const mxu_random_config *c, image_dims d, float s,
+                          const float *x, const float *dy, float *passed,
+                          float *out) {
+  float low = c->value_range[0], high = c->value_range[1];
+  for (int r = 0; r < d.h; r++)
+    for (int col = 0; col < d.w; col++)
+      for (int k = 0; k < d.c; k++) {
+        int64_t i = ((int64_t)r * d.w + col) * d.c + k;
+        float v = x[i] + (1.0f - s) * (smooth_at(d, x, r, col, k) - x[i]);
+        if (dy)
+          passed[i] = v >= low && v <= high ? dy[i] : 0.0f;
+        else
+          out[i] = fminf(fmaxf(v, low), high);
+      }
+  for (int r = 0; dy && r < d.h; r++)
+    for (int col = 0; col < d.w; col++)
+      for (int k = 0; k < d.c; k++) {
+        int64_t i = ((int64_t)r * d.w + col) * d.c + k;
+        out[i] = s * passed[i] + (1.0f - s) * smooth_at(d, passed, r, col, k);
+      }
+}
+
 static void color_run(const mxu_layer *layer, const mxu_layer_run *run,
                       int backward) {
   image_dims d = dims_of(layer);
@@ -352,6 +393,10 @@ static void color_run(const mxu_layer *layer, const mxu_layer_run *run,
       grayscale_image(d.per, x, dy, out);
     } else if (c->kind == MXU_RANDOM_COLOR_DEGENERATION) {
       degenerate_image(c, k.blend, d.per, x, dy, out);
+    } else if (c->kind == MXU_RANDOM_SHARPNESS) {
+      float *passed =
+          (float *)(void *)(run->arena + layer->compiled->scratch[0]);
+      sharpen_image(c, d, k.blend, x, dy, passed, out);
     } else {
       for (int64_t i = 0; i < d.per; i++) {
         float slope, v = color_value(c, &k, x[i], &slope);
@@ -370,6 +415,9 @@ static mxu_status random_plan(mxu_layer *layer, const mxu_backend *backend,
   if (layer->config.random.kind == MXU_RANDOM_CONTRAST)
     layer->compiled->scratch[0] = mxu_arena_reserve(
         layout, 2 * (size_t)layer->in_shape.dims[2] * sizeof(double));
+  if (layer->config.random.kind == MXU_RANDOM_SHARPNESS) /* an image */
+    layer->compiled->scratch[0] = mxu_arena_reserve(
+        layout, (size_t)mxu_shape_count(&layer->in_shape) * sizeof(float));
   return MXU_OK;
 }
 
@@ -535,9 +583,12 @@ static mxu_status read_color(const mxu_json_where *where, const cJSON *config,
     c->factor[0] = 0.0f, c->factor[1] = 1.0f;
     return read_bounded(where, config, "factor", 0.0f, 1.0f, c->factor);
   case MXU_RANDOM_COLOR_DEGENERATION:
+  case MXU_RANDOM_SHARPNESS: {
+    float low = c->kind == MXU_RANDOM_SHARPNESS ? 0.0f : -1.0f;
     if (!mxu_json_get(config, "factor"))
       return mxu_json_fail(where, MXU_ERR_FORMAT, "factor is missing");
-    return read_bounded(where, config, "factor", -1.0f, 1.0f, c->factor);
+    return read_bounded(where, config, "factor", low, 1.0f, c->factor);
+  }
   case MXU_SOLARIZATION:
     MXU_TRY(
         read_bounded(where, config, "addition_factor", 0.0f, 1.0f, c->factor));
@@ -704,6 +755,7 @@ RANDOM_READER(read_solarization, MXU_SOLARIZATION)
 RANDOM_READER(read_posterization, MXU_RANDOM_POSTERIZATION)
 RANDOM_READER(read_shear, MXU_RANDOM_SHEAR)
 RANDOM_READER(read_color_degeneration, MXU_RANDOM_COLOR_DEGENERATION)
+RANDOM_READER(read_sharpness, MXU_RANDOM_SHARPNESS)
 
 static const char *const flip_keys[] = {"mode", "seed", "rng_type",
                                         "data_format", NULL};
@@ -761,6 +813,8 @@ RANDOM_CLASS(mxu_random_posterization_class, "RandomPosterization",
 RANDOM_CLASS(mxu_random_shear_class, "RandomShear", read_shear, shear_keys);
 RANDOM_CLASS(mxu_random_color_degeneration_class, "RandomColorDegeneration",
              read_color_degeneration, contrast_keys);
+RANDOM_CLASS(mxu_random_sharpness_class, "RandomSharpness", read_sharpness,
+             contrast_keys);
 
 /* ---- RandomCrop
  * -------------------------------------------------------------- Training: a
