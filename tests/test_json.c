@@ -3552,8 +3552,10 @@ static void reads_random_shear(void) {
   for (int keras3 = 0; keras3 < 2; keras3++) {
     char *text = write_json(m, keras3);
     cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    /* [-0.2, 0.2] as 0.2, which Keras 3.15 reads (its own pair it
+     * refuses). */
     static const char *const want[][3] = {
-        {"shear", "x_factor", "[-0.2,0.2]"},
+        {"shear", "x_factor", "0.2"},
         {"shear", "y_factor", "[0.1,0.3]"},
         {"shear", "fill_mode", "\"constant\""},
         {"sorted", "x_factor", "[0.1,0.4]"}};

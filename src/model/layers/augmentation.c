@@ -696,6 +696,17 @@ static void put_range(mxu_json_out *out, cJSON *config, const char *key,
   mxu_json_put(out, config, key, pair);
 }
 
+/* Keras 3.15's RandomShear refuses a pair with a negative end, the very
+ * [-f, f] its get_config writes (so it cannot load its own file): a
+ * symmetric range goes as the number f, which it reads as [-f, f]. */
+static void put_shear(mxu_json_out *out, cJSON *config, const char *key,
+                      const float range[2]) {
+  if (range[0] == -range[1])
+    mxu_json_put_float(out, config, key, range[1]);
+  else
+    put_range(out, config, key, range);
+}
+
 static void write_random(mxu_json_out *out, const mxu_layer *layer,
                          cJSON *config) {
   static const char *const modes[] = {"nearest", "constant", "reflect", "wrap"};
@@ -715,8 +726,8 @@ static void write_random(mxu_json_out *out, const mxu_layer *layer,
                         : c->horizontal              ? "horizontal"
                                                      : "vertical");
   } else if (c->kind == MXU_RANDOM_SHEAR) {
-    put_range(out, config, "x_factor", c->width);
-    put_range(out, config, "y_factor", c->height);
+    put_shear(out, config, "x_factor", c->width);
+    put_shear(out, config, "y_factor", c->height);
   } else if (c->kind == MXU_RANDOM_ROTATION || c->kind == MXU_RANDOM_CONTRAST ||
              c->kind == MXU_RANDOM_BRIGHTNESS) {
     put_range(out, config, "factor", c->factor);
