@@ -377,23 +377,26 @@ static int cols_of(const mxu_op *op) {
 }
 
 static void rowwise_forward(const mxu_op *op, const float *x, float *y) {
-  int cols = cols_of(op), log = op->activation == MXU_LOG_SOFTMAX;
+  void (*row)(int, const float *restrict, float *restrict) =
+      op->activation == MXU_LOG_SOFTMAX ? log_softmax_row : softmax_row;
+  int cols = cols_of(op);
   int64_t rows = op->count / cols, per = BLOCK / cols + 1;
 #pragma omp parallel for schedule(static)                                      \
     num_threads(cpu_threads_for(rows / per))
-  for (int64_t r = 0; r < rows; r++)
-    (log ? log_softmax_row : softmax_row)(cols, x + r * cols, y + r * cols);
+  for (int64_t r = 0; r < rows; r++) row(cols, x + r * cols, y + r * cols);
 }
 
 static void rowwise_backward(const mxu_op *op, const float *y, const float *dy,
                              float *dx) {
-  int cols = cols_of(op), log = op->activation == MXU_LOG_SOFTMAX;
+  void (*row)(int, const float *, const float *, float *) =
+      op->activation == MXU_LOG_SOFTMAX ? log_softmax_row_backward
+                                        : softmax_row_backward;
+  int cols = cols_of(op);
   int64_t rows = op->count / cols, per = BLOCK / cols + 1;
 #pragma omp parallel for schedule(static)                                      \
     num_threads(cpu_threads_for(rows / per))
   for (int64_t r = 0; r < rows; r++)
-    (log ? log_softmax_row_backward : softmax_row_backward)(
-        cols, y + r * cols, dy + r * cols, dx + r * cols);
+    row(cols, y + r * cols, dy + r * cols, dx + r * cols);
 }
 
 /* ---- relu's backward --------------------------------------------------- */

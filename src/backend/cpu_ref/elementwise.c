@@ -90,24 +90,27 @@ float mxu_ref_activate(mxu_activation activation, float x) {
   return (float)activate(activation, mxu_activation_alpha(activation), x);
 }
 
-/* Shifting by the row maximum keeps exp from overflowing. */
-static void softmax_row(int cols, const float *x, float *y) {
-  float max = x[0];
+/* The row's maximum into *max and sum(e^(x - max)): shifting by the
+ * maximum keeps exp from overflowing. */
+static double shifted_sum(int cols, const float *x, float *max) {
+  *max = x[0];
   for (int j = 1; j < cols; j++)
-    if (x[j] > max) max = x[j];
+    if (x[j] > *max) *max = x[j];
   double sum = 0.0;
-  for (int j = 0; j < cols; j++) sum += exp((double)x[j] - max);
+  for (int j = 0; j < cols; j++) sum += exp((double)x[j] - *max);
+  return sum;
+}
+
+static void softmax_row(int cols, const float *x, float *y) {
+  float max;
+  double sum = shifted_sum(cols, x, &max);
   for (int j = 0; j < cols; j++) y[j] = (float)(exp((double)x[j] - max) / sum);
 }
 
 /* x - max - log(sum(e^(x - max))). */
 static void log_softmax_row(int cols, const float *x, float *y) {
-  float max = x[0];
-  for (int j = 1; j < cols; j++)
-    if (x[j] > max) max = x[j];
-  double sum = 0.0;
-  for (int j = 0; j < cols; j++) sum += exp((double)x[j] - max);
-  double log_sum = log(sum);
+  float max;
+  double log_sum = log(shifted_sum(cols, x, &max));
   for (int j = 0; j < cols; j++) y[j] = (float)((double)x[j] - max - log_sum);
 }
 

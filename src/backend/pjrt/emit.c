@@ -77,8 +77,6 @@ static mxu_hlo_value is(mxu_emit *e, mxu_hlo_compare direction, mxu_hlo_value x,
 static mxu_hlo_value keras3_activation(mxu_emit *e, mxu_activation activation,
                                        mxu_hlo_value x) {
   mxu_hlo *h = e->h;
-  mxu_hlo_value zero = k(e, x, 0.0), half = k(e, x, 0.5);
-  mxu_hlo_value x1 = op2(e, MXU_HLO_ADD, x, k(e, x, 1.0)); /* x + 1 */
   switch (activation) {
   case MXU_CELU: return elu(e, x, 1.0);
   case MXU_HARD_TANH:
@@ -95,28 +93,32 @@ static mxu_hlo_value keras3_activation(mxu_emit *e, mxu_activation activation,
         op2(e, MXU_HLO_ADD, op2(e, MXU_HLO_MULTIPLY, x, x), k(e, x, 4.0)));
     return mxu_hlo_select(
         h, is(e, MXU_HLO_GE, x, 0.0),
-        op2(e, MXU_HLO_MULTIPLY, op2(e, MXU_HLO_ADD, x, s), half),
+        op2(e, MXU_HLO_MULTIPLY, op2(e, MXU_HLO_ADD, x, s), k(e, x, 0.5)),
         op2(e, MXU_HLO_DIVIDE, k(e, x, 2.0), op2(e, MXU_HLO_SUBTRACT, s, x)));
   }
   case MXU_SPARSE_PLUS: {
+    mxu_hlo_value x1 = op2(e, MXU_HLO_ADD, x, k(e, x, 1.0));
     mxu_hlo_value q = op2(e, MXU_HLO_MULTIPLY, op2(e, MXU_HLO_MULTIPLY, x1, x1),
                           k(e, x, 0.25));
-    return mxu_hlo_select(h, is(e, MXU_HLO_LE, x, -1.0), zero,
+    return mxu_hlo_select(h, is(e, MXU_HLO_LE, x, -1.0), k(e, x, 0.0),
                           mxu_hlo_select(h, is(e, MXU_HLO_LT, x, 1.0), q, x));
   }
   case MXU_SPARSE_SIGMOID:
-    return mxu_hlo_select(h, is(e, MXU_HLO_LE, x, -1.0), zero,
-                          mxu_hlo_select(h, is(e, MXU_HLO_GE, x, 1.0),
-                                         k(e, x, 1.0),
-                                         op2(e, MXU_HLO_MULTIPLY, x1, half)));
+    return mxu_hlo_select(
+        h, is(e, MXU_HLO_LE, x, -1.0), k(e, x, 0.0),
+        mxu_hlo_select(h, is(e, MXU_HLO_GE, x, 1.0), k(e, x, 1.0),
+                       op2(e, MXU_HLO_MULTIPLY,
+                           op2(e, MXU_HLO_ADD, x, k(e, x, 1.0)),
+                           k(e, x, 0.5))));
   case MXU_SOFT_SHRINK:
-    return mxu_hlo_select(h, is(e, MXU_HLO_GT, x, 0.5),
-                          op2(e, MXU_HLO_SUBTRACT, x, half),
-                          mxu_hlo_select(h, is(e, MXU_HLO_LT, x, -0.5),
-                                         op2(e, MXU_HLO_ADD, x, half), zero));
+    return mxu_hlo_select(
+        h, is(e, MXU_HLO_GT, x, 0.5), op2(e, MXU_HLO_SUBTRACT, x, k(e, x, 0.5)),
+        mxu_hlo_select(h, is(e, MXU_HLO_LT, x, -0.5),
+                       op2(e, MXU_HLO_ADD, x, k(e, x, 0.5)), k(e, x, 0.0)));
   case MXU_HARD_SHRINK:
     return mxu_hlo_select(
-        h, is(e, MXU_HLO_GT, mxu_hlo_unary(h, MXU_HLO_ABS, x), 0.5), x, zero);
+        h, is(e, MXU_HLO_GT, mxu_hlo_unary(h, MXU_HLO_ABS, x), 0.5), x,
+        k(e, x, 0.0));
   default: return softmax(e, x, 1); /* MXU_LOG_SOFTMAX */
   }
 }

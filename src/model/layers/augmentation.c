@@ -547,6 +547,13 @@ static mxu_status read_value_range(const mxu_json_where *where,
 
 /* Keras 3's _set_factor for the colour layers: a number f is [max(-|f|,
  * low), |f|], a pair is sorted; either within [low, high]. */
+/* A pair as Keras sorts one it is given (lower, upper). */
+static void in_order(float range[2]) {
+  if (range[0] <= range[1]) return;
+  float low = range[1];
+  range[1] = range[0], range[0] = low;
+}
+
 static mxu_status read_bounded(const mxu_json_where *where, const cJSON *config,
                                const char *key, float low, float high,
                                float range[2]) {
@@ -554,10 +561,7 @@ static mxu_status read_bounded(const mxu_json_where *where, const cJSON *config,
   if (!v) return MXU_OK; /* the default, already in range */
   MXU_TRY(read_range(where, config, key, range, NULL));
   if (cJSON_IsNumber(v) && range[0] < low) range[0] = low;
-  if (range[0] > range[1]) {
-    float first = range[1];
-    range[1] = range[0], range[0] = first;
-  }
+  in_order(range);
   if (range[0] >= low && range[1] <= high) return MXU_OK;
   char text[96];
   mxu_json_text(v, text, sizeof text);
@@ -638,13 +642,6 @@ static mxu_status read_contrast(const mxu_json_where *where,
                          "factor (%g, %g) must be in [0, 1] and >= 0",
                          (double)c->factor[0], (double)c->factor[1]);
   return MXU_OK;
-}
-
-/* Keras 3's RandomShear sorts a pair it is given. */
-static void in_order(float range[2]) {
-  if (range[0] <= range[1]) return;
-  float low = range[1];
-  range[1] = range[0], range[0] = low;
 }
 
 static mxu_status read_random(const mxu_json_where *where, const cJSON *config,
