@@ -433,6 +433,40 @@ static void rotation(void) {
   mxu_model_free(a);
 }
 
+/* Runs killed between a checkpoint's rename and their prune leave one
+ * more each; the next save prunes them before it writes, so even a save
+ * that then fails (here: a file size limit, as a full disk) leaves no
+ * more than it keeps. */
+static void leftovers_pruned_first(void) {
+  char rotated[sizeof ckpt_dir]; /* the later tests read rotation()'s */
+  memcpy(rotated, ckpt_dir, sizeof ckpt_dir);
+  snprintf(ckpt_dir, sizeof ckpt_dir, "%s/leftovers", temp_dir);
+  mxu_model *a = cifar(mxu_adam(1e-3f), 1);
+  for (int i = 0; i < 4; i++) {
+    mxu_train_position pos = {.epoch = 0, .step = 1 + i, .seed = 42};
+    CHECK_OK(mxu_checkpoint_save(a, ckpt_dir, &pos, 4));
+  }
+  CHECK(count_entries(ckpt_dir, "ckpt-") == 4);
+  pid_t child = fork();
+  if (child == 0) {
+    struct rlimit limit = {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    signal(SIGXFSZ, SIG_IGN); /* the write fails with EFBIG instead */
+    mxu_train_position pos = {.epoch = 0, .step = 5, .seed = 42};
+    _exit(mxu_checkpoint_save(a, ckpt_dir, &pos, 2) == MXU_OK);
+  }
+  int status = -1;
+  waitpid(child, &status, 0);
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the save under a 4 KB file limit did not fail cleanly");
+  CHECK_MSG(count_entries(ckpt_dir, "ckpt-") == 2, "%d checkpoints kept",
+            count_entries(ckpt_dir, "ckpt-"));
+  CHECK(exists(ckpt("ckpt-00000-00004.h5")) &&
+        exists(ckpt("ckpt-00000-00003.h5")));
+  mxu_model_free(a);
+  memcpy(ckpt_dir, rotated, sizeof ckpt_dir);
+}
+
 /* A second run on one checkpoint directory is refused, naming the first;
  * the lock is a process's, so the second run is a child process. */
 static int child_locks(const char *dir, const char *must_say) {
@@ -651,6 +685,7 @@ int main(void) {
   h5py_reads();
   refusals();
   rotation();
+  leftovers_pruned_first();
   one_run_a_directory();
   fallback();
   foreign_damage(0);

@@ -137,13 +137,14 @@ static void remove_file(const char *dir, const char *name) {
 }
 
 /* Older checkpoints beyond the newest `keep`; never the one just
- * written, even if a stray newer-named file sorts ahead of it. */
+ * written (when there is one), even if a stray newer-named file sorts
+ * ahead of it. */
 static mxu_status prune(const char *dir, const char *written, int keep) {
   checkpoint_list list;
   int exists;
   MXU_TRY(list_dir(dir, 0, &list, &exists));
   for (int i = keep; i < list.count; i++)
-    if (strcmp(list.items[i].name, written) != 0)
+    if (!written || strcmp(list.items[i].name, written) != 0)
       remove_file(dir, list.items[i].name);
   free(list.items);
   return MXU_OK;
@@ -194,9 +195,14 @@ mxu_status mxu_checkpoint_save(const mxu_model *model, const char *dir,
            position->step);
   if (!join(path, sizeof path, dir, name))
     return mxu_fail(MXU_ERR_ARG, "checkpoint: %s: path too long", dir);
+  keep = keep > MIN_KEEP ? keep : MIN_KEEP;
+  /* Pruned before writing too: a run killed between its rename and its
+   * prune left one too many, and each such kill would add one more. So
+   * the directory never holds more than keep + 1. */
   MXU_TRY(remove_stale_temps(dir));
+  MXU_TRY(prune(dir, NULL, keep));
   MXU_TRY(mxu_save_model(model, path, position));
-  return prune(dir, name, keep > MIN_KEEP ? keep : MIN_KEEP);
+  return prune(dir, name, keep);
 }
 
 /* ---- one run a directory ----------------------------------------------- */
