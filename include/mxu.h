@@ -1267,6 +1267,8 @@ typedef struct mxu_output_loss {
   /* The focal cross-entropies' (as mxu_compile_config's). */
   float gamma, alpha;
   int apply_class_balancing;
+  /* As mxu_compile_config's. */
+  int has_ignore_class, ignore_class;
   float weight; /* the loss weight; 1.0 */
   /* The output's metrics, by the names mxu_compile_config.metrics takes,
    * NULL after the last; none: no metric (Keras' metrics dict without
@@ -1292,6 +1294,13 @@ typedef struct mxu_compile_config {
    * apply_class_balancing only). */
   float gamma, alpha;
   int apply_class_balancing;
+  /* Keras' ignore_class of the sparse cross-entropy, with has_ignore_class
+   * set: a label (or a label at a position) of that class, in range or
+   * not (segmentation's -1 or 255), scores no loss and no gradient, and
+   * the loss is the mean over the batch's other labels (their sum over
+   * their count, 0 when there is none); the metrics still count every
+   * label, as Keras' do. */
+  int has_ignore_class, ignore_class;
   int batch_size;
   mxu_backend_kind backend;
   /* pjrt: the plugin (NULL: $MXU_PJRT_PLUGIN, else the CPU plugin the

@@ -42,6 +42,8 @@ typedef struct golden {
   int targets, per_sample;
   float t[MAX_ROWS * MAX_CLASSES];
   double loss;
+  /* Keras' accuracy of the step, where batch.h5 has it (NaN if not). */
+  double accuracy;
   float before[MAX_ROWS * MAX_CLASSES], after[MAX_ROWS * MAX_CLASSES];
 } golden;
 
@@ -49,6 +51,8 @@ static const golden_case *current;
 /* The current batch's loss: batch.h5's loss_name, else the sparse
  * cross-entropy, or with float y the categorical one. */
 static mxu_loss loss_of_batch;
+/* batch.h5's ignore_class of the sparse loss, where it has one. */
+static int has_ignore_class, ignore_class;
 
 static const char *in_dir(const char *name) {
   static char path[256];
@@ -95,6 +99,9 @@ static void read_golden(golden *g) {
     H5free_memory(text);
     H5Tclose(memory), H5Tclose(string), H5Dclose(name);
   }
+  has_ignore_class = H5Lexists(file, "ignore_class", H5P_DEFAULT) > 0;
+  if (has_ignore_class)
+    check_h5_read(file, "ignore_class", H5T_NATIVE_INT, &ignore_class);
   hsize_t dims[4] = {0};
   int rank = space >= 0 ? H5Sget_simple_extent_dims(space, dims, NULL) : 0;
   g->targets = rank > 1;
@@ -108,6 +115,9 @@ static void read_golden(golden *g) {
   else
     check_h5_read(file, "y", H5T_NATIVE_INT32, g->y);
   check_h5_read(file, "loss", H5T_NATIVE_DOUBLE, &g->loss);
+  g->accuracy = NAN;
+  if (H5Lexists(file, "accuracy", H5P_DEFAULT) > 0)
+    check_h5_read(file, "accuracy", H5T_NATIVE_DOUBLE, &g->accuracy);
   check_h5_read(file, "predict_before", H5T_NATIVE_FLOAT, g->before);
   check_h5_read(file, "predict_after", H5T_NATIVE_FLOAT, g->after);
   H5Fclose(file);
@@ -122,6 +132,8 @@ static mxu_model *load(const char *json, mxu_backend_kind backend,
   mxu_compile_config cc = mxu_compile_defaults();
   cc.optimizer = mxu_sgd(0.1f, 0.0f, 0);
   cc.loss = loss_of_batch;
+  cc.has_ignore_class = has_ignore_class;
+  cc.ignore_class = ignore_class;
   if (!mxu_loss_is_softmax(cc.loss)) cc.metrics[0] = "mae";
   cc.batch_size = current->rows;
   cc.backend = backend;
@@ -225,6 +237,10 @@ static void one_step(const char *json, mxu_backend_kind backend,
     CHECK_MSG(fabs(history->epochs[0].loss - g->loss) <= tolerance * g->loss,
               "%s: loss %.9g, Keras %.9g", label, history->epochs[0].loss,
               g->loss);
+  if (history && history->count == 1 && !isnan(g->accuracy))
+    CHECK_MSG(fabs(history->epochs[0].accuracy - g->accuracy) <= 1e-6,
+              "%s: accuracy %.9g, Keras %.9g", label,
+              history->epochs[0].accuracy, g->accuracy);
   expect_weights(model, keras, tolerance, label);
   predict(model, g, probs);
   expect_close(probs, g->after, outputs, tolerance, "prediction after the step",
@@ -261,10 +277,22 @@ static void keras3_weights(void) {
   mxu_model_free(model);
 }
 
+/* The loss's ignore_class as batch.h5 gives it (the archives' compile
+ * config carries it). */
+static void expect_ignore_class(const mxu_model *model, const char *path) {
+  const mxu_output_loss *spec = &model->heads[0].spec;
+  CHECK_MSG(spec->has_ignore_class == has_ignore_class &&
+                (!has_ignore_class || spec->ignore_class == ignore_class),
+            "%s: ignore_class %s %d, Keras' %s %d", path,
+            spec->has_ignore_class ? "set" : "unset", spec->ignore_class,
+            has_ignore_class ? "set" : "unset", ignore_class);
+}
+
 /* Keras 3's archive of a net with its initial weights (make_sequence.py,
  * make_recurrent.py: the RNNs' in their cells' groups): mxu_load_model
- * gives Keras' initial predictions; mxu's own .keras and .h5 of it load
- * back predicting the same values, keeping the input's dtype. */
+ * gives Keras' initial predictions and loss settings; mxu's own .keras and
+ * .h5 of it load back predicting the same values, keeping the input's
+ * dtype and the loss's ignore_class. */
 static void keras_archive(const golden_case *c, int input_dtype) {
   static golden g;
   current = c;
@@ -278,6 +306,7 @@ static void keras_archive(const golden_case *c, int input_dtype) {
   float probs[MAX_ROWS * MAX_CLASSES], again[MAX_ROWS * MAX_CLASSES];
   predict(model, &g, probs);
   expect_close(probs, g.before, outputs, 1e-6, "prediction", path);
+  expect_ignore_class(model, path);
   static const char *const saved[] = {"/tmp/mxu_archive.keras",
                                       "/tmp/mxu_archive.h5"};
   for (int i = 0; i < 2; i++) {
@@ -286,6 +315,7 @@ static void keras_archive(const golden_case *c, int input_dtype) {
     CHECK_OK(mxu_load_model(saved[i], MXU_BACKEND_CPU_REF, &back, NULL));
     if (back) predict(back, &g, again);
     if (back) expect_close(again, probs, outputs, 0, "prediction", saved[i]);
+    if (back) expect_ignore_class(back, saved[i]);
     CHECK(back && mxu_model_input(back)->config.input_dtype == input_dtype);
     mxu_model_free(back);
     remove(saved[i]);
@@ -427,6 +457,32 @@ int main(void) {
        6,
        28,
        {7, 0, 0},
+       NULL},
+      /* SparseCategoricalCrossentropy(ignore_class=-1): the labels -1 at
+       * some positions (every one of a sample) score no loss; the loss
+       * the others' mean, the accuracy counting them all; alone, and
+       * with the padding mask (make_tagging.py --ignore [--masked]). */
+      {"tests/golden/tagging_ignore",
+       {"tests/golden/tagging_ignore/model.tf2.json",
+        "tests/golden/tagging_ignore/model.k3.json"},
+       6,
+       28,
+       {7, 0, 0},
+       NULL},
+      {"tests/golden/tagging_masked_ignore",
+       {"tests/golden/tagging_masked_ignore/model.tf2.json",
+        "tests/golden/tagging_masked_ignore/model.k3.json"},
+       6,
+       28,
+       {7, 0, 0},
+       NULL},
+      /* ignore_class=1 over one label a sample (make_ignore_class.py). */
+      {"tests/golden/ignore_class",
+       {"tests/golden/ignore_class/model.tf2.json",
+        "tests/golden/ignore_class/model.k3.json"},
+       8,
+       3,
+       {6, 0, 0},
        NULL},
       /* Keras' encoder-decoder: two inputs, the encoders' final states
        * (return_state) starting the decoders (initial_state), LSTM and
@@ -577,6 +633,7 @@ int main(void) {
         strstr(current->dir, "gru_reset_before") ||
         strstr(current->dir, "group_attention") ||
         strstr(current->dir, "einsum_dense") ||
+        strstr(current->dir, "ignore_class") ||
         strcmp(current->dir, "tests/golden/nested") == 0) {
       snprintf(label[2], sizeof label[2], "%s, pjrt", current->json[1]);
       one_step(current->json[1], MXU_BACKEND_PJRT, &g, label[2]);
@@ -588,8 +645,7 @@ int main(void) {
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     int sequence = strcmp(cases[c].dir, "tests/golden/sequence") == 0 ||
                    strcmp(cases[c].dir, "tests/golden/masking") == 0 ||
-                   strcmp(cases[c].dir, "tests/golden/tagging") == 0 ||
-                   strcmp(cases[c].dir, "tests/golden/tagging_masked") == 0;
+                   strstr(cases[c].dir, "tests/golden/tagging") != NULL;
     if (sequence || strcmp(cases[c].dir, "tests/golden/recurrent") == 0 ||
         strcmp(cases[c].dir, "tests/golden/attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/timeseries") == 0 ||
@@ -607,6 +663,7 @@ int main(void) {
         strcmp(cases[c].dir, "tests/golden/rnn_cells") == 0 ||
         strcmp(cases[c].dir, "tests/golden/group_attention") == 0 ||
         strcmp(cases[c].dir, "tests/golden/einsum_dense") == 0 ||
+        strcmp(cases[c].dir, "tests/golden/ignore_class") == 0 ||
         strcmp(cases[c].dir, "tests/golden/masked_series") == 0)
       keras_archive(&cases[c], sequence);
   }

@@ -902,6 +902,31 @@ static void writes_compile_config(void) {
       mxu_model_free(again);
     }
   }
+  /* The sparse cross-entropy's ignore_class, in range or not; on another
+   * loss compile refuses it. */
+  c = mxu_compile_defaults();
+  c.has_ignore_class = 1;
+  for (int i = 0; i < 2; i++) {
+    c.ignore_class = i ? 255 : -1;
+    CHECK_OK(mxu_compile(m, &c));
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      char *text = write_json(m, keras3);
+      mxu_compile_config back = mxu_compile_defaults();
+      int has_compile = 0;
+      mxu_model *again = text ? read_json(text, &back, &has_compile) : NULL;
+      CHECK_MSG(text && strstr(text, "\"SparseCategoricalCrossentropy\"") &&
+                    back.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
+                    back.has_ignore_class &&
+                    back.ignore_class == c.ignore_class,
+                "ignore_class %d, keras3 %d: read back %d %d", c.ignore_class,
+                keras3, back.has_ignore_class, back.ignore_class);
+      free(text);
+      mxu_model_free(again);
+    }
+  }
+  c.loss = MXU_CATEGORICAL_CROSSENTROPY;
+  CHECK(mxu_compile(m, &c) == MXU_ERR_ARG &&
+        strstr(mxu_errmsg(), "ignore_class is an option of the sparse"));
   mxu_model_free(m);
 }
 
@@ -2475,6 +2500,9 @@ static void errors_compile(void) {
       {"{\"loss\": {\"class_name\": \"SparseCategoricalCrossentropy\", "
        "\"config\": {\"label_smoothing\": 0.1}}}",
        "label_smoothing 0.1"},
+      {"{\"loss\": {\"class_name\": \"CategoricalCrossentropy\", "
+       "\"config\": {\"ignore_class\": 3}}}",
+       "ignore_class is an option of SparseCategoricalCrossentropy only"},
       {"{\"loss\": {\"class_name\": \"CategoricalFocalCrossentropy\", "
        "\"config\": {\"alpha\": [0.2, 0.3, 0.5]}}}",
        "alpha must be one number (a weight per class is not supported)"},
@@ -2673,6 +2701,26 @@ static void compile_forms(void) {
                  "{\"name\": \"mean_squared_error\"}}]}");
   CHECK(c.loss == MXU_HUBER && c.huber_delta == 2.5f);
   CHECK(c.metrics[0] && strcmp(c.metrics[0], "mean_squared_error") == 0);
+  c = compile_of("compile_config",
+                 "{\"loss\": {\"class_name\": "
+                 "\"SparseCategoricalCrossentropy\", \"config\": {\"name\": "
+                 "\"sparse_categorical_crossentropy\", \"from_logits\": true, "
+                 "\"ignore_class\": 255}}}");
+  CHECK(c.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY && c.from_logits &&
+        c.has_ignore_class && c.ignore_class == 255);
+  c = compile_of("compile_config",
+                 "{\"loss\": {\"class_name\": "
+                 "\"SparseCategoricalCrossentropy\", \"config\": "
+                 "{\"ignore_class\": null}}}");
+  CHECK(!c.has_ignore_class);
+  mxu_model *refused = NULL;
+  CHECK(mxu_model_from_json(
+            compiled_with("compile_config",
+                          "{\"loss\": {\"class_name\": "
+                          "\"SparseCategoricalCrossentropy\", \"config\": "
+                          "{\"ignore_class\": 2.5}}}"),
+            "test.json", &refused, &c, NULL) == MXU_ERR_FORMAT &&
+        has(mxu_errmsg(), "ignore_class must be an integer") && !refused);
   c = compile_of("training_config", "{\"loss\": \"kld\"}");
   CHECK(c.loss == MXU_KL_DIVERGENCE);
 }

@@ -480,6 +480,63 @@ static void test_target_mismatch(void) {
   mxu_dataset_free(data);
 }
 
+/* The sparse loss's ignore_class over labels given as numbers (an .npy
+ * holding -1 loads as float targets): the ignored samples add no loss,
+ * the loss is the others' mean, the accuracy counts every sample (an
+ * ignored one never hits); a label neither a class nor the ignored one is
+ * refused by name; a batch of ignored labels only has loss 0. */
+static void test_ignore_class(void) {
+  enum { N = 6, K = 3 };
+  float x[N] = {-1.0f, -0.5f, 0.0f, 0.3f, 0.7f, 1.2f};
+  float y[N] = {0, -1, 2, -1, 1, 2};
+  int64_t one[1] = {1};
+  mxu_dataset *data = NULL;
+  CHECK_OK(mxu_dataset_from_targets(x, y, N, mxu_shape_make(1, one), 1, &data));
+  mxu_model *model = mxu_sequential(NULL);
+  CHECK_OK(mxu_add_input(model, NULL, mxu_shape_make(1, one)));
+  mxu_dense_config d = mxu_dense_defaults(K);
+  d.activation = MXU_SOFTMAX;
+  CHECK_OK(mxu_add_dense(model, &d));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.batch_size = N;
+  c.threads = 1;
+  c.has_ignore_class = 1;
+  c.ignore_class = -1;
+  CHECK_OK(mxu_compile(model, &c));
+  float p[N * K];
+  CHECK_OK(mxu_predict(model, x, N, p));
+  double want = 0, hits = 0, kept = 0;
+  for (int i = 0; i < N; i++) {
+    int label = (int)y[i], best = 0;
+    for (int j = 1; j < K; j++)
+      best = p[i * K + j] > p[i * K + best] ? j : best;
+    hits += best == label;
+    if (label < 0) continue;
+    want -= log(p[i * K + label]);
+    kept++;
+  }
+  double loss = NAN, accuracy = NAN;
+  CHECK_OK(mxu_evaluate(model, data, 0, &loss, &accuracy));
+  CHECK_MSG(fabs(loss - want / kept) <= 1e-6 * want / kept &&
+                accuracy == hits / N,
+            "loss %.9g (the kept labels' mean %.9g), accuracy %g (%g)", loss,
+            want / kept, accuracy, hits / N);
+  for (int i = 0; i < N; i++) y[i] = -1;
+  mxu_dataset_free(data);
+  CHECK_OK(mxu_dataset_from_targets(x, y, N, mxu_shape_make(1, one), 1, &data));
+  CHECK_OK(mxu_evaluate(model, data, 0, &loss, &accuracy));
+  CHECK_MSG(loss == 0.0 && accuracy == 0.0, "all ignored: loss %g, accuracy %g",
+            loss, accuracy);
+  y[4] = 255;
+  mxu_dataset_free(data);
+  CHECK_OK(mxu_dataset_from_targets(x, y, N, mxu_shape_make(1, one), 1, &data));
+  EXPECT_FAIL(mxu_evaluate(model, data, 0, &loss, &accuracy), MXU_ERR_ARG,
+              "label at position 0 is 255, not a class index in 0..2 or the "
+              "ignore_class");
+  mxu_model_free(model);
+  mxu_dataset_free(data);
+}
+
 int main(void) {
   test_target_losses();
   test_bce_logits_extremes();
@@ -489,5 +546,6 @@ int main(void) {
   test_regression_fit();
   test_binary_fit();
   test_target_mismatch();
+  test_ignore_class();
   return check_report("test_losses");
 }

@@ -262,6 +262,7 @@ static void apply_overrides(const cli_command *cmd, const train_args *a,
     c->gamma = 2.0f;
     c->alpha = 0.25f;
     c->apply_class_balancing = 0;
+    c->has_ignore_class = 0;
     match_metrics(c->metrics, c->loss);
     match_metrics(c->weighted_metrics, c->loss);
   }

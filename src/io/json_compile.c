@@ -476,6 +476,20 @@ static mxu_status read_focal(const mxu_json_where *where, const cJSON *config,
                        &out->apply_class_balancing);
 }
 
+/* The sparse cross-entropy's ignore_class: an int, or null for none. */
+static mxu_status read_ignore_class(const mxu_json_where *where,
+                                    const cJSON *config, mxu_output_loss *out) {
+  const cJSON *v = mxu_json_get(config, "ignore_class");
+  out->has_ignore_class = v && !cJSON_IsNull(v);
+  if (!out->has_ignore_class) return MXU_OK;
+  if (out->loss != MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "ignore_class is an option of "
+                         "SparseCategoricalCrossentropy only");
+  return mxu_json_int(where, config, "ignore_class", MXU_JSON_REQUIRED, INT_MIN,
+                      INT_MAX, &out->ignore_class);
+}
+
 static int is_focal(mxu_loss loss) {
   return loss == MXU_BINARY_FOCAL_CROSSENTROPY ||
          loss == MXU_CATEGORICAL_FOCAL_CROSSENTROPY;
@@ -501,7 +515,7 @@ static mxu_status read_loss_config(const mxu_json_where *where,
                          "reduction '%s' is not supported (only "
                          "'sum_over_batch_size')",
                          reduction->valuestring);
-  MXU_TRY(mxu_json_require_null(where, config, "ignore_class"));
+  MXU_TRY(read_ignore_class(where, config, out));
   int axis = -1;
   MXU_TRY(mxu_json_int(where, config, "axis", MXU_JSON_OPTIONAL, -1, 1 << 20,
                        &axis));
@@ -538,6 +552,7 @@ static mxu_status read_one_loss(const mxu_json_where *where, const cJSON *v,
   out->gamma = 2.0f;
   out->alpha = 0.25f;
   out->apply_class_balancing = 0;
+  out->has_ignore_class = 0;
   return cJSON_IsObject(v)
              ? read_loss_config(where, mxu_json_get(v, "config"), out)
              : MXU_OK;
@@ -1043,7 +1058,9 @@ static int same_loss(const mxu_output_loss *a, const mxu_output_loss *b) {
          a->label_smoothing == b->label_smoothing &&
          a->huber_delta == b->huber_delta && a->gamma == b->gamma &&
          a->alpha == b->alpha &&
-         a->apply_class_balancing == b->apply_class_balancing;
+         a->apply_class_balancing == b->apply_class_balancing &&
+         a->has_ignore_class == b->has_ignore_class &&
+         (!a->has_ignore_class || a->ignore_class == b->ignore_class);
 }
 
 static int same_metrics(const char *const *a, const char *const *b) {
@@ -1087,6 +1104,8 @@ static void outputs_finish(const outputs_read *r, mxu_compile_config *c) {
   c->gamma = first->gamma;
   c->alpha = first->alpha;
   c->apply_class_balancing = first->apply_class_balancing;
+  c->has_ignore_class = first->has_ignore_class;
+  c->ignore_class = first->ignore_class;
   c->output_count = apart ? r->count : 0;
   if (!apart) {
     memcpy(c->metrics, first->metrics, sizeof c->metrics);
@@ -1276,7 +1295,8 @@ static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
   int huber = o->loss == MXU_HUBER && o->huber_delta != 1.0f;
   int focal = is_focal(o->loss) && (o->gamma != 2.0f || o->alpha != 0.25f ||
                                     o->apply_class_balancing);
-  if (!o->from_logits && o->label_smoothing == 0.0f && !huber && !focal)
+  if (!o->from_logits && o->label_smoothing == 0.0f && !huber && !focal &&
+      !o->has_ignore_class)
     return cJSON_CreateString(mxu_loss_name(o->loss));
   cJSON *config = cJSON_CreateObject();
   mxu_json_put_string(out, config, "name", mxu_loss_name(o->loss));
@@ -1289,6 +1309,8 @@ static cJSON *loss_value(mxu_json_out *out, const mxu_output_loss *o) {
     if (o->label_smoothing != 0.0f)
       mxu_json_put_float(out, config, "label_smoothing", o->label_smoothing);
   }
+  if (o->has_ignore_class)
+    mxu_json_put_number(out, config, "ignore_class", o->ignore_class);
   if (focal) {
     mxu_json_put_float(out, config, "gamma", o->gamma);
     mxu_json_put_float(out, config, "alpha", o->alpha);

@@ -172,6 +172,8 @@ mxu_output_loss mxu_output_spec(const mxu_compile_config *c, int k) {
                           .gamma = c->gamma,
                           .alpha = c->alpha,
                           .apply_class_balancing = c->apply_class_balancing,
+                          .has_ignore_class = c->has_ignore_class,
+                          .ignore_class = c->ignore_class,
                           .weight = 1.0f,
                           .metrics = {"accuracy"}};
   if (c->metrics[0]) memcpy(spec.metrics, c->metrics, sizeof spec.metrics);
@@ -206,6 +208,11 @@ static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
                     "compile: a focal loss's gamma %g must be >= 0 and its "
                     "alpha %g a number",
                     (double)o->gamma, (double)o->alpha);
+  if (o->has_ignore_class && o->loss != MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: ignore_class is an option of the sparse "
+                    "categorical cross-entropy only (output '%s' has %s)",
+                    out->name, mxu_loss_name(o->loss));
   if (o->loss == MXU_HUBER &&
       !(o->huber_delta > 0.0f && isfinite(o->huber_delta)))
     return mxu_fail(MXU_ERR_ARG, "compile: Huber's delta %g must be positive",
@@ -1042,6 +1049,9 @@ static mxu_status reserve_io(mxu_model *model) {
                        ? mxu_arena_reserve(layout, (size_t)batch * positions *
                                                        sizeof(float))
                        : plan->mask;
+    if (model->heads[h].spec.has_ignore_class)
+      hp->loss_rows =
+          mxu_arena_reserve(layout, (size_t)batch * positions * sizeof(float));
     hp->probs =
         mxu_arena_reserve(layout, (size_t)batch * classes * sizeof(float));
     hp->loss =

@@ -297,6 +297,11 @@ int64_t mxu_loss_positions(const mxu_model *model, int h) {
   return mxu_shape_count(s) / s->dims[s->rank - 1];
 }
 
+int mxu_loss_keeps_rows(const mxu_model *model, int h) {
+  return model->plan.head[h].loss_mask >= 0 ||
+         model->heads[h].spec.has_ignore_class;
+}
+
 int64_t mxu_head_row_values(const mxu_model *model, int h) {
   const mxu_shape *s = &model->layers[model->heads[h].node].out_shape;
   return mxu_shape_count(s) / mxu_loss_positions(model, h);

@@ -719,6 +719,9 @@ static inline int mxu_head_weighs_metrics(const mxu_head *head) {
  * outputs per row. */
 typedef struct mxu_head_plan {
   size_t labels, targets, smoothed, row_mask, probs, loss;
+  /* Under ignore_class, the rows its loss scores: row_mask's but those
+   * whose label is the ignored class (the metrics keep them, as Keras'). */
+  size_t loss_rows;
   /* Its metrics' tallies of this batch (floats), where it has any: the
    * model's values tally_first .. + tally_values (mxu_plan.tallies). */
   size_t tallies;
@@ -1087,6 +1090,9 @@ int mxu_step_kept(const float *x, int64_t width, float padding);
  * positions; 1 otherwise (the other losses mean over every value alike).
  * Of head h (0: the first output's). */
 int64_t mxu_loss_positions(const mxu_model *model, int h);
+/* Whether head h's loss means over the rows it keeps, each weighed by its
+ * mask_factor: under a padding mask (loss_mask), or ignore_class. */
+int mxu_loss_keeps_rows(const mxu_model *model, int h);
 /* Categorical label smoothing: out = t (1 - s) + s / k. */
 void mxu_smooth_targets(int64_t rows, int k, float smoothing,
                         const float *targets, float *out);

@@ -184,11 +184,16 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
                                 mxu_hlo_value hot, int64_t values) {
   const ops oo = {h, y}, *o = &oo;
   switch (kind) {
+  /* Times the one-hot row's sum: a label outside the classes (an ignored
+   * -1 or 255) has a row of zeros, and never hits, as on the host. */
   case MXU_METRIC_SPARSE_ACCURACY:
   case MXU_METRIC_CATEGORICAL_ACCURACY:
-    return truth(h, MXU_HLO_EQ, first_argmax(h, y), first_argmax(h, hot));
+    return mxu_hlo_mul(
+        h, truth(h, MXU_HLO_EQ, first_argmax(h, y), first_argmax(h, hot)),
+        row_sums(h, hot));
   case MXU_METRIC_SPARSE_TOP_K:
-  case MXU_METRIC_TOP_K: return in_top_k(h, y, hot);
+  case MXU_METRIC_TOP_K:
+    return mxu_hlo_mul(h, in_top_k(h, y, hot), row_sums(h, hot));
   case MXU_METRIC_BINARY_ACCURACY: {
     float threshold = options->has_threshold ? (float)options->threshold : 0.5f;
     mxu_hlo_value above = mxu_hlo_convert(
@@ -399,14 +404,15 @@ static mxu_hlo_value vectors_per_row(mxu_hlo *h, const mxu_output_loss *c,
       h, mxu_hlo_reshape(h, each, mxu_hlo_shape_make(MXU_HLO_F32, 2, per_row)));
 }
 
-/* Each scored row's weights (loss.c's row_mask and row_weight): a
- * sample's mask over its positions, 0 where the padding masks; in the
- * loss 1 / positions of the sample's, or under a padding mask the
- * replica's samples over its unmasked positions (0 when none, as Keras'
- * divide_no_nan); in the metric 1 / positions. */
-static void row_weights(mxu_hlo *h, const mxu_emit_loss_input *in,
-                        int64_t positions, mxu_hlo_value *loss,
-                        mxu_hlo_value *metric) {
+/* Each scored row's weights (step.c's row_mask, loss_rows and
+ * row_weight): a sample's mask over its positions, 0 where the padding
+ * masks; in the metric 1 / positions; in the loss also 0 where the label
+ * is the ignored class, and where the loss keeps rows (a padding mask,
+ * ignore_class) the replica's samples over its kept rows (0 when none, as
+ * Keras' divide_no_nan), else 1 / positions. */
+static void row_weights(mxu_hlo *h, const mxu_output_loss *c,
+                        const mxu_emit_loss_input *in, int64_t positions,
+                        mxu_hlo_value *loss, mxu_hlo_value *metric) {
   int64_t spread[2] = {in->batch, positions}, rows = in->batch * positions;
   const int64_t samples = 0, all = 0;
   mxu_hlo_shape grid = mxu_hlo_shape_make(MXU_HLO_F32, 2, spread);
@@ -421,10 +427,18 @@ static void row_weights(mxu_hlo *h, const mxu_emit_loss_input *in,
                                     MXU_HLO_F32));
   kept = mxu_hlo_reshape(h, kept, mxu_hlo_shape_make(MXU_HLO_F32, 1, &rows));
   *metric = mxu_hlo_mul(h, kept, mxu_hlo_full_like(h, kept, 1.0 / positions));
-  if (!in->padding) {
+  if (!in->padding && !c->has_ignore_class) {
     *loss = *metric;
     return;
   }
+  if (c->has_ignore_class)
+    kept = mxu_hlo_mul(
+        h, kept,
+        mxu_hlo_convert(h,
+                        mxu_hlo_compare_op(
+                            h, MXU_HLO_NE, in->labels,
+                            mxu_hlo_full_like(h, in->labels, c->ignore_class)),
+                        MXU_HLO_F32));
   mxu_hlo_value own = mxu_hlo_reduce(h, in->mask, MXU_HLO_SUM, 1, &all);
   mxu_hlo_value valid = mxu_hlo_reduce(h, kept, MXU_HLO_SUM, 1, &all);
   mxu_hlo_value factor = mxu_hlo_select(
@@ -590,7 +604,8 @@ mxu_status mxu_emit_loss(const mxu_model *model, int head,
   int64_t dims[2] = {in->batch * positions, values};
   mxu_hlo_shape rows_shape = mxu_hlo_shape_make(MXU_HLO_F32, 2, dims);
   mxu_hlo_value mask = in->mask, metric_mask = in->mask;
-  if (positions > 1) row_weights(h, in, positions, &mask, &metric_mask);
+  if (positions > 1 || c->has_ignore_class)
+    row_weights(h, c, in, positions, &mask, &metric_mask);
   mxu_hlo_value y = mxu_hlo_reshape(h, in->y, rows_shape);
   int sparse = c->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   mxu_hlo_value t = sparse ? one_hot(h, in->labels, (int)dims[0], values)

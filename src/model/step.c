@@ -162,14 +162,29 @@ static const float *row_mask(const mxu_model *model, mxu_replica *replica,
   return rows;
 }
 
-/* Each scored row's weight in its sample's loss: 1 / positions, or under
- * a padding mask the logical replica's samples over its unmasked
- * positions. */
+/* The rows head h's loss scores: the scored rows but, under
+ * ignore_class, those whose label is that class. */
+static const float *loss_rows(const mxu_model *model, mxu_replica *replica,
+                              int h, const float *scored) {
+  const mxu_output_loss *spec = &model->heads[h].spec;
+  const mxu_head_plan *hp = &model->plan.head[h];
+  if (!spec->has_ignore_class) return scored;
+  const int32_t *labels =
+      (const int32_t *)(const void *)mxu_replica_floats(replica, hp->labels);
+  float *rows = mxu_replica_floats(replica, hp->loss_rows);
+  for (int64_t r = 0; r < model->plan.batch * mxu_loss_positions(model, h); r++)
+    rows[r] = labels[r] == spec->ignore_class ? 0.0f : scored[r];
+  return rows;
+}
+
+/* Each kept row's weight in its sample's loss: 1 / positions, or where
+ * the loss keeps rows (a padding mask, ignore_class) the logical replica's
+ * samples over its kept rows. */
 static double row_weight(const mxu_model *model, const mxu_replica *replica,
                          int h) {
-  const mxu_head_plan *hp = &model->plan.head[h];
-  if (hp->loss_mask < 0) return 1.0 / (double)mxu_loss_positions(model, h);
-  return hp->mask_factor[replica - model->plan.replica];
+  if (!mxu_loss_keeps_rows(model, h))
+    return 1.0 / (double)mxu_loss_positions(model, h);
+  return model->plan.head[h].mask_factor[replica - model->plan.replica];
 }
 
 /* The softmax cross-entropies, on the backend: fused with a final softmax
@@ -260,17 +275,18 @@ static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
    * position is a row of its own. */
   int64_t positions = mxu_loss_positions(model, h);
   const float *scored = row_mask(model, replica, h);
+  const float *kept = loss_rows(model, replica, h, scored);
   double weight = row_weight(model, replica, h);
   float row_scale = scale * head->spec.weight * (float)weight;
   const float *targets = mxu_replica_floats(replica, hp->targets);
   const float *out = mxu_replica_floats(replica, plan->act[head->node]);
   const float *loss = mxu_replica_floats(replica, hp->loss);
   if (mxu_loss_is_softmax(head->spec.loss)) {
-    softmax_loss(model, replica, key, row_scale, h, scored);
+    softmax_loss(model, replica, key, row_scale, h, kept);
   } else {
     mxu_loss_spec spec = {head->spec, values / positions,
                           shape->dims[shape->rank - 1]};
-    mxu_target_loss(&spec, rows * positions, out, targets, scored, row_scale,
+    mxu_target_loss(&spec, rows * positions, out, targets, kept, row_scale,
                     mxu_replica_floats(replica, hp->loss),
                     mxu_replica_floats(replica, plan->grad[head->node]));
   }

@@ -26,12 +26,18 @@ static int64_t output_values(const mxu_model *model, int h) {
   return mxu_shape_count(&model->layers[model->heads[h].node].out_shape);
 }
 
-/* The sparse loss over an output of several positions (a sequence's
- * steps): a class index per position, which the data gives as its targets
- * (an .npy of (count, steps) labels). */
-static int positional_labels(const mxu_model *model, int h) {
-  return model->heads[h].spec.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
-         mxu_loss_positions(model, h) > 1;
+/* Whether head h's class labels are the data's targets, one a position:
+ * the sparse loss over an output of several positions (a sequence's
+ * steps: an .npy of (count, steps) labels), or under ignore_class over
+ * one where the data's labels are numbers, not classes (an .npy holding
+ * the ignored -1 loads as targets). */
+static int positional_labels(const mxu_model *model, int h,
+                             const mxu_dataset *data) {
+  const mxu_output_loss *spec = &model->heads[h].spec;
+  return spec->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
+         (mxu_loss_positions(model, h) > 1 ||
+          (spec->has_ignore_class && !data->num_classes && data->targets &&
+           data->target_size == 1));
 }
 
 /* "output 'name': " before a message about one output of a model of
@@ -57,15 +63,18 @@ static mxu_status check_positional(const mxu_model *model, int h,
                     "(count, %lld)), but the data gives %d values a sample",
                     what, o, (long long)positions, (long long)positions,
                     data->targets ? data->target_size : 1);
+  const mxu_output_loss *spec = &model->heads[h].spec;
   for (int64_t i = 0; i < data->count * positions; i++) {
     float v = data->targets[i];
+    if (spec->has_ignore_class && v == (float)spec->ignore_class) continue;
     if (!(v >= 0 && v < (float)classes && v == floorf(v)))
       return mxu_fail(MXU_ERR_ARG,
                       "%s: %ssample %lld's label at position %lld is %g, not "
-                      "a class index in 0..%lld",
+                      "a class index in 0..%lld%s",
                       what, o, (long long)(i / positions),
                       (long long)(i % positions), (double)v,
-                      (long long)classes - 1);
+                      (long long)classes - 1,
+                      spec->has_ignore_class ? " or the ignore_class" : "");
   }
   return MXU_OK;
 }
@@ -76,7 +85,7 @@ static mxu_status check_positional(const mxu_model *model, int h,
  * for them (as numbers for a one-value output, else one-hot rows). */
 static mxu_status check_targets(const mxu_model *model, int h,
                                 const mxu_dataset *data, const char *what) {
-  if (positional_labels(model, h))
+  if (positional_labels(model, h, data))
     return check_positional(model, h, data, what);
   const mxu_head *head = &model->heads[h];
   int64_t values = output_values(model, h);
@@ -216,7 +225,7 @@ static mxu_status check_class_weight(const mxu_model *model,
                                      const mxu_fit_config *c) {
   if (!c->class_weight) return MXU_OK;
   if (model->head_count > 1 || !train->num_classes ||
-      positional_labels(model, 0))
+      positional_labels(model, 0, train))
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "fit: class_weight weighs the samples of a model of one "
                     "output by their one class label; give sample weights "
@@ -269,11 +278,10 @@ static void load_targets(mxu_model *model, mxu_replica *replica, int h,
   int32_t *labels = (int32_t *)(void *)mxu_replica_floats(replica, hp->labels);
   float *targets = mxu_replica_floats(replica, hp->targets);
   int64_t values = output_values(model, h);
-  int64_t positions =
-      positional_labels(model, h) ? mxu_loss_positions(model, h) : 1;
-  int given =
-      data.targets && (data.target_size == values ||
-                       (positions > 1 && data.target_size == positions));
+  int positional = positional_labels(model, h, &data);
+  int64_t positions = positional ? mxu_loss_positions(model, h) : 1;
+  int given = data.targets && (data.target_size == values ||
+                               (positional && data.target_size == positions));
   memset(labels, 0, (size_t)(batch * positions) * sizeof *labels);
   memset(targets, 0, (size_t)(batch * values) * sizeof *targets);
   /* predict's data has neither: labels read as class 0, targets as 0. */
@@ -281,9 +289,13 @@ static void load_targets(mxu_model *model, mxu_replica *replica, int h,
     mxu_dataset_gather(&data, order, first, own, NULL,
                        data.num_classes && positions == 1 ? labels : NULL,
                        given ? targets : NULL);
-  if (positions > 1) { /* each position's class index, from the targets */
+  if (positional) { /* each position's class index, from the targets */
+    const mxu_output_loss *spec = &model->heads[h].spec;
     for (int64_t i = 0; given && i < own * positions; i++)
-      labels[i] = (int32_t)targets[i];
+      labels[i] =
+          spec->has_ignore_class && targets[i] == (float)spec->ignore_class
+              ? spec->ignore_class /* any int, past float's range */
+              : (int32_t)targets[i];
     return;
   }
   if (given || !data.num_classes) return;
@@ -337,29 +349,46 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
   load_weights(model, replica, data, order, first, own);
 }
 
-/* A padding mask reaching head h's loss (its loss_mask): each local
- * slice's unmasked positions, from the input it holds (ids != 0, or a
- * Masking's steps not all mask_value), summed per logical replica; each
- * slice's factor is its logical replica's real samples over that sum (0
- * when none is unmasked, as Keras' divide_no_nan). */
-static void count_unmasked(mxu_model *model, int h) {
-  mxu_plan *plan = &model->plan;
-  mxu_head_plan *hp = &plan->head[h];
+/* Whether position t of the replica's sample n counts in head h's loss:
+ * unmasked by a padding mask reaching it (its loss_mask: ids != 0 in the
+ * input, or a Masking's steps not all mask_value), and not labelled
+ * ignore_class. */
+static int position_kept(const mxu_model *model, const mxu_replica *replica,
+                         int h, int64_t n, int64_t t) {
+  const mxu_head_plan *hp = &model->plan.head[h];
+  const mxu_output_loss *spec = &model->heads[h].spec;
+  int64_t positions = mxu_loss_positions(model, h);
+  if (spec->has_ignore_class) {
+    const int32_t *labels =
+        (const int32_t *)(const void *)mxu_replica_floats(replica, hp->labels);
+    if (labels[n * positions + t] == spec->ignore_class) return 0;
+  }
+  if (hp->loss_mask < 0) return 1;
   const mxu_layer *holder = &model->layers[hp->loss_mask];
   int masking = holder->cls->computes_mask;
   int input = masking ? holder->inputs[0] : holder->index;
-  float padding = masking ? holder->config.mask_value : 0.0f;
-  int64_t steps = model->layers[input].out_shape.dims[0];
-  int64_t width = mxu_shape_count(&model->layers[input].out_shape) / steps;
+  int64_t width = mxu_shape_count(&model->layers[input].out_shape) / positions;
+  const float *x = mxu_replica_floats(replica, model->plan.act[input]);
+  return mxu_step_kept(x + (n * positions + t) * width, width,
+                       masking ? holder->config.mask_value : 0.0f);
+}
+
+/* Where head h's loss keeps rows (mxu_loss_keeps_rows): each local
+ * slice's kept positions, summed per logical replica; each slice's factor
+ * is its logical replica's real samples over that sum (0 when none is
+ * kept, as Keras' divide_no_nan). */
+static void count_kept(mxu_model *model, int h) {
+  mxu_plan *plan = &model->plan;
+  mxu_head_plan *hp = &plan->head[h];
+  int64_t positions = mxu_loss_positions(model, h);
   double valid[plan->local_count], own[plan->local_count];
   for (int r = 0; r < plan->local_count; r++) {
     const mxu_replica *replica = &plan->replica[r];
-    const float *x = mxu_replica_floats(replica, plan->act[input]);
     const float *mask = mxu_replica_floats(replica, plan->mask);
     valid[r] = own[r] = 0;
     for (int64_t n = 0; n < plan->batch && mask[n] != 0.0f; n++, own[r]++)
-      for (int64_t t = 0; t < steps; t++)
-        valid[r] += mxu_step_kept(x + (n * steps + t) * width, width, padding);
+      for (int64_t t = 0; t < positions; t++)
+        valid[r] += position_kept(model, replica, h, n, t);
   }
   for (int r = 0; r < plan->local_count; r++) {
     int logical = plan->replica[r].index / plan->split;
@@ -377,7 +406,7 @@ static void load_batch(mxu_model *model, const mxu_dataset *data,
   for (int r = 0; r < model->plan.local_count; r++)
     load_replica(model, &model->plan.replica[r], data, order, first, rows);
   for (int h = 0; h < model->head_count; h++)
-    if (model->plan.head[h].loss_mask >= 0) count_unmasked(model, h);
+    if (mxu_loss_keeps_rows(model, h)) count_kept(model, h);
 }
 
 /* A run's metrics' tallies (mxu_plan.tallies summed over its steps). */

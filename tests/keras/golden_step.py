@@ -1,8 +1,9 @@
 """golden_step.py — what the make_*.py golden scripts share: one SGD step
 of a tf_keras model on one batch, written as test_golden reads it
 (model.tf2.json, initial.h5, after_step.h5, batch.h5 with x (a list for a
-model of several inputs: x, x_1, ...), y, the loss and the predictions
-before and after the step); and, for a model built in
+model of several inputs: x, x_1, ...), y, the loss, the accuracy (files
+written before it have none) and the predictions before and after the
+step); and, for a model built in
 either Keras, that step with Keras 3's JSON and archive of the model too.
 Not run on its own."""
 import os
@@ -16,7 +17,7 @@ def write(model, x, y, out):
         f.write(model.to_json(indent=1))
     model.save_weights(os.path.join(out, "initial.h5"))
     before = model.predict(x, verbose=0)
-    loss, _ = model.train_on_batch(x, y)
+    loss, accuracy = model.train_on_batch(x, y)
     after = model.predict(x, verbose=0)
     model.save_weights(os.path.join(out, "after_step.h5"))
     with h5py.File(os.path.join(out, "batch.h5"), "w") as f:
@@ -24,25 +25,38 @@ def write(model, x, y, out):
         for k, array in enumerate(x if isinstance(x, list) else [x]):
             f["x" if k == 0 else f"x_{k}"] = array
         f["y"], f["loss"] = y, float(loss)
+        f["accuracy"] = float(accuracy)
         f["predict_before"], f["predict_after"] = before, after
     return loss
 
 
 def write_dialects(build, tf_keras, keras, seed, x, y, out,
-                   loss="sparse_categorical_crossentropy"):
+                   loss="sparse_categorical_crossentropy", ignore_class=None):
     """build(K) makes the model in tf_keras or keras; tf_keras takes the
     step from the initial weights of seed. Also writes model.k3.json and
     model.keras, Keras 3's archive with those initial weights (the same
     order), whose predictions are predict_before. y: labels, or float
-    targets with loss categorical_crossentropy. Returns the loss."""
+    targets with loss categorical_crossentropy. ignore_class: the sparse
+    loss's (batch.h5 keeps it; Keras 3's step must agree with tf.keras').
+    Returns the loss."""
     os.makedirs(out, exist_ok=True)
+
+    def loss_of(K):
+        if ignore_class is None:
+            return loss
+        return K.losses.SparseCategoricalCrossentropy(ignore_class=ignore_class)
+
     tf_keras.utils.set_random_seed(seed)
     model = build(tf_keras)
-    model.compile(tf_keras.optimizers.SGD(0.1), loss, ["accuracy"])
+    model.compile(tf_keras.optimizers.SGD(0.1), loss_of(tf_keras),
+                  ["accuracy"])
     step_loss = write(model, x, y, out)
     if loss != "sparse_categorical_crossentropy":
         with h5py.File(os.path.join(out, "batch.h5"), "a") as f:
             f["loss_name"] = loss
+    if ignore_class is not None:
+        with h5py.File(os.path.join(out, "batch.h5"), "a") as f:
+            f["ignore_class"] = ignore_class
     k3 = build(keras)
     with open(os.path.join(out, "model.k3.json"), "w") as f:
         f.write(k3.to_json(indent=1))
@@ -52,9 +66,14 @@ def write_dialects(build, tf_keras, keras, seed, x, y, out,
     initial = build(tf_keras)
     for layer in k3.layers:
         layer.set_weights(initial.get_layer(layer.name).get_weights())
-    k3.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss,
+    k3.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss_of(keras),
                metrics=["accuracy"])
     k3.save(os.path.join(out, "model.keras"))
+    if ignore_class is not None:  # Keras 3 must mean the loss as tf.keras
+        again = keras.models.load_model(os.path.join(out, "model.keras"))
+        k3_loss = again.train_on_batch(x, y)[0]
+        assert abs(k3_loss - step_loss) <= 1e-5 * abs(step_loss), (
+            k3_loss, step_loss)
     print("loss", step_loss, "layers", [l.name for l in model.layers])
     return step_loss
 

@@ -7,6 +7,11 @@ position of a (steps, classes) softmax, the labels (count, steps).
 With --masked (tests/golden/tagging_masked/): Embedding(mask_zero), no
 Conv1D (it would drop the mask), the ids padded with 0 after, before and
 inside: Keras' loss is then the unmasked positions' mean.
+With --ignore (tests/golden/tagging_ignore/, or with --masked too
+tests/golden/tagging_masked_ignore/): SparseCategoricalCrossentropy(
+ignore_class=-1), the labels -1 at some positions and at every position of
+sample 3: Keras' loss is the mean over the others (of those unmasked), its
+accuracy still counts them.
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(14),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
 Batch: np.random.seed(15); ids = randint(0, 12, (6, 7)); y = randint(0,
@@ -19,6 +24,10 @@ Keras is never a dependency of mxu: this script only regenerates the files.
   /tmp/kenv/bin/python tests/keras/make_tagging.py tests/golden/tagging
   /tmp/kenv/bin/python tests/keras/make_tagging.py \
       tests/golden/tagging_masked --masked
+  /tmp/kenv/bin/python tests/keras/make_tagging.py \
+      tests/golden/tagging_ignore --ignore
+  /tmp/kenv/bin/python tests/keras/make_tagging.py \
+      tests/golden/tagging_masked_ignore --masked --ignore
 """
 import os
 import sys
@@ -33,6 +42,7 @@ import golden_step  # noqa: E402
 
 
 MASKED = "--masked" in sys.argv
+IGNORE = "--ignore" in sys.argv
 
 
 def build(K):
@@ -56,7 +66,11 @@ def main(out):
         x[0, 4:] = 0      # padded after
         x[1, :2] = 0      # padded before
         x[2, 3] = 0       # inside
-    golden_step.write_dialects(build, tf_keras, keras, 14, x, y, out)
+    if IGNORE:
+        y[0, 1] = y[2, 3] = y[4, 0] = y[4, 6] = y[5, 2] = -1
+        y[3, :] = -1
+    golden_step.write_dialects(build, tf_keras, keras, 14, x, y, out,
+                               ignore_class=-1 if IGNORE else None)
 
 
 if __name__ == "__main__":
