@@ -42,8 +42,9 @@ typedef struct golden {
   int targets, per_sample;
   float t[MAX_ROWS * MAX_CLASSES];
   double loss;
-  /* Keras' accuracy of the step, where batch.h5 has it (NaN if not). */
-  double accuracy;
+  /* Keras' accuracy and MeanIoU of the step, where batch.h5 has them
+   * (NaN if not). */
+  double accuracy, iou;
   float before[MAX_ROWS * MAX_CLASSES], after[MAX_ROWS * MAX_CLASSES];
 } golden;
 
@@ -51,13 +52,30 @@ static const golden_case *current;
 /* The current batch's loss: batch.h5's loss_name, else the sparse
  * cross-entropy, or with float y the categorical one. */
 static mxu_loss loss_of_batch;
-/* batch.h5's ignore_class of the sparse loss, where it has one. */
+/* batch.h5's ignore_class of the sparse loss, where it has one, and its
+ * MeanIoU's spec in mxu's words (empty for none). */
 static int has_ignore_class, ignore_class;
+static char iou_spec[128];
 
 static const char *in_dir(const char *name) {
   static char path[256];
   snprintf(path, sizeof path, "%s/%s", current->dir, name);
   return path;
+}
+
+/* batch.h5's string `name` into out; 0 where it has none. */
+static int read_string(hid_t file, const char *name, char *out, size_t size) {
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return 0;
+  hid_t set = H5Dopen2(file, name, H5P_DEFAULT);
+  char *text = NULL;
+  hid_t memory = H5Tcopy(H5T_C_S1);
+  H5Tset_size(memory, H5T_VARIABLE);
+  int read = H5Dread(set, memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, &text) >= 0;
+  CHECK(read);
+  snprintf(out, size, "%s", read && text ? text : "");
+  H5free_memory(text);
+  H5Tclose(memory), H5Dclose(set);
+  return read;
 }
 
 static void read_golden(golden *g) {
@@ -88,17 +106,13 @@ static void read_golden(golden *g) {
   int floats = type >= 0 && H5Tget_class(type) == H5T_FLOAT;
   loss_of_batch = floats ? MXU_CATEGORICAL_CROSSENTROPY
                          : MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
-  if (H5Lexists(file, "loss_name", H5P_DEFAULT) > 0) {
-    hid_t name = H5Dopen2(file, "loss_name", H5P_DEFAULT);
-    hid_t string = H5Dget_type(name);
-    char *text = NULL;
-    hid_t memory = H5Tcopy(H5T_C_S1);
-    H5Tset_size(memory, H5T_VARIABLE);
-    CHECK(H5Dread(name, memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, &text) >= 0);
+  char text[128];
+  if (read_string(file, "loss_name", text, sizeof text))
     CHECK_OK(mxu_loss_from_name(text, &loss_of_batch));
-    H5free_memory(text);
-    H5Tclose(memory), H5Tclose(string), H5Dclose(name);
-  }
+  iou_spec[0] = 0;
+  g->iou = NAN;
+  if (read_string(file, "iou_spec", iou_spec, sizeof iou_spec))
+    check_h5_read(file, "iou", H5T_NATIVE_DOUBLE, &g->iou);
   has_ignore_class = H5Lexists(file, "ignore_class", H5P_DEFAULT) > 0;
   if (has_ignore_class)
     check_h5_read(file, "ignore_class", H5T_NATIVE_INT, &ignore_class);
@@ -134,6 +148,7 @@ static mxu_model *load(const char *json, mxu_backend_kind backend,
   cc.loss = loss_of_batch;
   cc.has_ignore_class = has_ignore_class;
   cc.ignore_class = ignore_class;
+  if (iou_spec[0]) cc.metrics[0] = "accuracy", cc.metrics[1] = iou_spec;
   if (!mxu_loss_is_softmax(cc.loss)) cc.metrics[0] = "mae";
   cc.batch_size = current->rows;
   cc.backend = backend;
@@ -241,6 +256,11 @@ static void one_step(const char *json, mxu_backend_kind backend,
     CHECK_MSG(fabs(history->epochs[0].accuracy - g->accuracy) <= 1e-6,
               "%s: accuracy %.9g, Keras %.9g", label,
               history->epochs[0].accuracy, g->accuracy);
+  if (history && history->count == 1 && !isnan(g->iou)) {
+    CHECK_MSG(fabs(history->epochs[0].outputs[0].values[1] - g->iou) <= 1e-6,
+              "%s: MeanIoU %.9g, Keras %.9g", label,
+              history->epochs[0].outputs[0].values[1], g->iou);
+  }
   expect_weights(model, keras, tolerance, label);
   predict(model, g, probs);
   expect_close(probs, g->after, outputs, tolerance, "prediction after the step",
@@ -277,15 +297,26 @@ static void keras3_weights(void) {
   mxu_model_free(model);
 }
 
-/* The loss's ignore_class as batch.h5 gives it (the archives' compile
- * config carries it). */
+/* The loss's ignore_class and the MeanIoU as batch.h5 gives them (the
+ * archives' compile config carries them). */
 static void expect_ignore_class(const mxu_model *model, const char *path) {
-  const mxu_output_loss *spec = &model->heads[0].spec;
+  const mxu_head *head = &model->heads[0];
+  const mxu_output_loss *spec = &head->spec;
   CHECK_MSG(spec->has_ignore_class == has_ignore_class &&
                 (!has_ignore_class || spec->ignore_class == ignore_class),
             "%s: ignore_class %s %d, Keras' %s %d", path,
             spec->has_ignore_class ? "set" : "unset", spec->ignore_class,
             has_ignore_class ? "set" : "unset", ignore_class);
+  if (!iou_spec[0]) return;
+  const mxu_metric_options *o = &head->metric_options[1];
+  const mxu_shape *out = &model->layers[head->node].out_shape;
+  CHECK_MSG(head->metric_count == 2 && !strcmp(head->metric[1], "iou") &&
+                head->metric_kind[1] == MXU_METRIC_MEAN_IOU &&
+                o->num_classes == out->dims[out->rank - 1] &&
+                o->has_ignore_class && o->ignore_class == ignore_class,
+            "%s: %d metrics, the second '%s' (%s)", path, head->metric_count,
+            head->metric_count > 1 ? head->metric[1] : "",
+            head->metric_count > 1 ? head->metric_spec[1] : "");
 }
 
 /* Keras 3's archive of a net with its initial weights (make_sequence.py,

@@ -2509,6 +2509,9 @@ static void errors_compile(void) {
       {"{\"metrics\": [{\"class_name\": \"CosineSimilarity\", "
        "\"config\": {\"axis\": 1}}]}",
        "CosineSimilarity with axis 1 is not supported"},
+      {"{\"metrics\": [{\"class_name\": \"MeanIoU\", \"config\": "
+       "{\"num_classes\": 3, \"sparse_y_pred\": true}}]}",
+       "MeanIoU with sparse_y_pred true takes the output as class ids"},
       {"{\"metrics\": [\"pearson_correlation\"]}",
        "metrics: 'pearson_correlation' is not supported"},
       {"{\"metrics\": [\"f1_score\"]}",
@@ -2713,6 +2716,16 @@ static void compile_forms(void) {
                  "\"SparseCategoricalCrossentropy\", \"config\": "
                  "{\"ignore_class\": null}}}");
   CHECK(!c.has_ignore_class);
+  /* Keras' MeanIoU of one-hot targets is OneHotMeanIoU, under its name. */
+  c = compile_of("compile_config",
+                 "{\"metrics\": [{\"class_name\": \"MeanIoU\", \"config\": "
+                 "{\"name\": \"mean_io_u\", \"num_classes\": 3, "
+                 "\"ignore_class\": null, \"sparse_y_true\": false, "
+                 "\"sparse_y_pred\": false, \"axis\": -1}}]}");
+  CHECK_MSG(
+      c.metrics[0] &&
+          !strcmp(c.metrics[0], "mean_io_u=one_hot_mean_iou(num_classes=3)"),
+      "read as %s", c.metrics[0] ? c.metrics[0] : "nothing");
   mxu_model *refused = NULL;
   CHECK(mxu_model_from_json(
             compiled_with("compile_config",

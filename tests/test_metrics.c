@@ -328,6 +328,70 @@ static void auc_values(void) {
   }
 }
 
+/* One MeanIoU over rows of k scores, from its tally (per class the true
+ * and false positives, false negatives and true rows). */
+static double iou_of(const char *spec, mxu_loss loss, int k, const float *y,
+                     const int32_t *labels, const float *targets,
+                     const float *weights) {
+  char log[MXU_METRIC_LOG_SIZE];
+  mxu_metric_kind kind;
+  mxu_metric_options o;
+  CHECK_OK(mxu_metric_parse(spec, loss, k, log, &kind, &o));
+  CHECK(mxu_metric_is_iou(kind) && mxu_metric_tally_size(kind, k) == 4 * k);
+  float tally[20] = {0}, ones[40];
+  double wide[20];
+  for (int r = 0; r < 40; r++) ones[r] = 1.0f;
+  /* Two batches, as an epoch's steps add theirs. */
+  const float *mask = weights ? weights : ones;
+  mxu_metric_tally(kind, &o, 25, k, y, labels, targets, mask, tally);
+  mxu_metric_tally(kind, &o, 15, k, y + 25 * k, labels + 25,
+                   targets ? targets + 25 * k : NULL, mask + 25, tally);
+  for (int v = 0; v < 4 * k; v++) wide[v] = tally[v];
+  return mxu_tally_result(kind, &o, wide, k);
+}
+
+/* Keras 3's MeanIoU and OneHotMeanIoU (sparse_y_pred=False) of one batch
+ * (make_iou.py): rows whose label is no class or the ignore_class left
+ * out, sample weights counted, a class never seen out of the mean. */
+static void iou_values(void) {
+  hid_t file = H5Fopen("tests/golden/iou.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  CHECK(file >= 0);
+  if (file < 0) return;
+  static float y[40 * 4], y5[40 * 5], onehot[40 * 4], weights[40];
+  static int32_t labels[40];
+  check_h5_read(file, "y", H5T_NATIVE_FLOAT, y);
+  check_h5_read(file, "y5", H5T_NATIVE_FLOAT, y5);
+  check_h5_read(file, "onehot", H5T_NATIVE_FLOAT, onehot);
+  check_h5_read(file, "weights", H5T_NATIVE_FLOAT, weights);
+  check_h5_read(file, "labels", H5T_NATIVE_INT32, labels);
+  const mxu_loss sparse = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  const struct {
+    const char *key;
+    double mxu;
+  } cases[] = {
+      {"plain",
+       iou_of("mean_iou(num_classes=4)", sparse, 4, y, labels, NULL, NULL)},
+      {"ignore2", iou_of("mean_iou(num_classes=4,ignore_class=2)", sparse, 4, y,
+                         labels, NULL, NULL)},
+      {"ignore255", iou_of("mean_iou(num_classes=4,ignore_class=255)", sparse,
+                           4, y, labels, NULL, NULL)},
+      {"weighted",
+       iou_of("mean_iou(num_classes=4)", sparse, 4, y, labels, NULL, weights)},
+      {"absent",
+       iou_of("mean_iou(num_classes=5)", sparse, 5, y5, labels, NULL, NULL)},
+      {"onehot_iou",
+       iou_of("one_hot_mean_iou(num_classes=4,ignore_class=1)",
+              MXU_CATEGORICAL_CROSSENTROPY, 4, y, labels, onehot, NULL)},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    double keras = NAN;
+    check_h5_read(file, cases[i].key, H5T_NATIVE_DOUBLE, &keras);
+    CHECK_MSG(fabs(cases[i].mxu - keras) <= 1e-6, "%s: mxu %.9g, Keras %.9g",
+              cases[i].key, cases[i].mxu, keras);
+  }
+  H5Fclose(file);
+}
+
 /* EarlyStopping and the others in mode "auto": these metrics improve
  * upwards (Keras 3's directions), the errors downwards. */
 static void monitor_directions(void) {
@@ -385,6 +449,94 @@ static void refusals(void) {
         strstr(mxu_errmsg(), "metric 'precision' of output 'cls' compares "
                              "each output value with a target"));
   mxu_model_free(m);
+}
+
+/* A MeanIoU compiled on `json`'s model (its loss `loss`): the status. */
+static mxu_status iou_compiled(const char *json, mxu_loss loss,
+                               const char *spec, mxu_model **out) {
+  mxu_model *m = NULL;
+  CHECK_OK(mxu_model_load_json(json, &m, NULL, NULL));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.loss = loss;
+  c.batch_size = 4;
+  c.backend = MXU_BACKEND_CPU_REF;
+  c.metrics[0] = spec;
+  mxu_status s = m ? mxu_compile(m, &c) : MXU_ERR_ARG;
+  if (out)
+    *out = m;
+  else
+    mxu_model_free(m);
+  return s;
+}
+
+/* MeanIoU's settings: refused where its rows or true classes are not the
+ * output's; both kinds written as Keras' classes and read back, and Keras'
+ * MeanIoU(sparse_y_true=False) read as OneHotMeanIoU, its sparse_y_pred
+ * True refused. */
+static void iou_settings(void) {
+#define DENSE "tests/golden/ignore_class/model.tf2.json"
+#define TAGGER "tests/golden/tagging_ignore/model.tf2.json"
+#define SPARSE MXU_SPARSE_CATEGORICAL_CROSSENTROPY
+#define ONEHOT MXU_CATEGORICAL_CROSSENTROPY
+  static const struct {
+    const char *json, *spec;
+    mxu_loss loss;
+    mxu_status status;
+    const char *says;
+  } refused[] = {
+      {DENSE, "mean_iou", SPARSE, MXU_ERR_ARG, "give num_classes=N"},
+      {DENSE, "mean_iou(num_classes=3,ignore_class=x)", SPARSE, MXU_ERR_ARG,
+       "option 'ignore_class=x' is not one of num_classes=N"},
+      {DENSE, "mean_iou(num_classes=4)", SPARSE, MXU_ERR_UNSUPPORTED,
+       "num_classes must be the output's last axis"},
+      {DENSE, "one_hot_mean_iou(num_classes=3)", SPARSE, MXU_ERR_UNSUPPORTED,
+       "it reads one-hot targets, but the sparse loss's are class labels"},
+      {TAGGER, "mean_iou(num_classes=4)", ONEHOT, MXU_ERR_UNSUPPORTED,
+       "over positions it reads the sparse loss's class labels"},
+      {TAGGER, "one_hot_mean_iou(num_classes=4)", MXU_MEAN_SQUARED_ERROR,
+       MXU_ERR_UNSUPPORTED, "it takes the categorical cross-entropies' rows"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    mxu_status s =
+        iou_compiled(refused[i].json, refused[i].loss, refused[i].spec, NULL);
+    CHECK_MSG(s == refused[i].status && strstr(mxu_errmsg(), refused[i].says),
+              "%s: %s: %s", refused[i].spec, mxu_status_name(s), mxu_errmsg());
+  }
+  static const struct {
+    const char *json, *spec, *cls;
+    mxu_loss loss;
+  } written[] = {
+      {DENSE, "iou=mean_iou(num_classes=3,ignore_class=255)", "\"MeanIoU\"",
+       SPARSE},
+      {TAGGER, "one_hot_mean_iou(num_classes=4,ignore_class=0)",
+       "\"OneHotMeanIoU\"", ONEHOT},
+  };
+  for (size_t i = 0; i < 2; i++)
+    for (int keras3 = 0; keras3 < 2; keras3++) {
+      mxu_model *m = NULL, *back = NULL;
+      CHECK_OK(
+          iou_compiled(written[i].json, written[i].loss, written[i].spec, &m));
+      char *text = NULL;
+      if (m) CHECK_OK(mxu_model_to_json(m, keras3, &text));
+      mxu_compile_config c = mxu_compile_defaults();
+      c.batch_size = 4;
+      if (text) CHECK_OK(mxu_model_from_json(text, "iou", &back, &c, NULL));
+      if (back) CHECK_OK(mxu_compile(back, &c));
+      CHECK_MSG(text && strstr(text, written[i].cls) && back &&
+                    !strcmp(back->heads[0].metric[0], m->heads[0].metric[0]) &&
+                    back->heads[0].metric_kind[0] ==
+                        m->heads[0].metric_kind[0] &&
+                    back->heads[0].metric_options[0].ignore_class ==
+                        m->heads[0].metric_options[0].ignore_class,
+                "%s, keras3 %d", written[i].spec, keras3);
+      free(text);
+      mxu_model_free(back);
+      mxu_model_free(m);
+    }
+#undef DENSE
+#undef TAGGER
+#undef SPARSE
+#undef ONEHOT
 }
 
 /* Each output's metrics, as logged and as computed, alike in both. */
@@ -504,6 +656,8 @@ int main(void) {
   golden_run("weighted", ".keras", MXU_BACKEND_CPU, 4);
   counts_over_batches();
   auc_values();
+  iou_values();
+  iou_settings();
   monitor_directions();
   accuracy_by_name();
   refusals();

@@ -139,7 +139,10 @@ static void train_options(train_args *a, cli_option *o) {
        "binary_accuracy(threshold=T), auc(from_logits=1), "
        "precision and recall(threshold=T,top_k=K,class_id=C), "
        "true_positives and the other counts(threshold=T), "
-       "fbeta_score(average=A,beta=B[,threshold=T]); NAME=METRIC logs "
+       "fbeta_score(average=A,beta=B[,threshold=T]), "
+       "mean_iou(num_classes=N[,ignore_class=C]) of class labels, "
+       "one_hot_mean_iou(num_classes=N[,ignore_class=C]) of one-hot "
+       "targets; NAME=METRIC logs "
        "METRIC as NAME (roc=auc) (default: the model file's, else "
        "accuracy)",
        CLI_STRING, &a->metrics.given, NULL, 0, 0},

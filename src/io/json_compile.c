@@ -20,7 +20,8 @@ typedef enum {
   OPTIONS_AUC,
   OPTIONS_BCE,
   OPTIONS_F_SCORE,
-  OPTIONS_AXIS
+  OPTIONS_AXIS,
+  OPTIONS_IOU
 } options;
 
 static const struct {
@@ -56,6 +57,8 @@ static const struct {
     {"CosineSimilarity", "cosine_similarity", OPTIONS_AXIS},
     {"F1Score", "f1_score", OPTIONS_F_SCORE},
     {"FBetaScore", "fbeta_score", OPTIONS_F_SCORE},
+    {"MeanIoU", "mean_iou", OPTIONS_IOU},
+    {"OneHotMeanIoU", "one_hot_mean_iou", OPTIONS_IOU},
 };
 
 static const char *const optimizer_keys[] = {"name",
@@ -820,6 +823,38 @@ static mxu_status read_f_score_config(const mxu_json_where *where,
   return MXU_OK;
 }
 
+/* A MeanIoU's options as compile takes them, "(num_classes=N,
+ * ignore_class=C)"; MeanIoU(sparse_y_true=False) is OneHotMeanIoU, and
+ * sparse_y_pred=True (the output taken as class ids) is refused. */
+static mxu_status read_iou_config(const mxu_json_where *where,
+                                  const cJSON *config, const char *cls,
+                                  const char **metric, char *text,
+                                  size_t size) {
+  int classes = 0, ignore = 0, sparse_true = 1, sparse_pred = 0;
+  MXU_TRY(mxu_json_int(where, config, "num_classes", MXU_JSON_REQUIRED, 1,
+                       1 << 20, &classes));
+  MXU_TRY(mxu_json_bool(where, config, "sparse_y_true", &sparse_true));
+  MXU_TRY(mxu_json_bool(where, config, "sparse_y_pred", &sparse_pred));
+  MXU_TRY(check_number(where, config, cls, "axis", -1));
+  if (sparse_pred)
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "%s with sparse_y_pred true takes the output as "
+                         "class ids, but an output is a score per class: give "
+                         "sparse_y_pred=False (its argmax)",
+                         cls);
+  if (!sparse_true) *metric = "one_hot_mean_iou";
+  const cJSON *v = mxu_json_get(config, "ignore_class");
+  size_t used = (size_t)snprintf(text, size, "(num_classes=%d", classes);
+  if (v && !cJSON_IsNull(v)) {
+    MXU_TRY(mxu_json_int(where, config, "ignore_class", MXU_JSON_REQUIRED,
+                         INT_MIN, INT_MAX, &ignore));
+    used += (size_t)snprintf(text + used, used < size ? size - used : 0,
+                             ",ignore_class=%d", ignore);
+  }
+  if (used < size) snprintf(text + used, size - used, ")");
+  return MXU_OK;
+}
+
 /* A metric object's name as Keras logs it: its config's name, less the
  * output's name tf.keras 2 writes before it in a model of several
  * outputs ("flag_roc" for output flag's "roc"); NULL for none. */
@@ -862,6 +897,8 @@ static mxu_status check_options(const mxu_json_where *where,
     return check_auc_config(where, config, metric, text, size);
   case OPTIONS_BCE: return check_bce_config(where, config);
   case OPTIONS_AXIS: return check_number(where, config, cls, "axis", -1);
+  case OPTIONS_IOU:
+    return read_iou_config(where, config, cls, metric, text, size);
   case OPTIONS_NONE: return MXU_OK;
   }
   return MXU_OK;
@@ -1380,6 +1417,8 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
       [MXU_METRIC_SQUARED_HINGE] = {"SquaredHinge", 1},
       [MXU_METRIC_CATEGORICAL_HINGE] = {"CategoricalHinge", 1},
       [MXU_METRIC_COSINE_SIMILARITY] = {"CosineSimilarity", 1},
+      [MXU_METRIC_MEAN_IOU] = {"MeanIoU", 0},
+      [MXU_METRIC_ONE_HOT_MEAN_IOU] = {"OneHotMeanIoU", 0},
   };
   const char *cls = classes[kind].name;
   if (classes[kind].function && !named) return NULL;
@@ -1428,6 +1467,18 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
   case MXU_METRIC_TRUE_NEGATIVES:
   case MXU_METRIC_FALSE_NEGATIVES: put_thresholds(out, config, options); break;
   case MXU_METRIC_F_SCORE: cls = f_score_config(out, config, options); break;
+  case MXU_METRIC_MEAN_IOU:
+  case MXU_METRIC_ONE_HOT_MEAN_IOU:
+    mxu_json_put_number(out, config, "num_classes", options->num_classes);
+    if (options->has_ignore_class)
+      mxu_json_put_number(out, config, "ignore_class", options->ignore_class);
+    else
+      mxu_json_put_null(out, config, "ignore_class");
+    if (kind == MXU_METRIC_MEAN_IOU)
+      mxu_json_put_bool(out, config, "sparse_y_true", 1);
+    mxu_json_put_bool(out, config, "sparse_y_pred", 0);
+    mxu_json_put_number(out, config, "axis", -1);
+    break;
   default: break;
   }
   return mxu_json_object(out, "keras.metrics", cls, config);

@@ -234,6 +234,37 @@ static mxu_status check_head(const mxu_layer *out, const mxu_output_loss *o,
   return head_metrics(out, o, &scratch);
 }
 
+/* A MeanIoU's rows are the output's vectors along its last axis, one a
+ * sample or one a position under the categorical cross-entropies, of
+ * num_classes scores; mean_iou's true classes are the class labels (the
+ * sparse loss's over positions), one_hot_mean_iou's the one-hot targets'
+ * (not the sparse loss's labels). */
+static mxu_status check_iou(const mxu_layer *out, const mxu_output_loss *o,
+                            const mxu_head *h, int m) {
+  const mxu_shape *s = &out->out_shape;
+  int64_t last = s->dims[s->rank - 1];
+  int sparse = o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
+  const char *why =
+      h->metric_options[m].num_classes != last
+          ? "num_classes must be the output's last axis, its scores a row"
+      : s->rank > 1 && !mxu_loss_is_softmax(o->loss)
+          ? "over an output of several positions it takes the categorical "
+            "cross-entropies' rows (a position's scores)"
+      : h->metric_kind[m] == MXU_METRIC_MEAN_IOU && s->rank > 1 && !sparse
+          ? "over positions it reads the sparse loss's class labels; use "
+            "one_hot_mean_iou with one-hot targets"
+      : h->metric_kind[m] == MXU_METRIC_ONE_HOT_MEAN_IOU && sparse
+          ? "it reads one-hot targets, but the sparse loss's are class "
+            "labels; use mean_iou"
+          : NULL;
+  if (!why) return MXU_OK;
+  return mxu_fail(MXU_ERR_UNSUPPORTED,
+                  "compile: metric '%s' of output '%s' (%lld scores a row, "
+                  "num_classes %d): %s",
+                  h->metric_spec[m], out->name, (long long)last,
+                  h->metric_options[m].num_classes, why);
+}
+
 /* What compile refuses of metric m of h (read from o): an F-score of
  * more than a row a sample, a count of class labels, a name twice. */
 static mxu_status check_metric(const mxu_layer *out, const mxu_output_loss *o,
@@ -255,8 +286,10 @@ static mxu_status check_metric(const mxu_layer *out, const mxu_output_loss *o,
                     "outputs of (values,) a sample, as Keras' (2-D "
                     "batches)",
                     spec, out->name);
-  if (!mxu_metric_is_mean(h->metric_kind[m]) &&
-      o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
+  if (mxu_metric_is_iou(h->metric_kind[m]))
+    MXU_TRY(check_iou(out, o, h, m));
+  else if (!mxu_metric_is_mean(h->metric_kind[m]) &&
+           o->loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "compile: metric '%s' of output '%s' compares each "
                     "output value with a target of the output's shape, "

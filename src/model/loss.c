@@ -390,8 +390,10 @@ static double row_metric(mxu_metric_kind kind, const mxu_metric_options *o,
   switch (kind) {
   case MXU_METRIC_AUC:
   case MXU_METRIC_AUC_PR:
-  case MXU_METRIC_F_SCORE: return 0.0; /* a tally: mxu_metric_tally */
-  case MXU_METRIC_PRECISION:           /* true positives */
+  case MXU_METRIC_F_SCORE:
+  case MXU_METRIC_MEAN_IOU:
+  case MXU_METRIC_ONE_HOT_MEAN_IOU: return 0.0; /* a tally: mxu_metric_tally */
+  case MXU_METRIC_PRECISION:                    /* true positives */
   case MXU_METRIC_RECALL:
   case MXU_METRIC_TRUE_POSITIVES:
   case MXU_METRIC_FALSE_POSITIVES:
@@ -460,7 +462,9 @@ int mxu_metric_is_mean(mxu_metric_kind kind) {
   case MXU_METRIC_FALSE_POSITIVES:
   case MXU_METRIC_TRUE_NEGATIVES:
   case MXU_METRIC_FALSE_NEGATIVES:
-  case MXU_METRIC_F_SCORE: return 0;
+  case MXU_METRIC_F_SCORE:
+  case MXU_METRIC_MEAN_IOU:
+  case MXU_METRIC_ONE_HOT_MEAN_IOU: return 0;
   default: return 1;
   }
 }
@@ -471,7 +475,7 @@ int mxu_metric_has_curve(mxu_metric_kind kind) {
 
 int64_t mxu_metric_tally_size(mxu_metric_kind kind, int64_t values) {
   if (mxu_metric_has_curve(kind)) return MXU_AUC_VALUES;
-  return kind == MXU_METRIC_F_SCORE ? 4 * values : 0;
+  return kind == MXU_METRIC_F_SCORE || mxu_metric_is_iou(kind) ? 4 * values : 0;
 }
 
 /* The counts' value is their sum; precision and recall divide it. */
@@ -588,11 +592,45 @@ static void f_score_counts(const mxu_metric_options *o, int64_t rows, int64_t k,
   }
 }
 
+int mxu_metric_is_iou(mxu_metric_kind kind) {
+  return kind == MXU_METRIC_MEAN_IOU || kind == MXU_METRIC_ONE_HOT_MEAN_IOU;
+}
+
+/* Keras' MeanIoU counts: each row's predicted class (the output's argmax)
+ * against its true class (the label, or the targets' argmax), per class
+ * the true positives, false positives, false negatives and true rows, in
+ * turn (an F-score's counts of the argmax). A row whose true class is the
+ * ignore_class, or no class, is left out, as Keras' bounds mask leaves it
+ * out of the confusion matrix. */
+static void iou_counts(mxu_metric_kind kind, const mxu_metric_options *o,
+                       int64_t rows, int64_t k, const float *y,
+                       const int32_t *labels, const float *targets,
+                       const float *mask, float *tally) {
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t truth =
+        kind == MXU_METRIC_MEAN_IOU ? labels[r] : argmax(targets + r * k, k);
+    if (mask[r] == 0.0f || truth < 0 || truth >= k ||
+        (o->has_ignore_class && truth == o->ignore_class))
+      continue;
+    int64_t predicted = argmax(y + r * k, k);
+    if (predicted == truth) {
+      tally[truth] += mask[r];
+    } else {
+      tally[k + predicted] += mask[r];
+      tally[2 * k + truth] += mask[r];
+    }
+    tally[3 * k + truth] += mask[r];
+  }
+}
+
 void mxu_metric_tally(mxu_metric_kind kind, const mxu_metric_options *options,
                       int64_t rows, int64_t k, const float *y,
-                      const float *targets, const float *mask, float *tally) {
+                      const int32_t *labels, const float *targets,
+                      const float *mask, float *tally) {
   if (kind == MXU_METRIC_F_SCORE)
     f_score_counts(options, rows, k, y, targets, mask, tally);
+  else if (mxu_metric_is_iou(kind))
+    iou_counts(kind, options, rows, k, y, labels, targets, mask, tally);
   else
     mxu_auc_counts(rows, k, y, targets, mask, options->from_logits, tally);
 }
@@ -626,9 +664,25 @@ static double f_score_result(const mxu_metric_options *o, const double *tally,
   return score;
 }
 
+/* Keras' IoU.result: per class tp / (tp + fp + fn + 1e-7), meaned over
+ * the classes whose denominator is above 1e-9 (the others count 0), the
+ * count plus 1e-7. */
+static double iou_result(const double *tally, int64_t k) {
+  const double eps = 1e-7;
+  double sum = 0.0, seen = 0.0;
+  for (int64_t j = 0; j < k; j++) {
+    double tp = tally[j], denominator = tp + tally[k + j] + tally[2 * k + j];
+    if (!(denominator > 1e-9)) continue;
+    sum += tp / (denominator + eps);
+    seen += 1.0;
+  }
+  return sum / (seen + eps);
+}
+
 double mxu_tally_result(mxu_metric_kind kind, const mxu_metric_options *options,
                         const double *tally, int64_t values) {
   if (kind == MXU_METRIC_F_SCORE) return f_score_result(options, tally, values);
+  if (mxu_metric_is_iou(kind)) return iou_result(tally, values);
   return mxu_auc_result(kind, tally);
 }
 
@@ -740,6 +794,8 @@ static const struct {
     {"cosine_similarity", MXU_METRIC_COSINE_SIMILARITY, 0},
     {"f1_score", MXU_METRIC_F_SCORE, 0},
     {"fbeta_score", MXU_METRIC_F_SCORE, 0},
+    {"mean_iou", MXU_METRIC_MEAN_IOU, 0},
+    {"one_hot_mean_iou", MXU_METRIC_ONE_HOT_MEAN_IOU, 0},
 };
 
 const char *mxu_metric_name(const char *name) {
@@ -791,6 +847,8 @@ const char *mxu_metric_function(mxu_metric_kind kind) {
   case MXU_METRIC_CATEGORICAL_HINGE: return "categorical_hinge";
   case MXU_METRIC_COSINE_SIMILARITY: return "cosine_similarity";
   case MXU_METRIC_F_SCORE: return "f1_score";
+  case MXU_METRIC_MEAN_IOU: return "mean_iou";
+  case MXU_METRIC_ONE_HOT_MEAN_IOU: return "one_hot_mean_iou";
   }
   return "";
 }
@@ -806,7 +864,10 @@ const char *mxu_metric_names(void) {
          "cosine_similarity, f1_score(average=A) and "
          "fbeta_score(average=A,beta=B) (A micro, macro or weighted; "
          "threshold=T too), precision and recall with "
-         "(threshold=T,top_k=K,class_id=C), the counts with (threshold=T)";
+         "(threshold=T,top_k=K,class_id=C), the counts with (threshold=T), "
+         "mean_iou(num_classes=N[,ignore_class=C]) of class labels and "
+         "one_hot_mean_iou(num_classes=N[,ignore_class=C]) of one-hot "
+         "targets";
 }
 
 /* Keras resolves "accuracy" by the loss and the output: binary for the
@@ -844,7 +905,8 @@ typedef enum {
   TAKES_THRESHOLD,
   TAKES_LOGITS,
   TAKES_COUNT,
-  TAKES_PR
+  TAKES_PR,
+  TAKES_IOU
 } takes;
 
 static takes options_taken(mxu_metric_kind kind, const char *metric) {
@@ -862,6 +924,8 @@ static takes options_taken(mxu_metric_kind kind, const char *metric) {
   case MXU_METRIC_FALSE_POSITIVES:
   case MXU_METRIC_TRUE_NEGATIVES:
   case MXU_METRIC_FALSE_NEGATIVES: return TAKES_COUNT;
+  case MXU_METRIC_MEAN_IOU:
+  case MXU_METRIC_ONE_HOT_MEAN_IOU: return TAKES_IOU;
   default: return TAKES_NONE;
   }
 }
@@ -878,7 +942,8 @@ static mxu_status read_option(const char *spec, const char *text, size_t n,
       [TAKES_LOGITS] = "from_logits=0|1",
       [TAKES_COUNT] = "threshold=T (0 <= T <= 1)",
       [TAKES_PR] = "threshold=T (0 <= T <= 1), top_k=K (K >= 1), "
-                   "class_id=C (C >= 0)"};
+                   "class_id=C (C >= 0)",
+      [TAKES_IOU] = "num_classes=N (N >= 1), ignore_class=C (an integer)"};
   char option[64];
   snprintf(option, sizeof option, "%.*s", (int)(n < 63 ? n : 63), text);
   char *value = strchr(option, '=');
@@ -922,6 +987,15 @@ static mxu_status read_option(const char *spec, const char *text, size_t n,
       o->beta = number;
       return MXU_OK;
     }
+  } else if (t == TAKES_IOU && whole && number >= 1 &&
+             !strcmp(option, "num_classes")) {
+    o->num_classes = (int)number;
+    return MXU_OK;
+  } else if (t == TAKES_IOU && is_number && number == floor(number) &&
+             fabs(number) < 2147483648.0 && !strcmp(option, "ignore_class")) {
+    o->ignore_class = (int)number;
+    o->has_ignore_class = 1;
+    return MXU_OK;
   } else if (t == TAKES_LOGITS && is_number && !strcmp(option, "from_logits")) {
     if (number == 0 || number == 1) {
       o->from_logits = number == 1;
@@ -942,6 +1016,12 @@ static mxu_status read_options(const char *spec, const char *text, size_t n,
     MXU_TRY(read_option(spec, text + at, len, t, o));
     at += len + 1;
   }
+  if (t == TAKES_IOU && !o->num_classes)
+    return mxu_fail(MXU_ERR_ARG,
+                    "compile: metric '%s' needs its classes, as Keras' "
+                    "MeanIoU(num_classes): give num_classes=N, the output's "
+                    "last axis (mean_iou(num_classes=N))",
+                    spec);
   if (o->average || (t != TAKES_F && t != TAKES_FBETA)) return MXU_OK;
   return mxu_fail(MXU_ERR_UNSUPPORTED,
                   "compile: metric '%s': without an average Keras logs a "
@@ -1026,5 +1106,6 @@ int mxu_metric_direction(mxu_metric_kind kind) {
 }
 
 int mxu_metric_needs_labels(mxu_metric_kind kind) {
-  return kind == MXU_METRIC_SPARSE_ACCURACY || kind == MXU_METRIC_SPARSE_TOP_K;
+  return kind == MXU_METRIC_SPARSE_ACCURACY ||
+         kind == MXU_METRIC_SPARSE_TOP_K || kind == MXU_METRIC_MEAN_IOU;
 }

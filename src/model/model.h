@@ -634,7 +634,14 @@ typedef enum mxu_metric_kind {
   /* Keras' F1Score and FBetaScore: each value a positive prediction above
    * the threshold (or its row's largest), counted per class against the
    * targets over the epoch, averaged as the options say. */
-  MXU_METRIC_F_SCORE
+  MXU_METRIC_F_SCORE,
+  /* Keras' MeanIoU (sparse_y_pred=False): each row's class the output's
+   * argmax, its true class the label (MEAN_IOU) or the targets' argmax
+   * (ONE_HOT_MEAN_IOU: OneHotMeanIoU), counted per class over the epoch
+   * (rows whose true class is the ignore_class or no class left out); the
+   * mean over the classes seen of tp / (tp + fp + fn). */
+  MXU_METRIC_MEAN_IOU,
+  MXU_METRIC_ONE_HOT_MEAN_IOU
 } mxu_metric_kind;
 
 /* The options of the metrics that take them, from a metric's text:
@@ -659,6 +666,9 @@ typedef struct mxu_metric_options {
    * threshold then -inf unless given), only value class_id counted
    * (has_class_id). */
   int top_k, has_class_id, class_id;
+  /* A MeanIoU's: its classes (the output's last axis), and the class
+   * whose rows it leaves out (has_ignore_class). */
+  int num_classes, has_ignore_class, ignore_class;
   /* Not of the text: the length of the vectors the categorical hinge
    * and the cosine similarity compare, the output's last axis (compile
    * sets it; 0: the whole row). */
@@ -1136,14 +1146,19 @@ mxu_status mxu_metric_parse(const char *spec, mxu_loss loss, int64_t outputs,
 size_t mxu_metric_logged_length(const char *spec);
 /* The floats of the metric's tally for outputs of `values` a row: an
  * AUC's curve (MXU_AUC_VALUES), an F-score's true positives, false
- * positives, false negatives and targets per value (4 values); 0 for a
- * metric of sums. */
+ * positives, false negatives and targets per value, a MeanIoU's the same
+ * per class (4 values each; a device returns them as two equal halves);
+ * 0 for a metric of sums. */
 int64_t mxu_metric_tally_size(mxu_metric_kind kind, int64_t values);
-/* Its counts of rows (k values each), each by its mask (0: left out; a
- * weighted metric's, the sample's weight), added into tally. */
+/* Its counts of rows (k values each; a row's class label in labels, its
+ * targets in targets), each by its mask (0: left out; a weighted
+ * metric's, the sample's weight), added into tally. */
 void mxu_metric_tally(mxu_metric_kind kind, const mxu_metric_options *options,
                       int64_t rows, int64_t k, const float *y,
-                      const float *targets, const float *mask, float *tally);
+                      const int32_t *labels, const float *targets,
+                      const float *mask, float *tally);
+/* Whether the metric is a MeanIoU (either kind). */
+int mxu_metric_is_iou(mxu_metric_kind kind);
 /* Its value from the tally of an epoch. */
 double mxu_tally_result(mxu_metric_kind kind, const mxu_metric_options *options,
                         const double *tally, int64_t values);

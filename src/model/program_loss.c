@@ -207,8 +207,10 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
     return mean_of(h, row_sums(h, MUL(SUB(y, t), SUB(y, t))), values);
   case MXU_METRIC_AUC:
   case MXU_METRIC_AUC_PR:
-  case MXU_METRIC_F_SCORE: return 0; /* a tally: emit_tally */
-  case MXU_METRIC_PRECISION:         /* true positives */
+  case MXU_METRIC_F_SCORE:
+  case MXU_METRIC_MEAN_IOU:
+  case MXU_METRIC_ONE_HOT_MEAN_IOU: return 0; /* a tally: emit_metric's */
+  case MXU_METRIC_PRECISION:                  /* true positives */
   case MXU_METRIC_RECALL:
   case MXU_METRIC_TRUE_POSITIVES:
   case MXU_METRIC_FALSE_POSITIVES:
@@ -527,6 +529,49 @@ static void emit_f_score(mxu_hlo *h, const mxu_metric_options *options,
   sums[1] = mxu_hlo_concatenate(h, counts[2], counts[3], 0);
 }
 
+/* Each row's first largest value as a one-hot row (argmax's). */
+static mxu_hlo_value argmax_hot(mxu_hlo *h, mxu_hlo_value v) {
+  mxu_hlo_shape rows = *mxu_hlo_shape_of(h, v); /* a copy: nodes move */
+  return mxu_hlo_convert(
+      h,
+      mxu_hlo_compare_op(
+          h, MXU_HLO_EQ,
+          mxu_hlo_convert(
+              h,
+              mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, 2, rows.dims), 1),
+              MXU_HLO_F32),
+          mxu_hlo_broadcast(h, first_argmax(h, v), rows, (const int64_t[]){0})),
+      MXU_HLO_F32);
+}
+
+/* A MeanIoU's counts (loss.c's iou_counts): of y and t (rows, k), t the
+ * labels' one-hot rows (mean_iou: a label past the classes a row of 0,
+ * left out) or the targets, in the rows `kept` weighs, per class the true
+ * and false positives (sums[0], 2k), the false negatives and the true rows
+ * (sums[1], 2k). */
+static void emit_iou(mxu_hlo *h, mxu_metric_kind kind,
+                     const mxu_metric_options *options, mxu_hlo_value y,
+                     mxu_hlo_value t, mxu_hlo_value kept, mxu_hlo_value *sums) {
+  mxu_hlo_shape rows = *mxu_hlo_shape_of(h, y); /* a copy: nodes move */
+  const int64_t first = 0;
+  mxu_hlo_value w = kept;
+  if (kind == MXU_METRIC_MEAN_IOU) w = mxu_hlo_mul(h, w, row_sums(h, t));
+  if (options->has_ignore_class)
+    w = mxu_hlo_mul(h, w,
+                    truth(h, MXU_HLO_NE, first_argmax(h, t),
+                          mxu_hlo_full_like(h, w, options->ignore_class)));
+  mxu_hlo_value weight = mxu_hlo_broadcast(h, w, rows, &first);
+  mxu_hlo_value predicted = mxu_hlo_mul(h, argmax_hot(h, y), weight);
+  mxu_hlo_value actual = mxu_hlo_mul(h, argmax_hot(h, t), weight);
+  mxu_hlo_value hits = mxu_hlo_mul(h, predicted, argmax_hot(h, t));
+  mxu_hlo_value counts[4] = {hits, mxu_hlo_sub(h, predicted, hits),
+                             mxu_hlo_sub(h, actual, hits), actual};
+  for (int i = 0; i < 4; i++)
+    counts[i] = mxu_hlo_reduce(h, counts[i], MXU_HLO_SUM, 1, &first);
+  sums[0] = mxu_hlo_concatenate(h, counts[0], counts[1], 0);
+  sums[1] = mxu_hlo_concatenate(h, counts[2], counts[3], 0);
+}
+
 int mxu_head_sum_count(const mxu_model *model, int head) {
   return 2 + 2 * model->heads[head].metric_count;
 }
@@ -562,23 +607,16 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
     emit_f_score(h, &model->heads[head].metric_options[m], y, t, whole, sums);
     return h->status;
   }
-  /* A copy: the node list moves as the ops below append to it. */
-  mxu_hlo_shape rows_shape = *mxu_hlo_shape_of(h, y);
-  int64_t dims[2] = {rows_shape.dims[0], rows_shape.dims[1]};
+  if (mxu_metric_is_iou(kind)) {
+    emit_iou(h, kind, &model->heads[head].metric_options[m], y, t, whole, sums);
+    return h->status;
+  }
+  int64_t values = mxu_hlo_shape_of(h, y)->dims[1];
   mxu_hlo_value hot = t;
   if (kind == MXU_METRIC_CATEGORICAL_ACCURACY || kind == MXU_METRIC_TOP_K)
-    hot = mxu_hlo_convert(
-        h,
-        mxu_hlo_compare_op(
-            h, MXU_HLO_EQ,
-            mxu_hlo_convert(
-                h, mxu_hlo_iota(h, mxu_hlo_shape_make(MXU_HLO_S32, 2, dims), 1),
-                MXU_HLO_F32),
-            mxu_hlo_broadcast(h, first_argmax(h, t), rows_shape,
-                              (const int64_t[]){0})),
-        MXU_HLO_F32);
+    hot = argmax_hot(h, t);
   mxu_hlo_value value = row_metric(
-      h, kind, &model->heads[head].metric_options[m], y, t, hot, dims[1]);
+      h, kind, &model->heads[head].metric_options[m], y, t, hot, values);
   if (!value)
     return mxu_fail(MXU_ERR_UNSUPPORTED, "pjrt: metric %s is not emitted",
                     model->heads[head].metric[m]);

@@ -310,7 +310,8 @@ static mxu_head_sums head_loss(mxu_model *model, mxu_replica *replica,
     const float *mask = head->metric_weighted[m] ? weighted : scored;
     if (head->tally[m] >= 0) {
       mxu_metric_tally(head->metric_kind[m], &head->metric_options[m],
-                       rows * positions, values / positions, out, targets, mask,
+                       rows * positions, values / positions, out, labels,
+                       targets, mask,
                        tallies + head->tally[m] - hp->tally_first);
       continue;
     }

@@ -1,13 +1,14 @@
 """make_ignore_class.py — a one-step golden test for the sparse
 cross-entropy's ignore_class over one label a sample: the samples of the
 ignored class add no loss and no gradient, the loss means over the others,
-the accuracy still counts every sample (as Keras').
+the accuracy still counts every sample (as Keras'); and MeanIoU(3,
+ignore_class=0, sparse_y_pred=False, name="iou").
 
   x (6) -> Dense(8, relu) -> Dense(3, softmax)
 tf_keras (tf.keras 2) Sequential, tf_keras.utils.set_random_seed(21),
 default initializers; SGD(0.1), SparseCategoricalCrossentropy(
-ignore_class=1). Batch: np.random.seed(22); x = normal (8, 6); y =
-randint(0, 3, 8) with samples 2 and 5 set to 1 (so at least two).
+ignore_class=0). Batch: np.random.seed(22); x = normal (8, 6); y =
+randint(0, 3, 8) with samples 2 and 5 set to 0 (so at least two).
 
 Writes into OUTDIR (tests/golden/ignore_class/) what golden_step.py
 writes, model.k3.json and model.keras.
@@ -40,9 +41,9 @@ def main(out):
     np.random.seed(22)
     x = np.random.normal(size=(8, 6)).astype(np.float32)
     y = np.random.randint(0, 3, size=(8,)).astype(np.int32)
-    y[2] = y[5] = 1
+    y[2] = y[5] = 0
     golden_step.write_dialects(build, tf_keras, keras, 21, x, y, out,
-                               ignore_class=1)
+                               ignore_class=0, classes=3)
 
 
 if __name__ == "__main__":

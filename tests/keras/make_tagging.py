@@ -11,7 +11,8 @@ With --ignore (tests/golden/tagging_ignore/, or with --masked too
 tests/golden/tagging_masked_ignore/): SparseCategoricalCrossentropy(
 ignore_class=-1), the labels -1 at some positions and at every position of
 sample 3: Keras' loss is the mean over the others (of those unmasked), its
-accuracy still counts them.
+accuracy still counts them; and MeanIoU(4, ignore_class=-1,
+sparse_y_pred=False, name="iou").
 tf_keras (tf.keras 2) Functional API, tf_keras.utils.set_random_seed(14),
 default initializers; SGD(0.1), sparse_categorical_crossentropy.
 Batch: np.random.seed(15); ids = randint(0, 12, (6, 7)); y = randint(0,
@@ -70,7 +71,8 @@ def main(out):
         y[0, 1] = y[2, 3] = y[4, 0] = y[4, 6] = y[5, 2] = -1
         y[3, :] = -1
     golden_step.write_dialects(build, tf_keras, keras, 14, x, y, out,
-                               ignore_class=-1 if IGNORE else None)
+                               ignore_class=-1 if IGNORE else None,
+                               classes=4)
 
 
 if __name__ == "__main__":
