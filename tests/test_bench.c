@@ -321,6 +321,32 @@ static void test_bench_command(void) {
             "%s", text ? text : "no report");
   free(text);
 
+  /* A class a pixel (the sparse loss over the output's positions): the
+   * synthetic data gives a label to each. */
+  mxu_model *seg = mxu_sequential("segment");
+  int64_t dims[3] = {8, 8, 1};
+  CHECK_OK(mxu_add_input(seg, NULL, mxu_shape_make(3, dims)));
+  mxu_conv2d_config conv = mxu_conv2d_defaults(3, 3, 3);
+  conv.padding = MXU_SAME;
+  conv.activation = MXU_SOFTMAX;
+  CHECK_OK(mxu_add_conv2d(seg, &conv));
+  const char *seg_json = temp_path("segment.json");
+  CHECK_OK(mxu_model_save_json(seg, seg_json, 0));
+  char *pixels[] = {"mxu",
+                    "bench",
+                    (char *)seg_json,
+                    "--batch-size",
+                    "4",
+                    "--steps",
+                    "1",
+                    "--repeats",
+                    "1",
+                    NULL};
+  r = run_mxu(pixels);
+  CHECK_MSG(r.code == 0 && has(r.out, "median"), "exit %d: %s", r.code, r.err);
+  result_free(&r);
+  mxu_model_free(seg);
+
   char *bad[] = {"mxu", "bench",      (char *)json, "--batch-size",
                  "9",   "--replicas", "2",          NULL};
   r = run_mxu(bad);

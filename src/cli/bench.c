@@ -106,26 +106,35 @@ typedef struct bench_run {
 } bench_run;
 
 /* count samples of pixel-like values 0..255 (a pattern, so no kernel sees
- * a constant) with labels cycling over the classes. */
-static int synthetic_data(const mxu_shape *shape, int classes, int64_t count,
-                          mxu_dataset **out) {
+ * a constant) with labels cycling over the classes: one a sample, or under
+ * the sparse loss over an output of several positions (a segmentation's
+ * pixels, a tagger's steps) one a position, as numbers. */
+static int synthetic_data(const mxu_shape *shape, int classes,
+                          int64_t positions, int64_t count, mxu_dataset **out) {
   int64_t values = count * mxu_shape_count(shape);
   float *x = malloc((size_t)values * sizeof *x);
   int32_t *labels = malloc((size_t)count * sizeof *labels);
+  float *each =
+      positions > 1 ? malloc((size_t)(count * positions) * sizeof *each) : NULL;
   int code = CLI_OK;
-  if (!x || !labels) {
+  if (!x || !labels || (positions > 1 && !each)) {
     fprintf(stderr, "mxu bench: out of memory for %lld synthetic samples\n",
             (long long)count);
     code = CLI_RUNTIME;
   } else {
     for (int64_t i = 0; i < values; i++) x[i] = (float)(i * 37 % 256);
     for (int64_t i = 0; i < count; i++) labels[i] = (int32_t)(i % classes);
-    if (mxu_dataset_from_arrays(x, labels, count, *shape, classes, out) !=
-        MXU_OK)
-      code = cli_runtime_error("bench");
+    for (int64_t i = 0; each && i < count * positions; i++)
+      each[i] = (float)(i * 7 % classes);
+    mxu_status made =
+        each ? mxu_dataset_from_targets(x, each, count, *shape, (int)positions,
+                                        out)
+             : mxu_dataset_from_arrays(x, labels, count, *shape, classes, out);
+    if (made != MXU_OK) code = cli_runtime_error("bench");
   }
   free(x);
   free(labels);
+  free(each);
   return code;
 }
 
@@ -137,7 +146,13 @@ static int prepare(const bench_args *a, bench_run *run) {
   int layers = mxu_model_layer_count(run->model);
   mxu_shape last = mxu_model_layer_shape(run->model, layers - 1);
   int steps = a->steps > WARMUP_STEPS ? a->steps : WARMUP_STEPS;
-  int code = synthetic_data(&shape, (int)mxu_shape_count(&last),
+  int64_t classes = mxu_shape_count(&last), positions = 1;
+  if (run->compile.loss == MXU_SPARSE_CATEGORICAL_CROSSENTROPY &&
+      last.rank > 1) {
+    classes = last.dims[last.rank - 1];
+    positions = mxu_shape_count(&last) / classes;
+  }
+  int code = synthetic_data(&shape, (int)classes, positions,
                             (int64_t)a->batch_size * steps, &run->data);
   if (code != CLI_OK) return code;
   run->compile.batch_size = a->batch_size;
