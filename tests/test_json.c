@@ -2512,6 +2512,9 @@ static void errors_compile(void) {
       {"{\"metrics\": [{\"class_name\": \"MeanIoU\", \"config\": "
        "{\"num_classes\": 3, \"sparse_y_pred\": true}}]}",
        "MeanIoU with sparse_y_pred true takes the output as class ids"},
+      {"{\"metrics\": [{\"class_name\": \"BinaryIoU\", \"config\": "
+       "{\"target_class_ids\": [0, 2], \"threshold\": 0.5}}]}",
+       "BinaryIoU's target_class_ids [0, 2]: expected [0, 1], [0] or [1]"},
       {"{\"metrics\": [\"pearson_correlation\"]}",
        "metrics: 'pearson_correlation' is not supported"},
       {"{\"metrics\": [\"f1_score\"]}",

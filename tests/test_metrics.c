@@ -337,33 +337,40 @@ static double iou_of(const char *spec, mxu_loss loss, int k, const float *y,
   mxu_metric_kind kind;
   mxu_metric_options o;
   CHECK_OK(mxu_metric_parse(spec, loss, k, log, &kind, &o));
-  CHECK(mxu_metric_is_iou(kind) && mxu_metric_tally_size(kind, k) == 4 * k);
+  int64_t size = mxu_metric_tally_size(kind, k);
+  CHECK(size == (kind == MXU_METRIC_BINARY_IOU ? 8 : 4 * k));
   float tally[20] = {0}, ones[40];
   double wide[20];
   for (int r = 0; r < 40; r++) ones[r] = 1.0f;
   /* Two batches, as an epoch's steps add theirs. */
   const float *mask = weights ? weights : ones;
   mxu_metric_tally(kind, &o, 25, k, y, labels, targets, mask, tally);
-  mxu_metric_tally(kind, &o, 15, k, y + 25 * k, labels + 25,
+  mxu_metric_tally(kind, &o, 15, k, y + 25 * k, labels ? labels + 25 : NULL,
                    targets ? targets + 25 * k : NULL, mask + 25, tally);
-  for (int v = 0; v < 4 * k; v++) wide[v] = tally[v];
+  for (int v = 0; v < size; v++) wide[v] = tally[v];
   return mxu_tally_result(kind, &o, wide, k);
 }
 
 /* Keras 3's MeanIoU and OneHotMeanIoU (sparse_y_pred=False) of one batch
  * (make_iou.py): rows whose label is no class or the ignore_class left
- * out, sample weights counted, a class never seen out of the mean. */
+ * out, sample weights counted, a class never seen out of the mean; and
+ * BinaryIoU's of every value, targets truncated, of both classes or one. */
 static void iou_values(void) {
   hid_t file = H5Fopen("tests/golden/iou.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
   CHECK(file >= 0);
   if (file < 0) return;
   static float y[40 * 4], y5[40 * 5], onehot[40 * 4], weights[40];
+  static float b[40 * 3], bt[40 * 3], b0[40], bt0[40];
   static int32_t labels[40];
   check_h5_read(file, "y", H5T_NATIVE_FLOAT, y);
   check_h5_read(file, "y5", H5T_NATIVE_FLOAT, y5);
   check_h5_read(file, "onehot", H5T_NATIVE_FLOAT, onehot);
   check_h5_read(file, "weights", H5T_NATIVE_FLOAT, weights);
   check_h5_read(file, "labels", H5T_NATIVE_INT32, labels);
+  check_h5_read(file, "b", H5T_NATIVE_FLOAT, b);
+  check_h5_read(file, "bt", H5T_NATIVE_FLOAT, bt);
+  for (int r = 0; r < 40; r++) b0[r] = b[3 * r], bt0[r] = bt[3 * r];
+  const mxu_loss binary = MXU_BINARY_CROSSENTROPY;
   const mxu_loss sparse = MXU_SPARSE_CATEGORICAL_CROSSENTROPY;
   const struct {
     const char *key;
@@ -382,6 +389,11 @@ static void iou_values(void) {
       {"onehot_iou",
        iou_of("one_hot_mean_iou(num_classes=4,ignore_class=1)",
               MXU_CATEGORICAL_CROSSENTROPY, 4, y, labels, onehot, NULL)},
+      {"binary", iou_of("binary_iou", binary, 3, b, NULL, bt, NULL)},
+      {"binary1", iou_of("binary_iou(threshold=0.3,class_id=1)", binary, 3, b,
+                         NULL, bt, NULL)},
+      {"binary0w",
+       iou_of("binary_iou(class_id=0)", binary, 1, b0, NULL, bt0, weights)},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     double keras = NAN;
@@ -470,9 +482,9 @@ static mxu_status iou_compiled(const char *json, mxu_loss loss,
 }
 
 /* MeanIoU's settings: refused where its rows or true classes are not the
- * output's; both kinds written as Keras' classes and read back, and Keras'
- * MeanIoU(sparse_y_true=False) read as OneHotMeanIoU, its sparse_y_pred
- * True refused. */
+ * output's; both kinds and BinaryIoU written as Keras' classes and read
+ * back (Keras' MeanIoU(sparse_y_true=False) read as OneHotMeanIoU, and its
+ * sparse_y_pred True refused: test_json). */
 static void iou_settings(void) {
 #define DENSE "tests/golden/ignore_class/model.tf2.json"
 #define TAGGER "tests/golden/tagging_ignore/model.tf2.json"
@@ -510,8 +522,11 @@ static void iou_settings(void) {
        SPARSE},
       {TAGGER, "one_hot_mean_iou(num_classes=4,ignore_class=0)",
        "\"OneHotMeanIoU\"", ONEHOT},
+      {"tests/golden/binary_seg/model.tf2.json",
+       "iou=binary_iou(threshold=0.25,class_id=1)", "\"BinaryIoU\"",
+       MXU_BINARY_CROSSENTROPY},
   };
-  for (size_t i = 0; i < 2; i++)
+  for (size_t i = 0; i < sizeof written / sizeof *written; i++)
     for (int keras3 = 0; keras3 < 2; keras3++) {
       mxu_model *m = NULL, *back = NULL;
       CHECK_OK(
@@ -527,7 +542,11 @@ static void iou_settings(void) {
                     back->heads[0].metric_kind[0] ==
                         m->heads[0].metric_kind[0] &&
                     back->heads[0].metric_options[0].ignore_class ==
-                        m->heads[0].metric_options[0].ignore_class,
+                        m->heads[0].metric_options[0].ignore_class &&
+                    back->heads[0].metric_options[0].class_id ==
+                        m->heads[0].metric_options[0].class_id &&
+                    back->heads[0].metric_options[0].threshold ==
+                        m->heads[0].metric_options[0].threshold,
                 "%s, keras3 %d", written[i].spec, keras3);
       free(text);
       mxu_model_free(back);

@@ -142,7 +142,7 @@ static void train_options(train_args *a, cli_option *o) {
        "fbeta_score(average=A,beta=B[,threshold=T]), "
        "mean_iou(num_classes=N[,ignore_class=C]) of class labels, "
        "one_hot_mean_iou(num_classes=N[,ignore_class=C]) of one-hot "
-       "targets; NAME=METRIC logs "
+       "targets, binary_iou(threshold=T,class_id=0|1); NAME=METRIC logs "
        "METRIC as NAME (roc=auc) (default: the model file's, else "
        "accuracy)",
        CLI_STRING, &a->metrics.given, NULL, 0, 0},

@@ -21,7 +21,8 @@ typedef enum {
   OPTIONS_BCE,
   OPTIONS_F_SCORE,
   OPTIONS_AXIS,
-  OPTIONS_IOU
+  OPTIONS_IOU,
+  OPTIONS_BINARY_IOU
 } options;
 
 static const struct {
@@ -59,6 +60,7 @@ static const struct {
     {"FBetaScore", "fbeta_score", OPTIONS_F_SCORE},
     {"MeanIoU", "mean_iou", OPTIONS_IOU},
     {"OneHotMeanIoU", "one_hot_mean_iou", OPTIONS_IOU},
+    {"BinaryIoU", "binary_iou", OPTIONS_BINARY_IOU},
 };
 
 static const char *const optimizer_keys[] = {"name",
@@ -855,6 +857,40 @@ static mxu_status read_iou_config(const mxu_json_where *where,
   return MXU_OK;
 }
 
+/* BinaryIoU's options as compile takes them, "(threshold=T,class_id=C)":
+ * target_class_ids [0, 1] (both, the default) or one of them. */
+static mxu_status read_binary_iou_config(const mxu_json_where *where,
+                                         const cJSON *config, char *text,
+                                         size_t size) {
+  const cJSON *ids = mxu_json_get(config, "target_class_ids");
+  int seen[2] = {0, 0}, count = 0;
+  for (const cJSON *id = cJSON_IsArray(ids) ? ids->child : NULL; id;
+       id = id->next, count++)
+    if (cJSON_IsNumber(id) && (id->valuedouble == 0 || id->valuedouble == 1))
+      seen[(int)id->valuedouble]++;
+  int both = !ids || cJSON_IsNull(ids) || (count == 2 && seen[0] && seen[1]);
+  if (!both && !(count == 1 && seen[0] + seen[1] == 1)) {
+    char shown[96];
+    mxu_json_text(ids, shown, sizeof shown);
+    return mxu_json_fail(where, MXU_ERR_UNSUPPORTED,
+                         "BinaryIoU's target_class_ids %s: expected [0, 1], "
+                         "[0] or [1]",
+                         shown);
+  }
+  double threshold = 0.5;
+  const cJSON *t = mxu_json_get(config, "threshold");
+  if (t && !cJSON_IsNull(t) && !cJSON_IsNumber(t))
+    return mxu_json_fail(where, MXU_ERR_FORMAT,
+                         "BinaryIoU's threshold must be a number");
+  if (cJSON_IsNumber(t)) threshold = t->valuedouble;
+  size_t used = (size_t)snprintf(text, size, "(threshold=%.9g", threshold);
+  if (!both && used < size)
+    used += (size_t)snprintf(text + used, size - used, ",class_id=%d",
+                             seen[1] ? 1 : 0);
+  if (used < size) snprintf(text + used, size - used, ")");
+  return MXU_OK;
+}
+
 /* A metric object's name as Keras logs it: its config's name, less the
  * output's name tf.keras 2 writes before it in a model of several
  * outputs ("flag_roc" for output flag's "roc"); NULL for none. */
@@ -899,6 +935,8 @@ static mxu_status check_options(const mxu_json_where *where,
   case OPTIONS_AXIS: return check_number(where, config, cls, "axis", -1);
   case OPTIONS_IOU:
     return read_iou_config(where, config, cls, metric, text, size);
+  case OPTIONS_BINARY_IOU:
+    return read_binary_iou_config(where, config, text, size);
   case OPTIONS_NONE: return MXU_OK;
   }
   return MXU_OK;
@@ -1419,6 +1457,7 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
       [MXU_METRIC_COSINE_SIMILARITY] = {"CosineSimilarity", 1},
       [MXU_METRIC_MEAN_IOU] = {"MeanIoU", 0},
       [MXU_METRIC_ONE_HOT_MEAN_IOU] = {"OneHotMeanIoU", 0},
+      [MXU_METRIC_BINARY_IOU] = {"BinaryIoU", 0},
   };
   const char *cls = classes[kind].name;
   if (classes[kind].function && !named) return NULL;
@@ -1479,6 +1518,17 @@ cJSON *mxu_json_metric_class(mxu_json_out *out, const char *name,
     mxu_json_put_bool(out, config, "sparse_y_pred", 0);
     mxu_json_put_number(out, config, "axis", -1);
     break;
+  case MXU_METRIC_BINARY_IOU: {
+    cJSON *ids = cJSON_CreateArray();
+    for (int c = 0; c < 2; c++)
+      if (!options->has_class_id || options->class_id == c)
+        mxu_json_append(out, ids, cJSON_CreateNumber(c));
+    mxu_json_put(out, config, "target_class_ids", ids);
+    mxu_json_put_float(out, config, "threshold",
+                       options->has_threshold ? (float)options->threshold
+                                              : 0.5f);
+    break;
+  }
   default: break;
   }
   return mxu_json_object(out, "keras.metrics", cls, config);

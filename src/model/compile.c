@@ -272,6 +272,7 @@ static mxu_status check_metric(const mxu_layer *out, const mxu_output_loss *o,
   const char *spec = h->metric_spec[m];
   const mxu_metric_options *mo = &h->metric_options[m];
   if ((mo->top_k || mo->has_class_id) &&
+      h->metric_kind[m] != MXU_METRIC_BINARY_IOU && /* its class 0 or 1 */
       (out->out_shape.rank != 1 ||
        (mo->has_class_id && mo->class_id >= out->out_shape.dims[0])))
     return mxu_fail(MXU_ERR_UNSUPPORTED,

@@ -392,8 +392,9 @@ static double row_metric(mxu_metric_kind kind, const mxu_metric_options *o,
   case MXU_METRIC_AUC_PR:
   case MXU_METRIC_F_SCORE:
   case MXU_METRIC_MEAN_IOU:
-  case MXU_METRIC_ONE_HOT_MEAN_IOU: return 0.0; /* a tally: mxu_metric_tally */
-  case MXU_METRIC_PRECISION:                    /* true positives */
+  case MXU_METRIC_ONE_HOT_MEAN_IOU:
+  case MXU_METRIC_BINARY_IOU: return 0.0; /* a tally: mxu_metric_tally */
+  case MXU_METRIC_PRECISION:              /* true positives */
   case MXU_METRIC_RECALL:
   case MXU_METRIC_TRUE_POSITIVES:
   case MXU_METRIC_FALSE_POSITIVES:
@@ -464,7 +465,8 @@ int mxu_metric_is_mean(mxu_metric_kind kind) {
   case MXU_METRIC_FALSE_NEGATIVES:
   case MXU_METRIC_F_SCORE:
   case MXU_METRIC_MEAN_IOU:
-  case MXU_METRIC_ONE_HOT_MEAN_IOU: return 0;
+  case MXU_METRIC_ONE_HOT_MEAN_IOU:
+  case MXU_METRIC_BINARY_IOU: return 0;
   default: return 1;
   }
 }
@@ -475,6 +477,7 @@ int mxu_metric_has_curve(mxu_metric_kind kind) {
 
 int64_t mxu_metric_tally_size(mxu_metric_kind kind, int64_t values) {
   if (mxu_metric_has_curve(kind)) return MXU_AUC_VALUES;
+  if (kind == MXU_METRIC_BINARY_IOU) return 8;
   return kind == MXU_METRIC_F_SCORE || mxu_metric_is_iou(kind) ? 4 * values : 0;
 }
 
@@ -623,11 +626,34 @@ static void iou_counts(mxu_metric_kind kind, const mxu_metric_options *o,
   }
 }
 
+/* BinaryIoU's counts, as iou_counts' of two classes: every value of a
+ * row, predicted 1 at or above the threshold, its true class the target
+ * truncated (a target truncating to neither class left out). */
+static void binary_iou_counts(const mxu_metric_options *o, int64_t rows,
+                              int64_t k, const float *y, const float *targets,
+                              const float *mask, float *tally) {
+  float threshold = o->has_threshold ? (float)o->threshold : 0.5f;
+  for (int64_t i = 0; i < rows * k; i++) {
+    float t = targets[i], w = mask[i / k];
+    if (w == 0.0f || !(t > -1.0f && t < 2.0f)) continue;
+    int truth = t >= 1.0f, predicted = y[i] >= threshold;
+    if (predicted == truth) {
+      tally[truth] += w;
+    } else {
+      tally[2 + predicted] += w;
+      tally[4 + truth] += w;
+    }
+    tally[6 + truth] += w;
+  }
+}
+
 void mxu_metric_tally(mxu_metric_kind kind, const mxu_metric_options *options,
                       int64_t rows, int64_t k, const float *y,
                       const int32_t *labels, const float *targets,
                       const float *mask, float *tally) {
-  if (kind == MXU_METRIC_F_SCORE)
+  if (kind == MXU_METRIC_BINARY_IOU)
+    binary_iou_counts(options, rows, k, y, targets, mask, tally);
+  else if (kind == MXU_METRIC_F_SCORE)
     f_score_counts(options, rows, k, y, targets, mask, tally);
   else if (mxu_metric_is_iou(kind))
     iou_counts(kind, options, rows, k, y, labels, targets, mask, tally);
@@ -664,13 +690,14 @@ static double f_score_result(const mxu_metric_options *o, const double *tally,
   return score;
 }
 
-/* Keras' IoU.result: per class tp / (tp + fp + fn + 1e-7), meaned over
- * the classes whose denominator is above 1e-9 (the others count 0), the
- * count plus 1e-7. */
-static double iou_result(const double *tally, int64_t k) {
+/* Keras' IoU.result: per class (of first .. end) tp / (tp + fp + fn +
+ * 1e-7), meaned over the classes whose denominator is above 1e-9 (the
+ * others count 0), the count plus 1e-7. */
+static double iou_result(const double *tally, int64_t k, int64_t first,
+                         int64_t end) {
   const double eps = 1e-7;
   double sum = 0.0, seen = 0.0;
-  for (int64_t j = 0; j < k; j++) {
+  for (int64_t j = first; j < end; j++) {
     double tp = tally[j], denominator = tp + tally[k + j] + tally[2 * k + j];
     if (!(denominator > 1e-9)) continue;
     sum += tp / (denominator + eps);
@@ -682,7 +709,10 @@ static double iou_result(const double *tally, int64_t k) {
 double mxu_tally_result(mxu_metric_kind kind, const mxu_metric_options *options,
                         const double *tally, int64_t values) {
   if (kind == MXU_METRIC_F_SCORE) return f_score_result(options, tally, values);
-  if (mxu_metric_is_iou(kind)) return iou_result(tally, values);
+  if (mxu_metric_is_iou(kind)) return iou_result(tally, values, 0, values);
+  if (kind == MXU_METRIC_BINARY_IOU)
+    return iou_result(tally, 2, counted_first(options),
+                      counted_end(options, 2));
   return mxu_auc_result(kind, tally);
 }
 
@@ -796,6 +826,7 @@ static const struct {
     {"fbeta_score", MXU_METRIC_F_SCORE, 0},
     {"mean_iou", MXU_METRIC_MEAN_IOU, 0},
     {"one_hot_mean_iou", MXU_METRIC_ONE_HOT_MEAN_IOU, 0},
+    {"binary_iou", MXU_METRIC_BINARY_IOU, 0},
 };
 
 const char *mxu_metric_name(const char *name) {
@@ -849,6 +880,7 @@ const char *mxu_metric_function(mxu_metric_kind kind) {
   case MXU_METRIC_F_SCORE: return "f1_score";
   case MXU_METRIC_MEAN_IOU: return "mean_iou";
   case MXU_METRIC_ONE_HOT_MEAN_IOU: return "one_hot_mean_iou";
+  case MXU_METRIC_BINARY_IOU: return "binary_iou";
   }
   return "";
 }
@@ -867,7 +899,7 @@ const char *mxu_metric_names(void) {
          "(threshold=T,top_k=K,class_id=C), the counts with (threshold=T), "
          "mean_iou(num_classes=N[,ignore_class=C]) of class labels and "
          "one_hot_mean_iou(num_classes=N[,ignore_class=C]) of one-hot "
-         "targets";
+         "targets, binary_iou(threshold=T,class_id=C)";
 }
 
 /* Keras resolves "accuracy" by the loss and the output: binary for the
@@ -906,7 +938,8 @@ typedef enum {
   TAKES_LOGITS,
   TAKES_COUNT,
   TAKES_PR,
-  TAKES_IOU
+  TAKES_IOU,
+  TAKES_BINARY_IOU
 } takes;
 
 static takes options_taken(mxu_metric_kind kind, const char *metric) {
@@ -926,6 +959,7 @@ static takes options_taken(mxu_metric_kind kind, const char *metric) {
   case MXU_METRIC_FALSE_NEGATIVES: return TAKES_COUNT;
   case MXU_METRIC_MEAN_IOU:
   case MXU_METRIC_ONE_HOT_MEAN_IOU: return TAKES_IOU;
+  case MXU_METRIC_BINARY_IOU: return TAKES_BINARY_IOU;
   default: return TAKES_NONE;
   }
 }
@@ -943,7 +977,9 @@ static mxu_status read_option(const char *spec, const char *text, size_t n,
       [TAKES_COUNT] = "threshold=T (0 <= T <= 1)",
       [TAKES_PR] = "threshold=T (0 <= T <= 1), top_k=K (K >= 1), "
                    "class_id=C (C >= 0)",
-      [TAKES_IOU] = "num_classes=N (N >= 1), ignore_class=C (an integer)"};
+      [TAKES_IOU] = "num_classes=N (N >= 1), ignore_class=C (an integer)",
+      [TAKES_BINARY_IOU] = "threshold=T, class_id=0|1 (the one class to "
+                           "mean)"};
   char option[64];
   snprintf(option, sizeof option, "%.*s", (int)(n < 63 ? n : 63), text);
   char *value = strchr(option, '=');
@@ -964,6 +1000,16 @@ static mxu_status read_option(const char *spec, const char *text, size_t n,
   } else if (t == TAKES_PR && whole && number >= 1 &&
              !strcmp(option, "top_k")) {
     o->top_k = (int)number;
+    return MXU_OK;
+  } else if (t == TAKES_BINARY_IOU && is_number &&
+             !strcmp(option, "threshold")) {
+    o->threshold = number;
+    o->has_threshold = 1;
+    return MXU_OK;
+  } else if (t == TAKES_BINARY_IOU && whole && number <= 1 &&
+             !strcmp(option, "class_id")) {
+    o->class_id = (int)number;
+    o->has_class_id = 1;
     return MXU_OK;
   } else if (t == TAKES_PR && whole && !strcmp(option, "class_id")) {
     o->class_id = (int)number;

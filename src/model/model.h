@@ -641,7 +641,12 @@ typedef enum mxu_metric_kind {
    * (rows whose true class is the ignore_class or no class left out); the
    * mean over the classes seen of tp / (tp + fp + fn). */
   MXU_METRIC_MEAN_IOU,
-  MXU_METRIC_ONE_HOT_MEAN_IOU
+  MXU_METRIC_ONE_HOT_MEAN_IOU,
+  /* Keras' BinaryIoU: every value a prediction of class 1 at or above the
+   * threshold (0.5), of 0 below, its target (truncated, as Keras' int
+   * cast) the true class; the IoU of classes 0 and 1 (or of class_id
+   * alone, Keras' target_class_ids [c]) meaned as MeanIoU's. */
+  MXU_METRIC_BINARY_IOU
 } mxu_metric_kind;
 
 /* The options of the metrics that take them, from a metric's text:
@@ -664,7 +669,7 @@ typedef struct mxu_metric_options {
   /* Precision's and Recall's (the counts' take the threshold): only a
    * row's top_k largest values predicted positive (0: every value; the
    * threshold then -inf unless given), only value class_id counted
-   * (has_class_id). */
+   * (has_class_id); BinaryIoU's class_id: the one class it means. */
   int top_k, has_class_id, class_id;
   /* A MeanIoU's: its classes (the output's last axis), and the class
    * whose rows it leaves out (has_ignore_class). */
@@ -1147,8 +1152,8 @@ size_t mxu_metric_logged_length(const char *spec);
 /* The floats of the metric's tally for outputs of `values` a row: an
  * AUC's curve (MXU_AUC_VALUES), an F-score's true positives, false
  * positives, false negatives and targets per value, a MeanIoU's the same
- * per class (4 values each; a device returns them as two equal halves);
- * 0 for a metric of sums. */
+ * per class (4 values each; a device returns them as two equal halves), a
+ * BinaryIoU's for its two classes (8); 0 for a metric of sums. */
 int64_t mxu_metric_tally_size(mxu_metric_kind kind, int64_t values);
 /* Its counts of rows (k values each; a row's class label in labels, its
  * targets in targets), each by its mask (0: left out; a weighted

@@ -209,8 +209,9 @@ static mxu_hlo_value row_metric(mxu_hlo *h, mxu_metric_kind kind,
   case MXU_METRIC_AUC_PR:
   case MXU_METRIC_F_SCORE:
   case MXU_METRIC_MEAN_IOU:
-  case MXU_METRIC_ONE_HOT_MEAN_IOU: return 0; /* a tally: emit_metric's */
-  case MXU_METRIC_PRECISION:                  /* true positives */
+  case MXU_METRIC_ONE_HOT_MEAN_IOU:
+  case MXU_METRIC_BINARY_IOU: return 0; /* a tally: emit_metric's */
+  case MXU_METRIC_PRECISION:            /* true positives */
   case MXU_METRIC_RECALL:
   case MXU_METRIC_TRUE_POSITIVES:
   case MXU_METRIC_FALSE_POSITIVES:
@@ -572,6 +573,42 @@ static void emit_iou(mxu_hlo *h, mxu_metric_kind kind,
   sums[1] = mxu_hlo_concatenate(h, counts[2], counts[3], 0);
 }
 
+/* A BinaryIoU's counts (loss.c's binary_iou_counts): of y and t (rows, k),
+ * every value, in the rows `kept` weighs, for classes 0 and 1 the true and
+ * false positives (sums[0], 4), the false negatives and the true values
+ * (sums[1], 4). */
+static void emit_binary_iou(mxu_hlo *h, const mxu_metric_options *options,
+                            mxu_hlo_value y, mxu_hlo_value t,
+                            mxu_hlo_value kept, mxu_hlo_value *sums) {
+  mxu_hlo_shape rows = *mxu_hlo_shape_of(h, y); /* a copy: nodes move */
+  const int64_t first = 0, all[2] = {0, 1};
+  const ops oo = {h, y}, *o = &oo;
+  mxu_hlo_value w = mxu_hlo_broadcast(h, kept, rows, &first);
+  mxu_hlo_value p1 =
+      truth(h, MXU_HLO_GE, y,
+            k(o, options->has_threshold ? options->threshold : 0.5));
+  /* The target truncated: 1 on [1, 2), 0 on (-1, 1), else no class. */
+  mxu_hlo_value t1 = MUL(truth(h, MXU_HLO_GE, t, k(o, 1.0)),
+                         truth(h, MXU_HLO_LT, t, k(o, 2.0)));
+  mxu_hlo_value t0 = MUL(truth(h, MXU_HLO_GT, t, k(o, -1.0)),
+                         truth(h, MXU_HLO_LT, t, k(o, 1.0)));
+  mxu_hlo_value p0 = SUB(k(o, 1.0), p1);
+  t1 = MUL(t1, w);
+  t0 = MUL(t0, w);
+  /* Per class: tp, fp, fn, true values. */
+  mxu_hlo_value counts[8] = {MUL(p0, t0), MUL(p1, t1), MUL(p0, t1), MUL(p1, t0),
+                             MUL(p1, t0), MUL(p0, t1), t0,          t1};
+  for (int i = 0; i < 8; i++)
+    counts[i] = mxu_hlo_reshape(
+        h, mxu_hlo_reduce(h, counts[i], MXU_HLO_SUM, 2, all),
+        mxu_hlo_shape_make(MXU_HLO_F32, 1, (const int64_t[]){1}));
+  mxu_hlo_value pairs[4];
+  for (int i = 0; i < 4; i++)
+    pairs[i] = mxu_hlo_concatenate(h, counts[2 * i], counts[2 * i + 1], 0);
+  sums[0] = mxu_hlo_concatenate(h, pairs[0], pairs[1], 0);
+  sums[1] = mxu_hlo_concatenate(h, pairs[2], pairs[3], 0);
+}
+
 int mxu_head_sum_count(const mxu_model *model, int head) {
   return 2 + 2 * model->heads[head].metric_count;
 }
@@ -609,6 +646,11 @@ static mxu_status emit_metric(const mxu_model *model, int head, int m,
   }
   if (mxu_metric_is_iou(kind)) {
     emit_iou(h, kind, &model->heads[head].metric_options[m], y, t, whole, sums);
+    return h->status;
+  }
+  if (kind == MXU_METRIC_BINARY_IOU) {
+    emit_binary_iou(h, &model->heads[head].metric_options[m], y, t, whole,
+                    sums);
     return h->status;
   }
   int64_t values = mxu_hlo_shape_of(h, y)->dims[1];

@@ -35,16 +35,16 @@ def write(model, x, y, out):
 
 def write_dialects(build, tf_keras, keras, seed, x, y, out,
                    loss="sparse_categorical_crossentropy", ignore_class=None,
-                   classes=None):
+                   iou=None):
     """build(K) makes the model in tf_keras or keras; tf_keras takes the
     step from the initial weights of seed. Also writes model.k3.json and
     model.keras, Keras 3's archive with those initial weights (the same
     order), whose predictions are predict_before. y: labels, or float
     targets with loss categorical_crossentropy. ignore_class: the sparse
-    loss's, also a MeanIoU "iou" of `classes` then (batch.h5 keeps both,
-    its iou_spec in mxu's words; Keras 3's step loss must agree with
-    tf.keras').
-    Returns the loss."""
+    loss's. iou: (make, spec), an IoU metric make(K) named "iou" beside
+    "accuracy" and its spec in mxu's words (batch.h5 keeps ignore_class,
+    the spec and Keras' value; Keras 3's step loss must agree with
+    tf.keras'). Returns the loss."""
     os.makedirs(out, exist_ok=True)
 
     def loss_of(K):
@@ -53,11 +53,7 @@ def write_dialects(build, tf_keras, keras, seed, x, y, out,
         return K.losses.SparseCategoricalCrossentropy(ignore_class=ignore_class)
 
     def metrics_of(K):
-        if ignore_class is None:
-            return ["accuracy"]
-        return ["accuracy", K.metrics.MeanIoU(classes, name="iou",
-                                              ignore_class=ignore_class,
-                                              sparse_y_pred=False)]
+        return ["accuracy"] + ([iou[0](K)] if iou else [])
 
     tf_keras.utils.set_random_seed(seed)
     model = build(tf_keras)
@@ -67,11 +63,11 @@ def write_dialects(build, tf_keras, keras, seed, x, y, out,
     if loss != "sparse_categorical_crossentropy":
         with h5py.File(os.path.join(out, "batch.h5"), "a") as f:
             f["loss_name"] = loss
-    if ignore_class is not None:
-        with h5py.File(os.path.join(out, "batch.h5"), "a") as f:
+    with h5py.File(os.path.join(out, "batch.h5"), "a") as f:
+        if ignore_class is not None:
             f["ignore_class"] = ignore_class
-            f["iou_spec"] = ("iou=mean_iou(num_classes=%d,ignore_class=%d)"
-                             % (classes, ignore_class))
+        if iou:
+            f["iou_spec"] = iou[1]
     k3 = build(keras)
     with open(os.path.join(out, "model.k3.json"), "w") as f:
         f.write(k3.to_json(indent=1))
@@ -84,7 +80,7 @@ def write_dialects(build, tf_keras, keras, seed, x, y, out,
     k3.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss_of(keras),
                metrics=metrics_of(keras))
     k3.save(os.path.join(out, "model.keras"))
-    if ignore_class is not None:  # Keras 3 must mean the loss as tf.keras
+    if ignore_class is not None or iou:  # Keras 3's loss as tf.keras'
         again = keras.models.load_model(os.path.join(out, "model.keras"))
         k3 = again.train_on_batch(x, y, return_dict=True)
         assert abs(k3["loss"] - step_loss) <= 1e-5 * abs(step_loss), (

@@ -43,7 +43,12 @@ def main(out):
     y = np.random.randint(0, 3, size=(8,)).astype(np.int32)
     y[2] = y[5] = 0
     golden_step.write_dialects(build, tf_keras, keras, 21, x, y, out,
-                               ignore_class=0, classes=3)
+                               ignore_class=0,
+                               iou=(lambda K: K.metrics.MeanIoU(
+                                   3, name="iou", ignore_class=0,
+                                   sparse_y_pred=False),
+                                    "iou=mean_iou(num_classes=3,"
+                                    "ignore_class=0)"))
 
 
 if __name__ == "__main__":

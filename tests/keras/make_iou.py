@@ -14,7 +14,13 @@ to 255 (no class: Keras' bounds mask leaves them out); weights = randint(0,
   absent     MeanIoU(5)                          labels, y5
   onehot_iou OneHotMeanIoU(4, ignore_class=1)    one-hot of labels % 4
              (labels -1 and 255 as classes 3 and 3)
-each with sparse_y_pred=False.
+each with sparse_y_pred=False; and BinaryIoU over b = rand(40, 3) against
+targets bt = randint(0, 2, (40, 3)) with bt[0, 0] = 0.7, bt[1, 1] = 1.5
+(truncated to 0 and 1, as Keras' int cast) and bt[2, 2] = 2, bt[3, 0] = -1
+(no class, left out):
+  binary     BinaryIoU()                          b, bt
+  binary1    BinaryIoU([1], threshold=0.3)         b, bt
+  binary0w   BinaryIoU([0]) of the first column    sample_weight
 
 Keras is never a dependency of mxu: this script only regenerates the file.
   /tmp/kenv/bin/python tests/keras/make_iou.py tests/golden/iou.h5
@@ -44,6 +50,9 @@ def main(out):
     weights = np.random.randint(0, 4, size=40).astype(np.float32)
     y5 = np.concatenate([y, np.zeros((40, 1), np.float32)], 1)
     onehot = np.eye(4, dtype=np.float32)[labels % 4]
+    b = np.random.rand(40, 3).astype(np.float32)
+    bt = np.random.randint(0, 2, size=(40, 3)).astype(np.float32)
+    bt[0, 0], bt[1, 1], bt[2, 2], bt[3, 0] = 0.7, 1.5, 2.0, -1.0
     M = keras.metrics
     values = {
         "plain": value(M.MeanIoU(4, sparse_y_pred=False), labels, y),
@@ -55,10 +64,14 @@ def main(out):
                           weights),
         "absent": value(M.MeanIoU(5, sparse_y_pred=False), labels, y5),
         "onehot_iou": value(M.OneHotMeanIoU(4, ignore_class=1), onehot, y),
+        "binary": value(M.BinaryIoU(), bt, b),
+        "binary1": value(M.BinaryIoU([1], threshold=0.3), bt, b),
+        "binary0w": value(M.BinaryIoU([0]), bt[:, :1], b[:, :1], weights),
     }
     with h5py.File(out, "w") as f:
         f["y"], f["labels"], f["weights"] = y, labels, weights
         f["y5"], f["onehot"] = y5, onehot
+        f["b"], f["bt"] = b, bt
         for name, v in values.items():
             f[name] = v
     print(values)

@@ -44,6 +44,12 @@ import golden_step  # noqa: E402
 
 MASKED = "--masked" in sys.argv
 IGNORE = "--ignore" in sys.argv
+SPEC = "iou=mean_iou(num_classes=4,ignore_class=-1)"
+
+
+def MEAN_IOU(K):
+    return K.metrics.MeanIoU(4, name="iou", ignore_class=-1,
+                             sparse_y_pred=False)
 
 
 def build(K):
@@ -72,7 +78,7 @@ def main(out):
         y[3, :] = -1
     golden_step.write_dialects(build, tf_keras, keras, 14, x, y, out,
                                ignore_class=-1 if IGNORE else None,
-                               classes=4)
+                               iou=(MEAN_IOU, SPEC) if IGNORE else None)
 
 
 if __name__ == "__main__":
