@@ -256,7 +256,12 @@ int fuzz_report(const uint8_t *data, size_t size) {
 const fuzz_target fuzz_targets[] = {
     {"model_json", fuzz_model_json,
      "models/*.json tests/golden/*.json tests/keras_apps/*.json"},
-    {"h5", fuzz_h5, "tests/golden/*.h5 tests/golden/*/*.h5"},
+    /* Each golden directory's initial.h5 and the files of other layouts,
+     * not its after_step.h5 and batch.h5 (the same layouts as the tiny
+     * ResNet's at the top): with them the pass outgrew the sanitizers'
+     * time limit as goldens were added, for no new structure. */
+    {"h5", fuzz_h5,
+     "tests/golden/*.h5 tests/golden/*/[!ab]*.h5 tests/golden/*/b[!a]*.h5"},
     {"keras", fuzz_keras, "tests/golden/*/*.keras"},
     {"idx", fuzz_idx, "tests/fuzz/seeds/idx/*"},
     {"cifar", fuzz_cifar, "tests/fuzz/seeds/cifar/*"},
