@@ -140,9 +140,9 @@ static void train_options(train_args *a, cli_option *o) {
        "precision and recall(threshold=T,top_k=K,class_id=C), "
        "true_positives and the other counts(threshold=T), "
        "fbeta_score(average=A,beta=B[,threshold=T]), "
-       "mean_iou(num_classes=N[,ignore_class=C]) of class labels, "
-       "one_hot_mean_iou(num_classes=N[,ignore_class=C]) of one-hot "
-       "targets, binary_iou(threshold=T,class_id=0|1); NAME=METRIC logs "
+       "mean_iou(num_classes=N[,ignore_class=C]) of class labels and "
+       "one_hot_mean_iou(...) of one-hot targets (the same options), "
+       "binary_iou(threshold=T,class_id=0 or 1) too; NAME=METRIC logs "
        "METRIC as NAME (roc=auc) (default: the model file's, else "
        "accuracy)",
        CLI_STRING, &a->metrics.given, NULL, 0, 0},
