@@ -562,9 +562,10 @@ static void emit_iou(mxu_hlo *h, mxu_metric_kind kind,
                     truth(h, MXU_HLO_NE, first_argmax(h, t),
                           mxu_hlo_full_like(h, w, options->ignore_class)));
   mxu_hlo_value weight = mxu_hlo_broadcast(h, w, rows, &first);
+  mxu_hlo_value true_hot = argmax_hot(h, t);
   mxu_hlo_value predicted = mxu_hlo_mul(h, argmax_hot(h, y), weight);
-  mxu_hlo_value actual = mxu_hlo_mul(h, argmax_hot(h, t), weight);
-  mxu_hlo_value hits = mxu_hlo_mul(h, predicted, argmax_hot(h, t));
+  mxu_hlo_value actual = mxu_hlo_mul(h, true_hot, weight);
+  mxu_hlo_value hits = mxu_hlo_mul(h, predicted, true_hot);
   mxu_hlo_value counts[4] = {hits, mxu_hlo_sub(h, predicted, hits),
                              mxu_hlo_sub(h, actual, hits), actual};
   for (int i = 0; i < 4; i++)
