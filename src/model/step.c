@@ -172,7 +172,8 @@ static const float *loss_rows(const mxu_model *model, mxu_replica *replica,
   const int32_t *labels =
       (const int32_t *)(const void *)mxu_replica_floats(replica, hp->labels);
   float *rows = mxu_replica_floats(replica, hp->loss_rows);
-  for (int64_t r = 0; r < model->plan.batch * mxu_loss_positions(model, h); r++)
+  int64_t count = model->plan.batch * mxu_loss_positions(model, h);
+  for (int64_t r = 0; r < count; r++)
     rows[r] = labels[r] == spec->ignore_class ? 0.0f : scored[r];
   return rows;
 }

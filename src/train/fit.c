@@ -349,46 +349,38 @@ static void load_replica(mxu_model *model, mxu_replica *replica,
   load_weights(model, replica, data, order, first, own);
 }
 
-/* Whether position t of the replica's sample n counts in head h's loss:
- * unmasked by a padding mask reaching it (its loss_mask: ids != 0 in the
- * input, or a Masking's steps not all mask_value), and not labelled
- * ignore_class. */
-static int position_kept(const mxu_model *model, const mxu_replica *replica,
-                         int h, int64_t n, int64_t t) {
-  const mxu_head_plan *hp = &model->plan.head[h];
-  const mxu_output_loss *spec = &model->heads[h].spec;
-  int64_t positions = mxu_loss_positions(model, h);
-  if (spec->has_ignore_class) {
-    const int32_t *labels =
-        (const int32_t *)(const void *)mxu_replica_floats(replica, hp->labels);
-    if (labels[n * positions + t] == spec->ignore_class) return 0;
-  }
-  if (hp->loss_mask < 0) return 1;
-  const mxu_layer *holder = &model->layers[hp->loss_mask];
-  int masking = holder->cls->computes_mask;
-  int input = masking ? holder->inputs[0] : holder->index;
-  int64_t width = mxu_shape_count(&model->layers[input].out_shape) / positions;
-  const float *x = mxu_replica_floats(replica, model->plan.act[input]);
-  return mxu_step_kept(x + (n * positions + t) * width, width,
-                       masking ? holder->config.mask_value : 0.0f);
-}
-
 /* Where head h's loss keeps rows (mxu_loss_keeps_rows): each local
- * slice's kept positions, summed per logical replica; each slice's factor
- * is its logical replica's real samples over that sum (0 when none is
- * kept, as Keras' divide_no_nan). */
+ * slice's kept positions, those a padding mask reaching the loss leaves
+ * (its loss_mask: ids != 0 in the input it holds, or a Masking's steps not
+ * all mask_value) and not labelled ignore_class, summed per logical
+ * replica; each slice's factor is its logical replica's real samples over
+ * that sum (0 when none is kept, as Keras' divide_no_nan). */
 static void count_kept(mxu_model *model, int h) {
   mxu_plan *plan = &model->plan;
   mxu_head_plan *hp = &plan->head[h];
-  int64_t positions = mxu_loss_positions(model, h);
+  const mxu_output_loss *spec = &model->heads[h].spec;
+  int64_t positions = mxu_loss_positions(model, h), width = 0;
+  const mxu_layer *holder =
+      hp->loss_mask >= 0 ? &model->layers[hp->loss_mask] : NULL;
+  int masking = holder && holder->cls->computes_mask;
+  int input = !holder ? -1 : masking ? holder->inputs[0] : holder->index;
+  float padding = masking ? holder->config.mask_value : 0.0f;
+  if (input >= 0)
+    width = mxu_shape_count(&model->layers[input].out_shape) / positions;
   double valid[plan->local_count], own[plan->local_count];
   for (int r = 0; r < plan->local_count; r++) {
     const mxu_replica *replica = &plan->replica[r];
     const float *mask = mxu_replica_floats(replica, plan->mask);
+    const float *x =
+        input >= 0 ? mxu_replica_floats(replica, plan->act[input]) : NULL;
+    const int32_t *labels =
+        (const int32_t *)(const void *)mxu_replica_floats(replica, hp->labels);
     valid[r] = own[r] = 0;
     for (int64_t n = 0; n < plan->batch && mask[n] != 0.0f; n++, own[r]++)
-      for (int64_t t = 0; t < positions; t++)
-        valid[r] += position_kept(model, replica, h, n, t);
+      for (int64_t i = n * positions; i < (n + 1) * positions; i++)
+        valid[r] +=
+            !(spec->has_ignore_class && labels[i] == spec->ignore_class) &&
+            (!x || mxu_step_kept(x + i * width, width, padding));
   }
   for (int r = 0; r < plan->local_count; r++) {
     int logical = plan->replica[r].index / plan->split;
