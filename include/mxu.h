@@ -1243,8 +1243,11 @@ typedef enum mxu_backend_kind {
 /* Keras' dtype policy for the whole model. MXU_MIXED_BFLOAT16 is Keras'
  * mixed_bfloat16: the weights stay float32 (the optimizer updates and the
  * saved files see float32 only), while Conv2D and Dense multiply in
- * bfloat16 with float32 accumulation, on CPUs with AVX512_BF16; every
- * other layer, the softmax and the loss stay float32. On a CPU without
+ * bfloat16 with float32 accumulation, on CPUs with AVX512_BF16, where
+ * that is faster than float32 (not on fewer than 16 input channels,
+ * depthwise convs, convs on images of a few pixels, Dense of fewer than
+ * 32 units: those multiply in float32, the more exact); every other
+ * layer, the softmax and the loss stay float32. On a CPU without
  * bfloat16 instructions the model trains in float32, which
  * mxu_model_precision tells after compile.
  * (MXU_FLOAT32 already names a tensor dtype, hence the longer name.) */

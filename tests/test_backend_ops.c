@@ -370,6 +370,11 @@ static const char *forward_impl(const mxu_op *op) {
   return impl;
 }
 
+/* Whether the op's oneDNN primitives compute in bf16. */
+static int runs_bf16(const mxu_op *op) {
+  return strstr(forward_impl(op), "bf16") != NULL;
+}
+
 static int runs_winograd(const mxu_conv2d_desc *d) {
   mxu_op *op = NULL;
   CHECK_OK(backends[CPU]->conv2d_create(d, &op));
@@ -396,8 +401,17 @@ static void test_conv2d_winograd(void) {
                 t);
       d.n = 16 * t;
       CHECK_MSG(runs_winograd(&d) == 0, "conv2d case %d, %d images", i, d.n);
-      d.n = 32 * t, d.bf16 = 1;
-      CHECK_MSG(runs_winograd(&d) == 0, "conv2d case %d in bf16", i);
+      /* In bf16 never, but where the conv runs float32 (see
+       * test_bf16_choice): then as float32 does. */
+      d.n = 32 * t;
+      int f32 = runs_winograd(&d);
+      d.bf16 = 1;
+      mxu_op *op = NULL;
+      CHECK_OK(backends[CPU]->conv2d_create(&d, &op));
+      int bf16 = op && runs_bf16(op);
+      if (op) backends[CPU]->op_free(op);
+      CHECK_MSG(runs_winograd(&d) == (bf16 ? 0 : f32), "conv2d case %d in bf16",
+                i);
     }
   }
   omp_set_num_threads(threads);
@@ -875,12 +889,12 @@ static void bf16_check(const weighted_case *c, const char *label) {
 }
 
 /* Longer reductions than the f32 cases: 576 products per conv output,
- * 1000 per dense one. */
+ * 1000 per dense one; shapes bf16 runs on (see test_bf16_choice). */
 static const conv_case bf16_conv_cases[] = {
     {2, 9, 9, 64, 16, 3, 3, 1, 1, MXU_SAME},
-    {3, 11, 7, 5, 33, 3, 3, 2, 1, MXU_VALID},
+    {3, 11, 7, 17, 33, 3, 3, 2, 1, MXU_VALID},
 };
-static const dense_case bf16_dense_cases[] = {{8, 1000, 7}, {3, 17, 129}};
+static const dense_case bf16_dense_cases[] = {{8, 1000, 40}, {3, 17, 129}};
 
 static void bf16_conv_cases_check(const conv_case *cases, int count,
                                   const char *set) {
@@ -906,6 +920,49 @@ static void bf16_dense_cases_check(const dense_case *cases, int count,
                act_names[fused_acts[a]], has_bias ? "+bias" : "");
       bf16_check(&c, label);
     }
+}
+
+/* mixed_bfloat16 runs bf16 where it pays (where the CPU has it), and
+ * float32 where the own f32 loops or f32 itself are faster: few input
+ * channels, depthwise, 1x1 images (conv_gemm.c), few dense outputs. */
+static void test_bf16_choice(void) {
+  static const struct {
+    conv_case c;
+    int groups, bf16;
+  } convs[] = {
+      {{2, 9, 9, 64, 16, 3, 3, 1, 1, MXU_SAME}, 1, 1},
+      {{4, 8, 8, 32, 32, 3, 3, 1, 1, MXU_SAME}, 1, 1},
+      {{3, 11, 7, 17, 33, 3, 3, 2, 1, MXU_VALID}, 1, 1},
+      {{2, 12, 10, 3, 32, 3, 3, 1, 1, MXU_SAME}, 1, 0},  /* cifar's first */
+      {{2, 12, 10, 3, 32, 3, 3, 2, 2, MXU_SAME}, 1, 0},  /* MobileNetV2's */
+      {{4, 8, 8, 32, 32, 3, 3, 1, 1, MXU_SAME}, 32, 0},  /* depthwise */
+      {{8, 1, 1, 512, 512, 3, 3, 1, 1, MXU_SAME}, 1, 0}, /* 1x1 images */
+  };
+  static const struct {
+    dense_case c;
+    int bf16;
+  } denses[] = {{{8, 1000, 40}, 1}, {{3, 17, 129}, 1}, {{8, 1000, 7}, 0}};
+  for (int i = 0; i < COUNT(convs); i++) {
+    mxu_conv2d_desc d = conv_desc(&convs[i].c, MXU_RELU, 1);
+    d.groups = convs[i].groups;
+    d.bf16 = 1;
+    mxu_op *op = NULL;
+    CHECK_OK(backends[CPU]->conv2d_create(&d, &op));
+    if (!op) continue;
+    CHECK_MSG(runs_bf16(op) == (convs[i].bf16 && bf16_expected()),
+              "conv2d choice %d: %s", i, forward_impl(op));
+    backends[CPU]->op_free(op);
+  }
+  for (int i = 0; i < COUNT(denses); i++) {
+    const dense_case *c = &denses[i].c;
+    mxu_dense_desc d = {c->n, c->in, c->out, 1, MXU_RELU, 1};
+    mxu_op *op = NULL;
+    CHECK_OK(backends[CPU]->dense_create(&d, &op));
+    if (!op) continue;
+    CHECK_MSG(runs_bf16(op) == (denses[i].bf16 && bf16_expected()),
+              "dense choice %d: %s", i, forward_impl(op));
+    backends[CPU]->op_free(op);
+  }
 }
 
 static void test_bf16(void) {
@@ -1661,6 +1718,7 @@ int main(void) {
   test_conv2d_error();
   test_dense();
   test_bf16();
+  test_bf16_choice();
   test_pool2d();
   test_conv_pool();
   test_batchnorm();

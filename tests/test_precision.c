@@ -52,12 +52,15 @@ static mxu_dataset *make_data(void) {
 }
 
 /* conv (relu, fused) - pool - conv (tanh) - dense (relu) - dense softmax:
- * every fused activation bf16 meets, and a final softmax the loss fuses. */
+ * every fused activation bf16 meets, and a final softmax the loss fuses.
+ * The second conv (16 input channels) and the first dense (32 outputs)
+ * run bf16; the others are shapes that stay float32 (test_backend_ops'
+ * test_bf16_choice). */
 static mxu_model *make_model(void) {
   mxu_model *m = mxu_sequential("precision");
   int64_t dims[3] = {SIDE, SIDE, 3};
   CHECK_OK(mxu_add_input(m, NULL, mxu_shape_make(3, dims)));
-  mxu_conv2d_config c1 = mxu_conv2d_defaults(8, 3, 3);
+  mxu_conv2d_config c1 = mxu_conv2d_defaults(16, 3, 3);
   c1.padding = MXU_SAME;
   c1.activation = MXU_RELU;
   CHECK_OK(mxu_add_conv2d(m, &c1));
@@ -67,7 +70,7 @@ static mxu_model *make_model(void) {
   c2.activation = MXU_TANH;
   CHECK_OK(mxu_add_conv2d(m, &c2));
   CHECK_OK(mxu_add_flatten(m, NULL));
-  mxu_dense_config d1 = mxu_dense_defaults(16);
+  mxu_dense_config d1 = mxu_dense_defaults(32);
   d1.activation = MXU_RELU;
   CHECK_OK(mxu_add_dense(m, &d1));
   mxu_dense_config d2 = mxu_dense_defaults(CLASSES);

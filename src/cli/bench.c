@@ -59,7 +59,8 @@ static void bench_options(bench_args *a, cli_option *o) {
        CLI_POSITIVE_INT, &a->repeats, NULL, 0, 0},
       {"--precision", "P",
        "float32 or mixed_bfloat16: Keras' mixed precision, bfloat16 "
-       "Conv2D and Dense on CPUs with AVX512_BF16 (default float32)",
+       "Conv2D and Dense where they pay, on CPUs with AVX512_BF16 "
+       "(default float32)",
        CLI_CHOICE, &a->precision, precision_names, 0, 0},
       {"--backend", "B", CLI_BACKEND_HELP, CLI_CHOICE, &a->backend,
        cli_backend_names, 0, 0},

@@ -153,8 +153,8 @@ static void train_options(train_args *a, cli_option *o) {
        CLI_STRING, &a->weighted.given, NULL, 0, 0},
       {"--precision", "P",
        "float32 or mixed_bfloat16 (Keras' mixed precision: float32 weights, "
-       "bfloat16 Conv2D and Dense on CPUs with AVX512_BF16; default "
-       "float32)",
+       "bfloat16 Conv2D and Dense where they pay, on CPUs with "
+       "AVX512_BF16; default float32)",
        CLI_CHOICE, &a->precision, precision_names, 0, 0},
       {"--backend", "B", CLI_BACKEND_HELP, CLI_CHOICE, &a->backend,
        cli_backend_names, 0, 0},

@@ -142,7 +142,9 @@ static int few_fits(const mxu_conv2d_desc *d) {
 int cpu_conv2d_native(const mxu_conv2d_desc *desc) {
   int avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
                dnnl_cpu_isa_avx512_core;
-  return few_fits(desc) || (winograd_fits(desc) && avx512);
+  mxu_conv2d_desc own = *desc; /* few channels run f32 even in bf16 */
+  own.bf16 = 0;
+  return few_fits(&own) || (winograd_fits(desc) && avx512);
 }
 
 /* conv_data.c's, conv_few.c's, conv_dw.c's, conv_gemm.c's and
@@ -166,7 +168,32 @@ static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
   return MXU_OK;
 }
 
-/* bf16 where oneDNN has fast kernels for it, else f32 (see weighted.c):
+/* mixed_bfloat16 runs a conv in bf16 only where oneDNN's bf16 primitives
+ * would take every pass and have a vector of input channels to multiply.
+ * Else f32 (the more exact) is the faster (mxu bench, ms a step, f32
+ * against bf16: fashion's 1 -> 64 with its pooling 0.39 against 1.89 a
+ * slice, cifar's 3 -> 32 24 against 40, MobileNetV2's 3 -> 32 at stride 2
+ * 0.37 against 0.94; its depthwise convs 5.6 against 59, its 1x1 convs on
+ * 2x2 and 1x1 images, where conv_gemm.c's loops run, 0.3-0.8 against
+ * 0.8-2.4 each). */
+enum { BF16_MIN_IN = 16 };
+
+static mxu_status bf16_create(const mxu_conv2d_desc *desc,
+                              const mxu_conv2d_desc *own, mxu_op **out) {
+  if (desc->in_c < BF16_MIN_IN || mxu_conv2d_groups(desc) > 1)
+    return MXU_ERR_UNSUPPORTED;
+  mxu_op *op;
+  MXU_TRY(conv_create(desc, CONV_BF16, &op));
+  if (!cpu_conv_gemm_fits(op, own)) {
+    *out = op;
+    return MXU_OK;
+  }
+  cpu_op_free(op);
+  return MXU_ERR_UNSUPPORTED;
+}
+
+/* bf16 where it pays and oneDNN has fast kernels for it, else f32 (see
+ * bf16_create and weighted.c):
  * Winograd where it fits and oneDNN has it, else direct; in f32 with few
  * input channels, backward data on conv_data.c's loops and, with filters
  * in pairs of vectors (32s, or 16s on AVX2), forward and backward weights
@@ -176,19 +203,19 @@ static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
  * stride-1 convs where oneDNN has no Winograd (below AVX-512, or too few images
  * per thread) all three passes on conv_wino.c's. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
-  if (desc->bf16 && conv_create(desc, CONV_BF16, out) == MXU_OK) return MXU_OK;
-  if (winograd_fits(desc) && conv_create(desc, CONV_WINOGRAD, out) == MXU_OK)
+  mxu_conv2d_desc own = *desc; /* the conv as float32 */
+  own.bf16 = 0;
+  if (desc->bf16 && bf16_create(desc, &own, out) == MXU_OK) return MXU_OK;
+  if (winograd_fits(&own) && conv_create(&own, CONV_WINOGRAD, out) == MXU_OK)
     return MXU_OK;
   /* With few input channels the own kernels take y_native; oneDNN's
    * primitives (which then never run) are built for NHWC. */
   mxu_conv2d_desc plain = *desc;
-  plain.y_native = desc->y_native && !few_fits(desc);
+  plain.y_native = desc->y_native && !few_fits(&own);
   mxu_op *op;
   MXU_TRY(conv_create(&plain, CONV_F32, &op));
-  /* The op computes in float32 even where bf16 was asked for (no fast
-   * bf16 kernel here), so the own float32 loops take it as such. */
-  mxu_conv2d_desc own = *desc;
-  own.bf16 = 0;
+  /* The op computes in float32 even where bf16 was asked for, so the own
+   * float32 loops take it as such. */
   return cpu_op_finish(op, attach_own(op, &own), out);
 }
 

@@ -273,7 +273,7 @@ static int fusable(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p) {
   return c->stride_h == 1 && c->stride_w == 1 && c->pad_top == 0 &&
          c->pad_left == 0 && c->pad_bottom == 0 && c->pad_right == 0 &&
          c->in_c <= 4 && c->out_c % LANES == 0 && taps <= MAX_TAPS &&
-         !c->bf16 && mxu_conv2d_plain(c) &&
+         mxu_conv2d_plain(c) &&
          (c->activation == MXU_LINEAR || c->activation == MXU_RELU) &&
          p->is_max && p->pool_h == 2 && p->pool_w == 2 && p->stride_h == 2 &&
          p->stride_w == 2 && p->pad_top == 0 && p->pad_left == 0 &&
