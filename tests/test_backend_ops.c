@@ -413,6 +413,13 @@ static void test_conv2d_winograd(void) {
       CHECK_MSG(runs_winograd(&d) == (bf16 ? 0 : f32), "conv2d case %d in bf16",
                 i);
     }
+    /* Nor on images of 4 pixels or fewer (1x1 and 2x2, in sixteens), at
+     * any batch: conv_gemm.c's GEMMs take those. */
+    for (int i = FIRST_WINDOWS_CASE; i < FIRST_WINDOWS_CASE + 2; i++) {
+      mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_RELU, 1);
+      d.n = 64 * t;
+      CHECK_MSG(runs_winograd(&d) == 0, "conv2d case %d, %d images", i, d.n);
+    }
   }
   omp_set_num_threads(threads);
 }

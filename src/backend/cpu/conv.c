@@ -121,10 +121,14 @@ static mxu_status conv_create(const mxu_conv2d_desc *desc, conv_kind kind,
  * thread 1.05x, at 16 on 1 thread 0.99x, at 32 on 2 threads 0.8x. */
 enum { WINOGRAD_MIN_IMAGES_PER_THREAD = 32 };
 
+/* Not on images of 4 pixels or fewer, whose one 4x4 tile Winograd
+ * computes whole: ResNet50's 3x3 512 -> 512 on 1x1 images (the centre tap
+ * alone) took 27 ms a step at batch 128, conv_gemm.c's GEMM over the
+ * batch 0.8. */
 static int winograd_fits(const mxu_conv2d_desc *d) {
-  return !d->bf16 && mxu_conv2d_plain(d) && d->kernel_h == 3 &&
-         d->kernel_w == 3 && d->stride_h == 1 && d->stride_w == 1 &&
-         d->in_c % 16 == 0 && d->out_c % 16 == 0 &&
+  return !d->bf16 && mxu_conv2d_plain(d) && d->out_h * d->out_w > 4 &&
+         d->kernel_h == 3 && d->kernel_w == 3 && d->stride_h == 1 &&
+         d->stride_w == 1 && d->in_c % 16 == 0 && d->out_c % 16 == 0 &&
          d->n >= WINOGRAD_MIN_IMAGES_PER_THREAD * omp_get_max_threads();
 }
 
