@@ -931,7 +931,8 @@ static void bf16_dense_cases_check(const dense_case *cases, int count,
 
 /* mixed_bfloat16 runs bf16 where it pays (where the CPU has it), and
  * float32 where the own f32 loops or f32 itself are faster: few input
- * channels, depthwise, 1x1 images (conv_gemm.c), few dense outputs. */
+ * channels, depthwise, 1x1 images (conv_gemm.c), Winograd's many channels
+ * on small images, few dense outputs. */
 static void test_bf16_choice(void) {
   static const struct {
     conv_case c;
@@ -944,6 +945,9 @@ static void test_bf16_choice(void) {
       {{2, 12, 10, 3, 32, 3, 3, 2, 2, MXU_SAME}, 1, 0},  /* MobileNetV2's */
       {{4, 8, 8, 32, 32, 3, 3, 1, 1, MXU_SAME}, 32, 0},  /* depthwise */
       {{8, 1, 1, 512, 512, 3, 3, 1, 1, MXU_SAME}, 1, 0}, /* 1x1 images */
+      {{0, 8, 8, 256, 256, 3, 3, 1, 1, MXU_SAME}, 1, 0}, /* Winograd's */
+      {{0, 8, 8, 64, 64, 3, 3, 1, 1, MXU_SAME}, 1, 1},
+      {{0, 16, 16, 128, 128, 3, 3, 1, 1, MXU_SAME}, 1, 1},
   };
   static const struct {
     dense_case c;
@@ -951,6 +955,8 @@ static void test_bf16_choice(void) {
   } denses[] = {{{8, 1000, 40}, 1}, {{3, 17, 129}, 1}, {{8, 1000, 7}, 0}};
   for (int i = 0; i < COUNT(convs); i++) {
     mxu_conv2d_desc d = conv_desc(&convs[i].c, MXU_RELU, 1);
+    /* n 0: the images Winograd needs on every thread */
+    if (d.n == 0) d.n = 32 * omp_get_max_threads();
     d.groups = convs[i].groups;
     d.bf16 = 1;
     mxu_op *op = NULL;

@@ -173,18 +173,24 @@ static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
 }
 
 /* mixed_bfloat16 runs a conv in bf16 only where oneDNN's bf16 primitives
- * would take every pass and have a vector of input channels to multiply.
+ * would take every pass and have a vector of input channels to multiply,
+ * and Winograd's quarter of the multiplications does not outrun them.
  * Else f32 (the more exact) is the faster (mxu bench, ms a step, f32
  * against bf16: fashion's 1 -> 64 with its pooling 0.39 against 1.89 a
  * slice, cifar's 3 -> 32 24 against 40, MobileNetV2's 3 -> 32 at stride 2
  * 0.37 against 0.94; its depthwise convs 5.6 against 59, its 1x1 convs on
  * 2x2 and 1x1 images, where conv_gemm.c's loops run, 0.3-0.8 against
- * 0.8-2.4 each). */
+ * 0.8-2.4 each; VGG16's 3x3 256 -> 256 on 8x8 images by Winograd 25
+ * against 33, 512 -> 512 on 4x4 32 against 46, but 128 -> 128 on 16x16 40
+ * against 34, ResNet-20's 64 -> 64 on 8x8 3.1 against 2.6, ResNet50's
+ * 128 -> 128 on 4x4 3.0 against 2.3). */
 enum { BF16_MIN_IN = 16 };
 
 static mxu_status bf16_create(const mxu_conv2d_desc *desc,
                               const mxu_conv2d_desc *own, mxu_op **out) {
-  if (desc->in_c < BF16_MIN_IN || mxu_conv2d_groups(desc) > 1)
+  if (desc->in_c < BF16_MIN_IN || mxu_conv2d_groups(desc) > 1 ||
+      (winograd_fits(own) && own->out_h * own->out_w <= 64 &&
+       (int64_t)own->in_c * own->out_c >= 256 * 256))
     return MXU_ERR_UNSUPPORTED;
   mxu_op *op;
   MXU_TRY(conv_create(desc, CONV_BF16, &op));
