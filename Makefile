@@ -70,6 +70,15 @@ bench: build
 	$(BUILD)/mxu bench tests/keras_apps/MobileNetV2_32.k3.json \
 	  --batch-size 128 --threads 2 \
 	  --report bench/results/mobilenetv2_32_2threads.json
+	$(BUILD)/mxu bench models/fashion_mnist.json --batch-size 1000 \
+	  --threads 2 --precision mixed_bfloat16 \
+	  --report bench/results/fashion_mnist_bf16.json
+	$(BUILD)/mxu bench models/resnet20.json --batch-size 128 \
+	  --threads 2 --precision mixed_bfloat16 \
+	  --report bench/results/resnet20_bf16.json
+	$(BUILD)/mxu bench tests/keras_apps/MobileNetV2_32.k3.json \
+	  --batch-size 128 --threads 2 --precision mixed_bfloat16 \
+	  --report bench/results/mobilenetv2_32_bf16.json
 	$(BUILD)/mxu bench tests/keras_apps/ResNet50_32.k3.json \
 	  --batch-size 64 --threads 2 \
 	  --report bench/results/resnet50_32_2threads.json

@@ -23,8 +23,15 @@ def rate(name):
 
 print("cifar10 8 replicas, 2 threads / 1 thread: %.2fx"
       % (rate("cifar10_2threads.json") / rate("cifar10_1thread.json")))
-print("cifar10 2 threads, mixed_bfloat16 / float32: %.2fx"
-      % (rate("cifar10_bf16.json") / rate("cifar10_2threads.json")))
+for model, f32, bf16 in (
+        ("cifar10", "cifar10_2threads.json", "cifar10_bf16.json"),
+        ("fashion_mnist", "fashion_mnist_2threads.json",
+         "fashion_mnist_bf16.json"),
+        ("resnet20", "resnet20_2threads.json", "resnet20_bf16.json"),
+        ("mobilenetv2_32", "mobilenetv2_32_2threads.json",
+         "mobilenetv2_32_bf16.json")):
+    print("%s 2 threads, mixed_bfloat16 / float32: %.2fx"
+          % (model, rate(bf16) / rate(f32)))
 print("cifar10_augmented batch 32, augmented / plain: %.2fx"
       % (rate("cifar10_augmented_augment.json")
          / rate("cifar10_augmented_plain.json")))
@@ -50,6 +57,9 @@ MXU_REPORTS = {
     ("cifar", "float32"): "cifar10_2threads.json",
     ("fashion", "float32"): "fashion_mnist_2threads.json",
     ("cifar", "mixed_bfloat16"): "cifar10_bf16.json",
+    ("fashion", "mixed_bfloat16"): "fashion_mnist_bf16.json",
+    ("resnet20", "mixed_bfloat16"): "resnet20_bf16.json",
+    ("mobilenetv2", "mixed_bfloat16"): "mobilenetv2_32_bf16.json",
     ("resnet20", "float32"): "resnet20_2threads.json",
     ("mobilenetv2", "float32"): "mobilenetv2_32_2threads.json",
     ("resnet50", "float32"): "resnet50_32_2threads.json",

@@ -26,11 +26,13 @@
 # the exit status is then 1.
 #
 # Runtime on 2 cores (AVX2 EPYC, estimated from 1-thread runs): about 14
-# minutes for the 18 runs, two thirds of it fixed costs: torch.compile and
-# XLA compiling (~5 min; torch.compile's cache in /tmp/torchinductor_$USER
-# shortens later runs), imports and Keras tracing; and the two
-# mixed_bfloat16 cifar runs (~3.5 min) on a CPU without bfloat16
-# instructions, where a step of 1024 takes ~20 s in either framework.
+# minutes for the 18 float32 and cifar mixed_bfloat16 runs, two thirds of
+# it fixed costs: torch.compile and XLA compiling (~5 min; torch.compile's
+# cache in /tmp/torchinductor_$USER shortens later runs), imports and Keras
+# tracing; and the two mixed_bfloat16 cifar runs (~3.5 min) on a CPU
+# without bfloat16 instructions, where a step of 1024 takes ~20 s in
+# either framework; the other mixed_bfloat16 runs add a few minutes more
+# there, less on a CPU with AVX512_BF16.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,8 +56,11 @@ models=${MXU_PEERS_MODELS:-cifar fashion resnet20 mobilenetv2 resnet50 rows_conv
 configs="cifar 1024 float32 3
 fashion 1000 float32 5
 cifar 1024 mixed_bfloat16 1
+fashion 1000 mixed_bfloat16 5
 resnet20 128 float32 4
+resnet20 128 mixed_bfloat16 4
 mobilenetv2 128 float32 4
+mobilenetv2 128 mixed_bfloat16 4
 resnet50 64 float32 3
 rows_conv1d 128 float32 10
 rows_rnn 128 float32 5

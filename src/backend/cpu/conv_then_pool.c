@@ -39,6 +39,10 @@ struct cpu_conv_then_pool {
    * distance between neighbouring pixels and 16-channel groups in it. */
   float *conv_y;
   int64_t pixel, block;
+  /* A bf16 conv's dy copy (NHWC, as conv_y then is), which the backward
+   * fills rounded to bf16 in place of conv_y: the conversion's pass over
+   * an f32 dy saved (cifar's 32x32x32: 128 MB a step); NULL elsewhere. */
+  uint16_t *dy16;
   int stream; /* the conv's dy is big enough to store past the cache */
   /* Where window position p starts in conv_y, from the window's first
    * pixel: computed once, not per window. */
@@ -47,11 +51,16 @@ struct cpu_conv_then_pool {
 
 static const char CONV_THEN_POOL[] = "conv_then_pool";
 
-/* Channel vector cb of pixel (y, x) of image i, in conv_y. */
+/* Where channel vector cb of pixel (y, x) of image i is, in conv_y. */
+static int64_t conv_offset(const struct cpu_conv_then_pool *t, int64_t i,
+                           int64_t cb, int64_t y, int64_t x) {
+  return i * t->h * t->w * t->c + vec_offset(t->block, cb) +
+         (y * t->w + x) * t->pixel;
+}
+
 static float *conv_at(const struct cpu_conv_then_pool *t, int64_t i, int64_t cb,
                       int64_t y, int64_t x) {
-  return t->conv_y + i * t->h * t->w * t->c + vec_offset(t->block, cb) +
-         (y * t->w + x) * t->pixel;
+  return t->conv_y + conv_offset(t, i, cb, y, x);
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -112,6 +121,22 @@ static inline void store_line(float *to, vf v, int stream) {
   *(vf *)to = v;
 }
 
+/* The conv's dy at offset `at`: in conv_y, or rounded into dy16. */
+static inline void store_dy(const struct cpu_conv_then_pool *t, int64_t at,
+                            vf v) {
+#ifdef __AVX512BF16__
+  if (t->dy16) {
+    __m256i h = (__m256i)_mm512_cvtneps_pbh((__m512)v);
+    if (t->stream)
+      _mm256_stream_si256((__m256i *)(t->dy16 + at), h);
+    else
+      _mm256_store_si256((__m256i *)(t->dy16 + at), h);
+    return;
+  }
+#endif
+  store_line(t->conv_y + at, v, t->stream);
+}
+
 static inline void lines_done(void) {
 #ifdef __AVX512F__
   _mm_sfence();
@@ -124,7 +149,7 @@ static inline void lines_done(void) {
 static void scatter_line(const struct cpu_conv_then_pool *t, int64_t i,
                          int64_t oy, int64_t cb, int k, const float *dy,
                          const uint8_t *ws) {
-  float *to = conv_at(t, i, cb, oy * t->pool_h + k, 0);
+  int64_t to = conv_offset(t, i, cb, oy * t->pool_h + k, 0);
   vf zero = {0};
   int64_t col = 0;
   if (k < t->pool_h)
@@ -133,10 +158,10 @@ static void scatter_line(const struct cpu_conv_then_pool *t, int64_t i,
       vi pos = load_bytes(ws + at);
       vf g = *(const vfu *)(dy + at);
       for (int j = 0; j < t->pool_w; j++, col++)
-        store_line(to + col * t->pixel,
-                   select_v(pos == k * t->pool_w + j, g, zero), t->stream);
+        store_dy(t, to + col * t->pixel,
+                 select_v(pos == k * t->pool_w + j, g, zero));
     }
-  for (; col < t->w; col++) store_line(to + col * t->pixel, zero, t->stream);
+  for (; col < t->w; col++) store_dy(t, to + col * t->pixel, zero);
 }
 
 /* The conv's rows under pooled row oy, and for the last one the rows
@@ -164,8 +189,11 @@ void cpu_conv_then_pool_backward(mxu_op *op, const float *x, const float *w,
      * before the region ends and the primitives read them. */
     lines_done();
   }
-  cpu_conv2d_backward_weights(op, x, t->conv_y, dw, db);
-  if (dx) cpu_conv2d_backward_data(op, t->conv_y, w, dx);
+  /* dy16 goes where an f32 dy would: the primitives take their copy as
+   * it is (weighted.c's input_for). */
+  const float *conv_dy = t->dy16 ? (const float *)t->dy16 : t->conv_y;
+  cpu_conv2d_backward_weights(op, x, conv_dy, dw, db);
+  if (dx) cpu_conv2d_backward_data(op, conv_dy, w, dx);
 }
 
 /* ---- create ------------------------------------------------------------- */
@@ -214,6 +242,9 @@ static mxu_status attach(mxu_op *op, const mxu_conv2d_desc *c,
       .pool_w = p->pool_w,
       .relu = relu || c->activation == MXU_RELU,
       .conv_y = layout ? copy : (float *)((char *)t + head),
+#ifdef __AVX512BF16__
+      .dy16 = layout ? NULL : cpu_weighted_bf16_dy(op),
+#endif
       .pixel = s.pixel,
       .block = s.block,
       .stream = (int64_t)c->n * c->out_h * c->out_w * c->out_c * 4 >=

@@ -166,6 +166,11 @@ void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
  * the backward as dy, unconverted. -1: another (the caller must not keep
  * y in it). */
 int cpu_weighted_dst_layout(mxu_op *op, void **copy);
+/* For an op whose caller makes dy itself (a fused pooling): where the
+ * primitives read dy as NHWC bfloat16 (a bf16 conv), the op's copy of it,
+ * which the caller may fill (rounded to nearest even, as the conversion
+ * would) and pass as dy; else NULL. */
+uint16_t *cpu_weighted_bf16_dy(const mxu_op *op);
 /* Whether oneDNN runs a pass on a generic kernel (its GEMM or reference
  * one) rather than one of its own for the shape. */
 int cpu_weighted_generic(const mxu_op *op, cpu_pass pass);
