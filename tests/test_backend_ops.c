@@ -929,6 +929,15 @@ static void bf16_dense_cases_check(const dense_case *cases, int count,
     }
 }
 
+/* The op computes in bf16 where that is wanted and the CPU has it; frees
+ * the op. */
+static void expect_choice(mxu_op *op, int bf16, const char *kind, int i) {
+  if (!op) return;
+  CHECK_MSG(runs_bf16(op) == (bf16 && bf16_expected()), "%s choice %d: %s",
+            kind, i, forward_impl(op));
+  backends[CPU]->op_free(op);
+}
+
 /* mixed_bfloat16 runs bf16 where it pays (where the CPU has it), and
  * float32 where the own f32 loops or f32 itself are faster: few input
  * channels, depthwise, 1x1 images (conv_gemm.c), Winograd's many channels
@@ -961,20 +970,14 @@ static void test_bf16_choice(void) {
     d.bf16 = 1;
     mxu_op *op = NULL;
     CHECK_OK(backends[CPU]->conv2d_create(&d, &op));
-    if (!op) continue;
-    CHECK_MSG(runs_bf16(op) == (convs[i].bf16 && bf16_expected()),
-              "conv2d choice %d: %s", i, forward_impl(op));
-    backends[CPU]->op_free(op);
+    expect_choice(op, convs[i].bf16, "conv2d", i);
   }
   for (int i = 0; i < COUNT(denses); i++) {
     const dense_case *c = &denses[i].c;
     mxu_dense_desc d = {c->n, c->in, c->out, 1, MXU_RELU, 1};
     mxu_op *op = NULL;
     CHECK_OK(backends[CPU]->dense_create(&d, &op));
-    if (!op) continue;
-    CHECK_MSG(runs_bf16(op) == (denses[i].bf16 && bf16_expected()),
-              "dense choice %d: %s", i, forward_impl(op));
-    backends[CPU]->op_free(op);
+    expect_choice(op, denses[i].bf16, "dense", i);
   }
 }
 
