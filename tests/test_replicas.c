@@ -53,8 +53,13 @@ static mxu_model *toy_model(toy_kind kind, int replicas, int threads, int batch,
   int64_t dims[3] = {SIDE, SIDE, CHANNELS};
   CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(3, dims)));
   int chain = kind == CHAIN || kind == CHAIN_BROKEN;
-  int wide = kind == FUSED || chain;
-  mxu_conv2d_config conv = mxu_conv2d_defaults(wide ? 16 : 4, 3, 3);
+  /* A chain's convs have the channels oneDNN's Winograd takes (128 x 256
+   * and more); its first conv's 144 filters are not in the 32s of the own
+   * few-channel loops, which would chain it too. */
+  mxu_conv2d_config conv = mxu_conv2d_defaults(chain           ? 144
+                                               : kind == FUSED ? 16
+                                                               : 4,
+                                               3, 3);
   conv.activation = kind == FUSED ? MXU_LINEAR : MXU_RELU;
   CHECK_OK(mxu_add_conv2d(model, &conv));
   if (kind == FUSED) {
@@ -65,7 +70,7 @@ static mxu_model *toy_model(toy_kind kind, int replicas, int threads, int batch,
   /* Linear: Winograd's rounding must not flip a relu mask against the
    * oracle's direct sums. */
   for (int k = 0; chain && k < 2; k++) {
-    mxu_conv2d_config c = mxu_conv2d_defaults(32 - 16 * k, 3, 3);
+    mxu_conv2d_config c = mxu_conv2d_defaults(256 - 128 * k, 3, 3);
     c.padding = MXU_SAME;
     CHECK_OK(mxu_add_conv2d(model, &c));
     if (k == 0 && kind == CHAIN_BROKEN)

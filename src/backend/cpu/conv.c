@@ -124,11 +124,17 @@ enum { WINOGRAD_MIN_IMAGES_PER_THREAD = 32 };
 /* Not on images of 4 pixels or fewer, whose one 4x4 tile Winograd
  * computes whole: ResNet50's 3x3 512 -> 512 on 1x1 images (the centre tap
  * alone) took 27 ms a step at batch 128, conv_gemm.c's GEMM over the
- * batch 0.8. */
+ * batch 0.8. Nor below 128 x 256 channels, where the own Winograd
+ * (conv_wino.c) runs faster than oneDNN's (mxu bench on a 2-core AMD EPYC
+ * with AVX-512, images/s: cifar at 1024 over 8 replicas 2,888 -> 3,417,
+ * ResNet-20 at 128 983 -> 1,481, VGG16 at 32x32 370 -> 387 (its 128 ->
+ * 128 on 16x16 36 -> 33 ms a step, but its 256 -> 256 on 8x8 26 -> 35
+ * and 512 -> 512 on 4x4 30 -> 82 without oneDNN's)). */
 static int winograd_fits(const mxu_conv2d_desc *d) {
   return !d->bf16 && mxu_conv2d_plain(d) && d->out_h * d->out_w > 4 &&
-         d->kernel_h == 3 && d->kernel_w == 3 && d->stride_h == 1 &&
-         d->stride_w == 1 && d->in_c % 16 == 0 && d->out_c % 16 == 0 &&
+         (int64_t)d->in_c * d->out_c >= 128 * 256 && d->kernel_h == 3 &&
+         d->kernel_w == 3 && d->stride_h == 1 && d->stride_w == 1 &&
+         d->in_c % 16 == 0 && d->out_c % 16 == 0 &&
          d->n >= WINOGRAD_MIN_IMAGES_PER_THREAD * omp_get_max_threads();
 }
 
