@@ -216,8 +216,9 @@ static mxu_status bf16_create(const mxu_conv2d_desc *desc,
  * on conv_few.c's; a depthwise conv's backward weights on conv_dw.c's;
  * backward weights that oneDNN would run a GEMM per image for, and all
  * passes of convs with one output pixel per image, on conv_gemm.c's; 3x3
- * stride-1 convs where oneDNN has no Winograd (below AVX-512, or too few images
- * per thread) all three passes on conv_wino.c's. */
+ * stride-1 convs where oneDNN's Winograd does not run (below AVX-512, too
+ * few images per thread, fewer than 128 x 256 channels) all three passes
+ * on conv_wino.c's. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   mxu_conv2d_desc own = *desc; /* the conv as float32 */
   own.bf16 = 0;
