@@ -54,13 +54,11 @@ static mxu_model *toy_model(toy_kind kind, int replicas, int threads, int batch,
   CHECK_OK(mxu_add_input(model, "input", mxu_shape_make(3, dims)));
   int chain = kind == CHAIN || kind == CHAIN_BROKEN;
   /* A chain's convs have the channels oneDNN's Winograd takes (128 x 256
-   * and more); its first conv's 144 filters are not in the 32s of the own
-   * few-channel loops, which would chain it too. */
-  mxu_conv2d_config conv = mxu_conv2d_defaults(chain           ? 144
-                                               : kind == FUSED ? 16
-                                                               : 4,
-                                               3, 3);
-  conv.activation = kind == FUSED ? MXU_LINEAR : MXU_RELU;
+   * and more); its first conv's tanh keeps the own few-channel loops
+   * (linear or relu only), which would chain it too, from taking it. */
+  int filters = chain ? 128 : kind == FUSED ? 16 : 4;
+  mxu_conv2d_config conv = mxu_conv2d_defaults(filters, 3, 3);
+  conv.activation = kind == FUSED ? MXU_LINEAR : chain ? MXU_TANH : MXU_RELU;
   CHECK_OK(mxu_add_conv2d(model, &conv));
   if (kind == FUSED) {
     mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
