@@ -23,11 +23,6 @@
 
 #define RELU_ZERO 0xFF /* workspace: relu made this output 0 */
 #define MAX_WINDOW 255 /* positions, so that one fits the byte */
-/* As pool.c's backward: below this the conv's dy stays in the cache for
- * the primitives that read it next. Above it, streaming measured better:
- * cifar at 2,537 / 2,571 / 2,541 images/s against 2,451 / 2,513 / 2,465
- * with plain stores (interleaved runs). */
-#define STREAM_MIN_BYTES ((int64_t)8 << 20)
 
 struct cpu_conv_then_pool {
   int64_t n, h, w, c;   /* the conv's output */
@@ -43,7 +38,10 @@ struct cpu_conv_then_pool {
    * fills rounded to bf16 in place of conv_y: the conversion's pass over
    * an f32 dy saved (cifar's 32x32x32: 128 MB a step); NULL elsewhere. */
   uint16_t *dy16;
-  int stream; /* the conv's dy is big enough to store past the cache */
+  /* The conv's dy goes past the cache (cpu_streams): the primitives read
+   * it only after all of it is written. cifar at 2,537 / 2,571 / 2,541
+   * images/s against 2,451 / 2,513 / 2,465 with plain stores. */
+  int stream;
   /* Where window position p starts in conv_y, from the window's first
    * pixel: computed once, not per window. */
   int64_t step[MAX_WINDOW];
@@ -107,20 +105,6 @@ void cpu_conv_then_pool_forward(mxu_op *op, int training, const float *x,
 
 /* ---- backward ----------------------------------------------------------- */
 
-/* Whole 64-byte lines; past the cache where the tensor is too big for it
- * anyway (the primitives read it only after all of it is written). */
-static inline void store_line(float *to, vf v, int stream) {
-#ifdef __AVX512F__
-  if (stream) {
-    _mm512_stream_ps(to, (__m512)v);
-    return;
-  }
-#else
-  (void)stream;
-#endif
-  *(vf *)to = v;
-}
-
 /* The conv's dy at offset `at`: in conv_y, or rounded into dy16. */
 static inline void store_dy(const struct cpu_conv_then_pool *t, int64_t at,
                             vf v) {
@@ -134,13 +118,7 @@ static inline void store_dy(const struct cpu_conv_then_pool *t, int64_t at,
     return;
   }
 #endif
-  store_line(t->conv_y + at, v, t->stream);
-}
-
-static inline void lines_done(void) {
-#ifdef __AVX512F__
-  _mm_sfence();
-#endif
+  store_vec(t->conv_y + at, v, t->stream);
 }
 
 /* One row of the conv's dy in channel block cb, under pooled row oy at
@@ -187,7 +165,7 @@ void cpu_conv_then_pool_backward(mxu_op *op, const float *x, const float *w,
       scatter_row(t, r / t->out_h, r % t->out_h, dy, workspace);
     /* Streaming stores are weakly ordered: each thread fences its own
      * before the region ends and the primitives read them. */
-    lines_done();
+    if (t->stream) cpu_stream_fence();
   }
   /* dy16 goes where an f32 dy would: the primitives take their copy as
    * it is (weighted.c's input_for). */
@@ -247,8 +225,9 @@ static mxu_status attach(mxu_op *op, const mxu_conv2d_desc *c,
 #endif
       .pixel = s.pixel,
       .block = s.block,
-      .stream = (int64_t)c->n * c->out_h * c->out_w * c->out_c * 4 >=
-                STREAM_MIN_BYTES};
+      .stream = cpu_streams(layout ? copy : (char *)t + head,
+                            (size_t)c->n * c->out_h * c->out_w * c->out_c *
+                                sizeof(float))};
   for (int k = 0; k < p->pool_h * p->pool_w; k++)
     t->step[k] = (k / p->pool_w * t->w + k % p->pool_w) * t->pixel;
   op->conv_then_pool = t;

@@ -9,6 +9,10 @@
 #include "core/core.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <stdint.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #define CPU_MAX_ARGS 12
 #define CPU_MAX_PRIMS 10
@@ -85,6 +89,33 @@ int cpu_threads_for(int64_t units);
  * creates each op with the count it runs with): one inside a parallel
  * region. Ops keep a buffer per thread. */
 int cpu_create_threads(void);
+
+/* Stores past the cache (AVX-512's streaming stores, whole aligned
+ * lines) save the read that a store to a line not in cache makes, where
+ * a tensor this big would leave the cache before its next reader anyway;
+ * below, plain stores keep it there for that reader. Each thread fences
+ * its streamed stores (stream_fence in vec.h, layout.c) before anyone
+ * reads them. */
+#define CPU_STREAM_MIN_BYTES ((size_t)8 << 20)
+
+/* Whether `bytes` written from `to` go past the cache. */
+static inline int cpu_streams(const void *to, size_t bytes) {
+#ifdef __AVX512F__
+  return (uintptr_t)to % 64 == 0 && bytes >= CPU_STREAM_MIN_BYTES;
+#else
+  (void)to;
+  (void)bytes;
+  return 0;
+#endif
+}
+
+/* Streamed stores are weakly ordered: the thread that made them fences
+ * them before another reads what they wrote. */
+static inline void cpu_stream_fence(void) {
+#ifdef __AVX512F__
+  _mm_sfence();
+#endif
+}
 
 /* The own kernels' weight gradients are summed over fixed blocks of
  * images (partial: blocks x (taps + 1) x c, each block's dw then db),

@@ -28,10 +28,6 @@ static const char ACT[] = "activation";
  * outside it, so any split over threads gives the same bits. */
 #define BLOCK 16384
 
-/* Streaming stores pay off only when dx would leave the cache before the
- * next layer reads it; below this, plain stores keep it there. */
-#define STREAM_MIN_BYTES ((size_t)8 << 20)
-
 /* How oneDNN computes an activation: the algorithm, its alpha and beta,
  * and whether its backward reads y (the *_use_dst_for_bwd ones, used
  * where y determines the derivative) or x. alg is undef for those oneDNN
@@ -402,15 +398,7 @@ static void rowwise_backward(const mxu_op *op, const float *y, const float *dy,
 /* ---- relu's backward --------------------------------------------------- */
 
 static int streams(int64_t count, const float *dy, const float *dx) {
-#if defined(__AVX512F__)
-  return dx != dy && (uintptr_t)dx % 64 == 0 &&
-         (size_t)count * sizeof *dx >= STREAM_MIN_BYTES;
-#else
-  (void)count;
-  (void)dy;
-  (void)dx;
-  return 0;
-#endif
+  return dx != dy && cpu_streams(dx, (size_t)count * sizeof *dx);
 }
 
 /* dx = y > 0 ? dy : 0 over [begin, end). dx may be dy (same index read
@@ -445,11 +433,7 @@ static void relu_backward(int64_t count, const float *y, const float *dy,
       int64_t end = (b + 1) * BLOCK < count ? (b + 1) * BLOCK : count;
       relu_span(b * BLOCK, end, y, dy, dx, streaming);
     }
-#if defined(__AVX512F__)
-    /* Streaming stores are weakly ordered: each thread fences its own
-     * before the region ends and the next layer reads dx. */
-    if (streaming) _mm_sfence();
-#endif
+    if (streaming) cpu_stream_fence();
   }
 }
 

@@ -22,13 +22,11 @@ static inline void line_copy(float *to, const float *from, int stream) {
   else
     _mm512_storeu_ps(to, line);
 }
-static inline void lines_done(void) { _mm_sfence(); }
 #else
 static inline void line_copy(float *to, const float *from, int stream) {
   (void)stream;
   memcpy(to, from, 16 * sizeof *to);
 }
-static inline void lines_done(void) {}
 #endif
 
 /* One image: pixel p's channels 16b..16b+15 <-> block b's line p. to16
@@ -57,6 +55,6 @@ void cpu_layout_convert(const float *from, float *to, int64_t n, int64_t hw,
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(n))
   for (int64_t i = 0; i < n; i++) {
     image_convert(from + i * image, to + i * image, hw, c, to16, stream);
-    lines_done();
+    cpu_stream_fence();
   }
 }

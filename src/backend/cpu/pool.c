@@ -177,25 +177,10 @@ static void tiled_forward(const tiling *t, const float *x, float *y,
   }
 }
 
-/* Streaming stores pay off only when dx would leave the cache before it is
- * read again; below this, plain stores keep it there for the next layer. */
-#define STREAM_MIN_BYTES ((size_t)8 << 20)
-
 static int use_streaming(const tiling *t, const float *dx) {
-#if defined(__AVX512F__)
-  size_t bytes = (size_t)(t->n * t->in_h * t->in_w * t->c) * sizeof *dx;
-  return t->c % 16 == 0 && (uintptr_t)dx % 64 == 0 && bytes >= STREAM_MIN_BYTES;
-#else
-  (void)t;
-  (void)dx;
-  return 0;
-#endif
-}
-
-static void store_fence(void) {
-#if defined(__AVX512F__)
-  _mm_sfence();
-#endif
+  return t->c % 16 == 0 &&
+         cpu_streams(dx,
+                     (size_t)(t->n * t->in_h * t->in_w * t->c) * sizeof *dx);
 }
 
 /* dx of one input pixel at window position p: dy where the max was. */
@@ -254,7 +239,7 @@ static void tiled_backward(const tiling *t, const float *dy, const uint8_t *at,
     }
     /* Streaming stores are weakly ordered: each thread fences its own
      * before the region ends and anyone reads dx. */
-    if (streaming) store_fence();
+    if (streaming) cpu_stream_fence();
   }
 }
 

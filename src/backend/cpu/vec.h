@@ -100,6 +100,21 @@ static inline __attribute__((always_inline)) vf permute(vf a, vi m) {
   VEC_CASE(CALL, 15, limit);                                                   \
   VEC_CASE(CALL, 16, limit);
 
+/* A vector to `to`, past the cache when stream (cpu_streams; `to` then
+ * 64-byte aligned). */
+static inline __attribute__((always_inline)) void store_vec(float *to, vf v,
+                                                            int stream) {
+#ifdef __AVX512F__
+  if (stream) {
+    _mm512_stream_ps(to, (__m512)v);
+    return;
+  }
+#else
+  (void)stream;
+#endif
+  *(vfu *)to = v;
+}
+
 /* Lanes of a where mask is set, else of b. */
 static inline vf select_v(vi mask, vf a, vf b) {
   return (vf)(((vi)a & mask) | ((vi)b & ~mask));
