@@ -28,9 +28,8 @@
  * take beside the operands. */
 #define MAX_BLOCKS (VEC_REGS == 32 ? 4 : 2)
 #define TAP_CHUNK (VEC_REGS == 32 ? 12 : 9)
-#define IMAGE_BLOCK 8  /* images per partial weight gradient */
-#define RELU_ZERO 0xFF /* workspace: relu made this output 0 */
-#define MAX_TAPS 64    /* kernel_h * kernel_w * in_c */
+#define IMAGE_BLOCK 8 /* images per partial weight gradient */
+#define MAX_TAPS 64   /* kernel_h * kernel_w * in_c */
 
 struct cpu_conv_pool {
   int n, in_h, in_w, in_c, c; /* c: output channels */
@@ -83,22 +82,12 @@ forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
   }
 #pragma GCC unroll 4
   for (int j = 0; j < nb; j++) {
-    vf m = acc[0][j];
-    vi arg = {0};
-    /* Strictly greater: ties keep the first in row-major order. */
+    window_max m = window_first(acc[0][j]);
 #pragma GCC unroll 4
-    for (int s = 1; s < WINDOW; s++) {
-      vi greater = acc[s][j] > m;
-      m = select_v(greater, acc[s][j], m);
-      arg = (greater & s) | (arg & ~greater);
-    }
-    if (cp->relu) {
-      vi positive = m > 0.0f;
-      m = select_v(positive, m, (vf){0});
-      arg = (positive & arg) | (~positive & RELU_ZERO);
-    }
-    *(vfu *)(y + c0 + j * LANES) = m;
-    if (ws) store_bytes(ws + c0 + j * LANES, arg);
+    for (int s = 1; s < WINDOW; s++) window_offer(&m, acc[s][j], s);
+    if (cp->relu) window_relu(&m);
+    *(vfu *)(y + c0 + j * LANES) = m.max;
+    if (ws) store_bytes(ws + c0 + j * LANES, m.arg);
   }
 }
 
@@ -167,7 +156,7 @@ row_grads(const struct cpu_conv_pool *cp, const float *cols, const float *dy,
     int64_t at = (int64_t)px * cp->c + c0;
     const float *col = cols + ((int64_t)px * cp->taps + t0) * WINDOW;
     vi pos = load_bytes(ws + at);
-    vf g = select_v(pos != RELU_ZERO, *(const vfu *)(dy + at), (vf){0});
+    vf g = select_v(pos != POOL_RELU_ZERO, *(const vfu *)(dy + at), (vf){0});
     bias += g;
 #pragma GCC unroll 6
     for (int k = 0; k < nt; k += LANES / WINDOW) {
@@ -227,7 +216,7 @@ static void data_grads(const struct cpu_conv_pool *cp, const float *w,
       float *d0 = dx + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
       for (int c = 0; c < cp->c; c++) {
         int s = ws[at + c];
-        if (s == RELU_ZERO) continue;
+        if (s == POOL_RELU_ZERO) continue;
         float g = dy[at + c];
         float *ds = d0 + window_off(cp, s);
         for (int t = 0; t < cp->taps; t++)

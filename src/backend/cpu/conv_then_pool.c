@@ -9,8 +9,10 @@
  * over 16 MB where this makes two (the pooling's read, the scatter's
  * write). The conv output never leaves the op: the layer's y is the
  * pooled one, and the workspace holds each maximum's window position (one
- * byte, RELU_ZERO where relu zeroed it), so backward needs neither x nor y
- * of the pooling.
+ * byte, POOL_RELU_ZERO where relu zeroed it), so backward needs neither x
+ * nor y of the pooling. Where the own Winograd runs the conv and the
+ * windows are 2x2, it pools its output tiles itself (conv_wino.c), and
+ * the conv's output is not even written.
  *
  * Windows must tile the conv output (stride = size, no padding); rows and
  * columns past the last window get zero gradient. Each output depends on
@@ -21,7 +23,6 @@
 
 #include <stdint.h>
 
-#define RELU_ZERO 0xFF /* workspace: relu made this output 0 */
 #define MAX_WINDOW 255 /* positions, so that one fits the byte */
 
 struct cpu_conv_then_pool {
@@ -42,6 +43,8 @@ struct cpu_conv_then_pool {
    * it only after all of it is written. cifar at 2,537 / 2,571 / 2,541
    * images/s against 2,451 / 2,513 / 2,465 with plain stores. */
   int stream;
+  /* The own Winograd runs the conv: it pools 2x2 windows as it goes. */
+  int wino_pools;
   /* Where window position p starts in conv_y, from the window's first
    * pixel: computed once, not per window. */
   int64_t step[MAX_WINDOW];
@@ -71,23 +74,13 @@ static void pool_row(const struct cpu_conv_then_pool *t, int64_t i, int64_t oy,
   for (int64_t cb = 0; cb < t->c / LANES; cb++)
     for (int64_t ox = 0; ox < t->out_w; ox++) {
       const float *top = conv_at(t, i, cb, oy * t->pool_h, ox * t->pool_w);
-      vf m = *(const vf *)top;
-      vi arg = {0};
-      for (int p = 1; p < window; p++) {
-        vf v = *(const vf *)(top + t->step[p]);
-        /* Strictly greater: ties keep the first in row-major order. */
-        vi greater = v > m;
-        m = select_v(greater, v, m);
-        arg = (greater & p) | (arg & ~greater);
-      }
-      if (t->relu) {
-        vi positive = m > 0.0f;
-        m = select_v(positive, m, (vf){0});
-        arg = (positive & arg) | (~positive & RELU_ZERO);
-      }
+      window_max m = window_first(*(const vf *)top);
+      for (int p = 1; p < window; p++)
+        window_offer(&m, *(const vf *)(top + t->step[p]), p);
+      if (t->relu) window_relu(&m);
       int64_t at = ((i * t->out_h + oy) * t->out_w + ox) * t->c + cb * LANES;
-      *(vfu *)(y + at) = m;
-      if (ws) store_bytes(ws + at, arg);
+      *(vfu *)(y + at) = m.max;
+      if (ws) store_bytes(ws + at, m.arg);
     }
 }
 
@@ -95,8 +88,15 @@ void cpu_conv_then_pool_forward(mxu_op *op, int training, const float *x,
                                 const float *w, const float *b, float *y,
                                 void *workspace) {
   const struct cpu_conv_then_pool *t = op->conv_then_pool;
-  cpu_conv2d_forward(op, x, w, b, t->conv_y);
   uint8_t *ws = training ? workspace : NULL;
+  /* The conv's output never goes to memory: cifar's forwards of 128
+   * images on one thread, 32 -> 32 on 32x32 6.6-6.8 -> 5.6 ms, 64 -> 64
+   * on 16x16 unpadded 5.7-6.1 -> 4.7. */
+  if (t->wino_pools) {
+    cpu_conv_wino_forward_pool(op, x, w, b, t->relu, y, ws);
+    return;
+  }
+  cpu_conv2d_forward(op, x, w, b, t->conv_y);
   int64_t rows = t->n * t->out_h;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
   for (int64_t r = 0; r < rows; r++)
@@ -225,6 +225,8 @@ static mxu_status attach(mxu_op *op, const mxu_conv2d_desc *c,
 #endif
       .pixel = s.pixel,
       .block = s.block,
+      .wino_pools =
+          op->conv_wino && !op->bf16 && p->pool_h == 2 && p->pool_w == 2,
       .stream = cpu_streams(layout ? copy : (char *)t + head,
                             (size_t)c->n * c->out_h * c->out_w * c->out_c *
                                 sizeof(float))};

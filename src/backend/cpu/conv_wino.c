@@ -240,13 +240,43 @@ static void input_tile(const wino_pass *p, const float *x, float *edge,
   transform_window(edge, 6 * c_n, c_n, c_n, to);
 }
 
-/* Tile t's outputs from M[t][p][..], plus bias and relu, where they fall
- * inside the output; past the cache when stream. */
-static void output_tile(const wino_pass *p, const float *m, const float *bias,
-                        int relu, int stream, int64_t tile, int64_t t,
-                        float *y) {
+/* Where a pass's outputs go: y (NHWC), or, with pool, each 2x2 window's
+ * maximum to y ([n][out_h / 2][out_w / 2][out_c]) and its position to ws
+ * (as conv_then_pool.c's pooling, then relu if pool_relu: the same
+ * values, without writing the conv's output and reading it back). */
+typedef struct wino_out {
+  float *y;
+  const float *bias;
+  int relu, stream;
+  int pool, pool_relu;
+  uint8_t *ws;
+} wino_out;
+
+/* The 2x2 windows of one channel vector of a tile's 4x4 outputs (out),
+ * where they lie whole inside the output. */
+static void pool_tile(const wino_pass *p, const wino_out *o, tile_at at,
+                      int64_t c, const vf out[4][4]) {
+  int64_t pooled_h = p->out_h / 2, pooled_w = p->out_w / 2;
+  for (int wy = 0; wy < 2; wy++)
+    for (int wx = 0; wx < 2; wx++) {
+      int64_t py = at.y0 / 2 + wy, px = at.x0 / 2 + wx;
+      if (py >= pooled_h || px >= pooled_w) continue;
+      window_max m = window_first(out[2 * wy][2 * wx]);
+      window_offer(&m, out[2 * wy][2 * wx + 1], 1);
+      window_offer(&m, out[2 * wy + 1][2 * wx], 2);
+      window_offer(&m, out[2 * wy + 1][2 * wx + 1], 3);
+      if (o->pool_relu) window_relu(&m);
+      int64_t to = ((at.image * pooled_h + py) * pooled_w + px) * p->out_c + c;
+      *(vfu *)(o->y + to) = m.max;
+      if (o->ws) store_bytes(o->ws + to, m.arg);
+    }
+}
+
+/* Tile t's outputs from M[t][p][..], plus bias and relu, to o. */
+static void output_tile(const wino_pass *p, const float *m, const wino_out *o,
+                        int64_t tile, int64_t t) {
   tile_at at = tile_where(p, tile);
-  float *image = y + at.image * p->out_h * p->out_w * p->out_c;
+  float *image = o->y + at.image * p->out_h * p->out_w * p->out_c;
   int rows_in = p->out_h - at.y0 < 4 ? p->out_h - at.y0 : 4;
   int cols_in = p->out_w - at.x0 < 4 ? p->out_w - at.x0 : 4;
   for (int64_t c = 0; c < p->out_c; c += LANES) {
@@ -254,28 +284,33 @@ static void output_tile(const wino_pass *p, const float *m, const float *bias,
     vf rows[4][6];
 #pragma GCC unroll 6
     for (int b = 0; b < 6; b++) {
-      vf col[6], o[4];
+      vf col[6], line[4];
 #pragma GCC unroll 6
       for (int a = 0; a < 6; a++)
         col[a] = *(const vf *)(at_c + (a * 6 + b) * p->out_c);
-      output_line(col, o);
+      output_line(col, line);
 #pragma GCC unroll 6
-      for (int a = 0; a < 4; a++) rows[a][b] = o[a];
+      for (int a = 0; a < 4; a++) rows[a][b] = line[a];
     }
-    vf add = bias ? *(const vfu *)(bias + c) : (vf){0};
-#pragma GCC unroll 6
+    vf add = o->bias ? *(const vfu *)(o->bias + c) : (vf){0}, out[4][4];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) {
+      output_line(rows[a], out[a]);
+#pragma GCC unroll 4
+      for (int b = 0; b < 4; b++) {
+        out[a][b] += add;
+        if (o->relu) out[a][b] = select_v(out[a][b] > 0.0f, out[a][b], (vf){0});
+      }
+    }
+    if (o->pool) {
+      pool_tile(p, o, at, c, out);
+      continue;
+    }
     for (int a = 0; a < rows_in; a++) {
-      vf line[6] = {rows[a][0], rows[a][1], rows[a][2],
-                    rows[a][3], rows[a][4], rows[a][5]},
-         o[4];
-      output_line(line, o);
       float *to =
           image + ((int64_t)(at.y0 + a) * p->out_w + at.x0) * p->out_c + c;
-      for (int b = 0; b < cols_in; b++, to += p->out_c) {
-        vf out = o[b] + add;
-        if (relu) out = select_v(out > 0.0f, out, (vf){0});
-        store_vec(to, out, stream);
-      }
+      for (int b = 0; b < cols_in; b++, to += p->out_c)
+        store_vec(to, out[a][b], o->stream);
     }
   }
 }
@@ -420,16 +455,16 @@ static void products(const wino_pass *p, const float *u, const float *v,
 }
 
 static void run_pass(const struct cpu_conv_wino *cw, const wino_pass *p,
-                     const float *x, const float *bias, int relu, float *y) {
+                     const float *x, wino_out o) {
   int64_t tiles = tiles_of(p), block = block_of(p, BLOCK_BYTES);
   int64_t blocks = (tiles + block - 1) / block;
   int threads = cpu_threads_for(blocks);
   if (threads > cw->threads) threads = cw->threads;
   /* cifar's 32x32x32 outputs of 128 images, forward and backward, one
    * thread: 6.45 -> 5.63 ms a pass; 16x16 64 -> 64: 5.15 -> 4.45. */
-  int stream =
-      p->out_c % 16 == 0 &&
-      cpu_streams(y, (size_t)p->n * p->out_h * p->out_w * p->out_c * sizeof *y);
+  o.stream = !o.pool && p->out_c % 16 == 0 &&
+             cpu_streams(o.y, (size_t)p->n * p->out_h * p->out_w * p->out_c *
+                                  sizeof *o.y);
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (int64_t b = 0; b < blocks; b++) {
     float *v = cw->scratch + omp_get_thread_num() * cw->scratch_floats;
@@ -438,9 +473,8 @@ static void run_pass(const struct cpu_conv_wino *cw, const wino_pass *p,
     int64_t count = tiles - first < block ? tiles - first : block;
     for (int64_t t = 0; t < count; t++) input_tile(p, x, edge, first + t, t, v);
     products(p, cw->u, v, count, m);
-    for (int64_t t = 0; t < count; t++)
-      output_tile(p, m, bias, relu, stream, first + t, t, y);
-    if (stream) cpu_stream_fence();
+    for (int64_t t = 0; t < count; t++) output_tile(p, m, &o, first + t, t);
+    if (o.stream) cpu_stream_fence();
   }
 }
 
@@ -449,7 +483,27 @@ void cpu_conv_wino_forward(mxu_op *op, const float *x, const float *w,
   struct cpu_conv_wino *cw = op->conv_wino;
   const wino_pass *p = &cw->forward;
   transform_kernel(w, p->in_c, p->out_c, cw->u);
-  run_pass(cw, p, x, op->has_bias ? b : NULL, cw->relu, y);
+  run_pass(
+      cw, p, x,
+      (wino_out){.y = y, .bias = op->has_bias ? b : NULL, .relu = cw->relu});
+}
+
+/* The forward and a 2x2 max pooling after it (stride 2, windows inside
+ * the output), relu after the pooling when pool_relu: y pooled, ws its
+ * maxima's positions (NULL in inference). */
+void cpu_conv_wino_forward_pool(mxu_op *op, const float *x, const float *w,
+                                const float *b, int pool_relu, float *y,
+                                uint8_t *ws) {
+  struct cpu_conv_wino *cw = op->conv_wino;
+  const wino_pass *p = &cw->forward;
+  transform_kernel(w, p->in_c, p->out_c, cw->u);
+  run_pass(cw, p, x,
+           (wino_out){.y = y,
+                      .bias = op->has_bias ? b : NULL,
+                      .relu = cw->relu,
+                      .pool = 1,
+                      .pool_relu = pool_relu,
+                      .ws = ws});
 }
 
 /* dx is the forward of dy with the kernel [ky][kx][ci][co] as
@@ -467,7 +521,7 @@ void cpu_conv_wino_backward_data(mxu_op *op, const float *dy, const float *w,
         to[co * ci_n + ci] = from[ci * co_n + co];
   }
   transform_kernel(cw->turned, p->in_c, p->out_c, cw->u);
-  run_pass(cw, p, dy, NULL, 0, dx);
+  run_pass(cw, p, dy, (wino_out){.y = dx});
 }
 
 /* dw[ky][kx][ci][co] = G^T dU G, dU the chunks' partial sums added in

@@ -281,6 +281,11 @@ void cpu_conv_wino_forward(mxu_op *op, const float *x, const float *w,
                            const float *b, float *y);
 void cpu_conv_wino_backward_data(mxu_op *op, const float *dy, const float *w,
                                  float *dx);
+/* The forward and the 2x2 max pooling after it (stride 2), relu after
+ * when pool_relu: conv_then_pool.c's, in one pass. */
+void cpu_conv_wino_forward_pool(mxu_op *op, const float *x, const float *w,
+                                const float *b, int pool_relu, float *y,
+                                uint8_t *ws);
 void cpu_conv_wino_backward_weights(mxu_op *op, const float *x, const float *dy,
                                     float *dw, float *db);
 

@@ -120,6 +120,39 @@ static inline vf select_v(vi mask, vf a, vf b) {
   return (vf)(((vi)a & mask) | ((vi)b & ~mask));
 }
 
+/* The fused max poolings (conv_pool.c, conv_then_pool.c, conv_wino.c)
+ * keep, per output, the window position of its maximum in a workspace
+ * byte, this where relu made the output 0: their backward needs neither
+ * x nor y. */
+#define POOL_RELU_ZERO 0xFF
+
+/* A window's running maximum and, per lane, the position of its first
+ * maximum: values are offered in row-major order, and only a strictly
+ * greater one replaces, so ties keep the first (as cpu_ref). */
+typedef struct window_max {
+  vf max;
+  vi arg;
+} window_max;
+
+static inline __attribute__((always_inline)) window_max window_first(vf v) {
+  return (window_max){v, (vi){0}};
+}
+
+static inline __attribute__((always_inline)) void
+window_offer(window_max *m, vf v, int position) {
+  vi greater = v > m->max;
+  m->max = select_v(greater, v, m->max);
+  m->arg = (greater & position) | (m->arg & ~greater);
+}
+
+/* relu after the pooling: 0, and POOL_RELU_ZERO for the position, where
+ * the maximum is not above 0. */
+static inline __attribute__((always_inline)) void window_relu(window_max *m) {
+  vi positive = m->max > 0.0f;
+  m->max = select_v(positive, m->max, (vf){0});
+  m->arg = (positive & m->arg) | (~positive & POOL_RELU_ZERO);
+}
+
 /* The sum of a vector's lanes, folded in halves. */
 static inline float lane_sum(vf v) {
 #if LANES == 16
