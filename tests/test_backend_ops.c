@@ -1251,14 +1251,34 @@ static void conv_pool_winograd(void) {
   }
 }
 
+/* In bf16 a 3x3 conv the own Winograd takes runs it in f32 where it pools
+ * 2x2 windows as it goes; with 3x3 windows, which it does not pool, the
+ * conv stays bf16. */
+static void conv_pool_bf16_choice(void) {
+  for (int win = 2; win <= 3; win++) {
+    conv_case cc = {8, 12, 12, 32, 32, 3, 3, 1, 1, MXU_SAME};
+    mxu_conv2d_desc cd = conv_desc(&cc, MXU_RELU, 1);
+    cd.bf16 = 1;
+    conv_case pc = {8, 12, 12, 32, 0, win, win, win, win, MXU_VALID};
+    mxu_pool2d_desc pd = pool_desc(&pc, 1);
+    mxu_op *op = NULL;
+    CHECK_OK(backends[CPU]->conv_pool_create(&cd, &pd, 0, &op));
+    if (!op) continue;
+    CHECK_MSG(runs_bf16(op) == (win == 3 && bf16_expected()),
+              "bf16 conv+pool, %dx%d windows: %s", win, win, forward_impl(op));
+    backends[CPU]->op_free(op);
+  }
+}
+
 /* In bf16 conv_then_pool writes the conv's dy rounded to bf16 where the
  * primitives read it: the very bits of the unfused bf16 conv (cpu's) fed
  * the pooling's and relu's f32 gradient, which oneDNN's conversion rounds.
  * The first case's dy (8 MB as f32) is stored past the cache, the second
- * drops a row and a column. Without bf16, both run f32, alike too. */
+ * drops a row and a column. Without bf16, both run f32, alike too. 5x5
+ * kernels: the own Winograd would take 3x3 ones (conv_pool_bf16_choice). */
 static void conv_pool_bf16(void) {
-  static const conv_case cases[] = {{64, 32, 32, 32, 32, 3, 3, 1, 1, MXU_SAME},
-                                    {8, 9, 9, 16, 32, 3, 3, 1, 1, MXU_SAME}};
+  static const conv_case cases[] = {{64, 32, 32, 32, 32, 5, 5, 1, 1, MXU_SAME},
+                                    {8, 9, 9, 16, 32, 5, 5, 1, 1, MXU_SAME}};
   const mxu_backend *be = backends[CPU];
   for (int i = 0; i < COUNT(cases); i++) {
     mxu_conv2d_desc cd = conv_desc(&cases[i], MXU_RELU, 1);
@@ -1267,7 +1287,7 @@ static void conv_pool_bf16(void) {
                     2,    2,        2,        2,        MXU_VALID};
     mxu_pool2d_desc pd = pool_desc(&pc, 1);
     size_t nx = (size_t)cd.n * cd.in_h * cd.in_w * cd.in_c;
-    size_t nw = (size_t)9 * cd.in_c * cd.out_c;
+    size_t nw = (size_t)cd.kernel_h * cd.kernel_w * cd.in_c * cd.out_c;
     size_t nz = (size_t)cd.n * cd.out_h * cd.out_w * cd.out_c;
     size_t ny = (size_t)cd.n * pd.out_h * pd.out_w * pd.c;
     float *x = rnd(nx, -1, 1), *w = rnd(nw, -0.2f, 0.2f);
@@ -1320,6 +1340,7 @@ static void test_conv_pool(void) {
   omp_set_num_threads(threads);
   conv_pool_declines();
   conv_pool_bf16();
+  conv_pool_bf16_choice();
 }
 
 /* ---- batch normalisation ----------------------------------------------- */
