@@ -1245,8 +1245,9 @@ typedef enum mxu_backend_kind {
  * saved files see float32 only), while Conv2D and Dense multiply in
  * bfloat16 with float32 accumulation, on CPUs with AVX512_BF16, where
  * that is faster than float32 (not on fewer than 16 input channels,
- * depthwise convs, convs on images of a few pixels, Dense of fewer than
- * 32 units: those multiply in float32, the more exact); every other
+ * depthwise convs, convs on images of a few pixels, 3x3 convs followed by
+ * a 2x2 max pooling that mxu's own Winograd takes, Dense of fewer than 32
+ * units: those multiply in float32, the more exact); every other
  * layer, the softmax and the loss stay float32. On a CPU without
  * bfloat16 instructions the model trains in float32, which
  * mxu_model_precision tells after compile.
