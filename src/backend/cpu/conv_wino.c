@@ -183,6 +183,23 @@ static tile_at tile_where(const wino_pass *p, int64_t tile) {
                    (int)(r % across) * 4};
 }
 
+/* The size x size window from (y0, x0) of an h x w image of c channels
+ * into `into` ([size][size][c]), zeros where it falls outside. */
+static void copy_window(const float *image, int h, int w, int64_t c, int y0,
+                        int x0, int size, float *into) {
+  for (int a = 0; a < size; a++)
+    for (int b = 0; b < size; b++, into += c) {
+      int y = y0 + a, x = x0 + b;
+      if (y < 0 || y >= h || x < 0 || x >= w) {
+        memset(into, 0, (size_t)c * sizeof *into);
+        continue;
+      }
+      const float *from = image + ((int64_t)y * w + x) * c;
+      for (int64_t k = 0; k < c; k += LANES)
+        *(vf *)(into + k) = *(const vfu *)(from + k);
+    }
+}
+
 /* B^T d B of the 6x6 window at `from` (pixel (a, b) at from + a * row +
  * b * col), every channel vector of it, into V[a * 6 + b] at to + (a * 6
  * + b) * channels. */
@@ -225,18 +242,7 @@ static void input_tile(const wino_pass *p, const float *x, float *edge,
     transform_window(image + y0 * row + x0 * c_n, row, c_n, c_n, to);
     return;
   }
-  for (int a = 0; a < 6; a++)
-    for (int b = 0; b < 6; b++) {
-      int y = y0 + a, xx = x0 + b;
-      float *into = edge + (a * 6 + b) * c_n;
-      if (y < 0 || y >= p->in_h || xx < 0 || xx >= p->in_w) {
-        memset(into, 0, (size_t)c_n * sizeof *into);
-        continue;
-      }
-      const float *from = image + y * row + xx * c_n;
-      for (int64_t c = 0; c < c_n; c += LANES)
-        *(vf *)(into + c) = *(const vfu *)(from + c);
-    }
+  copy_window(image, p->in_h, p->in_w, c_n, y0, x0, 6, edge);
   transform_window(edge, 6 * c_n, c_n, c_n, to);
 }
 
@@ -354,24 +360,14 @@ static void gradient_tile(const wino_pass *p, const float *dy, float *edge,
                           int64_t tile, int64_t t, float *w, float *db) {
   tile_at at = tile_where(p, tile);
   int64_t c_n = p->out_c, row = (int64_t)p->out_w * c_n;
-  const float *image =
-      dy + at.image * p->out_h * row + at.y0 * row + (int64_t)at.x0 * c_n;
+  const float *image = dy + at.image * p->out_h * row;
   float *to = w + t * POS * c_n;
   if (at.y0 + 4 <= p->out_h && at.x0 + 4 <= p->out_w) {
-    transform_gradient(image, row, c_n, c_n, to, db);
+    transform_gradient(image + at.y0 * row + (int64_t)at.x0 * c_n, row, c_n,
+                       c_n, to, db);
     return;
   }
-  for (int a = 0; a < 4; a++)
-    for (int b = 0; b < 4; b++) {
-      float *into = edge + (a * 4 + b) * c_n;
-      if (at.y0 + a >= p->out_h || at.x0 + b >= p->out_w) {
-        memset(into, 0, (size_t)c_n * sizeof *into);
-        continue;
-      }
-      const float *from = image + a * row + b * c_n;
-      for (int64_t c = 0; c < c_n; c += LANES)
-        *(vf *)(into + c) = *(const vfu *)(from + c);
-    }
+  copy_window(image, p->out_h, p->out_w, c_n, at.y0, at.x0, 4, edge);
   transform_gradient(edge, 4 * c_n, c_n, c_n, to, db);
 }
 
