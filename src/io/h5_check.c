@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,9 +114,14 @@ mxu_status mxu_h5_check_seal(const char *path, int fd, int *sealed) {
  * one either (a weight is at most MXU_MAX_ELEMENTS floats). */
 #define PROBE_MAX_BYTES ((size_t)MXU_MAX_ELEMENTS * 8)
 /* Reading a sound file through takes well under a second per 50 MB;
- * a damaged one that makes libhdf5 loop is stopped after this
+ * a damaged one that makes libhdf5 loop is stopped after this much of the
+ * child's own CPU time, so a busy machine does not make a sound file look
+ * damaged (a sanitizer build's test beside others once took over 10 s of
+ * wall time on a small one); a child that waits instead of looping is
+ * stopped after WALL_FACTOR times as long on the clock.
  * (MXU_H5_PROBE_SECONDS overrides it: the fuzzer meets such files by the
  * hundred). */
+#define WALL_FACTOR 6
 static unsigned probe_seconds(const char *path) {
   const char *given = getenv("MXU_H5_PROBE_SECONDS");
   if (given && atoi(given) > 0) return (unsigned)atoi(given);
@@ -250,7 +256,7 @@ static void quiet_sanitizers(void) {
 
 /* Runs child(path, ctx, report fd) in a child process, which exits with
  * what it returns (0: fine; 1: a message down the pipe); a crash or the
- * alarm is the file's fault. */
+ * limit on its CPU time is the file's fault. */
 typedef int child_fn(const char *path, void *ctx, int report);
 
 static mxu_status in_child(const char *path, child_fn *child, void *ctx) {
@@ -270,13 +276,16 @@ static mxu_status in_child(const char *path, child_fn *child, void *ctx) {
   if (pid == 0) {
     /* A crash must end the child by its signal, not in a handler the
      * parent installed (a sanitizer's or a fuzzer's); a file that makes
-     * libhdf5 loop ends by the alarm. */
+     * libhdf5 loop ends by its CPU time limit. */
     int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
     for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++)
       signal(fatal[i], SIG_DFL);
     signal(SIGALRM, SIG_DFL);
+    signal(SIGXCPU, SIG_DFL);
     quiet_sanitizers();
-    alarm(seconds);
+    struct rlimit cpu = {seconds, seconds + 1};
+    setrlimit(RLIMIT_CPU, &cpu);
+    alarm(seconds * WALL_FACTOR);
     close(report[0]);
     int code = child(path, ctx, report[1]);
     /* Shutting the library down here brings out what a damaged file did
@@ -301,12 +310,18 @@ static mxu_status in_child(const char *path, child_fn *child, void *ctx) {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return MXU_OK;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 1 && message[0])
     return mxu_fail(MXU_ERR_FORMAT, "%s", message);
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU)
     return mxu_fail(MXU_ERR_FORMAT,
                     "%s: corrupt: the HDF5 library was still reading it after "
-                    "%u s (a damaged file can make it loop); use an intact "
-                    "copy",
+                    "%u s of CPU time (a damaged file can make it loop); use "
+                    "an intact copy",
                     path, seconds);
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+    return mxu_fail(MXU_ERR_IO,
+                    "%s: reading it through (in a child process mxu started "
+                    "to check it) did not finish in %u s; if the machine is "
+                    "overloaded, try again, else use an intact copy",
+                    path, seconds * WALL_FACTOR);
   return mxu_fail(MXU_ERR_FORMAT,
                   "%s: corrupt: the HDF5 library crashes reading it (%s %d, "
                   "in a child process mxu started to check it); use an "
