@@ -335,7 +335,7 @@ static mxu_status in_child_once(const char *path, child_fn *child, void *ctx,
  * reading: on a lock another thread of this process held as it forked
  * (GCC 12's AddressSanitizer allocator is not released in the child;
  * test_metrics under the sanitizers, beside the PJRT plugin's threads,
- * hung there now and then). A new child will not meet the same moment. */
+ * hung there once a run). A new child will not meet the same moment. */
 enum { CHILD_TRIES = 3 };
 
 static mxu_status in_child(const char *path, child_fn *child, void *ctx) {
