@@ -248,9 +248,9 @@ mxu_status cpu_conv_then_pool_create(const mxu_conv2d_desc *c,
    * its output never written, it outran oneDNN's bf16 conv and this
    * pooling (cifar's 32 -> 32 on 32x32, a replica's step of 128 images:
    * 5.6 + 14.9 ms forward and backward against 8.2 + 14.0). */
-  mxu_conv2d_desc f32 = *c;
-  f32.bf16 = 0;
   if (c->bf16 && p->pool_h == 2 && p->pool_w == 2) {
+    mxu_conv2d_desc f32 = *c;
+    f32.bf16 = 0;
     MXU_TRY(cpu_conv2d_create(&f32, &op));
     if (op->conv_wino && !cpu_conv_gemm_passes(op))
       return cpu_op_finish(op, attach(op, &f32, p, relu), out);

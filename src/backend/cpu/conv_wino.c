@@ -474,14 +474,19 @@ static void run_pass(const struct cpu_conv_wino *cw, const wino_pass *p,
   }
 }
 
+/* The forward, its outputs to o (y, and how, but for bias and relu). */
+static void forward(mxu_op *op, const float *x, const float *w, const float *b,
+                    wino_out o) {
+  struct cpu_conv_wino *cw = op->conv_wino;
+  transform_kernel(w, cw->forward.in_c, cw->forward.out_c, cw->u);
+  o.bias = op->has_bias ? b : NULL;
+  o.relu = cw->relu;
+  run_pass(cw, &cw->forward, x, o);
+}
+
 void cpu_conv_wino_forward(mxu_op *op, const float *x, const float *w,
                            const float *b, float *y) {
-  struct cpu_conv_wino *cw = op->conv_wino;
-  const wino_pass *p = &cw->forward;
-  transform_kernel(w, p->in_c, p->out_c, cw->u);
-  run_pass(
-      cw, p, x,
-      (wino_out){.y = y, .bias = op->has_bias ? b : NULL, .relu = cw->relu});
+  forward(op, x, w, b, (wino_out){.y = y});
 }
 
 /* The forward and a 2x2 max pooling after it (stride 2, windows inside
@@ -490,16 +495,8 @@ void cpu_conv_wino_forward(mxu_op *op, const float *x, const float *w,
 void cpu_conv_wino_forward_pool(mxu_op *op, const float *x, const float *w,
                                 const float *b, int pool_relu, float *y,
                                 uint8_t *ws) {
-  struct cpu_conv_wino *cw = op->conv_wino;
-  const wino_pass *p = &cw->forward;
-  transform_kernel(w, p->in_c, p->out_c, cw->u);
-  run_pass(cw, p, x,
-           (wino_out){.y = y,
-                      .bias = op->has_bias ? b : NULL,
-                      .relu = cw->relu,
-                      .pool = 1,
-                      .pool_relu = pool_relu,
-                      .ws = ws});
+  forward(op, x, w, b,
+          (wino_out){.y = y, .pool = 1, .pool_relu = pool_relu, .ws = ws});
 }
 
 /* dx is the forward of dy with the kernel [ky][kx][ci][co] as

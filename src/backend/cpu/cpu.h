@@ -93,9 +93,8 @@ int cpu_create_threads(void);
 /* Stores past the cache (AVX-512's streaming stores, whole aligned
  * lines) save the read that a store to a line not in cache makes, where
  * a tensor this big would leave the cache before its next reader anyway;
- * below, plain stores keep it there for that reader. Each thread fences
- * its streamed stores (stream_fence in vec.h, layout.c) before anyone
- * reads them. */
+ * below, plain stores keep it there for that reader (vec.h's store_vec
+ * makes them; cpu_stream_fence below orders them). */
 #define CPU_STREAM_MIN_BYTES ((size_t)8 << 20)
 
 /* Whether `bytes` written from `to` go past the cache. */
