@@ -1203,6 +1203,165 @@ static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
   free(x), free(w), free(b), free(dy);
 }
 
+/* ---- conv + pool + Flatten + Dense ------------------------------------ */
+
+/* The fused cases: Fashion-MNIST's network; 1x1 kernels, a group of
+ * images left over; 70 images, two kernel-gradient blocks; one unit. */
+static const conv_pool_case cpd_cases[] = {
+    {3, 28, 28, 1, 64, 3, 3, MXU_VALID, 0},
+    {9, 6, 6, 4, 48, 1, 1, MXU_VALID, 0},
+    {70, 8, 8, 1, 16, 3, 3, MXU_VALID, 0},
+    {5, 9, 7, 3, 32, 3, 3, MXU_VALID, 0},
+};
+static const int cpd_units[] = {10, 16, 3, 1};
+
+typedef struct cpd_io {
+  float *logits, *logits_infer, *dx, *dw, *db, *dkernel, *dbias; /* out */
+} cpd_io;
+
+/* conv_pool_reference fed dy of y = dlogits kernel^T; the Dense in
+ * doubles on its y. */
+static void cpd_reference(const mxu_conv2d_desc *cd, const mxu_pool2d_desc *pd,
+                          int relu, const mxu_dense_desc *dd,
+                          const float *const w[MXU_CPD_PARAMS], const float *x,
+                          const float *dl, const cpd_io *io) {
+  int64_t n = dd->n, in = dd->in, units = dd->out;
+  float *y = zeros((size_t)(n * in)), *yi = zeros((size_t)(n * in));
+  float *dy = zeros((size_t)(n * in));
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < in; j++) {
+      double s = 0.0;
+      for (int64_t k = 0; k < units; k++)
+        s += (double)dl[i * units + k] * w[MXU_CPD_DENSE_W][j * units + k];
+      dy[i * in + j] = (float)s;
+    }
+  conv_pool_io cio = {
+      x,     w[MXU_CPD_CONV_W], w[MXU_CPD_CONV_B], dy, y, yi, io->dx, io->dw,
+      io->db};
+  conv_pool_reference(cd, pd, relu, &cio);
+  for (int64_t k = 0; k < units; k++) {
+    for (int64_t i = 0; i < n; i++) {
+      double s = w[MXU_CPD_DENSE_B] ? w[MXU_CPD_DENSE_B][k] : 0.0;
+      for (int64_t j = 0; j < in; j++)
+        s += (double)y[i * in + j] * w[MXU_CPD_DENSE_W][j * units + k];
+      io->logits[i * units + k] = io->logits_infer[i * units + k] = (float)s;
+    }
+    double sb = 0.0;
+    for (int64_t i = 0; i < n; i++) sb += dl[i * units + k];
+    if (io->dbias) io->dbias[k] = (float)sb;
+    for (int64_t j = 0; j < in; j++) {
+      double s = 0.0;
+      for (int64_t i = 0; i < n; i++)
+        s += (double)y[i * in + j] * dl[i * units + k];
+      io->dkernel[j * units + k] = (float)s;
+    }
+  }
+  free(y), free(yi), free(dy);
+}
+
+static void cpd_fused(const mxu_conv2d_desc *cd, const mxu_pool2d_desc *pd,
+                      int relu, const mxu_dense_desc *dd,
+                      const float *const w[MXU_CPD_PARAMS], const float *x,
+                      const float *dl, const cpd_io *io) {
+  const mxu_backend *be = backends[CPU];
+  mxu_op *op = NULL;
+  CHECK_OK(be->conv_pool_dense_create(cd, pd, relu, dd, &op));
+  if (!op) return;
+  void *ws = mxu_aligned_alloc(be->conv_pool_workspace_bytes(op));
+  float *const dw[MXU_CPD_PARAMS] = {io->dw, io->db, io->dkernel, io->dbias};
+  be->conv_pool_dense_forward(op, 0, x, w, io->logits_infer, NULL);
+  be->conv_pool_dense_forward(op, 1, x, w, io->logits, ws);
+  be->conv_pool_dense_backward(op, x, w, dl, ws, dw, io->dx);
+  mxu_aligned_free(ws);
+  be->op_free(op);
+}
+
+/* Against the layers one by one, and the same bits on one thread as on
+ * two. */
+static void cpd_check(int c_index, mxu_activation act, int relu, int has_bias) {
+  const conv_pool_case *c = &cpd_cases[c_index];
+  conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
+                  c->kh, c->kw, 1,    1,    c->padding};
+  mxu_conv2d_desc cd = conv_desc(&cc, act, has_bias);
+  conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
+                  2,    2,        2,        2,          MXU_VALID};
+  mxu_pool2d_desc pd = pool_desc(&pc, 1);
+  int units = cpd_units[c_index], in = pd.out_h * pd.out_w * pd.c;
+  mxu_dense_desc dd = {c->n, in, units, has_bias, MXU_LINEAR, 0};
+  size_t nx = (size_t)c->n * c->h * c->w * c->c;
+  size_t nw = (size_t)c->kh * c->kw * c->c * c->filters;
+  size_t nk = (size_t)in * units, nl = (size_t)c->n * units;
+  float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(c->filters, -1, 1);
+  float *kernel = rnd(nk, -0.1f, 0.1f), *bias = rnd(units, -1, 1);
+  float *dl = rnd(nl, -1, 1);
+  const float *const params[MXU_CPD_PARAMS] = {w, has_bias ? b : NULL, kernel,
+                                               has_bias ? bias : NULL};
+  float *out[7][3]; /* logits, inference logits, dx, dw, db, dkernel, dbias */
+  size_t sizes[7] = {nl, nl, nx, nw, (size_t)c->filters, nk, (size_t)units};
+  int threads = omp_get_max_threads();
+  for (int r = 0; r < 3; r++) { /* cpu_ref, cpu on 1 thread, on 2 */
+    for (int k = 0; k < 7; k++) out[k][r] = zeros(sizes[k]);
+    cpd_io io = {out[0][r],
+                 out[1][r],
+                 out[2][r],
+                 out[3][r],
+                 has_bias ? out[4][r] : NULL,
+                 out[5][r],
+                 has_bias ? out[6][r] : NULL};
+    omp_set_num_threads(r == 2 ? 2 : 1);
+    (r ? cpd_fused : cpd_reference)(&cd, &pd, relu, &dd, params, x, dl, &io);
+  }
+  omp_set_num_threads(threads);
+  static const char *const names[7] = {
+      "logits", "inference logits", "dx", "dw", "db", "dkernel", "dbias"};
+  char label[128];
+  snprintf(label, sizeof label,
+           "conv+pool+dense %dx%dx%d->%d k%dx%d %s%s%s, %d units, n %d", c->h,
+           c->w, c->c, c->filters, c->kh, c->kw, act_names[act],
+           relu ? "+relu" : "", has_bias ? "+bias" : "", units, c->n);
+  for (int k = 0; k < 7; k++) {
+    if (!has_bias && (k == 4 || k == 6)) continue;
+    float *vs_ref[2] = {out[k][1], out[k][0]};
+    float *vs_two[2] = {out[k][2], out[k][1]};
+    expect_pair(label, names[k], vs_ref, sizes[k], TOL_LAYER);
+    expect_pair(label, names[k], vs_two, sizes[k], 0.0);
+  }
+  for (int k = 0; k < 7; k++)
+    for (int r = 0; r < 3; r++) free(out[k][r]);
+  free(x), free(w), free(b), free(kernel), free(bias), free(dl);
+}
+
+/* Declined: 17 units; a Dense reading less than the whole pooled image;
+ * a relu Dense; bf16. */
+static void cpd_declines(void) {
+  conv_case cc = {2, 8, 8, 1, 16, 3, 3, 1, 1, MXU_VALID};
+  mxu_conv2d_desc cd = conv_desc(&cc, MXU_RELU, 1);
+  conv_case pc = {2, 6, 6, 16, 0, 2, 2, 2, 2, MXU_VALID};
+  mxu_pool2d_desc pd = pool_desc(&pc, 1);
+  mxu_dense_desc ok = {2, 3 * 3 * 16, 16, 1, MXU_LINEAR, 0};
+  mxu_dense_desc bad[4] = {ok, ok, ok, ok};
+  bad[0].out = 17, bad[1].in -= 16, bad[2].activation = MXU_RELU;
+  bad[3].bf16 = 1;
+  mxu_op *op = NULL;
+  CHECK_OK(backends[CPU]->conv_pool_dense_create(&cd, &pd, 0, &ok, &op));
+  backends[CPU]->op_free(op);
+  for (int i = 0; i < 4; i++) {
+    op = NULL;
+    CHECK_MSG(backends[CPU]->conv_pool_dense_create(&cd, &pd, 0, &bad[i],
+                                                    &op) == MXU_ERR_UNSUPPORTED,
+              "conv+pool+dense decline %d", i);
+    CHECK(op == NULL);
+  }
+  CHECK(backends[REF]->conv_pool_dense_create == NULL);
+}
+
+static void test_conv_pool_dense(void) {
+  for (int i = 0; i < COUNT(cpd_cases); i++)
+    for (int v = 0; v < 4; v++)
+      cpd_check(i, v & 1 ? MXU_RELU : MXU_LINEAR, v >> 1, (i + v) % 2 == 0);
+  cpd_declines();
+}
+
 /* What neither fused op takes is declined, for the layers to run:
  * filters not in sixteens, tanh, average pooling, windows that overlap. */
 static void conv_pool_declines(void) {
@@ -1816,6 +1975,7 @@ int main(void) {
   test_bf16_choice();
   test_pool2d();
   test_conv_pool();
+  test_conv_pool_dense();
   test_batchnorm();
   test_activations();
   test_activation_tails();

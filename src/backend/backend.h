@@ -65,6 +65,15 @@ typedef struct mxu_dense_desc {
   int bf16;
 } mxu_dense_desc;
 
+/* The weights of a conv_pool_dense op, in this order. */
+enum {
+  MXU_CPD_CONV_W,
+  MXU_CPD_CONV_B,
+  MXU_CPD_DENSE_W,
+  MXU_CPD_DENSE_B,
+  MXU_CPD_PARAMS
+};
+
 typedef struct mxu_pool2d_desc {
   int n, in_h, in_w, c;
   int out_h, out_w;
@@ -189,6 +198,25 @@ typedef struct mxu_backend {
   void (*conv_pool_backward)(mxu_op *op, const float *x, const float *w,
                              const float *dy, const void *workspace, float *dw,
                              float *db, float *dx);
+  /* Optional: conv_pool's op followed by a Flatten and a linear Dense of
+   * few units, logits = flatten(y) kernel + bias, in the same pass, so
+   * that neither the Dense's input nor its gradient goes through memory
+   * between layers (Fashion-MNIST's whole network). The weights, and
+   * their gradients, in the order MXU_CPD_*: the conv's kernel and bias,
+   * the Dense's kernel [in, units] and bias; a bias NULL where the layer
+   * has none. The workspace (conv_pool_workspace_bytes) keeps y for the
+   * Dense's weight gradient; backward takes dlogits, dy of the logits. */
+  mxu_status (*conv_pool_dense_create)(const mxu_conv2d_desc *conv,
+                                       const mxu_pool2d_desc *pool, int relu,
+                                       const mxu_dense_desc *dense,
+                                       mxu_op **out);
+  void (*conv_pool_dense_forward)(mxu_op *op, int training, const float *x,
+                                  const float *const w[MXU_CPD_PARAMS],
+                                  float *logits, void *workspace);
+  void (*conv_pool_dense_backward)(mxu_op *op, const float *x,
+                                   const float *const w[MXU_CPD_PARAMS],
+                                   const float *dlogits, void *workspace,
+                                   float *const dw[MXU_CPD_PARAMS], float *dx);
   /* Optional: whether the op for desc would compute in the backend's own
    * activation layout (see x_native), so that a neighbouring conv that
    * does too may hand it the tensor in that layout. */

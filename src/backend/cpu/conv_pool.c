@@ -14,36 +14,19 @@
  * pixels are broadcast. Backward adds the weight gradient over fixed blocks
  * of images and then the blocks in order, so its bits do not depend on the
  * thread count. Shapes these loops do not take (more input channels) go to
- * conv_then_pool.c, which fuses less. */
-#include "backend/cpu/cpu.h"
-#include "backend/cpu/vec.h"
+ * conv_then_pool.c, which fuses less; conv_pool_dense.c runs a Flatten
+ * and small Dense after the op too. */
+#include "backend/cpu/conv_pool.h"
 
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
-#define WINDOW 4 /* 2x2 */
 /* Channel vectors per forward tile (4 x that accumulators), and
  * weight-gradient accumulators held at once: as many as the registers
  * take beside the operands. */
 #define MAX_BLOCKS (VEC_REGS == 32 ? 4 : 2)
 #define TAP_CHUNK (VEC_REGS == 32 ? 12 : 9)
-#define IMAGE_BLOCK 8 /* images per partial weight gradient */
-#define MAX_TAPS 64   /* kernel_h * kernel_w * in_c */
-
-struct cpu_conv_pool {
-  int n, in_h, in_w, in_c, c; /* c: output channels */
-  int out_h, out_w;           /* pooled */
-  int taps;                   /* kernel_h * kernel_w * in_c */
-  int relu, has_bias;
-  int64_t blocks; /* of IMAGE_BLOCK images */
-  float *partial; /* blocks x (taps + 1) x c: dw, then db */
-  float *cols;    /* col_threads x col_floats: row_columns per thread */
-  int64_t col_floats;
-  int col_threads;
-  int tap_off[MAX_TAPS]; /* offset of tap t from a window's top-left input */
-  int col_off[MAX_TAPS * WINDOW]; /* of (tap, s): tap_off + window_off */
-};
 
 static const char CONV_POOL[] = "conv_pool";
 
@@ -91,20 +74,27 @@ forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
   }
 }
 
+void cpu_conv_pool_row(const struct cpu_conv_pool *cp, const float *x,
+                       const float *w, const float *b, int py, float *y,
+                       uint8_t *ws) {
+  for (int px = 0; px < cp->out_w; px++) {
+    const float *x0 = x + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
+    int64_t at = (int64_t)px * cp->c;
+    uint8_t *wsp = ws ? ws + at : NULL;
+    int c0 = 0;
+    for (; c0 + MAX_BLOCKS * LANES <= cp->c; c0 += MAX_BLOCKS * LANES)
+      forward_tile(cp, x0, w, b, c0, MAX_BLOCKS, y + at, wsp);
+    for (; c0 < cp->c; c0 += LANES)
+      forward_tile(cp, x0, w, b, c0, 1, y + at, wsp);
+  }
+}
+
 static void forward_image(const struct cpu_conv_pool *cp, const float *x,
                           const float *w, const float *b, float *y,
                           uint8_t *ws) {
   for (int py = 0; py < cp->out_h; py++)
-    for (int px = 0; px < cp->out_w; px++) {
-      const float *x0 = x + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
-      int64_t at = ((int64_t)py * cp->out_w + px) * cp->c;
-      uint8_t *wsp = ws ? ws + at : NULL;
-      int c0 = 0;
-      for (; c0 + MAX_BLOCKS * LANES <= cp->c; c0 += MAX_BLOCKS * LANES)
-        forward_tile(cp, x0, w, b, c0, MAX_BLOCKS, y + at, wsp);
-      for (; c0 < cp->c; c0 += LANES)
-        forward_tile(cp, x0, w, b, c0, 1, y + at, wsp);
-    }
+    cpu_conv_pool_row(cp, x, w, b, py, y + py * cp->row_len,
+                      ws ? ws + py * cp->row_len : NULL);
 }
 
 void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
@@ -181,26 +171,33 @@ static void row_grads_n(const struct cpu_conv_pool *cp, const float *cols,
   switch (nt) { VEC_CASES(GRADS, TAP_CHUNK) }
 }
 
+void cpu_conv_pool_row_grads(const struct cpu_conv_pool *cp, const float *x,
+                             int py, const float *dy, const uint8_t *ws,
+                             int64_t i, float *cols) {
+  float *part = cp->partial + i / IMAGE_BLOCK * (int64_t)(cp->taps + 1) * cp->c;
+  row_columns(cp, x, py, cols);
+  for (int c0 = 0; c0 < cp->c; c0 += LANES)
+    for (int t0 = 0; t0 < cp->taps; t0 += TAP_CHUNK) {
+      int nt = cp->taps - t0 < TAP_CHUNK ? cp->taps - t0 : TAP_CHUNK;
+      row_grads_n(cp, cols, dy, ws, c0, t0, nt, part);
+    }
+}
+
 /* Block `blk`'s images: its partial dw and db, summed row by row in
  * order, with cols the calling thread's row_columns buffer. */
 static void block_grads(const struct cpu_conv_pool *cp, const float *x,
                         const float *dy, const uint8_t *ws, int64_t blk,
                         float *cols) {
   int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
-  int64_t row_size = (int64_t)cp->out_w * cp->c;
   int64_t first = blk * IMAGE_BLOCK;
   int64_t last = first + IMAGE_BLOCK < cp->n ? first + IMAGE_BLOCK : cp->n;
   float *part = cp->partial + blk * (int64_t)(cp->taps + 1) * cp->c;
   memset(part, 0, (size_t)(cp->taps + 1) * (size_t)cp->c * sizeof *part);
   for (int64_t i = first; i < last; i++)
     for (int py = 0; py < cp->out_h; py++) {
-      int64_t row = (i * cp->out_h + py) * row_size;
-      row_columns(cp, x + i * in_size, py, cols);
-      for (int c0 = 0; c0 < cp->c; c0 += LANES)
-        for (int t0 = 0; t0 < cp->taps; t0 += TAP_CHUNK) {
-          int nt = cp->taps - t0 < TAP_CHUNK ? cp->taps - t0 : TAP_CHUNK;
-          row_grads_n(cp, cols, dy + row, ws + row, c0, t0, nt, part);
-        }
+      int64_t row = i * cp->image_stride + py * cp->row_stride;
+      cpu_conv_pool_row_grads(cp, x + i * in_size, py, dy + row, ws + row, i,
+                              cols);
     }
 }
 
@@ -212,7 +209,7 @@ static void data_grads(const struct cpu_conv_pool *cp, const float *w,
   memset(dx, 0, (size_t)cp->in_h * cp->in_w * cp->in_c * sizeof(float));
   for (int py = 0; py < cp->out_h; py++)
     for (int px = 0; px < cp->out_w; px++) {
-      int64_t at = ((int64_t)py * cp->out_w + px) * cp->c;
+      int64_t at = py * cp->row_stride + (int64_t)px * cp->c;
       float *d0 = dx + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
       for (int c = 0; c < cp->c; c++) {
         int s = ws[at + c];
@@ -223,6 +220,15 @@ static void data_grads(const struct cpu_conv_pool *cp, const float *w,
           ds[cp->tap_off[t]] += g * w[(int64_t)t * cp->c + c];
       }
     }
+}
+
+void cpu_conv_pool_dx(const struct cpu_conv_pool *cp, const float *w,
+                      const float *dy, const uint8_t *ws, float *dx) {
+  int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(cp->n))
+  for (int i = 0; i < cp->n; i++)
+    data_grads(cp, w, dy + i * cp->image_stride, ws + i * cp->image_stride,
+               dx + i * in_size);
 }
 
 void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
@@ -244,12 +250,7 @@ void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
       block_grads(cp, x, dy, ws, blk, cols);
   }
   cpu_sum_blocks(cp->partial, cp->blocks, cp->taps, cp->c, dw, db);
-  if (!dx) return;
-  int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
-  int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(cp->n))
-  for (int i = 0; i < cp->n; i++)
-    data_grads(cp, w, dy + i * out_size, ws + i * out_size, dx + i * in_size);
+  if (dx) cpu_conv_pool_dx(cp, w, dy, ws, dx);
 }
 
 /* ---- create ------------------------------------------------------------- */
@@ -257,7 +258,7 @@ void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
 /* What the loops above handle: stride 1 and no padding, few input
  * channels (more, and oneDNN's blocked kernels do better), whole channel
  * vectors, float32, and 2x2 windows that tile the conv output. */
-static int fusable(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p) {
+int cpu_conv_pool_fits(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p) {
   int taps = c->kernel_h * c->kernel_w * c->in_c;
   return c->stride_h == 1 && c->stride_w == 1 && c->pad_top == 0 &&
          c->pad_left == 0 && c->pad_bottom == 0 && c->pad_right == 0 &&
@@ -270,14 +271,16 @@ static int fusable(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p) {
          p->in_h == c->out_h && p->in_w == c->out_w;
 }
 
-mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
-                                const mxu_pool2d_desc *p, int relu,
-                                mxu_op **out) {
-  if (!fusable(c, p)) return cpu_conv_then_pool_create(c, p, relu, out);
+/* The op's one allocation: the struct, then (each a whole number of
+ * vectors) the partials, every thread's columns and the caller's extra. */
+mxu_status cpu_conv_pool_build(const mxu_conv2d_desc *c,
+                               const mxu_pool2d_desc *p, int relu, size_t extra,
+                               mxu_op **out) {
   mxu_op *op;
   MXU_TRY(cpu_op_alloc(&op, CONV_POOL));
   int64_t blocks = (c->n + IMAGE_BLOCK - 1) / IMAGE_BLOCK;
   int taps = c->kernel_h * c->kernel_w * c->in_c;
+  int64_t row_len = (int64_t)p->out_w * c->out_c;
   size_t head = (sizeof(struct cpu_conv_pool) + 63) / 64 * 64;
   size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)c->out_c;
   int col_threads = cpu_create_threads(); /* each with its own columns */
@@ -286,8 +289,8 @@ mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
   size_t col_floats =
       ((size_t)p->out_w * (size_t)taps * WINDOW + 2 * LANES - 1) / LANES *
       LANES;
-  struct cpu_conv_pool *cp = mxu_aligned_alloc(
-      head + (partial + (size_t)col_threads * col_floats) * sizeof(float));
+  size_t floats = partial + (size_t)col_threads * col_floats + extra;
+  struct cpu_conv_pool *cp = mxu_aligned_alloc(head + floats * sizeof(float));
   if (!cp) {
     cpu_op_free(op);
     return mxu_fail(MXU_ERR_NOMEM, "%s: out of memory", CONV_POOL);
@@ -305,9 +308,13 @@ mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
                                .blocks = blocks,
                                .partial = (float *)((char *)cp + head),
                                .col_floats = (int64_t)col_floats,
-                               .col_threads = col_threads};
+                               .col_threads = col_threads,
+                               .row_len = row_len,
+                               .image_stride = p->out_h * row_len,
+                               .row_stride = row_len};
   cp->cols = cp->partial + partial;
   memset(cp->cols, 0, (size_t)col_threads * col_floats * sizeof(float));
+  cp->extra = cp->cols + (size_t)col_threads * col_floats;
   /* Taps in the kernel's HWIO order, so tap t's weights are row t. */
   for (int t = 0; t < taps; t++) {
     int ci = t % c->in_c, kx = t / c->in_c % c->kernel_w,
@@ -317,9 +324,17 @@ mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
       cp->col_off[t * WINDOW + s] = cp->tap_off[t] + (int)window_off(cp, s);
   }
   op->conv_pool = cp;
-  op->workspace_bytes = (size_t)c->n * p->out_h * p->out_w * c->out_c;
+  op->workspace_bytes = (size_t)c->n * (size_t)p->out_h * (size_t)row_len;
   *out = op;
   return MXU_OK;
+}
+
+mxu_status cpu_conv_pool_create(const mxu_conv2d_desc *c,
+                                const mxu_pool2d_desc *p, int relu,
+                                mxu_op **out) {
+  if (!cpu_conv_pool_fits(c, p))
+    return cpu_conv_then_pool_create(c, p, relu, out);
+  return cpu_conv_pool_build(c, p, relu, 0, out);
 }
 
 size_t cpu_conv_pool_workspace_bytes(mxu_op *op) { return op->workspace_bytes; }

@@ -331,6 +331,17 @@ void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
 void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
                             const float *dy, const void *workspace, float *dw,
                             float *db, float *dx);
+mxu_status cpu_conv_pool_dense_create(const mxu_conv2d_desc *conv,
+                                      const mxu_pool2d_desc *pool, int relu,
+                                      const mxu_dense_desc *dense,
+                                      mxu_op **out);
+void cpu_conv_pool_dense_forward(mxu_op *op, int training, const float *x,
+                                 const float *const w[MXU_CPD_PARAMS],
+                                 float *logits, void *workspace);
+void cpu_conv_pool_dense_backward(mxu_op *op, const float *x,
+                                  const float *const w[MXU_CPD_PARAMS],
+                                  const float *dlogits, void *workspace,
+                                  float *const dw[MXU_CPD_PARAMS], float *dx);
 
 /* conv_then_pool.c: a conv op (any conv.c builds) with the max pooling
  * after it run on its output's own layout; the same entries as above. */

@@ -1,0 +1,389 @@
+/* conv_pool_dense.c — conv_pool.c's op followed by a Flatten and a small
+ * linear Dense (a classifier's logits: Fashion-MNIST's whole network), in
+ * the same pass. Each pooled row is multiplied into the logits while it
+ * is in the cache, and backward turns dlogits into that row's gradient
+ * just before the conv's weight gradient reads it. Unfused, the Dense
+ * read its input twice and wrote its gradient for the conv to read back,
+ * each a pass over memory; fused, Fashion-MNIST trains at 115k images/s
+ * against 100k (2 threads). */
+#include "backend/cpu/conv_pool.h"
+
+#include <omp.h>
+#include <string.h>
+
+/* Logits held in registers at once (forward), units a backward pass over
+ * the images takes (both as many as the registers hold beside the
+ * operands), and the images per partial kernel gradient (a multiple of
+ * IMAGE_BLOCK). */
+#define UNIT_CHUNK (VEC_REGS == 32 ? 12 : 6)
+#define DY_CHUNK (VEC_REGS == 32 ? 10 : 4)
+#define DENSE_BLOCK 64
+
+/* A thread's buffers: the Dense's kernel rows that one pooled row meets,
+ * transposed to a vector of each unit's for every LANES rows (wt,
+ * [row_len / LANES][units][LANES]: one pointer reaches every unit's),
+ * their gradient (dwt, the same), a dense block's rows of the gradient of
+ * y (g), and two rows of y where inference keeps none. */
+typedef struct thread_tiles {
+  float *wt, *dwt, *g, *row;
+} thread_tiles;
+
+static size_t tile_floats(int64_t row_len, int units) {
+  return (size_t)row_len * (2 * (size_t)units + DENSE_BLOCK + 2);
+}
+
+static thread_tiles tiles_of(const struct cpu_conv_pool *cp, int thread) {
+  float *t = cp->tiles + (int64_t)thread * cp->tile_floats;
+  int64_t tile = (int64_t)cp->units * cp->row_len;
+  return (thread_tiles){t, t + tile, t + 2 * tile,
+                        t + 2 * tile + DENSE_BLOCK * cp->row_len};
+}
+
+/* ---- the Dense ----------------------------------------------------------
+ * Pooled row py meets kernel rows py * row_len.. of the Dense. Images run
+ * row by row (py outer), so those rows, transposed into a thread's tile,
+ * are read from L1 by every image, and two images at a time share each
+ * load of them. Each image's logits are summed lane-wise
+ * over the rows in order and the lanes in order at the end, and the
+ * kernel's gradient image by image in order: the bits depend on the
+ * images alone, not on the threads. */
+
+/* LANES x units blocks (units vectors each), `blocks` of them one after
+ * the other, transposed in registers: output vector q takes, from each
+ * pair of input vectors, the lanes idx[q][pair] where mask[q][pair] is
+ * set. Inlined with a constant units (transpose), the loops unroll.
+ * Gathers took 1.2 cycles a float here, a scalar loop 2. */
+static inline __attribute__((always_inline)) void
+transpose_n(const vi (*idx)[PAIRS], const vi (*mask)[PAIRS], const float *from,
+            float *to, int64_t blocks, int units) {
+  for (int64_t b = 0; b < blocks; b++) {
+    vf in[2 * PAIRS];
+    const float *f = from + b * units * LANES;
+    float *t = to + b * units * LANES;
+#pragma GCC unroll 16
+    for (int q = 0; q < units; q++) in[q] = *(const vfu *)(f + q * LANES);
+    in[units] = (vf){0}; /* the odd one's pair */
+#pragma GCC unroll 16
+    for (int q = 0; q < units; q++) {
+      vf o = {0};
+#pragma GCC unroll 9
+      for (int p = 0; p < (units + 1) / 2; p++)
+        o = select_v(mask[q][p], shuffle2(in[2 * p], in[2 * p + 1], idx[q][p]),
+                     o);
+      *(vfu *)(t + q * LANES) = o;
+    }
+  }
+}
+
+#define TRANSPOSE(N) transpose_n(idx, mask, from, to, blocks, N)
+
+/* Keras' kernel rows (to_cols) to the tiles' layout, or back. */
+static void transpose(const struct cpu_conv_pool *cp, int to_cols,
+                      const float *from, float *to, int64_t rows) {
+  const vi(*idx)[PAIRS] = to_cols ? cp->to_cols : cp->to_rows;
+  const vi(*mask)[PAIRS] = to_cols ? cp->to_cols_mask : cp->to_rows_mask;
+  int64_t blocks = rows / LANES;
+  switch (cp->units) { VEC_CASES(TRANSPOSE, MAX_UNITS) }
+}
+
+/* The tables: `rows` transposes Keras' [LANES][units] rows to [units]
+ * [LANES] columns, else the other way. In either, element e of the
+ * row-major block is row e / units, unit e % units. */
+static void transpose_tables(struct cpu_conv_pool *cp, int rows,
+                             vi (*idx)[PAIRS], vi (*mask)[PAIRS]) {
+  int u = cp->units;
+  for (int q = 0; q < u; q++)
+    for (int p = 0; p < (u + 1) / 2; p++)
+      for (int l = 0; l < LANES; l++) {
+        /* The input vector and lane that lane l of output q reads. */
+        int e = rows ? l * u + q : q * LANES + l;
+        int from = rows ? e / LANES : e % u, lane = rows ? e % LANES : e / u;
+        int in = from / 2 == p;
+        idx[q][p][l] = in ? (from % 2) * LANES + lane : 0;
+        mask[q][p][l] = in ? -1 : 0;
+      }
+}
+
+static void kernel_tile(const struct cpu_conv_pool *cp, const float *kernel,
+                        int py, float *wt) {
+  transpose(cp, 1, kernel + py * cp->row_len * cp->units, wt, cp->row_len);
+}
+
+/* The tile's gradient back into Keras' [in, units] rows of pooled row py. */
+static void kernel_tile_out(const struct cpu_conv_pool *cp, const float *dwt,
+                            int py, float *dkernel) {
+  transpose(cp, 0, dwt, dkernel + py * cp->row_len * cp->units, cp->row_len);
+}
+
+/* Units k0.. (nk) of ni (1 or 2) images' logit lanes, plus their rows'
+ * share: each load of the tile feeds both. */
+static inline __attribute__((always_inline)) void
+logit_lanes(const struct cpu_conv_pool *cp, const float *const y[2],
+            const float *wt, int k0, int nk, int ni, float *const sums[2]) {
+  vf acc[2][UNIT_CHUNK];
+#pragma GCC unroll 2
+  for (int i = 0; i < ni; i++)
+#pragma GCC unroll 16
+    for (int k = 0; k < nk; k++)
+      acc[i][k] = *(const vf *)(sums[i] + (k0 + k) * LANES);
+  for (int64_t v = 0; v < cp->row_len; v += LANES) {
+    vf yv[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < ni; i++) yv[i] = *(const vfu *)(y[i] + v);
+#pragma GCC unroll 16
+    for (int k = 0; k < nk; k++) {
+      vf wk = *(const vf *)(wt + v * cp->units + (k0 + k) * LANES);
+#pragma GCC unroll 2
+      for (int i = 0; i < ni; i++) acc[i][k] += yv[i] * wk;
+    }
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < ni; i++)
+#pragma GCC unroll 16
+    for (int k = 0; k < nk; k++)
+      *(vf *)(sums[i] + (k0 + k) * LANES) = acc[i][k];
+}
+
+#define LOGITS_1(N) logit_lanes(cp, y, wt, k0, N, 1, sums)
+#define LOGITS_2(N) logit_lanes(cp, y, wt, k0, N, 2, sums)
+
+static void logit_rows(const struct cpu_conv_pool *cp, const float *const y[2],
+                       const float *wt, int ni, float *const sums[2]) {
+  for (int k0 = 0; k0 < cp->units; k0 += UNIT_CHUNK) {
+    int nk = cp->units - k0 < UNIT_CHUNK ? cp->units - k0 : UNIT_CHUNK;
+    if (ni == 2) {
+      switch (nk) { VEC_CASES(LOGITS_2, UNIT_CHUNK) }
+    } else {
+      switch (nk) { VEC_CASES(LOGITS_1, UNIT_CHUNK) }
+    }
+  }
+}
+
+/* Images [lo, hi): y (into the workspace when training) and logits. */
+static void dense_forward_range(const struct cpu_conv_pool *cp, int lo, int hi,
+                                const float *x, const float *const w[],
+                                float *logits, float *y, uint8_t *ws,
+                                thread_tiles t) {
+  int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
+  int64_t lanes = cp->units * LANES;
+  const float *b = cp->has_bias ? w[MXU_CPD_CONV_B] : NULL;
+  memset(cp->sums + lo * lanes, 0, (size_t)((hi - lo) * lanes) * sizeof(float));
+  for (int py = 0; py < cp->out_h; py++) {
+    kernel_tile(cp, w[MXU_CPD_DENSE_W], py, t.wt);
+    for (int i0 = lo; i0 < hi; i0 += 2) {
+      int ni = hi - i0 < 2 ? 1 : 2;
+      const float *rows[2];
+      float *sums[2];
+      for (int i = 0; i < ni; i++) {
+        int64_t at = (i0 + i) * cp->image_stride + py * cp->row_stride;
+        float *row = y ? y + at : t.row + i * cp->row_len;
+        cpu_conv_pool_row(cp, x + (i0 + i) * in_size, w[MXU_CPD_CONV_W], b, py,
+                          row, ws ? ws + at : NULL);
+        rows[i] = row;
+        sums[i] = cp->sums + (i0 + i) * lanes;
+      }
+      logit_rows(cp, rows, t.wt, ni, sums);
+    }
+  }
+  const float *db = cp->has_dense_bias ? w[MXU_CPD_DENSE_B] : NULL;
+  for (int i = lo; i < hi; i++)
+    for (int k = 0; k < cp->units; k++) {
+      const float *lane = cp->sums + i * lanes + k * LANES;
+      float sum = 0.0f;
+      for (int l = 0; l < LANES; l++) sum += lane[l];
+      logits[(int64_t)i * cp->units + k] = sum + (db ? db[k] : 0.0f);
+    }
+}
+
+/* The workspace of conv_pool_dense: y, the gradient of y (kept for dx
+ * only), then conv_pool's argmax bytes. */
+static float *workspace_dy(const struct cpu_conv_pool *cp, void *workspace) {
+  return (float *)workspace + cp->n * cp->out_h * cp->row_len;
+}
+
+static uint8_t *workspace_arg(const struct cpu_conv_pool *cp, void *workspace) {
+  return (uint8_t *)(workspace_dy(cp, workspace) +
+                     cp->n * cp->out_h * cp->row_len);
+}
+
+void cpu_conv_pool_dense_forward(mxu_op *op, int training, const float *x,
+                                 const float *const w[MXU_CPD_PARAMS],
+                                 float *logits, void *workspace) {
+  const struct cpu_conv_pool *cp = op->conv_pool;
+  float *y = training ? workspace : NULL;
+  uint8_t *ws = training ? workspace_arg(cp, workspace) : NULL;
+  int threads = cpu_threads_for(cp->n);
+  if (threads > cp->col_threads) threads = cp->col_threads;
+#pragma omp parallel num_threads(threads)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    dense_forward_range(cp, cp->n * t / nt, cp->n * (t + 1) / nt, x, w, logits,
+                        y, ws, tiles_of(cp, t));
+  }
+}
+
+/* Units k0.. (nk) of the kernel gradient of pooled row py's vector v,
+ * over images [first, last) in order, and the gradient of their y there
+ * (into g, which the first chunk starts): a little GEMM whose kernel
+ * vectors and sums stay in registers while the images go by, each
+ * broadcast of dlogits feeding both products. */
+static inline __attribute__((always_inline)) void
+vector_grads(const struct cpu_conv_pool *cp, const float *y,
+             const float *dlogits, const float *wt, float *dwt, float *g,
+             int64_t first, int64_t last, int64_t v, int k0, int nk) {
+  vf wk[DY_CHUNK], acc[DY_CHUNK];
+#pragma GCC unroll 16
+  for (int k = 0; k < nk; k++)
+    wk[k] = *(const vf *)(wt + v * cp->units + (k0 + k) * LANES),
+    acc[k] = (vf){0};
+  for (int64_t i = first; i < last; i++) {
+    const float *yi = y + i * cp->image_stride + v;
+    vf yv = *(const vfu *)yi;
+    /* The image's next vector, needed one pass over the images from now:
+     * y comes from memory, 40 rows at a time, too many streams for the
+     * hardware prefetcher (40% of this loop waited on it). */
+    __builtin_prefetch(yi + LANES);
+    float *gi = g + (i - first) * cp->row_len + v;
+    vf gv = k0 ? *(const vf *)gi : (vf){0};
+    const float *dl = dlogits + i * cp->units + k0;
+#pragma GCC unroll 16
+    for (int k = 0; k < nk; k++) {
+      acc[k] += dl[k] * yv;
+      gv += dl[k] * wk[k];
+    }
+    *(vf *)gi = gv;
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < nk; k++)
+    *(vf *)(dwt + v * cp->units + (k0 + k) * LANES) = acc[k];
+}
+
+#define VECTOR_GRADS(N)                                                        \
+  vector_grads(cp, y, dlogits, wt, dwt, g, first, last, v, k0, N)
+
+static void row_dense_grads(const struct cpu_conv_pool *cp, const float *y,
+                            const float *dlogits, const float *wt, float *dwt,
+                            float *g, int64_t first, int64_t last) {
+  for (int k0 = 0; k0 < cp->units; k0 += DY_CHUNK) {
+    int nk = cp->units - k0 < DY_CHUNK ? cp->units - k0 : DY_CHUNK;
+    for (int64_t v = 0; v < cp->row_len; v += LANES) {
+      switch (nk) { VEC_CASES(VECTOR_GRADS, DY_CHUNK) }
+    }
+  }
+}
+
+/* Dense block blk: its images' conv partials, and its share of the
+ * Dense's kernel gradient into dkernel, row by row. dy_keep: where dx
+ * needs the gradient of y kept, else NULL. */
+static void dense_backward_block(const struct cpu_conv_pool *cp, int64_t blk,
+                                 const float *x, const float *kernel,
+                                 const float *dlogits, const float *y,
+                                 const uint8_t *ws, float *dy_keep,
+                                 float *dkernel, thread_tiles t, float *cols) {
+  int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
+  int64_t first = blk * DENSE_BLOCK;
+  int64_t last = first + DENSE_BLOCK < cp->n ? first + DENSE_BLOCK : cp->n;
+  int64_t per = (int64_t)(cp->taps + 1) * cp->c;
+  memset(cp->partial + first / IMAGE_BLOCK * per, 0,
+         (size_t)(((last - first + IMAGE_BLOCK - 1) / IMAGE_BLOCK) * per) *
+             sizeof(float));
+  for (int py = 0; py < cp->out_h; py++) {
+    int64_t row = py * cp->row_stride;
+    kernel_tile(cp, kernel, py, t.wt);
+    row_dense_grads(cp, y + row, dlogits, t.wt, t.dwt, t.g, first, last);
+    for (int64_t i = first; i < last; i++) {
+      const float *g = t.g + (i - first) * cp->row_len;
+      int64_t at = i * cp->image_stride + row;
+      if (dy_keep) memcpy(dy_keep + at, g, (size_t)cp->row_len * sizeof(float));
+      cpu_conv_pool_row_grads(cp, x + i * in_size, py, g, ws + at, i, cols);
+    }
+    kernel_tile_out(cp, t.dwt, py, dkernel);
+  }
+}
+
+void cpu_conv_pool_dense_backward(mxu_op *op, const float *x,
+                                  const float *const w[MXU_CPD_PARAMS],
+                                  const float *dlogits, void *workspace,
+                                  float *const dw[MXU_CPD_PARAMS], float *dx) {
+  const struct cpu_conv_pool *cp = op->conv_pool;
+  const float *y = workspace;
+  const uint8_t *ws = workspace_arg(cp, workspace);
+  float *dy_keep = dx ? workspace_dy(cp, workspace) : NULL;
+  int64_t kernel = cp->out_h * cp->row_len * cp->units;
+  int threads = cpu_threads_for(cp->dense_blocks);
+  if (threads > cp->col_threads) threads = cp->col_threads;
+#pragma omp parallel num_threads(threads)
+  {
+    int t = omp_get_thread_num();
+    float *cols = cp->cols + (int64_t)t * cp->col_floats;
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < cp->dense_blocks; blk++)
+      dense_backward_block(
+          cp, blk, x, w[MXU_CPD_DENSE_W], dlogits, y, ws, dy_keep,
+          cp->dense_blocks > 1 ? cp->dense_partial + blk * kernel
+                               : dw[MXU_CPD_DENSE_W],
+          tiles_of(cp, t), cols);
+  }
+  for (int64_t blk = 1; blk < cp->dense_blocks; blk++) {
+    const float *part = cp->dense_partial + blk * kernel;
+    float *to = dw[MXU_CPD_DENSE_W], *from = cp->dense_partial;
+    for (int64_t e = 0; e < kernel; e++)
+      to[e] = (blk == 1 ? from[e] : to[e]) + part[e];
+  }
+  if (dw[MXU_CPD_DENSE_B])
+    for (int k = 0; k < cp->units; k++) {
+      float sum = 0.0f;
+      for (int i = 0; i < cp->n; i++)
+        sum += dlogits[(int64_t)i * cp->units + k];
+      dw[MXU_CPD_DENSE_B][k] = sum;
+    }
+  cpu_sum_blocks(cp->partial, cp->blocks, cp->taps, cp->c, dw[MXU_CPD_CONV_W],
+                 dw[MXU_CPD_CONV_B]);
+  if (dx) cpu_conv_pool_dx(cp, w[MXU_CPD_CONV_W], dy_keep, ws, dx);
+}
+
+/* ---- create ------------------------------------------------------------- */
+
+/* The Dense this op runs: linear, few units, f32, reading the whole
+ * pooled image flattened. */
+static int dense_fits(const mxu_pool2d_desc *p, const mxu_dense_desc *d) {
+  return d->activation == MXU_LINEAR && !d->bf16 && d->out >= 1 &&
+         d->out <= MAX_UNITS && d->n == p->n &&
+         d->in == (int64_t)p->out_h * p->out_w * p->c;
+}
+
+/* conv_pool's op with, in its extra floats, the logit lanes, the kernel
+ * gradient's block partials (more than one block only) and every
+ * thread's tiles; y, dy and the argmax bytes kept [py][i]. */
+mxu_status cpu_conv_pool_dense_create(const mxu_conv2d_desc *c,
+                                      const mxu_pool2d_desc *p, int relu,
+                                      const mxu_dense_desc *d, mxu_op **out) {
+  if (!cpu_conv_pool_fits(c, p) || !dense_fits(p, d))
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "conv_pool_dense: this conv, pooling and Dense do not "
+                    "fuse");
+  int64_t row_len = (int64_t)p->out_w * c->out_c;
+  int64_t dense_blocks = (c->n + DENSE_BLOCK - 1) / DENSE_BLOCK;
+  size_t sums = (size_t)c->n * (size_t)d->out * LANES;
+  size_t kernel = (size_t)p->out_h * (size_t)row_len * (size_t)d->out;
+  size_t partial = dense_blocks > 1 ? (size_t)dense_blocks * kernel : 0;
+  size_t tiles = tile_floats(row_len, d->out);
+  size_t threads = (size_t)cpu_create_threads();
+  MXU_TRY(
+      cpu_conv_pool_build(c, p, relu, sums + partial + threads * tiles, out));
+  struct cpu_conv_pool *cp = (*out)->conv_pool;
+  cp->units = d->out;
+  cp->has_dense_bias = d->has_bias;
+  cp->image_stride = row_len;
+  cp->row_stride = c->n * row_len;
+  cp->dense_blocks = dense_blocks;
+  cp->sums = cp->extra;
+  cp->dense_partial = cp->sums + sums;
+  cp->tiles = cp->dense_partial + partial;
+  cp->tile_floats = (int64_t)tiles;
+  transpose_tables(cp, 1, cp->to_cols, cp->to_cols_mask);
+  transpose_tables(cp, 0, cp->to_rows, cp->to_rows_mask);
+  /* y and its gradient before the argmax bytes */
+  (*out)->workspace_bytes *= 1 + 2 * sizeof(float);
+  return MXU_OK;
+}
