@@ -2196,6 +2196,67 @@ static mxu_tensor_id fusion_graph(mxu_model *m, const void *ctx) {
   return mxu_apply_dense(m, &dense, mxu_apply_global_pooling2d(m, &gap, sum));
 }
 
+/* A classifier's end: conv, pool, relu, Flatten, a linear Dense and a
+ * softmax Activation, which the conv runs all of (conv_pool_dense); not
+ * a softmax Dense (its epilogue stays its own), nor a Flatten another
+ * Dense reads too. */
+enum { DENSE_LINEAR, DENSE_SOFTMAX, FLATTEN_READ_TWICE };
+
+static mxu_tensor_id fusion_dense_graph(mxu_model *m, const void *ctx) {
+  int variant = *(const int *)ctx;
+  static const int64_t dims[3] = {10, 10, 1};
+  mxu_conv2d_config conv = mxu_conv2d_defaults(16, 3, 3);
+  conv.name = "main";
+  mxu_tensor_id c = mxu_apply_conv2d(m, &conv, input_identity(m, dims));
+  mxu_pool2d_config pool = mxu_pool2d_defaults(2, 2);
+  mxu_tensor_id p = mxu_apply_max_pooling2d(m, &pool, c);
+  mxu_tensor_id r = mxu_apply_activation(m, NULL, MXU_RELU, p);
+  mxu_tensor_id f = mxu_apply_flatten(m, NULL, r);
+  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
+  dense.name = "dense";
+  if (variant == DENSE_SOFTMAX) {
+    dense.activation = MXU_SOFTMAX;
+    return mxu_apply_dense(m, &dense, f);
+  }
+  mxu_tensor_id d = mxu_apply_dense(m, &dense, f);
+  if (variant == FLATTEN_READ_TWICE) {
+    dense.name = "beside";
+    d = mxu_add(m, NULL, d, mxu_apply_dense(m, &dense, f));
+  }
+  return mxu_apply_activation(m, NULL, MXU_SOFTMAX, d);
+}
+
+static void test_fusion_dense(void) {
+  static const struct {
+    const char *name;
+    int variant, fused;
+  } cases[] = {
+      {"conv, pool, relu, flatten, dense", DENSE_LINEAR, 4},
+      {"conv, pool, relu, flatten, softmax dense", DENSE_SOFTMAX, 2},
+      {"a flatten two denses read", FLATTEN_READ_TWICE, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *name = cases[i].name;
+    mxu_model *m =
+        build(name, fusion_dense_graph, &cases[i].variant, MXU_BACKEND_CPU);
+    if (!m) continue;
+    int conv = node_named(m, "main"), dense = node_named(m, "dense");
+    if (m->backend->conv_pool_dense_create) {
+      CHECK_MSG(m->layers[conv].compiled->fused_layers == cases[i].fused,
+                "%s: fused_layers %d, want %d", name,
+                m->layers[conv].compiled->fused_layers, cases[i].fused);
+      CHECK(m->layers[dense].compiled->absorbed == (cases[i].fused == 4));
+      CHECK((mxu_layer_writes(&m->layers[conv]) == dense) ==
+            (cases[i].fused == 4));
+    } else {
+      printf("test_graph: this backend fuses nothing; fusion unchecked\n");
+    }
+    finite_differences(m, name);
+    mxu_model_free(m);
+    backends_agree(name, fusion_dense_graph, &cases[i].variant);
+  }
+}
+
 static void test_fusion(void) {
   static const struct {
     const char *name;
@@ -4388,6 +4449,7 @@ int main(void) {
   test_whole_graph();
   test_determinism();
   test_fusion();
+  test_fusion_dense();
   test_bn_fusion();
   test_gradient_memory();
   test_pad_folding();

@@ -411,14 +411,16 @@ typedef struct mxu_node_plan {
   size_t stats_offset;                   /* see stats_floats */
   size_t sync_offset;                    /* see sync_floats */
   /* Fusion: a layer that runs the fused_layers layers after it itself in
-   * one backend op (Conv2D with the MaxPooling2D that alone reads it, and
-   * the relu that alone reads that; BatchNormalization, or Add, with the
-   * relu that alone reads it) reads its input and writes the last one's output;
-   * those layers are `absorbed` and do nothing of their own. Compile
-   * proposes it from consumer counts, the layer's plan accepts; fused[k]
-   * are the absorbed nodes in order. */
+   * one backend op (Conv2D with the MaxPooling2D that alone reads it, the
+   * relu that alone reads that, and a Flatten and linear Dense after
+   * those; BatchNormalization, or Add, with the relu that alone reads it)
+   * reads its input and writes the last one's output; those layers are
+   * `absorbed` and do nothing of their own, and an absorbed layer's
+   * weights come after the layer's own in mxu_layer_run's w and dw.
+   * Compile proposes it from consumer counts, the layer's plan accepts
+   * (all or a leading part); fused[k] are the absorbed nodes in order. */
   int fused_layers;
-  struct mxu_layer *fused[2];
+  struct mxu_layer *fused[4];
   int absorbed;
   /* Between two Conv2D layers that the backend runs in its own activation
    * layout, the tensor stays in it (see mxu_conv2d_desc): the first's

@@ -51,6 +51,17 @@ mxu_layer_run mxu_replica_run(mxu_model *model, mxu_replica *replica, int i,
     if (p->trainable && mxu_layer_is_call(layer))
       shadow += (p->count + 15) / 16 * 16;
   }
+  /* An absorbed layer's weights after (compile fuses none that is a
+   * shared layer's call). */
+  int k = layer->param_count;
+  for (int f = 0; f < layer->compiled->fused_layers; f++) {
+    const mxu_layer *absorbed = layer->compiled->fused[f];
+    for (int a = 0; a < absorbed->param_count; a++, k++) {
+      const mxu_param *p = &model->params[absorbed->param_first + a];
+      run.w[k] = mxu_param_values(model, p);
+      run.dw[k] = p->trainable ? replica->grads + p->offset : NULL;
+    }
+  }
   /* Replica 0's streams are those of a model without replicas; a
    * logical replica's slices share its stream at their row offsets. */
   uint32_t logical = (uint32_t)(replica->index / plan->split);

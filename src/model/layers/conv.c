@@ -218,17 +218,41 @@ int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
   return backend->conv2d_native(&da) && backend->conv2d_native(&db);
 }
 
-/* Fused with the MaxPooling2D that alone reads it (fused[0]) and the relu
- * that alone reads that (fused[1]), when compile found one: the op and its
- * argmax workspace (scratch[0]). Returns 0 when the backend declines. */
+/* The Dense a conv fused (fused_dense), or NULL. */
+static const mxu_layer *fused_dense(const mxu_layer *layer) {
+  const mxu_node_plan *p = layer->compiled;
+  const mxu_layer *last =
+      p->fused_layers ? p->fused[p->fused_layers - 1] : NULL;
+  return last && last->cls == &mxu_dense_class ? last : NULL;
+}
+
+/* Fused with the MaxPooling2D that alone reads it (fused[0]), the relu
+ * that alone reads that, and a Flatten and Dense after those, when compile
+ * found them: the op and its workspace (scratch[0]). Where the backend
+ * declines the Dense, the conv keeps the pooling and relu; returns 0 when
+ * it declines those too. */
 static int conv2d_plan_fused(mxu_layer *layer, const mxu_backend *backend,
                              const mxu_conv2d_desc *d, mxu_arena *layout) {
-  mxu_pool2d_desc pool = mxu_pool2d_describe(layer->compiled->fused[0], d->n);
-  if (backend->conv_pool_create(d, &pool, layer->compiled->fused_layers == 2,
-                                &layer->compiled->ops[0]) != MXU_OK)
+  mxu_node_plan *p = layer->compiled;
+  mxu_pool2d_desc pool = mxu_pool2d_describe(p->fused[0], d->n);
+  int relu = p->fused_layers > 1 && p->fused[1]->cls != &mxu_flatten_class;
+  const mxu_layer *dense = fused_dense(layer);
+  mxu_op **op = &p->ops[0];
+  if (dense) {
+    mxu_dense_desc dd = {d->n,
+                         (int)mxu_shape_count(&dense->in_shape),
+                         dense->config.dense.units,
+                         dense->config.dense.use_bias,
+                         MXU_LINEAR,
+                         0};
+    if (backend->conv_pool_dense_create(d, &pool, relu, &dd, op) != MXU_OK)
+      p->fused_layers = 1 + relu; /* the Flatten and Dense run alone */
+  }
+  if (!fused_dense(layer) &&
+      backend->conv_pool_create(d, &pool, relu, op) != MXU_OK)
     return 0;
-  layer->compiled->scratch[0] = mxu_arena_reserve(
-      layout, backend->conv_pool_workspace_bytes(layer->compiled->ops[0]));
+  p->scratch[0] =
+      mxu_arena_reserve(layout, backend->conv_pool_workspace_bytes(*op));
   return 1;
 }
 
@@ -249,12 +273,32 @@ static float *bias_of(const mxu_layer *layer, float *const *w) {
   return spec_of(layer).use_bias ? w[1] : NULL;
 }
 
+/* A fused Dense's weights follow the conv's in run->w (or dw). */
+static void cpd_params(const mxu_layer *layer, float *const *w,
+                       float *out[MXU_CPD_PARAMS]) {
+  int own = layer->param_count;
+  out[MXU_CPD_CONV_W] = w[0];
+  out[MXU_CPD_CONV_B] = bias_of(layer, w);
+  out[MXU_CPD_DENSE_W] = w[own];
+  out[MXU_CPD_DENSE_B] =
+      fused_dense(layer)->config.dense.use_bias ? w[own + 1] : NULL;
+}
+
 static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
+  void *workspace =
+      run->training ? run->arena + layer->compiled->scratch[0] : NULL;
+  if (fused_dense(layer)) {
+    float *w[MXU_CPD_PARAMS];
+    cpd_params(layer, run->w, w);
+    run->backend->conv_pool_dense_forward(run->ops[0], run->training, run->x,
+                                          (const float *const *)w, run->y,
+                                          workspace);
+    return;
+  }
   if (layer->compiled->fused_layers) {
-    run->backend->conv_pool_forward(
-        run->ops[0], run->training, run->x, run->w[0], bias_of(layer, run->w),
-        run->y,
-        run->training ? run->arena + layer->compiled->scratch[0] : NULL);
+    run->backend->conv_pool_forward(run->ops[0], run->training, run->x,
+                                    run->w[0], bias_of(layer, run->w), run->y,
+                                    workspace);
     return;
   }
   mxu_activation act = spec_of(layer).activation;
@@ -265,6 +309,16 @@ static void conv2d_forward(mxu_layer *layer, const mxu_layer_run *run) {
 }
 
 static void conv2d_backward(mxu_layer *layer, const mxu_layer_run *run) {
+  if (fused_dense(layer)) {
+    float *w[MXU_CPD_PARAMS], *dw[MXU_CPD_PARAMS];
+    cpd_params(layer, run->w, w);
+    cpd_params(layer, run->dw, dw);
+    run->backend->conv_pool_dense_backward(
+        run->ops[0], run->x, (const float *const *)w, run->dy,
+        run->arena + layer->compiled->scratch[0], dw,
+        run->need_dx ? run->dx : NULL);
+    return;
+  }
   if (layer->compiled->fused_layers) {
     run->backend->conv_pool_backward(run->ops[0], run->x, run->w[0], run->dy,
                                      run->arena + layer->compiled->scratch[0],
