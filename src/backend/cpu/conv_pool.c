@@ -28,6 +28,8 @@
 #define MAX_BLOCKS (VEC_REGS == 32 ? 4 : 2)
 #define TAP_CHUNK (VEC_REGS == 32 ? 12 : 9)
 
+typedef float v4u __attribute__((vector_size(16), aligned(4)));
+
 static const char CONV_POOL[] = "conv_pool";
 
 /* Offset of sub-position s of a 2x2 window from its top-left input. */
@@ -118,10 +120,26 @@ void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
 
 /* The inputs each pooled pixel of row py saw, as [px][tap][s]: one pointer
  * then reaches all of them at constant offsets (36 addresses of their own
- * ran out of registers). */
+ * ran out of registers). Where the patch a pooled pixel sees fits a vector
+ * (cp->patch), the columns are that patch alone, [px][LANES], row by
+ * row: 4 copies of 16 bytes a pixel for a 3x3 kernel on one channel,
+ * against 36 of 4 (which took 7% of Fashion-MNIST's step). */
 static void row_columns(const struct cpu_conv_pool *cp, const float *x, int py,
                         float *cols) {
-  for (int px = 0; px < cp->out_w; px++) {
+  int64_t in_row = (int64_t)cp->in_w * cp->in_c;
+  for (int px = 0; cp->patch && px < cp->out_w; px++) {
+    const float *x0 = x + 2 * py * in_row + (int64_t)2 * px * cp->in_c;
+    for (int r = 0; r < cp->patch_h; r++) {
+      /* Not memcpy: a call per 16 bytes cost more than the copies. */
+      const float *from = x0 + r * in_row;
+      float *to = cols + px * LANES + r * cp->patch_row;
+      int e = 0;
+      for (; e + 4 <= cp->patch_row; e += 4)
+        *(v4u *)(to + e) = *(const v4u *)(from + e);
+      for (; e < cp->patch_row; e++) to[e] = from[e];
+    }
+  }
+  for (int px = 0; !cp->patch && px < cp->out_w; px++) {
     const float *x0 = x + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
     int n = cp->taps * WINDOW;
     for (int j = 0; j < n; j++) cols[j] = x0[cp->col_off[j]];
@@ -138,7 +156,7 @@ static void row_columns(const struct cpu_conv_pool *cp, const float *x, int py,
  * row_grads_n), so the sums stay in registers. */
 static inline __attribute__((always_inline)) void
 row_grads(const struct cpu_conv_pool *cp, const float *cols, const float *dy,
-          const uint8_t *ws, int c0, int t0, int nt, float *part) {
+          const uint8_t *ws, int c0, int t0, int nt, int patch, float *part) {
   vf acc[TAP_CHUNK], bias = {0};
 #pragma GCC unroll 12
   for (int k = 0; k < nt; k++) acc[k] = (vf){0};
@@ -148,6 +166,14 @@ row_grads(const struct cpu_conv_pool *cp, const float *cols, const float *dy,
     vi pos = load_bytes(ws + at);
     vf g = select_v(pos != POOL_RELU_ZERO, *(const vfu *)(dy + at), (vf){0});
     bias += g;
+    if (patch) { /* tap t of position s: patch input tap_at[t] + at(s) */
+      vf table = *(const vf *)(cols + px * LANES);
+      vi at = (pos >> 1) * cp->patch_row + (pos & 1) * cp->in_c;
+#pragma GCC unroll 12
+      for (int k = 0; k < nt; k++)
+        acc[k] += permute(table, at + cp->tap_at[t0 + k]) * g;
+      continue;
+    }
 #pragma GCC unroll 6
     for (int k = 0; k < nt; k += LANES / WINDOW) {
       vf table = *(const vfu *)(col + k * WINDOW);
@@ -162,13 +188,18 @@ row_grads(const struct cpu_conv_pool *cp, const float *cols, const float *dy,
   if (t0 == 0) *(vfu *)(part + (int64_t)cp->taps * cp->c + c0) += bias;
 }
 
-#define GRADS(N) row_grads(cp, cols, dy, ws, c0, t0, N, part)
+#define GRADS(N) row_grads(cp, cols, dy, ws, c0, t0, N, 0, part)
+#define PATCH_GRADS(N) row_grads(cp, cols, dy, ws, c0, t0, N, 1, part)
 
 /* row_grads for a run-time nt, one constant instance per size. */
 static void row_grads_n(const struct cpu_conv_pool *cp, const float *cols,
                         const float *dy, const uint8_t *ws, int c0, int t0,
                         int nt, float *part) {
-  switch (nt) { VEC_CASES(GRADS, TAP_CHUNK) }
+  if (cp->patch) {
+    switch (nt) { VEC_CASES(PATCH_GRADS, TAP_CHUNK) }
+  } else {
+    switch (nt) { VEC_CASES(GRADS, TAP_CHUNK) }
+  }
 }
 
 void cpu_conv_pool_row_grads(const struct cpu_conv_pool *cp, const float *x,
@@ -280,6 +311,7 @@ mxu_status cpu_conv_pool_build(const mxu_conv2d_desc *c,
   MXU_TRY(cpu_op_alloc(&op, CONV_POOL));
   int64_t blocks = (c->n + IMAGE_BLOCK - 1) / IMAGE_BLOCK;
   int taps = c->kernel_h * c->kernel_w * c->in_c;
+  int patch = (c->kernel_h + 1) * (c->kernel_w + 1) * c->in_c;
   int64_t row_len = (int64_t)p->out_w * c->out_c;
   size_t head = (sizeof(struct cpu_conv_pool) + 63) / 64 * 64;
   size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)c->out_c;
@@ -311,7 +343,10 @@ mxu_status cpu_conv_pool_build(const mxu_conv2d_desc *c,
                                .col_threads = col_threads,
                                .row_len = row_len,
                                .image_stride = p->out_h * row_len,
-                               .row_stride = row_len};
+                               .row_stride = row_len,
+                               .patch = patch <= LANES,
+                               .patch_h = c->kernel_h + 1,
+                               .patch_row = (c->kernel_w + 1) * c->in_c};
   cp->cols = cp->partial + partial;
   memset(cp->cols, 0, (size_t)col_threads * col_floats * sizeof(float));
   cp->extra = cp->cols + (size_t)col_threads * col_floats;
@@ -320,6 +355,7 @@ mxu_status cpu_conv_pool_build(const mxu_conv2d_desc *c,
     int ci = t % c->in_c, kx = t / c->in_c % c->kernel_w,
         ky = t / c->in_c / c->kernel_w;
     cp->tap_off[t] = (ky * c->in_w + kx) * c->in_c + ci;
+    cp->tap_at[t] = (ky * (c->kernel_w + 1) + kx) * c->in_c + ci;
     for (int s = 0; s < WINDOW; s++)
       cp->col_off[t * WINDOW + s] = cp->tap_off[t] + (int)window_off(cp, s);
   }

@@ -26,6 +26,11 @@ struct cpu_conv_pool {
   int col_threads;
   int tap_off[MAX_TAPS]; /* offset of tap t from a window's top-left input */
   int col_off[MAX_TAPS * WINDOW]; /* of (tap, s): tap_off + window_off */
+  /* The (kernel_h + 1) x (kernel_w + 1) x in_c inputs a pooled pixel sees
+   * fit a vector (see row_columns): its rows, their floats, and tap t's
+   * input in it at window position 0. */
+  int patch, patch_h, patch_row;
+  int tap_at[MAX_TAPS];
   int64_t row_len; /* out_w * c: the floats of a pooled row */
   /* Where image i's row py of y, dy and the argmax bytes starts in the
    * op's buffers: i * image_stride + py * row_stride. conv_pool's are the
