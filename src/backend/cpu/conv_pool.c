@@ -58,11 +58,15 @@ forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
   for (int t = 0; t < cp->taps; t++) {
     const float *wt = w + (int64_t)t * cp->c + c0;
     const float *xt = x0 + cp->tap_off[t];
+    vf wv[MAX_BLOCKS];
 #pragma GCC unroll 4
-    for (int j = 0; j < nb; j++) {
-      vf wv = *(const vfu *)(wt + j * LANES);
+    for (int j = 0; j < nb; j++)
+      wv[j] = in_register(*(const vfu *)(wt + j * LANES));
 #pragma GCC unroll 4
-      for (int s = 0; s < WINDOW; s++) acc[s][j] += xt[off[s]] * wv;
+    for (int s = 0; s < WINDOW; s++) {
+      vf xv = (vf){0} + xt[off[s]];
+#pragma GCC unroll 4
+      for (int j = 0; j < nb; j++) acc[s][j] += xv * wv[j];
     }
   }
 #pragma GCC unroll 4

@@ -132,7 +132,7 @@ logit_lanes(const struct cpu_conv_pool *cp, const float *const y[2],
     for (int i = 0; i < ni; i++) yv[i] = *(const vfu *)(y[i] + v);
 #pragma GCC unroll 16
     for (int k = 0; k < nk; k++) {
-      vf wk = *(const vf *)(wt + v * cp->units + (k0 + k) * LANES);
+      vf wk = in_register(*(const vf *)(wt + v * cp->units + (k0 + k) * LANES));
 #pragma GCC unroll 2
       for (int i = 0; i < ni; i++) acc[i][k] += yv[i] * wk;
     }
