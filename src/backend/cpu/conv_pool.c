@@ -64,7 +64,7 @@ forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
       wv[j] = in_register(*(const vfu *)(wt + j * LANES));
 #pragma GCC unroll 4
     for (int s = 0; s < WINDOW; s++) {
-      vf xv = (vf){0} + xt[off[s]];
+      vf xv = splat(xt[off[s]]);
 #pragma GCC unroll 4
       for (int j = 0; j < nb; j++) acc[s][j] += xv * wv[j];
     }

@@ -115,6 +115,14 @@ static inline __attribute__((always_inline)) void store_vec(float *to, vf v,
   *(vfu *)to = v;
 }
 
+/* x in every lane: one broadcast ((vf){0} + x is an add first, as
+ * 0 + -0 is +0). */
+static inline __attribute__((always_inline)) vf splat(float x) {
+  vf v;
+  for (int i = 0; i < LANES; i++) v[i] = x;
+  return v;
+}
+
 /* v, kept in a register: GCC folds a load into every FMA that uses it,
  * and where one vector feeds several FMAs the repeated loads bound the
  * loop (conv_pool's forward: 20 loads a tap for 16 FMAs). */
