@@ -1358,8 +1358,10 @@ typedef struct mxu_compile_config {
    * computes batch statistics (BatchNormalization), a replica's batch may
    * run in slices, each with its own activations and gradient, summed in a
    * fixed order: the same result, with a small model's activations in the
-   * cache. 0 chooses from the core's L2 cache size; a value that does not
-   * divide batch_size / replicas runs the batch whole. */
+   * cache. 0 chooses from the core's L2 cache size (slices of at least 32
+   * rows, in a count that 2 and 4 workers share evenly where the rows
+   * allow); a value that does not divide batch_size / replicas runs the
+   * batch whole. */
   int slice_rows;
   int steps_per_execution;
   mxu_precision precision; /* float32 unless asked */
