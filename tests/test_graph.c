@@ -2226,11 +2226,14 @@ static mxu_tensor_id fusion_dense_graph(mxu_model *m, const void *ctx) {
   return mxu_apply_activation(m, NULL, MXU_SOFTMAX, d);
 }
 
+/* A graph variant and the layers its conv should absorb. */
+typedef struct fusion_case {
+  const char *name;
+  int variant, fused;
+} fusion_case;
+
 static void test_fusion_dense(void) {
-  static const struct {
-    const char *name;
-    int variant, fused;
-  } cases[] = {
+  static const fusion_case cases[] = {
       {"conv, pool, relu, flatten, dense", DENSE_LINEAR, 4},
       {"conv, pool, relu, flatten, softmax dense", DENSE_SOFTMAX, 2},
       {"a flatten two denses read", FLATTEN_READ_TWICE, 2},
@@ -2258,10 +2261,7 @@ static void test_fusion_dense(void) {
 }
 
 static void test_fusion(void) {
-  static const struct {
-    const char *name;
-    int variant, fused;
-  } cases[] = {
+  static const fusion_case cases[] = {
       {"conv, pool, relu in a residual block", FUSE_ALL, 2},
       {"conv, pool, relu beside a longer shortcut", LONG_SHORTCUT, 2},
       {"a conv read twice", CONV_READ_TWICE, 0},
