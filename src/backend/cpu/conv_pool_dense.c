@@ -241,8 +241,8 @@ vector_grads(const struct cpu_conv_pool *cp, const float *y,
     const float *yi = y + i * cp->image_stride + v;
     vf yv = *(const vfu *)yi;
     /* The image's next vector, needed one pass over the images from now:
-     * y comes from memory, 40 rows at a time, too many streams for the
-     * hardware prefetcher (40% of this loop waited on it). */
+     * y comes from memory, a slice's rows at a time, too many streams for
+     * the hardware prefetcher (40% of this loop waited on it). */
     __builtin_prefetch(yi + LANES);
     float *gi = g + (i - first) * cp->row_len + v;
     vf gv = k0 ? *(const vf *)gi : (vf){0};
@@ -302,6 +302,15 @@ static void dense_backward_block(const struct cpu_conv_pool *cp, int64_t blk,
   }
 }
 
+/* The kernel gradient's block partials, added in block order. */
+static void sum_dense_blocks(const struct cpu_conv_pool *cp, int64_t kernel,
+                             float *dkernel) {
+  const float *part = cp->dense_partial;
+  for (int64_t e = 0; e < kernel; e++) dkernel[e] = part[e] + part[kernel + e];
+  for (int64_t blk = 2; blk < cp->dense_blocks; blk++)
+    for (int64_t e = 0; e < kernel; e++) dkernel[e] += part[blk * kernel + e];
+}
+
 void cpu_conv_pool_dense_backward(mxu_op *op, const float *x,
                                   const float *const w[MXU_CPD_PARAMS],
                                   const float *dlogits, void *workspace,
@@ -325,12 +334,7 @@ void cpu_conv_pool_dense_backward(mxu_op *op, const float *x,
                                : dw[MXU_CPD_DENSE_W],
           tiles_of(cp, t), cols);
   }
-  for (int64_t blk = 1; blk < cp->dense_blocks; blk++) {
-    const float *part = cp->dense_partial + blk * kernel;
-    float *to = dw[MXU_CPD_DENSE_W], *from = cp->dense_partial;
-    for (int64_t e = 0; e < kernel; e++)
-      to[e] = (blk == 1 ? from[e] : to[e]) + part[e];
-  }
+  if (cp->dense_blocks > 1) sum_dense_blocks(cp, kernel, dw[MXU_CPD_DENSE_W]);
   if (dw[MXU_CPD_DENSE_B])
     for (int k = 0; k < cp->units; k++) {
       float sum = 0.0f;
