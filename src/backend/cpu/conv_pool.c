@@ -122,19 +122,17 @@ void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
 
 /* ---- backward ----------------------------------------------------------- */
 
-/* The inputs each pooled pixel of row py saw, as [px][tap][s]: one pointer
- * then reaches all of them at constant offsets (36 addresses of their own
- * ran out of registers). Where the patch a pooled pixel sees fits a vector
- * (cp->patch), the columns are that patch alone, [px][LANES], row by
- * row: 4 copies of 16 bytes a pixel for a 3x3 kernel on one channel,
- * against 36 of 4 (which took 7% of Fashion-MNIST's step). */
-static void row_columns(const struct cpu_conv_pool *cp, const float *x, int py,
+/* Where the inputs a pooled pixel sees fit a vector (cp->patch), the
+ * columns of row py are those patches alone, [px][LANES], copied a row at
+ * a time: 4 copies of 16 bytes a pixel for a 3x3 kernel on one channel,
+ * against row_columns' 36 of 4 (which took 7% of Fashion-MNIST's step).
+ * Not memcpy: a call per 16 bytes cost more than the copies. */
+static void row_patches(const struct cpu_conv_pool *cp, const float *x, int py,
                         float *cols) {
   int64_t in_row = (int64_t)cp->in_w * cp->in_c;
-  for (int px = 0; cp->patch && px < cp->out_w; px++) {
+  for (int px = 0; px < cp->out_w; px++) {
     const float *x0 = x + 2 * py * in_row + (int64_t)2 * px * cp->in_c;
     for (int r = 0; r < cp->patch_h; r++) {
-      /* Not memcpy: a call per 16 bytes cost more than the copies. */
       const float *from = x0 + r * in_row;
       float *to = cols + px * LANES + r * cp->patch_row;
       int e = 0;
@@ -143,7 +141,14 @@ static void row_columns(const struct cpu_conv_pool *cp, const float *x, int py,
       for (; e < cp->patch_row; e++) to[e] = from[e];
     }
   }
-  for (int px = 0; !cp->patch && px < cp->out_w; px++) {
+}
+
+/* The inputs each pooled pixel of row py saw, as [px][tap][s]: one pointer
+ * then reaches all of them at constant offsets (36 addresses of their own
+ * ran out of registers). */
+static void row_columns(const struct cpu_conv_pool *cp, const float *x, int py,
+                        float *cols) {
+  for (int px = 0; px < cp->out_w; px++) {
     const float *x0 = x + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
     int n = cp->taps * WINDOW;
     for (int j = 0; j < n; j++) cols[j] = x0[cp->col_off[j]];
@@ -210,7 +215,7 @@ void cpu_conv_pool_row_grads(const struct cpu_conv_pool *cp, const float *x,
                              int py, const float *dy, const uint8_t *ws,
                              int64_t i, float *cols) {
   float *part = cp->partial + i / IMAGE_BLOCK * (int64_t)(cp->taps + 1) * cp->c;
-  row_columns(cp, x, py, cols);
+  (cp->patch ? row_patches : row_columns)(cp, x, py, cols);
   for (int c0 = 0; c0 < cp->c; c0 += LANES)
     for (int t0 = 0; t0 < cp->taps; t0 += TAP_CHUNK) {
       int nt = cp->taps - t0 < TAP_CHUNK ? cp->taps - t0 : TAP_CHUNK;
@@ -275,8 +280,7 @@ void cpu_conv_pool_backward(mxu_op *op, const float *x, const float *w,
   }
   const struct cpu_conv_pool *cp = op->conv_pool;
   const uint8_t *ws = workspace;
-  int threads = cpu_threads_for(cp->blocks);
-  if (threads > cp->col_threads) threads = cp->col_threads;
+  int threads = cpu_conv_pool_threads(cp, cp->blocks);
 #pragma omp parallel num_threads(threads)
   {
     float *cols = cp->cols + (int64_t)omp_get_thread_num() * cp->col_floats;

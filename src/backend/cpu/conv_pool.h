@@ -57,6 +57,12 @@ int cpu_conv_pool_fits(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p);
 mxu_status cpu_conv_pool_build(const mxu_conv2d_desc *c,
                                const mxu_pool2d_desc *p, int relu, size_t extra,
                                mxu_op **out);
+/* Threads for `units` of work, at most as many as have buffers. */
+static inline int cpu_conv_pool_threads(const struct cpu_conv_pool *cp,
+                                        int64_t units) {
+  int threads = cpu_threads_for(units);
+  return threads < cp->col_threads ? threads : cp->col_threads;
+}
 /* Pooled row py of one image x: y and ws point at the row. */
 void cpu_conv_pool_row(const struct cpu_conv_pool *cp, const float *x,
                        const float *w, const float *b, int py, float *y,

@@ -213,8 +213,7 @@ void cpu_conv_pool_dense_forward(mxu_op *op, int training, const float *x,
   const struct cpu_conv_pool *cp = op->conv_pool;
   float *y = training ? workspace : NULL;
   uint8_t *ws = training ? workspace_arg(cp, workspace) : NULL;
-  int threads = cpu_threads_for(cp->n);
-  if (threads > cp->col_threads) threads = cp->col_threads;
+  int threads = cpu_conv_pool_threads(cp, cp->n);
 #pragma omp parallel num_threads(threads)
   {
     int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -320,8 +319,7 @@ void cpu_conv_pool_dense_backward(mxu_op *op, const float *x,
   const uint8_t *ws = workspace_arg(cp, workspace);
   float *dy_keep = dx ? workspace_dy(cp, workspace) : NULL;
   int64_t kernel = cp->out_h * cp->row_len * cp->units;
-  int threads = cpu_threads_for(cp->dense_blocks);
-  if (threads > cp->col_threads) threads = cp->col_threads;
+  int threads = cpu_conv_pool_threads(cp, cp->dense_blocks);
 #pragma omp parallel num_threads(threads)
   {
     int t = omp_get_thread_num();
