@@ -1167,11 +1167,25 @@ static void conv_pool_fused(const mxu_conv2d_desc *cd,
   be->op_free(op);
 }
 
+/* x rounded to bfloat16 (to nearest, ties to even), in place. */
+static void round_bf16(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    u = (u + 0x7FFF + (u >> 16 & 1)) & 0xFFFF0000u;
+    memcpy(&x[i], &u, sizeof u);
+  }
+}
+
+/* In bf16 (cd.bf16), x and w come rounded to bf16: the products are then
+ * exact in float32, and the fused op must match the layers to float32's
+ * tolerance, bf16 pairing of taps and all. */
 static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
-                            int relu, int has_bias) {
+                            int relu, int has_bias, int bf16) {
   conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
                   c->kh, c->kw, 1,    1,    c->padding};
   mxu_conv2d_desc cd = conv_desc(&cc, act, has_bias);
+  cd.bf16 = bf16;
   int win = c->pool ? c->pool : 2;
   conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
                   win,  win,      win,      win,        MXU_VALID};
@@ -1181,6 +1195,7 @@ static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
   size_t ny = (size_t)c->n * pd.out_h * pd.out_w * c->filters;
   float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(c->filters, -1, 1);
   float *dy = rnd(ny, -1, 1);
+  if (bf16) round_bf16(x, nx), round_bf16(w, nw);
   float *y[2], *yi[2], *dx[2], *dw[2], *db[2];
   for (int k = 0; k < 2; k++) {
     y[k] = zeros(ny), yi[k] = zeros(ny), dx[k] = zeros(nx);
@@ -1191,9 +1206,10 @@ static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
   }
   char label[128];
   snprintf(label, sizeof label,
-           "conv+pool %dx%dx%d->%d k%dx%d pool %d %s%s%s on %d threads", c->h,
-           c->w, c->c, c->filters, c->kh, c->kw, win, act_names[act],
-           relu ? "+relu" : "", has_bias ? "+bias" : "", omp_get_max_threads());
+           "%sconv+pool %dx%dx%d->%d k%dx%d pool %d %s%s%s on %d threads",
+           bf16 ? "bf16 " : "", c->h, c->w, c->c, c->filters, c->kh, c->kw, win,
+           act_names[act], relu ? "+relu" : "", has_bias ? "+bias" : "",
+           omp_get_max_threads());
   expect_pair(label, "training y", y, ny, TOL_LAYER);
   expect_pair(label, "inference y", yi, ny, TOL_LAYER);
   expect_pair(label, "backward dx", dx, nx, TOL_LAYER);
@@ -1210,7 +1226,7 @@ static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
 static const conv_pool_case cpd_cases[] = {
     {3, 28, 28, 1, 64, 3, 3, MXU_VALID, 0},
     {9, 6, 6, 4, 48, 1, 1, MXU_VALID, 0},
-    {70, 8, 8, 1, 16, 3, 3, MXU_VALID, 0},
+    {70, 10, 10, 1, 16, 3, 3, MXU_VALID, 0},
     {5, 9, 7, 3, 32, 3, 3, MXU_VALID, 0},
 };
 static const int cpd_units[] = {10, 16, 3, 1};
@@ -1220,7 +1236,8 @@ typedef struct cpd_io {
 } cpd_io;
 
 /* conv_pool_reference fed dy of y = dlogits kernel^T; the Dense in
- * doubles on its y. */
+ * doubles on its y, rounded to bf16 where the Dense runs bf16 (dd->bf16:
+ * the test rounds kernel and dlogits). */
 static void cpd_reference(const mxu_conv2d_desc *cd, const mxu_pool2d_desc *pd,
                           int relu, const mxu_dense_desc *dd,
                           const float *const w[MXU_CPD_PARAMS], const float *x,
@@ -1239,6 +1256,7 @@ static void cpd_reference(const mxu_conv2d_desc *cd, const mxu_pool2d_desc *pd,
       x,     w[MXU_CPD_CONV_W], w[MXU_CPD_CONV_B], dy, y, yi, io->dx, io->dw,
       io->db};
   conv_pool_reference(cd, pd, relu, &cio);
+  if (dd->bf16) round_bf16(y, (size_t)(n * in));
   for (int64_t k = 0; k < units; k++) {
     for (int64_t i = 0; i < n; i++) {
       double s = w[MXU_CPD_DENSE_B] ? w[MXU_CPD_DENSE_B][k] : 0.0;
@@ -1278,22 +1296,28 @@ static void cpd_fused(const mxu_conv2d_desc *cd, const mxu_pool2d_desc *pd,
 
 /* Against the layers one by one, and the same bits on one thread as on
  * two. */
-static void cpd_check(int c_index, mxu_activation act, int relu, int has_bias) {
+static void cpd_check(int c_index, mxu_activation act, int relu, int has_bias,
+                      int bf16) {
   const conv_pool_case *c = &cpd_cases[c_index];
   conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
                   c->kh, c->kw, 1,    1,    c->padding};
   mxu_conv2d_desc cd = conv_desc(&cc, act, has_bias);
+  cd.bf16 = bf16; /* the inputs rounded, as conv_pool_check */
   conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
                   2,    2,        2,        2,          MXU_VALID};
   mxu_pool2d_desc pd = pool_desc(&pc, 1);
   int units = cpd_units[c_index], in = pd.out_h * pd.out_w * pd.c;
-  mxu_dense_desc dd = {c->n, in, units, has_bias, MXU_LINEAR, 0};
+  mxu_dense_desc dd = {c->n, in, units, has_bias, MXU_LINEAR, bf16};
   size_t nx = (size_t)c->n * c->h * c->w * c->c;
   size_t nw = (size_t)c->kh * c->kw * c->c * c->filters;
   size_t nk = (size_t)in * units, nl = (size_t)c->n * units;
   float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(c->filters, -1, 1);
   float *kernel = rnd(nk, -0.1f, 0.1f), *bias = rnd(units, -1, 1);
   float *dl = rnd(nl, -1, 1);
+  if (bf16) {
+    round_bf16(x, nx), round_bf16(w, nw);
+    round_bf16(kernel, nk), round_bf16(dl, nl);
+  }
   const float *const params[MXU_CPD_PARAMS] = {w, has_bias ? b : NULL, kernel,
                                                has_bias ? bias : NULL};
   float *out[7][3]; /* logits, inference logits, dx, dw, db, dkernel, dbias */
@@ -1316,9 +1340,10 @@ static void cpd_check(int c_index, mxu_activation act, int relu, int has_bias) {
       "logits", "inference logits", "dx", "dw", "db", "dkernel", "dbias"};
   char label[128];
   snprintf(label, sizeof label,
-           "conv+pool+dense %dx%dx%d->%d k%dx%d %s%s%s, %d units, n %d", c->h,
-           c->w, c->c, c->filters, c->kh, c->kw, act_names[act],
-           relu ? "+relu" : "", has_bias ? "+bias" : "", units, c->n);
+           "%sconv+pool+dense %dx%dx%d->%d k%dx%d %s%s%s, %d units, n %d",
+           bf16 ? "bf16 " : "", c->h, c->w, c->c, c->filters, c->kh, c->kw,
+           act_names[act], relu ? "+relu" : "", has_bias ? "+bias" : "", units,
+           c->n);
   for (int k = 0; k < 7; k++) {
     if (!has_bias && (k == 4 || k == 6)) continue;
     float *vs_ref[2] = {out[k][1], out[k][0]};
@@ -1331,8 +1356,49 @@ static void cpd_check(int c_index, mxu_activation act, int relu, int has_bias) {
   free(x), free(w), free(b), free(kernel), free(bias), free(dl);
 }
 
+/* As conv_pool_bf16_runs, for the logits: Fashion-MNIST's, and with
+ * three input channels (the conv float32, the Dense alone bf16). */
+static void cpd_bf16_runs(const conv_pool_case *c, int units) {
+  conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
+                  c->kh, c->kw, 1,    1,    MXU_VALID};
+  mxu_conv2d_desc cd = conv_desc(&cc, MXU_LINEAR, 1);
+  conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
+                  2,    2,        2,        2,          MXU_VALID};
+  mxu_pool2d_desc pd = pool_desc(&pc, 1);
+  int in = pd.out_h * pd.out_w * pd.c;
+  mxu_dense_desc dd = {c->n, in, units, 1, MXU_LINEAR, 0};
+  size_t nx = (size_t)c->n * c->h * c->w * c->c, nl = (size_t)c->n * units;
+  size_t nw = (size_t)c->kh * c->kw * c->c * c->filters;
+  float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(c->filters, -1, 1);
+  float *kernel = rnd((size_t)in * units, -0.1f, 0.1f);
+  float *bias = rnd(units, -1, 1);
+  const float *const params[MXU_CPD_PARAMS] = {w, b, kernel, bias};
+  float *logits[2] = {zeros(nl), zeros(nl)};
+  for (int k = 0; k < 2; k++) {
+    mxu_op *op = NULL;
+    cd.bf16 = dd.bf16 = k == CPU;
+    CHECK_OK(backends[CPU]->conv_pool_dense_create(&cd, &pd, 0, &dd, &op));
+    if (op)
+      backends[CPU]->conv_pool_dense_forward(op, 0, x, params, logits[k], NULL);
+    backends[CPU]->op_free(op);
+  }
+  char label[64];
+  snprintf(label, sizeof label, "bf16 conv+pool+dense %dx%dx%d", c->h, c->w,
+           c->c);
+  double worst =
+      expect_pair(label, "logits against float32", logits, nl, TOL_BF16);
+#ifdef __AVX512BF16__
+  CHECK_MSG(worst > BF16_MIN_ERROR, "%s: error %.3g: bf16 did not run", label,
+            worst);
+#else
+  (void)worst;
+#endif
+  free_pair(logits);
+  free(x), free(w), free(b), free(kernel), free(bias);
+}
+
 /* Declined: 17 units; a Dense reading less than the whole pooled image;
- * a relu Dense; bf16. */
+ * a relu Dense; a bf16 Dense after a float32 conv. */
 static void cpd_declines(void) {
   conv_case cc = {2, 8, 8, 1, 16, 3, 3, 1, 1, MXU_VALID};
   mxu_conv2d_desc cd = conv_desc(&cc, MXU_RELU, 1);
@@ -1357,8 +1423,11 @@ static void cpd_declines(void) {
 
 static void test_conv_pool_dense(void) {
   for (int i = 0; i < COUNT(cpd_cases); i++)
-    for (int v = 0; v < 4; v++)
-      cpd_check(i, v & 1 ? MXU_RELU : MXU_LINEAR, v >> 1, (i + v) % 2 == 0);
+    for (int v = 0; v < 8; v++)
+      cpd_check(i, v & 1 ? MXU_RELU : MXU_LINEAR, v >> 1 & 1, (i + v) % 2 == 0,
+                v >> 2);
+  cpd_bf16_runs(&cpd_cases[0], cpd_units[0]);
+  cpd_bf16_runs(&cpd_cases[3], cpd_units[3]);
   cpd_declines();
 }
 
@@ -1483,6 +1552,54 @@ static void conv_pool_bf16(void) {
   }
 }
 
+/* One input channel, in float32 and in bf16, where conv_pool.c pairs the
+ * taps in vdpbf16ps. Fashion-MNIST's first layer (26 conv columns: two vectors
+ * of pairs, the second overlapping the first); 2x2 kernels (6 columns, masked);
+ * 1x1 kernels, one tap (its pair's other half zero; a patch of 4 floats in a
+ * vector of columns each) and 48 filters; 34 columns. */
+static const conv_pool_case one_channel_cases[] = {
+    {3, 28, 28, 1, 64, 3, 3, MXU_VALID, 0},
+    {2, 8, 8, 1, 16, 2, 2, MXU_VALID, 0},
+    {9, 6, 6, 1, 48, 1, 1, MXU_VALID, 0},
+    {2, 40, 37, 1, 32, 3, 3, MXU_VALID, 0},
+};
+
+/* On unrounded inputs the bf16 op's y is off float32's by bf16's
+ * rounding: within TOL_BF16, and (where the CPU has AVX512_BF16) more
+ * than BF16_MIN_ERROR, or bf16 did not run. */
+static void conv_pool_bf16_runs(const conv_pool_case *c) {
+  conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
+                  c->kh, c->kw, 1,    1,    MXU_VALID};
+  mxu_conv2d_desc cd = conv_desc(&cc, MXU_LINEAR, 1);
+  conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
+                  2,    2,        2,        2,          MXU_VALID};
+  mxu_pool2d_desc pd = pool_desc(&pc, 1);
+  size_t nx = (size_t)c->n * c->h * c->w;
+  size_t nw = (size_t)c->kh * c->kw * c->filters;
+  size_t ny = (size_t)c->n * pd.out_h * pd.out_w * c->filters;
+  float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(c->filters, -1, 1);
+  float *y[2] = {zeros(ny), zeros(ny)};
+  for (int k = 0; k < 2; k++) {
+    mxu_op *op = NULL;
+    cd.bf16 = k == CPU;
+    CHECK_OK(backends[CPU]->conv_pool_create(&cd, &pd, 0, &op));
+    if (op) backends[CPU]->conv_pool_forward(op, 0, x, w, b, y[k], NULL);
+    backends[CPU]->op_free(op);
+  }
+  char label[64];
+  snprintf(label, sizeof label, "bf16 conv+pool k%dx%d, %d filters", c->kh,
+           c->kw, c->filters);
+  double worst = expect_pair(label, "y against float32", y, ny, TOL_BF16);
+#ifdef __AVX512BF16__
+  CHECK_MSG(worst > BF16_MIN_ERROR, "%s: error %.3g: bf16 did not run", label,
+            worst);
+#else
+  (void)worst;
+#endif
+  free_pair(y);
+  free(x), free(w), free(b);
+}
+
 /* Every case on one thread and on two: the same shapes then run
  * conv_then_pool on Winograd's blocked layout and on direct's NHWC. */
 static void test_conv_pool(void) {
@@ -1492,8 +1609,14 @@ static void test_conv_pool(void) {
     for (int i = 0; i < COUNT(conv_pool_cases); i++)
       for (int v = 0; v < 4; v++)
         conv_pool_check(&conv_pool_cases[i], v & 1 ? MXU_RELU : MXU_LINEAR,
-                        v >> 1, (i + v) % 2 == 0);
+                        v >> 1, (i + v) % 2 == 0, 0);
+    for (int i = 0; i < COUNT(one_channel_cases); i++)
+      for (int v = 0; v < 8; v++)
+        conv_pool_check(&one_channel_cases[i], v & 1 ? MXU_RELU : MXU_LINEAR,
+                        v >> 1 & 1, (i + v) % 2 == 0, v >> 2);
   }
+  for (int i = 0; i < COUNT(one_channel_cases); i++)
+    conv_pool_bf16_runs(&one_channel_cases[i]);
   omp_set_num_threads(1);
   conv_pool_winograd();
   omp_set_num_threads(threads);

@@ -39,13 +39,25 @@ static int64_t window_off(const struct cpu_conv_pool *cp, int s) {
 
 /* ---- forward ------------------------------------------------------------ */
 
-/* One pooled pixel, nb channel vectors from channel c0: the four conv
- * outputs of its window in registers, then their maximum. Inlined with a
- * constant nb, so the accumulators stay in registers. */
+/* Each window's maximum of nb channel vectors from channel c0 (relu'd),
+ * and where it was. */
 static inline __attribute__((always_inline)) void
-forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
-             const float *b, int c0, int nb, float *y, uint8_t *ws) {
-  vf acc[WINDOW][MAX_BLOCKS];
+window_store(const struct cpu_conv_pool *cp, vf acc[WINDOW][MAX_BLOCKS], int c0,
+             int nb, float *y, uint8_t *ws) {
+#pragma GCC unroll 4
+  for (int j = 0; j < nb; j++) {
+    window_max m = window_first(acc[0][j]);
+#pragma GCC unroll 4
+    for (int s = 1; s < WINDOW; s++) window_offer(&m, acc[s][j], s);
+    if (cp->relu) window_relu(&m);
+    *(vfu *)(y + c0 + j * LANES) = m.max;
+    if (ws) store_bytes(ws + c0 + j * LANES, m.arg);
+  }
+}
+
+/* Accumulators of nb channel vectors from c0, each the bias. */
+static inline __attribute__((always_inline)) void
+window_init(vf acc[WINDOW][MAX_BLOCKS], const float *b, int c0, int nb) {
 #pragma GCC unroll 4
   for (int j = 0; j < nb; j++) {
     vf bias = {0};
@@ -53,6 +65,16 @@ forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
 #pragma GCC unroll 4
     for (int s = 0; s < WINDOW; s++) acc[s][j] = bias;
   }
+}
+
+/* One pooled pixel, nb channel vectors from channel c0: the four conv
+ * outputs of its window in registers, then their maximum. Inlined with a
+ * constant nb, so the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void
+forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
+             const float *b, int c0, int nb, float *y, uint8_t *ws) {
+  vf acc[WINDOW][MAX_BLOCKS];
+  window_init(acc, b, c0, nb);
   int64_t off[WINDOW];
   for (int s = 0; s < WINDOW; s++) off[s] = window_off(cp, s);
   for (int t = 0; t < cp->taps; t++) {
@@ -69,20 +91,136 @@ forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
       for (int j = 0; j < nb; j++) acc[s][j] += xv * wv[j];
     }
   }
-#pragma GCC unroll 4
-  for (int j = 0; j < nb; j++) {
-    window_max m = window_first(acc[0][j]);
-#pragma GCC unroll 4
-    for (int s = 1; s < WINDOW; s++) window_offer(&m, acc[s][j], s);
-    if (cp->relu) window_relu(&m);
-    *(vfu *)(y + c0 + j * LANES) = m.max;
-    if (ws) store_bytes(ws + c0 + j * LANES, m.arg);
+  window_store(cp, acc, c0, nb, y, ws);
+}
+
+/* ---- forward in bf16 ----------------------------------------------------
+ * One vdpbf16ps multiplies a pair of taps (2k, 2k + 1) into 16 channels:
+ * 5 products where float32 takes 9 FMAs for a 3x3 kernel, at the same
+ * rate. Its x operand is one 32-bit pair broadcast from memory, so each
+ * pooled row's inputs are laid out first as those pairs (row_pairs):
+ * [window row][pair][conv column], a conv pixel's pairs at a stride,
+ * two loads and a conversion per 16 of them. The sums stay float32, and
+ * the products of bf16 are exact in it, as in Keras' mixed_bfloat16 (bf16
+ * inputs and kernel, float32 accumulation). */
+#ifdef CONV_POOL_BF16
+
+/* Pooled row py's inputs as tap pairs, into pairs: pair k of conv pixel
+ * (2 py + sy, col) at (sy * cp->pairs + k) * cp->pair_cols + col. */
+static void row_pairs(const struct cpu_conv_pool *cp, const float *x, int py,
+                      int32_t *pairs) {
+  int cols = 2 * cp->out_w;
+  for (int sy = 0; sy < 2; sy++) {
+    const float *row = x + (int64_t)(2 * py + sy) * cp->in_w;
+    for (int k = 0; k < cp->pairs; k++) {
+      int32_t *to = pairs + (sy * cp->pairs + k) * cp->pair_cols;
+      const float *lo = row + cp->tap_off[2 * k];
+      const float *hi = 2 * k + 1 < cp->taps ? row + cp->tap_off[2 * k + 1]
+                                             : NULL; /* an odd tap out */
+      for (int c = 0; c < cols; c += LANES) {
+        /* No loads past the row's last column (the image may end there):
+         * the last vector ends there, overlapping the one before. Masked
+         * loads instead took a third of this loop's time. */
+        int c0 = c + LANES <= cols || cols < LANES ? c : cols - LANES;
+        __mmask16 m = cols - c0 >= LANES ? 0xFFFF : (1u << (cols - c0)) - 1;
+        vf l, h = {0};
+        if (m == 0xFFFF) {
+          l = *(const vfu *)(lo + c0);
+          if (hi) h = *(const vfu *)(hi + c0);
+        } else {
+          l = (vf)_mm512_maskz_loadu_ps(m, lo + c0);
+          if (hi) h = (vf)_mm512_maskz_loadu_ps(m, hi + c0);
+        }
+        _mm512_storeu_si512(to + c0, pair_vector(l, h));
+      }
+    }
   }
+}
+
+void cpu_conv_pool_weights(const struct cpu_conv_pool *cp, const float *w) {
+  if (!cp->bf16) return;
+  for (int k = 0; k < cp->pairs; k++)
+    for (int c0 = 0; c0 < cp->c; c0 += LANES) {
+      vf lo = *(const vfu *)(w + (int64_t)2 * k * cp->c + c0);
+      vf hi = 2 * k + 1 < cp->taps
+                  ? *(const vfu *)(w + (int64_t)(2 * k + 1) * cp->c + c0)
+                  : (vf){0};
+      _mm512_storeu_si512(cp->w16 + 2 * ((int64_t)k * cp->c + c0),
+                          pair_vector(lo, hi));
+    }
+}
+
+/* forward_tile in bf16: at the pooled pixel whose window's first pair
+ * is at `at` in row_pairs' layout. */
+static inline __attribute__((always_inline)) void
+forward_tile_bf16(const struct cpu_conv_pool *cp, const int32_t *at,
+                  const float *b, int c0, int nb, float *y, uint8_t *ws) {
+  vf acc[WINDOW][MAX_BLOCKS];
+  window_init(acc, b, c0, nb);
+  int64_t off[WINDOW]; /* of each window position's pairs */
+  for (int s = 0; s < WINDOW; s++)
+    off[s] = (s >> 1) * cp->pairs * cp->pair_cols + (s & 1);
+  for (int k = 0; k < cp->pairs; k++) {
+    const uint16_t *wk = cp->w16 + 2 * ((int64_t)k * cp->c + c0);
+    vf wv[MAX_BLOCKS];
+#pragma GCC unroll 4
+    for (int j = 0; j < nb; j++)
+      wv[j] = in_register((vf)_mm512_loadu_si512(wk + 2 * j * LANES));
+    const int32_t *xk = at + k * cp->pair_cols;
+#pragma GCC unroll 4
+    for (int s = 0; s < WINDOW; s++) {
+      __m512bh xv = (__m512bh)_mm512_set1_epi32(xk[off[s]]);
+#pragma GCC unroll 4
+      for (int j = 0; j < nb; j++)
+        acc[s][j] =
+            (vf)_mm512_dpbf16_ps((__m512)acc[s][j], xv, (__m512bh)wv[j]);
+    }
+  }
+  window_store(cp, acc, c0, nb, y, ws);
+}
+
+static void row_bf16(const struct cpu_conv_pool *cp, const float *x,
+                     const float *b, int py, float *y, uint8_t *ws,
+                     float *cols) {
+  int32_t *pairs = (int32_t *)cols;
+  row_pairs(cp, x, py, pairs);
+  for (int px = 0; px < cp->out_w; px++) {
+    int64_t at = (int64_t)px * cp->c;
+    uint8_t *wsp = ws ? ws + at : NULL;
+    int c0 = 0;
+    for (; c0 + MAX_BLOCKS * LANES <= cp->c; c0 += MAX_BLOCKS * LANES)
+      forward_tile_bf16(cp, pairs + 2 * px, b, c0, MAX_BLOCKS, y + at, wsp);
+    for (; c0 < cp->c; c0 += LANES)
+      forward_tile_bf16(cp, pairs + 2 * px, b, c0, 1, y + at, wsp);
+  }
+}
+
+#else
+
+void cpu_conv_pool_weights(const struct cpu_conv_pool *cp, const float *w) {
+  (void)cp, (void)w;
+}
+
+#endif
+
+void cpu_conv_pool_prefetch(const struct cpu_conv_pool *cp, const float *x,
+                            int py) {
+  int64_t row = (int64_t)cp->in_w * cp->in_c;
+  const char *from = (const char *)(x + 2 * py * row);
+  const char *to = (const char *)(x + (2 * py + cp->kernel_h + 1) * row);
+  for (; from < to; from += 64) __builtin_prefetch(from);
 }
 
 void cpu_conv_pool_row(const struct cpu_conv_pool *cp, const float *x,
                        const float *w, const float *b, int py, float *y,
-                       uint8_t *ws) {
+                       uint8_t *ws, float *cols) {
+#ifdef CONV_POOL_BF16
+  if (cp->bf16) {
+    row_bf16(cp, x, b, py, y, ws, cols);
+    return;
+  }
+#endif
+  (void)cols;
   for (int px = 0; px < cp->out_w; px++) {
     const float *x0 = x + ((int64_t)2 * py * cp->in_w + 2 * px) * cp->in_c;
     int64_t at = (int64_t)px * cp->c;
@@ -98,9 +236,10 @@ void cpu_conv_pool_row(const struct cpu_conv_pool *cp, const float *x,
 static void forward_image(const struct cpu_conv_pool *cp, const float *x,
                           const float *w, const float *b, float *y,
                           uint8_t *ws) {
+  float *cols = cp->cols + (int64_t)omp_get_thread_num() * cp->col_floats;
   for (int py = 0; py < cp->out_h; py++)
     cpu_conv_pool_row(cp, x, w, b, py, y + py * cp->row_len,
-                      ws ? ws + py * cp->row_len : NULL);
+                      ws ? ws + py * cp->row_len : NULL, cols);
 }
 
 void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
@@ -114,7 +253,9 @@ void cpu_conv_pool_forward(mxu_op *op, int training, const float *x,
   int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
   int64_t out_size = (int64_t)cp->out_h * cp->out_w * cp->c;
   uint8_t *ws = training ? workspace : NULL;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(cp->n))
+  cpu_conv_pool_weights(cp, w);
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(cpu_conv_pool_threads(cp, cp->n))
   for (int i = 0; i < cp->n; i++)
     forward_image(cp, x + i * in_size, w, cp->has_bias ? b : NULL,
                   y + i * out_size, ws ? ws + i * out_size : NULL);
@@ -324,12 +465,24 @@ mxu_status cpu_conv_pool_build(const mxu_conv2d_desc *c,
   size_t head = (sizeof(struct cpu_conv_pool) + 63) / 64 * 64;
   size_t partial = (size_t)blocks * (size_t)(taps + 1) * (size_t)c->out_c;
   int col_threads = cpu_create_threads(); /* each with its own columns */
-  /* row_grads reads whole tables of LANES floats: up to LANES - 4 floats
-   * past a row. */
+  /* A pooled pixel's columns: its patch in a vector, or every tap at
+   * every window position. row_grads reads whole tables of LANES floats:
+   * up to LANES - 4 floats past a row. */
+  size_t per_pixel = patch <= LANES ? LANES : (size_t)taps * WINDOW;
   size_t col_floats =
-      ((size_t)p->out_w * (size_t)taps * WINDOW + 2 * LANES - 1) / LANES *
-      LANES;
-  size_t floats = partial + (size_t)col_threads * col_floats + extra;
+      ((size_t)p->out_w * per_pixel + 2 * LANES - 1) / LANES * LANES;
+#ifdef CONV_POOL_BF16
+  int bf16 = c->bf16 && c->in_c == 1;
+#else
+  int bf16 = 0;
+#endif
+  /* In bf16 the forward lays each row's pairs out in the columns too. */
+  int pairs = (taps + 1) / 2;
+  size_t pair_cols = ((size_t)2 * p->out_w + LANES - 1) / LANES * LANES;
+  if (bf16 && 2 * pairs * pair_cols > col_floats)
+    col_floats = 2 * pairs * pair_cols;
+  size_t w16 = bf16 ? (size_t)pairs * (size_t)c->out_c : 0; /* bf16 pairs */
+  size_t floats = partial + (size_t)col_threads * col_floats + w16 + extra;
   struct cpu_conv_pool *cp = mxu_aligned_alloc(head + floats * sizeof(float));
   if (!cp) {
     cpu_op_free(op);
@@ -354,10 +507,15 @@ mxu_status cpu_conv_pool_build(const mxu_conv2d_desc *c,
                                .row_stride = row_len,
                                .patch = patch <= LANES,
                                .patch_h = c->kernel_h + 1,
-                               .patch_row = (c->kernel_w + 1) * c->in_c};
+                               .kernel_h = c->kernel_h,
+                               .patch_row = (c->kernel_w + 1) * c->in_c,
+                               .bf16 = bf16,
+                               .pairs = pairs,
+                               .pair_cols = (int)pair_cols};
   cp->cols = cp->partial + partial;
   memset(cp->cols, 0, (size_t)col_threads * col_floats * sizeof(float));
-  cp->extra = cp->cols + (size_t)col_threads * col_floats;
+  cp->w16 = (uint16_t *)(cp->cols + (size_t)col_threads * col_floats);
+  cp->extra = cp->cols + (size_t)col_threads * col_floats + w16;
   /* Taps in the kernel's HWIO order, so tap t's weights are row t. */
   for (int t = 0; t < taps; t++) {
     int ci = t % c->in_c, kx = t / c->in_c % c->kernel_w,

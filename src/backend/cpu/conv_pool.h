@@ -14,6 +14,28 @@
 #define MAX_UNITS 16                /* of a fused Dense */
 #define PAIRS ((MAX_UNITS + 2) / 2) /* of conv_pool_dense's transposes */
 
+/* Where mixed_bfloat16 runs the products in vdpbf16ps (AVX512_BF16). */
+#if defined(__AVX512BF16__) && LANES == 16
+#define CONV_POOL_BF16
+
+/* Lane l: bf16 of lo[l] in its low half, of hi[l] in its high half, so
+ * that vdpbf16ps pairs them with a kernel vector of the same layout. */
+static inline __attribute__((always_inline)) __m512i pair_vector(vf lo, vf hi) {
+  static const int16_t order[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  __m512i both = (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo);
+  return _mm512_permutexvar_epi16(_mm512_loadu_si512(order), both);
+}
+
+/* bf16 of lo and of hi, paired as pair_vector's lanes. */
+static inline int32_t pair_of(float lo, float hi) {
+  __m128bh both = _mm_cvtneps_pbh(_mm_setr_ps(lo, hi, 0.0f, 0.0f));
+  return _mm_cvtsi128_si32((__m128i)both);
+}
+
+#endif
+
 struct cpu_conv_pool {
   int n, in_h, in_w, in_c, c; /* c: output channels */
   int out_h, out_w;           /* pooled */
@@ -30,7 +52,16 @@ struct cpu_conv_pool {
    * fit a vector (see row_columns): its rows, their floats, and tap t's
    * input in it at window position 0. */
   int patch, patch_h, patch_row;
+  int kernel_h;
   int tap_at[MAX_TAPS];
+  /* bf16 (mixed_bfloat16, one input channel, AVX512_BF16): the forward's
+   * products pair taps 2k and 2k + 1 in one vdpbf16ps (row_pairs). pairs:
+   * how many; pair_cols: a pair row's columns, whole vectors; w16: the
+   * kernel rounded, [pairs][c] pairs of bf16, made by cpu_conv_pool_weights
+   * each step. */
+  int bf16, pairs, pair_cols;
+  uint16_t *w16;
+  int dense16;     /* conv_pool_dense's Dense in vdpbf16ps too */
   int64_t row_len; /* out_w * c: the floats of a pooled row */
   /* Where image i's row py of y, dy and the argmax bytes starts in the
    * op's buffers: i * image_stride + py * row_stride. conv_pool's are the
@@ -63,10 +94,16 @@ static inline int cpu_conv_pool_threads(const struct cpu_conv_pool *cp,
   int threads = cpu_threads_for(units);
   return threads < cp->col_threads ? threads : cp->col_threads;
 }
-/* Pooled row py of one image x: y and ws point at the row. */
+/* Before a forward: the bf16 copy of the kernel w, where the op has one. */
+void cpu_conv_pool_weights(const struct cpu_conv_pool *cp, const float *w);
+/* The inputs of pooled row py of image x, into the cache. */
+void cpu_conv_pool_prefetch(const struct cpu_conv_pool *cp, const float *x,
+                            int py);
+/* Pooled row py of one image x: y and ws point at the row; cols: the
+ * thread's buffer. */
 void cpu_conv_pool_row(const struct cpu_conv_pool *cp, const float *x,
                        const float *w, const float *b, int py, float *y,
-                       uint8_t *ws);
+                       uint8_t *ws, float *cols);
 /* The weight gradient of image i's pooled row py (dy and ws point at the
  * row) added to its image block's partial; cols: the thread's buffer. */
 void cpu_conv_pool_row_grads(const struct cpu_conv_pool *cp, const float *x,

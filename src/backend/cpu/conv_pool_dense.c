@@ -19,6 +19,8 @@
 #define UNIT_CHUNK (VEC_REGS == 32 ? 12 : 6)
 #define DY_CHUNK (VEC_REGS == 32 ? 10 : 4)
 #define DENSE_BLOCK 64
+/* vector_grads16 pairs units from k0, a multiple of DY_CHUNK */
+_Static_assert(DY_CHUNK % 2 == 0, "DY_CHUNK in pairs of units");
 
 /* A thread's buffers: the Dense's kernel rows that one pooled row meets,
  * transposed to a vector of each unit's for every LANES rows (wt,
@@ -27,17 +29,20 @@
  * y (g), and two rows of y where inference keeps none. */
 typedef struct thread_tiles {
   float *wt, *dwt, *g, *row;
+  int32_t *dl; /* in bf16, a dense block's dlogits in pairs (dl_pairs) */
 } thread_tiles;
 
 static size_t tile_floats(int64_t row_len, int units) {
-  return (size_t)row_len * (2 * (size_t)units + DENSE_BLOCK + 2);
+  return (size_t)row_len * (2 * (size_t)units + DENSE_BLOCK + 2) +
+         DENSE_BLOCK * MAX_UNITS;
 }
 
 static thread_tiles tiles_of(const struct cpu_conv_pool *cp, int thread) {
   float *t = cp->tiles + (int64_t)thread * cp->tile_floats;
   int64_t tile = (int64_t)cp->units * cp->row_len;
-  return (thread_tiles){t, t + tile, t + 2 * tile,
-                        t + 2 * tile + DENSE_BLOCK * cp->row_len};
+  float *g = t + 2 * tile, *row = g + DENSE_BLOCK * cp->row_len;
+  return (thread_tiles){t, t + tile, g, row,
+                        (int32_t *)(row + 2 * cp->row_len)};
 }
 
 /* ---- the Dense ----------------------------------------------------------
@@ -145,13 +150,87 @@ logit_lanes(const struct cpu_conv_pool *cp, const float *const y[2],
       *(vf *)(sums[i] + (k0 + k) * LANES) = acc[i][k];
 }
 
+#ifdef CONV_POOL_BF16
+
+/* In bf16 the forward's tile holds kernel rows v.. v + 31 of unit k as
+ * one vector of 32 in order ([row_len / 32][units][32]), so that each
+ * vdpbf16ps multiplies 32 of a row of y, in order too, into 16 lanes:
+ * made from the float32 tile. */
+static void kernel_tile16(const struct cpu_conv_pool *cp, const float *wt,
+                          uint16_t *wt16) {
+  int64_t u = cp->units;
+  for (int64_t v = 0; v < cp->row_len; v += 32)
+    for (int64_t k = 0; k < u; k++) {
+      const float *lo = wt + (v * u + k * LANES);
+      __m512 hi = v + LANES < cp->row_len ? _mm512_loadu_ps(lo + u * LANES)
+                                          : _mm512_setzero_ps(); /* a tail */
+      _mm512_storeu_si512(wt16 + v * u + k * 32, (__m512i)_mm512_cvtne2ps_pbh(
+                                                     hi, _mm512_loadu_ps(lo)));
+    }
+}
+
+/* logit_lanes in bf16. */
+static inline __attribute__((always_inline)) void
+logit_lanes16(const struct cpu_conv_pool *cp, const float *const y[2],
+              const uint16_t *wt16, int k0, int nk, int ni,
+              float *const sums[2]) {
+  vf acc[2][UNIT_CHUNK];
+#pragma GCC unroll 2
+  for (int i = 0; i < ni; i++)
+#pragma GCC unroll 16
+    for (int k = 0; k < nk; k++)
+      acc[i][k] = *(const vf *)(sums[i] + (k0 + k) * LANES);
+  for (int64_t v = 0; v < cp->row_len; v += 32) {
+    __m512bh yv[2];
+    int tail = v + LANES == cp->row_len; /* rows in sixteens, not 32s */
+#pragma GCC unroll 2
+    for (int i = 0; i < ni; i++)
+      yv[i] = _mm512_cvtne2ps_pbh(tail ? _mm512_setzero_ps()
+                                       : _mm512_loadu_ps(y[i] + v + LANES),
+                                  _mm512_loadu_ps(y[i] + v));
+    const uint16_t *wv = wt16 + v * cp->units;
+#pragma GCC unroll 16
+    for (int k = 0; k < nk; k++) {
+      vf wk = in_register((vf)_mm512_loadu_si512(wv + (k0 + k) * 32));
+#pragma GCC unroll 2
+      for (int i = 0; i < ni; i++)
+        acc[i][k] =
+            (vf)_mm512_dpbf16_ps((__m512)acc[i][k], yv[i], (__m512bh)wk);
+    }
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < ni; i++)
+#pragma GCC unroll 16
+    for (int k = 0; k < nk; k++)
+      *(vf *)(sums[i] + (k0 + k) * LANES) = acc[i][k];
+}
+
+#define LOGITS16_1(N) logit_lanes16(cp, y, wt, k0, N, 1, sums)
+#define LOGITS16_2(N) logit_lanes16(cp, y, wt, k0, N, 2, sums)
+
+#endif
+
 #define LOGITS_1(N) logit_lanes(cp, y, wt, k0, N, 1, sums)
 #define LOGITS_2(N) logit_lanes(cp, y, wt, k0, N, 2, sums)
 
+/* ni images' logit lanes, plus the row's share: tile is the float32 tile
+ * or, where the Dense runs bf16, kernel_tile16's. */
 static void logit_rows(const struct cpu_conv_pool *cp, const float *const y[2],
-                       const float *wt, int ni, float *const sums[2]) {
+                       const void *tile, int ni, float *const sums[2]) {
   for (int k0 = 0; k0 < cp->units; k0 += UNIT_CHUNK) {
     int nk = cp->units - k0 < UNIT_CHUNK ? cp->units - k0 : UNIT_CHUNK;
+#ifdef CONV_POOL_BF16
+    if (cp->dense16) {
+      const uint16_t *wt = tile;
+      if (ni == 2) {
+        switch (nk) { VEC_CASES(LOGITS16_2, UNIT_CHUNK) }
+      } else {
+        switch (nk) { VEC_CASES(LOGITS16_1, UNIT_CHUNK) }
+      }
+      continue;
+    }
+#endif
+    const float *wt = tile;
     if (ni == 2) {
       switch (nk) { VEC_CASES(LOGITS_2, UNIT_CHUNK) }
     } else {
@@ -160,30 +239,40 @@ static void logit_rows(const struct cpu_conv_pool *cp, const float *const y[2],
   }
 }
 
-/* Images [lo, hi): y (into the workspace when training) and logits. */
+/* Images [lo, hi): y (into the workspace when training) and logits; cols:
+ * the thread's conv_pool columns. */
 static void dense_forward_range(const struct cpu_conv_pool *cp, int lo, int hi,
                                 const float *x, const float *const w[],
                                 float *logits, float *y, uint8_t *ws,
-                                thread_tiles t) {
+                                thread_tiles t, float *cols) {
   int64_t in_size = (int64_t)cp->in_h * cp->in_w * cp->in_c;
   int64_t lanes = cp->units * LANES;
   const float *b = cp->has_bias ? w[MXU_CPD_CONV_B] : NULL;
   memset(cp->sums + lo * lanes, 0, (size_t)((hi - lo) * lanes) * sizeof(float));
+  const void *tile = t.wt;
+#ifdef CONV_POOL_BF16
+  if (cp->dense16) tile = t.dwt; /* its bf16 copy, where backward's goes */
+#endif
   for (int py = 0; py < cp->out_h; py++) {
     kernel_tile(cp, w[MXU_CPD_DENSE_W], py, t.wt);
+#ifdef CONV_POOL_BF16
+    if (cp->dense16) kernel_tile16(cp, t.wt, (uint16_t *)t.dwt);
+#endif
     for (int i0 = lo; i0 < hi; i0 += 2) {
       int ni = hi - i0 < 2 ? 1 : 2;
       const float *rows[2];
       float *sums[2];
       for (int i = 0; i < ni; i++) {
+        if (i0 + i + 2 < hi)
+          cpu_conv_pool_prefetch(cp, x + (i0 + i + 2) * in_size, py);
         int64_t at = (i0 + i) * cp->image_stride + py * cp->row_stride;
         float *row = y ? y + at : t.row + i * cp->row_len;
         cpu_conv_pool_row(cp, x + (i0 + i) * in_size, w[MXU_CPD_CONV_W], b, py,
-                          row, ws ? ws + at : NULL);
+                          row, ws ? ws + at : NULL, cols);
         rows[i] = row;
         sums[i] = cp->sums + (i0 + i) * lanes;
       }
-      logit_rows(cp, rows, t.wt, ni, sums);
+      logit_rows(cp, rows, tile, ni, sums);
     }
   }
   const float *db = cp->has_dense_bias ? w[MXU_CPD_DENSE_B] : NULL;
@@ -214,11 +303,13 @@ void cpu_conv_pool_dense_forward(mxu_op *op, int training, const float *x,
   float *y = training ? workspace : NULL;
   uint8_t *ws = training ? workspace_arg(cp, workspace) : NULL;
   int threads = cpu_conv_pool_threads(cp, cp->n);
+  cpu_conv_pool_weights(cp, w[MXU_CPD_CONV_W]);
 #pragma omp parallel num_threads(threads)
   {
     int t = omp_get_thread_num(), nt = omp_get_num_threads();
     dense_forward_range(cp, cp->n * t / nt, cp->n * (t + 1) / nt, x, w, logits,
-                        y, ws, tiles_of(cp, t));
+                        y, ws, tiles_of(cp, t),
+                        cp->cols + (int64_t)t * cp->col_floats);
   }
 }
 
@@ -261,12 +352,102 @@ vector_grads(const struct cpu_conv_pool *cp, const float *y,
 #define VECTOR_GRADS(N)                                                        \
   vector_grads(cp, y, dlogits, wt, dwt, g, first, last, v, k0, N)
 
+#ifdef CONV_POOL_BF16
+
+/* A dense block's dlogits as bf16 pairs, for vector_grads16: of images
+ * (i, i + 1) for each unit, [(i - first) / 2][units], then of units
+ * (k, k + 1) for each image, [i - first][(units + 1) / 2]; a missing
+ * image or unit 0. */
+static void dl_pairs(const struct cpu_conv_pool *cp, const float *dlogits,
+                     int64_t first, int64_t last, int32_t *dl) {
+  int u = cp->units, up = (u + 1) / 2;
+  int64_t n = last - first;
+  int32_t *unit = dl + (n + 1) / 2 * u;
+  const float *d = dlogits + first * u;
+  for (int64_t i = 0; i < n; i += 2)
+    for (int k = 0; k < u; k++)
+      dl[i / 2 * u + k] =
+          pair_of(d[i * u + k], i + 1 < n ? d[(i + 1) * u + k] : 0.0f);
+  for (int64_t i = 0; i < n; i++)
+    for (int p = 0; p < up; p++)
+      unit[i * up + p] = pair_of(d[i * u + 2 * p],
+                                 2 * p + 1 < u ? d[i * u + 2 * p + 1] : 0.0f);
+}
+
+/* One image's gradient of y at vector v from units k0.. (nk), in pairs;
+ * dl: its unit pairs from k0. */
+static inline __attribute__((always_inline)) void
+image_grad16(const __m512bh *wp, const int32_t *dl, int nk, int k0, float *gi) {
+  vf gv = k0 ? *(const vf *)gi : (vf){0};
+#pragma GCC unroll 8
+  for (int p = 0; p < (nk + 1) / 2; p++)
+    gv = (vf)_mm512_dpbf16_ps((__m512)gv, (__m512bh)_mm512_set1_epi32(dl[p]),
+                              wp[p]);
+  *(vf *)gi = gv;
+}
+
+/* vector_grads in bf16: two images at a time, their y vectors paired in
+ * lanes for the kernel gradient, each image's gradient of y from pairs
+ * of units. dl: dl_pairs'. */
+static inline __attribute__((always_inline)) void
+vector_grads16(const struct cpu_conv_pool *cp, const float *y,
+               const int32_t *dl, const float *wt, float *dwt, float *g,
+               int64_t first, int64_t last, int64_t v, int k0, int nk) {
+  int u = cp->units, up = (u + 1) / 2;
+  const int32_t *unit = dl + (last - first + 1) / 2 * u;
+  __m512bh wp[(DY_CHUNK + 1) / 2];
+  vf acc[DY_CHUNK];
+#pragma GCC unroll 8
+  for (int p = 0; p < (nk + 1) / 2; p++) {
+    const float *w0 = wt + v * u + (k0 + 2 * p) * LANES;
+    vf hi = k0 + 2 * p + 1 < u ? *(const vf *)(w0 + LANES) : (vf){0};
+    wp[p] = (__m512bh)pair_vector(*(const vf *)w0, hi);
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < nk; k++) acc[k] = (vf){0};
+  for (int64_t i = first; i < last; i += 2) {
+    int two = i + 1 < last;
+    const float *yi = y + i * cp->image_stride + v;
+    vf y1 = two ? *(const vfu *)(yi + cp->image_stride) : (vf){0};
+    __m512bh yp = (__m512bh)pair_vector(*(const vfu *)yi, y1);
+    /* as vector_grads */
+    __builtin_prefetch(yi + LANES);
+    __builtin_prefetch(yi + cp->image_stride + LANES);
+    const int32_t *di = dl + (i - first) / 2 * u + k0;
+#pragma GCC unroll 16
+    for (int k = 0; k < nk; k++)
+      acc[k] = (vf)_mm512_dpbf16_ps((__m512)acc[k], yp,
+                                    (__m512bh)_mm512_set1_epi32(di[k]));
+    float *gi = g + (i - first) * cp->row_len + v;
+    const int32_t *ui = unit + (i - first) * up + k0 / 2;
+    image_grad16(wp, ui, nk, k0, gi);
+    if (two) image_grad16(wp, ui + up, nk, k0, gi + cp->row_len);
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < nk; k++) *(vf *)(dwt + v * u + (k0 + k) * LANES) = acc[k];
+}
+
+#define VECTOR_GRADS16(N)                                                      \
+  vector_grads16(cp, y, dl, wt, dwt, g, first, last, v, k0, N)
+
+#endif
+
+/* Pooled row py's share of the Dense's backward over images [first,
+ * last): dl is dl_pairs' where the Dense runs bf16. */
 static void row_dense_grads(const struct cpu_conv_pool *cp, const float *y,
-                            const float *dlogits, const float *wt, float *dwt,
-                            float *g, int64_t first, int64_t last) {
+                            const float *dlogits, const int32_t *dl,
+                            const float *wt, float *dwt, float *g,
+                            int64_t first, int64_t last) {
+  (void)dl;
   for (int k0 = 0; k0 < cp->units; k0 += DY_CHUNK) {
     int nk = cp->units - k0 < DY_CHUNK ? cp->units - k0 : DY_CHUNK;
     for (int64_t v = 0; v < cp->row_len; v += LANES) {
+#ifdef CONV_POOL_BF16
+      if (cp->dense16) {
+        switch (nk) { VEC_CASES(VECTOR_GRADS16, DY_CHUNK) }
+        continue;
+      }
+#endif
       switch (nk) { VEC_CASES(VECTOR_GRADS, DY_CHUNK) }
     }
   }
@@ -287,10 +468,13 @@ static void dense_backward_block(const struct cpu_conv_pool *cp, int64_t blk,
   memset(cp->partial + first / IMAGE_BLOCK * per, 0,
          (size_t)(((last - first + IMAGE_BLOCK - 1) / IMAGE_BLOCK) * per) *
              sizeof(float));
+#ifdef CONV_POOL_BF16
+  if (cp->dense16) dl_pairs(cp, dlogits, first, last, t.dl);
+#endif
   for (int py = 0; py < cp->out_h; py++) {
     int64_t row = py * cp->row_stride;
     kernel_tile(cp, kernel, py, t.wt);
-    row_dense_grads(cp, y + row, dlogits, t.wt, t.dwt, t.g, first, last);
+    row_dense_grads(cp, y + row, dlogits, t.dl, t.wt, t.dwt, t.g, first, last);
     for (int64_t i = first; i < last; i++) {
       const float *g = t.g + (i - first) * cp->row_len;
       int64_t at = i * cp->image_stride + row;
@@ -347,10 +531,11 @@ void cpu_conv_pool_dense_backward(mxu_op *op, const float *x,
 
 /* ---- create ------------------------------------------------------------- */
 
-/* The Dense this op runs: linear, few units, f32, reading the whole
- * pooled image flattened. */
-static int dense_fits(const mxu_pool2d_desc *p, const mxu_dense_desc *d) {
-  return d->activation == MXU_LINEAR && !d->bf16 && d->out >= 1 &&
+/* The Dense this op runs: linear, few units, in the conv's precision,
+ * reading the whole pooled image flattened. */
+static int dense_fits(const mxu_conv2d_desc *c, const mxu_pool2d_desc *p,
+                      const mxu_dense_desc *d) {
+  return d->activation == MXU_LINEAR && d->bf16 == c->bf16 && d->out >= 1 &&
          d->out <= MAX_UNITS && d->n == p->n &&
          d->in == (int64_t)p->out_h * p->out_w * p->c;
 }
@@ -361,7 +546,7 @@ static int dense_fits(const mxu_pool2d_desc *p, const mxu_dense_desc *d) {
 mxu_status cpu_conv_pool_dense_create(const mxu_conv2d_desc *c,
                                       const mxu_pool2d_desc *p, int relu,
                                       const mxu_dense_desc *d, mxu_op **out) {
-  if (!cpu_conv_pool_fits(c, p) || !dense_fits(p, d))
+  if (!cpu_conv_pool_fits(c, p) || !dense_fits(c, p, d))
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "conv_pool_dense: this conv, pooling and Dense do not "
                     "fuse");
@@ -376,6 +561,9 @@ mxu_status cpu_conv_pool_dense_create(const mxu_conv2d_desc *c,
       cpu_conv_pool_build(c, p, relu, sums + partial + threads * tiles, out));
   struct cpu_conv_pool *cp = (*out)->conv_pool;
   cp->units = d->out;
+#ifdef CONV_POOL_BF16
+  cp->dense16 = d->bf16;
+#endif
   cp->has_dense_bias = d->has_bias;
   cp->image_stride = row_len;
   cp->row_stride = c->n * row_len;

@@ -156,19 +156,37 @@ static inline __attribute__((always_inline)) window_max window_first(vf v) {
   return (window_max){v, (vi){0}};
 }
 
+/* On AVX-512 a compare into a mask register and two masked moves: GCC
+ * made each select of a vector mask two instructions, 5-6% of
+ * Fashion-MNIST's step in conv_pool's forward. */
 static inline __attribute__((always_inline)) void
 window_offer(window_max *m, vf v, int position) {
+#ifdef __AVX512F__
+  __mmask16 greater = _mm512_cmp_ps_mask((__m512)v, (__m512)m->max, _CMP_GT_OQ);
+  m->max = (vf)_mm512_mask_mov_ps((__m512)m->max, greater, (__m512)v);
+  m->arg = (vi)_mm512_mask_mov_epi32((__m512i)m->arg, greater,
+                                     _mm512_set1_epi32(position));
+#else
   vi greater = v > m->max;
   m->max = select_v(greater, v, m->max);
   m->arg = (greater & position) | (m->arg & ~greater);
+#endif
 }
 
 /* relu after the pooling: 0, and POOL_RELU_ZERO for the position, where
  * the maximum is not above 0. */
 static inline __attribute__((always_inline)) void window_relu(window_max *m) {
+#ifdef __AVX512F__
+  __mmask16 positive =
+      _mm512_cmp_ps_mask((__m512)m->max, _mm512_setzero_ps(), _CMP_GT_OQ);
+  m->max = (vf)_mm512_maskz_mov_ps(positive, (__m512)m->max);
+  m->arg = (vi)_mm512_mask_mov_epi32(_mm512_set1_epi32(POOL_RELU_ZERO),
+                                     positive, (__m512i)m->arg);
+#else
   vi positive = m->max > 0.0f;
   m->max = select_v(positive, m->max, (vf){0});
   m->arg = (positive & m->arg) | (~positive & POOL_RELU_ZERO);
+#endif
 }
 
 /* The sum of a vector's lanes, folded in halves. */

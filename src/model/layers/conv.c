@@ -244,7 +244,7 @@ static int conv2d_plan_fused(mxu_layer *layer, const mxu_backend *backend,
                          dense->config.dense.units,
                          dense->config.dense.use_bias,
                          MXU_LINEAR,
-                         0};
+                         d->bf16};
     if (backend->conv_pool_dense_create(d, &pool, relu, &dd, op) != MXU_OK)
       p->fused_layers = 1 + relu; /* the Flatten and Dense run alone */
   }
