@@ -1236,8 +1236,10 @@ typedef struct cpd_io {
 } cpd_io;
 
 /* conv_pool_reference fed dy of y = dlogits kernel^T; the Dense in
- * doubles on its y, rounded to bf16 where the Dense runs bf16 (dd->bf16:
- * the test rounds kernel and dlogits). */
+ * doubles on its y. Where the Dense runs bf16 (dd->bf16: the test rounds
+ * kernel and dlogits), y and dy rounded to bf16 as it rounds them (its
+ * dy, summed in another order, rounds the same but for the odd value at
+ * a tie). */
 static void cpd_reference(const mxu_conv2d_desc *cd, const mxu_pool2d_desc *pd,
                           int relu, const mxu_dense_desc *dd,
                           const float *const w[MXU_CPD_PARAMS], const float *x,
@@ -1255,6 +1257,7 @@ static void cpd_reference(const mxu_conv2d_desc *cd, const mxu_pool2d_desc *pd,
   conv_pool_io cio = {
       x,     w[MXU_CPD_CONV_W], w[MXU_CPD_CONV_B], dy, y, yi, io->dx, io->dw,
       io->db};
+  if (dd->bf16) round_bf16(dy, (size_t)(n * in));
   conv_pool_reference(cd, pd, relu, &cio);
   if (dd->bf16) round_bf16(y, (size_t)(n * in));
   for (int64_t k = 0; k < units; k++) {

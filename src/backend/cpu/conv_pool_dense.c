@@ -375,14 +375,21 @@ static void dl_pairs(const struct cpu_conv_pool *cp, const float *dlogits,
 }
 
 /* One image's gradient of y at vector v from units k0.. (nk), in pairs;
- * dl: its unit pairs from k0. */
+ * dl: its unit pairs from k0. After the last units it is rounded to bf16,
+ * as Keras' bf16 Dense passes it on, so that the conv's weight and bias
+ * gradients and dx all see the same values. */
 static inline __attribute__((always_inline)) void
-image_grad16(const __m512bh *wp, const int32_t *dl, int nk, int k0, float *gi) {
+image_grad16(const __m512bh *wp, const int32_t *dl, int nk, int k0, int last,
+             float *gi) {
   vf gv = k0 ? *(const vf *)gi : (vf){0};
 #pragma GCC unroll 8
   for (int p = 0; p < (nk + 1) / 2; p++)
     gv = (vf)_mm512_dpbf16_ps((__m512)gv, (__m512bh)_mm512_set1_epi32(dl[p]),
                               wp[p]);
+  if (last) {
+    __m256i rounded = (__m256i)_mm512_cvtneps_pbh((__m512)gv);
+    gv = (vf)_mm512_slli_epi32(_mm512_cvtepu16_epi32(rounded), 16);
+  }
   *(vf *)gi = gv;
 }
 
@@ -420,8 +427,9 @@ vector_grads16(const struct cpu_conv_pool *cp, const float *y,
                                     (__m512bh)_mm512_set1_epi32(di[k]));
     float *gi = g + (i - first) * cp->row_len + v;
     const int32_t *ui = unit + (i - first) * up + k0 / 2;
-    image_grad16(wp, ui, nk, k0, gi);
-    if (two) image_grad16(wp, ui + up, nk, k0, gi + cp->row_len);
+    int end = k0 + nk == u;
+    image_grad16(wp, ui, nk, k0, end, gi);
+    if (two) image_grad16(wp, ui + up, nk, k0, end, gi + cp->row_len);
   }
 #pragma GCC unroll 16
   for (int k = 0; k < nk; k++) *(vf *)(dwt + v * u + (k0 + k) * LANES) = acc[k];
