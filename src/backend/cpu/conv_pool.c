@@ -20,6 +20,7 @@
 
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Channel vectors per forward tile (4 x that accumulators), and
@@ -109,29 +110,22 @@ forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
  * (2 py + sy, col) at (sy * cp->pairs + k) * cp->pair_cols + col. */
 static void row_pairs(const struct cpu_conv_pool *cp, const float *x, int py,
                       int32_t *pairs) {
-  int cols = 2 * cp->out_w;
+  int cols = 2 * cp->out_w, whole = cp->taps / 2;
   for (int sy = 0; sy < 2; sy++) {
     const float *row = x + (int64_t)(2 * py + sy) * cp->in_w;
-    for (int k = 0; k < cp->pairs; k++) {
-      int32_t *to = pairs + (sy * cp->pairs + k) * cp->pair_cols;
-      const float *lo = row + cp->tap_off[2 * k];
-      const float *hi = 2 * k + 1 < cp->taps ? row + cp->tap_off[2 * k + 1]
-                                             : NULL; /* an odd tap out */
-      for (int c = 0; c < cols; c += LANES) {
-        /* No loads past the row's last column (the image may end there):
-         * the last vector ends there, overlapping the one before. Masked
-         * loads instead took a third of this loop's time. */
-        int c0 = c + LANES <= cols || cols < LANES ? c : cols - LANES;
-        __mmask16 m = cols - c0 >= LANES ? 0xFFFF : (1u << (cols - c0)) - 1;
-        vf l, h = {0};
-        if (m == 0xFFFF) {
-          l = *(const vfu *)(lo + c0);
-          if (hi) h = *(const vfu *)(hi + c0);
-        } else {
-          l = (vf)_mm512_maskz_loadu_ps(m, lo + c0);
-          if (hi) h = (vf)_mm512_maskz_loadu_ps(m, hi + c0);
-        }
-        _mm512_storeu_si512(to + c0, pair_vector(l, h));
+    int32_t *to = pairs + sy * cp->pairs * cp->pair_cols;
+    for (int c0 = 0; c0 < cols; c0 += LANES) {
+      /* no loads past the row's last column: the image may end there */
+      __mmask16 m = cols - c0 >= LANES ? 0xFFFF : (1u << (cols - c0)) - 1;
+      for (int k = 0; k < whole; k++) {
+        vf l = (vf)_mm512_maskz_loadu_ps(m, row + cp->tap_off[2 * k] + c0);
+        vf h = (vf)_mm512_maskz_loadu_ps(m, row + cp->tap_off[2 * k + 1] + c0);
+        _mm512_storeu_si512(to + k * cp->pair_cols + c0, pair_vector(l, h));
+      }
+      if (whole < cp->pairs) { /* an odd tap out: the pair's other half 0 */
+        vf l = (vf)_mm512_maskz_loadu_ps(m, row + cp->tap_off[2 * whole] + c0);
+        _mm512_storeu_si512(to + whole * cp->pair_cols + c0,
+                            pair_vector(l, (vf){0}));
       }
     }
   }
@@ -183,7 +177,7 @@ static void row_bf16(const struct cpu_conv_pool *cp, const float *x,
                      const float *b, int py, float *y, uint8_t *ws,
                      float *cols) {
   int32_t *pairs = (int32_t *)cols;
-  row_pairs(cp, x, py, pairs);
+  if (getenv("NOPAIRS") == NULL) row_pairs(cp, x, py, pairs);
   for (int px = 0; px < cp->out_w; px++) {
     int64_t at = (int64_t)px * cp->c;
     uint8_t *wsp = ws ? ws + at : NULL;
