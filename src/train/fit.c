@@ -392,11 +392,16 @@ static void count_kept(mxu_model *model, int h) {
   }
 }
 
+/* The replicas' copies run on all the step's threads: on one, Fashion-MNIST's
+ * 3 MB a step took 2-3% of it while the other core waited. */
 static void load_batch(mxu_model *model, const mxu_dataset *data,
                        const int64_t *order, int64_t first, int64_t rows) {
-  model->plan.weighted = data->weights || model->plan.class_weight;
-  for (int r = 0; r < model->plan.local_count; r++)
-    load_replica(model, &model->plan.replica[r], data, order, first, rows);
+  mxu_plan *plan = &model->plan;
+  plan->weighted = data->weights || plan->class_weight;
+  int threads = plan->workers * plan->intra_threads;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int r = 0; r < plan->local_count; r++)
+    load_replica(model, &plan->replica[r], data, order, first, rows);
   for (int h = 0; h < model->head_count; h++)
     if (mxu_loss_keeps_rows(model, h)) count_kept(model, h);
 }
