@@ -20,7 +20,6 @@
 
 #include <omp.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* Channel vectors per forward tile (4 x that accumulators), and
@@ -177,7 +176,7 @@ static void row_bf16(const struct cpu_conv_pool *cp, const float *x,
                      const float *b, int py, float *y, uint8_t *ws,
                      float *cols) {
   int32_t *pairs = (int32_t *)cols;
-  if (getenv("NOPAIRS") == NULL) row_pairs(cp, x, py, pairs);
+  row_pairs(cp, x, py, pairs);
   for (int px = 0; px < cp->out_w; px++) {
     int64_t at = (int64_t)px * cp->c;
     uint8_t *wsp = ws ? ws + at : NULL;
