@@ -1177,19 +1177,41 @@ static void round_bf16(float *x, size_t n) {
   }
 }
 
+/* Case c's conv (act, bias) and the max pooling after it: 2x2, or
+ * c->pool. */
+static void conv_pool_descs(const conv_pool_case *c, mxu_activation act,
+                            int has_bias, mxu_conv2d_desc *cd,
+                            mxu_pool2d_desc *pd) {
+  conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
+                  c->kh, c->kw, 1,    1,    c->padding};
+  *cd = conv_desc(&cc, act, has_bias);
+  int win = c->pool ? c->pool : 2;
+  conv_case pc = {c->n, cd->out_h, cd->out_w, c->filters, 0,
+                  win,  win,       win,       win,        MXU_VALID};
+  *pd = pool_desc(&pc, 1);
+}
+
+/* Where the CPU has AVX512_BF16, a bf16 result off float32's by more
+ * than BF16_MIN_ERROR: bf16 ran. */
+static void expect_bf16_ran(const char *label, double worst) {
+#ifdef __AVX512BF16__
+  CHECK_MSG(worst > BF16_MIN_ERROR, "%s: error %.3g: bf16 did not run", label,
+            worst);
+#else
+  (void)label, (void)worst;
+#endif
+}
+
 /* In bf16 (cd.bf16), x and w come rounded to bf16: the products are then
  * exact in float32, and the fused op must match the layers to float32's
  * tolerance, bf16 pairing of taps and all. */
 static void conv_pool_check(const conv_pool_case *c, mxu_activation act,
                             int relu, int has_bias, int bf16) {
-  conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
-                  c->kh, c->kw, 1,    1,    c->padding};
-  mxu_conv2d_desc cd = conv_desc(&cc, act, has_bias);
+  mxu_conv2d_desc cd;
+  mxu_pool2d_desc pd;
+  conv_pool_descs(c, act, has_bias, &cd, &pd);
   cd.bf16 = bf16;
-  int win = c->pool ? c->pool : 2;
-  conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
-                  win,  win,      win,      win,        MXU_VALID};
-  mxu_pool2d_desc pd = pool_desc(&pc, 1);
+  int win = pd.pool_h;
   size_t nx = (size_t)c->n * c->h * c->w * c->c;
   size_t nw = (size_t)c->kh * c->kw * c->c * c->filters;
   size_t ny = (size_t)c->n * pd.out_h * pd.out_w * c->filters;
@@ -1302,13 +1324,10 @@ static void cpd_fused(const mxu_conv2d_desc *cd, const mxu_pool2d_desc *pd,
 static void cpd_check(int c_index, mxu_activation act, int relu, int has_bias,
                       int bf16) {
   const conv_pool_case *c = &cpd_cases[c_index];
-  conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
-                  c->kh, c->kw, 1,    1,    c->padding};
-  mxu_conv2d_desc cd = conv_desc(&cc, act, has_bias);
+  mxu_conv2d_desc cd;
+  mxu_pool2d_desc pd;
+  conv_pool_descs(c, act, has_bias, &cd, &pd);
   cd.bf16 = bf16; /* the inputs rounded, as conv_pool_check */
-  conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
-                  2,    2,        2,        2,          MXU_VALID};
-  mxu_pool2d_desc pd = pool_desc(&pc, 1);
   int units = cpd_units[c_index], in = pd.out_h * pd.out_w * pd.c;
   mxu_dense_desc dd = {c->n, in, units, has_bias, MXU_LINEAR, bf16};
   size_t nx = (size_t)c->n * c->h * c->w * c->c;
@@ -1362,12 +1381,9 @@ static void cpd_check(int c_index, mxu_activation act, int relu, int has_bias,
 /* As conv_pool_bf16_runs, for the logits: Fashion-MNIST's, and with
  * three input channels (the conv float32, the Dense alone bf16). */
 static void cpd_bf16_runs(const conv_pool_case *c, int units) {
-  conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
-                  c->kh, c->kw, 1,    1,    MXU_VALID};
-  mxu_conv2d_desc cd = conv_desc(&cc, MXU_LINEAR, 1);
-  conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
-                  2,    2,        2,        2,          MXU_VALID};
-  mxu_pool2d_desc pd = pool_desc(&pc, 1);
+  mxu_conv2d_desc cd;
+  mxu_pool2d_desc pd;
+  conv_pool_descs(c, MXU_LINEAR, 1, &cd, &pd);
   int in = pd.out_h * pd.out_w * pd.c;
   mxu_dense_desc dd = {c->n, in, units, 1, MXU_LINEAR, 0};
   size_t nx = (size_t)c->n * c->h * c->w * c->c, nl = (size_t)c->n * units;
@@ -1390,12 +1406,7 @@ static void cpd_bf16_runs(const conv_pool_case *c, int units) {
            c->c);
   double worst =
       expect_pair(label, "logits against float32", logits, nl, TOL_BF16);
-#ifdef __AVX512BF16__
-  CHECK_MSG(worst > BF16_MIN_ERROR, "%s: error %.3g: bf16 did not run", label,
-            worst);
-#else
-  (void)worst;
-#endif
+  expect_bf16_ran(label, worst);
   free_pair(logits);
   free(x), free(w), free(b), free(kernel), free(bias);
 }
@@ -1467,12 +1478,9 @@ static void conv_pool_winograd(void) {
   for (int i = FIRST_WINOGRAD_CONV_POOL;
        i < FIRST_WINOGRAD_CONV_POOL + WINOGRAD_CONV_POOLS; i++) {
     const conv_pool_case *c = &conv_pool_cases[i];
-    conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
-                    c->kh, c->kw, 1,    1,    c->padding};
-    mxu_conv2d_desc cd = conv_desc(&cc, MXU_RELU, 1);
-    conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
-                    2,    2,        2,        2,          MXU_VALID};
-    mxu_pool2d_desc pd = pool_desc(&pc, 1);
+    mxu_conv2d_desc cd;
+    mxu_pool2d_desc pd;
+    conv_pool_descs(c, MXU_RELU, 1, &cd, &pd);
     mxu_op *op = NULL;
     CHECK_OK(backends[CPU]->conv_pool_create(&cd, &pd, 0, &op));
     if (!op) continue;
@@ -1571,12 +1579,9 @@ static const conv_pool_case one_channel_cases[] = {
  * rounding: within TOL_BF16, and (where the CPU has AVX512_BF16) more
  * than BF16_MIN_ERROR, or bf16 did not run. */
 static void conv_pool_bf16_runs(const conv_pool_case *c) {
-  conv_case cc = {c->n,  c->h,  c->w, c->c, c->filters,
-                  c->kh, c->kw, 1,    1,    MXU_VALID};
-  mxu_conv2d_desc cd = conv_desc(&cc, MXU_LINEAR, 1);
-  conv_case pc = {c->n, cd.out_h, cd.out_w, c->filters, 0,
-                  2,    2,        2,        2,          MXU_VALID};
-  mxu_pool2d_desc pd = pool_desc(&pc, 1);
+  mxu_conv2d_desc cd;
+  mxu_pool2d_desc pd;
+  conv_pool_descs(c, MXU_LINEAR, 1, &cd, &pd);
   size_t nx = (size_t)c->n * c->h * c->w;
   size_t nw = (size_t)c->kh * c->kw * c->filters;
   size_t ny = (size_t)c->n * pd.out_h * pd.out_w * c->filters;
@@ -1593,12 +1598,7 @@ static void conv_pool_bf16_runs(const conv_pool_case *c) {
   snprintf(label, sizeof label, "bf16 conv+pool k%dx%d, %d filters", c->kh,
            c->kw, c->filters);
   double worst = expect_pair(label, "y against float32", y, ny, TOL_BF16);
-#ifdef __AVX512BF16__
-  CHECK_MSG(worst > BF16_MIN_ERROR, "%s: error %.3g: bf16 did not run", label,
-            worst);
-#else
-  (void)worst;
-#endif
+  expect_bf16_ran(label, worst);
   free_pair(y);
   free(x), free(w), free(b);
 }

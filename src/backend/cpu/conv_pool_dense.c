@@ -121,35 +121,6 @@ static void kernel_tile_out(const struct cpu_conv_pool *cp, const float *dwt,
   transpose(cp, 0, dwt, dkernel + py * cp->row_len * cp->units, cp->row_len);
 }
 
-/* Units k0.. (nk) of ni (1 or 2) images' logit lanes, plus their rows'
- * share: each load of the tile feeds both. */
-static inline __attribute__((always_inline)) void
-logit_lanes(const struct cpu_conv_pool *cp, const float *const y[2],
-            const float *wt, int k0, int nk, int ni, float *const sums[2]) {
-  vf acc[2][UNIT_CHUNK];
-#pragma GCC unroll 2
-  for (int i = 0; i < ni; i++)
-#pragma GCC unroll 16
-    for (int k = 0; k < nk; k++)
-      acc[i][k] = *(const vf *)(sums[i] + (k0 + k) * LANES);
-  for (int64_t v = 0; v < cp->row_len; v += LANES) {
-    vf yv[2];
-#pragma GCC unroll 2
-    for (int i = 0; i < ni; i++) yv[i] = *(const vfu *)(y[i] + v);
-#pragma GCC unroll 16
-    for (int k = 0; k < nk; k++) {
-      vf wk = in_register(*(const vf *)(wt + v * cp->units + (k0 + k) * LANES));
-#pragma GCC unroll 2
-      for (int i = 0; i < ni; i++) acc[i][k] += yv[i] * wk;
-    }
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < ni; i++)
-#pragma GCC unroll 16
-    for (int k = 0; k < nk; k++)
-      *(vf *)(sums[i] + (k0 + k) * LANES) = acc[i][k];
-}
-
 #ifdef CONV_POOL_BF16
 
 /* In bf16 the forward's tile holds kernel rows v.. v + 31 of unit k as
@@ -169,33 +140,52 @@ static void kernel_tile16(const struct cpu_conv_pool *cp, const float *wt,
     }
 }
 
-/* logit_lanes in bf16. */
+#endif
+
+/* Units k0.. (nk) of ni (1 or 2) images' logit lanes, plus their rows'
+ * share: each load of the tile feeds both. tile: the float32 tile, or in
+ * bf16 (a constant) kernel_tile16's. */
 static inline __attribute__((always_inline)) void
-logit_lanes16(const struct cpu_conv_pool *cp, const float *const y[2],
-              const uint16_t *wt16, int k0, int nk, int ni,
-              float *const sums[2]) {
+logit_lanes(const struct cpu_conv_pool *cp, const float *const y[2],
+            const void *tile, int k0, int nk, int ni, int bf16,
+            float *const sums[2]) {
   vf acc[2][UNIT_CHUNK];
 #pragma GCC unroll 2
   for (int i = 0; i < ni; i++)
 #pragma GCC unroll 16
     for (int k = 0; k < nk; k++)
       acc[i][k] = *(const vf *)(sums[i] + (k0 + k) * LANES);
-  for (int64_t v = 0; v < cp->row_len; v += 32) {
-    __m512bh yv[2];
-    int tail = v + LANES == cp->row_len; /* rows in sixteens, not 32s */
-#pragma GCC unroll 2
-    for (int i = 0; i < ni; i++)
-      yv[i] = _mm512_cvtne2ps_pbh(tail ? _mm512_setzero_ps()
-                                       : _mm512_loadu_ps(y[i] + v + LANES),
-                                  _mm512_loadu_ps(y[i] + v));
-    const uint16_t *wv = wt16 + v * cp->units;
-#pragma GCC unroll 16
-    for (int k = 0; k < nk; k++) {
-      vf wk = in_register((vf)_mm512_loadu_si512(wv + (k0 + k) * 32));
+  for (int64_t v = 0; v < cp->row_len; v += bf16 ? 32 : LANES) {
+#ifdef CONV_POOL_BF16
+    if (bf16) {
+      __m512bh yv[2];
+      int tail = v + LANES == cp->row_len; /* rows in sixteens, not 32s */
 #pragma GCC unroll 2
       for (int i = 0; i < ni; i++)
-        acc[i][k] =
-            (vf)_mm512_dpbf16_ps((__m512)acc[i][k], yv[i], (__m512bh)wk);
+        yv[i] = _mm512_cvtne2ps_pbh(tail ? _mm512_setzero_ps()
+                                         : _mm512_loadu_ps(y[i] + v + LANES),
+                                    _mm512_loadu_ps(y[i] + v));
+      const uint16_t *wv = (const uint16_t *)tile + v * cp->units;
+#pragma GCC unroll 16
+      for (int k = 0; k < nk; k++) {
+        vf wk = in_register((vf)_mm512_loadu_si512(wv + (k0 + k) * 32));
+#pragma GCC unroll 2
+        for (int i = 0; i < ni; i++)
+          acc[i][k] =
+              (vf)_mm512_dpbf16_ps((__m512)acc[i][k], yv[i], (__m512bh)wk);
+      }
+      continue;
+    }
+#endif
+    const float *wt = tile;
+    vf yv[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < ni; i++) yv[i] = *(const vfu *)(y[i] + v);
+#pragma GCC unroll 16
+    for (int k = 0; k < nk; k++) {
+      vf wk = in_register(*(const vf *)(wt + v * cp->units + (k0 + k) * LANES));
+#pragma GCC unroll 2
+      for (int i = 0; i < ni; i++) acc[i][k] += yv[i] * wk;
     }
   }
 #pragma GCC unroll 2
@@ -205,13 +195,11 @@ logit_lanes16(const struct cpu_conv_pool *cp, const float *const y[2],
       *(vf *)(sums[i] + (k0 + k) * LANES) = acc[i][k];
 }
 
-#define LOGITS16_1(N) logit_lanes16(cp, y, wt, k0, N, 1, sums)
-#define LOGITS16_2(N) logit_lanes16(cp, y, wt, k0, N, 2, sums)
-
-#endif
-
-#define LOGITS_1(N) logit_lanes(cp, y, wt, k0, N, 1, sums)
-#define LOGITS_2(N) logit_lanes(cp, y, wt, k0, N, 2, sums)
+#define LOGITS(N, NI, BF16) logit_lanes(cp, y, tile, k0, N, NI, BF16, sums)
+#define LOGITS_1(N) LOGITS(N, 1, 0)
+#define LOGITS_2(N) LOGITS(N, 2, 0)
+#define LOGITS16_1(N) LOGITS(N, 1, 1)
+#define LOGITS16_2(N) LOGITS(N, 2, 1)
 
 /* ni images' logit lanes, plus the row's share: tile is the float32 tile
  * or, where the Dense runs bf16, kernel_tile16's. */
@@ -221,7 +209,6 @@ static void logit_rows(const struct cpu_conv_pool *cp, const float *const y[2],
     int nk = cp->units - k0 < UNIT_CHUNK ? cp->units - k0 : UNIT_CHUNK;
 #ifdef CONV_POOL_BF16
     if (cp->dense16) {
-      const uint16_t *wt = tile;
       if (ni == 2) {
         switch (nk) { VEC_CASES(LOGITS16_2, UNIT_CHUNK) }
       } else {
@@ -230,7 +217,6 @@ static void logit_rows(const struct cpu_conv_pool *cp, const float *const y[2],
       continue;
     }
 #endif
-    const float *wt = tile;
     if (ni == 2) {
       switch (nk) { VEC_CASES(LOGITS_2, UNIT_CHUNK) }
     } else {
