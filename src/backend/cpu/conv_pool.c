@@ -222,7 +222,7 @@ void cpu_conv_pool_prefetch(const struct cpu_conv_pool *cp, const float *x,
                             int py) {
   int64_t row = (int64_t)cp->in_w * cp->in_c;
   const char *from = (const char *)(x + 2 * py * row);
-  const char *to = (const char *)(x + (2 * py + cp->kernel_h + 1) * row);
+  const char *to = (const char *)(x + (2 * py + cp->patch_h) * row);
   for (; from < to; from += 64) __builtin_prefetch(from);
 }
 
@@ -522,7 +522,6 @@ mxu_status cpu_conv_pool_build(const mxu_conv2d_desc *c,
                                .row_stride = row_len,
                                .patch = patch <= LANES,
                                .patch_h = c->kernel_h + 1,
-                               .kernel_h = c->kernel_h,
                                .patch_row = (c->kernel_w + 1) * c->in_c,
                                .bf16 = bf16,
                                .pairs = pairs,

@@ -52,7 +52,6 @@ struct cpu_conv_pool {
    * fit a vector (see row_columns): its rows, their floats, and tap t's
    * input in it at window position 0. */
   int patch, patch_h, patch_row;
-  int kernel_h;
   int tap_at[MAX_TAPS];
   /* bf16 (mixed_bfloat16, one input channel, AVX512_BF16): the forward's
    * products pair taps 2k and 2k + 1 in one vdpbf16ps (row_pairs). pairs:
