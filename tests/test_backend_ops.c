@@ -1266,9 +1266,8 @@ typedef struct cpd_io {
 /* conv_pool_reference fed dy of y = dlogits kernel^T; the Dense in
  * doubles on its y. Where the Dense runs bf16 (dd->bf16 and own_bf16:
  * the test rounds kernel and dlogits), y and dy rounded to bf16 as it
- * rounds them (its
- * dy, summed in another order, rounds the same but for the odd value at
- * a tie). */
+ * rounds them (its dy, summed in another order, rounds the same but for
+ * the odd value at a tie). */
 static void cpd_reference(const mxu_conv2d_desc *cd, const mxu_pool2d_desc *pd,
                           int relu, const mxu_dense_desc *dd,
                           const float *const w[MXU_CPD_PARAMS], const float *x,

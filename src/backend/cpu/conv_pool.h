@@ -57,7 +57,7 @@ struct cpu_conv_pool {
    * products pair taps 2k and 2k + 1 in one vdpbf16ps (row_pairs). pairs:
    * how many; pair_cols: a pair row's columns, whole vectors; w16: the
    * kernel rounded, [pairs][c] pairs of bf16, made by cpu_conv_pool_weights
-   * each step. */
+   * at each forward. */
   int bf16, pairs, pair_cols;
   uint16_t *w16;
   int dense16;     /* conv_pool_dense's Dense in vdpbf16ps too */
