@@ -902,6 +902,11 @@ static void bf16_check(const weighted_case *c, const char *label) {
 static const conv_case bf16_conv_cases[] = {
     {2, 9, 9, 64, 16, 3, 3, 1, 1, MXU_SAME},
     {3, 11, 7, 17, 33, 3, 3, 2, 1, MXU_VALID},
+    /* 16 input channels at stride 1: cpu's own bf16 forward; a row of 16
+     * pixels and 5 more, two output vectors */
+    {2, 5, 21, 16, 32, 3, 3, 1, 1, MXU_SAME},
+    {3, 7, 5, 16, 16, 4, 4, 1, 1, MXU_SAME},   /* pads 1/2 */
+    {2, 6, 18, 16, 48, 3, 3, 1, 1, MXU_VALID}, /* one whole tile a row */
 };
 static const dense_case bf16_dense_cases[] = {{8, 1000, 40}, {3, 17, 129}};
 
@@ -950,6 +955,7 @@ static void test_bf16_choice(void) {
     int groups, bf16;
   } convs[] = {
       {{2, 9, 9, 64, 16, 3, 3, 1, 1, MXU_SAME}, 1, 1},
+      {{2, 9, 9, 16, 16, 3, 3, 1, 1, MXU_SAME}, 1, 1}, /* conv_bf16.c's */
       {{4, 8, 8, 32, 32, 3, 3, 1, 1, MXU_SAME}, 1, 1},
       {{3, 11, 7, 17, 33, 3, 3, 2, 1, MXU_VALID}, 1, 1},
       {{2, 12, 10, 3, 32, 3, 3, 1, 1, MXU_SAME}, 1, 0},  /* cifar's first */
@@ -972,6 +978,13 @@ static void test_bf16_choice(void) {
     d.bf16 = 1;
     mxu_op *op = NULL;
     CHECK_OK(backends[CPU]->conv2d_create(&d, &op));
+#ifdef __AVX512BF16__
+    /* the own bf16 forward exactly where it fits: 16 inputs, stride 1 */
+    if (op && bf16_expected())
+      CHECK_MSG((op->conv_bf16 != NULL) ==
+                    (d.in_c == 16 && d.stride_h == 1 && d.groups <= 1),
+                "conv2d choice %d: own bf16 forward", i);
+#endif
     expect_choice(op, convs[i].bf16, "conv2d", i);
   }
   for (int i = 0; i < COUNT(denses); i++) {

@@ -200,10 +200,10 @@ static mxu_status bf16_create(const mxu_conv2d_desc *desc,
     return MXU_ERR_UNSUPPORTED;
   mxu_op *op;
   MXU_TRY(conv_create(desc, CONV_BF16, &op));
-  if (!cpu_conv_gemm_fits(op, own)) {
-    *out = op;
-    return MXU_OK;
-  }
+  if (!cpu_conv_gemm_fits(op, own))
+    return cpu_op_finish(
+        op, cpu_conv_bf16_fits(desc) ? cpu_conv_bf16_attach(op, desc) : MXU_OK,
+        out);
   cpu_op_free(op);
   return MXU_ERR_UNSUPPORTED;
 }
@@ -238,7 +238,9 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
 
 void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,
                         const float *b, float *y) {
-  if (op->conv_few)
+  if (op->conv_bf16)
+    cpu_conv_bf16_forward(op, x, w, b, y);
+  else if (op->conv_few)
     cpu_conv_few_forward(op, x, w, b, y);
   else if (cpu_conv_dw_own_forward(op))
     cpu_conv_dw_forward(op, x, w, b, y);

@@ -72,6 +72,7 @@ struct mxu_op {
   struct cpu_conv_dw *conv_dw;     /* conv_dw.c's depthwise weights */
   struct cpu_conv_gemm *conv_gemm; /* conv_gemm.c's weights, or NULL */
   struct cpu_conv_wino *conv_wino; /* conv_wino.c's forward and data */
+  struct cpu_conv_bf16 *conv_bf16; /* conv_bf16.c's bf16 forward */
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -201,6 +202,12 @@ int cpu_weighted_dst_layout(mxu_op *op, void **copy);
  * which the caller may fill (rounded to nearest even, as the conversion
  * would) and pass as dy; else NULL. */
 uint16_t *cpu_weighted_bf16_dy(const mxu_op *op);
+/* For an op whose caller runs the forward itself (conv_bf16.c): where
+ * backward weights reads x as NHWC bfloat16, the op's copy of it, which
+ * the caller may fill (rounded as the conversion would) and then mark as
+ * made from x; else NULL. */
+uint16_t *cpu_weighted_bf16_x(const mxu_op *op);
+void cpu_weighted_made_x(mxu_op *op, const float *x);
 /* Whether oneDNN runs a pass on a generic kernel (its GEMM or reference
  * one) rather than one of its own for the shape. */
 int cpu_weighted_generic(const mxu_op *op, cpu_pass pass);
@@ -287,6 +294,13 @@ void cpu_conv_wino_forward_pool(mxu_op *op, const float *x, const float *w,
                                 uint8_t *ws);
 void cpu_conv_wino_backward_weights(mxu_op *op, const float *x, const float *dy,
                                     float *dw, float *db);
+
+/* conv_bf16.c: a bf16 conv's forward where it has 16 input channels,
+ * attached to the bf16 oneDNN op that runs its backward passes. */
+int cpu_conv_bf16_fits(const mxu_conv2d_desc *desc);
+mxu_status cpu_conv_bf16_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
+                           const float *b, float *y);
 
 /* conv_few.c: forward and backward weights for few input channels,
  * stride 1, float32, attached the same way; with conv_data.c, they read

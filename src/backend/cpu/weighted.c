@@ -346,19 +346,30 @@ void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
     cpu_run(&op->prim[REORDER + BWD_WEIGHTS], (const void *[]){blocked, dw});
 }
 
-uint16_t *cpu_weighted_bf16_dy(const mxu_op *op) {
+/* copy, where pass i's primitive reads arg from it as NHWC bfloat16. */
+static uint16_t *nhwc_bf16(const mxu_op *op, int i, int arg, void *copy) {
   const dnnl_memory_desc_t *md = NULL;
-  if (op->bf16 && op->diff_dst_copy)
-    md = dnnl_primitive_desc_query_md(
-        op->prim[BWD_DATA].pd, dnnl_query_exec_arg_md, DNNL_ARG_DIFF_DST);
+  if (op->bf16 && copy)
+    md = dnnl_primitive_desc_query_md(op->prim[i].pd, dnnl_query_exec_arg_md,
+                                      arg);
   dnnl_memory_desc_t nhwc;
   if (!md || md->ndims != 4 ||
       dnnl_memory_desc_init_by_tag(&nhwc, 4, md->dims, dnnl_bf16, dnnl_nhwc) !=
           dnnl_success ||
       !dnnl_memory_desc_equal(md, &nhwc))
     return NULL;
-  return op->diff_dst_copy;
+  return copy;
 }
+
+uint16_t *cpu_weighted_bf16_dy(const mxu_op *op) {
+  return nhwc_bf16(op, BWD_DATA, DNNL_ARG_DIFF_DST, op->diff_dst_copy);
+}
+
+uint16_t *cpu_weighted_bf16_x(const mxu_op *op) {
+  return nhwc_bf16(op, BWD_WEIGHTS, DNNL_ARG_SRC, op->src_copy);
+}
+
+void cpu_weighted_made_x(mxu_op *op, const float *x) { op->src_from = x; }
 
 int cpu_weighted_dst_layout(mxu_op *op, void **copy) {
   cpu_convert_how out = op->convert[DST_OUT - SRC_IN].how;

@@ -1,0 +1,235 @@
+/* conv_bf16.c — a bf16 Conv2D's forward where its 16 input channels are
+ * too few for oneDNN 2.6's brgemm kernels to run them well: ResNet-20's
+ * 3x3 16 -> 16 convs on 32x32 images ran at half of vdpbf16ps' rate
+ * there, 1.37-1.41 ms a forward of 128 images on 2 threads in the model
+ * (rounding x to bf16 in a pass of its own included), 0.92-0.93 here;
+ * ResNet-20 in mixed_bfloat16 1.063x (median of 7 alternating ratios).
+ * With 32 input channels oneDNN's ran within 15% of these loops.
+ *
+ * Each image is first rounded into a zeroed bf16 buffer with its
+ * padding, so no tap needs a bounds check, and a pixel's 16 channels are
+ * 8 pairs of consecutive bf16 (32 bits each). A tile is 16 output pixels
+ * of a row by one vector of 16 output channels: for each tap and pair of
+ * input channels, one vector of the kernel's pairs (the two channels'
+ * weights interleaved for the 16 outputs) meets each pixel's pair,
+ * broadcast, in one vdpbf16ps. The sums are float32, as oneDNN's; the
+ * products of bf16 values are exact, so only the order of the sums
+ * differs from oneDNN's. Each output is computed by the same operations
+ * whatever the thread count. The backward passes stay on oneDNN's
+ * primitives of the same op: the rounded x goes into its copy for the
+ * backward weights as well (from memory, in the backward, that pass over
+ * x cost more than the forward saved); their other copies they make
+ * themselves (cpu_weighted_new_inputs). */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/vec.h"
+
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512BF16__) && LANES == 16
+#define OWN_BF16
+
+#define IN_C 16   /* input channels it takes: 8 pairs */
+#define PIXELS 16 /* output pixels a tile holds */
+
+struct cpu_conv_bf16 {
+  mxu_conv2d_desc d;
+  int padded_h, padded_w;
+  int64_t padded_size; /* bf16 values of one padded image */
+  int threads;
+  uint32_t *w16;    /* [taps][IN_C / 2][out_c]: each a pair of bf16 */
+  uint16_t *padded; /* threads x one padded image */
+};
+
+/* The kernel ([kh][kw][IN_C][out_c], HWIO) as pairs of input channels:
+ * element (tap, p, o) holds bf16 of w[tap][2p][o] low, of w[tap][2p+1][o]
+ * high, so that a vector of 16 outputs meets a pixel's pair p. */
+static void pair_kernel(const struct cpu_conv_bf16 *cb, const float *w) {
+  int taps = cb->d.kernel_h * cb->d.kernel_w, co = cb->d.out_c;
+  for (int t = 0; t < taps; t++)
+    for (int p = 0; p < IN_C / 2; p++) {
+      const float *lo = w + ((int64_t)t * IN_C + 2 * p) * co, *hi = lo + co;
+      uint32_t *to = cb->w16 + ((int64_t)t * (IN_C / 2) + p) * co;
+      for (int o = 0; o < co; o += LANES) {
+        __m512i both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(hi + o),
+                                                    _mm512_loadu_ps(lo + o));
+        /* lane l: lo's bf16 (both's word l) low, hi's (word 16 + l) high */
+        __m512i lo32 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(both));
+        __m512i hi32 =
+            _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(both, 1));
+        _mm512_storeu_si512(to + o,
+                            _mm512_or_si512(lo32, _mm512_slli_epi32(hi32, 16)));
+      }
+    }
+}
+
+/* Image x rounded to bf16 into xp, its padding zero, and into x16 (the
+ * backward weights' copy, NHWC) unless NULL. */
+static void pad_image(const struct cpu_conv_bf16 *cb, const float *x,
+                      uint16_t *xp, uint16_t *x16) {
+  const mxu_conv2d_desc *d = &cb->d;
+  memset(xp, 0, (size_t)cb->padded_size * sizeof *xp);
+  for (int y = 0; y < d->in_h; y++) {
+    int64_t at = (int64_t)y * d->in_w * IN_C;
+    uint16_t *to =
+        xp + ((int64_t)(y + d->pad_top) * cb->padded_w + d->pad_left) * IN_C;
+    for (int i = 0; i < d->in_w; i++) {
+      __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + at));
+      _mm256_storeu_si256((__m256i *)(to + i * IN_C), h);
+      if (x16) _mm256_storeu_si256((__m256i *)(x16 + at), h);
+      at += IN_C;
+    }
+  }
+}
+
+/* The pair at p in every lane, loaded so: GCC otherwise kept pixels'
+ * pairs that several taps share in registers and broadcast from there,
+ * a shuffle each on the one port they go to (1.5 against 1.3 ms for
+ * ResNet-20's 16 -> 16 forwards). */
+static inline __attribute__((always_inline)) __m512bh
+broadcast(const uint32_t *p) {
+  __m512i v;
+  __asm__("vpbroadcastd %1, %0" : "=v"(v) : "m"(*p));
+  return (__m512bh)v;
+}
+
+/* np output pixels (a constant once inlined) of row oy from column ox
+ * on, output channels v * 16 on: the bias, every tap's 8 products, relu
+ * if asked, stored. */
+static inline __attribute__((always_inline)) void
+tile(const struct cpu_conv_bf16 *cb, const uint16_t *xp, const float *b, int oy,
+     int ox, int v, int np, int stream, float *y) {
+  const mxu_conv2d_desc *d = &cb->d;
+  int co = d->out_c;
+  __m512 acc[PIXELS];
+  __m512 bias = b ? _mm512_loadu_ps(b + v * LANES) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int p = 0; p < np; p++) acc[p] = bias;
+  for (int ky = 0; ky < d->kernel_h; ky++)
+    for (int kx = 0; kx < d->kernel_w; kx++) {
+      const uint32_t *in =
+          (const uint32_t *)(xp +
+                             ((int64_t)(oy + ky) * cb->padded_w + ox + kx) *
+                                 IN_C);
+      const uint32_t *wt = cb->w16 +
+                           (int64_t)(ky * d->kernel_w + kx) * (IN_C / 2) * co +
+                           v * LANES;
+#pragma GCC unroll 8
+      for (int pair = 0; pair < IN_C / 2; pair++) {
+        __m512bh w = (__m512bh)_mm512_loadu_si512(wt + pair * co);
+#pragma GCC unroll 16
+        for (int p = 0; p < np; p++)
+          acc[p] = _mm512_dpbf16_ps(acc[p], w,
+                                    broadcast(in + p * (IN_C / 2) + pair));
+      }
+    }
+  float *row = y + ((int64_t)oy * d->out_w + ox) * co + v * LANES;
+#pragma GCC unroll 16
+  for (int p = 0; p < np; p++) {
+    if (d->activation == MXU_RELU)
+      acc[p] = _mm512_max_ps(acc[p], _mm512_setzero_ps());
+    store_vec(row + (int64_t)p * co, (vf)acc[p], stream);
+  }
+}
+
+#define TILE(N) tile(cb, xp, b, oy, ox, v, N, stream, y)
+
+/* One image's outputs, past the cache where stream (y goes to the next
+ * layer from memory anyway: 1.5 against 1.3 ms with plain stores);
+ * meanwhile the next image's x (next, or NULL) is asked for, a row's
+ * share with each output row. */
+static void image(const struct cpu_conv_bf16 *cb, const uint16_t *xp,
+                  const float *b, const float *next, int stream, float *y) {
+  const mxu_conv2d_desc *d = &cb->d;
+  int64_t in_bytes = (int64_t)d->in_h * d->in_w * IN_C * sizeof(float);
+  int64_t share = (in_bytes + d->out_h - 1) / d->out_h;
+  for (int oy = 0; oy < d->out_h; oy++) {
+    if (next)
+      for (int64_t at = oy * share; at < (oy + 1) * share && at < in_bytes;
+           at += 64)
+        __builtin_prefetch((const char *)next + at);
+    for (int v = 0; v < d->out_c / LANES; v++) {
+      int ox = 0;
+      for (; ox + PIXELS <= d->out_w; ox += PIXELS) TILE(PIXELS);
+      switch (d->out_w - ox) { VEC_CASES(TILE, PIXELS - 1) }
+    }
+  }
+}
+
+#undef TILE
+
+void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
+                           const float *b, float *y) {
+  const struct cpu_conv_bf16 *cb = op->conv_bf16;
+  const mxu_conv2d_desc *d = &cb->d;
+  /* A new step: the backward passes make their copies but of x, which
+   * this writes as it rounds it. */
+  cpu_weighted_new_inputs(op);
+  uint16_t *x16 = cpu_weighted_bf16_x(op);
+  pair_kernel(cb, w);
+  int64_t in_size = (int64_t)d->in_h * d->in_w * IN_C;
+  int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
+  int threads = cpu_threads_for(d->n);
+  if (threads > cb->threads) threads = cb->threads;
+  int stream = cpu_streams(y, (size_t)(d->n * out_size) * sizeof *y);
+#pragma omp parallel num_threads(threads)
+  {
+    uint16_t *xp = cb->padded + omp_get_thread_num() * cb->padded_size;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < d->n; i++) {
+      pad_image(cb, x + i * in_size, xp, x16 ? x16 + i * in_size : NULL);
+      image(cb, xp, op->has_bias ? b : NULL,
+            i + 1 < d->n ? x + (i + 1) * in_size : NULL, stream,
+            y + i * out_size);
+    }
+    if (stream) cpu_stream_fence();
+  }
+  if (x16) cpu_weighted_made_x(op, x);
+}
+
+#endif
+
+/* A bf16 conv of 16 input channels, stride 1, whole vectors of outputs,
+ * linear or relu, NHWC in and out, on a CPU with AVX512_BF16. */
+int cpu_conv_bf16_fits(const mxu_conv2d_desc *d) {
+#ifdef OWN_BF16
+  return d->bf16 && mxu_conv2d_plain(d) && d->in_c == IN_C &&
+         d->out_c % LANES == 0 && d->stride_h == 1 && d->stride_w == 1 &&
+         !d->x_native && !d->y_native &&
+         (d->activation == MXU_LINEAR || d->activation == MXU_RELU);
+#else
+  (void)d;
+  return 0;
+#endif
+}
+
+mxu_status cpu_conv_bf16_attach(mxu_op *op, const mxu_conv2d_desc *d) {
+#ifdef OWN_BF16
+  int padded_h = d->out_h + d->kernel_h - 1,
+      padded_w = d->out_w + d->kernel_w - 1;
+  /* whole lines a thread, so each buffer starts on one */
+  int64_t padded_size = ((int64_t)padded_h * padded_w * IN_C + 31) / 32 * 32;
+  int threads = cpu_create_threads();
+  size_t head = (sizeof(struct cpu_conv_bf16) + 63) / 64 * 64;
+  size_t w16 = (size_t)d->kernel_h * d->kernel_w * (IN_C / 2) * d->out_c *
+               sizeof(uint32_t);
+  w16 = (w16 + 63) / 64 * 64;
+  struct cpu_conv_bf16 *cb = mxu_aligned_alloc(
+      head + w16 + (size_t)threads * (size_t)padded_size * sizeof(uint16_t));
+  if (!cb) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
+  *cb = (struct cpu_conv_bf16){.d = *d,
+                               .padded_h = padded_h,
+                               .padded_w = padded_w,
+                               .padded_size = padded_size,
+                               .threads = threads};
+  cb->w16 = (uint32_t *)(void *)((char *)cb + head);
+  cb->padded = (uint16_t *)(void *)((char *)cb + head + w16);
+  op->conv_bf16 = cb;
+  return MXU_OK;
+#else
+  (void)op;
+  (void)d;
+  return mxu_fail(MXU_ERR_UNSUPPORTED, "conv2d: no AVX512_BF16 in this build");
+#endif
+}
