@@ -188,6 +188,19 @@ void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
   if (x16) cpu_weighted_made_x(op, x);
 }
 
+#else
+
+/* Never attached where the loops are not built (cpu_conv_bf16_fits), but
+ * conv.c's dispatch names it. */
+void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
+                           const float *b, float *y) {
+  (void)op;
+  (void)x;
+  (void)w;
+  (void)b;
+  (void)y;
+}
+
 #endif
 
 /* A bf16 conv of 16 input channels, stride 1, whole vectors of outputs,
