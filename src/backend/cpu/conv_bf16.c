@@ -35,7 +35,7 @@
 
 struct cpu_conv_bf16 {
   mxu_conv2d_desc d;
-  int padded_h, padded_w;
+  int padded_w;
   int64_t padded_size; /* bf16 values of one padded image */
   int threads;
   uint32_t *w16;    /* [taps][IN_C / 2][out_c]: each a pair of bf16 */
@@ -232,7 +232,6 @@ mxu_status cpu_conv_bf16_attach(mxu_op *op, const mxu_conv2d_desc *d) {
       head + w16 + (size_t)threads * (size_t)padded_size * sizeof(uint16_t));
   if (!cb) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
   *cb = (struct cpu_conv_bf16){.d = *d,
-                               .padded_h = padded_h,
                                .padded_w = padded_w,
                                .padded_size = padded_size,
                                .threads = threads};
