@@ -27,8 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX512BF16__) && LANES == 16
-#define OWN_BF16
+#ifdef VEC_BF16
 
 #define IN_C 16   /* input channels it takes: 8 pairs */
 #define PIXELS 16 /* output pixels a tile holds */
@@ -51,16 +50,9 @@ static void pair_kernel(const struct cpu_conv_bf16 *cb, const float *w) {
     for (int p = 0; p < IN_C / 2; p++) {
       const float *lo = w + ((int64_t)t * IN_C + 2 * p) * co, *hi = lo + co;
       uint32_t *to = cb->w16 + ((int64_t)t * (IN_C / 2) + p) * co;
-      for (int o = 0; o < co; o += LANES) {
-        __m512i both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(hi + o),
-                                                    _mm512_loadu_ps(lo + o));
-        /* lane l: lo's bf16 (both's word l) low, hi's (word 16 + l) high */
-        __m512i lo32 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(both));
-        __m512i hi32 =
-            _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(both, 1));
-        _mm512_storeu_si512(to + o,
-                            _mm512_or_si512(lo32, _mm512_slli_epi32(hi32, 16)));
-      }
+      for (int o = 0; o < co; o += LANES)
+        _mm512_storeu_si512(to + o, pair_vector(*(const vfu *)(lo + o),
+                                                *(const vfu *)(hi + o)));
     }
 }
 
@@ -206,7 +198,7 @@ void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
 /* A bf16 conv of 16 input channels, stride 1, whole vectors of outputs,
  * linear or relu, NHWC in and out, on a CPU with AVX512_BF16. */
 int cpu_conv_bf16_fits(const mxu_conv2d_desc *d) {
-#ifdef OWN_BF16
+#ifdef VEC_BF16
   return d->bf16 && mxu_conv2d_plain(d) && d->in_c == IN_C &&
          d->out_c % LANES == 0 && d->stride_h == 1 && d->stride_w == 1 &&
          !d->x_native && !d->y_native &&
@@ -218,7 +210,7 @@ int cpu_conv_bf16_fits(const mxu_conv2d_desc *d) {
 }
 
 mxu_status cpu_conv_bf16_attach(mxu_op *op, const mxu_conv2d_desc *d) {
-#ifdef OWN_BF16
+#ifdef VEC_BF16
   int padded_h = d->out_h + d->kernel_h - 1,
       padded_w = d->out_w + d->kernel_w - 1;
   /* whole lines a thread, so each buffer starts on one */

@@ -103,7 +103,7 @@ forward_tile(const struct cpu_conv_pool *cp, const float *x0, const float *w,
  * two loads and a conversion per 16 of them. The sums stay float32, and
  * the products of bf16 are exact in it, as in Keras' mixed_bfloat16 (bf16
  * inputs and kernel, float32 accumulation). */
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
 
 /* Tap pairs (kernels up to 3x3 on the one channel: larger ones run
  * float32) and channel vectors of a bf16 tile: their kernel vectors stay
@@ -229,7 +229,7 @@ void cpu_conv_pool_prefetch(const struct cpu_conv_pool *cp, const float *x,
 void cpu_conv_pool_row(const struct cpu_conv_pool *cp, const float *x,
                        const float *w, const float *b, int py, float *y,
                        uint8_t *ws, float *cols) {
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
   if (cp->bf16) {
     row_bf16(cp, x, b, py, y, ws, cols);
     return;
@@ -487,7 +487,7 @@ mxu_status cpu_conv_pool_build(const mxu_conv2d_desc *c,
   size_t col_floats =
       ((size_t)p->out_w * per_pixel + 2 * LANES - 1) / LANES * LANES;
   int pairs = (taps + 1) / 2;
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
   int bf16 = c->bf16 && c->in_c == 1 && pairs <= BF16_PAIRS;
 #else
   int bf16 = 0;

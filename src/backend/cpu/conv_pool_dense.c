@@ -194,7 +194,7 @@ static void kernel_tile_out(const struct cpu_conv_pool *cp, const float *dwt,
   transpose(cp, 0, dwt, dkernel + py * cp->row_len * cp->units, cp->row_len);
 }
 
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
 
 /* In bf16 the forward's tile holds kernel rows v.. v + 31 of unit k as
  * one vector of 32 in order ([row_len / 32][units][32]), so that each
@@ -229,7 +229,7 @@ logit_lanes(const struct cpu_conv_pool *cp, const float *const y[2],
     for (int k = 0; k < nk; k++)
       acc[i][k] = *(const vf *)(sums[i] + (k0 + k) * LANES);
   for (int64_t v = 0; v < cp->row_len; v += bf16 ? 32 : LANES) {
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
     if (bf16) {
       __m512bh yv[2];
       int tail = v + LANES == cp->row_len; /* rows in sixteens, not 32s */
@@ -280,7 +280,7 @@ static void logit_rows(const struct cpu_conv_pool *cp, const float *const y[2],
                        const void *tile, int ni, float *const sums[2]) {
   for (int k0 = 0; k0 < cp->units; k0 += UNIT_CHUNK) {
     int nk = cp->units - k0 < UNIT_CHUNK ? cp->units - k0 : UNIT_CHUNK;
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
     if (cp->dense16) {
       if (ni == 2) {
         switch (nk) { VEC_CASES(LOGITS16_2, UNIT_CHUNK) }
@@ -309,12 +309,12 @@ static void dense_forward_range(const struct cpu_conv_pool *cp, int lo, int hi,
   const float *b = cp->has_bias ? w[MXU_CPD_CONV_B] : NULL;
   memset(cp->sums + lo * lanes, 0, (size_t)((hi - lo) * lanes) * sizeof(float));
   const void *tile = t.wt;
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
   if (cp->dense16) tile = t.dwt; /* its bf16 copy, where backward's goes */
 #endif
   for (int py = 0; py < cp->out_h; py++) {
     kernel_tile(cp, w[MXU_CPD_DENSE_W], py, t.wt);
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
     if (cp->dense16) kernel_tile16(cp, t.wt, (uint16_t *)t.dwt);
 #endif
     for (int i0 = lo; i0 < hi; i0 += 2) {
@@ -411,7 +411,7 @@ vector_grads(const struct cpu_conv_pool *cp, const float *y,
 #define VECTOR_GRADS(N)                                                        \
   vector_grads(cp, y, dlogits, wt, dwt, g, first, last, v, k0, N)
 
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
 
 /* A dense block's dlogits as bf16 pairs, for vector_grads16: of images
  * (i, i + 1) for each unit, [(i - first) / 2][units], then of units
@@ -509,7 +509,7 @@ static void row_dense_grads(const struct cpu_conv_pool *cp, const float *y,
   for (int k0 = 0; k0 < cp->units; k0 += DY_CHUNK) {
     int nk = cp->units - k0 < DY_CHUNK ? cp->units - k0 : DY_CHUNK;
     for (int64_t v = 0; v < cp->row_len; v += LANES) {
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
       if (cp->dense16) {
         switch (nk) { VEC_CASES(VECTOR_GRADS16, DY_CHUNK) }
         continue;
@@ -535,7 +535,7 @@ static void dense_backward_block(const struct cpu_conv_pool *cp, int64_t blk,
   memset(cp->partial + first / IMAGE_BLOCK * per, 0,
          (size_t)(((last - first + IMAGE_BLOCK - 1) / IMAGE_BLOCK) * per) *
              sizeof(float));
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
   if (cp->dense16) dl_pairs(cp, dlogits, first, last, t.dl);
 #endif
   for (int py = 0; py < cp->out_h; py++) {
@@ -628,7 +628,7 @@ mxu_status cpu_conv_pool_dense_create(const mxu_conv2d_desc *c,
       cpu_conv_pool_build(c, p, relu, sums + partial + threads * tiles, out));
   struct cpu_conv_pool *cp = (*out)->conv_pool;
   cp->units = d->out;
-#ifdef CONV_POOL_BF16
+#ifdef VEC_BF16
   cp->dense16 = d->bf16;
 #endif
   cp->has_dense_bias = d->has_bias;

@@ -238,4 +238,27 @@ static inline __attribute__((always_inline)) void store_bytes(uint8_t *p,
 #endif
 }
 
+/* Where the own loops multiply in vdpbf16ps under mixed_bfloat16
+ * (AVX512_BF16): conv_pool.c, conv_pool_dense.c, conv_bf16.c. */
+#if defined(__AVX512BF16__) && LANES == 16
+#define VEC_BF16
+
+/* Lane l: bf16 of lo[l] in its low half, of hi[l] in its high half, so
+ * that vdpbf16ps pairs them with a kernel vector of the same layout. */
+static inline __attribute__((always_inline)) __m512i pair_vector(vf lo, vf hi) {
+  static const int16_t order[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  __m512i both = (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo);
+  return _mm512_permutexvar_epi16(_mm512_loadu_si512(order), both);
+}
+
+/* bf16 of lo and of hi, paired as pair_vector's lanes. */
+static inline int32_t pair_of(float lo, float hi) {
+  __m128bh both = _mm_cvtneps_pbh(_mm_setr_ps(lo, hi, 0.0f, 0.0f));
+  return _mm_cvtsi128_si32((__m128i)both);
+}
+
+#endif
+
 #endif
