@@ -1,9 +1,11 @@
-/* test_replicas.c — the replica strategy: weights bit-identical for any
+/* test_replicas.c — the replica strategy: the gradient sum's fixed tree,
+ * weights bit-identical for any
  * thread count, equal to one replica when nothing depends on the split,
  * BatchNormalization's moving statistics averaged over replicas, every
  * evaluated sample counted once, and the errors a bad split gives. */
 #include "check.h"
 #include "model/model.h"
+#include "strategy/strategy.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -521,7 +523,49 @@ static void test_errors(void) {
   mxu_model_free(model);
 }
 
+/* The tree by its definition: whole buffers, level by level. */
+static void tree_by_levels(float **g, int count, int64_t begin, int64_t end) {
+  for (int s = 1; s < count; s *= 2)
+    for (int r = 0; r + s < count; r += 2 * s)
+      for (int64_t e = begin; e < end; e++) g[r][e] += g[r + s][e];
+}
+
+/* mxu_strategy_tree_sum's bits against the tree's definition for every
+ * replica count up to 70 (partial trees of every shape) over ranges that
+ * cut blocks, with values of wide-ranging magnitude so that the order of
+ * the additions shows: a plain left-to-right sum differs somewhere. */
+static void test_tree_sum(void) {
+  enum { COUNT = 70, LEN = 300 };
+  static float data[COUNT][LEN], want[COUNT][LEN], got[COUNT][LEN];
+  uint32_t h = 99;
+  for (int r = 0; r < COUNT; r++)
+    for (int e = 0; e < LEN; e++) {
+      h = h * 1664525u + 1013904223u;
+      data[r][e] = ((float)(h >> 8) / (float)(1u << 24) - 0.5f) *
+                   (float)(1u << (h % 24));
+    }
+  int order_shows = 0;
+  for (int count = 1; count <= COUNT; count++) {
+    float *w[COUNT], *g[COUNT];
+    memcpy(want, data, sizeof data);
+    memcpy(got, data, sizeof data);
+    for (int r = 0; r < count; r++) w[r] = want[r], g[r] = got[r];
+    int64_t begin = count % 3, end = LEN - count % 5; /* not whole blocks */
+    tree_by_levels(w, count, begin, end);
+    mxu_strategy_tree_sum(g, count, begin, end);
+    CHECK_MSG(memcmp(got[0], want[0], sizeof got[0]) == 0,
+              "tree sum of %d replicas differs from its definition", count);
+    for (int64_t e = begin; e < end && count > 2; e++) {
+      float plain = 0.0f;
+      for (int r = 0; r < count; r++) plain += data[r][e];
+      order_shows |= plain != got[0][e];
+    }
+  }
+  CHECK(order_shows);
+}
+
 int main(void) {
+  test_tree_sum();
   test_thread_counts();
   test_augmented();
   test_same_as_one_replica();

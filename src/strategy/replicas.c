@@ -142,9 +142,11 @@ static void run_replica(mxu_model *model, mxu_replica *replica,
   denormals_restore(mode);
 }
 
-/* g[0][begin, end) = sum over r of g[r], pairing replicas r and r + s for
- * s = 1, 2, 4, ...: the order depends on the replica count only. */
-static void tree_sum(float *const *g, int count, int64_t begin, int64_t end) {
+/* The order depends on the replica count only. (Block by block, each
+ * g[r] read once into a stack of subtrees and only g[0] written, the sum
+ * ran no faster: Fashion-MNIST's 20 slices, 0.99x.) */
+void mxu_strategy_tree_sum(float *const *g, int count, int64_t begin,
+                           int64_t end) {
   unsigned mode = denormals_off();
   for (int s = 1; s < count; s *= 2)
     for (int r = 0; r + s < count; r += 2 * s) {
@@ -227,7 +229,7 @@ static void reduce_across_processes(mxu_model *model) {
   mxu_dist_alltoall(send, recv, block);
   float *g[plan->replicas];
   for (int r = 0; r < plan->replicas; r++) g[r] = recv + (int64_t)r * per;
-  tree_sum(g, plan->replicas, 0, end - begin);
+  mxu_strategy_tree_sum(g, plan->replicas, 0, end - begin);
   memcpy(model->grads + begin, g[0], (size_t)(end - begin) * sizeof(float));
 }
 
@@ -363,8 +365,8 @@ static void step_replica(const each_job *job, int64_t r) {
  * first's. */
 static void sum_chunk(const each_job *job, int64_t c) {
   int64_t count = job->model->trainable_count;
-  tree_sum(job->grads, job->model->plan.local_count, c * CHUNK,
-           min64((c + 1) * CHUNK, count));
+  mxu_strategy_tree_sum(job->grads, job->model->plan.local_count, c * CHUNK,
+                        min64((c + 1) * CHUNK, count));
 }
 
 static void run_synchronized(mxu_model *model, const mxu_step_key *key,

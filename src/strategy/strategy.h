@@ -35,6 +35,13 @@ void mxu_strategy_sync_slots(mxu_model *model);
  * of the global batch into out, from every process. */
 void mxu_strategy_outputs(mxu_model *model, int n, int64_t rows, float *out);
 
+/* g[0][begin, end) = the sum over r < count of g[r][begin, end), in the
+ * fixed tree: replicas r and r + s paired for s = 1, 2, 4, ..., each sum
+ * into the first of the pair (the other buffers hold partial sums
+ * after). */
+void mxu_strategy_tree_sum(float *const *g, int count, int64_t begin,
+                           int64_t end);
+
 /* ---- between processes (MPI, or a world of one) ---------------------- */
 
 /* recv gets every rank's `bytes` bytes, in rank order. */
