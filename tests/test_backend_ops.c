@@ -1694,7 +1694,7 @@ static void bn_run(const mxu_batchnorm_desc *d, const bn_inputs *in,
  * gammas of 40-120 part of the normalised values beyond +-88, where cpu's exp
  * clamps (both checked). */
 static void bn_check(const bn_case *c, mxu_activation act, int index) {
-  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, act};
+  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, act, 0, 0};
   size_t n = (size_t)c->rows * c->c;
   int wide = act == MXU_SILU && index % 2;
   int capped_act = act == MXU_RELU6 || act == MXU_HARD_SILU;
@@ -1740,12 +1740,88 @@ static void bn_check(const bn_case *c, mxu_activation act, int index) {
   free((void *)in.dy), free((void *)in.mean), free((void *)in.var);
 }
 
+/* n values as bf16 (pack) or back (unpack, into floats). */
+static uint16_t *pack_bf16(const float *x, size_t n) {
+  uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+  for (size_t i = 0; i < n; i++) h[i] = cpu_bf16_of(x[i]);
+  return h;
+}
+
+static void unpack_bf16(const float *packed, size_t n, float *to) {
+  const uint16_t *h = (const uint16_t *)packed;
+  for (size_t i = n; i-- > 0;) to[i] = cpu_bf16_float(h[i]);
+}
+
+/* bf16 tensors (x_bf16, y_bf16): x rounded to bf16 and passed as bf16
+ * agrees with the oracle on the same rounded x; a bf16 y is exactly the
+ * float32 y of the same op rounded, and nothing else changes with it. */
+static void bn_bf16_check(const bn_case *c, mxu_activation act, int index) {
+  size_t n = (size_t)c->rows * c->c;
+  bn_inputs in = {rnd(n, -1, 3), rnd(c->c, 0.5f, 1.5f), rnd(c->c, -1, 1),
+                  rnd(n, -1, 1), rnd(c->c, -0.5f, 1),   rnd(c->c, 0.2f, 2),
+                  NULL};
+  round_bf16((float *)in.x, n);
+  uint16_t *xh = pack_bf16(in.x, n);
+  size_t sizes[7] = {n, c->c, c->c, n, n, c->c, c->c};
+  float *out[4][7]; /* the oracle; cpu with x, y in bf16: 10, 00, 11 */
+  for (int k = 0; k < 4; k++)
+    for (int j = 0; j < 7; j++) out[k][j] = zeros(sizes[j]);
+  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, act, 0, 0};
+  bn_run(&d, &in, out[0], REF);
+  in.y = out[0][0];
+  static const int flags[3][2] = {{1, 0}, {0, 0}, {1, 1}};
+  for (int k = 0; k < 3; k++) {
+    for (int j = 1; j < 3; j++) memcpy(out[k + 1][j], out[0][j], sizes[j] * 4);
+    d.x_bf16 = flags[k][0], d.y_bf16 = flags[k][1];
+    bn_inputs at = in;
+    if (d.x_bf16) at.x = (const float *)xh;
+    bn_run(&d, &at, out[k + 1], CPU);
+  }
+  char label[80];
+  snprintf(label, sizeof label, "batchnorm bf16 x case %d + %s", index,
+           act_names[act]);
+  static const char *const what[7] = {
+      "training y", "mean", "variance", "inference y", "dx", "dgamma", "dbeta"};
+  for (int j = 0; j < 7; j++)
+    expect_pair(label, what[j], (float *[]){out[1][j], out[0][j]}, sizes[j],
+                TOL_LAYER);
+  /* x's bf16 copy reads as x: the same bits as from float32 x */
+  for (int j = 0; j < 7; j++)
+    CHECK_MSG(memcmp(out[1][j], out[2][j], sizes[j] * 4) == 0,
+              "%s: %s from bf16 x differs from float32 x", label, what[j]);
+  for (int j = 0; j < 7; j++) {
+    if (j == 0 || j == 3) {
+      float *y = zeros(n);
+      unpack_bf16(out[3][j], n, y);
+      size_t bad = n;
+      for (size_t i = 0; i < n; i++)
+        if (cpu_bf16_of(y[i]) != cpu_bf16_of(out[1][j][i]) ||
+            y[i] != cpu_bf16_float(cpu_bf16_of(out[1][j][i])))
+          bad = bad < i ? bad : i;
+      CHECK_MSG(bad == n, "%s: bf16 %s [%zu] %.9g, float32 %.9g", label,
+                what[j], bad, bad < n ? y[bad] : 0.0,
+                bad < n ? out[1][j][bad] : 0.0);
+      free(y);
+    } else {
+      CHECK_MSG(memcmp(out[3][j], out[1][j], sizes[j] * 4) == 0,
+                "%s: %s changes with a bf16 y", label, what[j]);
+    }
+  }
+  for (int k = 0; k < 4; k++)
+    for (int j = 0; j < 7; j++) free(out[k][j]);
+  free(xh);
+  free((void *)in.x), free((void *)in.gamma), free((void *)in.beta);
+  free((void *)in.dy), free((void *)in.mean), free((void *)in.var);
+}
+
 static void test_batchnorm(void) {
   static const mxu_activation bn_acts[] = {MXU_LINEAR, MXU_RELU, MXU_RELU6,
                                            MXU_SILU, MXU_HARD_SILU};
   int cases = (int)(sizeof bn_cases / sizeof *bn_cases);
   for (int i = 0; i < cases; i++)
     for (int a = 0; a < 5; a++) bn_check(&bn_cases[i], bn_acts[a], i);
+  for (int i = 0; i < cases; i++)
+    for (int a = 0; a < 3; a++) bn_bf16_check(&bn_cases[i], bn_acts[a], i);
 }
 
 /* ---- activations ------------------------------------------------------- */

@@ -47,6 +47,11 @@ typedef struct mxu_conv2d_desc {
    * converting it. Elementwise work on it (the activation's backward)
    * needs no layout; nothing else may read it. */
   int x_native, y_native;
+  /* x (x_bf16) or y (y_bf16) held in bfloat16, NHWC, 2 bytes a value in
+   * the caller's float buffer: a bf16 tensor of the plan, which only bf16
+   * convs and batch normalisations read and write (conv2d_bf16_tensors).
+   * dx and dy stay float32. */
+  int x_bf16, y_bf16;
 } mxu_conv2d_desc;
 
 static inline int mxu_conv2d_groups(const mxu_conv2d_desc *d) {
@@ -96,6 +101,8 @@ typedef struct mxu_batchnorm_desc {
    * hard swish): y = v relu6(v + 3) / 6, both of which backward
    * recomputes from x, gamma and beta (so y is not read). */
   mxu_activation activation;
+  /* x, y in bfloat16 (see mxu_conv2d_desc's x_bf16); dx and dy float32 */
+  int x_bf16, y_bf16;
 } mxu_batchnorm_desc;
 
 /* The activations a batch normalisation may fuse (above). */
@@ -221,6 +228,11 @@ typedef struct mxu_backend {
    * activation layout (see x_native), so that a neighbouring conv that
    * does too may hand it the tensor in that layout. */
   int (*conv2d_native)(const mxu_conv2d_desc *desc);
+  /* Optional: whether the op for desc (bf16) would multiply in bfloat16,
+   * so that it takes x_bf16 and y_bf16 (a bf16 tensor to or from a batch
+   * normalisation) at no cost: its multiplications round x to bf16 anyway.
+   * NULL: the backend has no bf16 tensors. */
+  int (*conv2d_bf16_tensors)(const mxu_conv2d_desc *desc);
   /* Optional: a relu conv's backward weights and data (dx NULL when not
    * needed) from dy of the relu's output and the forward's y, where the
    * backend folds relu's backward into its own passes; returns 0, doing

@@ -10,6 +10,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 #include <stdint.h>
+#include <string.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -48,6 +49,7 @@ struct mxu_op {
   mxu_activation activation; /* activation ops: LINEAR has no primitive */
   int64_t count;             /* activation ops: values per tensor */
   size_t workspace_bytes;    /* pooling: max pooling's training workspace */
+  int x_bf16, y_bf16;        /* batchnorm, conv: x, y in bf16 (backend.h) */
   /* conv, dense: the weights (or their gradient) in the layout and data
    * type primitive i chose, when that is not the caller's plain float32;
    * allocated at create. */
@@ -115,6 +117,25 @@ static inline void cpu_stream_fence(void) {
 #ifdef __AVX512F__
   _mm_sfence();
 #endif
+}
+
+/* A bf16 tensor's values (x_bf16, y_bf16) as float32, and float32 to
+ * bf16 as vcvtneps2bf16 and oneDNN's conversions round: to nearest, ties
+ * to even, subnormal inputs as zero, NaN kept quiet. Plain C, so that the
+ * loops around them vectorise on any x86-64 build. */
+static inline float cpu_bf16_float(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline uint16_t cpu_bf16_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(u >> 16 | 0x40);
+  if ((u & 0x7F800000u) == 0) u &= 0x80000000u;
+  return (uint16_t)((u + 0x7FFFu + (u >> 16 & 1)) >> 16);
 }
 
 /* The own kernels' weight gradients are summed over fixed blocks of

@@ -26,7 +26,11 @@
  *
  * The activation that alone reads the output may be fused (relu, relu6,
  * silu, hard_silu): its pass over memory, forward and backward, is saved.
- * Backward recomputes the normalised value from x rather than read y. */
+ * Backward recomputes the normalised value from x rather than read y.
+ *
+ * x and y may be bf16 tensors (x_bf16, y_bf16: between bf16 convs), read
+ * and written at 2 bytes a value, the sums and dx float32: each pass is
+ * compiled once per combination (WITH_BF16), so the conversions inline. */
 #include "backend/cpu/cpu.h"
 #include "core/fast_math.h"
 
@@ -127,6 +131,18 @@ static int64_t block_end(const bn_shape *s, int64_t b) {
 
 #define INLINE static inline __attribute__((always_inline))
 
+/* Value i of x or y, float32 or (bf, a constant) bf16. */
+INLINE float load(const void *v, int64_t i, int bf) {
+  return bf ? cpu_bf16_float(((const uint16_t *)v)[i]) : ((const float *)v)[i];
+}
+
+INLINE void store(void *v, int64_t i, float value, int bf) {
+  if (bf)
+    ((uint16_t *)v)[i] = cpu_bf16_of(value);
+  else
+    ((float *)v)[i] = value;
+}
+
 /* silu(v) = v sigmoid(v), and its slope sigmoid(v) (1 + v (1 -
  * sigmoid(v))); with e = e^-|v| and q = 1 / (1 + e), 1 - sigmoid(v) is
  * e q for v >= 0 and q below (core/fast_math.h). */
@@ -196,6 +212,18 @@ INLINE float dz_at(float dy, float v, mxu_activation act) {
     }                                                                          \
   } while (0)
 
+/* Calls CALL with NAME (x or y in bf16) the constant flag. */
+#define WITH_BF16(NAME, flag, CALL)                                            \
+  do {                                                                         \
+    if (flag) {                                                                \
+      const int NAME = 1;                                                      \
+      CALL;                                                                    \
+    } else {                                                                   \
+      const int NAME = 0;                                                      \
+      CALL;                                                                    \
+    }                                                                          \
+  } while (0)
+
 /* Per-channel arrays a pass reads: the mean and the normalisation's scale
  * and shift (v = (x - mean) * scale + beta; backward reads scale and beta
  * under a fused activation only), and backward's k0..k2. */
@@ -213,8 +241,8 @@ static float *partial_of(const bn_shape *s, int64_t b) {
  * (16 lanes a vector). Shifting by one sample keeps the one-pass variance
  * exact enough even when the mean is far larger than the spread (raw
  * pixels). */
-static void moment_block(const bn_shape *s, int64_t b, const float *x,
-                         const float *shift, const periodic *p) {
+INLINE void moment_block(const bn_shape *s, int64_t b, const void *x,
+                         const float *shift, const periodic *p, int xb) {
   int64_t c = s->c;
   float *restrict sum = partial_of(s, b), *restrict squares = sum + c;
   memset(sum, 0, (size_t)(2 * c) * sizeof *sum);
@@ -223,10 +251,9 @@ static void moment_block(const bn_shape *s, int64_t b, const float *x,
     float lane_sum[MAX_PERIOD] = {0}, lane_squares[MAX_PERIOD] = {0};
     const float *restrict sp = p->v[0];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
-      const float *restrict v = x + r * c;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
-        float d = v[j] - sp[j];
+        float d = load(x, r * c + j, xb) - sp[j];
         lane_sum[j] += d;
         lane_squares[j] += d * d;
       }
@@ -237,10 +264,9 @@ static void moment_block(const bn_shape *s, int64_t b, const float *x,
     }
   }
   for (; r < block_end(s, b); r++) {
-    const float *restrict row = x + r * c;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
-      float d = row[j] - shift[j];
+      float d = load(x, r * c + j, xb) - shift[j];
       sum[j] += d;
       squares[j] += d * d;
     }
@@ -250,9 +276,9 @@ static void moment_block(const bn_shape *s, int64_t b, const float *x,
 /* Block b's sums of dz and of dz * (x - mean), per channel, as above;
  * with silu dz is also written to dz_out, so that the second pass reads
  * it rather than compute the slope again (1.3x faster). */
-INLINE void gradient_block(const bn_shape *s, int64_t b, const float *x,
+INLINE void gradient_block(const bn_shape *s, int64_t b, const void *x,
                            const float *dy, const channel_values *cv,
-                           const periodic *p, mxu_activation act,
+                           const periodic *p, mxu_activation act, int xb,
                            float *dz_out) {
   int64_t c = s->c;
   float *restrict sum = partial_of(s, b), *restrict dot = sum + c;
@@ -264,15 +290,16 @@ INLINE void gradient_block(const bn_shape *s, int64_t b, const float *x,
     const float *restrict mp = p->v[P_MEAN], *restrict sp = p->v[P_SCALE],
                           *restrict bp = p->v[P_BETA];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
-      const float *restrict xv = x + r * c, *restrict g = dy + r * c;
+      const float *restrict g = dy + r * c;
       float *restrict dzv = fused_silu ? dz_out + r * c : NULL;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
-        float v = fused ? (xv[j] - mp[j]) * sp[j] + bp[j] : 0.0f;
+        float xv = load(x, r * c + j, xb);
+        float v = fused ? (xv - mp[j]) * sp[j] + bp[j] : 0.0f;
         float dz = dz_at(g[j], v, act);
         if (fused_silu) dzv[j] = dz;
         lane_sum[j] += dz;
-        lane_dot[j] += dz * (xv[j] - mp[j]);
+        lane_dot[j] += dz * (xv - mp[j]);
       }
     }
     for (int64_t j = 0; j < p->period; j++) {
@@ -283,15 +310,16 @@ INLINE void gradient_block(const bn_shape *s, int64_t b, const float *x,
   const float *restrict mean = cv->mean, *restrict scale = cv->scale,
                         *restrict beta = cv->beta;
   for (; r < block_end(s, b); r++) {
-    const float *restrict xr = x + r * c, *restrict g = dy + r * c;
+    const float *restrict g = dy + r * c;
     float *restrict dzr = fused_silu ? dz_out + r * c : NULL;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
-      float v = fused ? (xr[j] - mean[j]) * scale[j] + beta[j] : 0.0f;
+      float xr = load(x, r * c + j, xb);
+      float v = fused ? (xr - mean[j]) * scale[j] + beta[j] : 0.0f;
       float dz = dz_at(g[j], v, act);
       if (fused_silu) dzr[j] = dz;
       sum[j] += dz;
-      dot[j] += dz * (xr[j] - mean[j]);
+      dot[j] += dz * (xr - mean[j]);
     }
   }
 }
@@ -310,38 +338,38 @@ static void add_blocks(const bn_shape *s) {
 /* ---- elementwise passes ------------------------------------------------ */
 
 /* y = act((x - mean) * scale + beta) over block b. */
-INLINE void normalise_block(const bn_shape *s, int64_t b, const float *x,
+INLINE void normalise_block(const bn_shape *s, int64_t b, const void *x,
                             const channel_values *cv, const periodic *p,
-                            mxu_activation act, float *y) {
+                            mxu_activation act, int xb, int yb, void *y) {
   int64_t c = s->c;
   int64_t r = b * s->per;
   if (p->period) {
     const float *restrict mp = p->v[P_MEAN], *restrict sp = p->v[P_SCALE],
                           *restrict bp = p->v[P_BETA];
-    for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
-      const float *restrict xv = x + r * c;
-      float *restrict yv = y + r * c;
+    for (; r + p->period / c <= block_end(s, b); r += p->period / c)
 #pragma omp simd
-      for (int64_t j = 0; j < p->period; j++)
-        yv[j] = activate((xv[j] - mp[j]) * sp[j] + bp[j], act);
-    }
+      for (int64_t j = 0; j < p->period; j++) {
+        float xv = load(x, r * c + j, xb);
+        store(y, r * c + j, activate((xv - mp[j]) * sp[j] + bp[j], act), yb);
+      }
   }
   const float *restrict mean = cv->mean, *restrict scale = cv->scale,
                         *restrict beta = cv->beta;
-  for (; r < block_end(s, b); r++) {
-    const float *restrict xr = x + r * c;
-    float *restrict yr = y + r * c;
+  for (; r < block_end(s, b); r++)
 #pragma omp simd
-    for (int64_t j = 0; j < c; j++)
-      yr[j] = activate((xr[j] - mean[j]) * scale[j] + beta[j], act);
-  }
+    for (int64_t j = 0; j < c; j++) {
+      float xr = load(x, r * c + j, xb);
+      store(y, r * c + j, activate((xr - mean[j]) * scale[j] + beta[j], act),
+            yb);
+    }
 }
 
 /* dx = dz * k0 + (x - mean) * k1 + k2 over block b; dy may be dx (the
  * silu's dz, from the first pass): each is read before it is written. */
-INLINE void backward_block(const bn_shape *s, int64_t b, const float *x,
+INLINE void backward_block(const bn_shape *s, int64_t b, const void *x,
                            const float *dy, const channel_values *cv,
-                           const periodic *p, mxu_activation act, float *dx) {
+                           const periodic *p, mxu_activation act, int xb,
+                           float *dx) {
   int64_t c = s->c;
   int fused = act != MXU_LINEAR;
   int64_t r = b * s->per;
@@ -351,13 +379,14 @@ INLINE void backward_block(const bn_shape *s, int64_t b, const float *x,
                           *restrict sp = p->v[P_SCALE],
                           *restrict bp = p->v[P_BETA];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
-      const float *restrict xv = x + r * c, *g = dy + r * c;
+      const float *g = dy + r * c;
       float *out = dx + r * c;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
-        float v = fused ? (xv[j] - mp[j]) * sp[j] + bp[j] : 0.0f;
+        float xv = load(x, r * c + j, xb);
+        float v = fused ? (xv - mp[j]) * sp[j] + bp[j] : 0.0f;
         float dz = dz_at(g[j], v, act);
-        out[j] = dz * p0[j] + (xv[j] - mp[j]) * p1[j] + p2[j];
+        out[j] = dz * p0[j] + (xv - mp[j]) * p1[j] + p2[j];
       }
     }
   }
@@ -365,13 +394,14 @@ INLINE void backward_block(const bn_shape *s, int64_t b, const float *x,
                         *restrict k1 = cv->k[1], *restrict k2 = cv->k[2],
                         *restrict scale = cv->scale, *restrict beta = cv->beta;
   for (; r < block_end(s, b); r++) {
-    const float *restrict xr = x + r * c, *g = dy + r * c;
+    const float *g = dy + r * c;
     float *out = dx + r * c;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
-      float v = fused ? (xr[j] - mean[j]) * scale[j] + beta[j] : 0.0f;
+      float xr = load(x, r * c + j, xb);
+      float v = fused ? (xr - mean[j]) * scale[j] + beta[j] : 0.0f;
       float dz = dz_at(g[j], v, act);
-      out[j] = dz * k0[j] + (xr[j] - mean[j]) * k1[j] + k2[j];
+      out[j] = dz * k0[j] + (xr - mean[j]) * k1[j] + k2[j];
     }
   }
 }
@@ -383,9 +413,9 @@ static void scale_of(const bn_shape *s, const float *gamma, const float *var,
     scale[j] = (float)(gamma[j] / sqrt((double)var[j] + s->epsilon));
 }
 
-static void normalise(const bn_shape *s, const float *x, const float *gamma,
-                      const float *beta, const float *mean, const float *var,
-                      mxu_activation act, float *y) {
+static void normalise(const mxu_op *op, const bn_shape *s, const void *x,
+                      const float *gamma, const float *beta, const float *mean,
+                      const float *var, void *y) {
   float *scale = s->coefficient;
   scale_of(s, gamma, var, scale);
   channel_values cv = {.mean = mean, .scale = scale, .beta = beta};
@@ -396,7 +426,11 @@ static void normalise(const bn_shape *s, const float *x, const float *gamma,
 #pragma omp parallel for schedule(static)                                      \
     num_threads(cpu_threads_for(s->blocks))
   for (int64_t b = 0; b < s->blocks; b++)
-    WITH_ACTIVATION(act, normalise_block(s, b, x, &cv, &p, A, y));
+    WITH_BF16(XB, op->x_bf16,
+              WITH_BF16(YB, op->y_bf16,
+                        WITH_ACTIVATION(
+                            op->activation,
+                            normalise_block(s, b, x, &cv, &p, A, XB, YB, y))));
 }
 
 /* ---- the table's entries ------------------------------------------------ */
@@ -407,11 +441,12 @@ void cpu_batchnorm_forward_training(mxu_op *op, const float *x,
   bn_shape s = shape_of(op);
   /* Row 0 as the shift, where normalise's scale will not overwrite it. */
   float *shift = s.coefficient + s.c;
-  memcpy(shift, x, (size_t)s.c * sizeof *shift);
+  for (int64_t j = 0; j < s.c; j++) shift[j] = load(x, j, op->x_bf16);
   periodic p = {.period = period_of(s.c)};
   expand(&p, 0, shift, s.c);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
-  for (int64_t b = 0; b < s.blocks; b++) moment_block(&s, b, x, shift, &p);
+  for (int64_t b = 0; b < s.blocks; b++)
+    WITH_BF16(XB, op->x_bf16, moment_block(&s, b, x, shift, &p, XB));
   add_blocks(&s);
   const double *total = s.total;
   for (int64_t j = 0; j < s.c; j++) {
@@ -420,7 +455,7 @@ void cpu_batchnorm_forward_training(mxu_op *op, const float *x,
     mean[j] = (float)(shift[j] + m);
     var[j] = (float)(v < 0.0 ? 0.0 : v); /* rounding; NaN stays */
   }
-  normalise(&s, x, gamma, beta, mean, var, op->activation, y);
+  normalise(op, &s, x, gamma, beta, mean, var, y);
 }
 
 void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
@@ -428,7 +463,7 @@ void cpu_batchnorm_forward_inference(mxu_op *op, const float *x,
                                      const float *mean, const float *var,
                                      float *y) {
   bn_shape s = shape_of(op);
-  normalise(&s, x, gamma, beta, mean, var, op->activation, y);
+  normalise(op, &s, x, gamma, beta, mean, var, y);
 }
 
 /* With xhat = (x - mean) / sigma, sigma = sqrt(var + eps), and N rows:
@@ -458,7 +493,9 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
   }
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++)
-    WITH_ACTIVATION(act, gradient_block(&s, b, x, dy, &cv, &p, A, dx));
+    WITH_BF16(
+        XB, op->x_bf16,
+        WITH_ACTIVATION(act, gradient_block(&s, b, x, dy, &cv, &p, A, XB, dx)));
   add_blocks(&s);
   const double *total = s.total, rows = (double)s.rows;
   for (int64_t j = 0; j < c; j++) {
@@ -476,7 +513,9 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
   mxu_activation mask = act == MXU_SILU ? MXU_LINEAR : act;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++)
-    WITH_ACTIVATION(mask, backward_block(&s, b, x, dz, &cv, &p, A, dx));
+    WITH_BF16(XB, op->x_bf16,
+              WITH_ACTIVATION(
+                  mask, backward_block(&s, b, x, dz, &cv, &p, A, XB, dx)));
 }
 
 /* ---- create: descriptors for the shape, and room for the sums ---------- */
@@ -514,5 +553,7 @@ mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc, mxu_op **out) {
   mxu_op *op;
   MXU_TRY(cpu_op_alloc(&op, BN));
   op->activation = desc->activation;
+  op->x_bf16 = desc->x_bf16;
+  op->y_bf16 = desc->y_bf16;
   return cpu_op_finish(op, bn_build(op, desc), out);
 }

@@ -70,10 +70,14 @@ static mxu_status batchnorm_plan(mxu_layer *layer, const mxu_backend *backend,
       mxu_arena_reserve(layout, 2 * c_bytes);
   layer->compiled->sync_offset = layer->compiled->scratch[SCRATCH_SYNC];
   mxu_batchnorm_desc d = {
-      rows(layer), channels(layer), layer->config.batchnorm.epsilon,
+      rows(layer),
+      channels(layer),
+      layer->config.batchnorm.epsilon,
       layer->compiled->fused_layers == 1
           ? mxu_layer_activation_kind(layer->compiled->fused[0])
-          : MXU_LINEAR};
+          : MXU_LINEAR,
+      layer->compiled->x_bf16,
+      layer->compiled->y_bf16};
   return backend->batchnorm_create(&d, &layer->compiled->ops[0]);
 }
 
