@@ -996,7 +996,91 @@ static void test_bf16_choice(void) {
   }
 }
 
+static uint16_t *pack_bf16(const float *x, size_t n);
+static void unpack_bf16(const float *packed, size_t n, float *to);
+
+/* One step of conv case c on the cpu op with x and y in bf16 as flags
+ * say (xb, yb), all four outputs as float32 (a bf16 y unpacked). */
+static void bf16_tensor_step(weighted_case c, int xb, int yb,
+                             float *const in[4], float *const out[4]) {
+  c.conv_desc.x_bf16 = xb, c.conv_desc.y_bf16 = yb;
+  mxu_op *op = NULL;
+  CHECK_OK(backends[CPU]->conv2d_create(&c.conv_desc, &op));
+  if (!op) return;
+  uint16_t *xh = pack_bf16(in[X], c.n[X]);
+  float *at[4] = {xb ? (float *)xh : in[X], in[W], in[B], in[DY]};
+  for (int k = 0; k < 4; k++) memset(out[k], 0, c.n[k] * sizeof(float));
+  weighted_forward(backends[CPU], &c, op, at, out);
+  weighted_backward_data(backends[CPU], &c, op, at, out);
+  weighted_backward_weights(backends[CPU], &c, op, at, out);
+  if (yb) unpack_bf16(out[Y], c.n[DY], out[Y]);
+  expect_no_exec_error("cpu");
+  backends[CPU]->op_free(op);
+  free(xh);
+}
+
+/* bf16 tensors (x_bf16, y_bf16, between convs and batch normalisations):
+ * where conv2d_bf16_tensors says a conv takes them, x in bf16 gives the
+ * same bits as the float32 x it rounds (every output), and y in bf16 is
+ * the float32 y rounded; elsewhere creating such an op fails. */
+static void test_bf16_tensors(void) {
+  const mxu_backend *be = backends[CPU];
+  int takers = 0;
+  for (int set = 0; set < 2; set++) {
+    const conv_case *cases = set ? bf16_conv_cases : conv_cases;
+    int count = set ? COUNT(bf16_conv_cases) : COUNT(conv_cases);
+    for (int i = 0; i < count; i++) {
+      weighted_case c = conv_weighted(&cases[i], fused_acts[i % 2], i % 3 != 0);
+      char label[96];
+      snprintf(label, sizeof label, "bf16 tensors %s case %d",
+               set ? "long" : "f32-set", i);
+      if (!be->conv2d_bf16_tensors(&c.conv_desc)) {
+        mxu_conv2d_desc d = c.conv_desc;
+        d.x_bf16 = 1;
+        mxu_op *op = NULL;
+        CHECK_MSG(be->conv2d_create(&d, &op) == MXU_ERR_UNSUPPORTED && !op,
+                  "%s: bf16 x taken where the backend said no", label);
+        if (op) be->op_free(op);
+        continue;
+      }
+      takers++;
+      float limit = sqrtf(3.0f / (float)c.fan_in), *in[4], *out[4][4];
+      for (int k = 0; k < 4; k++) {
+        in[k] = k == W ? rnd(c.n[k], -limit, limit) : rnd(c.n[k], -1, 1);
+        for (int f = 0; f < 4; f++) out[f][k] = zeros(c.n[k]);
+      }
+      for (int f = 0; f < 4; f++)
+        bf16_tensor_step(c, f & 1, f >> 1, in, out[f]);
+      static const char *const what[4] = {"dx", "dw", "db", "y"};
+      for (int f = 1; f < 4; f++)
+        for (int k = 0; k < 4; k++) {
+          size_t bad = c.n[k];
+          for (size_t e = 0; e < c.n[k]; e++) {
+            float want = out[0][k][e];
+            if (k == Y && f >> 1) want = cpu_bf16_float(cpu_bf16_of(want));
+            if (memcmp(&out[f][k][e], &want, sizeof want) != 0) {
+              bad = e;
+              break;
+            }
+          }
+          CHECK_MSG(bad == c.n[k], "%s x %s y %s: %s [%zu] %.9g, want %.9g",
+                    label, f & 1 ? "bf16" : "f32", f >> 1 ? "bf16" : "f32",
+                    what[k], bad, bad < c.n[k] ? out[f][k][bad] : 0.0,
+                    bad < c.n[k] ? out[0][k][bad] : 0.0);
+        }
+      for (int k = 0; k < 4; k++) {
+        free(in[k]);
+        for (int f = 0; f < 4; f++) free(out[f][k]);
+      }
+    }
+  }
+  printf("test_backend_ops: %d convs take bf16 tensors\n", takers);
+  /* the own 16-channel forward among them, and oneDNN's */
+  if (bf16_expected()) CHECK(takers >= 4);
+}
+
 static void test_bf16(void) {
+  test_bf16_tensors();
   bf16_conv_cases_check(conv_cases, COUNT(conv_cases), "f32-set");
   bf16_conv_cases_check(bf16_conv_cases, COUNT(bf16_conv_cases), "long");
   bf16_dense_cases_check(dense_cases, COUNT(dense_cases), "f32-set");

@@ -3,7 +3,8 @@
  * a neighbouring conv takes that layout as it is: x_native, y_native),
  * Keras' HWIO kernel reordered to the layout oneDNN picks, asymmetric SAME
  * padding passed as padding_l / padding_r. In bf16 the primitives read x,
- * the kernel and dy in bfloat16 and write y, dx, dw and db in float32. The
+ * the kernel and dy in bfloat16 and write y, dx, dw and db in float32 (x
+ * and y may be bf16 tensors of the caller's: x_bf16, y_bf16). The
  * primitives are built in weighted.c; the shapes oneDNN serves badly
  * (few input channels, depthwise, small images, 3x3 where it has no
  * Winograd) run on the own loops of conv_*.c instead, which this file's
@@ -24,9 +25,10 @@ typedef enum conv_kind { CONV_F32, CONV_BF16, CONV_WINOGRAD } conv_kind;
 
 /* *_lo: what the multiplications read, bf16 or f32, in the layout the
  * primitives see x and y in (NHWC, or any for Winograd); the rest is f32
- * NHWC, the caller's. */
+ * NHWC, the caller's; x and y: the caller's x and y, which are bf16 NHWC
+ * where the desc says so (x_bf16, y_bf16), else src and dst. */
 typedef struct conv_mds {
-  dnnl_memory_desc_t src, weights, weights_any, bias, dst;
+  dnnl_memory_desc_t src, weights, weights_any, bias, dst, x, y;
   dnnl_memory_desc_t src_lo, weights_any_lo, dst_lo;
   dnnl_dims_t strides, dilates, pad_l, pad_r;
 } conv_mds;
@@ -56,6 +58,10 @@ static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_kind kind,
   MXU_TRY(cpu_md(&m->weights_any, wdims, weights, dnnl_format_tag_any, CONV));
   MXU_TRY(cpu_md(&m->bias, 1, bias, dnnl_x, CONV));
   MXU_TRY(cpu_md(&m->dst, 4, dst, y_tag, CONV));
+  MXU_TRY(cpu_md_typed(&m->x, 4, src, d->x_bf16 ? dnnl_bf16 : dnnl_f32, x_tag,
+                       CONV));
+  MXU_TRY(cpu_md_typed(&m->y, 4, dst, d->y_bf16 ? dnnl_bf16 : dnnl_f32, y_tag,
+                       CONV));
   MXU_TRY(cpu_md_typed(&m->src_lo, 4, src, lo,
                        wino ? dnnl_format_tag_any : x_tag, CONV));
   MXU_TRY(cpu_md_typed(&m->weights_any_lo, wdims, weights, lo,
@@ -86,7 +92,7 @@ static mxu_status conv_create(const mxu_conv2d_desc *desc, conv_kind kind,
   /* Winograd's three read and write x, y, dx and dy blocked alike. */
   int wino = kind == CONV_WINOGRAD;
   const dnnl_memory_desc_t *diff_src = wino ? &m.src_lo : &m.src;
-  const dnnl_memory_desc_t *dst = wino ? &m.dst_lo : &m.dst;
+  const dnnl_memory_desc_t *dst = wino ? &m.dst_lo : &m.y;
   dnnl_alg_kind_t alg =
       wino ? dnnl_convolution_winograd : dnnl_convolution_direct;
   dnnl_convolution_desc_t fwd, bwd_data, bwd_weights;
@@ -107,7 +113,9 @@ static mxu_status conv_create(const mxu_conv2d_desc *desc, conv_kind kind,
                               desc->has_bias,
                               kind == CONV_BF16,
                               &m.src,
-                              &m.dst};
+                              &m.dst,
+                              &m.x,
+                              &m.y};
   return cpu_weighted_create(&descs, CONV, out);
 }
 
@@ -192,20 +200,40 @@ static mxu_status attach_own(mxu_op *op, const mxu_conv2d_desc *desc) {
  * 128 -> 128 on 4x4 3.0 against 2.3). */
 enum { BF16_MIN_IN = 16 };
 
+/* Whether bf16 pays for the conv by its shape (the f32 one: own). */
+static int bf16_pays(const mxu_conv2d_desc *desc, const mxu_conv2d_desc *own) {
+  return desc->in_c >= BF16_MIN_IN && mxu_conv2d_groups(desc) == 1 &&
+         !(winograd_fits(own) && own->out_h * own->out_w <= 64 &&
+           (int64_t)own->in_c * own->out_c >= 256 * 256);
+}
+
+/* Where bf16 pays, unless conv_gemm.c's float32 loops would take it;
+ * with bf16 tensors (x_bf16, y_bf16) whatever oneDNN's weight gradient
+ * (conv2d_bf16_tensors has no op to ask). */
 static mxu_status bf16_create(const mxu_conv2d_desc *desc,
                               const mxu_conv2d_desc *own, mxu_op **out) {
-  if (desc->in_c < BF16_MIN_IN || mxu_conv2d_groups(desc) > 1 ||
-      (winograd_fits(own) && own->out_h * own->out_w <= 64 &&
-       (int64_t)own->in_c * own->out_c >= 256 * 256))
-    return MXU_ERR_UNSUPPORTED;
+  if (!bf16_pays(desc, own)) return MXU_ERR_UNSUPPORTED;
   mxu_op *op;
   MXU_TRY(conv_create(desc, CONV_BF16, &op));
-  if (!cpu_conv_gemm_fits(op, own))
+  int tensors = desc->x_bf16 || desc->y_bf16;
+  if (tensors ? !cpu_conv_gemm_fits_shape(own) : !cpu_conv_gemm_fits(op, own))
     return cpu_op_finish(
         op, cpu_conv_bf16_fits(desc) ? cpu_conv_bf16_attach(op, desc) : MXU_OK,
         out);
   cpu_op_free(op);
   return MXU_ERR_UNSUPPORTED;
+}
+
+/* bf16 tensors go to and from the convs that bf16_create builds, whose
+ * primitives (and conv_bf16.c's forward) read and write them as they
+ * are: undilated ones, on a CPU oneDNN runs bf16 on. */
+int cpu_conv2d_bf16_tensors(const mxu_conv2d_desc *desc) {
+  mxu_conv2d_desc own = *desc;
+  own.bf16 = own.x_bf16 = own.y_bf16 = 0;
+  dnnl_cpu_isa_t isa = dnnl_cpu_isa_avx512_core_bf16;
+  return desc->bf16 && (dnnl_get_effective_cpu_isa() & isa) == isa &&
+         !desc->x_native && !desc->y_native && mxu_conv2d_plain(desc) &&
+         bf16_pays(desc, &own) && !cpu_conv_gemm_fits_shape(&own);
 }
 
 /* bf16 where it pays and oneDNN has fast kernels for it, else f32 (see
@@ -221,8 +249,13 @@ static mxu_status bf16_create(const mxu_conv2d_desc *desc,
  * on conv_wino.c's. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   mxu_conv2d_desc own = *desc; /* the conv as float32 */
-  own.bf16 = 0;
+  own.bf16 = own.x_bf16 = own.y_bf16 = 0;
   if (desc->bf16 && bf16_create(desc, &own, out) == MXU_OK) return MXU_OK;
+  if (desc->x_bf16 || desc->y_bf16)
+    return mxu_fail(MXU_ERR_UNSUPPORTED,
+                    "%s: bf16 tensors for a conv that does not run in bf16 "
+                    "(see conv2d_bf16_tensors)",
+                    CONV);
   if (winograd_fits(&own) && conv_create(&own, CONV_WINOGRAD, out) == MXU_OK)
     return MXU_OK;
   /* With few input channels the own kernels take y_native; oneDNN's

@@ -19,7 +19,9 @@
  * primitives of the same op: the rounded x goes into its copy for the
  * backward weights as well (from memory, in the backward, that pass over
  * x cost more than the forward saved); their other copies they make
- * themselves (cpu_weighted_new_inputs). */
+ * themselves (cpu_weighted_new_inputs). x may come in bf16 already
+ * (x_bf16: it is then copied, and is the backward weights' copy itself)
+ * and y may go out in bf16 (y_bf16). */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/vec.h"
 
@@ -56,9 +58,9 @@ static void pair_kernel(const struct cpu_conv_bf16 *cb, const float *w) {
     }
 }
 
-/* Image x rounded to bf16 into xp, its padding zero, and into x16 (the
- * backward weights' copy, NHWC) unless NULL. */
-static void pad_image(const struct cpu_conv_bf16 *cb, const float *x,
+/* Image x rounded to bf16 (or copied, x_bf16) into xp, its padding
+ * zero, and into x16 (the backward weights' copy, NHWC) unless NULL. */
+static void pad_image(const struct cpu_conv_bf16 *cb, const void *x,
                       uint16_t *xp, uint16_t *x16) {
   const mxu_conv2d_desc *d = &cb->d;
   memset(xp, 0, (size_t)cb->padded_size * sizeof *xp);
@@ -67,7 +69,11 @@ static void pad_image(const struct cpu_conv_bf16 *cb, const float *x,
     uint16_t *to =
         xp + ((int64_t)(y + d->pad_top) * cb->padded_w + d->pad_left) * IN_C;
     for (int i = 0; i < d->in_w; i++) {
-      __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + at));
+      __m256i h =
+          d->x_bf16
+              ? _mm256_loadu_si256((const __m256i *)((const uint16_t *)x + at))
+              : (__m256i)_mm512_cvtneps_pbh(
+                    _mm512_loadu_ps((const float *)x + at));
       _mm256_storeu_si256((__m256i *)(to + i * IN_C), h);
       if (x16) _mm256_storeu_si256((__m256i *)(x16 + at), h);
       at += IN_C;
@@ -116,12 +122,21 @@ tile(const struct cpu_conv_bf16 *cb, const uint16_t *xp, const float *b, int oy,
                                     broadcast(in + p * (IN_C / 2) + pair));
       }
     }
-  float *row = y + ((int64_t)oy * d->out_w + ox) * co + v * LANES;
+  int64_t at = ((int64_t)oy * d->out_w + ox) * co + v * LANES;
 #pragma GCC unroll 16
   for (int p = 0; p < np; p++) {
     if (d->activation == MXU_RELU)
       acc[p] = _mm512_max_ps(acc[p], _mm512_setzero_ps());
-    store_vec(row + (int64_t)p * co, (vf)acc[p], stream);
+    if (!d->y_bf16) {
+      store_vec(y + at + (int64_t)p * co, (vf)acc[p], stream);
+      continue;
+    }
+    __m256i h = (__m256i)_mm512_cvtneps_pbh(acc[p]);
+    __m256i *to = (__m256i *)((uint16_t *)y + at + (int64_t)p * co);
+    if (stream)
+      _mm256_stream_si256(to, h);
+    else
+      _mm256_storeu_si256(to, h);
   }
 }
 
@@ -132,9 +147,9 @@ tile(const struct cpu_conv_bf16 *cb, const uint16_t *xp, const float *b, int oy,
  * meanwhile the next image's x (next, or NULL) is asked for, a row's
  * share with each output row. */
 static void image(const struct cpu_conv_bf16 *cb, const uint16_t *xp,
-                  const float *b, const float *next, int stream, float *y) {
+                  const float *b, const void *next, int stream, float *y) {
   const mxu_conv2d_desc *d = &cb->d;
-  int64_t in_bytes = (int64_t)d->in_h * d->in_w * IN_C * sizeof(float);
+  int64_t in_bytes = (int64_t)d->in_h * d->in_w * IN_C * (d->x_bf16 ? 2 : 4);
   int64_t share = (in_bytes + d->out_h - 1) / d->out_h;
   for (int oy = 0; oy < d->out_h; oy++) {
     if (next)
@@ -162,18 +177,21 @@ void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
   pair_kernel(cb, w);
   int64_t in_size = (int64_t)d->in_h * d->in_w * IN_C;
   int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
+  /* bytes a value of x and of y */
+  int64_t xv = d->x_bf16 ? 2 : 4, yv = d->y_bf16 ? 2 : 4;
   int threads = cpu_threads_for(d->n);
   if (threads > cb->threads) threads = cb->threads;
-  int stream = cpu_streams(y, (size_t)(d->n * out_size) * sizeof *y);
+  int stream = cpu_streams(y, (size_t)(d->n * out_size * yv));
 #pragma omp parallel num_threads(threads)
   {
     uint16_t *xp = cb->padded + omp_get_thread_num() * cb->padded_size;
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < d->n; i++) {
-      pad_image(cb, x + i * in_size, xp, x16 ? x16 + i * in_size : NULL);
+      const char *xi = (const char *)x + i * in_size * xv;
+      pad_image(cb, xi, xp, x16 ? x16 + i * in_size : NULL);
       image(cb, xp, op->has_bias ? b : NULL,
-            i + 1 < d->n ? x + (i + 1) * in_size : NULL, stream,
-            y + i * out_size);
+            i + 1 < d->n ? xi + in_size * xv : NULL, stream,
+            (float *)(void *)((char *)y + i * out_size * yv));
     }
     if (stream) cpu_stream_fence();
   }

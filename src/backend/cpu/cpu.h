@@ -197,10 +197,12 @@ typedef struct cpu_weighted_descs {
   int has_bias;
   /* bf16: the descs read src, weights and diff_dst in bf16 (dst,
    * diff_src, diff_weights and the bias stay f32). plain_src and plain_dst
-   * are the caller's f32 layouts of x and y; where the primitives chose
-   * another for x, y, dx or dy, the op converts. */
+   * are the caller's f32 layouts of dx and dy, and of x and y too unless
+   * plain_x and plain_y (non-NULL: a bf16 x or y, x_bf16) say otherwise;
+   * where the primitives chose another for x, y, dx or dy, the op
+   * converts. */
   int bf16;
-  const dnnl_memory_desc_t *plain_src, *plain_dst;
+  const dnnl_memory_desc_t *plain_src, *plain_dst, *plain_x, *plain_y;
 } cpu_weighted_descs;
 
 mxu_status cpu_weighted_create(const cpu_weighted_descs *descs, const char *op,
@@ -255,6 +257,7 @@ cpu_strides cpu_layout_strides(int blocked, int64_t hw, int64_t c);
 
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out);
 int cpu_conv2d_native(const mxu_conv2d_desc *desc);
+int cpu_conv2d_bf16_tensors(const mxu_conv2d_desc *desc);
 void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
                               float *dx);
 /* conv_data.c: backward data for few input channels, stride 1, float32,
@@ -288,6 +291,8 @@ void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
 /* Plain float32 NHWC, columns of a sane size: it could. */
 int cpu_conv_gemm_can(const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *desc);
+/* The part of fits that the shape alone decides. */
+int cpu_conv_gemm_fits_shape(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_passes(const mxu_op *op);
 /* Whether those run as a GEMM per output pixel and kernel row (tiny

@@ -11,6 +11,7 @@ static const mxu_backend cpu_backend = {
     .conv2d_backward_weights = cpu_conv2d_backward_weights,
     .conv2d_new_inputs = cpu_weighted_new_inputs,
     .conv2d_native = cpu_conv2d_native,
+    .conv2d_bf16_tensors = cpu_conv2d_bf16_tensors,
     .conv2d_backward_relu = cpu_conv2d_backward_relu,
     .dense_create = cpu_dense_create,
     .dense_forward = cpu_weighted_forward,

@@ -189,6 +189,15 @@ int cpu_weighted_generic(const mxu_op *op, cpu_pass pass) {
   return !impl || strstr(impl, "gemm") || strncmp(impl, "ref", 3) == 0;
 }
 
+/* The caller's layouts of x and y. */
+static const dnnl_memory_desc_t *plain_x(const cpu_weighted_descs *d) {
+  return d->plain_x ? d->plain_x : d->plain_src;
+}
+
+static const dnnl_memory_desc_t *plain_y(const cpu_weighted_descs *d) {
+  return d->plain_y ? d->plain_y : d->plain_dst;
+}
+
 static mxu_status forward_create(mxu_op *op, const cpu_weighted_descs *d,
                                  const char *name) {
   dnnl_alg_kind_t post;
@@ -200,7 +209,7 @@ static mxu_status forward_create(mxu_op *op, const cpu_weighted_descs *d,
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_WEIGHTS, name));
   if (d->has_bias) MXU_TRY(cpu_prim_arg(p, DNNL_ARG_BIAS, name));
   MXU_TRY(cpu_prim_arg(p, DNNL_ARG_DST, name));
-  MXU_TRY(plan_copy(op, FWD, DNNL_ARG_SRC, SRC_IN, d->plain_src, &op->src_copy,
+  MXU_TRY(plan_copy(op, FWD, DNNL_ARG_SRC, SRC_IN, plain_x(d), &op->src_copy,
                     &op->src_copy_bytes, name));
   return plan_weights(op, FWD, d->plain_weights, name);
 }
@@ -218,7 +227,7 @@ static mxu_status backward_data_create(mxu_op *op, const cpu_weighted_descs *d,
                     &op->diff_dst_copy, &op->diff_dst_copy_bytes, name));
   /* y is written before the step's dy exists, and dx after its x was last
    * read (backward weights), or x is copied again: see below. */
-  MXU_TRY(plan_out(op, FWD, DNNL_ARG_DST, DST_OUT, d->plain_dst,
+  MXU_TRY(plan_out(op, FWD, DNNL_ARG_DST, DST_OUT, plain_y(d),
                    op->diff_dst_copy_bytes, name));
   MXU_TRY(plan_out(op, BWD_DATA, DNNL_ARG_DIFF_SRC, DIFF_SRC_OUT, d->plain_src,
                    op->src_copy_bytes, name));
