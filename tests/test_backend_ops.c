@@ -1743,9 +1743,11 @@ typedef struct bn_case {
 /* Channels not in sixteens run cpu's periodic loops over whole periods
  * of lcm(c, 16) values, and the plain ones over the rows left. */
 static const bn_case bn_cases[] = {
-    {3 * 7 * 5, 3, 1e-3f},  {7, 5, 1e-3f},    {64, 16, 1e-5f},
-    {2 * 9 * 9, 32, 1e-3f}, {2100, 3, 1e-3f}, /* three blocks, a tail */
-    {1000, 5, 1e-3f},       {37, 24, 1e-3f}};
+    {3 * 7 * 5, 3, 1e-3f}, {7, 5, 1e-3f},
+    {64, 16, 1e-5f},       {2 * 9 * 9, 32, 1e-3f},
+    {2100, 3, 1e-3f}, /* three blocks, a tail */
+    {1000, 5, 1e-3f},      {37, 24, 1e-3f},
+    {40, 300, 1e-3f}}; /* rows longer than a bf16 y's chunk */
 
 /* y: the training output the backward masks dy by, with the relu fused
  * (NULL: the run's own). */

@@ -1259,6 +1259,40 @@ static void plan_precision_and_chains(mxu_model *model) {
   }
 }
 
+/* The activation layers' outputs between bf16 convs and the batch
+ * normalisations next to them, held in bf16 (mxu_node_plan's x_bf16 and
+ * y_bf16), where the backend has bf16 tensors: a conv's output that only
+ * a BatchNormalization reads, and the BatchNormalization's (with the
+ * activation it fuses) that only a conv reads. Those convs round them to
+ * bf16 to multiply anyway, so the values they see do not change; the
+ * normalisation sees its input rounded, as Keras' does (its layers'
+ * outputs are bf16 under mixed_bfloat16). Each such tensor is written and
+ * read at half the bytes, and the conv reading it needs no copy in bf16
+ * of its own. */
+static void plan_bf16_tensors(mxu_model *model) {
+  mxu_layer *layers = model->layers;
+  const mxu_backend *backend = model->backend;
+  int batch = model->plan.batch;
+  for (int b = 0; b < model->layer_count; b++) {
+    mxu_layer *bn = &layers[b];
+    if (bn->cls != &mxu_batch_normalization_class ||
+        bn->config.batchnorm.synchronized || bn->input_count != 1 ||
+        bn->in_shape.rank != 3 || bn->time_steps || mxu_layer_is_call(bn) ||
+        mxu_has_activity(bn))
+      continue;
+    int a = bn->inputs[0];
+    if (sole_consumer(model, a) == b &&
+        mxu_conv2d_bf16_tensor(&layers[a], 1, backend, batch))
+      layers[a].compiled->y_bf16 = bn->compiled->x_bf16 = 1;
+    /* The normalisation's output is its fused activation's, if any. */
+    int out = fusion_proposal(model, b) ? bn->compiled->fused[0]->index : b;
+    int c = sole_consumer(model, out);
+    if (c >= 0 && !fusion_proposal(model, c) &&
+        mxu_conv2d_bf16_tensor(&layers[c], 0, backend, batch))
+      bn->compiled->y_bf16 = layers[c].compiled->x_bf16 = 1;
+  }
+}
+
 /* Every replica plans the layer from the same layout state, so all get the
  * same scratch offsets; only replica 0's reservations are kept. */
 static mxu_status plan_layer(mxu_model *model, int i) {
@@ -1303,6 +1337,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   /* Every node's plan starts zeroed (calloc): nothing fused, no layout. */
   for (int i = 0; i < n; i++) fold_padding(model, i);
   plan_precision_and_chains(model);
+  plan_bf16_tensors(model);
   for (int i = 0; i < n; i++) {
     mxu_layer *layer = &model->layers[i];
     if (layer->compiled->absorbed) continue;

@@ -138,6 +138,25 @@ static inline uint16_t cpu_bf16_of(float f) {
   return (uint16_t)((u + 0x7FFFu + (u >> 16 & 1)) >> 16);
 }
 
+/* n values rounded to bf16 as cpu_bf16_of does, by vcvtneps2bf16 where
+ * the build has it (the plain C's tests vectorise, but ran a batch
+ * normalisation's pass 1.5x slower than its float32 stores). */
+static inline void cpu_bf16_row(uint16_t *to, const float *from, int64_t n) {
+  int64_t i = 0;
+#ifdef __AVX512BF16__
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i *)(to + i),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(from + i)));
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(
+        to + i, m,
+        (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, from + i)));
+  }
+#endif
+  for (; i < n; i++) to[i] = cpu_bf16_of(from[i]);
+}
+
 /* The own kernels' weight gradients are summed over fixed blocks of
  * images (partial: blocks x (taps + 1) x c, each block's dw then db),
  * then the blocks in order into dw and db (when not NULL), so their bits

@@ -192,6 +192,8 @@ static mxu_conv2d_desc graph_describe(const mxu_layer *layer, int batch) {
   d.activation = s.activation;
   d.x_native = layer->compiled->native_in;
   d.y_native = layer->compiled->native_out;
+  d.x_bf16 = layer->compiled->x_bf16;
+  d.y_bf16 = layer->compiled->y_bf16;
   return d;
 }
 
@@ -216,6 +218,17 @@ int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
   mxu_conv2d_desc da = conv2d_describe(a, batch);
   mxu_conv2d_desc db = conv2d_describe(b, batch);
   return backend->conv2d_native(&da) && backend->conv2d_native(&db);
+}
+
+int mxu_conv2d_bf16_tensor(const mxu_layer *layer, int y,
+                           const mxu_backend *backend, int batch) {
+  if (!backend->conv2d_bf16_tensors || layer->cls != &mxu_conv2d_class ||
+      !layer->compiled->bf16 || layer->time_steps || mxu_layer_is_call(layer))
+    return 0;
+  mxu_activation act = spec_of(layer).activation;
+  if (y && !mxu_activation_fusable(act)) return 0;
+  mxu_conv2d_desc d = conv2d_describe(layer, batch);
+  return backend->conv2d_bf16_tensors(&d);
 }
 
 /* The Dense a conv fused (fused_dense), or NULL. */

@@ -49,6 +49,12 @@ mxu_shape mxu_steps_shape(const mxu_layer *layer, mxu_shape step);
  * activation is elementwise. */
 int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
                       const mxu_backend *backend, int batch);
+/* Whether Conv2D layer `layer` (a node of its own, computing in bf16)
+ * may read its input (output: y) as a bf16 tensor for `batch` samples:
+ * the backend takes it at no cost, and for y the activation is one the
+ * backend fuses (none is applied to y after). */
+int mxu_conv2d_bf16_tensor(const mxu_layer *layer, int y,
+                           const mxu_backend *backend, int batch);
 
 /* The recurrent cells' activations (tanh, sigmoid, relu, linear, the
  * hard sigmoids): y = a(x) over count values (y may be x), and the slope
