@@ -2217,6 +2217,46 @@ static void test_add(void) {
     }
 }
 
+/* The bf16 tensors' Add: for every choice of bf16 operands (a, b, y), the
+ * float32 add of the same values, y rounded; and the fused relu's
+ * backward from a bf16 y, the float32 relu's from the same y. */
+static void test_add_bf16(void) {
+  const mxu_backend *be = backends[CPU];
+  const size_t n = 40000; /* blocks on every thread, chunks and a tail */
+  float *a = rnd(n, -2, 2), *b = rnd(n, -2, 2), *dy = rnd(n, -1, 1);
+  round_bf16(a, n);
+  round_bf16(b, n);
+  uint16_t *ah = pack_bf16(a, n), *bh = pack_bf16(b, n);
+  float *want = zeros(n), *got = zeros(n), *dx = zeros(n), *dx_want = zeros(n);
+  for (int relu = 0; relu < 2; relu++) {
+    be->add((int64_t)n, a, b, relu, want);
+    for (unsigned bits = 0; bits < 8; bits++) {
+      memset(got, 0, n * sizeof *got);
+      be->add_bf16((int64_t)n, bits & 1 ? (void *)ah : a,
+                   bits & 2 ? (void *)bh : b, bits, relu, got);
+      if (bits & 4) unpack_bf16(got, n, got);
+      size_t bad = n;
+      for (size_t i = 0; i < n && bad == n; i++) {
+        float w = bits & 4 ? cpu_bf16_float(cpu_bf16_of(want[i])) : want[i];
+        if (got[i] != w) bad = i;
+      }
+      CHECK_MSG(bad == n, "add_bf16 bits %u relu %d [%zu]: %g, want %g", bits,
+                relu, bad, bad < n ? got[bad] : 0.0, bad < n ? want[bad] : 0.0);
+    }
+  }
+  /* want: the relu'd sum; its bf16 as y */
+  uint16_t *yh = pack_bf16(want, n);
+  unpack_bf16((const float *)yh, n, got);
+  mxu_activation_desc relu = {MXU_RELU, 1, (int)n, 0};
+  mxu_op *op = NULL;
+  CHECK_OK(be->activation_create(&relu, &op));
+  if (op) be->activation_backward(op, NULL, got, dy, dx_want), be->op_free(op);
+  be->relu_backward_bf16((int64_t)n, yh, dy, dx);
+  CHECK(memcmp(dx, dx_want, n * sizeof *dx) == 0);
+  free(a), free(b), free(dy), free(ah), free(bh), free(yh);
+  free(want), free(got), free(dx), free(dx_want);
+}
+
 #define STEPS 3
 
 static void test_adam(void) {
@@ -2290,6 +2330,7 @@ int main(void) {
   test_losses();
   test_multiply();
   test_add();
+  test_add_bf16();
   test_channel_ops();
   test_copy_rows();
   test_adam();

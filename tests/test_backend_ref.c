@@ -1051,8 +1051,8 @@ static void test_bad_descs(void) {
 
 /* Every field after name is a function pointer, so the table is scanned as
  * an array of them: a slot added to backend.h and left unset shows up.
- * The optional slots (fused conv+pool, conv2d_native, _backward_relu) are
- * the oracle's
+ * The optional slots (fused conv+pool, conv2d_native, the bf16 tensors',
+ * _backward_relu) are the oracle's
  * only NULLs: it runs those layers one by one, in NHWC, which is what the
  * fused and chained ops are tested against. */
 static void test_table_complete(void) {

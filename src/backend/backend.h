@@ -49,7 +49,8 @@ typedef struct mxu_conv2d_desc {
   int x_native, y_native;
   /* x (x_bf16) or y (y_bf16) held in bfloat16, NHWC, 2 bytes a value in
    * the caller's float buffer: a bf16 tensor of the plan, which only bf16
-   * convs and batch normalisations read and write (conv2d_bf16_tensors).
+   * convs, batch normalisations and Adds read and write
+   * (conv2d_bf16_tensors).
    * dx and dy stay float32. */
   int x_bf16, y_bf16;
 } mxu_conv2d_desc;
@@ -233,6 +234,14 @@ typedef struct mxu_backend {
    * normalisation) at no cost: its multiplications round x to bf16 anyway.
    * NULL: the backend has no bf16 tensors. */
   int (*conv2d_bf16_tensors)(const mxu_conv2d_desc *desc);
+  /* Optional, with bf16 tensors: add (below) where the bits of `bf16`
+   * say which of a (1), b (2) and y (4) are bf16, 2 bytes a value (y
+   * rounded from the float32 sum); y may alias a. And a fused
+   * relu's backward from a bf16 y: dx = dy where y > 0. */
+  void (*add_bf16)(int64_t count, const void *a, const void *b, unsigned bf16,
+                   int relu, void *y);
+  void (*relu_backward_bf16)(int64_t count, const void *y, const float *dy,
+                             float *dx);
   /* Optional: a relu conv's backward weights and data (dx NULL when not
    * needed) from dy of the relu's output and the forward's y, where the
    * backend folds relu's backward into its own passes; returns 0, doing

@@ -1259,37 +1259,79 @@ static void plan_precision_and_chains(mxu_model *model) {
   }
 }
 
-/* The activation layers' outputs between bf16 convs and the batch
- * normalisations next to them, held in bf16 (mxu_node_plan's x_bf16 and
- * y_bf16), where the backend has bf16 tensors: a conv's output that only
- * a BatchNormalization reads, and the BatchNormalization's (with the
- * activation it fuses) that only a conv reads. Those convs round them to
- * bf16 to multiply anyway, so the values they see do not change; the
- * normalisation sees its input rounded, as Keras' does (its layers'
- * outputs are bf16 under mixed_bfloat16). Each such tensor is written and
- * read at half the bytes, and the conv reading it needs no copy in bf16
- * of its own. */
+/* A layer of its own (not a shared layer's call, not TimeDistributed,
+ * without an activity regularizer) on an image tensor. */
+static int plain_image_layer(const mxu_layer *layer) {
+  return !mxu_layer_is_call(layer) && !layer->time_steps &&
+         !mxu_has_activity(layer) && layer->in_shape.rank == 3;
+}
+
+/* A BatchNormalization or a two-input Add (no broadcasting) that takes
+ * bf16 tensors on this backend. */
+static int takes_bf16(const mxu_model *model, const mxu_layer *layer) {
+  if (!plain_image_layer(layer)) return 0;
+  if (layer->cls == &mxu_batch_normalization_class)
+    return layer->input_count == 1 && !layer->config.batchnorm.synchronized;
+  return layer->cls == &mxu_add_class && layer->input_count == 2 &&
+         model->backend->add_bf16 &&
+         mxu_shape_count(&layer->in_shapes[0]) ==
+             mxu_shape_count(&layer->out_shape) &&
+         mxu_shape_count(&layer->in_shapes[1]) ==
+             mxu_shape_count(&layer->out_shape);
+}
+
+/* Whether node j reads its input k as a bf16 tensor: a conv (not one
+ * fused with a pooling after it), a BatchNormalization, an Add. */
+static int reads_bf16(mxu_model *model, int j, int k) {
+  mxu_layer *layer = &model->layers[j];
+  if (layer->cls == &mxu_conv2d_class)
+    return k == 0 && !fusion_proposal(model, j) &&
+           mxu_conv2d_bf16_tensor(layer, 0, model->backend, model->plan.batch);
+  return takes_bf16(model, layer);
+}
+
+/* The node whose output node i writes as a bf16 tensor (its own, or its
+ * fused activation's), or -1. */
+static int writes_bf16(mxu_model *model, int i) {
+  mxu_layer *layer = &model->layers[i];
+  if (layer->cls == &mxu_conv2d_class)
+    return !fusion_proposal(model, i) && !mxu_has_activity(layer) &&
+                   mxu_conv2d_bf16_tensor(layer, 1, model->backend,
+                                          model->plan.batch)
+               ? i
+               : -1;
+  if (!takes_bf16(model, layer)) return -1;
+  return fusion_proposal(model, i) ? layer->compiled->fused[0]->index : i;
+}
+
+/* Under mixed_bfloat16, where the backend has bf16 tensors, the outputs
+ * that bf16 convs, BatchNormalizations and Adds write and only such layers
+ * read are held in bf16 (mxu_node_plan's x_bf16, y_bf16): ResNets'
+ * activations but the first conv's (float32) and the last block's. The
+ * convs round their input to bf16 to multiply anyway, so the values they
+ * see do not change; the normalisations and Adds see theirs rounded, as
+ * Keras' do (its layers' outputs are bf16 under mixed_bfloat16). Each
+ * such tensor is written and read at half the bytes, and the conv reading
+ * it needs no copy in bf16 of its own. */
 static void plan_bf16_tensors(mxu_model *model) {
-  mxu_layer *layers = model->layers;
-  const mxu_backend *backend = model->backend;
-  int batch = model->plan.batch;
-  for (int b = 0; b < model->layer_count; b++) {
-    mxu_layer *bn = &layers[b];
-    if (bn->cls != &mxu_batch_normalization_class ||
-        bn->config.batchnorm.synchronized || bn->input_count != 1 ||
-        bn->in_shape.rank != 3 || bn->time_steps || mxu_layer_is_call(bn) ||
-        mxu_has_activity(bn))
+  if (!model->backend->conv2d_bf16_tensors) return;
+  int n = model->layer_count;
+  for (int i = 0; i < n; i++) {
+    if (!model->layers[i].compiled->bf16) continue;
+    int out = writes_bf16(model, i);
+    if (out < 0 || is_output(model, out) || model->plan.consumers[out] == 0)
       continue;
-    int a = bn->inputs[0];
-    if (sole_consumer(model, a) == b &&
-        mxu_conv2d_bf16_tensor(&layers[a], 1, backend, batch))
-      layers[a].compiled->y_bf16 = bn->compiled->x_bf16 = 1;
-    /* The normalisation's output is its fused activation's, if any. */
-    int out = fusion_proposal(model, b) ? bn->compiled->fused[0]->index : b;
-    int c = sole_consumer(model, out);
-    if (c >= 0 && !fusion_proposal(model, c) &&
-        mxu_conv2d_bf16_tensor(&layers[c], 0, backend, batch))
-      bn->compiled->y_bf16 = layers[c].compiled->x_bf16 = 1;
+    int all = 1;
+    for (int j = out + 1; j < n && all; j++)
+      for (int k = 0; k < model->layers[j].input_count; k++)
+        if (model->layers[j].inputs[k] == out && !reads_bf16(model, j, k))
+          all = 0;
+    if (!all) continue;
+    model->layers[i].compiled->y_bf16 = 1;
+    for (int j = out + 1; j < n; j++)
+      for (int k = 0; k < model->layers[j].input_count; k++)
+        if (model->layers[j].inputs[k] == out)
+          model->layers[j].compiled->x_bf16 |= 1u << k;
   }
 }
 

@@ -427,12 +427,12 @@ typedef struct mxu_node_plan {
    * native_out and the second's native_in. */
   int native_in, native_out;
   /* mixed_bfloat16 on a backend with bf16 tensors (conv2d_bf16_tensors):
-   * a bf16 conv's output that only a BatchNormalization reads, and a
-   * BatchNormalization's (with its fused activation) that only a bf16
-   * conv reads, are held in bf16, 2 bytes a value (compile's
-   * plan_bf16_tensors): the writer's y_bf16 and the reader's x_bf16.
-   * Their gradients stay float32. */
-  int x_bf16, y_bf16;
+   * the outputs that bf16 convs, BatchNormalizations and Adds write and
+   * only such layers read are held in bf16, 2 bytes a value (compile's
+   * plan_bf16_tensors): the writer's y_bf16, and bit k of a reader's
+   * x_bf16 for its input k. Their gradients stay float32. */
+  unsigned x_bf16;
+  int y_bf16;
   /* A ZeroPadding2D that a conv alone reads pads nothing itself: the
    * conv reads the unpadded input and pads it as part of its own padding
    * (margins: top, bottom, left, right), and the ZeroPadding2D is a view

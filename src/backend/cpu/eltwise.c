@@ -456,6 +456,56 @@ void cpu_add(int64_t count, const float *a, const float *b, int relu,
   }
 }
 
+/* Values of add_bf16's operands converted at a time. */
+#define CHUNK 256
+
+/* n values of v from at as float32: v itself, or (bf) converted into to. */
+static const float *chunk_of(const void *v, int bf, int64_t at, int n,
+                             float *to) {
+  if (!bf) return (const float *)v + at;
+  const uint16_t *h = (const uint16_t *)v + at;
+#pragma omp simd
+  for (int i = 0; i < n; i++) to[i] = cpu_bf16_float(h[i]);
+  return to;
+}
+
+/* cpu_add with bf16 operands: a chunk at a time, in float32 between. */
+void cpu_add_bf16(int64_t count, const void *a, const void *b, unsigned bf16,
+                  int relu, void *y) {
+  int64_t blocks = (count + BLOCK - 1) / BLOCK;
+  float floor = relu ? 0.0f : -INFINITY;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(blocks))
+  for (int64_t blk = 0; blk < blocks; blk++) {
+    int64_t end = (blk + 1) * BLOCK < count ? (blk + 1) * BLOCK : count;
+    float ta[CHUNK], tb[CHUNK], ty[CHUNK];
+    for (int64_t at = blk * BLOCK; at < end; at += CHUNK) {
+      int n = end - at < CHUNK ? (int)(end - at) : CHUNK;
+      const float *restrict pa = chunk_of(a, bf16 & 1, at, n, ta);
+      const float *restrict pb = chunk_of(b, bf16 & 2, at, n, tb);
+      float *restrict py = bf16 & 4 ? ty : (float *)y + at;
+#pragma omp simd
+      for (int i = 0; i < n; i++) {
+        float v = pa[i] + pb[i];
+        py[i] = v < floor ? 0.0f : v;
+      }
+      if (bf16 & 4) cpu_bf16_row((uint16_t *)y + at, ty, n);
+    }
+  }
+}
+
+void cpu_relu_backward_bf16(int64_t count, const void *y, const float *dy,
+                            float *dx) {
+  const uint16_t *h = y;
+#pragma omp parallel for schedule(static)                                      \
+    num_threads(cpu_threads_for((count + BLOCK - 1) / BLOCK))
+  for (int64_t blk = 0; blk < (count + BLOCK - 1) / BLOCK; blk++) {
+    int64_t end = (blk + 1) * BLOCK < count ? (blk + 1) * BLOCK : count;
+#pragma omp simd
+    for (int64_t i = blk * BLOCK; i < end; i++)
+      dx[i] = cpu_bf16_float(h[i]) > 0.0f ? dy[i] : 0.0f;
+  }
+}
+
 /* y = a * b over [begin, end) in spans of 16 through restrict pointers,
  * which gcc -O2 vectorises (an omp simd loop over aliased pointers ran
  * Dropout 1.25x slower); y may be a or b, which restrict forbids for

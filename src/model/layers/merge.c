@@ -113,11 +113,19 @@ static double merge_flops(const mxu_layer *layer, const mxu_flops_step *step) {
 /* ---- elementwise ---------------------------------------------------------
  */
 
-/* Add on the backend (threaded), the fused relu with the last input. */
+/* Add on the backend (threaded), the fused relu with the last input;
+ * with bf16 tensors (two inputs, compile's plan_bf16_tensors) in one
+ * call whose bits say which. */
 static void add_forward(const mxu_layer *layer, const mxu_layer_run *run,
                         const float *const *xs) {
   int64_t n = values(layer);
   int last = run->input_count - 1, relu = layer->compiled->fused_layers > 0;
+  const mxu_node_plan *p = layer->compiled;
+  if (p->x_bf16 || p->y_bf16) {
+    run->backend->add_bf16(n, xs[0], xs[1], p->x_bf16 | (p->y_bf16 ? 4u : 0u),
+                           relu, run->y);
+    return;
+  }
   if (last == 0 && xs[0] != run->y)
     memcpy(run->y, xs[0], (size_t)n * sizeof(float));
   for (int k = 1; k <= last; k++)
@@ -186,7 +194,7 @@ static void copy_gradient(const mxu_backend *backend, const float *src,
  * TensorFlow's chain of pairwise maximum(a, b) gives it (ties to a). */
 static void input_gradient(mxu_merge_kind kind, const mxu_layer_run *run,
                            const float *const *xs, int k, int64_t n,
-                           float *dx) {
+                           int layer_y_bf16, float *dx) {
   const float *dy = run->dy;
   switch (kind) {
   case MXU_MERGE_MAXIMUM:
@@ -214,7 +222,9 @@ static void input_gradient(mxu_merge_kind kind, const mxu_layer_run *run,
         for (int64_t i = 0; i < n; i++) dx[i] *= xs[j][i];
     break;
   default: /* Add; with the relu fused, dy where y > 0 */
-    if (run->ops[0])
+    if (run->ops[0] && layer_y_bf16)
+      run->backend->relu_backward_bf16(n, run->y, dy, dx);
+    else if (run->ops[0])
       run->backend->activation_backward(run->ops[0], NULL, run->y, dy, dx);
     else
       copy_gradient(run->backend, dy, dx, n);
@@ -248,7 +258,7 @@ static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
       continue;
     }
     input_gradient(layer->config.merge.kind, run, xs, k, n,
-                   spread_k ? whole : run->dxs[k]);
+                   layer->compiled->y_bf16, spread_k ? whole : run->dxs[k]);
     if (layer->config.merge.kind == MXU_MERGE_ADD && !spread_k)
       same = run->dxs[k];
     if (!spread_k) continue;
