@@ -1280,26 +1280,34 @@ static int takes_bf16(const mxu_model *model, const mxu_layer *layer) {
              mxu_shape_count(&layer->out_shape);
 }
 
-/* Whether node j reads its input k as a bf16 tensor: a conv (not one
- * fused with a pooling after it), a BatchNormalization, an Add. */
-static int reads_bf16(mxu_model *model, int j, int k) {
-  mxu_layer *layer = &model->layers[j];
-  if (layer->cls == &mxu_conv2d_class)
-    return k == 0 && !fusion_proposal(model, j) &&
-           mxu_conv2d_bf16_tensor(layer, 0, model->backend, model->plan.batch);
+/* What each conv (not one fused with a pooling after it) takes: bit 0
+ * a bf16 x, bit 1 a bf16 y (mxu_conv2d_bf16_tensors, asked once a conv:
+ * the backend builds an op to answer). */
+static void conv_bf16_tensors(mxu_model *model, unsigned char *conv) {
+  for (int i = 0; i < model->layer_count; i++) {
+    mxu_layer *layer = &model->layers[i];
+    int y = 0;
+    conv[i] = 0;
+    if (layer->cls != &mxu_conv2d_class || fusion_proposal(model, i)) continue;
+    if (mxu_conv2d_bf16_tensors(layer, model->backend, model->plan.batch, &y))
+      conv[i] = (unsigned char)(1 | (y && !mxu_has_activity(layer)) << 1);
+  }
+}
+
+/* Whether node j reads its input k as a bf16 tensor: a conv, a
+ * BatchNormalization, an Add. */
+static int reads_bf16(const mxu_model *model, const unsigned char *conv, int j,
+                      int k) {
+  const mxu_layer *layer = &model->layers[j];
+  if (layer->cls == &mxu_conv2d_class) return k == 0 && (conv[j] & 1);
   return takes_bf16(model, layer);
 }
 
 /* The node whose output node i writes as a bf16 tensor (its own, or its
  * fused activation's), or -1. */
-static int writes_bf16(mxu_model *model, int i) {
+static int writes_bf16(mxu_model *model, const unsigned char *conv, int i) {
   mxu_layer *layer = &model->layers[i];
-  if (layer->cls == &mxu_conv2d_class)
-    return !fusion_proposal(model, i) && !mxu_has_activity(layer) &&
-                   mxu_conv2d_bf16_tensor(layer, 1, model->backend,
-                                          model->plan.batch)
-               ? i
-               : -1;
+  if (layer->cls == &mxu_conv2d_class) return conv[i] & 2 ? i : -1;
   if (!takes_bf16(model, layer)) return -1;
   return fusion_proposal(model, i) ? layer->compiled->fused[0]->index : i;
 }
@@ -1313,18 +1321,21 @@ static int writes_bf16(mxu_model *model, int i) {
  * Keras' do (its layers' outputs are bf16 under mixed_bfloat16). Each
  * such tensor is written and read at half the bytes, and the conv reading
  * it needs no copy in bf16 of its own. */
-static void plan_bf16_tensors(mxu_model *model) {
-  if (!model->backend->conv2d_bf16_tensors) return;
+static mxu_status plan_bf16_tensors(mxu_model *model) {
+  if (!model->backend->conv2d_bf16_tensors) return MXU_OK;
   int n = model->layer_count;
+  unsigned char *conv = malloc((size_t)n);
+  if (!conv) return mxu_fail(MXU_ERR_NOMEM, "plan: out of memory");
+  conv_bf16_tensors(model, conv);
   for (int i = 0; i < n; i++) {
     if (!model->layers[i].compiled->bf16) continue;
-    int out = writes_bf16(model, i);
+    int out = writes_bf16(model, conv, i);
     if (out < 0 || is_output(model, out) || model->plan.consumers[out] == 0)
       continue;
     int all = 1;
     for (int j = out + 1; j < n && all; j++)
       for (int k = 0; k < model->layers[j].input_count; k++)
-        if (model->layers[j].inputs[k] == out && !reads_bf16(model, j, k))
+        if (model->layers[j].inputs[k] == out && !reads_bf16(model, conv, j, k))
           all = 0;
     if (!all) continue;
     model->layers[i].compiled->y_bf16 = 1;
@@ -1333,6 +1344,8 @@ static void plan_bf16_tensors(mxu_model *model) {
         if (model->layers[j].inputs[k] == out)
           model->layers[j].compiled->x_bf16 |= 1u << k;
   }
+  free(conv);
+  return MXU_OK;
 }
 
 /* Every replica plans the layer from the same layout state, so all get the
@@ -1379,7 +1392,7 @@ static mxu_status plan_build(mxu_model *model, int batch) {
   /* Every node's plan starts zeroed (calloc): nothing fused, no layout. */
   for (int i = 0; i < n; i++) fold_padding(model, i);
   plan_precision_and_chains(model);
-  plan_bf16_tensors(model);
+  MXU_TRY(plan_bf16_tensors(model));
   for (int i = 0; i < n; i++) {
     mxu_layer *layer = &model->layers[i];
     if (layer->compiled->absorbed) continue;

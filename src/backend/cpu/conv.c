@@ -207,16 +207,13 @@ static int bf16_pays(const mxu_conv2d_desc *desc, const mxu_conv2d_desc *own) {
            (int64_t)own->in_c * own->out_c >= 256 * 256);
 }
 
-/* Where bf16 pays, unless conv_gemm.c's float32 loops would take it;
- * with bf16 tensors (x_bf16, y_bf16) whatever oneDNN's weight gradient
- * (conv2d_bf16_tensors has no op to ask). */
+/* Where bf16 pays, unless conv_gemm.c's float32 loops would take it. */
 static mxu_status bf16_create(const mxu_conv2d_desc *desc,
                               const mxu_conv2d_desc *own, mxu_op **out) {
   if (!bf16_pays(desc, own)) return MXU_ERR_UNSUPPORTED;
   mxu_op *op;
   MXU_TRY(conv_create(desc, CONV_BF16, &op));
-  int tensors = desc->x_bf16 || desc->y_bf16;
-  if (tensors ? !cpu_conv_gemm_fits_shape(own) : !cpu_conv_gemm_fits(op, own))
+  if (!cpu_conv_gemm_fits(op, own))
     return cpu_op_finish(
         op, cpu_conv_bf16_fits(desc) ? cpu_conv_bf16_attach(op, desc) : MXU_OK,
         out);
@@ -226,14 +223,25 @@ static mxu_status bf16_create(const mxu_conv2d_desc *desc,
 
 /* bf16 tensors go to and from the convs that bf16_create builds, whose
  * primitives (and conv_bf16.c's forward) read and write them as they
- * are: undilated ones, on a CPU oneDNN runs bf16 on. */
+ * are: undilated ones, on a CPU oneDNN runs bf16 on, but where
+ * conv_gemm.c's float32 loops would be faster (asked of the op itself:
+ * with ResNet50's 3x3 convs on 4x4 and 2x2 images held to bf16, its
+ * step ran 2% slower). */
 int cpu_conv2d_bf16_tensors(const mxu_conv2d_desc *desc) {
   mxu_conv2d_desc own = *desc;
   own.bf16 = own.x_bf16 = own.y_bf16 = 0;
   dnnl_cpu_isa_t isa = dnnl_cpu_isa_avx512_core_bf16;
-  return desc->bf16 && (dnnl_get_effective_cpu_isa() & isa) == isa &&
-         !desc->x_native && !desc->y_native && mxu_conv2d_plain(desc) &&
-         bf16_pays(desc, &own) && !cpu_conv_gemm_fits_shape(&own);
+  if (!desc->bf16 || (dnnl_get_effective_cpu_isa() & isa) != isa ||
+      desc->x_native || desc->y_native || !mxu_conv2d_plain(desc) ||
+      !bf16_pays(desc, &own))
+    return 0;
+  mxu_conv2d_desc plain = *desc;
+  plain.x_bf16 = plain.y_bf16 = 0;
+  mxu_op *op;
+  if (conv_create(&plain, CONV_BF16, &op) != MXU_OK) return 0;
+  int takes = !cpu_conv_gemm_fits(op, &own);
+  cpu_op_free(op);
+  return takes;
 }
 
 /* bf16 where it pays and oneDNN has fast kernels for it, else f32 (see

@@ -481,21 +481,16 @@ int cpu_conv_gemm_can(const mxu_conv2d_desc *d) {
          (pointwise(d) || columns <= MAX_COLUMN_BYTES);
 }
 
-/* Where it can, and: of some size, whose taps mostly see padding; on
- * tiny images; or any that oneDNN's bug above would meet. */
-int cpu_conv_gemm_fits_shape(const mxu_conv2d_desc *d) {
+/* Where it can, and: of some size, whose weight gradient oneDNN runs
+ * generically or whose taps mostly see padding; on tiny images; or any
+ * that oneDNN's bug above would meet. */
+int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *d) {
   if (!cpu_conv_gemm_can(d)) return 0;
   return onednn_rtus_bug(d) || one_pixel(d) || tiny(d) ||
          (pointwise(d) && d->out_h * d->out_w <= POINTWISE_MAX_PIXELS) ||
-         (macs_of(d) >= MIN_MACS && mostly_dead(d, live_taps(d)));
-}
-
-/* Those, and of some size where oneDNN runs the weight gradient
- * generically. */
-int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *d) {
-  return cpu_conv_gemm_fits_shape(d) ||
-         (cpu_conv_gemm_can(d) && macs_of(d) >= MIN_MACS &&
-          cpu_weighted_generic(op, CPU_PASS_BACKWARD_WEIGHTS));
+         (macs_of(d) >= MIN_MACS &&
+          (cpu_weighted_generic(op, CPU_PASS_BACKWARD_WEIGHTS) ||
+           mostly_dead(d, live_taps(d))));
 }
 
 /* All three passes by windows: tiny images, undilated, where the columns

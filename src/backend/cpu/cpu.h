@@ -310,8 +310,6 @@ void cpu_conv_dw_backward_weights(mxu_op *op, const float *x, const float *dy,
 /* Plain float32 NHWC, columns of a sane size: it could. */
 int cpu_conv_gemm_can(const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_fits(const mxu_op *op, const mxu_conv2d_desc *desc);
-/* The part of fits that the shape alone decides. */
-int cpu_conv_gemm_fits_shape(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_gemm_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 int cpu_conv_gemm_passes(const mxu_op *op);
 /* Whether those run as a GEMM per output pixel and kernel row (tiny

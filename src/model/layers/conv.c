@@ -220,15 +220,16 @@ int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
   return backend->conv2d_native(&da) && backend->conv2d_native(&db);
 }
 
-int mxu_conv2d_bf16_tensor(const mxu_layer *layer, int y,
-                           const mxu_backend *backend, int batch) {
+int mxu_conv2d_bf16_tensors(const mxu_layer *layer, const mxu_backend *backend,
+                            int batch, int *y_too) {
+  *y_too = 0;
   if (!backend->conv2d_bf16_tensors || layer->cls != &mxu_conv2d_class ||
       !layer->compiled->bf16 || layer->time_steps || mxu_layer_is_call(layer))
     return 0;
-  mxu_activation act = spec_of(layer).activation;
-  if (y && !mxu_activation_fusable(act)) return 0;
   mxu_conv2d_desc d = conv2d_describe(layer, batch);
-  return backend->conv2d_bf16_tensors(&d);
+  if (!backend->conv2d_bf16_tensors(&d)) return 0;
+  *y_too = mxu_activation_fusable(spec_of(layer).activation);
+  return 1;
 }
 
 /* The Dense a conv fused (fused_dense), or NULL. */

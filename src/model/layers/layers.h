@@ -50,11 +50,11 @@ mxu_shape mxu_steps_shape(const mxu_layer *layer, mxu_shape step);
 int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
                       const mxu_backend *backend, int batch);
 /* Whether Conv2D layer `layer` (a node of its own, computing in bf16)
- * may read its input (output: y) as a bf16 tensor for `batch` samples:
- * the backend takes it at no cost, and for y the activation is one the
- * backend fuses (none is applied to y after). */
-int mxu_conv2d_bf16_tensor(const mxu_layer *layer, int y,
-                           const mxu_backend *backend, int batch);
+ * may read its input as a bf16 tensor for `batch` samples, the backend
+ * taking it at no cost; and (*y_too) write its output so: its activation
+ * one the backend fuses (none is applied to y after). */
+int mxu_conv2d_bf16_tensors(const mxu_layer *layer, const mxu_backend *backend,
+                            int batch, int *y_too);
 
 /* The recurrent cells' activations (tanh, sigmoid, relu, linear, the
  * hard sigmoids): y = a(x) over count values (y may be x), and the slope
