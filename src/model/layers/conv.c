@@ -228,7 +228,8 @@ int mxu_conv2d_bf16_tensors(const mxu_layer *layer, const mxu_backend *backend,
     return 0;
   mxu_conv2d_desc d = conv2d_describe(layer, batch);
   if (!backend->conv2d_bf16_tensors(&d)) return 0;
-  *y_too = mxu_activation_fusable(spec_of(layer).activation);
+  /* With an activation, backward would read y for its derivative. */
+  *y_too = spec_of(layer).activation == MXU_LINEAR;
   return 1;
 }
 

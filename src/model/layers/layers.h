@@ -51,8 +51,8 @@ int mxu_conv2d_chains(const mxu_layer *a, const mxu_layer *b,
                       const mxu_backend *backend, int batch);
 /* Whether Conv2D layer `layer` (a node of its own, computing in bf16)
  * may read its input as a bf16 tensor for `batch` samples, the backend
- * taking it at no cost; and (*y_too) write its output so: its activation
- * one the backend fuses (none is applied to y after). */
+ * taking it at no cost; and (*y_too) write its output so: linear (an
+ * activation's backward would read y). */
 int mxu_conv2d_bf16_tensors(const mxu_layer *layer, const mxu_backend *backend,
                             int batch, int *y_too);
 
