@@ -999,30 +999,35 @@ static void test_bf16_choice(void) {
 static uint16_t *pack_bf16(const float *x, size_t n);
 static void unpack_bf16(const float *packed, size_t n, float *to);
 
-/* One step of conv case c on the cpu op with x and y in bf16 as flags
- * say (xb, yb), all four outputs as float32 (a bf16 y unpacked). */
-static void bf16_tensor_step(weighted_case c, int xb, int yb,
-                             float *const in[4], float *const out[4]) {
-  c.conv_desc.x_bf16 = xb, c.conv_desc.y_bf16 = yb;
+/* One step of conv case c on the cpu op with x, y, dx and dy in bf16 as
+ * the bits of `flags` say (1, 2, 4, 8), all four outputs as float32 (a
+ * bf16 y or dx unpacked). */
+static void bf16_tensor_step(weighted_case c, int flags, float *const in[4],
+                             float *const out[4]) {
+  c.conv_desc.x_bf16 = flags & 1, c.conv_desc.y_bf16 = flags >> 1 & 1;
+  c.conv_desc.dx_bf16 = flags >> 2 & 1, c.conv_desc.dy_bf16 = flags >> 3;
   mxu_op *op = NULL;
   CHECK_OK(backends[CPU]->conv2d_create(&c.conv_desc, &op));
   if (!op) return;
-  uint16_t *xh = pack_bf16(in[X], c.n[X]);
-  float *at[4] = {xb ? (float *)xh : in[X], in[W], in[B], in[DY]};
+  uint16_t *xh = pack_bf16(in[X], c.n[X]), *dyh = pack_bf16(in[DY], c.n[DY]);
+  float *at[4] = {flags & 1 ? (float *)xh : in[X], in[W], in[B],
+                  flags & 8 ? (float *)dyh : in[DY]};
   for (int k = 0; k < 4; k++) memset(out[k], 0, c.n[k] * sizeof(float));
   weighted_forward(backends[CPU], &c, op, at, out);
   weighted_backward_data(backends[CPU], &c, op, at, out);
   weighted_backward_weights(backends[CPU], &c, op, at, out);
-  if (yb) unpack_bf16(out[Y], c.n[DY], out[Y]);
+  if (flags & 2) unpack_bf16(out[Y], c.n[DY], out[Y]);
+  if (flags & 4) unpack_bf16(out[DX], c.n[X], out[DX]);
   expect_no_exec_error("cpu");
   backends[CPU]->op_free(op);
-  free(xh);
+  free(xh), free(dyh);
 }
 
-/* bf16 tensors (x_bf16, y_bf16, between convs and batch normalisations):
- * where conv2d_bf16_tensors says a conv takes them, x in bf16 gives the
- * same bits as the float32 x it rounds (every output), and y in bf16 is
- * the float32 y rounded; elsewhere creating such an op fails. */
+/* bf16 tensors (x_bf16, y_bf16, dx_bf16, dy_bf16: between convs, batch
+ * normalisations and Adds): where conv2d_bf16_tensors says a conv takes
+ * them, x and dy in bf16 give the same bits as the float32 ones they
+ * round (every output), and y and dx in bf16 are the float32 ones
+ * rounded; elsewhere creating such an op fails. */
 static void test_bf16_tensors(void) {
   const mxu_backend *be = backends[CPU];
   int takers = 0;
@@ -1035,42 +1040,42 @@ static void test_bf16_tensors(void) {
       snprintf(label, sizeof label, "bf16 tensors %s case %d",
                set ? "long" : "f32-set", i);
       if (!be->conv2d_bf16_tensors(&c.conv_desc)) {
-        mxu_conv2d_desc d = c.conv_desc;
-        d.x_bf16 = 1;
-        mxu_op *op = NULL;
-        CHECK_MSG(be->conv2d_create(&d, &op) == MXU_ERR_UNSUPPORTED && !op,
-                  "%s: bf16 x taken where the backend said no", label);
-        if (op) be->op_free(op);
+        for (int f = 1; f < 16; f *= 2) {
+          mxu_conv2d_desc d = c.conv_desc;
+          d.x_bf16 = f & 1, d.y_bf16 = f >> 1 & 1;
+          d.dx_bf16 = f >> 2 & 1, d.dy_bf16 = f >> 3;
+          mxu_op *op = NULL;
+          CHECK_MSG(be->conv2d_create(&d, &op) == MXU_ERR_UNSUPPORTED && !op,
+                    "%s: bf16 tensors (%d) taken where the backend said no",
+                    label, f);
+          if (op) be->op_free(op);
+        }
         continue;
       }
       takers++;
-      float limit = sqrtf(3.0f / (float)c.fan_in), *in[4], *out[4][4];
+      float limit = sqrtf(3.0f / (float)c.fan_in), *in[4], *out[16][4];
       for (int k = 0; k < 4; k++) {
         in[k] = k == W ? rnd(c.n[k], -limit, limit) : rnd(c.n[k], -1, 1);
-        for (int f = 0; f < 4; f++) out[f][k] = zeros(c.n[k]);
+        for (int f = 0; f < 16; f++) out[f][k] = zeros(c.n[k]);
       }
-      for (int f = 0; f < 4; f++)
-        bf16_tensor_step(c, f & 1, f >> 1, in, out[f]);
+      for (int f = 0; f < 16; f++) bf16_tensor_step(c, f, in, out[f]);
       static const char *const what[4] = {"dx", "dw", "db", "y"};
-      for (int f = 1; f < 4; f++)
+      for (int f = 1; f < 16; f++)
         for (int k = 0; k < 4; k++) {
+          int rounded = (k == Y && f & 2) || (k == DX && f & 4);
           size_t bad = c.n[k];
-          for (size_t e = 0; e < c.n[k]; e++) {
+          for (size_t e = 0; e < c.n[k] && bad == c.n[k]; e++) {
             float want = out[0][k][e];
-            if (k == Y && f >> 1) want = cpu_bf16_float(cpu_bf16_of(want));
-            if (memcmp(&out[f][k][e], &want, sizeof want) != 0) {
-              bad = e;
-              break;
-            }
+            if (rounded) want = cpu_bf16_float(cpu_bf16_of(want));
+            if (memcmp(&out[f][k][e], &want, sizeof want) != 0) bad = e;
           }
-          CHECK_MSG(bad == c.n[k], "%s x %s y %s: %s [%zu] %.9g, want %.9g",
-                    label, f & 1 ? "bf16" : "f32", f >> 1 ? "bf16" : "f32",
-                    what[k], bad, bad < c.n[k] ? out[f][k][bad] : 0.0,
+          CHECK_MSG(bad == c.n[k], "%s flags %d: %s [%zu] %.9g, want %.9g",
+                    label, f, what[k], bad, bad < c.n[k] ? out[f][k][bad] : 0.0,
                     bad < c.n[k] ? out[0][k][bad] : 0.0);
         }
       for (int k = 0; k < 4; k++) {
         free(in[k]);
-        for (int f = 0; f < 4; f++) free(out[f][k]);
+        for (int f = 0; f < 16; f++) free(out[f][k]);
       }
     }
   }
@@ -1780,7 +1785,7 @@ static void bn_run(const mxu_batchnorm_desc *d, const bn_inputs *in,
  * gammas of 40-120 part of the normalised values beyond +-88, where cpu's exp
  * clamps (both checked). */
 static void bn_check(const bn_case *c, mxu_activation act, int index) {
-  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, act, 0, 0};
+  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, act, 0, 0, 0, 0};
   size_t n = (size_t)c->rows * c->c;
   int wide = act == MXU_SILU && index % 2;
   int capped_act = act == MXU_RELU6 || act == MXU_HARD_SILU;
@@ -1838,66 +1843,71 @@ static void unpack_bf16(const float *packed, size_t n, float *to) {
   for (size_t i = n; i-- > 0;) to[i] = cpu_bf16_float(h[i]);
 }
 
-/* bf16 tensors (x_bf16, y_bf16): x rounded to bf16 and passed as bf16
- * agrees with the oracle on the same rounded x; a bf16 y is exactly the
- * float32 y of the same op rounded, and nothing else changes with it. */
+/* bf16 tensors (x_bf16, y_bf16, dx_bf16, dy_bf16): with x and dy rounded
+ * to bf16, cpu agrees with the oracle; then for every choice of bf16
+ * among them, x and dy passed in bf16 give the float32 ones' bits, and a
+ * bf16 y or dx is the float32 one rounded, nothing else changing. */
 static void bn_bf16_check(const bn_case *c, mxu_activation act, int index) {
   size_t n = (size_t)c->rows * c->c;
   bn_inputs in = {rnd(n, -1, 3), rnd(c->c, 0.5f, 1.5f), rnd(c->c, -1, 1),
                   rnd(n, -1, 1), rnd(c->c, -0.5f, 1),   rnd(c->c, 0.2f, 2),
                   NULL};
   round_bf16((float *)in.x, n);
-  uint16_t *xh = pack_bf16(in.x, n);
+  round_bf16((float *)in.dy, n);
+  uint16_t *xh = pack_bf16(in.x, n), *dyh = pack_bf16(in.dy, n);
   size_t sizes[7] = {n, c->c, c->c, n, n, c->c, c->c};
-  float *out[4][7]; /* the oracle; cpu with x, y in bf16: 10, 00, 11 */
-  for (int k = 0; k < 4; k++)
-    for (int j = 0; j < 7; j++) out[k][j] = zeros(sizes[j]);
-  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, act, 0, 0};
-  bn_run(&d, &in, out[0], REF);
-  in.y = out[0][0];
-  static const int flags[3][2] = {{1, 0}, {0, 0}, {1, 1}};
-  for (int k = 0; k < 3; k++) {
-    for (int j = 1; j < 3; j++) memcpy(out[k + 1][j], out[0][j], sizes[j] * 4);
-    d.x_bf16 = flags[k][0], d.y_bf16 = flags[k][1];
-    bn_inputs at = in;
-    if (d.x_bf16) at.x = (const float *)xh;
-    bn_run(&d, &at, out[k + 1], CPU);
-  }
+  float *ref[7], *base[7], *out[7];
+  for (int j = 0; j < 7; j++)
+    ref[j] = zeros(sizes[j]), base[j] = zeros(sizes[j]),
+    out[j] = zeros(sizes[j]);
+  mxu_batchnorm_desc d = {c->rows, c->c, c->epsilon, act, 0, 0, 0, 0};
+  bn_run(&d, &in, ref, REF);
+  in.y = ref[0];
+  for (int j = 1; j < 3; j++) memcpy(base[j], ref[j], sizes[j] * 4);
+  bn_run(&d, &in, base, CPU);
   char label[80];
-  snprintf(label, sizeof label, "batchnorm bf16 x case %d + %s", index,
+  snprintf(label, sizeof label, "batchnorm bf16 case %d + %s", index,
            act_names[act]);
   static const char *const what[7] = {
       "training y", "mean", "variance", "inference y", "dx", "dgamma", "dbeta"};
   for (int j = 0; j < 7; j++)
-    expect_pair(label, what[j], (float *[]){out[1][j], out[0][j]}, sizes[j],
+    expect_pair(label, what[j], (float *[]){base[j], ref[j]}, sizes[j],
                 TOL_LAYER);
-  /* x's bf16 copy reads as x: the same bits as from float32 x */
-  for (int j = 0; j < 7; j++)
-    CHECK_MSG(memcmp(out[1][j], out[2][j], sizes[j] * 4) == 0,
-              "%s: %s from bf16 x differs from float32 x", label, what[j]);
-  for (int j = 0; j < 7; j++) {
-    if (j == 0 || j == 3) {
-      float *y = zeros(n);
-      unpack_bf16(out[3][j], n, y);
-      size_t bad = n;
-      for (size_t i = 0; i < n; i++)
-        if (cpu_bf16_of(y[i]) != cpu_bf16_of(out[1][j][i]) ||
-            y[i] != cpu_bf16_float(cpu_bf16_of(out[1][j][i])))
-          bad = bad < i ? bad : i;
-      CHECK_MSG(bad == n, "%s: bf16 %s [%zu] %.9g, float32 %.9g", label,
-                what[j], bad, bad < n ? y[bad] : 0.0,
-                bad < n ? out[1][j][bad] : 0.0);
-      free(y);
-    } else {
-      CHECK_MSG(memcmp(out[3][j], out[1][j], sizes[j] * 4) == 0,
-                "%s: %s changes with a bf16 y", label, what[j]);
+  for (int f = 1; f < 16; f++) {
+    d.x_bf16 = f & 1, d.y_bf16 = f >> 1 & 1;
+    d.dx_bf16 = f >> 2 & 1, d.dy_bf16 = f >> 3;
+    bn_inputs at = in;
+    if (d.x_bf16) at.x = (const float *)xh;
+    if (d.dy_bf16) at.dy = (const float *)dyh;
+    for (int j = 1; j < 3; j++) memcpy(out[j], ref[j], sizes[j] * 4);
+    bn_run(&d, &at, out, CPU);
+    if (d.y_bf16)
+      unpack_bf16(out[0], n, out[0]), unpack_bf16(out[3], n, out[3]);
+    if (d.dx_bf16) unpack_bf16(out[4], n, out[4]);
+    for (int j = 0; j < 7; j++) {
+      int rounded = ((j == 0 || j == 3) && d.y_bf16) || (j == 4 && d.dx_bf16);
+      size_t bad = sizes[j];
+      for (size_t i = 0; i < sizes[j] && bad == sizes[j]; i++) {
+        float want =
+            rounded ? cpu_bf16_float(cpu_bf16_of(base[j][i])) : base[j][i];
+        if (memcmp(&out[j][i], &want, sizeof want) != 0) bad = i;
+      }
+      CHECK_MSG(bad == sizes[j], "%s flags %d: %s [%zu] %.9g, want %.9g", label,
+                f, what[j], bad, bad < sizes[j] ? out[j][bad] : 0.0,
+                bad < sizes[j] ? base[j][bad] : 0.0);
     }
   }
-  for (int k = 0; k < 4; k++)
-    for (int j = 0; j < 7; j++) free(out[k][j]);
-  free(xh);
+  for (int j = 0; j < 7; j++) free(ref[j]), free(base[j]), free(out[j]);
+  free(xh), free(dyh);
   free((void *)in.x), free((void *)in.gamma), free((void *)in.beta);
   free((void *)in.dy), free((void *)in.mean), free((void *)in.var);
+}
+
+/* silu keeps its dz in dx between its two passes: no bf16 dx with it. */
+static void bn_bf16_silu_refused(void) {
+  mxu_batchnorm_desc d = {64, 16, 1e-3f, MXU_SILU, 0, 0, 1, 0};
+  mxu_op *op = NULL;
+  CHECK(backends[CPU]->batchnorm_create(&d, &op) == MXU_ERR_ARG && !op);
 }
 
 static void test_batchnorm(void) {
@@ -1908,6 +1918,7 @@ static void test_batchnorm(void) {
     for (int a = 0; a < 5; a++) bn_check(&bn_cases[i], bn_acts[a], i);
   for (int i = 0; i < cases; i++)
     for (int a = 0; a < 3; a++) bn_bf16_check(&bn_cases[i], bn_acts[a], i);
+  bn_bf16_silu_refused();
 }
 
 /* ---- activations ------------------------------------------------------- */

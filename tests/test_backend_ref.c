@@ -482,7 +482,7 @@ static void check_bn_stats(const bn_ctx *c, int64_t rows, int ch_count) {
  * cap. */
 static void test_bn_case(int64_t rows, int ch_count, float epsilon,
                          mxu_activation act) {
-  mxu_batchnorm_desc d = {rows, ch_count, epsilon, act, 0, 0};
+  mxu_batchnorm_desc d = {rows, ch_count, epsilon, act, 0, 0, 0, 0};
   const char *what = act == MXU_RELU6  ? "+relu6"
                      : act == MXU_RELU ? "+relu"
                      : act == MXU_SILU ? "+silu"
@@ -852,7 +852,7 @@ static void test_pool_ties(void) {
 static void test_bn_by_hand(void) {
   float x[4] = {1, 2, 3, 4}, gamma = 2, beta = 1, y[4], mean, var, yi[4];
   float given_mean = 2, given_var = 4;
-  mxu_batchnorm_desc d = {4, 1, 1e-3f, 0, 0, 0};
+  mxu_batchnorm_desc d = {4, 1, 1e-3f, 0, 0, 0, 0, 0};
   mxu_op *op = NULL;
   CHECK_OK(be->batchnorm_create(&d, &op));
   if (!op) return;
@@ -1035,7 +1035,7 @@ static void test_bad_descs(void) {
   mxu_pool2d_desc pd = {1, 4, 4, 1, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1};
   mxu_dense_desc dd = {0, 3, 4, 1, MXU_LINEAR, 0};
   mxu_activation_desc ad = {MXU_SOFTMAX, 2, 0, 0};
-  mxu_batchnorm_desc bd = {0, 3, 1e-3f, 0, 0, 0};
+  mxu_batchnorm_desc bd = {0, 3, 1e-3f, 0, 0, 0, 0, 0};
   mxu_op *op = (mxu_op *)&op;
   cd.out_h = 4;
   CHECK(be->conv2d_create(&cd, &op) == MXU_ERR_ARG && op == NULL);

@@ -47,12 +47,11 @@ typedef struct mxu_conv2d_desc {
    * converting it. Elementwise work on it (the activation's backward)
    * needs no layout; nothing else may read it. */
   int x_native, y_native;
-  /* x (x_bf16) or y (y_bf16) held in bfloat16, NHWC, 2 bytes a value in
-   * the caller's float buffer: a bf16 tensor of the plan, which only bf16
-   * convs, batch normalisations and Adds read and write
-   * (conv2d_bf16_tensors).
-   * dx and dy stay float32. */
-  int x_bf16, y_bf16;
+  /* x (x_bf16), y (y_bf16) and their gradients (dx_bf16, dy_bf16) held
+   * in bfloat16, NHWC, 2 bytes a value in the caller's float buffer: bf16
+   * tensors of the plan, which only bf16 convs, batch normalisations and
+   * Adds read and write (conv2d_bf16_tensors). */
+  int x_bf16, y_bf16, dx_bf16, dy_bf16;
 } mxu_conv2d_desc;
 
 static inline int mxu_conv2d_groups(const mxu_conv2d_desc *d) {
@@ -102,8 +101,9 @@ typedef struct mxu_batchnorm_desc {
    * hard swish): y = v relu6(v + 3) / 6, both of which backward
    * recomputes from x, gamma and beta (so y is not read). */
   mxu_activation activation;
-  /* x, y in bfloat16 (see mxu_conv2d_desc's x_bf16); dx and dy float32 */
-  int x_bf16, y_bf16;
+  /* x, y, dx, dy in bfloat16 (see mxu_conv2d_desc's x_bf16); no dx_bf16
+   * with silu */
+  int x_bf16, y_bf16, dx_bf16, dy_bf16;
 } mxu_batchnorm_desc;
 
 /* The activations a batch normalisation may fuse (above). */

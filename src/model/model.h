@@ -430,9 +430,11 @@ typedef struct mxu_node_plan {
    * the outputs that bf16 convs, BatchNormalizations and Adds write and
    * only such layers read are held in bf16, 2 bytes a value (compile's
    * plan_bf16_tensors): the writer's y_bf16, and bit k of a reader's
-   * x_bf16 for its input k. Their gradients stay float32. */
-  unsigned x_bf16;
-  int y_bf16;
+   * x_bf16 for its input k; and, where every reader writes its share of
+   * the gradient in bf16 too (dx_bf16, a bit per input) and the writer
+   * reads it so (dy_bf16), the tensor's gradient. */
+  unsigned x_bf16, dx_bf16;
+  int y_bf16, dy_bf16;
   /* A ZeroPadding2D that a conv alone reads pads nothing itself: the
    * conv reads the unpadded input and pads it as part of its own padding
    * (margins: top, bottom, left, right), and the ZeroPadding2D is a view

@@ -3,8 +3,8 @@
  * a neighbouring conv takes that layout as it is: x_native, y_native),
  * Keras' HWIO kernel reordered to the layout oneDNN picks, asymmetric SAME
  * padding passed as padding_l / padding_r. In bf16 the primitives read x,
- * the kernel and dy in bfloat16 and write y, dx, dw and db in float32 (x
- * and y may be bf16 tensors of the caller's: x_bf16, y_bf16). The
+ * the kernel and dy in bfloat16 and write y, dx, dw and db in float32 (x,
+ * y, dx and dy may be bf16 tensors of the caller's: x_bf16, ...). The
  * primitives are built in weighted.c; the shapes oneDNN serves badly
  * (few input channels, depthwise, small images, 3x3 where it has no
  * Winograd) run on the own loops of conv_*.c instead, which this file's
@@ -24,9 +24,9 @@ static const char CONV[] = "conv2d";
 typedef enum conv_kind { CONV_F32, CONV_BF16, CONV_WINOGRAD } conv_kind;
 
 /* *_lo: what the multiplications read, bf16 or f32, in the layout the
- * primitives see x and y in (NHWC, or any for Winograd); the rest is f32
- * NHWC, the caller's; x and y: the caller's x and y, which are bf16 NHWC
- * where the desc says so (x_bf16, y_bf16), else src and dst. */
+ * primitives see x and y in (NHWC, or any for Winograd); the rest is the
+ * caller's, NHWC: src and dst its dx and dy, x and y its x and y, each
+ * f32 or, where the desc says (x_bf16, ...), bf16. */
 typedef struct conv_mds {
   dnnl_memory_desc_t src, weights, weights_any, bias, dst, x, y;
   dnnl_memory_desc_t src_lo, weights_any_lo, dst_lo;
@@ -52,12 +52,15 @@ static mxu_status conv_describe(const mxu_conv2d_desc *d, conv_kind kind,
   dnnl_format_tag_t x_tag = d->x_native ? NATIVE : dnnl_nhwc;
   dnnl_format_tag_t y_tag = d->y_native ? NATIVE : dnnl_nhwc;
   int wino = kind == CONV_WINOGRAD;
-  MXU_TRY(cpu_md(&m->src, 4, src, x_tag, CONV));
+  /* src and dst: the caller's dx and dy (bf16 where the desc says) */
+  MXU_TRY(cpu_md_typed(&m->src, 4, src, d->dx_bf16 ? dnnl_bf16 : dnnl_f32,
+                       x_tag, CONV));
   MXU_TRY(cpu_md(&m->weights, wdims, weights, g > 1 ? dnnl_hwigo : dnnl_hwio,
                  CONV));
   MXU_TRY(cpu_md(&m->weights_any, wdims, weights, dnnl_format_tag_any, CONV));
   MXU_TRY(cpu_md(&m->bias, 1, bias, dnnl_x, CONV));
-  MXU_TRY(cpu_md(&m->dst, 4, dst, y_tag, CONV));
+  MXU_TRY(cpu_md_typed(&m->dst, 4, dst, d->dy_bf16 ? dnnl_bf16 : dnnl_f32,
+                       y_tag, CONV));
   MXU_TRY(cpu_md_typed(&m->x, 4, src, d->x_bf16 ? dnnl_bf16 : dnnl_f32, x_tag,
                        CONV));
   MXU_TRY(cpu_md_typed(&m->y, 4, dst, d->y_bf16 ? dnnl_bf16 : dnnl_f32, y_tag,
@@ -229,14 +232,14 @@ static mxu_status bf16_create(const mxu_conv2d_desc *desc,
  * step ran 2% slower). */
 int cpu_conv2d_bf16_tensors(const mxu_conv2d_desc *desc) {
   mxu_conv2d_desc own = *desc;
-  own.bf16 = own.x_bf16 = own.y_bf16 = 0;
+  own.bf16 = own.x_bf16 = own.y_bf16 = own.dx_bf16 = own.dy_bf16 = 0;
   dnnl_cpu_isa_t isa = dnnl_cpu_isa_avx512_core_bf16;
   if (!desc->bf16 || (dnnl_get_effective_cpu_isa() & isa) != isa ||
       desc->x_native || desc->y_native || !mxu_conv2d_plain(desc) ||
       !bf16_pays(desc, &own))
     return 0;
   mxu_conv2d_desc plain = *desc;
-  plain.x_bf16 = plain.y_bf16 = 0;
+  plain.x_bf16 = plain.y_bf16 = plain.dx_bf16 = plain.dy_bf16 = 0;
   mxu_op *op;
   if (conv_create(&plain, CONV_BF16, &op) != MXU_OK) return 0;
   int takes = !cpu_conv_gemm_fits(op, &own);
@@ -257,9 +260,9 @@ int cpu_conv2d_bf16_tensors(const mxu_conv2d_desc *desc) {
  * on conv_wino.c's. */
 mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   mxu_conv2d_desc own = *desc; /* the conv as float32 */
-  own.bf16 = own.x_bf16 = own.y_bf16 = 0;
+  own.bf16 = own.x_bf16 = own.y_bf16 = own.dx_bf16 = own.dy_bf16 = 0;
   if (desc->bf16 && bf16_create(desc, &own, out) == MXU_OK) return MXU_OK;
-  if (desc->x_bf16 || desc->y_bf16)
+  if (desc->x_bf16 || desc->y_bf16 || desc->dx_bf16 || desc->dy_bf16)
     return mxu_fail(MXU_ERR_UNSUPPORTED,
                     "%s: bf16 tensors for a conv that does not run in bf16 "
                     "(see conv2d_bf16_tensors)",

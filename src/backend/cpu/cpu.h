@@ -50,6 +50,7 @@ struct mxu_op {
   int64_t count;             /* activation ops: values per tensor */
   size_t workspace_bytes;    /* pooling: max pooling's training workspace */
   int x_bf16, y_bf16;        /* batchnorm, conv: x, y in bf16 (backend.h) */
+  int dx_bf16, dy_bf16;      /* and their gradients */
   /* conv, dense: the weights (or their gradient) in the layout and data
    * type primitive i chose, when that is not the caller's plain float32;
    * allocated at create. */

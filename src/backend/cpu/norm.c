@@ -270,9 +270,9 @@ INLINE void moment_block(const bn_shape *s, int64_t b, const void *x,
  * with silu dz is also written to dz_out, so that the second pass reads
  * it rather than compute the slope again (1.3x faster). */
 INLINE void gradient_block(const bn_shape *s, int64_t b, const void *x,
-                           const float *dy, const channel_values *cv,
+                           const void *dy, const channel_values *cv,
                            const periodic *p, mxu_activation act, int xb,
-                           float *dz_out) {
+                           int gb, float *dz_out) {
   int64_t c = s->c;
   float *restrict sum = partial_of(s, b), *restrict dot = sum + c;
   memset(sum, 0, (size_t)(2 * c) * sizeof *sum);
@@ -283,13 +283,12 @@ INLINE void gradient_block(const bn_shape *s, int64_t b, const void *x,
     const float *restrict mp = p->v[P_MEAN], *restrict sp = p->v[P_SCALE],
                           *restrict bp = p->v[P_BETA];
     for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
-      const float *restrict g = dy + r * c;
       float *restrict dzv = fused_silu ? dz_out + r * c : NULL;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
         float xv = load(x, r * c + j, xb);
         float v = fused ? (xv - mp[j]) * sp[j] + bp[j] : 0.0f;
-        float dz = dz_at(g[j], v, act);
+        float dz = dz_at(load(dy, r * c + j, gb), v, act);
         if (fused_silu) dzv[j] = dz;
         lane_sum[j] += dz;
         lane_dot[j] += dz * (xv - mp[j]);
@@ -303,13 +302,12 @@ INLINE void gradient_block(const bn_shape *s, int64_t b, const void *x,
   const float *restrict mean = cv->mean, *restrict scale = cv->scale,
                         *restrict beta = cv->beta;
   for (; r < block_end(s, b); r++) {
-    const float *restrict g = dy + r * c;
     float *restrict dzr = fused_silu ? dz_out + r * c : NULL;
 #pragma omp simd
     for (int64_t j = 0; j < c; j++) {
       float xr = load(x, r * c + j, xb);
       float v = fused ? (xr - mean[j]) * scale[j] + beta[j] : 0.0f;
-      float dz = dz_at(g[j], v, act);
+      float dz = dz_at(load(dy, r * c + j, gb), v, act);
       if (fused_silu) dzr[j] = dz;
       sum[j] += dz;
       dot[j] += dz * (xr - mean[j]);
@@ -385,44 +383,68 @@ INLINE void normalise_block(const bn_shape *s, int64_t b, const void *x,
   }
 }
 
+/* dx = dz * k0 + (x - mean) * k1 + k2 of row r's values [j0, j0 + n). */
+INLINE void backward_values(const void *x, const void *dy,
+                            const channel_values *cv, int64_t c, int64_t r,
+                            int64_t j0, int64_t n, mxu_activation act, int xb,
+                            int gb, float *to) {
+  int fused = act != MXU_LINEAR;
+  const float *restrict mean = cv->mean + j0, *restrict k0 = cv->k[0] + j0,
+                        *restrict k1 = cv->k[1] + j0,
+                        *restrict k2 = cv->k[2] + j0,
+                        *restrict scale = cv->scale + j0,
+                        *restrict beta = cv->beta + j0;
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) {
+    float xr = load(x, r * c + j0 + j, xb);
+    float v = fused ? (xr - mean[j]) * scale[j] + beta[j] : 0.0f;
+    float dz = dz_at(load(dy, r * c + j0 + j, gb), v, act);
+    to[j] = dz * k0[j] + (xr - mean[j]) * k1[j] + k2[j];
+  }
+}
+
 /* dx = dz * k0 + (x - mean) * k1 + k2 over block b; dy may be dx (the
- * silu's dz, from the first pass): each is read before it is written. */
+ * silu's dz, from the first pass, float32 both): each is read before it is
+ * written. A bf16 dx (db) is computed Y_CHUNK values at a time, then
+ * rounded, as normalise_block's y. */
 INLINE void backward_block(const bn_shape *s, int64_t b, const void *x,
-                           const float *dy, const channel_values *cv,
+                           const void *dy, const channel_values *cv,
                            const periodic *p, mxu_activation act, int xb,
-                           float *dx) {
-  int64_t c = s->c;
+                           int gb, int db, void *dx) {
+  int64_t c = s->c, end = block_end(s, b);
   int fused = act != MXU_LINEAR;
   int64_t r = b * s->per;
+  float chunk[Y_CHUNK];
   if (p->period) {
     const float *restrict mp = p->v[P_MEAN], *restrict p0 = p->v[P_K0],
                           *restrict p1 = p->v[P_K1], *restrict p2 = p->v[P_K2],
                           *restrict sp = p->v[P_SCALE],
                           *restrict bp = p->v[P_BETA];
-    for (; r + p->period / c <= block_end(s, b); r += p->period / c) {
-      const float *g = dy + r * c;
-      float *out = dx + r * c;
+    for (; r + p->period / c <= end; r += p->period / c) {
+      float *out = db ? chunk : (float *)dx + r * c;
 #pragma omp simd
       for (int64_t j = 0; j < p->period; j++) {
         float xv = load(x, r * c + j, xb);
         float v = fused ? (xv - mp[j]) * sp[j] + bp[j] : 0.0f;
-        float dz = dz_at(g[j], v, act);
+        float dz = dz_at(load(dy, r * c + j, gb), v, act);
         out[j] = dz * p0[j] + (xv - mp[j]) * p1[j] + p2[j];
       }
+      if (db) cpu_bf16_row((uint16_t *)dx + r * c, chunk, p->period);
     }
   }
-  const float *restrict mean = cv->mean, *restrict k0 = cv->k[0],
-                        *restrict k1 = cv->k[1], *restrict k2 = cv->k[2],
-                        *restrict scale = cv->scale, *restrict beta = cv->beta;
-  for (; r < block_end(s, b); r++) {
-    const float *g = dy + r * c;
-    float *out = dx + r * c;
-#pragma omp simd
-    for (int64_t j = 0; j < c; j++) {
-      float xr = load(x, r * c + j, xb);
-      float v = fused ? (xr - mean[j]) * scale[j] + beta[j] : 0.0f;
-      float dz = dz_at(g[j], v, act);
-      out[j] = dz * k0[j] + (xr - mean[j]) * k1[j] + k2[j];
+  if (!db) {
+    for (; r < end; r++)
+      backward_values(x, dy, cv, c, r, 0, c, act, xb, gb, (float *)dx + r * c);
+    return;
+  }
+  int64_t rows = c <= Y_CHUNK ? Y_CHUNK / c : 1; /* a chunk's */
+  for (; r < end; r += rows) {
+    int64_t m = end - r < rows ? end - r : rows;
+    for (int64_t j0 = 0; j0 < c; j0 += Y_CHUNK) {
+      int64_t n = c - j0 < Y_CHUNK ? c - j0 : Y_CHUNK;
+      for (int64_t k = 0; k < m; k++)
+        backward_values(x, dy, cv, c, r + k, j0, n, act, xb, gb, chunk + k * c);
+      cpu_bf16_row((uint16_t *)dx + r * c + j0, chunk, m * n);
     }
   }
 }
@@ -516,7 +538,9 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
   for (int64_t b = 0; b < s.blocks; b++)
     WITH_BF16(
         XB, op->x_bf16,
-        WITH_ACTIVATION(act, gradient_block(&s, b, x, dy, &cv, &p, A, XB, dx)));
+        WITH_BF16(GB, op->dy_bf16,
+                  WITH_ACTIVATION(act, gradient_block(&s, b, x, dy, &cv, &p, A,
+                                                      XB, GB, dx))));
   add_blocks(&s);
   const double *total = s.total, rows = (double)s.rows;
   for (int64_t j = 0; j < c; j++) {
@@ -529,14 +553,20 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
     k[2 * c + j] = (float)(-gamma[j] * sum_dy * inv / rows);
   }
   for (int i = 0; i < 3; i++) expand(&p, P_K0 + i, k + i * c, c);
-  /* silu's dz is in dx already, and is all the second pass needs. */
-  const float *dz = act == MXU_SILU ? dx : dy;
-  mxu_activation mask = act == MXU_SILU ? MXU_LINEAR : act;
+  /* silu's dz is in dx already (float32: no bf16 dx with silu), and is
+   * all the second pass needs. */
+  int silu = act == MXU_SILU;
+  const void *dz = silu ? (const void *)dx : dy;
+  mxu_activation mask = silu ? MXU_LINEAR : act;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(s.blocks))
   for (int64_t b = 0; b < s.blocks; b++)
-    WITH_BF16(XB, op->x_bf16,
-              WITH_ACTIVATION(
-                  mask, backward_block(&s, b, x, dz, &cv, &p, A, XB, dx)));
+    WITH_BF16(
+        XB, op->x_bf16,
+        WITH_BF16(GB, op->dy_bf16 && !silu,
+                  WITH_BF16(DB, op->dx_bf16,
+                            WITH_ACTIVATION(
+                                mask, backward_block(&s, b, x, dz, &cv, &p, A,
+                                                     XB, GB, DB, dx)))));
 }
 
 /* ---- create: descriptors for the shape, and room for the sums ---------- */
@@ -571,10 +601,17 @@ mxu_status cpu_batchnorm_create(const mxu_batchnorm_desc *desc, mxu_op **out) {
   if (!mxu_batchnorm_fusable(desc->activation))
     return mxu_fail(MXU_ERR_ARG, "onednn: %s: cannot fuse activation %d", BN,
                     (int)desc->activation);
+  if (desc->dx_bf16 && desc->activation == MXU_SILU)
+    return mxu_fail(MXU_ERR_ARG,
+                    "onednn: %s: silu's backward keeps its dz in dx, which "
+                    "must be float32",
+                    BN);
   mxu_op *op;
   MXU_TRY(cpu_op_alloc(&op, BN));
   op->activation = desc->activation;
   op->x_bf16 = desc->x_bf16;
   op->y_bf16 = desc->y_bf16;
+  op->dx_bf16 = desc->dx_bf16;
+  op->dy_bf16 = desc->dy_bf16;
   return cpu_op_finish(op, bn_build(op, desc), out);
 }

@@ -192,8 +192,10 @@ static mxu_conv2d_desc graph_describe(const mxu_layer *layer, int batch) {
   d.activation = s.activation;
   d.x_native = layer->compiled->native_in;
   d.y_native = layer->compiled->native_out;
-  d.x_bf16 = layer->compiled->x_bf16;
+  d.x_bf16 = (int)layer->compiled->x_bf16;
   d.y_bf16 = layer->compiled->y_bf16;
+  d.dx_bf16 = (int)layer->compiled->dx_bf16;
+  d.dy_bf16 = layer->compiled->dy_bf16;
   return d;
 }
 

@@ -76,8 +76,10 @@ static mxu_status batchnorm_plan(mxu_layer *layer, const mxu_backend *backend,
       layer->compiled->fused_layers == 1
           ? mxu_layer_activation_kind(layer->compiled->fused[0])
           : MXU_LINEAR,
-      layer->compiled->x_bf16,
-      layer->compiled->y_bf16};
+      (int)layer->compiled->x_bf16,
+      layer->compiled->y_bf16,
+      (int)layer->compiled->dx_bf16,
+      layer->compiled->dy_bf16};
   return backend->batchnorm_create(&d, &layer->compiled->ops[0]);
 }
 
