@@ -2229,8 +2229,7 @@ static void test_add(void) {
 }
 
 /* The bf16 tensors' Add: for every choice of bf16 operands (a, b, y), the
- * float32 add of the same values, y rounded; and the fused relu's
- * backward from a bf16 y, the float32 relu's from the same y. */
+ * float32 add of the same values, y rounded; and its backward likewise. */
 static void test_add_bf16(void) {
   const mxu_backend *be = backends[CPU];
   const size_t n = 40000; /* blocks on every thread, chunks and a tail */
@@ -2255,15 +2254,26 @@ static void test_add_bf16(void) {
                 relu, bad, bad < n ? got[bad] : 0.0, bad < n ? want[bad] : 0.0);
     }
   }
-  /* want: the relu'd sum; its bf16 as y */
+  /* Backward, from y = the relu'd sum in bf16 (as float32 too) and dy
+   * rounded: for every choice of bf16 y, dy, dx, float32's relu mask (or
+   * copy) of the same values, dx rounded. */
   uint16_t *yh = pack_bf16(want, n);
   unpack_bf16((const float *)yh, n, got);
+  round_bf16(dy, n);
+  uint16_t *dyh = pack_bf16(dy, n);
   mxu_activation_desc relu = {MXU_RELU, 1, (int)n, 0};
   mxu_op *op = NULL;
   CHECK_OK(be->activation_create(&relu, &op));
   if (op) be->activation_backward(op, NULL, got, dy, dx_want), be->op_free(op);
-  be->relu_backward_bf16((int64_t)n, yh, dy, dx);
-  CHECK(memcmp(dx, dx_want, n * sizeof *dx) == 0);
+  for (int r = 0; r < 2; r++)
+    for (unsigned bits = 1; bits < 8; bits++) {
+      be->add_backward_bf16((int64_t)n, bits & 1 ? (void *)yh : got,
+                            bits & 2 ? (void *)dyh : dy, bits, r, dx);
+      if (bits & 4) unpack_bf16(dx, n, dx);
+      CHECK_MSG(memcmp(dx, r ? dx_want : dy, n * sizeof *dx) == 0,
+                "add_backward_bf16 bits %u relu %d", bits, r);
+    }
+  free(dyh);
   free(a), free(b), free(dy), free(ah), free(bh), free(yh);
   free(want), free(got), free(dx), free(dx_want);
 }

@@ -574,7 +574,7 @@ static void test_tree_sum(void) {
  * oneDNN's). */
 static mxu_model *bf16_block_model(mxu_precision precision,
                                    mxu_backend_kind backend, int replicas,
-                                   int threads) {
+                                   int threads, int keep_gradients) {
   mxu_model *model = mxu_functional("bf16_blocks");
   int64_t dims[3] = {SIDE, SIDE, CHANNELS};
   mxu_tensor_id x = mxu_input(model, "input", mxu_shape_make(3, dims));
@@ -606,6 +606,7 @@ static mxu_model *bf16_block_model(mxu_precision precision,
   c.threads = threads;
   c.precision = precision;
   c.backend = backend;
+  c.keep_gradients = keep_gradients;
   CHECK_OK(mxu_compile(model, &c));
   return model;
 }
@@ -614,10 +615,10 @@ static mxu_model *bf16_block_model(mxu_precision precision,
  * normalisations and the Add are bf16 (compile's plan_bf16_tensors):
  * exactly those only such layers read, the relus fused; not the first
  * conv's (float32), nor the last conv's (its relu's backward reads y),
- * nor the last normalisation's (a Flatten reads it);
- * none in float32 or on cpu_ref. The loss starts within bf16's rounding of
- * float32's, and both learn; the weights stay the same bits on 1 and 2
- * threads. */
+ * nor the last normalisation's (a Flatten reads it); their gradients
+ * too, unless keep_gradients; none in float32 or on cpu_ref. The loss starts
+ * within bf16's rounding of float32's, and both learn; the weights stay the
+ * same bits on 1 and 2 threads. */
 static void test_bf16_tensors(void) {
   /* conv, conv, bn, relu, conv, bn, add, relu, conv, bn, relu, conv, bn,
    * flatten, dense; x: bit k for input k (the Add's second is the bn's) */
@@ -627,45 +628,59 @@ static void test_bf16_tensors(void) {
   static const int want_y[LAYERS] = {0, 1, 1, 0, 1, 1, 1, 0,
                                      1, 1, 0, 0, 0, 0, 0};
   mxu_model *f32 =
-      bf16_block_model(MXU_PRECISION_FLOAT32, MXU_BACKEND_CPU, 2, 1);
+      bf16_block_model(MXU_PRECISION_FLOAT32, MXU_BACKEND_CPU, 2, 1, 0);
   mxu_model *ref =
-      bf16_block_model(MXU_MIXED_BFLOAT16, MXU_BACKEND_CPU_REF, 2, 1);
-  mxu_model *one = bf16_block_model(MXU_MIXED_BFLOAT16, MXU_BACKEND_CPU, 2, 1);
-  mxu_model *two = bf16_block_model(MXU_MIXED_BFLOAT16, MXU_BACKEND_CPU, 2, 2);
+      bf16_block_model(MXU_MIXED_BFLOAT16, MXU_BACKEND_CPU_REF, 2, 1, 0);
+  mxu_model *one =
+      bf16_block_model(MXU_MIXED_BFLOAT16, MXU_BACKEND_CPU, 2, 1, 0);
+  mxu_model *two =
+      bf16_block_model(MXU_MIXED_BFLOAT16, MXU_BACKEND_CPU, 2, 2, 0);
+  mxu_model *kept =
+      bf16_block_model(MXU_MIXED_BFLOAT16, MXU_BACKEND_CPU, 2, 1, 1);
   CHECK(one->layer_count == LAYERS + 1);
   unsigned on = bf16_expected();
   for (int i = 0; i < LAYERS && one->layer_count == LAYERS + 1; i++) {
     const mxu_node_plan *p = one->layers[i + 1].compiled;
-    CHECK_MSG(p->x_bf16 == (on ? want_x[i] : 0) &&
-                  p->y_bf16 == (int)(on && want_y[i]),
-              "layer %d (%s): bf16 x %u y %d", i + 1, one->layers[i + 1].name,
-              p->x_bf16, p->y_bf16);
+    const mxu_node_plan *q = kept->layers[i + 1].compiled;
+    unsigned x = on ? want_x[i] : 0;
+    int y = (int)(on && want_y[i]);
+    /* gradients in bf16 with the tensors, unless they are kept */
+    CHECK_MSG(
+        p->x_bf16 == x && p->y_bf16 == y && p->dx_bf16 == x && p->dy_bf16 == y,
+        "layer %d (%s): bf16 x %u y %d dx %u dy %d", i + 1,
+        one->layers[i + 1].name, p->x_bf16, p->y_bf16, p->dx_bf16, p->dy_bf16);
+    CHECK(q->x_bf16 == x && q->y_bf16 == y && !q->dx_bf16 && !q->dy_bf16);
     CHECK(!f32->layers[i + 1].compiled->x_bf16 &&
           !f32->layers[i + 1].compiled->y_bf16);
     CHECK(!ref->layers[i + 1].compiled->x_bf16 &&
           !ref->layers[i + 1].compiled->y_bf16);
   }
   mxu_dataset *data = toy_data();
-  double start = 0, start_bf16 = 0, loss_f32 = 0, loss_bf16 = 0;
+  double start = 0, start_bf16 = 0, loss_f32 = 0, loss_bf16 = 0, loss_kept = 0;
   CHECK_OK(mxu_evaluate(f32, data, 32, &start, NULL));
   CHECK_OK(mxu_evaluate(one, data, 32, &start_bf16, NULL));
   for (int epoch = 0; epoch < 3; epoch++) {
     train_steps(f32, data, 32, 3);
     train_steps(one, data, 32, 3);
     train_steps(two, data, 32, 3);
+    train_steps(kept, data, 32, 3);
   }
   compare_weights(one, two, 1, 0);
   CHECK_OK(mxu_evaluate(f32, data, 32, &loss_f32, NULL));
   CHECK_OK(mxu_evaluate(one, data, 32, &loss_bf16, NULL));
+  CHECK_OK(mxu_evaluate(kept, data, 32, &loss_kept, NULL));
   printf("test_replicas: bf16 tensors: loss at start float32 %.4f, "
-         "mixed_bfloat16 %.4f; after 9 steps %.4f, %.4f\n",
-         start, start_bf16, loss_f32, loss_bf16);
+         "mixed_bfloat16 %.4f; after 9 steps %.4f, %.4f (float32 "
+         "gradients %.4f)\n",
+         start, start_bf16, loss_f32, loss_bf16, loss_kept);
   CHECK(fabs(start_bf16 - start) <= 0.01 * start);
-  CHECK(loss_f32 < 0.8 * start && loss_bf16 < 0.8 * start);
+  CHECK(loss_f32 < 0.8 * start && loss_bf16 < 0.8 * start &&
+        loss_kept < 0.8 * start);
   mxu_model_free(f32);
   mxu_model_free(ref);
   mxu_model_free(one);
   mxu_model_free(two);
+  mxu_model_free(kept);
   mxu_dataset_free(data);
 }
 

@@ -236,12 +236,13 @@ typedef struct mxu_backend {
   int (*conv2d_bf16_tensors)(const mxu_conv2d_desc *desc);
   /* Optional, with bf16 tensors: add (below) where the bits of `bf16`
    * say which of a (1), b (2) and y (4) are bf16, 2 bytes a value (y
-   * rounded from the float32 sum); y may alias a. And a fused
-   * relu's backward from a bf16 y: dx = dy where y > 0. */
+   * rounded from the float32 sum); y may alias a. And its backward for
+   * one input: dx = dy, or with the relu fused dy where y > 0; bits: y
+   * (1), dy (2), dx (4) in bf16. */
   void (*add_bf16)(int64_t count, const void *a, const void *b, unsigned bf16,
                    int relu, void *y);
-  void (*relu_backward_bf16)(int64_t count, const void *y, const float *dy,
-                             float *dx);
+  void (*add_backward_bf16)(int64_t count, const void *y, const void *dy,
+                            unsigned bf16, int relu, void *dx);
   /* Optional: a relu conv's backward weights and data (dx NULL when not
    * needed) from dy of the relu's output and the forward's y, where the
    * backend folds relu's backward into its own passes; returns 0, doing

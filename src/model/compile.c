@@ -1312,15 +1312,29 @@ static int writes_bf16(mxu_model *model, const unsigned char *conv, int i) {
   return fusion_proposal(model, i) ? layer->compiled->fused[0]->index : i;
 }
 
+/* Whether reader `layer` of a bf16 tensor writes its gradient in bf16
+ * too: all do but a BatchNormalization with silu, whose backward keeps an
+ * intermediate in dx. */
+static int writes_bf16_dx(mxu_model *model, int j) {
+  mxu_layer *layer = &model->layers[j];
+  return layer->cls != &mxu_batch_normalization_class ||
+         !fusion_proposal(model, j) ||
+         mxu_layer_activation_kind(layer->compiled->fused[0]) != MXU_SILU;
+}
+
 /* Under mixed_bfloat16, where the backend has bf16 tensors, the outputs
  * that bf16 convs, BatchNormalizations and Adds write and only such layers
  * read are held in bf16 (mxu_node_plan's x_bf16, y_bf16): ResNets'
  * activations but the first conv's (float32) and the last block's. The
  * convs round their input to bf16 to multiply anyway, so the values they
  * see do not change; the normalisations and Adds see theirs rounded, as
- * Keras' do (its layers' outputs are bf16 under mixed_bfloat16). Each
- * such tensor is written and read at half the bytes, and the conv reading
- * it needs no copy in bf16 of its own. */
+ * Keras' do (its layers' outputs are bf16 under mixed_bfloat16). So are
+ * their gradients (dx_bf16, dy_bf16), as Keras' and PyTorch's autocast
+ * are, unless keep_gradients asks for float32 ones or a reader cannot
+ * write its share in bf16; the sums within the layers (batch statistics'
+ * gradients, weight gradients) stay float32. Each such tensor is written
+ * and read at half the bytes, and a conv reading one needs no copy in
+ * bf16 of its own. */
 static mxu_status plan_bf16_tensors(mxu_model *model) {
   if (!model->backend->conv2d_bf16_tensors) return MXU_OK;
   int n = model->layer_count;
@@ -1338,11 +1352,19 @@ static mxu_status plan_bf16_tensors(mxu_model *model) {
         if (model->layers[j].inputs[k] == out && !reads_bf16(model, conv, j, k))
           all = 0;
     if (!all) continue;
-    model->layers[i].compiled->y_bf16 = 1;
+    int grads = !model->compile.keep_gradients; /* kept: as float32 */
     for (int j = out + 1; j < n; j++)
       for (int k = 0; k < model->layers[j].input_count; k++)
         if (model->layers[j].inputs[k] == out)
+          grads &= writes_bf16_dx(model, j);
+    model->layers[i].compiled->y_bf16 = 1;
+    model->layers[i].compiled->dy_bf16 = grads;
+    for (int j = out + 1; j < n; j++)
+      for (int k = 0; k < model->layers[j].input_count; k++)
+        if (model->layers[j].inputs[k] == out) {
           model->layers[j].compiled->x_bf16 |= 1u << k;
+          model->layers[j].compiled->dx_bf16 |= (unsigned)grads << k;
+        }
   }
   free(conv);
   return MXU_OK;

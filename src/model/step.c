@@ -92,7 +92,10 @@ void mxu_replica_add_partials(mxu_model *model, mxu_replica *replica,
     int64_t count = (int64_t)model->plan.batch *
                     mxu_shape_count(&model->layers[t].out_shape);
     float *grad = mxu_replica_floats(replica, model->plan.grad[t]);
-    model->backend->add(count, grad, run->dxs[k], 0, grad);
+    if (layer->compiled->dx_bf16 >> k & 1) /* bf16 both (plan_bf16_tensors) */
+      model->backend->add_bf16(count, grad, run->dxs[k], 7, 0, grad);
+    else
+      model->backend->add(count, grad, run->dxs[k], 0, grad);
   }
 }
 

@@ -493,16 +493,26 @@ void cpu_add_bf16(int64_t count, const void *a, const void *b, unsigned bf16,
   }
 }
 
-void cpu_relu_backward_bf16(int64_t count, const void *y, const float *dy,
-                            float *dx) {
-  const uint16_t *h = y;
-#pragma omp parallel for schedule(static)                                      \
-    num_threads(cpu_threads_for((count + BLOCK - 1) / BLOCK))
-  for (int64_t blk = 0; blk < (count + BLOCK - 1) / BLOCK; blk++) {
+void cpu_add_backward_bf16(int64_t count, const void *y, const void *dy,
+                           unsigned bf16, int relu, void *dx) {
+  int64_t blocks = (count + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(blocks))
+  for (int64_t blk = 0; blk < blocks; blk++) {
     int64_t end = (blk + 1) * BLOCK < count ? (blk + 1) * BLOCK : count;
+    float ty[CHUNK], tg[CHUNK], tx[CHUNK];
+    for (int64_t at = blk * BLOCK; at < end; at += CHUNK) {
+      int n = end - at < CHUNK ? (int)(end - at) : CHUNK;
+      const float *restrict py = relu ? chunk_of(y, bf16 & 1, at, n, ty) : NULL;
+      const float *pg = chunk_of(dy, bf16 & 2, at, n, tg);
+      float *px = bf16 & 4 ? tx : (float *)dx + at; /* may be pg */
+      if (relu) {
 #pragma omp simd
-    for (int64_t i = blk * BLOCK; i < end; i++)
-      dx[i] = cpu_bf16_float(h[i]) > 0.0f ? dy[i] : 0.0f;
+        for (int i = 0; i < n; i++) px[i] = py[i] > 0.0f ? pg[i] : 0.0f;
+      } else if (px != pg) {
+        memmove(px, pg, (size_t)n * sizeof *px);
+      }
+      if (bf16 & 4) cpu_bf16_row((uint16_t *)dx + at, px, n);
+    }
   }
 }
 

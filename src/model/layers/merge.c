@@ -194,7 +194,7 @@ static void copy_gradient(const mxu_backend *backend, const float *src,
  * TensorFlow's chain of pairwise maximum(a, b) gives it (ties to a). */
 static void input_gradient(mxu_merge_kind kind, const mxu_layer_run *run,
                            const float *const *xs, int k, int64_t n,
-                           int layer_y_bf16, float *dx) {
+                           unsigned bf16, float *dx) {
   const float *dy = run->dy;
   switch (kind) {
   case MXU_MERGE_MAXIMUM:
@@ -222,8 +222,9 @@ static void input_gradient(mxu_merge_kind kind, const mxu_layer_run *run,
         for (int64_t i = 0; i < n; i++) dx[i] *= xs[j][i];
     break;
   default: /* Add; with the relu fused, dy where y > 0 */
-    if (run->ops[0] && layer_y_bf16)
-      run->backend->relu_backward_bf16(n, run->y, dy, dx);
+    if (bf16)
+      run->backend->add_backward_bf16(n, run->y, dy, bf16, run->ops[0] != NULL,
+                                      dx);
     else if (run->ops[0])
       run->backend->activation_backward(run->ops[0], NULL, run->y, dy, dx);
     else
@@ -250,15 +251,20 @@ static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
    * one's is copied (threaded) to the others, rather than computed (a
    * relu's mask reads y and dy) for each: ResNets' every block. */
   const float *same = NULL;
+  const mxu_node_plan *p = layer->compiled;
   for (int k = 0; k < run->input_count; k++) {
     if (!run->need_dxs[k]) continue;
     int spread_k = broadcasts(layer, k);
-    if (same && !spread_k) {
+    /* bf16 tensors (an Add of two; compile's plan_bf16_tensors): y, dy and
+     * this dx's types, each input's dx computed (no copy across types) */
+    unsigned bf16 = (p->y_bf16 ? 1u : 0u) | (p->dy_bf16 ? 2u : 0u) |
+                    (p->dx_bf16 >> k & 1 ? 4u : 0u);
+    if (same && !spread_k && !(p->y_bf16 | p->dy_bf16 | (int)p->dx_bf16)) {
       copy_gradient(run->backend, same, run->dxs[k], n);
       continue;
     }
-    input_gradient(layer->config.merge.kind, run, xs, k, n,
-                   layer->compiled->y_bf16, spread_k ? whole : run->dxs[k]);
+    input_gradient(layer->config.merge.kind, run, xs, k, n, bf16,
+                   spread_k ? whole : run->dxs[k]);
     if (layer->config.merge.kind == MXU_MERGE_ADD && !spread_k)
       same = run->dxs[k];
     if (!spread_k) continue;
