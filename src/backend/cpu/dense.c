@@ -53,17 +53,15 @@ static mxu_status dense_create(const mxu_dense_desc *desc, int bf16,
           &m.weights_lo, &m.dst_lo);
   CPU_TRY(DENSE, dnnl_inner_product_backward_weights_desc_init, &bwd_weights,
           &m.src_lo, &m.diff_weights, b, &m.dst_lo);
-  cpu_weighted_descs descs = {&fwd,
-                              &bwd_data,
-                              &bwd_weights,
-                              &m.weights,
-                              desc->activation,
-                              desc->has_bias,
-                              bf16,
-                              &m.src,
-                              &m.dst,
-                              NULL,
-                              NULL};
+  cpu_weighted_descs descs = {.forward = &fwd,
+                              .backward_data = &bwd_data,
+                              .backward_weights = &bwd_weights,
+                              .plain_weights = &m.weights,
+                              .activation = desc->activation,
+                              .has_bias = desc->has_bias,
+                              .bf16 = bf16,
+                              .plain_src = &m.src,
+                              .plain_dst = &m.dst};
   return cpu_weighted_create(&descs, DENSE, out);
 }
 

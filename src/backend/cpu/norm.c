@@ -328,123 +328,76 @@ static void add_blocks(const bn_shape *s) {
 
 /* ---- elementwise passes ------------------------------------------------ */
 
-/* Values of a bf16 y computed at a time (whole rows, or a row's part)
- * before cpu_bf16_row rounds them: a row at a time ran ResNet-20's 16
- * channels 1.6x slower than float32. */
+/* Values of a bf16 output computed at a time (whole rows, or a row's
+ * part) before cpu_bf16_row rounds them: a row at a time ran ResNet-20's
+ * 16 channels 1.6x slower than float32. */
 #define Y_CHUNK 256
 
-/* y = act((x - mean) * scale + beta) of row r's values [j0, j0 + n). */
-INLINE void normalise_values(const void *x, const channel_values *cv, int64_t c,
-                             int64_t r, int64_t j0, int64_t n,
-                             mxu_activation act, int xb, float *to) {
-  const float *restrict mean = cv->mean + j0, *restrict scale = cv->scale + j0,
-                        *restrict beta = cv->beta + j0;
+/* The two elementwise passes: normalise's y = act((x - mean) * scale +
+ * beta), and backward's dx = dz * k0 + (x - mean) * k1 + k2. */
+enum { NORMALISE, BACKWARD };
+
+/* Values [at, at + n) of a pass, from per-channel values `per` (mean,
+ * scale, beta, k0, k1, k2; the k NULL for NORMALISE) lined up with them:
+ * the channel values, or a period of them. */
+INLINE void pass_values(int pass, const float *const per[6], const void *x,
+                        const void *dy, int64_t at, int64_t n,
+                        mxu_activation act, int xb, int gb, float *to) {
+  int fused = act != MXU_LINEAR;
+  const float *restrict mean = per[0], *restrict scale = per[1],
+                        *restrict beta = per[2], *restrict k0 = per[3],
+                        *restrict k1 = per[4], *restrict k2 = per[5];
   float *restrict out = to;
 #pragma omp simd
-  for (int64_t j = 0; j < n; j++)
-    out[j] = activate(
-        (load(x, r * c + j0 + j, xb) - mean[j]) * scale[j] + beta[j], act);
-}
-
-/* y = act((x - mean) * scale + beta) over block b; a bf16 y (yb) is
- * computed Y_CHUNK values (or a period) at a time into a float32 buffer,
- * then rounded. */
-INLINE void normalise_block(const bn_shape *s, int64_t b, const void *x,
-                            const channel_values *cv, const periodic *p,
-                            mxu_activation act, int xb, int yb, void *y) {
-  int64_t c = s->c, end = block_end(s, b);
-  int64_t r = b * s->per;
-  float chunk[Y_CHUNK];
-  if (p->period) {
-    const float *restrict mp = p->v[P_MEAN], *restrict sp = p->v[P_SCALE],
-                          *restrict bp = p->v[P_BETA];
-    for (; r + p->period / c <= end; r += p->period / c) {
-      float *restrict to = yb ? chunk : (float *)y + r * c;
-#pragma omp simd
-      for (int64_t j = 0; j < p->period; j++)
-        to[j] = activate((load(x, r * c + j, xb) - mp[j]) * sp[j] + bp[j], act);
-      if (yb) cpu_bf16_row((uint16_t *)y + r * c, chunk, p->period);
-    }
-  }
-  if (!yb) {
-    for (; r < end; r++)
-      normalise_values(x, cv, c, r, 0, c, act, xb, (float *)y + r * c);
-    return;
-  }
-  int64_t rows = c <= Y_CHUNK ? Y_CHUNK / c : 1; /* a chunk's */
-  for (; r < end; r += rows) {
-    int64_t m = end - r < rows ? end - r : rows;
-    for (int64_t j0 = 0; j0 < c; j0 += Y_CHUNK) {
-      int64_t n = c - j0 < Y_CHUNK ? c - j0 : Y_CHUNK;
-      for (int64_t k = 0; k < m; k++)
-        normalise_values(x, cv, c, r + k, j0, n, act, xb, chunk + k * c);
-      cpu_bf16_row((uint16_t *)y + r * c + j0, chunk, m * n);
-    }
-  }
-}
-
-/* dx = dz * k0 + (x - mean) * k1 + k2 of row r's values [j0, j0 + n). */
-INLINE void backward_values(const void *x, const void *dy,
-                            const channel_values *cv, int64_t c, int64_t r,
-                            int64_t j0, int64_t n, mxu_activation act, int xb,
-                            int gb, float *to) {
-  int fused = act != MXU_LINEAR;
-  const float *restrict mean = cv->mean + j0, *restrict k0 = cv->k[0] + j0,
-                        *restrict k1 = cv->k[1] + j0,
-                        *restrict k2 = cv->k[2] + j0,
-                        *restrict scale = cv->scale + j0,
-                        *restrict beta = cv->beta + j0;
-#pragma omp simd
   for (int64_t j = 0; j < n; j++) {
-    float xr = load(x, r * c + j0 + j, xb);
-    float v = fused ? (xr - mean[j]) * scale[j] + beta[j] : 0.0f;
-    float dz = dz_at(load(dy, r * c + j0 + j, gb), v, act);
-    to[j] = dz * k0[j] + (xr - mean[j]) * k1[j] + k2[j];
+    float xv = load(x, at + j, xb);
+    if (pass == NORMALISE) {
+      out[j] = activate((xv - mean[j]) * scale[j] + beta[j], act);
+      continue;
+    }
+    float v = fused ? (xv - mean[j]) * scale[j] + beta[j] : 0.0f;
+    float dz = dz_at(load(dy, at + j, gb), v, act);
+    out[j] = dz * k0[j] + (xv - mean[j]) * k1[j] + k2[j];
   }
 }
 
-/* dx = dz * k0 + (x - mean) * k1 + k2 over block b; dy may be dx (the
- * silu's dz, from the first pass, float32 both): each is read before it is
- * written. A bf16 dx (db) is computed Y_CHUNK values at a time, then
- * rounded, as normalise_block's y. */
-INLINE void backward_block(const bn_shape *s, int64_t b, const void *x,
-                           const void *dy, const channel_values *cv,
-                           const periodic *p, mxu_activation act, int xb,
-                           int gb, int db, void *dx) {
+static const float *from(const float *v, int64_t j0) {
+  return v ? v + j0 : NULL;
+}
+
+/* A pass over block b into out, float32 or (ob) bf16, computed Y_CHUNK
+ * values (or a period) at a time and then rounded. Backward's dy may be
+ * dx (the silu's dz, from the first pass, float32 both): each is read
+ * before it is written. */
+INLINE void pass_block(int pass, const bn_shape *s, int64_t b, const void *x,
+                       const void *dy, const channel_values *cv,
+                       const periodic *p, mxu_activation act, int xb, int gb,
+                       int ob, void *out) {
   int64_t c = s->c, end = block_end(s, b);
-  int fused = act != MXU_LINEAR;
   int64_t r = b * s->per;
   float chunk[Y_CHUNK];
   if (p->period) {
-    const float *restrict mp = p->v[P_MEAN], *restrict p0 = p->v[P_K0],
-                          *restrict p1 = p->v[P_K1], *restrict p2 = p->v[P_K2],
-                          *restrict sp = p->v[P_SCALE],
-                          *restrict bp = p->v[P_BETA];
+    const float *per[6] = {p->v[P_MEAN], p->v[P_SCALE], p->v[P_BETA],
+                           p->v[P_K0],   p->v[P_K1],    p->v[P_K2]};
     for (; r + p->period / c <= end; r += p->period / c) {
-      float *out = db ? chunk : (float *)dx + r * c;
-#pragma omp simd
-      for (int64_t j = 0; j < p->period; j++) {
-        float xv = load(x, r * c + j, xb);
-        float v = fused ? (xv - mp[j]) * sp[j] + bp[j] : 0.0f;
-        float dz = dz_at(load(dy, r * c + j, gb), v, act);
-        out[j] = dz * p0[j] + (xv - mp[j]) * p1[j] + p2[j];
-      }
-      if (db) cpu_bf16_row((uint16_t *)dx + r * c, chunk, p->period);
+      float *to = ob ? chunk : (float *)out + r * c;
+      pass_values(pass, per, x, dy, r * c, p->period, act, xb, gb, to);
+      if (ob) cpu_bf16_row((uint16_t *)out + r * c, chunk, p->period);
     }
   }
-  if (!db) {
-    for (; r < end; r++)
-      backward_values(x, dy, cv, c, r, 0, c, act, xb, gb, (float *)dx + r * c);
-    return;
-  }
-  int64_t rows = c <= Y_CHUNK ? Y_CHUNK / c : 1; /* a chunk's */
+  int64_t rows = !ob ? 1 : c <= Y_CHUNK ? Y_CHUNK / c : 1; /* at a time */
+  int64_t width = ob && c > Y_CHUNK ? Y_CHUNK : c;
   for (; r < end; r += rows) {
     int64_t m = end - r < rows ? end - r : rows;
-    for (int64_t j0 = 0; j0 < c; j0 += Y_CHUNK) {
-      int64_t n = c - j0 < Y_CHUNK ? c - j0 : Y_CHUNK;
+    for (int64_t j0 = 0; j0 < c; j0 += width) {
+      int64_t n = c - j0 < width ? c - j0 : width;
+      const float *per[6] = {from(cv->mean, j0), from(cv->scale, j0),
+                             from(cv->beta, j0), from(cv->k[0], j0),
+                             from(cv->k[1], j0), from(cv->k[2], j0)};
       for (int64_t k = 0; k < m; k++)
-        backward_values(x, dy, cv, c, r + k, j0, n, act, xb, gb, chunk + k * c);
-      cpu_bf16_row((uint16_t *)dx + r * c + j0, chunk, m * n);
+        pass_values(pass, per, x, dy, (r + k) * c + j0, n, act, xb, gb,
+                    ob ? chunk + k * c : (float *)out + (r + k) * c + j0);
+      if (ob) cpu_bf16_row((uint16_t *)out + r * c + j0, chunk, m * n);
     }
   }
 }
@@ -471,9 +424,9 @@ static void normalise(const mxu_op *op, const bn_shape *s, const void *x,
   for (int64_t b = 0; b < s->blocks; b++)
     WITH_BF16(XB, op->x_bf16,
               WITH_BF16(YB, op->y_bf16,
-                        WITH_ACTIVATION(
-                            op->activation,
-                            normalise_block(s, b, x, &cv, &p, A, XB, YB, y))));
+                        WITH_ACTIVATION(op->activation,
+                                        pass_block(NORMALISE, s, b, x, NULL,
+                                                   &cv, &p, A, XB, 0, YB, y))));
 }
 
 /* ---- the table's entries ------------------------------------------------ */
@@ -564,9 +517,9 @@ void cpu_batchnorm_backward(mxu_op *op, const float *x, const float *y,
         XB, op->x_bf16,
         WITH_BF16(GB, op->dy_bf16 && !silu,
                   WITH_BF16(DB, op->dx_bf16,
-                            WITH_ACTIVATION(
-                                mask, backward_block(&s, b, x, dz, &cv, &p, A,
-                                                     XB, GB, DB, dx)))));
+                            WITH_ACTIVATION(mask, pass_block(BACKWARD, &s, b, x,
+                                                             dz, &cv, &p, A, XB,
+                                                             GB, DB, dx)))));
 }
 
 /* ---- create: descriptors for the shape, and room for the sums ---------- */
