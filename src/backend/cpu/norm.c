@@ -230,8 +230,12 @@ static float *partial_of(const bn_shape *s, int64_t b) {
   return s->partial + b * 2 * s->c;
 }
 
-/* Channels a run of sums holds at once. */
+/* Channels a run of sums holds at once; and up to how many channels the
+ * sums run so: with more, adding row after row into memory leaves each
+ * channel's chain of additions time enough (MobileNetV2's normalisations
+ * of 96-1280 channels ran 4% slower in rows inside channel vectors). */
 #define SUM_LANES 16
+#define FEW_CHANNELS 32
 
 /* Rows [r0, r1)'s sums of x - shift and of its square for channels
  * [j0, j0 + n), added in row order to sum and squares: the rows inner, so
@@ -278,6 +282,16 @@ INLINE void moment_block(const bn_shape *s, int64_t b, const void *x,
       sum[j % c] += lane_sum[j];
       squares[j % c] += lane_squares[j];
     }
+  }
+  if (c > FEW_CHANNELS) { /* rows outer: each channel its own chain */
+    for (; r < block_end(s, b); r++)
+#pragma omp simd
+      for (int64_t j = 0; j < c; j++) {
+        float d = load(x, r * c + j, xb) - shift[j];
+        sum[j] += d;
+        squares[j] += d * d;
+      }
+    return;
   }
   for (int64_t j0 = 0; j0 < c; j0 += SUM_LANES) {
     int64_t n = c - j0 < SUM_LANES ? c - j0 : SUM_LANES;
@@ -348,6 +362,23 @@ INLINE void gradient_block(const bn_shape *s, int64_t b, const void *x,
       sum[j % c] += lane_sum[j];
       dot[j % c] += lane_dot[j];
     }
+  }
+  if (c > FEW_CHANNELS) { /* rows outer, as moment_block */
+    const float *restrict mean = cv->mean, *restrict scale = cv->scale,
+                          *restrict beta = cv->beta;
+    for (; r < block_end(s, b); r++) {
+      float *restrict dzr = fused_silu ? dz_out + r * c : NULL;
+#pragma omp simd
+      for (int64_t j = 0; j < c; j++) {
+        float xr = load(x, r * c + j, xb);
+        float v = fused ? (xr - mean[j]) * scale[j] + beta[j] : 0.0f;
+        float dz = dz_at(load(dy, r * c + j, gb), v, act);
+        if (fused_silu) dzr[j] = dz;
+        sum[j] += dz;
+        dot[j] += dz * (xr - mean[j]);
+      }
+    }
+    return;
   }
   for (int64_t j0 = 0; j0 < c; j0 += SUM_LANES) {
     int64_t n = c - j0 < SUM_LANES ? c - j0 : SUM_LANES;
