@@ -230,9 +230,9 @@ typedef struct mxu_backend {
    * does too may hand it the tensor in that layout. */
   int (*conv2d_native)(const mxu_conv2d_desc *desc);
   /* Optional: whether the op for desc (bf16) would multiply in bfloat16,
-   * so that it takes x_bf16 and y_bf16 (a bf16 tensor to or from a batch
-   * normalisation) at no cost: its multiplications round x to bf16 anyway.
-   * NULL: the backend has no bf16 tensors. */
+   * so that it takes bf16 tensors (x_bf16 ... dy_bf16) at no cost: it
+   * rounds x and dy to bf16 anyway. NULL: the backend has no bf16
+   * tensors. */
   int (*conv2d_bf16_tensors)(const mxu_conv2d_desc *desc);
   /* Optional, with bf16 tensors: add (below) where the bits of `bf16`
    * say which of a (1), b (2) and y (4) are bf16, 2 bytes a value (y

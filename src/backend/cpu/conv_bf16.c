@@ -58,6 +58,9 @@ static void pair_kernel(const struct cpu_conv_bf16 *cb, const float *w) {
     }
 }
 
+/* Bytes a value of x or y: bf16 (x_bf16, y_bf16) or float32. */
+static int64_t value_bytes(int bf16) { return bf16 ? 2 : 4; }
+
 /* Image x rounded to bf16 (or copied, x_bf16) into xp, its padding
  * zero, and into x16 (the backward weights' copy, NHWC) unless NULL. */
 static void pad_image(const struct cpu_conv_bf16 *cb, const void *x,
@@ -149,7 +152,7 @@ tile(const struct cpu_conv_bf16 *cb, const uint16_t *xp, const float *b, int oy,
 static void image(const struct cpu_conv_bf16 *cb, const uint16_t *xp,
                   const float *b, const void *next, int stream, float *y) {
   const mxu_conv2d_desc *d = &cb->d;
-  int64_t in_bytes = (int64_t)d->in_h * d->in_w * IN_C * (d->x_bf16 ? 2 : 4);
+  int64_t in_bytes = (int64_t)d->in_h * d->in_w * IN_C * value_bytes(d->x_bf16);
   int64_t share = (in_bytes + d->out_h - 1) / d->out_h;
   for (int oy = 0; oy < d->out_h; oy++) {
     if (next)
@@ -177,8 +180,7 @@ void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
   pair_kernel(cb, w);
   int64_t in_size = (int64_t)d->in_h * d->in_w * IN_C;
   int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
-  /* bytes a value of x and of y */
-  int64_t xv = d->x_bf16 ? 2 : 4, yv = d->y_bf16 ? 2 : 4;
+  int64_t xv = value_bytes(d->x_bf16), yv = value_bytes(d->y_bf16);
   int threads = cpu_threads_for(d->n);
   if (threads > cb->threads) threads = cb->threads;
   int stream = cpu_streams(y, (size_t)(d->n * out_size * yv));

@@ -238,15 +238,14 @@ static float *partial_of(const bn_shape *s, int64_t b) {
 #define FEW_CHANNELS 32
 
 /* Rows [r0, r1)'s sums of x - shift and of its square for channels
- * [j0, j0 + n), added in row order to sum and squares: the rows inner, so
- * that the n sums stay in registers (inlined with n constant), where
- * adding each row into memory chained every row's sums on the last
- * one's store (the pass ran at a third of memory's speed). */
-INLINE void moment_lanes(const void *x, const float *shift, int64_t c,
-                         int64_t r0, int64_t r1, int64_t j0, int64_t n, int xb,
-                         float *sum, float *squares) {
-  float acc[SUM_LANES], sq[SUM_LANES];
-  for (int64_t j = 0; j < n; j++) acc[j] = sum[j0 + j], sq[j] = squares[j0 + j];
+ * [j0, j0 + n), added in row order to acc and sq (n of each): the
+ * block's sums themselves, or (few channels) a copy of a vector of them
+ * that, inlined with n constant, stays in registers, where adding each
+ * row into memory chained every row's sums on the last one's store (the
+ * pass ran at a third of memory's speed). */
+INLINE void moment_rows(const void *x, const float *shift, int64_t c,
+                        int64_t r0, int64_t r1, int64_t j0, int64_t n, int xb,
+                        float *restrict acc, float *restrict sq) {
   for (int64_t r = r0; r < r1; r++)
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) {
@@ -254,7 +253,6 @@ INLINE void moment_lanes(const void *x, const float *shift, int64_t c,
       acc[j] += d;
       sq[j] += d * d;
     }
-  for (int64_t j = 0; j < n; j++) sum[j0 + j] = acc[j], squares[j0 + j] = sq[j];
 }
 
 /* Block b's sums of x - shift and of its square, per channel, in float
@@ -283,38 +281,34 @@ INLINE void moment_block(const bn_shape *s, int64_t b, const void *x,
       squares[j % c] += lane_squares[j];
     }
   }
-  if (c > FEW_CHANNELS) { /* rows outer: each channel its own chain */
-    for (; r < block_end(s, b); r++)
-#pragma omp simd
-      for (int64_t j = 0; j < c; j++) {
-        float d = load(x, r * c + j, xb) - shift[j];
-        sum[j] += d;
-        squares[j] += d * d;
-      }
+  if (c > FEW_CHANNELS) { /* each channel's chain has time enough */
+    moment_rows(x, shift, c, r, block_end(s, b), 0, c, xb, sum, squares);
     return;
   }
   for (int64_t j0 = 0; j0 < c; j0 += SUM_LANES) {
     int64_t n = c - j0 < SUM_LANES ? c - j0 : SUM_LANES;
+    float acc[SUM_LANES], sq[SUM_LANES];
+    memcpy(acc, sum + j0, (size_t)n * sizeof *acc);
+    memcpy(sq, squares + j0, (size_t)n * sizeof *sq);
     if (n == SUM_LANES)
-      moment_lanes(x, shift, c, r, block_end(s, b), j0, SUM_LANES, xb, sum,
-                   squares);
+      moment_rows(x, shift, c, r, block_end(s, b), j0, SUM_LANES, xb, acc, sq);
     else
-      moment_lanes(x, shift, c, r, block_end(s, b), j0, n, xb, sum, squares);
+      moment_rows(x, shift, c, r, block_end(s, b), j0, n, xb, acc, sq);
+    memcpy(sum + j0, acc, (size_t)n * sizeof *acc);
+    memcpy(squares + j0, sq, (size_t)n * sizeof *sq);
   }
 }
 
-/* gradient_block's sums over rows [r0, r1) for channels [j0, j0 + n), as
- * moment_lanes'. */
-INLINE void gradient_lanes(const void *x, const void *dy,
-                           const channel_values *cv, int64_t c, int64_t r0,
-                           int64_t r1, int64_t j0, int64_t n,
-                           mxu_activation act, int xb, int gb, float *dz_out,
-                           float *sum, float *dot) {
+/* gradient_block's sums over rows [r0, r1) for channels [j0, j0 + n),
+ * into acc and dt, as moment_rows'. */
+INLINE void gradient_rows(const void *x, const void *dy,
+                          const channel_values *cv, int64_t c, int64_t r0,
+                          int64_t r1, int64_t j0, int64_t n, mxu_activation act,
+                          int xb, int gb, float *dz_out, float *restrict acc,
+                          float *restrict dt) {
   int fused = act != MXU_LINEAR, fused_silu = act == MXU_SILU;
   const float *restrict mean = cv->mean + j0, *restrict scale = cv->scale + j0,
                         *restrict beta = cv->beta + j0;
-  float acc[SUM_LANES], dt[SUM_LANES];
-  for (int64_t j = 0; j < n; j++) acc[j] = sum[j0 + j], dt[j] = dot[j0 + j];
   for (int64_t r = r0; r < r1; r++) {
     float *restrict dzr = fused_silu ? dz_out + r * c + j0 : NULL;
 #pragma omp simd
@@ -327,7 +321,6 @@ INLINE void gradient_lanes(const void *x, const void *dy,
       dt[j] += dz * (xr - mean[j]);
     }
   }
-  for (int64_t j = 0; j < n; j++) sum[j0 + j] = acc[j], dot[j0 + j] = dt[j];
 }
 
 /* Block b's sums of dz and of dz * (x - mean), per channel, as above;
@@ -363,31 +356,24 @@ INLINE void gradient_block(const bn_shape *s, int64_t b, const void *x,
       dot[j % c] += lane_dot[j];
     }
   }
-  if (c > FEW_CHANNELS) { /* rows outer, as moment_block */
-    const float *restrict mean = cv->mean, *restrict scale = cv->scale,
-                          *restrict beta = cv->beta;
-    for (; r < block_end(s, b); r++) {
-      float *restrict dzr = fused_silu ? dz_out + r * c : NULL;
-#pragma omp simd
-      for (int64_t j = 0; j < c; j++) {
-        float xr = load(x, r * c + j, xb);
-        float v = fused ? (xr - mean[j]) * scale[j] + beta[j] : 0.0f;
-        float dz = dz_at(load(dy, r * c + j, gb), v, act);
-        if (fused_silu) dzr[j] = dz;
-        sum[j] += dz;
-        dot[j] += dz * (xr - mean[j]);
-      }
-    }
+  if (c > FEW_CHANNELS) { /* as moment_block */
+    gradient_rows(x, dy, cv, c, r, block_end(s, b), 0, c, act, xb, gb, dz_out,
+                  sum, dot);
     return;
   }
   for (int64_t j0 = 0; j0 < c; j0 += SUM_LANES) {
     int64_t n = c - j0 < SUM_LANES ? c - j0 : SUM_LANES;
+    float acc[SUM_LANES], dt[SUM_LANES];
+    memcpy(acc, sum + j0, (size_t)n * sizeof *acc);
+    memcpy(dt, dot + j0, (size_t)n * sizeof *dt);
     if (n == SUM_LANES)
-      gradient_lanes(x, dy, cv, c, r, block_end(s, b), j0, SUM_LANES, act, xb,
-                     gb, dz_out, sum, dot);
+      gradient_rows(x, dy, cv, c, r, block_end(s, b), j0, SUM_LANES, act, xb,
+                    gb, dz_out, acc, dt);
     else
-      gradient_lanes(x, dy, cv, c, r, block_end(s, b), j0, n, act, xb, gb,
-                     dz_out, sum, dot);
+      gradient_rows(x, dy, cv, c, r, block_end(s, b), j0, n, act, xb, gb,
+                    dz_out, acc, dt);
+    memcpy(sum + j0, acc, (size_t)n * sizeof *acc);
+    memcpy(dot + j0, dt, (size_t)n * sizeof *dt);
   }
 }
 

@@ -251,15 +251,16 @@ static void elementwise_backward(mxu_layer *layer, const mxu_layer_run *run) {
    * one's is copied (threaded) to the others, rather than computed (a
    * relu's mask reads y and dy) for each: ResNets' every block. */
   const float *same = NULL;
+  /* bf16 tensors (an Add of two; compile's plan_bf16_tensors): each
+   * input's dx computed from y's, dy's and its own types, no copy */
   const mxu_node_plan *p = layer->compiled;
+  int typed = p->y_bf16 || p->dy_bf16 || p->dx_bf16;
   for (int k = 0; k < run->input_count; k++) {
     if (!run->need_dxs[k]) continue;
     int spread_k = broadcasts(layer, k);
-    /* bf16 tensors (an Add of two; compile's plan_bf16_tensors): y, dy and
-     * this dx's types, each input's dx computed (no copy across types) */
     unsigned bf16 = (p->y_bf16 ? 1u : 0u) | (p->dy_bf16 ? 2u : 0u) |
                     (p->dx_bf16 >> k & 1 ? 4u : 0u);
-    if (same && !spread_k && !(p->y_bf16 | p->dy_bf16 | (int)p->dx_bf16)) {
+    if (same && !spread_k && !typed) {
       copy_gradient(run->backend, same, run->dxs[k], n);
       continue;
     }
