@@ -984,6 +984,14 @@ static void test_bf16_choice(void) {
       CHECK_MSG((op->conv_bf16 != NULL) ==
                     (d.in_c == 16 && d.stride_h == 1 && d.groups <= 1),
                 "conv2d choice %d: own bf16 forward", i);
+    /* and the own weight gradient: 3x3 at stride 1, channels in 16s, at
+     * most 64 x 64 of them */
+    if (op && bf16_expected())
+      CHECK_MSG((op->conv_bf16_grad != NULL) ==
+                    (d.kernel_h == 3 && d.kernel_w == 3 && d.stride_h == 1 &&
+                     d.groups <= 1 && d.in_c % 16 == 0 && d.out_c % 16 == 0 &&
+                     d.in_c * d.out_c <= 64 * 64),
+                "conv2d choice %d: own bf16 weight gradient", i);
 #endif
     expect_choice(op, convs[i].bf16, "conv2d", i);
   }
@@ -1084,8 +1092,104 @@ static void test_bf16_tensors(void) {
   if (bf16_expected()) CHECK(takers >= 4);
 }
 
+/* dw and db by the definition: double sums of the bf16-rounded x and
+ * dy's products (sum_abs: of their magnitudes, which bound float32's
+ * rounding of the sums). */
+static void weight_gradient_reference(const mxu_conv2d_desc *d, const float *x,
+                                      const float *dy, double *dw, double *db,
+                                      double *sum_abs) {
+  int64_t taps = (int64_t)d->kernel_h * d->kernel_w;
+  memset(dw, 0, (size_t)(taps * d->in_c * d->out_c) * sizeof *dw);
+  memset(sum_abs, 0, (size_t)(taps * d->in_c * d->out_c) * sizeof *dw);
+  memset(db, 0, (size_t)d->out_c * sizeof *db);
+  for (int64_t n = 0; n < d->n; n++)
+    for (int oy = 0; oy < d->out_h; oy++)
+      for (int ox = 0; ox < d->out_w; ox++) {
+        const float *g = dy + ((n * d->out_h + oy) * d->out_w + ox) * d->out_c;
+        for (int o = 0; o < d->out_c; o++)
+          db[o] += cpu_bf16_float(cpu_bf16_of(g[o]));
+        for (int64_t t = 0; t < taps; t++) {
+          int r = oy + (int)(t / d->kernel_w) - d->pad_top;
+          int c = ox + (int)(t % d->kernel_w) - d->pad_left;
+          if (r < 0 || r >= d->in_h || c < 0 || c >= d->in_w) continue;
+          const float *v = x + ((n * d->in_h + r) * d->in_w + c) * d->in_c;
+          for (int i = 0; i < d->in_c; i++)
+            for (int o = 0; o < d->out_c; o++) {
+              double p = (double)cpu_bf16_float(cpu_bf16_of(v[i])) *
+                         cpu_bf16_float(cpu_bf16_of(g[o]));
+              int64_t e = (t * d->in_c + i) * d->out_c + o;
+              dw[e] += p;
+              sum_abs[e] += fabs(p);
+            }
+        }
+      }
+}
+
+/* The own bf16 weight gradient (3x3, stride 1, 16-64 input channels:
+ * conv_bf16_grad.c) gives the sums of the rounded products but for
+ * float32's rounding of the sums (under 1e-5 of the products'
+ * magnitudes, where one product off or one pair of pixels misplaced
+ * is some 1e-2), with x and dy in float32 and in bf16, and the same bits
+ * on 1 and 2 threads. Odd widths (a pixel pair's second half past the
+ * row), valid padding, 48 channels, batches that leave a block short. */
+static void test_bf16_weight_gradient(void) {
+  static const conv_case cases[] = {
+      {37, 7, 9, 16, 16, 3, 3, 1, 1, MXU_SAME},
+      {5, 6, 11, 48, 32, 3, 3, 1, 1, MXU_VALID},
+      {3, 5, 5, 64, 64, 3, 3, 1, 1, MXU_SAME},
+      {21, 8, 8, 32, 16, 3, 3, 1, 1, MXU_SAME},
+  };
+  if (!bf16_expected()) return;
+  int threads = omp_get_max_threads();
+  for (int i = 0; i < COUNT(cases); i++) {
+    weighted_case c = conv_weighted(&cases[i], MXU_LINEAR, 1);
+    const mxu_conv2d_desc *d = &c.conv_desc;
+    float *x = rnd(c.n[X], -1, 1), *dy = rnd(c.n[DY], -1, 1);
+    uint16_t *xh = pack_bf16(x, c.n[X]), *dyh = pack_bf16(dy, c.n[DY]);
+    double *want = malloc(c.n[W] * sizeof *want),
+           *db_want = malloc(c.n[B] * sizeof *want);
+    double *bound = malloc(c.n[W] * sizeof *want);
+    weight_gradient_reference(d, x, dy, want, db_want, bound);
+    float *dw[4], *db[4];
+    for (int run = 0; run < 4; run++) { /* bf16 x and dy or not, threads */
+      mxu_conv2d_desc rd = *d;
+      rd.x_bf16 = rd.dy_bf16 = run & 1;
+      omp_set_num_threads(run < 2 ? 1 : 2);
+      dw[run] = zeros(c.n[W]), db[run] = zeros(c.n[B]);
+      mxu_op *op = NULL;
+      CHECK_OK(backends[CPU]->conv2d_create(&rd, &op));
+      if (!op) continue;
+      CHECK_MSG(op->conv_bf16_grad != NULL, "bf16 dw case %d: not own", i);
+      backends[CPU]->conv2d_backward_weights(
+          op, run & 1 ? (const float *)xh : x,
+          run & 1 ? (const float *)dyh : dy, dw[run], db[run]);
+      backends[CPU]->op_free(op);
+    }
+    omp_set_num_threads(threads);
+    double worst = 0.0;
+    for (size_t e = 0; e < c.n[W]; e++) {
+      double err = fabs(dw[0][e] - want[e]) / (bound[e] + 1e-30);
+      if (err > worst) worst = err;
+    }
+    for (size_t o = 0; o < c.n[B]; o++) {
+      double err = fabs(db[0][o] - db_want[o]) / (double)cases[i].n /
+                   cases[i].h / cases[i].w;
+      if (err > worst) worst = err;
+    }
+    CHECK_MSG(worst < 1e-5, "bf16 dw case %d: off the sums by %.3g", i, worst);
+    for (int run = 1; run < 4; run++)
+      CHECK_MSG(!memcmp(dw[run], dw[0], c.n[W] * sizeof(float)) &&
+                    !memcmp(db[run], db[0], c.n[B] * sizeof(float)),
+                "bf16 dw case %d: run %d's bits differ", i, run);
+    for (int run = 0; run < 4; run++) free(dw[run]), free(db[run]);
+    free(x), free(dy), free(xh), free(dyh), free(want), free(db_want),
+        free(bound);
+  }
+}
+
 static void test_bf16(void) {
   test_bf16_tensors();
+  test_bf16_weight_gradient();
   bf16_conv_cases_check(conv_cases, COUNT(conv_cases), "f32-set");
   bf16_conv_cases_check(bf16_conv_cases, COUNT(bf16_conv_cases), "long");
   bf16_dense_cases_check(dense_cases, COUNT(dense_cases), "f32-set");
@@ -1623,16 +1727,22 @@ static void conv_pool_bf16_choice(void) {
  * the pooling's and relu's f32 gradient, which oneDNN's conversion rounds.
  * The first case's dy (8 MB as f32) is stored past the cache, the second
  * drops a row and a column. Without bf16, both run f32, alike too. 5x5
- * kernels: the own Winograd would take 3x3 ones (conv_pool_bf16_choice). */
+ * kernels: the own Winograd would take 3x3 ones under 2x2 windows
+ * (conv_pool_bf16_choice); under 3x3 windows the third, a 3x3 kernel,
+ * runs bf16, its weight gradient on conv_bf16_grad.c's loops from the
+ * op's dy copy. */
 static void conv_pool_bf16(void) {
   static const conv_case cases[] = {{64, 32, 32, 32, 32, 5, 5, 1, 1, MXU_SAME},
-                                    {8, 9, 9, 16, 32, 5, 5, 1, 1, MXU_SAME}};
+                                    {8, 9, 9, 16, 32, 5, 5, 1, 1, MXU_SAME},
+                                    {8, 9, 9, 16, 32, 3, 3, 1, 1, MXU_SAME}};
+  static const int windows[] = {2, 2, 3};
   const mxu_backend *be = backends[CPU];
   for (int i = 0; i < COUNT(cases); i++) {
     mxu_conv2d_desc cd = conv_desc(&cases[i], MXU_RELU, 1);
     cd.bf16 = 1;
+    int k = windows[i];
     conv_case pc = {cd.n, cd.out_h, cd.out_w, cd.out_c, 0,
-                    2,    2,        2,        2,        MXU_VALID};
+                    k,    k,        k,        k,        MXU_VALID};
     mxu_pool2d_desc pd = pool_desc(&pc, 1);
     size_t nx = (size_t)cd.n * cd.in_h * cd.in_w * cd.in_c;
     size_t nw = (size_t)cd.kernel_h * cd.kernel_w * cd.in_c * cd.out_c;

@@ -216,12 +216,15 @@ static mxu_status bf16_create(const mxu_conv2d_desc *desc,
   if (!bf16_pays(desc, own)) return MXU_ERR_UNSUPPORTED;
   mxu_op *op;
   MXU_TRY(conv_create(desc, CONV_BF16, &op));
-  if (!cpu_conv_gemm_fits(op, own))
-    return cpu_op_finish(
-        op, cpu_conv_bf16_fits(desc) ? cpu_conv_bf16_attach(op, desc) : MXU_OK,
-        out);
-  cpu_op_free(op);
-  return MXU_ERR_UNSUPPORTED;
+  if (cpu_conv_gemm_fits(op, own)) {
+    cpu_op_free(op);
+    return MXU_ERR_UNSUPPORTED;
+  }
+  mxu_status s = MXU_OK;
+  if (cpu_conv_bf16_fits(desc)) s = cpu_conv_bf16_attach(op, desc);
+  if (s == MXU_OK && cpu_conv_bf16_grad_fits(desc))
+    s = cpu_conv_bf16_grad_attach(op, desc);
+  return cpu_op_finish(op, s, out);
 }
 
 /* bf16 tensors go to and from the convs that bf16_create builds, whose
@@ -298,6 +301,8 @@ void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,
 
 void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
                                  float *dw, float *db) {
+  if (op->conv_bf16_grad && cpu_conv_bf16_grad_weights(op, x, dy, dw, db))
+    return;
   if (op->conv_few)
     cpu_conv_few_backward_weights(op, x, dy, dw, db);
   else if (op->conv_dw)

@@ -76,6 +76,8 @@ struct mxu_op {
   struct cpu_conv_gemm *conv_gemm; /* conv_gemm.c's weights, or NULL */
   struct cpu_conv_wino *conv_wino; /* conv_wino.c's forward and data */
   struct cpu_conv_bf16 *conv_bf16; /* conv_bf16.c's bf16 forward */
+  /* conv_bf16_grad.c's bf16 weight gradient */
+  struct cpu_conv_bf16_grad *conv_bf16_grad;
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -345,6 +347,14 @@ int cpu_conv_bf16_fits(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_bf16_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
                            const float *b, float *y);
+
+/* conv_bf16_grad.c: a bf16 3x3 conv's weight gradient where it has 16-64
+ * input channels, attached the same way; 0 where dy is in a layout of the
+ * primitives' it does not read (the caller runs theirs). */
+int cpu_conv_bf16_grad_fits(const mxu_conv2d_desc *desc);
+mxu_status cpu_conv_bf16_grad_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+int cpu_conv_bf16_grad_weights(mxu_op *op, const float *x, const float *dy,
+                               float *dw, float *db);
 
 /* conv_few.c: forward and backward weights for few input channels,
  * stride 1, float32, attached the same way; with conv_data.c, they read
