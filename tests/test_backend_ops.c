@@ -984,11 +984,11 @@ static void test_bf16_choice(void) {
       CHECK_MSG((op->conv_bf16 != NULL) ==
                     (d.in_c == 16 && d.stride_h == 1 && d.groups <= 1),
                 "conv2d choice %d: own bf16 forward", i);
-    /* and the own weight gradient: 3x3 at stride 1, channels in 16s, at
+    /* and the own weight gradient: 3x3 at stride 1 or 2, channels in 16s, at
      * most 64 x 64 of them */
     if (op && bf16_expected())
       CHECK_MSG((op->conv_bf16_grad != NULL) ==
-                    (d.kernel_h == 3 && d.kernel_w == 3 && d.stride_h == 1 &&
+                    (d.kernel_h == 3 && d.kernel_w == 3 && d.stride_h <= 2 &&
                      d.groups <= 1 && d.in_c % 16 == 0 && d.out_c % 16 == 0 &&
                      d.in_c * d.out_c <= 64 * 64),
                 "conv2d choice %d: own bf16 weight gradient", i);
@@ -1109,8 +1109,8 @@ static void weight_gradient_reference(const mxu_conv2d_desc *d, const float *x,
         for (int o = 0; o < d->out_c; o++)
           db[o] += cpu_bf16_float(cpu_bf16_of(g[o]));
         for (int64_t t = 0; t < taps; t++) {
-          int r = oy + (int)(t / d->kernel_w) - d->pad_top;
-          int c = ox + (int)(t % d->kernel_w) - d->pad_left;
+          int r = oy * d->stride_h + (int)(t / d->kernel_w) - d->pad_top;
+          int c = ox * d->stride_w + (int)(t % d->kernel_w) - d->pad_left;
           if (r < 0 || r >= d->in_h || c < 0 || c >= d->in_w) continue;
           const float *v = x + ((n * d->in_h + r) * d->in_w + c) * d->in_c;
           for (int i = 0; i < d->in_c; i++)
@@ -1125,7 +1125,7 @@ static void weight_gradient_reference(const mxu_conv2d_desc *d, const float *x,
       }
 }
 
-/* The own bf16 weight gradient (3x3, stride 1, 16-64 input channels:
+/* The own bf16 weight gradient (3x3, stride 1 or 2, 16-64 input channels:
  * conv_bf16_grad.c) gives the sums of the rounded products but for
  * float32's rounding of the sums (under 1e-5 of the products'
  * magnitudes, where one product off or one pair of pixels misplaced
@@ -1138,6 +1138,8 @@ static void test_bf16_weight_gradient(void) {
       {5, 6, 11, 48, 32, 3, 3, 1, 1, MXU_VALID},
       {3, 5, 5, 64, 64, 3, 3, 1, 1, MXU_SAME},
       {21, 8, 8, 32, 16, 3, 3, 1, 1, MXU_SAME},
+      {6, 9, 10, 16, 32, 3, 3, 2, 2, MXU_SAME}, /* pads 1/1 and 0/1 */
+      {4, 11, 8, 32, 16, 3, 3, 2, 2, MXU_VALID},
   };
   if (!bf16_expected()) return;
   int threads = omp_get_max_threads();

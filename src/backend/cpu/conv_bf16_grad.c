@@ -1,17 +1,20 @@
-/* conv_bf16_grad.c — a bf16 Conv2D's weight gradient for 3x3 stride-1
- * convs of 16 to 64 input channels, where oneDNN 2.6's bf16 kernels ran
- * at half of vdpbf16ps' rate: ResNet-20's 16 -> 16 convs 1.25 ms a call
- * of 128 images on 2 threads in the model, 32 -> 32 1.02, 64 -> 64 0.96.
+/* conv_bf16_grad.c — a bf16 Conv2D's weight gradient for 3x3 convs at
+ * stride 1 or 2 of 16 to 64 input channels, where oneDNN 2.6's bf16
+ * kernels ran at half of vdpbf16ps' rate or less: ResNet-20's 16 -> 16
+ * convs 1.25 ms a call of 128 images on 2 threads in the model, 32 -> 32
+ * 1.02, 64 -> 64 0.96; its 16 -> 32 at stride 2 0.70 ms for half the
+ * products.
  *
- * dw[ky][kx][i][o] sums x[oy + ky][ox + kx][i] dy[oy][ox][o] over the
- * batch's output pixels; vdpbf16ps adds two products a lane, so the
- * pixels go in pairs (ox, ox + 1). Each image is first rewritten:
+ * dw[ky][kx][i][o] sums x[s oy + ky][s ox + kx][i] dy[oy][ox][o] over
+ * the batch's output pixels (s the stride); vdpbf16ps adds two products
+ * a lane, so the pixels go in pairs (ox, ox + 1). Each image is first
+ * rewritten:
  * - xp: x in bf16 with its padding, 0 there, so no tap needs a check;
  * - dp: at row oy, pair j, for each output channel, the pair of dy's
  *   pixels (2j, 2j + 1), a 32-bit value to broadcast.
  * A tile is one kernel row ky, one vector of 16 input channels and 8
  * output channels: 3 x 8 vectors of sums. For each pixel pair, each of
- * the three taps' x pixels (columns 2j + kx, 2j + kx + 1 of xp) are
+ * the three taps' x pixels (columns s 2j + kx, s (2j + 1) + kx of xp) are
  * paired lane by lane in one vpermt2w and meet each output channel's dy
  * pair, broadcast, in 24 vdpbf16ps. (x paired once for every column, as
  * pairs from each column on, is twice x and cost a third of the time.)
@@ -40,7 +43,8 @@
 struct cpu_conv_bf16_grad {
   mxu_conv2d_desc d;
   int pairs;         /* pixel pairs a row of dy: out_w / 2, rounded up */
-  int xp_w;          /* columns of xp: 2 pairs + 2 */
+  int stride;        /* both ways */
+  int xp_h, xp_w;    /* rows and columns of xp: the taps' reach */
   int64_t xp_size;   /* 32-bit words of an image's xp (and a vector more:
                       * a pixel's last channels are loaded 512 bits wide) */
   int64_t dp_size;   /* and of its dp */
@@ -78,7 +82,7 @@ static void make_xp(const struct cpu_conv_bf16_grad *g, const char *x,
   const mxu_conv2d_desc *d = &g->d;
   int64_t v = value_bytes(d->x_bf16), c = d->in_c;
   memset(xp, 0, (size_t)g->xp_size * sizeof(uint32_t));
-  for (int a = 0; a < d->out_h + 2; a++) {
+  for (int a = 0; a < g->xp_h; a++) {
     int r = a - d->pad_top;
     if (r < 0 || r >= d->in_h) continue;
     const char *in = x + (int64_t)r * d->in_w * c * v;
@@ -121,7 +125,7 @@ static void tile(const struct cpu_conv_bf16_grad *g, const uint32_t *buffer,
                                     11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   const __m512i pairs = _mm512_loadu_si512(order);
   const mxu_conv2d_desc *d = &g->d;
-  int64_t ci = d->in_c, co = d->out_c;
+  int64_t ci = d->in_c, co = d->out_c, s = g->stride;
   __m512 acc[TAPS][GROUP];
 #pragma GCC unroll 3
   for (int k = 0; k < TAPS; k++)
@@ -132,15 +136,15 @@ static void tile(const struct cpu_conv_bf16_grad *g, const uint32_t *buffer,
     const uint16_t *xi = (const uint16_t *)image + i0;
     const uint32_t *di = image + g->xp_size + o0;
     for (int oy = 0; oy < d->out_h; oy++) {
-      const uint16_t *xr = xi + (int64_t)(oy + ky) * g->xp_w * ci;
+      const uint16_t *xr = xi + (int64_t)(oy * s + ky) * g->xp_w * ci;
       const uint32_t *dr = di + (int64_t)oy * g->pairs * co;
       for (int j = 0; j < g->pairs; j++) {
         __m512bh xv[TAPS];
 #pragma GCC unroll 3
         for (int k = 0; k < TAPS; k++) {
-          const uint16_t *at = xr + (2 * j + k) * ci;
+          const uint16_t *at = xr + (2 * s * j + k) * ci;
           xv[k] = (__m512bh)_mm512_permutex2var_epi16(
-              _mm512_loadu_si512(at), pairs, _mm512_loadu_si512(at + ci));
+              _mm512_loadu_si512(at), pairs, _mm512_loadu_si512(at + s * ci));
         }
 #pragma GCC unroll 8
         for (int o = 0; o < GROUP; o++) {
@@ -251,15 +255,16 @@ int cpu_conv_bf16_grad_weights(mxu_op *op, const float *x, const float *dy,
 
 #endif
 
-/* A bf16 3x3 conv at stride 1, undilated, of 16, 32, 48 or 64 input
+/* A bf16 3x3 conv at stride 1 or 2, undilated, of 16, 32, 48 or 64 input
  * channels and outputs in sixteens (at most 64 x 64: the partials grow
  * with in_c x out_c), NHWC, on a CPU with AVX512_BF16. */
 int cpu_conv_bf16_grad_fits(const mxu_conv2d_desc *d) {
 #ifdef VEC_BF16
   return d->bf16 && mxu_conv2d_plain(d) && mxu_conv2d_groups(d) == 1 &&
-         d->kernel_h == TAPS && d->kernel_w == TAPS && d->stride_h == 1 &&
-         d->stride_w == 1 && d->in_c % LANES == 0 && d->out_c % LANES == 0 &&
-         d->in_c * d->out_c <= 64 * 64 && !d->x_native && !d->y_native;
+         d->kernel_h == TAPS && d->kernel_w == TAPS && d->stride_h <= 2 &&
+         d->stride_w == d->stride_h && d->in_c % LANES == 0 &&
+         d->out_c % LANES == 0 && d->in_c * d->out_c <= 64 * 64 &&
+         !d->x_native && !d->y_native;
 #else
   (void)d;
   return 0;
@@ -269,9 +274,13 @@ int cpu_conv_bf16_grad_fits(const mxu_conv2d_desc *d) {
 mxu_status cpu_conv_bf16_grad_attach(mxu_op *op, const mxu_conv2d_desc *d) {
 #ifdef VEC_BF16
   struct cpu_conv_bf16_grad g = {.d = *d, .pairs = (d->out_w + 1) / 2};
-  g.xp_w = 2 * g.pairs + 2;
-  g.xp_size = ((int64_t)(d->out_h + 2) * g.xp_w * d->in_c / 2 + 2 * LANES) /
-              LANES * LANES;
+  /* the last pair's second pixel's last tap, and its neighbour (the
+   * pair's second pixel where out_w is odd) */
+  g.stride = d->stride_h;
+  g.xp_h = (d->out_h - 1) * g.stride + TAPS;
+  g.xp_w = (2 * g.pairs - 1) * g.stride + TAPS;
+  g.xp_size =
+      ((int64_t)g.xp_h * g.xp_w * d->in_c / 2 + 2 * LANES) / LANES * LANES;
   g.dp_size = (int64_t)d->out_h * g.pairs * d->out_c;
   int64_t image_bytes = (g.xp_size + g.dp_size) * (int64_t)sizeof(uint32_t);
   int64_t images = BLOCK_BYTES / image_bytes;
