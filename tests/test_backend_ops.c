@@ -138,13 +138,13 @@ static const conv_case conv_cases[] = {
     {3, 7, 5, 3, 5, 2, 3, 1, 2, MXU_SAME},  /* mixed strides, 0/1 and 1/1 */
     {4, 6, 6, 16, 32, 1, 1, 1, 1, MXU_VALID},
     {4, 14, 14, 8, 16, 3, 3, 1, 1, MXU_SAME},
-    /* 1-4 input channels at stride 1: cpu's own backward data; the first
-     * also its own backward weights */
+    /* 1-4 input channels at stride 1: cpu's own forward and backward
+     * passes (conv_few.c, conv_data.c), filters in pairs of vectors, one
+     * (16) or both (48) */
     {2, 12, 10, 3, 32, 3, 3, 1, 1, MXU_SAME}, /* cifar's first layer */
     {3, 7, 9, 1, 16, 4, 4, 1, 1, MXU_SAME},   /* pads 1/2 */
     {2, 6, 8, 4, 48, 2, 3, 1, 1, MXU_VALID},
     {2, 4, 3, 2, 16, 5, 5, 1, 1, MXU_SAME}, /* windows past every edge */
-    /* and with filters in 32s, cpu's own backward weights too */
     {9, 5, 7, 2, 64, 4, 4, 1, 1, MXU_SAME},  /* a partial image block */
     {3, 9, 8, 4, 32, 5, 4, 1, 1, MXU_VALID}, /* 16-tap rows: two chunks */
     /* Small images of many channels (16 M multiply-adds and more), whose

@@ -150,7 +150,7 @@ static int winograd_fits(const mxu_conv2d_desc *d) {
 }
 
 /* Whether conv_few.c and conv_data.c run all three passes (few input
- * channels, filters in pairs of vectors, linear or relu). */
+ * channels, filters in vectors, linear or relu). */
 static int few_fits(const mxu_conv2d_desc *d) {
   return cpu_conv_few_fits(d) && cpu_conv_data_fits(d);
 }
@@ -254,7 +254,7 @@ int cpu_conv2d_bf16_tensors(const mxu_conv2d_desc *desc) {
  * bf16_create and weighted.c):
  * Winograd where it fits and oneDNN has it, else direct; in f32 with few
  * input channels, backward data on conv_data.c's loops and, with filters
- * in pairs of vectors (32s, or 16s on AVX2), forward and backward weights
+ * in vectors, forward and backward weights
  * on conv_few.c's; a depthwise conv's backward weights on conv_dw.c's;
  * backward weights that oneDNN would run a GEMM per image for, and all
  * passes of convs with one output pixel per image, on conv_gemm.c's; 3x3
