@@ -12,16 +12,21 @@
  * of a row by one vector of 16 output channels: for each tap and pair of
  * input channels, one vector of the kernel's pairs (the two channels'
  * weights interleaved for the 16 outputs) meets each pixel's pair,
- * broadcast, in one vdpbf16ps. The sums are float32, as oneDNN's; the
+ * broadcast, in one vdpbf16ps. With 3 taps a kernel row, a pixel's pair
+ * is broadcast once for the three kernel vectors it meets (18 broadcasts
+ * for 48 vdpbf16ps, where each took its own: 0.75 -> 0.70 ms for
+ * ResNet-20's 16 -> 16 warm; ResNet-20 in mixed_bfloat16 1.004x, all of 5
+ * alternating ratios above 1). The sums are float32, as oneDNN's; the
  * products of bf16 values are exact, so only the order of the sums
  * differs from oneDNN's. Each output is computed by the same operations
  * whatever the thread count. The backward passes stay on oneDNN's
- * primitives of the same op: the rounded x goes into its copy for the
- * backward weights as well (from memory, in the backward, that pass over
- * x cost more than the forward saved); their other copies they make
- * themselves (cpu_weighted_new_inputs). x may come in bf16 already
- * (x_bf16: it is then copied, and is the backward weights' copy itself)
- * and y may go out in bf16 (y_bf16). */
+ * primitives of the same op (but the weight gradient of 3x3 kernels, on
+ * conv_bf16_grad.c's loops, which read x as it comes): the rounded x goes
+ * into their copy for the backward weights as well (from memory, in the
+ * backward, that pass over x cost more than the forward saved); their
+ * other copies they make themselves (cpu_weighted_new_inputs). x may come in
+ * bf16 already (x_bf16: it is then copied, and is the backward weights' copy
+ * itself) and y may go out in bf16 (y_bf16). */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/vec.h"
 
@@ -31,8 +36,9 @@
 
 #ifdef VEC_BF16
 
-#define IN_C 16   /* input channels it takes: 8 pairs */
-#define PIXELS 16 /* output pixels a tile holds */
+#define IN_C 16    /* input channels it takes: 8 pairs */
+#define PIXELS 16  /* output pixels a tile holds */
+#define ROW_TAPS 3 /* a kernel row's taps where they share broadcasts */
 
 struct cpu_conv_bf16 {
   mxu_conv2d_desc d;
@@ -100,31 +106,48 @@ broadcast(const uint32_t *p) {
  * if asked, stored. */
 static inline __attribute__((always_inline)) void
 tile(const struct cpu_conv_bf16 *cb, const uint16_t *xp, const float *b, int oy,
-     int ox, int v, int np, int stream, float *y) {
+     int ox, int v, int np, int kw, int stream, float *y) {
   const mxu_conv2d_desc *d = &cb->d;
   int co = d->out_c;
   __m512 acc[PIXELS];
   __m512 bias = b ? _mm512_loadu_ps(b + v * LANES) : _mm512_setzero_ps();
 #pragma GCC unroll 16
   for (int p = 0; p < np; p++) acc[p] = bias;
-  for (int ky = 0; ky < d->kernel_h; ky++)
-    for (int kx = 0; kx < d->kernel_w; kx++) {
-      const uint32_t *in =
-          (const uint32_t *)(xp +
-                             ((int64_t)(oy + ky) * cb->padded_w + ox + kx) *
-                                 IN_C);
-      const uint32_t *wt = cb->w16 +
-                           (int64_t)(ky * d->kernel_w + kx) * (IN_C / 2) * co +
-                           v * LANES;
+  for (int ky = 0; ky < d->kernel_h; ky++) {
+    const uint32_t *row =
+        (const uint32_t *)(xp +
+                           ((int64_t)(oy + ky) * cb->padded_w + ox) * IN_C);
+    const uint32_t *wt =
+        cb->w16 + (int64_t)ky * d->kernel_w * (IN_C / 2) * co + v * LANES;
+    if (kw == ROW_TAPS) /* each pixel's pair broadcast once for 3 taps */
 #pragma GCC unroll 8
       for (int pair = 0; pair < IN_C / 2; pair++) {
-        __m512bh w = (__m512bh)_mm512_loadu_si512(wt + pair * co);
-#pragma GCC unroll 16
-        for (int p = 0; p < np; p++)
-          acc[p] = _mm512_dpbf16_ps(acc[p], w,
-                                    broadcast(in + p * (IN_C / 2) + pair));
+        __m512bh w[ROW_TAPS];
+#pragma GCC unroll 3
+        for (int kx = 0; kx < ROW_TAPS; kx++)
+          w[kx] = (__m512bh)_mm512_loadu_si512(
+              wt + ((int64_t)kx * (IN_C / 2) + pair) * co);
+#pragma GCC unroll 18
+        for (int q = 0; q < np + ROW_TAPS - 1; q++) {
+          __m512bh x = broadcast(row + q * (IN_C / 2) + pair);
+#pragma GCC unroll 3
+          for (int kx = 0; kx < ROW_TAPS; kx++)
+            if (q - kx >= 0 && q - kx < np)
+              acc[q - kx] = _mm512_dpbf16_ps(acc[q - kx], w[kx], x);
+        }
       }
-    }
+    else
+      for (int kx = 0; kx < d->kernel_w; kx++)
+#pragma GCC unroll 8
+        for (int pair = 0; pair < IN_C / 2; pair++) {
+          __m512bh w = (__m512bh)_mm512_loadu_si512(
+              wt + ((int64_t)kx * (IN_C / 2) + pair) * co);
+#pragma GCC unroll 16
+          for (int p = 0; p < np; p++)
+            acc[p] = _mm512_dpbf16_ps(
+                acc[p], w, broadcast(row + (p + kx) * (IN_C / 2) + pair));
+        }
+  }
   int64_t at = ((int64_t)oy * d->out_w + ox) * co + v * LANES;
 #pragma GCC unroll 16
   for (int p = 0; p < np; p++) {
@@ -143,7 +166,8 @@ tile(const struct cpu_conv_bf16 *cb, const uint16_t *xp, const float *b, int oy,
   }
 }
 
-#define TILE(N) tile(cb, xp, b, oy, ox, v, N, stream, y)
+#define TILE(N) tile(cb, xp, b, oy, ox, v, N, kw, stream, y)
+#define TILE3(N) tile(cb, xp, b, oy, ox, v, N, ROW_TAPS, stream, y)
 
 /* One image's outputs, past the cache where stream (y goes to the next
  * layer from memory anyway: 1.5 against 1.3 ms with plain stores);
@@ -161,6 +185,12 @@ static void image(const struct cpu_conv_bf16 *cb, const uint16_t *xp,
         __builtin_prefetch((const char *)next + at);
     for (int v = 0; v < d->out_c / LANES; v++) {
       int ox = 0;
+      if (d->kernel_w == ROW_TAPS) {
+        for (; ox + PIXELS <= d->out_w; ox += PIXELS) TILE3(PIXELS);
+        switch (d->out_w - ox) { VEC_CASES(TILE3, PIXELS - 1) }
+        continue;
+      }
+      int kw = d->kernel_w;
       for (; ox + PIXELS <= d->out_w; ox += PIXELS) TILE(PIXELS);
       switch (d->out_w - ox) { VEC_CASES(TILE, PIXELS - 1) }
     }
@@ -168,6 +198,7 @@ static void image(const struct cpu_conv_bf16 *cb, const uint16_t *xp,
 }
 
 #undef TILE
+#undef TILE3
 
 void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
                            const float *b, float *y) {
@@ -176,7 +207,7 @@ void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
   /* A new step: the backward passes make their copies but of x, which
    * this writes as it rounds it. */
   cpu_weighted_new_inputs(op);
-  uint16_t *x16 = cpu_weighted_bf16_x(op);
+  uint16_t *x16 = op->conv_bf16_grad ? NULL : cpu_weighted_bf16_x(op);
   pair_kernel(cb, w);
   int64_t in_size = (int64_t)d->in_h * d->in_w * IN_C;
   int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
