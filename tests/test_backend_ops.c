@@ -144,7 +144,7 @@ static const conv_case conv_cases[] = {
     {2, 12, 10, 3, 32, 3, 3, 1, 1, MXU_SAME}, /* cifar's first layer */
     {3, 7, 9, 1, 16, 4, 4, 1, 1, MXU_SAME},   /* pads 1/2 */
     {2, 6, 8, 4, 48, 2, 3, 1, 1, MXU_VALID},
-    {2, 4, 3, 2, 16, 5, 5, 1, 1, MXU_SAME}, /* windows past every edge */
+    {2, 4, 3, 2, 16, 5, 5, 1, 1, MXU_SAME},  /* windows past every edge */
     {9, 5, 7, 2, 64, 4, 4, 1, 1, MXU_SAME},  /* a partial image block */
     {3, 9, 8, 4, 32, 5, 4, 1, 1, MXU_VALID}, /* 16-tap rows: two chunks */
     /* Small images of many channels (16 M multiply-adds and more), whose
@@ -984,6 +984,13 @@ static void test_bf16_choice(void) {
       CHECK_MSG((op->conv_bf16 != NULL) ==
                     (d.in_c == 16 && d.stride_h == 1 && d.groups <= 1),
                 "conv2d choice %d: own bf16 forward", i);
+    /* its backward data as the forward of the turned conv: 16 outputs,
+     * kernel rows of 3 */
+    if (op && bf16_expected())
+      CHECK_MSG((op->conv_bf16_data != NULL) ==
+                    (d.out_c == 16 && d.in_c % 16 == 0 && d.stride_h == 1 &&
+                     d.kernel_w == 3 && d.groups <= 1),
+                "conv2d choice %d: own bf16 backward data", i);
     /* and the own weight gradient: 3x3 at stride 1 or 2, channels in 16s, at
      * most 64 x 64 of them */
     if (op && bf16_expected())

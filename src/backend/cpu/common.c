@@ -115,6 +115,7 @@ void cpu_op_free(mxu_op *op) {
   mxu_aligned_free(op->conv_gemm);
   mxu_aligned_free(op->conv_wino);
   mxu_aligned_free(op->conv_bf16);
+  mxu_aligned_free(op->conv_bf16_data);
   mxu_aligned_free(op->conv_bf16_grad);
   free(op);
 }

@@ -222,6 +222,8 @@ static mxu_status bf16_create(const mxu_conv2d_desc *desc,
   }
   mxu_status s = MXU_OK;
   if (cpu_conv_bf16_fits(desc)) s = cpu_conv_bf16_attach(op, desc);
+  if (s == MXU_OK && cpu_conv_bf16_data_fits(desc))
+    s = cpu_conv_bf16_data_attach(op, desc);
   if (s == MXU_OK && cpu_conv_bf16_grad_fits(desc))
     s = cpu_conv_bf16_grad_attach(op, desc);
   return cpu_op_finish(op, s, out);
@@ -325,6 +327,7 @@ int cpu_conv2d_backward_relu(mxu_op *op, const float *x, const float *w,
 
 void cpu_conv2d_backward_data(mxu_op *op, const float *dy, const float *w,
                               float *dx) {
+  if (op->conv_bf16_data && cpu_conv_bf16_data(op, dy, w, dx)) return;
   if (op->conv_data)
     cpu_conv_data_backward(op, dy, w, dx);
   else if (cpu_conv_dw_own_data(op))

@@ -76,6 +76,8 @@ struct mxu_op {
   struct cpu_conv_gemm *conv_gemm; /* conv_gemm.c's weights, or NULL */
   struct cpu_conv_wino *conv_wino; /* conv_wino.c's forward and data */
   struct cpu_conv_bf16 *conv_bf16; /* conv_bf16.c's bf16 forward */
+  /* and its backward data, as the forward of another conv */
+  struct cpu_conv_bf16 *conv_bf16_data;
   /* conv_bf16_grad.c's bf16 weight gradient */
   struct cpu_conv_bf16_grad *conv_bf16_grad;
 };
@@ -347,6 +349,11 @@ int cpu_conv_bf16_fits(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_bf16_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
                            const float *b, float *y);
+/* and its backward data where the conv has 16 outputs at stride 1; 0
+ * where dy is in a layout of the primitives' (the caller runs theirs) */
+int cpu_conv_bf16_data_fits(const mxu_conv2d_desc *desc);
+mxu_status cpu_conv_bf16_data_attach(mxu_op *op, const mxu_conv2d_desc *desc);
+int cpu_conv_bf16_data(mxu_op *op, const float *dy, const float *w, float *dx);
 
 /* conv_bf16_grad.c: a bf16 3x3 conv's weight gradient where it has 16-64
  * input channels, attached the same way; 0 where dy is in a layout of the
