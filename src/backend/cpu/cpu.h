@@ -349,8 +349,9 @@ int cpu_conv_bf16_fits(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_bf16_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 void cpu_conv_bf16_forward(mxu_op *op, const float *x, const float *w,
                            const float *b, float *y);
-/* and its backward data where the conv has 16 outputs at stride 1; 0
- * where dy is in a layout of the primitives' (the caller runs theirs) */
+/* and its backward data where the conv is 3x3 with 16 outputs at stride
+ * 1; 0 where dy is in a layout of the primitives' (the caller runs
+ * theirs) */
 int cpu_conv_bf16_data_fits(const mxu_conv2d_desc *desc);
 mxu_status cpu_conv_bf16_data_attach(mxu_op *op, const mxu_conv2d_desc *desc);
 int cpu_conv_bf16_data(mxu_op *op, const float *dy, const float *w, float *dx);

@@ -87,15 +87,6 @@ static int64_t period_of(int64_t c) {
   return c % 16 != 0 && lcm <= MAX_PERIOD ? lcm : 0;
 }
 
-/* The elementwise passes' period: for 16 channels into bf16 (bf16_out),
- * Y_CHUNK values, one flat span of rows at a time: a row at a time,
- * ResNet-20's 16 channels went through the loop's setup and remainder
- * every row, and its normalisations ran slower in bf16 than in float32
- * (128x32x32x16 on 2 threads, forward 0.27 -> 0.20 ms, backward 0.43 ->
- * 0.31; but 32 and 64 channels ran 5-20% slower so, and float32 outputs
- * no faster). Elementwise, so the same bits. */
-static int64_t pass_period(int64_t c, int bf16_out);
-
 /* p->v[k] from channel values `from`; period 0 leaves it unused. */
 static void expand(periodic *p, int k, const float *from, int64_t c) {
   for (int64_t j = 0; j < p->period; j++) p->v[k][j] = from[j % c];
@@ -404,6 +395,13 @@ static void add_blocks(const bn_shape *s) {
  * 16 channels 1.6x slower than float32. */
 #define Y_CHUNK 256
 
+/* The elementwise passes' period: for 16 channels into bf16 (bf16_out),
+ * Y_CHUNK values, one flat span of rows at a time: a row at a time,
+ * ResNet-20's 16 channels went through the loop's setup and remainder
+ * every row, and its normalisations ran slower in bf16 than in float32
+ * (128x32x32x16 on 2 threads, forward 0.27 -> 0.20 ms, backward 0.43 ->
+ * 0.31; but 32 and 64 channels ran 5-20% slower so, and float32 outputs
+ * no faster). Elementwise, so the same bits. */
 static int64_t pass_period(int64_t c, int bf16_out) {
   int64_t period = period_of(c);
   return period || !bf16_out || c != 16 ? period : Y_CHUNK;
