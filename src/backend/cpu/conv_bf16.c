@@ -73,9 +73,6 @@ static void pair_kernel(const struct cpu_conv_bf16 *cb, const float *w) {
     }
 }
 
-/* Bytes a value of x or y: bf16 (x_bf16, y_bf16) or float32. */
-static int64_t value_bytes(int bf16) { return bf16 ? 2 : 4; }
-
 /* Image x rounded to bf16 (or copied, x_bf16) into xp, its padding
  * zero, and into x16 (the backward weights' copy, NHWC) unless NULL. */
 static void pad_image(const struct cpu_conv_bf16 *cb, const void *x,
@@ -185,7 +182,8 @@ tile(const struct cpu_conv_bf16 *cb, const uint16_t *xp, const float *b, int oy,
 static void image(const struct cpu_conv_bf16 *cb, const uint16_t *xp,
                   const float *b, const void *next, int stream, float *y) {
   const mxu_conv2d_desc *d = &cb->d;
-  int64_t in_bytes = (int64_t)d->in_h * d->in_w * IN_C * value_bytes(d->x_bf16);
+  int64_t in_bytes =
+      (int64_t)d->in_h * d->in_w * IN_C * cpu_value_bytes(d->x_bf16);
   int64_t share = (in_bytes + d->out_h - 1) / d->out_h;
   for (int oy = 0; oy < d->out_h; oy++) {
     if (next)
@@ -216,7 +214,7 @@ static void run(const struct cpu_conv_bf16 *cb, const void *x, const float *b,
   const mxu_conv2d_desc *d = &cb->d;
   int64_t in_size = (int64_t)d->in_h * d->in_w * IN_C;
   int64_t out_size = (int64_t)d->out_h * d->out_w * d->out_c;
-  int64_t xv = value_bytes(d->x_bf16), yv = value_bytes(d->y_bf16);
+  int64_t xv = cpu_value_bytes(d->x_bf16), yv = cpu_value_bytes(d->y_bf16);
   int threads = cpu_threads_for(d->n);
   if (threads > cb->threads) threads = cb->threads;
   int stream = cpu_streams(y, (size_t)(d->n * out_size * yv));

@@ -73,14 +73,11 @@ static inline __attribute__((always_inline)) __m256i load16(const char *at,
   return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps((const float *)at));
 }
 
-/* Value size of x or dy: bf16 or float32. */
-static int64_t value_bytes(int bf16) { return bf16 ? 2 : 4; }
-
 /* Image x (NHWC) as xp. */
 static void make_xp(const struct cpu_conv_bf16_grad *g, const char *x,
                     uint16_t *xp) {
   const mxu_conv2d_desc *d = &g->d;
-  int64_t v = value_bytes(d->x_bf16), c = d->in_c;
+  int64_t v = cpu_value_bytes(d->x_bf16), c = d->in_c;
   memset(xp, 0, (size_t)g->xp_size * sizeof(uint32_t));
   for (int a = 0; a < g->xp_h; a++) {
     int r = a - d->pad_top;
@@ -97,7 +94,7 @@ static void make_xp(const struct cpu_conv_bf16_grad *g, const char *x,
 static void make_dp(const struct cpu_conv_bf16_grad *g, const char *dy,
                     uint32_t *dp, float *db) {
   const mxu_conv2d_desc *d = &g->d;
-  int64_t v = value_bytes(g->dy_bf16), c = d->out_c;
+  int64_t v = cpu_value_bytes(g->dy_bf16), c = d->out_c;
   for (int64_t o = 0; o < c; o += LANES) {
     vf sum = *(const vfu *)(db + o);
     for (int oy = 0; oy < d->out_h; oy++)
@@ -172,9 +169,10 @@ static void block(const struct cpu_conv_bf16_grad *g, const char *x,
   float *part = g->partial + blk * (weights + co);
   int64_t first = blk * g->images;
   int images = (int)(d->n - first < g->images ? d->n - first : g->images);
-  int64_t x_image = (int64_t)d->in_h * d->in_w * ci * value_bytes(d->x_bf16);
+  int64_t x_image =
+      (int64_t)d->in_h * d->in_w * ci * cpu_value_bytes(d->x_bf16);
   int64_t dy_image =
-      (int64_t)d->out_h * d->out_w * co * value_bytes(g->dy_bf16);
+      (int64_t)d->out_h * d->out_w * co * cpu_value_bytes(g->dy_bf16);
   memset(part + weights, 0, (size_t)co * sizeof *part);
   for (int i = 0; i < images; i++) {
     uint32_t *xp = buffer + i * (g->xp_size + g->dp_size);

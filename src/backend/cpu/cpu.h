@@ -124,6 +124,9 @@ static inline void cpu_stream_fence(void) {
 #endif
 }
 
+/* Bytes a value of a tensor held in bf16 (x_bf16, ...) or float32. */
+static inline int64_t cpu_value_bytes(int bf16) { return bf16 ? 2 : 4; }
+
 /* A bf16 tensor's values (x_bf16, y_bf16) as float32, and float32 to
  * bf16 as vcvtneps2bf16 and oneDNN's conversions round: to nearest, ties
  * to even, subnormal inputs as zero, NaN kept quiet. Plain C, so that the
