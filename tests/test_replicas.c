@@ -570,8 +570,9 @@ static void test_tree_sum(void) {
  * Add of the block's input, relu; then conv 16 -> 32, BatchNormalization,
  * relu, conv 32 -> 32 (relu), BatchNormalization, Flatten, Dense
  * softmax. The
- * convs of 16 and 32 input channels run bf16 (conv_bf16.c's forward, and
- * oneDNN's). */
+ * convs of 16 and 32 input channels run bf16: the forward on conv_bf16.c's
+ * loops (16 inputs) or oneDNN's (32), the backward data on conv_bf16.c's
+ * (16 outputs) or oneDNN's, the weight gradient on conv_bf16_grad.c's. */
 static mxu_model *bf16_block_model(mxu_precision precision,
                                    mxu_backend_kind backend, int replicas,
                                    int threads, int keep_gradients) {
