@@ -84,11 +84,8 @@ static void pad_image(const struct cpu_conv_bf16 *cb, const void *x,
     uint16_t *to =
         xp + ((int64_t)(y + d->pad_top) * cb->padded_w + d->pad_left) * IN_C;
     for (int i = 0; i < d->in_w; i++) {
-      __m256i h =
-          d->x_bf16
-              ? _mm256_loadu_si256((const __m256i *)((const uint16_t *)x + at))
-              : (__m256i)_mm512_cvtneps_pbh(
-                    _mm512_loadu_ps((const float *)x + at));
+      __m256i h = load_bf16((const char *)x + at * cpu_value_bytes(d->x_bf16),
+                            d->x_bf16);
       _mm256_storeu_si256((__m256i *)(to + i * IN_C), h);
       if (x16) _mm256_storeu_si256((__m256i *)(x16 + at), h);
       at += IN_C;
@@ -303,8 +300,10 @@ int cpu_conv_bf16_fits(const mxu_conv2d_desc *d) {
 }
 
 #ifdef VEC_BF16
-/* The loops' record for conv d, with room for a turned kernel. */
-static mxu_status make(const mxu_conv2d_desc *d, struct cpu_conv_bf16 **out) {
+/* The loops' record for conv d, with room for the turned kernel where it
+ * is a backward data's (turned). */
+static mxu_status make(const mxu_conv2d_desc *d, int turned,
+                       struct cpu_conv_bf16 **out) {
   int padded_h = d->out_h + d->kernel_h - 1,
       padded_w = d->out_w + d->kernel_w - 1;
   /* whole lines a thread, so each buffer starts on one */
@@ -314,9 +313,9 @@ static mxu_status make(const mxu_conv2d_desc *d, struct cpu_conv_bf16 **out) {
   size_t taps = (size_t)d->kernel_h * d->kernel_w;
   size_t w16 = taps * (IN_C / 2) * d->out_c * sizeof(uint32_t);
   w16 = (w16 + 63) / 64 * 64;
-  size_t turned = taps * IN_C * d->out_c * sizeof(float);
+  size_t kernel = turned ? taps * IN_C * d->out_c * sizeof(float) : 0;
   struct cpu_conv_bf16 *cb = mxu_aligned_alloc(
-      head + w16 + turned +
+      head + w16 + kernel +
       (size_t)threads * (size_t)padded_size * sizeof(uint16_t));
   if (!cb) return mxu_fail(MXU_ERR_NOMEM, "conv2d: out of memory");
   *cb = (struct cpu_conv_bf16){.d = *d,
@@ -324,8 +323,8 @@ static mxu_status make(const mxu_conv2d_desc *d, struct cpu_conv_bf16 **out) {
                                .padded_size = padded_size,
                                .threads = threads};
   cb->w16 = (uint32_t *)(void *)((char *)cb + head);
-  cb->turned = (float *)(void *)((char *)cb + head + w16);
-  cb->padded = (uint16_t *)(void *)((char *)cb + head + w16 + turned);
+  if (turned) cb->turned = (float *)(void *)((char *)cb + head + w16);
+  cb->padded = (uint16_t *)(void *)((char *)cb + head + w16 + kernel);
   *out = cb;
   return MXU_OK;
 }
@@ -333,7 +332,7 @@ static mxu_status make(const mxu_conv2d_desc *d, struct cpu_conv_bf16 **out) {
 
 mxu_status cpu_conv_bf16_attach(mxu_op *op, const mxu_conv2d_desc *d) {
 #ifdef VEC_BF16
-  return make(d, &op->conv_bf16);
+  return make(d, 0, &op->conv_bf16);
 #else
   (void)op;
   (void)d;
@@ -373,7 +372,7 @@ int cpu_conv_bf16_data_fits(const mxu_conv2d_desc *d) {
 mxu_status cpu_conv_bf16_data_attach(mxu_op *op, const mxu_conv2d_desc *d) {
 #ifdef VEC_BF16
   mxu_conv2d_desc t = turned_desc(d);
-  return make(&t, &op->conv_bf16_data);
+  return make(&t, 1, &op->conv_bf16_data);
 #else
   (void)op;
   (void)d;

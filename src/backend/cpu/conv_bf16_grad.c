@@ -56,23 +56,6 @@ struct cpu_conv_bf16_grad {
   float *partial;    /* blocks x (dw as [ky][kx][o][i], then db) */
 };
 
-/* Lane l: the bf16 of channel l of a pixel in its low half, of channel l
- * of the next pixel in its high half: from `two`, the first pixel's 16
- * channels in its low 256 bits and the next pixel's in its high ones. */
-static inline __attribute__((always_inline)) __m512i pair_lanes(__m512i two) {
-  static const int16_t order[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  return _mm512_permutexvar_epi16(_mm512_loadu_si512(order), two);
-}
-
-/* 16 channels of a value as bf16: from bf16, or float32 rounded. */
-static inline __attribute__((always_inline)) __m256i load16(const char *at,
-                                                            int bf16) {
-  if (bf16) return _mm256_loadu_si256((const __m256i *)at);
-  return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps((const float *)at));
-}
-
 /* Image x (NHWC) as xp. */
 static void make_xp(const struct cpu_conv_bf16_grad *g, const char *x,
                     uint16_t *xp) {
@@ -86,7 +69,8 @@ static void make_xp(const struct cpu_conv_bf16_grad *g, const char *x,
     uint16_t *row = xp + ((int64_t)a * g->xp_w + d->pad_left) * c;
     int w = d->in_w < g->xp_w - d->pad_left ? d->in_w : g->xp_w - d->pad_left;
     for (int64_t i = 0; i < w * c; i += LANES)
-      _mm256_storeu_si256((__m256i *)(row + i), load16(in + i * v, d->x_bf16));
+      _mm256_storeu_si256((__m256i *)(row + i),
+                          load_bf16(in + i * v, d->x_bf16));
   }
 }
 
@@ -100,10 +84,10 @@ static void make_dp(const struct cpu_conv_bf16_grad *g, const char *dy,
     for (int oy = 0; oy < d->out_h; oy++)
       for (int j = 0; j < g->pairs; j++) {
         const char *lo = dy + (((int64_t)oy * d->out_w + 2 * j) * c + o) * v;
-        __m256i hi = 2 * j + 1 < d->out_w ? load16(lo + c * v, g->dy_bf16)
+        __m256i hi = 2 * j + 1 < d->out_w ? load_bf16(lo + c * v, g->dy_bf16)
                                           : _mm256_setzero_si256();
-        __m512i p = pair_lanes(_mm512_inserti64x4(
-            _mm512_castsi256_si512(load16(lo, g->dy_bf16)), hi, 1));
+        __m512i p = pair_halves(_mm512_inserti64x4(
+            _mm512_castsi256_si512(load_bf16(lo, g->dy_bf16)), hi, 1));
         _mm512_storeu_si512(dp + ((int64_t)oy * g->pairs + j) * c + o, p);
         /* the pair's low and high bf16 as float32 */
         sum += (vf)_mm512_slli_epi32(p, 16);

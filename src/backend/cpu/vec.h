@@ -243,14 +243,27 @@ static inline __attribute__((always_inline)) void store_bytes(uint8_t *p,
 #if defined(__AVX512BF16__) && LANES == 16
 #define VEC_BF16
 
-/* Lane l: bf16 of lo[l] in its low half, of hi[l] in its high half, so
- * that vdpbf16ps pairs them with a kernel vector of the same layout. */
-static inline __attribute__((always_inline)) __m512i pair_vector(vf lo, vf hi) {
+/* Lane l: bf16 value l of the low 256 bits of `both` in its low half, value
+ * l of the high 256 bits in its high half. */
+static inline __attribute__((always_inline)) __m512i pair_halves(__m512i both) {
   static const int16_t order[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
                                     21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
                                     11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  __m512i both = (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo);
   return _mm512_permutexvar_epi16(_mm512_loadu_si512(order), both);
+}
+
+/* Lane l: bf16 of lo[l] in its low half, of hi[l] in its high half, so
+ * that vdpbf16ps pairs them with a kernel vector of the same layout. */
+static inline __attribute__((always_inline)) __m512i pair_vector(vf lo, vf hi) {
+  return pair_halves((__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo));
+}
+
+/* 16 values of a tensor as bf16: read as they are where it is held in
+ * bf16 (x_bf16, ...), else float32 rounded to nearest even. */
+static inline __attribute__((always_inline)) __m256i load_bf16(const void *at,
+                                                               int bf16) {
+  if (bf16) return _mm256_loadu_si256((const __m256i *)at);
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps((const float *)at));
 }
 
 /* bf16 of lo and of hi, paired as pair_vector's lanes. */
