@@ -296,8 +296,7 @@ static mxu_conv2d_desc grouped_desc(const grouped_case *g, mxu_activation act,
   return d;
 }
 
-/* On one thread, as in a replica's worker, whatever the machine's cores:
- * cpu's choice of Winograd depends on the images per thread. */
+/* On one thread, as in a replica's worker, whatever the machine's cores. */
 static void test_conv2d(void) {
   int threads = omp_get_max_threads();
   omp_set_num_threads(1);
@@ -386,8 +385,9 @@ static int runs_winograd(const mxu_conv2d_desc *d) {
 }
 
 /* The cases test_conv2d compares as Winograd do run as Winograd (where
- * oneDNN has it: AVX-512) and the others do not; nor do the same shapes
- * with 16 images per thread, or in bf16. */
+ * oneDNN has it: AVX-512) and the others do not, on one thread and on two
+ * alike (a choice by the count would give other bits on each); nor do the
+ * same shapes with 16 images, or in bf16. */
 static void test_conv2d_winograd(void) {
   int threads = omp_get_max_threads();
   int avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
@@ -396,15 +396,14 @@ static void test_conv2d_winograd(void) {
     omp_set_num_threads(t);
     for (int i = 0; i < COUNT(conv_cases); i++) {
       mxu_conv2d_desc d = conv_desc(&conv_cases[i], MXU_RELU, 1);
-      int want =
-          i >= FIRST_WINOGRAD_CASE && i < END_WINOGRAD_CASE && avx512 && t == 1;
+      int want = i >= FIRST_WINOGRAD_CASE && i < END_WINOGRAD_CASE && avx512;
       CHECK_MSG(runs_winograd(&d) == want, "conv2d case %d on %d threads", i,
                 t);
-      d.n = 16 * t;
+      d.n = 16;
       CHECK_MSG(runs_winograd(&d) == 0, "conv2d case %d, %d images", i, d.n);
       /* In bf16 never, but where the conv runs float32 (see
        * test_bf16_choice): then as float32 does. */
-      d.n = 32 * t;
+      d.n = 32;
       int f32 = runs_winograd(&d);
       d.bf16 = 1;
       mxu_op *op = NULL;
@@ -507,21 +506,25 @@ static void test_conv2d_gemm_sigmoid(void) {
   free(x), free(w), free(v), free(y);
 }
 
-/* conv_wino.c's passes, on one thread and on two (an op is created for
- * the count it runs with): the same bits, as replicas need. These shapes
- * run Winograd: oneDNN's where it has one (AVX-512, 32 images a thread),
- * else the own. */
-static void conv_threads_check(const conv_case *c) {
+/* A conv's passes on one thread and on two (an op is created for the
+ * count it runs with): the same bits, as one replica on any count needs.
+ * winograd: the shape runs Winograd, oneDNN's where it has one (AVX-512,
+ * 32 images or more; its weight gradient over blocks of 32) else the
+ * own. */
+static void conv_threads_check(const conv_case *c, int n, int bf16,
+                               int winograd) {
   const mxu_backend *be = backends[CPU];
   int threads = omp_get_max_threads();
   mxu_conv2d_desc d = conv_desc(c, MXU_RELU, 1);
+  d.n = n;
+  d.bf16 = bf16;
   size_t nx = (size_t)d.n * d.in_h * d.in_w * d.in_c;
   size_t nw = (size_t)9 * d.in_c * d.out_c;
   size_t ny = (size_t)d.n * d.out_h * d.out_w * d.out_c;
   float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = rnd(d.out_c, -1, 1);
   float *dy = rnd(ny, -1, 1);
   float *y[2], *dx[2], *dw[2], *db[2];
-  int own = 0;
+  int made = 0;
   for (int k = 0; k < 2; k++) {
     y[k] = zeros(ny), dx[k] = zeros(nx), dw[k] = zeros(nw);
     db[k] = zeros(d.out_c);
@@ -529,8 +532,8 @@ static void conv_threads_check(const conv_case *c) {
     mxu_op *op = NULL;
     CHECK_OK(be->conv2d_create(&d, &op));
     if (!op) continue;
-    own += op->conv_wino != NULL;
-    CHECK_MSG(op->conv_wino || strstr(forward_impl(op), "wino"),
+    made++;
+    CHECK_MSG(!winograd || op->conv_wino || strstr(forward_impl(op), "wino"),
               "conv2d %dx%d %d->%d on %d threads: no Winograd", d.in_h, d.in_w,
               d.in_c, d.out_c, k + 1);
     be->conv2d_forward(op, x, w, b, y[k]);
@@ -539,7 +542,7 @@ static void conv_threads_check(const conv_case *c) {
     be->op_free(op);
   }
   omp_set_num_threads(threads);
-  if (own == 2) {
+  if (made == 2) {
     CHECK(memcmp(y[0], y[1], ny * sizeof(float)) == 0);
     CHECK(memcmp(dx[0], dx[1], nx * sizeof(float)) == 0);
     CHECK(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0);
@@ -549,11 +552,24 @@ static void conv_threads_check(const conv_case *c) {
   free(x), free(w), free(b), free(dy);
 }
 
-static void test_conv2d_own_winograd(void) {
-  /* Channels in odd numbers of this build's vectors. */
+static void test_conv2d_threads(void) {
+  /* The own Winograd; channels in odd numbers of this build's vectors. */
   const conv_case odd = {8, 10, 10, 3 * LANES, 5 * LANES, 3, 3, 1, 1, MXU_SAME};
-  conv_threads_check(&conv_cases[COUNT(conv_cases) - 2]);
-  conv_threads_check(&odd);
+  const conv_case *own = &conv_cases[COUNT(conv_cases) - 2];
+  conv_threads_check(own, own->n, 0, 1);
+  conv_threads_check(&odd, odd.n, 0, 1);
+  /* oneDNN's Winograd, its weight gradient in one block and in two */
+  const conv_case *wino = &conv_cases[FIRST_WINOGRAD_CASE];
+  conv_threads_check(wino, 32, 0, 1);
+  conv_threads_check(wino, 64, 0, 1);
+  /* oneDNN's direct weight gradient over blocks of images: a stride-2
+   * conv (float32; bf16 where this CPU has it) and 128 x 128 channels in
+   * bf16, beyond conv_bf16_grad.c's */
+  const conv_case strided = {32, 8, 8, 64, 128, 3, 3, 2, 2, MXU_SAME};
+  const conv_case wide = {32, 8, 8, 128, 128, 3, 3, 1, 1, MXU_SAME};
+  conv_threads_check(&strided, 32, 0, 0);
+  conv_threads_check(&strided, 32, 1, 0);
+  conv_threads_check(&wide, 32, 1, 0);
 }
 
 /* conv_dw.c's weight gradient sums fixed blocks of images: the same bits
@@ -2453,7 +2469,7 @@ int main(void) {
   CHECK(strcmp(backends[CPU]->name, "cpu") == 0);
   test_conv2d();
   test_conv2d_winograd();
-  test_conv2d_own_winograd();
+  test_conv2d_threads();
   test_conv2d_gemm();
   test_conv2d_windows();
   test_conv2d_gemm_sigmoid();

@@ -164,6 +164,65 @@ static void test_thread_counts(void) {
   mxu_dataset_free(data);
 }
 
+/* One replica with BatchNormalization (so it is never sliced) runs on one
+ * worker that lends its ops every thread: the same weights on 1 and 2
+ * threads all the same, where oneDNN would split its sums by the count.
+ * A stride-2 conv 64 -> 128 (oneDNN's weight gradient, float32 or bf16,
+ * over fixed blocks of images), a 1x1 conv and a 3x3 one on 4x4 images
+ * (conv_gemm.c's GEMMs, in fixed panels), and a Dense 128 -> 2048 at 32
+ * rows (in float32 conv_gemm.c's too: its backward data a sum of 2048; in
+ * bf16 the inner product's weight gradient in one block). */
+static mxu_model *one_replica_model(mxu_precision precision, int threads) {
+  mxu_model *model = mxu_functional("one_replica");
+  int64_t dims[3] = {SIDE, SIDE, CHANNELS};
+  mxu_tensor_id x = mxu_input(model, "input", mxu_shape_make(3, dims));
+  static const int filters[4] = {64, 128, 128, 128}, kernel[4] = {3, 3, 1, 3},
+                   stride[4] = {1, 2, 1, 2};
+  for (int k = 0; k < 4; k++) {
+    mxu_conv2d_config conv =
+        mxu_conv2d_defaults(filters[k], kernel[k], kernel[k]);
+    conv.padding = MXU_SAME;
+    conv.strides[0] = conv.strides[1] = stride[k];
+    conv.activation = MXU_RELU;
+    x = mxu_apply_conv2d(model, &conv, x);
+    mxu_batchnorm_config bn = mxu_batchnorm_defaults();
+    if (k == 1) x = mxu_apply_batch_normalization(model, &bn, x);
+  }
+  mxu_global_pool2d_config pool = {0};
+  x = mxu_apply_global_pooling2d(model, &pool, x);
+  mxu_dense_config wide = mxu_dense_defaults(2048);
+  wide.activation = MXU_RELU;
+  x = mxu_apply_dense(model, &wide, x);
+  mxu_dense_config out = mxu_dense_defaults(CLASSES);
+  out.activation = MXU_SOFTMAX;
+  x = mxu_apply_dense(model, &out, x);
+  CHECK_OK(mxu_model_outputs(model, &x, 1));
+  mxu_compile_config c = mxu_compile_defaults();
+  c.optimizer = mxu_adam(1e-3f);
+  c.batch_size = 32;
+  c.seed = 5;
+  c.threads = threads;
+  c.precision = precision;
+  CHECK_OK(mxu_compile(model, &c));
+  CHECK(model->plan.local_count == 1 && model->plan.intra_threads == threads);
+  return model;
+}
+
+static void test_one_replica_threads(void) {
+  mxu_dataset *data = toy_data();
+  mxu_precision precisions[2] = {MXU_PRECISION_FLOAT32, MXU_MIXED_BFLOAT16};
+  for (int p = 0; p < 2; p++) {
+    mxu_model *one = one_replica_model(precisions[p], 1);
+    mxu_model *two = one_replica_model(precisions[p], 2);
+    train_steps(one, data, 32, 3);
+    train_steps(two, data, 32, 3);
+    compare_weights(one, two, 1, 0);
+    mxu_model_free(one);
+    mxu_model_free(two);
+  }
+  mxu_dataset_free(data);
+}
+
 /* With augmentation on the prefetch thread, still bit for bit the same on
  * 1 and 2 threads, and not the same as without it. */
 static void test_augmented(void) {
@@ -689,6 +748,7 @@ int main(void) {
   test_tree_sum();
   test_bf16_tensors();
   test_thread_counts();
+  test_one_replica_threads();
   test_augmented();
   test_same_as_one_replica();
   test_slices();

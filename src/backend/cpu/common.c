@@ -66,6 +66,40 @@ int cpu_create_threads(void) {
   return omp_in_parallel() ? 1 : omp_get_max_threads();
 }
 
+/* dnnl_sgemm splits a product over the threads it runs on by their
+ * count, and where it splits the sum (few rows and columns against a long
+ * k: a batch of 32 times a 2048 x 512 kernel) it adds the threads' partial
+ * sums in an order that depends on it too: ResNet50's and MobileNetV2's
+ * last convs gave other bits on 2 threads than on 1. Here C goes in
+ * panels of its larger side fixed by the shape alone, a power of two of
+ * them (shared evenly by 2, 4 or 8 threads) of at least PANEL_MIN, each
+ * one single-threaded dnnl_sgemm (inside the parallel loop). */
+enum { PANEL_MIN = 32, PANELS_MAX = 16 };
+
+void cpu_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k,
+               float alpha, const float *a, int64_t lda, const float *b,
+               int64_t ldb, float beta, float *c, int64_t ldc) {
+  int by_rows = m > n;
+  int64_t side = by_rows ? m : n, panels = 1;
+  while (panels < PANELS_MAX && side / (panels * 2) >= PANEL_MIN) panels *= 2;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(panels))
+  for (int64_t p = 0; p < panels; p++) {
+    int64_t from = side * p / panels, to = side * (p + 1) / panels;
+    /* dnnl_sgemm chooses its kernels by omp_get_max_threads() even where
+     * it runs on one thread (in a parallel region): on 2 threads its
+     * panels came out other than on 1 until each thread's count said 1. */
+    omp_set_num_threads(1);
+    if (by_rows)
+      dnnl_sgemm(transa, transb, to - from, n, k, alpha,
+                 a + (transa == 'N' ? from * lda : from), lda, b, ldb, beta,
+                 c + from * ldc, ldc);
+    else
+      dnnl_sgemm(transa, transb, m, to - from, k, alpha, a, lda,
+                 b + (transb == 'N' ? from : from * ldb), ldb, beta, c + from,
+                 ldc);
+  }
+}
+
 void cpu_sum_blocks(const float *partial, int64_t blocks, int64_t taps,
                     int64_t c, float *dw, float *db) {
   int64_t weights = taps * c, per = weights + c;
@@ -94,7 +128,7 @@ mxu_status cpu_op_finish(mxu_op *op, mxu_status status, mxu_op **out) {
   return MXU_OK;
 }
 
-static void prim_release(cpu_prim *p) {
+void cpu_prim_release(cpu_prim *p) {
   for (int i = 0; i < p->nargs; i++) dnnl_memory_destroy(p->args[i].memory);
   if (p->prim) dnnl_primitive_destroy(p->prim);
   if (p->pd) dnnl_primitive_desc_destroy(p->pd);
@@ -103,7 +137,8 @@ static void prim_release(cpu_prim *p) {
 
 void cpu_op_free(mxu_op *op) {
   if (!op) return;
-  for (int i = 0; i < CPU_MAX_PRIMS; i++) prim_release(&op->prim[i]);
+  for (int i = 0; i < CPU_MAX_PRIMS; i++) cpu_prim_release(&op->prim[i]);
+  cpu_weighted_blocks_free(op);
   for (int i = 0; i < 3; i++) mxu_aligned_free(op->blocked[i]);
   mxu_aligned_free(op->src_copy);
   mxu_aligned_free(op->diff_dst_copy);

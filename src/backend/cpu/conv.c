@@ -126,11 +126,12 @@ static mxu_status conv_create(const mxu_conv2d_desc *desc, conv_kind kind,
  * direct's multiplications for 3x3 stride-1 convs with channels in
  * sixteens, at the price of transforms and of conversions between NHWC
  * and its blocked nChw16c; its sums round differently from direct's. It pays
- * from about 32 images per thread the primitive runs on (created with
- * the count it runs with): mxu bench, cifar at batch 256 on 2 threads
- * 1.15x direct, cifar_augmented at 64 on 2 threads 1.05x, at 32 on 1
- * thread 1.05x, at 16 on 1 thread 0.99x, at 32 on 2 threads 0.8x. */
-enum { WINOGRAD_MIN_IMAGES_PER_THREAD = 32 };
+ * from about 32 images per thread the primitive runs on: mxu bench, cifar
+ * at batch 256 on 2 threads 1.15x direct, cifar_augmented at 64 on 2
+ * threads 1.05x, at 32 on 1 thread 1.05x, at 16 on 1 thread 0.99x, at 32
+ * on 2 threads 0.8x. The limit is 32 images whatever the thread count: a
+ * choice that followed it would give other bits on other counts. */
+enum { WINOGRAD_MIN_IMAGES = 32 };
 
 /* Not on images of 4 pixels or fewer, whose one 4x4 tile Winograd
  * computes whole: ResNet50's 3x3 512 -> 512 on 1x1 images (the centre tap
@@ -145,14 +146,17 @@ static int winograd_fits(const mxu_conv2d_desc *d) {
   return !d->bf16 && mxu_conv2d_plain(d) && d->out_h * d->out_w > 4 &&
          (int64_t)d->in_c * d->out_c >= 128 * 256 && d->kernel_h == 3 &&
          d->kernel_w == 3 && d->stride_h == 1 && d->stride_w == 1 &&
-         d->in_c % 16 == 0 && d->out_c % 16 == 0 &&
-         d->n >= WINOGRAD_MIN_IMAGES_PER_THREAD * omp_get_max_threads();
+         d->in_c % 16 == 0 && d->out_c % 16 == 0 && d->n >= WINOGRAD_MIN_IMAGES;
 }
 
 /* Whether conv_few.c and conv_data.c run all three passes (few input
  * channels, filters in vectors, linear or relu). */
 static int few_fits(const mxu_conv2d_desc *d) {
   return cpu_conv_few_fits(d) && cpu_conv_data_fits(d);
+}
+
+static int64_t pixels_of(const mxu_conv2d_desc *d) {
+  return (int64_t)d->out_h * d->out_w;
 }
 
 /* Where Winograd fits and oneDNN has it (AVX-512): should it still
@@ -226,6 +230,9 @@ static mxu_status bf16_create(const mxu_conv2d_desc *desc,
     s = cpu_conv_bf16_data_attach(op, desc);
   if (s == MXU_OK && cpu_conv_bf16_grad_fits(desc))
     s = cpu_conv_bf16_grad_attach(op, desc);
+  /* conv_bf16_grad.c's declines dy in a layout it does not read */
+  if (s == MXU_OK)
+    s = cpu_weighted_blocks_attach(op, desc->n, pixels_of(desc), CONV);
   return cpu_op_finish(op, s, out);
 }
 
@@ -273,7 +280,9 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
                     "(see conv2d_bf16_tensors)",
                     CONV);
   if (winograd_fits(&own) && conv_create(&own, CONV_WINOGRAD, out) == MXU_OK)
-    return MXU_OK;
+    return cpu_op_finish(
+        *out, cpu_weighted_blocks_attach(*out, own.n, pixels_of(&own), CONV),
+        out);
   /* With few input channels the own kernels take y_native; oneDNN's
    * primitives (which then never run) are built for NHWC. */
   mxu_conv2d_desc plain = *desc;
@@ -282,7 +291,11 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   MXU_TRY(conv_create(&plain, CONV_F32, &op));
   /* The op computes in float32 even where bf16 was asked for, so the own
    * float32 loops take it as such. */
-  return cpu_op_finish(op, attach_own(op, &own), out);
+  mxu_status s = attach_own(op, &own);
+  if (s == MXU_OK && !op->conv_few && !op->conv_dw && !op->conv_gemm &&
+      !op->conv_wino)
+    s = cpu_weighted_blocks_attach(op, own.n, pixels_of(&own), CONV);
+  return cpu_op_finish(op, s, out);
 }
 
 void cpu_conv2d_forward(mxu_op *op, const float *x, const float *w,

@@ -267,9 +267,9 @@ static void windows_forward(const mxu_conv2d_desc *d, const float *x,
     window_run run;
     for (int ky = 0; ky < d->kernel_h; ky++)
       if (window_of(d, p, ky, &run)) {
-        dnnl_sgemm('N', 'N', d->n, co, run.width, 1.0f, x + run.x_at, image,
-                   wo.at + (run.w_row - first) * wo.ld, wo.ld, beta, y + p * co,
-                   pixels * co);
+        cpu_sgemm('N', 'N', d->n, co, run.width, 1.0f, x + run.x_at, image,
+                  wo.at + (run.w_row - first) * wo.ld, wo.ld, beta, y + p * co,
+                  pixels * co);
         beta = 1.0f;
       }
     if (beta == 0.0f) /* every tap on padding */
@@ -287,9 +287,8 @@ static void windows_backward_data(const mxu_conv2d_desc *d, const float *dy,
   for (int p = 0; p < pixels; p++)
     for (int ky = 0; ky < d->kernel_h; ky++)
       if (window_of(d, p, ky, &run))
-        dnnl_sgemm('N', 'T', d->n, run.width, co, 1.0f, dy + p * co,
-                   pixels * co, w + run.w_row * co, co, 1.0f, dx + run.x_at,
-                   image);
+        cpu_sgemm('N', 'T', d->n, run.width, co, 1.0f, dy + p * co, pixels * co,
+                  w + run.w_row * co, co, 1.0f, dx + run.x_at, image);
 }
 
 static void windows_backward_weights(const mxu_conv2d_desc *d, const float *x,
@@ -304,8 +303,8 @@ static void windows_backward_weights(const mxu_conv2d_desc *d, const float *x,
   for (int p = 0; p < pixels; p++)
     for (int ky = 0; ky < d->kernel_h; ky++)
       if (window_of(d, p, ky, &run))
-        dnnl_sgemm('T', 'N', run.width, co, d->n, 1.0f, xo.at + run.x_at, xo.ld,
-                   dyo.at + p * co, dyo.ld, 1.0f, dw + run.w_row * co, co);
+        cpu_sgemm('T', 'N', run.width, co, d->n, 1.0f, xo.at + run.x_at, xo.ld,
+                  dyo.at + p * co, dyo.ld, 1.0f, dw + run.w_row * co, co);
 }
 
 int cpu_conv_gemm_passes(const mxu_op *op) {
@@ -328,8 +327,8 @@ void cpu_conv_gemm_forward(mxu_op *op, const float *x, const float *w,
   } else {
     operand wo = g->direct ? unaliased(w, width, co, co, &spare)
                            : live_weights(g, w, &spare);
-    dnnl_sgemm('N', 'N', rows, co, width, 1.0f, columns(g, x), width, wo.at,
-               wo.ld, 0.0f, y, co);
+    cpu_sgemm('N', 'N', rows, co, width, 1.0f, columns(g, x), width, wo.at,
+              wo.ld, 0.0f, y, co);
   }
   if (!op->has_bias) b = NULL;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(rows))
@@ -350,12 +349,12 @@ void cpu_conv_gemm_backward_data(mxu_op *op, const float *dy, const float *w,
     return;
   }
   if (g->direct) {
-    dnnl_sgemm('N', 'T', rows_of(d), width, co, 1.0f, dy, co, w, co, 0.0f, dx,
-               width);
+    cpu_sgemm('N', 'T', rows_of(d), width, co, 1.0f, dy, co, w, co, 0.0f, dx,
+              width);
     return;
   }
-  dnnl_sgemm('N', 'T', rows_of(d), width, co, 1.0f, dy, co,
-             live_weights(g, w, NULL).at, co, 0.0f, g->columns, width);
+  cpu_sgemm('N', 'T', rows_of(d), width, co, 1.0f, dy, co,
+            live_weights(g, w, NULL).at, co, 0.0f, g->columns, width);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(d->n))
   for (int64_t i = 0; i < d->n; i++) {
     float *image = dx + i * in_size;
@@ -402,8 +401,8 @@ static void columns_gradient(const struct cpu_conv_gemm *g, const float *x,
   float *spare = g->spare;
   operand xo = unaliased(columns(g, x), rows, width, width, &spare);
   operand dyo = unaliased(dy, rows, co, co, &spare);
-  dnnl_sgemm('T', 'N', width, co, rows, 1.0f, xo.at, xo.ld, dyo.at, dyo.ld,
-             0.0f, to, co);
+  cpu_sgemm('T', 'N', width, co, rows, 1.0f, xo.at, xo.ld, dyo.at, dyo.ld, 0.0f,
+            to, co);
 }
 
 void cpu_conv_gemm_backward_weights(mxu_op *op, const float *x, const float *dy,

@@ -80,6 +80,8 @@ struct mxu_op {
   struct cpu_conv_bf16 *conv_bf16_data;
   /* conv_bf16_grad.c's bf16 weight gradient */
   struct cpu_conv_bf16_grad *conv_bf16_grad;
+  /* weighted_blocks.c's: oneDNN's weight gradient over fixed blocks */
+  struct cpu_weights_blocks *weights_blocks;
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -172,6 +174,12 @@ static inline void cpu_bf16_row(uint16_t *to, const float *from, int64_t n) {
 void cpu_sum_blocks(const float *partial, int64_t blocks, int64_t taps,
                     int64_t c, float *dw, float *db);
 
+/* dnnl_sgemm's row-major C = alpha op(A) op(B) + beta C, with the same
+ * bits on any thread count (see common.c). */
+void cpu_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k,
+               float alpha, const float *a, int64_t lda, const float *b,
+               int64_t ldb, float beta, float *c, int64_t ldc);
+
 mxu_status cpu_op_alloc(mxu_op **out, const char *op);
 void cpu_op_free(mxu_op *op);
 /* Hands op out when its build succeeded, else frees it: the tail of every
@@ -195,6 +203,8 @@ mxu_status cpu_prim_create(cpu_prim *p, const_dnnl_op_desc_t desc,
 /* Points the scratchpads of prims[0..count) that have one at the largest
  * of them and frees the rest: for primitives that never run at once. */
 mxu_status cpu_prims_share_scratch(cpu_prim *prims, int count, const char *op);
+/* Destroys what cpu_prim_create or cpu_reorder_create made. */
+void cpu_prim_release(cpu_prim *p);
 /* A reorder between two layouts of one tensor; cpu_run takes {from, to}. */
 mxu_status cpu_reorder_create(cpu_prim *p, const dnnl_memory_desc_t *from,
                               const dnnl_memory_desc_t *to, const char *op,
@@ -240,6 +250,16 @@ void cpu_weighted_backward_data(mxu_op *op, const float *dy, const float *w,
                                 float *dx);
 void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
                                    float *dw, float *db);
+
+/* weighted_blocks.c: oneDNN's weight gradient of a conv or dense op of
+ * n images of `pixels` output pixels over blocks of them fixed by the
+ * shape (attach after the op's primitives), which
+ * cpu_weighted_backward_weights then runs. */
+mxu_status cpu_weighted_blocks_attach(mxu_op *op, int64_t n, int64_t pixels,
+                                      const char *name);
+void cpu_weighted_blocks_run(mxu_op *op, const void *x, const void *dy,
+                             float *dw, float *db);
+void cpu_weighted_blocks_free(mxu_op *op);
 
 /* For an op that consumes y itself (a fused pooling): the layout the
  * primitives write y and read dy in. 0: the caller's NHWC. 1: nChw16c,

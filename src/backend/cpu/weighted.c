@@ -349,8 +349,11 @@ void cpu_weighted_backward_weights(mxu_op *op, const float *x, const float *dy,
                                    float *dw, float *db) {
   void *blocked = op->blocked[BWD_WEIGHTS];
   const void *xs = src_for(op, x), *dys = diff_dst_for(op, dy);
-  cpu_run(&op->prim[BWD_WEIGHTS],
-          (const void *[]){xs, dys, blocked ? blocked : dw, db});
+  if (op->weights_blocks)
+    cpu_weighted_blocks_run(op, xs, dys, blocked ? blocked : dw, db);
+  else
+    cpu_run(&op->prim[BWD_WEIGHTS],
+            (const void *[]){xs, dys, blocked ? blocked : dw, db});
   if (blocked)
     cpu_run(&op->prim[REORDER + BWD_WEIGHTS], (const void *[]){blocked, dw});
 }
