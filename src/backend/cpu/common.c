@@ -71,33 +71,55 @@ int cpu_create_threads(void) {
  * k: a batch of 32 times a 2048 x 512 kernel) it adds the threads' partial
  * sums in an order that depends on it too: ResNet50's and MobileNetV2's
  * last convs gave other bits on 2 threads than on 1. Here C goes in
- * panels of its larger side fixed by the shape alone, a power of two of
- * them (shared evenly by 2, 4 or 8 threads) of at least PANEL_MIN, each
- * one single-threaded dnnl_sgemm (inside the parallel loop). */
-enum { PANEL_MIN = 32, PANELS_MAX = 16 };
+ * panels of its larger side fixed by the shape alone, each one
+ * single-threaded dnnl_sgemm (whose bits depend on the panel's shape: a
+ * panel count that followed the threads would not do). A power of two of
+ * them (shared evenly by 2, 4 or 8 threads), each at least PANEL_MIN wide
+ * and PANEL_MACS multiply-adds: each packs the other operand again, and
+ * the small products of the recurrent layers' steps ran 10-35% slower in
+ * 16 panels than in one. */
+enum { PANEL_MIN = 64, PANELS_MAX = 16 };
+#define PANEL_MACS ((int64_t)1 << 22)
+
+/* C's rows (by_rows) or columns [from, to). */
+static void sgemm_panel(char transa, char transb, int64_t m, int64_t n,
+                        int64_t k, float alpha, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float beta, float *c,
+                        int64_t ldc, int by_rows, int64_t from, int64_t to) {
+  if (by_rows)
+    dnnl_sgemm(transa, transb, to - from, n, k, alpha,
+               a + (transa == 'N' ? from * lda : from), lda, b, ldb, beta,
+               c + from * ldc, ldc);
+  else
+    dnnl_sgemm(transa, transb, m, to - from, k, alpha, a, lda,
+               b + (transb == 'N' ? from : from * ldb), ldb, beta, c + from,
+               ldc);
+}
 
 void cpu_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k,
                float alpha, const float *a, int64_t lda, const float *b,
                int64_t ldb, float beta, float *c, int64_t ldc) {
   int by_rows = m > n;
-  int64_t side = by_rows ? m : n, panels = 1;
-  while (panels < PANELS_MAX && side / (panels * 2) >= PANEL_MIN) panels *= 2;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(panels))
-  for (int64_t p = 0; p < panels; p++) {
-    int64_t from = side * p / panels, to = side * (p + 1) / panels;
-    /* dnnl_sgemm chooses its kernels by omp_get_max_threads() even where
-     * it runs on one thread (in a parallel region): on 2 threads its
-     * panels came out other than on 1 until each thread's count said 1. */
-    omp_set_num_threads(1);
-    if (by_rows)
-      dnnl_sgemm(transa, transb, to - from, n, k, alpha,
-                 a + (transa == 'N' ? from * lda : from), lda, b, ldb, beta,
-                 c + from * ldc, ldc);
-    else
-      dnnl_sgemm(transa, transb, m, to - from, k, alpha, a, lda,
-                 b + (transb == 'N' ? from : from * ldb), ldb, beta, c + from,
-                 ldc);
+  int64_t side = by_rows ? m : n, macs = m * n * k, panels = 1;
+  while (panels < PANELS_MAX && side / (panels * 2) >= PANEL_MIN &&
+         macs / (panels * 2) >= PANEL_MACS)
+    panels *= 2;
+  int threads = cpu_threads_for(panels);
+  if (threads == 1) {
+    /* one thread: a team of one is no parallel region to oneDNN, which
+     * would spread the product over the count the caller was given */
+    int was = omp_get_max_threads();
+    if (was > 1) omp_set_num_threads(1);
+    for (int64_t p = 0; p < panels; p++)
+      sgemm_panel(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                  by_rows, side * p / panels, side * (p + 1) / panels);
+    if (was > 1) omp_set_num_threads(was);
+    return;
   }
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t p = 0; p < panels; p++)
+    sgemm_panel(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                by_rows, side * p / panels, side * (p + 1) / panels);
 }
 
 void cpu_sum_blocks(const float *partial, int64_t blocks, int64_t taps,

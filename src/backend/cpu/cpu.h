@@ -82,6 +82,9 @@ struct mxu_op {
   struct cpu_conv_bf16_grad *conv_bf16_grad;
   /* weighted_blocks.c's: oneDNN's weight gradient over fixed blocks */
   struct cpu_weights_blocks *weights_blocks;
+  /* dense.c's float32 Dense of rows x in -> out, whose backward data
+   * cpu_sgemm runs (0 rows: a bf16 one) */
+  int64_t dense_rows, dense_in, dense_out;
 };
 
 /* Turns a oneDNN status into mxu_fail's "onednn: <op>: <call> failed". */
@@ -412,6 +415,8 @@ int cpu_conv2d_backward_relu(mxu_op *op, const float *x, const float *w,
                              const float *y, const float *dy, float *dw,
                              float *db, float *dx);
 mxu_status cpu_dense_create(const mxu_dense_desc *desc, mxu_op **out);
+void cpu_dense_backward_data(mxu_op *op, const float *dy, const float *w,
+                             float *dx);
 
 mxu_status cpu_pool2d_create(const mxu_pool2d_desc *desc, mxu_op **out);
 size_t cpu_pool2d_workspace_bytes(mxu_op *op);

@@ -14,11 +14,9 @@ static const mxu_backend cpu_backend = {
     .conv2d_bf16_tensors = cpu_conv2d_bf16_tensors,
     .conv2d_backward_relu = cpu_conv2d_backward_relu,
     .dense_create = cpu_dense_create,
-    /* a float32 Dense is a conv op (dense.c), a bf16 one the inner
-     * product's, which the conv entries run as well */
-    .dense_forward = cpu_conv2d_forward,
-    .dense_backward_data = cpu_conv2d_backward_data,
-    .dense_backward_weights = cpu_conv2d_backward_weights,
+    .dense_forward = cpu_weighted_forward,
+    .dense_backward_data = cpu_dense_backward_data,
+    .dense_backward_weights = cpu_weighted_backward_weights,
     .pool2d_create = cpu_pool2d_create,
     .pool2d_workspace_bytes = cpu_pool2d_workspace_bytes,
     .pool2d_forward = cpu_pool2d_forward,

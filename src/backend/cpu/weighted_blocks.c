@@ -16,19 +16,27 @@
 #include <string.h>
 
 /* At most this many blocks (2, 4 and 8 threads share them evenly), of at
- * least MIN_IMAGES images each (Winograd's pays from 32 a thread, see
- * conv.c); fewer where the blocks' sums would cost too much next to the
- * gradient, down to one on one thread. Adding a block's partial sums
- * reads 4 bytes a weight, a streamed pass that costs about what
- * SUM_MACS multiply-adds of each weight do (2 cores, AVX-512), so each
- * further block needs SUM_MACS * 5 of them (a fifth), and the partials
- * stay within PARTIAL_BUDGET. */
+ * least MIN_IMAGES images each; fewer where the blocks' sums would cost
+ * too much next to the gradient, down to one on one thread. Adding a
+ * block's partial sums reads 4 bytes a weight, a streamed pass that costs
+ * about what SUM_MACS multiply-adds of each weight do (2 cores, AVX-512),
+ * so each further block needs SUM_MACS * 5 of them (a fifth); each
+ * block's primitive call costs a few microseconds, so each has BLOCK_MACS
+ * multiply-adds at least (Fashion-MNIST's Conv1D rows, 28 steps of 32 ->
+ * 64 channels at 32 rows a slice, ran 7% slower in 4 blocks); and the
+ * partials stay within PARTIAL_BUDGET. Winograd's weight gradient
+ * transforms its sums back to the kernel's once a call, which on VGG16's
+ * 256 and 512 channels cost more than the blocks' sums (its step at 128
+ * images in bf16, against one call on 2 threads: in up to 4 blocks of 32
+ * 0.94x, in 2 0.97x): 2 blocks of 32 images or more. */
 enum {
   MAX_BLOCKS = 8,
   MIN_IMAGES = 8,
+  MAX_WINOGRAD_BLOCKS = 2,
   MIN_WINOGRAD_IMAGES = 32,
   SUM_MACS = 50
 };
+#define BLOCK_MACS ((int64_t)1 << 23)
 #define PARTIAL_BUDGET ((size_t)32 << 20)
 
 struct cpu_weights_blocks {
@@ -41,13 +49,15 @@ struct cpu_weights_blocks {
   cpu_prim prim[];
 };
 
-/* macs: multiply-adds of the whole gradient per weight (images x output
+/* per_weight: the gradient's multiply-adds per weight (images x output
  * pixels). */
-static int block_count(int64_t n, int64_t macs, int64_t min_images,
+static int block_count(int64_t n, int64_t per_weight, int64_t weights,
+                       int max_blocks, int64_t min_images,
                        size_t partial_bytes) {
-  for (int k = MAX_BLOCKS; k >= 2; k /= 2)
+  for (int k = max_blocks; k >= 2; k /= 2)
     if (n % k == 0 && n / k >= min_images &&
-        (int64_t)(k - 1) * SUM_MACS * 5 <= macs &&
+        (int64_t)(k - 1) * SUM_MACS * 5 <= per_weight &&
+        per_weight * weights / k >= BLOCK_MACS &&
         (size_t)(k - 1) * partial_bytes <= PARTIAL_BUDGET)
       return k;
   return 1;
@@ -136,9 +146,12 @@ mxu_status cpu_weighted_blocks_attach(mxu_op *op, int64_t n, int64_t pixels,
   int winograd = dnnl_primitive_desc_query(pd, dnnl_query_convolution_d, 0,
                                            &conv) == dnnl_success &&
                  conv && conv->alg_kind == dnnl_convolution_winograd;
-  int blocks =
-      block_count(n, n * pixels, winograd ? MIN_WINOGRAD_IMAGES : MIN_IMAGES,
-                  dw_bytes + db_bytes);
+  /* Winograd multiplies a quarter of direct's */
+  int64_t per_weight = winograd ? n * pixels / 4 : n * pixels;
+  int blocks = block_count(n, per_weight, (int64_t)(dw_bytes / sizeof(float)),
+                           winograd ? MAX_WINOGRAD_BLOCKS : MAX_BLOCKS,
+                           winograd ? MIN_WINOGRAD_IMAGES : MIN_IMAGES,
+                           dw_bytes + db_bytes);
   int threads = cpu_create_threads();
   if (threads > blocks) threads = blocks;
   struct cpu_weights_blocks *wb =
