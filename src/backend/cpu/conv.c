@@ -11,7 +11,6 @@
  * entries dispatch to. */
 #include "backend/cpu/cpu.h"
 
-#include <omp.h>
 #include <string.h>
 
 static const char CONV[] = "conv2d";

@@ -13,7 +13,6 @@
 #include "backend/cpu/cpu.h"
 
 #include <omp.h>
-#include <string.h>
 
 /* At most this many blocks (2, 4 and 8 threads share them evenly), of at
  * least MIN_IMAGES images each; fewer where the blocks' sums would cost
