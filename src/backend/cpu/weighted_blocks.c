@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu.h"
 
 #include <omp.h>
+#include <stdlib.h>
 
 /* At most this many blocks (2, 4 and 8 threads share them evenly), of at
  * least MIN_IMAGES images each; fewer where the blocks' sums would cost
