@@ -2368,8 +2368,9 @@ static void test_add(void) {
     }
 }
 
-/* The bf16 tensors' Add: for every choice of bf16 operands (a, b, y), the
- * float32 add of the same values, y rounded; and its backward likewise. */
+/* The bf16 tensors' Add and multiply: for every choice of bf16 operands
+ * (a, b, y), the float32 add (multiply) of the same values, y rounded;
+ * and the Add's backward likewise. */
 static void test_add_bf16(void) {
   const mxu_backend *be = backends[CPU];
   const size_t n = 40000; /* blocks on every thread, chunks and a tail */
@@ -2393,6 +2394,20 @@ static void test_add_bf16(void) {
       CHECK_MSG(bad == n, "add_bf16 bits %u relu %d [%zu]: %g, want %g", bits,
                 relu, bad, bad < n ? got[bad] : 0.0, bad < n ? want[bad] : 0.0);
     }
+  }
+  /* multiply_bf16 (Dropout's mask) likewise against multiply */
+  be->multiply((int64_t)n, a, b, want);
+  for (unsigned bits = 0; bits < 8; bits++) {
+    memset(got, 0, n * sizeof *got);
+    be->multiply_bf16((int64_t)n, bits & 1 ? (void *)ah : a,
+                      bits & 2 ? (void *)bh : b, bits, got);
+    if (bits & 4) unpack_bf16(got, n, got);
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++) {
+      float w = bits & 4 ? cpu_bf16_float(cpu_bf16_of(want[i])) : want[i];
+      if (got[i] != w) bad = i;
+    }
+    CHECK_MSG(bad == n, "multiply_bf16 bits %u [%zu]", bits, bad);
   }
   /* Backward, from y = the relu'd sum in bf16 (as float32 too) and dy
    * rounded: for every choice of bf16 y, dy, dx, float32's relu mask (or

@@ -243,6 +243,11 @@ typedef struct mxu_backend {
                    int relu, void *y);
   void (*add_backward_bf16)(int64_t count, const void *y, const void *dy,
                             unsigned bf16, int relu, void *dx);
+  /* Optional, with bf16 tensors: multiply (below) with add_bf16's bits
+   * for a, b and y (Dropout's float32 mask on a bf16 tensor and its
+   * gradient). */
+  void (*multiply_bf16)(int64_t count, const void *a, const void *b,
+                        unsigned bf16, void *y);
   /* Optional: a relu conv's backward weights and data (dx NULL when not
    * needed) from dy of the relu's output and the forward's y, where the
    * backend folds relu's backward into its own passes; returns 0, doing

@@ -1294,12 +1294,34 @@ static void conv_bf16_tensors(mxu_model *model, unsigned char *conv) {
   }
 }
 
+/* A Dropout (no noise_shape) passes a bf16 tensor on as it came: it reads
+ * one exactly where it writes one, which its readers decide. */
+static int passes_bf16(const mxu_model *model, const mxu_layer *layer) {
+  return plain_image_layer(layer) && layer->cls == &mxu_dropout_class &&
+         layer->config.dropout.noise.rank == 0 && model->backend->multiply_bf16;
+}
+
+static int reads_bf16(const mxu_model *model, const unsigned char *conv, int j,
+                      int k);
+
+/* Whether node i's output is read, and only as a bf16 tensor. */
+static int read_as_bf16(const mxu_model *model, const unsigned char *conv,
+                        int i) {
+  if (is_output(model, i) || model->plan.consumers[i] == 0) return 0;
+  for (int j = i + 1; j < model->layer_count; j++)
+    for (int k = 0; k < model->layers[j].input_count; k++)
+      if (model->layers[j].inputs[k] == i && !reads_bf16(model, conv, j, k))
+        return 0;
+  return 1;
+}
+
 /* Whether node j reads its input k as a bf16 tensor: a conv, a
- * BatchNormalization, an Add. */
+ * BatchNormalization, an Add; a Dropout whose output is read so. */
 static int reads_bf16(const mxu_model *model, const unsigned char *conv, int j,
                       int k) {
   const mxu_layer *layer = &model->layers[j];
   if (layer->cls == &mxu_conv2d_class) return k == 0 && (conv[j] & 1);
+  if (passes_bf16(model, layer)) return read_as_bf16(model, conv, j);
   return takes_bf16(model, layer);
 }
 
@@ -1308,15 +1330,23 @@ static int reads_bf16(const mxu_model *model, const unsigned char *conv, int j,
 static int writes_bf16(mxu_model *model, const unsigned char *conv, int i) {
   mxu_layer *layer = &model->layers[i];
   if (layer->cls == &mxu_conv2d_class) return conv[i] & 2 ? i : -1;
+  if (passes_bf16(model, layer)) return layer->compiled->x_bf16 ? i : -1;
   if (!takes_bf16(model, layer)) return -1;
   return fusion_proposal(model, i) ? layer->compiled->fused[0]->index : i;
 }
 
 /* Whether reader `layer` of a bf16 tensor writes its gradient in bf16
  * too: all do but a BatchNormalization with silu, whose backward keeps an
- * intermediate in dx. */
+ * intermediate in dx; a Dropout where its own output's gradient is bf16. */
 static int writes_bf16_dx(mxu_model *model, int j) {
   mxu_layer *layer = &model->layers[j];
+  if (passes_bf16(model, layer)) {
+    for (int r = j + 1; r < model->layer_count; r++)
+      for (int k = 0; k < model->layers[r].input_count; k++)
+        if (model->layers[r].inputs[k] == j && !writes_bf16_dx(model, r))
+          return 0;
+    return 1;
+  }
   return layer->cls != &mxu_batch_normalization_class ||
          !fusion_proposal(model, j) ||
          mxu_layer_activation_kind(layer->compiled->fused[0]) != MXU_SILU;
@@ -1344,14 +1374,7 @@ static mxu_status plan_bf16_tensors(mxu_model *model) {
   for (int i = 0; i < n; i++) {
     if (!model->layers[i].compiled->bf16) continue;
     int out = writes_bf16(model, conv, i);
-    if (out < 0 || is_output(model, out) || model->plan.consumers[out] == 0)
-      continue;
-    int all = 1;
-    for (int j = out + 1; j < n && all; j++)
-      for (int k = 0; k < model->layers[j].input_count; k++)
-        if (model->layers[j].inputs[k] == out && !reads_bf16(model, conv, j, k))
-          all = 0;
-    if (!all) continue;
+    if (out < 0 || !read_as_bf16(model, conv, out)) continue;
     int grads = !model->compile.keep_gradients; /* kept: as float32 */
     for (int j = out + 1; j < n; j++)
       for (int k = 0; k < model->layers[j].input_count; k++)

@@ -490,6 +490,8 @@ void cpu_multiply(int64_t count, const float *a, const float *b, float *y);
 void cpu_add(int64_t count, const float *a, const float *b, int relu, float *y);
 void cpu_add_bf16(int64_t count, const void *a, const void *b, unsigned bf16,
                   int relu, void *y);
+void cpu_multiply_bf16(int64_t count, const void *a, const void *b,
+                       unsigned bf16, void *y);
 void cpu_add_backward_bf16(int64_t count, const void *y, const void *dy,
                            unsigned bf16, int relu, void *dx);
 void cpu_scale_shift(int64_t count, const float *x, float scale, float offset,

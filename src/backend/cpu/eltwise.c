@@ -469,11 +469,11 @@ static const float *chunk_of(const void *v, int bf, int64_t at, int n,
   return to;
 }
 
-/* cpu_add with bf16 operands: a chunk at a time, in float32 between. */
-void cpu_add_bf16(int64_t count, const void *a, const void *b, unsigned bf16,
-                  int relu, void *y) {
+/* a + b (relu'd above floor) or a * b, with bf16 operands: a chunk at a
+ * time, in float32 between. */
+static void combine_bf16(int64_t count, const void *a, const void *b,
+                         unsigned bf16, int multiply, float floor, void *y) {
   int64_t blocks = (count + BLOCK - 1) / BLOCK;
-  float floor = relu ? 0.0f : -INFINITY;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(blocks))
   for (int64_t blk = 0; blk < blocks; blk++) {
     int64_t end = (blk + 1) * BLOCK < count ? (blk + 1) * BLOCK : count;
@@ -483,14 +483,29 @@ void cpu_add_bf16(int64_t count, const void *a, const void *b, unsigned bf16,
       const float *restrict pa = chunk_of(a, bf16 & 1, at, n, ta);
       const float *restrict pb = chunk_of(b, bf16 & 2, at, n, tb);
       float *restrict py = bf16 & 4 ? ty : (float *)y + at;
+      if (multiply) {
 #pragma omp simd
-      for (int i = 0; i < n; i++) {
-        float v = pa[i] + pb[i];
-        py[i] = v < floor ? 0.0f : v;
+        for (int i = 0; i < n; i++) py[i] = pa[i] * pb[i];
+      } else {
+#pragma omp simd
+        for (int i = 0; i < n; i++) {
+          float v = pa[i] + pb[i];
+          py[i] = v < floor ? 0.0f : v;
+        }
       }
       if (bf16 & 4) cpu_bf16_row((uint16_t *)y + at, ty, n);
     }
   }
+}
+
+void cpu_add_bf16(int64_t count, const void *a, const void *b, unsigned bf16,
+                  int relu, void *y) {
+  combine_bf16(count, a, b, bf16, 0, relu ? 0.0f : -INFINITY, y);
+}
+
+void cpu_multiply_bf16(int64_t count, const void *a, const void *b,
+                       unsigned bf16, void *y) {
+  combine_bf16(count, a, b, bf16, 1, 0.0f, y);
 }
 
 void cpu_add_backward_bf16(int64_t count, const void *y, const void *dy,

@@ -41,6 +41,7 @@ static const mxu_backend cpu_backend = {
     .scale_shift = cpu_scale_shift,
     .add = cpu_add,
     .add_bf16 = cpu_add_bf16,
+    .multiply_bf16 = cpu_multiply_bf16,
     .add_backward_bf16 = cpu_add_backward_bf16,
     .scale_channels = cpu_scale_channels,
     .scale_channels_backward = cpu_scale_channels_backward,

@@ -706,8 +706,11 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
   int64_t per_row = mxu_shape_count(&layer->in_shape);
   int64_t count = layer->compiled->batch * per_row;
   float rate = layer->config.dropout.rate;
+  /* bf16 x and y alike (compile's plan_bf16_tensors: no noise_shape) */
+  int bf16 = layer->compiled->y_bf16;
   if (!run->training || rate == 0.0f) {
-    if (run->y != run->x) memcpy(run->y, run->x, (size_t)count * 4);
+    if (run->y != run->x)
+      memcpy(run->y, run->x, (size_t)count * (bf16 ? 2 : 4));
     return;
   }
   float *mask = (float *)(void *)(run->arena + layer->compiled->scratch[0]);
@@ -739,6 +742,12 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
   for (int64_t at = 0; at < count; at += CHUNK) {
     int64_t n = count - at < CHUNK ? count - at : CHUNK;
     draw_mask(run, rate, kept_scale(layer), first + (uint64_t)at, mask + at, n);
+    if (bf16) {
+      run->backend->multiply_bf16(
+          n, (const uint16_t *)(const void *)run->x + at, mask + at, 1u | 4u,
+          (uint16_t *)(void *)run->y + at);
+      continue;
+    }
     run->backend->multiply(n, run->x + at, mask + at, run->y + at);
     alpha_shift(layer, n, mask + at, run->y + at);
   }
@@ -747,8 +756,16 @@ static void dropout_forward(mxu_layer *layer, const mxu_layer_run *run) {
 static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
   if (!run->need_dx) return;
   int64_t count = mxu_batch_values(layer);
+  /* bf16 dy, dx where the plan says: dx may be float32 where another
+   * reader of x writes its share so */
+  const mxu_node_plan *p = layer->compiled;
+  unsigned bf16 = (p->dy_bf16 ? 1u : 0u) | (p->dx_bf16 & 1 ? 4u : 0u);
   if (layer->config.dropout.rate == 0.0f) {
-    memcpy(run->dx, run->dy, (size_t)count * 4);
+    if (bf16)
+      run->backend->add_backward_bf16(
+          count, NULL, run->dy, (bf16 & 1 ? 2u : 0u) | (bf16 & 4u), 0, run->dx);
+    else
+      memcpy(run->dx, run->dy, (size_t)count * 4);
     return;
   }
   int64_t c = noise_channels(layer);
@@ -762,7 +779,10 @@ static void dropout_backward(mxu_layer *layer, const mxu_layer_run *run) {
   }
   const float *mask =
       (const float *)(void *)(run->arena + layer->compiled->scratch[0]);
-  run->backend->multiply(count, run->dy, mask, run->dx);
+  if (bf16)
+    run->backend->multiply_bf16(count, run->dy, mask, bf16, run->dx);
+  else
+    run->backend->multiply(count, run->dy, mask, run->dx);
 }
 
 /* The keep test and the multiply per element; backward one multiply. A
