@@ -32,6 +32,14 @@ static mxu_dataset *toy_data(void) {
   return data;
 }
 
+/* Dense(CLASSES) softmax on x as the model's output. */
+static void softmax_output(mxu_model *model, mxu_tensor_id x) {
+  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
+  dense.activation = MXU_SOFTMAX;
+  x = mxu_apply_dense(model, &dense, x);
+  CHECK_OK(mxu_model_outputs(model, &x, 1));
+}
+
 /* Conv2D, then per kind BatchNormalization (synchronized or not) and
  * Dropout, then Dense softmax. FUSED: Conv2D(16), MaxPooling2D and relu,
  * which the cpu backend runs as one op, then Dropout. */
@@ -189,10 +197,7 @@ static mxu_model *dropout_model(mxu_precision precision, int threads,
     x = mxu_apply_dropout(model, NULL, 0.25f, x);
   }
   x = mxu_apply_flatten(model, NULL, x);
-  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
-  dense.activation = MXU_SOFTMAX;
-  x = mxu_apply_dense(model, &dense, x);
-  CHECK_OK(mxu_model_outputs(model, &x, 1));
+  softmax_output(model, x);
   mxu_compile_config c = mxu_compile_defaults();
   /* SGD: Adam's first step is the gradients' signs, which rounding flips
    * where they are near 0 */
@@ -299,10 +304,7 @@ static mxu_model *one_replica_model(mxu_precision precision, int threads) {
   mxu_dense_config wide = mxu_dense_defaults(2048);
   wide.activation = MXU_RELU;
   x = mxu_apply_dense(model, &wide, x);
-  mxu_dense_config out = mxu_dense_defaults(CLASSES);
-  out.activation = MXU_SOFTMAX;
-  x = mxu_apply_dense(model, &out, x);
-  CHECK_OK(mxu_model_outputs(model, &x, 1));
+  softmax_output(model, x);
   mxu_compile_config c = mxu_compile_defaults();
   c.optimizer = mxu_adam(1e-3f);
   c.batch_size = 32;
@@ -760,10 +762,7 @@ static mxu_model *bf16_block_model(mxu_precision precision,
     if (k < 4) x = mxu_apply_activation(model, NULL, MXU_RELU, x);
   }
   x = mxu_apply_flatten(model, NULL, x);
-  mxu_dense_config dense = mxu_dense_defaults(CLASSES);
-  dense.activation = MXU_SOFTMAX;
-  x = mxu_apply_dense(model, &dense, x);
-  CHECK_OK(mxu_model_outputs(model, &x, 1));
+  softmax_output(model, x);
   mxu_compile_config c = mxu_compile_defaults();
   c.optimizer = mxu_adam(1e-2f);
   c.batch_size = 32;
