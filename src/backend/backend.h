@@ -50,7 +50,7 @@ typedef struct mxu_conv2d_desc {
   /* x (x_bf16), y (y_bf16) and their gradients (dx_bf16, dy_bf16) held
    * in bfloat16, NHWC, 2 bytes a value in the caller's float buffer: bf16
    * tensors of the plan, which only bf16 convs, batch normalisations and
-   * Adds read and write (conv2d_bf16_tensors). */
+   * Adds read and write, and Dropouts pass on (conv2d_bf16_tensors). */
   int x_bf16, y_bf16, dx_bf16, dy_bf16;
 } mxu_conv2d_desc;
 

@@ -1354,16 +1354,16 @@ static int writes_bf16_dx(mxu_model *model, int j) {
 
 /* Under mixed_bfloat16, where the backend has bf16 tensors, the outputs
  * that bf16 convs, BatchNormalizations and Adds write and only such layers
- * read are held in bf16 (mxu_node_plan's x_bf16, y_bf16): ResNets'
- * activations but the first conv's (float32) and the last block's. The
- * convs round their input to bf16 to multiply anyway, so the values they
- * see do not change; the normalisations and Adds see theirs rounded, as
- * Keras' do (its layers' outputs are bf16 under mixed_bfloat16). So are
- * their gradients (dx_bf16, dy_bf16), as Keras' and PyTorch's autocast
- * are, unless keep_gradients asks for float32 ones or a reader cannot
- * write its share in bf16; the sums within the layers (batch statistics'
- * gradients, weight gradients) stay float32. Each such tensor is written
- * and read at half the bytes, and a conv reading one needs no copy in
+ * read (or Dropouts that pass them on to such) are held in bf16
+ * (mxu_node_plan's x_bf16, y_bf16): ResNets' activations but the first conv's
+ * (float32) and the last block's. The convs round their input to bf16 to
+ * multiply anyway, so the values they see do not change; the normalisations and
+ * Adds see theirs rounded, as Keras' do (its layers' outputs are bf16 under
+ * mixed_bfloat16). So are their gradients (dx_bf16, dy_bf16), as Keras' and
+ * PyTorch's autocast are, unless keep_gradients asks for float32 ones or a
+ * reader cannot write its share in bf16; the sums within the layers (batch
+ * statistics' gradients, weight gradients) stay float32. Each such tensor is
+ * written and read at half the bytes, and a conv reading one needs no copy in
  * bf16 of its own. */
 static mxu_status plan_bf16_tensors(mxu_model *model) {
   if (!model->backend->conv2d_bf16_tensors) return MXU_OK;
