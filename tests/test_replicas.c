@@ -122,6 +122,13 @@ static void train_steps(mxu_model *model, const mxu_dataset *data, int batch,
   CHECK_OK(mxu_fit(model, data, &f, NULL));
 }
 
+/* 3 rounds of 3 steps at batch 32 on each model in turn. */
+static void train_rounds(mxu_model *const *models, int count,
+                         const mxu_dataset *data) {
+  for (int round = 0; round < 3; round++)
+    for (int m = 0; m < count; m++) train_steps(models[m], data, 32, 3);
+}
+
 /* Every weight of every layer, compared bit for bit or not; returns the
  * largest difference relative to the weight (floor 1e-3) or, per_tensor,
  * to the tensor's largest magnitude. */
@@ -259,11 +266,7 @@ static void test_bf16_dropout(void) {
   CHECK(apart < 0.25);
   double start = 0, end = 0, end_kept = 0;
   CHECK_OK(mxu_evaluate(one, data, 32, &start, NULL));
-  for (int epoch = 0; epoch < 3; epoch++) {
-    train_steps(one, data, 32, 3);
-    train_steps(two, data, 32, 3);
-    train_steps(kept, data, 32, 3);
-  }
+  train_rounds((mxu_model *[]){one, two, kept}, 3, data);
   compare_weights(one, two, 1, 0);
   CHECK_OK(mxu_evaluate(one, data, 32, &end, NULL));
   CHECK_OK(mxu_evaluate(kept, data, 32, &end_kept, NULL));
@@ -824,12 +827,7 @@ static void test_bf16_tensors(void) {
   double start = 0, start_bf16 = 0, loss_f32 = 0, loss_bf16 = 0, loss_kept = 0;
   CHECK_OK(mxu_evaluate(f32, data, 32, &start, NULL));
   CHECK_OK(mxu_evaluate(one, data, 32, &start_bf16, NULL));
-  for (int epoch = 0; epoch < 3; epoch++) {
-    train_steps(f32, data, 32, 3);
-    train_steps(one, data, 32, 3);
-    train_steps(two, data, 32, 3);
-    train_steps(kept, data, 32, 3);
-  }
+  train_rounds((mxu_model *[]){f32, one, two, kept}, 4, data);
   compare_weights(one, two, 1, 0);
   CHECK_OK(mxu_evaluate(f32, data, 32, &loss_f32, NULL));
   CHECK_OK(mxu_evaluate(one, data, 32, &loss_bf16, NULL));

@@ -158,6 +158,12 @@ static int64_t pixels_of(const mxu_conv2d_desc *d) {
   return (int64_t)d->out_h * d->out_w;
 }
 
+/* Whether the own float32 loops take the weight gradient (see
+ * cpu_conv2d_backward_weights), so oneDNN's never runs. */
+static int own_weight_gradient(const mxu_op *op) {
+  return op->conv_few || op->conv_dw || op->conv_gemm || op->conv_wino;
+}
+
 /* Where Winograd fits and oneDNN has it (AVX-512): should it still
  * decline such a conv, direct reads and writes nChw16c as well. And where
  * the own kernels run all of a conv with few input channels: they write y
@@ -291,8 +297,7 @@ mxu_status cpu_conv2d_create(const mxu_conv2d_desc *desc, mxu_op **out) {
   /* The op computes in float32 even where bf16 was asked for, so the own
    * float32 loops take it as such. */
   mxu_status s = attach_own(op, &own);
-  if (s == MXU_OK && !op->conv_few && !op->conv_dw && !op->conv_gemm &&
-      !op->conv_wino)
+  if (s == MXU_OK && !own_weight_gradient(op))
     s = cpu_weighted_blocks_attach(op, own.n, pixels_of(&own), CONV);
   return cpu_op_finish(op, s, out);
 }
@@ -325,7 +330,7 @@ void cpu_conv2d_backward_weights(mxu_op *op, const float *x, const float *dy,
     cpu_conv_gemm_backward_weights(op, x, dy, dw, db);
   else if (op->conv_wino)
     cpu_conv_wino_backward_weights(op, x, dy, dw, db);
-  else
+  else /* !own_weight_gradient(op) */
     cpu_weighted_backward_weights(op, x, dy, dw, db);
 }
 
